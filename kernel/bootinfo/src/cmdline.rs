@@ -1,0 +1,299 @@
+//! The kernel command line: `key=value` words separated by whitespace, turned
+//! into a typed [`Config`]. Workload-job keys (owned by the workload engine)
+//! are collected unparsed in [`Config::job_words`], in order.
+//!
+//! Kernel keys:
+//!
+//! | key | values |
+//! |---|---|
+//! | `log` | `error`, `warn`, `info`, `debug`, `trace` |
+//! | `test` | a built-in self-test name (see [`SelfTest`]) |
+//! | `irq.affinity` | passed to the interrupt-affinity parser |
+//! | `megasas.irq` | `auto`, `msix`, `msi`, `intx`, `poll` |
+//! | `megasas.irq_cpu` | CPU index the MegaRAID interrupt is aimed at |
+//! | `smp` | `on` (default) or `off`: start only the boot CPU |
+
+use crate::error::{Error, bounded};
+use heapless::Vec;
+
+/// Maximum number of job words kept.
+pub const MAX_JOB_WORDS: usize = 128;
+
+/// The kernel keys, as printed in an unknown-key error.
+pub const KERNEL_KEYS: &str = "log, test, irq.affinity, megasas.irq, megasas.irq_cpu, smp";
+
+/// Log verbosity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+/// Built-in self-tests, run instead of the normal job (used by the QEMU scenarios).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelfTest {
+    /// Touch an unmapped address: must be reported as #PF (vector 14).
+    PageFault,
+    /// Execute `ud2`: must be reported as #UD (vector 6).
+    InvalidOpcode,
+    /// Load a non-canonical address: must be reported as #GP (vector 13).
+    GeneralProtection,
+    /// `int3`: must be reported as #BP (vector 3). TCG only; kvm-pvm cannot run it.
+    Breakpoint,
+    /// Call `panic!`: must be caught by the panic handler.
+    Panic,
+    /// Check the TSC clock against LAPIC timer ticks.
+    Timer,
+    /// IPI round trips between CPU pairs, with figures.
+    Ipi,
+    /// Run a function on every CPU and check each ran.
+    OnEachCpu,
+    /// Route the `edu` device's interrupt to every CPU (MSI) and via INTx.
+    Edu,
+}
+
+impl SelfTest {
+    const ALL: &'static [(&'static str, SelfTest)] = &[
+        ("pagefault", SelfTest::PageFault),
+        ("ud2", SelfTest::InvalidOpcode),
+        ("gpf", SelfTest::GeneralProtection),
+        ("int3", SelfTest::Breakpoint),
+        ("panic", SelfTest::Panic),
+        ("timer", SelfTest::Timer),
+        ("ipi", SelfTest::Ipi),
+        ("oneach", SelfTest::OnEachCpu),
+        ("edu", SelfTest::Edu),
+    ];
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, panic, timer, ipi, oneach, edu";
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, t)| *t == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+}
+
+/// How the MegaRAID driver takes its interrupts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IrqMode {
+    /// MSI-X, else MSI, else INTx.
+    Auto,
+    MsiX,
+    Msi,
+    Intx,
+    /// No interrupts: completions are polled.
+    Poll,
+}
+
+/// The parsed kernel command line.
+#[derive(Debug, Clone)]
+pub struct Config<'a> {
+    pub log: LogLevel,
+    pub test: Option<SelfTest>,
+    pub irq_affinity: Option<&'a str>,
+    pub megasas_irq: IrqMode,
+    pub megasas_irq_cpu: Option<u32>,
+    pub smp: bool,
+    /// Workload-engine words (`rw=...`, `bs=...`, ...), in command-line order.
+    pub job_words: Vec<&'a str, MAX_JOB_WORDS>,
+}
+
+impl Default for Config<'_> {
+    fn default() -> Self {
+        Config {
+            log: LogLevel::Info,
+            test: None,
+            irq_affinity: None,
+            megasas_irq: IrqMode::Auto,
+            megasas_irq_cpu: None,
+            smp: true,
+            job_words: Vec::new(),
+        }
+    }
+}
+
+fn choose<T: Copy>(key: &'static str, value: &str, table: &[(&str, T)], expected: &'static str) -> Result<T, Error> {
+    table
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| Error::BadValue {
+            key,
+            value: bounded(value),
+            expected,
+        })
+}
+
+/// Parses `cmdline`. Words whose key is in `job_keys` are kept for the
+/// workload engine; `job_keys_help` is appended to the unknown-key message.
+pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static str) -> Result<Config<'a>, Error> {
+    let mut cfg = Config::default();
+    let mut seen: Vec<&'static str, 8> = Vec::new();
+    let mut once = |key: &'static str| -> Result<(), Error> {
+        if seen.contains(&key) {
+            return Err(Error::DuplicateKey { key });
+        }
+        let _ = seen.push(key);
+        Ok(())
+    };
+    for word in cmdline.split_whitespace() {
+        let Some((key, value)) = word.split_once('=') else {
+            return Err(Error::MissingValue { key: bounded(word) });
+        };
+        match key {
+            "log" => {
+                once("log")?;
+                cfg.log = choose(
+                    "log",
+                    value,
+                    &[
+                        ("error", LogLevel::Error),
+                        ("warn", LogLevel::Warn),
+                        ("info", LogLevel::Info),
+                        ("debug", LogLevel::Debug),
+                        ("trace", LogLevel::Trace),
+                    ],
+                    "one of error, warn, info, debug, trace",
+                )?;
+            }
+            "test" => {
+                once("test")?;
+                cfg.test = Some(choose("test", value, SelfTest::ALL, SelfTest::FORMS)?);
+            }
+            "irq.affinity" => {
+                once("irq.affinity")?;
+                if value.is_empty() {
+                    return Err(Error::MissingValue { key: bounded(key) });
+                }
+                cfg.irq_affinity = Some(value);
+            }
+            "megasas.irq" => {
+                once("megasas.irq")?;
+                cfg.megasas_irq = choose(
+                    "megasas.irq",
+                    value,
+                    &[
+                        ("auto", IrqMode::Auto),
+                        ("msix", IrqMode::MsiX),
+                        ("msi", IrqMode::Msi),
+                        ("intx", IrqMode::Intx),
+                        ("poll", IrqMode::Poll),
+                    ],
+                    "one of auto, msix, msi, intx, poll",
+                )?;
+            }
+            "megasas.irq_cpu" => {
+                once("megasas.irq_cpu")?;
+                cfg.megasas_irq_cpu = Some(value.parse().map_err(|_| Error::BadValue {
+                    key: "megasas.irq_cpu",
+                    value: bounded(value),
+                    expected: "a CPU index (decimal, e.g. 1)",
+                })?);
+            }
+            "smp" => {
+                once("smp")?;
+                cfg.smp = choose("smp", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            _ if job_keys.contains(&key) => {
+                cfg.job_words.push(word).map_err(|_| Error::TooMany {
+                    what: "job words on the command line",
+                    capacity: MAX_JOB_WORDS,
+                })?;
+            }
+            _ => {
+                return Err(Error::UnknownKey {
+                    key: bounded(key),
+                    accepted: KERNEL_KEYS,
+                    also: job_keys_help,
+                });
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::string::ToString;
+
+    const JOB_KEYS: &[&str] = &["rw", "bs", "job"];
+
+    #[test]
+    fn empty_line_gives_defaults() {
+        let c = parse("", JOB_KEYS, "").unwrap();
+        assert_eq!(c.log, LogLevel::Info);
+        assert!(c.test.is_none() && c.smp && c.job_words.is_empty());
+        assert_eq!(c.megasas_irq, IrqMode::Auto);
+    }
+
+    #[test]
+    fn typed_values_and_job_words_in_order() {
+        let c = parse(
+            "log=debug test=ud2 rw=randread megasas.irq=msi megasas.irq_cpu=3 bs=4k smp=off irq.affinity=cpu:1",
+            JOB_KEYS,
+            "",
+        )
+        .unwrap();
+        assert_eq!(c.log, LogLevel::Debug);
+        assert_eq!(c.test, Some(SelfTest::InvalidOpcode));
+        assert_eq!(c.megasas_irq, IrqMode::Msi);
+        assert_eq!(c.megasas_irq_cpu, Some(3));
+        assert!(!c.smp);
+        assert_eq!(c.irq_affinity, Some("cpu:1"));
+        assert_eq!(c.job_words.as_slice(), &["rw=randread", "bs=4k"]);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_accepted_keys() {
+        let e = parse("log=info bogus=1", JOB_KEYS, "job keys: rw, bs").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("unknown command-line key 'bogus'"), "{msg}");
+        assert!(msg.contains("log, test") && msg.contains("job keys: rw, bs"), "{msg}");
+    }
+
+    #[test]
+    fn malformed_values_name_key_value_and_forms() {
+        let msg = parse("log=loud", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(
+            msg.contains("'loud'") && msg.contains("'log'") && msg.contains("error, warn"),
+            "{msg}"
+        );
+        let msg = parse("megasas.irq_cpu=x1", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(msg.contains("'x1'") && msg.contains("megasas.irq_cpu"), "{msg}");
+        let msg = parse("test=explode", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(msg.contains("pagefault") && msg.contains("'explode'"), "{msg}");
+    }
+
+    #[test]
+    fn missing_value_and_duplicates_are_errors() {
+        assert!(matches!(
+            parse("verbose", JOB_KEYS, ""),
+            Err(Error::MissingValue { .. })
+        ));
+        assert!(matches!(
+            parse("irq.affinity=", JOB_KEYS, ""),
+            Err(Error::MissingValue { .. })
+        ));
+        assert_eq!(
+            parse("log=info log=debug", JOB_KEYS, "").unwrap_err(),
+            Error::DuplicateKey { key: "log" }
+        );
+    }
+
+    #[test]
+    fn self_test_names_round_trip() {
+        for (name, t) in SelfTest::ALL {
+            assert_eq!(t.name(), *name);
+            let line = std::format!("test={name}");
+            assert_eq!(parse(&line, JOB_KEYS, "").unwrap().test, Some(*t));
+        }
+    }
+}

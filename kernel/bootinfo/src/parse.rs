@@ -1,0 +1,388 @@
+//! Boot-information parsers for the three entry protocols baremq supports.
+//!
+//! Every structure is read through [`PhysMemory`] with explicit lengths, every
+//! loop is bounded by a declared size, and declared sizes are sanity-checked
+//! before use, so a corrupt loader structure yields an [`Error`].
+
+use crate::error::{Error, bounded};
+use crate::memmap::{MemoryKind, MemoryRegion};
+use heapless::{String, Vec};
+
+/// Magic in EAX after a Multiboot1 loader.
+pub const MULTIBOOT1_MAGIC: u32 = 0x2BAD_B002;
+/// Magic in EAX after a Multiboot2 loader.
+pub const MULTIBOOT2_MAGIC: u32 = 0x36D7_6289;
+/// Magic the PVH entry stub puts in EAX (also the `hvm_start_info` magic).
+pub const PVH_MAGIC: u32 = 0x336E_C578;
+
+/// Memory-map entries kept; firmware maps are far smaller in practice.
+pub const MAX_REGIONS: usize = 256;
+/// Longest command line kept.
+pub const MAX_CMDLINE: usize = 2048;
+/// Upper bound on any single boot structure (tag list, memory map) we walk.
+const MAX_STRUCTURE_BYTES: u64 = 1 << 20;
+
+/// Read access to physical memory holding the boot information.
+pub trait PhysMemory {
+    /// Fills `out` from physical address `addr`, or fails without reading.
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Error>;
+
+    /// Reads a little-endian u32.
+    fn read_u32(&self, addr: u64) -> Result<u32, Error> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Reads a little-endian u64.
+    fn read_u64(&self, addr: u64) -> Result<u64, Error> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Which loader protocol started the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Multiboot1,
+    Multiboot2,
+    Pvh,
+}
+
+impl Protocol {
+    /// Short human name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Multiboot1 => "multiboot1",
+            Protocol::Multiboot2 => "multiboot2",
+            Protocol::Pvh => "pvh",
+        }
+    }
+}
+
+/// The ACPI root pointer as the loader handed it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RsdpSource {
+    /// Physical address of an RSDP in memory (PVH `rsdp_paddr`).
+    Address(u64),
+    /// A copy of the RSDP bytes (Multiboot2 tags 14 and 15).
+    Copy(Vec<u8, 64>),
+}
+
+/// Everything baremq takes from the loader, copied out of loader memory so
+/// that memory can be reused.
+#[derive(Debug, Clone)]
+pub struct BootInfo {
+    pub protocol: Protocol,
+    /// Kernel parameters only: a leading image path is removed (see [`strip_image_path`]).
+    pub cmdline: String<MAX_CMDLINE>,
+    pub loader_name: String<64>,
+    pub memory: Vec<MemoryRegion, MAX_REGIONS>,
+    pub rsdp: Option<RsdpSource>,
+}
+
+impl BootInfo {
+    fn new(protocol: Protocol) -> Self {
+        BootInfo {
+            protocol,
+            cmdline: String::new(),
+            loader_name: String::new(),
+            memory: Vec::new(),
+            rsdp: None,
+        }
+    }
+
+    fn push_region(&mut self, start: u64, len: u64, kind: MemoryKind) -> Result<(), Error> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.memory
+            .push(MemoryRegion { start, len, kind })
+            .map_err(|_| Error::TooMany {
+                what: "memory-map entries",
+                capacity: MAX_REGIONS,
+            })
+    }
+}
+
+/// Parses the boot information for the protocol identified by `magic`.
+pub fn parse_boot_info(mem: &impl PhysMemory, magic: u32, info: u64) -> Result<BootInfo, Error> {
+    let bi = match magic {
+        MULTIBOOT1_MAGIC => parse_multiboot1(mem, info)?,
+        MULTIBOOT2_MAGIC => parse_multiboot2(mem, info)?,
+        PVH_MAGIC => parse_pvh(mem, info)?,
+        other => return Err(Error::UnknownBootMagic(other)),
+    };
+    if bi.memory.is_empty() {
+        return Err(Error::NoMemoryMap);
+    }
+    Ok(bi)
+}
+
+/// Reads a NUL-terminated string of at most `max` bytes; invalid UTF-8 is replaced by '?'.
+fn read_cstr<const N: usize>(mem: &impl PhysMemory, addr: u64, max: usize) -> Result<String<N>, Error> {
+    let mut out = String::new();
+    let mut chunk = [0u8; 64];
+    let mut off = 0usize;
+    let limit = max.min(N);
+    while off < limit {
+        let n = chunk.len().min(limit - off);
+        // Read byte-wise at the very end of readable memory is not needed: the
+        // loader's strings live in RAM; a failing chunk read falls back to bytes.
+        if mem.read(addr + off as u64, &mut chunk[..n]).is_err() {
+            mem.read(addr + off as u64, &mut chunk[..1])?;
+            if chunk[0] == 0 {
+                return Ok(out);
+            }
+            let _ = out.push(if chunk[0].is_ascii() { chunk[0] as char } else { '?' });
+            off += 1;
+            continue;
+        }
+        for &b in &chunk[..n] {
+            if b == 0 {
+                return Ok(out);
+            }
+            if out.push(if b.is_ascii() { b as char } else { '?' }).is_err() {
+                return Err(Error::BadStructure {
+                    what: "command line",
+                    detail: "longer than supported",
+                    value: N as u64,
+                });
+            }
+        }
+        off += n;
+    }
+    if limit < max {
+        return Err(Error::BadStructure {
+            what: "command line",
+            detail: "longer than supported",
+            value: N as u64,
+        });
+    }
+    Ok(out)
+}
+
+/// Loaders put the kernel image path first (`/boot/kernel key=value ...`).
+/// A first word that has no `=` is that path and is dropped.
+pub fn strip_image_path(cmdline: &str) -> &str {
+    let trimmed = cmdline.trim_start();
+    match trimmed.split_once(char::is_whitespace) {
+        Some((first, rest)) if !first.contains('=') => rest.trim_start(),
+        None if !trimmed.contains('=') => "",
+        _ => trimmed,
+    }
+}
+
+fn set_cmdline(bi: &mut BootInfo, raw: &str) {
+    bi.cmdline = bounded::<MAX_CMDLINE>(strip_image_path(raw));
+}
+
+// ---------------------------------------------------------------------------
+// Multiboot1
+
+const MB1_FLAG_MEMORY: u32 = 1 << 0;
+const MB1_FLAG_CMDLINE: u32 = 1 << 2;
+const MB1_FLAG_MMAP: u32 = 1 << 6;
+const MB1_FLAG_LOADER_NAME: u32 = 1 << 9;
+
+fn parse_multiboot1(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
+    let mut bi = BootInfo::new(Protocol::Multiboot1);
+    let flags = mem.read_u32(info)?;
+    if flags & MB1_FLAG_CMDLINE != 0 {
+        let addr = mem.read_u32(info + 16)? as u64;
+        let raw: String<MAX_CMDLINE> = read_cstr(mem, addr, MAX_CMDLINE)?;
+        set_cmdline(&mut bi, &raw);
+    }
+    if flags & MB1_FLAG_LOADER_NAME != 0 {
+        let addr = mem.read_u32(info + 64)? as u64;
+        bi.loader_name = read_cstr(mem, addr, 63).unwrap_or_default();
+    }
+    if flags & MB1_FLAG_MMAP != 0 {
+        let len = mem.read_u32(info + 44)? as u64;
+        let base = mem.read_u32(info + 48)? as u64;
+        if len > MAX_STRUCTURE_BYTES {
+            return Err(Error::BadStructure {
+                what: "multiboot1 memory map",
+                detail: "length too large",
+                value: len,
+            });
+        }
+        let mut off = 0u64;
+        // Each entry: u32 size (excluding itself), u64 base, u64 length, u32 type.
+        while off + 4 <= len {
+            let size = mem.read_u32(base + off)? as u64;
+            if size < 20 {
+                return Err(Error::BadStructure {
+                    what: "multiboot1 memory-map entry",
+                    detail: "size below 20",
+                    value: size,
+                });
+            }
+            if off + 4 + size > len {
+                return Err(Error::BadStructure {
+                    what: "multiboot1 memory-map entry",
+                    detail: "runs past the map",
+                    value: size,
+                });
+            }
+            let start = mem.read_u64(base + off + 4)?;
+            let length = mem.read_u64(base + off + 12)?;
+            let kind = MemoryKind::from_e820(mem.read_u32(base + off + 20)?);
+            bi.push_region(start, length, kind)?;
+            off += 4 + size;
+        }
+    } else if flags & MB1_FLAG_MEMORY != 0 {
+        // Only the legacy sizes: conventional memory and memory above 1 MiB, in KiB.
+        let lower = mem.read_u32(info + 4)? as u64 * 1024;
+        let upper = mem.read_u32(info + 8)? as u64 * 1024;
+        bi.push_region(0, lower, MemoryKind::Usable)?;
+        bi.push_region(0x10_0000, upper, MemoryKind::Usable)?;
+    }
+    Ok(bi)
+}
+
+// ---------------------------------------------------------------------------
+// Multiboot2
+
+const MB2_TAG_END: u32 = 0;
+const MB2_TAG_CMDLINE: u32 = 1;
+const MB2_TAG_LOADER_NAME: u32 = 2;
+const MB2_TAG_MMAP: u32 = 6;
+const MB2_TAG_ACPI_OLD: u32 = 14;
+const MB2_TAG_ACPI_NEW: u32 = 15;
+
+fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
+    let mut bi = BootInfo::new(Protocol::Multiboot2);
+    let total = mem.read_u32(info)? as u64;
+    if !(16..=MAX_STRUCTURE_BYTES).contains(&total) {
+        return Err(Error::BadStructure {
+            what: "multiboot2 information",
+            detail: "impossible total size",
+            value: total,
+        });
+    }
+    let mut off = 8u64;
+    let mut saw_end = false;
+    while off + 8 <= total {
+        let tag = info + off;
+        let kind = mem.read_u32(tag)?;
+        let size = mem.read_u32(tag + 4)? as u64;
+        if size < 8 || off + size > total {
+            return Err(Error::BadStructure {
+                what: "multiboot2 tag",
+                detail: "size out of range",
+                value: size,
+            });
+        }
+        match kind {
+            MB2_TAG_END => {
+                saw_end = true;
+                break;
+            }
+            MB2_TAG_CMDLINE => {
+                let raw: String<MAX_CMDLINE> = read_cstr(mem, tag + 8, (size - 8) as usize)?;
+                set_cmdline(&mut bi, &raw);
+            }
+            MB2_TAG_LOADER_NAME => {
+                bi.loader_name = read_cstr(mem, tag + 8, ((size - 8) as usize).min(63)).unwrap_or_default();
+            }
+            MB2_TAG_MMAP => {
+                if size < 16 {
+                    return Err(Error::BadStructure {
+                        what: "multiboot2 memory-map tag",
+                        detail: "too short",
+                        value: size,
+                    });
+                }
+                let entry_size = mem.read_u32(tag + 8)? as u64;
+                if entry_size < 24 {
+                    return Err(Error::BadStructure {
+                        what: "multiboot2 memory-map entry",
+                        detail: "size below 24",
+                        value: entry_size,
+                    });
+                }
+                let mut e = 16u64;
+                while e + entry_size <= size {
+                    let start = mem.read_u64(tag + e)?;
+                    let len = mem.read_u64(tag + e + 8)?;
+                    let ty = mem.read_u32(tag + e + 16)?;
+                    bi.push_region(start, len, MemoryKind::from_e820(ty))?;
+                    e += entry_size;
+                }
+            }
+            MB2_TAG_ACPI_OLD | MB2_TAG_ACPI_NEW => {
+                // Prefer the ACPI 2.0+ copy (XSDT) when both tags are present.
+                let keep_existing = kind == MB2_TAG_ACPI_OLD && bi.rsdp.is_some();
+                if !keep_existing {
+                    let n = ((size - 8) as usize).min(64);
+                    let mut bytes = [0u8; 64];
+                    mem.read(tag + 8, &mut bytes[..n])?;
+                    let copy = Vec::from_slice(&bytes[..n]).map_err(|_| Error::TooMany {
+                        what: "RSDP bytes",
+                        capacity: 64,
+                    })?;
+                    bi.rsdp = Some(RsdpSource::Copy(copy));
+                }
+            }
+            _ => {}
+        }
+        off += size.next_multiple_of(8);
+    }
+    if !saw_end {
+        return Err(Error::BadStructure {
+            what: "multiboot2 information",
+            detail: "no end tag within total size",
+            value: total,
+        });
+    }
+    Ok(bi)
+}
+
+// ---------------------------------------------------------------------------
+// PVH (hvm_start_info)
+
+fn parse_pvh(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
+    let mut bi = BootInfo::new(Protocol::Pvh);
+    let magic = mem.read_u32(info)?;
+    if magic != PVH_MAGIC {
+        return Err(Error::BadStructure {
+            what: "PVH start_info",
+            detail: "bad magic",
+            value: magic as u64,
+        });
+    }
+    let version = mem.read_u32(info + 4)?;
+    let cmdline = mem.read_u64(info + 24)?;
+    if cmdline != 0 {
+        let raw: String<MAX_CMDLINE> = read_cstr(mem, cmdline, MAX_CMDLINE)?;
+        set_cmdline(&mut bi, &raw);
+    }
+    let rsdp = mem.read_u64(info + 32)?;
+    if rsdp != 0 {
+        bi.rsdp = Some(RsdpSource::Address(rsdp));
+    }
+    if version >= 1 {
+        let map = mem.read_u64(info + 40)?;
+        let entries = mem.read_u32(info + 48)? as u64;
+        if entries as usize > MAX_REGIONS {
+            return Err(Error::TooMany {
+                what: "memory-map entries",
+                capacity: MAX_REGIONS,
+            });
+        }
+        for i in 0..entries {
+            let e = map + i * 24;
+            let start = mem.read_u64(e)?;
+            let len = mem.read_u64(e + 8)?;
+            let ty = mem.read_u32(e + 16)?;
+            bi.push_region(start, len, MemoryKind::from_e820(ty))?;
+        }
+    }
+    bi.loader_name = bounded("PVH");
+    Ok(bi)
+}
+
+#[cfg(test)]
+mod tests;

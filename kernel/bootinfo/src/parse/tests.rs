@@ -1,0 +1,335 @@
+extern crate std;
+use super::*;
+use crate::memmap::{self, Range};
+use std::string::ToString;
+use std::vec;
+use std::vec::Vec as StdVec;
+
+/// A fake physical address space: one buffer mapped at `base`.
+struct FakeMemory {
+    base: u64,
+    bytes: StdVec<u8>,
+}
+
+impl FakeMemory {
+    fn new(base: u64, size: usize) -> Self {
+        FakeMemory {
+            base,
+            bytes: vec![0; size],
+        }
+    }
+    fn put(&mut self, addr: u64, data: &[u8]) {
+        let off = (addr - self.base) as usize;
+        self.bytes[off..off + data.len()].copy_from_slice(data);
+    }
+    fn put_u32(&mut self, addr: u64, v: u32) {
+        self.put(addr, &v.to_le_bytes());
+    }
+    fn put_u64(&mut self, addr: u64, v: u64) {
+        self.put(addr, &v.to_le_bytes());
+    }
+}
+
+impl PhysMemory for FakeMemory {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        let err = Error::UnreadableMemory { addr, len: out.len() };
+        let off = addr.checked_sub(self.base).ok_or(err.clone())? as usize;
+        let src = self
+            .bytes
+            .get(off..off.checked_add(out.len()).ok_or(err.clone())?)
+            .ok_or(err)?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+const BASE: u64 = 0x10000;
+
+/// Multiboot1 info as QEMU builds it: flags, cmdline with the image path
+/// first, and an E820-style map.
+fn multiboot1_fixture(cmdline: &str, entries: &[(u64, u64, u32)]) -> FakeMemory {
+    let mut m = FakeMemory::new(BASE, 0x2000);
+    let info = BASE;
+    let cmd = BASE + 0x400;
+    let map = BASE + 0x800;
+    m.put_u32(
+        info,
+        MB1_FLAG_MEMORY | MB1_FLAG_CMDLINE | MB1_FLAG_MMAP | MB1_FLAG_LOADER_NAME,
+    );
+    m.put_u32(info + 4, 639);
+    m.put_u32(info + 8, 255 * 1024);
+    m.put_u32(info + 16, cmd as u32);
+    m.put(cmd, cmdline.as_bytes());
+    m.put_u32(info + 44, (entries.len() * 24) as u32);
+    m.put_u32(info + 48, map as u32);
+    for (i, (start, len, ty)) in entries.iter().enumerate() {
+        let e = map + i as u64 * 24;
+        m.put_u32(e, 20);
+        m.put_u64(e + 4, *start);
+        m.put_u64(e + 12, *len);
+        m.put_u32(e + 20, *ty);
+    }
+    m.put_u32(info + 64, (BASE + 0x600) as u32);
+    m.put(BASE + 0x600, b"qemu\0");
+    m
+}
+
+const QEMU_256M: &[(u64, u64, u32)] = &[
+    (0, 0x9fc00, 1),
+    (0x9fc00, 0x400, 2),
+    (0xf0000, 0x10000, 2),
+    (0x100000, 0xfee0000, 1),
+    (0xffe0000, 0x20000, 2),
+    (0xfffc0000, 0x40000, 2),
+];
+
+#[test]
+fn multiboot1_cmdline_memory_map_and_loader() {
+    let m = multiboot1_fixture("/tmp/kernel log=debug test=ud2", QEMU_256M);
+    let bi = parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE).unwrap();
+    assert_eq!(bi.protocol, Protocol::Multiboot1);
+    assert_eq!(bi.cmdline.as_str(), "log=debug test=ud2");
+    assert_eq!(bi.loader_name.as_str(), "qemu");
+    assert_eq!(bi.memory.len(), 6);
+    assert_eq!(
+        bi.memory[3],
+        MemoryRegion {
+            start: 0x100000,
+            len: 0xfee0000,
+            kind: MemoryKind::Usable
+        }
+    );
+    let t = memmap::totals(&bi.memory);
+    assert_eq!(t.usable, 0x9fc00 + 0xfee0000);
+    assert_eq!(t.top, 0xffe0000);
+}
+
+#[test]
+fn multiboot1_entry_running_past_the_map_is_rejected() {
+    let mut m = multiboot1_fixture("k", QEMU_256M);
+    // Second entry claims 200 bytes: it would run past the 144-byte map.
+    m.put_u32(BASE + 0x800 + 24, 200);
+    let err = parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE).unwrap_err();
+    assert!(err.to_string().contains("runs past the map"), "{err}");
+}
+
+#[test]
+fn multiboot1_map_outside_memory_is_an_error_not_a_wild_read() {
+    let mut m = multiboot1_fixture("k", QEMU_256M);
+    m.put_u32(BASE + 48, 0xdead_0000);
+    assert!(matches!(
+        parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE),
+        Err(Error::UnreadableMemory { .. })
+    ));
+}
+
+#[test]
+fn unknown_magic_is_rejected() {
+    let m = FakeMemory::new(BASE, 16);
+    assert_eq!(
+        parse_boot_info(&m, 0x1234, BASE).unwrap_err(),
+        Error::UnknownBootMagic(0x1234)
+    );
+}
+
+/// Builds Multiboot2 information from (type, payload) tags.
+fn multiboot2_fixture(tags: &[(u32, StdVec<u8>)], end_tag: bool) -> FakeMemory {
+    let mut body = StdVec::new();
+    body.extend_from_slice(&[0u8; 8]);
+    for (ty, payload) in tags {
+        body.extend_from_slice(&ty.to_le_bytes());
+        body.extend_from_slice(&((payload.len() + 8) as u32).to_le_bytes());
+        body.extend_from_slice(payload);
+        while body.len() % 8 != 0 {
+            body.push(0);
+        }
+    }
+    if end_tag {
+        body.extend_from_slice(&[0, 0, 0, 0, 8, 0, 0, 0]);
+    }
+    let total = body.len() as u32;
+    body[..4].copy_from_slice(&total.to_le_bytes());
+    let mut m = FakeMemory::new(BASE, body.len() + 64);
+    m.put(BASE, &body);
+    m
+}
+
+fn mb2_mmap(entries: &[(u64, u64, u32)]) -> StdVec<u8> {
+    let mut p = StdVec::new();
+    p.extend_from_slice(&24u32.to_le_bytes());
+    p.extend_from_slice(&0u32.to_le_bytes());
+    for (s, l, t) in entries {
+        p.extend_from_slice(&s.to_le_bytes());
+        p.extend_from_slice(&l.to_le_bytes());
+        p.extend_from_slice(&t.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+    }
+    p
+}
+
+#[test]
+fn multiboot2_tags_are_parsed_and_new_rsdp_preferred() {
+    let mut rsdp_v1 = b"RSD PTR ".to_vec();
+    rsdp_v1.resize(20, 1);
+    let mut rsdp_v2 = b"RSD PTR ".to_vec();
+    rsdp_v2.resize(36, 2);
+    let m = multiboot2_fixture(
+        &[
+            (MB2_TAG_CMDLINE, b"/boot/kernel smp=off\0".to_vec()),
+            (MB2_TAG_LOADER_NAME, b"GRUB 2.06\0".to_vec()),
+            (MB2_TAG_ACPI_NEW, rsdp_v2.clone()),
+            (MB2_TAG_ACPI_OLD, rsdp_v1),
+            (
+                MB2_TAG_MMAP,
+                mb2_mmap(&[(0, 0x9fc00, 1), (0x100000, 0x7ff00000, 1), (0xfec00000, 0x1000, 2)]),
+            ),
+            (99, vec![7; 13]),
+        ],
+        true,
+    );
+    let bi = parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).unwrap();
+    assert_eq!(bi.protocol, Protocol::Multiboot2);
+    assert_eq!(bi.cmdline.as_str(), "smp=off");
+    assert_eq!(bi.loader_name.as_str(), "GRUB 2.06");
+    assert_eq!(bi.memory.len(), 3);
+    assert_eq!(bi.memory[2].kind, MemoryKind::Reserved);
+    match bi.rsdp {
+        Some(RsdpSource::Copy(bytes)) => assert_eq!(bytes.as_slice(), rsdp_v2.as_slice()),
+        other => panic!("expected the ACPI 2.0 RSDP copy, got {other:?}"),
+    }
+}
+
+#[test]
+fn multiboot2_without_end_tag_or_with_oversized_tag_is_rejected() {
+    let m = multiboot2_fixture(&[(MB2_TAG_MMAP, mb2_mmap(&[(0, 4096, 1)]))], false);
+    assert!(
+        parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("no end tag")
+    );
+
+    let mut m = multiboot2_fixture(&[(MB2_TAG_CMDLINE, b"x\0".to_vec())], true);
+    m.put_u32(BASE + 12, 0x4000); // the cmdline tag's size now exceeds total_size
+    assert!(
+        parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("size out of range")
+    );
+
+    let mut m = multiboot2_fixture(&[(MB2_TAG_CMDLINE, b"x\0".to_vec())], true);
+    m.put_u32(BASE + 12, 0); // zero-sized tag must not loop forever
+    assert!(parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).is_err());
+}
+
+#[test]
+fn multiboot2_bad_mmap_entry_size_is_rejected() {
+    let mut p = mb2_mmap(&[(0, 4096, 1)]);
+    p[0] = 8;
+    let m = multiboot2_fixture(&[(MB2_TAG_MMAP, p)], true);
+    assert!(
+        parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("size below 24")
+    );
+}
+
+#[test]
+fn pvh_start_info_with_memmap() {
+    let mut m = FakeMemory::new(BASE, 0x1000);
+    m.put_u32(BASE, PVH_MAGIC);
+    m.put_u32(BASE + 4, 1);
+    m.put_u64(BASE + 24, BASE + 0x100);
+    m.put(BASE + 0x100, b"log=warn\0");
+    m.put_u64(BASE + 32, 0xf5a40);
+    m.put_u64(BASE + 40, BASE + 0x200);
+    m.put_u32(BASE + 48, 2);
+    for (i, (s, l, t)) in [(0u64, 0x9fc00u64, 1u32), (0x100000, 0x1000000, 1)].iter().enumerate() {
+        let e = BASE + 0x200 + i as u64 * 24;
+        m.put_u64(e, *s);
+        m.put_u64(e + 8, *l);
+        m.put_u32(e + 16, *t);
+    }
+    let bi = parse_boot_info(&m, PVH_MAGIC, BASE).unwrap();
+    assert_eq!(bi.cmdline.as_str(), "log=warn");
+    assert_eq!(bi.rsdp, Some(RsdpSource::Address(0xf5a40)));
+    assert_eq!(memmap::totals(&bi.memory).usable, 0x9fc00 + 0x1000000);
+
+    m.put_u32(BASE, 0);
+    assert!(
+        parse_boot_info(&m, PVH_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("bad magic")
+    );
+}
+
+#[test]
+fn image_path_is_stripped_only_when_it_looks_like_one() {
+    assert_eq!(strip_image_path("/boot/kernel a=1 b=2"), "a=1 b=2");
+    assert_eq!(strip_image_path("a=1 b=2"), "a=1 b=2");
+    assert_eq!(strip_image_path("/boot/kernel"), "");
+    assert_eq!(strip_image_path("  kernel   x=1"), "x=1");
+    assert_eq!(strip_image_path(""), "");
+}
+
+#[test]
+fn usable_ranges_carve_out_reserved_and_align() {
+    let regions = [
+        MemoryRegion {
+            start: 0,
+            len: 0x9fc00,
+            kind: MemoryKind::Usable,
+        },
+        MemoryRegion {
+            start: 0x100000,
+            len: 0x7f00000,
+            kind: MemoryKind::Usable,
+        },
+        // An overlapping reserved entry inside the usable one.
+        MemoryRegion {
+            start: 0x200800,
+            len: 0x1000,
+            kind: MemoryKind::Reserved,
+        },
+    ];
+    let reserved = [
+        Range {
+            start: 0,
+            end: 0x100000,
+        },
+        Range {
+            start: 0x100000,
+            end: 0x180000,
+        },
+    ];
+    let r: heapless::Vec<Range, 16> = memmap::usable_ranges(&regions, &reserved).unwrap();
+    assert_eq!(
+        r.as_slice(),
+        &[
+            Range {
+                start: 0x180000,
+                end: 0x200000
+            },
+            Range {
+                start: 0x202000,
+                end: 0x8000000
+            }
+        ]
+    );
+}
+
+#[test]
+fn usable_ranges_capacity_overflow_is_an_error() {
+    let regions: StdVec<MemoryRegion> = (0..8)
+        .map(|i| MemoryRegion {
+            start: i * 0x10000,
+            len: 0x8000,
+            kind: MemoryKind::Usable,
+        })
+        .collect();
+    let r: Result<heapless::Vec<Range, 4>, _> = memmap::usable_ranges(&regions, &[]);
+    assert!(matches!(r, Err(Error::TooMany { .. })));
+}
