@@ -198,6 +198,6 @@ boot_pd:
     .skip 4096 * 4
     .p2align 4
 boot_stack:
-    .skip 65536
+    .skip 512 * 1024                               # debug builds are stack-hungry
     .global boot_stack_top
 boot_stack_top:

@@ -22,30 +22,24 @@ unsafe extern "C" {
 
 /// Physical address of the boot PML4 (identity mapping of 0..4 GiB).
 pub fn boot_pml4_address() -> u64 {
-    // SAFETY: only the address of the linker/asm symbol is taken, never its contents.
-    unsafe { core::ptr::addr_of!(boot_pml4) as u64 }
+    core::ptr::addr_of!(boot_pml4) as u64
 }
 
 /// Physical start and end of the loaded kernel image, `.bss` included.
 pub fn kernel_image_range() -> (u64, u64) {
-    // SAFETY: addresses of linker-script symbols; nothing is read through them.
-    unsafe {
-        (
-            core::ptr::addr_of!(__kernel_start) as u64,
-            core::ptr::addr_of!(__kernel_end) as u64,
-        )
-    }
+    (
+        core::ptr::addr_of!(__kernel_start) as u64,
+        core::ptr::addr_of!(__kernel_end) as u64,
+    )
 }
 
 /// The AP real-mode trampoline image, to be copied to [`AP_TRAMPOLINE_BASE`].
 pub fn ap_trampoline_image() -> &'static [u8] {
     // SAFETY: both symbols delimit one contiguous read-only blob in `.rodata`
     // emitted by the assembly above; end >= start by construction.
-    unsafe {
-        let start = core::ptr::addr_of!(ap_trampoline_start);
-        let end = core::ptr::addr_of!(ap_trampoline_end);
-        core::slice::from_raw_parts(start, end as usize - start as usize)
-    }
+    let start = core::ptr::addr_of!(ap_trampoline_start);
+    let end = core::ptr::addr_of!(ap_trampoline_end);
+    unsafe { core::slice::from_raw_parts(start, end as usize - start as usize) }
 }
 
 /// Physical address the AP trampoline is linked for (a SIPI vector of 0x08).

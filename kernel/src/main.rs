@@ -1,5 +1,176 @@
+//! baremq: a bare-metal storage unikernel.
+//!
+//! `kmain` is entered from the boot assembly (crate `boot`) in 64-bit mode on
+//! the boot stack with the low 4 GiB identity-mapped. It reads the boot
+//! information, brings the platform up, reports it, and runs what the command
+//! line asks for. Every run ends with one final line, `BAREMQ: SUCCESS` or
+//! `BAREMQ: FAILURE: <reason>`, and the matching QEMU exit code.
 #![no_std]
 #![no_main]
+
+extern crate alloc;
+
+// Linking the boot crate brings in the headers and `_start32` (ENTRY of the
+// linker script). Without a use, rustc would drop it and lld would silently
+// emit an image with entry 0.
 use boot as _;
+
+mod apic;
+mod console;
+mod cpu;
+mod exit;
+mod idt;
+mod irq;
+mod memory;
+mod percpu;
+mod selftest;
+mod time;
+
+use bootinfo::memmap::Range;
+use bootinfo::parse::RsdpSource;
+use bootinfo::{BootInfo, PhysMemory};
+use core::panic::PanicInfo;
+
+/// Reads boot structures from the identity-mapped low 4 GiB.
+struct IdentityMemory;
+
+impl PhysMemory for IdentityMemory {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), bootinfo::Error> {
+        let len = out.len();
+        match addr.checked_add(len as u64) {
+            Some(end) if end <= 1 << 32 && addr != 0 => {
+                // SAFETY: [addr, end) lies in the identity-mapped low 4 GiB
+                // (boot page tables), and `out` does not overlap loader memory.
+                unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
+                Ok(())
+            }
+            _ => Err(bootinfo::Error::UnreadableMemory { addr, len }),
+        }
+    }
+}
+
+/// Job keys owned by the workload engine (collected, not parsed, here).
+const JOB_KEYS: &[&str] = &[];
+const JOB_KEYS_HELP: &str = "";
+
+static BOOT_INFO: spin::Once<BootInfo> = spin::Once::new();
+
+#[unsafe(no_mangle)]
+extern "C" fn kmain(magic: u32, info: u32) -> ! {
+    // SAFETY: first instruction path on the BSP; slot 0 belongs to it.
+    unsafe { percpu::init_current(0, 0) };
+    console::init();
+    idt::init();
+    kprintln!();
+    kprintln!("baremq {} starting", env!("CARGO_PKG_VERSION"));
+
+    let boot = match bootinfo::parse_boot_info(&IdentityMemory, magic, info as u64) {
+        Ok(b) => BOOT_INFO.call_once(|| b),
+        Err(e) => exit::failure(format_args!("boot information: {e}")),
+    };
+    kprintln!(
+        "boot: protocol {}, loader \"{}\", info at {:#x}",
+        boot.protocol.name(),
+        boot.loader_name,
+        info
+    );
+    kprintln!("cmdline: \"{}\"", boot.cmdline);
+    let config = match bootinfo::cmdline::parse(&boot.cmdline, JOB_KEYS, JOB_KEYS_HELP) {
+        Ok(c) => c,
+        Err(e) => exit::failure(format_args!("command line: {e}")),
+    };
+    console::init_logger(match config.log {
+        bootinfo::cmdline::LogLevel::Error => log::LevelFilter::Error,
+        bootinfo::cmdline::LogLevel::Warn => log::LevelFilter::Warn,
+        bootinfo::cmdline::LogLevel::Info => log::LevelFilter::Info,
+        bootinfo::cmdline::LogLevel::Debug => log::LevelFilter::Debug,
+        bootinfo::cmdline::LogLevel::Trace => log::LevelFilter::Trace,
+    });
+
+    let (image_start, image_end) = boot::kernel_image_range();
+    let reserved = [
+        Range {
+            start: 0,
+            end: 0x10_0000,
+        },
+        Range {
+            start: image_start,
+            end: image_end,
+        },
+    ];
+    let mem = match memory::init(&boot.memory, &reserved) {
+        Ok(m) => m,
+        Err(e) => exit::failure(format_args!("memory: {e}")),
+    };
+    cpu::init_descriptor_tables();
+    apic::disable_legacy_pics();
+    apic::choose_mode();
+    apic::init_local();
+    percpu::current()
+        .apic_id
+        .store(apic::id(), core::sync::atomic::Ordering::Relaxed);
+    let clock = time::calibrate();
+
+    report_platform(boot, &mem, &clock);
+
+    if let Some(test) = config.test {
+        selftest::run(test);
+    }
+    exit::success()
+}
+
+fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Calibration) {
+    kprintln!("cpu: {}", cpu::describe());
+    kprintln!("memory map ({} entries):", boot.memory.len());
+    for r in &boot.memory {
+        kprintln!(
+            "  {:#014x}-{:#014x} {:>10} KiB {}",
+            r.start,
+            r.end(),
+            r.len / 1024,
+            r.kind.name()
+        );
+    }
+    let t = &mem.totals;
+    kprintln!(
+        "memory: ram {} MiB (usable {} KiB, reserved {} KiB, top {:#x}); heap {} MiB; free {} MiB{}",
+        mib_rounded(t.ram),
+        t.usable / 1024,
+        t.reserved / 1024,
+        t.top,
+        mem.heap_bytes >> 20,
+        mem.free_bytes >> 20,
+        if mem.above_4g_unmapped > 0 {
+            " (RAM above 4 GiB not mapped)"
+        } else {
+            ""
+        }
+    );
+    kprintln!(
+        "clock: tsc {}.{:03} MHz from {}; lapic timer {}.{:03} MHz (divide 16); apic mode {} id {}",
+        clock.tsc_hz / 1_000_000,
+        (clock.tsc_hz / 1000) % 1000,
+        clock.source.name(),
+        clock.lapic_hz / 1_000_000,
+        (clock.lapic_hz / 1000) % 1000,
+        if apic::is_x2apic() { "x2apic" } else { "xapic" },
+        apic::id()
+    );
+    match &boot.rsdp {
+        Some(RsdpSource::Address(a)) => kprintln!("acpi: RSDP at {a:#x} (from the loader)"),
+        Some(RsdpSource::Copy(b)) => kprintln!("acpi: RSDP copy from the loader ({} bytes)", b.len()),
+        None => kprintln!("acpi: no RSDP from the loader; the BIOS area will be searched"),
+    }
+}
+
+/// Bytes to MiB, rounded to the nearest MiB (firmware keeps a few pages).
+fn mib_rounded(bytes: u64) -> u64 {
+    (bytes + (1 << 19)) >> 20
+}
+
 #[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! { loop {} }
+fn panic(info: &PanicInfo<'_>) -> ! {
+    x86_64::instructions::interrupts::disable();
+    emergency_println!("PANIC on cpu{}: {}", percpu::index(), info);
+    exit::failure(format_args!("kernel panic: {}", info.message()))
+}

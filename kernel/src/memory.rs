@@ -1,0 +1,219 @@
+//! Physical memory: a frame allocator over the sanitised boot memory map, the
+//! kernel heap, and DMA buffers (physically contiguous, zeroed, with their
+//! bus address) for devices.
+//!
+//! baremq identity-maps the low 4 GiB (boot page tables), so a physical
+//! address below 4 GiB is also its virtual address. Only RAM below 4 GiB is
+//! handed out; RAM above is counted and reported.
+
+use bootinfo::memmap::{self, PAGE, Range};
+use core::ptr::NonNull;
+use linked_list_allocator::LockedHeap;
+
+const IDENTITY_LIMIT: u64 = 1 << 32;
+const MAX_RANGES: usize = 128;
+
+#[global_allocator]
+static HEAP: LockedHeap = LockedHeap::empty();
+
+static FRAMES: spin::Mutex<heapless::Vec<Range, MAX_RANGES>> = spin::Mutex::new(heapless::Vec::new());
+
+/// Why a physical allocation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocError {
+    /// No free range can hold `bytes` at `align`.
+    OutOfMemory { bytes: u64, align: u64 },
+    /// Alignment is zero or not a power of two.
+    BadAlignment(u64),
+    /// The free-range table is full (too fragmented to return memory).
+    TooFragmented,
+}
+
+impl core::fmt::Display for AllocError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            AllocError::OutOfMemory { bytes, align } => {
+                write!(
+                    f,
+                    "out of physical memory: no free range for {bytes} bytes aligned to {align:#x}"
+                )
+            }
+            AllocError::BadAlignment(a) => write!(f, "alignment {a:#x} is not a power of two"),
+            AllocError::TooFragmented => write!(f, "physical free list is full"),
+        }
+    }
+}
+
+/// What `init` set up, for the platform report.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryReport {
+    pub totals: memmap::MemoryTotals,
+    pub free_bytes: u64,
+    pub heap_bytes: u64,
+    pub above_4g_unmapped: u64,
+}
+
+/// Builds the frame allocator and the heap. `reserved` holds ranges that must
+/// never be handed out (low memory with the AP trampoline, the kernel image).
+pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<MemoryReport, AllocError> {
+    let usable: heapless::Vec<Range, MAX_RANGES> =
+        memmap::usable_ranges(regions, reserved).map_err(|_| AllocError::TooFragmented)?;
+    let mut above = 0;
+    {
+        let mut frames = FRAMES.lock();
+        for r in usable {
+            if r.end > IDENTITY_LIMIT {
+                above += r.end - r.start.max(IDENTITY_LIMIT);
+            }
+            let r = Range {
+                start: r.start,
+                end: r.end.min(IDENTITY_LIMIT),
+            };
+            if !r.is_empty() {
+                frames.push(r).map_err(|_| AllocError::TooFragmented)?;
+            }
+        }
+    }
+    let totals = memmap::totals(regions);
+    let free: u64 = free_bytes();
+    // Heap: an eighth of free memory, between 4 MiB and 256 MiB.
+    let heap_bytes = (free / 8).clamp(4 << 20, 256 << 20) & !(PAGE - 1);
+    let heap = alloc_frames(heap_bytes, 2 << 20)?;
+    // SAFETY: `heap` is identity-mapped RAM just taken from the frame
+    // allocator, exclusively owned by the heap from now on.
+    unsafe { HEAP.lock().init(heap as *mut u8, heap_bytes as usize) };
+    Ok(MemoryReport {
+        totals,
+        free_bytes: free_bytes(),
+        heap_bytes,
+        above_4g_unmapped: above,
+    })
+}
+
+/// Bytes still free in the frame allocator.
+pub fn free_bytes() -> u64 {
+    FRAMES.lock().iter().map(|r| r.len()).sum()
+}
+
+/// Takes `bytes` (rounded up to pages) of physically contiguous memory aligned
+/// to `align` (at least a page). Returns the physical (= virtual) address.
+pub fn alloc_frames(bytes: u64, align: u64) -> Result<u64, AllocError> {
+    if align == 0 || !align.is_power_of_two() {
+        return Err(AllocError::BadAlignment(align));
+    }
+    let align = align.max(PAGE);
+    let bytes = bytes.max(1).next_multiple_of(PAGE);
+    let mut frames = FRAMES.lock();
+    for i in 0..frames.len() {
+        let r = frames[i];
+        let start = r.start.next_multiple_of(align);
+        let Some(end) = start.checked_add(bytes) else { continue };
+        if end > r.end {
+            continue;
+        }
+        let before = Range {
+            start: r.start,
+            end: start,
+        };
+        let after = Range { start: end, end: r.end };
+        match (before.is_empty(), after.is_empty()) {
+            (true, true) => {
+                frames.remove(i);
+            }
+            (true, false) => frames[i] = after,
+            (false, true) => frames[i] = before,
+            (false, false) => {
+                frames[i] = before;
+                frames.insert(i + 1, after).map_err(|_| AllocError::TooFragmented)?;
+            }
+        }
+        return Ok(start);
+    }
+    Err(AllocError::OutOfMemory { bytes, align })
+}
+
+/// Returns frames taken by [`alloc_frames`].
+pub fn free_frames(start: u64, bytes: u64) {
+    let bytes = bytes.max(1).next_multiple_of(PAGE);
+    let mut frames = FRAMES.lock();
+    let pos = frames.iter().position(|r| r.start > start).unwrap_or(frames.len());
+    let _ = frames.insert(
+        pos,
+        Range {
+            start,
+            end: start + bytes,
+        },
+    );
+    // Coalesce with neighbours.
+    let mut i = 0;
+    while i + 1 < frames.len() {
+        if frames[i].end == frames[i + 1].start {
+            frames[i].end = frames[i + 1].end;
+            frames.remove(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// A DMA buffer: physically contiguous, zeroed at allocation, below 4 GiB.
+/// Freed when dropped.
+#[derive(Debug)]
+pub struct DmaBuffer {
+    virt: NonNull<u8>,
+    phys: u64,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain RAM owned exclusively by this value.
+unsafe impl Send for DmaBuffer {}
+// SAFETY: shared access only yields raw pointers and addresses.
+unsafe impl Sync for DmaBuffer {}
+
+impl DmaBuffer {
+    /// Allocates `len` bytes aligned to `align` (rounded up to a page).
+    pub fn new(len: usize, align: usize) -> Result<Self, AllocError> {
+        let phys = alloc_frames(len as u64, align as u64)?;
+        let virt = phys as *mut u8;
+        // SAFETY: freshly allocated, identity-mapped, exclusively owned frames.
+        unsafe { core::ptr::write_bytes(virt, 0, len.next_multiple_of(PAGE as usize)) };
+        let virt = NonNull::new(virt).ok_or(AllocError::OutOfMemory {
+            bytes: len as u64,
+            align: align as u64,
+        })?;
+        Ok(DmaBuffer { virt, phys, len })
+    }
+
+    /// Bus/physical address devices use.
+    pub fn phys(&self) -> u64 {
+        self.phys
+    }
+
+    /// CPU pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.virt.as_ptr()
+    }
+
+    /// Length requested.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Gives up ownership without freeing (for buffers that live forever).
+    pub fn leak(self) -> (NonNull<u8>, u64, usize) {
+        let parts = (self.virt, self.phys, self.len);
+        core::mem::forget(self);
+        parts
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        free_frames(self.phys, self.len as u64);
+    }
+}
