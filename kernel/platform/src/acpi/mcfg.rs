@@ -1,0 +1,98 @@
+//! MCFG parsing: PCI Express ECAM windows.
+
+use ::acpi::mcfg::McfgEntry;
+use core::mem::size_of;
+
+use super::{PhysMemory, Sdt, read_plain};
+use crate::error::{Error, Result, TableSignature};
+
+/// ECAM windows kept.
+pub const MAX_ECAM_WINDOWS: usize = 8;
+/// Header (36) + 8 reserved bytes.
+const MCFG_FIXED_LEN: u32 = 44;
+const ENTRY_LEN: u32 = size_of::<McfgEntry>() as u32;
+const _: () = assert!(ENTRY_LEN == 16);
+
+/// One ECAM window: configuration space of `segment`, buses `bus_start..=bus_end`.
+///
+/// `base` is the address of bus 0 of the segment, as Linux reads it: bus `b`
+/// lives at `base + (b << 20)` even when `bus_start` is not 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EcamWindow {
+    /// Physical address corresponding to bus 0 of the segment.
+    pub base: u64,
+    /// PCI segment group.
+    pub segment: u16,
+    /// First bus decoded.
+    pub bus_start: u8,
+    /// Last bus decoded (>= `bus_start`).
+    pub bus_end: u8,
+}
+
+impl EcamWindow {
+    /// Physical address of the first decoded byte (bus `bus_start`).
+    pub fn region_base(&self) -> u64 {
+        self.base + (u64::from(self.bus_start) << 20)
+    }
+
+    /// Bytes decoded: 1 MiB per bus.
+    pub fn region_len(&self) -> u64 {
+        (u64::from(self.bus_end) - u64::from(self.bus_start) + 1) << 20
+    }
+}
+
+/// The parsed MCFG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mcfg {
+    /// ECAM windows in table order.
+    pub windows: heapless::Vec<EcamWindow, MAX_ECAM_WINDOWS>,
+}
+
+impl Mcfg {
+    /// Parses a validated MCFG; a trailing partial entry or a reversed bus range is an error.
+    pub fn parse(memory: &impl PhysMemory, table: &Sdt) -> Result<Mcfg> {
+        if table.signature != TableSignature::MCFG {
+            return Err(Error::TableSignatureMismatch {
+                phys: table.phys,
+                expected: TableSignature::MCFG,
+                found: table.signature,
+            });
+        }
+        if table.length < MCFG_FIXED_LEN {
+            return Err(Error::TableLength {
+                signature: table.signature,
+                phys: table.phys,
+                length: table.length,
+                min: MCFG_FIXED_LEN,
+                max: super::MAX_TABLE_LEN,
+            });
+        }
+        let payload = table.length - MCFG_FIXED_LEN;
+        if !payload.is_multiple_of(ENTRY_LEN) {
+            return Err(Error::McfgPartialEntry { length: table.length });
+        }
+        let mut windows = heapless::Vec::new();
+        for index in 0..(payload / ENTRY_LEN) as usize {
+            let mut bytes = [0u8; ENTRY_LEN as usize];
+            table.read(memory, MCFG_FIXED_LEN + index as u32 * ENTRY_LEN, &mut bytes)?;
+            // Cannot fail: the buffer is exactly one entry.
+            let Some(entry) = read_plain::<McfgEntry>(&bytes) else {
+                return Err(Error::McfgPartialEntry { length: table.length });
+            };
+            let (start, end) = (entry.bus_number_start, entry.bus_number_end);
+            if start > end {
+                return Err(Error::McfgBusRange { index, start, end });
+            }
+            let window = EcamWindow {
+                base: entry.base_address,
+                segment: entry.pci_segment_group,
+                bus_start: start,
+                bus_end: end,
+            };
+            windows.push(window).map_err(|_| Error::McfgCapacity {
+                capacity: MAX_ECAM_WINDOWS,
+            })?;
+        }
+        Ok(Mcfg { windows })
+    }
+}

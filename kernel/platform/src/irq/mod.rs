@@ -1,0 +1,17 @@
+//! Interrupt vectors, dispatch, counters, affinity and routing plans.
+//!
+//! The split with the kernel: the kernel's IDT stubs call
+//! [`IrqTable::dispatch`] with the vector and the current CPU index, and it
+//! programs the LAPIC / I/O APIC / devices with what this module computes.
+
+mod affinity;
+mod dispatch;
+mod routing;
+mod vectors;
+
+pub use affinity::{AffinityPolicy, MAX_AFFINITY_PAIRS};
+pub use dispatch::{Dispatch, InterruptCountsDisplay, IrqHandlerFn, IrqTable, MAX_CPUS, Registration};
+pub use routing::{
+    InterruptMode, InterruptPlan, IoApicRedirection, choose_interrupt_mode, ioapic_redirection_registers,
+};
+pub use vectors::{FIRST_DEVICE_VECTOR, LAST_DEVICE_VECTOR, VectorAllocator};
