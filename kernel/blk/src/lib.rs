@@ -1,1 +1,39 @@
+//! baremq's multi-queue block layer core (blk-mq in Rust), `no_std` + `alloc`.
+//!
+//! - [`Queue`]: per-CPU software queues feeding hardware queues, preallocated requests, a
+//!   lock-free dispatch fast path, quiesce (atomic depth, paired full fences) and freeze
+//!   (usage counter), per-CPU lock-free completion lists with run-time selectable
+//!   [`CompletionPolicy`], timeouts from a periodic tick, and [`CounterSnapshot`] counters.
+//! - [`Driver`]: the driver contract (`queue_rq` with a `last` hint, `commit_rqs`,
+//!   `complete`, `timeout`, `poll`); requests move as move-only [`Rq`] handles.
+//! - [`Platform`]: the kernel's hooks (time, completion IPI/softirq, end of I/O).
+//! - [`tags`]: sbitmap-like lock-free tag allocator; [`list`]: the llist-like MPSC stack.
+//! - [`null`]: a null_blk-like driver.
+//!
+//! Nothing allocates after [`Queue::new`]. All lock-free code imports its atomics from
+//! `sync`, which switches to loom's under `--cfg loom`.
+
 #![no_std]
+
+extern crate alloc;
+
+mod counters;
+mod driver;
+mod error;
+mod freeze;
+pub mod list;
+mod map;
+pub mod null;
+mod queue;
+mod request;
+mod sync;
+pub mod tags;
+
+pub use counters::CounterSnapshot;
+pub use driver::{Driver, HwCtx, Platform, QueueRqError, Rq, TimedOutRq, TimeoutAction};
+pub use error::BlkError;
+pub use freeze::UsageCounter;
+pub use map::{map_queues, validate_map};
+pub use queue::{CompletionPolicy, Queue, QueueConfig, QuiesceCheck, Submitted};
+pub use request::{Bio, Completion, Op, SECTOR_SIZE, Segment, Status};
+pub use sync::{CachePadded, SpinGuard, SpinLock};

@@ -1,0 +1,108 @@
+//! Per-CPU statistics counters.
+//!
+//! Each CPU increments only its own cache-line-padded block (Relaxed, no synchronisation), so
+//! counting costs no cross-CPU traffic; a snapshot sums the blocks. These use `core` atomics
+//! even under loom: they order nothing.
+
+use crate::sync::CachePadded;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// A plain snapshot of the queue's counters, summed over CPUs.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct CounterSnapshot {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        #[derive(Default)]
+        pub(crate) struct CpuCounters {
+            $( pub $name: AtomicU64, )*
+        }
+
+        impl CpuCounters {
+            fn add_to(&self, s: &mut CounterSnapshot) {
+                $( s.$name += self.$name.load(Ordering::Relaxed); )*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Requests accepted by `submit`.
+    submitted,
+    /// Requests finished (reported through `end_io`), whatever their status.
+    completed,
+    /// Of those, finished with a status other than `Ok`.
+    completed_with_error,
+    /// Submissions rejected before reaching a tag (bad range, frozen, no tag).
+    rejected,
+    /// Requests the driver handed back with `Busy`/`DevBusy` and the block layer requeued.
+    requeued,
+    /// Calls to the driver's `queue_rq`.
+    dispatched,
+    /// Calls to the driver's `commit_rqs`.
+    commits,
+    /// Requests finished by the driver inside `queue_rq` (no completion routing).
+    completions_inline,
+    /// Completions finished directly in the interrupt context (`CompletionPolicy::Irq`, or
+    /// `Remote` when the interrupt arrived on the submitting CPU).
+    completions_irq,
+    /// Completions deferred to the local CPU's list (`CompletionPolicy::Local`).
+    completions_local,
+    /// Completions sent to another CPU's list (`CompletionPolicy::Remote`).
+    completions_remote,
+    /// Completions reaped by polling (`CompletionPolicy::Poll`).
+    completions_poll,
+    /// Completion IPIs raised (only when the target list was empty).
+    ipis,
+    /// Local completion "softirqs" raised (only when the local list was empty).
+    softirqs,
+    /// Completions for tags that were not in flight (double or stale), rejected.
+    spurious_completions,
+    /// Lock acquisitions on the hot path (`run_hw_queue`). Zero with `QuiesceCheck::LockFree`.
+    hot_path_locks,
+    /// Hardware queue runs that reached the dispatcher.
+    queue_runs,
+    /// Requests whose deadline passed and whose timeout handler ran.
+    timeouts,
+    /// Timeout handler verdicts `ResetTimer`.
+    timeout_resets,
+    /// Submissions that found no free tag and waited.
+    tag_waits,
+}
+
+pub(crate) struct Counters {
+    per_cpu: Box<[CachePadded<CpuCounters>]>,
+}
+
+impl Counters {
+    pub fn new(ncpus: usize) -> Self {
+        let v: Vec<_> = (0..ncpus.max(1)).map(|_| CachePadded(CpuCounters::default())).collect();
+        Self {
+            per_cpu: v.into_boxed_slice(),
+        }
+    }
+
+    /// The block for `cpu` (the caller validated `cpu`; out-of-range folds into range).
+    #[inline]
+    pub fn cpu(&self, cpu: usize) -> &CpuCounters {
+        &self.per_cpu[cpu % self.per_cpu.len()]
+    }
+
+    pub fn snapshot(&self) -> CounterSnapshot {
+        let mut s = CounterSnapshot::default();
+        for c in self.per_cpu.iter() {
+            c.add_to(&mut s);
+        }
+        s
+    }
+}
+
+/// Relaxed increment of one counter.
+#[inline]
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}

@@ -1,0 +1,324 @@
+//! The driver contract and the platform hooks.
+
+use crate::error::BlkError;
+use crate::queue::Queue;
+use crate::request::{Completion, Op, Segment, Slot, Status, state};
+use crate::sync::Ordering;
+use core::fmt;
+
+/// Hooks the kernel (or a host test) provides. Every method may be called from interrupt
+/// context and must not block.
+pub trait Platform: Send + Sync {
+    /// Monotonic time in nanoseconds, for request deadlines.
+    fn now_ns(&self) -> u64;
+    /// Ask `cpu` to run [`Queue::run_completions`] for it soon (an IPI). Called only when that
+    /// CPU's completion list goes from empty to non-empty, so one IPI covers a whole batch.
+    fn send_completion_ipi(&self, cpu: usize);
+    /// Ask the current CPU, `cpu`, to run [`Queue::run_completions`] soon, outside the
+    /// interrupt handler (Linux raises BLOCK_SOFTIRQ). Called on empty to non-empty only.
+    fn raise_completion_softirq(&self, cpu: usize);
+    /// A request finished. Called exactly once per accepted request, on the completing CPU.
+    fn end_io(&self, completion: &Completion);
+}
+
+/// What the driver says about a request whose deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    /// The request is still expected to complete: give it another full timeout.
+    ResetTimer,
+    /// The driver has dealt with it (aborted it on the device); finish it with this status.
+    /// The driver guarantees the device will not complete this tag again.
+    Done(Status),
+}
+
+/// A `queue_rq` failure. Every variant hands the request back, so nothing leaks.
+pub enum QueueRqError<'a, D: Driver> {
+    /// Driver resources are exhausted (BLK_STS_RESOURCE): requeue and rerun later. The block
+    /// layer reruns the queue after the next completion on it or at the next `tick`.
+    Busy(Rq<'a, D>),
+    /// The device itself is busy (BLK_STS_DEV_RESOURCE); handled like `Busy`.
+    DevBusy(Rq<'a, D>),
+    /// The request failed; finish it with this status.
+    Io(Rq<'a, D>, Status),
+}
+
+impl<D: Driver> fmt::Debug for QueueRqError<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Busy(rq) => write!(f, "Busy(tag {})", rq.tag()),
+            Self::DevBusy(rq) => write!(f, "DevBusy(tag {})", rq.tag()),
+            Self::Io(rq, s) => write!(f, "Io(tag {}, {s:?})", rq.tag()),
+        }
+    }
+}
+
+/// The driver contract (Linux's `blk_mq_ops`).
+///
+/// Tags are `0..depth` per tag set; with shared tags (MegaRAID) one tag set serves every
+/// hardware queue, so a tag can be used directly as a firmware context.
+pub trait Driver: Send + Sync + Sized {
+    /// Per-request driver data (Linux's PDU), created at queue creation.
+    type Pdu: Send + Default;
+
+    /// Prepares the driver data of one request slot at queue creation (not on the hot path).
+    fn init_request(&self, hwq_set: usize, tag: u32, pdu: &mut Self::Pdu) -> Result<(), BlkError> {
+        let _ = (hwq_set, tag, pdu);
+        Ok(())
+    }
+
+    /// Starts a request. `last` is false when more requests follow in this batch, so the
+    /// driver may defer its doorbell to [`Driver::commit_rqs`]. On success the driver has
+    /// consumed `rq` with [`Rq::issue`], [`Rq::end`] or [`Rq::complete`].
+    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>>;
+
+    /// Rings the doorbell for requests queued with `last == false`. Called when a batch ends
+    /// early (a `Busy` or error) after such requests.
+    fn commit_rqs(&self, hw: &HwCtx<'_, Self>) {
+        let _ = hw;
+    }
+
+    /// Finishes a completed request in the completion context chosen by the policy. `rq.status()`
+    /// holds the status given to [`Queue::complete`]. The default ends it with that status.
+    fn complete(&self, rq: Rq<'_, Self>) {
+        let status = rq.status();
+        rq.end(status);
+    }
+
+    /// A request passed its deadline. The request cannot be completed by anyone else while
+    /// this runs; a completion that arrives meanwhile is recorded and applied afterwards.
+    fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        let _ = rq;
+        TimeoutAction::ResetTimer
+    }
+
+    /// Reaps completions of hardware queue `hw.hwq()` by polling, reporting each through
+    /// [`HwCtx::complete`]. Returns how many were found.
+    fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
+        let _ = hw;
+        0
+    }
+}
+
+/// The context a driver callback runs in: which hardware queue, on which CPU, of which queue.
+pub struct HwCtx<'a, D: Driver> {
+    pub(crate) queue: &'a Queue<D>,
+    pub(crate) hwq: u16,
+    pub(crate) cpu: u16,
+}
+
+impl<'a, D: Driver> HwCtx<'a, D> {
+    /// Hardware queue index.
+    pub fn hwq(&self) -> usize {
+        usize::from(self.hwq)
+    }
+
+    /// CPU running the callback.
+    pub fn cpu(&self) -> usize {
+        usize::from(self.cpu)
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &'a Queue<D> {
+        self.queue
+    }
+
+    /// Reports a hardware completion of `tag` on this queue from this CPU, as
+    /// [`Queue::complete`] does.
+    pub fn complete(&self, tag: u32, status: Status) -> Result<(), BlkError> {
+        self.queue.complete(self.cpu(), self.hwq(), tag, status)
+    }
+}
+
+/// A request owned by the driver: a move-only handle. It must be consumed exactly once, by
+/// [`Rq::issue`] (handed to the hardware), [`Rq::end`] (finished now) or [`Rq::complete`]
+/// (finished through the completion policy), or be handed back in a [`QueueRqError`].
+/// Dropping it otherwise is a driver bug: debug builds panic, release builds end the request
+/// with [`Status::IoError`] so that the tag is not leaked.
+pub struct Rq<'a, D: Driver> {
+    queue: &'a Queue<D>,
+    index: u32,
+    cpu: u16,
+}
+
+impl<'a, D: Driver> Rq<'a, D> {
+    /// # Safety
+    /// The slot `index` is in state DRIVER and no other handle to it exists.
+    pub(crate) unsafe fn new(queue: &'a Queue<D>, index: u32, cpu: u16) -> Self {
+        Self { queue, index, cpu }
+    }
+
+    fn slot(&self) -> &'a Slot<D::Pdu> {
+        self.queue.slot(self.index)
+    }
+
+    fn data(&self) -> &crate::request::SlotData<D::Pdu> {
+        // SAFETY: the handle owns the slot (state DRIVER) and `&self` excludes `pdu_mut`.
+        unsafe { self.slot().data() }
+    }
+
+    /// Gives up the handle without running `Drop`; returns the slot index.
+    pub(crate) fn into_index(self) -> u32 {
+        let idx = self.index;
+        core::mem::forget(self);
+        idx
+    }
+
+    /// The tag (for MegaRAID, the firmware context).
+    pub fn tag(&self) -> u32 {
+        self.data().tag
+    }
+    /// Hardware queue the request is dispatched on.
+    pub fn hwq(&self) -> usize {
+        usize::from(self.data().hwq)
+    }
+    /// Operation.
+    pub fn op(&self) -> Op {
+        self.data().op
+    }
+    /// First sector.
+    pub fn sector(&self) -> u64 {
+        self.data().sector
+    }
+    /// Length in sectors.
+    pub fn nr_sectors(&self) -> u32 {
+        self.data().nr_sectors
+    }
+    /// Length in bytes.
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.data().nr_sectors) * u64::from(crate::request::SECTOR_SIZE)
+    }
+    /// Scatter-gather list.
+    pub fn segments(&self) -> &[Segment] {
+        let d = self.data();
+        &d.segments[..usize::from(d.nr_segments)]
+    }
+    /// CPU that submitted the request.
+    pub fn submit_cpu(&self) -> usize {
+        usize::from(self.data().submit_cpu)
+    }
+    /// The submitter's cookie.
+    pub fn cookie(&self) -> u64 {
+        self.data().cookie
+    }
+    /// CPU this handle was given out on.
+    pub fn cpu(&self) -> usize {
+        usize::from(self.cpu)
+    }
+    /// Status recorded by the completion (meaningful in [`Driver::complete`]).
+    pub fn status(&self) -> Status {
+        self.slot().status()
+    }
+    /// Driver data.
+    pub fn pdu(&self) -> &D::Pdu {
+        &self.data().pdu
+    }
+    /// Driver data, mutable.
+    pub fn pdu_mut(&mut self) -> &mut D::Pdu {
+        // SAFETY: the handle owns the slot (state DRIVER) and `&mut self` makes this the only
+        // reference derived from it.
+        unsafe { &mut self.slot().data_mut().pdu }
+    }
+
+    /// Hands the request to the hardware and starts its timer. Returns the tag; the hardware
+    /// later reports it to [`Queue::complete`].
+    pub fn issue(self) -> u32 {
+        let tag = self.tag();
+        let slot = self.slot();
+        let timeout = self.queue.timeout_ns();
+        let deadline = if timeout == 0 {
+            0
+        } else {
+            self.queue.platform().now_ns().saturating_add(timeout).max(1)
+        };
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        // Release pairs with the Acquire CAS in `Queue::complete` and the timeout scan: the
+        // deadline and everything the driver wrote are visible to whoever claims the slot.
+        slot.state.store(state::ISSUED, Ordering::Release);
+        core::mem::forget(self);
+        tag
+    }
+
+    /// Finishes the request now, in this context (null_blk's "irqmode=none").
+    pub fn end(self, status: Status) {
+        let (queue, index, cpu) = (self.queue, self.index, self.cpu);
+        core::mem::forget(self);
+        queue.end_request(usize::from(cpu), index, status);
+    }
+
+    /// Finishes the request through the completion policy, as if the hardware had completed it
+    /// on this CPU (issue followed by an immediate interrupt).
+    pub fn complete(self, status: Status) {
+        let (queue, index, cpu) = (self.queue, self.index, self.cpu);
+        core::mem::forget(self);
+        let slot = queue.slot(index);
+        slot.set_status(status);
+        slot.state.store(state::COMPLETING, Ordering::Relaxed);
+        queue.route_completion(usize::from(cpu), index);
+    }
+}
+
+impl<D: Driver> Drop for Rq<'_, D> {
+    fn drop(&mut self) {
+        let (queue, index, cpu) = (self.queue, self.index, self.cpu);
+        debug_assert!(
+            false,
+            "request handle for tag {} dropped without issue/end/complete",
+            self.tag()
+        );
+        queue.end_request(usize::from(cpu), index, Status::IoError);
+    }
+}
+
+impl<D: Driver> fmt::Debug for Rq<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rq")
+            .field("tag", &self.tag())
+            .field("op", &self.op())
+            .field("sector", &self.sector())
+            .field("nr_sectors", &self.nr_sectors())
+            .finish()
+    }
+}
+
+/// A request whose deadline passed, lent to [`Driver::timeout`].
+pub struct TimedOutRq<'a, D: Driver> {
+    pub(crate) queue: &'a Queue<D>,
+    pub(crate) index: u32,
+}
+
+impl<D: Driver> TimedOutRq<'_, D> {
+    fn data(&self) -> &crate::request::SlotData<D::Pdu> {
+        // SAFETY: the timeout path owns the slot (state TIMEOUT/TIMEOUT_COMPLETED) while this
+        // view exists; `&self` excludes `pdu_mut`.
+        unsafe { self.queue.slot(self.index).data() }
+    }
+    /// The tag.
+    pub fn tag(&self) -> u32 {
+        self.data().tag
+    }
+    /// Hardware queue.
+    pub fn hwq(&self) -> usize {
+        usize::from(self.data().hwq)
+    }
+    /// Operation.
+    pub fn op(&self) -> Op {
+        self.data().op
+    }
+    /// First sector.
+    pub fn sector(&self) -> u64 {
+        self.data().sector
+    }
+    /// The submitter's cookie.
+    pub fn cookie(&self) -> u64 {
+        self.data().cookie
+    }
+    /// Driver data.
+    pub fn pdu(&self) -> &D::Pdu {
+        &self.data().pdu
+    }
+    /// Driver data, mutable.
+    pub fn pdu_mut(&mut self) -> &mut D::Pdu {
+        // SAFETY: as in `data`, and `&mut self` makes this the only reference.
+        unsafe { &mut self.queue.slot(self.index).data_mut().pdu }
+    }
+}

@@ -1,0 +1,1163 @@
+//! The multi-queue request queue: submission, dispatch, quiesce, freeze, completion, timeouts.
+//!
+//! # Structure
+//! - One software queue per CPU: a lock-free stack ([`TagStack`]) of request indices that only
+//!   that CPU pushes to and whoever runs the CPU's hardware queue takes from.
+//! - One hardware-queue context per hardware queue: a pending bitmap (one bit per CPU whose
+//!   software queue has work), a run token, and a FIFO of requests the driver turned away
+//!   (`Busy`), guarded by the run token.
+//! - One completion list per CPU, for the `Local` and `Remote` completion policies.
+//!
+//! # Concurrency (who may call what)
+//! | call                          | context                         | concurrent with        |
+//! |-------------------------------|---------------------------------|------------------------|
+//! | `submit(cpu, ..)`             | CPU `cpu`, not re-entered on it | everything             |
+//! | `complete(cpu, ..)`           | any, incl. interrupt            | everything             |
+//! | `run_hw_queue`, `poll`, `tick`| any                             | everything             |
+//! | `run_completions(cpu)`        | CPU `cpu` (IPI/softirq handler) | everything             |
+//! | `quiesce`, `freeze_wait`      | thread context, not a driver callback | everything       |
+//!
+//! "CPU `cpu`" means: the caller is the only one submitting for that CPU index at a time (in
+//! the kernel, the current CPU with preemption off; in host tests, the thread playing it).
+
+use crate::counters::{CounterSnapshot, Counters, bump};
+use crate::driver::{Driver, HwCtx, Platform, QueueRqError, Rq, TimedOutRq, TimeoutAction};
+use crate::error::BlkError;
+use crate::freeze::UsageCounter;
+use crate::list::{Fifo, Links, TagStack};
+use crate::map::{map_queues, validate_map};
+use crate::request::{Bio, Completion, Op, SECTOR_SIZE, Slot, Status, state};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, spin_loop};
+use crate::tags::TagSet;
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::sync::atomic::AtomicU8 as KnobU8;
+
+/// Where a hardware completion is finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CompletionPolicy {
+    /// Finish directly in the context that reported it (the interrupt handler).
+    Irq = 0,
+    /// Defer to the reporting CPU's completion list; raise a local softirq when it was empty.
+    Local = 1,
+    /// Send to the submitting CPU's completion list; raise one IPI only when that list was
+    /// empty (Linux's `blk_mq_complete_send_ipi`). Completions that arrive on the submitting
+    /// CPU are finished directly.
+    Remote = 2,
+    /// Completions are reaped by [`Queue::poll`] and finished by the poller.
+    Poll = 3,
+}
+
+impl CompletionPolicy {
+    /// All policies, for benchmarks and tests.
+    pub const ALL: [Self; 4] = [Self::Irq, Self::Local, Self::Remote, Self::Poll];
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Irq,
+            1 => Self::Local,
+            2 => Self::Remote,
+            _ => Self::Poll,
+        }
+    }
+}
+
+/// How `run_hw_queue` re-checks the quiesce state when its lockless check says "nothing to do".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum QuiesceCheck {
+    /// A full fence and a second lockless check (the fixed Linux design: atomic quiesce depth,
+    /// paired full barriers). Takes no lock.
+    LockFree = 0,
+    /// Take the queue-wide spinlock around the re-check, as Linux commit 679b1874eba7 did.
+    /// Kept to measure what that costs; correct, but serialises every CPU that runs the queue
+    /// with nothing to do (which is every completion, with `run_queue_on_completion`).
+    Locked = 1,
+}
+
+impl QuiesceCheck {
+    fn from_u8(v: u8) -> Self {
+        if v == 0 { Self::LockFree } else { Self::Locked }
+    }
+}
+
+/// Queue geometry and policies. Everything is sized here; nothing is allocated afterwards.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// Number of CPUs (software queues, completion lists).
+    pub ncpus: usize,
+    /// Number of hardware queues.
+    pub nr_hw_queues: usize,
+    /// Tags per tag set (with shared tags: in total; otherwise per hardware queue).
+    pub queue_depth: u32,
+    /// Tags `0..reserved_tags` of each tag set are kept for admin commands.
+    pub reserved_tags: u32,
+    /// One tag set shared by all hardware queues (host-wide tags, as MegaRAID needs).
+    pub shared_tags: bool,
+    /// Maximum scatter-gather segments per request.
+    pub max_segments: usize,
+    /// Device capacity in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Logical block size in bytes (a power of two, 512..=65536).
+    pub logical_block_size: u32,
+    /// Request timeout in ns from issue; 0 disables timeouts.
+    pub timeout_ns: u64,
+    /// Initial completion policy.
+    pub completion: CompletionPolicy,
+    /// Initial quiesce re-check variant.
+    pub quiesce_check: QuiesceCheck,
+    /// Run the hardware queue after every completion (what SCSI does, and where the locked
+    /// re-check hurts). When false, the queue is rerun after a completion only if the driver
+    /// had turned requests away.
+    pub run_queue_on_completion: bool,
+    /// Custom CPU to hardware-queue map, one entry per CPU; `None` uses [`map_queues`].
+    pub cpu_map: Option<Vec<u16>>,
+}
+
+impl QueueConfig {
+    /// A config with defaults: no reserved tags, per-queue tags, 128 segments, 512-byte blocks,
+    /// 30 s timeout, `Irq` completions, lock-free quiesce check, queue run on completion.
+    pub fn new(ncpus: usize, nr_hw_queues: usize, queue_depth: u32, capacity_sectors: u64) -> Self {
+        Self {
+            ncpus,
+            nr_hw_queues,
+            queue_depth,
+            reserved_tags: 0,
+            shared_tags: false,
+            max_segments: 128,
+            capacity_sectors,
+            logical_block_size: SECTOR_SIZE,
+            timeout_ns: 30_000_000_000,
+            completion: CompletionPolicy::Irq,
+            quiesce_check: QuiesceCheck::LockFree,
+            run_queue_on_completion: true,
+            cpu_map: None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), BlkError> {
+        fn bad(field: &'static str, value: u64, accepted: &'static str) -> BlkError {
+            BlkError::InvalidConfig { field, value, accepted }
+        }
+        if self.ncpus == 0 || self.ncpus > usize::from(u16::MAX) {
+            return Err(bad("ncpus", self.ncpus as u64, "1..=65535"));
+        }
+        if self.nr_hw_queues == 0 || self.nr_hw_queues > usize::from(u16::MAX) {
+            return Err(bad("nr_hw_queues", self.nr_hw_queues as u64, "1..=65535"));
+        }
+        if self.queue_depth == 0 || self.queue_depth > 1 << 20 {
+            return Err(bad("queue_depth", self.queue_depth.into(), "1..=1048576"));
+        }
+        if self.reserved_tags >= self.queue_depth {
+            return Err(bad(
+                "reserved_tags",
+                self.reserved_tags.into(),
+                "less than queue_depth (at least one normal tag)",
+            ));
+        }
+        let sets = if self.shared_tags { 1 } else { self.nr_hw_queues as u64 };
+        if sets * u64::from(self.queue_depth) >= 1 << 31 {
+            return Err(bad(
+                "queue_depth",
+                self.queue_depth.into(),
+                "nr_hw_queues * queue_depth below 2^31",
+            ));
+        }
+        if self.max_segments == 0 || self.max_segments > usize::from(u16::MAX) {
+            return Err(bad("max_segments", self.max_segments as u64, "1..=65535"));
+        }
+        let lbs = self.logical_block_size;
+        if !lbs.is_power_of_two() || !(512..=65536).contains(&lbs) {
+            return Err(bad(
+                "logical_block_size",
+                lbs.into(),
+                "a power of two from 512 to 65536",
+            ));
+        }
+        if self.capacity_sectors == 0 {
+            return Err(bad("capacity_sectors", 0, "at least one logical block"));
+        }
+        if let Some(map) = &self.cpu_map {
+            validate_map(map, self.ncpus, self.nr_hw_queues)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a submitted request went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submitted {
+    /// Hardware queue.
+    pub hwq: usize,
+    /// Tag.
+    pub tag: u32,
+}
+
+/// `run_state` bits of a hardware queue.
+const RUNNING: u32 = 1;
+const RERUN: u32 = 2;
+
+/// One hardware-queue context (Linux's `blk_mq_hw_ctx`).
+struct HwQueue {
+    /// The run token: RUNNING while some CPU dispatches, RERUN when another asked for a run
+    /// meanwhile.
+    run_state: CachePadded<AtomicU32>,
+    /// Bit per CPU: that CPU's software queue has work for this hardware queue (`ctx_map`).
+    pending: Box<[CachePadded<AtomicU64>]>,
+    /// The dispatch FIFO (requests turned away with `Busy`) is not empty.
+    dispatch_nonempty: AtomicBool,
+    /// Guarded by the run token.
+    fifo: UnsafeCell<Fifo>,
+}
+
+// SAFETY: `fifo` is only accessed by the holder of `run_state`'s RUNNING bit, which is taken
+// with Acquire and released with Release (see `Queue::dispatch`); everything else is atomic.
+unsafe impl Sync for HwQueue {}
+
+impl HwQueue {
+    fn new(ncpus: usize) -> Self {
+        let words: Vec<_> = (0..ncpus.div_ceil(64))
+            .map(|_| CachePadded(AtomicU64::new(0)))
+            .collect();
+        Self {
+            run_state: CachePadded(AtomicU32::new(0)),
+            pending: words.into_boxed_slice(),
+            dispatch_nonempty: AtomicBool::new(false),
+            fifo: UnsafeCell::new(Fifo::new()),
+        }
+    }
+
+    /// Relaxed loads: callers that need ordering put a fence before calling.
+    fn has_pending(&self) -> bool {
+        self.dispatch_nonempty.load(Ordering::Relaxed) || self.pending.iter().any(|w| w.load(Ordering::Relaxed) != 0)
+    }
+}
+
+/// A multi-queue block device queue for driver `D`.
+pub struct Queue<D: Driver> {
+    driver: D,
+    platform: Arc<dyn Platform>,
+    ncpus: usize,
+    depth: u32,
+    shared_tags: bool,
+    max_segments: usize,
+    capacity_sectors: u64,
+    block_sectors: u32,
+    timeout_ns: u64,
+    run_on_completion: bool,
+    cpu_to_hwq: Box<[u16]>,
+    /// Hardware queues served by each tag set (all of them with shared tags).
+    set_hwqs: Box<[Box<[u16]>]>,
+    hwqs: Box<[HwQueue]>,
+    sw_queues: Box<[CachePadded<TagStack>]>,
+    done_lists: Box<[CachePadded<TagStack>]>,
+    links: Links,
+    slots: Box<[Slot<D::Pdu>]>,
+    tag_sets: Box<[TagSet]>,
+    /// Per tag set: bumped by every completion, so a dispatcher that got `Busy` can tell
+    /// whether resources were freed while it was deciding to stop.
+    completion_gen: Box<[CachePadded<AtomicU32>]>,
+    /// Timeout claims: slots whose timeout handler reported a completion while it ran.
+    late_status: Box<[crate::sync::AtomicU8]>,
+    usage: UsageCounter,
+    quiesce_depth: CachePadded<AtomicU32>,
+    /// Taken on the hot path only by `QuiesceCheck::Locked`.
+    queue_lock: CachePadded<SpinLock<()>>,
+    freeze_depth: SpinLock<u32>,
+    policy: KnobU8,
+    check: KnobU8,
+    counters: Counters,
+}
+
+impl<D: Driver> Queue<D> {
+    /// Builds a queue: validates `cfg`, preallocates every request, and lets the driver
+    /// initialise each one.
+    pub fn new(cfg: QueueConfig, driver: D, platform: Arc<dyn Platform>) -> Result<Self, BlkError> {
+        cfg.validate()?;
+        let ncpus = cfg.ncpus;
+        let nsets = if cfg.shared_tags { 1 } else { cfg.nr_hw_queues };
+        let depth = cfg.queue_depth;
+        let cpu_to_hwq = cfg
+            .cpu_map
+            .clone()
+            .unwrap_or_else(|| map_queues(ncpus, cfg.nr_hw_queues))
+            .into_boxed_slice();
+        let mut slots = Vec::with_capacity(nsets * depth as usize);
+        for set in 0..nsets {
+            for tag in 0..depth {
+                let mut pdu = D::Pdu::default();
+                driver.init_request(set, tag, &mut pdu)?;
+                slots.push(Slot::new(cfg.max_segments, tag, set as u16, pdu));
+            }
+        }
+        let set_hwqs: Vec<Box<[u16]>> = (0..nsets)
+            .map(|set| {
+                if cfg.shared_tags {
+                    (0..cfg.nr_hw_queues as u16).collect()
+                } else {
+                    Box::from([set as u16])
+                }
+            })
+            .collect();
+        let stacks =
+            |n: usize| -> Box<[CachePadded<TagStack>]> { (0..n).map(|_| CachePadded(TagStack::new())).collect() };
+        Ok(Self {
+            platform,
+            ncpus,
+            depth,
+            shared_tags: cfg.shared_tags,
+            max_segments: cfg.max_segments,
+            capacity_sectors: cfg.capacity_sectors,
+            block_sectors: cfg.logical_block_size / SECTOR_SIZE,
+            timeout_ns: cfg.timeout_ns,
+            run_on_completion: cfg.run_queue_on_completion,
+            cpu_to_hwq,
+            set_hwqs: set_hwqs.into_boxed_slice(),
+            hwqs: (0..cfg.nr_hw_queues).map(|_| HwQueue::new(ncpus)).collect(),
+            sw_queues: stacks(ncpus),
+            done_lists: stacks(ncpus),
+            links: Links::new(slots.len()),
+            late_status: (0..slots.len()).map(|_| crate::sync::AtomicU8::new(0)).collect(),
+            slots: slots.into_boxed_slice(),
+            tag_sets: (0..nsets)
+                .map(|_| TagSet::new(depth, cfg.reserved_tags, ncpus))
+                .collect(),
+            completion_gen: (0..nsets).map(|_| CachePadded(AtomicU32::new(0))).collect(),
+            usage: UsageCounter::new(),
+            quiesce_depth: CachePadded(AtomicU32::new(0)),
+            queue_lock: CachePadded(SpinLock::new(())),
+            freeze_depth: SpinLock::new(0),
+            policy: KnobU8::new(cfg.completion as u8),
+            check: KnobU8::new(cfg.quiesce_check as u8),
+            counters: Counters::new(ncpus),
+            driver,
+        })
+    }
+
+    // ---------------------------------------------------------------- accessors
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+    /// The platform hooks.
+    pub fn platform(&self) -> &dyn Platform {
+        &*self.platform
+    }
+    /// Number of CPUs.
+    pub fn ncpus(&self) -> usize {
+        self.ncpus
+    }
+    /// Number of hardware queues.
+    pub fn nr_hw_queues(&self) -> usize {
+        self.hwqs.len()
+    }
+    /// Tags per tag set.
+    pub fn queue_depth(&self) -> u32 {
+        self.depth
+    }
+    /// Whether one tag set serves all hardware queues.
+    pub fn shared_tags(&self) -> bool {
+        self.shared_tags
+    }
+    /// Capacity in 512-byte sectors.
+    pub fn capacity_sectors(&self) -> u64 {
+        self.capacity_sectors
+    }
+    /// Logical block size in bytes.
+    pub fn logical_block_size(&self) -> u32 {
+        self.block_sectors * SECTOR_SIZE
+    }
+    /// Request timeout in ns (0: none).
+    pub fn timeout_ns(&self) -> u64 {
+        self.timeout_ns
+    }
+    /// The hardware queue serving `cpu`.
+    pub fn cpu_to_hwq(&self, cpu: usize) -> Result<usize, BlkError> {
+        self.check_cpu(cpu)?;
+        Ok(usize::from(self.cpu_to_hwq[cpu]))
+    }
+    /// The current completion policy.
+    pub fn completion_policy(&self) -> CompletionPolicy {
+        CompletionPolicy::from_u8(self.policy.load(core::sync::atomic::Ordering::Relaxed))
+    }
+    /// Switches the completion policy; requests already completing keep the old one.
+    pub fn set_completion_policy(&self, p: CompletionPolicy) {
+        self.policy.store(p as u8, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// The current quiesce re-check variant.
+    pub fn quiesce_check(&self) -> QuiesceCheck {
+        QuiesceCheck::from_u8(self.check.load(core::sync::atomic::Ordering::Relaxed))
+    }
+    /// Switches the quiesce re-check variant. Both variants are correct against each other
+    /// (quiesce and unquiesce always fence, and take the lock too), so this may be done live.
+    pub fn set_quiesce_check(&self, c: QuiesceCheck) {
+        self.check.store(c as u8, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+    /// Requests inside the queue (submitted and not yet finished; racy snapshot).
+    pub fn in_flight(&self) -> usize {
+        self.usage.in_flight()
+    }
+    /// Tags allocated over all tag sets (racy snapshot).
+    pub fn tags_in_use(&self) -> u32 {
+        self.tag_sets.iter().map(TagSet::in_use).sum()
+    }
+
+    pub(crate) fn slot(&self, index: u32) -> &Slot<D::Pdu> {
+        &self.slots[index as usize]
+    }
+
+    fn check_cpu(&self, cpu: usize) -> Result<(), BlkError> {
+        if cpu >= self.ncpus {
+            return Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus });
+        }
+        Ok(())
+    }
+
+    fn check_hwq(&self, hwq: usize) -> Result<(), BlkError> {
+        if hwq >= self.hwqs.len() {
+            return Err(BlkError::HwQueueOutOfRange {
+                hwq,
+                nr_hw_queues: self.hwqs.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn set_of(&self, hwq: usize) -> usize {
+        if self.shared_tags { 0 } else { hwq }
+    }
+
+    fn quiesced(&self) -> bool {
+        self.quiesce_depth.load(Ordering::Relaxed) > 0
+    }
+
+    // ---------------------------------------------------------------- submission
+
+    fn validate_bio(&self, bio: &Bio<'_>) -> Result<(), BlkError> {
+        if bio.segments.len() > self.max_segments {
+            return Err(BlkError::TooManySegments {
+                count: bio.segments.len(),
+                max: self.max_segments,
+            });
+        }
+        let segment_bytes: u64 = bio.segments.iter().map(|s| u64::from(s.len)).sum();
+        match bio.op {
+            Op::Read | Op::Write => {
+                if bio.nr_sectors == 0 {
+                    return Err(BlkError::EmptyIo);
+                }
+                let end = bio.sector.checked_add(u64::from(bio.nr_sectors));
+                if end.is_none_or(|end| end > self.capacity_sectors) {
+                    return Err(BlkError::BeyondEnd {
+                        sector: bio.sector,
+                        nr_sectors: bio.nr_sectors,
+                        capacity: self.capacity_sectors,
+                    });
+                }
+                let bs = self.block_sectors;
+                if !bio.sector.is_multiple_of(u64::from(bs)) || !bio.nr_sectors.is_multiple_of(bs) {
+                    return Err(BlkError::Misaligned {
+                        sector: bio.sector,
+                        nr_sectors: bio.nr_sectors,
+                        block_sectors: bs,
+                    });
+                }
+                let io_bytes = u64::from(bio.nr_sectors) * u64::from(SECTOR_SIZE);
+                if !bio.segments.is_empty() && segment_bytes != io_bytes {
+                    return Err(BlkError::SegmentLengthMismatch {
+                        segment_bytes,
+                        io_bytes,
+                    });
+                }
+            }
+            Op::Flush => {
+                if bio.nr_sectors != 0 {
+                    return Err(BlkError::FlushWithData {
+                        nr_sectors: bio.nr_sectors,
+                    });
+                }
+                if segment_bytes != 0 {
+                    return Err(BlkError::SegmentLengthMismatch {
+                        segment_bytes,
+                        io_bytes: 0,
+                    });
+                }
+            }
+            Op::Driver(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Submits `bio` from CPU `cpu`: validates it, takes a tag, queues it on the CPU's software
+    /// queue and runs the CPU's hardware queue. Never waits: with no free tag it fails with
+    /// [`BlkError::TagsExhausted`] (see [`Queue::submit_wait`]).
+    pub fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
+        self.check_cpu(cpu)?;
+        if let Err(e) = self.validate_bio(bio) {
+            bump(&self.counters.cpu(cpu).rejected);
+            return Err(e);
+        }
+        if !self.usage.try_enter() {
+            bump(&self.counters.cpu(cpu).rejected);
+            return Err(BlkError::Frozen);
+        }
+        let hwq = usize::from(self.cpu_to_hwq[cpu]);
+        let set = self.set_of(hwq);
+        let Some(tag) = self.tag_sets[set].alloc(cpu, bio.reserved_tag) else {
+            self.usage.exit();
+            return Err(BlkError::TagsExhausted {
+                hwq,
+                pool: self.tag_sets[set].pool_size(bio.reserved_tag),
+                reserved: bio.reserved_tag,
+            });
+        };
+        let index = set as u32 * self.depth + tag;
+        let slot = self.slot(index);
+        {
+            // SAFETY: `alloc` gave us the tag, so the slot is FREE and ours alone until we
+            // publish it by pushing it onto the software queue (Release).
+            let d = unsafe { slot.data_mut() };
+            d.op = bio.op;
+            d.sector = bio.sector;
+            d.nr_sectors = bio.nr_sectors;
+            d.cookie = bio.cookie;
+            d.submit_cpu = cpu as u16;
+            d.hwq = hwq as u16;
+            d.nr_segments = bio.segments.len() as u16;
+            d.segments[..bio.segments.len()].copy_from_slice(bio.segments);
+        }
+        slot.set_status(Status::Ok);
+        slot.deadline.store(0, Ordering::Relaxed);
+        slot.state.store(state::QUEUED, Ordering::Relaxed);
+        bump(&self.counters.cpu(cpu).submitted);
+        self.insert(cpu, hwq, index);
+        self.run_hw_queue(cpu, hwq);
+        Ok(Submitted { hwq, tag })
+    }
+
+    /// Like [`Queue::submit`], but when no tag is free it keeps helping the queue make progress
+    /// (runs this CPU's completions, polls under `Poll`, reruns queues holding turned-away
+    /// requests) and retries, for at most `timeout_ns`.
+    pub fn submit_wait(&self, cpu: usize, bio: &Bio<'_>, timeout_ns: u64) -> Result<Submitted, BlkError> {
+        let mut started: Option<u64> = None;
+        loop {
+            match self.submit(cpu, bio) {
+                Err(BlkError::TagsExhausted { .. }) => {
+                    let now = self.platform.now_ns();
+                    match started {
+                        None => {
+                            bump(&self.counters.cpu(cpu).tag_waits);
+                            started = Some(now);
+                        }
+                        Some(t0) if now.saturating_sub(t0) > timeout_ns => {
+                            return Err(BlkError::WaitTimeout {
+                                what: "a free tag",
+                                in_flight: self.in_flight(),
+                            });
+                        }
+                        Some(_) => {}
+                    }
+                    self.make_progress(cpu);
+                    spin_loop();
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn insert(&self, cpu: usize, hwq: usize, index: u32) {
+        if self.sw_queues[cpu].push(index, &self.links) {
+            // The software queue went from empty to non-empty: mark it pending. Release pairs
+            // with the Acquire swap in `dispatch_once`. (The list push comes first: a
+            // dispatcher clears the bit before taking the list, so no push is lost.)
+            self.hwqs[hwq].pending[cpu / 64].fetch_or(1 << (cpu % 64), Ordering::Release);
+        }
+    }
+
+    /// Runs this CPU's completions, polls (under `Poll`) and reruns queues that hold
+    /// turned-away requests: what a CPU that waits for the queue should do meanwhile.
+    pub fn make_progress(&self, cpu: usize) {
+        if cpu >= self.ncpus {
+            return;
+        }
+        self.run_completions(cpu);
+        let poll = self.completion_policy() == CompletionPolicy::Poll;
+        for hwq in 0..self.hwqs.len() {
+            if poll {
+                let _ = self.poll(cpu, hwq);
+            }
+            if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
+                self.run_hw_queue(cpu, hwq);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- dispatch
+
+    /// Runs hardware queue `hwq` from CPU `cpu`: dispatches pending requests to the driver
+    /// unless the queue is quiesced or another CPU is already dispatching (that CPU then runs
+    /// again on our behalf).
+    pub fn run_hw_queue(&self, cpu: usize, hwq: usize) {
+        if hwq >= self.hwqs.len() || cpu >= self.ncpus {
+            return;
+        }
+        if self.need_run(hwq) || self.recheck_need_run(cpu, hwq) {
+            self.dispatch(cpu, hwq);
+        }
+    }
+
+    fn need_run(&self, hwq: usize) -> bool {
+        !self.quiesced() && self.hwqs[hwq].has_pending()
+    }
+
+    /// The slow re-check after the lockless check said "nothing to do", so that a run is never
+    /// lost when `unquiesce` races with an insert (the store-buffer pattern: the inserter
+    /// stores its pending bit then loads the depth; `unquiesce` stores the depth then loads the
+    /// pending bits; each side needs a full barrier between its store and its load).
+    fn recheck_need_run(&self, cpu: usize, hwq: usize) -> bool {
+        match self.quiesce_check() {
+            QuiesceCheck::LockFree => {
+                // Pairs with the fence in `quiesce_nowait`/`unquiesce` (and in
+                // `after_completion`): either we see their store or they see ours.
+                fence(Ordering::SeqCst);
+                self.need_run(hwq)
+            }
+            QuiesceCheck::Locked => {
+                let _guard = self.queue_lock.lock();
+                bump(&self.counters.cpu(cpu).hot_path_locks);
+                // `quiesce_nowait`/`unquiesce` change the depth under this lock, so under it
+                // we see the latest depth (the regressing Linux design).
+                self.need_run(hwq)
+            }
+        }
+    }
+
+    /// Takes the run token (or hands the run to its holder) and dispatches until no rerun is
+    /// requested.
+    fn dispatch(&self, cpu: usize, hwq: usize) {
+        let hq = &self.hwqs[hwq];
+        let mut s = hq.run_state.load(Ordering::Relaxed);
+        loop {
+            if s & RUNNING != 0 {
+                // Someone is dispatching: ask it to go round once more. An RMW (not a plain
+                // load) so that we act on the latest value; Release pairs with the Acquire
+                // swap of the holder, which then sees our pending bit.
+                match hq
+                    .run_state
+                    .compare_exchange_weak(s, s | RERUN, Ordering::AcqRel, Ordering::Relaxed)
+                {
+                    Ok(_) => return,
+                    Err(now) => s = now,
+                }
+            } else {
+                // Acquire pairs with the Release that freed the token: the previous holder's
+                // FIFO updates are visible.
+                match hq
+                    .run_state
+                    .compare_exchange_weak(s, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(now) => s = now,
+                }
+            }
+        }
+        bump(&self.counters.cpu(cpu).queue_runs);
+        loop {
+            // Pairs with the fence in `quiesce_nowait`: either `quiesce` sees RUNNING and
+            // waits for us, or we see the raised depth and dispatch nothing.
+            fence(Ordering::SeqCst);
+            if !self.quiesced() {
+                self.dispatch_once(cpu, hwq);
+            }
+            // Release pairs with the Acquire that takes the token next.
+            match hq
+                .run_state
+                .compare_exchange(RUNNING, 0, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(_) => {
+                    // RERUN was set: consume it and go again. Acquire pairs with the
+                    // requester's AcqRel CAS.
+                    hq.run_state.swap(RUNNING, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// One dispatch pass; the caller holds the run token.
+    fn dispatch_once(&self, cpu: usize, hwq: usize) {
+        let hq = &self.hwqs[hwq];
+        // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
+        let fifo = unsafe { &mut *hq.fifo.get() };
+        // Collect software queues with work. Clear a CPU's bit before taking its list: a push
+        // that finds the list non-empty relies on the bit being set or about to be taken.
+        for (w, word) in hq.pending.iter().enumerate() {
+            if word.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // Acquire pairs with the Release fetch_or in `insert`.
+            let mut bits = word.swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let c = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let chain = self.sw_queues[c].take_newest_first();
+                fifo.append_newest_first(chain, &self.links);
+            }
+        }
+        if fifo.is_empty() {
+            hq.dispatch_nonempty.store(false, Ordering::Relaxed);
+            return;
+        }
+        let set = self.set_of(hwq);
+        let gen_before = self.completion_gen[set].load(Ordering::Relaxed);
+        let ctx = HwCtx {
+            queue: self,
+            hwq: hwq as u16,
+            cpu: cpu as u16,
+        };
+        let counters = self.counters.cpu(cpu);
+        let mut uncommitted = false;
+        let mut turned_away = false;
+        while let Some(index) = fifo.pop_front(&self.links) {
+            let last = fifo.is_empty();
+            let slot = self.slot(index);
+            // SAFETY: the request came off our FIFO, so the block layer owns it; we are the
+            // only context touching it until the driver gets the handle.
+            unsafe { slot.data_mut().hwq = hwq as u16 };
+            slot.state.store(state::DRIVER, Ordering::Relaxed);
+            // SAFETY: state is DRIVER and this is the only handle.
+            let rq = unsafe { Rq::new(self, index, cpu as u16) };
+            bump(&counters.dispatched);
+            match self.driver.queue_rq(&ctx, rq, last) {
+                Ok(()) => uncommitted = !last,
+                Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
+                    let index = rq.into_index();
+                    self.slot(index).state.store(state::QUEUED, Ordering::Relaxed);
+                    fifo.push_front(index, &self.links);
+                    bump(&counters.requeued);
+                    turned_away = true;
+                    break;
+                }
+                Err(QueueRqError::Io(rq, status)) => {
+                    rq.end(if status.is_ok() { Status::IoError } else { status });
+                }
+            }
+        }
+        if uncommitted {
+            bump(&counters.commits);
+            self.driver.commit_rqs(&ctx);
+        }
+        hq.dispatch_nonempty.store(!fifo.is_empty(), Ordering::Relaxed);
+        if turned_away {
+            // Restart protocol (Linux's SCHED_RESTART): we store "FIFO non-empty" then load
+            // the completion generation; a completer bumps the generation then loads "FIFO
+            // non-empty". Full fences on both sides (this one pairs with `after_completion`)
+            // mean that either it reruns us, or we see that resources were freed meanwhile
+            // and go again ourselves.
+            fence(Ordering::SeqCst);
+            if self.completion_gen[set].load(Ordering::Relaxed) != gen_before {
+                hq.run_state.fetch_or(RERUN, Ordering::Relaxed);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- quiesce
+
+    /// Raises the quiesce depth: no `queue_rq` starts until the matching [`Queue::unquiesce`].
+    /// Does not wait for dispatches already running (see [`Queue::quiesce`]). Completions keep
+    /// flowing.
+    pub fn quiesce_nowait(&self) {
+        if self.quiesce_check() == QuiesceCheck::Locked {
+            let _guard = self.queue_lock.lock();
+            self.quiesce_depth.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.quiesce_depth.fetch_add(1, Ordering::Relaxed);
+        }
+        // Pairs with the fences in `dispatch` and `recheck_need_run`.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Quiesces and waits until no CPU is inside the driver's `queue_rq` for this queue.
+    /// Must not be called from a driver callback of this queue.
+    pub fn quiesce(&self) {
+        self.quiesce_nowait();
+        for hq in self.hwqs.iter() {
+            // Acquire pairs with the Release that frees the run token.
+            while hq.run_state.load(Ordering::Acquire) & RUNNING != 0 {
+                spin_loop();
+            }
+        }
+    }
+
+    /// Lowers the quiesce depth; at zero, runs every hardware queue so that requests inserted
+    /// while quiesced are dispatched.
+    pub fn unquiesce(&self, cpu: usize) -> Result<(), BlkError> {
+        self.check_cpu(cpu)?;
+        let dec = |d: u32| d.checked_sub(1);
+        let prev = if self.quiesce_check() == QuiesceCheck::Locked {
+            let _guard = self.queue_lock.lock();
+            self.quiesce_depth
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, dec)
+        } else {
+            self.quiesce_depth
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, dec)
+        };
+        let prev = prev.map_err(|_| BlkError::NotQuiesced)?;
+        if prev == 1 {
+            // Pairs with the fence in `recheck_need_run`: an inserter that still saw us
+            // quiesced has its pending bit visible to the loads below.
+            fence(Ordering::SeqCst);
+            for hwq in 0..self.hwqs.len() {
+                if self.hwqs[hwq].has_pending() {
+                    self.dispatch(cpu, hwq);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the quiesce depth is above zero.
+    pub fn is_quiesced(&self) -> bool {
+        self.quiesced()
+    }
+
+    // ---------------------------------------------------------------- freeze
+
+    /// Blocks new requests (`submit` fails with [`BlkError::Frozen`]); nests.
+    pub fn freeze_start(&self) {
+        let mut depth = self.freeze_depth.lock();
+        if *depth == 0 {
+            self.usage.set_frozen();
+        }
+        *depth += 1;
+    }
+
+    /// Waits, helping the queue along (as [`Queue::make_progress`]), until every request
+    /// inside the queue has finished, for at most `timeout_ns`. Requires `freeze_start`.
+    /// Requests cannot drain while the queue is quiesced.
+    pub fn freeze_wait(&self, cpu: usize, timeout_ns: u64) -> Result<(), BlkError> {
+        self.check_cpu(cpu)?;
+        let t0 = self.platform.now_ns();
+        loop {
+            if self.usage.is_drained() {
+                return Ok(());
+            }
+            if !self.usage.is_frozen() {
+                return Err(BlkError::NotFrozen);
+            }
+            self.make_progress(cpu);
+            if self.platform.now_ns().saturating_sub(t0) > timeout_ns {
+                return Err(BlkError::WaitTimeout {
+                    what: "in-flight requests to drain (freeze)",
+                    in_flight: self.usage.in_flight(),
+                });
+            }
+            spin_loop();
+        }
+    }
+
+    /// `freeze_start` then `freeze_wait`. On timeout the queue stays frozen.
+    pub fn freeze(&self, cpu: usize, timeout_ns: u64) -> Result<(), BlkError> {
+        self.check_cpu(cpu)?;
+        self.freeze_start();
+        self.freeze_wait(cpu, timeout_ns)
+    }
+
+    /// Drops one freeze level; at zero, admits requests again.
+    pub fn unfreeze(&self) -> Result<(), BlkError> {
+        let mut depth = self.freeze_depth.lock();
+        if *depth == 0 {
+            return Err(BlkError::NotFrozen);
+        }
+        *depth -= 1;
+        if *depth == 0 {
+            self.usage.clear_frozen();
+        }
+        Ok(())
+    }
+
+    /// Whether the queue is frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.usage.is_frozen()
+    }
+
+    // ---------------------------------------------------------------- completion
+
+    /// Reports that the hardware completed `tag` on hardware queue `hwq`, on CPU `cpu`
+    /// (typically from the interrupt handler). The values come from the device, so they are
+    /// validated: an out-of-range tag, or a tag that is not in flight (double or stale
+    /// completion), is an error and changes nothing. Never blocks.
+    pub fn complete(&self, cpu: usize, hwq: usize, tag: u32, status: Status) -> Result<(), BlkError> {
+        self.check_cpu(cpu)?;
+        self.check_hwq(hwq)?;
+        if tag >= self.depth {
+            bump(&self.counters.cpu(cpu).spurious_completions);
+            return Err(BlkError::TagOutOfRange { tag, depth: self.depth });
+        }
+        let index = self.set_of(hwq) as u32 * self.depth + tag;
+        let slot = self.slot(index);
+        loop {
+            // Acquire pairs with the Release store in `Rq::issue`.
+            let s = slot.state.load(Ordering::Acquire);
+            match s {
+                state::ISSUED => {
+                    if slot
+                        .state
+                        .compare_exchange(state::ISSUED, state::COMPLETING, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        slot.set_status(status);
+                        self.route_completion(cpu, index);
+                        return Ok(());
+                    }
+                }
+                state::TIMEOUT => {
+                    self.late_status[index as usize].store(status as u8, Ordering::Relaxed);
+                    // Release pairs with the Acquire in the timeout path's failed CAS: it
+                    // sees `late_status`.
+                    if slot
+                        .state
+                        .compare_exchange(
+                            state::TIMEOUT,
+                            state::TIMEOUT_COMPLETED,
+                            Ordering::Release,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                    {
+                        return Ok(());
+                    }
+                }
+                other => {
+                    bump(&self.counters.cpu(cpu).spurious_completions);
+                    return Err(BlkError::NotInFlight {
+                        hwq,
+                        tag,
+                        state: state::name(other),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sends a claimed completion (state COMPLETING) where the policy says.
+    pub(crate) fn route_completion(&self, cpu: usize, index: u32) {
+        let counters = self.counters.cpu(cpu);
+        match self.completion_policy() {
+            CompletionPolicy::Irq => {
+                bump(&counters.completions_irq);
+                self.finish(cpu, index);
+            }
+            CompletionPolicy::Poll => {
+                bump(&counters.completions_poll);
+                self.finish(cpu, index);
+            }
+            CompletionPolicy::Local => {
+                bump(&counters.completions_local);
+                if self.done_lists[cpu].push(index, &self.links) {
+                    bump(&counters.softirqs);
+                    self.platform.raise_completion_softirq(cpu);
+                }
+            }
+            CompletionPolicy::Remote => {
+                // SAFETY: the slot is COMPLETING and we claimed it, so we own it.
+                let target = usize::from(unsafe { self.slot(index).data() }.submit_cpu);
+                if target == cpu {
+                    bump(&counters.completions_irq);
+                    self.finish(cpu, index);
+                } else {
+                    bump(&counters.completions_remote);
+                    if self.done_lists[target].push(index, &self.links) {
+                        bump(&counters.ipis);
+                        self.platform.send_completion_ipi(target);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Finishes the requests on CPU `cpu`'s completion list, oldest first: what the kernel's
+    /// completion IPI / softirq handler on that CPU calls. Returns how many.
+    pub fn run_completions(&self, cpu: usize) -> usize {
+        if cpu >= self.ncpus {
+            return 0;
+        }
+        let mut n = 0;
+        for index in self.done_lists[cpu].take_all(&self.links) {
+            self.finish(cpu, index);
+            n += 1;
+        }
+        n
+    }
+
+    /// Hands a claimed completion to the driver's `complete`.
+    fn finish(&self, cpu: usize, index: u32) {
+        self.slot(index).state.store(state::DRIVER, Ordering::Relaxed);
+        // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
+        // list); it is DRIVER now and this is the only handle.
+        let rq = unsafe { Rq::new(self, index, cpu as u16) };
+        self.driver.complete(rq);
+    }
+
+    /// The single exit: reports the completion, frees the tag, leaves the queue.
+    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status) {
+        let slot = self.slot(index);
+        let (completion, set, hwq) = {
+            // SAFETY: called through an `Rq` (consumed), which owned the slot.
+            let d = unsafe { slot.data() };
+            (
+                Completion {
+                    cookie: d.cookie,
+                    op: d.op,
+                    sector: d.sector,
+                    nr_sectors: d.nr_sectors,
+                    status,
+                    hwq: d.hwq,
+                    tag: d.tag,
+                    submit_cpu: d.submit_cpu,
+                    complete_cpu: cpu as u16,
+                },
+                index / self.depth,
+                usize::from(d.hwq),
+            )
+        };
+        self.platform.end_io(&completion);
+        let counters = self.counters.cpu(cpu);
+        bump(&counters.completed);
+        if !status.is_ok() {
+            bump(&counters.completed_with_error);
+        }
+        slot.state.store(state::FREE, Ordering::Relaxed);
+        // Release inside `free` publishes the FREE state and our last reads to the next owner.
+        let freed = self.tag_sets[set as usize].free(cpu, completion.tag);
+        debug_assert!(freed, "tag {} freed twice", completion.tag);
+        self.usage.exit();
+        self.after_completion(cpu, set as usize, hwq);
+    }
+
+    /// Reruns the queue after a completion (always with `run_queue_on_completion`, otherwise
+    /// only if the driver had turned requests away).
+    fn after_completion(&self, cpu: usize, set: usize, hwq: usize) {
+        self.completion_gen[set].fetch_add(1, Ordering::Relaxed);
+        // Pairs with the fence in `dispatch_once`'s restart protocol.
+        fence(Ordering::SeqCst);
+        if self.run_on_completion {
+            // The fence above already did the lock-free re-check's job; the locked variant
+            // still takes its lock when the lockless check says "nothing to do".
+            let locked = self.quiesce_check() == QuiesceCheck::Locked;
+            if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
+                self.dispatch(cpu, hwq);
+            }
+        }
+        for &h in self.set_hwqs[set].iter() {
+            let h = usize::from(h);
+            if (h != hwq || !self.run_on_completion) && self.hwqs[h].dispatch_nonempty.load(Ordering::Relaxed) {
+                self.run_hw_queue(cpu, h);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- polling and timeouts
+
+    /// Polls hardware queue `hwq` through the driver's `poll`; returns completions found.
+    pub fn poll(&self, cpu: usize, hwq: usize) -> Result<usize, BlkError> {
+        self.check_cpu(cpu)?;
+        self.check_hwq(hwq)?;
+        let ctx = HwCtx {
+            queue: self,
+            hwq: hwq as u16,
+            cpu: cpu as u16,
+        };
+        Ok(self.driver.poll(&ctx))
+    }
+
+    /// The periodic tick: runs the driver's timeout handler for every issued request whose
+    /// deadline has passed, and reruns queues that hold turned-away requests. Returns the
+    /// number of requests that timed out.
+    pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
+        self.check_cpu(cpu)?;
+        let mut expired = 0;
+        if self.timeout_ns != 0 {
+            let now = self.platform.now_ns();
+            for index in 0..self.slots.len() as u32 {
+                if self.check_timeout(cpu, index, now) {
+                    expired += 1;
+                }
+            }
+        }
+        for hwq in 0..self.hwqs.len() {
+            if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
+                self.run_hw_queue(cpu, hwq);
+            }
+        }
+        Ok(expired)
+    }
+
+    fn check_timeout(&self, cpu: usize, index: u32, now: u64) -> bool {
+        let slot = self.slot(index);
+        if slot.state.load(Ordering::Relaxed) != state::ISSUED {
+            return false;
+        }
+        let deadline = slot.deadline.load(Ordering::Relaxed);
+        if deadline == 0 || now < deadline {
+            return false;
+        }
+        // Claim it; a racing completion wins or loses this CAS. Acquire pairs with the Release
+        // in `Rq::issue`.
+        if slot
+            .state
+            .compare_exchange(state::ISSUED, state::TIMEOUT, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // The slot may have been finished and reissued between our loads and the claim:
+        // check the deadline of what we actually claimed.
+        let deadline = slot.deadline.load(Ordering::Relaxed);
+        let action = if deadline == 0 || now < deadline {
+            None
+        } else {
+            let counters = self.counters.cpu(cpu);
+            bump(&counters.timeouts);
+            let mut view = TimedOutRq { queue: self, index };
+            let action = self.driver.timeout(&mut view);
+            if action == TimeoutAction::ResetTimer {
+                bump(&counters.timeout_resets);
+                let next = now.saturating_add(self.timeout_ns).max(1);
+                slot.deadline.store(next, Ordering::Relaxed);
+            }
+            Some(action)
+        };
+        match action {
+            None | Some(TimeoutAction::ResetTimer) => {
+                // Hand it back to the hardware unless it completed meanwhile. Release pairs
+                // with the Acquire in `complete`.
+                if slot
+                    .state
+                    .compare_exchange(state::TIMEOUT, state::ISSUED, Ordering::Release, Ordering::Acquire)
+                    .is_err()
+                {
+                    let late = self.late_status[index as usize].load(Ordering::Relaxed);
+                    slot.set_status(Status::from_u8(late));
+                    slot.state.store(state::COMPLETING, Ordering::Relaxed);
+                    self.route_completion(cpu, index);
+                }
+            }
+            Some(TimeoutAction::Done(status)) => {
+                // Whether or not a completion arrived meanwhile, the driver's verdict stands.
+                slot.state.swap(state::COMPLETING, Ordering::Acquire);
+                slot.set_status(status);
+                self.route_completion(cpu, index);
+            }
+        }
+        action.is_some()
+    }
+}

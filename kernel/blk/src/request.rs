@@ -1,0 +1,291 @@
+//! Request descriptions (what a submitter asks for) and the preallocated per-tag request slots.
+
+use crate::sync::{AtomicU8, AtomicU64, Ordering};
+use alloc::boxed::Box;
+use alloc::vec;
+use core::cell::UnsafeCell;
+
+/// Bytes per sector: the block layer counts in 512-byte sectors, like Linux.
+pub const SECTOR_SIZE: u32 = 512;
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Read `nr_sectors` from `sector` into the segments.
+    Read,
+    /// Write the segments to `nr_sectors` from `sector`.
+    Write,
+    /// Flush the device's volatile cache; carries no data.
+    Flush,
+    /// A driver-defined command (for MegaRAID: a DCMD/admin frame). The block layer does not
+    /// bounds-check it; the code is passed to the driver untouched.
+    Driver(u32),
+}
+
+/// One scatter-gather element of DMA memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Physical (bus) address the device uses.
+    pub phys: u64,
+    /// Length in bytes.
+    pub len: u32,
+    virt: *mut u8,
+}
+
+// SAFETY: a Segment is a description of memory, not an access to it. The only dereference of
+// `virt` happens in code that relies on the contract of `Segment::with_virt`, which the creator
+// promised holds for whichever thread performs the I/O.
+unsafe impl Send for Segment {}
+// SAFETY: as above; shared references to a Segment only read its three plain fields.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// A segment the device reaches by physical address only (no CPU mapping is given, so a
+    /// memory-backed null device will not copy data for it).
+    pub const fn new(phys: u64, len: u32) -> Self {
+        Self {
+            phys,
+            len,
+            virt: core::ptr::null_mut(),
+        }
+    }
+
+    /// A segment that also carries its CPU mapping, so that a software device (null, ramdisk)
+    /// can copy data.
+    ///
+    /// # Safety
+    /// From submission until the request's completion is reported through
+    /// [`crate::Platform::end_io`], `virt..virt + len` must be valid for reads and writes, and
+    /// nothing else may access it (the device owns the buffer while the I/O is in flight).
+    pub const unsafe fn with_virt(phys: u64, virt: *mut u8, len: u32) -> Self {
+        Self { phys, len, virt }
+    }
+
+    /// The CPU mapping, if one was given. Dereferencing it is sound only under the contract of
+    /// [`Segment::with_virt`].
+    pub fn virt(&self) -> Option<*mut u8> {
+        (!self.virt.is_null()).then_some(self.virt)
+    }
+
+    const EMPTY: Self = Self::new(0, 0);
+}
+
+/// A block I/O as the submitter describes it. The block layer copies it into a preallocated
+/// request, so the borrowed segment list need only live for the `submit` call (the memory the
+/// segments point to is another matter, see [`Segment::with_virt`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Bio<'a> {
+    /// Operation.
+    pub op: Op,
+    /// First 512-byte sector.
+    pub sector: u64,
+    /// Length in 512-byte sectors (0 for a flush).
+    pub nr_sectors: u32,
+    /// Scatter-gather list; the lengths must add up to `nr_sectors * 512` (may be empty for a
+    /// flush or a driver command).
+    pub segments: &'a [Segment],
+    /// Opaque value handed back in the [`Completion`].
+    pub cookie: u64,
+    /// Take the tag from the reserved (admin) pool.
+    pub reserved_tag: bool,
+}
+
+impl<'a> Bio<'a> {
+    /// A read of `nr_sectors` at `sector` into `segments`.
+    pub fn read(sector: u64, nr_sectors: u32, segments: &'a [Segment], cookie: u64) -> Self {
+        Self {
+            op: Op::Read,
+            sector,
+            nr_sectors,
+            segments,
+            cookie,
+            reserved_tag: false,
+        }
+    }
+
+    /// A write of `segments` to `nr_sectors` at `sector`.
+    pub fn write(sector: u64, nr_sectors: u32, segments: &'a [Segment], cookie: u64) -> Self {
+        Self {
+            op: Op::Write,
+            ..Self::read(sector, nr_sectors, segments, cookie)
+        }
+    }
+
+    /// A cache flush.
+    pub fn flush(cookie: u64) -> Self {
+        Self {
+            op: Op::Flush,
+            ..Self::read(0, 0, &[], cookie)
+        }
+    }
+}
+
+/// Outcome of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Success.
+    Ok = 0,
+    /// The device reported an I/O error.
+    IoError = 1,
+    /// The request timed out and the driver gave up on it.
+    Timeout = 2,
+    /// The device does not support the operation.
+    NotSupported = 3,
+    /// The driver aborted the request (reset, shutdown).
+    Aborted = 4,
+}
+
+impl Status {
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Ok,
+            1 => Self::IoError,
+            2 => Self::Timeout,
+            3 => Self::NotSupported,
+            _ => Self::Aborted,
+        }
+    }
+
+    /// Whether this is [`Status::Ok`].
+    pub fn is_ok(self) -> bool {
+        self == Self::Ok
+    }
+}
+
+/// What the block layer reports for each finished request through [`crate::Platform::end_io`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The submitter's cookie.
+    pub cookie: u64,
+    /// Operation.
+    pub op: Op,
+    /// First sector.
+    pub sector: u64,
+    /// Length in sectors.
+    pub nr_sectors: u32,
+    /// Final status.
+    pub status: Status,
+    /// Hardware queue the request went through.
+    pub hwq: u16,
+    /// Tag it held.
+    pub tag: u32,
+    /// CPU that submitted it.
+    pub submit_cpu: u16,
+    /// CPU on which it completed.
+    pub complete_cpu: u16,
+}
+
+/// Request slot states. The state says who owns the slot's data; every transition out of a
+/// state is made by its owner, or by a CAS that claims ownership.
+pub(crate) mod state {
+    /// Tag free; nobody owns the slot.
+    pub const FREE: u8 = 0;
+    /// Owned by the block layer: being filled, on a software queue or a dispatch list.
+    pub const QUEUED: u8 = 1;
+    /// Owned by the driver through an `Rq` handle.
+    pub const DRIVER: u8 = 2;
+    /// Issued to the hardware; the next owner is whoever claims it by CAS (completion or
+    /// timeout).
+    pub const ISSUED: u8 = 3;
+    /// Completion claimed; on a completion list or being finished.
+    pub const COMPLETING: u8 = 4;
+    /// The timeout handler owns it.
+    pub const TIMEOUT: u8 = 5;
+    /// A completion arrived while the timeout handler ran; the handler's context finishes it.
+    pub const TIMEOUT_COMPLETED: u8 = 6;
+
+    pub fn name(s: u8) -> &'static str {
+        match s {
+            FREE => "free",
+            QUEUED => "queued",
+            DRIVER => "owned by driver",
+            ISSUED => "issued",
+            COMPLETING => "completing",
+            TIMEOUT => "timing out",
+            TIMEOUT_COMPLETED => "completed during timeout",
+            _ => "invalid",
+        }
+    }
+}
+
+/// The owner-only part of a request slot.
+pub(crate) struct SlotData<P> {
+    pub op: Op,
+    pub sector: u64,
+    pub nr_sectors: u32,
+    pub cookie: u64,
+    pub submit_cpu: u16,
+    pub hwq: u16,
+    pub tag: u32,
+    pub nr_segments: u16,
+    pub segments: Box<[Segment]>,
+    pub pdu: P,
+}
+
+/// One preallocated request.
+pub(crate) struct Slot<P> {
+    pub state: AtomicU8,
+    pub status: AtomicU8,
+    /// Absolute deadline in ns (0: none). Read by the timeout scan without owning the slot.
+    pub deadline: AtomicU64,
+    data: UnsafeCell<SlotData<P>>,
+}
+
+// SAFETY: `data` is only accessed by the slot's current owner as defined by `state` (see
+// `state`); ownership moves between threads through atomic transitions with Acquire/Release
+// ordering, so the data is never accessed concurrently. `P: Send` because the driver data moves
+// between the threads that own the slot in turn.
+unsafe impl<P: Send> Sync for Slot<P> {}
+
+impl<P> Slot<P> {
+    pub fn new(max_segments: usize, tag: u32, hwq: u16, pdu: P) -> Self {
+        Self {
+            state: AtomicU8::new(state::FREE),
+            status: AtomicU8::new(Status::Ok as u8),
+            deadline: AtomicU64::new(0),
+            data: UnsafeCell::new(SlotData {
+                op: Op::Read,
+                sector: 0,
+                nr_sectors: 0,
+                cookie: 0,
+                submit_cpu: 0,
+                hwq,
+                tag,
+                nr_segments: 0,
+                segments: vec![Segment::EMPTY; max_segments].into_boxed_slice(),
+                pdu,
+            }),
+        }
+    }
+
+    /// Shared access to the data.
+    ///
+    /// # Safety
+    /// The caller owns the slot (per `state`) or otherwise knows that no `&mut` to the data
+    /// exists for the lifetime of the returned reference.
+    #[inline]
+    pub unsafe fn data(&self) -> &SlotData<P> {
+        // SAFETY: guaranteed by the caller.
+        unsafe { &*self.data.get() }
+    }
+
+    /// Exclusive access to the data.
+    ///
+    /// # Safety
+    /// The caller owns the slot (per `state`) and holds no other reference to the data.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    pub unsafe fn data_mut(&self) -> &mut SlotData<P> {
+        // SAFETY: guaranteed by the caller.
+        unsafe { &mut *self.data.get() }
+    }
+
+    pub fn status(&self) -> Status {
+        Status::from_u8(self.status.load(Ordering::Relaxed))
+    }
+
+    pub fn set_status(&self, s: Status) {
+        self.status.store(s as u8, Ordering::Relaxed);
+    }
+}
