@@ -35,10 +35,10 @@ pub fn kernel_image_range() -> (u64, u64) {
 
 /// The AP real-mode trampoline image, to be copied to [`AP_TRAMPOLINE_BASE`].
 pub fn ap_trampoline_image() -> &'static [u8] {
-    // SAFETY: both symbols delimit one contiguous read-only blob in `.rodata`
-    // emitted by the assembly above; end >= start by construction.
     let start = core::ptr::addr_of!(ap_trampoline_start);
     let end = core::ptr::addr_of!(ap_trampoline_end);
+    // SAFETY: both symbols delimit one contiguous read-only blob in `.rodata`
+    // emitted by the assembly above; end >= start by construction.
     unsafe { core::slice::from_raw_parts(start, end as usize - start as usize) }
 }
 

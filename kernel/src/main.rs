@@ -133,8 +133,8 @@ fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Ca
     }
     let t = &mem.totals;
     kprintln!(
-        "memory: ram {} MiB (usable {} KiB, reserved {} KiB, top {:#x}); heap {} MiB; free {} MiB{}",
-        mib_rounded(t.ram),
+        "memory: ram {} MiB (usable + ACPI, rounded up to 2 MiB; usable {} KiB, reserved {} KiB, top {:#x}); heap {} MiB; free {} MiB{}",
+        ram_mib(t.ram),
         t.usable / 1024,
         t.reserved / 1024,
         t.top,
@@ -163,9 +163,11 @@ fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Ca
     }
 }
 
-/// Bytes to MiB, rounded to the nearest MiB (firmware keeps a few pages).
-fn mib_rounded(bytes: u64) -> u64 {
-    (bytes + (1 << 19)) >> 20
+/// Installed RAM in MiB: the firmware map loses the legacy VGA/BIOS hole and
+/// keeps a few pages for itself, so round the usable + ACPI total up to the
+/// 2 MiB granularity memory is configured in.
+fn ram_mib(bytes: u64) -> u64 {
+    bytes.next_multiple_of(2 << 20) >> 20
 }
 
 #[panic_handler]

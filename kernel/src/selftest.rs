@@ -12,7 +12,7 @@ pub fn run(test: SelfTest) {
     match test {
         SelfTest::PageFault => {
             // Beyond the identity-mapped 4 GiB: not present.
-            let p = 0xdead_beef_000u64 as *const u64;
+            let p = 0x0dea_dbee_f000_u64 as *const u64;
             // SAFETY: deliberately invalid; the #PF handler ends the run.
             let v = unsafe { core::ptr::read_volatile(p) };
             crate::exit::failure(format_args!("read of an unmapped address returned {v:#x}"));

@@ -1,1 +1,285 @@
-fn main() {}
+//! `cargo xtask`: build, boot, test and package baremq.
+//!
+//! ```text
+//! cargo xtask build [--debug]
+//! cargo xtask run [OPTIONS] [-- KERNEL ARGS...]     the main job
+//! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list]
+//! cargo xtask test                                   every check CI runs
+//! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! ```
+
+mod elfcheck;
+mod qemu;
+mod runner;
+mod scenario;
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  build [--debug]                 build the kernel ELF and check its boot headers
+  run [options] [-- ARGS...]      boot baremq in QEMU, stream the console, exit with the kernel's verdict
+      --debug                     debug kernel (default: release)
+      --kvm                       use KVM (default: TCG)
+      --smp N                     CPUs (default 2)
+      --mem SIZE                  memory, e.g. 512M (default 512M)
+      --machine pc|q35            machine type (default q35)
+      --bios qboot|seabios|ovmf   firmware (default qboot)
+      --timeout S                 kill QEMU after S seconds (default 300)
+      ARGS                        kernel command line, e.g. -- log=debug test=timer
+  qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
+      --filter PATTERN            only scenarios whose name contains PATTERN
+      --jobs N                    parallel QEMUs (default: number of cores)
+      --debug | --kvm | --list
+  test                            fmt, clippy, host tests, loom models, then qemu-test
+  image [--debug] [-- ARGS...]    GRUB rescue image (BIOS and UEFI) at target/baremq.iso
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest = &args[1..];
+    let result = match cmd.as_str() {
+        "build" => cmd_build(rest).map(|_| true),
+        "run" => cmd_run(rest),
+        "qemu-test" => runner::cmd_qemu_test(rest),
+        "test" => cmd_test(rest),
+        "image" => cmd_image(rest).map(|_| true),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(true)
+        }
+        other => Err(format!("unknown command '{other}'\n{USAGE}")),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (parent of this crate).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+pub fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// Runs a command in the workspace root, echoing it; Err when it fails.
+pub fn sh(cmd: &mut Command) -> Result<(), String> {
+    cmd.current_dir(root());
+    let shown = format!("{cmd:?}").replace('"', "");
+    println!("xtask: $ {shown}");
+    let status = cmd.status().map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("command failed ({status}): {shown}"))
+    }
+}
+
+/// Splits `[options] [-- args]`.
+fn split_dashdash(args: &[String]) -> (&[String], &[String]) {
+    match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], &args[i + 1..]),
+        None => (args, &[]),
+    }
+}
+
+/// Takes the value following `flag`.
+fn value<'a>(opts: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
+    *i += 1;
+    opts.get(*i)
+        .map(String::as_str)
+        .ok_or_else(|| format!("{flag} needs a value"))
+}
+
+/// Builds the kernel and checks the ELF. Returns its path.
+pub fn build_kernel(debug: bool) -> Result<PathBuf, String> {
+    setup::ensure_target()?;
+    let mut cmd = Command::new(cargo());
+    cmd.args(["build", "-p", "kernel", "--target", "x86_64-unknown-none"]);
+    if !debug {
+        cmd.arg("--release");
+    }
+    sh(&mut cmd)?;
+    let path = root()
+        .join("target/x86_64-unknown-none")
+        .join(if debug { "debug" } else { "release" })
+        .join("kernel");
+    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let report = elfcheck::check(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!(
+        "xtask: kernel {} ok: entry {:#x}, {} PT_LOAD, multiboot1 at +{:#x}, multiboot2 at +{:#x}, PVH entry {:#x}",
+        path.display(),
+        report.entry,
+        report.loads,
+        report.multiboot1_offset,
+        report.multiboot2_offset,
+        report.pvh_entry
+    );
+    Ok(path)
+}
+
+fn cmd_build(args: &[String]) -> Result<PathBuf, String> {
+    let mut debug = false;
+    for a in args {
+        match a.as_str() {
+            "--debug" => debug = true,
+            "--release" => debug = false,
+            other => return Err(format!("build: unknown option '{other}'")),
+        }
+    }
+    build_kernel(debug)
+}
+
+fn cmd_run(args: &[String]) -> Result<bool, String> {
+    let (opts, kernel_args) = split_dashdash(args);
+    let mut debug = false;
+    let mut accel = qemu::Accel::Tcg;
+    let mut smp = "2".to_string();
+    let mut mem = "512M".to_string();
+    let mut machine = "q35".to_string();
+    let mut firmware = qemu::Firmware::Qboot;
+    let mut timeout = 300u64;
+    let mut i = 0;
+    while i < opts.len() {
+        match opts[i].as_str() {
+            "--debug" => debug = true,
+            "--release" => debug = false,
+            "--kvm" => accel = qemu::Accel::Kvm,
+            "--tcg" => accel = qemu::Accel::Tcg,
+            "--smp" => {
+                let v = value(opts, &mut i, "--smp")?;
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or(format!("--smp '{v}': use 1..64"))?;
+                smp = v.to_string();
+            }
+            "--mem" => {
+                let v = value(opts, &mut i, "--mem")?;
+                scenario::parse_size(v).ok_or(format!("--mem '{v}': use a size like 512M or 2G"))?;
+                mem = v.to_string();
+            }
+            "--machine" => {
+                let v = value(opts, &mut i, "--machine")?;
+                if v != "pc" && v != "q35" {
+                    return Err(format!("--machine '{v}': use pc or q35"));
+                }
+                machine = v.to_string();
+            }
+            "--bios" => {
+                firmware = match value(opts, &mut i, "--bios")? {
+                    "qboot" => qemu::Firmware::Qboot,
+                    "seabios" => qemu::Firmware::SeaBios,
+                    "ovmf" => return Err("--bios ovmf needs a GRUB image: use `cargo xtask image` (see README)".into()),
+                    v => return Err(format!("--bios '{v}': use qboot or seabios")),
+                }
+            }
+            "--timeout" => {
+                let v = value(opts, &mut i, "--timeout")?;
+                timeout = v
+                    .parse()
+                    .ok()
+                    .filter(|t| *t > 0)
+                    .ok_or(format!("--timeout '{v}': seconds, > 0"))?;
+            }
+            other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
+        }
+        i += 1;
+    }
+    setup::ensure_qemu()?;
+    let kernel = build_kernel(debug)?;
+    let m = qemu::Machine {
+        accel,
+        firmware,
+        kernel: Some(kernel),
+        cdrom: None,
+        append: kernel_args.to_vec(),
+        extra: vec!["-M".into(), machine, "-smp".into(), smp, "-m".into(), mem],
+    };
+    let args = m.args();
+    println!("xtask: qemu-system-x86_64 {}", args.join(" "));
+    let out = qemu::run(
+        &args,
+        Duration::from_secs(timeout),
+        true,
+        Some(&root().join("target/run.log")),
+    )?;
+    let verdict = scenario::judge(
+        &scenario::Boot {
+            output: vec![],
+            ..scenario::Boot::default()
+        },
+        out.exit_code,
+        &out.output,
+    );
+    match verdict {
+        Ok(()) => {
+            println!("xtask: run succeeded in {:.2} s", out.elapsed.as_secs_f64());
+            Ok(true)
+        }
+        Err(why) => {
+            println!("xtask: run FAILED: {why}");
+            Ok(false)
+        }
+    }
+}
+
+fn cmd_test(args: &[String]) -> Result<bool, String> {
+    if let Some(a) = args.first() {
+        return Err(format!("test: unknown option '{a}'"));
+    }
+    setup::ensure_target()?;
+    setup::ensure_qemu()?;
+    let bare_metal = [
+        "-p", "kernel", "-p", "boot", "-p", "bootinfo", "-p", "blk", "-p", "platform",
+    ];
+    let bare_metal_more = ["-p", "workload", "-p", "megasas"];
+    sh(Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
+    sh(Command::new(cargo()).args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    sh(Command::new(cargo())
+        .args(["clippy", "--target", "x86_64-unknown-none"])
+        .args(bare_metal)
+        .args(bare_metal_more)
+        .args(["--", "-D", "warnings"]))?;
+    sh(Command::new(cargo()).args(["test"]))?;
+    runner::run_loom()?;
+    runner::cmd_qemu_test(&[])
+}
+
+fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
+    let (opts, kernel_args) = split_dashdash(args);
+    let mut debug = false;
+    for a in opts {
+        match a.as_str() {
+            "--debug" => debug = true,
+            other => return Err(format!("image: unknown option '{other}'")),
+        }
+    }
+    let kernel = build_kernel(debug)?;
+    let out = root().join("target/baremq.iso");
+    setup::make_grub_image(&kernel, &out, &kernel_args.join(" "), 5)?;
+    println!(
+        "xtask: wrote {} (GRUB, BIOS and UEFI; serial console on COM1 at 115200)",
+        out.display()
+    );
+    Ok(out)
+}

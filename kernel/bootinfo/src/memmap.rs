@@ -69,8 +69,8 @@ pub struct MemoryTotals {
     pub usable: u64,
     /// Bytes in every other kind of region.
     pub reserved: u64,
-    /// Usable plus ACPI-reclaimable: the RAM the machine was given, minus
-    /// the legacy holes and firmware-reserved pages.
+    /// Usable plus ACPI (reclaimable and NVS): the RAM the machine was
+    /// given, minus the legacy holes and firmware-reserved pages.
     pub ram: u64,
     /// Highest usable address (exclusive).
     pub top: u64,
@@ -86,7 +86,7 @@ pub fn totals(regions: &[MemoryRegion]) -> MemoryTotals {
                 t.ram += r.len;
                 t.top = t.top.max(r.end());
             }
-            MemoryKind::AcpiReclaimable => {
+            MemoryKind::AcpiReclaimable | MemoryKind::AcpiNvs => {
                 t.ram += r.len;
                 t.reserved += r.len;
             }

@@ -1,1 +1,53 @@
+//! baremq's workload engine: a built-in, fio-style I/O generator with verification, written as
+//! hardware-independent logic that the kernel runs on every submitting CPU.
+//!
+//! The flow for one job:
+//!
+//! 1. [`parse_cmdline`] / [`parse_jobs`] turn `key=value` words into [`JobSpec`]s (syntax in [`job`]).
+//! 2. [`plan_job`] checks a spec against a [`DeviceInfo`] and the online CPUs and splits the region
+//!    between CPUs ([`JobPlan`]; warnings such as a capped `iodepth` are in `plan.warnings`).
+//! 3. The kernel creates one [`JobShared`], and every submitting CPU calls [`run_cpu`] with its own
+//!    [`IoBackend`] (the block layer on that CPU). Meanwhile one CPU may print [`ProgressMeter`]
+//!    lines from [`JobShared::total`].
+//! 4. [`JobReport::new`] merges the [`CpuResult`]s; the kernel adds its per-CPU counters
+//!    ([`JobReport::add_counter`]) and prints [`JobReport::write_human`] and
+//!    [`JobReport::write_json_line`].
+//!
+//! The crate is `no_std` + `alloc`, uses no floating point, and allocates only when a job starts and
+//! ends, never per I/O.
+
 #![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod crc32c;
+pub mod engine;
+pub mod error;
+pub mod generator;
+pub mod hist;
+pub mod job;
+pub mod json;
+pub mod plan;
+pub mod report;
+pub mod rng;
+pub mod values;
+pub mod verify;
+
+pub use engine::{
+    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, JobShared, LiveCounts,
+    OpStats, SubmitError, VerifyStats, run_cpu,
+};
+pub use error::WorkloadError;
+pub use generator::IoGenerator;
+pub use hist::LatencyHistogram;
+pub use job::{
+    CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode, VerifyMode, parse_cmdline,
+    parse_jobs,
+};
+pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
+pub use report::{JSON_PREFIX, JobReport, ProgressMeter, VerifyResult};
+pub use values::CpuSet;
+pub use verify::{MismatchField, VerifyMismatch};

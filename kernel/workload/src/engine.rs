@@ -1,0 +1,738 @@
+//! The per-CPU engine loop, generic over an [`IoBackend`] that the kernel implements on top of its
+//! block layer (and tests implement in memory).
+//!
+//! Each submitting CPU calls [`run_cpu`] with its own backend. The loop keeps `iodepth` requests in
+//! flight, stamps write buffers and checks read buffers when the job verifies, records completion
+//! latencies in per-CPU histograms, and counts errors on exactly the I/Os that failed. It stops at the
+//! runtime, after its share of `size`, or when [`JobShared::request_stop`] is called, drains what is in
+//! flight, and (for verify jobs that wrote) reads back and checks every block it wrote.
+//!
+//! Everything the loop needs is allocated when it starts; submitting and reaping never allocate.
+//! CPUs share nothing but the [`JobShared`] counters they publish for the progress line, each written
+//! by one CPU only.
+
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+use crate::error::WorkloadError;
+use crate::generator::IoGenerator;
+use crate::hist::LatencyHistogram;
+use crate::job::{ExpectedGeneration, VerifyMode};
+use crate::plan::{CpuSlice, JobPlan, VerifyScheme};
+use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_block, fill_block};
+
+/// Per CPU, at most this many I/O errors are kept with their LBA (all are counted).
+pub const MAX_ERROR_RECORDS: usize = 8;
+
+/// Direction of one I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoOp {
+    /// Device to memory.
+    Read,
+    /// Memory to device.
+    Write,
+}
+
+impl IoOp {
+    /// `read` or `write`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+        }
+    }
+}
+
+/// Why one I/O failed, as the backend reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoError {
+    /// The device completed the request with an error status (driver-specific code).
+    Device {
+        /// The status code.
+        status: u32,
+    },
+    /// The block layer timed the request out.
+    Timeout,
+    /// The request was aborted (e.g. by a controller reset).
+    Aborted,
+    /// The block layer refused the request (e.g. out of range, queue dying), with its own code.
+    Rejected {
+        /// The block layer's code.
+        code: u32,
+    },
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Device { status } => write!(f, "device status {status:#x}"),
+            Self::Timeout => f.write_str("timeout"),
+            Self::Aborted => f.write_str("aborted"),
+            Self::Rejected { code } => write!(f, "rejected (code {code})"),
+        }
+    }
+}
+
+/// Why [`IoBackend::submit`] did not start a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitError {
+    /// No resources right now (tags, queue slots); the engine retries the same I/O later.
+    Busy,
+    /// The request failed at once; the engine counts it as an I/O that completed with this error.
+    Failed(IoError),
+}
+
+/// One finished request, as reported by [`IoBackend::poll_completions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The slot passed to `submit`.
+    pub slot: usize,
+    /// Its outcome.
+    pub result: Result<(), IoError>,
+}
+
+impl Completion {
+    /// A placeholder for preallocated completion arrays.
+    pub const EMPTY: Self = Self { slot: usize::MAX, result: Ok(()) };
+}
+
+/// What the engine needs from the block layer on one CPU.
+///
+/// The engine uses slots `0..iodepth`; a slot has at most one request in flight. Buffers belong to
+/// the backend (so it can hand out DMA-able memory) and must stay valid while their slot is in flight.
+pub trait IoBackend {
+    /// The data buffer of `slot`, at least `bs` bytes long (the engine uses the first `bs` bytes).
+    /// The engine fills it before a write and reads it after a read completes; it never touches the
+    /// buffer of a slot in flight.
+    fn slot_buffer(&mut self, slot: usize) -> &mut [u8];
+
+    /// Starts a request: `sectors` sectors at `lba`, between the device and `slot`'s buffer.
+    fn submit(&mut self, slot: usize, op: IoOp, lba: u64, sectors: u32) -> Result<(), SubmitError>;
+
+    /// Writes finished requests into `out` and returns how many it wrote (at most `out.len()`;
+    /// larger returns are clamped). Requests not reported now must be reported by a later call.
+    fn poll_completions(&mut self, out: &mut [Completion]) -> usize;
+
+    /// A monotonic clock in nanoseconds.
+    fn now_ns(&self) -> u64;
+
+    /// Called when a poll found nothing to reap; a kernel may pause or wait for an interrupt here.
+    fn idle(&mut self) {}
+}
+
+/// Which part of the job a CPU is in, as published for the progress line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuPhase {
+    /// Not started yet.
+    Starting,
+    /// The measured phase.
+    Running,
+    /// Reading back and checking what was written.
+    Verifying,
+    /// Done; its counters are final.
+    Finished,
+}
+
+impl CpuPhase {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::Running,
+            2 => Self::Verifying,
+            3 => Self::Finished,
+            _ => Self::Starting,
+        }
+    }
+}
+
+/// Counters one CPU publishes while it runs, for the progress line. Each field has one writer (the
+/// CPU running the engine) and any number of readers.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct CpuLive {
+    ios: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    mismatches: AtomicU64,
+    phase: AtomicU8,
+}
+
+/// A consistent-enough reading of one CPU's live counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LiveCounts {
+    /// Completed I/Os (including failed ones and those of the verify pass).
+    pub ios: u64,
+    /// Bytes moved by successful I/Os.
+    pub bytes: u64,
+    /// Failed I/Os.
+    pub errors: u64,
+    /// Verify mismatches.
+    pub mismatches: u64,
+}
+
+impl LiveCounts {
+    /// Field-wise sum.
+    pub fn add(&mut self, other: &Self) {
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        self.errors += other.errors;
+        self.mismatches += other.mismatches;
+    }
+}
+
+impl CpuLive {
+    fn publish(&self, counts: &LiveCounts) {
+        // Relaxed: plain statistics for display, with no data published through them. The final
+        // values are ordered before `finish`'s Release store of the phase.
+        self.ios.store(counts.ios, Ordering::Relaxed);
+        self.bytes.store(counts.bytes, Ordering::Relaxed);
+        self.errors.store(counts.errors, Ordering::Relaxed);
+        self.mismatches.store(counts.mismatches, Ordering::Relaxed);
+    }
+
+    fn set_phase(&self, phase: CpuPhase) {
+        // Release pairs with the Acquire load in `phase()`: a reader that sees `Finished` also sees
+        // the last `publish`.
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// The CPU's current phase.
+    pub fn phase(&self) -> CpuPhase {
+        // Acquire pairs with the Release store in `set_phase`.
+        CpuPhase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    /// The CPU's latest published counters.
+    pub fn counts(&self) -> LiveCounts {
+        // Relaxed: see `publish`; exact once `phase()` has returned `Finished`.
+        LiveCounts {
+            ios: self.ios.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            mismatches: self.mismatches.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// State shared by all CPUs of one job: a stop flag and the live counters. Create one per job with
+/// [`JobShared::new`] and hand a reference to every CPU.
+#[derive(Debug)]
+pub struct JobShared {
+    stop: AtomicBool,
+    live: Box<[CpuLive]>,
+}
+
+impl JobShared {
+    /// Shared state for a job with `plan.cpus.len()` CPUs.
+    pub fn new(plan: &JobPlan) -> Self {
+        let live = (0..plan.cpus.len()).map(|_| CpuLive::default()).collect();
+        Self { stop: AtomicBool::new(false), live }
+    }
+
+    /// Asks every CPU to stop issuing I/O, drain, and return (skipping the verify pass).
+    pub fn request_stop(&self) {
+        // Relaxed: a hint polled in the loop; the only thing it orders is "stop soon".
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a stop was requested.
+    pub fn stop_requested(&self) -> bool {
+        // Relaxed: see `request_stop`.
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Live counters of the CPU at `cpu_index` in the plan.
+    pub fn cpu(&self, cpu_index: usize) -> Option<&CpuLive> {
+        self.live.get(cpu_index)
+    }
+
+    /// Sum of every CPU's live counters.
+    pub fn total(&self) -> LiveCounts {
+        let mut total = LiveCounts::default();
+        for cpu in self.live.iter() {
+            total.add(&cpu.counts());
+        }
+        total
+    }
+
+    /// Whether every CPU has finished.
+    pub fn all_finished(&self) -> bool {
+        self.live.iter().all(|cpu| cpu.phase() == CpuPhase::Finished)
+    }
+
+    /// Whether any CPU is in its verify pass.
+    pub fn any_verifying(&self) -> bool {
+        self.live.iter().any(|cpu| cpu.phase() == CpuPhase::Verifying)
+    }
+}
+
+/// Counts and latencies of one direction in the measured phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpStats {
+    /// Completed I/Os, failed ones included.
+    pub ios: u64,
+    /// Bytes moved by successful I/Os.
+    pub bytes: u64,
+    /// Failed I/Os.
+    pub errors: u64,
+    /// Submit-to-completion latency of successful I/Os, in ns.
+    pub latency: LatencyHistogram,
+}
+
+impl OpStats {
+    fn new() -> Self {
+        Self { ios: 0, bytes: 0, errors: 0, latency: LatencyHistogram::new() }
+    }
+}
+
+/// Verify outcome on one CPU (both phases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VerifyStats {
+    /// Blocks read and found correct.
+    pub checked: u64,
+    /// Blocks read whose content was not known (not yet written in this job, or a failed write).
+    pub unchecked: u64,
+    /// Blocks read that did not match.
+    pub mismatches: u64,
+    /// The first mismatch, with the clock value when it was found.
+    pub first_mismatch: Option<(u64, VerifyMismatch)>,
+    /// Reads issued by the verify pass (after the measured phase).
+    pub pass_reads: u64,
+    /// How long the verify pass took, in ns.
+    pub pass_ns: u64,
+    /// Whether the verify pass was skipped because the job was stopped.
+    pub pass_skipped: bool,
+}
+
+/// One failed I/O, kept with its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoErrorRecord {
+    /// Clock value at completion.
+    pub at_ns: u64,
+    /// Direction.
+    pub op: IoOp,
+    /// First sector.
+    pub lba: u64,
+    /// What went wrong.
+    pub error: IoError,
+    /// Whether it happened in the verify pass.
+    pub in_verify_pass: bool,
+}
+
+/// Everything one CPU measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuResult {
+    /// The CPU number.
+    pub cpu: u32,
+    /// Reads of the measured phase.
+    pub read: OpStats,
+    /// Writes of the measured phase.
+    pub write: OpStats,
+    /// Length of the measured phase: first submit to last completion, in ns.
+    pub runtime_ns: u64,
+    /// Verify outcome.
+    pub verify: VerifyStats,
+    /// Failed I/Os in both phases (the measured phase's are also in `read`/`write`).
+    pub errors: u64,
+    /// The first [`MAX_ERROR_RECORDS`] failed I/Os.
+    pub error_records: Vec<IoErrorRecord>,
+    /// Whether the CPU stopped because a stop was requested (by the kernel or by `stop_on_error`).
+    pub stopped_early: bool,
+}
+
+impl CpuResult {
+    /// Completed I/Os of the measured phase.
+    pub fn ios(&self) -> u64 {
+        self.read.ios + self.write.ios
+    }
+}
+
+/// Runs the job's share of CPU `cpu_index` (an index into `plan.cpus`) through `backend`, publishing
+/// progress in `shared`. Returns the CPU's measurements, or an error if the backend misbehaves
+/// (a bogus completion, a buffer too small) or stalls for longer than the job's `io_timeout`.
+pub fn run_cpu<B: IoBackend + ?Sized>(
+    plan: &JobPlan,
+    cpu_index: usize,
+    backend: &mut B,
+    shared: &JobShared,
+) -> Result<CpuResult, WorkloadError> {
+    let slice = *plan
+        .cpus
+        .get(cpu_index)
+        .ok_or(WorkloadError::CpuIndexOutOfRange { index: cpu_index, cpus: plan.cpus.len() })?;
+    let live = shared
+        .cpu(cpu_index)
+        .ok_or(WorkloadError::CpuIndexOutOfRange { index: cpu_index, cpus: shared.live.len() })?;
+    let mut run = CpuRun::new(plan, slice, backend, shared, live)?;
+    live.set_phase(CpuPhase::Running);
+    let outcome = run.run_all(cpu_index);
+    run.live.publish(&run.live_counts);
+    live.set_phase(CpuPhase::Finished);
+    outcome?;
+    Ok(run.result)
+}
+
+/// Generation word flags in the tracker: the low 30 bits are the block's generation.
+const TRACK_BUSY: u32 = 1 << 31;
+const TRACK_UNKNOWN: u32 = 1 << 30;
+const TRACK_GENERATION: u32 = MAX_GENERATION;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Main,
+    VerifyPass,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    in_flight: bool,
+    op: IoOp,
+    /// Block index within the CPU's slice.
+    block: u64,
+    /// For a write: the generation stamped. For a read: the generation expected, if known.
+    generation: Option<ExpectedGeneration>,
+    submitted_ns: u64,
+}
+
+enum Source {
+    Main(IoGenerator),
+    /// The verify pass walks the slice in order.
+    VerifyPass { next_block: u64 },
+}
+
+struct CpuRun<'a, B: ?Sized> {
+    plan: &'a JobPlan,
+    slice: CpuSlice,
+    backend: &'a mut B,
+    shared: &'a JobShared,
+    live: &'a CpuLive,
+    bs: usize,
+    slots: Vec<Slot>,
+    free_slots: Vec<usize>,
+    in_flight: usize,
+    completions: Vec<Completion>,
+    /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
+    tracker: Vec<u32>,
+    /// An I/O taken from the source that could not be submitted yet.
+    pending: Option<(IoOp, u64)>,
+    last_progress_ns: u64,
+    live_counts: LiveCounts,
+    result: CpuResult,
+}
+
+impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
+    fn new(
+        plan: &'a JobPlan,
+        slice: CpuSlice,
+        backend: &'a mut B,
+        shared: &'a JobShared,
+        live: &'a CpuLive,
+    ) -> Result<Self, WorkloadError> {
+        let depth = plan.iodepth as usize;
+        let bs = plan.bs() as usize;
+        // Check every buffer once up front, and give writes of unverified jobs non-zero data once,
+        // so the hot path neither fills nor re-checks them.
+        for slot in 0..depth {
+            let buffer = backend.slot_buffer(slot);
+            if buffer.len() < bs {
+                return Err(WorkloadError::BufferTooSmall { slot, len: buffer.len(), needed: bs });
+            }
+            if !plan.spec.verify.is_enabled() && plan.spec.rw.writes() {
+                let stamp = BlockStamp { lba: slot as u64, seed: plan.spec.seed, generation: 0 };
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs]);
+            }
+        }
+        let tracker = if plan.verify == VerifyScheme::Tracked {
+            // The planner bounds the slice to MAX_TRACKED_BLOCKS_PER_CPU, so this fits in usize.
+            vec![0u32; slice.blocks as usize]
+        } else {
+            Vec::new()
+        };
+        let idle_slot = Slot { in_flight: false, op: IoOp::Read, block: 0, generation: None, submitted_ns: 0 };
+        Ok(Self {
+            plan,
+            slice,
+            backend,
+            shared,
+            live,
+            bs,
+            slots: vec![idle_slot; depth],
+            // Popped from the end, so slot 0 goes first.
+            free_slots: (0..depth).rev().collect(),
+            in_flight: 0,
+            completions: vec![Completion::EMPTY; depth],
+            tracker,
+            pending: None,
+            last_progress_ns: 0,
+            live_counts: LiveCounts::default(),
+            result: CpuResult {
+                cpu: slice.cpu,
+                read: OpStats::new(),
+                write: OpStats::new(),
+                runtime_ns: 0,
+                verify: VerifyStats::default(),
+                errors: 0,
+                error_records: Vec::with_capacity(MAX_ERROR_RECORDS),
+                stopped_early: false,
+            },
+        })
+    }
+
+    fn run_all(&mut self, cpu_index: usize) -> Result<(), WorkloadError> {
+        let start = self.backend.now_ns();
+        let deadline = self.plan.spec.runtime_ns.map(|runtime| start.saturating_add(runtime));
+        let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
+        self.run_phase(Phase::Main, &mut source, deadline)?;
+        self.result.runtime_ns = self.backend.now_ns().saturating_sub(start);
+        if self.plan.verify.has_verify_pass() {
+            if self.result.stopped_early {
+                self.result.verify.pass_skipped = true;
+            } else {
+                self.live.set_phase(CpuPhase::Verifying);
+                let pass_start = self.backend.now_ns();
+                self.run_phase(Phase::VerifyPass, &mut Source::VerifyPass { next_block: 0 }, None)?;
+                self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next I/O of `source`, or `None` when it is exhausted.
+    fn next_from(&mut self, source: &mut Source) -> Option<(IoOp, u64)> {
+        match source {
+            Source::Main(generator) => generator.next_io(),
+            Source::VerifyPass { next_block } => {
+                while *next_block < self.slice.blocks {
+                    let block = *next_block;
+                    *next_block += 1;
+                    if self.plan.verify != VerifyScheme::Tracked {
+                        return Some((IoOp::Read, block));
+                    }
+                    // Block indices are below the slice length, which is the tracker length.
+                    let word = self.tracker[block as usize];
+                    if word & TRACK_UNKNOWN != 0 {
+                        // Its last write failed: nothing to expect.
+                        self.result.verify.unchecked += 1;
+                    } else if word & TRACK_GENERATION != 0 {
+                        return Some((IoOp::Read, block));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn run_phase(&mut self, phase: Phase, source: &mut Source, deadline: Option<u64>) -> Result<(), WorkloadError> {
+        let mut issuing = true;
+        self.pending = None;
+        self.last_progress_ns = self.backend.now_ns();
+        loop {
+            let now = self.backend.now_ns();
+            if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
+                issuing = false;
+                self.pending = None;
+                if self.shared.stop_requested() {
+                    self.result.stopped_early = true;
+                }
+            }
+            while issuing && !self.free_slots.is_empty() {
+                let Some(io) = self.pending.take().or_else(|| self.next_from(source)) else {
+                    issuing = false;
+                    break;
+                };
+                if !self.try_submit(io, phase)? {
+                    self.pending = Some(io);
+                    break;
+                }
+            }
+            if self.in_flight == 0 && !issuing {
+                return Ok(());
+            }
+            let reaped = self.backend.poll_completions(&mut self.completions).min(self.completions.len());
+            if reaped == 0 {
+                let waited = self.backend.now_ns().saturating_sub(self.last_progress_ns);
+                if waited > self.plan.spec.io_timeout_ns {
+                    return Err(WorkloadError::Stalled { cpu: self.slice.cpu, in_flight: self.in_flight, waited_ns: waited });
+                }
+                self.backend.idle();
+                continue;
+            }
+            let done_ns = self.backend.now_ns();
+            for index in 0..reaped {
+                let completion = self.completions[index];
+                self.complete(completion, done_ns, phase)?;
+            }
+            self.live.publish(&self.live_counts);
+        }
+    }
+
+    fn lba_of(&self, block: u64) -> u64 {
+        self.plan.region_start_sector() + (self.slice.first_block + block) * u64::from(self.plan.sectors_per_block)
+    }
+
+    /// Tries to start `io` in a free slot. Returns false when it must wait (its block is in flight, or
+    /// the backend is busy); an immediate failure counts as a completed, failed I/O.
+    fn try_submit(&mut self, (op, block): (IoOp, u64), phase: Phase) -> Result<bool, WorkloadError> {
+        let tracked = self.plan.verify == VerifyScheme::Tracked;
+        if tracked && self.tracker[block as usize] & TRACK_BUSY != 0 {
+            return Ok(false);
+        }
+        let Some(&slot) = self.free_slots.last() else {
+            return Ok(false);
+        };
+        let lba = self.lba_of(block);
+        let seed = self.plan.spec.seed;
+        let generation = match (self.plan.verify, op) {
+            (VerifyScheme::Off, _) => None,
+            (VerifyScheme::ReadOnly(expected), _) => Some(expected),
+            (VerifyScheme::SinglePass, _) => Some(ExpectedGeneration::Exact(1)),
+            (VerifyScheme::Tracked, IoOp::Write) => {
+                let current = self.tracker[block as usize] & TRACK_GENERATION;
+                Some(ExpectedGeneration::Exact((current + 1).min(MAX_GENERATION)))
+            }
+            (VerifyScheme::Tracked, IoOp::Read) => {
+                let word = self.tracker[block as usize];
+                let current = word & TRACK_GENERATION;
+                (word & TRACK_UNKNOWN == 0 && current != 0).then_some(ExpectedGeneration::Exact(current))
+            }
+        };
+        let bs = self.bs;
+        let mode = self.plan.spec.verify;
+        let buffer = self.backend.slot_buffer(slot);
+        if buffer.len() < bs {
+            return Err(WorkloadError::BufferTooSmall { slot, len: buffer.len(), needed: bs });
+        }
+        match (op, generation) {
+            (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
+                fill_block(mode, &BlockStamp { lba, seed, generation }, &mut buffer[..bs]);
+            }
+            (IoOp::Read, Some(_)) => {
+                // Clear the header so a read that moves no data cannot pass on a stale buffer.
+                buffer[..HEADER_LEN].fill(0);
+            }
+            _ => {}
+        }
+        let submitted_ns = self.backend.now_ns();
+        match self.backend.submit(slot, op, lba, self.plan.sectors_per_block) {
+            Err(SubmitError::Busy) => Ok(false),
+            outcome => {
+                self.free_slots.pop();
+                self.slots[slot] = Slot { in_flight: true, op, block, generation, submitted_ns };
+                self.in_flight += 1;
+                if tracked {
+                    self.tracker[block as usize] |= TRACK_BUSY;
+                }
+                self.last_progress_ns = submitted_ns;
+                if let Err(SubmitError::Failed(error)) = outcome {
+                    self.complete(Completion { slot, result: Err(error) }, submitted_ns, phase)?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn complete(&mut self, completion: Completion, done_ns: u64, phase: Phase) -> Result<(), WorkloadError> {
+        let bogus = |reason| WorkloadError::BogusCompletion { cpu: self.slice.cpu, slot: completion.slot, reason };
+        let slot = *self.slots.get(completion.slot).ok_or_else(|| bogus("is out of range"))?;
+        if !slot.in_flight {
+            return Err(bogus("is not in flight"));
+        }
+        self.slots[completion.slot].in_flight = false;
+        self.free_slots.push(completion.slot);
+        self.in_flight -= 1;
+        self.last_progress_ns = done_ns;
+        self.live_counts.ios += 1;
+        let tracked = self.plan.verify == VerifyScheme::Tracked;
+        let block_index = slot.block as usize;
+        let lba = self.lba_of(slot.block);
+        let stats = match (phase, slot.op) {
+            (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
+            (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
+            (Phase::VerifyPass, _) => None,
+        };
+        match completion.result {
+            Ok(()) => {
+                let bytes = self.bs as u64;
+                self.live_counts.bytes += bytes;
+                if let Some(stats) = stats {
+                    stats.ios += 1;
+                    stats.bytes += bytes;
+                    stats.latency.record(done_ns.saturating_sub(slot.submitted_ns));
+                } else {
+                    self.result.verify.pass_reads += 1;
+                }
+                match (slot.op, slot.generation) {
+                    (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
+                        self.tracker[block_index] = generation;
+                    }
+                    (IoOp::Read, Some(expected)) => self.check_read(completion.slot, lba, expected, done_ns),
+                    (IoOp::Read, None) if self.plan.verify != VerifyScheme::Off => {
+                        self.result.verify.unchecked += 1;
+                    }
+                    _ => {}
+                }
+            }
+            Err(error) => {
+                self.live_counts.errors += 1;
+                if let Some(stats) = stats {
+                    stats.ios += 1;
+                    stats.errors += 1;
+                } else {
+                    self.result.verify.pass_reads += 1;
+                }
+                self.result.errors += 1;
+                if self.result.error_records.len() < MAX_ERROR_RECORDS {
+                    self.result.error_records.push(IoErrorRecord {
+                        at_ns: done_ns,
+                        op: slot.op,
+                        lba,
+                        error,
+                        in_verify_pass: phase == Phase::VerifyPass,
+                    });
+                }
+                if let (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) = (slot.op, slot.generation)
+                    && tracked
+                {
+                    // The block may hold the old or the new version: stop expecting either, but keep
+                    // counting so the next write gets a fresh generation.
+                    self.tracker[block_index] = TRACK_UNKNOWN | generation;
+                }
+                if slot.op == IoOp::Read && self.plan.verify != VerifyScheme::Off {
+                    // Every read of a verify job ends up checked, unchecked, or a mismatch.
+                    self.result.verify.unchecked += 1;
+                }
+                if self.plan.spec.stop_on_error {
+                    self.shared.request_stop();
+                }
+            }
+        }
+        if tracked {
+            self.tracker[block_index] &= !TRACK_BUSY;
+        }
+        Ok(())
+    }
+
+    fn check_read(&mut self, slot: usize, lba: u64, expected: ExpectedGeneration, done_ns: u64) {
+        let bs = self.bs;
+        let mode = self.plan.spec.verify;
+        let seed = self.plan.spec.seed;
+        // The length was checked at submit time; a backend that shrank it since gets a mismatch, not a panic.
+        let buffer = self.backend.slot_buffer(slot);
+        let block = &buffer[..bs.min(buffer.len())];
+        match check_block(mode, lba, seed, expected, block) {
+            Ok(_) => self.result.verify.checked += 1,
+            Err(mismatch) => {
+                self.result.verify.mismatches += 1;
+                self.live_counts.mismatches += 1;
+                if self.result.verify.first_mismatch.is_none() {
+                    self.result.verify.first_mismatch = Some((done_ns, mismatch));
+                }
+                if self.plan.spec.stop_on_error {
+                    self.shared.request_stop();
+                }
+            }
+        }
+    }
+}

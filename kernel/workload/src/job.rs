@@ -1,0 +1,784 @@
+//! Job specifications and the parser for job words from the kernel command line.
+//!
+//! # Syntax
+//!
+//! A job list is a sequence of whitespace-separated `key=value` words.
+//!
+//! * Words before the first `job=NAME` are **global**: they are defaults for every job.
+//! * Each `job=NAME` word starts a new job; the words after it (up to the next `job=`) set that job's
+//!   keys, overriding the globals. Jobs run in the order written.
+//! * With no `job=` word at all, the words describe one job named `job0`. No words at all means no job.
+//! * A key may appear once per section; keys are case-sensitive and lower-case.
+//!
+//! [`parse_cmdline`] takes a whole kernel command line: if it has a standalone `--` word, only the
+//! words after it are job words (the Linux convention for arguments meant for init); otherwise every
+//! word is a job word.
+//!
+//! Example: `bs=4k device=md0 job=warm rw=write size=64m verify=crc32c job=mix rw=randrw rwmixread=70
+//! runtime=5s cpus=0-3 iodepth=8`.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::error::WorkloadError;
+use crate::values::{
+    BOOL_FORM, CPU_LIST_FORM, CpuSet, DURATION_FORM, SIZE_FORM, parse_bool, parse_duration_ns,
+    parse_size, parse_u64, parse_u64_any_radix,
+};
+
+/// Every key the parser accepts, in the order the documentation lists them.
+pub const ACCEPTED_KEYS: [&str; 18] = [
+    "job",
+    "rw",
+    "rwmixread",
+    "rwmixwrite",
+    "bs",
+    "iodepth",
+    "cpus",
+    "runtime",
+    "size",
+    "offset",
+    "device",
+    "verify",
+    "verify_generation",
+    "completion",
+    "quiesce",
+    "seed",
+    "stop_on_error",
+    "io_timeout",
+];
+
+/// The default seed (ASCII "baremq" in the low bytes), fixed so that a verify pass in a later boot
+/// regenerates the same data without being told the seed.
+pub const DEFAULT_SEED: u64 = 0x0000_716d_6572_6162;
+/// The default block size in bytes.
+pub const DEFAULT_BS: u32 = 4096;
+/// The default `io_timeout`: how long requests may sit in flight with no completion at all.
+pub const DEFAULT_IO_TIMEOUT_NS: u64 = 30_000_000_000;
+/// Largest accepted `bs` (the device may impose a smaller one).
+pub const MAX_BS: u64 = 16 << 20;
+/// Largest accepted `iodepth` (the device may impose a smaller one).
+pub const MAX_IODEPTH: u64 = 65_535;
+/// Longest job name.
+pub const MAX_JOB_NAME: usize = 32;
+
+/// Read/write pattern (fio's `rw`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RwMode {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random reads.
+    RandRead,
+    /// Random writes.
+    RandWrite,
+    /// Random mix of reads and writes, `rwmixread` percent reads.
+    RandRw,
+}
+
+impl RwMode {
+    /// The name used on the command line and in reports.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::RandRead => "randread",
+            Self::RandWrite => "randwrite",
+            Self::RandRw => "randrw",
+        }
+    }
+
+    /// Whether offsets are drawn at random (rather than walked in order).
+    pub const fn is_random(self) -> bool {
+        matches!(self, Self::RandRead | Self::RandWrite | Self::RandRw)
+    }
+
+    /// Whether the job issues any writes.
+    pub const fn writes(self) -> bool {
+        matches!(self, Self::Write | Self::RandWrite | Self::RandRw)
+    }
+
+    /// Whether the job issues any reads.
+    pub const fn reads(self) -> bool {
+        matches!(self, Self::Read | Self::RandRead | Self::RandRw)
+    }
+}
+
+/// How written blocks are stamped and read blocks checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyMode {
+    /// No stamping or checking.
+    None,
+    /// Header plus a CRC32C over the whole block.
+    Crc32c,
+    /// Header plus a deterministic pattern compared word by word.
+    Pattern,
+}
+
+impl VerifyMode {
+    /// The name used on the command line and in reports.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Crc32c => "crc32c",
+            Self::Pattern => "pattern",
+        }
+    }
+
+    /// Whether blocks are stamped and checked.
+    pub const fn is_enabled(self) -> bool {
+        !matches!(self, Self::None)
+    }
+}
+
+/// Which generation a read-only verify job expects in every block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedGeneration {
+    /// Exactly this generation (1 after one sequential write pass).
+    Exact(u32),
+    /// Any generation from 1 up; the data must still match the generation found in the header.
+    Any,
+}
+
+impl fmt::Display for ExpectedGeneration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exact(generation) => write!(f, "{generation}"),
+            Self::Any => f.write_str("any"),
+        }
+    }
+}
+
+/// Where completions run (the block layer's completion policies; the kernel maps these onto its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionPolicy {
+    /// Complete in the interrupt handler, on whichever CPU took the interrupt.
+    Irq,
+    /// Complete on the CPU that took the interrupt, outside the handler.
+    Local,
+    /// Send the completion back to the submitting CPU.
+    Remote,
+    /// The submitting CPU polls for its completions.
+    Poll,
+}
+
+impl CompletionPolicy {
+    /// The name used on the command line and in reports.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Irq => "irq",
+            Self::Local => "local",
+            Self::Remote => "remote",
+            Self::Poll => "poll",
+        }
+    }
+}
+
+/// How the block layer's quiesce state is synchronised (kernel-mapped, like [`CompletionPolicy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuiescePolicy {
+    /// Atomic quiesce depth with paired full barriers.
+    LockFree,
+    /// A lock around the quiesce check.
+    Locked,
+}
+
+impl QuiescePolicy {
+    /// The name used on the command line and in reports.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::LockFree => "lockfree",
+            Self::Locked => "locked",
+        }
+    }
+}
+
+/// Which CPUs submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuSelection {
+    /// Every online CPU.
+    All,
+    /// These CPUs (checked against the online CPUs when the job is planned).
+    List(CpuSet),
+}
+
+impl fmt::Display for CpuSelection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::All => f.write_str("all"),
+            Self::List(set) => write!(f, "{set}"),
+        }
+    }
+}
+
+/// One job as written on the command line, with defaults filled in but not yet checked against a
+/// device (see [`plan_job`](crate::plan_job)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// Job name (`job=`), `job0` when the command line has no `job=` word.
+    pub name: String,
+    /// Access pattern (`rw=`, default `read`).
+    pub rw: RwMode,
+    /// Percent of reads for `randrw` (`rwmixread=`, or `100 - rwmixwrite`; default 50).
+    pub rwmixread: u8,
+    /// Block size in bytes (`bs=`, default 4k).
+    pub bs: u32,
+    /// Requests kept in flight per CPU (`iodepth=`, default 1).
+    pub iodepth: u32,
+    /// Submitting CPUs (`cpus=`, default all).
+    pub cpus: CpuSelection,
+    /// Time limit (`runtime=`). With a runtime the job is time-based and wraps around its region.
+    pub runtime_ns: Option<u64>,
+    /// Region size in bytes (`size=`, default: from `offset` to the end of the device). Without a
+    /// runtime the job transfers `size` bytes in all.
+    pub size: Option<u64>,
+    /// Region start in bytes (`offset=`, default 0).
+    pub offset: u64,
+    /// Block device name (`device=`); required when more than one device exists.
+    pub device: Option<String>,
+    /// Verification (`verify=`, default none).
+    pub verify: VerifyMode,
+    /// Expected generation for read-only verify jobs (`verify_generation=`, default 1).
+    pub verify_generation: ExpectedGeneration,
+    /// Completion policy (`completion=`); `None` leaves the block layer's default.
+    pub completion: Option<CompletionPolicy>,
+    /// Quiesce policy (`quiesce=`); `None` leaves the block layer's default.
+    pub quiesce: Option<QuiescePolicy>,
+    /// Seed for offsets and verify data (`seed=`, default [`DEFAULT_SEED`]).
+    pub seed: u64,
+    /// Stop the whole job at the first I/O error or verify mismatch (`stop_on_error=`, default no).
+    pub stop_on_error: bool,
+    /// Give up when requests are in flight and nothing completes for this long (`io_timeout=`).
+    pub io_timeout_ns: u64,
+}
+
+impl JobSpec {
+    /// A job with every default and the given name.
+    pub fn with_defaults(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            rw: RwMode::Read,
+            rwmixread: 50,
+            bs: DEFAULT_BS,
+            iodepth: 1,
+            cpus: CpuSelection::All,
+            runtime_ns: None,
+            size: None,
+            offset: 0,
+            device: None,
+            verify: VerifyMode::None,
+            verify_generation: ExpectedGeneration::Exact(1),
+            completion: None,
+            quiesce: None,
+            seed: DEFAULT_SEED,
+            stop_on_error: false,
+            io_timeout_ns: DEFAULT_IO_TIMEOUT_NS,
+        }
+    }
+}
+
+/// Formats the job back into command-line words (a job list that parses to the same job).
+impl fmt::Display for JobSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job={} rw={}", self.name, self.rw.as_str())?;
+        if self.rw == RwMode::RandRw {
+            write!(f, " rwmixread={}", self.rwmixread)?;
+        }
+        write!(f, " bs={} iodepth={} cpus={}", self.bs, self.iodepth, self.cpus)?;
+        if let Some(runtime) = self.runtime_ns {
+            if runtime % 1_000_000 == 0 {
+                write!(f, " runtime={}ms", runtime / 1_000_000)?;
+            } else {
+                write!(f, " runtime={}us", runtime / 1_000)?;
+            }
+        }
+        if let Some(size) = self.size {
+            write!(f, " size={size}")?;
+        }
+        write!(f, " offset={}", self.offset)?;
+        if let Some(device) = &self.device {
+            write!(f, " device={device}")?;
+        }
+        write!(f, " verify={}", self.verify.as_str())?;
+        if self.verify.is_enabled() && !self.rw.writes() {
+            write!(f, " verify_generation={}", self.verify_generation)?;
+        }
+        if let Some(completion) = self.completion {
+            write!(f, " completion={}", completion.as_str())?;
+        }
+        if let Some(quiesce) = self.quiesce {
+            write!(f, " quiesce={}", quiesce.as_str())?;
+        }
+        write!(
+            f,
+            " seed={:#x} stop_on_error={} io_timeout={}ms",
+            self.seed,
+            u8::from(self.stop_on_error),
+            self.io_timeout_ns / 1_000_000
+        )
+    }
+}
+
+/// Parses the job words of a kernel command line (see the module docs for the `--` rule).
+pub fn parse_cmdline(cmdline: &str) -> Result<Vec<JobSpec>, WorkloadError> {
+    let mut words = cmdline.split_ascii_whitespace();
+    if cmdline.split_ascii_whitespace().any(|w| w == "--") {
+        for word in words.by_ref() {
+            if word == "--" {
+                break;
+            }
+        }
+    }
+    parse_jobs(words)
+}
+
+/// Parses job words into jobs (see the module docs for the syntax). An empty input gives no jobs.
+pub fn parse_jobs<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<Vec<JobSpec>, WorkloadError> {
+    let mut globals = SectionBuilder::new("global", JobSpec::with_defaults("job0"));
+    let mut jobs: Vec<SectionBuilder> = Vec::new();
+    for word in words {
+        let (key, value) = word
+            .split_once('=')
+            .ok_or_else(|| WorkloadError::MalformedWord { word: word.to_string() })?;
+        let key = Key::lookup(key)?;
+        if value.is_empty() {
+            return Err(WorkloadError::MissingValue { key: key.name() });
+        }
+        if key == Key::Job {
+            let name = parse_job_name(value)?;
+            if jobs.iter().any(|j| j.spec.name == name) {
+                return Err(WorkloadError::DuplicateJobName { name: name.to_string() });
+            }
+            let mut spec = globals.spec.clone();
+            spec.name = name.to_string();
+            let mut section = SectionBuilder::new(name, spec);
+            // Keys set globally count for the conflict checks of every job.
+            section.inherited = globals.set_here;
+            jobs.push(section);
+            continue;
+        }
+        let section = jobs.last_mut().unwrap_or(&mut globals);
+        section.apply(key, value)?;
+    }
+    if jobs.is_empty() {
+        if globals.set_here == 0 {
+            return Ok(Vec::new());
+        }
+        jobs.push(globals);
+    }
+    jobs.into_iter().map(SectionBuilder::finish).collect()
+}
+
+fn parse_job_name(value: &str) -> Result<&str, WorkloadError> {
+    let valid = value.len() <= MAX_JOB_NAME
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid {
+        Ok(value)
+    } else {
+        Err(WorkloadError::MalformedValue {
+            key: "job",
+            value: value.to_string(),
+            expected: format!("a name of 1 to {MAX_JOB_NAME} characters from A-Z a-z 0-9 _ - ."),
+        })
+    }
+}
+
+/// One key of [`ACCEPTED_KEYS`]; the discriminant doubles as the bit index in a section's "set here" mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Job,
+    Rw,
+    RwMixRead,
+    RwMixWrite,
+    Bs,
+    IoDepth,
+    Cpus,
+    Runtime,
+    Size,
+    Offset,
+    Device,
+    Verify,
+    VerifyGeneration,
+    Completion,
+    Quiesce,
+    Seed,
+    StopOnError,
+    IoTimeout,
+}
+
+impl Key {
+    const ALL: [Key; 18] = [
+        Key::Job,
+        Key::Rw,
+        Key::RwMixRead,
+        Key::RwMixWrite,
+        Key::Bs,
+        Key::IoDepth,
+        Key::Cpus,
+        Key::Runtime,
+        Key::Size,
+        Key::Offset,
+        Key::Device,
+        Key::Verify,
+        Key::VerifyGeneration,
+        Key::Completion,
+        Key::Quiesce,
+        Key::Seed,
+        Key::StopOnError,
+        Key::IoTimeout,
+    ];
+
+    fn name(self) -> &'static str {
+        ACCEPTED_KEYS[self as usize]
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+
+    fn lookup(text: &str) -> Result<Self, WorkloadError> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == text)
+            .ok_or_else(|| WorkloadError::UnknownKey { key: text.to_string() })
+    }
+}
+
+struct SectionBuilder {
+    section: String,
+    spec: JobSpec,
+    /// Keys set in this section (one bit per [`Key`]).
+    set_here: u32,
+    /// Keys set in the global section, for a job section.
+    inherited: u32,
+}
+
+impl SectionBuilder {
+    fn new(section: &str, spec: JobSpec) -> Self {
+        Self { section: section.to_string(), spec, set_here: 0, inherited: 0 }
+    }
+
+    fn apply(&mut self, key: Key, value: &str) -> Result<(), WorkloadError> {
+        if self.set_here & key.bit() != 0 {
+            return Err(WorkloadError::DuplicateKey { key: key.name(), section: self.section.clone() });
+        }
+        self.set_here |= key.bit();
+        let bad = |expected: &str| WorkloadError::MalformedValue {
+            key: key.name(),
+            value: value.to_string(),
+            expected: expected.to_string(),
+        };
+        let spec = &mut self.spec;
+        match key {
+            Key::Job => unreachable!("job= starts a section and is handled by parse_jobs"),
+            Key::Rw => {
+                spec.rw = match value {
+                    "read" => RwMode::Read,
+                    "write" => RwMode::Write,
+                    "randread" => RwMode::RandRead,
+                    "randwrite" => RwMode::RandWrite,
+                    "randrw" => RwMode::RandRw,
+                    _ => return Err(bad("one of read, write, randread, randwrite, randrw")),
+                }
+            }
+            Key::RwMixRead | Key::RwMixWrite => {
+                let percent = parse_u64(value).filter(|&p| p <= 100).ok_or_else(|| bad("a percentage from 0 to 100"))?;
+                // In range 0..=100, checked above.
+                let percent = percent as u8;
+                spec.rwmixread = if key == Key::RwMixRead { percent } else { 100 - percent };
+            }
+            Key::Bs => {
+                let bs = parse_size(value)
+                    .filter(|&bs| bs > 0 && bs <= MAX_BS)
+                    .ok_or_else(|| bad(&format!("{SIZE_FORM}, from 1 to {MAX_BS}")))?;
+                // At most MAX_BS, which fits in u32.
+                spec.bs = bs as u32;
+            }
+            Key::IoDepth => {
+                let depth = parse_u64(value)
+                    .filter(|&d| (1..=MAX_IODEPTH).contains(&d))
+                    .ok_or_else(|| bad(&format!("an integer from 1 to {MAX_IODEPTH}")))?;
+                // At most MAX_IODEPTH, which fits in u32.
+                spec.iodepth = depth as u32;
+            }
+            Key::Cpus => {
+                spec.cpus = if value == "all" {
+                    CpuSelection::All
+                } else {
+                    let set = CpuSet::parse(value).ok_or_else(|| bad(CPU_LIST_FORM))?;
+                    CpuSelection::List(set)
+                };
+            }
+            Key::Runtime => {
+                let runtime = parse_duration_ns(value)
+                    .filter(|&ns| ns > 0)
+                    .ok_or_else(|| bad(&format!("{DURATION_FORM}, above zero")))?;
+                spec.runtime_ns = Some(runtime);
+            }
+            Key::Size => {
+                let size =
+                    parse_size(value).filter(|&s| s > 0).ok_or_else(|| bad(&format!("{SIZE_FORM}, above zero")))?;
+                spec.size = Some(size);
+            }
+            Key::Offset => spec.offset = parse_size(value).ok_or_else(|| bad(SIZE_FORM))?,
+            Key::Device => {
+                let valid = value.len() <= 32 && value.bytes().all(|b| b.is_ascii_graphic());
+                if !valid {
+                    return Err(bad("a device name of at most 32 printable characters"));
+                }
+                spec.device = Some(value.to_string());
+            }
+            Key::Verify => {
+                spec.verify = match value {
+                    "crc32c" => VerifyMode::Crc32c,
+                    "pattern" => VerifyMode::Pattern,
+                    "none" => VerifyMode::None,
+                    _ => return Err(bad("one of crc32c, pattern, none")),
+                }
+            }
+            Key::VerifyGeneration => {
+                spec.verify_generation = if value == "any" {
+                    ExpectedGeneration::Any
+                } else {
+                    let generation = parse_u64(value)
+                        .filter(|&g| g >= 1 && g <= u64::from(crate::verify::MAX_GENERATION))
+                        .ok_or_else(|| {
+                            bad(&format!("any, or a generation from 1 to {}", crate::verify::MAX_GENERATION))
+                        })?;
+                    // At most MAX_GENERATION, which fits in u32.
+                    ExpectedGeneration::Exact(generation as u32)
+                };
+            }
+            Key::Completion => {
+                spec.completion = Some(match value {
+                    "irq" => CompletionPolicy::Irq,
+                    "local" => CompletionPolicy::Local,
+                    "remote" => CompletionPolicy::Remote,
+                    "poll" => CompletionPolicy::Poll,
+                    _ => return Err(bad("one of irq, local, remote, poll")),
+                })
+            }
+            Key::Quiesce => {
+                spec.quiesce = Some(match value {
+                    "lockfree" => QuiescePolicy::LockFree,
+                    "locked" => QuiescePolicy::Locked,
+                    _ => return Err(bad("one of lockfree, locked")),
+                })
+            }
+            Key::Seed => {
+                spec.seed = parse_u64_any_radix(value).ok_or_else(|| bad("an integer, decimal or 0x hexadecimal"))?
+            }
+            Key::StopOnError => spec.stop_on_error = parse_bool(value).ok_or_else(|| bad(BOOL_FORM))?,
+            Key::IoTimeout => {
+                spec.io_timeout_ns = parse_duration_ns(value)
+                    .filter(|&ns| ns > 0)
+                    .ok_or_else(|| bad(&format!("{DURATION_FORM}, above zero")))?
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the combination of keys and returns the finished job.
+    fn finish(self) -> Result<JobSpec, WorkloadError> {
+        let set = self.set_here | self.inherited;
+        let has = |key: Key| set & key.bit() != 0;
+        let spec = self.spec;
+        let conflict = |first: Key, second: Key, reason: &'static str| WorkloadError::ConflictingKeys {
+            job: spec.name.clone(),
+            first: first.name(),
+            second: second.name(),
+            reason,
+        };
+        if has(Key::RwMixRead) && has(Key::RwMixWrite) {
+            // `apply` stored whichever came last; both must describe the same mix.
+            return Err(conflict(
+                Key::RwMixRead,
+                Key::RwMixWrite,
+                "give only one of them (rwmixwrite is 100 - rwmixread)",
+            ));
+        }
+        for mix_key in [Key::RwMixRead, Key::RwMixWrite] {
+            if has(mix_key) && spec.rw != RwMode::RandRw {
+                return Err(conflict(mix_key, Key::Rw, "a read/write mix needs rw=randrw"));
+            }
+        }
+        if has(Key::VerifyGeneration) {
+            if !spec.verify.is_enabled() {
+                return Err(conflict(Key::VerifyGeneration, Key::Verify, "it needs verify=crc32c or verify=pattern"));
+            }
+            if spec.rw.writes() {
+                return Err(conflict(
+                    Key::VerifyGeneration,
+                    Key::Rw,
+                    "it applies to read-only verify jobs; jobs that write track generations themselves",
+                ));
+            }
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn parse(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
+        parse_jobs(text.split_ascii_whitespace())
+    }
+
+    #[test]
+    fn brief_example_parses_into_one_job() {
+        let jobs = parse(
+            "rw=randrw rwmixread=70 bs=4k iodepth=8 cpus=0-3 runtime=5s size=64m offset=0 device=md0 \
+             verify=crc32c completion=remote quiesce=lockfree",
+        )
+        .unwrap();
+        assert_eq!(jobs.len(), 1);
+        let job = &jobs[0];
+        assert_eq!(job.name, "job0");
+        assert_eq!(job.rw, RwMode::RandRw);
+        assert_eq!(job.rwmixread, 70);
+        assert_eq!(job.bs, 4096);
+        assert_eq!(job.iodepth, 8);
+        assert_eq!(job.cpus, CpuSelection::List(CpuSet::from_cpus(&[0, 1, 2, 3])));
+        assert_eq!(job.runtime_ns, Some(5_000_000_000));
+        assert_eq!(job.size, Some(64 << 20));
+        assert_eq!(job.offset, 0);
+        assert_eq!(job.device.as_deref(), Some("md0"));
+        assert_eq!(job.verify, VerifyMode::Crc32c);
+        assert_eq!(job.completion, Some(CompletionPolicy::Remote));
+        assert_eq!(job.quiesce, Some(QuiescePolicy::LockFree));
+    }
+
+    #[test]
+    fn globals_apply_to_every_job_and_jobs_override_them() {
+        let jobs = parse("bs=8k device=null0 job=a rw=write job=b rw=randread bs=512 iodepth=4").unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[0].name.as_str(), jobs[0].rw, jobs[0].bs), ("a", RwMode::Write, 8192));
+        assert_eq!((jobs[1].name.as_str(), jobs[1].rw, jobs[1].bs), ("b", RwMode::RandRead, 512));
+        assert_eq!(jobs[0].iodepth, 1, "iodepth of job b must not leak into job a");
+        assert_eq!(jobs[1].iodepth, 4);
+        assert!(jobs.iter().all(|j| j.device.as_deref() == Some("null0")));
+    }
+
+    #[test]
+    fn empty_input_means_no_job() {
+        assert_eq!(parse("").unwrap(), vec![]);
+        assert_eq!(parse_cmdline("console=ttyS0 --").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn cmdline_takes_words_after_double_dash_only() {
+        let jobs = parse_cmdline("console=ttyS0 loglevel=3 -- rw=write bs=1k").unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].bs, 1024);
+        // Without `--`, every word is a job word, so kernel options are rejected by name.
+        let err = parse_cmdline("console=ttyS0 rw=write").unwrap_err();
+        assert_eq!(err, WorkloadError::UnknownKey { key: "console".into() });
+    }
+
+    #[test]
+    fn display_round_trips_through_the_parser() {
+        let jobs = parse(
+            "job=x rw=randrw rwmixwrite=25 bs=16k iodepth=32 cpus=1,3 runtime=1500ms size=1g offset=1m \
+             device=md0 verify=pattern completion=poll quiesce=locked seed=0x1234 stop_on_error=yes io_timeout=2s \
+             job=y rw=read verify=crc32c verify_generation=any",
+        )
+        .unwrap();
+        for job in &jobs {
+            let text = job.to_string();
+            let again = parse(&text).unwrap();
+            assert_eq!(&again[0], job, "round trip of {text}");
+        }
+        assert_eq!(jobs[0].rwmixread, 75);
+        assert_eq!(jobs[1].verify_generation, ExpectedGeneration::Any);
+    }
+
+    #[test]
+    fn unknown_key_lists_accepted_keys() {
+        let err = parse("rw=read blocksize=4k").unwrap_err();
+        assert_eq!(err, WorkloadError::UnknownKey { key: "blocksize".into() });
+        let text = err.to_string();
+        assert!(text.contains("\"blocksize\""), "{text}");
+        for key in ACCEPTED_KEYS {
+            assert!(text.contains(key), "{text} should list {key}");
+        }
+    }
+
+    #[test]
+    fn malformed_values_name_key_value_and_form() {
+        let cases = [
+            ("bs=4q", "bs"),
+            ("bs=0", "bs"),
+            ("bs=32m", "bs"),
+            ("iodepth=0", "iodepth"),
+            ("iodepth=70000", "iodepth"),
+            ("rw=readwrite", "rw"),
+            ("rwmixread=101", "rwmixread"),
+            ("runtime=5h", "runtime"),
+            ("runtime=0", "runtime"),
+            ("size=0", "size"),
+            ("offset=1x", "offset"),
+            ("cpus=3-1", "cpus"),
+            ("verify=md5", "verify"),
+            ("completion=softirq", "completion"),
+            ("quiesce=rcu", "quiesce"),
+            ("seed=abc", "seed"),
+            ("stop_on_error=maybe", "stop_on_error"),
+            ("job=bad/name", "job"),
+            ("verify_generation=0", "verify_generation"),
+        ];
+        for (word, key) in cases {
+            let err = parse(word).unwrap_err();
+            match &err {
+                WorkloadError::MalformedValue { key: k, value, expected } => {
+                    assert_eq!(*k, key, "{word}");
+                    assert_eq!(value, word.split_once('=').unwrap().1);
+                    assert!(!expected.is_empty());
+                    let text = err.to_string();
+                    assert!(text.contains(key) && text.contains(value.as_str()), "{text}");
+                }
+                other => panic!("{word}: expected MalformedValue, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn structural_errors() {
+        assert_eq!(parse("rw").unwrap_err(), WorkloadError::MalformedWord { word: "rw".into() });
+        assert_eq!(parse("bs=").unwrap_err(), WorkloadError::MissingValue { key: "bs" });
+        assert_eq!(parse("job=").unwrap_err(), WorkloadError::MissingValue { key: "job" });
+        assert_eq!(
+            parse("job=a bs=4k bs=8k").unwrap_err(),
+            WorkloadError::DuplicateKey { key: "bs", section: "a".into() }
+        );
+        assert_eq!(
+            parse("bs=4k bs=8k").unwrap_err(),
+            WorkloadError::DuplicateKey { key: "bs", section: "global".into() }
+        );
+        // A job may override a global once.
+        assert_eq!(parse("bs=4k job=a bs=8k").unwrap()[0].bs, 8192);
+        assert_eq!(parse("job=a job=a").unwrap_err(), WorkloadError::DuplicateJobName { name: "a".into() });
+    }
+
+    #[test]
+    fn conflicting_keys_are_rejected() {
+        let conflict = |text: &str| match parse(text).unwrap_err() {
+            WorkloadError::ConflictingKeys { first, second, .. } => (first, second),
+            other => panic!("{text}: expected ConflictingKeys, got {other:?}"),
+        };
+        assert_eq!(conflict("rw=randrw rwmixread=70 rwmixwrite=30"), ("rwmixread", "rwmixwrite"));
+        assert_eq!(conflict("rw=randread rwmixread=70"), ("rwmixread", "rw"));
+        assert_eq!(conflict("rwmixwrite=10"), ("rwmixwrite", "rw"));
+        assert_eq!(conflict("rw=read verify_generation=2"), ("verify_generation", "verify"));
+        assert_eq!(conflict("rw=write verify=crc32c verify_generation=2"), ("verify_generation", "rw"));
+        // A global mix key conflicts in a job that is not randrw.
+        assert_eq!(conflict("rwmixread=70 job=a rw=randrw job=b rw=read"), ("rwmixread", "rw"));
+        assert!(parse("rw=read verify=pattern verify_generation=3").is_ok());
+    }
+}

@@ -1,0 +1,473 @@
+//! Checking a [`JobSpec`] against a block device and the online CPUs, and splitting its region
+//! between the submitting CPUs.
+//!
+//! # Regions and CPUs
+//!
+//! The job's region is `[offset, offset + size)` on the device, cut into blocks of `bs` bytes aligned
+//! to `bs`. Each submitting CPU owns a contiguous, disjoint slice of those blocks (the first
+//! `blocks % cpus` CPUs get one extra block), so CPUs never touch the same block and need no shared
+//! state. Without `runtime`, each CPU issues as many I/Os as its slice has blocks (the job moves `size`
+//! bytes in all); with `runtime`, CPUs keep going, wrapping around their slice, until the time is up.
+//!
+//! # Verify schemes
+//!
+//! * Read-only jobs (`rw=read|randread`) expect every block to carry `verify_generation` (default 1):
+//!   this is the check of a disk written in an earlier boot.
+//! * `rw=write` without `runtime` writes each block exactly once (generation 1), so no tracking is
+//!   needed; the verify pass then reads the whole region back expecting generation 1.
+//! * Any other writing job (random writes, a mix, or a time-based sequential job that wraps) keeps one
+//!   u32 per block on each CPU (allocated when the CPU starts, at most [`MAX_TRACKED_BLOCKS_PER_CPU`]):
+//!   the block's current generation plus an in-flight bit, so a block is never in flight twice and
+//!   each read knows exactly what it must find. Reads of blocks not yet written in this job are not
+//!   checked (counted as unchecked); the verify pass reads back every block written.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::error::WorkloadError;
+use crate::job::{CpuSelection, ExpectedGeneration, JobSpec, RwMode};
+use crate::values::CpuSet;
+
+/// Limit on blocks one CPU tracks for a verify job with random or repeated writes (16 MiB of tracking).
+pub const MAX_TRACKED_BLOCKS_PER_CPU: u64 = 1 << 22;
+
+/// What the kernel knows about a block device. All fields are checked by [`plan_job`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Name used by `device=` (e.g. `md0`, `null0`).
+    pub name: String,
+    /// Logical sector size in bytes: a power of two from 512 to 65536.
+    pub sector_size: u32,
+    /// Capacity in sectors.
+    pub capacity_sectors: u64,
+    /// Most requests one CPU may keep in flight (at least 1).
+    pub max_iodepth: u32,
+    /// Largest transfer in bytes (at least one sector).
+    pub max_transfer_bytes: u32,
+}
+
+impl DeviceInfo {
+    /// Capacity in bytes, or an error when the fields are inconsistent.
+    pub fn validated_capacity_bytes(&self) -> Result<u64, WorkloadError> {
+        let invalid = |field, value: u64, requirement| WorkloadError::InvalidDevice {
+            device: self.name.clone(),
+            field,
+            value,
+            requirement,
+        };
+        if !self.sector_size.is_power_of_two() || !(512..=65536).contains(&self.sector_size) {
+            return Err(invalid("sector_size", u64::from(self.sector_size), "a power of two from 512 to 65536"));
+        }
+        if self.capacity_sectors == 0 {
+            return Err(invalid("capacity_sectors", 0, "above zero"));
+        }
+        if self.max_iodepth == 0 {
+            return Err(invalid("max_iodepth", 0, "at least 1"));
+        }
+        if self.max_transfer_bytes < self.sector_size {
+            return Err(invalid("max_transfer_bytes", u64::from(self.max_transfer_bytes), "at least one sector"));
+        }
+        self.capacity_sectors.checked_mul(u64::from(self.sector_size)).ok_or_else(|| {
+            invalid("capacity_sectors", self.capacity_sectors, "small enough that the byte capacity fits in 64 bits")
+        })
+    }
+}
+
+/// A warning the kernel should print before running the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanWarning {
+    /// `iodepth` was above the device's limit and has been lowered to it.
+    IodepthCapped {
+        /// The job.
+        job: String,
+        /// The device.
+        device: String,
+        /// The iodepth asked for.
+        requested: u32,
+        /// The iodepth used.
+        limit: u32,
+    },
+}
+
+impl fmt::Display for PlanWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::IodepthCapped { job, device, requested, limit } => write!(
+                f,
+                "job {job:?}: iodepth={requested} is above the limit of {device:?}; capped to {limit}"
+            ),
+        }
+    }
+}
+
+/// How reads are checked and writes stamped (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyScheme {
+    /// No verification.
+    Off,
+    /// Read-only job: every block must carry this generation.
+    ReadOnly(ExpectedGeneration),
+    /// One sequential write pass: every block gets generation 1.
+    SinglePass,
+    /// Per-block generation tracking on each CPU.
+    Tracked,
+}
+
+impl VerifyScheme {
+    /// Whether a verify pass follows the main phase (the job wrote stamped blocks).
+    pub fn has_verify_pass(self) -> bool {
+        matches!(self, Self::SinglePass | Self::Tracked)
+    }
+}
+
+/// The blocks one submitting CPU owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSlice {
+    /// The CPU number.
+    pub cpu: u32,
+    /// First block of the slice, counted from the start of the region.
+    pub first_block: u64,
+    /// Number of blocks in the slice (at least 1).
+    pub blocks: u64,
+}
+
+/// A job checked against a device, ready to run on each of its CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPlan {
+    /// The job as parsed.
+    pub spec: JobSpec,
+    /// The device it runs on.
+    pub device: DeviceInfo,
+    /// Requests in flight per CPU, after capping to the device limit.
+    pub iodepth: u32,
+    /// Region start in bytes.
+    pub region_offset: u64,
+    /// Region length in bytes (a whole number of blocks).
+    pub region_bytes: u64,
+    /// Sectors per block (`bs / sector_size`).
+    pub sectors_per_block: u32,
+    /// The submitting CPUs in ascending order, with their slices.
+    pub cpus: Vec<CpuSlice>,
+    /// How verification works for this job.
+    pub verify: VerifyScheme,
+    /// Warnings to print before the job runs.
+    pub warnings: Vec<PlanWarning>,
+}
+
+impl JobPlan {
+    /// First sector of the region.
+    pub fn region_start_sector(&self) -> u64 {
+        self.region_offset / u64::from(self.device.sector_size)
+    }
+
+    /// Block size in bytes.
+    pub fn bs(&self) -> u32 {
+        self.spec.bs
+    }
+
+    /// The submitting CPUs as a set.
+    pub fn cpu_set(&self) -> CpuSet {
+        let mut set = CpuSet::new();
+        for slice in &self.cpus {
+            set.insert(slice.cpu);
+        }
+        set
+    }
+}
+
+/// Checks `spec` against the devices and the online CPUs, and plans it. Errors name the job and the
+/// exact problem; an `iodepth` above the device limit is capped, with a warning in the plan.
+pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<JobPlan, WorkloadError> {
+    let job = || spec.name.clone();
+    let device_names = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
+    let device = match &spec.device {
+        Some(name) => devices.iter().find(|d| &d.name == name).ok_or_else(|| WorkloadError::UnknownDevice {
+            job: job(),
+            device: name.clone(),
+            available: device_names(),
+        })?,
+        None if devices.len() == 1 => &devices[0],
+        None => return Err(WorkloadError::MissingDevice { job: job(), available: device_names() }),
+    };
+    let capacity = device.validated_capacity_bytes()?;
+
+    let online = CpuSet::from_cpus(online_cpus);
+    let cpus = match spec.cpus {
+        CpuSelection::All => online,
+        CpuSelection::List(list) => {
+            if let Some(cpu) = list.iter().find(|&cpu| !online.contains(cpu)) {
+                return Err(WorkloadError::CpuNotOnline { job: job(), cpu, online: online.to_string() });
+            }
+            list
+        }
+    };
+    if cpus.is_empty() {
+        return Err(WorkloadError::NoCpus { job: job() });
+    }
+
+    let bs = u64::from(spec.bs);
+    let sector = u64::from(device.sector_size);
+    if bs % sector != 0 {
+        return Err(WorkloadError::Misaligned {
+            job: job(),
+            key: "bs",
+            value: bs,
+            alignment: sector,
+            because: "the device sector size",
+        });
+    }
+    if bs > u64::from(device.max_transfer_bytes) {
+        return Err(WorkloadError::BlockSizeTooLarge {
+            job: job(),
+            device: device.name.clone(),
+            bs,
+            max: u64::from(device.max_transfer_bytes),
+        });
+    }
+    if spec.offset % bs != 0 {
+        return Err(WorkloadError::Misaligned {
+            job: job(),
+            key: "offset",
+            value: spec.offset,
+            alignment: bs,
+            because: "blocks are aligned to bs",
+        });
+    }
+    let too_large = |end_bytes| WorkloadError::JobLargerThanDevice {
+        job: job(),
+        device: device.name.clone(),
+        end_bytes,
+        capacity_bytes: capacity,
+    };
+    let region_bytes = match spec.size {
+        Some(size) => {
+            if size % bs != 0 {
+                return Err(WorkloadError::Misaligned {
+                    job: job(),
+                    key: "size",
+                    value: size,
+                    alignment: bs,
+                    because: "the region is a whole number of blocks",
+                });
+            }
+            let end = spec.offset.checked_add(size).ok_or_else(|| too_large(u64::MAX))?;
+            if end > capacity {
+                return Err(too_large(end));
+            }
+            size
+        }
+        None => {
+            if spec.offset >= capacity {
+                return Err(too_large(spec.offset));
+            }
+            // The default region runs to the last whole block of the device.
+            (capacity - spec.offset) / bs * bs
+        }
+    };
+    let blocks = region_bytes / bs;
+    let cpu_count = cpus.len();
+    if blocks < u64::from(cpu_count) {
+        return Err(WorkloadError::RegionTooSmall { job: job(), blocks, cpus: cpu_count });
+    }
+
+    let base = blocks / u64::from(cpu_count);
+    let extra = blocks % u64::from(cpu_count);
+    let mut slices = Vec::with_capacity(cpu_count as usize);
+    let mut first_block = 0;
+    for (index, cpu) in cpus.iter().enumerate() {
+        let len = base + u64::from((index as u64) < extra);
+        slices.push(CpuSlice { cpu, first_block, blocks: len });
+        first_block += len;
+    }
+
+    let verify = if !spec.verify.is_enabled() {
+        VerifyScheme::Off
+    } else if !spec.rw.writes() {
+        VerifyScheme::ReadOnly(spec.verify_generation)
+    } else if spec.rw == RwMode::Write && spec.runtime_ns.is_none() {
+        VerifyScheme::SinglePass
+    } else {
+        let blocks_per_cpu = base + u64::from(extra > 0);
+        if blocks_per_cpu > MAX_TRACKED_BLOCKS_PER_CPU {
+            return Err(WorkloadError::VerifyRegionTooLarge {
+                job: job(),
+                blocks_per_cpu,
+                max: MAX_TRACKED_BLOCKS_PER_CPU,
+            });
+        }
+        VerifyScheme::Tracked
+    };
+
+    let mut warnings = Vec::new();
+    let iodepth = spec.iodepth.min(device.max_iodepth);
+    if iodepth < spec.iodepth {
+        warnings.push(PlanWarning::IodepthCapped {
+            job: job(),
+            device: device.name.clone(),
+            requested: spec.iodepth,
+            limit: iodepth,
+        });
+    }
+
+    Ok(JobPlan {
+        spec: spec.clone(),
+        device: device.clone(),
+        iodepth,
+        region_offset: spec.offset,
+        region_bytes,
+        // bs / sector <= 16 MiB / 512, which fits in u32.
+        sectors_per_block: (bs / sector) as u32,
+        cpus: slices,
+        verify,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::parse_jobs;
+    use alloc::vec;
+
+    fn md0() -> DeviceInfo {
+        DeviceInfo {
+            name: "md0".into(),
+            sector_size: 512,
+            capacity_sectors: 2048 * 64, // 64 MiB
+            max_iodepth: 32,
+            max_transfer_bytes: 1 << 20,
+        }
+    }
+
+    fn null0() -> DeviceInfo {
+        DeviceInfo { name: "null0".into(), sector_size: 4096, capacity_sectors: 1 << 20, ..md0() }
+    }
+
+    fn plan(words: &str) -> Result<JobPlan, WorkloadError> {
+        let jobs = parse_jobs(words.split_ascii_whitespace()).unwrap();
+        plan_job(&jobs[0], &[md0(), null0()], &[0, 1, 2, 3])
+    }
+
+    #[test]
+    fn region_is_split_into_disjoint_slices_covering_it() {
+        let p = plan("device=md0 bs=4k size=40k offset=8k cpus=0,2,3").unwrap();
+        assert_eq!(p.region_start_sector(), 16);
+        assert_eq!(p.sectors_per_block, 8);
+        assert_eq!(
+            p.cpus,
+            vec![
+                CpuSlice { cpu: 0, first_block: 0, blocks: 4 },
+                CpuSlice { cpu: 2, first_block: 4, blocks: 3 },
+                CpuSlice { cpu: 3, first_block: 7, blocks: 3 },
+            ]
+        );
+        assert_eq!(p.verify, VerifyScheme::Off);
+        assert!(p.warnings.is_empty());
+    }
+
+    #[test]
+    fn default_region_runs_to_the_end_of_the_device() {
+        let p = plan("device=md0 bs=3k offset=3k cpus=0").unwrap();
+        assert_eq!(p.region_bytes, (64 * 1024 * 1024 - 3072) / 3072 * 3072);
+        assert_eq!(p.cpus.len(), 1);
+        let all = plan("device=md0").unwrap();
+        assert_eq!(all.cpus.iter().map(|s| s.cpu).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn job_larger_than_device_is_rejected() {
+        let err = plan("device=md0 size=64m offset=4k").unwrap_err();
+        assert_eq!(
+            err,
+            WorkloadError::JobLargerThanDevice {
+                job: "job0".into(),
+                device: "md0".into(),
+                end_bytes: (64 << 20) + 4096,
+                capacity_bytes: 64 << 20
+            }
+        );
+        assert!(matches!(plan("device=md0 offset=64m").unwrap_err(), WorkloadError::JobLargerThanDevice { .. }));
+        assert!(matches!(plan("device=md0 offset=16t size=16t").unwrap_err(), WorkloadError::JobLargerThanDevice { .. }));
+        assert!(plan("device=md0 size=64m").is_ok());
+    }
+
+    #[test]
+    fn iodepth_above_device_limit_is_capped_with_a_warning() {
+        let p = plan("device=md0 iodepth=100").unwrap();
+        assert_eq!(p.iodepth, 32);
+        assert_eq!(
+            p.warnings,
+            vec![PlanWarning::IodepthCapped { job: "job0".into(), device: "md0".into(), requested: 100, limit: 32 }]
+        );
+        assert!(p.warnings[0].to_string().contains("capped to 32"));
+    }
+
+    #[test]
+    fn alignment_errors_name_key_and_reason() {
+        let err = plan("device=null0 bs=512").unwrap_err();
+        assert!(matches!(err, WorkloadError::Misaligned { key: "bs", value: 512, alignment: 4096, .. }), "{err:?}");
+        let err = plan("device=md0 bs=4k offset=512").unwrap_err();
+        assert!(matches!(err, WorkloadError::Misaligned { key: "offset", value: 512, alignment: 4096, .. }), "{err:?}");
+        let err = plan("device=md0 bs=4k size=6k").unwrap_err();
+        assert!(matches!(err, WorkloadError::Misaligned { key: "size", .. }), "{err:?}");
+        let err = plan("device=md0 bs=2m").unwrap_err();
+        assert!(matches!(err, WorkloadError::BlockSizeTooLarge { bs: 2097152, max: 1048576, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn device_and_cpu_selection_errors() {
+        let jobs = parse_jobs(["rw=read"]).unwrap();
+        let err = plan_job(&jobs[0], &[md0(), null0()], &[0]).unwrap_err();
+        assert_eq!(err, WorkloadError::MissingDevice { job: "job0".into(), available: "md0, null0".into() });
+        assert!(err.to_string().contains("device= is required"));
+        assert_eq!(plan_job(&jobs[0], &[null0()], &[0]).unwrap().device.name, "null0");
+        assert!(matches!(plan_job(&jobs[0], &[], &[0]).unwrap_err(), WorkloadError::MissingDevice { .. }));
+        assert!(matches!(plan("device=sda").unwrap_err(), WorkloadError::UnknownDevice { .. }));
+        assert_eq!(
+            plan("device=md0 cpus=1,7").unwrap_err(),
+            WorkloadError::CpuNotOnline { job: "job0".into(), cpu: 7, online: "0-3".into() }
+        );
+        assert_eq!(plan_job(&jobs[0], &[null0()], &[]).unwrap_err(), WorkloadError::NoCpus { job: "job0".into() });
+        let err = plan("device=md0 bs=4k size=12k").unwrap_err();
+        assert_eq!(err, WorkloadError::RegionTooSmall { job: "job0".into(), blocks: 3, cpus: 4 });
+    }
+
+    #[test]
+    fn malformed_device_descriptions_are_errors_not_panics() {
+        let jobs = parse_jobs(["rw=read"]).unwrap();
+        let bad = [
+            DeviceInfo { sector_size: 0, ..md0() },
+            DeviceInfo { sector_size: 520, ..md0() },
+            DeviceInfo { sector_size: 1 << 20, ..md0() },
+            DeviceInfo { capacity_sectors: 0, ..md0() },
+            DeviceInfo { capacity_sectors: u64::MAX, ..md0() },
+            DeviceInfo { max_iodepth: 0, ..md0() },
+            DeviceInfo { max_transfer_bytes: 100, ..md0() },
+        ];
+        for device in bad {
+            let err = plan_job(&jobs[0], core::slice::from_ref(&device), &[0]).unwrap_err();
+            assert!(matches!(err, WorkloadError::InvalidDevice { .. }), "{device:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn verify_scheme_follows_the_access_pattern() {
+        let scheme = |words: &str| plan(words).unwrap().verify;
+        assert_eq!(scheme("device=md0 rw=read verify=crc32c"), VerifyScheme::ReadOnly(ExpectedGeneration::Exact(1)));
+        assert_eq!(
+            scheme("device=md0 rw=randread verify=pattern verify_generation=any"),
+            VerifyScheme::ReadOnly(ExpectedGeneration::Any)
+        );
+        assert_eq!(scheme("device=md0 rw=write verify=crc32c"), VerifyScheme::SinglePass);
+        assert_eq!(scheme("device=md0 rw=write verify=crc32c runtime=1s"), VerifyScheme::Tracked);
+        assert_eq!(scheme("device=md0 rw=randrw verify=crc32c"), VerifyScheme::Tracked);
+        let big = DeviceInfo { capacity_sectors: 1 << 40, ..md0() };
+        let jobs = parse_jobs("rw=randwrite verify=crc32c bs=512 cpus=0".split(' ')).unwrap();
+        let err = plan_job(&jobs[0], &[big.clone()], &[0]).unwrap_err();
+        assert!(matches!(err, WorkloadError::VerifyRegionTooLarge { .. }), "{err:?}");
+        // One sequential pass over the same huge region needs no tracking.
+        let jobs = parse_jobs("rw=write verify=crc32c bs=512 cpus=0".split(' ')).unwrap();
+        assert_eq!(plan_job(&jobs[0], &[big], &[0]).unwrap().verify, VerifyScheme::SinglePass);
+    }
+}

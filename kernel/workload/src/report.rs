@@ -1,0 +1,771 @@
+//! Merging per-CPU results into a job report, and writing it: a fio-like human report, one JSON line
+//! per job for the host, and the live progress line.
+//!
+//! All arithmetic is integer (the bare-metal target has no FPU in use); rates are rounded to nearest.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::{self, Write};
+
+use crate::engine::{CpuResult, IoErrorRecord, LiveCounts};
+use crate::error::WorkloadError;
+use crate::hist::LatencyHistogram;
+use crate::job::{ExpectedGeneration, RwMode, VerifyMode};
+use crate::json::JsonWriter;
+use crate::plan::{JobPlan, VerifyScheme};
+use crate::verify::{MismatchField, VerifyMismatch};
+
+/// Prefix of the one JSON line per job, so the host can pick it out of the serial log.
+pub const JSON_PREFIX: &str = "BAREMQ-JSON: ";
+
+const NS_PER_S: u128 = 1_000_000_000;
+
+/// `count` events over `ns` nanoseconds, per second, rounded to nearest (0 when `ns` is 0).
+pub fn per_second(count: u64, ns: u64) -> u64 {
+    if ns == 0 {
+        return 0;
+    }
+    let rate = (u128::from(count) * NS_PER_S + u128::from(ns) / 2) / u128::from(ns);
+    u64::try_from(rate).unwrap_or(u64::MAX)
+}
+
+/// Latency statistics of one histogram, in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LatencySummary {
+    /// Number of samples.
+    pub samples: u64,
+    /// Smallest.
+    pub min: u64,
+    /// Mean.
+    pub mean: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p99_9: u64,
+    /// 99.99th percentile.
+    pub p99_99: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+impl LatencySummary {
+    /// Summarises `histogram`.
+    pub fn of(histogram: &LatencyHistogram) -> Self {
+        Self {
+            samples: histogram.samples(),
+            min: histogram.min(),
+            mean: histogram.mean(),
+            p50: histogram.percentile_ppm(500_000),
+            p90: histogram.percentile_ppm(900_000),
+            p99: histogram.percentile_ppm(990_000),
+            p99_9: histogram.percentile_ppm(999_000),
+            p99_99: histogram.percentile_ppm(999_900),
+            max: histogram.max(),
+        }
+    }
+
+    fn labelled(&self) -> [(&'static str, u64); 8] {
+        [
+            ("min", self.min),
+            ("mean", self.mean),
+            ("p50", self.p50),
+            ("p90", self.p90),
+            ("p99", self.p99),
+            ("p99_9", self.p99_9),
+            ("p99_99", self.p99_99),
+            ("max", self.max),
+        ]
+    }
+}
+
+/// Totals of one direction (or both) over the measured phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DirectionSummary {
+    /// Completed I/Os, failed ones included.
+    pub ios: u64,
+    /// Bytes moved by successful I/Os.
+    pub bytes: u64,
+    /// Failed I/Os.
+    pub errors: u64,
+    /// `ios` per second of job runtime.
+    pub iops: u64,
+    /// `bytes` per second of job runtime.
+    pub bw_bytes: u64,
+    /// Latency of successful I/Os.
+    pub latency: LatencySummary,
+}
+
+impl DirectionSummary {
+    fn new(ios: u64, bytes: u64, errors: u64, histogram: &LatencyHistogram, runtime_ns: u64) -> Self {
+        Self {
+            ios,
+            bytes,
+            errors,
+            iops: per_second(ios, runtime_ns),
+            bw_bytes: per_second(bytes, runtime_ns),
+            latency: LatencySummary::of(histogram),
+        }
+    }
+}
+
+/// One CPU's share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSummary {
+    /// The CPU number.
+    pub cpu: u32,
+    /// Completed I/Os of the measured phase.
+    pub ios: u64,
+    /// `ios` per second of this CPU's own runtime.
+    pub iops: u64,
+    /// Bytes moved in the measured phase.
+    pub bytes: u64,
+    /// Failed I/Os in both phases.
+    pub errors: u64,
+    /// Verify mismatches in both phases.
+    pub mismatches: u64,
+    /// This CPU's measured phase, in ns.
+    pub runtime_ns: u64,
+}
+
+/// Overall verify outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyResult {
+    /// The job does not verify.
+    Off,
+    /// At least one block was checked and none mismatched.
+    Pass,
+    /// At least one block mismatched.
+    Fail,
+    /// The job verifies but checked no block at all (which must not count as a pass).
+    NothingChecked,
+}
+
+impl VerifyResult {
+    /// `off`, `pass`, `fail` or `nothing_checked`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Pass => "pass",
+            Self::Fail => "fail",
+            Self::NothingChecked => "nothing_checked",
+        }
+    }
+}
+
+/// Verify totals over every CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifySummary {
+    /// `verify=` of the job.
+    pub mode: VerifyMode,
+    /// The outcome.
+    pub result: VerifyResult,
+    /// Blocks checked and correct.
+    pub checked: u64,
+    /// Blocks read whose content was not known.
+    pub unchecked: u64,
+    /// Blocks that mismatched.
+    pub mismatches: u64,
+    /// The earliest mismatch over all CPUs, with its CPU.
+    pub first_mismatch: Option<(u32, VerifyMismatch)>,
+    /// Reads of the verify pass.
+    pub pass_reads: u64,
+    /// Longest verify pass over the CPUs, in ns.
+    pub pass_ns: u64,
+    /// Whether any CPU skipped its verify pass because the job was stopped.
+    pub pass_skipped: bool,
+}
+
+/// A per-CPU counter the kernel adds to the report (interrupts, IPIs, completion-policy counters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterRow {
+    /// Short name, e.g. `irqs`, `ipis`, `remote_completions`.
+    pub name: String,
+    /// One value per submitting CPU, in the plan's CPU order.
+    pub per_cpu: Vec<u64>,
+}
+
+/// The merged result of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobReport {
+    /// The plan the job ran with.
+    pub plan: JobPlan,
+    /// Longest measured phase over the CPUs, in ns: the runtime that rates are computed over.
+    pub runtime_ns: u64,
+    /// Reads.
+    pub read: DirectionSummary,
+    /// Writes.
+    pub write: DirectionSummary,
+    /// Both directions.
+    pub total: DirectionSummary,
+    /// Failed I/Os in both phases, all CPUs.
+    pub errors: u64,
+    /// Kept error records with their CPU, earliest first.
+    pub error_records: Vec<(u32, IoErrorRecord)>,
+    /// Verify totals.
+    pub verify: VerifySummary,
+    /// Per-CPU shares, in the plan's CPU order.
+    pub per_cpu: Vec<CpuSummary>,
+    /// Kernel-supplied per-CPU counters.
+    pub counters: Vec<CounterRow>,
+    /// Whether any CPU stopped early on request.
+    pub stopped_early: bool,
+}
+
+impl JobReport {
+    /// Merges the per-CPU results of `plan` (one per planned CPU, in any order).
+    pub fn new(plan: &JobPlan, results: &[CpuResult]) -> Result<Self, WorkloadError> {
+        let mismatch = |reason| WorkloadError::ResultsMismatch { job: plan.spec.name.clone(), reason };
+        if results.len() != plan.cpus.len() {
+            return Err(mismatch("there must be exactly one result per planned CPU"));
+        }
+        let mut ordered: Vec<&CpuResult> = Vec::with_capacity(results.len());
+        for slice in &plan.cpus {
+            let mut found = results.iter().filter(|r| r.cpu == slice.cpu);
+            let result = found.next().ok_or_else(|| mismatch("a planned CPU has no result"))?;
+            if found.next().is_some() {
+                return Err(mismatch("a CPU has two results"));
+            }
+            ordered.push(result);
+        }
+
+        let runtime_ns = ordered.iter().map(|r| r.runtime_ns).max().unwrap_or(0);
+        let mut read_hist = LatencyHistogram::new();
+        let mut write_hist = LatencyHistogram::new();
+        let mut read = (0, 0, 0);
+        let mut write = (0, 0, 0);
+        let mut errors = 0;
+        let mut error_records = Vec::new();
+        let mut verify = VerifySummary {
+            mode: plan.spec.verify,
+            result: VerifyResult::Off,
+            checked: 0,
+            unchecked: 0,
+            mismatches: 0,
+            first_mismatch: None,
+            pass_reads: 0,
+            pass_ns: 0,
+            pass_skipped: false,
+        };
+        let mut first_mismatch_at = u64::MAX;
+        let mut per_cpu = Vec::with_capacity(ordered.len());
+        for r in &ordered {
+            read_hist.merge(&r.read.latency);
+            write_hist.merge(&r.write.latency);
+            read = (read.0 + r.read.ios, read.1 + r.read.bytes, read.2 + r.read.errors);
+            write = (write.0 + r.write.ios, write.1 + r.write.bytes, write.2 + r.write.errors);
+            errors += r.errors;
+            error_records.extend(r.error_records.iter().map(|record| (r.cpu, *record)));
+            verify.checked += r.verify.checked;
+            verify.unchecked += r.verify.unchecked;
+            verify.mismatches += r.verify.mismatches;
+            verify.pass_reads += r.verify.pass_reads;
+            verify.pass_ns = verify.pass_ns.max(r.verify.pass_ns);
+            verify.pass_skipped |= r.verify.pass_skipped;
+            if let Some((at, found)) = r.verify.first_mismatch
+                && at < first_mismatch_at
+            {
+                first_mismatch_at = at;
+                verify.first_mismatch = Some((r.cpu, found));
+            }
+            per_cpu.push(CpuSummary {
+                cpu: r.cpu,
+                ios: r.ios(),
+                iops: per_second(r.ios(), r.runtime_ns),
+                bytes: r.read.bytes + r.write.bytes,
+                errors: r.errors,
+                mismatches: r.verify.mismatches,
+                runtime_ns: r.runtime_ns,
+            });
+        }
+        error_records.sort_by_key(|(_, record)| record.at_ns);
+        verify.result = if !plan.spec.verify.is_enabled() {
+            VerifyResult::Off
+        } else if verify.mismatches > 0 {
+            VerifyResult::Fail
+        } else if verify.checked == 0 {
+            VerifyResult::NothingChecked
+        } else {
+            VerifyResult::Pass
+        };
+        let mut total_hist = read_hist.clone();
+        total_hist.merge(&write_hist);
+        Ok(Self {
+            plan: plan.clone(),
+            runtime_ns,
+            read: DirectionSummary::new(read.0, read.1, read.2, &read_hist, runtime_ns),
+            write: DirectionSummary::new(write.0, write.1, write.2, &write_hist, runtime_ns),
+            total: DirectionSummary::new(
+                read.0 + write.0,
+                read.1 + write.1,
+                read.2 + write.2,
+                &total_hist,
+                runtime_ns,
+            ),
+            errors,
+            error_records,
+            verify,
+            per_cpu,
+            counters: Vec::new(),
+            stopped_early: ordered.iter().any(|r| r.stopped_early),
+        })
+    }
+
+    /// Adds a kernel counter with one value per planned CPU (in plan order).
+    pub fn add_counter(&mut self, name: &str, per_cpu: Vec<u64>) -> Result<(), WorkloadError> {
+        if per_cpu.len() != self.per_cpu.len() {
+            return Err(WorkloadError::ResultsMismatch {
+                job: self.plan.spec.name.clone(),
+                reason: "a counter row must have one value per planned CPU",
+            });
+        }
+        self.counters.push(CounterRow { name: name.to_string(), per_cpu });
+        Ok(())
+    }
+
+    /// The job's verdict: no I/O error, and verification (if any) passed.
+    pub fn passed(&self) -> bool {
+        self.errors == 0 && matches!(self.verify.result, VerifyResult::Off | VerifyResult::Pass)
+    }
+
+    /// Writes the fio-like human report (several lines, each ending in a newline).
+    pub fn write_human(&self, out: &mut dyn Write) -> fmt::Result {
+        let spec = &self.plan.spec;
+        let device = &self.plan.device;
+        write!(out, "{}: rw={}", spec.name, spec.rw.as_str())?;
+        if spec.rw == RwMode::RandRw {
+            write!(out, " rwmixread={}", spec.rwmixread)?;
+        }
+        write!(out, " bs={} iodepth={}", spec.bs, self.plan.iodepth)?;
+        if self.plan.iodepth != spec.iodepth {
+            write!(out, " (asked {})", spec.iodepth)?;
+        }
+        write!(out, " cpus={} device={}", self.plan.cpu_set(), device.name)?;
+        write!(out, " region={}+", self.plan.region_offset)?;
+        write_bytes_binary(out, self.plan.region_bytes)?;
+        writeln!(
+            out,
+            " verify={} completion={} quiesce={}",
+            spec.verify.as_str(),
+            spec.completion.map_or("default", |c| c.as_str()),
+            spec.quiesce.map_or("default", |q| q.as_str()),
+        )?;
+        for warning in &self.plan.warnings {
+            writeln!(out, "  warning: {warning}")?;
+        }
+        for (label, direction) in [("read ", &self.read), ("write", &self.write)] {
+            if direction.ios > 0 {
+                write_direction(out, label, direction)?;
+            }
+        }
+        write_direction(out, "total", &self.total)?;
+        write!(out, "  runtime: ")?;
+        write_seconds(out, self.runtime_ns)?;
+        writeln!(out, "{}", if self.stopped_early { " (stopped early)" } else { "" })?;
+        self.write_per_cpu_table(out)?;
+        self.write_verify(out)?;
+        write!(out, "  errors: {}", self.errors)?;
+        if let Some((cpu, record)) = self.error_records.first() {
+            write!(
+                out,
+                " (first: cpu{cpu} {} at LBA {}: {}{})",
+                record.op.as_str(),
+                record.lba,
+                record.error,
+                if record.in_verify_pass { ", in verify pass" } else { "" }
+            )?;
+        }
+        writeln!(out)?;
+        for (cpu, record) in self.error_records.iter().skip(1) {
+            writeln!(out, "    cpu{cpu} {} at LBA {}: {}", record.op.as_str(), record.lba, record.error)?;
+        }
+        writeln!(out, "  result: {}", if self.passed() { "PASS" } else { "FAIL" })
+    }
+
+    fn write_per_cpu_table(&self, out: &mut dyn Write) -> fmt::Result {
+        const WIDTH: usize = 12;
+        write!(out, "  {:<18}", "per cpu")?;
+        for cpu in &self.per_cpu {
+            write!(out, "{:>WIDTH$}", Cpu(cpu.cpu))?;
+        }
+        writeln!(out)?;
+        let fixed: [(&str, fn(&CpuSummary) -> u64); 4] =
+            [("ios", |c| c.ios), ("iops", |c| c.iops), ("errors", |c| c.errors), ("mismatches", |c| c.mismatches)];
+        for (name, value) in fixed {
+            write!(out, "    {name:<16}")?;
+            for cpu in &self.per_cpu {
+                write!(out, "{:>WIDTH$}", value(cpu))?;
+            }
+            writeln!(out)?;
+        }
+        for row in &self.counters {
+            write!(out, "    {:<16}", row.name)?;
+            for value in &row.per_cpu {
+                write!(out, "{value:>WIDTH$}")?;
+            }
+            writeln!(out)?;
+        }
+        Ok(())
+    }
+
+    fn write_verify(&self, out: &mut dyn Write) -> fmt::Result {
+        let v = &self.verify;
+        if v.result == VerifyResult::Off {
+            return writeln!(out, "  verify: off");
+        }
+        write!(
+            out,
+            "  verify: {} {}: {} checked, {} unchecked, {} mismatches",
+            v.mode.as_str(),
+            v.result.as_str(),
+            v.checked,
+            v.unchecked,
+            v.mismatches
+        )?;
+        if let VerifyScheme::ReadOnly(expected) = self.plan.verify {
+            write!(out, " (expecting generation {expected})")?;
+        }
+        if v.pass_skipped {
+            write!(out, "; verify pass skipped (job stopped)")?;
+        } else if self.plan.verify.has_verify_pass() {
+            write!(out, "; verify pass {} reads in ", v.pass_reads)?;
+            write_seconds(out, v.pass_ns)?;
+        }
+        writeln!(out)?;
+        if let Some((cpu, mismatch)) = &v.first_mismatch {
+            writeln!(out, "  FIRST MISMATCH (cpu{cpu}): {mismatch}")?;
+        }
+        Ok(())
+    }
+
+    /// Writes the job's JSON line: [`JSON_PREFIX`], one JSON object, a newline.
+    pub fn write_json_line(&self, out: &mut dyn Write) -> fmt::Result {
+        out.write_str(JSON_PREFIX)?;
+        let mut w = JsonWriter::new(out);
+        w.begin_object()?;
+        self.write_json_job(&mut w)?;
+        let device = &self.plan.device;
+        w.key("device")?;
+        w.begin_object()?;
+        w.field_str("name", &device.name)?;
+        w.field_u64("sector_size", u64::from(device.sector_size))?;
+        w.field_u64("capacity_bytes", device.capacity_sectors.saturating_mul(u64::from(device.sector_size)))?;
+        w.field_u64("max_iodepth", u64::from(device.max_iodepth))?;
+        w.field_u64("max_transfer_bytes", u64::from(device.max_transfer_bytes))?;
+        w.end_object()?;
+        w.field_u64("runtime_ns", self.runtime_ns)?;
+        w.field_u64("ios", self.total.ios)?;
+        w.field_u64("iops", self.total.iops)?;
+        w.field_u64("bytes", self.total.bytes)?;
+        w.field_u64("bw_bytes", self.total.bw_bytes)?;
+        w.field_u64("errors", self.errors)?;
+        w.key("lat_ns")?;
+        write_json_latency(&mut w, &self.total.latency)?;
+        for (name, direction) in [("read", &self.read), ("write", &self.write)] {
+            w.key(name)?;
+            w.begin_object()?;
+            w.field_u64("ios", direction.ios)?;
+            w.field_u64("bytes", direction.bytes)?;
+            w.field_u64("errors", direction.errors)?;
+            w.field_u64("iops", direction.iops)?;
+            w.field_u64("bw_bytes", direction.bw_bytes)?;
+            w.key("lat_ns")?;
+            write_json_latency(&mut w, &direction.latency)?;
+            w.end_object()?;
+        }
+        self.write_json_verify(&mut w)?;
+        w.key("error_records")?;
+        w.begin_array()?;
+        for (cpu, record) in &self.error_records {
+            w.begin_object()?;
+            w.field_u64("cpu", u64::from(*cpu))?;
+            w.field_str("op", record.op.as_str())?;
+            w.field_u64("lba", record.lba)?;
+            w.key("error")?;
+            w.display(&record.error)?;
+            w.field_bool("verify_pass", record.in_verify_pass)?;
+            w.end_object()?;
+        }
+        w.end_array()?;
+        w.key("per_cpu")?;
+        w.begin_array()?;
+        for cpu in &self.per_cpu {
+            w.begin_object()?;
+            w.field_u64("cpu", u64::from(cpu.cpu))?;
+            w.field_u64("ios", cpu.ios)?;
+            w.field_u64("iops", cpu.iops)?;
+            w.field_u64("bytes", cpu.bytes)?;
+            w.field_u64("errors", cpu.errors)?;
+            w.field_u64("mismatches", cpu.mismatches)?;
+            w.field_u64("runtime_ns", cpu.runtime_ns)?;
+            w.end_object()?;
+        }
+        w.end_array()?;
+        w.key("counters")?;
+        w.begin_array()?;
+        for row in &self.counters {
+            w.begin_object()?;
+            w.field_str("name", &row.name)?;
+            w.key("per_cpu")?;
+            w.begin_array()?;
+            for &value in &row.per_cpu {
+                w.u64(value)?;
+            }
+            w.end_array()?;
+            w.end_object()?;
+        }
+        w.end_array()?;
+        w.key("warnings")?;
+        w.begin_array()?;
+        for warning in &self.plan.warnings {
+            w.display(warning)?;
+        }
+        w.end_array()?;
+        w.field_bool("stopped_early", self.stopped_early)?;
+        w.field_str("result", if self.passed() { "pass" } else { "fail" })?;
+        w.end_object()?;
+        out.write_char('\n')
+    }
+
+    fn write_json_job(&self, w: &mut JsonWriter<'_, dyn Write + '_>) -> fmt::Result {
+        let spec = &self.plan.spec;
+        w.key("job")?;
+        w.begin_object()?;
+        w.field_str("name", &spec.name)?;
+        w.field_str("rw", spec.rw.as_str())?;
+        w.field_u64("rwmixread", u64::from(if spec.rw == RwMode::RandRw {
+            spec.rwmixread
+        } else if spec.rw.reads() {
+            100
+        } else {
+            0
+        }))?;
+        w.field_u64("bs", u64::from(spec.bs))?;
+        w.field_u64("iodepth", u64::from(self.plan.iodepth))?;
+        w.field_u64("iodepth_requested", u64::from(spec.iodepth))?;
+        w.key("cpus")?;
+        w.begin_array()?;
+        for slice in &self.plan.cpus {
+            w.u64(u64::from(slice.cpu))?;
+        }
+        w.end_array()?;
+        w.key("runtime_ns")?;
+        match spec.runtime_ns {
+            Some(runtime) => w.u64(runtime)?,
+            None => w.null()?,
+        }
+        w.field_u64("size", self.plan.region_bytes)?;
+        w.field_u64("offset", self.plan.region_offset)?;
+        w.field_str("device", &self.plan.device.name)?;
+        w.field_str("verify", spec.verify.as_str())?;
+        w.key("verify_generation")?;
+        match self.plan.verify {
+            VerifyScheme::ReadOnly(ExpectedGeneration::Exact(generation)) => w.u64(u64::from(generation))?,
+            VerifyScheme::ReadOnly(ExpectedGeneration::Any) => w.string("any")?,
+            _ => w.null()?,
+        }
+        w.field_str("completion", spec.completion.map_or("default", |c| c.as_str()))?;
+        w.field_str("quiesce", spec.quiesce.map_or("default", |q| q.as_str()))?;
+        w.field_u64("seed", spec.seed)?;
+        w.field_bool("stop_on_error", spec.stop_on_error)?;
+        w.field_u64("io_timeout_ns", spec.io_timeout_ns)?;
+        w.end_object()
+    }
+
+    fn write_json_verify(&self, w: &mut JsonWriter<'_, dyn Write + '_>) -> fmt::Result {
+        let v = &self.verify;
+        w.key("verify")?;
+        w.begin_object()?;
+        w.field_str("mode", v.mode.as_str())?;
+        w.field_str("result", v.result.as_str())?;
+        w.field_u64("checked", v.checked)?;
+        w.field_u64("unchecked", v.unchecked)?;
+        w.field_u64("mismatches", v.mismatches)?;
+        w.key("first_mismatch")?;
+        match &v.first_mismatch {
+            None => w.null()?,
+            Some((cpu, mismatch)) => {
+                w.begin_object()?;
+                w.field_u64("cpu", u64::from(*cpu))?;
+                w.field_u64("lba", mismatch.lba)?;
+                w.field_str("field", mismatch.field.key())?;
+                if let MismatchField::Data { byte_offset } = mismatch.field {
+                    w.field_u64("byte_offset", u64::from(byte_offset))?;
+                }
+                w.field_u64("expected", mismatch.expected)?;
+                w.field_u64("found", mismatch.found)?;
+                w.key("message")?;
+                w.display(mismatch)?;
+                w.end_object()?;
+            }
+        }
+        w.field_u64("pass_reads", v.pass_reads)?;
+        w.field_u64("pass_ns", v.pass_ns)?;
+        w.field_bool("pass_skipped", v.pass_skipped)?;
+        w.end_object()
+    }
+}
+
+fn write_json_latency(w: &mut JsonWriter<'_, dyn Write + '_>, latency: &LatencySummary) -> fmt::Result {
+    w.begin_object()?;
+    w.field_u64("samples", latency.samples)?;
+    for (name, value) in latency.labelled() {
+        w.field_u64(name, value)?;
+    }
+    w.end_object()
+}
+
+/// A `cpuN` column label that honours width and alignment.
+struct Cpu(u32);
+
+impl fmt::Display for Cpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&alloc::format!("cpu{}", self.0))
+    }
+}
+
+fn write_direction(out: &mut dyn Write, label: &str, d: &DirectionSummary) -> fmt::Result {
+    write!(out, "  {label}: ios={} iops={} bw=", d.ios, d.iops)?;
+    write_rate_binary(out, d.bw_bytes)?;
+    write!(out, " (")?;
+    write_decimal(out, d.bw_bytes, 1_000_000)?;
+    writeln!(out, "MB/s) errors={}", d.errors)?;
+    write_latency_line(out, &d.latency)
+}
+
+fn write_latency_line(out: &mut dyn Write, latency: &LatencySummary) -> fmt::Result {
+    if latency.samples == 0 {
+        return writeln!(out, "         lat: no samples");
+    }
+    // Microseconds read better for device latencies; nanoseconds keep fast null-device numbers exact.
+    let micros = latency.mean >= 10_000;
+    write!(out, "         lat ({}):", if micros { "us" } else { "ns" })?;
+    let labels = ["min", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"];
+    for (label, (_, value)) in labels.iter().zip(latency.labelled()) {
+        write!(out, " {label}=")?;
+        if micros {
+            write_decimal(out, value, 1_000)?;
+        } else {
+            write!(out, "{value}")?;
+        }
+    }
+    writeln!(out)
+}
+
+/// Writes `value / unit` with one decimal, rounded to nearest.
+fn write_decimal(out: &mut dyn Write, value: u64, unit: u64) -> fmt::Result {
+    let tenths = (u128::from(value) * 10 + u128::from(unit) / 2) / u128::from(unit);
+    write!(out, "{}.{}", tenths / 10, tenths % 10)
+}
+
+fn write_seconds(out: &mut dyn Write, ns: u64) -> fmt::Result {
+    let millis = (ns + 500_000) / 1_000_000;
+    write!(out, "{}.{:03}s", millis / 1000, millis % 1000)
+}
+
+fn write_bytes_binary(out: &mut dyn Write, bytes: u64) -> fmt::Result {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if bytes >= size {
+            write_decimal(out, bytes, size)?;
+            return out.write_str(name);
+        }
+    }
+    write!(out, "{bytes}B")
+}
+
+fn write_rate_binary(out: &mut dyn Write, bytes_per_second: u64) -> fmt::Result {
+    write_decimal(out, bytes_per_second, 1 << 20)?;
+    out.write_str("MiB/s")
+}
+
+/// Formats progress lines for a running job from its [`LiveCounts`], computing rates over the
+/// interval since the previous line.
+#[derive(Debug, Clone)]
+pub struct ProgressMeter {
+    start_ns: u64,
+    last_ns: u64,
+    last: LiveCounts,
+}
+
+impl ProgressMeter {
+    /// A meter for a job that started at `start_ns`.
+    pub fn new(start_ns: u64) -> Self {
+        Self { start_ns, last_ns: start_ns, last: LiveCounts::default() }
+    }
+
+    /// Writes one progress line for the totals `now` at time `now_ns` and remembers them for the next
+    /// line's rates. `verifying` marks lines written while CPUs are in their verify pass.
+    pub fn write_line(
+        &mut self,
+        out: &mut dyn Write,
+        job: &str,
+        now_ns: u64,
+        now: LiveCounts,
+        verifying: bool,
+    ) -> fmt::Result {
+        let interval = now_ns.saturating_sub(self.last_ns);
+        let ios = now.ios.saturating_sub(self.last.ios);
+        let bytes = now.bytes.saturating_sub(self.last.bytes);
+        write!(out, "[{job}] ")?;
+        write_seconds(out, now_ns.saturating_sub(self.start_ns))?;
+        write!(out, ": {} IOPS, ", per_second(ios, interval))?;
+        write_decimal(out, per_second(bytes, interval), 1_000_000)?;
+        write!(out, " MB/s, {} ios, {} errors", now.ios, now.errors)?;
+        if now.mismatches > 0 {
+            write!(out, ", {} MISMATCHES", now.mismatches)?;
+        }
+        if verifying {
+            out.write_str(" (verifying)")?;
+        }
+        out.write_char('\n')?;
+        self.last_ns = now_ns;
+        self.last = now;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_round_to_nearest() {
+        assert_eq!(per_second(10, 1_000_000_000), 10);
+        assert_eq!(per_second(1, 3_000_000_000), 0);
+        assert_eq!(per_second(2, 3_000_000_000), 1);
+        assert_eq!(per_second(5, 0), 0);
+        assert_eq!(per_second(u64::MAX, 1), u64::MAX);
+    }
+
+    #[test]
+    fn decimal_helpers() {
+        let mut s = String::new();
+        write_decimal(&mut s, 1_250_000, 1_000_000).unwrap();
+        s.push(' ');
+        write_seconds(&mut s, 1_234_567_890).unwrap();
+        s.push(' ');
+        write_bytes_binary(&mut s, 64 << 20).unwrap();
+        s.push(' ');
+        write_bytes_binary(&mut s, 100).unwrap();
+        assert_eq!(s, "1.3 1.235s 64.0MiB 100B");
+    }
+
+    #[test]
+    fn progress_line_reports_interval_rates() {
+        let mut meter = ProgressMeter::new(1_000);
+        let mut s = String::new();
+        let first = LiveCounts { ios: 1000, bytes: 4_096_000, errors: 0, mismatches: 0 };
+        meter.write_line(&mut s, "j", 1_000 + 1_000_000_000, first, false).unwrap();
+        let second = LiveCounts { ios: 1500, bytes: 6_144_000, errors: 2, mismatches: 1 };
+        meter.write_line(&mut s, "j", 1_000 + 1_500_000_000, second, true).unwrap();
+        assert_eq!(
+            s,
+            "[j] 1.000s: 1000 IOPS, 4.1 MB/s, 1000 ios, 0 errors\n\
+             [j] 1.500s: 1000 IOPS, 4.1 MB/s, 1500 ios, 2 errors, 1 MISMATCHES (verifying)\n"
+        );
+    }
+}

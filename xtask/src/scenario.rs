@@ -1,0 +1,449 @@
+//! QEMU scenario definitions (`tests/*.scenarios`).
+//!
+//! A file holds scenarios; each starts with `[name]` and continues with
+//! `key = value` lines (a line starting with `#` is a comment; values may contain `#`):
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `description` | one line for humans |
+//! | `qemu` | extra QEMU arguments (repeatable; split on whitespace; `{image:NAME}` becomes that image's path) |
+//! | `append` | kernel command-line words (repeatable) |
+//! | `timeout` | seconds per boot (default 60) |
+//! | `expect` | `success` or `failure` (default success) |
+//! | `output` | text that must appear in the serial output, in the given order (repeatable) |
+//! | `absent` | text that must not appear (repeatable) |
+//! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
+//! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
+//! | `boot` | `iso-bios` or `iso-uefi`: boot a GRUB image instead of `-kernel` |
+//! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
+//!
+//! Every boot passes only on the kernel's exit code for the expected
+//! outcome *and* every `output` line present *and* no `absent` line present.
+
+use std::fmt;
+
+/// Expected verdict of a boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    Success,
+    Failure,
+}
+
+/// How the kernel is handed to QEMU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootMethod {
+    /// `-kernel` (Multiboot1 path).
+    Kernel,
+    /// GRUB rescue image with SeaBIOS.
+    IsoBios,
+    /// GRUB rescue image with OVMF.
+    IsoUefi,
+}
+
+/// One boot of a scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot {
+    pub qemu: Vec<String>,
+    pub append: Vec<String>,
+    pub timeout_s: u64,
+    pub expect: Expect,
+    pub output: Vec<String>,
+    pub absent: Vec<String>,
+    pub method: BootMethod,
+}
+
+impl Default for Boot {
+    fn default() -> Self {
+        Boot {
+            qemu: Vec::new(),
+            append: Vec::new(),
+            timeout_s: 60,
+            expect: Expect::Success,
+            output: Vec::new(),
+            absent: Vec::new(),
+            method: BootMethod::Kernel,
+        }
+    }
+}
+
+/// A disk image a scenario needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub name: String,
+    pub bytes: u64,
+    pub format: String,
+}
+
+/// A requirement that, when unmet, makes the scenario SKIPPED.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    Kvm,
+    /// Only under TCG (e.g. `int3`, which kvm-pvm cannot emulate).
+    Tcg,
+    Tool(String),
+}
+
+/// A named scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    pub name: String,
+    pub file: String,
+    pub description: String,
+    pub images: Vec<Image>,
+    pub requires: Vec<Requirement>,
+    pub boots: Vec<Boot>,
+}
+
+/// A syntax or value error, with file and line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Parses a size like `64M`, `8G`, `4096`, `512K` (binary units).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'K' | 'k') => (&s[..i], 1u64 << 10),
+        (i, 'M' | 'm') => (&s[..i], 1 << 20),
+        (i, 'G' | 'g') => (&s[..i], 1 << 30),
+        (i, 'T' | 't') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Parses one scenario file.
+pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
+    let mut out: Vec<Scenario> = Vec::new();
+    let err = |line: usize, message: String| ParseError {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    for (idx, raw) in text.lines().enumerate() {
+        let lineno = idx + 1;
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let name = name.trim();
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return Err(err(lineno, format!("scenario name '{name}' must be one word")));
+            }
+            if out.iter().any(|s| s.name == name) {
+                return Err(err(lineno, format!("scenario '{name}' is defined twice")));
+            }
+            out.push(Scenario {
+                name: name.to_string(),
+                file: file.to_string(),
+                description: String::new(),
+                images: Vec::new(),
+                requires: Vec::new(),
+                boots: vec![Boot::default()],
+            });
+            continue;
+        }
+        let Some(sc) = out.last_mut() else {
+            return Err(err(lineno, "a key before the first [scenario] header".into()));
+        };
+        if line == "next-boot" {
+            sc.boots.push(Boot::default());
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(err(lineno, format!("expected 'key = value', found '{line}'")));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let boot = sc.boots.last_mut().expect("a scenario always has a boot");
+        match key {
+            "description" => sc.description = value.to_string(),
+            "qemu" => boot.qemu.extend(value.split_whitespace().map(str::to_string)),
+            "append" => boot.append.extend(value.split_whitespace().map(str::to_string)),
+            "timeout" => {
+                boot.timeout_s = value
+                    .parse()
+                    .ok()
+                    .filter(|t| *t > 0)
+                    .ok_or_else(|| err(lineno, format!("timeout '{value}' is not a positive number of seconds")))?
+            }
+            "expect" => {
+                boot.expect = match value {
+                    "success" => Expect::Success,
+                    "failure" => Expect::Failure,
+                    _ => return Err(err(lineno, format!("expect '{value}': use success or failure"))),
+                }
+            }
+            "output" => boot.output.push(value.to_string()),
+            "absent" => boot.absent.push(value.to_string()),
+            "boot" => {
+                boot.method = match value {
+                    "kernel" => BootMethod::Kernel,
+                    "iso-bios" => BootMethod::IsoBios,
+                    "iso-uefi" => BootMethod::IsoUefi,
+                    _ => return Err(err(lineno, format!("boot '{value}': use kernel, iso-bios or iso-uefi"))),
+                }
+            }
+            "image" => {
+                let parts: Vec<&str> = value.split_whitespace().collect();
+                let (name, size, format) = match parts.as_slice() {
+                    [n, s] => (*n, *s, "raw"),
+                    [n, s, f] => (*n, *s, *f),
+                    _ => return Err(err(lineno, format!("image '{value}': use NAME SIZE [raw|qcow2]"))),
+                };
+                let bytes = parse_size(size)
+                    .filter(|b| *b > 0)
+                    .ok_or_else(|| err(lineno, format!("image size '{size}' is not a size like 64M or 8G")))?;
+                if format != "raw" && format != "qcow2" {
+                    return Err(err(lineno, format!("image format '{format}': use raw or qcow2")));
+                }
+                sc.images.push(Image {
+                    name: name.to_string(),
+                    bytes,
+                    format: format.to_string(),
+                });
+            }
+            "requires" => sc.requires.push(match value {
+                "kvm" => Requirement::Kvm,
+                "tcg" => Requirement::Tcg,
+                v if v.starts_with("tool:") && v.len() > 5 => Requirement::Tool(v[5..].to_string()),
+                _ => return Err(err(lineno, format!("requires '{value}': use kvm, tcg or tool:PROGRAM"))),
+            }),
+            _ => return Err(err(lineno, format!("unknown key '{key}'"))),
+        }
+    }
+    for sc in &out {
+        for (i, b) in sc.boots.iter().enumerate() {
+            if b.output.is_empty() {
+                return Err(err(
+                    0,
+                    format!(
+                        "scenario '{}' boot {} checks no output: add at least one 'output ='",
+                        sc.name,
+                        i + 1
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Replaces `{image:NAME}` placeholders with image paths.
+pub fn substitute(arg: &str, images: &[(String, std::path::PathBuf)]) -> Result<String, String> {
+    let mut out = arg.to_string();
+    while let Some(start) = out.find("{image:") {
+        let end = out[start..]
+            .find('}')
+            .map(|e| start + e)
+            .ok_or(format!("unterminated placeholder in '{arg}'"))?;
+        let name = &out[start + 7..end];
+        let path = images
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.display().to_string())
+            .ok_or(format!(
+                "'{arg}' names image '{name}', which the scenario does not declare"
+            ))?;
+        out.replace_range(start..=end, &path);
+    }
+    Ok(out)
+}
+
+/// Judges one boot's outcome. Returns `Err(reason)` on failure.
+pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), String> {
+    let (want_code, want_line) = match boot.expect {
+        Expect::Success => (33, "BAREMQ: SUCCESS"),
+        Expect::Failure => (35, "BAREMQ: FAILURE"),
+    };
+    if exit_code != Some(want_code) {
+        return Err(format!(
+            "QEMU exit status {} (expected {want_code} for {:?})",
+            exit_code.map_or("none (killed)".to_string(), |c| c.to_string()),
+            boot.expect
+        ));
+    }
+    if !output.lines().any(|l| l.trim_end().starts_with(want_line)) {
+        return Err(format!("no '{want_line}' line in the output"));
+    }
+    let mut rest = output;
+    for want in &boot.output {
+        match rest.find(want.as_str()) {
+            Some(pos) => rest = &rest[pos + want.len()..],
+            None => {
+                return Err(if output.contains(want.as_str()) {
+                    format!("'{want}' appears, but not after the previous expected output")
+                } else {
+                    format!("expected output '{want}' is missing")
+                });
+            }
+        }
+    }
+    if let Some(bad) = boot.absent.iter().find(|a| output.contains(a.as_str())) {
+        return Err(format!("output contains '{bad}', which must be absent"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"
+# comment
+[boot-basic]
+description = boots
+qemu = -smp 2 -m 256M
+append = log=info
+append = test=timer
+output = #PF
+timeout = 30
+output = baremq
+output = SUCCESS
+absent = PANIC
+image = disk0 64M
+requires = tool:qemu-img
+
+[two-boots]
+image = d 8G qcow2
+append = verify=write
+output = wrote
+next-boot
+expect = failure
+output = vector 14
+"#;
+
+    #[test]
+    fn parses_keys_and_boots() {
+        let s = parse("t.scenarios", SAMPLE).unwrap();
+        assert_eq!(s.len(), 2);
+        let a = &s[0];
+        assert_eq!(a.name, "boot-basic");
+        assert_eq!(a.boots.len(), 1);
+        assert_eq!(a.boots[0].qemu, ["-smp", "2", "-m", "256M"]);
+        assert_eq!(a.boots[0].append, ["log=info", "test=timer"]);
+        assert_eq!(a.boots[0].timeout_s, 30);
+        assert_eq!(a.boots[0].output, ["#PF", "baremq", "SUCCESS"]);
+        assert_eq!(
+            a.images[0],
+            Image {
+                name: "disk0".into(),
+                bytes: 64 << 20,
+                format: "raw".into()
+            }
+        );
+        assert_eq!(a.requires, [Requirement::Tool("qemu-img".into())]);
+        let b = &s[1];
+        assert_eq!(b.boots.len(), 2);
+        assert_eq!(b.boots[1].expect, Expect::Failure);
+        assert_eq!(b.images[0].bytes, 8 << 30);
+    }
+
+    #[test]
+    fn rejects_bad_input_with_line_numbers() {
+        let e = parse("f", "[a]\nbogus = 1\noutput = x\n").unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (2, "unknown key 'bogus'"));
+        assert!(
+            parse("f", "output = x\n")
+                .unwrap_err()
+                .message
+                .contains("before the first")
+        );
+        assert!(
+            parse("f", "[a]\ntimeout = 0\noutput = x")
+                .unwrap_err()
+                .message
+                .contains("positive")
+        );
+        assert!(
+            parse("f", "[a]\nimage = d 12Q\noutput = x")
+                .unwrap_err()
+                .message
+                .contains("12Q")
+        );
+        assert!(
+            parse("f", "[a]\noutput = x\n[a]\noutput = y")
+                .unwrap_err()
+                .message
+                .contains("twice")
+        );
+        assert!(
+            parse("f", "[a]\nappend = x=1\n")
+                .unwrap_err()
+                .message
+                .contains("checks no output")
+        );
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("8g"), Some(8 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+
+    #[test]
+    fn substitution() {
+        let imgs = vec![("d0".to_string(), std::path::PathBuf::from("/tmp/d0.img"))];
+        assert_eq!(
+            substitute("file={image:d0},if=none", &imgs).unwrap(),
+            "file=/tmp/d0.img,if=none"
+        );
+        assert!(substitute("file={image:zz}", &imgs).unwrap_err().contains("zz"));
+    }
+
+    fn boot(expect: Expect, output: &[&str]) -> Boot {
+        Boot {
+            expect,
+            output: output.iter().map(|s| s.to_string()).collect(),
+            ..Boot::default()
+        }
+    }
+
+    #[test]
+    fn judging_needs_exit_code_final_line_and_ordered_output() {
+        let b = boot(Expect::Success, &["alpha", "beta"]);
+        let good = "alpha\nbeta\nBAREMQ: SUCCESS\n";
+        assert!(judge(&b, Some(33), good).is_ok());
+        assert!(judge(&b, Some(35), good).unwrap_err().contains("exit status 35"));
+        assert!(judge(&b, None, good).unwrap_err().contains("killed"));
+        assert!(
+            judge(&b, Some(33), "alpha\nbeta\n")
+                .unwrap_err()
+                .contains("BAREMQ: SUCCESS")
+        );
+        assert!(
+            judge(&b, Some(33), "beta\nalpha\nBAREMQ: SUCCESS")
+                .unwrap_err()
+                .contains("not after")
+        );
+        assert!(
+            judge(&b, Some(33), "alpha\nBAREMQ: SUCCESS")
+                .unwrap_err()
+                .contains("'beta' is missing")
+        );
+        let f = boot(Expect::Failure, &["vector 14"]);
+        assert!(judge(&f, Some(35), "EXCEPTION: (vector 14)\nBAREMQ: FAILURE: x").is_ok());
+        assert!(judge(&f, Some(33), "EXCEPTION: (vector 14)\nBAREMQ: SUCCESS").is_err());
+        let mut a = boot(Expect::Success, &["ok"]);
+        a.absent.push("PANIC".into());
+        assert!(
+            judge(&a, Some(33), "ok PANIC\nBAREMQ: SUCCESS")
+                .unwrap_err()
+                .contains("absent")
+        );
+    }
+}
