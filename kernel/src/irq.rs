@@ -1,47 +1,40 @@
-//! Interrupt dispatch for vectors 32-255.
-//!
-//! Handlers are registered at init into a table of atomics; the interrupt
-//! path is one Acquire load and an indirect call, no lock.
+//! Interrupt dispatch for vectors 32-255 through the platform crate's
+//! lock-free [`IrqTable`]: registration at init, one Acquire load and an
+//! indirect call in the interrupt path, per-vector per-CPU counts.
 
 use crate::idt::TrapFrame;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use platform::irq::{IrqHandlerFn, IrqTable, Registration, VectorAllocator};
 
 /// Local APIC timer.
 pub const VECTOR_TIMER: u8 = 0x20;
+/// Wakes a CPU so its idle loop looks at its work mailbox.
+pub const VECTOR_WAKE: u8 = 0xF0;
+/// IPI ping (measurement) and its reply.
+pub const VECTOR_PING: u8 = 0xF1;
+pub const VECTOR_PONG: u8 = 0xF2;
+/// Block-layer remote completion.
+pub const VECTOR_BLK_COMPLETE: u8 = 0xF3;
 /// Local APIC spurious-interrupt vector (never acknowledged with EOI).
 pub const VECTOR_SPURIOUS: u8 = 0xFF;
 
-/// An interrupt handler: gets the vector it was raised on.
-pub type Handler = fn(vector: u8);
+/// Every vector's handler and counts.
+pub static TABLE: IrqTable = IrqTable::new();
+/// Device vectors (0x30..=0xEF).
+pub static VECTORS: VectorAllocator = VectorAllocator::new();
 
-static HANDLERS: [AtomicUsize; 256] = [const { AtomicUsize::new(0) }; 256];
-static STRAY: AtomicUsize = AtomicUsize::new(0);
-
-/// Installs `handler` for `vector`. Registration happens at init, before the
-/// source is unmasked; the Release store pairs with the Acquire load in
-/// [`dispatch`], so a CPU that sees the pointer sees everything the
-/// registering code wrote before it.
-pub fn register(vector: u8, handler: Handler) {
-    assert!(vector >= 32, "vector {vector} is an exception vector");
-    HANDLERS[vector as usize].store(handler as usize, Ordering::Release);
-}
-
-/// Interrupts that arrived on a vector with no handler.
-pub fn stray_count() -> usize {
-    STRAY.load(Ordering::Relaxed)
+/// Installs `handler` for `vector` under `name`, passing it `context`.
+pub fn register(vector: u8, name: &'static str, handler: IrqHandlerFn, context: usize) {
+    let reg: &'static Registration =
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(Registration { name, handler, context }));
+    if let Err(e) = TABLE.register(vector, reg) {
+        panic!("cannot register interrupt handler '{name}' on vector {vector:#x}: {e}");
+    }
 }
 
 pub(crate) fn dispatch(vector: u8, _frame: &mut TrapFrame) {
     if vector == VECTOR_SPURIOUS {
         return;
     }
-    let raw = HANDLERS[vector as usize].load(Ordering::Acquire);
-    if raw == 0 {
-        STRAY.fetch_add(1, Ordering::Relaxed);
-    } else {
-        // SAFETY: only `register` stores non-zero values, and it stores `Handler` pointers.
-        let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(raw) };
-        handler(vector);
-    }
+    TABLE.dispatch(vector, crate::percpu::index() as u32);
     crate::apic::eoi();
 }

@@ -19,15 +19,16 @@ mod apic;
 mod console;
 mod cpu;
 mod exit;
+mod firmware;
 mod idt;
 mod irq;
 mod memory;
 mod percpu;
 mod selftest;
+mod smp;
 mod time;
 
 use bootinfo::memmap::Range;
-use bootinfo::parse::RsdpSource;
 use bootinfo::{BootInfo, PhysMemory};
 use core::panic::PanicInfo;
 
@@ -113,6 +114,34 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
 
     report_platform(boot, &mem, &clock);
 
+    let fw = match firmware::discover(boot) {
+        Ok(f) => f,
+        Err(e) => exit::failure(format_args!("ACPI: {e}")),
+    };
+    kprintln!(
+        "acpi: RSDP from {}, revision {}, OEM \"{}\"; MADT: {} CPUs, {} I/O APICs, {} overrides; MCFG: {}",
+        fw.rsdp_from,
+        fw.revision,
+        fw.oem,
+        fw.madt.cpus.len(),
+        fw.madt.io_apics.len(),
+        fw.madt.overrides.len(),
+        match &fw.mcfg {
+            Some(m) if !m.windows.is_empty() => "present (ECAM)",
+            _ => "absent (port I/O config space)",
+        }
+    );
+    let apic_ids: alloc::vec::Vec<u32> = if config.smp {
+        fw.madt.usable_cpus().map(|c| c.apic_id).collect()
+    } else {
+        alloc::vec![apic::id()]
+    };
+    let cpus = smp::start_aps(&apic_ids);
+    smp::report(&cpus);
+    if cpus.iter().any(|c| !c.online) {
+        exit::failure(format_args!("not every CPU came online"));
+    }
+
     if let Some(test) = config.test {
         selftest::run(test);
     }
@@ -156,11 +185,6 @@ fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Ca
         if apic::is_x2apic() { "x2apic" } else { "xapic" },
         apic::id()
     );
-    match &boot.rsdp {
-        Some(RsdpSource::Address(a)) => kprintln!("acpi: RSDP at {a:#x} (from the loader)"),
-        Some(RsdpSource::Copy(b)) => kprintln!("acpi: RSDP copy from the loader ({} bytes)", b.len()),
-        None => kprintln!("acpi: no RSDP from the loader; the BIOS area will be searched"),
-    }
 }
 
 /// Installed RAM in MiB: the firmware map loses the legacy VGA/BIOS hole and

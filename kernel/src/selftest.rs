@@ -3,9 +3,10 @@
 //! after checking what it measured; a failed check ends the run with
 //! FAILURE and the measured figures.
 
-use crate::{apic, irq, kprintln, percpu, time};
+use crate::{apic, irq, kprintln, percpu, smp, time};
+use alloc::vec::Vec;
 use bootinfo::cmdline::SelfTest;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub fn run(test: SelfTest) {
     kprintln!("selftest: {}", test.name());
@@ -31,11 +32,13 @@ pub fn run(test: SelfTest) {
         }
         SelfTest::Panic => panic!("deliberate panic requested by test=panic"),
         SelfTest::Timer => timer(),
+        SelfTest::Ipi => ipi_ping_pong(),
+        SelfTest::OnEachCpu => on_each_cpu(),
         other => crate::exit::failure(format_args!("self-test '{}' is not available yet", other.name())),
     }
 }
 
-fn on_timer(_vector: u8) {
+fn on_timer(_ctx: usize, _vector: u8, _cpu: u32) {
     percpu::current().timer_ticks.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -44,7 +47,7 @@ fn on_timer(_vector: u8) {
 fn timer() {
     const HZ: u64 = 1000;
     const TICKS: u64 = 200;
-    irq::register(irq::VECTOR_TIMER, on_timer);
+    irq::register(irq::VECTOR_TIMER, "lapic-timer", on_timer, 0);
     let period = (time::lapic_hz() / HZ) as u32;
     let ticks = &percpu::current().timer_ticks;
     let start_ticks = ticks.load(Ordering::Relaxed);
@@ -84,4 +87,95 @@ fn timer() {
         ));
     }
     kprintln!("timer: clock and LAPIC timer agree");
+}
+
+static PONGS: AtomicU64 = AtomicU64::new(0);
+static PING_FROM: AtomicU32 = AtomicU32::new(0);
+
+fn on_ping(_ctx: usize, _vector: u8, _cpu: u32) {
+    apic::send_ipi(
+        PING_FROM.load(Ordering::Acquire),
+        apic::Delivery::Fixed(irq::VECTOR_PONG),
+    );
+}
+
+fn on_pong(_ctx: usize, _vector: u8, _cpu: u32) {
+    PONGS.fetch_add(1, Ordering::Release);
+}
+
+/// Percentile of sorted samples (nearest rank).
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let rank = ((p / 100.0) * sorted.len() as f64) as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// IPI round trips from CPU 0 to every other CPU: ping there, pong back.
+fn ipi_ping_pong() {
+    const PINGS: usize = 2000;
+    let n = smp::online();
+    if n < 2 {
+        crate::exit::failure(format_args!("test=ipi needs at least 2 CPUs online (have {n})"));
+    }
+    irq::register(irq::VECTOR_PING, "ipi-ping", on_ping, 0);
+    irq::register(irq::VECTOR_PONG, "ipi-pong", on_pong, 0);
+    PING_FROM.store(apic::id(), Ordering::Release);
+    x86_64::instructions::interrupts::enable();
+    for target in 1..n {
+        let dest = percpu::cpu(target).apic_id.load(Ordering::Relaxed);
+        let mut samples = Vec::with_capacity(PINGS);
+        for _ in 0..PINGS {
+            let before = PONGS.load(Ordering::Acquire);
+            let t0 = time::rdtsc();
+            apic::send_ipi(dest, apic::Delivery::Fixed(irq::VECTOR_PING));
+            let deadline = time::now_ns() + 1_000_000_000;
+            while PONGS.load(Ordering::Acquire) == before {
+                if time::now_ns() > deadline {
+                    crate::exit::failure(format_args!("cpu{target} did not answer an IPI ping within 1 s"));
+                }
+                core::hint::spin_loop();
+            }
+            samples.push(time::ticks_to_ns(time::rdtsc() - t0));
+        }
+        samples.sort_unstable();
+        kprintln!(
+            "ipi: cpu0 <-> cpu{target} round trip over {PINGS} pings: min {} ns, p50 {} ns, p99 {} ns, max {} ns",
+            samples[0],
+            percentile(&samples, 50.0),
+            percentile(&samples, 99.0),
+            samples[PINGS - 1]
+        );
+    }
+    x86_64::instructions::interrupts::disable();
+    let pings: u64 = (1..n).map(|c| irq::TABLE.count(irq::VECTOR_PING, c as u32)).sum();
+    let pongs = irq::TABLE.count(irq::VECTOR_PONG, 0);
+    let expected = (PINGS * (n - 1)) as u64;
+    kprintln!("ipi: {pings} pings handled on other CPUs, {pongs} pongs on cpu0 (expected {expected} each)");
+    if pings != expected || pongs != expected {
+        crate::exit::failure(format_args!(
+            "IPI counts do not balance: {pings} pings, {pongs} pongs, {expected} sent"
+        ));
+    }
+}
+
+static RAN_ON: [AtomicU32; percpu::MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; percpu::MAX_CPUS];
+
+fn record_cpu(target: usize) {
+    let me = percpu::index();
+    // Record who actually ran the work for slot `target`.
+    RAN_ON[target].store(me as u32, Ordering::Release);
+}
+
+/// Runs a function on every CPU and checks that each ran it, on itself.
+fn on_each_cpu() {
+    smp::on_each_cpu(record_cpu);
+    let n = smp::online();
+    let mut ok = 0;
+    for (i, slot) in RAN_ON.iter().enumerate().take(n) {
+        let who = slot.load(Ordering::Acquire);
+        if who as usize != i {
+            crate::exit::failure(format_args!("work aimed at cpu{i} ran on cpu{who}"));
+        }
+        ok += 1;
+    }
+    kprintln!("oneach: ran on all {ok} online CPUs, each on its own CPU");
 }

@@ -1,0 +1,56 @@
+//! ACPI discovery on the running machine: the RSDP from the loader (copy or
+//! address) or the BIOS areas, then the MADT and MCFG, parsed by the
+//! host-tested `platform::acpi` code over the identity map.
+
+use bootinfo::BootInfo;
+use bootinfo::parse::RsdpSource;
+use platform::acpi::{AcpiTables, Madt, Mcfg, PhysMemory, Rsdp};
+
+/// Reads ACPI tables from the identity-mapped low 4 GiB.
+#[derive(Clone, Copy)]
+pub struct IdentityMap;
+
+impl PhysMemory for IdentityMap {
+    fn read_bytes(&self, phys: u64, out: &mut [u8]) -> platform::Result<()> {
+        match phys.checked_add(out.len() as u64) {
+            Some(end) if end <= 1 << 32 && phys != 0 => {
+                // SAFETY: [phys, end) is inside the identity-mapped low 4 GiB;
+                // firmware tables are plain memory, `out` is a distinct buffer.
+                unsafe { core::ptr::copy_nonoverlapping(phys as *const u8, out.as_mut_ptr(), out.len()) };
+                Ok(())
+            }
+            _ => Err(platform::Error::PhysRead { phys, len: out.len() }),
+        }
+    }
+}
+
+/// What the firmware tables say about the machine.
+#[derive(Debug)]
+pub struct Firmware {
+    pub rsdp_from: &'static str,
+    pub revision: u8,
+    pub oem: heapless::String<8>,
+    pub madt: Madt,
+    pub mcfg: Option<Mcfg>,
+}
+
+/// Finds and parses the ACPI tables.
+pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
+    let (rsdp, from) = match &boot.rsdp {
+        Some(RsdpSource::Copy(bytes)) => (Rsdp::parse(bytes)?, "the loader (copy)"),
+        Some(RsdpSource::Address(a)) => (Rsdp::read(&IdentityMap, *a)?, "the loader (address)"),
+        None => (Rsdp::find_in_bios_areas(&IdentityMap)?, "the BIOS area"),
+    };
+    let tables = AcpiTables::new(IdentityMap, &rsdp)?;
+    let mut oem = heapless::String::new();
+    for &b in rsdp.oem_id.iter() {
+        let _ = oem.push(if b.is_ascii_graphic() { b as char } else { ' ' });
+    }
+    Ok(Firmware {
+        rsdp_from: from,
+        revision: rsdp.revision,
+        oem,
+        madt: tables.madt()?,
+        mcfg: tables.mcfg()?,
+    })
+}
