@@ -10,7 +10,11 @@ const fn build_tables() -> [[u32; 256]; 8] {
         let mut crc = byte as u32;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ POLY_REFLECTED } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ POLY_REFLECTED
+            } else {
+                crc >> 1
+            };
             bit += 1;
         }
         tables[0][byte] = crc;
@@ -99,7 +103,11 @@ mod tests {
         for &b in bytes {
             crc ^= u32::from(b);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 { (crc >> 1) ^ POLY_REFLECTED } else { crc >> 1 };
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ POLY_REFLECTED
+                } else {
+                    crc >> 1
+                };
             }
         }
         !crc

@@ -96,7 +96,10 @@ pub struct Completion {
 
 impl Completion {
     /// A placeholder for preallocated completion arrays.
-    pub const EMPTY: Self = Self { slot: usize::MAX, result: Ok(()) };
+    pub const EMPTY: Self = Self {
+        slot: usize::MAX,
+        result: Ok(()),
+    };
 }
 
 /// What the engine needs from the block layer on one CPU.
@@ -228,7 +231,10 @@ impl JobShared {
     /// Shared state for a job with `plan.cpus.len()` CPUs.
     pub fn new(plan: &JobPlan) -> Self {
         let live = (0..plan.cpus.len()).map(|_| CpuLive::default()).collect();
-        Self { stop: AtomicBool::new(false), live }
+        Self {
+            stop: AtomicBool::new(false),
+            live,
+        }
     }
 
     /// Asks every CPU to stop issuing I/O, drain, and return (skipping the verify pass).
@@ -283,7 +289,12 @@ pub struct OpStats {
 
 impl OpStats {
     fn new() -> Self {
-        Self { ios: 0, bytes: 0, errors: 0, latency: LatencyHistogram::new() }
+        Self {
+            ios: 0,
+            bytes: 0,
+            errors: 0,
+            latency: LatencyHistogram::new(),
+        }
     }
 }
 
@@ -292,8 +303,11 @@ impl OpStats {
 pub struct VerifyStats {
     /// Blocks read and found correct.
     pub checked: u64,
-    /// Blocks read whose content was not known (not yet written in this job, or a failed write).
+    /// Blocks read whose content was not known (not yet written in this job, last write failed, or
+    /// the read itself failed).
     pub unchecked: u64,
+    /// Blocks the verify pass did not read because their last write failed.
+    pub skipped: u64,
     /// Blocks read that did not match.
     pub mismatches: u64,
     /// The first mismatch, with the clock value when it was found.
@@ -358,13 +372,14 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
     backend: &mut B,
     shared: &JobShared,
 ) -> Result<CpuResult, WorkloadError> {
-    let slice = *plan
-        .cpus
-        .get(cpu_index)
-        .ok_or(WorkloadError::CpuIndexOutOfRange { index: cpu_index, cpus: plan.cpus.len() })?;
-    let live = shared
-        .cpu(cpu_index)
-        .ok_or(WorkloadError::CpuIndexOutOfRange { index: cpu_index, cpus: shared.live.len() })?;
+    let slice = *plan.cpus.get(cpu_index).ok_or(WorkloadError::CpuIndexOutOfRange {
+        index: cpu_index,
+        cpus: plan.cpus.len(),
+    })?;
+    let live = shared.cpu(cpu_index).ok_or(WorkloadError::CpuIndexOutOfRange {
+        index: cpu_index,
+        cpus: shared.live.len(),
+    })?;
     let mut run = CpuRun::new(plan, slice, backend, shared, live)?;
     live.set_phase(CpuPhase::Running);
     let outcome = run.run_all(cpu_index);
@@ -399,7 +414,9 @@ struct Slot {
 enum Source {
     Main(IoGenerator),
     /// The verify pass walks the slice in order.
-    VerifyPass { next_block: u64 },
+    VerifyPass {
+        next_block: u64,
+    },
 }
 
 struct CpuRun<'a, B: ?Sized> {
@@ -437,10 +454,18 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         for slot in 0..depth {
             let buffer = backend.slot_buffer(slot);
             if buffer.len() < bs {
-                return Err(WorkloadError::BufferTooSmall { slot, len: buffer.len(), needed: bs });
+                return Err(WorkloadError::BufferTooSmall {
+                    slot,
+                    len: buffer.len(),
+                    needed: bs,
+                });
             }
             if !plan.spec.verify.is_enabled() && plan.spec.rw.writes() {
-                let stamp = BlockStamp { lba: slot as u64, seed: plan.spec.seed, generation: 0 };
+                let stamp = BlockStamp {
+                    lba: slot as u64,
+                    seed: plan.spec.seed,
+                    generation: 0,
+                };
                 fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs]);
             }
         }
@@ -450,7 +475,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         } else {
             Vec::new()
         };
-        let idle_slot = Slot { in_flight: false, op: IoOp::Read, block: 0, generation: None, submitted_ns: 0 };
+        let idle_slot = Slot {
+            in_flight: false,
+            op: IoOp::Read,
+            block: 0,
+            generation: None,
+            submitted_ns: 0,
+        };
         Ok(Self {
             plan,
             slice,
@@ -513,8 +544,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     // Block indices are below the slice length, which is the tracker length.
                     let word = self.tracker[block as usize];
                     if word & TRACK_UNKNOWN != 0 {
-                        // Its last write failed: nothing to expect.
-                        self.result.verify.unchecked += 1;
+                        // Its last write failed: nothing to expect, so do not read it.
+                        self.result.verify.skipped += 1;
                     } else if word & TRACK_GENERATION != 0 {
                         return Some((IoOp::Read, block));
                     }
@@ -550,11 +581,18 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if self.in_flight == 0 && !issuing {
                 return Ok(());
             }
-            let reaped = self.backend.poll_completions(&mut self.completions).min(self.completions.len());
+            let reaped = self
+                .backend
+                .poll_completions(&mut self.completions)
+                .min(self.completions.len());
             if reaped == 0 {
                 let waited = self.backend.now_ns().saturating_sub(self.last_progress_ns);
                 if waited > self.plan.spec.io_timeout_ns {
-                    return Err(WorkloadError::Stalled { cpu: self.slice.cpu, in_flight: self.in_flight, waited_ns: waited });
+                    return Err(WorkloadError::Stalled {
+                        cpu: self.slice.cpu,
+                        in_flight: self.in_flight,
+                        waited_ns: waited,
+                    });
                 }
                 self.backend.idle();
                 continue;
@@ -602,7 +640,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let mode = self.plan.spec.verify;
         let buffer = self.backend.slot_buffer(slot);
         if buffer.len() < bs {
-            return Err(WorkloadError::BufferTooSmall { slot, len: buffer.len(), needed: bs });
+            return Err(WorkloadError::BufferTooSmall {
+                slot,
+                len: buffer.len(),
+                needed: bs,
+            });
         }
         match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
@@ -619,14 +661,27 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             Err(SubmitError::Busy) => Ok(false),
             outcome => {
                 self.free_slots.pop();
-                self.slots[slot] = Slot { in_flight: true, op, block, generation, submitted_ns };
+                self.slots[slot] = Slot {
+                    in_flight: true,
+                    op,
+                    block,
+                    generation,
+                    submitted_ns,
+                };
                 self.in_flight += 1;
                 if tracked {
                     self.tracker[block as usize] |= TRACK_BUSY;
                 }
                 self.last_progress_ns = submitted_ns;
                 if let Err(SubmitError::Failed(error)) = outcome {
-                    self.complete(Completion { slot, result: Err(error) }, submitted_ns, phase)?;
+                    self.complete(
+                        Completion {
+                            slot,
+                            result: Err(error),
+                        },
+                        submitted_ns,
+                        phase,
+                    )?;
                 }
                 Ok(true)
             }
@@ -634,8 +689,15 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     }
 
     fn complete(&mut self, completion: Completion, done_ns: u64, phase: Phase) -> Result<(), WorkloadError> {
-        let bogus = |reason| WorkloadError::BogusCompletion { cpu: self.slice.cpu, slot: completion.slot, reason };
-        let slot = *self.slots.get(completion.slot).ok_or_else(|| bogus("is out of range"))?;
+        let bogus = |reason| WorkloadError::BogusCompletion {
+            cpu: self.slice.cpu,
+            slot: completion.slot,
+            reason,
+        };
+        let slot = *self
+            .slots
+            .get(completion.slot)
+            .ok_or_else(|| bogus("is out of range"))?;
         if !slot.in_flight {
             return Err(bogus("is not in flight"));
         }

@@ -219,7 +219,12 @@ impl fmt::Display for WorkloadError {
                 write!(f, "key {key} given twice in section {section:?}")
             }
             Self::DuplicateJobName { name } => write!(f, "job name {name:?} used twice"),
-            Self::ConflictingKeys { job, first, second, reason } => {
+            Self::ConflictingKeys {
+                job,
+                first,
+                second,
+                reason,
+            } => {
                 write!(f, "job {job:?}: {first} conflicts with {second}: {reason}")
             }
             Self::MissingDevice { job, available } => {
@@ -232,18 +237,37 @@ impl fmt::Display for WorkloadError {
             Self::UnknownDevice { job, device, available } => {
                 write!(f, "job {job:?}: no device named {device:?} (available: {available})")
             }
-            Self::InvalidDevice { device, field, value, requirement } => {
-                write!(f, "device {device:?} reports {field}={value}, but {field} must be {requirement}")
+            Self::InvalidDevice {
+                device,
+                field,
+                value,
+                requirement,
+            } => {
+                write!(
+                    f,
+                    "device {device:?} reports {field}={value}, but {field} must be {requirement}"
+                )
             }
             Self::CpuNotOnline { job, cpu, online } => {
                 write!(f, "job {job:?}: CPU {cpu} is not online (online: {online})")
             }
             Self::NoCpus { job } => write!(f, "job {job:?}: the cpus list selects no CPU"),
-            Self::Misaligned { job, key, value, alignment, because } => write!(
+            Self::Misaligned {
+                job,
+                key,
+                value,
+                alignment,
+                because,
+            } => write!(
                 f,
                 "job {job:?}: {key}={value} is not a multiple of {alignment} ({because})"
             ),
-            Self::JobLargerThanDevice { job, device, end_bytes, capacity_bytes } => write!(
+            Self::JobLargerThanDevice {
+                job,
+                device,
+                end_bytes,
+                capacity_bytes,
+            } => write!(
                 f,
                 "job {job:?}: offset+size ends at byte {end_bytes}, past the end of {device:?} \
                  ({capacity_bytes} bytes)"
@@ -256,7 +280,11 @@ impl fmt::Display for WorkloadError {
                 f,
                 "job {job:?}: the region holds {blocks} blocks of bs, fewer than the {cpus} submitting CPUs"
             ),
-            Self::VerifyRegionTooLarge { job, blocks_per_cpu, max } => write!(
+            Self::VerifyRegionTooLarge {
+                job,
+                blocks_per_cpu,
+                max,
+            } => write!(
                 f,
                 "job {job:?}: verify with random or repeated writes tracks every block, and each CPU \
                  would track {blocks_per_cpu} blocks (limit {max}); reduce size, raise bs, or use \
@@ -272,7 +300,11 @@ impl fmt::Display for WorkloadError {
             Self::BogusCompletion { cpu, slot, reason } => {
                 write!(f, "CPU {cpu}: backend completed slot {slot}, which {reason}")
             }
-            Self::Stalled { cpu, in_flight, waited_ns } => write!(
+            Self::Stalled {
+                cpu,
+                in_flight,
+                waited_ns,
+            } => write!(
                 f,
                 "CPU {cpu}: {in_flight} requests in flight and no completion for {} ms",
                 waited_ns / 1_000_000

@@ -32,7 +32,11 @@ impl IoGenerator {
             rwmixread: u64::from(plan.spec.rwmixread),
             blocks,
             cursor: 0,
-            remaining: if plan.spec.runtime_ns.is_some() { None } else { Some(blocks) },
+            remaining: if plan.spec.runtime_ns.is_some() {
+                None
+            } else {
+                Some(blocks)
+            },
         }
     }
 
@@ -117,7 +121,10 @@ mod tests {
             reads += u32::from(io.0 == IoOp::Read);
             same_as_other += u32::from(Some(io) == other_cpu.next_io());
         }
-        assert!((6_700..7_300).contains(&reads), "{reads} reads out of 10000 at rwmixread=70");
+        assert!(
+            (6_700..7_300).contains(&reads),
+            "{reads} reads out of 10000 at rwmixread=70"
+        );
         assert!(same_as_other < 100, "CPUs must get independent streams");
     }
 

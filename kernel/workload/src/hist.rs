@@ -15,8 +15,13 @@ const SUB_BUCKETS: u64 = 1 << SUB_BUCKET_BITS;
 pub const BUCKETS: usize = ((64 - SUB_BUCKET_BITS + 1) as usize) * (SUB_BUCKETS as usize);
 
 /// Percentiles of interest as parts per million: p50, p90, p99, p99.9, p99.99.
-pub const REPORT_PERCENTILES_PPM: [(&str, u32); 5] =
-    [("p50", 500_000), ("p90", 900_000), ("p99", 990_000), ("p99.9", 999_000), ("p99.99", 999_900)];
+pub const REPORT_PERCENTILES_PPM: [(&str, u32); 5] = [
+    ("p50", 500_000),
+    ("p90", 900_000),
+    ("p99", 990_000),
+    ("p99.9", 999_000),
+    ("p99.99", 999_900),
+];
 
 /// The bucket holding `value`.
 pub const fn bucket_of(value: u64) -> usize {
@@ -71,7 +76,13 @@ impl Default for LatencyHistogram {
 impl LatencyHistogram {
     /// An empty histogram; allocates its bucket array (about 15 KiB) once, here.
     pub fn new() -> Self {
-        Self { counts: vec![0u64; BUCKETS].into_boxed_slice(), samples: 0, sum: 0, min: u64::MAX, max: 0 }
+        Self {
+            counts: vec![0u64; BUCKETS].into_boxed_slice(),
+            samples: 0,
+            sum: 0,
+            min: u64::MAX,
+            max: 0,
+        }
     }
 
     /// Records one value. Never allocates.
@@ -169,7 +180,10 @@ mod tests {
     #[test]
     fn empty_histogram_reports_zeros() {
         let h = LatencyHistogram::new();
-        assert_eq!((h.samples(), h.min(), h.max(), h.mean(), h.percentile_ppm(500_000)), (0, 0, 0, 0, 0));
+        assert_eq!(
+            (h.samples(), h.min(), h.max(), h.mean(), h.percentile_ppm(500_000)),
+            (0, 0, 0, 0, 0)
+        );
     }
 
     #[test]
@@ -231,7 +245,10 @@ mod tests {
                 let exact = exact_percentile(&sorted, ppm);
                 let approx = h.percentile_ppm(ppm);
                 let error = approx.abs_diff(exact);
-                assert!(error <= exact / 64, "case {case} ppm {ppm}: exact {exact}, histogram {approx}");
+                assert!(
+                    error <= exact / 64,
+                    "case {case} ppm {ppm}: exact {exact}, histogram {approx}"
+                );
             }
         }
     }
@@ -240,7 +257,11 @@ mod tests {
     fn merge_equals_recording_everything_in_one() {
         let mut rng = Rng::new(9);
         let mut all = LatencyHistogram::new();
-        let mut parts = [LatencyHistogram::new(), LatencyHistogram::new(), LatencyHistogram::new()];
+        let mut parts = [
+            LatencyHistogram::new(),
+            LatencyHistogram::new(),
+            LatencyHistogram::new(),
+        ];
         for i in 0..5000 {
             let v = rng.below(10_000_000);
             all.record(v);

@@ -24,8 +24,8 @@ use core::fmt;
 
 use crate::error::WorkloadError;
 use crate::values::{
-    BOOL_FORM, CPU_LIST_FORM, CpuSet, DURATION_FORM, SIZE_FORM, parse_bool, parse_duration_ns,
-    parse_size, parse_u64, parse_u64_any_radix,
+    BOOL_FORM, CPU_LIST_FORM, CpuSet, DURATION_FORM, SIZE_FORM, parse_bool, parse_duration_ns, parse_size, parse_u64,
+    parse_u64_any_radix,
 };
 
 /// Every key the parser accepts, in the order the documentation lists them.
@@ -374,7 +374,9 @@ pub fn parse_jobs<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<Vec<Jo
 
 fn parse_job_name(value: &str) -> Result<&str, WorkloadError> {
     let valid = value.len() <= MAX_JOB_NAME
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     if valid {
         Ok(value)
     } else {
@@ -459,12 +461,20 @@ struct SectionBuilder {
 
 impl SectionBuilder {
     fn new(section: &str, spec: JobSpec) -> Self {
-        Self { section: section.to_string(), spec, set_here: 0, inherited: 0 }
+        Self {
+            section: section.to_string(),
+            spec,
+            set_here: 0,
+            inherited: 0,
+        }
     }
 
     fn apply(&mut self, key: Key, value: &str) -> Result<(), WorkloadError> {
         if self.set_here & key.bit() != 0 {
-            return Err(WorkloadError::DuplicateKey { key: key.name(), section: self.section.clone() });
+            return Err(WorkloadError::DuplicateKey {
+                key: key.name(),
+                section: self.section.clone(),
+            });
         }
         self.set_here |= key.bit();
         let bad = |expected: &str| WorkloadError::MalformedValue {
@@ -486,7 +496,9 @@ impl SectionBuilder {
                 }
             }
             Key::RwMixRead | Key::RwMixWrite => {
-                let percent = parse_u64(value).filter(|&p| p <= 100).ok_or_else(|| bad("a percentage from 0 to 100"))?;
+                let percent = parse_u64(value)
+                    .filter(|&p| p <= 100)
+                    .ok_or_else(|| bad("a percentage from 0 to 100"))?;
                 // In range 0..=100, checked above.
                 let percent = percent as u8;
                 spec.rwmixread = if key == Key::RwMixRead { percent } else { 100 - percent };
@@ -520,8 +532,9 @@ impl SectionBuilder {
                 spec.runtime_ns = Some(runtime);
             }
             Key::Size => {
-                let size =
-                    parse_size(value).filter(|&s| s > 0).ok_or_else(|| bad(&format!("{SIZE_FORM}, above zero")))?;
+                let size = parse_size(value)
+                    .filter(|&s| s > 0)
+                    .ok_or_else(|| bad(&format!("{SIZE_FORM}, above zero")))?;
                 spec.size = Some(size);
             }
             Key::Offset => spec.offset = parse_size(value).ok_or_else(|| bad(SIZE_FORM))?,
@@ -547,7 +560,10 @@ impl SectionBuilder {
                     let generation = parse_u64(value)
                         .filter(|&g| g >= 1 && g <= u64::from(crate::verify::MAX_GENERATION))
                         .ok_or_else(|| {
-                            bad(&format!("any, or a generation from 1 to {}", crate::verify::MAX_GENERATION))
+                            bad(&format!(
+                                "any, or a generation from 1 to {}",
+                                crate::verify::MAX_GENERATION
+                            ))
                         })?;
                     // At most MAX_GENERATION, which fits in u32.
                     ExpectedGeneration::Exact(generation as u32)
@@ -608,7 +624,11 @@ impl SectionBuilder {
         }
         if has(Key::VerifyGeneration) {
             if !spec.verify.is_enabled() {
-                return Err(conflict(Key::VerifyGeneration, Key::Verify, "it needs verify=crc32c or verify=pattern"));
+                return Err(conflict(
+                    Key::VerifyGeneration,
+                    Key::Verify,
+                    "it needs verify=crc32c or verify=pattern",
+                ));
             }
             if spec.rw.writes() {
                 return Err(conflict(
@@ -659,8 +679,14 @@ mod tests {
     fn globals_apply_to_every_job_and_jobs_override_them() {
         let jobs = parse("bs=8k device=null0 job=a rw=write job=b rw=randread bs=512 iodepth=4").unwrap();
         assert_eq!(jobs.len(), 2);
-        assert_eq!((jobs[0].name.as_str(), jobs[0].rw, jobs[0].bs), ("a", RwMode::Write, 8192));
-        assert_eq!((jobs[1].name.as_str(), jobs[1].rw, jobs[1].bs), ("b", RwMode::RandRead, 512));
+        assert_eq!(
+            (jobs[0].name.as_str(), jobs[0].rw, jobs[0].bs),
+            ("a", RwMode::Write, 8192)
+        );
+        assert_eq!(
+            (jobs[1].name.as_str(), jobs[1].rw, jobs[1].bs),
+            ("b", RwMode::RandRead, 512)
+        );
         assert_eq!(jobs[0].iodepth, 1, "iodepth of job b must not leak into job a");
         assert_eq!(jobs[1].iodepth, 4);
         assert!(jobs.iter().all(|j| j.device.as_deref() == Some("null0")));
@@ -702,7 +728,12 @@ mod tests {
     #[test]
     fn unknown_key_lists_accepted_keys() {
         let err = parse("rw=read blocksize=4k").unwrap_err();
-        assert_eq!(err, WorkloadError::UnknownKey { key: "blocksize".into() });
+        assert_eq!(
+            err,
+            WorkloadError::UnknownKey {
+                key: "blocksize".into()
+            }
+        );
         let text = err.to_string();
         assert!(text.contains("\"blocksize\""), "{text}");
         for key in ACCEPTED_KEYS {
@@ -736,7 +767,11 @@ mod tests {
         for (word, key) in cases {
             let err = parse(word).unwrap_err();
             match &err {
-                WorkloadError::MalformedValue { key: k, value, expected } => {
+                WorkloadError::MalformedValue {
+                    key: k,
+                    value,
+                    expected,
+                } => {
                     assert_eq!(*k, key, "{word}");
                     assert_eq!(value, word.split_once('=').unwrap().1);
                     assert!(!expected.is_empty());
@@ -750,20 +785,32 @@ mod tests {
 
     #[test]
     fn structural_errors() {
-        assert_eq!(parse("rw").unwrap_err(), WorkloadError::MalformedWord { word: "rw".into() });
+        assert_eq!(
+            parse("rw").unwrap_err(),
+            WorkloadError::MalformedWord { word: "rw".into() }
+        );
         assert_eq!(parse("bs=").unwrap_err(), WorkloadError::MissingValue { key: "bs" });
         assert_eq!(parse("job=").unwrap_err(), WorkloadError::MissingValue { key: "job" });
         assert_eq!(
             parse("job=a bs=4k bs=8k").unwrap_err(),
-            WorkloadError::DuplicateKey { key: "bs", section: "a".into() }
+            WorkloadError::DuplicateKey {
+                key: "bs",
+                section: "a".into()
+            }
         );
         assert_eq!(
             parse("bs=4k bs=8k").unwrap_err(),
-            WorkloadError::DuplicateKey { key: "bs", section: "global".into() }
+            WorkloadError::DuplicateKey {
+                key: "bs",
+                section: "global".into()
+            }
         );
         // A job may override a global once.
         assert_eq!(parse("bs=4k job=a bs=8k").unwrap()[0].bs, 8192);
-        assert_eq!(parse("job=a job=a").unwrap_err(), WorkloadError::DuplicateJobName { name: "a".into() });
+        assert_eq!(
+            parse("job=a job=a").unwrap_err(),
+            WorkloadError::DuplicateJobName { name: "a".into() }
+        );
     }
 
     #[test]
@@ -772,13 +819,22 @@ mod tests {
             WorkloadError::ConflictingKeys { first, second, .. } => (first, second),
             other => panic!("{text}: expected ConflictingKeys, got {other:?}"),
         };
-        assert_eq!(conflict("rw=randrw rwmixread=70 rwmixwrite=30"), ("rwmixread", "rwmixwrite"));
+        assert_eq!(
+            conflict("rw=randrw rwmixread=70 rwmixwrite=30"),
+            ("rwmixread", "rwmixwrite")
+        );
         assert_eq!(conflict("rw=randread rwmixread=70"), ("rwmixread", "rw"));
         assert_eq!(conflict("rwmixwrite=10"), ("rwmixwrite", "rw"));
         assert_eq!(conflict("rw=read verify_generation=2"), ("verify_generation", "verify"));
-        assert_eq!(conflict("rw=write verify=crc32c verify_generation=2"), ("verify_generation", "rw"));
+        assert_eq!(
+            conflict("rw=write verify=crc32c verify_generation=2"),
+            ("verify_generation", "rw")
+        );
         // A global mix key conflicts in a job that is not randrw.
-        assert_eq!(conflict("rwmixread=70 job=a rw=randrw job=b rw=read"), ("rwmixread", "rw"));
+        assert_eq!(
+            conflict("rwmixread=70 job=a rw=randrw job=b rw=read"),
+            ("rwmixread", "rw")
+        );
         assert!(parse("rw=read verify=pattern verify_generation=3").is_ok());
     }
 }

@@ -20,14 +20,21 @@ pub struct JsonWriter<'w, W: Write + ?Sized> {
 
 impl<W: Write + ?Sized> fmt::Debug for JsonWriter<'_, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JsonWriter").field("depth", &self.depth).finish_non_exhaustive()
+        f.debug_struct("JsonWriter")
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
     }
 }
 
 impl<'w, W: Write + ?Sized> JsonWriter<'w, W> {
     /// A writer producing one value into `out`.
     pub fn new(out: &'w mut W) -> Self {
-        Self { out, has_element: [false; MAX_DEPTH], depth: 0, after_key: false }
+        Self {
+            out,
+            has_element: [false; MAX_DEPTH],
+            depth: 0,
+            after_key: false,
+        }
     }
 
     fn separate(&mut self) -> fmt::Result {

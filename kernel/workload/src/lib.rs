@@ -37,8 +37,8 @@ pub mod values;
 pub mod verify;
 
 pub use engine::{
-    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, JobShared, LiveCounts,
-    OpStats, SubmitError, VerifyStats, run_cpu,
+    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, JobShared, LiveCounts, OpStats,
+    SubmitError, VerifyStats, run_cpu,
 };
 pub use error::WorkloadError;
 pub use generator::IoGenerator;

@@ -57,7 +57,11 @@ impl DeviceInfo {
             requirement,
         };
         if !self.sector_size.is_power_of_two() || !(512..=65536).contains(&self.sector_size) {
-            return Err(invalid("sector_size", u64::from(self.sector_size), "a power of two from 512 to 65536"));
+            return Err(invalid(
+                "sector_size",
+                u64::from(self.sector_size),
+                "a power of two from 512 to 65536",
+            ));
         }
         if self.capacity_sectors == 0 {
             return Err(invalid("capacity_sectors", 0, "above zero"));
@@ -66,11 +70,21 @@ impl DeviceInfo {
             return Err(invalid("max_iodepth", 0, "at least 1"));
         }
         if self.max_transfer_bytes < self.sector_size {
-            return Err(invalid("max_transfer_bytes", u64::from(self.max_transfer_bytes), "at least one sector"));
+            return Err(invalid(
+                "max_transfer_bytes",
+                u64::from(self.max_transfer_bytes),
+                "at least one sector",
+            ));
         }
-        self.capacity_sectors.checked_mul(u64::from(self.sector_size)).ok_or_else(|| {
-            invalid("capacity_sectors", self.capacity_sectors, "small enough that the byte capacity fits in 64 bits")
-        })
+        self.capacity_sectors
+            .checked_mul(u64::from(self.sector_size))
+            .ok_or_else(|| {
+                invalid(
+                    "capacity_sectors",
+                    self.capacity_sectors,
+                    "small enough that the byte capacity fits in 64 bits",
+                )
+            })
     }
 }
 
@@ -93,7 +107,12 @@ pub enum PlanWarning {
 impl fmt::Display for PlanWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::IodepthCapped { job, device, requested, limit } => write!(
+            Self::IodepthCapped {
+                job,
+                device,
+                requested,
+                limit,
+            } => write!(
                 f,
                 "job {job:?}: iodepth={requested} is above the limit of {device:?}; capped to {limit}"
             ),
@@ -182,13 +201,21 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     let job = || spec.name.clone();
     let device_names = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
     let device = match &spec.device {
-        Some(name) => devices.iter().find(|d| &d.name == name).ok_or_else(|| WorkloadError::UnknownDevice {
-            job: job(),
-            device: name.clone(),
-            available: device_names(),
-        })?,
+        Some(name) => devices
+            .iter()
+            .find(|d| &d.name == name)
+            .ok_or_else(|| WorkloadError::UnknownDevice {
+                job: job(),
+                device: name.clone(),
+                available: device_names(),
+            })?,
         None if devices.len() == 1 => &devices[0],
-        None => return Err(WorkloadError::MissingDevice { job: job(), available: device_names() }),
+        None => {
+            return Err(WorkloadError::MissingDevice {
+                job: job(),
+                available: device_names(),
+            });
+        }
     };
     let capacity = device.validated_capacity_bytes()?;
 
@@ -197,7 +224,11 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         CpuSelection::All => online,
         CpuSelection::List(list) => {
             if let Some(cpu) = list.iter().find(|&cpu| !online.contains(cpu)) {
-                return Err(WorkloadError::CpuNotOnline { job: job(), cpu, online: online.to_string() });
+                return Err(WorkloadError::CpuNotOnline {
+                    job: job(),
+                    cpu,
+                    online: online.to_string(),
+                });
             }
             list
         }
@@ -208,7 +239,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
 
     let bs = u64::from(spec.bs);
     let sector = u64::from(device.sector_size);
-    if bs % sector != 0 {
+    if !bs.is_multiple_of(sector) {
         return Err(WorkloadError::Misaligned {
             job: job(),
             key: "bs",
@@ -225,7 +256,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
             max: u64::from(device.max_transfer_bytes),
         });
     }
-    if spec.offset % bs != 0 {
+    if !spec.offset.is_multiple_of(bs) {
         return Err(WorkloadError::Misaligned {
             job: job(),
             key: "offset",
@@ -242,7 +273,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     };
     let region_bytes = match spec.size {
         Some(size) => {
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 return Err(WorkloadError::Misaligned {
                     job: job(),
                     key: "size",
@@ -268,7 +299,11 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     let blocks = region_bytes / bs;
     let cpu_count = cpus.len();
     if blocks < u64::from(cpu_count) {
-        return Err(WorkloadError::RegionTooSmall { job: job(), blocks, cpus: cpu_count });
+        return Err(WorkloadError::RegionTooSmall {
+            job: job(),
+            blocks,
+            cpus: cpu_count,
+        });
     }
 
     let base = blocks / u64::from(cpu_count);
@@ -277,7 +312,11 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     let mut first_block = 0;
     for (index, cpu) in cpus.iter().enumerate() {
         let len = base + u64::from((index as u64) < extra);
-        slices.push(CpuSlice { cpu, first_block, blocks: len });
+        slices.push(CpuSlice {
+            cpu,
+            first_block,
+            blocks: len,
+        });
         first_block += len;
     }
 
@@ -341,7 +380,12 @@ mod tests {
     }
 
     fn null0() -> DeviceInfo {
-        DeviceInfo { name: "null0".into(), sector_size: 4096, capacity_sectors: 1 << 20, ..md0() }
+        DeviceInfo {
+            name: "null0".into(),
+            sector_size: 4096,
+            capacity_sectors: 1 << 20,
+            ..md0()
+        }
     }
 
     fn plan(words: &str) -> Result<JobPlan, WorkloadError> {
@@ -357,9 +401,21 @@ mod tests {
         assert_eq!(
             p.cpus,
             vec![
-                CpuSlice { cpu: 0, first_block: 0, blocks: 4 },
-                CpuSlice { cpu: 2, first_block: 4, blocks: 3 },
-                CpuSlice { cpu: 3, first_block: 7, blocks: 3 },
+                CpuSlice {
+                    cpu: 0,
+                    first_block: 0,
+                    blocks: 4
+                },
+                CpuSlice {
+                    cpu: 2,
+                    first_block: 4,
+                    blocks: 3
+                },
+                CpuSlice {
+                    cpu: 3,
+                    first_block: 7,
+                    blocks: 3
+                },
             ]
         );
         assert_eq!(p.verify, VerifyScheme::Off);
@@ -387,8 +443,14 @@ mod tests {
                 capacity_bytes: 64 << 20
             }
         );
-        assert!(matches!(plan("device=md0 offset=64m").unwrap_err(), WorkloadError::JobLargerThanDevice { .. }));
-        assert!(matches!(plan("device=md0 offset=16t size=16t").unwrap_err(), WorkloadError::JobLargerThanDevice { .. }));
+        assert!(matches!(
+            plan("device=md0 offset=64m").unwrap_err(),
+            WorkloadError::JobLargerThanDevice { .. }
+        ));
+        assert!(matches!(
+            plan("device=md0 offset=16t size=16t").unwrap_err(),
+            WorkloadError::JobLargerThanDevice { .. }
+        ));
         assert!(plan("device=md0 size=64m").is_ok());
     }
 
@@ -398,7 +460,12 @@ mod tests {
         assert_eq!(p.iodepth, 32);
         assert_eq!(
             p.warnings,
-            vec![PlanWarning::IodepthCapped { job: "job0".into(), device: "md0".into(), requested: 100, limit: 32 }]
+            vec![PlanWarning::IodepthCapped {
+                job: "job0".into(),
+                device: "md0".into(),
+                requested: 100,
+                limit: 32
+            }]
         );
         assert!(p.warnings[0].to_string().contains("capped to 32"));
     }
@@ -406,68 +473,162 @@ mod tests {
     #[test]
     fn alignment_errors_name_key_and_reason() {
         let err = plan("device=null0 bs=512").unwrap_err();
-        assert!(matches!(err, WorkloadError::Misaligned { key: "bs", value: 512, alignment: 4096, .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                WorkloadError::Misaligned {
+                    key: "bs",
+                    value: 512,
+                    alignment: 4096,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         let err = plan("device=md0 bs=4k offset=512").unwrap_err();
-        assert!(matches!(err, WorkloadError::Misaligned { key: "offset", value: 512, alignment: 4096, .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                WorkloadError::Misaligned {
+                    key: "offset",
+                    value: 512,
+                    alignment: 4096,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         let err = plan("device=md0 bs=4k size=6k").unwrap_err();
         assert!(matches!(err, WorkloadError::Misaligned { key: "size", .. }), "{err:?}");
         let err = plan("device=md0 bs=2m").unwrap_err();
-        assert!(matches!(err, WorkloadError::BlockSizeTooLarge { bs: 2097152, max: 1048576, .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                WorkloadError::BlockSizeTooLarge {
+                    bs: 2097152,
+                    max: 1048576,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     #[test]
     fn device_and_cpu_selection_errors() {
         let jobs = parse_jobs(["rw=read"]).unwrap();
         let err = plan_job(&jobs[0], &[md0(), null0()], &[0]).unwrap_err();
-        assert_eq!(err, WorkloadError::MissingDevice { job: "job0".into(), available: "md0, null0".into() });
+        assert_eq!(
+            err,
+            WorkloadError::MissingDevice {
+                job: "job0".into(),
+                available: "md0, null0".into()
+            }
+        );
         assert!(err.to_string().contains("device= is required"));
         assert_eq!(plan_job(&jobs[0], &[null0()], &[0]).unwrap().device.name, "null0");
-        assert!(matches!(plan_job(&jobs[0], &[], &[0]).unwrap_err(), WorkloadError::MissingDevice { .. }));
-        assert!(matches!(plan("device=sda").unwrap_err(), WorkloadError::UnknownDevice { .. }));
+        assert!(matches!(
+            plan_job(&jobs[0], &[], &[0]).unwrap_err(),
+            WorkloadError::MissingDevice { .. }
+        ));
+        assert!(matches!(
+            plan("device=sda").unwrap_err(),
+            WorkloadError::UnknownDevice { .. }
+        ));
         assert_eq!(
             plan("device=md0 cpus=1,7").unwrap_err(),
-            WorkloadError::CpuNotOnline { job: "job0".into(), cpu: 7, online: "0-3".into() }
+            WorkloadError::CpuNotOnline {
+                job: "job0".into(),
+                cpu: 7,
+                online: "0-3".into()
+            }
         );
-        assert_eq!(plan_job(&jobs[0], &[null0()], &[]).unwrap_err(), WorkloadError::NoCpus { job: "job0".into() });
+        assert_eq!(
+            plan_job(&jobs[0], &[null0()], &[]).unwrap_err(),
+            WorkloadError::NoCpus { job: "job0".into() }
+        );
         let err = plan("device=md0 bs=4k size=12k").unwrap_err();
-        assert_eq!(err, WorkloadError::RegionTooSmall { job: "job0".into(), blocks: 3, cpus: 4 });
+        assert_eq!(
+            err,
+            WorkloadError::RegionTooSmall {
+                job: "job0".into(),
+                blocks: 3,
+                cpus: 4
+            }
+        );
     }
 
     #[test]
     fn malformed_device_descriptions_are_errors_not_panics() {
         let jobs = parse_jobs(["rw=read"]).unwrap();
         let bad = [
-            DeviceInfo { sector_size: 0, ..md0() },
-            DeviceInfo { sector_size: 520, ..md0() },
-            DeviceInfo { sector_size: 1 << 20, ..md0() },
-            DeviceInfo { capacity_sectors: 0, ..md0() },
-            DeviceInfo { capacity_sectors: u64::MAX, ..md0() },
-            DeviceInfo { max_iodepth: 0, ..md0() },
-            DeviceInfo { max_transfer_bytes: 100, ..md0() },
+            DeviceInfo {
+                sector_size: 0,
+                ..md0()
+            },
+            DeviceInfo {
+                sector_size: 520,
+                ..md0()
+            },
+            DeviceInfo {
+                sector_size: 1 << 20,
+                ..md0()
+            },
+            DeviceInfo {
+                capacity_sectors: 0,
+                ..md0()
+            },
+            DeviceInfo {
+                capacity_sectors: u64::MAX,
+                ..md0()
+            },
+            DeviceInfo {
+                max_iodepth: 0,
+                ..md0()
+            },
+            DeviceInfo {
+                max_transfer_bytes: 100,
+                ..md0()
+            },
         ];
         for device in bad {
             let err = plan_job(&jobs[0], core::slice::from_ref(&device), &[0]).unwrap_err();
-            assert!(matches!(err, WorkloadError::InvalidDevice { .. }), "{device:?}: {err:?}");
+            assert!(
+                matches!(err, WorkloadError::InvalidDevice { .. }),
+                "{device:?}: {err:?}"
+            );
         }
     }
 
     #[test]
     fn verify_scheme_follows_the_access_pattern() {
         let scheme = |words: &str| plan(words).unwrap().verify;
-        assert_eq!(scheme("device=md0 rw=read verify=crc32c"), VerifyScheme::ReadOnly(ExpectedGeneration::Exact(1)));
+        assert_eq!(
+            scheme("device=md0 rw=read verify=crc32c"),
+            VerifyScheme::ReadOnly(ExpectedGeneration::Exact(1))
+        );
         assert_eq!(
             scheme("device=md0 rw=randread verify=pattern verify_generation=any"),
             VerifyScheme::ReadOnly(ExpectedGeneration::Any)
         );
         assert_eq!(scheme("device=md0 rw=write verify=crc32c"), VerifyScheme::SinglePass);
-        assert_eq!(scheme("device=md0 rw=write verify=crc32c runtime=1s"), VerifyScheme::Tracked);
+        assert_eq!(
+            scheme("device=md0 rw=write verify=crc32c runtime=1s"),
+            VerifyScheme::Tracked
+        );
         assert_eq!(scheme("device=md0 rw=randrw verify=crc32c"), VerifyScheme::Tracked);
-        let big = DeviceInfo { capacity_sectors: 1 << 40, ..md0() };
+        let big = DeviceInfo {
+            capacity_sectors: 1 << 40,
+            ..md0()
+        };
         let jobs = parse_jobs("rw=randwrite verify=crc32c bs=512 cpus=0".split(' ')).unwrap();
-        let err = plan_job(&jobs[0], &[big.clone()], &[0]).unwrap_err();
+        let err = plan_job(&jobs[0], core::slice::from_ref(&big), &[0]).unwrap_err();
         assert!(matches!(err, WorkloadError::VerifyRegionTooLarge { .. }), "{err:?}");
         // One sequential pass over the same huge region needs no tracking.
         let jobs = parse_jobs("rw=write verify=crc32c bs=512 cpus=0".split(' ')).unwrap();
-        assert_eq!(plan_job(&jobs[0], &[big], &[0]).unwrap().verify, VerifyScheme::SinglePass);
+        assert_eq!(
+            plan_job(&jobs[0], &[big], &[0]).unwrap().verify,
+            VerifyScheme::SinglePass
+        );
     }
 }

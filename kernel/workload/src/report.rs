@@ -167,6 +167,8 @@ pub struct VerifySummary {
     pub checked: u64,
     /// Blocks read whose content was not known.
     pub unchecked: u64,
+    /// Blocks the verify pass skipped because their last write failed.
+    pub skipped: u64,
     /// Blocks that mismatched.
     pub mismatches: u64,
     /// The earliest mismatch over all CPUs, with its CPU.
@@ -218,7 +220,10 @@ pub struct JobReport {
 impl JobReport {
     /// Merges the per-CPU results of `plan` (one per planned CPU, in any order).
     pub fn new(plan: &JobPlan, results: &[CpuResult]) -> Result<Self, WorkloadError> {
-        let mismatch = |reason| WorkloadError::ResultsMismatch { job: plan.spec.name.clone(), reason };
+        let mismatch = |reason| WorkloadError::ResultsMismatch {
+            job: plan.spec.name.clone(),
+            reason,
+        };
         if results.len() != plan.cpus.len() {
             return Err(mismatch("there must be exactly one result per planned CPU"));
         }
@@ -244,6 +249,7 @@ impl JobReport {
             result: VerifyResult::Off,
             checked: 0,
             unchecked: 0,
+            skipped: 0,
             mismatches: 0,
             first_mismatch: None,
             pass_reads: 0,
@@ -261,6 +267,7 @@ impl JobReport {
             error_records.extend(r.error_records.iter().map(|record| (r.cpu, *record)));
             verify.checked += r.verify.checked;
             verify.unchecked += r.verify.unchecked;
+            verify.skipped += r.verify.skipped;
             verify.mismatches += r.verify.mismatches;
             verify.pass_reads += r.verify.pass_reads;
             verify.pass_ns = verify.pass_ns.max(r.verify.pass_ns);
@@ -322,7 +329,10 @@ impl JobReport {
                 reason: "a counter row must have one value per planned CPU",
             });
         }
-        self.counters.push(CounterRow { name: name.to_string(), per_cpu });
+        self.counters.push(CounterRow {
+            name: name.to_string(),
+            per_cpu,
+        });
         Ok(())
     }
 
@@ -380,7 +390,13 @@ impl JobReport {
         }
         writeln!(out)?;
         for (cpu, record) in self.error_records.iter().skip(1) {
-            writeln!(out, "    cpu{cpu} {} at LBA {}: {}", record.op.as_str(), record.lba, record.error)?;
+            writeln!(
+                out,
+                "    cpu{cpu} {} at LBA {}: {}",
+                record.op.as_str(),
+                record.lba,
+                record.error
+            )?;
         }
         writeln!(out, "  result: {}", if self.passed() { "PASS" } else { "FAIL" })
     }
@@ -392,8 +408,13 @@ impl JobReport {
             write!(out, "{:>WIDTH$}", Cpu(cpu.cpu))?;
         }
         writeln!(out)?;
-        let fixed: [(&str, fn(&CpuSummary) -> u64); 4] =
-            [("ios", |c| c.ios), ("iops", |c| c.iops), ("errors", |c| c.errors), ("mismatches", |c| c.mismatches)];
+        type Column = fn(&CpuSummary) -> u64;
+        let fixed: [(&str, Column); 4] = [
+            ("ios", |c| c.ios),
+            ("iops", |c| c.iops),
+            ("errors", |c| c.errors),
+            ("mismatches", |c| c.mismatches),
+        ];
         for (name, value) in fixed {
             write!(out, "    {name:<16}")?;
             for cpu in &self.per_cpu {
@@ -425,6 +446,9 @@ impl JobReport {
             v.unchecked,
             v.mismatches
         )?;
+        if v.skipped > 0 {
+            write!(out, ", {} blocks skipped after failed writes", v.skipped)?;
+        }
         if let VerifyScheme::ReadOnly(expected) = self.plan.verify {
             write!(out, " (expecting generation {expected})")?;
         }
@@ -452,7 +476,10 @@ impl JobReport {
         w.begin_object()?;
         w.field_str("name", &device.name)?;
         w.field_u64("sector_size", u64::from(device.sector_size))?;
-        w.field_u64("capacity_bytes", device.capacity_sectors.saturating_mul(u64::from(device.sector_size)))?;
+        w.field_u64(
+            "capacity_bytes",
+            device.capacity_sectors.saturating_mul(u64::from(device.sector_size)),
+        )?;
         w.field_u64("max_iodepth", u64::from(device.max_iodepth))?;
         w.field_u64("max_transfer_bytes", u64::from(device.max_transfer_bytes))?;
         w.end_object()?;
@@ -536,13 +563,16 @@ impl JobReport {
         w.begin_object()?;
         w.field_str("name", &spec.name)?;
         w.field_str("rw", spec.rw.as_str())?;
-        w.field_u64("rwmixread", u64::from(if spec.rw == RwMode::RandRw {
-            spec.rwmixread
-        } else if spec.rw.reads() {
-            100
-        } else {
-            0
-        }))?;
+        w.field_u64(
+            "rwmixread",
+            u64::from(if spec.rw == RwMode::RandRw {
+                spec.rwmixread
+            } else if spec.rw.reads() {
+                100
+            } else {
+                0
+            }),
+        )?;
         w.field_u64("bs", u64::from(spec.bs))?;
         w.field_u64("iodepth", u64::from(self.plan.iodepth))?;
         w.field_u64("iodepth_requested", u64::from(spec.iodepth))?;
@@ -583,6 +613,7 @@ impl JobReport {
         w.field_str("result", v.result.as_str())?;
         w.field_u64("checked", v.checked)?;
         w.field_u64("unchecked", v.unchecked)?;
+        w.field_u64("skipped", v.skipped)?;
         w.field_u64("mismatches", v.mismatches)?;
         w.key("first_mismatch")?;
         match &v.first_mismatch {
@@ -694,7 +725,11 @@ pub struct ProgressMeter {
 impl ProgressMeter {
     /// A meter for a job that started at `start_ns`.
     pub fn new(start_ns: u64) -> Self {
-        Self { start_ns, last_ns: start_ns, last: LiveCounts::default() }
+        Self {
+            start_ns,
+            last_ns: start_ns,
+            last: LiveCounts::default(),
+        }
     }
 
     /// Writes one progress line for the totals `now` at time `now_ns` and remembers them for the next
@@ -758,10 +793,24 @@ mod tests {
     fn progress_line_reports_interval_rates() {
         let mut meter = ProgressMeter::new(1_000);
         let mut s = String::new();
-        let first = LiveCounts { ios: 1000, bytes: 4_096_000, errors: 0, mismatches: 0 };
-        meter.write_line(&mut s, "j", 1_000 + 1_000_000_000, first, false).unwrap();
-        let second = LiveCounts { ios: 1500, bytes: 6_144_000, errors: 2, mismatches: 1 };
-        meter.write_line(&mut s, "j", 1_000 + 1_500_000_000, second, true).unwrap();
+        let first = LiveCounts {
+            ios: 1000,
+            bytes: 4_096_000,
+            errors: 0,
+            mismatches: 0,
+        };
+        meter
+            .write_line(&mut s, "j", 1_000 + 1_000_000_000, first, false)
+            .unwrap();
+        let second = LiveCounts {
+            ios: 1500,
+            bytes: 6_144_000,
+            errors: 2,
+            mismatches: 1,
+        };
+        meter
+            .write_line(&mut s, "j", 1_000 + 1_500_000_000, second, true)
+            .unwrap();
         assert_eq!(
             s,
             "[j] 1.000s: 1000 IOPS, 4.1 MB/s, 1000 ios, 0 errors\n\

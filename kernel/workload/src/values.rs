@@ -89,7 +89,9 @@ pub struct CpuSet {
 impl CpuSet {
     /// The empty set.
     pub const fn new() -> Self {
-        Self { words: [0; (MAX_CPUS / 64) as usize] }
+        Self {
+            words: [0; (MAX_CPUS / 64) as usize],
+        }
     }
 
     /// Builds a set from CPU numbers; numbers at or above [`MAX_CPUS`] are ignored.

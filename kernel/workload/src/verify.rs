@@ -232,9 +232,18 @@ pub fn check_block(
     expected: ExpectedGeneration,
     block: &[u8],
 ) -> Result<u32, VerifyMismatch> {
-    let mismatch = |field, expected: u64, found: u64| VerifyMismatch { lba, field, expected, found };
+    let mismatch = |field, expected: u64, found: u64| VerifyMismatch {
+        lba,
+        field,
+        expected,
+        found,
+    };
     if block.len() < HEADER_LEN {
-        return Err(mismatch(MismatchField::BlockSize, HEADER_LEN as u64, block.len() as u64));
+        return Err(mismatch(
+            MismatchField::BlockSize,
+            HEADER_LEN as u64,
+            block.len() as u64,
+        ));
     }
     let magic = read_u64(block, MAGIC_AT);
     if magic != VERIFY_MAGIC {
@@ -242,7 +251,11 @@ pub fn check_block(
     }
     let kind = read_u32(block, KIND_AT);
     if kind != kind_code(mode) {
-        return Err(mismatch(MismatchField::Kind, u64::from(kind_code(mode)), u64::from(kind)));
+        return Err(mismatch(
+            MismatchField::Kind,
+            u64::from(kind_code(mode)),
+            u64::from(kind),
+        ));
     }
     let found_lba = read_u64(block, LBA_AT);
     if found_lba != lba {
@@ -254,17 +267,29 @@ pub fn check_block(
     }
     let found_size = read_u32(block, BLOCK_SIZE_AT);
     if u64::from(found_size) != block.len() as u64 {
-        return Err(mismatch(MismatchField::BlockSize, block.len() as u64, u64::from(found_size)));
+        return Err(mismatch(
+            MismatchField::BlockSize,
+            block.len() as u64,
+            u64::from(found_size),
+        ));
     }
     let generation = read_u32(block, GENERATION_AT);
     match expected {
         ExpectedGeneration::Exact(want) if generation != want => {
-            return Err(mismatch(MismatchField::Generation, u64::from(want), u64::from(generation)));
+            return Err(mismatch(
+                MismatchField::Generation,
+                u64::from(want),
+                u64::from(generation),
+            ));
         }
         ExpectedGeneration::Any if generation == 0 || generation > MAX_GENERATION => {
             // Report the nearest valid bound as the expectation.
             let bound = if generation == 0 { 1 } else { MAX_GENERATION };
-            return Err(mismatch(MismatchField::Generation, u64::from(bound), u64::from(generation)));
+            return Err(mismatch(
+                MismatchField::Generation,
+                u64::from(bound),
+                u64::from(generation),
+            ));
         }
         _ => {}
     }
@@ -277,7 +302,11 @@ pub fn check_block(
             let stored = read_u32(block, CRC_AT);
             let computed = block_crc(block);
             if stored != computed {
-                return Err(mismatch(MismatchField::Checksum, u64::from(computed), u64::from(stored)));
+                return Err(mismatch(
+                    MismatchField::Checksum,
+                    u64::from(computed),
+                    u64::from(stored),
+                ));
             }
         }
         VerifyMode::Pattern => {
@@ -322,7 +351,15 @@ mod tests {
 
     fn stamped(mode: VerifyMode, lba: u64, generation: u32, len: usize) -> alloc::vec::Vec<u8> {
         let mut block = vec![0u8; len];
-        fill_block(mode, &BlockStamp { lba, seed: SEED, generation }, &mut block);
+        fill_block(
+            mode,
+            &BlockStamp {
+                lba,
+                seed: SEED,
+                generation,
+            },
+            &mut block,
+        );
         block
     }
 
@@ -340,10 +377,24 @@ mod tests {
     #[test]
     fn payload_depends_on_lba_seed_and_generation() {
         let base = stamped(VerifyMode::Pattern, 8, 1, 4096);
-        assert_ne!(base[HEADER_LEN..], stamped(VerifyMode::Pattern, 16, 1, 4096)[HEADER_LEN..]);
-        assert_ne!(base[HEADER_LEN..], stamped(VerifyMode::Pattern, 8, 2, 4096)[HEADER_LEN..]);
+        assert_ne!(
+            base[HEADER_LEN..],
+            stamped(VerifyMode::Pattern, 16, 1, 4096)[HEADER_LEN..]
+        );
+        assert_ne!(
+            base[HEADER_LEN..],
+            stamped(VerifyMode::Pattern, 8, 2, 4096)[HEADER_LEN..]
+        );
         let mut other_seed = vec![0u8; 4096];
-        fill_block(VerifyMode::Pattern, &BlockStamp { lba: 8, seed: SEED + 1, generation: 1 }, &mut other_seed);
+        fill_block(
+            VerifyMode::Pattern,
+            &BlockStamp {
+                lba: 8,
+                seed: SEED + 1,
+                generation: 1,
+            },
+            &mut other_seed,
+        );
         assert_ne!(base[HEADER_LEN..], other_seed[HEADER_LEN..]);
     }
 
@@ -353,18 +404,38 @@ mod tests {
         let block = stamped(mode, 100, 2, 512);
         let exact2 = ExpectedGeneration::Exact(2);
         let err = check_block(mode, 108, SEED, exact2, &block).unwrap_err();
-        assert_eq!(err, VerifyMismatch { lba: 108, field: MismatchField::Lba, expected: 108, found: 100 });
-        assert_eq!(err.to_string(), "verify mismatch at LBA 108: lba expected 108, found 100");
+        assert_eq!(
+            err,
+            VerifyMismatch {
+                lba: 108,
+                field: MismatchField::Lba,
+                expected: 108,
+                found: 100
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "verify mismatch at LBA 108: lba expected 108, found 100"
+        );
         let err = check_block(mode, 100, SEED ^ 1, exact2, &block).unwrap_err();
-        assert_eq!((err.field, err.expected, err.found), (MismatchField::Seed, SEED ^ 1, SEED));
+        assert_eq!(
+            (err.field, err.expected, err.found),
+            (MismatchField::Seed, SEED ^ 1, SEED)
+        );
         let err = check_block(mode, 100, SEED, ExpectedGeneration::Exact(3), &block).unwrap_err();
         assert_eq!((err.field, err.expected, err.found), (MismatchField::Generation, 3, 2));
         let err = check_block(VerifyMode::Pattern, 100, SEED, exact2, &block).unwrap_err();
         assert_eq!((err.field, err.expected, err.found), (MismatchField::Kind, 2, 1));
         let err = check_block(mode, 100, SEED, exact2, &[0u8; 512]).unwrap_err();
-        assert_eq!((err.field, err.expected, err.found), (MismatchField::Magic, VERIFY_MAGIC, 0));
+        assert_eq!(
+            (err.field, err.expected, err.found),
+            (MismatchField::Magic, VERIFY_MAGIC, 0)
+        );
         let err = check_block(mode, 100, SEED, exact2, &block[..256]).unwrap_err();
-        assert_eq!((err.field, err.expected, err.found), (MismatchField::BlockSize, 256, 512));
+        assert_eq!(
+            (err.field, err.expected, err.found),
+            (MismatchField::BlockSize, 256, 512)
+        );
         let err = check_block(mode, 100, SEED, exact2, &[0u8; 16]).unwrap_err();
         assert_eq!(err.field, MismatchField::BlockSize);
     }
@@ -386,7 +457,12 @@ mod tests {
         // A flipped stored CRC is a checksum mismatch too.
         let mut bad = block.clone();
         bad[CRC_AT] ^= 0x80;
-        assert_eq!(check_block(mode, 5, SEED, ExpectedGeneration::Any, &bad).unwrap_err().field, MismatchField::Checksum);
+        assert_eq!(
+            check_block(mode, 5, SEED, ExpectedGeneration::Any, &bad)
+                .unwrap_err()
+                .field,
+            MismatchField::Checksum
+        );
     }
 
     #[test]
@@ -403,7 +479,12 @@ mod tests {
         // Corruption in the reserved header bytes is found too.
         let mut bad = block;
         bad[RESERVED_AT + 2] = 1;
-        assert_eq!(check_block(mode, 9, SEED, ExpectedGeneration::Any, &bad).unwrap_err().field, MismatchField::Reserved);
+        assert_eq!(
+            check_block(mode, 9, SEED, ExpectedGeneration::Any, &bad)
+                .unwrap_err()
+                .field,
+            MismatchField::Reserved
+        );
     }
 
     #[test]

@@ -18,7 +18,10 @@ pub struct FakeDisk {
 
 impl FakeDisk {
     pub fn new(sector_size: u32, sectors: u64) -> Self {
-        Self { sector_size, bytes: Arc::new(Mutex::new(vec![0u8; (sectors * u64::from(sector_size)) as usize])) }
+        Self {
+            sector_size,
+            bytes: Arc::new(Mutex::new(vec![0u8; (sectors * u64::from(sector_size)) as usize])),
+        }
     }
 
     pub fn read_block(&self, lba: u64, len: usize) -> Vec<u8> {
@@ -185,11 +188,17 @@ impl IoBackend for FakeBackend {
     }
 
     fn submit(&mut self, slot: usize, op: IoOp, lba: u64, sectors: u32) -> Result<(), SubmitError> {
-        assert!(self.in_flight.iter().all(|io| io.slot != slot), "slot {slot} submitted twice");
+        assert!(
+            self.in_flight.iter().all(|io| io.slot != slot),
+            "slot {slot} submitted twice"
+        );
         let end = self.byte_range(lba, sectors).end;
-        assert!(end <= self.disk.bytes.lock().unwrap().len(), "I/O past the end of the disk: lba {lba}");
+        assert!(
+            end <= self.disk.bytes.lock().unwrap().len(),
+            "I/O past the end of the disk: lba {lba}"
+        );
         self.submits += 1;
-        if self.busy_every != 0 && self.submits % self.busy_every == 0 {
+        if self.busy_every != 0 && self.submits.is_multiple_of(self.busy_every) {
             self.busy_returned += 1;
             return Err(SubmitError::Busy);
         }
@@ -209,9 +218,20 @@ impl IoBackend for FakeBackend {
                 _ => None,
             })
             .unwrap_or(Ok(()));
-        let jitter = if self.jitter_ns == 0 { 0 } else { self.rng.below(self.jitter_ns) };
+        let jitter = if self.jitter_ns == 0 {
+            0
+        } else {
+            self.rng.below(self.jitter_ns)
+        };
         let due_ns = self.clock_ns.get() + self.latency_ns + jitter;
-        self.in_flight.push(InFlight { slot, op, lba, sectors, due_ns, result });
+        self.in_flight.push(InFlight {
+            slot,
+            op,
+            lba,
+            sectors,
+            due_ns,
+            result,
+        });
         self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
         Ok(())
     }
@@ -241,12 +261,18 @@ impl IoBackend for FakeBackend {
                 Order::Lifo => ready - 1,
                 Order::Shuffled => self.rng.below(ready as u64) as usize,
             };
-            let pick = (0..self.in_flight.len()).filter(|&i| is_ready(&self.in_flight[i])).nth(nth_ready).unwrap();
+            let pick = (0..self.in_flight.len())
+                .filter(|&i| is_ready(&self.in_flight[i]))
+                .nth(nth_ready)
+                .unwrap();
             let io = self.in_flight.remove(pick);
             if io.result.is_ok() {
                 self.move_data(&io);
             }
-            out[written] = Completion { slot: io.slot, result: io.result };
+            out[written] = Completion {
+                slot: io.slot,
+                result: io.result,
+            };
             written += 1;
             self.completions += 1;
         }
@@ -284,7 +310,11 @@ impl Json {
     pub fn get(&self, key: &str) -> &Json {
         match self {
             Json::Object(fields) => {
-                &fields.iter().find(|(k, _)| k == key).unwrap_or_else(|| panic!("missing key {key}")).1
+                &fields
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .unwrap_or_else(|| panic!("missing key {key}"))
+                    .1
             }
             other => panic!("not an object when looking up {key}: {other:?}"),
         }
@@ -317,7 +347,10 @@ impl Json {
 }
 
 pub fn parse_json(text: &str) -> Json {
-    let mut parser = Parser { bytes: text.as_bytes(), at: 0 };
+    let mut parser = Parser {
+        bytes: text.as_bytes(),
+        at: 0,
+    };
     let value = parser.value();
     parser.skip_ws();
     assert_eq!(parser.at, text.len(), "trailing characters after JSON value");
@@ -338,7 +371,13 @@ impl Parser<'_> {
 
     fn eat(&mut self, byte: u8) {
         self.skip_ws();
-        assert_eq!(self.bytes.get(self.at), Some(&byte), "expected {:?} at {}", byte as char, self.at);
+        assert_eq!(
+            self.bytes.get(self.at),
+            Some(&byte),
+            "expected {:?} at {}",
+            byte as char,
+            self.at
+        );
         self.at += 1;
     }
 
