@@ -27,11 +27,14 @@ impl Write for Spaced<'_, '_> {
     }
 }
 
-/// Class name from `pci_types`' table, as words.
+/// Class name from `pci_types`' table, as words ("Unclassified device" when it has none).
 pub fn class_name(class: u8, subclass: u8) -> impl fmt::Display {
     struct Name(DeviceType);
     impl fmt::Display for Name {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            if self.0 == DeviceType::Unknown {
+                return f.write_str("Unclassified device");
+            }
             let mut spaced = Spaced { out: f, first: true };
             write!(spaced, "{:?}", self.0)
         }

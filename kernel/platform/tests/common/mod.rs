@@ -14,7 +14,7 @@ use platform::pci::{ConfigRegionAccess, PciAddress};
 // Physical memory
 
 /// Disjoint regions of fake physical memory; a read must fall inside one region.
-#[derive(Default, Clone)]
+#[derive(Default, Clone, Debug)]
 pub struct FakePhys {
     pub regions: Vec<(u64, Vec<u8>)>,
     pub reads: Cell<usize>,
@@ -259,7 +259,10 @@ pub struct FakeFunction {
 
 impl FakeFunction {
     pub fn endpoint(vendor: u16, device: u16, class: u8, subclass: u8) -> FakeFunction {
-        let mut function = FakeFunction { regs: [0; 64], writable: [0; 64] };
+        let mut function = FakeFunction {
+            regs: [0; 64],
+            writable: [0; 64],
+        };
         function.regs[0] = u32::from(vendor) | u32::from(device) << 16;
         function.regs[2] = u32::from(class) << 24 | u32::from(subclass) << 16 | 0x01;
         function.writable[1] = 0x0000_07FF;
@@ -387,7 +390,9 @@ impl FakeConfig {
     }
 
     pub fn add(&self, bus: u8, device: u8, function: u8, fake: FakeFunction) -> &FakeConfig {
-        self.functions.borrow_mut().insert(PciAddress::new(0, bus, device, function), fake);
+        self.functions
+            .borrow_mut()
+            .insert(PciAddress::new(0, bus, device, function), fake);
         self
     }
 
@@ -404,14 +409,19 @@ impl ConfigRegionAccess for FakeConfig {
     unsafe fn read(&self, address: PciAddress, offset: u16) -> u32 {
         self.reads.set(self.reads.get() + 1);
         assert!(offset.is_multiple_of(4) && offset < 256, "bad offset {offset:#x}");
-        self.functions.borrow().get(&address).map_or(u32::MAX, |function| function.regs[usize::from(offset / 4)])
+        self.functions
+            .borrow()
+            .get(&address)
+            .map_or(u32::MAX, |function| function.regs[usize::from(offset / 4)])
     }
 
     unsafe fn write(&self, address: PciAddress, offset: u16, value: u32) {
         assert!(offset.is_multiple_of(4) && offset < 256, "bad offset {offset:#x}");
         self.writes.borrow_mut().push((address, offset, value));
         let mut functions = self.functions.borrow_mut();
-        let Some(function) = functions.get_mut(&address) else { return };
+        let Some(function) = functions.get_mut(&address) else {
+            return;
+        };
         let index = usize::from(offset / 4);
         let header_type = (function.regs[3] >> 16) & 0x7F;
         let bar_dwords = match header_type {
@@ -445,7 +455,10 @@ pub struct FakeMmio {
 
 impl FakeMmio {
     pub fn new(len: usize) -> FakeMmio {
-        FakeMmio { words: RefCell::new(vec![0; len / 4]), writes: RefCell::new(Vec::new()) }
+        FakeMmio {
+            words: RefCell::new(vec![0; len / 4]),
+            writes: RefCell::new(Vec::new()),
+        }
     }
 }
 
