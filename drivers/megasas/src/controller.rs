@@ -1,0 +1,1166 @@
+//! The controller: firmware bring-up, INIT, discovery, I/O submission and reply-queue reaping.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::hint::spin_loop;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
+
+use crate::Error;
+use crate::dcmd::{self, Capacity, ControllerInfo, LdInfo, LdListEntry};
+use crate::error::{BogusReason, Fault};
+use crate::frame::{self, FrameWriter, Header, Segment};
+use crate::hal::{Delay, Dma, Mmio};
+use crate::mem::DmaBuf;
+use crate::model::Model;
+use crate::regs::{self, FwState, FwStatus};
+use crate::status::{IoError, IoErrorKind, IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
+use crate::tags::{self, TagTable};
+
+/// Bytes of sense buffer per tag (fixed-format sense is 18 bytes; room for descriptor format).
+pub const SENSE_LEN: usize = 64;
+/// Reply-queue sentinel written into consumed slots: its tag part is out of range for any table.
+const RING_SENTINEL: u32 = 0xFFFF_FFFF;
+/// Offsets inside the reply-queue region.
+const RING_PI: usize = 0;
+const RING_CI: usize = 4;
+const RING_QINFO: usize = 64;
+const RING_ENTRIES: usize = 128;
+/// Size of the admin DMA buffer (CTRL_GET_INFO needs 2048).
+const ADMIN_LEN: usize = 4096;
+/// Give up after this many firmware state changes without reaching READY.
+const MAX_TRANSITIONS: u32 = 32;
+/// Attempts on FAULT: the IDB reset, then the DIAG adapter reset.
+const FAULT_ATTEMPTS: u32 = 2;
+/// Rounds of lock-drain-unlock-recheck one `reap` call makes.
+const MAX_REAP_ROUNDS: u32 = 4;
+
+/// Tunables. `Config::default()` suits QEMU and real hardware.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Upper bound on tags. The driver uses `min(this, fw_cmds - 1, ctrl_info.max_cmds - 1)`.
+    pub max_tags: u16,
+    /// Upper bound on scatter-gather elements per command.
+    pub max_sge: u16,
+    /// How long the firmware may stay in one state during bring-up (Linux allows 180 s).
+    pub state_timeout_us: u64,
+    /// Poll interval while waiting for a firmware state change.
+    pub state_poll_us: u32,
+    /// How long a polled command (INIT, DCMD, READ CAPACITY) may take.
+    pub command_timeout_us: u64,
+    /// Poll interval of polled commands.
+    pub command_poll_us: u32,
+    /// How often discovery retries a UNIT ATTENTION (expected once per disk after a VM reset).
+    pub unit_attention_retries: u8,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_tags: tags::MAX_TAGS,
+            max_sge: frame::QEMU_MAX_SGE as u16,
+            state_timeout_us: 60_000_000,
+            state_poll_us: 1_000,
+            command_timeout_us: 30_000_000,
+            command_poll_us: 20,
+            unit_attention_retries: 3,
+        }
+    }
+}
+
+/// I/O operation of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    /// LD READ of `blocks` blocks at `lba` into the segments.
+    Read,
+    /// LD WRITE of `blocks` blocks at `lba` from the segments.
+    Write,
+    /// SYNCHRONIZE CACHE(10) of the whole drive; `lba`, `blocks` and `sgl` must be 0 / empty.
+    Flush,
+}
+
+/// One I/O request.
+#[derive(Clone, Copy, Debug)]
+pub struct IoRequest<'a> {
+    /// Operation.
+    pub op: IoOp,
+    /// Logical drive target id.
+    pub target: u8,
+    /// First logical block (in the drive's block size).
+    pub lba: u64,
+    /// Number of logical blocks.
+    pub blocks: u32,
+    /// Data buffers; their lengths must add up to `blocks * block_size`.
+    pub sgl: &'a [Segment],
+}
+
+/// A discovered logical drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogicalDrive {
+    /// Target id used in I/O requests.
+    pub target: u8,
+    /// Capacity in logical blocks (READ CAPACITY(16)).
+    pub blocks: u64,
+    /// Logical block size in bytes (512 or 4096 on QEMU).
+    pub block_size: u32,
+    /// Size the LD list reports, in 512-byte sectors.
+    pub list_sectors: u64,
+    /// LD state from the list (3 = OPTIMAL).
+    pub state: u8,
+}
+
+impl LogicalDrive {
+    /// Capacity in bytes.
+    pub const fn capacity_bytes(&self) -> u64 {
+        self.blocks * self.block_size as u64
+    }
+}
+
+/// How completions reach the driver; decides what [`Controller::handle_interrupt`] acknowledges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqMode {
+    /// MSI-X vector 0 (the only one QEMU signals): no register ack.
+    Msix,
+    /// MSI: no register ack.
+    Msi,
+    /// Legacy INTx, possibly shared: check OSTS, ack through ODCR0 before draining.
+    Intx,
+    /// No interrupts: the caller polls [`Controller::reap`].
+    Polled,
+}
+
+/// What one [`Controller::reap`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    /// Completions handed to the callback.
+    pub completed: u32,
+    /// Reply entries of polled commands, skipped.
+    pub polled_echoes: u32,
+    /// Entries rejected as controller faults.
+    pub faults: u32,
+    /// The first fault seen, for the log.
+    pub first_fault: Option<Fault>,
+    /// Another context was reaping; it will pick up everything this call would have.
+    pub contended: bool,
+}
+
+/// Per-target capacity, published by discovery and read lock-free by `submit`.
+struct DriveSlot {
+    /// 0 = no drive.
+    block_size: AtomicU32,
+    blocks: AtomicU64,
+}
+
+/// Result of a polled command: status bytes and up to [`SENSE_LEN`] bytes of sense.
+struct Polled {
+    mfi: MfiStatus,
+    scsi: u8,
+    sense: [u8; SENSE_LEN],
+    sense_len: usize,
+}
+
+impl Polled {
+    fn error(&self) -> Option<IoError> {
+        IoError::classify(self.mfi, self.scsi, &self.sense[..self.sense_len])
+    }
+}
+
+/// Bring-up helpers that run before the controller struct exists.
+struct Bringup<'a, M, T> {
+    mmio: &'a M,
+    delay: &'a T,
+    model: Model,
+    config: &'a Config,
+}
+
+impl<M: Mmio, T: Delay> Bringup<'_, M, T> {
+    fn status(&self) -> FwStatus {
+        FwStatus(self.mmio.read32(self.model.status_register()))
+    }
+
+    /// Polls until the state differs from `from`, up to the state timeout.
+    fn wait_state_change(&self, from: FwState) -> Result<FwStatus, Error> {
+        let mut waited = 0u64;
+        loop {
+            let s = self.status();
+            if s.state() != from {
+                return Ok(s);
+            }
+            if waited >= self.config.state_timeout_us {
+                return Err(Error::FirmwareTimeout {
+                    state: from,
+                    waited_us: waited,
+                });
+            }
+            self.delay.delay_us(self.config.state_poll_us);
+            waited += u64::from(self.config.state_poll_us.max(1));
+        }
+    }
+
+    /// Polls a register until `done(value)`, up to the state timeout. Returns whether it got there.
+    fn wait_reg(&self, offset: u32, done: impl Fn(u32) -> bool) -> bool {
+        let mut waited = 0u64;
+        while !done(self.mmio.read32(offset)) {
+            if waited >= self.config.state_timeout_us {
+                return false;
+            }
+            self.delay.delay_us(self.config.state_poll_us);
+            waited += u64::from(self.config.state_poll_us.max(1));
+        }
+        true
+    }
+
+    /// The SEQ/DIAG adapter reset (Linux `megasas_adp_reset_gen2`). Returns false when the
+    /// controller does not honour the unlock sequence or the reset bit never clears.
+    fn adapter_reset(&self) -> bool {
+        for v in regs::SEQ_UNLOCK {
+            self.mmio.write32(regs::SEQ, v);
+        }
+        if !self.wait_reg(regs::DIAG, |d| d & regs::DIAG_WRITE_ENABLE != 0) {
+            return false;
+        }
+        let diag = self.mmio.read32(regs::DIAG);
+        self.mmio.write32(regs::DIAG, diag | regs::DIAG_RESET_ADAPTER);
+        self.wait_reg(regs::DIAG, |d| d & regs::DIAG_RESET_ADAPTER == 0)
+    }
+
+    /// Drives the firmware from any state to READY (reference §2.2 step 2).
+    fn to_ready(&self) -> Result<FwStatus, Error> {
+        let mut transitions = 0u32;
+        let mut fault_attempts = 0u32;
+        loop {
+            let status = self.status();
+            let state = status.state();
+            match state {
+                FwState::Ready => return Ok(status),
+                FwState::Fault => {
+                    if fault_attempts >= FAULT_ATTEMPTS {
+                        return Err(Error::FirmwareFault { status });
+                    }
+                    log::warn!(
+                        "megasas: firmware in FAULT ({status}), attempting reset {}",
+                        fault_attempts + 1
+                    );
+                    if fault_attempts == 0 {
+                        // QEMU recovers from FAULT on the doorbell reset; real hardware needs DIAG.
+                        self.mmio.write32(regs::IDB, regs::IDB_RESET_FLAGS);
+                    } else if !self.adapter_reset() {
+                        return Err(Error::FirmwareFault { status });
+                    }
+                    fault_attempts += 1;
+                    match self.wait_state_change(FwState::Fault) {
+                        Ok(_) | Err(Error::FirmwareTimeout { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    continue;
+                }
+                FwState::Operational => self.mmio.write32(regs::IDB, regs::IDB_RESET_FLAGS),
+                FwState::WaitHandshake => self
+                    .mmio
+                    .write32(regs::IDB, regs::IDB_CLEAR_HANDSHAKE | regs::IDB_HOTPLUG),
+                FwState::BootMsgPending => self.mmio.write32(regs::IDB, regs::IDB_HOTPLUG),
+                // Transitional states move on by themselves.
+                _ => {}
+            }
+            transitions += 1;
+            if transitions > MAX_TRANSITIONS {
+                return Err(Error::FirmwareNoProgress {
+                    transitions,
+                    last: state,
+                });
+            }
+            self.wait_state_change(state)?;
+        }
+    }
+}
+
+/// An initialised MFI controller.
+///
+/// Concurrency: `submit` may run on several CPUs at once as long as each tag is used by one
+/// submitter at a time (the block layer's tag ownership); distinct tags share no mutable state and
+/// the doorbell write is the only shared action (plus a short lock around the IQPH/IQPL pair, taken
+/// only when the frame pool lies above 4 GiB). `reap` may be called from any context; concurrent
+/// callers are serialised by a flag and never lose a completion. Admin commands (`discover`,
+/// `ld_info`, `read_capacity`) take a tag from the caller and poll; they may run while I/O flows.
+pub struct Controller<M: Mmio, D: Dma, T: Delay> {
+    mmio: M,
+    delay: T,
+    /// Keeps the DMA memory alive (the `Dma` contract ties it to this value).
+    _dma: D,
+    model: Model,
+    config: Config,
+    fw_status: FwStatus,
+    info: ControllerInfo,
+    /// Usable tags: `0..ntags`.
+    ntags: u16,
+    max_sge: u16,
+    /// Frames, then sense buffers, then a dummy data buffer.
+    pool: DmaBuf,
+    frame_stride: usize,
+    sense_off: usize,
+    dummy_off: usize,
+    /// Producer word, consumer word, queue-info block, reply entries.
+    ring: DmaBuf,
+    ring_entries: u32,
+    admin: DmaBuf,
+    admin_busy: AtomicBool,
+    tags: TagTable,
+    /// Consumer index, owned by whoever holds `reaping`.
+    ci: AtomicU32,
+    reaping: AtomicBool,
+    post_lock: AtomicBool,
+    operational: AtomicBool,
+    irq_enabled: AtomicBool,
+    drives: [DriveSlot; dcmd::MAX_LD],
+    faults: AtomicU64,
+}
+
+impl<M: Mmio, D: Dma, T: Delay> fmt::Debug for Controller<M, D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("model", &self.model)
+            .field("fw_status", &self.fw_status)
+            .field("tags", &self.ntags)
+            .field("max_sge", &self.max_sge)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
+    /// Brings the controller to OPERATIONAL: firmware to READY (resetting it from whatever state an
+    /// earlier boot stage left), frame pool and reply queue allocated, INIT sent, CTRL_GET_INFO read.
+    ///
+    /// Interrupts stay masked at the controller. The caller then runs [`Self::discover`], programs
+    /// MSI-X/MSI/INTx (or disables delivery for polled mode) and calls [`Self::enable_interrupts`]:
+    /// QEMU's reply queue advances only while unmasked, polled mode included (pitfall 4).
+    pub fn new(model: Model, mmio: M, dma: D, delay: T, config: Config) -> Result<Self, Error> {
+        let bring = Bringup {
+            mmio: &mmio,
+            delay: &delay,
+            model,
+            config: &config,
+        };
+        bring.to_ready()?;
+        // Mask while READY: on QEMU this resets once more and clears stale unit attentions.
+        mmio.write32(regs::OMSK, 0xFFFF_FFFF);
+        let fw_status = bring.to_ready()?;
+        let fw_cmds = fw_status.max_cmds();
+        if fw_cmds < 2 {
+            return Err(Error::FirmwareLimits {
+                status: fw_status,
+                reason: "max_cmds below 2 leaves no tag",
+            });
+        }
+        if fw_status.max_sge() == 0 {
+            return Err(Error::FirmwareLimits {
+                status: fw_status,
+                reason: "max_sge is 0",
+            });
+        }
+        // In flight plus unconsumed must stay below fw_cmds (QEMU has no ring-full check).
+        let ntags = (fw_cmds - 1).min(config.max_tags).clamp(1, tags::MAX_TAGS);
+        let window_sge = ((frame::QEMU_SGL_WINDOW - frame::PASS_SGL) / frame::SGE64_LEN) as u16;
+        let max_sge = u16::from(fw_status.max_sge())
+            .min(config.max_sge)
+            .min(frame::QEMU_MAX_SGE as u16)
+            .min(window_sge)
+            .max(1);
+        let frame_stride = (frame::PASS_SGL + usize::from(max_sge) * frame::SGE64_LEN)
+            .next_power_of_two()
+            .max(256);
+        let n = usize::from(ntags);
+        let sense_off = n * frame_stride;
+        let dummy_off = sense_off + n * SENSE_LEN;
+        // QEMU maps 2 KiB from every frame, so the last frame needs that much memory after it.
+        let pool_len = (dummy_off + 64).max((n - 1) * frame_stride + frame::QEMU_SGL_WINDOW);
+        let pool = DmaBuf::alloc(&dma, pool_len, 4096)?;
+        // QEMU wraps its producer at fw_cmds whatever rq_entries says: declare exactly that many.
+        let ring_entries = u32::from(fw_cmds);
+        let ring = DmaBuf::alloc(&dma, RING_ENTRIES + 4 * ring_entries as usize, 4096)?;
+        let admin = DmaBuf::alloc(&dma, ADMIN_LEN, 4096)?;
+        for i in 0..ring_entries as usize {
+            ring.atomic_u32(RING_ENTRIES + 4 * i)
+                .store(RING_SENTINEL, Ordering::Relaxed);
+        }
+        let mut ctrl = Self {
+            mmio,
+            delay,
+            _dma: dma,
+            model,
+            config,
+            fw_status,
+            info: ControllerInfo {
+                vendor_id: 0,
+                device_id: 0,
+                subvendor_id: 0,
+                subdevice_id: 0,
+                product: alloc::string::String::new(),
+                serial: alloc::string::String::new(),
+                firmware: alloc::string::String::new(),
+                package: alloc::string::String::new(),
+                max_cmds: fw_cmds,
+                max_sge,
+                max_request_sectors: 0,
+                lds_present: 0,
+                pds_present: 0,
+            },
+            ntags,
+            max_sge,
+            pool,
+            frame_stride,
+            sense_off,
+            dummy_off,
+            ring,
+            ring_entries,
+            admin,
+            admin_busy: AtomicBool::new(false),
+            tags: TagTable::new(ntags),
+            ci: AtomicU32::new(0),
+            reaping: AtomicBool::new(false),
+            post_lock: AtomicBool::new(false),
+            operational: AtomicBool::new(false),
+            irq_enabled: AtomicBool::new(false),
+            drives: core::array::from_fn(|_| DriveSlot {
+                block_size: AtomicU32::new(0),
+                blocks: AtomicU64::new(0),
+            }),
+            faults: AtomicU64::new(0),
+        };
+        ctrl.init_queue()?;
+        let info = ctrl.ctrl_get_info(0)?;
+        ctrl.ntags = ctrl.ntags.min(info.max_cmds - 1);
+        ctrl.max_sge = ctrl.max_sge.min(info.max_sge);
+        log::info!(
+            "megasas: {} operational: {}; {} tags, {} SGEs, reply ring {} entries",
+            ctrl.model,
+            info,
+            ctrl.ntags,
+            ctrl.max_sge,
+            ctrl.ring_entries
+        );
+        ctrl.info = info;
+        ctrl.operational.store(true, Ordering::Release);
+        Ok(ctrl)
+    }
+
+    fn bringup(&self) -> Bringup<'_, M, T> {
+        Bringup {
+            mmio: &self.mmio,
+            delay: &self.delay,
+            model: self.model,
+            config: &self.config,
+        }
+    }
+
+    /// The controller model.
+    pub fn model(&self) -> Model {
+        self.model
+    }
+
+    /// Controller information from CTRL_GET_INFO.
+    pub fn info(&self) -> &ControllerInfo {
+        &self.info
+    }
+
+    /// The firmware status word read at bring-up (READY, with fw_cmds and fw_sge).
+    pub fn bringup_status(&self) -> FwStatus {
+        self.fw_status
+    }
+
+    /// Most commands that may be in flight at once: tags are `0..max_inflight()`. This is the
+    /// firmware limit minus one (QEMU answers BUSY past its limit and the BUSY reply itself takes a
+    /// reply-queue slot), so the block layer sizes its tag set with it and waits for tags beyond.
+    pub fn max_inflight(&self) -> u16 {
+        self.ntags
+    }
+
+    /// Most scatter-gather segments per request.
+    pub fn max_segments(&self) -> u16 {
+        self.max_sge
+    }
+
+    /// Most bytes one request may transfer (CTRL_GET_INFO max_request_size, in 512-byte sectors).
+    pub fn max_transfer_bytes(&self) -> u64 {
+        u64::from(self.info.max_request_sectors) * 512
+    }
+
+    /// Number of reply-queue entries (the firmware's command limit).
+    pub fn reply_ring_entries(&self) -> u32 {
+        self.ring_entries
+    }
+
+    /// Reads the firmware status word now.
+    pub fn firmware_status(&self) -> FwStatus {
+        FwStatus(self.mmio.read32(self.model.status_register()))
+    }
+
+    /// Checks that the firmware is still OPERATIONAL. On FAULT (or any other state: a reset
+    /// happened behind the driver's back) the controller is marked not operational and further
+    /// submissions fail; the caller decides whether to re-create it.
+    pub fn check_firmware(&self) -> Result<FwStatus, Error> {
+        let status = self.firmware_status();
+        match status.state() {
+            FwState::Operational => Ok(status),
+            FwState::Fault => {
+                self.operational.store(false, Ordering::Release);
+                log::error!("megasas: firmware FAULT: {status}");
+                Err(Error::FirmwareFault { status })
+            }
+            state => {
+                self.operational.store(false, Ordering::Release);
+                log::error!("megasas: firmware left OPERATIONAL: {status}");
+                Err(Error::FirmwareStateChanged { state })
+            }
+        }
+    }
+
+    /// Whether the controller accepts submissions.
+    pub fn is_operational(&self) -> bool {
+        self.operational.load(Ordering::Acquire)
+    }
+
+    /// Total completions rejected as controller faults since bring-up.
+    pub fn fault_count(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+
+    /// Tags currently not idle (diagnostics; racy by nature).
+    pub fn busy_tags(&self) -> usize {
+        self.tags.busy()
+    }
+
+    fn frame(&self, tag: u16) -> FrameWriter<'_> {
+        FrameWriter {
+            buf: &self.pool,
+            base: usize::from(tag) * self.frame_stride,
+        }
+    }
+
+    fn sense_phys(&self, tag: u16) -> u64 {
+        self.pool.phys(self.sense_off + usize::from(tag) * SENSE_LEN)
+    }
+
+    /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9).
+    fn post(&self, tag: u16, frame_bytes: usize) {
+        let phys = self.pool.phys(usize::from(tag) * self.frame_stride);
+        let extra = (frame_bytes.saturating_sub(1) / 64).min(15) as u32;
+        let low = (phys as u32) | (extra << 1) | 1;
+        let high = (phys >> 32) as u32;
+        // The frame stores must be visible before the doorbell. On x86 stores are not reordered
+        // with the later uncached MMIO store; the fence stops the compiler from doing so.
+        fence(Ordering::Release);
+        if high == 0 {
+            // IQP implies high word 0 and is a single store: no lock.
+            self.mmio.write32(regs::IQP, low);
+        } else {
+            // IQPH latches a high word that the next IQPL consumes: two CPUs interleaving
+            // IQPH/IQPH/IQPL/IQPL would post one frame with the other's high word.
+            while self
+                .post_lock
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                spin_loop();
+            }
+            self.mmio.write32(regs::IQPH, high);
+            self.mmio.write32(regs::IQPL, low);
+            self.post_lock.store(false, Ordering::Release);
+        }
+    }
+
+    fn check_tag(&self, tag: u16) -> Result<(), Error> {
+        if tag >= self.ntags {
+            return Err(Error::TagOutOfRange { tag, tags: self.ntags });
+        }
+        Ok(())
+    }
+
+    /// Builds, posts and polls one command on `tag`.
+    fn run_polled(
+        &self,
+        tag: u16,
+        what: &'static str,
+        frame_bytes: usize,
+        build: impl FnOnce(&FrameWriter<'_>, u32),
+    ) -> Result<Polled, Error> {
+        self.check_tag(tag)?;
+        let generation = self.tags.claim(tag)?;
+        let ctx = tags::encode_context(tag, generation, true);
+        let w = self.frame(tag);
+        build(&w, ctx);
+        self.tags.publish(tag, tags::POLLED, generation);
+        self.post(tag, frame_bytes);
+        let status = self.pool.atomic_u8(w.base + frame::OFF_CMD_STATUS);
+        let mut waited = 0u64;
+        // Acquire pairs with the device's store of the status byte, written after sense and data.
+        let mfi = loop {
+            let s = status.load(Ordering::Acquire);
+            if s != MfiStatus::PENDING.0 {
+                break MfiStatus(s);
+            }
+            if waited >= self.config.command_timeout_us {
+                // The device still owns the frame: the tag stays POLLED, i.e. reserved, for good.
+                log::error!("megasas: {what} on tag {tag} timed out after {waited} us");
+                return Err(Error::CommandTimeout {
+                    what,
+                    tag,
+                    waited_us: waited,
+                });
+            }
+            self.delay.delay_us(self.config.command_poll_us);
+            waited += u64::from(self.config.command_poll_us.max(1));
+        };
+        let polled = self.read_completion(tag, mfi);
+        self.tags.finish(tag, generation);
+        Ok(polled)
+    }
+
+    /// Reads status and sense of a completed frame.
+    fn read_completion(&self, tag: u16, mfi: MfiStatus) -> Polled {
+        let base = usize::from(tag) * self.frame_stride;
+        let scsi = self.pool.read_u8(base + frame::OFF_SCSI_STATUS);
+        let mut sense = [0u8; SENSE_LEN];
+        let mut sense_len = 0;
+        if mfi != MfiStatus::OK && scsi == SCSI_CHECK_CONDITION {
+            // The device wrote how many sense bytes it stored; never read past our buffer.
+            sense_len = usize::from(self.pool.read_u8(base + frame::OFF_SENSE_LEN)).min(SENSE_LEN);
+            self.pool
+                .read_bytes(self.sense_off + usize::from(tag) * SENSE_LEN, &mut sense[..sense_len]);
+        }
+        Polled {
+            mfi,
+            scsi,
+            sense,
+            sense_len,
+        }
+    }
+
+    /// Sends INIT with the reply queue (reference §3.3). The firmware must be READY (pitfall 2).
+    fn init_queue(&self) -> Result<(), Error> {
+        // QEMU seeds its head and tail from these words: zero them first.
+        self.ring.atomic_u32(RING_PI).store(0, Ordering::Relaxed);
+        self.ring.atomic_u32(RING_CI).store(0, Ordering::Relaxed);
+        self.ci.store(0, Ordering::Relaxed);
+        let q = RING_QINFO;
+        self.ring.write_u32(q, 0); // flags: 32-bit contexts
+        self.ring.write_u32(q + 4, self.ring_entries);
+        self.ring.write_u64(q + 8, self.ring.phys(RING_ENTRIES));
+        self.ring.write_u64(q + 16, self.ring.phys(RING_PI));
+        self.ring.write_u64(q + 24, self.ring.phys(RING_CI));
+        let qinfo = self.ring.phys(q);
+        let done = self.run_polled(0, "INIT", 64, |w, ctx| {
+            w.header(&Header {
+                cmd: frame::CMD_INIT,
+                sense_len: 0,
+                target: 0,
+                cdb_len: 0,
+                sge_count: 0,
+                context: ctx,
+                flags: frame::FLAG_DONT_POST,
+                data_len: frame::QINFO_LEN as u32,
+            });
+            w.u64_at(0x18, qinfo);
+            w.u64_at(0x20, 0);
+        })?;
+        if done.mfi != MfiStatus::OK {
+            return Err(Error::InitFailed { status: done.mfi });
+        }
+        let state = self.firmware_status().state();
+        if state != FwState::Operational {
+            return Err(Error::NotOperationalAfterInit { state });
+        }
+        Ok(())
+    }
+
+    /// Runs a DCMD into the admin buffer and returns the first `len` bytes of its reply.
+    fn dcmd(&self, tag: u16, what: &'static str, opcode: u32, mbox0: u8, len: usize) -> Result<Vec<u8>, Error> {
+        let _guard = AdminGuard::take(&self.admin_busy)?;
+        // QEMU answers some queries OK without writing anything (pitfall 14): start from zeroes.
+        self.admin.fill(0, len, 0);
+        let sge = Segment {
+            phys: self.admin.phys(0),
+            len: len as u32,
+        };
+        let done = self.run_polled(tag, what, frame::IO_SGL + frame::SGE64_LEN, |w, ctx| {
+            w.header(&Header {
+                cmd: frame::CMD_DCMD,
+                sense_len: 0,
+                target: 0,
+                cdb_len: 0,
+                sge_count: 1,
+                context: ctx,
+                flags: frame::FLAG_SGL64 | frame::FLAG_DIR_READ | frame::FLAG_DONT_POST,
+                data_len: len as u32,
+            });
+            w.u32_at(0x18, opcode);
+            let mut mbox = [0u8; 12];
+            mbox[0] = mbox0;
+            w.bytes_at(0x1C, &mbox);
+            w.sgl64(frame::IO_SGL, &[sge]);
+        })?;
+        if let Some(error) = done.error() {
+            return Err(Error::CommandFailed { what, error });
+        }
+        let mut out = vec![0u8; len];
+        self.admin.read_bytes(0, &mut out);
+        Ok(out)
+    }
+
+    fn ctrl_get_info(&self, tag: u16) -> Result<ControllerInfo, Error> {
+        let b = self.dcmd(tag, "CTRL_GET_INFO", frame::DCMD_CTRL_GET_INFO, 0, dcmd::CTRL_INFO_LEN)?;
+        ControllerInfo::parse(&b)
+    }
+
+    /// LD_GET_LIST, sorted by target id. (LD_LIST_QUERY is not used: QEMU fills it with LUNs
+    /// instead of target ids, pitfall 14.)
+    pub fn ld_list(&self, tag: u16) -> Result<Vec<LdListEntry>, Error> {
+        let b = self.dcmd(tag, "LD_GET_LIST", frame::DCMD_LD_GET_LIST, 0, dcmd::LD_LIST_LEN)?;
+        dcmd::parse_ld_list(&b)
+    }
+
+    /// LD_GET_INFO for one target.
+    pub fn ld_info(&self, tag: u16, target: u8) -> Result<LdInfo, Error> {
+        if usize::from(target) >= dcmd::MAX_LD {
+            return Err(Error::NoSuchDrive { target });
+        }
+        let b = self.dcmd(tag, "LD_GET_INFO", frame::DCMD_LD_GET_INFO, target, dcmd::LD_INFO_LEN)?;
+        LdInfo::parse(&b)
+    }
+
+    /// READ CAPACITY(16) through LD SCSI pass-through (works for 512- and 4096-byte blocks on
+    /// QEMU), retrying UNIT ATTENTION.
+    pub fn read_capacity(&self, tag: u16, target: u8) -> Result<Capacity, Error> {
+        if usize::from(target) >= dcmd::MAX_LD {
+            return Err(Error::NoSuchDrive { target });
+        }
+        let mut attempt = 0u8;
+        loop {
+            let _guard = AdminGuard::take(&self.admin_busy)?;
+            self.admin.fill(0, dcmd::READ_CAPACITY16_LEN, 0);
+            let sge = Segment {
+                phys: self.admin.phys(0),
+                len: dcmd::READ_CAPACITY16_LEN as u32,
+            };
+            let sense = self.sense_phys(tag);
+            let done = self.run_polled(
+                tag,
+                "READ CAPACITY(16)",
+                frame::PASS_SGL + frame::SGE64_LEN,
+                |w, ctx| {
+                    w.header(&Header {
+                        cmd: frame::CMD_LD_SCSI_IO,
+                        sense_len: SENSE_LEN as u8,
+                        target,
+                        cdb_len: 16,
+                        sge_count: 1,
+                        context: ctx,
+                        flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | frame::FLAG_DIR_READ | frame::FLAG_DONT_POST,
+                        data_len: dcmd::READ_CAPACITY16_LEN as u32,
+                    });
+                    w.u64_at(0x18, sense);
+                    w.bytes_at(0x20, &frame::cdb_read_capacity16());
+                    w.sgl64(frame::PASS_SGL, &[sge]);
+                },
+            )?;
+            match done.error() {
+                None => {
+                    let mut b = [0u8; dcmd::READ_CAPACITY16_LEN];
+                    self.admin.read_bytes(0, &mut b);
+                    return Capacity::parse(&b);
+                }
+                Some(e) if e.kind == IoErrorKind::UnitAttention && attempt < self.config.unit_attention_retries => {
+                    log::info!("megasas: target {target}: {e}; retrying");
+                    attempt += 1;
+                }
+                Some(error) => {
+                    return Err(Error::CommandFailed {
+                        what: "READ CAPACITY(16)",
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Discovers the logical drives (LD_GET_LIST, then READ CAPACITY(16) per drive), publishes
+    /// their capacities for the I/O path's range checks, and logs the device table. Uses `tag` for
+    /// its polled commands. Run it while no I/O is in flight to the drives whose size may change.
+    pub fn discover(&self, tag: u16) -> Result<Vec<LogicalDrive>, Error> {
+        let list = self.ld_list(tag)?;
+        let mut present = [false; dcmd::MAX_LD];
+        let mut out = Vec::with_capacity(list.len());
+        for e in list {
+            let cap = self.read_capacity(tag, e.target)?;
+            let drive = LogicalDrive {
+                target: e.target,
+                blocks: cap.blocks,
+                block_size: cap.block_size,
+                list_sectors: e.size_sectors,
+                state: e.state,
+            };
+            if u128::from(drive.capacity_bytes()) != u128::from(e.size_sectors) * 512 {
+                log::warn!(
+                    "megasas: target {}: READ CAPACITY says {} bytes, LD list says {} sectors",
+                    e.target,
+                    drive.capacity_bytes(),
+                    e.size_sectors
+                );
+            }
+            let slot = &self.drives[usize::from(e.target)];
+            slot.blocks.store(cap.blocks, Ordering::Relaxed);
+            // Release publishes `blocks` to the Acquire load of `block_size` in `submit`.
+            slot.block_size.store(cap.block_size, Ordering::Release);
+            present[usize::from(e.target)] = true;
+            out.push(drive);
+        }
+        for (slot, _) in self.drives.iter().zip(present).filter(|(_, p)| !p) {
+            slot.block_size.store(0, Ordering::Release);
+        }
+        log::info!(
+            "{}",
+            DriveTable {
+                info: &self.info,
+                drives: &out
+            }
+        );
+        Ok(out)
+    }
+
+    /// Masks nothing and unmasks the reply interrupt: clears the doorbell, then writes OMSK.
+    /// Program MSI-X/MSI first, or the first completions assert INTx. For polled mode, unmask too
+    /// (QEMU's ring only advances unmasked) and keep delivery off at the PCI level instead.
+    pub fn enable_interrupts(&self) -> Result<(), Error> {
+        // Unmasking before INIT makes QEMU write the producer index to address 0 (pitfall 5).
+        if !self.is_operational() {
+            return Err(Error::NotOperational);
+        }
+        self.mmio.write32(regs::ODCR0, 0xFFFF_FFFF);
+        self.mmio.write32(regs::OMSK, self.model.unmask_value());
+        self.irq_enabled.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Stops the controller: aborts whatever is outstanding and returns the firmware to READY.
+    /// This is the only way to mask at the controller, because on QEMU an all-ones OMSK *is* a soft
+    /// reset (pitfall 1); while running, mask at the MSI-X vector, IOAPIC or PCI command register.
+    /// Quiesce the block layer first: in-flight commands complete with MFI status 0x2E or vanish.
+    pub fn shutdown(&self) -> Result<FwStatus, Error> {
+        self.operational.store(false, Ordering::Release);
+        self.irq_enabled.store(false, Ordering::Release);
+        self.mmio.write32(regs::IDB, regs::IDB_RESET_FLAGS);
+        let status = self.bringup().to_ready()?;
+        self.mmio.write32(regs::OMSK, 0xFFFF_FFFF);
+        Ok(status)
+    }
+
+    /// Checks a read or write request against the drive table and the controller limits.
+    fn validate(&self, req: &IoRequest<'_>) -> Result<u32, Error> {
+        let slot = self
+            .drives
+            .get(usize::from(req.target))
+            .ok_or(Error::NoSuchDrive { target: req.target })?;
+        // Acquire pairs with the Release store in `discover`.
+        let block_size = slot.block_size.load(Ordering::Acquire);
+        if block_size == 0 {
+            return Err(Error::NoSuchDrive { target: req.target });
+        }
+        if req.op == IoOp::Flush {
+            if req.blocks != 0 || req.lba != 0 || !req.sgl.is_empty() {
+                return Err(Error::InvalidRequest {
+                    reason: "a flush carries no LBA, blocks or data segments",
+                });
+            }
+            return Ok(block_size);
+        }
+        if req.blocks == 0 {
+            return Err(Error::InvalidRequest {
+                reason: "read or write of zero blocks",
+            });
+        }
+        let capacity = slot.blocks.load(Ordering::Relaxed);
+        if req
+            .lba
+            .checked_add(u64::from(req.blocks))
+            .is_none_or(|end| end > capacity)
+        {
+            return Err(Error::BeyondEnd {
+                target: req.target,
+                lba: req.lba,
+                blocks: req.blocks,
+                capacity,
+            });
+        }
+        let bytes = u64::from(req.blocks) * u64::from(block_size);
+        if bytes > self.max_transfer_bytes() {
+            return Err(Error::TransferTooLarge {
+                bytes,
+                max: self.max_transfer_bytes(),
+            });
+        }
+        if req.sgl.is_empty() || req.sgl.len() > usize::from(self.max_sge) {
+            return Err(Error::TooManySegments {
+                count: req.sgl.len(),
+                max: self.max_sge,
+            });
+        }
+        let mut total = 0u64;
+        for (index, s) in req.sgl.iter().enumerate() {
+            if s.phys == 0 || s.len == 0 {
+                return Err(Error::BadSegment {
+                    index,
+                    phys: s.phys,
+                    len: s.len,
+                });
+            }
+            total += u64::from(s.len);
+        }
+        if total != bytes {
+            return Err(Error::SglLengthMismatch {
+                sgl_bytes: total,
+                expected: bytes,
+            });
+        }
+        Ok(block_size)
+    }
+
+    /// Submits one I/O on `tag` (the MFI context carries the tag in its low 15 bits). Validates
+    /// the request first (target, range, segments): an invalid one never reaches the device.
+    /// Completion is reported by [`Self::reap`].
+    pub fn submit(&self, tag: u16, req: &IoRequest<'_>) -> Result<(), Error> {
+        if !self.is_operational() {
+            return Err(Error::NotOperational);
+        }
+        self.check_tag(tag)?;
+        self.validate(req)?;
+        let generation = self.tags.claim(tag)?;
+        let context = tags::encode_context(tag, generation, false);
+        let w = self.frame(tag);
+        let sense = self.sense_phys(tag);
+        // A stale response code must not decode as fresh sense if the device writes none.
+        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
+        let frame_bytes = match req.op {
+            IoOp::Read | IoOp::Write => {
+                let (cmd, dir) = if req.op == IoOp::Read {
+                    (frame::CMD_LD_READ, frame::FLAG_DIR_READ)
+                } else {
+                    (frame::CMD_LD_WRITE, frame::FLAG_DIR_WRITE)
+                };
+                w.header(&Header {
+                    cmd,
+                    sense_len: SENSE_LEN as u8,
+                    target: req.target,
+                    // Harmless on 7.2.16+, required by 7.2.0-7.2.15 (pitfall 8).
+                    cdb_len: 16,
+                    sge_count: req.sgl.len() as u8,
+                    context,
+                    flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
+                    // LD READ/WRITE count blocks, not bytes (pitfall 7).
+                    data_len: req.blocks,
+                });
+                w.u64_at(0x18, sense);
+                w.u64_at(0x20, req.lba);
+                w.sgl64(frame::IO_SGL, req.sgl);
+                frame::IO_SGL + req.sgl.len() * frame::SGE64_LEN
+            }
+            IoOp::Flush => {
+                // Zero-data commands still need one SGE on QEMU (pitfall 6).
+                let dummy = Segment {
+                    phys: self.pool.phys(self.dummy_off),
+                    len: 1,
+                };
+                w.header(&Header {
+                    cmd: frame::CMD_LD_SCSI_IO,
+                    sense_len: SENSE_LEN as u8,
+                    target: req.target,
+                    cdb_len: 10,
+                    sge_count: 1,
+                    context,
+                    flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64,
+                    data_len: 0,
+                });
+                w.u64_at(0x18, sense);
+                w.bytes_at(0x20, &frame::cdb_synchronize_cache10());
+                w.sgl64(frame::PASS_SGL, &[dummy]);
+                frame::PASS_SGL + frame::SGE64_LEN
+            }
+        };
+        self.tags.publish(tag, tags::POSTED, generation);
+        self.post(tag, frame_bytes);
+        Ok(())
+    }
+
+    /// INTx only: whether the (possibly shared) interrupt is ours; if so it is acknowledged by
+    /// writing OSTS back to ODCR0, before the queue is drained (pitfall 12).
+    pub fn intx_claim(&self) -> bool {
+        let status = self.mmio.read32(regs::OSTS);
+        if status & self.model.intx_pending_bits() == 0 {
+            return false;
+        }
+        self.mmio.write32(regs::ODCR0, status);
+        true
+    }
+
+    /// Interrupt entry point: acknowledges as `mode` requires and drains the reply queue.
+    /// Returns `None` when an INTx interrupt was not ours.
+    pub fn handle_interrupt(&self, mode: IrqMode, complete: impl FnMut(u16, IoStatus)) -> Option<Reaped> {
+        // MSI/MSI-X: OSTS reads 0 there, so it says nothing about whether work arrived (pitfall 11).
+        if mode == IrqMode::Intx && !self.intx_claim() {
+            return None;
+        }
+        Some(self.reap(complete))
+    }
+
+    /// Drains the reply queue: every context is validated (range, in flight, generation, frame
+    /// status written) before it completes anything; a bad one is counted and logged as a
+    /// controller fault and skipped. `complete(tag, status)` runs for each accepted completion,
+    /// after the tag has been handed back (so it may resubmit on the same tag).
+    pub fn reap(&self, mut complete: impl FnMut(u16, IoStatus)) -> Reaped {
+        let mut out = Reaped::default();
+        let pi_word = self.ring.atomic_u32(RING_PI);
+        // Bounded so an interrupt handler cannot be held forever by a device that keeps producing;
+        // whatever is left raised its own interrupt, which runs this again.
+        for _ in 0..MAX_REAP_ROUNDS {
+            // Lock and unlock are both AcqRel swaps so that a reaper that finds the flag taken
+            // synchronises with the holder's unlock: the holder then re-reads the producer below
+            // and sees whatever the loser was woken for. No completion is stranded.
+            if self.reaping.swap(true, Ordering::AcqRel) {
+                out.contended = true;
+                return out;
+            }
+            self.drain(&mut out, &mut complete);
+            self.reaping.swap(false, Ordering::AcqRel);
+            let pi = pi_word.load(Ordering::Acquire);
+            if pi == self.ci.load(Ordering::Relaxed) || pi >= self.ring_entries {
+                return out;
+            }
+        }
+        out
+    }
+
+    fn record_fault(&self, out: &mut Reaped, fault: Fault) {
+        out.faults += 1;
+        out.first_fault.get_or_insert(fault);
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        log::error!("megasas: controller fault: {fault}");
+    }
+
+    /// Consumes entries from CI up to PI; the caller holds `reaping`.
+    fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(u16, IoStatus)) {
+        let entries = self.ring_entries;
+        let mut ci = self.ci.load(Ordering::Relaxed);
+        // Bounded: each pass consumes at most one ring's worth; the outer loop re-reads PI.
+        for _ in 0..2 {
+            // Acquire pairs with the device's producer store, made after the entries and frames.
+            let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
+            if pi >= entries {
+                self.record_fault(out, Fault::ProducerOutOfRange { producer: pi, entries });
+                break;
+            }
+            if pi == ci {
+                break;
+            }
+            while ci != pi {
+                let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
+                let ctx = slot.load(Ordering::Relaxed);
+                slot.store(RING_SENTINEL, Ordering::Relaxed);
+                if let Err(reason) = self.accept(ctx, out, complete) {
+                    self.record_fault(
+                        out,
+                        Fault::BogusContext {
+                            context: ctx,
+                            slot: ci,
+                            reason,
+                        },
+                    );
+                }
+                ci = if ci + 1 == entries { 0 } else { ci + 1 };
+            }
+        }
+        self.ci.store(ci, Ordering::Relaxed);
+        // The device may read CI (QEMU does not compare it, real firmware may).
+        self.ring.atomic_u32(RING_CI).store(ci, Ordering::Release);
+    }
+
+    /// Validates one context and completes its command.
+    fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(u16, IoStatus)) -> Result<(), BogusReason> {
+        let (tag, polled, generation) = tags::decode_context(ctx);
+        if tag >= u32::from(self.ntags) {
+            return Err(BogusReason::TagOutOfRange { tag, tags: self.ntags });
+        }
+        let tag = tag as u16;
+        if polled {
+            // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them.
+            out.polled_echoes += 1;
+            return Ok(());
+        }
+        self.tags.check(tag, generation)?;
+        let base = usize::from(tag) * self.frame_stride;
+        let mfi = MfiStatus(
+            self.pool
+                .atomic_u8(base + frame::OFF_CMD_STATUS)
+                .load(Ordering::Acquire),
+        );
+        if mfi == MfiStatus::PENDING {
+            return Err(BogusReason::StatusPending { tag });
+        }
+        let done = self.read_completion(tag, mfi);
+        let status = match done.error() {
+            None => IoStatus::Success,
+            Some(e) => {
+                log::warn!("megasas: tag {tag}: {e}");
+                IoStatus::Failed(e)
+            }
+        };
+        self.tags.complete(tag, generation)?;
+        out.completed += 1;
+        complete(tag, status);
+        Ok(())
+    }
+}
+
+/// Try-lock of the single admin buffer.
+struct AdminGuard<'a>(&'a AtomicBool);
+
+impl<'a> AdminGuard<'a> {
+    fn take(flag: &'a AtomicBool) -> Result<Self, Error> {
+        // Acquire pairs with the Release in `drop`: the previous user's buffer reads are done.
+        if flag.swap(true, Ordering::Acquire) {
+            return Err(Error::AdminBusy);
+        }
+        Ok(Self(flag))
+    }
+}
+
+impl Drop for AdminGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Printable device table: controller line plus one row per logical drive.
+pub struct DriveTable<'a> {
+    /// Controller information.
+    pub info: &'a ControllerInfo,
+    /// Drives to list.
+    pub drives: &'a [LogicalDrive],
+}
+
+impl fmt::Display for DriveTable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "megasas: {} (fw {})", self.info.product, self.info.firmware)?;
+        writeln!(f, "  target  block      blocks          bytes   MiB  state")?;
+        for d in self.drives {
+            writeln!(
+                f,
+                "  {:>6}  {:>5}  {:>10}  {:>13}  {:>5}  {}",
+                d.target,
+                d.block_size,
+                d.blocks,
+                d.capacity_bytes(),
+                d.capacity_bytes() >> 20,
+                if d.state == 3 { "optimal" } else { "not optimal" }
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,328 @@
+//! The crate's error type and the controller-fault reports of the completion path.
+
+use core::fmt;
+
+use crate::regs::{FwState, FwStatus};
+use crate::status::IoError;
+
+/// Why a value read from the reply queue was not accepted as a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The producer index the device wrote lies outside the ring.
+    ProducerOutOfRange {
+        /// Value read from the producer word.
+        producer: u32,
+        /// Number of ring entries (valid indices are `0..entries`).
+        entries: u32,
+    },
+    /// A reply-queue entry named no command that is in flight.
+    BogusContext {
+        /// The raw context read from the ring.
+        context: u32,
+        /// Ring slot it was read from.
+        slot: u32,
+        /// What was wrong with it.
+        reason: BogusReason,
+    },
+}
+
+/// Detail of a [`Fault::BogusContext`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BogusReason {
+    /// The tag part is not below the number of tags.
+    TagOutOfRange {
+        /// Tag decoded from the context.
+        tag: u32,
+        /// Number of tags (valid tags are `0..tags`).
+        tags: u16,
+    },
+    /// The tag exists but no command is in flight on it (a duplicate or invented completion).
+    NotInFlight {
+        /// Tag decoded from the context.
+        tag: u16,
+    },
+    /// The tag is in flight, but under another generation: a stale completion of an earlier use.
+    StaleGeneration {
+        /// Tag decoded from the context.
+        tag: u16,
+        /// Generation of the command in flight.
+        expected: u16,
+        /// Generation in the context.
+        found: u16,
+    },
+    /// The context matches a command in flight whose frame still says "pending": the device posted
+    /// a completion before finishing the frame. The command is left in flight.
+    StatusPending {
+        /// Tag decoded from the context.
+        tag: u16,
+    },
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::ProducerOutOfRange { producer, entries } => write!(
+                f,
+                "reply-queue producer index {producer} is outside the ring (accepted 0..{entries})"
+            ),
+            Self::BogusContext { context, slot, reason } => {
+                write!(f, "bogus context 0x{context:08X} in reply slot {slot}: ")?;
+                match reason {
+                    BogusReason::TagOutOfRange { tag, tags } => {
+                        write!(f, "tag {tag} out of range (accepted 0..{tags})")
+                    }
+                    BogusReason::NotInFlight { tag } => {
+                        write!(f, "tag {tag} has no command in flight")
+                    }
+                    BogusReason::StaleGeneration { tag, expected, found } => write!(
+                        f,
+                        "tag {tag} is in flight as generation {expected}, context has generation {found}"
+                    ),
+                    BogusReason::StatusPending { tag } => {
+                        write!(f, "tag {tag} posted while its frame status is still pending (0xFF)")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Everything that can go wrong in the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The DMA allocator could not provide memory.
+    DmaAlloc {
+        /// Requested size in bytes.
+        size: usize,
+        /// Requested alignment.
+        align: usize,
+    },
+    /// The DMA allocator returned memory that breaks its contract (too short or misaligned).
+    DmaContract {
+        /// Requested size in bytes.
+        size: usize,
+        /// Requested alignment.
+        align: usize,
+        /// Length returned.
+        len: usize,
+        /// Bus address returned.
+        phys: u64,
+    },
+    /// The firmware stayed in one state past the allowed time.
+    FirmwareTimeout {
+        /// The state it was stuck in.
+        state: FwState,
+        /// How long the driver waited, in microseconds.
+        waited_us: u64,
+    },
+    /// The firmware is in FAULT and the reset paths did not recover it.
+    FirmwareFault {
+        /// The status word read last.
+        status: FwStatus,
+    },
+    /// The firmware kept changing state without reaching READY.
+    FirmwareNoProgress {
+        /// Number of state transitions seen.
+        transitions: u32,
+        /// The state it was in when the driver gave up.
+        last: FwState,
+    },
+    /// The firmware status word advertises limits the driver cannot work with.
+    FirmwareLimits {
+        /// The status word.
+        status: FwStatus,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The INIT frame was rejected.
+    InitFailed {
+        /// MFI status of the INIT frame.
+        status: crate::MfiStatus,
+    },
+    /// INIT completed but the firmware did not become OPERATIONAL.
+    NotOperationalAfterInit {
+        /// State read after INIT.
+        state: FwState,
+    },
+    /// The firmware left OPERATIONAL while the driver was running (a reset behind its back).
+    FirmwareStateChanged {
+        /// The state it is in now.
+        state: FwState,
+    },
+    /// The controller is not operational (not initialised, shut down, or failed).
+    NotOperational,
+    /// A polled command did not complete in time. Its tag stays reserved: the device owns the frame.
+    CommandTimeout {
+        /// What the command was.
+        what: &'static str,
+        /// Tag it used.
+        tag: u16,
+        /// How long the driver waited, in microseconds.
+        waited_us: u64,
+    },
+    /// A polled command completed with an error.
+    CommandFailed {
+        /// What the command was.
+        what: &'static str,
+        /// The decoded failure.
+        error: IoError,
+    },
+    /// A reply from the device is malformed (size, count or field out of range).
+    MalformedReply {
+        /// Which reply.
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+        /// What was accepted.
+        expected: &'static str,
+    },
+    /// The tag is not below [`crate::Controller::max_inflight`].
+    TagOutOfRange {
+        /// The tag given.
+        tag: u16,
+        /// Number of tags (accepted `0..tags`).
+        tags: u16,
+    },
+    /// A command is already in flight (or being built) on this tag.
+    TagBusy {
+        /// The tag given.
+        tag: u16,
+    },
+    /// Another CPU is using the single admin DMA buffer.
+    AdminBusy,
+    /// The target is not a discovered logical drive.
+    NoSuchDrive {
+        /// Target id given.
+        target: u8,
+    },
+    /// The request runs past the end of the drive.
+    BeyondEnd {
+        /// Target id.
+        target: u8,
+        /// First block.
+        lba: u64,
+        /// Number of blocks.
+        blocks: u32,
+        /// Capacity in blocks.
+        capacity: u64,
+    },
+    /// A read or write of zero blocks, or a flush that carries data.
+    InvalidRequest {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The request moves more data than the controller accepts in one command.
+    TransferTooLarge {
+        /// Bytes requested.
+        bytes: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// More scatter-gather segments than the controller accepts.
+    TooManySegments {
+        /// Segments given.
+        count: usize,
+        /// Largest accepted.
+        max: u16,
+    },
+    /// A segment with a zero address or zero length (QEMU rejects both).
+    BadSegment {
+        /// Index in the list.
+        index: usize,
+        /// Bus address.
+        phys: u64,
+        /// Length.
+        len: u32,
+    },
+    /// The segments do not add up to the transfer length.
+    SglLengthMismatch {
+        /// Sum of the segment lengths.
+        sgl_bytes: u64,
+        /// Bytes the request transfers (blocks x block size).
+        expected: u64,
+    },
+    /// The reply queue or a completion was inconsistent (see [`Fault`]).
+    ControllerFault(Fault),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DmaAlloc { size, align } => {
+                write!(f, "DMA allocation of {size} bytes aligned to {align} failed")
+            }
+            Self::DmaContract { size, align, len, phys } => write!(
+                f,
+                "DMA allocator returned {len} bytes at bus address 0x{phys:X} for a request of {size} bytes aligned to {align}"
+            ),
+            Self::FirmwareTimeout { state, waited_us } => write!(
+                f,
+                "firmware stayed in state {state} for {waited_us} us without reaching READY"
+            ),
+            Self::FirmwareFault { status } => {
+                write!(f, "firmware is in FAULT and did not recover: status {status}")
+            }
+            Self::FirmwareNoProgress { transitions, last } => write!(
+                f,
+                "firmware changed state {transitions} times without reaching READY (last {last})"
+            ),
+            Self::FirmwareLimits { status, reason } => {
+                write!(f, "unusable firmware limits ({reason}): status {status}")
+            }
+            Self::InitFailed { status } => write!(f, "INIT frame rejected with {status}"),
+            Self::NotOperationalAfterInit { state } => write!(
+                f,
+                "INIT completed but the firmware is in state {state}, expected OPERATIONAL"
+            ),
+            Self::FirmwareStateChanged { state } => write!(
+                f,
+                "firmware left OPERATIONAL and is now in state {state}; re-initialise the controller"
+            ),
+            Self::NotOperational => f.write_str("controller is not operational"),
+            Self::CommandTimeout { what, tag, waited_us } => write!(
+                f,
+                "{what} on tag {tag} did not complete within {waited_us} us; the tag stays reserved"
+            ),
+            Self::CommandFailed { what, error } => write!(f, "{what} failed: {error}"),
+            Self::MalformedReply { what, value, expected } => {
+                write!(f, "malformed {what}: value {value} (expected {expected})")
+            }
+            Self::TagOutOfRange { tag, tags } => {
+                write!(f, "tag {tag} out of range (accepted 0..{tags})")
+            }
+            Self::TagBusy { tag } => write!(f, "tag {tag} already has a command in flight"),
+            Self::AdminBusy => f.write_str("the admin buffer is in use by another command"),
+            Self::NoSuchDrive { target } => {
+                write!(f, "target {target} is not a discovered logical drive")
+            }
+            Self::BeyondEnd {
+                target,
+                lba,
+                blocks,
+                capacity,
+            } => write!(
+                f,
+                "blocks {lba}..{} on target {target} run past its end ({capacity} blocks)",
+                u128::from(*lba) + u128::from(*blocks)
+            ),
+            Self::InvalidRequest { reason } => write!(f, "invalid request: {reason}"),
+            Self::TransferTooLarge { bytes, max } => {
+                write!(f, "transfer of {bytes} bytes exceeds the controller limit of {max}")
+            }
+            Self::TooManySegments { count, max } => {
+                write!(f, "{count} scatter-gather segments, accepted 1..={max}")
+            }
+            Self::BadSegment { index, phys, len } => write!(
+                f,
+                "segment {index} (address 0x{phys:X}, length {len}) has a zero address or length"
+            ),
+            Self::SglLengthMismatch { sgl_bytes, expected } => write!(
+                f,
+                "segments total {sgl_bytes} bytes but the request transfers {expected}"
+            ),
+            Self::ControllerFault(fault) => write!(f, "controller fault: {fault}"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}

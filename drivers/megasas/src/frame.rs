@@ -1,0 +1,141 @@
+//! MFI frame layouts (reference §3, §4) and the builders that fill a frame in DMA memory.
+
+use crate::mem::DmaBuf;
+
+/// Frame command: INIT.
+pub(crate) const CMD_INIT: u8 = 0x00;
+/// Frame command: logical-drive read.
+pub(crate) const CMD_LD_READ: u8 = 0x01;
+/// Frame command: logical-drive write.
+pub(crate) const CMD_LD_WRITE: u8 = 0x02;
+/// Frame command: SCSI pass-through to a logical drive.
+pub(crate) const CMD_LD_SCSI_IO: u8 = 0x03;
+/// Frame command: direct command (DCMD).
+pub(crate) const CMD_DCMD: u8 = 0x05;
+
+/// Header offsets.
+pub(crate) const OFF_CMD_STATUS: usize = 0x02;
+pub(crate) const OFF_SENSE_LEN: usize = 0x01;
+pub(crate) const OFF_SCSI_STATUS: usize = 0x03;
+/// Size of the common header.
+const HEADER_LEN: usize = 0x18;
+
+/// Flag: do not post the completion to the reply queue (honoured by real firmware, ignored by QEMU).
+pub(crate) const FLAG_DONT_POST: u16 = 0x0001;
+/// Flag: SGL uses 64-bit elements.
+pub(crate) const FLAG_SGL64: u16 = 0x0002;
+/// Flag: the sense address is 64-bit.
+pub(crate) const FLAG_SENSE64: u16 = 0x0004;
+/// Flag: data flows host to device.
+pub(crate) const FLAG_DIR_WRITE: u16 = 0x0008;
+/// Flag: data flows device to host.
+pub(crate) const FLAG_DIR_READ: u16 = 0x0010;
+
+/// Size of one 64-bit SGE (packed: u64 address, u32 length).
+pub(crate) const SGE64_LEN: usize = 12;
+/// SGL offset in LD READ/WRITE frames and in DCMD frames.
+pub(crate) const IO_SGL: usize = 0x28;
+/// SGL offset in pass-through frames.
+pub(crate) const PASS_SGL: usize = 0x30;
+/// Bytes from the frame start that QEMU maps for the SGL (its 2 KiB window, pitfall 10).
+pub(crate) const QEMU_SGL_WINDOW: usize = 2048;
+/// QEMU accepts at most this many SGEs per frame.
+pub(crate) const QEMU_MAX_SGE: usize = 128;
+
+/// DCMD opcode: controller information (2048-byte buffer).
+pub(crate) const DCMD_CTRL_GET_INFO: u32 = 0x0101_0000;
+/// DCMD opcode: logical drive list (buffer at most 1032 bytes on QEMU).
+pub(crate) const DCMD_LD_GET_LIST: u32 = 0x0301_0000;
+/// DCMD opcode: logical drive information (384 bytes).
+pub(crate) const DCMD_LD_GET_INFO: u32 = 0x0302_0000;
+
+/// Queue-info block layout (32 bytes).
+pub(crate) const QINFO_LEN: usize = 32;
+
+/// One scatter-gather element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Bus address.
+    pub phys: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// Fields of the common header that vary per command.
+pub(crate) struct Header {
+    pub cmd: u8,
+    pub sense_len: u8,
+    pub target: u8,
+    pub cdb_len: u8,
+    pub sge_count: u8,
+    pub context: u32,
+    pub flags: u16,
+    pub data_len: u32,
+}
+
+/// A frame being filled: the frame pool plus the frame's offset in it.
+pub(crate) struct FrameWriter<'a> {
+    pub buf: &'a DmaBuf,
+    pub base: usize,
+}
+
+impl FrameWriter<'_> {
+    /// Writes the 24-byte header. `cmd_status` is set to the pending marker 0xFF; `lun` is 0 (a
+    /// non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O, pitfall 8).
+    pub fn header(&self, h: &Header) {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = h.cmd;
+        b[1] = h.sense_len;
+        b[2] = 0xFF;
+        b[3] = 0;
+        b[4] = h.target;
+        b[5] = 0;
+        b[6] = h.cdb_len;
+        b[7] = h.sge_count;
+        // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
+        b[0x08..0x0C].copy_from_slice(&h.context.to_le_bytes());
+        b[0x10..0x12].copy_from_slice(&h.flags.to_le_bytes());
+        b[0x14..0x18].copy_from_slice(&h.data_len.to_le_bytes());
+        self.buf.write_bytes(self.base, &b);
+    }
+
+    /// Writes a u32 at `off` within the frame.
+    pub fn u32_at(&self, off: usize, v: u32) {
+        self.buf.write_u32(self.base + off, v);
+    }
+
+    /// Writes a u64 as two little-endian words at `off` within the frame.
+    pub fn u64_at(&self, off: usize, v: u64) {
+        self.buf.write_u64(self.base + off, v);
+    }
+
+    /// Writes raw bytes at `off` within the frame.
+    pub fn bytes_at(&self, off: usize, bytes: &[u8]) {
+        self.buf.write_bytes(self.base + off, bytes);
+    }
+
+    /// Writes 64-bit SGEs starting at `off` within the frame.
+    pub fn sgl64(&self, off: usize, sgl: &[Segment]) {
+        for (i, s) in sgl.iter().enumerate() {
+            let at = self.base + off + i * SGE64_LEN;
+            self.buf.write_u64(at, s.phys);
+            self.buf.write_u32(at + 8, s.len);
+        }
+    }
+}
+
+/// READ CAPACITY(16) CDB with a 32-byte allocation length.
+pub(crate) fn cdb_read_capacity16() -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x9E;
+    c[1] = 0x10;
+    c[10..14].copy_from_slice(&32u32.to_be_bytes());
+    c
+}
+
+/// SYNCHRONIZE CACHE(10) of the whole drive. QEMU does not support the 16-byte form (pitfall 17).
+pub(crate) fn cdb_synchronize_cache10() -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x35;
+    c
+}
