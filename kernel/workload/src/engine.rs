@@ -26,6 +26,8 @@ use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, chec
 
 /// Per CPU, at most this many I/O errors are kept with their LBA (all are counted).
 pub const MAX_ERROR_RECORDS: usize = 8;
+/// The engine calls [`IoBackend::periodic`] about this often (100 ms).
+pub const PERIODIC_INTERVAL_NS: u64 = 100_000_000;
 
 /// Direction of one I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +126,11 @@ pub trait IoBackend {
 
     /// Called when a poll found nothing to reap; a kernel may pause or wait for an interrupt here.
     fn idle(&mut self) {}
+
+    /// Called from the loop about every [`PERIODIC_INTERVAL_NS`], with the current clock. The CPU that
+    /// also prints progress can write a [`ProgressMeter`](crate::ProgressMeter) line here once a second,
+    /// since it is busy in the engine loop itself.
+    fn periodic(&mut self, _now_ns: u64) {}
 }
 
 /// Which part of the job a CPU is in, as published for the progress line.
@@ -435,6 +442,7 @@ struct CpuRun<'a, B: ?Sized> {
     /// An I/O taken from the source that could not be submitted yet.
     pending: Option<(IoOp, u64)>,
     last_progress_ns: u64,
+    next_periodic_ns: u64,
     live_counts: LiveCounts,
     result: CpuResult,
 }
@@ -497,6 +505,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             tracker,
             pending: None,
             last_progress_ns: 0,
+            next_periodic_ns: 0,
             live_counts: LiveCounts::default(),
             result: CpuResult {
                 cpu: slice.cpu,
@@ -561,6 +570,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.last_progress_ns = self.backend.now_ns();
         loop {
             let now = self.backend.now_ns();
+            if now >= self.next_periodic_ns {
+                self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
+                self.backend.periodic(now);
+            }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
                 issuing = false;
                 self.pending = None;

@@ -316,25 +316,33 @@ pub fn check_block(
             }
             let stamp = BlockStamp { lba, seed, generation };
             let mut words = PayloadWords::new(&stamp);
-            let mut offset = HEADER_LEN;
-            while offset < block.len() {
-                let want = words.next_word().to_le_bytes();
-                let len = (block.len() - offset).min(8);
-                let got = &block[offset..offset + len];
-                if got != &want[..len] {
-                    let mut found = [0u8; 8];
-                    found[..len].copy_from_slice(got);
-                    let mut expected = [0u8; 8];
-                    expected[..len].copy_from_slice(&want[..len]);
+            let payload = &block[HEADER_LEN..];
+            let mut chunks = payload.chunks_exact(8);
+            // Whole words first, compared as integers; only a difference needs the details.
+            for (index, chunk) in (&mut chunks).enumerate() {
+                let want = words.next_word();
+                let got = read_u64(chunk, 0);
+                if got != want {
                     // Block sizes are at most 16 MiB, so the offset fits in u32.
-                    let byte_offset = offset as u32;
+                    let byte_offset = (HEADER_LEN + index * 8) as u32;
+                    return Err(mismatch(MismatchField::Data { byte_offset }, want, got));
+                }
+            }
+            let tail = chunks.remainder();
+            if !tail.is_empty() {
+                let want = words.next_word().to_le_bytes();
+                if tail != &want[..tail.len()] {
+                    let mut expected = [0u8; 8];
+                    expected[..tail.len()].copy_from_slice(&want[..tail.len()]);
+                    let mut found = [0u8; 8];
+                    found[..tail.len()].copy_from_slice(tail);
+                    let byte_offset = (block.len() - tail.len()) as u32;
                     return Err(mismatch(
                         MismatchField::Data { byte_offset },
                         u64::from_le_bytes(expected),
                         u64::from_le_bytes(found),
                     ));
                 }
-                offset += len;
             }
         }
     }
@@ -485,6 +493,21 @@ mod tests {
                 .field,
             MismatchField::Reserved
         );
+    }
+
+    #[test]
+    fn pattern_checks_a_partial_last_word() {
+        let mode = VerifyMode::Pattern;
+        let block = stamped(mode, 2, 1, 523);
+        let mut bad = block.clone();
+        bad[521] ^= 1;
+        let err = check_block(mode, 2, SEED, ExpectedGeneration::Exact(1), &bad).unwrap_err();
+        assert_eq!(err.field, MismatchField::Data { byte_offset: 520 });
+        assert_eq!(
+            err.expected & 0xff_ffff,
+            u64::from(block[520]) | u64::from(block[521]) << 8 | u64::from(block[522]) << 16
+        );
+        assert_eq!(err.expected ^ err.found, 1 << 8);
     }
 
     #[test]

@@ -541,3 +541,16 @@ fn iodepth_cap_is_reported_and_obeyed() {
         "{text}"
     );
 }
+
+#[test]
+fn periodic_hook_runs_about_every_100ms() {
+    let plan = plan_of("rw=randread bs=4k iodepth=2 runtime=1s cpus=0", &[0]);
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let run = run_job(&plan, &disk, |_, b| b.latency_ns = 1_000_000);
+    let calls = &run.backends[0].periodic_calls;
+    assert!((10..=12).contains(&calls.len()), "{} calls in a 1 s job", calls.len());
+    for pair in calls.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!((100_000_000..102_000_000).contains(&gap), "gap {gap}");
+    }
+}

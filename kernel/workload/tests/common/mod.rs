@@ -99,6 +99,8 @@ pub struct FakeBackend {
     pub completions: u64,
     pub polls: u64,
     pub max_in_flight: usize,
+    /// Clock values at which `periodic` was called.
+    pub periodic_calls: Vec<u64>,
 }
 
 impl FakeBackend {
@@ -124,6 +126,7 @@ impl FakeBackend {
             completions: 0,
             polls: 0,
             max_in_flight: 0,
+            periodic_calls: Vec::new(),
         }
     }
 
@@ -282,6 +285,10 @@ impl IoBackend for FakeBackend {
     fn now_ns(&self) -> u64 {
         self.advance(self.tick_ns);
         self.clock_ns.get()
+    }
+
+    fn periodic(&mut self, now_ns: u64) {
+        self.periodic_calls.push(now_ns);
     }
 
     fn idle(&mut self) {
