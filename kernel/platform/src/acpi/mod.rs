@@ -4,7 +4,7 @@
 //! 4 GiB; tests: fixture bytes placed at fake addresses). Tables are never
 //! borrowed from memory: each read is a bounds-checked copy of the bytes it
 //! needs, after the table's length and checksum were validated, so a
-//! malformed table gives an [`Error`](crate::Error), never an out-of-bounds
+//! malformed table gives an [`crate::Error`], never an out-of-bounds
 //! read, and every walk advances by at least one byte so it ends.
 //!
 //! The `acpi` crate (5.2.0, no default features) provides the layouts

@@ -99,7 +99,8 @@ impl MsiCapability {
         Ok(capability)
     }
 
-    /// Bytes the capability occupies.
+    /// Bytes the capability occupies, rounded up to whole dwords (what the
+    /// dword-wide configuration accesses touch).
     pub fn size_bytes(&self) -> u8 {
         match (self.is_64bit, self.per_vector_masking) {
             (false, false) => 0x0C,
