@@ -138,13 +138,20 @@ pub struct Rq<'a, D: Driver> {
     queue: &'a Queue<D>,
     index: u32,
     cpu: u16,
+    /// Given out by the completion path (as opposed to dispatch): ending it is not "inline".
+    routed: bool,
 }
 
 impl<'a, D: Driver> Rq<'a, D> {
     /// # Safety
     /// The slot `index` is in state DRIVER and no other handle to it exists.
-    pub(crate) unsafe fn new(queue: &'a Queue<D>, index: u32, cpu: u16) -> Self {
-        Self { queue, index, cpu }
+    pub(crate) unsafe fn new(queue: &'a Queue<D>, index: u32, cpu: u16, routed: bool) -> Self {
+        Self {
+            queue,
+            index,
+            cpu,
+            routed,
+        }
     }
 
     fn slot(&self) -> &'a Slot<D::Pdu> {
@@ -240,9 +247,9 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
     pub fn end(self, status: Status) {
-        let (queue, index, cpu) = (self.queue, self.index, self.cpu);
+        let (queue, index, cpu, routed) = (self.queue, self.index, self.cpu, self.routed);
         core::mem::forget(self);
-        queue.end_request(usize::from(cpu), index, status);
+        queue.end_request(usize::from(cpu), index, status, !routed);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
@@ -265,7 +272,7 @@ impl<D: Driver> Drop for Rq<'_, D> {
             "request handle for tag {} dropped without issue/end/complete",
             self.tag()
         );
-        queue.end_request(usize::from(cpu), index, Status::IoError);
+        queue.end_request(usize::from(cpu), index, Status::IoError, !self.routed);
     }
 }
 
@@ -286,7 +293,11 @@ pub struct TimedOutRq<'a, D: Driver> {
     pub(crate) index: u32,
 }
 
-impl<D: Driver> TimedOutRq<'_, D> {
+impl<'a, D: Driver> TimedOutRq<'a, D> {
+    /// The queue (for example to report other completions found while handling this one).
+    pub fn queue(&self) -> &'a Queue<D> {
+        self.queue
+    }
     fn data(&self) -> &crate::request::SlotData<D::Pdu> {
         // SAFETY: the timeout path owns the slot (state TIMEOUT/TIMEOUT_COMPLETED) while this
         // view exists; `&self` excludes `pdu_mut`.

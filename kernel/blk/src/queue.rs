@@ -734,7 +734,7 @@ impl<D: Driver> Queue<D> {
             unsafe { slot.data_mut().hwq = hwq as u16 };
             slot.state.store(state::DRIVER, Ordering::Relaxed);
             // SAFETY: state is DRIVER and this is the only handle.
-            let rq = unsafe { Rq::new(self, index, cpu as u16) };
+            let rq = unsafe { Rq::new(self, index, cpu as u16, false) };
             bump(&counters.dispatched);
             match self.driver.queue_rq(&ctx, rq, last) {
                 Ok(()) => uncommitted = !last,
@@ -1003,12 +1003,13 @@ impl<D: Driver> Queue<D> {
         self.slot(index).state.store(state::DRIVER, Ordering::Relaxed);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
-        let rq = unsafe { Rq::new(self, index, cpu as u16) };
+        let rq = unsafe { Rq::new(self, index, cpu as u16, true) };
         self.driver.complete(rq);
     }
 
     /// The single exit: reports the completion, frees the tag, leaves the queue.
-    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status) {
+    /// `inline`: the request never went through completion routing (ended in `queue_rq`).
+    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool) {
         let slot = self.slot(index);
         let (completion, set, hwq) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
@@ -1032,6 +1033,9 @@ impl<D: Driver> Queue<D> {
         self.platform.end_io(&completion);
         let counters = self.counters.cpu(cpu);
         bump(&counters.completed);
+        if inline {
+            bump(&counters.completions_inline);
+        }
         if !status.is_ok() {
             bump(&counters.completed_with_error);
         }

@@ -1,0 +1,655 @@
+//! Behaviour of the queue, one mechanism at a time, single-threaded and deterministic.
+
+mod common;
+
+use blk::null::{NullConfig, NullDriver, NullMode};
+use blk::{
+    Bio, BlkError, CompletionPolicy, Driver, HwCtx, Op, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq, Segment,
+    Status, TimedOutRq, TimeoutAction,
+};
+use common::HostPlatform;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const CAP: u64 = 1 << 20;
+
+fn null_queue(
+    ncpus: usize,
+    nr_hw: usize,
+    depth: u32,
+    mode: NullMode,
+    policy: CompletionPolicy,
+) -> (Queue<NullDriver>, Arc<HostPlatform>) {
+    let null = NullConfig::new(CAP, mode);
+    let mut cfg = null.queue_config(ncpus, nr_hw, depth);
+    cfg.completion = policy;
+    let platform = Arc::new(HostPlatform::new(ncpus, 1024, true));
+    let q = Queue::new(cfg, NullDriver::new(null, nr_hw, depth, false), platform.clone()).unwrap();
+    (q, platform)
+}
+
+fn read(cookie: u64) -> Bio<'static> {
+    Bio::read(cookie * 8, 8, &[], cookie)
+}
+
+// ------------------------------------------------------------------ a recording driver
+
+/// What the recording driver does with the next request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Plan {
+    Issue,
+    Busy,
+    Fail,
+}
+
+#[derive(Default)]
+struct RecDriver {
+    /// (cookie, last) per successful queue_rq.
+    queued: Mutex<Vec<(u64, bool)>>,
+    commits: AtomicUsize,
+    plan: Mutex<VecDeque<Plan>>,
+    /// Tags issued, in order.
+    issued: Mutex<Vec<u32>>,
+    timeouts: Mutex<Vec<u64>>,
+    timeout_plan: Mutex<VecDeque<TimeoutAction>>,
+    /// Complete this tag from inside the timeout handler (a completion racing the handler).
+    complete_during_timeout: Mutex<Option<Status>>,
+    completes: AtomicUsize,
+}
+
+impl Driver for RecDriver {
+    type Pdu = u32;
+
+    fn init_request(&self, _set: usize, tag: u32, pdu: &mut u32) -> Result<(), BlkError> {
+        *pdu = tag + 1000;
+        Ok(())
+    }
+
+    fn queue_rq<'a>(&self, _hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        assert_eq!(*rq.pdu(), rq.tag() + 1000, "driver data initialised per tag");
+        match self.plan.lock().unwrap().pop_front().unwrap_or(Plan::Issue) {
+            Plan::Busy => return Err(QueueRqError::Busy(rq)),
+            Plan::Fail => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+            Plan::Issue => {}
+        }
+        self.queued.lock().unwrap().push((rq.cookie(), last));
+        self.issued.lock().unwrap().push(rq.issue());
+        Ok(())
+    }
+
+    fn commit_rqs(&self, _hw: &HwCtx<'_, Self>) {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn complete(&self, rq: Rq<'_, Self>) {
+        self.completes.fetch_add(1, Ordering::SeqCst);
+        let s = rq.status();
+        rq.end(s);
+    }
+
+    fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        self.timeouts.lock().unwrap().push(rq.cookie());
+        *rq.pdu_mut() += 1;
+        if let Some(status) = self.complete_during_timeout.lock().unwrap().take() {
+            // The device completes the request while the handler runs.
+            let hwq = rq.hwq();
+            let tag = rq.tag();
+            rq.queue()
+                .complete(0, hwq, tag, status)
+                .expect("completion during timeout is accepted");
+        }
+        self.timeout_plan
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(TimeoutAction::ResetTimer)
+    }
+}
+
+fn rec_queue(ncpus: usize, depth: u32, policy: CompletionPolicy) -> (Queue<RecDriver>, Arc<HostPlatform>) {
+    let mut cfg = QueueConfig::new(ncpus, 1, depth, CAP);
+    cfg.completion = policy;
+    cfg.timeout_ns = 1_000;
+    let platform = Arc::new(HostPlatform::manual(ncpus, 1024));
+    let q = Queue::new(cfg, RecDriver::default(), platform.clone()).unwrap();
+    (q, platform)
+}
+
+// ------------------------------------------------------------------ configuration and bios
+
+#[test]
+fn config_errors_name_the_field_and_what_is_accepted() {
+    let platform = Arc::new(HostPlatform::new(1, 1, false));
+    let mk = |f: &dyn Fn(&mut QueueConfig)| {
+        let mut c = QueueConfig::new(2, 1, 8, CAP);
+        f(&mut c);
+        Queue::new(c, RecDriver::default(), platform.clone()).map(|_| ())
+    };
+    let e = mk(&|c| c.ncpus = 0).unwrap_err();
+    assert!(e.to_string().contains("ncpus = 0"), "{e}");
+    let e = mk(&|c| c.queue_depth = 0).unwrap_err();
+    assert!(e.to_string().contains("queue_depth = 0"), "{e}");
+    let e = mk(&|c| c.reserved_tags = 8).unwrap_err();
+    assert!(e.to_string().contains("reserved_tags = 8"), "{e}");
+    let e = mk(&|c| c.logical_block_size = 1000).unwrap_err();
+    assert!(e.to_string().contains("power of two"), "{e}");
+    let e = mk(&|c| c.cpu_map = Some(vec![0, 3])).unwrap_err();
+    assert_eq!(
+        e,
+        BlkError::BadCpuMap {
+            cpu: 1,
+            hwq: 3,
+            nr_hw_queues: 1
+        }
+    );
+    assert!(e.to_string().contains("cpu 1 to hw queue 3"), "{e}");
+    assert!(mk(&|c| c.cpu_map = Some(vec![0])).is_err(), "map shorter than ncpus");
+    assert!(mk(&|_| {}).is_ok());
+}
+
+#[test]
+fn io_beyond_the_end_is_rejected_before_the_driver() {
+    let (q, _p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    let e = q.submit(0, &Bio::read(CAP - 4, 8, &[], 1)).unwrap_err();
+    assert_eq!(
+        e,
+        BlkError::BeyondEnd {
+            sector: CAP - 4,
+            nr_sectors: 8,
+            capacity: CAP
+        }
+    );
+    assert!(e.to_string().contains(&CAP.to_string()), "{e}");
+    // u64 overflow of sector + length is "beyond the end" too, not a wrap-around.
+    assert!(matches!(
+        q.submit(0, &Bio::write(u64::MAX, 1, &[], 1)),
+        Err(BlkError::BeyondEnd { .. })
+    ));
+    // The last sector itself is fine.
+    q.submit(0, &Bio::read(CAP - 1, 1, &[], 2)).unwrap();
+    let c = q.counters();
+    assert_eq!(c.rejected, 2);
+    assert_eq!(c.dispatched, 1, "rejected I/O must never reach the driver");
+    assert_eq!(q.driver().queued.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn malformed_bios_get_specific_errors() {
+    let mut cfg = QueueConfig::new(1, 1, 4, CAP);
+    cfg.logical_block_size = 4096;
+    cfg.max_segments = 2;
+    let q = Queue::new(cfg, RecDriver::default(), Arc::new(HostPlatform::new(1, 1, false))).unwrap();
+    let seg = |len| Segment::new(0x1000, len);
+    assert_eq!(
+        q.submit(0, &Bio::read(4, 8, &[], 0)).unwrap_err(),
+        BlkError::Misaligned {
+            sector: 4,
+            nr_sectors: 8,
+            block_sectors: 8
+        }
+    );
+    assert_eq!(q.submit(0, &Bio::read(0, 0, &[], 0)).unwrap_err(), BlkError::EmptyIo);
+    let three = [seg(4096), seg(4096), seg(4096)];
+    assert_eq!(
+        q.submit(0, &Bio::read(0, 24, &three, 0)).unwrap_err(),
+        BlkError::TooManySegments { count: 3, max: 2 }
+    );
+    assert_eq!(
+        q.submit(0, &Bio::read(0, 8, &[seg(512)], 0)).unwrap_err(),
+        BlkError::SegmentLengthMismatch {
+            segment_bytes: 512,
+            io_bytes: 4096
+        }
+    );
+    let mut flush = Bio::flush(0);
+    flush.nr_sectors = 8;
+    assert_eq!(
+        q.submit(0, &flush).unwrap_err(),
+        BlkError::FlushWithData { nr_sectors: 8 }
+    );
+    assert_eq!(
+        q.submit(5, &Bio::flush(0)).unwrap_err(),
+        BlkError::CpuOutOfRange { cpu: 5, ncpus: 1 }
+    );
+    // Driver commands skip range checks; segments are copied into the request.
+    let mut admin = Bio::read(u64::MAX, 0, &[], 9);
+    admin.op = Op::Driver(0x42);
+    q.submit(0, &admin).unwrap();
+    q.submit(0, &Bio::read(8, 16, &[seg(4096), seg(4096)], 10)).unwrap();
+    // The bad CPU index is not counted: there is no CPU block to count it in.
+    assert_eq!(q.counters().rejected, 5);
+}
+
+// ------------------------------------------------------------------ completion policies
+
+#[test]
+fn irq_policy_completes_in_the_interrupt_context_exactly_once() {
+    let (q, p) = null_queue(2, 1, 8, NullMode::Deferred, CompletionPolicy::Irq);
+    let s = q.submit(0, &read(1)).unwrap();
+    assert_eq!(p.ended(), 0, "deferred: nothing ends before the interrupt");
+    assert_eq!(q.driver().fire_interrupt(&q, 1, s.hwq), 1);
+    let log = p.log();
+    assert_eq!(log.len(), 1);
+    assert_eq!((log[0].cookie, log[0].submit_cpu, log[0].complete_cpu), (1, 0, 1));
+    assert_eq!(log[0].status, Status::Ok);
+    // The device reports the same tag again: rejected, nothing ends twice.
+    let e = q.complete(1, s.hwq, s.tag, Status::Ok).unwrap_err();
+    assert!(matches!(e, BlkError::NotInFlight { state: "free", .. }), "{e}");
+    assert_eq!(
+        q.complete(1, 0, 99, Status::Ok).unwrap_err(),
+        BlkError::TagOutOfRange { tag: 99, depth: 8 }
+    );
+    assert_eq!(
+        q.complete(1, 3, 0, Status::Ok).unwrap_err(),
+        BlkError::HwQueueOutOfRange {
+            hwq: 3,
+            nr_hw_queues: 1
+        }
+    );
+    let c = q.counters();
+    assert_eq!((c.submitted, c.completed, c.completions_irq), (1, 1, 1));
+    assert_eq!(c.spurious_completions, 2);
+    assert_eq!(p.ended(), 1);
+    assert_eq!(q.tags_in_use(), 0);
+}
+
+#[test]
+fn local_policy_defers_to_the_interrupted_cpu_with_one_softirq_per_batch() {
+    let (q, p) = null_queue(2, 1, 8, NullMode::Deferred, CompletionPolicy::Local);
+    for c in 1..=3 {
+        q.submit(0, &read(c)).unwrap();
+    }
+    assert_eq!(q.driver().fire_interrupt(&q, 1, 0), 3);
+    assert_eq!(p.ended(), 0, "deferred to the softirq");
+    assert_eq!(p.softirqs_on[1].load(Ordering::SeqCst), 1, "one softirq for the batch");
+    assert!(p.take_kick(1));
+    assert_eq!(q.run_completions(1), 3);
+    let cookies: Vec<u64> = p.log().iter().map(|c| c.cookie).collect();
+    assert_eq!(cookies, [1, 2, 3], "completion list must be FIFO");
+    assert!(p.log().iter().all(|c| c.complete_cpu == 1));
+    let c = q.counters();
+    assert_eq!((c.completions_local, c.softirqs, c.ipis), (3, 1, 0));
+}
+
+#[test]
+fn remote_policy_sends_one_ipi_per_batch_to_the_submitting_cpu() {
+    let (q, p) = null_queue(3, 1, 8, NullMode::Deferred, CompletionPolicy::Remote);
+    for c in 1..=3 {
+        q.submit(0, &read(c)).unwrap();
+    }
+    q.submit(2, &read(4)).unwrap();
+    // The interrupt lands on CPU 2: three requests go home to CPU 0, one is local.
+    assert_eq!(q.driver().fire_interrupt(&q, 2, 0), 4);
+    assert_eq!(p.ended(), 1, "CPU 2's own request completes in place");
+    assert_eq!(p.ipis_to[0].load(Ordering::SeqCst), 1, "one IPI for three completions");
+    assert_eq!(p.ipis_to[2].load(Ordering::SeqCst), 0);
+    assert_eq!(q.run_completions(0), 3);
+    let log = p.log();
+    assert!(log.iter().all(|c| c.complete_cpu == c.submit_cpu), "{log:?}");
+    let c = q.counters();
+    assert_eq!((c.completions_remote, c.completions_irq, c.ipis), (3, 1, 1));
+    // A later batch raises a new IPI: the list was emptied.
+    q.submit(0, &read(5)).unwrap();
+    q.driver().fire_interrupt(&q, 1, 0);
+    assert_eq!(p.ipis_to[0].load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn poll_policy_completes_in_the_poller() {
+    let (q, p) = null_queue(2, 2, 4, NullMode::Deferred, CompletionPolicy::Poll);
+    q.submit(0, &read(1)).unwrap();
+    q.submit(1, &read(2)).unwrap();
+    assert_eq!(q.poll(0, 0).unwrap(), 1);
+    assert_eq!(q.poll(0, 1).unwrap(), 1);
+    assert_eq!(q.poll(0, 1).unwrap(), 0);
+    assert_eq!(p.ended(), 2);
+    assert_eq!(q.counters().completions_poll, 2);
+    assert!(q.poll(0, 2).is_err());
+}
+
+#[test]
+fn policy_switch_at_run_time_applies_to_later_completions() {
+    let (q, p) = null_queue(2, 1, 8, NullMode::Immediate, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    assert_eq!(p.ended(), 1, "immediate + irq: done within submit");
+    q.set_completion_policy(CompletionPolicy::Local);
+    q.submit(0, &read(2)).unwrap();
+    assert_eq!(p.ended(), 1);
+    assert_eq!(q.run_completions(0), 1);
+    let c = q.counters();
+    assert_eq!((c.completions_irq, c.completions_local), (1, 1));
+}
+
+// ------------------------------------------------------------------ dispatch details
+
+#[test]
+fn batches_carry_the_last_hint_and_busy_commits_what_was_queued() {
+    let (q, _p) = rec_queue(1, 8, CompletionPolicy::Irq);
+    q.quiesce();
+    for c in 1..=3 {
+        q.submit(0, &read(c)).unwrap();
+    }
+    assert!(
+        q.driver().queued.lock().unwrap().is_empty(),
+        "quiesced: nothing dispatched"
+    );
+    assert_eq!(q.counters().dispatched, 0);
+    q.unquiesce(0).unwrap();
+    assert_eq!(
+        *q.driver().queued.lock().unwrap(),
+        [(1, false), (2, false), (3, true)],
+        "one batch, FIFO, last only on the final request"
+    );
+    assert_eq!(q.driver().commits.load(Ordering::SeqCst), 0, "batch ended normally");
+
+    // Second batch: the second request is turned away.
+    q.quiesce();
+    for c in 4..=6 {
+        q.submit(0, &read(c)).unwrap();
+    }
+    q.driver().plan.lock().unwrap().extend([Plan::Issue, Plan::Busy]);
+    q.unquiesce(0).unwrap();
+    let queued = q.driver().queued.lock().unwrap().clone();
+    assert_eq!(&queued[3..4], [(4, false)]);
+    assert_eq!(q.driver().commits.load(Ordering::SeqCst), 1, "doorbell for request 4");
+    assert_eq!(q.counters().requeued, 1);
+    // A completion frees resources: the turned-away requests go out, in order.
+    let first = q.driver().issued.lock().unwrap()[0];
+    q.complete(0, 0, first, Status::Ok).unwrap();
+    let queued = q.driver().queued.lock().unwrap().clone();
+    assert_eq!(&queued[4..], [(5, false), (6, true)]);
+}
+
+#[test]
+fn busy_with_nothing_in_flight_is_retried_by_the_tick() {
+    let (q, _p) = rec_queue(1, 8, CompletionPolicy::Irq);
+    q.driver().plan.lock().unwrap().push_back(Plan::Busy);
+    q.submit(0, &read(1)).unwrap();
+    assert!(q.driver().queued.lock().unwrap().is_empty());
+    q.tick(0).unwrap();
+    assert_eq!(*q.driver().queued.lock().unwrap(), [(1, true)]);
+}
+
+#[test]
+fn driver_errors_end_the_request_with_the_drivers_status() {
+    let (q, p) = rec_queue(1, 8, CompletionPolicy::Irq);
+    q.driver().plan.lock().unwrap().push_back(Plan::Fail);
+    q.submit(0, &read(1)).unwrap();
+    assert_eq!(p.log()[0].status, Status::NotSupported);
+    assert_eq!(q.counters().completed_with_error, 1);
+    assert_eq!(q.tags_in_use(), 0);
+}
+
+#[test]
+fn software_queues_keep_per_cpu_order() {
+    let (q, _p) = rec_queue(3, 16, CompletionPolicy::Irq);
+    q.quiesce();
+    for c in 0..9 {
+        q.submit((c % 3) as usize, &read(c)).unwrap();
+    }
+    q.unquiesce(0).unwrap();
+    let queued: Vec<u64> = q.driver().queued.lock().unwrap().iter().map(|x| x.0).collect();
+    assert_eq!(queued.len(), 9);
+    for cpu in 0..3u64 {
+        let mine: Vec<u64> = queued.iter().copied().filter(|c| c % 3 == cpu).collect();
+        assert_eq!(mine, [cpu, cpu + 3, cpu + 6], "cpu {cpu} order");
+    }
+}
+
+// ------------------------------------------------------------------ quiesce and freeze
+
+#[test]
+fn quiesce_nests_and_unquiesce_underflow_is_an_error() {
+    let (q, p) = null_queue(1, 1, 8, NullMode::Inline, CompletionPolicy::Irq);
+    q.quiesce();
+    q.quiesce();
+    q.submit(0, &read(1)).unwrap();
+    q.unquiesce(0).unwrap();
+    assert!(q.is_quiesced());
+    assert_eq!(p.ended(), 0);
+    q.unquiesce(0).unwrap();
+    assert!(!q.is_quiesced());
+    assert_eq!(p.ended(), 1);
+    assert_eq!(q.unquiesce(0).unwrap_err(), BlkError::NotQuiesced);
+}
+
+#[test]
+fn freeze_refuses_new_requests_and_waits_for_in_flight_ones() {
+    let (q, p) = null_queue(2, 1, 8, NullMode::Deferred, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    q.freeze_start();
+    assert_eq!(q.submit(0, &read(2)).unwrap_err(), BlkError::Frozen);
+    let e = q.freeze_wait(1, 1_000_000).unwrap_err();
+    assert_eq!(
+        e,
+        BlkError::WaitTimeout {
+            what: "in-flight requests to drain (freeze)",
+            in_flight: 1
+        }
+    );
+    q.driver().fire_interrupt(&q, 1, 0);
+    q.freeze_wait(1, 1_000_000).unwrap();
+    // Nested freeze: one unfreeze is not enough.
+    q.freeze(1, 0).unwrap();
+    q.unfreeze().unwrap();
+    assert!(q.is_frozen());
+    q.unfreeze().unwrap();
+    assert!(!q.is_frozen());
+    assert_eq!(q.unfreeze().unwrap_err(), BlkError::NotFrozen);
+    q.submit(0, &read(3)).unwrap();
+    assert_eq!(q.counters().rejected, 1);
+    assert_eq!(p.ended(), 1);
+}
+
+#[test]
+fn freeze_wait_drives_local_completions_of_its_own_cpu() {
+    let (q, p) = null_queue(1, 1, 8, NullMode::Immediate, CompletionPolicy::Local);
+    q.submit(0, &read(1)).unwrap();
+    assert_eq!(p.ended(), 0);
+    q.freeze(0, 1_000_000_000).unwrap();
+    assert_eq!(p.ended(), 1);
+}
+
+// ------------------------------------------------------------------ tags
+
+#[test]
+fn tags_run_out_then_submit_wait_makes_progress() {
+    let (q, p) = null_queue(1, 1, 2, NullMode::Deferred, CompletionPolicy::Poll);
+    q.submit(0, &read(1)).unwrap();
+    q.submit(0, &read(2)).unwrap();
+    let e = q.submit(0, &read(3)).unwrap_err();
+    assert_eq!(
+        e,
+        BlkError::TagsExhausted {
+            hwq: 0,
+            pool: 2,
+            reserved: false
+        }
+    );
+    q.submit_wait(0, &read(3), 1_000_000_000).unwrap();
+    assert!(p.ended() >= 2, "waiting polled the queue");
+    assert_eq!(q.counters().tag_waits, 1);
+}
+
+#[test]
+fn submit_wait_gives_up_after_its_timeout() {
+    let (q, _p) = null_queue(1, 1, 1, NullMode::Deferred, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    let e = q.submit_wait(0, &read(2), 1_000_000).unwrap_err();
+    assert_eq!(
+        e,
+        BlkError::WaitTimeout {
+            what: "a free tag",
+            in_flight: 1
+        }
+    );
+}
+
+#[test]
+fn reserved_tags_serve_admin_commands_only() {
+    let null = NullConfig::new(CAP, NullMode::Deferred);
+    let mut cfg = null.queue_config(1, 1, 4);
+    cfg.reserved_tags = 1;
+    let q = Queue::new(
+        cfg,
+        NullDriver::new(null, 1, 4, false),
+        Arc::new(HostPlatform::new(1, 64, false)),
+    )
+    .unwrap();
+    let mut admin = Bio::flush(0);
+    admin.reserved_tag = true;
+    assert_eq!(q.submit(0, &admin).unwrap().tag, 0);
+    assert!(matches!(
+        q.submit(0, &admin),
+        Err(BlkError::TagsExhausted {
+            reserved: true,
+            pool: 1,
+            ..
+        })
+    ));
+    let normal: Vec<u32> = (0..3).map(|c| q.submit(0, &read(c)).unwrap().tag).collect();
+    assert!(normal.iter().all(|&t| (1..4).contains(&t)), "{normal:?}");
+    assert!(q.submit(0, &read(9)).is_err());
+}
+
+#[test]
+fn shared_tags_span_hardware_queues() {
+    let null = NullConfig::new(CAP, NullMode::Deferred);
+    let mut cfg = null.queue_config(4, 2, 4);
+    cfg.shared_tags = true;
+    let p = Arc::new(HostPlatform::new(4, 64, true));
+    let q = Queue::new(cfg, NullDriver::new(null, 2, 4, true), p.clone()).unwrap();
+    assert_eq!((q.cpu_to_hwq(0).unwrap(), q.cpu_to_hwq(3).unwrap()), (0, 1));
+    let mut tags: Vec<u32> = (0..4).map(|c| q.submit(c, &read(c as u64)).unwrap().tag).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [0, 1, 2, 3], "one pool across both hw queues");
+    assert!(matches!(q.submit(1, &read(9)), Err(BlkError::TagsExhausted { .. })));
+    assert_eq!(
+        q.driver().fire_interrupt(&q, 0, 0) + q.driver().fire_interrupt(&q, 0, 1),
+        4
+    );
+    let hwqs: Vec<u16> = p.log().iter().map(|c| c.hwq).collect();
+    assert_eq!(hwqs.iter().filter(|&&h| h == 1).count(), 2, "{hwqs:?}");
+}
+
+// ------------------------------------------------------------------ timeouts
+
+#[test]
+fn timeouts_reset_or_finish_as_the_driver_says() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.submit(0, &read(7)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "deadline not reached");
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    assert_eq!(*q.driver().timeouts.lock().unwrap(), [7]);
+    assert_eq!(p.ended(), 0, "ResetTimer keeps it in flight");
+    assert_eq!(q.tick(0).unwrap(), 0, "timer was reset");
+    q.driver()
+        .timeout_plan
+        .lock()
+        .unwrap()
+        .push_back(TimeoutAction::Done(Status::Timeout));
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    assert_eq!(p.log()[0].status, Status::Timeout);
+    let c = q.counters();
+    assert_eq!((c.timeouts, c.timeout_resets, c.completed), (2, 1, 1));
+    // The device completing the aborted tag afterwards is refused.
+    let tag = q.driver().issued.lock().unwrap()[0];
+    assert!(q.complete(0, 0, tag, Status::Ok).is_err());
+}
+
+#[test]
+fn completion_during_the_timeout_handler_is_applied_afterwards() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.submit(0, &read(3)).unwrap();
+    *q.driver().complete_during_timeout.lock().unwrap() = Some(Status::IoError);
+    p.advance(2_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    let log = p.log();
+    assert_eq!(log.len(), 1, "finished once, after the handler");
+    assert_eq!(log[0].status, Status::IoError, "the device's status is kept");
+    assert_eq!(q.driver().completes.load(Ordering::SeqCst), 1);
+    assert_eq!(q.tags_in_use(), 0);
+}
+
+// ------------------------------------------------------------------ ownership
+
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "dropped without issue/end/complete")]
+fn dropping_a_request_handle_is_caught_in_debug_builds() {
+    struct Leaky;
+    impl Driver for Leaky {
+        type Pdu = ();
+        fn queue_rq<'a>(
+            &self,
+            _hw: &HwCtx<'a, Self>,
+            rq: Rq<'a, Self>,
+            _last: bool,
+        ) -> Result<(), QueueRqError<'a, Self>> {
+            drop(rq);
+            Ok(())
+        }
+    }
+    let q = Queue::new(
+        QueueConfig::new(1, 1, 2, CAP),
+        Leaky,
+        Arc::new(HostPlatform::new(1, 8, false)),
+    )
+    .unwrap();
+    let _ = q.submit(0, &read(1));
+}
+
+// ------------------------------------------------------------------ locked vs lock-free
+
+#[test]
+fn only_the_locked_variant_takes_locks_on_the_hot_path() {
+    for check in [QuiesceCheck::LockFree, QuiesceCheck::Locked] {
+        let (q, p) = null_queue(2, 1, 8, NullMode::Immediate, CompletionPolicy::Irq);
+        q.set_quiesce_check(check);
+        for c in 0..50 {
+            q.submit((c % 2) as usize, &read(c)).unwrap();
+        }
+        assert_eq!(p.ended(), 50);
+        let locks = q.counters().hot_path_locks;
+        match check {
+            QuiesceCheck::LockFree => assert_eq!(locks, 0),
+            // Every completion reruns the (empty) queue and takes the lock to re-check.
+            QuiesceCheck::Locked => assert!(locks >= 50, "{locks}"),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ null device data
+
+#[test]
+fn memory_backed_null_device_returns_written_data() {
+    let mut null = NullConfig::new(64, NullMode::Inline);
+    null.memory_backed = true;
+    let q = Queue::new(
+        null.queue_config(1, 1, 4),
+        NullDriver::new(null, 1, 4, false),
+        Arc::new(HostPlatform::new(1, 8, true)),
+    )
+    .unwrap();
+    let mut out: Vec<u8> = (0..1024).map(|i| (i * 7 % 251) as u8).collect();
+    let mut back = vec![0u8; 1024];
+    // The buffers outlive the I/O, which is inline and so finishes inside `submit`, and
+    // nothing else touches them meanwhile.
+    // SAFETY: as just said.
+    let w0 = unsafe { Segment::with_virt(0, out.as_mut_ptr(), 1024) };
+    let w = [w0];
+    let back_ptr = back.as_mut_ptr();
+    // SAFETY: as above.
+    let r0 = unsafe { Segment::with_virt(0, back_ptr, 512) };
+    // SAFETY: as above; `back` is 1024 bytes, so `back_ptr + 512` stays inside it.
+    let r1 = unsafe { Segment::with_virt(0, back_ptr.add(512), 512) };
+    let r = [r0, r1];
+    q.submit(0, &Bio::write(10, 2, &w, 1)).unwrap();
+    q.submit(0, &Bio::read(10, 2, &r, 2)).unwrap();
+    assert_eq!(back, out);
+    q.submit(0, &Bio::read(12, 1, &r[..1], 3)).unwrap();
+    assert!(back[..512].iter().all(|&b| b == 0), "unwritten sectors read as zero");
+}
