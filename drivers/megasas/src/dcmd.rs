@@ -171,6 +171,9 @@ pub struct LdListEntry {
 /// Parses an LD_GET_LIST reply. Entries are returned sorted by target id (QEMU lists them in
 /// reverse creation order, so position means nothing).
 pub fn parse_ld_list(b: &[u8]) -> Result<Vec<LdListEntry>, Error> {
+    if b.len() < 8 {
+        return Err(short("LD_GET_LIST reply", b.len(), "at least 8 bytes"));
+    }
     let count = le32(b, 0).ok_or_else(|| short("LD_GET_LIST reply", b.len(), "at least 8 bytes"))?;
     let room = b.len().saturating_sub(8) / 16;
     let limit = room.min(MAX_LD);
@@ -273,5 +276,159 @@ impl Capacity {
             });
         }
         Ok(Self { blocks, block_size })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn info_buf() -> Vec<u8> {
+        let mut b = vec![0u8; CTRL_INFO_LEN];
+        b[0xB4] = 1;
+        b[0xC0..0xC9].copy_from_slice(b"1.80-QEMU");
+        b[0x540..0x548].copy_from_slice(b"LSI Test");
+        b[0x5B8..0x5BA].copy_from_slice(&1008u16.to_le_bytes());
+        b[0x5BA..0x5BC].copy_from_slice(&80u16.to_le_bytes());
+        b[0x5BC..0x5C0].copy_from_slice(&65535u32.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn controller_info_parses_and_rejects_bad_fields() {
+        let i = ControllerInfo::parse(&info_buf()).unwrap();
+        assert_eq!((i.max_cmds, i.max_sge, i.max_request_sectors), (1008, 80, 65535));
+        assert_eq!((i.product.as_str(), i.firmware.as_str()), ("LSI Test", "1.80-QEMU"));
+
+        assert!(matches!(
+            ControllerInfo::parse(&info_buf()[..2047]),
+            Err(Error::MalformedReply { value: 2047, .. })
+        ));
+        let mut b = info_buf();
+        b[0xB4] = 9;
+        assert!(matches!(
+            ControllerInfo::parse(&b),
+            Err(Error::MalformedReply { value: 9, .. })
+        ));
+        let mut b = info_buf();
+        b[0x5B8..0x5BA].copy_from_slice(&1u16.to_le_bytes());
+        assert!(matches!(
+            ControllerInfo::parse(&b),
+            Err(Error::MalformedReply { value: 1, .. })
+        ));
+        let mut b = info_buf();
+        b[0x5BA..0x5BC].copy_from_slice(&0u16.to_le_bytes());
+        assert!(ControllerInfo::parse(&b).is_err());
+        // Non-printable bytes in strings are replaced, not trusted.
+        let mut b = info_buf();
+        b[0x540] = 0x07;
+        assert!(ControllerInfo::parse(&b).unwrap().product.starts_with('?'));
+    }
+
+    fn ld_list(entries: &[(u8, u64)], count: u32, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        b[0..4].copy_from_slice(&count.to_le_bytes());
+        for (i, &(t, size)) in entries.iter().enumerate() {
+            let e = 8 + 16 * i;
+            b[e] = t;
+            b[e + 4] = 3;
+            b[e + 8..e + 16].copy_from_slice(&size.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn ld_list_is_sorted_by_target_and_bounds_checked() {
+        let b = ld_list(&[(3, 100), (0, 200)], 2, LD_LIST_LEN);
+        let l = parse_ld_list(&b).unwrap();
+        assert_eq!(
+            l.iter().map(|e| (e.target, e.size_sectors)).collect::<Vec<_>>(),
+            [(0, 200), (3, 100)]
+        );
+        // A count larger than the buffer holds.
+        let b = ld_list(&[(0, 1)], 3, 8 + 16 * 2);
+        assert!(matches!(parse_ld_list(&b), Err(Error::MalformedReply { value: 3, .. })));
+        // A count above 64.
+        assert!(parse_ld_list(&ld_list(&[], 65, 8 + 16 * 70)).is_err());
+        // Target ids must be below 64 and unique.
+        assert!(matches!(
+            parse_ld_list(&ld_list(&[(64, 1)], 1, LD_LIST_LEN)),
+            Err(Error::MalformedReply { value: 64, .. })
+        ));
+        assert!(parse_ld_list(&ld_list(&[(5, 1), (5, 2)], 2, LD_LIST_LEN)).is_err());
+        assert!(parse_ld_list(&[0u8; 4]).is_err());
+        assert_eq!(parse_ld_list(&ld_list(&[], 0, 8)).unwrap(), []);
+    }
+
+    fn cap(last: u64, bs: u32) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[0..8].copy_from_slice(&last.to_be_bytes());
+        b[8..12].copy_from_slice(&bs.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn read_capacity_validates_block_size_and_count() {
+        assert_eq!(
+            Capacity::parse(&cap(2_097_151, 4096)).unwrap(),
+            Capacity {
+                blocks: 2_097_152,
+                block_size: 4096
+            }
+        );
+        for bad in [0, 256, 513, 131_072] {
+            assert!(
+                matches!(Capacity::parse(&cap(10, bad)), Err(Error::MalformedReply { value, .. }) if value == u64::from(bad)),
+                "block size {bad}"
+            );
+        }
+        assert!(Capacity::parse(&cap(u64::MAX, 512)).is_err());
+        assert!(
+            Capacity::parse(&cap(u64::MAX / 2, 4096)).is_err(),
+            "byte size overflows"
+        );
+        assert!(Capacity::parse(&cap(1, 512)[..11]).is_err());
+    }
+
+    #[test]
+    fn ld_info_needs_its_full_size() {
+        let mut b = vec![0u8; LD_INFO_LEN];
+        b[0] = 7;
+        b[0x26] = 3;
+        b[0x100..0x108].copy_from_slice(&4096u64.to_le_bytes());
+        assert_eq!(
+            LdInfo::parse(&b).unwrap(),
+            LdInfo {
+                target: 7,
+                state: 3,
+                size_sectors: 4096
+            }
+        );
+        assert!(LdInfo::parse(&b[..383]).is_err());
+    }
+
+    #[test]
+    fn parsers_never_panic_on_arbitrary_bytes() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2000 {
+            let len = (next() % 2200) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            // Keep counts small sometimes so the entry loops run.
+            if round % 2 == 0 && len >= 4 {
+                b[0..4].copy_from_slice(&((next() % 70) as u32).to_le_bytes());
+            }
+            let _ = ControllerInfo::parse(&b);
+            let _ = parse_ld_list(&b);
+            let _ = LdInfo::parse(&b);
+            let _ = Capacity::parse(&b);
+            let _ = crate::Sense::decode(&b);
+        }
     }
 }

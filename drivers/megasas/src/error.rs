@@ -241,6 +241,15 @@ pub enum Error {
         /// Bytes the request transfers (blocks x block size).
         expected: u64,
     },
+    /// A `megasas.*` command-line option has a bad key or value.
+    BadOption {
+        /// The option.
+        option: &'static str,
+        /// The word as given.
+        value: alloc::string::String,
+        /// What is accepted.
+        expected: &'static str,
+    },
     /// The reply queue or a completion was inconsistent (see [`Fault`]).
     ControllerFault(Fault),
 }
@@ -320,6 +329,11 @@ impl fmt::Display for Error {
                 f,
                 "segments total {sgl_bytes} bytes but the request transfers {expected}"
             ),
+            Self::BadOption {
+                option,
+                value,
+                expected,
+            } => write!(f, "bad {option} in \"{value}\": accepted values are {expected}"),
             Self::ControllerFault(fault) => write!(f, "controller fault: {fault}"),
         }
     }

@@ -333,3 +333,120 @@ impl fmt::Display for IoStatus {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    fn fixed(code: u8, key: u8, asc: u8, ascq: u8) -> [u8; 18] {
+        let mut s = [0u8; 18];
+        s[0] = code;
+        s[2] = key;
+        s[7] = 10;
+        s[12] = asc;
+        s[13] = ascq;
+        s
+    }
+
+    #[test]
+    fn sense_decodes_fixed_synthetic_and_descriptor_formats() {
+        let want = Sense {
+            key: 5,
+            asc: 0x21,
+            ascq: 0,
+        };
+        assert_eq!(Sense::decode(&fixed(0x70, 5, 0x21, 0)), Some(want));
+        // QEMU's synthetic sense sets the VALID bit: 0xF0.
+        assert_eq!(Sense::decode(&fixed(0xF0, 5, 0x21, 0)), Some(want));
+        assert_eq!(Sense::decode(&[0x72, 0x05, 0x21, 0x00]), Some(want));
+        // Too short for ASC/ASCQ: the key alone, never stale bytes.
+        let mut short = fixed(0x70, 3, 0x11, 0);
+        short[7] = 0;
+        assert_eq!(
+            Sense::decode(&short),
+            Some(Sense {
+                key: 3,
+                asc: 0,
+                ascq: 0
+            })
+        );
+        assert_eq!(Sense::decode(&fixed(0x70, 3, 0x11, 0)[..7]), None);
+        assert_eq!(Sense::decode(&[]), None);
+        assert_eq!(Sense::decode(&[0x00; 18]), None);
+        assert_eq!(Sense::decode(&[0x72, 0x05]), None);
+        let text = want.to_string();
+        assert!(text.contains("ILLEGAL REQUEST") && text.contains("21/00") && text.contains("out of range"));
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        let dne = MfiStatus::SCSI_DONE_WITH_ERROR;
+        let cases: &[(MfiStatus, u8, &[u8], IoErrorKind)] = &[
+            (MfiStatus::DEVICE_NOT_FOUND, 0, &[], IoErrorKind::NoDevice),
+            (MfiStatus::LD_OFFLINE, 0, &[], IoErrorKind::NoDevice),
+            (MfiStatus::SCSI_IO_FAILED, 0, &[], IoErrorKind::Aborted),
+            (MfiStatus::LD_LBA_OUT_OF_RANGE, 0, &[], IoErrorKind::OutOfRange),
+            (MfiStatus::INVALID_CMD, 0, &[], IoErrorKind::Controller),
+            (dne, SCSI_BUSY, &[], IoErrorKind::Busy),
+            (dne, SCSI_TASK_SET_FULL, &[], IoErrorKind::Busy),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 6, 0x29, 0),
+                IoErrorKind::UnitAttention,
+            ),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 2, 0x04, 1),
+                IoErrorKind::NotReady,
+            ),
+            (dne, SCSI_CHECK_CONDITION, &fixed(0x70, 3, 0x11, 0), IoErrorKind::Medium),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0xF0, 4, 0x44, 0),
+                IoErrorKind::Hardware,
+            ),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 5, 0x21, 0),
+                IoErrorKind::OutOfRange,
+            ),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 5, 0x20, 0),
+                IoErrorKind::IllegalRequest,
+            ),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 7, 0x27, 0),
+                IoErrorKind::DataProtect,
+            ),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 0xB, 0x00, 6),
+                IoErrorKind::HostIo,
+            ),
+            (
+                dne,
+                SCSI_CHECK_CONDITION,
+                &fixed(0x70, 0xB, 0x47, 0),
+                IoErrorKind::Aborted,
+            ),
+            (dne, SCSI_CHECK_CONDITION, &[], IoErrorKind::Other),
+            (dne, SCSI_RESERVATION_CONFLICT, &[], IoErrorKind::Other),
+        ];
+        for &(mfi, scsi, sense, kind) in cases {
+            let e = IoError::classify(mfi, scsi, sense).expect("an error");
+            assert_eq!(e.kind, kind, "{mfi} scsi 0x{scsi:02X}");
+        }
+        assert_eq!(IoError::classify(MfiStatus::OK, 0, &[]), None);
+        assert!(IoErrorKind::UnitAttention.is_retryable() && !IoErrorKind::Medium.is_retryable());
+    }
+}

@@ -1,0 +1,139 @@
+//! Kernel command-line options of the driver (`megasas.irq=`, `megasas.irq_cpu=`,
+//! `megasas.queue_depth=`) and the automatic choice of interrupt mode.
+
+use crate::Error;
+use crate::controller::IrqMode;
+
+/// Options parsed from the kernel command line. `None` means "automatic".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `megasas.irq=msix|msi|intx|poll`.
+    pub irq: Option<IrqMode>,
+    /// `megasas.irq_cpu=N`: CPU the MSI/MSI-X message is aimed at.
+    pub irq_cpu: Option<u32>,
+    /// `megasas.queue_depth=N`: cap on tags (becomes [`crate::Config::max_tags`]).
+    pub queue_depth: Option<u16>,
+}
+
+impl Options {
+    /// Parses whitespace-separated `key=value` words; words not starting with `megasas.` are
+    /// ignored, unknown `megasas.` keys and bad values are errors naming what is accepted.
+    pub fn parse(cmdline: &str) -> Result<Self, Error> {
+        let mut out = Self::default();
+        for word in cmdline.split_ascii_whitespace() {
+            let Some(rest) = word.strip_prefix("megasas.") else {
+                continue;
+            };
+            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+            match key {
+                "irq" => {
+                    out.irq = Some(match value {
+                        "msix" => IrqMode::Msix,
+                        "msi" => IrqMode::Msi,
+                        "intx" => IrqMode::Intx,
+                        "poll" | "polled" => IrqMode::Polled,
+                        _ => return Err(bad(word, "megasas.irq", "msix, msi, intx or poll")),
+                    })
+                }
+                "irq_cpu" => {
+                    out.irq_cpu = Some(
+                        value
+                            .parse()
+                            .map_err(|_| bad(word, "megasas.irq_cpu", "a CPU number"))?,
+                    )
+                }
+                "queue_depth" => {
+                    let depth: u16 = value
+                        .parse()
+                        .map_err(|_| bad(word, "megasas.queue_depth", "1..=32767"))?;
+                    if !(1..=crate::tags::MAX_TAGS).contains(&depth) {
+                        return Err(bad(word, "megasas.queue_depth", "1..=32767"));
+                    }
+                    out.queue_depth = Some(depth);
+                }
+                _ => return Err(bad(word, "megasas option", "irq, irq_cpu or queue_depth")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn bad(word: &str, option: &'static str, expected: &'static str) -> Error {
+    Error::BadOption {
+        option,
+        value: alloc::string::String::from(word),
+        expected,
+    }
+}
+
+/// Picks the interrupt mode: the requested one if the device offers it, else the best available
+/// (MSI-X, then MSI, then INTx). Returns the mode and whether the request had to be overridden.
+pub fn choose_irq_mode(requested: Option<IrqMode>, has_msix: bool, has_msi: bool) -> (IrqMode, bool) {
+    let best = if has_msix {
+        IrqMode::Msix
+    } else if has_msi {
+        IrqMode::Msi
+    } else {
+        IrqMode::Intx
+    };
+    match requested {
+        None => (best, false),
+        Some(IrqMode::Msix) if !has_msix => (best, true),
+        Some(IrqMode::Msi) if !has_msi => (best, true),
+        Some(mode) => (mode, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_driver_words_and_ignores_the_rest() {
+        let o =
+            Options::parse("console=ttyS0 megasas.irq=intx megasas.irq_cpu=3 quiet megasas.queue_depth=64").unwrap();
+        assert_eq!(
+            o,
+            Options {
+                irq: Some(IrqMode::Intx),
+                irq_cpu: Some(3),
+                queue_depth: Some(64)
+            }
+        );
+        assert_eq!(Options::parse("").unwrap(), Options::default());
+        assert_eq!(Options::parse("megasas.irq=poll").unwrap().irq, Some(IrqMode::Polled));
+    }
+
+    #[test]
+    fn rejects_bad_values_with_what_is_accepted() {
+        for (line, option) in [
+            ("megasas.irq=msi-x", "megasas.irq"),
+            ("megasas.irq_cpu=-1", "megasas.irq_cpu"),
+            ("megasas.queue_depth=0", "megasas.queue_depth"),
+            ("megasas.queue_depth=40000", "megasas.queue_depth"),
+            ("megasas.depth=4", "megasas option"),
+        ] {
+            match Options::parse(line) {
+                Err(e @ Error::BadOption { option: o, .. }) => {
+                    assert_eq!(o, option, "{line}");
+                    assert!(alloc::string::ToString::to_string(&e).contains(line), "{e}");
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn automatic_choice_prefers_msix_and_overrides_unavailable_requests() {
+        assert_eq!(choose_irq_mode(None, true, true), (IrqMode::Msix, false));
+        assert_eq!(choose_irq_mode(None, false, true), (IrqMode::Msi, false));
+        assert_eq!(choose_irq_mode(None, false, false), (IrqMode::Intx, false));
+        assert_eq!(choose_irq_mode(Some(IrqMode::Intx), true, true), (IrqMode::Intx, false));
+        assert_eq!(
+            choose_irq_mode(Some(IrqMode::Polled), true, true),
+            (IrqMode::Polled, false)
+        );
+        assert_eq!(choose_irq_mode(Some(IrqMode::Msix), false, true), (IrqMode::Msi, true));
+        assert_eq!(choose_irq_mode(Some(IrqMode::Msi), true, false), (IrqMode::Msix, true));
+    }
+}
