@@ -54,3 +54,17 @@ pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
         mcfg: tables.mcfg()?,
     })
 }
+
+static FIRMWARE: spin::Once<Firmware> = spin::Once::new();
+
+/// Records the parsed tables for the rest of the kernel.
+pub fn set(fw: Firmware) -> &'static Firmware {
+    FIRMWARE.call_once(|| fw)
+}
+
+/// The parsed tables (after boot has called [`set`]).
+pub fn get() -> &'static Firmware {
+    FIRMWARE
+        .get()
+        .expect("firmware tables are parsed during boot, before any device is set up")
+}

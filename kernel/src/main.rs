@@ -18,11 +18,15 @@ use boot as _;
 mod apic;
 mod console;
 mod cpu;
+mod error;
 mod exit;
 mod firmware;
 mod idt;
+mod interrupts;
 mod irq;
 mod memory;
+mod paging;
+mod pci;
 mod percpu;
 mod selftest;
 mod smp;
@@ -55,6 +59,8 @@ const JOB_KEYS: &[&str] = &[];
 const JOB_KEYS_HELP: &str = "";
 
 static BOOT_INFO: spin::Once<BootInfo> = spin::Once::new();
+/// The interrupt-affinity policy from `irq.affinity=` (default: spread).
+pub static AFFINITY: spin::Once<platform::irq::AffinityPolicy> = spin::Once::new();
 
 #[unsafe(no_mangle)]
 extern "C" fn kmain(magic: u32, info: u32) -> ! {
@@ -131,6 +137,25 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
             _ => "absent (port I/O config space)",
         }
     );
+    let fw = firmware::set(fw);
+    match pci::init(fw.mcfg.as_ref()) {
+        Ok(p) => {
+            kprintln!("pci: {} functions via {}", p.functions.len(), p.mechanism);
+            kprintln!("{}", platform::pci::PciListing(&p.functions));
+        }
+        Err(e) => exit::failure(format_args!("PCI: {e}")),
+    }
+    if let Err(e) = interrupts::init_ioapics() {
+        exit::failure(format_args!("I/O APIC: {e}"));
+    }
+    let affinity = match config
+        .irq_affinity
+        .map(platform::irq::AffinityPolicy::parse)
+        .transpose()
+    {
+        Ok(a) => a.unwrap_or(platform::irq::AffinityPolicy::Spread),
+        Err(e) => exit::failure(format_args!("command line: {e}")),
+    };
     let apic_ids: alloc::vec::Vec<u32> = if config.smp {
         fw.madt.usable_cpus().map(|c| c.apic_id).collect()
     } else {
@@ -141,6 +166,10 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if cpus.iter().any(|c| !c.online) {
         exit::failure(format_args!("not every CPU came online"));
     }
+    if let Err(e) = affinity.validate(smp::online() as u32) {
+        exit::failure(format_args!("command line: irq.affinity: {e}"));
+    }
+    AFFINITY.call_once(|| affinity);
 
     if let Some(test) = config.test {
         selftest::run(test);

@@ -74,6 +74,13 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
             }
         }
     }
+    let top = regions
+        .iter()
+        .filter(|r| r.kind == bootinfo::MemoryKind::Usable && r.end() <= IDENTITY_LIMIT)
+        .map(|r| r.end())
+        .max()
+        .unwrap_or(0);
+    RAM_TOP_BELOW_4G.store(top.next_multiple_of(1 << 28), core::sync::atomic::Ordering::Relaxed);
     let totals = memmap::totals(regions);
     let free: u64 = free_bytes();
     // Heap: an eighth of free memory, between 4 MiB and 256 MiB.
@@ -88,6 +95,14 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
         heap_bytes,
         above_4g_unmapped: above,
     })
+}
+
+static RAM_TOP_BELOW_4G: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// End of the highest memory-map region (of any kind) below 4 GiB that is
+/// not in the 3-4 GiB device area: where a PCI hole can start.
+pub fn ram_top_below_4g() -> u64 {
+    RAM_TOP_BELOW_4G.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// Bytes still free in the frame allocator.

@@ -34,7 +34,11 @@ pub fn run(test: SelfTest) {
         SelfTest::Timer => timer(),
         SelfTest::Ipi => ipi_ping_pong(),
         SelfTest::OnEachCpu => on_each_cpu(),
-        other => crate::exit::failure(format_args!("self-test '{}' is not available yet", other.name())),
+        SelfTest::Edu => {
+            if let Err(e) = edu() {
+                crate::exit::failure(format_args!("edu: {e}"));
+            }
+        }
     }
 }
 
@@ -178,4 +182,91 @@ fn on_each_cpu() {
         ok += 1;
     }
     kprintln!("oneach: ran on all {ok} online CPUs, each on its own CPU");
+}
+
+const EDU_VENDOR: u16 = 0x1234;
+const EDU_DEVICE: u16 = 0x11e8;
+const EDU_ID: usize = 0x00;
+const EDU_IRQ_STATUS: usize = 0x24;
+const EDU_IRQ_RAISE: usize = 0x60;
+const EDU_IRQ_ACK: usize = 0x64;
+
+fn edu_interrupt(ctx: usize, _vector: u8, _cpu: u32) {
+    use platform::mmio::Mmio32;
+    // SAFETY: `ctx` is the address of the leaked VolatileMmio set up in `edu`.
+    let mmio = unsafe { &*(ctx as *const platform::mmio::VolatileMmio) };
+    // Acknowledge before EOI so a level-triggered INTx line drops.
+    if let Ok(status) = mmio.read32(EDU_IRQ_STATUS) {
+        let _ = mmio.write32(EDU_IRQ_ACK, status);
+    }
+}
+
+/// Routes QEMU's `edu` device interrupt to every CPU in turn, by MSI and by
+/// INTx, and checks by the per-CPU counts that each landed where aimed.
+fn edu() -> Result<(), crate::error::Error> {
+    use crate::error::Error;
+    use crate::{interrupts, pci};
+    use platform::irq::InterruptMode;
+    use platform::mmio::Mmio32;
+    let function = pci::find(EDU_VENDOR, EDU_DEVICE)
+        .next()
+        .ok_or_else(|| Error::Device("no edu device (1234:11e8): add `-device edu` to QEMU".into()))?;
+    pci::claim(function)?;
+    let mmio: &'static platform::mmio::VolatileMmio =
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(pci::bar_mmio(function, 0)?));
+    let id = mmio.read32(EDU_ID)?;
+    if id & 0xFF != 0xED {
+        return Err(Error::Device(alloc::format!(
+            "edu identification register reads {id:#x}"
+        )));
+    }
+    let n = smp::online();
+    x86_64::instructions::interrupts::enable();
+    for mode in [InterruptMode::Msi, InterruptMode::Intx] {
+        let mut irq = interrupts::setup(function, Some(mode), 0, "edu", edu_interrupt, mmio as *const _ as usize)?;
+        kprintln!("edu: {} at {}: {}", function.address, mode_name(mode), irq.describe());
+        for target in 0..n {
+            irq.aim(target)?;
+            let before: Vec<u64> = (0..n).map(|c| irq::TABLE.count(irq.vector, c as u32)).collect();
+            mmio.write32(EDU_IRQ_RAISE, 1)?;
+            let deadline = time::now_ns() + 1_000_000_000;
+            while irq::TABLE.count(irq.vector, target as u32) == before[target] {
+                if time::now_ns() > deadline {
+                    return Err(Error::Device(alloc::format!(
+                        "{} interrupt aimed at cpu{target} did not arrive there within 1 s",
+                        mode_name(mode)
+                    )));
+                }
+                core::hint::spin_loop();
+            }
+            time::delay_us(1000);
+            for c in 0..n {
+                let got = irq::TABLE.count(irq.vector, c as u32) - before[c];
+                let want = u64::from(c == target);
+                if got != want {
+                    return Err(Error::Device(alloc::format!(
+                        "{} interrupt aimed at cpu{target}: cpu{c} handled {got} (expected {want})",
+                        mode_name(mode)
+                    )));
+                }
+            }
+        }
+        irq.disable()?;
+        kprintln!(
+            "edu: {} interrupt delivered to each of {n} CPUs exactly where aimed",
+            mode_name(mode)
+        );
+    }
+    x86_64::instructions::interrupts::disable();
+    kprintln!("interrupts per CPU:");
+    kprintln!("{}", irq::TABLE.display(n));
+    Ok(())
+}
+
+fn mode_name(mode: platform::irq::InterruptMode) -> &'static str {
+    match mode {
+        platform::irq::InterruptMode::MsiX => "MSI-X",
+        platform::irq::InterruptMode::Msi => "MSI",
+        platform::irq::InterruptMode::Intx => "INTx",
+    }
 }

@@ -1,0 +1,252 @@
+//! Device interrupt routing: MSI-X, MSI, or INTx through the I/O APIC, aimed
+//! at a chosen CPU, with the mode reported per device.
+//!
+//! The mode logic (what a function supports, MADT overrides for INTx, MSI
+//! message format, redirection-entry encoding) is the host-tested
+//! `platform::irq` / `platform::pci` code; this module does the register
+//! writes.
+
+use crate::error::Error;
+use crate::{firmware, irq, paging, pci, percpu, smp};
+use alloc::format;
+use alloc::string::String;
+use core::sync::atomic::Ordering;
+use platform::irq::{InterruptMode, InterruptPlan, IoApicRedirection, IrqHandlerFn};
+use platform::mmio::{Mmio32, VolatileMmio};
+use platform::pci::{MsiMessage, MsixTable, PciFunction};
+
+const IOREGSEL: usize = 0x00;
+const IOWIN: usize = 0x10;
+
+fn ioapic_mmio(address: u32) -> Result<VolatileMmio, Error> {
+    let base = paging::map_mmio(address as u64, 0x20)?;
+    // SAFETY: the I/O APIC window (two 32-bit registers) is mapped uncached.
+    Ok(unsafe { VolatileMmio::new(base, 0x20) })
+}
+
+fn ioapic_write(mmio: &VolatileMmio, reg: u8, value: u32) -> Result<(), Error> {
+    mmio.write32(IOREGSEL, reg as u32)?;
+    mmio.write32(IOWIN, value)?;
+    Ok(())
+}
+
+fn ioapic_read(mmio: &VolatileMmio, reg: u8) -> Result<u32, Error> {
+    mmio.write32(IOREGSEL, reg as u32)?;
+    Ok(mmio.read32(IOWIN)?)
+}
+
+static IOAPIC_LOCK: spin::Mutex<()> = spin::Mutex::new(());
+
+/// Masks every I/O APIC input (firmware may leave some unmasked).
+pub fn init_ioapics() -> Result<usize, Error> {
+    let fw = firmware::get();
+    let mut pins = 0;
+    for io in &fw.madt.io_apics {
+        let mmio = ioapic_mmio(io.address)?;
+        let count = ((ioapic_read(&mmio, 1)? >> 16) & 0xFF) as u8 + 1;
+        for pin in 0..count {
+            if let Some((low, _)) = platform::irq::ioapic_redirection_registers(pin) {
+                ioapic_write(&mmio, low, 1 << 16)?;
+            }
+        }
+        pins += count as usize;
+    }
+    Ok(pins)
+}
+
+fn ioapic_route(plan: &InterruptPlan, vector: u8, apic_id: u32, masked: bool) -> Result<(), Error> {
+    let InterruptPlan::Intx { route, .. } = plan else {
+        return Ok(());
+    };
+    let (io, pin) = firmware::get().madt.io_apic_for_gsi(route.gsi)?;
+    let entry = IoApicRedirection::new(route, vector, apic_id, masked)?.encode();
+    let pin = u8::try_from(pin).map_err(|_| Error::Device(format!("GSI {} pin {pin} out of range", route.gsi)))?;
+    let (low, high) = platform::irq::ioapic_redirection_registers(pin)
+        .ok_or_else(|| Error::Device(format!("I/O APIC pin {pin} out of range")))?;
+    let mmio = ioapic_mmio(io.address)?;
+    let _g = IOAPIC_LOCK.lock();
+    // Mask while the destination changes, then write the full entry.
+    ioapic_write(&mmio, low, 1 << 16)?;
+    ioapic_write(&mmio, high, (entry >> 32) as u32)?;
+    ioapic_write(&mmio, low, entry as u32)?;
+    Ok(())
+}
+
+/// A device interrupt that has been set up.
+pub struct DeviceIrq {
+    pub function: PciFunction,
+    pub plan: InterruptPlan,
+    pub vector: u8,
+    pub cpu: usize,
+    msix: Option<MsixTable<VolatileMmio>>,
+}
+
+impl DeviceIrq {
+    /// The routing mode.
+    pub fn mode(&self) -> InterruptMode {
+        self.plan.mode()
+    }
+
+    /// One line for the device report.
+    pub fn describe(&self) -> String {
+        format!("{} on vector {:#x} -> cpu{}", self.plan, self.vector, self.cpu)
+    }
+
+    /// Re-aims the interrupt at `cpu`.
+    pub fn aim(&mut self, cpu: usize) -> Result<(), Error> {
+        let online = smp::online();
+        if !percpu::cpu(cpu).online.load(Ordering::Acquire) {
+            return Err(Error::CpuOffline { cpu, online });
+        }
+        let apic_id = percpu::cpu(cpu).apic_id.load(Ordering::Relaxed);
+        let pci = pci::get().ok_or(Error::NoPci)?;
+        let address = self.function.address;
+        match &self.plan {
+            InterruptPlan::MsiX { .. } => {
+                let table = self.msix.as_ref().ok_or(Error::NoPci)?;
+                table.mask(0)?;
+                table.program(0, MsiMessage::xapic(apic_id, self.vector)?)?;
+                table.unmask(0)?;
+            }
+            InterruptPlan::Msi { vectors } => {
+                let cap = self.function.msi.as_ref().ok_or(Error::NoPci)?;
+                platform::pci::msi_program(
+                    &pci.access,
+                    address,
+                    cap,
+                    MsiMessage::xapic(apic_id, self.vector)?,
+                    *vectors,
+                )?;
+            }
+            InterruptPlan::Intx { .. } => ioapic_route(&self.plan, self.vector, apic_id, false)?,
+        }
+        self.cpu = cpu;
+        Ok(())
+    }
+
+    /// Stops the device interrupting (MSI/MSI-X disabled, INTx pin masked).
+    pub fn disable(&mut self) -> Result<(), Error> {
+        let pci = pci::get().ok_or(Error::NoPci)?;
+        let address = self.function.address;
+        match &self.plan {
+            InterruptPlan::MsiX { .. } => {
+                if let (Some(t), Some(cap)) = (&self.msix, &self.function.msix) {
+                    t.mask_all()?;
+                    platform::pci::msix_set_control(&pci.access, address, cap, false, true)?;
+                }
+            }
+            InterruptPlan::Msi { .. } => {
+                if let Some(cap) = &self.function.msi {
+                    platform::pci::msi_disable(&pci.access, address, cap)?;
+                }
+            }
+            InterruptPlan::Intx { .. } => {
+                let apic_id = percpu::cpu(self.cpu).apic_id.load(Ordering::Relaxed);
+                ioapic_route(&self.plan, self.vector, apic_id, true)?;
+                platform::pci::set_intx_disabled(&pci.access, address, true)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PCI interrupt routers baremq knows: QEMU's PIIX3 (pc) and ICH9 (q35).
+const PIIX3_ISA: (u16, u16) = (0x8086, 0x7000);
+const ICH9_LPC: (u16, u16) = (0x8086, 0x2918);
+const PIRQ_ROUTE_DISABLED: u32 = 0x80;
+
+/// Makes a bus-0 function's INTx pin reach the I/O APIC whatever the
+/// firmware programmed (qboot programs no PIRQ router), and returns the
+/// route to use. PIIX3: the pin reaches PIRQ[(slot - 1 + pin - 1) & 3],
+/// which is routed to the firmware's interrupt line, i.e. that ISA IRQ/GSI.
+/// ICH9 in APIC mode: slots below 25 reach PIRQ[E-H] as (slot + pin - 1) % 4
+/// + 4, and PIRQ[A-H] drive GSI 16-23 directly (level, active low).
+fn chipset_intx_route(
+    function: &PciFunction,
+    route: platform::acpi::IrqRoute,
+) -> Result<platform::acpi::IrqRoute, Error> {
+    let pci = pci::get().ok_or(Error::NoPci)?;
+    let slot = function.address.device();
+    let pin0 = function.interrupt_pin.saturating_sub(1);
+    if function.address.bus() != 0 || function.interrupt_pin == 0 {
+        return Ok(route);
+    }
+    if let Some(router) = pci::find(PIIX3_ISA.0, PIIX3_ISA.1).next() {
+        let pirq = (slot.wrapping_sub(1).wrapping_add(pin0)) & 3;
+        let cfg = platform::pci::ConfigSpace::new(&pci.access, router.address);
+        let regs = cfg.read32(0x60)?;
+        let shift = 8 * u32::from(pirq);
+        let current = (regs >> shift) & 0xFF;
+        let want = u32::from(function.interrupt_line);
+        if current & PIRQ_ROUTE_DISABLED != 0 || current != want {
+            log::info!(
+                "irq: PIIX3 PIRQ{} was {current:#x}; routing it to IRQ {want}",
+                (b'A' + pirq) as char
+            );
+            cfg.write32(0x60, (regs & !(0xFF << shift)) | (want << shift))?;
+        }
+        return Ok(route);
+    }
+    if pci::find(ICH9_LPC.0, ICH9_LPC.1).next().is_some() && slot < 25 {
+        let pirq = u32::from((slot + pin0) % 4 + 4);
+        return Ok(platform::acpi::IrqRoute {
+            gsi: 16 + pirq,
+            active_low: true,
+            level: true,
+        });
+    }
+    Ok(route)
+}
+
+/// Sets up one interrupt for `function` (MSI-X, else MSI, else INTx, or
+/// exactly `forced`), registers `handler` on a fresh vector, and aims it at `cpu`.
+pub fn setup(
+    function: &PciFunction,
+    forced: Option<InterruptMode>,
+    cpu: usize,
+    name: &'static str,
+    handler: IrqHandlerFn,
+    context: usize,
+) -> Result<DeviceIrq, Error> {
+    let pci = pci::get().ok_or(Error::NoPci)?;
+    let mut plan = platform::irq::choose_interrupt_mode(function, 1, forced, Some(&firmware::get().madt))?;
+    if let InterruptPlan::Intx { pin, line, route } = plan {
+        plan = InterruptPlan::Intx {
+            pin,
+            line,
+            route: chipset_intx_route(function, route)?,
+        };
+    }
+    let vector = irq::VECTORS.allocate()?;
+    irq::register(vector, name, handler, context);
+    let address = function.address;
+    let mut msix = None;
+    match &plan {
+        InterruptPlan::MsiX { table_size, .. } => {
+            let cap = function.msix.as_ref().ok_or(Error::NoPci)?;
+            let (phys, len) = cap.table_region(address, &function.bars)?;
+            let base = paging::map_mmio(phys, len)?;
+            // SAFETY: the MSI-X table lies inside a BAR now mapped uncached.
+            let mmio = unsafe { VolatileMmio::new(base, len as usize) };
+            let table = MsixTable::new(mmio, 0, *table_size)?;
+            platform::pci::msix_set_control(&pci.access, address, cap, true, true)?;
+            table.mask_all()?;
+            msix = Some(table);
+            platform::pci::set_intx_disabled(&pci.access, address, true)?;
+        }
+        InterruptPlan::Msi { .. } => platform::pci::set_intx_disabled(&pci.access, address, true)?,
+        InterruptPlan::Intx { .. } => platform::pci::set_intx_disabled(&pci.access, address, false)?,
+    }
+    let mut irq = DeviceIrq {
+        function: function.clone(),
+        plan,
+        vector,
+        cpu,
+        msix,
+    };
+    irq.aim(cpu)?;
+    if let (InterruptPlan::MsiX { .. }, Some(cap)) = (&irq.plan, &function.msix) {
+        platform::pci::msix_set_control(&pci.access, address, cap, true, false)?;
+    }
+    Ok(irq)
+}
