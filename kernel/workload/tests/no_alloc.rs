@@ -1,22 +1,34 @@
 //! The engine allocates only when a CPU starts and finishes, never per I/O: a run with ten times
 //! more I/Os makes exactly as many allocations.
 //!
-//! This file is its own test binary with a counting global allocator; it holds one test so no other
-//! thread allocates while it counts.
+//! This file is its own test binary with a counting global allocator. Allocations are counted per
+//! thread, so the test harness's own threads do not disturb the count.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 use workload::{Completion, DeviceInfo, IoBackend, IoOp, JobShared, SubmitError, parse_jobs, plan_job, run_cpu};
 
 struct CountingAllocator;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    // Const-initialised with no destructor, so touching it from the allocator never allocates.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_allocation() {
+    // `try_with` because the allocator may run while a thread's locals are being torn down.
+    let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+}
+
+fn allocations_so_far() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
 
 // SAFETY: forwards every call unchanged to the system allocator, only counting.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_allocation();
         // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which we pass on.
         unsafe { System.alloc(layout) }
     }
@@ -27,7 +39,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_allocation();
         // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract, which we pass on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -93,9 +105,9 @@ fn allocations_for(words: &str) -> (u64, u64) {
         pending: Vec::with_capacity(8),
         clock: std::cell::Cell::new(0),
     };
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations_so_far();
     let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = allocations_so_far();
     assert_eq!(result.verify.mismatches, 0);
     (after - before, result.ios() + result.verify.pass_reads)
 }
