@@ -8,6 +8,7 @@
 //! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
 //! ```
 
+mod bench;
 mod elfcheck;
 mod qemu;
 mod runner;
@@ -38,6 +39,7 @@ commands:
       --debug | --kvm | --list
   test                            fmt, clippy, host tests, loom models, then qemu-test
   image [--debug] [-- ARGS...]    GRUB rescue image (BIOS and UEFI) at target/baremq.iso
+  bench [--matrix NAME] [--list]  run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
 ";
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         "qemu-test" => runner::cmd_qemu_test(rest),
         "test" => cmd_test(rest),
         "image" => cmd_image(rest).map(|_| true),
+        "bench" => bench::cmd_bench(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)
