@@ -1,1 +1,170 @@
-fn main() {}
+//! Submit-to-completion cost with the null driver, per completion policy and quiesce check,
+//! for 1..=host-cores threads (each thread plays one CPU).
+//!
+//! Shape (MegaRAID-like): one host-wide shared tag set, one hardware queue per CPU, the
+//! "interrupt" of hardware queue h delivered to CPU (h + 1) % n, so with two or more CPUs every
+//! completion arrives on a CPU other than the submitter (what the Remote policy's IPIs are
+//! for). The queue is rerun after every completion, as SCSI does; that is where the locked
+//! quiesce re-check takes its lock. Under `Poll` each CPU polls its own hardware queue.
+//!
+//! `cargo bench -p blk`; `BLK_BENCH_REQS` (requests per thread, default 100000) and
+//! `BLK_BENCH_MAX_THREADS` override the defaults.
+
+use blk::null::{NullConfig, NullDriver, NullMode};
+use blk::{Bio, BlkError, Completion, CompletionPolicy, Platform, Queue, QuiesceCheck};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+struct BenchPlatform {
+    start: Instant,
+    kick: Vec<Padded<AtomicBool>>,
+    /// Requests finished, by submitting CPU.
+    ended: Vec<Padded<AtomicU64>>,
+}
+
+impl Platform for BenchPlatform {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+    fn send_completion_ipi(&self, cpu: usize) {
+        self.kick[cpu].0.store(true, Ordering::Release);
+    }
+    fn raise_completion_softirq(&self, cpu: usize) {
+        self.kick[cpu].0.store(true, Ordering::Release);
+    }
+    fn end_io(&self, c: &Completion) {
+        self.ended[usize::from(c.submit_cpu)].0.fetch_add(1, Ordering::Release);
+    }
+}
+
+const DEPTH_PER_CPU: u32 = 32;
+const BATCH: u64 = 16;
+
+struct Result {
+    ns_per_req: f64,
+    ipis_per_req: f64,
+    locks_per_req: f64,
+}
+
+fn run(threads: usize, policy: CompletionPolicy, check: QuiesceCheck, reqs: u64) -> Result {
+    let depth = DEPTH_PER_CPU * threads as u32;
+    let null = NullConfig::new(1 << 30, NullMode::Deferred);
+    let mut cfg = null.queue_config(threads, threads, depth);
+    cfg.shared_tags = true;
+    cfg.completion = policy;
+    cfg.quiesce_check = check;
+    cfg.run_queue_on_completion = true;
+    let platform = Arc::new(BenchPlatform {
+        start: Instant::now(),
+        kick: (0..threads).map(|_| Padded::default()).collect(),
+        ended: (0..threads).map(|_| Padded::default()).collect(),
+    });
+    let driver = NullDriver::new(null, threads, depth, true);
+    let queue = Arc::new(Queue::new(cfg, driver, platform.clone()).expect("bench queue"));
+    let go = Arc::new(AtomicBool::new(false));
+    let total = reqs * threads as u64;
+
+    let handles: Vec<_> = (0..threads)
+        .map(|cpu| {
+            let (queue, platform, go) = (queue.clone(), platform.clone(), go.clone());
+            std::thread::spawn(move || {
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                let own_hwq = queue.cpu_to_hwq(cpu).unwrap();
+                // The hardware queue whose interrupt vector targets this CPU.
+                let irq_hwq = (cpu + threads - 1) % threads;
+                let mut submitted = 0u64;
+                loop {
+                    let ended = platform.ended[cpu].0.load(Ordering::Acquire);
+                    while submitted < reqs && submitted - ended < BATCH {
+                        let bio = Bio::read((submitted * 8) % (1 << 29), 8, &[], submitted);
+                        match queue.submit(cpu, &bio) {
+                            Ok(_) => submitted += 1,
+                            Err(BlkError::TagsExhausted { .. }) => break,
+                            Err(e) => panic!("submit: {e}"),
+                        }
+                    }
+                    if policy == CompletionPolicy::Poll {
+                        queue.poll(cpu, own_hwq).unwrap();
+                    } else {
+                        queue.driver().fire_interrupt(&queue, cpu, irq_hwq);
+                    }
+                    if platform.kick[cpu].0.swap(false, Ordering::AcqRel) {
+                        queue.run_completions(cpu);
+                    }
+                    let all: u64 = platform.ended.iter().map(|e| e.0.load(Ordering::Relaxed)).sum();
+                    if all == total {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    go.store(true, Ordering::Release);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let elapsed = t0.elapsed().as_nanos() as f64;
+    let c = queue.counters();
+    assert_eq!(c.completed, total);
+    Result {
+        // Wall time per request per CPU: constant if the design scales perfectly.
+        ns_per_req: elapsed / reqs as f64,
+        ipis_per_req: c.ipis as f64 / total as f64,
+        locks_per_req: c.hot_path_locks as f64 / total as f64,
+    }
+}
+
+fn median(mut v: Vec<Result>) -> Result {
+    v.sort_by(|a, b| a.ns_per_req.total_cmp(&b.ns_per_req));
+    v.swap_remove(v.len() / 2)
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    // `cargo test --benches` runs benches with `--bench`-less args; keep that quick.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max_threads = env("BLK_BENCH_MAX_THREADS", cores as u64) as usize;
+    let reqs = if quick { 2_000 } else { env("BLK_BENCH_REQS", 100_000) };
+    // Warm up caches, the allocator and the CPU clock.
+    run(1, CompletionPolicy::Irq, QuiesceCheck::LockFree, reqs / 4);
+    println!("blk null-driver submit-to-completion, {reqs} requests per thread, host cores: {cores}");
+    println!(
+        "{:>7}  {:<7}  {:>15}  {:>13}  {:>8}  {:>9}  {:>14}",
+        "threads", "policy", "lock-free ns/rq", "locked ns/rq", "locked/lf", "IPIs/rq", "locks/rq (lkd)"
+    );
+    for threads in 1..=max_threads.max(1) {
+        for policy in CompletionPolicy::ALL {
+            // Median of three, interleaving the two variants so drift hits both alike.
+            let mut lfs = Vec::new();
+            let mut lks = Vec::new();
+            for _ in 0..3 {
+                lfs.push(run(threads, policy, QuiesceCheck::LockFree, reqs));
+                lks.push(run(threads, policy, QuiesceCheck::Locked, reqs));
+            }
+            let (lf, lk) = (median(lfs), median(lks));
+            assert_eq!(lf.locks_per_req, 0.0, "lock-free configuration took a lock");
+            println!(
+                "{:>7}  {:<7}  {:>15.1}  {:>13.1}  {:>8.2}x  {:>9.3}  {:>14.2}",
+                threads,
+                format!("{policy:?}"),
+                lf.ns_per_req,
+                lk.ns_per_req,
+                lk.ns_per_req / lf.ns_per_req,
+                lf.ipis_per_req,
+                lk.locks_per_req
+            );
+        }
+    }
+}
