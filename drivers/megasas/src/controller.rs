@@ -10,6 +10,7 @@ use crate::Error;
 use crate::dcmd::{self, Capacity, ControllerInfo, LdInfo, LdListEntry};
 use crate::error::{BogusReason, Fault};
 use crate::frame::{self, FrameWriter, Header, Segment};
+use crate::gate::{GateOutcome, ReapGate};
 use crate::hal::{Delay, Dma, Mmio};
 use crate::mem::DmaBuf;
 use crate::model::Model;
@@ -33,7 +34,7 @@ const MAX_TRANSITIONS: u32 = 32;
 /// Attempts on FAULT: the IDB reset, then the DIAG adapter reset.
 const FAULT_ATTEMPTS: u32 = 2;
 /// Rounds of lock-drain-unlock-recheck one `reap` call makes.
-const MAX_REAP_ROUNDS: u32 = 4;
+const MAX_REAP_ROUNDS: u32 = 64;
 
 /// Tunables. `Config::default()` suits QEMU and real hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +143,8 @@ pub struct Reaped {
     pub first_fault: Option<Fault>,
     /// Another context was reaping; it will pick up everything this call would have.
     pub contended: bool,
+    /// Gave up after many rounds with completions still arriving: call `reap` again.
+    pub more_pending: bool,
 }
 
 /// Per-target capacity, published by discovery and read lock-free by `submit`.
@@ -305,9 +308,9 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     admin: DmaBuf,
     admin_busy: AtomicBool,
     tags: TagTable,
-    /// Consumer index, owned by whoever holds `reaping`.
+    /// Consumer index, owned by whoever holds `gate`.
     ci: AtomicU32,
-    reaping: AtomicBool,
+    gate: ReapGate,
     post_lock: AtomicBool,
     operational: AtomicBool,
     irq_enabled: AtomicBool,
@@ -416,7 +419,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             admin_busy: AtomicBool::new(false),
             tags: TagTable::new(ntags),
             ci: AtomicU32::new(0),
-            reaping: AtomicBool::new(false),
+            gate: ReapGate::new(),
             post_lock: AtomicBool::new(false),
             operational: AtomicBool::new(false),
             irq_enabled: AtomicBool::new(false),
@@ -1017,23 +1020,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     pub fn reap(&self, mut complete: impl FnMut(u16, IoStatus)) -> Reaped {
         let mut out = Reaped::default();
         let pi_word = self.ring.atomic_u32(RING_PI);
-        // Bounded so an interrupt handler cannot be held forever by a device that keeps producing;
-        // whatever is left raised its own interrupt, which runs this again.
-        for _ in 0..MAX_REAP_ROUNDS {
-            // Lock and unlock are both AcqRel swaps so that a reaper that finds the flag taken
-            // synchronises with the holder's unlock: the holder then re-reads the producer below
-            // and sees whatever the loser was woken for. No completion is stranded.
-            if self.reaping.swap(true, Ordering::AcqRel) {
-                out.contended = true;
-                return out;
-            }
-            self.drain(&mut out, &mut complete);
-            self.reaping.swap(false, Ordering::AcqRel);
-            let pi = pi_word.load(Ordering::Acquire);
-            if pi == self.ci.load(Ordering::Relaxed) || pi >= self.ring_entries {
-                return out;
-            }
-        }
+        let outcome = {
+            let out = &mut out;
+            let complete = &mut complete;
+            // Bounded so an interrupt handler cannot be held forever by a device that keeps
+            // producing; `more_pending` tells the caller to come back.
+            self.gate.run(
+                MAX_REAP_ROUNDS,
+                || self.drain(out, complete),
+                || {
+                    let pi = pi_word.load(Ordering::Acquire);
+                    pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+                },
+            )
+        };
+        out.contended = outcome == GateOutcome::Contended;
+        out.more_pending = outcome == GateOutcome::MorePending;
         out
     }
 
@@ -1044,7 +1046,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         log::error!("megasas: controller fault: {fault}");
     }
 
-    /// Consumes entries from CI up to PI; the caller holds `reaping`.
+    /// Consumes entries from CI up to PI; the caller holds `gate`.
     fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(u16, IoStatus)) {
         let entries = self.ring_entries;
         let mut ci = self.ci.load(Ordering::Relaxed);

@@ -18,6 +18,7 @@ mod controller;
 pub mod dcmd;
 mod error;
 mod frame;
+mod gate;
 mod hal;
 mod mem;
 pub mod model;
