@@ -16,14 +16,17 @@ extern crate alloc;
 use boot as _;
 
 mod apic;
+mod block;
 mod console;
 mod cpu;
+mod drivers;
 mod error;
 mod exit;
 mod firmware;
 mod idt;
 mod interrupts;
 mod irq;
+mod jobs;
 mod memory;
 mod paging;
 mod pci;
@@ -54,9 +57,10 @@ impl PhysMemory for IdentityMemory {
     }
 }
 
-/// Job keys owned by the workload engine (collected, not parsed, here).
-const JOB_KEYS: &[&str] = &[];
-const JOB_KEYS_HELP: &str = "";
+/// Job keys owned by the workload engine (collected here, parsed there).
+const JOB_KEYS: &[&str] = &workload::ACCEPTED_KEYS;
+const JOB_KEYS_HELP: &str = "job keys: job, rw, rwmixread, rwmixwrite, bs, iodepth, cpus, runtime, size, offset, \
+     device, verify, verify_generation, completion, quiesce, seed, stop_on_error, io_timeout";
 
 static BOOT_INFO: spin::Once<BootInfo> = spin::Once::new();
 /// The interrupt-affinity policy from `irq.affinity=` (default: spread).
@@ -174,7 +178,25 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Some(test) = config.test {
         selftest::run(test);
     }
-    exit::success()
+
+    if let Err(e) = drivers::create_null(&config) {
+        exit::failure(format_args!("{e}"));
+    }
+    match drivers::probe_megasas(&config) {
+        Ok(n) => kprintln!("megasas: {n} controller(s)"),
+        Err(e) => exit::failure(format_args!("{e}")),
+    }
+    block::seal();
+    block::report();
+    if config.job_words.is_empty() {
+        kprintln!("no job on the command line: platform and devices reported");
+        exit::success();
+    }
+    match jobs::run(&config.job_words) {
+        Ok(true) => exit::success(),
+        Ok(false) => exit::failure(format_args!("a job failed (see its report)")),
+        Err(e) => exit::failure(format_args!("{e}")),
+    }
 }
 
 fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Calibration) {

@@ -12,6 +12,10 @@
 //! | `megasas.irq` | `auto`, `msix`, `msi`, `intx`, `poll` |
 //! | `megasas.irq_cpu` | CPU index the MegaRAID interrupt is aimed at |
 //! | `smp` | `on` (default) or `off`: start only the boot CPU |
+//! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
+//! | `null.block_size` | `512` (default) or `4096` |
+//! | `null.memory` | `off` (default) or `on`: keep written data (needs SIZE bytes of heap) |
+//! | `null.mode` | `immediate` (default: completes through the completion policy) or `inline` |
 
 use crate::error::{Error, bounded};
 use heapless::Vec;
@@ -20,7 +24,8 @@ use heapless::Vec;
 pub const MAX_JOB_WORDS: usize = 128;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str = "log, test, irq.affinity, megasas.irq, megasas.irq_cpu, smp";
+pub const KERNEL_KEYS: &str =
+    "log, test, irq.affinity, megasas.irq, megasas.irq_cpu, smp, null.size, null.block_size, null.memory, null.mode";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -100,6 +105,12 @@ pub struct Config<'a> {
     pub megasas_irq: IrqMode,
     pub megasas_irq_cpu: Option<u32>,
     pub smp: bool,
+    /// Bytes of the null block device, if one is wanted.
+    pub null_size: Option<u64>,
+    pub null_block_size: u32,
+    pub null_memory: bool,
+    /// Complete null requests inside the driver's queue_rq.
+    pub null_inline: bool,
     /// Workload-engine words (`rw=...`, `bs=...`, ...), in command-line order.
     pub job_words: Vec<&'a str, MAX_JOB_WORDS>,
 }
@@ -113,6 +124,10 @@ impl Default for Config<'_> {
             megasas_irq: IrqMode::Auto,
             megasas_irq_cpu: None,
             smp: true,
+            null_size: None,
+            null_block_size: 512,
+            null_memory: false,
+            null_inline: false,
             job_words: Vec::new(),
         }
     }
@@ -130,11 +145,24 @@ fn choose<T: Copy>(key: &'static str, value: &str, table: &[(&str, T)], expected
         })
 }
 
+/// Parses a size: decimal bytes with an optional binary suffix k, m, g or t.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        b't' | b'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
 /// Parses `cmdline`. Words whose key is in `job_keys` are kept for the
 /// workload engine; `job_keys_help` is appended to the unknown-key message.
 pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static str) -> Result<Config<'a>, Error> {
     let mut cfg = Config::default();
-    let mut seen: Vec<&'static str, 8> = Vec::new();
+    let mut seen: Vec<&'static str, 16> = Vec::new();
     let mut once = |key: &'static str| -> Result<(), Error> {
         if seen.contains(&key) {
             return Err(Error::DuplicateKey { key });
@@ -199,6 +227,29 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
             "smp" => {
                 once("smp")?;
                 cfg.smp = choose("smp", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            "null.size" => {
+                once("null.size")?;
+                let bytes = parse_size(value).filter(|b| *b >= 4096 && b % 4096 == 0).ok_or_else(|| Error::BadValue {
+                    key: "null.size",
+                    value: bounded(value),
+                    expected: "a size that is a multiple of 4 KiB, e.g. 64m or 1g (suffixes k, m, g, t)",
+                })?;
+                cfg.null_size = Some(bytes);
+            }
+            "null.block_size" => {
+                once("null.block_size")?;
+                cfg.null_block_size =
+                    choose("null.block_size", value, &[("512", 512), ("4096", 4096), ("4k", 4096)], "512 or 4096")?;
+            }
+            "null.memory" => {
+                once("null.memory")?;
+                cfg.null_memory = choose("null.memory", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            "null.mode" => {
+                once("null.mode")?;
+                cfg.null_inline =
+                    choose("null.mode", value, &[("immediate", false), ("inline", true)], "immediate or inline")?;
             }
             _ if job_keys.contains(&key) => {
                 cfg.job_words.push(word).map_err(|_| Error::TooMany {
@@ -286,6 +337,20 @@ mod tests {
             parse("log=info log=debug", JOB_KEYS, "").unwrap_err(),
             Error::DuplicateKey { key: "log" }
         );
+    }
+
+    #[test]
+    fn null_device_keys() {
+        let c = parse("null.size=64m null.block_size=4096 null.memory=on null.mode=inline", JOB_KEYS, "").unwrap();
+        assert_eq!(c.null_size, Some(64 << 20));
+        assert_eq!(c.null_block_size, 4096);
+        assert!(c.null_memory && c.null_inline);
+        let msg = parse("null.size=100", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(msg.contains("'100'") && msg.contains("multiple of 4 KiB"), "{msg}");
+        assert!(parse("null.block_size=1024", JOB_KEYS, "").is_err());
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        assert_eq!(parse_size("12x"), None);
+        assert_eq!(parse_size("99999999999t"), None);
     }
 
     #[test]

@@ -44,7 +44,8 @@ pub use error::WorkloadError;
 pub use generator::IoGenerator;
 pub use hist::LatencyHistogram;
 pub use job::{
-    CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode, VerifyMode, parse_cmdline,
+    ACCEPTED_KEYS, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode, VerifyMode,
+    parse_cmdline,
     parse_jobs,
 };
 pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};

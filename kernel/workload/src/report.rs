@@ -213,6 +213,8 @@ pub struct JobReport {
     pub per_cpu: Vec<CpuSummary>,
     /// Kernel-supplied per-CPU counters.
     pub counters: Vec<CounterRow>,
+    /// Kernel-supplied totals over the whole job (e.g. block-layer counters by completion policy).
+    pub totals: Vec<(String, u64)>,
     /// Whether any CPU stopped early on request.
     pub stopped_early: bool,
 }
@@ -317,6 +319,7 @@ impl JobReport {
             verify,
             per_cpu,
             counters: Vec::new(),
+            totals: Vec::new(),
             stopped_early: ordered.iter().any(|r| r.stopped_early),
         })
     }
@@ -334,6 +337,12 @@ impl JobReport {
             per_cpu,
         });
         Ok(())
+    }
+
+    /// Adds a kernel total (one value for the whole job), shown in the human report's
+    /// `totals:` line and in the JSON line's `totals` object.
+    pub fn add_total(&mut self, name: &str, value: u64) {
+        self.totals.push((name.to_string(), value));
     }
 
     /// The job's verdict: no I/O error, and verification (if any) passed.
@@ -426,6 +435,13 @@ impl JobReport {
             write!(out, "    {:<16}", row.name)?;
             for value in &row.per_cpu {
                 write!(out, "{value:>WIDTH$}")?;
+            }
+            writeln!(out)?;
+        }
+        if !self.totals.is_empty() {
+            out.write_str("  totals:")?;
+            for (name, value) in &self.totals {
+                write!(out, " {name}={value}")?;
             }
             writeln!(out)?;
         }
@@ -545,6 +561,12 @@ impl JobReport {
             w.end_object()?;
         }
         w.end_array()?;
+        w.key("totals")?;
+        w.begin_object()?;
+        for (name, value) in &self.totals {
+            w.field_u64(name, *value)?;
+        }
+        w.end_object()?;
         w.key("warnings")?;
         w.begin_array()?;
         for warning in &self.plan.warnings {

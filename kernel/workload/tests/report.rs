@@ -59,6 +59,8 @@ fn json_line_has_every_field_and_they_agree() {
     report.add_counter("irqs", vec![10, 20, 30]).unwrap();
     report.add_counter("ipis", vec![0, 5, 6]).unwrap();
     assert!(report.add_counter("short", vec![1]).is_err());
+    report.add_total("completions_remote", 1234);
+    report.add_total("hot_path_locks", 0);
 
     let mut line = String::new();
     report.write_json_line(&mut line).unwrap();
@@ -114,6 +116,11 @@ fn json_line_has_every_field_and_they_agree() {
     assert!(values[0] >= 20_000, "the fake device takes at least 20 us");
 
     assert_eq!(json.get("errors").u64(), 0);
+    assert_eq!(json.get("totals").get("completions_remote").u64(), 1234);
+    assert_eq!(json.get("totals").get("hot_path_locks").u64(), 0);
+    let mut human = String::new();
+    report.write_human(&mut human).unwrap();
+    assert!(human.contains("totals: completions_remote=1234 hot_path_locks=0"), "{human}");
     let verify = json.get("verify");
     assert_eq!(verify.get("result").str(), "pass");
     assert_eq!(verify.get("mismatches").u64(), 0);

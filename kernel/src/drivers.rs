@@ -1,0 +1,372 @@
+//! Block drivers on the running kernel: the null device (`null.size=`) and
+//! MegaRAID SAS controllers (QEMU `megasas` / `megasas-gen2`), each logical
+//! drive a block device on the `blk` layer.
+
+use crate::block::{self, DeviceFacts, Disk};
+use crate::error::Error;
+use crate::memory::DmaBuffer;
+use crate::{interrupts, kprintln, pci, smp, time};
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use blk::null::{NullConfig, NullDriver, NullMode};
+use blk::{CompletionPolicy, Driver, HwCtx, QueueConfig, QueueRqError, Rq, Status, TimedOutRq, TimeoutAction};
+use bootinfo::cmdline::{Config, IrqMode as ConfigIrqMode};
+use megasas::{Controller, IoStatus, Model};
+use platform::irq::InterruptMode;
+
+/// Device interrupt vectors per block device name (for the job report).
+static VECTORS: spin::Mutex<Vec<(String, u8)>> = spin::Mutex::new(Vec::new());
+
+/// Interrupt vectors of the device named `name`.
+pub fn device_vectors(name: &str) -> Vec<u8> {
+    VECTORS.lock().iter().filter(|(n, _)| n == name).map(|(_, v)| *v).collect()
+}
+
+// ------------------------------------------------------------------ null
+
+/// Creates `null0` when the command line asks for it.
+pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
+    let Some(bytes) = cfg.null_size else { return Ok(()) };
+    let ncpus = smp::online();
+    let depth = block::MAX_SLOTS_PER_CPU as u32;
+    let block_size = cfg.null_block_size;
+    let mut nc = NullConfig::new(bytes / 512, if cfg.null_inline { NullMode::Inline } else { NullMode::Immediate });
+    nc.logical_block_size = block_size;
+    nc.memory_backed = cfg.null_memory;
+    let qc = nc.queue_config(ncpus, ncpus, depth);
+    let driver = NullDriver::new(nc, ncpus, depth, false);
+    let facts = DeviceFacts {
+        name: "null0".into(),
+        model: format!(
+            "null block device ({}, {})",
+            if cfg.null_inline { "completes inline" } else { "completes at once through the policy" },
+            if cfg.null_memory { "memory-backed" } else { "no data" }
+        ),
+        sector_size: block_size,
+        capacity_sectors: bytes / u64::from(block_size),
+        max_inflight: depth,
+        max_transfer_bytes: 1 << 20,
+    };
+    let disk = Disk::new(facts, qc, driver, format!("{ncpus} hardware queues (one per CPU), {depth} tags each"))
+        .map_err(|e| Error::Device(format!("null0: {e}")))?;
+    block::register(Box::leak(Box::new(disk)));
+    Ok(())
+}
+
+// ------------------------------------------------------------------ MegaRAID
+
+struct KernelMmio(platform::mmio::VolatileMmio);
+
+impl megasas::Mmio for KernelMmio {
+    fn read32(&self, offset: u32) -> u32 {
+        use platform::mmio::Mmio32;
+        // A bad offset is a driver bug; all-ones is what a missing register reads as.
+        self.0.read32(offset as usize).unwrap_or(u32::MAX)
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        use platform::mmio::Mmio32;
+        if let Err(e) = self.0.write32(offset as usize, value) {
+            log::error!("megasas: register write at {offset:#x} refused: {e}");
+        }
+    }
+}
+
+struct KernelDma;
+
+// SAFETY: DmaBuffer returns zeroed, physically contiguous, identity-mapped
+// memory below 4 GiB (virt == phys) that is never freed once leaked here, so
+// it stays valid and owned by the driver for the controller's lifetime.
+unsafe impl megasas::Dma for KernelDma {
+    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::Error> {
+        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::Error::DmaAlloc { size, align })?;
+        let (virt, phys, len) = buf.leak();
+        Ok(megasas::DmaRegion { virt, phys, len })
+    }
+}
+
+struct KernelDelay;
+
+impl megasas::Delay for KernelDelay {
+    fn delay_us(&self, us: u32) {
+        time::delay_us(u64::from(us));
+    }
+}
+
+type Ctrl = Controller<KernelMmio, KernelDma, KernelDelay>;
+
+/// One controller, shared by its logical drives and its interrupt handler.
+struct Shared {
+    ctrl: Ctrl,
+    mode: megasas::IrqMode,
+    /// Logical drives with the first controller tag of their partition.
+    disks: spin::Once<Vec<(&'static Disk<MegasasDriver>, u16)>>,
+    tags_per_disk: u16,
+}
+
+/// The `blk` driver of one logical drive.
+struct MegasasDriver {
+    shared: &'static Shared,
+    target: u8,
+    /// This drive's block-layer tags map to controller tags `tag_base..tag_base + depth`.
+    tag_base: u16,
+    /// 512-byte sectors per logical block.
+    scale: u32,
+    max_segments: usize,
+}
+
+fn status_of(st: &IoStatus) -> Status {
+    match st {
+        IoStatus::Success => Status::Ok,
+        IoStatus::Failed(e) => {
+            log::warn!("megasas: I/O failed: {e}");
+            Status::IoError
+        }
+    }
+}
+
+impl Shared {
+    /// Delivers controller completions to the block layer, on CPU `cpu`.
+    fn deliver(&self, cpu: usize, tag: u16, st: IoStatus) {
+        let Some(disks) = self.disks.get() else { return };
+        let Some((disk, base)) =
+            disks.iter().find(|(_, base)| tag >= *base && tag < *base + self.tags_per_disk)
+        else {
+            log::error!("megasas: completion for controller tag {tag}, which no drive owns");
+            return;
+        };
+        if let Err(e) = disk.queue.complete(cpu, 0, u32::from(tag - base), status_of(&st)) {
+            log::error!("megasas: {}: completion of tag {tag} refused by the block layer: {e}", disk.facts.name);
+        }
+    }
+
+    fn reap(&self, cpu: usize) -> usize {
+        let mut n = 0;
+        for _ in 0..64 {
+            let r = self.ctrl.reap(|tag, st| self.deliver(cpu, tag, st));
+            n += r.completed as usize;
+            if let Some(f) = r.first_fault {
+                log::error!("megasas: controller fault in the reply queue: {f}");
+            }
+            if !r.more_pending {
+                break;
+            }
+        }
+        n
+    }
+}
+
+fn megasas_interrupt(ctx: usize, _vector: u8, cpu: u32) {
+    // SAFETY: `ctx` is the address of the leaked, never-freed `Shared` registered in `probe_one`.
+    let shared = unsafe { &*(ctx as *const Shared) };
+    let cpu = cpu as usize;
+    let mut more = true;
+    let mut rounds = 0;
+    while more && rounds < 64 {
+        rounds += 1;
+        more = match shared.ctrl.handle_interrupt(shared.mode, |tag, st| shared.deliver(cpu, tag, st)) {
+            Some(r) => {
+                if let Some(f) = r.first_fault {
+                    log::error!("megasas: controller fault in the reply queue: {f}");
+                }
+                r.more_pending
+            }
+            None => false,
+        };
+    }
+}
+
+impl Driver for MegasasDriver {
+    type Pdu = ();
+
+    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        let op = match rq.op() {
+            blk::Op::Read => megasas::IoOp::Read,
+            blk::Op::Write => megasas::IoOp::Write,
+            blk::Op::Flush => megasas::IoOp::Flush,
+            blk::Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+        };
+        let segs = rq.segments();
+        if segs.len() > self.max_segments {
+            return Err(QueueRqError::Io(rq, Status::NotSupported));
+        }
+        let mut sgl = [megasas::Segment { phys: 0, len: 0 }; 32];
+        for (d, s) in sgl.iter_mut().zip(segs) {
+            *d = megasas::Segment { phys: s.phys, len: s.len };
+        }
+        let (lba, blocks) = if op == megasas::IoOp::Flush {
+            (0, 0)
+        } else {
+            (rq.sector() / u64::from(self.scale), rq.nr_sectors() / self.scale)
+        };
+        let tag = self.tag_base + rq.tag() as u16;
+        let nsegs = if op == megasas::IoOp::Flush { 0 } else { segs.len() };
+        let req = megasas::IoRequest { op, target: self.target, lba, blocks, sgl: &sgl[..nsegs] };
+        // Issue before the doorbell: a completion can arrive on another CPU
+        // as soon as the frame is posted, and the block layer accepts it only
+        // for an issued request.
+        let blk_tag = rq.issue();
+        if let Err(e) = self.shared.ctrl.submit(tag, &req) {
+            log::error!("megasas: target {} tag {tag}: not posted: {e}", self.target);
+            let _ = hw.complete(blk_tag, Status::IoError);
+        }
+        Ok(())
+    }
+
+    fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        log::error!(
+            "megasas: target {} block-layer tag {} (sector {}) timed out; no abort support: failing it",
+            self.target,
+            rq.tag(),
+            rq.sector()
+        );
+        TimeoutAction::Done(Status::Timeout)
+    }
+
+    fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
+        self.shared.reap(hw.cpu())
+    }
+}
+
+fn mode_to_platform(m: megasas::IrqMode) -> Option<InterruptMode> {
+    match m {
+        megasas::IrqMode::Msix => Some(InterruptMode::MsiX),
+        megasas::IrqMode::Msi => Some(InterruptMode::Msi),
+        megasas::IrqMode::Intx => Some(InterruptMode::Intx),
+        megasas::IrqMode::Polled => None,
+    }
+}
+
+static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
+
+fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &Config<'_>) -> Result<(), Error> {
+    pci::claim(function)?;
+    let mmio = KernelMmio(pci::bar_mmio(function, model.mmio_bar())?);
+    let ctrl = Controller::new(model, mmio, KernelDma, KernelDelay, megasas::Config::default())
+        .map_err(|e| Error::Device(format!("megasas {}: bring-up failed: {e}", function.address)))?;
+    let info = ctrl.info();
+    kprintln!(
+        "megasas {}: {:?} \"{}\" firmware {} package {}, {} commands (using {} in flight), {} SGEs, max transfer {} KiB",
+        function.address,
+        model,
+        info.product,
+        info.firmware,
+        info.package,
+        info.max_cmds,
+        ctrl.max_inflight(),
+        ctrl.max_segments(),
+        ctrl.max_transfer_bytes() / 1024
+    );
+    // The highest tag is kept for admin commands (discovery).
+    let admin_tag = ctrl.max_inflight() - 1;
+    let drives = ctrl
+        .discover(admin_tag)
+        .map_err(|e| Error::Device(format!("megasas {}: discovery failed: {e}", function.address)))?;
+    let requested = match cfg.megasas_irq {
+        ConfigIrqMode::Auto => None,
+        ConfigIrqMode::MsiX => Some(megasas::IrqMode::Msix),
+        ConfigIrqMode::Msi => Some(megasas::IrqMode::Msi),
+        ConfigIrqMode::Intx => Some(megasas::IrqMode::Intx),
+        ConfigIrqMode::Poll => Some(megasas::IrqMode::Polled),
+    };
+    let (mode, fell_back) = megasas::choose_irq_mode(requested, function.msix.is_some(), function.msi.is_some());
+    if fell_back {
+        log::warn!("megasas {}: requested interrupt mode unavailable; using {mode:?}", function.address);
+    }
+    let ndrives = drives.len().max(1) as u16;
+    let tags_per_disk = (admin_tag / ndrives).max(1);
+    let shared: &'static Shared = Box::leak(Box::new(Shared { ctrl, mode, disks: spin::Once::new(), tags_per_disk }));
+    let online = smp::online();
+    let irq_cpu = match cfg.megasas_irq_cpu {
+        Some(c) if (c as usize) < online => c as usize,
+        Some(c) => return Err(Error::CpuOffline { cpu: c as usize, online }),
+        None => crate::AFFINITY.get().and_then(|a| a.cpu_for(0, online as u32).ok()).unwrap_or(0) as usize,
+    };
+    let irq = match mode_to_platform(mode) {
+        Some(m) => Some(interrupts::setup(
+            function,
+            Some(m),
+            irq_cpu,
+            "megasas",
+            megasas_interrupt,
+            shared as *const Shared as usize,
+        )?),
+        None => {
+            // Polled: keep INTx quiet at the PCI level; the ring still needs the
+            // controller's own interrupt enabled to advance (QEMU).
+            let p = pci::get().ok_or(Error::NoPci)?;
+            platform::pci::set_intx_disabled(&p.access, function.address, true)?;
+            None
+        }
+    };
+    shared
+        .ctrl
+        .enable_interrupts()
+        .map_err(|e| Error::Device(format!("megasas {}: enabling interrupts: {e}", function.address)))?;
+    let irq_text = match &irq {
+        Some(i) => i.describe(),
+        None => String::from("polled (no interrupts)"),
+    };
+    kprintln!("megasas {}: interrupts: {}", function.address, irq_text);
+    let mut disks = Vec::new();
+    for (i, d) in drives.iter().enumerate() {
+        let name = {
+            let mut n = NEXT_DRIVE.lock();
+            let name = format!("md{}", *n);
+            *n += 1;
+            name
+        };
+        let scale = d.block_size / 512;
+        let capacity_512 = d.blocks * u64::from(scale);
+        let max_segments = usize::from(shared.ctrl.max_segments()).min(32);
+        let max_transfer = (shared.ctrl.max_transfer_bytes().min(1 << 20)) as u32;
+        let mut qc = QueueConfig::new(online, 1, u32::from(tags_per_disk), capacity_512);
+        qc.shared_tags = true;
+        qc.logical_block_size = d.block_size;
+        qc.max_segments = max_segments;
+        qc.completion = CompletionPolicy::Irq;
+        let driver = MegasasDriver {
+            shared,
+            target: d.target,
+            tag_base: i as u16 * tags_per_disk,
+            scale,
+            max_segments,
+        };
+        let facts = DeviceFacts {
+            name: name.clone(),
+            model: format!("MegaRAID {:?} target {} ({})", model, d.target, function.address),
+            sector_size: d.block_size,
+            capacity_sectors: d.blocks,
+            max_inflight: u32::from(tags_per_disk),
+            max_transfer_bytes: max_transfer,
+        };
+        let disk = Disk::new(facts, qc, driver, format!("interrupts: {irq_text}"))
+            .map_err(|e| Error::Device(format!("{name}: {e}")))?;
+        let disk: &'static Disk<MegasasDriver> = Box::leak(Box::new(disk));
+        if let Some(i) = &irq {
+            VECTORS.lock().push((name.clone(), i.vector));
+        }
+        block::register(disk);
+        disks.push((disk, i as u16 * tags_per_disk));
+    }
+    shared.disks.call_once(|| disks);
+    if let Some(i) = irq {
+        core::mem::forget(i);
+    }
+    Ok(())
+}
+
+/// Probes every MegaRAID controller. A controller that fails is reported
+/// and makes the boot fail: a missing disk must never look like success.
+pub fn probe_megasas(cfg: &Config<'_>) -> Result<usize, Error> {
+    let Some(p) = pci::get() else { return Ok(0) };
+    let mut found = 0;
+    for f in &p.functions {
+        if let Some(model) = Model::from_pci_id(f.vendor_id, f.device_id) {
+            probe_one(f, model, cfg)?;
+            found += 1;
+        }
+    }
+    Ok(found)
+}
