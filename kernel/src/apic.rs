@@ -156,7 +156,6 @@ pub enum Delivery {
     Init,
     InitDeassert,
     Startup(u8),
-    Nmi,
 }
 
 /// Sends an IPI to the CPU with `apic_id` and waits until the xAPIC accepted it.
@@ -166,7 +165,6 @@ pub fn send_ipi(apic_id: u32, delivery: Delivery) {
         Delivery::Init => 0x0000_C500,         // INIT, level, assert
         Delivery::InitDeassert => 0x0000_8500, // INIT, level, de-assert
         Delivery::Startup(page) => 0x0000_4600 | page as u32,
-        Delivery::Nmi => 0x0000_0400,
     };
     if is_x2apic() {
         let mut icr = Msr::new(0x830);
@@ -182,18 +180,5 @@ pub fn send_ipi(apic_id: u32, delivery: Delivery) {
             }
             core::hint::spin_loop();
         }
-    }
-}
-
-/// Sends a fixed IPI to every CPU but this one.
-pub fn send_ipi_all_others(vector: u8) {
-    let low = (0b11 << 18) | vector as u32; // destination shorthand: all excluding self
-    if is_x2apic() {
-        let mut icr = Msr::new(0x830);
-        // SAFETY: as in `send_ipi`.
-        unsafe { icr.write(low as u64) };
-    } else {
-        write(REG_ICR_HIGH, 0);
-        write(REG_ICR_LOW, low);
     }
 }

@@ -13,7 +13,9 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use blk::{Bio, BlkError, Completion, CompletionPolicy, CounterSnapshot, Driver, Queue, QuiesceCheck, Status, Submitted};
+use blk::{
+    Bio, BlkError, Completion, CompletionPolicy, CounterSnapshot, Driver, Queue, QuiesceCheck, Status, Submitted,
+};
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 /// Requests one CPU may keep in flight on one device (the sink's slots).
@@ -36,7 +38,9 @@ impl CompletionSink {
     fn new() -> Self {
         CompletionSink {
             done: (0..MAX_CPUS).map(|_| [const { AtomicU64::new(0) }; WORDS]).collect(),
-            status: (0..MAX_CPUS).map(|_| [const { AtomicU8::new(0) }; MAX_SLOTS_PER_CPU]).collect(),
+            status: (0..MAX_CPUS)
+                .map(|_| [const { AtomicU8::new(0) }; MAX_SLOTS_PER_CPU])
+                .collect(),
             bogus: AtomicU64::new(0),
         }
     }
@@ -166,7 +170,12 @@ impl<D: Driver> Disk<D> {
         let sink = Arc::new(CompletionSink::new());
         let platform: Arc<dyn blk::Platform> = Arc::new(KernelPlatform { sink: sink.clone() });
         let queue = Queue::new(cfg, driver, platform)?;
-        Ok(Disk { facts, queue, sink, extra })
+        Ok(Disk {
+            facts,
+            queue,
+            sink,
+            extra,
+        })
     }
 }
 
@@ -184,7 +193,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
         self.queue.run_completions(cpu)
     }
     fn poll(&self, cpu: usize) -> usize {
-        (0..self.queue.nr_hw_queues()).map(|h| self.queue.poll(cpu, h).unwrap_or(0)).sum()
+        (0..self.queue.nr_hw_queues())
+            .map(|h| self.queue.poll(cpu, h).unwrap_or(0))
+            .sum()
     }
     fn make_progress(&self, cpu: usize) {
         self.queue.make_progress(cpu);

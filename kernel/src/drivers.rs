@@ -21,7 +21,12 @@ static VECTORS: spin::Mutex<Vec<(String, u8)>> = spin::Mutex::new(Vec::new());
 
 /// Interrupt vectors of the device named `name`.
 pub fn device_vectors(name: &str) -> Vec<u8> {
-    VECTORS.lock().iter().filter(|(n, _)| n == name).map(|(_, v)| *v).collect()
+    VECTORS
+        .lock()
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| *v)
+        .collect()
 }
 
 // ------------------------------------------------------------------ null
@@ -32,7 +37,14 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
     let ncpus = smp::online();
     let depth = block::MAX_SLOTS_PER_CPU as u32;
     let block_size = cfg.null_block_size;
-    let mut nc = NullConfig::new(bytes / 512, if cfg.null_inline { NullMode::Inline } else { NullMode::Immediate });
+    let mut nc = NullConfig::new(
+        bytes / 512,
+        if cfg.null_inline {
+            NullMode::Inline
+        } else {
+            NullMode::Immediate
+        },
+    );
     nc.logical_block_size = block_size;
     nc.memory_backed = cfg.null_memory;
     let qc = nc.queue_config(ncpus, ncpus, depth);
@@ -41,7 +53,11 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         name: "null0".into(),
         model: format!(
             "null block device ({}, {})",
-            if cfg.null_inline { "completes inline" } else { "completes at once through the policy" },
+            if cfg.null_inline {
+                "completes inline"
+            } else {
+                "completes at once through the policy"
+            },
             if cfg.null_memory { "memory-backed" } else { "no data" }
         ),
         sector_size: block_size,
@@ -49,8 +65,13 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         max_inflight: depth,
         max_transfer_bytes: 1 << 20,
     };
-    let disk = Disk::new(facts, qc, driver, format!("{ncpus} hardware queues (one per CPU), {depth} tags each"))
-        .map_err(|e| Error::Device(format!("null0: {e}")))?;
+    let disk = Disk::new(
+        facts,
+        qc,
+        driver,
+        format!("{ncpus} hardware queues (one per CPU), {depth} tags each"),
+    )
+    .map_err(|e| Error::Device(format!("null0: {e}")))?;
     block::register(Box::leak(Box::new(disk)));
     Ok(())
 }
@@ -130,14 +151,18 @@ impl Shared {
     /// Delivers controller completions to the block layer, on CPU `cpu`.
     fn deliver(&self, cpu: usize, tag: u16, st: IoStatus) {
         let Some(disks) = self.disks.get() else { return };
-        let Some((disk, base)) =
-            disks.iter().find(|(_, base)| tag >= *base && tag < *base + self.tags_per_disk)
+        let Some((disk, base)) = disks
+            .iter()
+            .find(|(_, base)| tag >= *base && tag < *base + self.tags_per_disk)
         else {
             log::error!("megasas: completion for controller tag {tag}, which no drive owns");
             return;
         };
         if let Err(e) = disk.queue.complete(cpu, 0, u32::from(tag - base), status_of(&st)) {
-            log::error!("megasas: {}: completion of tag {tag} refused by the block layer: {e}", disk.facts.name);
+            log::error!(
+                "megasas: {}: completion of tag {tag} refused by the block layer: {e}",
+                disk.facts.name
+            );
         }
     }
 
@@ -165,7 +190,10 @@ fn megasas_interrupt(ctx: usize, _vector: u8, cpu: u32) {
     let mut rounds = 0;
     while more && rounds < 64 {
         rounds += 1;
-        more = match shared.ctrl.handle_interrupt(shared.mode, |tag, st| shared.deliver(cpu, tag, st)) {
+        more = match shared
+            .ctrl
+            .handle_interrupt(shared.mode, |tag, st| shared.deliver(cpu, tag, st))
+        {
             Some(r) => {
                 if let Some(f) = r.first_fault {
                     log::error!("megasas: controller fault in the reply queue: {f}");
@@ -193,7 +221,10 @@ impl Driver for MegasasDriver {
         }
         let mut sgl = [megasas::Segment { phys: 0, len: 0 }; 32];
         for (d, s) in sgl.iter_mut().zip(segs) {
-            *d = megasas::Segment { phys: s.phys, len: s.len };
+            *d = megasas::Segment {
+                phys: s.phys,
+                len: s.len,
+            };
         }
         let (lba, blocks) = if op == megasas::IoOp::Flush {
             (0, 0)
@@ -202,7 +233,13 @@ impl Driver for MegasasDriver {
         };
         let tag = self.tag_base + rq.tag() as u16;
         let nsegs = if op == megasas::IoOp::Flush { 0 } else { segs.len() };
-        let req = megasas::IoRequest { op, target: self.target, lba, blocks, sgl: &sgl[..nsegs] };
+        let req = megasas::IoRequest {
+            op,
+            target: self.target,
+            lba,
+            blocks,
+            sgl: &sgl[..nsegs],
+        };
         // Issue before the doorbell: a completion can arrive on another CPU
         // as soon as the frame is posted, and the block layer accepts it only
         // for an issued request.
@@ -272,16 +309,32 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
     };
     let (mode, fell_back) = megasas::choose_irq_mode(requested, function.msix.is_some(), function.msi.is_some());
     if fell_back {
-        log::warn!("megasas {}: requested interrupt mode unavailable; using {mode:?}", function.address);
+        log::warn!(
+            "megasas {}: requested interrupt mode unavailable; using {mode:?}",
+            function.address
+        );
     }
     let ndrives = drives.len().max(1) as u16;
     let tags_per_disk = (admin_tag / ndrives).max(1);
-    let shared: &'static Shared = Box::leak(Box::new(Shared { ctrl, mode, disks: spin::Once::new(), tags_per_disk }));
+    let shared: &'static Shared = Box::leak(Box::new(Shared {
+        ctrl,
+        mode,
+        disks: spin::Once::new(),
+        tags_per_disk,
+    }));
     let online = smp::online();
     let irq_cpu = match cfg.megasas_irq_cpu {
         Some(c) if (c as usize) < online => c as usize,
-        Some(c) => return Err(Error::CpuOffline { cpu: c as usize, online }),
-        None => crate::AFFINITY.get().and_then(|a| a.cpu_for(0, online as u32).ok()).unwrap_or(0) as usize,
+        Some(c) => {
+            return Err(Error::CpuOffline {
+                cpu: c as usize,
+                online,
+            });
+        }
+        None => crate::AFFINITY
+            .get()
+            .and_then(|a| a.cpu_for(0, online as u32).ok())
+            .unwrap_or(0) as usize,
     };
     let irq = match mode_to_platform(mode) {
         Some(m) => Some(interrupts::setup(

@@ -82,11 +82,6 @@ pub struct DeviceIrq {
 }
 
 impl DeviceIrq {
-    /// The routing mode.
-    pub fn mode(&self) -> InterruptMode {
-        self.plan.mode()
-    }
-
     /// One line for the device report.
     pub fn describe(&self) -> String {
         format!("{} on vector {:#x} -> cpu{}", self.plan, self.vector, self.cpu)

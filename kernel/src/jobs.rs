@@ -68,7 +68,9 @@ impl IoBackend for KernelBackend<'_> {
             }
             Err(e) => {
                 log::warn!("{}: request rejected: {e}", self.dev.facts().name);
-                Err(SubmitError::Failed(IoError::Rejected { code: rejection_code(&e) }))
+                Err(SubmitError::Failed(IoError::Rejected {
+                    code: rejection_code(&e),
+                }))
             }
         }
     }
@@ -122,13 +124,16 @@ impl IoBackend for KernelBackend<'_> {
             self.dev.make_progress(self.cpu);
             self.dev.tick(self.cpu);
         }
-        if let Some((shared, meter, next_line_ns, job)) = &mut self.progress {
-            if now_ns >= *next_line_ns {
-                *next_line_ns = now_ns + 1_000_000_000;
-                let mut line = String::new();
-                if meter.write_line(&mut line, job, now_ns, shared.total(), shared.any_verifying()).is_ok() {
-                    crate::console::print(format_args!("{line}"));
-                }
+        if let Some((shared, meter, next_line_ns, job)) = &mut self.progress
+            && now_ns >= *next_line_ns
+        {
+            *next_line_ns = now_ns + 1_000_000_000;
+            let mut line = String::new();
+            if meter
+                .write_line(&mut line, job, now_ns, shared.total(), shared.any_verifying())
+                .is_ok()
+            {
+                crate::console::print(format_args!("{line}"));
             }
         }
     }
@@ -152,7 +157,11 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
             Ok(b) => buffers.push(b),
             Err(e) => {
                 log::error!("cpu{cpu}: no DMA memory for the job's buffers: {e}");
-                return Err(WorkloadError::BufferTooSmall { slot: buffers.len(), len: 0, needed: bs });
+                return Err(WorkloadError::BufferTooSmall {
+                    slot: buffers.len(),
+                    len: 0,
+                    needed: bs,
+                });
             }
         }
     }
@@ -167,7 +176,12 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         next_tick_ns: 0,
         progress: (index == 0).then(|| {
-            (ctx.shared, ProgressMeter::new(ctx.start_ns), ctx.start_ns + 1_000_000_000, ctx.plan.spec.name.as_str())
+            (
+                ctx.shared,
+                ProgressMeter::new(ctx.start_ns),
+                ctx.start_ns + 1_000_000_000,
+                ctx.plan.spec.name.as_str(),
+            )
         }),
     };
     workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared)
@@ -180,7 +194,9 @@ fn worker(ctx_addr: usize) {
     // worker (it waits for all of them before returning).
     let ctx = unsafe { &*(ctx_addr as *const JobContext<'_>) };
     let me = percpu::index() as u32;
-    let Some(index) = ctx.plan.cpus.iter().position(|s| s.cpu == me) else { return };
+    let Some(index) = ctx.plan.cpus.iter().position(|s| s.cpu == me) else {
+        return;
+    };
     let r = run_share(ctx, index);
     if r.is_err() {
         ctx.shared.request_stop();
@@ -235,11 +251,14 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     }
     let ncpu = smp::online();
     let count_per_cpu = |vectors: &[u8]| -> Vec<u64> {
-        (0..ncpu).map(|c| vectors.iter().map(|&v| irq::TABLE.count(v, c as u32)).sum()).collect()
+        (0..ncpu)
+            .map(|c| vectors.iter().map(|&v| irq::TABLE.count(v, c as u32)).sum())
+            .collect()
     };
     let irqs_before = count_per_cpu(device_vectors);
     let ipis_before = count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]);
     let blk_before = dev.counters();
+    let bogus_before = dev.sink().bogus();
     let shared = JobShared::new(plan);
     let ctx = JobContext {
         plan,
@@ -258,7 +277,11 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         plan.cpus.iter().map(|s| s.cpu).collect::<Vec<_>>(),
         plan.iodepth,
         policy_name(completion),
-        if quiesce == QuiesceCheck::LockFree { "lockfree" } else { "locked" },
+        if quiesce == QuiesceCheck::LockFree {
+            "lockfree"
+        } else {
+            "locked"
+        },
     );
     let me = percpu::index() as u32;
     let addr = &ctx as *const JobContext<'_> as usize;
@@ -289,19 +312,35 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         match r.lock().take() {
             Some(Ok(res)) => results.push(res),
             Some(Err(e)) => return Err(alloc::format!("job {}: cpu{}: {e}", plan.spec.name, plan.cpus[i].cpu)),
-            None => return Err(alloc::format!("job {}: cpu{} returned no result", plan.spec.name, plan.cpus[i].cpu)),
+            None => {
+                return Err(alloc::format!(
+                    "job {}: cpu{} returned no result",
+                    plan.spec.name,
+                    plan.cpus[i].cpu
+                ));
+            }
         }
     }
     let mut report = JobReport::new(plan, &results).map_err(|e| e.to_string())?;
     let per_plan_cpu = |after: Vec<u64>, before: &[u64]| -> Vec<u64> {
-        plan.cpus.iter().map(|s| after[s.cpu as usize] - before[s.cpu as usize]).collect()
+        plan.cpus
+            .iter()
+            .map(|s| after[s.cpu as usize] - before[s.cpu as usize])
+            .collect()
     };
-    let all_irqs: u64 = count_per_cpu(device_vectors).iter().zip(&irqs_before).map(|(a, b)| a - b).sum();
+    let all_irqs: u64 = count_per_cpu(device_vectors)
+        .iter()
+        .zip(&irqs_before)
+        .map(|(a, b)| a - b)
+        .sum();
     report
         .add_counter("device_irqs", per_plan_cpu(count_per_cpu(device_vectors), &irqs_before))
         .map_err(|e| e.to_string())?;
     report
-        .add_counter("completion_ipis", per_plan_cpu(count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]), &ipis_before))
+        .add_counter(
+            "completion_ipis",
+            per_plan_cpu(count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]), &ipis_before),
+        )
         .map_err(|e| e.to_string())?;
     let b = dev.counters();
     let totals = [
@@ -309,16 +348,26 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         ("submitted", b.submitted - blk_before.submitted),
         ("completed", b.completed - blk_before.completed),
         ("requeued", b.requeued - blk_before.requeued),
-        ("completions_inline", b.completions_inline - blk_before.completions_inline),
+        (
+            "completions_inline",
+            b.completions_inline - blk_before.completions_inline,
+        ),
         ("completions_irq", b.completions_irq - blk_before.completions_irq),
         ("completions_local", b.completions_local - blk_before.completions_local),
-        ("completions_remote", b.completions_remote - blk_before.completions_remote),
+        (
+            "completions_remote",
+            b.completions_remote - blk_before.completions_remote,
+        ),
         ("completions_poll", b.completions_poll - blk_before.completions_poll),
         ("ipis", b.ipis - blk_before.ipis),
         ("softirqs", b.softirqs - blk_before.softirqs),
         ("hot_path_locks", b.hot_path_locks - blk_before.hot_path_locks),
         ("timeouts", b.timeouts - blk_before.timeouts),
-        ("spurious_completions", b.spurious_completions - blk_before.spurious_completions),
+        (
+            "spurious_completions",
+            b.spurious_completions - blk_before.spurious_completions,
+        ),
+        ("bogus_cookies", dev.sink().bogus() - bogus_before),
     ];
     for (name, value) in totals {
         report.add_total(name, value);
@@ -341,7 +390,9 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
     }
     let infos: Vec<DeviceInfo> = block::devices().iter().map(|d| device_info(*d)).collect();
     if infos.is_empty() {
-        return Err("jobs were given but there is no block device (add a controller and disk, or null.size=SIZE)".into());
+        return Err(
+            "jobs were given but there is no block device (add a controller and disk, or null.size=SIZE)".into(),
+        );
     }
     let online: Vec<u32> = (0..smp::online() as u32).collect();
     let mut all_passed = true;

@@ -209,16 +209,6 @@ impl DmaBuffer {
         self.virt.as_ptr()
     }
 
-    /// Length requested.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-length buffer.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Gives up ownership without freeing (for buffers that live forever).
     pub fn leak(self) -> (NonNull<u8>, u64, usize) {
         let parts = (self.virt, self.phys, self.len);

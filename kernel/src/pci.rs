@@ -143,14 +143,15 @@ fn assign_unassigned_bars(
     let mut wanted: Vec<(u64, usize, u8)> = Vec::new();
     for (i, f) in functions.iter().enumerate() {
         for slot in 0..6u8 {
-            if let Some(bar) = f.bar(slot) {
-                if bar.address == 0 && bar.size > 0 {
-                    wanted.push((bar.size, i, slot));
-                }
+            if let Some(bar) = f.bar(slot)
+                && bar.address == 0
+                && bar.size > 0
+            {
+                wanted.push((bar.size, i, slot));
             }
         }
     }
-    wanted.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    wanted.sort_unstable_by_key(|w| core::cmp::Reverse(w.0));
     let mut touched: Vec<usize> = Vec::new();
     for (size, i, slot) in wanted {
         let f = &functions[i];
@@ -207,10 +208,11 @@ fn assign_unassigned_bars(
 pub fn claim(function: &PciFunction) -> Result<(), Error> {
     let pci = get().ok_or(Error::NoPci)?;
     for slot in 0..6u8 {
-        if let Some(bar) = function.bar(slot) {
-            if bar.is_memory() && bar.size > 0 {
-                paging::map_mmio(bar.address, bar.size)?;
-            }
+        if let Some(bar) = function.bar(slot)
+            && bar.is_memory()
+            && bar.size > 0
+        {
+            paging::map_mmio(bar.address, bar.size)?;
         }
     }
     platform::pci::enable_device(&pci.access, function.address, true, true, true)?;

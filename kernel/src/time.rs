@@ -62,11 +62,6 @@ pub fn ticks_to_ns(ticks: u64) -> u64 {
     ((ticks as u128 * NS_PER_TICK_FP.load(Ordering::Relaxed) as u128) >> 32) as u64
 }
 
-/// TSC frequency in Hz.
-pub fn tsc_hz() -> u64 {
-    TSC_HZ.load(Ordering::Relaxed)
-}
-
 /// LAPIC timer frequency (divide by 16) in Hz.
 pub fn lapic_hz() -> u64 {
     LAPIC_HZ.load(Ordering::Relaxed)
@@ -87,10 +82,8 @@ pub fn delay_us(us: u64) {
 
 fn cpuid_tsc_hz() -> Option<(u64, Source)> {
     let id = raw_cpuid::CpuId::new();
-    if let Some(tsc) = id.get_tsc_info() {
-        if let Some(hz) = tsc.tsc_frequency() {
-            return Some((hz, Source::CpuidCrystal));
-        }
+    if let Some(hz) = id.get_tsc_info().and_then(|t| t.tsc_frequency()) {
+        return Some((hz, Source::CpuidCrystal));
     }
     let base = id.get_processor_frequency_info()?.processor_base_frequency() as u64;
     (base > 0).then_some((base * 1_000_000, Source::CpuidBaseFrequency))

@@ -230,17 +230,23 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
             }
             "null.size" => {
                 once("null.size")?;
-                let bytes = parse_size(value).filter(|b| *b >= 4096 && b % 4096 == 0).ok_or_else(|| Error::BadValue {
-                    key: "null.size",
-                    value: bounded(value),
-                    expected: "a size that is a multiple of 4 KiB, e.g. 64m or 1g (suffixes k, m, g, t)",
-                })?;
+                let bytes = parse_size(value)
+                    .filter(|b| *b >= 4096 && b % 4096 == 0)
+                    .ok_or_else(|| Error::BadValue {
+                        key: "null.size",
+                        value: bounded(value),
+                        expected: "a size that is a multiple of 4 KiB, e.g. 64m or 1g (suffixes k, m, g, t)",
+                    })?;
                 cfg.null_size = Some(bytes);
             }
             "null.block_size" => {
                 once("null.block_size")?;
-                cfg.null_block_size =
-                    choose("null.block_size", value, &[("512", 512), ("4096", 4096), ("4k", 4096)], "512 or 4096")?;
+                cfg.null_block_size = choose(
+                    "null.block_size",
+                    value,
+                    &[("512", 512), ("4096", 4096), ("4k", 4096)],
+                    "512 or 4096",
+                )?;
             }
             "null.memory" => {
                 once("null.memory")?;
@@ -248,8 +254,12 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
             }
             "null.mode" => {
                 once("null.mode")?;
-                cfg.null_inline =
-                    choose("null.mode", value, &[("immediate", false), ("inline", true)], "immediate or inline")?;
+                cfg.null_inline = choose(
+                    "null.mode",
+                    value,
+                    &[("immediate", false), ("inline", true)],
+                    "immediate or inline",
+                )?;
             }
             _ if job_keys.contains(&key) => {
                 cfg.job_words.push(word).map_err(|_| Error::TooMany {
@@ -341,7 +351,12 @@ mod tests {
 
     #[test]
     fn null_device_keys() {
-        let c = parse("null.size=64m null.block_size=4096 null.memory=on null.mode=inline", JOB_KEYS, "").unwrap();
+        let c = parse(
+            "null.size=64m null.block_size=4096 null.memory=on null.mode=inline",
+            JOB_KEYS,
+            "",
+        )
+        .unwrap();
         assert_eq!(c.null_size, Some(64 << 20));
         assert_eq!(c.null_block_size, 4096);
         assert!(c.null_memory && c.null_inline);

@@ -45,8 +45,7 @@ pub use generator::IoGenerator;
 pub use hist::LatencyHistogram;
 pub use job::{
     ACCEPTED_KEYS, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode, VerifyMode,
-    parse_cmdline,
-    parse_jobs,
+    parse_cmdline, parse_jobs,
 };
 pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
 pub use report::{JSON_PREFIX, JobReport, ProgressMeter, VerifyResult};

@@ -120,7 +120,10 @@ fn json_line_has_every_field_and_they_agree() {
     assert_eq!(json.get("totals").get("hot_path_locks").u64(), 0);
     let mut human = String::new();
     report.write_human(&mut human).unwrap();
-    assert!(human.contains("totals: completions_remote=1234 hot_path_locks=0"), "{human}");
+    assert!(
+        human.contains("totals: completions_remote=1234 hot_path_locks=0"),
+        "{human}"
+    );
     let verify = json.get("verify");
     assert_eq!(verify.get("result").str(), "pass");
     assert_eq!(verify.get("mismatches").u64(), 0);
