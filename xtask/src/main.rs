@@ -32,7 +32,12 @@ commands:
       --machine pc|q35            machine type (default q35)
       --bios qboot|seabios|ovmf   firmware (default qboot)
       --timeout S                 kill QEMU after S seconds (default 300)
-      ARGS                        kernel command line, e.g. -- log=debug test=timer
+      --disk PATH                 disk image behind the megasas-gen2 controller
+                                  (default target/baremq-disk.img, 256 MiB, created on first use)
+      --no-disk                   no controller and no disk
+      ARGS                        kernel command line, e.g. -- log=debug test=timer; without ARGS the
+                                  default job runs: mixed random read/write with crc32c verify on md0
+                                  from every CPU for about ten seconds
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
       --filter PATTERN            only scenarios whose name contains PATTERN
       --jobs N                    parallel QEMUs (default: number of cores)
@@ -71,6 +76,14 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Disk image `cargo xtask run` attaches by default (created on first use).
+const DEFAULT_DISK: &str = "target/baremq-disk.img";
+const DEFAULT_DISK_BYTES: u64 = 256 << 20;
+/// The main job: mixed random I/O with verification from every CPU, completions carried back
+/// to each submitting CPU (the block layer's remote policy), about ten seconds under TCG.
+const DEFAULT_JOB: &str =
+    "rw=randrw rwmixread=70 bs=4k iodepth=16 runtime=6s verify=crc32c device=md0 completion=remote";
 
 /// The workspace root (parent of this crate).
 pub fn root() -> PathBuf {
@@ -161,6 +174,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut machine = "q35".to_string();
     let mut firmware = qemu::Firmware::Qboot;
     let mut timeout = 300u64;
+    let mut disk: Option<PathBuf> = Some(root().join(DEFAULT_DISK));
     let mut i = 0;
     while i < opts.len() {
         match opts[i].as_str() {
@@ -204,19 +218,48 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                     .filter(|t| *t > 0)
                     .ok_or(format!("--timeout '{v}': seconds, > 0"))?;
             }
+            "--disk" => disk = Some(PathBuf::from(value(opts, &mut i, "--disk")?)),
+            "--no-disk" => disk = None,
             other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
         }
         i += 1;
     }
     setup::ensure_qemu()?;
     let kernel = build_kernel(debug)?;
+    let mut extra = vec!["-M".into(), machine, "-smp".into(), smp, "-m".into(), mem];
+    let mut append = kernel_args.to_vec();
+    if let Some(path) = &disk {
+        if !path.exists() {
+            println!(
+                "xtask: creating the default disk image {} ({} MiB)",
+                path.display(),
+                DEFAULT_DISK_BYTES >> 20
+            );
+            qemu::create_image(path, DEFAULT_DISK_BYTES, "raw")?;
+        }
+        extra.extend(
+            [
+                "-device".to_string(),
+                "megasas-gen2,id=hba0".into(),
+                "-drive".into(),
+                format!("if=none,id=d0,file={},format=raw,cache=writeback", path.display()),
+                "-device".into(),
+                "scsi-hd,bus=hba0.0,drive=d0,scsi-id=0".into(),
+            ]
+            .into_iter(),
+        );
+        if append.is_empty() {
+            append = DEFAULT_JOB.split_whitespace().map(str::to_string).collect();
+            println!("xtask: default job: {DEFAULT_JOB}");
+        }
+    }
     let m = qemu::Machine {
         accel,
         firmware,
         kernel: Some(kernel),
         cdrom: None,
-        append: kernel_args.to_vec(),
-        extra: vec!["-M".into(), machine, "-smp".into(), smp, "-m".into(), mem],
+        append,
+        extra,
     };
     let args = m.args();
     println!("xtask: qemu-system-x86_64 {}", args.join(" "));
