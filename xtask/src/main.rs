@@ -237,17 +237,14 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             );
             qemu::create_image(path, DEFAULT_DISK_BYTES, "raw")?;
         }
-        extra.extend(
-            [
-                "-device".to_string(),
-                "megasas-gen2,id=hba0".into(),
-                "-drive".into(),
-                format!("if=none,id=d0,file={},format=raw,cache=writeback", path.display()),
-                "-device".into(),
-                "scsi-hd,bus=hba0.0,drive=d0,scsi-id=0".into(),
-            ]
-            .into_iter(),
-        );
+        extra.extend([
+            "-device".to_string(),
+            "megasas-gen2,id=hba0".into(),
+            "-drive".into(),
+            format!("if=none,id=d0,file={},format=raw,cache=writeback", path.display()),
+            "-device".into(),
+            "scsi-hd,bus=hba0.0,drive=d0,scsi-id=0".into(),
+        ]);
         if append.is_empty() {
             append = DEFAULT_JOB.split_whitespace().map(str::to_string).collect();
             println!("xtask: default job: {DEFAULT_JOB}");
