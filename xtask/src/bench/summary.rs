@@ -1,0 +1,311 @@
+//! The stdout summary: a table of every job, and ratios between jobs of the same run that differ
+//! in one parameter only (the machine is shared and noisy, so only same-run comparisons mean much).
+
+use std::fmt::Write as _;
+
+use super::matrix::{Completion, DeviceKind, Point, Quiesce, size_word};
+use super::results::{Record, micros};
+
+/// Kernel counters shown per I/O in the table: the column heading and the counter names that
+/// feed it, first found wins (the kernel's whole-job totals, then per-CPU counters; the fake
+/// kernel of the tests uses the short names).
+const PER_IO_COLUMNS: &[(&str, &[&str])] = &[
+    ("irqs/io", &["device_irqs_all_cpus", "device_irqs", "irqs"]),
+    ("ipis/io", &["ipis", "completion_ipis"]),
+    ("locks/io", &["hot_path_locks"]),
+];
+
+/// Per-I/O value of the first of `names` the report has.
+fn per_io(record: &Record, names: &[&str]) -> Option<f64> {
+    let rep = &record.report;
+    let total = names.iter().find_map(|n| rep.counter_total(n))?;
+    (rep.ios > 0).then(|| total as f64 / rep.ios as f64)
+}
+
+/// One pair of jobs that differ in one parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pair {
+    /// The parameters they share, for humans.
+    pub context: String,
+    /// IOPS of the job under study and of its reference.
+    pub iops: (u64, u64),
+    /// p99 latency (ns) of the job under study and of its reference.
+    pub p99_ns: (u64, u64),
+}
+
+impl Pair {
+    /// IOPS of the studied job over the reference's (above 1: faster).
+    pub fn iops_ratio(&self) -> f64 {
+        ratio(self.iops.0, self.iops.1)
+    }
+
+    /// p99 of the studied job over the reference's (below 1: lower tail latency).
+    pub fn p99_ratio(&self) -> f64 {
+        ratio(self.p99_ns.0, self.p99_ns.1)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { f64::NAN } else { a as f64 / b as f64 }
+}
+
+/// A family of pairs: "A vs B".
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// E.g. `lock-free vs locked quiesce`.
+    pub title: String,
+    /// The pairs found in the run.
+    pub pairs: Vec<Pair>,
+}
+
+impl Comparison {
+    /// Geometric means of the IOPS and p99 ratios over the pairs with finite ratios.
+    pub fn geomean(&self) -> Option<(f64, f64)> {
+        let mean = |values: Vec<f64>| {
+            let logs: Vec<f64> = values
+                .into_iter()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .map(f64::ln)
+                .collect();
+            (!logs.is_empty()).then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp())
+        };
+        Some((
+            mean(self.pairs.iter().map(Pair::iops_ratio).collect())?,
+            mean(self.pairs.iter().map(Pair::p99_ratio).collect()).unwrap_or(f64::NAN),
+        ))
+    }
+}
+
+fn describe(p: &Point, skip: &str) -> String {
+    let mut parts = Vec::new();
+    if skip != "device" {
+        parts.push(p.device.label().to_string());
+    }
+    parts.push(format!("{} {}", p.rw.as_str(), size_word(u64::from(p.bs))));
+    parts.push(format!("qd{}", p.iodepth));
+    if skip != "cpus" {
+        parts.push(format!("{}cpu", p.cpus));
+    }
+    if skip != "completion" {
+        parts.push(p.completion.as_str().to_string());
+    }
+    if skip != "quiesce" {
+        parts.push(p.quiesce.as_str().to_string());
+    }
+    parts.join(" ")
+}
+
+/// Pairs of clean records where `studied(a)` and `reference(b)` hold and the points are equal once
+/// `normalise` has erased the compared parameter.
+fn pairs(
+    records: &[Record],
+    studied: impl Fn(&Point) -> bool,
+    reference: impl Fn(&Point) -> bool,
+    normalise: impl Fn(Point) -> Point,
+    skip: &str,
+) -> Vec<Pair> {
+    let ok: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
+    let mut out = Vec::new();
+    for a in ok.iter().filter(|r| studied(&r.point)) {
+        if let Some(b) = ok
+            .iter()
+            .find(|b| reference(&b.point) && normalise(b.point) == normalise(a.point))
+        {
+            out.push(Pair {
+                context: describe(&a.point, skip),
+                iops: (a.report.iops, b.report.iops),
+                p99_ns: (a.report.lat_ns.p99, b.report.lat_ns.p99),
+            });
+        }
+    }
+    out
+}
+
+/// Every comparison the run allows (empty ones are left out).
+pub fn comparisons(records: &[Record]) -> Vec<Comparison> {
+    let mut out = vec![Comparison {
+        title: "lock-free vs locked quiesce".into(),
+        pairs: pairs(
+            records,
+            |p| p.quiesce == Quiesce::LockFree,
+            |p| p.quiesce == Quiesce::Locked,
+            |p| Point {
+                quiesce: Quiesce::LockFree,
+                ..p
+            },
+            "quiesce",
+        ),
+    }];
+    for studied in [Completion::Remote, Completion::Local, Completion::Poll] {
+        out.push(Comparison {
+            title: format!("{} vs irq completion", studied.as_str()),
+            pairs: pairs(
+                records,
+                |p| p.completion == studied,
+                |p| p.completion == Completion::Irq,
+                |p| Point {
+                    completion: Completion::Irq,
+                    ..p
+                },
+                "completion",
+            ),
+        });
+    }
+    let mut cpu_counts: Vec<u32> = records.iter().map(|r| r.point.cpus).filter(|&c| c > 1).collect();
+    cpu_counts.sort_unstable();
+    cpu_counts.dedup();
+    for n in cpu_counts {
+        out.push(Comparison {
+            title: format!("{n} CPUs vs 1 CPU"),
+            pairs: pairs(
+                records,
+                |p| p.cpus == n,
+                |p| p.cpus == 1,
+                |p| Point { cpus: 1, ..p },
+                "cpus",
+            ),
+        });
+    }
+    for device in [DeviceKind::MegasasGen2, DeviceKind::Megasas] {
+        out.push(Comparison {
+            title: format!("{} vs null0", device.label()),
+            pairs: pairs(
+                records,
+                |p| p.device == device,
+                |p| p.device == DeviceKind::Null,
+                |p| Point {
+                    device: DeviceKind::Null,
+                    ..p
+                },
+                "device",
+            ),
+        });
+    }
+    out.retain(|c| !c.pairs.is_empty());
+    out
+}
+
+fn fmt_ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.2}x")
+    } else {
+        "n/a".into()
+    }
+}
+
+/// The per-job table, then the comparisons.
+pub fn render(records: &[Record]) -> String {
+    let columns: Vec<&(&str, &[&str])> = PER_IO_COLUMNS
+        .iter()
+        .filter(|(_, names)| records.iter().any(|r| per_io(r, names).is_some()))
+        .collect();
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "{:<11} {:<9} {:>4} {:>3} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6}",
+        "device",
+        "rw",
+        "bs",
+        "qd",
+        "cpus",
+        "compl",
+        "quiesce",
+        "IOPS",
+        "MB/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "errors"
+    );
+    for (heading, _) in &columns {
+        let _ = write!(s, " {heading:>8}");
+    }
+    s.push_str("  verdict\n");
+    for r in records {
+        let p = &r.point;
+        let rep = &r.report;
+        let qd = if u64::from(p.iodepth) == rep.job.iodepth {
+            p.iodepth.to_string()
+        } else {
+            format!("{}>{}", p.iodepth, rep.job.iodepth)
+        };
+        let _ = write!(
+            s,
+            "{:<11} {:<9} {:>4} {:>3} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6}",
+            p.device.label(),
+            p.rw.as_str(),
+            size_word(u64::from(p.bs)),
+            qd,
+            p.cpus,
+            p.completion.as_str(),
+            p.quiesce.as_str(),
+            rep.iops,
+            super::results::megabytes(rep.bw_bytes),
+            micros(rep.lat_ns.p50),
+            micros(rep.lat_ns.p99),
+            micros(rep.lat_ns.p99_9),
+            rep.errors
+        );
+        for (_, names) in &columns {
+            let value = per_io(r, names).map_or("-".into(), |v| format!("{v:.3}"));
+            let _ = write!(s, " {value:>8}");
+        }
+        if r.ok() {
+            s.push_str("  ok\n");
+        } else {
+            let _ = writeln!(s, "  FAILED: {}", r.problems.join("; "));
+        }
+    }
+    for c in comparisons(records) {
+        let _ = writeln!(
+            s,
+            "\n{} (IOPS ratio >1: faster; p99 ratio <1: lower tail latency)",
+            c.title
+        );
+        for pair in &c.pairs {
+            let _ = writeln!(
+                s,
+                "  {:<44} IOPS {:>9} vs {:>9} = {:>7}   p99 {:>10} vs {:>10} us = {:>7}",
+                pair.context,
+                pair.iops.0,
+                pair.iops.1,
+                fmt_ratio(pair.iops_ratio()),
+                micros(pair.p99_ns.0),
+                micros(pair.p99_ns.1),
+                fmt_ratio(pair.p99_ratio())
+            );
+        }
+        if let Some((iops, p99)) = c.geomean() {
+            let _ = writeln!(
+                s,
+                "  geometric mean over {} pairs: IOPS {}, p99 {}",
+                c.pairs.len(),
+                fmt_ratio(iops),
+                fmt_ratio(p99)
+            );
+        }
+    }
+    s
+}
+
+/// `ratios.csv`: one row per pair of every comparison.
+pub fn ratios_csv(records: &[Record]) -> String {
+    let mut s = String::from("comparison,context,iops,iops_reference,iops_ratio,p99_us,p99_us_reference,p99_ratio\n");
+    for c in comparisons(records) {
+        for p in &c.pairs {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{:.4},{},{},{:.4}",
+                c.title,
+                p.context,
+                p.iops.0,
+                p.iops.1,
+                p.iops_ratio(),
+                micros(p.p99_ns.0),
+                micros(p.p99_ns.1),
+                p.p99_ratio()
+            );
+        }
+    }
+    s
+}

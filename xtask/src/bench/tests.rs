@@ -1,0 +1,525 @@
+//! Tests of the whole host side against console text written by the workload crate's own report
+//! code (see `fake.rs`). No test needs QEMU.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::fake::{SimDevice, boot_console, job_json_line};
+use super::matrix::{self, BootPlan, Completion, DeviceKind, Quiesce};
+use super::results::{self, BootResult, Record, RunInfo};
+use super::{Options, plots, summary};
+
+const FAST: SimDevice = SimDevice {
+    latency_ns: 20_000,
+    fail_every_lba: 0,
+};
+
+fn run_info() -> RunInfo {
+    RunInfo {
+        matrix: "quick".into(),
+        accel: "tcg".into(),
+        runtime_ms: 5,
+    }
+}
+
+/// The quick matrix's boots with a 5 ms runtime (simulated time).
+fn quick_boots() -> Vec<BootPlan> {
+    matrix::find("quick").unwrap().boots(5).unwrap()
+}
+
+fn collect(boot: &BootPlan, console: &str) -> BootResult {
+    results::collect_boot(&run_info(), boot, "target/bench/logs/x.log", console, Ok(()))
+}
+
+fn quick_records() -> Vec<Record> {
+    quick_boots()
+        .iter()
+        .flat_map(|boot| {
+            let result = collect(boot, &boot_console(boot, &FAST));
+            assert!(result.ok(), "{:?}", result.boot_problems);
+            result.records
+        })
+        .collect()
+}
+
+/// A fresh, empty folder under the system temp dir.
+fn temp_dir(tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "xtask-bench-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn real_json_lines_parse_and_match_their_points() {
+    let records = quick_records();
+    assert_eq!(records.len(), matrix::find("quick").unwrap().points().len());
+    for r in &records {
+        let rep = &r.report;
+        assert_eq!(rep.job.name, r.point.job_name());
+        assert_eq!(rep.device.name, r.point.device.device_name());
+        assert_eq!(rep.job.bs, u64::from(r.point.bs));
+        assert_eq!(rep.job.cpus.len() as u32, r.point.cpus);
+        assert!(rep.ios > 0 && rep.iops > 0, "{}", rep.job.name);
+        assert_eq!(rep.bytes, rep.ios * u64::from(r.point.bs));
+        // The simulated device takes at least 20 us; percentiles are ordered.
+        let l = &rep.lat_ns;
+        assert!(l.min >= 20_000, "{l:?}");
+        assert!(l.p50 <= l.p99 && l.p99 <= l.p99_9 && l.p99_9 <= l.max, "{l:?}");
+        assert_eq!(rep.per_cpu.iter().map(|c| c.ios).sum::<u64>(), rep.ios);
+        assert_eq!(
+            rep.counter_total("irqs"),
+            Some(rep.per_cpu.iter().map(|c| c.ios / 2).sum())
+        );
+        assert_eq!(rep.counter_total("ipis"), Some(3 * u64::from(r.point.cpus)));
+        assert_eq!(rep.totals["submitted"], rep.ios);
+        let locks = if r.point.quiesce == Quiesce::Locked { rep.ios } else { 0 };
+        assert_eq!(rep.counter_total("hot_path_locks"), Some(locks));
+        assert_eq!(rep.verify.result, "off");
+        // The raw object is kept whole, including fields the typed report does not read.
+        assert_eq!(r.raw["lat_ns"]["p99_99"].as_u64(), Some(l.p99_99));
+        assert!(r.raw["job"]["seed"].is_u64());
+    }
+    // md0 allows 16 per CPU: the qd 32 job ran capped, and the record still matches the point asked.
+    let capped = records
+        .iter()
+        .find(|r| r.point.device == DeviceKind::MegasasGen2 && r.point.iodepth == 32)
+        .unwrap();
+    assert_eq!(
+        (capped.report.job.iodepth, capped.report.job.iodepth_requested),
+        (16, 32)
+    );
+    assert!(
+        capped.report.warnings[0].contains("capped"),
+        "{:?}",
+        capped.report.warnings
+    );
+    assert!(capped.ok());
+}
+
+#[test]
+fn job_errors_fail_the_job_and_are_named() {
+    let boot = &quick_boots()[0];
+    let failing = SimDevice {
+        latency_ns: 20_000,
+        fail_every_lba: 8 * 64,
+    };
+    let result = collect(boot, &boot_console(boot, &failing));
+    assert!(result.boot_problems.is_empty(), "{:?}", result.boot_problems);
+    assert!(!result.ok());
+    for r in &result.records {
+        assert!(r.report.errors > 0);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p == &format!("{} I/O errors", r.report.errors)),
+            "{:?}",
+            r.problems
+        );
+        assert!(r.problems.iter().any(|p| p == "kernel verdict 'fail'"));
+    }
+}
+
+#[test]
+fn missing_broken_unexpected_and_duplicate_lines_are_boot_problems() {
+    let boot = &quick_boots()[0];
+    let full = boot_console(boot, &FAST);
+    let json_lines: Vec<&str> = full.lines().filter(|l| l.starts_with(results::JSON_PREFIX)).collect();
+    assert_eq!(json_lines.len(), boot.jobs.len());
+
+    // Drop the second job's line.
+    let missing: String = full
+        .lines()
+        .filter(|l| *l != json_lines[1])
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let result = collect(boot, &missing);
+    assert_eq!(result.records.len(), boot.jobs.len() - 1);
+    assert_eq!(
+        result.boot_problems,
+        [format!(
+            "no BAREMQ-JSON line for job '{}' ({})",
+            boot.jobs[1].name, boot.jobs[1].point
+        )]
+    );
+
+    // A truncated line (a console cut mid-write) and a duplicate.
+    let cut = &json_lines[0][..json_lines[0].len() / 2];
+    let broken = format!("{full}{cut}\n{}\n", json_lines[2]);
+    let result = collect(boot, &broken);
+    assert_eq!(result.records.len(), boot.jobs.len());
+    assert_eq!(result.boot_problems.len(), 2, "{:?}", result.boot_problems);
+    assert!(result.boot_problems[0].contains("bad BAREMQ-JSON line: not JSON"));
+    assert!(result.boot_problems[1].contains(&format!("job '{}' was reported twice", boot.jobs[2].name)));
+
+    // A line for a job nobody asked for: run a job of the other boot.
+    let mut words = boot.job_words();
+    let at = words
+        .iter()
+        .position(|w| *w == format!("job={}", boot.jobs[0].name))
+        .unwrap();
+    words[at] = "job=stray".into();
+    let stray = job_json_line(&words, 0, &FAST, &[0, 1]);
+    let result = collect(boot, &format!("{stray}{full}"));
+    assert_eq!(
+        result.boot_problems,
+        ["the kernel reported job 'stray', which was not asked for"]
+    );
+
+    // Valid JSON that is not a job report.
+    let result = collect(boot, &format!("BAREMQ-JSON: {{\"hello\": 1}}\n{full}"));
+    assert!(
+        result.boot_problems[0].contains("not a job report"),
+        "{:?}",
+        result.boot_problems
+    );
+}
+
+#[test]
+fn a_failed_boot_keeps_its_records_but_fails() {
+    let boot = &quick_boots()[0];
+    let console = boot_console(boot, &FAST).replace("BAREMQ: SUCCESS", "");
+    let verdict = crate::scenario::judge(&crate::scenario::Boot::default(), None, &console);
+    let result = results::collect_boot(&run_info(), boot, "l", &console, verdict);
+    assert_eq!(result.records.len(), boot.jobs.len());
+    assert!(!result.ok());
+    assert!(
+        result.boot_problems[0].starts_with("boot failed: QEMU exit status none"),
+        "{:?}",
+        result.boot_problems
+    );
+}
+
+#[test]
+fn a_kernel_that_ran_other_parameters_is_caught() {
+    let boot = &quick_boots()[0];
+    let first = &boot.jobs[0];
+    // The job that differs from the first only in its CPUs.
+    let other = boot
+        .jobs
+        .iter()
+        .position(|j| j.point.cpus == 2 && j.point.iodepth == first.point.iodepth)
+        .unwrap();
+    // Ask for the first job but let the "kernel" run the other's parameters under its name.
+    let mut words = boot.job_words();
+    let name_word = |name: &str| format!("job={name}");
+    let at_first = words.iter().position(|w| *w == name_word(&first.name)).unwrap();
+    let at_other = words
+        .iter()
+        .position(|w| *w == name_word(&boot.jobs[other].name))
+        .unwrap();
+    words[at_first] = "job=renamed".into();
+    words[at_other] = name_word(&first.name);
+    let line = job_json_line(&words, other, &FAST, &[0, 1]);
+    let result = collect(boot, &line);
+    let r = &result.records[0];
+    assert_eq!(r.point, first.point);
+    assert_eq!(r.problems, ["cpus: asked [0], kernel ran [0, 1]"]);
+    assert!(!result.ok());
+}
+
+#[test]
+fn results_json_round_trips() {
+    let records = quick_records();
+    let text = results::to_json(&records).unwrap();
+    let back = results::from_json(&text).unwrap();
+    assert_eq!(back, records);
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let first = &value.as_array().unwrap()[0];
+    assert_eq!(first["point"]["device"], "null");
+    assert_eq!(first["point"]["completion"], "irq");
+    assert_eq!(first["machine_cpus"], 2);
+    assert_eq!(first["ok"], true);
+    assert!(
+        results::from_json("{}")
+            .unwrap_err()
+            .contains("not a bench result array")
+    );
+}
+
+#[test]
+fn csv_has_one_row_per_job_with_the_reported_figures() {
+    let mut records = quick_records();
+    records[0].problems.push("odd, \"quoted\" problem".into());
+    let csv = results::to_csv(&records);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), records.len() + 1);
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(&header[..results::CSV_COLUMNS.len()], results::CSV_COLUMNS);
+    assert_eq!(
+        &header[results::CSV_COLUMNS.len()..],
+        ["hot_path_locks", "ipis", "irqs", "submitted"]
+    );
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    assert!(lines[1].contains(",\"odd, \"\"quoted\"\" problem\","), "{}", lines[1]);
+    for (line, r) in lines[2..].iter().zip(&records[1..]) {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.len(), header.len(), "{line}");
+        assert_eq!(fields[col("iops")], r.report.iops.to_string());
+        assert_eq!(fields[col("device")], r.report.device.name);
+        assert_eq!(fields[col("iodepth")], r.point.iodepth.to_string());
+        assert_eq!(fields[col("iodepth_run")], r.report.job.iodepth.to_string());
+        let p99: f64 = fields[col("lat_p99_us")].parse().unwrap();
+        assert!((p99 * 1000.0 - r.report.lat_ns.p99 as f64).abs() < 0.5, "{p99}");
+        let mb: f64 = fields[col("bw_mb_s")].parse().unwrap();
+        assert!((mb * 1e6 - r.report.bw_bytes as f64).abs() <= 5_000.0, "{mb}");
+        assert_eq!(fields[col("irqs")], r.report.counter_total("irqs").unwrap().to_string());
+        assert_eq!(fields[col("submitted")], r.report.ios.to_string());
+        assert_eq!(fields[col("ok")], "true");
+    }
+    assert_eq!(results::micros(1_234_567), "1234.567");
+    assert_eq!(results::megabytes(123_456_789), "123.46");
+}
+
+#[test]
+fn plots_are_svg_files_with_the_expected_series() {
+    let records = quick_records();
+    let dir = temp_dir("plots");
+    let base = matrix::find("quick").unwrap().base;
+    let files = plots::write_all(&records, &base, &dir).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "iops_vs_iodepth.svg",
+            "latency_percentiles.svg",
+            "cpu_scaling.svg",
+            "completion_policy.svg"
+        ]
+    );
+    let texts = |name: &str| {
+        let svg = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(
+            svg.trim_start().starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name}"
+        );
+        assert_eq!(svg.matches("<svg").count(), 1, "{name}");
+        svg_texts(&svg)
+    };
+    let has_all = |name: &str, wanted: &[&str]| {
+        let found = texts(name);
+        for w in wanted {
+            assert!(found.iter().any(|t| t == w), "{name} lacks text {w:?}: {found:?}");
+        }
+    };
+    has_all(
+        "iops_vs_iodepth.svg",
+        &[
+            "null0, 1 CPU",
+            "null0, 2 CPUs",
+            "md0 (gen2), 1 CPU",
+            "md0 (gen2), 2 CPUs",
+            "1",
+            "8",
+            "32",
+            "IOPS",
+        ],
+    );
+    has_all(
+        "latency_percentiles.svg",
+        &["null0, qd 8", "md0 (gen2), qd 32", "p50", "p99.9", "p99.99"],
+    );
+    has_all(
+        "completion_policy.svg",
+        &[
+            "null0, quiesce=lockfree",
+            "md0 (gen2), quiesce=locked",
+            "irq",
+            "remote",
+            "poll",
+        ],
+    );
+    has_all("cpu_scaling.svg", &["null0, qd 1", "md0 (gen2), qd 32", "1", "2"]);
+    for name in &names {
+        let svg = std::fs::read_to_string(dir.join(name)).unwrap();
+        // One polyline per series, plus the legend's sample lines.
+        assert!(svg.matches("<polyline").count() >= 4, "{name} draws its lines");
+    }
+
+    // The chart data themselves: one line per (device, CPUs), values from the reports.
+    let charts = plots::charts(&records, &base);
+    let iops_chart = &charts[0];
+    assert_eq!(iops_chart.categories, ["1", "8", "32"]);
+    assert_eq!(iops_chart.series.len(), 4);
+    let null_2cpu = records
+        .iter()
+        .find(|r| {
+            r.point.device == DeviceKind::Null
+                && r.point.cpus == 2
+                && r.point.iodepth == 32
+                && r.point.completion == Completion::Irq
+                && r.point.quiesce == Quiesce::LockFree
+        })
+        .unwrap();
+    assert_eq!(iops_chart.series[1].name, "null0, 2 CPUs");
+    assert_eq!(iops_chart.series[1].points[2], (2, null_2cpu.report.iops as f64));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The text content of every `<text>` element.
+fn svg_texts(svg: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = svg;
+    while let Some(start) = rest.find("<text") {
+        let open_end = start + rest[start..].find('>').unwrap() + 1;
+        let close = open_end + rest[open_end..].find("</text>").unwrap();
+        out.push(rest[open_end..close].trim().to_string());
+        rest = &rest[close..];
+    }
+    out
+}
+
+#[test]
+fn a_run_without_clean_data_still_draws_every_plot() {
+    let dir = temp_dir("empty");
+    let files = plots::write_all(&[], &matrix::find("quick").unwrap().base, &dir).unwrap();
+    assert_eq!(files.len(), 4);
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(svg.contains("no clean measurement"), "{svg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ratios_compare_jobs_that_differ_in_one_parameter() {
+    let mut records = quick_records();
+    let find = |records: &[Record], device, completion, quiesce, cpus, qd| {
+        records
+            .iter()
+            .position(|r| {
+                r.point.device == device
+                    && r.point.completion == completion
+                    && r.point.quiesce == quiesce
+                    && r.point.cpus == cpus
+                    && r.point.iodepth == qd
+            })
+            .unwrap()
+    };
+    let lf = find(&records, DeviceKind::Null, Completion::Remote, Quiesce::LockFree, 2, 8);
+    let lk = find(&records, DeviceKind::Null, Completion::Remote, Quiesce::Locked, 2, 8);
+    records[lf].report.iops = 300;
+    records[lk].report.iops = 200;
+    records[lf].report.lat_ns.p99 = 1_000;
+    records[lk].report.lat_ns.p99 = 4_000;
+    let comparisons = summary::comparisons(&records);
+    let titles: Vec<&str> = comparisons.iter().map(|c| c.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        [
+            "lock-free vs locked quiesce",
+            "remote vs irq completion",
+            "local vs irq completion",
+            "poll vs irq completion",
+            "2 CPUs vs 1 CPU",
+            "md0 (gen2) vs null0"
+        ]
+    );
+    // 4 policies x 2 devices have both quiesce policies.
+    assert_eq!(comparisons[0].pairs.len(), 8);
+    let pair = comparisons[0]
+        .pairs
+        .iter()
+        .find(|p| p.context == "null0 randread 4k qd8 2cpu remote")
+        .unwrap();
+    assert_eq!(pair.iops, (300, 200));
+    assert!((pair.iops_ratio() - 1.5).abs() < 1e-12);
+    assert!((pair.p99_ratio() - 0.25).abs() < 1e-12);
+    // remote vs irq: one pair per device and quiesce policy.
+    assert_eq!(comparisons[1].pairs.len(), 4);
+    // 2 vs 1 CPU: three queue depths per device.
+    assert_eq!(comparisons[4].pairs.len(), 6);
+    assert_eq!(
+        comparisons[5].pairs.len(),
+        13,
+        "every point of the quick matrix has both devices"
+    );
+
+    // A failed job drops out of every comparison.
+    records[lk].problems.push("3 I/O errors".into());
+    assert_eq!(summary::comparisons(&records)[0].pairs.len(), 7);
+
+    let text = summary::render(&records);
+    assert!(text.contains("lock-free vs locked quiesce"));
+    assert!(text.contains("geometric mean over 7 pairs"));
+    assert!(text.contains("FAILED: 3 I/O errors"));
+    for column in ["irqs/io", "ipis/io", "locks/io"] {
+        assert!(text.contains(column), "summary lacks {column}:\n{text}");
+    }
+    assert!(text.contains(" 32>16 "), "capped queue depth shown");
+    let csv = summary::ratios_csv(&records);
+    // The failed job was in three pairs: quiesce, remote vs irq, and md0 vs null0.
+    let before: usize = comparisons.iter().map(|c| c.pairs.len()).sum();
+    assert_eq!(csv.lines().count(), 1 + before - 3);
+    assert!(csv.contains("lock-free vs locked quiesce,md0 (gen2) randread 4k qd8 2cpu irq,"));
+}
+
+#[test]
+fn geometric_mean_of_ratios() {
+    let c = summary::Comparison {
+        title: "t".into(),
+        pairs: vec![
+            summary::Pair {
+                context: "a".into(),
+                iops: (200, 100),
+                p99_ns: (1, 4),
+            },
+            summary::Pair {
+                context: "b".into(),
+                iops: (100, 200),
+                p99_ns: (1, 1),
+            },
+            summary::Pair {
+                context: "c".into(),
+                iops: (100, 0),
+                p99_ns: (1, 1),
+            },
+        ],
+    };
+    let (iops, p99) = c.geomean().unwrap();
+    assert!((iops - 1.0).abs() < 1e-12, "{iops}: the NaN pair is left out");
+    assert!((p99 - 0.25f64.powf(1.0 / 3.0)).abs() < 1e-12, "{p99}");
+}
+
+#[test]
+fn options_parse_and_reject_with_specific_messages() {
+    let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let o = Options::parse(&args("--matrix full --runtime 500ms --kvm --debug --list")).unwrap();
+    assert_eq!(o.matrix, "full");
+    assert_eq!(o.runtime_ms, Some(500));
+    assert!(o.list && o.debug && o.accel == crate::qemu::Accel::Kvm);
+    let d = Options::parse(&[]).unwrap();
+    assert_eq!(d.matrix, "quick");
+    assert_eq!(d.runtime_ms, None);
+    assert!(
+        Options::parse(&args("--matrix"))
+            .unwrap_err()
+            .contains("--matrix needs a value")
+    );
+    assert!(
+        Options::parse(&args("--bogus"))
+            .unwrap_err()
+            .contains("unknown option '--bogus'")
+    );
+    assert!(Options::parse(&args("--runtime 0s")).unwrap_err().contains("'0s'"));
+}
+
+#[test]
+fn list_shows_every_matrix_and_the_boots() {
+    let quick = matrix::find("quick").unwrap();
+    let text = super::list_text(quick, &quick.boots(2000).unwrap());
+    for m in matrix::MATRICES {
+        assert!(text.contains(m.name));
+    }
+    assert!(
+        text.contains("matrix 'quick': 26 jobs x 2s = 52 s of measurement"),
+        "{text}"
+    );
+    assert!(text.contains("kernel: null.size=1g device=null0 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
+}
