@@ -53,8 +53,9 @@ impl Machine {
             Accel::Kvm => "kvm",
         });
         if self.accel == Accel::Kvm {
+            // kvm-pvm (this kind of machine) refuses to set IA32_ARCH_CAPABILITIES.
             push("-cpu");
-            push("host");
+            push("host,-arch-capabilities");
         }
         match self.firmware {
             _ if has(&["-bios"]) => {}
