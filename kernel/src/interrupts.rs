@@ -11,7 +11,7 @@ use crate::{firmware, irq, paging, pci, percpu, smp};
 use alloc::format;
 use alloc::string::String;
 use core::sync::atomic::Ordering;
-use platform::irq::{InterruptMode, InterruptPlan, IoApicRedirection, IrqHandlerFn};
+use platform::irq::{InterruptMode, InterruptPlan, IoApicRedirection, IrqHandlerFn, PIIX3_PIRQ_ROUTE, PciIrqRouter};
 use platform::mmio::{Mmio32, VolatileMmio};
 use platform::pci::{MsiMessage, MsixTable, PciFunction};
 
@@ -145,50 +145,45 @@ impl DeviceIrq {
     }
 }
 
-/// PCI interrupt routers baremq knows: QEMU's PIIX3 (pc) and ICH9 (q35).
-const PIIX3_ISA: (u16, u16) = (0x8086, 0x7000);
-const ICH9_LPC: (u16, u16) = (0x8086, 0x2918);
 const PIRQ_ROUTE_DISABLED: u32 = 0x80;
 
 /// Makes a bus-0 function's INTx pin reach the I/O APIC whatever the
 /// firmware programmed (qboot programs no PIRQ router), and returns the
-/// route to use. PIIX3: the pin reaches PIRQ[(slot - 1 + pin - 1) & 3],
-/// which is routed to the firmware's interrupt line, i.e. that ISA IRQ/GSI.
-/// ICH9 in APIC mode: slots below 25 reach PIRQ[E-H] as (slot + pin - 1) % 4
-/// + 4, and PIRQ[A-H] drive GSI 16-23 directly (level, active low).
+/// route to use. The chipset wiring is `platform::irq::PciIrqRouter`'s: on a
+/// PIIX3 the pin's PIRQ is routed to the firmware's interrupt line (that
+/// ISA IRQ is the GSI); on an ICH9 the PIRQ drives GSI 16-23 directly.
 fn chipset_intx_route(
     function: &PciFunction,
     route: platform::acpi::IrqRoute,
 ) -> Result<platform::acpi::IrqRoute, Error> {
     let pci = pci::get().ok_or(Error::NoPci)?;
-    let slot = function.address.device();
-    let pin0 = function.interrupt_pin.saturating_sub(1);
-    if function.address.bus() != 0 || function.interrupt_pin == 0 {
+    if function.address.bus() != 0 {
         return Ok(route);
     }
-    if let Some(router) = pci::find(PIIX3_ISA.0, PIIX3_ISA.1).next() {
-        let pirq = (slot.wrapping_sub(1).wrapping_add(pin0)) & 3;
-        let cfg = platform::pci::ConfigSpace::new(&pci.access, router.address);
-        let regs = cfg.read32(0x60)?;
-        let shift = 8 * u32::from(pirq);
-        let current = (regs >> shift) & 0xFF;
-        let want = u32::from(function.interrupt_line);
-        if current & PIRQ_ROUTE_DISABLED != 0 || current != want {
-            log::info!(
-                "irq: PIIX3 PIRQ{} was {current:#x}; routing it to IRQ {want}",
-                (b'A' + pirq) as char
-            );
-            cfg.write32(0x60, (regs & !(0xFF << shift)) | (want << shift))?;
-        }
+    let Some((router_fn, router)) = pci
+        .functions
+        .iter()
+        .find_map(|f| PciIrqRouter::from_id(f.vendor_id, f.device_id).map(|r| (f, r)))
+    else {
         return Ok(route);
+    };
+    let Some(pirq) = router.pirq(function.address.device(), function.interrupt_pin) else {
+        return Ok(route);
+    };
+    if let Some(direct) = router.direct_route(pirq) {
+        return Ok(direct);
     }
-    if pci::find(ICH9_LPC.0, ICH9_LPC.1).next().is_some() && slot < 25 {
-        let pirq = u32::from((slot + pin0) % 4 + 4);
-        return Ok(platform::acpi::IrqRoute {
-            gsi: 16 + pirq,
-            active_low: true,
-            level: true,
-        });
+    let cfg = platform::pci::ConfigSpace::new(&pci.access, router_fn.address);
+    let regs = cfg.read32(PIIX3_PIRQ_ROUTE)?;
+    let shift = 8 * u32::from(pirq);
+    let current = (regs >> shift) & 0xFF;
+    let want = u32::from(function.interrupt_line);
+    if current & PIRQ_ROUTE_DISABLED != 0 || current != want {
+        log::info!(
+            "irq: PIRQ{} was {current:#x}; routing it to IRQ {want}",
+            (b'A' + pirq) as char
+        );
+        cfg.write32(PIIX3_PIRQ_ROUTE, (regs & !(0xFF << shift)) | (want << shift))?;
     }
     Ok(route)
 }

@@ -536,3 +536,43 @@ fn io_apic_redirection_entries() {
     assert_eq!(ioapic_redirection_registers(119), Some((0xFE, 0xFF)));
     assert_eq!(ioapic_redirection_registers(120), None);
 }
+
+#[test]
+fn chipset_routers_map_slots_and_pins_to_pirqs() {
+    use platform::irq::PciIrqRouter;
+    assert_eq!(PciIrqRouter::from_id(0x8086, 0x7000), Some(PciIrqRouter::Piix3));
+    assert_eq!(PciIrqRouter::from_id(0x8086, 0x2918), Some(PciIrqRouter::Ich9));
+    assert_eq!(PciIrqRouter::from_id(0x8086, 0x1237), None);
+    // PIIX3: slot 2 INTA -> PIRQ B (QEMU's pc: slot 2 device on line 11 via PIRQB), rotating per pin.
+    let piix = PciIrqRouter::Piix3;
+    assert_eq!(piix.pirq(2, 1), Some(1));
+    assert_eq!(piix.pirq(2, 4), Some(0));
+    assert_eq!(piix.pirq(3, 1), Some(2));
+    assert_eq!(piix.pirq(1, 1), Some(0));
+    assert_eq!(
+        piix.direct_route(1),
+        None,
+        "PIIX3 routes only through the ISA IRQ registers"
+    );
+    // ICH9: (slot + pin - 1) % 4 + 4, GSI 16 + PIRQ, level active-low.
+    let ich9 = PciIrqRouter::Ich9;
+    assert_eq!(ich9.pirq(1, 1), Some(5));
+    assert_eq!(
+        ich9.direct_route(5).map(|r| (r.gsi, r.level, r.active_low)),
+        Some((21, true, true))
+    );
+    assert_eq!(ich9.pirq(0, 4), Some(7));
+    assert_eq!(ich9.pirq(4, 1), Some(4));
+    assert_eq!(
+        ich9.pirq(25, 1),
+        None,
+        "chipset slots are wired by registers baremq does not read"
+    );
+    // Invalid pins never index anything.
+    for router in [piix, ich9] {
+        assert_eq!(router.pirq(2, 0), None);
+        assert_eq!(router.pirq(2, 5), None);
+        assert_eq!(router.pirq(32, 1), None);
+    }
+    assert_eq!(ich9.direct_route(8), None);
+}

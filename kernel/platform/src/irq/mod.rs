@@ -12,6 +12,7 @@ mod vectors;
 pub use affinity::{AffinityPolicy, MAX_AFFINITY_PAIRS};
 pub use dispatch::{Dispatch, InterruptCountsDisplay, IrqHandlerFn, IrqTable, MAX_CPUS, Registration};
 pub use routing::{
-    InterruptMode, InterruptPlan, IoApicRedirection, choose_interrupt_mode, ioapic_redirection_registers,
+    InterruptMode, InterruptPlan, IoApicRedirection, PIIX3_PIRQ_ROUTE, PciIrqRouter, choose_interrupt_mode,
+    ioapic_redirection_registers,
 };
 pub use vectors::{FIRST_DEVICE_VECTOR, LAST_DEVICE_VECTOR, VectorAllocator};

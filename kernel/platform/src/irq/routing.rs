@@ -221,3 +221,60 @@ pub fn ioapic_redirection_registers(pin: u8) -> Option<(u8, u8)> {
     let low = 0x10 + pin * 2;
     Some((low, low + 1))
 }
+
+/// A chipset PCI interrupt router (the south bridge that maps a device's
+/// INTx pin to a PIRQ line and on to an I/O APIC input). Without AML `_PRT`
+/// evaluation, baremq knows the two QEMU chipsets' fixed wiring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PciIrqRouter {
+    /// PIIX3 (QEMU `pc`): PIRQ A-D, each routed to an ISA IRQ by config
+    /// registers 0x60-0x63 (bit 7 disables); the ISA IRQ is the GSI.
+    Piix3,
+    /// ICH9 LPC (QEMU `q35`): in APIC mode PIRQ A-H drive GSI 16-23 directly.
+    Ich9,
+}
+
+/// Offset of the PIIX3's PIRQ A route-control register (PIRQ n is at +n).
+pub const PIIX3_PIRQ_ROUTE: u16 = 0x60;
+
+impl PciIrqRouter {
+    /// The router function's vendor:device, if it is one of these.
+    pub fn from_id(vendor: u16, device: u16) -> Option<PciIrqRouter> {
+        match (vendor, device) {
+            (0x8086, 0x7000) => Some(PciIrqRouter::Piix3),
+            (0x8086, 0x2918) => Some(PciIrqRouter::Ich9),
+            _ => None,
+        }
+    }
+
+    /// The PIRQ (0 = A) that INTx `pin` (1..=4 = INTA..INTD) of a bus-0
+    /// device in `slot` drives, or `None` when the pin is invalid or the slot
+    /// is wired by chipset registers baremq does not read (ICH9 slots 25-31).
+    pub fn pirq(self, slot: u8, pin: u8) -> Option<u8> {
+        if !(1..=4).contains(&pin) || slot > 31 {
+            return None;
+        }
+        let pin0 = pin - 1;
+        match self {
+            // Slot 1 is the PIIX3 itself, so slot 2 pin A lands on PIRQ B.
+            PciIrqRouter::Piix3 => Some((slot.wrapping_sub(1).wrapping_add(pin0)) & 3),
+            // Devices avoid PIRQ A-D (kept for PCIe ports): (slot + pin) % 4 + 4.
+            PciIrqRouter::Ich9 if slot < 25 => Some((slot + pin0) % 4 + 4),
+            PciIrqRouter::Ich9 => None,
+        }
+    }
+
+    /// The I/O APIC input a PIRQ drives independently of the ISA routing
+    /// registers (ICH9 in APIC mode), with its polarity and trigger.
+    pub fn direct_route(self, pirq: u8) -> Option<IrqRoute> {
+        match self {
+            PciIrqRouter::Piix3 => None,
+            PciIrqRouter::Ich9 if pirq < 8 => Some(IrqRoute {
+                gsi: 16 + u32::from(pirq),
+                active_low: true,
+                level: true,
+            }),
+            PciIrqRouter::Ich9 => None,
+        }
+    }
+}
