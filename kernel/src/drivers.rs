@@ -47,8 +47,9 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
     );
     nc.logical_block_size = block_size;
     nc.memory_backed = cfg.null_memory;
-    let qc = nc.queue_config(ncpus, ncpus, depth);
-    let driver = NullDriver::new(nc, ncpus, depth, false);
+    let queues = cfg.null_queues.map_or(ncpus, |q| q as usize);
+    let qc = nc.queue_config(ncpus, queues, depth);
+    let driver = NullDriver::new(nc, queues, depth, false);
     let facts = DeviceFacts {
         name: "null0".into(),
         model: format!(
@@ -69,7 +70,7 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         facts,
         qc,
         driver,
-        format!("{ncpus} hardware queues (one per CPU), {depth} tags each"),
+        format!("{queues} hardware queue(s) for {ncpus} CPUs, {depth} tags each"),
     )
     .map_err(|e| Error::Device(format!("null0: {e}")))?;
     block::register(Box::leak(Box::new(disk)));

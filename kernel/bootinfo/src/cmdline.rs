@@ -16,6 +16,7 @@
 //! | `null.block_size` | `512` (default) or `4096` |
 //! | `null.memory` | `off` (default) or `on`: keep written data (needs SIZE bytes of heap) |
 //! | `null.mode` | `immediate` (default: completes through the completion policy) or `inline` |
+//! | `null.queues` | hardware queues of `null0` (default: one per CPU; `1` makes CPUs share one) |
 
 use crate::error::{Error, bounded};
 use heapless::Vec;
@@ -24,8 +25,7 @@ use heapless::Vec;
 pub const MAX_JOB_WORDS: usize = 128;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str =
-    "log, test, irq.affinity, megasas.irq, megasas.irq_cpu, smp, null.size, null.block_size, null.memory, null.mode";
+pub const KERNEL_KEYS: &str = "log, test, irq.affinity, megasas.irq, megasas.irq_cpu, smp, null.size, null.block_size, null.memory, null.mode, null.queues";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -111,6 +111,8 @@ pub struct Config<'a> {
     pub null_memory: bool,
     /// Complete null requests inside the driver's queue_rq.
     pub null_inline: bool,
+    /// Hardware queues of the null device (None: one per CPU).
+    pub null_queues: Option<u32>,
     /// Workload-engine words (`rw=...`, `bs=...`, ...), in command-line order.
     pub job_words: Vec<&'a str, MAX_JOB_WORDS>,
 }
@@ -128,6 +130,7 @@ impl Default for Config<'_> {
             null_block_size: 512,
             null_memory: false,
             null_inline: false,
+            null_queues: None,
             job_words: Vec::new(),
         }
     }
@@ -260,6 +263,21 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
                     &[("immediate", false), ("inline", true)],
                     "immediate or inline",
                 )?;
+            }
+            "null.queues" => {
+                once("null.queues")?;
+                cfg.null_queues =
+                    Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|q| (1..=64).contains(q))
+                            .ok_or_else(|| Error::BadValue {
+                                key: "null.queues",
+                                value: bounded(value),
+                                expected: "a number from 1 to 64",
+                            })?,
+                    );
             }
             _ if job_keys.contains(&key) => {
                 cfg.job_words.push(word).map_err(|_| Error::TooMany {
