@@ -579,9 +579,9 @@ impl BootPlan {
         120 + jobs * (3 * self.runtime_ms.div_ceil(1000) + 10)
     }
 
-    /// Log file name under `target/bench/logs/`.
-    pub fn log_name(&self) -> String {
-        format!("boot-{:02}-{}.log", self.index, self.device.key())
+    /// Log file name under `target/bench/logs/` for pass `repeat` (from 0) over the matrix.
+    pub fn log_name(&self, repeat: u32) -> String {
+        format!("r{repeat}-boot-{:02}-{}.log", self.index, self.device.key())
     }
 }
 

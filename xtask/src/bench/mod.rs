@@ -24,10 +24,14 @@ usage: cargo xtask bench [options]
   --matrix NAME     matrix to run (default quick; see --list)
   --list            print the matrices and the boots of the chosen one, run nothing
   --runtime DUR     runtime of every job, e.g. 500ms or 3s (default: the matrix's)
+  --repeat N        run the whole matrix N times (1-20, default 1); figures are medians
   --debug           debug kernel (default release)
   --kvm             use KVM (default TCG)
   --verbose         stream every boot's console
   --replot          rebuild CSV, plots and summary from target/bench/results.json, run nothing";
+
+/// Most passes `--repeat` accepts.
+const MAX_REPEAT: u32 = 20;
 
 /// Parsed command-line options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +39,7 @@ struct Options {
     matrix: String,
     list: bool,
     runtime_ms: Option<u64>,
+    repeat: u32,
     debug: bool,
     accel: Accel,
     verbose: bool,
@@ -47,6 +52,7 @@ impl Options {
             matrix: matrix::MATRICES[0].name.to_string(),
             list: false,
             runtime_ms: None,
+            repeat: 1,
             debug: false,
             accel: Accel::Tcg,
             verbose: false,
@@ -62,6 +68,14 @@ impl Options {
             match arg.as_str() {
                 "--matrix" => o.matrix = value("--matrix")?,
                 "--runtime" => o.runtime_ms = Some(matrix::parse_runtime_ms(&value("--runtime")?)?),
+                "--repeat" => {
+                    let v = value("--repeat")?;
+                    o.repeat = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_REPEAT).contains(n))
+                        .ok_or_else(|| format!("bench: --repeat '{v}': use a count from 1 to {MAX_REPEAT}"))?;
+                }
                 "--list" => o.list = true,
                 "--debug" => o.debug = true,
                 "--release" => o.debug = false,
@@ -170,37 +184,49 @@ fn run_matrix(
     let mut records: Vec<Record> = Vec::new();
     let mut boot_problems: Vec<String> = Vec::new();
     println!(
-        "bench: matrix '{}', {} jobs in {} boots, {} per job, {}",
+        "bench: matrix '{}', {} jobs in {} boots, {} per job, {} pass(es), {}",
         matrix.name,
         boots.iter().map(|b| b.jobs.len()).sum::<usize>(),
         boots.len(),
         matrix::runtime_word(runtime_ms),
+        opts.repeat,
         run.accel
     );
-    for boot in boots {
-        let image = match boot.device.image_bytes() {
-            None => None,
-            Some(bytes) => match images.iter().find(|(d, _)| *d == boot.device) {
-                Some((_, path)) => Some(path.clone()),
-                None => {
-                    let path = out_dir.join(format!("disk-{}.raw", boot.device.key()));
-                    qemu::create_image(&path, bytes, "raw")?;
-                    images.push((boot.device, path.clone()));
-                    Some(path)
-                }
-            },
-        };
-        let result = run_boot(&run, boot, boots.len(), kernel, image.as_deref(), opts, &logs)?;
-        boot_problems.extend(
-            result
-                .boot_problems
-                .iter()
-                .map(|p| format!("boot {} ({}): {p}", boot.index, boot.device.key())),
-        );
-        records.extend(result.records);
-        // Written after every boot, so an interrupted run keeps what it measured.
-        std::fs::write(out_dir.join("results.json"), results::to_json(&records)?)
-            .map_err(|e| format!("writing results.json: {e}"))?;
+    let runner = BootRunner {
+        run: &run,
+        kernel,
+        opts,
+        logs: &logs,
+        boots_per_pass: boots.len(),
+    };
+    // Passes run the whole matrix again, so slow drift of a shared machine spreads over every
+    // point instead of biasing the ones that happen to run last.
+    for repeat in 0..opts.repeat {
+        for boot in boots {
+            let image = match boot.device.image_bytes() {
+                None => None,
+                Some(bytes) => match images.iter().find(|(d, _)| *d == boot.device) {
+                    Some((_, path)) => Some(path.clone()),
+                    None => {
+                        let path = out_dir.join(format!("disk-{}.raw", boot.device.key()));
+                        qemu::create_image(&path, bytes, "raw")?;
+                        images.push((boot.device, path.clone()));
+                        Some(path)
+                    }
+                },
+            };
+            let result = runner.run_boot(boot, repeat, image.as_deref())?;
+            boot_problems.extend(
+                result
+                    .boot_problems
+                    .iter()
+                    .map(|p| format!("pass {repeat} boot {} ({}): {p}", boot.index, boot.device.key())),
+            );
+            records.extend(result.records);
+            // Written after every boot, so an interrupted run keeps what it measured.
+            std::fs::write(out_dir.join("results.json"), results::to_json(&records)?)
+                .map_err(|e| format!("writing results.json: {e}"))?;
+        }
     }
     for image in images.iter().map(|(_, p)| p) {
         let _ = std::fs::remove_file(image);
@@ -221,74 +247,90 @@ fn run_matrix(
     Ok(false)
 }
 
-fn run_boot(
-    run: &RunInfo,
-    boot: &BootPlan,
-    total: usize,
-    kernel: &Path,
-    image: Option<&Path>,
-    opts: &Options,
-    logs: &Path,
-) -> Result<BootResult, String> {
-    let mut extra: Vec<String> = ["-M", "q35", "-smp", &boot.smp.to_string(), "-m", &boot.mem]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    if let Some(image) = image {
-        extra.extend(boot.device.qemu_args(image));
-    }
-    let machine = Machine {
-        accel: opts.accel,
-        firmware: Firmware::Qboot,
-        kernel: Some(kernel.to_path_buf()),
-        cdrom: None,
-        append: boot.kernel_args(),
-        extra,
-    };
-    let log_path = logs.join(boot.log_name());
-    let log_shown = log_path
-        .strip_prefix(crate::root())
-        .unwrap_or(&log_path)
-        .display()
-        .to_string();
-    println!(
-        "\nbench: boot {}/{total}: {}, {} jobs, -smp {} (log {log_shown})",
-        boot.index + 1,
-        boot.device.label(),
-        boot.jobs.len(),
-        boot.smp
-    );
-    let outcome = qemu::run(
-        &machine.args(),
-        Duration::from_secs(boot.timeout_s()),
-        opts.verbose,
-        Some(&log_path),
-    )?;
-    let verdict = crate::scenario::judge(&crate::scenario::Boot::default(), outcome.exit_code, &outcome.output);
-    let result = results::collect_boot(run, boot, &log_shown, &outcome.output, verdict);
-    for r in &result.records {
+/// What every boot of a run shares.
+struct BootRunner<'a> {
+    run: &'a RunInfo,
+    kernel: &'a Path,
+    opts: &'a Options,
+    logs: &'a Path,
+    boots_per_pass: usize,
+}
+
+impl BootRunner<'_> {
+    /// Boots QEMU for `boot` in pass `repeat` and collects what its console reports.
+    fn run_boot(&self, boot: &BootPlan, repeat: u32, image: Option<&Path>) -> Result<BootResult, String> {
+        let BootRunner {
+            run,
+            kernel,
+            opts,
+            logs,
+            boots_per_pass: total,
+        } = *self;
+        let mut extra: Vec<String> = ["-M", "q35", "-smp", &boot.smp.to_string(), "-m", &boot.mem]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if let Some(image) = image {
+            extra.extend(boot.device.qemu_args(image));
+        }
+        let machine = Machine {
+            accel: opts.accel,
+            firmware: Firmware::Qboot,
+            kernel: Some(kernel.to_path_buf()),
+            cdrom: None,
+            append: boot.kernel_args(),
+            extra,
+        };
+        let log_path = logs.join(boot.log_name(repeat));
+        let log_shown = log_path
+            .strip_prefix(crate::root())
+            .unwrap_or(&log_path)
+            .display()
+            .to_string();
+        let pass = if opts.repeat > 1 {
+            format!("pass {}/{}, ", repeat + 1, opts.repeat)
+        } else {
+            String::new()
+        };
         println!(
-            "  {:<26} {:>9} IOPS {:>9} MB/s  p99 {:>10} us  {}",
-            r.report.job.name,
-            r.report.iops,
-            results::megabytes(r.report.bw_bytes),
-            results::micros(r.report.lat_ns.p99),
-            if r.ok() {
-                "ok".to_string()
-            } else {
-                format!("FAILED: {}", r.problems.join("; "))
-            }
+            "\nbench: {pass}boot {}/{total}: {}, {} jobs, -smp {} (log {log_shown})",
+            boot.index + 1,
+            boot.device.label(),
+            boot.jobs.len(),
+            boot.smp
         );
+        let outcome = qemu::run(
+            &machine.args(),
+            Duration::from_secs(boot.timeout_s()),
+            opts.verbose,
+            Some(&log_path),
+        )?;
+        let verdict = crate::scenario::judge(&crate::scenario::Boot::default(), outcome.exit_code, &outcome.output);
+        let result = results::collect_boot(run, boot, repeat, &log_shown, &outcome.output, verdict);
+        for r in &result.records {
+            println!(
+                "  {:<26} {:>9} IOPS {:>9} MB/s  p99 {:>10} us  {}",
+                r.report.job.name,
+                r.report.iops,
+                results::megabytes(r.report.bw_bytes),
+                results::micros(r.report.lat_ns.p99),
+                if r.ok() {
+                    "ok".to_string()
+                } else {
+                    format!("FAILED: {}", r.problems.join("; "))
+                }
+            );
+        }
+        for p in &result.boot_problems {
+            println!("  FAILED: {p}");
+        }
+        println!(
+            "  ({:.1} s, {})",
+            outcome.elapsed.as_secs_f64(),
+            if result.ok() { "clean" } else { "FAILED" }
+        );
+        Ok(result)
     }
-    for p in &result.boot_problems {
-        println!("  FAILED: {p}");
-    }
-    println!(
-        "  ({:.1} s, {})",
-        outcome.elapsed.as_secs_f64(),
-        if result.ok() { "clean" } else { "FAILED" }
-    );
-    Ok(result)
 }
 
 /// Writes results.json (unless `json` is false), results.csv, ratios.csv and the plots, and prints
@@ -305,7 +347,8 @@ fn write_outputs(records: &[Record], matrix: &Matrix, out_dir: &Path, json: bool
     write("results.csv", results::to_csv(records))?;
     write("ratios.csv", summary::ratios_csv(records))?;
     println!("\n{}", summary::render(records));
-    let plots_ok = match plots::write_all(records, &matrix.base, out_dir) {
+    let medians: Vec<Record> = summary::medians(records).into_iter().map(|p| p.record).collect();
+    let plots_ok = match plots::write_all(&medians, &matrix.base, out_dir) {
         Ok(files) => {
             let names: Vec<String> = files
                 .iter()

@@ -250,8 +250,10 @@ pub struct RunInfo {
 pub struct Record {
     /// Run-wide facts.
     pub run: RunInfo,
-    /// Boot index.
+    /// Boot index within one pass over the matrix.
     pub boot: usize,
+    /// Which pass over the matrix (`--repeat`), from 0.
+    pub repeat: u32,
     /// Console log of the boot, relative to the workspace root.
     pub log: String,
     /// `-smp` of the boot.
@@ -296,6 +298,7 @@ impl BootResult {
 pub fn collect_boot(
     run: &RunInfo,
     boot: &BootPlan,
+    repeat: u32,
     log: &str,
     console: &str,
     verdict: Result<(), String>,
@@ -333,6 +336,7 @@ pub fn collect_boot(
         result.records.push(Record {
             run: run.clone(),
             boot: boot.index,
+            repeat,
             log: log.to_string(),
             machine_cpus: boot.smp,
             memory: boot.mem.clone(),
@@ -359,6 +363,8 @@ struct Stored {
     accel: String,
     runtime_ms: u64,
     boot: usize,
+    #[serde(default)]
+    repeat: u32,
     log: String,
     machine_cpus: u32,
     memory: String,
@@ -377,6 +383,7 @@ pub fn to_json(records: &[Record]) -> Result<String, String> {
             accel: r.run.accel.clone(),
             runtime_ms: r.run.runtime_ms,
             boot: r.boot,
+            repeat: r.repeat,
             log: r.log.clone(),
             machine_cpus: r.machine_cpus,
             memory: r.memory.clone(),
@@ -406,6 +413,7 @@ pub fn from_json(text: &str) -> Result<Vec<Record>, String> {
                     runtime_ms: s.runtime_ms,
                 },
                 boot: s.boot,
+                repeat: s.repeat,
                 log: s.log,
                 machine_cpus: s.machine_cpus,
                 memory: s.memory,
@@ -454,6 +462,7 @@ fn csv_field(text: &str) -> String {
 pub const CSV_COLUMNS: &[&str] = &[
     "matrix",
     "accel",
+    "repeat",
     "boot",
     "device_kind",
     "device",
@@ -495,6 +504,7 @@ pub fn to_csv(records: &[Record]) -> String {
         let mut row: Vec<String> = vec![
             r.run.matrix.clone(),
             r.run.accel.clone(),
+            r.repeat.to_string(),
             r.boot.to_string(),
             r.point.device.key().into(),
             rep.device.name.clone(),

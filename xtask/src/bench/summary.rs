@@ -193,8 +193,76 @@ fn fmt_ratio(r: f64) -> String {
     }
 }
 
-/// The per-job table, then the comparisons.
+/// The clean runs of one point (one per `--repeat` pass), summarised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointSummary {
+    /// The run with the median IOPS, with the medians over all runs written into its IOPS,
+    /// bandwidth and latency figures. Counters stay those of that run.
+    pub record: Record,
+    /// Clean runs of the point.
+    pub runs: usize,
+    /// Lowest and highest IOPS over the runs.
+    pub iops_range: (u64, u64),
+}
+
+impl PointSummary {
+    /// (highest - lowest) / median IOPS: how far apart the runs were.
+    pub fn spread(&self) -> f64 {
+        ratio(self.iops_range.1 - self.iops_range.0, self.record.report.iops)
+    }
+}
+
+/// Median of `values` (the mean of the two middle values when there is an even number of them).
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    let n = values.len();
+    match n {
+        0 => 0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => ((u128::from(values[n / 2 - 1]) + u128::from(values[n / 2])) / 2) as u64,
+    }
+}
+
+/// One summary per point with at least one clean run, in the order points first appear.
+pub fn medians(records: &[Record]) -> Vec<PointSummary> {
+    // Matrix order: where a point first appears, clean or not.
+    let mut points: Vec<Point> = Vec::new();
+    for r in records {
+        if !points.contains(&r.point) {
+            points.push(r.point);
+        }
+    }
+    points.retain(|p| records.iter().any(|r| r.ok() && r.point == *p));
+    points
+        .into_iter()
+        .map(|point| {
+            let mut runs: Vec<&Record> = records.iter().filter(|r| r.ok() && r.point == point).collect();
+            runs.sort_by_key(|r| r.report.iops);
+            let of = |f: fn(&Record) -> u64| median(runs.iter().map(|r| f(r)).collect());
+            let mut record = runs[(runs.len() - 1) / 2].clone();
+            let rep = &mut record.report;
+            rep.iops = of(|r| r.report.iops);
+            rep.bw_bytes = of(|r| r.report.bw_bytes);
+            rep.lat_ns.mean = of(|r| r.report.lat_ns.mean);
+            rep.lat_ns.p50 = of(|r| r.report.lat_ns.p50);
+            rep.lat_ns.p90 = of(|r| r.report.lat_ns.p90);
+            rep.lat_ns.p99 = of(|r| r.report.lat_ns.p99);
+            rep.lat_ns.p99_9 = of(|r| r.report.lat_ns.p99_9);
+            rep.lat_ns.p99_99 = of(|r| r.report.lat_ns.p99_99);
+            PointSummary {
+                record,
+                runs: runs.len(),
+                iops_range: (runs[0].report.iops, runs[runs.len() - 1].report.iops),
+            }
+        })
+        .collect()
+}
+
+/// The per-point table (medians when points ran more than once), failed runs, then the
+/// comparisons.
 pub fn render(records: &[Record]) -> String {
+    let summaries = medians(records);
+    let repeated = summaries.iter().any(|p| p.runs > 1);
     let columns: Vec<&(&str, &[&str])> = PER_IO_COLUMNS
         .iter()
         .filter(|(_, names)| records.iter().any(|r| per_io(r, names).is_some()))
@@ -202,26 +270,18 @@ pub fn render(records: &[Record]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{:<11} {:<9} {:>4} {:>3} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6}",
-        "device",
-        "rw",
-        "bs",
-        "qd",
-        "cpus",
-        "compl",
-        "quiesce",
-        "IOPS",
-        "MB/s",
-        "p50 us",
-        "p99 us",
-        "p99.9 us",
-        "errors"
+        "{:<11} {:<9} {:>4} {:>5} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9}",
+        "device", "rw", "bs", "qd", "cpus", "compl", "quiesce", "IOPS", "MB/s", "p50 us", "p99 us", "p99.9 us"
     );
+    if repeated {
+        let _ = write!(s, " {:>4} {:>6}", "runs", "spread");
+    }
     for (heading, _) in &columns {
         let _ = write!(s, " {heading:>8}");
     }
-    s.push_str("  verdict\n");
-    for r in records {
+    s.push('\n');
+    for summary in &summaries {
+        let r = &summary.record;
         let p = &r.point;
         let rep = &r.report;
         let qd = if u64::from(p.iodepth) == rep.job.iodepth {
@@ -231,7 +291,7 @@ pub fn render(records: &[Record]) -> String {
         };
         let _ = write!(
             s,
-            "{:<11} {:<9} {:>4} {:>3} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6}",
+            "{:<11} {:<9} {:>4} {:>5} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9}",
             p.device.label(),
             p.rw.as_str(),
             size_word(u64::from(p.bs)),
@@ -244,19 +304,32 @@ pub fn render(records: &[Record]) -> String {
             micros(rep.lat_ns.p50),
             micros(rep.lat_ns.p99),
             micros(rep.lat_ns.p99_9),
-            rep.errors
         );
+        if repeated {
+            let _ = write!(s, " {:>4} {:>5.0}%", summary.runs, summary.spread() * 100.0);
+        }
         for (_, names) in &columns {
             let value = per_io(r, names).map_or("-".into(), |v| format!("{v:.3}"));
             let _ = write!(s, " {value:>8}");
         }
-        if r.ok() {
-            s.push_str("  ok\n");
-        } else {
-            let _ = writeln!(s, "  FAILED: {}", r.problems.join("; "));
+        s.push('\n');
+    }
+    let failed: Vec<&Record> = records.iter().filter(|r| !r.ok()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(s, "\nfailed runs (left out of the table, the ratios and the plots):");
+        for r in failed {
+            let _ = writeln!(
+                s,
+                "  pass {} {} ({}): FAILED: {}",
+                r.repeat,
+                r.report.job.name,
+                r.point,
+                r.problems.join("; ")
+            );
         }
     }
-    for c in comparisons(records) {
+    let medians: Vec<Record> = summaries.into_iter().map(|p| p.record).collect();
+    for c in comparisons(&medians) {
         let _ = writeln!(
             s,
             "\n{} (IOPS ratio >1: faster; p99 ratio <1: lower tail latency)",
@@ -288,10 +361,11 @@ pub fn render(records: &[Record]) -> String {
     s
 }
 
-/// `ratios.csv`: one row per pair of every comparison.
+/// `ratios.csv`: one row per pair of every comparison, over the medians of each point.
 pub fn ratios_csv(records: &[Record]) -> String {
+    let medians: Vec<Record> = medians(records).into_iter().map(|p| p.record).collect();
     let mut s = String::from("comparison,context,iops,iops_reference,iops_ratio,p99_us,p99_us_reference,p99_ratio\n");
-    for c in comparisons(records) {
+    for c in comparisons(&medians) {
         for p in &c.pairs {
             let _ = writeln!(
                 s,

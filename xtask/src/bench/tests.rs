@@ -28,7 +28,7 @@ fn quick_boots() -> Vec<BootPlan> {
 }
 
 fn collect(boot: &BootPlan, console: &str) -> BootResult {
-    results::collect_boot(&run_info(), boot, "target/bench/logs/x.log", console, Ok(()))
+    results::collect_boot(&run_info(), boot, 0, "target/bench/logs/x.log", console, Ok(()))
 }
 
 fn quick_records() -> Vec<Record> {
@@ -185,7 +185,7 @@ fn a_failed_boot_keeps_its_records_but_fails() {
     let boot = &quick_boots()[0];
     let console = boot_console(boot, &FAST).replace("BAREMQ: SUCCESS", "");
     let verdict = crate::scenario::judge(&crate::scenario::Boot::default(), None, &console);
-    let result = results::collect_boot(&run_info(), boot, "l", &console, verdict);
+    let result = results::collect_boot(&run_info(), boot, 0, "l", &console, verdict);
     assert_eq!(result.records.len(), boot.jobs.len());
     assert!(!result.ok());
     assert!(
@@ -522,4 +522,75 @@ fn list_shows_every_matrix_and_the_boots() {
         "{text}"
     );
     assert!(text.contains("kernel: null.size=1g device=null0 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
+}
+
+#[test]
+fn repeated_runs_are_summarised_by_medians() {
+    let first = quick_records();
+    let mut all = first.clone();
+    for (pass, factor) in [(1, 2), (2, 4)] {
+        all.extend(first.iter().map(|r| {
+            let mut r = r.clone();
+            r.repeat = pass;
+            r.report.iops *= factor;
+            r.report.lat_ns.p99 *= factor;
+            r
+        }));
+    }
+    let summaries = summary::medians(&all);
+    assert_eq!(summaries.len(), first.len());
+    for (s, r) in summaries.iter().zip(&first) {
+        assert_eq!(s.record.point, r.point);
+        assert_eq!(s.runs, 3);
+        assert_eq!(s.record.repeat, 1, "the median run represents the point");
+        assert_eq!(s.record.report.iops, 2 * r.report.iops);
+        assert_eq!(s.record.report.lat_ns.p99, 2 * r.report.lat_ns.p99);
+        assert_eq!(s.iops_range, (r.report.iops, 4 * r.report.iops));
+        assert!((s.spread() - 1.5).abs() < 1e-9);
+    }
+    // A failed run drops out; two runs left: the median is their mean.
+    all[0].problems.push("3 I/O errors".into());
+    let s = &summary::medians(&all)[0];
+    assert_eq!(s.record.point, first[0].point, "matrix order holds when a run fails");
+    assert_eq!(s.runs, 2);
+    assert_eq!(s.record.report.iops, 3 * first[0].report.iops);
+    let text = summary::render(&all);
+    assert!(text.contains("runs spread"), "{text}");
+    assert!(text.contains("    3   150%"), "{text}");
+    assert!(text.contains("failed runs (left out of the table, the ratios and the plots):"));
+    assert!(text.contains(&format!("  pass 0 {} (", first[0].report.job.name)));
+    // Ratios use the medians: every pass scaled alike, so the ratios are those of one pass.
+    let one = summary::comparisons(&first);
+    let medians: Vec<Record> = summary::medians(&all[1..]).into_iter().map(|p| p.record).collect();
+    let many = summary::comparisons(&medians);
+    assert_eq!(one[0].pairs.len(), many[0].pairs.len());
+    for (a, b) in one[0].pairs.iter().zip(&many[0].pairs) {
+        assert!((a.iops_ratio() - b.iops_ratio()).abs() < 1e-9, "{a:?} {b:?}");
+    }
+    // The pass is kept in results.json and the CSV.
+    let back = results::from_json(&results::to_json(&all).unwrap()).unwrap();
+    assert_eq!(back[first.len()].repeat, 1);
+    assert!(
+        results::to_csv(&all)
+            .lines()
+            .nth(1 + 2 * first.len())
+            .unwrap()
+            .starts_with("quick,tcg,2,")
+    );
+}
+
+#[test]
+fn repeat_option_and_log_names() {
+    let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    assert_eq!(Options::parse(&args("--repeat 3")).unwrap().repeat, 3);
+    assert_eq!(Options::parse(&[]).unwrap().repeat, 1);
+    for bad in ["0", "21", "x"] {
+        let err = Options::parse(&args(&format!("--repeat {bad}"))).unwrap_err();
+        assert!(
+            err.contains(&format!("--repeat '{bad}': use a count from 1 to 20")),
+            "{err}"
+        );
+    }
+    let boots = quick_boots();
+    assert_eq!(boots[1].log_name(2), "r2-boot-01-megasas-gen2.log");
 }
