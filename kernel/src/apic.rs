@@ -173,12 +173,30 @@ pub fn send_ipi(apic_id: u32, delivery: Delivery) {
     } else {
         write(REG_ICR_HIGH, apic_id << 24);
         write(REG_ICR_LOW, low);
-        // Delivery-status bit: wait (bounded) until the APIC has sent it.
-        for _ in 0..1_000_000 {
-            if read(REG_ICR_LOW) & (1 << 12) == 0 {
-                break;
-            }
-            core::hint::spin_loop();
+        wait_icr_idle();
+    }
+}
+
+/// xAPIC: waits (bounded) until the delivery-status bit says the IPI was sent.
+fn wait_icr_idle() {
+    for _ in 0..1_000_000 {
+        if read(REG_ICR_LOW) & (1 << 12) == 0 {
+            break;
         }
+        core::hint::spin_loop();
+    }
+}
+
+/// Sends a fixed IPI to every CPU but this one (destination shorthand).
+pub fn send_ipi_all_others(vector: u8) {
+    let low = (0b11 << 18) | vector as u32;
+    if is_x2apic() {
+        let mut icr = Msr::new(0x830);
+        // SAFETY: one 64-bit write to the x2APIC ICR sends the IPI.
+        unsafe { icr.write(low as u64) };
+    } else {
+        write(REG_ICR_HIGH, 0);
+        write(REG_ICR_LOW, low);
+        wait_icr_idle();
     }
 }

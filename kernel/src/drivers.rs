@@ -15,6 +15,7 @@ use blk::{CompletionPolicy, Driver, HwCtx, QueueConfig, QueueRqError, Rq, Status
 use bootinfo::cmdline::{Config, IrqMode as ConfigIrqMode};
 use megasas::{Controller, IoStatus, Model};
 use platform::irq::InterruptMode;
+use platform::pci::{DeviceMatch, PciDriver};
 
 /// Device interrupt vectors per block device name (for the job report).
 static VECTORS: spin::Mutex<Vec<(String, u8)>> = spin::Mutex::new(Vec::new());
@@ -253,6 +254,10 @@ impl Driver for MegasasDriver {
     }
 
     fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        // A request that times out may mean the firmware died: say so if it did.
+        if let Err(e) = self.shared.ctrl.check_firmware() {
+            log::error!("megasas: controller firmware is not operational: {e}");
+        }
         log::error!(
             "megasas: target {} block-layer tag {} (sector {}) timed out; no abort support: failing it",
             self.target,
@@ -411,16 +416,35 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
     Ok(())
 }
 
-/// Probes every MegaRAID controller. A controller that fails is reported
-/// and makes the boot fail: a missing disk must never look like success.
-pub fn probe_megasas(cfg: &Config<'_>) -> Result<usize, Error> {
-    let Some(p) = pci::get() else { return Ok(0) };
-    let mut found = 0;
+/// The PCI drivers in `drivers/`, matched by vendor/device (or class) rules.
+const PCI_DRIVERS: &[PciDriver] = &[PciDriver {
+    name: "megasas",
+    matches: &[DeviceMatch::id(0x1000, 0x0060), DeviceMatch::id(0x1000, 0x0079)],
+}];
+
+fn probe_megasas(function: &'static platform::pci::PciFunction, cfg: &Config<'_>) -> Result<(), Error> {
+    let model = Model::from_pci_id(function.vendor_id, function.device_id)
+        .ok_or_else(|| Error::Device(format!("megasas: {} is not a supported model", function.address)))?;
+    probe_one(function, model, cfg)
+}
+
+/// Probes every PCI function a driver matches. A device that fails is
+/// reported and makes the boot fail: a missing disk must never look like
+/// success. Returns (driver name, functions claimed) per driver.
+pub fn probe_pci(cfg: &Config<'_>) -> Result<Vec<(&'static str, usize)>, Error> {
+    let mut claimed: Vec<(&'static str, usize)> = PCI_DRIVERS.iter().map(|d| (d.name, 0)).collect();
+    let Some(p) = pci::get() else { return Ok(claimed) };
     for f in &p.functions {
-        if let Some(model) = Model::from_pci_id(f.vendor_id, f.device_id) {
-            probe_one(f, model, cfg)?;
-            found += 1;
+        let Some(driver) = platform::pci::match_driver(PCI_DRIVERS, f) else {
+            continue;
+        };
+        match driver.name {
+            "megasas" => probe_megasas(f, cfg)?,
+            other => return Err(Error::Device(format!("driver {other} has no probe function"))),
+        }
+        if let Some(c) = claimed.iter_mut().find(|(n, _)| *n == driver.name) {
+            c.1 += 1;
         }
     }
-    Ok(found)
+    Ok(claimed)
 }

@@ -182,8 +182,12 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = drivers::create_null(&config) {
         exit::failure(format_args!("{e}"));
     }
-    match drivers::probe_megasas(&config) {
-        Ok(n) => kprintln!("megasas: {n} controller(s)"),
+    match drivers::probe_pci(&config) {
+        Ok(claimed) => {
+            for (driver, n) in claimed {
+                kprintln!("{driver}: {n} controller(s)");
+            }
+        }
         Err(e) => exit::failure(format_args!("{e}")),
     }
     block::seal();

@@ -156,9 +156,10 @@ fn idle_loop(index: usize) -> ! {
     }
 }
 
-/// Starts `f(arg)` on CPU `index` (not the calling CPU). Returns the value of
-/// its done counter to wait for, or None when the CPU is offline or busy.
-pub fn run_on(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
+/// Publishes `f(arg)` in CPU `index`'s mailbox without waking it. Returns the
+/// value of its done counter to wait for, or None when the CPU is this one,
+/// offline, or busy.
+fn post(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
     let slot = percpu::cpu(index);
     if index == percpu::index() || !slot.online.load(Ordering::Acquire) {
         return None;
@@ -167,15 +168,19 @@ pub fn run_on(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
     let target = mb.done.load(Ordering::Acquire) + 1;
     mb.arg.store(arg, Ordering::Relaxed);
     // Release pairs with the idle loop's Acquire swap.
-    if mb
-        .work
+    mb.work
         .compare_exchange(0, f as usize, Ordering::Release, Ordering::Relaxed)
-        .is_err()
-    {
-        return None;
-    }
+        .ok()?;
+    Some(target)
+}
+
+/// Starts `f(arg)` on CPU `index` (not the calling CPU) with a wake IPI to
+/// that CPU. Returns the done-counter value to wait for, or None when the CPU
+/// is offline or busy.
+pub fn run_on(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
+    let target = post(index, f, arg)?;
     apic::send_ipi(
-        slot.apic_id.load(Ordering::Relaxed),
+        percpu::cpu(index).apic_id.load(Ordering::Relaxed),
         apic::Delivery::Fixed(irq::VECTOR_WAKE),
     );
     Some(target)
@@ -188,17 +193,22 @@ pub fn wait_done(index: usize, target: u64) {
     }
 }
 
-/// Runs `f(cpu_index)` on every online CPU (this one included) and waits for all.
+/// Runs `f(cpu_index)` on every online CPU (this one included) and waits for
+/// all: the work is posted to every mailbox, then one broadcast IPI wakes
+/// all other CPUs at once.
 pub fn on_each_cpu(f: fn(usize)) {
     let me = percpu::index();
     let mut pending: Vec<(usize, u64)> = Vec::new();
     for i in 0..MAX_CPUS {
         if i != me && percpu::cpu(i).online.load(Ordering::Acquire) {
-            match run_on(i, f, i) {
+            match post(i, f, i) {
                 Some(t) => pending.push((i, t)),
                 None => log::error!("smp: cpu{i} is busy; on_each_cpu skipped it"),
             }
         }
+    }
+    if !pending.is_empty() {
+        apic::send_ipi_all_others(irq::VECTOR_WAKE);
     }
     f(me);
     for (i, t) in pending {

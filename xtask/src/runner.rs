@@ -90,7 +90,12 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             append: boot.append.clone(),
             extra,
         };
-        if boot.method != BootMethod::Kernel {
+        if boot.method == BootMethod::Pvh {
+            match pvh_only_copy(kernel, &dir.join("kernel-pvh")) {
+                Ok(k) => m.kernel = Some(k),
+                Err(e) => return Verdict::Fail(e),
+            }
+        } else if boot.method != BootMethod::Kernel {
             let iso = dir.join(format!("boot{}.iso", n + 1));
             if let Err(e) = setup::make_grub_image(kernel, &iso, &boot.append.join(" "), 0) {
                 return Verdict::Fail(e);
@@ -124,6 +129,19 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
         }
     }
     Verdict::Pass
+}
+
+/// Writes a copy of `kernel` whose Multiboot1 magic is zeroed: QEMU looks for
+/// Multiboot1 before the PVH note, so the copy boots through PVH.
+fn pvh_only_copy(kernel: &Path, out: &Path) -> Result<PathBuf, String> {
+    let mut bytes = std::fs::read(kernel).map_err(|e| format!("reading {}: {e}", kernel.display()))?;
+    let report = crate::elfcheck::check(&bytes)?;
+    bytes[report.multiboot1_offset..report.multiboot1_offset + 4].fill(0);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    std::fs::write(out, &bytes).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    Ok(out.to_path_buf())
 }
 
 /// `cargo xtask qemu-test`. Ok(true) when nothing failed.

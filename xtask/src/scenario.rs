@@ -14,7 +14,7 @@
 //! | `absent` | text that must not appear (repeatable) |
 //! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
-//! | `boot` | `iso-bios` or `iso-uefi`: boot a GRUB image instead of `-kernel` |
+//! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! Every boot passes only on the kernel's exit code for the expected
@@ -34,6 +34,9 @@ pub enum Expect {
 pub enum BootMethod {
     /// `-kernel` (Multiboot1 path).
     Kernel,
+    /// `-kernel` with the Multiboot1 header disabled in a copy of the image,
+    /// so QEMU takes the Xen PVH entry note instead.
+    Pvh,
     /// GRUB rescue image with SeaBIOS.
     IsoBios,
     /// GRUB rescue image with OVMF.
@@ -190,9 +193,15 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
             "boot" => {
                 boot.method = match value {
                     "kernel" => BootMethod::Kernel,
+                    "pvh" => BootMethod::Pvh,
                     "iso-bios" => BootMethod::IsoBios,
                     "iso-uefi" => BootMethod::IsoUefi,
-                    _ => return Err(err(lineno, format!("boot '{value}': use kernel, iso-bios or iso-uefi"))),
+                    _ => {
+                        return Err(err(
+                            lineno,
+                            format!("boot '{value}': use kernel, pvh, iso-bios or iso-uefi"),
+                        ));
+                    }
                 }
             }
             "image" => {
