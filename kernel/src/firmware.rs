@@ -2,27 +2,10 @@
 //! address) or the BIOS areas, then the MADT and MCFG, parsed by the
 //! host-tested `platform::acpi` code over the identity map.
 
+use crate::memory::IdentityMap;
 use bootinfo::BootInfo;
 use bootinfo::parse::RsdpSource;
-use platform::acpi::{AcpiTables, Madt, Mcfg, PhysMemory, Rsdp};
-
-/// Reads ACPI tables from the identity-mapped low 4 GiB.
-#[derive(Clone, Copy)]
-pub struct IdentityMap;
-
-impl PhysMemory for IdentityMap {
-    fn read_bytes(&self, phys: u64, out: &mut [u8]) -> platform::Result<()> {
-        match phys.checked_add(out.len() as u64) {
-            Some(end) if end <= 1 << 32 && phys != 0 => {
-                // SAFETY: [phys, end) is inside the identity-mapped low 4 GiB;
-                // firmware tables are plain memory, `out` is a distinct buffer.
-                unsafe { core::ptr::copy_nonoverlapping(phys as *const u8, out.as_mut_ptr(), out.len()) };
-                Ok(())
-            }
-            _ => Err(platform::Error::PhysRead { phys, len: out.len() }),
-        }
-    }
-}
+use platform::acpi::{AcpiTables, Madt, Mcfg, Rsdp};
 
 /// What the firmware tables say about the machine.
 #[derive(Debug)]

@@ -35,27 +35,9 @@ mod selftest;
 mod smp;
 mod time;
 
+use bootinfo::BootInfo;
 use bootinfo::memmap::Range;
-use bootinfo::{BootInfo, PhysMemory};
 use core::panic::PanicInfo;
-
-/// Reads boot structures from the identity-mapped low 4 GiB.
-struct IdentityMemory;
-
-impl PhysMemory for IdentityMemory {
-    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), bootinfo::Error> {
-        let len = out.len();
-        match addr.checked_add(len as u64) {
-            Some(end) if end <= 1 << 32 && addr != 0 => {
-                // SAFETY: [addr, end) lies in the identity-mapped low 4 GiB
-                // (boot page tables), and `out` does not overlap loader memory.
-                unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
-                Ok(())
-            }
-            _ => Err(bootinfo::Error::UnreadableMemory { addr, len }),
-        }
-    }
-}
 
 /// Job keys owned by the workload engine (collected here, parsed there).
 const JOB_KEYS: &[&str] = &workload::ACCEPTED_KEYS;
@@ -75,7 +57,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     kprintln!();
     kprintln!("baremq {} starting", env!("CARGO_PKG_VERSION"));
 
-    let boot = match bootinfo::parse_boot_info(&IdentityMemory, magic, info as u64) {
+    let boot = match bootinfo::parse_boot_info(&memory::IdentityMap, magic, info as u64) {
         Ok(b) => BOOT_INFO.call_once(|| b),
         Err(e) => exit::failure(format_args!("boot information: {e}")),
     };

@@ -222,3 +222,44 @@ impl Drop for DmaBuffer {
         free_frames(self.phys, self.len as u64);
     }
 }
+
+/// Reads firmware and loader structures (boot information, ACPI tables)
+/// from the identity-mapped low 4 GiB, for both parsers that need it.
+#[derive(Clone, Copy)]
+pub struct IdentityMap;
+
+impl IdentityMap {
+    /// Copies `out.len()` bytes from physical `addr`; false when the range is
+    /// not inside the identity map (or starts at the null page).
+    fn copy(addr: u64, out: &mut [u8]) -> bool {
+        match addr.checked_add(out.len() as u64) {
+            Some(end) if end <= IDENTITY_LIMIT && addr != 0 => {
+                // SAFETY: [addr, end) is inside the identity-mapped low 4 GiB;
+                // these structures are plain memory and `out` is a distinct buffer.
+                unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl bootinfo::PhysMemory for IdentityMap {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), bootinfo::Error> {
+        if Self::copy(addr, out) {
+            Ok(())
+        } else {
+            Err(bootinfo::Error::UnreadableMemory { addr, len: out.len() })
+        }
+    }
+}
+
+impl platform::acpi::PhysMemory for IdentityMap {
+    fn read_bytes(&self, phys: u64, out: &mut [u8]) -> platform::Result<()> {
+        if Self::copy(phys, out) {
+            Ok(())
+        } else {
+            Err(platform::Error::PhysRead { phys, len: out.len() })
+        }
+    }
+}
