@@ -247,6 +247,28 @@ fn plot_err(e: impl std::fmt::Debug) -> String {
     format!("drawing a plot: {e:?}")
 }
 
+/// Above this max/min ratio of the values, the y axis becomes logarithmic.
+const AUTO_LOG_RATIO: f64 = 30.0;
+
+/// Distinct, dark enough colours for lines on white.
+const COLORS: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (214, 39, 40),
+    (44, 160, 44),
+    (255, 127, 14),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (23, 190, 207),
+    (127, 127, 127),
+    (188, 189, 34),
+];
+
+fn series_color(index: usize) -> RGBColor {
+    let (r, g, b) = COLORS[index % COLORS.len()];
+    RGBColor(r, g, b)
+}
+
 const WIDTH: u32 = 1100;
 const HEIGHT: u32 = 600;
 const LEGEND_WIDTH: u32 = 240;
@@ -285,6 +307,14 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<(), String> {
             .unwrap_or_default()
     };
     let max = values.iter().copied().fold(f64::MIN, f64::max);
+    let min_positive = values.iter().copied().filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
+    // Lines two orders of magnitude apart (md0 next to null0) would sit flat on a linear axis.
+    let log_y = chart.log_y || (min_positive < f64::MAX && max / min_positive > AUTO_LOG_RATIO);
+    let y_label = if log_y && !chart.log_y {
+        format!("{} (log scale)", chart.y_label)
+    } else {
+        chart.y_label.clone()
+    };
     let mut builder = ChartBuilder::on(&area);
     builder.margin(16).x_label_area_size(48).y_label_area_size(84);
 
@@ -294,7 +324,7 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<(), String> {
             let mut ctx = $ctx;
             ctx.configure_mesh()
                 .x_desc(chart.x_label.as_str())
-                .y_desc(chart.y_label.as_str())
+                .y_desc(y_label.as_str())
                 .x_labels(chart.categories.len())
                 .x_label_formatter(&label)
                 .y_labels(10)
@@ -302,7 +332,7 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<(), String> {
                 .draw()
                 .map_err(plot_err)?;
             for (i, series) in chart.series.iter().enumerate() {
-                let color = Palette99::pick(i).to_rgba();
+                let color = series_color(i);
                 let points: Vec<(i32, f64)> = series.points.iter().map(|&(at, v)| (2 * at as i32 + 1, v)).collect();
                 ctx.draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                     .map_err(plot_err)?;
@@ -311,7 +341,7 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<(), String> {
             }
         }};
     }
-    if chart.log_y {
+    if log_y {
         let min = values.iter().copied().fold(f64::MAX, f64::min).max(1e-3);
         let (low, high) = (min / 1.5, max * 1.5);
         let y_range = (low..high).log_scale().with_key_points(log_ticks(low, high));
@@ -322,7 +352,7 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<(), String> {
         body!(ctx);
     }
     for (i, series) in chart.series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = series_color(i);
         let y = 40 + 22 * i as i32;
         legend
             .draw(&PathElement::new(vec![(4, y), (28, y)], color.stroke_width(3)))

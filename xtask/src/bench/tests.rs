@@ -320,7 +320,7 @@ fn plots_are_svg_files_with_the_expected_series() {
             "1",
             "8",
             "32",
-            "IOPS",
+            "iodepth per CPU (asked)",
         ],
     );
     has_all(
@@ -593,4 +593,39 @@ fn repeat_option_and_log_names() {
     }
     let boots = quick_boots();
     assert_eq!(boots[1].log_name(2), "r2-boot-01-megasas-gen2.log");
+}
+
+#[test]
+fn values_far_apart_get_a_log_axis() {
+    let dir = temp_dir("log");
+    let chart = |values: [f64; 2]| plots::Chart {
+        file: "c.svg",
+        title: "t".into(),
+        x_label: "x".into(),
+        y_label: "IOPS".into(),
+        categories: vec!["a".into(), "b".into()],
+        series: vec![
+            plots::Series {
+                name: "fast".into(),
+                points: vec![(0, values[0]), (1, values[0])],
+            },
+            plots::Series {
+                name: "slow".into(),
+                points: vec![(0, values[1]), (1, values[1])],
+            },
+        ],
+        log_y: false,
+    };
+    let path = dir.join("c.svg");
+    plots::draw(&chart([1e6, 1e4]), &path).unwrap();
+    let texts = svg_texts(&std::fs::read_to_string(&path).unwrap());
+    assert!(texts.iter().any(|t| t == "IOPS (log scale)"), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t == "1M") && texts.iter().any(|t| t == "10k"),
+        "{texts:?}"
+    );
+    plots::draw(&chart([1e6, 5e5]), &path).unwrap();
+    let texts = svg_texts(&std::fs::read_to_string(&path).unwrap());
+    assert!(texts.iter().any(|t| t == "IOPS"), "{texts:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
