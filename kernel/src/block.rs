@@ -179,6 +179,15 @@ impl<D: Driver> Disk<D> {
     }
 }
 
+/// Runs `f` with interrupts disabled on this CPU. Every block-layer entry
+/// from task context goes through it: the device's interrupt handler enters
+/// the same queue on the CPU it lands on, and with `quiesce=locked` a
+/// handler that interrupted this CPU while it held the queue's run lock
+/// would spin on that lock forever (lock-free runs would only be delayed).
+fn irqs_off<R>(f: impl FnOnce() -> R) -> R {
+    x86_64::instructions::interrupts::without_interrupts(f)
+}
+
 impl<D: Driver + 'static> BlockDevice for Disk<D> {
     fn facts(&self) -> &DeviceFacts {
         &self.facts
@@ -187,21 +196,23 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
         &self.sink
     }
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
-        self.queue.submit(cpu, bio)
+        irqs_off(|| self.queue.submit(cpu, bio))
     }
     fn run_completions(&self, cpu: usize) -> usize {
-        self.queue.run_completions(cpu)
+        irqs_off(|| self.queue.run_completions(cpu))
     }
     fn poll(&self, cpu: usize) -> usize {
-        (0..self.queue.nr_hw_queues())
-            .map(|h| self.queue.poll(cpu, h).unwrap_or(0))
-            .sum()
+        irqs_off(|| {
+            (0..self.queue.nr_hw_queues())
+                .map(|h| self.queue.poll(cpu, h).unwrap_or(0))
+                .sum()
+        })
     }
     fn make_progress(&self, cpu: usize) {
-        self.queue.make_progress(cpu);
+        irqs_off(|| self.queue.make_progress(cpu));
     }
     fn tick(&self, cpu: usize) {
-        if let Err(e) = self.queue.tick(cpu) {
+        if let Err(e) = irqs_off(|| self.queue.tick(cpu)) {
             log::warn!("{}: timeout scan: {e}", self.facts.name);
         }
     }
