@@ -12,6 +12,7 @@
 //! | `expect` | `success` or `failure` (default success) |
 //! | `output` | text that must appear in the serial output, in the given order (repeatable) |
 //! | `absent` | text that must not appear (repeatable) |
+//! | `json` | `consistent`: every `BAREMQ-JSON:` job report must parse, carry every field, and agree with itself (see [`check_json_reports`]) |
 //! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
@@ -53,6 +54,8 @@ pub struct Boot {
     pub output: Vec<String>,
     pub absent: Vec<String>,
     pub method: BootMethod,
+    /// Check the job reports' JSON lines for presence and consistency.
+    pub json_check: bool,
 }
 
 impl Default for Boot {
@@ -65,6 +68,7 @@ impl Default for Boot {
             output: Vec::new(),
             absent: Vec::new(),
             method: BootMethod::Kernel,
+            json_check: false,
         }
     }
 }
@@ -190,6 +194,12 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
             }
             "output" => boot.output.push(value.to_string()),
             "absent" => boot.absent.push(value.to_string()),
+            "json" => {
+                if value != "consistent" {
+                    return Err(err(lineno, format!("json '{value}': the only check is 'consistent'")));
+                }
+                boot.json_check = true;
+            }
             "boot" => {
                 boot.method = match value {
                     "kernel" => BootMethod::Kernel,
@@ -302,6 +312,81 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
     if let Some(bad) = boot.absent.iter().find(|a| output.contains(a.as_str())) {
         return Err(format!("output contains '{bad}', which must be absent"));
     }
+    if boot.json_check {
+        check_json_reports(output)?;
+    }
+    Ok(())
+}
+
+/// Checks every `BAREMQ-JSON:` line of `output`: it parses into a complete
+/// job report, completed I/Os equal IOPS x runtime within rounding, the
+/// per-CPU I/Os add up, latency percentiles are ordered and counted once per
+/// I/O, bandwidth matches IOPS x block size, per-CPU rows have one value per
+/// CPU, and a verifying job's verify passed. At least one line is required.
+pub fn check_json_reports(output: &str) -> Result<(), String> {
+    let reports = crate::bench::results::parse_console(output);
+    if reports.is_empty() {
+        return Err("no BAREMQ-JSON line in the output".into());
+    }
+    for parsed in reports {
+        let (raw, r) = parsed.map_err(|e| format!("JSON line {}: {}", e.line, e.message))?;
+        let name = &r.job.name;
+        let fail = |what: String| Err(format!("job {name}: JSON report inconsistent: {what}"));
+        let secs_ceil = r.runtime_ns.div_ceil(1_000_000_000).max(1);
+        let predicted = u128::from(r.iops) * u128::from(r.runtime_ns) / 1_000_000_000;
+        if predicted.abs_diff(u128::from(r.ios)) > u128::from(secs_ceil) {
+            return fail(format!(
+                "ios {} but iops {} x runtime {} ns = {predicted}",
+                r.ios, r.iops, r.runtime_ns
+            ));
+        }
+        let per_cpu: u64 = r.per_cpu.iter().map(|c| c.ios).sum();
+        if per_cpu != r.ios {
+            return fail(format!("per-CPU ios add up to {per_cpu}, total is {}", r.ios));
+        }
+        if r.per_cpu.len() != r.job.cpus.len() {
+            return fail(format!(
+                "{} per-CPU rows for {} CPUs",
+                r.per_cpu.len(),
+                r.job.cpus.len()
+            ));
+        }
+        if let Some(c) = r.counters.iter().find(|c| c.per_cpu.len() != r.job.cpus.len()) {
+            return fail(format!(
+                "counter {} has {} values for {} CPUs",
+                c.name,
+                c.per_cpu.len(),
+                r.job.cpus.len()
+            ));
+        }
+        let l = &r.lat_ns;
+        let order = [l.min, l.p50, l.p90, l.p99, l.p99_9, l.p99_99, l.max];
+        if order.windows(2).any(|w| w[0] > w[1]) || l.samples != r.ios {
+            return fail(format!(
+                "latency percentiles {order:?} unordered or {} samples for {} ios",
+                l.samples, r.ios
+            ));
+        }
+        let bw_predicted = r.iops * r.job.bs;
+        if r.errors == 0 && r.bw_bytes.abs_diff(bw_predicted) > r.job.bs {
+            return fail(format!("bw_bytes {} but iops x bs = {bw_predicted}", r.bw_bytes));
+        }
+        let reads = raw["read"]["ios"].as_u64();
+        let writes = raw["write"]["ios"].as_u64();
+        match (reads, writes) {
+            (Some(rd), Some(wr)) if rd + wr == r.ios => {}
+            _ => return fail(format!("read.ios {reads:?} + write.ios {writes:?} != ios {}", r.ios)),
+        }
+        if r.job.verify != "none" && r.verify.result != "pass" {
+            return fail(format!(
+                "verify={} but verify result is {}",
+                r.job.verify, r.verify.result
+            ));
+        }
+        if r.result != "pass" || r.errors != 0 {
+            return fail(format!("result {} with {} errors", r.result, r.errors));
+        }
+    }
     Ok(())
 }
 
@@ -393,6 +478,42 @@ output = vector 14
                 .message
                 .contains("checks no output")
         );
+    }
+
+    /// A job report shaped like the kernel's (the bench tests check the parser against the
+    /// workload crate's real writer); `ios` and `iops` are parameters to break consistency.
+    fn report_line(ios: u64, iops: u64, verify: &str, verify_result: &str) -> String {
+        let reads = ios / 2;
+        format!(
+            r#"BAREMQ-JSON: {{"job":{{"name":"j","rw":"randrw","bs":4096,"iodepth":8,"iodepth_requested":8,"cpus":[0,1],"device":"md0","verify":"{verify}","completion":"irq","quiesce":"lockfree"}},"device":{{"name":"md0","max_iodepth":256}},"runtime_ns":2000000000,"ios":{ios},"iops":{iops},"bytes":{},"bw_bytes":{},"errors":0,"lat_ns":{{"samples":{ios},"min":1,"mean":5,"p50":4,"p90":6,"p99":8,"p99_9":9,"p99_99":9,"max":10}},"read":{{"ios":{reads}}},"write":{{"ios":{}}},"verify":{{"result":"{verify_result}","mismatches":0}},"per_cpu":[{{"cpu":0,"ios":{},"iops":1}},{{"cpu":1,"ios":{},"iops":1}}],"counters":[{{"name":"irqs","per_cpu":[1,2]}}],"totals":{{}},"warnings":[],"stopped_early":false,"result":"pass"}}"#,
+            ios * 4096,
+            iops * 4096,
+            ios - reads,
+            ios / 2,
+            ios - ios / 2
+        )
+    }
+
+    #[test]
+    fn json_reports_must_be_present_complete_and_consistent() {
+        assert!(check_json_reports(&report_line(2000, 1000, "crc32c", "pass")).is_ok());
+        assert!(
+            check_json_reports("BAREMQ: SUCCESS")
+                .unwrap_err()
+                .contains("no BAREMQ-JSON")
+        );
+        let e = check_json_reports(&report_line(2000, 1300, "none", "off")).unwrap_err();
+        assert!(e.contains("iops 1300 x runtime"), "{e}");
+        let e = check_json_reports(&report_line(2000, 1000, "crc32c", "fail")).unwrap_err();
+        assert!(e.contains("verify result is fail"), "{e}");
+        let e = check_json_reports(&report_line(2000, 1000, "none", "off").replace(r#""cpus":[0,1]"#, r#""cpus":[0]"#))
+            .unwrap_err();
+        assert!(e.contains("per-CPU rows"), "{e}");
+        let e = check_json_reports(&report_line(2000, 1000, "none", "off").replace(r#""iops":1000,"#, "")).unwrap_err();
+        assert!(e.contains("not a job report"), "{e}");
+        let e = check_json_reports(&report_line(2000, 1000, "none", "off").replace(r#""p90":6"#, r#""p90":60"#))
+            .unwrap_err();
+        assert!(e.contains("percentiles"), "{e}");
     }
 
     #[test]
