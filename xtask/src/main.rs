@@ -44,7 +44,9 @@ commands:
       --debug | --kvm | --list
   test                            fmt, clippy, host tests, loom models, then qemu-test
   image [--debug] [-- ARGS...]    GRUB rescue image (BIOS and UEFI) at target/baremq.iso
-  bench [--matrix NAME] [--list]  run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
+  bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
+      --matrix quick|smoke|full   which matrix (default quick; --list shows them)
+      --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
 ";
 
 fn main() -> ExitCode {
