@@ -229,24 +229,22 @@ pub fn cmd_qemu_test(args: &[String]) -> Result<bool, String> {
     Ok(failed == 0)
 }
 
-/// Runs the loom models of the lock-free crates (separate target dir: the
-/// `--cfg loom` flag rebuilds every dependency).
+/// Runs the loom models of the lock-free code (separate target dir: the
+/// `--cfg loom` flag rebuilds every dependency): the block layer's models
+/// (quiesce vs insert, completion lists, tags, freeze) and the MegaRAID
+/// reply-queue reaper gate.
 pub fn run_loom() -> Result<(), String> {
     let model = root().join("kernel/blk/tests/loom.rs");
     if !model.exists() {
         return Err(format!("{} is missing: the loom models must exist", model.display()));
     }
-    sh(Command::new(cargo())
-        .env("RUSTFLAGS", "--cfg loom")
-        .env("LOOM_MAX_PREEMPTIONS", "3")
-        .args([
-            "test",
-            "-p",
-            "blk",
-            "--release",
-            "--target-dir",
-            "target/loom",
-            "--test",
-            "loom",
-        ]))
+    let loom = |args: &[&str]| {
+        sh(Command::new(cargo())
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("LOOM_MAX_PREEMPTIONS", "3")
+            .args(["test", "--release", "--target-dir", "target/loom"])
+            .args(args))
+    };
+    loom(&["-p", "blk", "--test", "loom"])?;
+    loom(&["-p", "megasas", "--lib", "loom"])
 }
