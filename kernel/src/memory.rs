@@ -6,17 +6,18 @@
 //! address below 4 GiB is also its virtual address. Only RAM below 4 GiB is
 //! handed out; RAM above is counted and reported.
 
-use bootinfo::memmap::{self, PAGE, Range};
+use bootinfo::memmap::{self, FreeRanges, PAGE, Range};
 use core::ptr::NonNull;
 use linked_list_allocator::LockedHeap;
 
 const IDENTITY_LIMIT: u64 = 1 << 32;
-const MAX_RANGES: usize = 128;
+/// Free-list capacity: DMA buffers come and go per job, so allow fragmentation.
+const MAX_RANGES: usize = 512;
 
 #[global_allocator]
 static HEAP: LockedHeap = LockedHeap::empty();
 
-static FRAMES: spin::Mutex<heapless::Vec<Range, MAX_RANGES>> = spin::Mutex::new(heapless::Vec::new());
+static FRAMES: spin::Mutex<FreeRanges<MAX_RANGES>> = spin::Mutex::new(FreeRanges::new());
 
 /// Why a physical allocation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +71,7 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
                 end: r.end.min(IDENTITY_LIMIT),
             };
             if !r.is_empty() {
-                frames.push(r).map_err(|_| AllocError::TooFragmented)?;
+                frames.free(r.start, r.len()).map_err(|_| AllocError::TooFragmented)?;
             }
         }
     }
@@ -107,7 +108,7 @@ pub fn ram_top_below_4g() -> u64 {
 
 /// Bytes still free in the frame allocator.
 pub fn free_bytes() -> u64 {
-    FRAMES.lock().iter().map(|r| r.len()).sum()
+    FRAMES.lock().free_bytes()
 }
 
 /// Takes `bytes` (rounded up to pages) of physically contiguous memory aligned
@@ -116,58 +117,17 @@ pub fn alloc_frames(bytes: u64, align: u64) -> Result<u64, AllocError> {
     if align == 0 || !align.is_power_of_two() {
         return Err(AllocError::BadAlignment(align));
     }
-    let align = align.max(PAGE);
-    let bytes = bytes.max(1).next_multiple_of(PAGE);
-    let mut frames = FRAMES.lock();
-    for i in 0..frames.len() {
-        let r = frames[i];
-        let start = r.start.next_multiple_of(align);
-        let Some(end) = start.checked_add(bytes) else { continue };
-        if end > r.end {
-            continue;
-        }
-        let before = Range {
-            start: r.start,
-            end: start,
-        };
-        let after = Range { start: end, end: r.end };
-        match (before.is_empty(), after.is_empty()) {
-            (true, true) => {
-                frames.remove(i);
-            }
-            (true, false) => frames[i] = after,
-            (false, true) => frames[i] = before,
-            (false, false) => {
-                frames[i] = before;
-                frames.insert(i + 1, after).map_err(|_| AllocError::TooFragmented)?;
-            }
-        }
-        return Ok(start);
-    }
-    Err(AllocError::OutOfMemory { bytes, align })
+    FRAMES.lock().alloc(bytes, align).map_err(|e| match e {
+        bootinfo::Error::TooMany { .. } => AllocError::TooFragmented,
+        _ => AllocError::OutOfMemory { bytes, align },
+    })
 }
 
-/// Returns frames taken by [`alloc_frames`].
+/// Returns frames taken by [`alloc_frames`]. A double free or a full free
+/// list is a kernel bug: it is logged and the range is not reused.
 pub fn free_frames(start: u64, bytes: u64) {
-    let bytes = bytes.max(1).next_multiple_of(PAGE);
-    let mut frames = FRAMES.lock();
-    let pos = frames.iter().position(|r| r.start > start).unwrap_or(frames.len());
-    let _ = frames.insert(
-        pos,
-        Range {
-            start,
-            end: start + bytes,
-        },
-    );
-    // Coalesce with neighbours.
-    let mut i = 0;
-    while i + 1 < frames.len() {
-        if frames[i].end == frames[i + 1].start {
-            frames[i].end = frames[i + 1].end;
-            frames.remove(i + 1);
-        } else {
-            i += 1;
-        }
+    if let Err(e) = FRAMES.lock().free(start, bytes) {
+        log::error!("memory: cannot return {start:#x}+{bytes:#x} to the frame allocator: {e}");
     }
 }
 

@@ -184,3 +184,242 @@ pub fn usable_ranges<const N: usize>(regions: &[MemoryRegion], reserved: &[Range
     }
     Ok(merged)
 }
+
+/// A first-fit allocator of physically contiguous, page-granular ranges:
+/// the free list behind the kernel's frame allocator (the kernel wraps it in
+/// a lock). Allocation splits a free range; freeing re-inserts in address
+/// order and merges neighbours. Double frees and overlaps are refused.
+#[derive(Debug, Clone, Default)]
+pub struct FreeRanges<const N: usize> {
+    ranges: Vec<Range, N>,
+}
+
+impl<const N: usize> FreeRanges<N> {
+    /// An empty free list (a `const fn`, usable in a static).
+    pub const fn new() -> Self {
+        FreeRanges { ranges: Vec::new() }
+    }
+
+    /// Starts from `ranges` (page-aligned, sorted, disjoint, e.g. from [`usable_ranges`]).
+    pub fn from_ranges(ranges: &[Range]) -> Result<Self, Error> {
+        let mut f = Self::new();
+        for r in ranges.iter().filter(|r| !r.is_empty()) {
+            f.free(r.start, r.len())?;
+        }
+        Ok(f)
+    }
+
+    /// Bytes free.
+    pub fn free_bytes(&self) -> u64 {
+        self.ranges.iter().map(|r| r.len()).sum()
+    }
+
+    /// The free ranges, in address order.
+    pub fn ranges(&self) -> &[Range] {
+        &self.ranges
+    }
+
+    /// Takes `bytes` (rounded up to pages, at least one page) aligned to
+    /// `align` (a power of two; at least a page). Returns the start address.
+    pub fn alloc(&mut self, bytes: u64, align: u64) -> Result<u64, Error> {
+        if align == 0 || !align.is_power_of_two() {
+            return Err(Error::BadStructure {
+                what: "allocation",
+                detail: "alignment is not a power of two",
+                value: align,
+            });
+        }
+        let align = align.max(PAGE);
+        let bytes = bytes.max(1).checked_next_multiple_of(PAGE).ok_or(Error::BadStructure {
+            what: "allocation",
+            detail: "size overflows",
+            value: bytes,
+        })?;
+        for i in 0..self.ranges.len() {
+            let r = self.ranges[i];
+            let Some(start) = r.start.checked_next_multiple_of(align) else {
+                continue;
+            };
+            let Some(end) = start.checked_add(bytes) else { continue };
+            if end > r.end {
+                continue;
+            }
+            let before = Range {
+                start: r.start,
+                end: start,
+            };
+            let after = Range { start: end, end: r.end };
+            match (before.is_empty(), after.is_empty()) {
+                (true, true) => {
+                    self.ranges.remove(i);
+                }
+                (true, false) => self.ranges[i] = after,
+                (false, true) => self.ranges[i] = before,
+                (false, false) => {
+                    self.ranges.insert(i + 1, after).map_err(|_| Error::TooMany {
+                        what: "free memory ranges",
+                        capacity: N,
+                    })?;
+                    self.ranges[i] = before;
+                }
+            }
+            return Ok(start);
+        }
+        Err(Error::BadStructure {
+            what: "allocation",
+            detail: "no free range is large enough",
+            value: bytes,
+        })
+    }
+
+    /// Returns `[start, start + bytes)` (rounded up to pages). Refuses a range
+    /// that overlaps free memory (a double free).
+    pub fn free(&mut self, start: u64, bytes: u64) -> Result<(), Error> {
+        let end = start
+            .checked_add(bytes.max(1).next_multiple_of(PAGE))
+            .ok_or(Error::BadStructure {
+                what: "free",
+                detail: "range overflows",
+                value: start,
+            })?;
+        if !start.is_multiple_of(PAGE) {
+            return Err(Error::BadStructure {
+                what: "free",
+                detail: "start is not page-aligned",
+                value: start,
+            });
+        }
+        let pos = self
+            .ranges
+            .iter()
+            .position(|r| r.start >= start)
+            .unwrap_or(self.ranges.len());
+        let overlaps_prev = pos > 0 && self.ranges[pos - 1].end > start;
+        let overlaps_next = pos < self.ranges.len() && self.ranges[pos].start < end;
+        if overlaps_prev || overlaps_next {
+            return Err(Error::BadStructure {
+                what: "free",
+                detail: "range is already free (double free)",
+                value: start,
+            });
+        }
+        let merge_prev = pos > 0 && self.ranges[pos - 1].end == start;
+        let merge_next = pos < self.ranges.len() && self.ranges[pos].start == end;
+        match (merge_prev, merge_next) {
+            (true, true) => {
+                self.ranges[pos - 1].end = self.ranges[pos].end;
+                self.ranges.remove(pos);
+            }
+            (true, false) => self.ranges[pos - 1].end = end,
+            (false, true) => self.ranges[pos].start = start,
+            (false, false) => self
+                .ranges
+                .insert(pos, Range { start, end })
+                .map_err(|_| Error::TooMany {
+                    what: "free memory ranges",
+                    capacity: N,
+                })?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod free_ranges_tests {
+    use super::*;
+
+    extern crate std;
+    use std::string::ToString;
+
+    fn ranges<const N: usize>(f: &FreeRanges<N>) -> std::vec::Vec<(u64, u64)> {
+        f.ranges().iter().map(|r| (r.start, r.end)).collect()
+    }
+
+    #[test]
+    fn alloc_splits_and_free_merges_back() {
+        let mut f: FreeRanges<8> = FreeRanges::from_ranges(&[Range {
+            start: 0x10_0000,
+            end: 0x80_0000,
+        }])
+        .unwrap();
+        let total = f.free_bytes();
+        let a = f.alloc(0x1000, 0x1000).unwrap();
+        assert_eq!(a, 0x10_0000);
+        let b = f.alloc(0x1800, 0x20_0000).unwrap();
+        assert_eq!(b, 0x20_0000, "2 MiB alignment");
+        assert_eq!(
+            ranges(&f),
+            [(0x10_1000, 0x20_0000), (0x20_2000, 0x80_0000)],
+            "sizes round up to pages"
+        );
+        f.free(b, 0x1800).unwrap();
+        f.free(a, 0x1000).unwrap();
+        assert_eq!(ranges(&f), [(0x10_0000, 0x80_0000)]);
+        assert_eq!(f.free_bytes(), total);
+    }
+
+    #[test]
+    fn double_free_exhaustion_and_bad_alignment_are_errors() {
+        let mut f: FreeRanges<4> = FreeRanges::from_ranges(&[Range {
+            start: 0x1000,
+            end: 0x5000,
+        }])
+        .unwrap();
+        let a = f.alloc(0x1000, 0x1000).unwrap();
+        f.free(a, 0x1000).unwrap();
+        assert!(f.free(a, 0x1000).unwrap_err().to_string().contains("double free"));
+        assert!(
+            f.alloc(0x10000, 0x1000)
+                .unwrap_err()
+                .to_string()
+                .contains("no free range")
+        );
+        assert!(f.alloc(0x1000, 3).is_err());
+        assert!(f.free(0x1234, 0x1000).is_err());
+        assert!(f.alloc(u64::MAX, 0x1000).is_err());
+    }
+
+    #[test]
+    fn capacity_overflow_is_an_error_not_a_loss() {
+        let mut f: FreeRanges<2> = FreeRanges::new();
+        f.free(0x1000, 0x1000).unwrap();
+        f.free(0x3000, 0x1000).unwrap();
+        let e = f.free(0x5000, 0x1000).unwrap_err();
+        assert!(matches!(e, Error::TooMany { .. }));
+        assert_eq!(f.free_bytes(), 0x2000, "nothing changed");
+    }
+
+    #[test]
+    fn random_alloc_free_sequences_keep_the_books_balanced() {
+        let mut f: FreeRanges<2048> = FreeRanges::from_ranges(&[Range {
+            start: 0,
+            end: 64 << 20,
+        }])
+        .unwrap();
+        let total = f.free_bytes();
+        let mut held: std::vec::Vec<(u64, u64)> = std::vec::Vec::new();
+        let mut x: u64 = 0x1234_5678;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if !x.is_multiple_of(3) || held.is_empty() {
+                let bytes = ((x >> 8) % 64 + 1) * PAGE;
+                let align = PAGE << ((x >> 20) % 4);
+                if let Ok(a) = f.alloc(bytes, align) {
+                    assert_eq!(a % align, 0);
+                    assert!(
+                        held.iter().all(|&(s, b)| a + bytes <= s || s + b <= a),
+                        "overlapping allocations"
+                    );
+                    held.push((a, bytes));
+                }
+            } else {
+                let (a, b) = held.swap_remove((x as usize >> 4) % held.len());
+                f.free(a, b).unwrap();
+            }
+            let held_bytes: u64 = held.iter().map(|&(_, b)| b).sum();
+            assert_eq!(f.free_bytes() + held_bytes, total);
+        }
+    }
+}
