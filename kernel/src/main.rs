@@ -199,18 +199,15 @@ fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Ca
     }
     let t = &mem.totals;
     kprintln!(
-        "memory: ram {} MiB (usable + ACPI, rounded up to 2 MiB; usable {} KiB, reserved {} KiB, top {:#x}); heap {} MiB; free {} MiB{}",
+        "memory: ram {} MiB (usable + ACPI, rounded up to 2 MiB; usable {} KiB, reserved {} KiB, top {:#x}); heap {} MiB; free {} MiB (above 4 GiB: {} MiB mapped, {} MiB not mapped)",
         ram_mib(t.ram),
         t.usable / 1024,
         t.reserved / 1024,
         t.top,
         mem.heap_bytes >> 20,
         mem.free_bytes >> 20,
-        if mem.above_4g_unmapped > 0 {
-            " (RAM above 4 GiB not mapped)"
-        } else {
-            ""
-        }
+        mem.above_4g_mapped >> 20,
+        mem.above_4g_unmapped >> 20
     );
     kprintln!(
         "clock: tsc {}.{:03} MHz from {}; lapic timer {}.{:03} MHz (divide 16); apic mode {} id {}",

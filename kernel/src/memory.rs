@@ -2,9 +2,10 @@
 //! kernel heap, and DMA buffers (physically contiguous, zeroed, with their
 //! bus address) for devices.
 //!
-//! baremq identity-maps the low 4 GiB (boot page tables), so a physical
-//! address below 4 GiB is also its virtual address. Only RAM below 4 GiB is
-//! handed out; RAM above is counted and reported.
+//! baremq identity-maps the low 4 GiB (boot page tables) and, at init, RAM
+//! above 4 GiB (2 MiB pages, up to 512 GiB), so every physical address the
+//! allocator hands out is also its virtual address. Low memory is handed out
+//! first (first fit in address order).
 
 use bootinfo::memmap::{self, FreeRanges, PAGE, Range};
 use core::ptr::NonNull;
@@ -51,6 +52,9 @@ pub struct MemoryReport {
     pub totals: memmap::MemoryTotals,
     pub free_bytes: u64,
     pub heap_bytes: u64,
+    /// RAM above 4 GiB that was mapped and added to the allocator.
+    pub above_4g_mapped: u64,
+    /// RAM above 4 GiB that could not be mapped (beyond 512 GiB, partial 2 MiB pages).
     pub above_4g_unmapped: u64,
 }
 
@@ -59,12 +63,15 @@ pub struct MemoryReport {
 pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<MemoryReport, AllocError> {
     let usable: heapless::Vec<Range, MAX_RANGES> =
         memmap::usable_ranges(regions, reserved).map_err(|_| AllocError::TooFragmented)?;
-    let mut above = 0;
+    let mut high = heapless::Vec::<Range, MAX_RANGES>::new();
     {
         let mut frames = FRAMES.lock();
-        for r in usable {
+        for r in &usable {
             if r.end > IDENTITY_LIMIT {
-                above += r.end - r.start.max(IDENTITY_LIMIT);
+                let _ = high.push(Range {
+                    start: r.start.max(IDENTITY_LIMIT),
+                    end: r.end,
+                });
             }
             let r = Range {
                 start: r.start,
@@ -72,6 +79,23 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
             };
             if !r.is_empty() {
                 frames.free(r.start, r.len()).map_err(|_| AllocError::TooFragmented)?;
+            }
+        }
+    }
+    // RAM above 4 GiB: map it (page tables come from the low memory just
+    // added), then hand it out too.
+    let (mut mapped, mut unmapped) = (0, 0);
+    for r in high {
+        match crate::paging::map_ram(r.start, r.end) {
+            Ok((s, e)) if s < e => {
+                FRAMES.lock().free(s, e - s).map_err(|_| AllocError::TooFragmented)?;
+                mapped += e - s;
+                unmapped += r.len() - (e - s);
+            }
+            Ok(_) => unmapped += r.len(),
+            Err(e) => {
+                log::warn!("memory: RAM at {:#x}..{:#x} not mapped: {e}", r.start, r.end);
+                unmapped += r.len();
             }
         }
     }
@@ -94,7 +118,8 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
         totals,
         free_bytes: free_bytes(),
         heap_bytes,
-        above_4g_unmapped: above,
+        above_4g_mapped: mapped,
+        above_4g_unmapped: unmapped,
     })
 }
 
@@ -123,6 +148,18 @@ pub fn alloc_frames(bytes: u64, align: u64) -> Result<u64, AllocError> {
     })
 }
 
+/// Like [`alloc_frames`], but only memory below 4 GiB (for page tables and
+/// devices limited to 32-bit DMA). Takes the lowest fit, as the allocator
+/// always does, and refuses a result above 4 GiB.
+pub fn alloc_frames_below_4g(bytes: u64, align: u64) -> Result<u64, AllocError> {
+    let a = alloc_frames(bytes, align)?;
+    if a + bytes.max(1).next_multiple_of(PAGE) > IDENTITY_LIMIT {
+        free_frames(a, bytes);
+        return Err(AllocError::OutOfMemory { bytes, align });
+    }
+    Ok(a)
+}
+
 /// Returns frames taken by [`alloc_frames`]. A double free or a full free
 /// list is a kernel bug: it is logged and the range is not reused.
 pub fn free_frames(start: u64, bytes: u64) {
@@ -131,8 +168,9 @@ pub fn free_frames(start: u64, bytes: u64) {
     }
 }
 
-/// A DMA buffer: physically contiguous, zeroed at allocation, below 4 GiB.
-/// Freed when dropped.
+/// A DMA buffer: physically contiguous, zeroed at allocation, identity
+/// mapped (low memory first; above 4 GiB only when low memory is exhausted,
+/// which 64-bit DMA devices such as MegaRAID handle). Freed when dropped.
 #[derive(Debug)]
 pub struct DmaBuffer {
     virt: NonNull<u8>,

@@ -48,6 +48,22 @@ fn table(phys: u64) -> *mut u64 {
 /// pointer to `phys`. Page-table changes are flushed on this CPU; call it at
 /// init, before other CPUs touch the range.
 pub fn map_mmio(phys: u64, len: u64) -> Result<*mut u8, MapError> {
+    map_identity(phys, len, CACHE_DISABLE | WRITE_THROUGH)
+}
+
+/// Identity-maps RAM above 4 GiB (write-back), whole 2 MiB pages inside
+/// `[start, end)` only. Returns the mapped sub-range, empty if none fits.
+pub fn map_ram(start: u64, end: u64) -> Result<(u64, u64), MapError> {
+    let s = start.next_multiple_of(PAGE_2M);
+    let e = end & !(PAGE_2M - 1);
+    if s >= e {
+        return Ok((s, s));
+    }
+    map_identity(s, e - s, 0)?;
+    Ok((s, e))
+}
+
+fn map_identity(phys: u64, len: u64, cache_bits: u64) -> Result<*mut u8, MapError> {
     let end = phys.checked_add(len.max(1)).ok_or(MapError::TooHigh { phys, len })?;
     if end > LIMIT {
         return Err(MapError::TooHigh { phys, len });
@@ -65,7 +81,8 @@ pub fn map_mmio(phys: u64, len: u64) -> Result<*mut u8, MapError> {
         // SAFETY: reading a page-table entry of the identity-mapped tables.
         let mut entry = unsafe { *pdpte };
         if entry & PRESENT == 0 {
-            let pd = memory::alloc_frames(4096, 4096).map_err(|_| MapError::NoMemory)?;
+            // Page tables come from low memory, which is mapped from boot on.
+            let pd = memory::alloc_frames_below_4g(4096, 4096).map_err(|_| MapError::NoMemory)?;
             // SAFETY: a fresh, exclusively owned, identity-mapped frame.
             unsafe { core::ptr::write_bytes(pd as *mut u8, 0, 4096) };
             entry = pd | PRESENT | WRITABLE;
@@ -75,7 +92,7 @@ pub fn map_mmio(phys: u64, len: u64) -> Result<*mut u8, MapError> {
         let pd = table(entry & ADDR_MASK);
         let index = ((page >> 21) & 511) as usize;
         // SAFETY: index < 512 within this page directory.
-        unsafe { *pd.add(index) = page | PRESENT | WRITABLE | HUGE | CACHE_DISABLE | WRITE_THROUGH };
+        unsafe { *pd.add(index) = page | PRESENT | WRITABLE | HUGE | cache_bits };
         page += PAGE_2M;
     }
     // SAFETY: reloading CR3 with its current value flushes this CPU's TLB.
