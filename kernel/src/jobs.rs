@@ -187,8 +187,6 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
     workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared)
 }
 
-static CURRENT: spin::Mutex<usize> = spin::Mutex::new(0);
-
 fn worker(ctx_addr: usize) {
     // SAFETY: `run_job` passes the address of a JobContext that outlives every
     // worker (it waits for all of them before returning).
@@ -243,7 +241,6 @@ fn policy_name(c: CompletionPolicy) -> &'static str {
 
 /// Runs one planned job; returns whether it passed.
 fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8]) -> Result<bool, String> {
-    let _one_job_at_a_time = CURRENT.lock();
     let (completion, quiesce) = map_policies(plan, dev);
     dev.set_policies(completion, quiesce);
     for w in &plan.warnings {
