@@ -304,6 +304,14 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         dev.make_progress(me as usize);
         core::hint::spin_loop();
     }
+    if dev.in_flight() > 0 {
+        return Err(alloc::format!(
+            "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped completing",
+            plan.spec.name,
+            dev.in_flight(),
+            plan.device.name
+        ));
+    }
     let mut results = Vec::with_capacity(plan.cpus.len());
     for (i, r) in ctx.results.iter().enumerate() {
         match r.lock().take() {
@@ -408,6 +416,21 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
             QuiesceCheck::LockFree => workload::QuiescePolicy::LockFree,
             QuiesceCheck::Locked => workload::QuiescePolicy::Locked,
         });
+        // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse a job
+        // that cannot fit instead of failing half-way through its allocations.
+        let need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
+        let free = crate::memory::free_bytes();
+        if need > free / 2 {
+            return Err(alloc::format!(
+                "job {}: needs {} MiB of DMA buffers (iodepth {} x bs {} x {} CPUs); only {} MiB of memory is free",
+                plan.spec.name,
+                need >> 20,
+                plan.iodepth,
+                plan.bs(),
+                plan.cpus.len(),
+                free >> 20
+            ));
+        }
         let vectors = crate::drivers::device_vectors(&plan.device.name);
         let passed = run_job(&plan, dev, &vectors)?;
         kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
