@@ -70,7 +70,7 @@ impl CompletionSink {
             while bits != 0 {
                 let slot = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                f(slot, status_from_u8(self.status[cpu][slot].load(Ordering::Relaxed)));
+                f(slot, Status::from_u8(self.status[cpu][slot].load(Ordering::Relaxed)));
                 n += 1;
             }
         }
@@ -80,16 +80,6 @@ impl CompletionSink {
     /// Completions whose cookie named no submitter.
     pub fn bogus(&self) -> u64 {
         self.bogus.load(Ordering::Relaxed)
-    }
-}
-
-fn status_from_u8(v: u8) -> Status {
-    match v {
-        0 => Status::Ok,
-        1 => Status::IoError,
-        2 => Status::Timeout,
-        3 => Status::NotSupported,
-        _ => Status::Aborted,
     }
 }
 

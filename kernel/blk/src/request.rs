@@ -137,7 +137,8 @@ pub enum Status {
 }
 
 impl Status {
-    pub(crate) fn from_u8(v: u8) -> Self {
+    /// Decodes the `repr(u8)` value (unknown values read as `Aborted`).
+    pub fn from_u8(v: u8) -> Self {
         match v {
             0 => Self::Ok,
             1 => Self::IoError,
