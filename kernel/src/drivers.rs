@@ -12,7 +12,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use blk::null::{NullConfig, NullDriver, NullMode};
 use blk::{CompletionPolicy, Driver, HwCtx, QueueConfig, QueueRqError, Rq, Status, TimedOutRq, TimeoutAction};
-use bootinfo::cmdline::{Config, IrqMode as ConfigIrqMode};
+use bootinfo::cmdline::{Config, IrqMode as ConfigIrqMode, NullDeviceMode};
 use megasas::{Controller, IoStatus, Model};
 use platform::irq::InterruptMode;
 use platform::pci::{DeviceMatch, PciDriver};
@@ -38,14 +38,13 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
     let ncpus = smp::online();
     let depth = block::MAX_SLOTS_PER_CPU as u32;
     let block_size = cfg.null_block_size;
-    let mut nc = NullConfig::new(
-        bytes / 512,
-        if cfg.null_inline {
-            NullMode::Inline
-        } else {
-            NullMode::Immediate
-        },
-    );
+    let (mode, how) = match cfg.null_mode {
+        NullDeviceMode::Immediate => (NullMode::Immediate, "completes at once through the policy"),
+        NullDeviceMode::Inline => (NullMode::Inline, "completes inline"),
+        // Deferred requests wait for an "interrupt" that baremq never fires.
+        NullDeviceMode::Stuck => (NullMode::Deferred, "STUCK: never completes"),
+    };
+    let mut nc = NullConfig::new(bytes / 512, mode);
     nc.logical_block_size = block_size;
     nc.memory_backed = cfg.null_memory;
     let queues = cfg.null_queues.map_or(ncpus, |q| q as usize);
@@ -55,11 +54,7 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         name: "null0".into(),
         model: format!(
             "null block device ({}, {})",
-            if cfg.null_inline {
-                "completes inline"
-            } else {
-                "completes at once through the policy"
-            },
+            how,
             if cfg.null_memory { "memory-backed" } else { "no data" }
         ),
         sector_size: block_size,

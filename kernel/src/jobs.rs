@@ -298,20 +298,6 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     for (cpu, t) in waits {
         smp::wait_done(cpu, t);
     }
-    // Drain: nothing of this job may still be in flight when the next starts.
-    let deadline = time::now_ns() + 5_000_000_000;
-    while dev.in_flight() > 0 && time::now_ns() < deadline {
-        dev.make_progress(me as usize);
-        core::hint::spin_loop();
-    }
-    if dev.in_flight() > 0 {
-        return Err(alloc::format!(
-            "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped completing",
-            plan.spec.name,
-            dev.in_flight(),
-            plan.device.name
-        ));
-    }
     let mut results = Vec::with_capacity(plan.cpus.len());
     for (i, r) in ctx.results.iter().enumerate() {
         match r.lock().take() {
@@ -325,6 +311,20 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
                 ));
             }
         }
+    }
+    // Drain: nothing of this job may still be in flight when the next starts.
+    let deadline = time::now_ns() + 5_000_000_000;
+    while dev.in_flight() > 0 && time::now_ns() < deadline {
+        dev.make_progress(me as usize);
+        core::hint::spin_loop();
+    }
+    if dev.in_flight() > 0 {
+        return Err(alloc::format!(
+            "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped completing",
+            plan.spec.name,
+            dev.in_flight(),
+            plan.device.name
+        ));
     }
     let mut report = JobReport::new(plan, &results).map_err(|e| e.to_string())?;
     let per_plan_cpu = |after: Vec<u64>, before: &[u64]| -> Vec<u64> {

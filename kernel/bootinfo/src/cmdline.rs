@@ -15,7 +15,7 @@
 //! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
 //! | `null.block_size` | `512` (default) or `4096` |
 //! | `null.memory` | `off` (default) or `on`: keep written data (needs SIZE bytes of heap) |
-//! | `null.mode` | `immediate` (default: completes through the completion policy) or `inline` |
+//! | `null.mode` | `immediate` (default: completes through the completion policy), `inline`, or `stuck` (never completes: a hung device, to test stall detection) |
 //! | `null.queues` | hardware queues of `null0` (default: one per CPU; `1` makes CPUs share one) |
 
 use crate::error::{Error, bounded};
@@ -96,6 +96,17 @@ pub enum IrqMode {
     Poll,
 }
 
+/// How the null block device completes requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NullDeviceMode {
+    /// Issued, then completed at once through the completion policy.
+    Immediate,
+    /// Completed inside the driver's queue_rq.
+    Inline,
+    /// Never completed: a hung device, for testing stall detection.
+    Stuck,
+}
+
 /// The parsed kernel command line.
 #[derive(Debug, Clone)]
 pub struct Config<'a> {
@@ -110,7 +121,7 @@ pub struct Config<'a> {
     pub null_block_size: u32,
     pub null_memory: bool,
     /// Complete null requests inside the driver's queue_rq.
-    pub null_inline: bool,
+    pub null_mode: NullDeviceMode,
     /// Hardware queues of the null device (None: one per CPU).
     pub null_queues: Option<u32>,
     /// Workload-engine words (`rw=...`, `bs=...`, ...), in command-line order.
@@ -129,7 +140,7 @@ impl Default for Config<'_> {
             null_size: None,
             null_block_size: 512,
             null_memory: false,
-            null_inline: false,
+            null_mode: NullDeviceMode::Immediate,
             null_queues: None,
             job_words: Vec::new(),
         }
@@ -257,11 +268,15 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
             }
             "null.mode" => {
                 once("null.mode")?;
-                cfg.null_inline = choose(
+                cfg.null_mode = choose(
                     "null.mode",
                     value,
-                    &[("immediate", false), ("inline", true)],
-                    "immediate or inline",
+                    &[
+                        ("immediate", NullDeviceMode::Immediate),
+                        ("inline", NullDeviceMode::Inline),
+                        ("stuck", NullDeviceMode::Stuck),
+                    ],
+                    "immediate, inline or stuck",
                 )?;
             }
             "null.queues" => {
@@ -377,7 +392,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.null_size, Some(64 << 20));
         assert_eq!(c.null_block_size, 4096);
-        assert!(c.null_memory && c.null_inline);
+        assert!(c.null_memory && c.null_mode == NullDeviceMode::Inline);
+        assert_eq!(
+            parse("null.mode=stuck", JOB_KEYS, "").unwrap().null_mode,
+            NullDeviceMode::Stuck
+        );
         let msg = parse("null.size=100", JOB_KEYS, "").unwrap_err().to_string();
         assert!(msg.contains("'100'") && msg.contains("multiple of 4 KiB"), "{msg}");
         assert!(parse("null.block_size=1024", JOB_KEYS, "").is_err());
