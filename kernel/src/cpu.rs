@@ -11,7 +11,8 @@ use x86_64::structures::gdt::{Descriptor, SegmentSelector};
 pub const IST_DOUBLE_FAULT: u8 = 1;
 pub const IST_NMI: u8 = 2;
 pub const IST_MACHINE_CHECK: u8 = 3;
-const IST_STACK_BYTES: usize = 16 * 1024;
+/// Size of each IST stack.
+pub const IST_STACK_BYTES: usize = 16 * 1024;
 
 /// Builds and loads this CPU's GDT and TSS. Needs the heap (IST stacks).
 pub fn init_descriptor_tables() {
@@ -38,6 +39,17 @@ pub fn init_descriptor_tables() {
         SS::set_reg(data);
         load_tss(tss_sel);
     }
+}
+
+/// Top of this CPU's IST stack `ist` (1-based), 0 before its TSS is set up.
+pub fn ist_top(ist: u8) -> u64 {
+    let slot = percpu::current();
+    // SAFETY: the TSS is written only by this CPU during its bring-up, which
+    // has finished (or not started, and then the table reads zero).
+    let tss = unsafe { &*slot.tss.get() };
+    tss.interrupt_stack_table
+        .get(usize::from(ist).wrapping_sub(1))
+        .map_or(0, |v| v.as_u64())
 }
 
 /// The CPU's vendor, brand string and the features baremq cares about.

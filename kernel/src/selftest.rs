@@ -26,6 +26,12 @@ pub fn run(test: SelfTest) {
             // SAFETY: a non-canonical address raises #GP; the handler ends the run.
             unsafe { core::ptr::read_volatile(0x8000_0000_0000_0000u64 as *const u64) };
         }
+        SelfTest::DoubleFault => {
+            x86_64::instructions::interrupts::disable();
+            crate::idt::remove_gate_for_test(13);
+            // SAFETY: #GP through a missing gate escalates to #DF, which ends the run.
+            unsafe { core::ptr::read_volatile(0x8000_0000_0000_0000u64 as *const u64) };
+        }
         SelfTest::Breakpoint => {
             // SAFETY: raises #BP; the handler ends the run (TCG only: kvm-pvm cannot emulate int3).
             unsafe { core::arch::asm!("int3") };

@@ -48,6 +48,9 @@ pub enum SelfTest {
     GeneralProtection,
     /// `int3`: must be reported as #BP (vector 3). TCG only; kvm-pvm cannot run it.
     Breakpoint,
+    /// A #GP whose IDT gate is not present: the CPU escalates to #DF (vector 8),
+    /// which must be handled on its own IST stack.
+    DoubleFault,
     /// Call `panic!`: must be caught by the panic handler.
     Panic,
     /// Check the TSC clock against LAPIC timer ticks.
@@ -66,13 +69,14 @@ impl SelfTest {
         ("ud2", SelfTest::InvalidOpcode),
         ("gpf", SelfTest::GeneralProtection),
         ("int3", SelfTest::Breakpoint),
+        ("doublefault", SelfTest::DoubleFault),
         ("panic", SelfTest::Panic),
         ("timer", SelfTest::Timer),
         ("ipi", SelfTest::Ipi),
         ("oneach", SelfTest::OnEachCpu),
         ("edu", SelfTest::Edu),
     ];
-    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, panic, timer, ipi, oneach, edu";
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, oneach, edu";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
