@@ -47,9 +47,9 @@ pub fn ist_top(ist: u8) -> u64 {
     // SAFETY: the TSS is written only by this CPU during its bring-up, which
     // has finished (or not started, and then the table reads zero).
     let tss = unsafe { &*slot.tss.get() };
-    tss.interrupt_stack_table
-        .get(usize::from(ist).wrapping_sub(1))
-        .map_or(0, |v| v.as_u64())
+    // The TSS is packed: copy the table out rather than borrow into it.
+    let table = { tss.interrupt_stack_table };
+    table.get(usize::from(ist).wrapping_sub(1)).map_or(0, |v| v.as_u64())
 }
 
 /// The CPU's vendor, brand string and the features baremq cares about.
