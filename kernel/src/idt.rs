@@ -289,11 +289,7 @@ fn exception(f: &TrapFrame) -> ! {
         f.ss,
         f.rflags,
         stack,
-        if f.vector == 8 || f.vector == 2 || f.vector == 18 {
-            " (IST)"
-        } else {
-            ""
-        }
+        ist_note(f.vector, stack)
     );
     crate::exit::failure(format_args!(
         "unhandled exception {} (vector {}) on cpu{} at rip={:#x}",
