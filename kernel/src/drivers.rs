@@ -44,6 +44,16 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         // Deferred requests wait for an "interrupt" that baremq never fires.
         NullDeviceMode::Stuck => (NullMode::Deferred, "STUCK: never completes"),
     };
+    // A memory-backed null device keeps every byte on the heap: refuse what cannot fit.
+    let heap = crate::memory::heap_free() as u64;
+    if cfg.null_memory && bytes > heap / 2 {
+        return Err(Error::Device(format!(
+            "null.memory=on keeps all {} MiB of null0 on the kernel heap, which has {} MiB free: \
+             use a smaller null.size or more memory (-m)",
+            bytes >> 20,
+            heap >> 20
+        )));
+    }
     let mut nc = NullConfig::new(bytes / 512, mode);
     nc.logical_block_size = block_size;
     nc.memory_backed = cfg.null_memory;

@@ -131,6 +131,11 @@ pub fn ram_top_below_4g() -> u64 {
     RAM_TOP_BELOW_4G.load(core::sync::atomic::Ordering::Relaxed)
 }
 
+/// Bytes free on the kernel heap.
+pub fn heap_free() -> usize {
+    HEAP.lock().free()
+}
+
 /// Bytes still free in the frame allocator.
 pub fn free_bytes() -> u64 {
     FRAMES.lock().free_bytes()
