@@ -436,5 +436,7 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
         kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
         all_passed &= passed;
     }
+    kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
+    kprintln!("{}", irq::TABLE.display(smp::online()));
     Ok(all_passed)
 }
