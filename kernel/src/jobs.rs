@@ -14,12 +14,17 @@ use workload::{
     SubmitError, WorkloadError,
 };
 
-/// Error codes reported for block-layer rejections (`IoError::Rejected`).
+/// Codes reported in `IoError::Rejected` when a request never reached the device.
+const REJECTED_BEYOND_END: u32 = 1;
+const REJECTED_FROZEN: u32 = 2;
+const REJECTED_LONGER_THAN_BUFFER: u32 = 98;
+const REJECTED_OTHER: u32 = 99;
+
 fn rejection_code(e: &BlkError) -> u32 {
     match e {
-        BlkError::BeyondEnd { .. } => 1,
-        BlkError::Frozen => 2,
-        _ => 99,
+        BlkError::BeyondEnd { .. } => REJECTED_BEYOND_END,
+        BlkError::Frozen => REJECTED_FROZEN,
+        _ => REJECTED_OTHER,
     }
 }
 
@@ -48,7 +53,9 @@ impl IoBackend for KernelBackend<'_> {
         let b = &self.buffers[slot];
         let len = sectors as usize * (self.scale as usize * 512);
         if len > self.bs {
-            return Err(SubmitError::Failed(IoError::Rejected { code: 98 }));
+            return Err(SubmitError::Failed(IoError::Rejected {
+                code: REJECTED_LONGER_THAN_BUFFER,
+            }));
         }
         // SAFETY: the buffer stays valid and untouched by the CPU until the
         // completion for this slot is reaped (the engine's slot contract).
