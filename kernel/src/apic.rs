@@ -171,9 +171,14 @@ pub fn send_ipi(apic_id: u32, delivery: Delivery) {
         // SAFETY: one 64-bit write to the x2APIC ICR sends the IPI.
         unsafe { icr.write(((apic_id as u64) << 32) | low as u64) };
     } else {
-        write(REG_ICR_HIGH, apic_id << 24);
-        write(REG_ICR_LOW, low);
-        wait_icr_idle();
+        // The xAPIC ICR is two registers: an interrupt between the writes whose
+        // handler sends its own IPI would retarget ours (a wake IPI then lands
+        // on the wrong CPU and is lost). Keep the pair atomic on this CPU.
+        x86_64::instructions::interrupts::without_interrupts(|| {
+            write(REG_ICR_HIGH, apic_id << 24);
+            write(REG_ICR_LOW, low);
+            wait_icr_idle();
+        });
     }
 }
 
@@ -195,8 +200,11 @@ pub fn send_ipi_all_others(vector: u8) {
         // SAFETY: one 64-bit write to the x2APIC ICR sends the IPI.
         unsafe { icr.write(low as u64) };
     } else {
-        write(REG_ICR_HIGH, 0);
-        write(REG_ICR_LOW, low);
-        wait_icr_idle();
+        // As in `send_ipi`: the two ICR writes must not be split by an interrupt.
+        x86_64::instructions::interrupts::without_interrupts(|| {
+            write(REG_ICR_HIGH, 0);
+            write(REG_ICR_LOW, low);
+            wait_icr_idle();
+        });
     }
 }

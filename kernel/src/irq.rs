@@ -14,6 +14,8 @@ pub const VECTOR_PING: u8 = 0xF1;
 pub const VECTOR_PONG: u8 = 0xF2;
 /// Block-layer remote completion.
 pub const VECTOR_BLK_COMPLETE: u8 = 0xF3;
+/// Self-IPIs raised by the IPI-storm self-test's timer handler.
+pub const VECTOR_SELF_TEST: u8 = 0xF4;
 /// Local APIC spurious-interrupt vector (never acknowledged with EOI).
 pub const VECTOR_SPURIOUS: u8 = 0xFF;
 

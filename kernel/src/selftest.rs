@@ -39,6 +39,11 @@ pub fn run(test: SelfTest) {
         SelfTest::Panic => panic!("deliberate panic requested by test=panic"),
         SelfTest::Timer => timer(),
         SelfTest::Ipi => ipi_ping_pong(),
+        SelfTest::IpiStorm => {
+            if let Err(e) = ipi_storm() {
+                crate::exit::failure(format_args!("ipistorm: {e}"));
+            }
+        }
         SelfTest::OnEachCpu => on_each_cpu(),
         SelfTest::Edu => {
             if let Err(e) = edu() {
@@ -287,4 +292,103 @@ fn mode_name(mode: platform::irq::InterruptMode) -> &'static str {
         platform::irq::InterruptMode::Msi => "MSI",
         platform::irq::InterruptMode::Intx => "INTx",
     }
+}
+
+static SELF_IPIS: AtomicU64 = AtomicU64::new(0);
+static STORM_STOP: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+static STORM_EDU: spin::Once<&'static platform::mmio::VolatileMmio> = spin::Once::new();
+
+fn on_storm_interrupt(_ctx: usize, _vector: u8, _cpu: u32) {
+    use platform::mmio::Mmio32;
+    // A device interrupt whose handler sends an IPI, as the block layer's
+    // completion path does (a softirq self-IPI): it must not disturb an IPI
+    // that the interrupted code on this CPU is in the middle of sending.
+    if let Some(mmio) = STORM_EDU.get()
+        && let Ok(status) = mmio.read32(EDU_IRQ_STATUS)
+    {
+        let _ = mmio.write32(EDU_IRQ_ACK, status);
+    }
+    apic::send_ipi(apic::id(), apic::Delivery::Fixed(irq::VECTOR_SELF_TEST));
+}
+
+fn on_self_ipi(_ctx: usize, _vector: u8, _cpu: u32) {
+    SELF_IPIS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Runs on CPU 1: makes the edu device interrupt CPU 0 over and over (the
+/// emulated device runs under QEMU's global lock, like the MegaRAID
+/// controller whose completions exposed the bug this test guards against).
+fn storm_kicker(_arg: usize) {
+    use platform::mmio::Mmio32;
+    let Some(mmio) = STORM_EDU.get() else { return };
+    while !STORM_STOP.load(Ordering::Acquire) {
+        let _ = mmio.write32(EDU_IRQ_RAISE, 1);
+        time::delay_ns(1_000);
+    }
+}
+
+/// CPU 0 pings CPU 2 from task context while the edu device, kicked by CPU 1,
+/// keeps interrupting CPU 0 and CPU 0's handler sends self-IPIs. A ping that
+/// an interrupt retargets (the xAPIC ICR is two registers) is lost, and the
+/// test fails on the missing pong.
+fn ipi_storm() -> Result<(), crate::error::Error> {
+    use crate::error::Error;
+    use crate::{interrupts, pci};
+    const PINGS: usize = 20_000;
+    if smp::online() < 3 {
+        return Err(Error::CpuOffline {
+            cpu: 2,
+            online: smp::online(),
+        });
+    }
+    let function = pci::find(EDU_VENDOR, EDU_DEVICE)
+        .next()
+        .ok_or_else(|| Error::Device("no edu device (1234:11e8): add `-device edu` to QEMU".into()))?;
+    pci::claim(function)?;
+    let mmio: &'static platform::mmio::VolatileMmio =
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(pci::bar_mmio(function, 0)?));
+    STORM_EDU.call_once(|| mmio);
+    irq::register(irq::VECTOR_PING, "ipi-ping", on_ping, 0);
+    irq::register(irq::VECTOR_PONG, "ipi-pong", on_pong, 0);
+    irq::register(irq::VECTOR_SELF_TEST, "self-ipi", on_self_ipi, 0);
+    let edu_irq = interrupts::setup(
+        function,
+        Some(platform::irq::InterruptMode::Msi),
+        0,
+        "edu-storm",
+        on_storm_interrupt,
+        0,
+    )?;
+    PING_FROM.store(apic::id(), Ordering::Release);
+    let dest = percpu::cpu(2).apic_id.load(Ordering::Relaxed);
+    x86_64::instructions::interrupts::enable();
+    let kicker = smp::run_on(1, storm_kicker, 0).ok_or(Error::CpuOffline {
+        cpu: 1,
+        online: smp::online(),
+    })?;
+    for i in 0..PINGS {
+        let before = PONGS.load(Ordering::Acquire);
+        apic::send_ipi(dest, apic::Delivery::Fixed(irq::VECTOR_PING));
+        let deadline = time::now_ns() + 200_000_000;
+        while PONGS.load(Ordering::Acquire) == before {
+            if time::now_ns() > deadline {
+                return Err(Error::Device(alloc::format!(
+                    "ping {i} of {PINGS} to cpu2 got no pong within 200 ms: an IPI was lost or misdirected \
+                     ({} device interrupts with self-IPIs so far)",
+                    SELF_IPIS.load(Ordering::Relaxed)
+                )));
+            }
+            core::hint::spin_loop();
+        }
+    }
+    STORM_STOP.store(true, Ordering::Release);
+    smp::wait_done(1, kicker);
+    x86_64::instructions::interrupts::disable();
+    let mut edu_irq = edu_irq;
+    edu_irq.disable()?;
+    kprintln!(
+        "ipistorm: {PINGS} pings to cpu2 answered while cpu0 took {} device interrupts that each sent a self-IPI",
+        SELF_IPIS.load(Ordering::Relaxed)
+    );
+    Ok(())
 }

@@ -57,6 +57,9 @@ pub enum SelfTest {
     Timer,
     /// IPI round trips between CPU pairs, with figures.
     Ipi,
+    /// IPIs sent from task context while a fast timer's handler sends its
+    /// own IPIs on the same CPU: none may be lost or misdirected.
+    IpiStorm,
     /// Run a function on every CPU and check each ran.
     OnEachCpu,
     /// Route the `edu` device's interrupt to every CPU (MSI) and via INTx.
@@ -73,10 +76,12 @@ impl SelfTest {
         ("panic", SelfTest::Panic),
         ("timer", SelfTest::Timer),
         ("ipi", SelfTest::Ipi),
+        ("ipistorm", SelfTest::IpiStorm),
         ("oneach", SelfTest::OnEachCpu),
         ("edu", SelfTest::Edu),
     ];
-    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, oneach, edu";
+    const FORMS: &'static str =
+        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
