@@ -187,8 +187,22 @@ pub fn run_on(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
 }
 
 /// Waits until CPU `index` finished the work `run_on` returned `target` for.
+/// If the work still sits in the mailbox after a while, the wake IPI was
+/// lost (or the CPU is very slow to wake): it is sent again rather than
+/// waiting forever. Extra wakes are harmless.
 pub fn wait_done(index: usize, target: u64) {
-    while MAILBOX[index].done.load(Ordering::Acquire) < target {
+    const REWAKE_NS: u64 = 200_000_000;
+    let mb = &MAILBOX[index];
+    let mut last_wake = time::now_ns();
+    while mb.done.load(Ordering::Acquire) < target {
+        if mb.work.load(Ordering::Relaxed) != 0 && time::now_ns() - last_wake > REWAKE_NS {
+            log::warn!("smp: cpu{index} has not picked up its work after 200 ms; sending another wake IPI");
+            apic::send_ipi(
+                percpu::cpu(index).apic_id.load(Ordering::Relaxed),
+                apic::Delivery::Fixed(irq::VECTOR_WAKE),
+            );
+            last_wake = time::now_ns();
+        }
         core::hint::spin_loop();
     }
 }
