@@ -117,18 +117,9 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// Parses a size like `64M`, `8G`, `4096`, `512K` (binary units).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 'K' | 'k') => (&s[..i], 1u64 << 10),
-        (i, 'M' | 'm') => (&s[..i], 1 << 20),
-        (i, 'G' | 'g') => (&s[..i], 1 << 30),
-        (i, 'T' | 't') => (&s[..i], 1 << 40),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
+/// Parses a size like `64M`, `8G`, `4096`, `512K` (binary units): the kernel's
+/// own parser, so scenarios, `--mem` and job words agree on what a size is.
+pub use workload::values::parse_size;
 
 /// Parses one scenario file.
 pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {

@@ -168,19 +168,6 @@ fn choose<T: Copy>(key: &'static str, value: &str, table: &[(&str, T)], expected
         })
 }
 
-/// Parses a size: decimal bytes with an optional binary suffix k, m, g or t.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (digits, shift) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 20),
-        b'g' | b'G' => (&s[..s.len() - 1], 30),
-        b't' | b'T' => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = digits.parse().ok()?;
-    n.checked_mul(1u64 << shift)
-}
-
 /// Parses `cmdline`. Words whose key is in `job_keys` are kept for the
 /// workload engine; `job_keys_help` is appended to the unknown-key message.
 pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static str) -> Result<Config<'a>, Error> {
@@ -253,7 +240,7 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
             }
             "null.size" => {
                 once("null.size")?;
-                let bytes = parse_size(value)
+                let bytes = workload::values::parse_size(value)
                     .filter(|b| *b >= 4096 && b % 4096 == 0)
                     .ok_or_else(|| Error::BadValue {
                         key: "null.size",
@@ -409,9 +396,9 @@ mod tests {
         let msg = parse("null.size=100", JOB_KEYS, "").unwrap_err().to_string();
         assert!(msg.contains("'100'") && msg.contains("multiple of 4 KiB"), "{msg}");
         assert!(parse("null.block_size=1024", JOB_KEYS, "").is_err());
-        assert_eq!(parse_size("2g"), Some(2 << 30));
-        assert_eq!(parse_size("12x"), None);
-        assert_eq!(parse_size("99999999999t"), None);
+        assert_eq!(workload::values::parse_size("2g"), Some(2 << 30));
+        assert_eq!(workload::values::parse_size("12x"), None);
+        assert_eq!(workload::values::parse_size("99999999999t"), None);
     }
 
     #[test]
