@@ -166,6 +166,17 @@ pub fn send_ipi(apic_id: u32, delivery: Delivery) {
         Delivery::InitDeassert => 0x0000_8500, // INIT, level, de-assert
         Delivery::Startup(page) => 0x0000_4600 | page as u32,
     };
+    write_icr(apic_id, low);
+}
+
+/// Sends a fixed IPI to every CPU but this one (destination shorthand).
+pub fn send_ipi_all_others(vector: u8) {
+    write_icr(0, (0b11 << 18) | vector as u32);
+}
+
+/// Writes the interrupt command register: destination APIC id and the low
+/// word (vector, delivery mode, shorthand).
+fn write_icr(apic_id: u32, low: u32) {
     if is_x2apic() {
         let mut icr = Msr::new(0x830);
         // SAFETY: one 64-bit write to the x2APIC ICR sends the IPI.
@@ -189,22 +200,5 @@ fn wait_icr_idle() {
             break;
         }
         core::hint::spin_loop();
-    }
-}
-
-/// Sends a fixed IPI to every CPU but this one (destination shorthand).
-pub fn send_ipi_all_others(vector: u8) {
-    let low = (0b11 << 18) | vector as u32;
-    if is_x2apic() {
-        let mut icr = Msr::new(0x830);
-        // SAFETY: one 64-bit write to the x2APIC ICR sends the IPI.
-        unsafe { icr.write(low as u64) };
-    } else {
-        // As in `send_ipi`: the two ICR writes must not be split by an interrupt.
-        x86_64::instructions::interrupts::without_interrupts(|| {
-            write(REG_ICR_HIGH, 0);
-            write(REG_ICR_LOW, low);
-            wait_icr_idle();
-        });
     }
 }
