@@ -224,12 +224,17 @@ fn edu_interrupt(ctx: usize, _vector: u8, _cpu: u32) {
     }
 }
 
-/// Routes QEMU's `edu` device interrupt to every CPU in turn, by MSI and by
-/// INTx, and checks by the per-CPU counts that each landed where aimed.
-fn edu() -> Result<(), crate::error::Error> {
+/// Finds and claims QEMU's `edu` device and checks its identification
+/// register; the register window lives for the rest of the run.
+fn claim_edu() -> Result<
+    (
+        &'static platform::pci::PciFunction,
+        &'static platform::mmio::VolatileMmio,
+    ),
+    crate::error::Error,
+> {
     use crate::error::Error;
-    use crate::{interrupts, pci};
-    use platform::irq::InterruptMode;
+    use crate::pci;
     use platform::mmio::Mmio32;
     let function = pci::find(EDU_VENDOR, EDU_DEVICE)
         .next()
@@ -243,6 +248,17 @@ fn edu() -> Result<(), crate::error::Error> {
             "edu identification register reads {id:#x}"
         )));
     }
+    Ok((function, mmio))
+}
+
+/// Routes QEMU's `edu` device interrupt to every CPU in turn, by MSI and by
+/// INTx, and checks by the per-CPU counts that each landed where aimed.
+fn edu() -> Result<(), crate::error::Error> {
+    use crate::error::Error;
+    use crate::interrupts;
+    use platform::irq::InterruptMode;
+    use platform::mmio::Mmio32;
+    let (function, mmio) = claim_edu()?;
     let n = smp::online();
     x86_64::instructions::interrupts::enable();
     for mode in [InterruptMode::Msi, InterruptMode::Intx] {
@@ -333,7 +349,7 @@ fn storm_kicker(_arg: usize) {
 /// test fails on the missing pong.
 fn ipi_storm() -> Result<(), crate::error::Error> {
     use crate::error::Error;
-    use crate::{interrupts, pci};
+    use crate::interrupts;
     const PINGS: usize = 20_000;
     if smp::online() < 3 {
         return Err(Error::CpuOffline {
@@ -341,12 +357,7 @@ fn ipi_storm() -> Result<(), crate::error::Error> {
             online: smp::online(),
         });
     }
-    let function = pci::find(EDU_VENDOR, EDU_DEVICE)
-        .next()
-        .ok_or_else(|| Error::Device("no edu device (1234:11e8): add `-device edu` to QEMU".into()))?;
-    pci::claim(function)?;
-    let mmio: &'static platform::mmio::VolatileMmio =
-        alloc::boxed::Box::leak(alloc::boxed::Box::new(pci::bar_mmio(function, 0)?));
+    let (function, mmio) = claim_edu()?;
     STORM_EDU.call_once(|| mmio);
     irq::register(irq::VECTOR_PING, "ipi-ping", on_ping, 0);
     irq::register(irq::VECTOR_PONG, "ipi-pong", on_pong, 0);
