@@ -605,6 +605,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                         cpu: self.slice.cpu,
                         in_flight: self.in_flight,
                         waited_ns: waited,
+                        limit_ns: self.plan.spec.io_timeout_ns,
                     });
                 }
                 self.backend.idle();

@@ -185,6 +185,8 @@ pub enum WorkloadError {
         in_flight: usize,
         /// Time since the last completion, in ns.
         waited_ns: u64,
+        /// The job's `io_timeout`, in ns (the limit that was passed).
+        limit_ns: u64,
     },
     /// Per-CPU results handed to the report do not match the plan.
     ResultsMismatch {
@@ -304,9 +306,11 @@ impl fmt::Display for WorkloadError {
                 cpu,
                 in_flight,
                 waited_ns,
+                limit_ns,
             } => write!(
                 f,
-                "CPU {cpu}: {in_flight} requests in flight and no completion for {} ms",
+                "CPU {cpu}: {in_flight} requests in flight, no completion within io_timeout {} ms (waited {} ms)",
+                limit_ns / 1_000_000,
                 waited_ns / 1_000_000
             ),
             Self::ResultsMismatch { job, reason } => {

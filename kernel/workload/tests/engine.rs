@@ -471,6 +471,7 @@ fn a_backend_that_never_completes_times_out() {
             cpu: 0,
             in_flight: 2,
             waited_ns,
+            limit_ns: 10_000_000,
         }) => assert!(*waited_ns > 10_000_000),
         other => panic!("expected a stall, got {other:?}"),
     }
