@@ -202,22 +202,7 @@ impl Madt {
     /// Parses a validated MADT. Every entry's length is checked against the
     /// table end and against its type's size before it is read.
     pub fn parse(memory: &impl PhysMemory, table: &Sdt) -> Result<Madt> {
-        if table.signature != TableSignature::MADT {
-            return Err(Error::TableSignatureMismatch {
-                phys: table.phys,
-                expected: TableSignature::MADT,
-                found: table.signature,
-            });
-        }
-        if table.length < MADT_FIXED_LEN {
-            return Err(Error::TableLength {
-                signature: table.signature,
-                phys: table.phys,
-                length: table.length,
-                min: MADT_FIXED_LEN,
-                max: super::MAX_TABLE_LEN,
-            });
-        }
+        table.expect(TableSignature::MADT, MADT_FIXED_LEN)?;
         let mut madt = Madt {
             local_apic_address: u64::from(table.read_u32(memory, 36)?),
             pcat_compat: table.read_u32(memory, 40)? & 1 != 0,

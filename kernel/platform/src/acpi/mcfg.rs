@@ -51,22 +51,7 @@ pub struct Mcfg {
 impl Mcfg {
     /// Parses a validated MCFG; a trailing partial entry or a reversed bus range is an error.
     pub fn parse(memory: &impl PhysMemory, table: &Sdt) -> Result<Mcfg> {
-        if table.signature != TableSignature::MCFG {
-            return Err(Error::TableSignatureMismatch {
-                phys: table.phys,
-                expected: TableSignature::MCFG,
-                found: table.signature,
-            });
-        }
-        if table.length < MCFG_FIXED_LEN {
-            return Err(Error::TableLength {
-                signature: table.signature,
-                phys: table.phys,
-                length: table.length,
-                min: MCFG_FIXED_LEN,
-                max: super::MAX_TABLE_LEN,
-            });
-        }
+        table.expect(TableSignature::MCFG, MCFG_FIXED_LEN)?;
         let payload = table.length - MCFG_FIXED_LEN;
         if !payload.is_multiple_of(ENTRY_LEN) {
             return Err(Error::McfgPartialEntry { length: table.length });

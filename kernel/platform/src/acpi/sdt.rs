@@ -42,26 +42,8 @@ impl Sdt {
     /// bytes, read in chunks so no buffer of `length` bytes is needed.
     pub fn load(memory: &impl PhysMemory, phys: u64, expected: Option<TableSignature>, min_len: u32) -> Result<Sdt> {
         let (header, signature) = read_header(memory, phys)?;
-        if let Some(expected) = expected
-            && signature != expected
-        {
-            return Err(Error::TableSignatureMismatch {
-                phys,
-                expected,
-                found: signature,
-            });
-        }
         let length = header.length;
-        let min = min_len.max(SDT_HEADER_LEN);
-        if !(min..=MAX_TABLE_LEN).contains(&length) {
-            return Err(Error::TableLength {
-                signature,
-                phys,
-                length,
-                min,
-                max: MAX_TABLE_LEN,
-            });
-        }
+        check_kind(phys, signature, length, expected, min_len)?;
         if phys.checked_add(u64::from(length)).is_none() {
             return Err(Error::PhysRead {
                 phys,
@@ -88,6 +70,12 @@ impl Sdt {
             oem_id: header.oem_id,
             oem_table_id: header.oem_table_id,
         })
+    }
+
+    /// Checks that this loaded table is the `expected` kind and at least
+    /// `min_len` bytes long (a parser's fixed part), with the errors `load` gives.
+    pub fn expect(&self, expected: TableSignature, min_len: u32) -> Result<()> {
+        check_kind(self.phys, self.signature, self.length, Some(expected), min_len)
     }
 
     /// Copies `out.len()` bytes at `offset` inside the table; errors if that
@@ -119,6 +107,37 @@ impl Sdt {
         self.read(memory, offset, &mut bytes)?;
         Ok(u64::from_le_bytes(bytes))
     }
+}
+
+/// The signature (if `expected`) and `min_len <= length <= MAX_TABLE_LEN`
+/// checks shared by `Sdt::load` and `Sdt::expect`.
+fn check_kind(
+    phys: u64,
+    signature: TableSignature,
+    length: u32,
+    expected: Option<TableSignature>,
+    min_len: u32,
+) -> Result<()> {
+    if let Some(expected) = expected
+        && signature != expected
+    {
+        return Err(Error::TableSignatureMismatch {
+            phys,
+            expected,
+            found: signature,
+        });
+    }
+    let min = min_len.max(SDT_HEADER_LEN);
+    if !(min..=MAX_TABLE_LEN).contains(&length) {
+        return Err(Error::TableLength {
+            signature,
+            phys,
+            length,
+            min,
+            max: MAX_TABLE_LEN,
+        });
+    }
+    Ok(())
 }
 
 /// The header through the `acpi` crate's layout, plus the raw signature bytes
