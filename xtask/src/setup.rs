@@ -37,17 +37,71 @@ pub fn ensure_target() -> Result<(), String> {
 }
 
 /// Installs QEMU with apt when running as root; otherwise says how.
+///
+/// `qemu-utils` is asked for only when `qemu-img` is missing: a machine may carry a newer one
+/// (from backports) that conflicts with the distribution's `qemu-system-x86`. When apt reports
+/// such a conflict, the install is retried with every QEMU package pinned to the candidate
+/// release of `qemu-system-x86` (downgrading the newer `qemu-utils`), and what was done is printed.
 pub fn ensure_qemu() -> Result<(), String> {
     if have_program("qemu-system-x86_64") {
         return Ok(());
     }
-    let cmd = "apt-get update && apt-get install -y qemu-system-x86 qemu-utils";
+    let mut packages = vec![String::from("qemu-system-x86")];
+    if !have_program("qemu-img") {
+        packages.push("qemu-utils".into());
+    }
+    let cmd = format!("apt-get update && apt-get install -y {}", packages.join(" "));
     if !is_root() {
         return Err(format!("qemu-system-x86_64 is not installed; run as root: {cmd}"));
     }
     println!("xtask: qemu-system-x86_64 is missing; installing it: {cmd}");
     crate::sh(Command::new("apt-get").arg("update"))?;
-    crate::sh(Command::new("apt-get").args(["install", "-y", "qemu-system-x86", "qemu-utils"]))
+    let first = crate::sh(Command::new("apt-get").arg("install").arg("-y").args(&packages));
+    if first.is_ok() {
+        return Ok(());
+    }
+    let version = candidate_version("qemu-system-x86").ok_or_else(|| {
+        format!(
+            "apt-get could not install {} and has no candidate version to pin",
+            packages.join(" ")
+        )
+    })?;
+    let pinned = [
+        format!("qemu-system-x86={version}"),
+        format!("qemu-system-common={version}"),
+        format!("qemu-utils={version}"),
+    ];
+    println!(
+        "xtask: apt refused (likely a newer qemu-utils from another release); retrying with every QEMU package \
+         pinned to {version}: apt-get install -y --allow-downgrades {}",
+        pinned.join(" ")
+    );
+    crate::sh(
+        Command::new("apt-get")
+            .args(["install", "-y", "--allow-downgrades"])
+            .args(&pinned),
+    )
+    .map_err(|e| {
+        format!(
+            "{e}\nxtask: could not install QEMU {version}; remove the conflicting qemu packages \
+             (apt-get remove qemu-utils) and run again"
+        )
+    })
+}
+
+/// The version apt would install for `package` (`apt-cache policy`'s "Candidate:").
+fn candidate_version(package: &str) -> Option<String> {
+    let out = Command::new("apt-cache").args(["policy", package]).output().ok()?;
+    parse_candidate(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_candidate(policy: &str) -> Option<String> {
+    policy
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Candidate:"))
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && *v != "(none)")
+        .map(String::from)
 }
 
 /// Writes a GRUB rescue image (BIOS and, when grub-efi is installed, UEFI)
@@ -88,4 +142,17 @@ pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) ->
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_candidate;
+
+    #[test]
+    fn candidate_is_read_from_apt_cache_policy() {
+        let policy = "qemu-system-x86:\n  Installed: (none)\n  Candidate: 1:7.2+dfsg-7+deb12u18+b3\n  Version table:\n";
+        assert_eq!(parse_candidate(policy).as_deref(), Some("1:7.2+dfsg-7+deb12u18+b3"));
+        assert_eq!(parse_candidate("x:\n  Installed: (none)\n  Candidate: (none)\n"), None);
+        assert_eq!(parse_candidate(""), None);
+    }
 }
