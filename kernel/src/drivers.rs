@@ -107,8 +107,9 @@ struct KernelDma;
 // memory below 4 GiB (virt == phys) that is never freed once leaked here, so
 // it stays valid and owned by the driver for the controller's lifetime.
 unsafe impl megasas::Dma for KernelDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::Error> {
-        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::Error::DmaAlloc { size, align })?;
+    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::DmaError> {
+        let buf =
+            DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
         let (virt, phys, len) = buf.leak();
         Ok(megasas::DmaRegion { virt, phys, len })
     }
