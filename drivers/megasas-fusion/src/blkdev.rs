@@ -1,0 +1,1 @@
+//! Block-layer binding (after the blk IssueToken merge).
