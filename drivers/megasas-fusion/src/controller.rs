@@ -344,6 +344,8 @@ pub struct Stats {
 
 struct ReplyQueue {
     last_idx: u32,
+    /// The index has wrapped at least once (only the `HostIndexNoWrap` test hook uses it).
+    wrapped: bool,
 }
 
 /// Result of an INTx interrupt.
@@ -522,7 +524,14 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             generation,
             limits,
             mem,
-            queues: (0..nq).map(|_| Mutex::new(ReplyQueue { last_idx: 0 })).collect(),
+            queues: (0..nq)
+                .map(|_| {
+                    Mutex::new(ReplyQueue {
+                        last_idx: 0,
+                        wrapped: false,
+                    })
+                })
+                .collect(),
             slots: (0..smids).map(|_| AtomicU64::new(0)).collect(),
             cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
             targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
@@ -1173,7 +1182,9 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 max: usize::from(self.limits.max_sge),
             });
         }
-        if let Some(index) = req.segments.iter().position(|s| s.len == 0) {
+        if let Some(index) = req.segments.iter().position(|s| s.len == 0)
+            && !self.mistake(Mistake::ZeroLengthSge)
+        {
             return Err(Error::ZeroLengthSegment { index });
         }
         let sum: u64 = req.segments.iter().map(|s| u64::from(s.len)).sum();
@@ -1474,11 +1485,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 self.mem.replies.write_u64_atomic(off, UNUSED_REPLY);
             }
             q.last_idx = (q.last_idx + 1) % depth;
+            q.wrapped |= q.last_idx == 0;
             consumed += 1;
             unreported += 1;
             self.dispatch(smid, sink);
             if unreported >= batch {
-                self.write_host_index(queue, q.last_idx);
+                self.write_host_index(queue, q.last_idx, q.wrapped);
                 unreported = 0;
             }
         }
@@ -1486,20 +1498,20 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             self.stats.walk_bound_hits.fetch_add(1, Ordering::Relaxed);
         }
         if unreported > 0 {
-            self.write_host_index(queue, q.last_idx);
+            self.write_host_index(queue, q.last_idx, q.wrapped);
         }
         consumed as usize
     }
 
-    fn write_host_index(&self, queue: u16, idx: u32) {
+    fn write_host_index(&self, queue: u16, idx: u32, wrapped: bool) {
         if self.mistake(Mistake::NoHostIndexWrite) {
             return;
         }
         // The all-ones stores must reach memory before the device may reuse the slots.
         fence(Ordering::Release);
         let mut idx = idx;
-        if self.mistake(Mistake::HostIndexNoWrap) && idx == 0 {
-            idx = self.limits.reply_depth;
+        if self.mistake(Mistake::HostIndexNoWrap) && wrapped {
+            idx += self.limits.reply_depth;
         }
         if self.mistake(Mistake::HostIndexAhead) {
             idx = (idx + 1) % self.limits.reply_depth;

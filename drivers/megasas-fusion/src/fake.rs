@@ -104,6 +104,8 @@ pub enum Violation {
     HostIndexBeyondDepth,
     /// Host index ahead of the producer.
     HostIndexBeyondProducer,
+    /// The host index moved past a reply slot the driver had not consumed (not all-ones).
+    HostIndexSkipsReplies,
     /// A reply slot was not all-ones when the producer reached it (overrun).
     ReplySlotNotFree,
     /// The producer caught the consumer: the host index is not being advanced.
@@ -324,6 +326,8 @@ struct State {
     pending: Vec<Pending>,
     producer: Vec<u32>,
     host_index: Vec<u32>,
+    /// Per queue: when each posted, not yet consumed reply was posted.
+    posted_at: Vec<VecDeque<u64>>,
     mask: u32,
     intr_status: u32,
     raised: Vec<bool>,
@@ -434,6 +438,7 @@ impl FakeFusion {
                 pending: Vec::new(),
                 producer: Vec::new(),
                 host_index: Vec::new(),
+                posted_at: Vec::new(),
                 mask: 0xFFFF_FFFF,
                 intr_status: 0,
                 raised: Vec::new(),
@@ -568,6 +573,30 @@ impl FakeFusion {
     pub fn zero_reads(&self, n: u32) {
         self.st.lock().zero_reads = n;
     }
+    /// A hostile device: posts a reply for `smid` on `queue` that no command asked for.
+    pub fn inject_bogus_reply(&self, queue: u16, smid: u16) {
+        let mut s = self.st.lock();
+        let p = Pending {
+            smid,
+            queue,
+            ready_at: 0,
+            work: Work::ReplyOnly,
+        };
+        if usize::from(smid) < s.outstanding.len() {
+            s.post(&self.mem, p);
+        } else if let Some(init) = s.init {
+            // Out of the SMID range: store the descriptor by hand.
+            let q = usize::from(queue);
+            let slot = init.replies + 8 * (u64::from(init.depth) * q as u64 + u64::from(s.producer[q]));
+            self.mem
+                .write_u64("bogus reply", slot, u64::from(queue as u8) << 8 | u64::from(smid) << 16);
+            s.producer[q] = (s.producer[q] + 1) % init.depth;
+            let now = s.clock;
+            s.posted_at[q].push_back(now);
+            s.raised[q] = true;
+        }
+    }
+
     /// Reads LD `target`'s backing store.
     pub fn ld_bytes(&self, target: u8, off: usize, len: usize) -> Vec<u8> {
         let s = self.st.lock();
@@ -782,10 +811,22 @@ impl State {
         self.latched_low = None;
         self.producer.clear();
         self.host_index.clear();
+        self.posted_at.clear();
         self.raised.clear();
     }
 
     fn adapter_reset(&mut self) {
+        // A driver drains its queues before a reset; a reply left for 100 ms was never seen.
+        let stale = self.clock.saturating_sub(100_000);
+        for q in 0..self.posted_at.len() {
+            if self.posted_at[q].front().is_some_and(|&t| t < stale) {
+                let d = format!(
+                    "queue {q}: {} replies never consumed before the reset",
+                    self.posted_at[q].len()
+                );
+                self.violate(Violation::RepliesNotConsumed, d);
+            }
+        }
         self.forget_commands();
         self.resets += 1;
         self.drwe = false;
@@ -859,7 +900,23 @@ impl State {
             );
             return;
         }
+        // The driver restores every slot it consumed to all-ones before moving the index past it.
+        let mut i = old;
+        while i != idx {
+            let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(i));
+            if mem.read_u64("reply slot", slot) != Some(ALL_ONES) {
+                self.violate(
+                    Violation::HostIndexSkipsReplies,
+                    format!("queue {q}: index moved {old} -> {idx} past unconsumed slot {i}"),
+                );
+                break;
+            }
+            i = (i + 1) % d;
+        }
         self.host_index[q] = idx;
+        for _ in 0..moved {
+            self.posted_at[q].pop_front();
+        }
         // Replies held back by a full queue can go now.
         self.tick(mem);
     }
@@ -1101,6 +1158,7 @@ impl State {
             sense_hi,
         });
         self.producer = vec![0; usize::from(queues)];
+        self.posted_at = vec![VecDeque::new(); usize::from(queues)];
         self.host_index = vec![0; usize::from(queues)];
         self.raised = vec![false; usize::from(queues)];
         self.outstanding.iter_mut().for_each(|o| *o = false);
@@ -1321,6 +1379,9 @@ impl State {
         for i in 0..8 {
             let e = &f[0x80 + 16 * i..0x90 + 16 * i];
             let flags = e[15];
+            if e.iter().all(|&b| b == 0) {
+                break;
+            }
             if flags & 0x80 != 0 {
                 if i != 7 {
                     self.violate(Violation::ChainNotInSlot7, format!("chain element in slot {i}"));
@@ -1355,13 +1416,7 @@ impl State {
                 chain_seen = true;
                 break;
             }
-            if i >= claimed {
-                break;
-            }
             sges.push((le64(e, 0), le32(e, 8), flags));
-            if eol && flags & 0x40 != 0 {
-                break;
-            }
         }
         if co == 0x0F && !chain_seen {
             self.violate(Violation::ChainOffsetWithoutChain, String::new());
@@ -1370,15 +1425,12 @@ impl State {
         if eol {
             let n = sges.len();
             if let Some(i) = sges.iter().position(|s| s.2 & 0x40 != 0)
-                && i + 1 < n.max(claimed)
+                && i + 1 < n
             {
-                self.violate(
-                    Violation::EarlyEndOfList,
-                    format!("end of list on SGE {i} of {claimed}"),
-                );
+                self.violate(Violation::EarlyEndOfList, format!("end of list on SGE {i} of {n}"));
                 return None;
             }
-            if sges.len() == claimed && sges.last().is_some_and(|s| s.2 & 0x40 == 0) {
+            if sges.last().is_some_and(|s| s.2 & 0x40 == 0) {
                 self.violate(Violation::MissingEndOfList, String::new());
                 return None;
             }
@@ -1438,6 +1490,8 @@ impl State {
         let reply = u64::from(p.queue as u8) << 8 | u64::from(p.smid) << 16;
         mem.write_u64("reply descriptor", slot, reply);
         self.producer[q] = (self.producer[q] + 1) % d;
+        let now = self.clock;
+        self.posted_at[q].push_back(now);
         self.outstanding[usize::from(p.smid)] = false;
         self.replies_posted += 1;
         if init.vectors > 0 {

@@ -68,8 +68,8 @@ pub struct Workload {
     pub ctrl: Ctrl,
     pub buf: DmaRegion,
     pub inflight: HashMap<u32, InFlight>,
-    /// Last pattern written to each tag's first block.
-    pub written: HashMap<u32, u8>,
+    /// Last pattern written to each block (by LBA).
+    pub written: HashMap<u64, u8>,
     pub seq: u64,
     pub completed: u64,
     pub failed: u64,
@@ -186,17 +186,22 @@ impl Workload {
                 let len = f.blocks as usize * 512;
                 match f.op {
                     IoOp::Write => {
-                        self.written.insert(c.tag, f.pattern);
+                        for b in 0..u64::from(f.blocks) {
+                            self.written.insert(f.lba + b, f.pattern);
+                        }
                     }
                     IoOp::Read => {
-                        let want = self.written.get(&c.tag).copied().unwrap_or(0);
                         let got = &self.buf_slice(c.tag)[..len];
-                        assert!(
-                            got.iter().all(|&b| b == want),
-                            "tag {} read {:x?}.., want {want:#x}",
-                            c.tag,
-                            &got[..8]
-                        );
+                        for b in 0..f.blocks as usize {
+                            let want = self.written.get(&(f.lba + b as u64)).copied().unwrap_or(0);
+                            let blk = &got[b * 512..(b + 1) * 512];
+                            assert!(
+                                blk.iter().all(|&x| x == want),
+                                "tag {} block {b} read {:x?}.., want {want:#x}",
+                                c.tag,
+                                &blk[..8]
+                            );
+                        }
                     }
                     IoOp::Flush => {}
                 }
@@ -206,10 +211,10 @@ impl Workload {
                 self.reset_returned.push(c);
                 // A write dropped by a reset may or may not have reached the disk.
                 if f.op == IoOp::Write {
-                    self.written.remove(&c.tag);
-                    let lba = f.lba as usize * 512;
-                    let now = self.fake.ld_bytes(LD, lba, 1)[0];
-                    self.written.insert(c.tag, now);
+                    for b in 0..u64::from(f.blocks) {
+                        let now = self.fake.ld_bytes(LD, ((f.lba + b) * 512) as usize, 1)[0];
+                        self.written.insert(f.lba + b, now);
+                    }
                 }
             }
         }
