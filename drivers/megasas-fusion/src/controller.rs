@@ -552,7 +552,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             ctrl.reset_reply_queues();
         }
         if ctrl.config.mistake == Some(Mistake::PostBeforeOperational) {
-            let _ = ctrl.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
+            ctrl.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
         }
         ctrl.ioc_init(budget, report)?;
         if ctrl.config.mistake == Some(Mistake::InitTwice) {
@@ -829,7 +829,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             }
             wait(&self.delay, budget, 100, "IOC INIT", &self.mmio, g)?;
             waited += 100;
-            if waited % 5_000_000 == 0 {
+            if waited.is_multiple_of(5_000_000) {
                 let sp0 = read_reg(&self.mmio, g, regs::SP0);
                 if FwStatus(sp0).state() == FwState::Fault {
                     return Err(Error::FirmwareFault { sp0 });
@@ -1587,7 +1587,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     fn bogus(&self, smid: u16, why: &str) {
         let n = self.stats.bogus_replies.fetch_add(1, Ordering::Relaxed);
         // Rate-limited: the first few and then every 1024th.
-        if n < 8 || n % 1024 == 0 {
+        if n < 8 || n.is_multiple_of(1024) {
             log::warn!(
                 "megasas-fusion: dropped reply for SMID {smid} ({why}); {} so far",
                 n + 1
@@ -1670,7 +1670,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             // The adapter was reset: it has forgotten every SMID and address.
             self.return_in_flight(sink);
             if self.mistake(Mistake::PostDuringReset) {
-                let _ = self.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
+                self.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
             }
             if !self.mistake(Mistake::QueuesNotResetAfterOcr) {
                 self.reset_reply_queues();

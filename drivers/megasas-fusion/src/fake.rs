@@ -631,13 +631,7 @@ impl FakeFusion {
                     u32::from(s.cfg.raw_cmds)
                 }
             }
-            0x0BC => {
-                if s.cfg.generation >= Generation::Ventura {
-                    12
-                } else {
-                    0
-                }
-            }
+            0x0BC if s.cfg.generation >= Generation::Ventura => 12,
             _ => 0,
         }
     }
@@ -660,11 +654,7 @@ impl FakeFusion {
                     s.drwe = true;
                 }
             }
-            0x008 => {
-                if s.drwe && v & 0x4 != 0 && !s.dead {
-                    s.adapter_reset();
-                }
-            }
+            0x008 if s.drwe && v & 0x4 != 0 && !s.dead => s.adapter_reset(),
             0x030 => s.intr_status &= !v,
             0x034 => s.mask = v,
             0x06C => {
@@ -1024,10 +1014,10 @@ impl State {
 
     fn check_addr(&mut self, what: &str, addr: u64, len: u64) -> bool {
         if addr == u64::MAX && self.cfg.generation >= Generation::Ventura {
-            self.violate(Violation::AllOnesAddress, format!("{what}"));
+            self.violate(Violation::AllOnesAddress, String::from(what));
             return false;
         }
-        if addr == 0 || addr % 16 != 0 {
+        if addr == 0 || !addr.is_multiple_of(16) {
             self.violate(
                 Violation::InitBadFrame,
                 format!("{what} address {addr:#x} zero or misaligned"),

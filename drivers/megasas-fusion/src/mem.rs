@@ -101,14 +101,14 @@ impl Region {
     /// device stores as one 8-byte write is never seen half-written.
     pub fn read_u64_atomic(&self, off: usize) -> u64 {
         let p = self.ptr(off, 8);
-        assert!(p as usize % 8 == 0, "unaligned 8-byte DMA read");
+        assert!((p as usize).is_multiple_of(8), "unaligned 8-byte DMA read");
         // SAFETY: inside the region and 8-byte aligned.
         unsafe { p.cast::<u64>().read_volatile() }
     }
     /// Stores an aligned 8-byte value with one 64-bit volatile store.
     pub fn write_u64_atomic(&self, off: usize, v: u64) {
         let p = self.ptr(off, 8);
-        assert!(p as usize % 8 == 0, "unaligned 8-byte DMA write");
+        assert!((p as usize).is_multiple_of(8), "unaligned 8-byte DMA write");
         // SAFETY: inside the region and 8-byte aligned.
         unsafe { p.cast::<u64>().write_volatile(v) }
     }

@@ -20,10 +20,9 @@ fn workload(fc: FakeConfig, g: Generation, vectors: usize, seed: u64) -> Workloa
 /// Submits `n` reads on fresh tags (starting at `first`) and returns the tags.
 fn submit_reads(w: &mut Workload, first: u32, n: u32) -> Vec<u32> {
     (first..first + n)
-        .map(|t| {
+        .inspect(|&t| {
             w.submit(t, (t % u32::from(w.ctrl.queues())) as u16, IoOp::Read, 1, 3)
                 .unwrap();
-            t
         })
         .collect()
 }
@@ -32,14 +31,14 @@ fn submit_reads(w: &mut Workload, first: u32, n: u32) -> Vec<u32> {
 /// survive (the model forgot those commands, so it never DMAs into them).
 fn assert_no_late_dma(w: &mut Workload, tags: &[u32]) {
     for &t in tags {
-        w.buf_slice(t).fill(0x5C);
+        w.buf_fill(t, BUF, 0x5C);
     }
     for _ in 0..100 {
         w.service(10_000);
     }
     for &t in tags {
         assert!(
-            w.buf_slice(t).iter().all(|&b| b == 0x5C),
+            w.buf_read(t).iter().all(|&b| b == 0x5C),
             "tag {t}: device wrote after its request ended"
         );
     }

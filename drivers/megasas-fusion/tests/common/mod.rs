@@ -101,10 +101,19 @@ impl Workload {
         }
     }
 
-    pub fn buf_slice(&self, tag: u32) -> &mut [u8] {
-        // SAFETY: the region is alive as long as the model's memory; tags own disjoint slices and
-        // the test is single-threaded.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.virt.as_ptr().add(tag as usize * BUF), BUF) }
+    /// A copy of tag's buffer.
+    pub fn buf_read(&self, tag: u32) -> Vec<u8> {
+        let mut out = vec![0u8; BUF];
+        // SAFETY: the region is alive as long as the model's memory, and tag's slice lies inside it.
+        unsafe { std::ptr::copy_nonoverlapping(self.buf.virt.as_ptr().add(tag as usize * BUF), out.as_mut_ptr(), BUF) };
+        out
+    }
+
+    /// Fills the first `len` bytes of tag's buffer.
+    pub fn buf_fill(&mut self, tag: u32, len: usize, byte: u8) {
+        assert!(len <= BUF);
+        // SAFETY: as in `buf_read`; the test is single-threaded and the device is not using it.
+        unsafe { std::ptr::write_bytes(self.buf.virt.as_ptr().add(tag as usize * BUF), byte, len) };
     }
 
     /// Splits `len` bytes of tag's buffer into `n` non-empty segments.
@@ -135,11 +144,7 @@ impl Workload {
         let len = blocks as usize * 512;
         self.seq += 1;
         let pattern = (self.seq as u8).wrapping_mul(31).wrapping_add(7);
-        if op == IoOp::Write {
-            self.buf_slice(tag)[..len].fill(pattern);
-        } else {
-            self.buf_slice(tag)[..len].fill(0xEE);
-        }
+        self.buf_fill(tag, len, if op == IoOp::Write { pattern } else { 0xEE });
         let segs = self.segments(tag, len, nseg);
         let req = IoRequest {
             target: LD,
@@ -183,7 +188,6 @@ impl Workload {
         match c.outcome {
             IoOutcome::Ok => {
                 self.completed += 1;
-                let len = f.blocks as usize * 512;
                 match f.op {
                     IoOp::Write => {
                         for b in 0..u64::from(f.blocks) {
@@ -191,7 +195,7 @@ impl Workload {
                         }
                     }
                     IoOp::Read => {
-                        let got = &self.buf_slice(c.tag)[..len];
+                        let got = self.buf_read(c.tag);
                         for b in 0..f.blocks as usize {
                             let want = self.written.get(&(f.lba + b as u64)).copied().unwrap_or(0);
                             let blk = &got[b * 512..(b + 1) * 512];
