@@ -1139,10 +1139,24 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// generation of this use of the tag. A flush when the firmware does not handle
     /// SYNCHRONIZE CACHE must not be submitted (see [`Controller::flush_goes_to_firmware`]).
     pub fn submit(&self, tag: u32, queue: u16, req: &IoRequest<'_>, cookie: u64) -> Result<u32, Error> {
-        let _g = self.gate.try_read().ok_or(Error::Resetting)?;
+        let _g = self.enter().ok_or(Error::Resetting)?;
         if self.is_dead() {
             return Err(Error::Dead);
         }
+        let (cdb, write, len) = self.validate(req)?;
+        self.submit_raw(tag, queue, req.target, &cdb, write, len, req.segments, cookie, false)
+    }
+
+    /// Enters the submission section: while the guard lives no reset can start, so a caller
+    /// can hand a request to its owner's bookkeeping (blk's `Rq::issue`) and then post it
+    /// without a reset in between. None while a reset runs.
+    pub fn enter(&self) -> Option<spin::RwLockReadGuard<'_, ()>> {
+        self.gate.try_read()
+    }
+
+    /// Checks a request without posting it: drive, range, segments. Returns the CDB, the
+    /// direction and the byte count.
+    pub fn validate(&self, req: &IoRequest<'_>) -> Result<([u8; 16], Option<bool>, u32), Error> {
         let drive = self
             .drives
             .iter()
@@ -1194,7 +1208,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 expected: u64::from(len),
             });
         }
-        self.submit_raw(tag, queue, req.target, &cdb, write, len, req.segments, cookie, false)
+        Ok((cdb, write, len))
     }
 
     #[allow(clippy::too_many_arguments)]
