@@ -19,6 +19,7 @@ mod controller;
 mod diag;
 mod error;
 mod mem;
+mod options;
 mod pci;
 pub mod regs;
 
@@ -34,5 +35,6 @@ pub use devhal::{Delay, Dma, Mmio};
 pub use diag::{Report, Step};
 pub use error::Error;
 pub use megasas::{ControllerInfo, IoError, IoErrorKind, Segment};
+pub use options::Options;
 pub use pci::{FUSION_IDS, PciMatch, VENDOR_LSI, match_pci};
 pub use regs::Generation;
