@@ -631,7 +631,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 generation,
                 budget.used(),
                 "waiting for the state to change",
-                alloc::format!("{}", Sp0(sp0)),
+                String::new(),
             );
             // Wait until the whole SP0 word changes, bounded per state and overall.
             let mut waited = 0u64;
