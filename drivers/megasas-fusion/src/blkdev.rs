@@ -402,6 +402,12 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
             if let Err(e) = r {
                 log::error!("megasas-fusion: controller reset failed: {e}; controller out of service");
             }
+            // Requests turned away (Busy) during the reset go now, not at the next tick.
+            for q in &self.queues {
+                for h in 0..q.nr_hw_queues() {
+                    q.run_hw_queue(cpu, h);
+                }
+            }
         }
         for q in 0..self.core.ctrl.queues() {
             self.reap(q, cpu);

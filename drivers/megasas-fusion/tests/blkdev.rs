@@ -309,3 +309,181 @@ fn flush_is_local_without_fw_sync_cache_and_posted_with_it() {
         assert_eq!(r.fake.counts().0 - before, u64::from(posted), "{g}");
     }
 }
+
+struct ThreadPlatform {
+    kick: Vec<AtomicBool>,
+    ended: Vec<Mutex<Vec<Completion>>>,
+}
+
+impl Platform for ThreadPlatform {
+    fn now_ns(&self) -> u64 {
+        1
+    }
+    fn send_completion_ipi(&self, cpu: usize) {
+        self.kick[cpu].store(true, Ordering::Release);
+    }
+    fn raise_completion_softirq(&self, cpu: usize) {
+        self.kick[cpu].store(true, Ordering::Release);
+    }
+    fn end_io(&self, c: &Completion) {
+        self.ended[usize::from(c.submit_cpu)].lock().unwrap().push(*c);
+    }
+}
+
+/// Real threads: four "CPUs" submit to two drives sharing the tags, each handling its own
+/// vector (and polling the others now and then) while a device thread advances the model's
+/// clock. Every request ends exactly once, on its submitter's list, with the right data.
+#[test]
+fn threads_as_cpus_with_a_device_thread() {
+    threaded(false);
+}
+
+/// The same with the firmware faulting now and then: a CPU's tick runs the OCR while the other
+/// CPUs keep submitting and reaping. Requests end exactly once, Ok or Aborted.
+#[test]
+fn threads_with_faults_and_resets_under_load() {
+    threaded(true);
+}
+
+fn threaded(faults: bool) {
+    let fake = FakeFusion::new(FakeConfig::ventura());
+    let platform = Arc::new(ThreadPlatform {
+        kick: (0..NCPUS).map(|_| AtomicBool::new(false)).collect(),
+        ended: (0..NCPUS).map(|_| Mutex::new(Vec::new())).collect(),
+    });
+    let mut hc = HostConfig::new(NCPUS, Config::new(Generation::Ventura, vec![0, 1, 2, 3]));
+    hc.timeout_ns = 0;
+    let mut report = Report::new();
+    let host = Arc::new(
+        Host::new(
+            fake.mmio(),
+            &fake.dma(),
+            fake.delay(),
+            platform.clone(),
+            hc,
+            &mut report,
+        )
+        .unwrap(),
+    );
+    host.start();
+    let buf = fake.memory().alloc_zeroed(NCPUS * 64 * BUF, 4096).unwrap();
+    let base_virt = buf.virt.as_ptr() as usize;
+    let stop = Arc::new(AtomicBool::new(false));
+    let device = {
+        let (fake, stop) = (fake.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                fake.advance(20);
+                let _ = fake.take_vectors();
+                n += 1;
+                if faults && n % 200 == 0 && n <= 2_000 {
+                    fake.inject_fault(0x10, 0, true);
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    const PER_CPU: u64 = 3_000;
+    let workers: Vec<_> = (0..NCPUS)
+        .map(|cpu| {
+            let (host, platform) = (host.clone(), platform.clone());
+            let phys = buf.phys;
+            std::thread::spawn(move || {
+                let slot_addr = |s: usize| (cpu * 64 + s) * BUF;
+                let mut free: Vec<usize> = (0..64).collect();
+                let mut inflight: HashMap<u64, (usize, usize, bool, u8)> = HashMap::new();
+                let mut disk: HashMap<(usize, usize), u8> = HashMap::new();
+                let (mut sent, mut done, mut spin) = (0u64, 0u64, 0u64);
+                while done < PER_CPU {
+                    if sent < PER_CPU
+                        && let Some(slot) = free.pop()
+                    {
+                        let drive = (sent % 2) as usize;
+                        let write = (sent / 2) % 3 != 0;
+                        let pattern = (sent as u8).wrapping_mul(7) | 1;
+                        let p = (base_virt + slot_addr(slot)) as *mut u8;
+                        // SAFETY: this thread owns its 64 slots; the device owns one only while
+                        // its request is in flight, and the slot is free now.
+                        unsafe { std::ptr::write_bytes(p, if write { pattern } else { 0 }, 1024) };
+                        let segs = [blk::Segment::new(phys + slot_addr(slot) as u64, 1024)];
+                        let sector = ((cpu * 64 + slot) * 2) as u64;
+                        let cookie = (cpu as u64) << 32 | sent;
+                        let bio = if write {
+                            Bio::write(sector, 2, &segs, cookie)
+                        } else {
+                            Bio::read(sector, 2, &segs, cookie)
+                        };
+                        match host.queues()[drive].submit(cpu, &bio) {
+                            Ok(_) => {
+                                inflight.insert(cookie, (slot, drive, write, pattern));
+                                sent += 1;
+                            }
+                            Err(_) => free.push(slot),
+                        }
+                    }
+                    host.handle_vector(cpu as u16, cpu);
+                    spin += 1;
+                    if spin % 2_000 == 0 {
+                        // Whichever CPU gets there first runs the tick (and any reset).
+                        host.tick(cpu);
+                    }
+                    if spin % 64 == 0 {
+                        host.poll(cpu);
+                    }
+                    if platform.kick[cpu].swap(false, Ordering::Acquire) {
+                        for q in host.queues() {
+                            q.run_completions(cpu);
+                        }
+                    }
+                    let ended: Vec<Completion> = std::mem::take(&mut *platform.ended[cpu].lock().unwrap());
+                    for c in ended {
+                        let (slot, drive, write, pattern) = inflight.remove(&c.cookie).expect("ended once, on its CPU");
+                        if c.status == Status::Aborted && faults {
+                            // Dropped by a reset: a write may or may not have reached the disk.
+                            if write {
+                                disk.insert((drive, slot), 0xFF);
+                            }
+                            free.push(slot);
+                            done += 1;
+                            continue;
+                        }
+                        assert_eq!(c.status, Status::Ok);
+                        if write {
+                            disk.insert((drive, slot), pattern);
+                        } else {
+                            let want = disk.get(&(drive, slot)).copied().unwrap_or(0);
+                            let p = (base_virt + slot_addr(slot)) as *const u8;
+                            // SAFETY: the request ended, so the slot is this thread's again.
+                            let got = unsafe { std::slice::from_raw_parts(p, 1024) };
+                            // 0xFF: unknown after a write dropped by a reset.
+                            assert!(want == 0xFF || got.iter().all(|&b| b == want), "cpu {cpu} slot {slot}");
+                        }
+                        free.push(slot);
+                        done += 1;
+                    }
+                    if spin > 50_000_000 {
+                        panic!("cpu {cpu}: stuck with {} in flight", inflight.len());
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Release);
+    device.join().unwrap();
+    for _ in 0..10 {
+        fake.advance(1000);
+        host.poll(0);
+    }
+    fake.audit();
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(host.counters().refused_completions, 0);
+    assert_eq!(host.controller().stats.bogus_replies.load(Ordering::Relaxed), 0);
+    if faults {
+        assert!(host.counters().resets > 0, "the faults were seen and reset");
+        assert!(!host.is_dead());
+    }
+}
