@@ -377,7 +377,7 @@ fn threaded(faults: bool) {
                 fake.advance(20);
                 let _ = fake.take_vectors();
                 n += 1;
-                if faults && n % 200 == 0 && n <= 2_000 {
+                if faults && n.is_multiple_of(200) && n <= 2_000 {
                     fake.inject_fault(0x10, 0, true);
                 }
                 std::thread::yield_now();
@@ -424,11 +424,11 @@ fn threaded(faults: bool) {
                     }
                     host.handle_vector(cpu as u16, cpu);
                     spin += 1;
-                    if spin % 2_000 == 0 {
+                    if spin.is_multiple_of(2_000) {
                         // Whichever CPU gets there first runs the tick (and any reset).
                         host.tick(cpu);
                     }
-                    if spin % 64 == 0 {
+                    if spin.is_multiple_of(64) {
                         host.poll(cpu);
                     }
                     if platform.kick[cpu].swap(false, Ordering::Acquire) {
