@@ -12,6 +12,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 
+use crate::slot::SmidSlot;
+
 use devhal::{Delay, Dma, Mmio};
 use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{IoError, IoErrorKind, MfiStatus, Segment};
@@ -73,8 +75,6 @@ pub const DCMD_SHUTDOWN: u32 = 0x0105_0000;
 const UNUSED_REPLY: u64 = u64::MAX;
 /// Offset of the IOC INIT request inside the init region (after the 256-aligned MFI frame).
 const INIT_REQUEST_OFF: usize = 0x100;
-/// Slot word: bit 63 in flight; bits 31:0 generation.
-const IN_FLIGHT: u64 = 1 << 63;
 
 /// A driver mistake to commit on purpose (test hook proving the fake controller is strict).
 /// Never set outside tests.
@@ -404,8 +404,8 @@ pub struct Controller<M: Mmio, D: Delay> {
     limits: Limits,
     mem: Memory,
     queues: Vec<Mutex<ReplyQueue>>,
-    /// Per SMID (index = SMID): in-flight bit and generation.
-    slots: Vec<AtomicU64>,
+    /// Per SMID (index = SMID): in flight or idle, and the generation.
+    slots: Vec<SmidSlot>,
     cookies: Vec<AtomicU64>,
     targets: Vec<AtomicU32>,
     /// Per DCMD SMID: its late reply has not been consumed yet.
@@ -532,7 +532,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                     })
                 })
                 .collect(),
-            slots: (0..smids).map(|_| AtomicU64::new(0)).collect(),
+            slots: (0..smids).map(|_| SmidSlot::new()).collect(),
             cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
             targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
@@ -1114,7 +1114,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     pub fn tag_in_flight(&self, tag: u32) -> bool {
         self.slots
             .get(tag as usize + 1)
-            .is_some_and(|s| s.load(Ordering::Acquire) & IN_FLIGHT != 0)
+            .is_some_and(|s| s.in_flight().is_some())
     }
 
     /// Unmasks interrupts (after the kernel installed the handlers).
@@ -1236,20 +1236,14 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
         let mut smid = tag as u16 + 1;
         let slot = &self.slots[usize::from(smid)];
-        let old = slot.load(Ordering::Acquire);
-        let generation = (old as u32).wrapping_add(1);
-        if !self.mistake(Mistake::RepostOutstanding) {
-            // Claim the tag before the frame is posted, so a reply can only match a posted frame.
-            slot.compare_exchange(
-                old & !IN_FLIGHT,
-                IN_FLIGHT | u64::from(generation),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .map_err(|_| Error::TagBusy { tag })?;
+        // Claim the tag before the frame is posted, so a reply can only match a posted frame.
+        let generation = if self.mistake(Mistake::RepostOutstanding) {
+            slot.force_claim()
         } else {
-            slot.store(IN_FLIGHT | u64::from(generation), Ordering::Release);
-        }
+            slot.claim().ok_or(Error::TagBusy { tag })?
+        };
+        // Cookie and target are read by the reaper after it sees the reply; the Release fence
+        // before the descriptor write orders these stores before the device can see the command.
         self.cookies[usize::from(smid)].store(cookie, Ordering::Relaxed);
         self.targets[usize::from(smid)].store(u32::from(target), Ordering::Relaxed);
 
@@ -1557,11 +1551,10 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             return;
         }
         let slot = &self.slots[usize::from(smid)];
-        let word = slot.load(Ordering::Acquire);
-        if word & IN_FLIGHT == 0 {
+        let Some(word) = slot.in_flight() else {
             self.bogus(smid, "not in flight");
             return;
-        }
+        };
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
         let status = f.read_u8(fo + F_STATUS);
@@ -1581,17 +1574,14 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         };
         let c = Completion {
             tag: u32::from(smid - 1),
-            generation: word as u32,
+            generation: SmidSlot::generation(word),
             cookie: self.cookies[usize::from(smid)].load(Ordering::Relaxed),
             target: self.targets[usize::from(smid)].load(Ordering::Relaxed) as u8,
             outcome,
             bytes_done,
         };
         // Release the tag before handing the completion on, so the sink may reuse it at once.
-        if slot
-            .compare_exchange(word, word & !IN_FLIGHT, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !slot.finish(word) {
             self.bogus(smid, "raced");
             return;
         }
@@ -1736,18 +1726,14 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
         for smid in 1..=usize::from(self.limits.io_tags) {
             let slot = &self.slots[smid];
-            let word = slot.load(Ordering::Acquire);
-            if word & IN_FLIGHT == 0 {
+            let Some(word) = slot.in_flight() else {
                 continue;
-            }
-            if slot
-                .compare_exchange(word, word & !IN_FLIGHT, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            };
+            if slot.finish(word) {
                 self.stats.reset_returned.fetch_add(1, Ordering::Relaxed);
                 sink(Completion {
                     tag: (smid - 1) as u32,
-                    generation: word as u32,
+                    generation: SmidSlot::generation(word),
                     cookie: self.cookies[smid].load(Ordering::Relaxed),
                     target: self.targets[smid].load(Ordering::Relaxed) as u8,
                     outcome: IoOutcome::Reset,

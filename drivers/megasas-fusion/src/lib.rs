@@ -22,6 +22,8 @@ mod mem;
 mod options;
 mod pci;
 pub mod regs;
+mod slot;
+mod sync;
 
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
