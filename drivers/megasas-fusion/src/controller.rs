@@ -961,6 +961,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                     opcode: u32::from(cdb[0]),
                 });
             }
+            if waited.is_multiple_of(10_000) {
+                let sp0 = read_reg(&self.mmio, self.generation, regs::SP0);
+                if FwStatus(sp0).state() == FwState::Fault {
+                    return Err(Error::FirmwareFault { sp0 });
+                }
+            }
             wait(&self.delay, budget, 100, "polled I/O", &self.mmio, self.generation)?;
             waited += 100;
         }
@@ -1050,6 +1056,13 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             }
             if exclusive {
                 self.reap_inner(0, &mut |_| {});
+            }
+            // A firmware that faults never answers: stop waiting (the SMID stays reserved).
+            if waited.is_multiple_of(10_000) {
+                let sp0 = read_reg(&self.mmio, self.generation, regs::SP0);
+                if FwStatus(sp0).state() == FwState::Fault {
+                    return Err(Error::FirmwareFault { sp0 });
+                }
             }
             match budget.as_deref_mut() {
                 Some(b) => wait(&self.delay, b, 100, "DCMD", &self.mmio, self.generation)?,

@@ -187,6 +187,8 @@ pub struct FakeConfig {
     pub block_size: u32,
     /// CTRL_GET_INFO OnOff bit 10.
     pub ocr_disabled: bool,
+    /// The firmware faults (resettable) when this DCMD opcode arrives.
+    pub fault_on_dcmd: Option<u32>,
     /// Random seed.
     pub seed: u64,
 }
@@ -221,6 +223,7 @@ impl FakeConfig {
             lds: vec![(0, 8192), (3, 4096)],
             block_size: 512,
             ocr_disabled: false,
+            fault_on_dcmd: None,
             seed: 0x5EED,
         }
     }
@@ -1175,6 +1178,12 @@ impl State {
             0x01
         } else {
             let opcode = le32(&mfi, 0x18);
+            if self.cfg.fault_on_dcmd == Some(opcode) {
+                self.state = 0xF;
+                self.fault_bits = (0x0DC << 16) | (1 << 1);
+                self.forget_commands();
+                return None;
+            }
             let flags = le16(&mfi, 0x10);
             let (addr, len) = if mfi[7] == 0 {
                 (0, 0)

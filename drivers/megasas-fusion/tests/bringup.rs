@@ -208,3 +208,18 @@ fn the_report_names_every_step_and_the_limits() {
     // The model saw no mistakes along the way.
     let _ = Violation::BadSmid;
 }
+
+#[test]
+fn a_fault_during_a_bring_up_dcmd_fails_fast_not_after_the_timeout() {
+    let mut fc = FakeConfig::ventura();
+    fc.fault_on_dcmd = Some(megasas_fusion::DCMD_LD_GET_LIST);
+    let mut cfg = config(Generation::Ventura, 1);
+    cfg.command_timeout_us = 100_000_000;
+    let (fake, ctrl, report) = bring_up(fc, cfg);
+    let Err(Error::FirmwareFault { sp0 }) = ctrl else {
+        panic!("{:?}", ctrl.err())
+    };
+    assert_eq!((sp0 >> 16) & 0xFFF, 0x0DC);
+    assert!(fake.now_us() < 1_000_000, "gave up after {} us", fake.now_us());
+    assert!(report.to_string().contains("CTRL_GET_INFO"), "{report}");
+}
