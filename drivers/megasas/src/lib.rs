@@ -29,7 +29,10 @@ mod tags;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
-pub use controller::{Config, Controller, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped, SENSE_LEN};
+pub use controller::{
+    ADMIN_TAG, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped,
+    RecoveryCounters, SENSE_LEN, SubmitGuard,
+};
 pub use dcmd::{Capacity, ControllerInfo, LdInfo, LdListEntry};
 pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::{BogusReason, Error, Fault};
