@@ -38,6 +38,8 @@ const MAX_REAP_ROUNDS: u32 = 64;
 /// Reply-queue faults logged one by one; after that they are only counted (the host logs a
 /// summary per second), so a hostile device cannot flood the console.
 const FAULT_LOG_FIRST: u64 = 16;
+/// How many generations a polled command's reply-queue echo may lag behind its tag.
+const POLLED_ECHO_WINDOW: u16 = 256;
 /// Polls a controller reset waits for submitters to leave their critical section.
 const RESET_SUBMITTER_POLLS: u32 = 1000;
 
@@ -1478,7 +1480,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         let tag = tag as u16;
         if polled {
-            // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them.
+            // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them and
+            // the echo is dropped. It must name one of the tag's recent generations (several
+            // polled commands may finish before the reaper runs, and the tag may be FREE again);
+            // anything else is invented and counted.
+            let (state, current) = self.tags.load(tag);
+            let plausible = matches!(state, tags::POLLED | tags::FREE | tags::QUARANTINED);
+            if !plausible || current.wrapping_sub(generation) >= POLLED_ECHO_WINDOW {
+                return Err(BogusReason::StaleGeneration {
+                    tag,
+                    expected: current,
+                    found: generation,
+                });
+            }
             out.polled_echoes += 1;
             return Ok(());
         }
