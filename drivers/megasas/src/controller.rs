@@ -389,6 +389,8 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     admin: DmaBuf,
     admin_busy: AtomicBool,
     tags: TagTable,
+    /// Bytes of each tag's last I/O frame, for [`Self::resubmit`].
+    frame_lens: alloc::boxed::Box<[AtomicU32]>,
     /// Consumer index, owned by whoever holds `gate`.
     ci: AtomicU32,
     gate: ReapGate,
@@ -530,6 +532,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             admin,
             admin_busy: AtomicBool::new(false),
             tags: TagTable::new(ntags),
+            frame_lens: (0..ntags).map(|_| AtomicU32::new(0)).collect(),
             ci: AtomicU32::new(0),
             gate: ReapGate::new(),
             post_lock: AtomicBool::new(false),
@@ -894,21 +897,16 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         result
     }
 
-    fn reset_locked(&self, complete: &mut impl FnMut(Done)) -> Result<u32, Error> {
-        let irq_was_enabled = self.irq_enabled.load(Ordering::Acquire);
-        // Completions that already arrived keep their real status.
-        let mut out = Reaped::default();
-        self.drain(&mut out, complete);
+    /// Fails every command in flight without touching the device: only for a controller that
+    /// could not be reset, **after the caller stopped the device's bus mastering**, so the
+    /// buffers really are no longer the device's. Returns how many commands were failed.
+    pub fn abandon_in_flight(&self, mut complete: impl FnMut(Done)) -> u32 {
         self.operational.store(false, Ordering::Release);
-        self.irq_enabled.store(false, Ordering::Release);
-        log::warn!("megasas: resetting the controller");
-        let bring = self.bringup();
-        // From OPERATIONAL this writes IDB ABORT|READY: QEMU cancels every frame (0x2E into the
-        // old ring) and drops the reply queue.
-        bring.to_ready()?;
-        self.mmio.write32(regs::OMSK, 0xFFFF_FFFF);
-        bring.to_ready()?;
-        // The device has given up every frame: fail what was in flight, free the rest.
+        self.sweep(&mut complete)
+    }
+
+    /// Frees every tag; reports the commands that were in flight as failed (kind `Aborted`).
+    fn sweep(&self, complete: &mut impl FnMut(Done)) -> u32 {
         let mut failed = 0u32;
         for tag in 0..self.tags.len() {
             let (state, generation) = self.tags.load(tag);
@@ -933,6 +931,25 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 _ => self.tags.finish(tag, generation),
             }
         }
+        failed
+    }
+
+    fn reset_locked(&self, complete: &mut impl FnMut(Done)) -> Result<u32, Error> {
+        let irq_was_enabled = self.irq_enabled.load(Ordering::Acquire);
+        // Completions that already arrived keep their real status.
+        let mut out = Reaped::default();
+        self.drain(&mut out, complete);
+        self.operational.store(false, Ordering::Release);
+        self.irq_enabled.store(false, Ordering::Release);
+        log::warn!("megasas: resetting the controller");
+        let bring = self.bringup();
+        // From OPERATIONAL this writes IDB ABORT|READY: QEMU cancels every frame (0x2E into the
+        // old ring) and drops the reply queue.
+        bring.to_ready()?;
+        self.mmio.write32(regs::OMSK, 0xFFFF_FFFF);
+        bring.to_ready()?;
+        // The device has given up every frame: fail what was in flight, free the rest.
+        let failed = self.sweep(complete);
         // Release pairs with the Acquire in `take_admin`.
         self.admin_busy.store(false, Ordering::Release);
         self.admin_quarantined.store(false, Ordering::Release);
@@ -1360,6 +1377,29 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::PASS_SGL + frame::SGE64_LEN
             }
         };
+        self.frame_lens[usize::from(tag)].store(frame_bytes as u32, Ordering::Relaxed);
+        self.tags.publish(tag, tags::POSTED, generation);
+        self.post(tag, frame_bytes);
+        Ok(())
+    }
+
+    /// Posts the I/O frame of `tag` again, unchanged but for a new generation: for a command the
+    /// device answered BUSY. Only the owner of the tag may call it, after the command's
+    /// completion was reported (the tag is FREE and its frame still holds the request).
+    pub fn resubmit(&self, _guard: &SubmitGuard<'_>, tag: u16) -> Result<(), Error> {
+        self.check_tag(tag)?;
+        let frame_bytes = self.frame_lens[usize::from(tag)].load(Ordering::Relaxed) as usize;
+        if frame_bytes == 0 {
+            return Err(Error::InvalidRequest {
+                reason: "resubmit of a tag that never carried an I/O frame",
+            });
+        }
+        let generation = self.tags.claim(tag)?;
+        let w = self.frame(tag);
+        w.u32_at(0x08, tags::encode_context(tag, generation, false));
+        // Status back to pending, sense length back to the buffer size, old sense cleared.
+        w.bytes_at(frame::OFF_SENSE_LEN, &[SENSE_LEN as u8, MfiStatus::PENDING.0, 0]);
+        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         self.tags.publish(tag, tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())

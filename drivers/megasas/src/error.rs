@@ -278,6 +278,14 @@ pub enum Error {
     },
     /// The reply queue or a completion was inconsistent (see [`Fault`]).
     ControllerFault(Fault),
+    /// The controller has too few commands to serve I/O: one is the admin tag, and at least one
+    /// more is needed. Its drives are refused at discovery rather than created unusable.
+    NoIoTags {
+        /// Tags the controller offers (the admin tag included).
+        tags: u16,
+    },
+    /// The block layer refused the queue configuration of a drive.
+    BlockLayer(blk::BlkError),
 }
 
 impl fmt::Display for Error {
@@ -376,6 +384,11 @@ impl fmt::Display for Error {
                 expected,
             } => write!(f, "bad {option} in \"{value}\": accepted values are {expected}"),
             Self::ControllerFault(fault) => write!(f, "controller fault: {fault}"),
+            Self::NoIoTags { tags } => write!(
+                f,
+                "the controller offers {tags} command slot(s); one is the admin tag and I/O needs at least one more, so no drive is created"
+            ),
+            Self::BlockLayer(e) => write!(f, "block layer: {e}"),
         }
     }
 }

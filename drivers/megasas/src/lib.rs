@@ -14,6 +14,7 @@
 
 extern crate alloc;
 
+pub mod blkdev;
 mod controller;
 pub mod dcmd;
 mod error;
@@ -29,6 +30,7 @@ mod tags;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
+pub use blkdev::{DriveInfo, Host, HostConfig, HostCounters, IrqOutcome};
 pub use controller::{
     ADMIN_TAG, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped,
     RecoveryCounters, SENSE_LEN, SubmitGuard,

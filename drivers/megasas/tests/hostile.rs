@@ -42,7 +42,7 @@ fn fuzz(seed: u64) {
     let mut next_cookie = 1u64;
     let mut faults_seen = 0u64;
     let mut invented = 0u64;
-    let mut record = |in_flight: &mut HashMap<u16, u64>, completed: &mut HashMap<u64, u32>, d: megasas::Done| {
+    let record = |in_flight: &mut HashMap<u16, u64>, completed: &mut HashMap<u64, u32>, d: megasas::Done| {
         let cookie = in_flight
             .remove(&d.tag)
             .unwrap_or_else(|| panic!("completion of tag {} which has no command posted", d.tag));
