@@ -487,41 +487,26 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         true
     }
 
+    /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
+    /// entries left).
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
-        let ctrl = &self.core.ctrl;
-        let (mut completed, mut faults) = (0u32, 0u32);
-        loop {
-            let r = ctrl.reap_with(|d| self.deliver(cpu, &d, true));
-            completed += r.completed;
-            faults += r.faults;
-            if !r.more_pending {
-                return (completed, faults, false);
-            }
-            if completed >= budget {
-                return (completed, faults, true);
-            }
-        }
+        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver(cpu, &d, true));
+        (r.completed, r.faults, r.more_pending)
     }
 
     fn handle_interrupt(&self, cpu: usize) -> IrqOutcome {
         let core = &self.core;
         core.interrupts.fetch_add(1, Ordering::Relaxed);
         let mut out = IrqOutcome::default();
-        let Some(first) = core
-            .ctrl
-            .handle_interrupt_with(core.irq_mode, |d| self.deliver(cpu, &d, true))
-        else {
+        // MSI/MSI-X: OSTS reads 0 there and says nothing (pitfall 11); INTx: claim and ack first.
+        if core.irq_mode == IrqMode::Intx && !core.ctrl.intx_claim() {
             out.not_ours = true;
             return out;
-        };
-        out.completed = first.completed;
-        out.faults = first.faults;
-        if first.more_pending {
-            let (c, f, storm) = self.reap(cpu, self.irq_budget.saturating_sub(first.completed));
-            out.completed += c;
-            out.faults += f;
-            out.storm = storm;
         }
+        let (completed, faults, storm) = self.reap(cpu, self.irq_budget);
+        out.completed = completed;
+        out.faults = faults;
+        out.storm = storm;
         if out.storm {
             let n = core.storms.fetch_add(1, Ordering::Relaxed);
             if n == 0 {

@@ -938,7 +938,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let irq_was_enabled = self.irq_enabled.load(Ordering::Acquire);
         // Completions that already arrived keep their real status.
         let mut out = Reaped::default();
-        self.drain(&mut out, complete);
+        self.drain(&mut out, complete, &core::cell::Cell::new(u32::MAX));
         self.operational.store(false, Ordering::Release);
         self.irq_enabled.store(false, Ordering::Release);
         log::warn!("megasas: resetting the controller");
@@ -1441,9 +1441,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// [`Self::reap`] reporting each completion as a [`Done`] (with its cookie and whether an
     /// abort was pending). Also handles the replies of ABORT frames.
-    pub fn reap_with(&self, mut complete: impl FnMut(Done)) -> Reaped {
+    pub fn reap_with(&self, complete: impl FnMut(Done)) -> Reaped {
+        self.reap_budget(u32::MAX, complete)
+    }
+
+    /// [`Self::reap_with`] consuming at most `max_entries` reply entries (accepted or not), so
+    /// an interrupt handler's work is bounded; `more_pending` says entries were left.
+    pub fn reap_budget(&self, max_entries: u32, mut complete: impl FnMut(Done)) -> Reaped {
         let mut out = Reaped::default();
         let pi_word = self.ring.atomic_u32(RING_PI);
+        let remaining = core::cell::Cell::new(max_entries);
+        let work_left = || {
+            let pi = pi_word.load(Ordering::Acquire);
+            pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+        };
         let outcome = {
             let out = &mut out;
             let complete = &mut complete;
@@ -1451,15 +1462,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             // producing; `more_pending` tells the caller to come back.
             self.gate.run(
                 MAX_REAP_ROUNDS,
-                || self.drain(out, complete),
-                || {
-                    let pi = pi_word.load(Ordering::Acquire);
-                    pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
-                },
+                || self.drain(out, complete, &remaining),
+                || remaining.get() > 0 && work_left(),
             )
         };
         out.contended = outcome == GateOutcome::Contended;
-        out.more_pending = outcome == GateOutcome::MorePending;
+        out.more_pending = outcome == GateOutcome::MorePending
+            || (outcome == GateOutcome::Idle && remaining.get() == 0 && work_left());
         out
     }
 
@@ -1476,11 +1485,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// Consumes entries from CI up to PI; the caller holds `gate`.
-    fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(Done)) {
+    fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(Done), remaining: &core::cell::Cell<u32>) {
         let entries = self.ring_entries;
         let mut ci = self.ci.load(Ordering::Relaxed);
         // Bounded: each pass consumes at most one ring's worth; the outer loop re-reads PI.
-        for _ in 0..2 {
+        'passes: for _ in 0..2 {
             // Acquire pairs with the device's producer store, made after the entries and frames.
             let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
             if pi >= entries {
@@ -1491,6 +1500,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 break;
             }
             while ci != pi {
+                if remaining.get() == 0 {
+                    break 'passes;
+                }
+                remaining.set(remaining.get() - 1);
                 let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
                 let ctx = slot.load(Ordering::Relaxed);
                 slot.store(RING_SENTINEL, Ordering::Relaxed);

@@ -308,6 +308,8 @@ struct Inner {
     hold_next: u32,
     /// ABORT frames are swallowed: never answered, never act.
     ignore_aborts: bool,
+    /// INTx reads pending forever and ODCR0 does not clear it (a stuck line).
+    intx_stuck: bool,
     /// ABORT frames are answered with this status without acting.
     refuse_aborts: Option<u8>,
     frozen: bool,
@@ -377,6 +379,7 @@ impl FakeDevice {
                 duplicate_next: false,
                 hold_next: 0,
                 ignore_aborts: false,
+                intx_stuck: false,
                 refuse_aborts: None,
                 frozen: false,
                 errors: Vec::new(),
@@ -585,6 +588,11 @@ impl FakeDevice {
         self.inner.lock().irq = irq;
     }
 
+    /// A stuck INTx: the line reads asserted forever, whatever the driver acknowledges.
+    pub fn set_intx_stuck(&self, stuck: bool) {
+        self.inner.lock().intx_stuck = stuck;
+    }
+
     /// Whether the INTx line is asserted now.
     pub fn intx_asserted(&self) -> bool {
         let inner = self.inner.lock();
@@ -680,7 +688,10 @@ impl FakeDevice {
         let inner = self.inner.lock();
         match offset {
             0x18 | 0xB0 => Self::status_word(&inner),
-            0x30 if inner.omsk != 0xFFFF_FFFF && inner.doorbell > 0 && inner.irq == FakeIrq::Intx => {
+            0x30 if inner.omsk != 0xFFFF_FFFF
+                && (inner.doorbell > 0 || inner.intx_stuck)
+                && inner.irq == FakeIrq::Intx =>
+            {
                 match inner.model {
                     Model::Sas1078 => 0x8000_0001,
                     Model::Sas2108Gen2 => 0x0000_0001,
