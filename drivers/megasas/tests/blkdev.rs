@@ -660,3 +660,161 @@ fn stuck_intx_is_reported() {
     assert!(host.intx_stuck());
     assert!(host.counters().intx_empty >= 1000);
 }
+
+/// A platform whose completions are collected per submitting CPU (each thread plays one CPU).
+struct ThreadPlatform {
+    kick: Vec<AtomicBool>,
+    ended: Vec<Mutex<Vec<Completion>>>,
+    buffers: Mutex<HashMap<u64, (u64, usize)>>,
+    dev: Arc<FakeDevice>,
+}
+
+impl Platform for ThreadPlatform {
+    fn now_ns(&self) -> u64 {
+        1
+    }
+    fn send_completion_ipi(&self, cpu: usize) {
+        self.kick[cpu].store(true, Ordering::Release);
+    }
+    fn raise_completion_softirq(&self, cpu: usize) {
+        self.kick[cpu].store(true, Ordering::Release);
+    }
+    fn end_io(&self, c: &Completion) {
+        if let Some((phys, len)) = self.buffers.lock().unwrap().remove(&c.cookie) {
+            self.dev.retire(phys, len);
+        }
+        self.ended[usize::from(c.submit_cpu)].lock().unwrap().push(*c);
+    }
+}
+
+/// Real threads: four "CPUs" submit to three drives sharing the tags, take interrupts and run
+/// their completion IPIs, while a device thread completes commands in random order. Every
+/// request ends exactly once, on its submitter's list, with the right data.
+#[test]
+fn threads_as_cpus_with_a_device_thread() {
+    const NCPUS: usize = 4;
+    const PER_CPU: u64 = 1500;
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    cfg.max_cmds = 20;
+    cfg.completion = CompletionMode::Deferred;
+    cfg.disks = vec![disk(0, 1 << 20, 512), disk(1, 1 << 20, 512), disk(2, 1 << 20, 512)];
+    let dev = FakeDevice::new(cfg);
+    let platform = Arc::new(ThreadPlatform {
+        kick: (0..NCPUS).map(|_| AtomicBool::new(false)).collect(),
+        ended: (0..NCPUS).map(|_| Mutex::new(Vec::new())).collect(),
+        buffers: Mutex::new(HashMap::new()),
+        dev: dev.clone(),
+    });
+    let mut hc = HostConfig::new(NCPUS, IrqMode::Msix);
+    hc.completion = CompletionPolicy::Remote;
+    let host = Arc::new(
+        Host::new(
+            Model::Sas2108Gen2,
+            dev.mmio(),
+            dev.dma(),
+            dev.delay(),
+            platform.clone(),
+            hc,
+        )
+        .unwrap(),
+    );
+    host.start().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let device = {
+        let (dev, stop) = (dev.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(77);
+            while !stop.load(Ordering::Relaxed) {
+                let n = dev.pending();
+                if n > 0 {
+                    dev.complete_at(rng.below(n as u64) as usize);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let cpus: Vec<_> = (0..NCPUS)
+        .map(|cpu| {
+            let (dev, host, platform) = (dev.clone(), host.clone(), platform.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(1000 + cpu as u64);
+                let bufs: Vec<FakeBuffer> = (0..4).map(|_| dev.buffer(512)).collect();
+                // buf index -> (cookie, drive, lba, write, data)
+                let mut busy: HashMap<usize, (u64, usize, u64, bool, Vec<u8>)> = HashMap::new();
+                let mut contents: HashMap<(usize, u64), Vec<u8>> = HashMap::new();
+                let mut seen = HashSet::new();
+                let (mut issued, mut finished) = (0u64, 0u64);
+                while finished < PER_CPU {
+                    if issued < PER_CPU
+                        && let Some(bi) = (0..bufs.len()).find(|b| !busy.contains_key(b))
+                    {
+                        let drive = rng.below(3) as usize;
+                        // Each CPU owns its own blocks, one request per block at a time.
+                        let lba = cpu as u64 * 64 + bi as u64;
+                        let write = rng.below(2) == 0;
+                        let cookie = (cpu as u64) << 32 | issued;
+                        let data = pattern(cookie, 512);
+                        bufs[bi].write(0, if write { &data } else { &[0xEE; 512] });
+                        platform.buffers.lock().unwrap().insert(cookie, (bufs[bi].phys(), 512));
+                        dev.revive(bufs[bi].phys(), 512);
+                        let seg = [blk::Segment::new(bufs[bi].phys(), 512)];
+                        let bio = if write {
+                            Bio::write(lba, 1, &seg, cookie)
+                        } else {
+                            Bio::read(lba, 1, &seg, cookie)
+                        };
+                        match host.queue(drive).unwrap().submit(cpu, &bio) {
+                            Ok(_) => {
+                                busy.insert(bi, (cookie, drive, lba, write, data));
+                                issued += 1;
+                            }
+                            Err(BlkError::TagsExhausted { .. }) => {
+                                platform.buffers.lock().unwrap().remove(&cookie);
+                            }
+                            Err(e) => panic!("submit: {e}"),
+                        }
+                    }
+                    host.handle_interrupt(cpu);
+                    if platform.kick[cpu].swap(false, Ordering::Acquire) {
+                        for q in host.queues() {
+                            q.run_completions(cpu);
+                        }
+                    }
+                    if rng.below(64) == 0 {
+                        host.tick(cpu);
+                    }
+                    let ended = std::mem::take(&mut *platform.ended[cpu].lock().unwrap());
+                    for c in ended {
+                        assert!(seen.insert(c.cookie), "request {:#x} ended twice", c.cookie);
+                        assert_eq!(c.status, Status::Ok);
+                        let bi = *busy
+                            .iter()
+                            .find(|(_, v)| v.0 == c.cookie)
+                            .map(|(k, _)| k)
+                            .expect("ended a request this CPU did not submit");
+                        let (_, drive, lba, write, data) = busy.remove(&bi).unwrap();
+                        if write {
+                            contents.insert((drive, lba), data);
+                        } else {
+                            let want = contents.get(&(drive, lba)).cloned().unwrap_or_else(|| vec![0; 512]);
+                            assert_eq!(bufs[bi].read(0, 512), want, "cpu {cpu} drive {drive} lba {lba}");
+                        }
+                        finished += 1;
+                    }
+                    std::thread::yield_now();
+                }
+                finished
+            })
+        })
+        .collect();
+    let total: u64 = cpus.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    device.join().unwrap();
+    assert_eq!(total, NCPUS as u64 * PER_CPU);
+    assert_eq!(host.controller().busy_tags(), 0);
+    assert_eq!(host.counters().refused_completions, 0);
+    let s = dev.stats();
+    assert!(s.dma_violations.is_empty(), "{:?}", s.dma_violations);
+    assert!(s.writes_after_end.is_empty(), "{:?}", s.writes_after_end);
+}
