@@ -112,6 +112,15 @@ impl HostConfig {
             controller: Config::default(),
         }
     }
+
+    /// Applies the `megasas.*` command-line options that are the driver's: `queue_depth` (I/O
+    /// commands in flight, plus the admin tag). `irq` and `irq_cpu` are interrupt policy, which
+    /// the kernel applies when it sets the vectors up (`choose_irq_mode`).
+    pub fn apply_options(&mut self, options: &crate::Options) {
+        if let Some(depth) = options.queue_depth {
+            self.controller.max_tags = depth.saturating_add(1).min(crate::tags::MAX_TAGS);
+        }
+    }
 }
 
 /// A logical drive as the kernel's block registry sees it.
@@ -675,6 +684,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
     fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
         let core = &self.core;
         core.timeouts.fetch_add(1, Ordering::Relaxed);
+        if core.dead.load(Ordering::Relaxed) {
+            // Out of service: the request stays the device's (see `abandon_after_bus_master_off`).
+            return TimeoutAction::ResetTimer;
+        }
         let tag = rq.tag() as u16;
         match core.ctrl.command_state(tag) {
             CommandState::Posted => match core.ctrl.abort(tag) {

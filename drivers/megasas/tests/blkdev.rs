@@ -818,3 +818,26 @@ fn threads_as_cpus_with_a_device_thread() {
     assert!(s.dma_violations.is_empty(), "{:?}", s.dma_violations);
     assert!(s.writes_after_end.is_empty(), "{:?}", s.writes_after_end);
 }
+
+#[test]
+fn queue_depth_option_caps_io_commands_across_drives() {
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    cfg.completion = CompletionMode::Deferred;
+    cfg.disks = vec![disk(0, 1 << 20, 512), disk(1, 1 << 20, 512)];
+    let dev = FakeDevice::new(cfg);
+    let p = TestPlatform::new(&dev, 1);
+    let mut hc = HostConfig::new(1, IrqMode::Msix);
+    hc.apply_options(&megasas::Options::parse("megasas.queue_depth=4 megasas.irq=msix").unwrap());
+    let host = Host::new(Model::Sas2108Gen2, dev.mmio(), dev.dma(), dev.delay(), p.clone(), hc).unwrap();
+    host.start().unwrap();
+    assert_eq!(host.controller().max_inflight(), 5, "4 I/O tags plus the admin tag");
+    let bufs: Vec<_> = (0..5).map(|_| dev.buffer(512)).collect();
+    for (i, b) in bufs.iter().take(4).enumerate() {
+        submit_one(&host, &p, i % 2, b, false, 0, i as u64).unwrap();
+    }
+    assert!(matches!(
+        submit_one(&host, &p, 0, &bufs[4], false, 0, 4),
+        Err(BlkError::TagsExhausted { .. })
+    ));
+    assert_eq!(dev.pending(), 4);
+}
