@@ -123,8 +123,9 @@ fn block_data(model: &Contents, drive: usize, lba: u64, bs: usize) -> Vec<u8> {
 }
 
 /// The big interleaving: `total` requests over every drive, completions in random order, on
-/// random CPUs, with error rules and injected BUSY answers.
-fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy) {
+/// random CPUs, with error rules and injected BUSY answers; with `holds > 0`, that many
+/// commands are held by the device until their timeout's ABORT (timeouts on, racing everything).
+fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy, holds: u32) {
     const NCPUS: usize = 4;
     const BUFS: usize = 64;
     const BLOCKS: u64 = 256;
@@ -145,6 +146,9 @@ fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy) {
     let mut done: HashSet<u64> = HashSet::new();
     let (mut next, mut ok, mut failed) = (0u64, 0u64, 0u64);
     let mut busy_injected = 0;
+    let (mut holds_injected, mut timeouts) = (0u32, 0u64);
+    // Blocks whose contents are unknown: a timed-out write may or may not have reached them.
+    let mut unknown: HashSet<(usize, u64)> = HashSet::new();
 
     let mut check = |ended: Vec<Completion>,
                      pending: &mut HashMap<u64, Pending>,
@@ -156,19 +160,29 @@ fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy) {
             let p = pending
                 .remove(&c.cookie)
                 .expect("completion of a request not submitted");
-            assert_eq!(
-                c.status, p.expect,
-                "request {} (drive {} lba {})",
-                c.cookie, p.drive, p.lba
-            );
             let b = bs[p.drive];
+            if c.status == Status::Timeout && holds > 0 {
+                timeouts += 1;
+                if p.write {
+                    for i in 0..u64::from(p.blocks) {
+                        unknown.insert((p.drive, p.lba + i));
+                    }
+                }
+            } else {
+                assert_eq!(
+                    c.status, p.expect,
+                    "request {} (drive {} lba {})",
+                    c.cookie, p.drive, p.lba
+                );
+            }
             if c.status == Status::Ok {
                 ok += 1;
                 for i in 0..u64::from(p.blocks) {
                     let off = i as usize * b;
                     if p.write {
+                        unknown.remove(&(p.drive, p.lba + i));
                         model.insert((p.drive, p.lba + i), bufs[p.buf].read(off, b));
-                    } else {
+                    } else if !unknown.contains(&(p.drive, p.lba + i)) {
                         assert_eq!(
                             bufs[p.buf].read(off, b),
                             block_data(model, p.drive, p.lba + i, b),
@@ -264,7 +278,10 @@ fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy) {
                 host.handle_interrupt(cpu);
             }
             12 => {
-                if busy_injected < 50 {
+                if holds_injected < holds && rng.below(8) == 0 {
+                    dev.hold_next(1);
+                    holds_injected += 1;
+                } else if busy_injected < 50 {
                     dev.inject_busy(1);
                     busy_injected += 1;
                 }
@@ -298,6 +315,19 @@ fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy) {
     assert_eq!(done.len() as u64, total, "every request completed");
     assert_eq!(ok + failed, total);
     assert!(failed > 0 && ok > failed, "ok {ok}, failed {failed}");
+    let rc = host.controller().recovery_counters();
+    if holds > 0 {
+        // Each held command timed out, was aborted, and its request ended with Timeout once;
+        // the aborts worked, so no reset was needed.
+        assert!(timeouts > 0, "no held command timed out (holds {holds_injected})");
+        assert_eq!(dev.held(), 0, "a held command was left in the device");
+        // Deterministic for the seed: every hold was armed before a later submission used it.
+        assert_eq!(timeouts, u64::from(holds_injected));
+        assert_eq!(rc.aborts_confirmed, timeouts, "{rc:?}");
+        assert_eq!(rc.resets, 0, "{rc:?}");
+    } else {
+        assert_eq!(rc.aborts_sent, 0, "no request timed out: {rc:?}");
+    }
     let c = host.counters();
     assert_eq!(c.refused_completions, 0);
     assert!(c.busy_retries > 0, "BUSY answers were re-posted: {c:?}");
@@ -313,13 +343,20 @@ fn run_mixed(seed: u64, total: u64, policy: CompletionPolicy) {
 
 #[test]
 fn twenty_thousand_requests_remote_completions() {
-    run_mixed(0x5EED_0001, 20_000, CompletionPolicy::Remote);
+    run_mixed(0x5EED_0001, 20_000, CompletionPolicy::Remote, 0);
+}
+
+/// Stress with timeouts on: 30 commands held by the device, found by the timeout scan and
+/// aborted while the rest of the traffic (errors, BUSY, random order) goes on.
+#[test]
+fn requests_with_timeouts_and_aborts_under_load() {
+    run_mixed(0x5EED_0004, 6_000, CompletionPolicy::Remote, 30);
 }
 
 #[test]
 fn mixed_requests_irq_and_local_completions() {
-    run_mixed(0x5EED_0002, 5_000, CompletionPolicy::Irq);
-    run_mixed(0x5EED_0003, 5_000, CompletionPolicy::Local);
+    run_mixed(0x5EED_0002, 5_000, CompletionPolicy::Irq, 0);
+    run_mixed(0x5EED_0003, 5_000, CompletionPolicy::Local, 0);
 }
 
 /// Submits one 512-byte I/O from CPU 0.
