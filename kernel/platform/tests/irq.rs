@@ -94,23 +94,30 @@ fn concurrent_allocation_never_hands_out_a_vector_twice() {
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static LAST_CALL: AtomicU64 = AtomicU64::new(0);
 
-fn record(context: usize, vector: u8, cpu: u32) {
-    CALLS.fetch_add(1, Ordering::SeqCst);
-    LAST_CALL.store(
-        (context as u64) << 16 | u64::from(vector) << 8 | u64::from(cpu),
-        Ordering::SeqCst,
-    );
+/// A handler object with its own state (the typed replacement of a context word).
+struct Recorder {
+    id: u64,
 }
 
+impl InterruptHandler for Recorder {
+    fn handle(&self, vector: u8, cpu: u32) {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+        LAST_CALL.store(
+            self.id << 16 | u64::from(vector) << 8 | u64::from(cpu),
+            Ordering::SeqCst,
+        );
+    }
+}
+
+static EDU_HANDLER: Recorder = Recorder { id: 0x77 };
+static QUEUE0_HANDLER: Recorder = Recorder { id: 0x10 };
 static EDU: Registration = Registration {
     name: "edu",
-    handler: record,
-    context: 0x77,
+    handler: &EDU_HANDLER,
 };
 static QUEUE0: Registration = Registration {
     name: "megasas-q0",
-    handler: record,
-    context: 0x10,
+    handler: &QUEUE0_HANDLER,
 };
 
 #[test]
@@ -188,12 +195,18 @@ fn proc_interrupts_listing_shows_registered_or_counted_vectors_only() {
 static SEEN_CONTEXT_MISMATCH: AtomicUsize = AtomicUsize::new(0);
 static HANDLED: AtomicUsize = AtomicUsize::new(0);
 
-fn check_pairing(context: usize, vector: u8, _cpu: u32) {
-    // Each registration's context encodes its own handler identity and vector.
-    if context != 0xC0DE_0000 + usize::from(vector) {
-        SEEN_CONTEXT_MISMATCH.fetch_add(1, Ordering::SeqCst);
+struct Pairing {
+    vector: u8,
+}
+
+impl InterruptHandler for Pairing {
+    fn handle(&self, vector: u8, _cpu: u32) {
+        // Each registration's handler object knows the vector it was registered for.
+        if self.vector != vector {
+            SEEN_CONTEXT_MISMATCH.fetch_add(1, Ordering::SeqCst);
+        }
+        HANDLED.fetch_add(1, Ordering::SeqCst);
     }
-    HANDLED.fetch_add(1, Ordering::SeqCst);
 }
 
 #[test]
@@ -201,10 +214,10 @@ fn concurrent_dispatch_during_registration_sees_whole_registrations() {
     let table: Arc<IrqTable<4>> = Arc::new(IrqTable::new());
     let registrations: Vec<&'static Registration> = (0x30..0x70u8)
         .map(|vector| {
+            let handler: &'static Pairing = Box::leak(Box::new(Pairing { vector }));
             &*Box::leak(Box::new(Registration {
                 name: "pairing",
-                handler: check_pairing,
-                context: 0xC0DE_0000 + usize::from(vector),
+                handler,
             }))
         })
         .collect();

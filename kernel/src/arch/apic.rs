@@ -92,9 +92,9 @@ pub fn choose_mode() {
     }
 }
 
-/// Enables this CPU's local APIC: software-enabled with the spurious vector,
+/// Enables this CPU's local APIC: software-enabled with `spurious_vector`,
 /// LINT0/LINT1/error/timer masked, accepting every priority.
-pub fn init_local() {
+pub fn init_local(spurious_vector: u8) {
     let mut msr = Msr::new(IA32_APIC_BASE);
     // SAFETY: setting the enable bits of IA32_APIC_BASE is the architected way
     // to turn the local APIC on; the base address is left as firmware set it.
@@ -110,7 +110,7 @@ pub fn init_local() {
     write(REG_LVT_LINT0, LVT_MASKED);
     write(REG_LVT_LINT1, LVT_MASKED);
     write(REG_LVT_ERROR, LVT_MASKED);
-    write(REG_SVR, 0x100 | crate::irq::VECTOR_SPURIOUS as u32);
+    write(REG_SVR, 0x100 | spurious_vector as u32);
 }
 
 /// This CPU's APIC id.

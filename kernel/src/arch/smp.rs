@@ -6,8 +6,9 @@
 //! the IPI handler) runs the work with interrupts enabled, so long-running
 //! work such as an I/O job can still take device interrupts and IPIs.
 
-use crate::percpu::{self, MAX_CPUS};
-use crate::{apic, cpu, idt, irq, kprintln, time};
+use crate::arch::console::kprintln;
+use crate::arch::percpu::{self, MAX_CPUS};
+use crate::arch::{apic, cpu, idt, irq, time};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -45,11 +46,11 @@ pub struct CpuEntry {
     pub online: bool,
 }
 
-fn on_wake(_ctx: usize, _vector: u8, _cpu: u32) {}
+fn on_wake(_vector: u8, _cpu: u32) {}
 
 /// Starts every listed CPU other than the BSP. Returns the CPU table.
 pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
-    irq::register(irq::VECTOR_WAKE, "wake", on_wake, 0);
+    irq::register_fn(irq::VECTOR_WAKE, "wake", on_wake);
     let bsp = apic::id();
     let mut table = alloc::vec![CpuEntry {
         index: 0,
@@ -126,7 +127,7 @@ extern "C" fn ap_entry(index: usize) -> ! {
     unsafe { percpu::init_current(index, apic_id) };
     idt::load();
     cpu::init_descriptor_tables();
-    apic::init_local();
+    apic::init_local(irq::VECTOR_SPURIOUS);
     if apic::id() != apic_id {
         log::error!("smp: cpu{index} expected apic id {apic_id}, reads {}", apic::id());
     }
