@@ -21,7 +21,7 @@ mod dev;
 mod error;
 
 use arch::console::{emergency_println, kprintln};
-use arch::{apic, console, cpu, exit, firmware, idt, irq, memory, percpu, smp, time};
+use arch::{apic, console, cpu, exit, firmware, idt, irq, memory, percpu, smp, time, watchdog};
 use bootinfo::BootInfo;
 use bootinfo::memmap::Range;
 use core::panic::PanicInfo;
@@ -138,7 +138,26 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     } else {
         alloc::vec![apic::id()]
     };
+    // The tick (heartbeat and idle backstop) runs on every CPU from here;
+    // APs are watched from the moment they are online.
+    watchdog::init(config.watchdog_ms);
+    watchdog::start_this_cpu(false);
     let cpus = smp::start_aps(&apic_ids);
+    let halt = match config.idle {
+        bootinfo::cmdline::IdleMode::Halt => true,
+        bootinfo::cmdline::IdleMode::Poll => false,
+        bootinfo::cmdline::IdleMode::Auto => arch::idle::under_hypervisor(),
+    };
+    arch::idle::set_halt(halt);
+    kprintln!(
+        "idle: {} while waiting for completions{}",
+        if halt { "halt" } else { "poll" },
+        if config.idle == bootinfo::cmdline::IdleMode::Auto {
+            " (idle=auto)"
+        } else {
+            ""
+        }
+    );
     smp::report(&cpus);
     if cpus.iter().any(|c| !c.online) {
         exit::failure(format_args!("not every CPU came online"));

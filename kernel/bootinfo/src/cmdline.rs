@@ -13,6 +13,8 @@
 //! | `test` | a built-in self-test name (see [`SelfTest`]) |
 //! | `irq.affinity` | passed to the interrupt-affinity parser |
 //! | `smp` | `on` (default) or `off`: start only the boot CPU |
+//! | `idle` | `auto` (default: `halt` under a hypervisor, else `poll`), `halt`, `poll`: how a CPU waiting for completions idles |
+//! | `watchdog` | `off`, or milliseconds (100-600000, default 5000) without a timer tick after which a CPU is reported stuck |
 //! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
 //! | `null.block_size` | `512` (default) or `4096` |
 //! | `null.memory` | `off` (default) or `on`: keep written data (needs SIZE bytes of heap) |
@@ -68,6 +70,8 @@ pub enum SelfTest {
     OnEachCpu,
     /// Route the `edu` device's interrupt to every CPU (MSI) and via INTx.
     Edu,
+    /// Hang CPU 1 with interrupts off: the watchdog must report it and fail the run.
+    Hang,
 }
 
 impl SelfTest {
@@ -83,9 +87,10 @@ impl SelfTest {
         ("ipistorm", SelfTest::IpiStorm),
         ("oneach", SelfTest::OnEachCpu),
         ("edu", SelfTest::Edu),
+        ("hang", SelfTest::Hang),
     ];
     const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu";
+        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -96,6 +101,23 @@ impl SelfTest {
             .unwrap_or("?")
     }
 }
+
+/// What a CPU with nothing to do does while it waits for completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleMode {
+    /// `halt` under a hypervisor (a spinning vCPU takes host time from the
+    /// device emulation), `poll` on bare metal (lowest latency).
+    Auto,
+    /// Halt until an interrupt (or the periodic tick).
+    Halt,
+    /// Spin.
+    Poll,
+}
+
+/// Longest `watchdog=` threshold accepted, in milliseconds.
+pub const MAX_WATCHDOG_MS: u32 = 600_000;
+/// Shortest `watchdog=` threshold accepted (several timer ticks), in milliseconds.
+pub const MIN_WATCHDOG_MS: u32 = 100;
 
 /// How the null block device completes requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +137,11 @@ pub struct Config<'a> {
     pub test: Option<SelfTest>,
     pub irq_affinity: Option<&'a str>,
     pub smp: bool,
+    /// `idle=`: how a waiting CPU idles.
+    pub idle: IdleMode,
+    /// `watchdog=`: milliseconds without a timer tick after which a CPU is
+    /// reported as stuck; `None` is `watchdog=off`.
+    pub watchdog_ms: Option<u32>,
     /// Bytes of the null block device, if one is wanted.
     pub null_size: Option<u64>,
     pub null_block_size: u32,
@@ -136,6 +163,8 @@ impl Default for Config<'_> {
             test: None,
             irq_affinity: None,
             smp: true,
+            idle: IdleMode::Auto,
+            watchdog_ms: Some(5000),
             null_size: None,
             null_block_size: 512,
             null_memory: false,
@@ -216,6 +245,35 @@ pub fn parse_with_drivers<'a>(
             "smp" => {
                 once("smp")?;
                 cfg.smp = choose("smp", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            "idle" => {
+                once("idle")?;
+                cfg.idle = choose(
+                    "idle",
+                    value,
+                    &[
+                        ("auto", IdleMode::Auto),
+                        ("halt", IdleMode::Halt),
+                        ("poll", IdleMode::Poll),
+                    ],
+                    "auto, halt or poll",
+                )?;
+            }
+            "watchdog" => {
+                once("watchdog")?;
+                cfg.watchdog_ms = match value {
+                    "off" => None,
+                    ms => Some(
+                        ms.parse()
+                            .ok()
+                            .filter(|ms| (MIN_WATCHDOG_MS..=MAX_WATCHDOG_MS).contains(ms))
+                            .ok_or_else(|| Error::BadValue {
+                                key: "watchdog",
+                                value: bounded(value),
+                                expected: "off, or milliseconds from 100 to 600000",
+                            })?,
+                    ),
+                };
             }
             "null.size" => {
                 once("null.size")?;
@@ -369,6 +427,19 @@ mod tests {
             parse("log=info log=debug", JOB_KEYS, "").unwrap_err(),
             Error::DuplicateKey { key: "log" }
         );
+    }
+
+    #[test]
+    fn idle_and_watchdog_keys() {
+        let c = parse("", JOB_KEYS, "").unwrap();
+        assert_eq!((c.idle, c.watchdog_ms), (IdleMode::Auto, Some(5000)));
+        let c = parse("idle=halt watchdog=250", JOB_KEYS, "").unwrap();
+        assert_eq!((c.idle, c.watchdog_ms), (IdleMode::Halt, Some(250)));
+        assert_eq!(parse("watchdog=off", JOB_KEYS, "").unwrap().watchdog_ms, None);
+        for bad in ["watchdog=99", "watchdog=600001", "watchdog=1s", "idle=sleep"] {
+            let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
+            assert!(msg.contains(bad.split_once('=').unwrap().1), "{bad}: {msg}");
+        }
     }
 
     #[test]

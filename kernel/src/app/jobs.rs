@@ -5,7 +5,7 @@
 
 use crate::arch::console::kprintln;
 use crate::arch::memory::DmaBuffer;
-use crate::arch::{irq, percpu, smp, time};
+use crate::arch::{idle, irq, percpu, smp, time};
 use crate::dev::block::{self, BlockDevice, MAX_SLOTS_PER_CPU};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -37,6 +37,8 @@ struct KernelBackend<'a> {
     /// Block-layer (512-byte) sectors per device sector.
     scale: u64,
     poll: bool,
+    /// Requests submitted and not yet reaped by this CPU.
+    in_flight: usize,
     overflow: Vec<Completion>,
     next_tick_ns: u64,
     progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
@@ -69,7 +71,10 @@ impl IoBackend for KernelBackend<'_> {
             IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
         };
         match self.dev.submit(self.cpu, &bio) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.in_flight += 1;
+                Ok(())
+            }
             Err(BlkError::TagsExhausted { .. }) => {
                 self.dev.make_progress(self.cpu);
                 Err(SubmitError::Busy)
@@ -113,6 +118,7 @@ impl IoBackend for KernelBackend<'_> {
                 overflow.push(c);
             }
         });
+        self.in_flight = self.in_flight.saturating_sub(n);
         n
     }
 
@@ -121,9 +127,16 @@ impl IoBackend for KernelBackend<'_> {
     }
 
     fn idle(&mut self) {
-        // Busy-poll: with the Irq policy a completion can land in this CPU's
-        // sink from another CPU's interrupt handler without waking this one.
-        core::hint::spin_loop();
+        if self.poll || self.in_flight == 0 {
+            // Polled completions need this CPU to poll; with nothing in
+            // flight (tags busy elsewhere) no completion would wake it.
+            core::hint::spin_loop();
+            return;
+        }
+        // A completion delivered from another CPU's interrupt handler wakes
+        // this CPU (block's end_io -> idle::wake); idle=poll spins here.
+        let (dev, cpu) = (self.dev, self.cpu);
+        idle::wait_until(|| dev.sink().has_done(cpu));
     }
 
     fn periodic(&mut self, now_ns: u64) {
@@ -181,6 +194,7 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         bs,
         scale,
         poll: ctx.poll,
+        in_flight: 0,
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         next_tick_ns: 0,
         progress: (index == 0).then(|| {
@@ -410,6 +424,10 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
 /// Parses and runs the jobs in `words`. Returns Err with a message on a bad
 /// job or a run that could not complete; Ok(false) when a job failed.
 pub fn run(words: &[&str]) -> Result<bool, String> {
+    // The boot CPU takes interrupts from here on (its jobs need them), so the
+    // watchdog watches it too.
+    x86_64::instructions::interrupts::enable();
+    crate::arch::watchdog::watch_this_cpu();
     let specs = workload::parse_jobs(words.iter().copied()).map_err(|e| e.to_string())?;
     if specs.is_empty() {
         return Ok(true);

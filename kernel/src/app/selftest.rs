@@ -4,7 +4,7 @@
 //! FAILURE and the measured figures.
 
 use crate::arch::console::kprintln;
-use crate::arch::{apic, irq, percpu, smp, time};
+use crate::arch::{apic, exit, irq, percpu, smp, time, watchdog};
 use crate::dev::interrupts::IrqHandler;
 use alloc::vec::Vec;
 use bootinfo::cmdline::SelfTest;
@@ -52,11 +52,8 @@ pub fn run(test: SelfTest) {
                 crate::arch::exit::failure(format_args!("edu: {e}"));
             }
         }
+        SelfTest::Hang => hang(),
     }
-}
-
-fn on_timer(_vector: u8, _cpu: u32) {
-    percpu::current().timer_ticks.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Runs the LAPIC timer at 1 kHz and checks that the TSC clock advanced by
@@ -64,12 +61,11 @@ fn on_timer(_vector: u8, _cpu: u32) {
 fn timer() {
     const HZ: u64 = 1000;
     const TICKS: u64 = 200;
-    irq::register_fn(irq::VECTOR_TIMER, "lapic-timer", on_timer);
-    let period = (time::lapic_hz() / HZ) as u32;
+    // The per-CPU tick counts into `timer_ticks`; run it at 1 kHz for the test.
     let ticks = &percpu::current().timer_ticks;
     let start_ticks = ticks.load(Ordering::Relaxed);
     let t0 = time::now_ns();
-    apic::timer_periodic(irq::VECTOR_TIMER, period);
+    watchdog::set_tick_rate(HZ);
     x86_64::instructions::interrupts::enable();
     let deadline = t0 + 5_000_000_000;
     let mut last = t0;
@@ -82,7 +78,7 @@ fn timer() {
         x86_64::instructions::hlt();
     }
     x86_64::instructions::interrupts::disable();
-    apic::timer_stop();
+    watchdog::set_tick_rate(watchdog::TICK_HZ);
     let elapsed = time::now_ns() - t0;
     let got = ticks.load(Ordering::Relaxed) - start_ticks;
     let expected_ns = got * 1_000_000_000 / HZ;
@@ -417,4 +413,37 @@ fn ipi_storm() -> Result<(), crate::error::Error> {
         SELF_IPIS.load(Ordering::Relaxed)
     );
     Ok(())
+}
+
+/// Spins with interrupts off, forever: what a stuck CPU looks like.
+fn spin_with_interrupts_off(_arg: usize) {
+    x86_64::instructions::interrupts::disable();
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+/// Hangs CPU 1 with interrupts off and waits: the watchdog on CPU 0 must
+/// find it, take its registers by NMI and end the run with FAILURE. If the
+/// run gets past the watchdog threshold and more, the watchdog failed.
+fn hang() {
+    let online = smp::online();
+    if online < 2 {
+        exit::failure(format_args!("test=hang needs at least 2 CPUs online (have {online})"));
+    }
+    let Some(threshold_ms) = watchdog::threshold_ms() else {
+        exit::failure(format_args!("test=hang needs the watchdog on (watchdog=off was given)"));
+    };
+    let Some(_) = smp::run_on(1, spin_with_interrupts_off, 0) else {
+        exit::failure(format_args!("cpu1 is busy"));
+    };
+    kprintln!("hang: cpu1 spins with interrupts off; the watchdog ({threshold_ms} ms) must report it");
+    x86_64::instructions::interrupts::enable();
+    let deadline = time::now_ns() + 3 * u64::from(threshold_ms) * 1_000_000 + 2_000_000_000;
+    while time::now_ns() < deadline {
+        x86_64::instructions::hlt();
+    }
+    exit::failure(format_args!(
+        "test=hang: cpu1 has hung for 3x the watchdog threshold and nothing reported it"
+    ));
 }

@@ -153,6 +153,8 @@ pub fn timer_stop() {
 #[derive(Clone, Copy)]
 pub enum Delivery {
     Fixed(u8),
+    /// Non-maskable interrupt (vector 2), delivered even with interrupts off.
+    Nmi,
     Init,
     InitDeassert,
     Startup(u8),
@@ -162,6 +164,7 @@ pub enum Delivery {
 pub fn send_ipi(apic_id: u32, delivery: Delivery) {
     let low: u32 = match delivery {
         Delivery::Fixed(v) => v as u32,
+        Delivery::Nmi => 0x0000_0400,          // NMI delivery mode, edge
         Delivery::Init => 0x0000_C500,         // INIT, level, assert
         Delivery::InitDeassert => 0x0000_8500, // INIT, level, de-assert
         Delivery::Startup(page) => 0x0000_4600 | page as u32,

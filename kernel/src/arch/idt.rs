@@ -240,9 +240,26 @@ fn ist_note(vector: u64, stack: u64) -> &'static str {
     }
 }
 
+/// RFLAGS.IF: interrupts were enabled in the interrupted code.
+const RFLAGS_IF: u64 = 1 << 9;
+
 fn exception(f: &TrapFrame) -> ! {
-    let cr2 = x86_64::registers::control::Cr2::read_raw();
     let cpu = crate::arch::percpu::index();
+    if f.vector == 2
+        && let Some(silent_ms) = crate::arch::watchdog::nmi_is_watchdog()
+    {
+        let interrupts = if f.rflags & RFLAGS_IF == 0 { "off" } else { "on" };
+        crate::arch::console::emergency_println!(
+            "watchdog: cpu{cpu} registers at the NMI (interrupts {interrupts} at rip={:#x}):",
+            f.rip
+        );
+        print_registers(f);
+        crate::arch::exit::failure(format_args!(
+            "watchdog: cpu{cpu} made no progress for {silent_ms} ms (no timer tick handled; interrupts {interrupts} at rip={:#x})",
+            f.rip
+        ));
+    }
+    let cr2 = x86_64::registers::control::Cr2::read_raw();
     crate::arch::console::emergency_println!(
         "EXCEPTION: {} (vector {}) on cpu{} error_code={:#x} rip={:#x} cr2={:#x}",
         EXCEPTION_NAMES[f.vector as usize & 31],
@@ -252,6 +269,18 @@ fn exception(f: &TrapFrame) -> ! {
         f.rip,
         cr2
     );
+    print_registers(f);
+    crate::arch::exit::failure(format_args!(
+        "unhandled exception {} (vector {}) on cpu{} at rip={:#x}",
+        EXCEPTION_NAMES[f.vector as usize & 31],
+        f.vector,
+        cpu,
+        f.rip
+    ))
+}
+
+/// The general-purpose registers, segments and flags of `f`, and the stack the handler runs on.
+fn print_registers(f: &TrapFrame) {
     crate::arch::console::emergency_println!(
         "  rax={:#018x} rbx={:#018x} rcx={:#018x} rdx={:#018x}",
         f.rax,
@@ -291,11 +320,4 @@ fn exception(f: &TrapFrame) -> ! {
         stack,
         ist_note(f.vector, stack)
     );
-    crate::arch::exit::failure(format_args!(
-        "unhandled exception {} (vector {}) on cpu{} at rip={:#x}",
-        EXCEPTION_NAMES[f.vector as usize & 31],
-        f.vector,
-        cpu,
-        f.rip
-    ))
 }

@@ -7,19 +7,21 @@
 //! ([`apic`]), the TSC clock and LAPIC timer calibration ([`time`]), physical
 //! memory, heap and DMA buffers ([`memory`]) over the page-table code
 //! ([`paging`]), ACPI discovery ([`firmware`]), AP bring-up and running work on
-//! other CPUs ([`smp`]), the serial console and logger ([`console`]), and the
-//! end of a run ([`exit`]).
+//! other CPUs ([`smp`]), halting while waiting for completions ([`idle`]),
+//! the per-CPU tick and the watchdog ([`watchdog`]),
+//! the serial console and logger ([`console`]), and the end of a run ([`exit`]).
 //!
 //! What it may use: the library crates (`platform`, `bootinfo`, `boot`) and
 //! other `arch` modules, never `crate::dev` or `crate::app`. Inside, the
-//! order is percpu/paging at the bottom, then memory, cpu, apic, irq, idt,
-//! time, console, exit, smp: no module imports one above it.
+//! order is percpu/paging at the bottom, then memory, cpu, apic, irq, time,
+//! console, exit, watchdog, idle, idt, smp: no module imports one above it.
 
 pub mod apic;
 pub mod console;
 pub mod cpu;
 pub mod exit;
 pub mod firmware;
+pub mod idle;
 pub mod idt;
 pub mod irq;
 pub mod memory;
@@ -27,3 +29,4 @@ pub mod paging;
 pub mod percpu;
 pub mod smp;
 pub mod time;
+pub mod watchdog;

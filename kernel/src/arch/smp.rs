@@ -131,6 +131,9 @@ extern "C" fn ap_entry(index: usize) -> ! {
     if apic::id() != apic_id {
         log::error!("smp: cpu{index} expected apic id {apic_id}, reads {}", apic::id());
     }
+    // Its tick starts now; it is watched from here on (its idle loop and the
+    // work it runs take interrupts).
+    super::watchdog::start_this_cpu(true);
     // Release: everything this CPU set up is visible to whoever sees it online.
     percpu::current().online.store(true, Ordering::Release);
     idle_loop(index)

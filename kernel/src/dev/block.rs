@@ -8,7 +8,7 @@
 //! submitting CPU swaps the bitmap words to zero and reports each set bit.
 
 use crate::arch::percpu::MAX_CPUS;
-use crate::arch::{apic, irq, percpu, time};
+use crate::arch::{apic, idle, irq, percpu, time};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -77,6 +77,12 @@ impl CompletionSink {
         n
     }
 
+    /// Whether CPU `cpu` has finished slots waiting to be taken.
+    pub fn has_done(&self, cpu: usize) -> bool {
+        // Acquire pairs with the Release in `deliver` (what `take` will read).
+        self.done[cpu].iter().any(|w| w.load(Ordering::Acquire) != 0)
+    }
+
     /// Completions whose cookie named no submitter.
     pub fn bogus(&self) -> u64 {
         self.bogus.load(Ordering::Relaxed)
@@ -104,6 +110,8 @@ impl blk::Platform for KernelPlatform {
 
     fn end_io(&self, c: &Completion) {
         self.sink.deliver(c);
+        // The submitter may be halted waiting for exactly this (idle=halt).
+        idle::wake((c.cookie >> 32) as usize);
     }
 }
 
