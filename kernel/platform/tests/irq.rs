@@ -589,3 +589,40 @@ fn chipset_routers_map_slots_and_pins_to_pirqs() {
     }
     assert_eq!(ich9.direct_route(8), None);
 }
+
+#[test]
+fn a_queue_vector_lands_on_a_cpu_that_submits_to_its_queue() {
+    // 4 CPUs over 2 queues: cpu0-1 -> queue 0, cpu2-3 -> queue 1.
+    let map = [0u16, 0, 1, 1];
+    let spread = AffinityPolicy::Spread;
+    // Spread would put vector 1 on cpu1 (queue 0): it moves to cpu2, the first CPU of queue 1.
+    assert_eq!(spread.cpu_for_queue_vector(0, &map, 2, None), Ok(0));
+    assert_eq!(spread.cpu_for_queue_vector(1, &map, 2, None), Ok(2));
+    // A policy CPU that does submit to the queue is kept.
+    let explicit = AffinityPolicy::parse("0:1,1:3").unwrap();
+    assert_eq!(explicit.cpu_for_queue_vector(0, &map, 2, None), Ok(1));
+    assert_eq!(explicit.cpu_for_queue_vector(1, &map, 2, None), Ok(3));
+    // A driver's preferred CPU: kept when it serves the queue, else corrected.
+    assert_eq!(spread.cpu_for_queue_vector(0, &map, 2, Some(1)), Ok(1));
+    assert_eq!(spread.cpu_for_queue_vector(0, &map, 2, Some(3)), Ok(0));
+    assert_eq!(
+        spread.cpu_for_queue_vector(0, &map, 2, Some(4)),
+        Err(Error::CpuOutOfRange { cpu: 4, limit: 4 })
+    );
+    // Vectors beyond the queues (every MSI-X entry of a one-queue device) follow the policy.
+    let one_queue = [0u16, 0, 0, 0];
+    let cpus: Vec<u32> = (0..15u16)
+        .map(|i| spread.cpu_for_queue_vector(i, &one_queue, 1, None).unwrap())
+        .collect();
+    assert_eq!(cpus, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]);
+    // More queues than CPUs: queue 3 serves no CPU, its vector follows the policy.
+    let few = [0u16, 1];
+    assert_eq!(spread.cpu_for_queue_vector(3, &few, 4, None), Ok(1));
+    // Every vector that serves a served queue lands on a CPU of that queue, for every policy.
+    for policy in [spread.clone(), AffinityPolicy::SingleCpu(3), explicit] {
+        for index in 0..2u16 {
+            let cpu = policy.cpu_for_queue_vector(index, &map, 2, None).unwrap();
+            assert_eq!(map[cpu as usize], index, "{policy} vector {index}");
+        }
+    }
+}

@@ -39,9 +39,10 @@ pub fn under_hypervisor() -> bool {
 
 /// Waits once: returns at once when `ready()` holds, else halts until the
 /// next interrupt (a wake from [`wake`], a device interrupt, the tick). In
-/// poll mode it only pauses the CPU for a moment. Callers loop.
+/// poll mode, or when the caller runs with interrupts off (nothing could end
+/// a halt), it only pauses the CPU for a moment. Callers loop.
 pub fn wait_until(ready: impl Fn() -> bool) {
-    if !halts() {
+    if !halts() || !x86_64::instructions::interrupts::are_enabled() {
         core::hint::spin_loop();
         return;
     }

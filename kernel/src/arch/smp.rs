@@ -207,7 +207,10 @@ pub fn wait_done(index: usize, target: u64) {
             );
             last_wake = time::now_ns();
         }
-        core::hint::spin_loop();
+        // Halts (idle=halt, interrupts on) until the tick or another
+        // interrupt: a waiting boot CPU must not take host time from the
+        // devices the workers drive.
+        super::idle::wait_until(|| mb.done.load(Ordering::Acquire) >= target);
     }
 }
 

@@ -53,7 +53,8 @@ impl CpuMap {
 /// Plans `nr_hw_queues` hardware queues over the online CPUs and
 /// `nr_vectors` interrupt vectors. `vector0_cpu` is a driver's explicit
 /// choice for vector 0 (e.g. `megasas.irq_cpu=`), honoured only when that
-/// CPU submits to queue 0.
+/// CPU submits to queue 0 (the rule is `AffinityPolicy::cpu_for_queue_vector`,
+/// host-tested in `platform`).
 pub fn plan(nr_hw_queues: usize, nr_vectors: usize, vector0_cpu: Option<usize>) -> Result<CpuMap, Error> {
     let online = smp::online();
     if nr_hw_queues == 0 {
@@ -62,30 +63,18 @@ pub fn plan(nr_hw_queues: usize, nr_vectors: usize, vector0_cpu: Option<usize>) 
     let queue_of_cpu = blk::map_queues(online, nr_hw_queues);
     let mut vector_cpus = Vec::with_capacity(nr_vectors);
     for index in 0..nr_vectors {
-        let policy_cpu = affinity()
-            .cpu_for(u16::try_from(index).unwrap_or(u16::MAX), online as u32)
-            .map_err(Error::Platform)? as usize;
-        let wanted = match (index, vector0_cpu) {
+        let index16 = u16::try_from(index).map_err(|_| Error::Device(format!("{nr_vectors} vectors are too many")))?;
+        let preferred = match (index, vector0_cpu) {
             (0, Some(cpu)) if cpu >= online => return Err(Error::CpuOffline { cpu, online }),
-            (0, Some(cpu)) => cpu,
-            _ => policy_cpu,
+            (0, Some(cpu)) => Some(cpu as u32),
+            _ => None,
         };
-        let cpu = if index < nr_hw_queues {
-            let serves = |c: usize| usize::from(queue_of_cpu[c]) == index;
-            if serves(wanted) {
-                wanted
-            } else if let Some(first) = (0..online).find(|&c| serves(c)) {
-                log::info!(
-                    "irq: vector {index} serves hardware queue {index}, which cpu{wanted} does not submit to; aiming it at cpu{first}"
-                );
-                first
-            } else {
-                // More queues than CPUs: this queue serves no CPU and never interrupts.
-                wanted
-            }
-        } else {
-            wanted
-        };
+        let cpu = affinity().cpu_for_queue_vector(index16, &queue_of_cpu, nr_hw_queues, preferred)? as usize;
+        if let Some(wanted) = preferred.map(|c| c as usize).filter(|&w| w != cpu) {
+            log::info!(
+                "irq: vector {index} serves hardware queue {index}, which cpu{wanted} does not submit to; aiming it at cpu{cpu}"
+            );
+        }
         vector_cpus.push(cpu);
     }
     let map = CpuMap {
