@@ -72,6 +72,9 @@ pub enum SelfTest {
     Edu,
     /// Hang CPU 1 with interrupts off: the watchdog must report it and fail the run.
     Hang,
+    /// Multi-message MSI on a function that offers several vectors: an
+    /// aligned block, programmed and read back, freed when dropped.
+    MsiVectors,
 }
 
 impl SelfTest {
@@ -88,9 +91,10 @@ impl SelfTest {
         ("oneach", SelfTest::OnEachCpu),
         ("edu", SelfTest::Edu),
         ("hang", SelfTest::Hang),
+        ("msivectors", SelfTest::MsiVectors),
     ];
     const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang";
+        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
