@@ -73,8 +73,7 @@ struct KernelDma;
 // it stays valid and owned by the driver for the controller's lifetime.
 unsafe impl megasas::Dma for KernelDma {
     fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::DmaError> {
-        let buf =
-            DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
+        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
         let (virt, phys, len) = buf.leak();
         Ok(megasas::DmaRegion { virt, phys, len })
     }
