@@ -171,6 +171,14 @@ pub enum Error {
     McfgBusRange { index: usize, start: u8, end: u8 },
     /// More MCFG entries than the fixed capacity.
     McfgCapacity { capacity: usize },
+    /// An MCFG window whose decoded region (`base + (bus << 20)` for its
+    /// buses) would pass the 52-bit physical address space or wrap past 2^64.
+    McfgWindowAddress {
+        index: usize,
+        base: u64,
+        bus_start: u8,
+        bus_end: u8,
+    },
 
     // ---- PCI ---------------------------------------------------------------------------------
     /// A configuration-space offset that is unaligned or beyond the space (256 legacy, 4096 ECAM).
@@ -185,6 +193,16 @@ pub enum Error {
     Bar64InLastSlot { address: PciAddress, slot: u8 },
     /// A memory BAR with the reserved type encoding 0b11.
     BarReservedType { address: PciAddress, slot: u8, raw: u32 },
+    /// A BAR whose size is beyond the 52-bit physical address space (e.g. a
+    /// 64-bit BAR that sizes to 2^63): it can never be placed.
+    BarTooLarge { address: PciAddress, slot: u8, size: u64 },
+    /// A BAR whose assigned `base + size` passes the 52-bit physical address space.
+    BarAddress {
+        address: PciAddress,
+        slot: u8,
+        base: u64,
+        size: u64,
+    },
     /// A BAR index the header type does not have.
     BarIndex { address: PciAddress, slot: u8, count: u8 },
     /// A capability pointer below 0x40 (inside the standard header) or above 0xFC.
@@ -343,6 +361,15 @@ impl fmt::Display for Error {
                 write!(f, "MCFG entry {index} has start bus {start} above end bus {end}")
             }
             McfgCapacity { capacity } => write!(f, "MCFG lists more than {capacity} ECAM windows"),
+            McfgWindowAddress {
+                index,
+                base,
+                bus_start,
+                bus_end,
+            } => write!(
+                f,
+                "MCFG entry {index}: ECAM base {base:#x} for buses {bus_start}..={bus_end} runs past the 52-bit physical address space"
+            ),
             ConfigOffset { offset, limit } => write!(
                 f,
                 "PCI configuration offset {offset:#x} is unaligned or not below {limit:#x}"
@@ -368,6 +395,19 @@ impl fmt::Display for Error {
                     "{address}: BAR{slot} = {raw:#010x} uses the reserved memory type 0b11"
                 )
             }
+            BarTooLarge { address, slot, size } => write!(
+                f,
+                "{address}: BAR{slot} sizes to {size:#x} bytes, beyond the 52-bit physical address space; refused"
+            ),
+            BarAddress {
+                address,
+                slot,
+                base,
+                size,
+            } => write!(
+                f,
+                "{address}: BAR{slot} at {base:#x} + {size:#x} bytes runs past the 52-bit physical address space; refused"
+            ),
             BarIndex { address, slot, count } => {
                 write!(f, "{address}: BAR{slot} does not exist, this header has {count} BARs")
             }

@@ -22,7 +22,7 @@ mod enumerate;
 mod matching;
 mod msi;
 
-pub use bar::{Bar, BarKind, BarSlot, read_bars};
+pub use bar::{Bar, BarKind, BarSlot, MAX_BAR_SIZE, read_bars};
 pub use caps::{
     CAP_MSI, CAP_MSIX, CAP_PCIE, CAP_PM, CAP_VENDOR, Capability, MAX_CAPABILITIES, capability_name, walk_capabilities,
 };
