@@ -203,6 +203,27 @@ pub enum Error {
         base: u64,
         size: u64,
     },
+    /// Resource assignment could not place this BAR in the window it needs
+    /// (`window_start..window_end`, with everything else placed): the
+    /// function is refused (memory) or its I/O BAR left off.
+    BarDoesNotFit {
+        address: PciAddress,
+        slot: u8,
+        size: u64,
+        window_start: u64,
+        window_end: u64,
+    },
+    /// A memory BAR left unassigned behind a bridge whose window the firmware
+    /// programmed: baremq keeps firmware windows as they are, so it cannot be placed.
+    UnassignedBehindFirmwareWindow {
+        address: PciAddress,
+        slot: u8,
+        bridge: PciAddress,
+    },
+    /// No bus number is left (in the ECAM window's range) for the bus behind this bridge.
+    BusNumbersExhausted { bridge: PciAddress },
+    /// The function sits behind a bridge that was refused.
+    BehindRefusedBridge { address: PciAddress, bridge: PciAddress },
     /// A BAR index the header type does not have.
     BarIndex { address: PciAddress, slot: u8, count: u8 },
     /// A capability pointer below 0x40 (inside the standard header) or above 0xFC.
@@ -408,6 +429,26 @@ impl fmt::Display for Error {
                 f,
                 "{address}: BAR{slot} at {base:#x} + {size:#x} bytes runs past the 52-bit physical address space; refused"
             ),
+            BarDoesNotFit {
+                address,
+                slot,
+                size,
+                window_start,
+                window_end,
+            } => write!(
+                f,
+                "{address}: BAR{slot} ({size:#x} bytes) does not fit in the free part of {window_start:#x}..{window_end:#x}"
+            ),
+            UnassignedBehindFirmwareWindow { address, slot, bridge } => write!(
+                f,
+                "{address}: BAR{slot} is unassigned behind bridge {bridge}, whose window the firmware set; cannot place it"
+            ),
+            BusNumbersExhausted { bridge } => {
+                write!(f, "bridge {bridge}: no bus number left for its secondary bus")
+            }
+            BehindRefusedBridge { address, bridge } => {
+                write!(f, "{address}: behind refused bridge {bridge}")
+            }
             BarIndex { address, slot, count } => {
                 write!(f, "{address}: BAR{slot} does not exist, this header has {count} BARs")
             }

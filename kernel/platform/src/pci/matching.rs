@@ -68,8 +68,12 @@ pub struct PciDriver {
     pub matches: &'static [DeviceMatch],
 }
 
-/// The first driver (registration order) with a rule matching `function`.
+/// The first driver (registration order) with a rule matching `function`;
+/// none for a refused function (see [`super::ResourcePlan::mark_refused`]).
 pub fn match_driver<'d>(drivers: &'d [PciDriver], function: &PciFunction) -> Option<&'d PciDriver> {
+    if function.refused.is_some() {
+        return None;
+    }
     drivers
         .iter()
         .find(|driver| driver.matches.iter().any(|rule| rule.matches(function)))
