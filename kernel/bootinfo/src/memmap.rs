@@ -518,7 +518,11 @@ mod near_2_pow_64_tests {
             [(0, 0x9_F000), (0x10_0000, 0x8000_0000), (0x1_0000_0000, 0x1_1000_0000)]
         );
         // The same reserved entry over usable memory carves it out to the top.
-        map.push(region(0xFFFF_FFFE_0000_0000, 0x2_0000_0000 - 0x1000, MemoryKind::Usable));
+        map.push(region(
+            0xFFFF_FFFE_0000_0000,
+            0x2_0000_0000 - 0x1000,
+            MemoryKind::Usable,
+        ));
         assert_eq!(
             usable(&map),
             [
@@ -543,10 +547,7 @@ mod near_2_pow_64_tests {
         assert_eq!(t.top, u64::MAX);
         // The checked form names the problem.
         let e = checked_totals(&map).unwrap_err();
-        assert!(
-            matches!(e, Error::BadStructure { what: "memory map", .. }),
-            "{e:?}"
-        );
+        assert!(matches!(e, Error::BadStructure { what: "memory map", .. }), "{e:?}");
         // The usable ranges stay inside the address space, page-aligned.
         assert_eq!(usable(&map), [(0, 0xFFFF_FFFF_FFFF_F000)]);
     }
@@ -559,7 +560,13 @@ mod near_2_pow_64_tests {
             end: u64::MAX,
         }];
         let r: Vec<Range, 4> = usable_ranges(&map, &reserved).unwrap();
-        assert_eq!(r.as_slice(), [Range { start: 0, end: 0x8_0000 }]);
+        assert_eq!(
+            r.as_slice(),
+            [Range {
+                start: 0,
+                end: 0x8_0000
+            }]
+        );
     }
 
     #[test]
