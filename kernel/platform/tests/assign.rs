@@ -334,8 +334,9 @@ fn bar_sizing_to_2_pow_63_is_refused_and_later_bars_do_not_wrap() {
 fn firmware_assigned_trees_are_kept_and_unassigned_bars_behind_them_refused() {
     let config = FakeConfig::new();
     // SeaBIOS-like: bus numbers 1/1, window 0xFE00_0000..0xFE1F_FFFF, MEM on.
-    let mut bridge = port(1, 1).command(0x0006);
+    let mut bridge = port(1, 1).command(0x0007);
     bridge.regs[8] = 0xFE10_FE00;
+    bridge.regs[7] = 0xC0C0; // I/O window 0xC000..=0xCFFF
     config.add(0, 1, 0, bridge);
     config.add(
         1,
@@ -360,7 +361,9 @@ fn firmware_assigned_trees_are_kept_and_unassigned_bars_behind_them_refused() {
         0,
         3,
         0,
-        FakeFunction::endpoint(0x1234, 0x11E8, 0x00, 0xFF).bar_mem32(0, 0, 0x10_0000, false),
+        FakeFunction::endpoint(0x1234, 0x11E8, 0x00, 0xFF)
+            .bar_mem32(0, 0, 0x10_0000, false)
+            .bar_io(1, 0, 0x100, false),
     );
     let routed = Routed(&config);
     let before = config.reg(addr(0, 1, 0), 0x20);
@@ -380,9 +383,16 @@ fn firmware_assigned_trees_are_kept_and_unassigned_bars_behind_them_refused() {
         }]
     );
     // Only the bus-0 device without an address is placed, clear of the
-    // firmware's BAR and window.
-    assert_eq!(plan.bars.len(), 1);
-    let placed = &plan.bars[0];
+    // firmware's BAR and windows (memory and I/O).
+    assert_eq!(plan.bars.len(), 2, "{plan:#x?}");
+    let io = plan.bars.iter().find(|bar| bar.kind == BarKind::Io).unwrap();
+    assert!(contains(&IO, &(io.address..io.address + io.size)));
+    assert!(
+        io.address >= 0xD000,
+        "I/O BAR at {:#x} inside the firmware's I/O window",
+        io.address
+    );
+    let placed = plan.bars.iter().find(|bar| bar.kind != BarKind::Io).unwrap();
     assert_eq!(placed.function, addr(0, 3, 0));
     let placed = placed.address..placed.address + placed.size;
     assert!(contains(&HOLE, &placed));

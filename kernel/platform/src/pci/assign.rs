@@ -191,6 +191,8 @@ struct BridgeNode {
     plan: PlannedBridge,
     /// Whether the firmware opened its memory window (checked on the root-bus bridges only).
     firmware_window: Option<Range<u64>>,
+    /// The firmware's I/O window, kept clear when the subtree is the firmware's.
+    firmware_io_window: Option<Range<u64>>,
 }
 
 struct Walk {
@@ -470,10 +472,13 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
     let firmware_ok =
         secondary > bus && u16::from(secondary) >= walk.next_free && secondary <= subordinate && subordinate <= limit;
     let bridge = walk.bridges.len();
-    let firmware_window = if parent.is_none() {
-        open_memory_window(cfg.read32(BRIDGE_MEMORY)?)
+    let (firmware_window, firmware_io_window) = if parent.is_none() {
+        (
+            open_memory_window(cfg.read32(BRIDGE_MEMORY)?),
+            open_io_window(cfg.read32(BRIDGE_IO)?),
+        )
     } else {
-        None
+        (None, None)
     };
     walk.bridges.push(BridgeNode {
         node,
@@ -488,6 +493,7 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
             io: None,
         },
         firmware_window,
+        firmware_io_window,
     });
     if firmware_ok {
         walk.next_free = u16::from(secondary) + 1;
@@ -524,6 +530,14 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
 fn open_memory_window(register: u32) -> Option<Range<u64>> {
     let base = u64::from(register & 0xFFF0) << 16;
     let limit = (u64::from(register >> 16 & 0xFFF0) << 16) | 0xF_FFFF;
+    (base != 0 && base <= limit).then(|| base..limit + 1)
+}
+
+/// The (16-bit) I/O window a bridge's base/limit bytes open, if any; a
+/// zero base is taken as "not programmed", as for memory.
+fn open_io_window(register: u32) -> Option<Range<u64>> {
+    let base = u64::from(register & 0xF0) << 8;
+    let limit = (u64::from(register >> 8 & 0xF0) << 8) | 0xFFF;
     (base != 0 && base <= limit).then(|| base..limit + 1)
 }
 
@@ -637,13 +651,13 @@ fn place_space(walk: &mut Walk, windows: &ResourceWindows, space: Space, plan: &
                 }
             }
         }
-        if space == Space::Memory {
-            for bridge in &walk.bridges {
-                if !bridge.plan.owned
-                    && let Some(window) = &bridge.firmware_window
-                {
-                    busy.push(window.clone());
-                }
+        for bridge in walk.bridges.iter().filter(|bridge| !bridge.plan.owned) {
+            let window = match space {
+                Space::Memory => &bridge.firmware_window,
+                Space::Io => &bridge.firmware_io_window,
+            };
+            if let Some(window) = window {
+                busy.push(window.clone());
             }
         }
         let mut layouts: Vec<Option<Layout>> = alloc::vec![None; walk.bridges.len()];
