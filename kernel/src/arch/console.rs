@@ -88,17 +88,18 @@ pub fn print_emergency(args: fmt::Arguments<'_>) {
 }
 
 /// Prints a line to the console.
-#[macro_export]
 macro_rules! kprintln {
-    () => { $crate::console::print(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::console::print(format_args!("{}\n", format_args!($($arg)*))) };
+    () => { $crate::arch::console::print(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::arch::console::print(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 /// Prints a line, bypassing a held console lock after a bounded wait.
-#[macro_export]
 macro_rules! emergency_println {
-    ($($arg:tt)*) => { $crate::console::print_emergency(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { $crate::arch::console::print_emergency(format_args!("{}\n", format_args!($($arg)*))) };
 }
+
+// Path-scoped macros: users import them from here (`use crate::arch::console::kprintln`).
+pub(crate) use {emergency_println, kprintln};
 
 struct Logger;
 
@@ -111,12 +112,12 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let ns = crate::time::now_ns();
+        let ns = crate::arch::time::now_ns();
         print(format_args!(
             "[{:5}.{:06}] cpu{} {:5} {}\n",
             ns / 1_000_000_000,
             (ns / 1000) % 1_000_000,
-            crate::percpu::index(),
+            crate::arch::percpu::index(),
             record.level(),
             record.args()
         ));

@@ -8,7 +8,7 @@
 //! Exceptions (vectors 0-31) are reported in full and end the run; vectors
 //! 32-255 go to the interrupt dispatch table.
 
-use crate::cpu::{IST_DOUBLE_FAULT, IST_MACHINE_CHECK, IST_NMI};
+use crate::arch::cpu::{IST_DOUBLE_FAULT, IST_MACHINE_CHECK, IST_NMI};
 use core::cell::UnsafeCell;
 use x86_64::VirtAddr;
 use x86_64::instructions::tables::lidt;
@@ -221,7 +221,7 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     if vector < 32 {
         exception(frame);
     }
-    crate::irq::dispatch(vector as u8, frame);
+    crate::arch::irq::dispatch(vector as u8);
 }
 
 /// For vectors with their own IST stack, whether the handler really runs on it.
@@ -232,18 +232,35 @@ fn ist_note(vector: u64, stack: u64) -> &'static str {
         18 => IST_MACHINE_CHECK,
         _ => return "",
     };
-    let top = crate::cpu::ist_top(ist);
-    if top != 0 && stack < top && stack >= top - crate::cpu::IST_STACK_BYTES as u64 {
+    let top = crate::arch::cpu::ist_top(ist);
+    if top != 0 && stack < top && stack >= top - crate::arch::cpu::IST_STACK_BYTES as u64 {
         " (on its IST stack)"
     } else {
         " (NOT on its IST stack)"
     }
 }
 
+/// RFLAGS.IF: interrupts were enabled in the interrupted code.
+const RFLAGS_IF: u64 = 1 << 9;
+
 fn exception(f: &TrapFrame) -> ! {
+    let cpu = crate::arch::percpu::index();
+    if f.vector == 2
+        && let Some(silent_ms) = crate::arch::watchdog::nmi_is_watchdog()
+    {
+        let interrupts = if f.rflags & RFLAGS_IF == 0 { "off" } else { "on" };
+        crate::arch::console::emergency_println!(
+            "watchdog: cpu{cpu} registers at the NMI (interrupts {interrupts} at rip={:#x}):",
+            f.rip
+        );
+        print_registers(f);
+        crate::arch::exit::failure(format_args!(
+            "watchdog: cpu{cpu} made no progress for {silent_ms} ms (no timer tick handled; interrupts {interrupts} at rip={:#x})",
+            f.rip
+        ));
+    }
     let cr2 = x86_64::registers::control::Cr2::read_raw();
-    let cpu = crate::percpu::index();
-    crate::emergency_println!(
+    crate::arch::console::emergency_println!(
         "EXCEPTION: {} (vector {}) on cpu{} error_code={:#x} rip={:#x} cr2={:#x}",
         EXCEPTION_NAMES[f.vector as usize & 31],
         f.vector,
@@ -252,28 +269,40 @@ fn exception(f: &TrapFrame) -> ! {
         f.rip,
         cr2
     );
-    crate::emergency_println!(
+    print_registers(f);
+    crate::arch::exit::failure(format_args!(
+        "unhandled exception {} (vector {}) on cpu{} at rip={:#x}",
+        EXCEPTION_NAMES[f.vector as usize & 31],
+        f.vector,
+        cpu,
+        f.rip
+    ))
+}
+
+/// The general-purpose registers, segments and flags of `f`, and the stack the handler runs on.
+fn print_registers(f: &TrapFrame) {
+    crate::arch::console::emergency_println!(
         "  rax={:#018x} rbx={:#018x} rcx={:#018x} rdx={:#018x}",
         f.rax,
         f.rbx,
         f.rcx,
         f.rdx
     );
-    crate::emergency_println!(
+    crate::arch::console::emergency_println!(
         "  rsi={:#018x} rdi={:#018x} rbp={:#018x} rsp={:#018x}",
         f.rsi,
         f.rdi,
         f.rbp,
         f.rsp
     );
-    crate::emergency_println!(
+    crate::arch::console::emergency_println!(
         "  r8 ={:#018x} r9 ={:#018x} r10={:#018x} r11={:#018x}",
         f.r8,
         f.r9,
         f.r10,
         f.r11
     );
-    crate::emergency_println!(
+    crate::arch::console::emergency_println!(
         "  r12={:#018x} r13={:#018x} r14={:#018x} r15={:#018x}",
         f.r12,
         f.r13,
@@ -283,7 +312,7 @@ fn exception(f: &TrapFrame) -> ! {
     let stack: u64;
     // SAFETY: reads the stack pointer; no memory access.
     unsafe { core::arch::asm!("mov {}, rsp", out(reg) stack, options(nomem, nostack, preserves_flags)) };
-    crate::emergency_println!(
+    crate::arch::console::emergency_println!(
         "  cs={:#x} ss={:#x} rflags={:#x}; handler stack {:#x}{}",
         f.cs,
         f.ss,
@@ -291,11 +320,4 @@ fn exception(f: &TrapFrame) -> ! {
         stack,
         ist_note(f.vector, stack)
     );
-    crate::exit::failure(format_args!(
-        "unhandled exception {} (vector {}) on cpu{} at rip={:#x}",
-        EXCEPTION_NAMES[f.vector as usize & 31],
-        f.vector,
-        cpu,
-        f.rip
-    ))
 }

@@ -7,6 +7,7 @@
 //! allocator hands out is also its virtual address. Low memory is handed out
 //! first (first fit in address order).
 
+use crate::arch::paging::{self, MapError};
 use bootinfo::memmap::{self, FreeRanges, PAGE, Range};
 use core::ptr::NonNull;
 use linked_list_allocator::LockedHeap;
@@ -86,7 +87,7 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
     // added), then hand it out too.
     let (mut mapped, mut unmapped) = (0, 0);
     for r in high {
-        match crate::paging::map_ram(r.start, r.end) {
+        match paging::map_ram(r.start, r.end, &mut page_table_frame) {
             Ok((s, e)) if s < e => {
                 FRAMES.lock().free(s, e - s).map_err(|_| AllocError::TooFragmented)?;
                 mapped += e - s;
@@ -129,6 +130,17 @@ static RAM_TOP_BELOW_4G: core::sync::atomic::AtomicU64 = core::sync::atomic::Ato
 /// not in the 3-4 GiB device area: where a PCI hole can start.
 pub fn ram_top_below_4g() -> u64 {
     RAM_TOP_BELOW_4G.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// A frame for a new page directory (low memory: the boot identity map reaches it).
+fn page_table_frame() -> Option<u64> {
+    alloc_frames_below_4g(4096, 4096).ok()
+}
+
+/// Makes `[phys, phys + len)` (device memory: a BAR, ECAM, an I/O APIC) an
+/// uncached identity mapping and returns the pointer to `phys`.
+pub fn map_mmio(phys: u64, len: u64) -> Result<*mut u8, MapError> {
+    paging::map_uncached(phys, len, &mut page_table_frame)
 }
 
 /// Bytes free on the kernel heap.

@@ -12,13 +12,13 @@ const FAILURE: u32 = 0x11;
 
 /// Prints `BAREMQ: SUCCESS` and ends the run.
 pub fn success() -> ! {
-    crate::kprintln!("BAREMQ: SUCCESS");
+    crate::arch::console::kprintln!("BAREMQ: SUCCESS");
     leave(SUCCESS)
 }
 
 /// Prints `BAREMQ: FAILURE: <reason>` and ends the run.
 pub fn failure(reason: core::fmt::Arguments<'_>) -> ! {
-    crate::emergency_println!("BAREMQ: FAILURE: {}", reason);
+    crate::arch::console::emergency_println!("BAREMQ: FAILURE: {}", reason);
     leave(FAILURE)
 }
 

@@ -1,6 +1,6 @@
 //! Per-CPU descriptor tables (GDT + TSS with IST stacks) and the CPU identity report.
 
-use crate::percpu;
+use crate::arch::percpu;
 use alloc::boxed::Box;
 use x86_64::VirtAddr;
 use x86_64::instructions::segmentation::{CS, DS, ES, SS, Segment};

@@ -7,8 +7,8 @@
 //! submitter's slot and sets the slot's bit in that CPU's done bitmap; the
 //! submitting CPU swaps the bitmap words to zero and reports each set bit.
 
-use crate::percpu::MAX_CPUS;
-use crate::{apic, irq, percpu, time};
+use crate::arch::percpu::MAX_CPUS;
+use crate::arch::{apic, idle, irq, percpu, time};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -77,6 +77,12 @@ impl CompletionSink {
         n
     }
 
+    /// Whether CPU `cpu` has finished slots waiting to be taken.
+    pub fn has_done(&self, cpu: usize) -> bool {
+        // Acquire pairs with the Release in `deliver` (what `take` will read).
+        self.done[cpu].iter().any(|w| w.load(Ordering::Acquire) != 0)
+    }
+
     /// Completions whose cookie named no submitter.
     pub fn bogus(&self) -> u64 {
         self.bogus.load(Ordering::Relaxed)
@@ -104,6 +110,8 @@ impl blk::Platform for KernelPlatform {
 
     fn end_io(&self, c: &Completion) {
         self.sink.deliver(c);
+        // The submitter may be halted waiting for exactly this (idle=halt).
+        idle::wake((c.cookie >> 32) as usize);
     }
 }
 
@@ -121,6 +129,8 @@ pub struct DeviceFacts {
     pub capacity_sectors: u64,
     pub max_inflight: u32,
     pub max_transfer_bytes: u32,
+    /// IDT vectors of the device's interrupts (empty when it has none), for the job report.
+    pub irq_vectors: Vec<u8>,
 }
 
 /// What the rest of the kernel needs from a block device, whatever its driver.
@@ -232,7 +242,7 @@ pub fn register(dev: &'static dyn BlockDevice) {
     DEVICES.lock().push(dev);
 }
 
-fn on_completion_ipi(_ctx: usize, _vector: u8, cpu: u32) {
+fn on_completion_ipi(_vector: u8, cpu: u32) {
     for d in devices() {
         d.run_completions(cpu as usize);
     }
@@ -240,7 +250,7 @@ fn on_completion_ipi(_ctx: usize, _vector: u8, cpu: u32) {
 
 /// Ends registration; from now on the device list is read without a lock.
 pub fn seal() -> &'static [&'static dyn BlockDevice] {
-    irq::register(irq::VECTOR_BLK_COMPLETE, "blk-complete", on_completion_ipi, 0);
+    irq::register_fn(irq::VECTOR_BLK_COMPLETE, "blk-complete", on_completion_ipi);
     FROZEN_LIST.call_once(|| core::mem::take(&mut *DEVICES.lock()))
 }
 
@@ -257,14 +267,14 @@ pub fn find(name: &str) -> Option<&'static dyn BlockDevice> {
 /// Prints the device table.
 pub fn report() {
     let devs = devices();
-    crate::kprintln!("block devices: {}", devs.len());
+    crate::arch::console::kprintln!("block devices: {}", devs.len());
     if devs.is_empty() {
         return;
     }
-    crate::kprintln!("  name    capacity (bytes)  sectors      sector  max-inflight  max-xfer  model");
+    crate::arch::console::kprintln!("  name    capacity (bytes)  sectors      sector  max-inflight  max-xfer  model");
     for d in devs {
         let f = d.facts();
-        crate::kprintln!(
+        crate::arch::console::kprintln!(
             "  {:<7} {:>16}  {:>11}  {:>6}  {:>12}  {:>8}  {}",
             f.name,
             f.capacity_sectors * u64::from(f.sector_size),
@@ -276,7 +286,7 @@ pub fn report() {
         );
         let extra = d.describe();
         if !extra.is_empty() {
-            crate::kprintln!("          {extra}");
+            crate::arch::console::kprintln!("          {extra}");
         }
     }
 }

@@ -3,10 +3,13 @@
 //! after checking what it measured; a failed check ends the run with
 //! FAILURE and the measured figures.
 
-use crate::{apic, irq, kprintln, percpu, smp, time};
+use crate::arch::console::kprintln;
+use crate::arch::{apic, exit, irq, percpu, smp, time, watchdog};
+use crate::dev::interrupts::IrqHandler;
 use alloc::vec::Vec;
 use bootinfo::cmdline::SelfTest;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use platform::irq::InterruptMode;
 
 pub fn run(test: SelfTest) {
     kprintln!("selftest: {}", test.name());
@@ -16,7 +19,7 @@ pub fn run(test: SelfTest) {
             let p = 0x0dea_dbee_f000_u64 as *const u64;
             // SAFETY: deliberately invalid; the #PF handler ends the run.
             let v = unsafe { core::ptr::read_volatile(p) };
-            crate::exit::failure(format_args!("read of an unmapped address returned {v:#x}"));
+            crate::arch::exit::failure(format_args!("read of an unmapped address returned {v:#x}"));
         }
         SelfTest::InvalidOpcode => {
             // SAFETY: raises #UD; the handler ends the run.
@@ -28,7 +31,7 @@ pub fn run(test: SelfTest) {
         }
         SelfTest::DoubleFault => {
             x86_64::instructions::interrupts::disable();
-            crate::idt::remove_gate_for_test(13);
+            crate::arch::idt::remove_gate_for_test(13);
             // SAFETY: #GP through a missing gate escalates to #DF, which ends the run.
             unsafe { core::ptr::read_volatile(0x8000_0000_0000_0000u64 as *const u64) };
         }
@@ -41,20 +44,22 @@ pub fn run(test: SelfTest) {
         SelfTest::Ipi => ipi_ping_pong(),
         SelfTest::IpiStorm => {
             if let Err(e) = ipi_storm() {
-                crate::exit::failure(format_args!("ipistorm: {e}"));
+                crate::arch::exit::failure(format_args!("ipistorm: {e}"));
             }
         }
         SelfTest::OnEachCpu => on_each_cpu(),
         SelfTest::Edu => {
             if let Err(e) = edu() {
-                crate::exit::failure(format_args!("edu: {e}"));
+                crate::arch::exit::failure(format_args!("edu: {e}"));
+            }
+        }
+        SelfTest::Hang => hang(),
+        SelfTest::MsiVectors => {
+            if let Err(e) = msi_vectors() {
+                exit::failure(format_args!("msivectors: {e}"));
             }
         }
     }
-}
-
-fn on_timer(_ctx: usize, _vector: u8, _cpu: u32) {
-    percpu::current().timer_ticks.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Runs the LAPIC timer at 1 kHz and checks that the TSC clock advanced by
@@ -62,25 +67,24 @@ fn on_timer(_ctx: usize, _vector: u8, _cpu: u32) {
 fn timer() {
     const HZ: u64 = 1000;
     const TICKS: u64 = 200;
-    irq::register(irq::VECTOR_TIMER, "lapic-timer", on_timer, 0);
-    let period = (time::lapic_hz() / HZ) as u32;
+    // The per-CPU tick counts into `timer_ticks`; run it at 1 kHz for the test.
     let ticks = &percpu::current().timer_ticks;
     let start_ticks = ticks.load(Ordering::Relaxed);
     let t0 = time::now_ns();
-    apic::timer_periodic(irq::VECTOR_TIMER, period);
+    watchdog::set_tick_rate(HZ);
     x86_64::instructions::interrupts::enable();
     let deadline = t0 + 5_000_000_000;
     let mut last = t0;
     while ticks.load(Ordering::Relaxed) - start_ticks < TICKS && time::now_ns() < deadline {
         let now = time::now_ns();
         if now < last {
-            crate::exit::failure(format_args!("clock went backwards: {now} < {last}"));
+            crate::arch::exit::failure(format_args!("clock went backwards: {now} < {last}"));
         }
         last = now;
         x86_64::instructions::hlt();
     }
     x86_64::instructions::interrupts::disable();
-    apic::timer_stop();
+    watchdog::set_tick_rate(watchdog::TICK_HZ);
     let elapsed = time::now_ns() - t0;
     let got = ticks.load(Ordering::Relaxed) - start_ticks;
     let expected_ns = got * 1_000_000_000 / HZ;
@@ -92,12 +96,12 @@ fn timer() {
         (elapsed % expected_ns.max(1)) * 1000 / expected_ns.max(1)
     );
     if got < TICKS {
-        crate::exit::failure(format_args!("only {got} of {TICKS} timer interrupts within 5 s"));
+        crate::arch::exit::failure(format_args!("only {got} of {TICKS} timer interrupts within 5 s"));
     }
     // Generous bounds: TCG on a shared host delays interrupts, but a clock or
     // timer calibrated wrongly is off by far more than this.
     if elapsed < expected_ns / 2 || elapsed > expected_ns * 2 {
-        crate::exit::failure(format_args!(
+        crate::arch::exit::failure(format_args!(
             "clock and LAPIC timer disagree: {TICKS} ticks took {elapsed} ns, expected about {expected_ns} ns"
         ));
     }
@@ -107,14 +111,14 @@ fn timer() {
 static PONGS: AtomicU64 = AtomicU64::new(0);
 static PING_FROM: AtomicU32 = AtomicU32::new(0);
 
-fn on_ping(_ctx: usize, _vector: u8, _cpu: u32) {
+fn on_ping(_vector: u8, _cpu: u32) {
     apic::send_ipi(
         PING_FROM.load(Ordering::Acquire),
         apic::Delivery::Fixed(irq::VECTOR_PONG),
     );
 }
 
-fn on_pong(_ctx: usize, _vector: u8, _cpu: u32) {
+fn on_pong(_vector: u8, _cpu: u32) {
     PONGS.fetch_add(1, Ordering::Release);
 }
 
@@ -129,10 +133,10 @@ fn ipi_ping_pong() {
     const PINGS: usize = 2000;
     let n = smp::online();
     if n < 2 {
-        crate::exit::failure(format_args!("test=ipi needs at least 2 CPUs online (have {n})"));
+        crate::arch::exit::failure(format_args!("test=ipi needs at least 2 CPUs online (have {n})"));
     }
-    irq::register(irq::VECTOR_PING, "ipi-ping", on_ping, 0);
-    irq::register(irq::VECTOR_PONG, "ipi-pong", on_pong, 0);
+    irq::register_fn(irq::VECTOR_PING, "ipi-ping", on_ping);
+    irq::register_fn(irq::VECTOR_PONG, "ipi-pong", on_pong);
     PING_FROM.store(apic::id(), Ordering::Release);
     x86_64::instructions::interrupts::enable();
     for target in 1..n {
@@ -145,7 +149,7 @@ fn ipi_ping_pong() {
             let deadline = time::now_ns() + 1_000_000_000;
             while PONGS.load(Ordering::Acquire) == before {
                 if time::now_ns() > deadline {
-                    crate::exit::failure(format_args!("cpu{target} did not answer an IPI ping within 1 s"));
+                    crate::arch::exit::failure(format_args!("cpu{target} did not answer an IPI ping within 1 s"));
                 }
                 core::hint::spin_loop();
             }
@@ -166,7 +170,7 @@ fn ipi_ping_pong() {
     let expected = (PINGS * (n - 1)) as u64;
     kprintln!("ipi: {pings} pings handled on other CPUs, {pongs} pongs on cpu0 (expected {expected} each)");
     if pings != expected || pongs != expected {
-        crate::exit::failure(format_args!(
+        crate::arch::exit::failure(format_args!(
             "IPI counts do not balance: {pings} pings, {pongs} pongs, {expected} sent"
         ));
     }
@@ -176,7 +180,7 @@ static RAN_ON: [AtomicU32; percpu::MAX_CPUS] = [const { AtomicU32::new(u32::MAX)
 
 /// How many times this CPU ran `record_cpu`: CPU-local state, touched only
 /// by its own CPU with interrupts off.
-static LOCAL_RUNS: percpu::CpuLocal<u32> = crate::cpu_local!(0);
+static LOCAL_RUNS: percpu::CpuLocal<u32> = crate::arch::percpu::cpu_local!(0);
 
 fn record_cpu(target: usize) {
     let me = percpu::index();
@@ -200,7 +204,7 @@ fn on_each_cpu() {
     for (i, slot) in RAN_ON.iter().enumerate().take(n) {
         let who = slot.load(Ordering::Acquire);
         if who as usize != i {
-            crate::exit::failure(format_args!("work aimed at cpu{i} ran on cpu{who}"));
+            crate::arch::exit::failure(format_args!("work aimed at cpu{i} ran on cpu{who}"));
         }
         ok += 1;
     }
@@ -214,13 +218,24 @@ const EDU_IRQ_STATUS: usize = 0x24;
 const EDU_IRQ_RAISE: usize = 0x60;
 const EDU_IRQ_ACK: usize = 0x64;
 
-fn edu_interrupt(ctx: usize, _vector: u8, _cpu: u32) {
-    use platform::mmio::Mmio32;
-    // SAFETY: `ctx` is the address of the leaked VolatileMmio set up in `edu`.
-    let mmio = unsafe { &*(ctx as *const platform::mmio::VolatileMmio) };
-    // Acknowledge before EOI so a level-triggered INTx line drops.
-    if let Ok(status) = mmio.read32(EDU_IRQ_STATUS) {
-        let _ = mmio.write32(EDU_IRQ_ACK, status);
+/// QEMU's `edu` device as an interrupt source: acknowledges each interrupt.
+struct Edu {
+    mmio: &'static platform::mmio::VolatileMmio,
+}
+
+impl Edu {
+    fn ack(&self) {
+        use platform::mmio::Mmio32;
+        // Acknowledge before EOI so a level-triggered INTx line drops.
+        if let Ok(status) = self.mmio.read32(EDU_IRQ_STATUS) {
+            let _ = self.mmio.write32(EDU_IRQ_ACK, status);
+        }
+    }
+}
+
+impl IrqHandler for Edu {
+    fn handle(&self, _vector_index: usize, _cpu: usize) {
+        self.ack();
     }
 }
 
@@ -233,8 +248,8 @@ fn claim_edu() -> Result<
     ),
     crate::error::Error,
 > {
+    use crate::dev::pci;
     use crate::error::Error;
-    use crate::pci;
     use platform::mmio::Mmio32;
     let function = pci::find(EDU_VENDOR, EDU_DEVICE)
         .next()
@@ -254,22 +269,24 @@ fn claim_edu() -> Result<
 /// Routes QEMU's `edu` device interrupt to every CPU in turn, by MSI and by
 /// INTx, and checks by the per-CPU counts that each landed where aimed.
 fn edu() -> Result<(), crate::error::Error> {
+    use crate::dev::interrupts;
     use crate::error::Error;
-    use crate::interrupts;
     use platform::irq::InterruptMode;
     use platform::mmio::Mmio32;
     let (function, mmio) = claim_edu()?;
+    let edu: &'static Edu = alloc::boxed::Box::leak(alloc::boxed::Box::new(Edu { mmio }));
     let n = smp::online();
     x86_64::instructions::interrupts::enable();
     for mode in [InterruptMode::Msi, InterruptMode::Intx] {
-        let mut irq = interrupts::setup(function, Some(mode), 0, "edu", edu_interrupt, mmio as *const _ as usize)?;
+        let mut irq = interrupts::setup_vectors(function, Some(mode), &[0], "edu", &[edu])?;
+        let vector = irq.vectors()[0].vector;
         kprintln!("edu: {} at {}: {}", function.address, mode_name(mode), irq.describe());
         for target in 0..n {
-            irq.aim(target)?;
-            let before: Vec<u64> = (0..n).map(|c| irq::TABLE.count(irq.vector, c as u32)).collect();
+            irq.aim(0, target)?;
+            let before: Vec<u64> = (0..n).map(|c| irq::TABLE.count(vector, c as u32)).collect();
             mmio.write32(EDU_IRQ_RAISE, 1)?;
             let deadline = time::now_ns() + 1_000_000_000;
-            while irq::TABLE.count(irq.vector, target as u32) == before[target] {
+            while irq::TABLE.count(vector, target as u32) == before[target] {
                 if time::now_ns() > deadline {
                     return Err(Error::Device(alloc::format!(
                         "{} interrupt aimed at cpu{target} did not arrive there within 1 s",
@@ -280,7 +297,7 @@ fn edu() -> Result<(), crate::error::Error> {
             }
             time::delay_us(1000);
             for (c, &was) in before.iter().enumerate() {
-                let got = irq::TABLE.count(irq.vector, c as u32) - was;
+                let got = irq::TABLE.count(vector, c as u32) - was;
                 let want = u64::from(c == target);
                 if got != want {
                     return Err(Error::Device(alloc::format!(
@@ -290,7 +307,8 @@ fn edu() -> Result<(), crate::error::Error> {
                 }
             }
         }
-        irq.disable()?;
+        // Dropping the vectors masks the device and frees them for the next mode.
+        drop(irq);
         kprintln!(
             "edu: {} interrupt delivered to each of {n} CPUs exactly where aimed",
             mode_name(mode)
@@ -314,20 +332,20 @@ static SELF_IPIS: AtomicU64 = AtomicU64::new(0);
 static STORM_STOP: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 static STORM_EDU: spin::Once<&'static platform::mmio::VolatileMmio> = spin::Once::new();
 
-fn on_storm_interrupt(_ctx: usize, _vector: u8, _cpu: u32) {
-    use platform::mmio::Mmio32;
-    // A device interrupt whose handler sends an IPI, as the block layer's
-    // completion path does (a softirq self-IPI): it must not disturb an IPI
-    // that the interrupted code on this CPU is in the middle of sending.
-    if let Some(mmio) = STORM_EDU.get()
-        && let Ok(status) = mmio.read32(EDU_IRQ_STATUS)
-    {
-        let _ = mmio.write32(EDU_IRQ_ACK, status);
+/// The edu device during the IPI storm.
+struct StormEdu(Edu);
+
+impl IrqHandler for StormEdu {
+    fn handle(&self, _vector_index: usize, _cpu: usize) {
+        // A device interrupt whose handler sends an IPI, as the block layer's
+        // completion path does (a softirq self-IPI): it must not disturb an IPI
+        // that the interrupted code on this CPU is in the middle of sending.
+        self.0.ack();
+        apic::send_ipi(apic::id(), apic::Delivery::Fixed(irq::VECTOR_SELF_TEST));
     }
-    apic::send_ipi(apic::id(), apic::Delivery::Fixed(irq::VECTOR_SELF_TEST));
 }
 
-fn on_self_ipi(_ctx: usize, _vector: u8, _cpu: u32) {
+fn on_self_ipi(_vector: u8, _cpu: u32) {
     SELF_IPIS.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -348,8 +366,8 @@ fn storm_kicker(_arg: usize) {
 /// an interrupt retargets (the xAPIC ICR is two registers) is lost, and the
 /// test fails on the missing pong.
 fn ipi_storm() -> Result<(), crate::error::Error> {
+    use crate::dev::interrupts;
     use crate::error::Error;
-    use crate::interrupts;
     const PINGS: usize = 20_000;
     if smp::online() < 3 {
         return Err(Error::CpuOffline {
@@ -359,16 +377,16 @@ fn ipi_storm() -> Result<(), crate::error::Error> {
     }
     let (function, mmio) = claim_edu()?;
     STORM_EDU.call_once(|| mmio);
-    irq::register(irq::VECTOR_PING, "ipi-ping", on_ping, 0);
-    irq::register(irq::VECTOR_PONG, "ipi-pong", on_pong, 0);
-    irq::register(irq::VECTOR_SELF_TEST, "self-ipi", on_self_ipi, 0);
-    let edu_irq = interrupts::setup(
+    irq::register_fn(irq::VECTOR_PING, "ipi-ping", on_ping);
+    irq::register_fn(irq::VECTOR_PONG, "ipi-pong", on_pong);
+    irq::register_fn(irq::VECTOR_SELF_TEST, "self-ipi", on_self_ipi);
+    let storm: &'static StormEdu = alloc::boxed::Box::leak(alloc::boxed::Box::new(StormEdu(Edu { mmio })));
+    let edu_irq = interrupts::setup_vectors(
         function,
         Some(platform::irq::InterruptMode::Msi),
-        0,
+        &[0],
         "edu-storm",
-        on_storm_interrupt,
-        0,
+        &[storm],
     )?;
     PING_FROM.store(apic::id(), Ordering::Release);
     let dest = percpu::cpu(2).apic_id.load(Ordering::Relaxed);
@@ -395,11 +413,129 @@ fn ipi_storm() -> Result<(), crate::error::Error> {
     STORM_STOP.store(true, Ordering::Release);
     smp::wait_done(1, kicker);
     x86_64::instructions::interrupts::disable();
-    let mut edu_irq = edu_irq;
-    edu_irq.disable()?;
+    drop(edu_irq);
     kprintln!(
         "ipistorm: {PINGS} pings to cpu2 answered while cpu0 took {} device interrupts that each sent a self-IPI",
         SELF_IPIS.load(Ordering::Relaxed)
     );
+    Ok(())
+}
+
+/// Spins with interrupts off, forever: what a stuck CPU looks like.
+fn spin_with_interrupts_off(_arg: usize) {
+    x86_64::instructions::interrupts::disable();
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+/// Hangs CPU 1 with interrupts off and waits: the watchdog on CPU 0 must
+/// find it, take its registers by NMI and end the run with FAILURE. If the
+/// run gets past the watchdog threshold and more, the watchdog failed.
+fn hang() {
+    let online = smp::online();
+    if online < 2 {
+        exit::failure(format_args!("test=hang needs at least 2 CPUs online (have {online})"));
+    }
+    let Some(threshold_ms) = watchdog::threshold_ms() else {
+        exit::failure(format_args!("test=hang needs the watchdog on (watchdog=off was given)"));
+    };
+    let Some(_) = smp::run_on(1, spin_with_interrupts_off, 0) else {
+        exit::failure(format_args!("cpu1 is busy"));
+    };
+    kprintln!("hang: cpu1 spins with interrupts off; the watchdog ({threshold_ms} ms) must report it");
+    x86_64::instructions::interrupts::enable();
+    let deadline = time::now_ns() + 3 * u64::from(threshold_ms) * 1_000_000 + 2_000_000_000;
+    while time::now_ns() < deadline {
+        x86_64::instructions::hlt();
+    }
+    exit::failure(format_args!(
+        "test=hang: cpu1 has hung for 3x the watchdog threshold and nothing reported it"
+    ));
+}
+
+/// Counts nothing: the multi-message MSI test only sets vectors up (the
+/// function has no driver to make it interrupt).
+struct Silent;
+
+impl IrqHandler for Silent {
+    fn handle(&self, _vector_index: usize, _cpu: usize) {}
+}
+
+/// Asks a function that offers multi-message MSI (QEMU's `nec-usb-xhci`
+/// with `msix=off`: 16 vectors) for 8 and then 6 vectors, and checks what
+/// the function's MSI capability holds: enabled, Multiple Message Enable =
+/// log2(granted), the message data = the first vector of an aligned block,
+/// the address aimed at CPU 0; then that dropping the vectors disables MSI
+/// and frees the block.
+fn msi_vectors() -> Result<(), crate::error::Error> {
+    use crate::dev::{interrupts, pci};
+    use crate::error::Error;
+    let access = &pci::get().ok_or(Error::NoPci)?.access;
+    let function = pci::get()
+        .into_iter()
+        .flat_map(|p| p.functions.iter())
+        .find(|f| f.msix.is_none() && f.msi.is_some_and(|m| m.vectors_capable >= 8))
+        .ok_or_else(|| {
+            Error::Device(
+                "no function offers 8 or more MSI vectors without MSI-X (add `-device nec-usb-xhci,msix=off`)".into(),
+            )
+        })?;
+    let cap = function.msi.expect("found with MSI");
+    let cfg = platform::pci::ConfigSpace::new(access, function.address);
+    let control_at = u16::from(cap.offset) + 2;
+    let data_at = u16::from(cap.offset) + if cap.is_64bit { 0x0C } else { 0x08 };
+    let silent: &'static dyn IrqHandler = &Silent;
+    for (asked, granted) in [(8usize, 8u16), (6, 4)] {
+        let cpus = alloc::vec![0usize; asked];
+        let handlers = alloc::vec![silent; asked];
+        let irqs = interrupts::setup_vectors(function, Some(InterruptMode::Msi), &cpus, "msi-test", &handlers)?;
+        kprintln!(
+            "msivectors: {} asked for {asked}: {}",
+            function.address,
+            irqs.describe()
+        );
+        let vectors = irqs.idt_vectors();
+        let base = vectors[0];
+        let control = cfg.read16(control_at)?;
+        let data = cfg.read16(data_at)?;
+        let address = cfg.read32(u16::from(cap.offset) + 4)?;
+        let want_dest = percpu::cpu(0).apic_id.load(Ordering::Relaxed);
+        let checks = [
+            (vectors.len() == usize::from(granted), "granted count"),
+            (
+                vectors.iter().enumerate().all(|(i, &v)| v == base + i as u8),
+                "consecutive vectors",
+            ),
+            (u16::from(base) % granted == 0, "block aligned to its size"),
+            (control & 1 == 1, "MSI enabled"),
+            (
+                (control >> 4) & 0b111 == granted.trailing_zeros() as u16,
+                "Multiple Message Enable",
+            ),
+            (data == u16::from(base), "message data = first vector"),
+            ((address >> 12) & 0xFF == want_dest, "destination = cpu0's APIC id"),
+        ];
+        for (ok, what) in checks {
+            if !ok {
+                return Err(Error::Device(alloc::format!(
+                    "{what} wrong: vectors {vectors:#x?}, control {control:#06x}, data {data:#06x}, address {address:#x}"
+                )));
+            }
+        }
+        drop(irqs);
+        let control = cfg.read16(control_at)?;
+        if control & 1 != 0 || vectors.iter().any(|&v| irq::VECTORS.is_allocated(v)) {
+            return Err(Error::Device(alloc::format!(
+                "after drop: control {control:#06x}, vectors {vectors:#x?} still allocated: {}",
+                vectors.iter().any(|&v| irq::VECTORS.is_allocated(v))
+            )));
+        }
+        kprintln!(
+            "msivectors: {granted} vectors at {base:#x}..={:#x}: enabled with MME {}, data and address read back; dropped: MSI off, vectors free",
+            base + (granted as u8 - 1),
+            granted.trailing_zeros()
+        );
+    }
     Ok(())
 }

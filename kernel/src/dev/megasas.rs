@@ -1,92 +1,54 @@
-//! Block drivers on the running kernel: the null device (`null.size=`) and
-//! MegaRAID SAS controllers (QEMU `megasas` / `megasas-gen2`), each logical
-//! drive a block device on the `blk` layer.
+//! Probe glue of the LSI MegaRAID SAS (MFI) driver (`drivers/megasas`):
+//! matches QEMU's `megasas` (SAS1078) and `megasas-gen2` (SAS2108), parses
+//! the `megasas.*` keys (through `megasas::Options`, the one parser), brings
+//! the controller up, sets up its interrupt vectors and registers each
+//! logical drive as a block device `mdN`.
+//!
+//! The `blk::Driver` binding below (`Shared`, `MegasasDriver`, `deliver`)
+//! is the part that moves into the driver crate (`megasas::blkdev`).
 
-use crate::block::{self, DeviceFacts, Disk};
+use crate::arch::console::kprintln;
+use crate::arch::memory::DmaBuffer;
+use crate::arch::{smp, time};
+use crate::dev::block::{self, DeviceFacts, Disk};
+use crate::dev::driver::PciDriver;
+use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
+use crate::dev::{cpumap, pci};
 use crate::error::Error;
-use crate::memory::DmaBuffer;
-use crate::{interrupts, kprintln, pci, smp, time};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use blk::null::{NullConfig, NullDriver, NullMode};
 use blk::{
     CompletionPolicy, Driver, HwCtx, IssueToken, QueueConfig, QueueRqError, Rq, Status, TimedOutRq, TimeoutAction,
 };
-use bootinfo::cmdline::{Config, IrqMode as ConfigIrqMode, NullDeviceMode};
 use core::sync::atomic::{AtomicU32, Ordering};
-use megasas::{Controller, IoStatus, Model};
+use megasas::{Controller, IoStatus, Model, MsixVectors, Options};
 use platform::irq::InterruptMode;
-use platform::pci::{DeviceMatch, PciDriver};
+use platform::pci::{DeviceMatch, PciFunction};
 
-/// Device interrupt vectors per block device name (for the job report).
-static VECTORS: spin::Mutex<Vec<(String, u8)>> = spin::Mutex::new(Vec::new());
+/// The driver's entry in the PCI driver table.
+pub const DRIVER: PciDriver = PciDriver {
+    name: "megasas",
+    matches: &[DeviceMatch::id(0x1000, 0x0060), DeviceMatch::id(0x1000, 0x0079)],
+    configure,
+    probe,
+};
 
-/// Interrupt vectors of the device named `name`.
-pub fn device_vectors(name: &str) -> Vec<u8> {
-    VECTORS
-        .lock()
-        .iter()
-        .filter(|(n, _)| n == name)
-        .map(|(_, v)| *v)
-        .collect()
-}
+/// The `megasas.*` options, parsed once at boot.
+static OPTIONS: spin::Once<Options> = spin::Once::new();
 
-// ------------------------------------------------------------------ null
-
-/// Creates `null0` when the command line asks for it.
-pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
-    let Some(bytes) = cfg.null_size else { return Ok(()) };
-    let ncpus = smp::online();
-    let depth = block::MAX_SLOTS_PER_CPU as u32;
-    let block_size = cfg.null_block_size;
-    let (mode, how) = match cfg.null_mode {
-        NullDeviceMode::Immediate => (NullMode::Immediate, "completes at once through the policy"),
-        NullDeviceMode::Inline => (NullMode::Inline, "completes inline"),
-        // Deferred requests wait for an "interrupt" that baremq never fires.
-        NullDeviceMode::Stuck => (NullMode::Deferred, "STUCK: never completes"),
-    };
-    // A memory-backed null device keeps every byte on the heap: refuse what cannot fit.
-    let heap = crate::memory::heap_free() as u64;
-    if cfg.null_memory && bytes > heap / 2 {
-        return Err(Error::Device(format!(
-            "null.memory=on keeps all {} MiB of null0 on the kernel heap, which has {} MiB free: \
-             use a smaller null.size or more memory (-m)",
-            bytes >> 20,
-            heap >> 20
-        )));
-    }
-    let mut nc = NullConfig::new(bytes / 512, mode);
-    nc.logical_block_size = block_size;
-    nc.memory_backed = cfg.null_memory;
-    let queues = cfg.null_queues.map_or(ncpus, |q| q as usize);
-    let qc = nc.queue_config(ncpus, queues, depth);
-    let driver = NullDriver::new(nc, queues, depth, false);
-    let facts = DeviceFacts {
-        name: "null0".into(),
-        model: format!(
-            "null block device ({}, {})",
-            how,
-            if cfg.null_memory { "memory-backed" } else { "no data" }
-        ),
-        sector_size: block_size,
-        capacity_sectors: bytes / u64::from(block_size),
-        max_inflight: depth,
-        max_transfer_bytes: 1 << 20,
-    };
-    let disk = Disk::new(
-        facts,
-        qc,
-        driver,
-        format!("{queues} hardware queue(s) for {ncpus} CPUs, {depth} tags each"),
-    )
-    .map_err(|e| Error::Device(format!("null0: {e}")))?;
-    block::register(Box::leak(Box::new(disk)));
+/// Parses the driver's command-line words (`megasas.irq=msi`, ...).
+fn configure(words: &[&str]) -> Result<(), Error> {
+    let line = words.join(" ");
+    let options = Options::parse(&line).map_err(|e| Error::Config(format!("{e}")))?;
+    OPTIONS.call_once(|| options);
     Ok(())
 }
 
-// ------------------------------------------------------------------ MegaRAID
+fn options() -> Options {
+    OPTIONS.get().copied().unwrap_or_default()
+}
 
 struct KernelMmio(platform::mmio::VolatileMmio);
 
@@ -111,8 +73,7 @@ struct KernelDma;
 // it stays valid and owned by the driver for the controller's lifetime.
 unsafe impl megasas::Dma for KernelDma {
     fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::DmaError> {
-        let buf =
-            DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
+        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
         let (virt, phys, len) = buf.leak();
         Ok(megasas::DmaRegion { virt, phys, len })
     }
@@ -132,6 +93,8 @@ type Ctrl = Controller<KernelMmio, KernelDma, KernelDelay>;
 struct Shared {
     ctrl: Ctrl,
     mode: megasas::IrqMode,
+    /// The controller's interrupt vectors, owned for its lifetime.
+    irqs: spin::Once<DeviceIrqs>,
     /// Logical drives with the first controller tag of their partition.
     disks: spin::Once<Vec<(&'static Disk<MegasasDriver>, u16)>>,
     tags_per_disk: u16,
@@ -197,26 +160,27 @@ impl Shared {
     }
 }
 
-fn megasas_interrupt(ctx: usize, _vector: u8, cpu: u32) {
-    // SAFETY: `ctx` is the address of the leaked, never-freed `Shared` registered in `probe_one`.
-    let shared = unsafe { &*(ctx as *const Shared) };
-    let cpu = cpu as usize;
-    let mut more = true;
-    let mut rounds = 0;
-    while more && rounds < 64 {
-        rounds += 1;
-        more = match shared
-            .ctrl
-            .handle_interrupt(shared.mode, |tag, st| shared.deliver(cpu, tag, st))
-        {
-            Some(r) => {
-                if let Some(f) = r.first_fault {
-                    log::error!("megasas: controller fault in the reply queue: {f}");
+impl IrqHandler for Shared {
+    /// Every vector reaps the one reply queue (QEMU signals only vector 0;
+    /// with `megasas.msix_vectors=all` the others are aimed but stay silent).
+    fn handle(&self, _vector_index: usize, cpu: usize) {
+        let mut more = true;
+        let mut rounds = 0;
+        while more && rounds < 64 {
+            rounds += 1;
+            more = match self
+                .ctrl
+                .handle_interrupt(self.mode, |tag, st| self.deliver(cpu, tag, st))
+            {
+                Some(r) => {
+                    if let Some(f) = r.first_fault {
+                        log::error!("megasas: controller fault in the reply queue: {f}");
+                    }
+                    r.more_pending
                 }
-                r.more_pending
-            }
-            None => false,
-        };
+                None => false,
+            };
+        }
     }
 }
 
@@ -299,10 +263,14 @@ fn mode_to_platform(m: megasas::IrqMode) -> Option<InterruptMode> {
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
 
-fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &Config<'_>) -> Result<(), Error> {
+fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Result<(), Error> {
     pci::claim(function)?;
     let mmio = KernelMmio(pci::bar_mmio(function, model.mmio_bar())?);
-    let ctrl = Controller::new(model, mmio, KernelDma, KernelDelay, megasas::Config::default())
+    let mut config = megasas::Config::default();
+    if let Some(depth) = opts.queue_depth {
+        config.max_tags = depth;
+    }
+    let ctrl = Controller::new(model, mmio, KernelDma, KernelDelay, config)
         .map_err(|e| Error::Device(format!("megasas {}: bring-up failed: {e}", function.address)))?;
     let info = ctrl.info();
     kprintln!(
@@ -322,13 +290,7 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
     let drives = ctrl
         .discover(admin_tag)
         .map_err(|e| Error::Device(format!("megasas {}: discovery failed: {e}", function.address)))?;
-    let requested = match cfg.megasas_irq {
-        ConfigIrqMode::Auto => None,
-        ConfigIrqMode::MsiX => Some(megasas::IrqMode::Msix),
-        ConfigIrqMode::Msi => Some(megasas::IrqMode::Msi),
-        ConfigIrqMode::Intx => Some(megasas::IrqMode::Intx),
-        ConfigIrqMode::Poll => Some(megasas::IrqMode::Polled),
-    };
+    let requested = opts.irq;
     let (mode, fell_back) = megasas::choose_irq_mode(requested, function.msix.is_some(), function.msi.is_some());
     if fell_back {
         log::warn!(
@@ -341,49 +303,45 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
     let shared: &'static Shared = Box::leak(Box::new(Shared {
         ctrl,
         mode,
+        irqs: spin::Once::new(),
         disks: spin::Once::new(),
         tags_per_disk,
         tokens: (0..=admin_tag).map(|_| AtomicU32::new(0)).collect(),
     }));
     let online = smp::online();
-    let irq_cpu = match cfg.megasas_irq_cpu {
-        Some(c) if (c as usize) < online => c as usize,
-        Some(c) => {
-            return Err(Error::CpuOffline {
-                cpu: c as usize,
-                online,
-            });
-        }
-        None => crate::AFFINITY
-            .get()
-            .and_then(|a| a.cpu_for(0, online as u32).ok())
-            .unwrap_or(0) as usize,
+    // One reply queue: one hardware queue. Vector 0 is the one the controller
+    // signals; more can be asked for (megasas.msix_vectors) and are aimed by
+    // the same CPU map.
+    let nvectors = match (opts.msix_vectors, &function.msix) {
+        (None, _) => 1,
+        (Some(MsixVectors::Count(n)), _) => usize::from(n),
+        (Some(MsixVectors::All), Some(msix)) => usize::from(msix.table_size),
+        (Some(MsixVectors::All), None) => 1,
     };
-    let irq = match mode_to_platform(mode) {
-        Some(m) => Some(interrupts::setup(
-            function,
-            Some(m),
-            irq_cpu,
-            "megasas",
-            megasas_interrupt,
-            shared as *const Shared as usize,
-        )?),
+    let map = cpumap::plan(1, nvectors, opts.irq_cpu.map(|c| c as usize))?;
+    match mode_to_platform(mode) {
+        Some(m) => {
+            let handler: &'static dyn IrqHandler = shared;
+            let handlers = alloc::vec![handler; map.vector_cpus.len()];
+            let irqs = interrupts::setup_vectors(function, Some(m), &map.vector_cpus, "megasas", &handlers)?;
+            shared.irqs.call_once(|| irqs);
+        }
         None => {
             // Polled: keep INTx quiet at the PCI level; the ring still needs the
             // controller's own interrupt enabled to advance (QEMU).
             let p = pci::get().ok_or(Error::NoPci)?;
             platform::pci::set_intx_disabled(&p.access, function.address, true)?;
-            None
         }
-    };
+    }
     shared
         .ctrl
         .enable_interrupts()
         .map_err(|e| Error::Device(format!("megasas {}: enabling interrupts: {e}", function.address)))?;
-    let irq_text = match &irq {
+    let irq_text = match shared.irqs.get() {
         Some(i) => i.describe(),
         None => String::from("polled (no interrupts)"),
     };
+    let irq_vectors = shared.irqs.get().map(DeviceIrqs::idt_vectors).unwrap_or_default();
     kprintln!("megasas {}: interrupts: {}", function.address, irq_text);
     let mut disks = Vec::new();
     for (i, d) in drives.iter().enumerate() {
@@ -398,6 +356,7 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
         let max_segments = usize::from(shared.ctrl.max_segments()).min(32);
         let max_transfer = (shared.ctrl.max_transfer_bytes().min(1 << 20)) as u32;
         let mut qc = QueueConfig::new(online, 1, u32::from(tags_per_disk), capacity_512);
+        qc.cpu_map = Some(map.queue_of_cpu.clone());
         qc.shared_tags = true;
         qc.logical_block_size = d.block_size;
         qc.max_segments = max_segments;
@@ -416,52 +375,20 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
             capacity_sectors: d.blocks,
             max_inflight: u32::from(tags_per_disk),
             max_transfer_bytes: max_transfer,
+            irq_vectors: irq_vectors.clone(),
         };
         let disk = Disk::new(facts, qc, driver, format!("interrupts: {irq_text}"))
             .map_err(|e| Error::Device(format!("{name}: {e}")))?;
         let disk: &'static Disk<MegasasDriver> = Box::leak(Box::new(disk));
-        if let Some(i) = &irq {
-            VECTORS.lock().push((name.clone(), i.vector));
-        }
         block::register(disk);
         disks.push((disk, i as u16 * tags_per_disk));
     }
     shared.disks.call_once(|| disks);
-    if let Some(i) = irq {
-        core::mem::forget(i);
-    }
     Ok(())
 }
 
-/// The PCI drivers in `drivers/`, matched by vendor/device (or class) rules.
-const PCI_DRIVERS: &[PciDriver] = &[PciDriver {
-    name: "megasas",
-    matches: &[DeviceMatch::id(0x1000, 0x0060), DeviceMatch::id(0x1000, 0x0079)],
-}];
-
-fn probe_megasas(function: &'static platform::pci::PciFunction, cfg: &Config<'_>) -> Result<(), Error> {
+fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let model = Model::from_pci_id(function.vendor_id, function.device_id)
         .ok_or_else(|| Error::Device(format!("megasas: {} is not a supported model", function.address)))?;
-    probe_one(function, model, cfg)
-}
-
-/// Probes every PCI function a driver matches. A device that fails is
-/// reported and makes the boot fail: a missing disk must never look like
-/// success. Returns (driver name, functions claimed) per driver.
-pub fn probe_pci(cfg: &Config<'_>) -> Result<Vec<(&'static str, usize)>, Error> {
-    let mut claimed: Vec<(&'static str, usize)> = PCI_DRIVERS.iter().map(|d| (d.name, 0)).collect();
-    let Some(p) = pci::get() else { return Ok(claimed) };
-    for f in &p.functions {
-        let Some(driver) = platform::pci::match_driver(PCI_DRIVERS, f) else {
-            continue;
-        };
-        match driver.name {
-            "megasas" => probe_megasas(f, cfg)?,
-            other => return Err(Error::Device(format!("driver {other} has no probe function"))),
-        }
-        if let Some(c) = claimed.iter_mut().find(|(n, _)| *n == driver.name) {
-            c.1 += 1;
-        }
-    }
-    Ok(claimed)
+    probe_one(function, model, &options())
 }

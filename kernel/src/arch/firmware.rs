@@ -2,7 +2,7 @@
 //! address) or the BIOS areas, then the MADT and MCFG, parsed by the
 //! host-tested `platform::acpi` code over the identity map.
 
-use crate::memory::IdentityMap;
+use crate::arch::memory::IdentityMap;
 use bootinfo::BootInfo;
 use bootinfo::parse::RsdpSource;
 use platform::acpi::{AcpiTables, Madt, Mcfg, Rsdp};

@@ -96,7 +96,7 @@ fn pit_window() -> (u64, u64) {
     let mut mode = Port::<u8>::new(0x43);
     let mut counter = Port::<u8>::new(0x42);
     let count = (PIT_HZ * PIT_WINDOW_MS / 1000) as u16;
-    crate::apic::timer_start_free_running();
+    crate::arch::apic::timer_start_free_running();
     // SAFETY: PIT channel 2 and the speaker-gate port; channel 2 drives nothing
     // but the (disabled) speaker, so reprogramming it has no other effect.
     unsafe {
@@ -105,7 +105,7 @@ fn pit_window() -> (u64, u64) {
         mode.write(0xB0); // channel 2, lo/hi byte, mode 0 (interrupt on terminal count)
         counter.write(count as u8);
         counter.write((count >> 8) as u8);
-        let lapic0 = crate::apic::timer_current();
+        let lapic0 = crate::arch::apic::timer_current();
         let t0 = rdtsc();
         let mut spins: u64 = 0;
         // OUT2 (bit 5) rises at terminal count. Bounded: a broken PIT must not hang boot.
@@ -113,7 +113,7 @@ fn pit_window() -> (u64, u64) {
             spins += 1;
         }
         let t1 = rdtsc();
-        let lapic1 = crate::apic::timer_current();
+        let lapic1 = crate::arch::apic::timer_current();
         (t1 - t0, lapic0.wrapping_sub(lapic1) as u64)
     }
 }
@@ -137,7 +137,7 @@ pub fn calibrate() -> Calibration {
     NS_PER_TICK_FP.store(((1_000_000_000u128 << 32) / tsc_hz as u128) as u64, Ordering::Relaxed);
     LAPIC_HZ.store(lapic_hz, Ordering::Relaxed);
     TSC_ORIGIN.store(rdtsc(), Ordering::Relaxed);
-    crate::apic::timer_stop();
+    crate::arch::apic::timer_stop();
     Calibration {
         tsc_hz,
         source,

@@ -6,8 +6,9 @@
 //! the IPI handler) runs the work with interrupts enabled, so long-running
 //! work such as an I/O job can still take device interrupts and IPIs.
 
-use crate::percpu::{self, MAX_CPUS};
-use crate::{apic, cpu, idt, irq, kprintln, time};
+use crate::arch::console::kprintln;
+use crate::arch::percpu::{self, MAX_CPUS};
+use crate::arch::{apic, cpu, idt, irq, time};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -45,11 +46,11 @@ pub struct CpuEntry {
     pub online: bool,
 }
 
-fn on_wake(_ctx: usize, _vector: u8, _cpu: u32) {}
+fn on_wake(_vector: u8, _cpu: u32) {}
 
 /// Starts every listed CPU other than the BSP. Returns the CPU table.
 pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
-    irq::register(irq::VECTOR_WAKE, "wake", on_wake, 0);
+    irq::register_fn(irq::VECTOR_WAKE, "wake", on_wake);
     let bsp = apic::id();
     let mut table = alloc::vec![CpuEntry {
         index: 0,
@@ -126,10 +127,13 @@ extern "C" fn ap_entry(index: usize) -> ! {
     unsafe { percpu::init_current(index, apic_id) };
     idt::load();
     cpu::init_descriptor_tables();
-    apic::init_local();
+    apic::init_local(irq::VECTOR_SPURIOUS);
     if apic::id() != apic_id {
         log::error!("smp: cpu{index} expected apic id {apic_id}, reads {}", apic::id());
     }
+    // Its tick starts now; it is watched from here on (its idle loop and the
+    // work it runs take interrupts).
+    super::watchdog::start_this_cpu(true);
     // Release: everything this CPU set up is visible to whoever sees it online.
     percpu::current().online.store(true, Ordering::Release);
     idle_loop(index)
@@ -203,7 +207,10 @@ pub fn wait_done(index: usize, target: u64) {
             );
             last_wake = time::now_ns();
         }
-        core::hint::spin_loop();
+        // Halts (idle=halt, interrupts on) until the tick or another
+        // interrupt: a waiting boot CPU must not take host time from the
+        // devices the workers drive.
+        super::idle::wait_until(|| mb.done.load(Ordering::Acquire) >= target);
     }
 }
 

@@ -92,9 +92,9 @@ pub fn choose_mode() {
     }
 }
 
-/// Enables this CPU's local APIC: software-enabled with the spurious vector,
+/// Enables this CPU's local APIC: software-enabled with `spurious_vector`,
 /// LINT0/LINT1/error/timer masked, accepting every priority.
-pub fn init_local() {
+pub fn init_local(spurious_vector: u8) {
     let mut msr = Msr::new(IA32_APIC_BASE);
     // SAFETY: setting the enable bits of IA32_APIC_BASE is the architected way
     // to turn the local APIC on; the base address is left as firmware set it.
@@ -110,7 +110,7 @@ pub fn init_local() {
     write(REG_LVT_LINT0, LVT_MASKED);
     write(REG_LVT_LINT1, LVT_MASKED);
     write(REG_LVT_ERROR, LVT_MASKED);
-    write(REG_SVR, 0x100 | crate::irq::VECTOR_SPURIOUS as u32);
+    write(REG_SVR, 0x100 | spurious_vector as u32);
 }
 
 /// This CPU's APIC id.
@@ -153,6 +153,8 @@ pub fn timer_stop() {
 #[derive(Clone, Copy)]
 pub enum Delivery {
     Fixed(u8),
+    /// Non-maskable interrupt (vector 2), delivered even with interrupts off.
+    Nmi,
     Init,
     InitDeassert,
     Startup(u8),
@@ -162,6 +164,7 @@ pub enum Delivery {
 pub fn send_ipi(apic_id: u32, delivery: Delivery) {
     let low: u32 = match delivery {
         Delivery::Fixed(v) => v as u32,
+        Delivery::Nmi => 0x0000_0400,          // NMI delivery mode, edge
         Delivery::Init => 0x0000_C500,         // INIT, level, assert
         Delivery::InitDeassert => 0x0000_8500, // INIT, level, de-assert
         Delivery::Startup(page) => 0x0000_4600 | page as u32,

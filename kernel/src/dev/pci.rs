@@ -3,8 +3,8 @@
 //! listing through the host-tested `platform::pci` code, and claiming a
 //! function for a driver (BAR mapping, memory space and bus mastering).
 
+use crate::arch::memory;
 use crate::error::Error;
-use crate::paging;
 use alloc::vec::Vec;
 use platform::acpi::Mcfg;
 use platform::mmio::VolatileMmio;
@@ -90,7 +90,7 @@ pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
     let window = mcfg.and_then(|m| m.windows.iter().find(|w| w.segment == 0).copied());
     let (access, mechanism, buses) = match window {
         Some(w) => {
-            let base = paging::map_mmio(w.region_base(), w.region_len())?;
+            let base = memory::map_mmio(w.region_base(), w.region_len())?;
             // SAFETY: the ECAM window is now an uncached identity mapping of
             // `region_len` bytes that nothing else references.
             let mmio = unsafe { VolatileMmio::new(base, w.region_len() as usize) };
@@ -136,7 +136,7 @@ fn assign_unassigned_bars(
     functions: &mut [PciFunction],
     ecam_end: Option<u64>,
 ) -> Result<(), Error> {
-    let ram_top = crate::memory::ram_top_below_4g();
+    let ram_top = crate::arch::memory::ram_top_below_4g();
     let mut next_mem = ram_top.max(MMIO_WINDOW_FLOOR).max(ecam_end.unwrap_or(0));
     let mut next_io = IO_WINDOW.start;
     // Place the largest BARs first so alignment wastes little of the window.
@@ -212,7 +212,7 @@ pub fn claim(function: &PciFunction) -> Result<(), Error> {
             && bar.is_memory()
             && bar.size > 0
         {
-            paging::map_mmio(bar.address, bar.size)?;
+            memory::map_mmio(bar.address, bar.size)?;
         }
     }
     platform::pci::enable_device(&pci.access, function.address, true, true, true)?;
@@ -234,7 +234,7 @@ pub fn bar_mmio(function: &PciFunction, slot: u8) -> Result<VolatileMmio, Error>
         .bar(slot)
         .filter(|b| b.is_memory() && b.size > 0)
         .ok_or_else(|| Error::Device(alloc::format!("{} has no memory BAR {slot}", function.address)))?;
-    let base = paging::map_mmio(bar.address, bar.size)?;
+    let base = memory::map_mmio(bar.address, bar.size)?;
     // SAFETY: the BAR is mapped uncached for its whole size; baremq touches
     // device memory only through volatile accessors like this one.
     Ok(unsafe { VolatileMmio::new(base, bar.size as usize) })

@@ -4,8 +4,11 @@
 //! 3 GiB. A device BAR or ECAM window must be uncached, and 64-bit BARs may
 //! sit above 4 GiB: [`map_mmio`] marks the covering 2 MiB pages uncached
 //! (PCD | PWT) below 4 GiB and creates uncached identity mappings above it.
+//!
+//! This module only edits page tables: the frames for new page directories
+//! come from the caller (`arch::memory`, which owns the frame allocator), so
+//! paging sits below memory and imports nothing of it.
 
-use crate::memory;
 use core::fmt;
 
 const PRESENT: u64 = 1;
@@ -44,26 +47,30 @@ fn table(phys: u64) -> *mut u64 {
     phys as *mut u64
 }
 
+/// A source of 4 KiB frames below 4 GiB for new page directories (they must
+/// be reachable through the boot identity map).
+pub type TableFrames<'a> = &'a mut dyn FnMut() -> Option<u64>;
+
 /// Makes `[phys, phys + len)` an uncached identity mapping and returns the
 /// pointer to `phys`. Page-table changes are flushed on this CPU; call it at
 /// init, before other CPUs touch the range.
-pub fn map_mmio(phys: u64, len: u64) -> Result<*mut u8, MapError> {
-    map_identity(phys, len, CACHE_DISABLE | WRITE_THROUGH)
+pub fn map_uncached(phys: u64, len: u64, frames: TableFrames<'_>) -> Result<*mut u8, MapError> {
+    map_identity(phys, len, CACHE_DISABLE | WRITE_THROUGH, frames)
 }
 
 /// Identity-maps RAM above 4 GiB (write-back), whole 2 MiB pages inside
 /// `[start, end)` only. Returns the mapped sub-range, empty if none fits.
-pub fn map_ram(start: u64, end: u64) -> Result<(u64, u64), MapError> {
+pub fn map_ram(start: u64, end: u64, frames: TableFrames<'_>) -> Result<(u64, u64), MapError> {
     let s = start.next_multiple_of(PAGE_2M);
     let e = end & !(PAGE_2M - 1);
     if s >= e {
         return Ok((s, s));
     }
-    map_identity(s, e - s, 0)?;
+    map_identity(s, e - s, 0, frames)?;
     Ok((s, e))
 }
 
-fn map_identity(phys: u64, len: u64, cache_bits: u64) -> Result<*mut u8, MapError> {
+fn map_identity(phys: u64, len: u64, cache_bits: u64, frames: TableFrames<'_>) -> Result<*mut u8, MapError> {
     let end = phys.checked_add(len.max(1)).ok_or(MapError::TooHigh { phys, len })?;
     if end > LIMIT {
         return Err(MapError::TooHigh { phys, len });
@@ -82,7 +89,9 @@ fn map_identity(phys: u64, len: u64, cache_bits: u64) -> Result<*mut u8, MapErro
         let mut entry = unsafe { *pdpte };
         if entry & PRESENT == 0 {
             // Page tables come from low memory, which is mapped from boot on.
-            let pd = memory::alloc_frames_below_4g(4096, 4096).map_err(|_| MapError::NoMemory)?;
+            let pd = frames()
+                .filter(|a| a % 4096 == 0 && a + 4096 <= 1 << 32)
+                .ok_or(MapError::NoMemory)?;
             // SAFETY: a fresh, exclusively owned, identity-mapped frame.
             unsafe { core::ptr::write_bytes(pd as *mut u8, 0, 4096) };
             entry = pd | PRESENT | WRITABLE;

@@ -13,8 +13,11 @@ use x86_64::registers::model_specific::GsBase;
 use x86_64::structures::gdt::GlobalDescriptorTable;
 use x86_64::structures::tss::TaskStateSegment;
 
-/// The most CPUs baremq brings up.
-pub const MAX_CPUS: usize = 64;
+/// The most CPUs baremq brings up: the one limit, the capacity of the
+/// interrupt dispatch table's per-CPU counts (`platform::irq::MAX_CPUS`), so
+/// every CPU that runs is also counted. Every per-CPU array in the kernel is
+/// sized by it.
+pub const MAX_CPUS: usize = platform::irq::MAX_CPUS;
 
 /// One CPU's slot.
 #[repr(C, align(64))]
@@ -96,12 +99,14 @@ pub struct CpuLocal<T> {
 unsafe impl<T: Send> Sync for CpuLocal<T> {}
 
 /// A [`CpuLocal`] whose every slot starts as the constant expression `$init`.
-#[macro_export]
 macro_rules! cpu_local {
     ($init:expr) => {
-        $crate::percpu::CpuLocal::from_slots([const { core::cell::UnsafeCell::new($init) }; $crate::percpu::MAX_CPUS])
+        $crate::arch::percpu::CpuLocal::from_slots(
+            [const { core::cell::UnsafeCell::new($init) }; $crate::arch::percpu::MAX_CPUS],
+        )
     };
 }
+pub(crate) use cpu_local;
 
 impl<T> CpuLocal<T> {
     /// Wraps one slot per CPU (use the [`cpu_local!`] macro).

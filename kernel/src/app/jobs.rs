@@ -3,9 +3,10 @@
 //! shared lock), the first CPU prints progress once a second, and each job
 //! ends with the fio-like report and one `BAREMQ-JSON:` line.
 
-use crate::block::{self, BlockDevice, MAX_SLOTS_PER_CPU};
-use crate::memory::DmaBuffer;
-use crate::{irq, kprintln, percpu, smp, time};
+use crate::arch::console::kprintln;
+use crate::arch::memory::DmaBuffer;
+use crate::arch::{idle, irq, percpu, smp, time};
+use crate::dev::block::{self, BlockDevice, MAX_SLOTS_PER_CPU};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use blk::{BlkError, CompletionPolicy, QuiesceCheck, Segment, Status};
@@ -36,6 +37,8 @@ struct KernelBackend<'a> {
     /// Block-layer (512-byte) sectors per device sector.
     scale: u64,
     poll: bool,
+    /// Requests submitted and not yet reaped by this CPU.
+    in_flight: usize,
     overflow: Vec<Completion>,
     next_tick_ns: u64,
     progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
@@ -68,7 +71,10 @@ impl IoBackend for KernelBackend<'_> {
             IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
         };
         match self.dev.submit(self.cpu, &bio) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.in_flight += 1;
+                Ok(())
+            }
             Err(BlkError::TagsExhausted { .. }) => {
                 self.dev.make_progress(self.cpu);
                 Err(SubmitError::Busy)
@@ -112,6 +118,7 @@ impl IoBackend for KernelBackend<'_> {
                 overflow.push(c);
             }
         });
+        self.in_flight = self.in_flight.saturating_sub(n);
         n
     }
 
@@ -120,9 +127,16 @@ impl IoBackend for KernelBackend<'_> {
     }
 
     fn idle(&mut self) {
-        // Busy-poll: with the Irq policy a completion can land in this CPU's
-        // sink from another CPU's interrupt handler without waking this one.
-        core::hint::spin_loop();
+        if self.poll || self.in_flight == 0 {
+            // Polled completions need this CPU to poll; with nothing in
+            // flight (tags busy elsewhere) no completion would wake it.
+            core::hint::spin_loop();
+            return;
+        }
+        // A completion delivered from another CPU's interrupt handler wakes
+        // this CPU (block's end_io -> idle::wake); idle=poll spins here.
+        let (dev, cpu) = (self.dev, self.cpu);
+        idle::wait_until(|| dev.sink().has_done(cpu));
     }
 
     fn periodic(&mut self, now_ns: u64) {
@@ -140,7 +154,7 @@ impl IoBackend for KernelBackend<'_> {
                 .write_line(&mut line, job, now_ns, shared.total(), shared.any_verifying())
                 .is_ok()
             {
-                crate::console::print(format_args!("{line}"));
+                crate::arch::console::print(format_args!("{line}"));
             }
         }
     }
@@ -180,6 +194,7 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         bs,
         scale,
         poll: ctx.poll,
+        in_flight: 0,
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         next_tick_ns: 0,
         progress: (index == 0).then(|| {
@@ -220,30 +235,47 @@ fn device_info(d: &dyn BlockDevice) -> DeviceInfo {
     }
 }
 
-fn map_policies(plan: &JobPlan, dev: &dyn BlockDevice) -> (CompletionPolicy, QuiesceCheck) {
-    let (cur_c, cur_q) = dev.policies();
-    let c = match plan.spec.completion {
-        Some(workload::CompletionPolicy::Irq) => CompletionPolicy::Irq,
-        Some(workload::CompletionPolicy::Local) => CompletionPolicy::Local,
-        Some(workload::CompletionPolicy::Remote) => CompletionPolicy::Remote,
-        Some(workload::CompletionPolicy::Poll) => CompletionPolicy::Poll,
-        None => cur_c,
-    };
-    let q = match plan.spec.quiesce {
-        Some(workload::QuiescePolicy::LockFree) => QuiesceCheck::LockFree,
-        Some(workload::QuiescePolicy::Locked) => QuiesceCheck::Locked,
-        None => cur_q,
-    };
-    (c, q)
+/// The one mapping between the workload's completion policies (what a job
+/// names) and the block layer's (what a queue runs). Both directions use it.
+const COMPLETION_POLICIES: [(workload::CompletionPolicy, CompletionPolicy); 4] = [
+    (workload::CompletionPolicy::Irq, CompletionPolicy::Irq),
+    (workload::CompletionPolicy::Local, CompletionPolicy::Local),
+    (workload::CompletionPolicy::Remote, CompletionPolicy::Remote),
+    (workload::CompletionPolicy::Poll, CompletionPolicy::Poll),
+];
+const QUIESCE_POLICIES: [(workload::QuiescePolicy, QuiesceCheck); 2] = [
+    (workload::QuiescePolicy::LockFree, QuiesceCheck::LockFree),
+    (workload::QuiescePolicy::Locked, QuiesceCheck::Locked),
+];
+
+/// `table`'s right side for `left`. Both tables list every variant of both
+/// enums, so a miss is a kernel bug.
+fn to_right<L: PartialEq + Copy, R: Copy>(table: &[(L, R)], left: L) -> R {
+    table
+        .iter()
+        .find(|(l, _)| *l == left)
+        .map(|(_, r)| *r)
+        .expect("every policy is listed")
 }
 
-fn policy_name(c: CompletionPolicy) -> &'static str {
-    match c {
-        CompletionPolicy::Irq => "irq",
-        CompletionPolicy::Local => "local",
-        CompletionPolicy::Remote => "remote",
-        CompletionPolicy::Poll => "poll",
-    }
+/// `table`'s left side for `right`.
+fn to_left<L: Copy, R: PartialEq + Copy>(table: &[(L, R)], right: R) -> L {
+    table
+        .iter()
+        .find(|(_, r)| *r == right)
+        .map(|(l, _)| *l)
+        .expect("every policy is listed")
+}
+
+/// The block-layer policies a job runs with: its own, else the device's current ones.
+fn map_policies(plan: &JobPlan, dev: &dyn BlockDevice) -> (CompletionPolicy, QuiesceCheck) {
+    let (cur_c, cur_q) = dev.policies();
+    (
+        plan.spec
+            .completion
+            .map_or(cur_c, |p| to_right(&COMPLETION_POLICIES, p)),
+        plan.spec.quiesce.map_or(cur_q, |p| to_right(&QUIESCE_POLICIES, p)),
+    )
 }
 
 /// Runs one planned job; returns whether it passed.
@@ -280,12 +312,8 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         plan.cpus.len(),
         plan.cpus.iter().map(|s| s.cpu).collect::<Vec<_>>(),
         plan.iodepth,
-        policy_name(completion),
-        if quiesce == QuiesceCheck::LockFree {
-            "lockfree"
-        } else {
-            "locked"
-        },
+        to_left(&COMPLETION_POLICIES, completion).as_str(),
+        to_left(&QUIESCE_POLICIES, quiesce).as_str(),
     );
     let me = percpu::index() as u32;
     let addr = &ctx as *const JobContext<'_> as usize;
@@ -386,16 +414,20 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     }
     let mut text = String::new();
     let _ = report.write_human(&mut text);
-    crate::console::print(format_args!("{text}"));
+    crate::arch::console::print(format_args!("{text}"));
     let mut json = String::new();
     let _ = report.write_json_line(&mut json);
-    crate::console::print(format_args!("{json}\n"));
+    crate::arch::console::print(format_args!("{json}\n"));
     Ok(report.passed())
 }
 
 /// Parses and runs the jobs in `words`. Returns Err with a message on a bad
 /// job or a run that could not complete; Ok(false) when a job failed.
 pub fn run(words: &[&str]) -> Result<bool, String> {
+    // The boot CPU takes interrupts from here on (its jobs need them), so the
+    // watchdog watches it too.
+    x86_64::instructions::interrupts::enable();
+    crate::arch::watchdog::watch_this_cpu();
     let specs = workload::parse_jobs(words.iter().copied()).map_err(|e| e.to_string())?;
     if specs.is_empty() {
         return Ok(true);
@@ -413,20 +445,12 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
         let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
         // Record the policies in force, so the report names them rather than "default".
         let (c, q) = map_policies(&plan, dev);
-        plan.spec.completion = Some(match c {
-            CompletionPolicy::Irq => workload::CompletionPolicy::Irq,
-            CompletionPolicy::Local => workload::CompletionPolicy::Local,
-            CompletionPolicy::Remote => workload::CompletionPolicy::Remote,
-            CompletionPolicy::Poll => workload::CompletionPolicy::Poll,
-        });
-        plan.spec.quiesce = Some(match q {
-            QuiesceCheck::LockFree => workload::QuiescePolicy::LockFree,
-            QuiesceCheck::Locked => workload::QuiescePolicy::Locked,
-        });
+        plan.spec.completion = Some(to_left(&COMPLETION_POLICIES, c));
+        plan.spec.quiesce = Some(to_left(&QUIESCE_POLICIES, q));
         // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse a job
         // that cannot fit instead of failing half-way through its allocations.
         let need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
-        let free = crate::memory::free_bytes();
+        let free = crate::arch::memory::free_bytes();
         if need > free / 2 {
             return Err(alloc::format!(
                 "job {}: needs {} MiB of DMA buffers (iodepth {} x bs {} x {} CPUs); only {} MiB of memory is free",
@@ -438,8 +462,7 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
                 free >> 20
             ));
         }
-        let vectors = crate::drivers::device_vectors(&plan.device.name);
-        let passed = run_job(&plan, dev, &vectors)?;
+        let passed = run_job(&plan, dev, &dev.facts().irq_vectors)?;
         kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
         all_passed &= passed;
     }
