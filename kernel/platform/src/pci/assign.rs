@@ -29,7 +29,8 @@
 //! bridges in use, and turns decoding and bus mastering off on refused
 //! functions. [`assign_resources`] does both. A refused function must never
 //! be probed: [`ResourcePlan::mark_refused`] copies the refusals into the
-//! enumerated functions, and [`super::match_driver`] matches no refused one.
+//! enumerated functions, and [`super::DeviceMatch::matches`] (so [`super::match_driver`]) matches no
+//! refused one.
 
 use alloc::vec::Vec;
 use core::ops::{Range, RangeInclusive};
