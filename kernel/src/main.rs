@@ -37,7 +37,8 @@ static BOOT_INFO: spin::Once<BootInfo> = spin::Once::new();
 extern "C" fn kmain(magic: u32, info: u32) -> ! {
     // SAFETY: first instruction path on the BSP; slot 0 belongs to it.
     unsafe { percpu::init_current(0, 0) };
-    time::boot_mark("firmware");
+    time::boot_mark_at("firmware", boot::entry_tsc());
+    time::boot_mark("entry");
     console::init();
     idt::init();
     kprintln!();

@@ -343,7 +343,11 @@ static BOOT_MARKS: spin::Mutex<([(&str, u64); MAX_BOOT_MARKS], usize)> =
 /// mark; the first mark's phase starts at TSC 0, which under QEMU is the
 /// moment the VM started, on real hardware the CPU's reset).
 pub fn boot_mark(name: &'static str) {
-    let now = rdtsc();
+    boot_mark_at(name, rdtsc());
+}
+
+/// Records the end of boot phase `name` at TSC value `now` (taken earlier).
+pub fn boot_mark_at(name: &'static str, now: u64) {
     let mut marks = BOOT_MARKS.lock();
     let n = marks.1;
     if n < MAX_BOOT_MARKS {
