@@ -9,6 +9,7 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
+use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 
 use spin::Mutex;
@@ -1204,6 +1205,18 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         let seq = (u32::from(previous) >> self.index_bits).wrapping_add(1) & ((1 << (16 - self.index_bits)) - 1);
         (seq << self.index_bits) as u16 | slot
+    }
+}
+
+impl<M: Mmio, D: Dma, T: Delay> fmt::Debug for Controller<M, D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("cap", &self.cap)
+            .field("info", &self.info)
+            .field("namespaces", &self.namespaces)
+            .field("io_queues", &self.io.len())
+            .field("report", &self.report())
+            .finish()
     }
 }
 

@@ -19,7 +19,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use devhal::fake::{FakeDma, FakeMemory};
+pub use devhal::fake::{FakeDma, FakeMemory};
 use spin::Mutex;
 
 use crate::{Delay, Mmio};
