@@ -19,7 +19,7 @@ use crate::mem::DmaBuf;
 use crate::plan::QueuePlan;
 use crate::prp;
 use crate::regs::{self, CQE_SIZE, Cap, Csts, PAGE_SIZE, SQE_SIZE};
-use crate::status::NvmeStatus;
+use crate::status::{NvmeStatus, StatusKind};
 use crate::{Delay, Dma, Error, Mmio};
 
 /// Tunables. `Config::default()` suits QEMU and real hardware.
@@ -199,6 +199,9 @@ pub(crate) struct IoQueue {
     entries: u32,
     sq_doorbell: u32,
     cq_doorbell: u32,
+    /// Bus addresses of the rings (fixed for the controller's life; the reset reuses them).
+    sq_phys: u64,
+    cq_phys: u64,
     sq: Mutex<SqState>,
     cq: Mutex<CqState>,
     /// Per-CID PRP list pages (`list_stride` bytes per CID), owned by whoever holds the CID's
@@ -740,22 +743,26 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             } else {
                 Some(DmaBuf::alloc(&self.dma, list_stride * cids as usize, PAGE_SIZE)?)
             };
+            let sq_mem = DmaBuf::alloc(&self.dma, entries as usize * SQE_SIZE, PAGE_SIZE)?;
+            let cq_mem = DmaBuf::alloc(&self.dma, entries as usize * CQE_SIZE, PAGE_SIZE)?;
             queues.push(IoQueue {
                 qid,
+                sq_phys: sq_mem.phys(),
+                cq_phys: cq_mem.phys(),
                 vector: plan.vector_of_hwq(hwq).unwrap_or(0),
                 ien: plan.interrupts_enabled(),
                 entries,
                 sq_doorbell,
                 cq_doorbell,
                 sq: Mutex::new(SqState {
-                    mem: DmaBuf::alloc(&self.dma, entries as usize * SQE_SIZE, PAGE_SIZE)?,
+                    mem: sq_mem,
                     tail: 0,
                     head: 0,
                     doorbell_pending: false,
                     slots: vec![CmdSlot::default(); cids as usize],
                 }),
                 cq: Mutex::new(CqState {
-                    mem: DmaBuf::alloc(&self.dma, entries as usize * CQE_SIZE, PAGE_SIZE)?,
+                    mem: cq_mem,
                     head: 0,
                     phase: true,
                 }),
@@ -774,13 +781,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Ok(())
     }
 
+    /// Creates every I/O CQ and SQ on the device. Takes no queue lock (the reset holds them).
     fn create_queues_on_device(&self, a: &mut Admin) -> Result<(), Error> {
         for q in &self.io {
-            let cq_phys = q.cq.lock().mem.phys();
-            let sq_phys = q.sq.lock().mem.phys();
             let iv = if q.ien { q.vector } else { 0 };
-            self.admin_cmd(a, Sqe::create_cq(0, q.qid, q.entries, cq_phys, iv, q.ien))?;
-            self.admin_cmd(a, Sqe::create_sq(0, q.qid, q.entries, sq_phys, q.qid))?;
+            self.admin_cmd(a, Sqe::create_cq(0, q.qid, q.entries, q.cq_phys, iv, q.ien))?;
+            self.admin_cmd(a, Sqe::create_sq(0, q.qid, q.entries, q.sq_phys, q.qid))?;
         }
         Ok(())
     }
@@ -948,10 +954,23 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                             let slot = &mut sq.slots[index];
                             if !status.is_success() {
                                 bump(&self.counters.errors);
-                                if status.retryable() && slot.retries < self.config.max_retries {
+                                // Not a command being aborted by a timeout, nor one the
+                                // controller aborted: those end with their status.
+                                let aborted =
+                                    matches!(status.kind(), StatusKind::AbortRequested | StatusKind::AbortedSqDeleted);
+                                if status.retryable()
+                                    && !aborted
+                                    && slot.timeout_stage == 0
+                                    && slot.retries < self.config.max_retries
+                                {
                                     slot.retries += 1;
-                                    let sqe = slot.sqe;
                                     if sq_free(&sq, q.entries) > 0 {
+                                        // A fresh CID, so a late copy of the failed entry
+                                        // cannot complete the retry.
+                                        let slot = &mut sq.slots[index];
+                                        slot.cid = self.next_cid(slot.cid, index as u16);
+                                        slot.sqe.set_cid(slot.cid);
+                                        let sqe = slot.sqe;
                                         bump(&self.counters.error_retries);
                                         push_sqe(&mut sq, q.entries, &sqe);
                                         ring = true;
@@ -1141,10 +1160,14 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     outcome.failed.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_failed);
                 } else {
+                    let fresh = self.next_cid(slot.cid, cid as u16);
                     let s = &mut sq.slots[cid];
                     s.reissued_by_reset = true;
                     s.timeout_stage = 0;
-                    push_sqe(sq, q.entries, &slot.sqe);
+                    s.cid = fresh;
+                    s.sqe.set_cid(fresh);
+                    let sqe = s.sqe;
+                    push_sqe(sq, q.entries, &sqe);
                     outcome.reissued += 1;
                     bump(&self.counters.reset_reissued);
                 }

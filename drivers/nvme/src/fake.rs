@@ -192,7 +192,7 @@ struct Dev {
     data: Vec<Vec<u8>>,
     /// (nsid, lba) -> (status, remaining failures; u32::MAX = forever).
     errors: BTreeMap<(u32, u64), (u16, u32)>,
-    hold: Option<(u32, u64)>,
+    hold: Vec<(u32, u64)>,
     held: Vec<Pending>,
     pending: VecDeque<Pending>,
     /// CQ id -> entries waiting for room (the host did not move the head).
@@ -233,7 +233,7 @@ impl FakeNvme {
             io_cq_created: false,
             data,
             errors: BTreeMap::new(),
-            hold: None,
+            hold: Vec::new(),
             held: Vec::new(),
             pending: VecDeque::new(),
             overflow: BTreeMap::new(),
@@ -331,9 +331,19 @@ impl FakeNvme {
     pub fn inject_error(&self, nsid: u32, lba: u64, status: u16, times: u32) {
         self.dev.lock().errors.insert((nsid, lba), (status, times));
     }
-    /// Commands touching `lba` of `nsid` are held (never complete) until [`FakeNvme::release_held`].
-    pub fn hold(&self, nsid: u32, lba: Option<u64>) {
-        self.dev.lock().hold = lba.map(|l| (nsid, l));
+    /// Commands touching `lba` of `nsid` are held (never complete) until
+    /// [`FakeNvme::release_held`] (which also ends the rule). Like QEMU's blkdebug `break`.
+    pub fn hold(&self, nsid: u32, lba: u64) {
+        self.dev.lock().hold.push((nsid, lba));
+    }
+    /// RDY stops following EN from now on (a controller that hangs in a reset).
+    /// Un-sticking it lets a pending disable finish (RDY drops if EN is 0).
+    pub fn set_ready_stuck(&self, stuck: bool) {
+        let mut d = self.dev.lock();
+        d.cfg.ready_stuck = stuck;
+        if !stuck && d.cc & 1 == 0 {
+            d.csts &= !1;
+        }
     }
     /// Held commands right now.
     pub fn held(&self) -> usize {
@@ -342,7 +352,7 @@ impl FakeNvme {
     /// Completes every held command.
     pub fn release_held(&self) {
         let mut d = self.dev.lock();
-        d.hold = None;
+        d.hold.clear();
         let held = core::mem::take(&mut d.held);
         for p in held {
             d.execute_io(&self.mem, p);
@@ -943,9 +953,10 @@ impl Dev {
             0x01 | 0x02 => {
                 let slba = u64::from(dw[10]) | u64::from(dw[11]) << 32;
                 let blocks = u64::from(dw[12] & 0xFFFF) + 1;
-                if let Some((hn, hl)) = self.hold
-                    && hn == nsid
-                    && (slba..slba + blocks).contains(&hl)
+                if self
+                    .hold
+                    .iter()
+                    .any(|&(hn, hl)| hn == nsid && (slba..slba.saturating_add(blocks)).contains(&hl))
                 {
                     self.held.push(p);
                     return;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use blk::{Bio, CompletionPolicy, Segment, Status};
 use common::{Buf, Rig, Rng, pattern};
 use nvme::blkdev::HostConfig;
-use nvme::fake::{FakeCompletion, FakeConfig, FakeNamespace};
+use nvme::fake::{FakeCompletion, FakeConfig, FakeNamespace, Hostile};
 use nvme::{IrqMode, Report};
 
 /// One request in flight in the random test.
@@ -27,7 +27,7 @@ struct InFlight {
 /// LBAs), completed by the fake in random order, interrupts delivered to the CPU each vector is
 /// aimed at. Checks data, exactly-once completion, and that every completion arrived on the
 /// vector of the submitting CPU's queue.
-fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64) -> (Report, Vec<u64>) {
+fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64, hostile: Hostile) -> (Report, Vec<u64>) {
     let mut cfg = FakeConfig::new(ioqpairs);
     cfg.completion = FakeCompletion::Deferred;
     cfg.namespaces = vec![
@@ -49,6 +49,8 @@ fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64) -> (Report, V
         HostConfig::default(),
     );
     let plan = rig.host.plan().clone();
+    rig.fake.set_invented_cid(rig.host.controller().cids_per_queue() as u16);
+    rig.fake.set_hostile(hostile);
     let mut shadow: Vec<Vec<u8>> = vec![vec![0u8; 8192 * 512], vec![0u8; 1024 * 4096]];
     const NBUF: usize = 48;
     const BUF_LEN: usize = 132 * 1024;
@@ -169,7 +171,11 @@ fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64) -> (Report, V
     assert_eq!(rig.fake.read_data(2, 0, 1024 * 4096), shadow[1]);
     rig.assert_no_violations();
     let report = rig.host.report();
-    assert_eq!(report.controller.bogus_cqes, 0);
+    // Every bad entry the device added was refused and counted; no good one was.
+    assert_eq!(report.controller.bogus_cqes, rig.fake.stats().hostile_cqes);
+    if hostile == Hostile::None {
+        assert_eq!(report.controller.bogus_cqes, 0);
+    }
     assert_eq!(report.refused_by_blk, 0);
     // Completions per vector = I/Os submitted by the CPUs whose queues are on that vector.
     let mut expected = vec![0u64; plan.nr_vectors()];
@@ -193,7 +199,7 @@ fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64) -> (Report, V
 
 #[test]
 fn random_io_4_cpus_one_queue_each() {
-    let (report, per_vector) = random_io(4, 4, 12_000, 0x1234_5678);
+    let (report, per_vector) = random_io(4, 4, 12_000, 0x1234_5678, Hostile::None);
     assert_eq!(report.completions, 12_000);
     assert_eq!(per_vector[0], 0, "nothing on the admin vector");
     assert!(per_vector[1..].iter().all(|&n| n > 2000), "{per_vector:?}");
@@ -201,16 +207,40 @@ fn random_io_4_cpus_one_queue_each() {
 
 #[test]
 fn random_io_8_cpus_and_1_cpu() {
-    random_io(8, 8, 8_000, 0xABCD);
-    random_io(1, 1, 3_000, 0x77);
+    random_io(8, 8, 8_000, 0xABCD, Hostile::None);
+    random_io(1, 1, 3_000, 0x77, Hostile::None);
 }
 
 #[test]
 fn random_io_fewer_queues_than_cpus() {
     // max_ioqpairs=2 with 4 CPUs: CPUs 0,1 on queue 1 (vector 1), CPUs 2,3 on queue 2 (vector 2).
-    let (_, per_vector) = random_io(4, 2, 6_000, 0xFEED);
+    let (_, per_vector) = random_io(4, 2, 6_000, 0xFEED, Hostile::None);
     assert_eq!(per_vector.len(), 3);
     assert!(per_vector[1] > 1000 && per_vector[2] > 1000);
+}
+
+/// Hostile completion entries (duplicate, invented CID, wrong SQID, bad SQHD) mixed into
+/// random I/O for a fixed number of rounds: nothing panics, nothing completes twice or wrongly,
+/// every bad entry is counted.
+#[test]
+fn hostile_cqe_fuzz() {
+    for (round, seed) in [0x5EEDu64, 0xBAD, 0xF00D, 0xC0FFEE].into_iter().enumerate() {
+        let (report, _) = random_io(4, 4, 2_500, seed, Hostile::Random(seed));
+        assert!(
+            report.bogus_cqes > 1_000,
+            "round {round}: {} bad entries",
+            report.bogus_cqes
+        );
+    }
+    for h in [
+        Hostile::DuplicateCid,
+        Hostile::InventedCid,
+        Hostile::WrongSqid,
+        Hostile::BadSqhd,
+    ] {
+        let (report, _) = random_io(2, 2, 1_500, 0x1111, h);
+        assert_eq!(report.bogus_cqes, 1_500, "{h:?}: one bad entry per completion");
+    }
 }
 
 fn simple_rig(mode: IrqMode, ncpus: usize, mut cfg: FakeConfig) -> Rig {
