@@ -378,7 +378,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         let lba = 1u64 << self.lba_shift;
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
         let bytes = rq.bytes();
-        let Some(offset) = offset.filter(|o| o % lba == 0 && bytes % lba == 0 && bytes > 0) else {
+        let Some(offset) = offset.filter(|o| o % lba == 0 && bytes.is_multiple_of(lba) && bytes > 0) else {
             return Err(Error::InvalidConfig {
                 field: "request alignment",
                 value: rq.sector(),

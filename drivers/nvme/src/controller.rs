@@ -1037,7 +1037,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         if budget > 0 {
             self.log_budget.fetch_sub(1, Ordering::Relaxed);
             log::warn!("nvme: queue {qid}: refused completion entry: {why:?} ({n} so far)");
-        } else if n % 1024 == 0 {
+        } else if n.is_multiple_of(1024) {
             log::warn!("nvme: {n} completion entries refused so far (latest on queue {qid}: {why:?})");
         }
     }

@@ -511,8 +511,8 @@ impl Dev {
                 && iocqes == 4
                 && mps <= 4
                 && matches!(css, 0 | 6 | 7)
-                && self.asq % PAGE == 0
-                && self.acq % PAGE == 0
+                && self.asq.is_multiple_of(PAGE)
+                && self.acq.is_multiple_of(PAGE)
                 && self.aqa & 0xFFF != 0
                 && (self.aqa >> 16) & 0xFFF != 0;
             if !ok {
@@ -746,7 +746,7 @@ impl Dev {
     }
 
     fn identify(&mut self, mem: &FakeMemory, nsid: u32, cns: u32, prp1: u64) -> (u16, u32) {
-        if prp1 % 4 != 0 {
+        if !prp1.is_multiple_of(4) {
             return (0x4013, 0);
         }
         let mut page = vec![0u8; 4096];
@@ -841,7 +841,7 @@ impl Dev {
         if size < 2 || size > u32::from(self.cfg.mqes) + 1 {
             return 0x4102;
         }
-        if prp1 % PAGE != 0 {
+        if !prp1.is_multiple_of(PAGE) {
             return 0x4013;
         }
         if (iv != 0 && !self.cfg.msix_enabled) || iv >= self.cfg.msix_qsize {
@@ -876,7 +876,7 @@ impl Dev {
         if size < 2 || size > u32::from(self.cfg.mqes) + 1 {
             return 0x4102;
         }
-        if prp1 % PAGE != 0 {
+        if !prp1.is_multiple_of(PAGE) {
             return 0x4013;
         }
         if cdw11 & 1 == 0 {
@@ -1023,7 +1023,7 @@ impl Dev {
 /// The (address, length) runs PRP1/PRP2 describe for `bytes`, with QEMU's checks (`None`:
 /// PRP Offset Invalid).
 fn walk_prps(mem: &FakeMemory, prp1: u64, prp2: u64, bytes: u64) -> Option<Vec<(u64, u64)>> {
-    if prp1 % 4 != 0 {
+    if !prp1.is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::new();
@@ -1034,13 +1034,13 @@ fn walk_prps(mem: &FakeMemory, prp1: u64, prp2: u64, bytes: u64) -> Option<Vec<(
         return Some(out);
     }
     if left <= PAGE {
-        if prp2 % PAGE != 0 {
+        if !prp2.is_multiple_of(PAGE) {
             return None;
         }
         out.push((prp2, left));
         return Some(out);
     }
-    if prp2 % 8 != 0 {
+    if !prp2.is_multiple_of(8) {
         return None;
     }
     let mut entry = prp2;

@@ -127,6 +127,7 @@ impl Buf {
             len,
         }
     }
+    #[allow(clippy::mut_from_ref)] // test-only view of DMA memory the fake owns
     pub fn bytes(&self) -> &mut [u8] {
         // SAFETY: the region is `len` bytes, alive as long as the fake's memory; tests access
         // it only while the device does not own it.
