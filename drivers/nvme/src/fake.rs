@@ -202,6 +202,8 @@ struct Dev {
     rng: u64,
     signalled: Vec<u16>,
     messages: Vec<u16>,
+    /// Messages per vector not yet taken by `take_vector`.
+    unclaimed: Vec<u64>,
     stats: FakeStats,
 }
 
@@ -242,6 +244,7 @@ impl FakeNvme {
             rng: 0x9E37_79B9_7F4A_7C15,
             signalled: Vec::new(),
             messages: Vec::new(),
+            unclaimed: vec![0; msix.max(1)],
             stats: FakeStats {
                 msix_per_vector: vec![0; msix],
                 ..FakeStats::default()
@@ -313,7 +316,16 @@ impl FakeNvme {
     }
     /// Vectors signalled since the last call, in order.
     pub fn take_messages(&self) -> Vec<u16> {
-        core::mem::take(&mut self.dev.lock().messages)
+        let mut d = self.dev.lock();
+        d.unclaimed.iter_mut().for_each(|c| *c = 0);
+        core::mem::take(&mut d.messages)
+    }
+    /// Messages on `vector` since the last call (for tests where each CPU thread takes the
+    /// interrupts aimed at it).
+    pub fn take_vector(&self, vector: u16) -> u64 {
+        let mut d = self.dev.lock();
+        d.messages.clear();
+        d.unclaimed.get_mut(usize::from(vector)).map_or(0, core::mem::take)
     }
     /// Sets the hostile mode.
     pub fn set_hostile(&self, h: Hostile) {
@@ -715,9 +727,13 @@ impl Dev {
                     *c += 1;
                 }
                 self.messages.push(cq.iv);
+                if let Some(c) = self.unclaimed.get_mut(v) {
+                    *c += 1;
+                }
             } else {
                 self.stats.intx_asserts += 1;
                 self.messages.push(0);
+                self.unclaimed[0] += 1;
             }
         }
     }

@@ -46,7 +46,11 @@ impl RawQueue {
         let rd = |o: usize| u32::from_le_bytes(self.cq.bytes()[off + o..off + o + 4].try_into().unwrap());
         let dw3 = rd(12);
         assert_eq!(dw3 & (1 << 16) != 0, self.phase, "no completion posted");
-        assert_eq!(dw3 & 0xFFFF, (self.tail + self.entries - 1) % self.entries, "CID echoed");
+        assert_eq!(
+            dw3 & 0xFFFF,
+            (self.tail + self.entries - 1) % self.entries,
+            "CID echoed"
+        );
         let (dw0, dw2) = (rd(0), rd(8));
         self.head += 1;
         if self.head == self.entries {
@@ -100,8 +104,8 @@ fn bad_enables_set_cfs_and_disable_clears_it() {
     mmio.write32(0x30, q.cq.phys as u32);
     mmio.write32(0x34, (q.cq.phys >> 32) as u32);
     for bad_cc in [
-        0x0047_0001u32,      // IOSQES 7
-        0x0036_0001,         // IOCQES 3
+        0x0047_0001u32,       // IOSQES 7
+        0x0036_0001,          // IOCQES 3
         0x0046_0001 | 5 << 7, // MPS 128 KiB > MPSMAX
         0x0046_0001 | 1 << 4, // CSS 001b
     ] {
@@ -134,11 +138,19 @@ fn queue_creation_errors_in_qemu_order() {
     let sq = Buf::new(&fake, 4096 * 4);
     let st = |a: &mut RawQueue, dw| a.cmd(&mmio, dw).0;
     assert_eq!(st(&mut a, create_cq(0, 63, cq.phys, 1, 3)), 0x4101, "QID 0");
-    assert_eq!(st(&mut a, create_cq(5, 63, cq.phys, 1, 3)), 0x4101, "QID > max_ioqpairs");
+    assert_eq!(
+        st(&mut a, create_cq(5, 63, cq.phys, 1, 3)),
+        0x4101,
+        "QID > max_ioqpairs"
+    );
     assert_eq!(st(&mut a, create_cq(1, 0, cq.phys, 1, 3)), 0x4102, "one entry");
     assert_eq!(st(&mut a, create_cq(1, 2048, cq.phys, 1, 3)), 0x4102, "2049 entries");
     assert_eq!(st(&mut a, create_cq(1, 63, cq.phys + 512, 1, 3)), 0x4013, "unaligned");
-    assert_eq!(st(&mut a, create_cq(1, 63, cq.phys, 3, 3)), 0x4108, "IV beyond the table");
+    assert_eq!(
+        st(&mut a, create_cq(1, 63, cq.phys, 3, 3)),
+        0x4108,
+        "IV beyond the table"
+    );
     assert_eq!(st(&mut a, create_cq(1, 63, cq.phys, 3, 1)), 0x4108, "even with IEN=0");
     assert_eq!(st(&mut a, create_cq(1, 63, cq.phys, 1, 2)), 0x4002, "PC=0");
     assert_eq!(st(&mut a, create_cq(1, 63, cq.phys, 1, 3)), 0);
@@ -211,7 +223,10 @@ fn io_errors_prp_rules_and_abort() {
     // 8 KiB at a page: PRP2 is a data page and must be aligned.
     let (s, _, sqid, sqhd) = io.cmd(&mmio, rw(2, 1, 0, 16, data.phys, data.phys + 4096));
     assert_eq!((s, sqid, sqhd), (0, 1, 1), "SQHD follows the fetched tail");
-    assert_eq!(io.cmd(&mmio, rw(2, 1, 0, 16, data.phys, data.phys + 4096 + 512)).0, 0x4013);
+    assert_eq!(
+        io.cmd(&mmio, rw(2, 1, 0, 16, data.phys, data.phys + 4096 + 512)).0,
+        0x4013
+    );
     // Beyond the namespace; MDTS (512 KiB); NSID 0; inactive NSID; bad opcode.
     assert_eq!(io.cmd(&mmio, rw(2, 1, 131071, 2, data.phys, 0)).0, 0x4080);
     assert_eq!(io.cmd(&mmio, rw(2, 1, 0, 1032, data.phys, 0)).0, 0x4002);
