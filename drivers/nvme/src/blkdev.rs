@@ -134,6 +134,9 @@ struct HostInner<M: SyncMmio, D: SyncDma, T: SyncDelay> {
     /// (hwq, slot, generation) failed by a reset, waiting for a context with a CPU number.
     pending_failures: Mutex<Vec<(usize, u16, u16)>>,
     has_pending: AtomicBool,
+    /// Per hardware queue: a drain stopped at its budget with entries left. The device does not
+    /// signal again for entries already posted, so the tick drains these.
+    leftover: Vec<AtomicBool>,
 }
 
 /// One NVMe controller bound to the block layer.
@@ -214,6 +217,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 io_errors_logged: AtomicU64::new(0),
                 pending_failures: Mutex::new(Vec::new()),
                 has_pending: AtomicBool::new(false),
+                leftover: (0..plan.nr_io_queues()).map(|_| AtomicBool::new(false)).collect(),
             }
         });
         if let Some(e) = failure {
@@ -255,9 +259,15 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         self.inner.poll(hwq, cpu)
     }
 
-    /// The periodic tick: runs every namespace queue's timeout scan (which may abort or reset)
-    /// and delivers what a reset failed. Returns the number of requests that timed out.
+    /// The periodic tick: drains queues an interrupt left entries in (work bound reached), runs
+    /// every namespace queue's timeout scan (which may abort or reset) and delivers what a reset
+    /// failed. Returns the number of requests that timed out.
     pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
+        for (hwq, left) in self.inner.leftover.iter().enumerate() {
+            if left.swap(false, Ordering::Relaxed) {
+                self.inner.drain(hwq, cpu);
+            }
+        }
         let mut expired = 0;
         for q in &self.inner.queues {
             expired += q.tick(cpu)?;
@@ -301,13 +311,16 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     }
 
     fn drain(&self, hwq: usize, cpu: usize) -> usize {
-        let (n, _more) = self.ctrl.drain(hwq, self.budget, |acc| {
+        let (n, more) = self.ctrl.drain(hwq, self.budget, |acc| {
             let status = acc.status;
             if !status.is_success() {
                 self.log_io_error(hwq, acc.slot, status);
             }
             self.deliver(cpu, hwq, acc.slot, acc.generation, status.to_blk());
         });
+        if more && let Some(l) = self.leftover.get(hwq) {
+            l.store(true, Ordering::Relaxed);
+        }
         n
     }
 
