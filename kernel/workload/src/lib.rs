@@ -17,6 +17,7 @@
 //! ends, never per I/O.
 
 #![no_std]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 extern crate alloc;
