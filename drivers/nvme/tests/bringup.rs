@@ -221,3 +221,28 @@ fn queue_depth_is_capped_by_mqes() {
     assert_eq!(ctrl.io_queue_entries(), 63);
     assert_eq!(rig.host.queue(1).unwrap().queue_depth(), 31);
 }
+
+#[test]
+fn cfs_at_enable_and_a_silent_admin_queue_are_errors_not_hangs() {
+    let mut cfg = FakeConfig::new(1);
+    cfg.cfs_on_enable = true;
+    let fake = FakeNvme::new(cfg);
+    let err = controller(&fake, Config::default()).unwrap_err();
+    assert!(
+        matches!(err, Error::ControllerFatal { csts } if csts & 2 != 0),
+        "{err:?}"
+    );
+
+    let mut cfg = FakeConfig::new(1);
+    cfg.admin_silent = true;
+    let fake = FakeNvme::new(cfg);
+    let err = controller(&fake, Config::default()).unwrap_err();
+    assert_eq!(
+        err,
+        Error::AdminTimeout {
+            opcode: 0x06,
+            waited_us: 5_000_000
+        }
+    );
+    assert_eq!(fake.clock_us(), 5_000_000, "bounded by admin_timeout_us");
+}
