@@ -502,7 +502,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Err(Error::DeviceGone);
         }
         if cc & regs::CC_EN != 0 {
-            self.mmio.write32(regs::CC, cc & !regs::CC_EN);
+            // Clear a shutdown request too; EN=0 is never combined with setting SHN (§6).
+            self.mmio.write32(regs::CC, cc & !(regs::CC_EN | 3 << 14));
         } else if !self.csts().ready() {
             return Ok(());
         }
