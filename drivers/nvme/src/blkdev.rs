@@ -271,6 +271,16 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         Ok(expired)
     }
 
+    /// Resets the controller now (e.g. the kernel saw CSTS.CFS): every command in flight is
+    /// re-issued once or, if a reset already re-issued it, failed (delivered on `cpu`). Returns
+    /// (re-issued, failed, whether the controller came back).
+    pub fn reset(&self, cpu: usize) -> (usize, usize, bool) {
+        let outcome = self.inner.ctrl.reset(None);
+        self.inner.defer_failures(&outcome.failed, (usize::MAX, 0));
+        self.inner.deliver_pending(cpu);
+        (outcome.reissued, outcome.failed.len(), outcome.ok)
+    }
+
     /// Counters.
     pub fn report(&self) -> HostReport {
         let i = &self.inner;
