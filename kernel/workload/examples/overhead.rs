@@ -49,7 +49,7 @@ impl IoBackend for RamBackend {
                 IoOp::Write => self.disk[at..at + len].copy_from_slice(buffer),
                 IoOp::Read => buffer.copy_from_slice(&self.disk[at..at + len]),
             }
-            out[index] = Completion { slot, result: Ok(()) };
+            out[index] = Completion::new(slot, Ok(()));
         }
         count
     }

@@ -31,14 +31,15 @@ pub mod hist;
 pub mod job;
 pub mod json;
 pub mod plan;
+pub mod ratelimit;
 pub mod report;
 pub mod rng;
 pub mod values;
 pub mod verify;
 
 pub use engine::{
-    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, JobShared, LiveCounts, OpStats,
-    SubmitError, VerifyStats, run_cpu,
+    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, IoRecord, JobShared, LiveCounts,
+    OpStats, SubmitError, VerifyStats, run_cpu,
 };
 pub use error::WorkloadError;
 pub use generator::IoGenerator;
