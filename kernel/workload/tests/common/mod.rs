@@ -50,6 +50,13 @@ pub enum Order {
 pub enum Fault {
     /// Complete every matching I/O with this error (data not moved).
     FailOnCompletion { lba: u64, op: IoOp, error: IoError },
+    /// Complete every I/O of `op` to an LBA in `from..to` with this error (data not moved).
+    FailRange {
+        from: u64,
+        to: u64,
+        op: IoOp,
+        error: IoError,
+    },
     /// Refuse every matching submission with this error.
     FailOnSubmit { lba: u64, op: IoOp, error: IoError },
     /// After the first write to `lba` lands, flip a byte on the disk.
@@ -249,6 +256,9 @@ impl IoBackend for FakeBackend {
             .iter()
             .find_map(|f| match f {
                 Fault::FailOnCompletion { lba: l, op: o, error } if *l == lba && *o == op => Some(Err(*error)),
+                Fault::FailRange { from, to, op: o, error } if (*from..*to).contains(&lba) && *o == op => {
+                    Some(Err(*error))
+                }
                 _ => None,
             })
             .unwrap_or(Ok(()));
