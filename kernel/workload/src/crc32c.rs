@@ -1,7 +1,51 @@
 //! CRC32C (Castagnoli, as in iSCSI and ext4): reflected polynomial 0x82F63B78, initial value and final
-//! XOR 0xFFFFFFFF. Table-driven, eight bytes per step ("slicing by 8"), tables built at compile time.
+//! XOR 0xFFFFFFFF.
+//!
+//! Two implementations give identical results: the SSE4.2 `crc32` instruction (eight bytes per
+//! instruction), used when CPUID says the CPU has it, and a table-driven one (eight bytes per step,
+//! "slicing by 8", tables built at compile time) otherwise. The choice is made once, at the first
+//! use, and cached. The instruction works on general-purpose registers only, so it needs no SSE state
+//! and is safe in a kernel that never enables SSE.
 
 const POLY_REFLECTED: u32 = 0x82f6_3b78;
+
+/// Which implementation computes the CRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crc32cImpl {
+    /// Slicing-by-8 tables: any CPU.
+    Table,
+    /// The SSE4.2 `crc32` instruction.
+    Sse42,
+}
+
+impl Crc32cImpl {
+    /// `table` or `sse4.2`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Table => "table",
+            Self::Sse42 => "sse4.2",
+        }
+    }
+}
+
+/// The implementation [`crc32c`] and [`Crc32c`] use on this CPU: SSE4.2 when CPUID reports it.
+/// CPUID runs once (it is slow, and traps to the hypervisor in a VM); the answer is cached.
+#[inline]
+pub fn selected() -> Crc32cImpl {
+    if hw::Sse42::detect().is_some() {
+        Crc32cImpl::Sse42
+    } else {
+        Crc32cImpl::Table
+    }
+}
+
+/// Whether `implementation` can run on this CPU.
+pub fn available(implementation: Crc32cImpl) -> bool {
+    match implementation {
+        Crc32cImpl::Table => true,
+        Crc32cImpl::Sse42 => hw::Sse42::detect().is_some(),
+    }
+}
 
 const fn build_tables() -> [[u32; 256]; 8] {
     let mut tables = [[0u32; 256]; 8];
@@ -54,8 +98,25 @@ impl Crc32c {
         Self { state: !0 }
     }
 
-    /// Feeds `bytes`.
+    /// Feeds `bytes`, with the implementation [`selected`] for this CPU.
+    #[inline]
     pub fn update(&mut self, bytes: &[u8]) {
+        match hw::Sse42::detect() {
+            Some(sse42) => self.state = sse42.update(self.state, bytes),
+            None => self.update_table(bytes),
+        }
+    }
+
+    /// Feeds `bytes` with `implementation`, or with the table if this CPU lacks it (tests and
+    /// benchmarks compare the two).
+    pub fn update_with(&mut self, implementation: Crc32cImpl, bytes: &[u8]) {
+        match (implementation, hw::Sse42::detect()) {
+            (Crc32cImpl::Sse42, Some(sse42)) => self.state = sse42.update(self.state, bytes),
+            _ => self.update_table(bytes),
+        }
+    }
+
+    fn update_table(&mut self, bytes: &[u8]) {
         let mut crc = self.state;
         let mut chunks = bytes.chunks_exact(8);
         for chunk in &mut chunks {
@@ -89,6 +150,117 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     let mut crc = Crc32c::new();
     crc.update(bytes);
     crc.finish()
+}
+
+/// The CRC32C of `bytes` computed with `implementation` (the table if the CPU lacks it).
+pub fn crc32c_with(implementation: Crc32cImpl, bytes: &[u8]) -> u32 {
+    let mut crc = Crc32c::new();
+    crc.update_with(implementation, bytes);
+    crc.finish()
+}
+
+/// The SSE4.2 path: the only `unsafe` code of the crate.
+#[allow(unsafe_code)]
+mod hw {
+    #[cfg(target_arch = "x86_64")]
+    use core::sync::atomic::{AtomicU8, Ordering};
+
+    #[cfg(target_arch = "x86_64")]
+    const UNKNOWN: u8 = 0;
+    #[cfg(target_arch = "x86_64")]
+    const ABSENT: u8 = 1;
+    #[cfg(target_arch = "x86_64")]
+    const PRESENT: u8 = 2;
+
+    /// What CPUID said about SSE4.2, once asked. Set only from CPUID's answer.
+    #[cfg(target_arch = "x86_64")]
+    static SSE42: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+    /// Proof that this CPU executes the SSE4.2 `crc32` instruction: only [`Sse42::detect`] makes one.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Sse42(Proof);
+
+    /// Unconstructible where there is no such instruction.
+    #[cfg(target_arch = "x86_64")]
+    type Proof = ();
+    #[cfg(not(target_arch = "x86_64"))]
+    type Proof = core::convert::Infallible;
+
+    impl Sse42 {
+        /// `Some` when CPUID leaf 1 reports SSE4.2 (ECX bit 20). CPUID runs on the first call only.
+        #[cfg(target_arch = "x86_64")]
+        #[inline]
+        pub(super) fn detect() -> Option<Self> {
+            // Relaxed: the value is a pure function of the CPU, so threads that race to detect it
+            // store the same answer, and nothing else is published through it.
+            match SSE42.load(Ordering::Relaxed) {
+                PRESENT => Some(Self(())),
+                ABSENT => None,
+                _ => Self::ask_cpuid(),
+            }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[cold]
+        fn ask_cpuid() -> Option<Self> {
+            const CPUID_FEATURES: u32 = 1;
+            const ECX_SSE42: u32 = 1 << 20;
+            // CPUID exists on every x86_64 CPU.
+            let present = core::arch::x86_64::__cpuid(CPUID_FEATURES).ecx & ECX_SSE42 != 0;
+            // Relaxed: see `detect`.
+            SSE42.store(if present { PRESENT } else { ABSENT }, Ordering::Relaxed);
+            present.then_some(Self(()))
+        }
+
+        #[cfg(not(target_arch = "x86_64"))]
+        #[inline]
+        pub(super) fn detect() -> Option<Self> {
+            None
+        }
+
+        /// Continues the raw (not yet inverted) CRC state `crc` over `bytes`.
+        #[cfg(target_arch = "x86_64")]
+        #[inline]
+        pub(super) fn update(self, crc: u32, bytes: &[u8]) -> u32 {
+            let mut state = u64::from(crc);
+            let mut words = bytes.chunks_exact(8);
+            for word in &mut words {
+                let mut le = [0u8; 8];
+                le.copy_from_slice(word);
+                let data = u64::from_le_bytes(le);
+                // SAFETY: `self` exists only if CPUID reported SSE4.2, so the instruction exists.
+                // `crc32 r64, r64` reads and writes only the two registers named: no memory, no
+                // stack, and it leaves the flags alone.
+                unsafe {
+                    core::arch::asm!(
+                        "crc32 {state}, {data}",
+                        state = inout(reg) state,
+                        data = in(reg) data,
+                        options(pure, nomem, nostack, preserves_flags),
+                    );
+                }
+            }
+            // The 64-bit form zero-extends its 32-bit result.
+            let mut state = state as u32;
+            for &byte in words.remainder() {
+                // SAFETY: as above, for the byte form `crc32 r32, r8`.
+                unsafe {
+                    core::arch::asm!(
+                        "crc32 {state:e}, {byte}",
+                        state = inout(reg) state,
+                        byte = in(reg_byte) byte,
+                        options(pure, nomem, nostack, preserves_flags),
+                    );
+                }
+            }
+            state
+        }
+
+        #[cfg(not(target_arch = "x86_64"))]
+        pub(super) fn update(self, _crc: u32, _bytes: &[u8]) -> u32 {
+            match self.0 {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +297,53 @@ mod tests {
         let descending: Vec<u8> = (0..32).rev().collect();
         assert_eq!(crc32c(&descending), 0x113f_db5c);
         assert_eq!(crc32c(&[]), 0);
+    }
+
+    #[test]
+    fn detection_is_cached_and_consistent() {
+        let first = selected();
+        assert_eq!(selected(), first);
+        assert!(available(first));
+        assert!(available(Crc32cImpl::Table));
+        // On an x86_64 host with SSE4.2 (every CPU since 2008), the instruction is chosen.
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(first == Crc32cImpl::Sse42, std::is_x86_feature_detected!("sse4.2"));
+    }
+
+    #[test]
+    fn hardware_and_table_agree_on_random_inputs_lengths_alignments_and_splits() {
+        if !available(Crc32cImpl::Sse42) {
+            std::eprintln!("no SSE4.2 on this CPU: only the table is tested");
+        }
+        let mut rng = Rng::new(0x5eed);
+        let backing: Vec<u8> = (0..9000).map(|_| rng.next_u64() as u8).collect();
+        for round in 0..2000 {
+            let len = match round % 4 {
+                0 => rng.below(16) as usize,
+                1 => rng.below(300) as usize,
+                _ => rng.below(8192) as usize,
+            };
+            // Every start alignment modulo 8, and beyond.
+            let start = rng.below(64) as usize;
+            let data = &backing[start..start + len];
+            let table = crc32c_with(Crc32cImpl::Table, data);
+            let hardware = crc32c_with(Crc32cImpl::Sse42, data);
+            assert_eq!(hardware, table, "len {len} start {start}");
+            if len <= 64 {
+                assert_eq!(table, bitwise(data), "len {len} start {start}");
+            }
+            // Incremental updates that mix the two give the same result.
+            let split = if len == 0 {
+                0
+            } else {
+                rng.below(len as u64 + 1) as usize
+            };
+            let mut mixed = Crc32c::new();
+            mixed.update_with(Crc32cImpl::Sse42, &data[..split]);
+            mixed.update_with(Crc32cImpl::Table, &data[split..]);
+            assert_eq!(mixed.finish(), table, "len {len} split {split}");
+            assert_eq!(crc32c(data), table);
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@
 
 #![no_std]
 #![warn(missing_docs)]
+// The only exception is the SSE4.2 CRC32C instruction, in `crc32c::hw`.
+#![deny(unsafe_code)]
 
 extern crate alloc;
 #[cfg(test)]
