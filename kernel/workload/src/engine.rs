@@ -600,10 +600,13 @@ impl Deferred {
 
     /// The oldest queued I/O whose block is not in flight, if a block with queued I/Os completed
     /// since the last look. Keeps the order of I/Os to the same block.
+    #[inline]
     fn take_ready(&mut self, tracker: &[u32]) -> Option<(IoOp, u64)> {
-        if !self.maybe_ready {
-            return None;
-        }
+        if self.maybe_ready { self.scan(tracker) } else { None }
+    }
+
+    #[cold]
+    fn scan(&mut self, tracker: &[u32]) -> Option<(IoOp, u64)> {
         let Some(index) = self
             .queue
             .iter()
@@ -779,9 +782,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let mut issuing = true;
         self.retry = None;
         self.deferred.clear();
-        self.last_progress_ns = self.backend.now_ns();
+        let mut now = self.backend.now_ns();
+        self.last_progress_ns = now;
         loop {
-            let now = self.backend.now_ns();
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
@@ -807,7 +810,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 .poll_completions(&mut self.completions)
                 .min(self.completions.len());
             if reaped == 0 {
-                let waited = self.backend.now_ns().saturating_sub(self.last_progress_ns);
+                now = self.backend.now_ns();
+                let waited = now.saturating_sub(self.last_progress_ns);
                 if waited > self.plan.spec.io_timeout_ns {
                     return Err(WorkloadError::Stalled {
                         cpu: self.slice.cpu,
@@ -817,6 +821,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     });
                 }
                 self.backend.idle();
+                now = self.backend.now_ns();
                 continue;
             }
             let done_ns = self.backend.now_ns();
@@ -825,6 +830,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 self.complete(completion, done_ns, phase)?;
             }
             self.live.publish(&self.live_counts);
+            // The completion time serves as the next round's clock: one clock read fewer per round
+            // (clock reads were half of the per-I/O cost on the host benchmark).
+            now = done_ns;
         }
     }
 
