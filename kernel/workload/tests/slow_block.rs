@@ -78,6 +78,7 @@ fn a_held_block_does_not_stall_the_other_ios_of_a_random_verify_job() {
     let during_hold = completions_during_hold(&held, held_lba);
     let (hold_start, _) = held.held.unwrap();
     let unhindered = completions_in_window(&free, hold_start);
+    eprintln!("random: {during_hold} completions during the hold, {unhindered} without one");
     // 8 slots at 20 us: 4000 completions in 10 ms with nothing held; 7 slots: 3500.
     assert!(unhindered > 3_600, "baseline {unhindered}");
     let ideal = unhindered * 7 / 8;
@@ -114,6 +115,7 @@ fn a_held_block_does_not_stall_a_wrapping_sequential_verify_job_and_every_block_
     let during_hold = completions_during_hold(&held, held_lba);
     let (hold_start, _) = held.held.unwrap();
     let ideal = completions_in_window(&free, hold_start) * 3 / 4;
+    eprintln!("sequential: {during_hold} completions during the hold, {ideal} ideal");
     assert!(
         during_hold * 100 >= ideal * 95,
         "{during_hold} completions while one block was held, {ideal} expected"
