@@ -11,8 +11,11 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use blk::null::{NullConfig, NullDriver, NullMode};
-use blk::{CompletionPolicy, Driver, HwCtx, QueueConfig, QueueRqError, Rq, Status, TimedOutRq, TimeoutAction};
+use blk::{
+    CompletionPolicy, Driver, HwCtx, IssueToken, QueueConfig, QueueRqError, Rq, Status, TimedOutRq, TimeoutAction,
+};
 use bootinfo::cmdline::{Config, IrqMode as ConfigIrqMode, NullDeviceMode};
+use core::sync::atomic::{AtomicU32, Ordering};
 use megasas::{Controller, IoStatus, Model};
 use platform::irq::InterruptMode;
 use platform::pci::{DeviceMatch, PciDriver};
@@ -107,8 +110,9 @@ struct KernelDma;
 // memory below 4 GiB (virt == phys) that is never freed once leaked here, so
 // it stays valid and owned by the driver for the controller's lifetime.
 unsafe impl megasas::Dma for KernelDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::Error> {
-        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::Error::DmaAlloc { size, align })?;
+    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::DmaError> {
+        let buf =
+            DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
         let (virt, phys, len) = buf.leak();
         Ok(megasas::DmaRegion { virt, phys, len })
     }
@@ -131,6 +135,9 @@ struct Shared {
     /// Logical drives with the first controller tag of their partition.
     disks: spin::Once<Vec<(&'static Disk<MegasasDriver>, u16)>>,
     tags_per_disk: u16,
+    /// Per controller tag: the block-layer issue token of the command posted with it (the
+    /// controller echoes only its tag).
+    tokens: Box<[AtomicU32]>,
 }
 
 /// The `blk` driver of one logical drive.
@@ -158,14 +165,15 @@ impl Shared {
     /// Delivers controller completions to the block layer, on CPU `cpu`.
     fn deliver(&self, cpu: usize, tag: u16, st: IoStatus) {
         let Some(disks) = self.disks.get() else { return };
-        let Some((disk, base)) = disks
+        let Some((disk, _)) = disks
             .iter()
             .find(|(_, base)| tag >= *base && tag < *base + self.tags_per_disk)
         else {
             log::error!("megasas: completion for controller tag {tag}, which no drive owns");
             return;
         };
-        if let Err(e) = disk.queue.complete(cpu, 0, u32::from(tag - base), status_of(&st)) {
+        let token = IssueToken::from_bits(self.tokens[usize::from(tag)].load(Ordering::Acquire));
+        if let Err(e) = disk.queue.complete(cpu, 0, token, status_of(&st)) {
             log::error!(
                 "megasas: {}: completion of tag {tag} refused by the block layer: {e}",
                 disk.facts.name
@@ -250,10 +258,13 @@ impl Driver for MegasasDriver {
         // Issue before the doorbell: a completion can arrive on another CPU
         // as soon as the frame is posted, and the block layer accepts it only
         // for an issued request.
-        let blk_tag = rq.issue();
+        let token = rq.issue();
+        // Release pairs with the Acquire in `Shared::deliver`, which runs after the controller
+        // replied to the frame posted below.
+        self.shared.tokens[usize::from(tag)].store(token.to_bits(), Ordering::Release);
         if let Err(e) = self.shared.ctrl.submit(tag, &req) {
             log::error!("megasas: target {} tag {tag}: not posted: {e}", self.target);
-            let _ = hw.complete(blk_tag, Status::IoError);
+            let _ = hw.complete(token, Status::IoError);
         }
         Ok(())
     }
@@ -332,6 +343,7 @@ fn probe_one(function: &'static platform::pci::PciFunction, model: Model, cfg: &
         mode,
         disks: spin::Once::new(),
         tags_per_disk,
+        tokens: (0..=admin_tag).map(|_| AtomicU32::new(0)).collect(),
     }));
     let online = smp::online();
     let irq_cpu = match cfg.megasas_irq_cpu {

@@ -11,12 +11,12 @@ use crate::dcmd::{self, Capacity, ControllerInfo, LdInfo, LdListEntry};
 use crate::error::{BogusReason, Fault};
 use crate::frame::{self, FrameWriter, Header, Segment};
 use crate::gate::{GateOutcome, ReapGate};
-use crate::hal::{Delay, Dma, Mmio};
 use crate::mem::DmaBuf;
 use crate::model::Model;
 use crate::regs::{self, FwState, FwStatus};
 use crate::status::{IoError, IoErrorKind, IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
 use crate::tags::{self, TagTable};
+use crate::{Delay, Dma, Mmio};
 
 /// Bytes of sense buffer per tag (fixed-format sense is 18 bytes; room for descriptor format).
 pub const SENSE_LEN: usize = 64;

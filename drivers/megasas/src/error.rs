@@ -87,16 +87,17 @@ impl fmt::Display for Fault {
     }
 }
 
+impl From<devhal::DmaError> for Error {
+    fn from(e: devhal::DmaError) -> Self {
+        Self::Dma(e)
+    }
+}
+
 /// Everything that can go wrong in the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The DMA allocator could not provide memory.
-    DmaAlloc {
-        /// Requested size in bytes.
-        size: usize,
-        /// Requested alignment.
-        align: usize,
-    },
+    Dma(devhal::DmaError),
     /// The DMA allocator returned memory that breaks its contract (too short or misaligned).
     DmaContract {
         /// Requested size in bytes.
@@ -257,9 +258,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::DmaAlloc { size, align } => {
-                write!(f, "DMA allocation of {size} bytes aligned to {align} failed")
-            }
+            Self::Dma(e) => write!(f, "DMA allocation failed: {e}"),
             Self::DmaContract { size, align, len, phys } => write!(
                 f,
                 "DMA allocator returned {len} bytes at bus address 0x{phys:X} for a request of {size} bytes aligned to {align}"

@@ -30,7 +30,7 @@ use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use spin::Mutex;
 
-use crate::{Delay, Dma, DmaRegion, Error, FwState, Mmio, Model, Segment};
+use crate::{Delay, Dma, DmaError, DmaRegion, FwState, Mmio, Model, Segment};
 
 /// One disk attached to the fake controller.
 #[derive(Clone, Debug)]
@@ -1316,8 +1316,8 @@ pub struct FakeDma(Arc<FakeDevice>);
 // the controller) is dropped. Its bus address is unique and aligned, and the fake translates that
 // address back to exactly this block, so `phys` is the device's view of `virt`.
 unsafe impl Dma for FakeDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, Error> {
-        let fail = Error::DmaAlloc { size, align };
+    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, DmaError> {
+        let fail = DmaError::OutOfMemory { size, align };
         let align = align.max(8);
         let layout = Layout::from_size_align(size.max(1), align).map_err(|_| fail.clone())?;
         // SAFETY: the layout has a non-zero size.

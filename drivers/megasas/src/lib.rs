@@ -19,7 +19,6 @@ pub mod dcmd;
 mod error;
 mod frame;
 mod gate;
-mod hal;
 mod mem;
 pub mod model;
 mod options;
@@ -32,9 +31,9 @@ pub mod fake;
 
 pub use controller::{Config, Controller, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped, SENSE_LEN};
 pub use dcmd::{Capacity, ControllerInfo, LdInfo, LdListEntry};
+pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::{BogusReason, Error, Fault};
 pub use frame::Segment;
-pub use hal::{Delay, Dma, DmaRegion, Mmio};
 pub use model::Model;
 pub use options::{Options, choose_irq_mode};
 pub use regs::{FwState, FwStatus};

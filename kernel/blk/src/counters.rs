@@ -60,8 +60,12 @@ counters! {
     ipis,
     /// Local completion "softirqs" raised (only when the local list was empty).
     softirqs,
-    /// Completions for tags that were not in flight (double or stale), rejected.
+    /// Completions for tags that were not in flight (out of range, or a double completion of
+    /// the current issue), rejected.
     spurious_completions,
+    /// Completions carrying an earlier generation of their tag than the current issue (late
+    /// after a timeout, or a stale context), dropped.
+    stale_completions,
     /// Lock acquisitions on the hot path (`run_hw_queue`). Zero with `QuiesceCheck::LockFree`.
     hot_path_locks,
     /// Hardware queue runs that reached the dispatcher.

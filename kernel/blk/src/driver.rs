@@ -2,7 +2,7 @@
 
 use crate::error::BlkError;
 use crate::queue::Queue;
-use crate::request::{Completion, Op, Segment, Slot, Status, state};
+use crate::request::{Completion, IssueToken, Op, Segment, Slot, Status, state};
 use crate::sync::Ordering;
 use core::fmt;
 
@@ -122,10 +122,10 @@ impl<'a, D: Driver> HwCtx<'a, D> {
         self.queue
     }
 
-    /// Reports a hardware completion of `tag` on this queue from this CPU, as
+    /// Reports a hardware completion of the issue `token` on this queue from this CPU, as
     /// [`Queue::complete`] does.
-    pub fn complete(&self, tag: u32, status: Status) -> Result<(), BlkError> {
-        self.queue.complete(self.cpu(), self.hwq(), tag, status)
+    pub fn complete(&self, token: IssueToken, status: Status) -> Result<(), BlkError> {
+        self.queue.complete(self.cpu(), self.hwq(), token, status)
     }
 }
 
@@ -226,9 +226,14 @@ impl<'a, D: Driver> Rq<'a, D> {
         unsafe { &mut self.slot().data_mut().pdu }
     }
 
-    /// Hands the request to the hardware and starts its timer. Returns the tag; the hardware
-    /// later reports it to [`Queue::complete`].
-    pub fn issue(self) -> u32 {
+    /// Hands the request to the hardware and starts its timer. Returns the token of this issue
+    /// (tag + a fresh generation); the driver reports the hardware's completion with it to
+    /// [`Queue::complete`].
+    ///
+    /// Call it before the command can reach the device (before the doorbell): from here on a
+    /// completion may arrive on any CPU. A completion carrying an older generation of the same
+    /// tag is refused as stale.
+    pub fn issue(self) -> IssueToken {
         let tag = self.tag();
         let slot = self.slot();
         let timeout = self.queue.timeout_ns();
@@ -238,11 +243,14 @@ impl<'a, D: Driver> Rq<'a, D> {
             self.queue.platform().now_ns().saturating_add(timeout).max(1)
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
+        // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.
+        let generation = state::generation(slot.word.load(Ordering::Relaxed)).wrapping_add(1);
         // Release pairs with the Acquire CAS in `Queue::complete` and the timeout scan: the
         // deadline and everything the driver wrote are visible to whoever claims the slot.
-        slot.state.store(state::ISSUED, Ordering::Release);
+        slot.word
+            .store(state::pack(generation, state::ISSUED), Ordering::Release);
         core::mem::forget(self);
-        tag
+        IssueToken::new(tag, generation)
     }
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
@@ -259,7 +267,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         core::mem::forget(self);
         let slot = queue.slot(index);
         slot.set_status(status);
-        slot.state.store(state::COMPLETING, Ordering::Relaxed);
+        slot.set_state(state::COMPLETING);
         queue.route_completion(usize::from(cpu), index);
     }
 }
@@ -291,6 +299,8 @@ impl<D: Driver> fmt::Debug for Rq<'_, D> {
 pub struct TimedOutRq<'a, D: Driver> {
     pub(crate) queue: &'a Queue<D>,
     pub(crate) index: u32,
+    /// Generation of the issue that timed out.
+    pub(crate) generation: u16,
 }
 
 impl<'a, D: Driver> TimedOutRq<'a, D> {
@@ -307,6 +317,12 @@ impl<'a, D: Driver> TimedOutRq<'a, D> {
     pub fn tag(&self) -> u32 {
         self.data().tag
     }
+    /// The token of the issue that timed out: what the device would complete, and what the
+    /// driver passes to [`Queue::complete`] when it finishes the request later (see
+    /// [`TimeoutAction`]).
+    pub fn token(&self) -> IssueToken {
+        IssueToken::new(self.data().tag, self.generation)
+    }
     /// Hardware queue.
     pub fn hwq(&self) -> usize {
         usize::from(self.data().hwq)
@@ -318,6 +334,14 @@ impl<'a, D: Driver> TimedOutRq<'a, D> {
     /// First sector.
     pub fn sector(&self) -> u64 {
         self.data().sector
+    }
+    /// Length in sectors.
+    pub fn nr_sectors(&self) -> u32 {
+        self.data().nr_sectors
+    }
+    /// CPU that submitted the request.
+    pub fn submit_cpu(&self) -> usize {
+        usize::from(self.data().submit_cpu)
     }
     /// The submitter's cookie.
     pub fn cookie(&self) -> u64 {

@@ -55,6 +55,36 @@ pub enum BlkError {
         /// The state the request was in.
         state: &'static str,
     },
+    /// A completion for an earlier issue of a tag than the one in flight (a late completion
+    /// after a timeout, or a stale context from the device): dropped, never delivered to the
+    /// tag's current owner.
+    StaleCompletion {
+        /// The tag.
+        tag: u32,
+        /// The generation the completion carried.
+        generation: u16,
+        /// The generation of the tag's current (or last) issue.
+        current: u16,
+    },
+    /// A completion handed to a [`crate::done::DoneBoard`] for a CPU or slot it does not have.
+    DoneSlotOutOfRange {
+        /// The submitting CPU given.
+        cpu: usize,
+        /// The slot given.
+        slot: usize,
+        /// CPUs on the board.
+        ncpus: usize,
+        /// Slots per CPU on the board.
+        slots_per_cpu: usize,
+    },
+    /// A completion handed to a [`crate::done::DoneBoard`] for a slot whose previous
+    /// completion was not taken yet: two completions for one outstanding request.
+    DoneSlotBusy {
+        /// The submitting CPU.
+        cpu: usize,
+        /// The slot.
+        slot: usize,
+    },
     /// An I/O that reaches past the end of the device.
     BeyondEnd {
         /// First sector of the I/O.
@@ -147,6 +177,27 @@ impl fmt::Display for BlkError {
             Self::NotInFlight { hwq, tag, state } => write!(
                 f,
                 "completion for hw queue {hwq} tag {tag}, which is not in flight (state {state}): double or stale completion"
+            ),
+            Self::StaleCompletion {
+                tag,
+                generation,
+                current,
+            } => write!(
+                f,
+                "stale completion for tag {tag} generation {generation}: the tag's current issue is generation {current}; dropped"
+            ),
+            Self::DoneSlotOutOfRange {
+                cpu,
+                slot,
+                ncpus,
+                slots_per_cpu,
+            } => write!(
+                f,
+                "completion for cpu {cpu} slot {slot}: the done board has cpus 0..{ncpus} and slots 0..{slots_per_cpu}"
+            ),
+            Self::DoneSlotBusy { cpu, slot } => write!(
+                f,
+                "second completion for cpu {cpu} slot {slot} before the first was taken"
             ),
             Self::BeyondEnd {
                 sector,

@@ -7,7 +7,10 @@
 //! - [`Driver`]: the driver contract (`queue_rq` with a `last` hint, `commit_rqs`,
 //!   `complete`, `timeout`, `poll`); requests move as move-only [`Rq`] handles.
 //! - [`Platform`]: the kernel's hooks (time, completion IPI/softirq, end of I/O).
-//! - [`tags`]: sbitmap-like lock-free tag allocator; [`list`]: the llist-like MPSC stack.
+//! - [`tags`]: sbitmap-like lock-free tag allocator, and [`HostTags`], one tag space shared by
+//!   several queues; [`list`]: the llist-like MPSC stack.
+//! - [`IssueToken`]: tag + generation of one issue; stale completions are refused.
+//! - [`done`]: the per-CPU done board that carries a finished request home to its submitter.
 //! - [`null`]: a null_blk-like driver.
 //!
 //! Nothing allocates after [`Queue::new`]. All lock-free code imports its atomics from
@@ -18,6 +21,7 @@
 extern crate alloc;
 
 mod counters;
+pub mod done;
 mod driver;
 mod error;
 mod freeze;
@@ -35,5 +39,6 @@ pub use error::BlkError;
 pub use freeze::UsageCounter;
 pub use map::{map_queues, validate_map};
 pub use queue::{CompletionPolicy, Queue, QueueConfig, QuiesceCheck, Submitted};
-pub use request::{Bio, Completion, Op, SECTOR_SIZE, Segment, Status};
+pub use request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Segment, Status};
 pub use sync::{CachePadded, SpinGuard, SpinLock};
+pub use tags::HostTags;

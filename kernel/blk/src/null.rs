@@ -17,11 +17,11 @@
 use crate::driver::{Driver, HwCtx, QueueRqError, Rq};
 use crate::list::{Links, TagStack};
 use crate::queue::{Queue, QueueConfig};
-use crate::request::{Op, SECTOR_SIZE, Status};
+use crate::request::{IssueToken, Op, SECTOR_SIZE, Status};
 use crate::sync::CachePadded;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 /// When a null request completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +87,8 @@ pub struct NullDriver {
     links: Links,
     /// Status each parked request will complete with.
     parked_status: Box<[AtomicU8]>,
+    /// The issue token of each parked request (what a real device echoes in its reply).
+    parked_token: Box<[AtomicU32]>,
     /// Per hardware queue decision counter for fault injection.
     decisions: Box<[CachePadded<AtomicU64>]>,
     store: Option<Box<[AtomicU8]>>,
@@ -101,7 +103,8 @@ fn mix(mut x: u64) -> u64 {
 
 impl NullDriver {
     /// A null driver for a queue of `nr_hw_queues` hardware queues and `depth` tags per tag
-    /// set (`shared_tags`: one set for all queues). These must match the queue's config.
+    /// set (`shared_tags`: one set for all queues, also with `host_tags`). These must match the
+    /// queue's config.
     pub fn new(cfg: NullConfig, nr_hw_queues: usize, depth: u32, shared_tags: bool) -> Self {
         let nsets = if shared_tags { 1 } else { nr_hw_queues };
         let nreq = nsets * depth as usize;
@@ -118,6 +121,7 @@ impl NullDriver {
             parked: (0..nr_hw_queues).map(|_| CachePadded(TagStack::new())).collect(),
             links: Links::new(nreq),
             parked_status: (0..nreq).map(|_| AtomicU8::new(0)).collect(),
+            parked_token: (0..nreq).map(|_| AtomicU32::new(0)).collect(),
             decisions: (0..nr_hw_queues).map(|_| CachePadded(AtomicU64::new(0))).collect(),
             store,
             cfg,
@@ -146,7 +150,8 @@ impl NullDriver {
                 0 => Status::Ok,
                 _ => Status::IoError,
             };
-            if queue.complete(cpu, hwq, index % self.depth, status).is_ok() {
+            let token = IssueToken::from_bits(self.parked_token[index as usize].load(Ordering::Relaxed));
+            if queue.complete(cpu, hwq, token, status).is_ok() {
                 n += 1;
             }
         }
@@ -214,8 +219,10 @@ impl Driver for NullDriver {
             NullMode::Deferred => {
                 let index = self.index(hwq, rq.tag());
                 self.parked_status[index as usize].store(u8::from(!status.is_ok()), Ordering::Relaxed);
-                rq.issue();
-                // The push (Release) publishes `parked_status` to `fire_interrupt`.
+                let token = rq.issue();
+                self.parked_token[index as usize].store(token.to_bits(), Ordering::Relaxed);
+                // The push (Release) publishes `parked_status` and `parked_token` to
+                // `fire_interrupt`.
                 self.parked[hwq].push(index, &self.links);
             }
         }

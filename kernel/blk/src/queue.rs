@@ -26,9 +26,9 @@ use crate::error::BlkError;
 use crate::freeze::UsageCounter;
 use crate::list::{Fifo, Links, TagStack};
 use crate::map::{map_queues, validate_map};
-use crate::request::{Bio, Completion, Op, SECTOR_SIZE, Slot, Status, state};
+use crate::request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Slot, Status, state};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, spin_loop};
-use crate::tags::TagSet;
+use crate::tags::{HostTags, MAX_DEPTH};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -91,12 +91,17 @@ pub struct QueueConfig {
     pub ncpus: usize,
     /// Number of hardware queues.
     pub nr_hw_queues: usize,
-    /// Tags per tag set (with shared tags: in total; otherwise per hardware queue).
+    /// Tags per tag set (with shared tags: in total; otherwise per hardware queue), at most
+    /// 65536 (a tag has 16 bits in an [`IssueToken`]).
     pub queue_depth: u32,
     /// Tags `0..reserved_tags` of each tag set are kept for admin commands.
     pub reserved_tags: u32,
-    /// One tag set shared by all hardware queues (host-wide tags, as MegaRAID needs).
+    /// One tag set shared by all hardware queues of this queue.
     pub shared_tags: bool,
+    /// Allocate from this tag set, shared with other queues (one queue per logical drive of a
+    /// controller; Linux's `host_tagset`). Implies `shared_tags`; `queue_depth` and
+    /// `reserved_tags` must equal the set's.
+    pub host_tags: Option<Arc<HostTags>>,
     /// Maximum scatter-gather segments per request.
     pub max_segments: usize,
     /// Device capacity in 512-byte sectors.
@@ -127,6 +132,7 @@ impl QueueConfig {
             queue_depth,
             reserved_tags: 0,
             shared_tags: false,
+            host_tags: None,
             max_segments: 128,
             capacity_sectors,
             logical_block_size: SECTOR_SIZE,
@@ -148,8 +154,8 @@ impl QueueConfig {
         if self.nr_hw_queues == 0 || self.nr_hw_queues > usize::from(u16::MAX) {
             return Err(bad("nr_hw_queues", self.nr_hw_queues as u64, "1..=65535"));
         }
-        if self.queue_depth == 0 || self.queue_depth > 1 << 20 {
-            return Err(bad("queue_depth", self.queue_depth.into(), "1..=1048576"));
+        if self.queue_depth == 0 || self.queue_depth > MAX_DEPTH {
+            return Err(bad("queue_depth", self.queue_depth.into(), "1..=65536"));
         }
         if self.reserved_tags >= self.queue_depth {
             return Err(bad(
@@ -158,7 +164,27 @@ impl QueueConfig {
                 "less than queue_depth (at least one normal tag)",
             ));
         }
-        let sets = if self.shared_tags { 1 } else { self.nr_hw_queues as u64 };
+        if let Some(host) = &self.host_tags {
+            if host.depth() != self.queue_depth {
+                return Err(bad(
+                    "queue_depth",
+                    self.queue_depth.into(),
+                    "the depth of the host tag set given in host_tags",
+                ));
+            }
+            if host.reserved() != self.reserved_tags {
+                return Err(bad(
+                    "reserved_tags",
+                    self.reserved_tags.into(),
+                    "the reserved tags of the host tag set given in host_tags",
+                ));
+            }
+        }
+        let sets = if self.shared_tags || self.host_tags.is_some() {
+            1
+        } else {
+            self.nr_hw_queues as u64
+        };
         if sets * u64::from(self.queue_depth) >= 1 << 31 {
             return Err(bad(
                 "queue_depth",
@@ -256,10 +282,17 @@ pub struct Queue<D: Driver> {
     done_lists: Box<[CachePadded<TagStack>]>,
     links: Links,
     slots: Box<[Slot<D::Pdu>]>,
-    tag_sets: Box<[TagSet]>,
-    /// Per tag set: bumped by every completion, so a dispatcher that got `Busy` can tell
-    /// whether resources were freed while it was deciding to stop.
-    completion_gen: Box<[CachePadded<AtomicU32>]>,
+    /// The tag sets: one per hardware queue, one for all (`shared_tags`), or the host-wide set
+    /// shared with other queues. Each set's "tags freed" sequence lets a dispatcher that got
+    /// `Busy` tell whether resources were freed while it was deciding to stop.
+    tag_sets: Box<[Arc<HostTags>]>,
+    /// Our sharer id in each tag set.
+    sharer_ids: Box<[u32]>,
+    /// The tag set is shared with other queues (`host_tags`).
+    host_shared: bool,
+    /// `submit_wait` calls of this queue currently waiting for a tag (fairness heuristic:
+    /// orders nothing).
+    tag_waiters: core::sync::atomic::AtomicU32,
     /// Timeout claims: slots whose timeout handler reported a completion while it ran.
     late_status: Box<[crate::sync::AtomicU8]>,
     usage: UsageCounter,
@@ -278,7 +311,9 @@ impl<D: Driver> Queue<D> {
     pub fn new(cfg: QueueConfig, driver: D, platform: Arc<dyn Platform>) -> Result<Self, BlkError> {
         cfg.validate()?;
         let ncpus = cfg.ncpus;
-        let nsets = if cfg.shared_tags { 1 } else { cfg.nr_hw_queues };
+        let host_shared = cfg.host_tags.is_some();
+        let shared_tags = cfg.shared_tags || host_shared;
+        let nsets = if shared_tags { 1 } else { cfg.nr_hw_queues };
         let depth = cfg.queue_depth;
         let cpu_to_hwq = cfg
             .cpu_map
@@ -295,7 +330,7 @@ impl<D: Driver> Queue<D> {
         }
         let set_hwqs: Vec<Box<[u16]>> = (0..nsets)
             .map(|set| {
-                if cfg.shared_tags {
+                if shared_tags {
                     (0..cfg.nr_hw_queues as u16).collect()
                 } else {
                     Box::from([set as u16])
@@ -304,11 +339,29 @@ impl<D: Driver> Queue<D> {
             .collect();
         let stacks =
             |n: usize| -> Box<[CachePadded<TagStack>]> { (0..n).map(|_| CachePadded(TagStack::new())).collect() };
+        let tag_sets: Box<[Arc<HostTags>]> = match &cfg.host_tags {
+            Some(host) => Box::from([host.clone()]),
+            None => (0..nsets)
+                .map(|_| Arc::new(HostTags::with_hints(depth, cfg.reserved_tags, ncpus)))
+                .collect(),
+        };
+        let mut sharer_ids = Vec::with_capacity(nsets);
+        for set in tag_sets.iter() {
+            match set.register(platform.clone()) {
+                Ok(id) => sharer_ids.push(id),
+                Err(e) => {
+                    for (set, &id) in tag_sets.iter().zip(&sharer_ids) {
+                        set.unregister(id);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(Self {
             platform,
             ncpus,
             depth,
-            shared_tags: cfg.shared_tags,
+            shared_tags,
             max_segments: cfg.max_segments,
             capacity_sectors: cfg.capacity_sectors,
             block_sectors: cfg.logical_block_size / SECTOR_SIZE,
@@ -322,10 +375,10 @@ impl<D: Driver> Queue<D> {
             links: Links::new(slots.len()),
             late_status: (0..slots.len()).map(|_| crate::sync::AtomicU8::new(0)).collect(),
             slots: slots.into_boxed_slice(),
-            tag_sets: (0..nsets)
-                .map(|_| TagSet::new(depth, cfg.reserved_tags, ncpus))
-                .collect(),
-            completion_gen: (0..nsets).map(|_| CachePadded(AtomicU32::new(0))).collect(),
+            tag_sets,
+            sharer_ids: sharer_ids.into_boxed_slice(),
+            host_shared,
+            tag_waiters: core::sync::atomic::AtomicU32::new(0),
             usage: UsageCounter::new(),
             quiesce_depth: CachePadded(AtomicU32::new(0)),
             queue_lock: CachePadded(SpinLock::new(())),
@@ -362,6 +415,10 @@ impl<D: Driver> Queue<D> {
     /// Whether one tag set serves all hardware queues.
     pub fn shared_tags(&self) -> bool {
         self.shared_tags
+    }
+    /// The host-wide tag set this queue shares with others, if any.
+    pub fn host_tags(&self) -> Option<&Arc<HostTags>> {
+        self.host_shared.then(|| &self.tag_sets[0])
     }
     /// Capacity in 512-byte sectors.
     pub fn capacity_sectors(&self) -> u64 {
@@ -405,9 +462,10 @@ impl<D: Driver> Queue<D> {
     pub fn in_flight(&self) -> usize {
         self.usage.in_flight()
     }
-    /// Tags allocated over all tag sets (racy snapshot).
+    /// Tags allocated over this queue's tag sets (racy snapshot). With `host_tags` this counts
+    /// the tags of every queue sharing the set.
     pub fn tags_in_use(&self) -> u32 {
-        self.tag_sets.iter().map(TagSet::in_use).sum()
+        self.tag_sets.iter().map(|s| s.in_use()).sum()
     }
 
     pub(crate) fn slot(&self, index: u32) -> &Slot<D::Pdu> {
@@ -511,11 +569,25 @@ impl<D: Driver> Queue<D> {
         }
         let hwq = usize::from(self.cpu_to_hwq[cpu]);
         let set = self.set_of(hwq);
-        let Some(tag) = self.tag_sets[set].alloc(cpu, bio.reserved_tag) else {
+        let tags = self.tag_sets[set].tags();
+        // With tags shared across queues, leave freed tags to a starving queue once we hold our
+        // share (`usage` counts our requests, `- 1`: not this one).
+        let yield_to_waiter = self.host_shared
+            && !bio.reserved_tag
+            && self.tag_sets[set].over_fair_share(
+                self.usage.in_flight().saturating_sub(1),
+                self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
+            );
+        let tag = if yield_to_waiter {
+            None
+        } else {
+            tags.alloc(cpu, bio.reserved_tag)
+        };
+        let Some(tag) = tag else {
             self.usage.exit();
             return Err(BlkError::TagsExhausted {
                 hwq,
-                pool: self.tag_sets[set].pool_size(bio.reserved_tag),
+                pool: tags.pool_size(bio.reserved_tag),
                 reserved: bio.reserved_tag,
             });
         };
@@ -536,7 +608,7 @@ impl<D: Driver> Queue<D> {
         }
         slot.set_status(Status::Ok);
         slot.deadline.store(0, Ordering::Relaxed);
-        slot.state.store(state::QUEUED, Ordering::Relaxed);
+        slot.set_state(state::QUEUED);
         bump(&self.counters.cpu(cpu).submitted);
         self.insert(cpu, hwq, index);
         self.run_hw_queue(cpu, hwq);
@@ -546,9 +618,12 @@ impl<D: Driver> Queue<D> {
     /// Like [`Queue::submit`], but when no tag is free it keeps helping the queue make progress
     /// (runs this CPU's completions, polls under `Poll`, reruns queues holding turned-away
     /// requests) and retries, for at most `timeout_ns`.
+    ///
+    /// With `host_tags`, a waiting queue is registered with the shared set, so that queues
+    /// holding their fair share leave freed tags to it (no starvation by a busy sharer).
     pub fn submit_wait(&self, cpu: usize, bio: &Bio<'_>, timeout_ns: u64) -> Result<Submitted, BlkError> {
         let mut started: Option<u64> = None;
-        loop {
+        let result = loop {
             match self.submit(cpu, bio) {
                 Err(BlkError::TagsExhausted { .. }) => {
                     let now = self.platform.now_ns();
@@ -556,9 +631,10 @@ impl<D: Driver> Queue<D> {
                         None => {
                             bump(&self.counters.cpu(cpu).tag_waits);
                             started = Some(now);
+                            self.waiter_enter(cpu, bio);
                         }
                         Some(t0) if now.saturating_sub(t0) > timeout_ns => {
-                            return Err(BlkError::WaitTimeout {
+                            break Err(BlkError::WaitTimeout {
                                 what: "a free tag",
                                 in_flight: self.in_flight(),
                             });
@@ -568,8 +644,32 @@ impl<D: Driver> Queue<D> {
                     self.make_progress(cpu);
                     spin_loop();
                 }
-                other => return other,
+                other => break other,
             }
+        };
+        if started.is_some() {
+            self.waiter_exit(cpu, bio);
+        }
+        result
+    }
+
+    fn waiter_enter(&self, cpu: usize, bio: &Bio<'_>) {
+        let set = &self.tag_sets[self.set_of(usize::from(self.cpu_to_hwq[cpu]))];
+        if self.host_shared
+            && !bio.reserved_tag
+            && self.tag_waiters.fetch_add(1, core::sync::atomic::Ordering::Relaxed) == 0
+        {
+            set.waiter_enter();
+        }
+    }
+
+    fn waiter_exit(&self, cpu: usize, bio: &Bio<'_>) {
+        let set = &self.tag_sets[self.set_of(usize::from(self.cpu_to_hwq[cpu]))];
+        if self.host_shared
+            && !bio.reserved_tag
+            && self.tag_waiters.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) == 1
+        {
+            set.waiter_exit();
         }
     }
 
@@ -717,7 +817,7 @@ impl<D: Driver> Queue<D> {
             return;
         }
         let set = self.set_of(hwq);
-        let gen_before = self.completion_gen[set].load(Ordering::Relaxed);
+        let gen_before = self.tag_sets[set].freed_seq();
         let ctx = HwCtx {
             queue: self,
             hwq: hwq as u16,
@@ -732,7 +832,7 @@ impl<D: Driver> Queue<D> {
             // SAFETY: the request came off our FIFO, so the block layer owns it; we are the
             // only context touching it until the driver gets the handle.
             unsafe { slot.data_mut().hwq = hwq as u16 };
-            slot.state.store(state::DRIVER, Ordering::Relaxed);
+            slot.set_state(state::DRIVER);
             // SAFETY: state is DRIVER and this is the only handle.
             let rq = unsafe { Rq::new(self, index, cpu as u16, false) };
             bump(&counters.dispatched);
@@ -740,7 +840,7 @@ impl<D: Driver> Queue<D> {
                 Ok(()) => uncommitted = !last,
                 Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
                     let index = rq.into_index();
-                    self.slot(index).state.store(state::QUEUED, Ordering::Relaxed);
+                    self.slot(index).set_state(state::QUEUED);
                     fifo.push_front(index, &self.links);
                     bump(&counters.requeued);
                     turned_away = true;
@@ -757,13 +857,17 @@ impl<D: Driver> Queue<D> {
         }
         hq.dispatch_nonempty.store(!fifo.is_empty(), Ordering::Relaxed);
         if turned_away {
-            // Restart protocol (Linux's SCHED_RESTART): we store "FIFO non-empty" then load
-            // the completion generation; a completer bumps the generation then loads "FIFO
-            // non-empty". Full fences on both sides (this one pairs with `after_completion`)
-            // mean that either it reruns us, or we see that resources were freed meanwhile
-            // and go again ourselves.
+            // Restart protocol (Linux's SCHED_RESTART): we store "FIFO non-empty" (and, with
+            // tags shared across queues, our restart bit) then load the tag set's "freed"
+            // sequence; a completer bumps the sequence then loads "FIFO non-empty" and the
+            // restart bits. Full fences on both sides (this one pairs with the one in
+            // `HostTags::free`) mean that either it reruns (or kicks) us, or we see that
+            // resources were freed meanwhile and go again ourselves.
+            if self.host_shared {
+                self.tag_sets[set].want_restart(self.sharer_ids[set]);
+            }
             fence(Ordering::SeqCst);
-            if self.completion_gen[set].load(Ordering::Relaxed) != gen_before {
+            if self.tag_sets[set].freed_seq() != gen_before {
                 hq.run_state.fetch_or(RERUN, Ordering::Relaxed);
             }
         }
@@ -891,27 +995,51 @@ impl<D: Driver> Queue<D> {
 
     // ---------------------------------------------------------------- completion
 
-    /// Reports that the hardware completed `tag` on hardware queue `hwq`, on CPU `cpu`
-    /// (typically from the interrupt handler). The values come from the device, so they are
-    /// validated: an out-of-range tag, or a tag that is not in flight (double or stale
-    /// completion), is an error and changes nothing. Never blocks.
-    pub fn complete(&self, cpu: usize, hwq: usize, tag: u32, status: Status) -> Result<(), BlkError> {
+    /// Reports that the hardware completed the issue `token` (from [`Rq::issue`]) on hardware
+    /// queue `hwq`, on CPU `cpu` (typically from the interrupt handler). This is the only way
+    /// a completion enters the block layer.
+    ///
+    /// The values come from the device, so they are validated and a refused completion changes
+    /// nothing: an out-of-range tag is [`BlkError::TagOutOfRange`]; a token whose generation is
+    /// not the slot's current one (an earlier issue of the tag: late after a timeout, or a
+    /// stale context) is [`BlkError::StaleCompletion`], counted in `stale_completions`; a
+    /// current-generation token whose request is no longer in flight (a double completion) is
+    /// [`BlkError::NotInFlight`], counted in `spurious_completions`. Never blocks.
+    pub fn complete(&self, cpu: usize, hwq: usize, token: IssueToken, status: Status) -> Result<(), BlkError> {
         self.check_cpu(cpu)?;
         self.check_hwq(hwq)?;
+        let tag = token.tag();
         if tag >= self.depth {
             bump(&self.counters.cpu(cpu).spurious_completions);
             return Err(BlkError::TagOutOfRange { tag, depth: self.depth });
         }
+        let generation = token.generation();
         let index = self.set_of(hwq) as u32 * self.depth + tag;
         let slot = self.slot(index);
         loop {
             // Acquire pairs with the Release store in `Rq::issue`.
-            let s = slot.state.load(Ordering::Acquire);
-            match s {
+            let w = slot.word.load(Ordering::Acquire);
+            let current = state::generation(w);
+            if current != generation {
+                bump(&self.counters.cpu(cpu).stale_completions);
+                return Err(BlkError::StaleCompletion {
+                    tag,
+                    generation,
+                    current,
+                });
+            }
+            // The CASes compare the whole word, generation included: they claim exactly the
+            // issue the token names.
+            match state::of(w) {
                 state::ISSUED => {
                     if slot
-                        .state
-                        .compare_exchange(state::ISSUED, state::COMPLETING, Ordering::Acquire, Ordering::Relaxed)
+                        .word
+                        .compare_exchange(
+                            w,
+                            state::pack(generation, state::COMPLETING),
+                            Ordering::Acquire,
+                            Ordering::Relaxed,
+                        )
                         .is_ok()
                     {
                         slot.set_status(status);
@@ -921,13 +1049,13 @@ impl<D: Driver> Queue<D> {
                 }
                 state::TIMEOUT => {
                     self.late_status[index as usize].store(status as u8, Ordering::Relaxed);
-                    // Release pairs with the Acquire in the timeout path's failed CAS: it
+                    // Release pairs with the Acquire in the timeout path's failed CAS/swap: it
                     // sees `late_status`.
                     if slot
-                        .state
+                        .word
                         .compare_exchange(
-                            state::TIMEOUT,
-                            state::TIMEOUT_COMPLETED,
+                            w,
+                            state::pack(generation, state::TIMEOUT_COMPLETED),
                             Ordering::Release,
                             Ordering::Relaxed,
                         )
@@ -995,12 +1123,21 @@ impl<D: Driver> Queue<D> {
             self.finish(cpu, index);
             n += 1;
         }
+        // A sharer of our host tag set freed tags while we held turned-away requests, and
+        // kicked us (see `HostTags`): rerun them.
+        if self.host_shared && self.tag_sets[0].take_restart(self.sharer_ids[0]) {
+            for hwq in 0..self.hwqs.len() {
+                if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
+                    self.run_hw_queue(cpu, hwq);
+                }
+            }
+        }
         n
     }
 
     /// Hands a claimed completion to the driver's `complete`.
     fn finish(&self, cpu: usize, index: u32) {
-        self.slot(index).state.store(state::DRIVER, Ordering::Relaxed);
+        self.slot(index).set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
         let rq = unsafe { Rq::new(self, index, cpu as u16, true) };
@@ -1039,20 +1176,21 @@ impl<D: Driver> Queue<D> {
         if !status.is_ok() {
             bump(&counters.completed_with_error);
         }
-        slot.state.store(state::FREE, Ordering::Relaxed);
+        slot.set_state(state::FREE);
         // Release inside `free` publishes the FREE state and our last reads to the next owner.
-        let freed = self.tag_sets[set as usize].free(cpu, completion.tag);
+        // It also bumps the set's "freed" sequence and fences (the restart protocol).
+        let set = set as usize;
+        let freed = self.tag_sets[set].free(cpu, completion.tag, self.sharer_ids[set]);
         debug_assert!(freed, "tag {} freed twice", completion.tag);
         self.usage.exit();
-        self.after_completion(cpu, set as usize, hwq);
+        self.after_completion(cpu, set, hwq);
     }
 
     /// Reruns the queue after a completion (always with `run_queue_on_completion`, otherwise
-    /// only if the driver had turned requests away).
+    /// only if the driver had turned requests away). The tag free just before bumped the set's
+    /// "freed" sequence and ran a full fence, which pairs with the fence in `dispatch_once`'s
+    /// restart protocol (and serves as the lock-free quiesce re-check's fence).
     fn after_completion(&self, cpu: usize, set: usize, hwq: usize) {
-        self.completion_gen[set].fetch_add(1, Ordering::Relaxed);
-        // Pairs with the fence in `dispatch_once`'s restart protocol.
-        fence(Ordering::SeqCst);
         if self.run_on_completion {
             // The fence above already did the lock-free re-check's job; the locked variant
             // still takes its lock when the lockless check says "nothing to do".
@@ -1107,18 +1245,25 @@ impl<D: Driver> Queue<D> {
 
     fn check_timeout(&self, cpu: usize, index: u32, now: u64) -> bool {
         let slot = self.slot(index);
-        if slot.state.load(Ordering::Relaxed) != state::ISSUED {
+        let w = slot.word.load(Ordering::Relaxed);
+        if state::of(w) != state::ISSUED {
             return false;
         }
         let deadline = slot.deadline.load(Ordering::Relaxed);
         if deadline == 0 || now < deadline {
             return false;
         }
+        let generation = state::generation(w);
         // Claim it; a racing completion wins or loses this CAS. Acquire pairs with the Release
         // in `Rq::issue`.
         if slot
-            .state
-            .compare_exchange(state::ISSUED, state::TIMEOUT, Ordering::Acquire, Ordering::Relaxed)
+            .word
+            .compare_exchange(
+                w,
+                state::pack(generation, state::TIMEOUT),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
             .is_err()
         {
             return false;
@@ -1131,7 +1276,11 @@ impl<D: Driver> Queue<D> {
         } else {
             let counters = self.counters.cpu(cpu);
             bump(&counters.timeouts);
-            let mut view = TimedOutRq { queue: self, index };
+            let mut view = TimedOutRq {
+                queue: self,
+                index,
+                generation,
+            };
             let action = self.driver.timeout(&mut view);
             if action == TimeoutAction::ResetTimer {
                 bump(&counters.timeout_resets);
@@ -1145,23 +1294,43 @@ impl<D: Driver> Queue<D> {
                 // Hand it back to the hardware unless it completed meanwhile. Release pairs
                 // with the Acquire in `complete`.
                 if slot
-                    .state
-                    .compare_exchange(state::TIMEOUT, state::ISSUED, Ordering::Release, Ordering::Acquire)
+                    .word
+                    .compare_exchange(
+                        state::pack(generation, state::TIMEOUT),
+                        state::pack(generation, state::ISSUED),
+                        Ordering::Release,
+                        Ordering::Acquire,
+                    )
                     .is_err()
                 {
+                    // TIMEOUT_COMPLETED: the only other transition out of TIMEOUT.
                     let late = self.late_status[index as usize].load(Ordering::Relaxed);
                     slot.set_status(Status::from_u8(late));
-                    slot.state.store(state::COMPLETING, Ordering::Relaxed);
+                    slot.set_state(state::COMPLETING);
                     self.route_completion(cpu, index);
                 }
             }
             Some(TimeoutAction::Done(status)) => {
                 // Whether or not a completion arrived meanwhile, the driver's verdict stands.
-                slot.state.swap(state::COMPLETING, Ordering::Acquire);
+                // The timed-out issue is retired: the generation moves on, so a completion the
+                // device still reports for it is refused as stale. Acquire pairs with the
+                // Release CAS of a completion that raced the handler.
+                slot.word.swap(
+                    state::pack(generation.wrapping_add(1), state::COMPLETING),
+                    Ordering::Acquire,
+                );
                 slot.set_status(status);
                 self.route_completion(cpu, index);
             }
         }
         action.is_some()
+    }
+}
+
+impl<D: Driver> Drop for Queue<D> {
+    fn drop(&mut self) {
+        for (set, &id) in self.tag_sets.iter().zip(self.sharer_ids.iter()) {
+            set.unregister(id);
+        }
     }
 }

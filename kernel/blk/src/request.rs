@@ -1,6 +1,6 @@
 //! Request descriptions (what a submitter asks for) and the preallocated per-tag request slots.
 
-use crate::sync::{AtomicU8, AtomicU64, Ordering};
+use crate::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use alloc::boxed::Box;
 use alloc::vec;
 use core::cell::UnsafeCell;
@@ -177,8 +177,56 @@ pub struct Completion {
     pub complete_cpu: u16,
 }
 
+/// What the driver gets back from [`crate::Rq::issue`] and hands to [`crate::Queue::complete`]:
+/// the tag plus the generation of this particular issue of it.
+///
+/// Every issue of a request slot bumps the slot's 16-bit generation, so a completion that the
+/// device reports for an earlier issue of the same tag (a late completion after a timeout, a
+/// stale context read from a reply queue) no longer matches and is refused as stale instead of
+/// finishing whoever holds the tag now. Tags are below 65536 (queue creation refuses deeper
+/// tag sets), so a token fits in 32 bits ([`IssueToken::to_bits`]), which is what a driver
+/// typically puts in the device's command context and reads back from its reply.
+///
+/// Generations wrap after 65536 issues of one slot; a completion stale by exactly a multiple of
+/// 65536 issues cannot be told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IssueToken {
+    bits: u32,
+}
+
+impl IssueToken {
+    /// The token of issue `generation` of `tag`. `tag` must be below 65536 (only the low 16 bits
+    /// are kept).
+    pub const fn new(tag: u32, generation: u16) -> Self {
+        Self {
+            bits: ((generation as u32) << 16) | (tag & 0xFFFF),
+        }
+    }
+    /// The tag (for MegaRAID, the firmware context).
+    pub const fn tag(self) -> u32 {
+        self.bits & 0xFFFF
+    }
+    /// Which issue of the tag this is.
+    pub const fn generation(self) -> u16 {
+        (self.bits >> 16) as u16
+    }
+    /// `generation << 16 | tag`: lossless, see [`IssueToken::from_bits`].
+    pub const fn to_bits(self) -> u32 {
+        self.bits
+    }
+    /// The token whose [`IssueToken::to_bits`] is `bits` (any value decodes; a bogus one is
+    /// refused by [`crate::Queue::complete`]).
+    pub const fn from_bits(bits: u32) -> Self {
+        Self { bits }
+    }
+}
+
 /// Request slot states. The state says who owns the slot's data; every transition out of a
 /// state is made by its owner, or by a CAS that claims ownership.
+///
+/// The state shares one atomic word with the slot's generation (`generation << 16 | state`),
+/// so a CAS that claims an issued request also checks that it is the issue the claimer means:
+/// no ABA between "load the generation" and "claim the slot".
 pub(crate) mod state {
     /// Tag free; nobody owns the slot.
     pub const FREE: u8 = 0;
@@ -195,6 +243,24 @@ pub(crate) mod state {
     pub const TIMEOUT: u8 = 5;
     /// A completion arrived while the timeout handler ran; the handler's context finishes it.
     pub const TIMEOUT_COMPLETED: u8 = 6;
+
+    /// The slot word for `state` at `generation`.
+    #[inline]
+    pub const fn pack(generation: u16, state: u8) -> u32 {
+        ((generation as u32) << 16) | state as u32
+    }
+
+    /// The state part of a slot word.
+    #[inline]
+    pub const fn of(word: u32) -> u8 {
+        word as u8
+    }
+
+    /// The generation part of a slot word.
+    #[inline]
+    pub const fn generation(word: u32) -> u16 {
+        (word >> 16) as u16
+    }
 
     pub fn name(s: u8) -> &'static str {
         match s {
@@ -226,7 +292,8 @@ pub(crate) struct SlotData<P> {
 
 /// One preallocated request.
 pub(crate) struct Slot<P> {
-    pub state: AtomicU8,
+    /// `generation << 16 | state` (see [`state`]).
+    pub word: AtomicU32,
     pub status: AtomicU8,
     /// Absolute deadline in ns (0: none). Read by the timeout scan without owning the slot.
     pub deadline: AtomicU64,
@@ -242,7 +309,7 @@ unsafe impl<P: Send> Sync for Slot<P> {}
 impl<P> Slot<P> {
     pub fn new(max_segments: usize, tag: u32, hwq: u16, pdu: P) -> Self {
         Self {
-            state: AtomicU8::new(state::FREE),
+            word: AtomicU32::new(state::pack(0, state::FREE)),
             status: AtomicU8::new(Status::Ok as u8),
             deadline: AtomicU64::new(0),
             data: UnsafeCell::new(SlotData {
@@ -280,6 +347,16 @@ impl<P> Slot<P> {
     pub unsafe fn data_mut(&self) -> &mut SlotData<P> {
         // SAFETY: guaranteed by the caller.
         unsafe { &mut *self.data.get() }
+    }
+
+    /// Moves an owned slot to `new`, keeping its generation. Only the slot's owner calls this:
+    /// while a slot is neither ISSUED nor TIMEOUT, nobody else writes its word (claims are CASes
+    /// that expect those two states), so the load sees the latest generation.
+    #[inline]
+    pub fn set_state(&self, new: u8) {
+        let w = self.word.load(Ordering::Relaxed);
+        self.word
+            .store(state::pack(state::generation(w), new), Ordering::Relaxed);
     }
 
     pub fn status(&self) -> Status {

@@ -69,6 +69,15 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// Takes the lock if it is free; never spins.
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        // Acquire pairs with the Release store in `SpinGuard::drop`.
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(SpinGuard { lock: self })
+    }
+
     /// Spins until the lock is free, then takes it.
     pub fn lock(&self) -> SpinGuard<'_, T> {
         loop {

@@ -5,8 +5,11 @@
 //! interrupt context; neither blocks. A tag is owned by whoever `alloc` returned it to until
 //! that owner calls `free` once.
 
-use crate::sync::{AtomicU64, CachePadded, Ordering};
+use crate::driver::Platform;
+use crate::error::BlkError;
+use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence};
 use alloc::boxed::Box;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::AtomicU32 as HintU32;
 
@@ -189,6 +192,230 @@ impl TagSet {
     }
 }
 
+/// Deepest tag set: a tag must fit the 16 bits it has in an [`crate::IssueToken`].
+pub const MAX_DEPTH: u32 = 1 << 16;
+
+/// Most queues that may share one [`HostTags`].
+pub const MAX_SHARERS: usize = 256;
+
+/// Search hints of a host-wide set: one per CPU up to this many, then CPUs share them.
+const HOST_HINTS: usize = 64;
+
+/// A tag set shared by several [`crate::Queue`]s: Linux's `host_tagset`. One controller with
+/// several logical drives gives each drive its own queue, and all of them allocate from this
+/// one tag space, so a tag (the firmware context) is unique controller-wide and a busy drive
+/// may use every tag. Each queue with its own tags also holds one of these, unshared.
+///
+/// What sharing adds, and how it stays live:
+/// - **Restart across queues.** A queue whose driver turned requests away (`Busy`) is waiting
+///   for resources that any sharer's completion may free. Every tag free bumps
+///   [`HostTags::freed_seq`]; a queue that turns requests away sets its bit in the restart
+///   bitmap and then re-reads the sequence (rerunning itself if it moved); a freer bumps the
+///   sequence and then reads the restart bits, and for each other sharer's bit raises that
+///   queue's completion softirq on its own CPU ([`Platform::raise_completion_softirq`]), whose
+///   [`crate::Queue::run_completions`] reruns the waiting queue. Both sides put a full fence
+///   between their store and their load (the store-buffer pattern), so either the waiter sees
+///   the free or the freer sees the waiter: no lost wake-up (loom model
+///   `host_tags_free_wakes_a_busy_sharer`).
+/// - **No starvation on tags.** A queue whose `submit_wait` finds no tag registers as waiting;
+///   while another queue waits, a queue already holding its fair share
+///   (`pool / (waiting queues + 1)`, rounded up) gets `TagsExhausted` instead of a tag, so the
+///   tags the busy queue frees go to the waiter.
+pub struct HostTags {
+    set: TagSet,
+    /// Bumped by every tag free; read by the restart protocol.
+    freed: CachePadded<AtomicU32>,
+    /// One bit per sharer: that queue holds requests its driver turned away.
+    restart: Box<[AtomicU64]>,
+    /// Queues with a `submit_wait` in progress that found no tag (a fairness heuristic: orders
+    /// nothing, so a plain `core` atomic).
+    waiting: CachePadded<core::sync::atomic::AtomicU32>,
+    /// Each sharer's platform, for the restart kick. Taken with `try_lock` on the kick path, so
+    /// an interrupt never spins on it.
+    sharers: SpinLock<Vec<Option<Arc<dyn Platform>>>>,
+}
+
+impl core::fmt::Debug for HostTags {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostTags")
+            .field("depth", &self.depth())
+            .field("reserved", &self.reserved())
+            .field("in_use", &self.in_use())
+            .finish()
+    }
+}
+
+impl HostTags {
+    /// A host-wide set of `depth` tags (`1..=65536`), the first `reserved` of them kept for
+    /// admin commands (`reserved < depth`).
+    pub fn new(depth: u32, reserved: u32) -> Result<Arc<Self>, BlkError> {
+        if depth == 0 || depth > MAX_DEPTH {
+            return Err(BlkError::InvalidConfig {
+                field: "host tag depth",
+                value: depth.into(),
+                accepted: "1..=65536",
+            });
+        }
+        if reserved >= depth {
+            return Err(BlkError::InvalidConfig {
+                field: "host reserved tags",
+                value: reserved.into(),
+                accepted: "less than the depth (at least one normal tag)",
+            });
+        }
+        Ok(Arc::new(Self::with_hints(depth, reserved, HOST_HINTS)))
+    }
+
+    /// A set for one queue's own use (validated by the queue's config).
+    pub(crate) fn with_hints(depth: u32, reserved: u32, ncpus: usize) -> Self {
+        Self {
+            set: TagSet::new(depth, reserved, ncpus),
+            freed: CachePadded(AtomicU32::new(0)),
+            restart: (0..MAX_SHARERS.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            waiting: CachePadded(core::sync::atomic::AtomicU32::new(0)),
+            sharers: SpinLock::new(Vec::new()),
+        }
+    }
+
+    /// The tags.
+    pub fn tags(&self) -> &TagSet {
+        &self.set
+    }
+
+    /// Total number of tags.
+    pub fn depth(&self) -> u32 {
+        self.set.depth()
+    }
+
+    /// Number of reserved tags.
+    pub fn reserved(&self) -> u32 {
+        self.set.reserved()
+    }
+
+    /// Tags currently allocated, by every sharer (racy snapshot).
+    pub fn in_use(&self) -> u32 {
+        self.set.in_use()
+    }
+
+    /// Queues sharing the set.
+    pub fn sharers(&self) -> usize {
+        self.sharers.lock().iter().filter(|s| s.is_some()).count()
+    }
+
+    /// The "tags freed" sequence. Acquire pairs with the Release bump in `free`: a dispatcher
+    /// that sees a bump also sees whatever the freer's driver released before it (the frame or
+    /// slot its `Busy` was waiting for). Without it, a dispatcher could read the bumped value
+    /// before calling `queue_rq`, still find the resource taken, and then never notice a change
+    /// (loom model `host_tags_free_wakes_a_busy_sharer` found exactly that).
+    #[inline]
+    pub fn freed_seq(&self) -> u32 {
+        self.freed.load(Ordering::Acquire)
+    }
+
+    /// Registers a queue; returns its sharer id.
+    pub(crate) fn register(&self, platform: Arc<dyn Platform>) -> Result<u32, BlkError> {
+        let mut sharers = self.sharers.lock();
+        if let Some(id) = sharers.iter().position(Option::is_none) {
+            sharers[id] = Some(platform);
+            return Ok(id as u32);
+        }
+        if sharers.len() >= MAX_SHARERS {
+            return Err(BlkError::InvalidConfig {
+                field: "host_tags",
+                value: sharers.len() as u64,
+                accepted: "at most 256 queues per host tag set",
+            });
+        }
+        sharers.push(Some(platform));
+        Ok(sharers.len() as u32 - 1)
+    }
+
+    /// Removes a queue (when it is dropped).
+    pub(crate) fn unregister(&self, id: u32) {
+        self.restart[id as usize / 64].fetch_and(!(1 << (id % 64)), Ordering::Relaxed);
+        if let Some(s) = self.sharers.lock().get_mut(id as usize) {
+            *s = None;
+        }
+    }
+
+    /// Frees `tag` on behalf of sharer `me` on CPU `cpu`, bumps the freed sequence and kicks
+    /// every other sharer waiting for a restart. `false` if the tag was not allocated.
+    pub(crate) fn free(&self, cpu: usize, tag: u32, me: u32) -> bool {
+        let freed = self.set.free(cpu, tag);
+        // Release pairs with the Acquire in `freed_seq`.
+        self.freed.fetch_add(1, Ordering::Release);
+        // Pairs with the fence in `Queue::dispatch_once`'s restart protocol (after it sets its
+        // restart bit): either it sees our bump, or we see its bit below.
+        fence(Ordering::SeqCst);
+        self.kick_waiters(cpu, me);
+        freed
+    }
+
+    fn kick_waiters(&self, cpu: usize, me: u32) {
+        for (w, word) in self.restart.iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            if w == me as usize / 64 {
+                bits &= !(1 << (me % 64));
+            }
+            if bits == 0 {
+                continue;
+            }
+            // The registry lock is only held briefly by queue creation and drop; if we meet it
+            // taken, the sharer being (un)registered has no turned-away requests to restart,
+            // and any other set bit stays set, so the next free kicks it.
+            let Some(sharers) = self.sharers.try_lock() else {
+                return;
+            };
+            while bits != 0 {
+                let id = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(Some(p)) = sharers.get(id) {
+                    p.raise_completion_softirq(cpu);
+                }
+            }
+        }
+    }
+
+    /// Sharer `me` holds turned-away requests: ask freers to kick it. The caller fences next.
+    #[inline]
+    pub(crate) fn want_restart(&self, me: u32) {
+        self.restart[me as usize / 64].fetch_or(1 << (me % 64), Ordering::Relaxed);
+    }
+
+    /// Consumes sharer `me`'s restart request; `true` if there was one.
+    #[inline]
+    pub(crate) fn take_restart(&self, me: u32) -> bool {
+        let word = &self.restart[me as usize / 64];
+        let bit = 1 << (me % 64);
+        // Cheap check first: this runs on every `run_completions`.
+        word.load(Ordering::Relaxed) & bit != 0 && word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    /// A queue's `submit_wait` starts waiting for a tag.
+    pub(crate) fn waiter_enter(&self) {
+        self.waiting.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A queue's `submit_wait` stops waiting.
+    pub(crate) fn waiter_exit(&self) {
+        self.waiting.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a queue holding `held` tags must leave the next free tag to a waiting queue.
+    /// `self_waiting`: the asking queue is itself one of the waiters.
+    #[inline]
+    pub(crate) fn over_fair_share(&self, held: usize, self_waiting: bool) -> bool {
+        let waiting = self.waiting.load(core::sync::atomic::Ordering::Relaxed);
+        let others = waiting.saturating_sub(u32::from(self_waiting));
+        if others == 0 {
+            return false;
+        }
+        let contenders = waiting + u32::from(!self_waiting);
+        let share = self.set.pool_size(false).div_ceil(contenders.max(1)).max(1);
+        held >= share as usize
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -237,5 +464,26 @@ mod tests {
             "a freed reserved tag must not serve normal I/O"
         );
         assert_eq!(s.alloc(0, true), Some(1));
+    }
+
+    #[test]
+    fn a_queue_over_its_fair_share_yields_to_waiters() {
+        let h = HostTags::new(5, 1).unwrap();
+        // Pool of 4 normal tags. Nobody waits: a queue may hold all of them.
+        assert!(!h.over_fair_share(4, false));
+        h.waiter_enter();
+        // One other queue waits: we get ceil(4 / 2) = 2.
+        assert!(!h.over_fair_share(1, false));
+        assert!(h.over_fair_share(2, false));
+        // The waiter itself is not limited by its own waiting.
+        assert!(!h.over_fair_share(3, true));
+        h.waiter_enter();
+        // Two waiters, we are one of them: share ceil(4 / 2) = 2.
+        assert!(h.over_fair_share(2, true));
+        // Two others wait: share ceil(4 / 3) = 2.
+        assert!(h.over_fair_share(2, false) && !h.over_fair_share(1, false));
+        h.waiter_exit();
+        h.waiter_exit();
+        assert!(!h.over_fair_share(4, false));
     }
 }

@@ -2,30 +2,50 @@
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p blk --release --target-dir target/loom --test loom`.
 #![cfg(loom)]
 
+use blk::done::DoneBoard;
 use blk::list::{Links, TagStack};
 use blk::null::{NullConfig, NullDriver, NullMode};
 use blk::tags::TagBitmap;
-use blk::{Bio, BlkError, Completion, Platform, Queue, QuiesceCheck, UsageCounter};
+use blk::{
+    Bio, BlkError, Completion, Driver, HostTags, HwCtx, Platform, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq,
+    Status, UsageCounter,
+};
 use loom::cell::UnsafeCell;
 use loom::thread;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Platform that only counts finished requests (a plain std atomic: it is read after `join`,
-/// and it must not add states to the model).
+/// Platform that counts finished requests and records softirq/IPI kicks per CPU (plain std
+/// atomics: they are read after `join`, and they must not add states to the model).
 #[derive(Default)]
 struct CountingPlatform {
     ended: AtomicUsize,
+    kicked: [AtomicBool; 2],
 }
 
 impl Platform for CountingPlatform {
     fn now_ns(&self) -> u64 {
         0
     }
-    fn send_completion_ipi(&self, _cpu: usize) {}
-    fn raise_completion_softirq(&self, _cpu: usize) {}
+    fn send_completion_ipi(&self, cpu: usize) {
+        self.kicked[cpu].store(true, Ordering::Relaxed);
+    }
+    fn raise_completion_softirq(&self, cpu: usize) {
+        self.kicked[cpu].store(true, Ordering::Relaxed);
+    }
     fn end_io(&self, _c: &Completion) {
         self.ended.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl CountingPlatform {
+    /// Runs `queue`'s completion softirq on every CPU that was kicked, as the kernel would.
+    fn run_kicked<D: Driver>(&self, queue: &Queue<D>) {
+        for cpu in 0..2 {
+            if self.kicked[cpu].swap(false, Ordering::Relaxed) {
+                queue.run_completions(cpu);
+            }
+        }
     }
 }
 
@@ -181,5 +201,91 @@ fn queue_freeze_drains_racing_submission() {
         // A refused entry backs out of the counter; after the join nothing is left inside.
         assert_eq!(queue.in_flight(), 0);
         queue.unfreeze().unwrap();
+    });
+}
+
+/// (5) The done board: two CPUs deliver completions for CPU 0's two slots while CPU 0 takes
+/// concurrently. Every completion is reported exactly once, with the status it was delivered
+/// with (the Release `fetch_or` / Acquire `swap` pairing makes the status visible with its bit).
+#[test]
+fn done_board_two_cpus_deliver_one_takes() {
+    loom::model(|| {
+        let board = Arc::new(DoneBoard::new(2, 2).unwrap());
+        let deliverer = |slot: usize, status: Status| {
+            let board = board.clone();
+            thread::spawn(move || board.deliver(0, slot, status).unwrap())
+        };
+        let d0 = deliverer(0, Status::IoError);
+        let d1 = deliverer(1, Status::Timeout);
+        let mut seen = Vec::new();
+        board.take(0, |slot, st| seen.push((slot, st)));
+        d0.join().unwrap();
+        d1.join().unwrap();
+        board.take(0, |slot, st| seen.push((slot, st)));
+        seen.sort_by_key(|&(slot, _)| slot);
+        assert_eq!(seen, [(0, Status::IoError), (1, Status::Timeout)]);
+        assert_eq!(board.bogus(), 0);
+        assert!(!board.has_pending(0));
+    });
+}
+
+/// A controller-wide resource (frames): `queue_rq` turns requests away while it is closed.
+struct GateDriver {
+    open: Arc<loom::sync::atomic::AtomicBool>,
+}
+
+impl Driver for GateDriver {
+    type Pdu = ();
+    fn queue_rq<'a>(&self, _hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        if !self.open.load(Ordering::Acquire) {
+            return Err(QueueRqError::Busy(rq));
+        }
+        rq.end(Status::Ok);
+        Ok(())
+    }
+}
+
+/// (6) Host-wide tags, free vs wait: queue B's request is turned away for lack of a frame
+/// while, on another CPU, queue A's completion frees the frame and a tag of the shared set. B
+/// has nothing of its own in flight, so no completion of B's will rerun it, and no tick runs
+/// in this model: either B's restart protocol sees the free and reruns itself, or A's free sees
+/// B's restart bit and kicks B's softirq. B's request always ends: no lost wake-up.
+#[test]
+fn host_tags_free_wakes_a_busy_sharer() {
+    loom::model(|| {
+        let host = HostTags::new(2, 0).unwrap();
+        let null = NullConfig::new(64, NullMode::Deferred);
+        let mut cfg = null.queue_config(2, 1, 2);
+        cfg.host_tags = Some(host.clone());
+        cfg.timeout_ns = 0;
+        cfg.run_queue_on_completion = false;
+        let pa = Arc::new(CountingPlatform::default());
+        let a = Arc::new(Queue::new(cfg, NullDriver::new(null, 1, 2, true), pa.clone()).unwrap());
+        let open = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let mut cfg = QueueConfig::new(2, 1, 2, 64);
+        cfg.host_tags = Some(host);
+        cfg.timeout_ns = 0;
+        cfg.run_queue_on_completion = false;
+        let pb = Arc::new(CountingPlatform::default());
+        let b = Queue::new(cfg, GateDriver { open: open.clone() }, pb.clone()).unwrap();
+        a.submit(0, &Bio::read(0, 1, &[], 1)).unwrap();
+
+        let completer = {
+            let (a, open) = (a.clone(), open.clone());
+            thread::spawn(move || {
+                // The driver's completion path gives the frame back, then blk frees the tag.
+                open.store(true, Ordering::Release);
+                assert_eq!(a.driver().fire_interrupt(&a, 0, 0), 1);
+            })
+        };
+        b.submit(1, &Bio::read(8, 1, &[], 2)).unwrap();
+        completer.join().unwrap();
+        pb.run_kicked(&b);
+        assert_eq!(pa.ended.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            pb.ended.load(Ordering::Relaxed),
+            1,
+            "B's turned-away request was stranded: lost wake-up"
+        );
     });
 }

@@ -4,8 +4,8 @@ mod common;
 
 use blk::null::{NullConfig, NullDriver, NullMode};
 use blk::{
-    Bio, BlkError, CompletionPolicy, Driver, HwCtx, Op, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq, Segment,
-    Status, TimedOutRq, TimeoutAction,
+    Bio, BlkError, CompletionPolicy, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq,
+    Segment, Status, TimedOutRq, TimeoutAction,
 };
 use common::HostPlatform;
 use std::collections::VecDeque;
@@ -49,8 +49,8 @@ struct RecDriver {
     queued: Mutex<Vec<(u64, bool)>>,
     commits: AtomicUsize,
     plan: Mutex<VecDeque<Plan>>,
-    /// Tags issued, in order.
-    issued: Mutex<Vec<u32>>,
+    /// Issue tokens, in order.
+    issued: Mutex<Vec<IssueToken>>,
     timeouts: Mutex<Vec<u64>>,
     timeout_plan: Mutex<VecDeque<TimeoutAction>>,
     /// Complete this tag from inside the timeout handler (a completion racing the handler).
@@ -62,12 +62,13 @@ impl Driver for RecDriver {
     type Pdu = u32;
 
     fn init_request(&self, _set: usize, tag: u32, pdu: &mut u32) -> Result<(), BlkError> {
-        *pdu = tag + 1000;
+        *pdu = tag * 1000;
         Ok(())
     }
 
     fn queue_rq<'a>(&self, _hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
-        assert_eq!(*rq.pdu(), rq.tag() + 1000, "driver data initialised per tag");
+        // Initialised per tag; the timeout handler counts its calls in the low digits.
+        assert_eq!(*rq.pdu() / 1000, rq.tag(), "driver data initialised per tag");
         match self.plan.lock().unwrap().pop_front().unwrap_or(Plan::Issue) {
             Plan::Busy => return Err(QueueRqError::Busy(rq)),
             Plan::Fail => return Err(QueueRqError::Io(rq, Status::NotSupported)),
@@ -94,9 +95,9 @@ impl Driver for RecDriver {
         if let Some(status) = self.complete_during_timeout.lock().unwrap().take() {
             // The device completes the request while the handler runs.
             let hwq = rq.hwq();
-            let tag = rq.tag();
+            let token = rq.token();
             rq.queue()
-                .complete(0, hwq, tag, status)
+                .complete(0, hwq, token, status)
                 .expect("completion during timeout is accepted");
         }
         self.timeout_plan
@@ -233,15 +234,16 @@ fn irq_policy_completes_in_the_interrupt_context_exactly_once() {
     assert_eq!(log.len(), 1);
     assert_eq!((log[0].cookie, log[0].submit_cpu, log[0].complete_cpu), (1, 0, 1));
     assert_eq!(log[0].status, Status::Ok);
-    // The device reports the same tag again: rejected, nothing ends twice.
-    let e = q.complete(1, s.hwq, s.tag, Status::Ok).unwrap_err();
+    // The device reports the same issue again (the slot's first issue: generation 1):
+    // rejected, nothing ends twice.
+    let e = q.complete(1, s.hwq, IssueToken::new(s.tag, 1), Status::Ok).unwrap_err();
     assert!(matches!(e, BlkError::NotInFlight { state: "free", .. }), "{e}");
     assert_eq!(
-        q.complete(1, 0, 99, Status::Ok).unwrap_err(),
+        q.complete(1, 0, IssueToken::new(99, 1), Status::Ok).unwrap_err(),
         BlkError::TagOutOfRange { tag: 99, depth: 8 }
     );
     assert_eq!(
-        q.complete(1, 3, 0, Status::Ok).unwrap_err(),
+        q.complete(1, 3, IssueToken::new(0, 1), Status::Ok).unwrap_err(),
         BlkError::HwQueueOutOfRange {
             hwq: 3,
             nr_hw_queues: 1
@@ -555,9 +557,22 @@ fn timeouts_reset_or_finish_as_the_driver_says() {
     assert_eq!(p.log()[0].status, Status::Timeout);
     let c = q.counters();
     assert_eq!((c.timeouts, c.timeout_resets, c.completed), (2, 1, 1));
-    // The device completing the aborted tag afterwards is refused.
-    let tag = q.driver().issued.lock().unwrap()[0];
-    assert!(q.complete(0, 0, tag, Status::Ok).is_err());
+    // The device completing the timed-out issue afterwards is stale: refused and counted.
+    let token = q.driver().issued.lock().unwrap()[0];
+    let e = q.complete(0, 0, token, Status::Ok).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BlkError::StaleCompletion {
+                generation: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(q.counters().stale_completions, 1);
+    assert_eq!(p.ended(), 1);
 }
 
 #[test]
@@ -652,4 +667,100 @@ fn memory_backed_null_device_returns_written_data() {
     assert_eq!(back, out);
     q.submit(0, &Bio::read(12, 1, &r[..1], 3)).unwrap();
     assert!(back[..512].iter().all(|&b| b == 0), "unwritten sectors read as zero");
+}
+
+// ------------------------------------------------------------------ tag generations
+
+#[test]
+fn issue_tokens_round_trip_through_32_bits() {
+    let t = IssueToken::new(65535, 0xBEEF);
+    assert_eq!((t.tag(), t.generation()), (65535, 0xBEEF));
+    assert_eq!(t.to_bits(), 0xBEEF_FFFF);
+    assert_eq!(IssueToken::from_bits(t.to_bits()), t);
+}
+
+#[test]
+fn depth_beyond_16_bit_tags_is_refused() {
+    let p = Arc::new(HostPlatform::new(1, 1, false));
+    let e = Queue::new(QueueConfig::new(1, 1, 65537, CAP), RecDriver::default(), p.clone())
+        .err()
+        .expect("depth 65537 must be refused");
+    assert_eq!(
+        e,
+        BlkError::InvalidConfig {
+            field: "queue_depth",
+            value: 65537,
+            accepted: "1..=65536"
+        }
+    );
+    assert!(Queue::new(QueueConfig::new(1, 1, 65536, CAP), RecDriver::default(), p).is_ok());
+}
+
+#[test]
+fn a_stale_completion_never_reaches_the_tags_next_owner() {
+    // Depth 1: the second request necessarily reuses the first one's tag.
+    let (q, p) = rec_queue(1, 1, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    let first = q.driver().issued.lock().unwrap()[0];
+    q.driver()
+        .timeout_plan
+        .lock()
+        .unwrap()
+        .push_back(TimeoutAction::Done(Status::Timeout));
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    q.submit(0, &read(2)).unwrap();
+    let second = q.driver().issued.lock().unwrap()[1];
+    assert_eq!(second.tag(), first.tag(), "depth 1: same tag");
+    assert_ne!(second.generation(), first.generation());
+    // The device finally completes the first issue: dropped, and request 2 stays in flight.
+    let e = q.complete(0, 0, first, Status::Ok).unwrap_err();
+    assert_eq!(
+        e,
+        BlkError::StaleCompletion {
+            tag: first.tag(),
+            generation: first.generation(),
+            current: second.generation()
+        }
+    );
+    assert!(e.to_string().contains("stale completion"), "{e}");
+    assert_eq!(p.ended(), 1, "request 2 must not end on request 1's completion");
+    assert_eq!(q.in_flight(), 1);
+    // The current issue completes normally, once.
+    q.complete(0, 0, second, Status::Ok).unwrap();
+    assert!(matches!(
+        q.complete(0, 0, second, Status::Ok),
+        Err(BlkError::NotInFlight { .. })
+    ));
+    let log = p.log();
+    assert_eq!(
+        log.iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
+        [(1, Status::Timeout), (2, Status::Ok)]
+    );
+    let c = q.counters();
+    assert_eq!((c.stale_completions, c.spurious_completions), (1, 1));
+}
+
+#[test]
+fn a_completion_for_a_tag_never_issued_is_refused() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.driver().plan.lock().unwrap().push_back(Plan::Busy);
+    q.submit(0, &read(1)).unwrap();
+    // Turned away, so queued but not issued: generation 0, state "queued".
+    let tag = 0;
+    let e = q.complete(0, 0, IssueToken::new(tag, 0), Status::Ok).unwrap_err();
+    assert!(matches!(e, BlkError::NotInFlight { state: "queued", .. }), "{e}");
+    let e = q.complete(0, 0, IssueToken::new(tag, 7), Status::Ok).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BlkError::StaleCompletion {
+                generation: 7,
+                current: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(p.ended(), 0);
 }

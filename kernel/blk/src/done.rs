@@ -1,0 +1,231 @@
+//! The done board: how a finished request gets home to the CPU that submitted it.
+//!
+//! A submitter (the kernel's workload engine) keeps a fixed number of outstanding requests per
+//! CPU, each in a numbered slot. When the block layer finishes a request it calls
+//! [`crate::Platform::end_io`] on whatever CPU it finished on; the platform passes the
+//! completion's [`crate::Completion::submit_cpu`] (taken from the request slot, so the cookie
+//! need not carry a CPU) and the submitter's slot to [`DoneBoard::deliver`], which stores the
+//! status and sets the slot's bit in that CPU's done bitmap. The submitting CPU calls
+//! [`DoneBoard::take`], which swaps its bitmap words to zero and reports each set bit with its
+//! status. No lock, no allocation after [`DoneBoard::new`].
+//!
+//! Who may call what concurrently: `deliver` from any CPU, including interrupt context, for any
+//! submitter; `take(cpu, ..)` only by the one context that owns `cpu`'s slots (it may run
+//! concurrently with any number of `deliver`s). A slot must have at most one completion
+//! outstanding: the submitter reuses a slot only after `take` reported it. A second `deliver`
+//! before that is refused with [`BlkError::DoneSlotBusy`] and counted, but its status has
+//! already overwritten the first one's (the caller broke the contract; the error says so).
+//!
+//! Memory ordering: `deliver` stores the status (Relaxed) and then sets the bit with a Release
+//! RMW; `take` swaps the word with Acquire, which synchronises with every RMW whose bit it
+//! takes, so each taken slot's status store is visible (loom model
+//! `done_board_two_cpus_deliver_one_takes`).
+
+use crate::error::BlkError;
+use crate::request::Status;
+use crate::sync::{AtomicU8, AtomicU64, Ordering};
+use alloc::boxed::Box;
+use core::sync::atomic::AtomicU64 as CountU64;
+
+/// Most slots one CPU may have on a board.
+pub const MAX_SLOTS: usize = 1 << 16;
+
+/// Most CPUs a board may have (the block layer's CPU indices are 16-bit).
+pub const MAX_CPUS: usize = 1 << 16;
+
+/// Each CPU's bitmap and statuses start on their own 128-byte block, so that CPUs taking their
+/// own completions do not share lines. (Not under loom: padding would only add atomics to the
+/// model.)
+#[cfg(not(loom))]
+const WORD_STRIDE_ALIGN: usize = 128 / 8;
+#[cfg(not(loom))]
+const STATUS_STRIDE_ALIGN: usize = 128;
+#[cfg(loom)]
+const WORD_STRIDE_ALIGN: usize = 1;
+#[cfg(loom)]
+const STATUS_STRIDE_ALIGN: usize = 1;
+
+/// Per-CPU done bitmaps and per-slot statuses.
+pub struct DoneBoard {
+    ncpus: usize,
+    slots_per_cpu: usize,
+    word_stride: usize,
+    status_stride: usize,
+    done: Box<[AtomicU64]>,
+    status: Box<[AtomicU8]>,
+    /// Refused deliveries; a statistic, so a plain `core` atomic.
+    bogus: CountU64,
+}
+
+impl DoneBoard {
+    /// A board for `ncpus` CPUs (`1..=65536`) with `slots_per_cpu` slots each
+    /// (`1..=`[`MAX_SLOTS`]).
+    pub fn new(ncpus: usize, slots_per_cpu: usize) -> Result<Self, BlkError> {
+        if ncpus == 0 || ncpus > MAX_CPUS {
+            return Err(BlkError::InvalidConfig {
+                field: "done board ncpus",
+                value: ncpus as u64,
+                accepted: "1..=65536",
+            });
+        }
+        if slots_per_cpu == 0 || slots_per_cpu > MAX_SLOTS {
+            return Err(BlkError::InvalidConfig {
+                field: "done board slots_per_cpu",
+                value: slots_per_cpu as u64,
+                accepted: "1..=65536",
+            });
+        }
+        let word_stride = slots_per_cpu.div_ceil(64).next_multiple_of(WORD_STRIDE_ALIGN);
+        let status_stride = slots_per_cpu.next_multiple_of(STATUS_STRIDE_ALIGN);
+        Ok(Self {
+            ncpus,
+            slots_per_cpu,
+            word_stride,
+            status_stride,
+            done: (0..ncpus * word_stride).map(|_| AtomicU64::new(0)).collect(),
+            status: (0..ncpus * status_stride)
+                .map(|_| AtomicU8::new(Status::Ok as u8))
+                .collect(),
+            bogus: CountU64::new(0),
+        })
+    }
+
+    /// Number of CPUs.
+    pub fn ncpus(&self) -> usize {
+        self.ncpus
+    }
+
+    /// Slots per CPU.
+    pub fn slots_per_cpu(&self) -> usize {
+        self.slots_per_cpu
+    }
+
+    /// Records that `submit_cpu`'s request in `slot` finished with `status`. Callable from any
+    /// CPU and from interrupt context; never blocks. An out-of-range CPU or slot, or a slot that
+    /// already holds an untaken completion, is counted in [`DoneBoard::bogus`] and refused.
+    pub fn deliver(&self, submit_cpu: usize, slot: usize, status: Status) -> Result<(), BlkError> {
+        if submit_cpu >= self.ncpus || slot >= self.slots_per_cpu {
+            self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            return Err(BlkError::DoneSlotOutOfRange {
+                cpu: submit_cpu,
+                slot,
+                ncpus: self.ncpus,
+                slots_per_cpu: self.slots_per_cpu,
+            });
+        }
+        self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
+        let bit = 1u64 << (slot % 64);
+        // Release pairs with the Acquire swap in `take`: the status store above is visible to
+        // the CPU that takes this bit.
+        let prev = self.done[submit_cpu * self.word_stride + slot / 64].fetch_or(bit, Ordering::Release);
+        if prev & bit != 0 {
+            self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            return Err(BlkError::DoneSlotBusy { cpu: submit_cpu, slot });
+        }
+        Ok(())
+    }
+
+    /// Reports every finished slot of CPU `cpu` to `f(slot, status)`, lowest slot first within
+    /// each 64-slot word, and clears them; returns how many. Only `cpu`'s owner calls this. An
+    /// out-of-range `cpu` has nothing to take.
+    pub fn take(&self, cpu: usize, mut f: impl FnMut(usize, Status)) -> usize {
+        if cpu >= self.ncpus {
+            return 0;
+        }
+        let words = &self.done[cpu * self.word_stride..][..self.slots_per_cpu.div_ceil(64)];
+        let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
+        let mut n = 0;
+        for (w, word) in words.iter().enumerate() {
+            // A plain load first: most words are empty, and a swap would take the line
+            // exclusively for nothing.
+            if word.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // Acquire pairs with the Release `fetch_or` in `deliver`.
+            let mut bits = word.swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let slot = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                f(slot, Status::from_u8(statuses[slot].load(Ordering::Relaxed)));
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether CPU `cpu` has completions waiting (a hint: Relaxed loads).
+    pub fn has_pending(&self, cpu: usize) -> bool {
+        cpu < self.ncpus
+            && self.done[cpu * self.word_stride..][..self.slots_per_cpu.div_ceil(64)]
+                .iter()
+                .any(|w| w.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Deliveries refused (out of range, or a second completion for an untaken slot).
+    pub fn bogus(&self) -> u64 {
+        self.bogus.load(core::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::vec::Vec;
+
+    #[test]
+    fn delivers_to_the_submitting_cpu_with_status() {
+        let b = DoneBoard::new(3, 130).unwrap();
+        b.deliver(1, 0, Status::Ok).unwrap();
+        b.deliver(1, 129, Status::IoError).unwrap();
+        b.deliver(2, 64, Status::Timeout).unwrap();
+        assert!(!b.has_pending(0));
+        let mut got = Vec::new();
+        assert_eq!(b.take(1, |s, st| got.push((s, st))), 2);
+        assert_eq!(got, [(0, Status::Ok), (129, Status::IoError)]);
+        assert_eq!(b.take(1, |_, _| panic!("taken twice")), 0);
+        got.clear();
+        assert_eq!(b.take(2, |s, st| got.push((s, st))), 1);
+        assert_eq!(got, [(64, Status::Timeout)]);
+        assert_eq!(b.bogus(), 0);
+    }
+
+    #[test]
+    fn refuses_out_of_range_and_double_delivery() {
+        let b = DoneBoard::new(2, 8).unwrap();
+        assert_eq!(
+            b.deliver(2, 0, Status::Ok).unwrap_err(),
+            BlkError::DoneSlotOutOfRange {
+                cpu: 2,
+                slot: 0,
+                ncpus: 2,
+                slots_per_cpu: 8
+            }
+        );
+        assert!(matches!(
+            b.deliver(0, 8, Status::Ok),
+            Err(BlkError::DoneSlotOutOfRange { slot: 8, .. })
+        ));
+        b.deliver(0, 3, Status::Ok).unwrap();
+        assert_eq!(
+            b.deliver(0, 3, Status::Ok).unwrap_err(),
+            BlkError::DoneSlotBusy { cpu: 0, slot: 3 }
+        );
+        assert_eq!(b.bogus(), 3);
+        assert_eq!(b.take(0, |_, _| {}), 1);
+        assert_eq!(b.take(7, |_, _| {}), 0);
+        // Taken: the slot may complete again.
+        b.deliver(0, 3, Status::Aborted).unwrap();
+        let mut st = None;
+        b.take(0, |_, s| st = Some(s));
+        assert_eq!(st, Some(Status::Aborted));
+    }
+
+    #[test]
+    fn rejects_bad_geometry() {
+        assert!(DoneBoard::new(0, 8).is_err());
+        assert!(DoneBoard::new(1, 0).is_err());
+        assert!(DoneBoard::new(1, MAX_SLOTS + 1).is_err());
+        assert!(DoneBoard::new(1, MAX_SLOTS).is_ok());
+    }
+}
