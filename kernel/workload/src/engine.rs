@@ -840,8 +840,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// no longer in flight, then new I/Os from `source`. An I/O whose block is in flight is deferred
     /// and the next one is drawn, until the deferral queue is full. Returns false once `source` is
     /// exhausted and nothing waits to be issued.
+    ///
+    /// At most one submission per slot per call: a submission that fails at once frees its slot
+    /// again, and without the bound a device that rejects everything would keep the CPU here, past
+    /// the runtime, the stop flag and the periodic hook.
     fn issue(&mut self, source: &mut Source, phase: Phase) -> Result<bool, WorkloadError> {
-        while !self.free_slots.is_empty() {
+        let mut submissions_left = self.slots.len();
+        while !self.free_slots.is_empty() && submissions_left > 0 {
             let io = if let Some(io) = self.retry.take() {
                 io
             } else if let Some(io) = self.deferred.take_ready(&self.tracker) {
@@ -860,6 +865,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 // The source is exhausted; what is deferred still has to go out.
                 return Ok(self.retry.is_some() || !self.deferred.is_empty());
             };
+            submissions_left -= 1;
             if !self.try_submit(io, phase)? {
                 self.retry = Some(io);
                 return Ok(true);

@@ -316,3 +316,23 @@ fn retries_that_succeed_do_not_fail_the_job() {
     assert_eq!(report.errors, 0);
     assert!(report.passed());
 }
+
+#[test]
+fn a_time_based_job_whose_every_submission_fails_at_once_still_ends_at_its_runtime() {
+    // Each failed submission frees its slot at once; the engine must still come back to its loop to
+    // see the deadline (and the stop flag, and the periodic hook) instead of spinning on submits.
+    let plan = plan_of("rw=randread bs=4k size=1m iodepth=4 runtime=5ms cpus=0", &[0]);
+    let faults = [Fault::RejectRange {
+        from: 0,
+        to: DISK_SECTORS,
+        op: IoOp::Read,
+        error: IoError::Rejected { code: 2 },
+    }];
+    let (results, backends) = run(&plan, &faults);
+    let result = &results[0];
+    assert!(result.errors > 0);
+    assert_eq!(result.errors, result.ios());
+    assert!(result.runtime_ns >= 5_000_000, "{}", result.runtime_ns);
+    assert!(result.runtime_ns < 6_000_000, "{}", result.runtime_ns);
+    assert!(!backends[0].periodic_calls.is_empty());
+}

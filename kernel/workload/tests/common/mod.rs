@@ -57,6 +57,13 @@ pub enum Fault {
         op: IoOp,
         error: IoError,
     },
+    /// Refuse every submission of `op` to an LBA in `from..to` with this error.
+    RejectRange {
+        from: u64,
+        to: u64,
+        op: IoOp,
+        error: IoError,
+    },
     /// Refuse every matching submission with this error.
     FailOnSubmit { lba: u64, op: IoOp, error: IoError },
     /// After the first write to `lba` lands, flip a byte on the disk.
@@ -240,6 +247,12 @@ impl IoBackend for FakeBackend {
         for fault in &self.faults {
             if let Fault::FailOnSubmit { lba: l, op: o, error } = fault
                 && *l == lba
+                && *o == op
+            {
+                return Err(SubmitError::Failed(*error));
+            }
+            if let Fault::RejectRange { from, to, op: o, error } = fault
+                && (*from..*to).contains(&lba)
                 && *o == op
             {
                 return Err(SubmitError::Failed(*error));
