@@ -471,6 +471,9 @@ pub struct CpuResult {
     /// I/Os that waited because their block was in flight while other I/Os were issued (verify
     /// jobs that track generations only).
     pub deferred_ios: u64,
+    /// I/Os of a time-based job not issued because their block was in flight and the deferral
+    /// queue was full (a block held for a long time); the generator's next I/O went instead.
+    pub dropped_busy_ios: u64,
     /// Per-I/O log lines held back by the rate limit.
     pub log_lines_suppressed: u64,
     /// Whether the CPU stopped because a stop was requested (by the kernel or by `stop_on_error`).
@@ -728,6 +731,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 retried: 0,
                 retried_records: Vec::with_capacity(MAX_ERROR_RECORDS),
                 deferred_ios: 0,
+                dropped_busy_ios: 0,
                 log_lines_suppressed: 0,
                 stopped_early: false,
             },
@@ -846,18 +850,33 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// the runtime, the stop flag and the periodic hook.
     fn issue(&mut self, source: &mut Source, phase: Phase) -> Result<bool, WorkloadError> {
         let mut submissions_left = self.slots.len();
+        let mut drops_left = self.slots.len();
+        // A time-based job has no set number of I/Os, so once the queue is full an I/O for a busy
+        // block is dropped, as if another block had been drawn. A size-bound job must issue every
+        // I/O it drew, so it waits instead.
+        let may_drop = self.plan.spec.runtime_ns.is_some();
         while !self.free_slots.is_empty() && submissions_left > 0 {
             let io = if let Some(io) = self.retry.take() {
                 io
             } else if let Some(io) = self.deferred.take_ready(&self.tracker) {
                 io
-            } else if self.deferred.is_full() {
+            } else if self.deferred.is_full() && !may_drop {
                 // Everything waiting is for blocks in flight: wait for one of them.
                 return Ok(true);
             } else if let Some(io) = self.next_from(source) {
                 if self.tracked() && self.tracker[io.1 as usize] & TRACK_BUSY != 0 {
-                    self.deferred.push(io);
-                    self.result.deferred_ios += 1;
+                    if !self.deferred.is_full() {
+                        self.deferred.push(io);
+                        self.result.deferred_ios += 1;
+                        continue;
+                    }
+                    self.result.dropped_busy_ios += 1;
+                    drops_left -= 1;
+                    if drops_left == 0 {
+                        // Every draw hits a busy block (a slice not much larger than iodepth):
+                        // wait for a completion rather than spin here.
+                        return Ok(true);
+                    }
                     continue;
                 }
                 io

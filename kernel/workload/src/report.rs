@@ -217,6 +217,9 @@ pub struct JobReport {
     pub retried_records_omitted: u64,
     /// I/Os that waited for their block to leave flight while others were issued.
     pub deferred_ios: u64,
+    /// I/Os of a time-based job dropped because their block was in flight and the deferral queue
+    /// was full.
+    pub dropped_busy_ios: u64,
     /// Per-I/O log lines the engine's rate limit held back.
     pub log_lines_suppressed: u64,
     /// Verify totals.
@@ -261,6 +264,7 @@ impl JobReport {
         let mut retried = 0;
         let mut retried_records = Vec::new();
         let mut deferred_ios = 0;
+        let mut dropped_busy_ios = 0;
         let mut log_lines_suppressed = 0;
         let mut verify = VerifySummary {
             mode: plan.spec.verify,
@@ -286,6 +290,7 @@ impl JobReport {
             retried += r.retried;
             retried_records.extend(r.retried_records.iter().map(|record| (r.cpu, *record)));
             deferred_ios += r.deferred_ios;
+            dropped_busy_ios += r.dropped_busy_ios;
             log_lines_suppressed += r.log_lines_suppressed;
             verify.checked += r.verify.checked;
             verify.unchecked += r.verify.unchecked;
@@ -345,6 +350,7 @@ impl JobReport {
             retried_records_omitted: retried.saturating_sub(retried_records.len() as u64),
             retried_records,
             deferred_ios,
+            dropped_busy_ios,
             log_lines_suppressed,
             verify,
             per_cpu,
@@ -433,12 +439,20 @@ impl JobReport {
             writeln!(out, "  retried: {} I/Os re-issued by the driver", self.retried)?;
             write_records(out, "retried", &self.retried_records, self.retried_records_omitted)?;
         }
-        if self.deferred_ios > 0 {
-            writeln!(
+        if self.deferred_ios > 0 || self.dropped_busy_ios > 0 {
+            write!(
                 out,
                 "  deferred: {} I/Os waited for their block while other I/Os ran",
                 self.deferred_ios
             )?;
+            if self.dropped_busy_ios > 0 {
+                write!(
+                    out,
+                    "; {} dropped for a block in flight with the queue full",
+                    self.dropped_busy_ios
+                )?;
+            }
+            writeln!(out)?;
         }
         if self.log_lines_suppressed > 0 {
             writeln!(
@@ -569,6 +583,7 @@ impl JobReport {
         write_json_records(&mut w, &self.retried_records, sector_size)?;
         w.field_u64("retried_records_omitted", self.retried_records_omitted)?;
         w.field_u64("deferred_ios", self.deferred_ios)?;
+        w.field_u64("dropped_busy_ios", self.dropped_busy_ios)?;
         w.field_u64("log_lines_suppressed", self.log_lines_suppressed)?;
         w.key("per_cpu")?;
         w.begin_array()?;

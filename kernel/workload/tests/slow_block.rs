@@ -167,6 +167,43 @@ fn deferral_loses_no_io_of_a_size_bound_job() {
 }
 
 #[test]
+fn a_block_held_longer_than_the_queue_lasts_does_not_stall_a_time_based_job() {
+    // 16 blocks, 20 us per request, one held for 100 ms: the generator hits the held block about
+    // 1,000 times during the hold, far more than the deferral queue holds. A time-based job then
+    // drops those I/Os (as if it had drawn another block) and keeps the other slots busy.
+    let plan = plan_of("rw=randrw bs=4k size=64k iodepth=4 runtime=150ms verify=crc32c cpus=0");
+    let held_lba = 6 * 8;
+    let hold_ns = 100_000_000;
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::new(&plan);
+    let mut backend = FakeBackend::new(&disk, 4, 4096);
+    backend.latency_ns = LATENCY_NS;
+    backend.forbid_same_lba_in_flight = true;
+    backend.faults.push(Fault::Hold { lba: held_lba, hold_ns });
+    let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
+    let (from, to) = backend.held.unwrap();
+    let during_hold = backend
+        .completion_log
+        .iter()
+        .filter(|&&(at, lba)| at > from && at < to && lba != held_lba)
+        .count() as u64;
+    // Three free slots at 20 us: 15,000 in 100 ms.
+    let ideal = 3 * hold_ns / LATENCY_NS;
+    eprintln!("long hold: {during_hold} completions during the hold, ideal {ideal}");
+    assert!(during_hold * 100 >= ideal * 90, "{during_hold} of {ideal}");
+    assert!(result.deferred_ios >= workload::MIN_DEFERRED as u64);
+    assert!(result.dropped_busy_ios > 0);
+    let report = JobReport::new(&plan, &[result]).unwrap();
+    assert_eq!(report.verify.result, VerifyResult::Pass);
+    let mut text = String::new();
+    report.write_human(&mut text).unwrap();
+    assert!(
+        text.contains("dropped for a block in flight with the queue full"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_full_deferral_queue_waits_instead_of_growing() {
     // Two blocks per CPU and iodepth 8: the generator keeps producing I/Os for busy blocks. The
     // engine must wait (not spin or allocate) once its deferral queue is full, and still finish.
