@@ -11,7 +11,9 @@ pub struct Options {
     pub irq: Option<IrqMode>,
     /// `megasas.irq_cpu=N`: CPU the MSI/MSI-X message is aimed at.
     pub irq_cpu: Option<u32>,
-    /// `megasas.queue_depth=N`: cap on tags (becomes [`crate::Config::max_tags`]).
+    /// `megasas.queue_depth=N`: cap on I/O commands in flight per controller (all its drives
+    /// together); [`crate::HostConfig::apply_options`] makes it `Config::max_tags = N + 1` (the
+    /// admin tag).
     pub queue_depth: Option<u16>,
 }
 
