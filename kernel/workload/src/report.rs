@@ -528,6 +528,9 @@ impl JobReport {
             write!(out, "; verify pass {} reads in ", v.pass_reads)?;
             write_seconds(out, v.pass_ns)?;
         }
+        if v.mode == VerifyMode::Crc32c {
+            write!(out, "; crc32c by {}", crate::crc32c::selected().as_str())?;
+        }
         writeln!(out)?;
         if let Some((cpu, mismatch)) = &v.first_mismatch {
             writeln!(out, "  FIRST MISMATCH (cpu{cpu}): {mismatch}")?;
@@ -684,6 +687,10 @@ impl JobReport {
         w.key("verify")?;
         w.begin_object()?;
         w.field_str("mode", v.mode.as_str())?;
+        // Which CRC32C implementation this CPU used (`sse4.2` or `table`), for reading the figures.
+        if v.mode == VerifyMode::Crc32c {
+            w.field_str("crc32c_impl", crate::crc32c::selected().as_str())?;
+        }
         w.field_str("result", v.result.as_str())?;
         w.field_u64("checked", v.checked)?;
         w.field_u64("unchecked", v.unchecked)?;

@@ -116,6 +116,10 @@ fn json_line_has_every_field_and_they_agree() {
     assert!(values[0] >= 20_000, "the fake device takes at least 20 us");
 
     assert_eq!(json.get("errors").u64(), 0);
+    assert_eq!(
+        json.get("verify").get("crc32c_impl").str(),
+        workload::crc32c::selected().as_str()
+    );
     // A clean run: empty failure and retry lists, and the counts agree with the merged results.
     assert!(json.get("error_records").array().is_empty());
     assert_eq!(json.get("error_records_omitted").u64(), 0);
