@@ -8,6 +8,8 @@
 //! use, and cached. The instruction works on general-purpose registers only, so it needs no SSE state
 //! and is safe in a kernel that never enables SSE.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 const POLY_REFLECTED: u32 = 0x82f6_3b78;
 
 /// Which implementation computes the CRC.
@@ -29,18 +31,48 @@ impl Crc32cImpl {
     }
 }
 
-/// The implementation [`crc32c`] and [`Crc32c`] use on this CPU: SSE4.2 when CPUID reports it.
-/// CPUID runs once (it is slow, and traps to the hypervisor in a VM); the answer is cached.
+/// Whether the instruction may be used by default: yes on hosted targets (tests, benchmarks, host
+/// tools); no on bare metal (`target_os = "none"`, the kernel) until [`allow_hardware`] says so,
+/// because some hypervisors cannot run it: under the project machine's kvm-pvm the guest dies
+/// with "KVM internal error, emulation failure" on `crc32`, even with CPUID reporting SSE4.2 and
+/// CR4.OSFXSR set, and a kernel cannot catch that.
+const HARDWARE_BY_DEFAULT: bool = !cfg!(target_os = "none");
+
+static HARDWARE_ALLOWED: AtomicBool = AtomicBool::new(HARDWARE_BY_DEFAULT);
+
+/// Lets the CRC use the SSE4.2 instruction when the CPU has it (`true`), or keeps it on the table
+/// (`false`). Takes effect for later calls on every CPU. A kernel calls it at boot, e.g. from a
+/// command-line switch, on machines where the instruction is known to run.
+pub fn allow_hardware(allowed: bool) {
+    // Relaxed: a standalone flag read per CRC; both settings compute the same values, so a CPU
+    // that sees the change late is only slower or faster for a moment.
+    HARDWARE_ALLOWED.store(allowed, Ordering::Relaxed);
+}
+
+/// Whether the SSE4.2 instruction may be used (see [`allow_hardware`]).
+pub fn hardware_allowed() -> bool {
+    // Relaxed: see `allow_hardware`.
+    HARDWARE_ALLOWED.load(Ordering::Relaxed)
+}
+
+/// The instruction path, if it is allowed and the CPU has it.
+#[inline]
+fn active_hardware() -> Option<hw::Sse42> {
+    if hardware_allowed() { hw::Sse42::detect() } else { None }
+}
+
+/// The implementation [`crc32c`] and [`Crc32c`] use: SSE4.2 when it is allowed and CPUID reports
+/// it. CPUID runs once (it is slow, and traps to the hypervisor in a VM); the answer is cached.
 #[inline]
 pub fn selected() -> Crc32cImpl {
-    if hw::Sse42::detect().is_some() {
+    if active_hardware().is_some() {
         Crc32cImpl::Sse42
     } else {
         Crc32cImpl::Table
     }
 }
 
-/// Whether `implementation` can run on this CPU.
+/// Whether `implementation` can run on this CPU (whether or not it is allowed).
 pub fn available(implementation: Crc32cImpl) -> bool {
     match implementation {
         Crc32cImpl::Table => true,
@@ -173,16 +205,16 @@ impl Crc32c {
     /// Feeds `bytes`, with the implementation [`selected`] for this CPU.
     #[inline]
     pub fn update(&mut self, bytes: &[u8]) {
-        match hw::Sse42::detect() {
+        match active_hardware() {
             Some(sse42) => self.state = sse42.update(self.state, bytes),
             None => self.update_table(bytes),
         }
     }
 
-    /// Feeds `bytes` with `implementation`, or with the table if this CPU lacks it (tests and
-    /// benchmarks compare the two).
+    /// Feeds `bytes` with `implementation`, or with the table if this CPU lacks it or it is not
+    /// allowed (tests and benchmarks compare the two).
     pub fn update_with(&mut self, implementation: Crc32cImpl, bytes: &[u8]) {
-        match (implementation, hw::Sse42::detect()) {
+        match (implementation, active_hardware()) {
             (Crc32cImpl::Sse42, Some(sse42)) => self.state = sse42.update(self.state, bytes),
             _ => self.update_table(bytes),
         }
