@@ -6,10 +6,12 @@
 //! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list]
 //! cargo xtask test                                   every check CI runs
 //! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! ```
 
 mod bench;
 mod elfcheck;
+mod fuzz;
 mod qemu;
 mod runner;
 mod scenario;
@@ -47,6 +49,7 @@ commands:
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
+  fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
 ";
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         "test" => cmd_test(rest),
         "image" => cmd_image(rest).map(|_| true),
         "bench" => bench::cmd_bench(rest),
+        "fuzz" => fuzz::cmd_fuzz(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)

@@ -41,6 +41,6 @@ pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::{BogusReason, Error, Fault};
 pub use frame::Segment;
 pub use model::Model;
-pub use options::{Options, choose_irq_mode};
+pub use options::{MsixVectors, Options, choose_irq_mode};
 pub use regs::{FwState, FwStatus};
 pub use status::{IoError, IoErrorKind, IoStatus, MfiStatus, Sense};
