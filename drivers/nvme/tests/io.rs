@@ -12,6 +12,22 @@ use nvme::blkdev::HostConfig;
 use nvme::fake::{FakeCompletion, FakeConfig, FakeNamespace, Hostile};
 use nvme::{IrqMode, Report};
 
+/// Namespace 1: 4 MiB of 512-byte blocks; namespace 2: 4 MiB of 4096-byte blocks.
+fn two_namespaces() -> Vec<FakeNamespace> {
+    vec![
+        FakeNamespace {
+            nsid: 1,
+            lba_size: 512,
+            blocks: 8192,
+        },
+        FakeNamespace {
+            nsid: 2,
+            lba_size: 4096,
+            blocks: 1024,
+        },
+    ]
+}
+
 /// One request in flight in the random test.
 struct InFlight {
     ns: usize,
@@ -30,18 +46,7 @@ struct InFlight {
 fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64, hostile: Hostile) -> (Report, Vec<u64>) {
     let mut cfg = FakeConfig::new(ioqpairs);
     cfg.completion = FakeCompletion::Deferred;
-    cfg.namespaces = vec![
-        FakeNamespace {
-            nsid: 1,
-            lba_size: 512,
-            blocks: 8192,
-        },
-        FakeNamespace {
-            nsid: 2,
-            lba_size: 4096,
-            blocks: 1024,
-        },
-    ];
+    cfg.namespaces = two_namespaces();
     let rig = Rig::new(
         cfg,
         ncpus,
@@ -244,18 +249,7 @@ fn hostile_cqe_fuzz() {
 }
 
 fn simple_rig(mode: IrqMode, ncpus: usize, mut cfg: FakeConfig) -> Rig {
-    cfg.namespaces = vec![
-        FakeNamespace {
-            nsid: 1,
-            lba_size: 512,
-            blocks: 8192,
-        },
-        FakeNamespace {
-            nsid: 2,
-            lba_size: 4096,
-            blocks: 1024,
-        },
-    ];
+    cfg.namespaces = two_namespaces();
     let hcfg = HostConfig {
         completion: if mode == IrqMode::Poll {
             CompletionPolicy::Poll
