@@ -46,7 +46,10 @@ fn run(qd: usize, reqs: usize) -> f64 {
     .unwrap();
     let plan = QueuePlan::new(1, None, ctrl.max_io_queues(), IrqMode::MsiX { vectors: 2 }).unwrap();
     let platform = Arc::new(CountPlatform::default());
-    let host = Host::new(ctrl, plan, HostConfig::default(), platform.clone()).unwrap();
+    let host = Host::new(ctrl, plan, HostConfig::default(), |_, _| -> Arc<dyn Platform> {
+        platform.clone()
+    })
+    .unwrap();
     let bufs: Vec<u64> = (0..qd)
         .map(|_| fake.memory().alloc_zeroed(4096, 4096).unwrap().phys)
         .collect();
