@@ -154,8 +154,9 @@ fn pit_ports() -> (Port<u8>, Port<u8>, Port<u8>) {
 
 /// Loads PIT channel 2 with the full count in mode 0 (gate high, speaker
 /// off) and starts the LAPIC timer free-running; returns the first reading
-/// after the PIT started counting.
-fn open_window() -> Reading {
+/// after the PIT started counting (when `need_pit`: a machine whose TSC rate
+/// CPUID gives may have no PIT at all, and then nothing waits for one).
+fn open_window(need_pit: bool) -> Reading {
     let (mut gate, mut mode, mut counter) = pit_ports();
     crate::arch::apic::timer_start_free_running();
     // SAFETY: PIT channel 2 and the speaker-gate port; channel 2 drives nothing
@@ -171,7 +172,7 @@ fn open_window() -> Reading {
     // loaded value a reading may still be the old one.
     let mut first = read_counters();
     for _ in 0..MAX_SAMPLES {
-        if first.pit.count < u64::from(PIT_FULL_COUNT) {
+        if !need_pit || first.pit.count < u64::from(PIT_FULL_COUNT) {
             break;
         }
         first = read_counters();
@@ -230,7 +231,7 @@ fn read_counters() -> Reading {
 /// count while the boot goes on, and [`calibrate`] only waits for what is
 /// still missing. Call on the BSP after the local APIC is enabled.
 pub fn calibration_start() {
-    *WINDOW_START.lock() = Some(open_window());
+    *WINDOW_START.lock() = Some(open_window(cpuid_tsc_hz().is_none()));
 }
 
 /// An estimate and its error bound.
@@ -270,7 +271,8 @@ fn estimate(start: &Reading, end: &Reading, cpuid_hz: Option<u64>) -> Option<Est
 /// rate comes from CPUID leaf 0x15 (or 0x16) when the CPU reports it.
 pub fn calibrate() -> Result<Calibration, CalibrationError> {
     let cpuid = cpuid_tsc_hz();
-    let mut start = WINDOW_START.lock().take().unwrap_or_else(open_window);
+    let need_pit = cpuid.is_none();
+    let mut start = WINDOW_START.lock().take().unwrap_or_else(|| open_window(need_pit));
     let mut best: Option<Estimate> = None;
     let mut windows = 1;
     let mut samples = 0u32;
@@ -294,7 +296,7 @@ pub fn calibrate() -> Result<Calibration, CalibrationError> {
                     break;
                 }
                 windows += 1;
-                start = open_window();
+                start = open_window(need_pit);
             }
             None => {}
         }
