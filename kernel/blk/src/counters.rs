@@ -39,7 +39,8 @@ counters! {
     completed_with_error,
     /// Submissions rejected before reaching a tag (bad range, frozen, no tag).
     rejected,
-    /// Requests the driver handed back with `Busy`/`DevBusy` and the block layer requeued.
+    /// Requests put back in line for dispatch: handed back with `Busy`/`DevBusy`, or taken back
+    /// from the device with `Queue::requeue` / `TimeoutAction::Requeue`.
     requeued,
     /// Calls to the driver's `queue_rq`.
     dispatched,

@@ -293,8 +293,6 @@ pub struct Queue<D: Driver> {
     /// `submit_wait` calls of this queue currently waiting for a tag (fairness heuristic:
     /// orders nothing).
     tag_waiters: core::sync::atomic::AtomicU32,
-    /// Timeout claims: slots whose timeout handler reported a completion while it ran.
-    late_status: Box<[crate::sync::AtomicU8]>,
     usage: UsageCounter,
     quiesce_depth: CachePadded<AtomicU32>,
     /// Taken on the hot path only by `QuiesceCheck::Locked`.
@@ -373,7 +371,6 @@ impl<D: Driver> Queue<D> {
             sw_queues: stacks(ncpus),
             done_lists: stacks(ncpus),
             links: Links::new(slots.len()),
-            late_status: (0..slots.len()).map(|_| crate::sync::AtomicU8::new(0)).collect(),
             slots: slots.into_boxed_slice(),
             tag_sets,
             sharer_ids: sharer_ids.into_boxed_slice(),
@@ -1006,6 +1003,44 @@ impl<D: Driver> Queue<D> {
     /// current-generation token whose request is no longer in flight (a double completion) is
     /// [`BlkError::NotInFlight`], counted in `spurious_completions`. Never blocks.
     pub fn complete(&self, cpu: usize, hwq: usize, token: IssueToken, status: Status) -> Result<(), BlkError> {
+        self.claim_issue(cpu, hwq, token, Claim::Complete(status))
+    }
+
+    /// Takes an issued request back from the device and puts it in line to be dispatched (and
+    /// issued, with a new generation) again, for example after a controller reset; the driver
+    /// calls it only once the device has provably given up the tag (see [`TimeoutAction`]).
+    /// Validated and refused exactly like [`Queue::complete`] (the two race through the same
+    /// CAS: the first wins). While the request's timeout handler runs, the requeue is recorded
+    /// and applied after it (unless the handler returns `Done`). Counted in `requeued`. May
+    /// dispatch (call the driver's `queue_rq`) before it returns.
+    pub fn requeue(&self, cpu: usize, hwq: usize, token: IssueToken) -> Result<(), BlkError> {
+        self.claim_issue(cpu, hwq, token, Claim::Requeue)
+    }
+
+    /// Calls `f(hwq, token)` for every request issued to the device and not yet completed (the
+    /// state at the moment each slot is looked at; requests may complete meanwhile, which
+    /// `complete`/`requeue` then refuse). For a driver's controller reset: it completes or
+    /// requeues each token. `hwq` is a hardware queue to pass back with the token (with shared
+    /// tags, the first queue of the set; any queue of the set is accepted).
+    pub fn for_each_issued(&self, mut f: impl FnMut(usize, IssueToken)) {
+        for index in 0..self.slots.len() as u32 {
+            // Acquire pairs with the Release store in `Rq::issue`.
+            let w = self.slot(index).word.load(Ordering::Acquire);
+            if matches!(state::of(w), state::ISSUED | state::TIMEOUT) {
+                let set = (index / self.depth) as usize;
+                let tag = index % self.depth;
+                f(
+                    usize::from(self.set_hwqs[set][0]),
+                    IssueToken::new(tag, state::generation(w)),
+                );
+            }
+        }
+    }
+
+    /// The claim behind `complete` and `requeue`: validates `token`, then moves its issue from
+    /// ISSUED to COMPLETING/QUEUED by one CAS of the whole word (state + generation), or, while
+    /// the timeout handler owns it, records the claim for the handler's context to apply.
+    fn claim_issue(&self, cpu: usize, hwq: usize, token: IssueToken, claim: Claim) -> Result<(), BlkError> {
         self.check_cpu(cpu)?;
         self.check_hwq(hwq)?;
         let tag = token.tag();
@@ -1032,30 +1067,39 @@ impl<D: Driver> Queue<D> {
             // issue the token names.
             match state::of(w) {
                 state::ISSUED => {
+                    let next = match claim {
+                        Claim::Complete(_) => state::pack(generation, state::COMPLETING),
+                        // The issue is over; its generation retires with it.
+                        Claim::Requeue => state::pack(generation.wrapping_add(1), state::QUEUED),
+                    };
                     if slot
                         .word
-                        .compare_exchange(
-                            w,
-                            state::pack(generation, state::COMPLETING),
-                            Ordering::Acquire,
-                            Ordering::Relaxed,
-                        )
+                        .compare_exchange(w, next, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
                     {
-                        slot.set_status(status);
-                        self.route_completion(cpu, index);
+                        match claim {
+                            Claim::Complete(status) => {
+                                slot.set_status(status);
+                                self.route_completion(cpu, index);
+                            }
+                            Claim::Requeue => self.requeue_owned(cpu, index),
+                        }
                         return Ok(());
                     }
                 }
                 state::TIMEOUT => {
-                    self.late_status[index as usize].store(status as u8, Ordering::Relaxed);
-                    // Release pairs with the Acquire in the timeout path's failed CAS/swap: it
-                    // sees `late_status`.
+                    // The claim travels in the word itself, so the handler's context reads it
+                    // with the state. Release pairs with the Acquire of the timeout path's
+                    // failed CAS / swap.
+                    let late = match claim {
+                        Claim::Complete(status) => status as u8,
+                        Claim::Requeue => state::LATE_REQUEUE,
+                    };
                     if slot
                         .word
                         .compare_exchange(
                             w,
-                            state::pack(generation, state::TIMEOUT_COMPLETED),
+                            state::pack_late(generation, late),
                             Ordering::Release,
                             Ordering::Relaxed,
                         )
@@ -1074,6 +1118,21 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
+    }
+
+    /// Puts an owned request (state QUEUED) back on its submitting CPU's software queue, on the
+    /// hardware queue that CPU maps to (the one it was dispatched on), and runs that queue.
+    fn requeue_owned(&self, cpu: usize, index: u32) {
+        let slot = self.slot(index);
+        slot.deadline.store(0, Ordering::Relaxed);
+        slot.set_status(Status::Ok);
+        // SAFETY: the slot is QUEUED and we claimed it, so we own it.
+        let submit_cpu = usize::from(unsafe { slot.data() }.submit_cpu);
+        let hwq = usize::from(self.cpu_to_hwq[submit_cpu]);
+        bump(&self.counters.cpu(cpu).requeued);
+        // Software queues are multi-producer: pushing onto another CPU's is fine.
+        self.insert(submit_cpu, hwq, index);
+        self.run_hw_queue(cpu, hwq);
     }
 
     /// Sends a claimed completion (state COMPLETING) where the policy says.
@@ -1282,39 +1341,36 @@ impl<D: Driver> Queue<D> {
                 generation,
             };
             let action = self.driver.timeout(&mut view);
-            if action == TimeoutAction::ResetTimer {
+            let next = match action {
+                TimeoutAction::ResetTimer => Some(self.timeout_ns),
+                TimeoutAction::ResetTimerAfter(ns) => Some(ns),
+                TimeoutAction::Done(_) | TimeoutAction::Requeue => None,
+            };
+            if let Some(after) = next {
                 bump(&counters.timeout_resets);
-                let next = now.saturating_add(self.timeout_ns).max(1);
-                slot.deadline.store(next, Ordering::Relaxed);
+                slot.deadline.store(now.saturating_add(after).max(1), Ordering::Relaxed);
             }
             Some(action)
         };
+        let timeout_word = state::pack(generation, state::TIMEOUT);
         match action {
-            None | Some(TimeoutAction::ResetTimer) => {
-                // Hand it back to the hardware unless it completed meanwhile. Release pairs
-                // with the Acquire in `complete`.
-                if slot
-                    .word
-                    .compare_exchange(
-                        state::pack(generation, state::TIMEOUT),
-                        state::pack(generation, state::ISSUED),
-                        Ordering::Release,
-                        Ordering::Acquire,
-                    )
-                    .is_err()
-                {
-                    // TIMEOUT_COMPLETED: the only other transition out of TIMEOUT.
-                    let late = self.late_status[index as usize].load(Ordering::Relaxed);
-                    slot.set_status(Status::from_u8(late));
-                    slot.set_state(state::COMPLETING);
-                    self.route_completion(cpu, index);
+            None | Some(TimeoutAction::ResetTimer | TimeoutAction::ResetTimerAfter(_)) => {
+                // Hand it back to the hardware unless a claim arrived meanwhile. Release pairs
+                // with the Acquire in `claim_issue`.
+                if let Err(now_word) = slot.word.compare_exchange(
+                    timeout_word,
+                    state::pack(generation, state::ISSUED),
+                    Ordering::Release,
+                    Ordering::Acquire,
+                ) {
+                    self.apply_late_claim(cpu, index, generation, now_word);
                 }
             }
             Some(TimeoutAction::Done(status)) => {
-                // Whether or not a completion arrived meanwhile, the driver's verdict stands.
-                // The timed-out issue is retired: the generation moves on, so a completion the
+                // Whether or not a claim arrived meanwhile, the driver's verdict stands. The
+                // timed-out issue is retired: the generation moves on, so a completion the
                 // device still reports for it is refused as stale. Acquire pairs with the
-                // Release CAS of a completion that raced the handler.
+                // Release CAS of a claim that raced the handler.
                 slot.word.swap(
                     state::pack(generation.wrapping_add(1), state::COMPLETING),
                     Ordering::Acquire,
@@ -1322,9 +1378,49 @@ impl<D: Driver> Queue<D> {
                 slot.set_status(status);
                 self.route_completion(cpu, index);
             }
+            Some(TimeoutAction::Requeue) => {
+                match slot.word.compare_exchange(
+                    timeout_word,
+                    state::pack(generation.wrapping_add(1), state::QUEUED),
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => self.requeue_owned(cpu, index),
+                    // It completed while the handler ran: apply that instead of issuing it
+                    // again.
+                    Err(now_word) => self.apply_late_claim(cpu, index, generation, now_word),
+                }
+            }
         }
         action.is_some()
     }
+
+    /// Applies the claim recorded while the timeout handler ran (state TIMEOUT_COMPLETED, the
+    /// only other way out of TIMEOUT): a completion with its status, or a requeue.
+    fn apply_late_claim(&self, cpu: usize, index: u32, generation: u16, word: u32) {
+        debug_assert_eq!(state::of(word), state::TIMEOUT_COMPLETED);
+        let slot = self.slot(index);
+        let late = state::late(word);
+        if late == state::LATE_REQUEUE {
+            slot.word.store(
+                state::pack(generation.wrapping_add(1), state::QUEUED),
+                Ordering::Relaxed,
+            );
+            self.requeue_owned(cpu, index);
+        } else {
+            slot.set_status(Status::from_u8(late));
+            slot.word
+                .store(state::pack(generation, state::COMPLETING), Ordering::Relaxed);
+            self.route_completion(cpu, index);
+        }
+    }
+}
+
+/// What a `claim_issue` does with the issue it claims.
+#[derive(Clone, Copy)]
+enum Claim {
+    Complete(Status),
+    Requeue,
 }
 
 impl<D: Driver> Drop for Queue<D> {

@@ -55,6 +55,8 @@ struct RecDriver {
     timeout_plan: Mutex<VecDeque<TimeoutAction>>,
     /// Complete this tag from inside the timeout handler (a completion racing the handler).
     complete_during_timeout: Mutex<Option<Status>>,
+    /// Requeue it from inside the timeout handler (a reset path racing the handler).
+    requeue_during_timeout: AtomicUsize,
     completes: AtomicUsize,
 }
 
@@ -99,6 +101,12 @@ impl Driver for RecDriver {
             rq.queue()
                 .complete(0, hwq, token, status)
                 .expect("completion during timeout is accepted");
+        }
+        if self.requeue_during_timeout.swap(0, Ordering::SeqCst) != 0 {
+            let (hwq, token) = (rq.hwq(), rq.token());
+            rq.queue()
+                .requeue(0, hwq, token)
+                .expect("requeue during timeout is recorded");
         }
         self.timeout_plan
             .lock()
@@ -763,4 +771,132 @@ fn a_completion_for_a_tag_never_issued_is_refused() {
         "{e}"
     );
     assert_eq!(p.ended(), 0);
+}
+
+// ------------------------------------------------------------------ the timeout protocol
+
+#[test]
+fn reset_timer_after_sets_the_next_deadline() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    q.driver()
+        .timeout_plan
+        .lock()
+        .unwrap()
+        .extend([TimeoutAction::ResetTimerAfter(100), TimeoutAction::ResetTimerAfter(0)]);
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    p.advance(99);
+    assert_eq!(q.tick(0).unwrap(), 0, "not yet: 100 ns were given");
+    p.advance(1);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    // After(0): the very next tick.
+    assert_eq!(q.tick(0).unwrap(), 1);
+    assert_eq!(q.counters().timeout_resets, 3);
+    assert_eq!(p.ended(), 0, "still owned by the device");
+}
+
+#[test]
+fn a_ladder_finishes_a_timed_out_request_later_with_its_token() {
+    // Timeout 1: the driver sends an abort and gives it time. The abort is confirmed later
+    // (outside the handler): the driver completes the token with Aborted.
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    let token = q.driver().issued.lock().unwrap()[0];
+    q.driver()
+        .timeout_plan
+        .lock()
+        .unwrap()
+        .push_back(TimeoutAction::ResetTimerAfter(500));
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    let mut listed = Vec::new();
+    q.for_each_issued(|hwq, t| listed.push((hwq, t)));
+    assert_eq!(listed, [(0, token)], "still in flight, same issue");
+    q.complete(0, 0, token, Status::Aborted).unwrap();
+    assert_eq!(p.log()[0].status, Status::Aborted);
+    // The device's own completion, if it ever comes, is refused: one outcome per issue.
+    assert!(matches!(
+        q.complete(0, 0, token, Status::Ok),
+        Err(BlkError::NotInFlight { .. })
+    ));
+    assert_eq!(p.ended(), 1);
+    q.for_each_issued(|_, t| panic!("{t:?} listed after it ended"));
+}
+
+#[test]
+fn requeue_issues_again_with_a_new_generation() {
+    let (q, p) = rec_queue(2, 4, CompletionPolicy::Irq);
+    q.submit(1, &read(5)).unwrap();
+    let first = q.driver().issued.lock().unwrap()[0];
+    // A controller reset: the driver takes every issued request back.
+    let mut issued = Vec::new();
+    q.for_each_issued(|hwq, t| issued.push((hwq, t)));
+    for (hwq, t) in issued {
+        q.requeue(0, hwq, t).unwrap();
+    }
+    let again = q.driver().issued.lock().unwrap()[1];
+    assert_eq!(again.tag(), first.tag());
+    assert_ne!(again.generation(), first.generation());
+    assert_eq!(q.driver().queued.lock().unwrap().len(), 2, "dispatched twice");
+    // The first issue is over: completing or requeueing it again is stale.
+    assert!(matches!(
+        q.complete(0, 0, first, Status::Ok),
+        Err(BlkError::StaleCompletion { .. })
+    ));
+    assert!(matches!(q.requeue(0, 0, first), Err(BlkError::StaleCompletion { .. })));
+    q.complete(0, 0, again, Status::Ok).unwrap();
+    let log = p.log();
+    assert_eq!(log.len(), 1);
+    assert_eq!((log[0].cookie, log[0].status, log[0].submit_cpu), (5, Status::Ok, 1));
+    let c = q.counters();
+    assert_eq!(
+        (c.requeued, c.dispatched, c.completed, c.stale_completions),
+        (1, 2, 1, 2)
+    );
+}
+
+#[test]
+fn requeue_verdict_reissues_but_a_completion_during_the_handler_wins() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    q.driver()
+        .timeout_plan
+        .lock()
+        .unwrap()
+        .push_back(TimeoutAction::Requeue);
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    assert_eq!(q.driver().issued.lock().unwrap().len(), 2, "issued again");
+    assert_eq!(p.ended(), 0);
+    assert_eq!(q.counters().requeued, 1);
+
+    // Now it completes while the handler decides to requeue it: the completion wins and the
+    // request is not issued a third time.
+    *q.driver().complete_during_timeout.lock().unwrap() = Some(Status::IoError);
+    q.driver()
+        .timeout_plan
+        .lock()
+        .unwrap()
+        .push_back(TimeoutAction::Requeue);
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    assert_eq!(p.ended(), 1);
+    assert_eq!(p.log()[0].status, Status::IoError, "the device's status");
+    assert_eq!(q.driver().issued.lock().unwrap().len(), 2, "not issued again");
+    assert_eq!(q.counters().requeued, 1);
+}
+
+#[test]
+fn a_requeue_during_the_handler_is_applied_after_a_reset_timer() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    q.submit(0, &read(1)).unwrap();
+    q.driver().requeue_during_timeout.store(1, Ordering::SeqCst);
+    p.advance(1_000);
+    assert_eq!(q.tick(0).unwrap(), 1);
+    let issued = q.driver().issued.lock().unwrap().clone();
+    assert_eq!(issued.len(), 2, "requeued after the handler returned");
+    assert_ne!(issued[0].generation(), issued[1].generation());
+    q.complete(0, 0, issued[1], Status::Ok).unwrap();
+    assert_eq!(p.ended(), 1);
 }
