@@ -69,6 +69,13 @@ counters! {
     stale_completions,
     /// Lock acquisitions on the hot path (`run_hw_queue`). Zero with `QuiesceCheck::LockFree`.
     hot_path_locks,
+    /// `QuiesceCheck::Sleeping`: acquisitions that found the queue lock taken.
+    lock_contended,
+    /// `QuiesceCheck::Sleeping`: times a CPU parked waiting for the queue lock (each one a
+    /// wake-up plus a charged reschedule).
+    lock_sleeps,
+    /// `QuiesceCheck::Sleeping`: wake-ups sent by unlocks to parked CPUs.
+    lock_wakeups,
     /// Hardware queue runs that reached the dispatcher.
     queue_runs,
     /// Requests whose deadline passed and whose timeout handler ran.

@@ -19,6 +19,23 @@ pub trait Platform: Send + Sync {
     fn raise_completion_softirq(&self, cpu: usize);
     /// A request finished. Called exactly once per accepted request, on the completing CPU.
     fn end_io(&self, completion: &Completion);
+
+    /// [`crate::QuiesceCheck::Sleeping`]: park CPU `cpu` until [`Platform::wake`] is called for
+    /// it (halt until the wake-up IPI). Must return if `wake(cpu)` was called since this last
+    /// returned, even before this call (a per-CPU pending flag), or a wake-up is lost; may also
+    /// return spuriously (the caller retries). The default returns at once, after a spin hint,
+    /// so a platform without a wake mechanism spins.
+    fn wait_for_wake(&self, cpu: usize) {
+        let _ = cpu;
+        core::hint::spin_loop();
+    }
+
+    /// [`crate::QuiesceCheck::Sleeping`]: wake CPU `cpu` from [`Platform::wait_for_wake`]
+    /// (set its pending flag, send the wake-up IPI). Called by the CPU that releases the queue
+    /// lock, possibly from interrupt context. The default does nothing.
+    fn wake(&self, cpu: usize) {
+        let _ = cpu;
+    }
 }
 
 /// What the driver says about a request whose deadline passed.

@@ -27,6 +27,7 @@ use crate::freeze::UsageCounter;
 use crate::list::{Fifo, Links, TagStack};
 use crate::map::{map_queues, validate_map};
 use crate::request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Slot, Status, state};
+use crate::sleeplock::SleepLock;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, spin_loop};
 use crate::tags::{HostTags, MAX_DEPTH};
 use alloc::boxed::Box;
@@ -76,11 +77,24 @@ pub enum QuiesceCheck {
     /// Kept to measure what that costs; correct, but serialises every CPU that runs the queue
     /// with nothing to do (which is every completion, with `run_queue_on_completion`).
     Locked = 1,
+    /// The same locked re-check, with the lock behaving as PREEMPT_RT's sleeping `spinlock_t`:
+    /// a CPU that finds it taken parks ([`Platform::wait_for_wake`]) until the holder's unlock
+    /// wakes it ([`Platform::wake`]), then pays [`QueueConfig::reschedule_cost_ns`] before it
+    /// retries. Counters `lock_contended`, `lock_sleeps`, `lock_wakeups`. What this models and
+    /// what it does not: see [`crate::sleeplock`].
+    Sleeping = 2,
 }
 
 impl QuiesceCheck {
+    /// All variants, for benchmarks and tests.
+    pub const ALL: [Self; 3] = [Self::LockFree, Self::Locked, Self::Sleeping];
+
     fn from_u8(v: u8) -> Self {
-        if v == 0 { Self::LockFree } else { Self::Locked }
+        match v {
+            0 => Self::LockFree,
+            1 => Self::Locked,
+            _ => Self::Sleeping,
+        }
     }
 }
 
@@ -120,6 +134,9 @@ pub struct QueueConfig {
     pub run_queue_on_completion: bool,
     /// Custom CPU to hardware-queue map, one entry per CPU; `None` uses [`map_queues`].
     pub cpu_map: Option<Vec<u16>>,
+    /// [`QuiesceCheck::Sleeping`]: what a woken CPU pays (spinning on the platform clock)
+    /// before it may retry the lock: the reschedule of a threaded interrupt handler.
+    pub reschedule_cost_ns: u64,
 }
 
 impl QueueConfig {
@@ -141,6 +158,7 @@ impl QueueConfig {
             quiesce_check: QuiesceCheck::LockFree,
             run_queue_on_completion: true,
             cpu_map: None,
+            reschedule_cost_ns: DEFAULT_RESCHEDULE_COST_NS,
         }
     }
 
@@ -212,6 +230,10 @@ impl QueueConfig {
         Ok(())
     }
 }
+
+/// Default [`QueueConfig::reschedule_cost_ns`]: a few microseconds, the order of a context
+/// switch plus wake-up latency of an RT thread on current x86 servers.
+pub const DEFAULT_RESCHEDULE_COST_NS: u64 = 4_000;
 
 /// Where a submitted request went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,8 +317,11 @@ pub struct Queue<D: Driver> {
     tag_waiters: core::sync::atomic::AtomicU32,
     usage: UsageCounter,
     quiesce_depth: CachePadded<AtomicU32>,
-    /// Taken on the hot path only by `QuiesceCheck::Locked`.
-    queue_lock: CachePadded<SpinLock<()>>,
+    /// Taken on the hot path only by `QuiesceCheck::Locked` (spinning) and
+    /// `QuiesceCheck::Sleeping` (sleeping); one lock, so the two exclude each other when the
+    /// variant is switched live.
+    queue_lock: CachePadded<SleepLock>,
+    reschedule_cost_ns: core::sync::atomic::AtomicU64,
     freeze_depth: SpinLock<u32>,
     policy: KnobU8,
     check: KnobU8,
@@ -378,7 +403,8 @@ impl<D: Driver> Queue<D> {
             tag_waiters: core::sync::atomic::AtomicU32::new(0),
             usage: UsageCounter::new(),
             quiesce_depth: CachePadded(AtomicU32::new(0)),
-            queue_lock: CachePadded(SpinLock::new(())),
+            queue_lock: CachePadded(SleepLock::new(ncpus)),
+            reschedule_cost_ns: core::sync::atomic::AtomicU64::new(cfg.reschedule_cost_ns),
             freeze_depth: SpinLock::new(0),
             policy: KnobU8::new(cfg.completion as u8),
             check: KnobU8::new(cfg.quiesce_check as u8),
@@ -446,10 +472,46 @@ impl<D: Driver> Queue<D> {
     pub fn quiesce_check(&self) -> QuiesceCheck {
         QuiesceCheck::from_u8(self.check.load(core::sync::atomic::Ordering::Relaxed))
     }
-    /// Switches the quiesce re-check variant. Both variants are correct against each other
+    /// Switches the quiesce re-check variant. The variants are correct against each other
     /// (quiesce and unquiesce always fence, and take the lock too), so this may be done live.
     pub fn set_quiesce_check(&self, c: QuiesceCheck) {
         self.check.store(c as u8, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// [`QuiesceCheck::Sleeping`]'s reschedule cost in ns.
+    pub fn reschedule_cost_ns(&self) -> u64 {
+        self.reschedule_cost_ns.load(core::sync::atomic::Ordering::Relaxed)
+    }
+    /// Sets [`QuiesceCheck::Sleeping`]'s reschedule cost.
+    pub fn set_reschedule_cost_ns(&self, ns: u64) {
+        self.reschedule_cost_ns.store(ns, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Takes the queue lock the way the current variant does (`cpu`: the acquiring CPU, or
+    /// `None` on a cold path with no CPU, which always spins).
+    fn lock_queue(&self, cpu: Option<usize>) -> QueueLockGuard<'_> {
+        match (self.quiesce_check(), cpu) {
+            (QuiesceCheck::Sleeping, Some(cpu)) => {
+                let a = self
+                    .queue_lock
+                    .lock_sleeping(cpu, &*self.platform, self.reschedule_cost_ns());
+                let counters = self.counters.cpu(cpu);
+                if !a.uncontended {
+                    bump(&counters.lock_contended);
+                }
+                counters
+                    .lock_sleeps
+                    .fetch_add(u64::from(a.sleeps), core::sync::atomic::Ordering::Relaxed);
+            }
+            _ => {
+                self.queue_lock.lock_spinning();
+            }
+        }
+        QueueLockGuard {
+            lock: &self.queue_lock,
+            platform: &*self.platform,
+            counters: &self.counters,
+            cpu: cpu.unwrap_or(0),
+        }
     }
     /// A snapshot of the counters.
     pub fn counters(&self) -> CounterSnapshot {
@@ -727,8 +789,8 @@ impl<D: Driver> Queue<D> {
                 fence(Ordering::SeqCst);
                 self.need_run(hwq)
             }
-            QuiesceCheck::Locked => {
-                let _guard = self.queue_lock.lock();
+            QuiesceCheck::Locked | QuiesceCheck::Sleeping => {
+                let _guard = self.lock_queue(Some(cpu));
                 bump(&self.counters.cpu(cpu).hot_path_locks);
                 // `quiesce_nowait`/`unquiesce` change the depth under this lock, so under it
                 // we see the latest depth (the regressing Linux design).
@@ -876,8 +938,8 @@ impl<D: Driver> Queue<D> {
     /// Does not wait for dispatches already running (see [`Queue::quiesce`]). Completions keep
     /// flowing.
     pub fn quiesce_nowait(&self) {
-        if self.quiesce_check() == QuiesceCheck::Locked {
-            let _guard = self.queue_lock.lock();
+        if self.quiesce_check() != QuiesceCheck::LockFree {
+            let _guard = self.lock_queue(None);
             self.quiesce_depth.fetch_add(1, Ordering::Relaxed);
         } else {
             self.quiesce_depth.fetch_add(1, Ordering::Relaxed);
@@ -903,8 +965,8 @@ impl<D: Driver> Queue<D> {
     pub fn unquiesce(&self, cpu: usize) -> Result<(), BlkError> {
         self.check_cpu(cpu)?;
         let dec = |d: u32| d.checked_sub(1);
-        let prev = if self.quiesce_check() == QuiesceCheck::Locked {
-            let _guard = self.queue_lock.lock();
+        let prev = if self.quiesce_check() != QuiesceCheck::LockFree {
+            let _guard = self.lock_queue(Some(cpu));
             self.quiesce_depth
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, dec)
         } else {
@@ -1253,7 +1315,7 @@ impl<D: Driver> Queue<D> {
         if self.run_on_completion {
             // The fence above already did the lock-free re-check's job; the locked variant
             // still takes its lock when the lockless check says "nothing to do".
-            let locked = self.quiesce_check() == QuiesceCheck::Locked;
+            let locked = self.quiesce_check() != QuiesceCheck::LockFree;
             if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
                 self.dispatch(cpu, hwq);
             }
@@ -1427,6 +1489,22 @@ impl<D: Driver> Drop for Queue<D> {
     fn drop(&mut self) {
         for (set, &id) in self.tag_sets.iter().zip(self.sharer_ids.iter()) {
             set.unregister(id);
+        }
+    }
+}
+
+/// Holds the queue lock; unlocking wakes a parked waiter (counted on the unlocking CPU).
+struct QueueLockGuard<'a> {
+    lock: &'a SleepLock,
+    platform: &'a dyn Platform,
+    counters: &'a Counters,
+    cpu: usize,
+}
+
+impl Drop for QueueLockGuard<'_> {
+    fn drop(&mut self) {
+        if self.lock.unlock(self.cpu, self.platform).is_some() {
+            bump(&self.counters.cpu(self.cpu).lock_wakeups);
         }
     }
 }

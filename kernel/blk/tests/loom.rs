@@ -477,3 +477,62 @@ fn busy_restart_never_strands_a_request() {
         assert_eq!(platform.ended.lock().unwrap().len(), 2);
     });
 }
+
+/// A platform whose `wait_for_wake` really blocks: loom's `thread::park`, woken by `unpark`
+/// (an `unpark` before the `park` makes it return at once: the pending-flag contract). A lost
+/// wake-up leaves a thread parked forever, which loom reports as a deadlock.
+#[derive(Default)]
+struct WakePlatform {
+    /// The loom thread playing each CPU (registered by the thread before it touches the lock;
+    /// a std mutex, outside the model).
+    threads: std::sync::Mutex<[Option<loom::thread::Thread>; 3]>,
+}
+
+impl Platform for WakePlatform {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    fn send_completion_ipi(&self, _cpu: usize) {}
+    fn raise_completion_softirq(&self, _cpu: usize) {}
+    fn end_io(&self, _c: &Completion) {}
+    fn wait_for_wake(&self, _cpu: usize) {
+        thread::park();
+    }
+    fn wake(&self, cpu: usize) {
+        let t = self.threads.lock().unwrap()[cpu].clone();
+        t.expect("a CPU with its waiter bit set has registered").unpark();
+    }
+}
+
+/// (9) The sleeping lock (`QuiesceCheck::Sleeping`): two CPUs take it the sleeping way while a
+/// third takes it spinning. Mutual exclusion holds (each holder increments a loom cell), and no
+/// waiter stays parked: a waiter registers, fences, and retries before parking, and every
+/// unlock fences and wakes a registered waiter, so the last unlock never misses one. Removing
+/// the unlock's wake-up makes it fail (deadlock).
+#[test]
+fn sleeping_lock_never_loses_a_wake_up() {
+    use blk::sleeplock::SleepLock;
+    loom::model(|| {
+        let platform = Arc::new(WakePlatform::default());
+        let lock = Arc::new(SleepLock::new(3));
+        let cell = Arc::new(UnsafeCell::new(0u32));
+        let sleeper = |cpu: usize| {
+            let (platform, lock, cell) = (platform.clone(), lock.clone(), cell.clone());
+            thread::spawn(move || {
+                platform.threads.lock().unwrap()[cpu] = Some(thread::current());
+                lock.lock_sleeping(cpu, &*platform, 0);
+                cell.with_mut(|p| unsafe { *p += 1 });
+                lock.unlock(cpu, &*platform);
+            })
+        };
+        let a = sleeper(1);
+        let b = sleeper(2);
+        lock.lock_spinning();
+        cell.with_mut(|p| unsafe { *p += 1 });
+        lock.unlock(0, &*platform);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(cell.with_mut(|p| unsafe { *p }), 3);
+        assert!(!lock.is_locked());
+    });
+}

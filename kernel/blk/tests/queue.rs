@@ -629,18 +629,22 @@ fn dropping_a_request_handle_is_caught_in_debug_builds() {
 
 #[test]
 fn only_the_locked_variant_takes_locks_on_the_hot_path() {
-    for check in [QuiesceCheck::LockFree, QuiesceCheck::Locked] {
+    for check in QuiesceCheck::ALL {
         let (q, p) = null_queue(2, 1, 8, NullMode::Immediate, CompletionPolicy::Irq);
         q.set_quiesce_check(check);
         for c in 0..50 {
             q.submit((c % 2) as usize, &read(c)).unwrap();
         }
         assert_eq!(p.ended(), 50);
-        let locks = q.counters().hot_path_locks;
+        let c = q.counters();
         match check {
-            QuiesceCheck::LockFree => assert_eq!(locks, 0),
-            // Every completion reruns the (empty) queue and takes the lock to re-check.
-            QuiesceCheck::Locked => assert!(locks >= 50, "{locks}"),
+            QuiesceCheck::LockFree => assert_eq!(c.hot_path_locks, 0),
+            // Every completion reruns the (empty) queue and takes the lock to re-check; one
+            // thread never contends.
+            QuiesceCheck::Locked | QuiesceCheck::Sleeping => {
+                assert!(c.hot_path_locks >= 50, "{c:?}");
+                assert_eq!((c.lock_contended, c.lock_sleeps, c.lock_wakeups), (0, 0, 0));
+            }
         }
     }
 }
@@ -899,4 +903,34 @@ fn a_requeue_during_the_handler_is_applied_after_a_reset_timer() {
     assert_ne!(issued[0].generation(), issued[1].generation());
     q.complete(0, 0, issued[1], Status::Ok).unwrap();
     assert_eq!(p.ended(), 1);
+}
+
+// ------------------------------------------------------------------ the sleeping lock
+
+#[test]
+fn sleeping_lock_parks_until_the_unlock_wakes_it() {
+    use blk::sleeplock::SleepLock;
+    let p = Arc::new(HostPlatform::new(3, 1, false));
+    let lock = Arc::new(SleepLock::new(3));
+    assert!(lock.lock_spinning(), "free lock taken at once");
+    let waiter = {
+        let (p, lock) = (p.clone(), lock.clone());
+        std::thread::spawn(move || {
+            let a = lock.lock_sleeping(2, &*p, 1_000);
+            assert!(lock.is_locked());
+            lock.unlock(2, &*p);
+            a
+        })
+    };
+    let t0 = std::time::Instant::now();
+    while p.parks.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed().as_secs() < 20, "the waiter never parked");
+        std::thread::yield_now();
+    }
+    assert_eq!(lock.unlock(0, &*p), Some(2), "the unlock wakes the parked CPU");
+    let a = waiter.join().unwrap();
+    assert!(!a.uncontended);
+    assert!(a.sleeps >= 1);
+    assert!(!lock.is_locked());
+    assert_eq!(lock.unlock(0, &*p), None, "no waiter left to wake");
 }
