@@ -299,7 +299,9 @@ impl<'a, D: Driver> Rq<'a, D> {
         let deadline = if timeout == 0 {
             0
         } else {
-            self.queue.platform().now_ns().saturating_add(timeout).max(1)
+            // The coarse clock of the last `tick`, not a clock read per request (Linux's
+            // jiffies): see `Queue::tick` for what that means for the deadline.
+            self.queue.coarse_now().saturating_add(timeout).max(1)
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
         // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.

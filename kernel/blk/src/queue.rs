@@ -323,6 +323,10 @@ pub struct Queue<D: Driver> {
     queue_lock: CachePadded<SleepLock>,
     reschedule_cost_ns: core::sync::atomic::AtomicU64,
     freeze_depth: SpinLock<u32>,
+    /// The platform clock as of the latest `tick` (or queue creation): request deadlines are
+    /// counted from it, so issuing a request reads no clock. Monotonic (`fetch_max`); a
+    /// statistic-like hint that orders nothing, so a plain `core` atomic.
+    coarse_clock: CachePadded<core::sync::atomic::AtomicU64>,
     policy: KnobU8,
     check: KnobU8,
     counters: Counters,
@@ -368,6 +372,7 @@ impl<D: Driver> Queue<D> {
                 .map(|_| Arc::new(HostTags::with_hints(depth, cfg.reserved_tags, ncpus)))
                 .collect(),
         };
+        let start_clock = platform.now_ns();
         let mut sharer_ids = Vec::with_capacity(nsets);
         for set in tag_sets.iter() {
             match set.register(platform.clone()) {
@@ -406,6 +411,7 @@ impl<D: Driver> Queue<D> {
             queue_lock: CachePadded(SleepLock::new(ncpus)),
             reschedule_cost_ns: core::sync::atomic::AtomicU64::new(cfg.reschedule_cost_ns),
             freeze_depth: SpinLock::new(0),
+            coarse_clock: CachePadded(core::sync::atomic::AtomicU64::new(start_clock)),
             policy: KnobU8::new(cfg.completion as u8),
             check: KnobU8::new(cfg.quiesce_check as u8),
             counters: Counters::new(ncpus),
@@ -454,6 +460,11 @@ impl<D: Driver> Queue<D> {
     /// Request timeout in ns (0: none).
     pub fn timeout_ns(&self) -> u64 {
         self.timeout_ns
+    }
+    /// The coarse clock deadlines are counted from: the platform clock at the latest `tick`.
+    #[inline]
+    pub fn coarse_now(&self) -> u64 {
+        self.coarse_clock.load(core::sync::atomic::Ordering::Relaxed)
     }
     /// The hardware queue serving `cpu`.
     pub fn cpu_to_hwq(&self, cpu: usize) -> Result<usize, BlkError> {
@@ -1342,14 +1353,21 @@ impl<D: Driver> Queue<D> {
         Ok(self.driver.poll(&ctx))
     }
 
-    /// The periodic tick: runs the driver's timeout handler for every issued request whose
-    /// deadline has passed, and reruns queues that hold turned-away requests. Returns the
-    /// number of requests that timed out.
+    /// The periodic tick: advances the coarse clock, runs the driver's timeout handler for
+    /// every issued request whose deadline has passed, and reruns queues that hold turned-away
+    /// requests. Returns the number of requests that timed out.
+    ///
+    /// Deadlines are counted from the coarse clock (the platform clock at the latest tick, as
+    /// Linux counts them in jiffies), so that issuing a request reads no clock: a request may
+    /// be declared timed out up to one tick interval before `timeout_ns` has really passed
+    /// since it was issued. Tick much more often than the timeout (the kernel ticks every few
+    /// ms against a 30 s timeout).
     pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
         self.check_cpu(cpu)?;
         let mut expired = 0;
         if self.timeout_ns != 0 {
             let now = self.platform.now_ns();
+            self.coarse_clock.fetch_max(now, core::sync::atomic::Ordering::Relaxed);
             for index in 0..self.slots.len() as u32 {
                 if self.check_timeout(cpu, index, now) {
                     expired += 1;

@@ -89,15 +89,17 @@ proptest! {
         let mut expected_end: BTreeMap<u64, Status> = BTreeMap::new();
         let mut next_cookie = 0u64;
         let mut stale = 0u64;
+        // Deadlines count from the clock of the latest tick (0 at creation).
+        let mut coarse = 0u64;
 
         // Learns the issues the driver made since the last call.
-        let sync = |tags: &mut BTreeMap<u32, TagModel>, seen: &mut usize, all: &mut Vec<IssueToken>, now: u64| {
+        let sync = |tags: &mut BTreeMap<u32, TagModel>, seen: &mut usize, all: &mut Vec<IssueToken>, coarse: u64| {
             let issued = q.driver().issued.lock().unwrap().clone();
             for &(cookie, token) in &issued[*seen..] {
                 let m = tags.entry(token.tag()).or_insert(TagModel { in_flight: None, generation: 0, deadline: 0 });
                 assert!(m.in_flight.is_none(), "tag {} issued twice", token.tag());
                 assert_eq!(token.generation(), m.generation.wrapping_add(1), "one bump per issue");
-                *m = TagModel { in_flight: Some((cookie, token)), generation: token.generation(), deadline: now + TIMEOUT_NS };
+                *m = TagModel { in_flight: Some((cookie, token)), generation: token.generation(), deadline: coarse + TIMEOUT_NS };
                 all.push(token);
             }
             *seen = issued.len();
@@ -160,6 +162,7 @@ proptest! {
                     *q.driver().verdict.lock().unwrap() = Some(verdict);
                     p.advance(advance);
                     let now = p.now_ns();
+                    coarse = now;
                     let mut expired = 0;
                     for m in tags.values_mut() {
                         let Some((cookie, _)) = m.in_flight else { continue };
@@ -184,7 +187,7 @@ proptest! {
                     prop_assert_eq!(q.tick(0).unwrap(), expired);
                 }
             }
-            sync(&mut tags, &mut seen, &mut all_tokens, p.now_ns());
+            sync(&mut tags, &mut seen, &mut all_tokens, coarse);
             // Ends so far match the model exactly.
             let log = p.log();
             let ended: BTreeMap<u64, Status> = log.iter().map(|c| (c.cookie, c.status)).collect();
