@@ -101,7 +101,7 @@ impl Counters {
     /// The block for `cpu` (the caller validated `cpu`; out-of-range folds into range).
     #[inline]
     pub fn cpu(&self, cpu: usize) -> &CpuCounters {
-        &self.per_cpu[cpu % self.per_cpu.len()]
+        &self.per_cpu[crate::tags::fold(cpu, self.per_cpu.len())]
     }
 
     pub fn snapshot(&self) -> CounterSnapshot {

@@ -296,12 +296,11 @@ impl<'a, D: Driver> Rq<'a, D> {
         let tag = self.tag();
         let slot = self.slot();
         let timeout = self.queue.timeout_ns();
+        // No clock read per request: the next `tick` arms the deadline (see `Queue::tick`).
         let deadline = if timeout == 0 {
             0
         } else {
-            // The coarse clock of the last `tick`, not a clock read per request (Linux's
-            // jiffies): see `Queue::tick` for what that means for the deadline.
-            self.queue.coarse_now().saturating_add(timeout).max(1)
+            crate::request::DEADLINE_UNARMED
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
         // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.

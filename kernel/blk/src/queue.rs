@@ -28,7 +28,9 @@ use crate::list::{Fifo, Links, TagStack};
 use crate::map::{map_queues, validate_map};
 use crate::request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Slot, Status, state};
 use crate::sleeplock::SleepLock;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, spin_loop};
+use crate::sync::{
+    AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, fence_after_rmw, spin_loop,
+};
 use crate::tags::{HostTags, MAX_DEPTH};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -323,10 +325,6 @@ pub struct Queue<D: Driver> {
     queue_lock: CachePadded<SleepLock>,
     reschedule_cost_ns: core::sync::atomic::AtomicU64,
     freeze_depth: SpinLock<u32>,
-    /// The platform clock as of the latest `tick` (or queue creation): request deadlines are
-    /// counted from it, so issuing a request reads no clock. Monotonic (`fetch_max`); a
-    /// statistic-like hint that orders nothing, so a plain `core` atomic.
-    coarse_clock: CachePadded<core::sync::atomic::AtomicU64>,
     policy: KnobU8,
     check: KnobU8,
     counters: Counters,
@@ -372,7 +370,6 @@ impl<D: Driver> Queue<D> {
                 .map(|_| Arc::new(HostTags::with_hints(depth, cfg.reserved_tags, ncpus)))
                 .collect(),
         };
-        let start_clock = platform.now_ns();
         let mut sharer_ids = Vec::with_capacity(nsets);
         for set in tag_sets.iter() {
             match set.register(platform.clone()) {
@@ -411,7 +408,6 @@ impl<D: Driver> Queue<D> {
             queue_lock: CachePadded(SleepLock::new(ncpus)),
             reschedule_cost_ns: core::sync::atomic::AtomicU64::new(cfg.reschedule_cost_ns),
             freeze_depth: SpinLock::new(0),
-            coarse_clock: CachePadded(core::sync::atomic::AtomicU64::new(start_clock)),
             policy: KnobU8::new(cfg.completion as u8),
             check: KnobU8::new(cfg.quiesce_check as u8),
             counters: Counters::new(ncpus),
@@ -460,11 +456,6 @@ impl<D: Driver> Queue<D> {
     /// Request timeout in ns (0: none).
     pub fn timeout_ns(&self) -> u64 {
         self.timeout_ns
-    }
-    /// The coarse clock deadlines are counted from: the platform clock at the latest `tick`.
-    #[inline]
-    pub fn coarse_now(&self) -> u64 {
-        self.coarse_clock.load(core::sync::atomic::Ordering::Relaxed)
     }
     /// The hardware queue serving `cpu`.
     pub fn cpu_to_hwq(&self, cpu: usize) -> Result<usize, BlkError> {
@@ -841,9 +832,11 @@ impl<D: Driver> Queue<D> {
         }
         bump(&self.counters.cpu(cpu).queue_runs);
         loop {
-            // Pairs with the fence in `quiesce_nowait`: either `quiesce` sees RUNNING and
-            // waits for us, or we see the raised depth and dispatch nothing.
-            fence(Ordering::SeqCst);
+            // Full fence; the access just before is an atomic RMW (the counter bump on the
+            // first round, the RERUN swap below on later ones), hence `fence_after_rmw`. Pairs
+            // with the fence in `quiesce_nowait`: either `quiesce` sees RUNNING and waits for
+            // us, or we see the raised depth and dispatch nothing.
+            fence_after_rmw();
             if !self.quiesced() {
                 self.dispatch_once(cpu, hwq);
             }
@@ -1295,7 +1288,8 @@ impl<D: Driver> Queue<D> {
                     submit_cpu: d.submit_cpu,
                     complete_cpu: cpu as u16,
                 },
-                index / self.depth,
+                // The tag set of the hardware queue it went through (no division by the depth).
+                self.set_of(usize::from(d.hwq)),
                 usize::from(d.hwq),
             )
         };
@@ -1311,7 +1305,6 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::FREE);
         // Release inside `free` publishes the FREE state and our last reads to the next owner.
         // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let set = set as usize;
         let freed = self.tag_sets[set].free(cpu, completion.tag, self.sharer_ids[set]);
         debug_assert!(freed, "tag {} freed twice", completion.tag);
         self.usage.exit();
@@ -1353,21 +1346,20 @@ impl<D: Driver> Queue<D> {
         Ok(self.driver.poll(&ctx))
     }
 
-    /// The periodic tick: advances the coarse clock, runs the driver's timeout handler for
-    /// every issued request whose deadline has passed, and reruns queues that hold turned-away
-    /// requests. Returns the number of requests that timed out.
+    /// The periodic tick: starts the timer of every request issued since the last tick, runs
+    /// the driver's timeout handler for every issued request whose deadline has passed, and
+    /// reruns queues that hold turned-away requests. Returns the number of requests that timed
+    /// out.
     ///
-    /// Deadlines are counted from the coarse clock (the platform clock at the latest tick, as
-    /// Linux counts them in jiffies), so that issuing a request reads no clock: a request may
-    /// be declared timed out up to one tick interval before `timeout_ns` has really passed
-    /// since it was issued. Tick much more often than the timeout (the kernel ticks every few
-    /// ms against a 30 s timeout).
+    /// Issuing a request reads no clock (that was a fifth of the per-request cost): the first
+    /// tick that sees the request reads the clock and sets its deadline to that time plus
+    /// `timeout_ns`. So a request never times out early, and at most one tick interval late
+    /// (Linux's jiffy rounding goes the same way); if ticks stop, timers just start later.
     pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
         self.check_cpu(cpu)?;
         let mut expired = 0;
         if self.timeout_ns != 0 {
             let now = self.platform.now_ns();
-            self.coarse_clock.fetch_max(now, core::sync::atomic::Ordering::Relaxed);
             for index in 0..self.slots.len() as u32 {
                 if self.check_timeout(cpu, index, now) {
                     expired += 1;
@@ -1389,6 +1381,20 @@ impl<D: Driver> Queue<D> {
             return false;
         }
         let deadline = slot.deadline.load(Ordering::Relaxed);
+        if deadline == crate::request::DEADLINE_UNARMED {
+            // Issued since the last tick: start its timer. The clock is read after the loads
+            // above, so if the slot was reissued meanwhile the deadline is still no earlier
+            // than the new issue's time plus the timeout (to within the few ns before the CAS;
+            // a CAS that fails means a verdict or a reset re-armed it first).
+            let armed = self.platform.now_ns().saturating_add(self.timeout_ns);
+            let _ = slot.deadline.compare_exchange(
+                crate::request::DEADLINE_UNARMED,
+                armed.clamp(1, crate::request::DEADLINE_UNARMED - 1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return false;
+        }
         if deadline == 0 || now < deadline {
             return false;
         }
@@ -1428,7 +1434,10 @@ impl<D: Driver> Queue<D> {
             };
             if let Some(after) = next {
                 bump(&counters.timeout_resets);
-                slot.deadline.store(now.saturating_add(after).max(1), Ordering::Relaxed);
+                slot.deadline.store(
+                    now.saturating_add(after).clamp(1, crate::request::DEADLINE_UNARMED - 1),
+                    Ordering::Relaxed,
+                );
             }
             Some(action)
         };

@@ -546,6 +546,20 @@ fn shared_tags_span_hardware_queues() {
 // ------------------------------------------------------------------ timeouts
 
 #[test]
+fn a_timer_starts_at_the_first_tick_after_issue_and_never_fires_early() {
+    let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
+    p.advance(5_000);
+    q.submit(0, &read(1)).unwrap();
+    // Long after the issue, but the timer only starts now: no timeout yet.
+    p.advance(10_000);
+    assert_eq!(q.tick(0).unwrap(), 0);
+    p.advance(999);
+    assert_eq!(q.tick(0).unwrap(), 0, "999 ns after the timer started");
+    p.advance(1);
+    assert_eq!(q.tick(0).unwrap(), 1);
+}
+
+#[test]
 fn timeouts_reset_or_finish_as_the_driver_says() {
     let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
     q.submit(0, &read(7)).unwrap();
@@ -587,6 +601,7 @@ fn timeouts_reset_or_finish_as_the_driver_says() {
 fn completion_during_the_timeout_handler_is_applied_afterwards() {
     let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
     q.submit(0, &read(3)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     *q.driver().complete_during_timeout.lock().unwrap() = Some(Status::IoError);
     p.advance(2_000);
     assert_eq!(q.tick(0).unwrap(), 1);
@@ -713,6 +728,7 @@ fn a_stale_completion_never_reaches_the_tags_next_owner() {
     // Depth 1: the second request necessarily reuses the first one's tag.
     let (q, p) = rec_queue(1, 1, CompletionPolicy::Irq);
     q.submit(0, &read(1)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     let first = q.driver().issued.lock().unwrap()[0];
     q.driver()
         .timeout_plan
@@ -722,6 +738,7 @@ fn a_stale_completion_never_reaches_the_tags_next_owner() {
     p.advance(1_000);
     assert_eq!(q.tick(0).unwrap(), 1);
     q.submit(0, &read(2)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     let second = q.driver().issued.lock().unwrap()[1];
     assert_eq!(second.tag(), first.tag(), "depth 1: same tag");
     assert_ne!(second.generation(), first.generation());
@@ -783,6 +800,7 @@ fn a_completion_for_a_tag_never_issued_is_refused() {
 fn reset_timer_after_sets_the_next_deadline() {
     let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
     q.submit(0, &read(1)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     q.driver()
         .timeout_plan
         .lock()
@@ -806,6 +824,7 @@ fn a_ladder_finishes_a_timed_out_request_later_with_its_token() {
     // (outside the handler): the driver completes the token with Aborted.
     let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
     q.submit(0, &read(1)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     let token = q.driver().issued.lock().unwrap()[0];
     q.driver()
         .timeout_plan
@@ -864,6 +883,7 @@ fn requeue_issues_again_with_a_new_generation() {
 fn requeue_verdict_reissues_but_a_completion_during_the_handler_wins() {
     let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
     q.submit(0, &read(1)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     q.driver()
         .timeout_plan
         .lock()
@@ -883,6 +903,7 @@ fn requeue_verdict_reissues_but_a_completion_during_the_handler_wins() {
         .lock()
         .unwrap()
         .push_back(TimeoutAction::Requeue);
+    assert_eq!(q.tick(0).unwrap(), 0, "the reissue's timer starts");
     p.advance(1_000);
     assert_eq!(q.tick(0).unwrap(), 1);
     assert_eq!(p.ended(), 1);
@@ -895,6 +916,7 @@ fn requeue_verdict_reissues_but_a_completion_during_the_handler_wins() {
 fn a_requeue_during_the_handler_is_applied_after_a_reset_timer() {
     let (q, p) = rec_queue(1, 4, CompletionPolicy::Irq);
     q.submit(0, &read(1)).unwrap();
+    assert_eq!(q.tick(0).unwrap(), 0, "the first tick only starts the timer");
     q.driver().requeue_during_timeout.store(1, Ordering::SeqCst);
     p.advance(1_000);
     assert_eq!(q.tick(0).unwrap(), 1);
