@@ -671,8 +671,7 @@ impl<D: Driver> Queue<D> {
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(state::QUEUED);
         bump(&self.counters.cpu(cpu).submitted);
-        self.insert(cpu, hwq, index);
-        self.run_hw_queue(cpu, hwq);
+        self.queue_or_issue(cpu, hwq, index);
         Ok(Submitted { hwq, tag })
     }
 
@@ -732,6 +731,35 @@ impl<D: Driver> Queue<D> {
         {
             set.waiter_exit();
         }
+    }
+
+    /// Hands a new request to hardware queue `hwq`. When nothing of this CPU's is waiting and
+    /// no CPU is dispatching, it takes the run token and dispatches the request directly
+    /// (Linux's `blk_mq_try_issue_directly`), skipping the software-queue handoff (a push, a
+    /// pending bit, and the dispatcher's two swaps). Otherwise it queues it and runs the queue.
+    ///
+    /// Order: this CPU's older requests are either on its software queue (then we take the
+    /// slow path), or were taken by a dispatcher that has since released the token (they are
+    /// dispatched or on the FIFO, ahead of us), since we got the token.
+    fn queue_or_issue(&self, cpu: usize, hwq: usize, index: u32) {
+        let hq = &self.hwqs[hwq];
+        if self.sw_queues[cpu].is_empty()
+            && !hq.dispatch_nonempty.load(Ordering::Relaxed)
+            // Acquire pairs with the Release that freed the token (as in `dispatch`).
+            && hq
+                .run_state
+                .compare_exchange(0, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            if self.run_with_token(cpu, hwq, Some(index)) {
+                // Quiesced: it waits on the FIFO. Re-check like an insert does, so that an
+                // unquiesce racing with us is not missed.
+                self.run_hw_queue(cpu, hwq);
+            }
+            return;
+        }
+        self.insert(cpu, hwq, index);
+        self.run_hw_queue(cpu, hwq);
     }
 
     fn insert(&self, cpu: usize, hwq: usize, index: u32) {
@@ -830,6 +858,17 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
+        self.run_with_token(cpu, hwq, None);
+    }
+
+    /// Dispatches while holding the run token, until no rerun is requested, then releases it.
+    /// `direct`: a request to dispatch after whatever is already waiting (the direct-issue
+    /// path); if the queue turns out to be quiesced it is parked on the dispatch FIFO instead
+    /// and `true` is returned: the caller must then re-check (`run_hw_queue`), as an insert
+    /// would.
+    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: Option<u32>) -> bool {
+        let hq = &self.hwqs[hwq];
+        let mut parked = false;
         bump(&self.counters.cpu(cpu).queue_runs);
         loop {
             // Full fence; the access just before is an atomic RMW (the counter bump on the
@@ -838,14 +877,21 @@ impl<D: Driver> Queue<D> {
             // us, or we see the raised depth and dispatch nothing.
             fence_after_rmw();
             if !self.quiesced() {
-                self.dispatch_once(cpu, hwq);
+                self.dispatch_once(cpu, hwq, direct.take());
+            } else if let Some(index) = direct.take() {
+                // SAFETY: we hold the run token, which guards the FIFO.
+                let fifo = unsafe { &mut *hq.fifo.get() };
+                self.links.set(index, crate::list::EMPTY);
+                fifo.append_newest_first(index, &self.links);
+                hq.dispatch_nonempty.store(true, Ordering::Relaxed);
+                parked = true;
             }
             // Release pairs with the Acquire that takes the token next.
             match hq
                 .run_state
                 .compare_exchange(RUNNING, 0, Ordering::Release, Ordering::Relaxed)
             {
-                Ok(_) => return,
+                Ok(_) => return parked,
                 Err(_) => {
                     // RERUN was set: consume it and go again. Acquire pairs with the
                     // requester's AcqRel CAS.
@@ -855,8 +901,8 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// One dispatch pass; the caller holds the run token.
-    fn dispatch_once(&self, cpu: usize, hwq: usize) {
+    /// One dispatch pass; the caller holds the run token. `direct` joins the end of the line.
+    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: Option<u32>) {
         let hq = &self.hwqs[hwq];
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
         let fifo = unsafe { &mut *hq.fifo.get() };
@@ -874,6 +920,10 @@ impl<D: Driver> Queue<D> {
                 let chain = self.sw_queues[c].take_newest_first();
                 fifo.append_newest_first(chain, &self.links);
             }
+        }
+        if let Some(index) = direct {
+            self.links.set(index, crate::list::EMPTY);
+            fifo.append_newest_first(index, &self.links);
         }
         if fifo.is_empty() {
             hq.dispatch_nonempty.store(false, Ordering::Relaxed);
