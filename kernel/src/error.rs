@@ -8,15 +8,17 @@ pub enum Error {
     /// ACPI, PCI, MSI/MSI-X or IRQ-routing logic.
     Platform(platform::Error),
     /// A device memory mapping.
-    Map(crate::paging::MapError),
+    Map(crate::arch::paging::MapError),
     /// Physical memory.
-    Alloc(crate::memory::AllocError),
+    Alloc(crate::arch::memory::AllocError),
     /// PCI was used before enumeration.
     NoPci,
     /// A CPU index that is not online.
     CpuOffline { cpu: usize, online: usize },
     /// A device that is absent or misbehaves, with a specific description.
     Device(alloc::string::String),
+    /// A bad command-line key or value, with a specific description.
+    Config(alloc::string::String),
 }
 
 impl fmt::Display for Error {
@@ -28,6 +30,7 @@ impl fmt::Display for Error {
             Error::NoPci => write!(f, "PCI has not been enumerated"),
             Error::CpuOffline { cpu, online } => write!(f, "cpu{cpu} is not online ({online} CPUs online)"),
             Error::Device(s) => write!(f, "{s}"),
+            Error::Config(s) => write!(f, "command line: {s}"),
         }
     }
 }
@@ -38,14 +41,14 @@ impl From<platform::Error> for Error {
     }
 }
 
-impl From<crate::paging::MapError> for Error {
-    fn from(e: crate::paging::MapError) -> Self {
+impl From<crate::arch::paging::MapError> for Error {
+    fn from(e: crate::arch::paging::MapError) -> Self {
         Error::Map(e)
     }
 }
 
-impl From<crate::memory::AllocError> for Error {
-    fn from(e: crate::memory::AllocError) -> Self {
+impl From<crate::arch::memory::AllocError> for Error {
+    fn from(e: crate::arch::memory::AllocError) -> Self {
         Error::Alloc(e)
     }
 }

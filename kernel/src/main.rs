@@ -15,26 +15,13 @@ extern crate alloc;
 // emit an image with entry 0.
 use boot as _;
 
-mod apic;
-mod block;
-mod console;
-mod cpu;
-mod drivers;
+mod app;
+mod arch;
+mod dev;
 mod error;
-mod exit;
-mod firmware;
-mod idt;
-mod interrupts;
-mod irq;
-mod jobs;
-mod memory;
-mod paging;
-mod pci;
-mod percpu;
-mod selftest;
-mod smp;
-mod time;
 
+use arch::console::{emergency_println, kprintln};
+use arch::{apic, console, cpu, exit, firmware, idt, irq, memory, percpu, smp, time, watchdog};
 use bootinfo::BootInfo;
 use bootinfo::memmap::Range;
 use core::panic::PanicInfo;
@@ -45,8 +32,6 @@ const JOB_KEYS_HELP: &str = "job keys: job, rw, rwmixread, rwmixwrite, bs, iodep
      device, verify, verify_generation, completion, quiesce, seed, stop_on_error, io_timeout";
 
 static BOOT_INFO: spin::Once<BootInfo> = spin::Once::new();
-/// The interrupt-affinity policy from `irq.affinity=` (default: spread).
-pub static AFFINITY: spin::Once<platform::irq::AffinityPolicy> = spin::Once::new();
 
 #[unsafe(no_mangle)]
 extern "C" fn kmain(magic: u32, info: u32) -> ! {
@@ -68,7 +53,8 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         info
     );
     kprintln!("cmdline: \"{}\"", boot.cmdline);
-    let config = match bootinfo::cmdline::parse(&boot.cmdline, JOB_KEYS, JOB_KEYS_HELP) {
+    let driver_prefixes = dev::registry::key_prefixes();
+    let config = match bootinfo::cmdline::parse_with_drivers(&boot.cmdline, JOB_KEYS, JOB_KEYS_HELP, &driver_prefixes) {
         Ok(c) => c,
         Err(e) => exit::failure(format_args!("command line: {e}")),
     };
@@ -95,10 +81,15 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Ok(m) => m,
         Err(e) => exit::failure(format_args!("memory: {e}")),
     };
+    // Every driver parses its own keys (with the heap up), so a bad one stops the boot
+    // before any device is touched.
+    if let Err(e) = dev::registry::configure(&config.driver_words) {
+        exit::failure(format_args!("{e}"));
+    }
     cpu::init_descriptor_tables();
     apic::disable_legacy_pics();
     apic::choose_mode();
-    apic::init_local();
+    apic::init_local(irq::VECTOR_SPURIOUS);
     percpu::current()
         .apic_id
         .store(apic::id(), core::sync::atomic::Ordering::Relaxed);
@@ -124,14 +115,14 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         }
     );
     let fw = firmware::set(fw);
-    match pci::init(fw.mcfg.as_ref()) {
+    match dev::pci::init(fw.mcfg.as_ref()) {
         Ok(p) => {
             kprintln!("pci: {} functions via {}", p.functions.len(), p.mechanism);
             kprintln!("{}", platform::pci::PciListing(&p.functions));
         }
         Err(e) => exit::failure(format_args!("PCI: {e}")),
     }
-    if let Err(e) = interrupts::init_ioapics() {
+    if let Err(e) = dev::interrupts::init_ioapics() {
         exit::failure(format_args!("I/O APIC: {e}"));
     }
     let affinity = match config
@@ -147,7 +138,26 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     } else {
         alloc::vec![apic::id()]
     };
+    // The tick (heartbeat and idle backstop) runs on every CPU from here;
+    // APs are watched from the moment they are online.
+    watchdog::init(config.watchdog_ms);
+    watchdog::start_this_cpu(false);
     let cpus = smp::start_aps(&apic_ids);
+    let halt = match config.idle {
+        bootinfo::cmdline::IdleMode::Halt => true,
+        bootinfo::cmdline::IdleMode::Poll => false,
+        bootinfo::cmdline::IdleMode::Auto => arch::idle::under_hypervisor(),
+    };
+    arch::idle::set_halt(halt);
+    kprintln!(
+        "idle: {} while waiting for completions{}",
+        if halt { "halt" } else { "poll" },
+        if config.idle == bootinfo::cmdline::IdleMode::Auto {
+            " (idle=auto)"
+        } else {
+            ""
+        }
+    );
     smp::report(&cpus);
     if cpus.iter().any(|c| !c.online) {
         exit::failure(format_args!("not every CPU came online"));
@@ -155,16 +165,16 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = affinity.validate(smp::online() as u32) {
         exit::failure(format_args!("command line: irq.affinity: {e}"));
     }
-    AFFINITY.call_once(|| affinity);
+    dev::cpumap::set_affinity(affinity);
 
     if let Some(test) = config.test {
-        selftest::run(test);
+        app::selftest::run(test);
     }
 
-    if let Err(e) = drivers::create_null(&config) {
+    if let Err(e) = dev::null::create_null(&config) {
         exit::failure(format_args!("{e}"));
     }
-    match drivers::probe_pci(&config) {
+    match dev::registry::probe_all() {
         Ok(claimed) => {
             for (driver, n) in claimed {
                 kprintln!("{driver}: {n} controller(s)");
@@ -172,13 +182,13 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         }
         Err(e) => exit::failure(format_args!("{e}")),
     }
-    block::seal();
-    block::report();
+    dev::block::seal();
+    dev::block::report();
     if config.job_words.is_empty() {
         kprintln!("no job on the command line: platform and devices reported");
         exit::success();
     }
-    match jobs::run(&config.job_words) {
+    match app::jobs::run(&config.job_words) {
         Ok(true) => exit::success(),
         Ok(false) => exit::failure(format_args!("a job failed (see its report)")),
         Err(e) => exit::failure(format_args!("{e}")),

@@ -11,12 +11,12 @@ use crate::dcmd::{self, Capacity, ControllerInfo, LdInfo, LdListEntry};
 use crate::error::{BogusReason, Fault};
 use crate::frame::{self, FrameWriter, Header, Segment};
 use crate::gate::{GateOutcome, ReapGate};
-use crate::hal::{Delay, Dma, Mmio};
 use crate::mem::DmaBuf;
 use crate::model::Model;
 use crate::regs::{self, FwState, FwStatus};
 use crate::status::{IoError, IoErrorKind, IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
 use crate::tags::{self, TagTable};
+use crate::{Delay, Dma, Mmio};
 
 /// Bytes of sense buffer per tag (fixed-format sense is 18 bytes; room for descriptor format).
 pub const SENSE_LEN: usize = 64;
@@ -35,6 +35,17 @@ const MAX_TRANSITIONS: u32 = 32;
 const FAULT_ATTEMPTS: u32 = 2;
 /// Rounds of lock-drain-unlock-recheck one `reap` call makes.
 const MAX_REAP_ROUNDS: u32 = 64;
+/// Reply-queue faults logged one by one; after that they are only counted (the host logs a
+/// summary per second), so a hostile device cannot flood the console.
+const FAULT_LOG_FIRST: u64 = 16;
+/// How many generations a polled command's reply-queue echo may lag behind its tag.
+const POLLED_ECHO_WINDOW: u16 = 256;
+/// Polls a controller reset waits for submitters to leave their critical section.
+const RESET_SUBMITTER_POLLS: u32 = 1000;
+
+/// The tag reserved for admin commands: bring-up, discovery, INIT after a reset, and ABORT frames.
+/// The block layer keeps it out of its I/O tags (`reserved_tags = 1`).
+pub const ADMIN_TAG: u16 = 0;
 
 /// Tunables. `Config::default()` suits QEMU and real hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +54,11 @@ pub struct Config {
     pub max_tags: u16,
     /// Upper bound on scatter-gather elements per command.
     pub max_sge: u16,
-    /// How long the firmware may stay in one state during bring-up (Linux allows 180 s).
+    /// How long the firmware may stay in one state during bring-up.
     pub state_timeout_us: u64,
+    /// How long the whole bring-up (or a controller reset) may take, all states together. The MFI
+    /// worst case is 180 s; without this, per-state limits add up (32 states x 60 s).
+    pub bringup_timeout_us: u64,
     /// Poll interval while waiting for a firmware state change.
     pub state_poll_us: u32,
     /// How long a polled command (INIT, DCMD, READ CAPACITY) may take.
@@ -61,6 +75,7 @@ impl Default for Config {
             max_tags: tags::MAX_TAGS,
             max_sge: frame::QEMU_MAX_SGE as u16,
             state_timeout_us: 60_000_000,
+            bringup_timeout_us: 180_000_000,
             state_poll_us: 1_000,
             command_timeout_us: 30_000_000,
             command_poll_us: 20,
@@ -130,6 +145,37 @@ pub enum IrqMode {
     Polled,
 }
 
+/// One accepted completion, as [`Controller::reap_with`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// Controller tag.
+    pub tag: u16,
+    /// The cookie given to [`Controller::submit_cookie`].
+    pub cookie: u64,
+    /// What the device reported (a controller reset reports `Failed` with kind `Aborted`).
+    pub status: IoStatus,
+    /// An ABORT was pending for the command (it completed on its own, was aborted, or was
+    /// given up by a controller reset).
+    pub aborted: bool,
+}
+
+/// Counters of the recovery paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryCounters {
+    /// ABORT frames sent.
+    pub aborts_sent: u64,
+    /// Aborts that ended with the command given up by the device (its reply, or the abort's OK).
+    pub aborts_confirmed: u64,
+    /// Aborts the device refused (any status but OK while the command was still in flight).
+    pub aborts_failed: u64,
+    /// Controller resets completed.
+    pub resets: u64,
+    /// Commands failed by controller resets.
+    pub reset_failed_commands: u64,
+    /// Polled commands that timed out (their tag and buffer were quarantined).
+    pub quarantined: u64,
+}
+
 /// What one [`Controller::reap`] call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reaped {
@@ -145,6 +191,23 @@ pub struct Reaped {
     pub contended: bool,
     /// Gave up after many rounds with completions still arriving: call `reap` again.
     pub more_pending: bool,
+}
+
+/// What a tag is doing, as [`Controller::command_state`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandState {
+    /// No command.
+    Free,
+    /// A frame is being built; not posted yet.
+    Prepared,
+    /// Posted, owned by the device.
+    Posted,
+    /// Posted, and an ABORT for it was sent.
+    Aborting,
+    /// A polled command timed out; reserved until a controller reset.
+    Quarantined,
+    /// A polled admin command or an ABORT frame.
+    Admin,
 }
 
 /// Per-target capacity, published by discovery and read lock-free by `submit`.
@@ -174,6 +237,8 @@ struct Bringup<'a, M, T> {
     delay: &'a T,
     model: Model,
     config: &'a Config,
+    /// Virtual time waited so far, against `config.bringup_timeout_us`.
+    waited_total: core::cell::Cell<u64>,
 }
 
 impl<M: Mmio, T: Delay> Bringup<'_, M, T> {
@@ -181,7 +246,24 @@ impl<M: Mmio, T: Delay> Bringup<'_, M, T> {
         FwStatus(self.mmio.read32(self.model.status_register()))
     }
 
-    /// Polls until the state differs from `from`, up to the state timeout.
+    /// One poll interval, charged to the overall bring-up deadline. `Err` when it is spent.
+    fn pause(&self, state: FwState) -> Result<(), Error> {
+        let total = self.waited_total.get();
+        if total >= self.config.bringup_timeout_us {
+            return Err(Error::BringupTimeout {
+                state,
+                waited_us: total,
+                limit_us: self.config.bringup_timeout_us,
+            });
+        }
+        self.delay.delay_us(self.config.state_poll_us);
+        self.waited_total
+            .set(total.saturating_add(u64::from(self.config.state_poll_us.max(1))));
+        Ok(())
+    }
+
+    /// Polls until the state differs from `from`, up to the state timeout and the overall
+    /// bring-up deadline, whichever comes first.
     fn wait_state_change(&self, from: FwState) -> Result<FwStatus, Error> {
         let mut waited = 0u64;
         loop {
@@ -195,7 +277,7 @@ impl<M: Mmio, T: Delay> Bringup<'_, M, T> {
                     waited_us: waited,
                 });
             }
-            self.delay.delay_us(self.config.state_poll_us);
+            self.pause(from)?;
             waited += u64::from(self.config.state_poll_us.max(1));
         }
     }
@@ -204,10 +286,9 @@ impl<M: Mmio, T: Delay> Bringup<'_, M, T> {
     fn wait_reg(&self, offset: u32, done: impl Fn(u32) -> bool) -> bool {
         let mut waited = 0u64;
         while !done(self.mmio.read32(offset)) {
-            if waited >= self.config.state_timeout_us {
+            if waited >= self.config.state_timeout_us || self.pause(FwState::Fault).is_err() {
                 return false;
             }
-            self.delay.delay_us(self.config.state_poll_us);
             waited += u64::from(self.config.state_poll_us.max(1));
         }
         true
@@ -308,6 +389,8 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     admin: DmaBuf,
     admin_busy: AtomicBool,
     tags: TagTable,
+    /// Bytes of each tag's last I/O frame, for [`Self::resubmit`].
+    frame_lens: alloc::boxed::Box<[AtomicU32]>,
     /// Consumer index, owned by whoever holds `gate`.
     ci: AtomicU32,
     gate: ReapGate,
@@ -316,6 +399,36 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     irq_enabled: AtomicBool,
     drives: [DriveSlot; dcmd::MAX_LD],
     faults: AtomicU64,
+    /// False while a controller reset runs: `begin_submit` refuses.
+    accepting: AtomicBool,
+    /// Submitters inside their critical section (between `begin_submit` and the guard's drop).
+    submitters: AtomicU32,
+    /// The admin buffer is held by a polled command that timed out.
+    admin_quarantined: AtomicBool,
+    /// Tag and generation (`tag | generation << 16`) of the command the pending ABORT is for.
+    abort_victim: AtomicU32,
+    /// An abort was refused: the next `reset_if_needed` resets the controller.
+    reset_requested: AtomicBool,
+    aborts_sent: AtomicU64,
+    aborts_confirmed: AtomicU64,
+    aborts_failed: AtomicU64,
+    resets: AtomicU64,
+    reset_failed_commands: AtomicU64,
+    quarantined: AtomicU64,
+}
+
+/// A submitter's pass through the controller: while one exists, a controller reset waits. Get it
+/// with [`Controller::begin_submit`] before handing a request to the block layer's `issue`, so a
+/// reset in progress makes the request go back to the queue instead.
+pub struct SubmitGuard<'a> {
+    submitters: &'a AtomicU32,
+}
+
+impl Drop for SubmitGuard<'_> {
+    fn drop(&mut self) {
+        // Release: the frame stores and the doorbell happen before the reset sees the count drop.
+        self.submitters.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl<M: Mmio, D: Dma, T: Delay> fmt::Debug for Controller<M, D, T> {
@@ -342,6 +455,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             delay: &delay,
             model,
             config: &config,
+            waited_total: core::cell::Cell::new(0),
         };
         bring.to_ready()?;
         // Mask while READY: on QEMU this resets once more and clears stale unit attentions.
@@ -418,6 +532,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             admin,
             admin_busy: AtomicBool::new(false),
             tags: TagTable::new(ntags),
+            frame_lens: (0..ntags).map(|_| AtomicU32::new(0)).collect(),
             ci: AtomicU32::new(0),
             gate: ReapGate::new(),
             post_lock: AtomicBool::new(false),
@@ -428,9 +543,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 blocks: AtomicU64::new(0),
             }),
             faults: AtomicU64::new(0),
+            accepting: AtomicBool::new(true),
+            submitters: AtomicU32::new(0),
+            admin_quarantined: AtomicBool::new(false),
+            abort_victim: AtomicU32::new(0),
+            reset_requested: AtomicBool::new(false),
+            aborts_sent: AtomicU64::new(0),
+            aborts_confirmed: AtomicU64::new(0),
+            aborts_failed: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            reset_failed_commands: AtomicU64::new(0),
+            quarantined: AtomicU64::new(0),
         };
         ctrl.init_queue()?;
-        let info = ctrl.ctrl_get_info(0)?;
+        let info = ctrl.ctrl_get_info(ADMIN_TAG)?;
         ctrl.ntags = ctrl.ntags.min(info.max_cmds - 1);
         ctrl.max_sge = ctrl.max_sge.min(info.max_sge);
         log::info!(
@@ -452,6 +578,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             delay: &self.delay,
             model: self.model,
             config: &self.config,
+            waited_total: core::cell::Cell::new(0),
         }
     }
 
@@ -587,6 +714,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         build: impl FnOnce(&FrameWriter<'_>, u32),
     ) -> Result<Polled, Error> {
         self.check_tag(tag)?;
+        if self.tags.load(tag).0 == tags::QUARANTINED {
+            return Err(Error::AdminQuarantined);
+        }
         let generation = self.tags.claim(tag)?;
         let ctx = tags::encode_context(tag, generation, true);
         let w = self.frame(tag);
@@ -602,8 +732,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 break MfiStatus(s);
             }
             if waited >= self.config.command_timeout_us {
-                // The device still owns the frame: the tag stays POLLED, i.e. reserved, for good.
-                log::error!("megasas: {what} on tag {tag} timed out after {waited} us");
+                // The device still owns the frame (and whatever buffer it points at): the tag is
+                // quarantined until a controller reset makes the device give everything up.
+                self.tags.quarantine(tag, generation);
+                self.quarantined.fetch_add(1, Ordering::Relaxed);
+                log::error!(
+                    "megasas: {what} on tag {tag} timed out after {waited} us; tag quarantined until a controller reset"
+                );
                 return Err(Error::CommandTimeout {
                     what,
                     tag,
@@ -616,6 +751,224 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let polled = self.read_completion(tag, mfi);
         self.tags.finish(tag, generation);
         Ok(polled)
+    }
+
+    fn take_admin(&self) -> Result<AdminGuard<'_>, Error> {
+        // Acquire pairs with the Release in `reset`, which lifts the quarantine.
+        if self.admin_quarantined.load(Ordering::Acquire) {
+            return Err(Error::AdminQuarantined);
+        }
+        AdminGuard::take(&self.admin_busy)
+    }
+
+    /// A polled command that timed out leaves the admin buffer to the device: the guard is not
+    /// released (the buffer stays taken) until a controller reset.
+    fn keep_admin_on_timeout(&self, guard: AdminGuard<'_>, r: Result<Polled, Error>) -> Result<Polled, Error> {
+        if let Err(Error::CommandTimeout { .. }) = r {
+            self.admin_quarantined.store(true, Ordering::Release);
+            core::mem::forget(guard);
+        }
+        r
+    }
+
+    /// Sends an MFI ABORT for the command on `victim` (which must be POSTED), using the admin
+    /// tag's frame. The command goes POSTED -> ABORTING; its completion (normal, or 0x2E when
+    /// aborted) is reported by the reaper with [`Done::aborted`] set. If the ABORT is refused
+    /// while the command is still in flight, [`Self::reset_requested`] becomes true.
+    /// Only one abort is in flight at a time ([`Error::AbortUnavailable`] otherwise).
+    pub fn abort(&self, victim: u16) -> Result<(), Error> {
+        self.check_tag(victim)?;
+        if victim == ADMIN_TAG {
+            return Err(Error::NotAbortable { tag: victim });
+        }
+        let _guard = self.begin_submit()?;
+        let (state, vgen) = self.tags.load(victim);
+        if state != tags::POSTED {
+            return Err(Error::NotAbortable { tag: victim });
+        }
+        let generation = match self.tags.claim(ADMIN_TAG) {
+            Ok(g) => g,
+            Err(_) if self.tags.load(ADMIN_TAG).0 == tags::QUARANTINED => return Err(Error::AdminQuarantined),
+            Err(_) => return Err(Error::AbortUnavailable),
+        };
+        if !self.tags.start_abort(victim, vgen) {
+            // It completed between the load and here.
+            self.tags.finish(ADMIN_TAG, generation);
+            return Err(Error::NotAbortable { tag: victim });
+        }
+        // Published to the reaper by the Release in `publish` below.
+        self.abort_victim
+            .store(u32::from(victim) | (u32::from(vgen) << 16), Ordering::Relaxed);
+        let w = self.frame(ADMIN_TAG);
+        w.header(&Header {
+            cmd: frame::CMD_ABORT,
+            sense_len: 0,
+            target: 0,
+            cdb_len: 0,
+            sge_count: 0,
+            context: tags::encode_context(ADMIN_TAG, generation, false),
+            flags: 0,
+            data_len: 0,
+        });
+        w.u64_at(0x18, u64::from(tags::encode_context(victim, vgen, false)));
+        w.u64_at(0x20, self.pool.phys(usize::from(victim) * self.frame_stride));
+        self.tags.publish(ADMIN_TAG, tags::ABORT_FRAME, generation);
+        self.post(ADMIN_TAG, 64);
+        self.aborts_sent.fetch_add(1, Ordering::Relaxed);
+        log::warn!("megasas: tag {victim} timed out; ABORT sent");
+        Ok(())
+    }
+
+    /// What a tag is doing now (for the timeout handler; racy by nature).
+    pub fn command_state(&self, tag: u16) -> CommandState {
+        if tag >= self.ntags {
+            return CommandState::Free;
+        }
+        match self.tags.load(tag).0 {
+            tags::FREE => CommandState::Free,
+            tags::PREPARED => CommandState::Prepared,
+            tags::POSTED => CommandState::Posted,
+            tags::ABORTING => CommandState::Aborting,
+            tags::QUARANTINED => CommandState::Quarantined,
+            _ => CommandState::Admin,
+        }
+    }
+
+    /// Whether an abort was refused (or the caller asked) and the controller should be reset.
+    pub fn reset_requested(&self) -> bool {
+        self.reset_requested.load(Ordering::Acquire)
+    }
+
+    /// Asks for a controller reset at the next [`Self::reset`] opportunity.
+    pub fn request_reset(&self) {
+        self.reset_requested.store(true, Ordering::Release);
+    }
+
+    /// Counters of the abort/reset paths.
+    pub fn recovery_counters(&self) -> RecoveryCounters {
+        RecoveryCounters {
+            aborts_sent: self.aborts_sent.load(Ordering::Relaxed),
+            aborts_confirmed: self.aborts_confirmed.load(Ordering::Relaxed),
+            aborts_failed: self.aborts_failed.load(Ordering::Relaxed),
+            resets: self.resets.load(Ordering::Relaxed),
+            reset_failed_commands: self.reset_failed_commands.load(Ordering::Relaxed),
+            quarantined: self.quarantined.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Controller reset (online recovery): stops submissions (they get [`Error::Resetting`]),
+    /// takes the reply queue, reports completions already in the ring, then resets the firmware
+    /// (IDB ABORT|READY, which makes the device give up every frame), re-sends INIT with a fresh
+    /// reply queue and re-enables interrupts. Every command that was in flight is then reported
+    /// through `complete` as failed (kind `Aborted`): **failed, never re-issued** (the block layer's
+    /// owner decides about retries). Quarantined admin tags and buffers are freed.
+    ///
+    /// Must not run concurrently with itself or with admin commands. If the firmware does not come
+    /// back, the error is returned, the controller is marked not operational and the commands in
+    /// flight stay owned by the device (the caller must stop bus mastering before giving their
+    /// buffers back).
+    pub fn reset(&self, mut complete: impl FnMut(Done)) -> Result<u32, Error> {
+        // SeqCst pairs with `begin_submit` (see there).
+        self.accepting.store(false, Ordering::SeqCst);
+        let mut polls = 0;
+        while self.submitters.load(Ordering::SeqCst) != 0 {
+            if polls >= RESET_SUBMITTER_POLLS {
+                self.accepting.store(true, Ordering::SeqCst);
+                return Err(Error::ResetDeferred);
+            }
+            self.delay.delay_us(1);
+            polls += 1;
+        }
+        polls = 0;
+        while !self.gate.try_lock() {
+            if polls >= RESET_SUBMITTER_POLLS {
+                self.accepting.store(true, Ordering::SeqCst);
+                return Err(Error::ResetDeferred);
+            }
+            self.delay.delay_us(1);
+            polls += 1;
+        }
+        let result = self.reset_locked(&mut complete);
+        self.gate.unlock();
+        self.accepting.store(true, Ordering::SeqCst);
+        if let Err(e) = &result {
+            log::error!("megasas: controller reset failed: {e}; controller is out of service");
+        }
+        result
+    }
+
+    /// Fails every command in flight without touching the device: only for a controller that
+    /// could not be reset, **after the caller stopped the device's bus mastering**, so the
+    /// buffers really are no longer the device's. Returns how many commands were failed.
+    pub fn abandon_in_flight(&self, mut complete: impl FnMut(Done)) -> u32 {
+        self.operational.store(false, Ordering::Release);
+        self.sweep(&mut complete)
+    }
+
+    /// Frees every tag; reports the commands that were in flight as failed (kind `Aborted`).
+    fn sweep(&self, complete: &mut impl FnMut(Done)) -> u32 {
+        let mut failed = 0u32;
+        for tag in 0..self.tags.len() {
+            let (state, generation) = self.tags.load(tag);
+            match state {
+                tags::FREE => {}
+                tags::POSTED | tags::ABORTING => {
+                    let cookie = self.tags.cookie(tag);
+                    self.tags.finish(tag, generation);
+                    failed += 1;
+                    complete(Done {
+                        tag,
+                        cookie,
+                        status: IoStatus::Failed(IoError {
+                            kind: IoErrorKind::Aborted,
+                            mfi_status: MfiStatus::SCSI_IO_FAILED,
+                            scsi_status: 0,
+                            sense: None,
+                        }),
+                        aborted: state == tags::ABORTING,
+                    });
+                }
+                _ => self.tags.finish(tag, generation),
+            }
+        }
+        failed
+    }
+
+    fn reset_locked(&self, complete: &mut impl FnMut(Done)) -> Result<u32, Error> {
+        let irq_was_enabled = self.irq_enabled.load(Ordering::Acquire);
+        // Completions that already arrived keep their real status.
+        let mut out = Reaped::default();
+        self.drain(&mut out, complete, &core::cell::Cell::new(u32::MAX));
+        self.operational.store(false, Ordering::Release);
+        self.irq_enabled.store(false, Ordering::Release);
+        log::warn!("megasas: resetting the controller");
+        let bring = self.bringup();
+        // From OPERATIONAL this writes IDB ABORT|READY: QEMU cancels every frame (0x2E into the
+        // old ring) and drops the reply queue.
+        bring.to_ready()?;
+        self.mmio.write32(regs::OMSK, 0xFFFF_FFFF);
+        bring.to_ready()?;
+        // The device has given up every frame: fail what was in flight, free the rest.
+        let failed = self.sweep(complete);
+        // Release pairs with the Acquire in `take_admin`.
+        self.admin_busy.store(false, Ordering::Release);
+        self.admin_quarantined.store(false, Ordering::Release);
+        self.reset_requested.store(false, Ordering::Release);
+        for i in 0..self.ring_entries as usize {
+            self.ring
+                .atomic_u32(RING_ENTRIES + 4 * i)
+                .store(RING_SENTINEL, Ordering::Relaxed);
+        }
+        self.init_queue()?;
+        self.operational.store(true, Ordering::Release);
+        if irq_was_enabled {
+            self.enable_interrupts()?;
+        }
+        self.resets.fetch_add(1, Ordering::Relaxed);
+        self.reset_failed_commands
+            .fetch_add(u64::from(failed), Ordering::Relaxed);
+        log::warn!("megasas: controller reset done; {failed} commands in flight failed");
+        Ok(failed)
     }
 
     /// Reads status and sense of a completed frame.
@@ -677,7 +1030,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Runs a DCMD into the admin buffer and returns the first `len` bytes of its reply.
     fn dcmd(&self, tag: u16, what: &'static str, opcode: u32, mbox0: u8, len: usize) -> Result<Vec<u8>, Error> {
-        let _guard = AdminGuard::take(&self.admin_busy)?;
+        let guard = self.take_admin()?;
         // QEMU answers some queries OK without writing anything (pitfall 14): start from zeroes.
         self.admin.fill(0, len, 0);
         let sge = Segment {
@@ -700,7 +1053,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             mbox[0] = mbox0;
             w.bytes_at(0x1C, &mbox);
             w.sgl64(frame::IO_SGL, &[sge]);
-        })?;
+        });
+        let done = self.keep_admin_on_timeout(guard, done)?;
         if let Some(error) = done.error() {
             return Err(Error::CommandFailed { what, error });
         }
@@ -738,7 +1092,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         let mut attempt = 0u8;
         loop {
-            let _guard = AdminGuard::take(&self.admin_busy)?;
+            let guard = self.take_admin()?;
             self.admin.fill(0, dcmd::READ_CAPACITY16_LEN, 0);
             let sge = Segment {
                 phys: self.admin.phys(0),
@@ -764,7 +1118,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     w.bytes_at(0x20, &frame::cdb_read_capacity16());
                     w.sgl64(frame::PASS_SGL, &[sge]);
                 },
-            )?;
+            );
+            let done = self.keep_admin_on_timeout(guard, done)?;
             match done.error() {
                 None => {
                     let mut b = [0u8; dcmd::READ_CAPACITY16_LEN];
@@ -926,16 +1281,51 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Ok(block_size)
     }
 
+    /// Checks a request against the drive table and the controller limits without submitting it.
+    pub fn check_request(&self, req: &IoRequest<'_>) -> Result<(), Error> {
+        self.validate(req).map(|_| ())
+    }
+
+    /// Enters the submission critical section. Fails with [`Error::Resetting`] while a controller
+    /// reset runs (requeue and retry) and [`Error::NotOperational`] when the controller is down.
+    pub fn begin_submit(&self) -> Result<SubmitGuard<'_>, Error> {
+        // SeqCst pairs with the SeqCst store of `accepting` and load of `submitters` in `reset`
+        // (a Dekker pair): either the reset sees this submitter, or this submitter sees the reset.
+        self.submitters.fetch_add(1, Ordering::SeqCst);
+        let guard = SubmitGuard {
+            submitters: &self.submitters,
+        };
+        if !self.accepting.load(Ordering::SeqCst) {
+            return Err(Error::Resetting);
+        }
+        if !self.is_operational() {
+            return Err(Error::NotOperational);
+        }
+        Ok(guard)
+    }
+
     /// Submits one I/O on `tag` (the MFI context carries the tag in its low 15 bits). Validates
     /// the request first (target, range, segments): an invalid one never reaches the device.
     /// Completion is reported by [`Self::reap`].
     pub fn submit(&self, tag: u16, req: &IoRequest<'_>) -> Result<(), Error> {
-        if !self.is_operational() {
-            return Err(Error::NotOperational);
-        }
+        let guard = self.begin_submit()?;
+        self.submit_cookie(&guard, tag, req, 0)
+    }
+
+    /// [`Self::submit`] inside a critical section already entered, remembering `cookie` for the
+    /// completion ([`Done::cookie`]). The tag goes FREE -> PREPARED while the frame is built and
+    /// POSTED just before the doorbell, so no reply can match it before the frame is posted.
+    pub fn submit_cookie(
+        &self,
+        _guard: &SubmitGuard<'_>,
+        tag: u16,
+        req: &IoRequest<'_>,
+        cookie: u64,
+    ) -> Result<(), Error> {
         self.check_tag(tag)?;
         self.validate(req)?;
         let generation = self.tags.claim(tag)?;
+        self.tags.set_cookie(tag, cookie);
         let context = tags::encode_context(tag, generation, false);
         let w = self.frame(tag);
         let sense = self.sense_phys(tag);
@@ -987,6 +1377,29 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::PASS_SGL + frame::SGE64_LEN
             }
         };
+        self.frame_lens[usize::from(tag)].store(frame_bytes as u32, Ordering::Relaxed);
+        self.tags.publish(tag, tags::POSTED, generation);
+        self.post(tag, frame_bytes);
+        Ok(())
+    }
+
+    /// Posts the I/O frame of `tag` again, unchanged but for a new generation: for a command the
+    /// device answered BUSY. Only the owner of the tag may call it, after the command's
+    /// completion was reported (the tag is FREE and its frame still holds the request).
+    pub fn resubmit(&self, _guard: &SubmitGuard<'_>, tag: u16) -> Result<(), Error> {
+        self.check_tag(tag)?;
+        let frame_bytes = self.frame_lens[usize::from(tag)].load(Ordering::Relaxed) as usize;
+        if frame_bytes == 0 {
+            return Err(Error::InvalidRequest {
+                reason: "resubmit of a tag that never carried an I/O frame",
+            });
+        }
+        let generation = self.tags.claim(tag)?;
+        let w = self.frame(tag);
+        w.u32_at(0x08, tags::encode_context(tag, generation, false));
+        // Status back to pending, sense length back to the buffer size, old sense cleared.
+        w.bytes_at(frame::OFF_SENSE_LEN, &[SENSE_LEN as u8, MfiStatus::PENDING.0, 0]);
+        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         self.tags.publish(tag, tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())
@@ -1005,12 +1418,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Interrupt entry point: acknowledges as `mode` requires and drains the reply queue.
     /// Returns `None` when an INTx interrupt was not ours.
-    pub fn handle_interrupt(&self, mode: IrqMode, complete: impl FnMut(u16, IoStatus)) -> Option<Reaped> {
+    pub fn handle_interrupt(&self, mode: IrqMode, mut complete: impl FnMut(u16, IoStatus)) -> Option<Reaped> {
+        self.handle_interrupt_with(mode, |d| complete(d.tag, d.status))
+    }
+
+    /// [`Self::handle_interrupt`] reporting each completion as a [`Done`].
+    pub fn handle_interrupt_with(&self, mode: IrqMode, complete: impl FnMut(Done)) -> Option<Reaped> {
         // MSI/MSI-X: OSTS reads 0 there, so it says nothing about whether work arrived (pitfall 11).
         if mode == IrqMode::Intx && !self.intx_claim() {
             return None;
         }
-        Some(self.reap(complete))
+        Some(self.reap_with(complete))
     }
 
     /// Drains the reply queue: every context is validated (range, in flight, generation, frame
@@ -1018,8 +1436,25 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// controller fault and skipped. `complete(tag, status)` runs for each accepted completion,
     /// after the tag has been handed back (so it may resubmit on the same tag).
     pub fn reap(&self, mut complete: impl FnMut(u16, IoStatus)) -> Reaped {
+        self.reap_with(|d| complete(d.tag, d.status))
+    }
+
+    /// [`Self::reap`] reporting each completion as a [`Done`] (with its cookie and whether an
+    /// abort was pending). Also handles the replies of ABORT frames.
+    pub fn reap_with(&self, complete: impl FnMut(Done)) -> Reaped {
+        self.reap_budget(u32::MAX, complete)
+    }
+
+    /// [`Self::reap_with`] consuming at most `max_entries` reply entries (accepted or not), so
+    /// an interrupt handler's work is bounded; `more_pending` says entries were left.
+    pub fn reap_budget(&self, max_entries: u32, mut complete: impl FnMut(Done)) -> Reaped {
         let mut out = Reaped::default();
         let pi_word = self.ring.atomic_u32(RING_PI);
+        let remaining = core::cell::Cell::new(max_entries);
+        let work_left = || {
+            let pi = pi_word.load(Ordering::Acquire);
+            pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+        };
         let outcome = {
             let out = &mut out;
             let complete = &mut complete;
@@ -1027,31 +1462,34 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             // producing; `more_pending` tells the caller to come back.
             self.gate.run(
                 MAX_REAP_ROUNDS,
-                || self.drain(out, complete),
-                || {
-                    let pi = pi_word.load(Ordering::Acquire);
-                    pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
-                },
+                || self.drain(out, complete, &remaining),
+                || remaining.get() > 0 && work_left(),
             )
         };
         out.contended = outcome == GateOutcome::Contended;
-        out.more_pending = outcome == GateOutcome::MorePending;
+        out.more_pending = outcome == GateOutcome::MorePending
+            || (outcome == GateOutcome::Idle && remaining.get() == 0 && work_left());
         out
     }
 
     fn record_fault(&self, out: &mut Reaped, fault: Fault) {
         out.faults += 1;
         out.first_fault.get_or_insert(fault);
-        self.faults.fetch_add(1, Ordering::Relaxed);
-        log::error!("megasas: controller fault: {fault}");
+        let n = self.faults.fetch_add(1, Ordering::Relaxed);
+        // Rate limit: a hostile device must not flood the console. The count stays exact.
+        if n < FAULT_LOG_FIRST {
+            log::error!("megasas: controller fault: {fault}");
+        } else if n == FAULT_LOG_FIRST {
+            log::error!("megasas: controller fault: {fault}; further faults are counted, not logged one by one");
+        }
     }
 
     /// Consumes entries from CI up to PI; the caller holds `gate`.
-    fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(u16, IoStatus)) {
+    fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(Done), remaining: &core::cell::Cell<u32>) {
         let entries = self.ring_entries;
         let mut ci = self.ci.load(Ordering::Relaxed);
         // Bounded: each pass consumes at most one ring's worth; the outer loop re-reads PI.
-        for _ in 0..2 {
+        'passes: for _ in 0..2 {
             // Acquire pairs with the device's producer store, made after the entries and frames.
             let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
             if pi >= entries {
@@ -1062,6 +1500,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 break;
             }
             while ci != pi {
+                if remaining.get() == 0 {
+                    break 'passes;
+                }
+                remaining.set(remaining.get() - 1);
                 let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
                 let ctx = slot.load(Ordering::Relaxed);
                 slot.store(RING_SENTINEL, Ordering::Relaxed);
@@ -1084,24 +1526,56 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// Validates one context and completes its command.
-    fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(u16, IoStatus)) -> Result<(), BogusReason> {
+    fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(Done)) -> Result<(), BogusReason> {
         let (tag, polled, generation) = tags::decode_context(ctx);
         if tag >= u32::from(self.ntags) {
             return Err(BogusReason::TagOutOfRange { tag, tags: self.ntags });
         }
         let tag = tag as u16;
         if polled {
-            // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them.
+            // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them and
+            // the echo is dropped. It must name one of the tag's recent generations (several
+            // polled commands may finish before the reaper runs, and the tag may be FREE again);
+            // anything else is invented and counted.
+            let (state, current) = self.tags.load(tag);
+            let plausible = matches!(state, tags::POLLED | tags::FREE | tags::QUARANTINED);
+            if !plausible || current.wrapping_sub(generation) >= POLLED_ECHO_WINDOW {
+                return Err(BogusReason::StaleGeneration {
+                    tag,
+                    expected: current,
+                    found: generation,
+                });
+            }
             out.polled_echoes += 1;
             return Ok(());
         }
-        self.tags.check(tag, generation)?;
         let base = usize::from(tag) * self.frame_stride;
-        let mfi = MfiStatus(
-            self.pool
-                .atomic_u8(base + frame::OFF_CMD_STATUS)
-                .load(Ordering::Acquire),
-        );
+        let frame_status = || {
+            // Acquire pairs with the device's store of the status byte, after sense and data.
+            MfiStatus(
+                self.pool
+                    .atomic_u8(base + frame::OFF_CMD_STATUS)
+                    .load(Ordering::Acquire),
+            )
+        };
+        let (state, current) = self.tags.load(tag);
+        if state == tags::ABORT_FRAME {
+            if current != generation {
+                return Err(BogusReason::StaleGeneration {
+                    tag,
+                    expected: current,
+                    found: generation,
+                });
+            }
+            let mfi = frame_status();
+            if mfi == MfiStatus::PENDING {
+                return Err(BogusReason::StatusPending { tag });
+            }
+            self.abort_replied(tag, generation, mfi, out, complete);
+            return Ok(());
+        }
+        self.tags.check(tag, generation)?;
+        let mfi = frame_status();
         if mfi == MfiStatus::PENDING {
             return Err(BogusReason::StatusPending { tag });
         }
@@ -1113,10 +1587,63 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 IoStatus::Failed(e)
             }
         };
-        self.tags.complete(tag, generation)?;
+        // The cookie cannot change before the tag is FREE again, which `complete` below does.
+        let cookie = self.tags.cookie(tag);
+        let accepted = self.tags.complete(tag, generation)?;
+        let aborted = accepted == tags::Accepted::Aborting;
+        if aborted {
+            // The device gave the command up (or finished it) while an abort was pending.
+            self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
+        }
         out.completed += 1;
-        complete(tag, status);
+        complete(Done {
+            tag,
+            cookie,
+            status,
+            aborted,
+        });
         Ok(())
+    }
+
+    /// The reply of an ABORT frame. On QEMU the aborted command's own reply (0x2E) comes first,
+    /// so the victim is normally already complete; if it is still in flight, an OK from the
+    /// device means it gave the command up (the victim is completed as aborted here), anything
+    /// else means the abort failed and the controller must be reset.
+    fn abort_replied(
+        &self,
+        tag: u16,
+        generation: u16,
+        mfi: MfiStatus,
+        out: &mut Reaped,
+        complete: &mut impl FnMut(Done),
+    ) {
+        let victim = self.abort_victim.load(Ordering::Relaxed);
+        let (vtag, vgen) = ((victim & 0xFFFF) as u16, (victim >> 16) as u16);
+        if self.tags.load(vtag) == (tags::ABORTING, vgen) {
+            if mfi == MfiStatus::OK {
+                let cookie = self.tags.cookie(vtag);
+                if self.tags.complete(vtag, vgen).is_ok() {
+                    self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
+                    out.completed += 1;
+                    complete(Done {
+                        tag: vtag,
+                        cookie,
+                        status: IoStatus::Failed(IoError {
+                            kind: IoErrorKind::Aborted,
+                            mfi_status: MfiStatus::SCSI_IO_FAILED,
+                            scsi_status: 0,
+                            sense: None,
+                        }),
+                        aborted: true,
+                    });
+                }
+            } else {
+                log::error!("megasas: ABORT of tag {vtag} refused with {mfi}; the controller will be reset");
+                self.aborts_failed.fetch_add(1, Ordering::Relaxed);
+                self.reset_requested.store(true, Ordering::Release);
+            }
+        }
+        self.tags.finish(tag, generation);
     }
 }
 

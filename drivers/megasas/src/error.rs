@@ -87,16 +87,17 @@ impl fmt::Display for Fault {
     }
 }
 
+impl From<devhal::DmaError> for Error {
+    fn from(e: devhal::DmaError) -> Self {
+        Self::Dma(e)
+    }
+}
+
 /// Everything that can go wrong in the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The DMA allocator could not provide memory.
-    DmaAlloc {
-        /// Requested size in bytes.
-        size: usize,
-        /// Requested alignment.
-        align: usize,
-    },
+    Dma(devhal::DmaError),
     /// The DMA allocator returned memory that breaks its contract (too short or misaligned).
     DmaContract {
         /// Requested size in bytes.
@@ -114,6 +115,31 @@ pub enum Error {
         state: FwState,
         /// How long the driver waited, in microseconds.
         waited_us: u64,
+    },
+    /// Bring-up (or a controller reset) as a whole took longer than `Config::bringup_timeout_us`.
+    BringupTimeout {
+        /// The state the firmware was in when the driver gave up.
+        state: FwState,
+        /// How long the driver waited in total, in microseconds.
+        waited_us: u64,
+        /// The overall limit.
+        limit_us: u64,
+    },
+    /// A controller reset is running: submissions are refused until it is done (requeue).
+    Resetting,
+    /// A controller reset could not start because a submitter did not leave its critical section
+    /// in time (it will be retried).
+    ResetDeferred,
+    /// The admin tag and buffer are held by a polled command that timed out: the device may still
+    /// write them, so they stay reserved until a controller reset.
+    AdminQuarantined,
+    /// No ABORT frame can be sent now (the admin tag is busy); try again later.
+    AbortUnavailable,
+    /// The command to abort is not in flight (it completed meanwhile) or an abort is already
+    /// pending for it.
+    NotAbortable {
+        /// Tag of the command.
+        tag: u16,
     },
     /// The firmware is in FAULT and the reset paths did not recover it.
     FirmwareFault {
@@ -252,14 +278,20 @@ pub enum Error {
     },
     /// The reply queue or a completion was inconsistent (see [`Fault`]).
     ControllerFault(Fault),
+    /// The controller has too few commands to serve I/O: one is the admin tag, and at least one
+    /// more is needed. Its drives are refused at discovery rather than created unusable.
+    NoIoTags {
+        /// Tags the controller offers (the admin tag included).
+        tags: u16,
+    },
+    /// The block layer refused the queue configuration of a drive.
+    BlockLayer(blk::BlkError),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::DmaAlloc { size, align } => {
-                write!(f, "DMA allocation of {size} bytes aligned to {align} failed")
-            }
+            Self::Dma(e) => write!(f, "DMA allocation failed: {e}"),
             Self::DmaContract { size, align, len, phys } => write!(
                 f,
                 "DMA allocator returned {len} bytes at bus address 0x{phys:X} for a request of {size} bytes aligned to {align}"
@@ -268,6 +300,23 @@ impl fmt::Display for Error {
                 f,
                 "firmware stayed in state {state} for {waited_us} us without reaching READY"
             ),
+            Self::BringupTimeout {
+                state,
+                waited_us,
+                limit_us,
+            } => write!(
+                f,
+                "firmware did not reach READY within the overall bring-up limit of {limit_us} us (waited {waited_us} us, last state {state})"
+            ),
+            Self::Resetting => f.write_str("controller reset in progress; requeue"),
+            Self::ResetDeferred => f.write_str("controller reset deferred: a submission did not finish in time"),
+            Self::AdminQuarantined => f.write_str(
+                "the admin tag and buffer are quarantined after a timed-out command until a controller reset",
+            ),
+            Self::AbortUnavailable => f.write_str("no ABORT frame can be sent now: the admin tag is busy"),
+            Self::NotAbortable { tag } => {
+                write!(f, "tag {tag} has no posted command to abort")
+            }
             Self::FirmwareFault { status } => {
                 write!(f, "firmware is in FAULT and did not recover: status {status}")
             }
@@ -335,6 +384,11 @@ impl fmt::Display for Error {
                 expected,
             } => write!(f, "bad {option} in \"{value}\": accepted values are {expected}"),
             Self::ControllerFault(fault) => write!(f, "controller fault: {fault}"),
+            Self::NoIoTags { tags } => write!(
+                f,
+                "the controller offers {tags} command slot(s); one is the admin tag and I/O needs at least one more, so no drive is created"
+            ),
+            Self::BlockLayer(e) => write!(f, "block layer: {e}"),
         }
     }
 }

@@ -30,7 +30,7 @@ use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use spin::Mutex;
 
-use crate::{Delay, Dma, DmaRegion, Error, FwState, Mmio, Model, Segment};
+use crate::{Delay, Dma, DmaError, DmaRegion, FwState, Mmio, Model, Segment};
 
 /// One disk attached to the fake controller.
 #[derive(Clone, Debug)]
@@ -128,6 +128,12 @@ pub struct FakeStats {
     pub sync_caches: u64,
     /// Soft resets.
     pub resets: u64,
+    /// ABORT frames received.
+    pub aborts: u64,
+    /// ABORT frames that found their command and cancelled it.
+    pub aborts_done: u64,
+    /// Device writes into a buffer the test had retired (its request already ended).
+    pub writes_after_end: Vec<String>,
     /// INIT frames that configured a queue.
     pub inits: u64,
     /// DMA the device was asked to do outside any allocation, and other protocol violations.
@@ -202,6 +208,9 @@ struct Allocation {
 struct Memory {
     allocs: Vec<Allocation>,
     next_phys: u64,
+    /// Ranges the test declared finished ([`FakeDevice::retire`]): a device write there is a
+    /// write into a buffer whose request already ended.
+    retired: Vec<(u64, u64)>,
 }
 
 // SAFETY: the allocations are plain heap blocks owned by `Memory`; all access to their contents
@@ -269,6 +278,8 @@ struct Pending {
     frame: u64,
     ctx: u32,
     work: Work,
+    /// Held at the "backend": never completes on its own (only an abort or a reset ends it).
+    held: bool,
 }
 
 struct Inner {
@@ -293,6 +304,14 @@ struct Inner {
     disks: Vec<Disk>,
     busy_next: u32,
     duplicate_next: bool,
+    /// The next this many I/O frames are held (never complete on their own).
+    hold_next: u32,
+    /// ABORT frames are swallowed: never answered, never act.
+    ignore_aborts: bool,
+    /// INTx reads pending forever and ODCR0 does not clear it (a stuck line).
+    intx_stuck: bool,
+    /// ABORT frames are answered with this status without acting.
+    refuse_aborts: Option<u8>,
     frozen: bool,
     errors: Vec<ErrorRule>,
     irq: FakeIrq,
@@ -358,6 +377,10 @@ impl FakeDevice {
                 disks,
                 busy_next: 0,
                 duplicate_next: false,
+                hold_next: 0,
+                ignore_aborts: false,
+                intx_stuck: false,
+                refuse_aborts: None,
                 frozen: false,
                 errors: Vec::new(),
                 irq: FakeIrq::Msi,
@@ -366,6 +389,7 @@ impl FakeDevice {
             mem: Mutex::new(Memory {
                 allocs: Vec::new(),
                 next_phys: config.phys_base,
+                retired: Vec::new(),
             }),
             clock_us: AtomicU64::new(0),
         })
@@ -443,15 +467,74 @@ impl FakeDevice {
         let mut n = 0;
         while n < max {
             let next = if newest_first {
-                inner.pending.pop_back()
+                inner.pending.iter().rposition(|p| !p.held)
             } else {
-                inner.pending.pop_front()
+                inner.pending.iter().position(|p| !p.held)
             };
-            let Some(p) = next else { break };
+            let Some(p) = next.and_then(|i| inner.pending.remove(i)) else {
+                break;
+            };
             self.run(&mut inner, p);
             n += 1;
         }
         n
+    }
+
+    /// Completes the pending (not held) I/O at position `index` of [`Self::pending_contexts`].
+    /// Returns false when there is none there.
+    pub fn complete_at(&self, index: usize) -> bool {
+        let mut inner = self.inner.lock();
+        match inner.pending.get(index) {
+            Some(p) if !p.held => {
+                let p = inner.pending.remove(index).expect("checked above");
+                self.run(&mut inner, p);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next `n` I/O frames are held at the backend: they never complete on their own, only
+    /// through an ABORT or a reset (a request stuck in the device).
+    pub fn hold_next(&self, n: u32) {
+        self.inner.lock().hold_next += n;
+    }
+
+    /// Held I/O frames.
+    pub fn held(&self) -> usize {
+        self.inner.lock().pending.iter().filter(|p| p.held).count()
+    }
+
+    /// ABORT frames are swallowed (never answered, never act), like a firmware that ignores them.
+    pub fn set_ignore_aborts(&self, ignore: bool) {
+        self.inner.lock().ignore_aborts = ignore;
+    }
+
+    /// ABORT frames are answered with `status` without acting (`None`: normal behaviour).
+    pub fn set_refuse_aborts(&self, status: Option<u8>) {
+        self.inner.lock().refuse_aborts = status;
+    }
+
+    /// Declares `phys..phys+len` finished: its request ended, so any later device write there is
+    /// recorded in [`FakeStats::writes_after_end`].
+    pub fn retire(&self, phys: u64, len: usize) {
+        self.mem.lock().retired.push((phys, phys + len as u64));
+    }
+
+    /// Gives a retired range back to a new request.
+    pub fn revive(&self, phys: u64, len: usize) {
+        let end = phys + len as u64;
+        self.mem.lock().retired.retain(|&(a, b)| !(a == phys && b == end));
+    }
+
+    /// Records a device write into a retired range.
+    fn check_retired(&self, inner: &mut Inner, addr: u64, len: usize, what: &str) {
+        let end = addr.saturating_add(len as u64);
+        if self.mem.lock().retired.iter().any(|&(a, b)| addr < b && a < end) {
+            inner.stats.writes_after_end.push(format!(
+                "{what} write at 0x{addr:X}+{len} into a buffer whose request ended"
+            ));
+        }
     }
 
     /// The next `n` I/O frames are answered BUSY.
@@ -503,6 +586,11 @@ impl FakeDevice {
     /// Chooses MSI(-X) or INTx signalling.
     pub fn set_irq_mode(&self, irq: FakeIrq) {
         self.inner.lock().irq = irq;
+    }
+
+    /// A stuck INTx: the line reads asserted forever, whatever the driver acknowledges.
+    pub fn set_intx_stuck(&self, stuck: bool) {
+        self.inner.lock().intx_stuck = stuck;
     }
 
     /// Whether the INTx line is asserted now.
@@ -600,7 +688,10 @@ impl FakeDevice {
         let inner = self.inner.lock();
         match offset {
             0x18 | 0xB0 => Self::status_word(&inner),
-            0x30 if inner.omsk != 0xFFFF_FFFF && inner.doorbell > 0 && inner.irq == FakeIrq::Intx => {
+            0x30 if inner.omsk != 0xFFFF_FFFF
+                && (inner.doorbell > 0 || inner.intx_stuck)
+                && inner.irq == FakeIrq::Intx =>
+            {
                 match inner.model {
                     Model::Sas1078 => 0x8000_0001,
                     Model::Sas2108Gen2 => 0x0000_0001,
@@ -700,11 +791,40 @@ impl FakeDevice {
                 Self::advance_boot(&mut inner);
             }
         }
-        // Time passing lets queued I/O finish, as QEMU's main loop would.
+        // Time passing lets queued I/O finish, as QEMU's main loop would (held I/O stays).
         while !inner.frozen
-            && let Some(p) = inner.pending.pop_front()
+            && let Some(p) = inner
+                .pending
+                .iter()
+                .position(|p| !p.held)
+                .and_then(|i| inner.pending.remove(i))
         {
             self.run(&mut inner, p);
+        }
+    }
+
+    /// MFI ABORT (reference §4.6): looks the victim up by frame address; not found -> OK, context
+    /// mismatch -> 0x05, found -> the victim completes with 0x2E, then the ABORT with OK.
+    fn abort(&self, inner: &mut Inner, frame: u64, f: &[u8], ctx: u32) {
+        inner.stats.aborts += 1;
+        if inner.ignore_aborts {
+            return;
+        }
+        if let Some(status) = inner.refuse_aborts {
+            self.finish(inner, frame, ctx, status, 0, &[]);
+            return;
+        }
+        let victim_ctx = le_u64(f, 0x18) as u32;
+        let victim_frame = le_u64(f, 0x20);
+        match inner.pending.iter().position(|p| p.frame == victim_frame) {
+            None => self.finish(inner, frame, ctx, 0x00, 0, &[]),
+            Some(i) if inner.pending[i].ctx != victim_ctx => self.finish(inner, frame, ctx, 0x05, 0, &[]),
+            Some(i) => {
+                let p = inner.pending.remove(i).expect("index from position");
+                self.finish(inner, p.frame, p.ctx, 0x2E, 0, &[]);
+                inner.stats.aborts_done += 1;
+                self.finish(inner, frame, ctx, 0x00, 0, &[]);
+            }
         }
     }
 
@@ -766,6 +886,7 @@ impl FakeDevice {
                 inner.stats.max_outstanding = inner.stats.max_outstanding.max(outstanding);
             }
             0x05 => self.dcmd(inner, frame, &f, ctx),
+            0x06 => self.abort(inner, frame, &f, ctx),
             _ => self.finish(inner, frame, ctx, 0x01, 0, &[]),
         }
     }
@@ -834,6 +955,7 @@ impl FakeDevice {
                     addr |= u64::from(le_u32(&h, 0x1C)) << 32;
                 }
                 let n = sense.len().min(sense_room);
+                self.check_retired(inner, addr, n, "sense");
                 if self.write_mem(addr, &sense[..n]) {
                     written = n as u8;
                 } else {
@@ -993,10 +1115,24 @@ impl FakeDevice {
                 sgl,
             },
         };
-        self.queue_work(inner, Pending { frame, ctx, work });
+        self.queue_work(
+            inner,
+            Pending {
+                frame,
+                ctx,
+                work,
+                held: false,
+            },
+        );
     }
 
-    fn queue_work(&self, inner: &mut Inner, p: Pending) {
+    fn queue_work(&self, inner: &mut Inner, mut p: Pending) {
+        if inner.hold_next > 0 {
+            inner.hold_next -= 1;
+            p.held = true;
+            inner.pending.push_back(p);
+            return;
+        }
         match inner.completion {
             CompletionMode::Immediate => self.run(inner, p),
             CompletionMode::Deferred => inner.pending.push_back(p),
@@ -1010,6 +1146,7 @@ impl FakeDevice {
                 break;
             }
             let n = (len as usize).min(data.len() - off);
+            self.check_retired(inner, addr, n, "data");
             if !self.write_mem(addr, &data[off..off + n]) {
                 Self::violation(inner, format!("data segment 0x{addr:X}+{n} outside DMA memory"));
                 return false;
@@ -1153,6 +1290,7 @@ impl FakeDevice {
                 frame,
                 ctx,
                 work: Work::DataIn { data, sgl },
+                held: false,
             },
         );
     }
@@ -1316,8 +1454,8 @@ pub struct FakeDma(Arc<FakeDevice>);
 // the controller) is dropped. Its bus address is unique and aligned, and the fake translates that
 // address back to exactly this block, so `phys` is the device's view of `virt`.
 unsafe impl Dma for FakeDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, Error> {
-        let fail = Error::DmaAlloc { size, align };
+    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, DmaError> {
+        let fail = DmaError::OutOfMemory { size, align };
         let align = align.max(8);
         let layout = Layout::from_size_align(size.max(1), align).map_err(|_| fail.clone())?;
         // SAFETY: the layout has a non-zero size.

@@ -12,6 +12,8 @@ pub(crate) const CMD_LD_WRITE: u8 = 0x02;
 pub(crate) const CMD_LD_SCSI_IO: u8 = 0x03;
 /// Frame command: direct command (DCMD).
 pub(crate) const CMD_DCMD: u8 = 0x05;
+/// ABORT: context to abort at 0x18 (u64), its frame's bus address at 0x20 (u64).
+pub(crate) const CMD_ABORT: u8 = 0x06;
 
 /// Header offsets.
 pub(crate) const OFF_CMD_STATUS: usize = 0x02;

@@ -35,6 +35,16 @@ impl ReapGate {
         }
     }
 
+    /// Takes the gate if free (a controller reset holds it across the reset).
+    pub(crate) fn try_lock(&self) -> bool {
+        !self.busy.swap(true, Ordering::AcqRel)
+    }
+
+    /// Releases a gate taken with `try_lock`.
+    pub(crate) fn unlock(&self) {
+        self.busy.swap(false, Ordering::AcqRel);
+    }
+
     /// Runs `drain` under the gate until `pending()` is false after a release, at most `rounds`
     /// times.
     pub(crate) fn run(&self, rounds: u32, mut drain: impl FnMut(), pending: impl Fn() -> bool) -> GateOutcome {

@@ -1,25 +1,26 @@
-//! MegaRAID SAS (MFI) driver core for QEMU's `megasas` (1000:0060) and `megasas-gen2` (1000:0079).
+//! MegaRAID SAS (MFI) driver for QEMU's `megasas` (1000:0060) and `megasas-gen2` (1000:0079).
 //!
 //! The driver is generic over [`Mmio`] (the register BAR), [`Dma`] (memory with a bus address) and
 //! [`Delay`] (bounded waits), so the kernel runs it on hardware and the host tests run it against
 //! the fake device in [`fake`] (feature `fake`). The kernel does the PCI work (BAR mapping,
-//! MSI-X/MSI/INTx programming, IRQ registration) and the block-layer glue.
+//! MSI-X/MSI/INTx programming, IRQ registration); the block-layer binding is [`blkdev::Host`].
 //!
-//! Flow: [`Controller::new`] (firmware to READY, INIT, CTRL_GET_INFO) → [`Controller::discover`]
-//! (LD list, READ CAPACITY(16)) → program interrupts → [`Controller::enable_interrupts`] →
-//! [`Controller::submit`] per request, [`Controller::handle_interrupt`] / [`Controller::reap`] per
-//! interrupt or poll. See README.md for what QEMU implements and which of its quirks are handled.
+//! Flow for the kernel: [`Host::new`] (bring-up, discovery, one `blk::Queue` per drive on a
+//! host-wide tag set) → program interrupts → [`Host::start`] → [`Host::handle_interrupt`] per
+//! interrupt, [`Host::tick`] per tick. Underneath, [`Controller`] does firmware bring-up, INIT,
+//! discovery, submission, reaping, ABORT and controller reset. See README.md for what QEMU
+//! implements and which of its quirks are handled.
 
 #![no_std]
 
 extern crate alloc;
 
+pub mod blkdev;
 mod controller;
 pub mod dcmd;
 mod error;
 mod frame;
 mod gate;
-mod hal;
 mod mem;
 pub mod model;
 mod options;
@@ -30,12 +31,16 @@ mod tags;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
-pub use controller::{Config, Controller, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped, SENSE_LEN};
+pub use blkdev::{DriveInfo, Host, HostConfig, HostCounters, IrqOutcome};
+pub use controller::{
+    ADMIN_TAG, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped,
+    RecoveryCounters, SENSE_LEN, SubmitGuard,
+};
 pub use dcmd::{Capacity, ControllerInfo, LdInfo, LdListEntry};
+pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::{BogusReason, Error, Fault};
 pub use frame::Segment;
-pub use hal::{Delay, Dma, DmaRegion, Mmio};
 pub use model::Model;
-pub use options::{Options, choose_irq_mode};
+pub use options::{MsixVectors, Options, choose_irq_mode};
 pub use regs::{FwState, FwStatus};
 pub use status::{IoError, IoErrorKind, IoStatus, MfiStatus, Sense};

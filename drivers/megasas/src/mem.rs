@@ -4,7 +4,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU32};
 
 use crate::Error;
-use crate::hal::{Dma, DmaRegion};
+use crate::{Dma, DmaRegion};
 
 /// A DMA region owned by the driver. Offsets passed to the accessors are driver constants or
 /// values already validated; an out-of-range offset is a driver bug and panics.

@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver (`megasas.irq=`, `megasas.irq_cpu=`,
-//! `megasas.queue_depth=`) and the automatic choice of interrupt mode.
+//! `megasas.queue_depth=`, `megasas.msix_vectors=`) and the automatic choice of interrupt mode.
 
 use crate::Error;
 use crate::controller::IrqMode;
@@ -11,8 +11,22 @@ pub struct Options {
     pub irq: Option<IrqMode>,
     /// `megasas.irq_cpu=N`: CPU the MSI/MSI-X message is aimed at.
     pub irq_cpu: Option<u32>,
-    /// `megasas.queue_depth=N`: cap on tags (becomes [`crate::Config::max_tags`]).
+    /// `megasas.queue_depth=N`: cap on I/O commands in flight per controller (all its drives
+    /// together); [`crate::HostConfig::apply_options`] makes it `Config::max_tags = N + 1` (the
+    /// admin tag).
     pub queue_depth: Option<u16>,
+    /// `megasas.msix_vectors=N|all`: interrupt vectors to ask for (default 1: the controller
+    /// signals only reply queue 0, vector 0); `all` asks for every MSI-X table entry.
+    pub msix_vectors: Option<MsixVectors>,
+}
+
+/// How many MSI-X vectors `megasas.msix_vectors=` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsixVectors {
+    /// This many (1..=2048, capped to the table size).
+    Count(u16),
+    /// Every entry of the MSI-X table.
+    All,
 }
 
 impl Options {
@@ -27,13 +41,14 @@ impl Options {
             let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
             match key {
                 "irq" => {
-                    out.irq = Some(match value {
-                        "msix" => IrqMode::Msix,
-                        "msi" => IrqMode::Msi,
-                        "intx" => IrqMode::Intx,
-                        "poll" | "polled" => IrqMode::Polled,
-                        _ => return Err(bad(word, "megasas.irq", "msix, msi, intx or poll")),
-                    })
+                    out.irq = match value {
+                        "auto" => None,
+                        "msix" => Some(IrqMode::Msix),
+                        "msi" => Some(IrqMode::Msi),
+                        "intx" => Some(IrqMode::Intx),
+                        "poll" | "polled" => Some(IrqMode::Polled),
+                        _ => return Err(bad(word, "megasas.irq", "auto, msix, msi, intx or poll")),
+                    }
                 }
                 "irq_cpu" => {
                     out.irq_cpu = Some(
@@ -51,7 +66,18 @@ impl Options {
                     }
                     out.queue_depth = Some(depth);
                 }
-                _ => return Err(bad(word, "megasas option", "irq, irq_cpu or queue_depth")),
+                "msix_vectors" => {
+                    out.msix_vectors = Some(match value {
+                        "all" => MsixVectors::All,
+                        n => MsixVectors::Count(
+                            n.parse()
+                                .ok()
+                                .filter(|n| (1..=2048).contains(n))
+                                .ok_or_else(|| bad(word, "megasas.msix_vectors", "1..=2048 or all"))?,
+                        ),
+                    })
+                }
+                _ => return Err(bad(word, "megasas option", "irq, irq_cpu, queue_depth or msix_vectors")),
             }
         }
         Ok(out)
@@ -97,8 +123,18 @@ mod tests {
             Options {
                 irq: Some(IrqMode::Intx),
                 irq_cpu: Some(3),
-                queue_depth: Some(64)
+                queue_depth: Some(64),
+                msix_vectors: None,
             }
+        );
+        assert_eq!(Options::parse("megasas.irq=auto").unwrap().irq, None);
+        assert_eq!(
+            Options::parse("megasas.msix_vectors=all").unwrap().msix_vectors,
+            Some(MsixVectors::All)
+        );
+        assert_eq!(
+            Options::parse("megasas.msix_vectors=4").unwrap().msix_vectors,
+            Some(MsixVectors::Count(4))
         );
         assert_eq!(Options::parse("").unwrap(), Options::default());
         assert_eq!(Options::parse("megasas.irq=poll").unwrap().irq, Some(IrqMode::Polled));
@@ -112,6 +148,8 @@ mod tests {
             ("megasas.queue_depth=0", "megasas.queue_depth"),
             ("megasas.queue_depth=40000", "megasas.queue_depth"),
             ("megasas.depth=4", "megasas option"),
+            ("megasas.msix_vectors=0", "megasas.msix_vectors"),
+            ("megasas.msix_vectors=many", "megasas.msix_vectors"),
         ] {
             match Options::parse(line) {
                 Err(e @ Error::BadOption { option: o, .. }) => {

@@ -3,26 +3,40 @@
 //! Each tag owns one frame and one sense buffer. Its state word says who owns the frame:
 //!
 //! ```text
-//!   IDLE --claim--> BUILDING --post--> POSTED --reap--> IDLE     (interrupt-driven I/O)
-//!                            --post--> POLLED --poll--> IDLE     (bring-up and admin commands)
+//!   FREE --claim--> PREPARED --publish--> POSTED --reap--> FREE           (interrupt-driven I/O)
+//!                                          POSTED --abort--> ABORTING --reap/abort done--> FREE
+//!                   PREPARED --publish--> POLLED --poll--> FREE          (bring-up and admin)
+//!                                          POLLED --poll timed out--> QUARANTINED --reset--> FREE
+//!                   PREPARED --publish--> ABORT_FRAME --reap--> FREE     (an MFI ABORT in flight)
+//!   any state --controller reset (device gave up every frame)--> FREE
 //! ```
 //!
-//! The word also carries a 16-bit generation, bumped at every claim and echoed in the context, so a
-//! stale or duplicated completion of an earlier use of the tag is recognised. Distinct tags share no
-//! mutable state; the only shared action on the submit path is the doorbell write.
+//! Only a POSTED or ABORTING tag accepts a reply: a reply for a tag still PREPARED (frame being
+//! built, not yet handed to the device) is bogus and dropped, which is what makes it impossible to
+//! credit a completion to a request whose frame is not posted yet. The word also carries a 16-bit
+//! generation, bumped at every claim and echoed in the context, so a stale or duplicated
+//! completion of an earlier use of the tag is recognised. Distinct tags share no mutable state.
+//! The loom model at the bottom checks submit/post against a concurrent reaper.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU32, Ordering};
+
+#[cfg(not(all(loom, test)))]
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+#[cfg(all(loom, test))]
+use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::Error;
 use crate::error::BogusReason;
 
-pub(crate) const IDLE: u32 = 0;
-pub(crate) const BUILDING: u32 = 1;
+pub(crate) const FREE: u32 = 0;
+pub(crate) const PREPARED: u32 = 1;
 pub(crate) const POSTED: u32 = 2;
 pub(crate) const POLLED: u32 = 3;
-const STATE_MASK: u32 = 0x3;
+pub(crate) const ABORTING: u32 = 4;
+pub(crate) const QUARANTINED: u32 = 5;
+pub(crate) const ABORT_FRAME: u32 = 6;
+const STATE_MASK: u32 = 0x7;
 
 /// Bits of the context that hold the tag (tags are below 0x8000).
 pub(crate) const CTX_TAG_MASK: u32 = 0x7FFF;
@@ -45,16 +59,32 @@ const fn word(state: u32, generation: u16) -> u32 {
     state | ((generation as u32) << 16)
 }
 
-/// The state words of all tags.
+/// A reply accepted for a tag: what the tag was doing when it completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Accepted {
+    /// An ordinary command completed.
+    Posted,
+    /// A command with an abort pending completed (normally or as aborted).
+    Aborting,
+}
+
+/// The state words of all tags, and a per-tag cookie the owner of the command stores.
 pub(crate) struct TagTable {
     words: Box<[AtomicU32]>,
+    /// Caller-chosen value per command (the block layer's issue token), written before the
+    /// command is published and read by the reaper after it validated the context.
+    cookies: Box<[AtomicU64]>,
 }
 
 impl TagTable {
     pub(crate) fn new(tags: u16) -> Self {
         Self {
             words: (0..tags)
-                .map(|_| AtomicU32::new(IDLE))
+                .map(|_| AtomicU32::new(FREE))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+            cookies: (0..tags)
+                .map(|_| AtomicU64::new(0))
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
         }
@@ -64,40 +94,66 @@ impl TagTable {
         &self.words[usize::from(tag)]
     }
 
-    /// IDLE -> BUILDING with a new generation, which is returned.
+    /// FREE -> PREPARED with a new generation, which is returned.
     pub(crate) fn claim(&self, tag: u16) -> Result<u16, Error> {
         let slot = self.slot(tag);
         let cur = slot.load(Ordering::Relaxed);
-        if cur & STATE_MASK != IDLE {
+        if cur & STATE_MASK != FREE {
             return Err(Error::TagBusy { tag });
         }
         let generation = ((cur >> 16) as u16).wrapping_add(1);
         // Acquire pairs with the Release of `finish`/`complete`: the previous user's reads of this
         // frame (status, sense) happen before we overwrite it.
-        slot.compare_exchange(cur, word(BUILDING, generation), Ordering::Acquire, Ordering::Relaxed)
+        slot.compare_exchange(cur, word(PREPARED, generation), Ordering::Acquire, Ordering::Relaxed)
             .map_err(|_| Error::TagBusy { tag })?;
         Ok(generation)
     }
 
-    /// BUILDING -> POSTED or POLLED. Release pairs with the reaper's Acquire load in `complete`, so
-    /// the reaper that sees POSTED also sees the frame this CPU built.
+    /// Stores the owner's cookie of a PREPARED tag (before `publish`, which releases it).
+    pub(crate) fn set_cookie(&self, tag: u16, cookie: u64) {
+        self.cookies[usize::from(tag)].store(cookie, Ordering::Relaxed);
+    }
+
+    /// The cookie of a tag whose context the caller validated with `check` (Acquire there pairs
+    /// with the Release in `publish`, which follows the cookie store).
+    pub(crate) fn cookie(&self, tag: u16) -> u64 {
+        self.cookies[usize::from(tag)].load(Ordering::Relaxed)
+    }
+
+    /// PREPARED -> POSTED, POLLED or ABORT_FRAME. Release pairs with the reaper's Acquire load in
+    /// `check`, so the reaper that sees POSTED also sees the frame and cookie this CPU wrote.
     pub(crate) fn publish(&self, tag: u16, state: u32, generation: u16) {
         self.slot(tag).store(word(state, generation), Ordering::Release);
     }
 
-    /// Any state -> IDLE, keeping the generation (end of a polled command, or a failed build).
-    /// Release pairs with the Acquire of the next `claim`.
+    /// Any state -> FREE, keeping the generation (end of a polled command, a failed build, or a
+    /// controller reset). Release pairs with the Acquire of the next `claim`.
     pub(crate) fn finish(&self, tag: u16, generation: u16) {
-        self.slot(tag).store(word(IDLE, generation), Ordering::Release);
+        self.slot(tag).store(word(FREE, generation), Ordering::Release);
     }
 
-    /// Checks a reply-queue context against the tag's state without changing it.
-    pub(crate) fn check(&self, tag: u16, generation: u16) -> Result<(), BogusReason> {
+    /// POLLED -> QUARANTINED: a polled command timed out and the device still owns its frame and
+    /// buffer; only a controller reset frees the tag.
+    pub(crate) fn quarantine(&self, tag: u16, generation: u16) {
+        self.slot(tag).store(word(QUARANTINED, generation), Ordering::Release);
+    }
+
+    /// The state and generation of a tag now.
+    pub(crate) fn load(&self, tag: u16) -> (u32, u16) {
+        let cur = self.slot(tag).load(Ordering::Acquire);
+        (cur & STATE_MASK, (cur >> 16) as u16)
+    }
+
+    /// Checks a reply-queue context against the tag's state without changing it: the tag must be
+    /// POSTED or ABORTING (a command the device owns) in the same generation.
+    pub(crate) fn check(&self, tag: u16, generation: u16) -> Result<Accepted, BogusReason> {
         // Acquire pairs with `publish`.
         let cur = self.slot(tag).load(Ordering::Acquire);
-        if cur & STATE_MASK != POSTED {
-            return Err(BogusReason::NotInFlight { tag });
-        }
+        let accepted = match cur & STATE_MASK {
+            POSTED => Accepted::Posted,
+            ABORTING => Accepted::Aborting,
+            _ => return Err(BogusReason::NotInFlight { tag }),
+        };
         let expected = (cur >> 16) as u16;
         if expected != generation {
             return Err(BogusReason::StaleGeneration {
@@ -106,34 +162,57 @@ impl TagTable {
                 found: generation,
             });
         }
-        Ok(())
+        Ok(accepted)
     }
 
-    /// POSTED -> IDLE for the given generation: the completion is accepted.
-    pub(crate) fn complete(&self, tag: u16, generation: u16) -> Result<(), BogusReason> {
-        // AcqRel: Release hands the frame back to the next `claim`; Acquire keeps the frame reads
-        // above it from sinking below the hand-back.
+    /// POSTED or ABORTING -> FREE for the given generation: the completion is accepted.
+    pub(crate) fn complete(&self, tag: u16, generation: u16) -> Result<Accepted, BogusReason> {
+        let slot = self.slot(tag);
+        for (from, accepted) in [(POSTED, Accepted::Posted), (ABORTING, Accepted::Aborting)] {
+            // AcqRel: Release hands the frame back to the next `claim`; Acquire keeps the frame
+            // reads above it from sinking below the hand-back.
+            if slot
+                .compare_exchange(
+                    word(from, generation),
+                    word(FREE, generation),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return Ok(accepted);
+            }
+        }
+        Err(BogusReason::NotInFlight { tag })
+    }
+
+    /// POSTED -> ABORTING for the given generation (an ABORT frame is about to be sent for it).
+    pub(crate) fn start_abort(&self, tag: u16, generation: u16) -> bool {
         self.slot(tag)
             .compare_exchange(
                 word(POSTED, generation),
-                word(IDLE, generation),
+                word(ABORTING, generation),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
-            .map(|_| ())
-            .map_err(|_| BogusReason::NotInFlight { tag })
+            .is_ok()
     }
 
-    /// Number of tags not IDLE (diagnostics; not a snapshot).
+    /// Number of tags not FREE (diagnostics; not a snapshot).
     pub(crate) fn busy(&self) -> usize {
         self.words
             .iter()
-            .filter(|w| w.load(Ordering::Relaxed) & STATE_MASK != IDLE)
+            .filter(|w| w.load(Ordering::Relaxed) & STATE_MASK != FREE)
             .count()
+    }
+
+    /// Number of tags.
+    pub(crate) fn len(&self) -> u16 {
+        self.words.len() as u16
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -150,8 +229,10 @@ mod tests {
         let t = TagTable::new(4);
         let g1 = t.claim(2).unwrap();
         assert_eq!(t.claim(2), Err(Error::TagBusy { tag: 2 }));
+        // PREPARED: the frame is not posted yet, so no reply may match it.
+        assert_eq!(t.check(2, g1), Err(BogusReason::NotInFlight { tag: 2 }));
         t.publish(2, POSTED, g1);
-        assert_eq!(t.check(2, g1), Ok(()));
+        assert_eq!(t.check(2, g1), Ok(Accepted::Posted));
         assert_eq!(
             t.check(2, g1.wrapping_add(1)),
             Err(BogusReason::StaleGeneration {
@@ -160,12 +241,118 @@ mod tests {
                 found: g1.wrapping_add(1)
             })
         );
-        assert_eq!(t.complete(2, g1), Ok(()));
+        assert_eq!(t.complete(2, g1), Ok(Accepted::Posted));
         // A duplicate of the same completion no longer matches anything in flight.
         assert_eq!(t.check(2, g1), Err(BogusReason::NotInFlight { tag: 2 }));
         assert_eq!(t.complete(2, g1), Err(BogusReason::NotInFlight { tag: 2 }));
         let g2 = t.claim(2).unwrap();
         assert_ne!(g1, g2);
         assert_eq!(t.busy(), 1);
+    }
+
+    #[test]
+    fn abort_states() {
+        let t = TagTable::new(2);
+        let g = t.claim(1).unwrap();
+        assert!(!t.start_abort(1, g), "a PREPARED tag cannot be aborted");
+        t.publish(1, POSTED, g);
+        assert!(t.start_abort(1, g));
+        assert!(!t.start_abort(1, g), "only one abort at a time");
+        assert_eq!(t.check(1, g), Ok(Accepted::Aborting));
+        assert_eq!(t.complete(1, g), Ok(Accepted::Aborting));
+        assert_eq!(t.complete(1, g), Err(BogusReason::NotInFlight { tag: 1 }));
+        let g = t.claim(1).unwrap();
+        t.publish(1, POLLED, g);
+        t.quarantine(1, g);
+        assert_eq!(
+            t.claim(1),
+            Err(Error::TagBusy { tag: 1 }),
+            "a quarantined tag stays reserved"
+        );
+        assert_eq!(t.load(1), (QUARANTINED, g));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A submitter claims a tag, stores its cookie, publishes POSTED and rings the "doorbell"; the
+    /// device echoes the context into a reply word; a hostile device also posts the context early
+    /// (while the tag may still be PREPARED). A reaper consumes both reply words. Whatever the
+    /// interleaving: at most one completion is accepted, it carries the submitter's cookie, and a
+    /// reply accepted before the frame was posted never happens.
+    #[test]
+    fn reply_never_matches_an_unposted_frame() {
+        loom::model(|| {
+            let tags = Arc::new(TagTable::new(1));
+            // Reply words: 0 = empty, else context + 1.
+            let early = Arc::new(AtomicU32::new(0));
+            let normal = Arc::new(AtomicU32::new(0));
+            let posted = Arc::new(AtomicU32::new(0));
+            // The first generation is known: claim bumps 0 -> 1.
+            let ctx = encode_context(0, 1, false);
+            let submit = {
+                let (tags, normal, posted) = (tags.clone(), normal.clone(), posted.clone());
+                loom::thread::spawn(move || {
+                    let g = tags.claim(0).unwrap();
+                    assert_eq!(g, 1);
+                    tags.set_cookie(0, 0xC0FFEE);
+                    tags.publish(0, POSTED, g);
+                    posted.store(1, Ordering::Release);
+                    // The device completes the posted frame.
+                    normal.store(ctx + 1, Ordering::Release);
+                })
+            };
+            let hostile = {
+                let early = early.clone();
+                loom::thread::spawn(move || early.store(ctx + 1, Ordering::Release))
+            };
+            let mut accepted = 0;
+            for word in [&early, &normal, &early, &normal] {
+                let v = word.swap(0, Ordering::Acquire);
+                if v == 0 {
+                    continue;
+                }
+                let (tag, _, generation) = decode_context(v - 1);
+                if tags.check(tag as u16, generation).is_ok() {
+                    // The tag is POSTED, so the submitter published it: the post flag and the
+                    // cookie it wrote before publishing are visible.
+                    assert_eq!(tags.cookie(0), 0xC0FFEE);
+                    if tags.complete(tag as u16, generation).is_ok() {
+                        accepted += 1;
+                    }
+                }
+            }
+            submit.join().unwrap();
+            hostile.join().unwrap();
+            assert!(accepted <= 1, "a command completed twice");
+        });
+    }
+
+    /// A timeout starts an abort while the reaper completes the same command: exactly one of them
+    /// wins, and the command is completed exactly once.
+    #[test]
+    fn abort_races_completion() {
+        loom::model(|| {
+            let tags = Arc::new(TagTable::new(1));
+            let g = tags.claim(0).unwrap();
+            tags.publish(0, POSTED, g);
+            let reaper = {
+                let tags = tags.clone();
+                loom::thread::spawn(move || tags.complete(0, g).is_ok())
+            };
+            let aborted = tags.start_abort(0, g);
+            // The abort's own completion path (abort confirmed) or the original reply.
+            let completed_by_reaper = reaper.join().unwrap();
+            let completed_after_abort = aborted && tags.complete(0, g).is_ok();
+            assert!(
+                completed_by_reaper ^ completed_after_abort,
+                "completed {} times",
+                u8::from(completed_by_reaper) + u8::from(completed_after_abort)
+            );
+            assert_eq!(tags.load(0).0, FREE);
+        });
     }
 }

@@ -207,7 +207,7 @@ fn read_capacity_retries_a_unit_attention() {
 }
 
 #[test]
-fn hung_polled_command_times_out_and_keeps_its_tag_reserved() {
+fn hung_polled_command_times_out_and_quarantines_tag_and_buffer_until_reset() {
     let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
     cfg.completion = megasas::fake::CompletionMode::Deferred;
     let dev = FakeDevice::new(cfg);
@@ -219,10 +219,22 @@ fn hung_polled_command_times_out_and_keeps_its_tag_reserved() {
     dev.set_frozen(true);
     let err = ctrl.read_capacity(5, 0).unwrap_err();
     assert!(matches!(err, Error::CommandTimeout { tag: 5, .. }), "{err}");
-    // The device still owns tag 5's frame, so the tag must not be reused.
-    assert_eq!(ctrl.read_capacity(5, 0).unwrap_err(), Error::TagBusy { tag: 5 });
+    // The device still owns tag 5's frame and the admin buffer it points at: neither the tag nor
+    // the buffer may be handed to another command, on any tag.
+    assert_eq!(ctrl.read_capacity(5, 0).unwrap_err(), Error::AdminQuarantined);
+    assert_eq!(ctrl.read_capacity(6, 0).unwrap_err(), Error::AdminQuarantined);
+    assert_eq!(ctrl.ld_list(7).unwrap_err(), Error::AdminQuarantined);
+    assert_eq!(ctrl.recovery_counters().quarantined, 1);
+    assert_eq!(ctrl.command_state(5), megasas::CommandState::Quarantined);
+    // Only a controller reset (the device gives every frame up) lifts the quarantine.
+    let failed = ctrl.reset(|d| panic!("no I/O was in flight, got {d:?}")).unwrap();
+    assert_eq!(failed, 0);
     dev.set_frozen(false);
+    assert_eq!(ctrl.command_state(5), megasas::CommandState::Free);
     assert_eq!(ctrl.read_capacity(6, 0).unwrap().blocks, 131_072);
+    assert_eq!(ctrl.read_capacity(5, 0).unwrap().blocks, 131_072);
+    assert_eq!(dev.stats().inits, 2, "the reset re-sent INIT");
+    assert_clean(&dev);
 }
 
 #[test]
@@ -233,4 +245,62 @@ fn shutdown_returns_to_ready_and_refuses_io() {
     assert_eq!(dev.state(), FwState::Ready);
     assert_eq!(ctrl.enable_interrupts(), Err(Error::NotOperational));
     assert_clean(&dev);
+}
+
+/// Finding 5: firmware alternating FW_INIT / DEVICE_SCAN just under the per-state limit used to
+/// hold bring-up for 32 x 60 s. One overall deadline (180 s by default) ends it.
+#[test]
+fn slow_firmware_hits_the_overall_bringup_deadline() {
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    let per_state = Config::default().state_timeout_us - 1_000_000;
+    cfg.boot = (0..40)
+        .map(|i| {
+            (
+                if i % 2 == 0 {
+                    FwState::FwInit
+                } else {
+                    FwState::DeviceScan
+                },
+                per_state,
+            )
+        })
+        .collect();
+    let dev = FakeDevice::new(cfg);
+    let err = Controller::new(
+        Model::Sas2108Gen2,
+        dev.mmio(),
+        dev.dma(),
+        dev.delay(),
+        Config::default(),
+    )
+    .unwrap_err();
+    let limit = Config::default().bringup_timeout_us;
+    assert!(
+        matches!(err, Error::BringupTimeout { limit_us, .. } if limit_us == limit),
+        "{err}"
+    );
+    let waited = dev.virtual_time_us();
+    assert!(waited >= limit && waited < limit + 1_000_000, "waited {waited} us");
+}
+
+#[test]
+fn bringup_deadline_is_configurable_and_a_quick_sequence_passes() {
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    cfg.boot = vec![(FwState::FwInit, 2_000_000), (FwState::DeviceScan, 2_000_000)];
+    let dev = FakeDevice::new(cfg.clone());
+    let tight = Config {
+        bringup_timeout_us: 3_000_000,
+        ..Config::default()
+    };
+    let err = Controller::new(Model::Sas2108Gen2, dev.mmio(), dev.dma(), dev.delay(), tight).unwrap_err();
+    assert!(matches!(err, Error::BringupTimeout { .. }), "{err}");
+    let dev = FakeDevice::new(cfg);
+    Controller::new(
+        Model::Sas2108Gen2,
+        dev.mmio(),
+        dev.dma(),
+        dev.delay(),
+        Config::default(),
+    )
+    .expect("4 s of boot states");
 }

@@ -1,6 +1,9 @@
 //! The kernel command line: `key=value` words separated by whitespace, turned
 //! into a typed [`Config`]. Workload-job keys (owned by the workload engine)
-//! are collected unparsed in [`Config::job_words`], in order.
+//! are collected unparsed in [`Config::job_words`], in order, and so are the
+//! words of PCI drivers (`megasas.irq=...`: every key under a driver prefix
+//! given to [`parse_with_drivers`]) in [`Config::driver_words`]: each driver
+//! parses its own keys, in one place, in its own crate.
 //!
 //! Kernel keys:
 //!
@@ -9,9 +12,9 @@
 //! | `log` | `error`, `warn`, `info`, `debug`, `trace` |
 //! | `test` | a built-in self-test name (see [`SelfTest`]) |
 //! | `irq.affinity` | passed to the interrupt-affinity parser |
-//! | `megasas.irq` | `auto`, `msix`, `msi`, `intx`, `poll` |
-//! | `megasas.irq_cpu` | CPU index the MegaRAID interrupt is aimed at |
 //! | `smp` | `on` (default) or `off`: start only the boot CPU |
+//! | `idle` | `auto` (default: `halt` under a hypervisor, else `poll`), `halt`, `poll`: how a CPU waiting for completions idles |
+//! | `watchdog` | `off`, or milliseconds (100-600000, default 5000) without a timer tick after which a CPU is reported stuck |
 //! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
 //! | `null.block_size` | `512` (default) or `4096` |
 //! | `null.memory` | `off` (default) or `on`: keep written data (needs SIZE bytes of heap) |
@@ -23,9 +26,12 @@ use heapless::Vec;
 
 /// Maximum number of job words kept.
 pub const MAX_JOB_WORDS: usize = 128;
+/// Maximum number of driver words kept.
+pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str = "log, test, irq.affinity, megasas.irq, megasas.irq_cpu, smp, null.size, null.block_size, null.memory, null.mode, null.queues";
+pub const KERNEL_KEYS: &str =
+    "log, test, irq.affinity, smp, null.size, null.block_size, null.memory, null.mode, null.queues";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,6 +70,11 @@ pub enum SelfTest {
     OnEachCpu,
     /// Route the `edu` device's interrupt to every CPU (MSI) and via INTx.
     Edu,
+    /// Hang CPU 1 with interrupts off: the watchdog must report it and fail the run.
+    Hang,
+    /// Multi-message MSI on a function that offers several vectors: an
+    /// aligned block, programmed and read back, freed when dropped.
+    MsiVectors,
 }
 
 impl SelfTest {
@@ -79,9 +90,11 @@ impl SelfTest {
         ("ipistorm", SelfTest::IpiStorm),
         ("oneach", SelfTest::OnEachCpu),
         ("edu", SelfTest::Edu),
+        ("hang", SelfTest::Hang),
+        ("msivectors", SelfTest::MsiVectors),
     ];
     const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu";
+        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -93,17 +106,22 @@ impl SelfTest {
     }
 }
 
-/// How the MegaRAID driver takes its interrupts.
+/// What a CPU with nothing to do does while it waits for completions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IrqMode {
-    /// MSI-X, else MSI, else INTx.
+pub enum IdleMode {
+    /// `halt` under a hypervisor (a spinning vCPU takes host time from the
+    /// device emulation), `poll` on bare metal (lowest latency).
     Auto,
-    MsiX,
-    Msi,
-    Intx,
-    /// No interrupts: completions are polled.
+    /// Halt until an interrupt (or the periodic tick).
+    Halt,
+    /// Spin.
     Poll,
 }
+
+/// Longest `watchdog=` threshold accepted, in milliseconds.
+pub const MAX_WATCHDOG_MS: u32 = 600_000;
+/// Shortest `watchdog=` threshold accepted (several timer ticks), in milliseconds.
+pub const MIN_WATCHDOG_MS: u32 = 100;
 
 /// How the null block device completes requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,9 +140,12 @@ pub struct Config<'a> {
     pub log: LogLevel,
     pub test: Option<SelfTest>,
     pub irq_affinity: Option<&'a str>,
-    pub megasas_irq: IrqMode,
-    pub megasas_irq_cpu: Option<u32>,
     pub smp: bool,
+    /// `idle=`: how a waiting CPU idles.
+    pub idle: IdleMode,
+    /// `watchdog=`: milliseconds without a timer tick after which a CPU is
+    /// reported as stuck; `None` is `watchdog=off`.
+    pub watchdog_ms: Option<u32>,
     /// Bytes of the null block device, if one is wanted.
     pub null_size: Option<u64>,
     pub null_block_size: u32,
@@ -135,6 +156,8 @@ pub struct Config<'a> {
     pub null_queues: Option<u32>,
     /// Workload-engine words (`rw=...`, `bs=...`, ...), in command-line order.
     pub job_words: Vec<&'a str, MAX_JOB_WORDS>,
+    /// Words under a PCI driver's prefix (`megasas.irq=msi`), in order, for that driver to parse.
+    pub driver_words: Vec<&'a str, MAX_DRIVER_WORDS>,
 }
 
 impl Default for Config<'_> {
@@ -143,15 +166,16 @@ impl Default for Config<'_> {
             log: LogLevel::Info,
             test: None,
             irq_affinity: None,
-            megasas_irq: IrqMode::Auto,
-            megasas_irq_cpu: None,
             smp: true,
+            idle: IdleMode::Auto,
+            watchdog_ms: Some(5000),
             null_size: None,
             null_block_size: 512,
             null_memory: false,
             null_mode: NullDeviceMode::Immediate,
             null_queues: None,
             job_words: Vec::new(),
+            driver_words: Vec::new(),
         }
     }
 }
@@ -171,6 +195,17 @@ fn choose<T: Copy>(key: &'static str, value: &str, table: &[(&str, T)], expected
 /// Parses `cmdline`. Words whose key is in `job_keys` are kept for the
 /// workload engine; `job_keys_help` is appended to the unknown-key message.
 pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static str) -> Result<Config<'a>, Error> {
+    parse_with_drivers(cmdline, job_keys, job_keys_help, &[])
+}
+
+/// [`parse`], also keeping every word whose key is `PREFIX.name` for a
+/// prefix in `driver_prefixes` (e.g. `megasas`) in [`Config::driver_words`].
+pub fn parse_with_drivers<'a>(
+    cmdline: &'a str,
+    job_keys: &[&str],
+    job_keys_help: &'static str,
+    driver_prefixes: &[&str],
+) -> Result<Config<'a>, Error> {
     let mut cfg = Config::default();
     let mut seen: Vec<&'static str, 16> = Vec::new();
     let mut once = |key: &'static str| -> Result<(), Error> {
@@ -211,32 +246,38 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
                 }
                 cfg.irq_affinity = Some(value);
             }
-            "megasas.irq" => {
-                once("megasas.irq")?;
-                cfg.megasas_irq = choose(
-                    "megasas.irq",
-                    value,
-                    &[
-                        ("auto", IrqMode::Auto),
-                        ("msix", IrqMode::MsiX),
-                        ("msi", IrqMode::Msi),
-                        ("intx", IrqMode::Intx),
-                        ("poll", IrqMode::Poll),
-                    ],
-                    "one of auto, msix, msi, intx, poll",
-                )?;
-            }
-            "megasas.irq_cpu" => {
-                once("megasas.irq_cpu")?;
-                cfg.megasas_irq_cpu = Some(value.parse().map_err(|_| Error::BadValue {
-                    key: "megasas.irq_cpu",
-                    value: bounded(value),
-                    expected: "a CPU index (decimal, e.g. 1)",
-                })?);
-            }
             "smp" => {
                 once("smp")?;
                 cfg.smp = choose("smp", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            "idle" => {
+                once("idle")?;
+                cfg.idle = choose(
+                    "idle",
+                    value,
+                    &[
+                        ("auto", IdleMode::Auto),
+                        ("halt", IdleMode::Halt),
+                        ("poll", IdleMode::Poll),
+                    ],
+                    "auto, halt or poll",
+                )?;
+            }
+            "watchdog" => {
+                once("watchdog")?;
+                cfg.watchdog_ms = match value {
+                    "off" => None,
+                    ms => Some(
+                        ms.parse()
+                            .ok()
+                            .filter(|ms| (MIN_WATCHDOG_MS..=MAX_WATCHDOG_MS).contains(ms))
+                            .ok_or_else(|| Error::BadValue {
+                                key: "watchdog",
+                                value: bounded(value),
+                                expected: "off, or milliseconds from 100 to 600000",
+                            })?,
+                    ),
+                };
             }
             "null.size" => {
                 once("null.size")?;
@@ -290,6 +331,15 @@ pub fn parse<'a>(cmdline: &'a str, job_keys: &[&str], job_keys_help: &'static st
                             })?,
                     );
             }
+            _ if key
+                .split_once('.')
+                .is_some_and(|(prefix, _)| driver_prefixes.contains(&prefix)) =>
+            {
+                cfg.driver_words.push(word).map_err(|_| Error::TooMany {
+                    what: "driver words on the command line",
+                    capacity: MAX_DRIVER_WORDS,
+                })?;
+            }
             _ if job_keys.contains(&key) => {
                 cfg.job_words.push(word).map_err(|_| Error::TooMany {
                     what: "job words on the command line",
@@ -320,22 +370,22 @@ mod tests {
     fn empty_line_gives_defaults() {
         let c = parse("", JOB_KEYS, "").unwrap();
         assert_eq!(c.log, LogLevel::Info);
-        assert!(c.test.is_none() && c.smp && c.job_words.is_empty());
-        assert_eq!(c.megasas_irq, IrqMode::Auto);
+        assert!(c.test.is_none() && c.smp && c.job_words.is_empty() && c.driver_words.is_empty());
     }
 
     #[test]
     fn typed_values_and_job_words_in_order() {
-        let c = parse(
-            "log=debug test=ud2 rw=randread megasas.irq=msi megasas.irq_cpu=3 bs=4k smp=off irq.affinity=cpu:1",
+        let c = parse_with_drivers(
+            "log=debug test=ud2 rw=randread megasas.irq=msi megasas.bogus=3 bs=4k smp=off irq.affinity=cpu:1",
             JOB_KEYS,
             "",
+            &["megasas", "nvme"],
         )
         .unwrap();
         assert_eq!(c.log, LogLevel::Debug);
         assert_eq!(c.test, Some(SelfTest::InvalidOpcode));
-        assert_eq!(c.megasas_irq, IrqMode::Msi);
-        assert_eq!(c.megasas_irq_cpu, Some(3));
+        // Driver words are kept unparsed, in order, for the driver (which refuses `bogus`).
+        assert_eq!(c.driver_words.as_slice(), &["megasas.irq=msi", "megasas.bogus=3"]);
         assert!(!c.smp);
         assert_eq!(c.irq_affinity, Some("cpu:1"));
         assert_eq!(c.job_words.as_slice(), &["rw=randread", "bs=4k"]);
@@ -356,8 +406,13 @@ mod tests {
             msg.contains("'loud'") && msg.contains("'log'") && msg.contains("error, warn"),
             "{msg}"
         );
-        let msg = parse("megasas.irq_cpu=x1", JOB_KEYS, "").unwrap_err().to_string();
-        assert!(msg.contains("'x1'") && msg.contains("megasas.irq_cpu"), "{msg}");
+        // Without a driver owning the prefix, its keys are unknown.
+        let msg = parse("megasas.irq_cpu=1", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(msg.contains("unknown command-line key 'megasas.irq_cpu'"), "{msg}");
+        let msg = parse_with_drivers("nvme.queues=1", JOB_KEYS, "", &["megasas"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("unknown command-line key 'nvme.queues'"), "{msg}");
         let msg = parse("test=explode", JOB_KEYS, "").unwrap_err().to_string();
         assert!(msg.contains("pagefault") && msg.contains("'explode'"), "{msg}");
     }
@@ -376,6 +431,19 @@ mod tests {
             parse("log=info log=debug", JOB_KEYS, "").unwrap_err(),
             Error::DuplicateKey { key: "log" }
         );
+    }
+
+    #[test]
+    fn idle_and_watchdog_keys() {
+        let c = parse("", JOB_KEYS, "").unwrap();
+        assert_eq!((c.idle, c.watchdog_ms), (IdleMode::Auto, Some(5000)));
+        let c = parse("idle=halt watchdog=250", JOB_KEYS, "").unwrap();
+        assert_eq!((c.idle, c.watchdog_ms), (IdleMode::Halt, Some(250)));
+        assert_eq!(parse("watchdog=off", JOB_KEYS, "").unwrap().watchdog_ms, None);
+        for bad in ["watchdog=99", "watchdog=600001", "watchdog=1s", "idle=sleep"] {
+            let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
+            assert!(msg.contains(bad.split_once('=').unwrap().1), "{bad}: {msg}");
+        }
     }
 
     #[test]

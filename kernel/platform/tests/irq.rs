@@ -94,23 +94,30 @@ fn concurrent_allocation_never_hands_out_a_vector_twice() {
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static LAST_CALL: AtomicU64 = AtomicU64::new(0);
 
-fn record(context: usize, vector: u8, cpu: u32) {
-    CALLS.fetch_add(1, Ordering::SeqCst);
-    LAST_CALL.store(
-        (context as u64) << 16 | u64::from(vector) << 8 | u64::from(cpu),
-        Ordering::SeqCst,
-    );
+/// A handler object with its own state (the typed replacement of a context word).
+struct Recorder {
+    id: u64,
 }
 
+impl InterruptHandler for Recorder {
+    fn handle(&self, vector: u8, cpu: u32) {
+        CALLS.fetch_add(1, Ordering::SeqCst);
+        LAST_CALL.store(
+            self.id << 16 | u64::from(vector) << 8 | u64::from(cpu),
+            Ordering::SeqCst,
+        );
+    }
+}
+
+static EDU_HANDLER: Recorder = Recorder { id: 0x77 };
+static QUEUE0_HANDLER: Recorder = Recorder { id: 0x10 };
 static EDU: Registration = Registration {
     name: "edu",
-    handler: record,
-    context: 0x77,
+    handler: &EDU_HANDLER,
 };
 static QUEUE0: Registration = Registration {
     name: "megasas-q0",
-    handler: record,
-    context: 0x10,
+    handler: &QUEUE0_HANDLER,
 };
 
 #[test]
@@ -188,12 +195,18 @@ fn proc_interrupts_listing_shows_registered_or_counted_vectors_only() {
 static SEEN_CONTEXT_MISMATCH: AtomicUsize = AtomicUsize::new(0);
 static HANDLED: AtomicUsize = AtomicUsize::new(0);
 
-fn check_pairing(context: usize, vector: u8, _cpu: u32) {
-    // Each registration's context encodes its own handler identity and vector.
-    if context != 0xC0DE_0000 + usize::from(vector) {
-        SEEN_CONTEXT_MISMATCH.fetch_add(1, Ordering::SeqCst);
+struct Pairing {
+    vector: u8,
+}
+
+impl InterruptHandler for Pairing {
+    fn handle(&self, vector: u8, _cpu: u32) {
+        // Each registration's handler object knows the vector it was registered for.
+        if self.vector != vector {
+            SEEN_CONTEXT_MISMATCH.fetch_add(1, Ordering::SeqCst);
+        }
+        HANDLED.fetch_add(1, Ordering::SeqCst);
     }
-    HANDLED.fetch_add(1, Ordering::SeqCst);
 }
 
 #[test]
@@ -201,10 +214,10 @@ fn concurrent_dispatch_during_registration_sees_whole_registrations() {
     let table: Arc<IrqTable<4>> = Arc::new(IrqTable::new());
     let registrations: Vec<&'static Registration> = (0x30..0x70u8)
         .map(|vector| {
+            let handler: &'static Pairing = Box::leak(Box::new(Pairing { vector }));
             &*Box::leak(Box::new(Registration {
                 name: "pairing",
-                handler: check_pairing,
-                context: 0xC0DE_0000 + usize::from(vector),
+                handler,
             }))
         })
         .collect();
@@ -575,4 +588,41 @@ fn chipset_routers_map_slots_and_pins_to_pirqs() {
         assert_eq!(router.pirq(32, 1), None);
     }
     assert_eq!(ich9.direct_route(8), None);
+}
+
+#[test]
+fn a_queue_vector_lands_on_a_cpu_that_submits_to_its_queue() {
+    // 4 CPUs over 2 queues: cpu0-1 -> queue 0, cpu2-3 -> queue 1.
+    let map = [0u16, 0, 1, 1];
+    let spread = AffinityPolicy::Spread;
+    // Spread would put vector 1 on cpu1 (queue 0): it moves to cpu2, the first CPU of queue 1.
+    assert_eq!(spread.cpu_for_queue_vector(0, &map, 2, None), Ok(0));
+    assert_eq!(spread.cpu_for_queue_vector(1, &map, 2, None), Ok(2));
+    // A policy CPU that does submit to the queue is kept.
+    let explicit = AffinityPolicy::parse("0:1,1:3").unwrap();
+    assert_eq!(explicit.cpu_for_queue_vector(0, &map, 2, None), Ok(1));
+    assert_eq!(explicit.cpu_for_queue_vector(1, &map, 2, None), Ok(3));
+    // A driver's preferred CPU: kept when it serves the queue, else corrected.
+    assert_eq!(spread.cpu_for_queue_vector(0, &map, 2, Some(1)), Ok(1));
+    assert_eq!(spread.cpu_for_queue_vector(0, &map, 2, Some(3)), Ok(0));
+    assert_eq!(
+        spread.cpu_for_queue_vector(0, &map, 2, Some(4)),
+        Err(Error::CpuOutOfRange { cpu: 4, limit: 4 })
+    );
+    // Vectors beyond the queues (every MSI-X entry of a one-queue device) follow the policy.
+    let one_queue = [0u16, 0, 0, 0];
+    let cpus: Vec<u32> = (0..15u16)
+        .map(|i| spread.cpu_for_queue_vector(i, &one_queue, 1, None).unwrap())
+        .collect();
+    assert_eq!(cpus, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]);
+    // More queues than CPUs: queue 3 serves no CPU, its vector follows the policy.
+    let few = [0u16, 1];
+    assert_eq!(spread.cpu_for_queue_vector(3, &few, 4, None), Ok(1));
+    // Every vector that serves a served queue lands on a CPU of that queue, for every policy.
+    for policy in [spread.clone(), AffinityPolicy::SingleCpu(3), explicit] {
+        for index in 0..2u16 {
+            let cpu = policy.cpu_for_queue_vector(index, &map, 2, None).unwrap();
+            assert_eq!(map[cpu as usize], index, "{policy} vector {index}");
+        }
+    }
 }

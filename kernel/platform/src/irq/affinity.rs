@@ -145,6 +145,41 @@ impl AffinityPolicy {
     }
 }
 
+/// Where a vector of a multi-queue device goes, given the CPU to queue map.
+///
+/// Vector `i` serves hardware queue `i` when `i < nr_hw_queues`, so its
+/// interrupt must land on a CPU that submits to queue `i`. The policy's CPU
+/// (or `preferred`, a driver's own choice such as `megasas.irq_cpu`) is kept
+/// when it submits to that queue; otherwise the first CPU that does is
+/// used. A vector beyond the queues, or one whose queue no CPU submits to
+/// (more queues than CPUs), follows the policy (or `preferred`) alone.
+/// `queue_of_cpu` has one entry per online CPU.
+impl AffinityPolicy {
+    /// The CPU for vector `index` (see the type-level comment above).
+    pub fn cpu_for_queue_vector(
+        &self,
+        index: u16,
+        queue_of_cpu: &[u16],
+        nr_hw_queues: usize,
+        preferred: Option<u32>,
+    ) -> Result<u32> {
+        let online = u32::try_from(queue_of_cpu.len()).unwrap_or(u32::MAX);
+        let wanted = match preferred {
+            Some(cpu) if cpu >= online => return Err(Error::CpuOutOfRange { cpu, limit: online }),
+            Some(cpu) => cpu,
+            None => self.cpu_for(index, online)?,
+        };
+        if usize::from(index) >= nr_hw_queues {
+            return Ok(wanted);
+        }
+        let serves = |cpu: u32| queue_of_cpu.get(cpu as usize) == Some(&index);
+        if serves(wanted) {
+            return Ok(wanted);
+        }
+        Ok((0..online).find(|&cpu| serves(cpu)).unwrap_or(wanted))
+    }
+}
+
 impl fmt::Display for AffinityPolicy {
     /// The canonical `irq.affinity=` value (parses back to the same policy).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

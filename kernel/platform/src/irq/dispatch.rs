@@ -1,9 +1,10 @@
 //! The interrupt dispatch table and per-vector, per-CPU counters.
 //!
 //! Dispatch takes no lock: each vector's slot is one `AtomicPtr` to a
-//! `'static` [`Registration`], so a single atomic load yields handler and
-//! context together (two separate atomics could pair one registration's
-//! handler with another's context if a slot were re-registered meanwhile).
+//! `'static` [`Registration`], so a single atomic load yields the name and
+//! the handler object together (two separate atomics could pair one
+//! registration's name with another's handler if a slot were re-registered
+//! meanwhile).
 
 use core::fmt;
 use core::ptr;
@@ -14,23 +15,42 @@ use crate::error::{Error, Result};
 /// Default CPU capacity of the counters (64 CPUs x 256 vectors x 8 bytes = 128 KiB).
 pub const MAX_CPUS: usize = 64;
 
-/// An interrupt handler: called with the registration's context, the
-/// vector, and the index of the CPU it runs on. Runs in interrupt context.
-pub type IrqHandlerFn = fn(context: usize, vector: u8, cpu: u32);
+/// An interrupt handler: a typed object (a driver's queue, a device's
+/// state) whose `handle` is called with the vector and the index of the CPU
+/// it runs on. Runs in interrupt context.
+pub trait InterruptHandler: Sync {
+    /// Handles one interrupt of `vector` on CPU `cpu`.
+    fn handle(&self, vector: u8, cpu: u32);
+}
 
-/// A handler, its context word and a name for the listing.
+/// A handler that needs no state: a plain function of (vector, cpu).
+#[derive(Debug, Clone, Copy)]
+pub struct FnHandler(pub fn(vector: u8, cpu: u32));
+
+impl InterruptHandler for FnHandler {
+    fn handle(&self, vector: u8, cpu: u32) {
+        (self.0)(vector, cpu);
+    }
+}
+
+/// A handler object and a name for the listing.
 ///
 /// Registrations are `'static` (a `static`, or leaked at init) so a
 /// dispatch that loaded a pointer just before `unregister` still
-/// dereferences valid memory.
-#[derive(Debug)]
+/// dereferences valid memory, and so does the handler object it names.
 pub struct Registration {
     /// Name shown by the `/proc/interrupts`-like listing.
     pub name: &'static str,
     /// The handler.
-    pub handler: IrqHandlerFn,
-    /// Passed to the handler (e.g. a pointer to the driver's queue, as usize).
-    pub context: usize,
+    pub handler: &'static dyn InterruptHandler,
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What [`IrqTable::dispatch`] did.
@@ -85,7 +105,7 @@ impl<const CPUS: usize> IrqTable<CPUS> {
     /// Removes the handler for `vector` and returns it. A dispatch already
     /// running on another CPU may still call it: mask the source and wait
     /// for every CPU to pass a quiescent point before freeing what its
-    /// context points to.
+    /// handler object refers to.
     pub fn unregister(&self, vector: u8) -> Result<&'static Registration> {
         // Acquire: the returned reference is read here, pairing with the
         // Release in `register`.
@@ -114,7 +134,7 @@ impl<const CPUS: usize> IrqTable<CPUS> {
         }
         match self.registration(vector) {
             Some(registration) => {
-                (registration.handler)(registration.context, vector, cpu);
+                registration.handler.handle(vector, cpu);
                 Dispatch::Handled
             }
             None => Dispatch::Unhandled,

@@ -1,0 +1,728 @@
+//! The block-layer binding: one [`Host`] per controller, one `blk::Queue` per logical drive.
+//!
+//! Everything MegaRAID-specific about serving block I/O lives here; the kernel only probes the PCI
+//! function, maps the register BAR, provides [`Mmio`]/[`Dma`]/[`Delay`] and a `blk::Platform`,
+//! chooses the CPU map and interrupt vectors, and calls [`Host::handle_interrupt`] and
+//! [`Host::tick`].
+//!
+//! **Tags.** All drives of a controller share one `blk::HostTags` of [`Controller::max_inflight`]
+//! tags, tag [`ADMIN_TAG`] reserved: a busy drive may use every command of the controller and a
+//! block-layer tag *is* the controller tag (no partition, no translation). The controller keeps
+//! its own generation in the MFI context; the request's identity travels in the per-command
+//! cookie: `drive << 48 | hwq << 32 | IssueToken::to_bits()` ([`pack_cookie`]), the one place
+//! that maps a controller completion to a block-layer request.
+//!
+//! **Issue order.** `queue_rq` validates, enters the controller's submission section (a reset in
+//! progress makes it return `Busy`: requeued), calls `Rq::issue`, then builds and posts the frame.
+//! The controller tag is PREPARED until the frame is posted, so a reply that arrives early is
+//! dropped as bogus and can never finish the request.
+//!
+//! **Timeout ladder.** A request's first timeout sends an MFI ABORT for its tag and keeps the
+//! request (`ResetTimer`); the request then finishes through the normal completion path with
+//! `Status::Timeout` when the device gives the command up (its 0x2E reply, or the abort's OK), or
+//! with its real status if it completed meanwhile. If the abort is refused, or the request times
+//! out again with the abort still pending, [`Host::tick`] resets the controller: every command in
+//! flight is **failed** (`Status::Timeout` for the timed-out ones, `Status::Aborted` for the
+//! others), never re-issued, and the drives go on. A buffer is handed back only after the device
+//! provably gave its command up.
+//!
+//! **Hostile device.** Contexts are validated by the controller (range, generation, state); a
+//! completion the block layer refuses (stale token) is counted, not trusted. Interrupt work is
+//! bounded per invocation (`HostConfig::irq_budget`, overruns counted as storms; the rest is
+//! picked up by the next interrupt, poll or tick), faults are logged one by one only for the first
+//! few and then summarised once per second, and an INTx line that keeps firing with nothing to
+//! reap is reported by [`Host::intx_stuck`] so the kernel can mask it.
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use blk::{
+    CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status,
+    TimedOutRq, TimeoutAction,
+};
+
+use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
+use crate::frame::Segment;
+use crate::status::{IoErrorKind, IoStatus};
+use crate::{Delay, Dma, Error, Mmio, Model};
+
+/// Most scatter-gather segments the binding passes per request (a stack array in `queue_rq`).
+pub const MAX_SEGMENTS: usize = 32;
+/// Device BUSY answers retried (re-posted) before a request fails.
+const BUSY_RETRIES: u8 = 4;
+/// Consecutive INTx interrupts claimed with nothing reaped before the line is reported stuck.
+const INTX_STUCK_AFTER: u32 = 1000;
+/// Failed controller resets before the host gives up on the controller.
+const RESET_ATTEMPTS: u32 = 3;
+/// Interval of the fault summary line.
+const FAULT_SUMMARY_NS: u64 = 1_000_000_000;
+
+/// Packs the identity of a block-layer request into a controller cookie.
+pub const fn pack_cookie(drive: u16, hwq: u16, token: IssueToken) -> u64 {
+    ((drive as u64) << 48) | ((hwq as u64) << 32) | token.to_bits() as u64
+}
+
+/// The inverse of [`pack_cookie`]: (drive, hwq, token).
+pub const fn unpack_cookie(cookie: u64) -> (u16, u16, IssueToken) {
+    (
+        (cookie >> 48) as u16,
+        (cookie >> 32) as u16,
+        IssueToken::from_bits(cookie as u32),
+    )
+}
+
+/// What the kernel decides for a controller.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// CPUs (software queues and completion lists of every drive's queue).
+    pub ncpus: usize,
+    /// CPU -> hardware queue map (the kernel's one CPU map). MFI has one reply queue, so one
+    /// hardware queue; `None` maps every CPU to it.
+    pub cpu_map: Option<Vec<u16>>,
+    /// How interrupts arrive (decides the INTx claim/ack).
+    pub irq_mode: IrqMode,
+    /// Where completions are finished.
+    pub completion: CompletionPolicy,
+    /// Request timeout (the first step of the ladder), ns.
+    pub timeout_ns: u64,
+    /// Completions one interrupt invocation may deliver before it stops (a storm).
+    pub irq_budget: u32,
+    /// Upper bound on one request's size in bytes (the controller's limit applies too).
+    pub max_transfer_bytes: u64,
+    /// Controller tunables.
+    pub controller: Config,
+}
+
+impl HostConfig {
+    /// Defaults for `ncpus` CPUs and interrupt mode `irq_mode`: IRQ completions, 30 s timeout,
+    /// 1024 completions per interrupt, 1 MiB requests.
+    pub fn new(ncpus: usize, irq_mode: IrqMode) -> Self {
+        Self {
+            ncpus,
+            cpu_map: None,
+            irq_mode,
+            completion: CompletionPolicy::Irq,
+            timeout_ns: 30_000_000_000,
+            irq_budget: 1024,
+            max_transfer_bytes: 1 << 20,
+            controller: Config::default(),
+        }
+    }
+
+    /// Applies the `megasas.*` command-line options that are the driver's: `queue_depth` (I/O
+    /// commands in flight, plus the admin tag). `irq` and `irq_cpu` are interrupt policy, which
+    /// the kernel applies when it sets the vectors up (`choose_irq_mode`).
+    pub fn apply_options(&mut self, options: &crate::Options) {
+        if let Some(depth) = options.queue_depth {
+            self.controller.max_tags = depth.saturating_add(1).min(crate::tags::MAX_TAGS);
+        }
+    }
+}
+
+/// A logical drive as the kernel's block registry sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriveInfo {
+    /// The drive as discovered.
+    pub drive: LogicalDrive,
+    /// Capacity in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Most bytes per request.
+    pub max_transfer_bytes: u32,
+    /// Most segments per request.
+    pub max_segments: usize,
+    /// Human-readable description (model, target).
+    pub model: String,
+}
+
+/// What one [`Host::handle_interrupt`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IrqOutcome {
+    /// INTx only: the interrupt was not this controller's (shared line).
+    pub not_ours: bool,
+    /// Completions delivered to the block layer.
+    pub completed: u32,
+    /// Reply entries rejected as controller faults.
+    pub faults: u32,
+    /// The budget ran out with replies left (they are picked up later).
+    pub storm: bool,
+    /// INTx keeps firing with nothing to reap: mask the line and report the device.
+    pub intx_stuck: bool,
+}
+
+/// Counters of the binding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCounters {
+    /// Interrupt invocations.
+    pub interrupts: u64,
+    /// Invocations that hit the budget with work left.
+    pub storms: u64,
+    /// INTx invocations claimed with nothing reaped.
+    pub intx_empty: u64,
+    /// Completions the block layer refused (stale or not in flight): never delivered twice.
+    pub refused_completions: u64,
+    /// Completions whose cookie named no drive.
+    pub unknown_drive: u64,
+    /// Device BUSY answers re-posted.
+    pub busy_retries: u64,
+    /// Requests sent back to the queue because a reset was running.
+    pub requeued_for_reset: u64,
+    /// Timeouts seen by the driver.
+    pub timeouts: u64,
+    /// Controller resets that failed.
+    pub failed_resets: u64,
+}
+
+/// The state every drive's driver and the host share: the controller and the counters.
+struct Core<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
+    ctrl: Controller<M, D, T>,
+    irq_mode: IrqMode,
+    interrupts: AtomicU64,
+    storms: AtomicU64,
+    intx_empty: AtomicU64,
+    intx_empty_run: AtomicU32,
+    intx_stuck: AtomicBool,
+    refused: AtomicU64,
+    unknown_drive: AtomicU64,
+    busy_retries: AtomicU64,
+    requeued: AtomicU64,
+    timeouts: AtomicU64,
+    failed_resets: AtomicU64,
+    /// The controller could not be reset: out of service.
+    dead: AtomicBool,
+    /// One CPU at a time runs `tick` (timeouts, aborts, resets).
+    maintenance: AtomicBool,
+    /// Per controller tag: device BUSY answers re-posted for the request on it.
+    busy: Box<[AtomicU8]>,
+    /// Fault count and time of the last summary line.
+    faults_logged: AtomicU64,
+    last_summary_ns: AtomicU64,
+}
+
+/// The `blk::Driver` of one logical drive.
+pub struct DriveDriver<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
+    core: Arc<Core<M, D, T>>,
+    /// To deliver other drives' completions found while polling.
+    host: Weak<HostInner<M, D, T>>,
+    index: u16,
+    target: u8,
+    /// 512-byte sectors per logical block.
+    scale: u32,
+}
+
+struct HostInner<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
+    core: Arc<Core<M, D, T>>,
+    platform: Arc<dyn Platform>,
+    drives: Vec<DriveInfo>,
+    queues: Box<[Queue<DriveDriver<M, D, T>>]>,
+    irq_budget: u32,
+}
+
+/// One MegaRAID controller serving its logical drives through the block layer.
+pub struct Host<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync>(Arc<HostInner<M, D, T>>);
+
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> core::fmt::Debug for Host<M, D, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Host")
+            .field("controller", &self.0.core.ctrl)
+            .field("drives", &self.0.drives.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn block_status(d: &Done) -> Status {
+    match d.status {
+        IoStatus::Success => Status::Ok,
+        // The request timed out; the device gave the command up (abort or reset).
+        IoStatus::Failed(_) if d.aborted => Status::Timeout,
+        IoStatus::Failed(e) if e.kind == IoErrorKind::Aborted => Status::Aborted,
+        IoStatus::Failed(_) => Status::IoError,
+    }
+}
+
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M, D, T> {
+    /// Brings the controller up, discovers its logical drives and creates one queue per drive on
+    /// a host-wide tag set. Interrupts stay off at the controller: program the vectors (or INTx,
+    /// or nothing for polled mode), then call [`Host::start`].
+    ///
+    /// Refuses a controller with no tag left for I/O after the admin tag ([`Error::NoIoTags`]):
+    /// a drive is never created on which every I/O would fail.
+    pub fn new(
+        model: Model,
+        mmio: M,
+        dma: D,
+        delay: T,
+        platform: Arc<dyn Platform>,
+        cfg: HostConfig,
+    ) -> Result<Self, Error> {
+        let ctrl = Controller::new(model, mmio, dma, delay, cfg.controller)?;
+        let tags = ctrl.max_inflight();
+        if tags < 2 {
+            return Err(Error::NoIoTags { tags });
+        }
+        let found = ctrl.discover(ADMIN_TAG)?;
+        let host_tags = HostTags::new(u32::from(tags), 1).map_err(Error::BlockLayer)?;
+        let max_segments = usize::from(ctrl.max_segments()).min(MAX_SEGMENTS);
+        let max_transfer = ctrl
+            .max_transfer_bytes()
+            .min(cfg.max_transfer_bytes)
+            .min(u64::from(u32::MAX)) as u32;
+        let core = Arc::new(Core {
+            ctrl,
+            irq_mode: cfg.irq_mode,
+            interrupts: AtomicU64::new(0),
+            storms: AtomicU64::new(0),
+            intx_empty: AtomicU64::new(0),
+            intx_empty_run: AtomicU32::new(0),
+            intx_stuck: AtomicBool::new(false),
+            refused: AtomicU64::new(0),
+            unknown_drive: AtomicU64::new(0),
+            busy_retries: AtomicU64::new(0),
+            requeued: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            failed_resets: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+            maintenance: AtomicBool::new(false),
+            busy: (0..tags).map(|_| AtomicU8::new(0)).collect(),
+            faults_logged: AtomicU64::new(0),
+            last_summary_ns: AtomicU64::new(0),
+        });
+        let mut drives = Vec::with_capacity(found.len());
+        let mut configs = Vec::with_capacity(found.len());
+        for d in &found {
+            let scale = d.block_size / 512;
+            let capacity_sectors = d.blocks.checked_mul(u64::from(scale)).ok_or(Error::MalformedReply {
+                what: "drive capacity",
+                value: d.blocks,
+                expected: "a capacity below 2^64 bytes",
+            })?;
+            let mut qc = QueueConfig::new(cfg.ncpus, 1, u32::from(tags), capacity_sectors);
+            qc.reserved_tags = 1;
+            qc.shared_tags = true;
+            qc.host_tags = Some(host_tags.clone());
+            qc.logical_block_size = d.block_size;
+            qc.max_segments = max_segments;
+            qc.timeout_ns = cfg.timeout_ns;
+            qc.completion = cfg.completion;
+            qc.cpu_map = cfg.cpu_map.clone();
+            configs.push((qc, d.target, scale));
+            drives.push(DriveInfo {
+                drive: *d,
+                capacity_sectors,
+                max_transfer_bytes: max_transfer,
+                max_segments,
+                model: format!("MegaRAID {model:?} target {}", d.target),
+            });
+        }
+        let platform_for_queues = platform.clone();
+        let mut error = None;
+        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, D, T>>| {
+            let mut queues = Vec::with_capacity(configs.len());
+            for (index, (qc, target, scale)) in configs.into_iter().enumerate() {
+                let driver = DriveDriver {
+                    core: core.clone(),
+                    host: weak.clone(),
+                    index: index as u16,
+                    target,
+                    scale,
+                };
+                match Queue::new(qc, driver, platform_for_queues.clone()) {
+                    Ok(q) => queues.push(q),
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            HostInner {
+                core: core.clone(),
+                platform,
+                drives,
+                queues: queues.into_boxed_slice(),
+                irq_budget: cfg.irq_budget.max(1),
+            }
+        });
+        if let Some(e) = error {
+            return Err(Error::BlockLayer(e));
+        }
+        Ok(Self(inner))
+    }
+
+    /// Unmasks the controller's reply interrupt. Call it after programming MSI-X/MSI/INTx (or,
+    /// for polled mode, after disabling INTx at the PCI level: QEMU's reply queue only advances
+    /// while unmasked).
+    pub fn start(&self) -> Result<(), Error> {
+        self.0.core.ctrl.enable_interrupts()
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &Controller<M, D, T> {
+        &self.0.core.ctrl
+    }
+
+    /// The drives, in discovery order (by target id); `queue(i)` serves `drives()[i]`.
+    pub fn drives(&self) -> &[DriveInfo] {
+        &self.0.drives
+    }
+
+    /// The queues, one per drive.
+    pub fn queues(&self) -> &[Queue<DriveDriver<M, D, T>>] {
+        &self.0.queues
+    }
+
+    /// The queue of drive `index`.
+    pub fn queue(&self, index: usize) -> Option<&Queue<DriveDriver<M, D, T>>> {
+        self.0.queues.get(index)
+    }
+
+    /// The interrupt handler's body, on CPU `cpu`: acknowledges as the mode requires, reaps and
+    /// delivers each completion to its drive's queue, at most `irq_budget` of them.
+    pub fn handle_interrupt(&self, cpu: usize) -> IrqOutcome {
+        self.0.handle_interrupt(cpu)
+    }
+
+    /// Reaps the reply queue without an interrupt (polled mode, or to pick up what a storm
+    /// left). Returns completions delivered.
+    pub fn poll(&self, cpu: usize) -> u32 {
+        self.0.reap(cpu, self.0.irq_budget).0
+    }
+
+    /// The periodic tick, on CPU `cpu` (call it instead of each queue's `tick`): runs every
+    /// queue's timeout scan (which sends aborts), resets the controller when the ladder asks for
+    /// it, reaps what interrupts left behind, and logs the fault summary. Only one CPU at a time
+    /// does this; others return at once. Returns the number of requests that timed out.
+    pub fn tick(&self, cpu: usize) -> usize {
+        self.0.tick(cpu)
+    }
+
+    /// Whether INTx kept firing with nothing to reap (the kernel should mask the line).
+    pub fn intx_stuck(&self) -> bool {
+        self.0.core.intx_stuck.load(Ordering::Relaxed)
+    }
+
+    /// Whether the controller could not be reset and is out of service.
+    pub fn is_dead(&self) -> bool {
+        self.0.core.dead.load(Ordering::Relaxed)
+    }
+
+    /// For a dead controller, after the kernel turned its bus mastering off: fails every request
+    /// still in flight (their buffers are no longer the device's). Returns how many.
+    pub fn abandon_after_bus_master_off(&self, cpu: usize) -> u32 {
+        let inner = &self.0;
+        inner.core.ctrl.abandon_in_flight(|d| inner.deliver(cpu, &d, false))
+    }
+
+    /// Counters of the binding.
+    pub fn counters(&self) -> HostCounters {
+        let c = &self.0.core;
+        HostCounters {
+            interrupts: c.interrupts.load(Ordering::Relaxed),
+            storms: c.storms.load(Ordering::Relaxed),
+            intx_empty: c.intx_empty.load(Ordering::Relaxed),
+            refused_completions: c.refused.load(Ordering::Relaxed),
+            unknown_drive: c.unknown_drive.load(Ordering::Relaxed),
+            busy_retries: c.busy_retries.load(Ordering::Relaxed),
+            requeued_for_reset: c.requeued.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            failed_resets: c.failed_resets.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostInner<M, D, T> {
+    /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
+    /// re-posted (not during a reset's sweep).
+    fn deliver(&self, cpu: usize, d: &Done, retry_busy: bool) {
+        let (drive, hwq, token) = unpack_cookie(d.cookie);
+        let Some(queue) = self.queues.get(usize::from(drive)) else {
+            self.core.unknown_drive.fetch_add(1, Ordering::Relaxed);
+            log::error!(
+                "megasas: completion of tag {} names drive {drive}, which does not exist",
+                d.tag
+            );
+            return;
+        };
+        if retry_busy
+            && !d.aborted
+            && let IoStatus::Failed(e) = d.status
+            && e.kind == IoErrorKind::Busy
+            && self.retry_busy(d.tag)
+        {
+            return;
+        }
+        if let Err(e) = queue.complete(cpu, usize::from(hwq), token, block_status(d)) {
+            // The device completed something the block layer no longer has in flight under this
+            // token: counted and dropped, never delivered to another request.
+            let n = self.core.refused.fetch_add(1, Ordering::Relaxed);
+            if n < 16 {
+                log::error!("megasas: completion of tag {} refused by the block layer: {e}", d.tag);
+            }
+        }
+    }
+
+    /// Re-posts a command the device answered BUSY, a bounded number of times.
+    fn retry_busy(&self, tag: u16) -> bool {
+        let ctrl = &self.core.ctrl;
+        let Ok(guard) = ctrl.begin_submit() else {
+            return false;
+        };
+        if !self.note_busy(tag) {
+            return false;
+        }
+        match ctrl.resubmit(&guard, tag) {
+            Ok(()) => {
+                self.core.busy_retries.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                log::error!("megasas: re-posting tag {tag} after BUSY failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Counts one BUSY retry of the request on `tag`; false once it has had its share.
+    fn note_busy(&self, tag: u16) -> bool {
+        // Per controller tag, which the request owns until it ends (reset in `queue_rq`).
+        let slot = &self.core.busy[usize::from(tag)];
+        let n = slot.load(Ordering::Relaxed);
+        if n >= BUSY_RETRIES {
+            return false;
+        }
+        slot.store(n + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
+    /// entries left).
+    fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
+        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver(cpu, &d, true));
+        (r.completed, r.faults, r.more_pending)
+    }
+
+    fn handle_interrupt(&self, cpu: usize) -> IrqOutcome {
+        let core = &self.core;
+        core.interrupts.fetch_add(1, Ordering::Relaxed);
+        let mut out = IrqOutcome::default();
+        // MSI/MSI-X: OSTS reads 0 there and says nothing (pitfall 11); INTx: claim and ack first.
+        if core.irq_mode == IrqMode::Intx && !core.ctrl.intx_claim() {
+            out.not_ours = true;
+            return out;
+        }
+        let (completed, faults, storm) = self.reap(cpu, self.irq_budget);
+        out.completed = completed;
+        out.faults = faults;
+        out.storm = storm;
+        if out.storm {
+            let n = core.storms.fetch_add(1, Ordering::Relaxed);
+            if n == 0 {
+                log::warn!(
+                    "megasas: interrupt work over budget ({} completions); the rest waits",
+                    self.irq_budget
+                );
+            }
+        }
+        if core.irq_mode == IrqMode::Intx {
+            if out.completed == 0 {
+                core.intx_empty.fetch_add(1, Ordering::Relaxed);
+                let run = core.intx_empty_run.fetch_add(1, Ordering::Relaxed) + 1;
+                if run >= INTX_STUCK_AFTER && !core.intx_stuck.swap(true, Ordering::Relaxed) {
+                    log::error!("megasas: INTx asserted {run} times in a row with nothing to reap: line stuck");
+                }
+            } else {
+                core.intx_empty_run.store(0, Ordering::Relaxed);
+            }
+            out.intx_stuck = core.intx_stuck.load(Ordering::Relaxed);
+        }
+        self.fault_summary();
+        out
+    }
+
+    /// One line per second at most with the faults not logged one by one.
+    fn fault_summary(&self) {
+        let core = &self.core;
+        let total = core.ctrl.fault_count();
+        let logged = core.faults_logged.load(Ordering::Relaxed);
+        if total <= logged {
+            return;
+        }
+        let now = self.platform.now_ns();
+        let last = core.last_summary_ns.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < FAULT_SUMMARY_NS && last != 0 {
+            return;
+        }
+        if core
+            .last_summary_ns
+            .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            core.faults_logged.store(total, Ordering::Relaxed);
+            log::warn!(
+                "megasas: {} reply-queue faults since the last summary ({total} in total)",
+                total - logged
+            );
+        }
+    }
+
+    fn tick(&self, cpu: usize) -> usize {
+        let core = &self.core;
+        // Acquire pairs with the Release below: one maintainer at a time.
+        if core.maintenance.swap(true, Ordering::Acquire) {
+            return 0;
+        }
+        let mut expired = 0;
+        for q in self.queues.iter() {
+            expired += q.tick(cpu).unwrap_or(0);
+        }
+        if !core.dead.load(Ordering::Relaxed) {
+            self.reap(cpu, self.irq_budget);
+            if core.ctrl.reset_requested() {
+                self.reset(cpu);
+            }
+        }
+        self.fault_summary();
+        core.maintenance.store(false, Ordering::Release);
+        expired
+    }
+
+    fn reset(&self, cpu: usize) {
+        let core = &self.core;
+        match core.ctrl.reset(|d| self.deliver(cpu, &d, false)) {
+            Ok(failed) => {
+                log::warn!("megasas: controller reset: {failed} requests failed");
+                for slot in core.busy.iter() {
+                    slot.store(0, Ordering::Relaxed);
+                }
+            }
+            Err(Error::ResetDeferred) => {}
+            Err(e) => {
+                let n = core.failed_resets.fetch_add(1, Ordering::Relaxed) + 1;
+                log::error!("megasas: controller reset attempt {n} failed: {e}");
+                if n >= u64::from(RESET_ATTEMPTS) {
+                    core.dead.store(true, Ordering::Relaxed);
+                    log::error!(
+                        "megasas: controller out of service; its requests stay owned by the device until bus mastering is off"
+                    );
+                }
+            }
+        }
+        // Requests turned away while the reset ran go now.
+        for q in self.queues.iter() {
+            for hwq in 0..q.nr_hw_queues() {
+                q.run_hw_queue(cpu, hwq);
+            }
+        }
+    }
+}
+
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver for DriveDriver<M, D, T> {
+    type Pdu = ();
+
+    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        let op = match rq.op() {
+            Op::Read => IoOp::Read,
+            Op::Write => IoOp::Write,
+            Op::Flush => IoOp::Flush,
+            Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+        };
+        let segs = rq.segments();
+        if segs.len() > MAX_SEGMENTS {
+            return Err(QueueRqError::Io(rq, Status::NotSupported));
+        }
+        let mut sgl = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
+        for (d, s) in sgl.iter_mut().zip(segs) {
+            *d = Segment {
+                phys: s.phys,
+                len: s.len,
+            };
+        }
+        let (lba, blocks, nsegs) = if op == IoOp::Flush {
+            (0, 0, 0)
+        } else {
+            (
+                rq.sector() / u64::from(self.scale),
+                rq.nr_sectors() / self.scale,
+                segs.len(),
+            )
+        };
+        let req = IoRequest {
+            op,
+            target: self.target,
+            lba,
+            blocks,
+            sgl: &sgl[..nsegs],
+        };
+        let ctrl = &self.core.ctrl;
+        if let Err(e) = ctrl.check_request(&req) {
+            log::error!("megasas: target {}: request refused: {e}", self.target);
+            return Err(QueueRqError::Io(rq, Status::IoError));
+        }
+        let guard = match ctrl.begin_submit() {
+            Ok(g) => g,
+            Err(Error::Resetting) => {
+                self.core.requeued.fetch_add(1, Ordering::Relaxed);
+                return Err(QueueRqError::DevBusy(rq));
+            }
+            Err(_) => return Err(QueueRqError::Io(rq, Status::IoError)),
+        };
+        let tag = rq.tag() as u16;
+        let hwq = rq.hwq() as u16;
+        self.core.busy[usize::from(tag)].store(0, Ordering::Relaxed);
+        // Issue before the doorbell: from the post on, the completion may come on any CPU. The
+        // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
+        let token = rq.issue();
+        if let Err(e) = ctrl.submit_cookie(&guard, tag, &req, pack_cookie(self.index, hwq, token)) {
+            log::error!("megasas: target {} tag {tag}: not posted: {e}", self.target);
+            let _ = hw.complete(token, Status::IoError);
+        }
+        Ok(())
+    }
+
+    fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        let core = &self.core;
+        core.timeouts.fetch_add(1, Ordering::Relaxed);
+        if core.dead.load(Ordering::Relaxed) {
+            // Out of service: the request stays the device's (see `abandon_after_bus_master_off`).
+            return TimeoutAction::ResetTimer;
+        }
+        let tag = rq.tag() as u16;
+        match core.ctrl.command_state(tag) {
+            CommandState::Posted => match core.ctrl.abort(tag) {
+                Ok(()) => log::warn!(
+                    "megasas: target {} tag {tag} (sector {}) timed out; abort sent",
+                    self.target,
+                    rq.sector()
+                ),
+                // Another abort is pending, or the command completed meanwhile: try again at the
+                // next timeout.
+                Err(Error::AbortUnavailable | Error::NotAbortable { .. } | Error::Resetting) => {}
+                Err(e) => {
+                    log::error!("megasas: tag {tag}: cannot abort ({e}); resetting the controller");
+                    core.ctrl.request_reset();
+                }
+            },
+            CommandState::Aborting => {
+                log::error!(
+                    "megasas: target {} tag {tag}: abort not confirmed in time; resetting the controller",
+                    self.target
+                );
+                core.ctrl.request_reset();
+            }
+            // Completing right now, or not yet posted: its completion is on the way.
+            _ => {}
+        }
+        // The request stays the device's until its command completes, is aborted or the
+        // controller is reset; each of those reports it through `Queue::complete`.
+        TimeoutAction::ResetTimer
+    }
+
+    fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
+        match self.host.upgrade() {
+            Some(h) => h.reap(hw.cpu(), h.irq_budget).0 as usize,
+            None => 0,
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The application layer: what the kernel was booted to do.
+//!
+//! What lives here: workload jobs on the block devices with their reports
+//! ([`jobs`]) and the built-in self-tests selected with `test=` ([`selftest`]).
+//!
+//! What it may use: `crate::dev` and `crate::arch`; nothing below imports it.
+
+pub mod jobs;
+pub mod selftest;

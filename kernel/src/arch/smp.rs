@@ -1,0 +1,252 @@
+//! Application-processor bring-up (INIT-SIPI-SIPI through the real-mode
+//! trampoline), the per-CPU idle loop, and running work on other CPUs.
+//!
+//! Work reaches a CPU through its mailbox: the caller publishes a function
+//! pointer and argument, then sends a wake IPI. The target's idle loop (not
+//! the IPI handler) runs the work with interrupts enabled, so long-running
+//! work such as an I/O job can still take device interrupts and IPIs.
+
+use crate::arch::console::kprintln;
+use crate::arch::percpu::{self, MAX_CPUS};
+use crate::arch::{apic, cpu, idt, irq, time};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+const AP_STACK_BYTES: usize = 256 * 1024;
+
+/// Number of CPUs online (the BSP counts).
+static ONLINE: AtomicUsize = AtomicUsize::new(1);
+
+/// Per-CPU mailbox. `work` holds a `fn(usize)` pointer, 0 when empty.
+struct Mailbox {
+    work: AtomicUsize,
+    arg: AtomicUsize,
+    /// Incremented after each finished piece of work.
+    done: AtomicU64,
+}
+
+static MAILBOX: [Mailbox; MAX_CPUS] = [const {
+    Mailbox {
+        work: AtomicUsize::new(0),
+        arg: AtomicUsize::new(0),
+        done: AtomicU64::new(0),
+    }
+}; MAX_CPUS];
+
+/// Number of online CPUs.
+pub fn online() -> usize {
+    ONLINE.load(Ordering::Acquire)
+}
+
+/// A CPU found in the MADT, with the outcome of its start.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuEntry {
+    pub index: usize,
+    pub apic_id: u32,
+    pub online: bool,
+}
+
+fn on_wake(_vector: u8, _cpu: u32) {}
+
+/// Starts every listed CPU other than the BSP. Returns the CPU table.
+pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
+    irq::register_fn(irq::VECTOR_WAKE, "wake", on_wake);
+    let bsp = apic::id();
+    let mut table = alloc::vec![CpuEntry {
+        index: 0,
+        apic_id: bsp,
+        online: true
+    }];
+    let image = boot::ap_trampoline_image();
+    let base = boot::AP_TRAMPOLINE_BASE as *mut u8;
+    // SAFETY: 0x8000 lies in low memory the frame allocator never hands out
+    // (the first MiB is reserved) and is identity-mapped; nothing else uses it.
+    unsafe { core::ptr::copy_nonoverlapping(image.as_ptr(), base, image.len()) };
+    let patch_u64 = |off: usize, v: u64| {
+        // SAFETY: `off` is one of the trampoline's data words (boot::trampoline_layout).
+        unsafe { core::ptr::write_volatile(base.add(off) as *mut u64, v) }
+    };
+    // SAFETY: as above; the AP increments this aligned word with a locked instruction.
+    let started: &AtomicU32 = unsafe { &*(base.add(boot::trampoline_layout::STARTED) as *const AtomicU32) };
+    for &apic_id in apic_ids.iter().filter(|&&id| id != bsp) {
+        let index = table.len();
+        if index >= MAX_CPUS {
+            log::warn!("smp: more than {MAX_CPUS} CPUs listed; apic id {apic_id} not started");
+            table.push(CpuEntry {
+                index,
+                apic_id,
+                online: false,
+            });
+            continue;
+        }
+        percpu::cpu(index).apic_id.store(apic_id, Ordering::Relaxed);
+        let stack = alloc::boxed::Box::leak(alloc::vec![0u8; AP_STACK_BYTES].into_boxed_slice());
+        let stack_top = (stack.as_ptr() as u64 + AP_STACK_BYTES as u64) & !0xF;
+        patch_u64(boot::trampoline_layout::CR3, boot::boot_pml4_address());
+        patch_u64(boot::trampoline_layout::ENTRY, ap_entry as *const () as u64);
+        patch_u64(boot::trampoline_layout::STACK, stack_top);
+        patch_u64(boot::trampoline_layout::ARG, index as u64);
+        started.store(0, Ordering::SeqCst);
+
+        apic::send_ipi(apic_id, apic::Delivery::Init);
+        time::delay_us(10_000);
+        apic::send_ipi(apic_id, apic::Delivery::InitDeassert);
+        let page = (boot::AP_TRAMPOLINE_BASE >> 12) as u8;
+        for _ in 0..2 {
+            apic::send_ipi(apic_id, apic::Delivery::Startup(page));
+            let t0 = time::now_ns();
+            while started.load(Ordering::SeqCst) == 0 && time::now_ns() - t0 < 200_000 {
+                core::hint::spin_loop();
+            }
+            if started.load(Ordering::SeqCst) != 0 {
+                break;
+            }
+        }
+        // The AP has read its parameters; wait for it to finish its setup.
+        let t0 = time::now_ns();
+        let slot = percpu::cpu(index);
+        while !slot.online.load(Ordering::Acquire) && time::now_ns() - t0 < 1_000_000_000 {
+            core::hint::spin_loop();
+        }
+        let online = slot.online.load(Ordering::Acquire);
+        if online {
+            ONLINE.fetch_add(1, Ordering::AcqRel);
+        } else {
+            log::error!("smp: CPU with apic id {apic_id} did not come online");
+        }
+        table.push(CpuEntry { index, apic_id, online });
+    }
+    percpu::cpu(0).online.store(true, Ordering::Release);
+    table
+}
+
+/// First Rust code on an AP: per-CPU state, descriptor tables, local APIC, then idle.
+extern "C" fn ap_entry(index: usize) -> ! {
+    let apic_id = percpu::cpu(index).apic_id.load(Ordering::Relaxed);
+    // SAFETY: the BSP hands each index to exactly one AP.
+    unsafe { percpu::init_current(index, apic_id) };
+    idt::load();
+    cpu::init_descriptor_tables();
+    apic::init_local(irq::VECTOR_SPURIOUS);
+    if apic::id() != apic_id {
+        log::error!("smp: cpu{index} expected apic id {apic_id}, reads {}", apic::id());
+    }
+    // Its tick starts now; it is watched from here on (its idle loop and the
+    // work it runs take interrupts).
+    super::watchdog::start_this_cpu(true);
+    // Release: everything this CPU set up is visible to whoever sees it online.
+    percpu::current().online.store(true, Ordering::Release);
+    idle_loop(index)
+}
+
+fn idle_loop(index: usize) -> ! {
+    let mb = &MAILBOX[index];
+    loop {
+        x86_64::instructions::interrupts::disable();
+        // Acquire pairs with the Release in `run_on`: the argument is visible.
+        let work = mb.work.swap(0, Ordering::Acquire);
+        if work != 0 {
+            let arg = mb.arg.load(Ordering::Relaxed);
+            x86_64::instructions::interrupts::enable();
+            // SAFETY: only `run_on` stores non-zero values, and they are `fn(usize)` pointers.
+            let f: fn(usize) = unsafe { core::mem::transmute::<usize, fn(usize)>(work) };
+            f(arg);
+            mb.done.fetch_add(1, Ordering::Release);
+        } else {
+            // `sti; hlt` back to back: a wake IPI that arrived after the check
+            // above is taken right after sti and ends the hlt.
+            x86_64::instructions::interrupts::enable_and_hlt();
+        }
+    }
+}
+
+/// Publishes `f(arg)` in CPU `index`'s mailbox without waking it. Returns the
+/// value of its done counter to wait for, or None when the CPU is this one,
+/// offline, or busy.
+fn post(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
+    let slot = percpu::cpu(index);
+    if index == percpu::index() || !slot.online.load(Ordering::Acquire) {
+        return None;
+    }
+    let mb = &MAILBOX[index];
+    let target = mb.done.load(Ordering::Acquire) + 1;
+    mb.arg.store(arg, Ordering::Relaxed);
+    // Release pairs with the idle loop's Acquire swap.
+    mb.work
+        .compare_exchange(0, f as usize, Ordering::Release, Ordering::Relaxed)
+        .ok()?;
+    Some(target)
+}
+
+/// Starts `f(arg)` on CPU `index` (not the calling CPU) with a wake IPI to
+/// that CPU. Returns the done-counter value to wait for, or None when the CPU
+/// is offline or busy.
+pub fn run_on(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
+    let target = post(index, f, arg)?;
+    apic::send_ipi(
+        percpu::cpu(index).apic_id.load(Ordering::Relaxed),
+        apic::Delivery::Fixed(irq::VECTOR_WAKE),
+    );
+    Some(target)
+}
+
+/// Waits until CPU `index` finished the work `run_on` returned `target` for.
+/// If the work still sits in the mailbox after a while, the wake IPI was
+/// lost (or the CPU is very slow to wake): it is sent again rather than
+/// waiting forever. Extra wakes are harmless.
+pub fn wait_done(index: usize, target: u64) {
+    const REWAKE_NS: u64 = 200_000_000;
+    let mb = &MAILBOX[index];
+    let mut last_wake = time::now_ns();
+    while mb.done.load(Ordering::Acquire) < target {
+        if mb.work.load(Ordering::Relaxed) != 0 && time::now_ns() - last_wake > REWAKE_NS {
+            log::warn!("smp: cpu{index} has not picked up its work after 200 ms; sending another wake IPI");
+            apic::send_ipi(
+                percpu::cpu(index).apic_id.load(Ordering::Relaxed),
+                apic::Delivery::Fixed(irq::VECTOR_WAKE),
+            );
+            last_wake = time::now_ns();
+        }
+        // Halts (idle=halt, interrupts on) until the tick or another
+        // interrupt: a waiting boot CPU must not take host time from the
+        // devices the workers drive.
+        super::idle::wait_until(|| mb.done.load(Ordering::Acquire) >= target);
+    }
+}
+
+/// Runs `f(cpu_index)` on every online CPU (this one included) and waits for
+/// all: the work is posted to every mailbox, then one broadcast IPI wakes
+/// all other CPUs at once.
+pub fn on_each_cpu(f: fn(usize)) {
+    let me = percpu::index();
+    let mut pending: Vec<(usize, u64)> = Vec::new();
+    for i in 0..MAX_CPUS {
+        if i != me && percpu::cpu(i).online.load(Ordering::Acquire) {
+            match post(i, f, i) {
+                Some(t) => pending.push((i, t)),
+                None => log::error!("smp: cpu{i} is busy; on_each_cpu skipped it"),
+            }
+        }
+    }
+    if !pending.is_empty() {
+        apic::send_ipi_all_others(irq::VECTOR_WAKE);
+    }
+    f(me);
+    for (i, t) in pending {
+        wait_done(i, t);
+    }
+}
+
+/// Prints the CPU table.
+pub fn report(table: &[CpuEntry]) {
+    kprintln!("cpus: {} listed by the MADT, {} online", table.len(), online());
+    kprintln!("  cpu  apic-id  state");
+    for c in table {
+        kprintln!(
+            "  {:>3}  {:>7}  {}",
+            c.index,
+            c.apic_id,
+            if c.online { "online" } else { "FAILED" }
+        );
+    }
+}

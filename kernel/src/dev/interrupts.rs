@@ -1,0 +1,429 @@
+//! Device interrupts: N vectors per PCI function with a typed handler each,
+//! by MSI-X (entry i -> its own IDT vector -> its own CPU), multi-message MSI
+//! (a block of vectors, one destination), or INTx through the I/O APIC.
+//!
+//! [`setup_vectors`] returns a [`DeviceIrqs`] that owns the vectors: dropping
+//! it masks the device's interrupts and frees the IDT vectors and their
+//! dispatch entries. Counts per vector and CPU are the dispatch table's
+//! (`arch::irq::TABLE`).
+//!
+//! The mode logic (what a function supports, MADT overrides for INTx, MSI
+//! message format, redirection-entry encoding) is the host-tested
+//! `platform::irq` / `platform::pci` code; this module does the register
+//! writes.
+
+use crate::arch::{firmware, irq, memory, percpu, smp};
+use crate::dev::pci;
+use crate::error::Error;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+use platform::irq::{
+    InterruptHandler, InterruptMode, InterruptPlan, IoApicRedirection, PIIX3_PIRQ_ROUTE, PciIrqRouter,
+};
+use platform::mmio::{Mmio32, VolatileMmio};
+use platform::pci::{MsiMessage, MsixTable, PciFunction};
+
+const IOREGSEL: usize = 0x00;
+const IOWIN: usize = 0x10;
+
+fn ioapic_mmio(address: u32) -> Result<VolatileMmio, Error> {
+    let base = memory::map_mmio(address as u64, 0x20)?;
+    // SAFETY: the I/O APIC window (two 32-bit registers) is mapped uncached.
+    Ok(unsafe { VolatileMmio::new(base, 0x20) })
+}
+
+fn ioapic_write(mmio: &VolatileMmio, reg: u8, value: u32) -> Result<(), Error> {
+    mmio.write32(IOREGSEL, reg as u32)?;
+    mmio.write32(IOWIN, value)?;
+    Ok(())
+}
+
+fn ioapic_read(mmio: &VolatileMmio, reg: u8) -> Result<u32, Error> {
+    mmio.write32(IOREGSEL, reg as u32)?;
+    Ok(mmio.read32(IOWIN)?)
+}
+
+static IOAPIC_LOCK: spin::Mutex<()> = spin::Mutex::new(());
+
+/// Masks every I/O APIC input (firmware may leave some unmasked).
+pub fn init_ioapics() -> Result<usize, Error> {
+    let fw = firmware::get();
+    let mut pins = 0;
+    for io in &fw.madt.io_apics {
+        let mmio = ioapic_mmio(io.address)?;
+        let count = ((ioapic_read(&mmio, 1)? >> 16) & 0xFF) as u8 + 1;
+        for pin in 0..count {
+            if let Some((low, _)) = platform::irq::ioapic_redirection_registers(pin) {
+                ioapic_write(&mmio, low, 1 << 16)?;
+            }
+        }
+        pins += count as usize;
+    }
+    Ok(pins)
+}
+
+fn ioapic_route(plan: &InterruptPlan, vector: u8, apic_id: u32, masked: bool) -> Result<(), Error> {
+    let InterruptPlan::Intx { route, .. } = plan else {
+        return Ok(());
+    };
+    let (io, pin) = firmware::get().madt.io_apic_for_gsi(route.gsi)?;
+    let entry = IoApicRedirection::new(route, vector, apic_id, masked)?.encode();
+    let pin = u8::try_from(pin).map_err(|_| Error::Device(format!("GSI {} pin {pin} out of range", route.gsi)))?;
+    let (low, high) = platform::irq::ioapic_redirection_registers(pin)
+        .ok_or_else(|| Error::Device(format!("I/O APIC pin {pin} out of range")))?;
+    let mmio = ioapic_mmio(io.address)?;
+    let _g = IOAPIC_LOCK.lock();
+    // Mask while the destination changes, then write the full entry.
+    ioapic_write(&mmio, low, 1 << 16)?;
+    ioapic_write(&mmio, high, (entry >> 32) as u32)?;
+    ioapic_write(&mmio, low, entry as u32)?;
+    Ok(())
+}
+
+/// A device's interrupt handler. `vector_index` is the position of the
+/// vector in the [`setup_vectors`] request (MSI-X entry i, MSI vector i);
+/// `cpu` is the CPU it runs on. Runs in interrupt context.
+pub trait IrqHandler: Sync {
+    fn handle(&self, vector_index: usize, cpu: usize);
+}
+
+/// What the dispatch table holds for one device vector: the typed handler
+/// and the vector's index.
+struct VectorSlot {
+    handler: &'static dyn IrqHandler,
+    index: usize,
+}
+
+impl InterruptHandler for VectorSlot {
+    fn handle(&self, _vector: u8, cpu: u32) {
+        self.handler.handle(self.index, cpu as usize);
+    }
+}
+
+/// One granted vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vector {
+    /// IDT vector.
+    pub vector: u8,
+    /// CPU it is aimed at.
+    pub cpu: usize,
+}
+
+/// A device's interrupt vectors. Owns them: dropping it masks the device's
+/// interrupts (MSI-X entries masked and the function disabled, MSI
+/// disabled, INTx pin masked) and frees the IDT vectors and their dispatch
+/// entries.
+pub struct DeviceIrqs {
+    function: PciFunction,
+    plan: InterruptPlan,
+    vectors: Vec<Vector>,
+    requested: usize,
+    msix: Option<MsixTable<VolatileMmio>>,
+}
+
+impl DeviceIrqs {
+    /// The granted vectors, in request order (fewer than requested when the
+    /// device or mode offers fewer: MSI gives a power of two, INTx one).
+    pub fn vectors(&self) -> &[Vector] {
+        &self.vectors
+    }
+
+    /// IDT vector numbers, for counting a device's interrupts.
+    pub fn idt_vectors(&self) -> Vec<u8> {
+        self.vectors.iter().map(|v| v.vector).collect()
+    }
+
+    /// One line for the device report.
+    pub fn describe(&self) -> String {
+        match self.vectors.as_slice() {
+            [one] => format!("{} on vector {:#x} -> cpu{}", self.plan, one.vector, one.cpu),
+            many => {
+                let mut s = format!("{}", self.plan);
+                if many.len() < self.requested {
+                    s += &format!(" ({} of {} requested)", many.len(), self.requested);
+                }
+                s += " on vectors";
+                for (i, v) in many.iter().enumerate() {
+                    s += &format!(" #{i}:{:#x}->cpu{}", v.vector, v.cpu);
+                }
+                s
+            }
+        }
+    }
+
+    /// Re-aims vector `index` at `cpu`. Multi-message MSI has one
+    /// destination for all its vectors: only index 0 can be aimed (and moves them all).
+    pub fn aim(&mut self, index: usize, cpu: usize) -> Result<(), Error> {
+        let online = smp::online();
+        if cpu >= online || !percpu::cpu(cpu).online.load(Ordering::Acquire) {
+            return Err(Error::CpuOffline { cpu, online });
+        }
+        let granted = self.vectors.len();
+        let Some(v) = self.vectors.get(index).copied() else {
+            return Err(Error::Device(format!(
+                "{}: no interrupt vector #{index} ({granted} granted)",
+                self.function.address
+            )));
+        };
+        let apic_id = percpu::cpu(cpu).apic_id.load(Ordering::Relaxed);
+        let pci = pci::get().ok_or(Error::NoPci)?;
+        match &self.plan {
+            InterruptPlan::MsiX { .. } => {
+                let table = self.msix.as_ref().ok_or(Error::NoPci)?;
+                let entry = index as u16;
+                let message = MsiMessage::xapic(apic_id, v.vector)?;
+                table.mask(entry)?;
+                table.program(entry, message)?;
+                // Read the entry back: a table that did not take the message
+                // would send this vector's interrupts somewhere else.
+                let read = table.read(entry)?;
+                if read.message != message {
+                    return Err(Error::Device(format!(
+                        "{}: MSI-X entry {entry} reads back {:#x}/{:#x}, programmed {:#x}/{:#x}",
+                        self.function.address, read.message.address, read.message.data, message.address, message.data
+                    )));
+                }
+                table.unmask(entry)?;
+                self.vectors[index].cpu = cpu;
+            }
+            InterruptPlan::Msi { vectors } => {
+                if index != 0 {
+                    return Err(Error::Device(format!(
+                        "{}: MSI vectors share one destination; aim vector #0",
+                        self.function.address
+                    )));
+                }
+                let cap = self.function.msi.as_ref().ok_or(Error::NoPci)?;
+                platform::pci::msi_program(
+                    &pci.access,
+                    self.function.address,
+                    cap,
+                    MsiMessage::xapic(apic_id, v.vector)?,
+                    *vectors,
+                )?;
+                for v in &mut self.vectors {
+                    v.cpu = cpu;
+                }
+            }
+            InterruptPlan::Intx { .. } => {
+                ioapic_route(&self.plan, v.vector, apic_id, false)?;
+                self.vectors[index].cpu = cpu;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the device interrupting (MSI/MSI-X disabled, INTx pin masked).
+    fn mask(&self) -> Result<(), Error> {
+        let pci = pci::get().ok_or(Error::NoPci)?;
+        let address = self.function.address;
+        match &self.plan {
+            InterruptPlan::MsiX { .. } => {
+                if let (Some(t), Some(cap)) = (&self.msix, &self.function.msix) {
+                    t.mask_all()?;
+                    platform::pci::msix_set_control(&pci.access, address, cap, false, true)?;
+                }
+            }
+            InterruptPlan::Msi { .. } => {
+                if let Some(cap) = &self.function.msi {
+                    platform::pci::msi_disable(&pci.access, address, cap)?;
+                }
+            }
+            InterruptPlan::Intx { .. } => {
+                if let Some(v) = self.vectors.first() {
+                    let apic_id = percpu::cpu(v.cpu).apic_id.load(Ordering::Relaxed);
+                    ioapic_route(&self.plan, v.vector, apic_id, true)?;
+                }
+                platform::pci::set_intx_disabled(&pci.access, address, true)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceIrqs {
+    fn drop(&mut self) {
+        if let Err(e) = self.mask() {
+            log::error!("irq: {}: masking its interrupts: {e}", self.function.address);
+        }
+        // The source is masked: no new dispatch can start. One already running
+        // on another CPU still finds its (leaked, 'static) registration valid.
+        for v in &self.vectors {
+            if let Err(e) = irq::unregister(v.vector).and_then(|()| irq::VECTORS.free(v.vector)) {
+                log::error!("irq: {}: freeing vector {:#x}: {e}", self.function.address, v.vector);
+            }
+        }
+    }
+}
+
+const PIRQ_ROUTE_DISABLED: u32 = 0x80;
+
+/// Makes a bus-0 function's INTx pin reach the I/O APIC whatever the
+/// firmware programmed (qboot programs no PIRQ router), and returns the
+/// route to use. The chipset wiring is `platform::irq::PciIrqRouter`'s: on a
+/// PIIX3 the pin's PIRQ is routed to the firmware's interrupt line (that
+/// ISA IRQ is the GSI); on an ICH9 the PIRQ drives GSI 16-23 directly.
+fn chipset_intx_route(
+    function: &PciFunction,
+    route: platform::acpi::IrqRoute,
+) -> Result<platform::acpi::IrqRoute, Error> {
+    let pci = pci::get().ok_or(Error::NoPci)?;
+    if function.address.bus() != 0 {
+        return Ok(route);
+    }
+    let Some((router_fn, router)) = pci
+        .functions
+        .iter()
+        .find_map(|f| PciIrqRouter::from_id(f.vendor_id, f.device_id).map(|r| (f, r)))
+    else {
+        return Ok(route);
+    };
+    let Some(pirq) = router.pirq(function.address.device(), function.interrupt_pin) else {
+        return Ok(route);
+    };
+    if let Some(direct) = router.direct_route(pirq) {
+        return Ok(direct);
+    }
+    let cfg = platform::pci::ConfigSpace::new(&pci.access, router_fn.address);
+    let regs = cfg.read32(PIIX3_PIRQ_ROUTE)?;
+    let shift = 8 * u32::from(pirq);
+    let current = (regs >> shift) & 0xFF;
+    let want = u32::from(function.interrupt_line);
+    if current & PIRQ_ROUTE_DISABLED != 0 || current != want {
+        log::info!(
+            "irq: PIRQ{} was {current:#x}; routing it to IRQ {want}",
+            (b'A' + pirq) as char
+        );
+        cfg.write32(PIIX3_PIRQ_ROUTE, (regs & !(0xFF << shift)) | (want << shift))?;
+    }
+    Ok(route)
+}
+
+/// Sets up one interrupt vector per entry of `cpus` for `function` (MSI-X,
+/// else MSI, else INTx, or exactly `mode`), each with its typed handler
+/// (`handlers[i]` gets `vector_index` i), and aims vector i at `cpus[i]`.
+///
+/// MSI-X gives entry i its own IDT vector aimed at `cpus[i]`; MSI gives the
+/// largest power of two the function offers, all aimed at `cpus[0]` (one
+/// message address); INTx gives one. Fewer vectors than asked is not an
+/// error: [`DeviceIrqs::vectors`] says what was granted, and a driver whose
+/// vectors share work lets vector 0 do all of it.
+pub fn setup_vectors(
+    function: &PciFunction,
+    mode: Option<InterruptMode>,
+    cpus: &[usize],
+    name: &'static str,
+    handlers: &[&'static dyn IrqHandler],
+) -> Result<DeviceIrqs, Error> {
+    let address = function.address;
+    if cpus.is_empty() || cpus.len() != handlers.len() {
+        return Err(Error::Device(format!(
+            "{address}: {} CPU(s) and {} handler(s) for its interrupt vectors: need one of each per vector, at least one",
+            cpus.len(),
+            handlers.len()
+        )));
+    }
+    let online = smp::online();
+    if let Some(&cpu) = cpus.iter().find(|&&c| c >= online) {
+        return Err(Error::CpuOffline { cpu, online });
+    }
+    let wanted = u16::try_from(cpus.len()).map_err(|_| Error::Device(format!("{address}: too many vectors")))?;
+    let pci = pci::get().ok_or(Error::NoPci)?;
+    let mut plan = platform::irq::choose_interrupt_mode(function, wanted, mode, Some(&firmware::get().madt))?;
+    if let InterruptPlan::Intx { pin, line, route } = plan {
+        plan = InterruptPlan::Intx {
+            pin,
+            line,
+            route: chipset_intx_route(function, route)?,
+        };
+    }
+    let granted = usize::from(plan.vectors()).min(cpus.len());
+    // Allocate the IDT vectors: MSI needs one aligned block, MSI-X and INTx any.
+    let idt: Vec<u8> = match plan {
+        InterruptPlan::Msi { vectors } => {
+            let base = irq::VECTORS.allocate_block(vectors)?;
+            (0..granted as u8).map(|i| base + i).collect()
+        }
+        _ => {
+            let mut got = Vec::with_capacity(granted);
+            for _ in 0..granted {
+                match irq::VECTORS.allocate() {
+                    Ok(v) => got.push(v),
+                    Err(e) => {
+                        for v in got {
+                            let _ = irq::VECTORS.free(v);
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            got
+        }
+    };
+    let msi_block = matches!(plan, InterruptPlan::Msi { .. });
+    let vectors: Vec<Vector> = idt
+        .iter()
+        .enumerate()
+        .map(|(i, &vector)| Vector {
+            vector,
+            cpu: if msi_block { cpus[0] } else { cpus[i] },
+        })
+        .collect();
+    // From here on, `irqs` owns the vectors: an error below drops it, which
+    // masks the function and frees them.
+    let mut irqs = DeviceIrqs {
+        function: function.clone(),
+        plan,
+        vectors: Vec::new(),
+        requested: cpus.len(),
+        msix: None,
+    };
+    for (i, v) in vectors.iter().enumerate() {
+        let slot: &'static VectorSlot = alloc::boxed::Box::leak(alloc::boxed::Box::new(VectorSlot {
+            handler: handlers[i],
+            index: i,
+        }));
+        let label: &'static str = if granted == 1 {
+            name
+        } else {
+            alloc::boxed::Box::leak(format!("{name}#{i}").into_boxed_str())
+        };
+        if let Err(e) = irq::register(v.vector, label, slot) {
+            // This vector and those not registered yet are not in `irqs`.
+            for rest in &vectors[i..] {
+                let _ = irq::VECTORS.free(rest.vector);
+            }
+            return Err(e.into());
+        }
+        irqs.vectors.push(*v);
+    }
+    match &irqs.plan {
+        InterruptPlan::MsiX { table_size, .. } => {
+            let cap = function.msix.as_ref().ok_or(Error::NoPci)?;
+            let (phys, len) = cap.table_region(address, &function.bars)?;
+            let base = memory::map_mmio(phys, len)?;
+            // SAFETY: the MSI-X table lies inside a BAR now mapped uncached.
+            let mmio = unsafe { VolatileMmio::new(base, len as usize) };
+            let table = MsixTable::new(mmio, 0, *table_size)?;
+            platform::pci::msix_set_control(&pci.access, address, cap, true, true)?;
+            table.mask_all()?;
+            irqs.msix = Some(table);
+            platform::pci::set_intx_disabled(&pci.access, address, true)?;
+        }
+        InterruptPlan::Msi { .. } => platform::pci::set_intx_disabled(&pci.access, address, true)?,
+        InterruptPlan::Intx { .. } => platform::pci::set_intx_disabled(&pci.access, address, false)?,
+    }
+    for i in 0..irqs.vectors.len() {
+        let cpu = irqs.vectors[i].cpu;
+        if msi_block && i > 0 {
+            break; // one message for the whole block, written with vector 0
+        }
+        irqs.aim(i, cpu)?;
+    }
+    if let (InterruptPlan::MsiX { .. }, Some(cap)) = (&irqs.plan, &function.msix) {
+        platform::pci::msix_set_control(&pci.access, address, cap, true, false)?;
+    }
+    Ok(irqs)
+}

@@ -1,0 +1,22 @@
+//! The device layer: PCI, device interrupts, block devices and the drivers'
+//! probe glue.
+//!
+//! What lives here: PCI configuration access, enumeration and BAR claiming
+//! ([`pci`]); device interrupts, one typed handler per vector, with the I/O
+//! APIC for INTx ([`interrupts`]); the one CPU map shared by block queues and
+//! interrupt affinity ([`cpumap`]); the block-device registry and the kernel's
+//! hooks for the `blk` layer ([`block`]); what a PCI driver provides
+//! ([`driver`]: match rules, command-line keys, probe) and the table of them
+//! ([`registry`]); one small probe file per driver ([`megasas`], [`null`]).
+//!
+//! What it may use: `crate::arch` and the library and driver crates, never
+//! `crate::app`.
+
+pub mod block;
+pub mod cpumap;
+pub mod driver;
+pub mod interrupts;
+pub mod megasas;
+pub mod null;
+pub mod pci;
+pub mod registry;

@@ -1,0 +1,205 @@
+//! PCI on the running machine: configuration access (ECAM from the MCFG
+//! when there is one, else ports 0xCF8/0xCFC), enumeration and the lspci-like
+//! listing through the host-tested `platform::pci` code, and claiming a
+//! function for a driver (BAR mapping, memory space and bus mastering).
+
+use crate::arch::memory;
+use crate::error::Error;
+use alloc::vec::Vec;
+use platform::acpi::Mcfg;
+use platform::mmio::VolatileMmio;
+use platform::pci::{ConfigRegionAccess, EcamAccess, PciAddress, PciFunction, ScanMode};
+use x86_64::instructions::port::Port;
+
+/// Legacy configuration mechanism #1.
+pub struct PortConfig {
+    lock: spin::Mutex<()>,
+}
+
+impl ConfigRegionAccess for PortConfig {
+    unsafe fn read(&self, address: PciAddress, offset: u16) -> u32 {
+        let Ok(addr) = platform::pci::legacy_config_address(address, offset) else {
+            return u32::MAX;
+        };
+        let _g = self.lock.lock();
+        // SAFETY: the address/data port pair is used under the lock, so no
+        // other CPU can retarget 0xCF8 between the two accesses.
+        unsafe {
+            Port::<u32>::new(0xCF8).write(addr);
+            Port::<u32>::new(0xCFC).read()
+        }
+    }
+
+    unsafe fn write(&self, address: PciAddress, offset: u16, value: u32) {
+        let Ok(addr) = platform::pci::legacy_config_address(address, offset) else {
+            return;
+        };
+        let _g = self.lock.lock();
+        // SAFETY: as in `read`.
+        unsafe {
+            Port::<u32>::new(0xCF8).write(addr);
+            Port::<u32>::new(0xCFC).write(value);
+        }
+    }
+}
+
+/// The configuration access in use.
+pub enum ConfigAccess {
+    Ecam(EcamAccess<VolatileMmio>),
+    Port(PortConfig),
+}
+
+impl ConfigRegionAccess for ConfigAccess {
+    unsafe fn read(&self, address: PciAddress, offset: u16) -> u32 {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                ConfigAccess::Ecam(e) => e.read(address, offset),
+                ConfigAccess::Port(p) => p.read(address, offset),
+            }
+        }
+    }
+
+    unsafe fn write(&self, address: PciAddress, offset: u16, value: u32) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                ConfigAccess::Ecam(e) => e.write(address, offset, value),
+                ConfigAccess::Port(p) => p.write(address, offset, value),
+            }
+        }
+    }
+}
+
+/// Everything enumeration found.
+pub struct Pci {
+    pub access: ConfigAccess,
+    pub mechanism: &'static str,
+    pub functions: Vec<PciFunction>,
+}
+
+static PCI: spin::Once<Pci> = spin::Once::new();
+
+/// The enumerated bus (after [`init`]).
+pub fn get() -> Option<&'static Pci> {
+    PCI.get()
+}
+
+/// Sets up configuration access and enumerates segment 0.
+pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
+    let window = mcfg.and_then(|m| m.windows.iter().find(|w| w.segment == 0).copied());
+    let (access, mechanism, buses) = match window {
+        Some(w) => {
+            let base = memory::map_mmio(w.region_base(), w.region_len())?;
+            // SAFETY: the ECAM window is now an uncached identity mapping of
+            // `region_len` bytes that nothing else references.
+            let mmio = unsafe { VolatileMmio::new(base, w.region_len() as usize) };
+            (
+                ConfigAccess::Ecam(EcamAccess::new(mmio, w)?),
+                "ECAM (MCFG)",
+                w.bus_start..=w.bus_end,
+            )
+        }
+        None => (
+            ConfigAccess::Port(PortConfig {
+                lock: spin::Mutex::new(()),
+            }),
+            "port I/O 0xCF8",
+            0..=255,
+        ),
+    };
+    // Give every function the firmware left unassigned (qboot assigns nothing) its bus numbers,
+    // bridge windows and BARs, behind bridges too; a function whose BARs cannot be placed is
+    // refused here and never matched by a driver.
+    let ecam_end = window.map(|w| w.region_base() + w.region_len()).unwrap_or(0);
+    let hole_start = crate::arch::memory::ram_top_below_4g()
+        .max(MMIO_WINDOW_FLOOR)
+        .max(ecam_end);
+    let plan = platform::pci::assign_resources(
+        &access,
+        0,
+        &platform::pci::ResourceWindows {
+            memory: hole_start..MMIO_WINDOW_END,
+            io: Some(IO_WINDOW),
+            buses: buses.clone(),
+        },
+    )?;
+    for r in &plan.refused {
+        log::warn!("pci: {} refused: {}", r.function, r.reason);
+    }
+    for l in &plan.left_off {
+        log::warn!("pci: {} I/O BAR{} left off: {}", l.function, l.slot, l.reason);
+    }
+    for b in &plan.bridges {
+        if let (true, Some(m)) = (b.owned, &b.memory) {
+            log::info!(
+                "pci: bridge {} buses {}-{}, memory window {:#x}-{:#x}",
+                b.bridge,
+                b.secondary,
+                b.subordinate,
+                m.start,
+                m.end
+            );
+        }
+    }
+    for b in &plan.bars {
+        log::debug!(
+            "pci: {} BAR{} assigned {:#x} ({:#x} bytes)",
+            b.function,
+            b.slot,
+            b.address,
+            b.size
+        );
+    }
+    let mut functions = platform::pci::enumerate(&access, 0, buses, ScanMode::FollowBridges)?;
+    plan.mark_refused(&mut functions);
+    Ok(PCI.call_once(|| Pci {
+        access,
+        mechanism,
+        functions,
+    }))
+}
+
+/// Where baremq places BARs the firmware left unassigned (qboot assigns
+/// none): the 32-bit PCI hole above RAM and the ECAM window, below the I/O
+/// APIC / LAPIC area at 0xFEC0_0000.
+const MMIO_WINDOW_END: u64 = 0xFEC0_0000;
+const MMIO_WINDOW_FLOOR: u64 = 0xC000_0000;
+const IO_WINDOW: core::ops::Range<u64> = 0xC000..0x1_0000;
+
+/// A function claimed by a driver: memory BARs mapped uncached, memory
+/// space and bus mastering enabled.
+pub fn claim(function: &PciFunction) -> Result<(), Error> {
+    let pci = get().ok_or(Error::NoPci)?;
+    for slot in 0..6u8 {
+        if let Some(bar) = function.bar(slot)
+            && bar.is_memory()
+            && bar.size > 0
+        {
+            memory::map_mmio(bar.address, bar.size)?;
+        }
+    }
+    platform::pci::enable_device(&pci.access, function.address, true, true, true)?;
+    Ok(())
+}
+
+/// Functions matching `vendor:device`.
+pub fn find(vendor: u16, device: u16) -> impl Iterator<Item = &'static PciFunction> {
+    get().into_iter().flat_map(move |p| {
+        p.functions
+            .iter()
+            .filter(move |f| f.vendor_id == vendor && f.device_id == device)
+    })
+}
+
+/// A volatile accessor over a claimed memory BAR.
+pub fn bar_mmio(function: &PciFunction, slot: u8) -> Result<VolatileMmio, Error> {
+    let bar = function
+        .bar(slot)
+        .filter(|b| b.is_memory() && b.size > 0)
+        .ok_or_else(|| Error::Device(alloc::format!("{} has no memory BAR {slot}", function.address)))?;
+    let base = memory::map_mmio(bar.address, bar.size)?;
+    // SAFETY: the BAR is mapped uncached for its whole size; baremq touches
+    // device memory only through volatile accessors like this one.
+    Ok(unsafe { VolatileMmio::new(base, bar.size as usize) })
+}

@@ -1,0 +1,56 @@
+//! The table of PCI drivers: match rules, the driver's command-line keys
+//! (every `NAME.key=value` word goes to driver NAME, parsed once at boot by
+//! its `configure`, so an unknown `megasas.*` key is that driver's error),
+//! and its probe function. Adding a driver is one line in [`PCI_DRIVERS`]
+//! and one probe file in `dev/`.
+
+use crate::dev::driver::PciDriver;
+use crate::dev::pci;
+use crate::error::Error;
+use alloc::vec::Vec;
+use platform::pci::PciFunction;
+
+/// Every PCI driver, in probe-priority order (the first match wins).
+pub const PCI_DRIVERS: &[PciDriver] = &[crate::dev::megasas::DRIVER];
+
+/// Command-line key prefixes owned by drivers (for
+/// `bootinfo::cmdline::parse_with_drivers`); no heap: the command line is
+/// read before memory is set up.
+pub fn key_prefixes() -> heapless::Vec<&'static str, 16> {
+    PCI_DRIVERS.iter().map(|d| d.name).take(16).collect()
+}
+
+/// Hands each driver its command-line words.
+pub fn configure(driver_words: &[&str]) -> Result<(), Error> {
+    for driver in PCI_DRIVERS {
+        let words: Vec<&str> = driver_words
+            .iter()
+            .copied()
+            .filter(|w| w.split_once('.').is_some_and(|(prefix, _)| prefix == driver.name))
+            .collect();
+        (driver.configure)(&words)?;
+    }
+    Ok(())
+}
+
+fn driver_for(function: &PciFunction) -> Option<&'static PciDriver> {
+    PCI_DRIVERS
+        .iter()
+        .find(|d| d.matches.iter().any(|m| m.matches(function)))
+}
+
+/// Probes every PCI function a driver matches. A device that fails is
+/// reported and makes the boot fail: a missing disk must never look like
+/// success. Returns (driver name, functions claimed) per driver.
+pub fn probe_all() -> Result<Vec<(&'static str, usize)>, Error> {
+    let mut claimed: Vec<(&'static str, usize)> = PCI_DRIVERS.iter().map(|d| (d.name, 0)).collect();
+    let Some(p) = pci::get() else { return Ok(claimed) };
+    for f in &p.functions {
+        let Some(driver) = driver_for(f) else { continue };
+        (driver.probe)(f)?;
+        if let Some(c) = claimed.iter_mut().find(|(n, _)| *n == driver.name) {
+            c.1 += 1;
+        }
+    }
+    Ok(claimed)
+}
