@@ -296,11 +296,10 @@ impl<'a, D: Driver> Rq<'a, D> {
         let tag = self.tag();
         let slot = self.slot();
         let timeout = self.queue.timeout_ns();
-        // No clock read per request: the next `tick` arms the deadline (see `Queue::tick`).
         let deadline = if timeout == 0 {
             0
         } else {
-            crate::request::DEADLINE_UNARMED
+            self.queue.platform().now_ns().saturating_add(timeout).max(1)
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
         // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.

@@ -1396,15 +1396,9 @@ impl<D: Driver> Queue<D> {
         Ok(self.driver.poll(&ctx))
     }
 
-    /// The periodic tick: starts the timer of every request issued since the last tick, runs
-    /// the driver's timeout handler for every issued request whose deadline has passed, and
-    /// reruns queues that hold turned-away requests. Returns the number of requests that timed
-    /// out.
-    ///
-    /// Issuing a request reads no clock (that was a fifth of the per-request cost): the first
-    /// tick that sees the request reads the clock and sets its deadline to that time plus
-    /// `timeout_ns`. So a request never times out early, and at most one tick interval late
-    /// (Linux's jiffy rounding goes the same way); if ticks stop, timers just start later.
+    /// The periodic tick: runs the driver's timeout handler for every issued request whose
+    /// deadline (issue time + `timeout_ns`) has passed, and reruns queues that hold turned-away
+    /// requests. Returns the number of requests that timed out.
     pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
         self.check_cpu(cpu)?;
         let mut expired = 0;
@@ -1431,20 +1425,6 @@ impl<D: Driver> Queue<D> {
             return false;
         }
         let deadline = slot.deadline.load(Ordering::Relaxed);
-        if deadline == crate::request::DEADLINE_UNARMED {
-            // Issued since the last tick: start its timer. The clock is read after the loads
-            // above, so if the slot was reissued meanwhile the deadline is still no earlier
-            // than the new issue's time plus the timeout (to within the few ns before the CAS;
-            // a CAS that fails means a verdict or a reset re-armed it first).
-            let armed = self.platform.now_ns().saturating_add(self.timeout_ns);
-            let _ = slot.deadline.compare_exchange(
-                crate::request::DEADLINE_UNARMED,
-                armed.clamp(1, crate::request::DEADLINE_UNARMED - 1),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            return false;
-        }
         if deadline == 0 || now < deadline {
             return false;
         }
@@ -1484,10 +1464,7 @@ impl<D: Driver> Queue<D> {
             };
             if let Some(after) = next {
                 bump(&counters.timeout_resets);
-                slot.deadline.store(
-                    now.saturating_add(after).clamp(1, crate::request::DEADLINE_UNARMED - 1),
-                    Ordering::Relaxed,
-                );
+                slot.deadline.store(now.saturating_add(after).max(1), Ordering::Relaxed);
             }
             Some(action)
         };

@@ -221,9 +221,6 @@ impl IssueToken {
     }
 }
 
-/// `Slot::deadline` of an issued request whose timer the next `tick` starts (0: no timeout).
-pub(crate) const DEADLINE_UNARMED: u64 = u64::MAX;
-
 /// Request slot states. The state says who owns the slot's data; every transition out of a
 /// state is made by its owner, or by a CAS that claims ownership.
 ///
@@ -316,8 +313,7 @@ pub(crate) struct Slot<P> {
     /// `generation << 16 | state` (see [`state`]).
     pub word: AtomicU32,
     pub status: AtomicU8,
-    /// Absolute deadline in ns (0: none; `DEADLINE_UNARMED`: issued, armed by the next tick).
-    /// Read (and armed) by the timeout scan without owning the slot.
+    /// Absolute deadline in ns (0: none). Read by the timeout scan without owning the slot.
     pub deadline: AtomicU64,
     data: UnsafeCell<SlotData<P>>,
 }

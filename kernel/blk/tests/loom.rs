@@ -398,8 +398,7 @@ fn completion_races_the_timeout_check() {
             let (queue, platform) = token_queue(verdict, 1, 1);
             queue.submit(0, &Bio::read(0, 1, &[], 7)).unwrap();
             let token = queue.driver().token(0).expect("issued");
-            // The first tick starts the request's timer; the next one, later, finds it expired.
-            assert_eq!(queue.tick(0).unwrap(), 0);
+            assert_eq!(queue.tick(0).unwrap(), 0, "not expired yet");
             platform.now.store(1_000, Ordering::Relaxed);
             let completer = {
                 let queue = queue.clone();

@@ -69,9 +69,8 @@ struct TagModel {
     in_flight: Option<(u64, IssueToken)>,
     /// The slot's generation as the block layer holds it.
     generation: u16,
-    /// When the current issue times out; `None` until the first tick after the issue starts
-    /// its timer.
-    deadline: Option<u64>,
+    /// When the current issue times out (issue time + timeout).
+    deadline: u64,
 }
 
 proptest! {
@@ -92,13 +91,13 @@ proptest! {
         let mut stale = 0u64;
 
         // Learns the issues the driver made since the last call.
-        let sync = |tags: &mut BTreeMap<u32, TagModel>, seen: &mut usize, all: &mut Vec<IssueToken>| {
+        let sync = |tags: &mut BTreeMap<u32, TagModel>, seen: &mut usize, all: &mut Vec<IssueToken>, now: u64| {
             let issued = q.driver().issued.lock().unwrap().clone();
             for &(cookie, token) in &issued[*seen..] {
-                let m = tags.entry(token.tag()).or_insert(TagModel { in_flight: None, generation: 0, deadline: None });
+                let m = tags.entry(token.tag()).or_insert(TagModel { in_flight: None, generation: 0, deadline: 0 });
                 assert!(m.in_flight.is_none(), "tag {} issued twice", token.tag());
                 assert_eq!(token.generation(), m.generation.wrapping_add(1), "one bump per issue");
-                *m = TagModel { in_flight: Some((cookie, token)), generation: token.generation(), deadline: None };
+                *m = TagModel { in_flight: Some((cookie, token)), generation: token.generation(), deadline: now + TIMEOUT_NS };
                 all.push(token);
             }
             *seen = issued.len();
@@ -164,18 +163,13 @@ proptest! {
                     let mut expired = 0;
                     for m in tags.values_mut() {
                         let Some((cookie, _)) = m.in_flight else { continue };
-                        let Some(deadline) = m.deadline else {
-                            // The first tick after the issue starts the timer.
-                            m.deadline = Some(now + TIMEOUT_NS);
-                            continue;
-                        };
-                        if now < deadline {
+                        if now < m.deadline {
                             continue;
                         }
                         expired += 1;
                         match verdict {
-                            TimeoutAction::ResetTimer => m.deadline = Some(now + TIMEOUT_NS),
-                            TimeoutAction::ResetTimerAfter(ns) => m.deadline = Some(now + ns),
+                            TimeoutAction::ResetTimer => m.deadline = now + TIMEOUT_NS,
+                            TimeoutAction::ResetTimerAfter(ns) => m.deadline = now + ns,
                             TimeoutAction::Done(s) => {
                                 expected_end.insert(cookie, s);
                                 m.in_flight = None;
@@ -190,7 +184,7 @@ proptest! {
                     prop_assert_eq!(q.tick(0).unwrap(), expired);
                 }
             }
-            sync(&mut tags, &mut seen, &mut all_tokens);
+            sync(&mut tags, &mut seen, &mut all_tokens, p.now_ns());
             // Ends so far match the model exactly.
             let log = p.log();
             let ended: BTreeMap<u64, Status> = log.iter().map(|c| (c.cookie, c.status)).collect();
