@@ -28,15 +28,12 @@ use crate::controller::{PostError, TimeoutVerdict};
 use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
 
 /// The block layer's issue/complete calls, in one place so that an API change touches only this.
-/// Today's blk has no issue generation; the binding keeps passing one through so that switching
-/// to `IssueToken` (tag + generation) changes only these three functions.
 mod glue {
-    use blk::{BlkError, Driver, Queue, Rq, Status, TimedOutRq};
+    use blk::{BlkError, Driver, IssueToken, Queue, Rq, Status, TimedOutRq};
 
     /// Marks `rq` issued; returns the generation of this issue.
     pub fn issue<D: Driver>(rq: Rq<'_, D>) -> u16 {
-        let _tag = rq.issue();
-        0
+        rq.issue().generation()
     }
 
     /// Reports the completion of issue `generation` of `tag`.
@@ -48,14 +45,12 @@ mod glue {
         generation: u16,
         status: Status,
     ) -> Result<(), BlkError> {
-        let _ = generation;
-        queue.complete(cpu, hwq, tag, status)
+        queue.complete(cpu, hwq, IssueToken::new(tag, generation), status)
     }
 
     /// The generation of the issue that timed out.
     pub fn timed_out_generation<D: Driver>(rq: &TimedOutRq<'_, D>) -> u16 {
-        let _ = rq;
-        0
+        rq.token().generation()
     }
 }
 

@@ -97,6 +97,13 @@ pub enum Error {
     },
     /// Building a block-layer queue failed.
     Blk(blk::BlkError),
+    /// A kernel command-line option the driver does not accept.
+    BadOption {
+        /// The word as given.
+        word: alloc::string::String,
+        /// What is accepted.
+        accepted: &'static str,
+    },
 }
 
 impl From<DmaError> for Error {
@@ -154,6 +161,7 @@ impl fmt::Display for Error {
                 write!(f, "nvme: identify field {field} has unusable value {value:#x}")
             }
             Self::Blk(e) => write!(f, "nvme: block layer: {e}"),
+            Self::BadOption { word, accepted } => write!(f, "nvme: bad option `{word}` (accepted: {accepted})"),
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod cmd;
 mod controller;
 mod error;
 mod mem;
+mod options;
 pub mod plan;
 pub mod prp;
 pub mod regs;
@@ -36,6 +37,7 @@ pub use controller::{
 };
 pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::Error;
+pub use options::{IrqChoice, Options};
 pub use plan::{IrqMode, QueuePlan};
 pub use status::{NvmeStatus, StatusKind};
 
