@@ -348,16 +348,24 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
     }
     setup::ensure_target()?;
     setup::ensure_qemu()?;
+    // Every crate that runs on bare metal: the kernel and each library it links.
     let bare_metal = [
-        "-p", "kernel", "-p", "boot", "-p", "bootinfo", "-p", "blk", "-p", "platform",
+        "kernel",
+        "boot",
+        "bootinfo",
+        "blk",
+        "platform",
+        "workload",
+        "devhal",
+        "megasas",
+        "megasas-fusion",
+        "nvme",
     ];
-    let bare_metal_more = ["-p", "workload", "-p", "megasas", "-p", "megasas-fusion", "-p", "nvme"];
     sh(Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
     sh(Command::new(cargo()).args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
     sh(Command::new(cargo())
         .args(["clippy", "--target", "x86_64-unknown-none"])
-        .args(bare_metal)
-        .args(bare_metal_more)
+        .args(bare_metal.iter().flat_map(|c| ["-p", c]))
         .args(["--", "-D", "warnings"]))?;
     sh(Command::new(cargo()).args(["test"]))?;
     runner::run_loom()?;

@@ -150,12 +150,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Clone for Host<M, D, T> {
 impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
     /// Creates the I/O queues of `plan` on `ctrl` (MSI-X must already be programmed and enabled
     /// when the plan uses it) and one `blk::Queue` per namespace, in [`Controller::namespaces`]
-    /// order, with `plan.cpu_map()` as the CPU map.
+    /// order, with `plan.cpu_map()` as the CPU map. `platform_for(i, ns)` gives namespace `i`'s
+    /// blk platform (the kernel gives each block device its own completion sink).
     pub fn new(
         mut ctrl: Controller<M, D, T>,
         plan: QueuePlan,
         cfg: HostConfig,
-        platform: Arc<dyn Platform>,
+        mut platform_for: impl FnMut(usize, &NamespaceInfo) -> Arc<dyn Platform>,
     ) -> Result<Self, Error> {
         let namespaces: Vec<NamespaceInfo> = ctrl.namespaces().to_vec();
         ctrl.create_io_queues(&plan, namespaces.len())?;
@@ -190,7 +191,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 qc.timeout_ns = cfg.timeout_ns;
                 qc.completion = cfg.completion;
                 qc.cpu_map = Some(plan.cpu_map().to_vec());
-                match Queue::new(qc, driver, Arc::clone(&platform)) {
+                match Queue::new(qc, driver, platform_for(i, ns)) {
                     Ok(q) => queues.push(q),
                     Err(e) => {
                         failure = Some(Error::Blk(e));
@@ -269,6 +270,16 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         }
         self.inner.deliver_pending(cpu);
         Ok(expired)
+    }
+
+    /// Resets the controller now (e.g. the kernel saw CSTS.CFS): every command in flight is
+    /// re-issued once or, if a reset already re-issued it, failed (delivered on `cpu`). Returns
+    /// (re-issued, failed, whether the controller came back).
+    pub fn reset(&self, cpu: usize) -> (usize, usize, bool) {
+        let outcome = self.inner.ctrl.reset(None);
+        self.inner.defer_failures(&outcome.failed, (usize::MAX, 0));
+        self.inner.deliver_pending(cpu);
+        (outcome.reissued, outcome.failed.len(), outcome.ok)
     }
 
     /// Counters.

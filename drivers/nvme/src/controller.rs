@@ -502,7 +502,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Err(Error::DeviceGone);
         }
         if cc & regs::CC_EN != 0 {
-            self.mmio.write32(regs::CC, cc & !regs::CC_EN);
+            // Clear a shutdown request too; EN=0 is never combined with setting SHN (§6).
+            self.mmio.write32(regs::CC, cc & !(regs::CC_EN | 3 << 14));
         } else if !self.csts().ready() {
             return Ok(());
         }
@@ -824,7 +825,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// lock once the command is sure to be posted, and returns the block-layer generation, so
     /// a completion can never arrive for a request the block layer has not yet marked issued.
     /// Rings the doorbell unless `defer_doorbell`.
-    pub fn post(
+    pub(crate) fn post(
         &self,
         hwq: usize,
         slot: u16,
@@ -890,7 +891,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// Rings hardware queue `hwq`'s SQ doorbell if commands were posted with it deferred.
-    pub fn commit(&self, hwq: usize) {
+    pub(crate) fn commit(&self, hwq: usize) {
         if let Some(q) = self.queue(hwq) {
             let mut sq = q.sq.lock();
             if sq.doorbell_pending {
@@ -905,7 +906,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// mismatch; rings the CQ head doorbell once; validates every entry; re-posts commands that
     /// failed without DNR (up to `max_retries`); hands each accepted completion to `deliver`
     /// after all locks are released. Returns (accepted, entries left when the budget ran out).
-    pub fn drain(&self, hwq: usize, budget: u32, mut deliver: impl FnMut(Accepted)) -> (usize, bool) {
+    pub(crate) fn drain(&self, hwq: usize, budget: u32, mut deliver: impl FnMut(Accepted)) -> (usize, bool) {
         let Some(q) = self.queue(hwq) else {
             return (0, false);
         };
@@ -1033,9 +1034,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Counts a refused CQE and logs it, rate limited (the first 16, then every 1024th).
     fn count_bogus(&self, qid: u16, why: BogusCqe) {
         let n = bump(&self.counters.bogus_cqes);
-        let budget = self.log_budget.load(Ordering::Relaxed);
-        if budget > 0 {
-            self.log_budget.fetch_sub(1, Ordering::Relaxed);
+        let within_budget = self
+            .log_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+            .is_ok();
+        if within_budget {
             log::warn!("nvme: queue {qid}: refused completion entry: {why:?} ({n} so far)");
         } else if n.is_multiple_of(1024) {
             log::warn!("nvme: {n} completion entries refused so far (latest on queue {qid}: {why:?})");
@@ -1050,7 +1053,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// when the Abort itself fails or CSTS shows a fatal state: resets the controller, after which
     /// the device no longer owns the command. Returns the verdict and, after a reset, what the
     /// reset did with the other commands in flight (the caller fails those it lists).
-    pub fn timeout(&self, hwq: usize, slot: u16, generation: u16) -> (TimeoutVerdict, Option<ResetOutcome>) {
+    pub(crate) fn timeout(&self, hwq: usize, slot: u16, generation: u16) -> (TimeoutVerdict, Option<ResetOutcome>) {
         let Some(q) = self.queue(hwq) else {
             return (TimeoutVerdict::Wait, None);
         };
@@ -1104,7 +1107,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// re-posted, which are returned in `failed`. When the controller does not come back it is
     /// marked failed; then every command is returned failed if the disable worked (the device
     /// let go), and kept (never handed back) if even the disable failed.
-    pub fn reset(&self, culprit: Option<(usize, u16)>) -> ResetOutcome {
+    pub(crate) fn reset(&self, culprit: Option<(usize, u16)>) -> ResetOutcome {
         let _serial = self.reset_lock.lock();
         self.state.store(STATE_RESETTING, Ordering::Release);
         bump(&self.counters.resets);

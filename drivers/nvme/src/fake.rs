@@ -90,6 +90,10 @@ pub struct FakeConfig {
     pub ready_stuck: bool,
     /// Abort really aborts held commands (QEMU never does).
     pub abort_works: bool,
+    /// Every enable fails with CFS (a controller that refuses to start).
+    pub cfs_on_enable: bool,
+    /// Admin commands are fetched but never completed.
+    pub admin_silent: bool,
     /// When I/O completes.
     pub completion: FakeCompletion,
     /// Bus address of the first DMA allocation.
@@ -114,6 +118,8 @@ impl FakeConfig {
             firmware_enabled: false,
             ready_stuck: false,
             abort_works: false,
+            cfs_on_enable: false,
+            admin_silent: false,
             completion: FakeCompletion::Immediate,
             phys_base: 0x1_0000_0000,
         }
@@ -527,7 +533,7 @@ impl Dev {
                 && self.acq.is_multiple_of(PAGE)
                 && self.aqa & 0xFFF != 0
                 && (self.aqa >> 16) & 0xFFF != 0;
-            if !ok {
+            if !ok || self.cfg.cfs_on_enable {
                 self.csts |= 2;
                 return;
             }
@@ -590,7 +596,9 @@ impl Dev {
             }
             let p = Pending { sqid: qid, sqe };
             if qid == 0 {
-                self.execute_admin(mem, p);
+                if !self.cfg.admin_silent {
+                    self.execute_admin(mem, p);
+                }
             } else if self.cfg.completion == FakeCompletion::Deferred {
                 self.pending.push_back(p);
             } else {

@@ -26,7 +26,8 @@ unsafe impl Sync for DmaBuf {}
 impl DmaBuf {
     pub fn alloc(dma: &impl Dma, size: usize, align: usize) -> Result<Self, Error> {
         let DmaRegion { virt, phys, len } = dma.alloc_zeroed(size, align)?;
-        if len < size || phys % align as u64 != 0 {
+        let misaligned = !(virt.as_ptr() as usize).is_multiple_of(align) || !phys.is_multiple_of(align as u64);
+        if len < size || misaligned || phys.checked_add(size as u64).is_none() {
             return Err(Error::Unsupported {
                 what: "DMA allocation (short or misaligned)",
                 value: phys,

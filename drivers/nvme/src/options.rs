@@ -101,6 +101,27 @@ impl Options {
         c
     }
 
+    /// The interrupt mode for a function whose MSI-X table has `msix_entries` entries (`None`:
+    /// no MSI-X capability). Automatic: MSI-X when present, else INTx. Returns the mode and
+    /// whether `nvme.irq=msix` had to fall back to INTx (worth a log line).
+    pub fn irq_mode(&self, msix_entries: Option<u16>) -> (crate::IrqMode, bool) {
+        use crate::IrqMode;
+        let msix = msix_entries.filter(|&n| n > 0).map(|vectors| IrqMode::MsiX { vectors });
+        match self.irq {
+            Some(IrqChoice::Poll) => (IrqMode::Poll, false),
+            Some(IrqChoice::Intx) => (IrqMode::Intx, false),
+            Some(IrqChoice::MsiX) => msix.map_or((IrqMode::Intx, true), |m| (m, false)),
+            None => (msix.unwrap_or(IrqMode::Intx), false),
+        }
+    }
+
+    /// The plan to program interrupts with before bring-up (the device's grant is not known
+    /// yet; QEMU grants what is asked). Re-plan with [`crate::QueuePlan::new`] if
+    /// [`crate::Controller::max_io_queues`] turns out smaller than its queue count.
+    pub fn provisional_plan(&self, ncpus: usize, msix_entries: Option<u16>) -> Result<crate::QueuePlan, Error> {
+        crate::QueuePlan::new(ncpus, self.queues, u16::MAX - 1, self.irq_mode(msix_entries).0)
+    }
+
     /// The timeout in ns for [`crate::blkdev::HostConfig::timeout_ns`].
     pub fn timeout_ns(&self) -> u64 {
         self.timeout_ms.unwrap_or(30_000).saturating_mul(1_000_000)
@@ -123,6 +144,16 @@ mod tests {
         assert_eq!(o.config(1).requested_io_queues, 1);
         assert_eq!(Options::parse("").unwrap().config(8).requested_io_queues, 8);
         assert_eq!(Options::parse("nvme.irq=auto").unwrap().irq, None);
+        use crate::IrqMode;
+        let auto = Options::default();
+        assert_eq!(auto.irq_mode(Some(65)), (IrqMode::MsiX { vectors: 65 }, false));
+        assert_eq!(auto.irq_mode(None), (IrqMode::Intx, false));
+        let want_msix = Options::parse("nvme.irq=msix").unwrap();
+        assert_eq!(want_msix.irq_mode(None), (IrqMode::Intx, true));
+        assert_eq!(o.irq_mode(Some(65)), (IrqMode::Poll, false));
+        let p = o.provisional_plan(4, Some(65)).unwrap();
+        assert_eq!(p.nr_io_queues(), 2);
+        assert_eq!(p.mode(), IrqMode::Poll);
         for bad in [
             "nvme.queues=0",
             "nvme.queues=x",

@@ -155,6 +155,32 @@ impl QueuePlan {
     }
 }
 
+/// One line for the device report: `2 I/O queue pair(s), MSI-X: q1 v1 cpu0, q2 v2 cpu2; cpu->queue 1 1 2 2`.
+impl core::fmt::Display for QueuePlan {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mode = match self.mode {
+            IrqMode::MsiX { .. } => "MSI-X",
+            IrqMode::Intx => "INTx",
+            IrqMode::Poll => "polled",
+        };
+        write!(f, "{} I/O queue pair(s), {mode}:", self.nr_io_queues())?;
+        for (hwq, &v) in self.hwq_vector.iter().enumerate() {
+            let sep = if hwq == 0 { "" } else { "," };
+            if self.interrupts_enabled() {
+                let cpu = self.vector_cpu.get(usize::from(v)).copied().unwrap_or(0);
+                write!(f, "{sep} q{} v{v} cpu{cpu}", hwq + 1)?;
+            } else {
+                write!(f, "{sep} q{}", hwq + 1)?;
+            }
+        }
+        write!(f, "; cpu->queue")?;
+        for &h in &self.cpu_to_hwq {
+            write!(f, " {}", h + 1)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +212,10 @@ mod tests {
         assert_eq!(p.nr_io_queues(), 2);
         assert_eq!(p.cpu_map(), &[0, 0, 1, 1]);
         assert_eq!(p.vector_of_hwq(1), Some(2));
+        assert_eq!(
+            alloc::format!("{p}"),
+            "2 I/O queue pair(s), MSI-X: q1 v1 cpu0, q2 v2 cpu2; cpu->queue 1 1 2 2"
+        );
         // Each vector is aimed at a CPU that submits to its queue.
         for v in 1..p.nr_vectors() {
             let cpu = p.vector_cpu(v).unwrap();

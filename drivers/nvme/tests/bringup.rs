@@ -53,7 +53,13 @@ fn takes_over_a_controller_firmware_left_enabled() {
     // And I/O works on the new queues.
     let rig_plan = QueuePlan::new(2, None, ctrl.max_io_queues(), IrqMode::MsiX { vectors: 3 }).unwrap();
     let platform = Arc::new(common::TestPlatform::default());
-    let host = Host::new(ctrl, rig_plan, HostConfig::default(), platform.clone()).unwrap();
+    let host = Host::new(
+        ctrl,
+        rig_plan,
+        HostConfig::default(),
+        |_, _| -> Arc<dyn blk::Platform> { platform.clone() },
+    )
+    .unwrap();
     let buf = common::Buf::new(&fake, 4096);
     let seg = [blk::Segment::new(buf.phys, 4096)];
     host.queue(0)
@@ -178,12 +184,9 @@ fn short_msix_table_intx_and_polled_queues() {
     let fake = FakeNvme::new(cfg);
     let ctrl = controller(&fake, Config::default()).unwrap();
     let plan = QueuePlan::new(8, None, ctrl.max_io_queues(), IrqMode::MsiX { vectors: 9 }).unwrap();
-    let err = Host::new(
-        ctrl,
-        plan,
-        HostConfig::default(),
-        Arc::new(common::TestPlatform::default()),
-    )
+    let err = Host::new(ctrl, plan, HostConfig::default(), |_, _| -> Arc<dyn blk::Platform> {
+        Arc::new(common::TestPlatform::default())
+    })
     .err()
     .expect("IV beyond the table");
     assert_eq!(
@@ -220,4 +223,66 @@ fn queue_depth_is_capped_by_mqes() {
     assert_eq!(ctrl.queue_depth(), 31);
     assert_eq!(ctrl.io_queue_entries(), 63);
     assert_eq!(rig.host.queue(1).unwrap().queue_depth(), 31);
+}
+
+#[test]
+fn cfs_at_enable_and_a_silent_admin_queue_are_errors_not_hangs() {
+    let mut cfg = FakeConfig::new(1);
+    cfg.cfs_on_enable = true;
+    let fake = FakeNvme::new(cfg);
+    let err = controller(&fake, Config::default()).unwrap_err();
+    assert!(
+        matches!(err, Error::ControllerFatal { csts } if csts & 2 != 0),
+        "{err:?}"
+    );
+
+    let mut cfg = FakeConfig::new(1);
+    cfg.admin_silent = true;
+    let fake = FakeNvme::new(cfg);
+    let err = controller(&fake, Config::default()).unwrap_err();
+    assert_eq!(
+        err,
+        Error::AdminTimeout {
+            opcode: 0x06,
+            waited_us: 5_000_000
+        }
+    );
+    assert_eq!(fake.clock_us(), 5_000_000, "bounded by admin_timeout_us");
+}
+
+#[test]
+fn each_namespace_gets_its_own_platform() {
+    let mut cfg = FakeConfig::new(2);
+    cfg.namespaces.push(FakeNamespace {
+        nsid: 2,
+        lba_size: 4096,
+        blocks: 1024,
+    });
+    let fake = FakeNvme::new(cfg);
+    let ctrl = controller(&fake, Config::default()).unwrap();
+    let plan = QueuePlan::new(2, None, ctrl.max_io_queues(), IrqMode::MsiX { vectors: 3 }).unwrap();
+    let platforms: Vec<Arc<common::TestPlatform>> = (0..2).map(|_| Arc::default()).collect();
+    let mut asked = Vec::new();
+    let host = Host::new(ctrl, plan, HostConfig::default(), |i, ns| -> Arc<dyn blk::Platform> {
+        asked.push((i, ns.nsid, ns.lba_size));
+        platforms[i].clone()
+    })
+    .unwrap();
+    assert_eq!(asked, vec![(0, 1, 512), (1, 2, 4096)]);
+    let buf = common::Buf::new(&fake, 4096);
+    let seg = [blk::Segment::new(buf.phys, 4096)];
+    host.queue(0)
+        .unwrap()
+        .submit(0, &blk::Bio::read(0, 8, &seg, 10))
+        .unwrap();
+    host.queue(1)
+        .unwrap()
+        .submit(1, &blk::Bio::read(0, 8, &seg, 11))
+        .unwrap();
+    for v in fake.take_messages() {
+        host.handle_vector(usize::from(v), host.plan().vector_cpu(usize::from(v)).unwrap());
+    }
+    let d0: Vec<u64> = platforms[0].take_done().iter().map(|c| c.cookie).collect();
+    let d1: Vec<u64> = platforms[1].take_done().iter().map(|c| c.cookie).collect();
+    assert_eq!((d0, d1), (vec![10], vec![11]));
 }

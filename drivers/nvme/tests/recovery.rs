@@ -281,3 +281,28 @@ fn a_controller_that_does_not_come_back_keeps_the_buffers() {
     assert_eq!(seen[&1].status, Status::Timeout);
     assert!(!rig.host.controller().failed());
 }
+
+#[test]
+fn an_explicit_reset_reissues_what_is_in_flight() {
+    let rig = rig(FakeCompletion::Deferred, false);
+    let mut seen = BTreeMap::new();
+    let b = Buf::new(&rig.fake, 4 * 4096);
+    for i in 0..4u64 {
+        submit(
+            &rig,
+            (i % 2) as usize,
+            &Bio::read(8 * i, 8, &[Segment::new(b.phys + i * 4096, 4096)], i),
+        );
+    }
+    assert_eq!(rig.host.reset(0), (4, 0, true));
+    // Twice: a second reset fails what the first re-issued (exactly once each).
+    assert_eq!(rig.host.reset(1), (0, 4, true));
+    collect(&rig, &mut seen);
+    assert_eq!(seen.len(), 4);
+    assert!(seen.values().all(|c| c.status == Status::IoError));
+    rig.fake.complete_pending(100, |_| 0);
+    rig.deliver_interrupts();
+    collect(&rig, &mut seen);
+    assert_eq!(seen.len(), 4, "nothing completes twice");
+    assert_eq!(rig.host.report().failed_by_recovery, 4);
+}

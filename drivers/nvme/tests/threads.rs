@@ -65,7 +65,10 @@ fn four_cpu_threads_and_a_device_thread() {
         done_by_cpu: (0..NCPUS).map(|_| AtomicU64::new(0)).collect(),
         all: Mutex::new(Vec::new()),
     });
-    let host = Host::new(ctrl, plan, HostConfig::default(), platform.clone()).unwrap();
+    let host = Host::new(ctrl, plan, HostConfig::default(), |_, _| -> Arc<dyn Platform> {
+        platform.clone()
+    })
+    .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
 
     let device = {

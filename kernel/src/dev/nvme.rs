@@ -323,7 +323,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         },
         cq_budget: 0,
     };
-    let host = Host::new(ctrl, plan, hc, block::platform())
+    let host = Host::new(ctrl, plan, hc, |_, _| block::platform())
         .map_err(|e| Error::Device(format!("{name} ({at}): creating the I/O queues: {e}")))?;
     let controller: &'static Controller = Box::leak(Box::new(Controller {
         host,

@@ -69,7 +69,7 @@ impl Rig {
         let ctrl = controller(&fake, cfg).expect("bring-up");
         let plan = QueuePlan::new(ncpus, None, ctrl.max_io_queues(), mode).expect("plan");
         let platform = Arc::new(TestPlatform::default());
-        let host = Host::new(ctrl, plan, hcfg, platform.clone()).expect("host");
+        let host = Host::new(ctrl, plan, hcfg, |_, _| -> Arc<dyn Platform> { platform.clone() }).expect("host");
         Self {
             fake,
             host,
