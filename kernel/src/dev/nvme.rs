@@ -28,7 +28,7 @@ use alloc::vec::Vec;
 use blk::CompletionPolicy;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use nvme::blkdev::HostConfig;
-use nvme::{IrqChoice, IrqMode, Options, QueuePlan};
+use nvme::{IrqMode, Options, QueuePlan};
 use platform::irq::InterruptMode;
 use platform::pci::{DeviceMatch, PciFunction};
 
@@ -203,21 +203,6 @@ impl HostHooks for Controller {
 /// Controllers probed so far (`nvme0`, `nvme1`, ...).
 static NEXT_CONTROLLER: AtomicUsize = AtomicUsize::new(0);
 
-/// The interrupt mode from `nvme.irq=` and what the function offers.
-fn irq_mode(choice: Option<IrqChoice>, function: &PciFunction, name: &str) -> Result<IrqMode, Error> {
-    let table = function.msix.as_ref().map(|m| m.table_size);
-    match (choice, table) {
-        (Some(IrqChoice::Poll), _) => Ok(IrqMode::Poll),
-        (Some(IrqChoice::Intx), _) => Ok(IrqMode::Intx),
-        (None | Some(IrqChoice::MsiX), Some(vectors)) => Ok(IrqMode::MsiX { vectors }),
-        (Some(IrqChoice::MsiX), None) => Err(Error::Config(format!(
-            "nvme.irq=msix: {name} ({}) has no MSI-X capability (use nvme.irq=auto, intx or poll)",
-            function.address
-        ))),
-        (None, None) => Ok(IrqMode::Intx),
-    }
-}
-
 /// The CPU each vector of `plan` is aimed at: vector 0 (admin, polled by the driver) at the boot
 /// CPU, vector v at the CPU the one CPU map gives the first hardware queue on v; with
 /// `cross` at a CPU of the next queue group instead (a deliberately wrong map).
@@ -254,13 +239,70 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     pci::claim(function)?;
     let mmio = KernelMmio(pci::bar_mmio(function, 0)?);
     let ncpus = smp::online();
-    let mode = irq_mode(opts.driver.irq, function, &name)?;
-    let ctrl = nvme::Controller::new(mmio, KernelDma, KernelDelay, opts.driver.config(ncpus))
+    let table = function.msix.as_ref().map(|m| m.table_size);
+    let (mode, fell_back) = opts.driver.irq_mode(table);
+    if fell_back {
+        log::warn!("{name} ({at}): nvme.irq=msix but the function has no MSI-X capability; using INTx");
+    }
+    // MSI-X is programmed and enabled before the controller is enabled (QEMU only signals a
+    // vector that was enabled when its completion queue was created, and the safe order costs
+    // nothing on hardware), so the vectors follow a provisional plan (the device's grant is not
+    // known before Set Features) and are re-aimed if the grant is smaller.
+    let provisional = opts
+        .driver
+        .provisional_plan(ncpus, table)
+        .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
+    // The handlers need the host, which needs the queues: they reach it through this cell
+    // (an interrupt before it is filled finds nothing to do; the admin queue is polled).
+    let slot: &'static spin::Once<&'static Controller> = Box::leak(Box::new(spin::Once::new()));
+    let mut irqs = match mode {
+        IrqMode::Poll => {
+            let p = pci::get().ok_or(Error::NoPci)?;
+            platform::pci::set_intx_disabled(&p.access, at, true)?;
+            None
+        }
+        IrqMode::MsiX { .. } | IrqMode::Intx => {
+            let platform_mode = if mode == IrqMode::Intx {
+                InterruptMode::Intx
+            } else {
+                InterruptMode::MsiX
+            };
+            let cpus = vector_cpus(&provisional, opts.cross_vectors)?;
+            let handler: &'static dyn IrqHandler = Box::leak(Box::new(Deferred(slot)));
+            let handlers = alloc::vec![handler; cpus.len()];
+            // Rows of the interrupt table: `nvme0#0` (admin), `nvme0#1` (I/O queue 1), ...
+            let label: &'static str = Box::leak(name.clone().into_boxed_str());
+            Some(interrupts::setup_vectors(
+                function,
+                Some(platform_mode),
+                &cpus,
+                label,
+                &handlers,
+            )?)
+        }
+    };
+    let mut config = opts.driver.config(ncpus);
+    config.requested_io_queues = u16::try_from(provisional.nr_io_queues()).unwrap_or(u16::MAX - 1);
+    let ctrl = nvme::Controller::new(mmio, KernelDma, KernelDelay, config)
         .map_err(|e| Error::Device(format!("{name} ({at}): bring-up failed: {e}")))?;
     let info = ctrl.info().clone();
-    let plan = QueuePlan::new(ncpus, opts.driver.queues, ctrl.max_io_queues(), mode)
-        .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
-    let cpus = vector_cpus(&plan, opts.cross_vectors)?;
+    let plan = if usize::from(ctrl.max_io_queues()) < provisional.nr_io_queues() {
+        let plan = QueuePlan::new(ncpus, opts.driver.queues, ctrl.max_io_queues(), mode)
+            .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
+        if let Some(irqs) = irqs.as_mut() {
+            for (v, cpu) in vector_cpus(&plan, opts.cross_vectors)?.into_iter().enumerate() {
+                irqs.aim(v, cpu)?;
+            }
+        }
+        kprintln!(
+            "{name} ({at}): the controller granted {} I/O queue pair(s) of the {} asked for: re-planned",
+            ctrl.max_io_queues(),
+            provisional.nr_io_queues()
+        );
+        plan
+    } else {
+        provisional
+    };
     kprintln!(
         "{name} ({at}): \"{}\" serial \"{}\" firmware {}, {} namespace(s), {} I/O queue pair(s) granted, {} used for {} CPU(s), {:?}, max transfer {} KiB",
         info.model,
@@ -276,35 +318,6 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     if opts.cross_vectors {
         kprintln!("{name}: nvme.cross_vectors=1: each I/O queue's vector is aimed at another queue's CPU");
     }
-    // The vectors are programmed and MSI-X enabled before the I/O completion queues are created
-    // (QEMU only signals a vector that a CQ was created on while MSI-X was on). The handler
-    // needs the host, which needs the queues: it reaches the host through this cell.
-    let slot: &'static spin::Once<&'static Controller> = Box::leak(Box::new(spin::Once::new()));
-    let irqs = match mode {
-        IrqMode::Poll => {
-            let p = pci::get().ok_or(Error::NoPci)?;
-            platform::pci::set_intx_disabled(&p.access, at, true)?;
-            None
-        }
-        IrqMode::MsiX { .. } | IrqMode::Intx => {
-            let platform_mode = if mode == IrqMode::Intx {
-                InterruptMode::Intx
-            } else {
-                InterruptMode::MsiX
-            };
-            let handler: &'static dyn IrqHandler = Box::leak(Box::new(Deferred(slot)));
-            let handlers = alloc::vec![handler; cpus.len()];
-            // Rows of the interrupt table: `nvme0#0` (admin), `nvme0#1` (I/O queue 1), ...
-            let label: &'static str = Box::leak(name.clone().into_boxed_str());
-            Some(interrupts::setup_vectors(
-                function,
-                Some(platform_mode),
-                &cpus,
-                label,
-                &handlers,
-            )?)
-        }
-    };
     if let Some(i) = &irqs
         && i.vectors().len() < plan.nr_vectors()
     {
@@ -373,10 +386,30 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
             "interrupts: {irq_text}; {} I/O queue pair(s), {depth} tags per queue",
             plan.nr_io_queues()
         );
-        let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, controller, extra)));
+        // The controller's tick runs once per tick, from its first namespace's disk.
+        let hooks: &'static dyn HostHooks = if i == 0 {
+            controller
+        } else {
+            Box::leak(Box::new(OtherNamespace(controller)))
+        };
+        let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, hooks, extra)));
         block::register(disk);
     }
     Ok(())
+}
+
+/// The hooks of a controller's second and later namespaces: poll and counters as the first's,
+/// no tick of their own (the first namespace's disk ticks the whole controller).
+struct OtherNamespace(&'static Controller);
+
+impl HostHooks for OtherNamespace {
+    fn poll(&self, cpu: usize) -> usize {
+        self.0.poll(cpu)
+    }
+    fn tick(&self, _cpu: usize) {}
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.0.counters()
+    }
 }
 
 /// The handler installed before the host exists: it forwards to the controller once the I/O
