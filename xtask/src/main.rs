@@ -10,6 +10,7 @@
 
 mod bench;
 mod elfcheck;
+mod nbd;
 mod qemu;
 mod runner;
 mod scenario;
