@@ -13,8 +13,9 @@
 //! answered by a thread of its own, so the other requests go on meanwhile
 //! (replies may come out of order, which NBD allows: they carry the handle).
 //!
-//! The rule: on each connection (each boot), the first `reads` reads whose
-//! range covers 512-byte sector `sector` are answered `delay` late.
+//! The rule: on each connection (each boot), the first `count` reads (or
+//! writes) whose range covers 512-byte sector `sector` are answered `delay`
+//! late. A delayed write reaches the image at once; only its reply is late.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -61,15 +62,31 @@ const EINVAL: u32 = 22;
 /// Largest request accepted (QEMU sends at most 32 MiB).
 const MAX_REQUEST: u32 = 32 << 20;
 
-/// Which reads answer late, and how late.
+/// Which requests a slow disk answers late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowOp {
+    Read,
+    Write,
+}
+
+/// Which requests answer late, and how late.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowRule {
-    /// 512-byte sector a read must cover to be delayed.
+    /// Reads or writes.
+    pub op: SlowOp,
+    /// 512-byte sector a request must cover to be delayed.
     pub sector: u64,
     /// How late it is answered.
     pub delay: Duration,
-    /// How many such reads per connection are delayed.
-    pub reads: u32,
+    /// How many such requests per connection are delayed.
+    pub count: u32,
+}
+
+impl SlowRule {
+    fn covers(&self, op: SlowOp, offset: u64, len: u32) -> bool {
+        let byte = self.sector.saturating_mul(512);
+        op == self.op && offset <= byte && byte < offset.saturating_add(u64::from(len))
+    }
 }
 
 /// A running server; stops (and closes every connection) when dropped.
@@ -134,8 +151,8 @@ impl NbdServer {
         self.port
     }
 
-    /// Reads answered late so far (all connections).
-    pub fn delayed_reads(&self) -> u64 {
+    /// Requests answered late so far (all connections).
+    pub fn delayed(&self) -> u64 {
         self.delayed.load(Ordering::Relaxed)
     }
 }
@@ -270,6 +287,16 @@ fn simple_reply(out: &Mutex<TcpStream>, error: u32, handle: u64, data: &[u8]) ->
     send(&mut s, &m)
 }
 
+/// Answers from a thread of its own after the rule's delay, so the connection goes on meanwhile.
+fn reply_late(export: &Export, out: &Arc<Mutex<TcpStream>>, error: u32, handle: u64, data: Vec<u8>) {
+    export.delayed.fetch_add(1, Ordering::Relaxed);
+    let (out, delay) = (out.clone(), export.rule.delay);
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let _ = simple_reply(&out, error, handle, &data);
+    });
+}
+
 fn serve(mut s: TcpStream, export: &Export) -> Result<(), String> {
     let _ = s.set_nodelay(true);
     if !handshake(&mut s, export)? {
@@ -300,18 +327,14 @@ fn serve(mut s: TcpStream, export: &Export) -> Result<(), String> {
                     Ok(()) => 0,
                     Err(_) => EIO,
                 };
-                let sector = export.rule.sector * 512;
-                let covers = offset <= sector && sector < offset + u64::from(len);
-                if covers && delayed_here < export.rule.reads {
+                if error != 0 {
+                    data.clear();
+                }
+                if export.rule.covers(SlowOp::Read, offset, len) && delayed_here < export.rule.count {
                     delayed_here += 1;
-                    export.delayed.fetch_add(1, Ordering::Relaxed);
-                    let (out, delay) = (out.clone(), export.rule.delay);
-                    std::thread::spawn(move || {
-                        std::thread::sleep(delay);
-                        let _ = simple_reply(&out, error, handle, if error == 0 { &data } else { &[] });
-                    });
+                    reply_late(export, &out, error, handle, data);
                 } else {
-                    simple_reply(&out, error, handle, if error == 0 { &data } else { &[] })?;
+                    simple_reply(&out, error, handle, &data)?;
                 }
             }
             CMD_WRITE => {
@@ -326,7 +349,12 @@ fn serve(mut s: TcpStream, export: &Export) -> Result<(), String> {
                 } else {
                     EIO
                 };
-                simple_reply(&out, error, handle, &[])?;
+                if export.rule.covers(SlowOp::Write, offset, len) && delayed_here < export.rule.count {
+                    delayed_here += 1;
+                    reply_late(export, &out, error, handle, Vec::new());
+                } else {
+                    simple_reply(&out, error, handle, &[])?;
+                }
             }
             CMD_FLUSH => {
                 let error = if export.file.sync_data().is_ok() { 0 } else { EIO };
@@ -408,9 +436,10 @@ mod tests {
         let image = dir.join("d.img");
         std::fs::write(&image, vec![0u8; 1 << 20]).unwrap();
         let rule = SlowRule {
+            op: SlowOp::Read,
             sector: 16,
             delay: Duration::from_millis(400),
-            reads: 1,
+            count: 1,
         };
         let server = NbdServer::start(&image, "d0", rule).unwrap();
         let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
@@ -437,7 +466,7 @@ mod tests {
         request(&mut s, CMD_READ, 4, 8192, 4096, &[]);
         assert_eq!(reply(&mut s, 4096).1, 4);
         assert!(t1.elapsed() < Duration::from_millis(300));
-        assert_eq!(server.delayed_reads(), 1);
+        assert_eq!(server.delayed(), 1);
         // Beyond the end: EINVAL, and the connection goes on.
         request(&mut s, CMD_READ, 5, (1 << 20) - 512, 1024, &[]);
         assert_eq!(reply(&mut s, 0).0, EINVAL);
@@ -446,6 +475,39 @@ mod tests {
         request(&mut s, CMD_DISC, 7, 0, 0, &[]);
         drop(server);
         assert_eq!(std::fs::read(&image).unwrap()[8192..12288], [0xAB; 4096]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_covering_write_reaches_the_image_at_once_and_is_answered_late() {
+        let dir = std::env::temp_dir().join(format!("baremq-nbd-wtest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("d.img");
+        std::fs::write(&image, vec![0u8; 64 << 10]).unwrap();
+        let rule = SlowRule {
+            op: SlowOp::Write,
+            sector: 8,
+            delay: Duration::from_millis(400),
+            count: 1,
+        };
+        let server = NbdServer::start(&image, "w", rule).unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+        assert_eq!(client_go(&mut s, "w"), 64 << 10);
+        // A read covering sector 8 is not delayed by a write rule.
+        let t0 = Instant::now();
+        request(&mut s, CMD_READ, 1, 4096, 4096, &[]);
+        assert_eq!(reply(&mut s, 4096).1, 1);
+        assert!(t0.elapsed() < Duration::from_millis(300));
+        request(&mut s, CMD_WRITE, 2, 4096, 4096, &[0x5A; 4096]);
+        request(&mut s, CMD_WRITE, 3, 0, 512, &[0x11; 512]);
+        assert_eq!(reply(&mut s, 0), (0, 3, Vec::new()));
+        // The late write is already in the image before its reply.
+        assert_eq!(std::fs::read(&image).unwrap()[4096..8192], [0x5A; 4096]);
+        assert_eq!(reply(&mut s, 0), (0, 2, Vec::new()));
+        assert!(t0.elapsed() >= Duration::from_millis(400));
+        assert_eq!(server.delayed(), 1);
+        request(&mut s, CMD_DISC, 4, 0, 0, &[]);
+        drop(server);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -84,9 +84,14 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             return Verdict::Fail(format!("slow_disk '{}' names no image", d.image));
         };
         let rule = nbd::SlowRule {
+            op: if d.writes {
+                nbd::SlowOp::Write
+            } else {
+                nbd::SlowOp::Read
+            },
             sector: d.sector,
             delay: Duration::from_nanos(d.delay_ns),
-            reads: d.reads,
+            count: d.count,
         };
         match nbd::NbdServer::start(path, &d.image, rule) {
             Ok(s) => servers.push((d.image.clone(), s)),
@@ -152,9 +157,10 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
     }
     // A slow disk that delayed nothing tested no recovery: the scenario is wrong, not passing.
     for ((name, server), d) in servers.iter().zip(&sc.slow_disks) {
-        if server.delayed_reads() == 0 {
+        if server.delayed() == 0 {
             return Verdict::Fail(format!(
-                "slow_disk {name}: no read covered sector {}, so nothing was delayed",
+                "slow_disk {name}: no {} covered sector {}, so nothing was delayed",
+                if d.writes { "write" } else { "read" },
                 d.sector
             ));
         }

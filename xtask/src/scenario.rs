@@ -16,7 +16,7 @@
 //! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
-//! | `slow_disk` | `IMAGE sector=N delay=DURATION [reads=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `reads` (default 1) reads that cover 512-byte sector N are answered DURATION late (e.g. `2500ms`), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`) |
+//! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! Every boot passes only on the kernel's exit code for the expected
@@ -87,12 +87,14 @@ pub struct Image {
 pub struct SlowDisk {
     /// The image (declared with `image =`) and export name.
     pub image: String,
-    /// 512-byte sector a delayed read covers.
+    /// Delay writes (true) or reads (false).
+    pub writes: bool,
+    /// 512-byte sector a delayed request covers.
     pub sector: u64,
     /// How late, in ns.
     pub delay_ns: u64,
-    /// How many covering reads per boot are delayed.
-    pub reads: u32,
+    /// How many covering requests per boot are delayed.
+    pub count: u32,
 }
 
 /// A requirement that, when unmet, makes the scenario SKIPPED.
@@ -278,17 +280,17 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
     Ok(out)
 }
 
-/// Parses `IMAGE sector=N delay=DURATION [reads=N]`.
+/// Parses `IMAGE sector=N delay=DURATION [op=read|write] [count=N]`.
 fn parse_slow_disk(value: &str) -> Result<SlowDisk, String> {
     let mut words = value.split_whitespace();
     let image = words
         .next()
-        .ok_or("slow_disk: use IMAGE sector=N delay=DURATION [reads=N]")?;
-    let (mut sector, mut delay_ns, mut reads) = (None, None, 1);
+        .ok_or("slow_disk: use IMAGE sector=N delay=DURATION [op=read|write] [count=N]")?;
+    let (mut sector, mut delay_ns, mut count, mut writes) = (None, None, 1, false);
     for w in words {
         let (k, v) = w
             .split_once('=')
-            .ok_or(format!("slow_disk: '{w}' is not key=value (sector, delay, reads)"))?;
+            .ok_or(format!("slow_disk: '{w}' is not key=value (sector, delay, op, count)"))?;
         match k {
             "sector" => {
                 sector = Some(workload::values::parse_u64(v).ok_or(format!("slow_disk: sector '{v}' is not a number"))?)
@@ -300,21 +302,29 @@ fn parse_slow_disk(value: &str) -> Result<SlowDisk, String> {
                         .ok_or(format!("slow_disk: delay '{v}' is not a duration like 2500ms"))?,
                 )
             }
-            "reads" => {
-                reads = v
+            "count" => {
+                count = v
                     .parse()
                     .ok()
                     .filter(|n| *n > 0)
-                    .ok_or(format!("slow_disk: reads '{v}' is not a positive number"))?
+                    .ok_or(format!("slow_disk: count '{v}' is not a positive number"))?
             }
-            _ => return Err(format!("slow_disk: unknown key '{k}' (sector, delay, reads)")),
+            "op" => {
+                writes = match v {
+                    "read" => false,
+                    "write" => true,
+                    _ => return Err(format!("slow_disk: op '{v}': use read or write")),
+                }
+            }
+            _ => return Err(format!("slow_disk: unknown key '{k}' (sector, delay, op, count)")),
         }
     }
     Ok(SlowDisk {
         image: image.to_string(),
         sector: sector.ok_or("slow_disk: sector=N is required")?,
         delay_ns: delay_ns.ok_or("slow_disk: delay=DURATION is required")?,
-        reads,
+        count,
+        writes,
     })
 }
 
@@ -615,16 +625,17 @@ output = vector 14
     fn slow_disks_parse_check_their_image_and_substitute() {
         let s = parse(
             "f",
-            "[a]\nimage = d0 64M\nslow_disk = d0 sector=2048 delay=6500ms reads=2\noutput = x\n",
+            "[a]\nimage = d0 64M\nslow_disk = d0 sector=2048 delay=6500ms op=write count=2\noutput = x\n",
         )
         .unwrap();
         assert_eq!(
             s[0].slow_disks,
             [SlowDisk {
                 image: "d0".into(),
+                writes: true,
                 sector: 2048,
                 delay_ns: 6_500_000_000,
-                reads: 2
+                count: 2
             }]
         );
         let one = parse(
@@ -632,13 +643,14 @@ output = vector 14
             "[a]\nimage = d0 64M\nslow_disk = d0 sector=8 delay=1s\noutput = x\n",
         )
         .unwrap();
-        assert_eq!(one[0].slow_disks[0].reads, 1);
+        assert_eq!((one[0].slow_disks[0].count, one[0].slow_disks[0].writes), (1, false));
         for (bad, why) in [
             ("slow_disk = d0 delay=1s", "sector=N is required"),
             ("slow_disk = d0 sector=8", "delay=DURATION is required"),
             ("slow_disk = d0 sector=x delay=1s", "sector 'x'"),
             ("slow_disk = d0 sector=8 delay=0s", "delay '0s'"),
-            ("slow_disk = d0 sector=8 delay=1s reads=0", "reads '0'"),
+            ("slow_disk = d0 sector=8 delay=1s count=0", "count '0'"),
+            ("slow_disk = d0 sector=8 delay=1s op=trim", "op 'trim'"),
             ("slow_disk = d0 sector=8 delay=1s speed=3", "unknown key 'speed'"),
             ("slow_disk = d0 sector", "not key=value"),
         ] {
