@@ -6,10 +6,12 @@
 //! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list]
 //! cargo xtask test                                   every check CI runs
 //! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! ```
 
 mod bench;
 mod elfcheck;
+mod fuzz;
 mod nbd;
 mod qemu;
 mod runner;
@@ -48,6 +50,7 @@ commands:
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
+  fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
 ";
 
 fn main() -> ExitCode {
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         "test" => cmd_test(rest),
         "image" => cmd_image(rest).map(|_| true),
         "bench" => bench::cmd_bench(rest),
+        "fuzz" => fuzz::cmd_fuzz(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)
@@ -295,16 +299,24 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
     }
     setup::ensure_target()?;
     setup::ensure_qemu()?;
+    // Every crate that runs on bare metal: the kernel and each library it links.
     let bare_metal = [
-        "-p", "kernel", "-p", "boot", "-p", "bootinfo", "-p", "blk", "-p", "platform",
+        "kernel",
+        "boot",
+        "bootinfo",
+        "blk",
+        "platform",
+        "workload",
+        "devhal",
+        "megasas",
+        "megasas-fusion",
+        "nvme",
     ];
-    let bare_metal_more = ["-p", "workload", "-p", "megasas"];
     sh(Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
     sh(Command::new(cargo()).args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
     sh(Command::new(cargo())
         .args(["clippy", "--target", "x86_64-unknown-none"])
-        .args(bare_metal)
-        .args(bare_metal_more)
+        .args(bare_metal.iter().flat_map(|c| ["-p", c]))
         .args(["--", "-D", "warnings"]))?;
     sh(Command::new(cargo()).args(["test"]))?;
     runner::run_loom()?;

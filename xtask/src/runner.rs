@@ -268,8 +268,9 @@ pub fn cmd_qemu_test(args: &[String]) -> Result<bool, String> {
 
 /// Runs the loom models of the lock-free code (separate target dir: the
 /// `--cfg loom` flag rebuilds every dependency): the block layer's models
-/// (quiesce vs insert, completion lists, tags, freeze) and the MegaRAID
-/// reply-queue reaper gate.
+/// (quiesce vs insert, completion lists, tags, freeze, done board, host tags, timeouts,
+/// Busy restart, sleeping lock), the MegaRAID reply-queue reaper gate and tag state machine,
+/// and the Fusion SMID slot protocol.
 pub fn run_loom() -> Result<(), String> {
     let model = root().join("kernel/blk/tests/loom.rs");
     if !model.exists() {
@@ -283,5 +284,6 @@ pub fn run_loom() -> Result<(), String> {
             .args(args))
     };
     loom(&["-p", "blk", "--test", "loom"])?;
-    loom(&["-p", "megasas", "--lib", "loom"])
+    loom(&["-p", "megasas", "--lib", "loom"])?;
+    loom(&["-p", "megasas-fusion", "--lib", "loom"])
 }

@@ -8,9 +8,12 @@
 //!   with reserved regions carved out;
 //! * [`cmdline`]: the kernel command line as a typed configuration.
 #![no_std]
+#![forbid(unsafe_code)]
 
 pub mod cmdline;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod memmap;
 pub mod parse;
 

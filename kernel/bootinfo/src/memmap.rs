@@ -56,9 +56,16 @@ pub struct MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// Exclusive end address (saturating: a bogus length cannot wrap).
+    /// Exclusive end address, clipped at `u64::MAX`: an entry that claims
+    /// to run past 2^64 is cut at the top of the address space, never wrapped
+    /// (the last byte below 2^64 is never usable: usable ranges end on a page).
     pub fn end(&self) -> u64 {
         self.start.saturating_add(self.len)
+    }
+
+    /// Length after clipping at the top of the address space.
+    pub fn clipped_len(&self) -> u64 {
+        self.end() - self.start
     }
 }
 
@@ -76,24 +83,57 @@ pub struct MemoryTotals {
     pub top: u64,
 }
 
-/// Sums a memory map.
+/// Sums a memory map. Sums saturate at `u64::MAX`: only a bogus map (entries
+/// of length near 2^64, or overlapping huge ones) gets there, and a saturated
+/// figure cannot wrap to a small, plausible one. [`checked_totals`] turns
+/// that case into an error instead. Lengths are clipped at the top of the
+/// address space (see [`MemoryRegion::end`]).
 pub fn totals(regions: &[MemoryRegion]) -> MemoryTotals {
     let mut t = MemoryTotals::default();
     for r in regions {
+        let len = r.clipped_len();
         match r.kind {
             MemoryKind::Usable => {
-                t.usable += r.len;
-                t.ram += r.len;
+                t.usable = t.usable.saturating_add(len);
+                t.ram = t.ram.saturating_add(len);
                 t.top = t.top.max(r.end());
             }
             MemoryKind::AcpiReclaimable | MemoryKind::AcpiNvs => {
-                t.ram += r.len;
-                t.reserved += r.len;
+                t.ram = t.ram.saturating_add(len);
+                t.reserved = t.reserved.saturating_add(len);
             }
-            _ => t.reserved += r.len,
+            _ => t.reserved = t.reserved.saturating_add(len),
         }
     }
     t
+}
+
+/// [`totals`], but a sum that does not fit in 64 bits is an error naming
+/// the region whose length overflowed it.
+pub fn checked_totals(regions: &[MemoryRegion]) -> Result<MemoryTotals, Error> {
+    let mut usable = 0u64;
+    let mut ram = 0u64;
+    let mut reserved = 0u64;
+    for r in regions {
+        let len = r.clipped_len();
+        let overflow = || Error::BadStructure {
+            what: "memory map",
+            detail: "region sizes sum past 2^64 (bogus lengths)",
+            value: r.len,
+        };
+        match r.kind {
+            MemoryKind::Usable => {
+                usable = usable.checked_add(len).ok_or_else(overflow)?;
+                ram = ram.checked_add(len).ok_or_else(overflow)?;
+            }
+            MemoryKind::AcpiReclaimable | MemoryKind::AcpiNvs => {
+                ram = ram.checked_add(len).ok_or_else(overflow)?;
+                reserved = reserved.checked_add(len).ok_or_else(overflow)?;
+            }
+            _ => reserved = reserved.checked_add(len).ok_or_else(overflow)?,
+        }
+    }
+    Ok(totals(regions))
 }
 
 /// A half-open physical range `[start, end)`.
@@ -106,7 +146,7 @@ pub struct Range {
 impl Range {
     /// Length in bytes.
     pub fn len(&self) -> u64 {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
     }
 
     /// True for an empty range.
@@ -125,7 +165,11 @@ pub fn usable_ranges<const N: usize>(regions: &[MemoryRegion], reserved: &[Range
         capacity: N,
     };
     for r in regions.iter().filter(|r| r.kind == MemoryKind::Usable) {
-        let start = r.start.next_multiple_of(PAGE);
+        // Usable memory shrinks to whole pages: the start rounds up (an entry
+        // starting in the top page has none), the clipped end rounds down.
+        let Some(start) = r.start.checked_next_multiple_of(PAGE) else {
+            continue;
+        };
         let end = r.end() & !(PAGE - 1);
         if start < end {
             out.push(Range { start, end }).map_err(|_| too_many())?;
@@ -134,14 +178,8 @@ pub fn usable_ranges<const N: usize>(regions: &[MemoryRegion], reserved: &[Range
     let holes = regions
         .iter()
         .filter(|r| r.kind != MemoryKind::Usable)
-        .map(|r| Range {
-            start: r.start & !(PAGE - 1),
-            end: r.end().next_multiple_of(PAGE),
-        })
-        .chain(reserved.iter().map(|r| Range {
-            start: r.start & !(PAGE - 1),
-            end: r.end.next_multiple_of(PAGE),
-        }));
+        .map(|r| hole(r.start, r.end()))
+        .chain(reserved.iter().map(|r| hole(r.start, r.end)));
     for hole in holes {
         let mut i = 0;
         while i < out.len() {
@@ -183,6 +221,15 @@ pub fn usable_ranges<const N: usize>(regions: &[MemoryRegion], reserved: &[Range
         }
     }
     Ok(merged)
+}
+
+/// A hole widened to whole pages; one that reaches the top page runs to
+/// `u64::MAX` (holes may only grow, so rounding can never wrap to 0).
+fn hole(start: u64, end: u64) -> Range {
+    Range {
+        start: start & !(PAGE - 1),
+        end: end.checked_next_multiple_of(PAGE).unwrap_or(u64::MAX),
+    }
 }
 
 /// A first-fit allocator of physically contiguous, page-granular ranges:
@@ -275,8 +322,10 @@ impl<const N: usize> FreeRanges<N> {
     /// Returns `[start, start + bytes)` (rounded up to pages). Refuses a range
     /// that overlaps free memory (a double free).
     pub fn free(&mut self, start: u64, bytes: u64) -> Result<(), Error> {
-        let end = start
-            .checked_add(bytes.max(1).next_multiple_of(PAGE))
+        let end = bytes
+            .max(1)
+            .checked_next_multiple_of(PAGE)
+            .and_then(|bytes| start.checked_add(bytes))
             .ok_or(Error::BadStructure {
                 what: "free",
                 detail: "range overflows",
@@ -421,5 +470,117 @@ mod free_ranges_tests {
             let held_bytes: u64 = held.iter().map(|&(_, b)| b).sum();
             assert_eq!(f.free_bytes() + held_bytes, total);
         }
+    }
+}
+
+/// Issue 14, finding 2: memory maps with entries at the top of the 64-bit
+/// address space. Each uses exactly the input the issue gives.
+#[cfg(test)]
+mod near_2_pow_64_tests {
+    use super::*;
+
+    extern crate std;
+
+    fn region(start: u64, len: u64, kind: MemoryKind) -> MemoryRegion {
+        MemoryRegion { start, len, kind }
+    }
+
+    /// A typical low map: usable below 640 KiB and from 1 MiB to 2 GiB.
+    fn base_map() -> std::vec::Vec<MemoryRegion> {
+        std::vec![
+            region(0, 0x9_F000, MemoryKind::Usable),
+            region(0x10_0000, 0x7FF0_0000, MemoryKind::Usable),
+            region(0xFEC0_0000, 0x40_0000, MemoryKind::Reserved),
+        ]
+    }
+
+    fn usable(regions: &[MemoryRegion]) -> std::vec::Vec<(u64, u64)> {
+        let ranges: Vec<Range, 16> = usable_ranges(regions, &[]).unwrap();
+        ranges.iter().map(|r| (r.start, r.end)).collect()
+    }
+
+    #[test]
+    fn usable_entry_crossing_2_pow_64_adds_no_pages_and_does_not_widen() {
+        let mut map = base_map();
+        map.push(region(0xFFFF_FFFF_FFFF_F001, 0x1000, MemoryKind::Usable));
+        // The entry is clipped at the top of the address space; what is left
+        // ([..F001, 2^64)) holds no whole page, so it adds nothing.
+        assert_eq!(usable(&map), [(0, 0x9_F000), (0x10_0000, 0x8000_0000)]);
+    }
+
+    #[test]
+    fn reserved_entry_ending_at_2_pow_64_stays_a_hole() {
+        let mut map = base_map();
+        map.push(region(0xFFFF_FFFF_0000_0000, 0x1_0000_0000, MemoryKind::Reserved));
+        map.push(region(0x1_0000_0000, 0x1000_0000, MemoryKind::Usable));
+        assert_eq!(
+            usable(&map),
+            [(0, 0x9_F000), (0x10_0000, 0x8000_0000), (0x1_0000_0000, 0x1_1000_0000)]
+        );
+        // The same reserved entry over usable memory carves it out to the top.
+        map.push(region(
+            0xFFFF_FFFE_0000_0000,
+            0x2_0000_0000 - 0x1000,
+            MemoryKind::Usable,
+        ));
+        assert_eq!(
+            usable(&map),
+            [
+                (0, 0x9_F000),
+                (0x10_0000, 0x8000_0000),
+                (0x1_0000_0000, 0x1_1000_0000),
+                (0xFFFF_FFFE_0000_0000, 0xFFFF_FFFF_0000_0000)
+            ]
+        );
+    }
+
+    #[test]
+    fn usable_lengths_of_u64_max_and_2_do_not_overflow_the_totals() {
+        let map = [
+            region(0, u64::MAX, MemoryKind::Usable),
+            region(0x1000, 2, MemoryKind::Usable),
+        ];
+        // Saturating totals: a bogus map cannot wrap to a small number.
+        let t = totals(&map);
+        assert_eq!(t.usable, u64::MAX);
+        assert_eq!(t.ram, u64::MAX);
+        assert_eq!(t.top, u64::MAX);
+        // The checked form names the problem.
+        let e = checked_totals(&map).unwrap_err();
+        assert!(matches!(e, Error::BadStructure { what: "memory map", .. }), "{e:?}");
+        // The usable ranges stay inside the address space, page-aligned.
+        assert_eq!(usable(&map), [(0, 0xFFFF_FFFF_FFFF_F000)]);
+    }
+
+    #[test]
+    fn caller_reserved_range_ending_at_u64_max_is_rounded_without_overflow() {
+        let map = [region(0, 0x10_0000, MemoryKind::Usable)];
+        let reserved = [Range {
+            start: 0x8_0000,
+            end: u64::MAX,
+        }];
+        let r: Vec<Range, 4> = usable_ranges(&map, &reserved).unwrap();
+        assert_eq!(
+            r.as_slice(),
+            [Range {
+                start: 0,
+                end: 0x8_0000
+            }]
+        );
+    }
+
+    #[test]
+    fn free_with_a_length_that_rounds_past_2_pow_64_is_an_error() {
+        let mut f: FreeRanges<4> = FreeRanges::new();
+        assert!(f.free(0, u64::MAX).is_err());
+        assert!(f.free(0x1000, u64::MAX - 0x800).is_err());
+        assert_eq!(f.free_bytes(), 0);
+    }
+
+    #[test]
+    fn range_len_of_a_reversed_range_is_zero() {
+        let r = Range { start: 10, end: 5 };
+        assert_eq!(r.len(), 0);
+        assert!(r.is_empty());
     }
 }

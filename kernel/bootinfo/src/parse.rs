@@ -42,6 +42,15 @@ pub trait PhysMemory {
     }
 }
 
+/// `base + offset` for loader-supplied addresses: a sum past 2^64 is
+/// unreadable memory, never a wrapped address.
+fn at(base: u64, offset: u64) -> Result<u64, Error> {
+    base.checked_add(offset).ok_or(Error::UnreadableMemory {
+        addr: base,
+        len: usize::try_from(offset).unwrap_or(usize::MAX),
+    })
+}
+
 /// Which loader protocol started the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -130,8 +139,8 @@ fn read_cstr<const N: usize>(mem: &impl PhysMemory, addr: u64, max: usize) -> Re
         let n = chunk.len().min(limit - off);
         // Read byte-wise at the very end of readable memory is not needed: the
         // loader's strings live in RAM; a failing chunk read falls back to bytes.
-        if mem.read(addr + off as u64, &mut chunk[..n]).is_err() {
-            mem.read(addr + off as u64, &mut chunk[..1])?;
+        if mem.read(at(addr, off as u64)?, &mut chunk[..n]).is_err() {
+            mem.read(at(addr, off as u64)?, &mut chunk[..1])?;
             if chunk[0] == 0 {
                 return Ok(out);
             }
@@ -190,17 +199,17 @@ fn parse_multiboot1(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
     let mut bi = BootInfo::new(Protocol::Multiboot1);
     let flags = mem.read_u32(info)?;
     if flags & MB1_FLAG_CMDLINE != 0 {
-        let addr = mem.read_u32(info + 16)? as u64;
+        let addr = mem.read_u32(at(info, 16)?)? as u64;
         let raw: String<MAX_CMDLINE> = read_cstr(mem, addr, MAX_CMDLINE)?;
         set_cmdline(&mut bi, &raw);
     }
     if flags & MB1_FLAG_LOADER_NAME != 0 {
-        let addr = mem.read_u32(info + 64)? as u64;
+        let addr = mem.read_u32(at(info, 64)?)? as u64;
         bi.loader_name = read_cstr(mem, addr, 63).unwrap_or_default();
     }
     if flags & MB1_FLAG_MMAP != 0 {
-        let len = mem.read_u32(info + 44)? as u64;
-        let base = mem.read_u32(info + 48)? as u64;
+        let len = mem.read_u32(at(info, 44)?)? as u64;
+        let base = mem.read_u32(at(info, 48)?)? as u64;
         if len > MAX_STRUCTURE_BYTES {
             return Err(Error::BadStructure {
                 what: "multiboot1 memory map",
@@ -211,7 +220,7 @@ fn parse_multiboot1(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
         let mut off = 0u64;
         // Each entry: u32 size (excluding itself), u64 base, u64 length, u32 type.
         while off + 4 <= len {
-            let size = mem.read_u32(base + off)? as u64;
+            let size = mem.read_u32(at(base, off)?)? as u64;
             if size < 20 {
                 return Err(Error::BadStructure {
                     what: "multiboot1 memory-map entry",
@@ -226,16 +235,16 @@ fn parse_multiboot1(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                     value: size,
                 });
             }
-            let start = mem.read_u64(base + off + 4)?;
-            let length = mem.read_u64(base + off + 12)?;
-            let kind = MemoryKind::from_e820(mem.read_u32(base + off + 20)?);
+            let start = mem.read_u64(at(base, off + 4)?)?;
+            let length = mem.read_u64(at(base, off + 12)?)?;
+            let kind = MemoryKind::from_e820(mem.read_u32(at(base, off + 20)?)?);
             bi.push_region(start, length, kind)?;
             off += 4 + size;
         }
     } else if flags & MB1_FLAG_MEMORY != 0 {
         // Only the legacy sizes: conventional memory and memory above 1 MiB, in KiB.
-        let lower = mem.read_u32(info + 4)? as u64 * 1024;
-        let upper = mem.read_u32(info + 8)? as u64 * 1024;
+        let lower = mem.read_u32(at(info, 4)?)? as u64 * 1024;
+        let upper = mem.read_u32(at(info, 8)?)? as u64 * 1024;
         bi.push_region(0, lower, MemoryKind::Usable)?;
         bi.push_region(0x10_0000, upper, MemoryKind::Usable)?;
     }
@@ -265,9 +274,9 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
     let mut off = 8u64;
     let mut saw_end = false;
     while off + 8 <= total {
-        let tag = info + off;
+        let tag = at(info, off)?;
         let kind = mem.read_u32(tag)?;
-        let size = mem.read_u32(tag + 4)? as u64;
+        let size = mem.read_u32(at(tag, 4)?)? as u64;
         if size < 8 || off + size > total {
             return Err(Error::BadStructure {
                 what: "multiboot2 tag",
@@ -281,11 +290,11 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                 break;
             }
             MB2_TAG_CMDLINE => {
-                let raw: String<MAX_CMDLINE> = read_cstr(mem, tag + 8, (size - 8) as usize)?;
+                let raw: String<MAX_CMDLINE> = read_cstr(mem, at(tag, 8)?, (size - 8) as usize)?;
                 set_cmdline(&mut bi, &raw);
             }
             MB2_TAG_LOADER_NAME => {
-                bi.loader_name = read_cstr(mem, tag + 8, ((size - 8) as usize).min(63)).unwrap_or_default();
+                bi.loader_name = read_cstr(mem, at(tag, 8)?, ((size - 8) as usize).min(63)).unwrap_or_default();
             }
             MB2_TAG_MMAP => {
                 if size < 16 {
@@ -295,7 +304,7 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                         value: size,
                     });
                 }
-                let entry_size = mem.read_u32(tag + 8)? as u64;
+                let entry_size = mem.read_u32(at(tag, 8)?)? as u64;
                 if entry_size < 24 {
                     return Err(Error::BadStructure {
                         what: "multiboot2 memory-map entry",
@@ -305,9 +314,9 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                 }
                 let mut e = 16u64;
                 while e + entry_size <= size {
-                    let start = mem.read_u64(tag + e)?;
-                    let len = mem.read_u64(tag + e + 8)?;
-                    let ty = mem.read_u32(tag + e + 16)?;
+                    let start = mem.read_u64(at(tag, e)?)?;
+                    let len = mem.read_u64(at(tag, e + 8)?)?;
+                    let ty = mem.read_u32(at(tag, e + 16)?)?;
                     bi.push_region(start, len, MemoryKind::from_e820(ty))?;
                     e += entry_size;
                 }
@@ -318,7 +327,7 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                 if !keep_existing {
                     let n = ((size - 8) as usize).min(64);
                     let mut bytes = [0u8; 64];
-                    mem.read(tag + 8, &mut bytes[..n])?;
+                    mem.read(at(tag, 8)?, &mut bytes[..n])?;
                     let copy = Vec::from_slice(&bytes[..n]).map_err(|_| Error::TooMany {
                         what: "RSDP bytes",
                         capacity: 64,
@@ -353,19 +362,19 @@ fn parse_pvh(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
             value: magic as u64,
         });
     }
-    let version = mem.read_u32(info + 4)?;
-    let cmdline = mem.read_u64(info + 24)?;
+    let version = mem.read_u32(at(info, 4)?)?;
+    let cmdline = mem.read_u64(at(info, 24)?)?;
     if cmdline != 0 {
         let raw: String<MAX_CMDLINE> = read_cstr(mem, cmdline, MAX_CMDLINE)?;
         set_cmdline(&mut bi, &raw);
     }
-    let rsdp = mem.read_u64(info + 32)?;
+    let rsdp = mem.read_u64(at(info, 32)?)?;
     if rsdp != 0 {
         bi.rsdp = Some(RsdpSource::Address(rsdp));
     }
     if version >= 1 {
-        let map = mem.read_u64(info + 40)?;
-        let entries = mem.read_u32(info + 48)? as u64;
+        let map = mem.read_u64(at(info, 40)?)?;
+        let entries = mem.read_u32(at(info, 48)?)? as u64;
         if entries as usize > MAX_REGIONS {
             return Err(Error::TooMany {
                 what: "memory-map entries",
@@ -373,10 +382,12 @@ fn parse_pvh(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
             });
         }
         for i in 0..entries {
-            let e = map + i * 24;
+            // `i < 256`, so `i * 24` cannot overflow; the sum with the
+            // loader's pointer can.
+            let e = at(map, i * 24)?;
             let start = mem.read_u64(e)?;
-            let len = mem.read_u64(e + 8)?;
-            let ty = mem.read_u32(e + 16)?;
+            let len = mem.read_u64(at(e, 8)?)?;
+            let ty = mem.read_u32(at(e, 16)?)?;
             bi.push_region(start, len, MemoryKind::from_e820(ty))?;
         }
     }

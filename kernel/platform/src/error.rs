@@ -171,6 +171,14 @@ pub enum Error {
     McfgBusRange { index: usize, start: u8, end: u8 },
     /// More MCFG entries than the fixed capacity.
     McfgCapacity { capacity: usize },
+    /// An MCFG window whose decoded region (`base + (bus << 20)` for its
+    /// buses) would pass the 52-bit physical address space or wrap past 2^64.
+    McfgWindowAddress {
+        index: usize,
+        base: u64,
+        bus_start: u8,
+        bus_end: u8,
+    },
 
     // ---- PCI ---------------------------------------------------------------------------------
     /// A configuration-space offset that is unaligned or beyond the space (256 legacy, 4096 ECAM).
@@ -185,6 +193,37 @@ pub enum Error {
     Bar64InLastSlot { address: PciAddress, slot: u8 },
     /// A memory BAR with the reserved type encoding 0b11.
     BarReservedType { address: PciAddress, slot: u8, raw: u32 },
+    /// A BAR whose size is beyond the 52-bit physical address space (e.g. a
+    /// 64-bit BAR that sizes to 2^63): it can never be placed.
+    BarTooLarge { address: PciAddress, slot: u8, size: u64 },
+    /// A BAR whose assigned `base + size` passes the 52-bit physical address space.
+    BarAddress {
+        address: PciAddress,
+        slot: u8,
+        base: u64,
+        size: u64,
+    },
+    /// Resource assignment could not place this BAR in the window it needs
+    /// (`window_start..window_end`, with everything else placed): the
+    /// function is refused (memory) or its I/O BAR left off.
+    BarDoesNotFit {
+        address: PciAddress,
+        slot: u8,
+        size: u64,
+        window_start: u64,
+        window_end: u64,
+    },
+    /// A memory BAR left unassigned behind a bridge whose window the firmware
+    /// programmed: baremq keeps firmware windows as they are, so it cannot be placed.
+    UnassignedBehindFirmwareWindow {
+        address: PciAddress,
+        slot: u8,
+        bridge: PciAddress,
+    },
+    /// No bus number is left (in the ECAM window's range) for the bus behind this bridge.
+    BusNumbersExhausted { bridge: PciAddress },
+    /// The function sits behind a bridge that was refused.
+    BehindRefusedBridge { address: PciAddress, bridge: PciAddress },
     /// A BAR index the header type does not have.
     BarIndex { address: PciAddress, slot: u8, count: u8 },
     /// A capability pointer below 0x40 (inside the standard header) or above 0xFC.
@@ -343,6 +382,15 @@ impl fmt::Display for Error {
                 write!(f, "MCFG entry {index} has start bus {start} above end bus {end}")
             }
             McfgCapacity { capacity } => write!(f, "MCFG lists more than {capacity} ECAM windows"),
+            McfgWindowAddress {
+                index,
+                base,
+                bus_start,
+                bus_end,
+            } => write!(
+                f,
+                "MCFG entry {index}: ECAM base {base:#x} for buses {bus_start}..={bus_end} runs past the 52-bit physical address space"
+            ),
             ConfigOffset { offset, limit } => write!(
                 f,
                 "PCI configuration offset {offset:#x} is unaligned or not below {limit:#x}"
@@ -367,6 +415,39 @@ impl fmt::Display for Error {
                     f,
                     "{address}: BAR{slot} = {raw:#010x} uses the reserved memory type 0b11"
                 )
+            }
+            BarTooLarge { address, slot, size } => write!(
+                f,
+                "{address}: BAR{slot} sizes to {size:#x} bytes, beyond the 52-bit physical address space; refused"
+            ),
+            BarAddress {
+                address,
+                slot,
+                base,
+                size,
+            } => write!(
+                f,
+                "{address}: BAR{slot} at {base:#x} + {size:#x} bytes runs past the 52-bit physical address space; refused"
+            ),
+            BarDoesNotFit {
+                address,
+                slot,
+                size,
+                window_start,
+                window_end,
+            } => write!(
+                f,
+                "{address}: BAR{slot} ({size:#x} bytes) does not fit in the free part of {window_start:#x}..{window_end:#x}"
+            ),
+            UnassignedBehindFirmwareWindow { address, slot, bridge } => write!(
+                f,
+                "{address}: BAR{slot} is unassigned behind bridge {bridge}, whose window the firmware set; cannot place it"
+            ),
+            BusNumbersExhausted { bridge } => {
+                write!(f, "bridge {bridge}: no bus number left for its secondary bus")
+            }
+            BehindRefusedBridge { address, bridge } => {
+                write!(f, "{address}: behind refused bridge {bridge}")
             }
             BarIndex { address, slot, count } => {
                 write!(f, "{address}: BAR{slot} does not exist, this header has {count} BARs")

@@ -22,6 +22,8 @@ extern crate alloc;
 
 pub mod acpi;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod irq;
 pub mod mmio;
 pub mod pci;

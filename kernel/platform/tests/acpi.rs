@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use platform::acpi::{AcpiTables, Madt, Mcfg, Polarity, RootKind, Rsdp, Sdt, SliceMemory, Trigger};
+use platform::acpi::{AcpiTables, EcamWindow, Madt, Mcfg, Polarity, RootKind, Rsdp, Sdt, SliceMemory, Trigger};
 use platform::{Error, TableSignature};
 
 fn madt_from(bytes: Vec<u8>) -> platform::Result<Madt> {
@@ -488,4 +488,41 @@ fn error_messages_name_the_offending_values() {
     }
     .to_string();
     assert!(message.contains("AP\\x01C") && message.contains("0x1000"), "{message}");
+}
+
+/// Issue 14, finding 3: an ECAM base near 2^64 (buses 1-2) used to be
+/// accepted and `region_base()` wrapped to 0, so ECAM would have been mapped
+/// at physical 0. It is refused at parse time, and the window arithmetic is
+/// checked for hand-made windows too.
+#[test]
+fn mcfg_base_near_2_pow_64_is_refused() {
+    let near_top = mcfg_body(&[(0xFFFF_FFFF_FFF0_0000, 0, 1, 2)]);
+    let error = mcfg_from(sdt(b"MCFG", 1, &near_top)).unwrap_err();
+    assert_eq!(
+        error,
+        Error::McfgWindowAddress {
+            index: 0,
+            base: 0xFFFF_FFFF_FFF0_0000,
+            bus_start: 1,
+            bus_end: 2
+        }
+    );
+    assert!(error.to_string().contains("0xfffffffffff00000"), "{error}");
+    let window = EcamWindow {
+        base: 0xFFFF_FFFF_FFF0_0000,
+        segment: 0,
+        bus_start: 1,
+        bus_end: 2,
+    };
+    assert!(window.region().is_err());
+    // Above the 52-bit physical address space, even without wrapping.
+    let high = mcfg_body(&[(1 << 52, 0, 0, 0)]);
+    assert!(matches!(
+        mcfg_from(sdt(b"MCFG", 1, &high)).unwrap_err(),
+        Error::McfgWindowAddress { .. }
+    ));
+    // A window ending exactly at the 52-bit limit is fine.
+    let last = mcfg_body(&[((1 << 52) - (2 << 20), 0, 0, 1)]);
+    let mcfg = mcfg_from(sdt(b"MCFG", 1, &last)).unwrap();
+    assert_eq!(mcfg.windows[0].region(), Ok(((1 << 52) - (2 << 20))..(1 << 52)));
 }

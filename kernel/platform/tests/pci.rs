@@ -664,6 +664,11 @@ fn msix_table_programming_mask_and_unmask() {
     mmio.write32(0x3000, 1 << 5).unwrap();
     assert!(msix_pending(&&mmio, 0x3000, 5).unwrap());
     assert!(!msix_pending(&&mmio, 0x3000, 4).unwrap());
+    // A PBA offset near usize::MAX: the word offset is checked, not wrapped.
+    assert!(matches!(
+        msix_pending(&&mmio, usize::MAX - 3, 2047),
+        Err(Error::MmioRange { .. })
+    ));
 }
 
 #[test]
@@ -791,5 +796,59 @@ fn enumeration_through_ecam_over_volatile_memory() {
     assert!(
         EcamAccess::new(&small, window).is_err(),
         "mapping shorter than the window"
+    );
+}
+
+/// Issue 14, finding 4: a 64-bit BAR that sizes to 2^63 used to be accepted,
+/// and placing it wrapped so later BARs landed at physical 0. It is refused
+/// when read: the slot is `Invalid` and the function's problems say why.
+#[test]
+fn bar_sizing_to_2_pow_63_is_refused() {
+    let config = FakeConfig::new();
+    config.add(
+        0,
+        4,
+        0,
+        FakeFunction::endpoint(0x1AF4, 0x1042, 0x01, 0x00)
+            .bar_mem64(0, 0, 1 << 63, false)
+            .bar_mem32(2, 0, 0x1000, false),
+    );
+    let functions = scan(&config);
+    let function = &functions[0];
+    assert_eq!(function.bars[0], BarSlot::Invalid);
+    assert_eq!(function.bars[1], BarSlot::Upper64);
+    assert_eq!(function.bar(2).map(|bar| bar.size), Some(0x1000));
+    assert_eq!(
+        function.problems.as_slice(),
+        [Error::BarTooLarge {
+            address: addr(0, 4, 0),
+            slot: 0,
+            size: 1 << 63
+        }]
+    );
+    assert!(function.problems[0].to_string().contains("BAR0"));
+}
+
+/// A firmware-assigned 64-bit BAR whose address plus size passes the 52-bit
+/// physical address space (or 2^64) is refused the same way.
+#[test]
+fn bar_whose_end_passes_the_address_space_is_refused() {
+    let config = FakeConfig::new();
+    config.add(
+        0,
+        4,
+        0,
+        FakeFunction::endpoint(0x1AF4, 0x1042, 0x01, 0x00).bar_mem64(0, 0xFFFF_FFFF_0000_0000, 1 << 32, false),
+    );
+    let functions = scan(&config);
+    assert_eq!(functions[0].bars[0], BarSlot::Invalid);
+    assert_eq!(
+        functions[0].problems.as_slice(),
+        [Error::BarAddress {
+            address: addr(0, 4, 0),
+            slot: 0,
+            base: 0xFFFF_FFFF_0000_0000,
+            size: 1 << 32
+        }]
     );
 }

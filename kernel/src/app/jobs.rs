@@ -110,7 +110,7 @@ impl IoBackend for KernelBackend<'_> {
                 Status::Aborted => Err(IoError::Aborted),
                 other => Err(IoError::Device { status: other as u32 }),
             };
-            let c = Completion { slot, result };
+            let c = Completion::new(slot, result);
             if n < out.len() {
                 out[n] = c;
                 n += 1;

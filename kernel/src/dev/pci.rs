@@ -8,7 +8,7 @@ use crate::error::Error;
 use alloc::vec::Vec;
 use platform::acpi::Mcfg;
 use platform::mmio::VolatileMmio;
-use platform::pci::{CommandRegister, ConfigRegionAccess, EcamAccess, PciAddress, PciFunction, ScanMode};
+use platform::pci::{ConfigRegionAccess, EcamAccess, PciAddress, PciFunction, ScanMode};
 use x86_64::instructions::port::Port;
 
 /// Legacy configuration mechanism #1.
@@ -108,12 +108,51 @@ pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
             0..=255,
         ),
     };
-    let mut functions = platform::pci::enumerate(&access, 0, buses, ScanMode::FollowBridges)?;
-    assign_unassigned_bars(
+    // Give every function the firmware left unassigned (qboot assigns nothing) its bus numbers,
+    // bridge windows and BARs, behind bridges too; a function whose BARs cannot be placed is
+    // refused here and never matched by a driver.
+    let ecam_end = window.map(|w| w.region_base() + w.region_len()).unwrap_or(0);
+    let hole_start = crate::arch::memory::ram_top_below_4g()
+        .max(MMIO_WINDOW_FLOOR)
+        .max(ecam_end);
+    let plan = platform::pci::assign_resources(
         &access,
-        &mut functions,
-        window.map(|w| w.region_base() + w.region_len()),
+        0,
+        &platform::pci::ResourceWindows {
+            memory: hole_start..MMIO_WINDOW_END,
+            io: Some(IO_WINDOW),
+            buses: buses.clone(),
+        },
     )?;
+    for r in &plan.refused {
+        log::warn!("pci: {} refused: {}", r.function, r.reason);
+    }
+    for l in &plan.left_off {
+        log::warn!("pci: {} I/O BAR{} left off: {}", l.function, l.slot, l.reason);
+    }
+    for b in &plan.bridges {
+        if let (true, Some(m)) = (b.owned, &b.memory) {
+            log::info!(
+                "pci: bridge {} buses {}-{}, memory window {:#x}-{:#x}",
+                b.bridge,
+                b.secondary,
+                b.subordinate,
+                m.start,
+                m.end
+            );
+        }
+    }
+    for b in &plan.bars {
+        log::debug!(
+            "pci: {} BAR{} assigned {:#x} ({:#x} bytes)",
+            b.function,
+            b.slot,
+            b.address,
+            b.size
+        );
+    }
+    let mut functions = platform::pci::enumerate(&access, 0, buses, ScanMode::FollowBridges)?;
+    plan.mark_refused(&mut functions);
     Ok(PCI.call_once(|| Pci {
         access,
         mechanism,
@@ -127,81 +166,6 @@ pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
 const MMIO_WINDOW_END: u64 = 0xFEC0_0000;
 const MMIO_WINDOW_FLOOR: u64 = 0xC000_0000;
 const IO_WINDOW: core::ops::Range<u64> = 0xC000..0x1_0000;
-
-/// Gives every unassigned BAR of a bus-0 function an address, so drivers can
-/// use devices whatever the firmware did. Decoding is off while a BAR is
-/// written; the function is then read again.
-fn assign_unassigned_bars(
-    access: &ConfigAccess,
-    functions: &mut [PciFunction],
-    ecam_end: Option<u64>,
-) -> Result<(), Error> {
-    let ram_top = crate::arch::memory::ram_top_below_4g();
-    let mut next_mem = ram_top.max(MMIO_WINDOW_FLOOR).max(ecam_end.unwrap_or(0));
-    let mut next_io = IO_WINDOW.start;
-    // Place the largest BARs first so alignment wastes little of the window.
-    let mut wanted: Vec<(u64, usize, u8)> = Vec::new();
-    for (i, f) in functions.iter().enumerate() {
-        for slot in 0..6u8 {
-            if let Some(bar) = f.bar(slot)
-                && bar.address == 0
-                && bar.size > 0
-            {
-                wanted.push((bar.size, i, slot));
-            }
-        }
-    }
-    wanted.sort_unstable_by_key(|w| core::cmp::Reverse(w.0));
-    let mut touched: Vec<usize> = Vec::new();
-    for (size, i, slot) in wanted {
-        let f = &functions[i];
-        let bar = f.bar(slot).copied().expect("collected above");
-        if f.address.bus() != 0 {
-            log::warn!(
-                "pci: {} BAR{slot} unassigned behind a bridge; not supported, left off",
-                f.address
-            );
-            continue;
-        }
-        let addr = if bar.is_memory() {
-            let a = next_mem.next_multiple_of(size);
-            if a + size > MMIO_WINDOW_END {
-                log::warn!("pci: no room for {} BAR{slot} ({size:#x} bytes)", f.address);
-                continue;
-            }
-            next_mem = a + size;
-            a
-        } else {
-            let a = next_io.next_multiple_of(size);
-            if a + size > IO_WINDOW.end {
-                log::warn!("pci: no I/O room for {} BAR{slot}", f.address);
-                continue;
-            }
-            next_io = a + size;
-            a
-        };
-        let cfg = platform::pci::ConfigSpace::new(access, f.address);
-        let command = cfg.command()?;
-        cfg.set_command(command - (CommandRegister::MEMORY_ENABLE | CommandRegister::IO_ENABLE))?;
-        let offset = 0x10 + 4 * u16::from(slot);
-        let low_flags = cfg.read32(offset)? & if bar.is_memory() { 0xF } else { 0x3 };
-        cfg.write32(offset, (addr as u32) | low_flags)?;
-        if bar.kind == platform::pci::BarKind::Memory64 {
-            cfg.write32(offset + 4, (addr >> 32) as u32)?;
-        }
-        cfg.set_command(command)?;
-        log::debug!("pci: {} BAR{slot} assigned {addr:#x} ({size:#x} bytes)", f.address);
-        if !touched.contains(&i) {
-            touched.push(i);
-        }
-    }
-    for i in touched {
-        if let Some(f) = platform::pci::read_function(access, functions[i].address)? {
-            functions[i] = f;
-        }
-    }
-    Ok(())
-}
 
 /// A function claimed by a driver: memory BARs mapped uncached, memory
 /// space and bus mastering enabled.

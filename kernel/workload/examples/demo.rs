@@ -45,7 +45,7 @@ impl IoBackend for RamBackend<'_> {
                 IoOp::Write => disk[at..at + len].copy_from_slice(buffer),
                 IoOp::Read => buffer.copy_from_slice(&disk[at..at + len]),
             }
-            out[index] = Completion { slot, result: Ok(()) };
+            out[index] = Completion::new(slot, Ok(()));
         }
         count
     }

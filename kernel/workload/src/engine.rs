@@ -12,6 +12,7 @@
 //! by one CPU only.
 
 use alloc::boxed::Box;
+use alloc::collections::VecDeque;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
@@ -22,10 +23,21 @@ use crate::generator::IoGenerator;
 use crate::hist::LatencyHistogram;
 use crate::job::{ExpectedGeneration, VerifyMode};
 use crate::plan::{CpuSlice, JobPlan, VerifyScheme};
+use crate::ratelimit::{RateLimit, Verdict};
 use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_block, fill_block};
 
-/// Per CPU, at most this many I/O errors are kept with their LBA (all are counted).
-pub const MAX_ERROR_RECORDS: usize = 8;
+/// Per CPU (and per job report), at most this many failed I/Os are kept with their address, and as
+/// many retried ones; all are counted.
+pub const MAX_ERROR_RECORDS: usize = 16;
+/// Per CPU, the engine logs at most this many per-I/O lines (failed or retried I/Os) at once ...
+pub const LOG_BURST: u32 = 8;
+/// ... and then at most one per this interval (1 s), counting the lines it holds back.
+pub const LOG_INTERVAL_NS: u64 = 1_000_000_000;
+/// Per CPU, up to this many I/Os (and [`DEFERRED_PER_SLOT`] per slot beyond) whose block is in flight
+/// wait in a queue while other I/Os are issued.
+pub const MIN_DEFERRED: usize = 256;
+/// See [`MIN_DEFERRED`].
+pub const DEFERRED_PER_SLOT: usize = 4;
 /// The engine calls [`IoBackend::periodic`] about this often (100 ms).
 pub const PERIODIC_INTERVAL_NS: u64 = 100_000_000;
 
@@ -58,8 +70,10 @@ pub enum IoError {
     },
     /// The block layer timed the request out.
     Timeout,
-    /// The request was aborted (e.g. by a controller reset).
+    /// The request was aborted (by an abort command, or at shutdown).
     Aborted,
+    /// The controller was reset while the request was in flight, and the driver failed it.
+    Reset,
     /// The block layer refused the request (e.g. out of range, queue dying), with its own code.
     Rejected {
         /// The block layer's code.
@@ -73,7 +87,21 @@ impl fmt::Display for IoError {
             Self::Device { status } => write!(f, "device status {status:#x}"),
             Self::Timeout => f.write_str("timeout"),
             Self::Aborted => f.write_str("aborted"),
+            Self::Reset => f.write_str("failed by a controller reset"),
             Self::Rejected { code } => write!(f, "rejected (code {code})"),
+        }
+    }
+}
+
+impl IoError {
+    /// A short machine-readable name of the kind: `device`, `timeout`, `aborted`, `reset`, `rejected`.
+    pub const fn key(&self) -> &'static str {
+        match self {
+            Self::Device { .. } => "device",
+            Self::Timeout => "timeout",
+            Self::Aborted => "aborted",
+            Self::Reset => "reset",
+            Self::Rejected { .. } => "rejected",
         }
     }
 }
@@ -87,21 +115,39 @@ pub enum SubmitError {
     Failed(IoError),
 }
 
-/// One finished request, as reported by [`IoBackend::poll_completions`].
+/// One finished request, as reported by [`IoBackend::poll_completions`]. Build it with
+/// [`Completion::new`] (and [`Completion::with_retries`] when the driver re-issued the request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
     /// The slot passed to `submit`.
     pub slot: usize,
     /// Its outcome.
     pub result: Result<(), IoError>,
+    /// How many times the driver re-issued the request before this outcome (after a timeout and
+    /// abort, or a controller reset); 0 when the first attempt gave the outcome. Retried I/Os are
+    /// counted and listed in the report whatever their outcome.
+    pub retries: u32,
 }
 
 impl Completion {
     /// A placeholder for preallocated completion arrays.
-    pub const EMPTY: Self = Self {
-        slot: usize::MAX,
-        result: Ok(()),
-    };
+    pub const EMPTY: Self = Self::new(usize::MAX, Ok(()));
+
+    /// A request of `slot` finished with `result` on its first attempt.
+    pub const fn new(slot: usize, result: Result<(), IoError>) -> Self {
+        Self {
+            slot,
+            result,
+            retries: 0,
+        }
+    }
+
+    /// The same completion, after `retries` re-issues by the driver.
+    #[must_use]
+    pub const fn with_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
 }
 
 /// What the engine needs from the block layer on one CPU.
@@ -131,6 +177,12 @@ pub trait IoBackend {
     /// also prints progress can write a [`ProgressMeter`](crate::ProgressMeter) line here once a second,
     /// since it is busy in the engine loop itself.
     fn periodic(&mut self, _now_ns: u64) {}
+
+    /// Prints one diagnostic line of the engine (no trailing newline), e.g. a failed or retried I/O.
+    /// The engine rate-limits these per CPU ([`LOG_BURST`], [`LOG_INTERVAL_NS`]) and says how many it
+    /// held back, so a kernel can print them straight to its console. The default drops them (the
+    /// job report still lists the I/Os).
+    fn log_line(&mut self, _line: fmt::Arguments<'_>) {}
 }
 
 /// Which part of the job a CPU is in, as published for the progress line.
@@ -327,19 +379,71 @@ pub struct VerifyStats {
     pub pass_skipped: bool,
 }
 
-/// One failed I/O, kept with its address.
+/// One failed or retried I/O, kept with its address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IoErrorRecord {
+pub struct IoRecord {
     /// Clock value at completion.
     pub at_ns: u64,
     /// Direction.
     pub op: IoOp,
     /// First sector.
     pub lba: u64,
-    /// What went wrong.
-    pub error: IoError,
+    /// Length in sectors.
+    pub sectors: u32,
+    /// The outcome: an error, or `Ok` for an I/O that succeeded after the driver retried it.
+    pub result: Result<(), IoError>,
+    /// How many times the driver re-issued it (see [`Completion::retries`]).
+    pub retries: u32,
     /// Whether it happened in the verify pass.
     pub in_verify_pass: bool,
+}
+
+/// The former name of [`IoRecord`].
+pub type IoErrorRecord = IoRecord;
+
+impl IoRecord {
+    /// The error, if the I/O failed.
+    pub fn error(&self) -> Option<IoError> {
+        self.result.err()
+    }
+
+    /// The outcome in words: the error, or `ok`, and `after N retries` when there were any.
+    pub fn status(&self) -> RecordStatus<'_> {
+        RecordStatus(self)
+    }
+}
+
+/// See [`IoRecord::status`].
+#[derive(Debug, Clone, Copy)]
+pub struct RecordStatus<'a>(&'a IoRecord);
+
+impl fmt::Display for RecordStatus<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.result {
+            Ok(()) => f.write_str("ok")?,
+            Err(error) => write!(f, "{error}")?,
+        }
+        match self.0.retries {
+            0 => Ok(()),
+            1 => f.write_str(" after 1 retry"),
+            n => write!(f, " after {n} retries"),
+        }
+    }
+}
+
+impl fmt::Display for IoRecord {
+    /// E.g. `read LBA 2048 +8 sectors: timeout after 1 retry (verify pass)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} LBA {} +{} sectors: {}{}",
+            self.op.as_str(),
+            self.lba,
+            self.sectors,
+            self.status(),
+            if self.in_verify_pass { " (verify pass)" } else { "" }
+        )
+    }
 }
 
 /// Everything one CPU measured.
@@ -357,8 +461,21 @@ pub struct CpuResult {
     pub verify: VerifyStats,
     /// Failed I/Os in both phases (the measured phase's are also in `read`/`write`).
     pub errors: u64,
-    /// The first [`MAX_ERROR_RECORDS`] failed I/Os.
-    pub error_records: Vec<IoErrorRecord>,
+    /// The first [`MAX_ERROR_RECORDS`] failed I/Os (retried or not).
+    pub error_records: Vec<IoRecord>,
+    /// I/Os the driver re-issued at least once, whatever their outcome, in both phases.
+    pub retried: u64,
+    /// The first [`MAX_ERROR_RECORDS`] retried I/Os (a retried I/O that failed is also in
+    /// `error_records`).
+    pub retried_records: Vec<IoRecord>,
+    /// I/Os that waited because their block was in flight while other I/Os were issued (verify
+    /// jobs that track generations only).
+    pub deferred_ios: u64,
+    /// I/Os of a time-based job not issued because their block was in flight and the deferral
+    /// queue was full (a block held for a long time); the generator's next I/O went instead.
+    pub dropped_busy_ios: u64,
+    /// Per-I/O log lines held back by the rate limit.
+    pub log_lines_suppressed: u64,
     /// Whether the CPU stopped because a stop was requested (by the kernel or by `stop_on_error`).
     pub stopped_early: bool,
 }
@@ -426,6 +543,89 @@ enum Source {
     },
 }
 
+/// I/Os waiting for their block, which was in flight when they came up. Preallocated; never grows.
+struct Deferred {
+    queue: VecDeque<(IoOp, u64)>,
+    capacity: usize,
+    /// One bit per block of the slice: some queued I/O is for this block.
+    queued: Vec<u64>,
+    /// A block with queued I/Os completed since the last scan found nothing ready.
+    maybe_ready: bool,
+}
+
+impl Deferred {
+    fn new(capacity: usize, blocks: usize) -> Self {
+        Self {
+            queue: VecDeque::with_capacity(capacity),
+            capacity,
+            queued: if capacity == 0 {
+                Vec::new()
+            } else {
+                vec![0; blocks.div_ceil(64)]
+            },
+            maybe_ready: false,
+        }
+    }
+
+    fn clear(&mut self) {
+        for &(_, block) in &self.queue {
+            self.queued[(block / 64) as usize] = 0;
+        }
+        self.queue.clear();
+        self.maybe_ready = false;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Whether nothing more may be queued (never true while empty, so jobs that do not track blocks
+    /// and have no queue are never held up).
+    fn is_full(&self) -> bool {
+        !self.queue.is_empty() && self.queue.len() >= self.capacity
+    }
+
+    /// Queues `io`; the caller has checked that the queue is not full.
+    fn push(&mut self, io: (IoOp, u64)) {
+        debug_assert!(self.queue.len() < self.capacity);
+        self.queued[(io.1 / 64) as usize] |= 1 << (io.1 % 64);
+        self.queue.push_back(io);
+    }
+
+    /// Called when `block` stops being in flight.
+    fn block_freed(&mut self, block: u64) {
+        if let Some(word) = self.queued.get((block / 64) as usize)
+            && word & (1 << (block % 64)) != 0
+        {
+            self.maybe_ready = true;
+        }
+    }
+
+    /// The oldest queued I/O whose block is not in flight, if a block with queued I/Os completed
+    /// since the last look. Keeps the order of I/Os to the same block.
+    #[inline]
+    fn take_ready(&mut self, tracker: &[u32]) -> Option<(IoOp, u64)> {
+        if self.maybe_ready { self.scan(tracker) } else { None }
+    }
+
+    #[cold]
+    fn scan(&mut self, tracker: &[u32]) -> Option<(IoOp, u64)> {
+        let Some(index) = self
+            .queue
+            .iter()
+            .position(|&(_, block)| tracker[block as usize] & TRACK_BUSY == 0)
+        else {
+            self.maybe_ready = false;
+            return None;
+        };
+        let io = self.queue.remove(index)?;
+        if !self.queue.iter().any(|&(_, block)| block == io.1) {
+            self.queued[(io.1 / 64) as usize] &= !(1 << (io.1 % 64));
+        }
+        Some(io)
+    }
+}
+
 struct CpuRun<'a, B: ?Sized> {
     plan: &'a JobPlan,
     slice: CpuSlice,
@@ -439,8 +639,12 @@ struct CpuRun<'a, B: ?Sized> {
     completions: Vec<Completion>,
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
     tracker: Vec<u32>,
-    /// An I/O taken from the source that could not be submitted yet.
-    pending: Option<(IoOp, u64)>,
+    /// An I/O the backend refused with `Busy`; it goes first once a request completes.
+    retry: Option<(IoOp, u64)>,
+    /// I/Os whose block was in flight when they came up, oldest first (tracked verify jobs only).
+    /// Other I/Os are issued meanwhile, as fio does, so one slow block does not stall the CPU.
+    deferred: Deferred,
+    log_limit: RateLimit,
     last_progress_ns: u64,
     next_periodic_ns: u64,
     live_counts: LiveCounts,
@@ -502,8 +706,17 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             free_slots: (0..depth).rev().collect(),
             in_flight: 0,
             completions: vec![Completion::EMPTY; depth],
+            deferred: Deferred::new(
+                if tracker.is_empty() {
+                    0
+                } else {
+                    MIN_DEFERRED.max(depth.saturating_mul(DEFERRED_PER_SLOT))
+                },
+                tracker.len(),
+            ),
             tracker,
-            pending: None,
+            retry: None,
+            log_limit: RateLimit::new(LOG_BURST, LOG_INTERVAL_NS),
             last_progress_ns: 0,
             next_periodic_ns: 0,
             live_counts: LiveCounts::default(),
@@ -515,6 +728,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 verify: VerifyStats::default(),
                 errors: 0,
                 error_records: Vec::with_capacity(MAX_ERROR_RECORDS),
+                retried: 0,
+                retried_records: Vec::with_capacity(MAX_ERROR_RECORDS),
+                deferred_ios: 0,
+                dropped_busy_ios: 0,
+                log_lines_suppressed: 0,
                 stopped_early: false,
             },
         })
@@ -566,32 +784,29 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
 
     fn run_phase(&mut self, phase: Phase, source: &mut Source, deadline: Option<u64>) -> Result<(), WorkloadError> {
         let mut issuing = true;
-        self.pending = None;
-        self.last_progress_ns = self.backend.now_ns();
+        self.retry = None;
+        self.deferred.clear();
+        let mut now = self.backend.now_ns();
+        self.last_progress_ns = now;
         loop {
-            let now = self.backend.now_ns();
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
             }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
                 issuing = false;
-                self.pending = None;
+                // What was drawn but not issued is dropped: the job is over (time-based) or stopped.
+                self.retry = None;
+                self.deferred.clear();
                 if self.shared.stop_requested() {
                     self.result.stopped_early = true;
                 }
             }
-            while issuing && !self.free_slots.is_empty() {
-                let Some(io) = self.pending.take().or_else(|| self.next_from(source)) else {
-                    issuing = false;
-                    break;
-                };
-                if !self.try_submit(io, phase)? {
-                    self.pending = Some(io);
-                    break;
-                }
+            if issuing {
+                issuing = self.issue(source, phase)?;
             }
             if self.in_flight == 0 && !issuing {
+                self.flush_suppressed_log();
                 return Ok(());
             }
             let reaped = self
@@ -599,7 +814,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 .poll_completions(&mut self.completions)
                 .min(self.completions.len());
             if reaped == 0 {
-                let waited = self.backend.now_ns().saturating_sub(self.last_progress_ns);
+                now = self.backend.now_ns();
+                let waited = now.saturating_sub(self.last_progress_ns);
                 if waited > self.plan.spec.io_timeout_ns {
                     return Err(WorkloadError::Stalled {
                         cpu: self.slice.cpu,
@@ -609,6 +825,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     });
                 }
                 self.backend.idle();
+                now = self.backend.now_ns();
                 continue;
             }
             let done_ns = self.backend.now_ns();
@@ -617,20 +834,78 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 self.complete(completion, done_ns, phase)?;
             }
             self.live.publish(&self.live_counts);
+            // The completion time serves as the next round's clock: one clock read fewer per round
+            // (clock reads were half of the per-I/O cost on the host benchmark).
+            now = done_ns;
         }
+    }
+
+    /// Fills free slots: first an I/O the backend refused as busy, then deferred I/Os whose block is
+    /// no longer in flight, then new I/Os from `source`. An I/O whose block is in flight is deferred
+    /// and the next one is drawn, until the deferral queue is full. Returns false once `source` is
+    /// exhausted and nothing waits to be issued.
+    ///
+    /// At most one submission per slot per call: a submission that fails at once frees its slot
+    /// again, and without the bound a device that rejects everything would keep the CPU here, past
+    /// the runtime, the stop flag and the periodic hook.
+    fn issue(&mut self, source: &mut Source, phase: Phase) -> Result<bool, WorkloadError> {
+        let mut submissions_left = self.slots.len();
+        let mut drops_left = self.slots.len();
+        // A time-based job has no set number of I/Os, so once the queue is full an I/O for a busy
+        // block is dropped, as if another block had been drawn. A size-bound job must issue every
+        // I/O it drew, so it waits instead.
+        let may_drop = self.plan.spec.runtime_ns.is_some();
+        while !self.free_slots.is_empty() && submissions_left > 0 {
+            let io = if let Some(io) = self.retry.take() {
+                io
+            } else if let Some(io) = self.deferred.take_ready(&self.tracker) {
+                io
+            } else if self.deferred.is_full() && !may_drop {
+                // Everything waiting is for blocks in flight: wait for one of them.
+                return Ok(true);
+            } else if let Some(io) = self.next_from(source) {
+                if self.tracked() && self.tracker[io.1 as usize] & TRACK_BUSY != 0 {
+                    if !self.deferred.is_full() {
+                        self.deferred.push(io);
+                        self.result.deferred_ios += 1;
+                        continue;
+                    }
+                    self.result.dropped_busy_ios += 1;
+                    drops_left -= 1;
+                    if drops_left == 0 {
+                        // Every draw hits a busy block (a slice not much larger than iodepth):
+                        // wait for a completion rather than spin here.
+                        return Ok(true);
+                    }
+                    continue;
+                }
+                io
+            } else {
+                // The source is exhausted; what is deferred still has to go out.
+                return Ok(self.retry.is_some() || !self.deferred.is_empty());
+            };
+            submissions_left -= 1;
+            if !self.try_submit(io, phase)? {
+                self.retry = Some(io);
+                return Ok(true);
+            }
+        }
+        Ok(true)
+    }
+
+    fn tracked(&self) -> bool {
+        self.plan.verify == VerifyScheme::Tracked
     }
 
     fn lba_of(&self, block: u64) -> u64 {
         self.plan.region_start_sector() + (self.slice.first_block + block) * u64::from(self.plan.sectors_per_block)
     }
 
-    /// Tries to start `io` in a free slot. Returns false when it must wait (its block is in flight, or
-    /// the backend is busy); an immediate failure counts as a completed, failed I/O.
+    /// Tries to start `io` (whose block is not in flight) in a free slot. Returns false when the
+    /// backend is busy; an immediate failure counts as a completed, failed I/O.
     fn try_submit(&mut self, (op, block): (IoOp, u64), phase: Phase) -> Result<bool, WorkloadError> {
-        let tracked = self.plan.verify == VerifyScheme::Tracked;
-        if tracked && self.tracker[block as usize] & TRACK_BUSY != 0 {
-            return Ok(false);
-        }
+        let tracked = self.tracked();
+        debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
         let Some(&slot) = self.free_slots.last() else {
             return Ok(false);
         };
@@ -688,14 +963,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 }
                 self.last_progress_ns = submitted_ns;
                 if let Err(SubmitError::Failed(error)) = outcome {
-                    self.complete(
-                        Completion {
-                            slot,
-                            result: Err(error),
-                        },
-                        submitted_ns,
-                        phase,
-                    )?;
+                    self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
                 }
                 Ok(true)
             }
@@ -750,7 +1018,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     _ => {}
                 }
             }
-            Err(error) => {
+            Err(_) => {
                 self.live_counts.errors += 1;
                 if let Some(stats) = stats {
                     stats.ios += 1;
@@ -759,15 +1027,6 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     self.result.verify.pass_reads += 1;
                 }
                 self.result.errors += 1;
-                if self.result.error_records.len() < MAX_ERROR_RECORDS {
-                    self.result.error_records.push(IoErrorRecord {
-                        at_ns: done_ns,
-                        op: slot.op,
-                        lba,
-                        error,
-                        in_verify_pass: phase == Phase::VerifyPass,
-                    });
-                }
                 if let (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) = (slot.op, slot.generation)
                     && tracked
                 {
@@ -786,8 +1045,56 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
         if tracked {
             self.tracker[block_index] &= !TRACK_BUSY;
+            self.deferred.block_freed(slot.block);
+        }
+        if completion.result.is_err() || completion.retries > 0 {
+            self.note_unusual(&completion, slot, lba, done_ns, phase);
         }
         Ok(())
+    }
+
+    /// Counts, keeps (the first few) and logs (rate-limited) a failed or retried I/O.
+    fn note_unusual(&mut self, completion: &Completion, slot: Slot, lba: u64, done_ns: u64, phase: Phase) {
+        let record = IoRecord {
+            at_ns: done_ns,
+            op: slot.op,
+            lba,
+            sectors: self.plan.sectors_per_block,
+            result: completion.result,
+            retries: completion.retries,
+            in_verify_pass: phase == Phase::VerifyPass,
+        };
+        if completion.result.is_err() && self.result.error_records.len() < MAX_ERROR_RECORDS {
+            self.result.error_records.push(record);
+        }
+        if completion.retries > 0 {
+            self.result.retried += 1;
+            if self.result.retried_records.len() < MAX_ERROR_RECORDS {
+                self.result.retried_records.push(record);
+            }
+        }
+        if let Verdict::Print { suppressed_before } = self.log_limit.check(done_ns) {
+            let cpu = self.slice.cpu;
+            if suppressed_before == 0 {
+                self.backend.log_line(format_args!("cpu{cpu}: {record}"));
+            } else {
+                self.backend.log_line(format_args!(
+                    "cpu{cpu}: {record} ({suppressed_before} similar lines suppressed)"
+                ));
+            }
+        }
+    }
+
+    /// Says how many per-I/O lines the rate limit held back since the last one printed.
+    fn flush_suppressed_log(&mut self) {
+        let suppressed = self.log_limit.take_pending_suppressed();
+        if suppressed > 0 {
+            let cpu = self.slice.cpu;
+            self.backend.log_line(format_args!(
+                "cpu{cpu}: {suppressed} more lines about failed or retried I/Os suppressed"
+            ));
+        }
+        self.result.log_lines_suppressed = self.log_limit.total_suppressed();
     }
 
     fn check_read(&mut self, slot: usize, lba: u64, expected: ExpectedGeneration, done_ns: u64) {

@@ -18,6 +18,8 @@
 
 #![no_std]
 #![warn(missing_docs)]
+// The only exception is the SSE4.2 CRC32C instruction, in `crc32c::hw`.
+#![deny(unsafe_code)]
 
 extern crate alloc;
 #[cfg(test)]
@@ -31,14 +33,15 @@ pub mod hist;
 pub mod job;
 pub mod json;
 pub mod plan;
+pub mod ratelimit;
 pub mod report;
 pub mod rng;
 pub mod values;
 pub mod verify;
 
 pub use engine::{
-    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, JobShared, LiveCounts, OpStats,
-    SubmitError, VerifyStats, run_cpu,
+    Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, IoRecord, JobShared, LOG_BURST,
+    LOG_INTERVAL_NS, LiveCounts, MAX_ERROR_RECORDS, MIN_DEFERRED, OpStats, SubmitError, VerifyStats, run_cpu,
 };
 pub use error::WorkloadError;
 pub use generator::IoGenerator;

@@ -7,7 +7,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
-use crate::engine::{CpuResult, IoErrorRecord, LiveCounts};
+use crate::engine::{CpuResult, IoRecord, LiveCounts, MAX_ERROR_RECORDS};
 use crate::error::WorkloadError;
 use crate::hist::LatencyHistogram;
 use crate::job::{ExpectedGeneration, RwMode, VerifyMode};
@@ -205,8 +205,23 @@ pub struct JobReport {
     pub total: DirectionSummary,
     /// Failed I/Os in both phases, all CPUs.
     pub errors: u64,
-    /// Kept error records with their CPU, earliest first.
-    pub error_records: Vec<(u32, IoErrorRecord)>,
+    /// The earliest [`MAX_ERROR_RECORDS`] failed I/Os with their CPU, earliest first.
+    pub error_records: Vec<(u32, IoRecord)>,
+    /// Failed I/Os not in `error_records` (`errors - error_records.len()`).
+    pub error_records_omitted: u64,
+    /// I/Os the driver re-issued at least once, all CPUs, whatever their outcome.
+    pub retried: u64,
+    /// The earliest [`MAX_ERROR_RECORDS`] retried I/Os with their CPU, earliest first.
+    pub retried_records: Vec<(u32, IoRecord)>,
+    /// Retried I/Os not in `retried_records`.
+    pub retried_records_omitted: u64,
+    /// I/Os that waited for their block to leave flight while others were issued.
+    pub deferred_ios: u64,
+    /// I/Os of a time-based job dropped because their block was in flight and the deferral queue
+    /// was full.
+    pub dropped_busy_ios: u64,
+    /// Per-I/O log lines the engine's rate limit held back.
+    pub log_lines_suppressed: u64,
     /// Verify totals.
     pub verify: VerifySummary,
     /// Per-CPU shares, in the plan's CPU order.
@@ -246,6 +261,11 @@ impl JobReport {
         let mut write = (0, 0, 0);
         let mut errors = 0;
         let mut error_records = Vec::new();
+        let mut retried = 0;
+        let mut retried_records = Vec::new();
+        let mut deferred_ios = 0;
+        let mut dropped_busy_ios = 0;
+        let mut log_lines_suppressed = 0;
         let mut verify = VerifySummary {
             mode: plan.spec.verify,
             result: VerifyResult::Off,
@@ -267,6 +287,11 @@ impl JobReport {
             write = (write.0 + r.write.ios, write.1 + r.write.bytes, write.2 + r.write.errors);
             errors += r.errors;
             error_records.extend(r.error_records.iter().map(|record| (r.cpu, *record)));
+            retried += r.retried;
+            retried_records.extend(r.retried_records.iter().map(|record| (r.cpu, *record)));
+            deferred_ios += r.deferred_ios;
+            dropped_busy_ios += r.dropped_busy_ios;
+            log_lines_suppressed += r.log_lines_suppressed;
             verify.checked += r.verify.checked;
             verify.unchecked += r.verify.unchecked;
             verify.skipped += r.verify.skipped;
@@ -290,7 +315,11 @@ impl JobReport {
                 runtime_ns: r.runtime_ns,
             });
         }
+        // Each CPU kept its earliest ones; the earliest overall are among them.
         error_records.sort_by_key(|(_, record)| record.at_ns);
+        error_records.truncate(MAX_ERROR_RECORDS);
+        retried_records.sort_by_key(|(_, record)| record.at_ns);
+        retried_records.truncate(MAX_ERROR_RECORDS);
         verify.result = if !plan.spec.verify.is_enabled() {
             VerifyResult::Off
         } else if verify.mismatches > 0 {
@@ -315,7 +344,14 @@ impl JobReport {
                 runtime_ns,
             ),
             errors,
+            error_records_omitted: errors.saturating_sub(error_records.len() as u64),
             error_records,
+            retried,
+            retried_records_omitted: retried.saturating_sub(retried_records.len() as u64),
+            retried_records,
+            deferred_ios,
+            dropped_busy_ios,
+            log_lines_suppressed,
             verify,
             per_cpu,
             counters: Vec::new(),
@@ -393,18 +429,36 @@ impl JobReport {
                 " (first: cpu{cpu} {} at LBA {}: {}{})",
                 record.op.as_str(),
                 record.lba,
-                record.error,
+                record.status(),
                 if record.in_verify_pass { ", in verify pass" } else { "" }
             )?;
         }
         writeln!(out)?;
-        for (cpu, record) in self.error_records.iter().skip(1) {
+        write_records(out, "failed", &self.error_records, self.error_records_omitted)?;
+        if self.retried > 0 {
+            writeln!(out, "  retried: {} I/Os re-issued by the driver", self.retried)?;
+            write_records(out, "retried", &self.retried_records, self.retried_records_omitted)?;
+        }
+        if self.deferred_ios > 0 || self.dropped_busy_ios > 0 {
+            write!(
+                out,
+                "  deferred: {} I/Os waited for their block while other I/Os ran",
+                self.deferred_ios
+            )?;
+            if self.dropped_busy_ios > 0 {
+                write!(
+                    out,
+                    "; {} dropped for a block in flight with the queue full",
+                    self.dropped_busy_ios
+                )?;
+            }
+            writeln!(out)?;
+        }
+        if self.log_lines_suppressed > 0 {
             writeln!(
                 out,
-                "    cpu{cpu} {} at LBA {}: {}",
-                record.op.as_str(),
-                record.lba,
-                record.error
+                "  log: {} lines about failed or retried I/Os suppressed",
+                self.log_lines_suppressed
             )?;
         }
         writeln!(out, "  result: {}", if self.passed() { "PASS" } else { "FAIL" })
@@ -474,6 +528,9 @@ impl JobReport {
             write!(out, "; verify pass {} reads in ", v.pass_reads)?;
             write_seconds(out, v.pass_ns)?;
         }
+        if v.mode == VerifyMode::Crc32c {
+            write!(out, "; crc32c by {}", crate::crc32c::selected().as_str())?;
+        }
         writeln!(out)?;
         if let Some((cpu, mismatch)) = &v.first_mismatch {
             writeln!(out, "  FIRST MISMATCH (cpu{cpu}): {mismatch}")?;
@@ -520,19 +577,17 @@ impl JobReport {
             w.end_object()?;
         }
         self.write_json_verify(&mut w)?;
+        let sector_size = u64::from(self.plan.device.sector_size);
         w.key("error_records")?;
-        w.begin_array()?;
-        for (cpu, record) in &self.error_records {
-            w.begin_object()?;
-            w.field_u64("cpu", u64::from(*cpu))?;
-            w.field_str("op", record.op.as_str())?;
-            w.field_u64("lba", record.lba)?;
-            w.key("error")?;
-            w.display(&record.error)?;
-            w.field_bool("verify_pass", record.in_verify_pass)?;
-            w.end_object()?;
-        }
-        w.end_array()?;
+        write_json_records(&mut w, &self.error_records, sector_size)?;
+        w.field_u64("error_records_omitted", self.error_records_omitted)?;
+        w.field_u64("retried", self.retried)?;
+        w.key("retried_records")?;
+        write_json_records(&mut w, &self.retried_records, sector_size)?;
+        w.field_u64("retried_records_omitted", self.retried_records_omitted)?;
+        w.field_u64("deferred_ios", self.deferred_ios)?;
+        w.field_u64("dropped_busy_ios", self.dropped_busy_ios)?;
+        w.field_u64("log_lines_suppressed", self.log_lines_suppressed)?;
         w.key("per_cpu")?;
         w.begin_array()?;
         for cpu in &self.per_cpu {
@@ -632,6 +687,10 @@ impl JobReport {
         w.key("verify")?;
         w.begin_object()?;
         w.field_str("mode", v.mode.as_str())?;
+        // Which CRC32C implementation this CPU used (`sse4.2` or `table`), for reading the figures.
+        if v.mode == VerifyMode::Crc32c {
+            w.field_str("crc32c_impl", crate::crc32c::selected().as_str())?;
+        }
         w.field_str("result", v.result.as_str())?;
         w.field_u64("checked", v.checked)?;
         w.field_u64("unchecked", v.unchecked)?;
@@ -660,6 +719,43 @@ impl JobReport {
         w.field_bool("pass_skipped", v.pass_skipped)?;
         w.end_object()
     }
+}
+
+/// The listed records, one line each, then how many were left out.
+fn write_records(out: &mut dyn Write, label: &str, records: &[(u32, IoRecord)], omitted: u64) -> fmt::Result {
+    for (cpu, record) in records {
+        writeln!(out, "    {label}: cpu{cpu} {record}")?;
+    }
+    if omitted > 0 {
+        writeln!(out, "    {label}: {omitted} more not listed")?;
+    }
+    Ok(())
+}
+
+fn write_json_records(
+    w: &mut JsonWriter<'_, dyn Write + '_>,
+    records: &[(u32, IoRecord)],
+    sector_size: u64,
+) -> fmt::Result {
+    w.begin_array()?;
+    for (cpu, record) in records {
+        w.begin_object()?;
+        w.field_u64("cpu", u64::from(*cpu))?;
+        w.field_str("op", record.op.as_str())?;
+        w.field_u64("lba", record.lba)?;
+        w.field_u64("sectors", u64::from(record.sectors))?;
+        w.field_u64("bytes", u64::from(record.sectors).saturating_mul(sector_size))?;
+        w.field_str("status", record.result.map_or_else(|e| e.key(), |()| "ok"))?;
+        w.key("error")?;
+        match record.result {
+            Ok(()) => w.null()?,
+            Err(error) => w.display(&error)?,
+        }
+        w.field_u64("retries", u64::from(record.retries))?;
+        w.field_bool("verify_pass", record.in_verify_pass)?;
+        w.end_object()?;
+    }
+    w.end_array()
 }
 
 fn write_json_latency(w: &mut JsonWriter<'_, dyn Write + '_>, latency: &LatencySummary) -> fmt::Result {

@@ -285,14 +285,14 @@ fn errors_are_counted_on_exactly_the_affected_ios() {
     );
     for record in &results[0].error_records {
         assert_eq!(
-            (record.op, record.lba, record.error),
-            (IoOp::Write, lba(slice0, block0), IoError::Device { status: 0x2d })
+            (record.op, record.lba, record.result),
+            (IoOp::Write, lba(slice0, block0), Err(IoError::Device { status: 0x2d }))
         );
     }
     for record in &results[1].error_records {
         assert_eq!(
-            (record.op, record.lba, record.error),
-            (IoOp::Read, lba(slice1, block1), IoError::Timeout)
+            (record.op, record.lba, record.result),
+            (IoOp::Read, lba(slice1, block1), Err(IoError::Timeout))
         );
     }
     let report = report_of(&plan, &run);

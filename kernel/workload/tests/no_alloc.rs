@@ -77,7 +77,7 @@ impl IoBackend for RingBackend {
                 IoOp::Write => self.disk[at..at + len].copy_from_slice(&self.buffers[slot]),
                 IoOp::Read => self.buffers[slot].copy_from_slice(&self.disk[at..at + len]),
             }
-            out[index] = Completion { slot, result: Ok(()) };
+            out[index] = Completion::new(slot, Ok(()));
         }
         count
     }

@@ -116,6 +116,21 @@ fn json_line_has_every_field_and_they_agree() {
     assert!(values[0] >= 20_000, "the fake device takes at least 20 us");
 
     assert_eq!(json.get("errors").u64(), 0);
+    assert_eq!(
+        json.get("verify").get("crc32c_impl").str(),
+        workload::crc32c::selected().as_str()
+    );
+    // A clean run: empty failure and retry lists, and the counts agree with the merged results.
+    assert!(json.get("error_records").array().is_empty());
+    assert_eq!(json.get("error_records_omitted").u64(), 0);
+    assert_eq!(json.get("retried").u64(), 0);
+    assert!(json.get("retried_records").array().is_empty());
+    assert_eq!(json.get("retried_records_omitted").u64(), 0);
+    assert_eq!(json.get("log_lines_suppressed").u64(), 0);
+    assert_eq!(
+        json.get("deferred_ios").u64(),
+        results.iter().map(|r| r.deferred_ios).sum::<u64>()
+    );
     assert_eq!(json.get("totals").get("completions_remote").u64(), 1234);
     assert_eq!(json.get("totals").get("hot_path_locks").u64(), 0);
     let mut human = String::new();

@@ -56,7 +56,7 @@ impl IoBackend for SimBackend {
             match self.in_flight.front() {
                 Some(&(due, slot, result)) if due <= self.clock.get() => {
                     self.in_flight.pop_front();
-                    out[n] = Done { slot, result };
+                    out[n] = Done::new(slot, result);
                     n += 1;
                 }
                 _ => break,

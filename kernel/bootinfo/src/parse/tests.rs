@@ -333,3 +333,41 @@ fn usable_ranges_capacity_overflow_is_an_error() {
     let r: Result<heapless::Vec<Range, 4>, _> = memmap::usable_ranges(&regions, &[]);
     assert!(matches!(r, Err(Error::TooMany { .. })));
 }
+
+/// Loader pointers near 2^64: every `pointer + offset` is checked, so a
+/// structure at the top of the address space gives an error, not a wrapped
+/// read of low memory (or an overflow panic in a debug build).
+#[test]
+fn pvh_pointers_near_2_pow_64_are_errors_not_wrapped_reads() {
+    let top = 0xFFFF_FFFF_FFFF_FF00u64;
+    let mut m = FakeMemory::new(top, 0x100);
+    m.put_u32(top, PVH_MAGIC);
+    m.put_u32(top + 4, 1);
+    // Memory-map pointer 8 bytes below 2^64: the entry's length field would
+    // be at 2^64 exactly.
+    m.put_u64(top + 40, u64::MAX - 7);
+    m.put_u32(top + 48, 1);
+    let e = parse_boot_info(&m, PVH_MAGIC, top).unwrap_err();
+    assert!(matches!(e, Error::UnreadableMemory { .. }), "{e:?}");
+
+    // A command line that runs to the last byte without a NUL.
+    m.put_u32(top + 48, 0);
+    m.put_u64(top + 24, top + 0xF0);
+    m.put(top + 0xF0, &[b'x'; 16]);
+    let e = parse_boot_info(&m, PVH_MAGIC, top).unwrap_err();
+    assert!(matches!(e, Error::UnreadableMemory { .. }), "{e:?}");
+}
+
+#[test]
+fn multiboot_info_pointer_at_the_top_of_memory_is_an_error() {
+    let top = u64::MAX - 3;
+    let mut m = FakeMemory::new(top, 4);
+    // Multiboot1 flags say "memory map present": the fields at +44/+48 would wrap.
+    m.put_u32(top, MB1_FLAG_MMAP);
+    let e = parse_boot_info(&m, MULTIBOOT1_MAGIC, top).unwrap_err();
+    assert!(matches!(e, Error::UnreadableMemory { .. }), "{e:?}");
+    // Multiboot2: a total size of 16 whose tags would lie past 2^64.
+    m.put_u32(top, 16);
+    let e = parse_boot_info(&m, MULTIBOOT2_MAGIC, top).unwrap_err();
+    assert!(matches!(e, Error::UnreadableMemory { .. }), "{e:?}");
+}

@@ -29,15 +29,42 @@ pub struct EcamWindow {
     pub bus_end: u8,
 }
 
+/// x86-64 physical addresses have at most 52 bits; nothing decodes above.
+pub const PHYS_ADDRESS_LIMIT: u64 = 1 << 52;
+
 impl EcamWindow {
-    /// Physical address of the first decoded byte (bus `bus_start`).
-    pub fn region_base(&self) -> u64 {
-        self.base + (u64::from(self.bus_start) << 20)
+    /// The decoded physical range `[base + (bus_start << 20), base + ((bus_end + 1) << 20))`,
+    /// or [`Error::McfgWindowAddress`] when it would pass [`PHYS_ADDRESS_LIMIT`]
+    /// (or wrap past 2^64), or the bus range is reversed. `index` in the error is 0.
+    pub fn region(&self) -> Result<core::ops::Range<u64>> {
+        let error = Error::McfgWindowAddress {
+            index: 0,
+            base: self.base,
+            bus_start: self.bus_start,
+            bus_end: self.bus_end,
+        };
+        if self.bus_start > self.bus_end {
+            return Err(error);
+        }
+        let start = self.base.checked_add(u64::from(self.bus_start) << 20);
+        let end = self.base.checked_add((u64::from(self.bus_end) + 1) << 20);
+        match (start, end) {
+            (Some(start), Some(end)) if end <= PHYS_ADDRESS_LIMIT => Ok(start..end),
+            _ => Err(error),
+        }
     }
 
-    /// Bytes decoded: 1 MiB per bus.
+    /// Physical address of the first decoded byte (bus `bus_start`).
+    /// Windows from [`Mcfg::parse`] are checked ([`EcamWindow::region`]); for a
+    /// hand-made window that fails that check this saturates at `u64::MAX`
+    /// instead of wrapping to a low address.
+    pub fn region_base(&self) -> u64 {
+        self.base.saturating_add(u64::from(self.bus_start) << 20)
+    }
+
+    /// Bytes decoded: 1 MiB per bus (0 for a reversed bus range).
     pub fn region_len(&self) -> u64 {
-        (u64::from(self.bus_end) - u64::from(self.bus_start) + 1) << 20
+        (u64::from(self.bus_end) + 1).saturating_sub(u64::from(self.bus_start)) << 20
     }
 }
 
@@ -74,6 +101,15 @@ impl Mcfg {
                 bus_start: start,
                 bus_end: end,
             };
+            // A base near 2^64 would make `region_base()` wrap (ECAM mapped at 0).
+            if window.region().is_err() {
+                return Err(Error::McfgWindowAddress {
+                    index,
+                    base: window.base,
+                    bus_start: start,
+                    bus_end: end,
+                });
+            }
             windows.push(window).map_err(|_| Error::McfgCapacity {
                 capacity: MAX_ECAM_WINDOWS,
             })?;

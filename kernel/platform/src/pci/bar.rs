@@ -95,6 +95,31 @@ pub(crate) fn write_size(f: &mut fmt::Formatter<'_>, size: u64) -> fmt::Result {
     write!(f, "{size}")
 }
 
+/// Largest BAR accepted: x86-64 physical addresses have 52 bits, so a BAR
+/// larger than half of that space (e.g. one sizing to 2^63) can never be placed.
+pub const MAX_BAR_SIZE: u64 = crate::acpi::PHYS_ADDRESS_LIMIT / 2;
+
+/// Refuses a memory BAR that is too large or whose assigned range passes the
+/// physical address space; placement arithmetic on accepted BARs cannot wrap.
+fn check_memory_bar(address: PciAddress, bar: Bar) -> core::result::Result<Bar, Error> {
+    if bar.size > MAX_BAR_SIZE {
+        return Err(Error::BarTooLarge {
+            address,
+            slot: bar.slot,
+            size: bar.size,
+        });
+    }
+    match bar.address.checked_add(bar.size) {
+        Some(end) if end <= crate::acpi::PHYS_ADDRESS_LIMIT => Ok(bar),
+        _ => Err(Error::BarAddress {
+            address,
+            slot: bar.slot,
+            base: bar.address,
+            size: bar.size,
+        }),
+    }
+}
+
 /// Lowest set bit: the size a BAR's read-back mask encodes.
 fn size_from_mask(mask: u64) -> u64 {
     mask & mask.wrapping_neg()
@@ -195,13 +220,20 @@ fn size_all<A: ConfigRegionAccess + ?Sized>(
                 let (original_high, readback_high) = probe(cfg, offset + 4)?;
                 let mask = (u64::from(readback_high) << 32 | u64::from(readback)) & !0xF;
                 if mask != 0 {
-                    slots[index] = BarSlot::Bar(Bar {
+                    let bar = Bar {
                         slot,
                         kind: BarKind::Memory64,
                         address: u64::from(original_high) << 32 | u64::from(original & !0xF),
                         size: size_from_mask(mask),
                         prefetchable,
-                    });
+                    };
+                    slots[index] = match check_memory_bar(address, bar) {
+                        Ok(bar) => BarSlot::Bar(bar),
+                        Err(error) => {
+                            let _ = problems.push(error);
+                            BarSlot::Invalid
+                        }
+                    };
                     slots[index + 1] = BarSlot::Upper64;
                 }
                 slot += 2;

@@ -125,6 +125,9 @@ impl fmt::Display for PciFunction {
         for problem in &self.problems {
             writeln!(f, "\tproblem: {problem}")?;
         }
+        if let Some(reason) = &self.refused {
+            writeln!(f, "\trefused: {reason}")?;
+        }
         Ok(())
     }
 }

@@ -71,6 +71,9 @@ pub struct PciFunction {
     pub msix: Option<MsixCapability>,
     /// Malformed BARs or capabilities found while reading (the function is still listed).
     pub problems: heapless::Vec<Error, MAX_PROBLEMS>,
+    /// Set by [`super::ResourcePlan::mark_refused`]: the function must not be
+    /// used (no driver matches it), and why.
+    pub refused: Option<Error>,
 }
 
 impl PciFunction {
@@ -190,6 +193,7 @@ pub fn read_function<A: ConfigRegionAccess + ?Sized>(access: &A, address: PciAdd
         msi,
         msix,
         problems,
+        refused: None,
     }))
 }
 

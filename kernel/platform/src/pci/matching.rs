@@ -46,8 +46,13 @@ impl DeviceMatch {
         self
     }
 
-    /// Whether `function` satisfies every field that is set.
+    /// Whether `function` satisfies every field that is set. A refused
+    /// function (see [`super::ResourcePlan::mark_refused`]) matches nothing,
+    /// so no driver registry built on this can probe it.
     pub fn matches(&self, function: &PciFunction) -> bool {
+        if function.refused.is_some() {
+            return false;
+        }
         fn field<T: PartialEq>(wanted: Option<T>, actual: T) -> bool {
             wanted.is_none_or(|wanted| wanted == actual)
         }
@@ -68,7 +73,8 @@ pub struct PciDriver {
     pub matches: &'static [DeviceMatch],
 }
 
-/// The first driver (registration order) with a rule matching `function`.
+/// The first driver (registration order) with a rule matching `function`;
+/// none for a refused function (see [`DeviceMatch::matches`]).
 pub fn match_driver<'d>(drivers: &'d [PciDriver], function: &PciFunction) -> Option<&'d PciDriver> {
     drivers
         .iter()

@@ -13,6 +13,7 @@
 //! 256, returning all-ones for absent functions. This module only issues
 //! such accesses.
 
+mod assign;
 mod bar;
 mod caps;
 mod config;
@@ -22,7 +23,11 @@ mod enumerate;
 mod matching;
 mod msi;
 
-pub use bar::{Bar, BarKind, BarSlot, read_bars};
+pub use assign::{
+    IO_WINDOW_GRANULARITY, LeftOff, MEMORY_WINDOW_GRANULARITY, PlannedBar, PlannedBridge, Refusal, ResourcePlan,
+    ResourceWindows, apply_plan, assign_resources, plan_resources,
+};
+pub use bar::{Bar, BarKind, BarSlot, MAX_BAR_SIZE, read_bars};
 pub use caps::{
     CAP_MSI, CAP_MSIX, CAP_PCIE, CAP_PM, CAP_VENDOR, Capability, MAX_CAPABILITIES, capability_name, walk_capabilities,
 };

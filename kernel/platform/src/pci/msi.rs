@@ -222,6 +222,8 @@ impl MsixCapability {
             .and_then(BarSlot::bar)
             .filter(|bar| bar.is_memory())
             .ok_or(Error::MsixBir { address, bir })?;
+        // `offset < 2^32` and `len <= 2048 * 16`: no overflow. Accepted BARs
+        // end inside the physical address space, so the sum below cannot wrap.
         if u64::from(offset) + len > bar.size {
             return Err(Error::MsixOutOfBar {
                 address,
@@ -381,6 +383,11 @@ impl<M: Mmio32> MsixTable<M> {
 /// Reads the pending bit of entry `index` from a mapped PBA starting at
 /// `pba_offset` in `mmio`.
 pub fn msix_pending<M: Mmio32>(mmio: &M, pba_offset: usize, index: u16) -> Result<bool> {
-    let word_offset = pba_offset + usize::from(index / 32) * 4;
+    let word = usize::from(index / 32) * 4;
+    let word_offset = pba_offset.checked_add(word).ok_or(Error::MmioRange {
+        offset: pba_offset,
+        width: word + 4,
+        region_len: mmio.region_len(),
+    })?;
     Ok(mmio.read32(word_offset)? & (1 << (index % 32)) != 0)
 }

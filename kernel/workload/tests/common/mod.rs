@@ -50,6 +50,20 @@ pub enum Order {
 pub enum Fault {
     /// Complete every matching I/O with this error (data not moved).
     FailOnCompletion { lba: u64, op: IoOp, error: IoError },
+    /// Complete every I/O of `op` to an LBA in `from..to` with this error (data not moved).
+    FailRange {
+        from: u64,
+        to: u64,
+        op: IoOp,
+        error: IoError,
+    },
+    /// Refuse every submission of `op` to an LBA in `from..to` with this error.
+    RejectRange {
+        from: u64,
+        to: u64,
+        op: IoOp,
+        error: IoError,
+    },
     /// Refuse every matching submission with this error.
     FailOnSubmit { lba: u64, op: IoOp, error: IoError },
     /// After the first write to `lba` lands, flip a byte on the disk.
@@ -58,6 +72,15 @@ pub enum Fault {
     LoseLaterWrites { lba: u64 },
     /// Reads of `lba` return the block at `from_lba` instead.
     MisdirectRead { lba: u64, from_lba: u64 },
+    /// The first I/O to `lba` takes `hold_ns` to complete (a slow or held request); the others
+    /// complete at the normal latency.
+    Hold { lba: u64, hold_ns: u64 },
+    /// Every I/O to `lba` completes with `result` after the driver re-issued it `retries` times.
+    Retried {
+        lba: u64,
+        retries: u32,
+        result: Result<(), IoError>,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +91,7 @@ struct InFlight {
     sectors: u32,
     due_ns: u64,
     result: Result<(), IoError>,
+    retries: u32,
 }
 
 /// A backend for one CPU.
@@ -101,6 +125,16 @@ pub struct FakeBackend {
     pub max_in_flight: usize,
     /// Clock values at which `periodic` was called.
     pub periodic_calls: Vec<u64>,
+    /// Panic if two accepted requests to the same LBA are in flight at once (for verify jobs).
+    pub forbid_same_lba_in_flight: bool,
+    /// Every accepted submission, in order: (op, lba).
+    pub submit_log: Vec<(IoOp, u64)>,
+    /// Every completion, in order: (clock at completion, lba).
+    pub completion_log: Vec<(u64, u64)>,
+    /// The held request of a `Fault::Hold`, once submitted: (submitted at, due at).
+    pub held: Option<(u64, u64)>,
+    /// Lines the engine logged through `IoBackend::log_line`.
+    pub log_lines: Vec<String>,
 }
 
 impl FakeBackend {
@@ -127,6 +161,11 @@ impl FakeBackend {
             polls: 0,
             max_in_flight: 0,
             periodic_calls: Vec::new(),
+            forbid_same_lba_in_flight: false,
+            submit_log: Vec::new(),
+            completion_log: Vec::new(),
+            held: None,
+            log_lines: Vec::new(),
         }
     }
 
@@ -212,21 +251,61 @@ impl IoBackend for FakeBackend {
             {
                 return Err(SubmitError::Failed(*error));
             }
+            if let Fault::RejectRange { from, to, op: o, error } = fault
+                && (*from..*to).contains(&lba)
+                && *o == op
+            {
+                return Err(SubmitError::Failed(*error));
+            }
         }
-        let result = self
+        if self.forbid_same_lba_in_flight {
+            assert!(
+                self.in_flight.iter().all(|io| io.lba != lba),
+                "LBA {lba} submitted while an I/O to it is in flight"
+            );
+        }
+        let mut result = self
             .faults
             .iter()
             .find_map(|f| match f {
                 Fault::FailOnCompletion { lba: l, op: o, error } if *l == lba && *o == op => Some(Err(*error)),
+                Fault::FailRange { from, to, op: o, error } if (*from..*to).contains(&lba) && *o == op => {
+                    Some(Err(*error))
+                }
                 _ => None,
             })
             .unwrap_or(Ok(()));
+        let mut retries = 0;
+        for fault in &self.faults {
+            if let Fault::Retried {
+                lba: l,
+                retries: r,
+                result: outcome,
+            } = fault
+                && *l == lba
+            {
+                retries = *r;
+                result = *outcome;
+            }
+        }
         let jitter = if self.jitter_ns == 0 {
             0
         } else {
             self.rng.below(self.jitter_ns)
         };
-        let due_ns = self.clock_ns.get() + self.latency_ns + jitter;
+        let now = self.clock_ns.get();
+        let mut due_ns = now + self.latency_ns + jitter;
+        let hold = self.faults.iter().find_map(|f| match f {
+            Fault::Hold { lba: l, hold_ns } if *l == lba => Some(*hold_ns),
+            _ => None,
+        });
+        if let Some(hold_ns) = hold
+            && self.held.is_none()
+        {
+            due_ns = now + hold_ns;
+            self.held = Some((now, due_ns));
+        }
+        self.submit_log.push((op, lba));
         self.in_flight.push(InFlight {
             slot,
             op,
@@ -234,6 +313,7 @@ impl IoBackend for FakeBackend {
             sectors,
             due_ns,
             result,
+            retries,
         });
         self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
         Ok(())
@@ -245,7 +325,7 @@ impl IoBackend for FakeBackend {
             && self.polls == on_poll
             && !out.is_empty()
         {
-            out[0] = Completion { slot, result: Ok(()) };
+            out[0] = Completion::new(slot, Ok(()));
             return 1;
         }
         if self.hang {
@@ -272,10 +352,8 @@ impl IoBackend for FakeBackend {
             if io.result.is_ok() {
                 self.move_data(&io);
             }
-            out[written] = Completion {
-                slot: io.slot,
-                result: io.result,
-            };
+            out[written] = Completion::new(io.slot, io.result).with_retries(io.retries);
+            self.completion_log.push((now, io.lba));
             written += 1;
             self.completions += 1;
         }
@@ -289,6 +367,10 @@ impl IoBackend for FakeBackend {
 
     fn periodic(&mut self, now_ns: u64) {
         self.periodic_calls.push(now_ns);
+    }
+
+    fn log_line(&mut self, line: std::fmt::Arguments<'_>) {
+        self.log_lines.push(line.to_string());
     }
 
     fn idle(&mut self) {

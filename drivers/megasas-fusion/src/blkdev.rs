@@ -1,0 +1,500 @@
+//! The block-layer binding: one [`Host`] per controller, one `blk::Queue` per logical drive,
+//! one blk hardware queue per reply queue (= MSI-X vector), one host-wide tag set.
+//!
+//! Same shape as `megasas::blkdev::Host`, so the kernel probes MFI and Fusion alike: bring up,
+//! read [`Host::drives`], register [`Host::queues`], program the vectors, [`Host::start`], and
+//! call [`Host::handle_vector`] from vector i's handler and [`Host::tick`] periodically.
+//!
+//! **Tags.** All drives share one `blk::HostTags` of `io_tags` tags; blk tag t *is* SMID t+1.
+//! The DCMD SMIDs lie above the I/O SMIDs, so no tag is reserved. The request's identity travels
+//! in the controller cookie: `drive << 48 | hwq << 32 | IssueToken::to_bits()` ([`pack_cookie`]).
+//!
+//! **Queues and CPUs.** Hardware queue h posts with MSIxIndex h, so its completions raise vector
+//! h, which the kernel aimed at `vector_cpus[h]`; the CPU map sends every CPU that has a vector
+//! to that vector's queue and spreads the others ([`cpu_map`]): one map for both directions.
+//!
+//! **Issue order.** `queue_rq` validates, enters the controller's submission section (a reset in
+//! progress returns `Busy`: requeued), calls `Rq::issue`, then posts. The controller marks the
+//! SMID in flight before the descriptor is written, so an early or bogus reply is dropped.
+//!
+//! **Timeouts.** Without a RAID map Fusion has no task management for LDs (Linux sends TM only
+//! to map-reported `tmCapable` devices), so a timeout goes straight to the OCR ladder: the
+//! request is marked and keeps its timer; the next [`Host::tick`] resets the controller. The
+//! reset hands back every request in flight exactly once after the adapter forgot it: the
+//! timed-out ones end with `Status::Timeout`, the others with `Status::Aborted` (they are not
+//! re-issued). A reply that arrived before the reset completes normally. If the controller cannot
+//! be reset it is stopped (doorbell STOP_ADAPTER), its requests fail, and new ones fail at once.
+
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use blk::{
+    CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status,
+    TimedOutRq, TimeoutAction,
+};
+use devhal::{Delay, Dma, Mmio};
+
+use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
+use crate::diag::Report;
+use crate::{Error, Segment};
+
+/// Most segments per request the binding passes (a stack array in `queue_rq`).
+pub const MAX_SEGMENTS: usize = 64;
+
+/// Packs a block-layer request's identity into a controller cookie.
+pub const fn pack_cookie(drive: u16, hwq: u16, token: IssueToken) -> u64 {
+    ((drive as u64) << 48) | ((hwq as u64) << 32) | token.to_bits() as u64
+}
+
+/// The inverse of [`pack_cookie`]: (drive, hwq, token).
+pub const fn unpack_cookie(cookie: u64) -> (u16, u16, IssueToken) {
+    (
+        (cookie >> 48) as u16,
+        (cookie >> 32) as u16,
+        IssueToken::from_bits(cookie as u32),
+    )
+}
+
+/// The CPU → hardware queue map for `ncpus` CPUs and vectors aimed at `vector_cpus` (hardware
+/// queue h = vector h). A CPU that a vector is aimed at maps to that vector's queue; the others
+/// are spread round-robin. With no vectors every CPU maps to queue 0.
+pub fn cpu_map(ncpus: usize, vector_cpus: &[usize], queues: u16) -> Vec<u16> {
+    let queues = queues.max(1);
+    (0..ncpus)
+        .map(|cpu| {
+            vector_cpus
+                .iter()
+                .take(usize::from(queues))
+                .position(|&c| c == cpu)
+                .map_or((cpu % usize::from(queues)) as u16, |h| h as u16)
+        })
+        .collect()
+}
+
+/// What the kernel decides for a controller.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// CPUs (software queues and completion lists of every drive's queue).
+    pub ncpus: usize,
+    /// Where completions are finished.
+    pub completion: CompletionPolicy,
+    /// Request timeout, ns (then OCR).
+    pub timeout_ns: u64,
+    /// Upper bound on one request's size in bytes.
+    pub max_transfer_bytes: u64,
+    /// Controller configuration (generation, vectors and their CPUs, deadlines).
+    pub controller: Config,
+}
+
+impl HostConfig {
+    /// Defaults: IRQ completions, 90 s timeout (Linux's SCSI timeout for MegaRAID), 1 MiB.
+    pub fn new(ncpus: usize, controller: Config) -> Self {
+        Self {
+            ncpus,
+            completion: CompletionPolicy::Irq,
+            timeout_ns: 90_000_000_000,
+            max_transfer_bytes: 1 << 20,
+            controller,
+        }
+    }
+}
+
+/// A logical drive as the kernel's block registry sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriveInfo {
+    /// The drive as discovered.
+    pub drive: LogicalDrive,
+    /// Capacity in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Most bytes per request.
+    pub max_transfer_bytes: u32,
+    /// Most segments per request.
+    pub max_segments: usize,
+}
+
+/// Counters of the binding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCounters {
+    /// Completions the block layer refused (stale token).
+    pub refused_completions: u64,
+    /// Controller completions naming a drive that does not exist.
+    pub unknown_drive: u64,
+    /// Requests that timed out.
+    pub timeouts: u64,
+    /// Online controller resets run.
+    pub resets: u64,
+    /// Requests failed by resets.
+    pub failed_by_reset: u64,
+}
+
+struct Core<M: Mmio, T: Delay> {
+    ctrl: Controller<M, T>,
+    timed_out: Vec<AtomicBool>,
+    reset_wanted: AtomicBool,
+    ticking: AtomicBool,
+    refused: AtomicU64,
+    unknown_drive: AtomicU64,
+    timeouts: AtomicU64,
+    resets: AtomicU64,
+    failed_by_reset: AtomicU64,
+}
+
+/// The blk driver of one logical drive.
+pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
+    core: Arc<Core<M, T>>,
+    host: Weak<HostInner<M, T>>,
+    index: u16,
+    target: u8,
+    /// 512-byte sectors per drive block.
+    scale: u32,
+}
+
+struct HostInner<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
+    core: Arc<Core<M, T>>,
+    drives: Vec<DriveInfo>,
+    queues: Vec<Queue<DriveDriver<M, T>>>,
+    cpu_map: Vec<u16>,
+}
+
+/// A Fusion controller bound to the block layer.
+pub struct Host<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static>(Arc<HostInner<M, T>>);
+
+impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> core::fmt::Debug for Host<M, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Host").field("drives", &self.0.drives).finish()
+    }
+}
+
+impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, T> {
+    /// Brings the controller up (every step into `report`), and creates one queue per drive on
+    /// a host-wide tag set, with one hardware queue per reply queue. Interrupts stay masked:
+    /// program the vectors, then call [`Host::start`].
+    pub fn new<A: Dma>(
+        mmio: M,
+        dma: &A,
+        delay: T,
+        platform: Arc<dyn Platform>,
+        cfg: HostConfig,
+        report: &mut Report,
+    ) -> Result<Self, Error> {
+        let vector_cpus = cfg.controller.vector_cpus.clone();
+        let ctrl = Controller::bring_up(mmio, dma, delay, cfg.controller, report)?;
+        let tags = u32::from(ctrl.limits().io_tags);
+        let nq = ctrl.queues();
+        let host_tags = HostTags::new(tags, 0).map_err(|_| Error::Limits {
+            what: "I/O tags",
+            value: u64::from(tags),
+            expected: "a depth the block layer accepts",
+        })?;
+        let max_segments = usize::from(ctrl.limits().max_sge).min(MAX_SEGMENTS);
+        let max_transfer = (u64::from(ctrl.info().max_request_sectors) * 512)
+            .clamp(4096, u64::MAX)
+            .min(cfg.max_transfer_bytes)
+            .min(u64::from(u32::MAX)) as u32;
+        let map = cpu_map(cfg.ncpus, &vector_cpus, nq);
+        let mut drives = Vec::new();
+        let mut configs = Vec::new();
+        for d in ctrl.drives() {
+            let scale = d.block_size / 512;
+            let capacity_sectors = d.blocks.checked_mul(u64::from(scale)).ok_or(Error::Limits {
+                what: "drive capacity",
+                value: d.blocks,
+                expected: "below 2^64 bytes",
+            })?;
+            let mut qc = QueueConfig::new(cfg.ncpus, usize::from(nq), tags, capacity_sectors);
+            qc.shared_tags = true;
+            qc.host_tags = Some(host_tags.clone());
+            qc.logical_block_size = d.block_size;
+            qc.max_segments = max_segments;
+            qc.timeout_ns = cfg.timeout_ns;
+            qc.completion = cfg.completion;
+            qc.cpu_map = Some(map.clone());
+            configs.push((qc, d.target, scale));
+            drives.push(DriveInfo {
+                drive: *d,
+                capacity_sectors,
+                max_transfer_bytes: max_transfer,
+                max_segments,
+            });
+        }
+        let core = Arc::new(Core {
+            timed_out: (0..tags).map(|_| AtomicBool::new(false)).collect(),
+            ctrl,
+            reset_wanted: AtomicBool::new(false),
+            ticking: AtomicBool::new(false),
+            refused: AtomicU64::new(0),
+            unknown_drive: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            failed_by_reset: AtomicU64::new(0),
+        });
+        let mut error = None;
+        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, T>>| {
+            let mut queues = Vec::new();
+            for (index, (qc, target, scale)) in configs.into_iter().enumerate() {
+                let driver = DriveDriver {
+                    core: core.clone(),
+                    host: weak.clone(),
+                    index: index as u16,
+                    target,
+                    scale,
+                };
+                match Queue::new(qc, driver, platform.clone()) {
+                    Ok(q) => queues.push(q),
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            HostInner {
+                core: core.clone(),
+                drives,
+                queues,
+                cpu_map: map,
+            }
+        });
+        if error.is_some() {
+            return Err(Error::BadConfig {
+                what: "block queue",
+                expected: "a configuration blk accepts",
+            });
+        }
+        Ok(Self(inner))
+    }
+
+    /// Unmasks the controller's interrupts (after the vectors are programmed). In polled mode
+    /// leave them masked and call [`Host::poll`].
+    pub fn start(&self) {
+        self.0.core.ctrl.enable_interrupts();
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &Controller<M, T> {
+        &self.0.core.ctrl
+    }
+
+    /// The drives, by target id; `queue(i)` serves `drives()[i]`.
+    pub fn drives(&self) -> &[DriveInfo] {
+        &self.0.drives
+    }
+
+    /// The queues, one per drive.
+    pub fn queues(&self) -> &[Queue<DriveDriver<M, T>>] {
+        &self.0.queues
+    }
+
+    /// The queue of drive `index`.
+    pub fn queue(&self, index: usize) -> Option<&Queue<DriveDriver<M, T>>> {
+        self.0.queues.get(index)
+    }
+
+    /// The CPU → hardware queue map every drive's queue uses.
+    pub fn cpu_map(&self) -> &[u16] {
+        &self.0.cpu_map
+    }
+
+    /// The handler of MSI-X vector `vector` (= reply queue `vector`), on CPU `cpu`. Returns the
+    /// completions delivered (at most one queue depth per call).
+    pub fn handle_vector(&self, vector: u16, cpu: usize) -> usize {
+        self.0.reap(vector, cpu)
+    }
+
+    /// The INTx handler (one reply queue). None when the interrupt was not this controller's.
+    pub fn handle_intx(&self, cpu: usize) -> Option<usize> {
+        let inner = &self.0;
+        let mut n = 0;
+        let r = inner.core.ctrl.handle_intx(&mut |c| {
+            inner.deliver(cpu, &c);
+            n += 1;
+        });
+        match r {
+            crate::IntxResult::NotOurs => None,
+            crate::IntxResult::Fault(_) => {
+                inner.core.reset_wanted.store(true, Ordering::Release);
+                Some(n)
+            }
+            crate::IntxResult::Handled(_) => Some(n),
+        }
+    }
+
+    /// Reaps every reply queue without an interrupt. Returns completions delivered.
+    pub fn poll(&self, cpu: usize) -> usize {
+        (0..self.0.core.ctrl.queues()).map(|q| self.0.reap(q, cpu)).sum()
+    }
+
+    /// The periodic tick on CPU `cpu` (instead of each queue's `tick`): timeout scans, the
+    /// FAULT watchdog, the OCR when a timeout or a fault asks for it, and a poll of every reply
+    /// queue. One CPU at a time; others return at once. Returns the requests that timed out.
+    pub fn tick(&self, cpu: usize) -> usize {
+        self.0.tick(cpu)
+    }
+
+    /// Whether the controller is out of service.
+    pub fn is_dead(&self) -> bool {
+        self.0.core.ctrl.is_dead()
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> HostCounters {
+        let c = &self.0.core;
+        HostCounters {
+            refused_completions: c.refused.load(Ordering::Relaxed),
+            unknown_drive: c.unknown_drive.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            resets: c.resets.load(Ordering::Relaxed),
+            failed_by_reset: c.failed_by_reset.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
+    fn deliver(&self, cpu: usize, c: &Completion) {
+        let (drive, hwq, token) = unpack_cookie(c.cookie);
+        let Some(q) = self.queues.get(usize::from(drive)) else {
+            self.core.unknown_drive.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let timed_out = self
+            .core
+            .timed_out
+            .get(c.tag as usize)
+            .is_some_and(|t| t.swap(false, Ordering::AcqRel));
+        let status = match c.outcome {
+            IoOutcome::Ok => Status::Ok,
+            IoOutcome::Failed(_) => Status::IoError,
+            IoOutcome::Reset if timed_out => Status::Timeout,
+            IoOutcome::Reset => Status::Aborted,
+        };
+        if c.outcome == IoOutcome::Reset {
+            self.core.failed_by_reset.fetch_add(1, Ordering::Relaxed);
+        }
+        if q.complete(cpu, usize::from(hwq), token, status).is_err() {
+            self.core.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn reap(&self, queue: u16, cpu: usize) -> usize {
+        let mut n = 0;
+        self.core.ctrl.reap(queue, &mut |c| {
+            self.deliver(cpu, &c);
+            n += 1;
+        });
+        n
+    }
+
+    fn tick(&self, cpu: usize) -> usize {
+        if self.core.ticking.swap(true, Ordering::Acquire) {
+            return 0;
+        }
+        let mut expired = 0;
+        for q in &self.queues {
+            expired += q.tick(cpu).unwrap_or(0);
+        }
+        if let Health::NeedsReset(_) = self.core.ctrl.health() {
+            self.core.reset_wanted.store(true, Ordering::Release);
+        }
+        if self.core.reset_wanted.swap(false, Ordering::AcqRel) && !self.core.ctrl.is_dead() {
+            let mut report = Report::new();
+            self.core.resets.fetch_add(1, Ordering::Relaxed);
+            let r = self.core.ctrl.reset(&mut |c| self.deliver(cpu, &c), &mut report);
+            if let Err(e) = r {
+                log::error!("megasas-fusion: controller reset failed: {e}; controller out of service");
+            }
+            // Requests turned away (Busy) during the reset go now, not at the next tick.
+            for q in &self.queues {
+                for h in 0..q.nr_hw_queues() {
+                    q.run_hw_queue(cpu, h);
+                }
+            }
+        }
+        for q in 0..self.core.ctrl.queues() {
+            self.reap(q, cpu);
+        }
+        self.core.ticking.store(false, Ordering::Release);
+        expired
+    }
+}
+
+impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver for DriveDriver<M, T> {
+    type Pdu = ();
+
+    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        let ctrl = &self.core.ctrl;
+        if ctrl.is_dead() {
+            return Err(QueueRqError::Io(rq, Status::IoError));
+        }
+        let op = match rq.op() {
+            Op::Read => IoOp::Read,
+            Op::Write => IoOp::Write,
+            Op::Flush if !ctrl.flush_goes_to_firmware() => {
+                // The firmware does not take SYNCHRONIZE CACHE: Linux and FreeBSD complete it.
+                rq.end(Status::Ok);
+                return Ok(());
+            }
+            Op::Flush => IoOp::Flush,
+            Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+        };
+        let (lba, blocks) = if op == IoOp::Flush {
+            (0, 0)
+        } else {
+            let scale = u64::from(self.scale);
+            if !rq.sector().is_multiple_of(scale) || !u64::from(rq.nr_sectors()).is_multiple_of(scale) {
+                return Err(QueueRqError::Io(rq, Status::IoError));
+            }
+            (rq.sector() / scale, (u64::from(rq.nr_sectors()) / scale) as u32)
+        };
+        let mut segs = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
+        let n = rq.segments().len();
+        if n > MAX_SEGMENTS {
+            return Err(QueueRqError::Io(rq, Status::IoError));
+        }
+        for (d, s) in segs.iter_mut().zip(rq.segments()) {
+            *d = Segment {
+                phys: s.phys,
+                len: s.len,
+            };
+        }
+        let req = IoRequest {
+            target: self.target,
+            op,
+            lba,
+            blocks,
+            segments: &segs[..n],
+        };
+        if ctrl.validate(&req).is_err() {
+            return Err(QueueRqError::Io(rq, Status::IoError));
+        }
+        let Some(_entered) = ctrl.enter() else {
+            return Err(QueueRqError::Busy(rq));
+        };
+        let tag = rq.tag();
+        let hwq = hw.hwq() as u16;
+        // Issue before posting: from the post on, a completion may arrive on any CPU.
+        let token = rq.issue();
+        if let Err(e) = ctrl.submit(tag, hwq, &req, pack_cookie(self.index, hwq, token)) {
+            log::warn!("megasas-fusion: submit of tag {tag} failed after issue: {e}");
+            let _ = hw.complete(token, Status::IoError);
+        }
+        Ok(())
+    }
+
+    fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        // No task management without a RAID map: the OCR on the next tick ends it (after the
+        // adapter has forgotten it), with Status::Timeout.
+        if let Some(t) = self.core.timed_out.get(rq.tag() as usize) {
+            t.store(true, Ordering::Release);
+        }
+        self.core.timeouts.fetch_add(1, Ordering::Relaxed);
+        self.core.reset_wanted.store(true, Ordering::Release);
+        TimeoutAction::ResetTimer
+    }
+
+    fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
+        match self.host.upgrade() {
+            Some(h) => h.reap(hw.hwq() as u16, hw.cpu()),
+            None => 0,
+        }
+    }
+}

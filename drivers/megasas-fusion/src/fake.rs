@@ -1,0 +1,1601 @@
+//! A strict model of MegaRAID Fusion firmware (reference §9), for host tests.
+//!
+//! Personalities: Thunderbolt, Invader (SAS3108), Ventura (SAS35xx), Aero (SAS39xx), differing in
+//! the SP1 queue field, combined-mode threshold, RAID-context layout, chain/end-of-list flags,
+//! the atomic descriptor port and the Aero zero-read glitch. The firmware state machine runs on a
+//! virtual clock advanced by [`FakeDelay`] (the driver's waits) and [`FakeFusion::advance`].
+//!
+//! Everything the reference lists as a driver mistake (§9.3) is recorded as a named
+//! [`Violation`]; the offending command is refused (it never completes). DMA goes through
+//! [`devhal::fake::FakeMemory`], so a stray address is recorded there instead of touching memory.
+//! Data moves when a reply is posted (reads and writes alike), so a test can tell whether the
+//! device touched a buffer after its request ended. After a diag reset or doorbell 0x07 the
+//! model forgets every command: it never DMAs for old commands.
+//!
+//! Written from the reference, independently of the driver's constants.
+
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use devhal::fake::{FakeDma, FakeMemory};
+use devhal::{Delay, Mmio};
+use spin::Mutex;
+
+use crate::regs::Generation;
+
+/// A driver mistake the model detected (reference §9.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Violation {
+    /// A descriptor posted while the firmware is not OPERATIONAL (other than IOC INIT in READY).
+    PostNotOperational,
+    /// IOC INIT posted through the atomic port.
+    IocInitViaAtomicPort,
+    /// IOC INIT posted again without a reset.
+    IocInitTwice,
+    /// The IOC INIT MFI frame is not 256-byte aligned (address bits leak into the flags byte).
+    InitFrameMisaligned,
+    /// The IOC INIT frame's cmd_status was not preset to 0xFF.
+    InitStatusNotPreset,
+    /// The IOC INIT MFI frame or the MPI2 request has a wrong fixed field.
+    InitBadFrame,
+    /// Reply queue depth not a multiple of 16, or below the commands the firmware can post.
+    BadQueueDepth,
+    /// HostMSIxVectors above the SP1 queue count or the MSI-X table.
+    TooManyMsixVectors,
+    /// RDPQ array mode requested without SP1 bit 23.
+    RdpqNotSupported,
+    /// A reply slot was not all-ones at IOC INIT.
+    ReplySlotsNotAllOnes,
+    /// SMID 0 or beyond the pool.
+    BadSmid,
+    /// A SMID posted again while still outstanding.
+    SmidOutstanding,
+    /// Function 0 without a FastPath descriptor, or an unknown Function.
+    BadFunction,
+    /// 0xC4 written without a fresh 0xC0 write.
+    HighWithoutFreshLow,
+    /// Two 0xC0 writes in a row.
+    LowTwice,
+    /// MSIxIndex not below HostMSIxVectors (or non-zero without MSI-X).
+    BadMsixIndex,
+    /// The descriptor type does not match the frame's Function / CDB.
+    DescriptorFunctionMismatch,
+    /// FastPath without a RAID map.
+    FastPathWithoutMap,
+    /// ChainOffset not 0 or 0x0F (or 0 with a chain element).
+    BadChainOffset,
+    /// ChainOffset 0x0F without a chain element in slot 7.
+    ChainOffsetWithoutChain,
+    /// Chain Length not 16 × the SGEs in the chain frame.
+    ChainLengthMismatch,
+    /// A chain element outside slot 7.
+    ChainNotInSlot7,
+    /// A chain element inside the chain frame.
+    NestedChain,
+    /// No end-of-list flag on the last SGE (Invader and later).
+    MissingEndOfList,
+    /// An end-of-list flag before the last SGE.
+    EarlyEndOfList,
+    /// RAID-context num_sge differs from the SGEs present.
+    NumSgeMismatch,
+    /// SGE lengths do not add up to DataLength.
+    SglLengthMismatch,
+    /// More SGEs than max_num_sge.
+    TooManySges,
+    /// An SGE of length 0.
+    ZeroLengthSge,
+    /// Control direction inconsistent with the CDB.
+    DirectionMismatch,
+    /// DataLength differs from blocks × block size.
+    DataLengthMismatch,
+    /// Sense address outside DMA memory (the sense pool's window).
+    SenseOutsidePool,
+    /// Sense buffer length 0.
+    SenseLengthZero,
+    /// Host index names a queue that does not exist.
+    HostIndexWrongQueue,
+    /// Host index written to the wrong register for the queue mode.
+    HostIndexWrongRegister,
+    /// Host index not below the queue depth (not wrapped).
+    HostIndexBeyondDepth,
+    /// Host index ahead of the producer.
+    HostIndexBeyondProducer,
+    /// The host index moved past a reply slot the driver had not consumed (not all-ones).
+    HostIndexSkipsReplies,
+    /// A reply slot was not all-ones when the producer reached it (overrun).
+    ReplySlotNotFree,
+    /// The producer caught the consumer: the host index is not being advanced.
+    QueueFull,
+    /// Replies posted but never consumed (host index behind the producer at [`FakeFusion::audit`]).
+    RepliesNotConsumed,
+    /// A control address at or above 4 GiB without 64-bit support.
+    AddressAbove4G,
+    /// An all-ones address (faults Ventura/Aero).
+    AllOnesAddress,
+    /// A doorbell command the current state does not accept.
+    DoorbellWrongState,
+    /// A doorbell write while bit 0 still reads 1.
+    DoorbellWhileBusy,
+    /// The atomic port used before IOC INIT, or without SP1 bit 24, or on a generation without it.
+    AtomicPortNotAllowed,
+    /// A DCMD or TM off reply queue 0 (a warning in the reference; recorded as a warning).
+    DcmdOffQueue0,
+    /// The pass-through frame is malformed.
+    BadPassthrough,
+}
+
+/// Where the firmware starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartState {
+    /// Power-on: UNDEFINED, FW_INIT, DEVICE_SCAN, then READY.
+    PowerOn,
+    /// WAIT_HANDSHAKE, needing doorbell 0x18 (then BOOT_MESSAGE_PENDING needing 0x10).
+    WaitHandshake,
+    /// BOOT_MESSAGE_PENDING, needing doorbell 0x10.
+    BootMessagePending,
+    /// OPERATIONAL, left by an earlier driver (needs doorbell 0x07).
+    Operational,
+    /// FAULT (resettable or not).
+    Fault {
+        /// SP0 bit 1.
+        resettable: bool,
+    },
+    /// READY.
+    Ready,
+}
+
+/// Model configuration.
+#[derive(Clone, Debug)]
+pub struct FakeConfig {
+    /// Generation.
+    pub generation: Generation,
+    /// SP0[15:0].
+    pub raw_cmds: u16,
+    /// Reply queues in SP1.
+    pub fw_queues: u16,
+    /// MSI-X table size.
+    pub msix_table: u16,
+    /// SP0 bit 26.
+    pub msix_capable: bool,
+    /// SP1[9:5].
+    pub chain_units: u8,
+    /// SP1[22].
+    pub chain_512: bool,
+    /// SP1[24] (FW SYNC CACHE; on Aero also the atomic port).
+    pub bit24: bool,
+    /// SP1[23].
+    pub rdpq: bool,
+    /// SP1[25].
+    pub ctrl64: bool,
+    /// Start state.
+    pub start: StartState,
+    /// Virtual microseconds in each power-on state.
+    pub state_delay_us: u64,
+    /// Virtual microseconds doorbell bit 0 stays set after a doorbell write.
+    pub doorbell_busy_us: u64,
+    /// I/O reply delay range (virtual microseconds), chosen at random per command.
+    pub io_delay_us: (u64, u64),
+    /// DCMD reply delay after cmd_status is written.
+    pub dcmd_reply_delay_us: u64,
+    /// Logical drives: (target, blocks).
+    pub lds: Vec<(u8, u64)>,
+    /// Bytes per block.
+    pub block_size: u32,
+    /// CTRL_GET_INFO OnOff bit 10.
+    pub ocr_disabled: bool,
+    /// The firmware faults (resettable) when this DCMD opcode arrives.
+    pub fault_on_dcmd: Option<u32>,
+    /// Random seed.
+    pub seed: u64,
+}
+
+impl FakeConfig {
+    /// A personality with two small LDs.
+    pub fn new(generation: Generation) -> Self {
+        Self {
+            generation,
+            raw_cmds: 256,
+            fw_queues: match generation {
+                Generation::Thunderbolt => 16,
+                Generation::Invader => 96,
+                _ => 128,
+            },
+            msix_table: match generation {
+                Generation::Thunderbolt => 16,
+                Generation::Invader => 97,
+                _ => 128,
+            },
+            msix_capable: true,
+            chain_units: 8,
+            chain_512: false,
+            bit24: generation == Generation::Aero,
+            rdpq: generation >= Generation::Ventura,
+            ctrl64: generation >= Generation::Ventura,
+            start: StartState::PowerOn,
+            state_delay_us: 20_000,
+            doorbell_busy_us: 500,
+            io_delay_us: (1, 200),
+            dcmd_reply_delay_us: 1_000,
+            lds: vec![(0, 8192), (3, 4096)],
+            block_size: 512,
+            ocr_disabled: false,
+            fault_on_dcmd: None,
+            seed: 0x5EED,
+        }
+    }
+    /// Invader (SAS3108).
+    pub fn invader() -> Self {
+        Self::new(Generation::Invader)
+    }
+    /// Ventura (SAS3516).
+    pub fn ventura() -> Self {
+        Self::new(Generation::Ventura)
+    }
+    /// Aero (SAS39xx).
+    pub fn aero() -> Self {
+        Self::new(Generation::Aero)
+    }
+    /// Thunderbolt (SAS2208).
+    pub fn thunderbolt() -> Self {
+        Self::new(Generation::Thunderbolt)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Init {
+    frames: u64,
+    replies: u64,
+    depth: u32,
+    queues: u16,
+    vectors: u8,
+    sense_hi: u32,
+}
+
+#[derive(Clone, Debug)]
+enum Work {
+    /// Already executed (DCMD): only the reply is left.
+    ReplyOnly,
+    /// LD command to execute at reply time.
+    Ld(LdCmd),
+}
+
+#[derive(Clone, Debug)]
+struct LdCmd {
+    frame: u64,
+    target: u16,
+    kind: LdKind,
+    sgl: Vec<(u64, u32)>,
+    data_len: u32,
+    sense: u64,
+    held: bool,
+    fail: Option<Failure>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum LdKind {
+    Read { lba: u64, blocks: u32 },
+    Write { lba: u64, blocks: u32 },
+    ReadCapacity16,
+    ReadCapacity10,
+    Inquiry,
+    NoData,
+    Unsupported,
+}
+
+/// An error to return for an LD command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// RAID-context status (MFI status), e.g. 0x2D.
+    pub status: u8,
+    /// RAID-context ex_status (SCSI status), e.g. 0x02.
+    pub scsi_status: u8,
+    /// Sense key, ASC, ASCQ written as fixed-format sense when `scsi_status` is 0x02.
+    pub sense: Option<(u8, u8, u8)>,
+}
+
+struct Pending {
+    smid: u16,
+    queue: u16,
+    ready_at: u64,
+    work: Work,
+}
+
+struct Ld {
+    target: u8,
+    blocks: u64,
+    data: Vec<u8>,
+}
+
+struct State {
+    cfg: FakeConfig,
+    clock: u64,
+    state: u8,
+    fault_bits: u32,
+    transitions: VecDeque<(u64, u8)>,
+    handshake_then_boot_msg: bool,
+    doorbell_busy_until: u64,
+    diag_keys: usize,
+    drwe: bool,
+    reset_until: Option<u64>,
+    dead: bool,
+    latched_low: Option<u32>,
+    init: Option<Init>,
+    atomic_ok: bool,
+    outstanding: Vec<bool>,
+    pending: Vec<Pending>,
+    producer: Vec<u32>,
+    host_index: Vec<u32>,
+    /// Per queue: when each posted, not yet consumed reply was posted.
+    posted_at: Vec<VecDeque<u64>>,
+    mask: u32,
+    intr_status: u32,
+    raised: Vec<bool>,
+    lds: Vec<Ld>,
+    violations: Vec<(Violation, String)>,
+    warnings: Vec<(Violation, String)>,
+    fail_next: VecDeque<Failure>,
+    fail_next_init: Option<u8>,
+    hold_next: u32,
+    zero_reads: u32,
+    rng: u64,
+    replies_posted: u64,
+    commands_accepted: u64,
+    resets: u64,
+}
+
+/// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
+pub struct FakeFusion {
+    st: Mutex<State>,
+    mem: Arc<FakeMemory>,
+}
+
+/// Register window of the model.
+#[derive(Clone)]
+pub struct FakeMmio(pub Arc<FakeFusion>);
+/// Virtual-clock delay of the model.
+#[derive(Clone)]
+pub struct FakeDelay(pub Arc<FakeFusion>);
+
+impl Mmio for FakeMmio {
+    fn read32(&self, offset: u32) -> u32 {
+        self.0.read(offset)
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        self.0.write(offset, value)
+    }
+}
+
+impl Delay for FakeDelay {
+    fn delay_us(&self, us: u32) {
+        self.0.advance(u64::from(us));
+    }
+}
+
+const ALL_ONES: u64 = u64::MAX;
+
+fn le16(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn le32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
+}
+fn le64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
+}
+
+impl FakeFusion {
+    /// A model with its own DMA address space below 4 GiB.
+    pub fn new(cfg: FakeConfig) -> Arc<Self> {
+        Self::with_memory(cfg, FakeMemory::new(0x1000_0000))
+    }
+
+    /// A model over an existing address space.
+    pub fn with_memory(cfg: FakeConfig, mem: Arc<FakeMemory>) -> Arc<Self> {
+        let (state, fault_bits, transitions) = match cfg.start {
+            StartState::PowerOn => {
+                let d = cfg.state_delay_us;
+                (0x0, 0, VecDeque::from(vec![(d, 0x4), (2 * d, 0x8), (3 * d, 0xB)]))
+            }
+            StartState::WaitHandshake => (0x6, 0, VecDeque::new()),
+            StartState::BootMessagePending => (0x9, 0, VecDeque::new()),
+            StartState::Operational => (0xC, 0, VecDeque::new()),
+            StartState::Fault { resettable } => (
+                0xF,
+                (0x0A5 << 16) | (0x12 << 8) | (u32::from(resettable) << 1),
+                VecDeque::new(),
+            ),
+            StartState::Ready => (0xB, 0, VecDeque::new()),
+        };
+        let smids = usize::from(cfg.raw_cmds);
+        let lds = cfg
+            .lds
+            .iter()
+            .map(|&(target, blocks)| Ld {
+                target,
+                blocks,
+                data: vec![0u8; (blocks * u64::from(cfg.block_size)) as usize],
+            })
+            .collect();
+        let rng = cfg.seed | 1;
+        Arc::new(Self {
+            st: Mutex::new(State {
+                handshake_then_boot_msg: cfg.start == StartState::WaitHandshake,
+                cfg,
+                clock: 0,
+                state,
+                fault_bits,
+                transitions,
+                doorbell_busy_until: 0,
+                diag_keys: 0,
+                drwe: false,
+                reset_until: None,
+                dead: false,
+                latched_low: None,
+                init: None,
+                atomic_ok: false,
+                outstanding: vec![false; smids + 1],
+                pending: Vec::new(),
+                producer: Vec::new(),
+                host_index: Vec::new(),
+                posted_at: Vec::new(),
+                mask: 0xFFFF_FFFF,
+                intr_status: 0,
+                raised: Vec::new(),
+                lds,
+                violations: Vec::new(),
+                warnings: Vec::new(),
+                fail_next: VecDeque::new(),
+                fail_next_init: None,
+                hold_next: 0,
+                zero_reads: 0,
+                rng,
+                replies_posted: 0,
+                commands_accepted: 0,
+                resets: 0,
+            }),
+            mem,
+        })
+    }
+
+    /// The DMA address space (allocate driver memory and test buffers from it).
+    pub fn memory(&self) -> &Arc<FakeMemory> {
+        &self.mem
+    }
+    /// A [`devhal::Dma`] allocator over the model's memory.
+    pub fn dma(&self) -> FakeDma {
+        self.mem.dma()
+    }
+    /// Register handle.
+    pub fn mmio(self: &Arc<Self>) -> FakeMmio {
+        FakeMmio(Arc::clone(self))
+    }
+    /// Delay handle.
+    pub fn delay(self: &Arc<Self>) -> FakeDelay {
+        FakeDelay(Arc::clone(self))
+    }
+
+    /// Protocol violations so far (§9.3), with details.
+    pub fn violations(&self) -> Vec<(Violation, String)> {
+        self.st.lock().violations.clone()
+    }
+    /// Whether `v` was recorded.
+    pub fn has(&self, v: Violation) -> bool {
+        let s = self.st.lock();
+        s.violations.iter().chain(s.warnings.iter()).any(|(x, _)| *x == v)
+    }
+    /// Warnings (DCMD off queue 0, unknown capability bits, RDPQ).
+    pub fn warnings(&self) -> Vec<(Violation, String)> {
+        self.st.lock().warnings.clone()
+    }
+    /// Stray DMA recorded by the address space.
+    pub fn dma_violations(&self) -> Vec<String> {
+        self.mem.violations()
+    }
+    /// Checks that every posted reply was consumed (call when the driver should be idle).
+    pub fn audit(&self) {
+        let mut s = self.st.lock();
+        for q in 0..s.producer.len() {
+            if s.producer[q] != s.host_index[q] {
+                let d = format!("queue {q}: producer {} host index {}", s.producer[q], s.host_index[q]);
+                s.violate(Violation::RepliesNotConsumed, d);
+            }
+        }
+    }
+    /// Virtual time.
+    pub fn now_us(&self) -> u64 {
+        self.st.lock().clock
+    }
+    /// Current SP0 state nibble.
+    pub fn fw_state(&self) -> u8 {
+        self.st.lock().state
+    }
+    /// Commands accepted, replies posted, resets.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let s = self.st.lock();
+        (s.commands_accepted, s.replies_posted, s.resets)
+    }
+    /// Commands accepted and not yet replied to.
+    pub fn in_flight(&self) -> usize {
+        self.st.lock().pending.len()
+    }
+
+    /// Advances the virtual clock, running state transitions and posting due replies.
+    pub fn advance(&self, us: u64) {
+        let mut s = self.st.lock();
+        s.clock += us;
+        s.tick(&self.mem);
+    }
+
+    /// Vectors with a reply interrupt pending and not masked (cleared by this call).
+    pub fn take_vectors(&self) -> Vec<u16> {
+        let mut s = self.st.lock();
+        if s.mask & 0x8 != 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (i, r) in s.raised.iter_mut().enumerate() {
+            if core::mem::take(r) {
+                out.push(i as u16);
+            }
+        }
+        out
+    }
+    /// Whether the INTx line is asserted.
+    pub fn intx_asserted(&self) -> bool {
+        let s = self.st.lock();
+        s.intr_status & !s.mask & 0x9 != 0
+    }
+
+    // ----- injection -----
+
+    /// The next LD command completes with this failure.
+    pub fn fail_next_io(&self, f: Failure) {
+        self.st.lock().fail_next.push_back(f);
+    }
+    /// The next IOC INIT fails with this status.
+    pub fn fail_next_init(&self, status: u8) {
+        self.st.lock().fail_next_init = Some(status);
+    }
+    /// The next `n` LD read/write commands are accepted but never complete (until a reset).
+    pub fn hold_next_io(&self, n: u32) {
+        self.st.lock().hold_next = n;
+    }
+    /// Spontaneous FAULT: every command is dropped (never completes).
+    pub fn inject_fault(&self, code: u16, sub: u8, resettable: bool) {
+        let mut s = self.st.lock();
+        s.state = 0xF;
+        s.fault_bits = (u32::from(code & 0xFFF) << 16) | (u32::from(sub) << 8) | (u32::from(resettable) << 1);
+        s.forget_commands();
+        s.intr_status |= 0x1;
+    }
+    /// The next `n` register reads return 0 (Aero glitch).
+    pub fn zero_reads(&self, n: u32) {
+        self.st.lock().zero_reads = n;
+    }
+    /// A hostile device: posts a reply for `smid` on `queue` that no command asked for.
+    pub fn inject_bogus_reply(&self, queue: u16, smid: u16) {
+        let mut s = self.st.lock();
+        let p = Pending {
+            smid,
+            queue,
+            ready_at: 0,
+            work: Work::ReplyOnly,
+        };
+        if usize::from(smid) < s.outstanding.len() {
+            s.post(&self.mem, p);
+        } else if let Some(init) = s.init {
+            // Out of the SMID range: store the descriptor by hand.
+            let q = usize::from(queue);
+            let slot = init.replies + 8 * (u64::from(init.depth) * q as u64 + u64::from(s.producer[q]));
+            self.mem
+                .write_u64("bogus reply", slot, u64::from(queue as u8) << 8 | u64::from(smid) << 16);
+            s.producer[q] = (s.producer[q] + 1) % init.depth;
+            let now = s.clock;
+            s.posted_at[q].push_back(now);
+            s.raised[q] = true;
+        }
+    }
+
+    /// Reads LD `target`'s backing store.
+    pub fn ld_bytes(&self, target: u8, off: usize, len: usize) -> Vec<u8> {
+        let s = self.st.lock();
+        let ld = s.lds.iter().find(|l| l.target == target).expect("no such LD");
+        ld.data[off..off + len].to_vec()
+    }
+    /// Writes LD `target`'s backing store.
+    pub fn set_ld_bytes(&self, target: u8, off: usize, data: &[u8]) {
+        let mut s = self.st.lock();
+        let ld = s.lds.iter_mut().find(|l| l.target == target).expect("no such LD");
+        ld.data[off..off + data.len()].copy_from_slice(data);
+    }
+
+    fn read(&self, off: u32) -> u32 {
+        let mut s = self.st.lock();
+        s.tick(&self.mem);
+        if s.zero_reads > 0 && s.cfg.generation == Generation::Aero {
+            s.zero_reads -= 1;
+            return 0;
+        }
+        match off {
+            0x000 => u32::from(s.clock < s.doorbell_busy_until),
+            0x008 => (u32::from(s.drwe) << 7) | (u32::from(s.reset_until.is_some()) << 2),
+            0x030 => s.intr_status,
+            0x034 => s.mask,
+            0x0B0 => s.sp0(),
+            0x0B4 => s.sp1(),
+            0x0B8 => {
+                if s.cfg.generation >= Generation::Ventura {
+                    0x40 << 16
+                } else {
+                    u32::from(s.cfg.raw_cmds)
+                }
+            }
+            0x0BC if s.cfg.generation >= Generation::Ventura => 12,
+            _ => 0,
+        }
+    }
+
+    fn write(&self, off: u32, v: u32) {
+        let mut s = self.st.lock();
+        s.tick(&self.mem);
+        match off {
+            0x000 => s.doorbell(v),
+            0x004 => {
+                const KEYS: [u32; 7] = [0x0, 0xF, 0x4, 0xB, 0x2, 0x7, 0xD];
+                if v == KEYS[0] {
+                    s.diag_keys = 1;
+                } else if s.diag_keys < 7 && v == KEYS[s.diag_keys] {
+                    s.diag_keys += 1;
+                } else {
+                    s.diag_keys = 0;
+                }
+                if s.diag_keys == 7 {
+                    s.drwe = true;
+                }
+            }
+            0x008 if s.drwe && v & 0x4 != 0 && !s.dead => s.adapter_reset(),
+            0x030 => s.intr_status &= !v,
+            0x034 => s.mask = v,
+            0x06C => {
+                if s.combined() {
+                    s.violate(
+                        Violation::HostIndexWrongRegister,
+                        format!("0x6C written in combined mode: {v:#x}"),
+                    );
+                } else {
+                    let q = (v >> 24) as usize;
+                    s.host_index_write(&self.mem, q, v & 0x00FF_FFFF);
+                }
+            }
+            o if (0x30C..0x30C + 16 * 0x10).contains(&o) && (o - 0x30C) % 0x10 == 0 => {
+                if !s.combined() {
+                    s.violate(
+                        Violation::HostIndexWrongRegister,
+                        format!("{o:#x} written outside combined mode"),
+                    );
+                } else {
+                    let q = ((o - 0x30C) / 0x10 * 8 + ((v >> 24) & 7)) as usize;
+                    s.host_index_write(&self.mem, q, v & 0x00FF_FFFF);
+                }
+            }
+            0x0C0 => {
+                if s.latched_low.is_some() {
+                    s.violate(Violation::LowTwice, format!("0xC0 written twice ({v:#x})"));
+                }
+                s.latched_low = Some(v);
+            }
+            0x0C4 => match s.latched_low.take() {
+                Some(lo) => s.commit(&self.mem, (u64::from(v) << 32) | u64::from(lo), false),
+                None => s.violate(Violation::HighWithoutFreshLow, format!("0xC4 {v:#x} without 0xC0")),
+            },
+            0x0C8 => {
+                if !s.atomic_ok {
+                    s.violate(Violation::AtomicPortNotAllowed, format!("0xC8 {v:#x}"));
+                    if s.state == 0xB && v & 0x0E == 0x02 {
+                        s.violate(Violation::IocInitViaAtomicPort, String::new());
+                    }
+                } else {
+                    s.commit(&self.mem, u64::from(v), true);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl State {
+    fn violate(&mut self, v: Violation, detail: String) {
+        log::debug!("fake fusion: violation {v:?}: {detail}");
+        self.violations.push((v, detail));
+    }
+
+    fn warn(&mut self, v: Violation, detail: String) {
+        self.warnings.push((v, detail));
+    }
+
+    fn rand(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    fn max_fw_cmds(&self) -> u16 {
+        self.cfg.raw_cmds - 1
+    }
+
+    fn max_num_sge(&self) -> usize {
+        let unit = if self.cfg.chain_512 { 512 } else { 128 };
+        let chain = (u32::from(self.cfg.chain_units) * unit).max(1024);
+        let v = 6 + chain / 16;
+        (1u32 << (31 - v.leading_zeros())) as usize
+    }
+
+    fn combined(&self) -> bool {
+        match (self.init, self.cfg.generation.combined_above()) {
+            (Some(i), Some(c)) => i.queues > c,
+            _ => false,
+        }
+    }
+
+    fn sp0(&self) -> u32 {
+        let st = u32::from(self.state) << 28;
+        if self.state == 0xF {
+            st | self.fault_bits
+        } else {
+            st | (u32::from(self.cfg.msix_capable) << 26) | u32::from(self.cfg.raw_cmds)
+        }
+    }
+
+    fn sp1(&self) -> u32 {
+        let c = &self.cfg;
+        let q = u32::from(c.fw_queues.max(1) - 1);
+        let qfield = if c.generation == Generation::Thunderbolt {
+            q & 0x1F
+        } else {
+            (q & 0xFF) << 14
+        };
+        qfield
+            | (u32::from(c.chain_units & 0x1F) << 5)
+            | (u32::from(c.chain_512) << 22)
+            | (u32::from(c.rdpq) << 23)
+            | (u32::from(c.bit24) << 24)
+            | (u32::from(c.ctrl64) << 25)
+    }
+
+    fn tick(&mut self, mem: &FakeMemory) {
+        while let Some(&(at, st)) = self.transitions.front() {
+            if at > self.clock {
+                break;
+            }
+            self.transitions.pop_front();
+            self.state = st;
+            if st == 0x4 {
+                self.reset_until = None;
+            }
+        }
+        if self.state != 0xC || self.pending.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.pending.len() {
+            let p = &self.pending[i];
+            let hold = matches!(&p.work, Work::Ld(c) if c.held);
+            if p.ready_at <= self.clock && !hold {
+                let p = self.pending.swap_remove(i);
+                if !self.post(mem, p) {
+                    break;
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn forget_commands(&mut self) {
+        self.pending.clear();
+        self.outstanding.iter_mut().for_each(|o| *o = false);
+        self.init = None;
+        self.atomic_ok = false;
+        self.latched_low = None;
+        self.producer.clear();
+        self.host_index.clear();
+        self.posted_at.clear();
+        self.raised.clear();
+    }
+
+    fn adapter_reset(&mut self) {
+        // A driver drains its queues before a reset; a reply left for 100 ms was never seen.
+        let stale = self.clock.saturating_sub(100_000);
+        for q in 0..self.posted_at.len() {
+            if self.posted_at[q].front().is_some_and(|&t| t < stale) {
+                let d = format!(
+                    "queue {q}: {} replies never consumed before the reset",
+                    self.posted_at[q].len()
+                );
+                self.violate(Violation::RepliesNotConsumed, d);
+            }
+        }
+        self.forget_commands();
+        self.resets += 1;
+        self.drwe = false;
+        self.diag_keys = 0;
+        self.fault_bits = 0;
+        self.state = 0x1;
+        let t = self.clock;
+        self.reset_until = Some(t + 200_000);
+        self.transitions = VecDeque::from(vec![(t + 200_000, 0x4), (t + 250_000, 0xB)]);
+    }
+
+    fn doorbell(&mut self, v: u32) {
+        if self.clock < self.doorbell_busy_until {
+            self.violate(Violation::DoorbellWhileBusy, format!("doorbell {v:#x} while bit 0 set"));
+        }
+        self.doorbell_busy_until = self.clock + self.cfg.doorbell_busy_us;
+        let t = self.clock;
+        let d = self.cfg.state_delay_us;
+        match (v, self.state) {
+            (0x20, _) => {
+                self.forget_commands();
+                self.dead = true;
+                self.state = 0xF;
+                self.fault_bits = 0;
+            }
+            (0x07, 0xC) => {
+                self.forget_commands();
+                self.transitions = VecDeque::from(vec![(t + 100, 0xB)]);
+            }
+            (0x18, 0x6) => {
+                self.transitions = if self.handshake_then_boot_msg {
+                    VecDeque::from(vec![(t + 100, 0x9)])
+                } else {
+                    VecDeque::from(vec![(t + d, 0x4), (t + 2 * d, 0xB)])
+                };
+            }
+            (0x10, 0x9) => self.transitions = VecDeque::from(vec![(t + d, 0x4), (t + 2 * d, 0xB)]),
+            _ => self.violate(
+                Violation::DoorbellWrongState,
+                format!("doorbell {v:#x} in state {:#x}", self.state),
+            ),
+        }
+    }
+
+    fn host_index_write(&mut self, mem: &FakeMemory, q: usize, idx: u32) {
+        let Some(init) = self.init else {
+            return;
+        };
+        if q >= usize::from(init.queues) {
+            self.violate(Violation::HostIndexWrongQueue, format!("queue {q} of {}", init.queues));
+            return;
+        }
+        if idx >= init.depth {
+            self.violate(
+                Violation::HostIndexBeyondDepth,
+                format!("queue {q} index {idx} depth {}", init.depth),
+            );
+            return;
+        }
+        let d = init.depth;
+        let old = self.host_index[q];
+        let ahead = (self.producer[q] + d - old) % d;
+        let moved = (idx + d - old) % d;
+        if moved > ahead {
+            self.violate(
+                Violation::HostIndexBeyondProducer,
+                format!(
+                    "queue {q} index {idx}, consumer was {old}, producer {}",
+                    self.producer[q]
+                ),
+            );
+            return;
+        }
+        // The driver restores every slot it consumed to all-ones before moving the index past it.
+        let mut i = old;
+        while i != idx {
+            let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(i));
+            if mem.read_u64("reply slot", slot) != Some(ALL_ONES) {
+                self.violate(
+                    Violation::HostIndexSkipsReplies,
+                    format!("queue {q}: index moved {old} -> {idx} past unconsumed slot {i}"),
+                );
+                break;
+            }
+            i = (i + 1) % d;
+        }
+        self.host_index[q] = idx;
+        for _ in 0..moved {
+            self.posted_at[q].pop_front();
+        }
+        // Replies held back by a full queue can go now.
+        self.tick(mem);
+    }
+
+    fn commit(&mut self, mem: &FakeMemory, d: u64, atomic: bool) {
+        let flags = d as u8;
+        let msix = (d >> 8) as u8;
+        let smid = (d >> 16) as u16;
+        if self.dead || self.state == 0xF {
+            return;
+        }
+        if flags & 0x0F == 0x02 {
+            // MFA: IOC INIT.
+            if flags != 0x02 {
+                self.violate(Violation::InitFrameMisaligned, format!("MFA flags byte {flags:#x}"));
+                return;
+            }
+            if atomic {
+                self.violate(Violation::IocInitViaAtomicPort, String::new());
+                return;
+            }
+            match self.state {
+                0xC => self.violate(Violation::IocInitTwice, String::new()),
+                0xB => self.ioc_init(mem, d & !0xFF),
+                s => self.violate(Violation::PostNotOperational, format!("IOC INIT in state {s:#x}")),
+            }
+            return;
+        }
+        let Some(init) = self.init.filter(|_| self.state == 0xC) else {
+            self.violate(
+                Violation::PostNotOperational,
+                format!("descriptor {d:#x} in state {:#x}", self.state),
+            );
+            return;
+        };
+        if smid == 0 || smid > self.max_fw_cmds() {
+            self.violate(Violation::BadSmid, format!("SMID {smid}"));
+            return;
+        }
+        if self.outstanding[usize::from(smid)] {
+            self.violate(Violation::SmidOutstanding, format!("SMID {smid}"));
+            return;
+        }
+        if (init.vectors == 0 && msix != 0) || (init.vectors > 0 && msix >= init.vectors) {
+            self.violate(
+                Violation::BadMsixIndex,
+                format!("MSIxIndex {msix} with {} vectors", init.vectors),
+            );
+            return;
+        }
+        let frame_addr = init.frames + 256 * u64::from(smid);
+        let mut frame = [0u8; 256];
+        if !mem.read("request frame", frame_addr, &mut frame) {
+            return;
+        }
+        let function = frame[3];
+        let work = match (flags, function) {
+            (0x00, 0xF0) => {
+                if msix != 0 {
+                    self.warn(Violation::DcmdOffQueue0, format!("DCMD SMID {smid} on queue {msix}"));
+                }
+                match self.passthrough(mem, &frame) {
+                    Some(()) => Work::ReplyOnly,
+                    None => return,
+                }
+            }
+            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init) {
+                Some(c) => Work::Ld(c),
+                None => return,
+            },
+            (0x06, 0x01) => Work::ReplyOnly,
+            (0x0C, _) => {
+                self.violate(Violation::FastPathWithoutMap, format!("SMID {smid}"));
+                return;
+            }
+            (_, f) if !matches!(f, 0xF0 | 0xF1 | 0x01) => {
+                self.violate(Violation::BadFunction, format!("SMID {smid} Function {f:#x}"));
+                return;
+            }
+            _ => {
+                self.violate(
+                    Violation::DescriptorFunctionMismatch,
+                    format!("descriptor {flags:#x} with Function {function:#x}"),
+                );
+                return;
+            }
+        };
+        let delay = match &work {
+            Work::ReplyOnly => self.cfg.dcmd_reply_delay_us,
+            Work::Ld(_) => {
+                let (lo, hi) = self.cfg.io_delay_us;
+                lo + self.rand() % (hi - lo + 1)
+            }
+        };
+        self.outstanding[usize::from(smid)] = true;
+        self.commands_accepted += 1;
+        let ready_at = self.clock + delay;
+        self.pending.push(Pending {
+            smid,
+            queue: u16::from(msix),
+            ready_at,
+            work,
+        });
+    }
+
+    fn check_addr(&mut self, what: &str, addr: u64, len: u64) -> bool {
+        if addr == u64::MAX && self.cfg.generation >= Generation::Ventura {
+            self.violate(Violation::AllOnesAddress, String::from(what));
+            return false;
+        }
+        if addr == 0 || !addr.is_multiple_of(16) {
+            self.violate(
+                Violation::InitBadFrame,
+                format!("{what} address {addr:#x} zero or misaligned"),
+            );
+            return false;
+        }
+        let end = addr.saturating_add(len);
+        if !self.cfg.ctrl64 && end > 1 << 32 {
+            self.violate(Violation::AddressAbove4G, format!("{what} {addr:#x}"));
+            return false;
+        }
+        if (addr >> 32) != ((end - 1) >> 32) {
+            self.violate(
+                Violation::AddressAbove4G,
+                format!("{what} {addr:#x}+{len:#x} crosses 4 GiB"),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn ioc_init(&mut self, mem: &FakeMemory, frame_addr: u64) {
+        let mut mfi = [0u8; 64];
+        if !mem.read("IOC INIT MFI frame", frame_addr, &mut mfi) {
+            return;
+        }
+        let fail = |s: &mut Self, v: Violation, d: String| {
+            s.violate(v, d);
+            mem.write("IOC INIT status", frame_addr + 2, &[0x03]);
+        };
+        if mfi[2] != 0xFF {
+            return fail(
+                self,
+                Violation::InitStatusNotPreset,
+                format!("cmd_status {:#x}", mfi[2]),
+            );
+        }
+        if mfi[0] != 0 || le32(&mfi, 0x14) != 72 {
+            return fail(
+                self,
+                Violation::InitBadFrame,
+                format!("cmd {:#x} len {}", mfi[0], le32(&mfi, 0x14)),
+            );
+        }
+        let caps = le32(&mfi, 0x04);
+        if caps >> 17 != 0 {
+            self.warn(Violation::InitBadFrame, format!("unknown capability bits {caps:#x}"));
+        }
+        let req_addr = le64(&mfi, 0x18);
+        let mut r = [0u8; 72];
+        if !mem.read("IOC INIT request", req_addr, &mut r) {
+            return fail(self, Violation::InitBadFrame, format!("request at {req_addr:#x}"));
+        }
+        if r[0] != 4 || r[3] != 2 || le16(&r, 0x0C) != 0x0200 || le16(&r, 0x0E) != 0x1000 || le16(&r, 0x1A) != 64 {
+            return fail(
+                self,
+                Violation::InitBadFrame,
+                format!("request header {:x?}", &r[..0x20]),
+            );
+        }
+        if r[0x16] != 0 && r[0x16] != 12 {
+            return fail(self, Violation::InitBadFrame, format!("HostPageSize {}", r[0x16]));
+        }
+        if r[7] & 1 != 0 {
+            if !self.cfg.rdpq {
+                return fail(self, Violation::RdpqNotSupported, String::new());
+            }
+            return fail(
+                self,
+                Violation::InitBadFrame,
+                String::from("RDPQ array mode is not modelled"),
+            );
+        }
+        let depth = u32::from(le16(&r, 0x1C));
+        let min_depth = u32::from(self.cfg.raw_cmds).min(16384);
+        if depth == 0 || depth % 16 != 0 || depth < min_depth {
+            return fail(self, Violation::BadQueueDepth, format!("depth {depth}"));
+        }
+        let vectors = r[0x17];
+        if vectors > 0
+            && (!self.cfg.msix_capable
+                || u16::from(vectors) > self.cfg.fw_queues
+                || u16::from(vectors) > self.cfg.msix_table)
+        {
+            return fail(self, Violation::TooManyMsixVectors, format!("{vectors} vectors"));
+        }
+        let sense_hi = le32(&r, 0x20);
+        if sense_hi != 0 && !self.cfg.ctrl64 {
+            return fail(self, Violation::AddressAbove4G, format!("sense high {sense_hi:#x}"));
+        }
+        let frames = le64(&r, 0x28);
+        let replies = le64(&r, 0x30);
+        let queues = u16::from(vectors.max(1));
+        let frames_len = 256 * (u64::from(self.max_fw_cmds()) + 1);
+        let replies_len = 8 * u64::from(depth) * u64::from(queues);
+        if !self.check_addr("request frames", frames, frames_len)
+            || !self.check_addr("reply queues", replies, replies_len)
+        {
+            mem.write("IOC INIT status", frame_addr + 2, &[0x03]);
+            return;
+        }
+        if !mem.contains(frames, frames_len as usize) || !mem.contains(replies, replies_len as usize) {
+            return fail(
+                self,
+                Violation::InitBadFrame,
+                String::from("frames or reply queues outside DMA memory"),
+            );
+        }
+        let mut slots = vec![0u8; replies_len as usize];
+        mem.read("reply queues", replies, &mut slots);
+        if let Some(i) = slots.iter().position(|&b| b != 0xFF) {
+            return fail(
+                self,
+                Violation::ReplySlotsNotAllOnes,
+                format!("byte {i} of the reply queues"),
+            );
+        }
+        if let Some(status) = self.fail_next_init.take() {
+            mem.write("IOC INIT status", frame_addr + 2, &[status]);
+            return;
+        }
+        self.init = Some(Init {
+            frames,
+            replies,
+            depth,
+            queues,
+            vectors,
+            sense_hi,
+        });
+        self.producer = vec![0; usize::from(queues)];
+        self.posted_at = vec![VecDeque::new(); usize::from(queues)];
+        self.host_index = vec![0; usize::from(queues)];
+        self.raised = vec![false; usize::from(queues)];
+        self.outstanding.iter_mut().for_each(|o| *o = false);
+        self.state = 0xC;
+        self.atomic_ok = self.cfg.generation == Generation::Aero && self.cfg.bit24;
+        mem.write("IOC INIT status", frame_addr + 2, &[0x00]);
+    }
+
+    fn passthrough(&mut self, mem: &FakeMemory, frame: &[u8; 256]) -> Option<()> {
+        let sge = &frame[0x80..0x90];
+        if frame[2] != 8 || sge[15] & 0x80 == 0 || le32(sge, 8) < 64 {
+            self.violate(
+                Violation::BadPassthrough,
+                format!("ChainOffset {} SGE flags {:#x} len {}", frame[2], sge[15], le32(sge, 8)),
+            );
+            return None;
+        }
+        let mfi_addr = le64(sge, 0);
+        let mut mfi = [0u8; 64];
+        if !mem.read("MFI frame", mfi_addr, &mut mfi) {
+            return None;
+        }
+        let status = if mfi[0] != 0x05 {
+            0x01
+        } else {
+            let opcode = le32(&mfi, 0x18);
+            if self.cfg.fault_on_dcmd == Some(opcode) {
+                self.state = 0xF;
+                self.fault_bits = (0x0DC << 16) | (1 << 1);
+                self.forget_commands();
+                return None;
+            }
+            let flags = le16(&mfi, 0x10);
+            let (addr, len) = if mfi[7] == 0 {
+                (0, 0)
+            } else if flags & 0x2 != 0 {
+                (le64(&mfi, 0x28), le32(&mfi, 0x30))
+            } else {
+                (u64::from(le32(&mfi, 0x28)), le32(&mfi, 0x2C))
+            };
+            self.dcmd(mem, opcode, &mfi[0x1C..0x28], addr, len as usize)
+        };
+        mem.write("MFI cmd_status", mfi_addr + 2, &[status]);
+        Some(())
+    }
+
+    fn dcmd(&mut self, mem: &FakeMemory, opcode: u32, mbox: &[u8], addr: u64, len: usize) -> u8 {
+        let mut out = vec![0u8; len];
+        let put = |out: &mut Vec<u8>, off: usize, b: &[u8]| {
+            if off + b.len() <= out.len() {
+                out[off..off + b.len()].copy_from_slice(b);
+            }
+        };
+        let lds: Vec<(u8, u64)> = self.lds.iter().map(|l| (l.target, l.blocks)).collect();
+        match opcode {
+            0x0101_0000 => {
+                if len < 2048 {
+                    return 0x03;
+                }
+                put(&mut out, 0, &0x1000u16.to_le_bytes());
+                let dev: u16 = match self.cfg.generation {
+                    Generation::Thunderbolt => 0x005B,
+                    Generation::Invader => 0x005D,
+                    Generation::Ventura => 0x0014,
+                    Generation::Aero => 0x10E2,
+                };
+                put(&mut out, 2, &dev.to_le_bytes());
+                put(&mut out, 0xB4, &1u32.to_le_bytes());
+                put(&mut out, 0xC0, b"5.160.02-FAKE");
+                put(&mut out, 0x540, b"MegaRAID Fusion model");
+                put(&mut out, 0x590, b"FAKE0001");
+                put(&mut out, 0x5B8, &self.cfg.raw_cmds.to_le_bytes());
+                put(&mut out, 0x5BA, &(self.max_num_sge() as u16).to_le_bytes());
+                put(&mut out, 0x5BC, &2048u32.to_le_bytes());
+                put(&mut out, 0x5C0, &(lds.len() as u16).to_le_bytes());
+                let on_off = u32::from(self.cfg.ocr_disabled) << 10;
+                put(&mut out, 0x620, &on_off.to_le_bytes());
+                let _ = mbox;
+            }
+            0x0301_0000 => {
+                if len < 8 + 16 * lds.len() {
+                    return 0x03;
+                }
+                put(&mut out, 0, &(lds.len() as u32).to_le_bytes());
+                for (i, (t, blocks)) in lds.iter().enumerate() {
+                    let e = 8 + 16 * i;
+                    put(&mut out, e, &[*t]);
+                    put(&mut out, e + 4, &[3]);
+                    put(
+                        &mut out,
+                        e + 8,
+                        &(blocks * u64::from(self.cfg.block_size) / 512).to_le_bytes(),
+                    );
+                }
+            }
+            0x0301_0100 => {
+                put(&mut out, 0, &(12 + lds.len() as u32).to_le_bytes());
+                put(&mut out, 4, &(lds.len() as u32).to_le_bytes());
+                for (i, (t, _)) in lds.iter().enumerate() {
+                    put(&mut out, 12 + i, &[*t]);
+                }
+            }
+            0x0201_0100 => put(&mut out, 0, &8u32.to_le_bytes()),
+            0x0110_1000 | 0x0105_0000 => {}
+            _ => return 0x02,
+        }
+        if len > 0 && !mem.write("DCMD data", addr, &out) {
+            return 0x03;
+        }
+        0x00
+    }
+
+    fn ld_command(&mut self, mem: &FakeMemory, frame_addr: u64, f: &[u8; 256], flags: u8, init: Init) -> Option<LdCmd> {
+        let cdb = &f[0x40..0x50];
+        let (kind, want_dir, blocks) = match cdb[0] {
+            0x08 | 0x0A => {
+                let lba = u64::from(u32::from_be_bytes([0, cdb[1] & 0x1F, cdb[2], cdb[3]]));
+                let b = if cdb[4] == 0 { 256 } else { u32::from(cdb[4]) };
+                (rw(cdb[0] == 0x0A, lba, b), Some(cdb[0] == 0x0A), Some(b))
+            }
+            0x28 | 0x2A => {
+                let lba = u64::from(u32::from_be_bytes([cdb[2], cdb[3], cdb[4], cdb[5]]));
+                let b = u32::from(u16::from_be_bytes([cdb[7], cdb[8]]));
+                (rw(cdb[0] == 0x2A, lba, b), Some(cdb[0] == 0x2A), Some(b))
+            }
+            0xA8 | 0xAA => {
+                let lba = u64::from(u32::from_be_bytes([cdb[2], cdb[3], cdb[4], cdb[5]]));
+                let b = u32::from_be_bytes([cdb[6], cdb[7], cdb[8], cdb[9]]);
+                (rw(cdb[0] == 0xAA, lba, b), Some(cdb[0] == 0xAA), Some(b))
+            }
+            0x88 | 0x8A => {
+                let lba = u64::from_be_bytes(cdb[2..10].try_into().unwrap_or([0; 8]));
+                let b = u32::from_be_bytes([cdb[10], cdb[11], cdb[12], cdb[13]]);
+                (rw(cdb[0] == 0x8A, lba, b), Some(cdb[0] == 0x8A), Some(b))
+            }
+            0x9E if cdb[1] & 0x1F == 0x10 => (LdKind::ReadCapacity16, Some(false), None),
+            0x25 => (LdKind::ReadCapacity10, Some(false), None),
+            0x12 => (LdKind::Inquiry, Some(false), None),
+            0x00 | 0x35 | 0x91 => (LdKind::NoData, None, None),
+            _ => (LdKind::Unsupported, None, None),
+        };
+        let is_rw = matches!(kind, LdKind::Read { .. } | LdKind::Write { .. });
+        if is_rw != (flags != 0x00) {
+            self.violate(
+                Violation::DescriptorFunctionMismatch,
+                format!("descriptor {flags:#x} with CDB {:#x}", cdb[0]),
+            );
+            return None;
+        }
+        let control = le32(f, 0x3C);
+        let want_control = match want_dir {
+            Some(true) => 0x0100_0000,
+            Some(false) => 0x0200_0000,
+            None => 0,
+        };
+        if control != want_control && !matches!(kind, LdKind::Unsupported) {
+            self.violate(
+                Violation::DirectionMismatch,
+                format!("Control {control:#x} for CDB {:#x}", cdb[0]),
+            );
+            return None;
+        }
+        let data_len = le32(f, 0x1C);
+        if let Some(b) = blocks {
+            let want = u64::from(b) * u64::from(self.cfg.block_size);
+            if u64::from(data_len) != want {
+                self.violate(
+                    Violation::DataLengthMismatch,
+                    format!("DataLength {data_len}, CDB wants {want}"),
+                );
+                return None;
+            }
+        }
+        if f[0x12] == 0 {
+            self.violate(Violation::SenseLengthZero, String::new());
+            return None;
+        }
+        let sense = u64::from(le32(f, 0x0C)) | (u64::from(init.sense_hi) << 32);
+        if !mem.contains(sense, 96) {
+            self.violate(Violation::SenseOutsidePool, format!("sense at {sense:#x}"));
+            return None;
+        }
+        let sgl = self.walk_sgl(mem, f)?;
+        let sum: u64 = sgl.iter().map(|s| u64::from(s.1)).sum();
+        if sum != u64::from(data_len) {
+            self.violate(
+                Violation::SglLengthMismatch,
+                format!("SGEs {sum} DataLength {data_len}"),
+            );
+            return None;
+        }
+        let held = is_rw && self.hold_next > 0;
+        if held {
+            self.hold_next -= 1;
+        }
+        let fail = if is_rw { self.fail_next.pop_front() } else { None };
+        Some(LdCmd {
+            frame: frame_addr,
+            target: le16(f, 0),
+            kind,
+            sgl,
+            data_len,
+            sense,
+            held,
+            fail,
+        })
+    }
+
+    fn walk_sgl(&mut self, mem: &FakeMemory, f: &[u8; 256]) -> Option<Vec<(u64, u32)>> {
+        let g = self.cfg.generation;
+        let co = f[2];
+        if co != 0 && co != 0x0F {
+            self.violate(Violation::BadChainOffset, format!("ChainOffset {co:#x}"));
+            return None;
+        }
+        let claimed = if g.g35_raid_context() {
+            usize::from(le16(f, 0x60 + 0x1C) & 0x0FFF)
+        } else {
+            usize::from(f[0x60 + 0x19]) | (usize::from(f[0x60 + 0x1E]) << 8)
+        };
+        let eol = g.end_of_list_flag();
+        let mut sges: Vec<(u64, u32, u8)> = Vec::new();
+        let mut chain_seen = false;
+        for i in 0..8 {
+            let e = &f[0x80 + 16 * i..0x90 + 16 * i];
+            let flags = e[15];
+            if e.iter().all(|&b| b == 0) {
+                break;
+            }
+            if flags & 0x80 != 0 {
+                if i != 7 {
+                    self.violate(Violation::ChainNotInSlot7, format!("chain element in slot {i}"));
+                    return None;
+                }
+                if co != 0x0F {
+                    self.violate(
+                        Violation::BadChainOffset,
+                        String::from("chain element with ChainOffset 0"),
+                    );
+                    return None;
+                }
+                let len = le32(e, 8) as usize;
+                if claimed < 8 || len != 16 * (claimed - 7) {
+                    self.violate(
+                        Violation::ChainLengthMismatch,
+                        format!("chain Length {len}, num_sge {claimed}"),
+                    );
+                    return None;
+                }
+                let mut chain = vec![0u8; len];
+                if !mem.read("chain frame", le64(e, 0), &mut chain) {
+                    return None;
+                }
+                for c in chain.chunks(16) {
+                    if c[15] & 0x80 != 0 {
+                        self.violate(Violation::NestedChain, String::new());
+                        return None;
+                    }
+                    sges.push((le64(c, 0), le32(c, 8), c[15]));
+                }
+                chain_seen = true;
+                break;
+            }
+            sges.push((le64(e, 0), le32(e, 8), flags));
+        }
+        if co == 0x0F && !chain_seen {
+            self.violate(Violation::ChainOffsetWithoutChain, String::new());
+            return None;
+        }
+        if eol {
+            let n = sges.len();
+            if let Some(i) = sges.iter().position(|s| s.2 & 0x40 != 0)
+                && i + 1 < n
+            {
+                self.violate(Violation::EarlyEndOfList, format!("end of list on SGE {i} of {n}"));
+                return None;
+            }
+            if sges.last().is_some_and(|s| s.2 & 0x40 == 0) {
+                self.violate(Violation::MissingEndOfList, String::new());
+                return None;
+            }
+        }
+        if sges.len() != claimed {
+            self.violate(
+                Violation::NumSgeMismatch,
+                format!("num_sge {claimed}, SGEs {}", sges.len()),
+            );
+            return None;
+        }
+        if sges.len() > self.max_num_sge() {
+            self.violate(
+                Violation::TooManySges,
+                format!("{} SGEs, max {}", sges.len(), self.max_num_sge()),
+            );
+            return None;
+        }
+        for (i, s) in sges.iter().enumerate() {
+            if s.1 == 0 {
+                self.violate(Violation::ZeroLengthSge, format!("SGE {i}"));
+                return None;
+            }
+            if s.0 == u64::MAX && g >= Generation::Ventura {
+                self.violate(Violation::AllOnesAddress, format!("SGE {i}"));
+                return None;
+            }
+        }
+        Some(sges.into_iter().map(|s| (s.0, s.1)).collect())
+    }
+
+    /// Executes an LD command's data movement and status, then stores the reply.
+    fn post(&mut self, mem: &FakeMemory, p: Pending) -> bool {
+        let Some(init) = self.init else {
+            return true;
+        };
+        let q = usize::from(p.queue);
+        let d = init.depth;
+        if (self.producer[q] + 1) % d == self.host_index[q] {
+            self.violate(
+                Violation::QueueFull,
+                format!("queue {q}: producer {} caught the consumer", self.producer[q]),
+            );
+            self.pending.push(p);
+            return false;
+        }
+        if let Work::Ld(c) = &p.work {
+            self.execute(mem, c);
+        }
+        let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(self.producer[q]));
+        if mem.read_u64("reply slot", slot) != Some(ALL_ONES) {
+            self.violate(
+                Violation::ReplySlotNotFree,
+                format!("queue {q} slot {} not all-ones", self.producer[q]),
+            );
+        }
+        let reply = u64::from(p.queue as u8) << 8 | u64::from(p.smid) << 16;
+        mem.write_u64("reply descriptor", slot, reply);
+        self.producer[q] = (self.producer[q] + 1) % d;
+        let now = self.clock;
+        self.posted_at[q].push_back(now);
+        self.outstanding[usize::from(p.smid)] = false;
+        self.replies_posted += 1;
+        if init.vectors > 0 {
+            self.raised[q] = true;
+        } else {
+            self.intr_status |= 0x8;
+        }
+        true
+    }
+
+    fn execute(&mut self, mem: &FakeMemory, c: &LdCmd) {
+        let bs = u64::from(self.cfg.block_size);
+        let mut status = (0u8, 0u8, None);
+        let ld = self.lds.iter().position(|l| u16::from(l.target) == c.target);
+        let mut moved = c.data_len;
+        match (ld, c.kind, c.fail) {
+            (_, _, Some(f)) => {
+                status = (f.status, f.scsi_status, f.sense);
+                moved = 0;
+            }
+            (None, _, _) => {
+                status = (0x0C, 0, None);
+                moved = 0;
+            }
+            (Some(i), LdKind::Read { lba, blocks } | LdKind::Write { lba, blocks }, _) => {
+                let write = matches!(c.kind, LdKind::Write { .. });
+                if lba
+                    .checked_add(u64::from(blocks))
+                    .is_none_or(|e| e > self.lds[i].blocks)
+                {
+                    status = (0x2D, 0x02, Some((0x5, 0x21, 0x00)));
+                    moved = 0;
+                } else {
+                    let mut off = (lba * bs) as usize;
+                    for &(addr, len) in &c.sgl {
+                        let range = off..off + len as usize;
+                        if write {
+                            let mut buf = vec![0u8; len as usize];
+                            mem.read("write data", addr, &mut buf);
+                            self.lds[i].data[range].copy_from_slice(&buf);
+                        } else {
+                            mem.write("read data", addr, &self.lds[i].data[range]);
+                        }
+                        off += len as usize;
+                    }
+                }
+            }
+            (Some(i), LdKind::ReadCapacity16, _) => {
+                let mut b = [0u8; 32];
+                b[0..8].copy_from_slice(&(self.lds[i].blocks - 1).to_be_bytes());
+                b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
+                moved = self.scatter(mem, &c.sgl, &b);
+            }
+            (Some(i), LdKind::ReadCapacity10, _) => {
+                let mut b = [0u8; 8];
+                let last = u32::try_from(self.lds[i].blocks - 1).unwrap_or(u32::MAX);
+                b[0..4].copy_from_slice(&last.to_be_bytes());
+                b[4..8].copy_from_slice(&self.cfg.block_size.to_be_bytes());
+                moved = self.scatter(mem, &c.sgl, &b);
+            }
+            (Some(_), LdKind::Inquiry, _) => {
+                let mut b = [0u8; 36];
+                b[2] = 5;
+                b[4] = 31;
+                b[8..16].copy_from_slice(b"LSI     ");
+                b[16..32].copy_from_slice(b"MR Fusion model ");
+                moved = self.scatter(mem, &c.sgl, &b);
+            }
+            (Some(_), LdKind::NoData, _) => {}
+            (Some(_), LdKind::Unsupported, _) => {
+                status = (0x2D, 0x02, Some((0x5, 0x20, 0x00)));
+                moved = 0;
+            }
+        }
+        if let Some((key, asc, ascq)) = status.2 {
+            let mut s = [0u8; 18];
+            s[0] = 0x70;
+            s[2] = key;
+            s[7] = 10;
+            s[12] = asc;
+            s[13] = ascq;
+            mem.write("sense", c.sense, &s);
+        }
+        mem.write("RAID context status", c.frame + 0x76, &[status.1, status.0]);
+        mem.write_u32("DataLength", c.frame + 0x1C, moved);
+    }
+
+    fn scatter(&self, mem: &FakeMemory, sgl: &[(u64, u32)], data: &[u8]) -> u32 {
+        let mut off = 0usize;
+        for &(addr, len) in sgl {
+            if off >= data.len() {
+                break;
+            }
+            let n = (len as usize).min(data.len() - off);
+            mem.write("data", addr, &data[off..off + n]);
+            off += n;
+        }
+        off as u32
+    }
+}
+
+fn rw(write: bool, lba: u64, blocks: u32) -> LdKind {
+    if write {
+        LdKind::Write { lba, blocks }
+    } else {
+        LdKind::Read { lba, blocks }
+    }
+}

@@ -1,0 +1,42 @@
+//! MegaRAID SAS **Fusion** driver core (the MPT-based interface of SAS2208 and every later
+//! MegaRAID: SAS3108 "Invader", SAS35xx "Ventura", SAS39xx "Aero").
+//!
+//! Tested against the model of the firmware in [`fake`] only, not on hardware. The transport
+//! shares DCMD reply layouts, status decoding and the LD list with the MFI driver (`megasas`).
+//! No RAID map and no FastPath: every LD command takes the firmware LD-I/O path.
+//!
+//! Flow: [`match_pci`] → [`Controller::bring_up`] (writes a [`Report`], the first-boot
+//! diagnostic) → install vector handlers → [`Controller::enable_interrupts`] →
+//! [`Controller::submit`] / [`Controller::reap`] per vector → [`Controller::reset`] (OCR) on
+//! timeouts or FAULT. [`blkdev::Host`] binds it to the block layer.
+
+#![no_std]
+
+extern crate alloc;
+
+pub mod blkdev;
+mod controller;
+mod diag;
+mod error;
+mod mem;
+mod options;
+mod pci;
+pub mod regs;
+mod slot;
+mod sync;
+
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+
+pub use controller::{
+    Completion, Config, Controller, DCMD_CACHE_FLUSH, DCMD_CTRL_GET_INFO, DCMD_LD_GET_LIST, DCMD_SHUTDOWN, DCMD_SMIDS,
+    FRAME_SIZE, Health, IntxResult, IoOp, IoOutcome, IoRequest, Limits, LogicalDrive, Mistake, SENSE_SIZE, Stats,
+    outcome_retryable,
+};
+pub use devhal::{Delay, Dma, Mmio};
+pub use diag::{Report, Step};
+pub use error::Error;
+pub use megasas::{ControllerInfo, IoError, IoErrorKind, Segment};
+pub use options::Options;
+pub use pci::{FUSION_IDS, PciMatch, VENDOR_LSI, match_pci};
+pub use regs::Generation;

@@ -1,0 +1,116 @@
+//! Kernel command-line keys of the Fusion driver.
+//!
+//! `megasas.report_only=1` stops after bring-up (the first-boot diagnostic only: no block
+//! device is registered); `megasas.queues=N` caps the reply queues (and vectors) used;
+//! `megasas.bringup_ms=N` sets the overall bring-up deadline. The MFI driver's keys
+//! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
+//! `megasas.` key is an error naming the accepted ones.
+
+use crate::Error;
+
+/// Options parsed from the kernel command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `megasas.report_only=0|1`.
+    pub report_only: bool,
+    /// `megasas.queues=N` (1..=128).
+    pub max_queues: Option<u16>,
+    /// `megasas.bringup_ms=N` (1000..=600000).
+    pub bringup_ms: Option<u32>,
+}
+
+/// Keys of the MFI driver, accepted and ignored here.
+const MFI_KEYS: [&str; 3] = ["irq", "irq_cpu", "queue_depth"];
+
+impl Options {
+    /// Parses whitespace-separated words; words not starting with `megasas.` are ignored.
+    pub fn parse(cmdline: &str) -> Result<Self, Error> {
+        let mut out = Self::default();
+        for word in cmdline.split_ascii_whitespace() {
+            let Some(rest) = word.strip_prefix("megasas.") else {
+                continue;
+            };
+            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+            match key {
+                "report_only" => {
+                    out.report_only = match value {
+                        "1" | "" | "yes" | "on" => true,
+                        "0" | "no" | "off" => false,
+                        _ => return Err(bad("megasas.report_only", "0 or 1")),
+                    }
+                }
+                "queues" => {
+                    let n: u16 = value.parse().map_err(|_| bad("megasas.queues", "1..=128"))?;
+                    if !(1..=128).contains(&n) {
+                        return Err(bad("megasas.queues", "1..=128"));
+                    }
+                    out.max_queues = Some(n);
+                }
+                "bringup_ms" => {
+                    let n: u32 = value.parse().map_err(|_| bad("megasas.bringup_ms", "1000..=600000"))?;
+                    if !(1000..=600_000).contains(&n) {
+                        return Err(bad("megasas.bringup_ms", "1000..=600000"));
+                    }
+                    out.bringup_ms = Some(n);
+                }
+                k if MFI_KEYS.contains(&k) => {}
+                _ => {
+                    return Err(bad(
+                        "megasas option",
+                        "report_only, queues, bringup_ms (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies the options to a controller configuration.
+    pub fn apply(&self, cfg: &mut crate::Config) {
+        if let Some(q) = self.max_queues {
+            cfg.max_queues = q;
+        }
+        if let Some(ms) = self.bringup_ms {
+            cfg.bringup_budget_us = u64::from(ms) * 1000;
+        }
+    }
+}
+
+fn bad(what: &'static str, expected: &'static str) -> Error {
+    Error::BadConfig { what, expected }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
+        let o = Options::parse(
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000",
+        )
+        .unwrap();
+        assert_eq!(
+            o,
+            Options {
+                report_only: true,
+                max_queues: Some(8),
+                bringup_ms: Some(5000)
+            }
+        );
+        assert_eq!(Options::parse("quiet").unwrap(), Options::default());
+        assert!(Options::parse("megasas.report_only").unwrap().report_only);
+        for bad in [
+            "megasas.report_only=maybe",
+            "megasas.queues=0",
+            "megasas.queues=129",
+            "megasas.bringup_ms=10",
+            "megasas.fastpath=1",
+        ] {
+            assert!(Options::parse(bad).is_err(), "{bad}");
+        }
+        let mut cfg = crate::Config::new(crate::Generation::Aero, alloc::vec![0, 1]);
+        o.apply(&mut cfg);
+        assert_eq!((cfg.max_queues, cfg.bringup_budget_us), (8, 5_000_000));
+    }
+}

@@ -1,0 +1,7 @@
+//! Synchronisation facade: the atomics of the SMID slot protocol come from here, so the same code
+//! runs on `core` atomics and, under `--cfg loom`, on loom's model-checked ones.
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{AtomicU64, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};

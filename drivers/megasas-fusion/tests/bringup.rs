@@ -1,0 +1,225 @@
+//! Bring-up on every personality and from every firmware state, with the first-boot report.
+
+mod common;
+
+use common::*;
+use megasas_fusion::fake::{FakeConfig, StartState, Violation};
+use megasas_fusion::{Error, Generation};
+
+const ALL: [Generation; 4] = [
+    Generation::Thunderbolt,
+    Generation::Invader,
+    Generation::Ventura,
+    Generation::Aero,
+];
+
+#[test]
+fn brings_up_every_personality_and_finds_the_drives() {
+    for g in ALL {
+        let (fake, ctrl, report) = bring_up(FakeConfig::new(g), config(g, 4));
+        let ctrl = ctrl.unwrap_or_else(|e| panic!("{g}: {e}\n{report}"));
+        assert_eq!(ctrl.generation(), g);
+        assert_eq!(ctrl.queues(), 4, "{g}");
+        let drives: Vec<_> = ctrl
+            .drives()
+            .iter()
+            .map(|d| (d.target, d.blocks, d.block_size))
+            .collect();
+        assert_eq!(drives, [(0, 8192, 512), (3, 4096, 512)], "{g}");
+        assert_eq!(ctrl.uses_atomic_port(), g == Generation::Aero, "{g}");
+        assert_eq!(ctrl.flush_goes_to_firmware(), g == Generation::Aero, "{g}");
+        let l = ctrl.limits();
+        assert_eq!(
+            (l.raw_fw_cmds, l.max_fw_cmds, l.io_tags, l.reply_depth),
+            (256, 255, 251, 512)
+        );
+        assert_eq!(l.max_sge, 64);
+        assert!(!l.combined);
+        assert_eq!(ctrl.info().product, "MegaRAID Fusion model");
+        assert!(report.succeeded(), "{report}");
+        assert_eq!(fake.fw_state(), 0xC);
+        assert_clean(&fake);
+    }
+}
+
+#[test]
+fn brings_up_from_every_firmware_state() {
+    for start in [
+        StartState::PowerOn,
+        StartState::Ready,
+        StartState::WaitHandshake,
+        StartState::BootMessagePending,
+        StartState::Operational,
+        StartState::Fault { resettable: true },
+    ] {
+        for g in [Generation::Invader, Generation::Aero] {
+            let mut fc = FakeConfig::new(g);
+            fc.start = start;
+            let (fake, ctrl, report) = bring_up(fc, config(g, 2));
+            assert!(ctrl.is_ok(), "{start:?} {g}: {:?}\n{report}", ctrl.err());
+            assert_clean(&fake);
+            if let StartState::Fault { .. } = start {
+                assert_eq!(fake.counts().2, 1, "one diag reset");
+                assert!(report.to_string().contains("fault code 0x0A5"), "{report}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_unresettable_fault_fails_with_the_fault_codes_in_the_report() {
+    let mut fc = FakeConfig::invader();
+    fc.start = StartState::Fault { resettable: false };
+    let (fake, ctrl, report) = bring_up(fc, config(Generation::Invader, 1));
+    let Err(Error::FirmwareFault { sp0 }) = ctrl else {
+        panic!("{:?}", ctrl.err())
+    };
+    assert_eq!(sp0 >> 28, 0xF);
+    assert_eq!(fake.counts().2, 0, "no reset attempted");
+    let text = report.to_string();
+    assert!(
+        text.contains("RESULT: FAILED") && text.contains("not resettable"),
+        "{text}"
+    );
+}
+
+#[test]
+fn slow_firmware_hits_the_overall_deadline_not_one_per_state() {
+    let mut fc = FakeConfig::ventura();
+    // Each state just under the per-state limit: only the overall budget can stop this.
+    fc.state_delay_us = 4_000_000;
+    let mut cfg = config(Generation::Ventura, 1);
+    cfg.bringup_budget_us = 9_000_000;
+    let (fake, ctrl, report) = bring_up(fc, cfg);
+    assert!(
+        matches!(
+            ctrl,
+            Err(Error::Deadline {
+                budget_us: 9_000_000,
+                ..
+            })
+        ),
+        "{:?}",
+        ctrl.err()
+    );
+    assert!(fake.now_us() <= 9_100_000, "waited {} us", fake.now_us());
+    assert!(report.to_string().contains("deadline"), "{report}");
+}
+
+#[test]
+fn a_state_that_never_changes_fails_after_the_per_state_limit() {
+    let mut fc = FakeConfig::invader();
+    fc.state_delay_us = 1 << 40;
+    let (_, ctrl, _) = bring_up(fc, config(Generation::Invader, 1));
+    assert!(
+        matches!(
+            ctrl,
+            Err(Error::FirmwareStuck {
+                waited_us: 5_000_000,
+                ..
+            })
+        ),
+        "{:?}",
+        ctrl.err()
+    );
+}
+
+#[test]
+fn ioc_init_failure_is_reported() {
+    let fake = megasas_fusion::fake::FakeFusion::new(FakeConfig::aero());
+    fake.fail_next_init(0x03);
+    let mut report = megasas_fusion::Report::new();
+    let r = megasas_fusion::Controller::bring_up(
+        fake.mmio(),
+        &fake.dma(),
+        fake.delay(),
+        config(Generation::Aero, 1),
+        &mut report,
+    );
+    assert!(matches!(r, Err(Error::InitFailed { status: 3, .. })), "{:?}", r.err());
+    assert!(report.to_string().contains("IOC INIT: posting"));
+}
+
+#[test]
+fn aero_zero_reads_are_retried() {
+    let fake = megasas_fusion::fake::FakeFusion::new(FakeConfig::aero());
+    fake.zero_reads(3);
+    let mut report = megasas_fusion::Report::new();
+    let r = megasas_fusion::Controller::bring_up(
+        fake.mmio(),
+        &fake.dma(),
+        fake.delay(),
+        config(Generation::Aero, 2),
+        &mut report,
+    );
+    assert!(r.is_ok(), "{:?}", r.err());
+    assert!(
+        report.steps[0].scratch_pads[0] != 0,
+        "the first SP0 read was retried: {report}"
+    );
+}
+
+#[test]
+fn queue_count_follows_vectors_firmware_and_generation() {
+    // No vectors: one queue, HostMSIxVectors 0.
+    let (_, c, _) = bring_up(FakeConfig::invader(), config(Generation::Invader, 0));
+    let c = c.unwrap();
+    assert_eq!((c.queues(), c.limits().host_msix_vectors), (1, 0));
+    // More vectors than the firmware offers.
+    let mut fc = FakeConfig::ventura();
+    fc.fw_queues = 6;
+    let (_, c, _) = bring_up(fc, config(Generation::Ventura, 16));
+    assert_eq!(c.unwrap().queues(), 6);
+    // Invader above 8 queues: combined mode.
+    let (f, c, _) = bring_up(FakeConfig::invader(), config(Generation::Invader, 12));
+    let c = c.unwrap();
+    assert!(c.limits().combined);
+    assert_eq!(c.queues(), 12);
+    assert_clean(&f);
+    // Ventura with 16 is not combined yet.
+    let (_, c, _) = bring_up(FakeConfig::ventura(), config(Generation::Ventura, 16));
+    assert!(!c.unwrap().limits().combined);
+    // No MSI-X capability in SP0: one queue whatever the vectors.
+    let mut fc = FakeConfig::aero();
+    fc.msix_capable = false;
+    let (_, c, _) = bring_up(fc, config(Generation::Aero, 8));
+    assert_eq!(c.unwrap().limits().host_msix_vectors, 0);
+}
+
+#[test]
+fn the_report_names_every_step_and_the_limits() {
+    let (_, c, report) = bring_up(FakeConfig::aero(), config(Generation::Aero, 2));
+    assert!(c.is_ok());
+    let text = report.to_string();
+    for needle in [
+        "first-boot report",
+        "Aero",
+        "firmware READY",
+        "limits",
+        "IOC INIT: OPERATIONAL",
+        "atomic descriptor port in use",
+        "CTRL_GET_INFO",
+        "LD_GET_LIST",
+        "LD target 3: 4096 blocks",
+        "RESULT: OK",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    // The model saw no mistakes along the way.
+    let _ = Violation::BadSmid;
+}
+
+#[test]
+fn a_fault_during_a_bring_up_dcmd_fails_fast_not_after_the_timeout() {
+    let mut fc = FakeConfig::ventura();
+    fc.fault_on_dcmd = Some(megasas_fusion::DCMD_LD_GET_LIST);
+    let mut cfg = config(Generation::Ventura, 1);
+    cfg.command_timeout_us = 100_000_000;
+    let (fake, ctrl, report) = bring_up(fc, cfg);
+    let Err(Error::FirmwareFault { sp0 }) = ctrl else {
+        panic!("{:?}", ctrl.err())
+    };
+    assert_eq!((sp0 >> 16) & 0xFFF, 0x0DC);
+    assert!(fake.now_us() < 1_000_000, "gave up after {} us", fake.now_us());
+    assert!(report.to_string().contains("CTRL_GET_INFO"), "{report}");
+}

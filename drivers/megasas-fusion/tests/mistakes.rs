@@ -1,0 +1,215 @@
+//! Every driver mistake of reference §9.3, committed on purpose through the driver's test hook,
+//! must be caught by the model as the named violation. The same scenario without a mistake is
+//! clean, so each test fails if the model were lax (it would record nothing) or over-eager
+//! (the control would record something).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use megasas_fusion::fake::{FakeConfig, FakeFusion, StartState, Violation};
+use megasas_fusion::{Generation, IoOp, IoRequest, Mistake, Segment};
+
+/// Bring-up, I/O (chained, 65-SGE and zero-length requests, random load wrapping the reply
+/// queue), replies left unconsumed, an OCR, more I/O, audit.
+fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: Option<Mistake>) -> Arc<FakeFusion> {
+    let mut fc = FakeConfig::new(g);
+    tweak(&mut fc);
+    let mut cfg = config(g, vectors);
+    cfg.mistake = mistake;
+    let (fake, ctrl, _report) = bring_up(fc, cfg);
+    if let Ok(ctrl) = ctrl {
+        ctrl.enable_interrupts();
+        let mut w = Workload::new(Arc::clone(&fake), ctrl, 0x1234);
+        w.lenient = true;
+        let _ = w.submit(0, 0, IoOp::Write, 1, 12);
+        let _ = w.submit(1, 0, IoOp::Read, 1, 65);
+        let _ = w.submit(2, 0, IoOp::Read, 2, 2);
+        let zero = [
+            Segment {
+                phys: w.buf.phys + 3 * BUF as u64,
+                len: 0,
+            },
+            Segment {
+                phys: w.buf.phys + 3 * BUF as u64,
+                len: 512,
+            },
+        ];
+        let req = IoRequest {
+            target: LD,
+            op: IoOp::Read,
+            lba: 24,
+            blocks: 1,
+            segments: &zero,
+        };
+        let _ = w.ctrl.submit(3, 0, &req, 3);
+        for _ in 0..50 {
+            w.service(100);
+        }
+        w.inflight.clear();
+        w.run(1500, 12);
+        // Replies posted but not consumed when the reset starts.
+        for t in 10..20 {
+            let _ = w.submit(t, 0, IoOp::Read, 1, 1);
+        }
+        w.fake.advance(5_000);
+        let _ = w.reset();
+        w.inflight.clear();
+        w.run(600, 4);
+        for _ in 0..20 {
+            w.service(1000);
+        }
+    }
+    fake.audit();
+    fake
+}
+
+fn none(_: &mut FakeConfig) {}
+fn handshake_slow_doorbell(c: &mut FakeConfig) {
+    c.start = StartState::WaitHandshake;
+    c.doorbell_busy_us = 50_000;
+}
+fn four_fw_queues(c: &mut FakeConfig) {
+    c.fw_queues = 4;
+}
+
+fn check(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), m: Mistake, want: Violation) {
+    let control = scenario(g, vectors, tweak, None);
+    assert!(
+        control.violations().is_empty() && control.warnings().is_empty() && control.dma_violations().is_empty(),
+        "control run of {m:?} not clean: {:#?} {:#?}",
+        control.violations(),
+        control.warnings()
+    );
+    let fake = scenario(g, vectors, tweak, Some(m));
+    assert!(
+        fake.has(want),
+        "{m:?} not caught as {want:?}; recorded {:#?}",
+        fake.violations()
+    );
+}
+
+macro_rules! mistakes {
+    ($($name:ident: $g:ident, $v:expr, $tweak:expr, $m:ident => $want:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check(Generation::$g, $v, $tweak, Mistake::$m, Violation::$want);
+            }
+        )*
+    };
+}
+
+mistakes! {
+    post_before_operational: Invader, 1, none, PostBeforeOperational => PostNotOperational;
+    ioc_init_via_atomic_port: Aero, 1, none, InitViaAtomicPort => IocInitViaAtomicPort;
+    ioc_init_twice: Ventura, 1, none, InitTwice => IocInitTwice;
+    init_frame_misaligned: Invader, 1, none, InitFrameMisaligned => InitFrameMisaligned;
+    init_status_not_preset: Invader, 1, none, InitStatusNotPreset => InitStatusNotPreset;
+    reply_slots_not_all_ones_at_init: Ventura, 1, none, ReplySlotsNotReset => ReplySlotsNotAllOnes;
+    smid_zero: Invader, 1, none, SmidZero => BadSmid;
+    smid_beyond_pool: Aero, 1, none, SmidBeyondPool => BadSmid;
+    repost_outstanding_smid: Invader, 1, none, RepostOutstanding => SmidOutstanding;
+    garbage_function: Ventura, 1, none, GarbageFunction => BadFunction;
+    high_dword_without_fresh_low: Invader, 1, none, HighWithoutLow => HighWithoutFreshLow;
+    low_dword_twice: Ventura, 1, none, LowTwice => LowTwice;
+    msix_index_out_of_range: Invader, 1, none, MsixIndexOutOfRange => BadMsixIndex;
+    descriptor_type_mismatch: Aero, 1, none, DescriptorMismatch => DescriptorFunctionMismatch;
+    fastpath_without_map: Ventura, 1, none, FastPathWithoutMap => FastPathWithoutMap;
+    chain_offset_not_0_or_0f: Invader, 1, none, BadChainOffset => BadChainOffset;
+    chain_offset_without_chain: Aero, 1, none, ChainOffsetWithoutChain => ChainOffsetWithoutChain;
+    chain_length_wrong: Invader, 1, none, ChainLengthWrong => ChainLengthMismatch;
+    chain_not_in_slot_7: Ventura, 1, none, ChainNotInSlot7 => ChainNotInSlot7;
+    nested_chain: Aero, 1, none, NestedChain => NestedChain;
+    missing_end_of_list: Invader, 1, none, MissingEndOfList => MissingEndOfList;
+    early_end_of_list: Ventura, 1, none, EarlyEndOfList => EarlyEndOfList;
+    num_sge_wrong: Aero, 1, none, NumSgeWrong => NumSgeMismatch;
+    num_sge_wrong_legacy_context: Invader, 1, none, NumSgeWrong => NumSgeMismatch;
+    sge_lengths_not_data_length: Invader, 1, none, SglSumWrong => SglLengthMismatch;
+    more_sges_than_max: Ventura, 1, none, IgnoreMaxSge => TooManySges;
+    zero_length_sge: Aero, 1, none, ZeroLengthSge => ZeroLengthSge;
+    write_with_read_direction: Invader, 1, none, WrongDirection => DirectionMismatch;
+    data_length_not_blocks: Ventura, 1, none, DataLengthWrong => DataLengthMismatch;
+    sense_outside_pool: Aero, 1, none, SenseOutsidePool => SenseOutsidePool;
+    sense_length_zero: Invader, 1, none, SenseLengthZero => SenseLengthZero;
+    host_index_never_written: Ventura, 1, none, NoHostIndexWrite => RepliesNotConsumed;
+    producer_catches_consumer: Invader, 1, none, NoHostIndexWrite => QueueFull;
+    host_index_wrong_msix_field: Aero, 1, none, HostIndexWrongQueue => HostIndexWrongQueue;
+    host_index_wrong_register_in_combined_mode: Invader, 12, none, HostIndexWrongRegister => HostIndexWrongRegister;
+    host_index_not_wrapped: Ventura, 1, none, HostIndexNoWrap => HostIndexBeyondDepth;
+    host_index_beyond_producer: Invader, 1, none, HostIndexAhead => HostIndexBeyondProducer;
+    slots_not_restored_before_wrap: Aero, 1, none, SlotsNotRestored => ReplySlotNotFree;
+    leaked_dcmd_smid: Invader, 1, none, LeakDcmdSmid => SmidOutstanding;
+    post_before_reinit_after_ocr: Ventura, 1, none, PostDuringReset => PostNotOperational;
+    queues_not_reset_after_ocr: Invader, 1, none, QueuesNotResetAfterOcr => ReplySlotsNotAllOnes;
+    last_idx_not_zeroed_after_ocr: Aero, 1, none, LastIdxNotZeroed => RepliesNotConsumed;
+    address_above_4g_without_64bit: Invader, 1, none, SenseAbove4G => AddressAbove4G;
+    all_ones_address: Ventura, 1, none, AllOnesAddress => AllOnesAddress;
+    doorbell_in_wrong_state: Aero, 1, none, DoorbellWrongState => DoorbellWrongState;
+    doorbell_bit0_ignored: Invader, 1, handshake_slow_doorbell, IgnoreDoorbellBusy => DoorbellWhileBusy;
+    atomic_port_without_support: Invader, 1, none, AtomicWithoutSupport => AtomicPortNotAllowed;
+    atomic_port_without_sp1_bit24: Ventura, 1, none, AtomicWithoutSupport => AtomicPortNotAllowed;
+    dcmd_off_queue_0: Aero, 4, none, DcmdOffQueue0 => DcmdOffQueue0;
+    rdpq_without_support: Invader, 1, none, RdpqWithoutSupport => RdpqNotSupported;
+    queue_depth_not_multiple_of_16: Ventura, 1, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
+    more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
+}
+
+#[test]
+fn every_mistake_hook_has_a_test() {
+    let src = include_str!("mistakes.rs");
+    for m in [
+        "PostBeforeOperational",
+        "InitViaAtomicPort",
+        "InitTwice",
+        "InitFrameMisaligned",
+        "InitStatusNotPreset",
+        "ReplySlotsNotReset",
+        "SmidZero",
+        "SmidBeyondPool",
+        "RepostOutstanding",
+        "GarbageFunction",
+        "HighWithoutLow",
+        "LowTwice",
+        "MsixIndexOutOfRange",
+        "DescriptorMismatch",
+        "FastPathWithoutMap",
+        "BadChainOffset",
+        "ChainOffsetWithoutChain",
+        "ChainLengthWrong",
+        "ChainNotInSlot7",
+        "NestedChain",
+        "MissingEndOfList",
+        "EarlyEndOfList",
+        "NumSgeWrong",
+        "SglSumWrong",
+        "IgnoreMaxSge",
+        "ZeroLengthSge",
+        "WrongDirection",
+        "DataLengthWrong",
+        "SenseOutsidePool",
+        "SenseLengthZero",
+        "NoHostIndexWrite",
+        "HostIndexWrongQueue",
+        "HostIndexWrongRegister",
+        "HostIndexNoWrap",
+        "HostIndexAhead",
+        "SlotsNotRestored",
+        "LeakDcmdSmid",
+        "PostDuringReset",
+        "QueuesNotResetAfterOcr",
+        "LastIdxNotZeroed",
+        "SenseAbove4G",
+        "AllOnesAddress",
+        "DoorbellWrongState",
+        "IgnoreDoorbellBusy",
+        "AtomicWithoutSupport",
+        "DcmdOffQueue0",
+        "RdpqWithoutSupport",
+        "QueueDepthNotMultipleOf16",
+        "TooManyVectors",
+    ] {
+        assert!(src.contains(&format!(", {m} =>")), "no test for {m}");
+    }
+}

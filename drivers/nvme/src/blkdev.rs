@@ -1,0 +1,485 @@
+//! The block-layer binding: one [`Host`] per controller, one `blk::Queue` per namespace, each
+//! with one hardware queue per I/O queue pair.
+//!
+//! Command slots: every I/O submission queue has `namespaces × depth` command slots; request
+//! `tag` of namespace `i` on hardware queue `h` uses slot `i × depth + tag` of SQ `h + 1` (and
+//! that slot's PRP list page). The CID is the slot index plus a per-slot sequence number in the
+//! spare high bits; the block-layer generation of the request is kept in the slot and handed back
+//! with the completion, so a stale completion is refused twice over.
+//!
+//! Recovery (see [`Controller::timeout`]): a request that times out gets an Abort and one more
+//! timeout period; if it is still outstanding then, the controller is reset. The timed-out
+//! request ends with `Status::Timeout`; every other request in flight is re-issued once on the
+//! re-created queues (a request that a reset already re-issued is failed with `IoError` instead).
+//! Failures are delivered by [`Host::tick`] (or the next interrupt or poll), on the CPU running it.
+
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use blk::{
+    BlkError, CompletionPolicy, Driver, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
+    TimeoutAction,
+};
+use spin::Mutex;
+
+use crate::cmd::Sqe;
+use crate::controller::{PostError, TimeoutVerdict};
+use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
+
+/// The block layer's issue/complete calls, in one place so that an API change touches only this.
+mod glue {
+    use blk::{BlkError, Driver, IssueToken, Queue, Rq, Status, TimedOutRq};
+
+    /// Marks `rq` issued; returns the generation of this issue.
+    pub fn issue<D: Driver>(rq: Rq<'_, D>) -> u16 {
+        rq.issue().generation()
+    }
+
+    /// Reports the completion of issue `generation` of `tag`.
+    pub fn complete<D: Driver>(
+        queue: &Queue<D>,
+        cpu: usize,
+        hwq: usize,
+        tag: u32,
+        generation: u16,
+        status: Status,
+    ) -> Result<(), BlkError> {
+        queue.complete(cpu, hwq, IssueToken::new(tag, generation), status)
+    }
+
+    /// The generation of the issue that timed out.
+    pub fn timed_out_generation<D: Driver>(rq: &TimedOutRq<'_, D>) -> u16 {
+        rq.token().generation()
+    }
+}
+
+/// [`Mmio`] usable from every CPU (what a `blk::Driver` needs).
+pub trait SyncMmio: Mmio + Send + Sync + 'static {}
+impl<X: Mmio + Send + Sync + 'static> SyncMmio for X {}
+/// [`Dma`] usable from every CPU.
+pub trait SyncDma: Dma + Send + Sync + 'static {}
+impl<X: Dma + Send + Sync + 'static> SyncDma for X {}
+/// [`Delay`] usable from every CPU.
+pub trait SyncDelay: Delay + Send + Sync + 'static {}
+impl<X: Delay + Send + Sync + 'static> SyncDelay for X {}
+
+/// Block-layer settings of every namespace queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Request timeout in ns (0: none). The first expiry sends Abort, the second resets.
+    pub timeout_ns: u64,
+    /// Initial completion policy.
+    pub completion: CompletionPolicy,
+    /// Most completion entries one `handle_vector`/`poll` call takes from one CQ (0: the CQ
+    /// size). Bounds the work per interrupt; the rest waits for the next call.
+    pub cq_budget: u32,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            timeout_ns: 30_000_000_000,
+            completion: CompletionPolicy::Irq,
+            cq_budget: 0,
+        }
+    }
+}
+
+/// The `blk::Driver` of one namespace.
+pub struct NsDriver<M: SyncMmio, D: SyncDma, T: SyncDelay> {
+    ctrl: Arc<Controller<M, D, T>>,
+    host: Weak<HostInner<M, D, T>>,
+    ns_index: u32,
+    nsid: u32,
+    lba_shift: u32,
+    max_transfer: u64,
+    depth: u32,
+}
+
+/// Counters of the binding (the controller's are in [`Report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostReport {
+    /// The controller's counters.
+    pub controller: Report,
+    /// Completions delivered per interrupt vector (by `handle_vector`).
+    pub per_vector: Vec<u64>,
+    /// Completions delivered by polling.
+    pub polled: u64,
+    /// Requests failed by recovery (delivered with `IoError` after a reset).
+    pub failed_by_recovery: u64,
+    /// Completions the block layer refused (stale generation, not in flight).
+    pub refused_by_blk: u64,
+    /// Requests refused before reaching the device (bad alignment, PRP rules, too long).
+    pub rejected: u64,
+}
+
+struct HostInner<M: SyncMmio, D: SyncDma, T: SyncDelay> {
+    ctrl: Arc<Controller<M, D, T>>,
+    plan: QueuePlan,
+    queues: Vec<Queue<NsDriver<M, D, T>>>,
+    depth: u32,
+    budget: u32,
+    per_vector: Vec<AtomicU64>,
+    polled: AtomicU64,
+    failed_by_recovery: AtomicU64,
+    refused_by_blk: AtomicU64,
+    rejected: AtomicU64,
+    io_errors_logged: AtomicU64,
+    /// (hwq, slot, generation) failed by a reset, waiting for a context with a CPU number.
+    pending_failures: Mutex<Vec<(usize, u16, u16)>>,
+    has_pending: AtomicBool,
+    /// Per hardware queue: a drain stopped at its budget with entries left. The device does not
+    /// signal again for entries already posted, so the tick drains these.
+    leftover: Vec<AtomicBool>,
+}
+
+/// One NVMe controller bound to the block layer.
+pub struct Host<M: SyncMmio, D: SyncDma, T: SyncDelay> {
+    inner: Arc<HostInner<M, D, T>>,
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Clone for Host<M, D, T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
+    /// Creates the I/O queues of `plan` on `ctrl` (MSI-X must already be programmed and enabled
+    /// when the plan uses it) and one `blk::Queue` per namespace, in [`Controller::namespaces`]
+    /// order, with `plan.cpu_map()` as the CPU map. `platform_for(i, ns)` gives namespace `i`'s
+    /// blk platform (the kernel gives each block device its own completion sink).
+    pub fn new(
+        mut ctrl: Controller<M, D, T>,
+        plan: QueuePlan,
+        cfg: HostConfig,
+        mut platform_for: impl FnMut(usize, &NamespaceInfo) -> Arc<dyn Platform>,
+    ) -> Result<Self, Error> {
+        let namespaces: Vec<NamespaceInfo> = ctrl.namespaces().to_vec();
+        ctrl.create_io_queues(&plan, namespaces.len())?;
+        let depth = ctrl.queue_depth();
+        let budget = if cfg.cq_budget == 0 {
+            ctrl.io_queue_entries()
+        } else {
+            cfg.cq_budget
+        };
+        let ctrl = Arc::new(ctrl);
+        let mut failure: Option<Error> = None;
+        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, D, T>>| {
+            let mut queues = Vec::new();
+            for (i, ns) in namespaces.iter().enumerate() {
+                let driver = NsDriver {
+                    ctrl: Arc::clone(&ctrl),
+                    host: weak.clone(),
+                    ns_index: i as u32,
+                    nsid: ns.nsid,
+                    lba_shift: ns.lba_size.trailing_zeros(),
+                    max_transfer: ns.max_transfer,
+                    depth,
+                };
+                let mut qc = QueueConfig::new(
+                    plan.ncpus(),
+                    plan.nr_io_queues(),
+                    depth,
+                    ns.blocks.saturating_mul(u64::from(ns.lba_size)) / u64::from(blk::SECTOR_SIZE),
+                );
+                qc.logical_block_size = ns.lba_size;
+                qc.max_segments = prp::max_data_pages(ns.max_transfer) as usize;
+                qc.timeout_ns = cfg.timeout_ns;
+                qc.completion = cfg.completion;
+                qc.cpu_map = Some(plan.cpu_map().to_vec());
+                match Queue::new(qc, driver, platform_for(i, ns)) {
+                    Ok(q) => queues.push(q),
+                    Err(e) => {
+                        failure = Some(Error::Blk(e));
+                        break;
+                    }
+                }
+            }
+            HostInner {
+                ctrl: Arc::clone(&ctrl),
+                per_vector: (0..plan.nr_vectors()).map(|_| AtomicU64::new(0)).collect(),
+                plan: plan.clone(),
+                queues,
+                depth,
+                budget,
+                polled: AtomicU64::new(0),
+                failed_by_recovery: AtomicU64::new(0),
+                refused_by_blk: AtomicU64::new(0),
+                rejected: AtomicU64::new(0),
+                io_errors_logged: AtomicU64::new(0),
+                pending_failures: Mutex::new(Vec::new()),
+                has_pending: AtomicBool::new(false),
+                leftover: (0..plan.nr_io_queues()).map(|_| AtomicBool::new(false)).collect(),
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(Self { inner })
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &Controller<M, D, T> {
+        &self.inner.ctrl
+    }
+    /// The queue plan.
+    pub fn plan(&self) -> &QueuePlan {
+        &self.inner.plan
+    }
+    /// Namespaces, index `i` being `queue(i)`.
+    pub fn namespaces(&self) -> &[NamespaceInfo] {
+        self.inner.ctrl.namespaces()
+    }
+    /// The block queue of namespace index `i` (the kernel names it `nvme<c>n<i+1>`).
+    pub fn queue(&self, i: usize) -> Option<&Queue<NsDriver<M, D, T>>> {
+        self.inner.queues.get(i)
+    }
+    /// Every namespace queue.
+    pub fn queues(&self) -> &[Queue<NsDriver<M, D, T>>] {
+        &self.inner.queues
+    }
+
+    /// Interrupt handler body for MSI-X table entry (or INTx line) `vector`, running on `cpu`:
+    /// drains every completion queue on that vector (bounded per queue) and reports each
+    /// completion to its namespace's queue. Returns the completions delivered.
+    pub fn handle_vector(&self, vector: usize, cpu: usize) -> usize {
+        self.inner.handle_vector(vector, cpu)
+    }
+
+    /// Reaps hardware queue `hwq` by polling (polled queues, or a CPU waiting for its I/O).
+    pub fn poll(&self, hwq: usize, cpu: usize) -> usize {
+        self.inner.poll(hwq, cpu)
+    }
+
+    /// The periodic tick: drains queues an interrupt left entries in (work bound reached), runs
+    /// every namespace queue's timeout scan (which may abort or reset) and delivers what a reset
+    /// failed. Returns the number of requests that timed out.
+    pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
+        for (hwq, left) in self.inner.leftover.iter().enumerate() {
+            if left.swap(false, Ordering::Relaxed) {
+                self.inner.drain(hwq, cpu);
+            }
+        }
+        let mut expired = 0;
+        for q in &self.inner.queues {
+            expired += q.tick(cpu)?;
+        }
+        self.inner.deliver_pending(cpu);
+        Ok(expired)
+    }
+
+    /// Resets the controller now (e.g. the kernel saw CSTS.CFS): every command in flight is
+    /// re-issued once or, if a reset already re-issued it, failed (delivered on `cpu`). Returns
+    /// (re-issued, failed, whether the controller came back).
+    pub fn reset(&self, cpu: usize) -> (usize, usize, bool) {
+        let outcome = self.inner.ctrl.reset(None);
+        self.inner.defer_failures(&outcome.failed, (usize::MAX, 0));
+        self.inner.deliver_pending(cpu);
+        (outcome.reissued, outcome.failed.len(), outcome.ok)
+    }
+
+    /// Counters.
+    pub fn report(&self) -> HostReport {
+        let i = &self.inner;
+        HostReport {
+            controller: i.ctrl.report(),
+            per_vector: i.per_vector.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+            polled: i.polled.load(Ordering::Relaxed),
+            failed_by_recovery: i.failed_by_recovery.load(Ordering::Relaxed),
+            refused_by_blk: i.refused_by_blk.load(Ordering::Relaxed),
+            rejected: i.rejected.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
+    fn handle_vector(&self, vector: usize, cpu: usize) -> usize {
+        let mut n = 0;
+        for hwq in self.plan.hwqs_of_vector(vector) {
+            n += self.drain(hwq, cpu);
+        }
+        if let Some(c) = self.per_vector.get(vector) {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        self.deliver_pending(cpu);
+        n
+    }
+
+    fn poll(&self, hwq: usize, cpu: usize) -> usize {
+        let n = self.drain(hwq, cpu);
+        self.polled.fetch_add(n as u64, Ordering::Relaxed);
+        self.deliver_pending(cpu);
+        n
+    }
+
+    fn drain(&self, hwq: usize, cpu: usize) -> usize {
+        let (n, more) = self.ctrl.drain(hwq, self.budget, |acc| {
+            let status = acc.status;
+            if !status.is_success() {
+                self.log_io_error(hwq, acc.slot, status);
+            }
+            self.deliver(cpu, hwq, acc.slot, acc.generation, status.to_blk());
+        });
+        if more && let Some(l) = self.leftover.get(hwq) {
+            l.store(true, Ordering::Relaxed);
+        }
+        n
+    }
+
+    fn deliver(&self, cpu: usize, hwq: usize, slot: u16, generation: u16, status: Status) {
+        let ns = usize::from(slot) / self.depth as usize;
+        let tag = u32::from(slot) % self.depth;
+        let Some(q) = self.queues.get(ns) else {
+            self.refused_by_blk.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if glue::complete(q, cpu, hwq, tag, generation, status).is_err() {
+            self.refused_by_blk.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn log_io_error(&self, hwq: usize, slot: u16, status: NvmeStatus) {
+        let n = self.io_errors_logged.fetch_add(1, Ordering::Relaxed);
+        if n < 16 || n.is_power_of_two() {
+            log::warn!(
+                "nvme: I/O error on queue {} slot {slot}: {status} ({} so far)",
+                hwq + 1,
+                n + 1
+            );
+        }
+    }
+
+    fn defer_failures(&self, failed: &[(usize, u16, u16)], culprit: (usize, u16)) {
+        let mut p = self.pending_failures.lock();
+        for &(h, s, g) in failed {
+            if (h, s) != culprit {
+                p.push((h, s, g));
+            }
+        }
+        if !p.is_empty() {
+            self.has_pending.store(true, Ordering::Release);
+        }
+    }
+
+    fn deliver_pending(&self, cpu: usize) {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let list = {
+            let mut p = self.pending_failures.lock();
+            self.has_pending.store(false, Ordering::Relaxed);
+            core::mem::take(&mut *p)
+        };
+        for (hwq, slot, generation) in list {
+            self.failed_by_recovery.fetch_add(1, Ordering::Relaxed);
+            self.deliver(cpu, hwq, slot, generation, Status::IoError);
+        }
+    }
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
+    fn slot(&self, tag: u32) -> u16 {
+        (self.ns_index * self.depth + tag) as u16
+    }
+
+    fn reject(&self) {
+        if let Some(h) = self.host.upgrade() {
+            h.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The SQE of a read or write, PRPs built into the slot's list page.
+    fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<Sqe, Error> {
+        let lba = 1u64 << self.lba_shift;
+        let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
+        let bytes = rq.bytes();
+        let Some(offset) = offset.filter(|o| o % lba == 0 && bytes.is_multiple_of(lba) && bytes > 0) else {
+            return Err(Error::InvalidConfig {
+                field: "request alignment",
+                value: rq.sector(),
+                accepted: "whole logical blocks",
+            });
+        };
+        if bytes > self.max_transfer {
+            return Err(Error::TransferTooLarge {
+                bytes,
+                max: self.max_transfer,
+            });
+        }
+        let blocks = (bytes >> self.lba_shift) as u32;
+        let mut sqe = Sqe::read_write(write, 0, self.nsid, offset >> self.lba_shift, blocks);
+        // SAFETY: this request holds block-layer tag `tag` of hardware queue `hwq`, which is
+        // the only user of command slot `slot` there; its previous command has completed (the
+        // tag was free) or the controller was reset, so the device does not read the list now.
+        let (list, list_phys) = unsafe { self.ctrl.prp_list(hwq, slot) };
+        let prps = prp::build(rq.segments(), bytes, self.max_transfer, list, list_phys)?;
+        sqe.set_prps(prps.prp1, prps.prp2);
+        Ok(sqe)
+    }
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
+    type Pdu = ();
+
+    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        let hwq = hw.hwq();
+        let slot = self.slot(rq.tag());
+        let built = match rq.op() {
+            Op::Read => self.build_rw(hwq, slot, &rq, false),
+            Op::Write => self.build_rw(hwq, slot, &rq, true),
+            Op::Flush => Ok(Sqe::flush(0, self.nsid)),
+            Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+        };
+        let sqe = match built {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("nvme: {:?} at sector {} refused: {e}", rq.op(), rq.sector());
+                self.reject();
+                return Err(QueueRqError::Io(rq, Status::IoError));
+            }
+        };
+        // `post` calls the closure (which consumes the request) only once the command is
+        // certain to be posted, under the SQ lock; on Busy/Failed the request is still here.
+        let mut held = Some(rq);
+        let posted = self.ctrl.post(hwq, slot, sqe, !last, || match held.take() {
+            Some(rq) => glue::issue(rq),
+            None => 0,
+        });
+        match (posted, held) {
+            (Ok(()), _) => Ok(()),
+            (Err(PostError::Busy), Some(rq)) => Err(QueueRqError::DevBusy(rq)),
+            (Err(PostError::Failed(e)), Some(rq)) => {
+                log::warn!("nvme: cannot post on queue {}: {e}", hwq + 1);
+                Err(QueueRqError::Io(rq, Status::IoError))
+            }
+            // Unreachable by `post`'s contract (it fails only before issuing).
+            (Err(_), None) => Ok(()),
+        }
+    }
+
+    fn commit_rqs(&self, hw: &HwCtx<'_, Self>) {
+        self.ctrl.commit(hw.hwq());
+    }
+
+    fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
+        let hwq = rq.hwq();
+        let slot = self.slot(rq.tag());
+        let generation = glue::timed_out_generation(rq);
+        let (verdict, outcome) = self.ctrl.timeout(hwq, slot, generation);
+        if let (Some(outcome), Some(host)) = (outcome, self.host.upgrade()) {
+            host.defer_failures(&outcome.failed, (hwq, slot));
+        }
+        match verdict {
+            TimeoutVerdict::Wait => TimeoutAction::ResetTimer,
+            TimeoutVerdict::Failed => TimeoutAction::Done(Status::Timeout),
+        }
+    }
+
+    fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
+        self.host.upgrade().map_or(0, |h| h.poll(hw.hwq(), hw.cpu()))
+    }
+}

@@ -1,0 +1,172 @@
+//! Kernel command-line options of the driver: `nvme.queues=`, `nvme.irq=`, `nvme.queue_depth=`,
+//! `nvme.timeout_ms=`.
+
+use alloc::string::String;
+
+use crate::Error;
+
+/// The interrupt mode asked for with `nvme.irq=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqChoice {
+    /// MSI-X (one vector per I/O queue, plus the admin vector).
+    MsiX,
+    /// Legacy INTx (one line for every queue).
+    Intx,
+    /// No interrupts: polled I/O queues (IEN = 0), `completion=poll`.
+    Poll,
+}
+
+/// Options parsed from the kernel command line. `None` means "automatic".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `nvme.queues=N`: at most N I/O queue pairs per controller (default: one per CPU).
+    pub queues: Option<u16>,
+    /// `nvme.irq=auto|msix|intx|poll`.
+    pub irq: Option<IrqChoice>,
+    /// `nvme.queue_depth=N`: block-layer tags per namespace per queue (default 128).
+    pub queue_depth: Option<u32>,
+    /// `nvme.timeout_ms=N`: request timeout (default 30000); the first expiry sends Abort, the
+    /// second resets the controller.
+    pub timeout_ms: Option<u64>,
+}
+
+fn bad(word: &str, accepted: &'static str) -> Error {
+    Error::BadOption {
+        word: String::from(word),
+        accepted,
+    }
+}
+
+impl Options {
+    /// Parses whitespace-separated `key=value` words; words not starting with `nvme.` are
+    /// ignored, unknown `nvme.` keys and bad values are errors naming what is accepted.
+    pub fn parse(cmdline: &str) -> Result<Self, Error> {
+        let mut out = Self::default();
+        for word in cmdline.split_ascii_whitespace() {
+            let Some(rest) = word.strip_prefix("nvme.") else {
+                continue;
+            };
+            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+            match key {
+                "queues" => {
+                    out.queues = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|n| (1..=65534).contains(n))
+                            .ok_or_else(|| bad(word, "nvme.queues=1..=65534"))?,
+                    )
+                }
+                "irq" => {
+                    out.irq = match value {
+                        "auto" => None,
+                        "msix" => Some(IrqChoice::MsiX),
+                        "intx" => Some(IrqChoice::Intx),
+                        "poll" => Some(IrqChoice::Poll),
+                        _ => return Err(bad(word, "nvme.irq=auto|msix|intx|poll")),
+                    }
+                }
+                "queue_depth" => {
+                    out.queue_depth = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|n| (1..=4096).contains(n))
+                            .ok_or_else(|| bad(word, "nvme.queue_depth=1..=4096"))?,
+                    )
+                }
+                "timeout_ms" => {
+                    out.timeout_ms = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|&n: &u64| (1..=3_600_000).contains(&n))
+                            .ok_or_else(|| bad(word, "nvme.timeout_ms=1..=3600000"))?,
+                    )
+                }
+                _ => return Err(bad(word, "nvme.queues, nvme.irq, nvme.queue_depth or nvme.timeout_ms")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The driver config with these options applied (the queue count also capped by `ncpus`).
+    pub fn config(&self, ncpus: usize) -> crate::Config {
+        let mut c = crate::Config::default();
+        let cpus = u16::try_from(ncpus).unwrap_or(u16::MAX - 1).max(1);
+        c.requested_io_queues = self.queues.unwrap_or(cpus).min(cpus);
+        if let Some(d) = self.queue_depth {
+            c.queue_depth = d;
+        }
+        c
+    }
+
+    /// The interrupt mode for a function whose MSI-X table has `msix_entries` entries (`None`:
+    /// no MSI-X capability). Automatic: MSI-X when present, else INTx. Returns the mode and
+    /// whether `nvme.irq=msix` had to fall back to INTx (worth a log line).
+    pub fn irq_mode(&self, msix_entries: Option<u16>) -> (crate::IrqMode, bool) {
+        use crate::IrqMode;
+        let msix = msix_entries.filter(|&n| n > 0).map(|vectors| IrqMode::MsiX { vectors });
+        match self.irq {
+            Some(IrqChoice::Poll) => (IrqMode::Poll, false),
+            Some(IrqChoice::Intx) => (IrqMode::Intx, false),
+            Some(IrqChoice::MsiX) => msix.map_or((IrqMode::Intx, true), |m| (m, false)),
+            None => (msix.unwrap_or(IrqMode::Intx), false),
+        }
+    }
+
+    /// The plan to program interrupts with before bring-up (the device's grant is not known
+    /// yet; QEMU grants what is asked). Re-plan with [`crate::QueuePlan::new`] if
+    /// [`crate::Controller::max_io_queues`] turns out smaller than its queue count.
+    pub fn provisional_plan(&self, ncpus: usize, msix_entries: Option<u16>) -> Result<crate::QueuePlan, Error> {
+        crate::QueuePlan::new(ncpus, self.queues, u16::MAX - 1, self.irq_mode(msix_entries).0)
+    }
+
+    /// The timeout in ns for [`crate::blkdev::HostConfig::timeout_ns`].
+    pub fn timeout_ns(&self) -> u64 {
+        self.timeout_ms.unwrap_or(30_000).saturating_mul(1_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_keys_and_refuses_the_rest() {
+        let o = Options::parse("console=ttyS0 nvme.queues=2 nvme.irq=poll nvme.queue_depth=64 nvme.timeout_ms=500")
+            .unwrap();
+        assert_eq!(o.queues, Some(2));
+        assert_eq!(o.irq, Some(IrqChoice::Poll));
+        assert_eq!(o.queue_depth, Some(64));
+        assert_eq!(o.timeout_ns(), 500_000_000);
+        assert_eq!(o.config(4).requested_io_queues, 2);
+        assert_eq!(o.config(1).requested_io_queues, 1);
+        assert_eq!(Options::parse("").unwrap().config(8).requested_io_queues, 8);
+        assert_eq!(Options::parse("nvme.irq=auto").unwrap().irq, None);
+        use crate::IrqMode;
+        let auto = Options::default();
+        assert_eq!(auto.irq_mode(Some(65)), (IrqMode::MsiX { vectors: 65 }, false));
+        assert_eq!(auto.irq_mode(None), (IrqMode::Intx, false));
+        let want_msix = Options::parse("nvme.irq=msix").unwrap();
+        assert_eq!(want_msix.irq_mode(None), (IrqMode::Intx, true));
+        assert_eq!(o.irq_mode(Some(65)), (IrqMode::Poll, false));
+        let p = o.provisional_plan(4, Some(65)).unwrap();
+        assert_eq!(p.nr_io_queues(), 2);
+        assert_eq!(p.mode(), IrqMode::Poll);
+        for bad in [
+            "nvme.queues=0",
+            "nvme.queues=x",
+            "nvme.irq=msi",
+            "nvme.queue_depth=0",
+            "nvme.foo=1",
+            "nvme.timeout_ms=0",
+        ] {
+            let e = Options::parse(bad).unwrap_err();
+            assert!(
+                matches!(&e, Error::BadOption { word, .. } if word == bad),
+                "{bad}: {e:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Physical Region Page lists (reference §3, 4 KiB memory pages).
+//!
+//! PRP1 is the first data page and may carry an offset (dword aligned). When the data needs two
+//! pages, PRP2 is the second one; when it needs more, PRP2 points to a list of page addresses.
+//! A list fills a 4 KiB page (512 entries); when more entries follow, the last slot of a list page
+//! points to the next list page instead. The driver keeps one contiguous run of list pages per
+//! command slot, so building a list never allocates.
+
+use crate::Error;
+use crate::regs::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+/// Entries in one list page.
+pub const ENTRIES_PER_PAGE: usize = PAGE_SIZE / 8;
+
+/// A piece of a data buffer: its bus address and length.
+pub trait DataSegment {
+    /// Bus address of the first byte.
+    fn bus_addr(&self) -> u64;
+    /// Length in bytes.
+    fn bytes(&self) -> u32;
+}
+
+impl DataSegment for (u64, u32) {
+    fn bus_addr(&self) -> u64 {
+        self.0
+    }
+    fn bytes(&self) -> u32 {
+        self.1
+    }
+}
+
+impl DataSegment for blk::Segment {
+    fn bus_addr(&self) -> u64 {
+        self.phys
+    }
+    fn bytes(&self) -> u32 {
+        self.len
+    }
+}
+
+/// The two PRP fields of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prps {
+    /// PRP entry 1.
+    pub prp1: u64,
+    /// PRP entry 2 (0, a data page, or a list pointer).
+    pub prp2: u64,
+    /// List entries written (0 when no list is used).
+    pub list_entries: usize,
+}
+
+/// Most data pages a transfer of `max_bytes` can touch (one extra for a start offset).
+pub fn max_data_pages(max_bytes: u64) -> u64 {
+    max_bytes.div_ceil(PAGE) + 1
+}
+
+/// List pages needed for a transfer of up to `max_bytes` bytes at any offset.
+pub fn list_pages_needed(max_bytes: u64) -> usize {
+    let entries = max_data_pages(max_bytes).saturating_sub(1) as usize;
+    if entries <= 1 {
+        0
+    } else if entries <= ENTRIES_PER_PAGE {
+        1
+    } else {
+        // Every page but the last gives one slot to the chain pointer.
+        1 + (entries - ENTRIES_PER_PAGE).div_ceil(ENTRIES_PER_PAGE - 1)
+    }
+}
+
+/// Checks `segments` (bus address, length) against the PRP rules and the transfer length.
+fn validate<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) -> Result<(), Error> {
+    if bytes > max_bytes {
+        return Err(Error::TransferTooLarge { bytes, max: max_bytes });
+    }
+    let mut sum = 0u64;
+    let last = segments.len().saturating_sub(1);
+    for (i, seg) in segments.iter().enumerate() {
+        let (phys, len) = (seg.bus_addr(), seg.bytes());
+        let misaligned = Error::PrpMisaligned { segment: i, phys, len };
+        let end = phys.checked_add(u64::from(len)).ok_or(misaligned.clone())?;
+        if len == 0 {
+            return Err(Error::BadSegments {
+                segment_bytes: sum,
+                command_bytes: bytes,
+            });
+        }
+        if (i == 0 && phys % 4 != 0) || (i > 0 && phys % PAGE != 0) || (i < last && end % PAGE != 0) {
+            return Err(misaligned);
+        }
+        sum += u64::from(len);
+    }
+    if sum != bytes {
+        return Err(Error::BadSegments {
+            segment_bytes: sum,
+            command_bytes: bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Every data page address of `segments`, in order (the first may carry an offset).
+fn data_pages<S: DataSegment>(segments: &[S]) -> impl Iterator<Item = u64> + '_ {
+    segments.iter().flat_map(|seg| {
+        let phys = seg.bus_addr();
+        // `validate` checked that this does not overflow.
+        let end = phys + u64::from(seg.bytes());
+        let mut next = Some(phys);
+        core::iter::from_fn(move || {
+            let p = next?;
+            let following = (p & !(PAGE - 1)) + PAGE;
+            next = (following < end).then_some(following);
+            Some(p)
+        })
+    })
+}
+
+/// Builds the PRPs for `bytes` bytes in `segments`, writing list entries into `list` (one or
+/// more contiguous 4 KiB list pages whose bus address is `list_phys`). Refuses transfers over
+/// `max_bytes` and segments PRPs cannot describe, with the offending segment named.
+pub fn build<S: DataSegment>(
+    segments: &[S],
+    bytes: u64,
+    max_bytes: u64,
+    list: &mut [u64],
+    list_phys: u64,
+) -> Result<Prps, Error> {
+    validate(segments, bytes, max_bytes)?;
+    let mut pages = data_pages(segments);
+    let Some(prp1) = pages.next() else {
+        return Ok(Prps {
+            prp1: 0,
+            prp2: 0,
+            list_entries: 0,
+        });
+    };
+    let rest = data_pages(segments).count() - 1;
+    match rest {
+        0 => Ok(Prps {
+            prp1,
+            prp2: 0,
+            list_entries: 0,
+        }),
+        1 => Ok(Prps {
+            prp1,
+            prp2: pages.next().unwrap_or(0),
+            list_entries: 0,
+        }),
+        _ => {
+            let capacity_pages = list.len() / ENTRIES_PER_PAGE;
+            let needed = if rest <= ENTRIES_PER_PAGE {
+                1
+            } else {
+                1 + (rest - ENTRIES_PER_PAGE).div_ceil(ENTRIES_PER_PAGE - 1)
+            };
+            if needed > capacity_pages {
+                let max_entries = capacity_pages * (ENTRIES_PER_PAGE - 1) + 1;
+                return Err(Error::TransferTooLarge {
+                    bytes,
+                    max: (max_entries as u64).saturating_sub(1) * PAGE,
+                });
+            }
+            let mut slot = 0usize;
+            let mut remaining = rest;
+            for page in pages {
+                let in_page = slot % ENTRIES_PER_PAGE;
+                if in_page == ENTRIES_PER_PAGE - 1 && remaining > 1 {
+                    // Last slot of a list page with more than one entry to go: chain.
+                    let next_list = list_phys + ((slot / ENTRIES_PER_PAGE + 1) * PAGE_SIZE) as u64;
+                    list[slot] = next_list;
+                    slot += 1;
+                }
+                list[slot] = page;
+                slot += 1;
+                remaining -= 1;
+            }
+            Ok(Prps {
+                prp1,
+                prp2: list_phys,
+                list_entries: slot,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    const LIST: u64 = 0x9000_0000;
+
+    /// Walks PRPs the way a device does (reference §3), returning (page address, bytes) runs.
+    fn walk(p: Prps, bytes: u64, list: &[u64]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let first = bytes.min(PAGE - p.prp1 % PAGE);
+        out.push((p.prp1, first));
+        let mut left = bytes - first;
+        if left == 0 {
+            return out;
+        }
+        if left <= PAGE {
+            assert_eq!(p.prp2 % PAGE, 0);
+            out.push((p.prp2, left));
+            return out;
+        }
+        let mut idx = ((p.prp2 - LIST) / 8) as usize;
+        while left > 0 {
+            let slot_in_page = idx % ENTRIES_PER_PAGE;
+            let e = list[idx];
+            if slot_in_page == ENTRIES_PER_PAGE - 1 && left > PAGE {
+                idx = ((e - LIST) / 8) as usize;
+                continue;
+            }
+            assert_eq!(e % PAGE, 0, "list entry {idx} not page aligned");
+            let n = left.min(PAGE);
+            out.push((e, n));
+            left -= n;
+            idx += 1;
+        }
+        out
+    }
+
+    fn expand(segs: &[(u64, u32)]) -> Vec<u64> {
+        segs.iter()
+            .flat_map(|&(p, l)| (0..u64::from(l)).map(move |i| p + i))
+            .collect()
+    }
+
+    #[test]
+    fn sizes_from_4k_to_512k_at_offsets_cover_exactly_the_buffer() {
+        let max = 512 * 1024;
+        let mut list = vec![0u64; ENTRIES_PER_PAGE * list_pages_needed(max)];
+        for kib in [4u64, 8, 12, 64, 128, 256, 508, 512] {
+            for off in [0u64, 0x200, 0xFF8, 0x4] {
+                let bytes = kib * 1024;
+                if bytes + off > max + PAGE {
+                    continue;
+                }
+                let seg = [(0x4000_0000 + off, bytes as u32)];
+                let p = build(&seg, bytes, max, &mut list, LIST).unwrap();
+                let runs = walk(p, bytes, &list);
+                let covered: Vec<u64> = runs.iter().flat_map(|&(a, n)| (0..n).map(move |i| a + i)).collect();
+                assert_eq!(covered, expand(&seg), "{kib} KiB at +{off:#x}");
+                if bytes + off <= PAGE {
+                    assert_eq!(p.prp2, 0);
+                } else if bytes + off <= 2 * PAGE {
+                    assert_eq!(p.list_entries, 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scattered_pages_and_chained_lists() {
+        // 1200 separate 4 KiB pages: needs chaining over three list pages.
+        let segs: Vec<(u64, u32)> = (0..1200u64).map(|i| (0x1_0000_0000 + i * 3 * PAGE, 4096)).collect();
+        let bytes = 1200 * PAGE;
+        let pages = list_pages_needed(bytes);
+        assert_eq!(pages, 3);
+        let mut list = vec![0u64; ENTRIES_PER_PAGE * pages];
+        let p = build(&segs, bytes, bytes, &mut list, LIST).unwrap();
+        assert_eq!(list[511], LIST + PAGE);
+        assert_eq!(list[1023], LIST + 2 * PAGE);
+        let runs = walk(p, bytes, &list);
+        assert_eq!(runs.len(), 1200);
+        for (i, &(a, n)) in runs.iter().enumerate() {
+            assert_eq!((a, n), (segs[i].0, PAGE));
+        }
+        // One list page too few is refused, not overrun.
+        let mut short = vec![0u64; ENTRIES_PER_PAGE * 2];
+        assert!(matches!(
+            build(&segs, bytes, bytes, &mut short, LIST),
+            Err(Error::TransferTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn misaligned_segments_are_refused_with_the_segment_named() {
+        let mut list = vec![0u64; ENTRIES_PER_PAGE];
+        let max = 512 * 1024;
+        // Second segment starts inside a page.
+        let e = build(&[(0x10000, 4096), (0x20200, 4096)], 8192, max, &mut list, LIST).unwrap_err();
+        assert_eq!(
+            e,
+            Error::PrpMisaligned {
+                segment: 1,
+                phys: 0x20200,
+                len: 4096
+            }
+        );
+        // First segment ends inside a page but is not last.
+        let e = build(&[(0x10000, 512), (0x20000, 4096)], 4608, max, &mut list, LIST).unwrap_err();
+        assert!(matches!(e, Error::PrpMisaligned { segment: 0, .. }));
+        // PRP1 must be dword aligned.
+        let e = build(&[(0x10002, 512)], 512, max, &mut list, LIST).unwrap_err();
+        assert!(matches!(e, Error::PrpMisaligned { segment: 0, .. }));
+        // Lengths must add up; MDTS is respected; an address that wraps is refused.
+        assert!(matches!(
+            build(&[(0x10000, 4096)], 8192, max, &mut list, LIST),
+            Err(Error::BadSegments { .. })
+        ));
+        assert_eq!(
+            build(&[(0x10000, 516 * 1024)], 516 * 1024, max, &mut list, LIST),
+            Err(Error::TransferTooLarge { bytes: 516 * 1024, max })
+        );
+        assert!(matches!(
+            build(&[(u64::MAX - 3, 512)], 512, max, &mut list, LIST),
+            Err(Error::PrpMisaligned { .. })
+        ));
+        // A segment ending mid-page followed by nothing is fine; an empty transfer has no PRPs.
+        assert_eq!(build::<(u64, u32)>(&[], 0, max, &mut list, LIST).unwrap().prp1, 0);
+    }
+
+    #[test]
+    fn list_page_counts() {
+        assert_eq!(list_pages_needed(4096), 0);
+        assert_eq!(list_pages_needed(8192), 1);
+        assert_eq!(list_pages_needed(512 * 1024), 1);
+        assert_eq!(list_pages_needed(2044 * 1024), 1);
+        assert_eq!(list_pages_needed(2048 * 1024), 1);
+        assert_eq!(list_pages_needed(2052 * 1024), 2);
+    }
+}
