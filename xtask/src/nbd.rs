@@ -15,7 +15,8 @@
 //!
 //! The rule: on each connection (each boot), the first `count` reads (or
 //! writes) whose range covers 512-byte sector `sector` are answered `delay`
-//! late. A delayed write reaches the image at once; only its reply is late.
+//! late. A delayed write never reaches the image (a device that gave the
+//! command up): the guest must not expect its data afterwards.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -342,6 +343,12 @@ fn serve(mut s: TcpStream, export: &Export) -> Result<(), String> {
                     return Err(format!("write of {len} bytes"));
                 }
                 let data = read_vec(&mut s, len as usize)?;
+                if in_range && export.rule.covers(SlowOp::Write, offset, len) && delayed_here < export.rule.count {
+                    // Dropped, and answered late (with success: the guest gives up on it first).
+                    delayed_here += 1;
+                    reply_late(export, &out, 0, handle, Vec::new());
+                    continue;
+                }
                 let error = if !in_range {
                     EINVAL
                 } else if export.file.write_all_at(&data, offset).is_ok() {
@@ -349,12 +356,7 @@ fn serve(mut s: TcpStream, export: &Export) -> Result<(), String> {
                 } else {
                     EIO
                 };
-                if export.rule.covers(SlowOp::Write, offset, len) && delayed_here < export.rule.count {
-                    delayed_here += 1;
-                    reply_late(export, &out, error, handle, Vec::new());
-                } else {
-                    simple_reply(&out, error, handle, &[])?;
-                }
+                simple_reply(&out, error, handle, &[])?;
             }
             CMD_FLUSH => {
                 let error = if export.file.sync_data().is_ok() { 0 } else { EIO };
@@ -479,7 +481,7 @@ mod tests {
     }
 
     #[test]
-    fn a_covering_write_reaches_the_image_at_once_and_is_answered_late() {
+    fn a_covering_write_is_dropped_and_answered_late() {
         let dir = std::env::temp_dir().join(format!("baremq-nbd-wtest-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let image = dir.join("d.img");
@@ -501,13 +503,22 @@ mod tests {
         request(&mut s, CMD_WRITE, 2, 4096, 4096, &[0x5A; 4096]);
         request(&mut s, CMD_WRITE, 3, 0, 512, &[0x11; 512]);
         assert_eq!(reply(&mut s, 0), (0, 3, Vec::new()));
-        // The late write is already in the image before its reply.
-        assert_eq!(std::fs::read(&image).unwrap()[4096..8192], [0x5A; 4096]);
         assert_eq!(reply(&mut s, 0), (0, 2, Vec::new()));
         assert!(t0.elapsed() >= Duration::from_millis(400));
         assert_eq!(server.delayed(), 1);
-        request(&mut s, CMD_DISC, 4, 0, 0, &[]);
+        // Only the first covering write is delayed (and dropped); the next one lands.
+        request(&mut s, CMD_WRITE, 4, 4096, 512, &[0x77; 512]);
+        assert_eq!(reply(&mut s, 0), (0, 4, Vec::new()));
+        request(&mut s, CMD_DISC, 5, 0, 0, &[]);
         drop(server);
+        let bytes = std::fs::read(&image).unwrap();
+        assert_eq!(bytes[..512], [0x11; 512]);
+        assert_eq!(bytes[4096..4608], [0x77; 512]);
+        assert_eq!(
+            bytes[4608..8192],
+            [0; 3584],
+            "the delayed write never reached the image"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
