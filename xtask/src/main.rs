@@ -12,6 +12,7 @@
 mod bench;
 mod elfcheck;
 mod fuzz;
+mod nbd;
 mod qemu;
 mod runner;
 mod scenario;
