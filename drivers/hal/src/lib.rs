@@ -1,5 +1,6 @@
 //! What a baremq device driver needs from the machine, as traits: [`Mmio`] (a register window),
-//! [`Dma`] (memory with a bus address) and [`Delay`] (bounded waits).
+//! [`Dma`] (memory with a bus address) and [`Delay`] (bounded waits), and [`DmaBuf`], the one
+//! bounds-checked view of DMA memory every driver uses.
 //!
 //! The kernel implements them over volatile pointers, its frame allocator and the TSC; each
 //! driver's host tests implement them over a fake device. [`fake::FakeMemory`] (feature `fake`)
@@ -13,8 +14,11 @@ extern crate alloc;
 use core::fmt;
 use core::ptr::NonNull;
 
+mod buf;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+
+pub use buf::DmaBuf;
 
 /// 32-bit register access to a device's register window.
 ///
@@ -50,6 +54,24 @@ pub enum DmaError {
         /// Alignment asked for.
         align: usize,
     },
+    /// The allocator broke its contract: shorter or less aligned than asked, or wrapping.
+    Contract {
+        /// Bytes asked for.
+        size: usize,
+        /// Alignment asked for.
+        align: usize,
+        /// Bytes returned.
+        len: usize,
+        /// Bus address returned.
+        phys: u64,
+    },
+    /// The buffer lies (partly) above 4 GiB, which the device cannot address.
+    Above4G {
+        /// Bus address of the buffer.
+        phys: u64,
+        /// Its length.
+        len: usize,
+    },
     /// The alignment is not a power of two, or the size is zero.
     BadRequest {
         /// Bytes asked for.
@@ -64,6 +86,13 @@ impl fmt::Display for DmaError {
         match self {
             Self::OutOfMemory { size, align } => {
                 write!(f, "no DMA memory for {size} bytes aligned to {align}")
+            }
+            Self::Contract { size, align, len, phys } => write!(
+                f,
+                "DMA allocator returned {len} bytes at bus address {phys:#x} for a request of {size} bytes aligned to {align}"
+            ),
+            Self::Above4G { phys, len } => {
+                write!(f, "DMA buffer of {len} bytes at {phys:#x} is not below 4 GiB")
             }
             Self::BadRequest { size, align } => {
                 write!(

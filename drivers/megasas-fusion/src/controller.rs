@@ -21,8 +21,9 @@ use spin::{Mutex, RwLock};
 
 use crate::diag::Report;
 use crate::error::{Error, Sp0};
-use crate::mem::Region;
+use crate::mem::alloc_low;
 use crate::regs::{self, FwState, FwStatus, Generation, Sp1};
+use devhal::DmaBuf;
 
 /// Bytes per request frame (IOC INIT SystemRequestFrameSize 64 dwords).
 pub const FRAME_SIZE: usize = 256;
@@ -371,13 +372,13 @@ pub enum Health {
 }
 
 struct Memory {
-    frames: Region,
-    chains: Region,
+    frames: DmaBuf,
+    chains: DmaBuf,
     chain_stride: usize,
-    sense: Region,
-    replies: Region,
-    init: Region,
-    dcmd: Region,
+    sense: DmaBuf,
+    replies: DmaBuf,
+    init: DmaBuf,
+    dcmd: DmaBuf,
 }
 
 /// Waits charged against one overall deadline.
@@ -488,13 +489,13 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let depth = limits.reply_depth as usize;
         let nq = usize::from(limits.queues);
         let mem = Memory {
-            frames: Region::alloc_low(dma, "request frames", FRAME_SIZE * (n + 1), 256)?,
-            chains: Region::alloc_low(dma, "chain frames", chain_stride * n, 64)?,
+            frames: alloc_low(dma, "request frames", FRAME_SIZE * (n + 1), 256)?,
+            chains: alloc_low(dma, "chain frames", chain_stride * n, 64)?,
             chain_stride,
-            sense: Region::alloc_low(dma, "sense buffers", SENSE_SIZE * n, 64)?,
-            replies: Region::alloc_low(dma, "reply queues", depth * 8 * nq, 64)?,
-            init: Region::alloc_low(dma, "IOC INIT frame", 4096, 256)?,
-            dcmd: Region::alloc_low(
+            sense: alloc_low(dma, "sense buffers", SENSE_SIZE * n, 64)?,
+            replies: alloc_low(dma, "reply queues", depth * 8 * nq, 64)?,
+            init: alloc_low(dma, "IOC INIT frame", 4096, 256)?,
+            dcmd: alloc_low(
                 dma,
                 "DCMD frames",
                 usize::from(DCMD_SMIDS) * (MFI_FRAME_LEN + DCMD_DATA_LEN),

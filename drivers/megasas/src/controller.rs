@@ -11,12 +11,12 @@ use crate::dcmd::{self, Capacity, ControllerInfo, LdInfo, LdListEntry};
 use crate::error::{BogusReason, Fault};
 use crate::frame::{self, FrameWriter, Header, Segment};
 use crate::gate::{GateOutcome, ReapGate};
-use crate::mem::DmaBuf;
 use crate::model::Model;
 use crate::regs::{self, FwState, FwStatus};
 use crate::status::{IoError, IoErrorKind, IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
 use crate::tags::{self, TagTable};
 use crate::{Delay, Dma, Mmio};
+use devhal::DmaBuf;
 
 /// Bytes of sense buffer per tag (fixed-format sense is 18 bytes; room for descriptor format).
 pub const SENSE_LEN: usize = 64;
@@ -667,12 +667,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     fn sense_phys(&self, tag: u16) -> u64 {
-        self.pool.phys(self.sense_off + usize::from(tag) * SENSE_LEN)
+        self.pool.phys_at(self.sense_off + usize::from(tag) * SENSE_LEN)
     }
 
     /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9).
     fn post(&self, tag: u16, frame_bytes: usize) {
-        let phys = self.pool.phys(usize::from(tag) * self.frame_stride);
+        let phys = self.pool.phys_at(usize::from(tag) * self.frame_stride);
         let extra = (frame_bytes.saturating_sub(1) / 64).min(15) as u32;
         let low = (phys as u32) | (extra << 1) | 1;
         let high = (phys >> 32) as u32;
@@ -811,7 +811,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             data_len: 0,
         });
         w.u64_at(0x18, u64::from(tags::encode_context(victim, vgen, false)));
-        w.u64_at(0x20, self.pool.phys(usize::from(victim) * self.frame_stride));
+        w.u64_at(0x20, self.pool.phys_at(usize::from(victim) * self.frame_stride));
         self.tags.publish(ADMIN_TAG, tags::ABORT_FRAME, generation);
         self.post(ADMIN_TAG, 64);
         self.aborts_sent.fetch_add(1, Ordering::Relaxed);
@@ -1000,10 +1000,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let q = RING_QINFO;
         self.ring.write_u32(q, 0); // flags: 32-bit contexts
         self.ring.write_u32(q + 4, self.ring_entries);
-        self.ring.write_u64(q + 8, self.ring.phys(RING_ENTRIES));
-        self.ring.write_u64(q + 16, self.ring.phys(RING_PI));
-        self.ring.write_u64(q + 24, self.ring.phys(RING_CI));
-        let qinfo = self.ring.phys(q);
+        self.ring.write_u64(q + 8, self.ring.phys_at(RING_ENTRIES));
+        self.ring.write_u64(q + 16, self.ring.phys_at(RING_PI));
+        self.ring.write_u64(q + 24, self.ring.phys_at(RING_CI));
+        let qinfo = self.ring.phys_at(q);
         let done = self.run_polled(0, "INIT", 64, |w, ctx| {
             w.header(&Header {
                 cmd: frame::CMD_INIT,
@@ -1034,7 +1034,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // QEMU answers some queries OK without writing anything (pitfall 14): start from zeroes.
         self.admin.fill(0, len, 0);
         let sge = Segment {
-            phys: self.admin.phys(0),
+            phys: self.admin.phys_at(0),
             len: len as u32,
         };
         let done = self.run_polled(tag, what, frame::IO_SGL + frame::SGE64_LEN, |w, ctx| {
@@ -1095,7 +1095,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let guard = self.take_admin()?;
             self.admin.fill(0, dcmd::READ_CAPACITY16_LEN, 0);
             let sge = Segment {
-                phys: self.admin.phys(0),
+                phys: self.admin.phys_at(0),
                 len: dcmd::READ_CAPACITY16_LEN as u32,
             };
             let sense = self.sense_phys(tag);
@@ -1358,7 +1358,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             IoOp::Flush => {
                 // Zero-data commands still need one SGE on QEMU (pitfall 6).
                 let dummy = Segment {
-                    phys: self.pool.phys(self.dummy_off),
+                    phys: self.pool.phys_at(self.dummy_off),
                     len: 1,
                 };
                 w.header(&Header {

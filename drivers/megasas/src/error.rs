@@ -98,17 +98,6 @@ impl From<devhal::DmaError> for Error {
 pub enum Error {
     /// The DMA allocator could not provide memory.
     Dma(devhal::DmaError),
-    /// The DMA allocator returned memory that breaks its contract (too short or misaligned).
-    DmaContract {
-        /// Requested size in bytes.
-        size: usize,
-        /// Requested alignment.
-        align: usize,
-        /// Length returned.
-        len: usize,
-        /// Bus address returned.
-        phys: u64,
-    },
     /// The firmware stayed in one state past the allowed time.
     FirmwareTimeout {
         /// The state it was stuck in.
@@ -292,10 +281,6 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Dma(e) => write!(f, "DMA allocation failed: {e}"),
-            Self::DmaContract { size, align, len, phys } => write!(
-                f,
-                "DMA allocator returned {len} bytes at bus address 0x{phys:X} for a request of {size} bytes aligned to {align}"
-            ),
             Self::FirmwareTimeout { state, waited_us } => write!(
                 f,
                 "firmware stayed in state {state} for {waited_us} us without reaching READY"

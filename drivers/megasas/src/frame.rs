@@ -1,6 +1,6 @@
 //! MFI frame layouts (reference §3, §4) and the builders that fill a frame in DMA memory.
 
-use crate::mem::DmaBuf;
+use devhal::DmaBuf;
 
 /// Frame command: INIT.
 pub(crate) const CMD_INIT: u8 = 0x00;

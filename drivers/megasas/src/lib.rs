@@ -21,7 +21,6 @@ pub mod dcmd;
 mod error;
 mod frame;
 mod gate;
-mod mem;
 pub mod model;
 mod options;
 pub mod regs;

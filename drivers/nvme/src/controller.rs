@@ -15,12 +15,12 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 use spin::Mutex;
 
 use crate::cmd::{Cqe, Sqe, cns};
-use crate::mem::DmaBuf;
 use crate::plan::QueuePlan;
 use crate::prp;
 use crate::regs::{self, CQE_SIZE, Cap, Csts, PAGE_SIZE, SQE_SIZE};
 use crate::status::{NvmeStatus, StatusKind};
 use crate::{Delay, Dma, Error, Mmio};
+use devhal::DmaBuf;
 
 /// Tunables. `Config::default()` suits QEMU and real hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -589,12 +589,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             alloc::string::String::from_utf8_lossy(&bytes).trim().into()
         };
         let info = ControllerInfo {
-            vid: a.buf.read32(0) as u16,
+            vid: a.buf.read_u32(0) as u16,
             serial: text(4, 24),
             model: text(24, 64),
             firmware: text(64, 72),
             mdts: a.buf.read_u8(77),
-            nn: a.buf.read32(516),
+            nn: a.buf.read_u32(516),
             volatile_cache: a.buf.read_u8(525) & 1 != 0,
         };
         // Entry sizes: the driver uses 64/16 bytes; the controller must allow them.
@@ -615,7 +615,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.admin_cmd(a, Sqe::identify(0, cns::ACTIVE_NS_LIST, 0, phys))?;
         let mut ids = Vec::new();
         for i in 0..PAGE_SIZE / 4 {
-            let id = a.buf.read32(i * 4);
+            let id = a.buf.read_u32(i * 4);
             if id == 0 {
                 break;
             }
@@ -644,7 +644,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     value: flbas.into(),
                 });
             }
-            let lbaf = a.buf.read32(128 + 4 * usize::from(flbas));
+            let lbaf = a.buf.read_u32(128 + 4 * usize::from(flbas));
             let ms = lbaf & 0xFFFF;
             let lbads = (lbaf >> 16) & 0xFF;
             if ms != 0 {
@@ -1258,7 +1258,7 @@ fn write64(mmio: &impl Mmio, off: u32, v: u64) {
 fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
     let base = slot as usize * SQE_SIZE;
     for (i, d) in sqe.0.iter().enumerate() {
-        mem.write32(base + 4 * i, *d);
+        mem.write_u32(base + 4 * i, *d);
     }
 }
 
@@ -1276,16 +1276,16 @@ fn sq_free(sq: &SqState, entries: u32) -> u32 {
 /// The CQE at `head` if its phase tag says the controller wrote it on this pass.
 fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     let base = head as usize * CQE_SIZE;
-    let dw3 = mem.read32(base + 12);
+    let dw3 = mem.read_u32(base + 12);
     if (dw3 & (1 << 16) != 0) != phase {
         return None;
     }
     // Acquire: the rest of the entry is read only after its phase tag was seen.
     fence(Ordering::Acquire);
     Some(Cqe::from_dwords([
-        mem.read32(base),
-        mem.read32(base + 4),
-        mem.read32(base + 8),
+        mem.read_u32(base),
+        mem.read_u32(base + 4),
+        mem.read_u32(base + 8),
         dw3,
     ]))
 }

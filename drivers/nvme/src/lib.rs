@@ -21,7 +21,6 @@ pub mod blkdev;
 pub mod cmd;
 mod controller;
 mod error;
-mod mem;
 mod options;
 pub mod plan;
 pub mod prp;

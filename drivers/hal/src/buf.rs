@@ -1,0 +1,294 @@
+//! [`DmaBuf`]: a driver's bounds-checked view of one DMA allocation. Every driver reaches its
+//! queues, frames and descriptor lists through it, so the `unsafe` of touching memory the device
+//! also touches lives here once.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, AtomicU32};
+
+use crate::{Dma, DmaError, DmaRegion};
+
+/// One DMA allocation owned by a driver, accessed with volatile (or atomic) operations because
+/// the device reads and writes it asynchronously. Every access is bounds-checked: an offset past
+/// the end is a driver bug and panics instead of touching foreign memory.
+///
+/// Never freed: drivers keep their queues and frames for the controller's life (and after a reset
+/// hand the same memory to the device again), so no buffer can return to an allocator while a
+/// device might still write it.
+#[derive(Debug)]
+pub struct DmaBuf {
+    virt: NonNull<u8>,
+    phys: u64,
+    len: usize,
+}
+
+// SAFETY: the memory is reserved for the driver and the device by the `Dma` contract; all access
+// goes through the volatile/atomic methods below, and each driver keeps concurrent users on
+// disjoint offsets (one frame per tag, a ring under its lock or reaper flag), which its own
+// documentation states where it shares a buffer.
+unsafe impl Send for DmaBuf {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// Allocates `size` zeroed bytes aligned to `align` and checks what the allocator returned
+    /// (length, alignment of both addresses, no wrap), so a broken allocator is an error, not a
+    /// device writing somewhere else.
+    pub fn alloc<D: Dma + ?Sized>(dma: &D, size: usize, align: usize) -> Result<Self, DmaError> {
+        let DmaRegion { virt, phys, len } = dma.alloc_zeroed(size, align)?;
+        let misaligned = !(virt.as_ptr() as usize).is_multiple_of(align) || !phys.is_multiple_of(align as u64);
+        if len < size || misaligned || phys.checked_add(size as u64).is_none() {
+            return Err(DmaError::Contract { size, align, len, phys });
+        }
+        Ok(Self { virt, phys, len: size })
+    }
+
+    /// As [`DmaBuf::alloc`], for devices that can only address 32 bits: the whole buffer must lie
+    /// below 4 GiB.
+    pub fn alloc_below_4g<D: Dma + ?Sized>(dma: &D, size: usize, align: usize) -> Result<Self, DmaError> {
+        let buf = Self::alloc(dma, size, align)?;
+        if buf.phys + size as u64 > 1 << 32 {
+            return Err(DmaError::Above4G {
+                phys: buf.phys,
+                len: size,
+            });
+        }
+        Ok(buf)
+    }
+
+    /// Bus address of the first byte.
+    pub fn phys(&self) -> u64 {
+        self.phys
+    }
+
+    /// Bus address of byte `off` (`off == len` allowed: the end).
+    pub fn phys_at(&self, off: usize) -> u64 {
+        assert!(off <= self.len, "DMA offset {off} past length {}", self.len);
+        self.phys + off as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty (never, for a successful allocation).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn ptr(&self, off: usize, size: usize) -> *mut u8 {
+        assert!(
+            off.checked_add(size).is_some_and(|end| end <= self.len),
+            "DMA access {off}+{size} past length {}",
+            self.len
+        );
+        // SAFETY: `off + size <= len`, so the result stays inside the allocation.
+        unsafe { self.virt.as_ptr().add(off) }
+    }
+
+    /// Writes `bytes` at `off`.
+    pub fn write_bytes(&self, off: usize, bytes: &[u8]) {
+        let p = self.ptr(off, bytes.len());
+        for (i, b) in bytes.iter().enumerate() {
+            // SAFETY: `ptr` checked that `off..off+len` lies inside the region, which the `Dma`
+            // contract makes valid for writes.
+            unsafe { p.add(i).write_volatile(*b) };
+        }
+    }
+
+    /// Fills `len` bytes at `off` with `byte`.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) {
+        let p = self.ptr(off, len);
+        for i in 0..len {
+            // SAFETY: inside the region, checked by `ptr`.
+            unsafe { p.add(i).write_volatile(byte) };
+        }
+    }
+
+    /// Zeroes the whole buffer.
+    pub fn zero(&self) {
+        self.fill(0, self.len, 0);
+    }
+
+    /// Copies `dst.len()` bytes starting at `off` into `dst`.
+    pub fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        let p = self.ptr(off, dst.len());
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: inside the region, checked by `ptr`; valid for reads by the `Dma` contract.
+            *d = unsafe { p.add(i).read_volatile() };
+        }
+    }
+
+    /// Writes one byte.
+    pub fn write_u8(&self, off: usize, v: u8) {
+        self.write_bytes(off, &[v]);
+    }
+
+    /// Writes a little-endian u16.
+    pub fn write_u16(&self, off: usize, v: u16) {
+        self.write_bytes(off, &v.to_le_bytes());
+    }
+
+    /// Writes a little-endian u32: one 32-bit store when `off` is 4-byte aligned in memory.
+    pub fn write_u32(&self, off: usize, v: u32) {
+        let p = self.ptr(off, 4);
+        if (p as usize).is_multiple_of(4) {
+            // SAFETY: in bounds (checked by `ptr`) and 4-byte aligned.
+            unsafe { p.cast::<u32>().write_volatile(v.to_le()) }
+        } else {
+            self.write_bytes(off, &v.to_le_bytes());
+        }
+    }
+
+    /// Writes a little-endian u64 (two 32-bit halves, low first, when not one aligned store is
+    /// needed; see [`DmaBuf::write_u64_atomic`] for descriptors the device reads as one word).
+    pub fn write_u64(&self, off: usize, v: u64) {
+        self.write_u32(off, v as u32);
+        self.write_u32(off + 4, (v >> 32) as u32);
+    }
+
+    /// Reads one byte.
+    pub fn read_u8(&self, off: usize) -> u8 {
+        let mut b = [0u8; 1];
+        self.read_bytes(off, &mut b);
+        b[0]
+    }
+
+    /// Reads a little-endian u16.
+    pub fn read_u16(&self, off: usize) -> u16 {
+        let mut b = [0u8; 2];
+        self.read_bytes(off, &mut b);
+        u16::from_le_bytes(b)
+    }
+
+    /// Reads a little-endian u32: one 32-bit load when `off` is 4-byte aligned in memory, so a
+    /// word the device writes whole is never seen half-written.
+    pub fn read_u32(&self, off: usize) -> u32 {
+        let p = self.ptr(off, 4);
+        if (p as usize).is_multiple_of(4) {
+            // SAFETY: in bounds (checked by `ptr`) and 4-byte aligned.
+            u32::from_le(unsafe { p.cast::<u32>().read_volatile() })
+        } else {
+            let mut b = [0u8; 4];
+            self.read_bytes(off, &mut b);
+            u32::from_le_bytes(b)
+        }
+    }
+
+    /// Reads a little-endian u64 as two 32-bit halves, low first.
+    pub fn read_u64(&self, off: usize) -> u64 {
+        u64::from(self.read_u32(off)) | u64::from(self.read_u32(off + 4)) << 32
+    }
+
+    /// Reads an aligned 8-byte value with one 64-bit volatile load, so a descriptor the device
+    /// stores as one 8-byte write is never seen half-written.
+    pub fn read_u64_atomic(&self, off: usize) -> u64 {
+        let p = self.ptr(off, 8);
+        assert!(
+            (p as usize).is_multiple_of(8),
+            "unaligned 8-byte DMA read at offset {off}"
+        );
+        // SAFETY: inside the region and 8-byte aligned.
+        u64::from_le(unsafe { p.cast::<u64>().read_volatile() })
+    }
+
+    /// Stores an aligned 8-byte value with one 64-bit volatile store.
+    pub fn write_u64_atomic(&self, off: usize, v: u64) {
+        let p = self.ptr(off, 8);
+        assert!(
+            (p as usize).is_multiple_of(8),
+            "unaligned 8-byte DMA write at offset {off}"
+        );
+        // SAFETY: inside the region and 8-byte aligned.
+        unsafe { p.cast::<u64>().write_volatile(v.to_le()) }
+    }
+
+    /// A word the device updates concurrently (a producer index, a reply entry), as an atomic.
+    pub fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        let p = self.ptr(off, 4);
+        assert!(
+            (p as usize).is_multiple_of(4),
+            "unaligned atomic DMA word at offset {off}"
+        );
+        // SAFETY: in bounds, 4-byte aligned, valid for the lifetime of `self`, and the word is only
+        // ever accessed atomically (by the driver and the device) while shared.
+        unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }
+    }
+
+    /// A byte the device updates concurrently (a command status), as an atomic.
+    pub fn atomic_u8(&self, off: usize) -> &AtomicU8 {
+        let p = self.ptr(off, 1);
+        // SAFETY: in bounds, valid for the lifetime of `self`; byte alignment always holds.
+        unsafe { AtomicU8::from_ptr(p) }
+    }
+
+    /// `entries` u64 slots starting at `off`, as a mutable slice (descriptor lists the driver
+    /// fills before handing them to the device).
+    ///
+    /// # Safety
+    /// The caller has exclusive use of `off..off + 8 * entries` for the life of the slice: no
+    /// other slice or accessor call over it, and the device does not read it meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn u64_slice(&self, off: usize, entries: usize) -> &mut [u64] {
+        let bytes = entries.checked_mul(8).expect("descriptor list size overflows");
+        let p = self.ptr(off, bytes);
+        assert!((p as usize).is_multiple_of(8), "descriptor list not 8-byte aligned");
+        // SAFETY: in bounds and aligned (checked above); exclusivity is the caller's promise.
+        unsafe { core::slice::from_raw_parts_mut(p.cast::<u64>(), entries) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeMemory;
+
+    #[test]
+    fn accessors_agree_with_what_the_device_sees() {
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 64, 64).unwrap();
+        buf.write_u32(0, 0x1122_3344);
+        buf.write_u64(8, 0x5566_7788_99AA_BBCC);
+        buf.write_u16(17, 0xBEEF);
+        assert_eq!(mem.read_u32("t", buf.phys()), Some(0x1122_3344));
+        assert_eq!(mem.read_u64("t", buf.phys_at(8)), Some(0x5566_7788_99AA_BBCC));
+        assert_eq!(buf.read_u16(17), 0xBEEF);
+        mem.write_u64("dev", buf.phys_at(24), 0x0102_0304_0506_0708);
+        assert_eq!(buf.read_u64_atomic(24), 0x0102_0304_0506_0708);
+        assert_eq!(buf.read_u32(25), 0x0405_0607);
+        buf.zero();
+        assert_eq!(buf.read_u64(24), 0);
+        assert!(mem.violations().is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "past length")]
+    fn an_access_past_the_end_panics() {
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 16, 8).unwrap();
+        buf.write_u32(14, 1);
+    }
+
+    #[test]
+    fn a_broken_allocator_or_high_memory_is_refused() {
+        struct Short(alloc::sync::Arc<FakeMemory>);
+        // SAFETY: test allocator that deliberately breaks the length promise; never used for DMA.
+        unsafe impl Dma for Short {
+            fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, DmaError> {
+                let mut r = self.0.alloc_zeroed(size, align)?;
+                r.len = size - 1;
+                Ok(r)
+            }
+        }
+        let mem = FakeMemory::new(0x4000);
+        assert!(matches!(
+            DmaBuf::alloc(&Short(mem.clone()), 32, 8),
+            Err(DmaError::Contract { size: 32, len: 31, .. })
+        ));
+        let high = FakeMemory::new((1 << 32) - 16);
+        assert!(matches!(
+            DmaBuf::alloc_below_4g(&high.dma(), 64, 8),
+            Err(DmaError::Above4G { .. })
+        ));
+    }
+}
