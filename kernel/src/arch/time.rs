@@ -1,6 +1,8 @@
 //! A monotonic nanosecond clock from the TSC, calibrated from CPUID leaf 0x15
 //! (or 0x16) when the CPU reports it, else against PIT channel 2. The LAPIC
-//! timer is calibrated over the same PIT window.
+//! timer is calibrated over the same PIT window. Five PIT windows are measured
+//! and the median (by TSC ticks) is used, so one delayed port read under a
+//! hypervisor cannot skew the clock.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use x86_64::instructions::port::Port;
@@ -14,7 +16,11 @@ static TSC_ORIGIN: AtomicU64 = AtomicU64::new(0);
 static LAPIC_HZ: AtomicU64 = AtomicU64::new(0);
 
 const PIT_HZ: u64 = 1_193_182;
-const PIT_WINDOW_MS: u64 = 20;
+const PIT_WINDOW_MS: u64 = 10;
+/// PIT windows measured; the median is used. Under a hypervisor one port read can be delayed by
+/// hundreds of milliseconds (a descheduled vCPU, a contended device lock), which makes that window
+/// read far too long or too short; one outlier must not set the clock (seen: 33x).
+const PIT_WINDOWS: usize = 5;
 
 /// Where the TSC frequency came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +126,12 @@ fn pit_window() -> (u64, u64) {
 
 /// Calibrates the clock. Runs on the BSP with interrupts off, after the local APIC is enabled.
 pub fn calibrate() -> Calibration {
-    let (tsc_window, lapic_window) = pit_window();
+    let mut windows = [(0u64, 0u64); PIT_WINDOWS];
+    for w in &mut windows {
+        *w = pit_window();
+    }
+    windows.sort_unstable_by_key(|&(tsc, _)| tsc);
+    let (tsc_window, lapic_window) = windows[PIT_WINDOWS / 2];
     let (tsc_hz, source) = match cpuid_tsc_hz() {
         Some(found) => found,
         None => (tsc_window * 1000 / PIT_WINDOW_MS, Source::Pit),
