@@ -1,6 +1,7 @@
 //! A monotonic nanosecond clock from the TSC, calibrated from CPUID leaf 0x15
 //! (or 0x16) when the CPU reports it, else against PIT channel 2. The LAPIC
-//! timer is calibrated over the same PIT window.
+//! timer is calibrated over the same PIT window, whose ends are latched reads
+//! of the PIT count bracketed by TSC reads (see [`pit_window`]).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use x86_64::instructions::port::Port;
@@ -14,7 +15,15 @@ static TSC_ORIGIN: AtomicU64 = AtomicU64::new(0);
 static LAPIC_HZ: AtomicU64 = AtomicU64::new(0);
 
 const PIT_HZ: u64 = 1_193_182;
-const PIT_WINDOW_MS: u64 = 20;
+/// Channel 2 runs one-shot from the full count (about 54.9 ms).
+const PIT_FULL_COUNT: u16 = 0xFFFF;
+/// PIT ticks between the start and end samples (about 33.5 ms), leaving room before the count
+/// wraps for the end samples.
+const PIT_WINDOW_TICKS: u16 = 40_000;
+/// Samples taken at each end of the window; the one read the fastest wins.
+const SAMPLES: usize = 8;
+/// Bound on the wait for the window to pass: a broken PIT must not hang boot.
+const MAX_POLLS: u64 = 100_000_000;
 
 /// Where the TSC frequency came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,41 +98,91 @@ fn cpuid_tsc_hz() -> Option<(u64, Source)> {
     (base > 0).then_some((base * 1_000_000, Source::CpuidBaseFrequency))
 }
 
-/// Measures TSC and LAPIC-timer ticks across a PIT channel-2 one-shot of
-/// `PIT_WINDOW_MS`. Returns (tsc ticks, lapic ticks).
-fn pit_window() -> (u64, u64) {
+/// One reading of PIT channel 2's count, bracketed by TSC reads.
+#[derive(Clone, Copy)]
+struct PitSample {
+    /// Midpoint of the TSC bracket around the latch command.
+    tsc: u64,
+    /// Bracket width: how long the latch (a trapped port write under a hypervisor) took.
+    width: u64,
+    count: u16,
+    lapic: u32,
+}
+
+fn pit_sample(mode: &mut Port<u8>, counter: &mut Port<u8>) -> PitSample {
+    let t_a = rdtsc();
+    // SAFETY: the counter-latch command for channel 2 (0x80) and reads of its count; channel 2
+    // drives nothing but the (disabled) speaker.
+    let (lo, hi, lapic, t_b) = unsafe {
+        mode.write(0x80);
+        let lapic = crate::arch::apic::timer_current();
+        let t_b = rdtsc();
+        (counter.read(), counter.read(), lapic, t_b)
+    };
+    PitSample {
+        tsc: t_a + (t_b - t_a) / 2,
+        width: t_b - t_a,
+        count: u16::from_le_bytes([lo, hi]),
+        lapic,
+    }
+}
+
+/// The sample with the narrowest bracket among `SAMPLES` readings whose count is at most
+/// `not_above` (the count only falls; a higher one has wrapped).
+fn best_pit_sample(mode: &mut Port<u8>, counter: &mut Port<u8>, not_above: u16) -> Option<PitSample> {
+    (0..SAMPLES)
+        .map(|_| pit_sample(mode, counter))
+        .filter(|s| s.count <= not_above)
+        .min_by_key(|s| s.width)
+}
+
+/// Measures TSC and LAPIC-timer ticks against PIT channel 2 counting down.
+/// Returns (tsc ticks, lapic ticks, PIT ticks), or `None` when the PIT does
+/// not count.
+///
+/// Each end of the window is a latched read of the count bracketed by two TSC
+/// reads, and the narrowest of several brackets is used: under a hypervisor a
+/// port access can take milliseconds (a descheduled vCPU, a contended device
+/// lock), and a window that ends at "the first poll that sees the count run
+/// out" is long by that much (seen: the TSC rate read 3x too high on a loaded
+/// host, which stretched every timeout).
+fn pit_window() -> Option<(u64, u64, u64)> {
     let mut gate = Port::<u8>::new(0x61);
     let mut mode = Port::<u8>::new(0x43);
     let mut counter = Port::<u8>::new(0x42);
-    let count = (PIT_HZ * PIT_WINDOW_MS / 1000) as u16;
     crate::arch::apic::timer_start_free_running();
     // SAFETY: PIT channel 2 and the speaker-gate port; channel 2 drives nothing
     // but the (disabled) speaker, so reprogramming it has no other effect.
     unsafe {
         let g = gate.read();
         gate.write((g & !0x02) | 0x01); // gate high, speaker off
-        mode.write(0xB0); // channel 2, lo/hi byte, mode 0 (interrupt on terminal count)
-        counter.write(count as u8);
-        counter.write((count >> 8) as u8);
-        let lapic0 = crate::arch::apic::timer_current();
-        let t0 = rdtsc();
-        let mut spins: u64 = 0;
-        // OUT2 (bit 5) rises at terminal count. Bounded: a broken PIT must not hang boot.
-        while gate.read() & 0x20 == 0 && spins < 2_000_000_000 {
-            spins += 1;
-        }
-        let t1 = rdtsc();
-        let lapic1 = crate::arch::apic::timer_current();
-        (t1 - t0, lapic0.wrapping_sub(lapic1) as u64)
+        mode.write(0xB0); // channel 2, lo/hi byte, mode 0 (one-shot)
+        counter.write(PIT_FULL_COUNT as u8);
+        counter.write((PIT_FULL_COUNT >> 8) as u8);
     }
+    let first = best_pit_sample(&mut mode, &mut counter, PIT_FULL_COUNT)?;
+    let mut polls = 0;
+    while first.count.saturating_sub(pit_sample(&mut mode, &mut counter).count) < PIT_WINDOW_TICKS {
+        polls += 1;
+        if polls > MAX_POLLS {
+            return None;
+        }
+    }
+    let last = best_pit_sample(&mut mode, &mut counter, first.count)?;
+    let pit_ticks = u64::from(first.count - last.count);
+    (pit_ticks > 0 && last.tsc > first.tsc)
+        .then(|| (last.tsc - first.tsc, first.lapic.wrapping_sub(last.lapic) as u64, pit_ticks))
 }
 
 /// Calibrates the clock. Runs on the BSP with interrupts off, after the local APIC is enabled.
 pub fn calibrate() -> Calibration {
-    let (tsc_window, lapic_window) = pit_window();
+    let (tsc_window, lapic_window, pit_ticks) = pit_window().unwrap_or((0, 0, 1));
     let (tsc_hz, source) = match cpuid_tsc_hz() {
         Some(found) => found,
-        None => (tsc_window * 1000 / PIT_WINDOW_MS, Source::Pit),
+        None => (
+            (u128::from(tsc_window) * u128::from(PIT_HZ) / u128::from(pit_ticks)) as u64,
+            Source::Pit,
+        ),
     };
     // The LAPIC rate relative to the TSC over the PIT window holds whichever
     // source gave the TSC frequency.

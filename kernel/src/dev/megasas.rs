@@ -158,7 +158,8 @@ impl HostHooks for Controller {
             ("mfi_resets", r.resets),
             ("mfi_reset_failed_commands", r.reset_failed_commands),
             ("mfi_busy_retries", h.busy_retries),
-            ("mfi_refused_completions", h.refused_completions),
+            // Completions the block layer did not accept (stale or not in flight): dropped, counted.
+            ("mfi_stale_completions", h.refused_completions),
         ]
     }
 }
