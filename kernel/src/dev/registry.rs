@@ -1,7 +1,8 @@
 //! The table of PCI drivers: match rules, the driver's command-line keys
 //! (every `NAME.key=value` word goes to driver NAME, parsed once at boot by
-//! its `configure`, so an unknown `megasas.*` key is that driver's error),
-//! and its probe function. Adding a driver is one line in [`PCI_DRIVERS`]
+//! its `configure`, so an unknown `nvme.*` key is that driver's error; MFI and
+//! Fusion share `megasas.*`, split in one place, [`key_owner`]), and its
+//! probe function. Adding a driver is one line in [`PCI_DRIVERS`]
 //! and one probe file in `dev/`.
 
 use crate::dev::driver::PciDriver;
