@@ -1,7 +1,8 @@
 //! A monotonic nanosecond clock from the TSC, calibrated from CPUID leaf 0x15
 //! (or 0x16) when the CPU reports it, else against PIT channel 2. The LAPIC
 //! timer is calibrated over the same PIT window, whose ends are latched reads
-//! of the PIT count bracketed by TSC reads (see [`pit_window`]).
+//! of the PIT count bracketed by TSC reads (see [`pit_window`]); the median of
+//! three windows is used.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use x86_64::instructions::port::Port;
@@ -176,7 +177,14 @@ fn pit_window() -> Option<(u64, u64, u64)> {
 
 /// Calibrates the clock. Runs on the BSP with interrupts off, after the local APIC is enabled.
 pub fn calibrate() -> Calibration {
-    let (tsc_window, lapic_window, pit_ticks) = pit_window().unwrap_or((0, 0, 1));
+    // The median of three windows, by TSC rate: one window can still be skewed when every
+    // sample at one of its ends was slow.
+    let mut windows = [(0u64, 0u64, 1u64); 3];
+    for w in &mut windows {
+        *w = pit_window().unwrap_or((0, 0, 1));
+    }
+    windows.sort_unstable_by_key(|&(tsc, _, pit)| u128::from(tsc) * u128::from(PIT_HZ) / u128::from(pit));
+    let (tsc_window, lapic_window, pit_ticks) = windows[1];
     let (tsc_hz, source) = match cpuid_tsc_hz() {
         Some(found) => found,
         None => (
