@@ -39,7 +39,8 @@ counters! {
     completed_with_error,
     /// Submissions rejected before reaching a tag (bad range, frozen, no tag).
     rejected,
-    /// Requests the driver handed back with `Busy`/`DevBusy` and the block layer requeued.
+    /// Requests put back in line for dispatch: handed back with `Busy`/`DevBusy`, or taken back
+    /// from the device with `Queue::requeue` / `TimeoutAction::Requeue`.
     requeued,
     /// Calls to the driver's `queue_rq`.
     dispatched,
@@ -68,6 +69,13 @@ counters! {
     stale_completions,
     /// Lock acquisitions on the hot path (`run_hw_queue`). Zero with `QuiesceCheck::LockFree`.
     hot_path_locks,
+    /// `QuiesceCheck::Sleeping`: acquisitions that found the queue lock taken.
+    lock_contended,
+    /// `QuiesceCheck::Sleeping`: times a CPU parked waiting for the queue lock (each one a
+    /// wake-up plus a charged reschedule).
+    lock_sleeps,
+    /// `QuiesceCheck::Sleeping`: wake-ups sent by unlocks to parked CPUs.
+    lock_wakeups,
     /// Hardware queue runs that reached the dispatcher.
     queue_runs,
     /// Requests whose deadline passed and whose timeout handler ran.
@@ -93,7 +101,7 @@ impl Counters {
     /// The block for `cpu` (the caller validated `cpu`; out-of-range folds into range).
     #[inline]
     pub fn cpu(&self, cpu: usize) -> &CpuCounters {
-        &self.per_cpu[cpu % self.per_cpu.len()]
+        &self.per_cpu[crate::tags::fold(cpu, self.per_cpu.len())]
     }
 
     pub fn snapshot(&self) -> CounterSnapshot {

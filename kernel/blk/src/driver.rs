@@ -19,16 +19,75 @@ pub trait Platform: Send + Sync {
     fn raise_completion_softirq(&self, cpu: usize);
     /// A request finished. Called exactly once per accepted request, on the completing CPU.
     fn end_io(&self, completion: &Completion);
+
+    /// [`crate::QuiesceCheck::Sleeping`]: park CPU `cpu` until [`Platform::wake`] is called for
+    /// it (halt until the wake-up IPI). Must return if `wake(cpu)` was called since this last
+    /// returned, even before this call (a per-CPU pending flag), or a wake-up is lost; may also
+    /// return spuriously (the caller retries). The default returns at once, after a spin hint,
+    /// so a platform without a wake mechanism spins.
+    fn wait_for_wake(&self, cpu: usize) {
+        let _ = cpu;
+        core::hint::spin_loop();
+    }
+
+    /// [`crate::QuiesceCheck::Sleeping`]: wake CPU `cpu` from [`Platform::wait_for_wake`]
+    /// (set its pending flag, send the wake-up IPI). Called by the CPU that releases the queue
+    /// lock, possibly from interrupt context. The default does nothing.
+    fn wake(&self, cpu: usize) {
+        let _ = cpu;
+    }
 }
 
 /// What the driver says about a request whose deadline passed.
+///
+/// # The timeout contract
+///
+/// A request's buffers belong to the device from [`Rq::issue`] until the device has provably
+/// given up the tag: it completed the command, an abort of it was confirmed, or the controller
+/// was reset. The block layer ends a request (and hands its buffers back through
+/// [`Platform::end_io`]) only on one of: an accepted [`Queue::complete`] with the issue's
+/// token, [`Queue::requeue`], or a `Done`/`Requeue` verdict here. So a driver must not give
+/// either verdict, nor call `complete`/`requeue` for the token, while the device may still
+/// write to the buffers.
+///
+/// A timeout therefore ends in one of two ways:
+/// - **Synchronously**: the handler itself gets the device to give up the tag (an abort that
+///   completes while it waits, a controller reset inside the handler) and returns
+///   [`TimeoutAction::Done`] or [`TimeoutAction::Requeue`].
+/// - **Later** (an abort → reset ladder, as MegaRAID and NVMe drivers need): the handler starts
+///   recovery (sends an abort for [`TimedOutRq::token`], schedules a reset), remembers that in
+///   its PDU, and returns [`TimeoutAction::ResetTimer`] or [`TimeoutAction::ResetTimerAfter`]
+///   with the time it gives the recovery. The request stays in flight, owned by the device.
+///   When the recovery confirms that the device gave up the tag, the driver finishes the
+///   request with [`Queue::complete`]`(cpu, hwq, token, Status::Aborted)` (or
+///   [`Queue::requeue`]`(cpu, hwq, token)` to issue it again); after a controller reset it does
+///   that for every request it had in flight ([`Queue::for_each_issued`] lists them). If the
+///   recovery has not finished by the new deadline, the handler runs again with the same token
+///   and escalates (abort → reset).
+///
+/// Exactly one outcome per issue: the device's own completion, the driver's `complete` or
+/// `requeue` with the token, and a `Done`/`Requeue` verdict race through one CAS on the slot's
+/// state + generation word; the first wins and the others are refused (`NotInFlight`, or
+/// `StaleCompletion` once the generation moved on). A completion that arrives while the
+/// handler runs (from the device, or from the driver inside the handler) is recorded and
+/// applied after a `ResetTimer*`; after `Done` the driver's status stands; after `Requeue` the
+/// recorded completion is applied instead of issuing the request again (it did complete).
+/// `Done` and `Requeue` retire the timed-out issue's generation, so anything the device reports
+/// for it later is refused as stale and counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeoutAction {
-    /// The request is still expected to complete: give it another full timeout.
+    /// The request stays in flight (the device still owns it): run the handler again after
+    /// another full timeout.
     ResetTimer,
-    /// The driver has dealt with it (aborted it on the device); finish it with this status.
-    /// The driver guarantees the device will not complete this tag again.
+    /// As `ResetTimer`, but run the handler again after this many ns (for example the time an
+    /// abort is given before escalating to a reset). 0 means the next `tick`.
+    ResetTimerAfter(u64),
+    /// The device has provably given up the tag (see the contract above): finish the request
+    /// now with this status.
     Done(Status),
+    /// The device has provably given up the tag: put the request back in line to be
+    /// dispatched (and issued, with a new generation) again.
+    Requeue,
 }
 
 /// A `queue_rq` failure. Every variant hands the request back, so nothing leaks.

@@ -30,6 +30,7 @@ mod map;
 pub mod null;
 mod queue;
 mod request;
+pub mod sleeplock;
 mod sync;
 pub mod tags;
 
@@ -38,7 +39,7 @@ pub use driver::{Driver, HwCtx, Platform, QueueRqError, Rq, TimedOutRq, TimeoutA
 pub use error::BlkError;
 pub use freeze::UsageCounter;
 pub use map::{map_queues, validate_map};
-pub use queue::{CompletionPolicy, Queue, QueueConfig, QuiesceCheck, Submitted};
+pub use queue::{CompletionPolicy, DEFAULT_RESCHEDULE_COST_NS, Queue, QueueConfig, QuiesceCheck, Submitted};
 pub use request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Segment, Status};
 pub use sync::{CachePadded, SpinGuard, SpinLock};
 pub use tags::HostTags;

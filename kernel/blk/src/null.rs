@@ -144,6 +144,11 @@ impl NullDriver {
         let Some(parked) = self.parked.get(hwq) else {
             return 0;
         };
+        // A plain load first: taking an empty list would still be an RMW on a line that the
+        // submitting CPU writes.
+        if parked.is_empty() {
+            return 0;
+        }
         let mut n = 0;
         for index in parked.take_all(&self.links) {
             let status = match self.parked_status[index as usize].load(Ordering::Relaxed) {

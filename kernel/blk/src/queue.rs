@@ -27,7 +27,10 @@ use crate::freeze::UsageCounter;
 use crate::list::{Fifo, Links, TagStack};
 use crate::map::{map_queues, validate_map};
 use crate::request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Slot, Status, state};
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, spin_loop};
+use crate::sleeplock::SleepLock;
+use crate::sync::{
+    AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, fence_after_rmw, spin_loop,
+};
 use crate::tags::{HostTags, MAX_DEPTH};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -76,11 +79,24 @@ pub enum QuiesceCheck {
     /// Kept to measure what that costs; correct, but serialises every CPU that runs the queue
     /// with nothing to do (which is every completion, with `run_queue_on_completion`).
     Locked = 1,
+    /// The same locked re-check, with the lock behaving as PREEMPT_RT's sleeping `spinlock_t`:
+    /// a CPU that finds it taken parks ([`Platform::wait_for_wake`]) until the holder's unlock
+    /// wakes it ([`Platform::wake`]), then pays [`QueueConfig::reschedule_cost_ns`] before it
+    /// retries. Counters `lock_contended`, `lock_sleeps`, `lock_wakeups`. What this models and
+    /// what it does not: see [`crate::sleeplock`].
+    Sleeping = 2,
 }
 
 impl QuiesceCheck {
+    /// All variants, for benchmarks and tests.
+    pub const ALL: [Self; 3] = [Self::LockFree, Self::Locked, Self::Sleeping];
+
     fn from_u8(v: u8) -> Self {
-        if v == 0 { Self::LockFree } else { Self::Locked }
+        match v {
+            0 => Self::LockFree,
+            1 => Self::Locked,
+            _ => Self::Sleeping,
+        }
     }
 }
 
@@ -120,6 +136,9 @@ pub struct QueueConfig {
     pub run_queue_on_completion: bool,
     /// Custom CPU to hardware-queue map, one entry per CPU; `None` uses [`map_queues`].
     pub cpu_map: Option<Vec<u16>>,
+    /// [`QuiesceCheck::Sleeping`]: what a woken CPU pays (spinning on the platform clock)
+    /// before it may retry the lock: the reschedule of a threaded interrupt handler.
+    pub reschedule_cost_ns: u64,
 }
 
 impl QueueConfig {
@@ -141,6 +160,7 @@ impl QueueConfig {
             quiesce_check: QuiesceCheck::LockFree,
             run_queue_on_completion: true,
             cpu_map: None,
+            reschedule_cost_ns: DEFAULT_RESCHEDULE_COST_NS,
         }
     }
 
@@ -212,6 +232,10 @@ impl QueueConfig {
         Ok(())
     }
 }
+
+/// Default [`QueueConfig::reschedule_cost_ns`]: a few microseconds, the order of a context
+/// switch plus wake-up latency of an RT thread on current x86 servers.
+pub const DEFAULT_RESCHEDULE_COST_NS: u64 = 4_000;
 
 /// Where a submitted request went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,12 +317,13 @@ pub struct Queue<D: Driver> {
     /// `submit_wait` calls of this queue currently waiting for a tag (fairness heuristic:
     /// orders nothing).
     tag_waiters: core::sync::atomic::AtomicU32,
-    /// Timeout claims: slots whose timeout handler reported a completion while it ran.
-    late_status: Box<[crate::sync::AtomicU8]>,
     usage: UsageCounter,
     quiesce_depth: CachePadded<AtomicU32>,
-    /// Taken on the hot path only by `QuiesceCheck::Locked`.
-    queue_lock: CachePadded<SpinLock<()>>,
+    /// Taken on the hot path only by `QuiesceCheck::Locked` (spinning) and
+    /// `QuiesceCheck::Sleeping` (sleeping); one lock, so the two exclude each other when the
+    /// variant is switched live.
+    queue_lock: CachePadded<SleepLock>,
+    reschedule_cost_ns: core::sync::atomic::AtomicU64,
     freeze_depth: SpinLock<u32>,
     policy: KnobU8,
     check: KnobU8,
@@ -373,7 +398,6 @@ impl<D: Driver> Queue<D> {
             sw_queues: stacks(ncpus),
             done_lists: stacks(ncpus),
             links: Links::new(slots.len()),
-            late_status: (0..slots.len()).map(|_| crate::sync::AtomicU8::new(0)).collect(),
             slots: slots.into_boxed_slice(),
             tag_sets,
             sharer_ids: sharer_ids.into_boxed_slice(),
@@ -381,7 +405,8 @@ impl<D: Driver> Queue<D> {
             tag_waiters: core::sync::atomic::AtomicU32::new(0),
             usage: UsageCounter::new(),
             quiesce_depth: CachePadded(AtomicU32::new(0)),
-            queue_lock: CachePadded(SpinLock::new(())),
+            queue_lock: CachePadded(SleepLock::new(ncpus)),
+            reschedule_cost_ns: core::sync::atomic::AtomicU64::new(cfg.reschedule_cost_ns),
             freeze_depth: SpinLock::new(0),
             policy: KnobU8::new(cfg.completion as u8),
             check: KnobU8::new(cfg.quiesce_check as u8),
@@ -449,10 +474,46 @@ impl<D: Driver> Queue<D> {
     pub fn quiesce_check(&self) -> QuiesceCheck {
         QuiesceCheck::from_u8(self.check.load(core::sync::atomic::Ordering::Relaxed))
     }
-    /// Switches the quiesce re-check variant. Both variants are correct against each other
+    /// Switches the quiesce re-check variant. The variants are correct against each other
     /// (quiesce and unquiesce always fence, and take the lock too), so this may be done live.
     pub fn set_quiesce_check(&self, c: QuiesceCheck) {
         self.check.store(c as u8, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// [`QuiesceCheck::Sleeping`]'s reschedule cost in ns.
+    pub fn reschedule_cost_ns(&self) -> u64 {
+        self.reschedule_cost_ns.load(core::sync::atomic::Ordering::Relaxed)
+    }
+    /// Sets [`QuiesceCheck::Sleeping`]'s reschedule cost.
+    pub fn set_reschedule_cost_ns(&self, ns: u64) {
+        self.reschedule_cost_ns.store(ns, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Takes the queue lock the way the current variant does (`cpu`: the acquiring CPU, or
+    /// `None` on a cold path with no CPU, which always spins).
+    fn lock_queue(&self, cpu: Option<usize>) -> QueueLockGuard<'_> {
+        match (self.quiesce_check(), cpu) {
+            (QuiesceCheck::Sleeping, Some(cpu)) => {
+                let a = self
+                    .queue_lock
+                    .lock_sleeping(cpu, &*self.platform, self.reschedule_cost_ns());
+                let counters = self.counters.cpu(cpu);
+                if !a.uncontended {
+                    bump(&counters.lock_contended);
+                }
+                counters
+                    .lock_sleeps
+                    .fetch_add(u64::from(a.sleeps), core::sync::atomic::Ordering::Relaxed);
+            }
+            _ => {
+                self.queue_lock.lock_spinning();
+            }
+        }
+        QueueLockGuard {
+            lock: &self.queue_lock,
+            platform: &*self.platform,
+            counters: &self.counters,
+            cpu: cpu.unwrap_or(0),
+        }
     }
     /// A snapshot of the counters.
     pub fn counters(&self) -> CounterSnapshot {
@@ -610,8 +671,7 @@ impl<D: Driver> Queue<D> {
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(state::QUEUED);
         bump(&self.counters.cpu(cpu).submitted);
-        self.insert(cpu, hwq, index);
-        self.run_hw_queue(cpu, hwq);
+        self.queue_or_issue(cpu, hwq, index);
         Ok(Submitted { hwq, tag })
     }
 
@@ -673,6 +733,35 @@ impl<D: Driver> Queue<D> {
         }
     }
 
+    /// Hands a new request to hardware queue `hwq`. When nothing of this CPU's is waiting and
+    /// no CPU is dispatching, it takes the run token and dispatches the request directly
+    /// (Linux's `blk_mq_try_issue_directly`), skipping the software-queue handoff (a push, a
+    /// pending bit, and the dispatcher's two swaps). Otherwise it queues it and runs the queue.
+    ///
+    /// Order: this CPU's older requests are either on its software queue (then we take the
+    /// slow path), or were taken by a dispatcher that has since released the token (they are
+    /// dispatched or on the FIFO, ahead of us), since we got the token.
+    fn queue_or_issue(&self, cpu: usize, hwq: usize, index: u32) {
+        let hq = &self.hwqs[hwq];
+        if self.sw_queues[cpu].is_empty()
+            && !hq.dispatch_nonempty.load(Ordering::Relaxed)
+            // Acquire pairs with the Release that freed the token (as in `dispatch`).
+            && hq
+                .run_state
+                .compare_exchange(0, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            if self.run_with_token(cpu, hwq, Some(index)) {
+                // Quiesced: it waits on the FIFO. Re-check like an insert does, so that an
+                // unquiesce racing with us is not missed.
+                self.run_hw_queue(cpu, hwq);
+            }
+            return;
+        }
+        self.insert(cpu, hwq, index);
+        self.run_hw_queue(cpu, hwq);
+    }
+
     fn insert(&self, cpu: usize, hwq: usize, index: u32) {
         if self.sw_queues[cpu].push(index, &self.links) {
             // The software queue went from empty to non-empty: mark it pending. Release pairs
@@ -730,8 +819,8 @@ impl<D: Driver> Queue<D> {
                 fence(Ordering::SeqCst);
                 self.need_run(hwq)
             }
-            QuiesceCheck::Locked => {
-                let _guard = self.queue_lock.lock();
+            QuiesceCheck::Locked | QuiesceCheck::Sleeping => {
+                let _guard = self.lock_queue(Some(cpu));
                 bump(&self.counters.cpu(cpu).hot_path_locks);
                 // `quiesce_nowait`/`unquiesce` change the depth under this lock, so under it
                 // we see the latest depth (the regressing Linux design).
@@ -769,20 +858,40 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
+        self.run_with_token(cpu, hwq, None);
+    }
+
+    /// Dispatches while holding the run token, until no rerun is requested, then releases it.
+    /// `direct`: a request to dispatch after whatever is already waiting (the direct-issue
+    /// path); if the queue turns out to be quiesced it is parked on the dispatch FIFO instead
+    /// and `true` is returned: the caller must then re-check (`run_hw_queue`), as an insert
+    /// would.
+    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: Option<u32>) -> bool {
+        let hq = &self.hwqs[hwq];
+        let mut parked = false;
         bump(&self.counters.cpu(cpu).queue_runs);
         loop {
-            // Pairs with the fence in `quiesce_nowait`: either `quiesce` sees RUNNING and
-            // waits for us, or we see the raised depth and dispatch nothing.
-            fence(Ordering::SeqCst);
+            // Full fence; the access just before is an atomic RMW (the counter bump on the
+            // first round, the RERUN swap below on later ones), hence `fence_after_rmw`. Pairs
+            // with the fence in `quiesce_nowait`: either `quiesce` sees RUNNING and waits for
+            // us, or we see the raised depth and dispatch nothing.
+            fence_after_rmw();
             if !self.quiesced() {
-                self.dispatch_once(cpu, hwq);
+                self.dispatch_once(cpu, hwq, direct.take());
+            } else if let Some(index) = direct.take() {
+                // SAFETY: we hold the run token, which guards the FIFO.
+                let fifo = unsafe { &mut *hq.fifo.get() };
+                self.links.set(index, crate::list::EMPTY);
+                fifo.append_newest_first(index, &self.links);
+                hq.dispatch_nonempty.store(true, Ordering::Relaxed);
+                parked = true;
             }
             // Release pairs with the Acquire that takes the token next.
             match hq
                 .run_state
                 .compare_exchange(RUNNING, 0, Ordering::Release, Ordering::Relaxed)
             {
-                Ok(_) => return,
+                Ok(_) => return parked,
                 Err(_) => {
                     // RERUN was set: consume it and go again. Acquire pairs with the
                     // requester's AcqRel CAS.
@@ -792,8 +901,8 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// One dispatch pass; the caller holds the run token.
-    fn dispatch_once(&self, cpu: usize, hwq: usize) {
+    /// One dispatch pass; the caller holds the run token. `direct` joins the end of the line.
+    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: Option<u32>) {
         let hq = &self.hwqs[hwq];
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
         let fifo = unsafe { &mut *hq.fifo.get() };
@@ -811,6 +920,10 @@ impl<D: Driver> Queue<D> {
                 let chain = self.sw_queues[c].take_newest_first();
                 fifo.append_newest_first(chain, &self.links);
             }
+        }
+        if let Some(index) = direct {
+            self.links.set(index, crate::list::EMPTY);
+            fifo.append_newest_first(index, &self.links);
         }
         if fifo.is_empty() {
             hq.dispatch_nonempty.store(false, Ordering::Relaxed);
@@ -879,8 +992,8 @@ impl<D: Driver> Queue<D> {
     /// Does not wait for dispatches already running (see [`Queue::quiesce`]). Completions keep
     /// flowing.
     pub fn quiesce_nowait(&self) {
-        if self.quiesce_check() == QuiesceCheck::Locked {
-            let _guard = self.queue_lock.lock();
+        if self.quiesce_check() != QuiesceCheck::LockFree {
+            let _guard = self.lock_queue(None);
             self.quiesce_depth.fetch_add(1, Ordering::Relaxed);
         } else {
             self.quiesce_depth.fetch_add(1, Ordering::Relaxed);
@@ -906,8 +1019,8 @@ impl<D: Driver> Queue<D> {
     pub fn unquiesce(&self, cpu: usize) -> Result<(), BlkError> {
         self.check_cpu(cpu)?;
         let dec = |d: u32| d.checked_sub(1);
-        let prev = if self.quiesce_check() == QuiesceCheck::Locked {
-            let _guard = self.queue_lock.lock();
+        let prev = if self.quiesce_check() != QuiesceCheck::LockFree {
+            let _guard = self.lock_queue(Some(cpu));
             self.quiesce_depth
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, dec)
         } else {
@@ -1006,6 +1119,44 @@ impl<D: Driver> Queue<D> {
     /// current-generation token whose request is no longer in flight (a double completion) is
     /// [`BlkError::NotInFlight`], counted in `spurious_completions`. Never blocks.
     pub fn complete(&self, cpu: usize, hwq: usize, token: IssueToken, status: Status) -> Result<(), BlkError> {
+        self.claim_issue(cpu, hwq, token, Claim::Complete(status))
+    }
+
+    /// Takes an issued request back from the device and puts it in line to be dispatched (and
+    /// issued, with a new generation) again, for example after a controller reset; the driver
+    /// calls it only once the device has provably given up the tag (see [`TimeoutAction`]).
+    /// Validated and refused exactly like [`Queue::complete`] (the two race through the same
+    /// CAS: the first wins). While the request's timeout handler runs, the requeue is recorded
+    /// and applied after it (unless the handler returns `Done`). Counted in `requeued`. May
+    /// dispatch (call the driver's `queue_rq`) before it returns.
+    pub fn requeue(&self, cpu: usize, hwq: usize, token: IssueToken) -> Result<(), BlkError> {
+        self.claim_issue(cpu, hwq, token, Claim::Requeue)
+    }
+
+    /// Calls `f(hwq, token)` for every request issued to the device and not yet completed (the
+    /// state at the moment each slot is looked at; requests may complete meanwhile, which
+    /// `complete`/`requeue` then refuse). For a driver's controller reset: it completes or
+    /// requeues each token. `hwq` is a hardware queue to pass back with the token (with shared
+    /// tags, the first queue of the set; any queue of the set is accepted).
+    pub fn for_each_issued(&self, mut f: impl FnMut(usize, IssueToken)) {
+        for index in 0..self.slots.len() as u32 {
+            // Acquire pairs with the Release store in `Rq::issue`.
+            let w = self.slot(index).word.load(Ordering::Acquire);
+            if matches!(state::of(w), state::ISSUED | state::TIMEOUT) {
+                let set = (index / self.depth) as usize;
+                let tag = index % self.depth;
+                f(
+                    usize::from(self.set_hwqs[set][0]),
+                    IssueToken::new(tag, state::generation(w)),
+                );
+            }
+        }
+    }
+
+    /// The claim behind `complete` and `requeue`: validates `token`, then moves its issue from
+    /// ISSUED to COMPLETING/QUEUED by one CAS of the whole word (state + generation), or, while
+    /// the timeout handler owns it, records the claim for the handler's context to apply.
+    fn claim_issue(&self, cpu: usize, hwq: usize, token: IssueToken, claim: Claim) -> Result<(), BlkError> {
         self.check_cpu(cpu)?;
         self.check_hwq(hwq)?;
         let tag = token.tag();
@@ -1032,30 +1183,39 @@ impl<D: Driver> Queue<D> {
             // issue the token names.
             match state::of(w) {
                 state::ISSUED => {
+                    let next = match claim {
+                        Claim::Complete(_) => state::pack(generation, state::COMPLETING),
+                        // The issue is over; its generation retires with it.
+                        Claim::Requeue => state::pack(generation.wrapping_add(1), state::QUEUED),
+                    };
                     if slot
                         .word
-                        .compare_exchange(
-                            w,
-                            state::pack(generation, state::COMPLETING),
-                            Ordering::Acquire,
-                            Ordering::Relaxed,
-                        )
+                        .compare_exchange(w, next, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
                     {
-                        slot.set_status(status);
-                        self.route_completion(cpu, index);
+                        match claim {
+                            Claim::Complete(status) => {
+                                slot.set_status(status);
+                                self.route_completion(cpu, index);
+                            }
+                            Claim::Requeue => self.requeue_owned(cpu, index),
+                        }
                         return Ok(());
                     }
                 }
                 state::TIMEOUT => {
-                    self.late_status[index as usize].store(status as u8, Ordering::Relaxed);
-                    // Release pairs with the Acquire in the timeout path's failed CAS/swap: it
-                    // sees `late_status`.
+                    // The claim travels in the word itself, so the handler's context reads it
+                    // with the state. Release pairs with the Acquire of the timeout path's
+                    // failed CAS / swap.
+                    let late = match claim {
+                        Claim::Complete(status) => status as u8,
+                        Claim::Requeue => state::LATE_REQUEUE,
+                    };
                     if slot
                         .word
                         .compare_exchange(
                             w,
-                            state::pack(generation, state::TIMEOUT_COMPLETED),
+                            state::pack_late(generation, late),
                             Ordering::Release,
                             Ordering::Relaxed,
                         )
@@ -1074,6 +1234,21 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
+    }
+
+    /// Puts an owned request (state QUEUED) back on its submitting CPU's software queue, on the
+    /// hardware queue that CPU maps to (the one it was dispatched on), and runs that queue.
+    fn requeue_owned(&self, cpu: usize, index: u32) {
+        let slot = self.slot(index);
+        slot.deadline.store(0, Ordering::Relaxed);
+        slot.set_status(Status::Ok);
+        // SAFETY: the slot is QUEUED and we claimed it, so we own it.
+        let submit_cpu = usize::from(unsafe { slot.data() }.submit_cpu);
+        let hwq = usize::from(self.cpu_to_hwq[submit_cpu]);
+        bump(&self.counters.cpu(cpu).requeued);
+        // Software queues are multi-producer: pushing onto another CPU's is fine.
+        self.insert(submit_cpu, hwq, index);
+        self.run_hw_queue(cpu, hwq);
     }
 
     /// Sends a claimed completion (state COMPLETING) where the policy says.
@@ -1163,7 +1338,8 @@ impl<D: Driver> Queue<D> {
                     submit_cpu: d.submit_cpu,
                     complete_cpu: cpu as u16,
                 },
-                index / self.depth,
+                // The tag set of the hardware queue it went through (no division by the depth).
+                self.set_of(usize::from(d.hwq)),
                 usize::from(d.hwq),
             )
         };
@@ -1179,7 +1355,6 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::FREE);
         // Release inside `free` publishes the FREE state and our last reads to the next owner.
         // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let set = set as usize;
         let freed = self.tag_sets[set].free(cpu, completion.tag, self.sharer_ids[set]);
         debug_assert!(freed, "tag {} freed twice", completion.tag);
         self.usage.exit();
@@ -1194,7 +1369,7 @@ impl<D: Driver> Queue<D> {
         if self.run_on_completion {
             // The fence above already did the lock-free re-check's job; the locked variant
             // still takes its lock when the lockless check says "nothing to do".
-            let locked = self.quiesce_check() == QuiesceCheck::Locked;
+            let locked = self.quiesce_check() != QuiesceCheck::LockFree;
             if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
                 self.dispatch(cpu, hwq);
             }
@@ -1222,8 +1397,8 @@ impl<D: Driver> Queue<D> {
     }
 
     /// The periodic tick: runs the driver's timeout handler for every issued request whose
-    /// deadline has passed, and reruns queues that hold turned-away requests. Returns the
-    /// number of requests that timed out.
+    /// deadline (issue time + `timeout_ns`) has passed, and reruns queues that hold turned-away
+    /// requests. Returns the number of requests that timed out.
     pub fn tick(&self, cpu: usize) -> Result<usize, BlkError> {
         self.check_cpu(cpu)?;
         let mut expired = 0;
@@ -1282,39 +1457,36 @@ impl<D: Driver> Queue<D> {
                 generation,
             };
             let action = self.driver.timeout(&mut view);
-            if action == TimeoutAction::ResetTimer {
+            let next = match action {
+                TimeoutAction::ResetTimer => Some(self.timeout_ns),
+                TimeoutAction::ResetTimerAfter(ns) => Some(ns),
+                TimeoutAction::Done(_) | TimeoutAction::Requeue => None,
+            };
+            if let Some(after) = next {
                 bump(&counters.timeout_resets);
-                let next = now.saturating_add(self.timeout_ns).max(1);
-                slot.deadline.store(next, Ordering::Relaxed);
+                slot.deadline.store(now.saturating_add(after).max(1), Ordering::Relaxed);
             }
             Some(action)
         };
+        let timeout_word = state::pack(generation, state::TIMEOUT);
         match action {
-            None | Some(TimeoutAction::ResetTimer) => {
-                // Hand it back to the hardware unless it completed meanwhile. Release pairs
-                // with the Acquire in `complete`.
-                if slot
-                    .word
-                    .compare_exchange(
-                        state::pack(generation, state::TIMEOUT),
-                        state::pack(generation, state::ISSUED),
-                        Ordering::Release,
-                        Ordering::Acquire,
-                    )
-                    .is_err()
-                {
-                    // TIMEOUT_COMPLETED: the only other transition out of TIMEOUT.
-                    let late = self.late_status[index as usize].load(Ordering::Relaxed);
-                    slot.set_status(Status::from_u8(late));
-                    slot.set_state(state::COMPLETING);
-                    self.route_completion(cpu, index);
+            None | Some(TimeoutAction::ResetTimer | TimeoutAction::ResetTimerAfter(_)) => {
+                // Hand it back to the hardware unless a claim arrived meanwhile. Release pairs
+                // with the Acquire in `claim_issue`.
+                if let Err(now_word) = slot.word.compare_exchange(
+                    timeout_word,
+                    state::pack(generation, state::ISSUED),
+                    Ordering::Release,
+                    Ordering::Acquire,
+                ) {
+                    self.apply_late_claim(cpu, index, generation, now_word);
                 }
             }
             Some(TimeoutAction::Done(status)) => {
-                // Whether or not a completion arrived meanwhile, the driver's verdict stands.
-                // The timed-out issue is retired: the generation moves on, so a completion the
+                // Whether or not a claim arrived meanwhile, the driver's verdict stands. The
+                // timed-out issue is retired: the generation moves on, so a completion the
                 // device still reports for it is refused as stale. Acquire pairs with the
-                // Release CAS of a completion that raced the handler.
+                // Release CAS of a claim that raced the handler.
                 slot.word.swap(
                     state::pack(generation.wrapping_add(1), state::COMPLETING),
                     Ordering::Acquire,
@@ -1322,15 +1494,71 @@ impl<D: Driver> Queue<D> {
                 slot.set_status(status);
                 self.route_completion(cpu, index);
             }
+            Some(TimeoutAction::Requeue) => {
+                match slot.word.compare_exchange(
+                    timeout_word,
+                    state::pack(generation.wrapping_add(1), state::QUEUED),
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => self.requeue_owned(cpu, index),
+                    // It completed while the handler ran: apply that instead of issuing it
+                    // again.
+                    Err(now_word) => self.apply_late_claim(cpu, index, generation, now_word),
+                }
+            }
         }
         action.is_some()
     }
+
+    /// Applies the claim recorded while the timeout handler ran (state TIMEOUT_COMPLETED, the
+    /// only other way out of TIMEOUT): a completion with its status, or a requeue.
+    fn apply_late_claim(&self, cpu: usize, index: u32, generation: u16, word: u32) {
+        debug_assert_eq!(state::of(word), state::TIMEOUT_COMPLETED);
+        let slot = self.slot(index);
+        let late = state::late(word);
+        if late == state::LATE_REQUEUE {
+            slot.word.store(
+                state::pack(generation.wrapping_add(1), state::QUEUED),
+                Ordering::Relaxed,
+            );
+            self.requeue_owned(cpu, index);
+        } else {
+            slot.set_status(Status::from_u8(late));
+            slot.word
+                .store(state::pack(generation, state::COMPLETING), Ordering::Relaxed);
+            self.route_completion(cpu, index);
+        }
+    }
+}
+
+/// What a `claim_issue` does with the issue it claims.
+#[derive(Clone, Copy)]
+enum Claim {
+    Complete(Status),
+    Requeue,
 }
 
 impl<D: Driver> Drop for Queue<D> {
     fn drop(&mut self) {
         for (set, &id) in self.tag_sets.iter().zip(self.sharer_ids.iter()) {
             set.unregister(id);
+        }
+    }
+}
+
+/// Holds the queue lock; unlocking wakes a parked waiter (counted on the unlocking CPU).
+struct QueueLockGuard<'a> {
+    lock: &'a SleepLock,
+    platform: &'a dyn Platform,
+    counters: &'a Counters,
+    cpu: usize,
+}
+
+impl Drop for QueueLockGuard<'_> {
+    fn drop(&mut self) {
+        if self.lock.unlock(self.cpu, self.platform).is_some() {
+            bump(&self.counters.cpu(self.cpu).lock_wakeups);
         }
     }
 }

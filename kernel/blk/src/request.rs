@@ -224,7 +224,8 @@ impl IssueToken {
 /// Request slot states. The state says who owns the slot's data; every transition out of a
 /// state is made by its owner, or by a CAS that claims ownership.
 ///
-/// The state shares one atomic word with the slot's generation (`generation << 16 | state`),
+/// The state shares one atomic word with the slot's generation (`generation << 16 | state`;
+/// bits 8..16 carry a claim recorded during a timeout, see `pack_late`),
 /// so a CAS that claims an issued request also checks that it is the issue the claimer means:
 /// no ABA between "load the generation" and "claim the slot".
 pub(crate) mod state {
@@ -241,7 +242,8 @@ pub(crate) mod state {
     pub const COMPLETING: u8 = 4;
     /// The timeout handler owns it.
     pub const TIMEOUT: u8 = 5;
-    /// A completion arrived while the timeout handler ran; the handler's context finishes it.
+    /// A completion or requeue arrived while the timeout handler ran; the handler's context
+    /// applies it.
     pub const TIMEOUT_COMPLETED: u8 = 6;
 
     /// The slot word for `state` at `generation`.
@@ -249,6 +251,22 @@ pub(crate) mod state {
     pub const fn pack(generation: u16, state: u8) -> u32 {
         ((generation as u32) << 16) | state as u32
     }
+
+    /// `late` in bits 8..16 of a TIMEOUT_COMPLETED word: the status of a completion, or
+    /// [`LATE_REQUEUE`], that arrived while the timeout handler ran.
+    #[inline]
+    pub const fn pack_late(generation: u16, late: u8) -> u32 {
+        pack(generation, TIMEOUT_COMPLETED) | (late as u32) << 8
+    }
+
+    /// The recorded claim of a TIMEOUT_COMPLETED word.
+    #[inline]
+    pub const fn late(word: u32) -> u8 {
+        (word >> 8) as u8
+    }
+
+    /// A `requeue` (not a completion) arrived while the timeout handler ran.
+    pub const LATE_REQUEUE: u8 = 0xFF;
 
     /// The state part of a slot word.
     #[inline]

@@ -14,6 +14,21 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 
+/// A full fence placed immediately after an atomic read-modify-write (Linux's
+/// `smp_mb__after_atomic`): in the protocols it stands for `fence(SeqCst)`, and under loom and
+/// on other targets it is exactly that. On x86-64 every atomic RMW is a `lock`-prefixed
+/// instruction, which is itself a full barrier (Intel SDM vol. 3, 9.2.2: locked instructions
+/// are not reordered with earlier or later loads and stores), so only the compiler must be
+/// kept from moving memory accesses across it. Callers must not put any other memory access
+/// between their RMW and this call.
+#[inline]
+pub(crate) fn fence_after_rmw() {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    fence(Ordering::SeqCst);
+}
+
 /// Busy-wait hint. Under loom it yields to the model scheduler, which is what lets loom explore
 /// spin loops at all.
 #[inline]

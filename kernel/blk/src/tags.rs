@@ -7,7 +7,7 @@
 
 use crate::driver::Platform;
 use crate::error::BlkError;
-use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence};
+use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence_after_rmw};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -25,7 +25,16 @@ pub struct TagBitmap {
     hints: Box<[CachePadded<HintU32>]>,
     nbits: u32,
     bits_per_word: u32,
+    /// log2(bits_per_word): the hot paths shift instead of dividing.
+    word_shift: u32,
     base: u32,
+}
+
+/// `i` folded into `0..len` (`len > 0`) without a division in the common case `i < len`: a
+/// hardware divide costs more than the rest of a tag allocation.
+#[inline]
+pub(crate) fn fold(i: usize, len: usize) -> usize {
+    if i < len { i } else { i % len }
 }
 
 impl TagBitmap {
@@ -49,6 +58,7 @@ impl TagBitmap {
             hints: hints.into_boxed_slice(),
             nbits,
             bits_per_word,
+            word_shift: bits_per_word.trailing_zeros(),
             base,
         }
     }
@@ -74,17 +84,20 @@ impl TagBitmap {
         if self.nbits == 0 {
             return None;
         }
-        let hint_slot = &self.hints[cpu % self.hints.len()];
+        let hint_slot = &self.hints[fold(cpu, self.hints.len())];
         let mut hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);
         if hint >= self.nbits {
             hint = 0;
         }
         let nwords = self.words.len();
-        let start_word = (hint / self.bits_per_word) as usize;
-        let start_bit = hint % self.bits_per_word;
+        let start_word = (hint >> self.word_shift) as usize;
+        let start_bit = hint & (self.bits_per_word - 1);
         // Visit the start word twice: first from the hint, at the end from bit 0.
+        let mut w = start_word;
         for step in 0..=nwords {
-            let w = (start_word + step) % nwords;
+            if step != 0 {
+                w = if w + 1 == nwords { 0 } else { w + 1 };
+            }
             let from = if step == 0 { start_bit } else { 0 };
             let allowed = self.valid_mask(w) & (u64::MAX << from);
             let word = &self.words[w];
@@ -117,12 +130,12 @@ impl TagBitmap {
         let Some(rel) = tag.checked_sub(self.base).filter(|t| *t < self.nbits) else {
             return false;
         };
-        let w = (rel / self.bits_per_word) as usize;
-        let mask = 1u64 << (rel % self.bits_per_word);
+        let w = (rel >> self.word_shift) as usize;
+        let mask = 1u64 << (rel & (self.bits_per_word - 1));
         // Release pairs with the Acquire `fetch_or` in `alloc`.
         let prev = self.words[w].fetch_and(!mask, Ordering::Release);
         // A recently freed tag is cache-hot on this CPU: try it first next time.
-        self.hints[cpu % self.hints.len()].store(rel, core::sync::atomic::Ordering::Relaxed);
+        self.hints[fold(cpu, self.hints.len())].store(rel, core::sync::atomic::Ordering::Relaxed);
         prev & mask != 0
     }
 
@@ -344,9 +357,9 @@ impl HostTags {
         let freed = self.set.free(cpu, tag);
         // Release pairs with the Acquire in `freed_seq`.
         self.freed.fetch_add(1, Ordering::Release);
-        // Pairs with the fence in `Queue::dispatch_once`'s restart protocol (after it sets its
-        // restart bit): either it sees our bump, or we see its bit below.
-        fence(Ordering::SeqCst);
+        // Full fence. Pairs with the fence in `Queue::dispatch_once`'s restart protocol (after
+        // it sets its restart bit): either it sees our bump, or we see its bit below.
+        fence_after_rmw();
         self.kick_waiters(cpu, me);
         freed
     }

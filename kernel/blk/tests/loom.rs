@@ -289,3 +289,251 @@ fn host_tags_free_wakes_a_busy_sharer() {
         );
     });
 }
+
+/// A device with one command slot per tag whose tokens the test reads after `join` (plain std
+/// atomics: written before they are read across a join, and kept out of the model).
+struct TokenDriver {
+    /// Token of the latest issue of each tag, plus one (0: never issued).
+    tokens: [std::sync::atomic::AtomicU32; 2],
+    issues: AtomicUsize,
+    verdict: blk::TimeoutAction,
+    /// Controller frames (Busy when none is free); given back in `complete`.
+    frames: loom::sync::atomic::AtomicUsize,
+}
+
+impl TokenDriver {
+    fn new(verdict: blk::TimeoutAction, frames: usize) -> Self {
+        Self {
+            tokens: Default::default(),
+            issues: AtomicUsize::new(0),
+            verdict,
+            frames: loom::sync::atomic::AtomicUsize::new(frames),
+        }
+    }
+
+    fn token(&self, tag: u32) -> Option<blk::IssueToken> {
+        let bits = self.tokens[tag as usize].load(Ordering::Relaxed);
+        (bits != 0).then(|| blk::IssueToken::from_bits(bits - 1))
+    }
+}
+
+impl Driver for TokenDriver {
+    type Pdu = ();
+    fn queue_rq<'a>(&self, _hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        // Acquire pairs with the Release `fetch_add` in `complete`.
+        if self
+            .frames
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |f| f.checked_sub(1))
+            .is_err()
+        {
+            return Err(QueueRqError::Busy(rq));
+        }
+        let tag = rq.tag();
+        let token = rq.issue();
+        self.tokens[tag as usize].store(token.to_bits() + 1, Ordering::Relaxed);
+        self.issues.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn complete(&self, rq: Rq<'_, Self>) {
+        // The frame goes back before the tag is freed (inside `end`).
+        self.frames.fetch_add(1, Ordering::Release);
+        let status = rq.status();
+        rq.end(status);
+    }
+
+    fn timeout(&self, _rq: &mut blk::TimedOutRq<'_, Self>) -> blk::TimeoutAction {
+        if matches!(self.verdict, blk::TimeoutAction::Done(_) | blk::TimeoutAction::Requeue) {
+            // The device gave the tag up (abort confirmed): so is its frame.
+            self.frames.fetch_add(1, Ordering::Release);
+        }
+        self.verdict
+    }
+}
+
+/// Platform with a settable clock that records every finished request.
+#[derive(Default)]
+struct ClockPlatform {
+    now: std::sync::atomic::AtomicU64,
+    ended: std::sync::Mutex<Vec<(u64, Status)>>,
+}
+
+impl Platform for ClockPlatform {
+    fn now_ns(&self) -> u64 {
+        self.now.load(Ordering::Relaxed)
+    }
+    fn send_completion_ipi(&self, _cpu: usize) {}
+    fn raise_completion_softirq(&self, _cpu: usize) {}
+    fn end_io(&self, c: &Completion) {
+        self.ended.lock().unwrap().push((c.cookie, c.status));
+    }
+}
+
+fn token_queue(
+    verdict: blk::TimeoutAction,
+    depth: u32,
+    frames: usize,
+) -> (Arc<Queue<TokenDriver>>, Arc<ClockPlatform>) {
+    let mut cfg = QueueConfig::new(2, 1, depth, 64);
+    cfg.timeout_ns = 10;
+    cfg.run_queue_on_completion = false;
+    let platform = Arc::new(ClockPlatform::default());
+    let queue = Queue::new(cfg, TokenDriver::new(verdict, frames), platform.clone()).unwrap();
+    (Arc::new(queue), platform)
+}
+
+/// (7) A completion racing the timeout check (another CPU's `tick`), for each verdict. Exactly
+/// one outcome per request, whatever the interleaving:
+/// - `ResetTimer`: the request always ends once, with the device's status (a completion that
+///   lands while the handler runs is applied after it);
+/// - `Done(Timeout)`: it ends once, with `Ok` if the completion claimed it first, otherwise
+///   with `Timeout`; a completion that comes after the verdict is refused as stale (counted);
+/// - `Requeue`: either the completion wins (ends `Ok`, never issued again), or the request is
+///   issued again with a new generation and the late completion is stale.
+#[test]
+fn completion_races_the_timeout_check() {
+    use blk::TimeoutAction::{Done, Requeue, ResetTimer};
+    for verdict in [ResetTimer, Done(Status::Timeout), Requeue] {
+        loom::model(move || {
+            let (queue, platform) = token_queue(verdict, 1, 1);
+            queue.submit(0, &Bio::read(0, 1, &[], 7)).unwrap();
+            let token = queue.driver().token(0).expect("issued");
+            assert_eq!(queue.tick(0).unwrap(), 0, "not expired yet");
+            platform.now.store(1_000, Ordering::Relaxed);
+            let completer = {
+                let queue = queue.clone();
+                thread::spawn(move || queue.complete(1, 0, token, Status::Ok))
+            };
+            let expired = queue.tick(0).unwrap();
+            let result = completer.join().unwrap();
+            let stale = queue.counters().stale_completions;
+            let ended = platform.ended.lock().unwrap().clone();
+            match verdict {
+                ResetTimer => {
+                    assert_eq!(result, Ok(()));
+                    assert_eq!(ended, [(7, Status::Ok)]);
+                }
+                Done(_) => {
+                    assert_eq!(ended.len(), 1, "{ended:?}");
+                    match result {
+                        Ok(()) if expired == 0 => assert_eq!(ended[0].1, Status::Ok),
+                        // Claimed during the handler: the verdict stands.
+                        Ok(()) => assert_eq!(ended[0].1, Status::Timeout),
+                        Err(BlkError::StaleCompletion { .. }) => {
+                            assert_eq!(ended[0].1, Status::Timeout);
+                            assert_eq!(stale, 1);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                Requeue => match result {
+                    Ok(()) => {
+                        assert_eq!(ended, [(7, Status::Ok)]);
+                        assert_eq!(queue.driver().issues.load(Ordering::Relaxed), 1);
+                    }
+                    Err(BlkError::StaleCompletion { .. }) => {
+                        assert!(ended.is_empty(), "{ended:?}");
+                        assert_eq!(queue.driver().issues.load(Ordering::Relaxed), 2);
+                        let again = queue.driver().token(0).unwrap();
+                        assert_ne!(again, token);
+                        queue.complete(0, 0, again, Status::Ok).unwrap();
+                        assert_eq!(*platform.ended.lock().unwrap(), [(7, Status::Ok)]);
+                    }
+                    Err(e) => panic!("{e}"),
+                },
+                _ => unreachable!(),
+            }
+            assert_eq!(queue.in_flight(), 0);
+        });
+    }
+}
+
+/// (8) The Busy-restart protocol: the driver turns request 2 away (its only frame is held by
+/// request 1) while, on another CPU, request 1's completion gives the frame back. The queue is
+/// not rerun on every completion and no tick runs: either the completer sees the turned-away
+/// request and reruns the queue, or the dispatcher sees the completion's "freed" bump and goes
+/// round again. Request 2 is always issued: none is stranded.
+#[test]
+fn busy_restart_never_strands_a_request() {
+    loom::model(|| {
+        let (queue, platform) = token_queue(blk::TimeoutAction::ResetTimer, 2, 1);
+        queue.submit(0, &Bio::read(0, 1, &[], 1)).unwrap();
+        let first = (0..2).find_map(|t| queue.driver().token(t)).expect("request 1 issued");
+        let completer = {
+            let queue = queue.clone();
+            thread::spawn(move || queue.complete(1, 0, first, Status::Ok).unwrap())
+        };
+        queue.submit(0, &Bio::read(8, 1, &[], 2)).unwrap();
+        completer.join().unwrap();
+        assert_eq!(
+            queue.driver().issues.load(Ordering::Relaxed),
+            2,
+            "request 2 was stranded after Busy: {:?}",
+            queue.counters()
+        );
+        let mut second = None;
+        queue.for_each_issued(|hwq, t| second = Some((hwq, t)));
+        let (hwq, second) = second.expect("request 2 in flight");
+        queue.complete(0, hwq, second, Status::Ok).unwrap();
+        assert_eq!(platform.ended.lock().unwrap().len(), 2);
+    });
+}
+
+/// A platform whose `wait_for_wake` really blocks: loom's `thread::park`, woken by `unpark`
+/// (an `unpark` before the `park` makes it return at once: the pending-flag contract). A lost
+/// wake-up leaves a thread parked forever, which loom reports as a deadlock.
+#[derive(Default)]
+struct WakePlatform {
+    /// The loom thread playing each CPU (registered by the thread before it touches the lock;
+    /// a std mutex, outside the model).
+    threads: std::sync::Mutex<[Option<loom::thread::Thread>; 3]>,
+}
+
+impl Platform for WakePlatform {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    fn send_completion_ipi(&self, _cpu: usize) {}
+    fn raise_completion_softirq(&self, _cpu: usize) {}
+    fn end_io(&self, _c: &Completion) {}
+    fn wait_for_wake(&self, _cpu: usize) {
+        thread::park();
+    }
+    fn wake(&self, cpu: usize) {
+        let t = self.threads.lock().unwrap()[cpu].clone();
+        t.expect("a CPU with its waiter bit set has registered").unpark();
+    }
+}
+
+/// (9) The sleeping lock (`QuiesceCheck::Sleeping`): two CPUs take it the sleeping way while a
+/// third takes it spinning. Mutual exclusion holds (each holder increments a loom cell), and no
+/// waiter stays parked: a waiter registers, fences, and retries before parking, and every
+/// unlock fences and wakes a registered waiter, so the last unlock never misses one. Removing
+/// the unlock's wake-up makes it fail (deadlock).
+#[test]
+fn sleeping_lock_never_loses_a_wake_up() {
+    use blk::sleeplock::SleepLock;
+    loom::model(|| {
+        let platform = Arc::new(WakePlatform::default());
+        let lock = Arc::new(SleepLock::new(3));
+        let cell = Arc::new(UnsafeCell::new(0u32));
+        let sleeper = |cpu: usize| {
+            let (platform, lock, cell) = (platform.clone(), lock.clone(), cell.clone());
+            thread::spawn(move || {
+                platform.threads.lock().unwrap()[cpu] = Some(thread::current());
+                lock.lock_sleeping(cpu, &*platform, 0);
+                cell.with_mut(|p| unsafe { *p += 1 });
+                lock.unlock(cpu, &*platform);
+            })
+        };
+        let a = sleeper(1);
+        let b = sleeper(2);
+        lock.lock_spinning();
+        cell.with_mut(|p| unsafe { *p += 1 });
+        lock.unlock(0, &*platform);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(cell.with_mut(|p| unsafe { *p }), 3);
+        assert!(!lock.is_locked());
+    });
+}

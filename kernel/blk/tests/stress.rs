@@ -209,7 +209,29 @@ fn run(s: &Scenario) {
     assert!(rounds > 0, "{}: control loop never ran", s.name);
     match s.check {
         QuiesceCheck::LockFree => assert_eq!(c.hot_path_locks, 0, "{}", s.name),
-        QuiesceCheck::Locked => assert!(c.hot_path_locks > 0, "{}", s.name),
+        QuiesceCheck::Locked => {
+            assert!(c.hot_path_locks > 0, "{}", s.name);
+            assert_eq!(
+                (c.lock_sleeps, c.lock_wakeups),
+                (0, 0),
+                "{}: spinning never parks",
+                s.name
+            );
+        }
+        QuiesceCheck::Sleeping => {
+            assert!(c.hot_path_locks > 0, "{}", s.name);
+            // Every park was ended by a wake-up (this platform never returns spuriously), and a
+            // CPU parks only after finding the lock taken. (Whether contention happens at all
+            // depends on the machine; `sleeping_lock_parks_until_the_unlock_wakes_it` forces it.)
+            assert_eq!(
+                c.lock_sleeps,
+                platform.parks.load(Ordering::SeqCst) as u64,
+                "{}",
+                s.name
+            );
+            assert!(c.lock_wakeups >= c.lock_sleeps, "{}: {c:?}", s.name);
+            assert!(c.lock_contended > 0 || c.lock_sleeps == 0, "{}: {c:?}", s.name);
+        }
     }
     if s.irq == Irq::Poll {
         assert_eq!(c.completions_poll, c.completed, "{}: {c:?}", s.name);
@@ -286,6 +308,20 @@ fn stress_locked_quiesce_check() {
         policies: &[PIrq, Remote],
         check: QuiesceCheck::Locked,
         nr_hw: 2,
+        shared: true,
+        depth: 32,
+    });
+}
+
+#[test]
+fn stress_sleeping_quiesce_check() {
+    run(&Scenario {
+        name: "sleeping",
+        mode: NullMode::Deferred,
+        irq: Irq::Thread,
+        policies: &[PIrq, Remote],
+        check: QuiesceCheck::Sleeping,
+        nr_hw: 1,
         shared: true,
         depth: 32,
     });

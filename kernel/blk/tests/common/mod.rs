@@ -23,6 +23,9 @@ pub struct HostPlatform {
     pub total_ends: AtomicUsize,
     /// Full completion log, when enabled.
     pub log: Option<Mutex<Vec<Completion>>>,
+    /// Per CPU: a sleeping-lock wake-up is pending.
+    pub wake_pending: Vec<AtomicBool>,
+    pub parks: AtomicUsize,
 }
 
 impl HostPlatform {
@@ -38,6 +41,8 @@ impl HostPlatform {
             errors: AtomicUsize::new(0),
             total_ends: AtomicUsize::new(0),
             log: keep_log.then(|| Mutex::new(Vec::new())),
+            wake_pending: (0..ncpus).map(|_| AtomicBool::new(false)).collect(),
+            parks: AtomicUsize::new(0),
         }
     }
 
@@ -83,6 +88,19 @@ impl Platform for HostPlatform {
     fn raise_completion_softirq(&self, cpu: usize) {
         self.softirqs_on[cpu].fetch_add(1, Ordering::Relaxed);
         self.kick[cpu].store(true, Ordering::Release);
+    }
+
+    /// Parks the thread playing `cpu` until `wake(cpu)` (the pending flag keeps an early
+    /// wake-up). A lost wake-up shows up as a hang, which the stress tests' watchdogs report.
+    fn wait_for_wake(&self, cpu: usize) {
+        self.parks.fetch_add(1, Ordering::Relaxed);
+        while !self.wake_pending[cpu].swap(false, Ordering::AcqRel) {
+            std::thread::yield_now();
+        }
+    }
+
+    fn wake(&self, cpu: usize) {
+        self.wake_pending[cpu].store(true, Ordering::Release);
     }
 
     fn end_io(&self, c: &Completion) {
