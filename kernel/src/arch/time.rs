@@ -171,8 +171,13 @@ fn pit_window() -> Option<(u64, u64, u64)> {
     }
     let last = best_pit_sample(&mut mode, &mut counter, first.count)?;
     let pit_ticks = u64::from(first.count - last.count);
-    (pit_ticks > 0 && last.tsc > first.tsc)
-        .then(|| (last.tsc - first.tsc, first.lapic.wrapping_sub(last.lapic) as u64, pit_ticks))
+    (pit_ticks > 0 && last.tsc > first.tsc).then(|| {
+        (
+            last.tsc - first.tsc,
+            first.lapic.wrapping_sub(last.lapic) as u64,
+            pit_ticks,
+        )
+    })
 }
 
 /// Calibrates the clock. Runs on the BSP with interrupts off, after the local APIC is enabled.
