@@ -46,6 +46,10 @@ use blk::{
 };
 
 use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
+use crate::floor::{
+    FLOOR_ABANDONED, FLOOR_COOKIE, FLOOR_DONE_FAILED, FLOOR_DONE_OK, FLOOR_IDLE, FLOOR_IN_FLIGHT, FloorResult,
+    FloorSpec, quantile,
+};
 use crate::frame::Segment;
 use crate::status::{IoErrorKind, IoStatus};
 use crate::{Delay, Dma, Error, Mmio, Model};
@@ -203,6 +207,8 @@ struct Core<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync>
     /// Fault count and time of the last summary line.
     faults_logged: AtomicU64,
     last_summary_ns: AtomicU64,
+    /// Per controller tag: where a floor command stands (`floor::FLOOR_*`).
+    floor_state: Box<[AtomicU8]>,
 }
 
 /// The `blk::Driver` of one logical drive.
@@ -222,6 +228,8 @@ struct HostInner<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + 
     drives: Vec<DriveInfo>,
     queues: Box<[Queue<DriveDriver<M, D, T>>]>,
     irq_budget: u32,
+    /// The drives' shared tags (a floor run borrows from them).
+    host_tags: Arc<HostTags>,
 }
 
 /// One MegaRAID controller serving its logical drives through the block layer.
@@ -268,6 +276,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         }
         let found = ctrl.discover(ADMIN_TAG)?;
         let host_tags = HostTags::new(u32::from(tags), 1).map_err(Error::BlockLayer)?;
+        let floor_tags = host_tags.clone();
         let max_segments = usize::from(ctrl.max_segments()).min(MAX_SEGMENTS);
         let max_transfer = ctrl
             .max_transfer_bytes()
@@ -292,6 +301,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             busy: (0..tags).map(|_| AtomicU8::new(0)).collect(),
             faults_logged: AtomicU64::new(0),
             last_summary_ns: AtomicU64::new(0),
+            floor_state: (0..tags).map(|_| AtomicU8::new(FLOOR_IDLE)).collect(),
         });
         let mut drives = Vec::with_capacity(found.len());
         let mut configs = Vec::with_capacity(found.len());
@@ -346,6 +356,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                 drives,
                 queues: queues.into_boxed_slice(),
                 irq_budget: cfg.irq_budget.max(1),
+                host_tags: floor_tags,
             }
         });
         if let Some(e) = error {
@@ -419,6 +430,164 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     }
 
     /// Counters of the binding.
+    /// Measures the device floor on drive `drive` (see [`crate::floor`]): `spec.ios` one-block
+    /// reads at `spec.queue_depth`, posted straight to the controller and reaped by polling
+    /// from this call, all into `buffer` (at least one block; the reads overwrite it in any order,
+    /// so its contents mean nothing afterwards). Run it with the drives idle: it takes its tags
+    /// from the drives' shared pool and fails with [`Error::FloorTagsBusy`] when they are in use.
+    /// The caller decides about interrupts (the kernel runs it with this CPU's masked, so the
+    /// figure holds no interrupt work); completions reaped elsewhere still reach this run.
+    pub fn measure_floor(
+        &self,
+        cpu: usize,
+        drive: usize,
+        spec: FloorSpec,
+        buffer: Segment,
+    ) -> Result<FloorResult, Error> {
+        let inner = &self.0;
+        let info = inner.drives.get(drive).ok_or(Error::NoSuchDrive {
+            target: drive.min(usize::from(u8::MAX)) as u8,
+        })?;
+        let d = info.drive;
+        if buffer.len < d.block_size {
+            return Err(Error::InvalidRequest {
+                reason: "the floor buffer is smaller than one block",
+            });
+        }
+        if spec.ios == 0 || spec.queue_depth == 0 {
+            return Err(Error::InvalidRequest {
+                reason: "a floor run needs at least one read and a queue depth of at least one",
+            });
+        }
+        let io_tags = inner.core.ctrl.max_inflight().saturating_sub(1);
+        let depth = spec
+            .queue_depth
+            .min(io_tags)
+            .min(spec.ios.min(u32::from(u16::MAX)) as u16);
+        let mut tags: Vec<u16> = Vec::with_capacity(usize::from(depth));
+        for _ in 0..depth {
+            match inner.host_tags.tags().alloc(cpu, false) {
+                Some(t) => tags.push(t as u16),
+                None => break,
+            }
+        }
+        if tags.len() < usize::from(depth) {
+            let got = tags.len() as u16;
+            for t in tags {
+                inner.host_tags.tags().free(cpu, u32::from(t));
+            }
+            return Err(Error::FloorTagsBusy { wanted: depth, got });
+        }
+        let seg = [Segment {
+            phys: buffer.phys,
+            len: d.block_size,
+        }];
+        let blocks = d.blocks.max(1);
+        let now = || inner.platform.now_ns();
+        let mut issued: u32 = 0;
+        let mut completed: u32 = 0;
+        let mut failed: u32 = 0;
+        let mut latencies: Vec<u64> = Vec::with_capacity(spec.ios as usize);
+        let mut posted_at: Vec<u64> = alloc::vec![0; tags.len()];
+        let mut in_flight = alloc::vec![false; tags.len()];
+        // Posts the next read on slot `i`; false when the controller refused it.
+        let post = |i: usize, issued: &mut u32, posted_at: &mut [u64], in_flight: &mut [bool]| -> Result<(), Error> {
+            let tag = tags[i];
+            let req = IoRequest {
+                op: IoOp::Read,
+                target: d.target,
+                lba: u64::from(*issued) % blocks,
+                blocks: 1,
+                sgl: &seg,
+            };
+            let guard = inner.core.ctrl.begin_submit()?;
+            // Release pairs with the Acquire of `floor_done`'s compare_exchange: the state is
+            // IN_FLIGHT before the doorbell can produce the completion that moves it on.
+            inner.core.floor_state[usize::from(tag)].store(FLOOR_IN_FLIGHT, Ordering::Release);
+            posted_at[i] = now();
+            if let Err(e) = inner.core.ctrl.submit_cookie(&guard, tag, &req, FLOOR_COOKIE) {
+                inner.core.floor_state[usize::from(tag)].store(FLOOR_IDLE, Ordering::Relaxed);
+                return Err(e);
+            }
+            in_flight[i] = true;
+            *issued += 1;
+            Ok(())
+        };
+        let mut result = Ok(());
+        let start = now();
+        for i in 0..tags.len() {
+            if let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight) {
+                result = Err(e);
+                break;
+            }
+        }
+        let mut last_progress = start;
+        while result.is_ok() && completed < issued {
+            inner.reap(cpu, inner.irq_budget);
+            let mut progressed = false;
+            for i in 0..tags.len() {
+                if !in_flight[i] {
+                    continue;
+                }
+                let state = &inner.core.floor_state[usize::from(tags[i])];
+                // Acquire pairs with the Release store in `floor_done`.
+                let s = state.load(Ordering::Acquire);
+                if s != FLOOR_DONE_OK && s != FLOOR_DONE_FAILED {
+                    continue;
+                }
+                let t = now();
+                latencies.push(t.saturating_sub(posted_at[i]));
+                completed += 1;
+                failed += u32::from(s == FLOOR_DONE_FAILED);
+                progressed = true;
+                in_flight[i] = false;
+                state.store(FLOOR_IDLE, Ordering::Relaxed);
+                if issued < spec.ios
+                    && let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight)
+                {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let t = now();
+            if progressed {
+                last_progress = t;
+            } else if t.saturating_sub(last_progress) > spec.stall_timeout_ns {
+                result = Err(Error::FloorStalled {
+                    in_flight: in_flight.iter().filter(|f| **f).count() as u16,
+                    completed,
+                });
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        let elapsed_ns = now().saturating_sub(start);
+        // Hand the tags back; one whose command is still the device's is freed by whoever reaps
+        // its completion (FLOOR_ABANDONED), never before.
+        for (i, &tag) in tags.iter().enumerate() {
+            let state = &inner.core.floor_state[usize::from(tag)];
+            if in_flight[i]
+                && state
+                    .compare_exchange(FLOOR_IN_FLIGHT, FLOOR_ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                continue;
+            }
+            state.store(FLOOR_IDLE, Ordering::Relaxed);
+            inner.host_tags.tags().free(cpu, u32::from(tag));
+        }
+        result?;
+        latencies.sort_unstable();
+        Ok(FloorResult {
+            queue_depth: depth,
+            ios: completed,
+            failed,
+            elapsed_ns,
+            p50_ns: quantile(&latencies, 500),
+            p99_ns: quantile(&latencies, 990),
+        })
+    }
+
     pub fn counters(&self) -> HostCounters {
         let c = &self.0.core;
         HostCounters {
@@ -439,6 +608,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
     /// re-posted (not during a reset's sweep).
     fn deliver(&self, cpu: usize, d: &Done, retry_busy: bool) {
+        if d.cookie & FLOOR_COOKIE != 0 {
+            self.floor_done(cpu, d);
+            return;
+        }
         let (drive, hwq, token) = unpack_cookie(d.cookie);
         let Some(queue) = self.queues.get(usize::from(drive)) else {
             self.core.unknown_drive.fetch_add(1, Ordering::Relaxed);
@@ -467,6 +640,34 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     }
 
     /// Re-posts a command the device answered BUSY, a bounded number of times.
+    /// A floor command's completion, from whoever reaped it: recorded for the run, or (the run
+    /// gave up on it) its tag goes back to the pool now that the device is done with it.
+    fn floor_done(&self, cpu: usize, d: &Done) {
+        let Some(state) = self.core.floor_state.get(usize::from(d.tag)) else {
+            self.core.unknown_drive.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let outcome = if d.status == IoStatus::Success {
+            FLOOR_DONE_OK
+        } else {
+            FLOOR_DONE_FAILED
+        };
+        // AcqRel: Acquire pairs with the run's Release store of IN_FLIGHT / ABANDONED; Release
+        // pairs with the run's Acquire load of the outcome.
+        match state.compare_exchange(FLOOR_IN_FLIGHT, outcome, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {}
+            Err(FLOOR_ABANDONED) => {
+                state.store(FLOOR_IDLE, Ordering::Relaxed);
+                self.host_tags.tags().free(cpu, u32::from(d.tag));
+            }
+            Err(_) => {
+                // Not a floor command in flight: the controller validated the context, so this
+                // is a cookie the block layer never made. Counted, never delivered.
+                self.core.refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn retry_busy(&self, tag: u16) -> bool {
         let ctrl = &self.core.ctrl;
         let Ok(guard) = ctrl.begin_submit() else {

@@ -275,6 +275,21 @@ pub enum Error {
     },
     /// The block layer refused the queue configuration of a drive.
     BlockLayer(blk::BlkError),
+    /// A floor run found no free tag (block-layer I/O holds them): run it with the drives idle.
+    FloorTagsBusy {
+        /// Tags the run wanted.
+        wanted: u16,
+        /// Tags it got before the pool ran dry.
+        got: u16,
+    },
+    /// A floor run saw no completion for its whole stall timeout; its commands stay the device's
+    /// (their tags are freed when they complete).
+    FloorStalled {
+        /// Reads still in flight.
+        in_flight: u16,
+        /// Reads completed before the stall.
+        completed: u32,
+    },
 }
 
 impl fmt::Display for Error {
@@ -374,6 +389,14 @@ impl fmt::Display for Error {
                 "the controller offers {tags} command slot(s); one is the admin tag and I/O needs at least one more, so no drive is created"
             ),
             Self::BlockLayer(e) => write!(f, "block layer: {e}"),
+            Self::FloorTagsBusy { wanted, got } => write!(
+                f,
+                "floor run wanted {wanted} tags but only {got} were free: block-layer I/O is in flight"
+            ),
+            Self::FloorStalled { in_flight, completed } => write!(
+                f,
+                "floor run stalled: nothing completed within the timeout ({completed} done, {in_flight} still the device's)"
+            ),
         }
     }
 }

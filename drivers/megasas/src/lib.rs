@@ -19,6 +19,7 @@ pub mod blkdev;
 mod controller;
 pub mod dcmd;
 mod error;
+pub mod floor;
 mod frame;
 mod gate;
 pub mod model;
@@ -38,6 +39,7 @@ pub use controller::{
 pub use dcmd::{Capacity, ControllerInfo, LdInfo, LdListEntry};
 pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::{BogusReason, Error, Fault};
+pub use floor::{FLOOR_COOKIE, FloorResult, FloorSpec};
 pub use frame::Segment;
 pub use model::Model;
 pub use options::{MsixVectors, Options, choose_irq_mode};
