@@ -1,8 +1,11 @@
 //! Kernel command-line options of the driver (`megasas.irq=`, `megasas.irq_cpu=`,
-//! `megasas.queue_depth=`, `megasas.msix_vectors=`, `megasas.timeout_ms=`) and the automatic choice of interrupt mode.
+//! `megasas.queue_depth=`, `megasas.msix_vectors=`, `megasas.timeout_ms=`, `megasas.floor=`) and the automatic choice of interrupt mode.
 
 use crate::Error;
 use crate::controller::IrqMode;
+
+/// Reads per queue depth of `megasas.floor=on`.
+pub const DEFAULT_FLOOR_IOS: u32 = 10_000;
 
 /// Options parsed from the kernel command line. `None` means "automatic".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,6 +24,9 @@ pub struct Options {
     /// `megasas.timeout_ms=N` (100..=600000): a request's timeout, the first step of the
     /// abort/reset ladder ([`crate::HostConfig::timeout_ns`]; default 30 s).
     pub timeout_ms: Option<u32>,
+    /// `megasas.floor=on|off|N`: before each job on a MegaRAID drive, measure the device floor
+    /// ([`crate::Host::measure_floor`]) with N reads at QD 1 and at QD 32 (`on`: 10000).
+    pub floor_ios: Option<u32>,
 }
 
 /// How many MSI-X vectors `megasas.msix_vectors=` asks for.
@@ -89,11 +95,23 @@ impl Options {
                             .ok_or_else(|| bad(word, "megasas.timeout_ms", "100..=600000"))?,
                     )
                 }
+                "floor" => {
+                    out.floor_ios = match value {
+                        "on" => Some(DEFAULT_FLOOR_IOS),
+                        "off" => None,
+                        n => Some(
+                            n.parse()
+                                .ok()
+                                .filter(|n| (1..=1_000_000).contains(n))
+                                .ok_or_else(|| bad(word, "megasas.floor", "on, off or 1..=1000000 reads"))?,
+                        ),
+                    }
+                }
                 _ => {
                     return Err(bad(
                         word,
                         "megasas option",
-                        "irq, irq_cpu, queue_depth, msix_vectors or timeout_ms",
+                        "irq, irq_cpu, queue_depth, msix_vectors, timeout_ms or floor",
                     ));
                 }
             }
@@ -144,7 +162,17 @@ mod tests {
                 queue_depth: Some(64),
                 msix_vectors: None,
                 timeout_ms: None,
+                floor_ios: None,
             }
+        );
+        assert_eq!(
+            Options::parse("megasas.floor=on").unwrap().floor_ios,
+            Some(DEFAULT_FLOOR_IOS)
+        );
+        assert_eq!(Options::parse("megasas.floor=500").unwrap().floor_ios, Some(500));
+        assert_eq!(
+            Options::parse("megasas.floor=500 megasas.floor=off").unwrap().floor_ios,
+            None
         );
         assert_eq!(Options::parse("megasas.irq=auto").unwrap().irq, None);
         assert_eq!(
@@ -179,6 +207,8 @@ mod tests {
             ("megasas.timeout_ms=99", "megasas.timeout_ms"),
             ("megasas.timeout_ms=600001", "megasas.timeout_ms"),
             ("megasas.timeout_ms=1s", "megasas.timeout_ms"),
+            ("megasas.floor=0", "megasas.floor"),
+            ("megasas.floor=yes", "megasas.floor"),
         ] {
             match Options::parse(line) {
                 Err(e @ Error::BadOption { option: o, .. }) => {

@@ -289,6 +289,9 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     for w in &plan.warnings {
         kprintln!("warning: job {}: {w}", plan.spec.name);
     }
+    // `megasas.floor=`: what the device allows with no block layer, for the report's fractions
+    // (before the counters are read, so the job's figures hold none of it).
+    let floor = crate::dev::megasas::floor_before_job(&plan.device.name, percpu::index());
     let ncpu = smp::online();
     let count_per_cpu = |vectors: &[u8]| -> Vec<u64> {
         (0..ncpu)
@@ -419,6 +422,9 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     }
     for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(driver_before) {
         report.add_total(name, after - before);
+    }
+    for (name, value) in floor {
+        report.add_total(name, value);
     }
     let mut text = String::new();
     let _ = report.write_human(&mut text);

@@ -175,6 +175,78 @@ fn mode_to_platform(m: megasas::IrqMode) -> Option<InterruptMode> {
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
 
+/// Every MegaRAID drive by block-device name: its controller and drive index (for the floor).
+static DRIVES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mutex::new(Vec::new());
+
+/// `megasas.floor=`: when set and `device` is a MegaRAID drive, measures the device floor
+/// (`megasas::Host::measure_floor`: reads straight to the controller, polled, with this CPU's
+/// interrupts off so the figure holds no interrupt work) at QD 1 and QD 32, prints one
+/// `floor:` line and returns the figures for the job report. Empty when off or not ours.
+pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
+    let Some(ios) = options().floor_ios else {
+        return Vec::new();
+    };
+    let Some((controller, drive)) = DRIVES
+        .lock()
+        .iter()
+        .find(|(n, _, _)| n == device)
+        .map(|(_, c, d)| (*c, *d))
+    else {
+        return Vec::new();
+    };
+    let Some(info) = controller.host.drives().get(drive) else {
+        return Vec::new();
+    };
+    let bs = info.drive.block_size;
+    let buffer = match DmaBuffer::new(bs as usize, 4096) {
+        Ok(b) => b,
+        Err(e) => {
+            log::error!("floor: {device}: no DMA buffer: {e}");
+            return Vec::new();
+        }
+    };
+    let seg = megasas::Segment {
+        phys: buffer.phys(),
+        len: bs,
+    };
+    let mut out = Vec::new();
+    let mut text = format!("floor: {device} {bs}-byte read (no block layer, polled)");
+    for (depth, iops_key, p50_key) in [
+        (1u16, "floor_qd1_iops", "floor_qd1_p50_ns"),
+        (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
+    ] {
+        let spec = megasas::FloorSpec::new(depth, ios);
+        let r = x86_64::instructions::interrupts::without_interrupts(|| {
+            controller.host.measure_floor(cpu, drive, spec, seg)
+        });
+        match r {
+            Ok(r) => {
+                text.push_str(&format!(
+                    ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
+                    r.queue_depth,
+                    r.iops(),
+                    r.p50_ns / 1000,
+                    r.p50_ns % 1000 / 100,
+                    r.p99_ns / 1000,
+                    r.p99_ns % 1000 / 100
+                ));
+                if r.failed > 0 {
+                    text.push_str(&format!(" ({} reads failed)", r.failed));
+                }
+                out.push((iops_key, r.iops()));
+                out.push((p50_key, r.p50_ns));
+            }
+            Err(e) => text.push_str(&format!(", QD{depth}: {e}")),
+        }
+    }
+    kprintln!("{text}");
+    // A stalled run leaves reads with the device; the buffer is theirs until they answer.
+    if out.len() < 4 {
+        core::mem::forget(buffer);
+    }
+    out
+}
+
 fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Result<(), Error> {
     let at = function.address;
     pci::claim(function)?;
@@ -257,7 +329,7 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
             .queue(i)
             .ok_or_else(|| Error::Device(format!("megasas {at}: drive {i} has no queue")))?;
         let facts = DeviceFacts {
-            name,
+            name: name.clone(),
             model: format!("{} ({at})", d.model),
             sector_size: d.drive.block_size,
             capacity_sectors: d.drive.blocks,
@@ -265,6 +337,7 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
             max_transfer_bytes: d.max_transfer_bytes,
             irq_vectors: irq_vectors.clone(),
         };
+        DRIVES.lock().push((name.clone(), controller, i));
         let extra = format!("interrupts: {irq_text}; {io_tags} I/O tags shared by the controller's drives");
         let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, controller, extra)));
         block::register(disk);
