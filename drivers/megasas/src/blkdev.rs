@@ -99,6 +99,84 @@ pub struct HostConfig {
     pub max_transfer_bytes: u64,
     /// Controller tunables.
     pub controller: Config,
+    /// Adaptive interrupt-then-poll completion (`megasas.irq_poll=`); `None`: one interrupt
+    /// per completion as the device sends them.
+    pub adaptive: Option<AdaptiveConfig>,
+}
+
+/// Interrupt-then-poll: after an interrupt that reaped something, the kernel masks the
+/// controller's vector and the submitters poll the reply ring; the window closes (vector
+/// unmasked, ring re-reaped) after `idle_ns` without a completion or after `budget` completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveConfig {
+    /// Close the window after this long without a completion, ns.
+    pub idle_ns: u64,
+    /// Close the window after this many completions (the next interrupt opens a new one), so
+    /// one window never holds the vector masked for good.
+    pub budget: u32,
+}
+
+impl Default for AdaptiveConfig {
+    /// 50 µs idle (above one read's device latency under QEMU, so QD 1 keeps polling), 64
+    /// completions.
+    fn default() -> Self {
+        Self {
+            idle_ns: 50_000,
+            budget: 64,
+        }
+    }
+}
+
+/// How the kernel masks and unmasks the controller's interrupt vector for the adaptive mode.
+/// On QEMU's MFI only a vector mask works (MSI-X entry mask bit): an OMSK mask also stops the
+/// reply ring (pitfall 4). A message that arrives masked is kept pending by the device and sent
+/// on unmask; the driver re-reaps after unmasking anyway, so nothing depends on that.
+pub trait VectorMask {
+    /// Masks (`true`) or unmasks the vector.
+    fn set_masked(&self, masked: bool);
+}
+
+/// Counters of the adaptive mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdaptiveCounters {
+    /// Windows opened (vector masked after an interrupt).
+    pub windows: u64,
+    /// Completions reaped by polling while a window was open.
+    pub polled: u64,
+    /// Windows closed because their budget ran out.
+    pub budget_closes: u64,
+    /// Completions found by the re-reap right after an unmask (they arrived between the last
+    /// empty poll and the unmask).
+    pub unmask_catches: u64,
+}
+
+struct Adaptive {
+    config: AdaptiveConfig,
+    /// The window is open: the vector is masked and submitters poll.
+    open: AtomicBool,
+    /// Held (try-lock, never spun on) around a mask or unmask and the `open` change, so an
+    /// interrupt opening a window and a poll closing one cannot leave the vector masked with the
+    /// window closed.
+    switching: AtomicBool,
+    last_completion_ns: AtomicU64,
+    in_window: AtomicU32,
+    windows: AtomicU64,
+    polled: AtomicU64,
+    budget_closes: AtomicU64,
+    unmask_catches: AtomicU64,
+}
+
+impl Adaptive {
+    fn try_switch(&self) -> bool {
+        // Acquire pairs with the Release in `end_switch`: the previous switch's mask write and
+        // `open` store are seen.
+        self.switching
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+    fn end_switch(&self) {
+        self.switching.store(false, Ordering::Release);
+    }
 }
 
 impl HostConfig {
@@ -114,6 +192,7 @@ impl HostConfig {
             irq_budget: 1024,
             max_transfer_bytes: 1 << 20,
             controller: Config::default(),
+            adaptive: None,
         }
     }
 
@@ -126,6 +205,12 @@ impl HostConfig {
         }
         if let Some(ms) = options.timeout_ms {
             self.timeout_ns = u64::from(ms) * 1_000_000;
+        }
+        if let Some(idle_us) = options.irq_poll_idle_us {
+            self.adaptive = Some(AdaptiveConfig {
+                idle_ns: u64::from(idle_us) * 1000,
+                ..AdaptiveConfig::default()
+            });
         }
     }
 }
@@ -230,6 +315,8 @@ struct HostInner<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + 
     irq_budget: u32,
     /// The drives' shared tags (a floor run borrows from them).
     host_tags: Arc<HostTags>,
+    /// Interrupt-then-poll state, when configured.
+    adaptive: Option<Adaptive>,
 }
 
 /// One MegaRAID controller serving its logical drives through the block layer.
@@ -357,6 +444,20 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                 queues: queues.into_boxed_slice(),
                 irq_budget: cfg.irq_budget.max(1),
                 host_tags: floor_tags,
+                adaptive: cfg.adaptive.map(|config| Adaptive {
+                    config: AdaptiveConfig {
+                        idle_ns: config.idle_ns,
+                        budget: config.budget.max(1),
+                    },
+                    open: AtomicBool::new(false),
+                    switching: AtomicBool::new(false),
+                    last_completion_ns: AtomicU64::new(0),
+                    in_window: AtomicU32::new(0),
+                    windows: AtomicU64::new(0),
+                    polled: AtomicU64::new(0),
+                    budget_closes: AtomicU64::new(0),
+                    unmask_catches: AtomicU64::new(0),
+                }),
             }
         });
         if let Some(e) = error {
@@ -435,14 +536,17 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     /// from this call, all into `buffer` (at least one block; the reads overwrite it in any order,
     /// so its contents mean nothing afterwards). Run it with the drives idle: it takes its tags
     /// from the drives' shared pool and fails with [`Error::FloorTagsBusy`] when they are in use.
-    /// The caller decides about interrupts (the kernel runs it with this CPU's masked, so the
-    /// figure holds no interrupt work); completions reaped elsewhere still reach this run.
+    /// `wait` runs whenever a pass over the ring found nothing: the kernel halts until an
+    /// interrupt there (its handler reaps, and floor completions reach this run whoever reaps
+    /// them), or spins in polled mode. Under TCG a spinning vCPU takes host time from the
+    /// device emulation, so the halting floor is the higher one there.
     pub fn measure_floor(
         &self,
         cpu: usize,
         drive: usize,
         spec: FloorSpec,
         buffer: Segment,
+        wait: &mut dyn FnMut(),
     ) -> Result<FloorResult, Error> {
         let inner = &self.0;
         let info = inner.drives.get(drive).ok_or(Error::NoSuchDrive {
@@ -558,7 +662,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                     completed,
                 });
             } else {
-                core::hint::spin_loop();
+                wait();
             }
         }
         let elapsed_ns = now().saturating_sub(start);
@@ -586,6 +690,96 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             p50_ns: quantile(&latencies, 500),
             p99_ns: quantile(&latencies, 990),
         })
+    }
+
+    /// Whether the adaptive mode is configured.
+    pub fn is_adaptive(&self) -> bool {
+        self.0.adaptive.is_some()
+    }
+
+    /// Adaptive mode: a polling window is open (the vector is masked), so a submitter waiting
+    /// for a completion must poll ([`Self::poll_adaptive`]) instead of halting.
+    pub fn polling_window(&self) -> bool {
+        self.0.adaptive.as_ref().is_some_and(|a| a.open.load(Ordering::Acquire))
+    }
+
+    /// [`Self::handle_interrupt`] for the adaptive mode: when the interrupt reaped something and
+    /// no window is open, masks the vector through `vector` and opens one. Without the adaptive
+    /// mode it is `handle_interrupt`.
+    pub fn handle_interrupt_adaptive(&self, cpu: usize, vector: &dyn VectorMask) -> IrqOutcome {
+        let inner = &self.0;
+        let out = inner.handle_interrupt(cpu);
+        let Some(a) = &inner.adaptive else {
+            return out;
+        };
+        if out.completed > 0 && !a.open.load(Ordering::Acquire) && a.try_switch() {
+            if !a.open.load(Ordering::Relaxed) {
+                vector.set_masked(true);
+                a.last_completion_ns.store(inner.platform.now_ns(), Ordering::Relaxed);
+                a.in_window.store(0, Ordering::Relaxed);
+                a.windows.fetch_add(1, Ordering::Relaxed);
+                // Release pairs with the Acquire in `polling_window`/`poll_adaptive`.
+                a.open.store(true, Ordering::Release);
+            }
+            a.end_switch();
+        }
+        out
+    }
+
+    /// [`Self::poll`] for the adaptive mode: reaps; while a window is open, closes it when
+    /// nothing completed for `idle_ns` or its budget is spent: unmask first, then reap once
+    /// more, so a completion that arrived between the last empty reap and the unmask is
+    /// delivered now rather than waiting for an interrupt that a device without pending bits
+    /// would never send. Returns completions delivered.
+    pub fn poll_adaptive(&self, cpu: usize, vector: &dyn VectorMask) -> u32 {
+        let inner = &self.0;
+        let mut n = inner.reap(cpu, inner.irq_budget).0;
+        let Some(a) = &inner.adaptive else {
+            return n;
+        };
+        if !a.open.load(Ordering::Acquire) {
+            return n;
+        }
+        let now = inner.platform.now_ns();
+        let mut close = false;
+        if n > 0 {
+            a.polled.fetch_add(u64::from(n), Ordering::Relaxed);
+            a.last_completion_ns.store(now, Ordering::Relaxed);
+            let used = a.in_window.fetch_add(n, Ordering::Relaxed).saturating_add(n);
+            if used >= a.config.budget {
+                a.budget_closes.fetch_add(1, Ordering::Relaxed);
+                close = true;
+            }
+        } else if now.saturating_sub(a.last_completion_ns.load(Ordering::Relaxed)) >= a.config.idle_ns {
+            close = true;
+        }
+        if close && a.try_switch() {
+            let was_open = a.open.load(Ordering::Relaxed);
+            if was_open {
+                a.open.store(false, Ordering::Release);
+                vector.set_masked(false);
+            }
+            a.end_switch();
+            if was_open {
+                let caught = inner.reap(cpu, inner.irq_budget).0;
+                a.unmask_catches.fetch_add(u64::from(caught), Ordering::Relaxed);
+                n += caught;
+            }
+        }
+        n
+    }
+
+    /// Counters of the adaptive mode (zero without it).
+    pub fn adaptive_counters(&self) -> AdaptiveCounters {
+        self.0
+            .adaptive
+            .as_ref()
+            .map_or_else(AdaptiveCounters::default, |a| AdaptiveCounters {
+                windows: a.windows.load(Ordering::Relaxed),
+                polled: a.polled.load(Ordering::Relaxed),
+                budget_closes: a.budget_closes.load(Ordering::Relaxed),
+                unmask_catches: a.unmask_catches.load(Ordering::Relaxed),
+            })
     }
 
     pub fn counters(&self) -> HostCounters {

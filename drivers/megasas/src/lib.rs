@@ -31,7 +31,7 @@ mod tags;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
-pub use blkdev::{DriveInfo, Host, HostConfig, HostCounters, IrqOutcome};
+pub use blkdev::{AdaptiveConfig, AdaptiveCounters, DriveInfo, Host, HostConfig, HostCounters, IrqOutcome, VectorMask};
 pub use controller::{
     ADMIN_TAG, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest, IrqMode, LogicalDrive, Reaped,
     RecoveryCounters, SENSE_LEN, SubmitGuard,

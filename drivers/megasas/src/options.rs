@@ -1,11 +1,14 @@
 //! Kernel command-line options of the driver (`megasas.irq=`, `megasas.irq_cpu=`,
-//! `megasas.queue_depth=`, `megasas.msix_vectors=`, `megasas.timeout_ms=`, `megasas.floor=`) and the automatic choice of interrupt mode.
+//! `megasas.queue_depth=`, `megasas.msix_vectors=`, `megasas.timeout_ms=`, `megasas.floor=`, `megasas.irq_poll=`) and the automatic choice of interrupt mode.
 
 use crate::Error;
 use crate::controller::IrqMode;
 
 /// Reads per queue depth of `megasas.floor=on`.
 pub const DEFAULT_FLOOR_IOS: u32 = 10_000;
+
+/// Idle window of `megasas.irq_poll=on`, µs.
+pub const DEFAULT_IRQ_POLL_IDLE_US: u32 = 50;
 
 /// Options parsed from the kernel command line. `None` means "automatic".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +30,10 @@ pub struct Options {
     /// `megasas.floor=on|off|N`: before each job on a MegaRAID drive, measure the device floor
     /// ([`crate::Host::measure_floor`]) with N reads at QD 1 and at QD 32 (`on`: 10000).
     pub floor_ios: Option<u32>,
+    /// `megasas.irq_poll=on|off|N`: adaptive interrupt-then-poll completion
+    /// ([`crate::blkdev::AdaptiveConfig`]), closing a polling window after N µs without a
+    /// completion (`on`: 50). MSI-X only (the vector's mask bit).
+    pub irq_poll_idle_us: Option<u32>,
 }
 
 /// How many MSI-X vectors `megasas.msix_vectors=` asks for.
@@ -107,11 +114,23 @@ impl Options {
                         ),
                     }
                 }
+                "irq_poll" => {
+                    out.irq_poll_idle_us = match value {
+                        "on" => Some(DEFAULT_IRQ_POLL_IDLE_US),
+                        "off" => None,
+                        n => Some(
+                            n.parse()
+                                .ok()
+                                .filter(|n| (1..=10_000).contains(n))
+                                .ok_or_else(|| bad(word, "megasas.irq_poll", "on, off or 1..=10000 us idle"))?,
+                        ),
+                    }
+                }
                 _ => {
                     return Err(bad(
                         word,
                         "megasas option",
-                        "irq, irq_cpu, queue_depth, msix_vectors, timeout_ms or floor",
+                        "irq, irq_cpu, queue_depth, msix_vectors, timeout_ms, floor or irq_poll",
                     ));
                 }
             }
@@ -163,6 +182,7 @@ mod tests {
                 msix_vectors: None,
                 timeout_ms: None,
                 floor_ios: None,
+                irq_poll_idle_us: None,
             }
         );
         assert_eq!(
@@ -209,6 +229,8 @@ mod tests {
             ("megasas.timeout_ms=1s", "megasas.timeout_ms"),
             ("megasas.floor=0", "megasas.floor"),
             ("megasas.floor=yes", "megasas.floor"),
+            ("megasas.irq_poll=0", "megasas.irq_poll"),
+            ("megasas.irq_poll=fast", "megasas.irq_poll"),
         ] {
             match Options::parse(line) {
                 Err(e @ Error::BadOption { option: o, .. }) => {
