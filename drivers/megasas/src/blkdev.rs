@@ -294,6 +294,8 @@ struct Core<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync>
     last_summary_ns: AtomicU64,
     /// Per controller tag: where a floor command stands (`floor::FLOOR_*`).
     floor_state: Box<[AtomicU8]>,
+    /// Floor completions recorded, by anyone (so a floor run about to wait sees news).
+    floor_completions: AtomicU64,
 }
 
 /// The `blk::Driver` of one logical drive.
@@ -389,6 +391,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             faults_logged: AtomicU64::new(0),
             last_summary_ns: AtomicU64::new(0),
             floor_state: (0..tags).map(|_| AtomicU8::new(FLOOR_IDLE)).collect(),
+            floor_completions: AtomicU64::new(0),
         });
         let mut drives = Vec::with_capacity(found.len());
         let mut configs = Vec::with_capacity(found.len());
@@ -536,9 +539,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     /// from this call, all into `buffer` (at least one block; the reads overwrite it in any order,
     /// so its contents mean nothing afterwards). Run it with the drives idle: it takes its tags
     /// from the drives' shared pool and fails with [`Error::FloorTagsBusy`] when they are in use.
-    /// `wait` runs whenever a pass over the ring found nothing: the kernel halts until an
-    /// interrupt there (its handler reaps, and floor completions reach this run whoever reaps
-    /// them), or spins in polled mode. Under TCG a spinning vCPU takes host time from the
+    /// `wait(news)` runs whenever a pass over the ring found nothing; `news()` says whether a
+    /// completion arrived since (in the ring, or already reaped by an interrupt handler). The
+    /// kernel disables interrupts, checks `news()` and halts with `sti; hlt` only if there is
+    /// none, so no wake-up is lost; it spins in polled mode. Under TCG a spinning vCPU takes host time from the
     /// device emulation, so the halting floor is the higher one there.
     pub fn measure_floor(
         &self,
@@ -546,7 +550,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         drive: usize,
         spec: FloorSpec,
         buffer: Segment,
-        wait: &mut dyn FnMut(),
+        wait: &mut dyn FnMut(&dyn Fn() -> bool),
     ) -> Result<FloorResult, Error> {
         let inner = &self.0;
         let info = inner.drives.get(drive).ok_or(Error::NoSuchDrive {
@@ -628,6 +632,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let mut last_progress = start;
         while result.is_ok() && completed < issued {
             inner.reap(cpu, inner.irq_budget);
+            // Acquire pairs with the Release increment in `floor_done`.
+            let seen = inner.core.floor_completions.load(Ordering::Acquire);
             let mut progressed = false;
             for i in 0..tags.len() {
                 if !in_flight[i] {
@@ -662,7 +668,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                     completed,
                 });
             } else {
-                wait();
+                let core = &inner.core;
+                wait(&|| core.floor_completions.load(Ordering::Acquire) != seen || core.ctrl.replies_pending());
             }
         }
         let elapsed_ns = now().saturating_sub(start);
@@ -849,7 +856,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         // AcqRel: Acquire pairs with the run's Release store of IN_FLIGHT / ABANDONED; Release
         // pairs with the run's Acquire load of the outcome.
         match state.compare_exchange(FLOOR_IN_FLIGHT, outcome, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {}
+            Ok(_) => {
+                // Release pairs with the Acquire load in `measure_floor` before it waits.
+                self.core.floor_completions.fetch_add(1, Ordering::Release);
+            }
             Err(FLOOR_ABANDONED) => {
                 state.store(FLOOR_IDLE, Ordering::Relaxed);
                 self.host_tags.tags().free(cpu, u32::from(d.tag));

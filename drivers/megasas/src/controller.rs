@@ -1431,6 +1431,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Some(self.reap_with(complete))
     }
 
+    /// Whether the reply ring holds entries not yet reaped (a memory read, no register access).
+    pub fn replies_pending(&self) -> bool {
+        // Acquire pairs with the device's producer store, made after the entries.
+        let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
+        pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+    }
+
     /// Drains the reply queue: every context is validated (range, in flight, generation, frame
     /// status written) before it completes anything; a bad one is counted and logged as a
     /// controller fault and skipped. `complete(tag, status)` runs for each accepted completion,

@@ -89,7 +89,7 @@ fn floor_keeps_the_queue_depth_in_flight_and_times_every_read() {
                     phys: buf.phys(),
                     len: 4096,
                 },
-                &mut || {},
+                &mut |_| {},
             )
             .expect("floor");
         assert_eq!(r.ios, 200);
@@ -127,7 +127,7 @@ fn floor_depth_is_capped_at_the_io_tags() {
                 phys: buf.phys(),
                 len: 512,
             },
-            &mut || {},
+            &mut |_| {},
         )
         .expect("floor");
     assert_eq!(r.queue_depth, io_tags);
@@ -144,7 +144,7 @@ fn floor_refuses_bad_arguments() {
         len: 256,
     };
     assert!(matches!(
-        host.measure_floor(0, 0, FloorSpec::new(1, 10), seg, &mut || {}),
+        host.measure_floor(0, 0, FloorSpec::new(1, 10), seg, &mut |_| {}),
         Err(Error::InvalidRequest { .. })
     ));
     let buf = dev.buffer(512);
@@ -153,11 +153,11 @@ fn floor_refuses_bad_arguments() {
         len: 512,
     };
     assert!(matches!(
-        host.measure_floor(0, 0, FloorSpec::new(1, 0), seg, &mut || {}),
+        host.measure_floor(0, 0, FloorSpec::new(1, 0), seg, &mut |_| {}),
         Err(Error::InvalidRequest { .. })
     ));
     assert!(matches!(
-        host.measure_floor(0, 7, FloorSpec::new(1, 10), seg, &mut || {}),
+        host.measure_floor(0, 7, FloorSpec::new(1, 10), seg, &mut |_| {}),
         Err(Error::NoSuchDrive { .. })
     ));
     assert_eq!(dev.stats().frames_posted, posted_before, "nothing reached the device");
@@ -184,7 +184,7 @@ fn floor_refuses_to_share_tags_with_block_io() {
                 phys: floor_buf.phys(),
                 len: 512,
             },
-            &mut || {},
+            &mut |_| {},
         )
         .unwrap_err();
     assert_eq!(err, Error::FloorTagsBusy { wanted: 1, got: 0 });
@@ -212,7 +212,7 @@ fn a_stalled_floor_keeps_its_tags_until_the_device_answers() {
                 phys: buf.phys(),
                 len: 512,
             },
-            &mut || {},
+            &mut |_| {},
         )
         .unwrap_err();
     assert_eq!(

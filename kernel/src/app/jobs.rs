@@ -89,7 +89,8 @@ impl IoBackend for KernelBackend<'_> {
     }
 
     fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
-        if self.poll {
+        // An interrupt-then-poll window (megasas.irq_poll) masks the interrupt: poll while open.
+        if self.poll || self.dev.polling_window() {
             self.dev.poll(self.cpu);
         }
         let mut n = 0;
@@ -131,6 +132,12 @@ impl IoBackend for KernelBackend<'_> {
             // Polled completions need this CPU to poll; with nothing in
             // flight (tags busy elsewhere) no completion would wake it.
             core::hint::spin_loop();
+            return;
+        }
+        if self.dev.polling_window() {
+            // The poll closes the window (and re-reaps) once the device goes quiet; only then
+            // is halting safe.
+            self.dev.poll(self.cpu);
             return;
         }
         // A completion delivered from another CPU's interrupt handler wakes

@@ -137,6 +137,10 @@ pub trait BlockDevice: Sync + Send {
     fn driver_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// The driver's interrupt-then-poll window is open ([`HostHooks::polling_window`]).
+    fn polling_window(&self) -> bool {
+        false
+    }
 }
 
 /// What the kernel calls on a driver that owns its queues (one controller, several disks):
@@ -149,6 +153,11 @@ pub trait HostHooks: Sync + Send {
     /// Counters of the controller for the job report (name, value since boot).
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+    /// An interrupt-then-poll window is open: the controller's interrupt is masked, so a
+    /// waiting submitter must poll rather than halt.
+    fn polling_window(&self) -> bool {
+        false
     }
 }
 
@@ -208,6 +217,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn run_completions(&self, cpu: usize) -> usize {
         irqs_off(|| self.queue.run_completions(cpu))
+    }
+    fn polling_window(&self) -> bool {
+        self.host.is_some_and(|h| h.polling_window())
     }
     fn poll(&self, cpu: usize) -> usize {
         irqs_off(|| match self.host {

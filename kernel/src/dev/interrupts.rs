@@ -215,6 +215,23 @@ impl DeviceIrqs {
         Ok(())
     }
 
+    /// Sets or clears MSI-X entry `index`'s mask bit (the device keeps a message that arrives
+    /// masked pending and sends it on unmask). For a driver's interrupt-then-poll mode.
+    pub fn set_vector_masked(&self, index: u16, masked: bool) -> Result<(), Error> {
+        let table = self.msix.as_ref().ok_or_else(|| {
+            Error::Device(format!(
+                "{}: only MSI-X entries can be masked one by one",
+                self.function.address
+            ))
+        })?;
+        if masked {
+            table.mask(index)?;
+        } else {
+            table.unmask(index)?;
+        }
+        Ok(())
+    }
+
     /// Stops the device interrupting (MSI/MSI-X disabled, INTx pin masked);
     /// the vectors stay allocated (e.g. a stuck INTx line, masked from its own handler).
     pub fn mask(&self) -> Result<(), Error> {

@@ -106,7 +106,7 @@ impl IrqHandler for Controller {
     /// Every vector reaps the one reply queue (QEMU signals only vector 0;
     /// with `megasas.msix_vectors=all` the others are aimed but stay silent).
     fn handle(&self, _vector_index: usize, cpu: usize) {
-        let out = self.host.handle_interrupt(cpu);
+        let out = self.host.handle_interrupt_adaptive(cpu, self);
         if out.intx_stuck && !self.intx_masked.swap(true, Ordering::Relaxed) {
             log::error!(
                 "megasas {}: INTx stays asserted with nothing to reap: line masked, the controller is now served by the tick only",
@@ -121,13 +121,33 @@ impl IrqHandler for Controller {
     }
 }
 
+/// The adaptive mode's vector mask: MSI-X entry 0, the one the controller signals (the probe
+/// turns the mode off for anything but MSI-X).
+impl megasas::VectorMask for Controller {
+    fn set_masked(&self, masked: bool) {
+        if let Some(irqs) = self.irqs.get()
+            && let Err(e) = irqs.set_vector_masked(0, masked)
+        {
+            log::error!("megasas {}: MSI-X entry 0 mask={masked}: {e}", self.function.address);
+        }
+    }
+}
+
 impl HostHooks for Controller {
     fn poll(&self, cpu: usize) -> usize {
-        self.host.poll(cpu) as usize
+        self.host.poll_adaptive(cpu, self) as usize
+    }
+
+    fn polling_window(&self) -> bool {
+        self.host.polling_window()
     }
 
     fn tick(&self, cpu: usize) {
         self.host.tick(cpu);
+        // A window nobody polls (no job running) is closed here once idle.
+        if self.host.polling_window() {
+            self.host.poll_adaptive(cpu, self);
+        }
         if self.host.is_dead() && !self.abandoned.swap(true, Ordering::Relaxed) {
             // The device may still write into the buffers of its requests until it can no
             // longer master the bus: only then are they given back (failed).
@@ -150,6 +170,7 @@ impl HostHooks for Controller {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let r = self.host.controller().recovery_counters();
         let h = self.host.counters();
+        let a = self.host.adaptive_counters();
         alloc::vec![
             ("mfi_timeouts", h.timeouts),
             ("mfi_aborts_sent", r.aborts_sent),
@@ -160,6 +181,11 @@ impl HostHooks for Controller {
             ("mfi_busy_retries", h.busy_retries),
             // Completions the block layer did not accept (stale or not in flight): dropped, counted.
             ("mfi_stale_completions", h.refused_completions),
+            ("mfi_interrupts", h.interrupts),
+            ("mfi_poll_windows", a.windows),
+            ("mfi_window_polled", a.polled),
+            ("mfi_window_budget_closes", a.budget_closes),
+            ("mfi_unmask_catches", a.unmask_catches),
         ]
     }
 }
@@ -179,8 +205,8 @@ static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
 static DRIVES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mutex::new(Vec::new());
 
 /// `megasas.floor=`: when set and `device` is a MegaRAID drive, measures the device floor
-/// (`megasas::Host::measure_floor`: reads straight to the controller, polled, with this CPU's
-/// interrupts off so the figure holds no interrupt work) at QD 1 and QD 32, prints one
+/// (`megasas::Host::measure_floor`: reads straight to the controller; between passes over the
+/// ring this CPU halts until an interrupt, or spins in polled mode) at QD 1 and QD 32, prints one
 /// `floor:` line and returns the figures for the job report. Empty when off or not ours.
 pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
     let Some(ios) = options().floor_ios else {
@@ -210,15 +236,35 @@ pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
         len: bs,
     };
     let mut out = Vec::new();
-    let mut text = format!("floor: {device} {bs}-byte read (no block layer, polled)");
+    let how = if controller.irqs.get().is_none() {
+        "polled"
+    } else {
+        "halting between interrupts"
+    };
+    let mut text = format!("floor: {device} {bs}-byte read (no block layer, {how})");
     for (depth, iops_key, p50_key) in [
         (1u16, "floor_qd1_iops", "floor_qd1_p50_ns"),
         (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
     ] {
         let spec = megasas::FloorSpec::new(depth, ios);
-        let r = x86_64::instructions::interrupts::without_interrupts(|| {
-            controller.host.measure_floor(cpu, drive, spec, seg)
-        });
+        let polled = controller.irqs.get().is_none();
+        // Halt until an interrupt between passes in interrupt modes: a spinning vCPU takes
+        // host time from QEMU's device emulation (TCG). `sti; hlt` cannot miss the wake-up.
+        let mut wait = |news: &dyn Fn() -> bool| {
+            if polled {
+                core::hint::spin_loop();
+            } else if controller.host.polling_window() {
+                controller.host.poll_adaptive(cpu, controller);
+            } else {
+                x86_64::instructions::interrupts::disable();
+                if news() {
+                    x86_64::instructions::interrupts::enable();
+                } else {
+                    x86_64::instructions::interrupts::enable_and_hlt();
+                }
+            }
+        };
+        let r = controller.host.measure_floor(cpu, drive, spec, seg, &mut wait);
         match r {
             Ok(r) => {
                 text.push_str(&format!(
@@ -267,6 +313,12 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
     let map = cpumap::plan(1, nvectors, opts.irq_cpu.map(|c| c as usize))?;
     let mut hc = megasas::HostConfig::new(smp::online(), mode);
     hc.apply_options(opts);
+    if hc.adaptive.is_some() && mode != megasas::IrqMode::Msix {
+        log::warn!(
+            "megasas {at}: megasas.irq_poll needs MSI-X (a vector mask; OMSK would stop the reply ring); interrupts are {mode:?}: off"
+        );
+        hc.adaptive = None;
+    }
     hc.cpu_map = Some(map.queue_of_cpu.clone());
     let host = Mr::new(model, mmio, KernelDma, KernelDelay, block::platform(), hc)
         .map_err(|e| Error::Device(format!("megasas {at}: bring-up failed: {e}")))?;
