@@ -16,6 +16,8 @@ pub const MAX_JOB_NAME: usize = 32;
 /// Size of the null device and of the megasas disk image.
 pub const DEVICE_SIZE: &str = "1g";
 const DEVICE_BYTES: u64 = 1 << 30;
+/// Reads per queue depth of the MegaRAID floor measured before each job (`megasas.floor=`).
+pub const FLOOR_READS: u32 = 2000;
 
 /// What backs the block device a job runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -67,7 +69,10 @@ impl DeviceKind {
     pub fn kernel_args(self) -> Vec<String> {
         match self {
             Self::Null => vec![format!("null.size={DEVICE_SIZE}")],
-            Self::MegasasGen2 | Self::Megasas | Self::Nvme => Vec::new(),
+            // The device floor before each job (reads straight to the controller, polled), so
+            // the summary shows each result as a fraction of it.
+            Self::MegasasGen2 | Self::Megasas => vec![format!("megasas.floor={FLOOR_READS}")],
+            Self::Nvme => Vec::new(),
         }
     }
 
@@ -767,7 +772,8 @@ mod tests {
     fn devices_bring_their_kernel_and_qemu_arguments() {
         let quick = find("quick").unwrap().boots(2000).unwrap();
         assert_eq!(quick[0].kernel_args()[0], "null.size=1g");
-        assert!(quick[1].kernel_args()[0].starts_with("device=md0"));
+        assert_eq!(quick[1].kernel_args()[0], format!("megasas.floor={FLOOR_READS}"));
+        assert!(quick[1].kernel_args()[1].starts_with("device=md0"));
         let qemu = DeviceKind::MegasasGen2.qemu_args(Path::new("/tmp/d.raw"));
         assert_eq!(qemu[1], "megasas-gen2,id=hba0");
         assert_eq!(qemu[3], "if=none,id=d0,file=/tmp/d.raw,format=raw,cache=unsafe");

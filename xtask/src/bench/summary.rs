@@ -258,6 +258,18 @@ pub fn medians(records: &[Record]) -> Vec<PointSummary> {
         .collect()
 }
 
+/// The result as a fraction of the device floor the kernel measured before the job
+/// (`floor_qd1_iops` for QD 1, `floor_qd32_iops` above); `None` without a floor.
+pub fn floor_fraction(record: &Record) -> Option<f64> {
+    let key = if record.report.job.iodepth <= 1 {
+        "floor_qd1_iops"
+    } else {
+        "floor_qd32_iops"
+    };
+    let floor = *record.report.totals.get(key)?;
+    (floor > 0).then(|| record.report.iops as f64 / floor as f64)
+}
+
 /// The per-point table (medians when points ran more than once), failed runs, then the
 /// comparisons.
 pub fn render(records: &[Record]) -> String {
@@ -267,6 +279,7 @@ pub fn render(records: &[Record]) -> String {
         .iter()
         .filter(|(_, names)| records.iter().any(|r| per_io(r, names).is_some()))
         .collect();
+    let with_floor = records.iter().any(|r| floor_fraction(r).is_some());
     let mut s = String::new();
     let _ = write!(
         s,
@@ -278,6 +291,9 @@ pub fn render(records: &[Record]) -> String {
     }
     for (heading, _) in &columns {
         let _ = write!(s, " {heading:>8}");
+    }
+    if with_floor {
+        let _ = write!(s, " {:>8}", "of floor");
     }
     s.push('\n');
     for summary in &summaries {
@@ -310,6 +326,10 @@ pub fn render(records: &[Record]) -> String {
         }
         for (_, names) in &columns {
             let value = per_io(r, names).map_or("-".into(), |v| format!("{v:.3}"));
+            let _ = write!(s, " {value:>8}");
+        }
+        if with_floor {
+            let value = floor_fraction(r).map_or("-".into(), |v| format!("{v:.2}"));
             let _ = write!(s, " {value:>8}");
         }
         s.push('\n');

@@ -631,3 +631,27 @@ fn values_far_apart_get_a_log_axis() {
     assert!(texts.iter().any(|t| t == "IOPS"), "{texts:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn results_are_shown_as_a_fraction_of_the_device_floor() {
+    let mut records = quick_records();
+    assert!(records.iter().all(|r| summary::floor_fraction(r).is_none()));
+    assert!(!summary::render(&records).contains("of floor"), "no floor, no column");
+    let qd1 = records.iter().position(|r| r.report.job.iodepth == 1).unwrap();
+    let qd32 = records.iter().position(|r| r.report.job.iodepth > 1).unwrap();
+    for (i, key) in [(qd1, "floor_qd1_iops"), (qd32, "floor_qd32_iops")] {
+        let floor = records[i].report.iops * 2;
+        records[i].report.totals.insert(key.into(), floor);
+        // The other depth's floor must not be used.
+        let other = if key == "floor_qd1_iops" { "floor_qd32_iops" } else { "floor_qd1_iops" };
+        records[i].report.totals.insert(other.into(), 1);
+    }
+    for i in [qd1, qd32] {
+        let f = summary::floor_fraction(&records[i]).unwrap();
+        assert!((f - 0.5).abs() < 0.01, "{f}");
+    }
+    records[qd1].report.totals.insert("floor_qd1_iops".into(), 0);
+    assert_eq!(summary::floor_fraction(&records[qd1]), None, "a zero floor is no floor");
+    let text = summary::render(&records);
+    assert!(text.contains("of floor") && text.contains(" 0.50"), "{text}");
+}
