@@ -643,7 +643,11 @@ fn results_are_shown_as_a_fraction_of_the_device_floor() {
         let floor = records[i].report.iops * 2;
         records[i].report.totals.insert(key.into(), floor);
         // The other depth's floor must not be used.
-        let other = if key == "floor_qd1_iops" { "floor_qd32_iops" } else { "floor_qd1_iops" };
+        let other = if key == "floor_qd1_iops" {
+            "floor_qd32_iops"
+        } else {
+            "floor_qd1_iops"
+        };
         records[i].report.totals.insert(other.into(), 1);
     }
     for i in [qd1, qd32] {
