@@ -246,10 +246,7 @@ const COMPLETION_POLICIES: [(workload::CompletionPolicy, CompletionPolicy); 4] =
 const QUIESCE_POLICIES: [(workload::QuiescePolicy, QuiesceCheck); 3] = [
     (workload::QuiescePolicy::LockFree, QuiesceCheck::LockFree),
     (workload::QuiescePolicy::Locked, QuiesceCheck::Locked),
-    // blk's sleeping variant has no job key yet (issue 13's lab adds one); should it be in
-    // force, it reports as the locked re-check it is. Listed after `Locked`, so a job's
-    // `quiesce=locked` still maps to `QuiesceCheck::Locked`.
-    (workload::QuiescePolicy::Locked, QuiesceCheck::Sleeping),
+    (workload::QuiescePolicy::Sleeping, QuiesceCheck::Sleeping),
 ];
 
 /// `table`'s right side for `left`. Both tables list every variant of both
@@ -298,6 +295,7 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     let irqs_before = count_per_cpu(device_vectors);
     let ipis_before = count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]);
     let blk_before = dev.counters();
+    let wake_ipis_before = crate::arch::park::wake_ipis();
     let bogus_before = dev.sink().bogus();
     let shared = JobShared::new(plan);
     let ctx = JobContext {
@@ -406,6 +404,15 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         ("ipis", b.ipis - blk_before.ipis),
         ("softirqs", b.softirqs - blk_before.softirqs),
         ("hot_path_locks", b.hot_path_locks - blk_before.hot_path_locks),
+        // The queue lock's contention (quiesce=locked/sleeping): acquisitions that
+        // found it taken, parks in `wait_for_wake`, wake-ups sent by unlocks.
+        ("lock_contended", b.lock_contended - blk_before.lock_contended),
+        ("lock_sleeps", b.lock_sleeps - blk_before.lock_sleeps),
+        ("lock_wakeups", b.lock_wakeups - blk_before.lock_wakeups),
+        (
+            "lock_wakeup_ipis_sent",
+            crate::arch::park::wake_ipis() - wake_ipis_before,
+        ),
         ("timeouts", b.timeouts - blk_before.timeouts),
         (
             "spurious_completions",
@@ -418,6 +425,18 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     }
     let mut text = String::new();
     let _ = report.write_human(&mut text);
+    if quiesce != QuiesceCheck::LockFree {
+        kprintln!(
+            "job {}: queue lock ({}): acquisitions={} contended={} parks={} wakeups={} wake_ipis={}",
+            plan.spec.name,
+            to_left(&QUIESCE_POLICIES, quiesce).as_str(),
+            b.hot_path_locks - blk_before.hot_path_locks,
+            b.lock_contended - blk_before.lock_contended,
+            b.lock_sleeps - blk_before.lock_sleeps,
+            b.lock_wakeups - blk_before.lock_wakeups,
+            crate::arch::park::wake_ipis() - wake_ipis_before,
+        );
+    }
     crate::arch::console::print(format_args!("{text}"));
     let mut json = String::new();
     let _ = report.write_json_line(&mut json);

@@ -113,6 +113,14 @@ impl blk::Platform for KernelPlatform {
         // The submitter may be halted waiting for exactly this (idle=halt).
         idle::wake((c.cookie >> 32) as usize);
     }
+
+    fn wait_for_wake(&self, cpu: usize) {
+        crate::arch::park::wait_for_wake(cpu);
+    }
+
+    fn wake(&self, cpu: usize) {
+        crate::arch::park::wake(cpu);
+    }
 }
 
 fn send_completion_interrupt(cpu: usize) {

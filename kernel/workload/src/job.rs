@@ -184,6 +184,9 @@ pub enum QuiescePolicy {
     LockFree,
     /// A lock around the quiesce check.
     Locked,
+    /// The same lock behaving as PREEMPT_RT's `spinlock_t` (an rt_mutex): a contended
+    /// acquirer parks until the holder's unlock wakes it, then pays a reschedule cost.
+    Sleeping,
 }
 
 impl QuiescePolicy {
@@ -192,6 +195,7 @@ impl QuiescePolicy {
         match self {
             Self::LockFree => "lockfree",
             Self::Locked => "locked",
+            Self::Sleeping => "sleeping",
         }
     }
 }
@@ -582,7 +586,8 @@ impl SectionBuilder {
                 spec.quiesce = Some(match value {
                     "lockfree" => QuiescePolicy::LockFree,
                     "locked" => QuiescePolicy::Locked,
-                    _ => return Err(bad("one of lockfree, locked")),
+                    "sleeping" => QuiescePolicy::Sleeping,
+                    _ => return Err(bad("one of lockfree, locked, sleeping")),
                 })
             }
             Key::Seed => {
@@ -649,6 +654,20 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
         parse_jobs(text.split_ascii_whitespace())
+    }
+
+    #[test]
+    fn every_quiesce_policy_parses_and_prints_back() {
+        for (word, policy) in [
+            ("lockfree", QuiescePolicy::LockFree),
+            ("locked", QuiescePolicy::Locked),
+            ("sleeping", QuiescePolicy::Sleeping),
+        ] {
+            let jobs = parse(&alloc::format!("quiesce={word}")).unwrap();
+            assert_eq!(jobs[0].quiesce, Some(policy));
+            assert_eq!(policy.as_str(), word);
+            assert!(jobs[0].to_string().contains(&alloc::format!("quiesce={word}")));
+        }
     }
 
     #[test]
