@@ -164,6 +164,9 @@ pub enum Quiesce {
     LockFree,
     /// A lock around the dispatch path (the behaviour the lock-free design replaces).
     Locked,
+    /// The same lock as PREEMPT_RT's sleeping `spinlock_t` (modelled): a contended CPU parks
+    /// until woken, then pays a reschedule cost.
+    Sleeping,
 }
 
 impl Quiesce {
@@ -172,6 +175,7 @@ impl Quiesce {
         match self {
             Self::LockFree => "lockfree",
             Self::Locked => "locked",
+            Self::Sleeping => "sleeping",
         }
     }
 
@@ -179,6 +183,7 @@ impl Quiesce {
         match self {
             Self::LockFree => "lf",
             Self::Locked => "lk",
+            Self::Sleeping => "sl",
         }
     }
 }
@@ -643,6 +648,7 @@ mod tests {
         let quiesce = match spec.quiesce.expect("always explicit") {
             workload::QuiescePolicy::LockFree => Quiesce::LockFree,
             workload::QuiescePolicy::Locked => Quiesce::Locked,
+            workload::QuiescePolicy::Sleeping => Quiesce::Sleeping,
         };
         assert_eq!(spec.device.as_deref(), Some(device.device_name()));
         Point {
