@@ -402,6 +402,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         let slot = queue.slot(index);
         slot.set_status(status);
         slot.set_state(state::COMPLETING);
+        queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
         queue.route_completion(usize::from(cpu), index);
     }
 }

@@ -486,7 +486,7 @@ impl<D: Driver> Queue<D> {
 
     /// Reports `stage` for request `index` to the platform when stage tracing is on.
     #[inline(always)]
-    fn stage(&self, cpu: usize, index: u32, stage: crate::driver::Stage) {
+    pub(crate) fn stage(&self, cpu: usize, index: u32, stage: crate::driver::Stage) {
         // Relaxed: a switch that takes a moment to be seen costs a few unrecorded stages.
         if self.stage_trace.load(core::sync::atomic::Ordering::Relaxed) {
             self.platform.stage(cpu, index, stage);

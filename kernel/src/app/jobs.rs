@@ -103,7 +103,9 @@ impl IoBackend for KernelBackend<'_> {
             }
         }
         let overflow = &mut self.overflow;
+        let cpu = self.cpu;
         self.dev.sink().take(self.cpu, |slot, status| {
+            crate::arch::stagetrace::reaped(cpu, slot);
             let result = match status {
                 Status::Ok => Ok(()),
                 Status::Timeout => Err(IoError::Timeout),
@@ -297,6 +299,15 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     let blk_before = dev.counters();
     let wake_ipis_before = crate::arch::park::wake_ipis();
     let bogus_before = dev.sink().bogus();
+    let trace_every = plan.spec.trace_every;
+    let trace_event_ns = if trace_every != 0 {
+        let ns = crate::arch::stagetrace::cost_per_event_ns(ncpu);
+        crate::arch::stagetrace::start(trace_every, ncpu);
+        dev.set_stage_trace(true);
+        ns
+    } else {
+        0
+    };
     let shared = JobShared::new(plan);
     let ctx = JobContext {
         plan,
@@ -363,7 +374,29 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
             plan.device.name
         ));
     }
+    let mut trace_events = Vec::new();
+    let mut trace_summary = None;
+    if trace_every != 0 {
+        dev.set_stage_trace(false);
+        crate::arch::stagetrace::stop();
+        let (events, dropped) = crate::arch::stagetrace::collect(ncpu);
+        trace_events = events
+            .into_iter()
+            .map(|(cpu, ns, request, stage)| workload::StageEvent {
+                cpu,
+                ns,
+                request,
+                stage,
+            })
+            .collect();
+        let mut summary = workload::summarise(&trace_events, trace_every, dropped);
+        summary.event_cost_ns = trace_event_ns;
+        trace_summary = Some(summary);
+    }
     let mut report = JobReport::new(plan, &results).map_err(|e| e.to_string())?;
+    if let Some(summary) = trace_summary {
+        report.set_stages(summary);
+    }
     let per_plan_cpu = |after: Vec<u64>, before: &[u64]| -> Vec<u64> {
         plan.cpus
             .iter()
@@ -441,6 +474,11 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     let mut json = String::new();
     let _ = report.write_json_line(&mut json);
     crate::arch::console::print(format_args!("{json}\n"));
+    if trace_every != 0 {
+        // The raw samples, for `cargo xtask lab --trace` (Chrome / Perfetto trace).
+        let line = workload::stages::trace_line(&plan.spec.name, trace_every, &trace_events);
+        crate::arch::console::print(format_args!("{line}"));
+    }
     Ok(report.passed())
 }
 

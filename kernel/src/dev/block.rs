@@ -109,6 +109,8 @@ impl blk::Platform for KernelPlatform {
     }
 
     fn end_io(&self, c: &Completion) {
+        // Before the delivery: the submitter may take it (and record its reap) at once.
+        crate::arch::stagetrace::ended((c.cookie >> 32) as usize, (c.cookie & 0xFFFF_FFFF) as usize);
         self.sink.deliver(c);
         // The submitter may be halted waiting for exactly this (idle=halt).
         idle::wake((c.cookie >> 32) as usize);
@@ -120,6 +122,10 @@ impl blk::Platform for KernelPlatform {
 
     fn wake(&self, cpu: usize) {
         crate::arch::park::wake(cpu);
+    }
+
+    fn stage(&self, _cpu: usize, request: u32, stage: blk::Stage) {
+        crate::arch::stagetrace::stage(request, stage as u8);
     }
 }
 
@@ -158,6 +164,10 @@ pub trait BlockDevice: Sync + Send {
     fn policies(&self) -> (CompletionPolicy, QuiesceCheck);
     fn counters(&self) -> CounterSnapshot;
     fn in_flight(&self) -> usize;
+    /// Switches the block layer's stage tracing on or off (`trace=N`; see `arch::stagetrace`).
+    fn set_stage_trace(&self, on: bool) {
+        let _ = on;
+    }
     /// Driver-specific lines for the device report.
     fn describe(&self) -> String {
         String::new()
@@ -230,6 +240,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn policies(&self) -> (CompletionPolicy, QuiesceCheck) {
         (self.queue.completion_policy(), self.queue.quiesce_check())
+    }
+    fn set_stage_trace(&self, on: bool) {
+        self.queue.set_stage_trace(on);
     }
     fn counters(&self) -> CounterSnapshot {
         self.queue.counters()
