@@ -28,11 +28,15 @@ usage: cargo xtask lab [options]
                        CPUs 1/2/4, 2 s jobs)
   --device KIND        null, md (megasas-gen2), nvme, or all (default all)
   --runtime DUR        runtime of every job (e.g. 300ms, 2s)
+  --trace [N]          timestamp every stage of 1 in N requests (default 64): per-stage p50/p99 in
+                       each job's report, and target/lab/trace.json for Perfetto / chrome://tracing
   --list               print the boots and their kernel command lines, run nothing
   --replot             rebuild the table, CSVs and plots from target/lab/results.json, run nothing
   --kvm | --debug | --verbose";
 
 const KB: u32 = 1024;
+/// `--trace` without a number: 1 in this many requests.
+const DEFAULT_TRACE_EVERY: u32 = 64;
 const QUIESCE_ALL: &[Quiesce] = &[Quiesce::LockFree, Quiesce::Locked, Quiesce::Sleeping];
 
 /// Which devices `--device` selects.
@@ -79,6 +83,8 @@ struct LabOptions {
     runtime_ms: Option<u64>,
     list: bool,
     replot: bool,
+    /// `--trace N`: trace 1 in N requests (0: off).
+    trace_every: u32,
     accel: Accel,
     debug: bool,
     verbose: bool,
@@ -92,11 +98,12 @@ impl LabOptions {
             runtime_ms: None,
             list: false,
             replot: false,
+            trace_every: 0,
             accel: Accel::Tcg,
             debug: false,
             verbose: false,
         };
-        let mut it = args.iter();
+        let mut it = args.iter().peekable();
         while let Some(arg) = it.next() {
             let mut value = |flag: &str| {
                 it.next()
@@ -109,6 +116,15 @@ impl LabOptions {
                 "--runtime" => o.runtime_ms = Some(crate::bench::matrix::parse_runtime_ms(&value("--runtime")?)?),
                 "--list" => o.list = true,
                 "--replot" => o.replot = true,
+                "--trace" => {
+                    o.trace_every = DEFAULT_TRACE_EVERY;
+                    if let Some(n) = it.next_if(|v| !v.starts_with("--")) {
+                        o.trace_every =
+                            n.parse().ok().filter(|n| (1..=1 << 20).contains(n)).ok_or_else(|| {
+                                format!("lab: --trace '{n}': use N from 1 to 1048576 (1 in N requests)")
+                            })?;
+                    }
+                }
                 "--kvm" => o.accel = Accel::Kvm,
                 "--tcg" => o.accel = Accel::Tcg,
                 "--debug" => o.debug = true,
@@ -188,7 +204,12 @@ pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
         return Ok(ok && lab_ok && records.iter().all(Record::ok));
     }
     let runtime_ms = opts.runtime_ms.unwrap_or(matrix.runtime_ms);
-    let boots = matrix.boots(runtime_ms)?;
+    let mut boots = matrix.boots(runtime_ms)?;
+    if opts.trace_every != 0 {
+        for b in &mut boots {
+            b.defaults.push(format!("trace={}", opts.trace_every));
+        }
+    }
     if opts.list {
         for b in &boots {
             println!(
@@ -223,7 +244,128 @@ pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
     let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let records = results::from_json(&text)?;
     let lab_ok = write_lab_outputs(&records, &out_dir)?;
+    if opts.trace_every != 0 {
+        write_trace(&out_dir)?;
+    }
     Ok(clean && lab_ok)
+}
+
+/// Turns the `BAREMQ-TRACE:` lines of the run's boot logs into `trace.json` (Chrome trace format).
+fn write_trace(out_dir: &Path) -> Result<(), String> {
+    let logs = out_dir.join("logs");
+    let mut names: Vec<std::path::PathBuf> = std::fs::read_dir(&logs)
+        .map_err(|e| format!("reading {}: {e}", logs.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    names.sort();
+    let mut traces = Vec::new();
+    for path in names {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let boot = path
+            .file_stem()
+            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        for (i, line) in text.lines().enumerate() {
+            if let Some(json) = line.strip_prefix(workload::TRACE_PREFIX) {
+                let t = parse_trace_line(json).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
+                traces.push((format!("{boot}: {}", t.job), t));
+            }
+        }
+    }
+    if traces.is_empty() {
+        return Err("lab --trace: the boot logs hold no BAREMQ-TRACE line".into());
+    }
+    let path = out_dir.join("trace.json");
+    let json = serde_json::to_string(&chrome_trace(&traces)).map_err(|e| format!("trace.json: {e}"))?;
+    std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!(
+        "lab: wrote target/lab/trace.json ({} jobs): open it in https://ui.perfetto.dev or chrome://tracing",
+        traces.len()
+    );
+    Ok(())
+}
+
+/// One job's `BAREMQ-TRACE:` line.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+struct TraceLine {
+    job: String,
+    sample_every: u32,
+    stages: Vec<String>,
+    /// `[cpu, ns, request, stage]`.
+    events: Vec<[u64; 4]>,
+}
+
+fn parse_trace_line(json: &str) -> Result<TraceLine, String> {
+    let t: TraceLine = serde_json::from_str(json).map_err(|e| format!("bad BAREMQ-TRACE line: {e}"))?;
+    if let Some(e) = t.events.iter().find(|e| e[3] as usize >= t.stages.len()) {
+        return Err(format!(
+            "bad BAREMQ-TRACE line: event {e:?} names stage {} of {}",
+            e[3],
+            t.stages.len()
+        ));
+    }
+    Ok(t)
+}
+
+/// The Chrome trace of `traces` (one process per job): each traced request's stages become
+/// slices from its previous event to reaching the stage, on the CPU where the stage happened.
+/// Requests in flight at once would overlap, so each CPU has as many lanes (threads
+/// `cpuN`, `cpuN.1`, ...) as it needs; a slice goes in the first lane free at its start.
+fn chrome_trace(traces: &[(String, TraceLine)]) -> serde_json::Value {
+    use serde_json::json;
+    let mut events = Vec::new();
+    for (pid, (name, t)) in traces.iter().enumerate() {
+        let pid = pid + 1;
+        events.push(json!({"name": "process_name", "ph": "M", "pid": pid,
+            "args": {"name": format!("{name} (1 in {} requests)", t.sample_every)}}));
+        let mut by_request: BTreeMap<u64, Vec<[u64; 4]>> = BTreeMap::new();
+        for e in &t.events {
+            by_request.entry(e[2]).or_default().push(*e);
+        }
+        // (cpu, start, end, stage, request)
+        let mut slices: Vec<(u64, u64, u64, usize, u64)> = Vec::new();
+        for (request, mut evs) in by_request {
+            evs.sort_by_key(|e| (e[1], e[3]));
+            for w in evs.windows(2) {
+                slices.push((w[1][0], w[0][1], w[1][1], w[1][3] as usize, request));
+            }
+        }
+        slices.sort_by_key(|s| (s.0, s.1, s.2));
+        let t0 = t.events.iter().map(|e| e[1]).min().unwrap_or(0);
+        // Per CPU: when each lane is free again.
+        let mut lanes: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for (cpu, start, end, stage, request) in slices {
+            let cpu_lanes = lanes.entry(cpu).or_default();
+            let lane = match cpu_lanes.iter().position(|&free| free <= start) {
+                Some(l) => l,
+                None => {
+                    cpu_lanes.push(0);
+                    cpu_lanes.len() - 1
+                }
+            };
+            cpu_lanes[lane] = end;
+            events.push(json!({
+                "name": t.stages[stage], "cat": "stage", "ph": "X", "pid": pid,
+                "tid": cpu * 1000 + lane as u64,
+                "ts": (start - t0) as f64 / 1000.0, "dur": (end - start) as f64 / 1000.0,
+                "args": {"request": request, "ns": end - start},
+            }));
+        }
+        for (cpu, cpu_lanes) in lanes {
+            for lane in 0..cpu_lanes.len() {
+                let tid = cpu * 1000 + lane as u64;
+                let label = if lane == 0 {
+                    format!("cpu{cpu}")
+                } else {
+                    format!("cpu{cpu}.{lane}")
+                };
+                events.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}}));
+                events.push(json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                    "args": {"sort_index": tid}}));
+            }
+        }
+    }
+    json!({"traceEvents": events, "displayTimeUnit": "ns"})
 }
 
 /// Prints the lab table and ratios, writes `lab.csv` and the lab plots. False when a plot failed.
@@ -718,6 +860,72 @@ mod tests {
             quiesce: Quiesce::LockFree,
             ..r.point
         } != victim_point));
+    }
+
+    #[test]
+    fn trace_option_takes_an_optional_count() {
+        assert_eq!(LabOptions::parse(&args("--trace")).unwrap().trace_every, 64);
+        assert_eq!(LabOptions::parse(&args("--trace 8 --quick")).unwrap().trace_every, 8);
+        let o = LabOptions::parse(&args("--trace --quick")).unwrap();
+        assert_eq!((o.trace_every, o.quick), (64, true));
+        assert_eq!(LabOptions::parse(&args("--quick")).unwrap().trace_every, 0);
+        let e = LabOptions::parse(&args("--trace 0")).unwrap_err();
+        assert!(e.contains("--trace '0'"), "{e}");
+    }
+
+    #[test]
+    fn chrome_trace_puts_each_stage_on_its_cpu_without_overlap_in_a_lane() {
+        let ev = |cpu, ns, request, stage| workload::StageEvent {
+            cpu,
+            ns,
+            request,
+            stage,
+        };
+        // Two requests in flight at once on cpu0, completing on cpu1 (remote), in ring order.
+        let events = [
+            ev(0, 1_000, 1, 0),
+            ev(0, 1_100, 2, 0),
+            ev(0, 1_200, 1, 1),
+            ev(0, 1_300, 2, 1),
+            ev(1, 2_000, 1, 3),
+            ev(1, 2_100, 2, 3),
+            ev(0, 2_500, 1, 6),
+            ev(0, 2_600, 2, 6),
+        ];
+        let line = workload::stages::trace_line("jobA", 8, &events);
+        let t = parse_trace_line(line.trim_end().strip_prefix(workload::TRACE_PREFIX).unwrap()).unwrap();
+        assert_eq!((t.job.as_str(), t.sample_every, t.events.len()), ("jobA", 8, 8));
+        let trace = chrome_trace(&[("boot0: jobA".into(), t)]);
+        let all = trace["traceEvents"].as_array().unwrap();
+        let slices: Vec<&serde_json::Value> = all.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(slices.len(), 6, "3 stages after submit per request");
+        // device_complete slices are on cpu1, the rest on cpu0 (tid = cpu * 1000 + lane).
+        for s in &slices {
+            let cpu = s["tid"].as_u64().unwrap() / 1000;
+            assert_eq!(cpu, u64::from(s["name"] == "device_complete"), "{s}");
+        }
+        // Within a lane, slices never overlap.
+        let mut by_tid: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+        for s in &slices {
+            let ts = s["ts"].as_f64().unwrap();
+            by_tid
+                .entry(s["tid"].as_u64().unwrap())
+                .or_default()
+                .push((ts, ts + s["dur"].as_f64().unwrap()));
+        }
+        assert!(by_tid.len() >= 3, "overlapping requests need a second lane: {by_tid:?}");
+        for v in by_tid.values_mut() {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            assert!(v.windows(2).all(|w| w[0].1 <= w[1].0), "{v:?}");
+        }
+        let dc = slices
+            .iter()
+            .find(|s| s["name"] == "device_complete" && s["args"]["request"] == 1)
+            .unwrap();
+        assert_eq!(dc["args"]["ns"], 800);
+        assert!(all.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == "cpu1"));
+        let bad = parse_trace_line(r#"{"job":"x","sample_every":1,"stages":["submit"],"events":[[0,1,1,5]]}"#);
+        assert!(bad.unwrap_err().contains("names stage 5"));
     }
 
     #[test]

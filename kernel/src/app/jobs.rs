@@ -15,6 +15,9 @@ use workload::{
     SubmitError, WorkloadError,
 };
 
+/// Traced requests whose raw events a job's `BAREMQ-TRACE:` line carries (the summary uses all).
+const TRACE_EXPORT_REQUESTS: usize = 1500;
+
 /// Codes reported in `IoError::Rejected` when a request never reached the device.
 const REJECTED_BEYOND_END: u32 = 1;
 const REJECTED_FROZEN: u32 = 2;
@@ -476,7 +479,9 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     crate::arch::console::print(format_args!("{json}\n"));
     if trace_every != 0 {
         // The raw samples, for `cargo xtask lab --trace` (Chrome / Perfetto trace).
-        let line = workload::stages::trace_line(&plan.spec.name, trace_every, &trace_events);
+        // At most TRACE_EXPORT_REQUESTS whole timelines: a console line, not a dump.
+        let exported = workload::stages::first_requests(&trace_events, TRACE_EXPORT_REQUESTS);
+        let line = workload::stages::trace_line(&plan.spec.name, trace_every, &exported);
         crate::arch::console::print(format_args!("{line}"));
     }
     Ok(report.passed())

@@ -210,6 +210,25 @@ pub fn write_trace_line(out: &mut dyn Write, job: &str, sample_every: u32, event
     out.write_char('\n')
 }
 
+/// The events of the `max_requests` requests that were submitted first (whole timelines), in
+/// their original order: what a trace line exports when the rings hold more than a console line
+/// should carry.
+pub fn first_requests(events: &[StageEvent], max_requests: usize) -> Vec<StageEvent> {
+    let mut starts: Vec<(u64, u32)> = events
+        .iter()
+        .filter(|e| e.stage == SUBMIT)
+        .map(|e| (e.ns, e.request))
+        .collect();
+    starts.sort_unstable();
+    let mut keep: Vec<u32> = starts.iter().take(max_requests).map(|&(_, r)| r).collect();
+    keep.sort_unstable();
+    events
+        .iter()
+        .copied()
+        .filter(|e| keep.binary_search(&e.request).is_ok())
+        .collect()
+}
+
 /// The trace line as a `String` (for callers without a writer at hand).
 pub fn trace_line(job: &str, sample_every: u32, events: &[StageEvent]) -> String {
     let mut s = String::new();
@@ -263,6 +282,26 @@ mod tests {
         let dc = get("device_complete");
         assert_eq!((dc.samples, dc.p50_ns, dc.p99_ns), (2, 150, 1000));
         assert_eq!(s.stages.len(), 3, "stages nobody reached are left out");
+    }
+
+    #[test]
+    fn first_requests_keeps_whole_timelines_of_the_earliest_submissions() {
+        let events = vec![
+            ev(0, 300, 3, 0),
+            ev(0, 100, 1, 0),
+            ev(1, 400, 1, 3),
+            ev(0, 200, 2, 0),
+            ev(1, 500, 3, 3),
+            ev(1, 600, 2, 3),
+            ev(1, 50, 9, 3), // no submit: never kept
+        ];
+        let kept = first_requests(&events, 2);
+        assert_eq!(
+            kept,
+            vec![ev(0, 100, 1, 0), ev(1, 400, 1, 3), ev(0, 200, 2, 0), ev(1, 600, 2, 3)]
+        );
+        assert_eq!(first_requests(&events, 10).len(), 6);
+        assert!(first_requests(&events, 0).is_empty());
     }
 
     #[test]

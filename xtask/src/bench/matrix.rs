@@ -509,6 +509,7 @@ impl Matrix {
                     smp: self.smp,
                     mem: self.mem.to_string(),
                     runtime_ms,
+                    defaults: Vec::new(),
                     jobs: Vec::new(),
                 };
                 if boot.cmdline_len() + 1 + words_len(&point.job_words(&name)) > MAX_CMDLINE_BYTES {
@@ -549,6 +550,9 @@ pub struct BootPlan {
     pub mem: String,
     /// Runtime of each job.
     pub runtime_ms: u64,
+    /// More boot-wide job defaults (e.g. `trace=64` from `cargo xtask lab --trace`); they stay
+    /// within the command line's margin (the kernel keeps 2048 bytes).
+    pub defaults: Vec<String>,
     /// The jobs, in run order.
     pub jobs: Vec<PlannedJob>,
 }
@@ -560,6 +564,7 @@ impl BootPlan {
             format!("device={}", self.device.device_name()),
             format!("runtime={}ms", self.runtime_ms),
         ];
+        words.extend(self.defaults.iter().cloned());
         for job in &self.jobs {
             words.extend(job.point.job_words(&job.name));
         }
