@@ -16,7 +16,7 @@ use workload::{
 };
 
 /// Traced requests whose raw events a job's `BAREMQ-TRACE:` line carries (the summary uses all).
-const TRACE_EXPORT_REQUESTS: usize = 1500;
+const TRACE_EXPORT_REQUESTS: usize = 500;
 
 /// Codes reported in `IoError::Rejected` when a request never reached the device.
 const REJECTED_BEYOND_END: u32 = 1;
