@@ -18,6 +18,14 @@ unsafe extern "C" {
     static ap_trampoline_end: u8;
     static __kernel_start: u8;
     static __kernel_end: u8;
+    static boot_entry_tsc: u64;
+}
+
+/// The TSC when the loader handed over to the kernel (`_start32`), for the
+/// boot-phase report: under QEMU the TSC starts at 0 when the VM does.
+pub fn entry_tsc() -> u64 {
+    // SAFETY: written once by the entry code before any Rust runs, never after.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(boot_entry_tsc)) }
 }
 
 /// Physical address of the boot PML4 (identity mapping of 0..4 GiB).

@@ -37,6 +37,8 @@ static BOOT_INFO: spin::Once<BootInfo> = spin::Once::new();
 extern "C" fn kmain(magic: u32, info: u32) -> ! {
     // SAFETY: first instruction path on the BSP; slot 0 belongs to it.
     unsafe { percpu::init_current(0, 0) };
+    time::boot_mark_at("firmware", boot::entry_tsc());
+    time::boot_mark("entry");
     console::init();
     idt::init();
     kprintln!();
@@ -81,6 +83,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Ok(m) => m,
         Err(e) => exit::failure(format_args!("memory: {e}")),
     };
+    time::boot_mark("memory");
     // Every driver parses its own keys (with the heap up), so a bad one stops the boot
     // before any device is touched.
     if let Err(e) = dev::registry::configure(&config.driver_words) {
@@ -93,9 +96,12 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     percpu::current()
         .apic_id
         .store(apic::id(), core::sync::atomic::Ordering::Relaxed);
-    let clock = time::calibrate();
+    // The calibration window runs while ACPI and PCI are read; it closes
+    // before the first user of the clock (the tick, then drivers' delays).
+    time::calibration_start();
 
-    report_platform(boot, &mem, &clock);
+    report_platform(boot, &mem);
+    time::boot_mark("cpu");
 
     let fw = match firmware::discover(boot) {
         Ok(f) => f,
@@ -115,6 +121,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         }
     );
     let fw = firmware::set(fw);
+    time::boot_mark("acpi");
     match dev::pci::init(fw.mcfg.as_ref()) {
         Ok(p) => {
             kprintln!("pci: {} functions via {}", p.functions.len(), p.mechanism);
@@ -125,6 +132,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = dev::interrupts::init_ioapics() {
         exit::failure(format_args!("I/O APIC: {e}"));
     }
+    time::boot_mark("pci");
     let affinity = match config
         .irq_affinity
         .map(platform::irq::AffinityPolicy::parse)
@@ -133,6 +141,12 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Ok(a) => a.unwrap_or(platform::irq::AffinityPolicy::Spread),
         Err(e) => exit::failure(format_args!("command line: {e}")),
     };
+    let clock = match time::calibrate() {
+        Ok(c) => c,
+        Err(e) => exit::failure(format_args!("clock: {e}")),
+    };
+    time::boot_mark("clock");
+    report_clock(&clock);
     let apic_ids: alloc::vec::Vec<u32> = if config.smp {
         fw.madt.usable_cpus().map(|c| c.apic_id).collect()
     } else {
@@ -166,6 +180,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         exit::failure(format_args!("command line: irq.affinity: {e}"));
     }
     dev::cpumap::set_affinity(affinity);
+    time::boot_mark("smp");
 
     if let Some(test) = config.test {
         app::selftest::run(test);
@@ -184,6 +199,8 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     }
     dev::block::seal();
     dev::block::report();
+    time::boot_mark("devices");
+    kprintln!("boot phases (ms): {}", time::BootPhases);
     if config.job_words.is_empty() {
         kprintln!("no job on the command line: platform and devices reported");
         exit::success();
@@ -195,7 +212,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     }
 }
 
-fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Calibration) {
+fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport) {
     kprintln!("cpu: {}", cpu::describe());
     kprintln!("memory map ({} entries):", boot.memory.len());
     for r in &boot.memory {
@@ -219,13 +236,19 @@ fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport, clock: &time::Ca
         mem.above_4g_mapped >> 20,
         mem.above_4g_unmapped >> 20
     );
+}
+
+fn report_clock(clock: &time::Calibration) {
     kprintln!(
-        "clock: tsc {}.{:03} MHz from {}; lapic timer {}.{:03} MHz (divide 16); apic mode {} id {}",
+        "clock: tsc {}.{:03} MHz from {}; lapic timer {}.{:03} MHz (divide 16); within {} ppm over {}.{} ms; apic mode {} id {}",
         clock.tsc_hz / 1_000_000,
         (clock.tsc_hz / 1000) % 1000,
         clock.source.name(),
         clock.lapic_hz / 1_000_000,
         (clock.lapic_hz / 1000) % 1000,
+        clock.error_ppm,
+        clock.window_ns / 1_000_000,
+        (clock.window_ns / 100_000) % 10,
         if apic::is_x2apic() { "x2apic" } else { "xapic" },
         apic::id()
     );

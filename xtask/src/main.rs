@@ -14,6 +14,7 @@ mod bench;
 mod elfcheck;
 mod fuzz;
 mod lab;
+mod nbd;
 mod qemu;
 mod runner;
 mod scenario;
@@ -36,12 +37,14 @@ commands:
       --machine pc|q35            machine type (default q35)
       --bios qboot|seabios|ovmf   firmware (default qboot)
       --timeout S                 kill QEMU after S seconds (default 300)
-      --disk PATH                 disk image behind the megasas-gen2 controller
+      --device megasas|nvme       the disk's controller: megasas-gen2 (default; the disk is md0) or
+                                  NVMe with one I/O queue pair and one MSI-X vector per CPU (nvme0n1)
+      --disk PATH                 disk image behind the controller
                                   (default target/baremq-disk.img, 256 MiB, created on first use)
       --no-disk                   no controller and no disk
       ARGS                        kernel command line, e.g. -- log=debug test=timer; without ARGS the
-                                  default job runs: mixed random read/write with crc32c verify on md0
-                                  from every CPU for about ten seconds
+                                  default job runs: mixed random read/write with crc32c verify on the
+                                  disk (md0 or nvme0n1) from every CPU for about ten seconds
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
       --filter PATTERN            only scenarios whose name contains PATTERN
       --jobs N                    parallel QEMUs (default: number of cores)
@@ -94,8 +97,53 @@ const DEFAULT_DISK: &str = "target/baremq-disk.img";
 const DEFAULT_DISK_BYTES: u64 = 256 << 20;
 /// The main job: mixed random I/O with verification from every CPU, completions carried back
 /// to each submitting CPU (the block layer's remote policy), about ten seconds under TCG.
-const DEFAULT_JOB: &str =
-    "rw=randrw rwmixread=70 bs=4k iodepth=16 runtime=6s verify=crc32c device=md0 completion=remote";
+const DEFAULT_JOB: &str = "rw=randrw rwmixread=70 bs=4k iodepth=16 runtime=6s verify=crc32c completion=remote";
+
+/// The controller `cargo xtask run` puts the disk behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunDevice {
+    /// `megasas-gen2` with one SCSI disk: `md0`.
+    Megasas,
+    /// `nvme` with `max_ioqpairs` = CPUs and one MSI-X vector per queue pair plus the admin
+    /// vector: `nvme0n1`.
+    Nvme,
+}
+
+impl RunDevice {
+    /// The block device the default job runs on.
+    fn block_device(self) -> &'static str {
+        match self {
+            RunDevice::Megasas => "md0",
+            RunDevice::Nvme => "nvme0n1",
+        }
+    }
+
+    /// QEMU arguments for the controller and `disk` with `cpus` CPUs.
+    fn qemu_args(self, disk: &Path, cpus: u32) -> Vec<String> {
+        let drive = |id: &str| format!("if=none,id={id},file={},format=raw,cache=writeback", disk.display());
+        match self {
+            RunDevice::Megasas => vec![
+                "-device".into(),
+                "megasas-gen2,id=hba0".into(),
+                "-drive".into(),
+                drive("d0"),
+                "-device".into(),
+                "scsi-hd,bus=hba0.0,drive=d0,scsi-id=0".into(),
+            ],
+            RunDevice::Nvme => vec![
+                "-drive".into(),
+                drive("nvm0"),
+                "-device".into(),
+                format!(
+                    "nvme,id=nvme0,serial=baremq0,max_ioqpairs={cpus},msix_qsize={}",
+                    cpus + 1
+                ),
+                "-device".into(),
+                "nvme-ns,drive=nvm0,bus=nvme0,nsid=1".into(),
+            ],
+        }
+    }
+}
 
 /// The workspace root (parent of this crate).
 pub fn root() -> PathBuf {
@@ -187,6 +235,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut firmware = qemu::Firmware::Qboot;
     let mut timeout = 300u64;
     let mut disk: Option<PathBuf> = Some(root().join(DEFAULT_DISK));
+    let mut device = RunDevice::Megasas;
     let mut i = 0;
     while i < opts.len() {
         match opts[i].as_str() {
@@ -232,12 +281,20 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             }
             "--disk" => disk = Some(PathBuf::from(value(opts, &mut i, "--disk")?)),
             "--no-disk" => disk = None,
+            "--device" => {
+                device = match value(opts, &mut i, "--device")? {
+                    "megasas" => RunDevice::Megasas,
+                    "nvme" => RunDevice::Nvme,
+                    v => return Err(format!("--device '{v}': use megasas or nvme")),
+                }
+            }
             other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
         }
         i += 1;
     }
     setup::ensure_qemu()?;
     let kernel = build_kernel(debug)?;
+    let cpus: u32 = smp.parse().map_err(|_| format!("--smp '{smp}': use 1..64"))?;
     let mut extra = vec!["-M".into(), machine, "-smp".into(), smp, "-m".into(), mem];
     let mut append = kernel_args.to_vec();
     if let Some(path) = &disk {
@@ -249,17 +306,11 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             );
             qemu::create_image(path, DEFAULT_DISK_BYTES, "raw")?;
         }
-        extra.extend([
-            "-device".to_string(),
-            "megasas-gen2,id=hba0".into(),
-            "-drive".into(),
-            format!("if=none,id=d0,file={},format=raw,cache=writeback", path.display()),
-            "-device".into(),
-            "scsi-hd,bus=hba0.0,drive=d0,scsi-id=0".into(),
-        ]);
+        extra.extend(device.qemu_args(path, cpus));
         if append.is_empty() {
-            append = DEFAULT_JOB.split_whitespace().map(str::to_string).collect();
-            println!("xtask: default job: {DEFAULT_JOB}");
+            let job = format!("{DEFAULT_JOB} device={}", device.block_device());
+            append = job.split_whitespace().map(str::to_string).collect();
+            println!("xtask: default job: {job}");
         }
     }
     let m = qemu::Machine {

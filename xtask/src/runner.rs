@@ -1,6 +1,7 @@
 //! `cargo xtask qemu-test`: runs every scenario in `tests/*.scenarios` in
 //! parallel, one line per scenario, and a closing `N passed, N failed, N skipped`.
 
+use crate::nbd;
 use crate::qemu::{self, Accel, Firmware, Machine};
 use crate::scenario::{self, BootMethod, Requirement, Scenario};
 use crate::{build_kernel, cargo, root, setup, sh};
@@ -76,8 +77,34 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
         }
         images.push((img.name.clone(), path));
     }
+    // Slow disks are served for the whole scenario (every boot connects anew).
+    let mut servers = Vec::new();
+    for d in &sc.slow_disks {
+        let Some((_, path)) = images.iter().find(|(n, _)| *n == d.image) else {
+            return Verdict::Fail(format!("slow_disk '{}' names no image", d.image));
+        };
+        let rule = nbd::SlowRule {
+            op: if d.writes {
+                nbd::SlowOp::Write
+            } else {
+                nbd::SlowOp::Read
+            },
+            sector: d.sector,
+            delay: Duration::from_nanos(d.delay_ns),
+            count: d.count,
+        };
+        match nbd::NbdServer::start(path, &d.image, rule) {
+            Ok(s) => servers.push((d.image.clone(), s)),
+            Err(e) => return Verdict::Fail(e),
+        }
+    }
+    let ports: Vec<(String, u16)> = servers.iter().map(|(n, s)| (n.clone(), s.port())).collect();
     for (n, boot) in sc.boots.iter().enumerate() {
-        let extra: Result<Vec<String>, String> = boot.qemu.iter().map(|a| scenario::substitute(a, &images)).collect();
+        let extra: Result<Vec<String>, String> = boot
+            .qemu
+            .iter()
+            .map(|a| scenario::substitute(a, &images).and_then(|a| scenario::substitute_nbd(&a, &ports)))
+            .collect();
         let extra = match extra {
             Ok(e) => e,
             Err(e) => return Verdict::Fail(e),
@@ -125,6 +152,16 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
                 "{why}{boot_no}; log {}\n      | {}",
                 log.display(),
                 tail.join("\n      | ")
+            ));
+        }
+    }
+    // A slow disk that delayed nothing tested no recovery: the scenario is wrong, not passing.
+    for ((name, server), d) in servers.iter().zip(&sc.slow_disks) {
+        if server.delayed() == 0 {
+            return Verdict::Fail(format!(
+                "slow_disk {name}: no {} covered sector {}, so nothing was delayed",
+                if d.writes { "write" } else { "read" },
+                d.sector
             ));
         }
     }

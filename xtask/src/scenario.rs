@@ -16,6 +16,7 @@
 //! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
+//! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! Every boot passes only on the kernel's exit code for the expected
@@ -81,6 +82,21 @@ pub struct Image {
     pub format: String,
 }
 
+/// An image served over NBD with one late read (`slow_disk =`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlowDisk {
+    /// The image (declared with `image =`) and export name.
+    pub image: String,
+    /// Delay writes (true) or reads (false).
+    pub writes: bool,
+    /// 512-byte sector a delayed request covers.
+    pub sector: u64,
+    /// How late, in ns.
+    pub delay_ns: u64,
+    /// How many covering requests per boot are delayed.
+    pub count: u32,
+}
+
 /// A requirement that, when unmet, makes the scenario SKIPPED.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
@@ -97,6 +113,7 @@ pub struct Scenario {
     pub file: String,
     pub description: String,
     pub images: Vec<Image>,
+    pub slow_disks: Vec<SlowDisk>,
     pub requires: Vec<Requirement>,
     pub boots: Vec<Boot>,
 }
@@ -148,6 +165,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 file: file.to_string(),
                 description: String::new(),
                 images: Vec::new(),
+                slow_disks: Vec::new(),
                 requires: Vec::new(),
                 boots: vec![Boot::default()],
             });
@@ -224,6 +242,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     format: format.to_string(),
                 });
             }
+            "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {
                 "kvm" => Requirement::Kvm,
                 "tcg" => Requirement::Tcg,
@@ -234,6 +253,17 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
         }
     }
     for sc in &out {
+        for d in &sc.slow_disks {
+            if !sc.images.iter().any(|i| i.name == d.image && i.format == "raw") {
+                return Err(err(
+                    0,
+                    format!(
+                        "scenario '{}': slow_disk '{}' names no raw image (declare it with 'image = {} SIZE')",
+                        sc.name, d.image, d.image
+                    ),
+                ));
+            }
+        }
         for (i, b) in sc.boots.iter().enumerate() {
             if b.output.is_empty() {
                 return Err(err(
@@ -246,6 +276,71 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 ));
             }
         }
+    }
+    Ok(out)
+}
+
+/// Parses `IMAGE sector=N delay=DURATION [op=read|write] [count=N]`.
+fn parse_slow_disk(value: &str) -> Result<SlowDisk, String> {
+    let mut words = value.split_whitespace();
+    let image = words
+        .next()
+        .ok_or("slow_disk: use IMAGE sector=N delay=DURATION [op=read|write] [count=N]")?;
+    let (mut sector, mut delay_ns, mut count, mut writes) = (None, None, 1, false);
+    for w in words {
+        let (k, v) = w
+            .split_once('=')
+            .ok_or(format!("slow_disk: '{w}' is not key=value (sector, delay, op, count)"))?;
+        match k {
+            "sector" => {
+                sector = Some(workload::values::parse_u64(v).ok_or(format!("slow_disk: sector '{v}' is not a number"))?)
+            }
+            "delay" => {
+                delay_ns = Some(
+                    workload::values::parse_duration_ns(v)
+                        .filter(|d| *d > 0)
+                        .ok_or(format!("slow_disk: delay '{v}' is not a duration like 2500ms"))?,
+                )
+            }
+            "count" => {
+                count = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or(format!("slow_disk: count '{v}' is not a positive number"))?
+            }
+            "op" => {
+                writes = match v {
+                    "read" => false,
+                    "write" => true,
+                    _ => return Err(format!("slow_disk: op '{v}': use read or write")),
+                }
+            }
+            _ => return Err(format!("slow_disk: unknown key '{k}' (sector, delay, op, count)")),
+        }
+    }
+    Ok(SlowDisk {
+        image: image.to_string(),
+        sector: sector.ok_or("slow_disk: sector=N is required")?,
+        delay_ns: delay_ns.ok_or("slow_disk: delay=DURATION is required")?,
+        count,
+        writes,
+    })
+}
+
+/// Replaces `{nbd:NAME}` placeholders with `nbd://127.0.0.1:PORT/NAME` for the slow disks being served.
+pub fn substitute_nbd(arg: &str, servers: &[(String, u16)]) -> Result<String, String> {
+    let mut out = arg.to_string();
+    while let Some(start) = out.find("{nbd:") {
+        let end = out[start..]
+            .find('}')
+            .map(|e| start + e)
+            .ok_or(format!("unterminated placeholder in '{arg}'"))?;
+        let name = &out[start + 5..end];
+        let port = servers.iter().find(|(n, _)| n == name).map(|(_, p)| *p).ok_or(format!(
+            "'{arg}' names NBD export '{name}', which no slow_disk declares"
+        ))?;
+        out.replace_range(start..=end, &format!("nbd://127.0.0.1:{port}/{name}"));
     }
     Ok(out)
 }
@@ -524,6 +619,53 @@ output = vector 14
             "file=/tmp/d0.img,if=none"
         );
         assert!(substitute("file={image:zz}", &imgs).unwrap_err().contains("zz"));
+    }
+
+    #[test]
+    fn slow_disks_parse_check_their_image_and_substitute() {
+        let s = parse(
+            "f",
+            "[a]\nimage = d0 64M\nslow_disk = d0 sector=2048 delay=6500ms op=write count=2\noutput = x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s[0].slow_disks,
+            [SlowDisk {
+                image: "d0".into(),
+                writes: true,
+                sector: 2048,
+                delay_ns: 6_500_000_000,
+                count: 2
+            }]
+        );
+        let one = parse(
+            "f",
+            "[a]\nimage = d0 64M\nslow_disk = d0 sector=8 delay=1s\noutput = x\n",
+        )
+        .unwrap();
+        assert_eq!((one[0].slow_disks[0].count, one[0].slow_disks[0].writes), (1, false));
+        for (bad, why) in [
+            ("slow_disk = d0 delay=1s", "sector=N is required"),
+            ("slow_disk = d0 sector=8", "delay=DURATION is required"),
+            ("slow_disk = d0 sector=x delay=1s", "sector 'x'"),
+            ("slow_disk = d0 sector=8 delay=0s", "delay '0s'"),
+            ("slow_disk = d0 sector=8 delay=1s count=0", "count '0'"),
+            ("slow_disk = d0 sector=8 delay=1s op=trim", "op 'trim'"),
+            ("slow_disk = d0 sector=8 delay=1s speed=3", "unknown key 'speed'"),
+            ("slow_disk = d0 sector", "not key=value"),
+        ] {
+            let e = parse("f", &format!("[a]\nimage = d0 64M\n{bad}\noutput = x\n")).unwrap_err();
+            assert_eq!(e.line, 3, "{bad}");
+            assert!(e.message.contains(why), "{bad}: {}", e.message);
+        }
+        let e = parse("f", "[a]\nslow_disk = d1 sector=8 delay=1s\noutput = x\n").unwrap_err();
+        assert!(e.message.contains("slow_disk 'd1' names no raw image"), "{}", e.message);
+        let ports = vec![("d0".to_string(), 4321)];
+        assert_eq!(
+            substitute_nbd("file={nbd:d0},format=raw", &ports).unwrap(),
+            "file=nbd://127.0.0.1:4321/d0,format=raw"
+        );
+        assert!(substitute_nbd("file={nbd:d9}", &ports).unwrap_err().contains("d9"));
     }
 
     fn boot(expect: Expect, output: &[&str]) -> Boot {

@@ -114,11 +114,14 @@ impl HostConfig {
     }
 
     /// Applies the `megasas.*` command-line options that are the driver's: `queue_depth` (I/O
-    /// commands in flight, plus the admin tag). `irq` and `irq_cpu` are interrupt policy, which
+    /// commands in flight, plus the admin tag) and `timeout_ms` (the request timeout). `irq` and `irq_cpu` are interrupt policy, which
     /// the kernel applies when it sets the vectors up (`choose_irq_mode`).
     pub fn apply_options(&mut self, options: &crate::Options) {
         if let Some(depth) = options.queue_depth {
             self.controller.max_tags = depth.saturating_add(1).min(crate::tags::MAX_TAGS);
+        }
+        if let Some(ms) = options.timeout_ms {
+            self.timeout_ns = u64::from(ms) * 1_000_000;
         }
     }
 }

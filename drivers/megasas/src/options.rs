@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver (`megasas.irq=`, `megasas.irq_cpu=`,
-//! `megasas.queue_depth=`, `megasas.msix_vectors=`) and the automatic choice of interrupt mode.
+//! `megasas.queue_depth=`, `megasas.msix_vectors=`, `megasas.timeout_ms=`) and the automatic choice of interrupt mode.
 
 use crate::Error;
 use crate::controller::IrqMode;
@@ -18,6 +18,9 @@ pub struct Options {
     /// `megasas.msix_vectors=N|all`: interrupt vectors to ask for (default 1: the controller
     /// signals only reply queue 0, vector 0); `all` asks for every MSI-X table entry.
     pub msix_vectors: Option<MsixVectors>,
+    /// `megasas.timeout_ms=N` (100..=600000): a request's timeout, the first step of the
+    /// abort/reset ladder ([`crate::HostConfig::timeout_ns`]; default 30 s).
+    pub timeout_ms: Option<u32>,
 }
 
 /// How many MSI-X vectors `megasas.msix_vectors=` asks for.
@@ -77,7 +80,22 @@ impl Options {
                         ),
                     })
                 }
-                _ => return Err(bad(word, "megasas option", "irq, irq_cpu, queue_depth or msix_vectors")),
+                "timeout_ms" => {
+                    out.timeout_ms = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|ms| (100..=600_000).contains(ms))
+                            .ok_or_else(|| bad(word, "megasas.timeout_ms", "100..=600000"))?,
+                    )
+                }
+                _ => {
+                    return Err(bad(
+                        word,
+                        "megasas option",
+                        "irq, irq_cpu, queue_depth, msix_vectors or timeout_ms",
+                    ));
+                }
             }
         }
         Ok(out)
@@ -125,6 +143,7 @@ mod tests {
                 irq_cpu: Some(3),
                 queue_depth: Some(64),
                 msix_vectors: None,
+                timeout_ms: None,
             }
         );
         assert_eq!(Options::parse("megasas.irq=auto").unwrap().irq, None);
@@ -138,6 +157,13 @@ mod tests {
         );
         assert_eq!(Options::parse("").unwrap(), Options::default());
         assert_eq!(Options::parse("megasas.irq=poll").unwrap().irq, Some(IrqMode::Polled));
+        assert_eq!(
+            Options::parse("megasas.timeout_ms=1500").unwrap().timeout_ms,
+            Some(1500)
+        );
+        let mut hc = crate::HostConfig::new(1, IrqMode::Msix);
+        hc.apply_options(&Options::parse("megasas.timeout_ms=1500").unwrap());
+        assert_eq!(hc.timeout_ns, 1_500_000_000);
     }
 
     #[test]
@@ -150,6 +176,9 @@ mod tests {
             ("megasas.depth=4", "megasas option"),
             ("megasas.msix_vectors=0", "megasas.msix_vectors"),
             ("megasas.msix_vectors=many", "megasas.msix_vectors"),
+            ("megasas.timeout_ms=99", "megasas.timeout_ms"),
+            ("megasas.timeout_ms=600001", "megasas.timeout_ms"),
+            ("megasas.timeout_ms=1s", "megasas.timeout_ms"),
         ] {
             match Options::parse(line) {
                 Err(e @ Error::BadOption { option: o, .. }) => {

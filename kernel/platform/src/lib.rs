@@ -21,6 +21,7 @@
 extern crate alloc;
 
 pub mod acpi;
+pub mod clock;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;

@@ -68,7 +68,7 @@ impl IoBackend for KernelBackend<'_> {
         let seg = [unsafe { Segment::with_virt(b.phys(), b.as_ptr(), len as u32) }];
         let sector = lba * self.scale;
         let nr = sectors * self.scale as u32;
-        let cookie = block::cookie(self.cpu, slot);
+        let cookie = block::cookie(slot);
         let bio = match op {
             IoOp::Read => blk::Bio::read(sector, nr, &seg, cookie),
             IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
@@ -107,7 +107,7 @@ impl IoBackend for KernelBackend<'_> {
         }
         let overflow = &mut self.overflow;
         let cpu = self.cpu;
-        self.dev.sink().take(self.cpu, |slot, status| {
+        block::done_board().take(self.cpu, |slot, status| {
             crate::arch::stagetrace::reaped(cpu, slot);
             let result = match status {
                 Status::Ok => Ok(()),
@@ -140,8 +140,8 @@ impl IoBackend for KernelBackend<'_> {
         }
         // A completion delivered from another CPU's interrupt handler wakes
         // this CPU (block's end_io -> idle::wake); idle=poll spins here.
-        let (dev, cpu) = (self.dev, self.cpu);
-        idle::wait_until(|| dev.sink().has_done(cpu));
+        let cpu = self.cpu;
+        idle::wait_until(|| block::done_board().has_pending(cpu));
     }
 
     fn periodic(&mut self, now_ns: u64) {
@@ -301,7 +301,8 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     let ipis_before = count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]);
     let blk_before = dev.counters();
     let wake_ipis_before = crate::arch::park::wake_ipis();
-    let bogus_before = dev.sink().bogus();
+    let driver_before = dev.driver_counters();
+    let bogus_before = block::done_board().bogus();
     let trace_every = plan.spec.trace_every;
     let trace_event_ns = if trace_every != 0 {
         let ns = crate::arch::stagetrace::cost_per_event_ns(ncpu);
@@ -454,10 +455,13 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
             "spurious_completions",
             b.spurious_completions - blk_before.spurious_completions,
         ),
-        ("bogus_cookies", dev.sink().bogus() - bogus_before),
+        ("bogus_cookies", block::done_board().bogus() - bogus_before),
     ];
     for (name, value) in totals {
         report.add_total(name, value);
+    }
+    for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(driver_before) {
+        report.add_total(name, after - before);
     }
     let mut text = String::new();
     let _ = report.write_human(&mut text);

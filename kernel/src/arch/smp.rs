@@ -68,8 +68,12 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
     };
     // SAFETY: as above; the AP increments this aligned word with a locked instruction.
     let started: &AtomicU32 = unsafe { &*(base.add(boot::trampoline_layout::STARTED) as *const AtomicU32) };
+    // Every AP gets its INIT first and all share one settling delay (the
+    // spec's 10 ms, none where it is not needed); then each is started with
+    // SIPIs in turn, since they share the trampoline's parameter words.
+    let mut to_start: Vec<(usize, u32)> = Vec::new();
     for &apic_id in apic_ids.iter().filter(|&&id| id != bsp) {
-        let index = table.len();
+        let index = table.len() + to_start.len();
         if index >= MAX_CPUS {
             log::warn!("smp: more than {MAX_CPUS} CPUs listed; apic id {apic_id} not started");
             table.push(CpuEntry {
@@ -79,6 +83,20 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
             });
             continue;
         }
+        to_start.push((index, apic_id));
+    }
+    // Entries for CPUs not started sit at the end of the table, after the started ones.
+    let skipped = table.split_off(1);
+    if !to_start.is_empty() {
+        for &(_, apic_id) in &to_start {
+            apic::send_ipi(apic_id, apic::Delivery::Init);
+        }
+        time::delay_us(init_delay_us());
+        for &(_, apic_id) in &to_start {
+            apic::send_ipi(apic_id, apic::Delivery::InitDeassert);
+        }
+    }
+    for (index, apic_id) in to_start {
         percpu::cpu(index).apic_id.store(apic_id, Ordering::Relaxed);
         let stack = alloc::boxed::Box::leak(alloc::vec![0u8; AP_STACK_BYTES].into_boxed_slice());
         let stack_top = (stack.as_ptr() as u64 + AP_STACK_BYTES as u64) & !0xF;
@@ -88,9 +106,8 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
         patch_u64(boot::trampoline_layout::ARG, index as u64);
         started.store(0, Ordering::SeqCst);
 
-        apic::send_ipi(apic_id, apic::Delivery::Init);
-        time::delay_us(10_000);
-        apic::send_ipi(apic_id, apic::Delivery::InitDeassert);
+        // Two SIPIs at most, the second only when the AP has not signalled
+        // after the spec's 200 us: one is enough for QEMU and most hardware.
         let page = (boot::AP_TRAMPOLINE_BASE >> 12) as u8;
         for _ in 0..2 {
             apic::send_ipi(apic_id, apic::Delivery::Startup(page));
@@ -116,8 +133,28 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
         }
         table.push(CpuEntry { index, apic_id, online });
     }
+    table.extend(skipped);
     percpu::cpu(0).online.store(true, Ordering::Release);
     table
+}
+
+/// How long to hold INIT before the SIPIs. The MP specification asks for
+/// 10 ms; like Linux, none on CPUs that do not need it (Intel family 6 and
+/// later, AMD family 0xF and later) or under a hypervisor, which emulates
+/// INIT instantly.
+fn init_delay_us() -> u64 {
+    const LEGACY_INIT_DELAY_US: u64 = 10_000;
+    if super::idle::under_hypervisor() {
+        return 0;
+    }
+    let id = raw_cpuid::CpuId::new();
+    let family = id.get_feature_info().map_or(0, |f| f.family_id());
+    let modern = match id.get_vendor_info().as_ref().map(|v| v.as_str()) {
+        Some("GenuineIntel") => family >= 6,
+        Some("AuthenticAMD") | Some("HygonGenuine") => family >= 0xF,
+        _ => false,
+    };
+    if modern { 0 } else { LEGACY_INIT_DELAY_US }
 }
 
 /// First Rust code on an AP: per-CPU state, descriptor tables, local APIC, then idle.

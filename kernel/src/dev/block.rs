@@ -1,11 +1,18 @@
-//! Block devices on the running kernel: the `blk` queues of every driver,
-//! the kernel's hooks for the block layer (clock, completion IPIs, end of
-//! I/O), and the completion sinks the workload engine reaps from.
+//! Block devices on the running kernel: the registry of every driver's
+//! `blk` queues, the kernel's hooks for the block layer (clock, completion
+//! IPIs, end of I/O), and the one done board the workload engine reaps from.
 //!
-//! A finished request reaches its submitter without locks: `end_io` (on
-//! whatever CPU the block layer finished it) stores the status in the
-//! submitter's slot and sets the slot's bit in that CPU's done bitmap; the
-//! submitting CPU swaps the bitmap words to zero and reports each set bit.
+//! A finished request reaches its submitter through `blk`'s per-CPU lists
+//! and then [`blk::done::DoneBoard`], nothing else: `end_io` (on whatever CPU
+//! the block layer finished it) stores the status in the submitter's slot
+//! (the cookie is the slot; the CPU is `Completion::submit_cpu`) and wakes
+//! that CPU if it halted waiting.
+//!
+//! A driver either lets the kernel build its queue ([`Disk::new`], the null
+//! device) or owns its queues ([`Disk::with_queue`]: a controller that serves
+//! several disks from one tag set and one interrupt, e.g. MegaRAID); such a
+//! driver gives a [`HostHooks`] for the kernel's poll and tick. One generic
+//! [`Disk`] serves both.
 
 use crate::arch::percpu::MAX_CPUS;
 use crate::arch::{apic, idle, irq, percpu, time};
@@ -13,86 +20,33 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use blk::{
-    Bio, BlkError, Completion, CompletionPolicy, CounterSnapshot, Driver, Queue, QuiesceCheck, Status, Submitted,
-};
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use blk::done::DoneBoard;
+use blk::{Bio, BlkError, Completion, CompletionPolicy, CounterSnapshot, Driver, Queue, QuiesceCheck, Submitted};
+use core::sync::atomic::{AtomicU64, Ordering};
 
-/// Requests one CPU may keep in flight on one device (the sink's slots).
+/// Requests one CPU may keep in flight on one device (the done board's slots per CPU).
 pub const MAX_SLOTS_PER_CPU: usize = 256;
-const WORDS: usize = MAX_SLOTS_PER_CPU / 64;
 
-/// Encodes the submitter and its slot in a request cookie.
-pub fn cookie(cpu: usize, slot: usize) -> u64 {
-    ((cpu as u64) << 32) | slot as u64
+/// The one done board: per CPU, a status and a done bit per submitter slot. Jobs run one at a
+/// time and drain before the next starts, so one board serves every device.
+static DONE: spin::Once<DoneBoard> = spin::Once::new();
+
+/// The done board (created on first use, after the heap is up).
+pub fn done_board() -> &'static DoneBoard {
+    DONE.call_once(|| DoneBoard::new(MAX_CPUS, MAX_SLOTS_PER_CPU).expect("MAX_CPUS and MAX_SLOTS_PER_CPU are in range"))
 }
 
-/// Per-CPU done bitmaps and statuses for one device.
-pub struct CompletionSink {
-    done: Box<[[AtomicU64; WORDS]]>,
-    status: Box<[[AtomicU8; MAX_SLOTS_PER_CPU]]>,
-    bogus: AtomicU64,
+/// The cookie of a request submitted from slot `slot` (the submitting CPU travels in the request).
+pub fn cookie(slot: usize) -> u64 {
+    slot as u64
 }
 
-impl CompletionSink {
-    fn new() -> Self {
-        CompletionSink {
-            done: (0..MAX_CPUS).map(|_| [const { AtomicU64::new(0) }; WORDS]).collect(),
-            status: (0..MAX_CPUS)
-                .map(|_| [const { AtomicU8::new(0) }; MAX_SLOTS_PER_CPU])
-                .collect(),
-            bogus: AtomicU64::new(0),
-        }
-    }
+/// Completions whose slot was out of range or already done, logged one by one up to this many.
+const BOGUS_LOGGED: u64 = 16;
+static BOGUS_LOG_COUNT: AtomicU64 = AtomicU64::new(0);
 
-    fn deliver(&self, c: &Completion) {
-        let cpu = (c.cookie >> 32) as usize;
-        let slot = (c.cookie & 0xFFFF_FFFF) as usize;
-        if cpu >= MAX_CPUS || slot >= MAX_SLOTS_PER_CPU {
-            self.bogus.fetch_add(1, Ordering::Relaxed);
-            log::error!("block: completion with a cookie naming no submitter: {:#x}", c.cookie);
-            return;
-        }
-        self.status[cpu][slot].store(c.status as u8, Ordering::Relaxed);
-        // Release pairs with the Acquire swap in `take`: the status store above
-        // is visible to the submitter that sees the bit.
-        self.done[cpu][slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
-    }
-
-    /// Reports every finished slot of CPU `cpu` to `f(slot, status)`; returns how many.
-    pub fn take(&self, cpu: usize, mut f: impl FnMut(usize, Status)) -> usize {
-        let mut n = 0;
-        for (w, word) in self.done[cpu].iter().enumerate() {
-            if word.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let mut bits = word.swap(0, Ordering::Acquire);
-            while bits != 0 {
-                let slot = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                f(slot, Status::from_u8(self.status[cpu][slot].load(Ordering::Relaxed)));
-                n += 1;
-            }
-        }
-        n
-    }
-
-    /// Whether CPU `cpu` has finished slots waiting to be taken.
-    pub fn has_done(&self, cpu: usize) -> bool {
-        // Acquire pairs with the Release in `deliver` (what `take` will read).
-        self.done[cpu].iter().any(|w| w.load(Ordering::Acquire) != 0)
-    }
-
-    /// Completions whose cookie named no submitter.
-    pub fn bogus(&self) -> u64 {
-        self.bogus.load(Ordering::Relaxed)
-    }
-}
-
-/// The kernel's side of the block layer for one device.
-pub struct KernelPlatform {
-    sink: Arc<CompletionSink>,
-}
+/// The kernel's side of the block layer (one for every queue).
+struct KernelPlatform;
 
 impl blk::Platform for KernelPlatform {
     fn now_ns(&self) -> u64 {
@@ -109,11 +63,24 @@ impl blk::Platform for KernelPlatform {
     }
 
     fn end_io(&self, c: &Completion) {
-        // Before the delivery: the submitter may take it (and record its reap) at once.
-        crate::arch::stagetrace::ended((c.cookie >> 32) as usize, (c.cookie & 0xFFFF_FFFF) as usize);
-        self.sink.deliver(c);
+        let cpu = usize::from(c.submit_cpu);
+        match usize::try_from(c.cookie) {
+            Ok(slot) => {
+                // Before the delivery: the submitter may take it (and record its reap) at once.
+                crate::arch::stagetrace::ended(cpu, slot);
+                if let Err(e) = done_board().deliver(cpu, slot, c.status) {
+                    log_bogus(&e);
+                }
+            }
+            Err(_) => log_bogus(&BlkError::DoneSlotOutOfRange {
+                cpu,
+                slot: usize::MAX,
+                ncpus: MAX_CPUS,
+                slots_per_cpu: MAX_SLOTS_PER_CPU,
+            }),
+        }
         // The submitter may be halted waiting for exactly this (idle=halt).
-        idle::wake((c.cookie >> 32) as usize);
+        idle::wake(cpu);
     }
 
     fn wait_for_wake(&self, cpu: usize) {
@@ -127,6 +94,18 @@ impl blk::Platform for KernelPlatform {
     fn stage(&self, _cpu: usize, request: u32, stage: blk::Stage) {
         crate::arch::stagetrace::stage(request, stage as u8);
     }
+}
+
+fn log_bogus(e: &BlkError) {
+    if BOGUS_LOG_COUNT.fetch_add(1, Ordering::Relaxed) < BOGUS_LOGGED {
+        log::error!("block: completion refused by the done board: {e}");
+    }
+}
+
+/// The platform every queue is built with (also what a driver that builds its own queues gets).
+pub fn platform() -> Arc<dyn blk::Platform> {
+    static PLATFORM: spin::Once<Arc<dyn blk::Platform>> = spin::Once::new();
+    PLATFORM.call_once(|| Arc::new(KernelPlatform)).clone()
 }
 
 fn send_completion_interrupt(cpu: usize) {
@@ -150,15 +129,15 @@ pub struct DeviceFacts {
 /// What the rest of the kernel needs from a block device, whatever its driver.
 pub trait BlockDevice: Sync + Send {
     fn facts(&self) -> &DeviceFacts;
-    fn sink(&self) -> &CompletionSink;
     /// Submits a bio on CPU `cpu` (block-layer sectors are 512 bytes).
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError>;
     /// Runs CPU `cpu`'s completion list (the completion IPI handler).
     fn run_completions(&self, cpu: usize) -> usize;
-    /// Polls every hardware queue for completions (polled mode).
+    /// Polls for completions (polled mode).
     fn poll(&self, cpu: usize) -> usize;
-    /// Requeues and dispatches what is waiting; checks timeouts.
+    /// Requeues and dispatches what is waiting.
     fn make_progress(&self, cpu: usize);
+    /// The periodic tick: timeouts (and, for a controller, its recovery ladder).
     fn tick(&self, cpu: usize);
     fn set_policies(&self, completion: CompletionPolicy, quiesce: QuiesceCheck);
     fn policies(&self) -> (CompletionPolicy, QuiesceCheck);
@@ -172,28 +151,60 @@ pub trait BlockDevice: Sync + Send {
     fn describe(&self) -> String {
         String::new()
     }
+    /// Driver counters for the job report (name, value since boot), e.g. aborts and resets.
+    fn driver_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
-/// A block device backed by a `blk` queue and driver `D`.
-pub struct Disk<D: Driver> {
+/// What the kernel calls on a driver that owns its queues (one controller, several disks):
+/// the poll and the tick cover the whole controller, not one queue.
+pub trait HostHooks: Sync + Send {
+    /// Reaps the controller without an interrupt; returns completions delivered.
+    fn poll(&self, cpu: usize) -> usize;
+    /// The periodic tick: timeout scans of every queue, aborts, resets.
+    fn tick(&self, cpu: usize);
+    /// Counters of the controller for the job report (name, value since boot).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// A block device backed by a `blk` queue of driver `D`.
+pub struct Disk<D: Driver + 'static> {
     pub facts: DeviceFacts,
-    pub queue: Queue<D>,
-    pub sink: Arc<CompletionSink>,
+    pub queue: &'static Queue<D>,
+    /// The controller that owns the queue, if a driver built it.
+    host: Option<&'static dyn HostHooks>,
     pub extra: String,
 }
 
-impl<D: Driver> Disk<D> {
-    /// Builds the queue for `driver` with the kernel's platform hooks.
+impl<D: Driver + 'static> Disk<D> {
+    /// Builds a queue for `driver` with the kernel's platform hooks (kept for good).
     pub fn new(facts: DeviceFacts, cfg: blk::QueueConfig, driver: D, extra: String) -> Result<Self, BlkError> {
-        let sink = Arc::new(CompletionSink::new());
-        let platform: Arc<dyn blk::Platform> = Arc::new(KernelPlatform { sink: sink.clone() });
-        let queue = Queue::new(cfg, driver, platform)?;
+        let queue = Queue::new(cfg, driver, platform())?;
         Ok(Disk {
             facts,
-            queue,
-            sink,
+            queue: Box::leak(Box::new(queue)),
+            host: None,
             extra,
         })
+    }
+
+    /// A disk on a queue its driver owns (built with [`platform`]); `host` polls and ticks the
+    /// controller behind it.
+    pub fn with_queue(
+        facts: DeviceFacts,
+        queue: &'static Queue<D>,
+        host: &'static dyn HostHooks,
+        extra: String,
+    ) -> Self {
+        Disk {
+            facts,
+            queue,
+            host: Some(host),
+            extra,
+        }
     }
 }
 
@@ -210,9 +221,6 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     fn facts(&self) -> &DeviceFacts {
         &self.facts
     }
-    fn sink(&self) -> &CompletionSink {
-        &self.sink
-    }
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         irqs_off(|| self.queue.submit(cpu, bio))
     }
@@ -220,18 +228,24 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
         irqs_off(|| self.queue.run_completions(cpu))
     }
     fn poll(&self, cpu: usize) -> usize {
-        irqs_off(|| {
-            (0..self.queue.nr_hw_queues())
+        irqs_off(|| match self.host {
+            Some(h) => h.poll(cpu),
+            None => (0..self.queue.nr_hw_queues())
                 .map(|h| self.queue.poll(cpu, h).unwrap_or(0))
-                .sum()
+                .sum(),
         })
     }
     fn make_progress(&self, cpu: usize) {
         irqs_off(|| self.queue.make_progress(cpu));
     }
     fn tick(&self, cpu: usize) {
-        if let Err(e) = irqs_off(|| self.queue.tick(cpu)) {
-            log::warn!("{}: timeout scan: {e}", self.facts.name);
+        match self.host {
+            Some(h) => irqs_off(|| h.tick(cpu)),
+            None => {
+                if let Err(e) = irqs_off(|| self.queue.tick(cpu)) {
+                    log::warn!("{}: timeout scan: {e}", self.facts.name);
+                }
+            }
         }
     }
     fn set_policies(&self, completion: CompletionPolicy, quiesce: QuiesceCheck) {
@@ -252,6 +266,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn describe(&self) -> String {
         self.extra.clone()
+    }
+    fn driver_counters(&self) -> Vec<(&'static str, u64)> {
+        self.host.map(HostHooks::counters).unwrap_or_default()
     }
 }
 

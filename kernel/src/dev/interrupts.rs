@@ -215,8 +215,9 @@ impl DeviceIrqs {
         Ok(())
     }
 
-    /// Stops the device interrupting (MSI/MSI-X disabled, INTx pin masked).
-    fn mask(&self) -> Result<(), Error> {
+    /// Stops the device interrupting (MSI/MSI-X disabled, INTx pin masked);
+    /// the vectors stay allocated (e.g. a stuck INTx line, masked from its own handler).
+    pub fn mask(&self) -> Result<(), Error> {
         let pci = pci::get().ok_or(Error::NoPci)?;
         let address = self.function.address;
         match &self.plan {

@@ -7,7 +7,7 @@
 //! interrupt affinity ([`cpumap`]); the block-device registry and the kernel's
 //! hooks for the `blk` layer ([`block`]); what a PCI driver provides
 //! ([`driver`]: match rules, command-line keys, probe) and the table of them
-//! ([`registry`]); one small probe file per driver ([`megasas`], [`null`]).
+//! ([`registry`]); one small probe file per driver ([`megasas`], [`fusion`], [`nvme`], [`null`]).
 //!
 //! What it may use: `crate::arch` and the library and driver crates, never
 //! `crate::app`.
@@ -15,8 +15,10 @@
 pub mod block;
 pub mod cpumap;
 pub mod driver;
+pub mod fusion;
 pub mod interrupts;
 pub mod megasas;
 pub mod null;
+pub mod nvme;
 pub mod pci;
 pub mod registry;

@@ -183,6 +183,17 @@ pub fn claim(function: &PciFunction) -> Result<(), Error> {
     Ok(())
 }
 
+/// Turns a claimed function's bus mastering on or off (off: the device can no
+/// longer read or write memory, so the buffers of its requests are free again).
+pub fn set_bus_master(function: &PciFunction, on: bool) -> Result<(), Error> {
+    let pci = get().ok_or(Error::NoPci)?;
+    let cfg = platform::pci::ConfigSpace::new(&pci.access, function.address);
+    let mut command = cfg.command()?;
+    command.set(platform::pci::CommandRegister::BUS_MASTER_ENABLE, on);
+    cfg.set_command(command)?;
+    Ok(())
+}
+
 /// Functions matching `vendor:device`.
 pub fn find(vendor: u16, device: u16) -> impl Iterator<Item = &'static PciFunction> {
     get().into_iter().flat_map(move |p| {

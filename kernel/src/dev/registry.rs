@@ -1,7 +1,8 @@
 //! The table of PCI drivers: match rules, the driver's command-line keys
 //! (every `NAME.key=value` word goes to driver NAME, parsed once at boot by
-//! its `configure`, so an unknown `megasas.*` key is that driver's error),
-//! and its probe function. Adding a driver is one line in [`PCI_DRIVERS`]
+//! its `configure`, so an unknown `nvme.*` key is that driver's error; MFI and
+//! Fusion share `megasas.*`, split in one place, [`key_owner`]), and its
+//! probe function. Adding a driver is one line in [`PCI_DRIVERS`]
 //! and one probe file in `dev/`.
 
 use crate::dev::driver::PciDriver;
@@ -11,7 +12,11 @@ use alloc::vec::Vec;
 use platform::pci::PciFunction;
 
 /// Every PCI driver, in probe-priority order (the first match wins).
-pub const PCI_DRIVERS: &[PciDriver] = &[crate::dev::megasas::DRIVER];
+pub const PCI_DRIVERS: &[PciDriver] = &[
+    crate::dev::megasas::DRIVER,
+    crate::dev::fusion::DRIVER,
+    crate::dev::nvme::DRIVER,
+];
 
 /// Command-line key prefixes owned by drivers (for
 /// `bootinfo::cmdline::parse_with_drivers`); no heap: the command line is
@@ -26,11 +31,22 @@ pub fn configure(driver_words: &[&str]) -> Result<(), Error> {
         let words: Vec<&str> = driver_words
             .iter()
             .copied()
-            .filter(|w| w.split_once('.').is_some_and(|(prefix, _)| prefix == driver.name))
+            .filter(|w| key_owner(w) == Some(driver.name))
             .collect();
         (driver.configure)(&words)?;
     }
     Ok(())
+}
+
+/// The driver a command-line word belongs to: the one named by its prefix, except that MFI
+/// (`megasas`) and Fusion (`megasas-fusion`) share the `megasas.` prefix: a `megasas.*` key goes
+/// to Fusion if it is one of Fusion's keys, else to MFI, whose parser refuses a key neither knows.
+fn key_owner(word: &str) -> Option<&'static str> {
+    let (prefix, _) = word.split_once('.')?;
+    if crate::dev::fusion::owns_key(prefix, word) {
+        return Some(crate::dev::fusion::DRIVER.name);
+    }
+    PCI_DRIVERS.iter().find(|d| d.name == prefix).map(|d| d.name)
 }
 
 fn driver_for(function: &PciFunction) -> Option<&'static PciDriver> {

@@ -513,6 +513,10 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
     Ok(run.result)
 }
 
+/// Failed writes a single-pass verify job remembers per CPU (the verify pass reads their blocks
+/// unchecked); past this many, it checks no block.
+pub const MAX_FAILED_WRITES: usize = 4096;
+
 /// Generation word flags in the tracker: the low 30 bits are the block's generation.
 const TRACK_BUSY: u32 = 1 << 31;
 const TRACK_UNKNOWN: u32 = 1 << 30;
@@ -639,6 +643,11 @@ struct CpuRun<'a, B: ?Sized> {
     completions: Vec<Completion>,
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
     tracker: Vec<u32>,
+    /// [`VerifyScheme::SinglePass`] only: blocks whose write failed (they may hold the old or the
+    /// new data, so the verify pass reads them unchecked), at most [`MAX_FAILED_WRITES`]; past
+    /// that, `failed_writes_overflow` leaves every block of the pass unchecked rather than guess.
+    failed_writes: Vec<u64>,
+    failed_writes_overflow: bool,
     /// An I/O the backend refused with `Busy`; it goes first once a request completes.
     retry: Option<(IoOp, u64)>,
     /// I/Os whose block was in flight when they came up, oldest first (tracked verify jobs only).
@@ -715,6 +724,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 tracker.len(),
             ),
             tracker,
+            failed_writes: Vec::with_capacity(if plan.verify == VerifyScheme::SinglePass {
+                MAX_FAILED_WRITES
+            } else {
+                0
+            }),
+            failed_writes_overflow: false,
             retry: None,
             log_limit: RateLimit::new(LOG_BURST, LOG_INTERVAL_NS),
             last_progress_ns: 0,
@@ -750,6 +765,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             } else {
                 self.live.set_phase(CpuPhase::Verifying);
                 let pass_start = self.backend.now_ns();
+                // `next_from` looks blocks up by binary search.
+                self.failed_writes.sort_unstable();
                 self.run_phase(Phase::VerifyPass, &mut Source::VerifyPass { next_block: 0 }, None)?;
                 self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
             }
@@ -914,6 +931,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let generation = match (self.plan.verify, op) {
             (VerifyScheme::Off, _) => None,
             (VerifyScheme::ReadOnly(expected), _) => Some(expected),
+            // A block whose write failed may hold the old or the new data: read it (the read's
+            // own outcome counts) but expect nothing, so it ends up unchecked, not a mismatch.
+            (VerifyScheme::SinglePass, IoOp::Read)
+                if self.failed_writes_overflow || self.failed_writes.binary_search(&block).is_ok() =>
+            {
+                None
+            }
             (VerifyScheme::SinglePass, _) => Some(ExpectedGeneration::Exact(1)),
             (VerifyScheme::Tracked, IoOp::Write) => {
                 let current = self.tracker[block as usize] & TRACK_GENERATION;
@@ -1033,6 +1057,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     // The block may hold the old or the new version: stop expecting either, but keep
                     // counting so the next write gets a fresh generation.
                     self.tracker[block_index] = TRACK_UNKNOWN | generation;
+                }
+                if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
+                    // Preallocated: no allocation on the I/O path.
+                    if self.failed_writes.len() < MAX_FAILED_WRITES {
+                        self.failed_writes.push(slot.block);
+                    } else {
+                        self.failed_writes_overflow = true;
+                    }
                 }
                 if slot.op == IoOp::Read && self.plan.verify != VerifyScheme::Off {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.

@@ -555,3 +555,38 @@ fn periodic_hook_runs_about_every_100ms() {
         assert!((100_000_000..102_000_000).contains(&gap), "gap {gap}");
     }
 }
+
+#[test]
+fn a_single_pass_write_that_failed_is_read_unchecked_by_the_verify_pass_not_a_mismatch() {
+    // rw=write writes each block once (single-pass verify). The write of LBA 24 fails and its
+    // data never reaches the disk (a timed-out or aborted write): the verify pass must not
+    // expect it, or the disk's old contents would be reported as corruption: it reads the block
+    // and counts it unchecked.
+    let plan = plan_of("rw=write bs=4k size=64k iodepth=4 verify=crc32c cpus=0", &[0]);
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let run = run_job(&plan, &disk, |_, b| {
+        b.faults.push(Fault::FailOnCompletion {
+            lba: 24,
+            op: IoOp::Write,
+            error: IoError::Timeout,
+        })
+    });
+    assert_balanced(&plan, &run);
+    let results = run.ok();
+    assert_eq!((results[0].write.errors, results[0].errors), (1, 1));
+    assert_eq!(
+        (
+            results[0].verify.checked,
+            results[0].verify.unchecked,
+            results[0].verify.mismatches
+        ),
+        (15, 1, 0)
+    );
+    let report = report_of(&plan, &run);
+    assert_eq!(
+        report.verify.mismatches, 0,
+        "a failed write must not look like corruption"
+    );
+    assert!(report.verify.first_mismatch.is_none());
+    assert!(!report.passed(), "the I/O error fails the job");
+}

@@ -79,7 +79,7 @@ impl IoBackend for SimBackend {
 }
 
 /// The devices the simulated kernel exposes: `md0` allows only 16 requests per CPU, so a deeper
-/// queue gets capped as on a real controller.
+/// queue gets capped as on a real controller; `nvme0n1` allows 128 (the NVMe driver's depth).
 pub fn devices() -> Vec<DeviceInfo> {
     vec![
         DeviceInfo {
@@ -95,6 +95,13 @@ pub fn devices() -> Vec<DeviceInfo> {
             capacity_sectors: 1 << 21,
             max_iodepth: 16,
             max_transfer_bytes: 1 << 20,
+        },
+        DeviceInfo {
+            name: "nvme0n1".into(),
+            sector_size: 512,
+            capacity_sectors: 1 << 21,
+            max_iodepth: 128,
+            max_transfer_bytes: 512 << 10,
         },
     ]
 }

@@ -27,6 +27,9 @@ pub enum DeviceKind {
     MegasasGen2,
     /// A QEMU `megasas` (1078) controller with one raw disk image: logical drive `md0`.
     Megasas,
+    /// A QEMU `nvme` controller (64 I/O queue pairs offered, one MSI-X vector each) with one
+    /// namespace on a raw disk image: `nvme0n1`, one queue pair and one vector per CPU.
+    Nvme,
 }
 
 impl DeviceKind {
@@ -36,6 +39,7 @@ impl DeviceKind {
             Self::Null => "null",
             Self::MegasasGen2 => "megasas-gen2",
             Self::Megasas => "megasas",
+            Self::Nvme => "nvme",
         }
     }
 
@@ -44,6 +48,7 @@ impl DeviceKind {
         match self {
             Self::Null => "null0",
             Self::MegasasGen2 | Self::Megasas => "md0",
+            Self::Nvme => "nvme0n1",
         }
     }
 
@@ -54,6 +59,7 @@ impl DeviceKind {
             Self::Null => "null0",
             Self::MegasasGen2 => "md0 (gen2)",
             Self::Megasas => "md0 (1078)",
+            Self::Nvme => "nvme0n1",
         }
     }
 
@@ -61,14 +67,26 @@ impl DeviceKind {
     pub fn kernel_args(self) -> Vec<String> {
         match self {
             Self::Null => vec![format!("null.size={DEVICE_SIZE}")],
-            Self::MegasasGen2 | Self::Megasas => Vec::new(),
+            Self::MegasasGen2 | Self::Megasas | Self::Nvme => Vec::new(),
         }
     }
 
-    /// QEMU arguments that attach the device, with `image` as the disk (megasas kinds only).
+    /// QEMU arguments that attach the device, with `image` as the disk (controller kinds only).
     pub fn qemu_args(self, image: &Path) -> Vec<String> {
         let model = match self {
             Self::Null => return Vec::new(),
+            // QEMU's defaults (max_ioqpairs=64, msix_qsize=65) cover every -smp of the matrices:
+            // the driver takes one queue pair per CPU.
+            Self::Nvme => {
+                return vec![
+                    "-drive".into(),
+                    format!("if=none,id=nvm0,file={},format=raw,cache=unsafe", image.display()),
+                    "-device".into(),
+                    "nvme,id=nvme0,serial=bench0".into(),
+                    "-device".into(),
+                    "nvme-ns,drive=nvm0,bus=nvme0,nsid=1".into(),
+                ];
+            }
             Self::MegasasGen2 => "megasas-gen2",
             Self::Megasas => "megasas",
         };
@@ -86,7 +104,7 @@ impl DeviceKind {
     pub const fn image_bytes(self) -> Option<u64> {
         match self {
             Self::Null => None,
-            Self::MegasasGen2 | Self::Megasas => Some(DEVICE_BYTES),
+            Self::MegasasGen2 | Self::Megasas | Self::Nvme => Some(DEVICE_BYTES),
         }
     }
 }
@@ -328,20 +346,26 @@ pub struct Matrix {
 }
 
 const KB: u32 = 1024;
-const BOTH: &[DeviceKind] = &[DeviceKind::Null, DeviceKind::MegasasGen2];
+const QUICK_DEVICES: &[DeviceKind] = &[DeviceKind::Null, DeviceKind::MegasasGen2, DeviceKind::Nvme];
+const FULL_DEVICES: &[DeviceKind] = &[
+    DeviceKind::Null,
+    DeviceKind::MegasasGen2,
+    DeviceKind::Megasas,
+    DeviceKind::Nvme,
+];
 const QUIESCE_BOTH: &[Quiesce] = &[Quiesce::LockFree, Quiesce::Locked];
 
 /// Every matrix `--matrix` accepts; the first is the default.
 pub const MATRICES: &[Matrix] = &[
     Matrix {
         name: "quick",
-        about: "null0 vs md0, 4k random reads: qd 1/8/32 x 1-2 CPUs, then every completion policy x both quiesce policies at qd 8 on 2 CPUs",
+        about: "null0 vs md0 vs nvme0n1, 4k random reads: qd 1/8/32 x 1-2 CPUs, then every completion policy x both quiesce policies at qd 8 on 2 CPUs",
         smp: 2,
         mem: "512M",
         runtime_ms: 2000,
         sweeps: &[
             Sweep {
-                devices: BOTH,
+                devices: QUICK_DEVICES,
                 rw: &[Rw::RandRead],
                 bs: &[4 * KB],
                 iodepth: &[1, 8, 32],
@@ -350,7 +374,7 @@ pub const MATRICES: &[Matrix] = &[
                 quiesce: &[Quiesce::LockFree],
             },
             Sweep {
-                devices: BOTH,
+                devices: QUICK_DEVICES,
                 rw: &[Rw::RandRead],
                 bs: &[4 * KB],
                 iodepth: &[8],
@@ -394,13 +418,13 @@ pub const MATRICES: &[Matrix] = &[
     },
     Matrix {
         name: "full",
-        about: "random reads: bs 4k-128k x qd 1-64 x 1-4 CPUs x every completion and quiesce policy x null0, md0 (gen2 and 1078); plus random writes at the base point",
+        about: "random reads: bs 4k-128k x qd 1-64 x 1-4 CPUs x every completion and quiesce policy x null0, md0 (gen2 and 1078), nvme0n1; plus random writes at the base point",
         smp: 4,
         mem: "1G",
         runtime_ms: 2000,
         sweeps: &[
             Sweep {
-                devices: &[DeviceKind::Null, DeviceKind::MegasasGen2, DeviceKind::Megasas],
+                devices: FULL_DEVICES,
                 rw: &[Rw::RandRead],
                 bs: &[4 * KB, 16 * KB, 64 * KB, 128 * KB],
                 iodepth: &[1, 4, 16, 64],
@@ -409,7 +433,7 @@ pub const MATRICES: &[Matrix] = &[
                 quiesce: QUIESCE_BOTH,
             },
             Sweep {
-                devices: &[DeviceKind::Null, DeviceKind::MegasasGen2, DeviceKind::Megasas],
+                devices: FULL_DEVICES,
                 rw: &[Rw::RandWrite],
                 bs: &[4 * KB],
                 iodepth: &[16],
@@ -701,12 +725,12 @@ mod tests {
     #[test]
     fn quick_matrix_is_the_union_of_its_two_sweeps() {
         let quick = find("quick").unwrap();
-        // 2 devices x (3 qd x 2 cpus) + 2 devices x (4 policies x 2 quiesce), sharing the
+        // 3 devices x (3 qd x 2 cpus) + 3 devices x (4 policies x 2 quiesce), sharing the
         // (qd 8, 2 CPUs, irq, lockfree) point on each device.
-        assert_eq!(quick.points().len(), 2 * 6 + 2 * 8 - 2);
+        assert_eq!(quick.points().len(), 3 * 6 + 3 * 8 - 3);
         let devices: Vec<DeviceKind> = quick.points().iter().map(|p| p.device).collect();
         let switches = devices.windows(2).filter(|w| w[0] != w[1]).count();
-        assert_eq!(switches, 1, "points are grouped by device: {devices:?}");
+        assert_eq!(switches, 2, "points are grouped by device: {devices:?}");
     }
 
     #[test]
@@ -731,7 +755,7 @@ mod tests {
             );
         }
         // The quick matrix needs one boot per device, which is what keeps it short.
-        assert_eq!(find("quick").unwrap().boots(2000).unwrap().len(), 2);
+        assert_eq!(find("quick").unwrap().boots(2000).unwrap().len(), 3);
     }
 
     #[test]

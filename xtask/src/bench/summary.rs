@@ -179,7 +179,7 @@ pub fn comparisons(records: &[Record]) -> Vec<Comparison> {
             ),
         });
     }
-    for device in [DeviceKind::MegasasGen2, DeviceKind::Megasas] {
+    for device in [DeviceKind::MegasasGen2, DeviceKind::Megasas, DeviceKind::Nvme] {
         out.push(Comparison {
             title: format!("{} vs null0", device.label()),
             pairs: pairs(

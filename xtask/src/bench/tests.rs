@@ -348,7 +348,7 @@ fn plots_are_svg_files_with_the_expected_series() {
     let charts = plots::charts(&records, &base);
     let iops_chart = &charts[0];
     assert_eq!(iops_chart.categories, ["1", "8", "32"]);
-    assert_eq!(iops_chart.series.len(), 4);
+    assert_eq!(iops_chart.series.len(), 6, "null0, md0 and nvme0n1 on 1 and 2 CPUs");
     let null_2cpu = records
         .iter()
         .find(|r| {
@@ -418,11 +418,12 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
             "local vs irq completion",
             "poll vs irq completion",
             "2 CPUs vs 1 CPU",
-            "md0 (gen2) vs null0"
+            "md0 (gen2) vs null0",
+            "nvme0n1 vs null0"
         ]
     );
-    // 4 policies x 2 devices have both quiesce policies.
-    assert_eq!(comparisons[0].pairs.len(), 8);
+    // 4 policies x 3 devices have both quiesce policies.
+    assert_eq!(comparisons[0].pairs.len(), 12);
     let pair = comparisons[0]
         .pairs
         .iter()
@@ -432,31 +433,32 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
     assert!((pair.iops_ratio() - 1.5).abs() < 1e-12);
     assert!((pair.p99_ratio() - 0.25).abs() < 1e-12);
     // remote vs irq: one pair per device and quiesce policy.
-    assert_eq!(comparisons[1].pairs.len(), 4);
+    assert_eq!(comparisons[1].pairs.len(), 6);
     // 2 vs 1 CPU: three queue depths per device.
-    assert_eq!(comparisons[4].pairs.len(), 6);
+    assert_eq!(comparisons[4].pairs.len(), 9);
     assert_eq!(
         comparisons[5].pairs.len(),
         13,
         "every point of the quick matrix has both devices"
     );
+    assert_eq!(comparisons[6].pairs.len(), 13, "and every point has nvme0n1 too");
 
     // A failed job drops out of every comparison.
     records[lk].problems.push("3 I/O errors".into());
-    assert_eq!(summary::comparisons(&records)[0].pairs.len(), 7);
+    assert_eq!(summary::comparisons(&records)[0].pairs.len(), 11);
 
     let text = summary::render(&records);
     assert!(text.contains("lock-free vs locked quiesce"));
-    assert!(text.contains("geometric mean over 7 pairs"));
+    assert!(text.contains("geometric mean over 11 pairs"));
     assert!(text.contains("FAILED: 3 I/O errors"));
     for column in ["irqs/io", "ipis/io", "locks/io"] {
         assert!(text.contains(column), "summary lacks {column}:\n{text}");
     }
     assert!(text.contains(" 32>16 "), "capped queue depth shown");
     let csv = summary::ratios_csv(&records);
-    // The failed job was in three pairs: quiesce, remote vs irq, and md0 vs null0.
+    // The failed job was in four pairs: quiesce, remote vs irq, md0 vs null0 and nvme0n1 vs null0.
     let before: usize = comparisons.iter().map(|c| c.pairs.len()).sum();
-    assert_eq!(csv.lines().count(), 1 + before - 3);
+    assert_eq!(csv.lines().count(), 1 + before - 4);
     assert!(csv.contains("lock-free vs locked quiesce,md0 (gen2) randread 4k qd8 2cpu irq,"));
 }
 
@@ -518,7 +520,7 @@ fn list_shows_every_matrix_and_the_boots() {
         assert!(text.contains(m.name));
     }
     assert!(
-        text.contains("matrix 'quick': 26 jobs x 2s = 52 s of measurement"),
+        text.contains("matrix 'quick': 39 jobs x 2s = 78 s of measurement"),
         "{text}"
     );
     assert!(text.contains("kernel: null.size=1g device=null0 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));

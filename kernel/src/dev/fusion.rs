@@ -1,0 +1,262 @@
+//! Probe of the MegaRAID Fusion driver (`drivers/megasas-fusion`): SAS2208 (Thunderbolt),
+//! SAS3108/3008/33xx/32xx (Invader family), SAS35xx/34xx (Ventura) and SAS39xx/38xx (Aero).
+//!
+//! Every Fusion id of the driver's table is matched; `megasas_fusion::match_pci` decides, and
+//! the ids Linux and FreeBSD refuse are reported with the reason and not brought up. The probe
+//! maps the generation's register BAR, asks for one MSI-X vector per CPU (INTx without MSI-X),
+//! runs the driver's bring-up and prints its first-boot report to the console whether or not it
+//! succeeds; `megasas.report_only=1` stops there. Otherwise each logical drive is registered as
+//! `mfN` (MFI's are `mdN`), one hardware queue per reply queue, on the controller's shared tags.
+//!
+//! No emulator of Fusion exists: this file is compiled and clippy-checked, and the driver is
+//! tested against the crate's host-side model only, not on hardware.
+//!
+//! Key routing: Fusion and MFI share the `megasas.` prefix. `dev::registry` hands this driver
+//! the words whose key [`owns_key`] says are Fusion's and MFI every other `megasas.*` word, so
+//! a key neither knows is refused by MFI's parser.
+
+use crate::arch::console::kprintln;
+use crate::arch::smp;
+use crate::dev::block::{self, DeviceFacts, Disk, HostHooks};
+use crate::dev::driver::PciDriver;
+use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
+use crate::dev::nvme::{KernelDelay, KernelDma, KernelMmio};
+use crate::dev::{cpumap, pci};
+use crate::error::Error;
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+use megasas_fusion::{FUSION_IDS, Options, PciMatch, VENDOR_LSI};
+use platform::irq::InterruptMode;
+use platform::pci::{DeviceMatch, PciFunction};
+
+/// One match rule per id of the driver's table (refused ids included: the probe says why).
+const MATCHES: [DeviceMatch; FUSION_IDS.len()] = {
+    let mut m = [DeviceMatch::id(VENDOR_LSI, 0); FUSION_IDS.len()];
+    let mut i = 0;
+    while i < FUSION_IDS.len() {
+        m[i] = DeviceMatch::id(VENDOR_LSI, FUSION_IDS[i].0);
+        i += 1;
+    }
+    m
+};
+
+/// The driver's entry in the PCI driver table. Its keys are `megasas.*` (see [`owns_key`]).
+pub const DRIVER: PciDriver = PciDriver {
+    name: "megasas-fusion",
+    matches: &MATCHES,
+    configure,
+    probe,
+};
+
+/// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
+const FUSION_KEYS: [&str; 3] = ["report_only", "queues", "bringup_ms"];
+
+/// Whether the command-line word `prefix.key=value` belongs to the Fusion driver.
+pub fn owns_key(prefix: &str, word: &str) -> bool {
+    let key = word.split_once('.').map_or("", |(_, rest)| rest);
+    let key = key.split_once('=').map_or(key, |(k, _)| k);
+    prefix == "megasas" && FUSION_KEYS.contains(&key)
+}
+
+static OPTIONS: spin::Once<Options> = spin::Once::new();
+
+/// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`).
+/// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
+/// `megasas.*`.
+fn configure(words: &[&str]) -> Result<(), Error> {
+    if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
+        return Err(Error::Config(format!(
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues and megasas.bringup_ms"
+        )));
+    }
+    let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;
+    OPTIONS.call_once(|| options);
+    Ok(())
+}
+
+fn options() -> Options {
+    OPTIONS.get().copied().unwrap_or_default()
+}
+
+type Host = megasas_fusion::blkdev::Host<KernelMmio, KernelDelay>;
+
+struct Controller {
+    host: Host,
+    function: &'static PciFunction,
+    irqs: spin::Once<DeviceIrqs>,
+    intx: bool,
+    abandoned: AtomicBool,
+}
+
+impl IrqHandler for Controller {
+    fn handle(&self, vector_index: usize, cpu: usize) {
+        if self.intx {
+            let _ = self.host.handle_intx(cpu);
+        } else if let Ok(v) = u16::try_from(vector_index) {
+            self.host.handle_vector(v, cpu);
+        }
+    }
+}
+
+impl HostHooks for Controller {
+    fn poll(&self, cpu: usize) -> usize {
+        self.host.poll(cpu)
+    }
+
+    fn tick(&self, cpu: usize) {
+        self.host.tick(cpu);
+        if self.host.is_dead() && !self.abandoned.swap(true, Ordering::Relaxed) {
+            match pci::set_bus_master(self.function, false) {
+                Ok(()) => log::error!(
+                    "megasas-fusion {}: controller out of service: bus mastering off",
+                    self.function.address
+                ),
+                Err(e) => log::error!(
+                    "megasas-fusion {}: controller out of service, bus mastering could not be turned off: {e}",
+                    self.function.address
+                ),
+            }
+        }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = self.host.counters();
+        alloc::vec![
+            ("fusion_timeouts", c.timeouts),
+            ("fusion_resets", c.resets),
+            ("fusion_failed_by_reset", c.failed_by_reset),
+            ("fusion_refused_completions", c.refused_completions),
+            ("fusion_unknown_drive", c.unknown_drive),
+        ]
+    }
+}
+
+/// Forwards a vector to the controller once it exists (vectors are set up before bring-up,
+/// whose IOC INIT names how many there are; the reply queues are not enabled before `start`).
+struct Deferred(&'static spin::Once<&'static Controller>);
+
+impl IrqHandler for Deferred {
+    fn handle(&self, vector_index: usize, cpu: usize) {
+        if let Some(c) = self.0.get() {
+            c.handle(vector_index, cpu);
+        }
+    }
+}
+
+static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
+
+fn probe(function: &'static PciFunction) -> Result<(), Error> {
+    let at = function.address;
+    let (generation, product) = match megasas_fusion::match_pci(function.vendor_id, function.device_id) {
+        PciMatch::Supported { generation, name } => (generation, name),
+        PciMatch::Refused { generation, reason } => {
+            kprintln!(
+                "megasas-fusion {at}: {:04x}:{:04x} ({generation:?}) not brought up: {reason}",
+                function.vendor_id,
+                function.device_id
+            );
+            return Ok(());
+        }
+        PciMatch::NotFusion => {
+            return Err(Error::Device(format!(
+                "megasas-fusion: {at} ({:04x}:{:04x}) is not a Fusion controller",
+                function.vendor_id, function.device_id
+            )));
+        }
+    };
+    let opts = options();
+    kprintln!(
+        "megasas-fusion {at}: {product} ({generation:?}), registers in BAR{}",
+        generation.register_bar()
+    );
+    pci::claim(function)?;
+    let mmio = KernelMmio(pci::bar_mmio(function, generation.register_bar())?);
+    let ncpus = smp::online();
+    // One vector (reply queue) per CPU up to the MSI-X table; INTx without MSI-X.
+    let nvectors = function
+        .msix
+        .as_ref()
+        .map_or(0, |m| usize::from(m.table_size).min(ncpus));
+    let slot: &'static spin::Once<&'static Controller> = Box::leak(Box::new(spin::Once::new()));
+    let handler: &'static dyn IrqHandler = Box::leak(Box::new(Deferred(slot)));
+    let (irqs, vector_cpus) = if nvectors > 0 {
+        let map = cpumap::plan(nvectors, nvectors, None)?;
+        let handlers = alloc::vec![handler; nvectors];
+        let irqs = interrupts::setup_vectors(
+            function,
+            Some(InterruptMode::MsiX),
+            &map.vector_cpus,
+            "megasas-fusion",
+            &handlers,
+        )?;
+        let cpus = irqs.vectors().iter().map(|v| v.cpu).collect();
+        (irqs, cpus)
+    } else {
+        let irqs = interrupts::setup_vectors(function, Some(InterruptMode::Intx), &[0], "megasas-fusion", &[handler])?;
+        (irqs, Vec::new())
+    };
+    let intx = vector_cpus.is_empty();
+    let mut config = megasas_fusion::Config::new(generation, vector_cpus);
+    opts.apply(&mut config);
+    let mut report = megasas_fusion::Report::new();
+    let built = Host::new(
+        mmio,
+        &KernelDma,
+        KernelDelay,
+        block::platform(),
+        megasas_fusion::blkdev::HostConfig::new(ncpus, config),
+        &mut report,
+    );
+    // The first-boot diagnostic, printed whatever happened.
+    kprintln!("{report}");
+    let host = built.map_err(|e| Error::Device(format!("megasas-fusion {at}: bring-up failed: {e}")))?;
+    if opts.report_only {
+        kprintln!("megasas-fusion {at}: megasas.report_only=1: stopping after bring-up, no drive registered");
+        return Ok(());
+    }
+    let controller: &'static Controller = Box::leak(Box::new(Controller {
+        host,
+        function,
+        irqs: spin::Once::new(),
+        intx,
+        abandoned: AtomicBool::new(false),
+    }));
+    slot.call_once(|| controller);
+    controller.irqs.call_once(|| irqs);
+    controller.host.start();
+    let irq_text = controller.irqs.get().map_or_else(String::new, DeviceIrqs::describe);
+    let irq_vectors = controller.irqs.get().map(DeviceIrqs::idt_vectors).unwrap_or_default();
+    kprintln!("megasas-fusion {at}: interrupts: {irq_text}");
+    let io_tags = u32::from(controller.host.controller().limits().io_tags);
+    for (i, d) in controller.host.drives().iter().enumerate() {
+        let name = {
+            let mut n = NEXT_DRIVE.lock();
+            let name = format!("mf{}", *n);
+            *n += 1;
+            name
+        };
+        let queue = controller
+            .host
+            .queue(i)
+            .ok_or_else(|| Error::Device(format!("megasas-fusion {at}: drive {i} has no queue")))?;
+        let facts = DeviceFacts {
+            name,
+            model: format!("{product} LD {} ({at})", d.drive.target),
+            sector_size: d.drive.block_size,
+            capacity_sectors: d.drive.blocks,
+            max_inflight: io_tags,
+            max_transfer_bytes: d.max_transfer_bytes,
+            irq_vectors: irq_vectors.clone(),
+        };
+        let extra = format!(
+            "interrupts: {irq_text}; {} reply queue(s), {io_tags} I/O tags shared by the controller's drives",
+            controller.host.controller().queues()
+        );
+        let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, controller, extra)));
+        block::register(disk);
+    }
+    Ok(())
+}

@@ -1,0 +1,426 @@
+//! Probe of the NVMe driver (`drivers/nvme`): matches QEMU's `nvme` (1b36:0010, 8086:5845 with
+//! `use-intel-id=on`) and any function of class 01h/08h/02h (NVMe I/O controller), parses the
+//! `nvme.*` keys (through `nvme::Options`, the one parser; see [`configure`]), takes the
+//! controller over with `nvme::Controller` (from any firmware state: SeaBIOS leaves it enabled),
+//! plans one I/O queue pair and one MSI-X vector per CPU (`nvme::QueuePlan`: fewer queues than
+//! CPUs are shared by groups of CPUs, INTx when MSI-X is off, polled queues with
+//! `nvme.irq=poll`), aims vector `h + 1` (queue `h`) at a CPU that submits to `h` per the one CPU
+//! map (`cpumap`, `irq.affinity=`) and the admin vector 0 at the boot CPU, creates the queues
+//! (`nvme::blkdev::Host`) and registers every namespace as `nvme<c>n<i>`.
+//!
+//! Everything about serving I/O (PRPs, completion validation, Abort, reset) is the driver
+//! crate's, host-tested there; this file only does what needs the kernel: PCI, BAR0, DMA memory,
+//! delays, vectors, the tick, and turning bus mastering off for a controller the driver declared
+//! failed.
+
+use crate::arch::console::kprintln;
+use crate::arch::memory::DmaBuffer;
+use crate::arch::{smp, time};
+use crate::dev::block::{self, DeviceFacts, Disk, HostHooks};
+use crate::dev::driver::PciDriver;
+use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
+use crate::dev::{cpumap, pci};
+use crate::error::Error;
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use blk::CompletionPolicy;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use nvme::blkdev::HostConfig;
+use nvme::{IrqMode, Options, QueuePlan};
+use platform::irq::InterruptMode;
+use platform::pci::{DeviceMatch, PciFunction};
+
+/// The driver's entry in the PCI driver table.
+pub const DRIVER: PciDriver = PciDriver {
+    name: "nvme",
+    matches: &[
+        DeviceMatch::id(nvme::PCI_IDS[0].0, nvme::PCI_IDS[0].1),
+        DeviceMatch::id(nvme::PCI_IDS[1].0, nvme::PCI_IDS[1].1),
+        DeviceMatch::class(0x01, 0x08).with_prog_if(0x02),
+    ],
+    configure,
+    probe,
+};
+
+/// What the kernel glue takes from the command line besides the driver crate's options.
+#[derive(Clone, Copy, Debug, Default)]
+struct KernelOptions {
+    /// The crate's options (`nvme.queues`, `nvme.irq`, `nvme.queue_depth`, `nvme.timeout_ms`).
+    driver: Options,
+    /// `nvme.cross_vectors=1`: aim each I/O queue's vector at the *next* CPU's queue group
+    /// instead of its own, so completions land on a CPU that did not submit them (a test of
+    /// the remote completion path; never what a fast setup wants).
+    cross_vectors: bool,
+}
+
+/// The `nvme.*` options, parsed once at boot.
+static OPTIONS: spin::Once<KernelOptions> = spin::Once::new();
+
+/// Parses the driver's command-line words, in one place: `nvme.cross_vectors` is the kernel
+/// glue's own key; every other `nvme.*` word goes to `nvme::Options::parse`, which refuses an
+/// unknown key with the list of accepted ones.
+fn configure(words: &[&str]) -> Result<(), Error> {
+    let mut cross_vectors = false;
+    let mut rest = Vec::with_capacity(words.len());
+    for &w in words {
+        match w.strip_prefix("nvme.cross_vectors=") {
+            Some("1" | "on") => cross_vectors = true,
+            Some("0" | "off") => cross_vectors = false,
+            Some(_) => return Err(Error::Config(format!("{w}: nvme.cross_vectors takes 0 or 1"))),
+            None => rest.push(w),
+        }
+    }
+    let driver = Options::parse(&rest.join(" "))
+        .map_err(|e| Error::Config(format!("{e} (the kernel also accepts nvme.cross_vectors=0|1)")))?;
+    OPTIONS.call_once(|| KernelOptions { driver, cross_vectors });
+    Ok(())
+}
+
+fn options() -> KernelOptions {
+    OPTIONS.get().copied().unwrap_or_default()
+}
+
+/// BAR0 through volatile accesses (mapped uncached by `pci::claim`).
+pub(crate) struct KernelMmio(pub(crate) platform::mmio::VolatileMmio);
+
+impl nvme::Mmio for KernelMmio {
+    fn read32(&self, offset: u32) -> u32 {
+        use platform::mmio::Mmio32;
+        // A bad offset is a driver bug; all-ones is what a missing register reads as.
+        self.0.read32(offset as usize).unwrap_or(u32::MAX)
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        use platform::mmio::Mmio32;
+        if let Err(e) = self.0.write32(offset as usize, value) {
+            log::error!("device register write at {offset:#x} refused: {e}");
+        }
+    }
+}
+
+/// DMA memory: the kernel's contiguous, identity-mapped pages.
+pub(crate) struct KernelDma;
+
+// SAFETY: DmaBuffer returns zeroed, physically contiguous, identity-mapped memory
+// (virt == phys) that is never freed once leaked here, so it stays valid and owned by the
+// driver for the controller's lifetime.
+unsafe impl nvme::Dma for KernelDma {
+    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<nvme::DmaRegion, nvme::DmaError> {
+        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| nvme::DmaError::OutOfMemory { size, align })?;
+        let (virt, phys, len) = buf.leak();
+        Ok(nvme::DmaRegion { virt, phys, len })
+    }
+}
+
+/// Bounded waits on the kernel's clock.
+pub(crate) struct KernelDelay;
+
+impl nvme::Delay for KernelDelay {
+    fn delay_us(&self, us: u32) {
+        time::delay_us(u64::from(us));
+    }
+}
+
+type Host = nvme::blkdev::Host<KernelMmio, KernelDma, KernelDelay>;
+
+/// One controller as the kernel holds it.
+struct Controller {
+    host: Host,
+    function: &'static PciFunction,
+    name: String,
+    /// The controller's interrupt vectors, owned for its lifetime (none when polled).
+    irqs: spin::Once<DeviceIrqs>,
+    /// Bus mastering is off after the driver declared the controller failed.
+    abandoned: AtomicBool,
+}
+
+impl IrqHandler for Controller {
+    /// Vector i is MSI-X table entry i (0: admin, h + 1: I/O queue h) or the INTx line (0).
+    fn handle(&self, vector_index: usize, cpu: usize) {
+        self.host.handle_vector(vector_index, cpu);
+    }
+}
+
+impl HostHooks for Controller {
+    fn poll(&self, cpu: usize) -> usize {
+        match self.host.plan().hwq_of_cpu(cpu) {
+            Some(hwq) => self.host.poll(hwq, cpu),
+            None => 0,
+        }
+    }
+
+    fn tick(&self, cpu: usize) {
+        // Polled queues raise no interrupt: a job that waits for interrupts on them still
+        // finishes, one tick at a time.
+        if !self.host.plan().interrupts_enabled() {
+            for hwq in 0..self.host.plan().nr_io_queues() {
+                self.host.poll(hwq, cpu);
+            }
+        }
+        if let Err(e) = self.host.tick(cpu) {
+            log::warn!("{}: timeout scan: {e}", self.name);
+        }
+        if self.host.controller().failed() && !self.abandoned.swap(true, Ordering::Relaxed) {
+            // A controller that did not come back from a reset may still write into its
+            // requests' buffers until it can no longer master the bus.
+            match pci::set_bus_master(self.function, false) {
+                Ok(()) => log::error!(
+                    "{} ({}): controller out of service after a failed reset: bus mastering off",
+                    self.name,
+                    self.function.address
+                ),
+                Err(e) => log::error!(
+                    "{} ({}): controller out of service, but bus mastering could not be turned off: {e}",
+                    self.name,
+                    self.function.address
+                ),
+            }
+        }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let r = self.host.report();
+        let c = &r.controller;
+        alloc::vec![
+            ("nvme_commands", c.commands),
+            ("nvme_errors", c.errors),
+            ("nvme_error_retries", c.error_retries),
+            ("nvme_bogus_cqes", c.bogus_cqes),
+            ("nvme_aborts_sent", c.aborts_sent),
+            ("nvme_aborts_succeeded", c.aborts_succeeded),
+            ("nvme_resets", c.resets),
+            ("nvme_resets_failed", c.resets_failed),
+            ("nvme_reset_reissued", c.reset_reissued),
+            ("nvme_reset_failed", c.reset_failed),
+            ("nvme_failed_by_recovery", r.failed_by_recovery),
+            ("nvme_refused_by_blk", r.refused_by_blk),
+            ("nvme_rejected", r.rejected),
+        ]
+    }
+}
+
+/// Controllers probed so far (`nvme0`, `nvme1`, ...).
+static NEXT_CONTROLLER: AtomicUsize = AtomicUsize::new(0);
+
+/// The CPU each vector of `plan` is aimed at: vector 0 (admin, polled by the driver) at the boot
+/// CPU, vector v at the CPU the one CPU map gives the first hardware queue on v; with
+/// `cross` at a CPU of the next queue group instead (a deliberately wrong map).
+fn vector_cpus(plan: &QueuePlan, cross: bool) -> Result<Vec<usize>, Error> {
+    let queues = plan.nr_io_queues();
+    let map = cpumap::plan(queues, queues, None)?;
+    if map.queue_of_cpu != plan.cpu_map() {
+        return Err(Error::Device(format!(
+            "nvme: the driver's CPU map {:?} differs from the kernel's {:?}",
+            plan.cpu_map(),
+            map.queue_of_cpu
+        )));
+    }
+    let mut cpus = Vec::with_capacity(plan.nr_vectors());
+    cpus.push(0);
+    for v in 1..plan.nr_vectors() {
+        let hwq = plan.hwqs_of_vector(v).next().unwrap_or(0);
+        let cpu = if cross {
+            let other = (hwq + 1) % queues;
+            map.vector_cpus.get(other).copied().unwrap_or(0)
+        } else {
+            map.vector_cpus.get(hwq).copied().unwrap_or(0)
+        };
+        cpus.push(cpu);
+    }
+    Ok(cpus)
+}
+
+fn probe(function: &'static PciFunction) -> Result<(), Error> {
+    let opts = options();
+    let index = NEXT_CONTROLLER.fetch_add(1, Ordering::Relaxed);
+    let name = format!("nvme{index}");
+    let at = function.address;
+    pci::claim(function)?;
+    let mmio = KernelMmio(pci::bar_mmio(function, 0)?);
+    let ncpus = smp::online();
+    let table = function.msix.as_ref().map(|m| m.table_size);
+    let (mode, fell_back) = opts.driver.irq_mode(table);
+    if fell_back {
+        log::warn!("{name} ({at}): nvme.irq=msix but the function has no MSI-X capability; using INTx");
+    }
+    // MSI-X is programmed and enabled before the controller is enabled (QEMU only signals a
+    // vector that was enabled when its completion queue was created, and the safe order costs
+    // nothing on hardware), so the vectors follow a provisional plan (the device's grant is not
+    // known before Set Features) and are re-aimed if the grant is smaller.
+    let provisional = opts
+        .driver
+        .provisional_plan(ncpus, table)
+        .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
+    // The handlers need the host, which needs the queues: they reach it through this cell
+    // (an interrupt before it is filled finds nothing to do; the admin queue is polled).
+    let slot: &'static spin::Once<&'static Controller> = Box::leak(Box::new(spin::Once::new()));
+    let mut irqs = match mode {
+        IrqMode::Poll => {
+            let p = pci::get().ok_or(Error::NoPci)?;
+            platform::pci::set_intx_disabled(&p.access, at, true)?;
+            None
+        }
+        IrqMode::MsiX { .. } | IrqMode::Intx => {
+            let platform_mode = if mode == IrqMode::Intx {
+                InterruptMode::Intx
+            } else {
+                InterruptMode::MsiX
+            };
+            let cpus = vector_cpus(&provisional, opts.cross_vectors)?;
+            let handler: &'static dyn IrqHandler = Box::leak(Box::new(Deferred(slot)));
+            let handlers = alloc::vec![handler; cpus.len()];
+            // Rows of the interrupt table: `nvme0#0` (admin), `nvme0#1` (I/O queue 1), ...
+            let label: &'static str = Box::leak(name.clone().into_boxed_str());
+            Some(interrupts::setup_vectors(
+                function,
+                Some(platform_mode),
+                &cpus,
+                label,
+                &handlers,
+            )?)
+        }
+    };
+    let mut config = opts.driver.config(ncpus);
+    config.requested_io_queues = u16::try_from(provisional.nr_io_queues()).unwrap_or(u16::MAX - 1);
+    let ctrl = nvme::Controller::new(mmio, KernelDma, KernelDelay, config)
+        .map_err(|e| Error::Device(format!("{name} ({at}): bring-up failed: {e}")))?;
+    let info = ctrl.info().clone();
+    let plan = if usize::from(ctrl.max_io_queues()) < provisional.nr_io_queues() {
+        let plan = QueuePlan::new(ncpus, opts.driver.queues, ctrl.max_io_queues(), mode)
+            .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
+        if let Some(irqs) = irqs.as_mut() {
+            for (v, cpu) in vector_cpus(&plan, opts.cross_vectors)?.into_iter().enumerate() {
+                irqs.aim(v, cpu)?;
+            }
+        }
+        kprintln!(
+            "{name} ({at}): the controller granted {} I/O queue pair(s) of the {} asked for: re-planned",
+            ctrl.max_io_queues(),
+            provisional.nr_io_queues()
+        );
+        plan
+    } else {
+        provisional
+    };
+    kprintln!(
+        "{name} ({at}): \"{}\" serial \"{}\" firmware {}, {} namespace(s), {} I/O queue pair(s) granted, {} used for {} CPU(s), {:?}, max transfer {} KiB",
+        info.model,
+        info.serial,
+        info.firmware,
+        ctrl.namespaces().len(),
+        ctrl.max_io_queues(),
+        plan.nr_io_queues(),
+        ncpus,
+        mode,
+        ctrl.max_transfer() / 1024,
+    );
+    if opts.cross_vectors {
+        kprintln!("{name}: nvme.cross_vectors=1: each I/O queue's vector is aimed at another queue's CPU");
+    }
+    if let Some(i) = &irqs
+        && i.vectors().len() < plan.nr_vectors()
+    {
+        return Err(Error::Device(format!(
+            "{name} ({at}): {} interrupt vector(s) granted of the {} planned",
+            i.vectors().len(),
+            plan.nr_vectors()
+        )));
+    }
+    let hc = HostConfig {
+        timeout_ns: opts.driver.timeout_ns(),
+        completion: if mode == IrqMode::Poll {
+            CompletionPolicy::Poll
+        } else {
+            CompletionPolicy::Irq
+        },
+        cq_budget: 0,
+    };
+    let host = Host::new(ctrl, plan, hc, |_, _| block::platform())
+        .map_err(|e| Error::Device(format!("{name} ({at}): creating the I/O queues: {e}")))?;
+    let controller: &'static Controller = Box::leak(Box::new(Controller {
+        host,
+        function,
+        name: name.clone(),
+        irqs: spin::Once::new(),
+        abandoned: AtomicBool::new(false),
+    }));
+    slot.call_once(|| controller);
+    if let Some(i) = irqs {
+        controller.irqs.call_once(|| i);
+    }
+    let irq_text = match controller.irqs.get() {
+        Some(i) => i.describe(),
+        None => String::from("polled (no interrupts)"),
+    };
+    let irq_vectors = controller.irqs.get().map(DeviceIrqs::idt_vectors).unwrap_or_default();
+    let plan = controller.host.plan();
+    let mut layout = String::new();
+    for hwq in 0..plan.nr_io_queues() {
+        let cpus_of: Vec<usize> = (0..plan.ncpus()).filter(|&c| plan.hwq_of_cpu(c) == Some(hwq)).collect();
+        layout += &format!(
+            " q{}:cpus{:?}->v{}",
+            hwq + 1,
+            cpus_of,
+            plan.vector_of_hwq(hwq).unwrap_or(0)
+        );
+    }
+    kprintln!("{name}: interrupts: {irq_text}");
+    kprintln!("{name}: queues:{layout}");
+    let depth = controller.host.controller().queue_depth();
+    for (i, ns) in controller.host.namespaces().iter().enumerate() {
+        let queue = controller
+            .host
+            .queue(i)
+            .ok_or_else(|| Error::Device(format!("{name}: namespace {} has no queue", ns.nsid)))?;
+        let facts = DeviceFacts {
+            name: format!("{name}n{}", i + 1),
+            model: format!("{} nsid {} ({at})", info.model, ns.nsid),
+            sector_size: ns.lba_size,
+            capacity_sectors: ns.blocks,
+            max_inflight: depth,
+            max_transfer_bytes: u32::try_from(ns.max_transfer).unwrap_or(u32::MAX),
+            irq_vectors: irq_vectors.clone(),
+        };
+        let extra = format!(
+            "interrupts: {irq_text}; {} I/O queue pair(s), {depth} tags per queue",
+            plan.nr_io_queues()
+        );
+        // The controller's tick runs once per tick, from its first namespace's disk.
+        let hooks: &'static dyn HostHooks = if i == 0 {
+            controller
+        } else {
+            Box::leak(Box::new(OtherNamespace(controller)))
+        };
+        let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, hooks, extra)));
+        block::register(disk);
+    }
+    Ok(())
+}
+
+/// The hooks of a controller's second and later namespaces: poll and counters as the first's,
+/// no tick of their own (the first namespace's disk ticks the whole controller).
+struct OtherNamespace(&'static Controller);
+
+impl HostHooks for OtherNamespace {
+    fn poll(&self, cpu: usize) -> usize {
+        self.0.poll(cpu)
+    }
+    fn tick(&self, _cpu: usize) {}
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.0.counters()
+    }
+}
+
+/// The handler installed before the host exists: it forwards to the controller once the I/O
+/// queues are created (no I/O CQ can signal before that; an early admin vector is ignored, the
+/// admin queue is polled).
+struct Deferred(&'static spin::Once<&'static Controller>);
+
+impl IrqHandler for Deferred {
+    fn handle(&self, vector_index: usize, cpu: usize) {
+        if let Some(c) = self.0.get() {
+            c.handle(vector_index, cpu);
+        }
+    }
+}
