@@ -521,8 +521,12 @@ impl<D: Driver> Queue<D> {
                     .lock_sleeps
                     .fetch_add(u64::from(a.sleeps), core::sync::atomic::Ordering::Relaxed);
             }
-            _ => {
-                self.queue_lock.lock_spinning();
+            (check, cpu) => {
+                let free = self.queue_lock.lock_spinning();
+                // The lab compares contention of the spinning and the sleeping lock.
+                if let (false, QuiesceCheck::Locked, Some(cpu)) = (free, check, cpu) {
+                    bump(&self.counters.cpu(cpu).lock_contended);
+                }
             }
         }
         QueueLockGuard {
