@@ -170,8 +170,13 @@ struct CmdSlot {
     sqe: Sqe,
     /// Re-posts after errors without DNR.
     retries: u8,
-    /// Re-posted once by a controller reset already.
+    /// This use of the slot is a request a controller reset handed back to the block layer
+    /// (which dispatched it again): the next reset fails it instead of handing it back again.
     reissued_by_reset: bool,
+    /// A reset handed this command back (not outstanding; blk requeues it with a fresh
+    /// deadline). The next `post` of the slot is that request again and inherits
+    /// `reissued_by_reset`; cleared by [`Controller::forget_handed_back`] if blk refuses.
+    handed_back: bool,
     /// 0: not timed out; 1: abort sent.
     timeout_stage: u8,
 }
@@ -272,7 +277,11 @@ pub enum TimeoutVerdict {
 pub struct ResetOutcome {
     /// (hardware queue, command slot, generation) of commands failed by the reset.
     pub failed: Vec<(usize, u16, u16)>,
-    /// Commands re-posted on the new queues.
+    /// (hardware queue, command slot, generation) of commands handed back for re-issue: the
+    /// caller requeues each through the block layer (`Queue::requeue`), which dispatches it
+    /// again with a new generation and a fresh deadline.
+    pub handed_back: Vec<(usize, u16, u16)>,
+    /// Commands handed back (`handed_back.len()`).
     pub reissued: usize,
     /// Whether the controller came back.
     pub ok: bool,
@@ -870,7 +879,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             generation,
             sqe,
             retries: 0,
-            reissued_by_reset: false,
+            reissued_by_reset: sq.slots[index].handed_back,
+            handed_back: false,
             timeout_stage: 0,
         };
         push_sqe(&mut sq, q.entries, &sqe);
@@ -1094,7 +1104,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
         }
         let outcome = self.reset(Some((hwq, slot)));
-        if outcome.ok || outcome.failed.iter().any(|&(h, s, _)| h == hwq && s == slot) {
+        // Only if this reset took the command from the device: another CPU's reset may have
+        // handed it back to the block layer between the check above and this reset.
+        if outcome.failed.iter().any(|&(h, s, _)| h == hwq && s == slot) {
             (TimeoutVerdict::Failed, Some(outcome))
         } else {
             (TimeoutVerdict::Wait, Some(outcome))
@@ -1150,36 +1162,32 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             log::error!("nvme: reset: controller did not come back ({e}); failing every command");
             bump(&self.counters.resets_failed);
         }
+        // Nothing is re-posted here: a command handed back goes through the block layer again
+        // (`Queue::requeue`, done by the caller once no lock is held), which gives it a new
+        // generation and a fresh deadline, and the driver a fresh slot state (timeout stage 0).
+        // Re-posting it here would keep the deadline it had before the reset, which may have
+        // passed during the reset: it would be aborted at once and a second reset would fail
+        // it and every other re-posted command.
         for (hwq, sq) in sqs.iter_mut().enumerate() {
-            let q = &self.io[hwq];
             for cid in 0..sq.slots.len() {
                 let slot = sq.slots[cid];
                 if !slot.outstanding {
                     continue;
                 }
                 let is_culprit = culprit == Some((hwq, cid as u16));
+                let s = &mut sq.slots[cid];
+                s.outstanding = false;
                 if !outcome.ok || is_culprit || slot.reissued_by_reset {
-                    sq.slots[cid].outstanding = false;
                     outcome.failed.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_failed);
                 } else {
-                    let fresh = self.next_cid(slot.cid, cid as u16);
-                    let s = &mut sq.slots[cid];
-                    s.reissued_by_reset = true;
-                    s.timeout_stage = 0;
-                    s.cid = fresh;
-                    s.sqe.set_cid(fresh);
-                    let sqe = s.sqe;
-                    push_sqe(sq, q.entries, &sqe);
-                    outcome.reissued += 1;
+                    s.handed_back = true;
+                    outcome.handed_back.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_reissued);
                 }
             }
-            if outcome.ok && sq.tail != 0 {
-                fence(Ordering::Release);
-                self.mmio.write32(q.sq_doorbell, sq.tail);
-            }
         }
+        outcome.reissued = outcome.handed_back.len();
         self.state
             .store(if outcome.ok { STATE_LIVE } else { STATE_FAILED }, Ordering::Release);
         log::warn!(
@@ -1191,6 +1199,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         drop(cqs);
         drop(sqs);
         outcome
+    }
+
+    /// The block layer refused to requeue a command a reset handed back (it had ended some
+    /// other way): the next use of the slot is a new request, not a re-issue.
+    pub(crate) fn forget_handed_back(&self, hwq: usize, slot: u16) {
+        if let Some(q) = self.queue(hwq) {
+            let mut sq = q.sq.lock();
+            if let Some(s) = sq.slots.get_mut(usize::from(slot))
+                && !s.outstanding
+            {
+                s.handed_back = false;
+            }
+        }
     }
 
     /// Normal shutdown (CC.SHN = 01b; never together with EN = 0), waiting up to CAP.TO for
