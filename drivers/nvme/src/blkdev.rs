@@ -138,8 +138,9 @@ struct HostInner<M: SyncMmio, D: SyncDma, T: SyncDelay> {
     refused_by_blk: AtomicU64,
     rejected: AtomicU64,
     io_errors_logged: AtomicU64,
-    /// (hwq, slot, generation) failed by a reset, waiting for a context with a CPU number.
-    pending_failures: Mutex<Vec<(usize, u16, u16)>>,
+    /// (hwq, slot, generation, status) failed by a reset, waiting for a context with a CPU
+    /// number: `Timeout` for the reset's culprit, `IoError` for the rest.
+    pending_failures: Mutex<Vec<(usize, u16, u16, Status)>>,
     /// (hwq, slot, generation) a reset handed back, to requeue through blk once no driver or
     /// blk lock is held (requeue may dispatch, i.e. call `queue_rq`, at once).
     pending_requeues: Mutex<Vec<(usize, u16, u16)>>,
@@ -390,13 +391,22 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
         }
     }
 
-    /// Queues what a reset did for delivery: the failures (except `culprit`, which its timeout
-    /// handler ends) and the requeues. Both need blk calls that may not run inside the timeout
-    /// handler or under the reset's locks.
-    fn defer_outcome(&self, outcome: &ResetOutcome, culprit: (usize, u16)) {
+    /// Queues what a reset did for delivery: the failures (except `trigger`, which its timeout
+    /// handler ends) and the requeues; neither may run under the reset's locks.
+    fn defer_outcome(&self, outcome: &ResetOutcome, trigger: (usize, u16)) {
         let any = {
             let mut p = self.pending_failures.lock();
-            p.extend(outcome.failed.iter().filter(|&&(h, s, _)| (h, s) != culprit));
+            for &(h, s, g) in &outcome.failed {
+                if (h, s) == trigger {
+                    continue;
+                }
+                let status = if outcome.culprit == Some((h, s, g)) {
+                    Status::Timeout
+                } else {
+                    Status::IoError
+                };
+                p.push((h, s, g, status));
+            }
             !p.is_empty()
         };
         let any = {
@@ -417,9 +427,11 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
         self.has_pending.store(false, Ordering::Relaxed);
         let failures = core::mem::take(&mut *self.pending_failures.lock());
         let requeues = core::mem::take(&mut *self.pending_requeues.lock());
-        for (hwq, slot, generation) in failures {
-            self.failed_by_recovery.fetch_add(1, Ordering::Relaxed);
-            self.deliver(cpu, hwq, slot, generation, Status::IoError);
+        for (hwq, slot, generation, status) in failures {
+            if status == Status::IoError {
+                self.failed_by_recovery.fetch_add(1, Ordering::Relaxed);
+            }
+            self.deliver(cpu, hwq, slot, generation, status);
         }
         for (hwq, slot, generation) in requeues {
             let ns = usize::from(slot) / self.depth as usize;

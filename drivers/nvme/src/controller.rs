@@ -179,6 +179,9 @@ struct CmdSlot {
     handed_back: bool,
     /// 0: not timed out; 1: abort sent.
     timeout_stage: u8,
+    /// Order of posting (the controller's command count when this request was posted; error
+    /// retries keep it): the reset picks the oldest aborted command as the one to fail.
+    posted_seq: u64,
 }
 
 struct SqState {
@@ -283,6 +286,9 @@ pub struct ResetOutcome {
     pub handed_back: Vec<(usize, u16, u16)>,
     /// Commands handed back (`handed_back.len()`).
     pub reissued: usize,
+    /// The command the reset failed as the timed-out one (hardware queue, slot, generation):
+    /// of the commands already aborted once, the one posted first (see [`Controller::reset`]).
+    pub culprit: Option<(usize, u16, u16)>,
     /// Whether the controller came back.
     pub ok: bool,
 }
@@ -873,6 +879,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Err(PostError::Busy);
         }
         let generation = issue();
+        let posted_seq = bump(&self.counters.commands);
         sq.slots[index] = CmdSlot {
             outstanding: true,
             cid,
@@ -882,9 +889,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             reissued_by_reset: sq.slots[index].handed_back,
             handed_back: false,
             timeout_stage: 0,
+            posted_seq,
         };
         push_sqe(&mut sq, q.entries, &sqe);
-        bump(&self.counters.commands);
         if defer_doorbell {
             sq.doorbell_pending = true;
         } else {
@@ -1062,7 +1069,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// does abort completes the command with Abort Requested through its CQ). Second time, or
     /// when the Abort itself fails or CSTS shows a fatal state: resets the controller, after which
     /// the device no longer owns the command. Returns the verdict and, after a reset, what the
-    /// reset did with the other commands in flight (the caller fails those it lists).
+    /// reset did with the other commands in flight (the caller fails or requeues those it
+    /// lists); the verdict is `Failed` only if the reset failed this command.
     pub(crate) fn timeout(&self, hwq: usize, slot: u16, generation: u16) -> (TimeoutVerdict, Option<ResetOutcome>) {
         let Some(q) = self.queue(hwq) else {
             return (TimeoutVerdict::Wait, None);
@@ -1104,8 +1112,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
         }
         let outcome = self.reset(Some((hwq, slot)));
-        // Only if this reset took the command from the device: another CPU's reset may have
-        // handed it back to the block layer between the check above and this reset.
+        // Failed only if this reset failed this command: it may have picked an older aborted
+        // command as the culprit and handed this one back (blk requeues it: the handler waits),
+        // and another CPU's reset may have handed it back before this one.
         if outcome.failed.iter().any(|&(h, s, _)| h == hwq && s == slot) {
             (TimeoutVerdict::Failed, Some(outcome))
         } else {
@@ -1115,11 +1124,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Controller reset: CC.EN = 0, wait RDY = 0 (the device gives up every command), zero all
     /// queue memory, re-create the admin queue and the I/O queues. Every command in flight is
-    /// re-posted once on the new queues, except `culprit` and commands a reset already
-    /// re-posted, which are returned in `failed`. When the controller does not come back it is
+    /// handed back (`handed_back`: the caller requeues it through blk), except the culprit and
+    /// commands a reset already handed back once, which are returned in `failed`.
+    ///
+    /// `trigger` is the timed-out command whose second expiry asked for the reset. The culprit
+    /// is, of every command already aborted once (the trigger included), the one posted first:
+    /// when one command holds up the device (a backend answering one read late), those posted
+    /// after it often wait behind it and reach their second expiry in the same scan, and the
+    /// scan's order says nothing about which one is stuck. When the controller does not come back it is
     /// marked failed; then every command is returned failed if the disable worked (the device
     /// let go), and kept (never handed back) if even the disable failed.
-    pub(crate) fn reset(&self, culprit: Option<(usize, u16)>) -> ResetOutcome {
+    pub(crate) fn reset(&self, trigger: Option<(usize, u16)>) -> ResetOutcome {
         let _serial = self.reset_lock.lock();
         self.state.store(STATE_RESETTING, Ordering::Release);
         bump(&self.counters.resets);
@@ -1158,6 +1173,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             })
             .and_then(|()| self.create_queues_on_device(&mut a));
         outcome.ok = back.is_ok();
+        let culprit = trigger.and_then(|_| {
+            let mut oldest: Option<(u64, usize, u16)> = None;
+            for (hwq, sq) in sqs.iter().enumerate() {
+                for (cid, s) in sq.slots.iter().enumerate() {
+                    if s.outstanding && s.timeout_stage > 0 && oldest.is_none_or(|(seq, _, _)| s.posted_seq < seq) {
+                        oldest = Some((s.posted_seq, hwq, cid as u16));
+                    }
+                }
+            }
+            oldest.map(|(_, hwq, cid)| (hwq, cid)).or(trigger)
+        });
         if let Err(e) = &back {
             log::error!("nvme: reset: controller did not come back ({e}); failing every command");
             bump(&self.counters.resets_failed);
@@ -1177,6 +1203,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 let is_culprit = culprit == Some((hwq, cid as u16));
                 let s = &mut sq.slots[cid];
                 s.outstanding = false;
+                if is_culprit {
+                    outcome.culprit = Some((hwq, cid as u16, slot.generation));
+                }
                 if !outcome.ok || is_culprit || slot.reissued_by_reset {
                     outcome.failed.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_failed);

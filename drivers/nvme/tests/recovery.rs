@@ -422,3 +422,56 @@ fn requests_reissued_by_a_reset_get_a_fresh_deadline_and_are_never_failed_by_a_s
     assert!(held.bytes().iter().all(|&x| x == 0xEE));
     rig.assert_no_violations();
 }
+
+/// Head-of-line blocking: a request posted after the stuck one waits behind it and reaches its
+/// second expiry in the same scan, earlier in the scan's order. The reset fails the oldest
+/// aborted request (the stuck one) with `Timeout`, whichever handler asked for it, and the
+/// other is requeued with a fresh deadline and completes.
+#[test]
+fn the_reset_fails_the_oldest_aborted_request_not_the_first_one_scanned() {
+    let rig = rig(FakeCompletion::Immediate, false);
+    let mut seen = BTreeMap::new();
+    rig.fake.hold(1, 512);
+    rig.fake.hold(1, 640);
+    let b = Buf::new(&rig.fake, 2 * 4096);
+    // The stuck read on CPU 1 (queue 2, scanned last), the one behind it on CPU 0 (queue 1).
+    submit(&rig, 1, &Bio::read(512, 8, &[Segment::new(b.phys, 4096)], 1)); // t=0
+    rig.platform.advance(SEC / 10);
+    submit(&rig, 0, &Bio::read(640, 8, &[Segment::new(b.phys + 4096, 4096)], 2)); // t=0.1
+    rig.platform.advance(SEC);
+    assert_eq!(rig.host.tick(0).unwrap(), 2, "t=1.1: both aborted");
+    rig.platform.advance(SEC + 1);
+    // t=2.1: both at their second expiry; the scan meets #2 first, its handler resets and
+    // the reset ends #1 before the scan gets to it.
+    assert_eq!(rig.host.tick(0).unwrap(), 1);
+    collect(&rig, &mut seen);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen[&1].status,
+        Status::Timeout,
+        "the oldest aborted request is the culprit"
+    );
+    let r = rig.host.report();
+    assert_eq!(
+        (
+            r.controller.resets,
+            r.controller.reset_reissued,
+            r.controller.reset_failed
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(r.failed_by_recovery, 0);
+    assert_eq!(rig.host.queue(0).unwrap().counters().requeued, 1);
+    // #2 is back on the device with a fresh deadline: nothing expires for a timeout period.
+    rig.platform.advance(SEC * 9 / 10);
+    assert_eq!(rig.host.tick(0).unwrap(), 0);
+    // The backend answers: #2 completes (the reset's copy of #1 was dropped with the reset).
+    rig.fake.release_held();
+    rig.deliver_interrupts();
+    collect(&rig, &mut seen);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[&2].status, Status::Ok);
+    assert_eq!(rig.host.queue(0).unwrap().in_flight(), 0);
+    assert_eq!(rig.host.report().controller.bogus_cqes, 0);
+    rig.assert_no_violations();
+}
