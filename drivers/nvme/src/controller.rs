@@ -1131,9 +1131,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// is, of every command already aborted once (the trigger included), the one posted first:
     /// when one command holds up the device (a backend answering one read late), those posted
     /// after it often wait behind it and reach their second expiry in the same scan, and the
-    /// scan's order says nothing about which one is stuck. When the controller does not come back it is
-    /// marked failed; then every command is returned failed if the disable worked (the device
-    /// let go), and kept (never handed back) if even the disable failed.
+    /// scan's order says nothing about which one is stuck.
+    ///
+    /// When the controller does not come back it is marked failed; then every command is
+    /// returned failed if the disable worked (the device let go), and kept (never handed back)
+    /// if even the disable failed.
     pub(crate) fn reset(&self, trigger: Option<(usize, u16)>) -> ResetOutcome {
         let _serial = self.reset_lock.lock();
         self.state.store(STATE_RESETTING, Ordering::Release);
@@ -1142,6 +1144,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let mut sqs: Vec<_> = self.io.iter().map(|q| q.sq.lock()).collect();
         let mut cqs: Vec<_> = self.io.iter().map(|q| q.cq.lock()).collect();
         let mut outcome = ResetOutcome::default();
+        // No SQ doorbell can be rung now (we hold every SQ lock). One admin round trip before
+        // the disable makes the controller act on the doorbells already rung: QEMU 7.2 fetches
+        // SQ entries later, in its main loop, and entries it fetches while the disable drains
+        // the backend are parked by the drain and completed after the queues were freed (QEMU
+        // segfaulted in the held-read scenario). Harmless elsewhere; skipped when the
+        // controller is already broken.
+        let csts = self.csts();
+        if !(csts.gone() || csts.fatal()) {
+            a.buf.zero();
+            let phys = a.buf.phys();
+            if let Err(e) = self.admin_cmd(&mut a, Sqe::identify(0, cns::CONTROLLER, 0, phys)) {
+                log::warn!("nvme: reset: admin round trip before the disable failed ({e})");
+            }
+        }
         if let Err(e) = self.disable() {
             log::error!("nvme: reset: disable failed ({e}); commands stay with the device");
             bump(&self.counters.resets_failed);
