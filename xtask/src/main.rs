@@ -10,6 +10,8 @@
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod elfcheck;
 mod fuzz;

@@ -11,6 +11,7 @@
 //! timeouts or FAULT. [`blkdev::Host`] binds it to the block layer.
 
 #![no_std]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 
