@@ -52,6 +52,7 @@ use crate::floor::{
 };
 use crate::frame::Segment;
 use crate::status::{IoErrorKind, IoStatus};
+use crate::window::PollWindow;
 use crate::{Delay, Dma, Error, Mmio, Model};
 
 /// Most scatter-gather segments the binding passes per request (a stack array in `queue_rq`).
@@ -152,31 +153,14 @@ pub struct AdaptiveCounters {
 
 struct Adaptive {
     config: AdaptiveConfig,
-    /// The window is open: the vector is masked and submitters poll.
-    open: AtomicBool,
-    /// Held (try-lock, never spun on) around a mask or unmask and the `open` change, so an
-    /// interrupt opening a window and a poll closing one cannot leave the vector masked with the
-    /// window closed.
-    switching: AtomicBool,
+    /// Open: the vector is masked and submitters poll (switched under a try-lock, see `window`).
+    window: PollWindow,
     last_completion_ns: AtomicU64,
     in_window: AtomicU32,
     windows: AtomicU64,
     polled: AtomicU64,
     budget_closes: AtomicU64,
     unmask_catches: AtomicU64,
-}
-
-impl Adaptive {
-    fn try_switch(&self) -> bool {
-        // Acquire pairs with the Release in `end_switch`: the previous switch's mask write and
-        // `open` store are seen.
-        self.switching
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-    }
-    fn end_switch(&self) {
-        self.switching.store(false, Ordering::Release);
-    }
 }
 
 impl HostConfig {
@@ -452,8 +436,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                         idle_ns: config.idle_ns,
                         budget: config.budget.max(1),
                     },
-                    open: AtomicBool::new(false),
-                    switching: AtomicBool::new(false),
+                    window: PollWindow::new(),
                     last_completion_ns: AtomicU64::new(0),
                     in_window: AtomicU32::new(0),
                     windows: AtomicU64::new(0),
@@ -707,7 +690,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     /// Adaptive mode: a polling window is open (the vector is masked), so a submitter waiting
     /// for a completion must poll ([`Self::poll_adaptive`]) instead of halting.
     pub fn polling_window(&self) -> bool {
-        self.0.adaptive.as_ref().is_some_and(|a| a.open.load(Ordering::Acquire))
+        self.0.adaptive.as_ref().is_some_and(|a| a.window.is_open())
     }
 
     /// [`Self::handle_interrupt`] for the adaptive mode: when the interrupt reaped something and
@@ -719,16 +702,15 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let Some(a) = &inner.adaptive else {
             return out;
         };
-        if out.completed > 0 && !a.open.load(Ordering::Acquire) && a.try_switch() {
-            if !a.open.load(Ordering::Relaxed) {
-                vector.set_masked(true);
+        if out.completed > 0
+            && a.window.open(|| {
+                // Set before the window shows open, so its first poll sees a fresh start.
                 a.last_completion_ns.store(inner.platform.now_ns(), Ordering::Relaxed);
                 a.in_window.store(0, Ordering::Relaxed);
-                a.windows.fetch_add(1, Ordering::Relaxed);
-                // Release pairs with the Acquire in `polling_window`/`poll_adaptive`.
-                a.open.store(true, Ordering::Release);
-            }
-            a.end_switch();
+                vector.set_masked(true);
+            })
+        {
+            a.windows.fetch_add(1, Ordering::Relaxed);
         }
         out
     }
@@ -744,34 +726,30 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let Some(a) = &inner.adaptive else {
             return n;
         };
-        if !a.open.load(Ordering::Acquire) {
+        if !a.window.is_open() {
             return n;
         }
         let now = inner.platform.now_ns();
         let mut close = false;
+        let mut by_budget = false;
         if n > 0 {
             a.polled.fetch_add(u64::from(n), Ordering::Relaxed);
             a.last_completion_ns.store(now, Ordering::Relaxed);
             let used = a.in_window.fetch_add(n, Ordering::Relaxed).saturating_add(n);
             if used >= a.config.budget {
-                a.budget_closes.fetch_add(1, Ordering::Relaxed);
+                by_budget = true;
                 close = true;
             }
         } else if now.saturating_sub(a.last_completion_ns.load(Ordering::Relaxed)) >= a.config.idle_ns {
             close = true;
         }
-        if close && a.try_switch() {
-            let was_open = a.open.load(Ordering::Relaxed);
-            if was_open {
-                a.open.store(false, Ordering::Release);
-                vector.set_masked(false);
+        if close && a.window.close(|| vector.set_masked(false)) {
+            if by_budget {
+                a.budget_closes.fetch_add(1, Ordering::Relaxed);
             }
-            a.end_switch();
-            if was_open {
-                let caught = inner.reap(cpu, inner.irq_budget).0;
-                a.unmask_catches.fetch_add(u64::from(caught), Ordering::Relaxed);
-                n += caught;
-            }
+            let caught = inner.reap(cpu, inner.irq_budget).0;
+            a.unmask_catches.fetch_add(u64::from(caught), Ordering::Relaxed);
+            n += caught;
         }
         n
     }
