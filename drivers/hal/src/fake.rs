@@ -9,12 +9,16 @@
 //!
 //! Device accesses copy with volatile byte reads and writes: the driver writes descriptors through
 //! its `virt` pointers and the fake reads them when the driver rings a doorbell, as a device would.
+//! Words and bytes the driver polls atomically while the device may write them (status bytes,
+//! producer indices, ring entries) are written with [`FakeMemory::store_u32_atomic`] /
+//! [`FakeMemory::store_u8_atomic`] instead, so both sides access them atomically.
 
 use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use spin::Mutex;
 
@@ -121,47 +125,93 @@ impl FakeMemory {
     /// Device read of `buf.len()` bytes at `phys`. Returns false (and records a violation naming
     /// `what`) when the range is not inside one allocation; `buf` is then left untouched.
     pub fn read(&self, what: &str, phys: u64, buf: &mut [u8]) -> bool {
-        let mut inner = self.inner.lock();
-        match inner.translate(phys, buf.len()) {
-            Some(p) => {
-                for (i, b) in buf.iter_mut().enumerate() {
-                    // SAFETY: `translate` checked that `p..p+len` is inside a live allocation.
-                    *b = unsafe { p.add(i).read_volatile() };
-                }
-                true
-            }
-            None => {
-                let v = alloc::format!(
-                    "{what}: device read of {} bytes at {phys:#x} outside DMA memory",
-                    buf.len()
-                );
-                inner.violations.push(v);
-                false
-            }
-        }
+        self.try_read(phys, buf) || self.stray(what, "read", phys, buf.len())
     }
 
     /// Device write of `data` at `phys`. Returns false (and records a violation naming `what`)
     /// when the range is not inside one allocation; memory is then left untouched.
     pub fn write(&self, what: &str, phys: u64, data: &[u8]) -> bool {
-        let mut inner = self.inner.lock();
-        match inner.translate(phys, data.len()) {
-            Some(p) => {
-                for (i, b) in data.iter().enumerate() {
-                    // SAFETY: `translate` checked that `p..p+len` is inside a live allocation.
-                    unsafe { p.add(i).write_volatile(*b) };
-                }
+        self.try_write(phys, data) || self.stray(what, "write", phys, data.len())
+    }
+
+    /// As [`FakeMemory::read`], but a stray address is only reported by the `false`, not recorded:
+    /// for a fake device that keeps its own log of what its driver did wrong.
+    pub fn try_read(&self, phys: u64, buf: &mut [u8]) -> bool {
+        let inner = self.inner.lock();
+        let Some(p) = inner.translate(phys, buf.len()) else {
+            return false;
+        };
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: `translate` checked that `p..p+len` is inside a live allocation.
+            *b = unsafe { p.add(i).read_volatile() };
+        }
+        true
+    }
+
+    /// As [`FakeMemory::write`], but a stray address is only reported by the `false`, not recorded.
+    pub fn try_write(&self, phys: u64, data: &[u8]) -> bool {
+        let inner = self.inner.lock();
+        let Some(p) = inner.translate(phys, data.len()) else {
+            return false;
+        };
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: `translate` checked that `p..p+len` is inside a live allocation.
+            unsafe { p.add(i).write_volatile(*b) };
+        }
+        true
+    }
+
+    /// Device store of the 4-byte-aligned word at `phys` as one atomic access (Release: it
+    /// publishes the device's earlier writes to the driver, whose Acquire load of the same word
+    /// pairs with it), for words the driver polls atomically (producer indices, ring entries).
+    /// False, recording nothing and touching nothing, when the word is outside one allocation or
+    /// misaligned.
+    pub fn store_u32_atomic(&self, phys: u64, value: u32) -> bool {
+        let inner = self.inner.lock();
+        match inner.translate(phys, 4) {
+            Some(p) if (p as usize).is_multiple_of(4) => {
+                // SAFETY: in bounds of a live allocation and 4-byte aligned; the driver accesses
+                // this word only atomically, so no access races non-atomically with this one.
+                unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }.store(value, Ordering::Release);
                 true
             }
-            None => {
-                let v = alloc::format!(
-                    "{what}: device write of {} bytes at {phys:#x} outside DMA memory",
-                    data.len()
-                );
-                inner.violations.push(v);
-                false
-            }
+            _ => false,
         }
+    }
+
+    /// Device load of the 4-byte-aligned word at `phys` as one atomic access (Acquire: pairs with
+    /// the driver's Release store of the word, so what the driver wrote before it is visible).
+    /// None, recording nothing, when outside one allocation or misaligned.
+    pub fn load_u32_atomic(&self, phys: u64) -> Option<u32> {
+        let inner = self.inner.lock();
+        match inner.translate(phys, 4) {
+            Some(p) if (p as usize).is_multiple_of(4) => {
+                // SAFETY: in bounds and aligned, accessed atomically on both sides.
+                Some(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }.load(Ordering::Acquire))
+            }
+            _ => None,
+        }
+    }
+
+    /// Device store of the byte at `phys` as one atomic access (Release: publishes the device's
+    /// earlier writes, e.g. a frame's other status fields, to the driver's Acquire poll of this
+    /// byte). False, recording nothing, when outside every allocation.
+    pub fn store_u8_atomic(&self, phys: u64, value: u8) -> bool {
+        let inner = self.inner.lock();
+        let Some(p) = inner.translate(phys, 1) else {
+            return false;
+        };
+        // SAFETY: in bounds of a live allocation (any address is aligned for a byte); the driver
+        // accesses this byte only atomically.
+        unsafe { AtomicU8::from_ptr(p) }.store(value, Ordering::Release);
+        true
+    }
+
+    /// Records a stray device access; always false, the result of the access.
+    fn stray(&self, what: &str, access: &str, phys: u64, len: usize) -> bool {
+        let v = alloc::format!("{what}: device {access} of {len} bytes at {phys:#x} outside DMA memory");
+        self.inner.lock().violations.push(v);
+        false
     }
 
     /// Reads a little-endian `u32` (None after recording a violation).
@@ -243,6 +293,20 @@ mod tests {
         let v = mem.violations();
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].starts_with("overrun:"));
+        // The unrecorded and atomic accesses check the same bounds but leave the log alone.
+        assert!(!mem.try_write(r.phys + 61, &[0; 4]));
+        assert!(!mem.try_read(r.phys + 64, &mut [0; 1]));
+        assert!(mem.store_u32_atomic(r.phys + 4, 7));
+        assert_eq!(mem.load_u32_atomic(r.phys + 4), Some(7));
+        assert_eq!(mem.read_u32("t", r.phys + 4), Some(7));
+        assert!(!mem.store_u32_atomic(r.phys + 2, 7), "misaligned word");
+        assert_eq!(mem.load_u32_atomic(r.phys + 62), None, "word crossing the end");
+        assert!(mem.store_u8_atomic(r.phys + 63, 0x5A));
+        assert!(!mem.store_u8_atomic(r.phys + 64, 0x5A));
+        let mut b = [0u8; 1];
+        assert!(mem.try_read(r.phys + 63, &mut b));
+        assert_eq!(b, [0x5A]);
+        assert_eq!(mem.violations().len(), 2);
     }
 
     #[test]
