@@ -17,6 +17,7 @@ use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::ops::Range;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
@@ -252,6 +253,43 @@ impl FakeMemory {
     }
 }
 
+/// The little-endian `u16` at byte `offset` of a descriptor a fake device read (panics past the
+/// end: the fake reads whole descriptors, so that is a bug in the fake).
+pub fn le_u16(bytes: &[u8], offset: usize) -> u16 {
+    u16::from_le_bytes([bytes[offset], bytes[offset + 1]])
+}
+
+/// The little-endian `u32` at byte `offset` (panics past the end, as [`le_u16`]).
+pub fn le_u32(bytes: &[u8], offset: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_le_bytes(b)
+}
+
+/// The little-endian `u64` at byte `offset` (panics past the end, as [`le_u16`]).
+pub fn le_u64(bytes: &[u8], offset: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[offset..offset + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// How a `len`-byte transfer lies over a scatter/gather list of `(bus address, length)` segments:
+/// each segment's address with the range of the transfer it carries, in order, stopping once
+/// `len` bytes are placed (the last piece is cut short; segments past it are not visited). A
+/// list shorter than `len` simply places fewer bytes: the caller sees it in the last range's end.
+pub fn sgl_pieces(sgl: &[(u64, u32)], len: usize) -> impl Iterator<Item = (u64, Range<usize>)> + '_ {
+    let mut placed = 0usize;
+    sgl.iter().map_while(move |&(addr, seg_len)| {
+        if placed >= len {
+            return None;
+        }
+        let n = (seg_len as usize).min(len - placed);
+        let piece = placed..placed + n;
+        placed += n;
+        Some((addr, piece))
+    })
+}
+
 /// [`Dma`] over a [`FakeMemory`].
 #[derive(Clone)]
 pub struct FakeDma(Arc<FakeMemory>);
@@ -307,6 +345,20 @@ mod tests {
         assert!(mem.try_read(r.phys + 63, &mut b));
         assert_eq!(b, [0x5A]);
         assert_eq!(mem.violations().len(), 2);
+    }
+
+    #[test]
+    fn le_fields_and_sgl_pieces() {
+        let b = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09];
+        assert_eq!(le_u16(&b, 1), 0x0302);
+        assert_eq!(le_u32(&b, 5), 0x0908_0706);
+        assert_eq!(le_u64(&b, 1), 0x0908_0706_0504_0302);
+        let sgl = [(0x1000, 4), (0x2000, 0), (0x3000, 8), (0x4000, 8)];
+        let pieces: Vec<_> = sgl_pieces(&sgl, 10).collect();
+        assert_eq!(pieces, [(0x1000, 0..4), (0x2000, 4..4), (0x3000, 4..10)]);
+        let short: Vec<_> = sgl_pieces(&sgl[..1], 10).collect();
+        assert_eq!(short, [(0x1000, 0..4)]);
+        assert_eq!(sgl_pieces(&sgl, 0).count(), 0);
     }
 
     #[test]

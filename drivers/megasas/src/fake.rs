@@ -27,7 +27,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 pub use devhal::fake::FakeDma;
-use devhal::fake::FakeMemory;
+use devhal::fake::{FakeMemory, le_u16, le_u32, le_u64, sgl_pieces};
 use spin::Mutex;
 
 use crate::{Delay, FwState, Mmio, Model, Segment};
@@ -289,16 +289,6 @@ pub struct FakeDevice {
 }
 
 const SEQ_MAGIC: [u32; 6] = [0x0, 0x4, 0xB, 0x2, 0x7, 0xD];
-
-fn le_u16(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn le_u32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
-}
-fn le_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
-}
 
 impl FakeDevice {
     /// Creates the fake in the state QEMU shows at power-on (after `config.boot`): READY, masked.
@@ -1065,29 +1055,21 @@ impl FakeDevice {
     }
 
     fn scatter(&self, inner: &mut Inner, data: &[u8], sgl: &[(u64, u32)]) -> bool {
-        let mut off = 0usize;
-        for &(addr, len) in sgl {
-            if off >= data.len() {
-                break;
-            }
-            let n = (len as usize).min(data.len() - off);
+        for (addr, piece) in sgl_pieces(sgl, data.len()) {
+            let n = piece.len();
             self.check_retired(inner, addr, n, "data");
-            if !self.write_mem(addr, &data[off..off + n]) {
+            if !self.write_mem(addr, &data[piece]) {
                 Self::violation(inner, format!("data segment 0x{addr:X}+{n} outside DMA memory"));
                 return false;
             }
-            off += n;
         }
         true
     }
 
     fn gather(&self, inner: &mut Inner, len: usize, sgl: &[(u64, u32)]) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity(len);
-        for &(addr, seg) in sgl {
-            if out.len() >= len {
-                break;
-            }
-            let n = (seg as usize).min(len - out.len());
+        for (addr, piece) in sgl_pieces(sgl, len) {
+            let n = piece.len();
             let Some(d) = self.read_mem(addr, n) else {
                 Self::violation(inner, format!("data segment 0x{addr:X}+{n} outside DMA memory"));
                 return None;
