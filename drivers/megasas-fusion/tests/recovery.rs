@@ -165,7 +165,7 @@ fn an_unresettable_fault_stops_the_adapter_and_fails_everything() {
         op: IoOp::Read,
         lba: 0,
         blocks: 1,
-        segments: &segs,
+        sgl: &segs,
     };
     assert_eq!(w.ctrl.submit(0, 0, &req, 0), Err(Error::Dead));
 }

@@ -41,12 +41,13 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status,
-    TimedOutRq, TimeoutAction,
+    CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
+    TimeoutAction,
 };
 
 use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
 use crate::frame::Segment;
+use crate::host_common::{drive_sectors, queues_per_drive};
 use crate::status::{IoErrorKind, IoStatus};
 use crate::{Delay, Dma, Error, Mmio, Model};
 
@@ -61,19 +62,7 @@ const RESET_ATTEMPTS: u32 = 3;
 /// Interval of the fault summary line.
 const FAULT_SUMMARY_NS: u64 = 1_000_000_000;
 
-/// Packs the identity of a block-layer request into a controller cookie.
-pub const fn pack_cookie(drive: u16, hwq: u16, token: IssueToken) -> u64 {
-    ((drive as u64) << 48) | ((hwq as u64) << 32) | token.to_bits() as u64
-}
-
-/// The inverse of [`pack_cookie`]: (drive, hwq, token).
-pub const fn unpack_cookie(cookie: u64) -> (u16, u16, IssueToken) {
-    (
-        (cookie >> 48) as u16,
-        (cookie >> 32) as u16,
-        IssueToken::from_bits(cookie as u32),
-    )
-}
+pub use crate::host_common::{pack_cookie, unpack_cookie};
 
 /// What the kernel decides for a controller.
 #[derive(Clone, Debug)]
@@ -296,8 +285,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let mut drives = Vec::with_capacity(found.len());
         let mut configs = Vec::with_capacity(found.len());
         for d in &found {
-            let scale = d.block_size / 512;
-            let capacity_sectors = d.blocks.checked_mul(u64::from(scale)).ok_or(Error::MalformedReply {
+            let (scale, capacity_sectors) = drive_sectors(d.blocks, d.block_size).ok_or(Error::MalformedReply {
                 what: "drive capacity",
                 value: d.blocks,
                 expected: "a capacity below 2^64 bytes",
@@ -311,7 +299,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = cfg.cpu_map.clone();
-            configs.push((qc, d.target, scale));
+            configs.push((qc, (d.target, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
@@ -323,23 +311,17 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let platform_for_queues = platform.clone();
         let mut error = None;
         let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, D, T>>| {
-            let mut queues = Vec::with_capacity(configs.len());
-            for (index, (qc, target, scale)) in configs.into_iter().enumerate() {
-                let driver = DriveDriver {
-                    core: core.clone(),
-                    host: weak.clone(),
-                    index: index as u16,
-                    target,
-                    scale,
-                };
-                match Queue::new(qc, driver, platform_for_queues.clone()) {
-                    Ok(q) => queues.push(q),
-                    Err(e) => {
-                        error = Some(e);
-                        break;
-                    }
-                }
-            }
+            let queues = queues_per_drive(configs, &platform_for_queues, |index, (target, scale)| DriveDriver {
+                core: core.clone(),
+                host: weak.clone(),
+                index,
+                target,
+                scale,
+            })
+            .unwrap_or_else(|e| {
+                error = Some(e);
+                Vec::new()
+            });
             HostInner {
                 core: core.clone(),
                 platform,

@@ -21,6 +21,7 @@ pub mod dcmd;
 mod error;
 mod frame;
 mod gate;
+pub mod host_common;
 pub mod model;
 mod options;
 pub mod regs;

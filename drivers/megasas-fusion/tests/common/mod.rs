@@ -151,7 +151,7 @@ impl Workload {
             op,
             lba,
             blocks,
-            segments: &segs,
+            sgl: &segs,
         };
         let cookie = (u64::from(tag) << 32) | (self.seq & 0xFFFF_FFFF);
         self.ctrl.submit(tag, queue, &req, cookie)?;
