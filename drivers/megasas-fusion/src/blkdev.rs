@@ -34,7 +34,7 @@ use blk::{
     TimeoutAction,
 };
 use devhal::{Delay, Dma, Mmio};
-use megasas::host_common::{drive_sectors, queues_per_drive};
+use megasas::host_common::{drive_sectors, host_with_drive_queues};
 
 use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
 use crate::diag::Report;
@@ -217,32 +217,27 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             resets: AtomicU64::new(0),
             failed_by_reset: AtomicU64::new(0),
         });
-        let mut error = None;
-        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, T>>| {
-            let queues = queues_per_drive(configs, &platform, |index, (target, scale)| DriveDriver {
+        let inner = host_with_drive_queues(
+            configs,
+            &platform,
+            |weak: &Weak<HostInner<M, T>>, index, (target, scale)| DriveDriver {
                 core: core.clone(),
                 host: weak.clone(),
                 index,
                 target,
                 scale,
-            })
-            .unwrap_or_else(|e| {
-                error = Some(e);
-                Vec::new()
-            });
-            HostInner {
+            },
+            |queues| HostInner {
                 core: core.clone(),
                 drives,
                 queues,
                 cpu_map: map,
-            }
-        });
-        if error.is_some() {
-            return Err(Error::BadConfig {
-                what: "block queue",
-                expected: "a configuration blk accepts",
-            });
-        }
+            },
+        )
+        .map_err(|_| Error::BadConfig {
+            what: "block queue",
+            expected: "a configuration blk accepts",
+        })?;
         Ok(Self(inner))
     }
 

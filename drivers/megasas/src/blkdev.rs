@@ -47,7 +47,7 @@ use blk::{
 
 use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
 use crate::frame::Segment;
-use crate::host_common::{drive_sectors, queues_per_drive};
+use crate::host_common::{drive_sectors, host_with_drive_queues};
 use crate::status::{IoErrorKind, IoStatus};
 use crate::{Delay, Dma, Error, Mmio, Model};
 
@@ -309,30 +309,25 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             });
         }
         let platform_for_queues = platform.clone();
-        let mut error = None;
-        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, D, T>>| {
-            let queues = queues_per_drive(configs, &platform_for_queues, |index, (target, scale)| DriveDriver {
+        let inner = host_with_drive_queues(
+            configs,
+            &platform_for_queues,
+            |weak: &Weak<HostInner<M, D, T>>, index, (target, scale)| DriveDriver {
                 core: core.clone(),
                 host: weak.clone(),
                 index,
                 target,
                 scale,
-            })
-            .unwrap_or_else(|e| {
-                error = Some(e);
-                Vec::new()
-            });
-            HostInner {
+            },
+            |queues| HostInner {
                 core: core.clone(),
                 platform,
                 drives,
                 queues: queues.into_boxed_slice(),
                 irq_budget: cfg.irq_budget.max(1),
-            }
-        });
-        if let Some(e) = error {
-            return Err(Error::BlockLayer(e));
-        }
+            },
+        )
+        .map_err(Error::BlockLayer)?;
         Ok(Self(inner))
     }
 

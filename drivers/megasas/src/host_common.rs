@@ -3,7 +3,7 @@
 //! carry in the controller cookie, the logical-drive request they hand their controller
 //! ([`IoRequest`]), a drive's size in 512-byte sectors, and one `blk::Queue` per drive.
 
-use alloc::sync::Arc;
+use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
 use blk::{BlkError, Driver, IssueToken, Platform, Queue, QueueConfig};
@@ -61,19 +61,37 @@ pub fn drive_sectors(blocks: u64, block_size: u32) -> Option<(u32, u64)> {
     Some((scale, blocks.checked_mul(u64::from(scale))?))
 }
 
-/// One queue per drive, in drive order: `driver(index, facts)` makes drive `index`'s driver from
-/// what the caller kept about it. Stops at the first configuration the block layer refuses.
-pub fn queues_per_drive<D: Driver, F>(
+/// The host `H` of a controller's drives, built around one queue per drive: `driver(host,
+/// index, facts)` makes drive `index`'s driver (in drive order) from what the caller kept about
+/// it, with a weak handle to the host being built (a driver delivers other drives' completions
+/// through it); `host(queues)` then makes the host. Fails with the first configuration the block
+/// layer refuses (the half-built host is dropped).
+pub fn host_with_drive_queues<H, D: Driver, F>(
     configs: Vec<(QueueConfig, F)>,
     platform: &Arc<dyn Platform>,
-    mut driver: impl FnMut(u16, F) -> D,
-) -> Result<Vec<Queue<D>>, BlkError> {
-    let mut queues = Vec::with_capacity(configs.len());
-    for (index, (qc, facts)) in configs.into_iter().enumerate() {
-        // Drive counts come from a 256-entry LD list, so the index fits.
-        queues.push(Queue::new(qc, driver(index as u16, facts), platform.clone())?);
+    mut driver: impl FnMut(&Weak<H>, u16, F) -> D,
+    host: impl FnOnce(Vec<Queue<D>>) -> H,
+) -> Result<Arc<H>, BlkError> {
+    let mut error = None;
+    let built = Arc::new_cyclic(|weak| {
+        let mut queues = Vec::with_capacity(configs.len());
+        for (index, (qc, facts)) in configs.into_iter().enumerate() {
+            // Drive counts come from a 256-entry LD list, so the index fits.
+            match Queue::new(qc, driver(weak, index as u16, facts), platform.clone()) {
+                Ok(q) => queues.push(q),
+                Err(e) => {
+                    error = Some(e);
+                    queues.clear();
+                    break;
+                }
+            }
+        }
+        host(queues)
+    });
+    match error {
+        Some(e) => Err(e),
+        None => Ok(built),
     }
-    Ok(queues)
 }
 
 #[cfg(test)]
