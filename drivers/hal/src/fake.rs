@@ -135,6 +135,30 @@ impl FakeMemory {
         self.try_write(phys, data) || self.stray(what, "write", phys, data.len())
     }
 
+    /// A device data transfer between `medium` (the backing bytes of a disk, from the transfer's
+    /// first byte) and memory, over `runs` of (bus address, bytes) that cover `medium` in order: a
+    /// write command reads memory into `medium` (`"write data"`), a read command writes `medium`
+    /// to memory (`"read data"`). Stops at the first run outside DMA memory, as a device aborts
+    /// a transfer on a DMA error: false, with the violation recorded and later runs untouched.
+    ///
+    /// Panics when the runs cover more than `medium` (a bug in the fake, which sizes `medium`).
+    pub fn transfer(&self, write: bool, runs: impl IntoIterator<Item = (u64, usize)>, medium: &mut [u8]) -> bool {
+        let mut done = 0usize;
+        for (addr, len) in runs {
+            let bytes = &mut medium[done..done + len];
+            let ok = if write {
+                self.read("write data", addr, bytes)
+            } else {
+                self.write("read data", addr, bytes)
+            };
+            if !ok {
+                return false;
+            }
+            done += len;
+        }
+        true
+    }
+
     /// As [`FakeMemory::read`], but a stray address is only reported by the `false`, not recorded:
     /// for a fake device that keeps its own log of what its driver did wrong.
     pub fn try_read(&self, phys: u64, buf: &mut [u8]) -> bool {
@@ -345,6 +369,31 @@ mod tests {
         assert!(mem.try_read(r.phys + 63, &mut b));
         assert_eq!(b, [0x5A]);
         assert_eq!(mem.violations().len(), 2);
+    }
+
+    #[test]
+    fn transfer_moves_runs_in_order_and_stops_at_a_stray_run() {
+        let mem = FakeMemory::new(0x1000);
+        let a = mem.alloc_zeroed(8, 8).unwrap();
+        let b = mem.alloc_zeroed(8, 8).unwrap();
+        let mut disk = [1, 2, 3, 4, 5, 6];
+        assert!(mem.transfer(false, [(b.phys + 4, 2), (a.phys, 4)], &mut disk));
+        let mut seen = [0u8; 8];
+        assert!(mem.read("t", a.phys, &mut seen));
+        assert_eq!(seen, [3, 4, 5, 6, 0, 0, 0, 0]);
+        assert!(mem.read("t", b.phys, &mut seen));
+        assert_eq!(seen, [0, 0, 0, 0, 1, 2, 0, 0]);
+        assert!(mem.write("t", a.phys, &[9; 8]));
+        let mut back = [0u8; 6];
+        assert!(!mem.transfer(true, [(a.phys, 2), (a.phys + 7, 2), (a.phys, 2)], &mut back));
+        assert_eq!(
+            back,
+            [9, 9, 0, 0, 0, 0],
+            "the stray run and the ones after it are not moved"
+        );
+        let v = mem.violations();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].starts_with("write data:"), "{v:?}");
     }
 
     #[test]

@@ -1520,18 +1520,11 @@ impl State {
                     status = (0x2D, 0x02, Some((0x5, 0x21, 0x00)));
                     moved = 0;
                 } else {
-                    let mut off = (lba * bs) as usize;
-                    for &(addr, len) in &c.sgl {
-                        let range = off..off + len as usize;
-                        if write {
-                            let mut buf = vec![0u8; len as usize];
-                            mem.read("write data", addr, &mut buf);
-                            self.lds[i].data[range].copy_from_slice(&buf);
-                        } else {
-                            mem.write("read data", addr, &self.lds[i].data[range]);
-                        }
-                        off += len as usize;
-                    }
+                    let start = (lba * bs) as usize;
+                    let len: usize = c.sgl.iter().map(|&(_, n)| n as usize).sum();
+                    let runs = c.sgl.iter().map(|&(addr, n)| (addr, n as usize));
+                    // A stray segment is recorded by the memory; the command still completes.
+                    mem.transfer(write, runs, &mut self.lds[i].data[start..start + len]);
                 }
             }
             (Some(i), LdKind::ReadCapacity16, _) => {
