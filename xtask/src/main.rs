@@ -6,6 +6,7 @@
 //! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list]
 //! cargo xtask test                                   every check CI runs
 //! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! ```
 
@@ -14,6 +15,7 @@
 mod bench;
 mod elfcheck;
 mod fuzz;
+mod lab;
 mod nbd;
 mod qemu;
 mod runner;
@@ -54,6 +56,9 @@ commands:
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
+  lab [options]                   the seeds' experiments (quiesce designs x CPUs x depth, completion
+                                  policies) per device; table, CSV and plots in target/lab/
+      --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see README, The lab)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
 ";
 
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         "test" => cmd_test(rest),
         "image" => cmd_image(rest).map(|_| true),
         "bench" => bench::cmd_bench(rest),
+        "lab" => lab::cmd_lab(rest),
         "fuzz" => fuzz::cmd_fuzz(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

@@ -15,7 +15,7 @@
 
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use blk::{
     BlkError, CompletionPolicy, Driver, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
@@ -24,7 +24,7 @@ use blk::{
 use spin::Mutex;
 
 use crate::cmd::Sqe;
-use crate::controller::{PostError, TimeoutVerdict};
+use crate::controller::{PostError, ResetOutcome, TimeoutVerdict};
 use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
 
 /// The block layer's issue/complete calls, in one place so that an API change touches only this.
@@ -46,6 +46,18 @@ mod glue {
         status: Status,
     ) -> Result<(), BlkError> {
         queue.complete(cpu, hwq, IssueToken::new(tag, generation), status)
+    }
+
+    /// Hands issue `generation` of `tag` back to be dispatched again (new generation, fresh
+    /// deadline).
+    pub fn requeue<D: Driver>(
+        queue: &Queue<D>,
+        cpu: usize,
+        hwq: usize,
+        tag: u32,
+        generation: u16,
+    ) -> Result<(), BlkError> {
+        queue.requeue(cpu, hwq, IssueToken::new(tag, generation))
     }
 
     /// The generation of the issue that timed out.
@@ -126,9 +138,20 @@ struct HostInner<M: SyncMmio, D: SyncDma, T: SyncDelay> {
     refused_by_blk: AtomicU64,
     rejected: AtomicU64,
     io_errors_logged: AtomicU64,
-    /// (hwq, slot, generation) failed by a reset, waiting for a context with a CPU number.
-    pending_failures: Mutex<Vec<(usize, u16, u16)>>,
+    /// (hwq, slot, generation, status) failed by a reset, waiting for a context with a CPU
+    /// number: `Timeout` for the reset's culprit, `IoError` for the rest.
+    pending_failures: Mutex<Vec<(usize, u16, u16, Status)>>,
+    /// (hwq, slot, generation) a reset handed back, to requeue through blk once no driver or
+    /// blk lock is held (requeue may dispatch, i.e. call `queue_rq`, at once).
+    pending_requeues: Mutex<Vec<(usize, u16, u16)>>,
     has_pending: AtomicBool,
+    /// Held by the CPU running the timeout scans of this controller's queues (one at a time:
+    /// another CPU's tick skips the scan; the periodic tick comes again).
+    scan: Mutex<()>,
+    /// The CPU holding `scan` (`usize::MAX`: none), so that a timeout handler, which blk calls
+    /// without a CPU number, can requeue what its reset handed back at once, before the scan
+    /// reaches those requests and finds their pre-reset deadlines passed.
+    scan_cpu: AtomicUsize,
     /// Per hardware queue: a drain stopped at its budget with entries left. The device does not
     /// signal again for entries already posted, so the tick drains these.
     leftover: Vec<AtomicBool>,
@@ -212,7 +235,10 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 rejected: AtomicU64::new(0),
                 io_errors_logged: AtomicU64::new(0),
                 pending_failures: Mutex::new(Vec::new()),
+                pending_requeues: Mutex::new(Vec::new()),
                 has_pending: AtomicBool::new(false),
+                scan: Mutex::new(()),
+                scan_cpu: AtomicUsize::new(usize::MAX),
                 leftover: (0..plan.nr_io_queues()).map(|_| AtomicBool::new(false)).collect(),
             }
         });
@@ -265,11 +291,23 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
             }
         }
         let mut expired = 0;
-        for q in &self.inner.queues {
-            expired += q.tick(cpu)?;
+        let mut result = Ok(());
+        if let Some(_scan) = self.inner.scan.try_lock() {
+            // Relaxed: read back only by timeout handlers this CPU runs inside `q.tick`.
+            self.inner.scan_cpu.store(cpu, Ordering::Relaxed);
+            for q in &self.inner.queues {
+                match q.tick(cpu) {
+                    Ok(n) => expired += n,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            self.inner.scan_cpu.store(usize::MAX, Ordering::Relaxed);
         }
         self.inner.deliver_pending(cpu);
-        Ok(expired)
+        result.map(|()| expired)
     }
 
     /// Resets the controller now (e.g. the kernel saw CSTS.CFS): every command in flight is
@@ -277,7 +315,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
     /// (re-issued, failed, whether the controller came back).
     pub fn reset(&self, cpu: usize) -> (usize, usize, bool) {
         let outcome = self.inner.ctrl.reset(None);
-        self.inner.defer_failures(&outcome.failed, (usize::MAX, 0));
+        self.inner.defer_outcome(&outcome, (usize::MAX, 0));
         self.inner.deliver_pending(cpu);
         (outcome.reissued, outcome.failed.len(), outcome.ok)
     }
@@ -353,14 +391,31 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
         }
     }
 
-    fn defer_failures(&self, failed: &[(usize, u16, u16)], culprit: (usize, u16)) {
-        let mut p = self.pending_failures.lock();
-        for &(h, s, g) in failed {
-            if (h, s) != culprit {
-                p.push((h, s, g));
+    /// Queues what a reset did for delivery: the failures (except `trigger`, which its timeout
+    /// handler ends) and the requeues; neither may run under the reset's locks.
+    fn defer_outcome(&self, outcome: &ResetOutcome, trigger: (usize, u16)) {
+        let any = {
+            let mut p = self.pending_failures.lock();
+            for &(h, s, g) in &outcome.failed {
+                if (h, s) == trigger {
+                    continue;
+                }
+                let status = if outcome.culprit == Some((h, s, g)) {
+                    Status::Timeout
+                } else {
+                    Status::IoError
+                };
+                p.push((h, s, g, status));
             }
-        }
-        if !p.is_empty() {
+            !p.is_empty()
+        };
+        let any = {
+            let mut r = self.pending_requeues.lock();
+            r.extend_from_slice(&outcome.handed_back);
+            any || !r.is_empty()
+        };
+        if any {
+            // Release pairs with the Acquire in `deliver_pending`: the lists are filled first.
             self.has_pending.store(true, Ordering::Release);
         }
     }
@@ -369,14 +424,27 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
         if !self.has_pending.load(Ordering::Acquire) {
             return;
         }
-        let list = {
-            let mut p = self.pending_failures.lock();
-            self.has_pending.store(false, Ordering::Relaxed);
-            core::mem::take(&mut *p)
-        };
-        for (hwq, slot, generation) in list {
-            self.failed_by_recovery.fetch_add(1, Ordering::Relaxed);
-            self.deliver(cpu, hwq, slot, generation, Status::IoError);
+        self.has_pending.store(false, Ordering::Relaxed);
+        let failures = core::mem::take(&mut *self.pending_failures.lock());
+        let requeues = core::mem::take(&mut *self.pending_requeues.lock());
+        for (hwq, slot, generation, status) in failures {
+            if status == Status::IoError {
+                self.failed_by_recovery.fetch_add(1, Ordering::Relaxed);
+            }
+            self.deliver(cpu, hwq, slot, generation, status);
+        }
+        for (hwq, slot, generation) in requeues {
+            let ns = usize::from(slot) / self.depth as usize;
+            let tag = u32::from(slot) % self.depth;
+            let requeued = self
+                .queues
+                .get(ns)
+                .is_some_and(|q| glue::requeue(q, cpu, hwq, tag, generation).is_ok());
+            if !requeued {
+                // It ended some other way (its own timeout verdict): nothing to re-issue.
+                self.refused_by_blk.fetch_add(1, Ordering::Relaxed);
+                self.ctrl.forget_handed_back(hwq, slot);
+            }
         }
     }
 }
@@ -471,7 +539,14 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
         let generation = glue::timed_out_generation(rq);
         let (verdict, outcome) = self.ctrl.timeout(hwq, slot, generation);
         if let (Some(outcome), Some(host)) = (outcome, self.host.upgrade()) {
-            host.defer_failures(&outcome.failed, (hwq, slot));
+            host.defer_outcome(&outcome, (hwq, slot));
+            // Requeue the handed-back requests now (fresh deadlines) rather than after the
+            // scan, which would otherwise find their old deadlines passed and time them out.
+            // Without a known CPU (blk's tick called directly), `Host::tick` delivers them.
+            let cpu = host.scan_cpu.load(Ordering::Relaxed);
+            if cpu != usize::MAX {
+                host.deliver_pending(cpu);
+            }
         }
         match verdict {
             TimeoutVerdict::Wait => TimeoutAction::ResetTimer,

@@ -170,10 +170,18 @@ struct CmdSlot {
     sqe: Sqe,
     /// Re-posts after errors without DNR.
     retries: u8,
-    /// Re-posted once by a controller reset already.
+    /// This use of the slot is a request a controller reset handed back to the block layer
+    /// (which dispatched it again): the next reset fails it instead of handing it back again.
     reissued_by_reset: bool,
+    /// A reset handed this command back (not outstanding; blk requeues it with a fresh
+    /// deadline). The next `post` of the slot is that request again and inherits
+    /// `reissued_by_reset`; cleared by [`Controller::forget_handed_back`] if blk refuses.
+    handed_back: bool,
     /// 0: not timed out; 1: abort sent.
     timeout_stage: u8,
+    /// Order of posting (the controller's command count when this request was posted; error
+    /// retries keep it): the reset picks the oldest aborted command as the one to fail.
+    posted_seq: u64,
 }
 
 struct SqState {
@@ -272,8 +280,15 @@ pub enum TimeoutVerdict {
 pub struct ResetOutcome {
     /// (hardware queue, command slot, generation) of commands failed by the reset.
     pub failed: Vec<(usize, u16, u16)>,
-    /// Commands re-posted on the new queues.
+    /// (hardware queue, command slot, generation) of commands handed back for re-issue: the
+    /// caller requeues each through the block layer (`Queue::requeue`), which dispatches it
+    /// again with a new generation and a fresh deadline.
+    pub handed_back: Vec<(usize, u16, u16)>,
+    /// Commands handed back (`handed_back.len()`).
     pub reissued: usize,
+    /// The command the reset failed as the timed-out one (hardware queue, slot, generation):
+    /// of the commands already aborted once, the one posted first (see [`Controller::reset`]).
+    pub culprit: Option<(usize, u16, u16)>,
     /// Whether the controller came back.
     pub ok: bool,
 }
@@ -864,17 +879,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Err(PostError::Busy);
         }
         let generation = issue();
+        let posted_seq = bump(&self.counters.commands);
         sq.slots[index] = CmdSlot {
             outstanding: true,
             cid,
             generation,
             sqe,
             retries: 0,
-            reissued_by_reset: false,
+            reissued_by_reset: sq.slots[index].handed_back,
+            handed_back: false,
             timeout_stage: 0,
+            posted_seq,
         };
         push_sqe(&mut sq, q.entries, &sqe);
-        bump(&self.counters.commands);
         if defer_doorbell {
             sq.doorbell_pending = true;
         } else {
@@ -1052,7 +1069,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// does abort completes the command with Abort Requested through its CQ). Second time, or
     /// when the Abort itself fails or CSTS shows a fatal state: resets the controller, after which
     /// the device no longer owns the command. Returns the verdict and, after a reset, what the
-    /// reset did with the other commands in flight (the caller fails those it lists).
+    /// reset did with the other commands in flight (the caller fails or requeues those it
+    /// lists); the verdict is `Failed` only if the reset failed this command.
     pub(crate) fn timeout(&self, hwq: usize, slot: u16, generation: u16) -> (TimeoutVerdict, Option<ResetOutcome>) {
         let Some(q) = self.queue(hwq) else {
             return (TimeoutVerdict::Wait, None);
@@ -1094,7 +1112,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
         }
         let outcome = self.reset(Some((hwq, slot)));
-        if outcome.ok || outcome.failed.iter().any(|&(h, s, _)| h == hwq && s == slot) {
+        // Failed only if this reset failed this command: it may have picked an older aborted
+        // command as the culprit and handed this one back (blk requeues it: the handler waits),
+        // and another CPU's reset may have handed it back before this one.
+        if outcome.failed.iter().any(|&(h, s, _)| h == hwq && s == slot) {
             (TimeoutVerdict::Failed, Some(outcome))
         } else {
             (TimeoutVerdict::Wait, Some(outcome))
@@ -1103,11 +1124,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Controller reset: CC.EN = 0, wait RDY = 0 (the device gives up every command), zero all
     /// queue memory, re-create the admin queue and the I/O queues. Every command in flight is
-    /// re-posted once on the new queues, except `culprit` and commands a reset already
-    /// re-posted, which are returned in `failed`. When the controller does not come back it is
-    /// marked failed; then every command is returned failed if the disable worked (the device
-    /// let go), and kept (never handed back) if even the disable failed.
-    pub(crate) fn reset(&self, culprit: Option<(usize, u16)>) -> ResetOutcome {
+    /// handed back (`handed_back`: the caller requeues it through blk), except the culprit and
+    /// commands a reset already handed back once, which are returned in `failed`.
+    ///
+    /// `trigger` is the timed-out command whose second expiry asked for the reset. The culprit
+    /// is, of every command already aborted once (the trigger included), the one posted first:
+    /// when one command holds up the device (a backend answering one read late), those posted
+    /// after it often wait behind it and reach their second expiry in the same scan, and the
+    /// scan's order says nothing about which one is stuck.
+    ///
+    /// When the controller does not come back it is marked failed; then every command is
+    /// returned failed if the disable worked (the device let go), and kept (never handed back)
+    /// if even the disable failed.
+    pub(crate) fn reset(&self, trigger: Option<(usize, u16)>) -> ResetOutcome {
         let _serial = self.reset_lock.lock();
         self.state.store(STATE_RESETTING, Ordering::Release);
         bump(&self.counters.resets);
@@ -1115,6 +1144,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let mut sqs: Vec<_> = self.io.iter().map(|q| q.sq.lock()).collect();
         let mut cqs: Vec<_> = self.io.iter().map(|q| q.cq.lock()).collect();
         let mut outcome = ResetOutcome::default();
+        // No SQ doorbell can be rung now (we hold every SQ lock). One admin round trip before
+        // the disable makes the controller act on the doorbells already rung: QEMU 7.2 fetches
+        // SQ entries later, in its main loop, and entries it fetches while the disable drains
+        // the backend are parked by the drain and completed after the queues were freed (QEMU
+        // segfaulted in the held-read scenario). Harmless elsewhere; skipped when the
+        // controller is already broken.
+        let csts = self.csts();
+        if !(csts.gone() || csts.fatal()) {
+            a.buf.zero();
+            let phys = a.buf.phys();
+            if let Err(e) = self.admin_cmd(&mut a, Sqe::identify(0, cns::CONTROLLER, 0, phys)) {
+                log::warn!("nvme: reset: admin round trip before the disable failed ({e})");
+            }
+        }
         if let Err(e) = self.disable() {
             log::error!("nvme: reset: disable failed ({e}); commands stay with the device");
             bump(&self.counters.resets_failed);
@@ -1146,40 +1189,50 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             })
             .and_then(|()| self.create_queues_on_device(&mut a));
         outcome.ok = back.is_ok();
+        let culprit = trigger.and_then(|_| {
+            let mut oldest: Option<(u64, usize, u16)> = None;
+            for (hwq, sq) in sqs.iter().enumerate() {
+                for (cid, s) in sq.slots.iter().enumerate() {
+                    if s.outstanding && s.timeout_stage > 0 && oldest.is_none_or(|(seq, _, _)| s.posted_seq < seq) {
+                        oldest = Some((s.posted_seq, hwq, cid as u16));
+                    }
+                }
+            }
+            oldest.map(|(_, hwq, cid)| (hwq, cid)).or(trigger)
+        });
         if let Err(e) = &back {
             log::error!("nvme: reset: controller did not come back ({e}); failing every command");
             bump(&self.counters.resets_failed);
         }
+        // Nothing is re-posted here: a command handed back goes through the block layer again
+        // (`Queue::requeue`, done by the caller once no lock is held), which gives it a new
+        // generation and a fresh deadline, and the driver a fresh slot state (timeout stage 0).
+        // Re-posting it here would keep the deadline it had before the reset, which may have
+        // passed during the reset: it would be aborted at once and a second reset would fail
+        // it and every other re-posted command.
         for (hwq, sq) in sqs.iter_mut().enumerate() {
-            let q = &self.io[hwq];
             for cid in 0..sq.slots.len() {
                 let slot = sq.slots[cid];
                 if !slot.outstanding {
                     continue;
                 }
                 let is_culprit = culprit == Some((hwq, cid as u16));
+                let s = &mut sq.slots[cid];
+                s.outstanding = false;
+                if is_culprit {
+                    outcome.culprit = Some((hwq, cid as u16, slot.generation));
+                }
                 if !outcome.ok || is_culprit || slot.reissued_by_reset {
-                    sq.slots[cid].outstanding = false;
                     outcome.failed.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_failed);
                 } else {
-                    let fresh = self.next_cid(slot.cid, cid as u16);
-                    let s = &mut sq.slots[cid];
-                    s.reissued_by_reset = true;
-                    s.timeout_stage = 0;
-                    s.cid = fresh;
-                    s.sqe.set_cid(fresh);
-                    let sqe = s.sqe;
-                    push_sqe(sq, q.entries, &sqe);
-                    outcome.reissued += 1;
+                    s.handed_back = true;
+                    outcome.handed_back.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_reissued);
                 }
             }
-            if outcome.ok && sq.tail != 0 {
-                fence(Ordering::Release);
-                self.mmio.write32(q.sq_doorbell, sq.tail);
-            }
         }
+        outcome.reissued = outcome.handed_back.len();
         self.state
             .store(if outcome.ok { STATE_LIVE } else { STATE_FAILED }, Ordering::Release);
         log::warn!(
@@ -1191,6 +1244,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         drop(cqs);
         drop(sqs);
         outcome
+    }
+
+    /// The block layer refused to requeue a command a reset handed back (it had ended some
+    /// other way): the next use of the slot is a new request, not a re-issue.
+    pub(crate) fn forget_handed_back(&self, hwq: usize, slot: u16) {
+        if let Some(q) = self.queue(hwq) {
+            let mut sq = q.sq.lock();
+            if let Some(s) = sq.slots.get_mut(usize::from(slot))
+                && !s.outstanding
+            {
+                s.handed_back = false;
+            }
+        }
     }
 
     /// Normal shutdown (CC.SHN = 01b; never together with EN = 0), waiting up to CAP.TO for

@@ -69,7 +69,8 @@ counters! {
     stale_completions,
     /// Lock acquisitions on the hot path (`run_hw_queue`). Zero with `QuiesceCheck::LockFree`.
     hot_path_locks,
-    /// `QuiesceCheck::Sleeping`: acquisitions that found the queue lock taken.
+    /// `QuiesceCheck::Locked` and `Sleeping`: hot-path acquisitions that found the queue lock
+    /// taken (the spinning lock spun, the sleeping one went to its slow path).
     lock_contended,
     /// `QuiesceCheck::Sleeping`: times a CPU parked waiting for the queue lock (each one a
     /// wake-up plus a charged reschedule).

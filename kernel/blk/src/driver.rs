@@ -36,6 +36,81 @@ pub trait Platform: Send + Sync {
     fn wake(&self, cpu: usize) {
         let _ = cpu;
     }
+
+    /// Stage tracing (see [`Stage`]): request `request` (the queue's slot index: tag plus tag
+    /// set times depth, stable while the request lives) reached `stage` on CPU `cpu`. Called
+    /// only while [`Queue::set_stage_trace`] is on, from any context; it must be cheap and must
+    /// not block. The default does nothing.
+    fn stage(&self, cpu: usize, request: u32, stage: Stage) {
+        let _ = (cpu, request, stage);
+    }
+}
+
+/// Where a request is on its way, for [`Platform::stage`] (per-stage latency tracing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Stage {
+    /// Accepted by [`Queue::submit`] (tag allocated, request queued).
+    Submit = 0,
+    /// Taken off the dispatch FIFO, about to be handed to the driver's `queue_rq`.
+    Dispatch = 1,
+    /// The driver's `queue_rq` returned `Ok` (the doorbell was rung). With a device that
+    /// completes inside `queue_rq`, this comes after the completion stages.
+    Doorbell = 2,
+    /// The driver reported the completion ([`Queue::complete`] claimed it).
+    DeviceComplete = 3,
+    /// Pushed onto a CPU's completion list (local and remote completion only).
+    ListPush = 4,
+    /// Taken off the completion list by [`Queue::run_completions`] (the IPI / softirq handler).
+    Softirq = 5,
+    /// Ended: [`Platform::end_io`] is about to be called.
+    EndIo = 6,
+    /// Not emitted by the block layer: the platform's own stage for when the submitter reaps
+    /// the completion.
+    Reap = 7,
+}
+
+impl Stage {
+    /// Every stage, in its usual order on a request's way.
+    pub const ALL: [Stage; 8] = [
+        Stage::Submit,
+        Stage::Dispatch,
+        Stage::Doorbell,
+        Stage::DeviceComplete,
+        Stage::ListPush,
+        Stage::Softirq,
+        Stage::EndIo,
+        Stage::Reap,
+    ];
+
+    /// Short name for reports and traces.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Submit => "submit",
+            Stage::Dispatch => "dispatch",
+            Stage::Doorbell => "doorbell",
+            Stage::DeviceComplete => "device_complete",
+            Stage::ListPush => "list_push",
+            Stage::Softirq => "softirq",
+            Stage::EndIo => "end_io",
+            Stage::Reap => "reap",
+        }
+    }
+
+    /// The stage numbered `n` (its `as u8`), if any.
+    pub const fn from_u8(n: u8) -> Option<Stage> {
+        match n {
+            0 => Some(Stage::Submit),
+            1 => Some(Stage::Dispatch),
+            2 => Some(Stage::Doorbell),
+            3 => Some(Stage::DeviceComplete),
+            4 => Some(Stage::ListPush),
+            5 => Some(Stage::Softirq),
+            6 => Some(Stage::EndIo),
+            7 => Some(Stage::Reap),
+            _ => None,
+        }
+    }
 }
 
 /// What the driver says about a request whose deadline passed.
@@ -327,6 +402,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         let slot = queue.slot(index);
         slot.set_status(status);
         slot.set_state(state::COMPLETING);
+        queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
         queue.route_completion(usize::from(cpu), index);
     }
 }

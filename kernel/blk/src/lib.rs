@@ -35,7 +35,7 @@ mod sync;
 pub mod tags;
 
 pub use counters::CounterSnapshot;
-pub use driver::{Driver, HwCtx, Platform, QueueRqError, Rq, TimedOutRq, TimeoutAction};
+pub use driver::{Driver, HwCtx, Platform, QueueRqError, Rq, Stage, TimedOutRq, TimeoutAction};
 pub use error::BlkError;
 pub use freeze::UsageCounter;
 pub use map::{map_queues, validate_map};

@@ -327,6 +327,8 @@ pub struct Queue<D: Driver> {
     freeze_depth: SpinLock<u32>,
     policy: KnobU8,
     check: KnobU8,
+    /// Whether [`Platform::stage`] is called (stage tracing); one relaxed load per stage when off.
+    stage_trace: core::sync::atomic::AtomicBool,
     counters: Counters,
 }
 
@@ -410,6 +412,7 @@ impl<D: Driver> Queue<D> {
             freeze_depth: SpinLock::new(0),
             policy: KnobU8::new(cfg.completion as u8),
             check: KnobU8::new(cfg.quiesce_check as u8),
+            stage_trace: core::sync::atomic::AtomicBool::new(false),
             counters: Counters::new(ncpus),
             driver,
         })
@@ -476,6 +479,20 @@ impl<D: Driver> Queue<D> {
     }
     /// Switches the quiesce re-check variant. The variants are correct against each other
     /// (quiesce and unquiesce always fence, and take the lock too), so this may be done live.
+    /// Switches stage tracing ([`Platform::stage`] calls) on or off.
+    pub fn set_stage_trace(&self, on: bool) {
+        self.stage_trace.store(on, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Reports `stage` for request `index` to the platform when stage tracing is on.
+    #[inline(always)]
+    pub(crate) fn stage(&self, cpu: usize, index: u32, stage: crate::driver::Stage) {
+        // Relaxed: a switch that takes a moment to be seen costs a few unrecorded stages.
+        if self.stage_trace.load(core::sync::atomic::Ordering::Relaxed) {
+            self.platform.stage(cpu, index, stage);
+        }
+    }
+
     pub fn set_quiesce_check(&self, c: QuiesceCheck) {
         self.check.store(c as u8, core::sync::atomic::Ordering::Relaxed);
     }
@@ -504,8 +521,12 @@ impl<D: Driver> Queue<D> {
                     .lock_sleeps
                     .fetch_add(u64::from(a.sleeps), core::sync::atomic::Ordering::Relaxed);
             }
-            _ => {
-                self.queue_lock.lock_spinning();
+            (check, cpu) => {
+                let free = self.queue_lock.lock_spinning();
+                // The lab compares contention of the spinning and the sleeping lock.
+                if let (false, QuiesceCheck::Locked, Some(cpu)) = (free, check, cpu) {
+                    bump(&self.counters.cpu(cpu).lock_contended);
+                }
             }
         }
         QueueLockGuard {
@@ -671,6 +692,7 @@ impl<D: Driver> Queue<D> {
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(state::QUEUED);
         bump(&self.counters.cpu(cpu).submitted);
+        self.stage(cpu, index, crate::driver::Stage::Submit);
         self.queue_or_issue(cpu, hwq, index);
         Ok(Submitted { hwq, tag })
     }
@@ -949,8 +971,12 @@ impl<D: Driver> Queue<D> {
             // SAFETY: state is DRIVER and this is the only handle.
             let rq = unsafe { Rq::new(self, index, cpu as u16, false) };
             bump(&counters.dispatched);
+            self.stage(cpu, index, crate::driver::Stage::Dispatch);
             match self.driver.queue_rq(&ctx, rq, last) {
-                Ok(()) => uncommitted = !last,
+                Ok(()) => {
+                    uncommitted = !last;
+                    self.stage(cpu, index, crate::driver::Stage::Doorbell);
+                }
                 Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
                     let index = rq.into_index();
                     self.slot(index).set_state(state::QUEUED);
@@ -1196,6 +1222,7 @@ impl<D: Driver> Queue<D> {
                         match claim {
                             Claim::Complete(status) => {
                                 slot.set_status(status);
+                                self.stage(cpu, index, crate::driver::Stage::DeviceComplete);
                                 self.route_completion(cpu, index);
                             }
                             Claim::Requeue => self.requeue_owned(cpu, index),
@@ -1265,6 +1292,7 @@ impl<D: Driver> Queue<D> {
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
+                self.stage(cpu, index, crate::driver::Stage::ListPush);
                 if self.done_lists[cpu].push(index, &self.links) {
                     bump(&counters.softirqs);
                     self.platform.raise_completion_softirq(cpu);
@@ -1278,6 +1306,7 @@ impl<D: Driver> Queue<D> {
                     self.finish(cpu, index);
                 } else {
                     bump(&counters.completions_remote);
+                    self.stage(cpu, index, crate::driver::Stage::ListPush);
                     if self.done_lists[target].push(index, &self.links) {
                         bump(&counters.ipis);
                         self.platform.send_completion_ipi(target);
@@ -1295,6 +1324,7 @@ impl<D: Driver> Queue<D> {
         }
         let mut n = 0;
         for index in self.done_lists[cpu].take_all(&self.links) {
+            self.stage(cpu, index, crate::driver::Stage::Softirq);
             self.finish(cpu, index);
             n += 1;
         }
@@ -1343,6 +1373,7 @@ impl<D: Driver> Queue<D> {
                 usize::from(d.hwq),
             )
         };
+        self.stage(cpu, index, crate::driver::Stage::EndIo);
         self.platform.end_io(&completion);
         let counters = self.counters.cpu(cpu);
         bump(&counters.completed);

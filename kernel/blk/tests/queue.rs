@@ -283,6 +283,48 @@ fn local_policy_defers_to_the_interrupted_cpu_with_one_softirq_per_batch() {
 }
 
 #[test]
+fn stage_trace_reports_each_stage_once_per_request_only_while_on() {
+    use blk::Stage;
+    let (q, p) = null_queue(2, 1, 8, NullMode::Deferred, CompletionPolicy::Remote);
+    q.submit(0, &read(1)).unwrap();
+    q.driver().fire_interrupt(&q, 1, 0);
+    q.run_completions(0);
+    assert!(p.stages.lock().unwrap().is_empty(), "tracing is off by default");
+    q.set_stage_trace(true);
+    q.submit(0, &read(2)).unwrap();
+    assert_eq!(q.driver().fire_interrupt(&q, 1, 0), 1);
+    assert_eq!(q.run_completions(0), 1);
+    let seen = p.stages.lock().unwrap().clone();
+    let stages: Vec<(usize, Stage)> = seen.iter().map(|&(cpu, _, s)| (cpu, s)).collect();
+    assert_eq!(
+        stages,
+        [
+            (0, Stage::Submit),
+            (0, Stage::Dispatch),
+            (0, Stage::Doorbell),
+            (1, Stage::DeviceComplete),
+            (1, Stage::ListPush),
+            (0, Stage::Softirq),
+            (0, Stage::EndIo),
+        ],
+        "remote completion: the interrupt on cpu1, the rest on the submitter"
+    );
+    assert!(
+        seen.iter().all(|&(_, r, _)| r == seen[0].1),
+        "one request id throughout"
+    );
+    q.set_stage_trace(false);
+    q.submit(0, &read(3)).unwrap();
+    q.driver().fire_interrupt(&q, 1, 0);
+    q.run_completions(0);
+    assert_eq!(p.stages.lock().unwrap().len(), 7, "nothing once switched off");
+    for s in Stage::ALL {
+        assert_eq!(Stage::from_u8(s as u8), Some(s));
+    }
+    assert_eq!(Stage::from_u8(8), None);
+}
+
+#[test]
 fn remote_policy_sends_one_ipi_per_batch_to_the_submitting_cpu() {
     let (q, p) = null_queue(3, 1, 8, NullMode::Deferred, CompletionPolicy::Remote);
     for c in 1..=3 {

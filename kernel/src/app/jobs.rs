@@ -15,6 +15,9 @@ use workload::{
     SubmitError, WorkloadError,
 };
 
+/// Traced requests whose raw events a job's `BAREMQ-TRACE:` line carries (the summary uses all).
+const TRACE_EXPORT_REQUESTS: usize = 500;
+
 /// Codes reported in `IoError::Rejected` when a request never reached the device.
 const REJECTED_BEYOND_END: u32 = 1;
 const REJECTED_FROZEN: u32 = 2;
@@ -103,7 +106,9 @@ impl IoBackend for KernelBackend<'_> {
             }
         }
         let overflow = &mut self.overflow;
+        let cpu = self.cpu;
         block::done_board().take(self.cpu, |slot, status| {
+            crate::arch::stagetrace::reaped(cpu, slot);
             let result = match status {
                 Status::Ok => Ok(()),
                 Status::Timeout => Err(IoError::Timeout),
@@ -246,10 +251,7 @@ const COMPLETION_POLICIES: [(workload::CompletionPolicy, CompletionPolicy); 4] =
 const QUIESCE_POLICIES: [(workload::QuiescePolicy, QuiesceCheck); 3] = [
     (workload::QuiescePolicy::LockFree, QuiesceCheck::LockFree),
     (workload::QuiescePolicy::Locked, QuiesceCheck::Locked),
-    // blk's sleeping variant has no job key yet (issue 13's lab adds one); should it be in
-    // force, it reports as the locked re-check it is. Listed after `Locked`, so a job's
-    // `quiesce=locked` still maps to `QuiesceCheck::Locked`.
-    (workload::QuiescePolicy::Locked, QuiesceCheck::Sleeping),
+    (workload::QuiescePolicy::Sleeping, QuiesceCheck::Sleeping),
 ];
 
 /// `table`'s right side for `left`. Both tables list every variant of both
@@ -298,8 +300,18 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     let irqs_before = count_per_cpu(device_vectors);
     let ipis_before = count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]);
     let blk_before = dev.counters();
+    let wake_ipis_before = crate::arch::park::wake_ipis();
     let driver_before = dev.driver_counters();
     let bogus_before = block::done_board().bogus();
+    let trace_every = plan.spec.trace_every;
+    let trace_event_ns = if trace_every != 0 {
+        let ns = crate::arch::stagetrace::cost_per_event_ns(ncpu);
+        crate::arch::stagetrace::start(trace_every, ncpu);
+        dev.set_stage_trace(true);
+        ns
+    } else {
+        0
+    };
     let shared = JobShared::new(plan);
     let ctx = JobContext {
         plan,
@@ -366,7 +378,29 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
             plan.device.name
         ));
     }
+    let mut trace_events = Vec::new();
+    let mut trace_summary = None;
+    if trace_every != 0 {
+        dev.set_stage_trace(false);
+        crate::arch::stagetrace::stop();
+        let (events, dropped) = crate::arch::stagetrace::collect(ncpu);
+        trace_events = events
+            .into_iter()
+            .map(|(cpu, ns, request, stage)| workload::StageEvent {
+                cpu,
+                ns,
+                request,
+                stage,
+            })
+            .collect();
+        let mut summary = workload::summarise(&trace_events, trace_every, dropped);
+        summary.event_cost_ns = trace_event_ns;
+        trace_summary = Some(summary);
+    }
     let mut report = JobReport::new(plan, &results).map_err(|e| e.to_string())?;
+    if let Some(summary) = trace_summary {
+        report.set_stages(summary);
+    }
     let per_plan_cpu = |after: Vec<u64>, before: &[u64]| -> Vec<u64> {
         plan.cpus
             .iter()
@@ -407,6 +441,15 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         ("ipis", b.ipis - blk_before.ipis),
         ("softirqs", b.softirqs - blk_before.softirqs),
         ("hot_path_locks", b.hot_path_locks - blk_before.hot_path_locks),
+        // The queue lock's contention (quiesce=locked/sleeping): acquisitions that
+        // found it taken, parks in `wait_for_wake`, wake-ups sent by unlocks.
+        ("lock_contended", b.lock_contended - blk_before.lock_contended),
+        ("lock_sleeps", b.lock_sleeps - blk_before.lock_sleeps),
+        ("lock_wakeups", b.lock_wakeups - blk_before.lock_wakeups),
+        (
+            "lock_wakeup_ipis_sent",
+            crate::arch::park::wake_ipis() - wake_ipis_before,
+        ),
         ("timeouts", b.timeouts - blk_before.timeouts),
         (
             "spurious_completions",
@@ -422,10 +465,29 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     }
     let mut text = String::new();
     let _ = report.write_human(&mut text);
+    if quiesce != QuiesceCheck::LockFree {
+        kprintln!(
+            "job {}: queue lock ({}): acquisitions={} contended={} parks={} wakeups={} wake_ipis={}",
+            plan.spec.name,
+            to_left(&QUIESCE_POLICIES, quiesce).as_str(),
+            b.hot_path_locks - blk_before.hot_path_locks,
+            b.lock_contended - blk_before.lock_contended,
+            b.lock_sleeps - blk_before.lock_sleeps,
+            b.lock_wakeups - blk_before.lock_wakeups,
+            crate::arch::park::wake_ipis() - wake_ipis_before,
+        );
+    }
     crate::arch::console::print(format_args!("{text}"));
     let mut json = String::new();
     let _ = report.write_json_line(&mut json);
     crate::arch::console::print(format_args!("{json}\n"));
+    if trace_every != 0 {
+        // The raw samples, for `cargo xtask lab --trace` (Chrome / Perfetto trace).
+        // At most TRACE_EXPORT_REQUESTS whole timelines: a console line, not a dump.
+        let exported = workload::stages::first_requests(&trace_events, TRACE_EXPORT_REQUESTS);
+        let line = workload::stages::trace_line(&plan.spec.name, trace_every, &exported);
+        crate::arch::console::print(format_args!("{line}"));
+    }
     Ok(report.passed())
 }
 

@@ -11,8 +11,13 @@ pub const VECTOR_WAKE: u8 = 0xF0;
 /// IPI ping (measurement) and its reply.
 pub const VECTOR_PING: u8 = 0xF1;
 pub const VECTOR_PONG: u8 = 0xF2;
-/// Block-layer remote completion.
-pub const VECTOR_BLK_COMPLETE: u8 = 0xF3;
+/// Block-layer remote completion (and the "softirq" self-IPI). Deliberately in
+/// the lowest priority class with the timer (0x20-0x2F; the legacy PIC's cascade
+/// input maps here and never fires): a CPU parked on the sleeping queue lock
+/// inside this handler (`park`) must still take the wake IPI (class 0xF), which
+/// the local APIC holds back while a vector of its own class or higher is in
+/// service.
+pub const VECTOR_BLK_COMPLETE: u8 = 0x22;
 /// Self-IPIs raised by the IPI-storm self-test's timer handler.
 pub const VECTOR_SELF_TEST: u8 = 0xF4;
 /// Local APIC spurious-interrupt vector (never acknowledged with EOI).

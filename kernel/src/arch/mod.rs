@@ -8,13 +8,15 @@
 //! memory, heap and DMA buffers ([`memory`]) over the page-table code
 //! ([`paging`]), ACPI discovery ([`firmware`]), AP bring-up and running work on
 //! other CPUs ([`smp`]), halting while waiting for completions ([`idle`]),
+//! parking on the block layer's sleeping queue lock ([`park`]), per-stage request
+//! timestamps in per-CPU rings ([`stagetrace`]),
 //! the per-CPU tick and the watchdog ([`watchdog`]),
 //! the serial console and logger ([`console`]), and the end of a run ([`exit`]).
 //!
 //! What it may use: the library crates (`platform`, `bootinfo`, `boot`) and
 //! other `arch` modules, never `crate::dev` or `crate::app`. Inside, the
 //! order is percpu/paging at the bottom, then memory, cpu, apic, irq, time,
-//! console, exit, watchdog, idle, idt, smp: no module imports one above it.
+//! console, exit, watchdog, idle, park, stagetrace, idt, smp: no module imports one above it.
 
 pub mod apic;
 pub mod console;
@@ -26,7 +28,9 @@ pub mod idt;
 pub mod irq;
 pub mod memory;
 pub mod paging;
+pub mod park;
 pub mod percpu;
 pub mod smp;
+pub mod stagetrace;
 pub mod time;
 pub mod watchdog;

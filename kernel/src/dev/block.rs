@@ -66,6 +66,8 @@ impl blk::Platform for KernelPlatform {
         let cpu = usize::from(c.submit_cpu);
         match usize::try_from(c.cookie) {
             Ok(slot) => {
+                // Before the delivery: the submitter may take it (and record its reap) at once.
+                crate::arch::stagetrace::ended(cpu, slot);
                 if let Err(e) = done_board().deliver(cpu, slot, c.status) {
                     log_bogus(&e);
                 }
@@ -79,6 +81,18 @@ impl blk::Platform for KernelPlatform {
         }
         // The submitter may be halted waiting for exactly this (idle=halt).
         idle::wake(cpu);
+    }
+
+    fn wait_for_wake(&self, cpu: usize) {
+        crate::arch::park::wait_for_wake(cpu);
+    }
+
+    fn wake(&self, cpu: usize) {
+        crate::arch::park::wake(cpu);
+    }
+
+    fn stage(&self, _cpu: usize, request: u32, stage: blk::Stage) {
+        crate::arch::stagetrace::stage(request, stage as u8);
     }
 }
 
@@ -129,6 +143,10 @@ pub trait BlockDevice: Sync + Send {
     fn policies(&self) -> (CompletionPolicy, QuiesceCheck);
     fn counters(&self) -> CounterSnapshot;
     fn in_flight(&self) -> usize;
+    /// Switches the block layer's stage tracing on or off (`trace=N`; see `arch::stagetrace`).
+    fn set_stage_trace(&self, on: bool) {
+        let _ = on;
+    }
     /// Driver-specific lines for the device report.
     fn describe(&self) -> String {
         String::new()
@@ -236,6 +254,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn policies(&self) -> (CompletionPolicy, QuiesceCheck) {
         (self.queue.completion_policy(), self.queue.quiesce_check())
+    }
+    fn set_stage_trace(&self, on: bool) {
+        self.queue.set_stage_trace(on);
     }
     fn counters(&self) -> CounterSnapshot {
         self.queue.counters()

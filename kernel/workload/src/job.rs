@@ -29,7 +29,7 @@ use crate::values::{
 };
 
 /// Every key the parser accepts, in the order the documentation lists them.
-pub const ACCEPTED_KEYS: [&str; 18] = [
+pub const ACCEPTED_KEYS: [&str; 19] = [
     "job",
     "rw",
     "rwmixread",
@@ -48,11 +48,14 @@ pub const ACCEPTED_KEYS: [&str; 18] = [
     "seed",
     "stop_on_error",
     "io_timeout",
+    "trace",
 ];
 
 /// The default seed (ASCII "baremq" in the low bytes), fixed so that a verify pass in a later boot
 /// regenerates the same data without being told the seed.
 pub const DEFAULT_SEED: u64 = 0x0000_716d_6572_6162;
+/// Largest `trace=N` (1 in N requests traced).
+pub const MAX_TRACE_EVERY: u32 = 1 << 20;
 /// The default block size in bytes.
 pub const DEFAULT_BS: u32 = 4096;
 /// The default `io_timeout`: how long requests may sit in flight with no completion at all.
@@ -184,6 +187,9 @@ pub enum QuiescePolicy {
     LockFree,
     /// A lock around the quiesce check.
     Locked,
+    /// The same lock behaving as PREEMPT_RT's `spinlock_t` (an rt_mutex): a contended
+    /// acquirer parks until the holder's unlock wakes it, then pays a reschedule cost.
+    Sleeping,
 }
 
 impl QuiescePolicy {
@@ -192,6 +198,7 @@ impl QuiescePolicy {
         match self {
             Self::LockFree => "lockfree",
             Self::Locked => "locked",
+            Self::Sleeping => "sleeping",
         }
     }
 }
@@ -253,6 +260,8 @@ pub struct JobSpec {
     pub stop_on_error: bool,
     /// Give up when requests are in flight and nothing completes for this long (`io_timeout=`).
     pub io_timeout_ns: u64,
+    /// Stage tracing (`trace=N`): timestamp every stage of 1 in N requests; 0 (default) is off.
+    pub trace_every: u32,
 }
 
 impl JobSpec {
@@ -276,6 +285,7 @@ impl JobSpec {
             seed: DEFAULT_SEED,
             stop_on_error: false,
             io_timeout_ns: DEFAULT_IO_TIMEOUT_NS,
+            trace_every: 0,
         }
     }
 }
@@ -318,7 +328,11 @@ impl fmt::Display for JobSpec {
             self.seed,
             u8::from(self.stop_on_error),
             self.io_timeout_ns / 1_000_000
-        )
+        )?;
+        if self.trace_every != 0 {
+            write!(f, " trace={}", self.trace_every)?;
+        }
+        Ok(())
     }
 }
 
@@ -409,10 +423,11 @@ enum Key {
     Seed,
     StopOnError,
     IoTimeout,
+    Trace,
 }
 
 impl Key {
-    const ALL: [Key; 18] = [
+    const ALL: [Key; 19] = [
         Key::Job,
         Key::Rw,
         Key::RwMixRead,
@@ -431,6 +446,7 @@ impl Key {
         Key::Seed,
         Key::StopOnError,
         Key::IoTimeout,
+        Key::Trace,
     ];
 
     fn name(self) -> &'static str {
@@ -582,7 +598,8 @@ impl SectionBuilder {
                 spec.quiesce = Some(match value {
                     "lockfree" => QuiescePolicy::LockFree,
                     "locked" => QuiescePolicy::Locked,
-                    _ => return Err(bad("one of lockfree, locked")),
+                    "sleeping" => QuiescePolicy::Sleeping,
+                    _ => return Err(bad("one of lockfree, locked, sleeping")),
                 })
             }
             Key::Seed => {
@@ -593,6 +610,20 @@ impl SectionBuilder {
                 spec.io_timeout_ns = parse_duration_ns(value)
                     .filter(|&ns| ns > 0)
                     .ok_or_else(|| bad(&format!("{DURATION_FORM}, above zero")))?
+            }
+            Key::Trace => {
+                spec.trace_every = match value {
+                    "off" => 0,
+                    _ => value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n <= MAX_TRACE_EVERY)
+                        .ok_or_else(|| {
+                            bad(&format!(
+                                "off, or N from 0 (off) to {MAX_TRACE_EVERY}: trace 1 in N requests"
+                            ))
+                        })?,
+                }
             }
         }
         Ok(())
@@ -649,6 +680,30 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<JobSpec>, WorkloadError> {
         parse_jobs(text.split_ascii_whitespace())
+    }
+
+    #[test]
+    fn trace_takes_one_in_n_or_off_and_prints_back() {
+        assert_eq!(parse("trace=64").unwrap()[0].trace_every, 64);
+        assert_eq!(parse("trace=off").unwrap()[0].trace_every, 0);
+        assert_eq!(parse("rw=read").unwrap()[0].trace_every, 0, "off by default");
+        let job = &parse("trace=1").unwrap()[0];
+        assert!(job.to_string().ends_with(" trace=1"), "{job}");
+        assert!(!parse("rw=read").unwrap()[0].to_string().contains("trace"));
+    }
+
+    #[test]
+    fn every_quiesce_policy_parses_and_prints_back() {
+        for (word, policy) in [
+            ("lockfree", QuiescePolicy::LockFree),
+            ("locked", QuiescePolicy::Locked),
+            ("sleeping", QuiescePolicy::Sleeping),
+        ] {
+            let jobs = parse(&alloc::format!("quiesce={word}")).unwrap();
+            assert_eq!(jobs[0].quiesce, Some(policy));
+            assert_eq!(policy.as_str(), word);
+            assert!(jobs[0].to_string().contains(&alloc::format!("quiesce={word}")));
+        }
     }
 
     #[test]
@@ -759,6 +814,9 @@ mod tests {
             ("verify=md5", "verify"),
             ("completion=softirq", "completion"),
             ("quiesce=rcu", "quiesce"),
+            ("trace=often", "trace"),
+            ("trace=-1", "trace"),
+            ("trace=2000000", "trace"),
             ("seed=abc", "seed"),
             ("stop_on_error=maybe", "stop_on_error"),
             ("job=bad/name", "job"),

@@ -36,6 +36,7 @@ pub mod plan;
 pub mod ratelimit;
 pub mod report;
 pub mod rng;
+pub mod stages;
 pub mod values;
 pub mod verify;
 
@@ -52,5 +53,6 @@ pub use job::{
 };
 pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
 pub use report::{JSON_PREFIX, JobReport, ProgressMeter, VerifyResult};
+pub use stages::{STAGE_NAMES, StageEvent, StageLatency, StageSummary, TRACE_PREFIX, summarise, write_trace_line};
 pub use values::CpuSet;
 pub use verify::{MismatchField, VerifyMismatch};

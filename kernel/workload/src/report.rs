@@ -232,6 +232,8 @@ pub struct JobReport {
     pub totals: Vec<(String, u64)>,
     /// Whether any CPU stopped early on request.
     pub stopped_early: bool,
+    /// Per-stage latency breakdown of the traced requests (`trace=N`), if the kernel gave one.
+    pub stages: Option<crate::stages::StageSummary>,
 }
 
 impl JobReport {
@@ -357,6 +359,7 @@ impl JobReport {
             counters: Vec::new(),
             totals: Vec::new(),
             stopped_early: ordered.iter().any(|r| r.stopped_early),
+            stages: None,
         })
     }
 
@@ -379,6 +382,12 @@ impl JobReport {
     /// `totals:` line and in the JSON line's `totals` object.
     pub fn add_total(&mut self, name: &str, value: u64) {
         self.totals.push((name.to_string(), value));
+    }
+
+    /// Adds the per-stage breakdown (stage tracing), shown after the totals and as `stages` in
+    /// the JSON line.
+    pub fn set_stages(&mut self, stages: crate::stages::StageSummary) {
+        self.stages = Some(stages);
     }
 
     /// The job's verdict: no I/O error, and verification (if any) passed.
@@ -498,6 +507,9 @@ impl JobReport {
                 write!(out, " {name}={value}")?;
             }
             writeln!(out)?;
+        }
+        if let Some(stages) = &self.stages {
+            stages.write_human(out)?;
         }
         Ok(())
     }
@@ -622,6 +634,11 @@ impl JobReport {
             w.field_u64(name, *value)?;
         }
         w.end_object()?;
+        w.key("stages")?;
+        match &self.stages {
+            Some(stages) => stages.write_json(&mut w)?,
+            None => w.null()?,
+        }
         w.key("warnings")?;
         w.begin_array()?;
         for warning in &self.plan.warnings {

@@ -130,7 +130,10 @@ pub fn job_json_line(words: &[String], job_index: usize, device: &SimDevice, onl
     report.add_counter("irqs", irqs).expect("one value per CPU");
     report.add_counter("ipis", vec![3; n]).expect("one value per CPU");
     let ios: u64 = results.iter().map(CpuResult::ios).sum();
-    let locked = plan.spec.quiesce == Some(workload::QuiescePolicy::Locked);
+    let locked = matches!(
+        plan.spec.quiesce,
+        Some(workload::QuiescePolicy::Locked | workload::QuiescePolicy::Sleeping)
+    );
     report.add_total("submitted", ios);
     report.add_total("hot_path_locks", if locked { ios } else { 0 });
     let mut line = String::new();

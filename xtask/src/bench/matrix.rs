@@ -182,6 +182,9 @@ pub enum Quiesce {
     LockFree,
     /// A lock around the dispatch path (the behaviour the lock-free design replaces).
     Locked,
+    /// The same lock as PREEMPT_RT's sleeping `spinlock_t` (modelled): a contended CPU parks
+    /// until woken, then pays a reschedule cost.
+    Sleeping,
 }
 
 impl Quiesce {
@@ -190,6 +193,7 @@ impl Quiesce {
         match self {
             Self::LockFree => "lockfree",
             Self::Locked => "locked",
+            Self::Sleeping => "sleeping",
         }
     }
 
@@ -197,6 +201,7 @@ impl Quiesce {
         match self {
             Self::LockFree => "lf",
             Self::Locked => "lk",
+            Self::Sleeping => "sl",
         }
     }
 }
@@ -528,6 +533,7 @@ impl Matrix {
                     smp: self.smp,
                     mem: self.mem.to_string(),
                     runtime_ms,
+                    defaults: Vec::new(),
                     jobs: Vec::new(),
                 };
                 if boot.cmdline_len() + 1 + words_len(&point.job_words(&name)) > MAX_CMDLINE_BYTES {
@@ -568,6 +574,9 @@ pub struct BootPlan {
     pub mem: String,
     /// Runtime of each job.
     pub runtime_ms: u64,
+    /// More boot-wide job defaults (e.g. `trace=64` from `cargo xtask lab --trace`); they stay
+    /// within the command line's margin (the kernel keeps 2048 bytes).
+    pub defaults: Vec<String>,
     /// The jobs, in run order.
     pub jobs: Vec<PlannedJob>,
 }
@@ -579,6 +588,7 @@ impl BootPlan {
             format!("device={}", self.device.device_name()),
             format!("runtime={}ms", self.runtime_ms),
         ];
+        words.extend(self.defaults.iter().cloned());
         for job in &self.jobs {
             words.extend(job.point.job_words(&job.name));
         }
@@ -667,6 +677,7 @@ mod tests {
         let quiesce = match spec.quiesce.expect("always explicit") {
             workload::QuiescePolicy::LockFree => Quiesce::LockFree,
             workload::QuiescePolicy::Locked => Quiesce::Locked,
+            workload::QuiescePolicy::Sleeping => Quiesce::Sleeping,
         };
         assert_eq!(spec.device.as_deref(), Some(device.device_name()));
         Point {

@@ -8,7 +8,7 @@ pub mod results;
 pub mod summary;
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;
 
@@ -35,15 +35,15 @@ const MAX_REPEAT: u32 = 20;
 
 /// Parsed command-line options.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Options {
-    matrix: String,
-    list: bool,
-    runtime_ms: Option<u64>,
-    repeat: u32,
-    debug: bool,
-    accel: Accel,
-    verbose: bool,
-    replot: bool,
+pub(crate) struct Options {
+    pub(crate) matrix: String,
+    pub(crate) list: bool,
+    pub(crate) runtime_ms: Option<u64>,
+    pub(crate) repeat: u32,
+    pub(crate) debug: bool,
+    pub(crate) accel: Accel,
+    pub(crate) verbose: bool,
+    pub(crate) replot: bool,
 }
 
 impl Options {
@@ -159,7 +159,9 @@ fn list_text(selected: &Matrix, boots: &[BootPlan]) -> String {
     s
 }
 
-fn run_matrix(
+/// Runs `boots` (one after another), writing results, CSV, plots and the summary to `out_dir`
+/// (also `cargo xtask lab`'s runner).
+pub(crate) fn run_matrix(
     matrix: &Matrix,
     boots: &[BootPlan],
     kernel: &Path,
@@ -335,7 +337,7 @@ impl BootRunner<'_> {
 
 /// Writes results.json (unless `json` is false), results.csv, ratios.csv and the plots, and prints
 /// the summary. Returns false when a plot could not be drawn (the rest is still written).
-fn write_outputs(records: &[Record], matrix: &Matrix, out_dir: &Path, json: bool) -> Result<bool, String> {
+pub(crate) fn write_outputs(records: &[Record], matrix: &Matrix, out_dir: &Path, json: bool) -> Result<bool, String> {
     std::fs::create_dir_all(out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
     let write = |name: &str, text: String| {
         let path = out_dir.join(name);

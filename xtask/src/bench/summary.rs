@@ -136,6 +136,19 @@ pub fn comparisons(records: &[Record]) -> Vec<Comparison> {
             "quiesce",
         ),
     }];
+    out.push(Comparison {
+        title: "lock-free vs sleeping quiesce".into(),
+        pairs: pairs(
+            records,
+            |p| p.quiesce == Quiesce::LockFree,
+            |p| p.quiesce == Quiesce::Sleeping,
+            |p| Point {
+                quiesce: Quiesce::LockFree,
+                ..p
+            },
+            "quiesce",
+        ),
+    });
     for studied in [Completion::Remote, Completion::Local, Completion::Poll] {
         out.push(Comparison {
             title: format!("{} vs irq completion", studied.as_str()),

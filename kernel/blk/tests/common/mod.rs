@@ -2,7 +2,7 @@
 //! real clock plus a manually advanced offset.
 #![allow(dead_code)]
 
-use blk::{Completion, Platform, Status};
+use blk::{Completion, Platform, Stage, Status};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -26,6 +26,8 @@ pub struct HostPlatform {
     /// Per CPU: a sleeping-lock wake-up is pending.
     pub wake_pending: Vec<AtomicBool>,
     pub parks: AtomicUsize,
+    /// Stage-trace calls: (cpu, request, stage).
+    pub stages: Mutex<Vec<(usize, u32, Stage)>>,
 }
 
 impl HostPlatform {
@@ -43,6 +45,7 @@ impl HostPlatform {
             log: keep_log.then(|| Mutex::new(Vec::new())),
             wake_pending: (0..ncpus).map(|_| AtomicBool::new(false)).collect(),
             parks: AtomicUsize::new(0),
+            stages: Mutex::new(Vec::new()),
         }
     }
 
@@ -101,6 +104,10 @@ impl Platform for HostPlatform {
 
     fn wake(&self, cpu: usize) {
         self.wake_pending[cpu].store(true, Ordering::Release);
+    }
+
+    fn stage(&self, cpu: usize, request: u32, stage: Stage) {
+        self.stages.lock().unwrap().push((cpu, request, stage));
     }
 
     fn end_io(&self, c: &Completion) {
