@@ -144,14 +144,7 @@ fn firmware_errors_map_to_io_errors_with_sense() {
         w.fake.fail_next_io(f);
         let tag = i as u32;
         let segs = w.segments(tag, 512, 1);
-        let req = IoRequest {
-            target: LD,
-            op: IoOp::Read,
-            lba: 0,
-            blocks: 1,
-            sgl: &segs,
-        };
-        w.ctrl.submit(tag, 0, &req, 99).unwrap();
+        w.ctrl.submit(tag, 0, &read_block0(&segs), 99).unwrap();
         let mut got = None;
         for _ in 0..100 {
             w.fake.advance(100);
