@@ -5,7 +5,8 @@
 //! The kernel implements them over volatile pointers, its frame allocator and the TSC; each
 //! driver's host tests implement them over a fake device. [`fake::FakeMemory`] (feature `fake`)
 //! is the DMA address space those fakes share: every device access is translated and
-//! bounds-checked, and a stray one is recorded instead of touching memory.
+//! bounds-checked, and a stray one is recorded instead of touching memory. [`options`] splits the
+//! `driver.key=value` words of the kernel command line that every driver parses.
 
 #![no_std]
 
@@ -17,6 +18,7 @@ use core::ptr::NonNull;
 mod buf;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod options;
 
 pub use buf::DmaBuf;
 

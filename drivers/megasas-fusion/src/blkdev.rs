@@ -30,10 +30,11 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use blk::{
-    CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status,
-    TimedOutRq, TimeoutAction,
+    CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
+    TimeoutAction,
 };
 use devhal::{Delay, Dma, Mmio};
+use megasas::host_common::{drive_sectors, host_with_drive_queues};
 
 use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
 use crate::diag::Report;
@@ -42,19 +43,7 @@ use crate::{Error, Segment};
 /// Most segments per request the binding passes (a stack array in `queue_rq`).
 pub const MAX_SEGMENTS: usize = 64;
 
-/// Packs a block-layer request's identity into a controller cookie.
-pub const fn pack_cookie(drive: u16, hwq: u16, token: IssueToken) -> u64 {
-    ((drive as u64) << 48) | ((hwq as u64) << 32) | token.to_bits() as u64
-}
-
-/// The inverse of [`pack_cookie`]: (drive, hwq, token).
-pub const fn unpack_cookie(cookie: u64) -> (u16, u16, IssueToken) {
-    (
-        (cookie >> 48) as u16,
-        (cookie >> 32) as u16,
-        IssueToken::from_bits(cookie as u32),
-    )
-}
+pub use megasas::host_common::{pack_cookie, unpack_cookie};
 
 /// The CPU → hardware queue map for `ncpus` CPUs and vectors aimed at `vector_cpus` (hardware
 /// queue h = vector h). A CPU that a vector is aimed at maps to that vector's queue; the others
@@ -196,8 +185,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
         let mut drives = Vec::new();
         let mut configs = Vec::new();
         for d in ctrl.drives() {
-            let scale = d.block_size / 512;
-            let capacity_sectors = d.blocks.checked_mul(u64::from(scale)).ok_or(Error::Limits {
+            let (scale, capacity_sectors) = drive_sectors(d.blocks, d.block_size).ok_or(Error::Limits {
                 what: "drive capacity",
                 value: d.blocks,
                 expected: "below 2^64 bytes",
@@ -210,7 +198,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = Some(map.clone());
-            configs.push((qc, d.target, scale));
+            configs.push((qc, (d.target, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
@@ -229,38 +217,27 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             resets: AtomicU64::new(0),
             failed_by_reset: AtomicU64::new(0),
         });
-        let mut error = None;
-        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, T>>| {
-            let mut queues = Vec::new();
-            for (index, (qc, target, scale)) in configs.into_iter().enumerate() {
-                let driver = DriveDriver {
-                    core: core.clone(),
-                    host: weak.clone(),
-                    index: index as u16,
-                    target,
-                    scale,
-                };
-                match Queue::new(qc, driver, platform.clone()) {
-                    Ok(q) => queues.push(q),
-                    Err(e) => {
-                        error = Some(e);
-                        break;
-                    }
-                }
-            }
-            HostInner {
+        let inner = host_with_drive_queues(
+            configs,
+            &platform,
+            |weak: &Weak<HostInner<M, T>>, index, (target, scale)| DriveDriver {
+                core: core.clone(),
+                host: weak.clone(),
+                index,
+                target,
+                scale,
+            },
+            |queues| HostInner {
                 core: core.clone(),
                 drives,
                 queues,
                 cpu_map: map,
-            }
-        });
-        if error.is_some() {
-            return Err(Error::BadConfig {
-                what: "block queue",
-                expected: "a configuration blk accepts",
-            });
-        }
+            },
+        )
+        .map_err(|_| Error::BadConfig {
+            what: "block queue",
+            expected: "a configuration blk accepts",
+        })?;
         Ok(Self(inner))
     }
 
@@ -461,7 +438,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
             op,
             lba,
             blocks,
-            segments: &segs[..n],
+            sgl: &segs[..n],
         };
         if ctrl.validate(&req).is_err() {
             return Err(QueueRqError::Io(rq, Status::IoError));

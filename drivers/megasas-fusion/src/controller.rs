@@ -275,31 +275,7 @@ pub struct LogicalDrive {
     pub state: u8,
 }
 
-/// Direction / kind of an LD request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoOp {
-    /// READ(16).
-    Read,
-    /// WRITE(16).
-    Write,
-    /// SYNCHRONIZE CACHE(16) of the whole drive.
-    Flush,
-}
-
-/// One LD request.
-#[derive(Clone, Copy, Debug)]
-pub struct IoRequest<'a> {
-    /// LD target id.
-    pub target: u8,
-    /// Operation.
-    pub op: IoOp,
-    /// First block.
-    pub lba: u64,
-    /// Blocks (0 for Flush).
-    pub blocks: u32,
-    /// Data buffer (empty for Flush).
-    pub segments: &'a [Segment],
-}
+pub use megasas::{IoOp, IoRequest};
 
 /// How a request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1158,7 +1134,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             return Err(Error::Dead);
         }
         let (cdb, write, len) = self.validate(req)?;
-        self.submit_raw(tag, queue, req.target, &cdb, write, len, req.segments, cookie, false)
+        self.submit_raw(tag, queue, req.target, &cdb, write, len, req.sgl, cookie, false)
     }
 
     /// Enters the submission section: while the guard lives no reset can start, so a caller
@@ -1188,7 +1164,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 }
                 let len = u64::from(req.blocks) * u64::from(drive.block_size);
                 let len = u32::try_from(len).map_err(|_| Error::TooManySegments {
-                    count: req.segments.len(),
+                    count: req.sgl.len(),
                     max: usize::from(self.limits.max_sge),
                 })?;
                 let write = req.op == IoOp::Write;
@@ -1204,18 +1180,18 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 (c, None, 0)
             }
         };
-        if !self.mistake(Mistake::IgnoreMaxSge) && req.segments.len() > usize::from(self.limits.max_sge) {
+        if !self.mistake(Mistake::IgnoreMaxSge) && req.sgl.len() > usize::from(self.limits.max_sge) {
             return Err(Error::TooManySegments {
-                count: req.segments.len(),
+                count: req.sgl.len(),
                 max: usize::from(self.limits.max_sge),
             });
         }
-        if let Some(index) = req.segments.iter().position(|s| s.len == 0)
+        if let Some(index) = req.sgl.iter().position(|s| s.len == 0)
             && !self.mistake(Mistake::ZeroLengthSge)
         {
             return Err(Error::ZeroLengthSegment { index });
         }
-        let sum: u64 = req.segments.iter().map(|s| u64::from(s.len)).sum();
+        let sum: u64 = req.sgl.iter().map(|s| u64::from(s.len)).sum();
         if sum != u64::from(len) {
             return Err(Error::SglLengthMismatch {
                 sgl: sum,

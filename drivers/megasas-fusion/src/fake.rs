@@ -21,7 +21,7 @@ use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use devhal::fake::{FakeDma, FakeMemory};
+use devhal::fake::{FakeDma, FakeMemory, le_u16, le_u32, le_u64, sgl_pieces};
 use devhal::{Delay, Mmio};
 use spin::Mutex;
 
@@ -376,16 +376,6 @@ impl Delay for FakeDelay {
 }
 
 const ALL_ONES: u64 = u64::MAX;
-
-fn le16(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn le32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
-}
-fn le64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
-}
 
 impl FakeFusion {
     /// A model with its own DMA address space below 4 GiB.
@@ -1058,23 +1048,24 @@ impl State {
                 format!("cmd_status {:#x}", mfi[2]),
             );
         }
-        if mfi[0] != 0 || le32(&mfi, 0x14) != 72 {
+        if mfi[0] != 0 || le_u32(&mfi, 0x14) != 72 {
             return fail(
                 self,
                 Violation::InitBadFrame,
-                format!("cmd {:#x} len {}", mfi[0], le32(&mfi, 0x14)),
+                format!("cmd {:#x} len {}", mfi[0], le_u32(&mfi, 0x14)),
             );
         }
-        let caps = le32(&mfi, 0x04);
+        let caps = le_u32(&mfi, 0x04);
         if caps >> 17 != 0 {
             self.warn(Violation::InitBadFrame, format!("unknown capability bits {caps:#x}"));
         }
-        let req_addr = le64(&mfi, 0x18);
+        let req_addr = le_u64(&mfi, 0x18);
         let mut r = [0u8; 72];
         if !mem.read("IOC INIT request", req_addr, &mut r) {
             return fail(self, Violation::InitBadFrame, format!("request at {req_addr:#x}"));
         }
-        if r[0] != 4 || r[3] != 2 || le16(&r, 0x0C) != 0x0200 || le16(&r, 0x0E) != 0x1000 || le16(&r, 0x1A) != 64 {
+        if r[0] != 4 || r[3] != 2 || le_u16(&r, 0x0C) != 0x0200 || le_u16(&r, 0x0E) != 0x1000 || le_u16(&r, 0x1A) != 64
+        {
             return fail(
                 self,
                 Violation::InitBadFrame,
@@ -1094,7 +1085,7 @@ impl State {
                 String::from("RDPQ array mode is not modelled"),
             );
         }
-        let depth = u32::from(le16(&r, 0x1C));
+        let depth = u32::from(le_u16(&r, 0x1C));
         let min_depth = u32::from(self.cfg.raw_cmds).min(16384);
         if depth == 0 || depth % 16 != 0 || depth < min_depth {
             return fail(self, Violation::BadQueueDepth, format!("depth {depth}"));
@@ -1107,12 +1098,12 @@ impl State {
         {
             return fail(self, Violation::TooManyMsixVectors, format!("{vectors} vectors"));
         }
-        let sense_hi = le32(&r, 0x20);
+        let sense_hi = le_u32(&r, 0x20);
         if sense_hi != 0 && !self.cfg.ctrl64 {
             return fail(self, Violation::AddressAbove4G, format!("sense high {sense_hi:#x}"));
         }
-        let frames = le64(&r, 0x28);
-        let replies = le64(&r, 0x30);
+        let frames = le_u64(&r, 0x28);
+        let replies = le_u64(&r, 0x30);
         let queues = u16::from(vectors.max(1));
         let frames_len = 256 * (u64::from(self.max_fw_cmds()) + 1);
         let replies_len = 8 * u64::from(depth) * u64::from(queues);
@@ -1162,14 +1153,19 @@ impl State {
 
     fn passthrough(&mut self, mem: &FakeMemory, frame: &[u8; 256]) -> Option<()> {
         let sge = &frame[0x80..0x90];
-        if frame[2] != 8 || sge[15] & 0x80 == 0 || le32(sge, 8) < 64 {
+        if frame[2] != 8 || sge[15] & 0x80 == 0 || le_u32(sge, 8) < 64 {
             self.violate(
                 Violation::BadPassthrough,
-                format!("ChainOffset {} SGE flags {:#x} len {}", frame[2], sge[15], le32(sge, 8)),
+                format!(
+                    "ChainOffset {} SGE flags {:#x} len {}",
+                    frame[2],
+                    sge[15],
+                    le_u32(sge, 8)
+                ),
             );
             return None;
         }
-        let mfi_addr = le64(sge, 0);
+        let mfi_addr = le_u64(sge, 0);
         let mut mfi = [0u8; 64];
         if !mem.read("MFI frame", mfi_addr, &mut mfi) {
             return None;
@@ -1177,20 +1173,20 @@ impl State {
         let status = if mfi[0] != 0x05 {
             0x01
         } else {
-            let opcode = le32(&mfi, 0x18);
+            let opcode = le_u32(&mfi, 0x18);
             if self.cfg.fault_on_dcmd == Some(opcode) {
                 self.state = 0xF;
                 self.fault_bits = (0x0DC << 16) | (1 << 1);
                 self.forget_commands();
                 return None;
             }
-            let flags = le16(&mfi, 0x10);
+            let flags = le_u16(&mfi, 0x10);
             let (addr, len) = if mfi[7] == 0 {
                 (0, 0)
             } else if flags & 0x2 != 0 {
-                (le64(&mfi, 0x28), le32(&mfi, 0x30))
+                (le_u64(&mfi, 0x28), le_u32(&mfi, 0x30))
             } else {
-                (u64::from(le32(&mfi, 0x28)), le32(&mfi, 0x2C))
+                (u64::from(le_u32(&mfi, 0x28)), le_u32(&mfi, 0x2C))
             };
             self.dcmd(mem, opcode, &mfi[0x1C..0x28], addr, len as usize)
         };
@@ -1301,7 +1297,7 @@ impl State {
             );
             return None;
         }
-        let control = le32(f, 0x3C);
+        let control = le_u32(f, 0x3C);
         let want_control = match want_dir {
             Some(true) => 0x0100_0000,
             Some(false) => 0x0200_0000,
@@ -1314,7 +1310,7 @@ impl State {
             );
             return None;
         }
-        let data_len = le32(f, 0x1C);
+        let data_len = le_u32(f, 0x1C);
         if let Some(b) = blocks {
             let want = u64::from(b) * u64::from(self.cfg.block_size);
             if u64::from(data_len) != want {
@@ -1329,7 +1325,7 @@ impl State {
             self.violate(Violation::SenseLengthZero, String::new());
             return None;
         }
-        let sense = u64::from(le32(f, 0x0C)) | (u64::from(init.sense_hi) << 32);
+        let sense = u64::from(le_u32(f, 0x0C)) | (u64::from(init.sense_hi) << 32);
         if !mem.contains(sense, 96) {
             self.violate(Violation::SenseOutsidePool, format!("sense at {sense:#x}"));
             return None;
@@ -1350,7 +1346,7 @@ impl State {
         let fail = if is_rw { self.fail_next.pop_front() } else { None };
         Some(LdCmd {
             frame: frame_addr,
-            target: le16(f, 0),
+            target: le_u16(f, 0),
             kind,
             sgl,
             data_len,
@@ -1368,7 +1364,7 @@ impl State {
             return None;
         }
         let claimed = if g.g35_raid_context() {
-            usize::from(le16(f, 0x60 + 0x1C) & 0x0FFF)
+            usize::from(le_u16(f, 0x60 + 0x1C) & 0x0FFF)
         } else {
             usize::from(f[0x60 + 0x19]) | (usize::from(f[0x60 + 0x1E]) << 8)
         };
@@ -1393,7 +1389,7 @@ impl State {
                     );
                     return None;
                 }
-                let len = le32(e, 8) as usize;
+                let len = le_u32(e, 8) as usize;
                 if claimed < 8 || len != 16 * (claimed - 7) {
                     self.violate(
                         Violation::ChainLengthMismatch,
@@ -1402,7 +1398,7 @@ impl State {
                     return None;
                 }
                 let mut chain = vec![0u8; len];
-                if !mem.read("chain frame", le64(e, 0), &mut chain) {
+                if !mem.read("chain frame", le_u64(e, 0), &mut chain) {
                     return None;
                 }
                 for c in chain.chunks(16) {
@@ -1410,12 +1406,12 @@ impl State {
                         self.violate(Violation::NestedChain, String::new());
                         return None;
                     }
-                    sges.push((le64(c, 0), le32(c, 8), c[15]));
+                    sges.push((le_u64(c, 0), le_u32(c, 8), c[15]));
                 }
                 chain_seen = true;
                 break;
             }
-            sges.push((le64(e, 0), le32(e, 8), flags));
+            sges.push((le_u64(e, 0), le_u32(e, 8), flags));
         }
         if co == 0x0F && !chain_seen {
             self.violate(Violation::ChainOffsetWithoutChain, String::new());
@@ -1524,18 +1520,11 @@ impl State {
                     status = (0x2D, 0x02, Some((0x5, 0x21, 0x00)));
                     moved = 0;
                 } else {
-                    let mut off = (lba * bs) as usize;
-                    for &(addr, len) in &c.sgl {
-                        let range = off..off + len as usize;
-                        if write {
-                            let mut buf = vec![0u8; len as usize];
-                            mem.read("write data", addr, &mut buf);
-                            self.lds[i].data[range].copy_from_slice(&buf);
-                        } else {
-                            mem.write("read data", addr, &self.lds[i].data[range]);
-                        }
-                        off += len as usize;
-                    }
+                    let start = (lba * bs) as usize;
+                    let len: usize = c.sgl.iter().map(|&(_, n)| n as usize).sum();
+                    let runs = c.sgl.iter().map(|&(addr, n)| (addr, n as usize));
+                    // A stray segment is recorded by the memory; the command still completes.
+                    mem.transfer(write, runs, &mut self.lds[i].data[start..start + len]);
                 }
             }
             (Some(i), LdKind::ReadCapacity16, _) => {
@@ -1579,16 +1568,12 @@ impl State {
     }
 
     fn scatter(&self, mem: &FakeMemory, sgl: &[(u64, u32)], data: &[u8]) -> u32 {
-        let mut off = 0usize;
-        for &(addr, len) in sgl {
-            if off >= data.len() {
-                break;
-            }
-            let n = (len as usize).min(data.len() - off);
-            mem.write("data", addr, &data[off..off + n]);
-            off += n;
+        let mut moved = 0;
+        for (addr, piece) in sgl_pieces(sgl, data.len()) {
+            moved = piece.end;
+            mem.write("data", addr, &data[piece]);
         }
-        off as u32
+        moved as u32
     }
 }
 

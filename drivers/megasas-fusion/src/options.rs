@@ -6,6 +6,8 @@
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
 //! `megasas.` key is an error naming the accepted ones.
 
+use devhal::options::{Word, number_in, words};
+
 use crate::Error;
 
 /// Options parsed from the kernel command line.
@@ -26,11 +28,7 @@ impl Options {
     /// Parses whitespace-separated words; words not starting with `megasas.` are ignored.
     pub fn parse(cmdline: &str) -> Result<Self, Error> {
         let mut out = Self::default();
-        for word in cmdline.split_ascii_whitespace() {
-            let Some(rest) = word.strip_prefix("megasas.") else {
-                continue;
-            };
-            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+        for Word { key, value, .. } in words(cmdline, "megasas") {
             match key {
                 "report_only" => {
                     out.report_only = match value {
@@ -40,18 +38,12 @@ impl Options {
                     }
                 }
                 "queues" => {
-                    let n: u16 = value.parse().map_err(|_| bad("megasas.queues", "1..=128"))?;
-                    if !(1..=128).contains(&n) {
-                        return Err(bad("megasas.queues", "1..=128"));
-                    }
-                    out.max_queues = Some(n);
+                    out.max_queues = Some(number_in(value, 1..=128).ok_or_else(|| bad("megasas.queues", "1..=128"))?);
                 }
                 "bringup_ms" => {
-                    let n: u32 = value.parse().map_err(|_| bad("megasas.bringup_ms", "1000..=600000"))?;
-                    if !(1000..=600_000).contains(&n) {
-                        return Err(bad("megasas.bringup_ms", "1000..=600000"));
-                    }
-                    out.bringup_ms = Some(n);
+                    out.bringup_ms = Some(
+                        number_in(value, 1000..=600_000).ok_or_else(|| bad("megasas.bringup_ms", "1000..=600000"))?,
+                    );
                 }
                 k if MFI_KEYS.contains(&k) => {}
                 _ => {

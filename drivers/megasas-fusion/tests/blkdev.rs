@@ -38,6 +38,13 @@ impl Platform for TestPlatform {
 
 type TestHost = Host<FakeMmio, FakeDelay>;
 
+/// Brings a host up on the model (interrupts still masked); a failure panics with the report.
+fn host_on(fake: &Arc<FakeFusion>, platform: Arc<dyn Platform>, hc: HostConfig) -> TestHost {
+    let mut report = Report::new();
+    Host::new(fake.mmio(), &fake.dma(), fake.delay(), platform, hc, &mut report)
+        .unwrap_or_else(|e| panic!("{e}\n{report}"))
+}
+
 struct Rig {
     fake: Arc<FakeFusion>,
     platform: Arc<TestPlatform>,
@@ -57,16 +64,7 @@ fn rig(fc: FakeConfig, g: Generation, vectors: Vec<usize>) -> Rig {
     cc.command_timeout_us = 500_000;
     let mut hc = HostConfig::new(NCPUS, cc);
     hc.timeout_ns = 30_000_000_000;
-    let mut report = Report::new();
-    let host = Host::new(
-        fake.mmio(),
-        &fake.dma(),
-        fake.delay(),
-        platform.clone(),
-        hc,
-        &mut report,
-    )
-    .unwrap_or_else(|e| panic!("{e}\n{report}"));
+    let host = host_on(&fake, platform.clone(), hc);
     host.start();
     let buf = fake.memory().alloc_zeroed(1024 * BUF, 4096).unwrap();
     Rig {
@@ -353,18 +351,7 @@ fn threaded(faults: bool) {
     });
     let mut hc = HostConfig::new(NCPUS, Config::new(Generation::Ventura, vec![0, 1, 2, 3]));
     hc.timeout_ns = 0;
-    let mut report = Report::new();
-    let host = Arc::new(
-        Host::new(
-            fake.mmio(),
-            &fake.dma(),
-            fake.delay(),
-            platform.clone(),
-            hc,
-            &mut report,
-        )
-        .unwrap(),
-    );
+    let host = Arc::new(host_on(&fake, platform.clone(), hc));
     host.start();
     let buf = fake.memory().alloc_zeroed(NCPUS * 64 * BUF, 4096).unwrap();
     let base_virt = buf.virt.as_ptr() as usize;

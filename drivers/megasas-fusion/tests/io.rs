@@ -144,14 +144,7 @@ fn firmware_errors_map_to_io_errors_with_sense() {
         w.fake.fail_next_io(f);
         let tag = i as u32;
         let segs = w.segments(tag, 512, 1);
-        let req = IoRequest {
-            target: LD,
-            op: IoOp::Read,
-            lba: 0,
-            blocks: 1,
-            segments: &segs,
-        };
-        w.ctrl.submit(tag, 0, &req, 99).unwrap();
+        w.ctrl.submit(tag, 0, &read_block0(&segs), 99).unwrap();
         let mut got = None;
         for _ in 0..100 {
             w.fake.advance(100);
@@ -188,7 +181,7 @@ fn bad_requests_are_refused_before_they_reach_the_controller() {
         op: IoOp::Read,
         lba,
         blocks,
-        segments,
+        sgl: segments,
     };
     assert!(matches!(
         w.ctrl.submit(0, 0, &req(9, 0, 1, &seg), 0),
@@ -235,7 +228,7 @@ fn bad_requests_are_refused_before_they_reach_the_controller() {
         })
         .collect();
     let mut r = req(0, 0, 1, &many);
-    r.segments = &many[..];
+    r.sgl = &many[..];
     assert!(matches!(
         w.ctrl.submit(0, 0, &IoRequest { blocks: 1, ..r }, 0),
         Err(Error::TooManySegments { count: 65, max: 64 }) | Err(Error::SglLengthMismatch { .. })
@@ -258,7 +251,7 @@ fn flush_goes_to_firmware_only_when_sp1_says_so() {
         op: IoOp::Flush,
         lba: 0,
         blocks: 0,
-        segments: &[],
+        sgl: &[],
     };
     w.ctrl.submit(0, 0, &req, 1).unwrap();
     let mut got = None;

@@ -41,7 +41,7 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
             op: IoOp::Read,
             lba: 24,
             blocks: 1,
-            segments: &zero,
+            sgl: &zero,
         };
         let _ = w.ctrl.submit(3, 0, &req, 3);
         for _ in 0..50 {

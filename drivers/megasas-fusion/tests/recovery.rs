@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use common::*;
 use megasas_fusion::fake::{FakeConfig, StartState};
-use megasas_fusion::{Error, Generation, Health, IoOp, IoOutcome, IoRequest};
+use megasas_fusion::{Error, Generation, Health, IoOp, IoOutcome};
 
 fn workload(fc: FakeConfig, g: Generation, vectors: usize, seed: u64) -> Workload {
     let (fake, ctrl, report) = bring_up(fc, config(g, vectors));
@@ -160,14 +160,7 @@ fn an_unresettable_fault_stops_the_adapter_and_fails_everything() {
     assert_eq!(w.ctrl.health(), Health::Dead);
     assert_no_late_dma(&mut w, &tags);
     let segs = w.segments(0, 512, 1);
-    let req = IoRequest {
-        target: LD,
-        op: IoOp::Read,
-        lba: 0,
-        blocks: 1,
-        segments: &segs,
-    };
-    assert_eq!(w.ctrl.submit(0, 0, &req, 0), Err(Error::Dead));
+    assert_eq!(w.ctrl.submit(0, 0, &read_block0(&segs), 0), Err(Error::Dead));
 }
 
 #[test]

@@ -41,8 +41,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status,
-    TimedOutRq, TimeoutAction,
+    CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
+    TimeoutAction,
 };
 
 use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
@@ -51,6 +51,7 @@ use crate::floor::{
     FloorSpec, quantile,
 };
 use crate::frame::Segment;
+use crate::host_common::{drive_sectors, host_with_drive_queues};
 use crate::status::{IoErrorKind, IoStatus};
 use crate::window::PollWindow;
 use crate::{Delay, Dma, Error, Mmio, Model};
@@ -66,19 +67,7 @@ const RESET_ATTEMPTS: u32 = 3;
 /// Interval of the fault summary line.
 const FAULT_SUMMARY_NS: u64 = 1_000_000_000;
 
-/// Packs the identity of a block-layer request into a controller cookie.
-pub const fn pack_cookie(drive: u16, hwq: u16, token: IssueToken) -> u64 {
-    ((drive as u64) << 48) | ((hwq as u64) << 32) | token.to_bits() as u64
-}
-
-/// The inverse of [`pack_cookie`]: (drive, hwq, token).
-pub const fn unpack_cookie(cookie: u64) -> (u16, u16, IssueToken) {
-    (
-        (cookie >> 48) as u16,
-        (cookie >> 32) as u16,
-        IssueToken::from_bits(cookie as u32),
-    )
-}
+pub use crate::host_common::{pack_cookie, unpack_cookie};
 
 /// What the kernel decides for a controller.
 #[derive(Clone, Debug)]
@@ -380,8 +369,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let mut drives = Vec::with_capacity(found.len());
         let mut configs = Vec::with_capacity(found.len());
         for d in &found {
-            let scale = d.block_size / 512;
-            let capacity_sectors = d.blocks.checked_mul(u64::from(scale)).ok_or(Error::MalformedReply {
+            let (scale, capacity_sectors) = drive_sectors(d.blocks, d.block_size).ok_or(Error::MalformedReply {
                 what: "drive capacity",
                 value: d.blocks,
                 expected: "a capacity below 2^64 bytes",
@@ -395,7 +383,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = cfg.cpu_map.clone();
-            configs.push((qc, d.target, scale));
+            configs.push((qc, (d.target, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
@@ -405,26 +393,17 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             });
         }
         let platform_for_queues = platform.clone();
-        let mut error = None;
-        let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, D, T>>| {
-            let mut queues = Vec::with_capacity(configs.len());
-            for (index, (qc, target, scale)) in configs.into_iter().enumerate() {
-                let driver = DriveDriver {
-                    core: core.clone(),
-                    host: weak.clone(),
-                    index: index as u16,
-                    target,
-                    scale,
-                };
-                match Queue::new(qc, driver, platform_for_queues.clone()) {
-                    Ok(q) => queues.push(q),
-                    Err(e) => {
-                        error = Some(e);
-                        break;
-                    }
-                }
-            }
-            HostInner {
+        let inner = host_with_drive_queues(
+            configs,
+            &platform_for_queues,
+            |weak: &Weak<HostInner<M, D, T>>, index, (target, scale)| DriveDriver {
+                core: core.clone(),
+                host: weak.clone(),
+                index,
+                target,
+                scale,
+            },
+            |queues| HostInner {
                 core: core.clone(),
                 platform,
                 drives,
@@ -444,11 +423,9 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                     budget_closes: AtomicU64::new(0),
                     unmask_catches: AtomicU64::new(0),
                 }),
-            }
-        });
-        if let Some(e) = error {
-            return Err(Error::BlockLayer(e));
-        }
+            },
+        )
+        .map_err(Error::BlockLayer)?;
         Ok(Self(inner))
     }
 

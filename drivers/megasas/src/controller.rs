@@ -84,31 +84,7 @@ impl Default for Config {
     }
 }
 
-/// I/O operation of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoOp {
-    /// LD READ of `blocks` blocks at `lba` into the segments.
-    Read,
-    /// LD WRITE of `blocks` blocks at `lba` from the segments.
-    Write,
-    /// SYNCHRONIZE CACHE(10) of the whole drive; `lba`, `blocks` and `sgl` must be 0 / empty.
-    Flush,
-}
-
-/// One I/O request.
-#[derive(Clone, Copy, Debug)]
-pub struct IoRequest<'a> {
-    /// Operation.
-    pub op: IoOp,
-    /// Logical drive target id.
-    pub target: u8,
-    /// First logical block (in the drive's block size).
-    pub lba: u64,
-    /// Number of logical blocks.
-    pub blocks: u32,
-    /// Data buffers; their lengths must add up to `blocks * block_size`.
-    pub sgl: &'a [Segment],
-}
+pub use crate::host_common::{IoOp, IoRequest};
 
 /// A discovered logical drive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

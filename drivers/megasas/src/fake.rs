@@ -18,19 +18,19 @@
 //! Written from the reference document's description, independently of the driver's constants, so
 //! that a wrong offset in the driver shows up as a test failure rather than agreeing with itself.
 
-use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
-use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
+pub use devhal::fake::FakeDma;
+use devhal::fake::{FakeMemory, le_u16, le_u32, le_u64, sgl_pieces};
 use spin::Mutex;
 
-use crate::{Delay, Dma, DmaError, DmaRegion, FwState, Mmio, Model, Segment};
+use crate::{Delay, FwState, Mmio, Model, Segment};
 
 /// One disk attached to the fake controller.
 #[derive(Clone, Debug)]
@@ -199,49 +199,6 @@ pub fn fixed_sense(code: u8, key: u8, asc: u8, ascq: u8) -> [u8; 18] {
     s
 }
 
-struct Allocation {
-    phys: u64,
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-struct Memory {
-    allocs: Vec<Allocation>,
-    next_phys: u64,
-    /// Ranges the test declared finished ([`FakeDevice::retire`]): a device write there is a
-    /// write into a buffer whose request already ended.
-    retired: Vec<(u64, u64)>,
-}
-
-// SAFETY: the allocations are plain heap blocks owned by `Memory`; all access to their contents
-// goes through `FakeDevice`'s bounds-checked helpers, with atomics for the words the driver polls.
-unsafe impl Send for Memory {}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        for a in self.allocs.drain(..) {
-            // SAFETY: `ptr` came from `alloc_zeroed(layout)` in `FakeDma::alloc_zeroed` and is freed
-            // once, here, when the last handle to the device is gone.
-            unsafe { dealloc(a.ptr.as_ptr(), a.layout) };
-        }
-    }
-}
-
-impl Memory {
-    fn translate(&self, phys: u64, len: usize) -> Option<*mut u8> {
-        let end = phys.checked_add(len as u64)?;
-        self.allocs.iter().find_map(|a| {
-            let a_end = a.phys + a.layout.size() as u64;
-            if phys >= a.phys && end <= a_end {
-                // SAFETY: `phys - a.phys + len <= size`, so the offset stays inside the block.
-                Some(unsafe { a.ptr.as_ptr().add((phys - a.phys) as usize) })
-            } else {
-                None
-            }
-        })
-    }
-}
-
 struct Queue {
     ring: u64,
     pi: u64,
@@ -322,21 +279,16 @@ struct Inner {
 /// [`FakeDelay`].
 pub struct FakeDevice {
     inner: Mutex<Inner>,
-    mem: Mutex<Memory>,
+    /// The bus address space the driver's allocations live in; stray accesses are logged in
+    /// [`FakeStats::dma_violations`] by the fake itself, so only the unrecorded accessors are used.
+    mem: Arc<FakeMemory>,
+    /// Ranges the test declared finished ([`FakeDevice::retire`]): a device write there is a
+    /// write into a buffer whose request already ended.
+    retired: Mutex<Vec<(u64, u64)>>,
     clock_us: AtomicU64,
 }
 
 const SEQ_MAGIC: [u32; 6] = [0x0, 0x4, 0xB, 0x2, 0x7, 0xD];
-
-fn le_u16(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn le_u32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
-}
-fn le_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
-}
 
 impl FakeDevice {
     /// Creates the fake in the state QEMU shows at power-on (after `config.boot`): READY, masked.
@@ -386,11 +338,8 @@ impl FakeDevice {
                 irq: FakeIrq::Msi,
                 stats: FakeStats::default(),
             }),
-            mem: Mutex::new(Memory {
-                allocs: Vec::new(),
-                next_phys: config.phys_base,
-                retired: Vec::new(),
-            }),
+            mem: FakeMemory::new(config.phys_base),
+            retired: Mutex::new(Vec::new()),
             clock_us: AtomicU64::new(0),
         })
     }
@@ -401,8 +350,8 @@ impl FakeDevice {
     }
 
     /// DMA allocator for the driver.
-    pub fn dma(self: &Arc<Self>) -> FakeDma {
-        FakeDma(self.clone())
+    pub fn dma(&self) -> FakeDma {
+        self.mem.dma()
     }
 
     /// Delay hook for the driver: advances virtual time and lets the device make progress.
@@ -412,9 +361,7 @@ impl FakeDevice {
 
     /// A DMA data buffer for test I/O.
     pub fn buffer(self: &Arc<Self>, len: usize) -> FakeBuffer {
-        let r = FakeDma(self.clone())
-            .alloc_zeroed(len, 64)
-            .expect("fake DMA allocation");
+        let r = self.mem.alloc_zeroed(len, 64).expect("fake DMA allocation");
         FakeBuffer {
             dev: self.clone(),
             phys: r.phys,
@@ -518,19 +465,19 @@ impl FakeDevice {
     /// Declares `phys..phys+len` finished: its request ended, so any later device write there is
     /// recorded in [`FakeStats::writes_after_end`].
     pub fn retire(&self, phys: u64, len: usize) {
-        self.mem.lock().retired.push((phys, phys + len as u64));
+        self.retired.lock().push((phys, phys + len as u64));
     }
 
     /// Gives a retired range back to a new request.
     pub fn revive(&self, phys: u64, len: usize) {
         let end = phys + len as u64;
-        self.mem.lock().retired.retain(|&(a, b)| !(a == phys && b == end));
+        self.retired.lock().retain(|&(a, b)| !(a == phys && b == end));
     }
 
     /// Records a device write into a retired range.
     fn check_retired(&self, inner: &mut Inner, addr: u64, len: usize, what: &str) {
         let end = addr.saturating_add(len as u64);
-        if self.mem.lock().retired.iter().any(|&(a, b)| addr < b && a < end) {
+        if self.retired.lock().iter().any(|&(a, b)| addr < b && a < end) {
             inner.stats.writes_after_end.push(format!(
                 "{what} write at 0x{addr:X}+{len} into a buffer whose request ended"
             ));
@@ -617,58 +564,26 @@ impl FakeDevice {
     // ---- memory ----
 
     fn read_mem(&self, phys: u64, len: usize) -> Option<Vec<u8>> {
-        let mem = self.mem.lock();
-        let p = mem.translate(phys, len)?;
         let mut out = vec![0u8; len];
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: `translate` checked that `phys..phys+len` is inside one live allocation.
-            *b = unsafe { p.add(i).read_volatile() };
-        }
-        Some(out)
+        self.mem.try_read(phys, &mut out).then_some(out)
     }
 
     fn write_mem(&self, phys: u64, data: &[u8]) -> bool {
-        let mem = self.mem.lock();
-        let Some(p) = mem.translate(phys, data.len()) else {
-            return false;
-        };
-        for (i, b) in data.iter().enumerate() {
-            // SAFETY: `translate` checked that the range is inside one live allocation.
-            unsafe { p.add(i).write_volatile(*b) };
-        }
-        true
+        self.mem.try_write(phys, data)
     }
 
+    /// The driver reads the producer index and ring entries atomically.
     fn store_u32(&self, phys: u64, v: u32) -> bool {
-        let mem = self.mem.lock();
-        match mem.translate(phys, 4) {
-            Some(p) if (p as usize).is_multiple_of(4) => {
-                // SAFETY: in bounds of a live allocation and 4-byte aligned; the driver accesses
-                // these words (producer index, ring entries) only atomically.
-                unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }.store(v, Ordering::Release);
-                true
-            }
-            _ => false,
-        }
+        self.mem.store_u32_atomic(phys, v)
     }
 
     fn load_u32(&self, phys: u64) -> Option<u32> {
-        let mem = self.mem.lock();
-        match mem.translate(phys, 4) {
-            Some(p) if (p as usize).is_multiple_of(4) => {
-                // SAFETY: in bounds and aligned, accessed atomically on both sides.
-                Some(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }.load(Ordering::Acquire))
-            }
-            _ => None,
-        }
+        self.mem.load_u32_atomic(phys)
     }
 
+    /// The driver polls a frame's status byte atomically.
     fn store_status(&self, phys: u64, v: u8) {
-        let mem = self.mem.lock();
-        if let Some(p) = mem.translate(phys, 1) {
-            // SAFETY: in bounds of a live allocation; the driver polls this byte atomically.
-            unsafe { AtomicU8::from_ptr(p) }.store(v, Ordering::Release);
-        }
+        self.mem.store_u8_atomic(phys, v);
     }
 
     fn violation(inner: &mut Inner, what: String) {
@@ -1140,29 +1055,21 @@ impl FakeDevice {
     }
 
     fn scatter(&self, inner: &mut Inner, data: &[u8], sgl: &[(u64, u32)]) -> bool {
-        let mut off = 0usize;
-        for &(addr, len) in sgl {
-            if off >= data.len() {
-                break;
-            }
-            let n = (len as usize).min(data.len() - off);
+        for (addr, piece) in sgl_pieces(sgl, data.len()) {
+            let n = piece.len();
             self.check_retired(inner, addr, n, "data");
-            if !self.write_mem(addr, &data[off..off + n]) {
+            if !self.write_mem(addr, &data[piece]) {
                 Self::violation(inner, format!("data segment 0x{addr:X}+{n} outside DMA memory"));
                 return false;
             }
-            off += n;
         }
         true
     }
 
     fn gather(&self, inner: &mut Inner, len: usize, sgl: &[(u64, u32)]) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity(len);
-        for &(addr, seg) in sgl {
-            if out.len() >= len {
-                break;
-            }
-            let n = (seg as usize).min(len - out.len());
+        for (addr, piece) in sgl_pieces(sgl, len) {
+            let n = piece.len();
             let Some(d) = self.read_mem(addr, n) else {
                 Self::violation(inner, format!("data segment 0x{addr:X}+{n} outside DMA memory"));
                 return None;
@@ -1442,34 +1349,6 @@ impl Mmio for FakeMmio {
     }
     fn write32(&self, offset: u32, value: u32) {
         self.0.write_reg(offset, value);
-    }
-}
-
-/// DMA allocations in the fake's address space.
-#[derive(Clone)]
-pub struct FakeDma(Arc<FakeDevice>);
-
-// SAFETY: every region is a fresh zeroed heap block of at least `size` bytes aligned to `align`,
-// owned by the device's `Memory` until the last `Arc<FakeDevice>` (held by this allocator, hence by
-// the controller) is dropped. Its bus address is unique and aligned, and the fake translates that
-// address back to exactly this block, so `phys` is the device's view of `virt`.
-unsafe impl Dma for FakeDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, DmaError> {
-        let fail = DmaError::OutOfMemory { size, align };
-        let align = align.max(8);
-        let layout = Layout::from_size_align(size.max(1), align).map_err(|_| fail.clone())?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(fail)?;
-        let mut mem = self.0.mem.lock();
-        let phys = mem.next_phys.next_multiple_of(align as u64);
-        // A 4 KiB hole after each block, so an overrun is caught as a violation, not absorbed.
-        mem.next_phys = phys + layout.size() as u64 + 4096;
-        mem.allocs.push(Allocation { phys, ptr, layout });
-        Ok(DmaRegion {
-            virt: ptr,
-            phys,
-            len: size,
-        })
     }
 }
 

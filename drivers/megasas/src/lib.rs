@@ -22,6 +22,7 @@ mod error;
 pub mod floor;
 mod frame;
 mod gate;
+pub mod host_common;
 pub mod model;
 mod options;
 pub mod regs;

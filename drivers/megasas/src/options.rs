@@ -1,6 +1,8 @@
 //! Kernel command-line options of the driver (`megasas.irq=`, `megasas.irq_cpu=`,
 //! `megasas.queue_depth=`, `megasas.msix_vectors=`, `megasas.timeout_ms=`, `megasas.floor=`, `megasas.irq_poll=`) and the automatic choice of interrupt mode.
 
+use devhal::options::{Word, number_in, words};
+
 use crate::Error;
 use crate::controller::IrqMode;
 
@@ -50,11 +52,7 @@ impl Options {
     /// ignored, unknown `megasas.` keys and bad values are errors naming what is accepted.
     pub fn parse(cmdline: &str) -> Result<Self, Error> {
         let mut out = Self::default();
-        for word in cmdline.split_ascii_whitespace() {
-            let Some(rest) = word.strip_prefix("megasas.") else {
-                continue;
-            };
-            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+        for Word { word, key, value } in words(cmdline, "megasas") {
             match key {
                 "irq" => {
                     out.irq = match value {
@@ -68,37 +66,27 @@ impl Options {
                 }
                 "irq_cpu" => {
                     out.irq_cpu = Some(
-                        value
-                            .parse()
-                            .map_err(|_| bad(word, "megasas.irq_cpu", "a CPU number"))?,
+                        number_in(value, 0..=u32::MAX).ok_or_else(|| bad(word, "megasas.irq_cpu", "a CPU number"))?,
                     )
                 }
                 "queue_depth" => {
-                    let depth: u16 = value
-                        .parse()
-                        .map_err(|_| bad(word, "megasas.queue_depth", "1..=32767"))?;
-                    if !(1..=crate::tags::MAX_TAGS).contains(&depth) {
-                        return Err(bad(word, "megasas.queue_depth", "1..=32767"));
-                    }
-                    out.queue_depth = Some(depth);
+                    out.queue_depth = Some(
+                        number_in(value, 1..=crate::tags::MAX_TAGS)
+                            .ok_or_else(|| bad(word, "megasas.queue_depth", "1..=32767"))?,
+                    )
                 }
                 "msix_vectors" => {
                     out.msix_vectors = Some(match value {
                         "all" => MsixVectors::All,
                         n => MsixVectors::Count(
-                            n.parse()
-                                .ok()
-                                .filter(|n| (1..=2048).contains(n))
+                            number_in(n, 1..=2048)
                                 .ok_or_else(|| bad(word, "megasas.msix_vectors", "1..=2048 or all"))?,
                         ),
                     })
                 }
                 "timeout_ms" => {
                     out.timeout_ms = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|ms| (100..=600_000).contains(ms))
+                        number_in(value, 100..=600_000)
                             .ok_or_else(|| bad(word, "megasas.timeout_ms", "100..=600000"))?,
                     )
                 }

@@ -1026,19 +1026,9 @@ impl Dev {
             return 0x4013;
         };
         let start = (slba * u64::from(ns.lba_size)) as usize;
-        let mut done = 0usize;
-        for (addr, len) in pages {
-            let len = len as usize;
-            let disk = &mut self.data[i][start + done..start + done + len];
-            let ok = if write {
-                mem.read("write data", addr, disk)
-            } else {
-                mem.write("read data", addr, disk)
-            };
-            if !ok {
-                return 0x4004;
-            }
-            done += len;
+        let disk = &mut self.data[i][start..start + bytes as usize];
+        if !mem.transfer(write, pages.into_iter().map(|(addr, len)| (addr, len as usize)), disk) {
+            return 0x4004;
         }
         0
     }

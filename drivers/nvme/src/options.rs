@@ -3,6 +3,8 @@
 
 use alloc::string::String;
 
+use devhal::options::{Word, number_in, words};
+
 use crate::Error;
 
 /// The interrupt mode asked for with `nvme.irq=`.
@@ -42,20 +44,10 @@ impl Options {
     /// ignored, unknown `nvme.` keys and bad values are errors naming what is accepted.
     pub fn parse(cmdline: &str) -> Result<Self, Error> {
         let mut out = Self::default();
-        for word in cmdline.split_ascii_whitespace() {
-            let Some(rest) = word.strip_prefix("nvme.") else {
-                continue;
-            };
-            let (key, value) = rest.split_once('=').unwrap_or((rest, ""));
+        for Word { word, key, value } in words(cmdline, "nvme") {
             match key {
                 "queues" => {
-                    out.queues = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|n| (1..=65534).contains(n))
-                            .ok_or_else(|| bad(word, "nvme.queues=1..=65534"))?,
-                    )
+                    out.queues = Some(number_in(value, 1..=65534).ok_or_else(|| bad(word, "nvme.queues=1..=65534"))?)
                 }
                 "irq" => {
                     out.irq = match value {
@@ -67,22 +59,12 @@ impl Options {
                     }
                 }
                 "queue_depth" => {
-                    out.queue_depth = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|n| (1..=4096).contains(n))
-                            .ok_or_else(|| bad(word, "nvme.queue_depth=1..=4096"))?,
-                    )
+                    out.queue_depth =
+                        Some(number_in(value, 1..=4096).ok_or_else(|| bad(word, "nvme.queue_depth=1..=4096"))?)
                 }
                 "timeout_ms" => {
-                    out.timeout_ms = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|&n: &u64| (1..=3_600_000).contains(&n))
-                            .ok_or_else(|| bad(word, "nvme.timeout_ms=1..=3600000"))?,
-                    )
+                    out.timeout_ms =
+                        Some(number_in(value, 1..=3_600_000).ok_or_else(|| bad(word, "nvme.timeout_ms=1..=3600000"))?)
                 }
                 _ => return Err(bad(word, "nvme.queues, nvme.irq, nvme.queue_depth or nvme.timeout_ms")),
             }

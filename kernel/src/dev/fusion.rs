@@ -17,11 +17,11 @@
 
 use crate::arch::console::kprintln;
 use crate::arch::smp;
-use crate::dev::block::{self, DeviceFacts, Disk, HostHooks};
+use crate::dev::block::{self, HostHooks};
 use crate::dev::driver::PciDriver;
 use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
 use crate::dev::nvme::{KernelDelay, KernelDma, KernelMmio};
-use crate::dev::{cpumap, pci};
+use crate::dev::{cpumap, hosts, pci};
 use crate::error::Error;
 use alloc::boxed::Box;
 use alloc::format;
@@ -231,32 +231,30 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let irq_vectors = controller.irqs.get().map(DeviceIrqs::idt_vectors).unwrap_or_default();
     kprintln!("megasas-fusion {at}: interrupts: {irq_text}");
     let io_tags = u32::from(controller.host.controller().limits().io_tags);
-    for (i, d) in controller.host.drives().iter().enumerate() {
-        let name = {
-            let mut n = NEXT_DRIVE.lock();
-            let name = format!("mf{}", *n);
-            *n += 1;
-            name
-        };
-        let queue = controller
-            .host
-            .queue(i)
-            .ok_or_else(|| Error::Device(format!("megasas-fusion {at}: drive {i} has no queue")))?;
-        let facts = DeviceFacts {
-            name,
-            model: format!("{product} LD {} ({at})", d.drive.target),
-            sector_size: d.drive.block_size,
-            capacity_sectors: d.drive.blocks,
-            max_inflight: io_tags,
-            max_transfer_bytes: d.max_transfer_bytes,
-            irq_vectors: irq_vectors.clone(),
-        };
-        let extra = format!(
+    let disks = hosts::ControllerDisks {
+        next_drive: &NEXT_DRIVE,
+        prefix: "mf",
+        host: controller,
+        max_inflight: io_tags,
+        irq_vectors,
+        extra: format!(
             "interrupts: {irq_text}; {} reply queue(s), {io_tags} I/O tags shared by the controller's drives",
             controller.host.controller().queues()
-        );
-        let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, controller, extra)));
-        block::register(disk);
-    }
-    Ok(())
+        ),
+    };
+    hosts::register_drives(
+        &disks,
+        controller.host.drives().iter().enumerate().map(|(i, d)| {
+            Ok(hosts::Drive {
+                queue: controller
+                    .host
+                    .queue(i)
+                    .ok_or_else(|| Error::Device(format!("megasas-fusion {at}: drive {i} has no queue")))?,
+                model: format!("{product} LD {} ({at})", d.drive.target),
+                sector_size: d.drive.block_size,
+                capacity_sectors: d.drive.blocks,
+                max_transfer_bytes: d.max_transfer_bytes,
+            })
+        }),
+    )
 }

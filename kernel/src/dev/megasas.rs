@@ -13,10 +13,10 @@
 use crate::arch::console::kprintln;
 use crate::arch::memory::DmaBuffer;
 use crate::arch::{smp, time};
-use crate::dev::block::{self, DeviceFacts, Disk, HostHooks};
+use crate::dev::block::{self, HostHooks};
 use crate::dev::driver::PciDriver;
 use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
-use crate::dev::{cpumap, pci};
+use crate::dev::{cpumap, hosts, pci};
 use crate::error::Error;
 use alloc::boxed::Box;
 use alloc::format;
@@ -369,30 +369,35 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
     let irq_vectors = controller.irqs.get().map(DeviceIrqs::idt_vectors).unwrap_or_default();
     kprintln!("megasas {at}: interrupts: {irq_text}");
     let io_tags = u32::from(controller.host.controller().max_inflight() - 1);
-    for (i, d) in controller.host.drives().iter().enumerate() {
-        let name = {
-            let mut n = NEXT_DRIVE.lock();
-            let name = format!("md{}", *n);
-            *n += 1;
-            name
-        };
-        let queue = controller
-            .host
-            .queue(i)
-            .ok_or_else(|| Error::Device(format!("megasas {at}: drive {i} has no queue")))?;
-        let facts = DeviceFacts {
-            name: name.clone(),
-            model: format!("{} ({at})", d.model),
-            sector_size: d.drive.block_size,
-            capacity_sectors: d.drive.blocks,
-            max_inflight: io_tags,
-            max_transfer_bytes: d.max_transfer_bytes,
-            irq_vectors: irq_vectors.clone(),
-        };
-        DRIVES.lock().push((name.clone(), controller, i));
-        let extra = format!("interrupts: {irq_text}; {io_tags} I/O tags shared by the controller's drives");
-        let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, controller, extra)));
-        block::register(disk);
+    let disks = hosts::ControllerDisks {
+        next_drive: &NEXT_DRIVE,
+        prefix: "md",
+        host: controller,
+        max_inflight: io_tags,
+        irq_vectors,
+        extra: format!("interrupts: {irq_text}; {io_tags} I/O tags shared by the controller's drives"),
+    };
+    // register_drives names this controller's drives md<first>, md<first + 1>, ... in drive
+    // order (NEXT_DRIVE is only taken by MegaRAID probes, which run one at a time).
+    let first = *NEXT_DRIVE.lock();
+    hosts::register_drives(
+        &disks,
+        controller.host.drives().iter().enumerate().map(|(i, d)| {
+            Ok(hosts::Drive {
+                queue: controller
+                    .host
+                    .queue(i)
+                    .ok_or_else(|| Error::Device(format!("megasas {at}: drive {i} has no queue")))?,
+                model: format!("{} ({at})", d.model),
+                sector_size: d.drive.block_size,
+                capacity_sectors: d.drive.blocks,
+                max_transfer_bytes: d.max_transfer_bytes,
+            })
+        }),
+    )?;
+    let mut named = DRIVES.lock();
+    for i in 0..controller.host.drives().len() {
+        named.push((format!("md{}", first + i), controller, i));
     }
     Ok(())
 }

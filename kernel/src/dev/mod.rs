@@ -7,7 +7,8 @@
 //! interrupt affinity ([`cpumap`]); the block-device registry and the kernel's
 //! hooks for the `blk` layer ([`block`]); what a PCI driver provides
 //! ([`driver`]: match rules, command-line keys, probe) and the table of them
-//! ([`registry`]); one small probe file per driver ([`megasas`], [`fusion`], [`nvme`], [`null`]).
+//! ([`registry`]); one small probe file per driver ([`megasas`], [`fusion`], [`nvme`], [`null`]),
+//! with what the MegaRAID probes share in [`hosts`].
 //!
 //! What it may use: `crate::arch` and the library and driver crates, never
 //! `crate::app`.
@@ -16,6 +17,7 @@ pub mod block;
 pub mod cpumap;
 pub mod driver;
 pub mod fusion;
+pub mod hosts;
 pub mod interrupts;
 pub mod megasas;
 pub mod null;

@@ -12,6 +12,17 @@ use megasas_fusion::{Completion, Config, Controller, Error, Generation, IoOp, Io
 
 pub type Ctrl = Controller<FakeMmio, FakeDelay>;
 
+/// A one-block READ of block 0 of the model's LD into `sgl`.
+pub fn read_block0(sgl: &[Segment]) -> IoRequest<'_> {
+    IoRequest {
+        target: LD,
+        op: IoOp::Read,
+        lba: 0,
+        blocks: 1,
+        sgl,
+    }
+}
+
 pub fn config(g: Generation, vectors: usize) -> Config {
     let mut c = Config::new(g, (0..vectors).collect());
     c.bringup_budget_us = 30_000_000;
@@ -151,7 +162,7 @@ impl Workload {
             op,
             lba,
             blocks,
-            segments: &segs,
+            sgl: &segs,
         };
         let cookie = (u64::from(tag) << 32) | (self.seq & 0xFFFF_FFFF);
         self.ctrl.submit(tag, queue, &req, cookie)?;
