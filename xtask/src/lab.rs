@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::bench::matrix::{Base, Completion, DeviceKind, Matrix, Point, Quiesce, Rw, Sweep, size_word};
+use crate::bench::matrix::{
+    Base, BootPlan, Completion, DeviceKind, Matrix, PlannedJob, Point, Quiesce, Rw, Sweep, size_word,
+};
 use crate::bench::plots::{self, Chart, Series};
 use crate::bench::results::{self, Record, micros};
 use crate::qemu::Accel;
@@ -185,6 +187,57 @@ fn lab_matrix(quick: bool, devices: &'static [DeviceKind]) -> Matrix {
     }
 }
 
+/// Kernel option of the adaptive-completion boot (MegaRAID only, needs MSI-X).
+const ADAPTIVE_OPTION: &str = "megasas.irq_poll=on";
+
+/// The matrix's boots, then (when MegaRAID is selected) one boot with `megasas.irq_poll=on`
+/// that repeats part (b) at the reference point with `completion=irq`: the adaptive
+/// interrupt-then-poll mode is a boot option, so it cannot be a job key of the other boots.
+fn lab_boots(matrix: &Matrix, runtime_ms: u64) -> Result<Vec<BootPlan>, String> {
+    let mut boots = matrix.boots(runtime_ms)?;
+    let policies = matrix.sweeps.last().expect("part (b) is the last sweep");
+    if policies.devices.contains(&DeviceKind::MegasasGen2) {
+        let mut adaptive = BootPlan {
+            index: boots.len(),
+            device: DeviceKind::MegasasGen2,
+            smp: matrix.smp,
+            mem: matrix.mem.to_string(),
+            runtime_ms,
+            options: vec![ADAPTIVE_OPTION.to_string()],
+            defaults: Vec::new(),
+            jobs: Vec::new(),
+        };
+        for &cpus in policies.cpus {
+            for &quiesce in policies.quiesce {
+                let point = Point {
+                    device: DeviceKind::MegasasGen2,
+                    rw: policies.rw[0],
+                    bs: policies.bs[0],
+                    iodepth: policies.iodepth[0],
+                    cpus,
+                    completion: Completion::Irq,
+                    quiesce,
+                };
+                adaptive.jobs.push(PlannedJob {
+                    name: point.job_name(),
+                    point,
+                });
+            }
+        }
+        boots.push(adaptive);
+    }
+    Ok(boots)
+}
+
+/// Indices of the boots that run with the adaptive completion mode.
+fn adaptive_boots(boots: &[BootPlan]) -> Vec<usize> {
+    boots
+        .iter()
+        .filter(|b| b.options.iter().any(|o| o == ADAPTIVE_OPTION))
+        .map(|b| b.index)
+        .collect()
+}
+
 /// `cargo xtask lab [--quick] [--device null|md|nvme|all] ...`.
 pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
     let opts = LabOptions::parse(args)?;
@@ -195,11 +248,12 @@ pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let records = results::from_json(&text)?;
         let ok = crate::bench::write_outputs(&records, &matrix, &out_dir, false)?;
-        let lab_ok = write_lab_outputs(&records, &out_dir)?;
+        let adaptive = adaptive_boots(&lab_boots(&matrix, opts.runtime_ms.unwrap_or(matrix.runtime_ms))?);
+        let lab_ok = write_lab_outputs(&records, &adaptive, &out_dir)?;
         return Ok(ok && lab_ok && records.iter().all(Record::ok));
     }
     let runtime_ms = opts.runtime_ms.unwrap_or(matrix.runtime_ms);
-    let mut boots = matrix.boots(runtime_ms)?;
+    let mut boots = lab_boots(&matrix, runtime_ms)?;
     if opts.trace_every != 0 {
         for b in &mut boots {
             b.defaults.push(format!("trace={}", opts.trace_every));
@@ -238,7 +292,7 @@ pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
     let path = out_dir.join("results.json");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let records = results::from_json(&text)?;
-    let lab_ok = write_lab_outputs(&records, &out_dir)?;
+    let lab_ok = write_lab_outputs(&records, &adaptive_boots(&boots), &out_dir)?;
     if opts.trace_every != 0 {
         write_trace(&out_dir)?;
     }
@@ -364,13 +418,20 @@ fn chrome_trace(traces: &[(String, TraceLine)]) -> serde_json::Value {
 }
 
 /// Prints the lab table and ratios, writes `lab.csv` and the lab plots. False when a plot failed.
-fn write_lab_outputs(records: &[Record], out_dir: &Path) -> Result<bool, String> {
-    println!("\n{}", render_table(records));
-    println!("{}", render_ratios(records));
+/// `adaptive`: indices of the boots run with `megasas.irq_poll=on` (their rows are labelled
+/// "adaptive" and kept out of the ratios and charts, which compare quiesce designs).
+fn write_lab_outputs(records: &[Record], adaptive: &[usize], out_dir: &Path) -> Result<bool, String> {
+    println!("\n{}", render_table(records, adaptive));
+    let plain: Vec<Record> = records
+        .iter()
+        .filter(|r| !adaptive.contains(&r.boot))
+        .cloned()
+        .collect();
+    println!("{}", render_ratios(&plain));
     let csv = out_dir.join("lab.csv");
-    std::fs::write(&csv, table_csv(records)).map_err(|e| format!("writing {}: {e}", csv.display()))?;
+    std::fs::write(&csv, table_csv(records, adaptive)).map_err(|e| format!("writing {}: {e}", csv.display()))?;
     let mut ok = true;
-    for chart in lab_charts(records) {
+    for chart in lab_charts(&plain) {
         let path = out_dir.join(chart.file);
         if let Err(e) = plots::draw(&chart, &path) {
             println!("lab: plot {} FAILED: {e}", chart.file);
@@ -394,6 +455,8 @@ struct Row {
     ipis_per_io: Option<f64>,
     irqs_per_io: Option<f64>,
     ok: bool,
+    /// Run with `megasas.irq_poll=on`.
+    adaptive: bool,
 }
 
 fn per_io(r: &Record, names: &[&str]) -> Option<f64> {
@@ -401,7 +464,7 @@ fn per_io(r: &Record, names: &[&str]) -> Option<f64> {
     (r.report.ios > 0).then(|| total as f64 / r.report.ios as f64)
 }
 
-fn row(r: &Record) -> Row {
+fn row(r: &Record, adaptive: &[usize]) -> Row {
     let rep = &r.report;
     Row {
         point: r.point,
@@ -414,15 +477,25 @@ fn row(r: &Record) -> Row {
         ipis_per_io: per_io(r, &["ipis", "completion_ipis"]),
         irqs_per_io: per_io(r, &["device_irqs_all_cpus", "device_irqs"]),
         ok: r.ok(),
+        adaptive: adaptive.contains(&r.boot),
     }
 }
 
 /// Rows in table order: device, workload, completion, CPUs, depth, quiesce.
-fn rows(records: &[Record]) -> Vec<Row> {
-    let mut rows: Vec<Row> = records.iter().map(row).collect();
+fn rows(records: &[Record], adaptive: &[usize]) -> Vec<Row> {
+    let mut rows: Vec<Row> = records.iter().map(|r| row(r, adaptive)).collect();
     rows.sort_by_key(|r| {
         let p = r.point;
-        (p.device, p.rw, p.bs, p.completion, p.cpus, p.iodepth, p.quiesce)
+        (
+            p.device,
+            p.rw,
+            p.bs,
+            r.adaptive,
+            p.completion,
+            p.cpus,
+            p.iodepth,
+            p.quiesce,
+        )
     });
     rows
 }
@@ -436,7 +509,16 @@ fn opt_f64(v: Option<f64>) -> String {
 }
 
 /// The lab table, one line per job.
-fn render_table(records: &[Record]) -> String {
+/// The completion column: the policy, or "adaptive" for the `megasas.irq_poll=on` boot.
+fn completion_label(r: &Row) -> &'static str {
+    if r.adaptive {
+        "adaptive"
+    } else {
+        r.point.completion.as_str()
+    }
+}
+
+fn render_table(records: &[Record], adaptive: &[usize]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -456,14 +538,14 @@ fn render_table(records: &[Record]) -> String {
         "ipis/io",
         "irqs/io"
     );
-    for r in rows(records) {
+    for r in rows(records, adaptive) {
         let p = r.point;
         let _ = writeln!(
             s,
             "{:<11} {:<12} {:<10} {:>4} {:>4} {:<9} {:>9.1} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}{}",
             p.device.label(),
             format!("{} {}", p.rw.as_str(), size_word(u64::from(p.bs))),
-            p.completion.as_str(),
+            completion_label(&r),
             p.cpus,
             p.iodepth,
             p.quiesce.as_str(),
@@ -585,12 +667,12 @@ fn geomean(values: impl Iterator<Item = f64>) -> Option<f64> {
 }
 
 /// The lab table as CSV (one line per job).
-fn table_csv(records: &[Record]) -> String {
+fn table_csv(records: &[Record], adaptive: &[usize]) -> String {
     let mut s = String::from(
         "device,rw,bs,completion,cpus,iodepth,quiesce,mb_s,iops,p99_ns,hot_path_locks,lock_contended,lock_sleeps,ipis_per_io,irqs_per_io,ok\n",
     );
     let blank = |v: String| if v == "-" { String::new() } else { v };
-    for r in rows(records) {
+    for r in rows(records, adaptive) {
         let p = r.point;
         let _ = writeln!(
             s,
@@ -598,7 +680,7 @@ fn table_csv(records: &[Record]) -> String {
             p.device.key(),
             p.rw.as_str(),
             p.bs,
-            p.completion.as_str(),
+            completion_label(&r),
             p.cpus,
             p.iodepth,
             p.quiesce.as_str(),
@@ -779,7 +861,7 @@ mod tests {
             r.report.totals.insert("lock_sleeps".into(), parks);
             r.report.totals.insert("device_irqs_all_cpus".into(), 0);
         }
-        let table = render_table(&recs);
+        let table = render_table(&recs, &[]);
         assert_eq!(table.lines().count(), recs.len() + 1);
         let header = table.lines().next().unwrap();
         for col in [
@@ -836,7 +918,7 @@ mod tests {
         assert!(text.contains("geometric mean sleeping/lockfree"), "{text}");
         assert!(text.contains("geometric mean locked/lockfree"), "{text}");
 
-        let csv = table_csv(&recs);
+        let csv = table_csv(&recs, &[]);
         assert_eq!(csv.lines().count(), recs.len() + 1);
         assert!(csv.lines().all(|l| l.split(',').count() == 16), "{csv}");
     }
@@ -850,7 +932,7 @@ mod tests {
             .unwrap();
         victim.problems.push("verify failed".into());
         let victim_point = victim.point;
-        assert!(render_table(&recs).contains("FAILED"));
+        assert!(render_table(&recs, &[]).contains("FAILED"));
         assert!(ratios(&recs, Quiesce::Sleeping).iter().all(|r| Point {
             quiesce: Quiesce::LockFree,
             ..r.point

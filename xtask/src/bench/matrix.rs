@@ -538,6 +538,7 @@ impl Matrix {
                     smp: self.smp,
                     mem: self.mem.to_string(),
                     runtime_ms,
+                    options: Vec::new(),
                     defaults: Vec::new(),
                     jobs: Vec::new(),
                 };
@@ -579,6 +580,9 @@ pub struct BootPlan {
     pub mem: String,
     /// Runtime of each job.
     pub runtime_ms: u64,
+    /// More kernel options for this boot only, after the device's (e.g. `megasas.irq_poll=on`
+    /// for the lab's adaptive-completion boot).
+    pub options: Vec<String>,
     /// More boot-wide job defaults (e.g. `trace=64` from `cargo xtask lab --trace`); they stay
     /// within the command line's margin (the kernel keeps 2048 bytes).
     pub defaults: Vec<String>,
@@ -603,6 +607,7 @@ impl BootPlan {
     /// The whole kernel command line: device options, then the jobs.
     pub fn kernel_args(&self) -> Vec<String> {
         let mut words = self.device.kernel_args();
+        words.extend(self.options.iter().cloned());
         words.extend(self.job_words());
         words
     }
