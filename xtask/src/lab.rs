@@ -948,21 +948,34 @@ mod tests {
             assert_eq!(adaptive, vec![boots.len() - 1], "exactly one adaptive boot, the last");
             let last = boots.last().unwrap();
             assert!(last.kernel_args().contains(&ADAPTIVE_OPTION.to_string()));
-            assert!(boots[..boots.len() - 1].iter().all(|b| !b.kernel_args().iter().any(|w| w == ADAPTIVE_OPTION)));
+            assert!(
+                boots[..boots.len() - 1]
+                    .iter()
+                    .all(|b| !b.kernel_args().iter().any(|w| w == ADAPTIVE_OPTION))
+            );
             let reference = if quick { 2 } else { 4 };
             assert_eq!(last.jobs.len(), QUIESCE_ALL.len());
             for (job, q) in last.jobs.iter().zip(QUIESCE_ALL) {
                 let p = job.point;
-                assert_eq!((p.device, p.rw, p.bs, p.iodepth), (DeviceKind::MegasasGen2, Rw::RandRead, 4 * KB, 8));
+                assert_eq!(
+                    (p.device, p.rw, p.bs, p.iodepth),
+                    (DeviceKind::MegasasGen2, Rw::RandRead, 4 * KB, 8)
+                );
                 assert_eq!((p.cpus, p.completion, p.quiesce), (reference, Completion::Irq, *q));
             }
-            let rec = |boot: usize| Record { boot, ..records(quick)[0].clone() };
-            assert_eq!(rows(&[rec(last.index)], &adaptive)[0].adaptive, true);
+            let rec = |boot: usize| Record {
+                boot,
+                ..records(quick)[0].clone()
+            };
+            assert!(rows(&[rec(last.index)], &adaptive)[0].adaptive);
             assert!(render_table(&[rec(last.index)], &adaptive).contains("adaptive"));
             assert!(!render_table(&[rec(0)], &adaptive).contains("adaptive"));
         }
         let null = lab_matrix(true, DeviceChoice::Null.kinds());
-        assert!(adaptive_boots(&lab_boots(&null, 500).unwrap()).is_empty(), "no adaptive boot without md");
+        assert!(
+            adaptive_boots(&lab_boots(&null, 500).unwrap()).is_empty(),
+            "no adaptive boot without md"
+        );
     }
 
     #[test]
