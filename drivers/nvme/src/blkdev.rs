@@ -15,7 +15,7 @@
 
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 use blk::{
     BlkError, CompletionPolicy, Driver, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
@@ -23,6 +23,7 @@ use blk::{
 };
 use spin::Mutex;
 
+use crate::adaptive::{AdaptiveConfig, AdaptiveCounters, VectorMask, Windows};
 use crate::cmd::Sqe;
 use crate::controller::{PostError, ResetOutcome, TimeoutVerdict};
 use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
@@ -86,6 +87,9 @@ pub struct HostConfig {
     /// Most completion entries one `handle_vector`/`poll` call takes from one CQ (0: the CQ
     /// size). Bounds the work per interrupt; the rest waits for the next call.
     pub cq_budget: u32,
+    /// Adaptive interrupt-then-poll completion (`nvme.irq_poll=`, [`crate::adaptive`]); `None`:
+    /// one interrupt per doorbell pass as the device sends them. MSI-X plans only.
+    pub adaptive: Option<AdaptiveConfig>,
 }
 
 impl Default for HostConfig {
@@ -94,8 +98,15 @@ impl Default for HostConfig {
             timeout_ns: 30_000_000_000,
             completion: CompletionPolicy::Irq,
             cq_budget: 0,
+            adaptive: None,
         }
     }
+}
+
+/// The adaptive mode's state: a window per vector and the clock its idle times are read from.
+struct Adaptive {
+    windows: Windows,
+    clock: Arc<dyn Platform>,
 }
 
 /// The `blk::Driver` of one namespace.
@@ -155,6 +166,8 @@ struct HostInner<M: SyncMmio, D: SyncDma, T: SyncDelay> {
     /// Per hardware queue: a drain stopped at its budget with entries left. The device does not
     /// signal again for entries already posted, so the tick drains these.
     leftover: Vec<AtomicBool>,
+    /// `nvme.irq_poll=`: polling windows per vector (`None`: off).
+    adaptive: Option<Adaptive>,
 }
 
 /// One NVMe controller bound to the block layer.
@@ -182,6 +195,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         mut platform_for: impl FnMut(usize, &NamespaceInfo) -> Arc<dyn Platform>,
     ) -> Result<Self, Error> {
         let namespaces: Vec<NamespaceInfo> = ctrl.namespaces().to_vec();
+        if cfg.adaptive.is_some() && !matches!(plan.mode(), crate::IrqMode::MsiX { .. }) {
+            return Err(Error::InvalidConfig {
+                field: "nvme.irq_poll with interrupts other than MSI-X",
+                value: 0,
+                accepted: "MSI-X (the per-vector mask bit)",
+            });
+        }
         ctrl.create_io_queues(&plan, namespaces.len())?;
         let depth = ctrl.queue_depth();
         let budget = if cfg.cq_budget == 0 {
@@ -193,6 +213,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         let mut failure: Option<Error> = None;
         let inner = Arc::new_cyclic(|weak: &Weak<HostInner<M, D, T>>| {
             let mut queues = Vec::new();
+            let mut clock: Option<Arc<dyn Platform>> = None;
             for (i, ns) in namespaces.iter().enumerate() {
                 let driver = NsDriver {
                     ctrl: Arc::clone(&ctrl),
@@ -214,7 +235,9 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 qc.timeout_ns = cfg.timeout_ns;
                 qc.completion = cfg.completion;
                 qc.cpu_map = Some(plan.cpu_map().to_vec());
-                match Queue::new(qc, driver, platform_for(i, ns)) {
+                let platform = platform_for(i, ns);
+                clock.get_or_insert_with(|| Arc::clone(&platform));
+                match Queue::new(qc, driver, platform) {
                     Ok(q) => queues.push(q),
                     Err(e) => {
                         failure = Some(Error::Blk(e));
@@ -240,6 +263,11 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 scan: Mutex::new(()),
                 scan_cpu: AtomicUsize::new(usize::MAX),
                 leftover: (0..plan.nr_io_queues()).map(|_| AtomicBool::new(false)).collect(),
+                // Without a namespace there is no I/O and nothing to adapt.
+                adaptive: cfg.adaptive.zip(clock).map(|(config, clock)| Adaptive {
+                    windows: Windows::new(config, plan.nr_vectors()),
+                    clock,
+                }),
             }
         });
         if let Some(e) = failure {
@@ -279,6 +307,90 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
     /// Reaps hardware queue `hwq` by polling (polled queues, or a CPU waiting for its I/O).
     pub fn poll(&self, hwq: usize, cpu: usize) -> usize {
         self.inner.poll(hwq, cpu)
+    }
+
+    /// Whether the adaptive mode (`nvme.irq_poll=`) is on.
+    pub fn is_adaptive(&self) -> bool {
+        self.inner.adaptive.is_some()
+    }
+
+    /// Adaptive mode: the polling window of the vector of `cpu`'s queue is open (the vector is
+    /// masked), so a CPU waiting for a completion must poll ([`Self::poll_adaptive`]) rather
+    /// than halt.
+    pub fn polling_window(&self, cpu: usize) -> bool {
+        self.inner.window_of_cpu(cpu).is_some_and(|w| w.is_open())
+    }
+
+    /// [`Self::handle_vector`] for the adaptive mode: when the interrupt reaped something and the
+    /// vector's window is closed, masks the vector through `mask` and opens the window. Without
+    /// the adaptive mode it is `handle_vector`.
+    pub fn handle_vector_adaptive(&self, vector: usize, cpu: usize, mask: &dyn VectorMask) -> usize {
+        let inner = &*self.inner;
+        let n = inner.handle_vector(vector, cpu);
+        if let Some(a) = &inner.adaptive
+            && let Some(w) = a.windows.vectors.get(vector)
+            && let Ok(v) = u16::try_from(vector)
+        {
+            w.after_interrupt(n, a.clock.now_ns(), || mask.set_masked(v, true));
+        }
+        n
+    }
+
+    /// [`Self::poll`] for the adaptive mode: reaps `hwq`; while its vector's window is open,
+    /// closes it when nothing completed for the idle time or the budget is spent: unmask, then
+    /// reap every queue of the vector once more, so a completion that landed between the last
+    /// empty reap and the unmask is delivered now (see [`crate::adaptive`] for why nothing can
+    /// be stranded). Returns completions delivered.
+    pub fn poll_adaptive(&self, hwq: usize, cpu: usize, mask: &dyn VectorMask) -> usize {
+        let inner = &*self.inner;
+        let mut n = inner.poll(hwq, cpu);
+        let Some(a) = &inner.adaptive else {
+            return n;
+        };
+        let Some(v) = inner.plan.vector_of_hwq(hwq) else {
+            return n;
+        };
+        let Some(w) = a.windows.vectors.get(usize::from(v)) else {
+            return n;
+        };
+        if w.poll_done(&a.windows.config, n, a.clock.now_ns(), || mask.set_masked(v, false)) {
+            // The unmask (an MMIO store) before the re-reap's loads of the completion queues.
+            fence(Ordering::SeqCst);
+            let caught: usize = inner
+                .plan
+                .hwqs_of_vector(usize::from(v))
+                .map(|h| inner.poll(h, cpu))
+                .sum();
+            w.caught(caught);
+            n += caught;
+        }
+        n
+    }
+
+    /// Adaptive mode, from the periodic tick: polls every queue whose vector's window is open,
+    /// so a window that no waiting CPU polls (its job ended) still closes once idle.
+    pub fn poll_open_windows(&self, cpu: usize, mask: &dyn VectorMask) -> usize {
+        let Some(a) = &self.inner.adaptive else {
+            return 0;
+        };
+        (0..self.inner.plan.nr_io_queues())
+            .filter(|&h| {
+                self.inner
+                    .plan
+                    .vector_of_hwq(h)
+                    .and_then(|v| a.windows.vectors.get(usize::from(v)))
+                    .is_some_and(|w| w.is_open())
+            })
+            .map(|h| self.poll_adaptive(h, cpu, mask))
+            .sum()
+    }
+
+    /// Counters of the adaptive mode (zero without it).
+    pub fn adaptive_counters(&self) -> AdaptiveCounters {
+        self.inner
+            .adaptive
+            .as_ref()
+            .map_or_else(AdaptiveCounters::default, |a| a.windows.counters())
     }
 
     /// The periodic tick: drains queues an interrupt left entries in (work bound reached), runs
@@ -335,6 +447,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
 }
 
 impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
+    /// The window of the vector of `cpu`'s queue, in the adaptive mode.
+    fn window_of_cpu(&self, cpu: usize) -> Option<&crate::adaptive::VectorWindow> {
+        let a = self.adaptive.as_ref()?;
+        let v = self.plan.vector_of_hwq(self.plan.hwq_of_cpu(cpu)?)?;
+        a.windows.vectors.get(usize::from(v))
+    }
+
     fn handle_vector(&self, vector: usize, cpu: usize) -> usize {
         let mut n = 0;
         for hwq in self.plan.hwqs_of_vector(vector) {

@@ -2,7 +2,8 @@
 //! does (shared/reference/qemu-nvme.md) and strict where QEMU is: CFS on a bad enable, the queue
 //! creation error codes and their order, PRP alignment (`0x4013`), MDTS (`0x4002`), LBA range
 //! (`0x4080`), phase tags, doorbells, SQHD, one MSI-X message per CQ per doorbell pass on the
-//! CQ's vector (recorded), INTx mode, namespaces with 512- and 4096-byte LBAs whose data lives in
+//! CQ's vector (recorded), MSI-X entry mask bits with pending bits (a message for a masked
+//! vector is sent on unmask, or dropped with `msix_pending_bits = false`), INTx mode, namespaces with 512- and 4096-byte LBAs whose data lives in
 //! memory, the state SeaBIOS leaves (enabled, with its own queues), per-LBA error injection,
 //! held commands, an Abort that answers "not aborted", and a reset that drains.
 //!
@@ -98,6 +99,10 @@ pub struct FakeConfig {
     pub completion: FakeCompletion,
     /// Bus address of the first DMA allocation.
     pub phys_base: u64,
+    /// A message for a masked MSI-X vector sets the entry's pending bit and is sent on unmask
+    /// (PCI, QEMU). False: it is dropped (a device that would strand a completion if the
+    /// driver relied on the pending bit alone).
+    pub msix_pending_bits: bool,
 }
 
 impl FakeConfig {
@@ -122,6 +127,7 @@ impl FakeConfig {
             admin_silent: false,
             completion: FakeCompletion::Immediate,
             phys_base: 0x1_0000_0000,
+            msix_pending_bits: true,
         }
     }
 }
@@ -141,6 +147,10 @@ pub struct FakeStats {
     pub corrupted_cqes: u64,
     /// MSI-X messages sent, per vector.
     pub msix_per_vector: Vec<u64>,
+    /// Messages that found their vector masked (held pending, or dropped without pending bits).
+    pub msix_while_masked: u64,
+    /// Vector mask bit changes (mask or unmask) written by the host.
+    pub msix_mask_writes: u64,
     /// INTx assertions.
     pub intx_asserts: u64,
     /// Protocol problems the fake saw (doorbell beyond queue, command on a missing queue ...).
@@ -210,6 +220,8 @@ struct Dev {
     messages: Vec<u16>,
     /// Messages per vector not yet taken by `take_vector`.
     unclaimed: Vec<u64>,
+    /// Per MSI-X table entry: (mask bit, pending bit).
+    msix_entries: Vec<(bool, bool)>,
     stats: FakeStats,
 }
 
@@ -251,6 +263,7 @@ impl FakeNvme {
             signalled: Vec::new(),
             messages: Vec::new(),
             unclaimed: vec![0; msix.max(1)],
+            msix_entries: vec![(false, false); msix],
             stats: FakeStats {
                 msix_per_vector: vec![0; msix],
                 ..FakeStats::default()
@@ -332,6 +345,32 @@ impl FakeNvme {
         let mut d = self.dev.lock();
         d.messages.clear();
         d.unclaimed.get_mut(usize::from(vector)).map_or(0, core::mem::take)
+    }
+    /// Sets or clears MSI-X table entry `vector`'s mask bit, as the host's write to the entry's
+    /// vector control would. Unmasking an entry whose pending bit is set sends its message.
+    /// An entry beyond the table is recorded as a guest error.
+    pub fn set_vector_masked(&self, vector: u16, masked: bool) {
+        let mut d = self.dev.lock();
+        let v = usize::from(vector);
+        let Some(&(_, pending)) = d.msix_entries.get(v) else {
+            d.stats
+                .guest_errors
+                .push(alloc::format!("MSI-X mask write to entry {vector} beyond the table"));
+            return;
+        };
+        d.stats.msix_mask_writes += 1;
+        d.msix_entries[v] = (masked, pending && masked);
+        if !masked && pending {
+            d.send_msix(vector);
+        }
+    }
+    /// Whether MSI-X table entry `vector` is masked.
+    pub fn vector_masked(&self, vector: u16) -> bool {
+        self.dev
+            .lock()
+            .msix_entries
+            .get(usize::from(vector))
+            .is_some_and(|e| e.0)
     }
     /// Sets the hostile mode.
     pub fn set_hostile(&self, h: Hostile) {
@@ -730,19 +769,30 @@ impl Dev {
                 continue;
             }
             if self.cfg.msix_enabled {
-                let v = usize::from(cq.iv);
-                if let Some(c) = self.stats.msix_per_vector.get_mut(v) {
-                    *c += 1;
-                }
-                self.messages.push(cq.iv);
-                if let Some(c) = self.unclaimed.get_mut(v) {
-                    *c += 1;
+                let iv = cq.iv;
+                match self.msix_entries.get_mut(usize::from(iv)) {
+                    Some((true, pending)) => {
+                        self.stats.msix_while_masked += 1;
+                        *pending = self.cfg.msix_pending_bits;
+                    }
+                    _ => self.send_msix(iv),
                 }
             } else {
                 self.stats.intx_asserts += 1;
                 self.messages.push(0);
                 self.unclaimed[0] += 1;
             }
+        }
+    }
+
+    fn send_msix(&mut self, iv: u16) {
+        let v = usize::from(iv);
+        if let Some(c) = self.stats.msix_per_vector.get_mut(v) {
+            *c += 1;
+        }
+        self.messages.push(iv);
+        if let Some(c) = self.unclaimed.get_mut(v) {
+            *c += 1;
         }
     }
 

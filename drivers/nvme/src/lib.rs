@@ -11,12 +11,15 @@
 //! Queues) → [`QueuePlan::new`] (queues and vectors) → program MSI-X → [`blkdev::Host::new`]
 //! (create the I/O queues, one `blk::Queue` per namespace) → [`blkdev::Host::handle_vector`] per
 //! interrupt, [`blkdev::Host::poll`] for polled queues, [`blkdev::Host::tick`] for timeouts.
+//! With `nvme.irq_poll=` ([`adaptive`]) the kernel calls [`blkdev::Host::handle_vector_adaptive`]
+//! and [`blkdev::Host::poll_adaptive`] instead, with a [`adaptive::VectorMask`].
 //! README.md has the details and the kernel integration steps.
 
 #![no_std]
 
 extern crate alloc;
 
+pub mod adaptive;
 pub mod blkdev;
 pub mod cmd;
 mod controller;

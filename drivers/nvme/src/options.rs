@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver: `nvme.queues=`, `nvme.irq=`, `nvme.queue_depth=`,
-//! `nvme.timeout_ms=`.
+//! `nvme.timeout_ms=`, `nvme.irq_poll=`.
 
 use alloc::string::String;
 
@@ -30,6 +30,10 @@ pub struct Options {
     /// `nvme.timeout_ms=N`: request timeout (default 30000); the first expiry sends Abort, the
     /// second resets the controller.
     pub timeout_ms: Option<u64>,
+    /// `nvme.irq_poll=on|off|N`: adaptive interrupt-then-poll completion
+    /// ([`crate::adaptive`]), closing a vector's polling window after N µs without a completion
+    /// (`on`: 50). MSI-X only (the vector's mask bit).
+    pub irq_poll_idle_us: Option<u32>,
 }
 
 fn bad(word: &str, accepted: &'static str) -> Error {
@@ -66,7 +70,22 @@ impl Options {
                     out.timeout_ms =
                         Some(number_in(value, 1..=3_600_000).ok_or_else(|| bad(word, "nvme.timeout_ms=1..=3600000"))?)
                 }
-                _ => return Err(bad(word, "nvme.queues, nvme.irq, nvme.queue_depth or nvme.timeout_ms")),
+                "irq_poll" => {
+                    out.irq_poll_idle_us = match value {
+                        "on" => Some(crate::adaptive::DEFAULT_IDLE_US),
+                        "off" => None,
+                        n => Some(
+                            number_in(n, 1..=10_000)
+                                .ok_or_else(|| bad(word, "nvme.irq_poll=on|off|1..=10000 (us idle)"))?,
+                        ),
+                    }
+                }
+                _ => {
+                    return Err(bad(
+                        word,
+                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms or nvme.irq_poll",
+                    ));
+                }
             }
         }
         Ok(out)
@@ -104,6 +123,15 @@ impl Options {
         crate::QueuePlan::new(ncpus, self.queues, u16::MAX - 1, self.irq_mode(msix_entries).0)
     }
 
+    /// The interrupt-then-poll settings of `nvme.irq_poll=` for
+    /// [`crate::blkdev::HostConfig::adaptive`] (`None`: off).
+    pub fn adaptive(&self) -> Option<crate::adaptive::AdaptiveConfig> {
+        self.irq_poll_idle_us.map(|us| crate::adaptive::AdaptiveConfig {
+            idle_ns: u64::from(us) * 1000,
+            ..crate::adaptive::AdaptiveConfig::default()
+        })
+    }
+
     /// The timeout in ns for [`crate::blkdev::HostConfig::timeout_ns`].
     pub fn timeout_ns(&self) -> u64 {
         self.timeout_ms.unwrap_or(30_000).saturating_mul(1_000_000)
@@ -113,6 +141,33 @@ impl Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn irq_poll_is_on_off_or_an_idle_time() {
+        use crate::adaptive::{AdaptiveConfig, DEFAULT_BUDGET};
+        assert_eq!(Options::parse("").unwrap().adaptive(), None);
+        assert_eq!(
+            Options::parse("nvme.irq_poll=on").unwrap().adaptive(),
+            Some(AdaptiveConfig::default())
+        );
+        assert_eq!(AdaptiveConfig::default().idle_ns, 50_000);
+        assert_eq!(
+            Options::parse("nvme.irq_poll=200").unwrap().adaptive(),
+            Some(AdaptiveConfig {
+                idle_ns: 200_000,
+                budget: DEFAULT_BUDGET
+            })
+        );
+        assert_eq!(
+            Options::parse("nvme.irq_poll=on nvme.irq_poll=off").unwrap().adaptive(),
+            None
+        );
+        let e = alloc::string::ToString::to_string(&Options::parse("nvme.irq_poll=maybe").unwrap_err());
+        assert!(
+            e.contains("nvme.irq_poll=maybe") && e.contains("on|off|1..=10000"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn parses_known_keys_and_refuses_the_rest() {
@@ -143,6 +198,9 @@ mod tests {
             "nvme.queue_depth=0",
             "nvme.foo=1",
             "nvme.timeout_ms=0",
+            "nvme.irq_poll=0",
+            "nvme.irq_poll=10001",
+            "nvme.irq_poll=fast",
         ] {
             let e = Options::parse(bad).unwrap_err();
             assert!(
