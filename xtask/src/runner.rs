@@ -285,5 +285,6 @@ pub fn run_loom() -> Result<(), String> {
     };
     loom(&["-p", "blk", "--test", "loom"])?;
     loom(&["-p", "megasas", "--lib", "loom"])?;
+    loom(&["-p", "nvme", "--lib", "loom"])?;
     loom(&["-p", "megasas-fusion", "--lib", "loom"])
 }

@@ -12,6 +12,7 @@
 //! | `expect` | `success` or `failure` (default success) |
 //! | `output` | text that must appear in the serial output, in the given order (repeatable) |
 //! | `absent` | text that must not appear (repeatable) |
+//! | `fewer` | `A < B`: in every `BAREMQ-JSON:` job report (at least one), kernel counter A's job total is below B's (e.g. `device_irqs_all_cpus < completed`); a counter missing from a report fails (repeatable) |
 //! | `json` | `consistent`: every `BAREMQ-JSON:` job report must parse, carry every field, and agree with itself (see [`check_json_reports`]) |
 //! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
@@ -57,6 +58,8 @@ pub struct Boot {
     pub method: BootMethod,
     /// Check the job reports' JSON lines for presence and consistency.
     pub json_check: bool,
+    /// `fewer = A < B`: (A, B) counter names; every job report's total of A is below B's.
+    pub fewer: Vec<(String, String)>,
 }
 
 impl Default for Boot {
@@ -70,6 +73,7 @@ impl Default for Boot {
             absent: Vec::new(),
             method: BootMethod::Kernel,
             json_check: false,
+            fewer: Vec::new(),
         }
     }
 }
@@ -203,6 +207,16 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
             }
             "output" => boot.output.push(value.to_string()),
             "absent" => boot.absent.push(value.to_string()),
+            "fewer" => {
+                let pair = value
+                    .split_once('<')
+                    .map(|(a, b)| (a.trim(), b.trim()))
+                    .filter(|(a, b)| is_counter_name(a) && is_counter_name(b));
+                let Some((a, b)) = pair else {
+                    return Err(err(lineno, format!("fewer '{value}': use COUNTER < COUNTER")));
+                };
+                boot.fewer.push((a.to_string(), b.to_string()));
+            }
             "json" => {
                 if value != "consistent" {
                     return Err(err(lineno, format!("json '{value}': the only check is 'consistent'")));
@@ -400,6 +414,35 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
     }
     if boot.json_check {
         check_json_reports(output)?;
+    }
+    if !boot.fewer.is_empty() {
+        check_fewer(output, &boot.fewer)?;
+    }
+    Ok(())
+}
+
+fn is_counter_name(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `fewer = A < B`: in every job report of `output`, counter A's total is below B's.
+fn check_fewer(output: &str, pairs: &[(String, String)]) -> Result<(), String> {
+    let reports = crate::bench::results::parse_console(output);
+    if reports.is_empty() {
+        return Err("fewer: no BAREMQ-JSON line in the output".into());
+    }
+    for parsed in reports {
+        let (_, r) = parsed.map_err(|e| format!("JSON line {}: {}", e.line, e.message))?;
+        for (a, b) in pairs {
+            let total = |name: &str| {
+                r.counter_total(name)
+                    .ok_or_else(|| format!("job {}: no counter {name} in its report", r.job.name))
+            };
+            let (x, y) = (total(a)?, total(b)?);
+            if x >= y {
+                return Err(format!("job {}: {a} = {x} is not fewer than {b} = {y}", r.job.name));
+            }
+        }
     }
     Ok(())
 }
@@ -600,6 +643,32 @@ output = vector 14
         let e = check_json_reports(&report_line(2000, 1000, "none", "off").replace(r#""p90":6"#, r#""p90":60"#))
             .unwrap_err();
         assert!(e.contains("percentiles"), "{e}");
+    }
+
+    #[test]
+    fn fewer_compares_counter_totals_in_every_report() {
+        let s = parse("f", "[a]\nfewer = irqs < completed\noutput = x\n").unwrap();
+        let pairs = &s[0].boots[0].fewer;
+        assert_eq!(pairs, &[("irqs".to_string(), "completed".to_string())]);
+        // `irqs` is per-CPU [1, 2]: total 3.
+        let line = |completed: u64| {
+            report_line(2000, 1000, "none", "off")
+                .replace(r#""totals":{}"#, &format!(r#""totals":{{"completed":{completed}}}"#))
+        };
+        assert!(check_fewer(&line(4), pairs).is_ok());
+        let e = check_fewer(&line(3), pairs).unwrap_err();
+        assert!(e.contains("irqs = 3 is not fewer than completed = 3"), "{e}");
+        let e = check_fewer(&report_line(2000, 1000, "none", "off"), pairs).unwrap_err();
+        assert!(e.contains("no counter completed"), "{e}");
+        assert!(
+            check_fewer("BAREMQ: SUCCESS", pairs)
+                .unwrap_err()
+                .contains("no BAREMQ-JSON")
+        );
+        for bad in ["irqs", "irqs <", "< b", "a b < c", "a > b"] {
+            let e = parse("f", &format!("[a]\nfewer = {bad}\noutput = x\n")).unwrap_err();
+            assert!(e.message.contains("COUNTER < COUNTER"), "{bad}: {e}");
+        }
     }
 
     #[test]

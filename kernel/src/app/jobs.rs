@@ -92,8 +92,9 @@ impl IoBackend for KernelBackend<'_> {
     }
 
     fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
-        // An interrupt-then-poll window (megasas.irq_poll) masks the interrupt: poll while open.
-        if self.poll || self.dev.polling_window() {
+        // An interrupt-then-poll window (megasas.irq_poll, nvme.irq_poll) masks the interrupt:
+        // poll while open.
+        if self.poll || self.dev.polling_window(self.cpu) {
             self.dev.poll(self.cpu);
         }
         let mut n = 0;
@@ -139,7 +140,7 @@ impl IoBackend for KernelBackend<'_> {
             core::hint::spin_loop();
             return;
         }
-        if self.dev.polling_window() {
+        if self.dev.polling_window(self.cpu) {
             // The poll closes the window (and re-reaps) once the device goes quiet; only then
             // is halting safe.
             self.dev.poll(self.cpu);

@@ -155,8 +155,10 @@ pub trait BlockDevice: Sync + Send {
     fn driver_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
-    /// The driver's interrupt-then-poll window is open ([`HostHooks::polling_window`]).
-    fn polling_window(&self) -> bool {
+    /// The driver's interrupt-then-poll window for `cpu`'s queue is open
+    /// ([`HostHooks::polling_window`]).
+    fn polling_window(&self, cpu: usize) -> bool {
+        let _ = cpu;
         false
     }
 }
@@ -172,9 +174,10 @@ pub trait HostHooks: Sync + Send {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
-    /// An interrupt-then-poll window is open: the controller's interrupt is masked, so a
-    /// waiting submitter must poll rather than halt.
-    fn polling_window(&self) -> bool {
+    /// An interrupt-then-poll window is open for `cpu`'s queue: the interrupt that would
+    /// complete its I/O is masked, so that CPU, waiting, must poll rather than halt.
+    fn polling_window(&self, cpu: usize) -> bool {
+        let _ = cpu;
         false
     }
 }
@@ -236,8 +239,8 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     fn run_completions(&self, cpu: usize) -> usize {
         irqs_off(|| self.queue.run_completions(cpu))
     }
-    fn polling_window(&self) -> bool {
-        self.host.is_some_and(|h| h.polling_window())
+    fn polling_window(&self, cpu: usize) -> bool {
+        self.host.is_some_and(|h| h.polling_window(cpu))
     }
     fn poll(&self, cpu: usize) -> usize {
         irqs_off(|| match self.host {

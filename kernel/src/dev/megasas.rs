@@ -138,7 +138,8 @@ impl HostHooks for Controller {
         self.host.poll_adaptive(cpu, self) as usize
     }
 
-    fn polling_window(&self) -> bool {
+    /// One vector for the whole controller: its window is every CPU's.
+    fn polling_window(&self, _cpu: usize) -> bool {
         self.host.polling_window()
     }
 

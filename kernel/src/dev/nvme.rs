@@ -47,7 +47,8 @@ pub const DRIVER: PciDriver = PciDriver {
 /// What the kernel glue takes from the command line besides the driver crate's options.
 #[derive(Clone, Copy, Debug, Default)]
 struct KernelOptions {
-    /// The crate's options (`nvme.queues`, `nvme.irq`, `nvme.queue_depth`, `nvme.timeout_ms`).
+    /// The crate's options (`nvme.queues`, `nvme.irq`, `nvme.queue_depth`, `nvme.timeout_ms`,
+    /// `nvme.irq_poll`).
     driver: Options,
     /// `nvme.cross_vectors=1`: aim each I/O queue's vector at the *next* CPU's queue group
     /// instead of its own, so completions land on a CPU that did not submit them (a test of
@@ -137,20 +138,40 @@ struct Controller {
 
 impl IrqHandler for Controller {
     /// Vector i is MSI-X table entry i (0: admin, h + 1: I/O queue h) or the INTx line (0).
+    /// With `nvme.irq_poll=` a productive interrupt also masks its vector and opens its polling
+    /// window (the driver's `handle_vector_adaptive` is `handle_vector` without the mode).
     fn handle(&self, vector_index: usize, cpu: usize) {
-        self.host.handle_vector(vector_index, cpu);
+        self.host.handle_vector_adaptive(vector_index, cpu, self);
+    }
+}
+
+/// The adaptive mode's vector mask: the MSI-X table entry's mask bit (the probe turns the mode
+/// off for anything but MSI-X).
+impl nvme::adaptive::VectorMask for Controller {
+    fn set_masked(&self, vector: u16, masked: bool) {
+        if let Some(irqs) = self.irqs.get()
+            && let Err(e) = irqs.set_vector_masked(vector, masked)
+        {
+            log::error!("{}: MSI-X entry {vector} mask={masked}: {e}", self.name);
+        }
     }
 }
 
 impl HostHooks for Controller {
     fn poll(&self, cpu: usize) -> usize {
         match self.host.plan().hwq_of_cpu(cpu) {
-            Some(hwq) => self.host.poll(hwq, cpu),
+            Some(hwq) => self.host.poll_adaptive(hwq, cpu, self),
             None => 0,
         }
     }
 
+    fn polling_window(&self, cpu: usize) -> bool {
+        self.host.polling_window(cpu)
+    }
+
     fn tick(&self, cpu: usize) {
+        // A window nobody polls (its CPU's job ended) is closed here once idle.
+        self.host.poll_open_windows(cpu, self);
         // Polled queues raise no interrupt: a job that waits for interrupts on them still
         // finishes, one tick at a time.
         if !self.host.plan().interrupts_enabled() {
@@ -182,6 +203,7 @@ impl HostHooks for Controller {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let r = self.host.report();
         let c = &r.controller;
+        let a = self.host.adaptive_counters();
         alloc::vec![
             ("nvme_commands", c.commands),
             ("nvme_errors", c.errors),
@@ -196,6 +218,10 @@ impl HostHooks for Controller {
             ("nvme_failed_by_recovery", r.failed_by_recovery),
             ("nvme_refused_by_blk", r.refused_by_blk),
             ("nvme_rejected", r.rejected),
+            ("nvme_poll_windows", a.windows),
+            ("nvme_window_polled", a.polled),
+            ("nvme_window_budget_closes", a.budget_closes),
+            ("nvme_unmask_catches", a.unmask_catches),
         ]
     }
 }
@@ -327,6 +353,20 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
             plan.nr_vectors()
         )));
     }
+    let mut adaptive = opts.driver.adaptive();
+    if adaptive.is_some() && !matches!(mode, IrqMode::MsiX { .. }) {
+        log::warn!(
+            "{name} ({at}): nvme.irq_poll needs MSI-X (the per-vector mask bit); interrupts are {mode:?}: irq_poll off"
+        );
+        adaptive = None;
+    }
+    if let Some(a) = adaptive {
+        kprintln!(
+            "{name}: irq_poll: after an interrupt its vector is masked and the queue's CPU polls until {} us without a completion or {} completions",
+            a.idle_ns / 1000,
+            a.budget
+        );
+    }
     let hc = HostConfig {
         timeout_ns: opts.driver.timeout_ns(),
         completion: if mode == IrqMode::Poll {
@@ -335,6 +375,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
             CompletionPolicy::Irq
         },
         cq_budget: 0,
+        adaptive,
     };
     let host = Host::new(ctrl, plan, hc, |_, _| block::platform())
         .map_err(|e| Error::Device(format!("{name} ({at}): creating the I/O queues: {e}")))?;
@@ -405,6 +446,9 @@ struct OtherNamespace(&'static Controller);
 impl HostHooks for OtherNamespace {
     fn poll(&self, cpu: usize) -> usize {
         self.0.poll(cpu)
+    }
+    fn polling_window(&self, cpu: usize) -> bool {
+        self.0.polling_window(cpu)
     }
     fn tick(&self, _cpu: usize) {}
     fn counters(&self) -> Vec<(&'static str, u64)> {
