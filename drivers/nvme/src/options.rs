@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver: `nvme.queues=`, `nvme.irq=`, `nvme.queue_depth=`,
-//! `nvme.timeout_ms=`.
+//! `nvme.timeout_ms=`, `nvme.floor=`.
 
 use alloc::string::String;
 
@@ -30,7 +30,15 @@ pub struct Options {
     /// `nvme.timeout_ms=N`: request timeout (default 30000); the first expiry sends Abort, the
     /// second resets the controller.
     pub timeout_ms: Option<u64>,
+    /// `nvme.floor=on|off|N`: before each job on an NVMe namespace, measure the device floor
+    /// ([`crate::blkdev::Host::measure_floor`]) with N reads at QD 1 and at QD 32 (`on`:
+    /// [`DEFAULT_FLOOR_IOS`]). Also reserves [`crate::blkdev::FLOOR_SLOTS`] command slots per
+    /// I/O queue for it.
+    pub floor_ios: Option<u32>,
 }
+
+/// Reads per queue depth of `nvme.floor=on`.
+pub const DEFAULT_FLOOR_IOS: u32 = 10_000;
 
 fn bad(word: &str, accepted: &'static str) -> Error {
     Error::BadOption {
@@ -66,7 +74,22 @@ impl Options {
                     out.timeout_ms =
                         Some(number_in(value, 1..=3_600_000).ok_or_else(|| bad(word, "nvme.timeout_ms=1..=3600000"))?)
                 }
-                _ => return Err(bad(word, "nvme.queues, nvme.irq, nvme.queue_depth or nvme.timeout_ms")),
+                "floor" => {
+                    out.floor_ios = match value {
+                        "on" => Some(DEFAULT_FLOOR_IOS),
+                        "off" => None,
+                        n => Some(
+                            number_in(n, 1..=1_000_000)
+                                .ok_or_else(|| bad(word, "nvme.floor=on|off|1..=1000000 reads"))?,
+                        ),
+                    }
+                }
+                _ => {
+                    return Err(bad(
+                        word,
+                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms or nvme.floor",
+                    ));
+                }
             }
         }
         Ok(out)
@@ -79,6 +102,9 @@ impl Options {
         c.requested_io_queues = self.queues.unwrap_or(cpus).min(cpus);
         if let Some(d) = self.queue_depth {
             c.queue_depth = d;
+        }
+        if self.floor_ios.is_some() {
+            c.floor_slots = crate::blkdev::FLOOR_SLOTS;
         }
         c
     }
@@ -143,6 +169,9 @@ mod tests {
             "nvme.queue_depth=0",
             "nvme.foo=1",
             "nvme.timeout_ms=0",
+            "nvme.floor=0",
+            "nvme.floor=yes",
+            "nvme.floor=1000001",
         ] {
             let e = Options::parse(bad).unwrap_err();
             assert!(
@@ -150,5 +179,25 @@ mod tests {
                 "{bad}: {e:?}"
             );
         }
+        // The list of accepted keys names every key, the floor's included.
+        use alloc::string::ToString;
+        let e = Options::parse("nvme.foo=1").unwrap_err();
+        assert!(e.to_string().contains("nvme.floor"), "{e}");
+        let e = Options::parse("nvme.floor=yes").unwrap_err();
+        assert!(e.to_string().contains("on|off|1..=1000000"), "{e}");
+    }
+
+    #[test]
+    fn floor_takes_on_off_or_a_count_and_reserves_slots() {
+        assert_eq!(Options::parse("").unwrap().floor_ios, None);
+        assert_eq!(Options::parse("").unwrap().config(1).floor_slots, 0);
+        let on = Options::parse("nvme.floor=on").unwrap();
+        assert_eq!(on.floor_ios, Some(DEFAULT_FLOOR_IOS));
+        assert_eq!(on.config(1).floor_slots, crate::blkdev::FLOOR_SLOTS);
+        assert_eq!(Options::parse("nvme.floor=500").unwrap().floor_ios, Some(500));
+        assert_eq!(Options::parse("nvme.floor=1000000").unwrap().floor_ios, Some(1_000_000));
+        let off = Options::parse("nvme.floor=500 nvme.floor=off").unwrap();
+        assert_eq!(off.floor_ios, None);
+        assert_eq!(off.config(2).floor_slots, 0);
     }
 }
