@@ -172,6 +172,10 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
             ""
         }
     );
+    match cpu::select_crc32c(config.crc32c) {
+        Ok(line) => kprintln!("{line}"),
+        Err(e) => exit::failure(format_args!("command line: {e}")),
+    }
     smp::report(&cpus);
     if cpus.iter().any(|c| !c.online) {
         exit::failure(format_args!("not every CPU came online"));

@@ -23,7 +23,9 @@
 //! reset hands back every request in flight exactly once after the adapter forgot it: the
 //! timed-out ones end with `Status::Timeout`, the others with `Status::Aborted` (they are not
 //! re-issued). A reply that arrived before the reset completes normally. If the controller cannot
-//! be reset it is stopped (doorbell STOP_ADAPTER), its requests fail, and new ones fail at once.
+//! be reset it is stopped (doorbell STOP_ADAPTER) and new requests fail at once; those in flight
+//! stay the device's until the kernel has turned bus mastering off and called
+//! [`Host::abandon_after_bus_master_off`], which fails them (as MFI does).
 
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
@@ -311,6 +313,14 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
     /// Whether the controller is out of service.
     pub fn is_dead(&self) -> bool {
         self.0.core.ctrl.is_dead()
+    }
+
+    /// For a controller out of service, after the kernel turned its bus mastering off: fails
+    /// every request still in flight (`Status::Aborted`; their buffers are no longer the
+    /// device's). Returns how many.
+    pub fn abandon_after_bus_master_off(&self, cpu: usize) -> u32 {
+        let inner = &self.0;
+        inner.core.ctrl.abandon_in_flight(&mut |c| inner.deliver(cpu, &c))
     }
 
     /// Counters.

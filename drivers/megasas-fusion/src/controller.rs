@@ -1622,7 +1622,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// CTRL_GET_INFO. Every request still on the controller is handed to `sink` exactly once:
     /// completed normally if its reply had arrived, else as [`IoOutcome::Reset`] after the
     /// adapter reset, when the firmware has provably forgotten it. If the adapter cannot be
-    /// reset, requests stay owned by the controller (never handed back) and it is marked dead.
+    /// reset, it is stopped (STOP_ADAPTER) and marked dead, and its requests stay the device's:
+    /// the caller turns bus mastering off and only then calls [`Controller::abandon_in_flight`].
     pub fn reset(&self, sink: &mut dyn FnMut(Completion), report: &mut Report) -> Result<(), Error> {
         let _w = self.gate.write();
         let g = self.generation;
@@ -1639,10 +1640,11 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let sp0 = read_reg(&self.mmio, g, regs::SP0);
         let fault = FwStatus(sp0).state() == FwState::Fault;
         if self.ocr_disabled || (fault && sp0 & regs::SP0_FAULT_RESETTABLE == 0) {
-            // Kill the adapter: it stops all DMA, so the requests can be handed back.
+            // Stop the adapter. The reference says a stopped adapter does no more DMA, but only
+            // the bus-master bit proves it: the requests stay held until the caller turned it
+            // off (`abandon_in_flight`).
             self.mmio.write32(regs::DOORBELL, regs::DB_STOP_ADAPTER);
             self.dead.store(true, Ordering::Release);
-            self.return_in_flight(sink);
             report.step(
                 &self.mmio,
                 g,
@@ -1705,9 +1707,26 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         report.step(&self.mmio, g, budget.used(), "OCR: failed", alloc::format!("{last}"));
         self.mmio.write32(regs::DOORBELL, regs::DB_STOP_ADAPTER);
         self.dead.store(true, Ordering::Release);
-        // Stopped: safe to hand back whatever is still held (nothing if an attempt got far enough).
-        self.return_in_flight(sink);
+        // Whatever is still held (nothing if an attempt got as far as the adapter reset) stays
+        // the device's until bus mastering is off (`abandon_in_flight`).
         Err(Error::ResetFailed { attempts: 3, sp0 })
+    }
+
+    /// For a controller out of service (its reset was not possible or failed), **after the
+    /// caller turned the function's bus mastering off**: hands every request still held to
+    /// `sink` exactly once, as [`IoOutcome::Reset`]. Until then they belong to the device.
+    /// Returns how many; a controller that is not dead hands back nothing.
+    pub fn abandon_in_flight(&self, sink: &mut dyn FnMut(Completion)) -> u32 {
+        if !self.is_dead() {
+            return 0;
+        }
+        let _w = self.gate.write();
+        let mut n = 0u32;
+        self.return_in_flight(&mut |c| {
+            n += 1;
+            sink(c);
+        });
+        n
     }
 
     fn return_in_flight(&self, sink: &mut dyn FnMut(Completion)) {

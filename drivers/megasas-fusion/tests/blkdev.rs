@@ -275,11 +275,19 @@ fn an_unresettable_fault_takes_the_controller_out_of_service() {
     r.fake.inject_fault(0x99, 0, false);
     r.host.tick(0);
     r.run_kicked();
+    assert!(r.host.is_dead());
+    // Stopped, yet the request stays the device's until bus mastering is off.
+    assert!(r.ended().is_empty(), "handed back before bus mastering was off");
+    r.host.tick(0);
+    r.run_kicked();
+    assert!(r.ended().is_empty(), "a later tick must not hand it back either");
+    assert_eq!(r.host.abandon_after_bus_master_off(0), 1);
+    r.run_kicked();
     assert_eq!(
         r.ended().iter().map(|c| c.status).collect::<Vec<_>>(),
         [Status::Aborted]
     );
-    assert!(r.host.is_dead());
+    assert_eq!(r.host.abandon_after_bus_master_off(0), 0, "handed back once");
     r.host.queues()[0].submit(0, &Bio::read(0, 1, &segs, 2)).unwrap();
     r.run_kicked();
     assert_eq!(

@@ -155,9 +155,13 @@ fn an_unresettable_fault_stops_the_adapter_and_fails_everything() {
     w.fake.inject_fault(0x7, 0, false);
     let r = w.reset();
     assert!(matches!(r, Err(Error::ResetNotPossible { .. })), "{r:?}");
-    assert_eq!(w.reset_returned.len(), 6);
     assert!(w.ctrl.is_dead());
     assert_eq!(w.ctrl.health(), Health::Dead);
+    // Stopped, but the requests stay the device's until bus mastering is off.
+    assert_eq!(w.reset_returned.len(), 0, "handed back before bus mastering was off");
+    assert_eq!(w.abandon_after_bus_master_off(), 6);
+    assert_eq!(w.reset_returned.len(), 6);
+    assert_eq!(w.abandon_after_bus_master_off(), 0, "each request is handed back once");
     assert_no_late_dma(&mut w, &tags);
     let segs = w.segments(0, 512, 1);
     assert_eq!(w.ctrl.submit(0, 0, &read_block0(&segs), 0), Err(Error::Dead));
@@ -170,6 +174,8 @@ fn ocr_disabled_in_controller_info_means_no_reset() {
     let mut w = workload(fc, Generation::Invader, 1, 1);
     submit_reads(&mut w, 0, 3);
     assert!(matches!(w.reset(), Err(Error::ResetNotPossible { .. })));
+    assert_eq!(w.reset_returned.len(), 0, "held until bus mastering is off");
+    assert_eq!(w.abandon_after_bus_master_off(), 3);
     assert_eq!(w.reset_returned.len(), 3);
     assert_eq!(w.fake.counts().2, 0, "no diag reset tried");
 }

@@ -109,13 +109,17 @@ impl HostHooks for Controller {
     fn tick(&self, cpu: usize) {
         self.host.tick(cpu);
         if self.host.is_dead() && !self.abandoned.swap(true, Ordering::Relaxed) {
+            // Only with bus mastering off are the buffers of requests in flight ours again.
             match pci::set_bus_master(self.function, false) {
-                Ok(()) => log::error!(
-                    "megasas-fusion {}: controller out of service: bus mastering off",
-                    self.function.address
-                ),
+                Ok(()) => {
+                    let failed = self.host.abandon_after_bus_master_off(cpu);
+                    log::error!(
+                        "megasas-fusion {}: controller out of service: bus mastering off, {failed} request(s) failed",
+                        self.function.address
+                    );
+                }
                 Err(e) => log::error!(
-                    "megasas-fusion {}: controller out of service, bus mastering could not be turned off: {e}",
+                    "megasas-fusion {}: controller out of service, but bus mastering could not be turned off ({e}): its requests stay the device's",
                     self.function.address
                 ),
             }

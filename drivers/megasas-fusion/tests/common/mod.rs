@@ -274,6 +274,17 @@ impl Workload {
         r
     }
 
+    /// What the kernel does for a dead controller once bus mastering is off: takes back every
+    /// request still held. Returns how many.
+    pub fn abandon_after_bus_master_off(&mut self) -> u32 {
+        let mut done = Vec::new();
+        let n = self.ctrl.abandon_in_flight(&mut |c| done.push(c));
+        for c in done {
+            self.accept(c, None);
+        }
+        n
+    }
+
     /// Random reads and writes until `total` have been submitted and all have finished.
     pub fn run(&mut self, total: u64, max_segs: usize) {
         let tags = self.ctrl.limits().io_tags as u32;
