@@ -306,3 +306,33 @@ fn refusals_are_specific() {
     assert_eq!(h.report().controller.commands, 0);
     assert_eq!(h.floor_leftovers(0), (0, 0));
 }
+
+/// A completion written with the wrong phase tag is invisible: the run never counts it and
+/// ends with the stall error instead of a false completion.
+#[test]
+fn a_wrong_phase_completion_is_never_taken() {
+    let rig = floor_rig(IrqMode::Poll, FakeCompletion::Immediate, FLOOR_SLOTS);
+    rig.fake.set_hostile(Hostile::WrongPhase);
+    let buf = Buf::new(&rig.fake, 4096);
+    let mut wait = |news: &dyn Fn() -> bool| {
+        assert!(!news(), "a wrong-phase entry is no news");
+        rig.platform.advance(300_000 * US);
+    };
+    let e = rig
+        .host
+        .measure_floor(0, 0, FloorSpec::new(1, 10), buf.phys, buf.len, &mut wait)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::FloorStalled {
+                in_flight: 1,
+                completed: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(rig.host.report().controller.completions, 0);
+    assert_eq!(rig.host.floor_leftovers(0), (1, 0));
+}
