@@ -28,6 +28,9 @@ use crate::cmd::Sqe;
 use crate::controller::{PostError, ResetOutcome, TimeoutVerdict};
 use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
 
+mod floor;
+pub use floor::{FLOOR_SLOTS, FloorResult, FloorSpec};
+
 /// The block layer's issue/complete calls, in one place so that an API change touches only this.
 mod glue {
     use blk::{BlkError, Driver, IssueToken, Queue, Rq, Status, TimedOutRq};
@@ -166,6 +169,8 @@ struct HostInner<M: SyncMmio, D: SyncDma, T: SyncDelay> {
     /// Per hardware queue: a drain stopped at its budget with entries left. The device does not
     /// signal again for entries already posted, so the tick drains these.
     leftover: Vec<AtomicBool>,
+    /// The floor's command slots (see [`floor`]).
+    floor: floor::FloorSlots,
     /// `nvme.irq_poll=`: polling windows per vector (`None`: off).
     adaptive: Option<Adaptive>,
 }
@@ -263,6 +268,11 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 scan: Mutex::new(()),
                 scan_cpu: AtomicUsize::new(usize::MAX),
                 leftover: (0..plan.nr_io_queues()).map(|_| AtomicBool::new(false)).collect(),
+                floor: floor::FloorSlots::new(
+                    ctrl.cids_per_queue() - ctrl.floor_slots(),
+                    ctrl.floor_slots(),
+                    plan.nr_io_queues(),
+                ),
                 // Without a namespace there is no I/O and nothing to adapt.
                 adaptive: cfg.adaptive.zip(clock).map(|(config, clock)| Adaptive {
                     windows: Windows::new(config, plan.nr_vectors()),
@@ -488,6 +498,10 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     }
 
     fn deliver(&self, cpu: usize, hwq: usize, slot: u16, generation: u16, status: Status) {
+        if self.floor.owns(slot) {
+            self.floor.complete(hwq, slot, status);
+            return;
+        }
         let ns = usize::from(slot) / self.depth as usize;
         let tag = u32::from(slot) % self.depth;
         let Some(q) = self.queues.get(ns) else {
@@ -553,6 +567,12 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
             self.deliver(cpu, hwq, slot, generation, status);
         }
         for (hwq, slot, generation) in requeues {
+            if self.floor.owns(slot) {
+                // The reset ended a floor read (the device let go of it): nothing to re-issue.
+                self.ctrl.forget_handed_back(hwq, slot);
+                self.floor.complete(hwq, slot, Status::Aborted);
+                continue;
+            }
             let ns = usize::from(slot) / self.depth as usize;
             let tag = u32::from(slot) % self.depth;
             let requeued = self

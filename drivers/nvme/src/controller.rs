@@ -41,6 +41,10 @@ pub struct Config {
     pub max_transfer_bytes: u64,
     /// How often a command that failed without DNR is re-issued before its error is reported.
     pub max_retries: u8,
+    /// Command slots per I/O queue kept apart from the block layer's for the device floor
+    /// (`blkdev::Host::measure_floor`), after the `namespaces × queue_depth` block-layer slots
+    /// (0: none, no floor).
+    pub floor_slots: u32,
 }
 
 impl Default for Config {
@@ -53,6 +57,7 @@ impl Default for Config {
             poll_us: 10,
             max_transfer_bytes: 512 * 1024,
             max_retries: 3,
+            floor_slots: 0,
         }
     }
 }
@@ -306,8 +311,10 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     max_transfer: u64,
     admin: Mutex<Admin>,
     io: Vec<IoQueue>,
-    /// Command slots per SQ: namespaces × queue depth.
+    /// Command slots per SQ: namespaces × queue depth, then `floor_slots`.
     cids_per_sq: u32,
+    /// Slots at the end of each SQ's that only the floor uses (no PRP list page).
+    floor_slots: u32,
     /// CID bits that hold the slot index; the bits above hold a per-slot sequence number.
     index_bits: u32,
     queue_depth: u32,
@@ -337,6 +344,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 field: "requested_io_queues",
                 value: config.requested_io_queues.into(),
                 accepted: "1..=65534",
+            });
+        }
+        if config.floor_slots > 1024 {
+            return Err(Error::InvalidConfig {
+                field: "floor_slots",
+                value: config.floor_slots.into(),
+                accepted: "0..=1024",
             });
         }
         if config.queue_depth == 0 || config.poll_us == 0 {
@@ -381,6 +395,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             admin: Mutex::new(admin),
             io: Vec::new(),
             cids_per_sq: 0,
+            floor_slots: 0,
             index_bits: 16,
             queue_depth: 0,
             state: AtomicU8::new(STATE_LIVE),
@@ -729,11 +744,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // SQ entries = every CID outstanding at once plus the one slot a full ring leaves empty;
         // CQ the same, so a CQ can never overflow.
         let max_entries = self.cap.max_queue_entries().min(65536);
+        // The floor's slots take at most half of what the device allows.
+        let floor_slots = self.config.floor_slots.min((max_entries - 1) / 2);
         let depth = self
             .config
             .queue_depth
-            .min((max_entries - 1) / nr_namespaces as u32)
-            .min(65535 / nr_namespaces as u32);
+            .min((max_entries - 1 - floor_slots) / nr_namespaces as u32)
+            .min((65535 - floor_slots) / nr_namespaces as u32);
         if depth == 0 {
             return Err(Error::InvalidConfig {
                 field: "namespaces per controller",
@@ -741,7 +758,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 accepted: "at most CAP.MQES",
             });
         }
-        let cids = depth * nr_namespaces as u32;
+        let blk_cids = depth * nr_namespaces as u32;
+        let cids = blk_cids + floor_slots;
         let entries = cids + 1;
         let list_pages = prp::list_pages_needed(self.max_transfer);
         let list_stride = list_pages * PAGE_SIZE;
@@ -757,7 +775,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let prp_lists = if list_stride == 0 {
                 None
             } else {
-                Some(DmaBuf::alloc(&self.dma, list_stride * cids as usize, PAGE_SIZE)?)
+                Some(DmaBuf::alloc(&self.dma, list_stride * blk_cids as usize, PAGE_SIZE)?)
             };
             let sq_mem = DmaBuf::alloc(&self.dma, entries as usize * SQE_SIZE, PAGE_SIZE)?;
             let cq_mem = DmaBuf::alloc(&self.dma, entries as usize * CQE_SIZE, PAGE_SIZE)?;
@@ -788,6 +806,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         self.io = queues;
         self.cids_per_sq = cids;
+        self.floor_slots = floor_slots;
         // One bit more than the largest index needs, so index `cids` is always out of range.
         self.index_bits = (32 - cids.leading_zeros()).min(16);
         self.queue_depth = depth;
@@ -826,9 +845,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn prp_list(&self, hwq: usize, slot: u16) -> (&mut [u64], u64) {
         match self.queue(hwq).and_then(|q| q.prp_lists.as_ref().map(|l| (q, l))) {
-            Some((q, lists)) if u32::from(slot) < self.cids_per_sq => {
+            Some((q, lists)) if u32::from(slot) < self.cids_per_sq - self.floor_slots => {
                 let off = usize::from(slot) * q.list_stride;
-                // SAFETY: the caller's promise; in bounds since slot < cids_per_sq.
+                // SAFETY: the caller's promise; in bounds since the lists cover every slot
+                // below the floor's.
                 let slice = unsafe { lists.u64_slice(off, q.list_stride / 8) };
                 (slice, lists.phys() + off as u64)
             }
@@ -1280,9 +1300,23 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Ok(())
     }
 
-    /// Command slots per I/O submission queue.
+    /// Command slots per I/O submission queue (the floor's included).
     pub fn cids_per_queue(&self) -> u32 {
         self.cids_per_sq
+    }
+
+    /// Slots per I/O queue kept for the floor: the last `floor_slots()` of `cids_per_queue()`.
+    pub fn floor_slots(&self) -> u32 {
+        self.floor_slots
+    }
+
+    /// Whether hardware queue `hwq`'s CQ holds an entry not yet reaped (a floor run's "news"
+    /// before it halts). A CQ whose lock is held is being drained: counts as news.
+    pub(crate) fn cq_pending(&self, hwq: usize) -> bool {
+        self.queue(hwq).is_some_and(|q| {
+            q.cq.try_lock()
+                .is_none_or(|cq| read_cqe(&cq.mem, cq.head, cq.phase).is_some())
+        })
     }
 
     /// The slot index a CID names (out of range for CIDs no slot can have).

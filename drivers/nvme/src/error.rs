@@ -88,6 +88,29 @@ pub enum Error {
     NotOperational,
     /// No namespace is active on the controller.
     NoNamespaces,
+    /// A floor run (`blkdev::Host::measure_floor`) cannot start.
+    FloorUnavailable {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A floor run found fewer idle floor slots on its queue than its depth: another run holds
+    /// them, or reads a stalled run left with the device have not completed yet.
+    FloorBusy {
+        /// Slots the run needs.
+        wanted: u16,
+        /// Idle slots found.
+        free: u16,
+    },
+    /// A floor run saw no completion for its stall timeout; its reads still in flight stay the
+    /// device's (and so does its buffer) until they complete or a reset ends them.
+    FloorStalled {
+        /// Reads left with the device.
+        in_flight: u16,
+        /// Reads completed before the stall.
+        completed: u32,
+        /// Time since the last completion, ms.
+        waited_ms: u64,
+    },
     /// An identify page held a value the driver refuses (e.g. an LBA format index out of range).
     BadIdentify {
         /// Which field.
@@ -157,6 +180,19 @@ impl fmt::Display for Error {
             }
             Self::NotOperational => write!(f, "nvme: controller is not operational (failed or resetting)"),
             Self::NoNamespaces => write!(f, "nvme: no active namespace"),
+            Self::FloorUnavailable { reason } => write!(f, "nvme: floor: {reason}"),
+            Self::FloorBusy { wanted, free } => write!(
+                f,
+                "nvme: floor: {free} of the {wanted} floor slots needed are idle (another run, or reads of a stalled run still with the device)"
+            ),
+            Self::FloorStalled {
+                in_flight,
+                completed,
+                waited_ms,
+            } => write!(
+                f,
+                "nvme: floor: no completion for {waited_ms} ms ({completed} reads done, {in_flight} still with the device)"
+            ),
             Self::BadIdentify { field, value } => {
                 write!(f, "nvme: identify field {field} has unusable value {value:#x}")
             }

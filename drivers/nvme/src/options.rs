@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver: `nvme.queues=`, `nvme.irq=`, `nvme.queue_depth=`,
-//! `nvme.timeout_ms=`, `nvme.irq_poll=`.
+//! `nvme.timeout_ms=`, `nvme.floor=`, `nvme.irq_poll=`.
 
 use alloc::string::String;
 
@@ -30,11 +30,19 @@ pub struct Options {
     /// `nvme.timeout_ms=N`: request timeout (default 30000); the first expiry sends Abort, the
     /// second resets the controller.
     pub timeout_ms: Option<u64>,
+    /// `nvme.floor=on|off|N`: before each job on an NVMe namespace, measure the device floor
+    /// ([`crate::blkdev::Host::measure_floor`]) with N reads at QD 1 and at QD 32 (`on`:
+    /// [`DEFAULT_FLOOR_IOS`]). Also reserves [`crate::blkdev::FLOOR_SLOTS`] command slots per
+    /// I/O queue for it.
+    pub floor_ios: Option<u32>,
     /// `nvme.irq_poll=on|off|N`: adaptive interrupt-then-poll completion
     /// ([`crate::adaptive`]), closing a vector's polling window after N µs without a completion
     /// (`on`: 50). MSI-X only (the vector's mask bit).
     pub irq_poll_idle_us: Option<u32>,
 }
+
+/// Reads per queue depth of `nvme.floor=on`.
+pub const DEFAULT_FLOOR_IOS: u32 = 10_000;
 
 fn bad(word: &str, accepted: &'static str) -> Error {
     Error::BadOption {
@@ -70,6 +78,16 @@ impl Options {
                     out.timeout_ms =
                         Some(number_in(value, 1..=3_600_000).ok_or_else(|| bad(word, "nvme.timeout_ms=1..=3600000"))?)
                 }
+                "floor" => {
+                    out.floor_ios = match value {
+                        "on" => Some(DEFAULT_FLOOR_IOS),
+                        "off" => None,
+                        n => Some(
+                            number_in(n, 1..=1_000_000)
+                                .ok_or_else(|| bad(word, "nvme.floor=on|off|1..=1000000 reads"))?,
+                        ),
+                    }
+                }
                 "irq_poll" => {
                     out.irq_poll_idle_us = match value {
                         "on" => Some(crate::adaptive::DEFAULT_IDLE_US),
@@ -83,7 +101,7 @@ impl Options {
                 _ => {
                     return Err(bad(
                         word,
-                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms or nvme.irq_poll",
+                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms, nvme.floor or nvme.irq_poll",
                     ));
                 }
             }
@@ -98,6 +116,9 @@ impl Options {
         c.requested_io_queues = self.queues.unwrap_or(cpus).min(cpus);
         if let Some(d) = self.queue_depth {
             c.queue_depth = d;
+        }
+        if self.floor_ios.is_some() {
+            c.floor_slots = crate::blkdev::FLOOR_SLOTS;
         }
         c
     }
@@ -198,6 +219,9 @@ mod tests {
             "nvme.queue_depth=0",
             "nvme.foo=1",
             "nvme.timeout_ms=0",
+            "nvme.floor=0",
+            "nvme.floor=yes",
+            "nvme.floor=1000001",
             "nvme.irq_poll=0",
             "nvme.irq_poll=10001",
             "nvme.irq_poll=fast",
@@ -208,5 +232,25 @@ mod tests {
                 "{bad}: {e:?}"
             );
         }
+        // The list of accepted keys names every key, the floor's included.
+        use alloc::string::ToString;
+        let e = Options::parse("nvme.foo=1").unwrap_err();
+        assert!(e.to_string().contains("nvme.floor"), "{e}");
+        let e = Options::parse("nvme.floor=yes").unwrap_err();
+        assert!(e.to_string().contains("on|off|1..=1000000"), "{e}");
+    }
+
+    #[test]
+    fn floor_takes_on_off_or_a_count_and_reserves_slots() {
+        assert_eq!(Options::parse("").unwrap().floor_ios, None);
+        assert_eq!(Options::parse("").unwrap().config(1).floor_slots, 0);
+        let on = Options::parse("nvme.floor=on").unwrap();
+        assert_eq!(on.floor_ios, Some(DEFAULT_FLOOR_IOS));
+        assert_eq!(on.config(1).floor_slots, crate::blkdev::FLOOR_SLOTS);
+        assert_eq!(Options::parse("nvme.floor=500").unwrap().floor_ios, Some(500));
+        assert_eq!(Options::parse("nvme.floor=1000000").unwrap().floor_ios, Some(1_000_000));
+        let off = Options::parse("nvme.floor=500 nvme.floor=off").unwrap();
+        assert_eq!(off.floor_ios, None);
+        assert_eq!(off.config(2).floor_slots, 0);
     }
 }

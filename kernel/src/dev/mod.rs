@@ -24,3 +24,14 @@ pub mod null;
 pub mod nvme;
 pub mod pci;
 pub mod registry;
+
+/// The device floor before a job on `device` (`megasas.floor=`, `nvme.floor=`): the driver
+/// that owns `device` measures it, prints its `floor:` line and returns the figures for the
+/// job's totals; empty when its floor is off or no driver measures one.
+pub fn floor_before_job(device: &str, cpu: usize) -> alloc::vec::Vec<(&'static str, u64)> {
+    let figures = megasas::floor_before_job(device, cpu);
+    if !figures.is_empty() {
+        return figures;
+    }
+    nvme::floor_before_job(device, cpu)
+}

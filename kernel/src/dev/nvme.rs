@@ -229,6 +229,108 @@ impl HostHooks for Controller {
 /// Controllers probed so far (`nvme0`, `nvme1`, ...).
 static NEXT_CONTROLLER: AtomicUsize = AtomicUsize::new(0);
 
+/// Every NVMe namespace by block-device name: its controller and namespace index (for the floor).
+static NAMESPACES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mutex::new(Vec::new());
+
+/// `nvme.floor=`: when set and `device` is an NVMe namespace, measures the device floor
+/// (`nvme::blkdev::Host::measure_floor`: one-block reads posted straight to this CPU's I/O
+/// queue, no block layer) at QD 1 and QD 32, prints one `floor:` line and returns the figures
+/// for the job report. Between passes this CPU halts until an interrupt when the queue's vector
+/// is aimed at it, and spins otherwise (polled queues, or the vector on another CPU of the
+/// group, whose handler delivers the completions). Empty when off or not ours.
+pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
+    let opts = options();
+    let Some(ios) = opts.driver.floor_ios else {
+        return Vec::new();
+    };
+    let Some((controller, namespace)) = NAMESPACES
+        .lock()
+        .iter()
+        .find(|(n, _, _)| n == device)
+        .map(|(_, c, i)| (*c, *i))
+    else {
+        return Vec::new();
+    };
+    let Some(ns) = controller.host.namespaces().get(namespace) else {
+        return Vec::new();
+    };
+    let bs = ns.lba_size;
+    let buffer = match DmaBuffer::new(bs as usize, 4096) {
+        Ok(b) => b,
+        Err(e) => {
+            log::error!("floor: {device}: no DMA buffer: {e}");
+            return Vec::new();
+        }
+    };
+    let plan = controller.host.plan();
+    // Halt only when this CPU takes the queue's interrupt: a completion then always wakes it.
+    let halts = controller.irqs.get().is_some()
+        && plan
+            .hwq_of_cpu(cpu)
+            .and_then(|h| plan.vector_of_hwq(h))
+            .zip(vector_cpus(plan, opts.cross_vectors).ok())
+            .is_some_and(|(v, cpus)| cpus.get(usize::from(v)) == Some(&cpu));
+    let how = if halts {
+        "halting between interrupts"
+    } else if controller.irqs.get().is_none() {
+        "polled"
+    } else {
+        "spinning, the queue's interrupt is on another CPU"
+    };
+    let mut text = format!("floor: {device} {bs}-byte read (no block layer, {how})");
+    let mut out = Vec::new();
+    let mut stalled = false;
+    for (depth, iops_key, p50_key) in [
+        (1u16, "floor_qd1_iops", "floor_qd1_p50_ns"),
+        (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
+    ] {
+        let spec = nvme::blkdev::FloorSpec::new(depth, ios);
+        // Called with interrupts disabled (the driver's locks are not interrupt-safe); `sti;
+        // hlt` cannot miss the wake-up of a completion that `news` did not see yet.
+        let mut wait = |news: &dyn Fn() -> bool| {
+            if !halts {
+                core::hint::spin_loop();
+            } else if !news() {
+                x86_64::instructions::interrupts::enable_and_hlt();
+                x86_64::instructions::interrupts::disable();
+            }
+        };
+        let r = x86_64::instructions::interrupts::without_interrupts(|| {
+            controller
+                .host
+                .measure_floor(cpu, namespace, spec, buffer.phys(), bs as usize, &mut wait)
+        });
+        match r {
+            Ok(r) => {
+                text.push_str(&format!(
+                    ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
+                    r.queue_depth,
+                    r.iops(),
+                    r.p50_ns / 1000,
+                    r.p50_ns % 1000 / 100,
+                    r.p99_ns / 1000,
+                    r.p99_ns % 1000 / 100
+                ));
+                if r.failed > 0 {
+                    text.push_str(&format!(" ({} reads failed)", r.failed));
+                }
+                out.push((iops_key, r.iops()));
+                out.push((p50_key, r.p50_ns));
+            }
+            Err(e) => {
+                stalled |= matches!(e, nvme::Error::FloorStalled { .. });
+                text.push_str(&format!(", QD{depth}: {e}"));
+            }
+        }
+    }
+    kprintln!("{text}");
+    // A stalled run leaves reads with the device; the buffer is theirs until they answer.
+    if stalled {
+        core::mem::forget(buffer);
+    }
+    out
+}
+
 /// The CPU each vector of `plan` is aimed at: vector 0 (admin, polled by the driver) at the boot
 /// CPU, vector v at the CPU the one CPU map gives the first hardware queue on v; with
 /// `cross` at a CPU of the next queue group instead (a deliberately wrong map).
@@ -433,6 +535,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         } else {
             Box::leak(Box::new(OtherNamespace(controller)))
         };
+        NAMESPACES.lock().push((facts.name.clone(), controller, i));
         let disk: &'static Disk<_> = Box::leak(Box::new(Disk::with_queue(facts, queue, hooks, extra)));
         block::register(disk);
     }

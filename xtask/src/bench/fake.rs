@@ -108,6 +108,19 @@ pub fn devices() -> Vec<DeviceInfo> {
 
 /// Runs one job (by its workload words) and returns the kernel's JSON line.
 pub fn job_json_line(words: &[String], job_index: usize, device: &SimDevice, online_cpus: &[u32]) -> String {
+    job_json_line_with_floor(words, job_index, device, online_cpus, false)
+}
+
+/// [`job_json_line`], with the floor totals the kernel adds when the boot measures the device
+/// floor before each job (`megasas.floor=`, `nvme.floor=`): the simulated device's base latency
+/// at QD 1, and 32 of those in parallel at QD 32.
+fn job_json_line_with_floor(
+    words: &[String],
+    job_index: usize,
+    device: &SimDevice,
+    online_cpus: &[u32],
+    floor: bool,
+) -> String {
     let specs = workload::parse_jobs(words.iter().map(String::as_str)).expect("the bench writes valid jobs");
     let plan = plan_job(&specs[job_index], &devices(), online_cpus).expect("the job fits the simulated devices");
     let shared = JobShared::new(&plan);
@@ -136,6 +149,13 @@ pub fn job_json_line(words: &[String], job_index: usize, device: &SimDevice, onl
     );
     report.add_total("submitted", ios);
     report.add_total("hot_path_locks", if locked { ios } else { 0 });
+    if floor {
+        let qd1_iops = 1_000_000_000 / device.latency_ns.max(1);
+        report.add_total("floor_qd1_iops", qd1_iops);
+        report.add_total("floor_qd1_p50_ns", device.latency_ns);
+        report.add_total("floor_qd32_iops", 32 * qd1_iops);
+        report.add_total("floor_qd32_p50_ns", device.latency_ns);
+    }
     let mut line = String::new();
     report.write_json_line(&mut line).expect("writing to a String");
     line
@@ -145,13 +165,17 @@ pub fn job_json_line(words: &[String], job_index: usize, device: &SimDevice, onl
 pub fn boot_console(boot: &BootPlan, device: &SimDevice) -> String {
     let words = boot.job_words();
     let online: Vec<u32> = (0..boot.smp).collect();
+    let floor = boot
+        .kernel_args()
+        .iter()
+        .any(|a| a.starts_with("megasas.floor=") || a.starts_with("nvme.floor="));
     let mut console = String::from("baremq: booting\nplatform: 2 CPUs online\n");
     for (i, job) in boot.jobs.iter().enumerate() {
         console.push_str(&format!(
             "[{}] 0.500s: 1000 IOPS, 4.1 MB/s, 500 ios, 0 errors\n",
             job.name
         ));
-        console.push_str(&job_json_line(&words, i, device, &online));
+        console.push_str(&job_json_line_with_floor(&words, i, device, &online, floor));
     }
     console.push_str("BAREMQ: SUCCESS\n");
     console

@@ -16,8 +16,11 @@ pub const MAX_JOB_NAME: usize = 32;
 /// Size of the null device and of the megasas disk image.
 pub const DEVICE_SIZE: &str = "1g";
 const DEVICE_BYTES: u64 = 1 << 30;
-/// Reads per queue depth of the MegaRAID floor measured before each job (`megasas.floor=`).
+/// Reads per queue depth of the device floor measured before each job on a controller
+/// (`megasas.floor=`, `nvme.floor=`).
 pub const FLOOR_READS: u32 = 2000;
+/// Kernel option of the MegaRAID adaptive interrupt-then-poll mode ([`Completion::Adaptive`]).
+pub const MEGASAS_ADAPTIVE_OPTION: &str = "megasas.irq_poll=on";
 
 /// What backs the block device a job runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -69,10 +72,10 @@ impl DeviceKind {
     pub fn kernel_args(self) -> Vec<String> {
         match self {
             Self::Null => vec![format!("null.size={DEVICE_SIZE}")],
-            // The device floor before each job (reads straight to the controller, polled), so
-            // the summary shows each result as a fraction of it.
+            // The device floor before each job (reads straight to the controller, no block
+            // layer), so the summary shows each result as a fraction of it.
             Self::MegasasGen2 | Self::Megasas => vec![format!("megasas.floor={FLOOR_READS}")],
-            Self::Nvme => Vec::new(),
+            Self::Nvme => vec![format!("nvme.floor={FLOOR_READS}")],
         }
     }
 
@@ -162,19 +165,31 @@ pub enum Completion {
     Remote,
     /// Polled by the submitting CPU, no interrupts.
     Poll,
+    /// `irq` with the device's adaptive interrupt-then-poll mode switched on for the boot
+    /// (`megasas.irq_poll=on`): not a job key, so its points get a boot of their own.
+    Adaptive,
 }
 
 impl Completion {
-    /// Every policy, in table order.
+    /// Every block-layer policy, in table order (the adaptive mode is a device option).
     pub const ALL: [Self; 4] = [Self::Irq, Self::Local, Self::Remote, Self::Poll];
 
-    /// The workload's spelling.
+    /// The label in tables, job names, CSV and plots.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Irq => "irq",
             Self::Local => "local",
             Self::Remote => "remote",
             Self::Poll => "poll",
+            Self::Adaptive => "adaptive",
+        }
+    }
+
+    /// The workload's `completion=` value (the kernel reports it back).
+    pub const fn job_word(self) -> &'static str {
+        match self {
+            Self::Adaptive => "irq",
+            other => other.as_str(),
         }
     }
 }
@@ -253,9 +268,26 @@ impl Point {
             format!("bs={}", size_word(u64::from(self.bs))),
             format!("iodepth={}", self.iodepth),
             format!("cpus={}", cpu_list(self.cpus)),
-            format!("completion={}", self.completion.as_str()),
+            format!("completion={}", self.completion.job_word()),
             format!("quiesce={}", self.quiesce.as_str()),
         ]
+    }
+}
+
+impl Point {
+    /// Kernel options the point's boot needs beyond the device's: the adaptive mode's switch.
+    /// An error for a device without an adaptive mode.
+    pub fn boot_options(&self) -> Result<Vec<String>, String> {
+        match (self.completion, self.device) {
+            (Completion::Adaptive, DeviceKind::MegasasGen2 | DeviceKind::Megasas) => {
+                Ok(vec![MEGASAS_ADAPTIVE_OPTION.to_string()])
+            }
+            (Completion::Adaptive, other) => Err(format!(
+                "point '{self}': {} has no adaptive completion mode",
+                other.label()
+            )),
+            _ => Ok(Vec::new()),
+        }
     }
 }
 
@@ -364,7 +396,7 @@ const QUIESCE_BOTH: &[Quiesce] = &[Quiesce::LockFree, Quiesce::Locked];
 pub const MATRICES: &[Matrix] = &[
     Matrix {
         name: "quick",
-        about: "null0 vs md0 vs nvme0n1, 4k random reads: qd 1/8/32 x 1-2 CPUs, then every completion policy x both quiesce policies at qd 8 on 2 CPUs",
+        about: "null0 vs md0 vs nvme0n1, 4k random reads: qd 1/8/32 x 1-2 CPUs, then every completion policy x both quiesce policies at qd 8 on 2 CPUs, then md0's adaptive mode (megasas.irq_poll=on) beside poll at qd 1/32 on 1 CPU",
         smp: 2,
         mem: "512M",
         runtime_ms: 2000,
@@ -386,6 +418,17 @@ pub const MATRICES: &[Matrix] = &[
                 cpus: &[2],
                 completion: &Completion::ALL,
                 quiesce: QUIESCE_BOTH,
+            },
+            // md0's adaptive interrupt-then-poll mode (a boot of its own) and pure polling, at
+            // the depths where the first sweep has irq.
+            Sweep {
+                devices: &[DeviceKind::MegasasGen2],
+                rw: &[Rw::RandRead],
+                bs: &[4 * KB],
+                iodepth: &[1, 32],
+                cpus: &[1],
+                completion: &[Completion::Adaptive, Completion::Poll],
+                quiesce: &[Quiesce::LockFree],
             },
         ],
         base: Base {
@@ -468,7 +511,7 @@ pub fn find(name: &str) -> Result<&'static Matrix, String> {
 
 impl Matrix {
     /// Every point of the matrix, without duplicates, grouped by device in the order the sweeps
-    /// name them.
+    /// name them, a device's points that need boot options (adaptive) after its others.
     pub fn points(&self) -> Vec<Point> {
         let mut seen = HashSet::new();
         let mut points = Vec::new();
@@ -507,12 +550,18 @@ impl Matrix {
             }
         }
         // A stable sort keeps each device's points in sweep order.
-        points.sort_by_key(|p| device_order.iter().position(|d| *d == p.device));
+        points.sort_by_key(|p| {
+            (
+                device_order.iter().position(|d| *d == p.device),
+                p.completion == Completion::Adaptive,
+            )
+        });
         points
     }
 
-    /// Packs the points into boots: one device kind per boot, at most [`MAX_JOBS_PER_BOOT`] jobs,
-    /// and a command line of at most [`MAX_CMDLINE_BYTES`].
+    /// Packs the points into boots: one device kind and one set of boot options
+    /// ([`Point::boot_options`]) per boot, at most [`MAX_JOBS_PER_BOOT`] jobs, and a command
+    /// line of at most [`MAX_CMDLINE_BYTES`].
     pub fn boots(&self, runtime_ms: u64) -> Result<Vec<BootPlan>, String> {
         let mut boots: Vec<BootPlan> = Vec::new();
         for point in self.points() {
@@ -526,8 +575,10 @@ impl Matrix {
             if name.len() > MAX_JOB_NAME {
                 return Err(format!("job name '{name}' is longer than {MAX_JOB_NAME} characters"));
             }
+            let options = point.boot_options()?;
             let fits = boots.last().is_some_and(|b| {
                 b.device == point.device
+                    && b.options == options
                     && b.jobs.len() < MAX_JOBS_PER_BOOT
                     && b.cmdline_len() + 1 + words_len(&point.job_words(&name)) <= MAX_CMDLINE_BYTES
             });
@@ -538,7 +589,7 @@ impl Matrix {
                     smp: self.smp,
                     mem: self.mem.to_string(),
                     runtime_ms,
-                    options: Vec::new(),
+                    options,
                     defaults: Vec::new(),
                     jobs: Vec::new(),
                 };
@@ -662,7 +713,8 @@ pub fn runtime_word(ms: u64) -> String {
 mod tests {
     use super::*;
 
-    fn point_of(spec: &workload::JobSpec, device: DeviceKind) -> Point {
+    fn point_of(spec: &workload::JobSpec, boot: &BootPlan) -> Point {
+        let device = boot.device;
         let rw = match spec.rw {
             workload::RwMode::Read => Rw::Read,
             workload::RwMode::Write => Rw::Write,
@@ -678,7 +730,9 @@ mod tests {
             }
             workload::CpuSelection::All => panic!("the matrix always names its CPUs"),
         };
+        let adaptive = boot.options.iter().any(|o| o == MEGASAS_ADAPTIVE_OPTION);
         let completion = match spec.completion.expect("always explicit") {
+            workload::CompletionPolicy::Irq if adaptive => Completion::Adaptive,
             workload::CompletionPolicy::Irq => Completion::Irq,
             workload::CompletionPolicy::Local => Completion::Local,
             workload::CompletionPolicy::Remote => Completion::Remote,
@@ -733,14 +787,65 @@ mod tests {
     }
 
     #[test]
-    fn quick_matrix_is_the_union_of_its_two_sweeps() {
+    fn quick_matrix_is_the_union_of_its_sweeps() {
         let quick = find("quick").unwrap();
         // 3 devices x (3 qd x 2 cpus) + 3 devices x (4 policies x 2 quiesce), sharing the
-        // (qd 8, 2 CPUs, irq, lockfree) point on each device.
-        assert_eq!(quick.points().len(), 3 * 6 + 3 * 8 - 3);
+        // (qd 8, 2 CPUs, irq, lockfree) point on each device, + md0 adaptive and poll at qd 1
+        // and 32 on 1 CPU.
+        assert_eq!(quick.points().len(), 3 * 6 + 3 * 8 - 3 + 4);
         let devices: Vec<DeviceKind> = quick.points().iter().map(|p| p.device).collect();
         let switches = devices.windows(2).filter(|w| w[0] != w[1]).count();
         assert_eq!(switches, 2, "points are grouped by device: {devices:?}");
+        // md0's adaptive points come last among md0's, beside an irq and a poll point each.
+        let md: Vec<Point> = quick
+            .points()
+            .into_iter()
+            .filter(|p| p.device == DeviceKind::MegasasGen2)
+            .collect();
+        let adaptive: Vec<u32> = md
+            .iter()
+            .filter(|p| p.completion == Completion::Adaptive)
+            .map(|p| p.iodepth)
+            .collect();
+        assert_eq!(adaptive, [1, 32]);
+        assert!(md[md.len() - 2..].iter().all(|p| p.completion == Completion::Adaptive));
+        for qd in [1, 32] {
+            for completion in [Completion::Irq, Completion::Poll, Completion::Adaptive] {
+                let same = |p: &&Point| {
+                    p.iodepth == qd && p.cpus == 1 && p.completion == completion && p.quiesce == Quiesce::LockFree
+                };
+                assert_eq!(md.iter().filter(same).count(), 1, "qd {qd} {completion:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn adaptive_points_get_a_boot_of_their_own_with_the_devices_switch() {
+        let boots = find("quick").unwrap().boots(2000).unwrap();
+        let adaptive: Vec<&BootPlan> = boots
+            .iter()
+            .filter(|b| b.jobs.iter().any(|j| j.point.completion == Completion::Adaptive))
+            .collect();
+        assert_eq!(adaptive.len(), 1);
+        let boot = adaptive[0];
+        assert_eq!(boot.device, DeviceKind::MegasasGen2);
+        assert!(boot.jobs.iter().all(|j| j.point.completion == Completion::Adaptive));
+        assert_eq!(boot.options, [MEGASAS_ADAPTIVE_OPTION]);
+        let args = boot.kernel_args();
+        assert!(args.contains(&MEGASAS_ADAPTIVE_OPTION.to_string()), "{args:?}");
+        // The kernel runs them as completion=irq; the name says adaptive.
+        assert!(args.contains(&"completion=irq".to_string()), "{args:?}");
+        assert!(!args.iter().any(|a| a == "completion=adaptive"), "{args:?}");
+        assert!(boot.jobs.iter().all(|j| j.name.contains("-adaptive-")));
+        // Every other boot runs without the switch.
+        for b in boots.iter().filter(|b| b.index != boot.index) {
+            assert!(b.options.is_empty() && !b.kernel_args().contains(&MEGASAS_ADAPTIVE_OPTION.to_string()));
+        }
+        // A device without an adaptive mode is refused by name.
+        let mut nvme = boot.jobs[0].point;
+        nvme.device = DeviceKind::Nvme;
+        let err = nvme.boot_options().unwrap_err();
+        assert!(err.contains("nvme0n1 has no adaptive completion mode"), "{err}");
     }
 
     #[test]
@@ -764,8 +869,23 @@ mod tests {
                 matrix.name
             );
         }
-        // The quick matrix needs one boot per device, which is what keeps it short.
-        assert_eq!(find("quick").unwrap().boots(2000).unwrap().len(), 3);
+        // The quick matrix needs one boot per device, plus md0's adaptive boot.
+        let quick: Vec<DeviceKind> = find("quick")
+            .unwrap()
+            .boots(2000)
+            .unwrap()
+            .iter()
+            .map(|b| b.device)
+            .collect();
+        assert_eq!(
+            quick,
+            [
+                DeviceKind::Null,
+                DeviceKind::MegasasGen2,
+                DeviceKind::MegasasGen2,
+                DeviceKind::Nvme
+            ]
+        );
     }
 
     #[test]
@@ -778,7 +898,7 @@ mod tests {
                 for (spec, job) in specs.iter().zip(&boot.jobs) {
                     assert_eq!(spec.name, job.name);
                     assert_eq!(spec.runtime_ns, Some(1_500_000_000));
-                    assert_eq!(point_of(spec, boot.device), job.point);
+                    assert_eq!(point_of(spec, &boot), job.point);
                 }
             }
         }
@@ -790,6 +910,11 @@ mod tests {
         assert_eq!(quick[0].kernel_args()[0], "null.size=1g");
         assert_eq!(quick[1].kernel_args()[0], format!("megasas.floor={FLOOR_READS}"));
         assert!(quick[1].kernel_args()[1].starts_with("device=md0"));
+        // Every controller measures its floor before each job; the null device has none.
+        let nvme = quick.iter().find(|b| b.device == DeviceKind::Nvme).unwrap();
+        assert_eq!(nvme.kernel_args()[0], format!("nvme.floor={FLOOR_READS}"));
+        assert!(nvme.kernel_args()[1].starts_with("device=nvme0n1"));
+        assert!(!quick[0].kernel_args().iter().any(|a| a.contains(".floor=")));
         let qemu = DeviceKind::MegasasGen2.qemu_args(Path::new("/tmp/d.raw"));
         assert_eq!(qemu[1], "megasas-gen2,id=hba0");
         assert_eq!(qemu[3], "if=none,id=d0,file=/tmp/d.raw,format=raw,cache=unsafe");

@@ -197,7 +197,7 @@ impl KernelReport {
             format!("{:?}", (0..point.cpus).collect::<Vec<_>>()),
             format!("{:?}", job.cpus),
         );
-        check("completion", point.completion.as_str().into(), job.completion.clone());
+        check("completion", point.completion.job_word().into(), job.completion.clone());
         check("quiesce", point.quiesce.as_str().into(), job.quiesce.clone());
         check("device", point.device.device_name().into(), job.device.clone());
         out

@@ -149,7 +149,12 @@ pub fn comparisons(records: &[Record]) -> Vec<Comparison> {
             "quiesce",
         ),
     });
-    for studied in [Completion::Remote, Completion::Local, Completion::Poll] {
+    for studied in [
+        Completion::Remote,
+        Completion::Local,
+        Completion::Poll,
+        Completion::Adaptive,
+    ] {
         out.push(Comparison {
             title: format!("{} vs irq completion", studied.as_str()),
             pairs: pairs(
@@ -164,6 +169,19 @@ pub fn comparisons(records: &[Record]) -> Vec<Comparison> {
             ),
         });
     }
+    out.push(Comparison {
+        title: "adaptive vs poll completion".into(),
+        pairs: pairs(
+            records,
+            |p| p.completion == Completion::Adaptive,
+            |p| p.completion == Completion::Poll,
+            |p| Point {
+                completion: Completion::Poll,
+                ..p
+            },
+            "completion",
+        ),
+    });
     let mut cpu_counts: Vec<u32> = records.iter().map(|r| r.point.cpus).filter(|&c| c > 1).collect();
     cpu_counts.sort_unstable();
     cpu_counts.dedup();
@@ -296,7 +314,7 @@ pub fn render(records: &[Record]) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{:<11} {:<9} {:>4} {:>5} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9}",
+        "{:<11} {:<9} {:>4} {:>5} {:>4} {:<8} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9}",
         "device", "rw", "bs", "qd", "cpus", "compl", "quiesce", "IOPS", "MB/s", "p50 us", "p99 us", "p99.9 us"
     );
     if repeated {
@@ -320,7 +338,7 @@ pub fn render(records: &[Record]) -> String {
         };
         let _ = write!(
             s,
-            "{:<11} {:<9} {:>4} {:>5} {:>4} {:<6} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9}",
+            "{:<11} {:<9} {:>4} {:>5} {:>4} {:<8} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9}",
             p.device.label(),
             p.rw.as_str(),
             size_word(u64::from(p.bs)),

@@ -253,7 +253,16 @@ fn csv_has_one_row_per_job_with_the_reported_figures() {
     assert_eq!(&header[..results::CSV_COLUMNS.len()], results::CSV_COLUMNS);
     assert_eq!(
         &header[results::CSV_COLUMNS.len()..],
-        ["hot_path_locks", "ipis", "irqs", "submitted"]
+        [
+            "floor_qd1_iops",
+            "floor_qd1_p50_ns",
+            "floor_qd32_iops",
+            "floor_qd32_p50_ns",
+            "hot_path_locks",
+            "ipis",
+            "irqs",
+            "submitted"
+        ]
     );
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     assert!(lines[1].contains(",\"odd, \"\"quoted\"\" problem\","), "{}", lines[1]);
@@ -270,6 +279,14 @@ fn csv_has_one_row_per_job_with_the_reported_figures() {
         assert!((mb * 1e6 - r.report.bw_bytes as f64).abs() <= 5_000.0, "{mb}");
         assert_eq!(fields[col("irqs")], r.report.counter_total("irqs").unwrap().to_string());
         assert_eq!(fields[col("submitted")], r.report.ios.to_string());
+        // The floor figures of the controllers' jobs; none for the null device.
+        let floor = r
+            .report
+            .totals
+            .get("floor_qd1_iops")
+            .map_or(String::new(), u64::to_string);
+        assert_eq!(fields[col("floor_qd1_iops")], floor);
+        assert_eq!(floor.is_empty(), r.point.device == DeviceKind::Null, "{line}");
         assert_eq!(fields[col("ok")], "true");
     }
     assert_eq!(results::micros(1_234_567), "1234.567");
@@ -417,6 +434,8 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
             "remote vs irq completion",
             "local vs irq completion",
             "poll vs irq completion",
+            "adaptive vs irq completion",
+            "adaptive vs poll completion",
             "2 CPUs vs 1 CPU",
             "md0 (gen2) vs null0",
             "nvme0n1 vs null0"
@@ -434,14 +453,29 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
     assert!((pair.p99_ratio() - 0.25).abs() < 1e-12);
     // remote vs irq: one pair per device and quiesce policy.
     assert_eq!(comparisons[1].pairs.len(), 6);
+    // poll vs irq: those, plus md0 at qd 1 and 32 on 1 CPU.
+    assert_eq!(comparisons[3].pairs.len(), 8);
+    // md0's adaptive mode beside irq and beside poll, at qd 1 and 32.
+    for c in &comparisons[4..6] {
+        let contexts: Vec<&str> = c.pairs.iter().map(|p| p.context.as_str()).collect();
+        assert_eq!(
+            contexts,
+            [
+                "md0 (gen2) randread 4k qd1 1cpu lockfree",
+                "md0 (gen2) randread 4k qd32 1cpu lockfree"
+            ],
+            "{}",
+            c.title
+        );
+    }
     // 2 vs 1 CPU: three queue depths per device.
-    assert_eq!(comparisons[4].pairs.len(), 9);
+    assert_eq!(comparisons[6].pairs.len(), 9);
     assert_eq!(
-        comparisons[5].pairs.len(),
+        comparisons[7].pairs.len(),
         13,
-        "every point of the quick matrix has both devices"
+        "every point of the quick matrix but md0's adaptive and 1-CPU poll ones has both devices"
     );
-    assert_eq!(comparisons[6].pairs.len(), 13, "and every point has nvme0n1 too");
+    assert_eq!(comparisons[8].pairs.len(), 13, "and every such point has nvme0n1 too");
 
     // A failed job drops out of every comparison.
     records[lk].problems.push("3 I/O errors".into());
@@ -520,10 +554,14 @@ fn list_shows_every_matrix_and_the_boots() {
         assert!(text.contains(m.name));
     }
     assert!(
-        text.contains("matrix 'quick': 39 jobs x 2s = 78 s of measurement"),
+        text.contains("matrix 'quick': 43 jobs x 2s = 86 s of measurement, plus boot time, in 4 boots"),
         "{text}"
     );
     assert!(text.contains("kernel: null.size=1g device=null0 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
+    assert!(text.contains("kernel: nvme.floor=2000 device=nvme0n1 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
+    assert!(text.contains(
+        "kernel: megasas.floor=2000 megasas.irq_poll=on device=md0 runtime=2000ms job=rr4k-qd1-c1-adaptive-lf rw=randread bs=4k iodepth=1 cpus=0 completion=irq"
+    ));
 }
 
 #[test]
@@ -635,6 +673,37 @@ fn values_far_apart_get_a_log_axis() {
 #[test]
 fn results_are_shown_as_a_fraction_of_the_device_floor() {
     let mut records = quick_records();
+    // The (simulated) kernel measured the floor before every job on a controller (md0 and
+    // nvme0n1 boots carry `megasas.floor=` / `nvme.floor=`), none on the null device.
+    for r in &records {
+        let fraction = summary::floor_fraction(r);
+        assert_eq!(fraction.is_some(), r.point.device != DeviceKind::Null, "{}", r.point);
+        if let Some(f) = fraction {
+            let key = if r.point.iodepth == 1 {
+                "floor_qd1_iops"
+            } else {
+                "floor_qd32_iops"
+            };
+            let want = r.report.iops as f64 / r.report.totals[key] as f64;
+            assert!((f - want).abs() < 1e-12 && f > 0.0 && f <= 1.0, "{}: {f}", r.point);
+        }
+    }
+    let text = summary::render(&records);
+    let heading = text.lines().next().unwrap();
+    assert!(heading.ends_with("of floor"), "{heading}");
+    for line in text.lines().skip(1).take_while(|l| !l.is_empty()) {
+        let last = line.split_whitespace().last().unwrap();
+        if line.starts_with("null0") {
+            assert_eq!(last, "-", "{line}");
+        } else {
+            assert!(last.parse::<f64>().is_ok_and(|f| f > 0.0), "{line}");
+        }
+    }
+    assert!(text.lines().any(|l| l.starts_with("nvme0n1")), "{text}");
+    // Without any floor, no column.
+    for r in &mut records {
+        r.report.totals.retain(|k, _| !k.starts_with("floor_"));
+    }
     assert!(records.iter().all(|r| summary::floor_fraction(r).is_none()));
     assert!(!summary::render(&records).contains("of floor"), "no floor, no column");
     let qd1 = records.iter().position(|r| r.report.job.iodepth == 1).unwrap();
@@ -658,4 +727,33 @@ fn results_are_shown_as_a_fraction_of_the_device_floor() {
     assert_eq!(summary::floor_fraction(&records[qd1]), None, "a zero floor is no floor");
     let text = summary::render(&records);
     assert!(text.contains("of floor") && text.contains(" 0.50"), "{text}");
+}
+
+#[test]
+fn adaptive_results_are_labelled_apart_from_irq_and_poll() {
+    let records = quick_records();
+    let md_qd1: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.point.device == DeviceKind::MegasasGen2 && r.point.iodepth == 1 && r.point.cpus == 1)
+        .collect();
+    let labels: Vec<&str> = md_qd1.iter().map(|r| r.point.completion.as_str()).collect();
+    assert_eq!(labels, ["irq", "poll", "adaptive"]);
+    // The kernel ran the adaptive job as completion=irq: that is no mismatch.
+    assert!(md_qd1.iter().all(|r| r.ok()), "{:?}", md_qd1[2].problems);
+    assert_eq!(md_qd1[2].report.job.completion, "irq");
+    assert_eq!(md_qd1[2].report.job.name, "rr4k-qd1-c1-adaptive-lf");
+    // Table rows: one per completion, the label in the completion column.
+    let text = summary::render(&records);
+    // Columns: "md0" "(gen2)" rw bs qd cpus compl ...
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() > 6 && w[0] == "md0" && w[4] == "1" && w[5] == "1")
+        .collect();
+    let compl: Vec<&str> = rows.iter().map(|r| r[6]).collect();
+    assert_eq!(compl, ["irq", "poll", "adaptive"], "{text}");
+    // Medians keep the adaptive point apart from the irq one.
+    assert_eq!(summary::medians(&records).len(), records.len());
+    // The CSV names it too.
+    assert!(results::to_csv(&records).contains(",adaptive,"));
 }

@@ -1,0 +1,393 @@
+//! The device floor: what the controller allows with no block layer in the way.
+//!
+//! [`Host::measure_floor`] keeps `queue_depth` one-block reads in flight on the calling CPU's
+//! I/O queue pair, built and posted straight to its submission queue and reaped from its
+//! completion queue, and times each one. No `blk` queue, no workload engine: every job's figure
+//! can then be read as a fraction of this one.
+//!
+//! Command slots: with `Config::floor_slots` = N, every I/O submission queue has N slots after
+//! the block layer's `namespaces × depth`, which only the floor uses. Their CIDs (slot index plus
+//! the per-slot sequence number, like every CID) can therefore never be one a block-layer request
+//! holds, whatever the block layer does meanwhile; both share the queue's rings and locks and the
+//! controller's completion validation (a CQE naming a floor slot that is not outstanding, a wrong
+//! SQ or SQ head is refused and counted like any other). Whoever drains the completion queue
+//! (the run itself, an interrupt handler, a poll or the tick) hands a floor slot's completion to
+//! [`FloorSlots::complete`], which the run watches.
+//!
+//! A run that sees no completion for `stall_timeout_ns` gives up with [`Error::FloorStalled`];
+//! the reads it leaves with the device keep their slots (state [`ABANDONED`]) until their
+//! completions arrive or a controller reset ends them, so a slot is never reused while the
+//! device may still write into the run's buffer. The caller keeps that buffer for the same
+//! reason (the kernel leaks it after a stall).
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+use blk::Status;
+
+use super::{Host, SyncDelay, SyncDma, SyncMmio};
+use crate::Error;
+use crate::cmd::Sqe;
+use crate::controller::PostError;
+use crate::prp;
+
+/// Floor slots per I/O queue `nvme.floor=` reserves: enough for the QD 32 run.
+pub const FLOOR_SLOTS: u32 = 32;
+
+/// Per-slot state of a floor command.
+const IDLE: u8 = 0;
+const IN_FLIGHT: u8 = 1;
+const DONE_OK: u8 = 2;
+const DONE_FAILED: u8 = 3;
+/// The run gave up waiting: whoever delivers the completion makes the slot idle again.
+const ABANDONED: u8 = 4;
+
+/// What to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FloorSpec {
+    /// Reads kept in flight (capped at the floor slots of a queue and at `ios`).
+    pub queue_depth: u16,
+    /// Reads to complete in all.
+    pub ios: u32,
+    /// Give up (with [`Error::FloorStalled`]) when nothing completes for this long.
+    pub stall_timeout_ns: u64,
+}
+
+impl FloorSpec {
+    /// `ios` reads at `queue_depth`, giving up after 1 s without a completion.
+    pub const fn new(queue_depth: u16, ios: u32) -> Self {
+        Self {
+            queue_depth,
+            ios,
+            stall_timeout_ns: 1_000_000_000,
+        }
+    }
+}
+
+/// One floor measurement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FloorResult {
+    /// Reads that were kept in flight.
+    pub queue_depth: u16,
+    /// Reads completed (successfully or not).
+    pub ios: u32,
+    /// Reads the device failed.
+    pub failed: u32,
+    /// From the first doorbell to the last completion seen, ns.
+    pub elapsed_ns: u64,
+    /// Median post-to-reaped latency, ns.
+    pub p50_ns: u64,
+    /// 99th percentile latency, ns.
+    pub p99_ns: u64,
+}
+
+impl FloorResult {
+    /// Completions per second (0 when no time elapsed).
+    pub fn iops(&self) -> u64 {
+        if self.elapsed_ns == 0 {
+            return 0;
+        }
+        (u128::from(self.ios) * 1_000_000_000 / u128::from(self.elapsed_ns)) as u64
+    }
+}
+
+/// The `q_permille`/1000 quantile of sorted latencies (0 for none).
+fn quantile(sorted: &[u64], q_permille: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[(sorted.len() - 1) * q_permille / 1000]
+}
+
+/// The floor slots of every I/O queue and their states.
+pub(super) struct FloorSlots {
+    /// Slot index of the first floor slot (`namespaces × depth`).
+    base: u32,
+    /// Floor slots per queue (0: no floor).
+    per_queue: u32,
+    /// `[hwq × per_queue + i]`: state of floor slot `base + i` of hardware queue `hwq`.
+    state: Vec<AtomicU8>,
+    /// Per hardware queue: a run holds its floor slots.
+    running: Vec<AtomicBool>,
+    /// Floor completions delivered so far (a run's "news" while it waits).
+    completions: AtomicU64,
+    /// Completions of floor slots no run was waiting for (counted, dropped).
+    stray: AtomicU64,
+}
+
+impl FloorSlots {
+    pub(super) fn new(base: u32, per_queue: u32, queues: usize) -> Self {
+        Self {
+            base,
+            per_queue,
+            state: (0..queues * per_queue as usize).map(|_| AtomicU8::new(IDLE)).collect(),
+            running: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+            completions: AtomicU64::new(0),
+            stray: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether command slot `slot` is a floor slot (of any queue).
+    pub(super) fn owns(&self, slot: u16) -> bool {
+        (self.base..self.base + self.per_queue).contains(&u32::from(slot))
+    }
+
+    fn state(&self, hwq: usize, slot: u16) -> Option<&AtomicU8> {
+        let i = u32::from(slot).checked_sub(self.base)?;
+        if i >= self.per_queue {
+            return None;
+        }
+        self.state.get(hwq * self.per_queue as usize + i as usize)
+    }
+
+    /// The controller accepted the completion of floor slot `slot` on `hwq` (or a reset ended
+    /// its command): the device is done with it.
+    pub(super) fn complete(&self, hwq: usize, slot: u16, status: Status) {
+        let Some(state) = self.state(hwq, slot) else {
+            self.stray.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let done = if status == Status::Ok { DONE_OK } else { DONE_FAILED };
+        // AcqRel pairs with the run: Acquire sees its Release store of IN_FLIGHT, Release
+        // publishes DONE to its Acquire load.
+        match state.compare_exchange(IN_FLIGHT, done, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                // Release pairs with the Acquire loads of the run's `news`.
+                self.completions.fetch_add(1, Ordering::Release);
+            }
+            Err(ABANDONED) => {
+                // Release pairs with the next run's Acquire load when it picks the slot.
+                let _ = state.compare_exchange(ABANDONED, IDLE, Ordering::Release, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.stray.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Slots whose reads a stalled run left with the device (not yet completed).
+    fn abandoned(&self, hwq: usize) -> usize {
+        (0..self.per_queue)
+            .filter(|&i| {
+                self.state
+                    .get(hwq * self.per_queue as usize + i as usize)
+                    .is_some_and(|s| s.load(Ordering::Relaxed) == ABANDONED)
+            })
+            .count()
+    }
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
+    /// Measures the device floor (see the module docs): `spec.ios` one-block reads of namespace
+    /// index `namespace` at `spec.queue_depth`, on the I/O queue of CPU `cpu`, posted straight
+    /// to its submission queue and reaped from its completion queue by this call (and by
+    /// whoever else drains it), all into the buffer at bus address `buffer_phys`, `buffer_len`
+    /// bytes (at least one logical block, dword aligned; a block of more than two pages needs
+    /// the buffer page aligned). The reads overwrite it in any order, so its contents mean
+    /// nothing afterwards; it must stay the device's after an error (see [`Error::FloorStalled`]).
+    ///
+    /// `wait(news)` runs whenever a pass found nothing new; `news()` says whether a completion
+    /// arrived since (in the completion queue, or already delivered by an interrupt handler).
+    /// Call this with interrupts disabled on `cpu` (the driver's locks are not interrupt-safe);
+    /// in interrupt mode the kernel's `wait` halts with `sti; hlt` only when `news()` is false,
+    /// then disables interrupts again, so no wake-up is lost; with polled queues it spins.
+    ///
+    /// Errors: [`Error::FloorUnavailable`] (no floor slots configured, bad namespace, CPU,
+    /// spec or buffer), [`Error::FloorBusy`] (another run holds the queue's floor slots or a
+    /// stalled run's reads are still with the device), [`Error::FloorStalled`], and what the
+    /// controller refuses a post with.
+    pub fn measure_floor(
+        &self,
+        cpu: usize,
+        namespace: usize,
+        spec: FloorSpec,
+        buffer_phys: u64,
+        buffer_len: usize,
+        wait: &mut dyn FnMut(&dyn Fn() -> bool),
+    ) -> Result<FloorResult, Error> {
+        let inner = &self.inner;
+        let floor = &inner.floor;
+        let unavailable = |reason| Err(Error::FloorUnavailable { reason });
+        if floor.per_queue == 0 {
+            return unavailable("the controller has no floor slots (nvme.floor is off)");
+        }
+        let (Some(ns), Some(queue)) = (inner.ctrl.namespaces().get(namespace), inner.queues.get(namespace)) else {
+            return unavailable("no such namespace");
+        };
+        let Some(hwq) = inner.plan.hwq_of_cpu(cpu) else {
+            return unavailable("the CPU has no I/O queue");
+        };
+        if spec.ios == 0 || spec.queue_depth == 0 {
+            return unavailable("a floor run needs at least one read and a queue depth of at least one");
+        }
+        let block = ns.lba_size;
+        if (buffer_len as u64) < u64::from(block) {
+            return unavailable("the buffer is smaller than one logical block");
+        }
+        // One block never needs a PRP list unless it spans more than two pages: refuse that
+        // here (the floor slots have no list page) with the PRP rules' own error.
+        let prps = prp::build(&[(buffer_phys, block)], u64::from(block), ns.max_transfer, &mut [], 0)?;
+        let depth = u32::from(spec.queue_depth).min(floor.per_queue).min(spec.ios) as usize;
+        // Acquire pairs with the Release store that ends the previous run on this queue.
+        if floor.running.get(hwq).is_none_or(|r| {
+            r.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        }) {
+            return Err(Error::FloorBusy {
+                wanted: depth as u16,
+                free: 0,
+            });
+        }
+        // Acquire pairs with `complete`'s Release store of IDLE for an abandoned slot.
+        let slots: Vec<u16> = (0..floor.per_queue)
+            .map(|i| (floor.base + i) as u16)
+            .filter(|&s| floor.state(hwq, s).is_some_and(|st| st.load(Ordering::Acquire) == IDLE))
+            .take(depth)
+            .collect();
+        let result = if slots.len() < depth {
+            Err(Error::FloorBusy {
+                wanted: depth as u16,
+                free: slots.len() as u16,
+            })
+        } else {
+            self.floor_run(cpu, hwq, ns.nsid, ns.blocks, spec, &slots, prps, queue.platform(), wait)
+        };
+        // Release pairs with the Acquire of the next run's claim.
+        floor.running[hwq].store(false, Ordering::Release);
+        result
+    }
+
+    /// The run proper, with the queue's floor slots `slots` claimed.
+    #[allow(clippy::too_many_arguments)]
+    fn floor_run(
+        &self,
+        cpu: usize,
+        hwq: usize,
+        nsid: u32,
+        blocks: u64,
+        spec: FloorSpec,
+        slots: &[u16],
+        prps: prp::Prps,
+        platform: &dyn blk::Platform,
+        wait: &mut dyn FnMut(&dyn Fn() -> bool),
+    ) -> Result<FloorResult, Error> {
+        let inner = &self.inner;
+        let floor = &inner.floor;
+        let ctrl = &inner.ctrl;
+        let now = || platform.now_ns();
+        let state = |slot: u16| floor.state(hwq, slot).expect("claimed slots are floor slots");
+        let blocks = blocks.max(1);
+        let mut issued: u32 = 0;
+        let mut completed: u32 = 0;
+        let mut failed: u32 = 0;
+        let mut latencies: Vec<u64> = Vec::with_capacity(spec.ios as usize);
+        let mut posted_at = alloc::vec![0u64; slots.len()];
+        let mut in_flight = alloc::vec![false; slots.len()];
+        // Posts the next read on `slots[i]`.
+        let post = |i: usize, issued: &mut u32, posted_at: &mut [u64], in_flight: &mut [bool]| -> Result<(), Error> {
+            let slot = slots[i];
+            let mut sqe = Sqe::read_write(false, 0, nsid, u64::from(*issued) % blocks, 1);
+            sqe.set_prps(prps.prp1, prps.prp2);
+            // Release pairs with `complete`'s Acquire: the slot shows IN_FLIGHT before the
+            // doorbell can produce its completion.
+            state(slot).store(IN_FLIGHT, Ordering::Release);
+            posted_at[i] = now();
+            if let Err(e) = ctrl.post(hwq, slot, sqe, false, || 0) {
+                state(slot).store(IDLE, Ordering::Relaxed);
+                return Err(match e {
+                    PostError::Busy => Error::NotOperational,
+                    PostError::Failed(e) => e,
+                });
+            }
+            in_flight[i] = true;
+            *issued += 1;
+            Ok(())
+        };
+        let mut result = Ok(());
+        let start = now();
+        let mut last_seen = start;
+        for i in 0..slots.len() {
+            if let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight) {
+                result = Err(e);
+                break;
+            }
+        }
+        let mut last_progress = start;
+        while result.is_ok() && completed < issued {
+            // Acquire pairs with the Release increment in `complete`.
+            let seen = floor.completions.load(Ordering::Acquire);
+            inner.drain(hwq, cpu);
+            inner.deliver_pending(cpu);
+            let mut progressed = false;
+            for i in 0..slots.len() {
+                if !in_flight[i] {
+                    continue;
+                }
+                let st = state(slots[i]);
+                // Acquire pairs with `complete`'s Release.
+                let s = st.load(Ordering::Acquire);
+                if s != DONE_OK && s != DONE_FAILED {
+                    continue;
+                }
+                let t = now();
+                last_seen = t;
+                latencies.push(t.saturating_sub(posted_at[i]));
+                completed += 1;
+                failed += u32::from(s == DONE_FAILED);
+                progressed = true;
+                in_flight[i] = false;
+                st.store(IDLE, Ordering::Relaxed);
+                if issued < spec.ios
+                    && let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight)
+                {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let t = now();
+            if progressed {
+                last_progress = t;
+            } else if t.saturating_sub(last_progress) > spec.stall_timeout_ns {
+                result = Err(Error::FloorStalled {
+                    in_flight: in_flight.iter().filter(|f| **f).count() as u16,
+                    completed,
+                    waited_ms: t.saturating_sub(last_progress) / 1_000_000,
+                });
+            } else {
+                wait(&|| floor.completions.load(Ordering::Acquire) != seen || ctrl.cq_pending(hwq));
+            }
+        }
+        // Reads still with the device keep their slots until their completions arrive (or a
+        // reset ends them): the slot is not reused, nor the buffer released, before that.
+        for (i, &slot) in slots.iter().enumerate() {
+            let st = state(slot);
+            if in_flight[i]
+                && st
+                    .compare_exchange(IN_FLIGHT, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                continue;
+            }
+            // Completed (perhaps just now, after the last pass) or never posted.
+            st.store(IDLE, Ordering::Relaxed);
+        }
+        result?;
+        latencies.sort_unstable();
+        Ok(FloorResult {
+            queue_depth: slots.len() as u16,
+            ios: completed,
+            failed,
+            elapsed_ns: last_seen.saturating_sub(start),
+            p50_ns: quantile(&latencies, 500),
+            p99_ns: quantile(&latencies, 990),
+        })
+    }
+
+    /// Floor slots of CPU `cpu`'s queue whose reads a stalled run left with the device, and
+    /// floor completions no run was waiting for (diagnostics; both 0 after clean runs).
+    pub fn floor_leftovers(&self, cpu: usize) -> (usize, u64) {
+        let floor = &self.inner.floor;
+        let abandoned = self.inner.plan.hwq_of_cpu(cpu).map_or(0, |h| floor.abandoned(h));
+        (abandoned, floor.stray.load(Ordering::Relaxed))
+    }
+}
