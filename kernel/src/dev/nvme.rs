@@ -263,6 +263,7 @@ pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
         }
     };
     let plan = controller.host.plan();
+    let own_hwq = plan.hwq_of_cpu(cpu);
     // Halt only when this CPU takes the queue's interrupt: a completion then always wakes it.
     let halts = controller.irqs.get().is_some()
         && plan
@@ -288,7 +289,12 @@ pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
         // Called with interrupts disabled (the driver's locks are not interrupt-safe); `sti;
         // hlt` cannot miss the wake-up of a completion that `news` did not see yet.
         let mut wait = |news: &dyn Fn() -> bool| {
-            if !halts {
+            if let Some(hwq) = own_hwq.filter(|_| controller.host.polling_window(cpu)) {
+                // nvme.irq_poll: an interrupt during the floor opened a window, so the queue's
+                // vector is masked and no interrupt would end a halt. Poll; the poll closes the
+                // window (unmask, reap once more) once the queue has been idle.
+                controller.host.poll_adaptive(hwq, cpu, controller);
+            } else if !halts {
                 core::hint::spin_loop();
             } else if !news() {
                 x86_64::instructions::interrupts::enable_and_hlt();
