@@ -494,9 +494,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     }
 
     /// Counters of the binding.
-    /// Measures the device floor on drive `drive` (see [`crate::floor`]): `spec.ios` one-block
-    /// reads at `spec.queue_depth`, posted straight to the controller and reaped by polling
-    /// from this call, all into `buffer` (at least one block; the reads overwrite it in any order,
+    /// Measures the device floor on drive `drive` (see [`crate::floor`]): `spec.ios` reads at
+    /// `spec.queue_depth`, each as long as `buffer` (rounded down to whole blocks, at least one
+    /// block: the kernel passes the job's block size), posted straight to the controller and
+    /// reaped by polling from this call, all into `buffer` (the reads overwrite it in any order,
     /// so its contents mean nothing afterwards). Run it with the drives idle: it takes its tags
     /// from the drives' shared pool and fails with [`Error::FloorTagsBusy`] when they are in use.
     /// `wait(news)` runs whenever a pass over the ring found nothing; `news()` says whether a
@@ -546,11 +547,13 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             }
             return Err(Error::FloorTagsBusy { wanted: depth, got });
         }
+        // Whole blocks of the buffer, read at block-aligned positions that fit the drive.
+        let read_blocks = buffer.len / d.block_size;
         let seg = [Segment {
             phys: buffer.phys,
-            len: d.block_size,
+            len: read_blocks * d.block_size,
         }];
-        let blocks = d.blocks.max(1);
+        let positions = (d.blocks / u64::from(read_blocks)).max(1);
         let now = || inner.platform.now_ns();
         let mut issued: u32 = 0;
         let mut completed: u32 = 0;
@@ -564,8 +567,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             let req = IoRequest {
                 op: IoOp::Read,
                 target: d.target,
-                lba: u64::from(*issued) % blocks,
-                blocks: 1,
+                lba: u64::from(*issued) % positions * u64::from(read_blocks),
+                blocks: read_blocks,
                 sgl: &seg,
             };
             let guard = inner.core.ctrl.begin_submit()?;

@@ -230,3 +230,43 @@ fn a_stalled_floor_keeps_its_tags_until_the_device_answers() {
     assert_eq!(host.counters().refused_completions, 0);
     assert!(p.ended.lock().unwrap().is_empty(), "nothing reached the block layer");
 }
+
+/// A floor read is as long as the buffer's whole blocks (the kernel passes the job's block
+/// size): an error on the last block of the first 4 KiB fails the first read, and the second
+/// read starts right after it.
+#[test]
+fn floor_reads_cover_the_whole_buffer_in_block_aligned_steps() {
+    let (dev, _p, host) = setup(1, 64);
+    let block = host.drives()[0].drive.block_size;
+    let blocks_per_read = u64::from(4096 / block);
+    assert!(blocks_per_read > 1, "the test needs blocks smaller than the buffer");
+    let buf = dev.buffer(4096);
+    let seg = Segment {
+        phys: buf.phys(),
+        len: 4096,
+    };
+    let mut rule = megasas::fake::ErrorRule::medium_error(0, blocks_per_read - 1);
+    rule.persistent = false;
+    dev.inject_error(rule);
+    let r = host
+        .measure_floor(0, 0, FloorSpec::new(1, 1), seg, &mut |_| {})
+        .expect("floor");
+    assert_eq!(
+        (r.ios, r.failed),
+        (1, 1),
+        "the first read covered block {}",
+        blocks_per_read - 1
+    );
+    let mut rule = megasas::fake::ErrorRule::medium_error(0, blocks_per_read);
+    rule.persistent = false;
+    dev.inject_error(rule);
+    let r = host
+        .measure_floor(0, 0, FloorSpec::new(1, 2), seg, &mut |_| {})
+        .expect("floor");
+    assert_eq!(
+        (r.ios, r.failed),
+        (2, 1),
+        "the second read starts at block {blocks_per_read}"
+    );
+    assert_eq!(tags_in_use(&host), 0, "every tag back in the pool");
+}

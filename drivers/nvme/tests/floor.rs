@@ -163,7 +163,9 @@ fn floor_and_block_io_share_a_queue_without_a_cid_collision() {
 fn a_dropped_completion_times_out_and_its_slot_returns_only_when_the_device_answers() {
     let rig = floor_rig(IrqMode::Poll, FakeCompletion::Immediate, FLOOR_SLOTS);
     let buf = Buf::new(&rig.fake, 4096);
-    rig.fake.hold(1, 3);
+    // The fourth read (reads are as long as the buffer: 4 KiB of whole blocks).
+    let blocks_per_read = 4096 / u64::from(rig.host.namespaces()[0].lba_size);
+    rig.fake.hold(1, 3 * blocks_per_read);
     let mut waits = 0;
     let mut wait = |_: &dyn Fn() -> bool| {
         waits += 1;
@@ -335,4 +337,40 @@ fn a_wrong_phase_completion_is_never_taken() {
     );
     assert_eq!(rig.host.report().controller.completions, 0);
     assert_eq!(rig.host.floor_leftovers(0), (1, 0));
+}
+
+/// A floor read is as long as the buffer's whole blocks (the kernel passes the job's block
+/// size): an error on the last block of the first 4 KiB fails the first read, and the second
+/// read starts right after it.
+#[test]
+fn reads_cover_the_whole_buffer_in_block_aligned_steps() {
+    let rig = floor_rig(IrqMode::Poll, FakeCompletion::Immediate, FLOOR_SLOTS);
+    let lba_size = u64::from(rig.host.namespaces()[0].lba_size);
+    let blocks_per_read = 4096 / lba_size;
+    assert!(blocks_per_read > 1, "the test needs blocks smaller than the buffer");
+    let buf = Buf::new(&rig.fake, 4096);
+    let mut wait = |_: &dyn Fn() -> bool| rig.platform.advance(US);
+    rig.fake.inject_error(1, blocks_per_read - 1, 0x4281, 1);
+    let r = rig
+        .host
+        .measure_floor(0, 0, FloorSpec::new(1, 1), buf.phys, buf.len, &mut wait)
+        .unwrap();
+    assert_eq!(
+        (r.ios, r.failed),
+        (1, 1),
+        "the first read covered block {}",
+        blocks_per_read - 1
+    );
+    rig.fake.inject_error(1, blocks_per_read, 0x4281, 1);
+    let r = rig
+        .host
+        .measure_floor(0, 0, FloorSpec::new(1, 2), buf.phys, buf.len, &mut wait)
+        .unwrap();
+    assert_eq!(
+        (r.ios, r.failed),
+        (2, 1),
+        "the second read starts at block {blocks_per_read}"
+    );
+    assert_eq!(rig.host.floor_leftovers(0), (0, 0));
+    rig.assert_no_violations();
 }

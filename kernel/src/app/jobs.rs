@@ -301,7 +301,7 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     }
     // `megasas.floor=` / `nvme.floor=`: what the device allows with no block layer, for the
     // report's fractions (before the counters are read, so the job's figures hold none of it).
-    let floor = crate::dev::floor_before_job(&plan.device.name, percpu::index());
+    let floor = crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs);
     let ncpu = smp::online();
     let count_per_cpu = |vectors: &[u8]| -> Vec<u64> {
         (0..ncpu)

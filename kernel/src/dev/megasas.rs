@@ -209,7 +209,7 @@ static DRIVES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mu
 /// (`megasas::Host::measure_floor`: reads straight to the controller; between passes over the
 /// ring this CPU halts until an interrupt, or spins in polled mode) at QD 1 and QD 32, prints one
 /// `floor:` line and returns the figures for the job report. Empty when off or not ours.
-pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
+pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
     let Some(ios) = options().floor_ios else {
         return Vec::new();
     };
@@ -224,7 +224,7 @@ pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
     let Some(info) = controller.host.drives().get(drive) else {
         return Vec::new();
     };
-    let bs = info.drive.block_size;
+    let bs = super::floor_read_bytes(job_bs, info.drive.block_size);
     let buffer = match DmaBuffer::new(bs as usize, 4096) {
         Ok(b) => b,
         Err(e) => {

@@ -27,11 +27,22 @@ pub mod registry;
 
 /// The device floor before a job on `device` (`megasas.floor=`, `nvme.floor=`): the driver
 /// that owns `device` measures it, prints its `floor:` line and returns the figures for the
-/// job's totals; empty when its floor is off or no driver measures one.
-pub fn floor_before_job(device: &str, cpu: usize) -> alloc::vec::Vec<(&'static str, u64)> {
-    let figures = megasas::floor_before_job(device, cpu);
+/// job's totals; empty when its floor is off or no driver measures one. The reads are as long
+/// as the job's blocks (`job_bs`), capped at [`FLOOR_MAX_READ`] and at least one device block.
+pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> alloc::vec::Vec<(&'static str, u64)> {
+    let figures = megasas::floor_before_job(device, cpu, job_bs);
     if !figures.is_empty() {
         return figures;
     }
-    nvme::floor_before_job(device, cpu)
+    nvme::floor_before_job(device, cpu, job_bs)
+}
+
+/// Longest floor read: one page (an NVMe floor read must not need a PRP list). The floor is
+/// for small random I/O; a 128k sequential job is compared with 4 KiB reads.
+pub const FLOOR_MAX_READ: u32 = 4096;
+
+/// Bytes of one floor read for a job of `job_bs` on a device of `block_size`-byte blocks.
+pub fn floor_read_bytes(job_bs: u32, block_size: u32) -> u32 {
+    let block = block_size.max(1);
+    (job_bs.min(FLOOR_MAX_READ) / block).max(1) * block
 }

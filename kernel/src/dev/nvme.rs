@@ -238,7 +238,7 @@ static NAMESPACES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin
 /// for the job report. Between passes this CPU halts until an interrupt when the queue's vector
 /// is aimed at it, and spins otherwise (polled queues, or the vector on another CPU of the
 /// group, whose handler delivers the completions). Empty when off or not ours.
-pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
+pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
     let opts = options();
     let Some(ios) = opts.driver.floor_ios else {
         return Vec::new();
@@ -254,7 +254,7 @@ pub fn floor_before_job(device: &str, cpu: usize) -> Vec<(&'static str, u64)> {
     let Some(ns) = controller.host.namespaces().get(namespace) else {
         return Vec::new();
     };
-    let bs = ns.lba_size;
+    let bs = super::floor_read_bytes(job_bs, ns.lba_size);
     let buffer = match DmaBuffer::new(bs as usize, 4096) {
         Ok(b) => b,
         Err(e) => {

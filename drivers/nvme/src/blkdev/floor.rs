@@ -224,9 +224,11 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         if (buffer_len as u64) < u64::from(block) {
             return unavailable("the buffer is smaller than one logical block");
         }
-        // One block never needs a PRP list unless it spans more than two pages: refuse that
-        // here (the floor slots have no list page) with the PRP rules' own error.
-        let prps = prp::build(&[(buffer_phys, block)], u64::from(block), ns.max_transfer, &mut [], 0)?;
+        // Reads of the buffer's whole blocks (the kernel passes the job's block size). The floor
+        // slots have no PRP list page: a buffer that needs one is refused by the PRP rules.
+        let read_blocks = (buffer_len as u64 / u64::from(block)).min(u64::from(u16::MAX) + 1) as u32;
+        let read_len = u64::from(read_blocks) * u64::from(block);
+        let prps = prp::build(&[(buffer_phys, read_len as u32)], read_len, ns.max_transfer, &mut [], 0)?;
         let depth = u32::from(spec.queue_depth).min(floor.per_queue).min(spec.ios) as usize;
         // Acquire pairs with the Release store that ends the previous run on this queue.
         if floor.running.get(hwq).is_none_or(|r| {
@@ -250,7 +252,17 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 free: slots.len() as u16,
             })
         } else {
-            self.floor_run(cpu, hwq, ns.nsid, ns.blocks, spec, &slots, prps, queue.platform(), wait)
+            self.floor_run(
+                cpu,
+                hwq,
+                ns.nsid,
+                (ns.blocks, read_blocks),
+                spec,
+                &slots,
+                prps,
+                queue.platform(),
+                wait,
+            )
         };
         // Release pairs with the Acquire of the next run's claim.
         floor.running[hwq].store(false, Ordering::Release);
@@ -264,7 +276,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         cpu: usize,
         hwq: usize,
         nsid: u32,
-        blocks: u64,
+        (blocks, read_blocks): (u64, u32),
         spec: FloorSpec,
         slots: &[u16],
         prps: prp::Prps,
@@ -276,7 +288,8 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         let ctrl = &inner.ctrl;
         let now = || platform.now_ns();
         let state = |slot: u16| floor.state(hwq, slot).expect("claimed slots are floor slots");
-        let blocks = blocks.max(1);
+        // Block-aligned positions where a read fits the namespace.
+        let positions = (blocks / u64::from(read_blocks)).max(1);
         let mut issued: u32 = 0;
         let mut completed: u32 = 0;
         let mut failed: u32 = 0;
@@ -286,7 +299,8 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         // Posts the next read on `slots[i]`.
         let post = |i: usize, issued: &mut u32, posted_at: &mut [u64], in_flight: &mut [bool]| -> Result<(), Error> {
             let slot = slots[i];
-            let mut sqe = Sqe::read_write(false, 0, nsid, u64::from(*issued) % blocks, 1);
+            let lba = u64::from(*issued) % positions * u64::from(read_blocks);
+            let mut sqe = Sqe::read_write(false, 0, nsid, lba, read_blocks);
             sqe.set_prps(prps.prp1, prps.prp2);
             // Release pairs with `complete`'s Acquire: the slot shows IN_FLIGHT before the
             // doorbell can produce its completion.
