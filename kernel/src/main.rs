@@ -163,9 +163,14 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         bootinfo::cmdline::IdleMode::Auto => arch::idle::under_hypervisor(),
     };
     arch::idle::set_halt(halt);
+    arch::idle::set_halt_poll_ns(u64::from(config.halt_poll_us) * 1000);
     kprintln!(
         "idle: {} while waiting for completions{}",
-        if halt { "halt" } else { "poll" },
+        match (halt, config.halt_poll_us) {
+            (false, _) => alloc::string::String::from("poll"),
+            (true, 0) => alloc::string::String::from("halt"),
+            (true, us) => alloc::format!("halt after {us} us of polling"),
+        },
         if config.idle == bootinfo::cmdline::IdleMode::Auto {
             " (idle=auto)"
         } else {

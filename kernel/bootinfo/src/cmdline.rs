@@ -14,6 +14,7 @@
 //! | `irq.affinity` | passed to the interrupt-affinity parser |
 //! | `smp` | `on` (default) or `off`: start only the boot CPU |
 //! | `idle` | `auto` (default: `halt` under a hypervisor, else `poll`), `halt`, `poll`: how a CPU waiting for completions idles |
+//! | `idle.poll_us` | microseconds (0-10000) a waiting CPU spins before it halts (halt polling); default [`DEFAULT_HALT_POLL_US`] |
 //! | `crc32c` | `auto` (default: the SSE4.2 instruction on bare metal when CPUID reports it, the table under a hypervisor), `hw` (the instruction; a CPU without it is an error), `table` |
 //! | `watchdog` | `off`, or milliseconds (100-600000, default 5000) without a timer tick after which a CPU is reported stuck |
 //! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
@@ -31,7 +32,7 @@ pub const MAX_JOB_WORDS: usize = 128;
 pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, idle, watchdog, crc32c, null.size, null.block_size, \
+pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, idle, idle.poll_us, watchdog, crc32c, null.size, null.block_size, \
      null.memory, null.mode, null.queues";
 
 /// Log verbosity.
@@ -119,6 +120,11 @@ pub enum IdleMode {
     Poll,
 }
 
+/// Default `idle.poll_us`: how long a waiting CPU spins before it halts.
+pub const DEFAULT_HALT_POLL_US: u32 = 0;
+/// Longest `idle.poll_us` accepted.
+pub const MAX_HALT_POLL_US: u32 = 10_000;
+
 /// How the workload's CRC32C is computed (`crc32c=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Crc32cMode {
@@ -157,6 +163,8 @@ pub struct Config<'a> {
     pub smp: bool,
     /// `idle=`: how a waiting CPU idles.
     pub idle: IdleMode,
+    /// `idle.poll_us=`: spin this long before halting.
+    pub halt_poll_us: u32,
     /// `crc32c=`: instruction or table for the workload's checksums.
     pub crc32c: Crc32cMode,
     /// `watchdog=`: milliseconds without a timer tick after which a CPU is
@@ -184,6 +192,7 @@ impl Default for Config<'_> {
             irq_affinity: None,
             smp: true,
             idle: IdleMode::Auto,
+            halt_poll_us: DEFAULT_HALT_POLL_US,
             crc32c: Crc32cMode::Auto,
             watchdog_ms: Some(5000),
             null_size: None,
@@ -279,6 +288,19 @@ pub fn parse_with_drivers<'a>(
                     ],
                     "auto, halt or poll",
                 )?;
+            }
+            "idle.poll_us" => {
+                once("idle.poll_us")?;
+                cfg.halt_poll_us =
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|us| *us <= MAX_HALT_POLL_US)
+                        .ok_or_else(|| Error::BadValue {
+                            key: "idle.poll_us",
+                            value: bounded(value),
+                            expected: "microseconds from 0 to 10000",
+                        })?;
             }
             "crc32c" => {
                 once("crc32c")?;
@@ -470,7 +492,16 @@ mod tests {
         let c = parse("idle=halt watchdog=250", JOB_KEYS, "").unwrap();
         assert_eq!((c.idle, c.watchdog_ms), (IdleMode::Halt, Some(250)));
         assert_eq!(parse("watchdog=off", JOB_KEYS, "").unwrap().watchdog_ms, None);
-        for bad in ["watchdog=99", "watchdog=600001", "watchdog=1s", "idle=sleep"] {
+        assert_eq!(parse("idle.poll_us=50", JOB_KEYS, "").unwrap().halt_poll_us, 50);
+        assert_eq!(parse("", JOB_KEYS, "").unwrap().halt_poll_us, DEFAULT_HALT_POLL_US);
+        for bad in [
+            "watchdog=99",
+            "watchdog=600001",
+            "watchdog=1s",
+            "idle=sleep",
+            "idle.poll_us=10001",
+            "idle.poll_us=5us",
+        ] {
             let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
             assert!(msg.contains(bad.split_once('=').unwrap().1), "{bad}: {msg}");
         }

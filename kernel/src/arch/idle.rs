@@ -10,19 +10,36 @@
 //! full fence between their store and their load, so at least one of them
 //! sees the other's store. The per-CPU tick (`arch::watchdog`, 100 Hz) is the
 //! backstop for anything that wakes no one.
+//!
+//! Halt polling (`idle.poll_us=`, Linux's guest haltpoll): before it halts, a waiting CPU spins
+//! for up to that long checking for its work. Waking a halted vCPU costs the host a reschedule,
+//! and when the host itself is idle its own CPUs sleep too (a nested wake-up of tens of µs);
+//! a completion that arrives within the window is taken without either.
 
 use crate::arch::percpu::{self, MAX_CPUS};
-use crate::arch::{apic, irq};
-use core::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::arch::{apic, irq, time};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 
 /// Whether CPUs halt while they wait (false: they spin).
 static HALT: AtomicBool = AtomicBool::new(false);
+/// How long a waiting CPU spins before it halts, in ns (0: it halts at once).
+static HALT_POLL_NS: AtomicU64 = AtomicU64::new(0);
 /// CPUs halted (or about to halt) in [`wait_until`].
 static WAITING: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
 /// Chooses halt (`true`) or poll.
 pub fn set_halt(halt: bool) {
     HALT.store(halt, Ordering::Relaxed);
+}
+
+/// Sets the halt-polling window (`idle.poll_us=`).
+pub fn set_halt_poll_ns(ns: u64) {
+    HALT_POLL_NS.store(ns, Ordering::Relaxed);
+}
+
+/// The halt-polling window, ns.
+pub fn halt_poll_ns() -> u64 {
+    HALT_POLL_NS.load(Ordering::Relaxed)
 }
 
 /// Whether waiting CPUs halt.
@@ -45,6 +62,16 @@ pub fn wait_until(ready: impl Fn() -> bool) {
     if !halts() || !x86_64::instructions::interrupts::are_enabled() {
         core::hint::spin_loop();
         return;
+    }
+    let poll_ns = halt_poll_ns();
+    if poll_ns != 0 {
+        let start = time::now_ns();
+        while time::now_ns().saturating_sub(start) < poll_ns {
+            if ready() {
+                return;
+            }
+            core::hint::spin_loop();
+        }
     }
     let me = percpu::index();
     x86_64::instructions::interrupts::disable();
