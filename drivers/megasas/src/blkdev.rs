@@ -179,12 +179,10 @@ impl HostConfig {
         if let Some(ms) = options.timeout_ms {
             self.timeout_ns = u64::from(ms) * 1_000_000;
         }
-        if let Some(idle_us) = options.irq_poll_idle_us {
-            self.adaptive = Some(AdaptiveConfig {
-                idle_ns: u64::from(idle_us) * 1000,
-                ..AdaptiveConfig::default()
-            });
-        }
+        self.adaptive = options.irq_poll.idle_us(self.irq_mode).map(|idle_us| AdaptiveConfig {
+            idle_ns: u64::from(idle_us) * 1000,
+            ..AdaptiveConfig::default()
+        });
     }
 }
 

@@ -44,6 +44,6 @@ pub use error::{BogusReason, Error, Fault};
 pub use floor::{FLOOR_COOKIE, FloorResult, FloorSpec};
 pub use frame::Segment;
 pub use model::Model;
-pub use options::{MsixVectors, Options, choose_irq_mode};
+pub use options::{IrqPoll, MsixVectors, Options, choose_irq_mode};
 pub use regs::{FwState, FwStatus};
 pub use status::{IoError, IoErrorKind, IoStatus, MfiStatus, Sense};

@@ -315,10 +315,20 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
     let mut hc = megasas::HostConfig::new(smp::online(), mode);
     hc.apply_options(opts);
     if hc.adaptive.is_some() && mode != megasas::IrqMode::Msix {
+        // Only an explicit `megasas.irq_poll=on|N` gets here (the default is off without MSI-X).
         log::warn!(
             "megasas {at}: megasas.irq_poll needs MSI-X (a vector mask; OMSK would stop the reply ring); interrupts are {mode:?}: off"
         );
         hc.adaptive = None;
+    }
+    match &hc.adaptive {
+        Some(a) => kprintln!(
+            "megasas {at}: completions: interrupt-then-poll windows ({} us idle, {} per window{}; megasas.irq_poll=off for one interrupt per batch)",
+            a.idle_ns / 1000,
+            a.budget,
+            if opts.irq_poll == megasas::IrqPoll::Auto { ", the MSI-X default" } else { "" }
+        ),
+        None => kprintln!("megasas {at}: completions: one interrupt per batch ({mode:?})"),
     }
     hc.cpu_map = Some(map.queue_of_cpu.clone());
     let host = Mr::new(model, mmio, KernelDma, KernelDelay, block::platform(), hc)

@@ -21,6 +21,9 @@ const DEVICE_BYTES: u64 = 1 << 30;
 pub const FLOOR_READS: u32 = 2000;
 /// Kernel option of the MegaRAID adaptive interrupt-then-poll mode ([`Completion::Adaptive`]).
 pub const MEGASAS_ADAPTIVE_OPTION: &str = "megasas.irq_poll=on";
+/// The MegaRAID switch for every other point: the kernel's default with MSI-X is the adaptive
+/// mode, so the `irq`, `local`, `remote` and `poll` points turn it off to stay what they say.
+pub const MEGASAS_NO_ADAPTIVE_OPTION: &str = "megasas.irq_poll=off";
 
 /// What backs the block device a job runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -275,13 +278,15 @@ impl Point {
 }
 
 impl Point {
-    /// Kernel options the point's boot needs beyond the device's: the adaptive mode's switch.
-    /// An error for a device without an adaptive mode.
+    /// Kernel options the point's boot needs beyond the device's: the adaptive mode's switch
+    /// (on for `adaptive` points, off for the others on MegaRAID, whose default is on). An
+    /// error for a device without an adaptive mode.
     pub fn boot_options(&self) -> Result<Vec<String>, String> {
         match (self.completion, self.device) {
             (Completion::Adaptive, DeviceKind::MegasasGen2 | DeviceKind::Megasas) => {
                 Ok(vec![MEGASAS_ADAPTIVE_OPTION.to_string()])
             }
+            (_, DeviceKind::MegasasGen2 | DeviceKind::Megasas) => Ok(vec![MEGASAS_NO_ADAPTIVE_OPTION.to_string()]),
             (Completion::Adaptive, other) => Err(format!(
                 "point '{self}': {} has no adaptive completion mode",
                 other.label()
@@ -837,9 +842,15 @@ mod tests {
         assert!(args.contains(&"completion=irq".to_string()), "{args:?}");
         assert!(!args.iter().any(|a| a == "completion=adaptive"), "{args:?}");
         assert!(boot.jobs.iter().all(|j| j.name.contains("-adaptive-")));
-        // Every other boot runs without the switch.
+        // Every other boot runs without the adaptive mode: MegaRAID boots turn it off.
         for b in boots.iter().filter(|b| b.index != boot.index) {
-            assert!(b.options.is_empty() && !b.kernel_args().contains(&MEGASAS_ADAPTIVE_OPTION.to_string()));
+            assert!(!b.kernel_args().contains(&MEGASAS_ADAPTIVE_OPTION.to_string()));
+            match b.device {
+                DeviceKind::MegasasGen2 | DeviceKind::Megasas => {
+                    assert_eq!(b.options, [MEGASAS_NO_ADAPTIVE_OPTION], "boot {}", b.index)
+                }
+                _ => assert!(b.options.is_empty(), "boot {}", b.index),
+            }
         }
         // A device without an adaptive mode is refused by name.
         let mut nvme = boot.jobs[0].point;
@@ -909,7 +920,8 @@ mod tests {
         let quick = find("quick").unwrap().boots(2000).unwrap();
         assert_eq!(quick[0].kernel_args()[0], "null.size=1g");
         assert_eq!(quick[1].kernel_args()[0], format!("megasas.floor={FLOOR_READS}"));
-        assert!(quick[1].kernel_args()[1].starts_with("device=md0"));
+        assert_eq!(quick[1].kernel_args()[1], MEGASAS_NO_ADAPTIVE_OPTION);
+        assert!(quick[1].kernel_args()[2].starts_with("device=md0"));
         // Every controller measures its floor before each job; the null device has none.
         let nvme = quick.iter().find(|b| b.device == DeviceKind::Nvme).unwrap();
         assert_eq!(nvme.kernel_args()[0], format!("nvme.floor={FLOOR_READS}"));
