@@ -326,7 +326,11 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
             "megasas {at}: completions: interrupt-then-poll windows ({} us idle, {} per window{}; megasas.irq_poll=off for one interrupt per batch)",
             a.idle_ns / 1000,
             a.budget,
-            if opts.irq_poll == megasas::IrqPoll::Auto { ", the MSI-X default" } else { "" }
+            if opts.irq_poll == megasas::IrqPoll::Auto {
+                ", the MSI-X default"
+            } else {
+                ""
+            }
         ),
         None => kprintln!("megasas {at}: completions: one interrupt per batch ({mode:?})"),
     }
