@@ -18,6 +18,7 @@ use core::ptr::NonNull;
 mod buf;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod floor;
 pub mod options;
 
 pub use buf::DmaBuf;

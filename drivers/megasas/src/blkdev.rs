@@ -48,7 +48,7 @@ use blk::{
 use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
 use crate::floor::{
     FLOOR_ABANDONED, FLOOR_COOKIE, FLOOR_DONE_FAILED, FLOOR_DONE_OK, FLOOR_IDLE, FLOOR_IN_FLIGHT, FloorResult,
-    FloorSpec, quantile,
+    FloorSpec,
 };
 use crate::frame::Segment;
 use crate::host_common::{drive_sectors, host_with_drive_queues};
@@ -649,15 +649,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             inner.host_tags.tags().free(cpu, u32::from(tag));
         }
         result?;
-        latencies.sort_unstable();
-        Ok(FloorResult {
-            queue_depth: depth,
-            ios: completed,
-            failed,
-            elapsed_ns,
-            p50_ns: quantile(&latencies, 500),
-            p99_ns: quantile(&latencies, 990),
-        })
+        debug_assert_eq!(latencies.len(), completed as usize);
+        Ok(FloorResult::from_latencies(depth, latencies, failed, elapsed_ns))
     }
 
     /// Whether the adaptive mode is configured.

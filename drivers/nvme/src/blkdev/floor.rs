@@ -42,62 +42,7 @@ const DONE_FAILED: u8 = 3;
 /// The run gave up waiting: whoever delivers the completion makes the slot idle again.
 const ABANDONED: u8 = 4;
 
-/// What to measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FloorSpec {
-    /// Reads kept in flight (capped at the floor slots of a queue and at `ios`).
-    pub queue_depth: u16,
-    /// Reads to complete in all.
-    pub ios: u32,
-    /// Give up (with [`Error::FloorStalled`]) when nothing completes for this long.
-    pub stall_timeout_ns: u64,
-}
-
-impl FloorSpec {
-    /// `ios` reads at `queue_depth`, giving up after 1 s without a completion.
-    pub const fn new(queue_depth: u16, ios: u32) -> Self {
-        Self {
-            queue_depth,
-            ios,
-            stall_timeout_ns: 1_000_000_000,
-        }
-    }
-}
-
-/// One floor measurement.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FloorResult {
-    /// Reads that were kept in flight.
-    pub queue_depth: u16,
-    /// Reads completed (successfully or not).
-    pub ios: u32,
-    /// Reads the device failed.
-    pub failed: u32,
-    /// From the first doorbell to the last completion seen, ns.
-    pub elapsed_ns: u64,
-    /// Median post-to-reaped latency, ns.
-    pub p50_ns: u64,
-    /// 99th percentile latency, ns.
-    pub p99_ns: u64,
-}
-
-impl FloorResult {
-    /// Completions per second (0 when no time elapsed).
-    pub fn iops(&self) -> u64 {
-        if self.elapsed_ns == 0 {
-            return 0;
-        }
-        (u128::from(self.ios) * 1_000_000_000 / u128::from(self.elapsed_ns)) as u64
-    }
-}
-
-/// The `q_permille`/1000 quantile of sorted latencies (0 for none).
-fn quantile(sorted: &[u64], q_permille: usize) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[(sorted.len() - 1) * q_permille / 1000]
-}
+pub use devhal::floor::{FloorResult, FloorSpec};
 
 /// The floor slots of every I/O queue and their states.
 pub(super) struct FloorSlots {
@@ -386,15 +331,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
             st.store(IDLE, Ordering::Relaxed);
         }
         result?;
-        latencies.sort_unstable();
-        Ok(FloorResult {
-            queue_depth: slots.len() as u16,
-            ios: completed,
+        debug_assert_eq!(latencies.len(), completed as usize);
+        Ok(FloorResult::from_latencies(
+            slots.len() as u16,
+            latencies,
             failed,
-            elapsed_ns: last_seen.saturating_sub(start),
-            p50_ns: quantile(&latencies, 500),
-            p99_ns: quantile(&latencies, 990),
-        })
+            last_seen.saturating_sub(start),
+        ))
     }
 
     /// Floor slots of CPU `cpu`'s queue whose reads a stalled run left with the device, and
