@@ -243,10 +243,7 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
         "halting between interrupts"
     };
     let mut text = format!("floor: {device} {bs}-byte read (no block layer, {how})");
-    for (depth, iops_key, p50_key) in [
-        (1u16, "floor_qd1_iops", "floor_qd1_p50_ns"),
-        (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
-    ] {
+    for (depth, iops_key, p50_key) in super::FLOOR_RUNS {
         let spec = megasas::FloorSpec::new(depth, ios);
         let polled = controller.irqs.get().is_none();
         // Halt until an interrupt between passes in interrupt modes: a spinning vCPU takes
@@ -267,22 +264,7 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
         };
         let r = controller.host.measure_floor(cpu, drive, spec, seg, &mut wait);
         match r {
-            Ok(r) => {
-                text.push_str(&format!(
-                    ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
-                    r.queue_depth,
-                    r.iops(),
-                    r.p50_ns / 1000,
-                    r.p50_ns % 1000 / 100,
-                    r.p99_ns / 1000,
-                    r.p99_ns % 1000 / 100
-                ));
-                if r.failed > 0 {
-                    text.push_str(&format!(" ({} reads failed)", r.failed));
-                }
-                out.push((iops_key, r.iops()));
-                out.push((p50_key, r.p50_ns));
-            }
+            Ok(r) => super::record_floor_run(&mut text, &mut out, (iops_key, p50_key), &r),
             Err(e) => text.push_str(&format!(", QD{depth}: {e}")),
         }
     }

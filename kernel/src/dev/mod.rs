@@ -41,6 +41,36 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> alloc::vec::Ve
 /// for small random I/O; a 128k sequential job is compared with 4 KiB reads.
 pub const FLOOR_MAX_READ: u32 = 4096;
 
+/// The floor's two runs: queue depth, and the job-total keys of its IOPS and p50.
+pub const FLOOR_RUNS: [(u16, &str, &str); 2] = [
+    (1, "floor_qd1_iops", "floor_qd1_p50_ns"),
+    (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
+];
+
+/// Appends one floor run to the `floor:` line (`text`) and its figures to the job totals.
+/// The result type is `devhal::floor::FloorResult`, which both drivers re-export.
+pub fn record_floor_run(
+    text: &mut alloc::string::String,
+    totals: &mut alloc::vec::Vec<(&'static str, u64)>,
+    (iops_key, p50_key): (&'static str, &'static str),
+    r: &::megasas::FloorResult,
+) {
+    text.push_str(&alloc::format!(
+        ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
+        r.queue_depth,
+        r.iops(),
+        r.p50_ns / 1000,
+        r.p50_ns % 1000 / 100,
+        r.p99_ns / 1000,
+        r.p99_ns % 1000 / 100
+    ));
+    if r.failed > 0 {
+        text.push_str(&alloc::format!(" ({} reads failed)", r.failed));
+    }
+    totals.push((iops_key, r.iops()));
+    totals.push((p50_key, r.p50_ns));
+}
+
 /// Bytes of one floor read for a job of `job_bs` on a device of `block_size`-byte blocks.
 pub fn floor_read_bytes(job_bs: u32, block_size: u32) -> u32 {
     let block = block_size.max(1);
