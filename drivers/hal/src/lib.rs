@@ -15,6 +15,7 @@ extern crate alloc;
 use core::fmt;
 use core::ptr::NonNull;
 
+pub mod adaptive;
 mod buf;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;

@@ -95,27 +95,8 @@ pub struct HostConfig {
 }
 
 /// Interrupt-then-poll: after an interrupt that reaped something, the kernel masks the
-/// controller's vector and the submitters poll the reply ring; the window closes (vector
-/// unmasked, ring re-reaped) after `idle_ns` without a completion or after `budget` completions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdaptiveConfig {
-    /// Close the window after this long without a completion, ns.
-    pub idle_ns: u64,
-    /// Close the window after this many completions (the next interrupt opens a new one), so
-    /// one window never holds the vector masked for good.
-    pub budget: u32,
-}
-
-impl Default for AdaptiveConfig {
-    /// 50 µs idle (above one read's device latency under QEMU, so QD 1 keeps polling), 64
-    /// completions.
-    fn default() -> Self {
-        Self {
-            idle_ns: 50_000,
-            budget: 64,
-        }
-    }
-}
+/// controller's vector and the submitters poll the reply ring (see [`devhal::adaptive`]).
+pub use devhal::adaptive::AdaptiveConfig;
 
 /// How the kernel masks and unmasks the controller's interrupt vector for the adaptive mode.
 /// On QEMU's MFI only a vector mask works (MSI-X entry mask bit): an OMSK mask also stops the
@@ -179,10 +160,10 @@ impl HostConfig {
         if let Some(ms) = options.timeout_ms {
             self.timeout_ns = u64::from(ms) * 1_000_000;
         }
-        self.adaptive = options.irq_poll.idle_us(self.irq_mode).map(|idle_us| AdaptiveConfig {
-            idle_ns: u64::from(idle_us) * 1000,
-            ..AdaptiveConfig::default()
-        });
+        self.adaptive = options
+            .irq_poll
+            .idle_us(self.irq_mode)
+            .map(AdaptiveConfig::with_idle_us);
     }
 }
 

@@ -31,31 +31,8 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 #[cfg(all(loom, test))]
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// Idle window of `nvme.irq_poll=on`, µs.
-pub const DEFAULT_IDLE_US: u32 = 50;
-
-/// Completions per window before it closes (the next interrupt opens a new one).
-pub const DEFAULT_BUDGET: u32 = 64;
-
-/// Interrupt-then-poll settings (`nvme.irq_poll=on|N`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdaptiveConfig {
-    /// Close a window after this long without a completion, ns.
-    pub idle_ns: u64,
-    /// Close a window after this many completions.
-    pub budget: u32,
-}
-
-impl Default for AdaptiveConfig {
-    /// 50 µs idle (above one 4k read's device latency under QEMU, so QD 1 keeps polling), 64
-    /// completions.
-    fn default() -> Self {
-        Self {
-            idle_ns: u64::from(DEFAULT_IDLE_US) * 1000,
-            budget: DEFAULT_BUDGET,
-        }
-    }
-}
+/// Interrupt-then-poll settings (`nvme.irq_poll=on|N`), shared with MegaRAID.
+pub use devhal::adaptive::{AdaptiveConfig, DEFAULT_BUDGET, DEFAULT_IDLE_US};
 
 /// How the kernel masks and unmasks one MSI-X vector (table entry) of the controller. A message
 /// the device sends while its vector is masked is held pending and sent on unmask (PCI); the
