@@ -19,7 +19,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ops::Range;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use spin::Mutex;
 
@@ -213,6 +213,37 @@ impl FakeMemory {
             Some(p) if (p as usize).is_multiple_of(4) => {
                 // SAFETY: in bounds and aligned, accessed atomically on both sides.
                 Some(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }.load(Ordering::Acquire))
+            }
+            _ => None,
+        }
+    }
+
+    /// Device store of the 8-byte-aligned word at `phys` as one atomic access (Release), for
+    /// descriptors the driver polls as one 64-bit word (a real device writes an aligned 8-byte
+    /// descriptor in one transaction; byte by byte, a poller could take a half-written one).
+    /// False, recording nothing, when outside one allocation or misaligned.
+    pub fn store_u64_atomic(&self, phys: u64, value: u64) -> bool {
+        let inner = self.inner.lock();
+        match inner.translate(phys, 8) {
+            Some(p) if (p as usize).is_multiple_of(8) => {
+                // SAFETY: in bounds of a live allocation and 8-byte aligned; the driver accesses
+                // this word only atomically.
+                unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.store(value, Ordering::Release);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Device load of the 8-byte-aligned word at `phys` as one atomic access (Acquire: pairs
+    /// with the driver's store of the word). None, recording nothing, when outside one
+    /// allocation or misaligned.
+    pub fn load_u64_atomic(&self, phys: u64) -> Option<u64> {
+        let inner = self.inner.lock();
+        match inner.translate(phys, 8) {
+            Some(p) if (p as usize).is_multiple_of(8) => {
+                // SAFETY: in bounds and aligned, accessed atomically on both sides.
+                Some(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.load(Ordering::Acquire))
             }
             _ => None,
         }

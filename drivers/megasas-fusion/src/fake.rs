@@ -887,7 +887,8 @@ impl State {
         let mut i = old;
         while i != idx {
             let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(i));
-            if mem.read_u64("reply slot", slot) != Some(ALL_ONES) {
+            // One atomic load: the driver restores a slot with one 64-bit store.
+            if mem.load_u64_atomic(slot) != Some(ALL_ONES) {
                 self.violate(
                     Violation::HostIndexSkipsReplies,
                     format!("queue {q}: index moved {old} -> {idx} past unconsumed slot {i}"),
@@ -1476,14 +1477,18 @@ impl State {
             self.execute(mem, c);
         }
         let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(self.producer[q]));
-        if mem.read_u64("reply slot", slot) != Some(ALL_ONES) {
+        if mem.load_u64_atomic(slot) != Some(ALL_ONES) {
             self.violate(
                 Violation::ReplySlotNotFree,
                 format!("queue {q} slot {} not all-ones", self.producer[q]),
             );
         }
         let reply = u64::from(p.queue as u8) << 8 | u64::from(p.smid) << 16;
-        mem.write_u64("reply descriptor", slot, reply);
+        // One 64-bit store, as the hardware writes a descriptor in one transaction: the driver
+        // polls the slot, and byte by byte it could take a half-written descriptor.
+        if !mem.store_u64_atomic(slot, reply) {
+            mem.write_u64("reply descriptor", slot, reply);
+        }
         self.producer[q] = (self.producer[q] + 1) % d;
         let now = self.clock;
         self.posted_at[q].push_back(now);
