@@ -27,7 +27,7 @@ use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::AtomicBool;
 use megasas_fusion::{FUSION_IDS, Options, PciMatch, VENDOR_LSI};
 use platform::irq::InterruptMode;
 use platform::pci::{DeviceMatch, PciFunction};
@@ -108,21 +108,11 @@ impl HostHooks for Controller {
 
     fn tick(&self, cpu: usize) {
         self.host.tick(cpu);
-        if self.host.is_dead() && !self.abandoned.swap(true, Ordering::Relaxed) {
-            // Only with bus mastering off are the buffers of requests in flight ours again.
-            match pci::set_bus_master(self.function, false) {
-                Ok(()) => {
-                    let failed = self.host.abandon_after_bus_master_off(cpu);
-                    log::error!(
-                        "megasas-fusion {}: controller out of service: bus mastering off, {failed} request(s) failed",
-                        self.function.address
-                    );
-                }
-                Err(e) => log::error!(
-                    "megasas-fusion {}: controller out of service, but bus mastering could not be turned off ({e}): its requests stay the device's",
-                    self.function.address
-                ),
-            }
+        if self.host.is_dead() {
+            let name = format!("megasas-fusion {}", self.function.address);
+            pci::take_out_of_service(self.function, &name, &self.abandoned, || {
+                self.host.abandon_after_bus_master_off(cpu)
+            });
         }
     }
 

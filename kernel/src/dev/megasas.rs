@@ -149,22 +149,11 @@ impl HostHooks for Controller {
         if self.host.polling_window() {
             self.host.poll_adaptive(cpu, self);
         }
-        if self.host.is_dead() && !self.abandoned.swap(true, Ordering::Relaxed) {
-            // The device may still write into the buffers of its requests until it can no
-            // longer master the bus: only then are they given back (failed).
-            match pci::set_bus_master(self.function, false) {
-                Ok(()) => {
-                    let failed = self.host.abandon_after_bus_master_off(cpu);
-                    log::error!(
-                        "megasas {}: controller out of service: bus mastering off, {failed} request(s) failed",
-                        self.function.address
-                    );
-                }
-                Err(e) => log::error!(
-                    "megasas {}: controller out of service, but bus mastering could not be turned off ({e}): its requests stay the device's",
-                    self.function.address
-                ),
-            }
+        if self.host.is_dead() {
+            let name = format!("megasas {}", self.function.address);
+            pci::take_out_of_service(self.function, &name, &self.abandoned, || {
+                self.host.abandon_after_bus_master_off(cpu)
+            });
         }
     }
 

@@ -194,6 +194,31 @@ pub fn set_bus_master(function: &PciFunction, on: bool) -> Result<(), Error> {
     Ok(())
 }
 
+/// Takes a controller its driver gave up on out of service, once (`done` remembers it): turns
+/// the function's bus mastering off and only then runs `release`, which hands back the requests
+/// the device still held and says how many (the device may write into their buffers until it
+/// can no longer master the bus). If bus mastering cannot be turned off, nothing is released:
+/// those requests stay the device's. `name` starts the log lines.
+pub fn take_out_of_service(
+    function: &PciFunction,
+    name: &str,
+    done: &core::sync::atomic::AtomicBool,
+    release: impl FnOnce() -> u32,
+) {
+    if done.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    match set_bus_master(function, false) {
+        Ok(()) => log::error!(
+            "{name}: controller out of service: bus mastering off, {} request(s) failed",
+            release()
+        ),
+        Err(e) => log::error!(
+            "{name}: controller out of service, but bus mastering could not be turned off ({e}): its requests stay the device's"
+        ),
+    }
+}
+
 /// Functions matching `vendor:device`.
 pub fn find(vendor: u16, device: u16) -> impl Iterator<Item = &'static PciFunction> {
     get().into_iter().flat_map(move |p| {
