@@ -151,8 +151,10 @@ impl HostConfig {
     }
 
     /// Applies the `megasas.*` command-line options that are the driver's: `queue_depth` (I/O
-    /// commands in flight, plus the admin tag) and `timeout_ms` (the request timeout). `irq` and `irq_cpu` are interrupt policy, which
-    /// the kernel applies when it sets the vectors up (`choose_irq_mode`).
+    /// commands in flight, plus the admin tag), `timeout_ms` (the request timeout) and
+    /// `irq_poll` (interrupt-then-poll windows; on by default with MSI-X). `irq` and `irq_cpu`
+    /// are interrupt policy, which the kernel applies when it sets the vectors up
+    /// (`choose_irq_mode`).
     pub fn apply_options(&mut self, options: &crate::Options) {
         if let Some(depth) = options.queue_depth {
             self.controller.max_tags = depth.saturating_add(1).min(crate::tags::MAX_TAGS);
