@@ -641,6 +641,7 @@ impl<D: Driver> Queue<D> {
     /// Submits `bio` from CPU `cpu`: validates it, takes a tag, queues it on the CPU's software
     /// queue and runs the CPU's hardware queue. Never waits: with no free tag it fails with
     /// [`BlkError::TagsExhausted`] (see [`Queue::submit_wait`]).
+    #[inline(always)]
     pub fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         self.check_cpu(cpu)?;
         if let Err(e) = self.validate_bio(bio) {
@@ -688,7 +689,12 @@ impl<D: Driver> Queue<D> {
             d.submit_cpu = cpu as u16;
             d.hwq = hwq as u16;
             d.nr_segments = bio.segments.len() as u16;
-            d.segments[..bio.segments.len()].copy_from_slice(bio.segments);
+            if let [only] = bio.segments {
+                // The common single-segment I/O: one store, not a call to `memcpy`.
+                d.segments[0] = *only;
+            } else {
+                d.segments[..bio.segments.len()].copy_from_slice(bio.segments);
+            }
         }
         slot.set_status(Status::Ok);
         slot.deadline.store(0, Ordering::Relaxed);
@@ -890,6 +896,7 @@ impl<D: Driver> Queue<D> {
     /// path); if the queue turns out to be quiesced it is parked on the dispatch FIFO instead
     /// and `true` is returned: the caller must then re-check (`run_hw_queue`), as an insert
     /// would.
+    #[inline(always)]
     fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: Option<u32>) -> bool {
         let hq = &self.hwqs[hwq];
         let mut parked = false;
@@ -926,6 +933,7 @@ impl<D: Driver> Queue<D> {
     }
 
     /// One dispatch pass; the caller holds the run token. `direct` joins the end of the line.
+    #[inline(always)]
     fn dispatch_once(&self, cpu: usize, hwq: usize, direct: Option<u32>) {
         let hq = &self.hwqs[hwq];
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
@@ -1281,6 +1289,7 @@ impl<D: Driver> Queue<D> {
     }
 
     /// Sends a claimed completion (state COMPLETING) where the policy says.
+    #[inline(always)]
     pub(crate) fn route_completion(&self, cpu: usize, index: u32) {
         let counters = self.counters.cpu(cpu);
         match self.completion_policy() {
@@ -1353,6 +1362,7 @@ impl<D: Driver> Queue<D> {
 
     /// The single exit: reports the completion, frees the tag, leaves the queue.
     /// `inline`: the request never went through completion routing (ended in `queue_rq`).
+    #[inline]
     pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool) {
         let slot = self.slot(index);
         let (completion, set, hwq) = {

@@ -80,6 +80,7 @@ impl TagBitmap {
     }
 
     /// Allocates a free tag, searching from `cpu`'s hint. `None` when every tag is taken.
+    #[inline(always)]
     pub fn alloc(&self, cpu: usize) -> Option<u32> {
         if self.nbits == 0 {
             return None;
@@ -88,6 +89,17 @@ impl TagBitmap {
         let mut hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);
         if hint >= self.nbits {
             hint = 0;
+        }
+        // Fast path: the hint is usually the tag this CPU freed last, still free. One word,
+        // one bit, no search (a third of the instructions of the loop below).
+        let mask = 1u64 << (hint & (self.bits_per_word - 1));
+        if let Some(word) = self.words.get((hint >> self.word_shift) as usize)
+            && word.load(Ordering::Relaxed) & mask == 0
+            // Acquire pairs with the Release `fetch_and` in `free`, as below.
+            && word.fetch_or(mask, Ordering::Acquire) & mask == 0
+        {
+            hint_slot.store(hint + 1, core::sync::atomic::Ordering::Relaxed);
+            return Some(self.base + hint);
         }
         let nwords = self.words.len();
         let start_word = (hint >> self.word_shift) as usize;
@@ -126,6 +138,7 @@ impl TagBitmap {
 
     /// Frees `tag`. Returns `false` (and changes nothing) if the tag is outside the pool or was
     /// not allocated, so a double free is detected rather than corrupting the bitmap.
+    #[inline(always)]
     pub fn free(&self, cpu: usize, tag: u32) -> bool {
         let Some(rel) = tag.checked_sub(self.base).filter(|t| *t < self.nbits) else {
             return false;
@@ -173,6 +186,7 @@ impl TagSet {
     }
 
     /// Allocates from the reserved or the normal pool.
+    #[inline(always)]
     pub fn alloc(&self, cpu: usize, reserved: bool) -> Option<u32> {
         if reserved {
             self.reserved.alloc(cpu)
@@ -182,6 +196,7 @@ impl TagSet {
     }
 
     /// Frees a tag from whichever pool it belongs to; `false` if it was not allocated.
+    #[inline(always)]
     pub fn free(&self, cpu: usize, tag: u32) -> bool {
         if tag < self.reserved.capacity() {
             self.reserved.free(cpu, tag)
@@ -211,6 +226,9 @@ pub const MAX_DEPTH: u32 = 1 << 16;
 /// Most queues that may share one [`HostTags`].
 pub const MAX_SHARERS: usize = 256;
 
+/// Words of restart bits: one bit per possible sharer.
+const RESTART_WORDS: usize = MAX_SHARERS.div_ceil(64);
+
 /// Search hints of a host-wide set: one per CPU up to this many, then CPUs share them.
 const HOST_HINTS: usize = 64;
 
@@ -239,7 +257,7 @@ pub struct HostTags {
     /// Bumped by every tag free; read by the restart protocol.
     freed: CachePadded<AtomicU32>,
     /// One bit per sharer: that queue holds requests its driver turned away.
-    restart: Box<[AtomicU64]>,
+    restart: [AtomicU64; RESTART_WORDS],
     /// Queues with a `submit_wait` in progress that found no tag (a fairness heuristic: orders
     /// nothing, so a plain `core` atomic).
     waiting: CachePadded<core::sync::atomic::AtomicU32>,
@@ -284,7 +302,7 @@ impl HostTags {
         Self {
             set: TagSet::new(depth, reserved, ncpus),
             freed: CachePadded(AtomicU32::new(0)),
-            restart: (0..MAX_SHARERS.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            restart: core::array::from_fn(|_| AtomicU64::new(0)),
             waiting: CachePadded(core::sync::atomic::AtomicU32::new(0)),
             sharers: SpinLock::new(Vec::new()),
         }
@@ -353,6 +371,7 @@ impl HostTags {
 
     /// Frees `tag` on behalf of sharer `me` on CPU `cpu`, bumps the freed sequence and kicks
     /// every other sharer waiting for a restart. `false` if the tag was not allocated.
+    #[inline(always)]
     pub(crate) fn free(&self, cpu: usize, tag: u32, me: u32) -> bool {
         let freed = self.set.free(cpu, tag);
         // Release pairs with the Acquire in `freed_seq`.
@@ -364,7 +383,23 @@ impl HostTags {
         freed
     }
 
+    #[inline(always)]
     fn kick_waiters(&self, cpu: usize, me: u32) {
+        // Every free comes here and almost never finds a waiter: one branch-free pass over the
+        // (few, fixed) words, the walk only when some sharer (perhaps we ourselves) waits.
+        if self
+            .restart
+            .iter()
+            .fold(0, |any, word| any | word.load(Ordering::Relaxed))
+            != 0
+        {
+            self.kick_other_waiters(cpu, me);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn kick_other_waiters(&self, cpu: usize, me: u32) {
         for (w, word) in self.restart.iter().enumerate() {
             let mut bits = word.load(Ordering::Relaxed);
             if w == me as usize / 64 {

@@ -225,8 +225,20 @@ impl<D: Driver + 'static> Disk<D> {
 /// the same queue on the CPU it lands on, and with `quiesce=locked` a
 /// handler that interrupted this CPU while it held the queue's run lock
 /// would spin on that lock forever (lock-free runs would only be delayed).
+#[inline(always)]
 fn irqs_off<R>(f: impl FnOnce() -> R) -> R {
-    x86_64::instructions::interrupts::without_interrupts(f)
+    use x86_64::instructions::interrupts;
+    // `without_interrupts` by hand, so that `f` (the whole submit path) is inlined here
+    // rather than called: under emulation each call and return costs a code lookup.
+    let were_enabled = interrupts::are_enabled();
+    if were_enabled {
+        interrupts::disable();
+    }
+    let result = f();
+    if were_enabled {
+        interrupts::enable();
+    }
+    result
 }
 
 impl<D: Driver + 'static> BlockDevice for Disk<D> {

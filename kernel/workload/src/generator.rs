@@ -15,6 +15,9 @@ use crate::rng::{Rng, mix64};
 pub struct IoGenerator {
     rng: Rng,
     rw: RwMode,
+    /// The operation of every I/O, except for `randrw` (`None`: drawn per I/O). Decided once,
+    /// so the hot path does not branch through a jump table on `rw`.
+    fixed_op: Option<IoOp>,
     rwmixread: u64,
     blocks: u64,
     cursor: u64,
@@ -29,6 +32,11 @@ impl IoGenerator {
         Self {
             rng: Rng::new(per_cpu_seed),
             rw: plan.spec.rw,
+            fixed_op: match plan.spec.rw {
+                RwMode::Read | RwMode::RandRead => Some(IoOp::Read),
+                RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
+                RwMode::RandRw => None,
+            },
             rwmixread: u64::from(plan.spec.rwmixread),
             blocks,
             cursor: 0,
@@ -56,16 +64,10 @@ impl IoGenerator {
             self.cursor = if block + 1 == self.blocks { 0 } else { block + 1 };
             block
         };
-        let op = match self.rw {
-            RwMode::Read | RwMode::RandRead => IoOp::Read,
-            RwMode::Write | RwMode::RandWrite => IoOp::Write,
-            RwMode::RandRw => {
-                if self.rng.below(100) < self.rwmixread {
-                    IoOp::Read
-                } else {
-                    IoOp::Write
-                }
-            }
+        let op = match self.fixed_op {
+            Some(op) => op,
+            None if self.rng.below(100) < self.rwmixread => IoOp::Read,
+            None => IoOp::Write,
         };
         Some((op, block))
     }
