@@ -534,106 +534,24 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             phys: buffer.phys,
             len: read_blocks * d.block_size,
         }];
-        let positions = (d.blocks / u64::from(read_blocks)).max(1);
-        let now = || inner.platform.now_ns();
-        let mut issued: u32 = 0;
-        let mut completed: u32 = 0;
-        let mut failed: u32 = 0;
-        let mut latencies: Vec<u64> = Vec::with_capacity(spec.ios as usize);
-        let mut posted_at: Vec<u64> = alloc::vec![0; tags.len()];
-        let mut in_flight = alloc::vec![false; tags.len()];
-        // Posts the next read on slot `i`; false when the controller refused it.
-        let post = |i: usize, issued: &mut u32, posted_at: &mut [u64], in_flight: &mut [bool]| -> Result<(), Error> {
-            let tag = tags[i];
-            let req = IoRequest {
-                op: IoOp::Read,
-                target: d.target,
-                lba: u64::from(*issued) % positions * u64::from(read_blocks),
-                blocks: read_blocks,
-                sgl: &seg,
-            };
-            let guard = inner.core.ctrl.begin_submit()?;
-            // Release pairs with the Acquire of `floor_done`'s compare_exchange: the state is
-            // IN_FLIGHT before the doorbell can produce the completion that moves it on.
-            inner.core.floor_state[usize::from(tag)].store(FLOOR_IN_FLIGHT, Ordering::Release);
-            posted_at[i] = now();
-            if let Err(e) = inner.core.ctrl.submit_cookie(&guard, tag, &req, FLOOR_COOKIE) {
-                inner.core.floor_state[usize::from(tag)].store(FLOOR_IDLE, Ordering::Relaxed);
-                return Err(e);
-            }
-            in_flight[i] = true;
-            *issued += 1;
-            Ok(())
+        let port = FloorRunPort {
+            inner,
+            cpu,
+            tags: &tags,
+            target: d.target,
+            read_blocks,
+            positions: (d.blocks / u64::from(read_blocks)).max(1),
+            seg,
         };
-        let mut result = Ok(());
-        let start = now();
-        for i in 0..tags.len() {
-            if let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight) {
-                result = Err(e);
-                break;
+        let run = devhal::floor::run(&port, tags.len(), spec, wait);
+        // Hand the tags back; one whose read is still the device's is freed by whoever reaps
+        // its completion (`floor_done` on an ABANDONED slot), never before.
+        for (&tag, left) in tags.iter().zip(&run.left_with_device) {
+            if !left {
+                inner.host_tags.tags().free(cpu, u32::from(tag));
             }
         }
-        let mut last_progress = start;
-        while result.is_ok() && completed < issued {
-            inner.reap(cpu, inner.irq_budget);
-            // Acquire pairs with the Release increment in `floor_done`.
-            let seen = inner.core.floor_completions.load(Ordering::Acquire);
-            let mut progressed = false;
-            for i in 0..tags.len() {
-                if !in_flight[i] {
-                    continue;
-                }
-                let state = &inner.core.floor_state[usize::from(tags[i])];
-                // Acquire pairs with the Release store in `floor_done`.
-                let s = state.load(Ordering::Acquire);
-                if s != FLOOR_DONE_OK && s != FLOOR_DONE_FAILED {
-                    continue;
-                }
-                let t = now();
-                latencies.push(t.saturating_sub(posted_at[i]));
-                completed += 1;
-                failed += u32::from(s == FLOOR_DONE_FAILED);
-                progressed = true;
-                in_flight[i] = false;
-                state.store(FLOOR_IDLE, Ordering::Relaxed);
-                if issued < spec.ios
-                    && let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight)
-                {
-                    result = Err(e);
-                    break;
-                }
-            }
-            let t = now();
-            if progressed {
-                last_progress = t;
-            } else if t.saturating_sub(last_progress) > spec.stall_timeout_ns {
-                result = Err(Error::FloorStalled {
-                    in_flight: in_flight.iter().filter(|f| **f).count() as u16,
-                    completed,
-                });
-            } else {
-                let core = &inner.core;
-                wait(&|| core.floor_completions.load(Ordering::Acquire) != seen || core.ctrl.replies_pending());
-            }
-        }
-        let elapsed_ns = now().saturating_sub(start);
-        // Hand the tags back; one whose command is still the device's is freed by whoever reaps
-        // its completion (FLOOR_ABANDONED), never before.
-        for (i, &tag) in tags.iter().enumerate() {
-            let state = &inner.core.floor_state[usize::from(tag)];
-            if in_flight[i]
-                && state
-                    .compare_exchange(FLOOR_IN_FLIGHT, FLOOR_ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            {
-                continue;
-            }
-            state.store(FLOOR_IDLE, Ordering::Relaxed);
-            inner.host_tags.tags().free(cpu, u32::from(tag));
-        }
-        result?;
-        debug_assert_eq!(latencies.len(), completed as usize);
-        Ok(FloorResult::from_latencies(depth, latencies, failed, elapsed_ns))
+        run.result
     }
 
     /// Whether the adaptive mode is configured.
@@ -734,6 +652,63 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             timeouts: c.timeouts.load(Ordering::Relaxed),
             failed_resets: c.failed_resets.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// A floor run's view of the controller (`devhal::floor::run`): slot `i` is host tag `tags[i]`,
+/// posted as an LD READ with [`FLOOR_COOKIE`] so that whoever reaps it calls `floor_done`.
+struct FloorRunPort<'a, M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
+    inner: &'a HostInner<M, D, T>,
+    cpu: usize,
+    tags: &'a [u16],
+    target: u8,
+    read_blocks: u32,
+    /// Block-aligned positions where a read fits the drive.
+    positions: u64,
+    seg: [Segment; 1],
+}
+
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal::floor::FloorPort
+    for FloorRunPort<'_, M, D, T>
+{
+    type Error = Error;
+
+    fn state(&self, i: usize) -> &AtomicU8 {
+        &self.inner.core.floor_state[usize::from(self.tags[i])]
+    }
+
+    fn post(&self, i: usize, n: u32) -> Result<(), Error> {
+        let req = IoRequest {
+            op: IoOp::Read,
+            target: self.target,
+            lba: u64::from(n) % self.positions * u64::from(self.read_blocks),
+            blocks: self.read_blocks,
+            sgl: &self.seg,
+        };
+        let ctrl = &self.inner.core.ctrl;
+        let guard = ctrl.begin_submit()?;
+        ctrl.submit_cookie(&guard, self.tags[i], &req, FLOOR_COOKIE)
+    }
+
+    fn reap(&self) {
+        self.inner.reap(self.cpu, self.inner.irq_budget);
+    }
+
+    fn completions(&self) -> u64 {
+        // Acquire pairs with the Release increment in `floor_done`.
+        self.inner.core.floor_completions.load(Ordering::Acquire)
+    }
+
+    fn replies_pending(&self) -> bool {
+        self.inner.core.ctrl.replies_pending()
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.inner.platform.now_ns()
+    }
+
+    fn stalled(&self, in_flight: u16, completed: u32, _waited_ns: u64) -> Error {
+        Error::FloorStalled { in_flight, completed }
     }
 }
 

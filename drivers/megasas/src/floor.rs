@@ -12,12 +12,10 @@
 /// token and hardware queue and bits 48..63 for the drive index, which never reaches 2^15).
 pub const FLOOR_COOKIE: u64 = 1 << 63;
 
-/// Per-tag state of a floor command (`Core::floor_state`).
-pub(crate) const FLOOR_IDLE: u8 = 0;
-pub(crate) const FLOOR_IN_FLIGHT: u8 = 1;
-pub(crate) const FLOOR_DONE_OK: u8 = 2;
-pub(crate) const FLOOR_DONE_FAILED: u8 = 3;
-/// The run gave up waiting: whoever reaps the completion frees the tag.
-pub(crate) const FLOOR_ABANDONED: u8 = 4;
+/// Per-tag state of a floor command (`Core::floor_state`): devhal's floor slot states.
+pub(crate) use devhal::floor::slot::{
+    ABANDONED as FLOOR_ABANDONED, DONE_FAILED as FLOOR_DONE_FAILED, DONE_OK as FLOOR_DONE_OK, IDLE as FLOOR_IDLE,
+    IN_FLIGHT as FLOOR_IN_FLIGHT,
+};
 
 pub use devhal::floor::{FloorResult, FloorSpec};

@@ -34,13 +34,8 @@ use crate::prp;
 /// Floor slots per I/O queue `nvme.floor=` reserves: enough for the QD 32 run.
 pub const FLOOR_SLOTS: u32 = 32;
 
-/// Per-slot state of a floor command.
-const IDLE: u8 = 0;
-const IN_FLIGHT: u8 = 1;
-const DONE_OK: u8 = 2;
-const DONE_FAILED: u8 = 3;
-/// The run gave up waiting: whoever delivers the completion makes the slot idle again.
-const ABANDONED: u8 = 4;
+/// Per-slot state of a floor command: devhal's floor slot states.
+use devhal::floor::slot::{ABANDONED, DONE_FAILED, DONE_OK, IDLE, IN_FLIGHT};
 
 pub use devhal::floor::{FloorResult, FloorSpec};
 
@@ -228,116 +223,21 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         platform: &dyn blk::Platform,
         wait: &mut dyn FnMut(&dyn Fn() -> bool),
     ) -> Result<FloorResult, Error> {
-        let inner = &self.inner;
-        let floor = &inner.floor;
-        let ctrl = &inner.ctrl;
-        let now = || platform.now_ns();
-        let state = |slot: u16| floor.state(hwq, slot).expect("claimed slots are floor slots");
-        // Block-aligned positions where a read fits the namespace.
-        let positions = (blocks / u64::from(read_blocks)).max(1);
-        let mut issued: u32 = 0;
-        let mut completed: u32 = 0;
-        let mut failed: u32 = 0;
-        let mut latencies: Vec<u64> = Vec::with_capacity(spec.ios as usize);
-        let mut posted_at = alloc::vec![0u64; slots.len()];
-        let mut in_flight = alloc::vec![false; slots.len()];
-        // Posts the next read on `slots[i]`.
-        let post = |i: usize, issued: &mut u32, posted_at: &mut [u64], in_flight: &mut [bool]| -> Result<(), Error> {
-            let slot = slots[i];
-            let lba = u64::from(*issued) % positions * u64::from(read_blocks);
-            let mut sqe = Sqe::read_write(false, 0, nsid, lba, read_blocks);
-            sqe.set_prps(prps.prp1, prps.prp2);
-            // Release pairs with `complete`'s Acquire: the slot shows IN_FLIGHT before the
-            // doorbell can produce its completion.
-            state(slot).store(IN_FLIGHT, Ordering::Release);
-            posted_at[i] = now();
-            if let Err(e) = ctrl.post(hwq, slot, sqe, false, || 0) {
-                state(slot).store(IDLE, Ordering::Relaxed);
-                return Err(match e {
-                    PostError::Busy => Error::NotOperational,
-                    PostError::Failed(e) => e,
-                });
-            }
-            in_flight[i] = true;
-            *issued += 1;
-            Ok(())
+        let port = FloorRunPort {
+            host: self,
+            cpu,
+            hwq,
+            nsid,
+            read_blocks,
+            positions: (blocks / u64::from(read_blocks)).max(1),
+            slots,
+            prps,
+            platform,
         };
-        let mut result = Ok(());
-        let start = now();
-        let mut last_seen = start;
-        for i in 0..slots.len() {
-            if let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight) {
-                result = Err(e);
-                break;
-            }
-        }
-        let mut last_progress = start;
-        while result.is_ok() && completed < issued {
-            // Acquire pairs with the Release increment in `complete`.
-            let seen = floor.completions.load(Ordering::Acquire);
-            inner.drain(hwq, cpu);
-            inner.deliver_pending(cpu);
-            let mut progressed = false;
-            for i in 0..slots.len() {
-                if !in_flight[i] {
-                    continue;
-                }
-                let st = state(slots[i]);
-                // Acquire pairs with `complete`'s Release.
-                let s = st.load(Ordering::Acquire);
-                if s != DONE_OK && s != DONE_FAILED {
-                    continue;
-                }
-                let t = now();
-                last_seen = t;
-                latencies.push(t.saturating_sub(posted_at[i]));
-                completed += 1;
-                failed += u32::from(s == DONE_FAILED);
-                progressed = true;
-                in_flight[i] = false;
-                st.store(IDLE, Ordering::Relaxed);
-                if issued < spec.ios
-                    && let Err(e) = post(i, &mut issued, &mut posted_at, &mut in_flight)
-                {
-                    result = Err(e);
-                    break;
-                }
-            }
-            let t = now();
-            if progressed {
-                last_progress = t;
-            } else if t.saturating_sub(last_progress) > spec.stall_timeout_ns {
-                result = Err(Error::FloorStalled {
-                    in_flight: in_flight.iter().filter(|f| **f).count() as u16,
-                    completed,
-                    waited_ms: t.saturating_sub(last_progress) / 1_000_000,
-                });
-            } else {
-                wait(&|| floor.completions.load(Ordering::Acquire) != seen || ctrl.cq_pending(hwq));
-            }
-        }
-        // Reads still with the device keep their slots until their completions arrive (or a
-        // reset ends them): the slot is not reused, nor the buffer released, before that.
-        for (i, &slot) in slots.iter().enumerate() {
-            let st = state(slot);
-            if in_flight[i]
-                && st
-                    .compare_exchange(IN_FLIGHT, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            {
-                continue;
-            }
-            // Completed (perhaps just now, after the last pass) or never posted.
-            st.store(IDLE, Ordering::Relaxed);
-        }
-        result?;
-        debug_assert_eq!(latencies.len(), completed as usize);
-        Ok(FloorResult::from_latencies(
-            slots.len() as u16,
-            latencies,
-            failed,
-            last_seen.saturating_sub(start),
-        ))
+        // Reads still with the device keep their slots (ABANDONED) until their completions
+        // arrive or a reset ends them: `FloorSlots::complete` frees them, so nothing is left
+        // to hand back here.
+        devhal::floor::run(&port, slots.len(), spec, wait).result
     }
 
     /// Floor slots of CPU `cpu`'s queue whose reads a stalled run left with the device, and
@@ -346,5 +246,72 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         let floor = &self.inner.floor;
         let abandoned = self.inner.plan.hwq_of_cpu(cpu).map_or(0, |h| floor.abandoned(h));
         (abandoned, floor.stray.load(Ordering::Relaxed))
+    }
+}
+
+/// A floor run's view of one I/O queue (`devhal::floor::run`): slot `i` is command slot
+/// `slots[i]`, one of the queue's floor slots.
+struct FloorRunPort<'a, M: SyncMmio, D: SyncDma, T: SyncDelay> {
+    host: &'a Host<M, D, T>,
+    cpu: usize,
+    hwq: usize,
+    nsid: u32,
+    read_blocks: u32,
+    /// Block-aligned positions where a read fits the namespace.
+    positions: u64,
+    slots: &'a [u16],
+    prps: prp::Prps,
+    platform: &'a dyn blk::Platform,
+}
+
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> devhal::floor::FloorPort for FloorRunPort<'_, M, D, T> {
+    type Error = Error;
+
+    fn state(&self, i: usize) -> &AtomicU8 {
+        self.host
+            .inner
+            .floor
+            .state(self.hwq, self.slots[i])
+            .expect("claimed slots are floor slots")
+    }
+
+    fn post(&self, i: usize, n: u32) -> Result<(), Error> {
+        let lba = u64::from(n) % self.positions * u64::from(self.read_blocks);
+        let mut sqe = Sqe::read_write(false, 0, self.nsid, lba, self.read_blocks);
+        sqe.set_prps(self.prps.prp1, self.prps.prp2);
+        self.host
+            .inner
+            .ctrl
+            .post(self.hwq, self.slots[i], sqe, false, || 0)
+            .map_err(|e| match e {
+                PostError::Busy => Error::NotOperational,
+                PostError::Failed(e) => e,
+            })
+    }
+
+    fn reap(&self) {
+        self.host.inner.drain(self.hwq, self.cpu);
+        self.host.inner.deliver_pending(self.cpu);
+    }
+
+    fn completions(&self) -> u64 {
+        // Acquire pairs with the Release increment in `FloorSlots::complete`.
+        self.host.inner.floor.completions.load(Ordering::Acquire)
+    }
+
+    fn replies_pending(&self) -> bool {
+        self.host.inner.ctrl.cq_pending(self.hwq)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.platform.now_ns()
+    }
+
+    fn stalled(&self, in_flight: u16, completed: u32, waited_ns: u64) -> Error {
+        Error::FloorStalled {
+            in_flight,
+            completed,
+            waited_ms: waited_ns / 1_000_000,
+        }
     }
 }
