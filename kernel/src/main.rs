@@ -212,9 +212,12 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     kprintln!("boot phases (ms): {}", time::BootPhases);
     if config.job_words.is_empty() {
         kprintln!("no job on the command line: platform and devices reported");
+        dev::before_power_off();
         exit::success();
     }
-    match app::jobs::run(&config.job_words) {
+    let outcome = app::jobs::run(&config.job_words);
+    dev::before_power_off();
+    match outcome {
         Ok(true) => exit::success(),
         Ok(false) => exit::failure(format_args!("a job failed (see its report)")),
         Err(e) => exit::failure(format_args!("{e}")),

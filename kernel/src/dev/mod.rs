@@ -25,6 +25,16 @@ pub mod nvme;
 pub mod pci;
 pub mod registry;
 
+/// Brings the devices to a clean stop before the run ends (and the machine powers off or QEMU
+/// exits): today a normal shutdown of every NVMe controller. Failures are printed, not fatal:
+/// the jobs' verdict stands.
+pub fn before_power_off() {
+    let failed = nvme::shutdown_all();
+    if failed > 0 {
+        log::error!("power-off: {failed} NVMe controller(s) did not complete their shutdown");
+    }
+}
+
 /// The device floor before a job on `device` (`megasas.floor=`, `nvme.floor=`): the driver
 /// that owns `device` measures it, prints its `floor:` line and returns the figures for the
 /// job's totals; empty when its floor is off or no driver measures one. The reads are as long

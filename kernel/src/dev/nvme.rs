@@ -229,6 +229,38 @@ impl HostHooks for Controller {
 /// Controllers probed so far (`nvme0`, `nvme1`, ...).
 static NEXT_CONTROLLER: AtomicUsize = AtomicUsize::new(0);
 
+/// Every controller brought up, for the shutdown at power-off.
+static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec::new());
+
+/// Shuts every controller down normally before the machine powers off (CC.SHN = normal, then
+/// SHST = complete within CAP.TO): a drive writes back what it caches and records a clean
+/// shutdown, where a power cut would count as an unsafe one. A controller taken out of service
+/// (bus mastering off after a failed reset) is left alone. Prints one line per controller and
+/// returns how many did not complete their shutdown.
+pub fn shutdown_all() -> usize {
+    let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
+    let mut failed = 0;
+    for c in controllers {
+        if c.abandoned.load(Ordering::Relaxed) || c.host.controller().failed() {
+            kprintln!("{}: out of service, not shut down", c.name);
+            continue;
+        }
+        let start = time::now_ns();
+        match c.host.controller().shutdown() {
+            Ok(()) => kprintln!(
+                "{}: shutdown complete in {} us",
+                c.name,
+                time::now_ns().saturating_sub(start) / 1000
+            ),
+            Err(e) => {
+                failed += 1;
+                log::error!("{}: shutdown did not complete: {e}", c.name);
+            }
+        }
+    }
+    failed
+}
+
 /// Every NVMe namespace by block-device name: its controller and namespace index (for the floor).
 static NAMESPACES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mutex::new(Vec::new());
 
@@ -477,6 +509,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         abandoned: AtomicBool::new(false),
     }));
     slot.call_once(|| controller);
+    CONTROLLERS.lock().push(controller);
     if let Some(i) = irqs {
         controller.irqs.call_once(|| i);
     }
