@@ -1039,6 +1039,49 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Ok(out)
     }
 
+    /// Runs a DCMD that moves no data (no SGL, direction none).
+    fn dcmd_no_data(&self, tag: u16, what: &'static str, opcode: u32, mbox0: u8) -> Result<(), Error> {
+        let guard = self.take_admin()?;
+        let done = self.run_polled(tag, what, frame::IO_SGL, |w, ctx| {
+            w.header(&Header {
+                cmd: frame::CMD_DCMD,
+                sense_len: 0,
+                target: 0,
+                cdb_len: 0,
+                sge_count: 0,
+                context: ctx,
+                flags: frame::FLAG_DONT_POST,
+                data_len: 0,
+            });
+            w.u32_at(0x18, opcode);
+            let mut mbox = [0u8; 12];
+            mbox[0] = mbox0;
+            w.bytes_at(0x1C, &mbox);
+        });
+        let done = self.keep_admin_on_timeout(guard, done)?;
+        match done.error() {
+            Some(error) => Err(Error::CommandFailed { what, error }),
+            None => Ok(()),
+        }
+    }
+
+    /// Before power-off: flushes the controller's and the disks' write caches
+    /// (CTRL_CACHE_FLUSH) and shuts the firmware down (CTRL_SHUTDOWN), both polled on the admin
+    /// tag `tag`. Quiesce the block layer first: the controller takes no I/O afterwards (it is
+    /// no longer operational). Unlike [`Controller::shutdown`] nothing is aborted or reset.
+    pub fn flush_and_shut_down(&self, tag: u16) -> Result<(), Error> {
+        self.dcmd_no_data(
+            tag,
+            "CTRL_CACHE_FLUSH",
+            frame::DCMD_CTRL_CACHE_FLUSH,
+            frame::FLUSH_CTRL_AND_DISK_CACHES,
+        )?;
+        self.dcmd_no_data(tag, "CTRL_SHUTDOWN", frame::DCMD_CTRL_SHUTDOWN, 0)?;
+        // Release pairs with the Acquire loads that gate submission.
+        self.operational.store(false, Ordering::Release);
+        Ok(())
+    }
+
     fn ctrl_get_info(&self, tag: u16) -> Result<ControllerInfo, Error> {
         let b = self.dcmd(tag, "CTRL_GET_INFO", frame::DCMD_CTRL_GET_INFO, 0, dcmd::CTRL_INFO_LEN)?;
         ControllerInfo::parse(&b)

@@ -136,6 +136,8 @@ pub struct FakeStats {
     pub writes_after_end: Vec<String>,
     /// INIT frames that configured a queue.
     pub inits: u64,
+    /// DCMD opcodes received, in order, with mailbox byte 0.
+    pub dcmds: Vec<(u32, u8)>,
     /// DMA the device was asked to do outside any allocation, and other protocol violations.
     pub dma_violations: Vec<String>,
 }
@@ -1234,6 +1236,7 @@ impl FakeDevice {
     fn dcmd(&self, inner: &mut Inner, frame: u64, f: &[u8], ctx: u32) {
         let opcode = le_u32(f, 0x18);
         let mbox0 = f[0x1C];
+        inner.stats.dcmds.push((opcode, mbox0));
         let count = f[7];
         let flags = le_u16(f, 0x10);
         if count > 1 {
@@ -1315,6 +1318,8 @@ impl FakeDevice {
                 inner.state = FwState::Ready;
                 Ok(None)
             }
+            // CTRL_CACHE_FLUSH: nothing is cached here (QEMU only drains in-flight I/O).
+            0x0110_1000 => Ok(None),
             _ => Ok(None),
         };
         let status = match reply {

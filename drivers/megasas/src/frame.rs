@@ -50,6 +50,13 @@ pub(crate) const DCMD_CTRL_GET_INFO: u32 = 0x0101_0000;
 pub(crate) const DCMD_LD_GET_LIST: u32 = 0x0301_0000;
 /// DCMD opcode: logical drive information (384 bytes).
 pub(crate) const DCMD_LD_GET_INFO: u32 = 0x0302_0000;
+/// DCMD opcode: flush caches (no data; mailbox byte 0 says which, [`FLUSH_CTRL_AND_DISK_CACHES`]).
+/// On QEMU it only drains in-flight I/O (reference pitfall 17).
+pub(crate) const DCMD_CTRL_CACHE_FLUSH: u32 = 0x0110_1000;
+/// DCMD opcode: shut the firmware down before power-off (no data; the firmware goes to READY).
+pub(crate) const DCMD_CTRL_SHUTDOWN: u32 = 0x0105_0000;
+/// CTRL_CACHE_FLUSH mailbox byte 0: the controller's cache and the disks' caches.
+pub(crate) const FLUSH_CTRL_AND_DISK_CACHES: u8 = 0x03;
 
 /// Queue-info block layout (32 bytes).
 pub(crate) const QINFO_LEN: usize = 32;

@@ -247,6 +247,19 @@ fn shutdown_returns_to_ready_and_refuses_io() {
     assert_clean(&dev);
 }
 
+#[test]
+fn flush_and_shut_down_sends_cache_flush_then_shutdown_and_stops_io() {
+    let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas2108Gen2));
+    let before = dev.stats().dcmds.len();
+    ctrl.flush_and_shut_down(megasas::ADMIN_TAG).unwrap();
+    // CTRL_CACHE_FLUSH of the controller's and the disks' caches, then CTRL_SHUTDOWN.
+    assert_eq!(dev.stats().dcmds[before..], [(0x0110_1000, 0x03), (0x0105_0000, 0)]);
+    assert_eq!(dev.state(), FwState::Ready);
+    assert!(!ctrl.is_operational());
+    assert_eq!(ctrl.enable_interrupts(), Err(Error::NotOperational));
+    assert_clean(&dev);
+}
+
 /// Finding 5: firmware alternating FW_INIT / DEVICE_SCAN just under the per-state limit used to
 /// hold bring-up for 32 x 60 s. One overall deadline (180 s by default) ends it.
 #[test]

@@ -27,7 +27,7 @@ use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::AtomicBool;
+use core::sync::atomic::{AtomicBool, Ordering};
 use megasas_fusion::{FUSION_IDS, Options, PciMatch, VENDOR_LSI};
 use platform::irq::InterruptMode;
 use platform::pci::{DeviceMatch, PciFunction};
@@ -89,6 +89,8 @@ struct Controller {
     irqs: spin::Once<DeviceIrqs>,
     intx: bool,
     abandoned: AtomicBool,
+    /// Shut down for power-off: the tick leaves it alone.
+    shut_down: AtomicBool,
 }
 
 impl IrqHandler for Controller {
@@ -107,6 +109,9 @@ impl HostHooks for Controller {
     }
 
     fn tick(&self, cpu: usize) {
+        if self.shut_down.load(Ordering::Acquire) {
+            return;
+        }
         self.host.tick(cpu);
         if self.host.is_dead() {
             let name = format!("megasas-fusion {}", self.function.address);
@@ -138,6 +143,26 @@ impl IrqHandler for Deferred {
             c.handle(vector_index, cpu);
         }
     }
+}
+
+/// Every controller brought up, for the flush and shutdown at power-off.
+static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec::new());
+
+/// Before power-off: every controller flushes its and its disks' caches and shuts its firmware
+/// down (`Controller::shutdown`: CTRL_CACHE_FLUSH, then CTRL_SHUTDOWN). Its tick stops first. A
+/// controller out of service is left alone. Returns how many did not complete their shutdown.
+pub fn shutdown_all() -> usize {
+    let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
+    controllers
+        .into_iter()
+        .filter(|c| {
+            let name = format!("megasas-fusion {}", c.function.address);
+            let out_of_service = c.abandoned.load(Ordering::Relaxed) || c.host.is_dead();
+            // Release pairs with the Acquire load in `tick`.
+            c.shut_down.store(true, Ordering::Release);
+            crate::dev::shut_down_controller(&name, out_of_service, || c.host.controller().shutdown())
+        })
+        .count()
 }
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
@@ -217,7 +242,9 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         irqs: spin::Once::new(),
         intx,
         abandoned: AtomicBool::new(false),
+        shut_down: AtomicBool::new(false),
     }));
+    CONTROLLERS.lock().push(controller);
     slot.call_once(|| controller);
     controller.irqs.call_once(|| irqs);
     controller.host.start();

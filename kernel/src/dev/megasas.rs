@@ -100,6 +100,8 @@ struct Controller {
     intx_masked: AtomicBool,
     /// Bus mastering is off and the requests in flight were failed.
     abandoned: AtomicBool,
+    /// Shut down for power-off: the tick leaves it alone.
+    shut_down: AtomicBool,
 }
 
 impl IrqHandler for Controller {
@@ -144,6 +146,9 @@ impl HostHooks for Controller {
     }
 
     fn tick(&self, cpu: usize) {
+        if self.shut_down.load(Ordering::Acquire) {
+            return;
+        }
         self.host.tick(cpu);
         // A window nobody polls (no job running) is closed here once idle.
         if self.host.polling_window() {
@@ -187,6 +192,29 @@ fn mode_to_platform(m: megasas::IrqMode) -> Option<InterruptMode> {
         megasas::IrqMode::Intx => Some(InterruptMode::Intx),
         megasas::IrqMode::Polled => None,
     }
+}
+
+/// Every controller brought up, for the flush and shutdown at power-off.
+static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec::new());
+
+/// Before power-off: every controller flushes its and its disks' write caches and shuts its
+/// firmware down (CTRL_CACHE_FLUSH, CTRL_SHUTDOWN on the admin tag, polled). Its tick stops
+/// first, so no recovery step mistakes the shut-down firmware for a dead one. A controller out
+/// of service is left alone. Returns how many did not complete their shutdown.
+pub fn shutdown_all() -> usize {
+    let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
+    controllers
+        .into_iter()
+        .filter(|c| {
+            let name = format!("megasas {}", c.function.address);
+            let out_of_service = c.abandoned.load(Ordering::Relaxed) || c.host.is_dead();
+            // Release pairs with the Acquire load in `tick`.
+            c.shut_down.store(true, Ordering::Release);
+            crate::dev::shut_down_controller(&name, out_of_service, || {
+                c.host.controller().flush_and_shut_down(megasas::ADMIN_TAG)
+            })
+        })
+        .count()
 }
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
@@ -329,7 +357,9 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
         irqs: spin::Once::new(),
         intx_masked: AtomicBool::new(false),
         abandoned: AtomicBool::new(false),
+        shut_down: AtomicBool::new(false),
     }));
+    CONTROLLERS.lock().push(controller);
     match mode_to_platform(mode) {
         Some(m) => {
             let handler: &'static dyn IrqHandler = controller;

@@ -26,12 +26,37 @@ pub mod pci;
 pub mod registry;
 
 /// Brings the devices to a clean stop before the run ends (and the machine powers off or QEMU
-/// exits): today a normal shutdown of every NVMe controller. Failures are printed, not fatal:
-/// the jobs' verdict stands.
+/// exits): MegaRAID controllers flush their caches and shut their firmware down, NVMe
+/// controllers shut down normally. Failures are printed, not fatal: the jobs' verdict stands.
 pub fn before_power_off() {
-    let failed = nvme::shutdown_all();
+    let failed = megasas::shutdown_all() + fusion::shutdown_all() + nvme::shutdown_all();
     if failed > 0 {
-        log::error!("power-off: {failed} NVMe controller(s) did not complete their shutdown");
+        log::error!("power-off: {failed} controller(s) did not complete their shutdown");
+    }
+}
+
+/// One controller's shutdown at power-off: skipped when out of service, else `shut` runs and
+/// one line says how long it took or why it failed. Returns whether it failed.
+pub(crate) fn shut_down_controller<E: core::fmt::Display>(
+    name: &str,
+    out_of_service: bool,
+    shut: impl FnOnce() -> Result<(), E>,
+) -> bool {
+    if out_of_service {
+        crate::arch::console::kprintln!("{name}: out of service, not shut down");
+        return false;
+    }
+    let start = crate::arch::time::now_ns();
+    match shut() {
+        Ok(()) => {
+            let us = crate::arch::time::now_ns().saturating_sub(start) / 1000;
+            crate::arch::console::kprintln!("{name}: shutdown complete in {us} us");
+            false
+        }
+        Err(e) => {
+            log::error!("{name}: shutdown did not complete: {e}");
+            true
+        }
     }
 }
 

@@ -239,26 +239,13 @@ static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec
 /// returns how many did not complete their shutdown.
 pub fn shutdown_all() -> usize {
     let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
-    let mut failed = 0;
-    for c in controllers {
-        if c.abandoned.load(Ordering::Relaxed) || c.host.controller().failed() {
-            kprintln!("{}: out of service, not shut down", c.name);
-            continue;
-        }
-        let start = time::now_ns();
-        match c.host.controller().shutdown() {
-            Ok(()) => kprintln!(
-                "{}: shutdown complete in {} us",
-                c.name,
-                time::now_ns().saturating_sub(start) / 1000
-            ),
-            Err(e) => {
-                failed += 1;
-                log::error!("{}: shutdown did not complete: {e}", c.name);
-            }
-        }
-    }
-    failed
+    controllers
+        .into_iter()
+        .filter(|c| {
+            let out_of_service = c.abandoned.load(Ordering::Relaxed) || c.host.controller().failed();
+            crate::dev::shut_down_controller(&c.name, out_of_service, || c.host.controller().shutdown())
+        })
+        .count()
 }
 
 /// Every NVMe namespace by block-device name: its controller and namespace index (for the floor).
