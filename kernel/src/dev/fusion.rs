@@ -133,6 +133,24 @@ impl HostHooks for Controller {
     }
 }
 
+impl crate::dev::PowerOff for Controller {
+    fn power_off_name(&self) -> String {
+        format!("megasas-fusion {}", self.function.address)
+    }
+
+    fn out_of_service(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed) || self.host.is_dead()
+    }
+
+    fn shut_down(&self) -> Result<(), String> {
+        // The tick stops first, so that no recovery step takes the shut-down firmware for a
+        // dead one. Release pairs with the Acquire load in `tick`.
+        self.shut_down.store(true, Ordering::Release);
+        // CTRL_CACHE_FLUSH, then CTRL_SHUTDOWN.
+        self.host.controller().shutdown().map_err(|e| format!("{e}"))
+    }
+}
+
 /// Forwards a vector to the controller once it exists (vectors are set up before bring-up,
 /// whose IOC INIT names how many there are; the reply queues are not enabled before `start`).
 struct Deferred(&'static spin::Once<&'static Controller>);
@@ -143,26 +161,6 @@ impl IrqHandler for Deferred {
             c.handle(vector_index, cpu);
         }
     }
-}
-
-/// Every controller brought up, for the flush and shutdown at power-off.
-static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec::new());
-
-/// Before power-off: every controller flushes its and its disks' caches and shuts its firmware
-/// down (`Controller::shutdown`: CTRL_CACHE_FLUSH, then CTRL_SHUTDOWN). Its tick stops first. A
-/// controller out of service is left alone. Returns how many did not complete their shutdown.
-pub fn shutdown_all() -> usize {
-    let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
-    controllers
-        .into_iter()
-        .filter(|c| {
-            let name = format!("megasas-fusion {}", c.function.address);
-            let out_of_service = c.abandoned.load(Ordering::Relaxed) || c.host.is_dead();
-            // Release pairs with the Acquire load in `tick`.
-            c.shut_down.store(true, Ordering::Release);
-            crate::dev::shut_down_controller(&name, out_of_service, || c.host.controller().shutdown())
-        })
-        .count()
 }
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
@@ -244,7 +242,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         abandoned: AtomicBool::new(false),
         shut_down: AtomicBool::new(false),
     }));
-    CONTROLLERS.lock().push(controller);
+    crate::dev::register_power_off(controller);
     slot.call_once(|| controller);
     controller.irqs.call_once(|| irqs);
     controller.host.start();

@@ -185,6 +185,27 @@ impl HostHooks for Controller {
     }
 }
 
+impl crate::dev::PowerOff for Controller {
+    fn power_off_name(&self) -> String {
+        format!("megasas {}", self.function.address)
+    }
+
+    fn out_of_service(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed) || self.host.is_dead()
+    }
+
+    fn shut_down(&self) -> Result<(), String> {
+        // The tick stops first, so that no recovery step takes the shut-down firmware for a
+        // dead one. Release pairs with the Acquire load in `tick`.
+        self.shut_down.store(true, Ordering::Release);
+        // CTRL_CACHE_FLUSH (controller and disk caches), then CTRL_SHUTDOWN, polled.
+        self.host
+            .controller()
+            .flush_and_shut_down(megasas::ADMIN_TAG)
+            .map_err(|e| format!("{e}"))
+    }
+}
+
 fn mode_to_platform(m: megasas::IrqMode) -> Option<InterruptMode> {
     match m {
         megasas::IrqMode::Msix => Some(InterruptMode::MsiX),
@@ -192,29 +213,6 @@ fn mode_to_platform(m: megasas::IrqMode) -> Option<InterruptMode> {
         megasas::IrqMode::Intx => Some(InterruptMode::Intx),
         megasas::IrqMode::Polled => None,
     }
-}
-
-/// Every controller brought up, for the flush and shutdown at power-off.
-static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec::new());
-
-/// Before power-off: every controller flushes its and its disks' write caches and shuts its
-/// firmware down (CTRL_CACHE_FLUSH, CTRL_SHUTDOWN on the admin tag, polled). Its tick stops
-/// first, so no recovery step mistakes the shut-down firmware for a dead one. A controller out
-/// of service is left alone. Returns how many did not complete their shutdown.
-pub fn shutdown_all() -> usize {
-    let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
-    controllers
-        .into_iter()
-        .filter(|c| {
-            let name = format!("megasas {}", c.function.address);
-            let out_of_service = c.abandoned.load(Ordering::Relaxed) || c.host.is_dead();
-            // Release pairs with the Acquire load in `tick`.
-            c.shut_down.store(true, Ordering::Release);
-            crate::dev::shut_down_controller(&name, out_of_service, || {
-                c.host.controller().flush_and_shut_down(megasas::ADMIN_TAG)
-            })
-        })
-        .count()
 }
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
@@ -359,7 +357,7 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
         abandoned: AtomicBool::new(false),
         shut_down: AtomicBool::new(false),
     }));
-    CONTROLLERS.lock().push(controller);
+    crate::dev::register_power_off(controller);
     match mode_to_platform(mode) {
         Some(m) => {
             let handler: &'static dyn IrqHandler = controller;

@@ -25,38 +25,51 @@ pub mod nvme;
 pub mod pci;
 pub mod registry;
 
-/// Brings the devices to a clean stop before the run ends (and the machine powers off or QEMU
-/// exits): MegaRAID controllers flush their caches and shut their firmware down, NVMe
-/// controllers shut down normally. Failures are printed, not fatal: the jobs' verdict stands.
-pub fn before_power_off() {
-    let failed = megasas::shutdown_all() + fusion::shutdown_all() + nvme::shutdown_all();
-    if failed > 0 {
-        log::error!("power-off: {failed} controller(s) did not complete their shutdown");
-    }
+/// What the kernel does with a controller before power-off.
+pub(crate) trait PowerOff: Sync {
+    /// The controller's name for the log (`nvme0`, `megasas 0000:00:01.0`).
+    fn power_off_name(&self) -> alloc::string::String;
+    /// Taken out of service (bus mastering off): left alone.
+    fn out_of_service(&self) -> bool;
+    /// Flushes what the controller caches and shuts it down; no I/O follows.
+    fn shut_down(&self) -> Result<(), alloc::string::String>;
 }
 
-/// One controller's shutdown at power-off: skipped when out of service, else `shut` runs and
-/// one line says how long it took or why it failed. Returns whether it failed.
-pub(crate) fn shut_down_controller<E: core::fmt::Display>(
-    name: &str,
-    out_of_service: bool,
-    shut: impl FnOnce() -> Result<(), E>,
-) -> bool {
-    if out_of_service {
-        crate::arch::console::kprintln!("{name}: out of service, not shut down");
-        return false;
+/// Every controller, in probe order, for [`before_power_off`].
+static POWER_OFF: spin::Mutex<alloc::vec::Vec<&'static dyn PowerOff>> = spin::Mutex::new(alloc::vec::Vec::new());
+
+/// Registers a controller for the shutdown at power-off (at probe).
+pub(crate) fn register_power_off(c: &'static dyn PowerOff) {
+    POWER_OFF.lock().push(c);
+}
+
+/// Brings the devices to a clean stop before the run ends (and the machine powers off or QEMU
+/// exits), whatever the jobs' verdict: MegaRAID controllers flush their caches and shut their
+/// firmware down, NVMe controllers shut down normally. A controller out of service is skipped.
+/// One line per controller; failures are printed, not fatal: the jobs' verdict stands.
+pub fn before_power_off() {
+    let controllers = POWER_OFF.lock().clone();
+    let mut failed = 0;
+    for c in controllers {
+        let name = c.power_off_name();
+        if c.out_of_service() {
+            crate::arch::console::kprintln!("{name}: out of service, not shut down");
+            continue;
+        }
+        let start = crate::arch::time::now_ns();
+        match c.shut_down() {
+            Ok(()) => {
+                let us = crate::arch::time::now_ns().saturating_sub(start) / 1000;
+                crate::arch::console::kprintln!("{name}: shutdown complete in {us} us");
+            }
+            Err(e) => {
+                failed += 1;
+                log::error!("{name}: shutdown did not complete: {e}");
+            }
+        }
     }
-    let start = crate::arch::time::now_ns();
-    match shut() {
-        Ok(()) => {
-            let us = crate::arch::time::now_ns().saturating_sub(start) / 1000;
-            crate::arch::console::kprintln!("{name}: shutdown complete in {us} us");
-            false
-        }
-        Err(e) => {
-            log::error!("{name}: shutdown did not complete: {e}");
-            true
-        }
+    if failed > 0 {
+        log::error!("power-off: {failed} controller(s) did not complete their shutdown");
     }
 }
 

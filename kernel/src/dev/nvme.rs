@@ -226,27 +226,24 @@ impl HostHooks for Controller {
     }
 }
 
+impl crate::dev::PowerOff for Controller {
+    fn power_off_name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn out_of_service(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed) || self.host.controller().failed()
+    }
+
+    fn shut_down(&self) -> Result<(), String> {
+        // CC.SHN = normal, then SHST = complete within CAP.TO: the drive writes back what it
+        // caches and records a clean shutdown, where a power cut would count as an unsafe one.
+        self.host.controller().shutdown().map_err(|e| format!("{e}"))
+    }
+}
+
 /// Controllers probed so far (`nvme0`, `nvme1`, ...).
 static NEXT_CONTROLLER: AtomicUsize = AtomicUsize::new(0);
-
-/// Every controller brought up, for the shutdown at power-off.
-static CONTROLLERS: spin::Mutex<Vec<&'static Controller>> = spin::Mutex::new(Vec::new());
-
-/// Shuts every controller down normally before the machine powers off (CC.SHN = normal, then
-/// SHST = complete within CAP.TO): a drive writes back what it caches and records a clean
-/// shutdown, where a power cut would count as an unsafe one. A controller taken out of service
-/// (bus mastering off after a failed reset) is left alone. Prints one line per controller and
-/// returns how many did not complete their shutdown.
-pub fn shutdown_all() -> usize {
-    let controllers: Vec<&'static Controller> = CONTROLLERS.lock().clone();
-    controllers
-        .into_iter()
-        .filter(|c| {
-            let out_of_service = c.abandoned.load(Ordering::Relaxed) || c.host.controller().failed();
-            crate::dev::shut_down_controller(&c.name, out_of_service, || c.host.controller().shutdown())
-        })
-        .count()
-}
 
 /// Every NVMe namespace by block-device name: its controller and namespace index (for the floor).
 static NAMESPACES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mutex::new(Vec::new());
@@ -496,7 +493,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         abandoned: AtomicBool::new(false),
     }));
     slot.call_once(|| controller);
-    CONTROLLERS.lock().push(controller);
+    crate::dev::register_power_off(controller);
     if let Some(i) = irqs {
         controller.irqs.call_once(|| i);
     }
