@@ -180,7 +180,7 @@ impl Fifo {
 
     /// Appends a privately owned chain given newest first (as taken from a [`TagStack`]),
     /// reversing it so that the FIFO keeps push order.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn append_newest_first(&mut self, newest: u32, links: &Links) {
         if newest == EMPTY {
             return;

@@ -771,6 +771,7 @@ impl<D: Driver> Queue<D> {
     /// Order: this CPU's older requests are either on its software queue (then we take the
     /// slow path), or were taken by a dispatcher that has since released the token (they are
     /// dispatched or on the FIFO, ahead of us), since we got the token.
+    #[inline(always)]
     fn queue_or_issue(&self, cpu: usize, hwq: usize, index: u32) {
         let hq = &self.hwqs[hwq];
         if self.sw_queues[cpu].is_empty()
