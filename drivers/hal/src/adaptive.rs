@@ -1,7 +1,10 @@
 //! Settings of the adaptive interrupt-then-poll completion mode (`megasas.irq_poll=`,
 //! `nvme.irq_poll=`): after an interrupt that reaped something, the driver masks the vector and
 //! the submitters poll; the window closes (vector unmasked, queue re-reaped) after `idle_ns`
-//! without a completion or after `budget` completions. Each driver keeps its own window state.
+//! without a completion or after `budget` completions. Each driver keeps its own window state;
+//! the settings and the counters are shared.
+
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Idle window of `*.irq_poll=on`, µs.
 pub const DEFAULT_IDLE_US: u32 = 50;
@@ -34,5 +37,49 @@ impl Default for AdaptiveConfig {
     /// completions.
     fn default() -> Self {
         Self::with_idle_us(DEFAULT_IDLE_US)
+    }
+}
+
+/// Counters of the adaptive mode (a snapshot; a driver with several windows sums them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdaptiveCounters {
+    /// Windows opened (vector masked after an interrupt that reaped something).
+    pub windows: u64,
+    /// Completions reaped by polling while a window was open.
+    pub polled: u64,
+    /// Windows closed because their budget was spent.
+    pub budget_closes: u64,
+    /// Completions found by the re-reap right after an unmask (they landed between the last
+    /// poll and the unmask).
+    pub unmask_catches: u64,
+}
+
+/// The live counters of one window: statistics any CPU bumps (Relaxed; they order nothing).
+#[derive(Debug, Default)]
+pub struct WindowCounters {
+    /// See [`AdaptiveCounters::windows`].
+    pub windows: AtomicU64,
+    /// See [`AdaptiveCounters::polled`].
+    pub polled: AtomicU64,
+    /// See [`AdaptiveCounters::budget_closes`].
+    pub budget_closes: AtomicU64,
+    /// See [`AdaptiveCounters::unmask_catches`].
+    pub unmask_catches: AtomicU64,
+}
+
+impl WindowCounters {
+    /// Adds this window's counts to `total`.
+    pub fn add_to(&self, total: &mut AdaptiveCounters) {
+        total.windows += self.windows.load(Ordering::Relaxed);
+        total.polled += self.polled.load(Ordering::Relaxed);
+        total.budget_closes += self.budget_closes.load(Ordering::Relaxed);
+        total.unmask_catches += self.unmask_catches.load(Ordering::Relaxed);
+    }
+
+    /// This window's counts.
+    pub fn snapshot(&self) -> AdaptiveCounters {
+        let mut c = AdaptiveCounters::default();
+        self.add_to(&mut c);
+        c
     }
 }

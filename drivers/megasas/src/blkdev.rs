@@ -94,9 +94,10 @@ pub struct HostConfig {
     pub adaptive: Option<AdaptiveConfig>,
 }
 
+use devhal::adaptive::WindowCounters;
 /// Interrupt-then-poll: after an interrupt that reaped something, the kernel masks the
 /// controller's vector and the submitters poll the reply ring (see [`devhal::adaptive`]).
-pub use devhal::adaptive::AdaptiveConfig;
+pub use devhal::adaptive::{AdaptiveConfig, AdaptiveCounters};
 
 /// How the kernel masks and unmasks the controller's interrupt vector for the adaptive mode.
 /// On QEMU's MFI only a vector mask works (MSI-X entry mask bit): an OMSK mask also stops the
@@ -107,30 +108,13 @@ pub trait VectorMask {
     fn set_masked(&self, masked: bool);
 }
 
-/// Counters of the adaptive mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AdaptiveCounters {
-    /// Windows opened (vector masked after an interrupt).
-    pub windows: u64,
-    /// Completions reaped by polling while a window was open.
-    pub polled: u64,
-    /// Windows closed because their budget ran out.
-    pub budget_closes: u64,
-    /// Completions found by the re-reap right after an unmask (they arrived between the last
-    /// empty poll and the unmask).
-    pub unmask_catches: u64,
-}
-
 struct Adaptive {
     config: AdaptiveConfig,
     /// Open: the vector is masked and submitters poll (switched under a try-lock, see `window`).
     window: PollWindow,
     last_completion_ns: AtomicU64,
     in_window: AtomicU32,
-    windows: AtomicU64,
-    polled: AtomicU64,
-    budget_closes: AtomicU64,
-    unmask_catches: AtomicU64,
+    counters: WindowCounters,
 }
 
 impl HostConfig {
@@ -399,10 +383,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                     window: PollWindow::new(),
                     last_completion_ns: AtomicU64::new(0),
                     in_window: AtomicU32::new(0),
-                    windows: AtomicU64::new(0),
-                    polled: AtomicU64::new(0),
-                    budget_closes: AtomicU64::new(0),
-                    unmask_catches: AtomicU64::new(0),
+                    counters: WindowCounters::default(),
                 }),
             },
         )
@@ -582,7 +563,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                 vector.set_masked(true);
             })
         {
-            a.windows.fetch_add(1, Ordering::Relaxed);
+            a.counters.windows.fetch_add(1, Ordering::Relaxed);
         }
         out
     }
@@ -605,7 +586,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         let mut close = false;
         let mut by_budget = false;
         if n > 0 {
-            a.polled.fetch_add(u64::from(n), Ordering::Relaxed);
+            a.counters.polled.fetch_add(u64::from(n), Ordering::Relaxed);
             a.last_completion_ns.store(now, Ordering::Relaxed);
             let used = a.in_window.fetch_add(n, Ordering::Relaxed).saturating_add(n);
             if used >= a.config.budget {
@@ -617,10 +598,12 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         }
         if close && a.window.close(|| vector.set_masked(false)) {
             if by_budget {
-                a.budget_closes.fetch_add(1, Ordering::Relaxed);
+                a.counters.budget_closes.fetch_add(1, Ordering::Relaxed);
             }
             let caught = inner.reap(cpu, inner.irq_budget).0;
-            a.unmask_catches.fetch_add(u64::from(caught), Ordering::Relaxed);
+            a.counters
+                .unmask_catches
+                .fetch_add(u64::from(caught), Ordering::Relaxed);
             n += caught;
         }
         n
@@ -631,12 +614,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         self.0
             .adaptive
             .as_ref()
-            .map_or_else(AdaptiveCounters::default, |a| AdaptiveCounters {
-                windows: a.windows.load(Ordering::Relaxed),
-                polled: a.polled.load(Ordering::Relaxed),
-                budget_closes: a.budget_closes.load(Ordering::Relaxed),
-                unmask_catches: a.unmask_catches.load(Ordering::Relaxed),
-            })
+            .map_or_else(AdaptiveCounters::default, |a| a.counters.snapshot())
     }
 
     pub fn counters(&self) -> HostCounters {

@@ -31,8 +31,9 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 #[cfg(all(loom, test))]
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use devhal::adaptive::WindowCounters;
 /// Interrupt-then-poll settings (`nvme.irq_poll=on|N`), shared with MegaRAID.
-pub use devhal::adaptive::{AdaptiveConfig, DEFAULT_BUDGET, DEFAULT_IDLE_US};
+pub use devhal::adaptive::{AdaptiveConfig, AdaptiveCounters, DEFAULT_BUDGET, DEFAULT_IDLE_US};
 
 /// How the kernel masks and unmasks one MSI-X vector (table entry) of the controller. A message
 /// the device sends while its vector is masked is held pending and sent on unmask (PCI); the
@@ -40,29 +41,6 @@ pub use devhal::adaptive::{AdaptiveConfig, DEFAULT_BUDGET, DEFAULT_IDLE_US};
 pub trait VectorMask {
     /// Masks (`true`) or unmasks MSI-X table entry `vector`.
     fn set_masked(&self, vector: u16, masked: bool);
-}
-
-/// Counters of the adaptive mode, summed over the vectors.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AdaptiveCounters {
-    /// Windows opened (vector masked after an interrupt that reaped something).
-    pub windows: u64,
-    /// Completions reaped by polling while a window was open.
-    pub polled: u64,
-    /// Windows closed because their budget was spent.
-    pub budget_closes: u64,
-    /// Completions found by the re-reap right after an unmask (they landed between the last
-    /// poll and the unmask).
-    pub unmask_catches: u64,
-}
-
-impl AdaptiveCounters {
-    fn add(&mut self, w: &VectorWindow) {
-        self.windows += w.windows.load(Ordering::Relaxed);
-        self.polled += w.polled.load(Ordering::Relaxed);
-        self.budget_closes += w.budget_closes.load(Ordering::Relaxed);
-        self.unmask_catches += w.unmask_catches.load(Ordering::Relaxed);
-    }
 }
 
 /// The polling window of one vector and its counters.
@@ -74,10 +52,7 @@ pub(crate) struct VectorWindow {
     last_completion_ns: AtomicU64,
     /// Completions reaped in the current window (the budget).
     in_window: AtomicU32,
-    windows: AtomicU64,
-    polled: AtomicU64,
-    budget_closes: AtomicU64,
-    unmask_catches: AtomicU64,
+    counters: WindowCounters,
 }
 
 impl VectorWindow {
@@ -87,10 +62,7 @@ impl VectorWindow {
             switching: AtomicBool::new(false),
             last_completion_ns: AtomicU64::new(0),
             in_window: AtomicU32::new(0),
-            windows: AtomicU64::new(0),
-            polled: AtomicU64::new(0),
-            budget_closes: AtomicU64::new(0),
-            unmask_catches: AtomicU64::new(0),
+            counters: WindowCounters::default(),
         }
     }
 
@@ -127,7 +99,7 @@ impl VectorWindow {
             self.in_window.store(0, Ordering::Relaxed);
             mask();
             self.open.store(true, Ordering::Release);
-            self.windows.fetch_add(1, Ordering::Relaxed);
+            self.counters.windows.fetch_add(1, Ordering::Relaxed);
         }
         self.end_switch();
         opened
@@ -145,7 +117,7 @@ impl VectorWindow {
         let mut by_budget = false;
         let close = if reaped > 0 {
             let n = u32::try_from(reaped).unwrap_or(u32::MAX);
-            self.polled.fetch_add(u64::from(n), Ordering::Relaxed);
+            self.counters.polled.fetch_add(u64::from(n), Ordering::Relaxed);
             self.last_completion_ns.store(now_ns, Ordering::Relaxed);
             by_budget = self.in_window.fetch_add(n, Ordering::Relaxed).saturating_add(n) >= config.budget;
             by_budget
@@ -162,7 +134,7 @@ impl VectorWindow {
             self.open.store(false, Ordering::Release);
             unmask();
             if by_budget {
-                self.budget_closes.fetch_add(1, Ordering::Relaxed);
+                self.counters.budget_closes.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.end_switch();
@@ -171,7 +143,7 @@ impl VectorWindow {
 
     /// Records what the re-reap after an unmask found.
     pub(crate) fn caught(&self, n: usize) {
-        self.unmask_catches.fetch_add(n as u64, Ordering::Relaxed);
+        self.counters.unmask_catches.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -193,7 +165,7 @@ impl Windows {
     pub(crate) fn counters(&self) -> AdaptiveCounters {
         let mut c = AdaptiveCounters::default();
         for w in &self.vectors {
-            c.add(w);
+            w.counters.add_to(&mut c);
         }
         c
     }
@@ -234,11 +206,7 @@ mod tests {
         assert!(!w.is_open());
         assert!(!w.poll_done(&CFG, 0, 9999, || unmasks += 1), "closed already");
         assert_eq!(unmasks, 1);
-        let c = {
-            let mut c = AdaptiveCounters::default();
-            c.add(&w);
-            c
-        };
+        let c = w.counters.snapshot();
         assert_eq!((c.windows, c.polled, c.budget_closes), (1, 1, 0));
     }
 
@@ -251,8 +219,7 @@ mod tests {
         assert!(w.after_interrupt(1, 3, || {}));
         assert!(!w.poll_done(&CFG, 3, 4, || {}), "the budget restarted");
         w.caught(2);
-        let mut c = AdaptiveCounters::default();
-        c.add(&w);
+        let c = w.counters.snapshot();
         assert_eq!(
             c,
             AdaptiveCounters {
