@@ -1013,27 +1013,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             phys: self.admin.phys_at(0),
             len: len as u32,
         };
-        let done = self.run_polled(tag, what, frame::IO_SGL + frame::SGE64_LEN, |w, ctx| {
-            w.header(&Header {
-                cmd: frame::CMD_DCMD,
-                sense_len: 0,
-                target: 0,
-                cdb_len: 0,
-                sge_count: 1,
-                context: ctx,
-                flags: frame::FLAG_SGL64 | frame::FLAG_DIR_READ | frame::FLAG_DONT_POST,
-                data_len: len as u32,
-            });
-            w.u32_at(0x18, opcode);
-            let mut mbox = [0u8; 12];
-            mbox[0] = mbox0;
-            w.bytes_at(0x1C, &mbox);
-            w.sgl64(frame::IO_SGL, &[sge]);
-        });
-        let done = self.keep_admin_on_timeout(guard, done)?;
-        if let Some(error) = done.error() {
-            return Err(Error::CommandFailed { what, error });
-        }
+        self.run_dcmd(guard, tag, what, opcode, mbox0, Some(sge))?;
         let mut out = vec![0u8; len];
         self.admin.read_bytes(0, &mut out);
         Ok(out)
@@ -1042,21 +1022,46 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Runs a DCMD that moves no data (no SGL, direction none).
     fn dcmd_no_data(&self, tag: u16, what: &'static str, opcode: u32, mbox0: u8) -> Result<(), Error> {
         let guard = self.take_admin()?;
-        let done = self.run_polled(tag, what, frame::IO_SGL, |w, ctx| {
+        self.run_dcmd(guard, tag, what, opcode, mbox0, None)
+    }
+
+    /// Builds and runs one polled DCMD frame, reading into `data` when given.
+    fn run_dcmd(
+        &self,
+        guard: AdminGuard<'_>,
+        tag: u16,
+        what: &'static str,
+        opcode: u32,
+        mbox0: u8,
+        data: Option<Segment>,
+    ) -> Result<(), Error> {
+        let frame_bytes = if data.is_some() {
+            frame::IO_SGL + frame::SGE64_LEN
+        } else {
+            frame::IO_SGL
+        };
+        let done = self.run_polled(tag, what, frame_bytes, |w, ctx| {
             w.header(&Header {
                 cmd: frame::CMD_DCMD,
                 sense_len: 0,
                 target: 0,
                 cdb_len: 0,
-                sge_count: 0,
+                sge_count: u8::from(data.is_some()),
                 context: ctx,
-                flags: frame::FLAG_DONT_POST,
-                data_len: 0,
+                flags: if data.is_some() {
+                    frame::FLAG_SGL64 | frame::FLAG_DIR_READ | frame::FLAG_DONT_POST
+                } else {
+                    frame::FLAG_DONT_POST
+                },
+                data_len: data.map_or(0, |d| d.len),
             });
             w.u32_at(0x18, opcode);
             let mut mbox = [0u8; 12];
             mbox[0] = mbox0;
             w.bytes_at(0x1C, &mbox);
+            if let Some(sge) = data {
+                w.sgl64(frame::IO_SGL, &[sge]);
+            }
         });
         let done = self.keep_admin_on_timeout(guard, done)?;
         match done.error() {
