@@ -240,27 +240,10 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
         return Vec::new();
     };
     let bs = super::floor_read_bytes(job_bs, info.drive.block_size);
-    let buffer = match DmaBuffer::new(bs as usize, 4096) {
-        Ok(b) => b,
-        Err(e) => {
-            log::error!("floor: {device}: no DMA buffer: {e}");
-            return Vec::new();
-        }
-    };
-    let seg = megasas::Segment {
-        phys: buffer.phys(),
-        len: bs,
-    };
-    let mut out = Vec::new();
-    let how = if controller.irqs.get().is_none() {
-        "polled"
-    } else {
-        "halting between interrupts"
-    };
-    let mut text = format!("floor: {device} {bs}-byte read (no block layer, {how})");
-    for (depth, iops_key, p50_key) in super::FLOOR_RUNS {
+    let polled = controller.irqs.get().is_none();
+    let how = if polled { "polled" } else { "halting between interrupts" };
+    super::run_floor(device, bs, how, |depth, buffer| {
         let spec = megasas::FloorSpec::new(depth, ios);
-        let polled = controller.irqs.get().is_none();
         // Halt until an interrupt between passes in interrupt modes: a spinning vCPU takes
         // host time from QEMU's device emulation (TCG). `sti; hlt` cannot miss the wake-up.
         let mut wait = |news: &dyn Fn() -> bool| {
@@ -277,18 +260,19 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
                 }
             }
         };
-        let r = controller.host.measure_floor(cpu, drive, spec, seg, &mut wait);
-        match r {
-            Ok(r) => super::record_floor_run(&mut text, &mut out, (iops_key, p50_key), &r),
-            Err(e) => text.push_str(&format!(", QD{depth}: {e}")),
-        }
-    }
-    kprintln!("{text}");
-    // A stalled run leaves reads with the device; the buffer is theirs until they answer.
-    if out.len() < 4 {
-        core::mem::forget(buffer);
-    }
-    out
+        let seg = megasas::Segment {
+            phys: buffer.phys(),
+            len: bs,
+        };
+        controller
+            .host
+            .measure_floor(cpu, drive, spec, seg, &mut wait)
+            .map_err(|e| super::FloorFailure {
+                error: format!("{e}"),
+                // Any failed run may have left reads with the device: keep the buffer theirs.
+                buffer_with_device: true,
+            })
+    })
 }
 
 fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Result<(), Error> {

@@ -95,28 +95,62 @@ pub const FLOOR_RUNS: [(u16, &str, &str); 2] = [
     (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
 ];
 
-/// Appends one floor run to the `floor:` line (`text`) and its figures to the job totals.
-/// The result type is `devhal::floor::FloorResult`, which both drivers re-export.
-pub fn record_floor_run(
-    text: &mut alloc::string::String,
-    totals: &mut alloc::vec::Vec<(&'static str, u64)>,
-    (iops_key, p50_key): (&'static str, &'static str),
-    r: &::megasas::FloorResult,
-) {
-    text.push_str(&alloc::format!(
-        ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
-        r.queue_depth,
-        r.iops(),
-        r.p50_ns / 1000,
-        r.p50_ns % 1000 / 100,
-        r.p99_ns / 1000,
-        r.p99_ns % 1000 / 100
-    ));
-    if r.failed > 0 {
-        text.push_str(&alloc::format!(" ({} reads failed)", r.failed));
+/// Why a floor run failed, and whether the device may still hold the run's buffer (a stalled
+/// run leaves reads with it: the buffer is then leaked, never reused).
+pub struct FloorFailure {
+    pub error: alloc::string::String,
+    pub buffer_with_device: bool,
+}
+
+/// The device floor's runs ([`FLOOR_RUNS`]) on `device`, reads of `bs` bytes into one DMA
+/// buffer: `run(depth, buffer)` measures one queue depth. Prints one `floor:` line (`how`
+/// says how the CPU waits) and returns the figures for the job totals.
+pub fn run_floor(
+    device: &str,
+    bs: u32,
+    how: &str,
+    mut run: impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<::megasas::FloorResult, FloorFailure>,
+) -> alloc::vec::Vec<(&'static str, u64)> {
+    let buffer = match crate::arch::memory::DmaBuffer::new(bs as usize, 4096) {
+        Ok(b) => b,
+        Err(e) => {
+            log::error!("floor: {device}: no DMA buffer: {e}");
+            return alloc::vec::Vec::new();
+        }
+    };
+    let mut text = alloc::format!("floor: {device} {bs}-byte read (no block layer, {how})");
+    let mut totals = alloc::vec::Vec::new();
+    let mut buffer_with_device = false;
+    for (depth, iops_key, p50_key) in FLOOR_RUNS {
+        match run(depth, &buffer) {
+            Ok(r) => {
+                // `devhal::floor::FloorResult`, which both drivers re-export.
+                text.push_str(&alloc::format!(
+                    ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
+                    r.queue_depth,
+                    r.iops(),
+                    r.p50_ns / 1000,
+                    r.p50_ns % 1000 / 100,
+                    r.p99_ns / 1000,
+                    r.p99_ns % 1000 / 100
+                ));
+                if r.failed > 0 {
+                    text.push_str(&alloc::format!(" ({} reads failed)", r.failed));
+                }
+                totals.push((iops_key, r.iops()));
+                totals.push((p50_key, r.p50_ns));
+            }
+            Err(f) => {
+                buffer_with_device |= f.buffer_with_device;
+                text.push_str(&alloc::format!(", QD{depth}: {}", f.error));
+            }
+        }
     }
-    totals.push((iops_key, r.iops()));
-    totals.push((p50_key, r.p50_ns));
+    crate::arch::console::kprintln!("{text}");
+    if buffer_with_device {
+        core::mem::forget(buffer);
+    }
+    totals
 }
 
 /// Bytes of one floor read for a job of `job_bs` on a device of `block_size`-byte blocks.

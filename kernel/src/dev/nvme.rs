@@ -271,13 +271,6 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
         return Vec::new();
     };
     let bs = super::floor_read_bytes(job_bs, ns.lba_size);
-    let buffer = match DmaBuffer::new(bs as usize, 4096) {
-        Ok(b) => b,
-        Err(e) => {
-            log::error!("floor: {device}: no DMA buffer: {e}");
-            return Vec::new();
-        }
-    };
     let plan = controller.host.plan();
     let own_hwq = plan.hwq_of_cpu(cpu);
     // Halt only when this CPU takes the queue's interrupt: a completion then always wakes it.
@@ -294,10 +287,7 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
     } else {
         "spinning, the queue's interrupt is on another CPU"
     };
-    let mut text = format!("floor: {device} {bs}-byte read (no block layer, {how})");
-    let mut out = Vec::new();
-    let mut stalled = false;
-    for (depth, iops_key, p50_key) in super::FLOOR_RUNS {
+    super::run_floor(device, bs, how, |depth, buffer| {
         let spec = nvme::blkdev::FloorSpec::new(depth, ios);
         // Called with interrupts disabled (the driver's locks are not interrupt-safe); `sti;
         // hlt` cannot miss the wake-up of a completion that `news` did not see yet.
@@ -314,25 +304,16 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
                 x86_64::instructions::interrupts::disable();
             }
         };
-        let r = x86_64::instructions::interrupts::without_interrupts(|| {
+        x86_64::instructions::interrupts::without_interrupts(|| {
             controller
                 .host
                 .measure_floor(cpu, namespace, spec, buffer.phys(), bs as usize, &mut wait)
-        });
-        match r {
-            Ok(r) => super::record_floor_run(&mut text, &mut out, (iops_key, p50_key), &r),
-            Err(e) => {
-                stalled |= matches!(e, nvme::Error::FloorStalled { .. });
-                text.push_str(&format!(", QD{depth}: {e}"));
-            }
-        }
-    }
-    kprintln!("{text}");
-    // A stalled run leaves reads with the device; the buffer is theirs until they answer.
-    if stalled {
-        core::mem::forget(buffer);
-    }
-    out
+        })
+        .map_err(|e| super::FloorFailure {
+            buffer_with_device: matches!(e, nvme::Error::FloorStalled { .. }),
+            error: format!("{e}"),
+        })
+    })
 }
 
 /// The CPU each vector of `plan` is aimed at: vector 0 (admin, polled by the driver) at the boot
