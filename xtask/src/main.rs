@@ -3,7 +3,7 @@
 //! ```text
 //! cargo xtask build [--debug]
 //! cargo xtask run [OPTIONS] [-- KERNEL ARGS...]     the main job
-//! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list]
+//! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list] [--strict-skips]
 //! cargo xtask test                                   every check CI runs
 //! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
@@ -20,6 +20,8 @@ mod nbd;
 mod qemu;
 mod runner;
 mod scenario;
+#[cfg(test)]
+mod scenario_checks;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -49,6 +51,7 @@ commands:
                                   disk (md0 or nvme0n1) from every CPU for about ten seconds
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
       --filter PATTERN            only scenarios whose name contains PATTERN
+      --strict-skips              a SKIPPED scenario not listed in tests/expected-skips fails the run
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
   test                            fmt, clippy, host tests, loom models, then qemu-test
@@ -378,7 +381,9 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         .args(["--", "-D", "warnings"]))?;
     sh(Command::new(cargo()).args(["test"]))?;
     runner::run_loom()?;
-    runner::cmd_qemu_test(&[])
+    // A skip not listed in tests/expected-skips fails the run: a scenario that silently never runs
+    // tests nothing.
+    runner::cmd_qemu_test(&["--strict-skips".to_string()])
 }
 
 fn cmd_image(args: &[String]) -> Result<PathBuf, String> {

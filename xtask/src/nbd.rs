@@ -454,8 +454,9 @@ mod tests {
         request(&mut s, CMD_READ, 2, 8192, 4096, &[]);
         request(&mut s, CMD_READ, 3, 0, 512, &[]);
         let (e, h, d) = reply(&mut s, 512);
+        // Handle 3 answered before handle 2: the other read did not wait behind the late one
+        // (the order proves it; a wall-clock bound would flake on a loaded machine).
         assert_eq!((e, h, d.len()), (0, 3, 512));
-        assert!(t0.elapsed() < Duration::from_millis(300), "the other read waited");
         let (e, h, d) = reply(&mut s, 4096);
         assert_eq!((e, h), (0, 2));
         assert!(d.iter().all(|&b| b == 0xAB));
@@ -464,10 +465,8 @@ mod tests {
             "the covering read was not delayed"
         );
         // Only the first covering read is late.
-        let t1 = Instant::now();
         request(&mut s, CMD_READ, 4, 8192, 4096, &[]);
         assert_eq!(reply(&mut s, 4096).1, 4);
-        assert!(t1.elapsed() < Duration::from_millis(300));
         assert_eq!(server.delayed(), 1);
         // Beyond the end: EINVAL, and the connection goes on.
         request(&mut s, CMD_READ, 5, (1 << 20) - 512, 1024, &[]);
@@ -499,7 +498,7 @@ mod tests {
         let t0 = Instant::now();
         request(&mut s, CMD_READ, 1, 4096, 4096, &[]);
         assert_eq!(reply(&mut s, 4096).1, 1);
-        assert!(t0.elapsed() < Duration::from_millis(300));
+        assert_eq!(server.delayed(), 0);
         request(&mut s, CMD_WRITE, 2, 4096, 4096, &[0x5A; 4096]);
         request(&mut s, CMD_WRITE, 3, 0, 512, &[0x11; 512]);
         assert_eq!(reply(&mut s, 0), (0, 3, Vec::new()));

@@ -182,10 +182,14 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
             sc.boots.push(Boot::default());
             continue;
         }
-        let Some((key, value)) = line.split_once('=') else {
+        let Some((key, value_raw)) = raw.trim_start().split_once('=') else {
             return Err(err(lineno, format!("expected 'key = value', found '{line}'")));
         };
-        let (key, value) = (key.trim(), value.trim());
+        let key = key.trim();
+        let value = match key {
+            "output" | "absent" => pattern_value(key, value_raw).map_err(|m| err(lineno, m))?,
+            _ => value_raw.trim(),
+        };
         let boot = sc.boots.last_mut().expect("a scenario always has a boot");
         match key {
             "description" => sc.description = value.to_string(),
@@ -294,6 +298,32 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
     Ok(out)
 }
 
+/// The kernel echoes its command line on this line prefix; expected output is never searched there.
+pub const CMDLINE_ECHO: &str = "cmdline: \"";
+
+/// An `output`/`absent` value, kept verbatim: only the one space that separates it from `=` is
+/// dropped, so leading spaces (a zero cell of the interrupt table) stay significant. A value
+/// whose spaces at the end matter is written in double quotes (`absent = "ios=1024 "`); bare
+/// trailing whitespace is refused, because it is invisible and editors strip it. An empty value
+/// would match anything.
+fn pattern_value<'a>(key: &str, raw: &'a str) -> Result<&'a str, String> {
+    let raw = raw.strip_suffix('\r').unwrap_or(raw);
+    let raw = raw.strip_prefix(' ').unwrap_or(raw);
+    let value = if raw.len() >= 2 && raw.starts_with('"') && raw.ends_with('"') {
+        &raw[1..raw.len() - 1]
+    } else if raw.ends_with(char::is_whitespace) {
+        return Err(format!(
+            "{key} value '{raw}' ends in whitespace: write it in double quotes if the spaces matter, else remove them"
+        ));
+    } else {
+        raw
+    };
+    if value.trim().is_empty() {
+        return Err(format!("{key} value is empty or blank: it would match any output"));
+    }
+    Ok(value)
+}
+
 /// Parses `IMAGE sector=N delay=DURATION [op=read|write] [count=N]`.
 fn parse_slow_disk(value: &str) -> Result<SlowDisk, String> {
     let mut words = value.split_whitespace();
@@ -381,6 +411,11 @@ pub fn substitute(arg: &str, images: &[(String, std::path::PathBuf)]) -> Result<
 }
 
 /// Judges one boot's outcome. Returns `Err(reason)` on failure.
+///
+/// A boot passes on the exit status for its expected outcome, the matching verdict as the last
+/// line the kernel printed (QEMU's own `qemu:` lines may follow), every `output` in order and no
+/// `absent`, both searched outside the kernel's echo of its command line, and no `absent` that
+/// names a counter or table row the output never shows (it could never fail).
 pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), String> {
     let (want_code, want_line) = match boot.expect {
         Expect::Success => (33, "BAREMQ: SUCCESS"),
@@ -393,24 +428,54 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
             boot.expect
         ));
     }
-    if !output.lines().any(|l| l.trim_end().starts_with(want_line)) {
-        return Err(format!("no '{want_line}' line in the output"));
+    let last = output
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("qemu: "));
+    match last {
+        Some(l) if l.trim_end().starts_with(want_line) => {}
+        _ if output.lines().any(|l| l.trim_end().starts_with(want_line)) => {
+            return Err(format!(
+                "'{want_line}' is not the kernel's last line (last: '{}')",
+                last.unwrap_or_default()
+            ));
+        }
+        _ => return Err(format!("no '{want_line}' line in the output")),
     }
-    let mut rest = output;
+    // Same byte offsets as `output`, the echoed words blanked: only a pattern that itself starts
+    // with the echo prefix (a check of the banner) is searched in the echo.
+    let searched = without_cmdline_echo(output);
+    let mut from = 0;
     for want in &boot.output {
-        match rest.find(want.as_str()) {
-            Some(pos) => rest = &rest[pos + want.len()..],
+        let hay = if want.starts_with(CMDLINE_ECHO) {
+            output
+        } else {
+            searched.as_str()
+        };
+        match hay[from..].find(want.as_str()) {
+            Some(pos) => from += pos + want.len(),
             None => {
-                return Err(if output.contains(want.as_str()) {
+                return Err(if hay.contains(want.as_str()) {
                     format!("'{want}' appears, but not after the previous expected output")
+                } else if output.contains(want.as_str()) {
+                    format!("expected output '{want}' appears only in the command-line echo")
                 } else {
                     format!("expected output '{want}' is missing")
                 });
             }
         }
     }
-    if let Some(bad) = boot.absent.iter().find(|a| output.contains(a.as_str())) {
+    if let Some(bad) = boot.absent.iter().find(|a| searched.contains(a.as_str())) {
         return Err(format!("output contains '{bad}', which must be absent"));
+    }
+    for a in &boot.absent {
+        if let Some(label) = absent_label(a)
+            && !label.appears_in(&searched)
+        {
+            return Err(format!(
+                "absent '{a}' can never match: the output never shows {label}, so the check cannot fail"
+            ));
+        }
     }
     if boot.json_check {
         check_json_reports(output)?;
@@ -419,6 +484,86 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
         check_fewer(output, &boot.fewer)?;
     }
     Ok(())
+}
+
+/// `output` with the words of each command-line echo line replaced by U+0001, byte for byte (the
+/// echo is ASCII; anything else is kept), so a pattern that is only a word of the scenario's own
+/// `append` cannot be satisfied by the echo, and offsets stay those of `output`.
+fn without_cmdline_echo(output: &str) -> String {
+    let mut out = String::with_capacity(output.len());
+    for line in output.split_inclusive('\n') {
+        match line.strip_prefix(CMDLINE_ECHO) {
+            Some(words) => {
+                out.push_str(CMDLINE_ECHO);
+                out.extend(
+                    words
+                        .chars()
+                        .map(|c| if c.is_ascii() && c != '\n' { '\u{1}' } else { c }),
+                );
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// What a counter-shaped `absent` pattern needs to see in the output to be able to match at all.
+#[derive(Debug, PartialEq, Eq)]
+enum AbsentLabel<'a> {
+    /// `name=N...`: a totals-line or key=value counter; `name=` must appear.
+    Assignment(&'a str),
+    /// `name   N...` or ` 0xVV:   N...`: a table row; a line whose first word is `name` must appear.
+    Row(&'a str),
+}
+
+impl AbsentLabel<'_> {
+    fn appears_in(&self, output: &str) -> bool {
+        match *self {
+            AbsentLabel::Assignment(name) => output
+                .match_indices(name)
+                .any(|(i, _)| output[i + name.len()..].starts_with('=') && !preceded_by_word_char(output, i)),
+            AbsentLabel::Row(name) => output.lines().any(|l| l.split_whitespace().next() == Some(name)),
+        }
+    }
+}
+
+impl fmt::Display for AbsentLabel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AbsentLabel::Assignment(n) => write!(f, "counter '{n}='"),
+            AbsentLabel::Row(n) => write!(f, "a table row '{n}'"),
+        }
+    }
+}
+
+fn preceded_by_word_char(s: &str, i: usize) -> bool {
+    s[..i]
+        .chars()
+        .next_back()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The counter or row label of a counter-shaped `absent` pattern: `name=DIGITS`, or a label
+/// (`name` or `0xVV:`) followed by spaces and a digit. `None` for free text (an error message
+/// that must not appear legitimately never does).
+fn absent_label(pattern: &str) -> Option<AbsentLabel<'_>> {
+    let p = pattern.trim_start();
+    let label_len = p
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(p.len());
+    let (label, rest) = p.split_at(label_len);
+    if label.is_empty() || !label.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == '0') {
+        return None;
+    }
+    if let Some(value) = rest.strip_prefix('=') {
+        let is_counter = !label.contains(':') && value.starts_with(|c: char| c.is_ascii_digit());
+        return is_counter.then_some(AbsentLabel::Assignment(label));
+    }
+    let after_spaces = rest.trim_start_matches(' ');
+    let row = rest.len() - after_spaces.len() >= 1
+        && after_spaces.starts_with(|c: char| c.is_ascii_digit())
+        && (label.contains('_') || label.starts_with("0x") && label.ends_with(':'));
+    row.then_some(AbsentLabel::Row(label))
 }
 
 fn is_counter_name(s: &str) -> bool {

@@ -406,6 +406,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         };
         {
             let mut a = ctrl.admin.lock();
+            // Firmware (SeaBIOS's NVMe boot support) may hand over a running controller with
+            // queues of its own: say so, since taking it over is a path of its own.
+            let cc = ctrl.mmio.read32(regs::CC);
+            if cc != u32::MAX && cc & regs::CC_EN != 0 {
+                log::info!("nvme: firmware left the controller enabled (CC={cc:#x}); disabling it before taking over");
+            }
             ctrl.disable()?;
             ctrl.enable_admin(&mut a)?;
             ctrl.info = ctrl.identify_controller(&mut a)?;

@@ -76,19 +76,42 @@ proptest! {
         }
     }
 
-    /// Reserved and normal pools of a tag set never mix.
+    /// Reserved and normal pools of a tag set never mix, and each pool hands out a tag exactly
+    /// when it has one free (a model of each pool, with frees mixed in).
     #[test]
-    fn tag_set_pools_are_disjoint(depth in 1u32..128, reserved_frac in 0u32..100, n in 0usize..300) {
+    fn tag_set_pools_are_disjoint(
+        depth in 1u32..128,
+        reserved_frac in 0u32..100,
+        ops in prop::collection::vec((0u8..3, any::<u16>()), 0..300),
+    ) {
         let reserved = (depth - 1) * reserved_frac / 100;
         let set = TagSet::new(depth, reserved, 2);
-        for i in 0..n {
-            let want_reserved = i % 3 == 0;
-            if let Some(t) = set.alloc(i % 2, want_reserved) {
-                prop_assert_eq!(t < reserved, want_reserved, "tag {} from the wrong pool", t);
-                prop_assert!(t < depth);
+        let mut held: [BTreeSet<u32>; 2] = [BTreeSet::new(), BTreeSet::new()];
+        let capacity = [depth - reserved, reserved];
+        for (i, (op, pick)) in ops.into_iter().enumerate() {
+            let want_reserved = op == 1;
+            let pool = usize::from(want_reserved);
+            if op < 2 {
+                match set.alloc(i % 2, want_reserved) {
+                    Some(t) => {
+                        prop_assert_eq!(t < reserved, want_reserved, "tag {} from the wrong pool", t);
+                        prop_assert!(t < depth);
+                        prop_assert!(held[pool].insert(t), "tag {} handed out twice", t);
+                    }
+                    None => prop_assert_eq!(
+                        held[pool].len() as u32, capacity[pool], "pool refused while it had free tags"
+                    ),
+                }
+            } else {
+                let all: Vec<u32> = held.iter().flatten().copied().collect();
+                if !all.is_empty() {
+                    let t = all[usize::from(pick) % all.len()];
+                    held[usize::from(t < reserved)].remove(&t);
+                    prop_assert!(set.free(i % 2, t));
+                }
             }
+            prop_assert_eq!(set.in_use(), (held[0].len() + held[1].len()) as u32);
         }
-        prop_assert!(set.in_use() <= depth);
     }
 
     /// Sequential model of the MPSC stack: pushes come back oldest first, each exactly once,

@@ -88,7 +88,7 @@ pub fn acpi_tables(data: &[u8]) {
 
 /// Recomputes the RSDP checksums and those of the root table and every
 /// table it lists (where they lie inside the image).
-fn fix_checksums(image: &mut [u8]) {
+pub fn fix_checksums(image: &mut [u8]) {
     fn fix(bytes: &mut [u8], at: usize) {
         bytes[at] = 0;
         let sum = bytes.iter().fold(0u8, |sum, b| sum.wrapping_add(*b));
@@ -161,7 +161,7 @@ pub fn acpi_mcfg(data: &[u8]) {
     }
 }
 
-fn table_with_body(signature: &[u8; 4], body: &[u8]) -> Vec<u8> {
+pub fn table_with_body(signature: &[u8; 4], body: &[u8]) -> Vec<u8> {
     let mut table = Vec::with_capacity(36 + body.len());
     table.extend_from_slice(signature);
     table.extend_from_slice(&(36 + body.len() as u32).to_le_bytes());

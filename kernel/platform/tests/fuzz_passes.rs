@@ -190,3 +190,69 @@ fn fuzz_pci_config_100000_inputs() {
 fn fuzz_pci_assign_100000_inputs() {
     mutate::run::<4096>("pci_assign", 16, 100_000, pci_seeds(), LIMIT, fuzz::pci_assign);
 }
+
+/// The passes above mutate these seeds, so they only reach deep parser code while the seeds do:
+/// a seed that silently stopped parsing (a changed table layout, a stricter check) would leave
+/// every pass fuzzing only the first rejection. Each seed must get as far as it was written for.
+#[test]
+fn seeds_reach_the_code_they_were_written_for() {
+    use platform::acpi::{AcpiTables, Madt, Mcfg, Rsdp, SDT_HEADER_LEN, Sdt, SliceMemory};
+    use platform::pci::{ResourceWindows, plan_resources};
+
+    for (i, seed) in acpi_table_seeds().iter().enumerate() {
+        let (flags, image) = seed.split_first().unwrap();
+        let mut image = image.to_vec();
+        if flags & 1 != 0 {
+            fuzz::fix_checksums(&mut image);
+        }
+        let memory = SliceMemory::new(0, &image);
+        let parsed = Rsdp::read(&memory, 0).and_then(|rsdp| AcpiTables::new(memory, &rsdp));
+        match i {
+            // Valid tables (with and without the flag that recomputes checksums, which the
+            // mutations then break or keep): MADT and MCFG both parse.
+            0 | 1 => {
+                let tables = parsed.unwrap_or_else(|e| panic!("seed {i} parses: {e}"));
+                assert!(tables.madt().is_ok(), "seed {i} reaches the MADT");
+                assert!(matches!(tables.mcfg(), Ok(Some(_))), "seed {i} reaches the MCFG");
+            }
+            // The MCFG base near 2^64: the MADT parses, the MCFG is refused.
+            _ => {
+                let tables = parsed.expect("seed 2 parses up to its MCFG");
+                assert!(tables.madt().is_ok());
+                assert!(tables.mcfg().is_err(), "seed 2's MCFG must be refused");
+            }
+        }
+    }
+    for (i, body) in madt_seeds().iter().enumerate() {
+        let table = fuzz::table_with_body(b"APIC", body);
+        let memory = SliceMemory::new(0x1000, &table);
+        let sdt = Sdt::load(&memory, 0x1000, None, SDT_HEADER_LEN).unwrap();
+        assert!(Madt::parse(&memory, &sdt).is_ok(), "MADT seed {i} parses");
+    }
+    for (i, body) in mcfg_seeds().iter().enumerate() {
+        let table = fuzz::table_with_body(b"MCFG", body);
+        let memory = SliceMemory::new(0x1000, &table);
+        let sdt = Sdt::load(&memory, 0x1000, None, SDT_HEADER_LEN).unwrap();
+        // The third seed is the near-2^64 window, refused by design.
+        assert_eq!(Mcfg::parse(&memory, &sdt).is_ok(), i < 2, "MCFG seed {i}");
+    }
+    for (i, seed) in pci_seeds().iter().enumerate() {
+        let config = fuzz::FuzzConfig::decode(seed);
+        let windows = ResourceWindows {
+            memory: fuzz::FUZZ_HOLE,
+            io: Some(fuzz::FUZZ_IO),
+            buses: 0..=7,
+        };
+        let plan = plan_resources(&config, 0, &windows).unwrap();
+        if i < 2 {
+            // qboot-like: nothing assigned, so the kernel places BARs.
+            assert!(!plan.bars.is_empty(), "PCI seed {i} places at least one BAR");
+        } else {
+            // Firmware-assigned, one BAR left unassigned under a firmware window: refused.
+            assert!(
+                !plan.refused.is_empty(),
+                "PCI seed {i} refuses its unplaceable function"
+            );
+        }
+    }
+}

@@ -161,6 +161,34 @@ fn job_json_line_with_floor(
     line
 }
 
+/// The human report (the text a scenario's patterns are matched against) of one job run on the
+/// simulated device, with the given job totals added as a driver adds its counters.
+#[cfg(test)]
+pub fn job_human_report(words: &[String], device: &SimDevice, online_cpus: &[u32], totals: &[(&str, u64)]) -> String {
+    let specs = workload::parse_jobs(words.iter().map(String::as_str)).expect("valid job words");
+    let plan = plan_job(&specs[0], &devices(), online_cpus).expect("the job fits the simulated devices");
+    let shared = JobShared::new(&plan);
+    let results: Vec<CpuResult> = (0..plan.cpus.len())
+        .map(|index| {
+            let mut backend = SimBackend {
+                clock: Cell::new(1_000_000 * (index as u64 + 1)),
+                device: device.clone(),
+                buffers: vec![vec![0; plan.bs() as usize]; plan.iodepth as usize],
+                in_flight: VecDeque::new(),
+                issued: 0,
+            };
+            run_cpu(&plan, index, &mut backend, &shared).expect("the simulated device never stalls")
+        })
+        .collect();
+    let mut report = JobReport::new(&plan, &results).expect("one result per CPU");
+    for (name, value) in totals {
+        report.add_total(name, *value);
+    }
+    let mut text = String::new();
+    report.write_human(&mut text).expect("writing to a String");
+    text
+}
+
 /// The console of a whole successful boot: noise, one JSON line per job, the SUCCESS line.
 pub fn boot_console(boot: &BootPlan, device: &SimDevice) -> String {
     let words = boot.job_words();
