@@ -10,8 +10,8 @@
 //! | `append` | kernel command-line words (repeatable) |
 //! | `timeout` | seconds per boot (default 60) |
 //! | `expect` | `success` or `failure` (default success) |
-//! | `output` | text that must appear in the serial output, in the given order (repeatable) |
-//! | `absent` | text that must not appear (repeatable) |
+//! | `output` | text that must appear in the serial output, in the given order (repeatable); never searched in the kernel's `cmdline: "..."` echo unless the text itself starts with `cmdline: "` |
+//! | `absent` | text that must not appear (repeatable); one shaped like a counter (`name=0`, a per-CPU row `name   0`, an interrupt row ` 0xVV:   0`) fails the boot when the output never shows that counter or row, since it could never fire |
 //! | `fewer` | `A < B`: in every `BAREMQ-JSON:` job report (at least one), kernel counter A's job total is below B's (e.g. `device_irqs_all_cpus < completed`); a counter missing from a report fails (repeatable) |
 //! | `json` | `consistent`: every `BAREMQ-JSON:` job report must parse, carry every field, and agree with itself (see [`check_json_reports`]) |
 //! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
@@ -20,8 +20,14 @@
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
-//! Every boot passes only on the kernel's exit code for the expected
-//! outcome *and* every `output` line present *and* no `absent` line present.
+//! `output` and `absent` values are kept verbatim: only the one space after `=` is dropped, so
+//! leading spaces count (` 0x31:`, a zero cell of the interrupt table). A value whose trailing
+//! spaces matter is quoted (`output = "write: ios=1024 "`); bare trailing whitespace and empty
+//! values are refused.
+//!
+//! Every boot passes only on the kernel's exit code for the expected outcome *and* its verdict
+//! line as the kernel's last line *and* every `output` line present *and* no `absent` line
+//! present (see [`judge`]).
 
 use std::fmt;
 
