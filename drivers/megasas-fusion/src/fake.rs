@@ -559,7 +559,13 @@ impl FakeFusion {
         let mut s = self.st.lock();
         s.state = 0xF;
         s.fault_bits = (u32::from(code & 0xFFF) << 16) | (u32::from(sub) << 8) | (u32::from(resettable) << 1);
+        // The fault strikes whenever the firmware likes, also between a CPU's 0xC0 and 0xC4
+        // writes. The host interface keeps the latched low dword; the commit that follows is
+        // dropped because the firmware is in FAULT. Forgetting the latch here would call that
+        // (correctly locked) 0xC4 a driver error: the flake of `threads_with_faults_*`.
+        let latched = s.latched_low;
         s.forget_commands();
+        s.latched_low = latched;
         s.intr_status |= 0x1;
     }
     /// The next `n` register reads return 0 (Aero glitch).
