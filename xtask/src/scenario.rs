@@ -304,6 +304,9 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
     Ok(out)
 }
 
+/// The prefix of the kernel's periodic repeat of its verdict (for a console that connects late).
+pub const VERDICT_REPEAT: &str = "BAREMQ-REPEAT ";
+
 /// The kernel echoes its command line on this line prefix; expected output is never searched there.
 pub const CMDLINE_ECHO: &str = "cmdline: \"";
 
@@ -434,10 +437,12 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
             boot.expect
         ));
     }
+    // QEMU's own lines, and the kernel's repeats of its verdict for a late console
+    // (`BAREMQ-REPEAT ...`, `verdict.repeat=`), may follow the verdict.
     let last = output
         .lines()
         .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with("qemu: "));
+        .find(|l| !l.trim().is_empty() && !l.starts_with("qemu: ") && !l.starts_with(VERDICT_REPEAT));
     match last {
         Some(l) if l.trim_end().starts_with(want_line) => {}
         _ if output.lines().any(|l| l.trim_end().starts_with(want_line)) => {

@@ -219,6 +219,9 @@ fn the_verdict_is_the_last_kernel_line() {
     assert!(judge(&b, Some(33), "alpha\nBAREMQ: SUCCESS\nqemu: terminating\n").is_ok());
     let e = judge(&b, Some(33), "alpha\nBAREMQ: SUCCESS\nlate line\n").unwrap_err();
     assert!(e.contains("not the kernel's last line"), "{e}");
+    // The verdict's repeats for a late console may follow it.
+    let repeated = "alpha\nBAREMQ: SUCCESS\nBAREMQ-REPEAT #1 (6 s since boot): SUCCESS\n";
+    assert!(judge(&b, Some(33), repeated).is_ok());
 }
 
 /// The echo is searched only by a pattern that itself checks the banner's echo.
