@@ -1,5 +1,5 @@
-//! PCI on the running machine: configuration access (ECAM from the MCFG
-//! when there is one, else ports 0xCF8/0xCFC), enumeration and the lspci-like
+//! PCI on the running machine: configuration access (ECAM from every MCFG
+//! window, else ports 0xCF8/0xCFC), enumeration of every segment and root bus and the lspci-like
 //! listing through the host-tested `platform::pci` code, and claiming a
 //! function for a driver (BAR mapping, memory space and bus mastering).
 
@@ -45,8 +45,19 @@ impl ConfigRegionAccess for PortConfig {
 
 /// The configuration access in use.
 pub enum ConfigAccess {
-    Ecam(EcamAccess<VolatileMmio>),
+    /// Every mapped MCFG window (every segment); an access goes to the first
+    /// window that decodes its segment and bus.
+    Ecam(Vec<EcamAccess<VolatileMmio>>),
     Port(PortConfig),
+}
+
+impl ConfigAccess {
+    fn ecam_for(windows: &[EcamAccess<VolatileMmio>], address: PciAddress) -> Option<&EcamAccess<VolatileMmio>> {
+        windows.iter().find(|e| {
+            let w = e.window();
+            w.segment == address.segment() && (w.bus_start..=w.bus_end).contains(&address.bus())
+        })
+    }
 }
 
 impl ConfigRegionAccess for ConfigAccess {
@@ -54,7 +65,9 @@ impl ConfigRegionAccess for ConfigAccess {
         // SAFETY: forwarded contract.
         unsafe {
             match self {
-                ConfigAccess::Ecam(e) => e.read(address, offset),
+                ConfigAccess::Ecam(windows) => {
+                    Self::ecam_for(windows, address).map_or(u32::MAX, |e| e.read(address, offset))
+                }
                 ConfigAccess::Port(p) => p.read(address, offset),
             }
         }
@@ -64,7 +77,11 @@ impl ConfigRegionAccess for ConfigAccess {
         // SAFETY: forwarded contract.
         unsafe {
             match self {
-                ConfigAccess::Ecam(e) => e.write(address, offset, value),
+                ConfigAccess::Ecam(windows) => {
+                    if let Some(e) = Self::ecam_for(windows, address) {
+                        e.write(address, offset, value);
+                    }
+                }
                 ConfigAccess::Port(p) => p.write(address, offset, value),
             }
         }
@@ -76,6 +93,8 @@ pub struct Pci {
     pub access: ConfigAccess,
     pub mechanism: &'static str,
     pub functions: Vec<PciFunction>,
+    /// Every root bus that has a function, as (segment, bus), in order.
+    pub roots: Vec<(u16, u8)>,
 }
 
 static PCI: spin::Once<Pci> = spin::Once::new();
@@ -85,43 +104,112 @@ pub fn get() -> Option<&'static Pci> {
     PCI.get()
 }
 
-/// Sets up configuration access and enumerates segment 0.
+/// Sets up configuration access and enumerates every segment of the MCFG
+/// (segment 0 through ports 0xCF8/0xCFC without one) and every root bus in
+/// each: a server has one per socket or I/O stack, and its RAID card and
+/// NVMe drives are mostly not under bus 00. Only bus 00's tree of segment 0
+/// is laid out by baremq (qboot assigns nothing); elsewhere the firmware's
+/// assignments are kept, and what the firmware left unassigned is refused.
 pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
-    let window = mcfg.and_then(|m| m.windows.iter().find(|w| w.segment == 0).copied());
-    let (access, mechanism, buses) = match window {
-        Some(w) => {
-            let base = memory::map_mmio(w.region_base(), w.region_len())?;
-            // SAFETY: the ECAM window is now an uncached identity mapping of
-            // `region_len` bytes that nothing else references.
-            let mmio = unsafe { VolatileMmio::new(base, w.region_len() as usize) };
-            (
-                ConfigAccess::Ecam(EcamAccess::new(mmio, w)?),
-                "ECAM (MCFG)",
-                w.bus_start..=w.bus_end,
-            )
+    let mut ecam = Vec::new();
+    let mut ecam_end = 0;
+    for w in mcfg.map(|m| m.windows.as_slice()).unwrap_or(&[]) {
+        match memory::map_mmio(w.region_base(), w.region_len()) {
+            Ok(base) => {
+                // SAFETY: the ECAM window is now an uncached identity mapping of
+                // `region_len` bytes that nothing else references.
+                let mmio = unsafe { VolatileMmio::new(base, w.region_len() as usize) };
+                ecam.push(EcamAccess::new(mmio, *w)?);
+                if w.segment == 0 && w.region_base() < MMIO_WINDOW_END {
+                    ecam_end = ecam_end.max(w.region_base() + w.region_len());
+                }
+            }
+            // One window out of reach must not hide the others.
+            Err(e) => log::warn!(
+                "pci: segment {:04x} buses {:02x}-{:02x}: ECAM at {:#x} not mapped ({e}); not scanned",
+                w.segment,
+                w.bus_start,
+                w.bus_end,
+                w.region_base()
+            ),
         }
-        None => (
+    }
+    // (segment, buses) to scan: one range per segment, spanning its windows.
+    let mut segments: Vec<(u16, core::ops::RangeInclusive<u8>)> = Vec::new();
+    for w in ecam.iter().map(|e| *e.window()) {
+        match segments.iter_mut().find(|(s, _)| *s == w.segment) {
+            Some((_, r)) => *r = (*r.start()).min(w.bus_start)..=(*r.end()).max(w.bus_end),
+            None => segments.push((w.segment, w.bus_start..=w.bus_end)),
+        }
+    }
+    segments.sort_by_key(|(s, _)| *s);
+    let (access, mechanism) = if ecam.is_empty() {
+        if mcfg.is_some_and(|m| !m.windows.is_empty()) {
+            log::warn!("pci: no MCFG window could be mapped; using port I/O 0xCF8 (segment 0 only)");
+        }
+        segments = alloc::vec![(0, 0..=255)];
+        (
             ConfigAccess::Port(PortConfig {
                 lock: spin::Mutex::new(()),
             }),
             "port I/O 0xCF8",
-            0..=255,
-        ),
+        )
+    } else {
+        (ConfigAccess::Ecam(ecam), "ECAM (MCFG)")
     };
     // Give every function the firmware left unassigned (qboot assigns nothing) its bus numbers,
     // bridge windows and BARs, behind bridges too; a function whose BARs cannot be placed is
-    // refused here and never matched by a driver.
-    let ecam_end = window.map(|w| w.region_base() + w.region_len()).unwrap_or(0);
+    // refused here and never matched by a driver. Only segment 0's first root bus: its bus
+    // numbers stay below the next root bus, which belongs to another host bridge.
+    let laid_out = match segments.iter().find(|(s, _)| *s == 0) {
+        Some((_, buses)) => {
+            let roots = platform::pci::find_root_buses(&access, 0, buses.clone())?;
+            let root = roots.first().copied().unwrap_or(*buses.start());
+            let next_root = roots.iter().copied().find(|&r| r > root);
+            let end = next_root.map_or(*buses.end(), |r| r - 1);
+            assign_bus0_tree(&access, root..=end, ecam_end)?;
+            Some((0, root))
+        }
+        None => None,
+    };
+    let mut functions = Vec::new();
+    for (segment, buses) in &segments {
+        functions.extend(platform::pci::enumerate(
+            &access,
+            *segment,
+            buses.clone(),
+            ScanMode::EveryRoot,
+        )?);
+    }
+    if let Some(plan) = ASSIGNMENT.get() {
+        plan.mark_refused(&mut functions);
+    }
+    platform::pci::refuse_outside_laid_out_tree(&mut functions, laid_out);
+    let roots = platform::pci::root_buses(&functions);
+    Ok(PCI.call_once(|| Pci {
+        access,
+        mechanism,
+        functions,
+        roots,
+    }))
+}
+
+/// The plan [`assign_bus0_tree`] applied (its refusals are copied into the listing).
+static ASSIGNMENT: spin::Once<platform::pci::ResourcePlan> = spin::Once::new();
+
+/// Lays out bus 00's tree of segment 0 (`buses`: its root and the bus numbers
+/// it may use) in the 32-bit PCI hole above RAM and the ECAM window (`ecam_end`).
+fn assign_bus0_tree(access: &ConfigAccess, buses: core::ops::RangeInclusive<u8>, ecam_end: u64) -> Result<(), Error> {
     let hole_start = crate::arch::memory::ram_top_below_4g()
         .max(MMIO_WINDOW_FLOOR)
         .max(ecam_end);
     let plan = platform::pci::assign_resources(
-        &access,
+        access,
         0,
         &platform::pci::ResourceWindows {
             memory: hole_start..MMIO_WINDOW_END,
             io: Some(IO_WINDOW),
-            buses: buses.clone(),
+            buses,
         },
     )?;
     for r in &plan.refused {
@@ -151,13 +239,8 @@ pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
             b.size
         );
     }
-    let mut functions = platform::pci::enumerate(&access, 0, buses, ScanMode::FollowBridges)?;
-    plan.mark_refused(&mut functions);
-    Ok(PCI.call_once(|| Pci {
-        access,
-        mechanism,
-        functions,
-    }))
+    ASSIGNMENT.call_once(|| plan);
+    Ok(())
 }
 
 /// Where baremq places BARs the firmware left unassigned (qboot assigns
