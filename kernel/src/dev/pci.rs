@@ -302,6 +302,16 @@ pub fn take_out_of_service(
     }
 }
 
+/// `address` as the block layer's stable device names spell it.
+pub fn location(address: PciAddress) -> blk::names::PciLocation {
+    blk::names::PciLocation {
+        segment: address.segment(),
+        bus: address.bus(),
+        device: address.device(),
+        function: address.function(),
+    }
+}
+
 /// Functions matching `vendor:device`.
 pub fn find(vendor: u16, device: u16) -> impl Iterator<Item = &'static PciFunction> {
     get().into_iter().flat_map(move |p| {
