@@ -528,7 +528,14 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
         // A job may name its device by a stable alias (`blk::names`); the planner knows the
         // primary names.
         let mut spec = spec.clone();
-        if let Some(d) = spec.device.as_deref().and_then(block::find) {
+        if let Some(name) = &spec.device {
+            let d = block::find(name).ok_or_else(|| {
+                alloc::format!(
+                    "job {:?}: no device named {name:?} (available: {})",
+                    spec.name,
+                    block::names_and_aliases()
+                )
+            })?;
             spec.device = Some(d.facts().name.clone());
         }
         let mut plan = workload::plan_job(&spec, &infos, &online).map_err(|e| e.to_string())?;

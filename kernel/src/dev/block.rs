@@ -359,6 +359,24 @@ pub fn find(name: &str) -> Option<&'static dyn BlockDevice> {
         .map(|(_, d)| *d)
 }
 
+/// Every device's name with its aliases, for messages: `nvme0n1 (also nvme-pci-0000:41:00.0-ns1), md0`.
+pub fn names_and_aliases() -> String {
+    let mut text = String::new();
+    for (i, d) in devices().iter().enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(&d.facts().name);
+        let aliases = aliases_of(i);
+        if !aliases.is_empty() {
+            text.push_str(" (also ");
+            text.push_str(&aliases.join(" "));
+            text.push(')');
+        }
+    }
+    text
+}
+
 /// Prints the device table.
 pub fn report() {
     let devs = devices();
