@@ -74,8 +74,10 @@ fn read_head(dev: &'static dyn BlockDevice) -> Result<alloc::vec::Vec<u8>, Strin
 /// Waits for the completion of the request in done-board slot 0 of `cpu`.
 fn wait_for_slot0(dev: &'static dyn BlockDevice, cpu: usize) -> Result<Status, String> {
     let deadline = time::now_ns() + READ_TIMEOUT_NS;
+    // A device without interrupts (`megasas.irq=poll`, `nvme.irq=poll`, null) completes only when polled.
+    let polled = dev.facts().irq_vectors.is_empty() || dev.policies().0 == CompletionPolicy::Poll;
     loop {
-        if dev.policies().0 == CompletionPolicy::Poll || dev.polling_window(cpu) {
+        if polled || dev.polling_window(cpu) {
             dev.poll(cpu);
         }
         let mut status = None;

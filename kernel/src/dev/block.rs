@@ -322,6 +322,9 @@ static ALIASES: spin::Once<Vec<Vec<String>>> = spin::Once::new();
 /// claimed by two devices (two drives with one serial) is dropped from both, with a warning.
 pub fn seal() -> &'static [&'static dyn BlockDevice] {
     irq::register_fn(irq::VECTOR_BLK_COMPLETE, "blk-complete", on_completion_ipi);
+    // The done board exists before the first request: a completion interrupt that found its
+    // creation under way on the same CPU would spin in `call_once` for ever.
+    let _ = done_board();
     let list = FROZEN_LIST.call_once(|| core::mem::take(&mut *DEVICES.lock()));
     ALIASES.call_once(|| {
         let mut named: Vec<(String, Vec<String>)> = list
