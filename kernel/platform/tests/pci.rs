@@ -1030,3 +1030,64 @@ fn listing_shows_segment_root_and_refusal() {
         "{text}"
     );
 }
+
+#[test]
+fn ecam_windows_route_each_segment_and_bus_to_its_window() {
+    // Segment 0 split in two windows (buses 0-1 and 0x40-0x41), segment 1 in one (0x20-0x20),
+    // and a later window overlapping segment 0's first one (never used: the first wins).
+    let window = |base: u64, segment: u16, bus_start: u8, bus_end: u8| EcamWindow {
+        base,
+        segment,
+        bus_start,
+        bus_end,
+    };
+    let low = window(0xB000_0000, 0, 0, 1);
+    let high = window(0xC000_0000, 0, 0x40, 0x41);
+    let other = window(0xD000_0000, 1, 0x20, 0x20);
+    let shadow = window(0xE000_0000, 0, 0, 0);
+    let mmio: Vec<FakeMmio> = [low, high, other, shadow]
+        .iter()
+        .map(|w| FakeMmio::new(w.region_len() as usize))
+        .collect();
+    let windows = EcamWindows::new(vec![
+        EcamAccess::new(&mmio[0], low).unwrap(),
+        EcamAccess::new(&mmio[1], high).unwrap(),
+        EcamAccess::new(&mmio[2], other).unwrap(),
+        EcamAccess::new(&mmio[3], shadow).unwrap(),
+    ]);
+    assert_eq!(windows.segments(), [(0, 0..=0x41), (1, 0x20..=0x20)]);
+    // SAFETY: the fakes accept any in-window offset; out-of-window accesses are dropped.
+    unsafe {
+        windows.write(PciAddress::new(0, 0, 0, 0), 0x00, 0x1111);
+        windows.write(PciAddress::new(0, 0x41, 0, 0), 0x00, 0x2222);
+        windows.write(PciAddress::new(1, 0x20, 3, 0), 0x04, 0x3333);
+        windows.write(PciAddress::new(1, 0x21, 0, 0), 0x00, 0x4444);
+        windows.write(PciAddress::new(2, 0, 0, 0), 0x00, 0x5555);
+    }
+    assert_eq!(*mmio[0].writes.borrow(), [(0, 0x1111)]);
+    assert_eq!(
+        *mmio[1].writes.borrow(),
+        [(1 << 20, 0x2222)],
+        "bus 0x41 is the window's second bus"
+    );
+    assert_eq!(*mmio[2].writes.borrow(), [((3 << 15) | 4, 0x3333)]);
+    assert!(
+        mmio[3].writes.borrow().is_empty(),
+        "an overlapping later window is never used"
+    );
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(windows.read(PciAddress::new(0, 0x41, 0, 0), 0), 0x2222);
+        assert_eq!(
+            windows.read(PciAddress::new(0, 0x20, 0, 0), 0),
+            u32::MAX,
+            "a bus in no window"
+        );
+        assert_eq!(windows.read(PciAddress::new(1, 0x20, 3, 0), 4), 0x3333);
+        assert_eq!(
+            windows.read(PciAddress::new(3, 0, 0, 0), 0),
+            u32::MAX,
+            "a segment in no window"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use crate::error::Error;
 use alloc::vec::Vec;
 use platform::acpi::Mcfg;
 use platform::mmio::VolatileMmio;
-use platform::pci::{ConfigRegionAccess, EcamAccess, PciAddress, PciFunction, ScanMode};
+use platform::pci::{ConfigRegionAccess, EcamAccess, EcamWindows, PciAddress, PciFunction, ScanMode};
 use x86_64::instructions::port::Port;
 
 /// Legacy configuration mechanism #1.
@@ -45,19 +45,9 @@ impl ConfigRegionAccess for PortConfig {
 
 /// The configuration access in use.
 pub enum ConfigAccess {
-    /// Every mapped MCFG window (every segment); an access goes to the first
-    /// window that decodes its segment and bus.
-    Ecam(Vec<EcamAccess<VolatileMmio>>),
+    /// Every mapped MCFG window (every segment).
+    Ecam(EcamWindows<VolatileMmio>),
     Port(PortConfig),
-}
-
-impl ConfigAccess {
-    fn ecam_for(windows: &[EcamAccess<VolatileMmio>], address: PciAddress) -> Option<&EcamAccess<VolatileMmio>> {
-        windows.iter().find(|e| {
-            let w = e.window();
-            w.segment == address.segment() && (w.bus_start..=w.bus_end).contains(&address.bus())
-        })
-    }
 }
 
 impl ConfigRegionAccess for ConfigAccess {
@@ -65,9 +55,7 @@ impl ConfigRegionAccess for ConfigAccess {
         // SAFETY: forwarded contract.
         unsafe {
             match self {
-                ConfigAccess::Ecam(windows) => {
-                    Self::ecam_for(windows, address).map_or(u32::MAX, |e| e.read(address, offset))
-                }
+                ConfigAccess::Ecam(e) => e.read(address, offset),
                 ConfigAccess::Port(p) => p.read(address, offset),
             }
         }
@@ -77,11 +65,7 @@ impl ConfigRegionAccess for ConfigAccess {
         // SAFETY: forwarded contract.
         unsafe {
             match self {
-                ConfigAccess::Ecam(windows) => {
-                    if let Some(e) = Self::ecam_for(windows, address) {
-                        e.write(address, offset, value);
-                    }
-                }
+                ConfigAccess::Ecam(e) => e.write(address, offset, value),
                 ConfigAccess::Port(p) => p.write(address, offset, value),
             }
         }
@@ -134,28 +118,21 @@ pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
             ),
         }
     }
-    // (segment, buses) to scan: one range per segment, spanning its windows.
-    let mut segments: Vec<(u16, core::ops::RangeInclusive<u8>)> = Vec::new();
-    for w in ecam.iter().map(|e| *e.window()) {
-        match segments.iter_mut().find(|(s, _)| *s == w.segment) {
-            Some((_, r)) => *r = (*r.start()).min(w.bus_start)..=(*r.end()).max(w.bus_end),
-            None => segments.push((w.segment, w.bus_start..=w.bus_end)),
-        }
-    }
-    segments.sort_by_key(|(s, _)| *s);
-    let (access, mechanism) = if ecam.is_empty() {
+    let ecam = EcamWindows::new(ecam);
+    let (access, mechanism, segments) = if ecam.is_empty() {
         if mcfg.is_some_and(|m| !m.windows.is_empty()) {
             log::warn!("pci: no MCFG window could be mapped; using port I/O 0xCF8 (segment 0 only)");
         }
-        segments = alloc::vec![(0, 0..=255)];
         (
             ConfigAccess::Port(PortConfig {
                 lock: spin::Mutex::new(()),
             }),
             "port I/O 0xCF8",
+            alloc::vec![(0, 0..=255)],
         )
     } else {
-        (ConfigAccess::Ecam(ecam), "ECAM (MCFG)")
+        let segments = ecam.segments();
+        (ConfigAccess::Ecam(ecam), "ECAM (MCFG)", segments)
     };
     // Give every function the firmware left unassigned (qboot assigns nothing) its bus numbers,
     // bridge windows and BARs, behind bridges too; a function whose BARs cannot be placed is

@@ -33,7 +33,7 @@ pub use caps::{
 };
 pub use config::{COMMAND, ConfigSpace, INTERRUPT_LINE, STATUS_CAPABILITY_LIST};
 pub use display::{PciListing, class_name};
-pub use ecam::{EcamAccess, ecam_offset, legacy_config_address};
+pub use ecam::{EcamAccess, EcamWindows, ecam_offset, legacy_config_address};
 pub use enumerate::{
     HeaderKind, PciFunction, ScanMode, enumerate, find_root_buses, read_function, refuse_outside_laid_out_tree,
     root_buses,
