@@ -927,6 +927,19 @@ fn a_bus_behind_a_bridge_of_bus_0_is_not_a_root() {
     assert_eq!(find_root_buses(&config, 0, 0..=255).unwrap(), [0x00, 0x40, 0x80]);
     // Only the range given is scanned.
     assert_eq!(find_root_buses(&config, 0, 0x41..=0x7F).unwrap(), [0x41]);
+    // A bridge at function 3 of a multi-function device under root 40 leads to bus 50.
+    config.add(
+        0x40,
+        2,
+        0,
+        FakeFunction::endpoint(INTEL, 0x2020, 0x08, 0x80).multifunction(),
+    );
+    config.add(0x40, 2, 3, FakeFunction::bridge(REDHAT, 0x000C, 0x40, 0x50, 0x50));
+    config.add(0x50, 0, 0, FakeFunction::endpoint(QEMU, 0x11E8, 0x00, 0xFF));
+    assert_eq!(find_root_buses(&config, 0, 0..=255).unwrap(), [0x00, 0x40, 0x80]);
+    let functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    assert_eq!(find(&functions, addr(0x50, 0, 0)).root_bus, 0x40);
+    assert_eq!(root_buses(&functions), [(0, 0x00), (0, 0x40), (0, 0x80)]);
 }
 
 #[test]

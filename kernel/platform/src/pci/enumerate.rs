@@ -354,17 +354,19 @@ pub fn find_root_buses<A: ConfigRegionAccess + ?Sized>(
         let mut answered = false;
         while let Some(bus) = pending.pop() {
             for device in 0..32u8 {
+                // Function 0 says whether functions 1-7 exist (the multi-function bit).
                 let mut function_count = 1;
-                let mut function = 0;
-                while function < function_count {
+                for function in 0..8u8 {
+                    if function >= function_count {
+                        break;
+                    }
                     let cfg = ConfigSpace::new(access, PciAddress::new(segment, bus, device, function));
-                    function += 1;
                     if is_absent(cfg.read32(0x00)?) {
                         continue;
                     }
                     answered = true;
                     let header_type = cfg.read8(0x0E)?;
-                    if function == 1 && header_type & 0x80 != 0 {
+                    if function == 0 && header_type & 0x80 != 0 {
                         function_count = 8;
                     }
                     if header_type & 0x7F == 1 {
