@@ -125,6 +125,9 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     match dev::pci::init(fw.mcfg.as_ref()) {
         Ok(p) => {
             kprintln!("pci: {} functions via {}", p.functions.len(), p.mechanism);
+            let roots: alloc::vec::Vec<alloc::string::String> =
+                p.roots.iter().map(|(s, b)| alloc::format!("{s:04x}:{b:02x}")).collect();
+            kprintln!("pci: root buses: {}", roots.join(" "));
             kprintln!("{}", platform::pci::PciListing(&p.functions));
         }
         Err(e) => exit::failure(format_args!("PCI: {e}")),

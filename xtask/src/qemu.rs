@@ -204,15 +204,39 @@ pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -
 }
 
 /// Creates a fresh disk image (sparse raw file, or qcow2 through qemu-img).
+/// Sector 0 of a disk of `bytes` with an MBR partition table (what `sfdisk` writes for one Linux
+/// partition): one entry, type 0x83, from sector 2048 to the end (at least one sector), and the
+/// 0x55AA boot signature. The kernel must refuse write jobs on such a disk unless told `destroy=1`.
+pub fn mbr_sector(bytes: u64) -> [u8; 512] {
+    let mut sector = [0u8; 512];
+    let sectors = u32::try_from(bytes / 512).unwrap_or(u32::MAX);
+    let start = 2048u32.min(sectors.saturating_sub(1)).max(1);
+    let length = sectors.saturating_sub(start).max(1);
+    let entry = &mut sector[446..462];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&start.to_le_bytes());
+    entry[12..16].copy_from_slice(&length.to_le_bytes());
+    sector[510] = 0x55;
+    sector[511] = 0xAA;
+    sector
+}
+
 pub fn create_image(path: &Path, bytes: u64, format: &str) -> Result<(), String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
     let _ = std::fs::remove_file(path);
     match format {
-        "raw" => {
+        "raw" | "mbr" => {
             let f = std::fs::File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-            f.set_len(bytes).map_err(|e| format!("sizing {}: {e}", path.display()))
+            f.set_len(bytes)
+                .map_err(|e| format!("sizing {}: {e}", path.display()))?;
+            if format == "mbr" {
+                use std::os::unix::fs::FileExt;
+                f.write_all_at(&mbr_sector(bytes), 0)
+                    .map_err(|e| format!("writing the MBR of {}: {e}", path.display()))?;
+            }
+            Ok(())
         }
         _ => {
             let status = Command::new("qemu-img")
@@ -232,5 +256,25 @@ pub fn create_image(path: &Path, bytes: u64, format: &str) -> Result<(), String>
                 Err(format!("qemu-img create failed for {}", path.display()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mbr_sector;
+
+    #[test]
+    fn mbr_image_sector_holds_one_linux_partition_to_the_end() {
+        let sector = mbr_sector(64 << 20);
+        assert_eq!(&sector[510..], &[0x55, 0xAA]);
+        let entry = &sector[446..462];
+        assert_eq!((entry[0], entry[4]), (0x00, 0x83));
+        assert_eq!(u32::from_le_bytes(entry[8..12].try_into().unwrap()), 2048);
+        assert_eq!(u32::from_le_bytes(entry[12..16].try_into().unwrap()), 131_072 - 2048);
+        assert!(sector[462..510].iter().all(|&b| b == 0), "one entry only");
+        // A disk too small for sector 2048 still gets a non-empty entry inside it.
+        let tiny = mbr_sector(4096);
+        assert_eq!(u32::from_le_bytes(tiny[454..458].try_into().unwrap()), 7);
+        assert_eq!(u32::from_le_bytes(tiny[458..462].try_into().unwrap()), 1);
     }
 }

@@ -103,7 +103,7 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
         let path = dir.join(format!(
             "{}.{}",
             img.name,
-            if img.format == "raw" { "img" } else { "qcow2" }
+            if img.format == "qcow2" { "qcow2" } else { "img" }
         ));
         if let Err(e) = qemu::create_image(&path, img.bytes, &img.format) {
             return Verdict::Fail(e);

@@ -14,7 +14,7 @@
 //! | `absent` | text that must not appear (repeatable); one shaped like a counter (`name=0`, a per-CPU row `name   0`, an interrupt row ` 0xVV:   0`) fails the boot when the output never shows that counter or row, since it could never fire |
 //! | `fewer` | `A < B`: in every `BAREMQ-JSON:` job report (at least one), kernel counter A's job total is below B's (e.g. `device_irqs_all_cpus < completed`); a counter missing from a report fails (repeatable) |
 //! | `json` | `consistent`: every `BAREMQ-JSON:` job report must parse, carry every field, and agree with itself (see [`check_json_reports`]) |
-//! | `image` | `NAME SIZE [raw\|qcow2]`: a fresh disk image made before the first boot |
+//! | `image` | `NAME SIZE [raw\|qcow2\|mbr]`: a fresh disk image made before the first boot (`mbr`: raw, with an MBR partition table of one Linux partition in sector 0) |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
@@ -252,13 +252,13 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 let (name, size, format) = match parts.as_slice() {
                     [n, s] => (*n, *s, "raw"),
                     [n, s, f] => (*n, *s, *f),
-                    _ => return Err(err(lineno, format!("image '{value}': use NAME SIZE [raw|qcow2]"))),
+                    _ => return Err(err(lineno, format!("image '{value}': use NAME SIZE [raw|qcow2|mbr]"))),
                 };
                 let bytes = parse_size(size)
                     .filter(|b| *b > 0)
                     .ok_or_else(|| err(lineno, format!("image size '{size}' is not a size like 64M or 8G")))?;
-                if format != "raw" && format != "qcow2" {
-                    return Err(err(lineno, format!("image format '{format}': use raw or qcow2")));
+                if !["raw", "qcow2", "mbr"].contains(&format) {
+                    return Err(err(lineno, format!("image format '{format}': use raw, qcow2 or mbr")));
                 }
                 sc.images.push(Image {
                     name: name.to_string(),

@@ -224,6 +224,12 @@ pub enum Error {
     BusNumbersExhausted { bridge: PciAddress },
     /// The function sits behind a bridge that was refused.
     BehindRefusedBridge { address: PciAddress, bridge: PciAddress },
+    /// A memory BAR the firmware left unassigned under a root bus other than
+    /// the one baremq lays out: only the firmware knows what that host bridge routes.
+    UnassignedUnderOtherRoot { address: PciAddress, slot: u8, root: u8 },
+    /// A bridge under a root bus other than the one baremq lays out has no
+    /// (or impossible) bus numbers: nothing behind it can be reached.
+    BridgeNotNumberedUnderOtherRoot { bridge: PciAddress, root: u8 },
     /// A BAR index the header type does not have.
     BarIndex { address: PciAddress, slot: u8, count: u8 },
     /// A capability pointer below 0x40 (inside the standard header) or above 0xFC.
@@ -449,6 +455,14 @@ impl fmt::Display for Error {
             BehindRefusedBridge { address, bridge } => {
                 write!(f, "{address}: behind refused bridge {bridge}")
             }
+            UnassignedUnderOtherRoot { address, slot, root } => write!(
+                f,
+                "{address}: BAR{slot} is unassigned under root bus {root:02x}, whose windows only the firmware knows; not probed"
+            ),
+            BridgeNotNumberedUnderOtherRoot { bridge, root } => write!(
+                f,
+                "bridge {bridge} under root bus {root:02x} has no bus numbers from the firmware; nothing behind it is scanned"
+            ),
             BarIndex { address, slot, count } => {
                 write!(f, "{address}: BAR{slot} does not exist, this header has {count} BARs")
             }

@@ -301,7 +301,7 @@ impl ConfigRegionAccess for FuzzConfig {
 /// MSI / MSI-X, the listing and the interrupt-mode choice.
 pub fn pci_config(data: &[u8]) {
     let config = FuzzConfig::decode(data);
-    for mode in [ScanMode::FollowBridges, ScanMode::AllBuses] {
+    for mode in [ScanMode::FollowBridges, ScanMode::AllBuses, ScanMode::EveryRoot] {
         let Ok(functions) = enumerate(&config, 0, 0..=7, mode) else {
             panic!("enumeration failed on standard-space offsets");
         };

@@ -457,10 +457,22 @@ fn mcfg_windows_parse_and_malformed_ones_are_rejected() {
         }
     );
 
-    let many: Vec<_> = (0..9u16).map(|segment| (0xB000_0000, segment, 0, 0)).collect();
+    // A server lists a window per segment or root complex: more than the old cap of 8 parse.
+    let many: Vec<_> = (0..24u16)
+        .map(|segment| (0x30_0000_0000 + (u64::from(segment) << 28), segment, 0, 0xFF))
+        .collect();
+    let parsed = mcfg_from(sdt(b"MCFG", 1, &mcfg_body(&many))).unwrap();
+    assert_eq!(parsed.windows.len(), 24);
+    assert_eq!(parsed.windows[23].segment, 23);
+    assert_eq!(parsed.windows[23].base, 0x30_0000_0000 + (23 << 28));
+    let too_many: Vec<_> = (0..=platform::acpi::MAX_ECAM_WINDOWS as u16)
+        .map(|segment| (0xB000_0000, segment, 0, 0))
+        .collect();
     assert_eq!(
-        mcfg_from(sdt(b"MCFG", 1, &mcfg_body(&many))).unwrap_err(),
-        Error::McfgCapacity { capacity: 8 }
+        mcfg_from(sdt(b"MCFG", 1, &mcfg_body(&too_many))).unwrap_err(),
+        Error::McfgCapacity {
+            capacity: platform::acpi::MAX_ECAM_WINDOWS
+        }
     );
 
     assert!(matches!(

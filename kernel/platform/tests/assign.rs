@@ -458,3 +458,128 @@ fn everything_behind_a_refused_bridge_is_refused() {
     );
     assert!(plan.bars.is_empty());
 }
+
+/// A root port as server firmware leaves one that only routes prefetchable
+/// memory: bus numbers 1/1, memory window closed, 64-bit prefetchable window
+/// 0x38_0000_0000..=0x38_001F_FFFF open, decoding on.
+fn prefetch_only_port() -> FakeFunction {
+    let mut bridge = port(1, 1).command(0x0007);
+    bridge.regs[6] = 0x0001_0100;
+    bridge.regs[8] = 0x0000_FFF0;
+    bridge.regs[9] = 0x0011_0001;
+    bridge.regs[10] = 0x38;
+    bridge.regs[11] = 0x38;
+    bridge
+}
+
+#[test]
+fn a_root_port_with_only_a_prefetchable_window_is_kept_not_owned() {
+    let config = FakeConfig::new();
+    config.add(0, 1, 0, prefetch_only_port());
+    config.add(
+        1,
+        0,
+        0,
+        FakeFunction::endpoint(0x1B36, 0x0010, 0x01, 0x08).bar_mem64(0, 0x38_0000_0000, 0x4000, true),
+    );
+    // An endpoint behind it the firmware left unassigned cannot be placed there.
+    config.add(
+        1,
+        1,
+        0,
+        FakeFunction::endpoint(0x1000, 0x0078, 0x01, 0x04).bar_mem32(0, 0, 0x4000, false),
+    );
+    let routed = Routed(&config);
+    let before: Vec<u32> = (0x18..0x30)
+        .step_by(4)
+        .map(|offset| config.reg(addr(0, 1, 0), offset))
+        .collect();
+
+    let plan = assign_resources(&routed, 0, &windows()).unwrap();
+    assert!(!plan.bridges[0].owned, "{plan:#x?}");
+    let after: Vec<u32> = (0x18..0x30)
+        .step_by(4)
+        .map(|offset| config.reg(addr(0, 1, 0), offset))
+        .collect();
+    assert_eq!(after, before, "bus numbers and windows untouched");
+    assert_eq!(
+        config.reg(addr(1, 0, 0), 0x10),
+        0x0000_000C,
+        "firmware's 64-bit BAR kept above 4 GiB"
+    );
+    assert_eq!(config.reg(addr(1, 0, 0), 0x14), 0x38);
+    assert_eq!(
+        plan.refused,
+        [Refusal {
+            function: addr(1, 1, 0),
+            reason: Error::UnassignedBehindFirmwareWindow {
+                address: addr(1, 1, 0),
+                slot: 0,
+                bridge: addr(0, 1, 0),
+            }
+        }]
+    );
+}
+
+#[test]
+fn root_bus_prefetchable_windows_are_kept_clear() {
+    let config = FakeConfig::new();
+    // A 32-bit prefetchable window at the bottom of the hole: 0xC000_0000..=0xC0FF_FFFF.
+    let mut bridge = prefetch_only_port();
+    bridge.regs[9] = 0xC0F0_C000;
+    bridge.regs[10] = 0;
+    bridge.regs[11] = 0;
+    config.add(0, 1, 0, bridge);
+    config.add(
+        0,
+        2,
+        0,
+        FakeFunction::endpoint(0x1234, 0x11E8, 0x00, 0xFF).bar_mem32(0, 0, 0x10_0000, false),
+    );
+    let routed = Routed(&config);
+    let plan = assign_resources(&routed, 0, &windows()).unwrap();
+    assert!(!plan.bridges[0].owned);
+    let placed = plan.bars.iter().find(|bar| bar.function == addr(0, 2, 0)).unwrap();
+    assert!(
+        placed.address >= 0xC100_0000,
+        "BAR at {:#x} inside the firmware's prefetchable window",
+        placed.address
+    );
+    assert!(contains(&HOLE, &(placed.address..placed.address + placed.size)));
+}
+
+#[test]
+fn host_bridges_keep_decoding_while_their_bars_are_sized() {
+    let config = FakeConfig::new();
+    config.add(
+        0,
+        0,
+        0,
+        FakeFunction::endpoint(0x8086, 0x29C0, 0x06, 0x00)
+            .command(0x0006)
+            .bar_mem32(0, 0xFED1_0000, 0x4000, false),
+    );
+    config.add(
+        0,
+        1,
+        0,
+        FakeFunction::endpoint(0x1234, 0x1111, 0x03, 0x00)
+            .command(0x0003)
+            .bar_mem32(0, 0xFD00_0000, 0x100_0000, true),
+    );
+    let functions = enumerate(&config, 0, 0..=0, ScanMode::FollowBridges).unwrap();
+    assert_eq!(functions[0].bar(0).map(|bar| bar.size), Some(0x4000));
+    assert_eq!(functions[1].bar(0).map(|bar| bar.size), Some(0x100_0000));
+    // The host bridge's six BAR dwords were probed with decoding on (its command
+    // register never written); the other function's with decoding off, and restored.
+    assert_eq!(config.probes_with_decode_on.get(), 6);
+    assert!(
+        !config
+            .writes
+            .borrow()
+            .iter()
+            .any(|&(address, offset, _)| address == addr(0, 0, 0) && offset == 0x04),
+        "host bridge command register written"
+    );
+    assert_eq!(config.reg(addr(0, 1, 0), 0x04) & 0x3, 0x3, "decoding restored");
+}

@@ -852,3 +852,255 @@ fn bar_whose_end_passes_the_address_space_is_refused() {
         }]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every root bus (servers: one host bridge per socket or I/O stack)
+
+const NVME_ID: u16 = 0x0010;
+const REDHAT: u16 = 0x1B36;
+
+/// A two-socket-like segment 0: root bus 00 holds only a host bridge; root
+/// bus 40 (a second host bridge, or QEMU's pxb-pcie) has a root port with
+/// an NVMe controller behind it, assigned by the firmware; root bus 80 has a
+/// controller whose BAR the firmware left unassigned and a root port with no
+/// bus numbers (what qboot leaves behind a pxb-pcie).
+fn two_socket_like() -> FakeConfig {
+    let config = FakeConfig::new();
+    config.add(0, 0, 0, FakeFunction::endpoint(INTEL, 0x29C0, 0x06, 0x00));
+    config.add(0x40, 0, 0, FakeFunction::bridge(REDHAT, 0x000C, 0x40, 0x41, 0x41));
+    config.add(
+        0x41,
+        0,
+        0,
+        FakeFunction::endpoint(REDHAT, NVME_ID, 0x01, 0x08)
+            .prog_if(0x02)
+            .bar_mem64(0, 0x38_0000_0000, 16 << 10, false),
+    );
+    config.add(
+        0x80,
+        0,
+        0,
+        FakeFunction::endpoint(LSI, 0x005D, 0x01, 0x04).bar_mem64(0, 0, 1 << 20, false),
+    );
+    config.add(0x80, 1, 0, FakeFunction::bridge(REDHAT, 0x000C, 0, 0, 0));
+    config
+}
+
+#[test]
+fn following_bridges_from_bus_0_misses_the_other_root_buses() {
+    let functions = enumerate(&two_socket_like(), 0, 0..=255, ScanMode::FollowBridges).unwrap();
+    assert_eq!(functions.len(), 1, "only the host bridge of bus 00");
+}
+
+#[test]
+fn every_root_finds_devices_under_each_root_bus_and_marks_the_root() {
+    let config = two_socket_like();
+    let functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    let found: Vec<(String, u8)> = functions
+        .iter()
+        .map(|function| (function.address.to_string(), function.root_bus))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("0000:00:00.0".to_string(), 0x00),
+            ("0000:40:00.0".to_string(), 0x40),
+            ("0000:41:00.0".to_string(), 0x40),
+            ("0000:80:00.0".to_string(), 0x80),
+            ("0000:80:01.0".to_string(), 0x80),
+        ]
+    );
+    // Bus 41 is reached through the root port: it is not a root of its own.
+    assert_eq!(root_buses(&functions), [(0, 0x00), (0, 0x40), (0, 0x80)]);
+    assert_eq!(find_root_buses(&config, 0, 0..=255).unwrap(), [0x00, 0x40, 0x80]);
+    let nvme = find(&functions, addr(0x41, 0, 0));
+    assert_eq!(nvme.bar(0).map(|bar| bar.address), Some(0x38_0000_0000));
+}
+
+#[test]
+fn a_bus_behind_a_bridge_of_bus_0_is_not_a_root() {
+    let config = two_socket_like();
+    config.add(0, 3, 0, FakeFunction::bridge(REDHAT, 0x000C, 0, 1, 2));
+    config.add(1, 0, 0, FakeFunction::endpoint(QEMU, 0x11E8, 0x00, 0xFF));
+    let functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    assert_eq!(find(&functions, addr(1, 0, 0)).root_bus, 0);
+    assert_eq!(find_root_buses(&config, 0, 0..=255).unwrap(), [0x00, 0x40, 0x80]);
+    // Only the range given is scanned.
+    assert_eq!(find_root_buses(&config, 0, 0x41..=0x7F).unwrap(), [0x41]);
+    // A bridge at function 3 of a multi-function device under root 40 leads to bus 50.
+    config.add(
+        0x40,
+        2,
+        0,
+        FakeFunction::endpoint(INTEL, 0x2020, 0x08, 0x80).multifunction(),
+    );
+    config.add(0x40, 2, 3, FakeFunction::bridge(REDHAT, 0x000C, 0x40, 0x50, 0x50));
+    config.add(0x50, 0, 0, FakeFunction::endpoint(QEMU, 0x11E8, 0x00, 0xFF));
+    assert_eq!(find_root_buses(&config, 0, 0..=255).unwrap(), [0x00, 0x40, 0x80]);
+    let functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    assert_eq!(find(&functions, addr(0x50, 0, 0)).root_bus, 0x40);
+    assert_eq!(root_buses(&functions), [(0, 0x00), (0, 0x40), (0, 0x80)]);
+}
+
+#[test]
+fn every_root_costs_one_probe_per_empty_slot() {
+    let config = two_socket_like();
+    enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    // 256 buses x 32 devices probed once each, plus the few functions' own registers.
+    let reads = config.reads.get();
+    assert!(reads >= 256 * 32, "{reads}");
+    assert!(reads < 256 * 32 + 400, "{reads}");
+    config.reads.set(0);
+    find_root_buses(&config, 0, 0..=255).unwrap();
+    let reads = config.reads.get();
+    assert!(reads < 256 * 32 + 40, "{reads}");
+}
+
+#[test]
+fn outside_the_laid_out_tree_unassigned_bars_and_unnumbered_bridges_are_refused() {
+    let config = two_socket_like();
+    // Under root 00 an unassigned BAR is baremq's to place: not refused here.
+    config.add(
+        0,
+        2,
+        0,
+        FakeFunction::endpoint(LSI, 0x0079, 0x01, 0x04).bar_mem32(0, 0, 1 << 14, false),
+    );
+    let mut functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    refuse_outside_laid_out_tree(&mut functions, Some((0, 0)));
+    assert_eq!(find(&functions, addr(0, 2, 0)).refused, None);
+    assert_eq!(
+        find(&functions, addr(0x41, 0, 0)).refused,
+        None,
+        "firmware-assigned NVMe"
+    );
+    assert_eq!(find(&functions, addr(0x40, 0, 0)).refused, None, "numbered root port");
+    assert_eq!(
+        find(&functions, addr(0x80, 0, 0)).refused,
+        Some(Error::UnassignedUnderOtherRoot {
+            address: addr(0x80, 0, 0),
+            slot: 0,
+            root: 0x80
+        })
+    );
+    assert_eq!(
+        find(&functions, addr(0x80, 1, 0)).refused,
+        Some(Error::BridgeNotNumberedUnderOtherRoot {
+            bridge: addr(0x80, 1, 0),
+            root: 0x80
+        })
+    );
+    // A refused function is matched by no driver.
+    static LSI_MATCH: [DeviceMatch; 1] = [DeviceMatch::id(LSI, 0x005D)];
+    let drivers = [PciDriver {
+        name: "fusion",
+        matches: &LSI_MATCH,
+    }];
+    assert!(match_driver(&drivers, find(&functions, addr(0x80, 0, 0))).is_none());
+
+    // With nothing laid out (no segment 0), root 00 gets the same treatment.
+    let mut functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    refuse_outside_laid_out_tree(&mut functions, None);
+    assert!(matches!(
+        find(&functions, addr(0, 2, 0)).refused,
+        Some(Error::UnassignedUnderOtherRoot { root: 0, .. })
+    ));
+}
+
+#[test]
+fn listing_shows_segment_root_and_refusal() {
+    let config = two_socket_like();
+    config.add_at(
+        1,
+        0x20,
+        0,
+        0,
+        FakeFunction::endpoint(REDHAT, NVME_ID, 0x01, 0x08).bar_mem64(0, 0x40_0000_0000, 16 << 10, false),
+    );
+    let mut functions = enumerate(&config, 0, 0..=255, ScanMode::EveryRoot).unwrap();
+    functions.extend(enumerate(&config, 1, 0..=255, ScanMode::EveryRoot).unwrap());
+    refuse_outside_laid_out_tree(&mut functions, Some((0, 0)));
+    assert_eq!(root_buses(&functions), [(0, 0x00), (0, 0x40), (0, 0x80), (1, 0x20)]);
+    let text = PciListing(&functions).to_string();
+    assert!(
+        text.contains("0000:41:00.0 Nvme Controller [0108]: 1b36:0010 (rev 01) root=40\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0000:40:00.0 Pci Pci Bridge [0604]: 1b36:000c (rev 01) bus: primary=40 secondary=41 subordinate=41 root=40\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0001:20:00.0 Nvme Controller [0108]: 1b36:0010 (rev 01) root=20\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\trefused: 0000:80:00.0: BAR0 is unassigned under root bus 80"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\trefused: bridge 0000:80:01.0 under root bus 80 has no bus numbers from the firmware"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ecam_windows_route_each_segment_and_bus_to_its_window() {
+    // Segment 0 split in two windows (buses 0-1 and 0x40-0x41), segment 1 in one (0x20-0x20),
+    // and a later window overlapping segment 0's first one (never used: the first wins).
+    let window = |base: u64, segment: u16, bus_start: u8, bus_end: u8| EcamWindow {
+        base,
+        segment,
+        bus_start,
+        bus_end,
+    };
+    let low = window(0xB000_0000, 0, 0, 1);
+    let high = window(0xC000_0000, 0, 0x40, 0x41);
+    let other = window(0xD000_0000, 1, 0x20, 0x20);
+    let shadow = window(0xE000_0000, 0, 0, 0);
+    let mmio: Vec<FakeMmio> = [low, high, other, shadow]
+        .iter()
+        .map(|w| FakeMmio::new(w.region_len() as usize))
+        .collect();
+    let windows = EcamWindows::new(vec![
+        EcamAccess::new(&mmio[0], low).unwrap(),
+        EcamAccess::new(&mmio[1], high).unwrap(),
+        EcamAccess::new(&mmio[2], other).unwrap(),
+        EcamAccess::new(&mmio[3], shadow).unwrap(),
+    ]);
+    assert_eq!(windows.segments(), [(0, 0..=0x41), (1, 0x20..=0x20)]);
+    // SAFETY: the fakes accept any in-window offset; out-of-window accesses are dropped.
+    unsafe {
+        windows.write(PciAddress::new(0, 0, 0, 0), 0x00, 0x1111);
+        windows.write(PciAddress::new(0, 0x41, 0, 0), 0x00, 0x2222);
+        windows.write(PciAddress::new(1, 0x20, 3, 0), 0x04, 0x3333);
+        windows.write(PciAddress::new(1, 0x21, 0, 0), 0x00, 0x4444);
+        windows.write(PciAddress::new(2, 0, 0, 0), 0x00, 0x5555);
+    }
+    assert_eq!(*mmio[0].writes.borrow(), [(0, 0x1111)]);
+    assert_eq!(
+        *mmio[1].writes.borrow(),
+        [(1 << 20, 0x2222)],
+        "bus 0x41 is the window's second bus"
+    );
+    assert_eq!(*mmio[2].writes.borrow(), [((3 << 15) | 4, 0x3333)]);
+    assert!(
+        mmio[3].writes.borrow().is_empty(),
+        "an overlapping later window is never used"
+    );
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(windows.read(PciAddress::new(0, 0x41, 0, 0), 0), 0x2222);
+        assert_eq!(
+            windows.read(PciAddress::new(0, 0x20, 0, 0), 0),
+            u32::MAX,
+            "a bus in no window"
+        );
+        assert_eq!(windows.read(PciAddress::new(1, 0x20, 3, 0), 4), 0x3333);
+        assert_eq!(
+            windows.read(PciAddress::new(3, 0, 0, 0), 0),
+            u32::MAX,
+            "a segment in no window"
+        );
+    }
+}

@@ -525,8 +525,24 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
     let online: Vec<u32> = (0..smp::online() as u32).collect();
     let mut all_passed = true;
     for spec in &specs {
-        let mut plan = workload::plan_job(spec, &infos, &online).map_err(|e| e.to_string())?;
+        // A job may name its device by a stable alias (`blk::names`); the planner knows the
+        // primary names.
+        let mut spec = spec.clone();
+        if let Some(name) = &spec.device {
+            let d = block::find(name).ok_or_else(|| {
+                alloc::format!(
+                    "job {:?}: no device named {name:?} (available: {})",
+                    spec.name,
+                    block::names_and_aliases()
+                )
+            })?;
+            spec.device = Some(d.facts().name.clone());
+        }
+        let mut plan = workload::plan_job(&spec, &infos, &online).map_err(|e| e.to_string())?;
         let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
+        if plan.spec.rw.writes() {
+            super::safety::check_before_writes(&plan.spec.name, dev, plan.spec.destroy)?;
+        }
         // Record the policies in force, so the report names them rather than "default".
         let (c, q) = map_policies(&plan, dev);
         plan.spec.completion = Some(to_left(&COMPLETION_POLICIES, c));

@@ -6,4 +6,5 @@
 //! What it may use: `crate::dev` and `crate::arch`; nothing below imports it.
 
 pub mod jobs;
+mod safety;
 pub mod selftest;

@@ -124,6 +124,8 @@ pub struct DeviceFacts {
     pub max_transfer_bytes: u32,
     /// IDT vectors of the device's interrupts (empty when it has none), for the job report.
     pub irq_vectors: Vec<u8>,
+    /// Stable names beside `name` (PCI address, serial: `blk::names`); a job may use any.
+    pub aliases: Vec<String>,
 }
 
 /// What the rest of the kernel needs from a block device, whatever its driver.
@@ -313,10 +315,37 @@ fn on_completion_ipi(_vector: u8, cpu: u32) {
     }
 }
 
-/// Ends registration; from now on the device list is read without a lock.
+/// The aliases that are not ambiguous (see [`seal`]), per device in registration order.
+static ALIASES: spin::Once<Vec<Vec<String>>> = spin::Once::new();
+
+/// Ends registration; from now on the device list is read without a lock. An alias
+/// claimed by two devices (two drives with one serial) is dropped from both, with a warning.
 pub fn seal() -> &'static [&'static dyn BlockDevice] {
     irq::register_fn(irq::VECTOR_BLK_COMPLETE, "blk-complete", on_completion_ipi);
-    FROZEN_LIST.call_once(|| core::mem::take(&mut *DEVICES.lock()))
+    // The done board exists before the first request: a completion interrupt that found its
+    // creation under way on the same CPU would spin in `call_once` for ever.
+    let _ = done_board();
+    let list = FROZEN_LIST.call_once(|| core::mem::take(&mut *DEVICES.lock()));
+    ALIASES.call_once(|| {
+        let mut named: Vec<(String, Vec<String>)> = list
+            .iter()
+            .map(|d| (d.facts().name.clone(), d.facts().aliases.clone()))
+            .collect();
+        for alias in blk::names::remove_ambiguous(&mut named) {
+            log::warn!("block: name {alias} fits more than one device; not used");
+        }
+        named.into_iter().map(|(_, aliases)| aliases).collect()
+    });
+    list
+}
+
+/// The usable aliases of `devices()[index]`.
+fn aliases_of(index: usize) -> &'static [String] {
+    ALIASES
+        .get()
+        .and_then(|a| a.get(index))
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 /// Every registered device (empty before [`seal`]).
@@ -324,9 +353,31 @@ pub fn devices() -> &'static [&'static dyn BlockDevice] {
     FROZEN_LIST.get().map(Vec::as_slice).unwrap_or(&[])
 }
 
-/// Finds a device by name.
+/// Finds a device by name or by one of its stable aliases.
 pub fn find(name: &str) -> Option<&'static dyn BlockDevice> {
-    devices().iter().copied().find(|d| d.facts().name == name)
+    devices()
+        .iter()
+        .enumerate()
+        .find(|(i, d)| d.facts().name == name || aliases_of(*i).iter().any(|a| a == name))
+        .map(|(_, d)| *d)
+}
+
+/// Every device's name with its aliases, for messages: `nvme0n1 (also nvme-pci-0000:41:00.0-ns1), md0`.
+pub fn names_and_aliases() -> String {
+    let mut text = String::new();
+    for (i, d) in devices().iter().enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(&d.facts().name);
+        let aliases = aliases_of(i);
+        if !aliases.is_empty() {
+            text.push_str(" (also ");
+            text.push_str(&aliases.join(" "));
+            text.push(')');
+        }
+    }
+    text
 }
 
 /// Prints the device table.
@@ -337,7 +388,7 @@ pub fn report() {
         return;
     }
     crate::arch::console::kprintln!("  name    capacity (bytes)  sectors      sector  max-inflight  max-xfer  model");
-    for d in devs {
+    for (i, d) in devs.iter().enumerate() {
         let f = d.facts();
         crate::arch::console::kprintln!(
             "  {:<7} {:>16}  {:>11}  {:>6}  {:>12}  {:>8}  {}",
@@ -349,6 +400,10 @@ pub fn report() {
             f.max_transfer_bytes,
             f.model
         );
+        let aliases = aliases_of(i);
+        if !aliases.is_empty() {
+            crate::arch::console::kprintln!("          also named: {}", aliases.join(" "));
+        }
         let extra = d.describe();
         if !extra.is_empty() {
             crate::arch::console::kprintln!("          {extra}");

@@ -38,6 +38,8 @@ pub struct Drive<D: Driver + 'static> {
     pub capacity_sectors: u64,
     /// Most bytes per request.
     pub max_transfer_bytes: u32,
+    /// Stable names beside `<prefix>N` (`blk::names::raid_aliases`).
+    pub aliases: Vec<String>,
 }
 
 /// Registers `drives` in order, naming each from the controller's counter. Stops at the first
@@ -62,6 +64,7 @@ pub fn register_drives<D: Driver + 'static>(
             max_inflight: ctrl.max_inflight,
             max_transfer_bytes: drive.max_transfer_bytes,
             irq_vectors: ctrl.irq_vectors.clone(),
+            aliases: drive.aliases,
         };
         let disk: &'static Disk<D> = Box::leak(Box::new(Disk::with_queue(
             facts,

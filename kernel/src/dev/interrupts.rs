@@ -288,7 +288,9 @@ fn chipset_intx_route(
     route: platform::acpi::IrqRoute,
 ) -> Result<platform::acpi::IrqRoute, Error> {
     let pci = pci::get().ok_or(Error::NoPci)?;
-    if function.address.bus() != 0 {
+    // The chipset's router wires bus 00 of segment 0 only; a function under another root bus
+    // (another host bridge) is not its to route.
+    if function.address.bus() != 0 || function.address.segment() != 0 || function.root_bus != 0 {
         return Ok(route);
     }
     let Some((router_fn, router)) = pci

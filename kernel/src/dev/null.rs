@@ -54,6 +54,7 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         max_inflight: depth,
         max_transfer_bytes: 1 << 20,
         irq_vectors: Vec::new(),
+        aliases: Vec::new(),
     };
     let disk = Disk::new(
         facts,

@@ -1,5 +1,5 @@
-//! PCI on the running machine: configuration access (ECAM from the MCFG
-//! when there is one, else ports 0xCF8/0xCFC), enumeration and the lspci-like
+//! PCI on the running machine: configuration access (ECAM from every MCFG
+//! window, else ports 0xCF8/0xCFC), enumeration of every segment and root bus and the lspci-like
 //! listing through the host-tested `platform::pci` code, and claiming a
 //! function for a driver (BAR mapping, memory space and bus mastering).
 
@@ -8,7 +8,7 @@ use crate::error::Error;
 use alloc::vec::Vec;
 use platform::acpi::Mcfg;
 use platform::mmio::VolatileMmio;
-use platform::pci::{ConfigRegionAccess, EcamAccess, PciAddress, PciFunction, ScanMode};
+use platform::pci::{ConfigRegionAccess, EcamAccess, EcamWindows, PciAddress, PciFunction, ScanMode};
 use x86_64::instructions::port::Port;
 
 /// Legacy configuration mechanism #1.
@@ -45,7 +45,8 @@ impl ConfigRegionAccess for PortConfig {
 
 /// The configuration access in use.
 pub enum ConfigAccess {
-    Ecam(EcamAccess<VolatileMmio>),
+    /// Every mapped MCFG window (every segment).
+    Ecam(EcamWindows<VolatileMmio>),
     Port(PortConfig),
 }
 
@@ -76,6 +77,8 @@ pub struct Pci {
     pub access: ConfigAccess,
     pub mechanism: &'static str,
     pub functions: Vec<PciFunction>,
+    /// Every root bus that has a function, as (segment, bus), in order.
+    pub roots: Vec<(u16, u8)>,
 }
 
 static PCI: spin::Once<Pci> = spin::Once::new();
@@ -85,43 +88,105 @@ pub fn get() -> Option<&'static Pci> {
     PCI.get()
 }
 
-/// Sets up configuration access and enumerates segment 0.
+/// Sets up configuration access and enumerates every segment of the MCFG
+/// (segment 0 through ports 0xCF8/0xCFC without one) and every root bus in
+/// each: a server has one per socket or I/O stack, and its RAID card and
+/// NVMe drives are mostly not under bus 00. Only bus 00's tree of segment 0
+/// is laid out by baremq (qboot assigns nothing); elsewhere the firmware's
+/// assignments are kept, and what the firmware left unassigned is refused.
 pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
-    let window = mcfg.and_then(|m| m.windows.iter().find(|w| w.segment == 0).copied());
-    let (access, mechanism, buses) = match window {
-        Some(w) => {
-            let base = memory::map_mmio(w.region_base(), w.region_len())?;
-            // SAFETY: the ECAM window is now an uncached identity mapping of
-            // `region_len` bytes that nothing else references.
-            let mmio = unsafe { VolatileMmio::new(base, w.region_len() as usize) };
-            (
-                ConfigAccess::Ecam(EcamAccess::new(mmio, w)?),
-                "ECAM (MCFG)",
-                w.bus_start..=w.bus_end,
-            )
+    let mut ecam = Vec::new();
+    let mut ecam_end = 0;
+    for w in mcfg.map(|m| m.windows.as_slice()).unwrap_or(&[]) {
+        match memory::map_mmio(w.region_base(), w.region_len()) {
+            Ok(base) => {
+                // SAFETY: the ECAM window is now an uncached identity mapping of
+                // `region_len` bytes that nothing else references.
+                let mmio = unsafe { VolatileMmio::new(base, w.region_len() as usize) };
+                ecam.push(EcamAccess::new(mmio, *w)?);
+                if w.segment == 0 && w.region_base() < MMIO_WINDOW_END {
+                    ecam_end = ecam_end.max(w.region_base() + w.region_len());
+                }
+            }
+            // One window out of reach must not hide the others.
+            Err(e) => log::warn!(
+                "pci: segment {:04x} buses {:02x}-{:02x}: ECAM at {:#x} not mapped ({e}); not scanned",
+                w.segment,
+                w.bus_start,
+                w.bus_end,
+                w.region_base()
+            ),
         }
-        None => (
+    }
+    let ecam = EcamWindows::new(ecam);
+    let (access, mechanism, segments) = if ecam.is_empty() {
+        if mcfg.is_some_and(|m| !m.windows.is_empty()) {
+            log::warn!("pci: no MCFG window could be mapped; using port I/O 0xCF8 (segment 0 only)");
+        }
+        (
             ConfigAccess::Port(PortConfig {
                 lock: spin::Mutex::new(()),
             }),
             "port I/O 0xCF8",
-            0..=255,
-        ),
+            alloc::vec![(0, 0..=255)],
+        )
+    } else {
+        let segments = ecam.segments();
+        (ConfigAccess::Ecam(ecam), "ECAM (MCFG)", segments)
     };
     // Give every function the firmware left unassigned (qboot assigns nothing) its bus numbers,
     // bridge windows and BARs, behind bridges too; a function whose BARs cannot be placed is
-    // refused here and never matched by a driver.
-    let ecam_end = window.map(|w| w.region_base() + w.region_len()).unwrap_or(0);
+    // refused here and never matched by a driver. Only segment 0's first root bus: its bus
+    // numbers stay below the next root bus, which belongs to another host bridge.
+    let laid_out = match segments.iter().find(|(s, _)| *s == 0) {
+        Some((_, buses)) => {
+            let roots = platform::pci::find_root_buses(&access, 0, buses.clone())?;
+            let root = roots.first().copied().unwrap_or(*buses.start());
+            let next_root = roots.iter().copied().find(|&r| r > root);
+            let end = next_root.map_or(*buses.end(), |r| r - 1);
+            assign_bus0_tree(&access, root..=end, ecam_end)?;
+            Some((0, root))
+        }
+        None => None,
+    };
+    let mut functions = Vec::new();
+    for (segment, buses) in &segments {
+        functions.extend(platform::pci::enumerate(
+            &access,
+            *segment,
+            buses.clone(),
+            ScanMode::EveryRoot,
+        )?);
+    }
+    if let Some(plan) = ASSIGNMENT.get() {
+        plan.mark_refused(&mut functions);
+    }
+    platform::pci::refuse_outside_laid_out_tree(&mut functions, laid_out);
+    let roots = platform::pci::root_buses(&functions);
+    Ok(PCI.call_once(|| Pci {
+        access,
+        mechanism,
+        functions,
+        roots,
+    }))
+}
+
+/// The plan [`assign_bus0_tree`] applied (its refusals are copied into the listing).
+static ASSIGNMENT: spin::Once<platform::pci::ResourcePlan> = spin::Once::new();
+
+/// Lays out bus 00's tree of segment 0 (`buses`: its root and the bus numbers
+/// it may use) in the 32-bit PCI hole above RAM and the ECAM window (`ecam_end`).
+fn assign_bus0_tree(access: &ConfigAccess, buses: core::ops::RangeInclusive<u8>, ecam_end: u64) -> Result<(), Error> {
     let hole_start = crate::arch::memory::ram_top_below_4g()
         .max(MMIO_WINDOW_FLOOR)
         .max(ecam_end);
     let plan = platform::pci::assign_resources(
-        &access,
+        access,
         0,
         &platform::pci::ResourceWindows {
             memory: hole_start..MMIO_WINDOW_END,
             io: Some(IO_WINDOW),
-            buses: buses.clone(),
+            buses,
         },
     )?;
     for r in &plan.refused {
@@ -151,13 +216,8 @@ pub fn init(mcfg: Option<&Mcfg>) -> Result<&'static Pci, Error> {
             b.size
         );
     }
-    let mut functions = platform::pci::enumerate(&access, 0, buses, ScanMode::FollowBridges)?;
-    plan.mark_refused(&mut functions);
-    Ok(PCI.call_once(|| Pci {
-        access,
-        mechanism,
-        functions,
-    }))
+    ASSIGNMENT.call_once(|| plan);
+    Ok(())
 }
 
 /// Where baremq places BARs the firmware left unassigned (qboot assigns
@@ -216,6 +276,16 @@ pub fn take_out_of_service(
         Err(e) => log::error!(
             "{name}: controller out of service, but bus mastering could not be turned off ({e}): its requests stay the device's"
         ),
+    }
+}
+
+/// `address` as the block layer's stable device names spell it.
+pub fn location(address: PciAddress) -> blk::names::PciLocation {
+    blk::names::PciLocation {
+        segment: address.segment(),
+        bus: address.bus(),
+        device: address.device(),
+        function: address.function(),
     }
 }
 

@@ -29,7 +29,7 @@ use crate::values::{
 };
 
 /// Every key the parser accepts, in the order the documentation lists them.
-pub const ACCEPTED_KEYS: [&str; 19] = [
+pub const ACCEPTED_KEYS: [&str; 20] = [
     "job",
     "rw",
     "rwmixread",
@@ -49,6 +49,7 @@ pub const ACCEPTED_KEYS: [&str; 19] = [
     "stop_on_error",
     "io_timeout",
     "trace",
+    "destroy",
 ];
 
 /// The default seed (ASCII "baremq" in the low bytes), fixed so that a verify pass in a later boot
@@ -262,6 +263,9 @@ pub struct JobSpec {
     pub io_timeout_ns: u64,
     /// Stage tracing (`trace=N`): timestamp every stage of 1 in N requests; 0 (default) is off.
     pub trace_every: u32,
+    /// The job may write over a partition table or file system it finds on the device
+    /// (`destroy=`, default no: the kernel refuses such a write job).
+    pub destroy: bool,
 }
 
 impl JobSpec {
@@ -286,6 +290,7 @@ impl JobSpec {
             stop_on_error: false,
             io_timeout_ns: DEFAULT_IO_TIMEOUT_NS,
             trace_every: 0,
+            destroy: false,
         }
     }
 }
@@ -331,6 +336,9 @@ impl fmt::Display for JobSpec {
         )?;
         if self.trace_every != 0 {
             write!(f, " trace={}", self.trace_every)?;
+        }
+        if self.destroy {
+            write!(f, " destroy=1")?;
         }
         Ok(())
     }
@@ -424,10 +432,11 @@ enum Key {
     StopOnError,
     IoTimeout,
     Trace,
+    Destroy,
 }
 
 impl Key {
-    const ALL: [Key; 19] = [
+    const ALL: [Key; 20] = [
         Key::Job,
         Key::Rw,
         Key::RwMixRead,
@@ -447,6 +456,7 @@ impl Key {
         Key::StopOnError,
         Key::IoTimeout,
         Key::Trace,
+        Key::Destroy,
     ];
 
     fn name(self) -> &'static str {
@@ -606,6 +616,7 @@ impl SectionBuilder {
                 spec.seed = parse_u64_any_radix(value).ok_or_else(|| bad("an integer, decimal or 0x hexadecimal"))?
             }
             Key::StopOnError => spec.stop_on_error = parse_bool(value).ok_or_else(|| bad(BOOL_FORM))?,
+            Key::Destroy => spec.destroy = parse_bool(value).ok_or_else(|| bad(BOOL_FORM))?,
             Key::IoTimeout => {
                 spec.io_timeout_ns = parse_duration_ns(value)
                     .filter(|&ns| ns > 0)

@@ -1,13 +1,16 @@
 //! MCFG parsing: PCI Express ECAM windows.
 
 use ::acpi::mcfg::McfgEntry;
+use alloc::vec::Vec;
 use core::mem::size_of;
 
 use super::{PhysMemory, Sdt, read_plain};
 use crate::error::{Error, Result, TableSignature};
 
-/// ECAM windows kept.
-pub const MAX_ECAM_WINDOWS: usize = 8;
+/// Most ECAM windows accepted: far above any real machine (a 2-socket server
+/// lists one to a few dozen: one per segment or per root complex), low enough
+/// that a corrupt length cannot make the parser allocate without bound.
+pub const MAX_ECAM_WINDOWS: usize = 1024;
 /// Header (36) + 8 reserved bytes.
 const MCFG_FIXED_LEN: u32 = 44;
 const ENTRY_LEN: u32 = size_of::<McfgEntry>() as u32;
@@ -71,8 +74,8 @@ impl EcamWindow {
 /// The parsed MCFG.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mcfg {
-    /// ECAM windows in table order.
-    pub windows: heapless::Vec<EcamWindow, MAX_ECAM_WINDOWS>,
+    /// ECAM windows in table order (every segment, every entry).
+    pub windows: Vec<EcamWindow>,
 }
 
 impl Mcfg {
@@ -83,8 +86,14 @@ impl Mcfg {
         if !payload.is_multiple_of(ENTRY_LEN) {
             return Err(Error::McfgPartialEntry { length: table.length });
         }
-        let mut windows = heapless::Vec::new();
-        for index in 0..(payload / ENTRY_LEN) as usize {
+        let count = (payload / ENTRY_LEN) as usize;
+        if count > MAX_ECAM_WINDOWS {
+            return Err(Error::McfgCapacity {
+                capacity: MAX_ECAM_WINDOWS,
+            });
+        }
+        let mut windows = Vec::with_capacity(count);
+        for index in 0..count {
             let mut bytes = [0u8; ENTRY_LEN as usize];
             table.read(memory, MCFG_FIXED_LEN + index as u32 * ENTRY_LEN, &mut bytes)?;
             // Cannot fail: the buffer is exactly one entry.
@@ -110,9 +119,7 @@ impl Mcfg {
                     bus_end: end,
                 });
             }
-            windows.push(window).map_err(|_| Error::McfgCapacity {
-                capacity: MAX_ECAM_WINDOWS,
-            })?;
+            windows.push(window);
         }
         Ok(Mcfg { windows })
     }

@@ -9,10 +9,11 @@
 //! * Root-bus BARs the firmware assigned stay where they are; unassigned ones
 //!   are placed in the free part of [`ResourceWindows::memory`] (the 32-bit
 //!   PCI hole) or [`ResourceWindows::io`].
-//! * A bridge whose memory window the firmware opened (base != 0 and base <=
-//!   limit) keeps its subtree as the firmware left it; a function below it
-//!   with an unassigned memory BAR is refused.
-//! * A bridge with a closed window is *owned*: every BAR below it (nested
+//! * A bridge whose memory or prefetchable window the firmware opened (base
+//!   != 0 and base <= limit) keeps its subtree as the firmware left it; a
+//!   function below it with an unassigned memory BAR is refused. Both windows
+//!   are kept clear of everything the plan places.
+//! * A bridge with both windows closed is *owned*: every BAR below it (nested
 //!   bridges included) is laid out afresh, largest alignment first, and each
 //!   bridge window is rounded to 1 MiB (memory) or 4 KiB (I/O) and aligned
 //!   to at least that. The prefetchable window is closed: 64-bit BARs behind
@@ -194,6 +195,9 @@ struct BridgeNode {
     firmware_window: Option<Range<u64>>,
     /// The firmware's I/O window, kept clear when the subtree is the firmware's.
     firmware_io_window: Option<Range<u64>>,
+    /// The firmware's prefetchable window (root-bus bridges only): kept clear, and
+    /// a bridge with one open is never owned.
+    firmware_prefetch_window: Option<Range<u64>>,
 }
 
 struct Walk {
@@ -293,12 +297,12 @@ pub fn plan_resources<A: ConfigRegionAccess + ?Sized>(
         }
     }
 
-    // Which subtrees are owned: a root-bus bridge with a closed memory window
-    // and everything below it. Below a firmware window, unassigned memory
-    // BARs cannot be placed.
+    // Which subtrees are owned: a root-bus bridge with closed memory and
+    // prefetchable windows, and everything below it. Below a firmware window
+    // (either kind), unassigned memory BARs cannot be placed.
     for bridge in 0..walk.bridges.len() {
-        let top = top_bridge(&walk, bridge);
-        walk.bridges[bridge].plan.owned = walk.bridges[top].firmware_window.is_none();
+        let top = &walk.bridges[top_bridge(&walk, bridge)];
+        walk.bridges[bridge].plan.owned = top.firmware_window.is_none() && top.firmware_prefetch_window.is_none();
     }
     for node in 0..walk.nodes.len() {
         let Some(parent) = walk.nodes[node].parent else {
@@ -473,13 +477,18 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
     let firmware_ok =
         secondary > bus && u16::from(secondary) >= walk.next_free && secondary <= subordinate && subordinate <= limit;
     let bridge = walk.bridges.len();
-    let (firmware_window, firmware_io_window) = if parent.is_none() {
+    let (firmware_window, firmware_io_window, firmware_prefetch_window) = if parent.is_none() {
         (
             open_memory_window(cfg.read32(BRIDGE_MEMORY)?),
             open_io_window(cfg.read32(BRIDGE_IO)?),
+            open_prefetch_window(
+                cfg.read32(BRIDGE_PREFETCH)?,
+                cfg.read32(BRIDGE_PREFETCH_BASE_UPPER)?,
+                cfg.read32(BRIDGE_PREFETCH_LIMIT_UPPER)?,
+            ),
         )
     } else {
-        (None, None)
+        (None, None, None)
     };
     walk.bridges.push(BridgeNode {
         node,
@@ -495,6 +504,7 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
         },
         firmware_window,
         firmware_io_window,
+        firmware_prefetch_window,
     });
     if firmware_ok {
         walk.next_free = u16::from(secondary) + 1;
@@ -531,6 +541,17 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
 fn open_memory_window(register: u32) -> Option<Range<u64>> {
     let base = u64::from(register & 0xFFF0) << 16;
     let limit = (u64::from(register >> 16 & 0xFFF0) << 16) | 0xF_FFFF;
+    (base != 0 && base <= limit).then(|| base..limit + 1)
+}
+
+/// The prefetchable window a bridge's base/limit register (and, for a 64-bit
+/// window, the two upper-half registers) opens, if any; a zero base is "not
+/// programmed", as for memory.
+fn open_prefetch_window(register: u32, base_upper: u32, limit_upper: u32) -> Option<Range<u64>> {
+    let is_64bit = register & 0xF == 1;
+    let (base_upper, limit_upper) = if is_64bit { (base_upper, limit_upper) } else { (0, 0) };
+    let base = u64::from(base_upper) << 32 | u64::from(register & 0xFFF0) << 16;
+    let limit = u64::from(limit_upper) << 32 | (u64::from(register >> 16 & 0xFFF0) << 16) | 0xF_FFFF;
     (base != 0 && base <= limit).then(|| base..limit + 1)
 }
 
@@ -653,13 +674,11 @@ fn place_space(walk: &mut Walk, windows: &ResourceWindows, space: Space, plan: &
             }
         }
         for bridge in walk.bridges.iter().filter(|bridge| !bridge.plan.owned) {
-            let window = match space {
-                Space::Memory => &bridge.firmware_window,
-                Space::Io => &bridge.firmware_io_window,
+            let windows = match space {
+                Space::Memory => [&bridge.firmware_window, &bridge.firmware_prefetch_window],
+                Space::Io => [&bridge.firmware_io_window, &None],
             };
-            if let Some(window) = window {
-                busy.push(window.clone());
-            }
+            busy.extend(windows.into_iter().flatten().cloned());
         }
         let mut layouts: Vec<Option<Layout>> = alloc::vec![None; walk.bridges.len()];
         let mut requests: Vec<(u64, u64, Target)> = Vec::new();

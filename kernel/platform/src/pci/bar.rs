@@ -120,6 +120,9 @@ fn check_memory_bar(address: PciAddress, bar: Bar) -> core::result::Result<Bar, 
     }
 }
 
+/// Class and subclass of a host bridge (06/00), as bits 31:16 of dword 0x08.
+const HOST_BRIDGE_CLASS: u32 = 0x0600;
+
 /// Lowest set bit: the size a BAR's read-back mask encodes.
 fn size_from_mask(mask: u64) -> u64 {
     mask & mask.wrapping_neg()
@@ -127,7 +130,8 @@ fn size_from_mask(mask: u64) -> u64 {
 
 /// Decodes and sizes the first `count` BARs (6 for endpoints, 2 for
 /// bridges). While sizing, I/O and memory decoding are switched off in the
-/// command register so the all-ones probe never decodes as an address; the
+/// command register so the all-ones probe never decodes as an address
+/// (except on a host bridge, class 06/00, which keeps decoding); the
 /// command register and every BAR are restored afterwards. Malformed slots
 /// are marked [`BarSlot::Invalid`] and their errors returned beside the slots.
 pub fn read_bars<A: ConfigRegionAccess + ?Sized>(
@@ -142,11 +146,15 @@ pub fn read_bars<A: ConfigRegionAccess + ?Sized>(
 
     let command = cfg.command()?;
     let decode = CommandRegister::IO_ENABLE | CommandRegister::MEMORY_ENABLE;
-    if command.intersects(decode) {
+    // A host bridge keeps decoding: on some chipsets turning it off cuts the
+    // CPU off from memory or configuration space (Linux never does it either).
+    let class = cfg.read32(0x08)? >> 16;
+    let toggle = command.intersects(decode) && class != HOST_BRIDGE_CLASS;
+    if toggle {
         cfg.set_command(command - decode)?;
     }
     let result = size_all(&cfg, count, &mut slots, &mut problems);
-    if command.intersects(decode) {
+    if toggle {
         cfg.set_command(command)?;
     }
     result?;

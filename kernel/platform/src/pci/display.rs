@@ -43,12 +43,13 @@ pub fn class_name(class: u8, subclass: u8) -> impl fmt::Display {
 }
 
 impl fmt::Display for PciFunction {
-    /// One line like lspci -nn, then indented BARs, capabilities, interrupt and problems.
+    /// One line like lspci -nn (with the segment and the root bus), then indented BARs, capabilities, interrupt and problems.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let address = self.address;
         write!(
             f,
-            "{:02x}:{:02x}.{} {} [{:02x}{:02x}]: {:04x}:{:04x} (rev {:02x})",
+            "{:04x}:{:02x}:{:02x}.{} {} [{:02x}{:02x}]: {:04x}:{:04x} (rev {:02x})",
+            address.segment(),
             address.bus(),
             address.device(),
             address.function(),
@@ -59,9 +60,6 @@ impl fmt::Display for PciFunction {
             self.device_id,
             self.revision
         )?;
-        if address.segment() != 0 {
-            write!(f, " segment {:04x}", address.segment())?;
-        }
         if let HeaderKind::Bridge {
             primary,
             secondary,
@@ -73,6 +71,9 @@ impl fmt::Display for PciFunction {
                 " bus: primary={primary:02x} secondary={secondary:02x} subordinate={subordinate:02x}"
             )?;
         }
+        // Which host bridge's tree it is in: a server has one root bus per
+        // socket or I/O stack, and only bus 00's tree is ever re-laid.
+        write!(f, " root={:02x}", self.root_bus)?;
         writeln!(f)?;
         if self.interrupt_pin != 0 {
             let pin = (b'A' + (self.interrupt_pin.clamp(1, 4) - 1)) as char;

@@ -1,5 +1,8 @@
 //! Configuration address computation: ECAM (memory-mapped) and legacy 0xCF8.
 
+use alloc::vec::Vec;
+use core::ops::RangeInclusive;
+
 use pci_types::{ConfigRegionAccess, PciAddress};
 
 use crate::acpi::EcamWindow;
@@ -94,6 +97,71 @@ impl<M: Mmio32> ConfigRegionAccess for EcamAccess<M> {
     unsafe fn write(&self, address: PciAddress, offset: u16, value: u32) {
         if let Ok(byte_offset) = ecam_offset(&self.window, address, offset) {
             let _ = self.mmio.write32(byte_offset, value);
+        }
+    }
+}
+
+/// Every mapped ECAM window of the machine (every segment, every MCFG entry)
+/// as one `ConfigRegionAccess`: an access goes to the first window that
+/// decodes its segment and bus; anything else reads all-ones (an absent
+/// function) and writes to it are dropped.
+#[derive(Debug)]
+pub struct EcamWindows<M: Mmio32> {
+    windows: Vec<EcamAccess<M>>,
+}
+
+impl<M: Mmio32> EcamWindows<M> {
+    /// The windows in MCFG order (the first one wins where two overlap).
+    pub fn new(windows: Vec<EcamAccess<M>>) -> EcamWindows<M> {
+        EcamWindows { windows }
+    }
+
+    /// No window at all.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
+    /// The windows.
+    pub fn windows(&self) -> impl Iterator<Item = &EcamWindow> {
+        self.windows.iter().map(EcamAccess::window)
+    }
+
+    /// What to scan: per segment (in increasing order), the bus range from its
+    /// lowest window's first bus to its highest window's last bus (buses in a
+    /// gap between windows read as absent).
+    pub fn segments(&self) -> Vec<(u16, RangeInclusive<u8>)> {
+        let mut segments: Vec<(u16, RangeInclusive<u8>)> = Vec::new();
+        for window in self.windows() {
+            match segments.iter_mut().find(|(segment, _)| *segment == window.segment) {
+                Some((_, buses)) => {
+                    *buses = (*buses.start()).min(window.bus_start)..=(*buses.end()).max(window.bus_end)
+                }
+                None => segments.push((window.segment, window.bus_start..=window.bus_end)),
+            }
+        }
+        segments.sort_by_key(|(segment, _)| *segment);
+        segments
+    }
+
+    fn window_for(&self, address: PciAddress) -> Option<&EcamAccess<M>> {
+        self.windows.iter().find(|access| {
+            let window = access.window();
+            window.segment == address.segment() && (window.bus_start..=window.bus_end).contains(&address.bus())
+        })
+    }
+}
+
+impl<M: Mmio32> ConfigRegionAccess for EcamWindows<M> {
+    unsafe fn read(&self, address: PciAddress, offset: u16) -> u32 {
+        // SAFETY: forwarded contract.
+        self.window_for(address)
+            .map_or(u32::MAX, |access| unsafe { access.read(address, offset) })
+    }
+
+    unsafe fn write(&self, address: PciAddress, offset: u16, value: u32) {
+        if let Some(access) = self.window_for(address) {
+            // SAFETY: forwarded contract.
+            unsafe { access.write(address, offset, value) }
         }
     }
 }

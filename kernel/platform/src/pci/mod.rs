@@ -33,8 +33,11 @@ pub use caps::{
 };
 pub use config::{COMMAND, ConfigSpace, INTERRUPT_LINE, STATUS_CAPABILITY_LIST};
 pub use display::{PciListing, class_name};
-pub use ecam::{EcamAccess, ecam_offset, legacy_config_address};
-pub use enumerate::{HeaderKind, PciFunction, ScanMode, enumerate, read_function};
+pub use ecam::{EcamAccess, EcamWindows, ecam_offset, legacy_config_address};
+pub use enumerate::{
+    HeaderKind, PciFunction, ScanMode, enumerate, find_root_buses, read_function, refuse_outside_laid_out_tree,
+    root_buses,
+};
 pub use matching::{DeviceMatch, PciDriver, match_driver};
 pub use msi::{
     MSI_ADDRESS_BASE, MsiCapability, MsiMessage, MsixCapability, MsixEntry, MsixTable, msi_disable, msi_program,

@@ -396,6 +396,14 @@ impl FakeConfig {
         self
     }
 
+    /// Like [`FakeConfig::add`], in segment `segment`.
+    pub fn add_at(&self, segment: u16, bus: u8, device: u8, function: u8, fake: FakeFunction) -> &FakeConfig {
+        self.functions
+            .borrow_mut()
+            .insert(PciAddress::new(segment, bus, device, function), fake);
+        self
+    }
+
     pub fn reg(&self, address: PciAddress, offset: u16) -> u32 {
         self.functions.borrow()[&address].regs[usize::from(offset / 4)]
     }
