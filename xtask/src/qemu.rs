@@ -34,7 +34,9 @@ pub struct Machine {
     pub kernel: Option<PathBuf>,
     pub cdrom: Option<PathBuf>,
     pub append: Vec<String>,
-    /// Extra arguments; `-m`, `-smp` and `-bios` here replace the defaults.
+    /// Extra arguments; `-m`, `-smp` and `-bios` here replace the defaults, and
+    /// so does a console wired to stdio (`-serial ...` or `-chardev stdio,...`,
+    /// e.g. a UART on COM2 or PCI only) for the default `-serial stdio` (COM1).
     pub extra: Vec<String>,
 }
 
@@ -77,8 +79,17 @@ impl Machine {
             push("-smp");
             push("1");
         }
-        for s in ["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"] {
+        for s in ["-nodefaults", "-display", "none", "-no-reboot"] {
             push(s);
+        }
+        let own_console = has(&["-serial"])
+            || self
+                .extra
+                .windows(2)
+                .any(|w| w[0] == "-chardev" && (w[1] == "stdio" || w[1].starts_with("stdio,")));
+        if !own_console {
+            push("-serial");
+            push("stdio");
         }
         for s in ["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"] {
             push(s);
@@ -121,7 +132,9 @@ impl Drop for KillOnDrop {
 /// the whole output to `log` when given.
 pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -> Result<Outcome, String> {
     let start = Instant::now();
+    // In the repository root, so scenario paths such as `tests/data/...` resolve.
     let child = Command::new("qemu-system-x86_64")
+        .current_dir(crate::root())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -232,5 +245,39 @@ pub fn create_image(path: &Path, bytes: u64, format: &str) -> Result<(), String>
                 Err(format!("qemu-img create failed for {}", path.display()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(extra: &[&str]) -> Machine {
+        Machine {
+            accel: Accel::Tcg,
+            firmware: Firmware::SeaBios,
+            kernel: None,
+            cdrom: None,
+            append: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn serial_stdio_count(args: &[String]) -> usize {
+        args.windows(2).filter(|w| w[0] == "-serial" && w[1] == "stdio").count()
+    }
+
+    #[test]
+    fn com1_on_stdio_unless_the_scenario_wires_its_own_console() {
+        assert_eq!(serial_stdio_count(&machine(&[]).args()), 1);
+        assert_eq!(serial_stdio_count(&machine(&["-device", "nvme"]).args()), 1);
+        // A COM2-only or PCI console: the chardev on stdio replaces COM1.
+        let com2 = machine(&["-chardev", "stdio,id=sol", "-device", "isa-serial,chardev=sol,index=1"]).args();
+        assert_eq!(serial_stdio_count(&com2), 0);
+        assert!(com2.iter().any(|a| a == "isa-serial,chardev=sol,index=1"));
+        // `-serial` given by the scenario replaces the default too.
+        assert_eq!(serial_stdio_count(&machine(&["-serial", "null"]).args()), 0);
+        // A chardev on another backend does not.
+        assert_eq!(serial_stdio_count(&machine(&["-chardev", "socket,id=mon"]).args()), 1);
     }
 }

@@ -81,6 +81,9 @@ pub enum SelfTest {
     /// Multi-message MSI on a function that offers several vectors: an
     /// aligned block, programmed and read back, freed when dropped.
     MsiVectors,
+    /// `int 18`: the #MC handler must report MCG_STATUS and the banks and end
+    /// the run with a machine-check verdict (a software-raised #MC; the banks hold nothing).
+    MachineCheck,
 }
 
 impl SelfTest {
@@ -98,9 +101,10 @@ impl SelfTest {
         ("edu", SelfTest::Edu),
         ("hang", SelfTest::Hang),
         ("msivectors", SelfTest::MsiVectors),
+        ("mce", SelfTest::MachineCheck),
     ];
     const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors";
+        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
