@@ -103,8 +103,7 @@ impl SelfTest {
         ("msivectors", SelfTest::MsiVectors),
         ("mce", SelfTest::MachineCheck),
     ];
-    const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce";
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {

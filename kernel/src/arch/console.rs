@@ -209,7 +209,8 @@ pub fn init() {
 fn start(uart: Uart, clock_hz: u32, baud: Option<u32>) -> Result<String, String> {
     let divisor = match baud {
         Some(baud) => Some(
-            divisor(clock_hz, baud).ok_or_else(|| alloc::format!("{uart}: no divisor gives {baud} baud from a {clock_hz} Hz clock"))?,
+            divisor(clock_hz, baud)
+                .ok_or_else(|| alloc::format!("{uart}: no divisor gives {baud} baud from a {clock_hz} Hz clock"))?,
         ),
         None => None,
     };
@@ -218,10 +219,7 @@ fn start(uart: Uart, clock_hz: u32, baud: Option<u32>) -> Result<String, String>
     Ok(match baud {
         Some(baud) => alloc::format!("{uart} {baud}"),
         None if divisor == 0 => alloc::format!("{uart} as set by the firmware (divisor 0)"),
-        None => alloc::format!(
-            "{uart} {} (as set by the firmware)",
-            clock_hz / 16 / u32::from(divisor)
-        ),
+        None => alloc::format!("{uart} {} (as set by the firmware)", clock_hz / 16 / u32::from(divisor)),
     })
 }
 
@@ -302,9 +300,7 @@ pub fn apply_auto(spcr: Result<Option<&Spcr>, &platform::Error>) {
             );
         }
         SpcrRegisters::Absent => {
-            let baud = spcr
-                .baud
-                .map_or(String::from("as is"), |b| alloc::format!("{b} baud"));
+            let baud = spcr.baud.map_or(String::from("as is"), |b| alloc::format!("{b} baud"));
             return announce(&probed(), &alloc::format!("probe; SPCR has no address, asks {baud}"));
         }
         SpcrRegisters::Io { port } => Uart::Port(port),

@@ -80,10 +80,7 @@ pub fn init() -> String {
         );
     }
     let banks = bank_count();
-    let mut line = alloc::format!(
-        "mce: CR4.MCE {}, {banks} MCA banks",
-        if enabled { "on" } else { "off" }
-    );
+    let mut line = alloc::format!("mce: CR4.MCE {}, {banks} MCA banks", if enabled { "on" } else { "off" });
     let mut logged = 0;
     for bank in 0..banks {
         let status = read(MC0_STATUS + 4 * bank);
