@@ -274,8 +274,11 @@ fn found_through_the_root_table_or_absent() {
 }
 
 #[test]
-fn the_qemu_scenario_table_is_com2_at_57600() {
-    // tests/data/spcr-com2.bin is loaded by tests/console.scenarios through `-acpitable file=`.
+fn the_qemu_scenario_tables() {
+    let empty = parse(include_bytes!("../../../tests/data/spcr-no-address-115200.bin")).unwrap();
+    assert!(empty.is_empty() && empty.is_16550_compatible());
+    assert_eq!((empty.baud, empty.irq), (Some(115_200), 4));
+    // Both are loaded by tests/console.scenarios through `-acpitable file=`.
     let bytes = include_bytes!("../../../tests/data/spcr-com2.bin");
     let spcr = parse(bytes).unwrap();
     assert_eq!(spcr.registers, SpcrRegisters::Io { port: 0x2F8 });

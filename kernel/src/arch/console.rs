@@ -41,8 +41,8 @@ static OUTPUTS: [AtomicU64; MAX_OUTPUTS] = [const { AtomicU64::new(0) }; MAX_OUT
 /// `u32::MAX`: its BAR is checked again after PCI enumeration, which also
 /// assigns it when the firmware did not (qboot leaves BARs to the kernel).
 static PCI_CONSOLE: AtomicU32 = AtomicU32::new(u32::MAX);
-/// The baud rate of the `console=pci:` UART.
-static PCI_CONSOLE_BAUD: AtomicU32 = AtomicU32::new(DEFAULT_BAUD);
+/// The baud rate of the `console=pci:` UART; 0: as found.
+static PCI_CONSOLE_BAUD: AtomicU32 = AtomicU32::new(0);
 
 static LOCK: spin::Mutex<()> = spin::Mutex::new(());
 
@@ -193,34 +193,46 @@ fn outputs() -> impl Iterator<Item = Uart> {
 }
 
 /// The early console: COM1 and COM2, each that answers (COM1 when neither
-/// does), at 115200 baud. Nothing else is known yet.
+/// does). Nothing else is known yet, so each keeps the rate it was found at
+/// (firmware with serial redirection programmed the one the BMC expects),
+/// or gets 115200 when it was never programmed.
 pub fn init() {
     let (com1, com2) = (Uart::Port(PC_PORTS[0]), Uart::Port(PC_PORTS[1]));
     let found: heapless::Vec<Uart, 2> = [com1, com2].into_iter().filter(|u| u.answers()).collect();
     let uarts = if found.is_empty() { &[com1][..] } else { &found[..] };
-    let divisor = divisor(PC_UART_CLOCK_HZ, DEFAULT_BAUD);
     for uart in uarts {
-        uart.program(divisor);
+        program_as_found(*uart);
     }
     set_outputs(uarts);
 }
 
-/// Programs `uart` at `baud` (or keeps its divisor) and describes it, e.g. `io 0x2f8 115200`.
+/// Keeps a programmed divisor, else sets [`DEFAULT_BAUD`]; returns whether it was kept.
+fn program_as_found(uart: Uart) -> bool {
+    let kept = uart.current_divisor() != 0;
+    uart.program(if kept { None } else { divisor(PC_UART_CLOCK_HZ, DEFAULT_BAUD) });
+    kept
+}
+
+/// `io 0x2f8 115200`: the UART and the rate its divisor gives now.
+fn describe(uart: Uart, clock_hz: u32) -> String {
+    match uart.current_divisor() {
+        0 => alloc::format!("{uart} (divisor 0)"),
+        divisor => alloc::format!("{uart} {}", clock_hz / 16 / u32::from(divisor)),
+    }
+}
+
+/// Programs `uart` at `baud`, or with `None` at the rate it was found at
+/// (115200 when it was never programmed), and describes it.
 fn start(uart: Uart, clock_hz: u32, baud: Option<u32>) -> Result<String, String> {
-    let divisor = match baud {
-        Some(baud) => Some(
-            divisor(clock_hz, baud)
-                .ok_or_else(|| alloc::format!("{uart}: no divisor gives {baud} baud from a {clock_hz} Hz clock"))?,
-        ),
-        None => None,
+    let Some(baud) = baud else {
+        let kept = program_as_found(uart);
+        let how = if kept { "rate as found" } else { "was not programmed" };
+        return Ok(alloc::format!("{}, {how}", describe(uart, clock_hz)));
     };
-    uart.program(divisor);
-    let divisor = divisor.unwrap_or_else(|| uart.current_divisor());
-    Ok(match baud {
-        Some(baud) => alloc::format!("{uart} {baud}"),
-        None if divisor == 0 => alloc::format!("{uart} as set by the firmware (divisor 0)"),
-        None => alloc::format!("{uart} {} (as set by the firmware)", clock_hz / 16 / u32::from(divisor)),
-    })
+    let divisor = divisor(clock_hz, baud)
+        .ok_or_else(|| alloc::format!("{uart}: no divisor gives {baud} baud from a {clock_hz} Hz clock"))?;
+    uart.program(Some(divisor));
+    Ok(alloc::format!("{uart} {baud}"))
 }
 
 /// Maps an MMIO UART's eight registers uncached.
@@ -255,7 +267,7 @@ pub fn apply_choice(choice: &ConsoleChoice) -> Result<(), String> {
                 u32::from(bus) << 8 | u32::from(device) << 3 | u32::from(function),
                 Ordering::Relaxed,
             );
-            PCI_CONSOLE_BAUD.store(baud.unwrap_or(DEFAULT_BAUD), Ordering::Relaxed);
+            PCI_CONSOLE_BAUD.store(baud.unwrap_or(0), Ordering::Relaxed);
             match pci_uart_port(bus, device, function)? {
                 Some(port) => (Uart::Port(port), baud, "console=pci"),
                 None => {
@@ -269,7 +281,7 @@ pub fn apply_choice(choice: &ConsoleChoice) -> Result<(), String> {
         }
     };
     map(uart)?;
-    let what = start(uart, PC_UART_CLOCK_HZ, Some(baud.unwrap_or(DEFAULT_BAUD)))?;
+    let what = start(uart, PC_UART_CLOCK_HZ, baud)?;
     // Tell the early ports where the console went, then switch.
     announce(&alloc::format!("switching to {what}"), why);
     set_outputs(&[uart]);
@@ -283,7 +295,12 @@ pub fn apply_auto(spcr: Result<Option<&Spcr>, &platform::Error>) {
     let probed = || {
         let mut list = String::new();
         for (i, uart) in outputs().enumerate() {
-            let _ = write!(list, "{}{uart} {DEFAULT_BAUD}", if i == 0 { "" } else { ", " });
+            let _ = write!(
+                list,
+                "{}{}",
+                if i == 0 { "" } else { ", " },
+                describe(uart, PC_UART_CLOCK_HZ)
+            );
         }
         list
     };
@@ -300,8 +317,18 @@ pub fn apply_auto(spcr: Result<Option<&Spcr>, &platform::Error>) {
             );
         }
         SpcrRegisters::Absent => {
-            let baud = spcr.baud.map_or(String::from("as is"), |b| alloc::format!("{b} baud"));
-            return announce(&probed(), &alloc::format!("probe; SPCR has no address, asks {baud}"));
+            // Dell's and HP's tables: no address, but HP's baud rate (9600) is the BMC's.
+            let Some(baud) = spcr.baud else {
+                return announce(&probed(), "probe; SPCR has no address, baud as is");
+            };
+            let divisor = divisor(PC_UART_CLOCK_HZ, baud);
+            for uart in outputs() {
+                uart.program(divisor);
+            }
+            return announce(
+                &probed(),
+                &alloc::format!("probe; SPCR has no address, asks {baud} baud"),
+            );
         }
         SpcrRegisters::Io { port } => Uart::Port(port),
         SpcrRegisters::Mmio { address, access_bytes } => Uart::Mmio { address, access_bytes },
@@ -339,7 +366,8 @@ pub fn after_pci_enumeration() -> Result<(), String> {
     })?;
     let uart = Uart::Port(port);
     if !outputs().any(|u| u == uart) {
-        let what = start(uart, PC_UART_CLOCK_HZ, Some(PCI_CONSOLE_BAUD.load(Ordering::Relaxed)))?;
+        let baud = Some(PCI_CONSOLE_BAUD.load(Ordering::Relaxed)).filter(|b| *b != 0);
+        let what = start(uart, PC_UART_CLOCK_HZ, baud)?;
         announce(&alloc::format!("switching to {what}"), "console=pci");
         set_outputs(&[uart]);
         announce(&what, "console=pci, after PCI enumeration");

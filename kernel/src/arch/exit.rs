@@ -130,10 +130,10 @@ fn halt_forever() -> ! {
     }
 }
 
-/// Waits `seconds`. With the clock calibrated (and so the local APIC and
-/// its tick running) this CPU halts with interrupts on between ticks, so
-/// its tick keeps the watchdog fed; before that it spins on the TSC
-/// assuming 3 GHz (an early failure's repeat need not be exact).
+/// Waits `seconds`. With the clock calibrated and this CPU's tick running,
+/// it halts with interrupts on between ticks, so its tick keeps the
+/// watchdog fed; with the clock only, it spins on it; before calibration
+/// it spins on the TSC assuming 3 GHz (an early failure's repeat need not be exact).
 fn wait_seconds(seconds: u32) {
     let ns = u64::from(seconds) * 1_000_000_000;
     if crate::arch::time::ticks_to_ns(1 << 32) == 0 {
@@ -143,10 +143,22 @@ fn wait_seconds(seconds: u32) {
         }
         return;
     }
+    let end = crate::arch::time::now_ns().saturating_add(ns);
+    let ticking = crate::arch::percpu::current()
+        .timer_ticks
+        .load(core::sync::atomic::Ordering::Relaxed)
+        != 0;
+    if !ticking {
+        // No tick on this CPU yet (the verdict came between calibration and
+        // the tick's start): nothing would end a halt.
+        while crate::arch::time::now_ns() < end {
+            core::hint::spin_loop();
+        }
+        return;
+    }
     // The verdict may come from inside an interrupt handler whose vector is
     // still in service, which would mask the tick: end it.
     crate::arch::apic::eoi();
-    let end = crate::arch::time::now_ns().saturating_add(ns);
     while crate::arch::time::now_ns() < end {
         x86_64::instructions::interrupts::enable_and_hlt();
         x86_64::instructions::interrupts::disable();
