@@ -208,9 +208,12 @@ fn other_uart_types_are_parsed_but_not_compatible() {
     assert_eq!(spcr.interface_name(), "ARM PL011");
 }
 
+/// A change to a table body.
+type BodyEdit = dyn Fn(&mut [u8]);
+
 #[test]
 fn hostile_tables_are_refused_with_the_field() {
-    let cases: [(&str, Box<dyn Fn(&mut [u8])>); 6] = [
+    let cases: [(&str, Box<BodyEdit>); 6] = [
         ("baud-rate code", Box::new(|b| b[58 - 36] = 5)),
         ("address space id", Box::new(|b| gas(b, 2, 8, 1, 0xCF8))),
         ("I/O port", Box::new(|b| gas(b, 1, 8, 1, 0x1_0000))),
