@@ -175,7 +175,7 @@ pub fn make_grub_image_on(
          set timeout={timeout_s}\n\
          set default=0\n\
          menuentry \"baremq (multiboot2) {args}\" {{\n    multiboot2 /boot/baremq {args}\n    boot\n}}\n\
-         menuentry \"baremq (multiboot1) {args}\" {{\n    multiboot /boot/baremq {args}\n    boot\n}}\n\
+         menuentry \"baremq (multiboot1, BIOS only: UEFI gives it no ACPI) {args}\" {{\n    multiboot /boot/baremq {args}\n    boot\n}}\n\
          menuentry \"baremq: platform report only\" {{\n    multiboot2 /boot/baremq\n    boot\n}}\n",
         serial.command()
     );
