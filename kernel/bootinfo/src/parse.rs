@@ -84,6 +84,8 @@ pub enum RsdpSource {
 #[derive(Debug, Clone)]
 pub struct BootInfo {
     pub protocol: Protocol,
+    /// A linear 32-bit RGB framebuffer the loader set up (Multiboot2 only), for a console copy.
+    pub framebuffer: Option<Framebuffer>,
     /// Kernel parameters only: a leading image path is removed (see [`strip_image_path`]).
     pub cmdline: String<MAX_CMDLINE>,
     pub loader_name: String<64>,
@@ -95,6 +97,7 @@ impl BootInfo {
     fn new(protocol: Protocol) -> Self {
         BootInfo {
             protocol,
+            framebuffer: None,
             cmdline: String::new(),
             loader_name: String::new(),
             memory: Vec::new(),
@@ -260,6 +263,64 @@ const MB2_TAG_LOADER_NAME: u32 = 2;
 const MB2_TAG_MMAP: u32 = 6;
 const MB2_TAG_ACPI_OLD: u32 = 14;
 const MB2_TAG_ACPI_NEW: u32 = 15;
+const MB2_TAG_FRAMEBUFFER: u32 = 8;
+
+/// A linear framebuffer with 32-bit direct-colour pixels (8 bits per
+/// channel), as a Multiboot2 loader describes it (tag 8): the UEFI GOP
+/// buffer, or a VBE mode GRUB set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framebuffer {
+    pub address: u64,
+    /// Bytes from one row to the next (at least `width * 4`).
+    pub pitch: u32,
+    pub width: u32,
+    pub height: u32,
+    /// Bit positions of the red, green and blue bytes in a pixel.
+    pub red_shift: u8,
+    pub green_shift: u8,
+    pub blue_shift: u8,
+}
+
+/// Reads a framebuffer tag; `None` for one a console cannot draw on (text
+/// mode, indexed colour, not 32 bits per pixel, odd channel layout, or
+/// inconsistent sizes): that is no reason to stop the boot.
+fn parse_framebuffer(mem: &impl PhysMemory, tag: u64, size: u64) -> Result<Option<Framebuffer>, Error> {
+    // Common part (32 bytes) plus the six RGB position/size bytes.
+    if size < 38 {
+        return Ok(None);
+    }
+    let mut bytes = [0u8; 38];
+    mem.read(tag, &mut bytes)?;
+    let u32_at = |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let mut address = [0u8; 8];
+    address.copy_from_slice(&bytes[8..16]);
+    let address = u64::from_le_bytes(address);
+    let (pitch, width, height, bpp, kind) = (u32_at(16), u32_at(20), u32_at(24), bytes[28], bytes[29]);
+    let [red_shift, red_size, green_shift, green_size, blue_shift, blue_size] =
+        [bytes[32], bytes[33], bytes[34], bytes[35], bytes[36], bytes[37]];
+    const DIRECT_RGB: u8 = 1;
+    let channels_ok = [(red_shift, red_size), (green_shift, green_size), (blue_shift, blue_size)]
+        .iter()
+        .all(|&(shift, size)| size == 8 && shift <= 24 && shift % 8 == 0);
+    let bytes_total = u64::from(pitch) * u64::from(height);
+    let usable = kind == DIRECT_RGB
+        && bpp == 32
+        && channels_ok
+        && width != 0
+        && height != 0
+        && u64::from(pitch) >= u64::from(width) * 4
+        && address != 0
+        && address.checked_add(bytes_total).is_some_and(|end| end <= 1 << 52);
+    Ok(usable.then_some(Framebuffer {
+        address,
+        pitch,
+        width,
+        height,
+        red_shift,
+        green_shift,
+        blue_shift,
+    }))
+}
 
 fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
     let mut bi = BootInfo::new(Protocol::Multiboot2);
@@ -335,6 +396,7 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                     bi.rsdp = Some(RsdpSource::Copy(copy));
                 }
             }
+            MB2_TAG_FRAMEBUFFER => bi.framebuffer = parse_framebuffer(mem, tag, size)?,
             _ => {}
         }
         off += size.next_multiple_of(8);

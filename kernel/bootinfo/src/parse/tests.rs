@@ -371,3 +371,56 @@ fn multiboot_info_pointer_at_the_top_of_memory_is_an_error() {
     let e = parse_boot_info(&m, MULTIBOOT2_MAGIC, top).unwrap_err();
     assert!(matches!(e, Error::UnreadableMemory { .. }), "{e:?}");
 }
+
+/// A framebuffer tag's payload (after type and size): address, pitch, width, height, bpp, type,
+/// reserved, then red/green/blue position and size.
+fn mb2_framebuffer(address: u64, pitch: u32, width: u32, height: u32, bpp: u8, kind: u8) -> StdVec<u8> {
+    let mut p = StdVec::new();
+    p.extend_from_slice(&address.to_le_bytes());
+    p.extend_from_slice(&pitch.to_le_bytes());
+    p.extend_from_slice(&width.to_le_bytes());
+    p.extend_from_slice(&height.to_le_bytes());
+    p.extend_from_slice(&[bpp, kind, 0, 0]);
+    p.extend_from_slice(&[16, 8, 8, 8, 0, 8]);
+    p
+}
+
+#[test]
+fn multiboot2_framebuffer_is_kept_only_when_drawable() {
+    let boot = |payload: StdVec<u8>| {
+        let m = multiboot2_fixture(
+            &[
+                (MB2_TAG_MMAP, mb2_mmap(&[(0, 0x9fc00, 1)])),
+                (MB2_TAG_FRAMEBUFFER, payload),
+            ],
+            true,
+        );
+        parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).unwrap().framebuffer
+    };
+    assert_eq!(
+        boot(mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 1)),
+        Some(Framebuffer {
+            address: 0xfd00_0000,
+            pitch: 4096,
+            width: 1024,
+            height: 768,
+            red_shift: 16,
+            green_shift: 8,
+            blue_shift: 0,
+        })
+    );
+    // Not drawable: 24 bpp, indexed or text, a pitch below the width, zero address or size,
+    // past 52 bits, a truncated tag. None of them stops the boot.
+    for payload in [
+        mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 24, 1),
+        mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 0),
+        mb2_framebuffer(0xb8000, 160, 80, 25, 16, 2),
+        mb2_framebuffer(0xfd00_0000, 4000, 1024, 768, 32, 1),
+        mb2_framebuffer(0, 4096, 1024, 768, 32, 1),
+        mb2_framebuffer(0xfd00_0000, 4096, 0, 768, 32, 1),
+        mb2_framebuffer((1 << 52) - 4096, 4096, 1024, 768, 32, 1),
+        mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 1)[..20].to_vec(),
+    ] {
+        assert_eq!(boot(payload.clone()), None, "{payload:?}");
+    }
+}
