@@ -88,6 +88,12 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = console::apply_choice(&config.console) {
         exit::failure(format_args!("console: {e}"));
     }
+    if let Some(fb) = &boot.framebuffer {
+        match arch::framebuffer::init(fb) {
+            Ok(line) => kprintln!("{line}"),
+            Err(e) => kprintln!("framebuffer: not used: {e}"),
+        }
+    }
     // Every driver parses its own keys (with the heap up), so a bad one stops the boot
     // before any device is touched.
     if let Err(e) = dev::registry::configure(&config.driver_words) {

@@ -170,6 +170,7 @@ pub fn make_grub_image_on(
     std::fs::copy(kernel, stage.join("boot/baremq")).map_err(|e| format!("copying the kernel: {e}"))?;
     let cfg = format!(
         "{}\n\
+         insmod all_video\n\
          terminal_input serial console\n\
          terminal_output serial console\n\
          set timeout={timeout_s}\n\

@@ -209,7 +209,11 @@ pub fn init() {
 /// Keeps a programmed divisor, else sets [`DEFAULT_BAUD`]; returns whether it was kept.
 fn program_as_found(uart: Uart) -> bool {
     let kept = uart.current_divisor() != 0;
-    uart.program(if kept { None } else { divisor(PC_UART_CLOCK_HZ, DEFAULT_BAUD) });
+    uart.program(if kept {
+        None
+    } else {
+        divisor(PC_UART_CLOCK_HZ, DEFAULT_BAUD)
+    });
     kept
 }
 
@@ -447,6 +451,7 @@ fn put_str(s: &str) {
             uart.put(b);
         }
     }
+    crate::arch::framebuffer::put_str(s);
 }
 
 struct Raw;
