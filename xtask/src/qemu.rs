@@ -116,6 +116,44 @@ pub struct Outcome {
     pub exit_code: Option<i32>,
     pub output: String,
     pub elapsed: Duration,
+    /// Monitor commands of the [`MonitorScript`] that were sent.
+    pub monitor_sent: usize,
+}
+
+/// Human-monitor commands sent while QEMU runs: each `(TEXT, COMMAND)` when a
+/// console line first contains TEXT (after the previous one was sent).
+/// QEMU must have been started with `-monitor unix:SOCKET,server,nowait`.
+#[derive(Debug, Clone)]
+pub struct MonitorScript {
+    pub socket: PathBuf,
+    pub steps: Vec<(String, String)>,
+}
+
+/// Sends one command to the monitor at `socket` and waits (up to 2 s) for its next prompt.
+fn send_monitor_command(socket: &Path, command: &str) -> Result<(), String> {
+    use std::io::Read;
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(socket).map_err(|e| format!("monitor {}: {e}", socket.display()))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| format!("monitor: {e}"))?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The banner ends with the first prompt; the command's output ends with the second.
+    for prompts in 1..=2 {
+        if prompts == 2 {
+            stream
+                .write_all(format!("{command}\n").as_bytes())
+                .map_err(|e| format!("monitor: {e}"))?;
+        }
+        while seen.windows(6).filter(|w| w == b"(qemu)").count() < prompts {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Kills the child if it is still running when dropped.
@@ -131,6 +169,18 @@ impl Drop for KillOnDrop {
 /// Runs QEMU with `args`; streams the console to stdout when `echo`. Writes
 /// the whole output to `log` when given.
 pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -> Result<Outcome, String> {
+    run_scripted(args, timeout, echo, log, None)
+}
+
+/// [`run`], sending `script`'s monitor commands as their console lines appear.
+pub fn run_scripted(
+    args: &[String],
+    timeout: Duration,
+    echo: bool,
+    log: Option<&Path>,
+    script: Option<&MonitorScript>,
+) -> Result<Outcome, String> {
+    let mut monitor_sent = 0;
     let start = Instant::now();
     // In the repository root, so scenario paths such as `tests/data/...` resolve.
     let child = Command::new("qemu-system-x86_64")
@@ -180,6 +230,19 @@ pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -
                 }
                 output.push_str(&line);
                 output.push('\n');
+                if let Some(script) = script
+                    && let Some((text, command)) = script.steps.get(monitor_sent)
+                    && !line.starts_with("qemu: ")
+                    && line.contains(text.as_str())
+                {
+                    let note = match send_monitor_command(&script.socket, command) {
+                        Ok(()) => format!("xtask: monitor command sent: {command}"),
+                        Err(e) => format!("xtask: monitor command '{command}' failed: {e}"),
+                    };
+                    monitor_sent += 1;
+                    output.push_str(&note);
+                    output.push('\n');
+                }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 timed_out = true;
@@ -213,6 +276,7 @@ pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -
         exit_code,
         output,
         elapsed: start.elapsed(),
+        monitor_sent,
     })
 }
 
