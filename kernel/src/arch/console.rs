@@ -201,19 +201,16 @@ pub fn init() {
     let found: heapless::Vec<Uart, 2> = [com1, com2].into_iter().filter(|u| u.answers()).collect();
     let uarts = if found.is_empty() { &[com1][..] } else { &found[..] };
     for uart in uarts {
-        program_as_found(*uart);
+        program_as_found(*uart, PC_UART_CLOCK_HZ);
     }
     set_outputs(uarts);
 }
 
-/// Keeps a programmed divisor, else sets [`DEFAULT_BAUD`]; returns whether it was kept.
-fn program_as_found(uart: Uart) -> bool {
+/// Keeps a programmed divisor, else sets [`DEFAULT_BAUD`] from `clock_hz`;
+/// returns whether it was kept.
+fn program_as_found(uart: Uart, clock_hz: u32) -> bool {
     let kept = uart.current_divisor() != 0;
-    uart.program(if kept {
-        None
-    } else {
-        divisor(PC_UART_CLOCK_HZ, DEFAULT_BAUD)
-    });
+    uart.program(if kept { None } else { divisor(clock_hz, DEFAULT_BAUD) });
     kept
 }
 
@@ -229,7 +226,7 @@ fn describe(uart: Uart, clock_hz: u32) -> String {
 /// (115200 when it was never programmed), and describes it.
 fn start(uart: Uart, clock_hz: u32, baud: Option<u32>) -> Result<String, String> {
     let Some(baud) = baud else {
-        let kept = program_as_found(uart);
+        let kept = program_as_found(uart, clock_hz);
         let how = if kept { "rate as found" } else { "was not programmed" };
         return Ok(alloc::format!("{}, {how}", describe(uart, clock_hz)));
     };
@@ -248,8 +245,7 @@ fn map(uart: Uart) -> Result<(), String> {
     Ok(())
 }
 
-/// Prints the `console:` line on the new outputs (and on the old ones, so a
-/// person watching the early port learns where the rest went).
+/// Prints a `console:` line on the current outputs.
 fn announce(what: &str, why: &str) {
     crate::arch::console::kprintln!("console: {what} ({why})");
 }
@@ -342,13 +338,31 @@ pub fn apply_auto(spcr: Result<Option<&Spcr>, &platform::Error>) {
         pci_enable_decode(pci.bus, pci.device, pci.function, matches!(uart, Uart::Port(_)));
     }
     let clock = spcr.uart_clock_hz.unwrap_or(PC_UART_CLOCK_HZ);
-    match map(uart).and_then(|()| start(uart, clock, spcr.baud)) {
+    if let Err(e) = map(uart) {
+        return announce(&probed(), &alloc::format!("probe; SPCR UART not usable: {e}"));
+    }
+    // A UART that fails the scratch test may still be the BMC's (some lack the
+    // register): use it, but keep the probed ports too, so nothing is lost.
+    let mut uarts: heapless::Vec<Uart, MAX_OUTPUTS> = heapless::Vec::new();
+    let _ = uarts.push(uart);
+    let answers = uart.answers();
+    if !answers {
+        uarts.extend(outputs().filter(|u| *u != uart).take(MAX_OUTPUTS - 1));
+    }
+    match start(uart, clock, spcr.baud) {
         Ok(what) => {
             if !outputs().any(|u| u == uart) {
                 announce(&alloc::format!("switching to {what}"), "SPCR");
             }
-            set_outputs(&[uart]);
-            announce(&what, "SPCR");
+            set_outputs(&uarts);
+            if answers {
+                announce(&what, "SPCR");
+            } else {
+                announce(
+                    &what,
+                    "SPCR; it fails the scratch-register probe, so the probed ports stay on",
+                );
+            }
         }
         Err(e) => announce(&probed(), &alloc::format!("probe; SPCR UART not usable: {e}")),
     }
