@@ -19,14 +19,24 @@ mb1_header:
 
 # ---------------------------------------------------------------------------
 # Multiboot2 header (GRUB `multiboot2`, BIOS and UEFI). Must lie in the first
-# 32 KiB, 8-byte aligned. Header length 24: fixed part plus the end tag.
+# 32 KiB, 8-byte aligned. Header length 48: fixed part (16), an optional
+# framebuffer request (20, padded to 24: tags are 8-byte aligned), end tag (8).
+# The framebuffer (UEFI GOP, or a VBE mode) gets a copy of the console for
+# iKVM users; "optional" lets GRUB boot without one (no display, serial only).
     .section .multiboot2, "a"
     .p2align 3
 mb2_header:
     .long 0xE85250D6
     .long 0                                        # architecture: i386 protected mode
-    .long 24
-    .long 0x100000000 - (0xE85250D6 + 0 + 24)
+    .long 48
+    .long 0x100000000 - (0xE85250D6 + 0 + 48)
+    .short 5                                       # framebuffer tag
+    .short 1                                       # optional
+    .long 20
+    .long 0                                        # width: no preference
+    .long 0                                        # height: no preference
+    .long 32                                       # bits per pixel
+    .long 0                                        # padding to 8 bytes
     .short 0                                       # end tag
     .short 0
     .long 8

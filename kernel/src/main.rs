@@ -60,6 +60,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Ok(c) => c,
         Err(e) => exit::failure(format_args!("command line: {e}")),
     };
+    exit::configure_repeat(config.verdict_repeat_s, config.verdict_repeats_before_exit);
     console::init_logger(match config.log {
         bootinfo::cmdline::LogLevel::Error => log::LevelFilter::Error,
         bootinfo::cmdline::LogLevel::Warn => log::LevelFilter::Warn,
@@ -84,6 +85,15 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Err(e) => exit::failure(format_args!("memory: {e}")),
     };
     time::boot_mark("memory");
+    if let Err(e) = console::apply_choice(&config.console) {
+        exit::failure(format_args!("console: {e}"));
+    }
+    if let Some(fb) = &boot.framebuffer {
+        match arch::framebuffer::init(fb) {
+            Ok(line) => kprintln!("{line}"),
+            Err(e) => kprintln!("framebuffer: not used: {e}"),
+        }
+    }
     // Every driver parses its own keys (with the heap up), so a bad one stops the boot
     // before any device is touched.
     if let Err(e) = dev::registry::configure(&config.driver_words) {
@@ -101,6 +111,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     time::calibration_start();
 
     report_platform(boot, &mem);
+    kprintln!("{}", arch::mce::init());
     time::boot_mark("cpu");
 
     let fw = match firmware::discover(boot) {
@@ -121,8 +132,15 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         }
     );
     let fw = firmware::set(fw);
+    if config.console == bootinfo::console::ConsoleChoice::Auto {
+        console::apply_auto(fw.spcr.as_ref().map(Option::as_ref));
+    }
     time::boot_mark("acpi");
-    match dev::pci::init(fw.mcfg.as_ref()) {
+    let pci = dev::pci::init(fw.mcfg.as_ref());
+    if let Err(e) = console::after_pci_enumeration() {
+        exit::failure(format_args!("console: {e}"));
+    }
+    match pci {
         Ok(p) => {
             kprintln!("pci: {} functions via {}", p.functions.len(), p.mechanism);
             let roots: alloc::vec::Vec<alloc::string::String> =

@@ -5,7 +5,7 @@
 //! cargo xtask run [OPTIONS] [-- KERNEL ARGS...]     the main job
 //! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list] [--strict-skips]
 //! cargo xtask test                                   every check CI runs
-//! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! cargo xtask image [--debug] [--serial-port P] [--serial-speed B] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! ```
@@ -55,7 +55,9 @@ commands:
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
   test                            fmt, clippy, host tests, loom models, then qemu-test
-  image [--debug] [-- ARGS...]    GRUB rescue image (BIOS and UEFI) at target/baremq.iso
+  image [--debug] [--serial-port PORT] [--serial-speed BAUD] [-- ARGS...]
+                                  GRUB rescue image (BIOS and UEFI) at target/baremq.iso; GRUB's
+                                  serial line follows ARGS' console= (ttyS*/io:), else COM1 115200
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
@@ -388,19 +390,51 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
 
 fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
     let (opts, kernel_args) = split_dashdash(args);
+    let kernel_args = kernel_args.join(" ");
     let mut debug = false;
-    for a in opts {
-        match a.as_str() {
+    let mut serial = setup::GrubSerial::from_kernel_args(&kernel_args);
+    let mut i = 0;
+    while i < opts.len() {
+        match opts[i].as_str() {
             "--debug" => debug = true,
+            "--serial-port" => {
+                let v = value(opts, &mut i, "--serial-port")?;
+                let port = match v {
+                    "ttyS0" | "com1" => Some(0x3f8),
+                    "ttyS1" | "com2" => Some(0x2f8),
+                    _ => v
+                        .strip_prefix("0x")
+                        .map_or_else(|| v.parse().ok(), |hex| u16::from_str_radix(hex, 16).ok()),
+                };
+                serial.port = port.filter(|p| *p != 0).ok_or(format!(
+                    "--serial-port '{v}': an I/O port like 0x2f8, or ttyS0, ttyS1, com1, com2"
+                ))?;
+            }
+            "--serial-speed" => {
+                let v = value(opts, &mut i, "--serial-speed")?;
+                serial.speed = v
+                    .parse()
+                    .ok()
+                    .filter(|b| bootinfo::console::divisor(bootinfo::console::PC_UART_CLOCK_HZ, *b).is_some())
+                    .ok_or(format!(
+                        "--serial-speed '{v}': a baud rate such as 115200, 57600 or 9600"
+                    ))?;
+            }
             other => return Err(format!("image: unknown option '{other}'")),
         }
+        i += 1;
     }
     let kernel = build_kernel(debug)?;
     let out = root().join("target/baremq.iso");
-    setup::make_grub_image(&kernel, &out, &kernel_args.join(" "), 5)?;
+    setup::make_grub_image_on(&kernel, &out, &kernel_args, 5, serial)?;
     println!(
-        "xtask: wrote {} (GRUB, BIOS and UEFI; serial console on COM1 at 115200)",
-        out.display()
+        "xtask: wrote {} (GRUB, BIOS and UEFI; GRUB's menu on `{}`; the kernel's console: {})",
+        out.display(),
+        serial.command(),
+        kernel_args
+            .split_whitespace()
+            .find(|w| w.starts_with("console="))
+            .unwrap_or("console=auto (SPCR, else COM1 and COM2)")
     );
     Ok(out)
 }

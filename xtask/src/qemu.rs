@@ -34,7 +34,9 @@ pub struct Machine {
     pub kernel: Option<PathBuf>,
     pub cdrom: Option<PathBuf>,
     pub append: Vec<String>,
-    /// Extra arguments; `-m`, `-smp` and `-bios` here replace the defaults.
+    /// Extra arguments; `-m`, `-smp` and `-bios` here replace the defaults, and
+    /// so does a console wired to stdio (`-serial ...` or `-chardev stdio,...`,
+    /// e.g. a UART on COM2 or PCI only) for the default `-serial stdio` (COM1).
     pub extra: Vec<String>,
 }
 
@@ -77,8 +79,17 @@ impl Machine {
             push("-smp");
             push("1");
         }
-        for s in ["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"] {
+        for s in ["-nodefaults", "-display", "none", "-no-reboot"] {
             push(s);
+        }
+        let own_console = has(&["-serial"])
+            || self
+                .extra
+                .windows(2)
+                .any(|w| w[0] == "-chardev" && (w[1] == "stdio" || w[1].starts_with("stdio,")));
+        if !own_console {
+            push("-serial");
+            push("stdio");
         }
         for s in ["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"] {
             push(s);
@@ -105,6 +116,44 @@ pub struct Outcome {
     pub exit_code: Option<i32>,
     pub output: String,
     pub elapsed: Duration,
+    /// Monitor commands of the [`MonitorScript`] that were sent.
+    pub monitor_sent: usize,
+}
+
+/// Human-monitor commands sent while QEMU runs: each `(TEXT, COMMAND)` when a
+/// console line first contains TEXT (after the previous one was sent).
+/// QEMU must have been started with `-monitor unix:SOCKET,server,nowait`.
+#[derive(Debug, Clone)]
+pub struct MonitorScript {
+    pub socket: PathBuf,
+    pub steps: Vec<(String, String)>,
+}
+
+/// Sends one command to the monitor at `socket` and waits (up to 2 s) for its next prompt.
+fn send_monitor_command(socket: &Path, command: &str) -> Result<(), String> {
+    use std::io::Read;
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(socket).map_err(|e| format!("monitor {}: {e}", socket.display()))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| format!("monitor: {e}"))?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The banner ends with the first prompt; the command's output ends with the second.
+    for prompts in 1..=2 {
+        if prompts == 2 {
+            stream
+                .write_all(format!("{command}\n").as_bytes())
+                .map_err(|e| format!("monitor: {e}"))?;
+        }
+        while seen.windows(6).filter(|w| w == b"(qemu)").count() < prompts {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Kills the child if it is still running when dropped.
@@ -120,8 +169,22 @@ impl Drop for KillOnDrop {
 /// Runs QEMU with `args`; streams the console to stdout when `echo`. Writes
 /// the whole output to `log` when given.
 pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -> Result<Outcome, String> {
+    run_scripted(args, timeout, echo, log, None)
+}
+
+/// [`run`], sending `script`'s monitor commands as their console lines appear.
+pub fn run_scripted(
+    args: &[String],
+    timeout: Duration,
+    echo: bool,
+    log: Option<&Path>,
+    script: Option<&MonitorScript>,
+) -> Result<Outcome, String> {
+    let mut monitor_sent = 0;
     let start = Instant::now();
+    // In the repository root, so scenario paths such as `tests/data/...` resolve.
     let child = Command::new("qemu-system-x86_64")
+        .current_dir(crate::root())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -167,6 +230,19 @@ pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -
                 }
                 output.push_str(&line);
                 output.push('\n');
+                if let Some(script) = script
+                    && let Some((text, command)) = script.steps.get(monitor_sent)
+                    && !line.starts_with("qemu: ")
+                    && line.contains(text.as_str())
+                {
+                    let note = match send_monitor_command(&script.socket, command) {
+                        Ok(()) => format!("xtask: monitor command sent: {command}"),
+                        Err(e) => format!("xtask: monitor command '{command}' failed: {e}"),
+                    };
+                    monitor_sent += 1;
+                    output.push_str(&note);
+                    output.push('\n');
+                }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 timed_out = true;
@@ -200,6 +276,7 @@ pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -
         exit_code,
         output,
         elapsed: start.elapsed(),
+        monitor_sent,
     })
 }
 
@@ -261,7 +338,7 @@ pub fn create_image(path: &Path, bytes: u64, format: &str) -> Result<(), String>
 
 #[cfg(test)]
 mod tests {
-    use super::mbr_sector;
+    use super::*;
 
     #[test]
     fn mbr_image_sector_holds_one_linux_partition_to_the_end() {
@@ -276,5 +353,34 @@ mod tests {
         let tiny = mbr_sector(4096);
         assert_eq!(u32::from_le_bytes(tiny[454..458].try_into().unwrap()), 7);
         assert_eq!(u32::from_le_bytes(tiny[458..462].try_into().unwrap()), 1);
+    }
+
+    fn machine(extra: &[&str]) -> Machine {
+        Machine {
+            accel: Accel::Tcg,
+            firmware: Firmware::SeaBios,
+            kernel: None,
+            cdrom: None,
+            append: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn serial_stdio_count(args: &[String]) -> usize {
+        args.windows(2).filter(|w| w[0] == "-serial" && w[1] == "stdio").count()
+    }
+
+    #[test]
+    fn com1_on_stdio_unless_the_scenario_wires_its_own_console() {
+        assert_eq!(serial_stdio_count(&machine(&[]).args()), 1);
+        assert_eq!(serial_stdio_count(&machine(&["-device", "nvme"]).args()), 1);
+        // A COM2-only or PCI console: the chardev on stdio replaces COM1.
+        let com2 = machine(&["-chardev", "stdio,id=sol", "-device", "isa-serial,chardev=sol,index=1"]).args();
+        assert_eq!(serial_stdio_count(&com2), 0);
+        assert!(com2.iter().any(|a| a == "isa-serial,chardev=sol,index=1"));
+        // `-serial` given by the scenario replaces the default too.
+        assert_eq!(serial_stdio_count(&machine(&["-serial", "null"]).args()), 0);
+        // A chardev on another backend does not.
+        assert_eq!(serial_stdio_count(&machine(&["-chardev", "socket,id=mon"]).args()), 1);
     }
 }

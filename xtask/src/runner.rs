@@ -169,10 +169,28 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             };
         }
         let log = dir.join(format!("boot{}.log", n + 1));
-        let out = match qemu::run(&m.args(), Duration::from_secs(boot.timeout_s), false, Some(&log)) {
+        let script = (!boot.hmp.is_empty()).then(|| qemu::MonitorScript {
+            socket: dir.join(format!("monitor{}.sock", n + 1)),
+            steps: boot.hmp.clone(),
+        });
+        if let Some(script) = &script {
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                return Verdict::Fail(format!("creating {}: {e}", dir.display()));
+            }
+            m.extra.push("-monitor".into());
+            m.extra.push(format!("unix:{},server,nowait", script.socket.display()));
+        }
+        let timeout = Duration::from_secs(boot.timeout_s);
+        let out = match qemu::run_scripted(&m.args(), timeout, false, Some(&log), script.as_ref()) {
             Ok(o) => o,
             Err(e) => return Verdict::Fail(e),
         };
+        if let Some((text, _)) = boot.hmp.get(out.monitor_sent) {
+            return Verdict::Fail(format!(
+                "hmp: no console line contained '{text}', so its command was never sent; log {}",
+                log.display()
+            ));
+        }
         if let Err(why) = scenario::judge(boot, out.exit_code, &out.output) {
             let tail: Vec<&str> = out.output.lines().rev().take(25).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();

@@ -18,6 +18,7 @@
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
+//! | `hmp` | `TEXT => COMMAND`: when a console line first contains TEXT, send COMMAND to QEMU's human monitor (e.g. `mce ...` to inject a machine check); repeatable, in order; a boot whose TEXT never appeared fails |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! `output` and `absent` values are kept verbatim: only the one space after `=` is dropped, so
@@ -66,6 +67,8 @@ pub struct Boot {
     pub json_check: bool,
     /// `fewer = A < B`: (A, B) counter names; every job report's total of A is below B's.
     pub fewer: Vec<(String, String)>,
+    /// `hmp = TEXT => COMMAND`: monitor commands sent when a console line contains TEXT.
+    pub hmp: Vec<(String, String)>,
 }
 
 impl Default for Boot {
@@ -80,6 +83,7 @@ impl Default for Boot {
             method: BootMethod::Kernel,
             json_check: false,
             fewer: Vec::new(),
+            hmp: Vec::new(),
         }
     }
 }
@@ -226,6 +230,16 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     return Err(err(lineno, format!("fewer '{value}': use COUNTER < COUNTER")));
                 };
                 boot.fewer.push((a.to_string(), b.to_string()));
+            }
+            "hmp" => {
+                let step = value
+                    .split_once(" => ")
+                    .map(|(text, command)| (text.trim(), command.trim()))
+                    .filter(|(text, command)| !text.is_empty() && !command.is_empty());
+                let Some((text, command)) = step else {
+                    return Err(err(lineno, format!("hmp '{value}': use TEXT => COMMAND")));
+                };
+                boot.hmp.push((text.to_string(), command.to_string()));
             }
             "json" => {
                 if value != "consistent" {
@@ -933,5 +947,28 @@ output = vector 14
                 .unwrap_err()
                 .contains("absent")
         );
+    }
+
+    #[test]
+    fn hmp_steps_are_text_and_command() {
+        let s = parse(
+            "f",
+            "[m]\nhmp = [job0] => mce 1 1 0xbe00000000800400 5 0x1234000 0\nhmp = done => info cpus\noutput = x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s[0].boots[0].hmp,
+            [
+                (
+                    "[job0]".to_string(),
+                    "mce 1 1 0xbe00000000800400 5 0x1234000 0".to_string()
+                ),
+                ("done".to_string(), "info cpus".to_string())
+            ]
+        );
+        for bad in ["hmp = mce 1 1", "hmp = => info cpus", "hmp = text =>"] {
+            let e = parse("f", &format!("[m]\n{bad}\noutput = x\n")).unwrap_err();
+            assert!(e.message.contains("TEXT => COMMAND"), "{bad}: {}", e.message);
+        }
     }
 }

@@ -104,10 +104,60 @@ fn parse_candidate(policy: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The UART GRUB's menu uses (`serial --port=... --speed=...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrubSerial {
+    pub port: u16,
+    pub speed: u32,
+}
+
+impl GrubSerial {
+    /// The UART the kernel's `console=` word in `args` names, when it is a port-I/O UART
+    /// (`ttyS0`-`ttyS3`, `io:PORT`, with its baud); else (`auto`, absent, `mmio:`, `pci:`, which
+    /// GRUB 2.06 cannot address) COM1 at 115200.
+    pub fn from_kernel_args(args: &str) -> GrubSerial {
+        use bootinfo::console::{ConsoleChoice, DEFAULT_BAUD, PC_PORTS, UartRegisters, parse_console};
+        let choice = args
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("console="))
+            .find_map(parse_console);
+        match choice {
+            Some(ConsoleChoice::Uart {
+                registers: UartRegisters::Io(port),
+                baud,
+            }) => GrubSerial {
+                port,
+                speed: baud.unwrap_or(DEFAULT_BAUD),
+            },
+            _ => GrubSerial {
+                port: PC_PORTS[0],
+                speed: DEFAULT_BAUD,
+            },
+        }
+    }
+
+    /// The grub.cfg line.
+    pub fn command(self) -> String {
+        format!("serial --port={:#x} --speed={}", self.port, self.speed)
+    }
+}
+
 /// Writes a GRUB rescue image (BIOS and, when grub-efi is installed, UEFI)
 /// holding `kernel`, with menu entries for Multiboot2 (default) and
-/// Multiboot1, both passing `args`, and the serial console on COM1.
+/// Multiboot1, both passing `args`, and GRUB's serial terminal on the UART
+/// the kernel's `console=` names (COM1 by default, see [`GrubSerial`]).
 pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) -> Result<(), String> {
+    make_grub_image_on(kernel, out, args, timeout_s, GrubSerial::from_kernel_args(args))
+}
+
+/// [`make_grub_image`] with GRUB's serial terminal on `serial`.
+pub fn make_grub_image_on(
+    kernel: &Path,
+    out: &Path,
+    args: &str,
+    timeout_s: u32,
+    serial: GrubSerial,
+) -> Result<(), String> {
     if !have_program("grub-mkrescue") {
         return Err(
             "grub-mkrescue is missing: apt-get install -y grub-pc-bin grub-efi-amd64-bin grub-common xorriso mtools"
@@ -119,14 +169,16 @@ pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) ->
     std::fs::create_dir_all(stage.join("boot/grub")).map_err(|e| format!("creating {}: {e}", stage.display()))?;
     std::fs::copy(kernel, stage.join("boot/baremq")).map_err(|e| format!("copying the kernel: {e}"))?;
     let cfg = format!(
-        "serial --unit=0 --speed=115200\n\
+        "{}\n\
+         insmod all_video\n\
          terminal_input serial console\n\
          terminal_output serial console\n\
          set timeout={timeout_s}\n\
          set default=0\n\
          menuentry \"baremq (multiboot2) {args}\" {{\n    multiboot2 /boot/baremq {args}\n    boot\n}}\n\
-         menuentry \"baremq (multiboot1) {args}\" {{\n    multiboot /boot/baremq {args}\n    boot\n}}\n\
-         menuentry \"baremq: platform report only\" {{\n    multiboot2 /boot/baremq\n    boot\n}}\n"
+         menuentry \"baremq (multiboot1, BIOS only: UEFI gives it no ACPI) {args}\" {{\n    multiboot /boot/baremq {args}\n    boot\n}}\n\
+         menuentry \"baremq: platform report only\" {{\n    multiboot2 /boot/baremq\n    boot\n}}\n",
+        serial.command()
     );
     std::fs::write(stage.join("boot/grub/grub.cfg"), cfg).map_err(|e| format!("writing grub.cfg: {e}"))?;
     let status = Command::new("grub-mkrescue")
@@ -146,7 +198,27 @@ pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) ->
 
 #[cfg(test)]
 mod tests {
-    use super::parse_candidate;
+    use super::{GrubSerial, parse_candidate};
+
+    #[test]
+    fn grub_serial_follows_the_kernel_console() {
+        let serial = |args: &str| GrubSerial::from_kernel_args(args).command();
+        assert_eq!(serial(""), "serial --port=0x3f8 --speed=115200");
+        assert_eq!(serial("log=info console=auto"), "serial --port=0x3f8 --speed=115200");
+        assert_eq!(serial("console=ttyS1"), "serial --port=0x2f8 --speed=115200");
+        assert_eq!(
+            serial("rw=read console=io:0x2e8,9600"),
+            "serial --port=0x2e8 --speed=9600"
+        );
+        // GRUB 2.06 cannot address these: COM1.
+        assert_eq!(serial("console=pci:00:05.0"), "serial --port=0x3f8 --speed=115200");
+        assert_eq!(
+            serial("console=mmio:0xfe032000,4"),
+            "serial --port=0x3f8 --speed=115200"
+        );
+        // A malformed value is the kernel's to refuse; GRUB keeps COM1.
+        assert_eq!(serial("console=com2"), "serial --port=0x3f8 --speed=115200");
+    }
 
     #[test]
     fn candidate_is_read_from_apt_cache_policy() {

@@ -22,7 +22,11 @@
 //! | `null.memory` | `off` (default) or `on`: keep written data (needs SIZE bytes of heap) |
 //! | `null.mode` | `immediate` (default: completes through the completion policy), `inline`, or `stuck` (never completes: a hung device, to test stall detection) |
 //! | `null.queues` | hardware queues of `null0` (default: one per CPU; `1` makes CPUs share one) |
+//! | `console` | `auto` (default), `ttyS0`..`ttyS3`, `io:PORT`, `mmio:ADDRESS[,WIDTH]`, `pci:BB:DD.F`, with an optional `,BAUD` (see [`crate::console`]) |
+//! | `verdict.repeat` | `off`, or seconds (1-3600, default 5) between repeats of the final verdict line when the run ends on a machine without QEMU's exit device |
+//! | `verdict.repeats_before_exit` | repeats (0-100, default 0) printed before QEMU's exit device is written (for tests of the repeat) |
 
+use crate::console::{CONSOLE_FORMS, ConsoleChoice, parse_console};
 use crate::error::{Error, bounded};
 use heapless::Vec;
 
@@ -33,7 +37,7 @@ pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
 pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, idle, idle.poll_us, watchdog, crc32c, null.size, null.block_size, \
-     null.memory, null.mode, null.queues";
+     null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,6 +81,9 @@ pub enum SelfTest {
     /// Multi-message MSI on a function that offers several vectors: an
     /// aligned block, programmed and read back, freed when dropped.
     MsiVectors,
+    /// `int 18`: the #MC handler must report MCG_STATUS and the banks and end
+    /// the run with a machine-check verdict (a software-raised #MC; the banks hold nothing).
+    MachineCheck,
 }
 
 impl SelfTest {
@@ -94,9 +101,9 @@ impl SelfTest {
         ("edu", SelfTest::Edu),
         ("hang", SelfTest::Hang),
         ("msivectors", SelfTest::MsiVectors),
+        ("mce", SelfTest::MachineCheck),
     ];
-    const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors";
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -154,6 +161,9 @@ pub enum NullDeviceMode {
     Stuck,
 }
 
+/// Default `verdict.repeat`: seconds between repeats of the final verdict.
+pub const DEFAULT_VERDICT_REPEAT_S: u32 = 5;
+
 /// The parsed kernel command line.
 #[derive(Debug, Clone)]
 pub struct Config<'a> {
@@ -178,6 +188,13 @@ pub struct Config<'a> {
     pub null_mode: NullDeviceMode,
     /// Hardware queues of the null device (None: one per CPU).
     pub null_queues: Option<u32>,
+    /// `console=`: which UART(s) carry the console.
+    pub console: ConsoleChoice,
+    /// `verdict.repeat=`: seconds between repeats of the final verdict after the run
+    /// (on a machine where QEMU's exit device did not end it); `None` is `off`.
+    pub verdict_repeat_s: Option<u32>,
+    /// `verdict.repeats_before_exit=`: repeats printed before the exit device is written.
+    pub verdict_repeats_before_exit: u32,
     /// Workload-engine words (`rw=...`, `bs=...`, ...), in command-line order.
     pub job_words: Vec<&'a str, MAX_JOB_WORDS>,
     /// Words under a PCI driver's prefix (`megasas.irq=msi`), in order, for that driver to parse.
@@ -200,6 +217,9 @@ impl Default for Config<'_> {
             null_memory: false,
             null_mode: NullDeviceMode::Immediate,
             null_queues: None,
+            console: ConsoleChoice::Auto,
+            verdict_repeat_s: Some(DEFAULT_VERDICT_REPEAT_S),
+            verdict_repeats_before_exit: 0,
             job_words: Vec::new(),
             driver_words: Vec::new(),
         }
@@ -233,7 +253,7 @@ pub fn parse_with_drivers<'a>(
     driver_prefixes: &[&str],
 ) -> Result<Config<'a>, Error> {
     let mut cfg = Config::default();
-    let mut seen: Vec<&'static str, 16> = Vec::new();
+    let mut seen: Vec<&'static str, 32> = Vec::new();
     let mut once = |key: &'static str| -> Result<(), Error> {
         if seen.contains(&key) {
             return Err(Error::DuplicateKey { key });
@@ -382,6 +402,43 @@ pub fn parse_with_drivers<'a>(
                                 expected: "a number from 1 to 64",
                             })?,
                     );
+            }
+            "console" => {
+                once("console")?;
+                cfg.console = parse_console(value).ok_or_else(|| Error::BadValue {
+                    key: "console",
+                    value: bounded(value),
+                    expected: CONSOLE_FORMS,
+                })?;
+            }
+            "verdict.repeat" => {
+                once("verdict.repeat")?;
+                cfg.verdict_repeat_s = match value {
+                    "off" => None,
+                    s => Some(
+                        s.parse()
+                            .ok()
+                            .filter(|s| (1..=3600).contains(s))
+                            .ok_or_else(|| Error::BadValue {
+                                key: "verdict.repeat",
+                                value: bounded(value),
+                                expected: "off, or seconds from 1 to 3600",
+                            })?,
+                    ),
+                };
+            }
+            "verdict.repeats_before_exit" => {
+                once("verdict.repeats_before_exit")?;
+                cfg.verdict_repeats_before_exit =
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= 100)
+                        .ok_or_else(|| Error::BadValue {
+                            key: "verdict.repeats_before_exit",
+                            value: bounded(value),
+                            expected: "a number from 0 to 100",
+                        })?;
             }
             _ if key
                 .split_once('.')
@@ -557,6 +614,49 @@ mod tests {
         assert_eq!(workload::values::parse_size("2g"), Some(2 << 30));
         assert_eq!(workload::values::parse_size("12x"), None);
         assert_eq!(workload::values::parse_size("99999999999t"), None);
+    }
+
+    #[test]
+    fn console_and_verdict_keys() {
+        use crate::console::UartRegisters;
+        let c = parse("", JOB_KEYS, "").unwrap();
+        assert_eq!(c.console, ConsoleChoice::Auto);
+        assert_eq!((c.verdict_repeat_s, c.verdict_repeats_before_exit), (Some(5), 0));
+        let c = parse(
+            "console=ttyS1,115200 verdict.repeat=2 verdict.repeats_before_exit=3",
+            JOB_KEYS,
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            c.console,
+            ConsoleChoice::Uart {
+                registers: UartRegisters::Io(0x2f8),
+                baud: Some(115_200)
+            }
+        );
+        assert_eq!((c.verdict_repeat_s, c.verdict_repeats_before_exit), (Some(2), 3));
+        assert_eq!(
+            parse("verdict.repeat=off", JOB_KEYS, "").unwrap().verdict_repeat_s,
+            None
+        );
+        let msg = parse("console=com2", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(
+            msg.contains("'com2'") && msg.contains("'console'") && msg.contains("ttyS0..ttyS3, io:PORT"),
+            "{msg}"
+        );
+        for bad in [
+            "verdict.repeat=0",
+            "verdict.repeat=1h",
+            "verdict.repeats_before_exit=101",
+        ] {
+            let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
+            assert!(msg.contains(bad.split_once('=').unwrap().0), "{bad}: {msg}");
+        }
+        assert_eq!(
+            parse("console=auto console=ttyS0", JOB_KEYS, "").unwrap_err(),
+            Error::DuplicateKey { key: "console" }
+        );
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //!   a wild read;
 //! * [`memmap`]: turning a firmware memory map into page-aligned usable ranges
 //!   with reserved regions carved out;
-//! * [`cmdline`]: the kernel command line as a typed configuration.
+//! * [`cmdline`]: the kernel command line as a typed configuration;
+//! * [`console`]: the `console=` forms and 16550 divisor arithmetic.
 #![no_std]
 #![forbid(unsafe_code)]
 
 pub mod cmdline;
+pub mod console;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;

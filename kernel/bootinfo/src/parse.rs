@@ -84,6 +84,8 @@ pub enum RsdpSource {
 #[derive(Debug, Clone)]
 pub struct BootInfo {
     pub protocol: Protocol,
+    /// The framebuffer the loader set up (Multiboot2 only), for a console copy.
+    pub framebuffer: Option<Framebuffer>,
     /// Kernel parameters only: a leading image path is removed (see [`strip_image_path`]).
     pub cmdline: String<MAX_CMDLINE>,
     pub loader_name: String<64>,
@@ -95,6 +97,7 @@ impl BootInfo {
     fn new(protocol: Protocol) -> Self {
         BootInfo {
             protocol,
+            framebuffer: None,
             cmdline: String::new(),
             loader_name: String::new(),
             memory: Vec::new(),
@@ -260,6 +263,85 @@ const MB2_TAG_LOADER_NAME: u32 = 2;
 const MB2_TAG_MMAP: u32 = 6;
 const MB2_TAG_ACPI_OLD: u32 = 14;
 const MB2_TAG_ACPI_NEW: u32 = 15;
+const MB2_TAG_FRAMEBUFFER: u32 = 8;
+
+/// The framebuffer a Multiboot2 loader describes (tag 8): the UEFI GOP
+/// buffer, or a VBE mode GRUB set. [`Framebuffer::drawable`] says whether a
+/// console can draw on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framebuffer {
+    pub address: u64,
+    /// Bytes from one row to the next.
+    pub pitch: u32,
+    pub width: u32,
+    pub height: u32,
+    pub bits_per_pixel: u8,
+    /// 0 indexed colour, 1 direct RGB, 2 EGA text.
+    pub kind: u8,
+    /// Bit positions of the red, green and blue fields in a pixel (direct RGB).
+    pub red_shift: u8,
+    pub green_shift: u8,
+    pub blue_shift: u8,
+    /// Field widths in bits (direct RGB).
+    pub channel_bits: [u8; 3],
+}
+
+impl Framebuffer {
+    /// `Ok` for 24- or 32-bit direct colour with byte-aligned 8-bit channels
+    /// and consistent sizes; otherwise why not.
+    pub fn drawable(&self) -> Result<(), &'static str> {
+        const DIRECT_RGB: u8 = 1;
+        let shifts = [self.red_shift, self.green_shift, self.blue_shift];
+        if self.kind != DIRECT_RGB {
+            return Err("not direct colour (indexed or text mode)");
+        }
+        if self.bits_per_pixel != 24 && self.bits_per_pixel != 32 {
+            return Err("not 24 or 32 bits per pixel");
+        }
+        if self.channel_bits != [8; 3]
+            || shifts
+                .iter()
+                .any(|s| *s >= u32::from(self.bits_per_pixel) as u8 || s % 8 != 0)
+        {
+            return Err("colour channels are not bytes");
+        }
+        let row_bytes = u64::from(self.width) * u64::from(self.bits_per_pixel / 8);
+        if self.width == 0 || self.height == 0 || u64::from(self.pitch) < row_bytes {
+            return Err("inconsistent width, height and pitch");
+        }
+        let end = self.address.checked_add(u64::from(self.pitch) * u64::from(self.height));
+        if self.address == 0 || end.is_none_or(|end| end > 1 << 52) {
+            return Err("address out of range");
+        }
+        Ok(())
+    }
+}
+
+/// Reads a framebuffer tag; `None` when it is too short to hold the colour
+/// fields (a loader bug, no reason to stop the boot).
+fn parse_framebuffer(mem: &impl PhysMemory, tag: u64, size: u64) -> Result<Option<Framebuffer>, Error> {
+    // Common part (32 bytes) plus the six RGB position/size bytes.
+    if size < 38 {
+        return Ok(None);
+    }
+    let mut bytes = [0u8; 38];
+    mem.read(tag, &mut bytes)?;
+    let u32_at = |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let mut address = [0u8; 8];
+    address.copy_from_slice(&bytes[8..16]);
+    Ok(Some(Framebuffer {
+        address: u64::from_le_bytes(address),
+        pitch: u32_at(16),
+        width: u32_at(20),
+        height: u32_at(24),
+        bits_per_pixel: bytes[28],
+        kind: bytes[29],
+        red_shift: bytes[32],
+        green_shift: bytes[34],
+        blue_shift: bytes[36],
+        channel_bits: [bytes[33], bytes[35], bytes[37]],
+    }))
+}
 
 fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
     let mut bi = BootInfo::new(Protocol::Multiboot2);
@@ -335,6 +417,7 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                     bi.rsdp = Some(RsdpSource::Copy(copy));
                 }
             }
+            MB2_TAG_FRAMEBUFFER => bi.framebuffer = parse_framebuffer(mem, tag, size)?,
             _ => {}
         }
         off += size.next_multiple_of(8);

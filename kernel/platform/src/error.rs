@@ -179,6 +179,9 @@ pub enum Error {
         bus_start: u8,
         bus_end: u8,
     },
+    /// An SPCR field holds a value the specification does not define (or a
+    /// UART cannot use), e.g. a reserved baud-rate code or an 8-byte access width.
+    SpcrValue { field: &'static str, value: u64 },
 
     // ---- PCI ---------------------------------------------------------------------------------
     /// A configuration-space offset that is unaligned or beyond the space (256 legacy, 4096 ECAM).
@@ -397,6 +400,7 @@ impl fmt::Display for Error {
                 f,
                 "MCFG entry {index}: ECAM base {base:#x} for buses {bus_start}..={bus_end} runs past the 52-bit physical address space"
             ),
+            SpcrValue { field, value } => write!(f, "SPCR: {field} {value:#x} is not usable for a 16550 console"),
             ConfigOffset { offset, limit } => write!(
                 f,
                 "PCI configuration offset {offset:#x} is unaligned or not below {limit:#x}"

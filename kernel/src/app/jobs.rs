@@ -502,6 +502,7 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         let line = workload::stages::trace_line(&plan.spec.name, trace_every, &exported);
         crate::arch::console::print(format_args!("{line}"));
     }
+    crate::arch::exit::note_job(&report.plan.spec.name, report.total.iops, report.errors);
     Ok(report.passed())
 }
 

@@ -39,6 +39,10 @@ pub fn run(test: SelfTest) {
             // SAFETY: raises #BP; the handler ends the run (TCG only: kvm-pvm cannot emulate int3).
             unsafe { core::arch::asm!("int3") };
         }
+        SelfTest::MachineCheck => {
+            // SAFETY: raises vector 18 as a software interrupt; the #MC handler ends the run.
+            unsafe { core::arch::asm!("int 18") };
+        }
         SelfTest::Panic => panic!("deliberate panic requested by test=panic"),
         SelfTest::Timer => timer(),
         SelfTest::Ipi => ipi_ping_pong(),

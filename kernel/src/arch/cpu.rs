@@ -39,6 +39,24 @@ pub fn init_descriptor_tables() {
         SS::set_reg(data);
         load_tss(tss_sel);
     }
+    enable_machine_check();
+}
+
+/// Sets CR4.MCE when the CPU has machine-check exceptions: with it clear, a
+/// machine check shuts the CPU down (the board resets, no message); with it
+/// set, #MC reaches the IDT and is reported ([`crate::arch::mce`]). Needs
+/// the IST stack set up just before.
+fn enable_machine_check() {
+    let has_mce = raw_cpuid::CpuId::new().get_feature_info().is_some_and(|f| f.has_mce());
+    if has_mce {
+        // SAFETY: the CPU has the feature, so the bit is defined; setting it
+        // only changes how a machine check is delivered.
+        unsafe {
+            x86_64::registers::control::Cr4::update(|flags| {
+                flags.insert(x86_64::registers::control::Cr4Flags::MACHINE_CHECK_EXCEPTION)
+            })
+        };
+    }
 }
 
 /// Top of this CPU's IST stack `ist` (1-based), 0 before its TSS is set up.

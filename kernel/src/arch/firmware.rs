@@ -5,7 +5,7 @@
 use crate::arch::memory::IdentityMap;
 use bootinfo::BootInfo;
 use bootinfo::parse::RsdpSource;
-use platform::acpi::{AcpiTables, Madt, Mcfg, Rsdp};
+use platform::acpi::{AcpiTables, Madt, Mcfg, Rsdp, Spcr};
 
 /// What the firmware tables say about the machine.
 #[derive(Debug)]
@@ -15,6 +15,9 @@ pub struct Firmware {
     pub oem: heapless::String<8>,
     pub madt: Madt,
     pub mcfg: Option<Mcfg>,
+    /// The console UART the firmware names; a broken table is kept as its error
+    /// (the console falls back to probing, the boot goes on).
+    pub spcr: platform::Result<Option<Spcr>>,
 }
 
 /// Finds and parses the ACPI tables.
@@ -35,6 +38,7 @@ pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
         oem,
         madt: tables.madt()?,
         mcfg: tables.mcfg()?,
+        spcr: tables.spcr(),
     })
 }
 

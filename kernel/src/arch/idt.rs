@@ -259,6 +259,9 @@ fn exception(f: &TrapFrame) -> ! {
             f.rip
         ));
     }
+    if f.vector == 18 {
+        crate::arch::mce::report(cpu, f.rip);
+    }
     let cr2 = x86_64::registers::control::Cr2::read_raw();
     crate::arch::console::emergency_println!(
         "EXCEPTION: {} (vector {}) on cpu{} error_code={:#x} rip={:#x} cr2={:#x}",

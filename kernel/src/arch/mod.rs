@@ -11,21 +11,25 @@
 //! parking on the block layer's sleeping queue lock ([`park`]), per-stage request
 //! timestamps in per-CPU rings ([`stagetrace`]),
 //! the per-CPU tick and the watchdog ([`watchdog`]),
-//! the serial console and logger ([`console`]), and the end of a run ([`exit`]).
+//! the serial console and logger ([`console`]) with its copy on the loader's
+//! framebuffer ([`framebuffer`]), machine-check reporting
+//! ([`mce`]), and the end of a run ([`exit`]).
 //!
 //! What it may use: the library crates (`platform`, `bootinfo`, `boot`) and
 //! other `arch` modules, never `crate::dev` or `crate::app`. Inside, the
 //! order is percpu/paging at the bottom, then memory, cpu, apic, irq, time,
-//! console, exit, watchdog, idle, park, stagetrace, idt, smp: no module imports one above it.
+//! framebuffer, console, exit, mce, watchdog, idle, park, stagetrace, idt, smp: no module imports one above it.
 
 pub mod apic;
 pub mod console;
 pub mod cpu;
 pub mod exit;
 pub mod firmware;
+pub mod framebuffer;
 pub mod idle;
 pub mod idt;
 pub mod irq;
+pub mod mce;
 pub mod memory;
 pub mod paging;
 pub mod park;

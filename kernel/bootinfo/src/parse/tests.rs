@@ -371,3 +371,81 @@ fn multiboot_info_pointer_at_the_top_of_memory_is_an_error() {
     let e = parse_boot_info(&m, MULTIBOOT2_MAGIC, top).unwrap_err();
     assert!(matches!(e, Error::UnreadableMemory { .. }), "{e:?}");
 }
+
+/// A framebuffer tag's payload (after type and size): address, pitch, width, height, bpp, type,
+/// reserved, then red/green/blue position and size.
+fn mb2_framebuffer(address: u64, pitch: u32, width: u32, height: u32, bpp: u8, kind: u8) -> StdVec<u8> {
+    let mut p = StdVec::new();
+    p.extend_from_slice(&address.to_le_bytes());
+    p.extend_from_slice(&pitch.to_le_bytes());
+    p.extend_from_slice(&width.to_le_bytes());
+    p.extend_from_slice(&height.to_le_bytes());
+    p.extend_from_slice(&[bpp, kind, 0, 0]);
+    p.extend_from_slice(&[16, 8, 8, 8, 0, 8]);
+    p
+}
+
+#[test]
+fn multiboot2_framebuffer_is_read_and_judged() {
+    let boot = |payload: StdVec<u8>| {
+        let m = multiboot2_fixture(
+            &[
+                (MB2_TAG_MMAP, mb2_mmap(&[(0, 0x9fc00, 1)])),
+                (MB2_TAG_FRAMEBUFFER, payload),
+            ],
+            true,
+        );
+        parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).unwrap().framebuffer
+    };
+    let fb = boot(mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 1)).unwrap();
+    assert_eq!(
+        fb,
+        Framebuffer {
+            address: 0xfd00_0000,
+            pitch: 4096,
+            width: 1024,
+            height: 768,
+            bits_per_pixel: 32,
+            kind: 1,
+            red_shift: 16,
+            green_shift: 8,
+            blue_shift: 0,
+            channel_bits: [8; 3],
+        }
+    );
+    assert_eq!(fb.drawable(), Ok(()));
+    // Read, but not drawable, each with its reason. None of them stops the boot.
+    for (payload, why) in [
+        (mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 16, 1), "24 or 32 bits"),
+        (mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 0), "direct colour"),
+        (mb2_framebuffer(0xb8000, 160, 80, 25, 16, 2), "text mode"),
+        (mb2_framebuffer(0xfd00_0000, 4000, 1024, 768, 32, 1), "pitch"),
+        (mb2_framebuffer(0xfd00_0000, 4096, 0, 768, 32, 1), "width"),
+        (mb2_framebuffer(0, 4096, 1024, 768, 32, 1), "address"),
+        (mb2_framebuffer((1 << 52) - 4096, 4096, 1024, 768, 32, 1), "address"),
+    ] {
+        let fb = boot(payload).expect("read");
+        assert!(fb.drawable().unwrap_err().contains(why), "{fb:?}: {:?}", fb.drawable());
+    }
+    // 24 bits per pixel (GRUB's VBE choice on QEMU's VGA) is drawable; its pitch may be 3 * width.
+    assert_eq!(
+        boot(mb2_framebuffer(0xfd00_0000, 2400, 800, 600, 24, 1))
+            .unwrap()
+            .drawable(),
+        Ok(())
+    );
+    assert!(
+        boot(mb2_framebuffer(0xfd00_0000, 2399, 800, 600, 24, 1))
+            .unwrap()
+            .drawable()
+            .is_err()
+    );
+    let mut odd = mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 1);
+    odd[24..30].copy_from_slice(&[16, 5, 5, 6, 0, 5]);
+    assert!(boot(odd).unwrap().drawable().unwrap_err().contains("bytes"));
+    // A tag too short for the colour fields is ignored.
+    assert_eq!(
+        boot(mb2_framebuffer(0xfd00_0000, 4096, 1024, 768, 32, 1)[..20].to_vec()),
+        None
+    );
+}

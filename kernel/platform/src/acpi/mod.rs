@@ -18,6 +18,7 @@ mod madt;
 mod mcfg;
 mod rsdp;
 mod sdt;
+mod spcr;
 
 pub use madt::{
     Cpu, InterruptOverride, IoApic, IrqRoute, LocalApicNmi, MAX_CPUS, MAX_IO_APICS, MAX_LOCAL_APIC_NMIS,
@@ -26,6 +27,7 @@ pub use madt::{
 pub use mcfg::{EcamWindow, MAX_ECAM_WINDOWS, Mcfg, PHYS_ADDRESS_LIMIT};
 pub use rsdp::{BIOS_AREA, EBDA_POINTER, RSDP_V1_LEN, RSDP_V2_LEN, Rsdp};
 pub use sdt::{MAX_TABLE_LEN, SDT_HEADER_LEN, Sdt};
+pub use spcr::{SPCR_MIN_LEN, SPCR_SIGNATURE, Spcr, SpcrPci, SpcrRegisters};
 
 use crate::error::{Error, Result, TableSignature};
 
@@ -267,6 +269,15 @@ impl<M: PhysMemory> AcpiTables<M> {
     pub fn mcfg(&self) -> Result<Option<Mcfg>> {
         match self.find(TableSignature::MCFG) {
             Ok(table) => Mcfg::parse(&self.memory, &table).map(Some),
+            Err(Error::TableNotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Finds and parses the SPCR (the firmware's console UART); `Ok(None)` when there is none.
+    pub fn spcr(&self) -> Result<Option<Spcr>> {
+        match self.find(SPCR_SIGNATURE) {
+            Ok(table) => Spcr::parse(&self.memory, &table).map(Some),
             Err(Error::TableNotFound { .. }) => Ok(None),
             Err(error) => Err(error),
         }
