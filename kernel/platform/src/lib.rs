@@ -12,6 +12,8 @@
 //! * [`irq`]: vector allocator, lock-free dispatch table with per-CPU
 //!   counters, affinity policy and its `irq.affinity=` parser, interrupt
 //!   mode planning, I/O APIC redirection entries.
+//! * [`cpus`]: how many CPUs are started, the collapsed CPU table, which
+//!   CPUs device interrupts can reach, ICR encodings, the watchdog's verdict.
 //! * [`mmio`]: the [`mmio::Mmio32`] trait and a volatile implementation.
 //!
 //! Every value that comes from firmware or a device is validated before use;
@@ -22,6 +24,7 @@ extern crate alloc;
 
 pub mod acpi;
 pub mod clock;
+pub mod cpus;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;

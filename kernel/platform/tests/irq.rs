@@ -145,8 +145,8 @@ fn dispatch_calls_the_handler_and_counts_per_cpu() {
     );
     assert_eq!(table.total(0x40), 3);
     assert_eq!(table.count(0x41, 1), 1);
-    // A CPU index beyond capacity is handled, not counted, and does not panic.
-    assert_eq!(table.dispatch(0x40, 99), Dispatch::Handled);
+    // A CPU index beyond capacity has no handlers, is not counted, and does not panic.
+    assert_eq!(table.dispatch(0x40, 99), Dispatch::Unhandled);
     assert_eq!(table.total(0x40), 3);
     assert!(std::ptr::eq(table.unregister(0x40).unwrap(), &EDU));
     assert_eq!(table.unregister(0x40).unwrap_err(), Error::NoHandler { vector: 0x40 });
@@ -189,6 +189,84 @@ fn proc_interrupts_listing_shows_registered_or_counted_vectors_only() {
             .count(),
         4,
         "clamped to capacity"
+    );
+}
+
+static CPU2_HANDLER: Recorder = Recorder { id: 0x22 };
+static CPU3_HANDLER: Recorder = Recorder { id: 0x33 };
+static ON_CPU2: Registration = Registration {
+    name: "nvme0#2",
+    handler: &CPU2_HANDLER,
+};
+static ON_CPU3: Registration = Registration {
+    name: "nvme1#3",
+    handler: &CPU3_HANDLER,
+};
+
+#[test]
+fn vector_numbers_are_per_cpu() {
+    let table: Box<IrqTable<4>> = Box::new(IrqTable::new());
+    // The same vector number on two CPUs belongs to two devices.
+    table.register_on(2, 0x31, &ON_CPU2).unwrap();
+    table.register_on(3, 0x31, &ON_CPU3).unwrap();
+    assert_eq!(
+        table.register_on(3, 0x31, &ON_CPU2),
+        Err(Error::HandlerPresent { vector: 0x31 })
+    );
+    assert_eq!(
+        table.register_on(4, 0x31, &ON_CPU2),
+        Err(Error::CpuOutOfRange { cpu: 4, limit: 4 })
+    );
+    // A kernel-wide registration needs the vector free on every CPU, and changes nothing when not.
+    assert_eq!(table.register(0x31, &EDU), Err(Error::HandlerPresent { vector: 0x31 }));
+    assert!(table.registration_on(0, 0x31).is_none());
+    table.dispatch(0x31, 2);
+    assert_eq!(LAST_CALL.load(Ordering::SeqCst), 0x22 << 16 | 0x31 << 8 | 2);
+    table.dispatch(0x31, 3);
+    assert_eq!(LAST_CALL.load(Ordering::SeqCst), 0x33 << 16 | 0x31 << 8 | 3);
+    assert_eq!(table.dispatch(0x31, 1), Dispatch::Unhandled);
+    // The listing shows one row per device on the shared number.
+    let text = table.display(4).to_string();
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["0x31:", "0", "0", "1", "0", "nvme0#2"],
+            vec!["0x31:", "0", "0", "0", "1", "nvme1#3"],
+            vec!["0x31:", "0", "1", "0", "0", "(no", "handler)"],
+        ],
+        "{text}"
+    );
+    assert!(std::ptr::eq(table.unregister_on(2, 0x31).unwrap(), &ON_CPU2));
+    assert!(std::ptr::eq(table.registration_on(3, 0x31).unwrap(), &ON_CPU3));
+    assert_eq!(table.dispatch(0x31, 2), Dispatch::Unhandled);
+}
+
+#[test]
+fn listing_of_many_cpus_is_one_line_per_vector_with_cpu_ranges() {
+    let table: Box<IrqTable<64>> = Box::new(IrqTable::new());
+    table.register(0x20, &EDU).unwrap();
+    table.register_on(40, 0x31, &ON_CPU2).unwrap();
+    for cpu in (0..40).chain(41..48) {
+        table.dispatch(0x20, cpu);
+    }
+    table.dispatch(0x31, 40);
+    table.dispatch(0x31, 40);
+    let text = table.display(48).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["0x20:", "47", "on", "47", "CPU(s)", "(cpu0-39,41-47)", "edu"]
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["0x31:", "2", "on", "1", "CPU(s)", "(cpu40)", "nvme0#2"]
+    );
+    // Up to MAX_LISTING_COLUMNS CPUs it stays one column per CPU.
+    assert_eq!(
+        table.display(MAX_LISTING_COLUMNS).to_string().lines().next().unwrap().split_whitespace().count(),
+        MAX_LISTING_COLUMNS
     );
 }
 

@@ -1,8 +1,8 @@
 //! The interrupt vector allocator.
 //!
-//! Vectors form one global space shared by all CPUs (a vector means the same
-//! handler whichever CPU it arrives on), unlike Linux's per-CPU vector
-//! spaces; with 192 device vectors that is plenty for this kernel.
+//! One allocator covers one CPU's vector space: the kernel keeps one per CPU
+//! (as Linux does), so the 192 device vectors are available on every CPU
+//! and a device with one vector per CPU takes one from each.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
