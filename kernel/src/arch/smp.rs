@@ -33,30 +33,48 @@ static MAILBOX: [Mailbox; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
+/// CPU indices handed out (started CPUs, online or not; the boot CPU counts).
+static STARTED: AtomicUsize = AtomicUsize::new(1);
+
 /// Number of online CPUs.
 pub fn online() -> usize {
     ONLINE.load(Ordering::Acquire)
 }
 
-/// A CPU found in the MADT, with the outcome of its start.
-#[derive(Debug, Clone, Copy)]
-pub struct CpuEntry {
-    pub index: usize,
-    pub apic_id: u32,
-    pub online: bool,
+/// Number of CPU indices in use: every started CPU has an index below it.
+pub fn started() -> usize {
+    STARTED.load(Ordering::Acquire)
 }
+
+/// A CPU found in the MADT, with the outcome of its start.
+pub type CpuEntry = platform::cpus::CpuRow;
+use platform::cpus::CpuState;
 
 fn on_wake(_vector: u8, _cpu: u32) {}
 
-/// Starts every listed CPU other than the BSP. Returns the CPU table.
-pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
+/// Starts the listed CPUs other than the BSP, at most `max_cpus` CPUs in all
+/// (`cpus.max=`; the kernel's capacity is the other cap). Returns the CPU
+/// table; CPUs beyond the caps are in it as [`CpuState::NotStarted`].
+pub fn start_aps(apic_ids: &[u32], max_cpus: Option<usize>) -> Vec<CpuEntry> {
     irq::register_fn(irq::VECTOR_WAKE, "wake", on_wake);
     let bsp = apic::id();
     let mut table = alloc::vec![CpuEntry {
         index: 0,
         apic_id: bsp,
-        online: true
+        state: CpuState::Online,
     }];
+    let others = apic_ids.iter().filter(|&&id| id != bsp).count();
+    let to_start_count = platform::cpus::cpus_to_start(others + 1, max_cpus, MAX_CPUS);
+    if to_start_count < others + 1 {
+        kprintln!(
+            "smp: starting {to_start_count} of the {} CPUs listed ({})",
+            others + 1,
+            match max_cpus {
+                Some(max) if max < MAX_CPUS => alloc::format!("cpus.max={max}"),
+                _ => alloc::format!("the kernel's capacity is {MAX_CPUS}"),
+            }
+        );
+    }
     let image = boot::ap_trampoline_image();
     let base = boot::AP_TRAMPOLINE_BASE as *mut u8;
     // SAFETY: 0x8000 lies in low memory the frame allocator never hands out
@@ -74,12 +92,11 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
     let mut to_start: Vec<(usize, u32)> = Vec::new();
     for &apic_id in apic_ids.iter().filter(|&&id| id != bsp) {
         let index = table.len() + to_start.len();
-        if index >= MAX_CPUS {
-            log::warn!("smp: more than {MAX_CPUS} CPUs listed; apic id {apic_id} not started");
+        if index >= to_start_count {
             table.push(CpuEntry {
                 index,
                 apic_id,
-                online: false,
+                state: CpuState::NotStarted,
             });
             continue;
         }
@@ -87,6 +104,7 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
     }
     // Entries for CPUs not started sit at the end of the table, after the started ones.
     let skipped = table.split_off(1);
+    STARTED.store(1 + to_start.len(), Ordering::Release);
     if !to_start.is_empty() {
         for &(_, apic_id) in &to_start {
             apic::send_ipi(apic_id, apic::Delivery::Init);
@@ -131,7 +149,8 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
         } else {
             log::error!("smp: CPU with apic id {apic_id} did not come online");
         }
-        table.push(CpuEntry { index, apic_id, online });
+        let state = if online { CpuState::Online } else { CpuState::Failed };
+        table.push(CpuEntry { index, apic_id, state });
     }
     table.extend(skipped);
     percpu::cpu(0).online.store(true, Ordering::Release);
@@ -274,16 +293,27 @@ pub fn on_each_cpu(f: fn(usize)) {
     }
 }
 
-/// Prints the CPU table.
+/// Prints the CPU table, consecutive CPUs in the same state on one line.
 pub fn report(table: &[CpuEntry]) {
-    kprintln!("cpus: {} listed by the MADT, {} online", table.len(), online());
-    kprintln!("  cpu  apic-id  state");
-    for c in table {
-        kprintln!(
-            "  {:>3}  {:>7}  {}",
-            c.index,
-            c.apic_id,
-            if c.online { "online" } else { "FAILED" }
-        );
+    let not_started = table.iter().filter(|c| c.state == CpuState::NotStarted).count();
+    kprintln!(
+        "cpus: {} listed by the MADT, {} online, {} not started",
+        table.len(),
+        online(),
+        not_started
+    );
+    kprintln!("  cpu        apic-id      state");
+    for run in platform::cpus::collapse(table) {
+        let cpus = if run.first == run.last {
+            alloc::format!("{}", run.first)
+        } else {
+            alloc::format!("{}-{}", run.first, run.last)
+        };
+        let ids = if run.first_apic_id == run.last_apic_id {
+            alloc::format!("{}", run.first_apic_id)
+        } else {
+            alloc::format!("{}-{}", run.first_apic_id, run.last_apic_id)
+        };
+        kprintln!("  {cpus:<9}  {ids:<11}  {}", run.state.name());
     }
 }

@@ -123,7 +123,7 @@ pub struct DeviceFacts {
     pub max_inflight: u32,
     pub max_transfer_bytes: u32,
     /// IDT vectors of the device's interrupts (empty when it has none), for the job report.
-    pub irq_vectors: Vec<u8>,
+    pub irq_vectors: Vec<crate::dev::interrupts::Vector>,
 }
 
 /// What the rest of the kernel needs from a block device, whatever its driver.
