@@ -89,6 +89,57 @@ fn concurrent_allocation_never_hands_out_a_vector_twice() {
     assert_eq!(all, expected);
 }
 
+#[test]
+fn vector_spaces_hand_out_unused_numbers_first_then_reuse_per_cpu() {
+    let spaces: Box<VectorSpaces<64>> = Box::new(VectorSpaces::new());
+    // While numbers last, every CPU gets a number no other CPU uses.
+    assert_eq!(spaces.allocate(0), Ok(0x30));
+    assert_eq!(spaces.allocate(1), Ok(0x31));
+    assert_eq!(spaces.allocate_block(2, 4), Ok(0x34));
+    assert_eq!(spaces.allocate(0), Ok(0x32));
+    assert_eq!(spaces.users(0x31), 1);
+    // Three NVMe controllers, 65 vectors each (admin + one per CPU) on 64 CPUs: 195 vectors,
+    // more than one space's 192, all granted once numbers are reused across CPUs.
+    let spaces: Box<VectorSpaces<64>> = Box::new(VectorSpaces::new());
+    let mut granted = Vec::new();
+    for _controller in 0..3 {
+        granted.push((0, spaces.allocate(0).unwrap()));
+        for cpu in 0..64 {
+            granted.push((cpu, spaces.allocate(cpu).unwrap()));
+        }
+    }
+    assert_eq!(granted.len(), 195);
+    let mut sorted = granted.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 195, "no (cpu, vector) pair handed out twice");
+    // The first 192 are distinct numbers; the last three reuse numbers on other CPUs.
+    let mut numbers: Vec<u8> = granted[..192].iter().map(|&(_, v)| v).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), 192);
+    assert!(granted[192..].iter().all(|&(cpu, v)| spaces.users(v) >= 2 && spaces.is_allocated(cpu, v)));
+    // A full CPU space is an error on that CPU only.
+    let spaces: Box<VectorSpaces<2>> = Box::new(VectorSpaces::new());
+    while spaces.allocate(1).is_ok() {}
+    assert_eq!(spaces.allocate(1), Err(Error::VectorsExhausted { requested: 1 }));
+    assert_eq!(spaces.allocate(0), Ok(0x30));
+    assert_eq!(spaces.allocate(2), Err(Error::CpuOutOfRange { cpu: 2, limit: 2 }));
+    // Freeing returns the number to its CPU and drops its user count.
+    spaces.free(1, 0x40).unwrap();
+    assert_eq!(spaces.free(1, 0x40), Err(Error::VectorNotAllocated { vector: 0x40 }));
+    assert_eq!(spaces.users(0x40), 0);
+    assert!(!spaces.is_allocated(1, 0x40) && spaces.is_allocated(1, 0x41));
+    assert_eq!(spaces.allocate(0), Ok(0x40), "unused everywhere again: handed out first");
+    // Taking a given number (a vector that moves to another CPU keeps it when it is free there).
+    assert!(spaces.take_exact(1, 0x40, 1));
+    assert!(!spaces.take_exact(1, 0x40, 1));
+    assert_eq!(spaces.users(0x40), 2);
+    assert!(!spaces.take_exact(0, 0x42, 4), "a block must be aligned to its size");
+    assert!(!spaces.take_exact(0, 0xF0, 1), "outside the device range");
+    assert!(spaces.take_exact(0, 0x44, 4));
+}
+
 // ---- dispatch table --------------------------------------------------------------------------
 
 static CALLS: AtomicU64 = AtomicU64::new(0);

@@ -529,7 +529,7 @@ fn msi_vectors() -> Result<(), crate::error::Error> {
         let control = cfg.read16(control_at)?;
         let still_allocated = granted_vectors
             .iter()
-            .any(|v| irq::vectors_of(v.cpu).is_allocated(v.vector));
+            .any(|v| irq::VECTORS.is_allocated(v.cpu, v.vector));
         if control & 1 != 0 || still_allocated {
             return Err(Error::Device(alloc::format!(
                 "after drop: control {control:#06x}, vectors {vectors:#x?} still allocated: {still_allocated}"

@@ -4,10 +4,10 @@
 //!
 //! Vector numbers are per CPU: the kernel's fixed vectors are registered on
 //! every CPU, a device vector only on the CPU it is aimed at, taken from
-//! that CPU's own allocator ([`vectors_of`]).
+//! that CPU's own space ([`VECTORS`]).
 
 use crate::arch::percpu;
-use platform::irq::{FnHandler, InterruptHandler, IrqTable, Registration, VectorAllocator};
+use platform::irq::{FnHandler, InterruptHandler, IrqTable, Registration, VectorSpaces};
 
 /// Local APIC timer.
 pub const VECTOR_TIMER: u8 = 0x20;
@@ -30,13 +30,8 @@ pub const VECTOR_SPURIOUS: u8 = 0xFF;
 
 /// Every CPU's handlers and counts.
 pub static TABLE: IrqTable<{ percpu::MAX_CPUS }> = IrqTable::new();
-/// Each CPU's device vectors (0x30..=0xEF).
-static VECTORS: [VectorAllocator; percpu::MAX_CPUS] = [const { VectorAllocator::new() }; percpu::MAX_CPUS];
-
-/// CPU `cpu`'s device-vector allocator (a CPU beyond capacity is a kernel bug).
-pub fn vectors_of(cpu: usize) -> &'static VectorAllocator {
-    &VECTORS[cpu]
-}
+/// Each CPU's device vectors (0x30..=0xEF); numbers no CPU uses are handed out first.
+pub static VECTORS: VectorSpaces<{ percpu::MAX_CPUS }> = VectorSpaces::new();
 
 /// Installs the handler object `handler` for `vector` on every CPU under
 /// `name`. The registration lives for the rest of the run (a dispatch

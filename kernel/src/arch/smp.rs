@@ -293,7 +293,8 @@ pub fn on_each_cpu(f: fn(usize)) {
     }
 }
 
-/// Prints the CPU table, consecutive CPUs in the same state on one line.
+/// Prints the CPU table: a line per CPU for a few, else consecutive CPUs in
+/// the same state on one line (a 256-CPU table stays a few lines).
 pub fn report(table: &[CpuEntry]) {
     let not_started = table.iter().filter(|c| c.state == CpuState::NotStarted).count();
     kprintln!(
@@ -302,6 +303,13 @@ pub fn report(table: &[CpuEntry]) {
         online(),
         not_started
     );
+    if table.len() <= platform::irq::MAX_LISTING_COLUMNS {
+        kprintln!("  cpu  apic-id  state");
+        for c in table {
+            kprintln!("  {:>3}  {:>7}  {}", c.index, c.apic_id, c.state.name());
+        }
+        return;
+    }
     kprintln!("  cpu        apic-id      state");
     for run in platform::cpus::collapse(table) {
         let cpus = if run.first == run.last {

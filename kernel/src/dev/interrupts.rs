@@ -123,7 +123,7 @@ fn release(v: Vector) -> Result<(), platform::Error> {
     irq::TABLE
         .unregister_on(v.cpu as u32, v.vector)
         .map(|_| ())
-        .and_then(|()| irq::vectors_of(v.cpu).free(v.vector))
+        .and_then(|()| irq::VECTORS.free(v.cpu, v.vector))
 }
 
 /// A device's interrupt vectors. Owns them: dropping it masks the device's
@@ -216,17 +216,29 @@ impl DeviceIrqs {
     /// `index` and registers its handler(s) there; `self.vectors` names the
     /// new ones. Returns the new vector `index`.
     fn take_on(&mut self, index: usize, cpu: usize) -> Result<Vector, Error> {
-        let allocator = irq::vectors_of(cpu);
         let moving: Vec<usize> = match self.plan {
             InterruptPlan::Msi { .. } => (0..self.vectors.len()).collect(),
             _ => alloc::vec![index],
         };
+        // The same number(s) on the new CPU when free there, so a vector keeps its number.
         let numbers: Vec<u8> = match self.plan {
             InterruptPlan::Msi { vectors } => {
-                let base = allocator.allocate_block(vectors)?;
+                let old = self.vectors[0].vector;
+                let base = if irq::VECTORS.take_exact(cpu, old, vectors) {
+                    old
+                } else {
+                    irq::VECTORS.allocate_block(cpu, vectors)?
+                };
                 (0..moving.len() as u8).map(|i| base + i).collect()
             }
-            _ => alloc::vec![allocator.allocate()?],
+            _ => {
+                let old = self.vectors[index].vector;
+                if irq::VECTORS.take_exact(cpu, old, 1) {
+                    alloc::vec![old]
+                } else {
+                    alloc::vec![irq::VECTORS.allocate(cpu)?]
+                }
+            }
         };
         for (k, &i) in moving.iter().enumerate() {
             if let Err(e) = irq::TABLE.register_on(cpu as u32, numbers[k], self.registrations[i]) {
@@ -234,7 +246,7 @@ impl DeviceIrqs {
                     if j < k {
                         let _ = irq::TABLE.unregister_on(cpu as u32, n);
                     }
-                    let _ = allocator.free(n);
+                    let _ = irq::VECTORS.free(cpu, n);
                 }
                 return Err(e.into());
             }
@@ -451,7 +463,7 @@ pub fn setup_vectors(
     let mut vectors: Vec<Vector> = Vec::with_capacity(granted);
     match plan {
         InterruptPlan::Msi { vectors: block } => {
-            let base = irq::vectors_of(cpus[0]).allocate_block(block)?;
+            let base = irq::VECTORS.allocate_block(cpus[0], block)?;
             vectors.extend((0..granted as u8).map(|i| Vector {
                 vector: base + i,
                 cpu: cpus[0],
@@ -459,7 +471,7 @@ pub fn setup_vectors(
         }
         _ => {
             for &cpu in &cpus[..granted] {
-                match irq::vectors_of(cpu).allocate() {
+                match irq::VECTORS.allocate(cpu) {
                     Ok(vector) => vectors.push(Vector { vector, cpu }),
                     Err(e) if vectors.is_empty() => return Err(e.into()),
                     Err(_) => {
@@ -499,7 +511,7 @@ pub fn setup_vectors(
         if let Err(e) = irq::TABLE.register_on(v.cpu as u32, v.vector, registration) {
             // This vector and those not registered yet are not in `irqs`.
             for rest in &vectors[i..] {
-                let _ = irq::vectors_of(rest.cpu).free(rest.vector);
+                let _ = irq::VECTORS.free(rest.cpu, rest.vector);
             }
             return Err(e.into());
         }

@@ -15,4 +15,4 @@ pub use routing::{
     InterruptMode, InterruptPlan, IoApicRedirection, PIIX3_PIRQ_ROUTE, PciIrqRouter, choose_interrupt_mode,
     ioapic_redirection_registers,
 };
-pub use vectors::{FIRST_DEVICE_VECTOR, LAST_DEVICE_VECTOR, VectorAllocator};
+pub use vectors::{FIRST_DEVICE_VECTOR, LAST_DEVICE_VECTOR, VectorAllocator, VectorSpaces};
