@@ -347,12 +347,20 @@ fn run_job(
         results: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
     };
     kprintln!(
-        "job {}: {} on {} ({} CPUs: {:?}), iodepth {} per CPU, completion={} quiesce={}",
+        "job {}: {} on {} ({} CPUs: {}), iodepth {} per CPU, completion={} quiesce={}",
         plan.spec.name,
         plan.spec.rw.as_str(),
         plan.device.name,
         plan.cpus.len(),
-        plan.cpus.iter().map(|s| s.cpu).collect::<Vec<_>>(),
+        {
+            // A list for a few CPUs, ranges (`0-127`) for many.
+            let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
+            if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
+                alloc::format!("{cpus:?}")
+            } else {
+                alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
+            }
+        },
         plan.iodepth,
         to_left(&COMPLETION_POLICIES, completion).as_str(),
         to_left(&QUIESCE_POLICIES, quiesce).as_str(),

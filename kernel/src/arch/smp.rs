@@ -116,8 +116,22 @@ pub fn start_aps(apic_ids: &[u32], max_cpus: Option<usize>) -> Vec<CpuEntry> {
     }
     for (index, apic_id) in to_start {
         percpu::cpu(index).apic_id.store(apic_id, Ordering::Relaxed);
-        let stack = alloc::boxed::Box::leak(alloc::vec![0u8; AP_STACK_BYTES].into_boxed_slice());
-        let stack_top = (stack.as_ptr() as u64 + AP_STACK_BYTES as u64) & !0xF;
+        // From the frame allocator, not the heap: hundreds of 256 KiB stacks would take
+        // the whole heap (an eighth of RAM at most). Below 4 GiB: identity-mapped by the
+        // boot tables the trampoline switches to.
+        let stack_base = match super::memory::alloc_frames_below_4g(AP_STACK_BYTES as u64, 4096) {
+            Ok(base) => base,
+            Err(e) => {
+                log::error!("smp: no memory for cpu{index}'s stack ({e}); it is not started");
+                table.push(CpuEntry {
+                    index,
+                    apic_id,
+                    state: CpuState::Failed,
+                });
+                continue;
+            }
+        };
+        let stack_top = (stack_base + AP_STACK_BYTES as u64) & !0xF;
         patch_u64(boot::trampoline_layout::CR3, boot::boot_pml4_address());
         patch_u64(boot::trampoline_layout::ENTRY, ap_entry as *const () as u64);
         patch_u64(boot::trampoline_layout::STACK, stack_top);
@@ -137,10 +151,21 @@ pub fn start_aps(apic_ids: &[u32], max_cpus: Option<usize>) -> Vec<CpuEntry> {
                 break;
             }
         }
-        // The AP has read its parameters; wait for it to finish its setup.
+        // A busy host may run a vCPU late: give it a second to signal that it
+        // read its parameters (they are rewritten for the next AP after this),
+        // then ten to finish its setup.
+        let t0 = time::now_ns();
+        while started.load(Ordering::SeqCst) == 0 && time::now_ns() - t0 < 1_000_000_000 {
+            core::hint::spin_loop();
+        }
         let t0 = time::now_ns();
         let slot = percpu::cpu(index);
-        while !slot.online.load(Ordering::Acquire) && time::now_ns() - t0 < 1_000_000_000 {
+        let setup_ns = if started.load(Ordering::SeqCst) != 0 {
+            10_000_000_000
+        } else {
+            0
+        };
+        while !slot.online.load(Ordering::Acquire) && time::now_ns() - t0 < setup_ns {
             core::hint::spin_loop();
         }
         let online = slot.online.load(Ordering::Acquire);
