@@ -14,6 +14,7 @@
 //!   mode planning, I/O APIC redirection entries.
 //! * [`cpus`]: how many CPUs are started, the collapsed CPU table, which
 //!   CPUs device interrupts can reach, ICR encodings, the watchdog's verdict.
+//! * [`paging`]: the identity map's reach, RAM clipping and page choice.
 //! * [`mmio`]: the [`mmio::Mmio32`] trait and a volatile implementation.
 //!
 //! Every value that comes from firmware or a device is validated before use;
@@ -30,6 +31,7 @@ mod error;
 pub mod fuzz;
 pub mod irq;
 pub mod mmio;
+pub mod paging;
 pub mod pci;
 
 pub use error::{AFFINITY_FORMS, Error, Result, TableSignature, Token};
