@@ -286,17 +286,18 @@ pub fn parse_with_drivers<'a>(
             }
             "cpus.max" => {
                 once("cpus.max")?;
-                cfg.max_cpus = Some(
-                    value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=65535).contains(n))
-                        .ok_or_else(|| Error::BadValue {
-                            key: "cpus.max",
-                            value: bounded(value),
-                            expected: "a number of CPUs from 1 to 65535",
-                        })?,
-                );
+                cfg.max_cpus =
+                    Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|n| (1..=65535).contains(n))
+                            .ok_or_else(|| Error::BadValue {
+                                key: "cpus.max",
+                                value: bounded(value),
+                                expected: "a number of CPUs from 1 to 65535",
+                            })?,
+                    );
             }
             "probe.fail" => {
                 once("probe.fail")?;
@@ -630,7 +631,10 @@ mod tests {
         ] {
             let (key, value) = bad.split_once('=').unwrap();
             let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
-            assert!(msg.contains(key) && msg.contains(&std::format!("'{value}'")), "{bad}: {msg}");
+            assert!(
+                msg.contains(key) && msg.contains(&std::format!("'{value}'")),
+                "{bad}: {msg}"
+            );
         }
         assert_eq!(
             parse("cpus.max=2 cpus.max=3", JOB_KEYS, "").unwrap_err(),

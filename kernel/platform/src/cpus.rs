@@ -109,12 +109,7 @@ pub fn interrupt_reachable(apic_id: u32) -> bool {
 /// with high APIC ids are spread over the reachable ones. Their completions
 /// then reach the submitting CPU through the block layer's per-CPU
 /// completion lists. `None` when no CPU at all is reachable.
-pub fn reachable_cpu_for(
-    wanted: usize,
-    candidates: &[usize],
-    apic_ids: &[u32],
-    spread: usize,
-) -> Option<usize> {
+pub fn reachable_cpu_for(wanted: usize, candidates: &[usize], apic_ids: &[u32], spread: usize) -> Option<usize> {
     let reachable = |cpu: &usize| apic_ids.get(*cpu).is_some_and(|&id| interrupt_reachable(id));
     if reachable(&wanted) {
         return Some(wanted);
@@ -223,7 +218,10 @@ mod tests {
                 state: CpuState::Online
             }
         );
-        assert_eq!((runs[1].first, runs[1].last, runs[1].state), (100, 100, CpuState::Failed));
+        assert_eq!(
+            (runs[1].first, runs[1].last, runs[1].state),
+            (100, 100, CpuState::Failed)
+        );
         assert_eq!((runs[2].first, runs[2].last, runs[2].last_apic_id), (101, 199, 199));
         // Ids that step by two never join.
         assert!(runs[3..13].iter().all(|r| r.first == r.last));
@@ -241,7 +239,9 @@ mod tests {
         // Wanted CPU unreachable, another CPU of the same queue is.
         assert_eq!(reachable_cpu_for(4, &[4, 5, 1], &ids, 0), Some(1));
         // No CPU of the queue is reachable: spread over CPUs 0-3.
-        let picks: Vec<usize> = (0..8).map(|v| reachable_cpu_for(4 + v % 4, &[4 + v % 4], &ids, v).unwrap()).collect();
+        let picks: Vec<usize> = (0..8)
+            .map(|v| reachable_cpu_for(4 + v % 4, &[4 + v % 4], &ids, v).unwrap())
+            .collect();
         assert_eq!(picks, vec![0, 1, 2, 3, 0, 1, 2, 3]);
         assert!(picks.iter().all(|&c| interrupt_reachable(ids[c])));
         // Nothing reachable at all (every id above 255).
@@ -294,6 +294,9 @@ mod tests {
         );
         assert_eq!(watchdog_verdict(now, 0, 0, 0, 0), WatchdogVerdict::Fine);
         // A heartbeat in the future (stored after `now` was read) is not a stall.
-        assert_eq!(watchdog_verdict(now, now, now + MS, 0, threshold), WatchdogVerdict::Fine);
+        assert_eq!(
+            watchdog_verdict(now, now, now + MS, 0, threshold),
+            WatchdogVerdict::Fine
+        );
     }
 }

@@ -118,7 +118,11 @@ fn vector_spaces_hand_out_unused_numbers_first_then_reuse_per_cpu() {
     numbers.sort_unstable();
     numbers.dedup();
     assert_eq!(numbers.len(), 192);
-    assert!(granted[192..].iter().all(|&(cpu, v)| spaces.users(v) >= 2 && spaces.is_allocated(cpu, v)));
+    assert!(
+        granted[192..]
+            .iter()
+            .all(|&(cpu, v)| spaces.users(v) >= 2 && spaces.is_allocated(cpu, v))
+    );
     // A full CPU space is an error on that CPU only.
     let spaces: Box<VectorSpaces<2>> = Box::new(VectorSpaces::new());
     while spaces.allocate(1).is_ok() {}
@@ -130,7 +134,11 @@ fn vector_spaces_hand_out_unused_numbers_first_then_reuse_per_cpu() {
     assert_eq!(spaces.free(1, 0x40), Err(Error::VectorNotAllocated { vector: 0x40 }));
     assert_eq!(spaces.users(0x40), 0);
     assert!(!spaces.is_allocated(1, 0x40) && spaces.is_allocated(1, 0x41));
-    assert_eq!(spaces.allocate(0), Ok(0x40), "unused everywhere again: handed out first");
+    assert_eq!(
+        spaces.allocate(0),
+        Ok(0x40),
+        "unused everywhere again: handed out first"
+    );
     // Taking a given number (a vector that moves to another CPU keeps it when it is free there).
     assert!(spaces.take_exact(1, 0x40, 1));
     assert!(!spaces.take_exact(1, 0x40, 1));
@@ -316,7 +324,14 @@ fn listing_of_many_cpus_is_one_line_per_vector_with_cpu_ranges() {
     );
     // Up to MAX_LISTING_COLUMNS CPUs it stays one column per CPU.
     assert_eq!(
-        table.display(MAX_LISTING_COLUMNS).to_string().lines().next().unwrap().split_whitespace().count(),
+        table
+            .display(MAX_LISTING_COLUMNS)
+            .to_string()
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .count(),
         MAX_LISTING_COLUMNS
     );
 }

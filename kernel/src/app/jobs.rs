@@ -449,10 +449,7 @@ fn run_job(
         .add_counter("device_irqs", per_plan_cpu(count_per_cpu(device_vectors), &irqs_before))
         .map_err(|e| e.to_string())?;
     report
-        .add_counter(
-            "completion_ipis",
-            per_plan_cpu(ipis_per_cpu(), &ipis_before),
-        )
+        .add_counter("completion_ipis", per_plan_cpu(ipis_per_cpu(), &ipis_before))
         .map_err(|e| e.to_string())?;
     let b = dev.counters();
     let totals = [

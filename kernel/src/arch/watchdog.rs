@@ -45,7 +45,6 @@ static STUCK_FOR_NS: AtomicU64 = AtomicU64::new(0);
 /// When the last global stall was reported (ns since boot; 0: never).
 static LAST_GLOBAL_STALL_NS: AtomicU64 = AtomicU64::new(0);
 
-
 /// Installs the tick handler and sets the threshold (on the boot CPU,
 /// before the APs start). `None` switches detection off; the tick still runs.
 pub fn init(threshold_ms: Option<u32>) {

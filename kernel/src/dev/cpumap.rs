@@ -16,10 +16,10 @@
 //! submitting CPUs through the block layer's per-CPU completion lists.
 
 use crate::arch::{percpu, smp};
-use core::sync::atomic::Ordering;
 use crate::error::Error;
 use alloc::format;
 use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
 use platform::irq::AffinityPolicy;
 
 /// The interrupt-affinity policy from `irq.affinity=` (default: spread).

@@ -205,7 +205,12 @@ impl DeviceIrqs {
         };
         for gone in drop.iter().filter(|d| !keep.contains(d)) {
             if let Err(e) = release(*gone) {
-                log::error!("irq: {}: freeing vector {:#x} on cpu{}: {e}", self.function.address, gone.vector, gone.cpu);
+                log::error!(
+                    "irq: {}: freeing vector {:#x} on cpu{}: {e}",
+                    self.function.address,
+                    gone.vector,
+                    gone.cpu
+                );
             }
         }
         self.vectors = keep;
@@ -359,7 +364,12 @@ impl Drop for DeviceIrqs {
         // on another CPU still finds its (leaked, 'static) registration valid.
         for v in &self.vectors {
             if let Err(e) = release(*v) {
-                log::error!("irq: {}: freeing vector {:#x} on cpu{}: {e}", self.function.address, v.vector, v.cpu);
+                log::error!(
+                    "irq: {}: freeing vector {:#x} on cpu{}: {e}",
+                    self.function.address,
+                    v.vector,
+                    v.cpu
+                );
             }
         }
     }

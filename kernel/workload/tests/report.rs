@@ -274,11 +274,27 @@ fn many_cpus_make_one_summary_line_per_row() {
     report.add_counter("device_irqs", irqs).unwrap();
     let mut human = String::new();
     report.write_human(&mut human).unwrap();
-    assert!(human.contains("per cpu (20 CPUs; min, mean and max of each row"), "{human}");
-    let line = human.lines().find(|l| l.trim_start().starts_with("device_irqs")).unwrap();
+    assert!(
+        human.contains("per cpu (20 CPUs; min, mean and max of each row"),
+        "{human}"
+    );
+    let line = human
+        .lines()
+        .find(|l| l.trim_start().starts_with("device_irqs"))
+        .unwrap();
     assert_eq!(
         line.split_whitespace().collect::<Vec<_>>(),
-        ["device_irqs", "min", "10", "(cpu0)", "mean", "23", "max", "99", "(cpu7)"]
+        [
+            "device_irqs",
+            "min",
+            "10",
+            "(cpu0)",
+            "mean",
+            "23",
+            "max",
+            "99",
+            "(cpu7)"
+        ]
     );
     assert!(human.contains("no I/O on cpus 4-5"), "{human}");
     assert!(!human.contains("cpu19       "), "no column per CPU: {human}");
@@ -287,7 +303,10 @@ fn many_cpus_make_one_summary_line_per_row() {
     let plan = plan_job(&jobs[0], &devices(), &online).unwrap();
     let (results, _) = run_job(&plan, &disk);
     let mut human = String::new();
-    JobReport::new(&plan, &results).unwrap().write_human(&mut human).unwrap();
+    JobReport::new(&plan, &results)
+        .unwrap()
+        .write_human(&mut human)
+        .unwrap();
     let header = human.lines().find(|l| l.trim_start().starts_with("per cpu")).unwrap();
     assert_eq!(header.split_whitespace().count(), 2 + 16, "{header}");
 }

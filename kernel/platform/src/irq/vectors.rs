@@ -197,9 +197,8 @@ impl<const CPUS: usize> VectorSpaces<CPUS> {
         if !count.is_power_of_two() || count > 32 {
             return Err(Error::VectorsExhausted { requested: count });
         }
-        let unused_everywhere = |start: u16| {
-            (start..start + count).all(|v| self.users[usize::from(v)].load(Ordering::Relaxed) == 0)
-        };
+        let unused_everywhere =
+            |start: u16| (start..start + count).all(|v| self.users[usize::from(v)].load(Ordering::Relaxed) == 0);
         let mut start = u16::from(space.first).next_multiple_of(count);
         while start + count - 1 <= u16::from(space.last) {
             if unused_everywhere(start) && space.try_take(start as u8, count) {
