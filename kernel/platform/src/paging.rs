@@ -53,9 +53,7 @@ impl Page {
 /// for the rest.
 pub fn pages(start: u64, end: u64, use_1g: bool) -> impl Iterator<Item = Page> {
     let mut addr = start & !(PAGE_2M - 1);
-    let end = end
-        .checked_next_multiple_of(PAGE_2M)
-        .unwrap_or(!(PAGE_2M - 1));
+    let end = end.checked_next_multiple_of(PAGE_2M).unwrap_or(!(PAGE_2M - 1));
     core::iter::from_fn(move || {
         if addr >= end {
             return None;

@@ -193,7 +193,15 @@ pub struct Disk<D: Driver + 'static> {
 
 impl<D: Driver + 'static> Disk<D> {
     /// Builds a queue for `driver` with the kernel's platform hooks (kept for good).
-    pub fn new(facts: DeviceFacts, cfg: blk::QueueConfig, driver: D, extra: String) -> Result<Self, BlkError> {
+    pub fn new(facts: DeviceFacts, mut cfg: blk::QueueConfig, driver: D, extra: String) -> Result<Self, BlkError> {
+        // Some CPUs' APIC ids are beyond a device interrupt's reach: their requests complete
+        // on reachable CPUs, so by default they travel back to the submitter's list.
+        if cfg.completion == CompletionPolicy::Irq
+            && !facts.irq_vectors.is_empty()
+            && crate::dev::cpumap::needs_remote_completion()
+        {
+            cfg.completion = CompletionPolicy::Remote;
+        }
         let queue = Queue::new(cfg, driver, platform())?;
         Ok(Disk {
             facts,
