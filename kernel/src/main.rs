@@ -177,7 +177,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     // APs are watched from the moment they are online.
     watchdog::init(config.watchdog_ms);
     watchdog::start_this_cpu(false);
-    let cpus = smp::start_aps(&apic_ids);
+    let cpus = smp::start_aps(&apic_ids, config.max_cpus.map(|n| n as usize));
     let halt = match config.idle {
         bootinfo::cmdline::IdleMode::Halt => true,
         bootinfo::cmdline::IdleMode::Poll => false,
@@ -203,7 +203,9 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Err(e) => exit::failure(format_args!("command line: {e}")),
     }
     smp::report(&cpus);
-    if cpus.iter().any(|c| !c.online) {
+    // CPUs left out on purpose (`cpus.max=`, capacity) are fine; one that was started and
+    // never came online is a fault of the box.
+    if cpus.iter().any(|c| c.state == platform::cpus::CpuState::Failed) {
         exit::failure(format_args!("not every CPU came online"));
     }
     if let Err(e) = affinity.validate(smp::online() as u32) {
@@ -219,13 +221,18 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = dev::null::create_null(&config) {
         exit::failure(format_args!("{e}"));
     }
-    match dev::registry::probe_all() {
-        Ok(claimed) => {
-            for (driver, n) in claimed {
-                kprintln!("{driver}: {n} controller(s)");
-            }
+    dev::registry::set_forced_failure(config.probe_fail);
+    for outcome in dev::registry::probe_all() {
+        if outcome.failed == 0 {
+            kprintln!("{}: {} controller(s)", outcome.driver, outcome.claimed);
+        } else {
+            kprintln!(
+                "{}: {} controller(s), {} failed and skipped",
+                outcome.driver,
+                outcome.claimed,
+                outcome.failed
+            );
         }
-        Err(e) => exit::failure(format_args!("{e}")),
     }
     dev::block::seal();
     dev::block::report();

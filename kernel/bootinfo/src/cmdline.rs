@@ -13,6 +13,8 @@
 //! | `test` | a built-in self-test name (see [`SelfTest`]) |
 //! | `irq.affinity` | passed to the interrupt-affinity parser |
 //! | `smp` | `on` (default) or `off`: start only the boot CPU |
+//! | `cpus.max` | the most CPUs started, the boot CPU included (1-65535; default: every CPU the MADT lists, up to the kernel's capacity); the others are reported as not started |
+//! | `probe.fail` | `BB:DD.F` (hex): the probe of that PCI function fails on purpose, to test that a failing controller is reported and skipped |
 //! | `idle` | `auto` (default: `halt` under a hypervisor, else `poll`), `halt`, `poll`: how a CPU waiting for completions idles |
 //! | `idle.poll_us` | microseconds (0-10000) a waiting CPU spins before it halts (halt polling); default [`DEFAULT_HALT_POLL_US`] |
 //! | `crc32c` | `auto` (default: the SSE4.2 instruction on bare metal when CPUID reports it, the table under a hypervisor), `hw` (the instruction; a CPU without it is an error), `table` |
@@ -36,8 +38,8 @@ pub const MAX_JOB_WORDS: usize = 128;
 pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, idle, idle.poll_us, watchdog, crc32c, null.size, null.block_size, \
-     null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit";
+pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, watchdog, crc32c, null.size, \
+     null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -171,6 +173,10 @@ pub struct Config<'a> {
     pub test: Option<SelfTest>,
     pub irq_affinity: Option<&'a str>,
     pub smp: bool,
+    /// `cpus.max=`: the most CPUs started, the boot CPU included (None: no cap).
+    pub max_cpus: Option<u32>,
+    /// `probe.fail=BB:DD.F`: (bus, device, function) whose probe fails on purpose.
+    pub probe_fail: Option<(u8, u8, u8)>,
     /// `idle=`: how a waiting CPU idles.
     pub idle: IdleMode,
     /// `idle.poll_us=`: spin this long before halting.
@@ -208,6 +214,8 @@ impl Default for Config<'_> {
             test: None,
             irq_affinity: None,
             smp: true,
+            max_cpus: None,
+            probe_fail: None,
             idle: IdleMode::Auto,
             halt_poll_us: DEFAULT_HALT_POLL_US,
             crc32c: Crc32cMode::Auto,
@@ -295,6 +303,29 @@ pub fn parse_with_drivers<'a>(
             "smp" => {
                 once("smp")?;
                 cfg.smp = choose("smp", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            "cpus.max" => {
+                once("cpus.max")?;
+                cfg.max_cpus =
+                    Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|n| (1..=65535).contains(n))
+                            .ok_or_else(|| Error::BadValue {
+                                key: "cpus.max",
+                                value: bounded(value),
+                                expected: "a number of CPUs from 1 to 65535",
+                            })?,
+                    );
+            }
+            "probe.fail" => {
+                once("probe.fail")?;
+                cfg.probe_fail = Some(parse_bdf(value).ok_or_else(|| Error::BadValue {
+                    key: "probe.fail",
+                    value: bounded(value),
+                    expected: "a PCI address BB:DD.F in hex (device up to 1f, function up to 7), e.g. 00:04.0",
+                })?);
             }
             "idle" => {
                 once("idle")?;
@@ -465,6 +496,19 @@ pub fn parse_with_drivers<'a>(
         }
     }
     Ok(cfg)
+}
+
+/// `BB:DD.F` in hex: bus 00-ff, device 00-1f, function 0-7.
+fn parse_bdf(value: &str) -> Option<(u8, u8, u8)> {
+    let (bus, rest) = value.split_once(':')?;
+    let (device, function) = rest.split_once('.')?;
+    let hex = |s: &str, max: u8| {
+        (!s.is_empty() && s.len() <= 2)
+            .then(|| u8::from_str_radix(s, 16).ok())
+            .flatten()
+            .filter(|v| *v <= max)
+    };
+    Some((hex(bus, 0xff)?, hex(device, 0x1f)?, hex(function, 7)?))
 }
 
 #[cfg(test)]
@@ -666,5 +710,35 @@ mod tests {
             let line = std::format!("test={name}");
             assert_eq!(parse(&line, JOB_KEYS, "").unwrap().test, Some(*t));
         }
+    }
+
+    #[test]
+    fn cpus_max_and_probe_fail_keys() {
+        let c = parse("", JOB_KEYS, "").unwrap();
+        assert_eq!((c.max_cpus, c.probe_fail), (None, None));
+        let c = parse("cpus.max=48 probe.fail=0a:1f.7", JOB_KEYS, "").unwrap();
+        assert_eq!(c.max_cpus, Some(48));
+        assert_eq!(c.probe_fail, Some((0x0a, 0x1f, 7)));
+        for bad in [
+            "cpus.max=0",
+            "cpus.max=65536",
+            "cpus.max=all",
+            "probe.fail=00:20.0",
+            "probe.fail=00:04.8",
+            "probe.fail=100:04.0",
+            "probe.fail=00:04",
+            "probe.fail=:04.0",
+        ] {
+            let (key, value) = bad.split_once('=').unwrap();
+            let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
+            assert!(
+                msg.contains(key) && msg.contains(&std::format!("'{value}'")),
+                "{bad}: {msg}"
+            );
+        }
+        assert_eq!(
+            parse("cpus.max=2 cpus.max=3", JOB_KEYS, "").unwrap_err(),
+            Error::DuplicateKey { key: "cpus.max" }
+        );
     }
 }

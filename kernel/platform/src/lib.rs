@@ -12,6 +12,9 @@
 //! * [`irq`]: vector allocator, lock-free dispatch table with per-CPU
 //!   counters, affinity policy and its `irq.affinity=` parser, interrupt
 //!   mode planning, I/O APIC redirection entries.
+//! * [`cpus`]: how many CPUs are started, the collapsed CPU table, which
+//!   CPUs device interrupts can reach, ICR encodings, the watchdog's verdict.
+//! * [`paging`]: the identity map's reach, RAM clipping and page choice.
 //! * [`mmio`]: the [`mmio::Mmio32`] trait and a volatile implementation.
 //!
 //! Every value that comes from firmware or a device is validated before use;
@@ -22,11 +25,13 @@ extern crate alloc;
 
 pub mod acpi;
 pub mod clock;
+pub mod cpus;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod irq;
 pub mod mmio;
+pub mod paging;
 pub mod pci;
 
 pub use error::{AFFINITY_FORMS, Error, Result, TableSignature, Token};

@@ -89,6 +89,65 @@ fn concurrent_allocation_never_hands_out_a_vector_twice() {
     assert_eq!(all, expected);
 }
 
+#[test]
+fn vector_spaces_hand_out_unused_numbers_first_then_reuse_per_cpu() {
+    let spaces: Box<VectorSpaces<64>> = Box::new(VectorSpaces::new());
+    // While numbers last, every CPU gets a number no other CPU uses.
+    assert_eq!(spaces.allocate(0), Ok(0x30));
+    assert_eq!(spaces.allocate(1), Ok(0x31));
+    assert_eq!(spaces.allocate_block(2, 4), Ok(0x34));
+    assert_eq!(spaces.allocate(0), Ok(0x32));
+    assert_eq!(spaces.users(0x31), 1);
+    // Three NVMe controllers, 65 vectors each (admin + one per CPU) on 64 CPUs: 195 vectors,
+    // more than one space's 192, all granted once numbers are reused across CPUs.
+    let spaces: Box<VectorSpaces<64>> = Box::new(VectorSpaces::new());
+    let mut granted = Vec::new();
+    for _controller in 0..3 {
+        granted.push((0, spaces.allocate(0).unwrap()));
+        for cpu in 0..64 {
+            granted.push((cpu, spaces.allocate(cpu).unwrap()));
+        }
+    }
+    assert_eq!(granted.len(), 195);
+    let mut sorted = granted.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 195, "no (cpu, vector) pair handed out twice");
+    // The first 192 are distinct numbers; the last three reuse numbers on other CPUs.
+    let mut numbers: Vec<u8> = granted[..192].iter().map(|&(_, v)| v).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), 192);
+    assert!(
+        granted[192..]
+            .iter()
+            .all(|&(cpu, v)| spaces.users(v) >= 2 && spaces.is_allocated(cpu, v))
+    );
+    // A full CPU space is an error on that CPU only.
+    let spaces: Box<VectorSpaces<2>> = Box::new(VectorSpaces::new());
+    while spaces.allocate(1).is_ok() {}
+    assert_eq!(spaces.allocate(1), Err(Error::VectorsExhausted { requested: 1 }));
+    assert_eq!(spaces.allocate(0), Ok(0x30));
+    assert_eq!(spaces.allocate(2), Err(Error::CpuOutOfRange { cpu: 2, limit: 2 }));
+    // Freeing returns the number to its CPU and drops its user count.
+    spaces.free(1, 0x40).unwrap();
+    assert_eq!(spaces.free(1, 0x40), Err(Error::VectorNotAllocated { vector: 0x40 }));
+    assert_eq!(spaces.users(0x40), 0);
+    assert!(!spaces.is_allocated(1, 0x40) && spaces.is_allocated(1, 0x41));
+    assert_eq!(
+        spaces.allocate(0),
+        Ok(0x40),
+        "unused everywhere again: handed out first"
+    );
+    // Taking a given number (a vector that moves to another CPU keeps it when it is free there).
+    assert!(spaces.take_exact(1, 0x40, 1));
+    assert!(!spaces.take_exact(1, 0x40, 1));
+    assert_eq!(spaces.users(0x40), 2);
+    assert!(!spaces.take_exact(0, 0x42, 4), "a block must be aligned to its size");
+    assert!(!spaces.take_exact(0, 0xF0, 1), "outside the device range");
+    assert!(spaces.take_exact(0, 0x44, 4));
+}
+
 // ---- dispatch table --------------------------------------------------------------------------
 
 static CALLS: AtomicU64 = AtomicU64::new(0);
@@ -145,8 +204,8 @@ fn dispatch_calls_the_handler_and_counts_per_cpu() {
     );
     assert_eq!(table.total(0x40), 3);
     assert_eq!(table.count(0x41, 1), 1);
-    // A CPU index beyond capacity is handled, not counted, and does not panic.
-    assert_eq!(table.dispatch(0x40, 99), Dispatch::Handled);
+    // A CPU index beyond capacity has no handlers, is not counted, and does not panic.
+    assert_eq!(table.dispatch(0x40, 99), Dispatch::Unhandled);
     assert_eq!(table.total(0x40), 3);
     assert!(std::ptr::eq(table.unregister(0x40).unwrap(), &EDU));
     assert_eq!(table.unregister(0x40).unwrap_err(), Error::NoHandler { vector: 0x40 });
@@ -189,6 +248,91 @@ fn proc_interrupts_listing_shows_registered_or_counted_vectors_only() {
             .count(),
         4,
         "clamped to capacity"
+    );
+}
+
+static CPU2_HANDLER: Recorder = Recorder { id: 0x22 };
+static CPU3_HANDLER: Recorder = Recorder { id: 0x33 };
+static ON_CPU2: Registration = Registration {
+    name: "nvme0#2",
+    handler: &CPU2_HANDLER,
+};
+static ON_CPU3: Registration = Registration {
+    name: "nvme1#3",
+    handler: &CPU3_HANDLER,
+};
+
+#[test]
+fn vector_numbers_are_per_cpu() {
+    let table: Box<IrqTable<4>> = Box::new(IrqTable::new());
+    // The same vector number on two CPUs belongs to two devices.
+    table.register_on(2, 0x31, &ON_CPU2).unwrap();
+    table.register_on(3, 0x31, &ON_CPU3).unwrap();
+    assert_eq!(
+        table.register_on(3, 0x31, &ON_CPU2),
+        Err(Error::HandlerPresent { vector: 0x31 })
+    );
+    assert_eq!(
+        table.register_on(4, 0x31, &ON_CPU2),
+        Err(Error::CpuOutOfRange { cpu: 4, limit: 4 })
+    );
+    // A kernel-wide registration needs the vector free on every CPU, and changes nothing when not.
+    assert_eq!(table.register(0x31, &EDU), Err(Error::HandlerPresent { vector: 0x31 }));
+    assert!(table.registration_on(0, 0x31).is_none());
+    table.dispatch(0x31, 2);
+    assert_eq!(LAST_CALL.load(Ordering::SeqCst), 0x22 << 16 | 0x31 << 8 | 2);
+    table.dispatch(0x31, 3);
+    assert_eq!(LAST_CALL.load(Ordering::SeqCst), 0x33 << 16 | 0x31 << 8 | 3);
+    assert_eq!(table.dispatch(0x31, 1), Dispatch::Unhandled);
+    // The listing shows one row per device on the shared number.
+    let text = table.display(4).to_string();
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["0x31:", "0", "0", "1", "0", "nvme0#2"],
+            vec!["0x31:", "0", "0", "0", "1", "nvme1#3"],
+            vec!["0x31:", "0", "1", "0", "0", "(no", "handler)"],
+        ],
+        "{text}"
+    );
+    assert!(std::ptr::eq(table.unregister_on(2, 0x31).unwrap(), &ON_CPU2));
+    assert!(std::ptr::eq(table.registration_on(3, 0x31).unwrap(), &ON_CPU3));
+    assert_eq!(table.dispatch(0x31, 2), Dispatch::Unhandled);
+}
+
+#[test]
+fn listing_of_many_cpus_is_one_line_per_vector_with_cpu_ranges() {
+    let table: Box<IrqTable<64>> = Box::new(IrqTable::new());
+    table.register(0x20, &EDU).unwrap();
+    table.register_on(40, 0x31, &ON_CPU2).unwrap();
+    for cpu in (0..40).chain(41..48) {
+        table.dispatch(0x20, cpu);
+    }
+    table.dispatch(0x31, 40);
+    table.dispatch(0x31, 40);
+    let text = table.display(48).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["0x20:", "47", "on", "47", "CPU(s)", "(cpu0-39,41-47)", "edu"]
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["0x31:", "2", "on", "1", "CPU(s)", "(cpu40)", "nvme0#2"]
+    );
+    // Up to MAX_LISTING_COLUMNS CPUs it stays one column per CPU.
+    assert_eq!(
+        table
+            .display(MAX_LISTING_COLUMNS)
+            .to_string()
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .count(),
+        MAX_LISTING_COLUMNS
     );
 }
 

@@ -293,7 +293,11 @@ fn map_policies(plan: &JobPlan, dev: &dyn BlockDevice) -> (CompletionPolicy, Qui
 }
 
 /// Runs one planned job; returns whether it passed.
-fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8]) -> Result<bool, String> {
+fn run_job(
+    plan: &JobPlan,
+    dev: &'static dyn BlockDevice,
+    device_vectors: &[crate::dev::interrupts::Vector],
+) -> Result<bool, String> {
     let (completion, quiesce) = map_policies(plan, dev);
     dev.set_policies(completion, quiesce);
     for w in &plan.warnings {
@@ -303,13 +307,23 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     // report's fractions (before the counters are read, so the job's figures hold none of it).
     let floor = crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs);
     let ncpu = smp::online();
-    let count_per_cpu = |vectors: &[u8]| -> Vec<u64> {
+    // Device vector numbers are per CPU: each counts on its own CPU only.
+    let count_per_cpu = |vectors: &[crate::dev::interrupts::Vector]| -> Vec<u64> {
+        let mut counts = alloc::vec![0u64; ncpu];
+        for v in vectors {
+            if let Some(c) = counts.get_mut(v.cpu) {
+                *c += v.count();
+            }
+        }
+        counts
+    };
+    let ipis_per_cpu = || -> Vec<u64> {
         (0..ncpu)
-            .map(|c| vectors.iter().map(|&v| irq::TABLE.count(v, c as u32)).sum())
+            .map(|c| irq::TABLE.count(irq::VECTOR_BLK_COMPLETE, c as u32))
             .collect()
     };
     let irqs_before = count_per_cpu(device_vectors);
-    let ipis_before = count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]);
+    let ipis_before = ipis_per_cpu();
     let blk_before = dev.counters();
     let wake_ipis_before = crate::arch::park::wake_ipis();
     let driver_before = dev.driver_counters();
@@ -333,12 +347,20 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         results: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
     };
     kprintln!(
-        "job {}: {} on {} ({} CPUs: {:?}), iodepth {} per CPU, completion={} quiesce={}",
+        "job {}: {} on {} ({} CPUs: {}), iodepth {} per CPU, completion={} quiesce={}",
         plan.spec.name,
         plan.spec.rw.as_str(),
         plan.device.name,
         plan.cpus.len(),
-        plan.cpus.iter().map(|s| s.cpu).collect::<Vec<_>>(),
+        {
+            // A list for a few CPUs, ranges (`0-127`) for many.
+            let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
+            if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
+                alloc::format!("{cpus:?}")
+            } else {
+                alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
+            }
+        },
         plan.iodepth,
         to_left(&COMPLETION_POLICIES, completion).as_str(),
         to_left(&QUIESCE_POLICIES, quiesce).as_str(),
@@ -427,10 +449,7 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
         .add_counter("device_irqs", per_plan_cpu(count_per_cpu(device_vectors), &irqs_before))
         .map_err(|e| e.to_string())?;
     report
-        .add_counter(
-            "completion_ipis",
-            per_plan_cpu(count_per_cpu(&[irq::VECTOR_BLK_COMPLETE]), &ipis_before),
-        )
+        .add_counter("completion_ipis", per_plan_cpu(ipis_per_cpu(), &ipis_before))
         .map_err(|e| e.to_string())?;
     let b = dev.counters();
     let totals = [

@@ -283,10 +283,11 @@ fn edu() -> Result<(), crate::error::Error> {
     x86_64::instructions::interrupts::enable();
     for mode in [InterruptMode::Msi, InterruptMode::Intx] {
         let mut irq = interrupts::setup_vectors(function, Some(mode), &[0], "edu", &[edu])?;
-        let vector = irq.vectors()[0].vector;
         kprintln!("edu: {} at {}: {}", function.address, mode_name(mode), irq.describe());
         for target in 0..n {
             irq.aim(0, target)?;
+            // Vector numbers are per CPU: aiming at another CPU may change it.
+            let vector = irq.vectors()[0].vector;
             let before: Vec<u64> = (0..n).map(|c| irq::TABLE.count(vector, c as u32)).collect();
             mmio.write32(EDU_IRQ_RAISE, 1)?;
             let deadline = time::now_ns() + 1_000_000_000;
@@ -499,7 +500,8 @@ fn msi_vectors() -> Result<(), crate::error::Error> {
             function.address,
             irqs.describe()
         );
-        let vectors = irqs.idt_vectors();
+        let granted_vectors = irqs.idt_vectors();
+        let vectors: Vec<u8> = granted_vectors.iter().map(|v| v.vector).collect();
         let base = vectors[0];
         let control = cfg.read16(control_at)?;
         let data = cfg.read16(data_at)?;
@@ -529,10 +531,12 @@ fn msi_vectors() -> Result<(), crate::error::Error> {
         }
         drop(irqs);
         let control = cfg.read16(control_at)?;
-        if control & 1 != 0 || vectors.iter().any(|&v| irq::VECTORS.is_allocated(v)) {
+        let still_allocated = granted_vectors
+            .iter()
+            .any(|v| irq::VECTORS.is_allocated(v.cpu, v.vector));
+        if control & 1 != 0 || still_allocated {
             return Err(Error::Device(alloc::format!(
-                "after drop: control {control:#06x}, vectors {vectors:#x?} still allocated: {}",
-                vectors.iter().any(|&v| irq::VECTORS.is_allocated(v))
+                "after drop: control {control:#06x}, vectors {vectors:#x?} still allocated: {still_allocated}"
             )));
         }
         kprintln!(

@@ -183,13 +183,19 @@ fn write_icr(apic_id: u32, low: u32) {
     if is_x2apic() {
         let mut icr = Msr::new(0x830);
         // SAFETY: one 64-bit write to the x2APIC ICR sends the IPI.
-        unsafe { icr.write(((apic_id as u64) << 32) | low as u64) };
+        unsafe { icr.write(platform::cpus::icr_x2apic(apic_id, low)) };
     } else {
+        // xAPIC mode only exists with 8-bit ids (the firmware must hand over
+        // in x2APIC mode above 255), so this never drops an IPI in practice.
+        let Some((high, low)) = platform::cpus::icr_xapic(apic_id, low) else {
+            log::error!("apic: IPI to APIC id {apic_id} dropped: xAPIC mode addresses ids up to 255 only");
+            return;
+        };
         // The xAPIC ICR is two registers: an interrupt between the writes whose
         // handler sends its own IPI would retarget ours (a wake IPI then lands
         // on the wrong CPU and is lost). Keep the pair atomic on this CPU.
         x86_64::instructions::interrupts::without_interrupts(|| {
-            write(REG_ICR_HIGH, apic_id << 24);
+            write(REG_ICR_HIGH, high);
             write(REG_ICR_LOW, low);
             wait_icr_idle();
         });

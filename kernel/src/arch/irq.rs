@@ -1,8 +1,13 @@
 //! Interrupt dispatch for vectors 32-255 through the platform crate's
 //! lock-free [`IrqTable`]: registration at init, one Acquire load and an
 //! indirect call in the interrupt path, per-vector per-CPU counts.
+//!
+//! Vector numbers are per CPU: the kernel's fixed vectors are registered on
+//! every CPU, a device vector only on the CPU it is aimed at, taken from
+//! that CPU's own space ([`VECTORS`]).
 
-use platform::irq::{FnHandler, InterruptHandler, IrqTable, Registration, VectorAllocator};
+use crate::arch::percpu;
+use platform::irq::{FnHandler, InterruptHandler, IrqTable, Registration, VectorSpaces};
 
 /// Local APIC timer.
 pub const VECTOR_TIMER: u8 = 0x20;
@@ -23,17 +28,21 @@ pub const VECTOR_SELF_TEST: u8 = 0xF4;
 /// Local APIC spurious-interrupt vector (never acknowledged with EOI).
 pub const VECTOR_SPURIOUS: u8 = 0xFF;
 
-/// Every vector's handler and counts.
-pub static TABLE: IrqTable = IrqTable::new();
-/// Device vectors (0x30..=0xEF).
-pub static VECTORS: VectorAllocator = VectorAllocator::new();
+/// Every CPU's handlers and counts.
+pub static TABLE: IrqTable<{ percpu::MAX_CPUS }> = IrqTable::new();
+/// Each CPU's device vectors (0x30..=0xEF); numbers no CPU uses are handed out first.
+pub static VECTORS: VectorSpaces<{ percpu::MAX_CPUS }> = VectorSpaces::new();
 
-/// Installs the handler object `handler` for `vector` under `name`. The
-/// registration lives for the rest of the run (a dispatch racing
-/// [`unregister`] must still find it valid).
+/// Installs the handler object `handler` for `vector` on every CPU under
+/// `name`. The registration lives for the rest of the run (a dispatch
+/// racing [`unregister`] must still find it valid).
 pub fn register(vector: u8, name: &'static str, handler: &'static dyn InterruptHandler) -> Result<(), platform::Error> {
-    let reg: &'static Registration = alloc::boxed::Box::leak(alloc::boxed::Box::new(Registration { name, handler }));
-    TABLE.register(vector, reg)
+    TABLE.register(vector, leak_registration(name, handler))
+}
+
+/// A registration that lives for the rest of the run.
+pub fn leak_registration(name: &'static str, handler: &'static dyn InterruptHandler) -> &'static Registration {
+    alloc::boxed::Box::leak(alloc::boxed::Box::new(Registration { name, handler }))
 }
 
 /// Installs a stateless handler function for one of the kernel's fixed
@@ -45,16 +54,11 @@ pub fn register_fn(vector: u8, name: &'static str, handler: fn(vector: u8, cpu: 
     }
 }
 
-/// Removes `vector`'s handler; the caller has masked its source first.
-pub fn unregister(vector: u8) -> Result<(), platform::Error> {
-    TABLE.unregister(vector).map(|_| ())
-}
-
 /// Called by the IDT's common entry for vectors 32-255.
 pub(crate) fn dispatch(vector: u8) {
     if vector == VECTOR_SPURIOUS {
         return;
     }
-    TABLE.dispatch(vector, crate::arch::percpu::index() as u32);
+    TABLE.dispatch(vector, percpu::index() as u32);
     super::apic::eoi();
 }

@@ -89,9 +89,24 @@ pub fn init(regions: &[bootinfo::MemoryRegion], reserved: &[Range]) -> Result<Me
     for r in high {
         match paging::map_ram(r.start, r.end, &mut page_table_frame) {
             Ok((s, e)) if s < e => {
+                // One read at each end proves the new tables reach the range (a
+                // broken mapping faults here, at boot, not in the middle of a job);
+                // nothing else is touched, so untouched host memory stays untouched.
+                for probe in [s, e - 8] {
+                    // SAFETY: RAM just identity-mapped write-back, 8-byte aligned.
+                    let _ = unsafe { core::ptr::read_volatile(probe as *const u64) };
+                }
                 FRAMES.lock().free(s, e - s).map_err(|_| AllocError::TooFragmented)?;
                 mapped += e - s;
                 unmapped += r.len() - (e - s);
+                if e < r.end && r.end > paging::limit() {
+                    log::warn!(
+                        "memory: RAM at {:#x}..{:#x} above this CPU's {} GiB physical address reach is not used",
+                        e.max(paging::limit()),
+                        r.end,
+                        paging::limit() >> 30
+                    );
+                }
             }
             Ok(_) => unmapped += r.len(),
             Err(e) => {

@@ -33,30 +33,48 @@ static MAILBOX: [Mailbox; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
+/// CPU indices handed out (started CPUs, online or not; the boot CPU counts).
+static STARTED: AtomicUsize = AtomicUsize::new(1);
+
 /// Number of online CPUs.
 pub fn online() -> usize {
     ONLINE.load(Ordering::Acquire)
 }
 
-/// A CPU found in the MADT, with the outcome of its start.
-#[derive(Debug, Clone, Copy)]
-pub struct CpuEntry {
-    pub index: usize,
-    pub apic_id: u32,
-    pub online: bool,
+/// Number of CPU indices in use: every started CPU has an index below it.
+pub fn started() -> usize {
+    STARTED.load(Ordering::Acquire)
 }
+
+/// A CPU found in the MADT, with the outcome of its start.
+pub type CpuEntry = platform::cpus::CpuRow;
+use platform::cpus::CpuState;
 
 fn on_wake(_vector: u8, _cpu: u32) {}
 
-/// Starts every listed CPU other than the BSP. Returns the CPU table.
-pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
+/// Starts the listed CPUs other than the BSP, at most `max_cpus` CPUs in all
+/// (`cpus.max=`; the kernel's capacity is the other cap). Returns the CPU
+/// table; CPUs beyond the caps are in it as [`CpuState::NotStarted`].
+pub fn start_aps(apic_ids: &[u32], max_cpus: Option<usize>) -> Vec<CpuEntry> {
     irq::register_fn(irq::VECTOR_WAKE, "wake", on_wake);
     let bsp = apic::id();
     let mut table = alloc::vec![CpuEntry {
         index: 0,
         apic_id: bsp,
-        online: true
+        state: CpuState::Online,
     }];
+    let others = apic_ids.iter().filter(|&&id| id != bsp).count();
+    let to_start_count = platform::cpus::cpus_to_start(others + 1, max_cpus, MAX_CPUS);
+    if to_start_count < others + 1 {
+        kprintln!(
+            "smp: starting {to_start_count} of the {} CPUs listed ({})",
+            others + 1,
+            match max_cpus {
+                Some(max) if max < MAX_CPUS => alloc::format!("cpus.max={max}"),
+                _ => alloc::format!("the kernel's capacity is {MAX_CPUS}"),
+            }
+        );
+    }
     let image = boot::ap_trampoline_image();
     let base = boot::AP_TRAMPOLINE_BASE as *mut u8;
     // SAFETY: 0x8000 lies in low memory the frame allocator never hands out
@@ -74,12 +92,11 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
     let mut to_start: Vec<(usize, u32)> = Vec::new();
     for &apic_id in apic_ids.iter().filter(|&&id| id != bsp) {
         let index = table.len() + to_start.len();
-        if index >= MAX_CPUS {
-            log::warn!("smp: more than {MAX_CPUS} CPUs listed; apic id {apic_id} not started");
+        if index >= to_start_count {
             table.push(CpuEntry {
                 index,
                 apic_id,
-                online: false,
+                state: CpuState::NotStarted,
             });
             continue;
         }
@@ -87,6 +104,7 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
     }
     // Entries for CPUs not started sit at the end of the table, after the started ones.
     let skipped = table.split_off(1);
+    STARTED.store(1 + to_start.len(), Ordering::Release);
     if !to_start.is_empty() {
         for &(_, apic_id) in &to_start {
             apic::send_ipi(apic_id, apic::Delivery::Init);
@@ -98,8 +116,22 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
     }
     for (index, apic_id) in to_start {
         percpu::cpu(index).apic_id.store(apic_id, Ordering::Relaxed);
-        let stack = alloc::boxed::Box::leak(alloc::vec![0u8; AP_STACK_BYTES].into_boxed_slice());
-        let stack_top = (stack.as_ptr() as u64 + AP_STACK_BYTES as u64) & !0xF;
+        // From the frame allocator, not the heap: hundreds of 256 KiB stacks would take
+        // the whole heap (an eighth of RAM at most). Below 4 GiB: identity-mapped by the
+        // boot tables the trampoline switches to.
+        let stack_base = match super::memory::alloc_frames_below_4g(AP_STACK_BYTES as u64, 4096) {
+            Ok(base) => base,
+            Err(e) => {
+                log::error!("smp: no memory for cpu{index}'s stack ({e}); it is not started");
+                table.push(CpuEntry {
+                    index,
+                    apic_id,
+                    state: CpuState::Failed,
+                });
+                continue;
+            }
+        };
+        let stack_top = (stack_base + AP_STACK_BYTES as u64) & !0xF;
         patch_u64(boot::trampoline_layout::CR3, boot::boot_pml4_address());
         patch_u64(boot::trampoline_layout::ENTRY, ap_entry as *const () as u64);
         patch_u64(boot::trampoline_layout::STACK, stack_top);
@@ -119,10 +151,21 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
                 break;
             }
         }
-        // The AP has read its parameters; wait for it to finish its setup.
+        // A busy host may run a vCPU late: give it a second to signal that it
+        // read its parameters (they are rewritten for the next AP after this),
+        // then ten to finish its setup.
+        let t0 = time::now_ns();
+        while started.load(Ordering::SeqCst) == 0 && time::now_ns() - t0 < 1_000_000_000 {
+            core::hint::spin_loop();
+        }
         let t0 = time::now_ns();
         let slot = percpu::cpu(index);
-        while !slot.online.load(Ordering::Acquire) && time::now_ns() - t0 < 1_000_000_000 {
+        let setup_ns = if started.load(Ordering::SeqCst) != 0 {
+            10_000_000_000
+        } else {
+            0
+        };
+        while !slot.online.load(Ordering::Acquire) && time::now_ns() - t0 < setup_ns {
             core::hint::spin_loop();
         }
         let online = slot.online.load(Ordering::Acquire);
@@ -131,7 +174,8 @@ pub fn start_aps(apic_ids: &[u32]) -> Vec<CpuEntry> {
         } else {
             log::error!("smp: CPU with apic id {apic_id} did not come online");
         }
-        table.push(CpuEntry { index, apic_id, online });
+        let state = if online { CpuState::Online } else { CpuState::Failed };
+        table.push(CpuEntry { index, apic_id, state });
     }
     table.extend(skipped);
     percpu::cpu(0).online.store(true, Ordering::Release);
@@ -274,16 +318,35 @@ pub fn on_each_cpu(f: fn(usize)) {
     }
 }
 
-/// Prints the CPU table.
+/// Prints the CPU table: a line per CPU for a few, else consecutive CPUs in
+/// the same state on one line (a 256-CPU table stays a few lines).
 pub fn report(table: &[CpuEntry]) {
-    kprintln!("cpus: {} listed by the MADT, {} online", table.len(), online());
-    kprintln!("  cpu  apic-id  state");
-    for c in table {
-        kprintln!(
-            "  {:>3}  {:>7}  {}",
-            c.index,
-            c.apic_id,
-            if c.online { "online" } else { "FAILED" }
-        );
+    let not_started = table.iter().filter(|c| c.state == CpuState::NotStarted).count();
+    kprintln!(
+        "cpus: {} listed by the MADT, {} online, {} not started",
+        table.len(),
+        online(),
+        not_started
+    );
+    if table.len() <= platform::irq::MAX_LISTING_COLUMNS {
+        kprintln!("  cpu  apic-id  state");
+        for c in table {
+            kprintln!("  {:>3}  {:>7}  {}", c.index, c.apic_id, c.state.name());
+        }
+        return;
+    }
+    kprintln!("  cpu        apic-id      state");
+    for run in platform::cpus::collapse(table) {
+        let cpus = if run.first == run.last {
+            alloc::format!("{}", run.first)
+        } else {
+            alloc::format!("{}-{}", run.first, run.last)
+        };
+        let ids = if run.first_apic_id == run.last_apic_id {
+            alloc::format!("{}", run.first_apic_id)
+        } else {
+            alloc::format!("{}-{}", run.first_apic_id, run.last_apic_id)
+        };
+        kprintln!("  {cpus:<9}  {ids:<11}  {}", run.state.name());
     }
 }

@@ -6,20 +6,31 @@
 //! online, the boot CPU while it runs jobs) and whose heartbeat is older
 //! than the threshold (`watchdog=`, default 5000 ms) has stopped taking
 //! interrupts: it spins with interrupts off, or is stuck in a handler.
-//! The first CPU to see that sends it an NMI, which is delivered even with
+//! Each CPU checks the next two CPUs on its tick; the first to see a silent
+//! one sends it an NMI, which is delivered even with
 //! interrupts off; its NMI handler prints its registers and ends the run
 //! with the reason. If the NMI is not answered either, the detecting CPU
 //! ends the run itself. With one CPU there is nobody to detect a hang.
+//!
+//! A stall of the whole machine is not a hang: when the host blocks every
+//! vCPU (QEMU inside a device callback), an SMI runs long, or the VM is
+//! paused while the clock runs on, every CPU misses its ticks. The detecting
+//! CPU sees that on its own heartbeat (its previous tick is as old), prints
+//! `watchdog: global stall of N ms (every CPU), continuing`, and the
+//! silence of the others counts from then (`platform::cpus::watchdog_verdict`).
 
 use crate::arch::percpu::{self, MAX_CPUS};
 use crate::arch::{apic, exit, irq, time};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use platform::cpus::WatchdogVerdict;
 
 /// Timer interrupts per second on every CPU.
 pub const TICK_HZ: u64 = 100;
 /// How long the detecting CPU waits for the stuck CPU's NMI report.
 const NMI_ANSWER_NS: u64 = 500_000_000;
 const NOBODY: usize = usize::MAX;
+/// How many following CPUs each CPU's tick checks.
+const BUDDIES: usize = 2;
 
 /// Heartbeat: when each CPU last handled its tick (ns since boot).
 static LAST_TICK_NS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
@@ -31,6 +42,8 @@ static THRESHOLD_NS: AtomicU64 = AtomicU64::new(0);
 static STUCK_CPU: AtomicUsize = AtomicUsize::new(NOBODY);
 /// How long it had gone without a tick when found.
 static STUCK_FOR_NS: AtomicU64 = AtomicU64::new(0);
+/// When the last global stall was reported (ns since boot; 0: never).
+static LAST_GLOBAL_STALL_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the tick handler and sets the threshold (on the boot CPU,
 /// before the APs start). `None` switches detection off; the tick still runs.
@@ -75,23 +88,38 @@ fn on_tick(_vector: u8, cpu: u32) {
     let me = cpu as usize;
     let now = time::now_ns();
     percpu::current().timer_ticks.fetch_add(1, Ordering::Relaxed);
-    LAST_TICK_NS[me].store(now, Ordering::Relaxed);
+    let previous = LAST_TICK_NS[me].swap(now, Ordering::Relaxed);
     let threshold = THRESHOLD_NS.load(Ordering::Relaxed);
     if threshold != 0 {
-        check_others(me, now, threshold);
+        check_others(me, now, previous, threshold);
     }
 }
 
-fn check_others(me: usize, now: u64, threshold: u64) {
-    // Only CPUs that came online are ever watched.
-    for other in 0..MAX_CPUS {
-        if other == me || !WATCHED[other].load(Ordering::Acquire) {
+fn check_others(me: usize, now: u64, own_previous: u64, threshold: u64) {
+    // Each CPU watches the next BUDDIES CPUs (by index, wrapping), not all of
+    // them: O(1) per tick, so hundreds of CPUs do not spend their ticks
+    // scanning each other, and every CPU still has watchers.
+    let ncpus = super::smp::started().clamp(1, MAX_CPUS);
+    for step in 1..=BUDDIES.min(ncpus - 1) {
+        let other = (me + step) % ncpus;
+        if !WATCHED[other].load(Ordering::Acquire) {
             continue;
         }
-        let silent = now.saturating_sub(LAST_TICK_NS[other].load(Ordering::Relaxed));
-        if silent <= threshold {
-            continue;
-        }
+        let verdict = platform::cpus::watchdog_verdict(
+            now,
+            own_previous,
+            LAST_TICK_NS[other].load(Ordering::Relaxed),
+            LAST_GLOBAL_STALL_NS.load(Ordering::Relaxed),
+            threshold,
+        );
+        let silent = match verdict {
+            WatchdogVerdict::Fine => continue,
+            WatchdogVerdict::GlobalStall { ms } => {
+                report_global_stall(now, ms, threshold);
+                return;
+            }
+            WatchdogVerdict::Hang { ms } => ms * 1_000_000,
+        };
         // One report per run: the first detector claims it.
         if STUCK_CPU
             .compare_exchange(NOBODY, other, Ordering::AcqRel, Ordering::Relaxed)
@@ -115,6 +143,21 @@ fn check_others(me: usize, now: u64, threshold: u64) {
             "watchdog: cpu{other} made no progress for {} ms and did not answer an NMI",
             silent / 1_000_000
         ));
+    }
+}
+
+/// Reports a global stall once: CPUs that resume after the first detector
+/// find it already reported (within one threshold) and stay quiet.
+fn report_global_stall(now: u64, ms: u64, threshold: u64) {
+    let last = LAST_GLOBAL_STALL_NS.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) <= threshold {
+        return;
+    }
+    if LAST_GLOBAL_STALL_NS
+        .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        crate::arch::console::emergency_println!("watchdog: global stall of {ms} ms (every CPU), continuing");
     }
 }
 

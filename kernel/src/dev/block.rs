@@ -123,7 +123,7 @@ pub struct DeviceFacts {
     pub max_inflight: u32,
     pub max_transfer_bytes: u32,
     /// IDT vectors of the device's interrupts (empty when it has none), for the job report.
-    pub irq_vectors: Vec<u8>,
+    pub irq_vectors: Vec<crate::dev::interrupts::Vector>,
     /// Stable names beside `name` (PCI address, serial: `blk::names`); a job may use any.
     pub aliases: Vec<String>,
 }
@@ -195,7 +195,15 @@ pub struct Disk<D: Driver + 'static> {
 
 impl<D: Driver + 'static> Disk<D> {
     /// Builds a queue for `driver` with the kernel's platform hooks (kept for good).
-    pub fn new(facts: DeviceFacts, cfg: blk::QueueConfig, driver: D, extra: String) -> Result<Self, BlkError> {
+    pub fn new(facts: DeviceFacts, mut cfg: blk::QueueConfig, driver: D, extra: String) -> Result<Self, BlkError> {
+        // Some CPUs' APIC ids are beyond a device interrupt's reach: their requests complete
+        // on reachable CPUs, so by default they travel back to the submitter's list.
+        if cfg.completion == CompletionPolicy::Irq
+            && !facts.irq_vectors.is_empty()
+            && crate::dev::cpumap::needs_remote_completion()
+        {
+            cfg.completion = CompletionPolicy::Remote;
+        }
         let queue = Queue::new(cfg, driver, platform())?;
         Ok(Disk {
             facts,

@@ -8,11 +8,18 @@
 //! queue `i`, else to the first CPU that does. Vectors beyond the queues
 //! (a device asked for more, e.g. every MSI-X table entry) follow the
 //! affinity policy alone.
+//!
+//! Without interrupt remapping a device interrupt reaches only APIC ids up
+//! to 255: a vector whose chosen CPU lies above goes to a reachable CPU of
+//! the same queue, else to a reachable CPU at all
+//! (`platform::cpus::reachable_cpu_for`); its completions then reach the
+//! submitting CPUs through the block layer's per-CPU completion lists.
 
-use crate::arch::smp;
+use crate::arch::{percpu, smp};
 use crate::error::Error;
 use alloc::format;
 use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
 use platform::irq::AffinityPolicy;
 
 /// The interrupt-affinity policy from `irq.affinity=` (default: spread).
@@ -25,6 +32,13 @@ pub fn set_affinity(policy: AffinityPolicy) {
 
 fn affinity() -> &'static AffinityPolicy {
     AFFINITY.call_once(AffinityPolicy::default)
+}
+
+/// Whether some online CPU has an APIC id no device interrupt can reach:
+/// then a device's completions should travel to their submitting CPUs
+/// (`CompletionPolicy::Remote`) rather than finish where the interrupt landed.
+pub fn needs_remote_completion() -> bool {
+    (0..smp::online()).any(|c| !platform::cpus::interrupt_reachable(percpu::cpu(c).apic_id.load(Ordering::Relaxed)))
 }
 
 /// One device's CPU map.
@@ -61,6 +75,9 @@ pub fn plan(nr_hw_queues: usize, nr_vectors: usize, vector0_cpu: Option<usize>) 
         return Err(Error::Device("a device needs at least one hardware queue".into()));
     }
     let queue_of_cpu = blk::map_queues(online, nr_hw_queues);
+    let apic_ids: Vec<u32> = (0..online)
+        .map(|c| percpu::cpu(c).apic_id.load(Ordering::Relaxed))
+        .collect();
     let mut vector_cpus = Vec::with_capacity(nr_vectors);
     for index in 0..nr_vectors {
         let index16 = u16::try_from(index).map_err(|_| Error::Device(format!("{nr_vectors} vectors are too many")))?;
@@ -69,7 +86,19 @@ pub fn plan(nr_hw_queues: usize, nr_vectors: usize, vector0_cpu: Option<usize>) 
             (0, Some(cpu)) => Some(cpu as u32),
             _ => None,
         };
-        let cpu = affinity().cpu_for_queue_vector(index16, &queue_of_cpu, nr_hw_queues, preferred)? as usize;
+        let chosen = affinity().cpu_for_queue_vector(index16, &queue_of_cpu, nr_hw_queues, preferred)? as usize;
+        let same_queue: Vec<usize> = (0..online)
+            .filter(|&c| queue_of_cpu.get(c) == queue_of_cpu.get(chosen))
+            .collect();
+        let cpu = platform::cpus::reachable_cpu_for(chosen, &same_queue, &apic_ids, index).ok_or_else(|| {
+            Error::Device("no online CPU has an APIC id a device interrupt can reach (255 or below)".into())
+        })?;
+        if cpu != chosen {
+            log::info!(
+                "irq: vector {index}: cpu{chosen}'s APIC id {} is above 255; aiming it at cpu{cpu} (completions travel to the submitting CPUs)",
+                apic_ids[chosen]
+            );
+        }
         if let Some(wanted) = preferred.map(|c| c as usize).filter(|&w| w != cpu) {
             log::info!(
                 "irq: vector {index} serves hardware queue {index}, which cpu{wanted} does not submit to; aiming it at cpu{cpu}"
@@ -81,18 +110,22 @@ pub fn plan(nr_hw_queues: usize, nr_vectors: usize, vector0_cpu: Option<usize>) 
         queue_of_cpu,
         vector_cpus,
     };
-    check(&map, online)?;
+    check(&map, online, &apic_ids)?;
     Ok(map)
 }
 
 /// The invariant, checked on every plan: each vector that serves a queue
-/// some CPU submits to is aimed at such a CPU.
-fn check(map: &CpuMap, online: usize) -> Result<(), Error> {
+/// some CPU with a reachable APIC id submits to is aimed at such a CPU.
+fn check(map: &CpuMap, online: usize, apic_ids: &[u32]) -> Result<(), Error> {
     for (index, &cpu) in map.vector_cpus.iter().enumerate() {
         let Some(queue) = map.queue_of_vector(index) else {
             continue;
         };
-        let served = map.queue_of_cpu.contains(&queue);
+        let served = map
+            .queue_of_cpu
+            .iter()
+            .zip(apic_ids)
+            .any(|(&q, &id)| q == queue && platform::cpus::interrupt_reachable(id));
         if served && map.queue_of_cpu.get(cpu) != Some(&queue) {
             return Err(Error::Device(format!(
                 "CPU map: vector {index} (hardware queue {queue}) aimed at cpu{cpu}, which submits to another queue ({online} CPUs)"

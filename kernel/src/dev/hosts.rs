@@ -21,7 +21,7 @@ pub struct ControllerDisks<'a> {
     /// Requests in flight at most (the controller's I/O tags, shared by its drives).
     pub max_inflight: u32,
     /// IDT vectors of the controller's interrupts.
-    pub irq_vectors: Vec<u8>,
+    pub irq_vectors: Vec<crate::dev::interrupts::Vector>,
     /// The job report's extra line (interrupts, queues, tags).
     pub extra: String,
 }

@@ -20,7 +20,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 use platform::irq::{
-    InterruptHandler, InterruptMode, InterruptPlan, IoApicRedirection, PIIX3_PIRQ_ROUTE, PciIrqRouter,
+    InterruptHandler, InterruptMode, InterruptPlan, IoApicRedirection, PIIX3_PIRQ_ROUTE, PciIrqRouter, Registration,
 };
 use platform::mmio::{Mmio32, VolatileMmio};
 use platform::pci::{MsiMessage, MsixTable, PciFunction};
@@ -105,10 +105,25 @@ impl InterruptHandler for VectorSlot {
 /// One granted vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Vector {
-    /// IDT vector.
+    /// IDT vector (a number in `cpu`'s own vector space).
     pub vector: u8,
     /// CPU it is aimed at.
     pub cpu: usize,
+}
+
+impl Vector {
+    /// Interrupts counted for this vector on its CPU.
+    pub fn count(&self) -> u64 {
+        irq::TABLE.count(self.vector, self.cpu as u32)
+    }
+}
+
+/// Returns `vector` to `cpu`'s allocator after removing its handler there.
+fn release(v: Vector) -> Result<(), platform::Error> {
+    irq::TABLE
+        .unregister_on(v.cpu as u32, v.vector)
+        .map(|_| ())
+        .and_then(|()| irq::VECTORS.free(v.cpu, v.vector))
 }
 
 /// A device's interrupt vectors. Owns them: dropping it masks the device's
@@ -119,6 +134,8 @@ pub struct DeviceIrqs {
     function: PciFunction,
     plan: InterruptPlan,
     vectors: Vec<Vector>,
+    /// Each vector's registration (moves with the vector when it is re-aimed).
+    registrations: Vec<&'static Registration>,
     requested: usize,
     msix: Option<MsixTable<VolatileMmio>>,
 }
@@ -130,9 +147,9 @@ impl DeviceIrqs {
         &self.vectors
     }
 
-    /// IDT vector numbers, for counting a device's interrupts.
-    pub fn idt_vectors(&self) -> Vec<u8> {
-        self.vectors.iter().map(|v| v.vector).collect()
+    /// The granted vectors with their CPUs, for counting a device's interrupts.
+    pub fn idt_vectors(&self) -> Vec<Vector> {
+        self.vectors.clone()
     }
 
     /// One line for the device report.
@@ -168,7 +185,88 @@ impl DeviceIrqs {
             )));
         };
         let apic_id = percpu::cpu(cpu).apic_id.load(Ordering::Relaxed);
+        if !platform::cpus::interrupt_reachable(apic_id) {
+            return Err(Error::Device(format!(
+                "{}: cpu{cpu} has APIC id {apic_id}, which a device interrupt cannot reach without interrupt remapping",
+                self.function.address
+            )));
+        }
         let pci = pci::get().ok_or(Error::NoPci)?;
+        // Vector numbers are per CPU: a vector aimed elsewhere gets a number
+        // on the new CPU first (registered there before the device can use
+        // it); the old one is released once the device points at the new one.
+        let old = self.vectors.clone();
+        let v = if v.cpu == cpu { v } else { self.take_on(index, cpu)? };
+        let result = self.program(index, cpu, apic_id, v, pci);
+        let (keep, drop): (Vec<Vector>, Vec<Vector>) = if result.is_ok() {
+            (self.vectors.clone(), old)
+        } else {
+            (old, self.vectors.clone())
+        };
+        for gone in drop.iter().filter(|d| !keep.contains(d)) {
+            if let Err(e) = release(*gone) {
+                log::error!(
+                    "irq: {}: freeing vector {:#x} on cpu{}: {e}",
+                    self.function.address,
+                    gone.vector,
+                    gone.cpu
+                );
+            }
+        }
+        self.vectors = keep;
+        result
+    }
+
+    /// Takes a vector (MSI: a block for every vector) on `cpu` for vector
+    /// `index` and registers its handler(s) there; `self.vectors` names the
+    /// new ones. Returns the new vector `index`.
+    fn take_on(&mut self, index: usize, cpu: usize) -> Result<Vector, Error> {
+        let moving: Vec<usize> = match self.plan {
+            InterruptPlan::Msi { .. } => (0..self.vectors.len()).collect(),
+            _ => alloc::vec![index],
+        };
+        // The same number(s) on the new CPU when free there, so a vector keeps its number.
+        let numbers: Vec<u8> = match self.plan {
+            InterruptPlan::Msi { vectors } => {
+                let old = self.vectors[0].vector;
+                let base = if irq::VECTORS.take_exact(cpu, old, vectors) {
+                    old
+                } else {
+                    irq::VECTORS.allocate_block(cpu, vectors)?
+                };
+                (0..moving.len() as u8).map(|i| base + i).collect()
+            }
+            _ => {
+                let old = self.vectors[index].vector;
+                if irq::VECTORS.take_exact(cpu, old, 1) {
+                    alloc::vec![old]
+                } else {
+                    alloc::vec![irq::VECTORS.allocate(cpu)?]
+                }
+            }
+        };
+        for (k, &i) in moving.iter().enumerate() {
+            if let Err(e) = irq::TABLE.register_on(cpu as u32, numbers[k], self.registrations[i]) {
+                for (j, &n) in numbers.iter().enumerate() {
+                    if j < k {
+                        let _ = irq::TABLE.unregister_on(cpu as u32, n);
+                    }
+                    let _ = irq::VECTORS.free(cpu, n);
+                }
+                return Err(e.into());
+            }
+        }
+        for (k, &i) in moving.iter().enumerate() {
+            self.vectors[i] = Vector {
+                vector: numbers[k],
+                cpu,
+            };
+        }
+        Ok(self.vectors[index])
+    }
+
+    /// Points the device's vector `index` (already registered as `v` on `cpu`) at `apic_id`.
+    fn program(&mut self, index: usize, cpu: usize, apic_id: u32, v: Vector, pci: &pci::Pci) -> Result<(), Error> {
         match &self.plan {
             InterruptPlan::MsiX { .. } => {
                 let table = self.msix.as_ref().ok_or(Error::NoPci)?;
@@ -186,7 +284,6 @@ impl DeviceIrqs {
                     )));
                 }
                 table.unmask(entry)?;
-                self.vectors[index].cpu = cpu;
             }
             InterruptPlan::Msi { vectors } => {
                 if index != 0 {
@@ -203,15 +300,12 @@ impl DeviceIrqs {
                     MsiMessage::xapic(apic_id, v.vector)?,
                     *vectors,
                 )?;
-                for v in &mut self.vectors {
-                    v.cpu = cpu;
-                }
             }
             InterruptPlan::Intx { .. } => {
                 ioapic_route(&self.plan, v.vector, apic_id, false)?;
-                self.vectors[index].cpu = cpu;
             }
         }
+        debug_assert!(self.vectors[index].cpu == cpu);
         Ok(())
     }
 
@@ -269,8 +363,13 @@ impl Drop for DeviceIrqs {
         // The source is masked: no new dispatch can start. One already running
         // on another CPU still finds its (leaked, 'static) registration valid.
         for v in &self.vectors {
-            if let Err(e) = irq::unregister(v.vector).and_then(|()| irq::VECTORS.free(v.vector)) {
-                log::error!("irq: {}: freeing vector {:#x}: {e}", self.function.address, v.vector);
+            if let Err(e) = release(*v) {
+                log::error!(
+                    "irq: {}: freeing vector {:#x} on cpu{}: {e}",
+                    self.function.address,
+                    v.vector,
+                    v.cpu
+                );
             }
         }
     }
@@ -360,43 +459,53 @@ pub fn setup_vectors(
         };
     }
     let granted = usize::from(plan.vectors()).min(cpus.len());
-    // Allocate the IDT vectors: MSI needs one aligned block, MSI-X and INTx any.
-    let idt: Vec<u8> = match plan {
-        InterruptPlan::Msi { vectors } => {
-            let base = irq::VECTORS.allocate_block(vectors)?;
-            (0..granted as u8).map(|i| base + i).collect()
+    if let Some(&cpu) = cpus[..granted]
+        .iter()
+        .find(|&&c| !platform::cpus::interrupt_reachable(percpu::cpu(c).apic_id.load(Ordering::Relaxed)))
+    {
+        return Err(Error::Device(format!(
+            "{address}: cpu{cpu}'s APIC id is above 255, which a device interrupt cannot reach without interrupt remapping"
+        )));
+    }
+    // Each vector comes from its CPU's own space: MSI needs one aligned block
+    // on its one CPU; MSI-X and INTx one vector each, on the CPU it is aimed
+    // at. A CPU whose space is full ends the MSI-X grant there (fewer vectors
+    // is not an error; the driver plans with what it got); no vector at all is.
+    let msi_block = matches!(plan, InterruptPlan::Msi { .. });
+    let mut vectors: Vec<Vector> = Vec::with_capacity(granted);
+    match plan {
+        InterruptPlan::Msi { vectors: block } => {
+            let base = irq::VECTORS.allocate_block(cpus[0], block)?;
+            vectors.extend((0..granted as u8).map(|i| Vector {
+                vector: base + i,
+                cpu: cpus[0],
+            }));
         }
         _ => {
-            let mut got = Vec::with_capacity(granted);
-            for _ in 0..granted {
-                match irq::VECTORS.allocate() {
-                    Ok(v) => got.push(v),
-                    Err(e) => {
-                        for v in got {
-                            let _ = irq::VECTORS.free(v);
-                        }
-                        return Err(e.into());
+            for &cpu in &cpus[..granted] {
+                match irq::VECTORS.allocate(cpu) {
+                    Ok(vector) => vectors.push(Vector { vector, cpu }),
+                    Err(e) if vectors.is_empty() => return Err(e.into()),
+                    Err(_) => {
+                        log::warn!(
+                            "irq: {address}: cpu{cpu} has no free interrupt vector; {} of {} vector(s) granted",
+                            vectors.len(),
+                            cpus.len()
+                        );
+                        break;
                     }
                 }
             }
-            got
         }
-    };
-    let msi_block = matches!(plan, InterruptPlan::Msi { .. });
-    let vectors: Vec<Vector> = idt
-        .iter()
-        .enumerate()
-        .map(|(i, &vector)| Vector {
-            vector,
-            cpu: if msi_block { cpus[0] } else { cpus[i] },
-        })
-        .collect();
+    }
+    let granted = vectors.len();
     // From here on, `irqs` owns the vectors: an error below drops it, which
     // masks the function and frees them.
     let mut irqs = DeviceIrqs {
         function: function.clone(),
         plan,
         vectors: Vec::new(),
+        registrations: Vec::new(),
         requested: cpus.len(),
         msix: None,
     };
@@ -410,14 +519,16 @@ pub fn setup_vectors(
         } else {
             alloc::boxed::Box::leak(format!("{name}#{i}").into_boxed_str())
         };
-        if let Err(e) = irq::register(v.vector, label, slot) {
+        let registration = irq::leak_registration(label, slot);
+        if let Err(e) = irq::TABLE.register_on(v.cpu as u32, v.vector, registration) {
             // This vector and those not registered yet are not in `irqs`.
             for rest in &vectors[i..] {
-                let _ = irq::VECTORS.free(rest.vector);
+                let _ = irq::VECTORS.free(rest.cpu, rest.vector);
             }
             return Err(e.into());
         }
         irqs.vectors.push(*v);
+        irqs.registrations.push(registration);
     }
     match &irqs.plan {
         InterruptPlan::MsiX { table_size, .. } => {

@@ -399,19 +399,41 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let ctrl = nvme::Controller::new(mmio, KernelDma, KernelDelay, config)
         .map_err(|e| Error::Device(format!("{name} ({at}): bring-up failed: {e}")))?;
     let info = ctrl.info().clone();
-    let plan = if usize::from(ctrl.max_io_queues()) < provisional.nr_io_queues() {
-        let plan = QueuePlan::new(ncpus, opts.driver.queues, ctrl.max_io_queues(), mode)
+    // The queue count is capped by what the controller granted and by the interrupt vectors
+    // the CPUs had free (a short grant is a warning, not a failure).
+    let granted_vectors = irqs.as_ref().map(|i| i.vectors().len());
+    let vector_cap = match (granted_vectors, mode) {
+        (Some(granted), IrqMode::MsiX { .. }) if granted < provisional.nr_vectors() => Some(granted),
+        _ => None,
+    };
+    let plan = if usize::from(ctrl.max_io_queues()) < provisional.nr_io_queues() || vector_cap.is_some() {
+        let (queues, plan_mode) = match vector_cap {
+            Some(granted) => {
+                let queues = u16::try_from(granted.saturating_sub(1).max(1)).unwrap_or(u16::MAX);
+                kprintln!(
+                    "warning: {name} ({at}): only {granted} interrupt vector(s) free of the {} planned: using at most {queues} I/O queue pair(s)",
+                    provisional.nr_vectors()
+                );
+                let queues = opts.driver.queues.map_or(queues, |q| q.min(queues));
+                let vectors = u16::try_from(granted).unwrap_or(u16::MAX);
+                (Some(queues), IrqMode::MsiX { vectors })
+            }
+            None => (opts.driver.queues, mode),
+        };
+        let plan = QueuePlan::new(ncpus, queues, ctrl.max_io_queues(), plan_mode)
             .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
         if let Some(irqs) = irqs.as_mut() {
             for (v, cpu) in vector_cpus(&plan, opts.cross_vectors)?.into_iter().enumerate() {
                 irqs.aim(v, cpu)?;
             }
         }
-        kprintln!(
-            "{name} ({at}): the controller granted {} I/O queue pair(s) of the {} asked for: re-planned",
-            ctrl.max_io_queues(),
-            provisional.nr_io_queues()
-        );
+        if usize::from(ctrl.max_io_queues()) < provisional.nr_io_queues() {
+            kprintln!(
+                "{name} ({at}): the controller granted {} I/O queue pair(s) of the {} asked for: re-planned",
+                ctrl.max_io_queues(),
+                provisional.nr_io_queues()
+            );
+        }
         plan
     } else {
         provisional
@@ -458,6 +480,10 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         timeout_ns: opts.driver.timeout_ns(),
         completion: if mode == IrqMode::Poll {
             CompletionPolicy::Poll
+        } else if cpumap::needs_remote_completion() {
+            // Some CPUs' APIC ids are beyond a device interrupt's reach: their completions
+            // land on reachable CPUs and travel back through the per-CPU completion lists.
+            CompletionPolicy::Remote
         } else {
             CompletionPolicy::Irq
         },

@@ -55,18 +55,73 @@ fn driver_for(function: &PciFunction) -> Option<&'static PciDriver> {
         .find(|d| d.matches.iter().any(|m| m.matches(function)))
 }
 
-/// Probes every PCI function a driver matches. A device that fails is
-/// reported and makes the boot fail: a missing disk must never look like
-/// success. Returns (driver name, functions claimed) per driver.
-pub fn probe_all() -> Result<Vec<(&'static str, usize)>, Error> {
-    let mut claimed: Vec<(&'static str, usize)> = PCI_DRIVERS.iter().map(|d| (d.name, 0)).collect();
-    let Some(p) = pci::get() else { return Ok(claimed) };
+/// `probe.fail=BB:DD.F`: the function whose probe fails on purpose (a test of the policy below).
+static FORCED_FAILURE: spin::Once<Option<(u8, u8, u8)>> = spin::Once::new();
+
+/// Records `probe.fail=` (at boot, before [`probe_all`]).
+pub fn set_forced_failure(bdf: Option<(u8, u8, u8)>) {
+    FORCED_FAILURE.call_once(|| bdf);
+}
+
+fn forced_failure(function: &PciFunction) -> bool {
+    let a = function.address;
+    FORCED_FAILURE
+        .get()
+        .copied()
+        .flatten()
+        .is_some_and(|bdf| bdf == (a.bus(), a.device(), a.function()))
+}
+
+/// What [`probe_all`] did for one driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverOutcome {
+    pub driver: &'static str,
+    /// Functions brought up.
+    pub claimed: usize,
+    /// Functions whose probe failed (reported and skipped).
+    pub failed: usize,
+}
+
+/// Probes every PCI function a driver matches. A controller that fails is
+/// reported on its own line and skipped; the others run (one odd drive must
+/// not stop the benchmark of the rest). A job whose own device is missing
+/// still fails: its device name is unknown then.
+pub fn probe_all() -> Vec<DriverOutcome> {
+    let mut outcomes: Vec<DriverOutcome> = PCI_DRIVERS
+        .iter()
+        .map(|d| DriverOutcome {
+            driver: d.name,
+            claimed: 0,
+            failed: 0,
+        })
+        .collect();
+    let Some(p) = pci::get() else { return outcomes };
     for f in &p.functions {
         let Some(driver) = driver_for(f) else { continue };
-        (driver.probe)(f)?;
-        if let Some(c) = claimed.iter_mut().find(|(n, _)| *n == driver.name) {
-            c.1 += 1;
+        let result = if forced_failure(f) {
+            Err(Error::Device(alloc::format!(
+                "probe.fail={:02x}:{:02x}.{} asks this probe to fail",
+                f.address.bus(),
+                f.address.device(),
+                f.address.function()
+            )))
+        } else {
+            (driver.probe)(f)
+        };
+        let Some(outcome) = outcomes.iter_mut().find(|o| o.driver == driver.name) else {
+            continue;
+        };
+        match result {
+            Ok(()) => outcome.claimed += 1,
+            Err(e) => {
+                outcome.failed += 1;
+                crate::arch::console::kprintln!(
+                    "{}: controller at {} failed and is skipped (the others run): {e}",
+                    driver.name,
+                    f.address
+                );
+            }
         }
     }
-    Ok(claimed)
+    outcomes
 }

@@ -13,6 +13,7 @@ use crate::hist::LatencyHistogram;
 use crate::job::{ExpectedGeneration, RwMode, VerifyMode};
 use crate::json::JsonWriter;
 use crate::plan::{JobPlan, VerifyScheme};
+use crate::values::CpuSet;
 use crate::verify::{MismatchField, VerifyMismatch};
 
 /// Prefix of the one JSON line per job, so the host can pick it out of the serial log.
@@ -474,6 +475,63 @@ impl JobReport {
     }
 
     fn write_per_cpu_table(&self, out: &mut dyn Write) -> fmt::Result {
+        if self.per_cpu.len() > MAX_PER_CPU_COLUMNS {
+            self.write_per_cpu_summary(out)?;
+        } else {
+            self.write_per_cpu_columns(out)?;
+        }
+        if !self.totals.is_empty() {
+            out.write_str("  totals:")?;
+            for (name, value) in &self.totals {
+                write!(out, " {name}={value}")?;
+            }
+            writeln!(out)?;
+        }
+        if let Some(stages) = &self.stages {
+            stages.write_human(out)?;
+        }
+        Ok(())
+    }
+
+    /// Many CPUs: one line per row with its minimum, mean and maximum and
+    /// the CPUs that hold them, and the CPUs that did no I/O as one list (every
+    /// value per CPU is in the JSON line).
+    fn write_per_cpu_summary(&self, out: &mut dyn Write) -> fmt::Result {
+        writeln!(
+            out,
+            "  per cpu ({} CPUs; min, mean and max of each row; every CPU's values are in BAREMQ-JSON)",
+            self.per_cpu.len()
+        )?;
+        let cpus: Vec<u32> = self.per_cpu.iter().map(|c| c.cpu).collect();
+        type Column = fn(&CpuSummary) -> u64;
+        let fixed: [(&str, Column); 4] = [
+            ("ios", |c| c.ios),
+            ("iops", |c| c.iops),
+            ("errors", |c| c.errors),
+            ("mismatches", |c| c.mismatches),
+        ];
+        for (name, value) in fixed {
+            let values: Vec<u64> = self.per_cpu.iter().map(value).collect();
+            write_row_summary(out, name, &cpus, &values)?;
+        }
+        for row in &self.counters {
+            write_row_summary(out, &row.name, &cpus, &row.per_cpu)?;
+        }
+        let idle = CpuSet::from_cpus(
+            &self
+                .per_cpu
+                .iter()
+                .filter(|c| c.ios == 0)
+                .map(|c| c.cpu)
+                .collect::<Vec<_>>(),
+        );
+        if !idle.is_empty() {
+            writeln!(out, "    no I/O on cpus {idle}")?;
+        }
+        Ok(())
+    }
+
+    fn write_per_cpu_columns(&self, out: &mut dyn Write) -> fmt::Result {
         const WIDTH: usize = 12;
         write!(out, "  {:<18}", "per cpu")?;
         for cpu in &self.per_cpu {
@@ -500,16 +558,6 @@ impl JobReport {
                 write!(out, "{value:>WIDTH$}")?;
             }
             writeln!(out)?;
-        }
-        if !self.totals.is_empty() {
-            out.write_str("  totals:")?;
-            for (name, value) in &self.totals {
-                write!(out, " {name}={value}")?;
-            }
-            writeln!(out)?;
-        }
-        if let Some(stages) = &self.stages {
-            stages.write_human(out)?;
         }
         Ok(())
     }
@@ -896,6 +944,27 @@ impl ProgressMeter {
         self.last = now;
         Ok(())
     }
+}
+
+/// Above this many CPUs the report's per-CPU table becomes one summary line per row.
+pub const MAX_PER_CPU_COLUMNS: usize = 16;
+
+/// `    NAME  min V (cpuA)  mean M  max W (cpuB)` over `values[i]` of CPU `cpus[i]`.
+fn write_row_summary(out: &mut dyn Write, name: &str, cpus: &[u32], values: &[u64]) -> fmt::Result {
+    let pairs = || cpus.iter().copied().zip(values.iter().copied());
+    let (Some(min), Some(max)) = (pairs().min_by_key(|p| p.1), pairs().max_by_key(|p| p.1)) else {
+        return writeln!(out, "    {name:<16}  (no CPU)");
+    };
+    let total: u128 = values.iter().map(|&v| u128::from(v)).sum();
+    let mean = total / values.len() as u128;
+    writeln!(
+        out,
+        "    {name:<16}  min {} ({})  mean {mean}  max {} ({})",
+        min.1,
+        Cpu(min.0),
+        max.1,
+        Cpu(max.0)
+    )
 }
 
 #[cfg(test)]

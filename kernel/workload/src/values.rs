@@ -77,8 +77,8 @@ pub fn parse_bool(text: &str) -> Option<bool> {
     }
 }
 
-/// The largest CPU number a [`CpuSet`] can hold, plus one.
-pub const MAX_CPUS: u32 = 256;
+/// The largest CPU number a [`CpuSet`] can hold, plus one (the kernel's CPU capacity).
+pub const MAX_CPUS: u32 = 1024;
 
 /// A set of CPU numbers below [`MAX_CPUS`], as a fixed bitmap (no allocation).
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
@@ -248,8 +248,11 @@ mod tests {
         assert_eq!(set.to_string(), "0,2-3,8");
         assert_eq!(CpuSet::parse("3,1,2").unwrap().to_string(), "1-3");
         assert_eq!(CpuSet::parse("255").unwrap().to_string(), "255");
+        // Server-scale CPU numbers: up to 1023.
+        assert_eq!(CpuSet::parse("0-511,1023").unwrap().to_string(), "0-511,1023");
+        assert_eq!(CpuSet::parse("256-767").unwrap().len(), 512);
         assert_eq!(CpuSet::new().to_string(), "none");
-        for bad in ["", "1,", "3-1", "256", "a", "1-", "-1", "0-256"] {
+        for bad in ["", "1,", "3-1", "1024", "a", "1-", "-1", "0-1024"] {
             assert_eq!(CpuSet::parse(bad), None, "{bad:?} should be rejected");
         }
     }

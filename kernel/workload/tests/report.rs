@@ -255,3 +255,58 @@ fn mismatched_results_are_rejected() {
         JobReport::new(&plan, &results).unwrap()
     );
 }
+
+#[test]
+fn many_cpus_make_one_summary_line_per_row() {
+    let online: Vec<u32> = (0..20).collect();
+    let jobs = parse_cmdline("device=null0 rw=randread bs=4k iodepth=2 cpus=0-19 runtime=5ms").unwrap();
+    let plan = plan_job(&jobs[0], &devices(), &online).unwrap();
+    let disk = FakeDisk::new(512, 1 << 21);
+    let (mut results, _) = run_job(&plan, &disk);
+    // Two CPUs that did nothing (the report must name them as one list).
+    for idle in [4, 5] {
+        let read = &mut results[idle].read;
+        (read.ios, read.bytes, read.errors) = (0, 0, 0);
+        read.latency = workload::LatencyHistogram::new();
+    }
+    let mut report = JobReport::new(&plan, &results).unwrap();
+    let irqs: Vec<u64> = (0..20).map(|cpu| if cpu == 7 { 99 } else { 10 + cpu }).collect();
+    report.add_counter("device_irqs", irqs).unwrap();
+    let mut human = String::new();
+    report.write_human(&mut human).unwrap();
+    assert!(
+        human.contains("per cpu (20 CPUs; min, mean and max of each row"),
+        "{human}"
+    );
+    let line = human
+        .lines()
+        .find(|l| l.trim_start().starts_with("device_irqs"))
+        .unwrap();
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        [
+            "device_irqs",
+            "min",
+            "10",
+            "(cpu0)",
+            "mean",
+            "23",
+            "max",
+            "99",
+            "(cpu7)"
+        ]
+    );
+    assert!(human.contains("no I/O on cpus 4-5"), "{human}");
+    assert!(!human.contains("cpu19       "), "no column per CPU: {human}");
+    // Up to 16 CPUs the table keeps a column per CPU.
+    let jobs = parse_cmdline("device=null0 rw=randread bs=4k iodepth=2 cpus=0-15 runtime=5ms").unwrap();
+    let plan = plan_job(&jobs[0], &devices(), &online).unwrap();
+    let (results, _) = run_job(&plan, &disk);
+    let mut human = String::new();
+    JobReport::new(&plan, &results)
+        .unwrap()
+        .write_human(&mut human)
+        .unwrap();
+    let header = human.lines().find(|l| l.trim_start().starts_with("per cpu")).unwrap();
+    assert_eq!(header.split_whitespace().count(), 2 + 16, "{header}");
+}

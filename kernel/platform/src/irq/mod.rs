@@ -10,9 +10,12 @@ mod routing;
 mod vectors;
 
 pub use affinity::{AffinityPolicy, MAX_AFFINITY_PAIRS};
-pub use dispatch::{Dispatch, FnHandler, InterruptCountsDisplay, InterruptHandler, IrqTable, MAX_CPUS, Registration};
+pub use dispatch::{
+    Dispatch, FnHandler, InterruptCountsDisplay, InterruptHandler, IrqTable, MAX_CPUS, MAX_LISTING_COLUMNS,
+    Registration,
+};
 pub use routing::{
     InterruptMode, InterruptPlan, IoApicRedirection, PIIX3_PIRQ_ROUTE, PciIrqRouter, choose_interrupt_mode,
     ioapic_redirection_registers,
 };
-pub use vectors::{FIRST_DEVICE_VECTOR, LAST_DEVICE_VECTOR, VectorAllocator};
+pub use vectors::{FIRST_DEVICE_VECTOR, LAST_DEVICE_VECTOR, VectorAllocator, VectorSpaces};

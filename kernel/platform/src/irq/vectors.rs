@@ -1,10 +1,10 @@
 //! The interrupt vector allocator.
 //!
-//! Vectors form one global space shared by all CPUs (a vector means the same
-//! handler whichever CPU it arrives on), unlike Linux's per-CPU vector
-//! spaces; with 192 device vectors that is plenty for this kernel.
+//! One allocator covers one CPU's vector space: the kernel keeps one per CPU
+//! (as Linux does), so the 192 device vectors are available on every CPU
+//! and a device with one vector per CPU takes one from each.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -144,5 +144,116 @@ impl VectorAllocator {
         (self.first..=self.last)
             .filter(|&vector| !self.is_allocated(vector))
             .count()
+    }
+}
+
+/// Every CPU's device-vector space. A number is taken on one CPU only, but
+/// numbers that no CPU uses are handed out first, so on a machine whose
+/// devices fit in one space every vector number is still unique (listings
+/// read as before); a number is reused on another CPU only once every
+/// number is taken somewhere. A device with one vector per CPU then costs
+/// one vector on each CPU, not one each from a shared pool.
+#[derive(Debug)]
+pub struct VectorSpaces<const CPUS: usize> {
+    cpus: [VectorAllocator; CPUS],
+    /// How many CPUs hold each vector number (a hint for the first pass; the
+    /// per-CPU bitmaps alone decide ownership).
+    users: [AtomicU16; 256],
+}
+
+impl<const CPUS: usize> Default for VectorSpaces<CPUS> {
+    fn default() -> Self {
+        VectorSpaces::new()
+    }
+}
+
+impl<const CPUS: usize> VectorSpaces<CPUS> {
+    /// Empty spaces over [`FIRST_DEVICE_VECTOR`]..=[`LAST_DEVICE_VECTOR`] on each CPU.
+    pub const fn new() -> VectorSpaces<CPUS> {
+        VectorSpaces {
+            cpus: [const { VectorAllocator::new() }; CPUS],
+            users: [const { AtomicU16::new(0) }; 256],
+        }
+    }
+
+    /// CPU `cpu`'s space.
+    pub fn of(&self, cpu: usize) -> Result<&VectorAllocator> {
+        self.cpus.get(cpu).ok_or(Error::CpuOutOfRange {
+            cpu: cpu as u32,
+            limit: CPUS as u32,
+        })
+    }
+
+    /// Takes one vector on `cpu`.
+    pub fn allocate(&self, cpu: usize) -> Result<u8> {
+        self.allocate_block(cpu, 1)
+    }
+
+    /// Takes `count` consecutive, `count`-aligned vectors on `cpu` (see
+    /// [`VectorAllocator::allocate_block`]): a block no CPU uses if there is
+    /// one, else any block free on `cpu`.
+    pub fn allocate_block(&self, cpu: usize, count: u16) -> Result<u8> {
+        let space = self.of(cpu)?;
+        if !count.is_power_of_two() || count > 32 {
+            return Err(Error::VectorsExhausted { requested: count });
+        }
+        let unused_everywhere =
+            |start: u16| (start..start + count).all(|v| self.users[usize::from(v)].load(Ordering::Relaxed) == 0);
+        let mut start = u16::from(space.first).next_multiple_of(count);
+        while start + count - 1 <= u16::from(space.last) {
+            if unused_everywhere(start) && space.try_take(start as u8, count) {
+                self.count_users(start as u8, count, true);
+                return Ok(start as u8);
+            }
+            start += count;
+        }
+        let start = space.allocate_block(count)?;
+        self.count_users(start, count, true);
+        Ok(start)
+    }
+
+    /// Takes exactly `start..start + count` on `cpu` if all are free there
+    /// (re-aiming a vector keeps its number where it can).
+    pub fn take_exact(&self, cpu: usize, start: u8, count: u16) -> bool {
+        let Ok(space) = self.of(cpu) else { return false };
+        let fits = count.is_power_of_two()
+            && count <= 32
+            && u16::from(start) % count == 0
+            && start >= space.first
+            && u16::from(start) + count - 1 <= u16::from(space.last);
+        if fits && space.try_take(start, count) {
+            self.count_users(start, count, true);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn count_users(&self, start: u8, count: u16, taken: bool) {
+        for v in u16::from(start)..u16::from(start) + count {
+            let users = &self.users[usize::from(v)];
+            if taken {
+                users.fetch_add(1, Ordering::Relaxed);
+            } else {
+                users.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Returns `vector` on `cpu`.
+    pub fn free(&self, cpu: usize, vector: u8) -> Result<()> {
+        self.of(cpu)?.free(vector)?;
+        self.count_users(vector, 1, false);
+        Ok(())
+    }
+
+    /// Whether `vector` is taken on `cpu`.
+    pub fn is_allocated(&self, cpu: usize, vector: u8) -> bool {
+        self.of(cpu).is_ok_and(|space| space.is_allocated(vector))
+    }
+
+    /// How many CPUs hold `vector`.
+    pub fn users(&self, vector: u8) -> usize {
+        usize::from(self.users[usize::from(vector)].load(Ordering::Relaxed))
     }
 }
