@@ -161,8 +161,6 @@ pub enum Error {
         length: u8,
         min: u8,
     },
-    /// More MADT entries of one kind than the fixed capacity.
-    MadtCapacity { what: &'static str, capacity: usize },
     /// An interrupt source override names a bus other than 0 (ISA).
     MadtOverrideBus { bus: u8, irq: u8 },
     /// MCFG payload is not a whole number of 16-byte entries.
@@ -363,9 +361,6 @@ impl fmt::Display for Error {
                 f,
                 "MADT entry type {entry_type} at offset {offset} has length {length}, at least {min} required"
             ),
-            MadtCapacity { what, capacity } => {
-                write!(f, "MADT lists more than {capacity} {what}")
-            }
             MadtOverrideBus { bus, irq } => {
                 write!(
                     f,

@@ -175,10 +175,12 @@ fn table_with_body(signature: &[u8; 4], body: &[u8]) -> Vec<u8> {
 }
 
 fn check_madt(madt: &Madt) {
-    let mut ids: Vec<u32> = madt.cpus.iter().map(|cpu| cpu.apic_id).collect();
+    let mut ids: Vec<u32> = madt.usable_cpus().map(|cpu| cpu.apic_id).collect();
+    let usable = ids.len();
     ids.sort_unstable();
     ids.dedup();
-    assert_eq!(ids.len(), madt.cpus.len(), "duplicate APIC ids kept");
+    assert_eq!(ids.len(), usable, "duplicate usable APIC ids kept");
+    assert!(madt.local_apic_nmis.len() <= madt.local_apic_nmi_entries as usize);
     for io_apic in &madt.io_apics {
         let (found, pin) = madt.io_apic_for_gsi(io_apic.gsi_base).expect("its own GSI base");
         assert_eq!(pin, 0);

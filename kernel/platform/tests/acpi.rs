@@ -298,7 +298,7 @@ fn madt_x2apic_flags_duplicates_overrides_and_io_apic_lookup() {
         lapic(0, 0, 1),
         lapic(1, 1, 0),    // disabled
         lapic(2, 2, 0b10), // online capable
-        x2apic(1, 1, 7),   // duplicate of APIC id 1: skipped
+        x2apic(2, 1, 7),   // duplicate of usable APIC id 2: skipped
         x2apic(300, 1, 300),
         ioapic(0, 0xFEC0_0000, 0),
         ioapic(1, 0xFEC0_1000, 24),
@@ -396,32 +396,70 @@ fn madt_malformed_entries_give_errors_not_loops_or_overreads() {
     ));
 }
 
+/// Audit item 2: a 2-socket EPYC lists 512 x2APIC entries, nine I/O APICs
+/// and one LAPIC-NMI entry per CPU; a 4096-thread table parses too. Nothing
+/// is capped, and the per-CPU NMI entries collapse to one.
 #[test]
-fn madt_capacity_overflow_is_an_error() {
-    let cpus: Vec<Vec<u8>> = (0..257u32).map(|id| x2apic(id, 1, id)).collect();
-    assert_eq!(
-        madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &cpus))).unwrap_err(),
-        Error::MadtCapacity {
-            what: "processor entries",
-            capacity: 256
-        }
-    );
-    let io_apics: Vec<Vec<u8>> = (0..9u8).map(|id| ioapic(id, 0, u32::from(id) * 24)).collect();
-    assert_eq!(
-        madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &io_apics))).unwrap_err(),
-        Error::MadtCapacity {
-            what: "I/O APIC entries",
-            capacity: 8
-        }
-    );
-    let exactly: Vec<Vec<u8>> = (0..256u32).map(|id| x2apic(id, 1, id)).collect();
-    assert_eq!(
-        madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &exactly)))
-            .unwrap()
-            .cpus
-            .len(),
-        256
-    );
+fn madt_at_server_scale_has_no_fixed_caps() {
+    for cpus in [512u32, 4096] {
+        let mut entries: Vec<Vec<u8>> = (0..cpus).map(|id| x2apic(id, 1, id)).collect();
+        // Absent sockets: disabled placeholders, all with one id, cost nothing.
+        entries.extend((0..300).map(|_| x2apic(0xFFFF_FFFF, 0, 0xFFFF_FFFE)));
+        entries.extend((0..9u8).map(|id| ioapic(id, 0xFEC0_0000 + u32::from(id) * 0x1000, u32::from(id) * 24 + 24)));
+        entries.extend((0..cpus).map(|uid| x2apic_nmi(0b0101, uid, 1)));
+        let madt = madt_from(sdt(b"APIC", 5, &madt_body(0xFEE0_0000, 1, &entries))).unwrap();
+        assert_eq!(madt.cpus.len() as u32, cpus + 300);
+        assert_eq!(madt.usable_cpus().count() as u32, cpus);
+        assert_eq!(madt.duplicate_apic_ids, 0, "disabled placeholders are not duplicates");
+        assert_eq!(madt.usable_cpus().last().unwrap().apic_id, cpus - 1);
+        assert_eq!(madt.io_apics.len(), 9);
+        let (io_apic, pin) = madt.io_apic_for_gsi(8 * 24 + 24 + 5).unwrap();
+        assert_eq!((io_apic.id, pin), (8, 5));
+        assert_eq!(madt.local_apic_nmi_entries, cpus);
+        assert_eq!(
+            madt.local_apic_nmis,
+            [platform::acpi::LocalApicNmi {
+                processor_uid: None,
+                lint: 1,
+                polarity: Polarity::ActiveHigh,
+                trigger: Trigger::Edge
+            }]
+        );
+        assert_eq!(madt.nmi_pins_of(cpus - 1).count(), 1);
+    }
+}
+
+#[test]
+fn madt_nmi_entries_collapse_only_when_they_cover_every_cpu() {
+    // Two CPUs, LINT1 named for only one of them: kept per CPU.
+    let partial = vec![lapic(0, 0, 1), lapic(1, 1, 1), lapic_nmi(1, 0, 1), lapic_nmi(1, 0, 1)];
+    let madt = madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &partial))).unwrap();
+    assert_eq!(madt.local_apic_nmi_entries, 2);
+    assert_eq!(madt.local_apic_nmis.len(), 1, "the exact repeat is dropped");
+    assert_eq!(madt.local_apic_nmis[0].processor_uid, Some(1));
+    assert_eq!(madt.nmi_pins_of(0).count(), 0);
+    assert_eq!(madt.nmi_pins_of(1).count(), 1);
+    // Entries listed before the CPUs, with different flags per pin: one group each.
+    let mixed = vec![
+        lapic_nmi(0, 0, 1),
+        lapic_nmi(1, 0, 1),
+        lapic_nmi(1, 0b1111, 0),
+        lapic(0, 0, 1),
+        lapic(1, 1, 1),
+        lapic(2, 9, 0), // disabled: need not be named
+    ];
+    let madt = madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &mixed))).unwrap();
+    let kept: Vec<(Option<u32>, u8)> = madt.local_apic_nmis.iter().map(|n| (n.processor_uid, n.lint)).collect();
+    assert_eq!(kept, [(None, 1), (Some(1), 0)]);
+}
+
+#[test]
+fn madt_disabled_entry_does_not_hide_a_later_usable_one() {
+    let entries = vec![lapic(0, 0, 1), lapic(7, 5, 0), lapic(1, 5, 1), lapic(2, 5, 1)];
+    let madt = madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &entries))).unwrap();
+    let usable: Vec<(u32, u32)> = madt.usable_cpus().map(|c| (c.apic_id, c.processor_uid)).collect();
+    assert_eq!(usable, [(0, 0), (5, 1)]);
+    assert_eq!(madt.duplicate_apic_ids, 1);
 }
 
 // ---- MCFG ------------------------------------------------------------------------------------

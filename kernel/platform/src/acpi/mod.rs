@@ -19,10 +19,7 @@ mod mcfg;
 mod rsdp;
 mod sdt;
 
-pub use madt::{
-    Cpu, InterruptOverride, IoApic, IrqRoute, LocalApicNmi, MAX_CPUS, MAX_IO_APICS, MAX_LOCAL_APIC_NMIS,
-    MAX_NMI_SOURCES, MAX_OVERRIDES, Madt, NmiSource, Polarity, Trigger,
-};
+pub use madt::{Cpu, InterruptOverride, IoApic, IrqRoute, LocalApicNmi, Madt, NmiSource, Polarity, Trigger};
 pub use mcfg::{EcamWindow, MAX_ECAM_WINDOWS, Mcfg, PHYS_ADDRESS_LIMIT};
 pub use rsdp::{BIOS_AREA, EBDA_POINTER, RSDP_V1_LEN, RSDP_V2_LEN, Rsdp};
 pub use sdt::{MAX_TABLE_LEN, SDT_HEADER_LEN, Sdt};
