@@ -22,6 +22,18 @@ impl TableSignature {
     pub const RSDT: TableSignature = TableSignature(*b"RSDT");
     /// "XSDT": the 64-bit root table.
     pub const XSDT: TableSignature = TableSignature(*b"XSDT");
+    /// "SRAT": CPU and memory affinity (NUMA).
+    pub const SRAT: TableSignature = TableSignature(*b"SRAT");
+    /// "SLIT": distances between proximity domains.
+    pub const SLIT: TableSignature = TableSignature(*b"SLIT");
+    /// "HPET": the High Precision Event Timer.
+    pub const HPET: TableSignature = TableSignature(*b"HPET");
+    /// "FACP": the Fixed ACPI Description Table (FADT).
+    pub const FADT: TableSignature = TableSignature(*b"FACP");
+    /// "DMAR": Intel VT-d remapping units.
+    pub const DMAR: TableSignature = TableSignature(*b"DMAR");
+    /// "IVRS": AMD-Vi IOMMUs.
+    pub const IVRS: TableSignature = TableSignature(*b"IVRS");
 }
 
 impl fmt::Display for TableSignature {
@@ -163,6 +175,28 @@ pub enum Error {
     },
     /// An interrupt source override names a bus other than 0 (ISA).
     MadtOverrideBus { bus: u8, irq: u8 },
+    /// A sub-table entry (SRAT, DMAR, IVRS) declares a length shorter than its type requires.
+    AcpiEntryTooShort {
+        signature: TableSignature,
+        offset: u32,
+        entry_type: u16,
+        length: u32,
+        min: u32,
+    },
+    /// A sub-table entry (SRAT, DMAR, IVRS) runs past the end of its table.
+    AcpiEntryOverrun {
+        signature: TableSignature,
+        offset: u32,
+        entry_type: u16,
+        length: u32,
+        table_length: u32,
+    },
+    /// The SLIT's locality count does not fit its length (count squared bytes are needed).
+    SlitSize { localities: u64, length: u32 },
+    /// The HPET table's base address is not a non-zero memory address.
+    HpetAddress { space: &'static str, address: u64 },
+    /// The HPET's counter period (femtoseconds) is 0 or slower than the specification's 100 ns.
+    HpetPeriod { period_fs: u32 },
     /// MCFG payload is not a whole number of 16-byte entries.
     McfgPartialEntry { length: u32 },
     /// An MCFG entry has start bus > end bus.
@@ -360,6 +394,38 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "MADT entry type {entry_type} at offset {offset} has length {length}, at least {min} required"
+            ),
+            AcpiEntryTooShort {
+                signature,
+                offset,
+                entry_type,
+                length,
+                min,
+            } => write!(
+                f,
+                "{signature} entry type {entry_type:#x} at offset {offset} has length {length}, at least {min} required"
+            ),
+            AcpiEntryOverrun {
+                signature,
+                offset,
+                entry_type,
+                length,
+                table_length,
+            } => write!(
+                f,
+                "{signature} entry type {entry_type:#x} at offset {offset} with length {length} runs past the table end ({table_length})"
+            ),
+            SlitSize { localities, length } => write!(
+                f,
+                "SLIT lists {localities} localities, whose {localities}x{localities} distances do not fit its length {length}"
+            ),
+            HpetAddress { space, address } => write!(
+                f,
+                "HPET table gives base {address:#x} in {space} space; a non-zero memory address is required"
+            ),
+            HpetPeriod { period_fs } => write!(
+                f,
+                "HPET counter period is {period_fs} fs; accepted 1..=100000000 (10 MHz or faster)"
             ),
             MadtOverrideBus { bus, irq } => {
                 write!(
