@@ -77,6 +77,12 @@ pub enum SelfTest {
     /// Multi-message MSI on a function that offers several vectors: an
     /// aligned block, programmed and read back, freed when dropped.
     MsiVectors,
+    /// Send this CPU an NMI nobody expects: it must be reported and the run go on.
+    Nmi,
+    /// Turn on DMA translation, interrupt remapping and queued invalidation
+    /// in the first VT-d unit (as firmware might leave them), then check that
+    /// the boot's IOMMU check turns them off again.
+    IommuLeftOn,
 }
 
 impl SelfTest {
@@ -94,9 +100,10 @@ impl SelfTest {
         ("edu", SelfTest::Edu),
         ("hang", SelfTest::Hang),
         ("msivectors", SelfTest::MsiVectors),
+        ("nmi", SelfTest::Nmi),
+        ("iommu", SelfTest::IommuLeftOn),
     ];
-    const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors";
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, nmi, iommu";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {

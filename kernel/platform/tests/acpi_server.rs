@@ -324,6 +324,22 @@ fn vtd_disable_commands_keep_other_enables_and_drop_one_shot_bits() {
 }
 
 #[test]
+fn vtd_invalidation_queue_layout_and_wait_descriptor() {
+    // 128-bit descriptors, one page, tail at entry 3.
+    assert_eq!(vtd::queue_layout(0x7F00_0000, 0x30), (0x7F00_0000, 4096, 0x30, 16));
+    // 256-bit descriptors (bit 11), 2^2 pages; bits outside 18:4 of IQT are ignored.
+    assert_eq!(
+        vtd::queue_layout(0x1_2345_6000 | (1 << 11) | 2, 0xFFF8_0040 | 0xF),
+        (0x1_2345_6000, 16384, 0x40, 32)
+    );
+    let [low, high] = vtd::wait_descriptor(0x9000_0003, 1);
+    assert_eq!(low & 0xF, 5, "type: invalidation wait");
+    assert_eq!(low & (1 << 5), 1 << 5, "status write");
+    assert_eq!(low >> 32, 1, "status data");
+    assert_eq!(high, 0x9000_0000, "a dword-aligned status address");
+}
+
+#[test]
 fn ivrs_merges_one_iommu_described_by_two_block_types() {
     let mut body = vec![0x43, 0x30, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0];
     for (block, len) in [(0x10u8, 24u16), (0x11, 40), (0x10, 24)] {

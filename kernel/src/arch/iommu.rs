@@ -91,6 +91,9 @@ fn vtd_unit(base: u64, segment: u16) -> Result<String, Error> {
         if status & bit == 0 {
             continue;
         }
+        if bit == vtd::QUEUED_INVALIDATION {
+            drain_invalidation_queue(&mmio, base)?;
+        }
         mmio.write32(vtd::GCMD, vtd::command_without(status, bit))?;
         if !poll(&mmio, vtd::GSTS, bit, false)? {
             return Err(Error::Device(alloc::format!(
@@ -128,6 +131,65 @@ fn vtd_unit(base: u64, segment: u16) -> Result<String, Error> {
         );
     }
     Ok(line)
+}
+
+fn read64(mmio: &VolatileMmio, offset: usize) -> Result<u64, Error> {
+    Ok(u64::from(mmio.read32(offset)?) | (u64::from(mmio.read32(offset + 4)?) << 32))
+}
+
+/// Queues a wait descriptor behind whatever firmware left in the
+/// invalidation queue and waits for its status write: the queue may only
+/// be turned off once it is empty (QEMU refuses otherwise).
+fn drain_invalidation_queue(mmio: &VolatileMmio, base: u64) -> Result<(), Error> {
+    let iqa = read64(mmio, vtd::IQA)?;
+    let (queue, queue_bytes, tail, descriptor_bytes) = vtd::queue_layout(iqa, read64(mmio, vtd::IQT)?);
+    let coherent = read64(mmio, vtd::ECAP)? & vtd::ECAP_COHERENT != 0;
+    let status = memory::alloc_frames_below_4g(4096, 4096)?;
+    let status_ptr = status as *mut u32;
+    // Below 4 GiB the queue is in the identity map; above, map it (it is
+    // memory the unit reads, reserved by firmware).
+    let slot = if queue + queue_bytes <= 1 << 32 {
+        (queue + tail) as *mut u64
+    } else {
+        memory::map_mmio(queue, queue_bytes)?
+            .wrapping_add(tail as usize)
+            .cast::<u64>()
+    };
+    let [low, high] = vtd::wait_descriptor(status, 1);
+    // SAFETY: `status` is a fresh frame owned here; `slot` is the queue
+    // entry at the tail, inside the queue (tail < queue size) and mapped; the
+    // unit reads it only after the tail register moves past it.
+    unsafe {
+        status_ptr.write_volatile(0);
+        slot.write_volatile(low);
+        slot.add(1).write_volatile(high);
+        if descriptor_bytes == 32 {
+            slot.add(2).write_volatile(0);
+            slot.add(3).write_volatile(0);
+        }
+        if !coherent {
+            core::arch::x86_64::_mm_clflush(slot.cast::<u8>());
+            core::arch::x86_64::_mm_clflush(status_ptr.cast::<u8>());
+            core::arch::x86_64::_mm_mfence();
+        }
+    }
+    let new_tail = (tail + descriptor_bytes) % queue_bytes;
+    mmio.write32(vtd::IQT, new_tail as u32)?;
+    mmio.write32(vtd::IQT + 4, 0)?;
+    for _ in 0..MAX_STATUS_POLLS {
+        if !coherent {
+            // SAFETY: the status frame is owned here and identity-mapped.
+            unsafe { core::arch::x86_64::_mm_clflush(status_ptr.cast::<u8>()) };
+        }
+        // SAFETY: as above.
+        if unsafe { status_ptr.read_volatile() } == 1 {
+            return Ok(());
+        }
+        core::hint::spin_loop();
+    }
+    Err(Error::Device(alloc::format!(
+        "iommu: VT-d unit at {base:#x} did not complete a wait descriptor in its invalidation queue (IQA {iqa:#x}); it cannot be turned off safely"
+    )))
 }
 
 fn amd_unit(base: u64, segment: u16, device_id: u16) -> Result<String, Error> {

@@ -114,6 +114,17 @@ pub mod vtd {
     pub const GSTS: usize = 0x1C;
     /// Protected memory enable register (32-bit).
     pub const PMEN: usize = 0x64;
+    /// Root table address register (64-bit).
+    pub const RTADDR: usize = 0x20;
+    /// Invalidation queue tail (64-bit) and address (64-bit) registers.
+    pub const IQT: usize = 0x88;
+    pub const IQA: usize = 0x90;
+    /// Interrupt remapping table address register (64-bit).
+    pub const IRTA: usize = 0xB8;
+    /// GCMD/GSTS bit 30: set (GCMD) / root table pointer latched (GSTS).
+    pub const ROOT_TABLE_POINTER: u32 = 1 << 30;
+    /// GCMD/GSTS bit 24: set (GCMD) / interrupt remap table pointer latched (GSTS).
+    pub const INTERRUPT_TABLE_POINTER: u32 = 1 << 24;
     /// Bytes of the register page to map.
     pub const REGISTER_BYTES: usize = 0x1000;
 
@@ -143,6 +154,35 @@ pub mod vtd {
         (INTERRUPT_REMAPPING, "interrupt remapping"),
         (QUEUED_INVALIDATION, "queued invalidation"),
     ];
+
+    /// ECAP bit 0: the unit snoops memory (no cache flush needed for what it reads).
+    pub const ECAP_COHERENT: u64 = 1 << 0;
+    /// Extended capability register (64-bit).
+    pub const ECAP: usize = 0x10;
+    /// IQA bit 11: 256-bit descriptors (else 128-bit); bits 2:0: queue size, 2^n pages.
+    pub const IQA_WIDE_DESCRIPTORS: u64 = 1 << 11;
+    /// IQT bits 18:4: the tail, a byte offset into the queue.
+    pub const IQT_MASK: u64 = 0x7_FFF0;
+
+    /// Where the next descriptor goes and the queue's size in bytes, from IQA and IQT.
+    pub fn queue_layout(iqa: u64, iqt: u64) -> (u64, u64, u64, u64) {
+        let base = iqa & !0xFFF;
+        let bytes = 4096u64 << (iqa & 7);
+        let descriptor = if iqa & IQA_WIDE_DESCRIPTORS != 0 { 32 } else { 16 };
+        (base, bytes, (iqt & IQT_MASK) % bytes, descriptor)
+    }
+
+    /// An invalidation wait descriptor (type 5) that writes `data` to
+    /// `status_address` when every descriptor before it is done: the
+    /// specification's way to drain the queue before turning it off.
+    pub fn wait_descriptor(status_address: u64, data: u32) -> [u64; 2] {
+        const TYPE_WAIT: u64 = 0x5;
+        const STATUS_WRITE: u64 = 1 << 5;
+        [
+            TYPE_WAIT | STATUS_WRITE | (u64::from(data) << 32),
+            status_address & !0x3,
+        ]
+    }
 
     /// The GCMD value that keeps every persistent enable of `gsts` except `bit`.
     pub fn command_without(gsts: u32, bit: u32) -> u32 {
