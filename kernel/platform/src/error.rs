@@ -124,6 +124,8 @@ pub enum Error {
     RsdpExtendedChecksum { sum: u8 },
     /// The RSDP names no root table (RSDT and XSDT addresses both zero).
     RsdpNoRootTable,
+    /// The EFI system table the loader named does not lead to an RSDP.
+    EfiSystemTable { phys: u64, reason: &'static str },
     /// A table's header says `length`, outside `min..=max`.
     TableLength {
         signature: TableSignature,
@@ -343,6 +345,9 @@ impl fmt::Display for Error {
                 write!(f, "RSDP extended checksum over 36 bytes sums to {sum:#04x}, expected 0")
             }
             RsdpNoRootTable => write!(f, "RSDP has neither an RSDT nor an XSDT address"),
+            EfiSystemTable { phys, reason } => {
+                write!(f, "EFI system table at {phys:#x} gives no RSDP: {reason}")
+            }
             TableLength {
                 signature,
                 phys,

@@ -564,3 +564,64 @@ fn mcfg_base_near_2_pow_64_is_refused() {
     let mcfg = mcfg_from(sdt(b"MCFG", 1, &last)).unwrap();
     assert_eq!(mcfg.windows[0].region(), Ok(((1 << 52) - (2 << 20))..(1 << 52)));
 }
+
+/// Audit item 8: a Multiboot2 loader on UEFI may give only the EFI system
+/// table (tag 12); the RSDP is its configuration table's ACPI entry.
+#[test]
+fn rsdp_from_the_efi_system_table_prefers_the_acpi_20_entry() {
+    const ACPI_20: [u8; 16] = [
+        0x71, 0xe8, 0x68, 0x88, 0xf1, 0xe4, 0xd3, 0x11, 0xbc, 0x22, 0x00, 0x80, 0xc7, 0x3c, 0x88, 0x81,
+    ];
+    const ACPI_10: [u8; 16] = [
+        0x30, 0x2d, 0x9d, 0xeb, 0x88, 0x2d, 0xd3, 0x11, 0x9a, 0x16, 0x00, 0x90, 0x27, 0x3f, 0xc1, 0x4d,
+    ];
+    let system_table = |count: u64| {
+        let mut st = b"IBI SYST".to_vec();
+        st.resize(104, 0);
+        st.extend_from_slice(&count.to_le_bytes());
+        st.extend_from_slice(&0x3000u64.to_le_bytes());
+        st
+    };
+    let config = |entries: &[([u8; 16], u64)]| {
+        let mut bytes = Vec::new();
+        for (guid, address) in entries {
+            bytes.extend_from_slice(guid);
+            bytes.extend_from_slice(&address.to_le_bytes());
+        }
+        bytes
+    };
+    let other = [7u8; 16];
+    let mut memory = FakePhys::new();
+    memory.place(0x1000, system_table(3));
+    memory.place(0x3000, config(&[(other, 0), (ACPI_10, 0x5000), (ACPI_20, 0x6000)]));
+    memory.place(0x5000, rsdp_v1(0x1111_0000));
+    memory.place(0x6000, rsdp_v2(0x2222_0000, 0x3333_0000));
+    let rsdp = Rsdp::from_efi_system_table(&memory, 0x1000).unwrap();
+    assert_eq!((rsdp.phys, rsdp.xsdt_address), (Some(0x6000), Some(0x3333_0000)));
+
+    // Only the ACPI 1.0 entry: used.
+    memory.poke(0x3000 + 48, &[0; 16]);
+    assert_eq!(Rsdp::from_efi_system_table(&memory, 0x1000).unwrap().phys, Some(0x5000));
+    // Neither: a clear error, as for a wrong signature or an absurd entry count.
+    memory.poke(0x3000 + 24, &[0; 16]);
+    let error = Rsdp::from_efi_system_table(&memory, 0x1000).unwrap_err();
+    assert_eq!(
+        error,
+        Error::EfiSystemTable {
+            phys: 0x1000,
+            reason: "no ACPI entry in its configuration table"
+        }
+    );
+    assert!(error.to_string().contains("EFI system table at 0x1000"), "{error}");
+    let mut memory = FakePhys::new();
+    memory.place(0x1000, system_table(1 << 40));
+    assert!(matches!(
+        Rsdp::from_efi_system_table(&memory, 0x1000),
+        Err(Error::EfiSystemTable { .. })
+    ));
+    memory.poke(0x1000, b"NOT SYST");
+    assert!(matches!(
+        Rsdp::from_efi_system_table(&memory, 0x1000),
+        Err(Error::EfiSystemTable { reason, .. }) if reason.contains("signature")
+    ));
+}

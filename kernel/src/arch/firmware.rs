@@ -58,6 +58,7 @@ pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
     let (rsdp, from) = match &boot.rsdp {
         Some(RsdpSource::Copy(bytes)) => (Rsdp::parse(bytes)?, "the loader (copy)"),
         Some(RsdpSource::Address(a)) => (Rsdp::read(&IdentityMap, *a)?, "the loader (address)"),
+        Some(RsdpSource::EfiSystemTable(a)) => (Rsdp::from_efi_system_table(&IdentityMap, *a)?, "the EFI system table"),
         None => (Rsdp::find_in_bios_areas(&IdentityMap)?, "the BIOS area"),
     };
     let tables = AcpiTables::new(IdentityMap, &rsdp)?;
