@@ -124,8 +124,9 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Ok(lines) => lines.iter().for_each(|line| kprintln!("{line}")),
         Err(e) => exit::failure(format_args!("{e}")),
     }
-    for line in time::set_references(fw.hpet.as_ref(), fw.pm_timer) {
-        kprintln!("{line}");
+    match time::set_references(fw.hpet.as_ref(), fw.pm_timer, config.clock) {
+        Ok(lines) => lines.iter().for_each(|line| kprintln!("{line}")),
+        Err(e) => exit::failure(format_args!("clock: {e}")),
     }
     // The calibration window runs while PCI is read; it closes before the
     // first user of the clock (the tick, then drivers' delays).

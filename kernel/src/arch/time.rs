@@ -16,6 +16,7 @@
 //! [`boot_mark`] records raw TSC stamps of the boot phases; [`BootPhases`]
 //! prints them once the rate is known.
 
+use bootinfo::cmdline::ClockReference;
 use core::sync::atomic::{AtomicU64, Ordering};
 use platform::acpi::{HPET_CAPABILITIES, HPET_CONFIG, HPET_MAIN_COUNTER, HPET_REGISTER_BYTES, Hpet, PmTimer};
 use platform::clock::{Bracketed, Interval, Reference};
@@ -199,13 +200,19 @@ static CANDIDATES: spin::Mutex<heapless::Vec<Counter, 3>> = spin::Mutex::new(hea
 /// Takes the HPET and PM timer from the ACPI tables as calibration
 /// references (used only when CPUID does not give the TSC rate). The HPET's
 /// period register is checked and its main counter enabled if firmware left
-/// it stopped. Returns one line per reference for the boot log.
-pub fn set_references(hpet: Option<&Hpet>, pm_timer: Option<PmTimer>) -> heapless::Vec<heapless::String<160>, 3> {
+/// it stopped. `forced` (`clock=`) keeps one reference only; it is an error
+/// when that one is not there. Returns one line per reference for the boot log.
+pub fn set_references(
+    hpet: Option<&Hpet>,
+    pm_timer: Option<PmTimer>,
+    forced: ClockReference,
+) -> Result<alloc::vec::Vec<alloc::string::String>, alloc::string::String> {
     use core::fmt::Write;
-    let mut lines = heapless::Vec::new();
-    let mut line = heapless::String::<160>::new();
+    let mut lines = alloc::vec::Vec::new();
+    let mut line = alloc::string::String::new();
     let mut candidates = heapless::Vec::new();
-    if let Some(hpet) = hpet {
+    let wants = |reference| forced == ClockReference::Auto || forced == reference;
+    if let Some(hpet) = hpet.filter(|_| wants(ClockReference::Hpet)) {
         match hpet_counter(hpet) {
             Ok(counter) => {
                 if let Counter::Hpet { hz, bits, .. } = counter {
@@ -217,19 +224,45 @@ pub fn set_references(hpet: Option<&Hpet>, pm_timer: Option<PmTimer>) -> heaples
                 let _ = write!(line, "clock: HPET at {:#x} not used: {e}", hpet.base);
             }
         }
-        let _ = lines.push(core::mem::take(&mut line));
+        lines.push(core::mem::take(&mut line));
     }
-    if let Some(pm) = pm_timer {
+    if let Some(pm) = pm_timer.filter(|_| wants(ClockReference::PmTimer)) {
         let _ = write!(line, "clock: ACPI PM timer at port {:#x}, {} bits", pm.port, pm.bits);
-        let _ = lines.push(core::mem::take(&mut line));
+        lines.push(core::mem::take(&mut line));
         let _ = candidates.push(Counter::PmTimer {
             port: pm.port,
             bits: pm.bits,
         });
     }
-    let _ = candidates.push(Counter::Pit);
+    if wants(ClockReference::Pit) {
+        let _ = candidates.push(Counter::Pit);
+    }
+    if candidates.is_empty() {
+        let _ = write!(
+            line,
+            "clock={}: the ACPI tables name no usable {}",
+            match forced {
+                ClockReference::Hpet => "hpet",
+                ClockReference::PmTimer => "pmtimer",
+                _ => "?",
+            },
+            match forced {
+                ClockReference::Hpet => "HPET",
+                _ => "ACPI PM timer",
+            }
+        );
+        return Err(line);
+    }
+    if forced != ClockReference::Auto {
+        let _ = write!(
+            line,
+            "clock: only {} is used (clock= on the command line)",
+            candidates[0].name()
+        );
+        lines.push(line);
+    }
     *CANDIDATES.lock() = candidates;
-    lines
+    Ok(lines)
 }
 
 fn hpet_counter(hpet: &Hpet) -> Result<Counter, crate::error::Error> {
