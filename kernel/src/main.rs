@@ -273,6 +273,11 @@ fn report_numa(fw: &firmware::Firmware, cpus: &[smp::CpuEntry]) {
     for node in &numa.nodes {
         kprintln!("numa: {}", numa.describe(node, &apic_ids));
     }
+    for node in &numa.nodes {
+        if let Some(row) = numa.distances_from(node.node) {
+            kprintln!("numa: node {} distances (SLIT): {:?}", node.node, row);
+        }
+    }
     let unplaced = apic_ids.iter().filter(|&&id| fw.node_of_apic_id(id).is_none()).count();
     if unplaced > 0 {
         kprintln!("numa: {unplaced} CPU(s) not listed in the SRAT");

@@ -277,6 +277,11 @@ fn numa<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>, madt: Option
     for node in &topology.nodes {
         report.line(format!("  numa: {}", topology.describe(node, &order)));
     }
+    for node in &topology.nodes {
+        if let Some(row) = topology.distances_from(node.node) {
+            report.line(format!("  numa: node {} distances (SLIT): {row:?}", node.node));
+        }
+    }
     let unplaced = order
         .iter()
         .filter(|&&id| topology.node_of_apic_id(id).is_none())

@@ -90,6 +90,8 @@ fn two_node_srat_and_slit_give_nodes_lookups_and_report_lines() {
     assert_eq!(numa.node_of_address(GIB + 5), Some(1));
     assert_eq!(numa.node_of_address(4 * GIB), None);
     assert_eq!((numa.distance(0, 1), numa.distance(1, 1)), (Some(21), Some(10)));
+    assert_eq!(numa.distances_from(1), Some(vec![21, 10]));
+    assert_eq!(numa.distances_from(2), None);
     // Kernel numbering with the boot CPU at APIC id 2: 2, 0, 1, 3.
     let order = cpu_index_order([0, 1, 2, 3], 2);
     assert_eq!(order, [2, 0, 1, 3]);

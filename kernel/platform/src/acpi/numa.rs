@@ -112,6 +112,12 @@ impl NumaTopology {
         slit.distance(domain(from)?, domain(to)?)
     }
 
+    /// Distances from `node` to every node in order (10 = local), when a
+    /// consistent SLIT lists them all.
+    pub fn distances_from(&self, node: u32) -> Option<Vec<u8>> {
+        (0..self.nodes.len() as u32).map(|to| self.distance(node, to)).collect()
+    }
+
     /// Whether a consistent SLIT was given.
     pub fn has_distances(&self) -> bool {
         self.slit.is_some()
