@@ -81,9 +81,9 @@ fn vtd_unit(base: u64, segment: u16) -> Result<String, Error> {
     let mut line = alloc::format!("iommu: VT-d unit at {base:#x} (segment {segment}): ");
     let gsts = mmio.read32(vtd::GSTS)?;
     if gsts == u32::MAX {
-        return Err(Error::Device(alloc::format!(
-            "iommu: VT-d unit at {base:#x} reads all-ones: no registers there"
-        )));
+        // Nothing decodes there, so nothing translates either.
+        let _ = write!(line, "registers read all-ones (not decoded); skipped");
+        return Ok(line);
     }
     let mut turned_off = Vec::new();
     let mut status = gsts;
@@ -201,7 +201,11 @@ fn amd_unit(base: u64, segment: u16, device_id: u16) -> Result<String, Error> {
         (device_id >> 3) & 0x1F,
         device_id & 7
     );
-    if control & amdvi::IOMMU_ENABLE != 0 {
+    if control == u64::MAX {
+        // Firmware did not enable the unit's MMIO window (its PCI capability
+        // holds the enable bit): a unit without registers is not translating.
+        let _ = write!(line, "registers read all-ones (MMIO not enabled); skipped");
+    } else if control & amdvi::IOMMU_ENABLE != 0 {
         mmio.write32(amdvi::CONTROL, (control & !amdvi::IOMMU_ENABLE) as u32)?;
         if mmio.read32(amdvi::CONTROL)? & amdvi::IOMMU_ENABLE as u32 != 0 {
             return Err(Error::Device(alloc::format!(
