@@ -381,9 +381,12 @@ fn read_reference(counter: Counter) -> (Bracketed, bool) {
             let read = |offset| u64::from(mmio.read32(offset).unwrap_or(0));
             let before = rdtsc();
             let count = if bits == 64 {
-                // High, low, high: retry if the low half carried in between.
-                let mut value;
-                loop {
+                // High, low, high: retry if the low half carried in between
+                // (a few times: a broken block must not hang the boot; its
+                // readings then make no usable interval and the next
+                // reference is tried).
+                let mut value = 0;
+                for _ in 0..4 {
                     let high = read(HPET_MAIN_COUNTER + 4);
                     let low = read(HPET_MAIN_COUNTER);
                     value = (high << 32) | low;
