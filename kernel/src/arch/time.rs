@@ -575,7 +575,8 @@ pub fn calibrate() -> Result<Calibration, CalibrationError> {
     let mut samples = 0;
     let mut tried: &'static str = "none";
     let mut found = None;
-    for counter in candidates() {
+    let list = candidates();
+    for (i, &counter) in list.iter().enumerate() {
         let start = match early.take() {
             Some((c, reading)) if core::mem::discriminant(&c) == core::mem::discriminant(&counter) => Some(reading),
             _ => None,
@@ -589,8 +590,13 @@ pub fn calibrate() -> Result<Calibration, CalibrationError> {
                 break;
             }
             None => log::warn!(
-                "clock: {} did not count across {n} readings; trying the next reference",
-                counter.name()
+                "clock: {} gave no usable interval ({n} readings, {windows} window(s)){}",
+                counter.name(),
+                if i + 1 < list.len() {
+                    "; trying the next reference"
+                } else {
+                    ""
+                }
             ),
         }
     }
