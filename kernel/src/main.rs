@@ -106,10 +106,6 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     percpu::current()
         .apic_id
         .store(apic::id(), core::sync::atomic::Ordering::Relaxed);
-    // The calibration window runs while ACPI and PCI are read; it closes
-    // before the first user of the clock (the tick, then drivers' delays).
-    time::calibration_start();
-
     report_platform(boot, &mem);
     kprintln!("{}", arch::mce::init());
     time::boot_mark("cpu");
@@ -135,6 +131,20 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if config.console == bootinfo::console::ConsoleChoice::Auto {
         console::apply_auto(fw.spcr.as_ref().map(Option::as_ref));
     }
+    for line in &fw.ignored {
+        kprintln!("{line}");
+    }
+    match arch::iommu::quiesce(fw.dmar.as_ref(), fw.ivrs.as_ref()) {
+        Ok(lines) => lines.iter().for_each(|line| kprintln!("{line}")),
+        Err(e) => exit::failure(format_args!("{e}")),
+    }
+    match time::set_references(fw.hpet.as_ref(), fw.pm_timer, config.clock) {
+        Ok(lines) => lines.iter().for_each(|line| kprintln!("{line}")),
+        Err(e) => exit::failure(format_args!("clock: {e}")),
+    }
+    // The calibration window runs while PCI is read; it closes before the
+    // first user of the clock (the tick, then drivers' delays).
+    time::calibration_start();
     time::boot_mark("acpi");
     let pci = dev::pci::init(fw.mcfg.as_ref());
     if let Err(e) = console::after_pci_enumeration() {
@@ -203,6 +213,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Err(e) => exit::failure(format_args!("command line: {e}")),
     }
     smp::report(&cpus);
+    report_numa(fw, &cpus);
     // CPUs left out on purpose (`cpus.max=`, capacity) are fine; one that was started and
     // never came online is a fault of the box.
     if cpus.iter().any(|c| c.state == platform::cpus::CpuState::Failed) {
@@ -276,6 +287,34 @@ fn report_platform(boot: &BootInfo, mem: &memory::MemoryReport) {
         mem.above_4g_mapped >> 20,
         mem.above_4g_unmapped >> 20
     );
+}
+
+/// One `numa:` line per node (CPUs by kernel index), or that there is no SRAT.
+fn report_numa(fw: &firmware::Firmware, cpus: &[smp::CpuEntry]) {
+    let Some(numa) = &fw.numa else {
+        kprintln!("numa: no SRAT (one node)");
+        return;
+    };
+    let mut by_index: alloc::vec::Vec<&smp::CpuEntry> = cpus.iter().collect();
+    by_index.sort_by_key(|c| c.index);
+    let apic_ids: alloc::vec::Vec<u32> = by_index.iter().map(|c| c.apic_id).collect();
+    for node in &numa.nodes {
+        kprintln!("numa: {}", numa.describe(node, &apic_ids));
+    }
+    for node in &numa.nodes {
+        if let Some(row) = numa.distances_from(node.node) {
+            kprintln!("numa: node {} distances (SLIT): {:?}", node.node, row);
+        }
+    }
+    let unplaced = apic_ids.iter().filter(|&&id| fw.node_of_apic_id(id).is_none()).count();
+    if unplaced > 0 {
+        kprintln!("numa: {unplaced} CPU(s) not listed in the SRAT");
+    }
+    let (image_start, _) = boot::kernel_image_range();
+    match fw.node_of_address(image_start) {
+        Some(node) => kprintln!("numa: the kernel image is on node {node}"),
+        None => kprintln!("numa: the kernel image lies in no SRAT memory range"),
+    }
 }
 
 fn report_clock(clock: &time::Calibration) {

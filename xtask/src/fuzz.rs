@@ -53,6 +53,11 @@ pub const TARGETS: &[(&str, &str, &str)] = &[
         "kernel/platform/tests/fuzz_passes.rs",
     ),
     (
+        "acpi_server_tables",
+        "platform::fuzz::acpi_server_tables",
+        "kernel/platform/tests/fuzz_passes.rs",
+    ),
+    (
         "pci_config",
         "platform::fuzz::pci_config",
         "kernel/platform/tests/fuzz_passes.rs",

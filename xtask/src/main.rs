@@ -8,15 +8,18 @@
 //! cargo xtask image [--debug] [--serial-port P] [--serial-speed B] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
+//! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
 //! ```
 
 #![forbid(unsafe_code)]
 
+mod acpidump;
 mod bench;
 mod elfcheck;
 mod fuzz;
 mod lab;
 mod nbd;
+mod preflight;
 mod qemu;
 mod runner;
 mod scenario;
@@ -65,6 +68,10 @@ commands:
                                   policies) per device; table, CSV and plots in target/lab/
       --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see README, The lab)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
+  preflight ACPIDUMP...           read the text Linux's `acpidump` printed on a box and show what baremq
+                                  would do there (console, CPUs, I/O APICs, NUMA, PCI segments, clock,
+                                  IOMMU, refusals), using the kernel's own ACPI code; fails if the boot
+                                  would stop
 ";
 
 fn main() -> ExitCode {
@@ -83,6 +90,7 @@ fn main() -> ExitCode {
         "bench" => bench::cmd_bench(rest),
         "lab" => lab::cmd_lab(rest),
         "fuzz" => fuzz::cmd_fuzz(rest),
+        "preflight" => preflight::cmd_preflight(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)

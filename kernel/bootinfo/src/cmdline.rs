@@ -18,6 +18,7 @@
 //! | `idle` | `auto` (default: `halt` under a hypervisor, else `poll`), `halt`, `poll`: how a CPU waiting for completions idles |
 //! | `idle.poll_us` | microseconds (0-10000) a waiting CPU spins before it halts (halt polling); default [`DEFAULT_HALT_POLL_US`] |
 //! | `crc32c` | `auto` (default: the SSE4.2 instruction on bare metal when CPUID reports it, the table under a hypervisor), `hw` (the instruction; a CPU without it is an error), `table` |
+//! | `clock` | `auto` (default), `hpet`, `pmtimer`, `pit`: the counter the TSC is calibrated against when CPUID gives no TSC rate; `auto` tries the HPET, then the ACPI PM timer, then the PIT; a named one is used alone and is an error when absent |
 //! | `watchdog` | `off`, or milliseconds (100-600000, default 5000) without a timer tick after which a CPU is reported stuck |
 //! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
 //! | `null.block_size` | `512` (default) or `4096` |
@@ -38,8 +39,8 @@ pub const MAX_JOB_WORDS: usize = 128;
 pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, watchdog, crc32c, null.size, \
-     null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit";
+pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, watchdog, crc32c, clock, \
+     null.size, null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,6 +87,12 @@ pub enum SelfTest {
     /// `int 18`: the #MC handler must report MCG_STATUS and the banks and end
     /// the run with a machine-check verdict (a software-raised #MC; the banks hold nothing).
     MachineCheck,
+    /// Send this CPU an NMI nobody expects: it must be reported and the run go on.
+    Nmi,
+    /// Turn on DMA translation, interrupt remapping and queued invalidation
+    /// in the first VT-d unit (as firmware might leave them), then check that
+    /// the boot's IOMMU check turns them off again.
+    IommuLeftOn,
 }
 
 impl SelfTest {
@@ -104,8 +111,11 @@ impl SelfTest {
         ("hang", SelfTest::Hang),
         ("msivectors", SelfTest::MsiVectors),
         ("mce", SelfTest::MachineCheck),
+        ("nmi", SelfTest::Nmi),
+        ("iommu", SelfTest::IommuLeftOn),
     ];
-    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce";
+    const FORMS: &'static str =
+        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce, nmi, iommu";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -133,6 +143,19 @@ pub enum IdleMode {
 pub const DEFAULT_HALT_POLL_US: u32 = 0;
 /// Longest `idle.poll_us` accepted.
 pub const MAX_HALT_POLL_US: u32 = 10_000;
+
+/// The counter the TSC is calibrated against when CPUID gives no TSC rate (`clock=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockReference {
+    /// The HPET, else the ACPI PM timer, else the PIT (a reference that does not count is skipped).
+    Auto,
+    /// Only the HPET.
+    Hpet,
+    /// Only the ACPI PM timer.
+    PmTimer,
+    /// Only PIT channel 2.
+    Pit,
+}
 
 /// How the workload's CRC32C is computed (`crc32c=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +206,8 @@ pub struct Config<'a> {
     pub halt_poll_us: u32,
     /// `crc32c=`: instruction or table for the workload's checksums.
     pub crc32c: Crc32cMode,
+    /// `clock=`: the calibration reference.
+    pub clock: ClockReference,
     /// `watchdog=`: milliseconds without a timer tick after which a CPU is
     /// reported as stuck; `None` is `watchdog=off`.
     pub watchdog_ms: Option<u32>,
@@ -219,6 +244,7 @@ impl Default for Config<'_> {
             idle: IdleMode::Auto,
             halt_poll_us: DEFAULT_HALT_POLL_US,
             crc32c: Crc32cMode::Auto,
+            clock: ClockReference::Auto,
             watchdog_ms: Some(5000),
             null_size: None,
             null_block_size: 512,
@@ -364,6 +390,20 @@ pub fn parse_with_drivers<'a>(
                         ("table", Crc32cMode::Table),
                     ],
                     "auto, hw or table",
+                )?;
+            }
+            "clock" => {
+                once("clock")?;
+                cfg.clock = choose(
+                    "clock",
+                    value,
+                    &[
+                        ("auto", ClockReference::Auto),
+                        ("hpet", ClockReference::Hpet),
+                        ("pmtimer", ClockReference::PmTimer),
+                        ("pit", ClockReference::Pit),
+                    ],
+                    "auto, hpet, pmtimer or pit",
                 )?;
             }
             "watchdog" => {
@@ -606,6 +646,28 @@ mod tests {
             let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
             assert!(msg.contains(bad.split_once('=').unwrap().1), "{bad}: {msg}");
         }
+    }
+
+    #[test]
+    fn clock_key() {
+        assert_eq!(parse("", JOB_KEYS, "").unwrap().clock, ClockReference::Auto);
+        for (word, reference) in [
+            ("clock=auto", ClockReference::Auto),
+            ("clock=hpet", ClockReference::Hpet),
+            ("clock=pmtimer", ClockReference::PmTimer),
+            ("clock=pit", ClockReference::Pit),
+        ] {
+            assert_eq!(parse(word, JOB_KEYS, "").unwrap().clock, reference, "{word}");
+        }
+        let msg = parse("clock=tsc", JOB_KEYS, "").unwrap_err().to_string();
+        assert!(
+            msg.contains("clock") && msg.contains("'tsc'") && msg.contains("auto, hpet, pmtimer or pit"),
+            "{msg}"
+        );
+        assert_eq!(
+            parse("clock=pit clock=hpet", JOB_KEYS, "").unwrap_err(),
+            Error::DuplicateKey { key: "clock" }
+        );
     }
 
     #[test]

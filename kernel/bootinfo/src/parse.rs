@@ -77,6 +77,10 @@ pub enum RsdpSource {
     Address(u64),
     /// A copy of the RSDP bytes (Multiboot2 tags 14 and 15).
     Copy(Vec<u8, 64>),
+    /// Physical address of the 64-bit EFI system table (Multiboot2 tag 12),
+    /// whose configuration table names the RSDP: used only when the loader
+    /// gave no ACPI tag.
+    EfiSystemTable(u64),
 }
 
 /// Everything baremq takes from the loader, copied out of loader memory so
@@ -261,6 +265,7 @@ const MB2_TAG_END: u32 = 0;
 const MB2_TAG_CMDLINE: u32 = 1;
 const MB2_TAG_LOADER_NAME: u32 = 2;
 const MB2_TAG_MMAP: u32 = 6;
+const MB2_TAG_EFI64_SYSTEM_TABLE: u32 = 12;
 const MB2_TAG_ACPI_OLD: u32 = 14;
 const MB2_TAG_ACPI_NEW: u32 = 15;
 const MB2_TAG_FRAMEBUFFER: u32 = 8;
@@ -403,9 +408,13 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                     e += entry_size;
                 }
             }
+            MB2_TAG_EFI64_SYSTEM_TABLE if size >= 16 && bi.rsdp.is_none() => {
+                bi.rsdp = Some(RsdpSource::EfiSystemTable(mem.read_u64(at(tag, 8)?)?));
+            }
             MB2_TAG_ACPI_OLD | MB2_TAG_ACPI_NEW => {
-                // Prefer the ACPI 2.0+ copy (XSDT) when both tags are present.
-                let keep_existing = kind == MB2_TAG_ACPI_OLD && bi.rsdp.is_some();
+                // Prefer the ACPI 2.0+ copy (XSDT) when both tags are present;
+                // any ACPI tag beats the EFI system table.
+                let keep_existing = kind == MB2_TAG_ACPI_OLD && matches!(bi.rsdp, Some(RsdpSource::Copy(_)));
                 if !keep_existing {
                     let n = ((size - 8) as usize).min(64);
                     let mut bytes = [0u8; 64];

@@ -49,6 +49,22 @@ impl Interval {
         (interval.tsc_ticks() > 0).then_some(interval)
     }
 
+    /// The interval between two readings of a counter that counts up by one
+    /// per tick in `bits` bits (24 for a PM timer without TMR_VAL_EXT, 32 or
+    /// 64): the difference is taken modulo 2^bits, so one wrap in between is
+    /// counted right. More than one wrap cannot be seen in the counts; the
+    /// caller keeps windows shorter than a wrap period. `None` as for
+    /// [`Interval::between_down_counts`].
+    pub fn between_up_counts(start: Bracketed, end: Bracketed, bits: u32) -> Option<Interval> {
+        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let counted = (end.count & mask).wrapping_sub(start.count & mask) & mask;
+        if counted == 0 {
+            return None;
+        }
+        let interval = Interval { start, end, counted };
+        (interval.tsc_ticks() > 0).then_some(interval)
+    }
+
     /// TSC ticks between the two sampling instants (midpoint to midpoint).
     pub fn tsc_ticks(&self) -> u64 {
         self.end.midpoint().saturating_sub(self.start.midpoint())
@@ -88,9 +104,70 @@ impl Interval {
     }
 }
 
+/// The counter the TSC (and the LAPIC timer) is measured against when
+/// CPUID leaves 0x15/0x16 do not give the TSC rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reference {
+    /// The HPET main counter (MMIO, 10 MHz or faster, 32 or 64 bits).
+    Hpet,
+    /// The ACPI PM timer (I/O port, 3.579545 MHz, 24 or 32 bits).
+    PmTimer,
+    /// PIT channel 2 (1.193182 MHz, counts down, 16 bits).
+    Pit,
+}
+
+impl Reference {
+    /// The order baremq tries them in: the HPET (fast, wide, memory-mapped),
+    /// then the PM timer (present on every ACPI PC that is not
+    /// hardware-reduced), then the PIT (which some boxes gate off).
+    pub const PREFERENCE: [Reference; 3] = [Reference::Hpet, Reference::PmTimer, Reference::Pit];
+
+    /// The first of [`Reference::PREFERENCE`] that is available.
+    pub fn choose(hpet: bool, pm_timer: bool) -> Reference {
+        if hpet {
+            Reference::Hpet
+        } else if pm_timer {
+            Reference::PmTimer
+        } else {
+            Reference::Pit
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reference::Hpet => "HPET",
+            Reference::PmTimer => "ACPI PM timer",
+            Reference::Pit => "PIT channel 2",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn up_counts_wrap_modulo_their_width() {
+        // A 24-bit PM timer that wrapped once: 0xFFFF00 -> 0x000100 is 0x200 ticks.
+        let iv = Interval::between_up_counts(at(0, 10, 0xFF_FF00), at(1_000, 1_010, 0x100), 24).unwrap();
+        assert_eq!(iv.counted, 0x200);
+        // Bits above the width (a 24-bit timer's port reads garbage there) are ignored.
+        let iv = Interval::between_up_counts(at(0, 10, 0xAB00_0010), at(1_000, 1_010, 0xCD00_0020), 24).unwrap();
+        assert_eq!(iv.counted, 0x10);
+        // 64-bit HPET: plain difference.
+        let iv = Interval::between_up_counts(at(0, 10, 5), at(1_000, 1_010, 1_000_005), 64).unwrap();
+        assert_eq!(iv.counted, 1_000_000);
+        // No tick counted, or no TSC progress: no interval.
+        assert!(Interval::between_up_counts(at(0, 10, 7), at(1_000, 1_010, 7), 32).is_none());
+        assert!(Interval::between_up_counts(at(1_000, 1_010, 7), at(1_000, 1_010, 9), 32).is_none());
+    }
+
+    #[test]
+    fn reference_preference_is_hpet_then_pm_timer_then_pit() {
+        assert_eq!(Reference::choose(true, true), Reference::Hpet);
+        assert_eq!(Reference::choose(false, true), Reference::PmTimer);
+        assert_eq!(Reference::choose(false, false), Reference::Pit);
+    }
 
     fn at(before: u64, after: u64, count: u64) -> Bracketed {
         Bracketed {

@@ -22,6 +22,18 @@ impl TableSignature {
     pub const RSDT: TableSignature = TableSignature(*b"RSDT");
     /// "XSDT": the 64-bit root table.
     pub const XSDT: TableSignature = TableSignature(*b"XSDT");
+    /// "SRAT": CPU and memory affinity (NUMA).
+    pub const SRAT: TableSignature = TableSignature(*b"SRAT");
+    /// "SLIT": distances between proximity domains.
+    pub const SLIT: TableSignature = TableSignature(*b"SLIT");
+    /// "HPET": the High Precision Event Timer.
+    pub const HPET: TableSignature = TableSignature(*b"HPET");
+    /// "FACP": the Fixed ACPI Description Table (FADT).
+    pub const FADT: TableSignature = TableSignature(*b"FACP");
+    /// "DMAR": Intel VT-d remapping units.
+    pub const DMAR: TableSignature = TableSignature(*b"DMAR");
+    /// "IVRS": AMD-Vi IOMMUs.
+    pub const IVRS: TableSignature = TableSignature(*b"IVRS");
 }
 
 impl fmt::Display for TableSignature {
@@ -112,6 +124,8 @@ pub enum Error {
     RsdpExtendedChecksum { sum: u8 },
     /// The RSDP names no root table (RSDT and XSDT addresses both zero).
     RsdpNoRootTable,
+    /// The EFI system table the loader named does not lead to an RSDP.
+    EfiSystemTable { phys: u64, reason: &'static str },
     /// A table's header says `length`, outside `min..=max`.
     TableLength {
         signature: TableSignature,
@@ -161,10 +175,30 @@ pub enum Error {
         length: u8,
         min: u8,
     },
-    /// More MADT entries of one kind than the fixed capacity.
-    MadtCapacity { what: &'static str, capacity: usize },
     /// An interrupt source override names a bus other than 0 (ISA).
     MadtOverrideBus { bus: u8, irq: u8 },
+    /// A sub-table entry (SRAT, DMAR, IVRS) declares a length shorter than its type requires.
+    AcpiEntryTooShort {
+        signature: TableSignature,
+        offset: u32,
+        entry_type: u16,
+        length: u32,
+        min: u32,
+    },
+    /// A sub-table entry (SRAT, DMAR, IVRS) runs past the end of its table.
+    AcpiEntryOverrun {
+        signature: TableSignature,
+        offset: u32,
+        entry_type: u16,
+        length: u32,
+        table_length: u32,
+    },
+    /// The SLIT's locality count does not fit its length (count squared bytes are needed).
+    SlitSize { localities: u64, length: u32 },
+    /// The HPET table's base address is not a non-zero memory address.
+    HpetAddress { space: &'static str, address: u64 },
+    /// The HPET's counter period (femtoseconds) is 0 or slower than the specification's 100 ns.
+    HpetPeriod { period_fs: u32 },
     /// MCFG payload is not a whole number of 16-byte entries.
     McfgPartialEntry { length: u32 },
     /// An MCFG entry has start bus > end bus.
@@ -320,6 +354,9 @@ impl fmt::Display for Error {
                 write!(f, "RSDP extended checksum over 36 bytes sums to {sum:#04x}, expected 0")
             }
             RsdpNoRootTable => write!(f, "RSDP has neither an RSDT nor an XSDT address"),
+            EfiSystemTable { phys, reason } => {
+                write!(f, "EFI system table at {phys:#x} gives no RSDP: {reason}")
+            }
             TableLength {
                 signature,
                 phys,
@@ -372,9 +409,38 @@ impl fmt::Display for Error {
                 f,
                 "MADT entry type {entry_type} at offset {offset} has length {length}, at least {min} required"
             ),
-            MadtCapacity { what, capacity } => {
-                write!(f, "MADT lists more than {capacity} {what}")
-            }
+            AcpiEntryTooShort {
+                signature,
+                offset,
+                entry_type,
+                length,
+                min,
+            } => write!(
+                f,
+                "{signature} entry type {entry_type:#x} at offset {offset} has length {length}, at least {min} required"
+            ),
+            AcpiEntryOverrun {
+                signature,
+                offset,
+                entry_type,
+                length,
+                table_length,
+            } => write!(
+                f,
+                "{signature} entry type {entry_type:#x} at offset {offset} with length {length} runs past the table end ({table_length})"
+            ),
+            SlitSize { localities, length } => write!(
+                f,
+                "SLIT lists {localities} localities, whose {localities}x{localities} distances do not fit its length {length}"
+            ),
+            HpetAddress { space, address } => write!(
+                f,
+                "HPET table gives base {address:#x} in {space} space; a non-zero memory address is required"
+            ),
+            HpetPeriod { period_fs } => write!(
+                f,
+                "HPET counter period is {period_fs} fs; accepted 1..=100000000 (10 MHz or faster)"
+            ),
             MadtOverrideBus { bus, irq } => {
                 write!(
                     f,

@@ -161,6 +161,67 @@ pub fn acpi_mcfg(data: &[u8]) {
     }
 }
 
+/// The server tables: the first byte picks SRAT, SLIT, HPET, FACP, DMAR or
+/// IVRS, the rest is the table body (correct length and checksum). Parsed
+/// values are checked against the table they came from.
+pub fn acpi_server_tables(data: &[u8]) {
+    use crate::acpi::{Dmar, Fadt, Hpet, Ivrs, NumaTopology, Slit, Srat, cpu_index_order};
+    const KINDS: [&[u8; 4]; 6] = [b"SRAT", b"SLIT", b"HPET", b"FACP", b"DMAR", b"IVRS"];
+    let Some((&kind, body)) = data.split_first() else {
+        return;
+    };
+    let signature = KINDS[usize::from(kind) % KINDS.len()];
+    let table = table_with_body(signature, body);
+    let memory = SliceMemory::new(0x1000, &table);
+    let Ok(sdt) = Sdt::load(&memory, 0x1000, None, SDT_HEADER_LEN) else {
+        return;
+    };
+    let length = table.len();
+    let result = match signature {
+        b"SRAT" => Srat::parse(&memory, &sdt).map(|srat| {
+            // Each entry takes at least 16 bytes after the 48-byte header.
+            assert!((srat.cpus.len() + srat.memory.len()) * 16 <= length.saturating_sub(48));
+            let numa = NumaTopology::new(&srat, None);
+            let ids: Vec<u32> = srat.cpus.iter().map(|cpu| cpu.apic_id).collect();
+            let order = cpu_index_order(ids.iter().copied(), ids.first().copied().unwrap_or(0));
+            for node in &numa.nodes {
+                drop(format!("{}", numa.describe(node, &order)));
+                for range in &node.memory {
+                    assert!(range.start <= range.end);
+                    if range.start < range.end {
+                        assert!(numa.node_of_address(range.start).is_some());
+                    }
+                }
+            }
+            for cpu in srat.cpus.iter().filter(|cpu| cpu.enabled) {
+                assert!(numa.node_of_apic_id(cpu.apic_id).is_some());
+            }
+        }),
+        b"SLIT" => Slit::parse(&memory, &sdt).map(|slit| {
+            assert!(slit.localities * slit.localities <= length - 44);
+            let last = slit.localities.saturating_sub(1) as u32;
+            assert_eq!(slit.distance(last, last).is_some(), slit.localities > 0);
+            assert_eq!(slit.distance(slit.localities as u32, 0), None);
+            let _ = slit.is_consistent();
+        }),
+        b"HPET" => Hpet::parse(&memory, &sdt).map(|hpet| assert_ne!(hpet.base, 0)),
+        b"FACP" => Fadt::parse(&memory, &sdt).map(|fadt| {
+            if let Ok(pm) = fadt.pm_timer {
+                assert!(pm.port != 0 && (pm.bits == 24 || pm.bits == 32));
+            }
+        }),
+        b"DMAR" => Dmar::parse(&memory, &sdt).map(|dmar| {
+            assert!((dmar.units.len() * 16 + dmar.reserved_regions.len() * 24) <= length - 48);
+        }),
+        _ => Ivrs::parse(&memory, &sdt).map(|ivrs| {
+            assert!(ivrs.units.len() * 24 <= length - 48);
+        }),
+    };
+    if let Err(error) = result {
+        drop(format!("{error}"));
+    }
+}
+
 pub fn table_with_body(signature: &[u8; 4], body: &[u8]) -> Vec<u8> {
     let mut table = Vec::with_capacity(36 + body.len());
     table.extend_from_slice(signature);
@@ -175,10 +236,12 @@ pub fn table_with_body(signature: &[u8; 4], body: &[u8]) -> Vec<u8> {
 }
 
 fn check_madt(madt: &Madt) {
-    let mut ids: Vec<u32> = madt.cpus.iter().map(|cpu| cpu.apic_id).collect();
+    let mut ids: Vec<u32> = madt.usable_cpus().map(|cpu| cpu.apic_id).collect();
+    let usable = ids.len();
     ids.sort_unstable();
     ids.dedup();
-    assert_eq!(ids.len(), madt.cpus.len(), "duplicate APIC ids kept");
+    assert_eq!(ids.len(), usable, "duplicate usable APIC ids kept");
+    assert!(madt.local_apic_nmis.len() <= madt.local_apic_nmi_entries as usize);
     for io_apic in &madt.io_apics {
         let (found, pin) = madt.io_apic_for_gsi(io_apic.gsi_base).expect("its own GSI base");
         assert_eq!(pin, 0);

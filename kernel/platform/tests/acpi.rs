@@ -298,7 +298,7 @@ fn madt_x2apic_flags_duplicates_overrides_and_io_apic_lookup() {
         lapic(0, 0, 1),
         lapic(1, 1, 0),    // disabled
         lapic(2, 2, 0b10), // online capable
-        x2apic(1, 1, 7),   // duplicate of APIC id 1: skipped
+        x2apic(2, 1, 7),   // duplicate of usable APIC id 2: skipped
         x2apic(300, 1, 300),
         ioapic(0, 0xFEC0_0000, 0),
         ioapic(1, 0xFEC0_1000, 24),
@@ -396,32 +396,70 @@ fn madt_malformed_entries_give_errors_not_loops_or_overreads() {
     ));
 }
 
+/// Audit item 2: a 2-socket EPYC lists 512 x2APIC entries, nine I/O APICs
+/// and one LAPIC-NMI entry per CPU; a 4096-thread table parses too. Nothing
+/// is capped, and the per-CPU NMI entries collapse to one.
 #[test]
-fn madt_capacity_overflow_is_an_error() {
-    let cpus: Vec<Vec<u8>> = (0..257u32).map(|id| x2apic(id, 1, id)).collect();
-    assert_eq!(
-        madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &cpus))).unwrap_err(),
-        Error::MadtCapacity {
-            what: "processor entries",
-            capacity: 256
-        }
-    );
-    let io_apics: Vec<Vec<u8>> = (0..9u8).map(|id| ioapic(id, 0, u32::from(id) * 24)).collect();
-    assert_eq!(
-        madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &io_apics))).unwrap_err(),
-        Error::MadtCapacity {
-            what: "I/O APIC entries",
-            capacity: 8
-        }
-    );
-    let exactly: Vec<Vec<u8>> = (0..256u32).map(|id| x2apic(id, 1, id)).collect();
-    assert_eq!(
-        madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &exactly)))
-            .unwrap()
-            .cpus
-            .len(),
-        256
-    );
+fn madt_at_server_scale_has_no_fixed_caps() {
+    for cpus in [512u32, 4096] {
+        let mut entries: Vec<Vec<u8>> = (0..cpus).map(|id| x2apic(id, 1, id)).collect();
+        // Absent sockets: disabled placeholders, all with one id, cost nothing.
+        entries.extend((0..300).map(|_| x2apic(0xFFFF_FFFF, 0, 0xFFFF_FFFE)));
+        entries.extend((0..9u8).map(|id| ioapic(id, 0xFEC0_0000 + u32::from(id) * 0x1000, u32::from(id) * 24 + 24)));
+        entries.extend((0..cpus).map(|uid| x2apic_nmi(0b0101, uid, 1)));
+        let madt = madt_from(sdt(b"APIC", 5, &madt_body(0xFEE0_0000, 1, &entries))).unwrap();
+        assert_eq!(madt.cpus.len() as u32, cpus + 300);
+        assert_eq!(madt.usable_cpus().count() as u32, cpus);
+        assert_eq!(madt.duplicate_apic_ids, 0, "disabled placeholders are not duplicates");
+        assert_eq!(madt.usable_cpus().last().unwrap().apic_id, cpus - 1);
+        assert_eq!(madt.io_apics.len(), 9);
+        let (io_apic, pin) = madt.io_apic_for_gsi(8 * 24 + 24 + 5).unwrap();
+        assert_eq!((io_apic.id, pin), (8, 5));
+        assert_eq!(madt.local_apic_nmi_entries, cpus);
+        assert_eq!(
+            madt.local_apic_nmis,
+            [platform::acpi::LocalApicNmi {
+                processor_uid: None,
+                lint: 1,
+                polarity: Polarity::ActiveHigh,
+                trigger: Trigger::Edge
+            }]
+        );
+        assert_eq!(madt.nmi_pins_of(cpus - 1).count(), 1);
+    }
+}
+
+#[test]
+fn madt_nmi_entries_collapse_only_when_they_cover_every_cpu() {
+    // Two CPUs, LINT1 named for only one of them: kept per CPU.
+    let partial = vec![lapic(0, 0, 1), lapic(1, 1, 1), lapic_nmi(1, 0, 1), lapic_nmi(1, 0, 1)];
+    let madt = madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &partial))).unwrap();
+    assert_eq!(madt.local_apic_nmi_entries, 2);
+    assert_eq!(madt.local_apic_nmis.len(), 1, "the exact repeat is dropped");
+    assert_eq!(madt.local_apic_nmis[0].processor_uid, Some(1));
+    assert_eq!(madt.nmi_pins_of(0).count(), 0);
+    assert_eq!(madt.nmi_pins_of(1).count(), 1);
+    // Entries listed before the CPUs, with different flags per pin: one group each.
+    let mixed = vec![
+        lapic_nmi(0, 0, 1),
+        lapic_nmi(1, 0, 1),
+        lapic_nmi(1, 0b1111, 0),
+        lapic(0, 0, 1),
+        lapic(1, 1, 1),
+        lapic(2, 9, 0), // disabled: need not be named
+    ];
+    let madt = madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &mixed))).unwrap();
+    let kept: Vec<(Option<u32>, u8)> = madt.local_apic_nmis.iter().map(|n| (n.processor_uid, n.lint)).collect();
+    assert_eq!(kept, [(None, 1), (Some(1), 0)]);
+}
+
+#[test]
+fn madt_disabled_entry_does_not_hide_a_later_usable_one() {
+    let entries = vec![lapic(0, 0, 1), lapic(7, 5, 0), lapic(1, 5, 1), lapic(2, 5, 1)];
+    let madt = madt_from(sdt(b"APIC", 1, &madt_body(0, 0, &entries))).unwrap();
+    let usable: Vec<(u32, u32)> = madt.usable_cpus().map(|c| (c.apic_id, c.processor_uid)).collect();
+    assert_eq!(usable, [(0, 0), (5, 1)]);
+    assert_eq!(madt.duplicate_apic_ids, 1);
 }
 
 // ---- MCFG ------------------------------------------------------------------------------------
@@ -537,4 +575,65 @@ fn mcfg_base_near_2_pow_64_is_refused() {
     let last = mcfg_body(&[((1 << 52) - (2 << 20), 0, 0, 1)]);
     let mcfg = mcfg_from(sdt(b"MCFG", 1, &last)).unwrap();
     assert_eq!(mcfg.windows[0].region(), Ok(((1 << 52) - (2 << 20))..(1 << 52)));
+}
+
+/// Audit item 8: a Multiboot2 loader on UEFI may give only the EFI system
+/// table (tag 12); the RSDP is its configuration table's ACPI entry.
+#[test]
+fn rsdp_from_the_efi_system_table_prefers_the_acpi_20_entry() {
+    const ACPI_20: [u8; 16] = [
+        0x71, 0xe8, 0x68, 0x88, 0xf1, 0xe4, 0xd3, 0x11, 0xbc, 0x22, 0x00, 0x80, 0xc7, 0x3c, 0x88, 0x81,
+    ];
+    const ACPI_10: [u8; 16] = [
+        0x30, 0x2d, 0x9d, 0xeb, 0x88, 0x2d, 0xd3, 0x11, 0x9a, 0x16, 0x00, 0x90, 0x27, 0x3f, 0xc1, 0x4d,
+    ];
+    let system_table = |count: u64| {
+        let mut st = b"IBI SYST".to_vec();
+        st.resize(104, 0);
+        st.extend_from_slice(&count.to_le_bytes());
+        st.extend_from_slice(&0x3000u64.to_le_bytes());
+        st
+    };
+    let config = |entries: &[([u8; 16], u64)]| {
+        let mut bytes = Vec::new();
+        for (guid, address) in entries {
+            bytes.extend_from_slice(guid);
+            bytes.extend_from_slice(&address.to_le_bytes());
+        }
+        bytes
+    };
+    let other = [7u8; 16];
+    let mut memory = FakePhys::new();
+    memory.place(0x1000, system_table(3));
+    memory.place(0x3000, config(&[(other, 0), (ACPI_10, 0x5000), (ACPI_20, 0x6000)]));
+    memory.place(0x5000, rsdp_v1(0x1111_0000));
+    memory.place(0x6000, rsdp_v2(0x2222_0000, 0x3333_0000));
+    let rsdp = Rsdp::from_efi_system_table(&memory, 0x1000).unwrap();
+    assert_eq!((rsdp.phys, rsdp.xsdt_address), (Some(0x6000), Some(0x3333_0000)));
+
+    // Only the ACPI 1.0 entry: used.
+    memory.poke(0x3000 + 48, &[0; 16]);
+    assert_eq!(Rsdp::from_efi_system_table(&memory, 0x1000).unwrap().phys, Some(0x5000));
+    // Neither: a clear error, as for a wrong signature or an absurd entry count.
+    memory.poke(0x3000 + 24, &[0; 16]);
+    let error = Rsdp::from_efi_system_table(&memory, 0x1000).unwrap_err();
+    assert_eq!(
+        error,
+        Error::EfiSystemTable {
+            phys: 0x1000,
+            reason: "no ACPI entry in its configuration table"
+        }
+    );
+    assert!(error.to_string().contains("EFI system table at 0x1000"), "{error}");
+    let mut memory = FakePhys::new();
+    memory.place(0x1000, system_table(1 << 40));
+    assert!(matches!(
+        Rsdp::from_efi_system_table(&memory, 0x1000),
+        Err(Error::EfiSystemTable { .. })
+    ));
+    memory.poke(0x1000, b"NOT SYST");
+    assert!(matches!(
+        Rsdp::from_efi_system_table(&memory, 0x1000),
+        Err(Error::EfiSystemTable { reason, .. }) if reason.contains("signature")
+    ));
 }

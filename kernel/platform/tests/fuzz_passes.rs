@@ -181,6 +181,59 @@ fn fuzz_acpi_mcfg_500000_inputs() {
     mutate::run::<256>("acpi_mcfg", 14, 500_000, mcfg_seeds(), LIMIT, fuzz::acpi_mcfg);
 }
 
+/// One valid body per server table, behind its selector byte.
+fn server_table_seeds() -> Vec<Vec<u8>> {
+    let with = |kind: u8, body: Vec<u8>| {
+        let mut seed = vec![kind];
+        seed.extend_from_slice(&body);
+        seed
+    };
+    let mut srat = vec![1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    srat.extend_from_slice(&[0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let mut memory = vec![1, 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40];
+    memory.resize(28, 0);
+    memory.extend_from_slice(&1u32.to_le_bytes());
+    memory.resize(40, 0);
+    srat.extend_from_slice(&memory);
+    let mut slit = 2u64.to_le_bytes().to_vec();
+    slit.extend_from_slice(&[10, 21, 21, 10]);
+    let mut hpet = vec![1, 0xA7, 0x86, 0x80, 0, 64, 0, 0];
+    hpet.extend_from_slice(&0xFED0_0000u64.to_le_bytes());
+    hpet.extend_from_slice(&[0, 0x80, 0, 0]);
+    let mut fadt = vec![0u8; 208];
+    fadt[76 - 36] = 0x08;
+    fadt[77 - 36] = 0x06;
+    fadt[91 - 36] = 4;
+    let mut dmar = vec![38, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    dmar.extend_from_slice(&[0, 0, 16, 0, 1, 0, 0, 0]);
+    dmar.extend_from_slice(&0xFED9_0000u64.to_le_bytes());
+    let mut ivrs = vec![0u8; 12];
+    let mut ivhd = vec![0x10, 0, 24, 0, 2, 0, 0x40, 0];
+    ivhd.extend_from_slice(&0xFED8_0000u64.to_le_bytes());
+    ivhd.resize(24, 0);
+    ivrs.extend_from_slice(&ivhd);
+    vec![
+        with(0, srat),
+        with(1, slit),
+        with(2, hpet),
+        with(3, fadt),
+        with(4, dmar),
+        with(5, ivrs),
+    ]
+}
+
+#[test]
+fn fuzz_acpi_server_tables_300000_inputs() {
+    mutate::run::<512>(
+        "acpi_server_tables",
+        17,
+        300_000,
+        server_table_seeds(),
+        LIMIT,
+        fuzz::acpi_server_tables,
+    );
+}
+
 #[test]
 fn fuzz_pci_config_100000_inputs() {
     mutate::run::<4096>("pci_config", 15, 100_000, pci_seeds(), LIMIT, fuzz::pci_config);

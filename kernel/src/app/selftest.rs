@@ -63,7 +63,100 @@ pub fn run(test: SelfTest) {
                 exit::failure(format_args!("msivectors: {e}"));
             }
         }
+        SelfTest::Nmi => self_nmi(),
+        SelfTest::IommuLeftOn => {
+            if let Err(e) = iommu_left_on() {
+                exit::failure(format_args!("iommu: {e}"));
+            }
+        }
     }
+}
+
+/// Sends this CPU an NMI the watchdog did not send: the handler must report
+/// it (unknown NMI) and return, and this code must go on.
+fn self_nmi() {
+    let before = crate::arch::idt::unknown_nmis();
+    crate::arch::apic::send_ipi(crate::arch::apic::id(), crate::arch::apic::Delivery::Nmi);
+    let deadline = time::now_ns() + 1_000_000_000;
+    while crate::arch::idt::unknown_nmis() == before && time::now_ns() < deadline {
+        core::hint::spin_loop();
+    }
+    let seen = crate::arch::idt::unknown_nmis() - before;
+    if seen != 1 {
+        exit::failure(format_args!(
+            "nmi: {seen} unknown NMIs seen after sending one to this CPU"
+        ));
+    }
+    kprintln!("nmi: selftest: the unexpected NMI was reported and the run went on");
+}
+
+/// Does to the first VT-d unit what firmware sometimes leaves behind
+/// (translation over an empty root table, interrupt remapping over an empty
+/// table, queued invalidation on), then runs the boot's IOMMU check again
+/// and checks that it found all three and turned them off.
+fn iommu_left_on() -> Result<(), crate::error::Error> {
+    use platform::acpi::vtd;
+    use platform::mmio::{Mmio32, VolatileMmio};
+    let fw = crate::arch::firmware::get();
+    let Some(dmar) = fw.dmar.as_ref().filter(|d| !d.units.is_empty()) else {
+        return Err(crate::error::Error::Device(
+            "no VT-d unit (run QEMU with -device intel-iommu)".into(),
+        ));
+    };
+    let base = dmar.units[0].register_base;
+    let regs = crate::arch::memory::map_mmio(base, vtd::REGISTER_BYTES as u64)?;
+    // SAFETY: the unit's register page, mapped uncached; nothing else runs on it now.
+    let mmio = unsafe { VolatileMmio::new(regs, vtd::REGISTER_BYTES) };
+    let write64 = |offset: usize, value: u64| -> Result<(), crate::error::Error> {
+        mmio.write32(offset, value as u32)?;
+        mmio.write32(offset + 4, (value >> 32) as u32)?;
+        Ok(())
+    };
+    let command = |bit: u32| -> Result<(), crate::error::Error> {
+        let status = mmio.read32(vtd::GSTS)? & !vtd::ONE_SHOT;
+        mmio.write32(vtd::GCMD, status | bit)?;
+        for _ in 0..1_000_000 {
+            if mmio.read32(vtd::GSTS)? & bit != 0 {
+                return Ok(());
+            }
+        }
+        Err(crate::error::Error::Device(alloc::format!(
+            "VT-d unit at {base:#x} did not take command {bit:#x}"
+        )))
+    };
+    // Zeroed pages: an empty root table, interrupt remapping table and invalidation queue.
+    let page = || -> Result<u64, crate::error::Error> {
+        let phys = crate::arch::memory::alloc_frames(4096, 4096)?;
+        // SAFETY: a fresh frame from the allocator, identity-mapped, owned here.
+        unsafe { core::ptr::write_bytes(phys as *mut u8, 0, 4096) };
+        Ok(phys)
+    };
+    write64(vtd::RTADDR, page()?)?;
+    command(vtd::ROOT_TABLE_POINTER)?;
+    write64(vtd::IQA, page()?)?;
+    write64(vtd::IQT, 0)?;
+    command(vtd::QUEUED_INVALIDATION)?;
+    if dmar.interrupt_remapping {
+        write64(vtd::IRTA, page()?)?;
+        command(vtd::INTERRUPT_TABLE_POINTER)?;
+        command(vtd::INTERRUPT_REMAPPING)?;
+    }
+    command(vtd::TRANSLATION)?;
+    kprintln!(
+        "iommu: selftest: unit at {base:#x} now has GSTS {:#x}, as firmware might leave it",
+        mmio.read32(vtd::GSTS)?
+    );
+    for line in crate::arch::iommu::quiesce(Some(dmar), None)? {
+        kprintln!("{line}");
+    }
+    let status = mmio.read32(vtd::GSTS)?;
+    if status & (vtd::TRANSLATION | vtd::INTERRUPT_REMAPPING | vtd::QUEUED_INVALIDATION) != 0 {
+        return Err(crate::error::Error::Device(alloc::format!(
+            "VT-d unit at {base:#x} still has GSTS {status:#x} after the check"
+        )));
+    }
+    kprintln!("iommu: selftest: everything firmware could leave on is off again (GSTS {status:#x})");
+    Ok(())
 }
 
 /// Runs the LAPIC timer at 1 kHz and checks that the TSC clock advanced by

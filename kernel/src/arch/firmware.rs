@@ -1,11 +1,15 @@
 //! ACPI discovery on the running machine: the RSDP from the loader (copy or
-//! address) or the BIOS areas, then the MADT and MCFG, parsed by the
-//! host-tested `platform::acpi` code over the identity map.
+//! address) or the BIOS areas, then the MADT and MCFG (required to parse),
+//! and the SRAT/SLIT, HPET, FADT, DMAR and IVRS (optional: one that is
+//! malformed is reported and left out), parsed by the host-tested
+//! `platform::acpi` code over the identity map.
 
 use crate::arch::memory::IdentityMap;
+use alloc::string::String;
+use alloc::vec::Vec;
 use bootinfo::BootInfo;
 use bootinfo::parse::RsdpSource;
-use platform::acpi::{AcpiTables, Madt, Mcfg, Rsdp, Spcr};
+use platform::acpi::{AcpiTables, Dmar, Hpet, Ivrs, Madt, Mcfg, NumaTopology, PmTimer, Rsdp, Spcr};
 
 /// What the firmware tables say about the machine.
 #[derive(Debug)]
@@ -15,9 +19,41 @@ pub struct Firmware {
     pub oem: heapless::String<8>,
     pub madt: Madt,
     pub mcfg: Option<Mcfg>,
+    /// NUMA layout from the SRAT (and SLIT); `None` without an SRAT.
+    pub numa: Option<NumaTopology>,
+    pub hpet: Option<Hpet>,
+    /// The ACPI PM timer from the FADT, when it names a usable one.
+    pub pm_timer: Option<PmTimer>,
+    pub dmar: Option<Dmar>,
+    pub ivrs: Option<Ivrs>,
+    /// Optional tables left out, and why (one line each, for the boot log).
+    pub ignored: Vec<String>,
     /// The console UART the firmware names; a broken table is kept as its error
     /// (the console falls back to probing, the boot goes on).
     pub spcr: platform::Result<Option<Spcr>>,
+}
+
+impl Firmware {
+    /// The NUMA node of the CPU with `apic_id` (`None` without an SRAT or when it lists no such CPU).
+    pub fn node_of_apic_id(&self, apic_id: u32) -> Option<u32> {
+        self.numa.as_ref()?.node_of_apic_id(apic_id)
+    }
+
+    /// The NUMA node whose memory holds `phys`.
+    pub fn node_of_address(&self, phys: u64) -> Option<u32> {
+        self.numa.as_ref()?.node_of_address(phys)
+    }
+}
+
+/// An optional table: its value, or `None` with the reason recorded.
+fn optional<T>(name: &str, result: platform::Result<Option<T>>, ignored: &mut Vec<String>) -> Option<T> {
+    match result {
+        Ok(value) => value,
+        Err(e) => {
+            ignored.push(alloc::format!("acpi: {name} ignored: {e}"));
+            None
+        }
+    }
 }
 
 /// Finds and parses the ACPI tables.
@@ -25,6 +61,7 @@ pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
     let (rsdp, from) = match &boot.rsdp {
         Some(RsdpSource::Copy(bytes)) => (Rsdp::parse(bytes)?, "the loader (copy)"),
         Some(RsdpSource::Address(a)) => (Rsdp::read(&IdentityMap, *a)?, "the loader (address)"),
+        Some(RsdpSource::EfiSystemTable(a)) => (Rsdp::from_efi_system_table(&IdentityMap, *a)?, "the EFI system table"),
         None => (Rsdp::find_in_bios_areas(&IdentityMap)?, "the BIOS area"),
     };
     let tables = AcpiTables::new(IdentityMap, &rsdp)?;
@@ -32,12 +69,35 @@ pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
     for &b in rsdp.oem_id.iter() {
         let _ = oem.push(if b.is_ascii_graphic() { b as char } else { ' ' });
     }
+    let madt = tables.madt()?;
+    let mcfg = tables.mcfg()?;
+    let mut ignored = Vec::new();
+    let numa = optional("SRAT/SLIT", tables.numa(), &mut ignored);
+    let hpet = optional("HPET", tables.hpet(), &mut ignored);
+    let pm_timer = match optional("FADT", tables.fadt(), &mut ignored) {
+        Some(fadt) => match fadt.pm_timer {
+            Ok(pm) => Some(pm),
+            Err(why) => {
+                ignored.push(alloc::format!("acpi: no ACPI PM timer: {why}"));
+                None
+            }
+        },
+        None => None,
+    };
+    let dmar = optional("DMAR", tables.dmar(), &mut ignored);
+    let ivrs = optional("IVRS", tables.ivrs(), &mut ignored);
     Ok(Firmware {
         rsdp_from: from,
         revision: rsdp.revision,
         oem,
-        madt: tables.madt()?,
-        mcfg: tables.mcfg()?,
+        madt,
+        mcfg,
+        numa,
+        hpet,
+        pm_timer,
+        dmar,
+        ivrs,
+        ignored,
         spcr: tables.spcr(),
     })
 }

@@ -218,6 +218,10 @@ const EXCEPTION_NAMES: [&str; 32] = [
 
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     let vector = frame.vector as usize;
+    if vector == 2 && crate::arch::watchdog::nmi_is_watchdog().is_none() {
+        unknown_nmi(frame);
+        return;
+    }
     if vector < 32 {
         exception(frame);
     }
@@ -238,6 +242,47 @@ fn ist_note(vector: u64, stack: u64) -> &'static str {
     } else {
         " (NOT on its IST stack)"
     }
+}
+
+/// NMIs that were not the watchdog's, machine-wide.
+static UNKNOWN_NMIS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// Unknown NMIs reported line by line; later ones are only counted (a BMC
+/// or a failing component can send them in bursts, and each line costs
+/// milliseconds at 115200 baud with this CPU stopped).
+const UNKNOWN_NMIS_REPORTED: u64 = 8;
+
+/// An NMI nobody in the kernel sent: a BMC's diagnostic NMI, a
+/// firmware-first error report, a PCI SERR# or IOCHK. It is reported with the
+/// reason bits of port 0x61 and the run goes on: the NMI itself changes
+/// nothing, and a real error also arrives as a machine check or a device error.
+fn unknown_nmi(f: &TrapFrame) {
+    let count = UNKNOWN_NMIS.fetch_add(1, core::sync::atomic::Ordering::Relaxed) + 1;
+    if count > UNKNOWN_NMIS_REPORTED {
+        return;
+    }
+    // SAFETY: reading the NMI status and control port has no side effect.
+    let reason = unsafe { x86_64::instructions::port::Port::<u8>::new(0x61).read() };
+    let what = match (reason & 0x80 != 0, reason & 0x40 != 0) {
+        (true, true) => "PCI SERR# and IOCHK",
+        (true, false) => "PCI SERR# (a device reported a system error)",
+        (false, true) => "IOCHK (an I/O channel check)",
+        (false, false) => "no reason in port 0x61 (a BMC, firmware or another CPU sent it)",
+    };
+    crate::arch::console::emergency_println!(
+        "nmi: unknown NMI #{count} on cpu{} at rip={:#x}: {what}; reported and ignored, the run goes on{}",
+        crate::arch::percpu::index(),
+        f.rip,
+        if count == UNKNOWN_NMIS_REPORTED {
+            " (later ones are counted only)"
+        } else {
+            ""
+        }
+    );
+}
+
+/// Unknown NMIs seen so far (for the end-of-run report).
+pub fn unknown_nmis() -> u64 {
+    UNKNOWN_NMIS.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// RFLAGS.IF: interrupts were enabled in the interrupted code.

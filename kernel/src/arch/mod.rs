@@ -6,7 +6,7 @@
 //! numbers and the interrupt dispatch table ([`irq`]), the local APIC and IPIs
 //! ([`apic`]), the TSC clock and LAPIC timer calibration ([`time`]), physical
 //! memory, heap and DMA buffers ([`memory`]) over the page-table code
-//! ([`paging`]), ACPI discovery ([`firmware`]), AP bring-up and running work on
+//! ([`paging`]), ACPI discovery ([`firmware`]), IOMMUs left on by firmware ([`iommu`]), AP bring-up and running work on
 //! other CPUs ([`smp`]), halting while waiting for completions ([`idle`]),
 //! parking on the block layer's sleeping queue lock ([`park`]), per-stage request
 //! timestamps in per-CPU rings ([`stagetrace`]),
@@ -28,6 +28,7 @@ pub mod firmware;
 pub mod framebuffer;
 pub mod idle;
 pub mod idt;
+pub mod iommu;
 pub mod irq;
 pub mod mce;
 pub mod memory;

@@ -1,18 +1,26 @@
 //! A monotonic nanosecond clock from the TSC, calibrated from CPUID leaf 0x15
-//! (or 0x16) when the CPU reports it, else against PIT channel 2. The LAPIC
-//! timer is calibrated against the TSC over the same window.
+//! (or 0x16) when the CPU reports it, else against a reference counter: the
+//! HPET, then the ACPI PM timer (both found in the ACPI tables, see
+//! [`set_references`]), then PIT channel 2. A reference that does not count
+//! is reported and the next one is tried. The LAPIC timer is calibrated
+//! against the TSC over the same window.
 //!
 //! The window is opened early ([`calibration_start`]) and closed when the
 //! clock is first needed ([`calibrate`]): the boot work in between counts
 //! towards it instead of a fixed busy wait. It closes as soon as the error
 //! bound of the rates (bracketed reads, see `platform::clock`) is below
-//! [`TARGET_PPM`].
+//! [`TARGET_PPM`]. The bound covers the measurement (bracket widths and one
+//! tick of each counter); it takes the reference's nominal rate as exact (the
+//! HPET's period register, the PM timer's 3.579545 MHz, the PIT's 1.193182 MHz).
 //!
 //! [`boot_mark`] records raw TSC stamps of the boot phases; [`BootPhases`]
 //! prints them once the rate is known.
 
+use bootinfo::cmdline::ClockReference;
 use core::sync::atomic::{AtomicU64, Ordering};
-use platform::clock::{Bracketed, Interval};
+use platform::acpi::{HPET_CAPABILITIES, HPET_CONFIG, HPET_MAIN_COUNTER, HPET_REGISTER_BYTES, Hpet, PmTimer};
+use platform::clock::{Bracketed, Interval, Reference};
+use platform::mmio::{Mmio32, VolatileMmio};
 use x86_64::instructions::port::Port;
 
 /// TSC ticks per second (0 until calibrated).
@@ -30,6 +38,8 @@ const PIT_HZ: u64 = 1_193_182;
 pub enum Source {
     CpuidCrystal,
     CpuidBaseFrequency,
+    Hpet,
+    PmTimer,
     Pit,
 }
 
@@ -38,6 +48,8 @@ impl Source {
         match self {
             Source::CpuidCrystal => "CPUID 0x15 (crystal ratio)",
             Source::CpuidBaseFrequency => "CPUID 0x16 (base frequency)",
+            Source::Hpet => "the HPET",
+            Source::PmTimer => "the ACPI PM timer",
             Source::Pit => "PIT channel 2",
         }
     }
@@ -110,80 +122,220 @@ const TARGET_PPM: u64 = 488;
 /// PIT channel 2 runs down from this (mode 0); OUT2 rises when it reaches 0,
 /// after about 55 ms, which ends a window.
 const PIT_FULL_COUNT: u16 = 0xFFFF;
-/// Readings taken before giving up on a PIT or LAPIC timer that does not
-/// count (each costs a few port/MMIO reads: seconds, not a hang).
+/// Readings taken before giving up on a reference or LAPIC timer that does
+/// not count (each costs a few port/MMIO reads: seconds, not a hang).
 const MAX_SAMPLES: u32 = 2_000_000;
 /// Readings at the start of a window, of which the narrowest brackets are kept.
 const START_READINGS: u32 = 16;
 /// Fresh windows tried after one ran out (OUT2 high) before the bound was met.
 const MAX_WINDOWS: u32 = 4;
+/// An up-counter that wraps sooner than this (the 24-bit PM timer: 4.7 s)
+/// gets a fresh window in [`calibrate`] instead of the early one: the boot
+/// work between the two could outlast a wrap, which the counts cannot show.
+const EARLY_WINDOW_MIN_WRAP_S: u64 = 60;
 
 /// Why the clock could not be calibrated.
 #[derive(Debug, Clone, Copy)]
 pub enum CalibrationError {
-    /// The PIT or the LAPIC timer never gave a usable interval.
-    NoProgress { samples: u32 },
+    /// No reference (nor the LAPIC timer) gave a usable interval.
+    NoProgress { samples: u32, tried: &'static str },
 }
 
 impl core::fmt::Display for CalibrationError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            CalibrationError::NoProgress { samples } => write!(
+            CalibrationError::NoProgress { samples, tried } => write!(
                 f,
-                "the PIT (channel 2) or the LAPIC timer did not count across {samples} readings; the TSC cannot be calibrated"
+                "the reference counter ({tried}) or the LAPIC timer did not count across {samples} readings; the TSC cannot be calibrated"
             ),
         }
     }
 }
 
-/// One reading of PIT channel 2 and of the LAPIC timer, each bracketed by TSC reads.
-#[derive(Clone, Copy)]
-struct Reading {
-    pit: Bracketed,
-    lapic: Bracketed,
-    /// OUT2 was still low after the PIT latch: the count had not run out.
-    pit_in_window: bool,
+/// A counter the TSC can be measured against.
+#[derive(Debug, Clone, Copy)]
+enum Counter {
+    /// The HPET main counter (register block mapped at `regs`), `bits` wide.
+    Hpet { regs: usize, hz: u64, bits: u32 },
+    /// The ACPI PM timer at an I/O port.
+    PmTimer { port: u16, bits: u32 },
+    /// PIT channel 2.
+    Pit,
+    /// No reference: CPUID gives the TSC rate, only the LAPIC timer is measured.
+    None,
 }
 
-/// Where the current calibration window started (set by [`calibration_start`]).
-static WINDOW_START: spin::Mutex<Option<Reading>> = spin::Mutex::new(None);
+impl Counter {
+    fn source(self) -> Source {
+        match self {
+            Counter::Hpet { .. } => Source::Hpet,
+            Counter::PmTimer { .. } => Source::PmTimer,
+            Counter::Pit | Counter::None => Source::Pit,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Hpet { .. } => Reference::Hpet.name(),
+            Counter::PmTimer { .. } => Reference::PmTimer.name(),
+            Counter::Pit => Reference::Pit.name(),
+            Counter::None => "none",
+        }
+    }
+
+    /// Whether a window may span the boot work before [`calibrate`].
+    fn early_window_ok(self) -> bool {
+        let (hz, bits) = match self {
+            Counter::Hpet { hz, bits, .. } => (hz, bits),
+            Counter::PmTimer { bits, .. } => (platform::acpi::PM_TIMER_HZ, bits),
+            Counter::Pit | Counter::None => return true,
+        };
+        bits >= 64 || (1u64 << bits) / hz.max(1) >= EARLY_WINDOW_MIN_WRAP_S
+    }
+}
+
+/// The references [`set_references`] found usable, in preference order (the PIT last).
+static CANDIDATES: spin::Mutex<heapless::Vec<Counter, 3>> = spin::Mutex::new(heapless::Vec::new());
+
+/// Takes the HPET and PM timer from the ACPI tables as calibration
+/// references (used only when CPUID does not give the TSC rate). The HPET's
+/// period register is checked and its main counter enabled if firmware left
+/// it stopped. `forced` (`clock=`) keeps one reference only; it is an error
+/// when that one is not there. Returns one line per reference for the boot log.
+pub fn set_references(
+    hpet: Option<&Hpet>,
+    pm_timer: Option<PmTimer>,
+    forced: ClockReference,
+) -> Result<alloc::vec::Vec<alloc::string::String>, alloc::string::String> {
+    use core::fmt::Write;
+    let mut lines = alloc::vec::Vec::new();
+    let mut line = alloc::string::String::new();
+    let mut candidates = heapless::Vec::new();
+    let wants = |reference| forced == ClockReference::Auto || forced == reference;
+    if let Some(hpet) = hpet.filter(|_| wants(ClockReference::Hpet)) {
+        match hpet_counter(hpet) {
+            Ok(counter) => {
+                if let Counter::Hpet { hz, bits, .. } = counter {
+                    let _ = write!(line, "clock: HPET at {:#x}, {hz} Hz, {bits}-bit counter", hpet.base);
+                }
+                let _ = candidates.push(counter);
+            }
+            Err(e) => {
+                let _ = write!(line, "clock: HPET at {:#x} not used: {e}", hpet.base);
+            }
+        }
+        lines.push(core::mem::take(&mut line));
+    }
+    if let Some(pm) = pm_timer.filter(|_| wants(ClockReference::PmTimer)) {
+        let _ = write!(line, "clock: ACPI PM timer at port {:#x}, {} bits", pm.port, pm.bits);
+        lines.push(core::mem::take(&mut line));
+        let _ = candidates.push(Counter::PmTimer {
+            port: pm.port,
+            bits: pm.bits,
+        });
+    }
+    if wants(ClockReference::Pit) {
+        let _ = candidates.push(Counter::Pit);
+    }
+    if candidates.is_empty() {
+        let _ = write!(
+            line,
+            "clock={}: the ACPI tables name no usable {}",
+            match forced {
+                ClockReference::Hpet => "hpet",
+                ClockReference::PmTimer => "pmtimer",
+                _ => "?",
+            },
+            match forced {
+                ClockReference::Hpet => "HPET",
+                _ => "ACPI PM timer",
+            }
+        );
+        return Err(line);
+    }
+    if forced != ClockReference::Auto {
+        let _ = write!(
+            line,
+            "clock: only {} is used (clock= on the command line)",
+            candidates[0].name()
+        );
+        lines.push(line);
+    }
+    *CANDIDATES.lock() = candidates;
+    Ok(lines)
+}
+
+fn hpet_counter(hpet: &Hpet) -> Result<Counter, crate::error::Error> {
+    let base = crate::arch::memory::map_mmio(hpet.base, HPET_REGISTER_BYTES as u64)?;
+    // SAFETY: the HPET register block is mapped uncached above; nothing else
+    // in the kernel touches it.
+    let mmio = unsafe { VolatileMmio::new(base, HPET_REGISTER_BYTES) };
+    let capabilities =
+        u64::from(mmio.read32(HPET_CAPABILITIES)?) | (u64::from(mmio.read32(HPET_CAPABILITIES + 4)?) << 32);
+    let hz = platform::acpi::hpet_counter_hz(capabilities)?;
+    let bits = platform::acpi::hpet_counter_bits(capabilities);
+    let config = mmio.read32(HPET_CONFIG)?;
+    if config & 1 == 0 {
+        // ENABLE_CNF starts the main counter; no comparator has its
+        // interrupt enabled after reset, so nothing fires.
+        mmio.write32(HPET_CONFIG, config | 1)?;
+    }
+    Ok(Counter::Hpet {
+        regs: base as usize,
+        hz,
+        bits,
+    })
+}
+
+/// One reading of the reference counter and of the LAPIC timer, each bracketed by TSC reads.
+#[derive(Clone, Copy)]
+struct Reading {
+    reference: Bracketed,
+    lapic: Bracketed,
+    /// The reference has not run out (PIT: OUT2 still low after the latch; others always).
+    in_window: bool,
+}
+
+/// Where the current calibration window started and against what (set by [`calibration_start`]).
+static WINDOW_START: spin::Mutex<Option<(Counter, Reading)>> = spin::Mutex::new(None);
 
 fn pit_ports() -> (Port<u8>, Port<u8>, Port<u8>) {
     (Port::new(0x61), Port::new(0x43), Port::new(0x42))
 }
 
-/// Loads PIT channel 2 with the full count in mode 0 (gate high, speaker
-/// off) and starts the LAPIC timer free-running; returns the first reading
-/// after the PIT started counting (when `need_pit`: a machine whose TSC rate
-/// CPUID gives may have no PIT at all, and then nothing waits for one).
-fn open_window(need_pit: bool) -> Reading {
-    let (mut gate, mut mode, mut counter) = pit_ports();
+/// Starts the LAPIC timer free-running and (for the PIT) loads channel 2
+/// with the full count in mode 0 (gate high, speaker off); returns the
+/// narrowest of a few first readings after the reference started counting.
+fn open_window(counter: Counter) -> Reading {
     crate::arch::apic::timer_start_free_running();
-    // SAFETY: PIT channel 2 and the speaker-gate port; channel 2 drives nothing
-    // but the (disabled) speaker, so reprogramming it has no other effect.
-    unsafe {
-        let g = gate.read();
-        gate.write((g & !0x02) | 0x01); // gate high, speaker off
-        mode.write(0xB0); // channel 2, lo/hi byte, mode 0 (OUT2 rises at terminal count)
-        counter.write(PIT_FULL_COUNT as u8);
-        counter.write((PIT_FULL_COUNT >> 8) as u8);
+    if let Counter::Pit = counter {
+        let (mut gate, mut mode, mut counter_port) = pit_ports();
+        // SAFETY: PIT channel 2 and the speaker-gate port; channel 2 drives nothing
+        // but the (disabled) speaker, so reprogramming it has no other effect.
+        unsafe {
+            let g = gate.read();
+            gate.write((g & !0x02) | 0x01); // gate high, speaker off
+            mode.write(0xB0); // channel 2, lo/hi byte, mode 0 (OUT2 rises at terminal count)
+            counter_port.write(PIT_FULL_COUNT as u8);
+            counter_port.write((PIT_FULL_COUNT >> 8) as u8);
+        }
     }
-    // The count is loaded on the next PIT clock: until it runs below the
+    // The PIT count is loaded on the next PIT clock: until it runs below the
     // loaded value a reading may still be the old one.
-    let mut first = read_counters();
+    let mut first = read_counters(counter);
     for _ in 0..MAX_SAMPLES {
-        if !need_pit || first.pit.count < u64::from(PIT_FULL_COUNT) {
+        if !matches!(counter, Counter::Pit) || first.reference.count < u64::from(PIT_FULL_COUNT) {
             break;
         }
-        first = read_counters();
+        first = read_counters(counter);
     }
     // The error bound counts each end's bracket: start from the narrowest of
     // a few readings (a vCPU or an SMI can stretch any single one).
     let mut start = first;
     for _ in 0..START_READINGS {
-        let r = read_counters();
-        if width(&r.pit) < width(&start.pit) {
-            start.pit = r.pit;
+        let r = read_counters(counter);
+        if width(&r.reference) < width(&start.reference) {
+            start.reference = r.reference;
         }
         if width(&r.lapic) < width(&start.lapic) {
             start.lapic = r.lapic;
@@ -196,42 +348,136 @@ fn width(b: &Bracketed) -> u64 {
     b.tsc_after.saturating_sub(b.tsc_before)
 }
 
-/// Latches and reads PIT channel 2 and reads the LAPIC timer, each between two TSC reads.
-fn read_counters() -> Reading {
-    let (mut gate, mut mode, mut counter) = pit_ports();
-    // SAFETY: latching and reading PIT channel 2 (programmed by `open_window`)
-    // and reading the speaker-gate port have no effect beyond the PIT's latch.
-    unsafe {
-        let before = rdtsc();
-        mode.write(0x80); // counter latch, channel 2
-        let after = rdtsc();
-        let lapic_before = rdtsc();
-        let lapic = crate::arch::apic::timer_current();
-        let lapic_after = rdtsc();
-        let lo = counter.read();
-        let hi = counter.read();
-        let pit_in_window = gate.read() & 0x20 == 0;
-        Reading {
-            pit: Bracketed {
-                tsc_before: before,
-                tsc_after: after,
-                count: u64::from(u16::from_le_bytes([lo, hi])),
-            },
-            lapic: Bracketed {
-                tsc_before: lapic_before,
-                tsc_after: lapic_after,
-                count: u64::from(lapic),
-            },
-            pit_in_window,
+/// Reads the reference counter between two TSC reads.
+fn read_reference(counter: Counter) -> (Bracketed, bool) {
+    match counter {
+        Counter::Pit => {
+            let (mut gate, mut mode, mut counter_port) = pit_ports();
+            // SAFETY: latching and reading PIT channel 2 (programmed by
+            // `open_window`) and reading the speaker-gate port have no effect
+            // beyond the PIT's latch.
+            unsafe {
+                let before = rdtsc();
+                mode.write(0x80); // counter latch, channel 2
+                let after = rdtsc();
+                let lo = counter_port.read();
+                let hi = counter_port.read();
+                let in_window = gate.read() & 0x20 == 0;
+                let count = u64::from(u16::from_le_bytes([lo, hi]));
+                (
+                    Bracketed {
+                        tsc_before: before,
+                        tsc_after: after,
+                        count,
+                    },
+                    in_window,
+                )
+            }
+        }
+        Counter::Hpet { regs, bits, .. } => {
+            // SAFETY: `regs` is the HPET block `hpet_counter` mapped (and
+            // never unmaps); only the read-only main counter is read here.
+            let mmio = unsafe { VolatileMmio::new(regs as *mut u8, HPET_REGISTER_BYTES) };
+            let read = |offset| u64::from(mmio.read32(offset).unwrap_or(0));
+            let before = rdtsc();
+            let count = if bits == 64 {
+                // High, low, high: retry if the low half carried in between
+                // (a few times: a broken block must not hang the boot; its
+                // readings then make no usable interval and the next
+                // reference is tried).
+                let mut value = 0;
+                for _ in 0..4 {
+                    let high = read(HPET_MAIN_COUNTER + 4);
+                    let low = read(HPET_MAIN_COUNTER);
+                    value = (high << 32) | low;
+                    if read(HPET_MAIN_COUNTER + 4) == high {
+                        break;
+                    }
+                }
+                value
+            } else {
+                read(HPET_MAIN_COUNTER)
+            };
+            let after = rdtsc();
+            (
+                Bracketed {
+                    tsc_before: before,
+                    tsc_after: after,
+                    count,
+                },
+                true,
+            )
+        }
+        Counter::PmTimer { port, .. } => {
+            let mut port = Port::<u32>::new(port);
+            let before = rdtsc();
+            // SAFETY: the FADT names this port as the PM timer; reading it has no side effect.
+            let count = u64::from(unsafe { port.read() });
+            let after = rdtsc();
+            (
+                Bracketed {
+                    tsc_before: before,
+                    tsc_after: after,
+                    count,
+                },
+                true,
+            )
+        }
+        Counter::None => {
+            let now = rdtsc();
+            (
+                Bracketed {
+                    tsc_before: now,
+                    tsc_after: now,
+                    count: 0,
+                },
+                true,
+            )
         }
     }
 }
 
-/// Opens the calibration window: from here the PIT and the LAPIC timer
-/// count while the boot goes on, and [`calibrate`] only waits for what is
-/// still missing. Call on the BSP after the local APIC is enabled.
+/// Reads the reference and the LAPIC timer, each between two TSC reads.
+fn read_counters(counter: Counter) -> Reading {
+    let (reference, in_window) = read_reference(counter);
+    let lapic_before = rdtsc();
+    let lapic = crate::arch::apic::timer_current();
+    let lapic_after = rdtsc();
+    Reading {
+        reference,
+        lapic: Bracketed {
+            tsc_before: lapic_before,
+            tsc_after: lapic_after,
+            count: u64::from(lapic),
+        },
+        in_window,
+    }
+}
+
+/// The counters calibration tries, in order: none when CPUID gives the TSC
+/// rate, else the references [`set_references`] found, ending with the PIT.
+fn candidates() -> heapless::Vec<Counter, 3> {
+    let mut list = heapless::Vec::new();
+    if cpuid_tsc_hz().is_some() {
+        let _ = list.push(Counter::None);
+        return list;
+    }
+    list = CANDIDATES.lock().clone();
+    if list.is_empty() {
+        let _ = list.push(Counter::Pit);
+    }
+    list
+}
+
+/// Opens the calibration window: from here the reference and the LAPIC
+/// timer count while the boot goes on, and [`calibrate`] only waits for
+/// what is still missing. Call on the BSP after the local APIC is enabled
+/// and after [`set_references`].
 pub fn calibration_start() {
-    *WINDOW_START.lock() = Some(open_window(cpuid_tsc_hz().is_none()));
+    let first = candidates()[0];
+    if first.early_window_ok() {
+        *WINDOW_START.lock() = Some((first, open_window(first)));
+    }
 }
 
 /// An estimate and its error bound.
@@ -243,16 +489,24 @@ struct Estimate {
 }
 
 /// Rates from the window `start..end`: the TSC from CPUID when `cpuid_hz`
-/// holds it (then only the LAPIC interval matters), else from the PIT.
-fn estimate(start: &Reading, end: &Reading, cpuid_hz: Option<u64>) -> Option<Estimate> {
+/// holds it (then only the LAPIC interval matters), else from the reference.
+fn estimate(counter: Counter, start: &Reading, end: &Reading, cpuid_hz: Option<u64>) -> Option<Estimate> {
     let lapic = Interval::between_down_counts(start.lapic, end.lapic)?;
-    let (tsc_hz, pit_ppm) = match cpuid_hz {
-        Some(hz) => (hz, 0),
-        None => {
-            if !end.pit_in_window {
+    let (tsc_hz, reference_ppm) = match (cpuid_hz, counter) {
+        (Some(hz), _) => (hz, 0),
+        (None, Counter::Hpet { hz, bits, .. }) => {
+            let iv = Interval::between_up_counts(start.reference, end.reference, bits)?;
+            (iv.tsc_hz(hz), iv.error_ppm())
+        }
+        (None, Counter::PmTimer { bits, .. }) => {
+            let iv = Interval::between_up_counts(start.reference, end.reference, bits)?;
+            (iv.tsc_hz(platform::acpi::PM_TIMER_HZ), iv.error_ppm())
+        }
+        (None, Counter::Pit | Counter::None) => {
+            if !end.in_window {
                 return None;
             }
-            let pit = Interval::between_down_counts(start.pit, end.pit)?;
+            let pit = Interval::between_down_counts(start.reference, end.reference)?;
             (pit.tsc_hz(PIT_HZ), pit.error_ppm())
         }
     };
@@ -260,26 +514,22 @@ fn estimate(start: &Reading, end: &Reading, cpuid_hz: Option<u64>) -> Option<Est
     Some(Estimate {
         tsc_hz,
         lapic_hz: lapic.counter_hz(tsc_hz),
-        error_ppm: pit_ppm.max(lapic.error_ppm()),
+        error_ppm: reference_ppm.max(lapic.error_ppm()),
         window_ns: (lapic.tsc_ticks() as u128 * 1_000_000_000 / tsc_hz as u128) as u64,
     })
 }
 
-/// Finishes calibration (opening a window first if [`calibration_start`] did
-/// not): reads the PIT and LAPIC timer until the rates are known within
-/// [`TARGET_PPM`], opening a fresh window when one ran out first. The TSC
-/// rate comes from CPUID leaf 0x15 (or 0x16) when the CPU reports it.
-pub fn calibrate() -> Result<Calibration, CalibrationError> {
-    let cpuid = cpuid_tsc_hz();
-    let need_pit = cpuid.is_none();
-    let mut start = WINDOW_START.lock().take().unwrap_or_else(|| open_window(need_pit));
+/// Measures against one reference until the bound is met (or the samples
+/// run out); `None` when it never gave a usable interval.
+fn measure(counter: Counter, early: Option<Reading>, cpuid_hz: Option<u64>) -> (Option<Estimate>, u32, u32) {
+    let mut start = early.unwrap_or_else(|| open_window(counter));
     let mut best: Option<Estimate> = None;
     let mut windows = 1;
     let mut samples = 0u32;
     loop {
-        let now = read_counters();
+        let now = read_counters(counter);
         samples += 1;
-        match estimate(&start, &now, cpuid.map(|(hz, _)| hz)) {
+        match estimate(counter, &start, &now, cpuid_hz) {
             Some(e) => {
                 let done = e.error_ppm <= TARGET_PPM;
                 if best.as_ref().is_none_or(|b| e.error_ppm < b.error_ppm) {
@@ -291,12 +541,12 @@ pub fn calibrate() -> Result<Calibration, CalibrationError> {
             }
             // The PIT ran out before the bound was met (a preempted vCPU, a
             // slow machine): start over, a few times.
-            None if cpuid.is_none() && !now.pit_in_window => {
+            None if cpuid_hz.is_none() && !now.in_window => {
                 if windows >= MAX_WINDOWS {
                     break;
                 }
                 windows += 1;
-                start = open_window(need_pit);
+                start = open_window(counter);
             }
             None => {}
         }
@@ -304,14 +554,55 @@ pub fn calibrate() -> Result<Calibration, CalibrationError> {
             break;
         }
     }
-    crate::arch::apic::timer_stop();
     log::debug!(
-        "clock: {samples} readings; start brackets pit {} lapic {} ticks",
-        width(&start.pit),
+        "clock: {} readings against {}; start brackets reference {} lapic {} ticks",
+        samples,
+        counter.name(),
+        width(&start.reference),
         width(&start.lapic)
     );
-    let Some(e) = best else {
-        return Err(CalibrationError::NoProgress { samples });
+    (best, samples, windows)
+}
+
+/// Finishes calibration (opening a window first if [`calibration_start`] did
+/// not): the TSC rate comes from CPUID leaf 0x15 (or 0x16) when the CPU
+/// reports it; else it is measured against the first reference that counts
+/// (HPET, ACPI PM timer, PIT), each read until the rates are known within
+/// [`TARGET_PPM`].
+pub fn calibrate() -> Result<Calibration, CalibrationError> {
+    let cpuid = cpuid_tsc_hz();
+    let mut early = WINDOW_START.lock().take();
+    let mut samples = 0;
+    let mut tried: &'static str = "none";
+    let mut found = None;
+    let list = candidates();
+    for (i, &counter) in list.iter().enumerate() {
+        let start = match early.take() {
+            Some((c, reading)) if core::mem::discriminant(&c) == core::mem::discriminant(&counter) => Some(reading),
+            _ => None,
+        };
+        let (best, n, windows) = measure(counter, start, cpuid.map(|(hz, _)| hz));
+        samples = n;
+        tried = counter.name();
+        match best {
+            Some(e) => {
+                found = Some((counter, e, windows));
+                break;
+            }
+            None => log::warn!(
+                "clock: {} gave no usable interval ({n} readings, {windows} window(s)){}",
+                counter.name(),
+                if i + 1 < list.len() {
+                    "; trying the next reference"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+    crate::arch::apic::timer_stop();
+    let Some((counter, e, windows)) = found else {
+        return Err(CalibrationError::NoProgress { samples, tried });
     };
     if e.error_ppm > TARGET_PPM {
         log::warn!(
@@ -325,7 +616,7 @@ pub fn calibrate() -> Result<Calibration, CalibrationError> {
     TSC_ORIGIN.store(rdtsc(), Ordering::Relaxed);
     Ok(Calibration {
         tsc_hz: e.tsc_hz,
-        source: cpuid.map_or(Source::Pit, |(_, s)| s),
+        source: cpuid.map_or(counter.source(), |(_, s)| s),
         lapic_hz: e.lapic_hz,
         error_ppm: e.error_ppm,
         window_ns: e.window_ns,

@@ -200,6 +200,33 @@ fn multiboot2_tags_are_parsed_and_new_rsdp_preferred() {
 }
 
 #[test]
+fn multiboot2_efi_system_table_is_used_only_without_an_acpi_tag() {
+    let st = 0x7F9E_E018u64.to_le_bytes().to_vec();
+    let mmap = (MB2_TAG_MMAP, mb2_mmap(&[(0x100000, 0x7ff00000, 1)]));
+    let m = multiboot2_fixture(&[(MB2_TAG_EFI64_SYSTEM_TABLE, st.clone()), mmap.clone()], true);
+    let bi = parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).unwrap();
+    assert_eq!(bi.rsdp, Some(RsdpSource::EfiSystemTable(0x7F9E_E018)));
+    let mut rsdp_v1 = b"RSD PTR ".to_vec();
+    rsdp_v1.resize(20, 1);
+    for tags in [
+        vec![
+            (MB2_TAG_EFI64_SYSTEM_TABLE, st.clone()),
+            (MB2_TAG_ACPI_OLD, rsdp_v1.clone()),
+            mmap.clone(),
+        ],
+        vec![
+            (MB2_TAG_ACPI_OLD, rsdp_v1.clone()),
+            (MB2_TAG_EFI64_SYSTEM_TABLE, st.clone()),
+            mmap.clone(),
+        ],
+    ] {
+        let m = multiboot2_fixture(&tags, true);
+        let bi = parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).unwrap();
+        assert!(matches!(bi.rsdp, Some(RsdpSource::Copy(_))), "{:?}", bi.rsdp);
+    }
+}
+
+#[test]
 fn multiboot2_without_end_tag_or_with_oversized_tag_is_rejected() {
     let m = multiboot2_fixture(&[(MB2_TAG_MMAP, mb2_mmap(&[(0, 4096, 1)]))], false);
     assert!(

@@ -1,24 +1,22 @@
 //! MADT ("APIC") parsing: CPUs, I/O APICs, overrides, NMI wiring.
+//!
+//! The lists are sized from the table (heap vectors): a 2-socket server lists
+//! hundreds of x2APIC entries, nine or more I/O APICs and often one LAPIC-NMI
+//! entry per CPU, so no fixed cap applies. The kernel parses the MADT after
+//! its heap is up. Every entry's length is still checked before it is read,
+//! and the table length is capped by [`super::MAX_TABLE_LEN`], which bounds
+//! the memory a malformed table can make the parser allocate.
 
 use ::acpi::madt::{
     EntryHeader, InterruptSourceOverrideEntry, IoApicEntry, LocalApicAddressOverrideEntry, LocalApicEntry,
     LocalApicNmiEntry, LocalX2ApicEntry, NmiSourceEntry, X2ApicNmiEntry,
 };
+use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
 use core::mem::size_of;
 
 use super::{PhysMemory, Sdt, read_plain};
 use crate::error::{Error, Result, TableSignature};
-
-/// Processor entries kept (local APIC and x2APIC together).
-pub const MAX_CPUS: usize = 256;
-/// I/O APIC entries kept.
-pub const MAX_IO_APICS: usize = 8;
-/// Interrupt source overrides kept (there are at most 16 ISA IRQs).
-pub const MAX_OVERRIDES: usize = 16;
-/// NMI source entries kept.
-pub const MAX_NMI_SOURCES: usize = 8;
-/// Local APIC NMI entries kept (some firmware lists one per CPU).
-pub const MAX_LOCAL_APIC_NMIS: usize = 256;
 
 /// Header (36) + local APIC address (4) + flags (4).
 const MADT_FIXED_LEN: u32 = 44;
@@ -178,24 +176,29 @@ pub struct Madt {
     pub local_apic_address: u64,
     /// Flags bit 0: a dual 8259 PIC is present (mask it before enabling interrupts).
     pub pcat_compat: bool,
-    /// Processors in table order; an APIC id already listed is not listed again.
-    pub cpus: heapless::Vec<Cpu, MAX_CPUS>,
-    /// Entries skipped because their APIC id was already listed.
+    /// Processors in table order. A usable (enabled or online-capable) entry
+    /// whose APIC id a usable entry already listed is dropped; disabled
+    /// entries are kept as listed (firmware often repeats one placeholder id
+    /// for absent sockets) and never hide a later usable entry.
+    pub cpus: Vec<Cpu>,
+    /// Usable entries dropped because a usable entry already had their APIC id.
     pub duplicate_apic_ids: u32,
-    /// I/O APICs.
-    pub io_apics: heapless::Vec<IoApic, MAX_IO_APICS>,
+    /// I/O APICs in table order.
+    pub io_apics: Vec<IoApic>,
     /// Interrupt source overrides.
-    pub overrides: heapless::Vec<InterruptOverride, MAX_OVERRIDES>,
+    pub overrides: Vec<InterruptOverride>,
     /// NMI sources.
-    pub nmi_sources: heapless::Vec<NmiSource, MAX_NMI_SOURCES>,
-    /// Local APIC NMI pins (type 4 and type 10 entries).
-    pub local_apic_nmis: heapless::Vec<LocalApicNmi, MAX_LOCAL_APIC_NMIS>,
+    pub nmi_sources: Vec<NmiSource>,
+    /// Local APIC NMI pins (type 4 and type 10 entries), collapsed: exact
+    /// repeats are dropped, per-processor entries that an "all processors"
+    /// entry with the same pin and flags already covers are dropped, and a set
+    /// of per-processor entries with one pin and flags that names every
+    /// usable CPU becomes a single "all processors" entry.
+    pub local_apic_nmis: Vec<LocalApicNmi>,
+    /// Type 4 and type 10 entries as listed, before collapsing.
+    pub local_apic_nmi_entries: u32,
     /// Entries of other types (skipped).
     pub other_entries: u32,
-}
-
-fn push<T, const N: usize>(list: &mut heapless::Vec<T, N>, item: T, what: &'static str) -> Result<()> {
-    list.push(item).map_err(|_| Error::MadtCapacity { what, capacity: N })
 }
 
 impl Madt {
@@ -206,14 +209,16 @@ impl Madt {
         let mut madt = Madt {
             local_apic_address: u64::from(table.read_u32(memory, 36)?),
             pcat_compat: table.read_u32(memory, 40)? & 1 != 0,
-            cpus: heapless::Vec::new(),
+            cpus: Vec::new(),
             duplicate_apic_ids: 0,
-            io_apics: heapless::Vec::new(),
-            overrides: heapless::Vec::new(),
-            nmi_sources: heapless::Vec::new(),
-            local_apic_nmis: heapless::Vec::new(),
+            io_apics: Vec::new(),
+            overrides: Vec::new(),
+            nmi_sources: Vec::new(),
+            local_apic_nmis: Vec::new(),
+            local_apic_nmi_entries: 0,
             other_entries: 0,
         };
+        let mut usable_ids = BTreeSet::new();
         let mut offset = MADT_FIXED_LEN;
         let mut entry = [0u8; 255];
         while offset < table.length {
@@ -239,24 +244,89 @@ impl Madt {
             }
             let bytes = &mut entry[..usize::from(length)];
             table.read(memory, offset, bytes)?;
-            madt.add_entry(offset, entry_type, bytes)?;
+            madt.add_entry(offset, entry_type, bytes, &mut usable_ids)?;
             // length >= 2 was checked above, so the walk always advances.
             offset += u32::from(length);
         }
+        madt.collapse_local_apic_nmis();
         Ok(madt)
     }
 
-    fn add_cpu(&mut self, cpu: Cpu) -> Result<()> {
-        if self.cpus.iter().any(|known| known.apic_id == cpu.apic_id) {
+    fn add_cpu(&mut self, cpu: Cpu, usable_ids: &mut BTreeSet<u32>) -> Result<()> {
+        if cpu.usable() && !usable_ids.insert(cpu.apic_id) {
             self.duplicate_apic_ids += 1;
             return Ok(());
         }
-        push(&mut self.cpus, cpu, "processor entries")
+        self.cpus.push(cpu);
+        Ok(())
+    }
+
+    /// See [`Madt::local_apic_nmis`]. Firmware that lists one entry per CPU
+    /// (all saying "LINT1 is NMI") ends up with one entry. Entries are
+    /// grouped by pin and flags (a handful of groups), so this stays linear
+    /// in the entry count apart from set look-ups.
+    fn collapse_local_apic_nmis(&mut self) {
+        struct Group {
+            pin: LocalApicNmi,
+            for_all: bool,
+            uids: Vec<u32>,
+            seen: BTreeSet<u32>,
+        }
+        let same_pin =
+            |a: &LocalApicNmi, b: &LocalApicNmi| a.lint == b.lint && a.polarity == b.polarity && a.trigger == b.trigger;
+        let mut groups: Vec<Group> = Vec::new();
+        for entry in core::mem::take(&mut self.local_apic_nmis) {
+            let index = match groups.iter().position(|group| same_pin(&group.pin, &entry)) {
+                Some(index) => index,
+                None => {
+                    groups.push(Group {
+                        pin: entry,
+                        for_all: false,
+                        uids: Vec::new(),
+                        seen: BTreeSet::new(),
+                    });
+                    groups.len() - 1
+                }
+            };
+            let group = &mut groups[index];
+            match entry.processor_uid {
+                None => group.for_all = true,
+                Some(uid) => {
+                    if group.seen.insert(uid) {
+                        group.uids.push(uid);
+                    }
+                }
+            }
+        }
+        let usable_uids: BTreeSet<u32> = self.usable_cpus().map(|cpu| cpu.processor_uid).collect();
+        for group in groups {
+            let names_every_cpu = !usable_uids.is_empty() && usable_uids.is_subset(&group.seen);
+            if group.for_all || names_every_cpu {
+                self.local_apic_nmis.push(LocalApicNmi {
+                    processor_uid: None,
+                    ..group.pin
+                });
+            } else {
+                for uid in group.uids {
+                    self.local_apic_nmis.push(LocalApicNmi {
+                        processor_uid: Some(uid),
+                        ..group.pin
+                    });
+                }
+            }
+        }
+    }
+
+    /// The LINT pins wired to NMI on the processor with ACPI UID `processor_uid`.
+    pub fn nmi_pins_of(&self, processor_uid: u32) -> impl Iterator<Item = &LocalApicNmi> {
+        self.local_apic_nmis
+            .iter()
+            .filter(move |entry| entry.processor_uid.is_none_or(|uid| uid == processor_uid))
     }
 
     /// `bytes` holds the whole entry and is at least `min_entry_len` long, so
     /// the `read_plain` calls cannot fail; they are still checked.
-    fn add_entry(&mut self, offset: u32, entry_type: u8, bytes: &[u8]) -> Result<()> {
+    fn add_entry(&mut self, offset: u32, entry_type: u8, bytes: &[u8], usable_ids: &mut BTreeSet<u32>) -> Result<()> {
         let short = || Error::MadtEntryTooShort {
             offset,
             entry_type,
@@ -267,24 +337,30 @@ impl Madt {
             TYPE_LOCAL_APIC => {
                 let entry: LocalApicEntry = read_plain(bytes).ok_or_else(short)?;
                 let flags = entry.flags;
-                self.add_cpu(Cpu {
-                    processor_uid: u32::from(entry.processor_id),
-                    apic_id: u32::from(entry.apic_id),
-                    enabled: flags & 1 != 0,
-                    online_capable: flags & 2 != 0,
-                    from_x2apic_entry: false,
-                })
+                self.add_cpu(
+                    Cpu {
+                        processor_uid: u32::from(entry.processor_id),
+                        apic_id: u32::from(entry.apic_id),
+                        enabled: flags & 1 != 0,
+                        online_capable: flags & 2 != 0,
+                        from_x2apic_entry: false,
+                    },
+                    usable_ids,
+                )
             }
             TYPE_LOCAL_X2APIC => {
                 let entry: LocalX2ApicEntry = read_plain(bytes).ok_or_else(short)?;
                 let flags = entry.flags;
-                self.add_cpu(Cpu {
-                    processor_uid: entry.processor_uid,
-                    apic_id: entry.x2apic_id,
-                    enabled: flags & 1 != 0,
-                    online_capable: flags & 2 != 0,
-                    from_x2apic_entry: true,
-                })
+                self.add_cpu(
+                    Cpu {
+                        processor_uid: entry.processor_uid,
+                        apic_id: entry.x2apic_id,
+                        enabled: flags & 1 != 0,
+                        online_capable: flags & 2 != 0,
+                        from_x2apic_entry: true,
+                    },
+                    usable_ids,
+                )
             }
             TYPE_IO_APIC => {
                 let entry: IoApicEntry = read_plain(bytes).ok_or_else(short)?;
@@ -293,7 +369,8 @@ impl Madt {
                     address: entry.io_apic_address,
                     gsi_base: entry.global_system_interrupt_base,
                 };
-                push(&mut self.io_apics, io_apic, "I/O APIC entries")
+                self.io_apics.push(io_apic);
+                Ok(())
             }
             TYPE_OVERRIDE => {
                 let entry: InterruptSourceOverrideEntry = read_plain(bytes).ok_or_else(short)?;
@@ -310,7 +387,8 @@ impl Madt {
                     polarity,
                     trigger,
                 };
-                push(&mut self.overrides, item, "interrupt source overrides")
+                self.overrides.push(item);
+                Ok(())
             }
             TYPE_NMI_SOURCE => {
                 let entry: NmiSourceEntry = read_plain(bytes).ok_or_else(short)?;
@@ -320,7 +398,8 @@ impl Madt {
                     polarity,
                     trigger,
                 };
-                push(&mut self.nmi_sources, item, "NMI source entries")
+                self.nmi_sources.push(item);
+                Ok(())
             }
             TYPE_LOCAL_APIC_NMI => {
                 let entry: LocalApicNmiEntry = read_plain(bytes).ok_or_else(short)?;
@@ -332,7 +411,9 @@ impl Madt {
                     polarity,
                     trigger,
                 };
-                push(&mut self.local_apic_nmis, item, "local APIC NMI entries")
+                self.local_apic_nmi_entries += 1;
+                self.local_apic_nmis.push(item);
+                Ok(())
             }
             TYPE_X2APIC_NMI => {
                 let entry: X2ApicNmiEntry = read_plain(bytes).ok_or_else(short)?;
@@ -345,7 +426,9 @@ impl Madt {
                     polarity,
                     trigger,
                 };
-                push(&mut self.local_apic_nmis, item, "local APIC NMI entries")
+                self.local_apic_nmi_entries += 1;
+                self.local_apic_nmis.push(item);
+                Ok(())
             }
             TYPE_LOCAL_APIC_ADDRESS => {
                 let entry: LocalApicAddressOverrideEntry = read_plain(bytes).ok_or_else(short)?;

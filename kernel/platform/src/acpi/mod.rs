@@ -14,20 +14,36 @@
 //! forever, a table length below the header underflows, the RSDP checksum
 //! reads `length` bytes past a 36-byte copy), see the crate README.
 
+mod dmar;
+mod fadt;
+mod hpet;
+mod ivrs;
 mod madt;
 mod mcfg;
+mod numa;
 mod rsdp;
 mod sdt;
 mod spcr;
+mod slit;
+mod srat;
+mod tables;
 
-pub use madt::{
-    Cpu, InterruptOverride, IoApic, IrqRoute, LocalApicNmi, MAX_CPUS, MAX_IO_APICS, MAX_LOCAL_APIC_NMIS,
-    MAX_NMI_SOURCES, MAX_OVERRIDES, Madt, NmiSource, Polarity, Trigger,
+pub use dmar::{Dmar, DmarUnit, ReservedRegion, vtd};
+pub use fadt::{Fadt, PM_TIMER_HZ, PmTimer};
+pub use hpet::{
+    HPET_CAPABILITIES, HPET_CONFIG, HPET_MAIN_COUNTER, HPET_MAX_PERIOD_FS, HPET_REGISTER_BYTES, Hpet,
+    hpet_counter_bits, hpet_counter_hz,
 };
+pub use ivrs::{AmdIommu, Ivrs, amdvi};
+pub use madt::{Cpu, InterruptOverride, IoApic, IrqRoute, LocalApicNmi, Madt, NmiSource, Polarity, Trigger};
 pub use mcfg::{EcamWindow, MAX_ECAM_WINDOWS, Mcfg, PHYS_ADDRESS_LIMIT};
+pub use numa::{NodeLine, NumaNode, NumaTopology, cpu_index_order};
 pub use rsdp::{BIOS_AREA, EBDA_POINTER, RSDP_V1_LEN, RSDP_V2_LEN, Rsdp};
 pub use sdt::{MAX_TABLE_LEN, SDT_HEADER_LEN, Sdt};
 pub use spcr::{SPCR_MIN_LEN, SPCR_SIGNATURE, Spcr, SpcrPci, SpcrRegisters};
+pub use slit::Slit;
+pub use srat::{CpuAffinity, MemoryAffinity, Srat};
+pub use tables::{AddressSpace, GenericAddress};
 
 use crate::error::{Error, Result, TableSignature};
 
@@ -263,6 +279,52 @@ impl<M: PhysMemory> AcpiTables<M> {
     pub fn madt(&self) -> Result<Madt> {
         let table = self.find(TableSignature::MADT)?;
         Madt::parse(&self.memory, &table)
+    }
+
+    /// Finds the table with `signature` and parses it, `Ok(None)` when the
+    /// root table lists none; a listed table that is invalid is an error.
+    fn optional<T>(&self, signature: TableSignature, parse: impl FnOnce(&M, &Sdt) -> Result<T>) -> Result<Option<T>> {
+        match self.find(signature) {
+            Ok(table) => parse(&self.memory, &table).map(Some),
+            Err(Error::TableNotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The SRAT, if listed.
+    pub fn srat(&self) -> Result<Option<Srat>> {
+        self.optional(TableSignature::SRAT, |m, t| Srat::parse(m, t))
+    }
+
+    /// The SLIT, if listed.
+    pub fn slit(&self) -> Result<Option<Slit>> {
+        self.optional(TableSignature::SLIT, |m, t| Slit::parse(m, t))
+    }
+
+    /// The NUMA layout from the SRAT (and a consistent SLIT), if there is an SRAT.
+    pub fn numa(&self) -> Result<Option<NumaTopology>> {
+        let Some(srat) = self.srat()? else { return Ok(None) };
+        Ok(Some(NumaTopology::new(&srat, self.slit()?)))
+    }
+
+    /// The HPET table, if listed.
+    pub fn hpet(&self) -> Result<Option<Hpet>> {
+        self.optional(TableSignature::HPET, |m, t| Hpet::parse(m, t))
+    }
+
+    /// The FADT, if listed.
+    pub fn fadt(&self) -> Result<Option<Fadt>> {
+        self.optional(TableSignature::FADT, |m, t| Fadt::parse(m, t))
+    }
+
+    /// The DMAR (Intel VT-d), if listed.
+    pub fn dmar(&self) -> Result<Option<Dmar>> {
+        self.optional(TableSignature::DMAR, |m, t| Dmar::parse(m, t))
+    }
+
+    /// The IVRS (AMD-Vi), if listed.
+    pub fn ivrs(&self) -> Result<Option<Ivrs>> {
+        self.optional(TableSignature::IVRS, |m, t| Ivrs::parse(m, t))
     }
 
     /// Finds and parses the MCFG; `Ok(None)` when there is none (e.g. the `pc` machine).

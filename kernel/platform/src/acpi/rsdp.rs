@@ -129,6 +129,61 @@ impl Rsdp {
     }
 }
 
+/// "IBI SYST": the EFI system table's signature.
+const EFI_SYSTEM_TABLE_SIGNATURE: u64 = 0x5453_5953_2049_4249;
+/// Offsets in the 64-bit EFI system table: entry count and configuration table pointer.
+const EFI_CONFIG_COUNT: u64 = 104;
+const EFI_CONFIG_TABLE: u64 = 112;
+/// Configuration table entries read at most (firmware lists a few dozen).
+pub const MAX_EFI_CONFIG_ENTRIES: u64 = 1024;
+/// EFI_ACPI_20_TABLE_GUID and ACPI_TABLE_GUID in memory byte order.
+const ACPI_20_GUID: [u8; 16] = [
+    0x71, 0xe8, 0x68, 0x88, 0xf1, 0xe4, 0xd3, 0x11, 0xbc, 0x22, 0x00, 0x80, 0xc7, 0x3c, 0x88, 0x81,
+];
+const ACPI_10_GUID: [u8; 16] = [
+    0x30, 0x2d, 0x9d, 0xeb, 0x88, 0x2d, 0xd3, 0x11, 0x9a, 0x16, 0x00, 0x90, 0x27, 0x3f, 0xc1, 0x4d,
+];
+
+impl Rsdp {
+    /// Finds the RSDP through the 64-bit EFI system table at `phys` (what a
+    /// Multiboot2 loader passes in tag 12 when it gives no ACPI tag): its
+    /// configuration table's ACPI 2.0 entry, else its ACPI 1.0 entry.
+    pub fn from_efi_system_table(memory: &impl PhysMemory, phys: u64) -> Result<Rsdp> {
+        let read_u64 = |at: u64| -> Result<u64> {
+            let mut bytes = [0u8; 8];
+            memory.read_bytes(at, &mut bytes)?;
+            Ok(u64::from_le_bytes(bytes))
+        };
+        let error = |reason| Error::EfiSystemTable { phys, reason };
+        if read_u64(phys)? != EFI_SYSTEM_TABLE_SIGNATURE {
+            return Err(error("no \"IBI SYST\" signature"));
+        }
+        let count = read_u64(phys + EFI_CONFIG_COUNT)?;
+        if count > MAX_EFI_CONFIG_ENTRIES {
+            return Err(error("more than 1024 configuration table entries"));
+        }
+        let table = read_u64(phys + EFI_CONFIG_TABLE)?;
+        let mut acpi_10 = None;
+        for index in 0..count {
+            let entry = table
+                .checked_add(index * 24)
+                .ok_or(error("configuration table wraps past 2^64"))?;
+            let mut guid = [0u8; 16];
+            memory.read_bytes(entry, &mut guid)?;
+            if guid == ACPI_20_GUID {
+                return Rsdp::read(memory, read_u64(entry + 16)?);
+            }
+            if guid == ACPI_10_GUID && acpi_10.is_none() {
+                acpi_10 = Some(read_u64(entry + 16)?);
+            }
+        }
+        match acpi_10 {
+            Some(address) => Rsdp::read(memory, address),
+            None => Err(error("no ACPI entry in its configuration table")),
+        }
+    }
+}
+
 fn scan(memory: &impl PhysMemory, area: core::ops::Range<u64>) -> Option<Rsdp> {
     let mut chunk = [0u8; 1024];
     let mut base = area.start & !0xF;

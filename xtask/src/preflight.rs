@@ -1,0 +1,799 @@
+//! `cargo xtask preflight ACPIDUMP`: what baremq would do on a box, from the
+//! text Linux's `acpidump` printed there, using the kernel's own
+//! `platform::acpi` parsers on the host.
+//!
+//! What needs the hardware itself (CPUID, the IOMMU's status registers,
+//! whether the PIT counts) is stated as what the kernel will check at boot.
+
+use platform::acpi::{AcpiTables, Madt, NumaTopology, PhysMemory, cpu_index_order};
+use platform::clock::Reference;
+
+use crate::acpidump;
+
+/// Figures the report is built from (the tests compare them with what the
+/// dump's bytes hold, counted independently).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counts {
+    pub madt_processor_entries: usize,
+    pub usable_cpus: usize,
+    pub x2apic_entries: usize,
+    pub io_apics: usize,
+    pub local_apic_nmi_entries: usize,
+    pub numa_nodes: usize,
+    pub srat_cpu_entries: usize,
+    pub srat_memory_entries: usize,
+    pub mcfg_windows: usize,
+    pub dmar_units: usize,
+    pub ivrs_units: usize,
+    pub hpet: bool,
+    pub pm_timer: bool,
+}
+
+/// The report: lines to print, the refusals/limits among them, the figures.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub text: String,
+    /// Things that stop the boot (the kernel would print `BAREMQ: FAILURE`).
+    pub fatal: Vec<String>,
+    /// Limits and refusals the boot would survive (CPUs not started, tables ignored).
+    pub limits: Vec<String>,
+    pub counts: Counts,
+}
+
+impl Report {
+    fn line(&mut self, text: impl AsRef<str>) {
+        self.text.push_str(text.as_ref());
+        self.text.push('\n');
+    }
+    fn fatal(&mut self, text: String) {
+        self.line(format!("  REFUSED (boot stops): {text}"));
+        self.fatal.push(text);
+    }
+    fn limit(&mut self, text: String) {
+        self.line(format!("  LIMIT: {text}"));
+        self.limits.push(text);
+    }
+}
+
+/// `cargo xtask preflight ACPIDUMP...`: prints the report of each dump;
+/// false when any dump could not be read or the boot would stop.
+pub fn cmd_preflight(args: &[String]) -> Result<bool, String> {
+    if args.is_empty() || args.iter().any(|a| a.starts_with('-')) {
+        return Err(
+            "usage: cargo xtask preflight ACPIDUMP [ACPIDUMP...] (the text `acpidump` prints on the box)".into(),
+        );
+    }
+    let mut ok = true;
+    for path in args {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("preflight: cannot read {path}: {e}"))?;
+        let report = preflight_text(&text).map_err(|e| format!("preflight: {path}: {e}"))?;
+        println!("== baremq preflight: {path}");
+        print!("{}", report.text);
+        let verdict = if report.fatal.is_empty() {
+            format!(
+                "the boot would get past firmware discovery ({} limit(s) above)",
+                report.limits.len()
+            )
+        } else {
+            ok = false;
+            format!("the boot would stop: {}", report.fatal.join("; "))
+        };
+        println!("verdict: {verdict}");
+    }
+    Ok(ok)
+}
+
+/// Parses the dump, rebuilds the tables and builds the report.
+pub fn preflight_text(text: &str) -> Result<Report, String> {
+    let dump = acpidump::parse(text)?;
+    let rebuilt = acpidump::rebuild(&dump.tables);
+    let walker = rebuilt.tables().map_err(|e| format!("rebuilt root table: {e}"))?;
+    let mut report = Report::default();
+    for diagnostic in &dump.diagnostics {
+        report.line(format!("dump: {diagnostic}"));
+    }
+    report.line(format!("tables: {}", rebuilt.listed.join(" ")));
+    console(&mut report, &walker);
+    let madt = match walker.madt() {
+        Ok(madt) => Some(madt),
+        Err(e) => {
+            report.line("cpus: -");
+            report.fatal(format!("ACPI: {e}"));
+            None
+        }
+    };
+    if let Some(madt) = &madt {
+        cpus(&mut report, madt);
+    }
+    numa(&mut report, &walker, madt.as_ref());
+    pci(&mut report, &walker);
+    clock(&mut report, &walker);
+    iommu(&mut report, &walker);
+    Ok(report)
+}
+
+/// SPCR, raw. Hook: when `platform::acpi::spcr` (the console work) is
+/// merged, parse with it and print the console the kernel would choose.
+fn console<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
+    let spcr = match tables.find(platform::TableSignature(*b"SPCR")) {
+        Ok(table) => table,
+        Err(platform::Error::TableNotFound { .. }) => {
+            report.line("console: no SPCR table (the kernel's console is COM1 at 0x3f8)");
+            return;
+        }
+        Err(e) => {
+            report.line(format!("console: SPCR unreadable: {e}"));
+            return;
+        }
+    };
+    let mut bytes = vec![0u8; spcr.length as usize];
+    if spcr.length < 80 || spcr.read(tables.memory(), 0, &mut bytes).is_err() {
+        report.line(format!(
+            "console: SPCR of {} bytes, shorter than the 80 defined",
+            spcr.length
+        ));
+        return;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let address = u64::from_le_bytes(bytes[44..52].try_into().expect("8 bytes"));
+    let space = match bytes[40] {
+        0 => "mmio",
+        1 => "io",
+        _ => "other",
+    };
+    let baud = match bytes[58] {
+        0 => "as configured".to_string(),
+        3 => "9600".into(),
+        4 => "19200".into(),
+        6 => "57600".into(),
+        7 => "115200".into(),
+        other => format!("reserved code {other}"),
+    };
+    let pci = if u16_at(64) == 0xFFFF {
+        "not a PCI device".to_string()
+    } else {
+        format!(
+            "PCI {:04x}:{:04x} at {:02x}:{:02x}.{} segment {}",
+            u16_at(66),
+            u16_at(64),
+            bytes[68],
+            bytes[69],
+            bytes[70],
+            bytes[75]
+        )
+    };
+    report.line(format!(
+        "console: SPCR revision {} interface type {}, base {space}:{address:#x} (width {} bits), irq {} gsi {}, baud {baud}, {pci}",
+        spcr.revision,
+        bytes[36],
+        bytes[41],
+        bytes[53],
+        u32_at(54)
+    ));
+    if address == 0 {
+        report
+            .limit("SPCR names no UART address (only its interrupt and baud): probe COM1/COM2 or give console=".into());
+    }
+    if bytes[58] != 0 && bytes[58] != 7 {
+        report.limit(format!("SPCR asks for {baud} baud, not 115200"));
+    }
+}
+
+fn cpus(report: &mut Report, madt: &Madt) {
+    let usable: Vec<u32> = madt.usable_cpus().map(|c| c.apic_id).collect();
+    let enabled = madt.cpus.iter().filter(|c| c.enabled).count();
+    let online_capable = madt.cpus.iter().filter(|c| !c.enabled && c.online_capable).count();
+    let x2apic = madt.cpus.iter().filter(|c| c.from_x2apic_entry).count();
+    let max_id = usable.iter().copied().max().unwrap_or(0);
+    let c = &mut report.counts;
+    c.madt_processor_entries = madt.cpus.len() + madt.duplicate_apic_ids as usize;
+    c.usable_cpus = usable.len();
+    c.x2apic_entries = x2apic;
+    c.io_apics = madt.io_apics.len();
+    c.local_apic_nmi_entries = madt.local_apic_nmi_entries as usize;
+    report.line(format!(
+        "cpus: {} processor entries: {} usable ({enabled} enabled, {online_capable} online-capable), {} disabled, {} duplicate; {x2apic} from x2APIC entries; APIC ids up to {max_id}",
+        madt.cpus.len() + madt.duplicate_apic_ids as usize,
+        usable.len(),
+        madt.cpus.len() - enabled - online_capable,
+        madt.duplicate_apic_ids,
+    ));
+    report.line(format!(
+        "  local APIC at {:#x}; NMI: {} LAPIC-NMI entr{} -> {} after collapsing, {} NMI source(s)",
+        madt.local_apic_address,
+        madt.local_apic_nmi_entries,
+        if madt.local_apic_nmi_entries == 1 { "y" } else { "ies" },
+        madt.local_apic_nmis.len(),
+        madt.nmi_sources.len()
+    ));
+    for io in &madt.io_apics {
+        report.line(format!(
+            "  I/O APIC id {} at {:#x}, GSI base {}",
+            io.id, io.address, io.gsi_base
+        ));
+    }
+    let limit = platform::irq::MAX_CPUS;
+    if usable.len() > limit {
+        report.limit(format!(
+            "{} usable CPUs, the kernel starts at most {limit} (the rest are listed as not started)",
+            usable.len()
+        ));
+    }
+    let high = usable.iter().filter(|&&id| id > 0xFF).count();
+    if high > 0 {
+        report.limit(format!(
+            "{high} CPU(s) have APIC ids above 255: x2APIC mode is needed, and device interrupts (xAPIC MSI format) cannot target them; their completions come by IPI (completion=remote)"
+        ));
+    }
+}
+
+fn numa<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>, madt: Option<&Madt>) {
+    let srat = match tables.srat() {
+        Ok(Some(srat)) => srat,
+        Ok(None) => {
+            report.line("numa: no SRAT (one node)");
+            return;
+        }
+        Err(e) => {
+            report.line("numa: -");
+            report.limit(format!("SRAT ignored: {e}"));
+            return;
+        }
+    };
+    report.counts.srat_cpu_entries = srat.cpus.len();
+    report.counts.srat_memory_entries = srat.memory.len();
+    let slit = match tables.slit() {
+        Ok(slit) => slit,
+        Err(e) => {
+            report.limit(format!("SLIT ignored: {e}"));
+            None
+        }
+    };
+    let slit_listed = slit.is_some();
+    let topology = NumaTopology::new(&srat, slit);
+    report.counts.numa_nodes = topology.nodes.len();
+    // The kernel numbers CPUs from the boot CPU, then MADT order; assume
+    // the boot CPU is the first usable entry (as firmware usually lists it).
+    let usable: Vec<u32> = madt
+        .map(|m| m.usable_cpus().map(|c| c.apic_id).collect())
+        .unwrap_or_default();
+    let order = match usable.first() {
+        Some(&bsp) => cpu_index_order(usable.iter().copied(), bsp),
+        None => Vec::new(),
+    };
+    report.line(format!(
+        "numa: {} node(s) from SRAT revision {} ({} CPU, {} memory entries); SLIT: {}",
+        topology.nodes.len(),
+        srat.revision,
+        srat.cpus.len(),
+        srat.memory.len(),
+        match (slit_listed, topology.has_distances()) {
+            (false, _) => "none",
+            (true, true) => "consistent",
+            (true, false) => "inconsistent, ignored",
+        }
+    ));
+    for node in &topology.nodes {
+        report.line(format!("  numa: {}", topology.describe(node, &order)));
+    }
+    for node in &topology.nodes {
+        if let Some(row) = topology.distances_from(node.node) {
+            report.line(format!("  numa: node {} distances (SLIT): {row:?}", node.node));
+        }
+    }
+    let unplaced = order
+        .iter()
+        .filter(|&&id| topology.node_of_apic_id(id).is_none())
+        .count();
+    if unplaced > 0 {
+        report.limit(format!("{unplaced} usable CPU(s) have no SRAT entry (no node)"));
+    }
+}
+
+fn pci<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
+    match tables.mcfg() {
+        Ok(Some(mcfg)) => {
+            report.counts.mcfg_windows = mcfg.windows.len();
+            report.line(format!("pci: MCFG with {} ECAM window(s)", mcfg.windows.len()));
+            for w in &mcfg.windows {
+                report.line(format!(
+                    "  segment {} buses {:02x}-{:02x} ECAM at {:#x}",
+                    w.segment, w.bus_start, w.bus_end, w.base
+                ));
+            }
+        }
+        Ok(None) => report.line("pci: no MCFG (port I/O configuration space, segment 0 only)"),
+        Err(e) => {
+            report.line("pci: -");
+            report.fatal(format!("ACPI: {e}"));
+        }
+    }
+}
+
+fn clock<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
+    let hpet = match tables.hpet() {
+        Ok(Some(h)) => {
+            report.line(format!(
+                "clock: HPET {} at {:#x}, vendor {:#06x}, {}-bit counter",
+                h.number,
+                h.base,
+                h.vendor_id(),
+                if h.block_id & (1 << 13) != 0 { 64 } else { 32 }
+            ));
+            true
+        }
+        Ok(None) => {
+            report.line("clock: no HPET table");
+            false
+        }
+        Err(e) => {
+            report.limit(format!("HPET table ignored: {e}"));
+            false
+        }
+    };
+    let pm = match tables.fadt() {
+        Ok(Some(fadt)) => match fadt.pm_timer {
+            Ok(pm) => {
+                report.line(format!(
+                    "clock: ACPI PM timer at I/O port {:#x}, {} bits (from {})",
+                    pm.port,
+                    pm.bits,
+                    if pm.from_extended { "X_PM_TMR_BLK" } else { "PM_TMR_BLK" }
+                ));
+                true
+            }
+            Err(why) => {
+                report.line(format!("clock: no usable ACPI PM timer ({why})"));
+                false
+            }
+        },
+        Ok(None) => {
+            report.line("clock: no FADT, so no ACPI PM timer");
+            false
+        }
+        Err(e) => {
+            report.limit(format!("FADT ignored: {e}"));
+            false
+        }
+    };
+    report.counts.hpet = hpet;
+    report.counts.pm_timer = pm;
+    let reference = Reference::choose(hpet, pm);
+    report.line(format!(
+        "clock: the TSC rate comes from CPUID 0x15/0x16 when the CPU reports it (Intel), else it is measured against the {}{}",
+        reference.name(),
+        if reference == Reference::Pit {
+            " (the boot stops if the PIT is gated off)"
+        } else {
+            ""
+        }
+    ));
+}
+
+fn iommu<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
+    let mut any = false;
+    match tables.dmar() {
+        Ok(Some(dmar)) => {
+            any = true;
+            report.counts.dmar_units = dmar.units.len();
+            report.line(format!(
+                "iommu: DMAR (Intel VT-d), {} unit(s), {} reserved region(s), host address width {}, interrupt remapping {}, x2APIC opt-out {}",
+                dmar.units.len(),
+                dmar.reserved_regions.len(),
+                dmar.host_address_width,
+                if dmar.interrupt_remapping { "supported" } else { "not supported" },
+                if dmar.x2apic_opt_out { "SET (the kernel stays in xAPIC mode where it can)" } else { "clear" }
+            ));
+            for unit in &dmar.units {
+                report.line(format!(
+                    "  VT-d unit at {:#x}, segment {}{}",
+                    unit.register_base,
+                    unit.segment,
+                    if unit.include_pci_all {
+                        ", all other devices"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.limit(format!("DMAR ignored: {e}")),
+    }
+    match tables.ivrs() {
+        Ok(Some(ivrs)) => {
+            any = true;
+            report.counts.ivrs_units = ivrs.units.len();
+            report.line(format!("iommu: IVRS (AMD-Vi), {} unit(s)", ivrs.units.len()));
+            for unit in &ivrs.units {
+                report.line(format!(
+                    "  AMD-Vi unit at {:#x}, segment {} device {:02x}:{:02x}.{}",
+                    unit.base,
+                    unit.segment,
+                    unit.device_id >> 8,
+                    (unit.device_id >> 3) & 0x1F,
+                    unit.device_id & 7
+                ));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.limit(format!("IVRS ignored: {e}")),
+    }
+    if any {
+        report.line(
+            "  state: read from the units' registers at boot; translation, interrupt remapping, queued invalidation and protected memory regions (VT-d) or IommuEn (AMD-Vi) left on by firmware are turned off and logged",
+        );
+    } else {
+        report.line("iommu: no DMAR or IVRS table");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::PathBuf;
+
+    /// `../shared/corpus/acpi/` from the repository root (read-only in CI).
+    fn corpus_dir() -> PathBuf {
+        crate::root().join("../shared/corpus/acpi")
+    }
+
+    /// Every dump in the corpus. A missing or empty corpus fails the test:
+    /// passing without having read a real table would prove nothing.
+    fn corpus() -> Vec<(String, String)> {
+        let dir = corpus_dir();
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+            panic!(
+                "the ACPI corpus {} is missing ({e}); these tests need ../shared/ beside the repository",
+                dir.display()
+            )
+        });
+        let mut dumps: Vec<(String, String)> = entries
+            .map(|e| e.expect("corpus entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "acpidump"))
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).expect("corpus file");
+                (p.file_name().unwrap().to_string_lossy().into_owned(), text)
+            })
+            .collect();
+        dumps.sort();
+        assert!(
+            dumps.len() >= 6,
+            "expected the six corpus dumps in {}, found {}",
+            dir.display(),
+            dumps.len()
+        );
+        dumps
+    }
+
+    /// The tables of a dump, read by a deliberately separate, minimal hex
+    /// reader (not `acpidump::parse`): name -> byte vectors.
+    fn independent_tables(text: &str) -> BTreeMap<String, Vec<Vec<u8>>> {
+        let mut out: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            if let Some((name, _)) = line.split_once(" @ 0x") {
+                out.entry(name.to_string()).or_default().push(Vec::new());
+                current = Some(name.to_string());
+            } else if line.starts_with("    ") && line.contains(": ") {
+                let data = &line[line.find(": ").unwrap() + 2..];
+                let bytes = out.get_mut(current.as_ref().unwrap()).unwrap().last_mut().unwrap();
+                for i in 0..16 {
+                    let Some(pair) = data.get(i * 3..i * 3 + 2) else { break };
+                    match u8::from_str_radix(pair, 16) {
+                        Ok(b) if data.as_bytes().get(i * 3 + 2).is_none_or(|&c| c == b' ') => bytes.push(b),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn le16(b: &[u8], o: usize) -> u16 {
+        u16::from_le_bytes([b[o], b[o + 1]])
+    }
+    fn le32(b: &[u8], o: usize) -> u32 {
+        u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    }
+
+    /// Counts straight from the bytes: entry types and lengths, flags bits.
+    fn expected_counts(text: &str) -> Counts {
+        let t = independent_tables(text);
+        let mut c = Counts::default();
+        if let Some(madt) = t.get("APIC").map(|v| &v[0]) {
+            let mut usable_ids = BTreeSet::new();
+            let mut o = 44;
+            while o < madt.len() {
+                let (ty, len) = (madt[o], usize::from(madt[o + 1]));
+                let cpu = match ty {
+                    0 => Some((u32::from(madt[o + 3]), le32(madt, o + 4))),
+                    9 => Some((le32(madt, o + 4), le32(madt, o + 8))),
+                    _ => None,
+                };
+                if let Some((id, flags)) = cpu {
+                    c.madt_processor_entries += 1;
+                    if flags & 3 != 0 && usable_ids.insert(id) {
+                        c.usable_cpus += 1;
+                    }
+                }
+                c.x2apic_entries += usize::from(ty == 9);
+                c.io_apics += usize::from(ty == 1);
+                c.local_apic_nmi_entries += usize::from(ty == 4 || ty == 10);
+                o += len;
+            }
+        }
+        if let Some(srat) = t.get("SRAT").map(|v| &v[0]) {
+            let wide = srat[8] >= 2;
+            let mut domains = BTreeSet::new();
+            let mut o = 48;
+            while o < srat.len() {
+                let (ty, len) = (srat[o], usize::from(srat[o + 1]));
+                match ty {
+                    0 => {
+                        c.srat_cpu_entries += 1;
+                        let hi = if wide {
+                            u32::from_le_bytes([0, srat[o + 9], srat[o + 10], srat[o + 11]])
+                        } else {
+                            0
+                        };
+                        if le32(srat, o + 4) & 1 != 0 {
+                            domains.insert(u32::from(srat[o + 2]) | hi);
+                        }
+                    }
+                    1 => {
+                        c.srat_memory_entries += 1;
+                        let length = u64::from(le32(srat, o + 16)) | (u64::from(le32(srat, o + 20)) << 32);
+                        if le32(srat, o + 28) & 1 != 0 && length > 0 {
+                            let d = le32(srat, o + 2);
+                            domains.insert(if wide { d } else { d & 0xFF });
+                        }
+                    }
+                    2 => {
+                        c.srat_cpu_entries += 1;
+                        if le32(srat, o + 12) & 1 != 0 {
+                            domains.insert(le32(srat, o + 4));
+                        }
+                    }
+                    _ => {}
+                }
+                o += len;
+            }
+            c.numa_nodes = domains.len();
+        }
+        if let Some(mcfg) = t.get("MCFG").map(|v| &v[0]) {
+            c.mcfg_windows = (mcfg.len() - 44) / 16;
+        }
+        if let Some(dmar) = t.get("DMAR").map(|v| &v[0]) {
+            let mut o = 48;
+            while o < dmar.len() {
+                c.dmar_units += usize::from(le16(dmar, o) == 0);
+                o += usize::from(le16(dmar, o + 2));
+            }
+        }
+        if let Some(ivrs) = t.get("IVRS").map(|v| &v[0]) {
+            let mut bases = BTreeSet::new();
+            let mut o = 48;
+            while o < ivrs.len() {
+                if matches!(ivrs[o], 0x10 | 0x11 | 0x40) {
+                    bases.insert(&ivrs[o + 8..o + 16]);
+                }
+                o += usize::from(le16(ivrs, o + 2));
+            }
+            c.ivrs_units = bases.len();
+        }
+        c.hpet = t.contains_key("HPET");
+        if let Some(fadt) = t.get("FACP").map(|v| &v[0]) {
+            let x = if fadt.len() >= 220 {
+                u64::from(le32(fadt, 212))
+            } else {
+                0
+            };
+            c.pm_timer = x != 0 || le32(fadt, 76) != 0;
+        }
+        c
+    }
+
+    #[test]
+    fn every_corpus_dump_parses_and_the_counts_match_its_tables() {
+        for (name, text) in corpus() {
+            let report = preflight_text(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(report.fatal.is_empty(), "{name}: {:?}\n{}", report.fatal, report.text);
+            let expected = expected_counts(&text);
+            assert_eq!(report.counts, expected, "{name}:\n{}", report.text);
+            // The report names every I/O APIC and every node.
+            assert_eq!(
+                report.text.matches("  I/O APIC id ").count(),
+                expected.io_apics,
+                "{name}"
+            );
+            let node_lines = report
+                .text
+                .lines()
+                .filter(|l| l.starts_with("  numa: node ") && l.contains(": cpus "))
+                .count();
+            assert_eq!(node_lines, expected.numa_nodes, "{name}");
+        }
+    }
+
+    /// Facts the corpus README states for each machine (written down by a
+    /// person from the dumps), checked against the report.
+    #[test]
+    fn corpus_machines_match_their_description() {
+        let dumps: BTreeMap<String, String> = corpus().into_iter().collect();
+        let report = |prefix: &str| {
+            let (_, text) = dumps
+                .iter()
+                .find(|(name, _)| name.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} dump in the corpus"));
+            preflight_text(text).unwrap()
+        };
+        let r820 = report("PowerEdge_R820");
+        assert_eq!((r820.counts.usable_cpus, r820.counts.io_apics), (80, 5));
+        assert!(r820.counts.dmar_units > 0);
+        // 80 CPUs are within the kernel's limit (platform::irq::MAX_CPUS): no CPU limit line.
+        assert!(80 <= platform::irq::MAX_CPUS);
+        assert!(!r820.text.contains("usable CPUs, the kernel starts at most"), "{}", r820.text);
+        assert!(r820.text.contains("SPCR names no UART address"), "{}", r820.text);
+        let h8qg6 = report("H8QG6");
+        assert_eq!(
+            (h8qg6.counts.usable_cpus, h8qg6.counts.io_apics, h8qg6.counts.numa_nodes),
+            (64, 3, 8)
+        );
+        assert!(h8qg6.text.contains("APIC ids up to 143"), "{}", h8qg6.text);
+        let dl165 = report("ProLiant_DL165");
+        assert_eq!((dl165.counts.usable_cpus, dl165.counts.numa_nodes), (16, 4));
+        assert!(dl165.text.contains("baud 9600"), "{}", dl165.text);
+        assert!(dl165.text.contains("LIMIT: SPCR asks for 9600 baud"), "{}", dl165.text);
+        let dl360 = report("ProLiant_DL360");
+        assert!(dl360.text.contains("segment 0 buses 00-3f"), "{}", dl360.text);
+        assert!(dl360.counts.dmar_units > 0);
+        let x8dtt = report("X8DTT");
+        assert_eq!(x8dtt.counts.numa_nodes, 2);
+        assert!(x8dtt.counts.dmar_units > 0);
+        let quanta = report("QuantaMicro");
+        assert_eq!(
+            quanta.counts.local_apic_nmi_entries, quanta.counts.usable_cpus,
+            "one NMI entry per CPU"
+        );
+        assert!(quanta.text.contains("-> 1 after collapsing"), "{}", quanta.text);
+    }
+
+    // ---- synthetic dumps -------------------------------------------------------------------
+
+    fn table(sig: &[u8; 4], revision: u8, body: &[u8]) -> Vec<u8> {
+        let mut t = sig.to_vec();
+        t.extend_from_slice(&((36 + body.len()) as u32).to_le_bytes());
+        t.extend_from_slice(&[revision, 0]);
+        t.extend_from_slice(b"BAREMQTESTTABLE\0");
+        t.extend_from_slice(&[0; 10]);
+        t.extend_from_slice(body);
+        let sum = t.iter().fold(0u8, |s, &b| s.wrapping_add(b));
+        t[9] = sum.wrapping_neg();
+        t
+    }
+
+    /// Prints `bytes` the way acpidump does.
+    fn dump_text(name: &str, bytes: &[u8]) -> String {
+        let mut out = format!("{name} @ 0x0000000000000000\n");
+        for (i, chunk) in bytes.chunks(16).enumerate() {
+            let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02X}")).collect();
+            let ascii: String = chunk
+                .iter()
+                .map(|&b| if b.is_ascii_graphic() { b as char } else { '.' })
+                .collect();
+            out.push_str(&format!("    {:04X}: {:<48} {ascii}\n", i * 16, hex.join(" ") + " "));
+        }
+        out.push('\n');
+        out
+    }
+
+    /// A 2026-style 2-socket box: 512 x2APIC CPUs (ids up to 0x2ff), nine
+    /// I/O APICs, one NMI entry per CPU, an IVRS with one IOMMU described twice.
+    fn server_dump() -> String {
+        let mut madt = vec![0, 0, 0xE0, 0xFE, 1, 0, 0, 0];
+        for i in 0..512u32 {
+            let id = if i < 256 { i } else { i + 256 };
+            madt.extend_from_slice(&[9, 16, 0, 0]);
+            madt.extend_from_slice(&id.to_le_bytes());
+            madt.extend_from_slice(&1u32.to_le_bytes());
+            madt.extend_from_slice(&i.to_le_bytes());
+        }
+        for i in 0..9u32 {
+            madt.extend_from_slice(&[1, 12, i as u8, 0]);
+            madt.extend_from_slice(&(0xFEC0_0000 + i * 0x10_0000).to_le_bytes());
+            madt.extend_from_slice(&(i * 32).to_le_bytes());
+        }
+        for i in 0..512u32 {
+            madt.extend_from_slice(&[10, 12, 5, 0]);
+            madt.extend_from_slice(&i.to_le_bytes());
+            madt.extend_from_slice(&[1, 0, 0, 0]);
+        }
+        let mut ivrs = vec![0u8; 12];
+        for block in [0x10u8, 0x11] {
+            let len: u16 = if block == 0x10 { 24 } else { 40 };
+            let mut b = vec![block, 0];
+            b.extend_from_slice(&len.to_le_bytes());
+            b.extend_from_slice(&0x0002u16.to_le_bytes());
+            b.extend_from_slice(&0x40u16.to_le_bytes());
+            b.extend_from_slice(&0xF710_0000u64.to_le_bytes());
+            b.resize(usize::from(len), 0);
+            ivrs.extend_from_slice(&b);
+        }
+        dump_text("APIC", &table(b"APIC", 5, &madt)) + &dump_text("IVRS", &table(b"IVRS", 2, &ivrs))
+    }
+
+    #[test]
+    fn a_server_sized_madt_reports_limits_instead_of_failing() {
+        let text = server_dump();
+        let report = preflight_text(&text).unwrap();
+        assert!(report.fatal.is_empty(), "{}", report.text);
+        assert_eq!(report.counts, expected_counts(&text));
+        assert_eq!((report.counts.usable_cpus, report.counts.io_apics), (512, 9));
+        assert_eq!(report.counts.ivrs_units, 1, "one IOMMU described by two IVHD types");
+        assert!(
+            report.text.contains("512 LAPIC-NMI entries -> 1 after collapsing"),
+            "{}",
+            report.text
+        );
+        assert!(
+            report.text.contains("LIMIT: 256 CPU(s) have APIC ids above 255"),
+            "{}",
+            report.text
+        );
+        assert!(
+            report
+                .text
+                .contains("AMD-Vi unit at 0xf7100000, segment 0 device 00:00.2"),
+            "{}",
+            report.text
+        );
+        assert!(
+            report.text.contains("I/O APIC id 8 at 0xff400000, GSI base 256"),
+            "{}",
+            report.text
+        );
+    }
+
+    #[test]
+    fn a_broken_madt_is_reported_as_the_refusal_the_kernel_would_hit() {
+        let mut madt = vec![0, 0, 0xE0, 0xFE, 1, 0, 0, 0];
+        madt.extend_from_slice(&[0, 2]); // a local APIC entry of length 2
+        let report = preflight_text(&dump_text("APIC", &table(b"APIC", 1, &madt))).unwrap();
+        assert_eq!(report.fatal.len(), 1, "{}", report.text);
+        assert!(
+            report.fatal[0].contains("MADT entry type 0 at offset 44 has length 2"),
+            "{:?}",
+            report.fatal
+        );
+    }
+
+    #[test]
+    fn malformed_dump_text_gives_errors_naming_the_line() {
+        let good = dump_text("APIC", &table(b"APIC", 1, &[0; 8]));
+        assert!(acpidump::parse(&good).is_ok());
+        let gap = good.replace("    0010:", "    0020:");
+        assert!(
+            acpidump::parse(&gap)
+                .unwrap_err()
+                .contains("continues at offset 0x20, expected 0x10")
+        );
+        let cut: String = good.lines().take(2).map(|l| format!("{l}\n")).collect();
+        assert!(
+            acpidump::parse(&cut)
+                .unwrap_err()
+                .contains("its length field says 44 bytes, the dump holds 16")
+        );
+        let bad_hex = good.replacen("41 50", "4G 50", 1);
+        assert!(
+            acpidump::parse(&bad_hex)
+                .unwrap_err()
+                .contains("line 2: \"4G\" is not a hex byte")
+        );
+        assert!(acpidump::parse("    0000: 41 50\n").unwrap_err().contains("before any"));
+        assert!(acpidump::parse("hello\n").unwrap_err().contains("line 1"));
+        assert!(acpidump::parse("").unwrap_err().contains("no tables"));
+    }
+}
