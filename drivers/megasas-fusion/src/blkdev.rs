@@ -21,8 +21,9 @@
 //! to map-reported `tmCapable` devices), so a timeout goes straight to the OCR ladder: the
 //! request is marked and keeps its timer; the next [`Host::tick`] resets the controller. The
 //! reset hands back every request in flight exactly once after the adapter forgot it: the
-//! timed-out ones end with `Status::Timeout`, the others with `Status::Aborted` (they are not
-//! re-issued). A reply that arrived before the reset completes normally. If the controller cannot
+//! timed-out ones end with `Status::Timeout`, the others are requeued and issued again once the
+//! controller is back (Linux completes them with DID_REQUEUE, FreeBSD lets CAM retry; review
+//! F5). A reply that arrived before the reset completes normally. If the controller cannot
 //! be reset it is stopped (doorbell STOP_ADAPTER) and new requests fail at once; those in flight
 //! stay the device's until the kernel has turned bus mastering off and called
 //! [`Host::abandon_after_bus_master_off`], which fails them (as MFI does).
@@ -115,8 +116,11 @@ pub struct HostCounters {
     pub timeouts: u64,
     /// Online controller resets run.
     pub resets: u64,
-    /// Requests failed by resets.
+    /// Requests failed by resets (the timed-out ones, and all of them once the controller is out
+    /// of service).
     pub failed_by_reset: u64,
+    /// Requests a reset took back from the firmware and requeued (issued again afterwards).
+    pub requeued_by_reset: u64,
 }
 
 struct Core<M: Mmio, T: Delay> {
@@ -129,6 +133,7 @@ struct Core<M: Mmio, T: Delay> {
     timeouts: AtomicU64,
     resets: AtomicU64,
     failed_by_reset: AtomicU64,
+    requeued_by_reset: AtomicU64,
 }
 
 /// The blk driver of one logical drive.
@@ -218,6 +223,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             timeouts: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             failed_by_reset: AtomicU64::new(0),
+            requeued_by_reset: AtomicU64::new(0),
         });
         let inner = host_with_drive_queues(
             configs,
@@ -332,6 +338,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             timeouts: c.timeouts.load(Ordering::Relaxed),
             resets: c.resets.load(Ordering::Relaxed),
             failed_by_reset: c.failed_by_reset.load(Ordering::Relaxed),
+            requeued_by_reset: c.requeued_by_reset.load(Ordering::Relaxed),
         }
     }
 }
@@ -355,6 +362,15 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
             IoOutcome::Reset => Status::Aborted,
         };
         if c.outcome == IoOutcome::Reset {
+            if !timed_out && !self.core.ctrl.is_dead() {
+                // The adapter forgot it and is back: issue it again (dispatched once the reset
+                // releases the submission gate; the tick reruns the queues).
+                self.core.requeued_by_reset.fetch_add(1, Ordering::Relaxed);
+                if q.requeue(cpu, usize::from(hwq), token).is_err() {
+                    self.core.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
             self.core.failed_by_reset.fetch_add(1, Ordering::Relaxed);
         }
         if q.complete(cpu, usize::from(hwq), token, status).is_err() {

@@ -126,6 +126,12 @@ pub enum Violation {
     DcmdOffQueue0,
     /// The pass-through frame is malformed.
     BadPassthrough,
+    /// A DCMD without data sent with an SGE or a data direction (Linux and FreeBSD send
+    /// sge_count 0 and DIR_NONE; review F11).
+    NoDataDcmdWithSge,
+    /// A non-read/write LD command carrying the read/write RAID-context fields (type/nseg,
+    /// region-lock flags or the sequence number), which Linux and FreeBSD leave zero (review F6).
+    NonRwRaidContext,
 }
 
 /// Where the firmware starts.
@@ -189,6 +195,20 @@ pub struct FakeConfig {
     pub ocr_disabled: bool,
     /// The firmware faults (resettable) when this DCMD opcode arrives.
     pub fault_on_dcmd: Option<u32>,
+    /// Virtual microseconds SP0 keeps showing READY after IOC INIT wrote cmd_status 0 (no
+    /// reference says the two happen together; review M1). Commands are accepted meanwhile.
+    pub operational_lag_us: u64,
+    /// Bytes of READ CAPACITY(16) data the firmware returns (32 = all; fewer gives the 0x2D +
+    /// GOOD underrun with DataLength = bytes moved; review M7).
+    pub capacity16_bytes: usize,
+    /// READ CAPACITY(16) is refused with ILLEGAL REQUEST (review M8: only (10) works).
+    pub no_read_capacity16: bool,
+    /// CTRL_GET_INFO max_lds (> 64: 256-VD firmware; LD_GET_LIST lists targets ≥ 64 only when
+    /// asked with mbox b[0] = 1).
+    pub max_lds: u8,
+    /// System PDs (JBOD): (device id, blocks), exposed through PD_LIST_QUERY and reached with
+    /// Function 0x00 + FP_IO, DevHandle 0xFFFF, RAID-context target = device id, raid_flags 0x10.
+    pub system_pds: Vec<(u16, u64)>,
     /// Random seed.
     pub seed: u64,
 }
@@ -224,6 +244,11 @@ impl FakeConfig {
             block_size: 512,
             ocr_disabled: false,
             fault_on_dcmd: None,
+            operational_lag_us: 3_000,
+            capacity16_bytes: 32,
+            no_read_capacity16: false,
+            max_lds: 64,
+            system_pds: Vec::new(),
             seed: 0x5EED,
         }
     }
@@ -345,6 +370,8 @@ struct State {
     replies_posted: u64,
     commands_accepted: u64,
     resets: u64,
+    /// SP0 shows READY until this virtual time although IOC INIT succeeded.
+    operational_shown_at: u64,
 }
 
 /// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
@@ -446,6 +473,7 @@ impl FakeFusion {
                 replies_posted: 0,
                 commands_accepted: 0,
                 resets: 0,
+                operational_shown_at: 0,
             }),
             mem,
         })
@@ -731,15 +759,22 @@ impl State {
         (1u32 << (31 - v.leading_zeros())) as usize
     }
 
+    /// Combined mode follows the *firmware's* queue count, as Linux and FreeBSD decide it
+    /// (review M2): more than 8 (Invader) or 16 (Ventura/Aero) MSI-X queues in SP1.
     fn combined(&self) -> bool {
-        match (self.init, self.cfg.generation.combined_above()) {
-            (Some(i), Some(c)) => i.queues > c,
-            _ => false,
-        }
+        self.cfg
+            .generation
+            .combined_above()
+            .is_some_and(|c| self.cfg.msix_capable && self.cfg.fw_queues > c)
     }
 
     fn sp0(&self) -> u32 {
-        let st = u32::from(self.state) << 28;
+        let shown = if self.state == 0xC && self.clock < self.operational_shown_at {
+            0xB
+        } else {
+            self.state
+        };
+        let st = u32::from(shown) << 28;
         if self.state == 0xF {
             st | self.fault_bits
         } else {
@@ -828,9 +863,8 @@ impl State {
     }
 
     fn doorbell(&mut self, v: u32) {
-        if self.clock < self.doorbell_busy_until {
-            self.violate(Violation::DoorbellWhileBusy, format!("doorbell {v:#x} while bit 0 set"));
-        }
+        // Linux and FreeBSD write the handshake doorbells without polling bit 0 (review M11);
+        // only IOC INIT must wait for it (checked at its post).
         self.doorbell_busy_until = self.clock + self.cfg.doorbell_busy_us;
         let t = self.clock;
         let d = self.cfg.state_delay_us;
@@ -930,6 +964,10 @@ impl State {
             }
             match self.state {
                 0xC => self.violate(Violation::IocInitTwice, String::new()),
+                0xB if self.clock < self.doorbell_busy_until => self.violate(
+                    Violation::DoorbellWhileBusy,
+                    String::from("IOC INIT posted while doorbell bit 0 is set"),
+                ),
                 0xB => self.ioc_init(mem, d & !0xFF),
                 s => self.violate(Violation::PostNotOperational, format!("IOC INIT in state {s:#x}")),
             }
@@ -1154,6 +1192,7 @@ impl State {
         self.raised = vec![false; usize::from(queues)];
         self.outstanding.iter_mut().for_each(|o| *o = false);
         self.state = 0xC;
+        self.operational_shown_at = self.clock + self.cfg.operational_lag_us;
         self.atomic_ok = self.cfg.generation == Generation::Aero && self.cfg.bit24;
         mem.write("IOC INIT status", frame_addr + 2, &[0x00]);
     }
@@ -1188,6 +1227,15 @@ impl State {
                 return None;
             }
             let flags = le_u16(&mfi, 0x10);
+            let xfer = le_u32(&mfi, 0x14);
+            if xfer == 0 && (mfi[7] != 0 || flags & 0x18 != 0) {
+                self.violate(
+                    Violation::NoDataDcmdWithSge,
+                    format!("opcode {opcode:#x}: sge_count {} flags {flags:#x}", mfi[7]),
+                );
+                mem.write("MFI cmd_status", mfi_addr + 2, &[0x03]);
+                return Some(());
+            }
             let (addr, len) = if mfi[7] == 0 {
                 (0, 0)
             } else if flags & 0x2 != 0 {
@@ -1211,7 +1259,8 @@ impl State {
         let lds: Vec<(u8, u64)> = self.lds.iter().map(|l| (l.target, l.blocks)).collect();
         match opcode {
             0x0101_0000 => {
-                if len < 2048 {
+                // Linux's and FreeBSD's megasas_ctrl_info is 0x950 bytes (review M3).
+                if len < 0x950 {
                     return 0x03;
                 }
                 put(&mut out, 0, &0x1000u16.to_le_bytes());
@@ -1230,14 +1279,18 @@ impl State {
                 put(&mut out, 0x5BA, &(self.max_num_sge() as u16).to_le_bytes());
                 put(&mut out, 0x5BC, &2048u32.to_le_bytes());
                 put(&mut out, 0x5C0, &(lds.len() as u16).to_le_bytes());
+                put(&mut out, 0x53F, &[self.cfg.max_lds]);
+                put(&mut out, 0x5C6, &(self.cfg.system_pds.len() as u16).to_le_bytes());
                 let on_off = u32::from(self.cfg.ocr_disabled) << 10;
                 put(&mut out, 0x620, &on_off.to_le_bytes());
-                let _ = mbox;
             }
             0x0301_0000 => {
-                if len < 8 + 16 * lds.len() {
+                // MR_LD_LIST is 4104 bytes in Linux and FreeBSD (review M3).
+                if len < 8 + 256 * 16 {
                     return 0x03;
                 }
+                let all = self.cfg.max_lds > 64 && mbox[0] == 1;
+                let lds: Vec<(u8, u64)> = lds.into_iter().filter(|&(t, _)| all || t < 64).collect();
                 put(&mut out, 0, &(lds.len() as u32).to_le_bytes());
                 for (i, (t, blocks)) in lds.iter().enumerate() {
                     let e = 8 + 16 * i;
@@ -1257,7 +1310,20 @@ impl State {
                     put(&mut out, 12 + i, &[*t]);
                 }
             }
-            0x0201_0100 => put(&mut out, 0, &8u32.to_le_bytes()),
+            0x0201_0100 => {
+                // MR_PD_LIST of the system PDs (JBOD) for mbox b[0] = 5 (exposed to host).
+                let pds = if mbox[0] == 5 {
+                    self.cfg.system_pds.clone()
+                } else {
+                    Vec::new()
+                };
+                put(&mut out, 0, &((8 + 24 * pds.len()) as u32).to_le_bytes());
+                put(&mut out, 4, &(pds.len() as u32).to_le_bytes());
+                for (i, &(id, _)) in pds.iter().enumerate() {
+                    put(&mut out, 8 + 24 * i, &id.to_le_bytes());
+                    put(&mut out, 8 + 24 * i + 2, &0xFFFFu16.to_le_bytes());
+                }
+            }
             0x0110_1000 | 0x0105_0000 => {}
             _ => return 0x02,
         }
@@ -1290,10 +1356,14 @@ impl State {
                 let b = u32::from_be_bytes([cdb[10], cdb[11], cdb[12], cdb[13]]);
                 (rw(cdb[0] == 0x8A, lba, b), Some(cdb[0] == 0x8A), Some(b))
             }
-            0x9E if cdb[1] & 0x1F == 0x10 => (LdKind::ReadCapacity16, Some(false), None),
+            0x9E if cdb[1] & 0x1F == 0x10 && !self.cfg.no_read_capacity16 => {
+                (LdKind::ReadCapacity16, Some(false), None)
+            }
             0x25 => (LdKind::ReadCapacity10, Some(false), None),
             0x12 => (LdKind::Inquiry, Some(false), None),
-            0x00 | 0x35 | 0x91 => (LdKind::NoData, None, None),
+            // SYNCHRONIZE CACHE(16) is not shown to work on MegaRAID LDs: only (10) is ever sent
+            // by Linux and FreeBSD, so the model refuses (16) with ILLEGAL REQUEST (review M5).
+            0x00 | 0x35 => (LdKind::NoData, None, None),
             _ => (LdKind::Unsupported, None, None),
         };
         let is_rw = matches!(kind, LdKind::Read { .. } | LdKind::Write { .. });
@@ -1303,6 +1373,21 @@ impl State {
                 format!("descriptor {flags:#x} with CDB {:#x}", cdb[0]),
             );
             return None;
+        }
+        if !is_rw {
+            let ctx = &f[0x60..0x80];
+            let rw_fields = if self.cfg.generation.g35_raid_context() {
+                le_u16(ctx, 0) != 0 || le_u16(ctx, 4) & (1 << 4) != 0
+            } else {
+                ctx[0] != 0 || ctx[4] != 0
+            };
+            if rw_fields {
+                self.violate(
+                    Violation::NonRwRaidContext,
+                    format!("CDB {:#x} with RAID context {:x?}", cdb[0], &ctx[..6]),
+                );
+                return None;
+            }
         }
         let control = le_u32(f, 0x3C);
         let want_control = match want_dir {
@@ -1542,7 +1627,8 @@ impl State {
                 let mut b = [0u8; 32];
                 b[0..8].copy_from_slice(&(self.lds[i].blocks - 1).to_be_bytes());
                 b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
-                moved = self.scatter(mem, &c.sgl, &b);
+                let n = self.cfg.capacity16_bytes.min(32);
+                moved = self.scatter(mem, &c.sgl, &b[..n]);
             }
             (Some(i), LdKind::ReadCapacity10, _) => {
                 let mut b = [0u8; 8];
@@ -1564,6 +1650,17 @@ impl State {
                 status = (0x2D, 0x02, Some((0x5, 0x20, 0x00)));
                 moved = 0;
             }
+        }
+        // Less data than asked for, otherwise fine: 0x2D with SCSI status GOOD and DataLength =
+        // bytes moved, as Linux's `map_cmd_status` documents (review M7).
+        if status.0 == 0
+            && moved < c.data_len
+            && matches!(
+                c.kind,
+                LdKind::ReadCapacity16 | LdKind::ReadCapacity10 | LdKind::Inquiry
+            )
+        {
+            status = (0x2D, 0x00, None);
         }
         if let Some((key, asc, ascq)) = status.2 {
             let mut s = [0u8; 18];
