@@ -145,6 +145,61 @@ pub enum Mistake {
     TooManyVectors,
 }
 
+impl Mistake {
+    /// Every variant (the mistakes test checks each has a test, and that this list is complete).
+    pub const ALL: [Mistake; 49] = [
+        Mistake::PostBeforeOperational,
+        Mistake::InitViaAtomicPort,
+        Mistake::InitTwice,
+        Mistake::InitFrameMisaligned,
+        Mistake::InitStatusNotPreset,
+        Mistake::ReplySlotsNotReset,
+        Mistake::SmidZero,
+        Mistake::SmidBeyondPool,
+        Mistake::RepostOutstanding,
+        Mistake::GarbageFunction,
+        Mistake::HighWithoutLow,
+        Mistake::LowTwice,
+        Mistake::MsixIndexOutOfRange,
+        Mistake::DescriptorMismatch,
+        Mistake::FastPathWithoutMap,
+        Mistake::BadChainOffset,
+        Mistake::ChainOffsetWithoutChain,
+        Mistake::ChainLengthWrong,
+        Mistake::ChainNotInSlot7,
+        Mistake::NestedChain,
+        Mistake::MissingEndOfList,
+        Mistake::EarlyEndOfList,
+        Mistake::NumSgeWrong,
+        Mistake::SglSumWrong,
+        Mistake::IgnoreMaxSge,
+        Mistake::ZeroLengthSge,
+        Mistake::WrongDirection,
+        Mistake::DataLengthWrong,
+        Mistake::SenseOutsidePool,
+        Mistake::SenseLengthZero,
+        Mistake::NoHostIndexWrite,
+        Mistake::HostIndexWrongQueue,
+        Mistake::HostIndexWrongRegister,
+        Mistake::HostIndexNoWrap,
+        Mistake::HostIndexAhead,
+        Mistake::SlotsNotRestored,
+        Mistake::LeakDcmdSmid,
+        Mistake::PostDuringReset,
+        Mistake::QueuesNotResetAfterOcr,
+        Mistake::LastIdxNotZeroed,
+        Mistake::SenseAbove4G,
+        Mistake::AllOnesAddress,
+        Mistake::DoorbellWrongState,
+        Mistake::IgnoreDoorbellBusy,
+        Mistake::AtomicWithoutSupport,
+        Mistake::DcmdOffQueue0,
+        Mistake::RdpqWithoutSupport,
+        Mistake::QueueDepthNotMultipleOf16,
+        Mistake::TooManyVectors,
+    ];
+}
+
 /// Driver configuration the kernel fills in.
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -158,58 +158,79 @@ mistakes! {
 
 #[test]
 fn every_mistake_hook_has_a_test() {
+    // The exhaustive match makes a new `Mistake` variant a compile error here until it names its
+    // test; `Mistake::ALL` is checked against the enum's source so no variant escapes the loop.
+    fn test_of(m: Mistake) -> &'static str {
+        match m {
+            Mistake::PostBeforeOperational => "post_before_operational",
+            Mistake::InitViaAtomicPort => "ioc_init_via_atomic_port",
+            Mistake::InitTwice => "ioc_init_twice",
+            Mistake::InitFrameMisaligned => "init_frame_misaligned",
+            Mistake::InitStatusNotPreset => "init_status_not_preset",
+            Mistake::ReplySlotsNotReset => "reply_slots_not_all_ones_at_init",
+            Mistake::SmidZero => "smid_zero",
+            Mistake::SmidBeyondPool => "smid_beyond_pool",
+            Mistake::RepostOutstanding => "repost_outstanding_smid",
+            Mistake::GarbageFunction => "garbage_function",
+            Mistake::HighWithoutLow => "high_dword_without_fresh_low",
+            Mistake::LowTwice => "low_dword_twice",
+            Mistake::MsixIndexOutOfRange => "msix_index_out_of_range",
+            Mistake::DescriptorMismatch => "descriptor_type_mismatch",
+            Mistake::FastPathWithoutMap => "fastpath_without_map",
+            Mistake::BadChainOffset => "chain_offset_not_0_or_0f",
+            Mistake::ChainOffsetWithoutChain => "chain_offset_without_chain",
+            Mistake::ChainLengthWrong => "chain_length_wrong",
+            Mistake::ChainNotInSlot7 => "chain_not_in_slot_7",
+            Mistake::NestedChain => "nested_chain",
+            Mistake::MissingEndOfList => "missing_end_of_list",
+            Mistake::EarlyEndOfList => "early_end_of_list",
+            Mistake::NumSgeWrong => "num_sge_wrong",
+            Mistake::SglSumWrong => "sge_lengths_not_data_length",
+            Mistake::IgnoreMaxSge => "more_sges_than_max",
+            Mistake::ZeroLengthSge => "zero_length_sge",
+            Mistake::WrongDirection => "write_with_read_direction",
+            Mistake::DataLengthWrong => "data_length_not_blocks",
+            Mistake::SenseOutsidePool => "sense_outside_pool",
+            Mistake::SenseLengthZero => "sense_length_zero",
+            Mistake::NoHostIndexWrite => "host_index_never_written",
+            Mistake::HostIndexWrongQueue => "host_index_wrong_msix_field",
+            Mistake::HostIndexWrongRegister => "host_index_wrong_register_in_combined_mode",
+            Mistake::HostIndexNoWrap => "host_index_not_wrapped",
+            Mistake::HostIndexAhead => "host_index_beyond_producer",
+            Mistake::SlotsNotRestored => "slots_not_restored_before_wrap",
+            Mistake::LeakDcmdSmid => "leaked_dcmd_smid",
+            Mistake::PostDuringReset => "post_before_reinit_after_ocr",
+            Mistake::QueuesNotResetAfterOcr => "queues_not_reset_after_ocr",
+            Mistake::LastIdxNotZeroed => "last_idx_not_zeroed_after_ocr",
+            Mistake::SenseAbove4G => "address_above_4g_without_64bit",
+            Mistake::AllOnesAddress => "all_ones_address",
+            Mistake::DoorbellWrongState => "doorbell_in_wrong_state",
+            Mistake::IgnoreDoorbellBusy => "doorbell_bit0_ignored",
+            Mistake::AtomicWithoutSupport => "atomic_port_without_support",
+            Mistake::DcmdOffQueue0 => "dcmd_off_queue_0",
+            Mistake::RdpqWithoutSupport => "rdpq_without_support",
+            Mistake::QueueDepthNotMultipleOf16 => "queue_depth_not_multiple_of_16",
+            Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
+        }
+    }
     let src = include_str!("mistakes.rs");
-    for m in [
-        "PostBeforeOperational",
-        "InitViaAtomicPort",
-        "InitTwice",
-        "InitFrameMisaligned",
-        "InitStatusNotPreset",
-        "ReplySlotsNotReset",
-        "SmidZero",
-        "SmidBeyondPool",
-        "RepostOutstanding",
-        "GarbageFunction",
-        "HighWithoutLow",
-        "LowTwice",
-        "MsixIndexOutOfRange",
-        "DescriptorMismatch",
-        "FastPathWithoutMap",
-        "BadChainOffset",
-        "ChainOffsetWithoutChain",
-        "ChainLengthWrong",
-        "ChainNotInSlot7",
-        "NestedChain",
-        "MissingEndOfList",
-        "EarlyEndOfList",
-        "NumSgeWrong",
-        "SglSumWrong",
-        "IgnoreMaxSge",
-        "ZeroLengthSge",
-        "WrongDirection",
-        "DataLengthWrong",
-        "SenseOutsidePool",
-        "SenseLengthZero",
-        "NoHostIndexWrite",
-        "HostIndexWrongQueue",
-        "HostIndexWrongRegister",
-        "HostIndexNoWrap",
-        "HostIndexAhead",
-        "SlotsNotRestored",
-        "LeakDcmdSmid",
-        "PostDuringReset",
-        "QueuesNotResetAfterOcr",
-        "LastIdxNotZeroed",
-        "SenseAbove4G",
-        "AllOnesAddress",
-        "DoorbellWrongState",
-        "IgnoreDoorbellBusy",
-        "AtomicWithoutSupport",
-        "DcmdOffQueue0",
-        "RdpqWithoutSupport",
-        "QueueDepthNotMultipleOf16",
-        "TooManyVectors",
-    ] {
-        assert!(src.contains(&format!(", {m} =>")), "no test for {m}");
+    let enum_src = include_str!("../src/controller.rs");
+    let body = enum_src
+        .split_once("pub enum Mistake {")
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(body, _)| body)
+        .expect("enum Mistake in controller.rs");
+    let declared = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .count();
+    assert_eq!(Mistake::ALL.len(), declared, "Mistake::ALL is missing variants");
+    for m in Mistake::ALL {
+        let test = test_of(m);
+        assert!(
+            src.contains(&format!("\n    {test}: ")) && src.contains(&format!(", {m:?} =>")),
+            "no test for {m:?} (expected `{test}` in the mistakes! table)"
+        );
     }
 }
