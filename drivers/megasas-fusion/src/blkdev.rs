@@ -142,6 +142,8 @@ pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync +
     host: Weak<HostInner<M, T>>,
     index: u16,
     target: u8,
+    /// A system PD (JBOD disk): I/O takes the system-PD path.
+    system_pd: bool,
     /// 512-byte sectors per drive block.
     scale: u32,
 }
@@ -205,7 +207,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = Some(map.clone());
-            configs.push((qc, (d.target, scale)));
+            configs.push((qc, (d.target, d.system_pd, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
@@ -228,11 +230,12 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
         let inner = host_with_drive_queues(
             configs,
             &platform,
-            |weak: &Weak<HostInner<M, T>>, index, (target, scale)| DriveDriver {
+            |weak: &Weak<HostInner<M, T>>, index, (target, system_pd, scale)| DriveDriver {
                 core: core.clone(),
                 host: weak.clone(),
                 index,
                 target,
+                system_pd,
                 scale,
             },
             |queues| HostInner {
@@ -431,8 +434,10 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
         let op = match rq.op() {
             Op::Read => IoOp::Read,
             Op::Write => IoOp::Write,
-            Op::Flush if !ctrl.flush_goes_to_firmware() => {
-                // The firmware does not take SYNCHRONIZE CACHE: Linux and FreeBSD complete it.
+            Op::Flush if !ctrl.flush_goes_to_firmware() && !self.system_pd => {
+                // The firmware does not take SYNCHRONIZE CACHE for LDs: Linux and FreeBSD
+                // complete it. A JBOD disk's flush always goes to the disk (Linux only
+                // intercepts it for logical drives).
                 rq.end(Status::Ok);
                 return Ok(());
             }
@@ -460,6 +465,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
             };
         }
         let req = IoRequest {
+            system_pd: self.system_pd,
             target: self.target,
             op,
             lba,

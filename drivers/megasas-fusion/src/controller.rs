@@ -63,6 +63,15 @@ const F_SGL: usize = 0x80;
 /// Functions.
 pub(crate) const FUNC_LD_IO: u8 = 0xF1;
 pub(crate) const FUNC_MFI_PASSTHRU: u8 = 0xF0;
+/// MPI2 SCSI IO (FastPath; the system-PD path).
+pub(crate) const FUNC_SCSI_IO: u8 = 0x00;
+/// IoFlags: FastPath (Invader and later).
+const IO_FLAGS_FAST_PATH: u16 = 0x4000;
+/// RAID-context raid_flags: IO sub-type SYSTEM_PD (bits 5:4 = 1).
+const RAID_FLAGS_SYSTEM_PD: u8 = 0x10;
+/// PD_LIST_QUERY and its mailbox byte 0 for the PDs exposed to the host (system PDs).
+pub const DCMD_PD_LIST_QUERY: u32 = 0x0201_0100;
+const PD_QUERY_EXPOSED_TO_HOST: u8 = 5;
 /// Control words.
 const CONTROL_WRITE: u32 = 0x0100_0000;
 const CONTROL_READ: u32 = 0x0200_0000;
@@ -340,8 +349,10 @@ pub struct LogicalDrive {
     pub blocks: u64,
     /// Bytes per block.
     pub block_size: u32,
-    /// State byte from LD_GET_LIST.
+    /// State byte from LD_GET_LIST (0 for a system PD).
     pub state: u8,
+    /// A system PD (JBOD disk from PD_LIST_QUERY); `target` is its firmware device id.
+    pub system_pd: bool,
 }
 
 pub use megasas::{IoOp, IoRequest};
@@ -998,12 +1009,13 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         );
         let mut drives = Vec::new();
         for e in list.iter().filter(|e| e.state != 0) {
-            match self.read_capacity(budget, e.target)? {
+            match self.read_capacity(budget, e.target, false)? {
                 Ok(cap) => drives.push(LogicalDrive {
                     target: e.target,
                     blocks: cap.blocks,
                     block_size: cap.block_size,
                     state: e.state,
+                    system_pd: false,
                 }),
                 // No guess from the LD list's size field, whose units no source gives
                 // (review F7): the drive is left out and the report says why.
@@ -1015,6 +1027,67 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                     alloc::format!("target {}: {why}", e.target),
                 ),
             }
+        }
+        // System PDs (JBOD), review F1: PD_LIST_QUERY with mbox b[0] = 5 (exposed to host), as
+        // Linux `megasas_get_pd_list`. Linux gives up on a failure; here it is reported and
+        // bring-up goes on with the LDs.
+        let mut mbox = [0u8; 12];
+        mbox[0] = PD_QUERY_EXPOSED_TO_HOST;
+        match self
+            .dcmd_exclusive(budget, DCMD_PD_LIST_QUERY, mbox, dcmd::PD_LIST_LEN)
+            .and_then(|b| dcmd::parse_pd_list(&b).map_err(Error::from))
+        {
+            Ok(pds) => {
+                report.step(
+                    &self.mmio,
+                    self.generation,
+                    budget.used(),
+                    "PD_LIST_QUERY",
+                    alloc::format!(
+                        "{} system PD(s) (JBOD) of {} PDs present: {pds:?}",
+                        pds.len(),
+                        self.info.pds_present
+                    ),
+                );
+                for pd in pds {
+                    let Ok(target) = u8::try_from(pd.device_id) else {
+                        report.step(
+                            &self.mmio,
+                            self.generation,
+                            budget.used(),
+                            "system PD left out",
+                            alloc::format!("device id {:#x} is not below 256", pd.device_id),
+                        );
+                        continue;
+                    };
+                    if pd.scsi_type != 0 {
+                        continue;
+                    }
+                    match self.read_capacity(budget, target, true)? {
+                        Ok(cap) => drives.push(LogicalDrive {
+                            target,
+                            blocks: cap.blocks,
+                            block_size: cap.block_size,
+                            state: 0,
+                            system_pd: true,
+                        }),
+                        Err(why) => report.step(
+                            &self.mmio,
+                            self.generation,
+                            budget.used(),
+                            "READ CAPACITY failed; system PD left out",
+                            alloc::format!("device {target}: {why}"),
+                        ),
+                    }
+                }
+            }
+            Err(e) => report.step(
+                &self.mmio,
+                self.generation,
+                budget.used(),
+                "PD_LIST_QUERY failed; no JBOD disks",
+                alloc::format!("{e}"),
+            ),
         }
         report.step(
             &self.mmio,
@@ -1030,7 +1103,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// READ CAPACITY(16), then READ CAPACITY(10) if that fails, through the LD non-read/write
     /// path into DCMD slot 0's data buffer. The outer error stops bring-up (firmware gone); the
     /// inner one says why this drive has no usable capacity.
-    fn read_capacity(&self, budget: &mut Budget, target: u8) -> Result<Result<Capacity, String>, Error> {
+    fn read_capacity(
+        &self,
+        budget: &mut Budget,
+        target: u8,
+        system_pd: bool,
+    ) -> Result<Result<Capacity, String>, Error> {
         let buf_off = MFI_FRAME_LEN * usize::from(DCMD_SMIDS);
         let cap_buf = self.mem.dcmd.phys() + buf_off as u64;
         let mut failures = String::new();
@@ -1047,7 +1125,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             };
             self.mem.dcmd.fill(buf_off, READ_CAPACITY16_LEN as usize, 0);
             let seg = [Segment { phys: cap_buf, len }];
-            let c = self.polled_io(budget, target, &cdb, false, &seg)?;
+            let c = self.polled_io(budget, target, system_pd, &cdb, false, &seg)?;
             let name = if sixteen {
                 "READ CAPACITY(16)"
             } else {
@@ -1089,12 +1167,13 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         &self,
         budget: &mut Budget,
         target: u8,
+        system_pd: bool,
         cdb: &[u8; 16],
         write: bool,
         segs: &[Segment],
     ) -> Result<Completion, Error> {
         let len: u32 = segs.iter().map(|s| s.len).sum();
-        self.submit_raw(0, 0, target, cdb, Some(write), len, segs, 0, true)?;
+        self.submit_raw(0, 0, target, system_pd, cdb, Some(write), len, segs, 0, true)?;
         let mut waited = 0u64;
         loop {
             let mut done = None;
@@ -1317,7 +1396,18 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             return Err(Error::Dead);
         }
         let (cdb, write, len) = self.validate(req)?;
-        self.submit_raw(tag, queue, req.target, &cdb, write, len, req.sgl, cookie, false)
+        self.submit_raw(
+            tag,
+            queue,
+            req.target,
+            req.system_pd,
+            &cdb,
+            write,
+            len,
+            req.sgl,
+            cookie,
+            false,
+        )
     }
 
     /// Enters the submission section: while the guard lives no reset can start, so a caller
@@ -1333,7 +1423,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let drive = self
             .drives
             .iter()
-            .find(|d| d.target == req.target)
+            .find(|d| d.target == req.target && d.system_pd == req.system_pd)
             .ok_or(Error::NoSuchDrive { target: req.target })?;
         let (cdb, write, len) = match req.op {
             IoOp::Read | IoOp::Write => {
@@ -1392,6 +1482,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         tag: u32,
         queue: u16,
         target: u8,
+        system_pd: bool,
         cdb: &[u8; 16],
         rw: Option<bool>,
         len: u32,
@@ -1425,11 +1516,15 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
         f.fill(fo, FRAME_SIZE, 0);
-        f.write_u16(fo + F_DEV_HANDLE, u16::from(target));
+        // A system PD without a RAID map (Linux `megasas_build_syspd_fusion`): DevHandle
+        // 0xFFFF, the device id in the RAID context, FastPath SCSI IO (Function 0, FP_IO).
+        f.write_u16(fo + F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
         f.write_u8(
             fo + F_FUNCTION,
             if self.mistake(Mistake::GarbageFunction) {
                 0x5A
+            } else if system_pd {
+                FUNC_SCSI_IO
             } else {
                 FUNC_LD_IO
             },
@@ -1451,14 +1546,18 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             },
         );
         f.write_u8(fo + F_SGL_OFFSET0, 0x20);
-        let is_rw = !non_rw && rw.is_some() && cdb[0] != 0x9E;
+        let is_rw = !non_rw && !system_pd && rw.is_some() && cdb[0] != 0x9E;
         let data_len = if self.mistake(Mistake::DataLengthWrong) && is_rw {
             len + 512
         } else {
             len
         };
         f.write_u32(fo + F_DATA_LEN, data_len);
-        f.write_u16(fo + F_IO_FLAGS, u16::from(cdb_len(cdb[0])));
+        let mut io_flags = u16::from(cdb_len(cdb[0]));
+        if system_pd && self.generation != Generation::Thunderbolt {
+            io_flags |= IO_FLAGS_FAST_PATH;
+        }
+        f.write_u16(fo + F_IO_FLAGS, io_flags);
         let mut control = match rw {
             Some(true) => CONTROL_WRITE,
             Some(false) => CONTROL_READ,
@@ -1471,7 +1570,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         f.write_bytes(fo + F_CDB, cdb);
         let nsge = self.write_sgl(fo, smid, segs);
         self.write_raid_context(fo, target, nsge, is_rw);
-        let mut flags = if is_rw {
+        if system_pd {
+            f.write_u8(fo + F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
+        }
+        let mut flags = if system_pd {
+            regs::DESC_FP_IO
+        } else if is_rw {
             self.generation.ld_rw_descriptor()
         } else {
             regs::DESC_SCSI_IO

@@ -132,6 +132,8 @@ pub enum Violation {
     /// A non-read/write LD command carrying the read/write RAID-context fields (type/nseg,
     /// region-lock flags or the sequence number), which Linux and FreeBSD leave zero (review F6).
     NonRwRaidContext,
+    /// A system-PD (FastPath, DevHandle 0xFFFF) request with a wrong IoFlags FastPath bit.
+    BadSystemPdRequest,
 }
 
 /// Where the firmware starts.
@@ -292,6 +294,8 @@ enum Work {
 struct LdCmd {
     frame: u64,
     target: u16,
+    /// Addressed to a system PD (FastPath, DevHandle 0xFFFF, target in the RAID context).
+    pd: bool,
     kind: LdKind,
     sgl: Vec<(u64, u32)>,
     data_len: u32,
@@ -331,6 +335,8 @@ struct Pending {
 
 struct Ld {
     target: u8,
+    /// A system PD (JBOD disk) rather than an LD.
+    pd: bool,
     blocks: u64,
     data: Vec<u8>,
 }
@@ -433,9 +439,16 @@ impl FakeFusion {
             .iter()
             .map(|&(target, blocks)| Ld {
                 target,
+                pd: false,
                 blocks,
                 data: vec![0u8; (blocks * u64::from(cfg.block_size)) as usize],
             })
+            .chain(cfg.system_pds.iter().map(|&(id, blocks)| Ld {
+                target: id as u8,
+                pd: true,
+                blocks,
+                data: vec![0u8; (blocks * u64::from(cfg.block_size)) as usize],
+            }))
             .collect();
         let rng = cfg.seed | 1;
         Arc::new(Self {
@@ -627,13 +640,23 @@ impl FakeFusion {
     /// Reads LD `target`'s backing store.
     pub fn ld_bytes(&self, target: u8, off: usize, len: usize) -> Vec<u8> {
         let s = self.st.lock();
-        let ld = s.lds.iter().find(|l| l.target == target).expect("no such LD");
+        let ld = s.lds.iter().find(|l| l.target == target && !l.pd).expect("no such LD");
         ld.data[off..off + len].to_vec()
+    }
+    /// Reads system PD `device`'s backing store.
+    pub fn pd_bytes(&self, device: u8, off: usize, len: usize) -> Vec<u8> {
+        let s = self.st.lock();
+        let pd = s.lds.iter().find(|l| l.target == device && l.pd).expect("no such PD");
+        pd.data[off..off + len].to_vec()
     }
     /// Writes LD `target`'s backing store.
     pub fn set_ld_bytes(&self, target: u8, off: usize, data: &[u8]) {
         let mut s = self.st.lock();
-        let ld = s.lds.iter_mut().find(|l| l.target == target).expect("no such LD");
+        let ld = s
+            .lds
+            .iter_mut()
+            .find(|l| l.target == target && !l.pd)
+            .expect("no such LD");
         ld.data[off..off + data.len()].copy_from_slice(data);
     }
 
@@ -1011,10 +1034,27 @@ impl State {
                     None => return,
                 }
             }
-            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init) {
+            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init, false) {
                 Some(c) => Work::Ld(c),
                 None => return,
             },
+            // A system PD without a RAID map, as Linux `megasas_build_syspd_fusion` sends it:
+            // FastPath SCSI IO, DevHandle 0xFFFF, raid_flags sub-type SYSTEM_PD, the device id
+            // in the RAID context; IoFlags FastPath bit on Invader and later.
+            (0x0C, 0x00) if le_u16(&frame, 0) == 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
+                let fp = le_u16(&frame, 0x24) & 0x4000 != 0;
+                if fp != (self.cfg.generation != Generation::Thunderbolt) {
+                    self.violate(
+                        Violation::BadSystemPdRequest,
+                        format!("SMID {smid}: IoFlags {:#x}", le_u16(&frame, 0x24)),
+                    );
+                    return;
+                }
+                match self.ld_command(mem, frame_addr, &frame, flags, init, true) {
+                    Some(c) => Work::Ld(c),
+                    None => return,
+                }
+            }
             (0x06, 0x01) => Work::ReplyOnly,
             (0x0C, _) => {
                 self.violate(Violation::FastPathWithoutMap, format!("SMID {smid}"));
@@ -1256,7 +1296,12 @@ impl State {
                 out[off..off + b.len()].copy_from_slice(b);
             }
         };
-        let lds: Vec<(u8, u64)> = self.lds.iter().map(|l| (l.target, l.blocks)).collect();
+        let lds: Vec<(u8, u64)> = self
+            .lds
+            .iter()
+            .filter(|l| !l.pd)
+            .map(|l| (l.target, l.blocks))
+            .collect();
         match opcode {
             0x0101_0000 => {
                 // Linux's and FreeBSD's megasas_ctrl_info is 0x950 bytes (review M3).
@@ -1333,7 +1378,15 @@ impl State {
         0x00
     }
 
-    fn ld_command(&mut self, mem: &FakeMemory, frame_addr: u64, f: &[u8; 256], flags: u8, init: Init) -> Option<LdCmd> {
+    fn ld_command(
+        &mut self,
+        mem: &FakeMemory,
+        frame_addr: u64,
+        f: &[u8; 256],
+        flags: u8,
+        init: Init,
+        pd: bool,
+    ) -> Option<LdCmd> {
         let cdb = &f[0x40..0x50];
         let (kind, want_dir, blocks) = match cdb[0] {
             0x08 | 0x0A => {
@@ -1367,14 +1420,14 @@ impl State {
             _ => (LdKind::Unsupported, None, None),
         };
         let is_rw = matches!(kind, LdKind::Read { .. } | LdKind::Write { .. });
-        if is_rw != (flags != 0x00) {
+        if !pd && is_rw != (flags != 0x00) {
             self.violate(
                 Violation::DescriptorFunctionMismatch,
                 format!("descriptor {flags:#x} with CDB {:#x}", cdb[0]),
             );
             return None;
         }
-        if !is_rw {
+        if !is_rw && !pd {
             let ctx = &f[0x60..0x80];
             let rw_fields = if self.cfg.generation.g35_raid_context() {
                 le_u16(ctx, 0) != 0 || le_u16(ctx, 4) & (1 << 4) != 0
@@ -1438,7 +1491,8 @@ impl State {
         let fail = if is_rw { self.fail_next.pop_front() } else { None };
         Some(LdCmd {
             frame: frame_addr,
-            target: le_u16(f, 0),
+            target: if pd { le_u16(f, 0x66) } else { le_u16(f, 0) },
+            pd,
             kind,
             sgl,
             data_len,
@@ -1596,7 +1650,10 @@ impl State {
     fn execute(&mut self, mem: &FakeMemory, c: &LdCmd) {
         let bs = u64::from(self.cfg.block_size);
         let mut status = (0u8, 0u8, None);
-        let ld = self.lds.iter().position(|l| u16::from(l.target) == c.target);
+        let ld = self
+            .lds
+            .iter()
+            .position(|l| u16::from(l.target) == c.target && l.pd == c.pd);
         let mut moved = c.data_len;
         match (ld, c.kind, c.fail) {
             (_, _, Some(f)) => {

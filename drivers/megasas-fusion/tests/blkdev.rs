@@ -494,3 +494,43 @@ fn threaded(faults: bool) {
         assert!(!host.is_dead());
     }
 }
+
+/// F1 through the blk binding: a JBOD disk gets its own queue beside the LDs, carries data, and
+/// its flush goes to the disk even where the firmware does not take SYNCHRONIZE CACHE for LDs
+/// (Linux intercepts it only for logical drives).
+#[test]
+fn a_jbod_disk_is_a_drive_of_its_own() {
+    let mut fc = FakeConfig::invader();
+    fc.system_pds = vec![(9, 4096)];
+    let r = rig(fc, Generation::Invader, vec![0, 1]);
+    let drives: Vec<_> = r
+        .host
+        .drives()
+        .iter()
+        .map(|d| (d.drive.target, d.drive.system_pd, d.capacity_sectors))
+        .collect();
+    assert_eq!(drives, [(0, false, 8192), (3, false, 4096), (9, true, 4096)]);
+    r.fill(0, 0x3C);
+    let segs = r.seg(0, 1024);
+    r.host.queues()[2].submit(1, &Bio::write(100, 2, &segs, 7)).unwrap();
+    for _ in 0..20 {
+        r.service(100);
+    }
+    assert_eq!(
+        r.ended().iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
+        [(7, Status::Ok)]
+    );
+    assert!(r.fake.pd_bytes(9, 100 * 512, 1024).iter().all(|&b| b == 0x3C));
+    let before = r.fake.counts().0;
+    r.host.queues()[2].submit(0, &Bio::flush(8)).unwrap();
+    for _ in 0..20 {
+        r.service(100);
+    }
+    assert_eq!(
+        r.ended().iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
+        [(8, Status::Ok)]
+    );
+    assert_eq!(r.fake.counts().0 - before, 1, "the JBOD flush was posted");
+    r.fake.audit();
+    assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
+}

@@ -37,6 +37,7 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
             },
         ];
         let req = IoRequest {
+            system_pd: false,
             target: LD,
             op: IoOp::Read,
             lba: 24,

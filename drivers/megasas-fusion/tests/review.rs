@@ -115,6 +115,7 @@ fn f9_f6_flush_is_sync_cache_10_without_rw_context() {
     ] {
         let w = workload(fc, g, 1);
         let req = IoRequest {
+            system_pd: false,
             target: 0,
             op: IoOp::Flush,
             lba: 0,
@@ -157,6 +158,64 @@ fn f11_no_data_dcmds_carry_no_sge() {
     ] {
         let w = workload(fc, g, 1);
         w.ctrl.shutdown().unwrap();
+        assert_clean(&w.fake);
+    }
+}
+
+/// F1: JBOD. The firmware exposes two system PDs (device ids 0 and 5, the first sharing its
+/// number with LD 0) besides the LDs. Bring-up finds them through PD_LIST_QUERY and I/O reaches
+/// them through the system-PD path (FastPath SCSI IO, DevHandle 0xFFFF, device id in the RAID
+/// context), on the legacy and the G35 RAID context. The old driver found only the LDs.
+#[test]
+fn f1_jbod_disks_are_found_and_carry_io() {
+    for (fc, g) in [
+        (FakeConfig::invader(), Generation::Invader),
+        (FakeConfig::aero(), Generation::Aero),
+    ] {
+        let mut fc = fc;
+        fc.system_pds = vec![(0, 2048), (5, 1024)];
+        let mut w = workload(fc, g, 2);
+        let drives: Vec<_> = w
+            .ctrl
+            .drives()
+            .iter()
+            .map(|d| (d.target, d.system_pd, d.blocks))
+            .collect();
+        assert_eq!(
+            drives,
+            [(0, false, 8192), (3, false, 4096), (0, true, 2048), (5, true, 1024)],
+            "{g}"
+        );
+        for (tag, device) in [(0u32, 0u8), (1, 5)] {
+            let segs = w.segments(tag, 1024, 2);
+            w.buf_fill(tag, 1024, 0xA0 + device);
+            let req = IoRequest {
+                target: device,
+                system_pd: true,
+                op: IoOp::Write,
+                lba: 7,
+                blocks: 2,
+                sgl: &segs,
+            };
+            w.ctrl.submit(tag, 1, &req, u64::from(tag)).unwrap();
+            let mut done = Vec::new();
+            for _ in 0..50 {
+                w.fake.advance(100);
+                for q in 0..2 {
+                    w.ctrl.reap(q, &mut |c| done.push(c));
+                }
+            }
+            assert_eq!(done.len(), 1, "{g}");
+            assert_eq!(done[0].outcome, IoOutcome::Ok, "{g}");
+            assert!(
+                w.fake
+                    .pd_bytes(device, 7 * 512, 1024)
+                    .iter()
+                    .all(|&b| b == 0xA0 + device)
+            );
+        }
+        // LD 0 was not touched by the write to PD 0.
+        assert!(w.fake.ld_bytes(0, 7 * 512, 1024).iter().all(|&b| b == 0));
         assert_clean(&w.fake);
     }
 }

@@ -269,7 +269,11 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
                     .host
                     .queue(i)
                     .ok_or_else(|| Error::Device(format!("megasas-fusion {at}: drive {i} has no queue")))?,
-                model: format!("{product} LD {} ({at})", d.drive.target),
+                model: if d.drive.system_pd {
+                    format!("{product} JBOD disk {} ({at})", d.drive.target)
+                } else {
+                    format!("{product} LD {} ({at})", d.drive.target)
+                },
                 sector_size: d.drive.block_size,
                 capacity_sectors: d.drive.blocks,
                 max_transfer_bytes: d.max_transfer_bytes,
