@@ -152,11 +152,18 @@ pub enum Mistake {
     RdpqWithoutSupport,
     QueueDepthNotMultipleOf16,
     TooManyVectors,
+    /// The review's old behaviours (F3, F6, F10, F11, F1), kept as hooks so the model's checks
+    /// for them stay proven.
+    CombinedByHostCount,
+    RwContextOnNonRw,
+    QemuDcmdSizes,
+    NoDataDcmdWithSge,
+    SystemPdWithoutFastPathFlag,
 }
 
 impl Mistake {
     /// Every variant (the mistakes test checks each has a test, and that this list is complete).
-    pub const ALL: [Mistake; 49] = [
+    pub const ALL: [Mistake; 54] = [
         Mistake::PostBeforeOperational,
         Mistake::InitViaAtomicPort,
         Mistake::InitTwice,
@@ -206,6 +213,11 @@ impl Mistake {
         Mistake::RdpqWithoutSupport,
         Mistake::QueueDepthNotMultipleOf16,
         Mistake::TooManyVectors,
+        Mistake::CombinedByHostCount,
+        Mistake::RwContextOnNonRw,
+        Mistake::QemuDcmdSizes,
+        Mistake::NoDataDcmdWithSge,
+        Mistake::SystemPdWithoutFastPathFlag,
     ];
 }
 
@@ -536,6 +548,9 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let mut limits = Limits::from_scratch_pads(generation, sp0, sp1, config.vector_cpus.len(), config.max_queues)?;
         if config.mistake == Some(Mistake::TooManyVectors) {
             limits.host_msix_vectors = (limits.fw_queues + 1) as u8;
+        }
+        if config.mistake == Some(Mistake::CombinedByHostCount) {
+            limits.combined = generation.combined_above().is_some_and(|c| limits.queues > c);
         }
         report.limits = Some(limits);
         report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
@@ -972,7 +987,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     fn read_info(&mut self, budget: &mut Budget, report: &mut Report) -> Result<(), Error> {
         let mut mbox = [0u8; 12];
         mbox[0] = 1;
-        let b = self.dcmd_exclusive(budget, DCMD_CTRL_GET_INFO, mbox, CTRL_INFO_LEN)?;
+        let len = if self.mistake(Mistake::QemuDcmdSizes) {
+            2048
+        } else {
+            CTRL_INFO_LEN
+        };
+        let b = self.dcmd_exclusive(budget, DCMD_CTRL_GET_INFO, mbox, len)?;
         self.info = ControllerInfo::parse(&b)?;
         let on_off = u32::from_le_bytes([b[0x620], b[0x621], b[0x622], b[0x623]]);
         self.ocr_disabled = on_off & (1 << 10) != 0;
@@ -1261,6 +1281,11 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
         // No data (cache flush, shutdown): sge_count 0 and DIR_NONE, as Linux and FreeBSD
         // (review F11); the flags word stays 0.
+        if len == 0 && self.mistake(Mistake::NoDataDcmdWithSge) {
+            d.write_u8(mfi_off + 0x07, 1);
+            d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
+            d.write_u64(mfi_off + 0x28, d.phys() + data_off as u64);
+        }
         // The pass-through I/O frame: a chain element pointing at the MFI frame.
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
@@ -1554,7 +1579,10 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         };
         f.write_u32(fo + F_DATA_LEN, data_len);
         let mut io_flags = u16::from(cdb_len(cdb[0]));
-        if system_pd && self.generation != Generation::Thunderbolt {
+        if system_pd
+            && self.generation != Generation::Thunderbolt
+            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag)
+        {
             io_flags |= IO_FLAGS_FAST_PATH;
         }
         f.write_u16(fo + F_IO_FLAGS, io_flags);
@@ -1687,6 +1715,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
 
     fn write_raid_context(&self, fo: usize, target: u8, nsge: usize, is_rw: bool) {
         let f = &self.mem.frames;
+        let is_rw = is_rw || self.mistake(Mistake::RwContextOnNonRw);
         let c = fo + F_RAID_CTX;
         let nsge = if self.mistake(Mistake::NumSgeWrong) {
             nsge + 1

@@ -134,6 +134,9 @@ pub enum Violation {
     NonRwRaidContext,
     /// A system-PD (FastPath, DevHandle 0xFFFF) request with a wrong IoFlags FastPath bit.
     BadSystemPdRequest,
+    /// CTRL_GET_INFO or LD_GET_LIST with a buffer below Linux's structure size (refused with
+    /// status 0x03, as firmware checking the size would).
+    DcmdBufferTooSmall,
 }
 
 /// Where the firmware starts.
@@ -1306,6 +1309,7 @@ impl State {
             0x0101_0000 => {
                 // Linux's and FreeBSD's megasas_ctrl_info is 0x950 bytes (review M3).
                 if len < 0x950 {
+                    self.violate(Violation::DcmdBufferTooSmall, format!("CTRL_GET_INFO {len} B"));
                     return 0x03;
                 }
                 put(&mut out, 0, &0x1000u16.to_le_bytes());
@@ -1332,6 +1336,7 @@ impl State {
             0x0301_0000 => {
                 // MR_LD_LIST is 4104 bytes in Linux and FreeBSD (review M3).
                 if len < 8 + 256 * 16 {
+                    self.violate(Violation::DcmdBufferTooSmall, format!("LD_GET_LIST {len} B"));
                     return 0x03;
                 }
                 let all = self.cfg.max_lds > 64 && mbox[0] == 1;

@@ -61,6 +61,8 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
         for _ in 0..20 {
             w.service(1000);
         }
+        // Cache flush and shutdown: the no-data DCMDs.
+        let _ = w.ctrl.shutdown();
     }
     fake.audit();
     fake
@@ -73,6 +75,9 @@ fn handshake_slow_doorbell(c: &mut FakeConfig) {
 }
 fn four_fw_queues(c: &mut FakeConfig) {
     c.fw_queues = 4;
+}
+fn with_jbod(c: &mut FakeConfig) {
+    c.system_pds = vec![(1, 1024)];
 }
 
 fn check(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), m: Mistake, want: Violation) {
@@ -155,6 +160,12 @@ mistakes! {
     rdpq_without_support: Invader, 1, none, RdpqWithoutSupport => RdpqNotSupported;
     queue_depth_not_multiple_of_16: Ventura, 1, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
+    combined_mode_from_the_host_count: Aero, 12, none, CombinedByHostCount => HostIndexWrongRegister;
+    rw_raid_context_on_non_rw_command: Ventura, 1, none, RwContextOnNonRw => NonRwRaidContext;
+    rw_raid_context_on_non_rw_legacy: Invader, 1, none, RwContextOnNonRw => NonRwRaidContext;
+    qemu_dcmd_buffer_sizes: Invader, 1, none, QemuDcmdSizes => DcmdBufferTooSmall;
+    no_data_dcmd_with_an_sge: Aero, 1, none, NoDataDcmdWithSge => NoDataDcmdWithSge;
+    system_pd_without_fast_path_flag: Ventura, 1, with_jbod, SystemPdWithoutFastPathFlag => BadSystemPdRequest;
 }
 
 #[test]
@@ -212,6 +223,11 @@ fn every_mistake_hook_has_a_test() {
             Mistake::RdpqWithoutSupport => "rdpq_without_support",
             Mistake::QueueDepthNotMultipleOf16 => "queue_depth_not_multiple_of_16",
             Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
+            Mistake::CombinedByHostCount => "combined_mode_from_the_host_count",
+            Mistake::RwContextOnNonRw => "rw_raid_context_on_non_rw_command",
+            Mistake::QemuDcmdSizes => "qemu_dcmd_buffer_sizes",
+            Mistake::NoDataDcmdWithSge => "no_data_dcmd_with_an_sge",
+            Mistake::SystemPdWithoutFastPathFlag => "system_pd_without_fast_path_flag",
         }
     }
     let src = include_str!("mistakes.rs");
