@@ -211,6 +211,14 @@ pub struct FakeConfig {
     /// CTRL_GET_INFO max_lds (> 64: 256-VD firmware; LD_GET_LIST lists targets ≥ 64 only when
     /// asked with mbox b[0] = 1).
     pub max_lds: u8,
+    /// After a diag reset the firmware shows FAULT (resettable bit clear) for this long between
+    /// BB_INIT and FW_INIT (review F5: Linux waits a FAULT out during an OCR).
+    pub fault_while_restarting_us: u64,
+    /// A failed IOC INIT (see [`FakeFusion::fail_next_init`]) also puts the firmware in a
+    /// resettable FAULT (review F5: Linux diag-resets and retries IOC INIT once at probe).
+    pub fault_on_failed_init: bool,
+    /// Virtual microseconds from the diag reset to READY (M12: real cards take seconds).
+    pub reset_to_ready_us: u64,
     /// System PDs (JBOD): (device id, blocks), exposed through PD_LIST_QUERY and reached with
     /// Function 0x00 + FP_IO, DevHandle 0xFFFF, RAID-context target = device id, raid_flags 0x10.
     pub system_pds: Vec<(u16, u64)>,
@@ -250,6 +258,9 @@ impl FakeConfig {
             ocr_disabled: false,
             fault_on_dcmd: None,
             operational_lag_us: 3_000,
+            fault_while_restarting_us: 0,
+            fault_on_failed_init: false,
+            reset_to_ready_us: 250_000,
             capacity16_bytes: 32,
             no_read_capacity16: false,
             max_lds: 64,
@@ -831,7 +842,7 @@ impl State {
             }
             self.transitions.pop_front();
             self.state = st;
-            if st == 0x4 {
+            if st == 0x4 || (st == 0xF && self.reset_until.is_some()) {
                 self.reset_until = None;
             }
         }
@@ -884,8 +895,14 @@ impl State {
         self.fault_bits = 0;
         self.state = 0x1;
         let t = self.clock;
+        let f = self.cfg.fault_while_restarting_us;
+        let ready = self.cfg.reset_to_ready_us.max(200_001);
         self.reset_until = Some(t + 200_000);
-        self.transitions = VecDeque::from(vec![(t + 200_000, 0x4), (t + 250_000, 0xB)]);
+        self.transitions = if f > 0 {
+            VecDeque::from(vec![(t + 200_000, 0xF), (t + 200_000 + f, 0x4), (t + ready + f, 0xB)])
+        } else {
+            VecDeque::from(vec![(t + 200_000, 0x4), (t + ready, 0xB)])
+        };
     }
 
     fn doorbell(&mut self, v: u32) {
@@ -1219,6 +1236,10 @@ impl State {
         }
         if let Some(status) = self.fail_next_init.take() {
             mem.write("IOC INIT status", frame_addr + 2, &[status]);
+            if self.cfg.fault_on_failed_init {
+                self.state = 0xF;
+                self.fault_bits = (0x0A1 << 16) | (1 << 1);
+            }
             return;
         }
         self.init = Some(Init {

@@ -219,3 +219,61 @@ fn f1_jbod_disks_are_found_and_carry_io() {
         assert_clean(&w.fake);
     }
 }
+
+/// F5: after an OCR's diag reset the firmware shows FAULT for 2 s before it restarts; the driver
+/// waits it out (Linux `transition_to_ready(ocr=1)`) instead of failing the attempt (the old
+/// driver failed all three attempts and stopped the adapter).
+#[test]
+fn f5_a_fault_while_the_firmware_restarts_after_ocr_is_waited_out() {
+    let mut fc = FakeConfig::ventura();
+    fc.fault_while_restarting_us = 2_000_000;
+    let mut w = workload(fc, Generation::Ventura, 2);
+    w.run(500, 4);
+    w.fake.inject_fault(0x55, 0, true);
+    w.reset().unwrap();
+    assert_eq!(w.ctrl.health(), Health::Ok);
+    w.run(500, 4);
+    assert_clean(&w.fake);
+}
+
+/// F5: at probe a failed IOC INIT that leaves a resettable FAULT gets one diag reset and one
+/// more IOC INIT (Linux `megasas_init_adapter_fusion`); the old driver failed bring-up.
+#[test]
+fn f5_ioc_init_is_retried_once_after_a_resettable_fault_at_probe() {
+    let mut fc = FakeConfig::invader();
+    fc.fault_on_failed_init = true;
+    let fake = megasas_fusion::fake::FakeFusion::new(fc);
+    fake.fail_next_init(0x01);
+    let mut report = megasas_fusion::Report::new();
+    let r = megasas_fusion::Controller::bring_up(
+        fake.mmio(),
+        &fake.dma(),
+        fake.delay(),
+        config(Generation::Invader, 1),
+        &mut report,
+    );
+    assert!(r.is_ok(), "{:?}\n{report}", r.err());
+    assert!(report.to_string().contains("one diag reset and retry"), "{report}");
+    assert_clean(&fake);
+}
+
+/// M12: a diag reset that takes 30 s to reach READY (real cards take seconds to minutes; the
+/// old model took 250 ms) still completes within the OCR's budget.
+#[test]
+fn m12_a_slow_diag_reset_still_recovers() {
+    let mut fc = FakeConfig::aero();
+    fc.reset_to_ready_us = 30_000_000;
+    // The driver's real limits (180 s per state, 240 s overall), not the tests' short ones.
+    let defaults = megasas_fusion::Config::new(Generation::Aero, vec![0, 1]);
+    let mut cfg = config(Generation::Aero, 2);
+    cfg.state_timeout_us = defaults.state_timeout_us;
+    cfg.bringup_budget_us = defaults.bringup_budget_us;
+    let (fake, ctrl, report) = bring_up(fc, cfg);
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("{e}\n{report}"));
+    ctrl.enable_interrupts();
+    let mut w = Workload::new(fake, ctrl, 9);
+    w.fake.inject_fault(0x10, 0, true);
+    w.reset().unwrap();
+    w.run(300, 4);
+    assert_clean(&w.fake);
+}
