@@ -605,6 +605,10 @@ impl FakeFusion {
     pub fn fail_next_init(&self, status: u8) {
         self.st.lock().fail_next_init = Some(status);
     }
+    /// From now on LD commands complete after a delay drawn from `lo..=hi` virtual µs.
+    pub fn set_io_delay_us(&self, lo: u64, hi: u64) {
+        self.st.lock().cfg.io_delay_us = (lo, hi.max(lo));
+    }
     /// The next `n` LD read/write commands are accepted but never complete (until a reset).
     pub fn hold_next_io(&self, n: u32) {
         self.st.lock().hold_next = n;

@@ -210,9 +210,15 @@ fn a_timeout_resets_the_controller_and_ends_requests_exactly_once() {
     }
     let first = r.ended();
     assert_eq!(first.len(), 4, "the two held reads are still out");
-    // Past the deadline: the tick's scan marks them and the OCR ends them.
+    // Past the deadline: the tick's scan marks them; the tick then lets them finish on their
+    // own for 180 s (Linux's resetwaittime) before the OCR ends them.
     r.fake.advance(31_000_000);
     assert_eq!(r.host.tick(0), 2);
+    r.run_kicked();
+    assert!(r.ended().is_empty(), "no reset before the wait is over");
+    assert_eq!(r.host.counters().resets, 0);
+    r.fake.advance(180_000_000);
+    r.host.tick(0);
     r.run_kicked();
     let ended = r.ended();
     assert_eq!(ended.len(), 2);
@@ -531,6 +537,33 @@ fn a_jbod_disk_is_a_drive_of_its_own() {
         [(8, Status::Ok)]
     );
     assert_eq!(r.fake.counts().0 - before, 1, "the JBOD flush was posted");
+    r.fake.audit();
+    assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
+}
+
+/// Review F5: a request that times out but whose reply is only late is not worth a controller
+/// reset. The tick waits (Linux `megasas_wait_for_outstanding_fusion`), the reply arrives, the
+/// request ends Ok and no reset happens. (The old binding reset at the first tick after the
+/// timeout and ended it with `Timeout`.)
+#[test]
+fn a_late_reply_after_a_timeout_avoids_the_reset() {
+    let r = rig(FakeConfig::ventura(), Generation::Ventura, vec![0]);
+    r.fake.set_io_delay_us(40_000_000, 40_000_000);
+    let segs = r.seg(0, 512);
+    r.host.queues()[0].submit(0, &Bio::read(0, 1, &segs, 1)).unwrap();
+    r.fake.advance(31_000_000);
+    assert_eq!(r.host.tick(0), 1);
+    r.run_kicked();
+    assert!(r.ended().is_empty());
+    r.fake.advance(10_000_000);
+    r.host.tick(0);
+    r.run_kicked();
+    assert_eq!(
+        r.ended().iter().map(|c| (c.cookie, c.status)).collect::<Vec<_>>(),
+        [(1, Status::Ok)]
+    );
+    assert_eq!(r.host.counters().resets, 0);
+    assert_eq!(r.host.counters().resets_avoided, 1);
     r.fake.audit();
     assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
 }
