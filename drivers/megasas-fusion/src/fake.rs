@@ -392,6 +392,8 @@ struct State {
     resets: u64,
     /// SP0 shows READY until this virtual time although IOC INIT succeeded.
     operational_shown_at: u64,
+    /// Capability word of the last IOC INIT received.
+    init_caps: Option<u32>,
 }
 
 /// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
@@ -501,6 +503,7 @@ impl FakeFusion {
                 commands_accepted: 0,
                 resets: 0,
                 operational_shown_at: 0,
+                init_caps: None,
             }),
             mem,
         })
@@ -604,6 +607,10 @@ impl FakeFusion {
     /// The next IOC INIT fails with this status.
     pub fn fail_next_init(&self, status: u8) {
         self.st.lock().fail_next_init = Some(status);
+    }
+    /// The capability word (MFI frame offset 4) of the last IOC INIT, if any arrived.
+    pub fn init_capabilities(&self) -> Option<u32> {
+        self.st.lock().init_caps
     }
     /// From now on LD commands complete after a delay drawn from `lo..=hi` virtual µs.
     pub fn set_io_delay_us(&self, lo: u64, hi: u64) {
@@ -1165,6 +1172,7 @@ impl State {
             );
         }
         let caps = le_u32(&mfi, 0x04);
+        self.init_caps = Some(caps);
         if caps >> 17 != 0 {
             self.warn(Violation::InitBadFrame, format!("unknown capability bits {caps:#x}"));
         }

@@ -277,3 +277,20 @@ fn m12_a_slow_diag_reset_still_recovers() {
     w.run(300, 4);
     assert_clean(&w.fake);
 }
+
+/// F13: IOC INIT's additional_msix capability (bit 1) on Invader and later always, never on
+/// Thunderbolt, as Linux and FreeBSD (the old driver set it only above 8 queues, on every
+/// generation).
+#[test]
+fn f13_additional_msix_by_generation_not_queue_count() {
+    for (g, vectors, want) in [
+        (Generation::Thunderbolt, 12, false),
+        (Generation::Invader, 2, true),
+        (Generation::Aero, 1, true),
+    ] {
+        let (fake, ctrl, report) = bring_up(FakeConfig::new(g), config(g, vectors));
+        assert!(ctrl.is_ok(), "{g}: {report}");
+        let caps = fake.init_capabilities().expect("IOC INIT seen");
+        assert_eq!(caps & 2 != 0, want, "{g}: capabilities {caps:#x}");
+    }
+}
