@@ -1250,7 +1250,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             slot.block_size.store(0, Ordering::Release);
         }
         let mut pd_present = [false; MAX_PD_TARGETS];
-        for pd in self.system_pd_disks(tag)? {
+        // A firmware that refuses the PD query still serves its LDs (Linux goes on too).
+        let pds = self.system_pd_disks(tag).unwrap_or_else(|e| {
+            log::warn!("megasas: PD_LIST_QUERY failed: {e}; no JBOD disks");
+            Vec::new()
+        });
+        for pd in pds {
             let cap = match self.pd_read_capacity(tag, pd) {
                 Ok(c) => c,
                 Err(e) => {

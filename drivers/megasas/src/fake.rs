@@ -82,6 +82,8 @@ pub struct FakeConfig {
     pub boot: Vec<(FwState, u64)>,
     /// Bus address of the first DMA allocation.
     pub phys_base: u64,
+    /// DCMD opcodes answered with status 0x01 (INVALID_CMD), as firmware without them would.
+    pub refused_dcmds: Vec<u32>,
     /// QEMU's `use_jbod=on`: the disks are system PDs. LD_GET_LIST is empty, LD SCSI
     /// pass-through answers DEVICE_NOT_FOUND, PD_LIST_QUERY lists the disks for every flag.
     pub use_jbod: bool,
@@ -107,6 +109,7 @@ impl FakeConfig {
             boot: Vec::new(),
             phys_base: 0x0010_0000,
             use_jbod: false,
+            refused_dcmds: Vec::new(),
         }
     }
 }
@@ -248,6 +251,7 @@ struct Pending {
 struct Inner {
     model: Model,
     jbod: bool,
+    refused_dcmds: Vec<u32>,
     fw_cmds: u16,
     fw_sge: u8,
     msix: bool,
@@ -320,6 +324,7 @@ impl FakeDevice {
                 fw_sge,
                 msix: config.msix,
                 jbod: config.use_jbod,
+                refused_dcmds: config.refused_dcmds.clone(),
                 completion: config.completion,
                 state,
                 boot,
@@ -1299,6 +1304,7 @@ impl FakeDevice {
         };
         let len = buf.map_or(0, |b| b.1 as usize);
         let reply: Result<Option<Vec<u8>>, u8> = match opcode {
+            op if inner.refused_dcmds.contains(&op) => Err(0x01),
             0x0101_0000 => {
                 if len < 2048 {
                     Err(0x03)

@@ -83,3 +83,15 @@ fn raid_mode_lists_each_disk_once_as_an_ld() {
     );
     assert_clean(&dev);
 }
+
+#[test]
+fn a_firmware_refusing_the_pd_query_still_serves_its_lds() {
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    cfg.refused_dcmds = vec![0x0201_0100];
+    cfg.disks = vec![disk(0, 64 << 20, 512)];
+    let (dev, _ctrl, drives) = ready(cfg);
+    let found: Vec<_> = drives.iter().map(|d| (d.target, d.system_pd)).collect();
+    assert_eq!(found, [(0, false)]);
+    assert!(dev.stats().dcmds.iter().any(|&(op, _)| op == 0x0201_0100));
+    assert_clean(&dev);
+}
