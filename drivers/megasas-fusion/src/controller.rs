@@ -476,6 +476,9 @@ pub struct Controller<M: Mmio, D: Delay> {
     /// Per SMID (index = SMID): in flight or idle, and the generation.
     slots: Vec<SmidSlot>,
     cookies: Vec<AtomicU64>,
+    /// Per SMID: bytes a read/write must move to succeed (0 for other commands, whose residual
+    /// the caller judges from `bytes_done`).
+    required: Vec<AtomicU32>,
     targets: Vec<AtomicU32>,
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
@@ -608,6 +611,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 .collect(),
             slots: (0..smids).map(|_| SmidSlot::new()).collect(),
             cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
+            required: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
@@ -1536,6 +1540,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         // Cookie and target are read by the reaper after it sees the reply; the Release fence
         // before the descriptor write orders these stores before the device can see the command.
         self.cookies[usize::from(smid)].store(cookie, Ordering::Relaxed);
+        let must_move = if !non_rw && matches!(cdb[0], 0x88 | 0x8A) {
+            len
+        } else {
+            0
+        };
+        self.required[usize::from(smid)].store(must_move, Ordering::Relaxed);
         self.targets[usize::from(smid)].store(u32::from(target), Ordering::Relaxed);
 
         let f = &self.mem.frames;
@@ -1872,9 +1882,20 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let ex_status = f.read_u8(fo + F_EX_STATUS);
         let bytes_done = f.read_u32(fo + F_DATA_LEN);
         // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
-        // moved (Linux `map_cmd_status`, review F8).
-        let outcome = if status == 0 || (status == 0x2D && ex_status == 0) {
+        // moved (Linux `map_cmd_status`, review F8). A read or write that moved less than asked
+        // is not a success here (Linux's midlayer would retry the rest; blk has no partial
+        // completion), so it fails rather than hand back a half-filled buffer.
+        let residual_ok =
+            status == 0x2D && ex_status == 0 && bytes_done >= self.required[usize::from(smid)].load(Ordering::Relaxed);
+        let outcome = if status == 0 || residual_ok {
             IoOutcome::Ok
+        } else if status == 0x2D && ex_status == 0 {
+            IoOutcome::Failed(IoError {
+                kind: IoErrorKind::Other,
+                mfi_status: MfiStatus(status),
+                scsi_status: ex_status,
+                sense: None,
+            })
         } else {
             let mut sense = [0u8; SENSE_SIZE];
             self.mem

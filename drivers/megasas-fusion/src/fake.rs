@@ -208,6 +208,8 @@ pub struct FakeConfig {
     pub capacity16_bytes: usize,
     /// READ CAPACITY(16) is refused with ILLEGAL REQUEST (review M8: only (10) works).
     pub no_read_capacity16: bool,
+    /// READ CAPACITY(10) is refused with ILLEGAL REQUEST.
+    pub no_read_capacity10: bool,
     /// CTRL_GET_INFO max_lds (> 64: 256-VD firmware; LD_GET_LIST lists targets ≥ 64 only when
     /// asked with mbox b[0] = 1).
     pub max_lds: u8,
@@ -263,6 +265,7 @@ impl FakeConfig {
             reset_to_ready_us: 250_000,
             capacity16_bytes: 32,
             no_read_capacity16: false,
+            no_read_capacity10: false,
             max_lds: 64,
             system_pds: Vec::new(),
             seed: 0x5EED,
@@ -1450,7 +1453,7 @@ impl State {
             0x9E if cdb[1] & 0x1F == 0x10 && !self.cfg.no_read_capacity16 => {
                 (LdKind::ReadCapacity16, Some(false), None)
             }
-            0x25 => (LdKind::ReadCapacity10, Some(false), None),
+            0x25 if !self.cfg.no_read_capacity10 => (LdKind::ReadCapacity10, Some(false), None),
             0x12 => (LdKind::Inquiry, Some(false), None),
             // SYNCHRONIZE CACHE(16) is not shown to work on MegaRAID LDs: only (10) is ever sent
             // by Linux and FreeBSD, so the model refuses (16) with ILLEGAL REQUEST (review M5).

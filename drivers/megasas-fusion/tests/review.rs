@@ -86,6 +86,8 @@ fn f8_underrun_with_good_status_is_success() {
     let mut fc = FakeConfig::invader();
     fc.capacity16_bytes = 12;
     fc.block_size = 4096;
+    // No READ CAPACITY(10) to fall back on: the underrun must be taken as the answer.
+    fc.no_read_capacity10 = true;
     let (fake, ctrl, report) = bring_up(fc, config(Generation::Invader, 1));
     let ctrl = ctrl.unwrap_or_else(|e| panic!("{e}\n{report}"));
     let drives: Vec<_> = ctrl
@@ -293,4 +295,36 @@ fn f13_additional_msix_by_generation_not_queue_count() {
         let caps = fake.init_capabilities().expect("IOC INIT seen");
         assert_eq!(caps & 2 != 0, want, "{g}: capabilities {caps:#x}");
     }
+}
+
+/// F8, the other side: a READ answered 0x2D + GOOD with DataLength 0 moved nothing, so it is
+/// not a success (blk has no partial completion): it fails instead of handing back an unfilled
+/// buffer.
+#[test]
+fn f8_a_short_read_with_good_status_is_not_success() {
+    let mut w = workload(FakeConfig::ventura(), Generation::Ventura, 1);
+    w.fake.fail_next_io(megasas_fusion::fake::Failure {
+        status: 0x2D,
+        scsi_status: 0,
+        sense: None,
+    });
+    let segs = w.segments(0, 512, 1);
+    let req = IoRequest {
+        target: 0,
+        system_pd: false,
+        op: IoOp::Read,
+        lba: 0,
+        blocks: 1,
+        sgl: &segs,
+    };
+    w.ctrl.submit(0, 0, &req, 1).unwrap();
+    let mut got = None;
+    for _ in 0..50 {
+        w.fake.advance(100);
+        w.ctrl.reap(0, &mut |c| got = Some(c));
+    }
+    let c = got.expect("completed");
+    assert!(matches!(c.outcome, IoOutcome::Failed(_)), "{c:?}");
+    assert_eq!(c.bytes_done, 0);
+    assert_clean(&w.fake);
 }
