@@ -222,13 +222,14 @@ fn f1_jbod_disks_are_found_and_carry_io() {
     }
 }
 
-/// F5: after an OCR's diag reset the firmware shows FAULT for 2 s before it restarts; the driver
+/// F5: after an OCR's diag reset the firmware shows FAULT for 6 s before it restarts (the driver
+/// looks 3 s after the reset, so it sees it); the driver
 /// waits it out (Linux `transition_to_ready(ocr=1)`) instead of failing the attempt (the old
 /// driver failed all three attempts and stopped the adapter).
 #[test]
 fn f5_a_fault_while_the_firmware_restarts_after_ocr_is_waited_out() {
     let mut fc = FakeConfig::ventura();
-    fc.fault_while_restarting_us = 2_000_000;
+    fc.fault_while_restarting_us = 6_000_000;
     let mut w = workload(fc, Generation::Ventura, 2);
     w.run(500, 4);
     w.fake.inject_fault(0x55, 0, true);
