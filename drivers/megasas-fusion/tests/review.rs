@@ -53,6 +53,10 @@ fn f4_aero_zero_reads_and_non_fault_states_do_not_reset() {
     let w = workload(FakeConfig::aero(), Generation::Aero, 2);
     w.fake.zero_reads(25);
     assert_eq!(w.ctrl.health(), Health::Ok);
+    // A glitch longer than the retries reads as state 0 (UNDEFINED): not FAULT, so no reset.
+    w.fake.zero_reads(40);
+    assert_eq!(w.ctrl.health(), Health::Ok);
+    w.fake.zero_reads(0);
     w.fake.inject_fault(0x77, 3, true);
     w.fake.zero_reads(29);
     let Health::NeedsReset(sp0) = w.ctrl.health() else {
