@@ -1827,7 +1827,13 @@ impl fmt::Display for DriveTable<'_> {
                 d.blocks,
                 d.capacity_bytes(),
                 d.capacity_bytes() >> 20,
-                if d.state == 3 { "optimal" } else { "not optimal" }
+                if d.system_pd {
+                    "JBOD disk (system PD)"
+                } else if d.state == 3 {
+                    "optimal"
+                } else {
+                    "not optimal"
+                }
             )?;
         }
         Ok(())
