@@ -221,6 +221,10 @@ pub struct FakeConfig {
     pub fault_on_failed_init: bool,
     /// Virtual microseconds from the diag reset to READY (M12: real cards take seconds).
     pub reset_to_ready_us: u64,
+    /// Doorbell bit 0 reads 1 from power-on until this virtual time (or the next doorbell
+    /// write), e.g. left by a previous driver (review F16: Linux writes the handshake doorbell
+    /// without looking).
+    pub doorbell_busy_at_start_us: u64,
     /// System PDs (JBOD): (device id, blocks), exposed through PD_LIST_QUERY and reached with
     /// Function 0x00 + FP_IO, DevHandle 0xFFFF, RAID-context target = device id, raid_flags 0x10.
     pub system_pds: Vec<(u16, u64)>,
@@ -263,6 +267,7 @@ impl FakeConfig {
             fault_while_restarting_us: 0,
             fault_on_failed_init: false,
             reset_to_ready_us: 250_000,
+            doorbell_busy_at_start_us: 0,
             capacity16_bytes: 32,
             no_read_capacity16: false,
             no_read_capacity10: false,
@@ -470,6 +475,7 @@ impl FakeFusion {
             }))
             .collect();
         let rng = cfg.seed | 1;
+        let busy_at_start = cfg.doorbell_busy_at_start_us;
         Arc::new(Self {
             st: Mutex::new(State {
                 handshake_then_boot_msg: cfg.start == StartState::WaitHandshake,
@@ -478,7 +484,7 @@ impl FakeFusion {
                 state,
                 fault_bits,
                 transitions,
-                doorbell_busy_until: 0,
+                doorbell_busy_until: busy_at_start,
                 diag_keys: 0,
                 drwe: false,
                 reset_until: None,

@@ -333,3 +333,18 @@ fn f8_a_short_read_with_good_status_is_not_success() {
     assert_eq!(c.bytes_done, 0);
     assert_clean(&w.fake);
 }
+
+/// F16/M11: doorbell bit 0 reads 1 for 12 s after power-on (left set by a previous driver) in
+/// WAIT_HANDSHAKE. Linux writes 0x18 without looking and goes on; the old driver waited for the
+/// bit first and gave up after 10 s with DoorbellBusy. IOC INIT still waits for the bit (the
+/// model requires it), which the doorbell write has cleared by then.
+#[test]
+fn f16_handshake_doorbell_is_written_without_waiting_for_bit_0() {
+    let mut fc = FakeConfig::ventura();
+    fc.start = megasas_fusion::fake::StartState::WaitHandshake;
+    fc.doorbell_busy_at_start_us = 12_000_000;
+    let (fake, ctrl, report) = bring_up(fc, config(Generation::Ventura, 1));
+    assert!(ctrl.is_ok(), "{:?}\n{report}", ctrl.err());
+    assert!(fake.now_us() < 2_000_000, "waited {} us", fake.now_us());
+    assert_clean(&fake);
+}
