@@ -19,10 +19,13 @@
 //!
 //! **Timeouts.** Without a RAID map Fusion has no task management for LDs (Linux sends TM only
 //! to map-reported `tmCapable` devices), so a timeout goes straight to the OCR ladder: the
-//! request is marked and keeps its timer; the next [`Host::tick`] resets the controller. The
+//! request is marked and keeps its timer; [`Host::tick`] gives the timed-out requests
+//! `HostConfig::reset_wait_ns` (180 s, Linux's `resetwaittime`) to finish on their own (no reset
+//! then), and resets the controller if they have not. The
 //! reset hands back every request in flight exactly once after the adapter forgot it: the
-//! timed-out ones end with `Status::Timeout`, the others with `Status::Aborted` (they are not
-//! re-issued). A reply that arrived before the reset completes normally. If the controller cannot
+//! timed-out ones end with `Status::Timeout`, the others are requeued and issued again once the
+//! controller is back (Linux completes them with DID_REQUEUE, FreeBSD lets CAM retry; review
+//! F5). A reply that arrived before the reset completes normally. If the controller cannot
 //! be reset it is stopped (doorbell STOP_ADAPTER) and new requests fail at once; those in flight
 //! stay the device's until the kernel has turned bus mastering off and called
 //! [`Host::abandon_after_bus_master_off`], which fails them (as MFI does).
@@ -74,6 +77,10 @@ pub struct HostConfig {
     pub timeout_ns: u64,
     /// Upper bound on one request's size in bytes.
     pub max_transfer_bytes: u64,
+    /// After a request timed out, how long the tick lets the timed-out requests finish on their
+    /// own before it resets the controller (Linux `megasas_wait_for_outstanding_fusion`,
+    /// `resetwaittime` 180 s; review F5). A FAULT resets at once.
+    pub reset_wait_ns: u64,
     /// Controller configuration (generation, vectors and their CPUs, deadlines).
     pub controller: Config,
 }
@@ -86,6 +93,7 @@ impl HostConfig {
             completion: CompletionPolicy::Irq,
             timeout_ns: 90_000_000_000,
             max_transfer_bytes: 1 << 20,
+            reset_wait_ns: 180_000_000_000,
             controller,
         }
     }
@@ -115,8 +123,13 @@ pub struct HostCounters {
     pub timeouts: u64,
     /// Online controller resets run.
     pub resets: u64,
-    /// Requests failed by resets.
+    /// Requests failed by resets (the timed-out ones, and all of them once the controller is out
+    /// of service).
     pub failed_by_reset: u64,
+    /// Requests a reset took back from the firmware and requeued (issued again afterwards).
+    pub requeued_by_reset: u64,
+    /// Times the timed-out requests all finished while the tick waited, so no reset was needed.
+    pub resets_avoided: u64,
 }
 
 struct Core<M: Mmio, T: Delay> {
@@ -129,6 +142,12 @@ struct Core<M: Mmio, T: Delay> {
     timeouts: AtomicU64,
     resets: AtomicU64,
     failed_by_reset: AtomicU64,
+    requeued_by_reset: AtomicU64,
+    resets_avoided: AtomicU64,
+    /// When the wait for timed-out requests began (platform ns; 0 = not waiting).
+    waiting_since_ns: AtomicU64,
+    reset_wait_ns: u64,
+    platform: Arc<dyn Platform>,
 }
 
 /// The blk driver of one logical drive.
@@ -137,6 +156,8 @@ pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync +
     host: Weak<HostInner<M, T>>,
     index: u16,
     target: u8,
+    /// A system PD (JBOD disk): I/O takes the system-PD path.
+    system_pd: bool,
     /// 512-byte sectors per drive block.
     scale: u32,
 }
@@ -200,7 +221,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = Some(map.clone());
-            configs.push((qc, (d.target, scale)));
+            configs.push((qc, (d.target, d.system_pd, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
@@ -218,15 +239,21 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             timeouts: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             failed_by_reset: AtomicU64::new(0),
+            requeued_by_reset: AtomicU64::new(0),
+            resets_avoided: AtomicU64::new(0),
+            waiting_since_ns: AtomicU64::new(0),
+            reset_wait_ns: cfg.reset_wait_ns,
+            platform: platform.clone(),
         });
         let inner = host_with_drive_queues(
             configs,
             &platform,
-            |weak: &Weak<HostInner<M, T>>, index, (target, scale)| DriveDriver {
+            |weak: &Weak<HostInner<M, T>>, index, (target, system_pd, scale)| DriveDriver {
                 core: core.clone(),
                 host: weak.clone(),
                 index,
                 target,
+                system_pd,
                 scale,
             },
             |queues| HostInner {
@@ -332,6 +359,8 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
             timeouts: c.timeouts.load(Ordering::Relaxed),
             resets: c.resets.load(Ordering::Relaxed),
             failed_by_reset: c.failed_by_reset.load(Ordering::Relaxed),
+            requeued_by_reset: c.requeued_by_reset.load(Ordering::Relaxed),
+            resets_avoided: c.resets_avoided.load(Ordering::Relaxed),
         }
     }
 }
@@ -355,6 +384,15 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
             IoOutcome::Reset => Status::Aborted,
         };
         if c.outcome == IoOutcome::Reset {
+            if !timed_out && !self.core.ctrl.is_dead() {
+                // The adapter forgot it and is back: issue it again (dispatched once the reset
+                // releases the submission gate; the tick reruns the queues).
+                self.core.requeued_by_reset.fetch_add(1, Ordering::Relaxed);
+                if q.requeue(cpu, usize::from(hwq), token).is_err() {
+                    self.core.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
             self.core.failed_by_reset.fetch_add(1, Ordering::Relaxed);
         }
         if q.complete(cpu, usize::from(hwq), token, status).is_err() {
@@ -379,10 +417,34 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
         for q in &self.queues {
             expired += q.tick(cpu).unwrap_or(0);
         }
-        if let Health::NeedsReset(_) = self.core.ctrl.health() {
-            self.core.reset_wanted.store(true, Ordering::Release);
+        let mut reset_now = matches!(self.core.ctrl.health(), Health::NeedsReset(_));
+        if self.core.reset_wanted.load(Ordering::Acquire) {
+            // A timeout asked for a reset: first let the timed-out requests finish on their own
+            // for `reset_wait_ns` (a reply may be just late), as Linux does before its OCR.
+            for q in 0..self.core.ctrl.queues() {
+                self.reap(q, cpu);
+            }
+            let now = self.core.platform.now_ns().max(1);
+            let since = match self
+                .core
+                .waiting_since_ns
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => now,
+                Err(t) => t,
+            };
+            if !self.core.timed_out.iter().any(|t| t.load(Ordering::Acquire)) {
+                log::info!("megasas-fusion: the timed-out requests completed; no controller reset needed");
+                self.core.resets_avoided.fetch_add(1, Ordering::Relaxed);
+                self.core.reset_wanted.store(false, Ordering::Release);
+                self.core.waiting_since_ns.store(0, Ordering::Release);
+            } else if now.saturating_sub(since) >= self.core.reset_wait_ns {
+                reset_now = true;
+            }
         }
-        if self.core.reset_wanted.swap(false, Ordering::AcqRel) && !self.core.ctrl.is_dead() {
+        if reset_now && !self.core.ctrl.is_dead() {
+            self.core.reset_wanted.store(false, Ordering::Release);
+            self.core.waiting_since_ns.store(0, Ordering::Release);
             let mut report = Report::new();
             self.core.resets.fetch_add(1, Ordering::Relaxed);
             let r = self.core.ctrl.reset(&mut |c| self.deliver(cpu, &c), &mut report);
@@ -415,8 +477,10 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
         let op = match rq.op() {
             Op::Read => IoOp::Read,
             Op::Write => IoOp::Write,
-            Op::Flush if !ctrl.flush_goes_to_firmware() => {
-                // The firmware does not take SYNCHRONIZE CACHE: Linux and FreeBSD complete it.
+            Op::Flush if !ctrl.flush_goes_to_firmware() && !self.system_pd => {
+                // The firmware does not take SYNCHRONIZE CACHE for LDs: Linux and FreeBSD
+                // complete it. A JBOD disk's flush always goes to the disk (Linux only
+                // intercepts it for logical drives).
                 rq.end(Status::Ok);
                 return Ok(());
             }
@@ -444,6 +508,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
             };
         }
         let req = IoRequest {
+            system_pd: self.system_pd,
             target: self.target,
             op,
             lba,
@@ -468,8 +533,9 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
     }
 
     fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {
-        // No task management without a RAID map: the OCR on the next tick ends it (after the
-        // adapter has forgotten it), with Status::Timeout.
+        // No task management without a RAID map: the tick waits `reset_wait_ns` for it (and any
+        // other timed-out request) to finish on its own, then the OCR ends it (after the adapter
+        // has forgotten it) with Status::Timeout.
         if let Some(t) = self.core.timed_out.get(rq.tag() as usize) {
             t.store(true, Ordering::Release);
         }

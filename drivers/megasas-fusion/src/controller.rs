@@ -31,8 +31,13 @@ pub const FRAME_SIZE: usize = 256;
 pub const SENSE_SIZE: usize = 96;
 /// SMIDs kept for MFI pass-through (DCMDs), above the I/O SMIDs.
 pub const DCMD_SMIDS: u16 = 4;
-/// Bytes of the DCMD data buffer of each DCMD SMID.
-const DCMD_DATA_LEN: usize = 4096;
+/// Bytes of the DCMD data buffer of each DCMD SMID (Linux's largest list DCMD, PD_LIST_QUERY,
+/// uses 8192 B).
+const DCMD_DATA_LEN: usize = 8192;
+/// CTRL_GET_INFO buffer: Linux's and FreeBSD's `megasas_ctrl_info` (0x950 bytes), review F10.
+pub const CTRL_INFO_LEN: usize = 0x950;
+/// LD_GET_LIST buffer: `MR_LD_LIST` with 256 entries (4104 bytes), review F10.
+pub const LD_LIST_LEN: usize = 8 + 256 * 16;
 /// Bytes of the MFI frame of each DCMD SMID.
 const MFI_FRAME_LEN: usize = 256;
 /// Largest `max_fw_cmds` the driver uses; keeps the reply depth within its u16 field.
@@ -58,6 +63,15 @@ const F_SGL: usize = 0x80;
 /// Functions.
 pub(crate) const FUNC_LD_IO: u8 = 0xF1;
 pub(crate) const FUNC_MFI_PASSTHRU: u8 = 0xF0;
+/// MPI2 SCSI IO (FastPath; the system-PD path).
+pub(crate) const FUNC_SCSI_IO: u8 = 0x00;
+/// IoFlags: FastPath (Invader and later).
+const IO_FLAGS_FAST_PATH: u16 = 0x4000;
+/// RAID-context raid_flags: IO sub-type SYSTEM_PD (bits 5:4 = 1).
+const RAID_FLAGS_SYSTEM_PD: u8 = 0x10;
+/// PD_LIST_QUERY and its mailbox byte 0 for the PDs exposed to the host (system PDs).
+pub const DCMD_PD_LIST_QUERY: u32 = 0x0201_0100;
+const PD_QUERY_EXPOSED_TO_HOST: u8 = 5;
 /// Control words.
 const CONTROL_WRITE: u32 = 0x0100_0000;
 const CONTROL_READ: u32 = 0x0200_0000;
@@ -72,10 +86,17 @@ pub const DCMD_LD_GET_LIST: u32 = 0x0301_0000;
 pub const DCMD_CACHE_FLUSH: u32 = 0x0110_1000;
 /// CTRL_SHUTDOWN.
 pub const DCMD_SHUTDOWN: u32 = 0x0105_0000;
+/// MFI frame flags: data in, and 64-bit SGEs.
+const MFI_DIR_READ: u16 = 0x0010;
+const MFI_SGL64: u16 = 0x0002;
 /// Reply descriptor value of an unused slot.
 const UNUSED_REPLY: u64 = u64::MAX;
 /// Offset of the IOC INIT request inside the init region (after the 256-aligned MFI frame).
 const INIT_REQUEST_OFF: usize = 0x100;
+/// How long after IOC INIT's cmd_status 0 the driver waits for SP0 to show OPERATIONAL.
+const OPERATIONAL_WAIT_US: u64 = 10_000_000;
+/// Zero-read retries on Aero (Linux's `megasas_readl` errata loop).
+const AERO_ZERO_READ_RETRIES: usize = 30;
 
 /// A driver mistake to commit on purpose (test hook proving the fake controller is strict).
 /// Never set outside tests.
@@ -131,6 +152,73 @@ pub enum Mistake {
     RdpqWithoutSupport,
     QueueDepthNotMultipleOf16,
     TooManyVectors,
+    /// The review's old behaviours (F3, F6, F10, F11, F1), kept as hooks so the model's checks
+    /// for them stay proven.
+    CombinedByHostCount,
+    RwContextOnNonRw,
+    QemuDcmdSizes,
+    NoDataDcmdWithSge,
+    SystemPdWithoutFastPathFlag,
+}
+
+impl Mistake {
+    /// Every variant (the mistakes test checks each has a test, and that this list is complete).
+    pub const ALL: [Mistake; 54] = [
+        Mistake::PostBeforeOperational,
+        Mistake::InitViaAtomicPort,
+        Mistake::InitTwice,
+        Mistake::InitFrameMisaligned,
+        Mistake::InitStatusNotPreset,
+        Mistake::ReplySlotsNotReset,
+        Mistake::SmidZero,
+        Mistake::SmidBeyondPool,
+        Mistake::RepostOutstanding,
+        Mistake::GarbageFunction,
+        Mistake::HighWithoutLow,
+        Mistake::LowTwice,
+        Mistake::MsixIndexOutOfRange,
+        Mistake::DescriptorMismatch,
+        Mistake::FastPathWithoutMap,
+        Mistake::BadChainOffset,
+        Mistake::ChainOffsetWithoutChain,
+        Mistake::ChainLengthWrong,
+        Mistake::ChainNotInSlot7,
+        Mistake::NestedChain,
+        Mistake::MissingEndOfList,
+        Mistake::EarlyEndOfList,
+        Mistake::NumSgeWrong,
+        Mistake::SglSumWrong,
+        Mistake::IgnoreMaxSge,
+        Mistake::ZeroLengthSge,
+        Mistake::WrongDirection,
+        Mistake::DataLengthWrong,
+        Mistake::SenseOutsidePool,
+        Mistake::SenseLengthZero,
+        Mistake::NoHostIndexWrite,
+        Mistake::HostIndexWrongQueue,
+        Mistake::HostIndexWrongRegister,
+        Mistake::HostIndexNoWrap,
+        Mistake::HostIndexAhead,
+        Mistake::SlotsNotRestored,
+        Mistake::LeakDcmdSmid,
+        Mistake::PostDuringReset,
+        Mistake::QueuesNotResetAfterOcr,
+        Mistake::LastIdxNotZeroed,
+        Mistake::SenseAbove4G,
+        Mistake::AllOnesAddress,
+        Mistake::DoorbellWrongState,
+        Mistake::IgnoreDoorbellBusy,
+        Mistake::AtomicWithoutSupport,
+        Mistake::DcmdOffQueue0,
+        Mistake::RdpqWithoutSupport,
+        Mistake::QueueDepthNotMultipleOf16,
+        Mistake::TooManyVectors,
+        Mistake::CombinedByHostCount,
+        Mistake::RwContextOnNonRw,
+        Mistake::QemuDcmdSizes,
+        Mistake::NoDataDcmdWithSge,
+        Mistake::SystemPdWithoutFastPathFlag,
+    ];
 }
 
 /// Driver configuration the kernel fills in.
@@ -236,7 +324,9 @@ impl Limits {
         } else {
             (1, 0)
         };
-        let combined = generation.combined_above().is_some_and(|c| queues > c);
+        // As Linux and FreeBSD: the *firmware's* queue count decides combined mode (more than 8
+        // on Invader, 16 on Ventura/Aero); the host count is clamped afterwards (review F3).
+        let combined = msix_capable && generation.combined_above().is_some_and(|c| fw_queues > c);
         let chain_bytes = sp1.chain_bytes();
         let max_sge = prev_power_of_two(6 + chain_bytes / 16).min(u32::from(MAX_SGE_CAP)) as u16;
         Ok(Self {
@@ -271,8 +361,10 @@ pub struct LogicalDrive {
     pub blocks: u64,
     /// Bytes per block.
     pub block_size: u32,
-    /// State byte from LD_GET_LIST.
+    /// State byte from LD_GET_LIST (0 for a system PD).
     pub state: u8,
+    /// A system PD (JBOD disk from PD_LIST_QUERY); `target` is its firmware device id.
+    pub system_pd: bool,
 }
 
 pub use megasas::{IoOp, IoRequest};
@@ -384,6 +476,9 @@ pub struct Controller<M: Mmio, D: Delay> {
     /// Per SMID (index = SMID): in flight or idle, and the generation.
     slots: Vec<SmidSlot>,
     cookies: Vec<AtomicU64>,
+    /// Per SMID: bytes a read/write must move to succeed (0 for other commands, whose residual
+    /// the caller judges from `bytes_done`).
+    required: Vec<AtomicU32>,
     targets: Vec<AtomicU32>,
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
@@ -394,6 +489,8 @@ pub struct Controller<M: Mmio, D: Delay> {
     interrupts_enabled: AtomicBool,
     dead: AtomicBool,
     ocr_disabled: bool,
+    /// CTRL_GET_INFO says the firmware supports 256 LDs (max_lds > 64 or supportMaxExtLDs).
+    ext_lds: bool,
     info: ControllerInfo,
     drives: Vec<LogicalDrive>,
     /// Counters.
@@ -455,6 +552,9 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         if config.mistake == Some(Mistake::TooManyVectors) {
             limits.host_msix_vectors = (limits.fw_queues + 1) as u8;
         }
+        if config.mistake == Some(Mistake::CombinedByHostCount) {
+            limits.combined = generation.combined_above().is_some_and(|c| limits.queues > c);
+        }
         report.limits = Some(limits);
         report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
 
@@ -511,6 +611,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 .collect(),
             slots: (0..smids).map(|_| SmidSlot::new()).collect(),
             cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
+            required: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
@@ -520,6 +621,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             interrupts_enabled: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             ocr_disabled: false,
+            ext_lds: false,
             info: empty_info(),
             drives: Vec::new(),
             config,
@@ -531,7 +633,24 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         if ctrl.config.mistake == Some(Mistake::PostBeforeOperational) {
             ctrl.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
         }
-        ctrl.ioc_init(budget, report)?;
+        if let Err(e) = ctrl.ioc_init(budget, report) {
+            // Linux `megasas_init_adapter_fusion`: a resettable FAULT after a failed IOC INIT
+            // gets one diag reset and one more IOC INIT (review F5).
+            let sp0 = read_reg(&ctrl.mmio, generation, regs::SP0);
+            if FwStatus(sp0).state() != FwState::Fault || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
+                return Err(e);
+            }
+            report.step(
+                &ctrl.mmio,
+                generation,
+                budget.used(),
+                "IOC INIT failed with a resettable FAULT; one diag reset and retry",
+                alloc::format!("{e}"),
+            );
+            Self::diag_reset(&ctrl.mmio, &ctrl.delay, &ctrl.config, budget, report)?;
+            ctrl.reset_reply_queues();
+            ctrl.ioc_init(budget, report)?;
+        }
         if ctrl.config.mistake == Some(Mistake::InitTwice) {
             ctrl.ioc_init(budget, report)?;
         }
@@ -560,7 +679,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         probe: bool,
     ) -> Result<(), Error> {
         let generation = config.generation;
-        let mut reset_tried = !probe;
+        let mut reset_tried = false;
         loop {
             let sp0 = read_reg(mmio, generation, regs::SP0);
             let state = FwStatus(sp0).state();
@@ -577,22 +696,28 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                         "firmware in FAULT",
                         alloc::format!("{}", Sp0(sp0)),
                     );
-                    if reset_tried || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
-                        return Err(Error::FirmwareFault { sp0 });
+                    if !probe {
+                        // After an OCR's diag reset the firmware may pass through FAULT while it
+                        // restarts: wait for the state to change (per-state limit), as Linux
+                        // `megasas_transition_to_ready(ocr=1)` does (review F5).
+                    } else {
+                        if reset_tried || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
+                            return Err(Error::FirmwareFault { sp0 });
+                        }
+                        reset_tried = true;
+                        Self::diag_reset(mmio, delay, config, budget, report)?;
+                        continue;
                     }
-                    reset_tried = true;
-                    Self::diag_reset(mmio, delay, config, budget, report)?;
-                    continue;
                 }
                 FwState::WaitHandshake => {
-                    Self::doorbell(mmio, delay, config, budget, regs::DB_CLEAR_HANDSHAKE)?;
+                    Self::doorbell(mmio, regs::DB_CLEAR_HANDSHAKE);
                 }
                 FwState::BootMsgPending => {
-                    Self::doorbell(mmio, delay, config, budget, regs::DB_HOTPLUG)?;
+                    Self::doorbell(mmio, regs::DB_HOTPLUG);
                 }
                 FwState::Operational => {
                     mmio.write32(regs::INTR_MASK, regs::INTR_DISABLE_MASK);
-                    Self::doorbell(mmio, delay, config, budget, regs::DB_RESET_TO_READY)?;
+                    Self::doorbell(mmio, regs::DB_RESET_TO_READY);
                     Self::wait_doorbell_clear(mmio, delay, config, budget)?;
                 }
                 FwState::Undefined
@@ -631,7 +756,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             return Ok(());
         }
         let mut waited = 0u64;
-        while mmio.read32(regs::DOORBELL) & regs::DB_IN_PROGRESS != 0 {
+        while read_reg(mmio, config.generation, regs::DOORBELL) & regs::DB_IN_PROGRESS != 0 {
             if waited >= 10_000_000 {
                 return Err(Error::DoorbellBusy { waited_us: waited });
             }
@@ -641,10 +766,10 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         Ok(())
     }
 
-    fn doorbell(mmio: &M, delay: &D, config: &Config, budget: &mut Budget, value: u32) -> Result<(), Error> {
-        Self::wait_doorbell_clear(mmio, delay, config, budget)?;
+    /// Handshake doorbell write. Like Linux and FreeBSD it does not poll bit 0 first (review
+    /// F16); bit 0 is polled after 0x07 and before IOC INIT.
+    fn doorbell(mmio: &M, value: u32) {
         mmio.write32(regs::DOORBELL, value);
-        Ok(())
     }
 
     /// Diag reset (reference §7.4), ending in the READY transition.
@@ -656,7 +781,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
         let mut diag = 0;
         for _ in 0..100 {
-            diag = mmio.read32(regs::HOST_DIAG);
+            diag = read_reg(mmio, g, regs::HOST_DIAG);
             if diag & regs::DIAG_DRWE != 0 {
                 break;
             }
@@ -672,7 +797,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         wait(delay, budget, 3_000_000, "diag reset", mmio, g)?;
         let mut cleared = false;
         for _ in 0..1000 {
-            if mmio.read32(regs::HOST_DIAG) & regs::DIAG_RESET_ADAPTER == 0 {
+            if read_reg(mmio, g, regs::HOST_DIAG) & regs::DIAG_RESET_ADAPTER == 0 {
                 cleared = true;
                 break;
             }
@@ -756,8 +881,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             },
         );
         let mut caps = 0u32;
-        if l.queues > 8 {
-            caps |= 1 << 1; // additional_msix
+        if g != Generation::Thunderbolt {
+            caps |= 1 << 1; // additional_msix: Invader and later always, as Linux and FreeBSD
         }
         if l.chain_bytes > 1024 {
             caps |= 1 << 8; // ext_io_size
@@ -813,9 +938,42 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 }
             }
         }
-        let sp0 = read_reg(&self.mmio, g, regs::SP0);
+        // cmd_status 0 is IOC INIT's success (Linux and FreeBSD check nothing else). SP0 may
+        // still lag behind it: wait a while for OPERATIONAL and report what we saw, but only a
+        // FAULT is an error; the watchdog handles a firmware that really never gets there.
+        let mut sp0 = read_reg(&self.mmio, g, regs::SP0);
+        let mut lag = 0u64;
+        while FwStatus(sp0).state() != FwState::Operational && lag < OPERATIONAL_WAIT_US {
+            if FwStatus(sp0).state() == FwState::Fault {
+                return Err(Error::FirmwareFault { sp0 });
+            }
+            wait(
+                &self.delay,
+                budget,
+                1000,
+                "IOC INIT: waiting for OPERATIONAL",
+                &self.mmio,
+                g,
+            )?;
+            lag += 1000;
+            sp0 = read_reg(&self.mmio, g, regs::SP0);
+        }
         if FwStatus(sp0).state() != FwState::Operational {
-            return Err(Error::NotOperational { sp0 });
+            report.step(
+                &self.mmio,
+                g,
+                budget.used(),
+                "IOC INIT: done, SP0 not OPERATIONAL yet; going on as Linux does",
+                alloc::format!("{} after {lag} us", Sp0(sp0)),
+            );
+        } else if lag > 0 {
+            report.step(
+                &self.mmio,
+                g,
+                budget.used(),
+                "IOC INIT: SP0 reached OPERATIONAL after cmd_status",
+                alloc::format!("{lag} us later"),
+            );
         }
         let sp1 = read_reg(&self.mmio, g, regs::SP1);
         let atomic = (g == Generation::Aero && Sp1(sp1).bit24()) || self.mistake(Mistake::AtomicWithoutSupport);
@@ -833,10 +991,18 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     fn read_info(&mut self, budget: &mut Budget, report: &mut Report) -> Result<(), Error> {
         let mut mbox = [0u8; 12];
         mbox[0] = 1;
-        let b = self.dcmd_exclusive(budget, DCMD_CTRL_GET_INFO, mbox, dcmd::CTRL_INFO_LEN)?;
+        let len = if self.mistake(Mistake::QemuDcmdSizes) {
+            2048
+        } else {
+            CTRL_INFO_LEN
+        };
+        let b = self.dcmd_exclusive(budget, DCMD_CTRL_GET_INFO, mbox, len)?;
         self.info = ControllerInfo::parse(&b)?;
         let on_off = u32::from_le_bytes([b[0x620], b[0x621], b[0x622], b[0x623]]);
         self.ocr_disabled = on_off & (1 << 10) != 0;
+        // max_lds @0x53F, adapterOperations3.supportMaxExtLDs @0x7E8 bit 5 (Linux, FreeBSD).
+        let ops3 = u32::from_le_bytes([b[0x7E8], b[0x7E9], b[0x7EA], b[0x7EB]]);
+        self.ext_lds = b[0x53F] > 64 || ops3 & (1 << 5) != 0;
         report.step(
             &self.mmio,
             self.generation,
@@ -852,8 +1018,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     }
 
     fn discover(&mut self, budget: &mut Budget, report: &mut Report) -> Result<(), Error> {
-        let b = self.dcmd_exclusive(budget, DCMD_LD_GET_LIST, [0u8; 12], dcmd::LD_LIST_LEN)?;
-        let list: Vec<LdListEntry> = dcmd::parse_ld_list(&b)?;
+        // Linux's MR_LD_LIST (4104 B); mbox b[0] = 1 asks 256-VD firmware for all its LDs.
+        let mut mbox = [0u8; 12];
+        mbox[0] = u8::from(self.ext_lds);
+        let b = self.dcmd_exclusive(budget, DCMD_LD_GET_LIST, mbox, LD_LIST_LEN)?;
+        let max_lds = if self.ext_lds { 256 } else { dcmd::MAX_LD };
+        let list: Vec<LdListEntry> = dcmd::parse_ld_list_up_to(&b, max_lds)?;
         report.step(
             &self.mmio,
             self.generation,
@@ -861,48 +1031,87 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             "LD_GET_LIST",
             alloc::format!("{} logical drives: {list:?}", list.len()),
         );
-        let cap_buf = self.mem.dcmd.phys() + (MFI_FRAME_LEN * usize::from(DCMD_SMIDS)) as u64;
         let mut drives = Vec::new();
         for e in list.iter().filter(|e| e.state != 0) {
-            // READ CAPACITY(16) through the LD non-read/write path, into DCMD slot 0's data buffer.
-            let mut cdb = [0u8; 16];
-            cdb[0] = 0x9E;
-            cdb[1] = 0x10;
-            cdb[10..14].copy_from_slice(&READ_CAPACITY16_LEN.to_be_bytes());
-            let seg = [Segment {
-                phys: cap_buf,
-                len: READ_CAPACITY16_LEN,
-            }];
-            let c = self.polled_io(budget, e.target, &cdb, false, &seg)?;
-            let cap = match c.outcome {
-                IoOutcome::Ok => {
-                    let mut raw = [0u8; 32];
-                    self.mem
-                        .dcmd
-                        .read_bytes(MFI_FRAME_LEN * usize::from(DCMD_SMIDS), &mut raw);
-                    Capacity::parse(&raw)?
-                }
-                IoOutcome::Failed(err) => {
-                    report.step(
-                        &self.mmio,
-                        self.generation,
-                        budget.used(),
-                        "READ CAPACITY(16) failed; using the LD list size in 512-byte blocks",
-                        alloc::format!("target {}: {err}", e.target),
-                    );
-                    Capacity {
-                        blocks: e.size_sectors,
-                        block_size: 512,
+            match self.read_capacity(budget, e.target, false)? {
+                Ok(cap) => drives.push(LogicalDrive {
+                    target: e.target,
+                    blocks: cap.blocks,
+                    block_size: cap.block_size,
+                    state: e.state,
+                    system_pd: false,
+                }),
+                // No guess from the LD list's size field, whose units no source gives
+                // (review F7): the drive is left out and the report says why.
+                Err(why) => report.step(
+                    &self.mmio,
+                    self.generation,
+                    budget.used(),
+                    "READ CAPACITY failed; drive left out",
+                    alloc::format!("target {}: {why}", e.target),
+                ),
+            }
+        }
+        // System PDs (JBOD), review F1: PD_LIST_QUERY with mbox b[0] = 5 (exposed to host), as
+        // Linux `megasas_get_pd_list`. Linux gives up on a failure; here it is reported and
+        // bring-up goes on with the LDs.
+        let mut mbox = [0u8; 12];
+        mbox[0] = PD_QUERY_EXPOSED_TO_HOST;
+        match self
+            .dcmd_exclusive(budget, DCMD_PD_LIST_QUERY, mbox, dcmd::PD_LIST_LEN)
+            .and_then(|b| dcmd::parse_pd_list(&b).map_err(Error::from))
+        {
+            Ok(pds) => {
+                report.step(
+                    &self.mmio,
+                    self.generation,
+                    budget.used(),
+                    "PD_LIST_QUERY",
+                    alloc::format!(
+                        "{} system PD(s) (JBOD) of {} PDs present: {pds:?}",
+                        pds.len(),
+                        self.info.pds_present
+                    ),
+                );
+                for pd in pds {
+                    let Ok(target) = u8::try_from(pd.device_id) else {
+                        report.step(
+                            &self.mmio,
+                            self.generation,
+                            budget.used(),
+                            "system PD left out",
+                            alloc::format!("device id {:#x} is not below 256", pd.device_id),
+                        );
+                        continue;
+                    };
+                    if pd.scsi_type != 0 {
+                        continue;
+                    }
+                    match self.read_capacity(budget, target, true)? {
+                        Ok(cap) => drives.push(LogicalDrive {
+                            target,
+                            blocks: cap.blocks,
+                            block_size: cap.block_size,
+                            state: 0,
+                            system_pd: true,
+                        }),
+                        Err(why) => report.step(
+                            &self.mmio,
+                            self.generation,
+                            budget.used(),
+                            "READ CAPACITY failed; system PD left out",
+                            alloc::format!("device {target}: {why}"),
+                        ),
                     }
                 }
-                IoOutcome::Reset => return Err(Error::Resetting),
-            };
-            drives.push(LogicalDrive {
-                target: e.target,
-                blocks: cap.blocks,
-                block_size: cap.block_size,
-                state: e.state,
-            });
+            }
+            Err(e) => report.step(
+                &self.mmio,
+                self.generation,
+                budget.used(),
+                "PD_LIST_QUERY failed; no JBOD disks",
+                alloc::format!("{e}"),
+            ),
         }
         report.step(
             &self.mmio,
@@ -915,17 +1124,80 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         Ok(())
     }
 
+    /// READ CAPACITY(16), then READ CAPACITY(10) if that fails, through the LD non-read/write
+    /// path into DCMD slot 0's data buffer. The outer error stops bring-up (firmware gone); the
+    /// inner one says why this drive has no usable capacity.
+    fn read_capacity(
+        &self,
+        budget: &mut Budget,
+        target: u8,
+        system_pd: bool,
+    ) -> Result<Result<Capacity, String>, Error> {
+        let buf_off = MFI_FRAME_LEN * usize::from(DCMD_SMIDS);
+        let cap_buf = self.mem.dcmd.phys() + buf_off as u64;
+        let mut failures = String::new();
+        for sixteen in [true, false] {
+            let mut cdb = [0u8; 16];
+            let len = if sixteen {
+                cdb[0] = 0x9E;
+                cdb[1] = 0x10;
+                cdb[10..14].copy_from_slice(&READ_CAPACITY16_LEN.to_be_bytes());
+                READ_CAPACITY16_LEN
+            } else {
+                cdb[0] = 0x25;
+                8
+            };
+            self.mem.dcmd.fill(buf_off, READ_CAPACITY16_LEN as usize, 0);
+            let seg = [Segment { phys: cap_buf, len }];
+            let c = self.polled_io(budget, target, system_pd, &cdb, false, &seg)?;
+            let name = if sixteen {
+                "READ CAPACITY(16)"
+            } else {
+                "READ CAPACITY(10)"
+            };
+            let mut raw = [0u8; READ_CAPACITY16_LEN as usize];
+            self.mem.dcmd.read_bytes(buf_off, &mut raw);
+            // A residual (0x2D + GOOD) is fine as long as the fields we read arrived.
+            let need = if sixteen { 12 } else { 8 };
+            let parsed = match c.outcome {
+                IoOutcome::Ok if c.bytes_done >= need => {
+                    if sixteen {
+                        Capacity::parse(&raw).map_err(|e| alloc::format!("{e}"))
+                    } else {
+                        capacity_from_rc10(&raw)
+                    }
+                }
+                IoOutcome::Ok => Err(alloc::format!("only {} bytes returned", c.bytes_done)),
+                IoOutcome::Failed(err) => Err(alloc::format!("{err}")),
+                IoOutcome::Reset => return Err(Error::Resetting),
+            };
+            match parsed {
+                Ok(cap) => return Ok(Ok(cap)),
+                Err(why) => {
+                    if !failures.is_empty() {
+                        failures.push_str("; ");
+                    }
+                    failures.push_str(name);
+                    failures.push_str(": ");
+                    failures.push_str(&why);
+                }
+            }
+        }
+        Ok(Err(failures))
+    }
+
     /// Submits with tag 0 on queue 0 and polls queue 0 until it completes (bring-up only).
     fn polled_io(
         &self,
         budget: &mut Budget,
         target: u8,
+        system_pd: bool,
         cdb: &[u8; 16],
         write: bool,
         segs: &[Segment],
     ) -> Result<Completion, Error> {
         let len: u32 = segs.iter().map(|s| s.len).sum();
-        self.submit_raw(0, 0, target, cdb, Some(write), len, segs, 0, true)?;
+        self.submit_raw(0, 0, target, system_pd, cdb, Some(write), len, segs, 0, true)?;
         let mut waited = 0u64;
         loop {
             let mut done = None;
@@ -972,7 +1244,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         if len > DCMD_DATA_LEN {
             return Err(Error::BadConfig {
                 what: "DCMD length",
-                expected: "at most 4096 bytes",
+                expected: "at most 8192 bytes",
             });
         }
         let _l = self.dcmd_lock.lock();
@@ -992,13 +1264,32 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         d.fill(data_off, DCMD_DATA_LEN, 0);
         d.write_u8(mfi_off, 0x05);
         d.write_u8(mfi_off + 0x02, 0xFF);
-        d.write_u8(mfi_off + 0x07, 1);
-        d.write_u16(mfi_off + 0x10, 0x0002 | 0x0010);
         d.write_u32(mfi_off + 0x14, len as u32);
         d.write_u32(mfi_off + 0x18, opcode);
         d.write_bytes(mfi_off + 0x1C, &mbox);
-        d.write_u64(mfi_off + 0x28, d.phys() + data_off as u64);
-        d.write_u32(mfi_off + 0x30, len as u32);
+        if len > 0 {
+            d.write_u8(mfi_off + 0x07, 1);
+            let data = d.phys() + data_off as u64;
+            if self.generation.g35_raid_context() {
+                // Ventura/Aero: sge64 and SGL64 (Linux with a 64-bit DMA mask).
+                d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
+                d.write_u64(mfi_off + 0x28, data);
+                d.write_u32(mfi_off + 0x30, len as u32);
+            } else {
+                // Thunderbolt/Invader: sge32 as Linux and FreeBSD (all DCMD memory is below
+                // 4 GiB), review F12.
+                d.write_u16(mfi_off + 0x10, MFI_DIR_READ);
+                d.write_u32(mfi_off + 0x28, data as u32);
+                d.write_u32(mfi_off + 0x2C, len as u32);
+            }
+        }
+        // No data (cache flush, shutdown): sge_count 0 and DIR_NONE, as Linux and FreeBSD
+        // (review F11); the flags word stays 0.
+        if len == 0 && self.mistake(Mistake::NoDataDcmdWithSge) {
+            d.write_u8(mfi_off + 0x07, 1);
+            d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
+            d.write_u64(mfi_off + 0x28, d.phys() + data_off as u64);
+        }
         // The pass-through I/O frame: a chain element pointing at the MFI frame.
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
@@ -1134,7 +1425,18 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             return Err(Error::Dead);
         }
         let (cdb, write, len) = self.validate(req)?;
-        self.submit_raw(tag, queue, req.target, &cdb, write, len, req.sgl, cookie, false)
+        self.submit_raw(
+            tag,
+            queue,
+            req.target,
+            req.system_pd,
+            &cdb,
+            write,
+            len,
+            req.sgl,
+            cookie,
+            false,
+        )
     }
 
     /// Enters the submission section: while the guard lives no reset can start, so a caller
@@ -1150,7 +1452,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let drive = self
             .drives
             .iter()
-            .find(|d| d.target == req.target)
+            .find(|d| d.target == req.target && d.system_pd == req.system_pd)
             .ok_or(Error::NoSuchDrive { target: req.target })?;
         let (cdb, write, len) = match req.op {
             IoOp::Read | IoOp::Write => {
@@ -1175,8 +1477,10 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 )
             }
             IoOp::Flush => {
+                // SYNCHRONIZE CACHE(10), LBA 0 and 0 blocks (the whole LD): the only form Linux
+                // and FreeBSD send to (and intercept for) MegaRAID LDs (review F9).
                 let mut c = [0u8; 16];
-                c[0] = 0x91;
+                c[0] = 0x35;
                 (c, None, 0)
             }
         };
@@ -1207,6 +1511,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         tag: u32,
         queue: u16,
         target: u8,
+        system_pd: bool,
         cdb: &[u8; 16],
         rw: Option<bool>,
         len: u32,
@@ -1235,16 +1540,26 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         // Cookie and target are read by the reaper after it sees the reply; the Release fence
         // before the descriptor write orders these stores before the device can see the command.
         self.cookies[usize::from(smid)].store(cookie, Ordering::Relaxed);
+        let must_move = if !non_rw && matches!(cdb[0], 0x88 | 0x8A) {
+            len
+        } else {
+            0
+        };
+        self.required[usize::from(smid)].store(must_move, Ordering::Relaxed);
         self.targets[usize::from(smid)].store(u32::from(target), Ordering::Relaxed);
 
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
         f.fill(fo, FRAME_SIZE, 0);
-        f.write_u16(fo + F_DEV_HANDLE, u16::from(target));
+        // A system PD without a RAID map (Linux `megasas_build_syspd_fusion`): DevHandle
+        // 0xFFFF, the device id in the RAID context, FastPath SCSI IO (Function 0, FP_IO).
+        f.write_u16(fo + F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
         f.write_u8(
             fo + F_FUNCTION,
             if self.mistake(Mistake::GarbageFunction) {
                 0x5A
+            } else if system_pd {
+                FUNC_SCSI_IO
             } else {
                 FUNC_LD_IO
             },
@@ -1266,14 +1581,21 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             },
         );
         f.write_u8(fo + F_SGL_OFFSET0, 0x20);
-        let is_rw = !non_rw && rw.is_some() && cdb[0] != 0x9E;
+        let is_rw = !non_rw && !system_pd && rw.is_some() && cdb[0] != 0x9E;
         let data_len = if self.mistake(Mistake::DataLengthWrong) && is_rw {
             len + 512
         } else {
             len
         };
         f.write_u32(fo + F_DATA_LEN, data_len);
-        f.write_u16(fo + F_IO_FLAGS, 16);
+        let mut io_flags = u16::from(cdb_len(cdb[0]));
+        if system_pd
+            && self.generation != Generation::Thunderbolt
+            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag)
+        {
+            io_flags |= IO_FLAGS_FAST_PATH;
+        }
+        f.write_u16(fo + F_IO_FLAGS, io_flags);
         let mut control = match rw {
             Some(true) => CONTROL_WRITE,
             Some(false) => CONTROL_READ,
@@ -1286,7 +1608,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         f.write_bytes(fo + F_CDB, cdb);
         let nsge = self.write_sgl(fo, smid, segs);
         self.write_raid_context(fo, target, nsge, is_rw);
-        let mut flags = if is_rw {
+        if system_pd {
+            f.write_u8(fo + F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
+        }
+        let mut flags = if system_pd {
+            regs::DESC_FP_IO
+        } else if is_rw {
             self.generation.ld_rw_descriptor()
         } else {
             regs::DESC_SCSI_IO
@@ -1398,30 +1725,34 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
 
     fn write_raid_context(&self, fo: usize, target: u8, nsge: usize, is_rw: bool) {
         let f = &self.mem.frames;
+        let is_rw = is_rw || self.mistake(Mistake::RwContextOnNonRw);
         let c = fo + F_RAID_CTX;
         let nsge = if self.mistake(Mistake::NumSgeWrong) {
             nsge + 1
         } else {
             nsge
         } as u16;
+        // Type/nseg and the sequence number belong to LD read/write only; Linux and FreeBSD
+        // leave them zero for every other LD command (review F6).
         if self.generation.g35_raid_context() {
-            f.write_u16(c, 0x0012);
-            f.write_u16(c + 0x04, 1 << 4); // SQN
+            if is_rw {
+                f.write_u16(c, 0x0012);
+                f.write_u16(c + 0x04, 1 << 4); // SQN
+            }
             f.write_u16(c + 0x06, u16::from(target));
             f.write_u16(c + 0x1C, nsge & 0x0FFF);
         } else {
-            if self.generation == Generation::Invader {
+            if self.generation == Generation::Invader && is_rw {
                 f.write_u8(c, 0x12);
-                if is_rw {
-                    f.write_u8(c + 0x04, 0x08); // region type 0 | SEQ_NUM_ENABLE
-                }
+                f.write_u8(c + 0x04, 0x08); // region type 0 | SEQ_NUM_ENABLE
             }
             f.write_u16(c + 0x06, u16::from(target));
             f.write_u8(c + 0x19, nsge as u8);
             f.write_u8(c + 0x1E, (nsge >> 8) as u8);
         }
         if !is_rw {
-            f.write_u16(c + 0x02, 60);
+            // Linux gives the block-layer timeout (90 s by default).
+            f.write_u16(c + 0x02, 90);
         }
     }
 
@@ -1550,8 +1881,21 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let status = f.read_u8(fo + F_STATUS);
         let ex_status = f.read_u8(fo + F_EX_STATUS);
         let bytes_done = f.read_u32(fo + F_DATA_LEN);
-        let outcome = if status == 0 {
+        // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
+        // moved (Linux `map_cmd_status`, review F8). A read or write that moved less than asked
+        // is not a success here (Linux's midlayer would retry the rest; blk has no partial
+        // completion), so it fails rather than hand back a half-filled buffer.
+        let residual_ok =
+            status == 0x2D && ex_status == 0 && bytes_done >= self.required[usize::from(smid)].load(Ordering::Relaxed);
+        let outcome = if status == 0 || residual_ok {
             IoOutcome::Ok
+        } else if status == 0x2D && ex_status == 0 {
+            IoOutcome::Failed(IoError {
+                kind: IoErrorKind::Other,
+                mfi_status: MfiStatus(status),
+                scsi_status: ex_status,
+                sense: None,
+            })
         } else {
             let mut sense = [0u8; SENSE_SIZE];
             self.mem
@@ -1611,9 +1955,11 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             return Health::Dead;
         }
         let sp0 = read_reg(&self.mmio, self.generation, regs::SP0);
+        // Only FAULT warrants a reset (Linux `megasas_fault_detect_work`, FreeBSD's OCR thread);
+        // any other value may be a transient read and is left to the next tick.
         match FwStatus(sp0).state() {
-            FwState::Operational => Health::Ok,
-            _ => Health::NeedsReset(sp0),
+            FwState::Fault => Health::NeedsReset(sp0),
+            _ => Health::Ok,
         }
     }
 
@@ -1686,7 +2032,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             }
             let mut mbox = [0u8; 12];
             mbox[0] = 1;
-            if let Err(e) = self.dcmd_inner(Some(&mut budget), DCMD_CTRL_GET_INFO, mbox, dcmd::CTRL_INFO_LEN) {
+            if let Err(e) = self.dcmd_inner(Some(&mut budget), DCMD_CTRL_GET_INFO, mbox, CTRL_INFO_LEN) {
                 last = e;
                 continue;
             }
@@ -1762,15 +2108,39 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     }
 }
 
+/// READ CAPACITY(10) data (last LBA and block size, big-endian) as a capacity; a last LBA of
+/// 0xFFFFFFFF means the drive needs READ CAPACITY(16).
+fn capacity_from_rc10(raw: &[u8]) -> Result<Capacity, String> {
+    let last = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    if last == u32::MAX {
+        return Err(String::from("last LBA 0xFFFFFFFF (too large for the 10-byte form)"));
+    }
+    let mut as16 = [0u8; 12];
+    as16[0..8].copy_from_slice(&u64::from(last).to_be_bytes());
+    as16[8..12].copy_from_slice(&raw[4..8]);
+    Capacity::parse(&as16).map_err(|e| alloc::format!("{e}"))
+}
+
+/// CDB length from the operation code's group (SPC): 6, 10, 12 or 16 bytes.
+fn cdb_len(opcode: u8) -> u8 {
+    match opcode >> 5 {
+        0 => 6,
+        1 | 2 => 10,
+        5 => 12,
+        _ => 16,
+    }
+}
+
 fn desc(flags: u8, msix: u8, smid: u16) -> u64 {
     u64::from(flags) | (u64::from(msix) << 8) | (u64::from(smid) << 16)
 }
 
-/// Reads a register; on Aero re-reads up to three times while it reads 0 (reference §1.3).
+/// Reads a register; on Aero re-reads up to 30 times while it reads 0, as Linux's
+/// `megasas_readl` does for the Aero errata (reference §1.3; review F4).
 pub(crate) fn read_reg<M: Mmio>(mmio: &M, generation: Generation, off: u32) -> u32 {
     let mut v = mmio.read32(off);
     if generation.zero_read_glitch() {
-        for _ in 0..3 {
+        for _ in 0..AERO_ZERO_READ_RETRIES {
             if v != 0 {
                 break;
             }

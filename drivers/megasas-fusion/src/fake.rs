@@ -126,6 +126,17 @@ pub enum Violation {
     DcmdOffQueue0,
     /// The pass-through frame is malformed.
     BadPassthrough,
+    /// A DCMD without data sent with an SGE or a data direction (Linux and FreeBSD send
+    /// sge_count 0 and DIR_NONE; review F11).
+    NoDataDcmdWithSge,
+    /// A non-read/write LD command carrying the read/write RAID-context fields (type/nseg,
+    /// region-lock flags or the sequence number), which Linux and FreeBSD leave zero (review F6).
+    NonRwRaidContext,
+    /// A system-PD (FastPath, DevHandle 0xFFFF) request with a wrong IoFlags FastPath bit.
+    BadSystemPdRequest,
+    /// CTRL_GET_INFO or LD_GET_LIST with a buffer below Linux's structure size (refused with
+    /// status 0x03, as firmware checking the size would).
+    DcmdBufferTooSmall,
 }
 
 /// Where the firmware starts.
@@ -189,6 +200,34 @@ pub struct FakeConfig {
     pub ocr_disabled: bool,
     /// The firmware faults (resettable) when this DCMD opcode arrives.
     pub fault_on_dcmd: Option<u32>,
+    /// Virtual microseconds SP0 keeps showing READY after IOC INIT wrote cmd_status 0 (no
+    /// reference says the two happen together; review M1). Commands are accepted meanwhile.
+    pub operational_lag_us: u64,
+    /// Bytes of READ CAPACITY(16) data the firmware returns (32 = all; fewer gives the 0x2D +
+    /// GOOD underrun with DataLength = bytes moved; review M7).
+    pub capacity16_bytes: usize,
+    /// READ CAPACITY(16) is refused with ILLEGAL REQUEST (review M8: only (10) works).
+    pub no_read_capacity16: bool,
+    /// READ CAPACITY(10) is refused with ILLEGAL REQUEST.
+    pub no_read_capacity10: bool,
+    /// CTRL_GET_INFO max_lds (> 64: 256-VD firmware; LD_GET_LIST lists targets ≥ 64 only when
+    /// asked with mbox b[0] = 1).
+    pub max_lds: u8,
+    /// After a diag reset the firmware shows FAULT (resettable bit clear) for this long between
+    /// BB_INIT and FW_INIT (review F5: Linux waits a FAULT out during an OCR).
+    pub fault_while_restarting_us: u64,
+    /// A failed IOC INIT (see [`FakeFusion::fail_next_init`]) also puts the firmware in a
+    /// resettable FAULT (review F5: Linux diag-resets and retries IOC INIT once at probe).
+    pub fault_on_failed_init: bool,
+    /// Virtual microseconds from the diag reset to READY (M12: real cards take seconds).
+    pub reset_to_ready_us: u64,
+    /// Doorbell bit 0 reads 1 from power-on until this virtual time (or the next doorbell
+    /// write), e.g. left by a previous driver (review F16: Linux writes the handshake doorbell
+    /// without looking).
+    pub doorbell_busy_at_start_us: u64,
+    /// System PDs (JBOD): (device id, blocks), exposed through PD_LIST_QUERY and reached with
+    /// Function 0x00 + FP_IO, DevHandle 0xFFFF, RAID-context target = device id, raid_flags 0x10.
+    pub system_pds: Vec<(u16, u64)>,
     /// Random seed.
     pub seed: u64,
 }
@@ -224,6 +263,16 @@ impl FakeConfig {
             block_size: 512,
             ocr_disabled: false,
             fault_on_dcmd: None,
+            operational_lag_us: 3_000,
+            fault_while_restarting_us: 0,
+            fault_on_failed_init: false,
+            reset_to_ready_us: 250_000,
+            doorbell_busy_at_start_us: 0,
+            capacity16_bytes: 32,
+            no_read_capacity16: false,
+            no_read_capacity10: false,
+            max_lds: 64,
+            system_pds: Vec::new(),
             seed: 0x5EED,
         }
     }
@@ -267,6 +316,8 @@ enum Work {
 struct LdCmd {
     frame: u64,
     target: u16,
+    /// Addressed to a system PD (FastPath, DevHandle 0xFFFF, target in the RAID context).
+    pd: bool,
     kind: LdKind,
     sgl: Vec<(u64, u32)>,
     data_len: u32,
@@ -306,6 +357,8 @@ struct Pending {
 
 struct Ld {
     target: u8,
+    /// A system PD (JBOD disk) rather than an LD.
+    pd: bool,
     blocks: u64,
     data: Vec<u8>,
 }
@@ -345,6 +398,10 @@ struct State {
     replies_posted: u64,
     commands_accepted: u64,
     resets: u64,
+    /// SP0 shows READY until this virtual time although IOC INIT succeeded.
+    operational_shown_at: u64,
+    /// Capability word of the last IOC INIT received.
+    init_caps: Option<u32>,
 }
 
 /// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
@@ -406,11 +463,19 @@ impl FakeFusion {
             .iter()
             .map(|&(target, blocks)| Ld {
                 target,
+                pd: false,
                 blocks,
                 data: vec![0u8; (blocks * u64::from(cfg.block_size)) as usize],
             })
+            .chain(cfg.system_pds.iter().map(|&(id, blocks)| Ld {
+                target: id as u8,
+                pd: true,
+                blocks,
+                data: vec![0u8; (blocks * u64::from(cfg.block_size)) as usize],
+            }))
             .collect();
         let rng = cfg.seed | 1;
+        let busy_at_start = cfg.doorbell_busy_at_start_us;
         Arc::new(Self {
             st: Mutex::new(State {
                 handshake_then_boot_msg: cfg.start == StartState::WaitHandshake,
@@ -419,7 +484,7 @@ impl FakeFusion {
                 state,
                 fault_bits,
                 transitions,
-                doorbell_busy_until: 0,
+                doorbell_busy_until: busy_at_start,
                 diag_keys: 0,
                 drwe: false,
                 reset_until: None,
@@ -446,6 +511,8 @@ impl FakeFusion {
                 replies_posted: 0,
                 commands_accepted: 0,
                 resets: 0,
+                operational_shown_at: 0,
+                init_caps: None,
             }),
             mem,
         })
@@ -550,6 +617,14 @@ impl FakeFusion {
     pub fn fail_next_init(&self, status: u8) {
         self.st.lock().fail_next_init = Some(status);
     }
+    /// The capability word (MFI frame offset 4) of the last IOC INIT, if any arrived.
+    pub fn init_capabilities(&self) -> Option<u32> {
+        self.st.lock().init_caps
+    }
+    /// From now on LD commands complete after a delay drawn from `lo..=hi` virtual µs.
+    pub fn set_io_delay_us(&self, lo: u64, hi: u64) {
+        self.st.lock().cfg.io_delay_us = (lo, hi.max(lo));
+    }
     /// The next `n` LD read/write commands are accepted but never complete (until a reset).
     pub fn hold_next_io(&self, n: u32) {
         self.st.lock().hold_next = n;
@@ -599,13 +674,23 @@ impl FakeFusion {
     /// Reads LD `target`'s backing store.
     pub fn ld_bytes(&self, target: u8, off: usize, len: usize) -> Vec<u8> {
         let s = self.st.lock();
-        let ld = s.lds.iter().find(|l| l.target == target).expect("no such LD");
+        let ld = s.lds.iter().find(|l| l.target == target && !l.pd).expect("no such LD");
         ld.data[off..off + len].to_vec()
+    }
+    /// Reads system PD `device`'s backing store.
+    pub fn pd_bytes(&self, device: u8, off: usize, len: usize) -> Vec<u8> {
+        let s = self.st.lock();
+        let pd = s.lds.iter().find(|l| l.target == device && l.pd).expect("no such PD");
+        pd.data[off..off + len].to_vec()
     }
     /// Writes LD `target`'s backing store.
     pub fn set_ld_bytes(&self, target: u8, off: usize, data: &[u8]) {
         let mut s = self.st.lock();
-        let ld = s.lds.iter_mut().find(|l| l.target == target).expect("no such LD");
+        let ld = s
+            .lds
+            .iter_mut()
+            .find(|l| l.target == target && !l.pd)
+            .expect("no such LD");
         ld.data[off..off + data.len()].copy_from_slice(data);
     }
 
@@ -731,15 +816,22 @@ impl State {
         (1u32 << (31 - v.leading_zeros())) as usize
     }
 
+    /// Combined mode follows the *firmware's* queue count, as Linux and FreeBSD decide it
+    /// (review M2): more than 8 (Invader) or 16 (Ventura/Aero) MSI-X queues in SP1.
     fn combined(&self) -> bool {
-        match (self.init, self.cfg.generation.combined_above()) {
-            (Some(i), Some(c)) => i.queues > c,
-            _ => false,
-        }
+        self.cfg
+            .generation
+            .combined_above()
+            .is_some_and(|c| self.cfg.msix_capable && self.cfg.fw_queues > c)
     }
 
     fn sp0(&self) -> u32 {
-        let st = u32::from(self.state) << 28;
+        let shown = if self.state == 0xC && self.clock < self.operational_shown_at {
+            0xB
+        } else {
+            self.state
+        };
+        let st = u32::from(shown) << 28;
         if self.state == 0xF {
             st | self.fault_bits
         } else {
@@ -770,7 +862,7 @@ impl State {
             }
             self.transitions.pop_front();
             self.state = st;
-            if st == 0x4 {
+            if st == 0x4 || (st == 0xF && self.reset_until.is_some()) {
                 self.reset_until = None;
             }
         }
@@ -823,14 +915,19 @@ impl State {
         self.fault_bits = 0;
         self.state = 0x1;
         let t = self.clock;
+        let f = self.cfg.fault_while_restarting_us;
+        let ready = self.cfg.reset_to_ready_us.max(200_001);
         self.reset_until = Some(t + 200_000);
-        self.transitions = VecDeque::from(vec![(t + 200_000, 0x4), (t + 250_000, 0xB)]);
+        self.transitions = if f > 0 {
+            VecDeque::from(vec![(t + 200_000, 0xF), (t + 200_000 + f, 0x4), (t + ready + f, 0xB)])
+        } else {
+            VecDeque::from(vec![(t + 200_000, 0x4), (t + ready, 0xB)])
+        };
     }
 
     fn doorbell(&mut self, v: u32) {
-        if self.clock < self.doorbell_busy_until {
-            self.violate(Violation::DoorbellWhileBusy, format!("doorbell {v:#x} while bit 0 set"));
-        }
+        // Linux and FreeBSD write the handshake doorbells without polling bit 0 (review M11);
+        // only IOC INIT must wait for it (checked at its post).
         self.doorbell_busy_until = self.clock + self.cfg.doorbell_busy_us;
         let t = self.clock;
         let d = self.cfg.state_delay_us;
@@ -930,6 +1027,10 @@ impl State {
             }
             match self.state {
                 0xC => self.violate(Violation::IocInitTwice, String::new()),
+                0xB if self.clock < self.doorbell_busy_until => self.violate(
+                    Violation::DoorbellWhileBusy,
+                    String::from("IOC INIT posted while doorbell bit 0 is set"),
+                ),
                 0xB => self.ioc_init(mem, d & !0xFF),
                 s => self.violate(Violation::PostNotOperational, format!("IOC INIT in state {s:#x}")),
             }
@@ -973,10 +1074,27 @@ impl State {
                     None => return,
                 }
             }
-            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init) {
+            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init, false) {
                 Some(c) => Work::Ld(c),
                 None => return,
             },
+            // A system PD without a RAID map, as Linux `megasas_build_syspd_fusion` sends it:
+            // FastPath SCSI IO, DevHandle 0xFFFF, raid_flags sub-type SYSTEM_PD, the device id
+            // in the RAID context; IoFlags FastPath bit on Invader and later.
+            (0x0C, 0x00) if le_u16(&frame, 0) == 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
+                let fp = le_u16(&frame, 0x24) & 0x4000 != 0;
+                if fp != (self.cfg.generation != Generation::Thunderbolt) {
+                    self.violate(
+                        Violation::BadSystemPdRequest,
+                        format!("SMID {smid}: IoFlags {:#x}", le_u16(&frame, 0x24)),
+                    );
+                    return;
+                }
+                match self.ld_command(mem, frame_addr, &frame, flags, init, true) {
+                    Some(c) => Work::Ld(c),
+                    None => return,
+                }
+            }
             (0x06, 0x01) => Work::ReplyOnly,
             (0x0C, _) => {
                 self.violate(Violation::FastPathWithoutMap, format!("SMID {smid}"));
@@ -1063,6 +1181,7 @@ impl State {
             );
         }
         let caps = le_u32(&mfi, 0x04);
+        self.init_caps = Some(caps);
         if caps >> 17 != 0 {
             self.warn(Violation::InitBadFrame, format!("unknown capability bits {caps:#x}"));
         }
@@ -1138,6 +1257,10 @@ impl State {
         }
         if let Some(status) = self.fail_next_init.take() {
             mem.write("IOC INIT status", frame_addr + 2, &[status]);
+            if self.cfg.fault_on_failed_init {
+                self.state = 0xF;
+                self.fault_bits = (0x0A1 << 16) | (1 << 1);
+            }
             return;
         }
         self.init = Some(Init {
@@ -1154,6 +1277,7 @@ impl State {
         self.raised = vec![false; usize::from(queues)];
         self.outstanding.iter_mut().for_each(|o| *o = false);
         self.state = 0xC;
+        self.operational_shown_at = self.clock + self.cfg.operational_lag_us;
         self.atomic_ok = self.cfg.generation == Generation::Aero && self.cfg.bit24;
         mem.write("IOC INIT status", frame_addr + 2, &[0x00]);
     }
@@ -1188,6 +1312,15 @@ impl State {
                 return None;
             }
             let flags = le_u16(&mfi, 0x10);
+            let xfer = le_u32(&mfi, 0x14);
+            if xfer == 0 && (mfi[7] != 0 || flags & 0x18 != 0) {
+                self.violate(
+                    Violation::NoDataDcmdWithSge,
+                    format!("opcode {opcode:#x}: sge_count {} flags {flags:#x}", mfi[7]),
+                );
+                mem.write("MFI cmd_status", mfi_addr + 2, &[0x03]);
+                return Some(());
+            }
             let (addr, len) = if mfi[7] == 0 {
                 (0, 0)
             } else if flags & 0x2 != 0 {
@@ -1208,10 +1341,17 @@ impl State {
                 out[off..off + b.len()].copy_from_slice(b);
             }
         };
-        let lds: Vec<(u8, u64)> = self.lds.iter().map(|l| (l.target, l.blocks)).collect();
+        let lds: Vec<(u8, u64)> = self
+            .lds
+            .iter()
+            .filter(|l| !l.pd)
+            .map(|l| (l.target, l.blocks))
+            .collect();
         match opcode {
             0x0101_0000 => {
-                if len < 2048 {
+                // Linux's and FreeBSD's megasas_ctrl_info is 0x950 bytes (review M3).
+                if len < 0x950 {
+                    self.violate(Violation::DcmdBufferTooSmall, format!("CTRL_GET_INFO {len} B"));
                     return 0x03;
                 }
                 put(&mut out, 0, &0x1000u16.to_le_bytes());
@@ -1230,14 +1370,19 @@ impl State {
                 put(&mut out, 0x5BA, &(self.max_num_sge() as u16).to_le_bytes());
                 put(&mut out, 0x5BC, &2048u32.to_le_bytes());
                 put(&mut out, 0x5C0, &(lds.len() as u16).to_le_bytes());
+                put(&mut out, 0x53F, &[self.cfg.max_lds]);
+                put(&mut out, 0x5C6, &(self.cfg.system_pds.len() as u16).to_le_bytes());
                 let on_off = u32::from(self.cfg.ocr_disabled) << 10;
                 put(&mut out, 0x620, &on_off.to_le_bytes());
-                let _ = mbox;
             }
             0x0301_0000 => {
-                if len < 8 + 16 * lds.len() {
+                // MR_LD_LIST is 4104 bytes in Linux and FreeBSD (review M3).
+                if len < 8 + 256 * 16 {
+                    self.violate(Violation::DcmdBufferTooSmall, format!("LD_GET_LIST {len} B"));
                     return 0x03;
                 }
+                let all = self.cfg.max_lds > 64 && mbox[0] == 1;
+                let lds: Vec<(u8, u64)> = lds.into_iter().filter(|&(t, _)| all || t < 64).collect();
                 put(&mut out, 0, &(lds.len() as u32).to_le_bytes());
                 for (i, (t, blocks)) in lds.iter().enumerate() {
                     let e = 8 + 16 * i;
@@ -1257,7 +1402,20 @@ impl State {
                     put(&mut out, 12 + i, &[*t]);
                 }
             }
-            0x0201_0100 => put(&mut out, 0, &8u32.to_le_bytes()),
+            0x0201_0100 => {
+                // MR_PD_LIST of the system PDs (JBOD) for mbox b[0] = 5 (exposed to host).
+                let pds = if mbox[0] == 5 {
+                    self.cfg.system_pds.clone()
+                } else {
+                    Vec::new()
+                };
+                put(&mut out, 0, &((8 + 24 * pds.len()) as u32).to_le_bytes());
+                put(&mut out, 4, &(pds.len() as u32).to_le_bytes());
+                for (i, &(id, _)) in pds.iter().enumerate() {
+                    put(&mut out, 8 + 24 * i, &id.to_le_bytes());
+                    put(&mut out, 8 + 24 * i + 2, &0xFFFFu16.to_le_bytes());
+                }
+            }
             0x0110_1000 | 0x0105_0000 => {}
             _ => return 0x02,
         }
@@ -1267,7 +1425,15 @@ impl State {
         0x00
     }
 
-    fn ld_command(&mut self, mem: &FakeMemory, frame_addr: u64, f: &[u8; 256], flags: u8, init: Init) -> Option<LdCmd> {
+    fn ld_command(
+        &mut self,
+        mem: &FakeMemory,
+        frame_addr: u64,
+        f: &[u8; 256],
+        flags: u8,
+        init: Init,
+        pd: bool,
+    ) -> Option<LdCmd> {
         let cdb = &f[0x40..0x50];
         let (kind, want_dir, blocks) = match cdb[0] {
             0x08 | 0x0A => {
@@ -1290,19 +1456,38 @@ impl State {
                 let b = u32::from_be_bytes([cdb[10], cdb[11], cdb[12], cdb[13]]);
                 (rw(cdb[0] == 0x8A, lba, b), Some(cdb[0] == 0x8A), Some(b))
             }
-            0x9E if cdb[1] & 0x1F == 0x10 => (LdKind::ReadCapacity16, Some(false), None),
-            0x25 => (LdKind::ReadCapacity10, Some(false), None),
+            0x9E if cdb[1] & 0x1F == 0x10 && !self.cfg.no_read_capacity16 => {
+                (LdKind::ReadCapacity16, Some(false), None)
+            }
+            0x25 if !self.cfg.no_read_capacity10 => (LdKind::ReadCapacity10, Some(false), None),
             0x12 => (LdKind::Inquiry, Some(false), None),
-            0x00 | 0x35 | 0x91 => (LdKind::NoData, None, None),
+            // SYNCHRONIZE CACHE(16) is not shown to work on MegaRAID LDs: only (10) is ever sent
+            // by Linux and FreeBSD, so the model refuses (16) with ILLEGAL REQUEST (review M5).
+            0x00 | 0x35 => (LdKind::NoData, None, None),
             _ => (LdKind::Unsupported, None, None),
         };
         let is_rw = matches!(kind, LdKind::Read { .. } | LdKind::Write { .. });
-        if is_rw != (flags != 0x00) {
+        if !pd && is_rw != (flags != 0x00) {
             self.violate(
                 Violation::DescriptorFunctionMismatch,
                 format!("descriptor {flags:#x} with CDB {:#x}", cdb[0]),
             );
             return None;
+        }
+        if !is_rw && !pd {
+            let ctx = &f[0x60..0x80];
+            let rw_fields = if self.cfg.generation.g35_raid_context() {
+                le_u16(ctx, 0) != 0 || le_u16(ctx, 4) & (1 << 4) != 0
+            } else {
+                ctx[0] != 0 || ctx[4] != 0
+            };
+            if rw_fields {
+                self.violate(
+                    Violation::NonRwRaidContext,
+                    format!("CDB {:#x} with RAID context {:x?}", cdb[0], &ctx[..6]),
+                );
+                return None;
+            }
         }
         let control = le_u32(f, 0x3C);
         let want_control = match want_dir {
@@ -1353,7 +1538,8 @@ impl State {
         let fail = if is_rw { self.fail_next.pop_front() } else { None };
         Some(LdCmd {
             frame: frame_addr,
-            target: le_u16(f, 0),
+            target: if pd { le_u16(f, 0x66) } else { le_u16(f, 0) },
+            pd,
             kind,
             sgl,
             data_len,
@@ -1511,7 +1697,10 @@ impl State {
     fn execute(&mut self, mem: &FakeMemory, c: &LdCmd) {
         let bs = u64::from(self.cfg.block_size);
         let mut status = (0u8, 0u8, None);
-        let ld = self.lds.iter().position(|l| u16::from(l.target) == c.target);
+        let ld = self
+            .lds
+            .iter()
+            .position(|l| u16::from(l.target) == c.target && l.pd == c.pd);
         let mut moved = c.data_len;
         match (ld, c.kind, c.fail) {
             (_, _, Some(f)) => {
@@ -1542,7 +1731,8 @@ impl State {
                 let mut b = [0u8; 32];
                 b[0..8].copy_from_slice(&(self.lds[i].blocks - 1).to_be_bytes());
                 b[8..12].copy_from_slice(&self.cfg.block_size.to_be_bytes());
-                moved = self.scatter(mem, &c.sgl, &b);
+                let n = self.cfg.capacity16_bytes.min(32);
+                moved = self.scatter(mem, &c.sgl, &b[..n]);
             }
             (Some(i), LdKind::ReadCapacity10, _) => {
                 let mut b = [0u8; 8];
@@ -1564,6 +1754,17 @@ impl State {
                 status = (0x2D, 0x02, Some((0x5, 0x20, 0x00)));
                 moved = 0;
             }
+        }
+        // Less data than asked for, otherwise fine: 0x2D with SCSI status GOOD and DataLength =
+        // bytes moved, as Linux's `map_cmd_status` documents (review M7).
+        if status.0 == 0
+            && moved < c.data_len
+            && matches!(
+                c.kind,
+                LdKind::ReadCapacity16 | LdKind::ReadCapacity10 | LdKind::Inquiry
+            )
+        {
+            status = (0x2D, 0x00, None);
         }
         if let Some((key, asc, ascq)) = status.2 {
             let mut s = [0u8; 18];

@@ -196,3 +196,27 @@ impl Sp1 {
 pub const fn fault_codes(sp0: u32) -> (u16, u8) {
     (((sp0 >> 16) & 0x0FFF) as u16, ((sp0 >> 8) & 0xFF) as u8)
 }
+
+/// Whether SP0 (read before bring-up, to choose the interrupt mode) says the firmware does MSI-X
+/// (bit 26; Linux falls back to INTx without it, review F15). Only a settled READY or OPERATIONAL
+/// word is trusted: during power-on or in FAULT the bit says nothing yet, so `None`.
+pub fn msix_advertised(sp0: u32) -> Option<bool> {
+    match FwStatus(sp0).state() {
+        FwState::Ready | FwState::Operational => Some(sp0 & SP0_MSIX_CAPABLE != 0),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod msix_tests {
+    use super::*;
+
+    #[test]
+    fn msix_is_judged_only_from_settled_states() {
+        assert_eq!(msix_advertised(0xB400_0100), Some(true));
+        assert_eq!(msix_advertised(0xB000_0100), Some(false));
+        assert_eq!(msix_advertised(0xC000_0100), Some(false));
+        assert_eq!(msix_advertised(0x0000_0100), None);
+        assert_eq!(msix_advertised(0xF000_0002), None);
+    }
+}

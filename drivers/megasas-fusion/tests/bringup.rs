@@ -34,7 +34,9 @@ fn brings_up_every_personality_and_finds_the_drives() {
             (256, 255, 251, 512)
         );
         assert_eq!(l.max_sge, 64);
-        assert!(!l.combined);
+        // The model's firmware reports 96 (Invader) or 128 queues: combined mode, decided by
+        // that count as Linux does, even with 4 host queues. Thunderbolt never combines.
+        assert_eq!(l.combined, g != Generation::Thunderbolt, "{g}");
         assert_eq!(ctrl.info().product, "MegaRAID Fusion model");
         assert!(report.succeeded(), "{report}");
         assert_eq!(fake.fw_state(), 0xC);
@@ -176,9 +178,22 @@ fn queue_count_follows_vectors_firmware_and_generation() {
     assert!(c.limits().combined);
     assert_eq!(c.queues(), 12);
     assert_clean(&f);
-    // Ventura with 16 is not combined yet.
-    let (_, c, _) = bring_up(FakeConfig::ventura(), config(Generation::Ventura, 16));
+    // Combined mode follows the firmware's count (review F3), not the host's: Ventura offering
+    // 128 with 16 host queues is combined; offering 16 it is not, even with 16 host queues;
+    // Invader offering 8 is not.
+    let (f, c, _) = bring_up(FakeConfig::ventura(), config(Generation::Ventura, 16));
+    assert!(c.unwrap().limits().combined);
+    assert_clean(&f);
+    let mut fc = FakeConfig::ventura();
+    fc.fw_queues = 16;
+    let (f, c, _) = bring_up(fc, config(Generation::Ventura, 16));
     assert!(!c.unwrap().limits().combined);
+    assert_clean(&f);
+    let mut fc = FakeConfig::invader();
+    fc.fw_queues = 8;
+    let (f, c, _) = bring_up(fc, config(Generation::Invader, 8));
+    assert!(!c.unwrap().limits().combined);
+    assert_clean(&f);
     // No MSI-X capability in SP0: one queue whatever the vectors.
     let mut fc = FakeConfig::aero();
     fc.msix_capable = false;

@@ -177,6 +177,7 @@ fn bad_requests_are_refused_before_they_reach_the_controller() {
         len: 512,
     }];
     let req = |target, lba, blocks, segments| IoRequest {
+        system_pd: false,
         target,
         op: IoOp::Read,
         lba,
@@ -247,6 +248,7 @@ fn flush_goes_to_firmware_only_when_sp1_says_so() {
     let w = workload(FakeConfig::aero(), Generation::Aero, 1, 1);
     assert!(w.ctrl.flush_goes_to_firmware());
     let req = IoRequest {
+        system_pd: false,
         target: 3,
         op: IoOp::Flush,
         lba: 0,

@@ -37,6 +37,7 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
             },
         ];
         let req = IoRequest {
+            system_pd: false,
             target: LD,
             op: IoOp::Read,
             lba: 24,
@@ -60,6 +61,8 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
         for _ in 0..20 {
             w.service(1000);
         }
+        // Cache flush and shutdown: the no-data DCMDs.
+        let _ = w.ctrl.shutdown();
     }
     fake.audit();
     fake
@@ -72,6 +75,9 @@ fn handshake_slow_doorbell(c: &mut FakeConfig) {
 }
 fn four_fw_queues(c: &mut FakeConfig) {
     c.fw_queues = 4;
+}
+fn with_jbod(c: &mut FakeConfig) {
+    c.system_pds = vec![(1, 1024)];
 }
 
 fn check(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), m: Mistake, want: Violation) {
@@ -154,62 +160,94 @@ mistakes! {
     rdpq_without_support: Invader, 1, none, RdpqWithoutSupport => RdpqNotSupported;
     queue_depth_not_multiple_of_16: Ventura, 1, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
+    combined_mode_from_the_host_count: Aero, 12, none, CombinedByHostCount => HostIndexWrongRegister;
+    rw_raid_context_on_non_rw_command: Ventura, 1, none, RwContextOnNonRw => NonRwRaidContext;
+    rw_raid_context_on_non_rw_legacy: Invader, 1, none, RwContextOnNonRw => NonRwRaidContext;
+    qemu_dcmd_buffer_sizes: Invader, 1, none, QemuDcmdSizes => DcmdBufferTooSmall;
+    no_data_dcmd_with_an_sge: Aero, 1, none, NoDataDcmdWithSge => NoDataDcmdWithSge;
+    system_pd_without_fast_path_flag: Ventura, 1, with_jbod, SystemPdWithoutFastPathFlag => BadSystemPdRequest;
 }
 
 #[test]
 fn every_mistake_hook_has_a_test() {
+    // The exhaustive match makes a new `Mistake` variant a compile error here until it names its
+    // test; `Mistake::ALL` is checked against the enum's source so no variant escapes the loop.
+    fn test_of(m: Mistake) -> &'static str {
+        match m {
+            Mistake::PostBeforeOperational => "post_before_operational",
+            Mistake::InitViaAtomicPort => "ioc_init_via_atomic_port",
+            Mistake::InitTwice => "ioc_init_twice",
+            Mistake::InitFrameMisaligned => "init_frame_misaligned",
+            Mistake::InitStatusNotPreset => "init_status_not_preset",
+            Mistake::ReplySlotsNotReset => "reply_slots_not_all_ones_at_init",
+            Mistake::SmidZero => "smid_zero",
+            Mistake::SmidBeyondPool => "smid_beyond_pool",
+            Mistake::RepostOutstanding => "repost_outstanding_smid",
+            Mistake::GarbageFunction => "garbage_function",
+            Mistake::HighWithoutLow => "high_dword_without_fresh_low",
+            Mistake::LowTwice => "low_dword_twice",
+            Mistake::MsixIndexOutOfRange => "msix_index_out_of_range",
+            Mistake::DescriptorMismatch => "descriptor_type_mismatch",
+            Mistake::FastPathWithoutMap => "fastpath_without_map",
+            Mistake::BadChainOffset => "chain_offset_not_0_or_0f",
+            Mistake::ChainOffsetWithoutChain => "chain_offset_without_chain",
+            Mistake::ChainLengthWrong => "chain_length_wrong",
+            Mistake::ChainNotInSlot7 => "chain_not_in_slot_7",
+            Mistake::NestedChain => "nested_chain",
+            Mistake::MissingEndOfList => "missing_end_of_list",
+            Mistake::EarlyEndOfList => "early_end_of_list",
+            Mistake::NumSgeWrong => "num_sge_wrong",
+            Mistake::SglSumWrong => "sge_lengths_not_data_length",
+            Mistake::IgnoreMaxSge => "more_sges_than_max",
+            Mistake::ZeroLengthSge => "zero_length_sge",
+            Mistake::WrongDirection => "write_with_read_direction",
+            Mistake::DataLengthWrong => "data_length_not_blocks",
+            Mistake::SenseOutsidePool => "sense_outside_pool",
+            Mistake::SenseLengthZero => "sense_length_zero",
+            Mistake::NoHostIndexWrite => "host_index_never_written",
+            Mistake::HostIndexWrongQueue => "host_index_wrong_msix_field",
+            Mistake::HostIndexWrongRegister => "host_index_wrong_register_in_combined_mode",
+            Mistake::HostIndexNoWrap => "host_index_not_wrapped",
+            Mistake::HostIndexAhead => "host_index_beyond_producer",
+            Mistake::SlotsNotRestored => "slots_not_restored_before_wrap",
+            Mistake::LeakDcmdSmid => "leaked_dcmd_smid",
+            Mistake::PostDuringReset => "post_before_reinit_after_ocr",
+            Mistake::QueuesNotResetAfterOcr => "queues_not_reset_after_ocr",
+            Mistake::LastIdxNotZeroed => "last_idx_not_zeroed_after_ocr",
+            Mistake::SenseAbove4G => "address_above_4g_without_64bit",
+            Mistake::AllOnesAddress => "all_ones_address",
+            Mistake::DoorbellWrongState => "doorbell_in_wrong_state",
+            Mistake::IgnoreDoorbellBusy => "doorbell_bit0_ignored",
+            Mistake::AtomicWithoutSupport => "atomic_port_without_support",
+            Mistake::DcmdOffQueue0 => "dcmd_off_queue_0",
+            Mistake::RdpqWithoutSupport => "rdpq_without_support",
+            Mistake::QueueDepthNotMultipleOf16 => "queue_depth_not_multiple_of_16",
+            Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
+            Mistake::CombinedByHostCount => "combined_mode_from_the_host_count",
+            Mistake::RwContextOnNonRw => "rw_raid_context_on_non_rw_command",
+            Mistake::QemuDcmdSizes => "qemu_dcmd_buffer_sizes",
+            Mistake::NoDataDcmdWithSge => "no_data_dcmd_with_an_sge",
+            Mistake::SystemPdWithoutFastPathFlag => "system_pd_without_fast_path_flag",
+        }
+    }
     let src = include_str!("mistakes.rs");
-    for m in [
-        "PostBeforeOperational",
-        "InitViaAtomicPort",
-        "InitTwice",
-        "InitFrameMisaligned",
-        "InitStatusNotPreset",
-        "ReplySlotsNotReset",
-        "SmidZero",
-        "SmidBeyondPool",
-        "RepostOutstanding",
-        "GarbageFunction",
-        "HighWithoutLow",
-        "LowTwice",
-        "MsixIndexOutOfRange",
-        "DescriptorMismatch",
-        "FastPathWithoutMap",
-        "BadChainOffset",
-        "ChainOffsetWithoutChain",
-        "ChainLengthWrong",
-        "ChainNotInSlot7",
-        "NestedChain",
-        "MissingEndOfList",
-        "EarlyEndOfList",
-        "NumSgeWrong",
-        "SglSumWrong",
-        "IgnoreMaxSge",
-        "ZeroLengthSge",
-        "WrongDirection",
-        "DataLengthWrong",
-        "SenseOutsidePool",
-        "SenseLengthZero",
-        "NoHostIndexWrite",
-        "HostIndexWrongQueue",
-        "HostIndexWrongRegister",
-        "HostIndexNoWrap",
-        "HostIndexAhead",
-        "SlotsNotRestored",
-        "LeakDcmdSmid",
-        "PostDuringReset",
-        "QueuesNotResetAfterOcr",
-        "LastIdxNotZeroed",
-        "SenseAbove4G",
-        "AllOnesAddress",
-        "DoorbellWrongState",
-        "IgnoreDoorbellBusy",
-        "AtomicWithoutSupport",
-        "DcmdOffQueue0",
-        "RdpqWithoutSupport",
-        "QueueDepthNotMultipleOf16",
-        "TooManyVectors",
-    ] {
-        assert!(src.contains(&format!(", {m} =>")), "no test for {m}");
+    let enum_src = include_str!("../src/controller.rs");
+    let body = enum_src
+        .split_once("pub enum Mistake {")
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(body, _)| body)
+        .expect("enum Mistake in controller.rs");
+    let declared = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .count();
+    assert_eq!(Mistake::ALL.len(), declared, "Mistake::ALL is missing variants");
+    for m in Mistake::ALL {
+        let test = test_of(m);
+        assert!(
+            src.contains(&format!("\n    {test}: ")) && src.contains(&format!(", {m:?} =>")),
+            "no test for {m:?} (expected `{test}` in the mistakes! table)"
+        );
     }
 }

@@ -132,8 +132,8 @@ fn a_fault_between_the_two_descriptor_halves_is_not_a_driver_error() {
     let mut w = workload(FakeConfig::ventura(), Generation::Ventura, 2, 5);
     w.run(500, 4);
     let mmio = w.fake.mmio();
-    // SCSI IO descriptor for SMID 1 on queue 0, as the driver's post would write it.
-    let d: u64 = 0x00 | (1 << 16);
+    // SCSI IO descriptor (type 0) for SMID 1 on queue 0, as the driver's post would write it.
+    let d: u64 = 1 << 16;
     mmio.write32(0xC0, d as u32);
     w.fake.inject_fault(0x10, 0, true);
     mmio.write32(0xC4, (d >> 32) as u32);

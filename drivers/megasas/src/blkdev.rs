@@ -243,6 +243,8 @@ pub struct DriveDriver<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + S
     host: Weak<HostInner<M, D, T>>,
     index: u16,
     target: u8,
+    /// The drive is a system PD (JBOD disk), reached by PD SCSI pass-through.
+    system_pd: bool,
     /// 512-byte sectors per logical block.
     scale: u32,
 }
@@ -348,24 +350,29 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = cfg.cpu_map.clone();
-            configs.push((qc, (d.target, scale)));
+            configs.push((qc, (d.target, d.system_pd, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
                 max_transfer_bytes: max_transfer,
                 max_segments,
-                model: format!("MegaRAID {model:?} target {}", d.target),
+                model: if d.system_pd {
+                    format!("MegaRAID {model:?} JBOD disk (system PD) target {}", d.target)
+                } else {
+                    format!("MegaRAID {model:?} target {}", d.target)
+                },
             });
         }
         let platform_for_queues = platform.clone();
         let inner = host_with_drive_queues(
             configs,
             &platform_for_queues,
-            |weak: &Weak<HostInner<M, D, T>>, index, (target, scale)| DriveDriver {
+            |weak: &Weak<HostInner<M, D, T>>, index, (target, system_pd, scale)| DriveDriver {
                 core: core.clone(),
                 host: weak.clone(),
                 index,
                 target,
+                system_pd,
                 scale,
             },
             |queues| HostInner {
@@ -520,6 +527,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             cpu,
             tags: &tags,
             target: d.target,
+            system_pd: d.system_pd,
             read_blocks,
             positions: (d.blocks / u64::from(read_blocks)).max(1),
             seg,
@@ -640,6 +648,7 @@ struct FloorRunPort<'a, M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + 
     cpu: usize,
     tags: &'a [u16],
     target: u8,
+    system_pd: bool,
     read_blocks: u32,
     /// Block-aligned positions where a read fits the drive.
     positions: u64,
@@ -657,6 +666,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal
 
     fn post(&self, i: usize, n: u32) -> Result<(), Error> {
         let req = IoRequest {
+            system_pd: self.system_pd,
             op: IoOp::Read,
             target: self.target,
             lba: u64::from(n) % self.positions * u64::from(self.read_blocks),
@@ -942,6 +952,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
             )
         };
         let req = IoRequest {
+            system_pd: self.system_pd,
             op,
             target: self.target,
             lba,

@@ -29,6 +29,10 @@ const RING_QINFO: usize = 64;
 const RING_ENTRIES: usize = 128;
 /// Size of the admin DMA buffer (CTRL_GET_INFO needs 2048).
 const ADMIN_LEN: usize = 4096;
+/// PD_LIST_QUERY buffer: the admin buffer (QEMU fills as many 24-byte entries as fit, ≥ 32 B).
+const PD_LIST_LEN: usize = ADMIN_LEN;
+/// System PDs are kept by SCSI id below this (Linux puts PDs on channels 0-1, ids < 128 each).
+pub const MAX_PD_TARGETS: usize = 128;
 /// Give up after this many firmware state changes without reaching READY.
 const MAX_TRANSITIONS: u32 = 32;
 /// Attempts on FAULT: the IDB reset, then the DIAG adapter reset.
@@ -97,8 +101,11 @@ pub struct LogicalDrive {
     pub block_size: u32,
     /// Size the LD list reports, in 512-byte sectors.
     pub list_sectors: u64,
-    /// LD state from the list (3 = OPTIMAL).
+    /// LD state from the list (3 = OPTIMAL); 0 for a system PD.
     pub state: u8,
+    /// A system PD (JBOD disk, from PD_LIST_QUERY) rather than a logical drive: `target` is
+    /// its SCSI id and I/O goes through PD SCSI pass-through.
+    pub system_pd: bool,
 }
 
 impl LogicalDrive {
@@ -374,6 +381,8 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     operational: AtomicBool,
     irq_enabled: AtomicBool,
     drives: [DriveSlot; dcmd::MAX_LD],
+    /// System PDs by SCSI id (PD_LIST_QUERY device id >> 8, LUN 0).
+    pds: [DriveSlot; MAX_PD_TARGETS],
     faults: AtomicU64,
     /// False while a controller reset runs: `begin_submit` refuses.
     accepting: AtomicBool,
@@ -515,6 +524,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             operational: AtomicBool::new(false),
             irq_enabled: AtomicBool::new(false),
             drives: core::array::from_fn(|_| DriveSlot {
+                block_size: AtomicU32::new(0),
+                blocks: AtomicU64::new(0),
+            }),
+            pds: core::array::from_fn(|_| DriveSlot {
                 block_size: AtomicU32::new(0),
                 blocks: AtomicU64::new(0),
             }),
@@ -1099,6 +1112,34 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         dcmd::parse_ld_list(&b)
     }
 
+    /// The system PDs (JBOD disks) the firmware exposes to the host: PD_LIST_QUERY with mbox
+    /// b[0] = 5 (EXPOSED_TO_HOST), as Linux sends it. Disks (SCSI type 0) at LUN 0 only, by SCSI
+    /// id (QEMU's device id is `scsi_id << 8 | lun`). Firmware in RAID mode answers OK with an
+    /// empty list (QEMU writes nothing: the buffer is zeroed first), so no LD is listed twice.
+    pub fn system_pd_disks(&self, tag: u16) -> Result<Vec<u8>, Error> {
+        let b = self.dcmd(
+            tag,
+            "PD_LIST_QUERY",
+            frame::DCMD_PD_LIST_QUERY,
+            frame::PD_QUERY_EXPOSED_TO_HOST,
+            PD_LIST_LEN,
+        )?;
+        let mut out = Vec::new();
+        for pd in dcmd::parse_pd_list(&b)? {
+            let (target, lun) = ((pd.device_id >> 8) as u8, pd.device_id & 0xFF);
+            if pd.scsi_type != 0 || lun != 0 || usize::from(target) >= MAX_PD_TARGETS {
+                log::info!(
+                    "megasas: PD device id {:#06x} (type {}) not used: only disks at LUN 0",
+                    pd.device_id,
+                    pd.scsi_type
+                );
+                continue;
+            }
+            out.push(target);
+        }
+        Ok(out)
+    }
+
     /// LD_GET_INFO for one target.
     pub fn ld_info(&self, tag: u16, target: u8) -> Result<LdInfo, Error> {
         if usize::from(target) >= dcmd::MAX_LD {
@@ -1114,6 +1155,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         if usize::from(target) >= dcmd::MAX_LD {
             return Err(Error::NoSuchDrive { target });
         }
+        self.read_capacity_via(tag, target, frame::CMD_LD_SCSI_IO)
+    }
+
+    /// READ CAPACITY(16) of a system PD (SCSI id `target`, LUN 0) through PD SCSI pass-through.
+    pub fn pd_read_capacity(&self, tag: u16, target: u8) -> Result<Capacity, Error> {
+        self.read_capacity_via(tag, target, frame::CMD_PD_SCSI_IO)
+    }
+
+    fn read_capacity_via(&self, tag: u16, target: u8, cmd: u8) -> Result<Capacity, Error> {
         let mut attempt = 0u8;
         loop {
             let guard = self.take_admin()?;
@@ -1129,7 +1179,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::PASS_SGL + frame::SGE64_LEN,
                 |w, ctx| {
                     w.header(&Header {
-                        cmd: frame::CMD_LD_SCSI_IO,
+                        cmd,
                         sense_len: SENSE_LEN as u8,
                         target,
                         cdb_len: 16,
@@ -1179,6 +1229,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 block_size: cap.block_size,
                 list_sectors: e.size_sectors,
                 state: e.state,
+                system_pd: false,
             };
             if u128::from(drive.capacity_bytes()) != u128::from(e.size_sectors) * 512 {
                 log::warn!(
@@ -1196,6 +1247,36 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             out.push(drive);
         }
         for (slot, _) in self.drives.iter().zip(present).filter(|(_, p)| !p) {
+            slot.block_size.store(0, Ordering::Release);
+        }
+        let mut pd_present = [false; MAX_PD_TARGETS];
+        // A firmware that refuses the PD query still serves its LDs (Linux goes on too).
+        let pds = self.system_pd_disks(tag).unwrap_or_else(|e| {
+            log::warn!("megasas: PD_LIST_QUERY failed: {e}; no JBOD disks");
+            Vec::new()
+        });
+        for pd in pds {
+            let cap = match self.pd_read_capacity(tag, pd) {
+                Ok(c) => c,
+                Err(e) => {
+                    log::warn!("megasas: JBOD disk target {pd}: {e}; left out");
+                    continue;
+                }
+            };
+            let slot = &self.pds[usize::from(pd)];
+            slot.blocks.store(cap.blocks, Ordering::Relaxed);
+            slot.block_size.store(cap.block_size, Ordering::Release);
+            pd_present[usize::from(pd)] = true;
+            out.push(LogicalDrive {
+                target: pd,
+                blocks: cap.blocks,
+                block_size: cap.block_size,
+                list_sectors: 0,
+                state: 0,
+                system_pd: true,
+            });
+        }
+        for (slot, _) in self.pds.iter().zip(pd_present).filter(|(_, p)| !p) {
             slot.block_size.store(0, Ordering::Release);
         }
         log::info!(
@@ -1237,8 +1318,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Checks a read or write request against the drive table and the controller limits.
     fn validate(&self, req: &IoRequest<'_>) -> Result<u32, Error> {
-        let slot = self
-            .drives
+        let table: &[DriveSlot] = if req.system_pd { &self.pds } else { &self.drives };
+        let slot = table
             .get(usize::from(req.target))
             .ok_or(Error::NoSuchDrive { target: req.target })?;
         // Acquire pairs with the Release store in `discover`.
@@ -1347,7 +1428,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         cookie: u64,
     ) -> Result<(), Error> {
         self.check_tag(tag)?;
-        self.validate(req)?;
+        let block_size = self.validate(req)?;
         let generation = self.tags.claim(tag)?;
         self.tags.set_cookie(tag, cookie);
         let context = tags::encode_context(tag, generation, false);
@@ -1356,6 +1437,30 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // A stale response code must not decode as fresh sense if the device writes none.
         self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         let frame_bytes = match req.op {
+            IoOp::Read | IoOp::Write if req.system_pd => {
+                // A JBOD disk: SCSI READ(16)/WRITE(16) through PD pass-through, as Linux's
+                // megasas_build_dcdb does for system PDs (no LD READ/WRITE frame for a PD).
+                let (opcode, dir) = if req.op == IoOp::Read {
+                    (0x88, frame::FLAG_DIR_READ)
+                } else {
+                    (0x8A, frame::FLAG_DIR_WRITE)
+                };
+                w.header(&Header {
+                    cmd: frame::CMD_PD_SCSI_IO,
+                    sense_len: SENSE_LEN as u8,
+                    target: req.target,
+                    cdb_len: 16,
+                    sge_count: req.sgl.len() as u8,
+                    context,
+                    flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
+                    // Pass-through counts bytes (validated to fit u32 by the transfer limit).
+                    data_len: req.blocks * block_size,
+                });
+                w.u64_at(0x18, sense);
+                w.bytes_at(0x20, &frame::cdb_rw16(opcode, req.lba, req.blocks));
+                w.sgl64(frame::PASS_SGL, req.sgl);
+                frame::PASS_SGL + req.sgl.len() * frame::SGE64_LEN
+            }
             IoOp::Read | IoOp::Write => {
                 let (cmd, dir) = if req.op == IoOp::Read {
                     (frame::CMD_LD_READ, frame::FLAG_DIR_READ)
@@ -1386,7 +1491,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     len: 1,
                 };
                 w.header(&Header {
-                    cmd: frame::CMD_LD_SCSI_IO,
+                    cmd: if req.system_pd {
+                        frame::CMD_PD_SCSI_IO
+                    } else {
+                        frame::CMD_LD_SCSI_IO
+                    },
                     sense_len: SENSE_LEN as u8,
                     target: req.target,
                     cdb_len: 10,
@@ -1718,7 +1827,13 @@ impl fmt::Display for DriveTable<'_> {
                 d.blocks,
                 d.capacity_bytes(),
                 d.capacity_bytes() >> 20,
-                if d.state == 3 { "optimal" } else { "not optimal" }
+                if d.system_pd {
+                    "JBOD disk (system PD)"
+                } else if d.state == 3 {
+                    "optimal"
+                } else {
+                    "not optimal"
+                }
             )?;
         }
         Ok(())

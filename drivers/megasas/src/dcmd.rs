@@ -171,29 +171,36 @@ pub struct LdListEntry {
 /// Parses an LD_GET_LIST reply. Entries are returned sorted by target id (QEMU lists them in
 /// reverse creation order, so position means nothing).
 pub fn parse_ld_list(b: &[u8]) -> Result<Vec<LdListEntry>, Error> {
+    parse_ld_list_up_to(b, MAX_LD)
+}
+
+/// [`parse_ld_list`] for firmware that may list up to `max_lds` (64, or 256 when asked with
+/// mbox b[0] = 1 on 256-VD firmware, as Linux does for Fusion). Target ids must be below it.
+pub fn parse_ld_list_up_to(b: &[u8], max_lds: usize) -> Result<Vec<LdListEntry>, Error> {
+    let max_lds = max_lds.min(256);
     if b.len() < 8 {
         return Err(short("LD_GET_LIST reply", b.len(), "at least 8 bytes"));
     }
     let count = le32(b, 0).ok_or_else(|| short("LD_GET_LIST reply", b.len(), "at least 8 bytes"))?;
     let room = b.len().saturating_sub(8) / 16;
-    let limit = room.min(MAX_LD);
+    let limit = room.min(max_lds);
     if count as usize > limit {
         return Err(Error::MalformedReply {
             what: "LD_GET_LIST ld_count",
             value: u64::from(count),
-            expected: "at most 64 and what fits the buffer",
+            expected: "at most the LD limit (64, or 256) and what fits the buffer",
         });
     }
-    let mut seen = [false; MAX_LD];
+    let mut seen = [false; 256];
     let mut out = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
         let e = 8 + i * 16;
         let target = b[e];
-        if usize::from(target) >= MAX_LD {
+        if usize::from(target) >= max_lds {
             return Err(Error::MalformedReply {
                 what: "LD_GET_LIST target id",
                 value: u64::from(target),
-                expected: "0..64",
+                expected: "below the LD limit (64, or 256)",
             });
         }
         if core::mem::replace(&mut seen[usize::from(target)], true) {
@@ -211,6 +218,58 @@ pub fn parse_ld_list(b: &[u8]) -> Result<Vec<LdListEntry>, Error> {
         });
     }
     out.sort_by_key(|e| e.target);
+    Ok(out)
+}
+
+/// PD_LIST_QUERY buffer (Linux's size for Fusion; QEMU's MFI model needs at least 32).
+pub const PD_LIST_LEN: usize = 8192;
+/// Bytes per `MR_PD_ADDRESS` entry of a PD list.
+const PD_ENTRY_LEN: usize = 24;
+/// PD list entries (device ids) a driver keeps track of (Linux's `MEGASAS_MAX_PD`).
+pub const MAX_PD: usize = 256;
+
+/// One physical device of a PD_LIST_QUERY reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PdListEntry {
+    /// Firmware device id (QEMU's MFI model: `(scsi_id << 8) | lun`).
+    pub device_id: u16,
+    /// SCSI peripheral device type (0 = disk, 5 = CD/DVD).
+    pub scsi_type: u8,
+}
+
+/// Parses a PD_LIST_QUERY / PD_GET_LIST reply (`MR_PD_LIST`: size u32, count u32, then 24-byte
+/// entries with the device id at 0 and the SCSI device type at 6). The count must fit both
+/// the buffer and the header's size; at most [`MAX_PD`] entries; a device id listed twice is
+/// refused. Entries are sorted by device id.
+pub fn parse_pd_list(b: &[u8]) -> Result<Vec<PdListEntry>, Error> {
+    let bad = || short("PD list reply", b.len(), "at least 8 bytes");
+    let size = le32(b, 0).ok_or_else(bad)? as usize;
+    let count = le32(b, 4).ok_or_else(bad)? as usize;
+    let room = b.len().saturating_sub(8) / PD_ENTRY_LEN;
+    if count > room.min(MAX_PD) || (count > 0 && size < 8 + count * PD_ENTRY_LEN) {
+        return Err(Error::MalformedReply {
+            what: "PD list count",
+            value: count as u64,
+            expected: "at most 256, within the buffer and the reply's size field",
+        });
+    }
+    let mut out: Vec<PdListEntry> = Vec::with_capacity(count);
+    for i in 0..count {
+        let e = 8 + i * PD_ENTRY_LEN;
+        let device_id = le16(b, e).ok_or_else(bad)?;
+        if out.iter().any(|p| p.device_id == device_id) {
+            return Err(Error::MalformedReply {
+                what: "PD list duplicate device id",
+                value: u64::from(device_id),
+                expected: "each device once",
+            });
+        }
+        out.push(PdListEntry {
+            device_id,
+            scsi_type: b[e + 6],
+        });
+    }
+    out.sort_by_key(|p| p.device_id);
     Ok(out)
 }
 
@@ -293,6 +352,67 @@ mod tests {
         b[0x5BA..0x5BC].copy_from_slice(&80u16.to_le_bytes());
         b[0x5BC..0x5C0].copy_from_slice(&65535u32.to_le_bytes());
         b
+    }
+
+    fn pd_list(ids: &[(u16, u8)]) -> Vec<u8> {
+        let mut b = vec![0u8; 64 + ids.len() * 24];
+        b[0..4].copy_from_slice(&((8 + 24 * ids.len()) as u32).to_le_bytes());
+        b[4..8].copy_from_slice(&(ids.len() as u32).to_le_bytes());
+        for (i, &(id, ty)) in ids.iter().enumerate() {
+            b[8 + 24 * i..10 + 24 * i].copy_from_slice(&id.to_le_bytes());
+            b[8 + 24 * i + 6] = ty;
+        }
+        b
+    }
+
+    #[test]
+    fn pd_list_parses_sorted_and_rejects_bad_counts() {
+        let l = parse_pd_list(&pd_list(&[(0x0300, 0), (0x0000, 5)])).unwrap();
+        assert_eq!(
+            l,
+            vec![
+                PdListEntry {
+                    device_id: 0,
+                    scsi_type: 5
+                },
+                PdListEntry {
+                    device_id: 0x0300,
+                    scsi_type: 0
+                }
+            ]
+        );
+        assert!(parse_pd_list(&pd_list(&[])).unwrap().is_empty());
+        // Count beyond the size field, beyond the buffer, duplicates, short header.
+        let mut b = pd_list(&[(1, 0)]);
+        b[0..4].copy_from_slice(&8u32.to_le_bytes());
+        assert!(matches!(parse_pd_list(&b), Err(Error::MalformedReply { value: 1, .. })));
+        let mut b = pd_list(&[(1, 0)]);
+        b[4..8].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(matches!(
+            parse_pd_list(&b),
+            Err(Error::MalformedReply { value: 1000, .. })
+        ));
+        assert!(matches!(
+            parse_pd_list(&pd_list(&[(7, 0), (7, 0)])),
+            Err(Error::MalformedReply { value: 7, .. })
+        ));
+        assert!(parse_pd_list(&[0u8; 6]).is_err());
+    }
+
+    #[test]
+    fn ld_list_up_to_256_accepts_high_targets_only_when_asked() {
+        let mut b = vec![0u8; 8 + 256 * 16];
+        b[0..4].copy_from_slice(&2u32.to_le_bytes());
+        b[8] = 200;
+        b[12] = 3;
+        b[24] = 5;
+        b[28] = 3;
+        assert!(matches!(
+            parse_ld_list(&b),
+            Err(Error::MalformedReply { value: 200, .. })
+        ));
+        let l = parse_ld_list_up_to(&b, 256).unwrap();
+        assert_eq!(l.iter().map(|e| e.target).collect::<Vec<_>>(), vec![5, 200]);
     }
 
     #[test]

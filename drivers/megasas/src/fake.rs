@@ -82,6 +82,11 @@ pub struct FakeConfig {
     pub boot: Vec<(FwState, u64)>,
     /// Bus address of the first DMA allocation.
     pub phys_base: u64,
+    /// DCMD opcodes answered with status 0x01 (INVALID_CMD), as firmware without them would.
+    pub refused_dcmds: Vec<u32>,
+    /// QEMU's `use_jbod=on`: the disks are system PDs. LD_GET_LIST is empty, LD SCSI
+    /// pass-through answers DEVICE_NOT_FOUND, PD_LIST_QUERY lists the disks for every flag.
+    pub use_jbod: bool,
 }
 
 impl FakeConfig {
@@ -103,6 +108,8 @@ impl FakeConfig {
             completion: CompletionMode::Immediate,
             boot: Vec::new(),
             phys_base: 0x0010_0000,
+            use_jbod: false,
+            refused_dcmds: Vec::new(),
         }
     }
 }
@@ -243,6 +250,8 @@ struct Pending {
 
 struct Inner {
     model: Model,
+    jbod: bool,
+    refused_dcmds: Vec<u32>,
     fw_cmds: u16,
     fw_sge: u8,
     msix: bool,
@@ -314,6 +323,8 @@ impl FakeDevice {
                 fw_cmds: config.max_cmds.min(2048),
                 fw_sge,
                 msix: config.msix,
+                jbod: config.use_jbod,
+                refused_dcmds: config.refused_dcmds.clone(),
                 completion: config.completion,
                 state,
                 boot,
@@ -780,7 +791,7 @@ impl FakeDevice {
         let ctx = le_u32(&f, 0x08);
         match f[0] {
             0x00 => self.init(inner, frame, &f, ctx),
-            0x01..=0x03 => {
+            0x01..=0x04 => {
                 if self.read_mem(frame, 2048).is_none() {
                     // QEMU maps a 2 KiB window from the frame; outside RAM it answers BUSY.
                     Self::violation(inner, format!("frame 0x{frame:X}: 2 KiB SGL window not in DMA memory"));
@@ -794,7 +805,10 @@ impl FakeDevice {
                     self.finish(inner, frame, ctx, 0x2D, 0x08, &[]);
                     return;
                 }
-                if f[0] == 0x03 {
+                if f[0] == 0x03 && inner.jbod {
+                    // QEMU refuses LD pass-through entirely in JBOD mode.
+                    self.finish(inner, frame, ctx, 0x0C, 0, &[]);
+                } else if f[0] >= 0x03 {
                     self.scsi_io(inner, frame, &f, ctx);
                 } else {
                     self.ld_io(inner, frame, &f, ctx);
@@ -1157,6 +1171,42 @@ impl FakeDevice {
         }
         let cdb = &f[0x20..0x30];
         let disk = &inner.disks[di];
+        if matches!(cdb[0], 0x88 | 0x8A) {
+            // READ(16)/WRITE(16) through pass-through (the PD path): bytes = blocks × block size,
+            // within the disk, and data_len must cover it (QEMU truncates silently otherwise;
+            // the model is stricter and refuses).
+            let lba = u64::from_be_bytes(cdb[2..10].try_into().unwrap_or([0; 8]));
+            let blocks = u64::from(u32::from_be_bytes([cdb[10], cdb[11], cdb[12], cdb[13]]));
+            if lba.checked_add(blocks).is_none_or(|end| end > disk.blocks) {
+                self.finish(inner, frame, ctx, 0x2D, 0x02, &fixed_sense(0x70, 0x5, 0x21, 0x00));
+                return;
+            }
+            if data_len as u64 != blocks * u64::from(disk.block_size) {
+                Self::violation(
+                    inner,
+                    format!("pass-through READ/WRITE(16): data_len {data_len} for {blocks} blocks"),
+                );
+                self.sgl_error(inner, frame, ctx);
+                return;
+            }
+            let work = Work::Io {
+                write: cdb[0] == 0x8A,
+                target,
+                lba,
+                blocks,
+                sgl,
+            };
+            self.queue_work(
+                inner,
+                Pending {
+                    frame,
+                    ctx,
+                    work,
+                    held: false,
+                },
+            );
+            return;
+        }
         let data = match cdb[0] {
             0x9E if cdb[1] & 0x1F == 0x10 => {
                 let mut r = vec![0u8; 32];
@@ -1254,6 +1304,7 @@ impl FakeDevice {
         };
         let len = buf.map_or(0, |b| b.1 as usize);
         let reply: Result<Option<Vec<u8>>, u8> = match opcode {
+            op if inner.refused_dcmds.contains(&op) => Err(0x01),
             0x0101_0000 => {
                 if len < 2048 {
                     Err(0x03)
@@ -1261,11 +1312,38 @@ impl FakeDevice {
                     Ok(Some(Self::ctrl_info(inner)))
                 }
             }
+            0x0201_0000 | 0x0201_0100 => {
+                // PD_GET_LIST / PD_LIST_QUERY: every disk for flag 0 (ALL) or in JBOD mode;
+                // otherwise OK with nothing written (QEMU, pitfall 14).
+                if len < 32 {
+                    Err(0x03)
+                } else if opcode == 0x0201_0000 || mbox0 == 0 || inner.jbod {
+                    let n = inner.disks.len().min((len - 8) / 24);
+                    let mut b = vec![0u8; 8 + 24 * n];
+                    b[0..4].copy_from_slice(&((8 + 24 * n) as u32).to_le_bytes());
+                    b[4..8].copy_from_slice(&(n as u32).to_le_bytes());
+                    for (i, d) in inner.disks.iter().take(n).enumerate() {
+                        let e = 8 + 24 * i;
+                        let device_id = u16::from(d.id) << 8;
+                        b[e..e + 2].copy_from_slice(&device_id.to_le_bytes());
+                        b[e + 2..e + 4].copy_from_slice(&0xFFFFu16.to_le_bytes());
+                        b[e + 5] = d.id;
+                        b[e + 7] = 1;
+                        let sas = (0x1221u64 << 48) | (u64::from(device_id) << 24);
+                        b[e + 8..e + 16].copy_from_slice(&sas.to_le_bytes());
+                    }
+                    Ok(Some(b))
+                } else {
+                    Ok(None)
+                }
+            }
             0x0301_0000 => {
                 if !(8..=1032).contains(&len) {
                     Err(0x03)
                 } else {
-                    let n = inner.disks.len().min(64).min((len - 8) / 16);
+                    // Empty in JBOD mode.
+                    let listed = if inner.jbod { 0 } else { inner.disks.len() };
+                    let n = listed.min(64).min((len - 8) / 16);
                     let mut b = vec![0u8; 8 + 16 * n];
                     b[0..4].copy_from_slice(&(n as u32).to_le_bytes());
                     // QEMU lists devices in reverse creation order.

@@ -10,6 +10,8 @@ pub(crate) const CMD_LD_READ: u8 = 0x01;
 pub(crate) const CMD_LD_WRITE: u8 = 0x02;
 /// Frame command: SCSI pass-through to a logical drive.
 pub(crate) const CMD_LD_SCSI_IO: u8 = 0x03;
+/// Frame command: SCSI pass-through to a physical device (system PD / JBOD disk).
+pub(crate) const CMD_PD_SCSI_IO: u8 = 0x04;
 /// Frame command: direct command (DCMD).
 pub(crate) const CMD_DCMD: u8 = 0x05;
 /// ABORT: context to abort at 0x18 (u64), its frame's bus address at 0x20 (u64).
@@ -48,6 +50,10 @@ pub(crate) const QEMU_MAX_SGE: usize = 128;
 pub(crate) const DCMD_CTRL_GET_INFO: u32 = 0x0101_0000;
 /// DCMD opcode: logical drive list (buffer at most 1032 bytes on QEMU).
 pub(crate) const DCMD_LD_GET_LIST: u32 = 0x0301_0000;
+/// DCMD opcode: PD list query; mailbox byte 0 selects which PDs ([`PD_QUERY_EXPOSED_TO_HOST`]).
+pub(crate) const DCMD_PD_LIST_QUERY: u32 = 0x0201_0100;
+/// PD_LIST_QUERY mailbox byte 0: the PDs exposed to the host (system PDs, JBOD), as Linux asks.
+pub(crate) const PD_QUERY_EXPOSED_TO_HOST: u8 = 5;
 /// DCMD opcode: logical drive information (384 bytes).
 pub(crate) const DCMD_LD_GET_INFO: u32 = 0x0302_0000;
 /// DCMD opcode: flush caches (no data; mailbox byte 0 says which, [`FLUSH_CTRL_AND_DISK_CACHES`]).
@@ -139,6 +145,15 @@ pub(crate) fn cdb_read_capacity16() -> [u8; 16] {
     c[0] = 0x9E;
     c[1] = 0x10;
     c[10..14].copy_from_slice(&32u32.to_be_bytes());
+    c
+}
+
+/// READ(16) (0x88) or WRITE(16) (0x8A) of `blocks` blocks at `lba`.
+pub(crate) fn cdb_rw16(opcode: u8, lba: u64, blocks: u32) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = opcode;
+    c[2..10].copy_from_slice(&lba.to_be_bytes());
+    c[10..14].copy_from_slice(&blocks.to_be_bytes());
     c
 }
 

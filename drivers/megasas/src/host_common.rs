@@ -22,13 +22,16 @@ pub enum IoOp {
     Flush,
 }
 
-/// One logical-drive I/O request.
+/// One logical-drive or system-PD I/O request.
 #[derive(Clone, Copy, Debug)]
 pub struct IoRequest<'a> {
     /// Operation.
     pub op: IoOp,
-    /// Logical drive target id.
+    /// Logical drive target id, or with `system_pd` the system PD's (JBOD disk's) target:
+    /// MFI its SCSI id (device id >> 8, LUN 0), Fusion its firmware device id.
     pub target: u8,
+    /// The request is for a system PD (a JBOD disk exposed to the host), not a logical drive.
+    pub system_pd: bool,
     /// First logical block (in the drive's block size).
     pub lba: u64,
     /// Number of logical blocks.

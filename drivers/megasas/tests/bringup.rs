@@ -166,6 +166,7 @@ fn runtime_fault_is_detected_and_stops_submissions() {
     let buf = dev.buffer(512);
     let seg = [buf.segment(0, 512)];
     let req = megasas::IoRequest {
+        system_pd: false,
         op: megasas::IoOp::Read,
         target: 0,
         lba: 0,

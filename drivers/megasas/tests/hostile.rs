@@ -67,6 +67,7 @@ fn fuzz(seed: u64) {
                 }
                 let sgl = [bufs[usize::from(tag)].segment(0, 512)];
                 let req = IoRequest {
+                    system_pd: false,
                     op: if rng.below(2) == 0 { IoOp::Read } else { IoOp::Write },
                     target: 0,
                     lba: rng.below(1000),

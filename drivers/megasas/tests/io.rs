@@ -8,6 +8,7 @@ use megasas::{BogusReason, Error, Fault, IoErrorKind, IoOp, IoRequest, IoStatus,
 
 fn rw(op: IoOp, target: u8, lba: u64, blocks: u32, sgl: &[Segment]) -> IoRequest<'_> {
     IoRequest {
+        system_pd: false,
         op,
         target,
         lba,

@@ -21,6 +21,7 @@ fn deferred() -> FakeConfig {
 fn read(ctrl: &Ctrl, tag: u16, lba: u64, buf: &FakeBuffer, cookie: u64) {
     let sgl = [buf.segment(0, 512)];
     let req = IoRequest {
+        system_pd: false,
         op: IoOp::Read,
         target: 0,
         lba,

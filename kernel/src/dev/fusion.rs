@@ -28,6 +28,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
+use megasas_fusion::Mmio as _;
 use megasas_fusion::{FUSION_IDS, Options, PciMatch, VENDOR_LSI};
 use platform::irq::InterruptMode;
 use platform::pci::{DeviceMatch, PciFunction};
@@ -192,11 +193,20 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     pci::claim(function)?;
     let mmio = KernelMmio(pci::bar_mmio(function, generation.register_bar())?);
     let ncpus = smp::online();
-    // One vector (reply queue) per CPU up to the MSI-X table; INTx without MSI-X.
-    let nvectors = function
-        .msix
-        .as_ref()
-        .map_or(0, |m| usize::from(m.table_size).min(ncpus));
+    // One vector (reply queue) per CPU up to the MSI-X table; INTx without MSI-X, or when a
+    // settled SP0 says the firmware does not do MSI-X (Linux then uses INTx; review F15).
+    let sp0 = mmio.read32(megasas_fusion::regs::SP0);
+    let fw_msix = megasas_fusion::regs::msix_advertised(sp0);
+    if fw_msix == Some(false) {
+        kprintln!("megasas-fusion {at}: SP0 {sp0:#010x} says no MSI-X: using INTx");
+    }
+    let nvectors = match fw_msix {
+        Some(false) => 0,
+        _ => function
+            .msix
+            .as_ref()
+            .map_or(0, |m| usize::from(m.table_size).min(ncpus)),
+    };
     let slot: &'static spin::Once<&'static Controller> = Box::leak(Box::new(spin::Once::new()));
     let handler: &'static dyn IrqHandler = Box::leak(Box::new(Deferred(slot)));
     let (irqs, vector_cpus) = if nvectors > 0 {
@@ -269,7 +279,11 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
                     .host
                     .queue(i)
                     .ok_or_else(|| Error::Device(format!("megasas-fusion {at}: drive {i} has no queue")))?,
-                model: format!("{product} LD {} ({at})", d.drive.target),
+                model: if d.drive.system_pd {
+                    format!("{product} JBOD disk {} ({at})", d.drive.target)
+                } else {
+                    format!("{product} LD {} ({at})", d.drive.target)
+                },
                 sector_size: d.drive.block_size,
                 capacity_sectors: d.drive.blocks,
                 max_transfer_bytes: d.max_transfer_bytes,

@@ -15,6 +15,7 @@ pub type Ctrl = Controller<FakeMmio, FakeDelay>;
 /// A one-block READ of block 0 of the model's LD into `sgl`.
 pub fn read_block0(sgl: &[Segment]) -> IoRequest<'_> {
     IoRequest {
+        system_pd: false,
         target: LD,
         op: IoOp::Read,
         lba: 0,
@@ -158,6 +159,7 @@ impl Workload {
         self.buf_fill(tag, len, if op == IoOp::Write { pattern } else { 0xEE });
         let segs = self.segments(tag, len, nseg);
         let req = IoRequest {
+            system_pd: false,
             target: LD,
             op,
             lba,
