@@ -195,6 +195,16 @@ pub enum WorkloadError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// An output option (`--output-format`, `percentile_list`, the log options) that baremq cannot
+    /// honour.
+    BadOutputOption {
+        /// The option as fio names it.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
 }
 
 impl fmt::Display for WorkloadError {
@@ -315,6 +325,9 @@ impl fmt::Display for WorkloadError {
             ),
             Self::ResultsMismatch { job, reason } => {
                 write!(f, "job {job:?}: per-CPU results do not match the plan: {reason}")
+            }
+            Self::BadOutputOption { key, value, reason } => {
+                write!(f, "output option {key}={value:?} is refused: {reason}")
             }
         }
     }
