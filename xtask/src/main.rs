@@ -8,12 +8,14 @@
 //! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
+//! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
 //! ```
 
 #![forbid(unsafe_code)]
 
 mod bench;
 mod elfcheck;
+mod fioout;
 mod fuzz;
 mod lab;
 mod nbd;
@@ -60,6 +62,9 @@ commands:
                                   policies) per device; table, CSV and plots in target/lab/
       --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see README, The lab)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
+  fio-out CONSOLE_LOG DIR         fio's files from a captured console: the BAREMQ-FIO-JSON document
+      --output NAME               (DIR/NAME, default fio.json) and every BAREMQ-LOG line's log file
+      --split                     also one document per job, <rw>-<iodepth>-<numjobs>.json (bench-fio)
 ";
 
 fn main() -> ExitCode {
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         "bench" => bench::cmd_bench(rest),
         "lab" => lab::cmd_lab(rest),
         "fuzz" => fuzz::cmd_fuzz(rest),
+        "fio-out" => fioout::cmd_fio_out(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)
