@@ -31,6 +31,7 @@ pub mod null;
 mod queue;
 mod request;
 pub mod sleeplock;
+pub mod split;
 mod sync;
 pub mod tags;
 
