@@ -123,17 +123,6 @@ pub enum WorkloadError {
         /// Device capacity in bytes.
         capacity_bytes: u64,
     },
-    /// `bs` is above the device's largest transfer.
-    BlockSizeTooLarge {
-        /// The job.
-        job: String,
-        /// The device.
-        device: String,
-        /// Requested block size in bytes.
-        bs: u64,
-        /// Largest transfer in bytes.
-        max: u64,
-    },
     /// The region holds fewer blocks than there are submitting CPUs.
     RegionTooSmall {
         /// The job.
@@ -283,10 +272,6 @@ impl fmt::Display for WorkloadError {
                 f,
                 "job {job:?}: offset+size ends at byte {end_bytes}, past the end of {device:?} \
                  ({capacity_bytes} bytes)"
-            ),
-            Self::BlockSizeTooLarge { job, device, bs, max } => write!(
-                f,
-                "job {job:?}: bs={bs} is above the largest transfer of {device:?} ({max} bytes)"
             ),
             Self::RegionTooSmall { job, blocks, cpus } => write!(
                 f,
