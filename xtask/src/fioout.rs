@@ -33,7 +33,9 @@ pub struct Extracted {
 fn log_file_name(name: &str, line_number: usize) -> Result<String, String> {
     let last = name.rsplit('/').next().unwrap_or(name);
     if last.is_empty() || last == "." || last == ".." || last.contains('\\') || last.chars().any(char::is_control) {
-        return Err(format!("console line {line_number}: log file name {name:?} is not a usable file name"));
+        return Err(format!(
+            "console line {line_number}: log file name {name:?} is not a usable file name"
+        ));
     }
     Ok(last.to_string())
 }
@@ -47,7 +49,10 @@ pub fn extract(console: &str) -> Result<Extracted, String> {
             let document: Value = serde_json::from_str(json)
                 .map_err(|e| format!("console line {}: the fio document is not valid JSON: {e}", index + 1))?;
             if !document.get("jobs").is_some_and(Value::is_array) {
-                return Err(format!("console line {}: the fio document has no jobs array", index + 1));
+                return Err(format!(
+                    "console line {}: the fio document has no jobs array",
+                    index + 1
+                ));
             }
             extracted.documents.push(document);
         } else if let Some(rest) = line.strip_prefix(LOG_PREFIX) {
@@ -130,7 +135,10 @@ pub fn save_run_outputs(console: &str, output: &Path) -> Result<Vec<PathBuf>, St
     let mut written = Vec::new();
     let text = serde_json::to_string_pretty(document).map_err(|e| e.to_string())?;
     write_file(output, &(text + "\n"), &mut written)?;
-    let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     write_logs(&extracted, dir, &mut written)?;
     Ok(written)
 }
@@ -272,8 +280,14 @@ mod tests {
     /// A console as the kernel prints it: other lines around, serial line endings.
     fn console(format: FioOutputFormat) -> String {
         let options = options(format);
-        let randread = run("job=randread-qd32 rw=randread bs=4k iodepth=32 cpus=0-1 runtime=1200ms", &options);
-        let mixed = run("job=mixed rw=randrw rwmixread=70 bs=4k iodepth=8 cpus=0-1 runtime=1200ms", &options);
+        let randread = run(
+            "job=randread-qd32 rw=randread bs=4k iodepth=32 cpus=0-1 runtime=1200ms",
+            &options,
+        );
+        let mixed = run(
+            "job=mixed rw=randrw rwmixread=70 bs=4k iodepth=8 cpus=0-1 runtime=1200ms",
+            &options,
+        );
         let meta = [
             FioJobMeta::default(),
             FioJobMeta {
@@ -393,7 +407,10 @@ mod tests {
         let f = |v: &Value| v.as_f64().unwrap();
         let ios = read["total_ios"].as_u64().unwrap();
         let runtime_ms = read["runtime"].as_u64().unwrap();
-        assert!(ios > 1000 && (1200..1300).contains(&runtime_ms), "{ios} in {runtime_ms} ms");
+        assert!(
+            ios > 1000 && (1200..1300).contains(&runtime_ms),
+            "{ios} in {runtime_ms} ms"
+        );
         let iops = f(&read["iops"]);
         assert!((iops - ios as f64 * 1000.0 / runtime_ms as f64).abs() / iops < 0.01);
         assert_eq!(read["bw"].as_u64().unwrap(), read["bw_bytes"].as_u64().unwrap() / 1024);
@@ -451,7 +468,13 @@ mod tests {
         let console = console(FioOutputFormat::Json);
         let line = console.lines().find(|l| l.starts_with(FIO_JSON_PREFIX)).unwrap();
         let clat = &line[line.find("\"clat_ns\"").unwrap()..];
-        let keys = ["\"1.000000\":", "\"5.000000\":", "\"10.000000\":", "\"99.500000\":", "\"99.990000\":"];
+        let keys = [
+            "\"1.000000\":",
+            "\"5.000000\":",
+            "\"10.000000\":",
+            "\"99.500000\":",
+            "\"99.990000\":",
+        ];
         let positions: Vec<usize> = keys.iter().map(|k| clat.find(k).unwrap()).collect();
         assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
         // A user's percentile_list is sorted and printed the same way.
@@ -460,9 +483,21 @@ mod tests {
         let report = run("job=one rw=read bs=4k iodepth=1 cpus=0 runtime=100ms", &options);
         let meta = FioJobMeta::default();
         let mut text = String::new();
-        write_fio_json_line(&mut text, &options, &[FioJob { report: &report, meta: &meta }]).unwrap();
+        write_fio_json_line(
+            &mut text,
+            &options,
+            &[FioJob {
+                report: &report,
+                meta: &meta,
+            }],
+        )
+        .unwrap();
         let doc: Value = serde_json::from_str(text.strip_prefix(FIO_JSON_PREFIX).unwrap()).unwrap();
-        let keys: Vec<&String> = doc["jobs"][0]["read"]["clat_ns"]["percentile"].as_object().unwrap().keys().collect();
+        let keys: Vec<&String> = doc["jobs"][0]["read"]["clat_ns"]["percentile"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
         assert_eq!(keys, ["12.345678", "50.000000", "99.999000"]);
         let raw = &text[text.find("\"percentile\"").unwrap()..];
         assert!(raw.find("12.345678").unwrap() < raw.find("50.000000").unwrap());
@@ -485,11 +520,19 @@ mod tests {
                 for key in bins.keys() {
                     let value: u64 = key.parse().unwrap();
                     let index = workload::hist::bucket_of(value);
-                    assert_eq!(workload::hist::bucket_value(index), value, "bin key {key} is a bucket value");
+                    assert_eq!(
+                        workload::hist::bucket_value(index),
+                        value,
+                        "bin key {key} is a bucket value"
+                    );
                 }
             }
         }
-        assert!(document(FioOutputFormat::Json)["jobs"][0]["read"]["clat_ns"].get("bins").is_none());
+        assert!(
+            document(FioOutputFormat::Json)["jobs"][0]["read"]["clat_ns"]
+                .get("bins")
+                .is_none()
+        );
     }
 
     #[test]
@@ -513,11 +556,18 @@ mod tests {
         // A read-only job: reads only, two full windows and the partial one, time increasing.
         let rows = &extracted.logs["bench_iops.1.log"];
         assert_eq!(rows.len(), 3, "{rows:?}");
-        let times: Vec<u64> = rows.iter().map(|r| r.split(", ").next().unwrap().parse().unwrap()).collect();
+        let times: Vec<u64> = rows
+            .iter()
+            .map(|r| r.split(", ").next().unwrap().parse().unwrap())
+            .collect();
         assert!(times.windows(2).all(|w| w[0] < w[1]) && times[0] >= 500, "{times:?}");
         assert!(rows.iter().all(|r| r.split(", ").nth(2) == Some("0")));
         // The mixed job writes rows for both directions.
-        assert!(extracted.logs["bench_bw.3.log"].iter().any(|r| r.split(", ").nth(2) == Some("1")));
+        assert!(
+            extracted.logs["bench_bw.3.log"]
+                .iter()
+                .any(|r| r.split(", ").nth(2) == Some("1"))
+        );
 
         let dir = std::env::temp_dir().join(format!("baremq-fio-out-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();

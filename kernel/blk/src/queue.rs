@@ -674,7 +674,12 @@ impl<D: Driver> Queue<D> {
             return Err(e);
         }
         if matches!(bio.op, Op::Read | Op::Write)
-            && needs_split(bio.nr_sectors, bio.segments.len(), self.max_hw_sectors, self.max_segments)
+            && needs_split(
+                bio.nr_sectors,
+                bio.segments.len(),
+                self.max_hw_sectors,
+                self.max_segments,
+            )
         {
             return self.submit_split(cpu, bio);
         }
@@ -774,7 +779,10 @@ impl<D: Driver> Queue<D> {
             });
         }
         let write = bio.op == Op::Write;
-        let Some(parent) = self.splits.begin(cpu, count, bio.cookie, bio.sector, bio.nr_sectors, write) else {
+        let Some(parent) = self
+            .splits
+            .begin(cpu, count, bio.cookie, bio.sector, bio.nr_sectors, write)
+        else {
             return Err(exhausted());
         };
         // All tags first: a bio half submitted could neither be retried nor ended.

@@ -109,9 +109,10 @@ impl SplitTable {
         let parent = &self.parents[id as usize];
         if !status.is_ok() {
             // The first error wins; later ones find it set and leave it.
-            let _ = parent
-                .status
-                .compare_exchange(Status::Ok as u8, status as u8, Ordering::Relaxed, Ordering::Relaxed);
+            let _ =
+                parent
+                    .status
+                    .compare_exchange(Status::Ok as u8, status as u8, Ordering::Relaxed, Ordering::Relaxed);
         }
         // AcqRel: our error (above) is released with our decrement, and the last decrement
         // acquires every earlier one's.
@@ -252,22 +253,45 @@ mod tests {
     use super::*;
     use alloc::vec;
 
-    fn parts_of(sector: u64, nr: u32, segments: &[Segment], max_sectors: u32, max_segments: usize, block: u32) -> Vec<Part> {
+    fn parts_of(
+        sector: u64,
+        nr: u32,
+        segments: &[Segment],
+        max_sectors: u32,
+        max_segments: usize,
+        block: u32,
+    ) -> Vec<Part> {
         let mut parts = Vec::new();
-        let count = split_bio(sector, nr, segments, max_sectors, max_segments, block, |sector, nr_sectors, segs| {
-            parts.push(Part {
-                sector,
-                nr_sectors,
-                segments: segs.to_vec(),
-            })
-        })
+        let count = split_bio(
+            sector,
+            nr,
+            segments,
+            max_sectors,
+            max_segments,
+            block,
+            |sector, nr_sectors, segs| {
+                parts.push(Part {
+                    sector,
+                    nr_sectors,
+                    segments: segs.to_vec(),
+                })
+            },
+        )
         .expect("the limits hold a block");
         assert_eq!(count as usize, parts.len());
         parts
     }
 
     /// The parts tile the bio and its bytes, in order, within the limits.
-    fn check_tiling(sector: u64, nr: u32, segments: &[Segment], parts: &[Part], max_sectors: u32, max_segments: usize, block: u32) {
+    fn check_tiling(
+        sector: u64,
+        nr: u32,
+        segments: &[Segment],
+        parts: &[Part],
+        max_sectors: u32,
+        max_segments: usize,
+        block: u32,
+    ) {
         let mut next = sector;
         let flat = |segs: &[Segment]| -> Vec<(u64, u32)> {
             // Merge adjacent pieces so that where a segment was cut does not matter.
@@ -307,7 +331,10 @@ mod tests {
         assert_eq!(parts.len(), 8);
         for (i, part) in parts.iter().enumerate() {
             assert_eq!(part.sector, 2048 + 256 * i as u64);
-            assert_eq!(part.segments, vec![Segment::new(0x10_0000 + (i as u64) * 131_072, 131_072)]);
+            assert_eq!(
+                part.segments,
+                vec![Segment::new(0x10_0000 + (i as u64) * 131_072, 131_072)]
+            );
         }
         check_tiling(2048, 2048, &segments, &parts, 256, 32, 1);
     }
@@ -344,7 +371,10 @@ mod tests {
     #[test]
     fn segmentless_bios_are_cut_by_sectors() {
         let parts = parts_of(10, 1000, &[], 256, 1, 1);
-        assert_eq!(parts.iter().map(|p| p.nr_sectors).collect::<Vec<_>>(), [256, 256, 256, 232]);
+        assert_eq!(
+            parts.iter().map(|p| p.nr_sectors).collect::<Vec<_>>(),
+            [256, 256, 256, 232]
+        );
     }
 
     /// Property: random segment lists and limits always tile the bio within the limits.

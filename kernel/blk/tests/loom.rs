@@ -554,11 +554,21 @@ fn split_parent_ends_once_with_the_first_error() {
         let a = spawn(1, Status::IoError);
         let b = spawn(2, Status::Timeout);
         let mine = table.part_done(id, Status::Ok).map(|done| (0, done));
-        let ends: Vec<_> = [mine, a.join().unwrap(), b.join().unwrap()].into_iter().flatten().collect();
+        let ends: Vec<_> = [mine, a.join().unwrap(), b.join().unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
         assert_eq!(ends.len(), 1, "the bio must end exactly once");
         let (cpu, done) = ends[0];
-        assert!(matches!(done.status, Status::IoError | Status::Timeout), "{:?}", done.status);
-        assert_eq!((done.cookie, done.sector, done.nr_sectors, done.write), (42, 100, 24, true));
+        assert!(
+            matches!(done.status, Status::IoError | Status::Timeout),
+            "{:?}",
+            done.status
+        );
+        assert_eq!(
+            (done.cookie, done.sector, done.nr_sectors, done.write),
+            (42, 100, 24, true)
+        );
         table.release(cpu, id);
     });
 }

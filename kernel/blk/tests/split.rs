@@ -97,7 +97,10 @@ fn a_1_mib_write_becomes_8_requests_and_ends_once() {
     let log = platform.log();
     assert_eq!(log.len(), 1);
     let end = &log[0];
-    assert_eq!((end.cookie, end.op, end.sector, end.nr_sectors, end.status), (7, Op::Write, 8192, 2048, Status::Ok));
+    assert_eq!(
+        (end.cookie, end.op, end.sector, end.nr_sectors, end.status),
+        (7, Op::Write, 8192, 2048, Status::Ok)
+    );
     // Every part's tag is free again, and every part counted as a device request.
     assert_eq!(q.in_flight(), 0);
     assert_eq!(q.tags_in_use(), 0);
@@ -117,7 +120,10 @@ fn the_first_error_of_any_part_is_the_bios_status() {
     );
     let log = platform.log();
     assert_eq!(log.len(), 1);
-    assert_eq!((log[0].cookie, log[0].status, log[0].nr_sectors), (3, Status::IoError, 1024));
+    assert_eq!(
+        (log[0].cookie, log[0].status, log[0].nr_sectors),
+        (3, Status::IoError, 1024)
+    );
     assert_eq!(q.counters().completed_with_error, 2, "the failed parts themselves");
 }
 
@@ -129,7 +135,10 @@ fn many_segments_are_split_by_count_on_block_boundaries() {
     q.submit(0, &Bio::read(64, 80, &segments, 9)).unwrap();
     let seen = q.driver().seen.lock().unwrap().clone();
     assert_eq!(seen.iter().map(|s| s.nr_sectors).collect::<Vec<_>>(), [32, 32, 16]);
-    assert_eq!(seen[2].segments, [(0x10_0000 + 0x2000 * 8, 4096), (0x10_0000 + 0x2000 * 9, 4096)]);
+    assert_eq!(
+        seen[2].segments,
+        [(0x10_0000 + 0x2000 * 8, 4096), (0x10_0000 + 0x2000 * 9, 4096)]
+    );
     complete_all(&q, &[0, 1, 2], &[Status::Ok; 3]);
     assert_eq!(platform.log().len(), 1);
 }
@@ -139,7 +148,8 @@ fn without_enough_tags_nothing_is_submitted() {
     let (q, platform) = queue(8);
     // 5 tags busy, a bio needing 4: refused as a whole, tags untouched, retry works later.
     for cookie in 0..5 {
-        q.submit(0, &Bio::read(cookie * 8, 8, &[Segment::new(0x1000, 4096)], cookie)).unwrap();
+        q.submit(0, &Bio::read(cookie * 8, 8, &[Segment::new(0x1000, 4096)], cookie))
+            .unwrap();
     }
     let big = [Segment::new(0x8000_0000, 512 * 1024)];
     let bio = Bio::read(4096, 1024, &big, 20);
@@ -159,7 +169,8 @@ fn without_enough_tags_nothing_is_submitted() {
 #[test]
 fn small_requests_are_not_touched() {
     let (q, _) = queue(8);
-    q.submit(0, &Bio::read(0, 256, &[Segment::new(0x1000, 128 * 1024)], 1)).unwrap();
+    q.submit(0, &Bio::read(0, 256, &[Segment::new(0x1000, 128 * 1024)], 1))
+        .unwrap();
     let seen = q.driver().seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].nr_sectors, 256);

@@ -167,8 +167,7 @@ fn engine_figures(filters: &[String]) {
         let detail = words.ends_with(" +detail");
         let job_words = words.trim_end_matches(" +detail");
         let jobs =
-            parse_jobs(format!("bs=4k iodepth=32 size=1m runtime=300ms {job_words}").split_ascii_whitespace())
-                .unwrap();
+            parse_jobs(format!("bs=4k iodepth=32 size=1m runtime=300ms {job_words}").split_ascii_whitespace()).unwrap();
         let plan = plan_job(&jobs[0], std::slice::from_ref(&device), &[0]).unwrap();
         let verifies = plan.spec.verify.is_enabled();
         let mut best = f64::INFINITY;

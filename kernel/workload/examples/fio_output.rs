@@ -116,13 +116,7 @@ fn main() {
         .collect();
     let prefixes: Vec<String> = reports
         .iter()
-        .map(|r| {
-            alloc_prefix(
-                r.plan.spec.rw.as_str(),
-                r.plan.iodepth,
-                r.plan.cpus.len(),
-            )
-        })
+        .map(|r| alloc_prefix(r.plan.spec.rw.as_str(), r.plan.iodepth, r.plan.cpus.len()))
         .collect();
     let mut out = String::new();
     let options = FioOutputOptions {

@@ -50,7 +50,11 @@ pub const fn depth_bucket(depth: usize) -> usize {
         return 0;
     }
     let log2 = (usize::BITS - 1 - depth.leading_zeros()) as usize;
-    if log2 < DEPTH_BUCKETS - 1 { log2 } else { DEPTH_BUCKETS - 1 }
+    if log2 < DEPTH_BUCKETS - 1 {
+        log2
+    } else {
+        DEPTH_BUCKETS - 1
+    }
 }
 
 /// fio's batch bucket (`io_u_mark_complete` / `io_u_mark_submit`) of `count` I/Os handled at once:
@@ -88,7 +92,11 @@ impl SampleStats {
     pub fn of(samples: impl IntoIterator<Item = u64>) -> Self {
         let mut stats = Self::default();
         for value in samples {
-            stats.min = if stats.samples == 0 { value } else { stats.min.min(value) };
+            stats.min = if stats.samples == 0 {
+                value
+            } else {
+                stats.min.min(value)
+            };
             stats.max = stats.max.max(value);
             stats.samples += 1;
             stats.sum += u128::from(value);
@@ -288,7 +296,11 @@ impl CpuDetail {
             };
             let window = LogWindow {
                 time_ms: now_ns.saturating_sub(start_ns) / 1_000_000,
-                rate: RateSample::over(now.bytes[index] - mark.bytes[index], now.ios[index] - mark.ios[index], ns),
+                rate: RateSample::over(
+                    now.bytes[index] - mark.bytes[index],
+                    now.ios[index] - mark.ios[index],
+                    ns,
+                ),
                 latency_samples: count,
                 slat_mean_ns: mean(slat, slat_before),
                 clat_mean_ns: mean(clat, clat_before),
@@ -397,7 +409,18 @@ mod tests {
 
     #[test]
     fn depth_buckets_are_fios() {
-        let expected = [(1, 0), (2, 1), (3, 1), (4, 2), (7, 2), (8, 3), (15, 3), (16, 4), (31, 4), (32, 5)];
+        let expected = [
+            (1, 0),
+            (2, 1),
+            (3, 1),
+            (4, 2),
+            (7, 2),
+            (8, 3),
+            (15, 3),
+            (16, 4),
+            (31, 4),
+            (32, 5),
+        ];
         for (depth, bucket) in expected {
             assert_eq!(depth_bucket(depth), bucket, "depth {depth}");
         }
@@ -407,7 +430,20 @@ mod tests {
 
     #[test]
     fn batch_buckets_are_fios() {
-        let expected = [(0, 0), (1, 1), (4, 1), (5, 2), (8, 2), (9, 3), (16, 3), (17, 4), (32, 4), (33, 5), (64, 5), (65, 6)];
+        let expected = [
+            (0, 0),
+            (1, 1),
+            (4, 1),
+            (5, 2),
+            (8, 2),
+            (9, 3),
+            (16, 3),
+            (17, 4),
+            (32, 4),
+            (33, 5),
+            (64, 5),
+            (65, 6),
+        ];
         for (count, bucket) in expected {
             assert_eq!(batch_bucket(count), bucket, "count {count}");
         }
@@ -429,7 +465,10 @@ mod tests {
         // 1 MiB and 256 I/Os in 500 ms: 2048 KiB/s, 512 IOPS.
         assert_eq!(
             RateSample::over(1 << 20, 256, 500_000_000),
-            RateSample { bw_kib: 2048, iops: 512 }
+            RateSample {
+                bw_kib: 2048,
+                iops: 512
+            }
         );
         assert_eq!(RateSample::over(5, 5, 0), RateSample::default());
     }
@@ -438,7 +477,9 @@ mod tests {
     fn job_samples_sum_the_cpus_index_by_index() {
         let mut a = CpuDetail::new(DetailOptions::default());
         let mut b = CpuDetail::new(DetailOptions::default());
-        a.read.samples.extend([RateSample { bw_kib: 1, iops: 2 }, RateSample { bw_kib: 3, iops: 4 }]);
+        a.read
+            .samples
+            .extend([RateSample { bw_kib: 1, iops: 2 }, RateSample { bw_kib: 3, iops: 4 }]);
         b.read.samples.push(RateSample { bw_kib: 10, iops: 20 });
         a.idle_ns = 100;
         b.idle_ns = 300;
@@ -473,16 +514,28 @@ mod tests {
         let second = Totals {
             bytes: [4096 * 30, 0],
             ios: [30, 0],
-            latency: [(30, 1_000 + 20 * 300, 10_000 + 20 * 3000, 11_000 + 20 * 3300), (0, 0, 0, 0)],
+            latency: [
+                (30, 1_000 + 20 * 300, 10_000 + 20 * 3000, 11_000 + 20 * 3300),
+                (0, 0, 0, 0),
+            ],
         };
         detail.take_window(&mut mark, &second, 2_000_005_000, 5_000, [true, false]);
         assert!(detail.write.log.is_empty());
         let rows = &detail.read.log;
         assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].time_ms, rows[0].rate.iops, rows[0].rate.bw_kib), (1000, 10, 40));
-        assert_eq!((rows[0].slat_mean_ns, rows[0].clat_mean_ns, rows[0].lat_mean_ns), (100, 1000, 1100));
+        assert_eq!(
+            (rows[0].time_ms, rows[0].rate.iops, rows[0].rate.bw_kib),
+            (1000, 10, 40)
+        );
+        assert_eq!(
+            (rows[0].slat_mean_ns, rows[0].clat_mean_ns, rows[0].lat_mean_ns),
+            (100, 1000, 1100)
+        );
         assert_eq!((rows[1].time_ms, rows[1].rate.iops), (2000, 20));
-        assert_eq!((rows[1].slat_mean_ns, rows[1].clat_mean_ns, rows[1].lat_mean_ns), (300, 3000, 3300));
+        assert_eq!(
+            (rows[1].slat_mean_ns, rows[1].clat_mean_ns, rows[1].lat_mean_ns),
+            (300, 3000, 3300)
+        );
         assert_eq!(rows[1].latency_samples, 20);
     }
 }

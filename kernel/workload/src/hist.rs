@@ -87,23 +87,8 @@ pub type PercentMicros = u64;
 /// fio's default `percentile_list`: 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 99.5, 99.9,
 /// 99.95, 99.99.
 pub const FIO_DEFAULT_PERCENTILES: [PercentMicros; 17] = [
-    1_000_000,
-    5_000_000,
-    10_000_000,
-    20_000_000,
-    30_000_000,
-    40_000_000,
-    50_000_000,
-    60_000_000,
-    70_000_000,
-    80_000_000,
-    90_000_000,
-    95_000_000,
-    99_000_000,
-    99_500_000,
-    99_900_000,
-    99_950_000,
-    99_990_000,
+    1_000_000, 5_000_000, 10_000_000, 20_000_000, 30_000_000, 40_000_000, 50_000_000, 60_000_000, 70_000_000,
+    80_000_000, 90_000_000, 95_000_000, 99_000_000, 99_500_000, 99_900_000, 99_950_000, 99_990_000,
 ];
 
 /// A latency histogram in nanoseconds (any unit works; the reports assume ns).
@@ -358,7 +343,10 @@ mod tests {
             assert_eq!(bucket_of(low), index);
             assert_eq!(bucket_of(high), index);
             let value = bucket_value(index);
-            assert!(value >= low && value <= high, "bucket {index}: value {value} outside [{low}, {high}]");
+            assert!(
+                value >= low && value <= high,
+                "bucket {index}: value {value} outside [{low}, {high}]"
+            );
             assert_eq!(bucket_of(value), index);
             // Width relative to the values held stays within 1/64 once past the exact range.
             if low >= EXACT_BELOW && index != BUCKETS - 1 {
@@ -376,7 +364,10 @@ mod tests {
             (h.samples(), h.min(), h.max(), h.mean(), h.percentile_ppm(500_000)),
             (0, 0, 0, 0, 0)
         );
-        assert_eq!((h.fio_percentile(50_000_000), h.mean_micros(), h.stddev_micros()), (0, 0, 0));
+        assert_eq!(
+            (h.fio_percentile(50_000_000), h.mean_micros(), h.stddev_micros()),
+            (0, 0, 0)
+        );
         assert_eq!(h.bins().count(), 0);
     }
 
@@ -398,7 +389,10 @@ mod tests {
         assert_eq!(h.fio_percentile(1_000_000), 1);
         // Sample stddev of 1..=20: sqrt(35) = 5.916079...
         assert_eq!(h.stddev_micros(), 5_916_079);
-        assert_eq!(h.bins().collect::<Vec<_>>(), (1..=20).map(|v| (v, 1)).collect::<Vec<_>>());
+        assert_eq!(
+            h.bins().collect::<Vec<_>>(),
+            (1..=20).map(|v| (v, 1)).collect::<Vec<_>>()
+        );
     }
 
     fn exact_percentile(sorted: &[u64], ppm: u32) -> u64 {
@@ -482,7 +476,11 @@ mod tests {
                         break;
                     }
                 }
-                assert_eq!(Some(h.fio_percentile(percent)), reference, "case {case} percent {percent}");
+                assert_eq!(
+                    Some(h.fio_percentile(percent)),
+                    reference,
+                    "case {case} percent {percent}"
+                );
             }
             let mean = values.iter().map(|&v| v as f64).sum::<f64>() / n;
             let variance = values.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / (n - 1.0);

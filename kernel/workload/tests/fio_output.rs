@@ -7,7 +7,9 @@ mod common;
 
 use common::{FakeBackend, FakeDisk, Order};
 use workload::detail::DetailOptions;
-use workload::report::{FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, write_fio_text, write_log_lines};
+use workload::report::{
+    FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, write_fio_text, write_log_lines,
+};
 use workload::{CpuResult, DeviceInfo, JobPlan, JobReport, JobShared, WorkloadError, parse_cmdline, plan_job, run_cpu};
 
 fn run_job(plan: &JobPlan, disk: &FakeDisk, shared: &JobShared, latency_ns: u64) -> Vec<CpuResult> {
@@ -106,7 +108,15 @@ fn log_windows_become_fio_named_log_rows() {
     let report = JobReport::new(&plan, &results).unwrap();
     let meta = FioJobMeta::default();
     let mut lines = String::new();
-    write_log_lines(&mut lines, &options, &[FioJob { report: &report, meta: &meta }]).unwrap();
+    write_log_lines(
+        &mut lines,
+        &options,
+        &[FioJob {
+            report: &report,
+            meta: &meta,
+        }],
+    )
+    .unwrap();
     // Two CPUs (threads 1 and 2), two full windows and a partial one, two directions.
     for thread in [1, 2] {
         for kind in ["run1_bw", "job0_slat", "job0_clat", "job0_lat"] {
@@ -174,17 +184,34 @@ fn text_report_has_fios_sections_with_measured_figures() {
         ..FioOutputOptions::default()
     };
     let mut text = String::new();
-    write_fio_text(&mut text, &options, &[FioJob { report: &report, meta: &meta }]).unwrap();
+    write_fio_text(
+        &mut text,
+        &options,
+        &[FioJob {
+            report: &report,
+            meta: &meta,
+        }],
+    )
+    .unwrap();
     assert!(text.starts_with("job0: (groupid=0, jobs=1): err= 0: pid=0: "), "{text}");
     assert!(text.contains("\n  read: IOPS="), "{text}");
     assert!(!text.contains("\n  write: "), "{text}");
     assert!(text.contains("\n    slat (nsec): min="), "{text}");
     assert!(text.contains("\n    clat (usec): min="), "{text}");
-    assert!(text.contains("\n    clat percentiles (usec):\n     | 50.00th=["), "{text}");
+    assert!(
+        text.contains("\n    clat percentiles (usec):\n     | 50.00th=["),
+        "{text}"
+    );
     assert!(text.contains(" 99.00th=["), "{text}");
     assert!(text.contains("\n   bw (  KiB/s): min="), "{text}");
     assert!(text.contains("\n  IO depths    : 1="), "{text}");
-    assert!(text.contains(&format!("issued rwts: total={},0,0,0", report.read.ios)), "{text}");
-    assert!(text.contains("\nRun status group 0 (all jobs):\n   READ: bw="), "{text}");
+    assert!(
+        text.contains(&format!("issued rwts: total={},0,0,0", report.read.ios)),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nRun status group 0 (all jobs):\n   READ: bw="),
+        "{text}"
+    );
     assert!(!text.contains("WRITE: bw="), "{text}");
 }

@@ -300,7 +300,9 @@ fn fio_error(report: &JobReport) -> u64 {
 
 /// Busy share of the submitting CPUs in millionths of a percent (`sys_cpu`).
 fn sys_cpu_micros(detail: Option<&JobDetail>) -> u128 {
-    detail.map_or(0, |d| ratio_micros(u128::from(d.busy_ns) * 100, u128::from(d.cpu_runtime_ns)))
+    detail.map_or(0, |d| {
+        ratio_micros(u128::from(d.busy_ns) * 100, u128::from(d.cpu_runtime_ns))
+    })
 }
 
 fn numjobs(report: &JobReport) -> usize {
@@ -395,7 +397,10 @@ fn write_direction(
     w.field_u64("io_kbytes", bytes / 1024)?;
     w.field_u64("bw_bytes", bw_bytes)?;
     w.field_u64("bw", bw_bytes / 1024)?;
-    w.field_micros("iops", ratio_micros(u128::from(ios) * 1_000_000_000, u128::from(runtime_ns)))?;
+    w.field_micros(
+        "iops",
+        ratio_micros(u128::from(ios) * 1_000_000_000, u128::from(runtime_ns)),
+    )?;
     w.field_u64("runtime", runtime_ns / 1_000_000)?;
     w.field_u64("total_ios", ios)?;
     w.field_u64("short_ios", 0)?;
@@ -560,7 +565,11 @@ impl fmt::Display for CTime {
         let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
         let month_index = (5 * day_of_year + 2) / 153;
         let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-        let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+        let month = if month_index < 10 {
+            month_index + 3
+        } else {
+            month_index - 9
+        };
         let year = year_of_era + era * 400 + i64::from(month <= 2);
         write!(
             f,
@@ -717,7 +726,8 @@ fn write_direction_text(
     if direction.ios == 0 || runtime_ns == 0 {
         return Ok(());
     }
-    let per_second = |count: u64| u64::try_from(u128::from(count) * 1_000_000_000 / u128::from(runtime_ns)).unwrap_or(u64::MAX);
+    let per_second =
+        |count: u64| u64::try_from(u128::from(count) * 1_000_000_000 / u128::from(runtime_ns)).unwrap_or(u64::MAX);
     let bw = per_second(direction.bytes);
     writeln!(
         out,
