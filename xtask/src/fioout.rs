@@ -463,6 +463,108 @@ mod tests {
         assert!(r.as_u64().unwrap() > 2 * w.as_u64().unwrap() && w.as_u64().unwrap() > 0);
     }
 
+    /// The 13 paths fio-plot needs for every chart type (reference §5.2, measured by deleting
+    /// fields from real fio output until fio-plot failed), for both directions, plus what PKB,
+    /// lkp and kubestr read (§5.1), each with fio's JSON type.
+    #[test]
+    fn consumers_minimum_paths_are_present_with_their_types() {
+        let ours = document(FioOutputFormat::Json);
+        assert_eq!(kind(&ours["fio version"]), Kind::Str);
+        assert_eq!(kind(&ours["global options"]), Kind::Object);
+        let jobs = ours["jobs"].as_array().unwrap();
+        assert_eq!(jobs.len(), 2);
+        for job in jobs {
+            let expect = |path: &[&str], want: Kind| {
+                let mut value = job;
+                for key in path {
+                    value = value.get(*key).unwrap_or_else(|| panic!("{path:?} missing"));
+                }
+                assert_eq!(kind(value), want, "{path:?}");
+            };
+            expect(&["jobname"], Kind::Str);
+            expect(&["groupid"], Kind::Int);
+            expect(&["error"], Kind::Int);
+            for key in ["rw", "bs", "iodepth", "numjobs"] {
+                expect(&["job options", key], Kind::Str);
+            }
+            expect(&["usr_cpu"], Kind::Float);
+            expect(&["sys_cpu"], Kind::Float);
+            for key in ["latency_ns", "latency_us", "latency_ms"] {
+                expect(&[key], Kind::Object);
+            }
+            for dir in ["read", "write", "trim"] {
+                for key in [
+                    "io_bytes",
+                    "io_kbytes",
+                    "bw_bytes",
+                    "bw",
+                    "runtime",
+                    "total_ios",
+                    "bw_min",
+                    "bw_max",
+                ] {
+                    expect(&[dir, key], Kind::Int);
+                }
+                for key in ["iops", "iops_stddev", "iops_mean", "bw_agg", "bw_mean", "bw_dev"] {
+                    expect(&[dir, key], Kind::Float);
+                }
+                for key in ["iops_min", "iops_max"] {
+                    expect(&[dir, key], Kind::Int);
+                }
+                for lat in ["slat_ns", "clat_ns", "lat_ns"] {
+                    expect(&[dir, lat, "mean"], Kind::Float);
+                    expect(&[dir, lat, "stddev"], Kind::Float);
+                    expect(&[dir, lat, "min"], Kind::Int);
+                    expect(&[dir, lat, "max"], Kind::Int);
+                    expect(&[dir, lat, "N"], Kind::Int);
+                }
+            }
+            // lkp reads these three percentiles of clat.
+            for key in ["90.000000", "95.000000", "99.000000"] {
+                expect(&["read", "clat_ns", "percentile", key], Kind::Int);
+            }
+        }
+    }
+
+    /// Job options are written as given; the four fio-plot needs are added from the resolved job
+    /// only where neither the job nor `[global]` set them.
+    #[test]
+    fn job_options_keep_the_words_and_fill_in_what_fio_plot_needs() {
+        let ours = document(FioOutputFormat::Json);
+        let written = ours["jobs"][1]["job options"].as_object().unwrap();
+        let keys: Vec<&str> = written.keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 5, "{keys:?}");
+        assert_eq!(
+            (written["rwmixread"].as_str(), written["bs"].as_str()),
+            (Some("70"), Some("4096"))
+        );
+        let mut options = options(FioOutputFormat::Json);
+        options.global_options.push(("bs".into(), "4k".into()));
+        let report = run("job=one rw=read bs=4k iodepth=2 cpus=0 runtime=100ms", &options);
+        let meta = FioJobMeta {
+            job_options: vec![("rw".into(), "read".into())],
+            groupid: 0,
+        };
+        let mut text = String::new();
+        write_fio_json_line(
+            &mut text,
+            &options,
+            &[FioJob {
+                report: &report,
+                meta: &meta,
+            }],
+        )
+        .unwrap();
+        let doc: Value = serde_json::from_str(text.strip_prefix(FIO_JSON_PREFIX).unwrap()).unwrap();
+        let job_options = doc["jobs"][0]["job options"].as_object().unwrap();
+        assert!(job_options.get("bs").is_none(), "bs is in [global]: {job_options:?}");
+        assert_eq!(doc["global options"]["bs"], "4k");
+        assert_eq!(
+            (job_options["iodepth"].as_str(), job_options["numjobs"].as_str()),
+            (Some("2"), Some("1"))
+        );
+    }
+
     #[test]
     fn percentile_keys_are_in_fios_order_and_format() {
         let console = console(FioOutputFormat::Json);

@@ -309,23 +309,31 @@ fn numjobs(report: &JobReport) -> usize {
     report.plan.cpus.len()
 }
 
-/// The job options for `job options`: as written, or the resolved minimum fio-plot needs.
-fn job_options(job: &FioJob<'_>) -> Vec<(String, String)> {
-    if !job.meta.job_options.is_empty() {
-        return job.meta.job_options.clone();
-    }
+/// The job options for `job options`: as written, plus the resolved `rw`, `bs`, `iodepth` and
+/// `numjobs` where neither the job nor `[global]` set them (fio-plot skips a document without
+/// them); with nothing written, also the resolved `name`, `filename` and runtime.
+fn job_options(job: &FioJob<'_>, global: &[(String, String)]) -> Vec<(String, String)> {
     let plan = &job.report.plan;
-    let mut options = alloc::vec![
-        ("name".to_string(), plan.spec.name.clone()),
-        ("filename".to_string(), alloc::format!("/dev/{}", plan.device.name)),
-        ("rw".to_string(), plan.spec.rw.as_str().to_string()),
-        ("bs".to_string(), plan.spec.bs.to_string()),
-        ("iodepth".to_string(), plan.iodepth.to_string()),
-        ("numjobs".to_string(), numjobs(job.report).to_string()),
+    let mut options = job.meta.job_options.clone();
+    if options.is_empty() {
+        options.push(("name".to_string(), plan.spec.name.clone()));
+        options.push(("filename".to_string(), alloc::format!("/dev/{}", plan.device.name)));
+        if let Some(runtime) = plan.spec.runtime_ns {
+            options.push(("runtime".to_string(), alloc::format!("{}ms", runtime / 1_000_000)));
+            options.push(("time_based".to_string(), "1".to_string()));
+        }
+    }
+    let resolved = [
+        ("rw", plan.spec.rw.as_str().to_string()),
+        ("bs", plan.spec.bs.to_string()),
+        ("iodepth", plan.iodepth.to_string()),
+        ("numjobs", numjobs(job.report).to_string()),
     ];
-    if let Some(runtime) = plan.spec.runtime_ns {
-        options.push(("runtime".to_string(), alloc::format!("{}ms", runtime / 1_000_000)));
-        options.push(("time_based".to_string(), "1".to_string()));
+    for (key, value) in resolved {
+        let set = |list: &[(String, String)]| list.iter().any(|(k, _)| k == key);
+        if !set(&options) && !set(global) {
+            options.push((key.to_string(), value));
+        }
     }
     options
 }
@@ -462,7 +470,7 @@ fn write_job(w: &mut W<'_, '_>, job: &FioJob<'_>, options: &FioOutputOptions) ->
     let elapsed_ns = report.runtime_ns.saturating_add(report.verify.pass_ns);
     w.field_u64("elapsed", elapsed_ns.div_ceil(1_000_000_000))?;
     w.key("job options")?;
-    write_string_map(w, &job_options(job))?;
+    write_string_map(w, &job_options(job, &options.global_options))?;
     w.key("read")?;
     write_direction(w, Some(&read), report.runtime_ns, &percentiles, bins)?;
     w.key("write")?;
