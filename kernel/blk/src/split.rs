@@ -10,7 +10,8 @@
 //! The count is one atomic: the submitter sets it to the number of parts before it publishes any,
 //! every part's end decrements it (AcqRel, so the last decrement sees every earlier part's error,
 //! which was stored before its own decrement), and exactly one decrement takes it from 1 to 0.
-//! Loom model: `tests/loom.rs`, `split_parent_ends_once_with_the_first_error`.
+//! Loom model: `tests/loom.rs`, `split_parent_ends_once_with_the_first_error` (it fails when the
+//! decrement is made `Relaxed`: the last part may then end the bio as `Ok` despite an error).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
