@@ -9,6 +9,7 @@
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
+//! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
 //! ```
 
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@
 mod acpidump;
 mod bench;
 mod elfcheck;
+mod fioout;
 mod fuzz;
 mod lab;
 mod nbd;
@@ -72,6 +74,9 @@ commands:
                                   would do there (console, CPUs, I/O APICs, NUMA, PCI segments, clock,
                                   IOMMU, refusals), using the kernel's own ACPI code; fails if the boot
                                   would stop
+  fio-out CONSOLE_LOG DIR         fio's files from a captured console: the BAREMQ-FIO-JSON document
+      --output NAME               (DIR/NAME, default fio.json) and every BAREMQ-LOG line's log file
+      --split                     also one document per job, <rw>-<iodepth>-<numjobs>.json (bench-fio)
 ";
 
 fn main() -> ExitCode {
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
         "lab" => lab::cmd_lab(rest),
         "fuzz" => fuzz::cmd_fuzz(rest),
         "preflight" => preflight::cmd_preflight(rest),
+        "fio-out" => fioout::cmd_fio_out(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)

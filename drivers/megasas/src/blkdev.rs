@@ -347,6 +347,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             qc.host_tags = Some(host_tags.clone());
             qc.logical_block_size = d.block_size;
             qc.max_segments = max_segments;
+            // Longer reads and writes are split by blk.
+            qc.max_hw_sectors = (max_transfer / blk::SECTOR_SIZE).max(d.block_size / blk::SECTOR_SIZE);
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = cfg.cpu_map.clone();

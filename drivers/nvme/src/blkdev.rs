@@ -237,6 +237,10 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                 );
                 qc.logical_block_size = ns.lba_size;
                 qc.max_segments = prp::max_data_pages(ns.max_transfer) as usize;
+                // MDTS: longer reads and writes are split by blk.
+                qc.max_hw_sectors = u32::try_from(ns.max_transfer / u64::from(blk::SECTOR_SIZE))
+                    .unwrap_or(u32::MAX)
+                    .max(ns.lba_size / blk::SECTOR_SIZE);
                 qc.timeout_ns = cfg.timeout_ns;
                 qc.completion = cfg.completion;
                 qc.cpu_map = Some(plan.cpu_map().to_vec());

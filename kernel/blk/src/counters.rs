@@ -85,6 +85,9 @@ counters! {
     timeout_resets,
     /// Submissions that found no free tag and waited.
     tag_waits,
+    /// Reads and writes split into several requests (each part also counts in `submitted` and
+    /// `completed`; the bio's single `end_io` is not counted again).
+    split_bios,
 }
 
 pub(crate) struct Counters {

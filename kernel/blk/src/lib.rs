@@ -35,6 +35,7 @@ mod queue;
 mod request;
 pub mod signature;
 pub mod sleeplock;
+pub mod split;
 mod sync;
 pub mod tags;
 

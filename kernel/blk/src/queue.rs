@@ -28,6 +28,7 @@ use crate::list::{Fifo, Links, TagStack};
 use crate::map::{map_queues, validate_map};
 use crate::request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Slot, Status, state};
 use crate::sleeplock::SleepLock;
+use crate::split::{NO_PARENT, SplitTable, needs_split, split_bio};
 use crate::sync::{
     AtomicBool, AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence, fence_after_rmw, spin_loop,
 };
@@ -118,8 +119,13 @@ pub struct QueueConfig {
     /// controller; Linux's `host_tagset`). Implies `shared_tags`; `queue_depth` and
     /// `reserved_tags` must equal the set's.
     pub host_tags: Option<Arc<HostTags>>,
-    /// Maximum scatter-gather segments per request.
+    /// Maximum scatter-gather segments per request. A read or write with more is split
+    /// ([`crate::split`]).
     pub max_segments: usize,
+    /// Maximum length of one request in 512-byte sectors (Linux's `max_hw_sectors`: the device's
+    /// transfer limit, e.g. NVMe MDTS). A read or write that is longer is split into requests of
+    /// at most this (rounded down to whole logical blocks). `u32::MAX`: no limit.
+    pub max_hw_sectors: u32,
     /// Device capacity in 512-byte sectors.
     pub capacity_sectors: u64,
     /// Logical block size in bytes (a power of two, 512..=65536).
@@ -153,6 +159,7 @@ impl QueueConfig {
             shared_tags: false,
             host_tags: None,
             max_segments: 128,
+            max_hw_sectors: u32::MAX,
             capacity_sectors,
             logical_block_size: SECTOR_SIZE,
             timeout_ns: 30_000_000_000,
@@ -226,6 +233,13 @@ impl QueueConfig {
         if self.capacity_sectors == 0 {
             return Err(bad("capacity_sectors", 0, "at least one logical block"));
         }
+        if self.max_hw_sectors < lbs / SECTOR_SIZE {
+            return Err(bad(
+                "max_hw_sectors",
+                self.max_hw_sectors.into(),
+                "at least one logical block",
+            ));
+        }
         if let Some(map) = &self.cpu_map {
             validate_map(map, self.ncpus, self.nr_hw_queues)?;
         }
@@ -294,6 +308,10 @@ pub struct Queue<D: Driver> {
     depth: u32,
     shared_tags: bool,
     max_segments: usize,
+    /// Longest request, in sectors, a whole number of blocks (`QueueConfig::max_hw_sectors`).
+    max_hw_sectors: u32,
+    /// Split bios in flight.
+    splits: SplitTable,
     capacity_sectors: u64,
     block_sectors: u32,
     timeout_ns: u64,
@@ -390,6 +408,12 @@ impl<D: Driver> Queue<D> {
             depth,
             shared_tags,
             max_segments: cfg.max_segments,
+            max_hw_sectors: {
+                let block = cfg.logical_block_size / SECTOR_SIZE;
+                cfg.max_hw_sectors / block * block
+            },
+            // Every split bio holds at least two requests.
+            splits: SplitTable::new((nsets as u32 * depth).div_ceil(2), ncpus),
             capacity_sectors: cfg.capacity_sectors,
             block_sectors: cfg.logical_block_size / SECTOR_SIZE,
             timeout_ns: cfg.timeout_ns,
@@ -582,7 +606,8 @@ impl<D: Driver> Queue<D> {
     // ---------------------------------------------------------------- submission
 
     fn validate_bio(&self, bio: &Bio<'_>) -> Result<(), BlkError> {
-        if bio.segments.len() > self.max_segments {
+        // Reads and writes with more segments are split; other requests cannot be.
+        if bio.segments.len() > self.max_segments && !matches!(bio.op, Op::Read | Op::Write) {
             return Err(BlkError::TooManySegments {
                 count: bio.segments.len(),
                 max: self.max_segments,
@@ -648,6 +673,16 @@ impl<D: Driver> Queue<D> {
             bump(&self.counters.cpu(cpu).rejected);
             return Err(e);
         }
+        if matches!(bio.op, Op::Read | Op::Write)
+            && needs_split(
+                bio.nr_sectors,
+                bio.segments.len(),
+                self.max_hw_sectors,
+                self.max_segments,
+            )
+        {
+            return self.submit_split(cpu, bio);
+        }
         if !self.usage.try_enter() {
             bump(&self.counters.cpu(cpu).rejected);
             return Err(BlkError::Frozen);
@@ -688,6 +723,7 @@ impl<D: Driver> Queue<D> {
             d.cookie = bio.cookie;
             d.submit_cpu = cpu as u16;
             d.hwq = hwq as u16;
+            d.parent = NO_PARENT;
             d.nr_segments = bio.segments.len() as u16;
             if let [only] = bio.segments {
                 // The common single-segment I/O: one store, not a call to `memcpy`.
@@ -703,6 +739,115 @@ impl<D: Driver> Queue<D> {
         self.stage(cpu, index, crate::driver::Stage::Submit);
         self.queue_or_issue(cpu, hwq, index);
         Ok(Submitted { hwq, tag })
+    }
+
+    /// Submits a read or write that exceeds the transfer or segment limit as several requests
+    /// ([`crate::split`]). It takes every part's tag first, so it either queues all parts or none
+    /// (`TagsExhausted`, to be retried like any submission); the bio ends once, when its last part
+    /// has ended, with the first error.
+    #[cold]
+    fn submit_split(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
+        let hwq = usize::from(self.cpu_to_hwq[cpu]);
+        let set = self.set_of(hwq);
+        let tags = self.tag_sets[set].tags();
+        let Some(count) = split_bio(
+            bio.sector,
+            bio.nr_sectors,
+            bio.segments,
+            self.max_hw_sectors,
+            self.max_segments,
+            self.block_sectors,
+            |_, _, _| {},
+        ) else {
+            // Segments too small for the device's limit to hold a whole block.
+            bump(&self.counters.cpu(cpu).rejected);
+            return Err(BlkError::TooManySegments {
+                count: bio.segments.len(),
+                max: self.max_segments,
+            });
+        };
+        let exhausted = || BlkError::TagsExhausted {
+            hwq,
+            pool: tags.pool_size(false),
+            reserved: false,
+        };
+        if count > tags.pool_size(false) {
+            bump(&self.counters.cpu(cpu).rejected);
+            return Err(BlkError::TooManySegments {
+                count: count as usize,
+                max: tags.pool_size(false) as usize,
+            });
+        }
+        let write = bio.op == Op::Write;
+        let Some(parent) = self
+            .splits
+            .begin(cpu, count, bio.cookie, bio.sector, bio.nr_sectors, write)
+        else {
+            return Err(exhausted());
+        };
+        // All tags first: a bio half submitted could neither be retried nor ended.
+        let mut taken: Vec<u32> = Vec::with_capacity(count as usize);
+        while taken.len() < count as usize {
+            let tag = if self.usage.try_enter() {
+                let tag = tags.alloc(cpu, false);
+                if tag.is_none() {
+                    self.usage.exit();
+                }
+                tag.ok_or_else(exhausted)
+            } else {
+                Err(BlkError::Frozen)
+            };
+            match tag {
+                Ok(tag) => taken.push(tag),
+                Err(error) => {
+                    for &tag in &taken {
+                        self.tag_sets[set].free(cpu, tag, self.sharer_ids[set]);
+                        self.usage.exit();
+                    }
+                    self.splits.cancel(cpu, parent);
+                    if error == BlkError::Frozen {
+                        bump(&self.counters.cpu(cpu).rejected);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        let mut next = 0;
+        split_bio(
+            bio.sector,
+            bio.nr_sectors,
+            bio.segments,
+            self.max_hw_sectors,
+            self.max_segments,
+            self.block_sectors,
+            |sector, nr_sectors, segments| {
+                let index = set as u32 * self.depth + taken[next];
+                next += 1;
+                let slot = self.slot(index);
+                {
+                    // SAFETY: `alloc` gave us the tag, so the slot is FREE and ours alone until
+                    // `queue_or_issue` publishes it (Release).
+                    let d = unsafe { slot.data_mut() };
+                    d.op = bio.op;
+                    d.sector = sector;
+                    d.nr_sectors = nr_sectors;
+                    d.cookie = bio.cookie;
+                    d.submit_cpu = cpu as u16;
+                    d.hwq = hwq as u16;
+                    d.parent = parent;
+                    d.nr_segments = segments.len() as u16;
+                    d.segments[..segments.len()].copy_from_slice(segments);
+                }
+                slot.set_status(Status::Ok);
+                slot.deadline.store(0, Ordering::Relaxed);
+                slot.set_state(state::QUEUED);
+                bump(&self.counters.cpu(cpu).submitted);
+                self.stage(cpu, index, crate::driver::Stage::Submit);
+                self.queue_or_issue(cpu, hwq, index);
+            },
+        );
+        bump(&self.counters.cpu(cpu).split_bios);
+        Ok(Submitted { hwq, tag: taken[0] })
     }
 
     /// Like [`Queue::submit`], but when no tag is free it keeps helping the queue make progress
@@ -1366,7 +1511,7 @@ impl<D: Driver> Queue<D> {
     #[inline]
     pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool) {
         let slot = self.slot(index);
-        let (completion, set, hwq) = {
+        let (completion, set, hwq, parent) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };
             (
@@ -1384,10 +1529,24 @@ impl<D: Driver> Queue<D> {
                 // The tag set of the hardware queue it went through (no division by the depth).
                 self.set_of(usize::from(d.hwq)),
                 usize::from(d.hwq),
+                d.parent,
             )
         };
         self.stage(cpu, index, crate::driver::Stage::EndIo);
-        self.platform.end_io(&completion);
+        if parent == NO_PARENT {
+            self.platform.end_io(&completion);
+        } else if let Some(done) = self.splits.part_done(parent, status) {
+            // The last part of a split bio: the bio ends, once, as the submitter gave it.
+            self.platform.end_io(&Completion {
+                cookie: done.cookie,
+                op: if done.write { Op::Write } else { Op::Read },
+                sector: done.sector,
+                nr_sectors: done.nr_sectors,
+                status: done.status,
+                ..completion
+            });
+            self.splits.release(cpu, parent);
+        }
         let counters = self.counters.cpu(cpu);
         bump(&counters.completed);
         if inline {

@@ -67,7 +67,24 @@ impl Segment {
         (!self.virt.is_null()).then_some(self.virt)
     }
 
-    const EMPTY: Self = Self::new(0, 0);
+    /// `len` bytes of this segment from `offset` (for splitting a request): the same memory,
+    /// CPU mapping included. `offset + len` must not pass the segment's end.
+    pub fn slice(&self, offset: u32, len: u32) -> Self {
+        debug_assert!(u64::from(offset) + u64::from(len) <= u64::from(self.len));
+        Self {
+            phys: self.phys + u64::from(offset),
+            len,
+            // `wrapping_add`: no dereference happens here; the mapping stays valid under the
+            // contract of `with_virt` for every byte of the original segment.
+            virt: if self.virt.is_null() {
+                self.virt
+            } else {
+                self.virt.wrapping_add(offset as usize)
+            },
+        }
+    }
+
+    pub(crate) const EMPTY: Self = Self::new(0, 0);
 }
 
 /// A block I/O as the submitter describes it. The block layer copies it into a preallocated
@@ -305,6 +322,8 @@ pub(crate) struct SlotData<P> {
     pub tag: u32,
     pub nr_segments: u16,
     pub segments: Box<[Segment]>,
+    /// The split bio this request is a part of ([`crate::split::NO_PARENT`]: none).
+    pub parent: u32,
     pub pdu: P,
 }
 
@@ -340,6 +359,7 @@ impl<P> Slot<P> {
                 tag,
                 nr_segments: 0,
                 segments: vec![Segment::EMPTY; max_segments].into_boxed_slice(),
+                parent: crate::split::NO_PARENT,
                 pdu,
             }),
         }

@@ -537,3 +537,38 @@ fn sleeping_lock_never_loses_a_wake_up() {
         assert!(!lock.is_locked());
     });
 }
+
+/// A split bio ends exactly once, whichever of its parts ends last, and with an error of one of
+/// its failed parts, never `Ok` (the error is stored before the part's decrement, which the last
+/// decrement acquires).
+#[test]
+fn split_parent_ends_once_with_the_first_error() {
+    use blk::split::SplitTable;
+    loom::model(|| {
+        let table = Arc::new(SplitTable::new(1, 3));
+        let id = table.begin(0, 3, 42, 100, 24, true).unwrap();
+        let spawn = |cpu: usize, status: Status| {
+            let table = table.clone();
+            thread::spawn(move || table.part_done(id, status).map(|done| (cpu, done)))
+        };
+        let a = spawn(1, Status::IoError);
+        let b = spawn(2, Status::Timeout);
+        let mine = table.part_done(id, Status::Ok).map(|done| (0, done));
+        let ends: Vec<_> = [mine, a.join().unwrap(), b.join().unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(ends.len(), 1, "the bio must end exactly once");
+        let (cpu, done) = ends[0];
+        assert!(
+            matches!(done.status, Status::IoError | Status::Timeout),
+            "{:?}",
+            done.status
+        );
+        assert_eq!(
+            (done.cookie, done.sector, done.nr_sectors, done.write),
+            (42, 100, 24, true)
+        );
+        table.release(cpu, id);
+    });
+}

@@ -293,11 +293,14 @@ fn map_policies(plan: &JobPlan, dev: &dyn BlockDevice) -> (CompletionPolicy, Qui
 }
 
 /// Runs one planned job; returns whether it passed.
+/// Runs one job and prints its reports; returns its verdict and its report (for the run's fio
+/// output). `detail`: measure what fio's output needs (`workload::detail`).
 fn run_job(
     plan: &JobPlan,
     dev: &'static dyn BlockDevice,
     device_vectors: &[crate::dev::interrupts::Vector],
-) -> Result<bool, String> {
+    detail: Option<workload::DetailOptions>,
+) -> Result<(bool, JobReport), String> {
     let (completion, quiesce) = map_policies(plan, dev);
     dev.set_policies(completion, quiesce);
     for w in &plan.warnings {
@@ -337,7 +340,10 @@ fn run_job(
     } else {
         0
     };
-    let shared = JobShared::new(plan);
+    let shared = match detail {
+        Some(options) => JobShared::with_detail(plan, options),
+        None => JobShared::new(plan),
+    };
     let ctx = JobContext {
         plan,
         shared: &shared,
@@ -455,6 +461,9 @@ fn run_job(
     let totals = [
         ("device_irqs_all_cpus", all_irqs),
         ("submitted", b.submitted - blk_before.submitted),
+        // Reads and writes above the device's transfer or segment limit, split by blk (each
+        // part counts in `submitted` and `completed`).
+        ("split_bios", b.split_bios - blk_before.split_bios),
         ("completed", b.completed - blk_before.completed),
         ("requeued", b.requeued - blk_before.requeued),
         (
@@ -522,12 +531,51 @@ fn run_job(
         crate::arch::console::print(format_args!("{line}"));
     }
     crate::arch::exit::note_job(&report.plan.spec.name, report.total.iops, report.errors);
-    Ok(report.passed())
+    Ok((report.passed(), report))
+}
+
+/// Prints the run's fio output (see [`run_with_output`]). Each job is its own reporting group
+/// until the front-end says otherwise.
+fn print_fio_output(options: &workload::FioOutputOptions, reports: &[JobReport]) {
+    let metas: Vec<workload::FioJobMeta> = (0..reports.len())
+        .map(|index| workload::FioJobMeta {
+            job_options: Vec::new(),
+            groupid: index as u32,
+        })
+        .collect();
+    let jobs: Vec<workload::FioJob<'_>> = reports
+        .iter()
+        .zip(&metas)
+        .map(|(report, meta)| workload::FioJob { report, meta })
+        .collect();
+    let mut text = String::new();
+    let written = match options.output_format {
+        workload::FioOutputFormat::Normal => workload::report::write_fio_text(&mut text, options, &jobs),
+        _ => workload::report::write_fio_json_line(&mut text, options, &jobs),
+    };
+    let logs = workload::report::write_log_lines(&mut text, options, &jobs);
+    if written.is_err() || logs.is_err() {
+        kprintln!("fio output: formatting failed");
+        return;
+    }
+    crate::arch::console::print(format_args!("{text}"));
 }
 
 /// Parses and runs the jobs in `words`. Returns Err with a message on a bad
 /// job or a run that could not complete; Ok(false) when a job failed.
 pub fn run(words: &[&str]) -> Result<bool, String> {
+    run_with_output(words, None)
+}
+
+/// [`run`], and with `fio` also fio's output of the whole run after the last job: the
+/// `BAREMQ-FIO-JSON:` line (json, json+) or fio's text report (normal), and the `BAREMQ-LOG:`
+/// rows of the logs asked for. The fio front-end fills `fio` from `--output-format`,
+/// `percentile_list` and the log options; the jobs then also measure slat/clat, depths, CPU busy
+/// time and 500 ms samples (`workload::detail`).
+pub fn run_with_output(words: &[&str], fio: Option<&workload::FioOutputOptions>) -> Result<bool, String> {
+    if let Some(options) = fio {
+        options.validate().map_err(|e| e.to_string())?;
+    }
     // The boot CPU takes interrupts from here on (its jobs need them), so the
     // watchdog watches it too.
     x86_64::instructions::interrupts::enable();
@@ -544,6 +592,7 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
     }
     let online: Vec<u32> = (0..smp::online() as u32).collect();
     let mut all_passed = true;
+    let mut reports = Vec::new();
     for spec in &specs {
         // A job may name its device by a stable alias (`blk::names`); the planner knows the
         // primary names.
@@ -582,9 +631,15 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
                 free >> 20
             ));
         }
-        let passed = run_job(&plan, dev, &dev.facts().irq_vectors)?;
+        let (passed, report) = run_job(&plan, dev, &dev.facts().irq_vectors, fio.map(|o| o.detail_options()))?;
         kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
         all_passed &= passed;
+        if fio.is_some() {
+            reports.push(report);
+        }
+    }
+    if let Some(options) = fio {
+        print_fio_output(options, &reports);
     }
     kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
     kprintln!("{}", irq::TABLE.display(smp::online()));

@@ -12,6 +12,9 @@ use alloc::vec::Vec;
 use blk::null::{NullConfig, NullDriver, NullMode};
 use bootinfo::cmdline::{Config, NullDeviceMode};
 
+/// The largest request `null0` takes, as a real device's transfer limit (1 MiB).
+const NULL_MAX_TRANSFER_BYTES: u32 = 1 << 20;
+
 /// Creates `null0` when the command line asks for it.
 pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
     let Some(bytes) = cfg.null_size else { return Ok(()) };
@@ -39,6 +42,8 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
     nc.memory_backed = cfg.null_memory;
     let queues = cfg.null_queues.map_or(ncpus, |q| q as usize);
     let mut qc = nc.queue_config(ncpus, queues, depth);
+    // The transfer limit it reports: longer reads and writes are split by blk, as on real devices.
+    qc.max_hw_sectors = NULL_MAX_TRANSFER_BYTES / blk::SECTOR_SIZE;
     // The null device has no interrupts; its queue map still comes from the one CPU map.
     qc.cpu_map = Some(cpumap::plan(queues, 0, None)?.queue_of_cpu);
     let driver = NullDriver::new(nc, queues, depth, false);
@@ -52,7 +57,7 @@ pub fn create_null(cfg: &Config<'_>) -> Result<(), Error> {
         sector_size: block_size,
         capacity_sectors: bytes / u64::from(block_size),
         max_inflight: depth,
-        max_transfer_bytes: 1 << 20,
+        max_transfer_bytes: NULL_MAX_TRANSFER_BYTES,
         irq_vectors: Vec::new(),
         aliases: Vec::new(),
     };

@@ -152,7 +152,9 @@ fn engine_figures(filters: &[String]) {
     println!("engine loop against a zero-latency RAM backend, one CPU, 4 KiB, iodepth 32, 1 MiB region:");
     for words in [
         "rw=randread verify=none",
+        "rw=randread verify=none +detail",
         "rw=randrw verify=none",
+        "rw=randrw verify=none +detail",
         "rw=randread verify=crc32c verify_generation=any",
         "rw=randrw verify=crc32c",
         "rw=randread verify=pattern verify_generation=any",
@@ -161,14 +163,21 @@ fn engine_figures(filters: &[String]) {
     .into_iter()
     .filter(|words| filters.iter().all(|f| words.contains(f.as_str())))
     {
+        // `+detail`: the detail mode fio's output needs (a second clock read per I/O, slat/clat).
+        let detail = words.ends_with(" +detail");
+        let job_words = words.trim_end_matches(" +detail");
         let jobs =
-            parse_jobs(format!("bs=4k iodepth=32 size=1m runtime=300ms {words}").split_ascii_whitespace()).unwrap();
+            parse_jobs(format!("bs=4k iodepth=32 size=1m runtime=300ms {job_words}").split_ascii_whitespace()).unwrap();
         let plan = plan_job(&jobs[0], std::slice::from_ref(&device), &[0]).unwrap();
         let verifies = plan.spec.verify.is_enabled();
         let mut best = f64::INFINITY;
         let mut ios = 0;
         for _ in 0..3 {
-            let shared = JobShared::new(&plan);
+            let shared = if detail {
+                JobShared::with_detail(&plan, workload::DetailOptions::default())
+            } else {
+                JobShared::new(&plan)
+            };
             let mut backend = RamBackend {
                 buffers: (0..plan.iodepth).map(|_| vec![0u8; 4096]).collect(),
                 disk: vec![0u8; 1 << 20],

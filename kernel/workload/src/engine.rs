@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
+use crate::detail::{CpuDetail, DetailOptions, Mark, Totals, batch_bucket, depth_bucket};
 use crate::error::WorkloadError;
 use crate::generator::IoGenerator;
 use crate::hist::LatencyHistogram;
@@ -284,6 +285,7 @@ impl CpuLive {
 pub struct JobShared {
     stop: AtomicBool,
     live: Box<[CpuLive]>,
+    detail: Option<DetailOptions>,
 }
 
 impl JobShared {
@@ -293,7 +295,22 @@ impl JobShared {
         Self {
             stop: AtomicBool::new(false),
             live,
+            detail: None,
         }
+    }
+
+    /// Shared state for a job whose CPUs also measure the detail fio's output needs
+    /// ([`crate::detail`]: slat/clat, depths, idle time, interval samples, log windows).
+    pub fn with_detail(plan: &JobPlan, options: DetailOptions) -> Self {
+        Self {
+            detail: Some(options),
+            ..Self::new(plan)
+        }
+    }
+
+    /// The detail options, if the job measures detail.
+    pub fn detail(&self) -> Option<DetailOptions> {
+        self.detail
     }
 
     /// Asks every CPU to stop issuing I/O, drain, and return (skipping the verify pass).
@@ -478,6 +495,8 @@ pub struct CpuResult {
     pub log_lines_suppressed: u64,
     /// Whether the CPU stopped because a stop was requested (by the kernel or by `stop_on_error`).
     pub stopped_early: bool,
+    /// What the detail mode measured ([`JobShared::with_detail`]), if it was on.
+    pub detail: Option<Box<CpuDetail>>,
 }
 
 impl CpuResult {
@@ -537,6 +556,8 @@ struct Slot {
     /// For a write: the generation stamped. For a read: the generation expected, if known.
     generation: Option<ExpectedGeneration>,
     submitted_ns: u64,
+    /// Clock just after `submit` returned (detail mode; `submitted_ns` otherwise).
+    issued_ns: u64,
 }
 
 enum Source {
@@ -659,6 +680,13 @@ struct CpuRun<'a, B: ?Sized> {
     log_limit: RateLimit,
     last_progress_ns: u64,
     next_periodic_ns: u64,
+    /// Detail mode: when the measured phase started, the next sample and log window are due, and
+    /// the totals at the previous ones.
+    detail_start_ns: u64,
+    next_sample_ns: u64,
+    next_window_ns: u64,
+    sample_mark: Mark,
+    window_mark: Mark,
     live_counts: LiveCounts,
     result: CpuResult,
 }
@@ -705,6 +733,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             block: 0,
             generation: None,
             submitted_ns: 0,
+            issued_ns: 0,
         };
         Ok(Self {
             plan,
@@ -738,6 +767,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             log_limit: RateLimit::new(LOG_BURST, LOG_INTERVAL_NS),
             last_progress_ns: 0,
             next_periodic_ns: 0,
+            detail_start_ns: 0,
+            next_sample_ns: u64::MAX,
+            next_window_ns: u64::MAX,
+            sample_mark: Mark::default(),
+            window_mark: Mark::default(),
             live_counts: LiveCounts::default(),
             result: CpuResult {
                 cpu: slice.cpu,
@@ -753,6 +787,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 dropped_busy_ios: 0,
                 log_lines_suppressed: 0,
                 stopped_early: false,
+                detail: shared.detail.map(|options| Box::new(CpuDetail::new(options))),
             },
         })
     }
@@ -761,8 +796,22 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let start = self.backend.now_ns();
         let deadline = self.plan.spec.runtime_ns.map(|runtime| start.saturating_add(runtime));
         let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
+        if let Some(detail) = &self.result.detail {
+            self.detail_start_ns = start;
+            self.sample_mark.at_ns = start;
+            self.window_mark.at_ns = start;
+            self.next_sample_ns = start.saturating_add(detail.options.sample_interval_ns.max(1));
+            if detail.options.log_window_ns != 0 {
+                self.next_window_ns = start.saturating_add(detail.options.log_window_ns);
+            }
+        }
         self.run_phase(Phase::Main, &mut source, deadline)?;
-        self.result.runtime_ns = self.backend.now_ns().saturating_sub(start);
+        let end = self.backend.now_ns();
+        self.result.runtime_ns = end.saturating_sub(start);
+        if self.result.detail.is_some() {
+            // The last, partial log window (fio also writes the rest of its averaging window).
+            self.sample_detail(end, true);
+        }
         if self.plan.verify.has_verify_pass() {
             if self.result.stopped_early {
                 self.result.verify.pass_skipped = true;
@@ -776,6 +825,48 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
         }
         Ok(())
+    }
+
+    /// Detail mode: takes the interval sample and the log window that are due at `now`; with
+    /// `last`, also the partial log window since the previous one, if it saw any I/O.
+    fn sample_detail(&mut self, now: u64, last: bool) {
+        let totals = self.detail_totals();
+        let directions = [self.plan.spec.rw.reads(), self.plan.spec.rw.writes()];
+        let Some(detail) = self.result.detail.as_deref_mut() else {
+            return;
+        };
+        if !last && now >= self.next_sample_ns {
+            detail.take_sample(&mut self.sample_mark, &totals, now, directions);
+            self.next_sample_ns = now.saturating_add(detail.options.sample_interval_ns.max(1));
+        }
+        let window_due = now >= self.next_window_ns;
+        let partial_left = last
+            && self.next_window_ns != u64::MAX
+            && totals.ios.iter().sum::<u64>() != self.window_mark.ios.iter().sum::<u64>();
+        if window_due || partial_left {
+            detail.take_window(&mut self.window_mark, &totals, now, self.detail_start_ns, directions);
+            self.next_window_ns = now.saturating_add(detail.options.log_window_ns);
+        }
+    }
+
+    fn detail_totals(&self) -> Totals {
+        let mut totals = Totals::default();
+        if let Some(detail) = &self.result.detail {
+            for (index, (stats, direction)) in [(&self.result.read, &detail.read), (&self.result.write, &detail.write)]
+                .into_iter()
+                .enumerate()
+            {
+                totals.bytes[index] = stats.bytes;
+                totals.ios[index] = stats.ios;
+                totals.latency[index] = (
+                    stats.latency.samples(),
+                    direction.slat.sum(),
+                    direction.clat.sum(),
+                    stats.latency.sum(),
+                );
+            }
+        }
+        totals
     }
 
     /// The next I/O of `source`, or `None` when it is exhausted.
@@ -813,6 +904,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
+                if phase == Phase::Main && self.result.detail.is_some() {
+                    self.sample_detail(now, false);
+                }
             }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
                 issuing = false;
@@ -845,9 +939,18 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                         limit_ns: self.plan.spec.io_timeout_ns,
                     });
                 }
+                let idle_from = now;
                 self.backend.idle();
                 now = self.backend.now_ns();
+                if phase == Phase::Main
+                    && let Some(detail) = &mut self.result.detail
+                {
+                    detail.idle_ns += now.saturating_sub(idle_from);
+                }
                 continue;
+            }
+            if let Some(detail) = &mut self.result.detail {
+                detail.completions_per_reap[batch_bucket(reaped)] += reaped as u64;
             }
             let done_ns = self.backend.now_ns();
             for index in 0..reaped {
@@ -987,6 +1090,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         match self.backend.submit(slot, op, lba, self.plan.sectors_per_block) {
             Err(SubmitError::Busy) => Ok(false),
             outcome => {
+                // Detail mode only: the second clock read costs as much as the engine's own work
+                // per I/O on the host benchmark.
+                let issued_ns = if let Some(detail) = &mut self.result.detail {
+                    detail.depth_at_submit[depth_bucket(self.in_flight + 1)] += 1;
+                    self.backend.now_ns()
+                } else {
+                    submitted_ns
+                };
                 self.free_slots.pop();
                 self.slots[slot] = Slot {
                     in_flight: true,
@@ -994,6 +1105,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     block,
                     generation,
                     submitted_ns,
+                    issued_ns,
                 };
                 self.in_flight += 1;
                 if tracked {
@@ -1043,6 +1155,15 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     stats.ios += 1;
                     stats.bytes += bytes;
                     stats.latency.record(done_ns.saturating_sub(slot.submitted_ns));
+                    if let Some(detail) = &mut self.result.detail {
+                        let direction = if slot.op == IoOp::Read {
+                            &mut detail.read
+                        } else {
+                            &mut detail.write
+                        };
+                        direction.slat.record(slot.issued_ns.saturating_sub(slot.submitted_ns));
+                        direction.clat.record(done_ns.saturating_sub(slot.issued_ns));
+                    }
                 } else {
                     self.result.verify.pass_reads += 1;
                 }

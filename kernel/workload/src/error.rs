@@ -123,17 +123,6 @@ pub enum WorkloadError {
         /// Device capacity in bytes.
         capacity_bytes: u64,
     },
-    /// `bs` is above the device's largest transfer.
-    BlockSizeTooLarge {
-        /// The job.
-        job: String,
-        /// The device.
-        device: String,
-        /// Requested block size in bytes.
-        bs: u64,
-        /// Largest transfer in bytes.
-        max: u64,
-    },
     /// The region holds fewer blocks than there are submitting CPUs.
     RegionTooSmall {
         /// The job.
@@ -193,6 +182,16 @@ pub enum WorkloadError {
         /// The job.
         job: String,
         /// What is wrong.
+        reason: &'static str,
+    },
+    /// An output option (`--output-format`, `percentile_list`, the log options) that baremq cannot
+    /// honour.
+    BadOutputOption {
+        /// The option as fio names it.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
         reason: &'static str,
     },
 }
@@ -274,10 +273,6 @@ impl fmt::Display for WorkloadError {
                 "job {job:?}: offset+size ends at byte {end_bytes}, past the end of {device:?} \
                  ({capacity_bytes} bytes)"
             ),
-            Self::BlockSizeTooLarge { job, device, bs, max } => write!(
-                f,
-                "job {job:?}: bs={bs} is above the largest transfer of {device:?} ({max} bytes)"
-            ),
             Self::RegionTooSmall { job, blocks, cpus } => write!(
                 f,
                 "job {job:?}: the region holds {blocks} blocks of bs, fewer than the {cpus} submitting CPUs"
@@ -315,6 +310,9 @@ impl fmt::Display for WorkloadError {
             ),
             Self::ResultsMismatch { job, reason } => {
                 write!(f, "job {job:?}: per-CPU results do not match the plan: {reason}")
+            }
+            Self::BadOutputOption { key, value, reason } => {
+                write!(f, "output option {key}={value:?} is refused: {reason}")
             }
         }
     }

@@ -120,6 +120,19 @@ impl<'w, W: Write + ?Sized> JsonWriter<'w, W> {
         write!(self.out, "{value}")
     }
 
+    /// Writes `value` millionths as a decimal number with six places (`12.500000`), the way fio
+    /// prints its floating-point figures, from integers.
+    pub fn micros(&mut self, value: u128) -> fmt::Result {
+        self.separate()?;
+        write!(self.out, "{}.{:06}", value / 1_000_000, value % 1_000_000)
+    }
+
+    /// Writes `json`, which must be one complete JSON value, as it is.
+    pub fn raw(&mut self, json: &str) -> fmt::Result {
+        self.separate()?;
+        self.out.write_str(json)
+    }
+
     /// Writes a boolean.
     pub fn bool(&mut self, value: bool) -> fmt::Result {
         self.separate()?;
@@ -142,6 +155,12 @@ impl<'w, W: Write + ?Sized> JsonWriter<'w, W> {
     pub fn field_u64(&mut self, key: &str, value: u64) -> fmt::Result {
         self.key(key)?;
         self.u64(value)
+    }
+
+    /// `key` then a [`Self::micros`] value.
+    pub fn field_micros(&mut self, key: &str, value: u128) -> fmt::Result {
+        self.key(key)?;
+        self.micros(value)
     }
 
     /// `key` then a boolean value.

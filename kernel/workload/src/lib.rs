@@ -26,6 +26,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod crc32c;
+pub mod detail;
 pub mod engine;
 pub mod error;
 pub mod generator;
@@ -40,6 +41,7 @@ pub mod stages;
 pub mod values;
 pub mod verify;
 
+pub use detail::{CpuDetail, DetailOptions, JobDetail};
 pub use engine::{
     Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, IoRecord, JobShared, LOG_BURST,
     LOG_INTERVAL_NS, LiveCounts, MAX_ERROR_RECORDS, MIN_DEFERRED, OpStats, SubmitError, VerifyStats, run_cpu,
@@ -52,7 +54,10 @@ pub use job::{
     parse_cmdline, parse_jobs,
 };
 pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
-pub use report::{JSON_PREFIX, JobReport, ProgressMeter, VerifyResult};
+pub use report::{
+    FIO_JSON_PREFIX, FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, JSON_PREFIX, JobReport,
+    LOG_PREFIX, ProgressMeter, VerifyResult,
+};
 pub use stages::{STAGE_NAMES, StageEvent, StageLatency, StageSummary, TRACE_PREFIX, summarise, write_trace_line};
 pub use values::CpuSet;
 pub use verify::{MismatchField, VerifyMismatch};

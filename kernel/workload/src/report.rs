@@ -16,6 +16,12 @@ use crate::plan::{JobPlan, VerifyScheme};
 use crate::values::CpuSet;
 use crate::verify::{MismatchField, VerifyMismatch};
 
+pub mod fio_output;
+pub use fio_output::{
+    FIO_JSON_PREFIX, FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, LOG_PREFIX,
+    write_fio_document, write_fio_json_line, write_fio_text, write_log_lines,
+};
+
 /// Prefix of the one JSON line per job, so the host can pick it out of the serial log.
 pub const JSON_PREFIX: &str = "BAREMQ-JSON: ";
 
@@ -235,6 +241,12 @@ pub struct JobReport {
     pub stopped_early: bool,
     /// Per-stage latency breakdown of the traced requests (`trace=N`), if the kernel gave one.
     pub stages: Option<crate::stages::StageSummary>,
+    /// The read and write latency histograms of the measured phase (submit to reap), merged.
+    pub read_latency: LatencyHistogram,
+    /// See `read_latency`.
+    pub write_latency: LatencyHistogram,
+    /// The detail mode's measurements ([`crate::detail`]), when every CPU took them.
+    pub detail: Option<crate::detail::JobDetail>,
 }
 
 impl JobReport {
@@ -334,6 +346,13 @@ impl JobReport {
         };
         let mut total_hist = read_hist.clone();
         total_hist.merge(&write_hist);
+        let detail = if ordered.iter().all(|r| r.detail.is_some()) && !ordered.is_empty() {
+            let per_cpu = ordered.iter().filter_map(|r| r.detail.as_deref().cloned()).collect();
+            let runtimes: Vec<u64> = ordered.iter().map(|r| r.runtime_ns).collect();
+            Some(crate::detail::JobDetail::merge(per_cpu, &runtimes))
+        } else {
+            None
+        };
         Ok(Self {
             plan: plan.clone(),
             runtime_ns,
@@ -361,6 +380,9 @@ impl JobReport {
             totals: Vec::new(),
             stopped_early: ordered.iter().any(|r| r.stopped_early),
             stages: None,
+            read_latency: read_hist,
+            write_latency: write_hist,
+            detail,
         })
     }
 
@@ -601,6 +623,13 @@ impl JobReport {
     /// Writes the job's JSON line: [`JSON_PREFIX`], one JSON object, a newline.
     pub fn write_json_line(&self, out: &mut dyn Write) -> fmt::Result {
         out.write_str(JSON_PREFIX)?;
+        self.write_json_object(out)?;
+        out.write_char('\n')
+    }
+
+    /// The object of [`Self::write_json_line`] alone (no prefix, no newline); the fio document
+    /// carries it under each job's `baremq` key.
+    pub fn write_json_object(&self, out: &mut dyn Write) -> fmt::Result {
         let mut w = JsonWriter::new(out);
         w.begin_object()?;
         self.write_json_job(&mut w)?;
@@ -695,8 +724,7 @@ impl JobReport {
         w.end_array()?;
         w.field_bool("stopped_early", self.stopped_early)?;
         w.field_str("result", if self.passed() { "pass" } else { "fail" })?;
-        w.end_object()?;
-        out.write_char('\n')
+        w.end_object()
     }
 
     fn write_json_job(&self, w: &mut JsonWriter<'_, dyn Write + '_>) -> fmt::Result {
