@@ -635,7 +635,11 @@ mod tests {
         assert!(r820.counts.dmar_units > 0);
         // 80 CPUs are within the kernel's limit (platform::irq::MAX_CPUS): no CPU limit line.
         assert!(80 <= platform::irq::MAX_CPUS);
-        assert!(!r820.text.contains("usable CPUs, the kernel starts at most"), "{}", r820.text);
+        assert!(
+            !r820.text.contains("usable CPUs, the kernel starts at most"),
+            "{}",
+            r820.text
+        );
         assert!(r820.text.contains("SPCR names no UART address"), "{}", r820.text);
         let h8qg6 = report("H8QG6");
         assert_eq!(

@@ -114,8 +114,7 @@ impl SelfTest {
         ("nmi", SelfTest::Nmi),
         ("iommu", SelfTest::IommuLeftOn),
     ];
-    const FORMS: &'static str =
-        "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce, nmi, iommu";
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce, nmi, iommu";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {

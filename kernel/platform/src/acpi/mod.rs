@@ -23,8 +23,8 @@ mod mcfg;
 mod numa;
 mod rsdp;
 mod sdt;
-mod spcr;
 mod slit;
+mod spcr;
 mod srat;
 mod tables;
 
@@ -40,8 +40,8 @@ pub use mcfg::{EcamWindow, MAX_ECAM_WINDOWS, Mcfg, PHYS_ADDRESS_LIMIT};
 pub use numa::{NodeLine, NumaNode, NumaTopology, cpu_index_order};
 pub use rsdp::{BIOS_AREA, EBDA_POINTER, RSDP_V1_LEN, RSDP_V2_LEN, Rsdp};
 pub use sdt::{MAX_TABLE_LEN, SDT_HEADER_LEN, Sdt};
-pub use spcr::{SPCR_MIN_LEN, SPCR_SIGNATURE, Spcr, SpcrPci, SpcrRegisters};
 pub use slit::Slit;
+pub use spcr::{SPCR_MIN_LEN, SPCR_SIGNATURE, Spcr, SpcrPci, SpcrRegisters};
 pub use srat::{CpuAffinity, MemoryAffinity, Srat};
 pub use tables::{AddressSpace, GenericAddress};
 
