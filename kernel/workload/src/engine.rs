@@ -660,6 +660,10 @@ struct CpuRun<'a, B: ?Sized> {
     last_progress_ns: u64,
     next_periodic_ns: u64,
     live_counts: LiveCounts,
+    /// End of fio's `ramp_time` while it runs: at that time the statistics start afresh.
+    ramp_end: Option<u64>,
+    /// Start of the measured part of the main phase (after the ramp).
+    measured_start: u64,
     result: CpuResult,
 }
 
@@ -739,6 +743,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             last_progress_ns: 0,
             next_periodic_ns: 0,
             live_counts: LiveCounts::default(),
+            ramp_end: None,
+            measured_start: 0,
             result: CpuResult {
                 cpu: slice.cpu,
                 read: OpStats::new(),
@@ -759,10 +765,23 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
 
     fn run_all(&mut self, cpu_index: usize) -> Result<(), WorkloadError> {
         let start = self.backend.now_ns();
-        let deadline = self.plan.spec.runtime_ns.map(|runtime| start.saturating_add(runtime));
+        let ramp = self.plan.spec.ramp_ns;
+        self.measured_start = start;
+        self.ramp_end = (ramp > 0).then(|| start.saturating_add(ramp));
+        // fio: the ramp adds to the runtime; a runtime without `time_based` caps a size-bound job.
+        let deadline = self
+            .plan
+            .spec
+            .runtime_ns
+            .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
         let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
         self.run_phase(Phase::Main, &mut source, deadline)?;
-        self.result.runtime_ns = self.backend.now_ns().saturating_sub(start);
+        let end = self.backend.now_ns();
+        if self.ramp_end.is_some() {
+            // The job ended within its ramp: as in fio, nothing of it is measured.
+            self.end_ramp(end);
+        }
+        self.result.runtime_ns = end.saturating_sub(self.measured_start);
         if self.plan.verify.has_verify_pass() {
             if self.result.stopped_early {
                 self.result.verify.pass_skipped = true;
@@ -776,6 +795,16 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
         }
         Ok(())
+    }
+
+    /// Ends the ramp: what was counted so far is dropped and measuring starts at `now`. Errors and
+    /// their records stay (a failed I/O is reported whenever it happened).
+    #[cold]
+    fn end_ramp(&mut self, now: u64) {
+        self.ramp_end = None;
+        self.measured_start = now;
+        self.result.read = OpStats::new();
+        self.result.write = OpStats::new();
     }
 
     /// The next I/O of `source`, or `None` when it is exhausted.
@@ -813,6 +842,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
+            }
+            if self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
+                self.end_ramp(now);
             }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
                 issuing = false;
@@ -875,7 +907,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         // A time-based job has no set number of I/Os, so once the queue is full an I/O for a busy
         // block is dropped, as if another block had been drawn. A size-bound job must issue every
         // I/O it drew, so it waits instead.
-        let may_drop = self.plan.spec.runtime_ns.is_some();
+        let may_drop = self.plan.spec.is_time_based();
         while !self.free_slots.is_empty() && submissions_left > 0 {
             let io = if let Some(io) = self.retry.take() {
                 io

@@ -3,14 +3,16 @@
 use crate::engine::IoOp;
 use crate::job::RwMode;
 use crate::plan::JobPlan;
+use crate::randmap::RandomMap;
 use crate::rng::{Rng, mix64};
 
 /// Deterministic stream of `(operation, block index within the CPU's slice)`.
 ///
 /// The stream depends only on the job (seed, `rw`, `rwmixread`, region, CPU count, time or size bound)
 /// and the CPU's index in the plan, never on timing. Sequential jobs walk the slice from its start
-/// and wrap; random jobs draw uniformly from the slice. Size-bound jobs (no `runtime`) end after one
-/// I/O per block of the slice; time-based jobs never end on their own.
+/// and wrap; random jobs draw uniformly from the slice, or, with `random_map` (fio's default), walk
+/// a seeded permutation of it so each block comes once per pass. Size-bound jobs end after one I/O
+/// per block of the slice (or `ios_per_cpu` I/Os); time-based jobs never end on their own.
 #[derive(Debug, Clone)]
 pub struct IoGenerator {
     rng: Rng,
@@ -19,6 +21,8 @@ pub struct IoGenerator {
     /// so the hot path does not branch through a jump table on `rw`.
     fixed_op: Option<IoOp>,
     rwmixread: u64,
+    /// fio's random map (`JobSpec::random_map`): each block once per pass.
+    map: Option<RandomMap>,
     blocks: u64,
     cursor: u64,
     remaining: Option<u64>,
@@ -35,15 +39,17 @@ impl IoGenerator {
             fixed_op: match plan.spec.rw {
                 RwMode::Read | RwMode::RandRead => Some(IoOp::Read),
                 RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
-                RwMode::RandRw => None,
+                RwMode::RandRw | RwMode::ReadWrite => None,
             },
             rwmixread: u64::from(plan.spec.rwmixread),
+            map: (plan.spec.random_map && plan.spec.rw.is_random())
+                .then(|| RandomMap::new(blocks, per_cpu_seed ^ 0x6d6170)),
             blocks,
             cursor: 0,
-            remaining: if plan.spec.runtime_ns.is_some() {
+            remaining: if plan.spec.is_time_based() {
                 None
             } else {
-                Some(blocks)
+                Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
             },
         }
     }
@@ -57,7 +63,9 @@ impl IoGenerator {
             }
             *remaining -= 1;
         }
-        let block = if self.rw.is_random() {
+        let block = if let Some(map) = &mut self.map {
+            map.next()
+        } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {
             let block = self.cursor;

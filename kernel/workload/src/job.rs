@@ -80,6 +80,9 @@ pub enum RwMode {
     RandWrite,
     /// Random mix of reads and writes, `rwmixread` percent reads.
     RandRw,
+    /// Sequential mix of reads and writes (fio's `rw=rw` / `readwrite`): one cursor walks the
+    /// region and each I/O is a read with probability `rwmixread` percent.
+    ReadWrite,
 }
 
 impl RwMode {
@@ -91,7 +94,13 @@ impl RwMode {
             Self::RandRead => "randread",
             Self::RandWrite => "randwrite",
             Self::RandRw => "randrw",
+            Self::ReadWrite => "rw",
         }
+    }
+
+    /// Whether each I/O's direction is drawn from `rwmixread` (`randrw`, `rw`).
+    pub const fn is_mixed(self) -> bool {
+        matches!(self, Self::RandRw | Self::ReadWrite)
     }
 
     /// Whether offsets are drawn at random (rather than walked in order).
@@ -101,12 +110,12 @@ impl RwMode {
 
     /// Whether the job issues any writes.
     pub const fn writes(self) -> bool {
-        matches!(self, Self::Write | Self::RandWrite | Self::RandRw)
+        matches!(self, Self::Write | Self::RandWrite | Self::RandRw | Self::ReadWrite)
     }
 
     /// Whether the job issues any reads.
     pub const fn reads(self) -> bool {
-        matches!(self, Self::Read | Self::RandRead | Self::RandRw)
+        matches!(self, Self::Read | Self::RandRead | Self::RandRw | Self::ReadWrite)
     }
 }
 
@@ -262,6 +271,25 @@ pub struct JobSpec {
     pub io_timeout_ns: u64,
     /// Stage tracing (`trace=N`): timestamp every stage of 1 in N requests; 0 (default) is off.
     pub trace_every: u32,
+    // The fields below have no native word: only the fio front-end (`crate::fio`) sets them, and
+    // their defaults keep the native meaning.
+    /// fio's `runtime` without `time_based`: the runtime only caps a size-bound job (default
+    /// false: a runtime makes the job time-based, the native meaning).
+    pub runtime_is_cap: bool,
+    /// Random jobs visit every block of the slice once per pass, in a seeded full-period
+    /// permutation (fio's random map, its default); false: uniform draws with repeats (native,
+    /// and fio's `norandommap`).
+    pub random_map: bool,
+    /// fio's `ramp_time`: run this long before measuring; the time is added to the runtime and
+    /// nothing done during it is in the statistics.
+    pub ramp_ns: u64,
+    /// I/Os per CPU of a size-bound job (fio's `number_ios`, `io_size`, `loops`); `None`: one per
+    /// block of the CPU's slice.
+    pub ios_per_cpu: Option<u64>,
+    /// fio's `numjobs` clones: `Some(increment)` gives every CPU a full copy of the region (not a
+    /// slice of it), CPU `i`'s starting `i * increment` bytes after `offset` (`offset_increment`,
+    /// 0 = the same region for all). `None`: the native disjoint slices.
+    pub clone_increment: Option<u64>,
 }
 
 impl JobSpec {
@@ -286,7 +314,18 @@ impl JobSpec {
             stop_on_error: false,
             io_timeout_ns: DEFAULT_IO_TIMEOUT_NS,
             trace_every: 0,
+            runtime_is_cap: false,
+            random_map: false,
+            ramp_ns: 0,
+            ios_per_cpu: None,
+            clone_increment: None,
         }
+    }
+
+    /// Whether the job runs for its runtime whatever its size (wrapping around its region), as
+    /// opposed to moving a set number of I/Os (perhaps capped by a runtime).
+    pub fn is_time_based(&self) -> bool {
+        self.runtime_ns.is_some() && !self.runtime_is_cap
     }
 }
 
@@ -294,7 +333,7 @@ impl JobSpec {
 impl fmt::Display for JobSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "job={} rw={}", self.name, self.rw.as_str())?;
-        if self.rw == RwMode::RandRw {
+        if self.rw.is_mixed() {
             write!(f, " rwmixread={}", self.rwmixread)?;
         }
         write!(f, " bs={} iodepth={} cpus={}", self.bs, self.iodepth, self.cpus)?;
@@ -508,7 +547,8 @@ impl SectionBuilder {
                     "randread" => RwMode::RandRead,
                     "randwrite" => RwMode::RandWrite,
                     "randrw" => RwMode::RandRw,
-                    _ => return Err(bad("one of read, write, randread, randwrite, randrw")),
+                    "rw" => RwMode::ReadWrite,
+                    _ => return Err(bad("one of read, write, randread, randwrite, randrw, rw")),
                 }
             }
             Key::RwMixRead | Key::RwMixWrite => {
@@ -649,8 +689,8 @@ impl SectionBuilder {
             ));
         }
         for mix_key in [Key::RwMixRead, Key::RwMixWrite] {
-            if has(mix_key) && spec.rw != RwMode::RandRw {
-                return Err(conflict(mix_key, Key::Rw, "a read/write mix needs rw=randrw"));
+            if has(mix_key) && !spec.rw.is_mixed() {
+                return Err(conflict(mix_key, Key::Rw, "a read/write mix needs rw=randrw or rw=rw"));
             }
         }
         if has(Key::VerifyGeneration) {

@@ -1,0 +1,1153 @@
+//! fio's job language with fio's meaning: job files and fio command lines, mapped onto the
+//! engine's [`JobSpec`]s, with every fio option baremq does not carry out refused by name.
+//!
+//! # Flow
+//!
+//! 1. [`syntax`] reads a job file ([`parse_job_file`]) or command-line words
+//!    ([`parse_command_line`]) into sections of raw entries.
+//! 2. Each job section gets the `[global]` entries above it, then its own, then the
+//!    `overrides` the caller passes (the kernel's `fio.override.KEY=VALUE` words), later ones
+//!    winning as in fio.
+//! 3. Every entry is mapped ([`FioJob`]); options baremq cannot honour are refused
+//!    ([`WorkloadError::FioUnsupported`]), options that change nothing on bare metal are accepted
+//!    and listed in [`FioJob::warnings`].
+//! 4. The kernel resolves each job against its devices and CPUs ([`FioJob::to_spec`]) and plans
+//!    it with [`plan_job`](crate::plan_job) as usual.
+//!
+//! # Scheduling
+//!
+//! fio starts the jobs of a file together, except where `stonewall` (or `wait_for_previous`)
+//! makes a job wait for all before it, or `wait_for=NAME` for one. baremq runs one job at a time,
+//! so a file is accepted only where fio's order is serial: each job after the first in a
+//! stonewall set must `wait_for` the job just before it. Two jobs fio would run at the same time
+//! are refused, naming both ([`FioJob::serial_set`], [`FioJob::group`] give the sets and
+//! fio's reporting groups).
+
+pub mod syntax;
+pub mod values;
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use crate::error::WorkloadError;
+use crate::job::{DEFAULT_SEED, JobSpec, MAX_BS, MAX_IODEPTH, RwMode, VerifyMode};
+use crate::plan::DeviceInfo;
+use crate::values::CpuSet;
+use syntax::{Entry, Section};
+use values::{BOOL_FORM, Percentile, SIZE_FORM, SizeOrPercent, TIME_FORM};
+
+/// Which document the run prints (fio's `--output-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// fio's human text (baremq's report).
+    #[default]
+    Normal,
+    /// fio's JSON document.
+    Json,
+    /// fio's JSON document with latency histogram bins.
+    JsonPlus,
+}
+
+/// fio's per-job log options (`write_*_log`, `log_avg_msec`, ...), parsed for the output side.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogOptions {
+    /// `write_bw_log=PREFIX`: files `PREFIX_bw.N.log`; a bare key uses the job name.
+    pub bw_log: Option<String>,
+    /// `write_lat_log=PREFIX`: `PREFIX_slat/_clat/_lat.N.log`.
+    pub lat_log: Option<String>,
+    /// `write_iops_log=PREFIX`: `PREFIX_iops.N.log`.
+    pub iops_log: Option<String>,
+    /// `write_hist_log=PREFIX`: `PREFIX_clat_hist.N.log`.
+    pub hist_log: Option<String>,
+    /// `log_avg_msec`: window of the bw/lat/iops logs (at least [`MIN_LOG_MSEC`] when a log is on).
+    pub log_avg_msec: u64,
+    /// `log_hist_msec`: window of the histogram log.
+    pub log_hist_msec: u64,
+}
+
+impl LogOptions {
+    /// Whether any log was asked for.
+    pub fn any(&self) -> bool {
+        self.bw_log.is_some() || self.lat_log.is_some() || self.iops_log.is_some() || self.hist_log.is_some()
+    }
+}
+
+/// Shortest log window: logs go over the serial console, so per-I/O logs (fio's
+/// `log_avg_msec=0`) and windows below this are refused.
+pub const MIN_LOG_MSEC: u64 = 100;
+
+/// Options of the whole run that the OUTPUT side consumes (the fio-shaped JSON document and the
+/// files xtask writes), parsed here from `--output-format=` / `--output=` / `--readonly`
+/// command-line words, from native `output-format=` / `output=` words ([`split_run_words`]) and
+/// from a job file's `[global]` sections:
+///
+/// * `output_format`: the richest JSON asked for (`json+` over `json`), or `Normal`;
+///   `normal_too` when a list such as `--output-format=json,normal` also asks for the text.
+/// * `output`: the name of the output document (`--output=FILE`), which xtask writes on the
+///   host; the kernel only echoes it.
+/// * `readonly`: every job that writes is refused (fio's `--readonly`).
+/// * `global_options`: the `[global]` entries as written (fio's `"global options"`).
+///
+/// Per-job report options (`percentile_list`, `*_percentiles`, logs, `group_reporting`) are in
+/// [`FioJob::report`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FioRunOptions {
+    /// The JSON flavour asked for, or `Normal`.
+    pub output_format: OutputFormat,
+    /// Whether the normal text was asked for too (`json,normal`).
+    pub normal_too: bool,
+    /// `--output=FILE`.
+    pub output: Option<String>,
+    /// `--readonly`.
+    pub readonly: bool,
+    /// `[global]` entries as written: key and value (`""` for a bare key).
+    pub global_options: Vec<(String, String)>,
+}
+
+/// Per-job options of fio's report, for the output side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FioReportOptions {
+    /// `group_reporting`: one `jobs[]` entry for all clones.
+    pub group_reporting: bool,
+    /// `percentile_list`; fio's default list when not given.
+    pub percentile_list: Vec<Percentile>,
+    /// `clat_percentiles` (default on).
+    pub clat_percentiles: bool,
+    /// `lat_percentiles` (default off).
+    pub lat_percentiles: bool,
+    /// `slat_percentiles` (default off).
+    pub slat_percentiles: bool,
+    /// The logs.
+    pub logs: LogOptions,
+}
+
+/// Which device a job's `filename` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `filename=/dev/NAME` (or a bare device name): the device of that name.
+    Device(String),
+    /// A regular file path (fio would measure a file on a file system): the only device.
+    File(String),
+    /// No `filename` (fio would make a file named after the job): the only device.
+    Default,
+}
+
+/// One fio job section, mapped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FioJob {
+    /// The name as written (`[name]` or `--name=`).
+    pub name: String,
+    /// `description`.
+    pub description: Option<String>,
+    /// fio's reporting group (`groupid`): a new one at each `stonewall` or `new_group`.
+    pub group: u32,
+    /// Jobs of one serial set would start together in fio; a new set starts at each `stonewall`.
+    pub serial_set: u32,
+    /// `numjobs`: clones, each a full copy of the job on its own CPU.
+    pub numjobs: u32,
+    /// `cpus_allowed` / `cpumask`: the CPUs the clones are placed on (one each, in order).
+    pub cpus_allowed: Option<CpuSet>,
+    /// The device.
+    pub target: Target,
+    /// `size`/`filesize` when given as a percentage of the device.
+    pub size_percent: Option<u8>,
+    /// `offset` when given as a percentage of the device (rounded down to `bs`).
+    pub offset_percent: Option<u8>,
+    /// I/Os per pass of a size-bound clone (`number_ios`, or `io_size / bs`); `None`: one per block.
+    pub ios_per_pass: Option<u64>,
+    /// `loops`: passes (default 1).
+    pub loops: u64,
+    /// `randrepeat=0` without `randseed`: a seed from the clock, chosen and printed by the kernel.
+    pub seed_from_clock: bool,
+    /// `ioengine` as written (fio's default `psync` when absent).
+    pub ioengine: String,
+    /// The engine job; `cpus`, `device`, percentages are filled in by [`FioJob::to_spec`].
+    pub spec: JobSpec,
+    /// Report options for the output side.
+    pub report: FioReportOptions,
+    /// The job section's own entries as written (fio's `"job options"`), bare keys with `""`.
+    pub options: Vec<(String, String)>,
+    /// Accepted options that change nothing on bare metal or differ slightly, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// A parsed job file or command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FioRun {
+    /// Run options (output side).
+    pub options: FioRunOptions,
+    /// The jobs in fio's order.
+    pub jobs: Vec<FioJob>,
+}
+
+/// fio engines that do one I/O at a time: fio caps their queue depth at 1.
+pub const SYNC_ENGINES: [&str; 6] = ["sync", "psync", "vsync", "pvsync", "pvsync2", "mmap"];
+/// fio engines whose `iodepth` baremq honours.
+pub const ASYNC_ENGINES: [&str; 10] = [
+    "libaio",
+    "io_uring",
+    "io_uring_cmd",
+    "posixaio",
+    "windowsaio",
+    "solarisaio",
+    "spdk",
+    "spdk_bdev",
+    "xnvme",
+    "null",
+];
+
+/// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
+/// change nothing. Each one accepted is listed in the job's warnings.
+pub const NO_OP_OPTIONS: [&str; 22] = [
+    "thread",
+    "invalidate",
+    "gtod_reduce",
+    "refill_buffers",
+    "scramble_buffers",
+    "fallocate",
+    "overwrite",
+    "iodepth_batch",
+    "iodepth_batch_submit",
+    "iodepth_batch_complete",
+    "iodepth_batch_complete_min",
+    "iodepth_batch_complete_max",
+    "iodepth_low",
+    "exitall",
+    "exitall_on_error",
+    "softrandommap",
+    "random_generator",
+    "per_job_logs",
+    "cpus_allowed_policy",
+    "kb_base",
+    "unit_base",
+    "log_offset",
+];
+
+/// fio options refused with a specific reason (everything else unknown gets a generic one).
+const REFUSED: [(&str, &str); 40] = [
+    (
+        "directory",
+        "baremq has no file system; name a device with filename=/dev/NAME",
+    ),
+    ("nrfiles", "baremq has no file system"),
+    ("filename_format", "baremq has no file system"),
+    ("openfiles", "baremq has no file system"),
+    ("create_on_open", "baremq has no file system"),
+    ("unlink", "baremq has no file system"),
+    ("fadvise_hint", "baremq has no file system or page cache"),
+    ("opendir", "baremq has no file system"),
+    ("bssplit", "the engine uses one block size per job"),
+    ("blocksize_unaligned", "the engine uses bs-aligned blocks"),
+    ("rate", "rate limits are not implemented in the engine yet"),
+    ("rate_iops", "rate limits are not implemented in the engine yet"),
+    ("rate_min", "rate limits are not implemented in the engine yet"),
+    ("rate_iops_min", "rate limits are not implemented in the engine yet"),
+    ("rate_process", "rate limits are not implemented in the engine yet"),
+    ("rate_cycle", "rate limits are not implemented in the engine yet"),
+    ("thinktime", "think time is not implemented in the engine yet"),
+    ("thinktime_blocks", "think time is not implemented in the engine yet"),
+    ("thinktime_spin", "think time is not implemented in the engine yet"),
+    ("startdelay", "delayed starts are not implemented in the engine yet"),
+    (
+        "verify_pattern",
+        "fio's verify_pattern is not implemented; baremq's verify stamps its own block format",
+    ),
+    (
+        "verify_backlog",
+        "verify reads interleaved with writes are not implemented; the verify pass follows the writes",
+    ),
+    (
+        "verify_backlog_batch",
+        "verify reads interleaved with writes are not implemented",
+    ),
+    ("verify_interval", "baremq verifies whole blocks"),
+    ("verify_offset", "baremq verifies whole blocks"),
+    ("verify_async", "baremq verifies on the submitting CPU"),
+    (
+        "verify_only",
+        "a verify-only run of a written job is not implemented; use a read job with verify",
+    ),
+    ("verify_state_save", "verify state files need a file system"),
+    ("verify_state_load", "verify state files need a file system"),
+    (
+        "trim_percentage",
+        "there is no trim (discard) operation in the block layer yet",
+    ),
+    ("zonemode", "zoned devices are not supported"),
+    ("flow", "fio's flow control between jobs is not implemented"),
+    ("prio", "I/O priorities are not implemented"),
+    ("prioclass", "I/O priorities are not implemented"),
+    ("nice", "there are no processes to renice"),
+    ("lockmem", "there are no processes"),
+    ("steadystate", "steady-state detection is not implemented"),
+    ("latency_target", "latency targets are not implemented"),
+    (
+        "spdk_conf",
+        "SPDK configuration has no meaning here; name the device with filename=/dev/NAME",
+    ),
+    ("exec_prerun", "there is no shell to run commands"),
+];
+
+/// Most `numjobs` clones of one job.
+pub const MAX_NUMJOBS: u64 = 256;
+
+fn unsupported(job: &str, option: &str, reason: impl Into<String>) -> WorkloadError {
+    WorkloadError::FioUnsupported {
+        job: job.to_string(),
+        option: option.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a fio job file. `overrides` (`key`, `value`; value `""` for a bare key) are applied to
+/// every job after its own options, as if appended to each section.
+pub fn parse_job_file(text: &str, overrides: &[(&str, &str)]) -> Result<FioRun, WorkloadError> {
+    let sections = syntax::job_file(text)?;
+    build(sections, Vec::new(), overrides)
+}
+
+/// Parses fio command-line words (`--name=a --rw=randread ...`), with `overrides` as in
+/// [`parse_job_file`].
+pub fn parse_command_line<'a>(
+    words: impl IntoIterator<Item = &'a str>,
+    overrides: &[(&str, &str)],
+) -> Result<FioRun, WorkloadError> {
+    let command_line = syntax::command_line(words)?;
+    build(command_line.sections, command_line.run, overrides)
+}
+
+/// Takes the native `output-format=` and `output=` words out of native job words, returning the
+/// run options they set and the other words (for [`parse_jobs`](crate::parse_jobs)).
+pub fn split_run_words<'a>(words: &[&'a str]) -> Result<(FioRunOptions, Vec<&'a str>), WorkloadError> {
+    let mut options = FioRunOptions::default();
+    let mut rest = Vec::new();
+    for (index, word) in words.iter().enumerate() {
+        match word.split_once('=') {
+            Some((key @ ("output-format" | "output"), value)) => {
+                let entry = Entry {
+                    key: key.to_string(),
+                    value: Some(value.to_string()),
+                    at: format!("word {}", index + 1),
+                };
+                apply_run_option(&mut options, &entry)?;
+            }
+            _ => rest.push(*word),
+        }
+    }
+    Ok((options, rest))
+}
+
+fn apply_run_option(options: &mut FioRunOptions, entry: &Entry) -> Result<(), WorkloadError> {
+    let value = entry.value.as_deref().unwrap_or("");
+    let bad = |expected: &str| WorkloadError::FioBadValue {
+        job: "run".into(),
+        option: entry.key.clone(),
+        value: value.to_string(),
+        expected: expected.to_string(),
+    };
+    match entry.key.as_str() {
+        "output-format" => {
+            let mut format = OutputFormat::Normal;
+            let mut normal = false;
+            for part in value.split(',') {
+                match part.trim() {
+                    "normal" => normal = true,
+                    "json" if format != OutputFormat::JsonPlus => format = OutputFormat::Json,
+                    "json" => {}
+                    "json+" => format = OutputFormat::JsonPlus,
+                    "terse" => {
+                        return Err(unsupported("run", "output-format=terse", "use json, json+ or normal"));
+                    }
+                    _ => return Err(bad("normal, json, json+, or a comma list of them")),
+                }
+            }
+            options.output_format = format;
+            options.normal_too = normal && format != OutputFormat::Normal;
+        }
+        "output" => {
+            let valid = !value.is_empty()
+                && value.len() <= 128
+                && value.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+            if !valid {
+                return Err(bad("a file name of at most 128 printable characters"));
+            }
+            options.output = Some(value.to_string());
+        }
+        "readonly" => {
+            options.readonly = match entry.value.as_deref() {
+                None => true,
+                Some(v) => values::boolean(v).ok_or_else(|| bad(BOOL_FORM))?,
+            }
+        }
+        // Progress display options: baremq prints its own progress line.
+        "eta" | "eta-newline" | "eta-interval" => {}
+        other => {
+            return Err(unsupported(
+                "run",
+                other,
+                "only --output-format, --output, --readonly and --eta* are run options baremq takes",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn build(sections: Vec<Section>, run: Vec<Entry>, overrides: &[(&str, &str)]) -> Result<FioRun, WorkloadError> {
+    let mut options = FioRunOptions::default();
+    for entry in &run {
+        apply_run_option(&mut options, entry)?;
+    }
+    let override_entries: Vec<Entry> = overrides
+        .iter()
+        .map(|(key, value)| Entry {
+            key: key.to_ascii_lowercase(),
+            value: (!value.is_empty()).then(|| value.to_string()),
+            at: format!("override {key}"),
+        })
+        .collect();
+    let mut globals: Vec<Entry> = Vec::new();
+    let mut jobs: Vec<FioJob> = Vec::new();
+    let mut group = 0u32;
+    let mut serial_set = 0u32;
+    for section in sections {
+        if section.global {
+            for entry in &section.entries {
+                if entry.key == "readonly" {
+                    apply_run_option(&mut options, entry)?;
+                    continue;
+                }
+                options
+                    .global_options
+                    .push((entry.key.clone(), entry.value.clone().unwrap_or_default()));
+            }
+            globals.extend(section.entries.iter().filter(|e| e.key != "readonly").cloned());
+            continue;
+        }
+        if jobs.iter().any(|j| j.name == section.name) {
+            return Err(WorkloadError::DuplicateJobName { name: section.name });
+        }
+        let mut builder = Builder::new(&section.name);
+        for entry in globals.iter().chain(&section.entries).chain(&override_entries) {
+            builder.apply(entry)?;
+        }
+        let own = section
+            .entries
+            .iter()
+            .filter(|e| e.key != "name")
+            .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        let first = jobs.is_empty();
+        if !first && builder.stonewall {
+            serial_set += 1;
+        }
+        if !first && (builder.stonewall || builder.new_group) {
+            group += 1;
+        }
+        let job = builder.finish(group, serial_set, own, &options)?;
+        jobs.push(job);
+    }
+    check_serial(&jobs)?;
+    Ok(FioRun { options, jobs })
+}
+
+/// fio runs the jobs of a stonewall set at the same time; baremq only runs them in order, which
+/// is fio's order only when each waits for the one before it.
+fn check_serial(jobs: &[FioJob]) -> Result<(), WorkloadError> {
+    for (index, job) in jobs.iter().enumerate() {
+        let wait_for = job
+            .options
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "wait_for")
+            .map(|(_, v)| v.as_str());
+        if let Some(target) = wait_for {
+            let Some(position) = jobs.iter().position(|j| j.name == target) else {
+                return Err(WorkloadError::FioBadValue {
+                    job: job.name.clone(),
+                    option: "wait_for".into(),
+                    value: target.into(),
+                    expected: "the name of a job written before this one".into(),
+                });
+            };
+            if position >= index {
+                return Err(WorkloadError::FioBadValue {
+                    job: job.name.clone(),
+                    option: "wait_for".into(),
+                    value: target.into(),
+                    expected: "the name of a job written before this one".into(),
+                });
+            }
+        }
+        if index == 0 {
+            continue;
+        }
+        let previous = &jobs[index - 1];
+        if previous.serial_set == job.serial_set && wait_for != Some(previous.name.as_str()) {
+            return Err(unsupported(
+                &job.name,
+                "stonewall",
+                format!(
+                    "fio would run jobs {:?} and {:?} at the same time (no stonewall between them); baremq runs \
+                     one job at a time: add stonewall (or wait_for={}) to {:?}",
+                    previous.name, job.name, previous.name, job.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One job's options being mapped.
+struct Builder {
+    name: String,
+    spec: JobSpec,
+    description: Option<String>,
+    numjobs: u32,
+    cpus_allowed: Option<CpuSet>,
+    target: Target,
+    size: Option<SizeOrPercent>,
+    offset: Option<SizeOrPercent>,
+    offset_increment: u64,
+    io_size: Option<u64>,
+    number_ios: Option<u64>,
+    loops: u64,
+    time_based: bool,
+    runtime_ns: Option<u64>,
+    randrepeat: bool,
+    randseed: Option<u64>,
+    norandommap: bool,
+    ioengine: Option<String>,
+    iodepth_given: bool,
+    direct: bool,
+    verify: VerifyMode,
+    verify_name: String,
+    do_verify: bool,
+    continue_on_error: bool,
+    stonewall: bool,
+    new_group: bool,
+    blockalign: Option<u64>,
+    report: FioReportOptions,
+    warnings: Vec<String>,
+}
+
+impl Builder {
+    fn new(name: &str) -> Self {
+        let mut spec = JobSpec::with_defaults(&engine_name(name));
+        spec.random_map = true;
+        Self {
+            name: name.to_string(),
+            spec,
+            description: None,
+            numjobs: 1,
+            cpus_allowed: None,
+            target: Target::Default,
+            size: None,
+            offset: None,
+            offset_increment: 0,
+            io_size: None,
+            number_ios: None,
+            loops: 1,
+            time_based: false,
+            runtime_ns: None,
+            randrepeat: true,
+            randseed: None,
+            norandommap: false,
+            ioengine: None,
+            iodepth_given: false,
+            direct: false,
+            verify: VerifyMode::None,
+            verify_name: String::new(),
+            do_verify: true,
+            continue_on_error: false,
+            stonewall: false,
+            new_group: false,
+            blockalign: None,
+            report: FioReportOptions {
+                group_reporting: false,
+                percentile_list: values::percentiles(values::DEFAULT_PERCENTILES).unwrap_or_default(),
+                clat_percentiles: true,
+                lat_percentiles: false,
+                slat_percentiles: false,
+                logs: LogOptions::default(),
+            },
+            warnings: Vec::new(),
+        }
+    }
+
+    fn warn(&mut self, text: String) {
+        if !self.warnings.contains(&text) {
+            self.warnings.push(text);
+        }
+    }
+
+    fn apply(&mut self, entry: &Entry) -> Result<(), WorkloadError> {
+        let key = entry.key.as_str();
+        let job = self.name.clone();
+        let value = entry.value.as_deref();
+        let text = value.unwrap_or("");
+        let bad = |expected: &str| WorkloadError::FioBadValue {
+            job: job.clone(),
+            option: key.to_string(),
+            value: text.to_string(),
+            expected: expected.to_string(),
+        };
+        let need = || {
+            value
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| bad("a value (key=value)"))
+        };
+        // A bare key sets a boolean option, as fio's FIO_OPT_STR_SET does.
+        let flag = || match value {
+            None => Ok(true),
+            Some(v) => values::boolean(v).ok_or_else(|| bad(BOOL_FORM)),
+        };
+        let size = || values::size(need()?).ok_or_else(|| bad(SIZE_FORM));
+        let time = |bare| values::time_ns(need()?, bare).ok_or_else(|| bad(TIME_FORM));
+        const SECONDS: u64 = 1_000_000_000;
+        match key {
+            "name" => {}
+            "description" => self.description = Some(need()?.trim_matches('"').to_string()),
+            "filename" => self.target = target(&job, need()?)?,
+            "ioengine" => {
+                let engine = need()?.to_string();
+                if !SYNC_ENGINES.contains(&engine.as_str()) && !ASYNC_ENGINES.contains(&engine.as_str()) {
+                    return Err(unsupported(
+                        &job,
+                        &format!("ioengine={engine}"),
+                        "baremq runs block I/O on its own drivers; it maps fio's block engines (libaio, io_uring, \
+                         posixaio, spdk, xnvme, null, sync, psync, pvsync, pvsync2, vsync, mmap)",
+                    ));
+                }
+                self.ioengine = Some(engine);
+            }
+            "direct" => self.direct = flag()?,
+            "buffered" => self.direct = !flag()?,
+            "rw" | "readwrite" => {
+                let v = need()?;
+                if v.contains(':') {
+                    return Err(unsupported(
+                        &job,
+                        &format!("{key}={v}"),
+                        "the :N offset modifier is not implemented",
+                    ));
+                }
+                self.spec.rw = match v {
+                    "read" => RwMode::Read,
+                    "write" => RwMode::Write,
+                    "randread" => RwMode::RandRead,
+                    "randwrite" => RwMode::RandWrite,
+                    "randrw" => RwMode::RandRw,
+                    "rw" | "readwrite" => RwMode::ReadWrite,
+                    "trim" | "randtrim" | "trimwrite" | "randtrimwrite" => {
+                        return Err(unsupported(
+                            &job,
+                            &format!("{key}={v}"),
+                            "there is no trim (discard) operation in the block layer yet",
+                        ));
+                    }
+                    _ => return Err(bad("read, write, randread, randwrite, randrw, rw or readwrite")),
+                };
+            }
+            "rwmixread" | "rwmixwrite" => {
+                let percent = values::integer(need()?)
+                    .filter(|p| *p <= 100)
+                    .ok_or_else(|| bad("a percentage from 0 to 100"))?;
+                // fio: when both are given, the later one wins.
+                self.spec.rwmixread = if key == "rwmixread" { percent } else { 100 - percent } as u8;
+            }
+            "bs" | "blocksize" => {
+                // One value, or a read,write[,trim] list whose given parts agree.
+                let mut parts = need()?.split(',').map(str::trim).filter(|p| !p.is_empty());
+                let first = parts.next().ok_or_else(|| bad(SIZE_FORM))?;
+                let bs = values::size(first).ok_or_else(|| bad(SIZE_FORM))?;
+                for part in parts {
+                    if values::size(part) != Some(bs) {
+                        return Err(unsupported(
+                            &job,
+                            &format!("{key}={text}"),
+                            "block sizes per direction are not implemented; give one size",
+                        ));
+                    }
+                }
+                self.set_bs(bs, &bad)?;
+            }
+            "bsrange" | "blocksize_range" => {
+                let v = need()?;
+                let mut parts = v.split(',').map(str::trim).filter(|p| !p.is_empty());
+                let first = parts.next().ok_or_else(|| bad("MIN-MAX"))?;
+                let (low, high) = first.split_once('-').ok_or_else(|| bad("MIN-MAX, e.g. 4k-4k"))?;
+                let low = values::size(low).ok_or_else(|| bad(SIZE_FORM))?;
+                let high = values::size(high).ok_or_else(|| bad(SIZE_FORM))?;
+                if low != high || parts.any(|p| p != first) {
+                    return Err(unsupported(
+                        &job,
+                        &format!("{key}={v}"),
+                        "the engine uses one block size per job; a range with equal ends (4k-4k) is accepted",
+                    ));
+                }
+                self.set_bs(low, &bad)?;
+            }
+            "blockalign" | "ba" => self.blockalign = Some(size()?),
+            "iodepth" => {
+                self.spec.iodepth = values::integer(need()?)
+                    .filter(|d| (1..=MAX_IODEPTH).contains(d))
+                    .ok_or_else(|| bad(&format!("an integer from 1 to {MAX_IODEPTH}")))?
+                    as u32;
+                self.iodepth_given = true;
+            }
+            "size" | "filesize" => {
+                let v = values::size_or_percent(need()?).ok_or_else(|| bad("a size or N% of the device"))?;
+                if v == SizeOrPercent::Bytes(0) {
+                    return Err(bad("a size above zero"));
+                }
+                self.size = Some(v);
+            }
+            "offset" => self.offset = Some(values::size_or_percent(need()?).ok_or_else(|| bad("a size or N%"))?),
+            "offset_increment" => self.offset_increment = size()?,
+            "io_size" | "io_limit" => self.io_size = Some(size()?).filter(|s| *s > 0),
+            "number_ios" => self.number_ios = Some(values::integer(need()?).ok_or_else(|| bad("an integer"))?),
+            "loops" => {
+                self.loops = values::integer(need()?)
+                    .filter(|l| *l >= 1)
+                    .ok_or_else(|| bad("an integer of at least 1"))?
+            }
+            "numjobs" => {
+                self.numjobs = values::integer(need()?)
+                    .filter(|n| (1..=MAX_NUMJOBS).contains(n))
+                    .ok_or_else(|| bad(&format!("an integer from 1 to {MAX_NUMJOBS}")))?
+                    as u32
+            }
+            "cpus_allowed" => {
+                let set = CpuSet::parse(need()?).ok_or_else(|| bad(crate::values::CPU_LIST_FORM))?;
+                self.cpus_allowed = Some(set);
+            }
+            "cpumask" => {
+                let mask = values::integer(need()?).ok_or_else(|| bad("a CPU bit mask, decimal or 0x hex"))?;
+                let cpus: Vec<u32> = (0..64).filter(|bit| mask & (1u64 << bit) != 0).collect();
+                self.cpus_allowed = Some(CpuSet::from_cpus(&cpus));
+            }
+            "runtime" | "timeout" => self.runtime_ns = Some(time(SECONDS)?).filter(|ns| *ns > 0),
+            "time_based" => self.time_based = flag()?,
+            "ramp_time" => self.spec.ramp_ns = time(SECONDS)?,
+            "group_reporting" => self.report.group_reporting = flag()?,
+            "stonewall" | "wait_for_previous" => self.stonewall = flag()?,
+            "new_group" => self.new_group = flag()?,
+            "wait_for" => {
+                need()?;
+            }
+            "random_distribution" => {
+                let v = need()?;
+                if v != "random" {
+                    return Err(unsupported(
+                        &job,
+                        &format!("random_distribution={v}"),
+                        "only the uniform distribution (random) is implemented",
+                    ));
+                }
+            }
+            "randrepeat" | "rand_repeatable" => self.randrepeat = flag()?,
+            "randseed" => self.randseed = Some(values::integer(need()?).ok_or_else(|| bad("an integer"))?),
+            "norandommap" => self.norandommap = flag()?,
+            "verify" => {
+                let v = need()?;
+                self.verify = match v {
+                    "0" | "none" => VerifyMode::None,
+                    "crc32c" | "crc32c-intel" => VerifyMode::Crc32c,
+                    "md5" | "crc64" | "crc32" | "crc16" | "crc7" | "xxhash" | "sha1" | "sha256" | "sha512"
+                    | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" | "meta" => VerifyMode::Crc32c,
+                    "pattern" | "pattern_hdr" | "null" => {
+                        return Err(unsupported(
+                            &job,
+                            &format!("verify={v}"),
+                            "baremq verifies with its own header and CRC32C (verify=crc32c)",
+                        ));
+                    }
+                    _ => {
+                        return Err(bad(
+                            "0, crc32c, crc32c-intel, md5, crc64, crc32, crc16, crc7, xxhash, sha*, meta",
+                        ));
+                    }
+                };
+                self.verify_name = v.to_string();
+            }
+            "do_verify" => self.do_verify = flag()?,
+            "verify_fatal" => {
+                // fio stops at the first error anyway unless continue_on_error; with it, a
+                // mismatch still stops the job when verify_fatal is set.
+                if flag()? {
+                    self.continue_on_error = false;
+                }
+            }
+            "continue_on_error" => {
+                self.continue_on_error = match need()? {
+                    "none" | "0" => false,
+                    "all" | "1" => true,
+                    other => {
+                        return Err(unsupported(
+                            &job,
+                            &format!("continue_on_error={other}"),
+                            "baremq continues on every error or on none: give all or none",
+                        ));
+                    }
+                }
+            }
+            "fsync" | "fdatasync" | "fsync_on_close" | "end_fsync" | "sync" | "write_barrier" => {
+                let on = match key {
+                    "fsync" | "fdatasync" | "write_barrier" => {
+                        values::integer(need()?).ok_or_else(|| bad("an integer (0: never)"))? != 0
+                    }
+                    "sync" => !matches!(text, "0" | "none" | "false" | "no" | "off"),
+                    _ => flag()?,
+                };
+                if on {
+                    return Err(unsupported(
+                        &job,
+                        key,
+                        "flushes are not issued by the engine yet (only 0 / off is accepted)",
+                    ));
+                }
+            }
+            "percentile_list" => {
+                self.report.percentile_list = values::percentiles(need()?)
+                    .ok_or_else(|| bad("up to 20 percentages above 0 and at most 100, separated by :"))?
+            }
+            "clat_percentiles" => self.report.clat_percentiles = flag()?,
+            "lat_percentiles" => self.report.lat_percentiles = flag()?,
+            "slat_percentiles" => self.report.slat_percentiles = flag()?,
+            "write_bw_log" | "write_lat_log" | "write_iops_log" | "write_hist_log" => {
+                let prefix = match value {
+                    Some(v) if !v.is_empty() => v.to_string(),
+                    _ => self.name.clone(),
+                };
+                let logs = &mut self.report.logs;
+                match key {
+                    "write_bw_log" => logs.bw_log = Some(prefix),
+                    "write_lat_log" => logs.lat_log = Some(prefix),
+                    "write_iops_log" => logs.iops_log = Some(prefix),
+                    _ => logs.hist_log = Some(prefix),
+                }
+            }
+            "log_avg_msec" => {
+                self.report.logs.log_avg_msec = values::integer(need()?).ok_or_else(|| bad("milliseconds"))?
+            }
+            "log_hist_msec" => {
+                self.report.logs.log_hist_msec = values::integer(need()?).ok_or_else(|| bad("milliseconds"))?
+            }
+            _ if NO_OP_OPTIONS.contains(&key) => {
+                self.warn(format!(
+                    "{key}: accepted, changes nothing on baremq (no processes, files or page cache)"
+                ));
+            }
+            _ => {
+                let reason = REFUSED
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, r)| (*r).to_string())
+                    .unwrap_or_else(|| {
+                        "baremq does not implement this fio option (or it is not a fio option); docs/fio.md lists \
+                         what runs"
+                            .into()
+                    });
+                return Err(unsupported(&job, key, reason));
+            }
+        }
+        Ok(())
+    }
+
+    fn set_bs(&mut self, bs: u64, bad: &dyn Fn(&str) -> WorkloadError) -> Result<(), WorkloadError> {
+        if bs == 0 || bs > MAX_BS {
+            return Err(bad(&format!("{SIZE_FORM}, from 1 to {MAX_BS}")));
+        }
+        // At most MAX_BS, which fits in u32.
+        self.spec.bs = bs as u32;
+        Ok(())
+    }
+
+    fn finish(
+        mut self,
+        group: u32,
+        serial_set: u32,
+        options: Vec<(String, String)>,
+        run: &FioRunOptions,
+    ) -> Result<FioJob, WorkloadError> {
+        let job = self.name.clone();
+        let bs = u64::from(self.spec.bs);
+        if let Some(align) = self.blockalign
+            && align != bs
+        {
+            return Err(unsupported(
+                &job,
+                "blockalign",
+                format!("offsets are aligned to bs ({bs}); blockalign must equal it"),
+            ));
+        }
+        let engine = self.ioengine.clone().unwrap_or_else(|| "psync".into());
+        if SYNC_ENGINES.contains(&engine.as_str()) {
+            if self.spec.iodepth > 1 {
+                self.warn(format!(
+                    "ioengine={engine} is synchronous: queue depth capped at 1 as fio does (iodepth={} ignored)",
+                    self.spec.iodepth
+                ));
+            }
+            self.spec.iodepth = 1;
+        } else if engine == "null" {
+            self.warn("ioengine=null moves no data in fio; baremq does the I/O on the device".into());
+        }
+        if !self.direct {
+            self.warn(
+                "direct=0 (fio's default, buffered): baremq has no page cache, every I/O goes to the device".into(),
+            );
+        }
+        // Time: a runtime caps a size-bound job unless time_based.
+        if self.time_based && self.runtime_ns.is_none() {
+            return Err(WorkloadError::FioBadValue {
+                job,
+                option: "time_based".into(),
+                value: String::new(),
+                expected: "a runtime as well (time_based repeats the workload until the runtime)".into(),
+            });
+        }
+        self.spec.runtime_ns = self.runtime_ns;
+        self.spec.runtime_is_cap = !self.time_based;
+        // Amount of I/O per clone.
+        let per_pass = match (self.number_ios, self.io_size) {
+            (Some(n), _) => Some(n),
+            (None, Some(bytes)) => {
+                if !bytes.is_multiple_of(bs) {
+                    return Err(WorkloadError::FioBadValue {
+                        job,
+                        option: "io_size".into(),
+                        value: bytes.to_string(),
+                        expected: format!("a multiple of bs ({bs})"),
+                    });
+                }
+                Some(bytes / bs)
+            }
+            (None, None) => None,
+        };
+        // Where: size, offset, clones.
+        let mut size_percent = None;
+        match self.size {
+            Some(SizeOrPercent::Bytes(b)) => self.spec.size = Some(b),
+            Some(SizeOrPercent::Percent(p)) => size_percent = Some(p),
+            None => {}
+        }
+        let mut offset_percent = None;
+        match self.offset {
+            Some(SizeOrPercent::Bytes(b)) => self.spec.offset = b,
+            Some(SizeOrPercent::Percent(p)) => offset_percent = Some(p),
+            None => {}
+        }
+        self.spec.clone_increment = Some(self.offset_increment);
+        // Randomness.
+        self.spec.random_map = !self.norandommap;
+        let seed_from_clock = self.randseed.is_none() && !self.randrepeat;
+        self.spec.seed = self.randseed.unwrap_or(DEFAULT_SEED);
+        // Verify and errors.
+        self.spec.verify = self.verify;
+        if self.verify.is_enabled() {
+            if !self.do_verify {
+                return Err(unsupported(
+                    &job,
+                    "do_verify",
+                    "writing verify data without the verify pass is not implemented; use verify=0 or do_verify=1",
+                ));
+            }
+            if self.verify_name != "crc32c" && self.verify_name != "crc32c-intel" {
+                self.warn(format!(
+                    "verify={}: baremq checks its own block header and CRC32C, not fio's {} format",
+                    self.verify_name, self.verify_name
+                ));
+            }
+        }
+        self.spec.stop_on_error = !self.continue_on_error;
+        if run.readonly && self.spec.rw.writes() {
+            return Err(unsupported(
+                &job,
+                "readonly",
+                format!("rw={} writes", self.spec.rw.as_str()),
+            ));
+        }
+        let logs = &self.report.logs;
+        if logs.any()
+            && logs.log_avg_msec < MIN_LOG_MSEC
+            && (logs.bw_log.is_some() || logs.lat_log.is_some() || logs.iops_log.is_some())
+        {
+            return Err(unsupported(
+                &job,
+                "log_avg_msec",
+                format!(
+                    "logs go over the serial console: per-I/O logs are refused, give log_avg_msec={MIN_LOG_MSEC} or more"
+                ),
+            ));
+        }
+        if logs.hist_log.is_some() && logs.log_hist_msec < MIN_LOG_MSEC {
+            return Err(unsupported(
+                &job,
+                "log_hist_msec",
+                format!("histogram logs go over the serial console: give log_hist_msec={MIN_LOG_MSEC} or more"),
+            ));
+        }
+        if let Target::File(path) = &self.target {
+            self.warn(format!(
+                "filename={path} is a file to fio; baremq has no file system and runs the job on the device itself"
+            ));
+        }
+        Ok(FioJob {
+            name: self.name,
+            description: self.description,
+            group,
+            serial_set,
+            numjobs: self.numjobs,
+            cpus_allowed: self.cpus_allowed,
+            target: self.target,
+            size_percent,
+            offset_percent,
+            seed_from_clock,
+            ios_per_pass: per_pass,
+            loops: self.loops,
+            ioengine: engine,
+            spec: self.spec,
+            report: self.report,
+            options,
+            warnings: self.warnings,
+        })
+    }
+}
+
+/// The engine's name for a fio job name: fio allows any text, the engine's reports want
+/// `[A-Za-z0-9_.-]`, at most 32 characters; others become `_`.
+pub fn engine_name(name: &str) -> String {
+    name.chars()
+        .take(crate::job::MAX_JOB_NAME)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
+    // fio separates several files with ':' and escapes a literal ':' as '\:'.
+    let mut parts = Vec::new();
+    let mut current = String::new();
+    let mut chars = value.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&':') => {
+                current.push(':');
+                chars.next();
+            }
+            ':' => parts.push(core::mem::take(&mut current)),
+            _ => current.push(c),
+        }
+    }
+    parts.push(current);
+    if parts.len() > 1 {
+        return Err(unsupported(
+            job,
+            &format!("filename={value}"),
+            "a list of files (one I/O stream round-robin over several devices) is not implemented; give one device",
+        ));
+    }
+    let name = parts.remove(0);
+    if name.contains('=') {
+        return Err(unsupported(
+            job,
+            &format!("filename={value}"),
+            "SPDK's trtype=... form is not implemented; name the device with filename=/dev/NAME",
+        ));
+    }
+    Ok(match name.strip_prefix("/dev/") {
+        Some(device) => Target::Device(device.to_string()),
+        None => Target::File(name),
+    })
+}
+
+impl FioJob {
+    /// The engine job for this fio job on these devices and online CPUs: the device from
+    /// `filename`, percentages of its capacity, the clones' CPUs (`cpus_allowed`, else the first
+    /// `numjobs` online CPUs), and `loops` passes over the region.
+    pub fn to_spec(&self, devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<JobSpec, WorkloadError> {
+        let mut spec = self.spec.clone();
+        let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
+        let device = match &self.target {
+            Target::Device(name) => {
+                devices
+                    .iter()
+                    .find(|d| &d.name == name)
+                    .ok_or_else(|| WorkloadError::UnknownDevice {
+                        job: self.name.clone(),
+                        device: alloc::format!("/dev/{name}"),
+                        available: available(),
+                    })?
+            }
+            Target::File(_) | Target::Default => match devices {
+                [only] => only,
+                _ => {
+                    return Err(WorkloadError::MissingDevice {
+                        job: self.name.clone(),
+                        available: available(),
+                    });
+                }
+            },
+        };
+        spec.device = Some(device.name.clone());
+        let capacity = device.validated_capacity_bytes()?;
+        let bs = u64::from(spec.bs);
+        if let Some(p) = self.offset_percent {
+            spec.offset = capacity / 100 * u64::from(p) / bs * bs;
+        }
+        if let Some(p) = self.size_percent {
+            let room = capacity.saturating_sub(spec.offset);
+            spec.size = Some((room / 100 * u64::from(p) / bs * bs).max(bs));
+        }
+        let online = CpuSet::from_cpus(online_cpus);
+        let wanted = self.numjobs;
+        let candidates: Vec<u32> = match self.cpus_allowed {
+            Some(set) => {
+                if let Some(cpu) = set.iter().find(|c| !online.contains(*c)) {
+                    return Err(WorkloadError::CpuNotOnline {
+                        job: self.name.clone(),
+                        cpu,
+                        online: online.to_string(),
+                    });
+                }
+                set.iter().collect()
+            }
+            None => online.iter().collect(),
+        };
+        if candidates.len() < wanted as usize {
+            return Err(unsupported(
+                &self.name,
+                "numjobs",
+                alloc::format!(
+                    "numjobs={wanted} needs one CPU per clone and only {} are available ({}); baremq does not \
+                     share a CPU between clones",
+                    candidates.len(),
+                    if self.cpus_allowed.is_some() {
+                        "cpus_allowed"
+                    } else {
+                        "online"
+                    }
+                ),
+            ));
+        }
+        spec.cpus = crate::job::CpuSelection::List(CpuSet::from_cpus(&candidates[..wanted as usize]));
+        if self.loops > 1 || self.ios_per_pass.is_some() {
+            let per_pass = self.ios_per_pass.unwrap_or_else(|| {
+                let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));
+                region / bs
+            });
+            spec.ios_per_cpu = Some(per_pass.saturating_mul(self.loops));
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,357 @@
+//! Tests of the fio front-end: the reference's four typical jobs, value mapping, refusals.
+
+use super::*;
+use crate::plan::plan_job;
+use alloc::vec;
+
+const RANDREAD: &str = include_str!("../../../../tests/fio/randread-4k-qd32-nj4.fio");
+const MIXED: &str = include_str!("../../../../tests/fio/mixed-70-30.fio");
+const SEQ: &str = include_str!("../../../../tests/fio/seq-128k.fio");
+const VERIFY: &str = include_str!("../../../../tests/fio/write-verify.fio");
+
+fn nvme() -> DeviceInfo {
+    DeviceInfo {
+        name: "nvme0n1".into(),
+        sector_size: 512,
+        capacity_sectors: 2048 * 256, // 256 MiB
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    }
+}
+
+fn md0() -> DeviceInfo {
+    DeviceInfo {
+        name: "md0".into(),
+        ..nvme()
+    }
+}
+
+fn one(text: &str) -> FioJob {
+    let run = parse_job_file(text, &[]).unwrap();
+    assert_eq!(run.jobs.len(), 1, "{text}");
+    run.jobs.into_iter().next().unwrap()
+}
+
+fn refused(text: &str) -> (String, String) {
+    match parse_job_file(text, &[]) {
+        Err(WorkloadError::FioUnsupported { option, reason, .. }) => (option, reason),
+        other => panic!("{text:?}: expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn randread_qd32_nj4_maps_with_fio_meaning() {
+    let job = one(RANDREAD);
+    assert_eq!(job.name, "randread-4k-qd32");
+    assert_eq!(job.numjobs, 4);
+    assert_eq!(job.target, Target::Device("nvme0n1".into()));
+    assert!(job.report.group_reporting);
+    assert_eq!(job.spec.rw, RwMode::RandRead);
+    assert_eq!(job.spec.bs, 4096);
+    assert_eq!(job.spec.iodepth, 32, "libaio honours iodepth");
+    assert_eq!(job.spec.runtime_ns, Some(60_000_000_000));
+    assert!(job.spec.is_time_based());
+    assert_eq!(job.spec.ramp_ns, 5_000_000_000);
+    assert!(job.spec.random_map, "fio's random map is the default");
+    assert!(job.spec.stop_on_error, "fio stops at the first error by default");
+    assert!(job.warnings.is_empty(), "{:?}", job.warnings);
+    let spec = job.to_spec(&[md0(), nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(spec.device.as_deref(), Some("nvme0n1"));
+    assert_eq!(
+        spec.cpus,
+        crate::job::CpuSelection::List(CpuSet::from_cpus(&[0, 1, 2, 3]))
+    );
+    // Four clones, each over the whole device, each with its own stream.
+    let plan = plan_job(&spec, &[md0(), nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(plan.cpus.len(), 4);
+    for slice in &plan.cpus {
+        assert_eq!((slice.first_block, slice.blocks), (0, (256 << 20) / 4096));
+    }
+    // Too few CPUs for the clones is refused by name.
+    assert!(matches!(
+        job.to_spec(&[nvme()], &[0, 1]).unwrap_err(),
+        WorkloadError::FioUnsupported { option, .. } if option == "numjobs"
+    ));
+}
+
+#[test]
+fn mixed_70_30_keeps_both_mix_keys_and_norandommap() {
+    let job = one(MIXED);
+    assert_eq!(job.spec.rw, RwMode::RandRw);
+    assert_eq!(job.spec.rwmixread, 70);
+    assert_eq!(job.spec.iodepth, 16);
+    assert!(!job.spec.random_map, "norandommap");
+    assert!(job.seed_from_clock, "randrepeat=0");
+    // rwmixwrite after rwmixread: the later one wins, as in fio.
+    let later = one("[a]\nrw=randrw\nrwmixread=70\nrwmixwrite=40\nioengine=libaio\ndirect=1\n");
+    assert_eq!(later.spec.rwmixread, 60);
+}
+
+#[test]
+fn seq_128k_is_two_serial_jobs_in_two_groups() {
+    let run = parse_job_file(SEQ, &[]).unwrap();
+    assert_eq!(run.jobs.len(), 2);
+    let (read, write) = (&run.jobs[0], &run.jobs[1]);
+    assert_eq!((read.spec.rw, write.spec.rw), (RwMode::Read, RwMode::Write));
+    assert_eq!((read.serial_set, write.serial_set), (0, 1));
+    assert_eq!((read.group, write.group), (0, 1));
+    assert_eq!(read.spec.bs, 128 << 10);
+    assert_eq!(read.spec.verify, VerifyMode::None, "verify=0");
+    assert_eq!(read.numjobs, 1);
+    let spec = read.to_spec(&[nvme()], &[0, 1, 2]).unwrap();
+    assert_eq!(
+        spec.cpus,
+        crate::job::CpuSelection::List(CpuSet::from_cpus(&[0])),
+        "numjobs=1 is one CPU, not all of them"
+    );
+    assert!(run.options.global_options.contains(&("bs".into(), "128k".into())));
+    assert_eq!(
+        write.options,
+        vec![("stonewall".into(), String::new()), ("rw".into(), "write".into())]
+    );
+}
+
+#[test]
+fn write_verify_is_size_bound_random_map_with_verify() {
+    let job = one(VERIFY);
+    assert_eq!(job.spec.rw, RwMode::RandWrite);
+    assert_eq!(job.spec.verify, VerifyMode::Crc32c);
+    assert!(job.spec.stop_on_error, "verify_fatal");
+    assert!(!job.spec.is_time_based());
+    assert!(job.spec.random_map);
+    let spec = job.to_spec(&[nvme()], &[0]).unwrap();
+    let plan = plan_job(&spec, &[nvme()], &[0]).unwrap();
+    assert_eq!(plan.verify, crate::plan::VerifyScheme::Tracked);
+    // Every block once: the generator of the single clone is a permutation of the region.
+    let mut generator = crate::IoGenerator::new(&plan, 0);
+    let mut seen = vec![false; plan.cpus[0].blocks as usize];
+    let mut count = 0;
+    while let Some((op, block)) = generator.next_io() {
+        assert_eq!(op, crate::IoOp::Write);
+        assert!(!seen[block as usize], "block {block} twice");
+        seen[block as usize] = true;
+        count += 1;
+    }
+    assert_eq!(count, seen.len());
+}
+
+#[test]
+fn runtime_without_time_based_is_a_cap() {
+    let job = one("[a]\nrw=randread\nsize=8m\nruntime=30\nioengine=libaio\ndirect=1\n");
+    assert!(!job.spec.is_time_based());
+    assert!(job.spec.runtime_is_cap);
+    let spec = job.to_spec(&[nvme()], &[0]).unwrap();
+    let plan = plan_job(&spec, &[nvme()], &[0]).unwrap();
+    let mut generator = crate::IoGenerator::new(&plan, 0);
+    assert_eq!(
+        core::iter::from_fn(|| generator.next_io()).count(),
+        2048,
+        "size / bs I/Os, as fio"
+    );
+    assert!(matches!(
+        parse_job_file("[a]\ntime_based\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "time_based"
+    ));
+}
+
+#[test]
+fn io_amounts_loops_number_ios_io_size() {
+    let count = |text: &str| {
+        let job = one(text);
+        let spec = job.to_spec(&[nvme()], &[0]).unwrap();
+        let plan = plan_job(&spec, &[nvme()], &[0]).unwrap();
+        let mut generator = crate::IoGenerator::new(&plan, 0);
+        core::iter::from_fn(|| generator.next_io()).count()
+    };
+    assert_eq!(count("[a]\nsize=64k\nloops=3\n"), 48);
+    assert_eq!(count("[a]\nsize=64k\nnumber_ios=5\n"), 5);
+    assert_eq!(count("[a]\nsize=1m\nio_size=64k\n"), 16);
+    assert_eq!(count("[a]\nsize=1m\nio_size=64k\nloops=2\n"), 32);
+    assert_eq!(count("[a]\nsize=10%\n"), (256 << 20) / 10 / 4096 * 4096 / 4096);
+}
+
+#[test]
+fn sync_engines_and_the_default_cap_the_depth() {
+    for text in [
+        "[a]\niodepth=8\n",
+        "[a]\nioengine=psync\niodepth=8\n",
+        "[a]\nioengine=sync\niodepth=8\n",
+    ] {
+        let job = one(text);
+        assert_eq!(job.spec.iodepth, 1, "{text}");
+        assert!(
+            job.warnings.iter().any(|w| w.contains("capped at 1")),
+            "{:?}",
+            job.warnings
+        );
+    }
+    assert_eq!(one("[a]\nioengine=io_uring\niodepth=8\ndirect=1\n").spec.iodepth, 8);
+    assert_eq!(refused("[a]\nioengine=rbd\n").0, "ioengine=rbd");
+}
+
+#[test]
+fn globals_apply_below_and_later_globals_only_to_later_jobs() {
+    let run = parse_job_file("[global]\nbs=8k\n[a]\n[global]\nbs=16k\n[b]\nstonewall\n", &[]).unwrap();
+    assert_eq!(run.jobs[0].spec.bs, 8192);
+    assert_eq!(run.jobs[1].spec.bs, 16384);
+}
+
+#[test]
+fn command_line_form_parses_like_the_file() {
+    let run = parse_command_line(
+        "--output-format=json+ --output=res.json --ioengine=libaio --direct=1 --filename=/dev/nvme0n1 \
+         --name=r --rw=randread --bs=4KiB --iodepth 32 --numjobs=2 --time_based --runtime=10s --group_reporting"
+            .split_whitespace(),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(run.options.output_format, OutputFormat::JsonPlus);
+    assert_eq!(run.options.output.as_deref(), Some("res.json"));
+    let job = &run.jobs[0];
+    assert_eq!(
+        (job.name.as_str(), job.spec.bs, job.spec.iodepth, job.numjobs),
+        ("r", 4096, 32, 2)
+    );
+    assert_eq!(job.spec.runtime_ns, Some(10_000_000_000));
+    assert!(job.report.group_reporting);
+}
+
+#[test]
+fn overrides_apply_after_each_job() {
+    let run = parse_job_file(RANDREAD, &[("runtime", "2s"), ("ramp_time", "0")]).unwrap();
+    assert_eq!(run.jobs[0].spec.runtime_ns, Some(2_000_000_000));
+    assert_eq!(run.jobs[0].spec.ramp_ns, 0);
+}
+
+#[test]
+fn concurrent_jobs_are_refused_naming_both() {
+    let (option, reason) = refused("[a]\nrw=read\n[b]\nrw=write\n");
+    assert_eq!(option, "stonewall");
+    assert!(reason.contains("\"a\"") && reason.contains("\"b\""), "{reason}");
+    // wait_for on the previous job makes it serial, as does stonewall.
+    assert!(parse_job_file("[a]\n[b]\nwait_for=a\n", &[]).is_ok());
+    assert!(parse_job_file("[a]\n[b]\nwait_for_previous\n", &[]).is_ok());
+    assert!(matches!(
+        parse_job_file("[a]\n[b]\nwait_for=zz\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "wait_for"
+    ));
+    // new_group starts a reporting group but not a serial set.
+    let (option, _) = refused("[a]\n[b]\nnew_group\n");
+    assert_eq!(option, "stonewall");
+}
+
+#[test]
+fn unsupported_options_are_refused_by_name() {
+    for (text, option) in [
+        ("[a]\nrate_iops=100\n", "rate_iops"),
+        ("[a]\nbssplit=4k/50:8k/50\n", "bssplit"),
+        ("[a]\ndirectory=/mnt\n", "directory"),
+        ("[a]\nrw=trim\n", "rw=trim"),
+        ("[a]\nrw=randread:8\n", "rw=randread:8"),
+        ("[a]\nbs=4k,8k\n", "bs=4k,8k"),
+        ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
+        ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
+        ("[a]\nrandom_distribution=zipf:1.2\n", "random_distribution=zipf:1.2"),
+        ("[a]\nverify=pattern\n", "verify=pattern"),
+        ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
+        ("[a]\nverify_backlog=16\n", "verify_backlog"),
+        ("[a]\nfsync=1\n", "fsync"),
+        ("[a]\nend_fsync=1\n", "end_fsync"),
+        ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
+        ("[a]\nthinktime=100\n", "thinktime"),
+        ("[a]\nstartdelay=1\n", "startdelay"),
+        ("[a]\nblockalign=512\n", "blockalign"),
+        ("[a]\nrw=write\nverify=crc32c\ndo_verify=0\n", "do_verify"),
+        ("[a]\nwrite_bw_log=x\n", "log_avg_msec"),
+        ("[a]\nno_such_option=1\n", "no_such_option"),
+    ] {
+        assert_eq!(refused(text).0, option, "{text:?}");
+    }
+    // Zero flushes and bsrange with equal ends are fio's defaults in other words.
+    assert!(parse_job_file("[a]\nfsync=0\nend_fsync=0\nbsrange=8k-8k\nblockalign=8k\n", &[]).is_ok());
+    let text = refused("[a]\nrate_iops=100\n").1;
+    assert!(text.contains("rate"), "{text}");
+}
+
+#[test]
+fn no_ops_are_listed_as_warnings() {
+    let job = one("[a]\nthread\ninvalidate=1\ngtod_reduce=1\nioengine=libaio\ndirect=1\n");
+    for key in ["thread", "invalidate", "gtod_reduce"] {
+        assert!(
+            job.warnings.iter().any(|w| w.starts_with(key)),
+            "{key}: {:?}",
+            job.warnings
+        );
+    }
+    let buffered = one("[a]\nioengine=libaio\n");
+    assert!(buffered.warnings.iter().any(|w| w.contains("direct=0")));
+    let file = one("[a]\nfilename=/tmp/x\nioengine=libaio\ndirect=1\n");
+    assert_eq!(file.target, Target::File("/tmp/x".into()));
+    assert!(file.warnings.iter().any(|w| w.contains("file")));
+}
+
+#[test]
+fn devices_resolve_by_dev_path_or_the_only_device() {
+    let job = one("[a]\nfilename=/dev/sdb\n");
+    assert!(matches!(
+        job.to_spec(&[nvme()], &[0]).unwrap_err(),
+        WorkloadError::UnknownDevice { device, .. } if device == "/dev/sdb"
+    ));
+    let default = one("[a]\n");
+    assert_eq!(
+        default.to_spec(&[nvme()], &[0]).unwrap().device.as_deref(),
+        Some("nvme0n1")
+    );
+    assert!(matches!(
+        default.to_spec(&[nvme(), md0()], &[0]).unwrap_err(),
+        WorkloadError::MissingDevice { .. }
+    ));
+}
+
+#[test]
+fn numjobs_offset_increment_and_cpus_allowed() {
+    let job = one("[a]\nnumjobs=3\nsize=1m\noffset_increment=1m\ncpus_allowed=2-5\nrw=write\nverify=crc32c\n");
+    let spec = job.to_spec(&[nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(spec.cpus, crate::job::CpuSelection::List(CpuSet::from_cpus(&[2, 3, 4])));
+    let plan = plan_job(&spec, &[nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    let firsts: Vec<_> = plan.cpus.iter().map(|s| (s.first_block, s.blocks)).collect();
+    assert_eq!(firsts, [(0, 256), (256, 256), (512, 256)]);
+    assert_eq!(plan.verify, crate::plan::VerifyScheme::SinglePass);
+    // Overlapping clones that write and verify are refused.
+    let overlapping = one("[a]\nnumjobs=2\nsize=1m\nrw=randwrite\nverify=crc32c\n");
+    let spec = overlapping.to_spec(&[nvme()], &[0, 1]).unwrap();
+    assert!(matches!(
+        plan_job(&spec, &[nvme()], &[0, 1]).unwrap_err(),
+        WorkloadError::ConflictingKeys {
+            first: "numjobs",
+            second: "verify",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn run_options_from_native_words_and_readonly() {
+    let (options, rest) = split_run_words(&["rw=read", "output-format=json,normal", "output=a.json", "bs=4k"]).unwrap();
+    assert_eq!(rest, ["rw=read", "bs=4k"]);
+    assert_eq!(options.output_format, OutputFormat::Json);
+    assert!(options.normal_too);
+    assert_eq!(options.output.as_deref(), Some("a.json"));
+    assert!(matches!(
+        split_run_words(&["output-format=xml"]).unwrap_err(),
+        WorkloadError::FioBadValue { .. }
+    ));
+    let (option, _) = match parse_command_line(["--readonly", "--name=w", "--rw=write"], &[]) {
+        Err(WorkloadError::FioUnsupported { option, reason, .. }) => (option, reason),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(option, "readonly");
+}
+
+#[test]
+fn names_with_spaces_keep_their_text() {
+    let job = one("[4KiB Random Read QD=1]\ndescription=\"a job\"\n");
+    assert_eq!(job.name, "4KiB Random Read QD=1");
+    assert_eq!(job.spec.name, "4KiB_Random_Read_QD_1");
+    assert_eq!(job.description.as_deref(), Some("a job"));
+}
