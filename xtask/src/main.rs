@@ -5,7 +5,7 @@
 //! cargo xtask run [OPTIONS] [-- KERNEL ARGS...]     the main job
 //! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list]
 //! cargo xtask test                                   every check CI runs
-//! cargo xtask image [--debug] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! cargo xtask image [--debug] [--fio JOB.fio]... [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! ```
@@ -44,6 +44,9 @@ commands:
       --disk PATH                 disk image behind the controller
                                   (default target/baremq-disk.img, 256 MiB, created on first use)
       --no-disk                   no controller and no disk
+      --fio JOB.fio               run a fio job file (repeatable: in order); it reaches the kernel as a
+                                  boot module (-initrd); no default job then. Shorten a published job
+                                  with kernel words, e.g. -- fio.override.runtime=2s (docs/fio.md)
       ARGS                        kernel command line, e.g. -- log=debug test=timer; without ARGS the
                                   default job runs: mixed random read/write with crc32c verify on the
                                   disk (md0 or nvme0n1) from every CPU for about ten seconds
@@ -52,7 +55,9 @@ commands:
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
   test                            fmt, clippy, host tests, loom models, then qemu-test
-  image [--debug] [-- ARGS...]    GRUB rescue image (BIOS and UEFI) at target/baremq.iso
+  image [--debug] [--fio JOB.fio]... [-- ARGS...]
+                                  GRUB rescue image (BIOS and UEFI) at target/baremq.iso; each --fio
+                                  file is loaded by a module2 (module) line of the Multiboot2 (1) entry
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
@@ -238,6 +243,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut timeout = 300u64;
     let mut disk: Option<PathBuf> = Some(root().join(DEFAULT_DISK));
     let mut device = RunDevice::Megasas;
+    let mut fio_files: Vec<PathBuf> = Vec::new();
     let mut i = 0;
     while i < opts.len() {
         match opts[i].as_str() {
@@ -283,6 +289,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             }
             "--disk" => disk = Some(PathBuf::from(value(opts, &mut i, "--disk")?)),
             "--no-disk" => disk = None,
+            "--fio" => fio_files.push(PathBuf::from(value(opts, &mut i, "--fio")?)),
             "--device" => {
                 device = match value(opts, &mut i, "--device")? {
                     "megasas" => RunDevice::Megasas,
@@ -309,12 +316,13 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             qemu::create_image(path, DEFAULT_DISK_BYTES, "raw")?;
         }
         extra.extend(device.qemu_args(path, cpus));
-        if append.is_empty() {
+        if append.is_empty() && fio_files.is_empty() {
             let job = format!("{DEFAULT_JOB} device={}", device.block_device());
             append = job.split_whitespace().map(str::to_string).collect();
             println!("xtask: default job: {job}");
         }
     }
+    extra.extend(qemu::fio_initrd_args(&fio_files, false)?);
     let m = qemu::Machine {
         accel,
         firmware,
@@ -384,15 +392,25 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
 fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
     let (opts, kernel_args) = split_dashdash(args);
     let mut debug = false;
-    for a in opts {
-        match a.as_str() {
+    let mut fio_files: Vec<PathBuf> = Vec::new();
+    let mut i = 0;
+    while i < opts.len() {
+        match opts[i].as_str() {
             "--debug" => debug = true,
+            "--fio" => {
+                let file = PathBuf::from(value(opts, &mut i, "--fio")?);
+                if !file.is_file() {
+                    return Err(format!("image: fio job file {} does not exist", file.display()));
+                }
+                fio_files.push(file);
+            }
             other => return Err(format!("image: unknown option '{other}'")),
         }
+        i += 1;
     }
     let kernel = build_kernel(debug)?;
     let out = root().join("target/baremq.iso");
-    setup::make_grub_image(&kernel, &out, &kernel_args.join(" "), 5)?;
+    setup::make_grub_image_with_modules(&kernel, &out, &kernel_args.join(" "), 5, &fio_files)?;
     println!(
         "xtask: wrote {} (GRUB, BIOS and UEFI; serial console on COM1 at 115200)",
         out.display()

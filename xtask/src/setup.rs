@@ -1,6 +1,6 @@
 //! First-run setup: the bare-metal target, QEMU, and GRUB image making.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// True when `program` is on PATH.
@@ -104,10 +104,27 @@ fn parse_candidate(policy: &str) -> Option<String> {
         .map(String::from)
 }
 
+/// The GRUB lines that load fio job files as modules: each file is copied to
+/// `/boot/fio/N-NAME` and loaded with the string `fio`, so the kernel knows it for a job file
+/// (`module2` for the Multiboot2 entry, `module` for the Multiboot1 one).
+fn grub_module_lines(command: &str, modules: &[(String, PathBuf)]) -> String {
+    modules
+        .iter()
+        .map(|(name, _)| format!("    {command} /boot/fio/{name} fio\n"))
+        .collect()
+}
+
 /// Writes a GRUB rescue image (BIOS and, when grub-efi is installed, UEFI)
 /// holding `kernel`, with menu entries for Multiboot2 (default) and
-/// Multiboot1, both passing `args`, and the serial console on COM1.
-pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) -> Result<(), String> {
+/// Multiboot1, both passing `args` and loading `fio_files` as boot modules,
+/// and the serial console on COM1.
+pub fn make_grub_image_with_modules(
+    kernel: &Path,
+    out: &Path,
+    args: &str,
+    timeout_s: u32,
+    fio_files: &[PathBuf],
+) -> Result<(), String> {
     if !have_program("grub-mkrescue") {
         return Err(
             "grub-mkrescue is missing: apt-get install -y grub-pc-bin grub-efi-amd64-bin grub-common xorriso mtools"
@@ -118,14 +135,28 @@ pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) ->
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(stage.join("boot/grub")).map_err(|e| format!("creating {}: {e}", stage.display()))?;
     std::fs::copy(kernel, stage.join("boot/baremq")).map_err(|e| format!("copying the kernel: {e}"))?;
+    let mut modules = Vec::new();
+    for (index, file) in fio_files.iter().enumerate() {
+        let base = file
+            .file_name()
+            .map(|n| n.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-', "_"))
+            .unwrap_or_default();
+        let name = format!("{}-{base}", index + 1);
+        std::fs::create_dir_all(stage.join("boot/fio")).map_err(|e| format!("creating boot/fio: {e}"))?;
+        std::fs::copy(file, stage.join("boot/fio").join(&name))
+            .map_err(|e| format!("copying fio job file {}: {e}", file.display()))?;
+        modules.push((name, file.clone()));
+    }
+    let mb2_modules = grub_module_lines("module2", &modules);
+    let mb1_modules = grub_module_lines("module", &modules);
     let cfg = format!(
         "serial --unit=0 --speed=115200\n\
          terminal_input serial console\n\
          terminal_output serial console\n\
          set timeout={timeout_s}\n\
          set default=0\n\
-         menuentry \"baremq (multiboot2) {args}\" {{\n    multiboot2 /boot/baremq {args}\n    boot\n}}\n\
-         menuentry \"baremq (multiboot1) {args}\" {{\n    multiboot /boot/baremq {args}\n    boot\n}}\n\
+         menuentry \"baremq (multiboot2) {args}\" {{\n    multiboot2 /boot/baremq {args}\n{mb2_modules}    boot\n}}\n\
+         menuentry \"baremq (multiboot1) {args}\" {{\n    multiboot /boot/baremq {args}\n{mb1_modules}    boot\n}}\n\
          menuentry \"baremq: platform report only\" {{\n    multiboot2 /boot/baremq\n    boot\n}}\n"
     );
     std::fs::write(stage.join("boot/grub/grub.cfg"), cfg).map_err(|e| format!("writing grub.cfg: {e}"))?;
@@ -146,7 +177,20 @@ pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) ->
 
 #[cfg(test)]
 mod tests {
-    use super::parse_candidate;
+    use super::{grub_module_lines, parse_candidate};
+
+    #[test]
+    fn grub_module_lines_mark_fio_files() {
+        let modules = vec![
+            ("1-seq-128k.fio".to_string(), std::path::PathBuf::from("tests/fio/seq-128k.fio")),
+            ("2-x.fio".to_string(), std::path::PathBuf::from("x.fio")),
+        ];
+        assert_eq!(
+            grub_module_lines("module2", &modules),
+            "    module2 /boot/fio/1-seq-128k.fio fio\n    module2 /boot/fio/2-x.fio fio\n"
+        );
+        assert_eq!(grub_module_lines("module", &[]), "");
+    }
 
     #[test]
     fn candidate_is_read_from_apt_cache_policy() {

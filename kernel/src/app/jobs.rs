@@ -505,52 +505,72 @@ fn run_job(plan: &JobPlan, dev: &'static dyn BlockDevice, device_vectors: &[u8])
     Ok(report.passed())
 }
 
-/// Parses and runs the jobs in `words`. Returns Err with a message on a bad
-/// job or a run that could not complete; Ok(false) when a job failed.
-pub fn run(words: &[&str]) -> Result<bool, String> {
-    // The boot CPU takes interrupts from here on (its jobs need them), so the
-    // watchdog watches it too.
+/// Prepares the boot CPU for running jobs: it takes interrupts from here on
+/// (its jobs need them), so the watchdog watches it too.
+pub fn prepare() {
     x86_64::instructions::interrupts::enable();
     crate::arch::watchdog::watch_this_cpu();
-    let specs = workload::parse_jobs(words.iter().copied()).map_err(|e| e.to_string())?;
-    if specs.is_empty() {
-        return Ok(true);
-    }
+}
+
+/// The block devices as the workload engine sees them; an error when there is none.
+pub fn devices() -> Result<Vec<DeviceInfo>, String> {
     let infos: Vec<DeviceInfo> = block::devices().iter().map(|d| device_info(*d)).collect();
     if infos.is_empty() {
         return Err(
             "jobs were given but there is no block device (add a controller and disk, or null.size=SIZE)".into(),
         );
     }
-    let online: Vec<u32> = (0..smp::online() as u32).collect();
+    Ok(infos)
+}
+
+/// The online CPUs, in order.
+pub fn online_cpus() -> Vec<u32> {
+    (0..smp::online() as u32).collect()
+}
+
+/// Parses and runs the jobs in `words`. Returns Err with a message on a bad
+/// job or a run that could not complete; Ok(false) when a job failed.
+pub fn run(words: &[&str]) -> Result<bool, String> {
+    prepare();
+    let specs = workload::parse_jobs(words.iter().copied()).map_err(|e| e.to_string())?;
+    if specs.is_empty() {
+        return Ok(true);
+    }
+    let infos = devices()?;
+    let online = online_cpus();
     let mut all_passed = true;
     for spec in &specs {
-        let mut plan = workload::plan_job(spec, &infos, &online).map_err(|e| e.to_string())?;
-        let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
-        // Record the policies in force, so the report names them rather than "default".
-        let (c, q) = map_policies(&plan, dev);
-        plan.spec.completion = Some(to_left(&COMPLETION_POLICIES, c));
-        plan.spec.quiesce = Some(to_left(&QUIESCE_POLICIES, q));
-        // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse a job
-        // that cannot fit instead of failing half-way through its allocations.
-        let need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
-        let free = crate::arch::memory::free_bytes();
-        if need > free / 2 {
-            return Err(alloc::format!(
-                "job {}: needs {} MiB of DMA buffers (iodepth {} x bs {} x {} CPUs); only {} MiB of memory is free",
-                plan.spec.name,
-                need >> 20,
-                plan.iodepth,
-                plan.bs(),
-                plan.cpus.len(),
-                free >> 20
-            ));
-        }
-        let passed = run_job(&plan, dev, &dev.facts().irq_vectors)?;
-        kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
-        all_passed &= passed;
+        all_passed &= run_spec(spec, &infos, &online)?;
     }
     kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
     kprintln!("{}", irq::TABLE.display(smp::online()));
     Ok(all_passed)
+}
+
+/// Plans and runs one job; Ok(passed), or Err when it cannot be planned or run.
+pub fn run_spec(spec: &workload::JobSpec, infos: &[DeviceInfo], online: &[u32]) -> Result<bool, String> {
+    let mut plan = workload::plan_job(spec, infos, online).map_err(|e| e.to_string())?;
+    let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
+    // Record the policies in force, so the report names them rather than "default".
+    let (c, q) = map_policies(&plan, dev);
+    plan.spec.completion = Some(to_left(&COMPLETION_POLICIES, c));
+    plan.spec.quiesce = Some(to_left(&QUIESCE_POLICIES, q));
+    // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse a job
+    // that cannot fit instead of failing half-way through its allocations.
+    let need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
+    let free = crate::arch::memory::free_bytes();
+    if need > free / 2 {
+        return Err(alloc::format!(
+            "job {}: needs {} MiB of DMA buffers (iodepth {} x bs {} x {} CPUs); only {} MiB of memory is free",
+            plan.spec.name,
+            need >> 20,
+            plan.iodepth,
+            plan.bs(),
+            plan.cpus.len(),
+            free >> 20
+        ));
+    }
+    let passed = run_job(&plan, dev, &dev.facts().irq_vectors)?;
+    kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
+    Ok(passed)
 }

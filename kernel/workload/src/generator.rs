@@ -64,7 +64,7 @@ impl IoGenerator {
             *remaining -= 1;
         }
         let block = if let Some(map) = &mut self.map {
-            map.next()
+            map.next_index()
         } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {

@@ -10,7 +10,7 @@
 
 use crate::rng::mix64;
 
-/// One pass over `0..n` in a seeded order; call [`RandomMap::next`] `n` times per pass.
+/// One pass over `0..n` in a seeded order; call [`RandomMap::next_index`] `n` times per pass.
 #[derive(Debug, Clone)]
 pub struct RandomMap {
     n: u64,
@@ -51,7 +51,7 @@ impl RandomMap {
     }
 
     /// The next index of the pass; after `n` calls the next pass starts (the same order again).
-    pub fn next(&mut self) -> u64 {
+    pub fn next_index(&mut self) -> u64 {
         loop {
             self.state = self.state.wrapping_mul(self.multiplier).wrapping_add(self.increment) & self.mask;
             let v = self.scrambled(self.state);
@@ -75,7 +75,7 @@ mod tests {
                 for pass in 0..2 {
                     let mut seen = vec![false; n as usize];
                     for _ in 0..n {
-                        let i = map.next();
+                        let i = map.next_index();
                         assert!(i < n, "n={n} seed={seed}: {i} out of range");
                         assert!(!seen[i as usize], "n={n} seed={seed} pass {pass}: {i} twice");
                         seen[i as usize] = true;
@@ -89,7 +89,7 @@ mod tests {
     fn order_depends_on_the_seed_and_is_not_sequential() {
         let take = |seed| {
             let mut map = RandomMap::new(1 << 16, seed);
-            (0..64).map(|_| map.next()).collect::<alloc::vec::Vec<_>>()
+            (0..64).map(|_| map.next_index()).collect::<alloc::vec::Vec<_>>()
         };
         let a = take(1);
         assert_eq!(a, take(1));

@@ -1,0 +1,164 @@
+//! fio jobs: job files that arrive as boot modules, and fio command-line words after the
+//! kernel command line's `--`, run through the workload crate's fio front-end
+//! (`workload::fio`) and then, job by job, through the same runner as native jobs
+//! ([`super::jobs::run_spec`]).
+//!
+//! Which boot modules are job files: a module whose string has a word `fio` or a word ending in
+//! `.fio` (ASCII case-insensitive), or a module with no string at all (QEMU's PVH `-initrd`
+//! passes none) whose first line that is neither blank nor a `;`/`#` comment starts with `[`.
+//! QEMU's Multiboot `-initrd "FILE fio"` gives `FILE fio` as the string (xtask adds the `fio`);
+//! with GRUB, `module2 /boot/job.fio fio` gives `fio` (the words after the path). Other modules
+//! are named on the console and left alone; `fio.modules=off` ignores them all. Files run in the loader's order, each a separate set of jobs (fio's rule for several
+//! job files: a stonewall between them); command-line words run after the files.
+
+use crate::arch::console::kprintln;
+use crate::arch::{irq, memory, smp, time};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use bootinfo::{BootInfo, PhysMemory};
+use workload::fio::{FioRun, OutputFormat};
+
+/// A fio job file read from a boot module.
+pub struct JobFile {
+    /// `module N "string"`, for messages.
+    pub label: String,
+    /// The file's text.
+    pub text: String,
+}
+
+/// Whether a module string marks a fio job file (see the module docs).
+fn is_fio_string(string: &str) -> bool {
+    string.split_ascii_whitespace().any(|word| {
+        word.eq_ignore_ascii_case("fio")
+            || word.len() > 4 && word.as_bytes()[word.len() - 4..].eq_ignore_ascii_case(b".fio")
+    })
+}
+
+/// Whether an unlabelled module's bytes start like a job file: the first line that is neither
+/// blank nor a comment is a `[section]` header.
+fn looks_like_job_file(bytes: &[u8]) -> bool {
+    bytes
+        .split(|&b| b == b'\n')
+        .map(|line| line.trim_ascii())
+        .find(|line| !line.is_empty() && !line.starts_with(b";") && !line.starts_with(b"#"))
+        .is_some_and(|line| line.starts_with(b"["))
+}
+
+/// The boot modules that are fio job files, read into the heap. Other modules, and every
+/// module when `enabled` is false, are listed and left alone; a job file that is not UTF-8 text
+/// or cannot be read stops the boot.
+pub fn job_files(boot: &BootInfo, enabled: bool) -> Vec<JobFile> {
+    let mut files = Vec::new();
+    for (index, module) in boot.modules.iter().enumerate() {
+        let label = format!("module {} {:?}", index + 1, module.string.as_str());
+        let mut bytes = alloc::vec![0u8; module.len() as usize];
+        if let Err(e) = memory::IdentityMap.read(module.start, &mut bytes) {
+            crate::arch::exit::failure(format_args!("fio: boot {label}: {e}"));
+        }
+        let unlabelled_job = module.string.trim().is_empty() && looks_like_job_file(&bytes);
+        if !enabled || !(is_fio_string(&module.string) || unlabelled_job) {
+            kprintln!(
+                "fio: boot {label} ({} bytes) not run: {}",
+                module.len(),
+                if enabled {
+                    "its string has no word fio or *.fio (and it has a string, or no [section] first)"
+                } else {
+                    "fio.modules=off"
+                }
+            );
+            continue;
+        }
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => crate::arch::exit::failure(format_args!(
+                "fio: boot {label}: not a text job file (byte {} is not UTF-8)",
+                e.utf8_error().valid_up_to()
+            )),
+        };
+        kprintln!("fio: boot {label}: job file, {} bytes", text.len());
+        files.push(JobFile { label, text });
+    }
+    files
+}
+
+/// Parses and runs the fio job files, then the fio command-line `words`, with the kernel's
+/// `fio.override.KEY=VALUE` words applied to every job. Err on a job that is refused or cannot
+/// run; Ok(false) when a job failed.
+pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)]) -> Result<bool, String> {
+    super::jobs::prepare();
+    let mut runs: Vec<(String, FioRun)> = Vec::new();
+    // Parse everything first, so a refused option in a later file stops the boot before any
+    // I/O is done.
+    for file in files {
+        let run = workload::fio::parse_job_file(&file.text, overrides).map_err(|e| format!("fio: {}: {e}", file.label))?;
+        runs.push((file.label.clone(), run));
+    }
+    if !words.is_empty() {
+        let run = workload::fio::parse_command_line(words.iter().copied(), overrides)
+            .map_err(|e| format!("fio: command line: {e}"))?;
+        runs.push(("command line".into(), run));
+    }
+    for (key, value) in overrides {
+        kprintln!("fio: fio.override: {key}={value} applies to every job");
+    }
+    let infos = super::jobs::devices()?;
+    let online = super::jobs::online_cpus();
+    let mut all_passed = true;
+    for (label, run) in &runs {
+        let options = &run.options;
+        kprintln!(
+            "fio: {label}: {} job(s); output-format={}{}{}",
+            run.jobs.len(),
+            match options.output_format {
+                OutputFormat::Normal => "normal",
+                OutputFormat::Json => "json",
+                OutputFormat::JsonPlus => "json+",
+            },
+            if options.normal_too { ",normal" } else { "" },
+            options.output.as_deref().map(|o| format!(" output={o}")).unwrap_or_default(),
+        );
+        for job in &run.jobs {
+            let mut spec = job.to_spec(&infos, &online).map_err(|e| format!("fio: {label}: {e}"))?;
+            for warning in &job.warnings {
+                kprintln!("fio job {:?}: warning: {warning}", job.name);
+            }
+            if job.numjobs > 1 && !job.report.group_reporting {
+                kprintln!(
+                    "fio job {:?}: warning: numjobs={} without group_reporting: fio reports each clone, baremq's \
+                     report merges them (its per-CPU lines are the clones)",
+                    job.name,
+                    job.numjobs
+                );
+            }
+            if job.seed_from_clock {
+                spec.seed = time::rdtsc();
+                kprintln!("fio job {:?}: randrepeat=0: seed {:#x} from the clock", job.name, spec.seed);
+            }
+            kprintln!(
+                "fio job {:?}: group {}, {} clone(s) on CPUs {}, ioengine={}, mapped to: {}{}{}",
+                job.name,
+                job.group,
+                job.numjobs,
+                spec.cpus,
+                job.ioengine,
+                spec,
+                if spec.runtime_is_cap && spec.runtime_ns.is_some() {
+                    " (runtime caps the job: not time_based)"
+                } else {
+                    ""
+                },
+                if spec.ramp_ns > 0 {
+                    format!(", ramp_time {} ms not measured", spec.ramp_ns / 1_000_000)
+                } else {
+                    String::new()
+                },
+            );
+            all_passed &= super::jobs::run_spec(&spec, &infos, &online)?;
+        }
+    }
+    kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
+    kprintln!("{}", irq::TABLE.display(smp::online()));
+    Ok(all_passed)
+}
+
