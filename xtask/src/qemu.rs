@@ -119,7 +119,9 @@ pub fn fio_initrd_args(files: &[PathBuf], pvh: bool) -> Result<Vec<String>, Stri
         }
         let path = file.display().to_string();
         if path.contains(char::is_whitespace) {
-            return Err(format!("fio job file {path}: QEMU's -initrd cannot take a path with spaces"));
+            return Err(format!(
+                "fio job file {path}: QEMU's -initrd cannot take a path with spaces"
+            ));
         }
         if pvh {
             entries.push(path);

@@ -139,7 +139,10 @@ pub fn make_grub_image_with_modules(
     for (index, file) in fio_files.iter().enumerate() {
         let base = file
             .file_name()
-            .map(|n| n.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-', "_"))
+            .map(|n| {
+                n.to_string_lossy()
+                    .replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-', "_")
+            })
             .unwrap_or_default();
         let name = format!("{}-{base}", index + 1);
         std::fs::create_dir_all(stage.join("boot/fio")).map_err(|e| format!("creating boot/fio: {e}"))?;
@@ -182,7 +185,10 @@ mod tests {
     #[test]
     fn grub_module_lines_mark_fio_files() {
         let modules = vec![
-            ("1-seq-128k.fio".to_string(), std::path::PathBuf::from("tests/fio/seq-128k.fio")),
+            (
+                "1-seq-128k.fio".to_string(),
+                std::path::PathBuf::from("tests/fio/seq-128k.fio"),
+            ),
             ("2-x.fio".to_string(), std::path::PathBuf::from("x.fio")),
         ];
         assert_eq!(

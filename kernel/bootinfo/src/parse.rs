@@ -140,10 +140,13 @@ impl BootInfo {
     /// The physical ranges the modules occupy, page-rounded, to reserve before the allocator
     /// starts.
     pub fn module_ranges(&self) -> impl Iterator<Item = crate::memmap::Range> + '_ {
-        self.modules.iter().filter(|m| !m.is_empty()).map(|m| crate::memmap::Range {
-            start: m.start & !0xfff,
-            end: m.end.saturating_add(0xfff) & !0xfff,
-        })
+        self.modules
+            .iter()
+            .filter(|m| !m.is_empty())
+            .map(|m| crate::memmap::Range {
+                start: m.start & !0xfff,
+                end: m.end.saturating_add(0xfff) & !0xfff,
+            })
     }
 
     fn push_module(&mut self, start: u64, end: u64, string: String<MAX_MODULE_STRING>) -> Result<(), Error> {

@@ -1,7 +1,8 @@
 //! fio jobs: job files that arrive as boot modules, and fio command-line words after the
 //! kernel command line's `--`, run through the workload crate's fio front-end
 //! (`workload::fio`) and then, job by job, through the same runner as native jobs
-//! ([`super::jobs::run_spec`]).
+//! ([`super::jobs::run_specs`]). The jobs of a wave (fio's jobs with no `stonewall` between
+//! them) run at the same time, each on CPUs of its own (`workload::fio::wave_specs`).
 //!
 //! Which boot modules are job files: a module whose string has a word `fio` or a word ending in
 //! `.fio` (ASCII case-insensitive), or a module with no string at all (QEMU's PVH `-initrd`
@@ -91,7 +92,8 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)]) -> Res
     // Parse everything first, so a refused option in a later file stops the boot before any
     // I/O is done.
     for file in files {
-        let run = workload::fio::parse_job_file(&file.text, overrides).map_err(|e| format!("fio: {}: {e}", file.label))?;
+        let run =
+            workload::fio::parse_job_file(&file.text, overrides).map_err(|e| format!("fio: {}: {e}", file.label))?;
         runs.push((file.label.clone(), run));
     }
     if !words.is_empty() {
@@ -116,45 +118,21 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)]) -> Res
                 OutputFormat::JsonPlus => "json+",
             },
             if options.normal_too { ",normal" } else { "" },
-            options.output.as_deref().map(|o| format!(" output={o}")).unwrap_or_default(),
+            options
+                .output
+                .as_deref()
+                .map(|o| format!(" output={o}"))
+                .unwrap_or_default(),
         );
-        for job in &run.jobs {
-            let mut spec = job.to_spec(&infos, &online).map_err(|e| format!("fio: {label}: {e}"))?;
-            for warning in &job.warnings {
-                kprintln!("fio job {:?}: warning: {warning}", job.name);
+        for wave in run.waves() {
+            let mut specs =
+                workload::fio::wave_specs(wave, &infos, &online).map_err(|e| format!("fio: {label}: {e}"))?;
+            for (job, spec) in wave.iter().zip(specs.iter_mut()) {
+                describe(job, spec);
             }
-            if job.numjobs > 1 && !job.report.group_reporting {
-                kprintln!(
-                    "fio job {:?}: warning: numjobs={} without group_reporting: fio reports each clone, baremq's \
-                     report merges them (its per-CPU lines are the clones)",
-                    job.name,
-                    job.numjobs
-                );
+            for passed in super::jobs::run_specs(&specs, &infos, &online)? {
+                all_passed &= passed;
             }
-            if job.seed_from_clock {
-                spec.seed = time::rdtsc();
-                kprintln!("fio job {:?}: randrepeat=0: seed {:#x} from the clock", job.name, spec.seed);
-            }
-            kprintln!(
-                "fio job {:?}: group {}, {} clone(s) on CPUs {}, ioengine={}, mapped to: {}{}{}",
-                job.name,
-                job.group,
-                job.numjobs,
-                spec.cpus,
-                job.ioengine,
-                spec,
-                if spec.runtime_is_cap && spec.runtime_ns.is_some() {
-                    " (runtime caps the job: not time_based)"
-                } else {
-                    ""
-                },
-                if spec.ramp_ns > 0 {
-                    format!(", ramp_time {} ms not measured", spec.ramp_ns / 1_000_000)
-                } else {
-                    String::new()
-                },
-            );
-            all_passed &= super::jobs::run_spec(&spec, &infos, &online)?;
         }
     }
     kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
@@ -162,3 +140,45 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)]) -> Res
     Ok(all_passed)
 }
 
+/// Prints what a fio job became: its warnings, its seed when fio's `randrepeat=0` asks for one
+/// from the clock (set in `spec`), and the engine job it maps to.
+fn describe(job: &workload::fio::FioJob, spec: &mut workload::JobSpec) {
+    for warning in &job.warnings {
+        kprintln!("fio job {:?}: warning: {warning}", job.name);
+    }
+    if job.numjobs > 1 && !job.report.group_reporting {
+        kprintln!(
+            "fio job {:?}: warning: numjobs={} without group_reporting: fio reports each clone, baremq's \
+             report merges them (its per-CPU lines are the clones)",
+            job.name,
+            job.numjobs
+        );
+    }
+    if job.seed_from_clock {
+        spec.seed = time::rdtsc();
+        kprintln!(
+            "fio job {:?}: randrepeat=0: seed {:#x} from the clock",
+            job.name,
+            spec.seed
+        );
+    }
+    kprintln!(
+        "fio job {:?}: group {}, {} clone(s) on CPUs {}, ioengine={}, mapped to: {}{}{}",
+        job.name,
+        job.group,
+        job.numjobs,
+        spec.cpus,
+        job.ioengine,
+        spec,
+        if spec.runtime_is_cap && spec.runtime_ns.is_some() {
+            " (runtime caps the job: not time_based)"
+        } else {
+            ""
+        },
+        if spec.ramp_ns > 0 {
+            format!(", ramp_time {} ms not measured", spec.ramp_ns / 1_000_000)
+        } else {
+            String::new()
+        },
+    );
+}

@@ -407,7 +407,12 @@ fn multiboot1_modules_as_qemu_initrd_gives_them() {
     );
     // A module that ends before it starts, or too many modules, is an error.
     m.put_u32(list + 4, 0x1f_0000);
-    assert!(parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE).unwrap_err().to_string().contains("ends before"));
+    assert!(
+        parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("ends before")
+    );
     m.put_u32(BASE + 20, 1000);
     assert!(parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE).is_err());
 }
@@ -430,7 +435,12 @@ fn multiboot2_module_tags_keep_the_grub_string() {
     assert_eq!(bi.modules[0].string.as_str(), "fio");
     assert_eq!((bi.modules[0].start, bi.modules[0].end), (0x30_0000, 0x30_0400));
     let short = multiboot2_fixture(&[(MB2_TAG_MODULE, vec![0; 4])], true);
-    assert!(parse_boot_info(&short, MULTIBOOT2_MAGIC, BASE).unwrap_err().to_string().contains("too short"));
+    assert!(
+        parse_boot_info(&short, MULTIBOOT2_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("too short")
+    );
 }
 
 #[test]
@@ -454,7 +464,12 @@ fn pvh_module_list_is_parsed_and_checked() {
     assert_eq!((bi.modules[0].start, bi.modules[0].end), (0x40_0000, 0x40_0000 + 300));
     assert_eq!(bi.modules[0].string.as_str(), "job.fio");
     m.put_u64(BASE + 0x308, 1 << 40);
-    assert!(parse_boot_info(&m, PVH_MAGIC, BASE).unwrap_err().to_string().contains("16 MiB"));
+    assert!(
+        parse_boot_info(&m, PVH_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("16 MiB")
+    );
     m.put_u64(BASE + 0x300, u64::MAX - 10);
     m.put_u64(BASE + 0x308, 100);
     assert!(parse_boot_info(&m, PVH_MAGIC, BASE).is_err());

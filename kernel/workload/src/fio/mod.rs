@@ -17,11 +17,13 @@
 //! # Scheduling
 //!
 //! fio starts the jobs of a file together, except where `stonewall` (or `wait_for_previous`)
-//! makes a job wait for all before it, or `wait_for=NAME` for one. baremq runs one job at a time,
-//! so a file is accepted only where fio's order is serial: each job after the first in a
-//! stonewall set must `wait_for` the job just before it. Two jobs fio would run at the same time
-//! are refused, naming both ([`FioJob::serial_set`], [`FioJob::group`] give the sets and
-//! fio's reporting groups).
+//! makes a job wait for all before it, or `wait_for=NAME` for one. The front-end cuts the jobs
+//! into waves ([`FioJob::wave`]): the jobs of a wave start together (the kernel runs them at the
+//! same time, each on CPUs of its own), and a wave starts when the one before it has finished.
+//! A new wave starts at each `stonewall`, and at a `wait_for` that names the only job of the
+//! current wave (exactly fio's order). A `wait_for` naming a job that runs beside others would
+//! need a job to start while others continue; it is refused by name. [`FioJob::group`] is fio's
+//! reporting group.
 
 pub mod syntax;
 pub mod values;
@@ -144,6 +146,9 @@ pub struct FioJob {
     pub group: u32,
     /// Jobs of one serial set would start together in fio; a new set starts at each `stonewall`.
     pub serial_set: u32,
+    /// The jobs of a wave run at the same time; waves run one after the other (see the module
+    /// docs).
+    pub wave: u32,
     /// `numjobs`: clones, each a full copy of the job on its own CPU.
     pub numjobs: u32,
     /// `cpus_allowed` / `cpumask`: the CPUs the clones are placed on (one each, in order).
@@ -447,53 +452,57 @@ fn build(sections: Vec<Section>, run: Vec<Entry>, overrides: &[(&str, &str)]) ->
         let job = builder.finish(group, serial_set, own, &options)?;
         jobs.push(job);
     }
-    check_serial(&jobs)?;
+    assign_waves(&mut jobs)?;
     Ok(FioRun { options, jobs })
 }
 
-/// fio runs the jobs of a stonewall set at the same time; baremq only runs them in order, which
-/// is fio's order only when each waits for the one before it.
-fn check_serial(jobs: &[FioJob]) -> Result<(), WorkloadError> {
-    for (index, job) in jobs.iter().enumerate() {
-        let wait_for = job
+/// Cuts the jobs into waves (see the module docs) and checks `wait_for`.
+fn assign_waves(jobs: &mut [FioJob]) -> Result<(), WorkloadError> {
+    let mut wave = 0u32;
+    for index in 0..jobs.len() {
+        let wait_for = jobs[index]
             .options
             .iter()
             .rev()
             .find(|(k, _)| k == "wait_for")
-            .map(|(_, v)| v.as_str());
-        if let Some(target) = wait_for {
-            let Some(position) = jobs.iter().position(|j| j.name == target) else {
-                return Err(WorkloadError::FioBadValue {
-                    job: job.name.clone(),
-                    option: "wait_for".into(),
-                    value: target.into(),
-                    expected: "the name of a job written before this one".into(),
-                });
-            };
-            if position >= index {
-                return Err(WorkloadError::FioBadValue {
-                    job: job.name.clone(),
-                    option: "wait_for".into(),
-                    value: target.into(),
-                    expected: "the name of a job written before this one".into(),
-                });
+            .map(|(_, v)| v.clone());
+        let target = match &wait_for {
+            Some(target) => match jobs[..index].iter().position(|j| &j.name == target) {
+                Some(position) => Some(position),
+                None => {
+                    return Err(WorkloadError::FioBadValue {
+                        job: jobs[index].name.clone(),
+                        option: "wait_for".into(),
+                        value: target.clone(),
+                        expected: "the name of a job written before this one".into(),
+                    });
+                }
+            },
+            None => None,
+        };
+        if index > 0 {
+            let previous = &jobs[index - 1];
+            let new_set = previous.serial_set != jobs[index].serial_set;
+            let current: Vec<usize> = (0..index).filter(|&i| jobs[i].wave == wave).collect();
+            let waits_in_wave = target.is_some_and(|t| jobs[t].wave == wave);
+            if new_set {
+                wave += 1;
+            } else if waits_in_wave {
+                if current.len() != 1 {
+                    return Err(unsupported(
+                        &jobs[index].name,
+                        "wait_for",
+                        format!(
+                            "{:?} runs at the same time as other jobs; a job that starts when one of several \
+                             running jobs ends is not implemented: use stonewall to wait for all of them",
+                            wait_for.unwrap_or_default()
+                        ),
+                    ));
+                }
+                wave += 1;
             }
         }
-        if index == 0 {
-            continue;
-        }
-        let previous = &jobs[index - 1];
-        if previous.serial_set == job.serial_set && wait_for != Some(previous.name.as_str()) {
-            return Err(unsupported(
-                &job.name,
-                "stonewall",
-                format!(
-                    "fio would run jobs {:?} and {:?} at the same time (no stonewall between them); baremq runs \
-                     one job at a time: add stonewall (or wait_for={}) to {:?}",
-                    previous.name, job.name, previous.name, job.name
-                ),
-            ));
-        }
+        jobs[index].wave = wave;
     }
     Ok(())
 }
@@ -999,6 +1008,7 @@ impl Builder {
             description: self.description,
             group,
             serial_set,
+            wave: 0,
             numjobs: self.numjobs,
             cpus_allowed: self.cpus_allowed,
             target: self.target,
@@ -1013,6 +1023,39 @@ impl Builder {
             options,
             warnings: self.warnings,
         })
+    }
+}
+
+/// The engine jobs of one wave (jobs that run at the same time), each on CPUs of its own: the
+/// clones of the first job take the first CPUs it may use, the next job's the next ones, and so
+/// on. Jobs must be given in order and all belong to one wave.
+pub fn wave_specs(jobs: &[FioJob], devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<Vec<JobSpec>, WorkloadError> {
+    let mut busy = CpuSet::new();
+    let mut specs = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let spec = job.to_spec_beside(devices, online_cpus, &busy)?;
+        if let crate::job::CpuSelection::List(cpus) = spec.cpus {
+            for cpu in cpus.iter() {
+                busy.insert(cpu);
+            }
+        }
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+impl FioRun {
+    /// The jobs cut into waves, in order (see the module docs).
+    pub fn waves(&self) -> Vec<&[FioJob]> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for index in 1..=self.jobs.len() {
+            if index == self.jobs.len() || self.jobs[index].wave != self.jobs[start].wave {
+                out.push(&self.jobs[start..index]);
+                start = index;
+            }
+        }
+        out
     }
 }
 
@@ -1073,6 +1116,17 @@ impl FioJob {
     /// `filename`, percentages of its capacity, the clones' CPUs (`cpus_allowed`, else the first
     /// `numjobs` online CPUs), and `loops` passes over the region.
     pub fn to_spec(&self, devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<JobSpec, WorkloadError> {
+        self.to_spec_beside(devices, online_cpus, &CpuSet::new())
+    }
+
+    /// [`FioJob::to_spec`] for a job that runs beside others: the CPUs in `busy` (taken by the
+    /// jobs of the same wave) are not used.
+    pub fn to_spec_beside(
+        &self,
+        devices: &[DeviceInfo],
+        online_cpus: &[u32],
+        busy: &CpuSet,
+    ) -> Result<JobSpec, WorkloadError> {
         let mut spec = self.spec.clone();
         let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
         let device = match &self.target {
@@ -1117,22 +1171,27 @@ impl FioJob {
                         online: online.to_string(),
                     });
                 }
-                set.iter().collect()
+                set.iter().filter(|c| !busy.contains(*c)).collect()
             }
-            None => online.iter().collect(),
+            None => online.iter().filter(|c| !busy.contains(*c)).collect(),
         };
         if candidates.len() < wanted as usize {
             return Err(unsupported(
                 &self.name,
                 "numjobs",
                 alloc::format!(
-                    "numjobs={wanted} needs one CPU per clone and only {} are available ({}); baremq does not \
-                     share a CPU between clones",
+                    "numjobs={wanted} needs one CPU per clone and only {} are available ({}{}); baremq does not \
+                     share a CPU between clones or jobs",
                     candidates.len(),
                     if self.cpus_allowed.is_some() {
                         "cpus_allowed"
                     } else {
                         "online"
+                    },
+                    if busy.is_empty() {
+                        String::new()
+                    } else {
+                        alloc::format!(", less CPUs {busy} of the jobs running at the same time")
                     }
                 ),
             ));

@@ -224,20 +224,42 @@ fn overrides_apply_after_each_job() {
 }
 
 #[test]
-fn concurrent_jobs_are_refused_naming_both() {
-    let (option, reason) = refused("[a]\nrw=read\n[b]\nrw=write\n");
-    assert_eq!(option, "stonewall");
-    assert!(reason.contains("\"a\"") && reason.contains("\"b\""), "{reason}");
-    // wait_for on the previous job makes it serial, as does stonewall.
-    assert!(parse_job_file("[a]\n[b]\nwait_for=a\n", &[]).is_ok());
-    assert!(parse_job_file("[a]\n[b]\nwait_for_previous\n", &[]).is_ok());
+fn jobs_without_stonewall_share_a_wave_and_waves_follow_fio_order() {
+    let waves = |text: &str| -> Vec<(String, u32, u32)> {
+        parse_job_file(text, &[])
+            .unwrap()
+            .jobs
+            .into_iter()
+            .map(|j| (j.name, j.wave, j.group))
+            .collect()
+    };
+    // fio starts a and b together; c waits for both (stonewall).
+    assert_eq!(
+        waves("[a]\n[b]\n[c]\nstonewall\n"),
+        [("a".into(), 0, 0), ("b".into(), 0, 0), ("c".into(), 1, 1)]
+    );
+    // wait_for the only job of the wave: a new wave, but the same reporting group.
+    assert_eq!(
+        waves("[a]\n[b]\nwait_for=a\n"),
+        [("a".into(), 0, 0), ("b".into(), 1, 0)]
+    );
+    // new_group: a reporting group, not a barrier.
+    assert_eq!(waves("[a]\n[b]\nnew_group\n"), [("a".into(), 0, 0), ("b".into(), 0, 1)]);
+    // wait_for one of several running jobs is refused by name.
+    assert_eq!(refused("[a]\n[b]\n[c]\nwait_for=a\n").0, "wait_for");
+    // wait_for a job of an earlier wave is already satisfied.
+    assert_eq!(
+        waves("[a]\n[b]\nstonewall\n[c]\nwait_for=a\n"),
+        [("a".into(), 0, 0), ("b".into(), 1, 1), ("c".into(), 1, 1)]
+    );
     assert!(matches!(
         parse_job_file("[a]\n[b]\nwait_for=zz\n", &[]).unwrap_err(),
         WorkloadError::FioBadValue { option, .. } if option == "wait_for"
     ));
-    // new_group starts a reporting group but not a serial set.
-    let (option, _) = refused("[a]\n[b]\nnew_group\n");
-    assert_eq!(option, "stonewall");
+    assert!(matches!(
+        parse_job_file("[a]\nwait_for=b\n[b]\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "wait_for"
+    ));
 }
 
 #[test]
@@ -354,4 +376,31 @@ fn names_with_spaces_keep_their_text() {
     assert_eq!(job.name, "4KiB Random Read QD=1");
     assert_eq!(job.spec.name, "4KiB_Random_Read_QD_1");
     assert_eq!(job.description.as_deref(), Some("a job"));
+}
+
+#[test]
+fn a_wave_gets_disjoint_cpus_in_job_order() {
+    let run = parse_job_file("[a]\nnumjobs=2\n[b]\n[c]\nstonewall\nnumjobs=3\n", &[]).unwrap();
+    let waves = run.waves();
+    assert_eq!(waves.iter().map(|w| w.len()).collect::<Vec<_>>(), [2, 1]);
+    let specs = wave_specs(waves[0], &[nvme()], &[0, 1, 2, 3]).unwrap();
+    let cpus = |spec: &JobSpec| match spec.cpus {
+        crate::job::CpuSelection::List(set) => set.iter().collect::<Vec<_>>(),
+        crate::job::CpuSelection::All => panic!("fio jobs name their CPUs"),
+    };
+    assert_eq!(cpus(&specs[0]), [0, 1]);
+    assert_eq!(cpus(&specs[1]), [2]);
+    // The next wave starts from the first CPU again.
+    assert_eq!(
+        cpus(&wave_specs(waves[1], &[nvme()], &[0, 1, 2, 3]).unwrap()[0]),
+        [0, 1, 2]
+    );
+    // Not enough CPUs for every job of a wave: refused by name.
+    assert!(matches!(
+        wave_specs(waves[0], &[nvme()], &[0, 1]).unwrap_err(),
+        WorkloadError::FioUnsupported { option, .. } if option == "numjobs"
+    ));
+    // cpus_allowed that overlaps a job running beside it.
+    let run = parse_job_file("[a]\ncpus_allowed=0\n[b]\ncpus_allowed=0-1\nnumjobs=2\n", &[]).unwrap();
+    assert!(wave_specs(&run.jobs, &[nvme()], &[0, 1, 2]).is_err());
 }
