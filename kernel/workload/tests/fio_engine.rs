@@ -1,0 +1,118 @@
+//! fio jobs through the engine against the fake backend: `ramp_time` is kept out of the figures,
+//! a runtime without `time_based` only caps a size-bound job, numjobs clones each cover the whole
+//! region once (fio's random map), `rw=rw` walks the region in order with the mix.
+
+mod common;
+
+use common::{FakeBackend, FakeDisk};
+use workload::fio::parse_job_file;
+use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, plan_job, run_cpu};
+
+const SECTOR: u32 = 512;
+const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
+
+fn device() -> DeviceInfo {
+    DeviceInfo {
+        name: "md0".into(),
+        sector_size: SECTOR,
+        capacity_sectors: DISK_SECTORS,
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    }
+}
+
+fn plan_of(text: &str, online: &[u32]) -> JobPlan {
+    let run = parse_job_file(text, &[]).unwrap();
+    let spec = run.jobs[0].to_spec(&[device()], online).unwrap();
+    plan_job(&spec, &[device()], online).unwrap()
+}
+
+fn run(plan: &JobPlan, latency_ns: u64) -> (Vec<CpuResult>, Vec<FakeBackend>) {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::new(plan);
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..plan.cpus.len())
+            .map(|index| {
+                let (shared, disk) = (&shared, &disk);
+                scope.spawn(move || {
+                    let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.bs() as usize);
+                    backend.latency_ns = latency_ns;
+                    let result = run_cpu(plan, index, &mut backend, shared).unwrap();
+                    (result, backend)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    outcomes.into_iter().unzip()
+}
+
+#[test]
+fn ramp_time_runs_first_and_is_kept_out_of_the_figures() {
+    let plan = plan_of(
+        "[r]\nioengine=libaio\ndirect=1\nrw=randread\nbs=4k\niodepth=4\ntime_based\nruntime=50ms\nramp_time=20ms\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 100_000);
+    let report = JobReport::new(&plan, &results).unwrap();
+    // The measured runtime is the runtime alone (within one I/O latency); the ramp came before it.
+    assert!(
+        (49_800_000..50_300_000).contains(&report.runtime_ns),
+        "{}",
+        report.runtime_ns
+    );
+    // 4 in flight at 100 us: about 40k IOPS, measured over the runtime only.
+    assert!((38_000..=41_000).contains(&report.total.iops), "{}", report.total.iops);
+    // The device did the ramp's I/Os too: about 70 ms worth, of which 50 ms are counted.
+    let done = backends[0].completions;
+    let counted = results[0].ios();
+    assert!(done > counted + 700, "device {done}, counted {counted}");
+    assert!((1_900..=2_100).contains(&counted), "{counted}");
+}
+
+#[test]
+fn runtime_without_time_based_caps_a_size_bound_job() {
+    // 2048 blocks at QD1 and 100 us take about 205 ms; a 50 ms runtime stops it early.
+    let capped = plan_of("[c]\nrw=randread\nbs=4k\nruntime=50ms\n", &[0]);
+    let (results, _) = run(&capped, 100_000);
+    let ios = results[0].ios();
+    assert!((480..=510).contains(&ios), "{ios} I/Os in 50 ms");
+    // With room to finish, it does exactly one pass and stops by itself.
+    let finishing = plan_of("[c]\nrw=randread\nbs=4k\nruntime=10s\nsize=1m\n", &[0]);
+    let (results, _) = run(&finishing, 100_000);
+    assert_eq!(results[0].ios(), 256);
+    assert!(results[0].runtime_ns < 30_000_000, "{}", results[0].runtime_ns);
+}
+
+#[test]
+fn numjobs_clones_each_cover_the_whole_region_once() {
+    let plan = plan_of(
+        "[n]\nioengine=libaio\nrw=randread\nbs=4k\nsize=512k\niodepth=8\nnumjobs=3\n",
+        &[0, 1, 2],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    for (result, backend) in results.iter().zip(&backends) {
+        assert_eq!(result.ios(), 128, "cpu{}", result.cpu);
+        let mut lbas: Vec<u64> = backend.submit_log.iter().map(|(_, lba)| *lba).collect();
+        lbas.sort_unstable();
+        let expected: Vec<u64> = (0..128).map(|b| b * 8).collect();
+        assert_eq!(lbas, expected, "cpu{}: every block of the region once", result.cpu);
+    }
+    // Each clone has its own random order.
+    assert_ne!(backends[0].submit_log, backends[1].submit_log);
+}
+
+#[test]
+fn sequential_mix_walks_in_order_with_the_ratio() {
+    let plan = plan_of("[m]\nrw=rw\nrwmixread=70\nbs=4k\nsize=4m\n", &[0]);
+    let (results, backends) = run(&plan, 10_000);
+    let log = &backends[0].submit_log;
+    assert_eq!(log.len(), 1024);
+    assert!(
+        log.iter().enumerate().all(|(i, (_, lba))| *lba == i as u64 * 8),
+        "in order"
+    );
+    let reads = log.iter().filter(|(op, _)| *op == IoOp::Read).count();
+    assert!((650..=780).contains(&reads), "{reads} reads of 1024 at rwmixread=70");
+    assert_eq!(results[0].read.ios as usize, reads);
+}
