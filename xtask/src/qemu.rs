@@ -290,7 +290,10 @@ mod fio_tests {
         );
         assert!(fio_initrd_args(&[], false).unwrap().is_empty());
         assert!(fio_initrd_args(&[PathBuf::from("/nonexistent/x.fio")], false).is_err());
-        assert_eq!(fio_initrd_args(std::slice::from_ref(&b), true).unwrap()[1], b.display().to_string());
+        assert_eq!(
+            fio_initrd_args(std::slice::from_ref(&b), true).unwrap()[1],
+            b.display().to_string()
+        );
         assert!(fio_initrd_args(&[a, b], true).is_err(), "PVH takes one module");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -662,6 +662,14 @@ struct CpuRun<'a, B: ?Sized> {
     live_counts: LiveCounts,
     /// End of fio's `ramp_time` while it runs: at that time the statistics start afresh.
     ramp_end: Option<u64>,
+    /// Pacing (`rate`, `rate_iops`, `thinktime`): whether any applies, so unpaced jobs skip it.
+    paced: bool,
+    /// Earliest start of the next I/O of each direction (`io_interval_ns`).
+    next_io_ns: [u64; 2],
+    /// I/Os issued since the last think time.
+    issued_since_think: u32,
+    /// End of the think time under way.
+    think_until: Option<u64>,
     /// Start of the measured part of the main phase (after the ramp).
     measured_start: u64,
     result: CpuResult,
@@ -744,6 +752,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             next_periodic_ns: 0,
             live_counts: LiveCounts::default(),
             ramp_end: None,
+            paced: plan.spec.is_paced(),
+            next_io_ns: [0, 0],
+            issued_since_think: 0,
+            think_until: None,
             measured_start: 0,
             result: CpuResult {
                 cpu: slice.cpu,
@@ -764,7 +776,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     }
 
     fn run_all(&mut self, cpu_index: usize) -> Result<(), WorkloadError> {
+        if self.plan.spec.start_delay_ns > 0 {
+            self.start_delay();
+        }
         let start = self.backend.now_ns();
+        self.next_io_ns = [start, start];
         let ramp = self.plan.spec.ramp_ns;
         self.measured_start = start;
         self.ramp_end = (ramp > 0).then(|| start.saturating_add(ramp));
@@ -795,6 +811,58 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
         }
         Ok(())
+    }
+
+    /// fio's `startdelay`: waits before the first I/O, keeping the periodic hook going; a stop
+    /// request ends the wait.
+    #[cold]
+    fn start_delay(&mut self) {
+        let begin = self.backend.now_ns();
+        let until = begin.saturating_add(self.plan.spec.start_delay_ns);
+        let mut now = begin;
+        while now < until && !self.shared.stop_requested() {
+            if now >= self.next_periodic_ns {
+                self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
+                self.backend.periodic(now);
+            }
+            self.backend.idle();
+            now = self.backend.now_ns();
+        }
+    }
+
+    /// Whether pacing lets an I/O of `op` start now (`rate`, `rate_iops`, `thinktime`); when it
+    /// does, the I/O is counted against the pace.
+    #[cold]
+    fn pace_allows(&mut self, op: IoOp) -> bool {
+        let now = self.backend.now_ns();
+        let spec = &self.plan.spec;
+        if spec.think_ns > 0 {
+            if let Some(until) = self.think_until {
+                if now < until {
+                    return false;
+                }
+                self.think_until = None;
+            }
+            if self.issued_since_think >= spec.think_blocks {
+                // fio waits for what is in flight, then thinks.
+                if self.in_flight > 0 {
+                    return false;
+                }
+                self.issued_since_think = 0;
+                self.think_until = Some(now.saturating_add(spec.think_ns));
+                return false;
+            }
+        }
+        let direction = usize::from(op == IoOp::Write);
+        let interval = spec.io_interval_ns[direction];
+        if interval > 0 {
+            if now < self.next_io_ns[direction] {
+                return false;
+            }
+            self.next_io_ns[direction] = self.next_io_ns[direction].saturating_add(interval);
+        }
+        self.issued_since_think += 1;
+        true
     }
 
     /// Ends the ramp: what was counted so far is dropped and measuring starts at `now`. Errors and
@@ -869,7 +937,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if reaped == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
-                if waited > self.plan.spec.io_timeout_ns {
+                // A paced job with nothing in flight is waiting for its pace, not for the device.
+                let stalled = !self.paced || self.in_flight > 0;
+                if stalled && waited > self.plan.spec.io_timeout_ns {
                     return Err(WorkloadError::Stalled {
                         cpu: self.slice.cpu,
                         in_flight: self.in_flight,
@@ -937,6 +1007,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 // The source is exhausted; what is deferred still has to go out.
                 return Ok(self.retry.is_some() || !self.deferred.is_empty());
             };
+            if self.paced && phase == Phase::Main && !self.pace_allows(io.0) {
+                // Not yet: it goes first when the pace allows (the loop comes back here).
+                self.retry = Some(io);
+                return Ok(true);
+            }
             submissions_left -= 1;
             if !self.try_submit(io, phase)? {
                 self.retry = Some(io);

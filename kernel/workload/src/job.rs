@@ -290,6 +290,17 @@ pub struct JobSpec {
     /// slice of it), CPU `i`'s starting `i * increment` bytes after `offset` (`offset_increment`,
     /// 0 = the same region for all). `None`: the native disjoint slices.
     pub clone_increment: Option<u64>,
+    /// fio's `rate` / `rate_iops` with the linear process: the least time between the starts of
+    /// two I/Os of one direction on one CPU (`[read, write]`, 0 = no limit). Kept on average:
+    /// an I/O that could not go on time lets the next ones catch up.
+    pub io_interval_ns: [u64; 2],
+    /// fio's `thinktime`: after every `think_blocks` I/Os, wait for every I/O in flight to
+    /// complete, then this long, before issuing more (0 = none).
+    pub think_ns: u64,
+    /// fio's `thinktime_blocks` (at least 1).
+    pub think_blocks: u32,
+    /// fio's `startdelay`: wait this long before the job's first I/O (not measured).
+    pub start_delay_ns: u64,
 }
 
 impl JobSpec {
@@ -319,7 +330,16 @@ impl JobSpec {
             ramp_ns: 0,
             ios_per_cpu: None,
             clone_increment: None,
+            io_interval_ns: [0, 0],
+            think_ns: 0,
+            think_blocks: 1,
+            start_delay_ns: 0,
         }
+    }
+
+    /// Whether I/Os are paced (`rate`, `rate_iops`, `thinktime`).
+    pub fn is_paced(&self) -> bool {
+        self.io_interval_ns != [0, 0] || self.think_ns != 0
     }
 
     /// Whether the job runs for its runtime whatever its size (wrapping around its region), as

@@ -116,3 +116,58 @@ fn sequential_mix_walks_in_order_with_the_ratio() {
     assert!((650..=780).contains(&reads), "{reads} reads of 1024 at rwmixread=70");
     assert_eq!(results[0].read.ios as usize, reads);
 }
+
+#[test]
+fn rate_iops_and_rate_hold_the_pace_per_direction() {
+    // QD8 at 20 us could do 400k IOPS; the rate holds it to 1000 I/Os a second.
+    let plan = plan_of(
+        "[p]\nioengine=libaio\nrw=randread\nbs=4k\niodepth=8\ntime_based\nruntime=100ms\nrate_iops=1000\n",
+        &[0],
+    );
+    let (results, _) = run(&plan, 20_000);
+    let ios = results[0].ios();
+    assert!((99..=102).contains(&ios), "{ios} I/Os in 100 ms at 1000 IOPS");
+    // rate=4m at bs=4k is 1024 I/Os a second, for reads and writes each.
+    let plan = plan_of(
+        "[p]\nioengine=libaio\nrw=randrw\nbs=4k\niodepth=8\ntime_based\nruntime=100ms\nrate=4m\n",
+        &[0],
+    );
+    let (results, _) = run(&plan, 20_000);
+    let (reads, writes) = (results[0].read.ios, results[0].write.ios);
+    assert!(
+        (40..=104).contains(&reads) && (40..=104).contains(&writes),
+        "{reads} reads, {writes} writes"
+    );
+    assert!((150..=206).contains(&(reads + writes)), "{reads} + {writes}");
+}
+
+#[test]
+fn thinktime_waits_for_the_batch_then_thinks() {
+    // 64 I/Os in batches of 4 at QD4: each batch takes 100 us, then 1 ms of think time.
+    let plan = plan_of(
+        "[t]\nioengine=libaio\nrw=randread\nbs=4k\nsize=256k\niodepth=4\nthinktime=1ms\nthinktime_blocks=4\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 100_000);
+    assert_eq!(results[0].ios(), 64);
+    let runtime = results[0].runtime_ns;
+    assert!((16_000_000..18_500_000).contains(&runtime), "{runtime} ns");
+    // Completions come in groups of four, a think time apart.
+    let times: Vec<u64> = backends[0].completion_log.iter().map(|(t, _)| *t).collect();
+    let gaps = times.windows(2).filter(|w| w[1] - w[0] >= 1_000_000).count();
+    assert_eq!(gaps, 15, "{times:?}");
+}
+
+#[test]
+fn startdelay_comes_before_the_measured_run() {
+    let plan = plan_of(
+        "[d]\nioengine=libaio\nrw=read\nbs=4k\nsize=64k\nstartdelay=10ms\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    assert_eq!(results[0].ios(), 16);
+    // The fake clock starts at 1 ms; the first completion is 10 ms later at least.
+    let first = backends[0].completion_log[0].0;
+    assert!(first >= 11_000_000, "{first}");
+    assert!(results[0].runtime_ns < 1_000_000, "{}", results[0].runtime_ns);
+}

@@ -230,7 +230,7 @@ pub const NO_OP_OPTIONS: [&str; 22] = [
 ];
 
 /// fio options refused with a specific reason (everything else unknown gets a generic one).
-const REFUSED: [(&str, &str); 40] = [
+const REFUSED: &[(&str, &str)] = &[
     (
         "directory",
         "baremq has no file system; name a device with filename=/dev/NAME",
@@ -244,16 +244,20 @@ const REFUSED: [(&str, &str); 40] = [
     ("opendir", "baremq has no file system"),
     ("bssplit", "the engine uses one block size per job"),
     ("blocksize_unaligned", "the engine uses bs-aligned blocks"),
-    ("rate", "rate limits are not implemented in the engine yet"),
-    ("rate_iops", "rate limits are not implemented in the engine yet"),
-    ("rate_min", "rate limits are not implemented in the engine yet"),
-    ("rate_iops_min", "rate limits are not implemented in the engine yet"),
-    ("rate_process", "rate limits are not implemented in the engine yet"),
-    ("rate_cycle", "rate limits are not implemented in the engine yet"),
-    ("thinktime", "think time is not implemented in the engine yet"),
-    ("thinktime_blocks", "think time is not implemented in the engine yet"),
-    ("thinktime_spin", "think time is not implemented in the engine yet"),
-    ("startdelay", "delayed starts are not implemented in the engine yet"),
+    (
+        "rate_min",
+        "minimum rates (failing a job that is too slow) are not implemented",
+    ),
+    (
+        "rate_iops_min",
+        "minimum rates (failing a job that is too slow) are not implemented",
+    ),
+    (
+        "rate_cycle",
+        "minimum rates (failing a job that is too slow) are not implemented",
+    ),
+    ("rate_ignore_thinktime", "rates and think times are separate here"),
+    ("thinktime_blocks_type", "think time counts issued I/Os"),
     (
         "verify_pattern",
         "fio's verify_pattern is not implemented; baremq's verify stamps its own block format",
@@ -536,6 +540,10 @@ struct Builder {
     stonewall: bool,
     new_group: bool,
     blockalign: Option<u64>,
+    /// `rate` (bytes/s) and `rate_iops` per direction, `[read, write]`, 0 = none.
+    rate_bytes: [u64; 2],
+    rate_iops: [u64; 2],
+    think_spin_ns: u64,
     report: FioReportOptions,
     warnings: Vec<String>,
 }
@@ -572,6 +580,9 @@ impl Builder {
             stonewall: false,
             new_group: false,
             blockalign: None,
+            rate_bytes: [0, 0],
+            rate_iops: [0, 0],
+            think_spin_ns: 0,
             report: FioReportOptions {
                 group_reporting: false,
                 percentile_list: values::percentiles(values::DEFAULT_PERCENTILES).unwrap_or_default(),
@@ -745,6 +756,60 @@ impl Builder {
             "wait_for" => {
                 need()?;
             }
+            "rate" | "rate_iops" => {
+                // `value` or `read,write[,trim]`; an empty part is no limit for that direction.
+                let parts: Vec<&str> = need()?.split(',').map(str::trim).collect();
+                if parts.len() > 3 {
+                    return Err(bad("one value, or read,write[,trim]"));
+                }
+                let parse = |part: &str| -> Result<u64, WorkloadError> {
+                    if part.is_empty() {
+                        return Ok(0);
+                    }
+                    if key == "rate" {
+                        values::size(part).ok_or_else(|| bad(&format!("bytes per second: {SIZE_FORM}")))
+                    } else {
+                        values::integer(part).ok_or_else(|| bad("I/Os per second, an integer"))
+                    }
+                };
+                let read = parse(parts[0])?;
+                let write = if parts.len() == 1 { read } else { parse(parts[1])? };
+                if parts.len() == 3 && !parts[2].is_empty() {
+                    parse(parts[2])?; // trim has no I/Os here (rw=trim is refused)
+                }
+                if key == "rate" {
+                    self.rate_bytes = [read, write];
+                } else {
+                    self.rate_iops = [read, write];
+                }
+            }
+            "rate_process" => {
+                let v = need()?;
+                if v != "linear" {
+                    return Err(unsupported(
+                        &job,
+                        &format!("rate_process={v}"),
+                        "only the linear rate process is implemented",
+                    ));
+                }
+            }
+            "thinktime" => self.spec.think_ns = time(1_000)?,
+            "thinktime_spin" => self.think_spin_ns = time(1_000)?,
+            "thinktime_blocks" => {
+                self.spec.think_blocks = values::integer(need()?)
+                    .filter(|n| (1..=u64::from(u32::MAX)).contains(n))
+                    .ok_or_else(|| bad("an integer of at least 1"))? as u32
+            }
+            "startdelay" => {
+                if need()?.contains('-') {
+                    return Err(unsupported(
+                        &job,
+                        "startdelay",
+                        "a random start delay (a range) is not implemented",
+                    ));
+                }
+                self.spec.start_delay_ns = time(SECONDS)?;
+            }
             "random_distribution" => {
                 let v = need()?;
                 if v != "random" {
@@ -890,6 +955,32 @@ impl Builder {
                 "blockalign",
                 format!("offsets are aligned to bs ({bs}); blockalign must equal it"),
             ));
+        }
+        for direction in 0..2 {
+            let (bytes, iops) = (self.rate_bytes[direction], self.rate_iops[direction]);
+            self.spec.io_interval_ns[direction] = match (bytes, iops) {
+                (0, 0) => 0,
+                (0, iops) => 1_000_000_000u64.div_ceil(iops),
+                (bytes, 0) => (bs * 1_000_000_000).div_ceil(bytes),
+                _ => {
+                    return Err(unsupported(
+                        &job,
+                        "rate_iops",
+                        "give rate or rate_iops for a direction, not both",
+                    ));
+                }
+            };
+        }
+        if self.think_spin_ns > self.spec.think_ns {
+            return Err(WorkloadError::FioBadValue {
+                job,
+                option: "thinktime_spin".into(),
+                value: self.think_spin_ns.to_string(),
+                expected: "at most thinktime".into(),
+            });
+        }
+        if self.think_spin_ns > 0 {
+            self.warn("thinktime_spin: the whole think time is a polling wait here".into());
         }
         let engine = self.ioengine.clone().unwrap_or_else(|| "psync".into());
         if SYNC_ENGINES.contains(&engine.as_str()) {

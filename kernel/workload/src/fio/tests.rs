@@ -265,7 +265,10 @@ fn jobs_without_stonewall_share_a_wave_and_waves_follow_fio_order() {
 #[test]
 fn unsupported_options_are_refused_by_name() {
     for (text, option) in [
-        ("[a]\nrate_iops=100\n", "rate_iops"),
+        (
+            "[a]\nrandom_distribution=pareto:0.9\n",
+            "random_distribution=pareto:0.9",
+        ),
         ("[a]\nbssplit=4k/50:8k/50\n", "bssplit"),
         ("[a]\ndirectory=/mnt\n", "directory"),
         ("[a]\nrw=trim\n", "rw=trim"),
@@ -280,8 +283,10 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nfsync=1\n", "fsync"),
         ("[a]\nend_fsync=1\n", "end_fsync"),
         ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
-        ("[a]\nthinktime=100\n", "thinktime"),
-        ("[a]\nstartdelay=1\n", "startdelay"),
+        ("[a]\nrate_process=poisson\n", "rate_process=poisson"),
+        ("[a]\nrate_min=1m\n", "rate_min"),
+        ("[a]\nrate=1m\nrate_iops=10\n", "rate_iops"),
+        ("[a]\nstartdelay=1-5\n", "startdelay"),
         ("[a]\nblockalign=512\n", "blockalign"),
         ("[a]\nrw=write\nverify=crc32c\ndo_verify=0\n", "do_verify"),
         ("[a]\nwrite_bw_log=x\n", "log_avg_msec"),
@@ -291,8 +296,8 @@ fn unsupported_options_are_refused_by_name() {
     }
     // Zero flushes and bsrange with equal ends are fio's defaults in other words.
     assert!(parse_job_file("[a]\nfsync=0\nend_fsync=0\nbsrange=8k-8k\nblockalign=8k\n", &[]).is_ok());
-    let text = refused("[a]\nrate_iops=100\n").1;
-    assert!(text.contains("rate"), "{text}");
+    let text = refused("[a]\nrate_process=poisson\n").1;
+    assert!(text.contains("linear"), "{text}");
 }
 
 #[test]
@@ -403,4 +408,29 @@ fn a_wave_gets_disjoint_cpus_in_job_order() {
     // cpus_allowed that overlaps a job running beside it.
     let run = parse_job_file("[a]\ncpus_allowed=0\n[b]\ncpus_allowed=0-1\nnumjobs=2\n", &[]).unwrap();
     assert!(wave_specs(&run.jobs, &[nvme()], &[0, 1, 2]).is_err());
+}
+
+#[test]
+fn rates_think_times_and_start_delays_map_to_the_engine() {
+    let job = one("[a]\nbs=4k\nrate=4m\n");
+    // 4 KiB at 4 MiB/s: one I/O every 1/1024 s per direction.
+    assert_eq!(job.spec.io_interval_ns, [976_563, 976_563]);
+    assert_eq!(one("[a]\nrate_iops=,250\n").spec.io_interval_ns, [0, 4_000_000]);
+    assert_eq!(
+        one("[a]\nrate_iops=1000,\nrate_process=linear\n").spec.io_interval_ns,
+        [1_000_000, 0]
+    );
+    let think = one("[a]\nthinktime=250\nthinktime_blocks=8\n");
+    assert_eq!(
+        (think.spec.think_ns, think.spec.think_blocks),
+        (250_000, 8),
+        "bare thinktime is microseconds"
+    );
+    assert!(think.spec.is_paced());
+    assert_eq!(one("[a]\nstartdelay=2\n").spec.start_delay_ns, 2_000_000_000);
+    assert!(!one("[a]\n").spec.is_paced());
+    assert!(matches!(
+        parse_job_file("[a]\nthinktime=10\nthinktime_spin=20\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "thinktime_spin"
+    ));
 }
