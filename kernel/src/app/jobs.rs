@@ -72,6 +72,8 @@ impl IoBackend for KernelBackend<'_> {
         let bio = match op {
             IoOp::Read => blk::Bio::read(sector, nr, &seg, cookie),
             IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
+            // fio's fsync / end_fsync: the device's cache flush, no data.
+            IoOp::Flush => blk::Bio::flush(cookie),
         };
         match self.dev.submit(self.cpu, &bio) {
             Ok(_) => {
@@ -527,6 +529,11 @@ fn run_jobs(plans: &[JobPlan]) -> Result<Vec<bool>, String> {
         }
         for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(driver_before[index].clone()) {
             report.add_total(name, after - before);
+        }
+        let flushes: u64 = results.iter().map(|r| r.flush.ios).sum();
+        if flushes > 0 {
+            report.add_total("flushes", flushes);
+            report.add_total("flush_errors", results.iter().map(|r| r.flush.errors).sum());
         }
         for (name, value) in floors[index].clone() {
             report.add_total(name, value);

@@ -48,14 +48,18 @@ pub enum IoOp {
     Read,
     /// Memory to device.
     Write,
+    /// Flush the device's volatile write cache (no data; `lba` and `sectors` are 0). Only jobs
+    /// with fio's `fsync`/`end_fsync` issue it.
+    Flush,
 }
 
 impl IoOp {
-    /// `read` or `write`.
+    /// `read`, `write` or `flush`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Write => "write",
+            Self::Flush => "flush",
         }
     }
 }
@@ -478,6 +482,9 @@ pub struct CpuResult {
     pub log_lines_suppressed: u64,
     /// Whether the CPU stopped because a stop was requested (by the kernel or by `stop_on_error`).
     pub stopped_early: bool,
+    /// Cache flushes (fio's `fsync`, `end_fsync`): count, failures (also in `errors`) and
+    /// latency; `bytes` stays 0.
+    pub flush: OpStats,
 }
 
 impl CpuResult {
@@ -541,6 +548,8 @@ struct Slot {
 
 enum Source {
     Main(IoGenerator),
+    /// No I/O (a phase that only issues a due flush).
+    Nothing,
     /// The verify pass walks the slice in order.
     VerifyPass {
         next_block: u64,
@@ -670,6 +679,12 @@ struct CpuRun<'a, B: ?Sized> {
     issued_since_think: u32,
     /// End of the think time under way.
     think_until: Option<u64>,
+    /// Writes issued since the last flush (`flush_every_writes`).
+    writes_since_flush: u32,
+    /// A flush is due: issue it once nothing is in flight.
+    flush_wanted: bool,
+    /// A flush is in flight: issue nothing else until it completes.
+    flush_in_flight: bool,
     /// Start of the measured part of the main phase (after the ramp).
     measured_start: u64,
     result: CpuResult,
@@ -756,6 +771,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             next_io_ns: [0, 0],
             issued_since_think: 0,
             think_until: None,
+            writes_since_flush: 0,
+            flush_wanted: false,
+            flush_in_flight: false,
             measured_start: 0,
             result: CpuResult {
                 cpu: slice.cpu,
@@ -771,6 +789,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 dropped_busy_ios: 0,
                 log_lines_suppressed: 0,
                 stopped_early: false,
+                flush: OpStats::new(),
             },
         })
     }
@@ -792,6 +811,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
         let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
         self.run_phase(Phase::Main, &mut source, deadline)?;
+        if self.plan.spec.end_flush && !self.result.stopped_early {
+            // fio's end_fsync: one flush once the writes are done, in the measured time.
+            self.flush_wanted = true;
+            self.run_phase(Phase::Main, &mut Source::Nothing, None)?;
+        }
         let end = self.backend.now_ns();
         if self.ramp_end.is_some() {
             // The job ended within its ramp: as in fio, nothing of it is measured.
@@ -865,6 +889,59 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         true
     }
 
+    /// Issues the due flush in a free slot (the caller checked that nothing is in flight). A busy
+    /// backend leaves it due; a submission that fails at once completes it as failed.
+    #[cold]
+    fn submit_flush(&mut self, phase: Phase) -> Result<(), WorkloadError> {
+        let Some(&slot) = self.free_slots.last() else {
+            return Ok(());
+        };
+        let submitted_ns = self.backend.now_ns();
+        match self.backend.submit(slot, IoOp::Flush, 0, 0) {
+            Err(SubmitError::Busy) => Ok(()),
+            outcome => {
+                self.free_slots.pop();
+                self.slots[slot] = Slot {
+                    in_flight: true,
+                    op: IoOp::Flush,
+                    block: 0,
+                    generation: None,
+                    submitted_ns,
+                };
+                self.in_flight += 1;
+                self.flush_wanted = false;
+                self.flush_in_flight = true;
+                self.last_progress_ns = submitted_ns;
+                if let Err(SubmitError::Failed(error)) = outcome {
+                    self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A flush completed: its own counts, no block to track.
+    #[cold]
+    fn complete_flush(&mut self, completion: Completion, slot: Slot, done_ns: u64, phase: Phase) {
+        self.flush_in_flight = false;
+        let stats = &mut self.result.flush;
+        stats.ios += 1;
+        match completion.result {
+            Ok(()) => stats.latency.record(done_ns.saturating_sub(slot.submitted_ns)),
+            Err(_) => {
+                stats.errors += 1;
+                self.result.errors += 1;
+                self.live_counts.errors += 1;
+                if self.plan.spec.stop_on_error {
+                    self.shared.request_stop();
+                }
+            }
+        }
+        if completion.result.is_err() || completion.retries > 0 {
+            self.note_unusual(&completion, slot, 0, done_ns, phase);
+        }
+    }
+
     /// Ends the ramp: what was counted so far is dropped and measuring starts at `now`. Errors and
     /// their records stay (a failed I/O is reported whenever it happened).
     #[cold]
@@ -879,6 +956,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     fn next_from(&mut self, source: &mut Source) -> Option<(IoOp, u64)> {
         match source {
             Source::Main(generator) => generator.next_io(),
+            Source::Nothing => None,
             Source::VerifyPass { next_block } => {
                 while *next_block < self.slice.blocks {
                     let block = *next_block;
@@ -979,6 +1057,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         // I/O it drew, so it waits instead.
         let may_drop = self.plan.spec.is_time_based();
         while !self.free_slots.is_empty() && submissions_left > 0 {
+            if self.paced && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
+                // fio's fsync: what is in flight completes, then the flush alone.
+                if self.flush_in_flight || self.in_flight > 0 {
+                    return Ok(true);
+                }
+                self.submit_flush(phase)?;
+                return Ok(true);
+            }
             let io = if let Some(io) = self.retry.take() {
                 io
             } else if let Some(io) = self.deferred.take_ready(&self.tracker) {
@@ -1017,6 +1103,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 self.retry = Some(io);
                 return Ok(true);
             }
+            if io.0 == IoOp::Write && self.plan.spec.flush_every_writes != 0 && phase == Phase::Main {
+                self.writes_since_flush += 1;
+                if self.writes_since_flush >= self.plan.spec.flush_every_writes {
+                    self.writes_since_flush = 0;
+                    self.flush_wanted = true;
+                }
+            }
         }
         Ok(true)
     }
@@ -1024,7 +1117,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// The generation an I/O of `op` on `block` writes or expects (verify jobs only).
     fn expected_generation(&self, op: IoOp, block: u64) -> Option<ExpectedGeneration> {
         match (self.plan.verify, op) {
-            (VerifyScheme::Off, _) => None,
+            (VerifyScheme::Off, _) | (_, IoOp::Flush) => None,
             (VerifyScheme::ReadOnly(expected), _) => Some(expected),
             // A block whose write failed may hold the old or the new data: read it (the read's
             // own outcome counts) but expect nothing, so it ends up unchecked, not a mismatch.
@@ -1133,6 +1226,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.free_slots.push(completion.slot);
         self.in_flight -= 1;
         self.last_progress_ns = done_ns;
+        if slot.op == IoOp::Flush {
+            self.complete_flush(completion, slot, done_ns, phase);
+            return Ok(());
+        }
         self.live_counts.ios += 1;
         let tracked = self.plan.verify == VerifyScheme::Tracked;
         let block_index = slot.block as usize;
@@ -1140,7 +1237,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let stats = match (phase, slot.op) {
             (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
             (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
-            (Phase::VerifyPass, _) => None,
+            (Phase::Main, IoOp::Flush) | (Phase::VerifyPass, _) => None,
         };
         match completion.result {
             Ok(()) => {

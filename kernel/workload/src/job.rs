@@ -301,6 +301,11 @@ pub struct JobSpec {
     pub think_blocks: u32,
     /// fio's `startdelay`: wait this long before the job's first I/O (not measured).
     pub start_delay_ns: u64,
+    /// fio's `fsync=N` / `fdatasync=N`: after every N writes, wait for what is in flight, then
+    /// flush the device's volatile cache and wait for the flush (0 = never).
+    pub flush_every_writes: u32,
+    /// fio's `end_fsync` / `fsync_on_close`: flush once when the main phase ends.
+    pub end_flush: bool,
 }
 
 impl JobSpec {
@@ -334,12 +339,14 @@ impl JobSpec {
             think_ns: 0,
             think_blocks: 1,
             start_delay_ns: 0,
+            flush_every_writes: 0,
+            end_flush: false,
         }
     }
 
-    /// Whether I/Os are paced (`rate`, `rate_iops`, `thinktime`).
+    /// Whether I/Os are paced (`rate`, `rate_iops`, `thinktime`) or interleaved with flushes.
     pub fn is_paced(&self) -> bool {
-        self.io_interval_ns != [0, 0] || self.think_ns != 0
+        self.io_interval_ns != [0, 0] || self.think_ns != 0 || self.flush_every_writes != 0 || self.end_flush
     }
 
     /// Whether the job runs for its runtime whatever its size (wrapping around its region), as

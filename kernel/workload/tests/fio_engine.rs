@@ -171,3 +171,25 @@ fn startdelay_comes_before_the_measured_run() {
     assert!(first >= 11_000_000, "{first}");
     assert!(results[0].runtime_ns < 1_000_000, "{}", results[0].runtime_ns);
 }
+
+#[test]
+fn fsync_flushes_after_every_n_writes_and_end_fsync_at_the_end() {
+    let plan = plan_of(
+        "[f]\nioengine=libaio\nrw=write\nbs=4k\nsize=64k\niodepth=4\nfsync=4\nend_fsync=1\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    assert_eq!(results[0].write.ios, 16);
+    // A flush after every 4 writes (4 of them), and the end flush.
+    assert_eq!(results[0].flush.ios, 5);
+    assert_eq!(results[0].flush.errors, 0);
+    let log = &backends[0].submit_log;
+    let ops: String = log
+        .iter()
+        .map(|(op, _)| if *op == IoOp::Flush { 'F' } else { 'w' })
+        .collect();
+    assert_eq!(ops, "wwwwFwwwwFwwwwFwwwwFF");
+    // Every submission completed, flushes included.
+    assert_eq!(backends[0].completion_log.len(), 21);
+    assert!(backends[0].max_in_flight <= 4);
+}

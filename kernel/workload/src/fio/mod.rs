@@ -544,6 +544,8 @@ struct Builder {
     rate_bytes: [u64; 2],
     rate_iops: [u64; 2],
     think_spin_ns: u64,
+    end_fsync: bool,
+    fsync_on_close: bool,
     report: FioReportOptions,
     warnings: Vec<String>,
 }
@@ -583,6 +585,8 @@ impl Builder {
             rate_bytes: [0, 0],
             rate_iops: [0, 0],
             think_spin_ns: 0,
+            end_fsync: false,
+            fsync_on_close: false,
             report: FioReportOptions {
                 group_reporting: false,
                 percentile_list: values::percentiles(values::DEFAULT_PERCENTILES).unwrap_or_default(),
@@ -866,19 +870,25 @@ impl Builder {
                     }
                 }
             }
-            "fsync" | "fdatasync" | "fsync_on_close" | "end_fsync" | "sync" | "write_barrier" => {
+            "fsync" | "fdatasync" => {
+                // On a raw device both flush the device's volatile cache.
+                self.spec.flush_every_writes = values::integer(need()?)
+                    .filter(|n| *n <= u64::from(u32::MAX))
+                    .ok_or_else(|| bad("a number of writes between flushes (0: never)"))?
+                    as u32;
+            }
+            "end_fsync" => self.end_fsync = flag()?,
+            "fsync_on_close" => self.fsync_on_close = flag()?,
+            "sync" | "write_barrier" => {
                 let on = match key {
-                    "fsync" | "fdatasync" | "write_barrier" => {
-                        values::integer(need()?).ok_or_else(|| bad("an integer (0: never)"))? != 0
-                    }
-                    "sync" => !matches!(text, "0" | "none" | "false" | "no" | "off"),
-                    _ => flag()?,
+                    "write_barrier" => values::integer(need()?).ok_or_else(|| bad("an integer (0: never)"))? != 0,
+                    _ => !matches!(text, "0" | "none" | "false" | "no" | "off"),
                 };
                 if on {
                     return Err(unsupported(
                         &job,
                         key,
-                        "flushes are not issued by the engine yet (only 0 / off is accepted)",
+                        "synchronous (FUA) or barrier writes are not issued by the engine (only 0 / off is accepted)",
                     ));
                 }
             }
@@ -982,6 +992,8 @@ impl Builder {
         if self.think_spin_ns > 0 {
             self.warn("thinktime_spin: the whole think time is a polling wait here".into());
         }
+        // On a device, closing the file and the end of the job are the same moment.
+        self.spec.end_flush = self.end_fsync || self.fsync_on_close;
         let engine = self.ioengine.clone().unwrap_or_else(|| "psync".into());
         if SYNC_ENGINES.contains(&engine.as_str()) {
             if self.spec.iodepth > 1 {

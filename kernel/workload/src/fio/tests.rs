@@ -280,8 +280,8 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nverify=pattern\n", "verify=pattern"),
         ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
         ("[a]\nverify_backlog=16\n", "verify_backlog"),
-        ("[a]\nfsync=1\n", "fsync"),
-        ("[a]\nend_fsync=1\n", "end_fsync"),
+        ("[a]\nsync=1\n", "sync"),
+        ("[a]\nwrite_barrier=4\n", "write_barrier"),
         ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
         ("[a]\nrate_process=poisson\n", "rate_process=poisson"),
         ("[a]\nrate_min=1m\n", "rate_min"),
@@ -433,4 +433,21 @@ fn rates_think_times_and_start_delays_map_to_the_engine() {
         parse_job_file("[a]\nthinktime=10\nthinktime_spin=20\n", &[]).unwrap_err(),
         WorkloadError::FioBadValue { option, .. } if option == "thinktime_spin"
     ));
+}
+
+#[test]
+fn flush_options_map_to_the_engine() {
+    assert_eq!(one("[a]\nfsync=32\n").spec.flush_every_writes, 32);
+    assert_eq!(one("[a]\nfdatasync=8\n").spec.flush_every_writes, 8);
+    assert!(one("[a]\nend_fsync=1\n").spec.end_flush);
+    assert!(one("[a]\nfsync_on_close\n").spec.end_flush);
+    assert!(
+        !one("[a]\nend_fsync=1\nend_fsync=0\n").spec.end_flush,
+        "the later value wins"
+    );
+    let none = one("[a]\nfsync=0\nend_fsync=0\n").spec;
+    assert_eq!(
+        (none.flush_every_writes, none.end_flush, none.is_paced()),
+        (0, false, false)
+    );
 }
