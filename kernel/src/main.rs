@@ -220,7 +220,12 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         exit::success();
     }
     let outcome = if config.job_words.is_empty() {
-        app::fio::run(&fio_files, &config.fio_words, &config.fio_overrides)
+        app::fio::run(
+            &fio_files,
+            &config.fio_words,
+            &config.fio_overrides,
+            bootinfo::memmap::totals(&boot.memory).usable,
+        )
     } else if !config.fio_words.is_empty() || !fio_files.is_empty() {
         Err(alloc::string::String::from(
             "native job words (rw=..., job=...) and fio jobs (a fio boot module or words after --) cannot be              mixed in one boot: give one or the other",

@@ -86,18 +86,24 @@ pub fn job_files(boot: &BootInfo, enabled: bool) -> Vec<JobFile> {
 /// Parses and runs the fio job files, then the fio command-line `words`, with the kernel's
 /// `fio.override.KEY=VALUE` words applied to every job. Err on a job that is refused or cannot
 /// run; Ok(false) when a job failed.
-pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)]) -> Result<bool, String> {
+pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_bytes: u64) -> Result<bool, String> {
     super::jobs::prepare();
+    // What fio's $ncpus, $mb_memory and $pagesize name.
+    let env = workload::fio::FioEnv {
+        ncpus: smp::online() as u64,
+        mb_memory: ram_bytes >> 20,
+        pagesize: 4096,
+    };
     let mut runs: Vec<(String, FioRun)> = Vec::new();
     // Parse everything first, so a refused option in a later file stops the boot before any
     // I/O is done.
     for file in files {
-        let run =
-            workload::fio::parse_job_file(&file.text, overrides).map_err(|e| format!("fio: {}: {e}", file.label))?;
+        let run = workload::fio::parse_job_file_on(&file.text, overrides, Some(&env))
+            .map_err(|e| format!("fio: {}: {e}", file.label))?;
         runs.push((file.label.clone(), run));
     }
     if !words.is_empty() {
-        let run = workload::fio::parse_command_line(words.iter().copied(), overrides)
+        let run = workload::fio::parse_command_line_on(words.iter().copied(), overrides, Some(&env))
             .map_err(|e| format!("fio: command line: {e}"))?;
         runs.push(("command line".into(), run));
     }

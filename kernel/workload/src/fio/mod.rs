@@ -37,6 +37,7 @@ use crate::job::{DEFAULT_SEED, JobSpec, MAX_BS, MAX_IODEPTH, RwMode, VerifyMode}
 use crate::plan::DeviceInfo;
 use crate::values::CpuSet;
 use syntax::{Entry, Section};
+pub use values::FioEnv;
 use values::{BOOL_FORM, Percentile, SIZE_FORM, SizeOrPercent, TIME_FORM};
 
 /// Which document the run prints (fio's `--output-format`).
@@ -312,8 +313,18 @@ fn unsupported(job: &str, option: &str, reason: impl Into<String>) -> WorkloadEr
 /// Parses a fio job file. `overrides` (`key`, `value`; value `""` for a bare key) are applied to
 /// every job after its own options, as if appended to each section.
 pub fn parse_job_file(text: &str, overrides: &[(&str, &str)]) -> Result<FioRun, WorkloadError> {
+    parse_job_file_on(text, overrides, None)
+}
+
+/// [`parse_job_file`] on a machine whose figures fio's `$ncpus`, `$mb_memory` and `$pagesize`
+/// name (without `env` they are refused).
+pub fn parse_job_file_on(
+    text: &str,
+    overrides: &[(&str, &str)],
+    env: Option<&FioEnv>,
+) -> Result<FioRun, WorkloadError> {
     let sections = syntax::job_file(text)?;
-    build(sections, Vec::new(), overrides)
+    build(sections, Vec::new(), overrides, env)
 }
 
 /// Parses fio command-line words (`--name=a --rw=randread ...`), with `overrides` as in
@@ -322,8 +333,17 @@ pub fn parse_command_line<'a>(
     words: impl IntoIterator<Item = &'a str>,
     overrides: &[(&str, &str)],
 ) -> Result<FioRun, WorkloadError> {
+    parse_command_line_on(words, overrides, None)
+}
+
+/// [`parse_command_line`] with the machine's figures, as [`parse_job_file_on`].
+pub fn parse_command_line_on<'a>(
+    words: impl IntoIterator<Item = &'a str>,
+    overrides: &[(&str, &str)],
+    env: Option<&FioEnv>,
+) -> Result<FioRun, WorkloadError> {
     let command_line = syntax::command_line(words)?;
-    build(command_line.sections, command_line.run, overrides)
+    build(command_line.sections, command_line.run, overrides, env)
 }
 
 /// Takes the native `output-format=` and `output=` words out of native job words, returning the
@@ -402,7 +422,12 @@ fn apply_run_option(options: &mut FioRunOptions, entry: &Entry) -> Result<(), Wo
     Ok(())
 }
 
-fn build(sections: Vec<Section>, run: Vec<Entry>, overrides: &[(&str, &str)]) -> Result<FioRun, WorkloadError> {
+fn build(
+    sections: Vec<Section>,
+    run: Vec<Entry>,
+    overrides: &[(&str, &str)],
+    env: Option<&FioEnv>,
+) -> Result<FioRun, WorkloadError> {
     let mut options = FioRunOptions::default();
     for entry in &run {
         apply_run_option(&mut options, entry)?;
@@ -436,7 +461,7 @@ fn build(sections: Vec<Section>, run: Vec<Entry>, overrides: &[(&str, &str)]) ->
         if jobs.iter().any(|j| j.name == section.name) {
             return Err(WorkloadError::DuplicateJobName { name: section.name });
         }
-        let mut builder = Builder::new(&section.name);
+        let mut builder = Builder::new(&section.name, env.copied());
         for entry in globals.iter().chain(&section.entries).chain(&override_entries) {
             builder.apply(entry)?;
         }
@@ -513,6 +538,7 @@ fn assign_waves(jobs: &mut [FioJob]) -> Result<(), WorkloadError> {
 
 /// One job's options being mapped.
 struct Builder {
+    env: Option<FioEnv>,
     name: String,
     spec: JobSpec,
     description: Option<String>,
@@ -551,10 +577,11 @@ struct Builder {
 }
 
 impl Builder {
-    fn new(name: &str) -> Self {
+    fn new(name: &str, env: Option<FioEnv>) -> Self {
         let mut spec = JobSpec::with_defaults(&engine_name(name));
         spec.random_map = true;
         Self {
+            env,
             name: name.to_string(),
             spec,
             description: None,
@@ -608,7 +635,8 @@ impl Builder {
     fn apply(&mut self, entry: &Entry) -> Result<(), WorkloadError> {
         let key = entry.key.as_str();
         let job = self.name.clone();
-        let value = entry.value.as_deref();
+        let expanded = self.expand(entry)?;
+        let value = expanded.as_deref().or(entry.value.as_deref());
         let text = value.unwrap_or("");
         let bad = |expected: &str| WorkloadError::FioBadValue {
             job: job.clone(),
@@ -937,6 +965,41 @@ impl Builder {
             }
         }
         Ok(())
+    }
+
+    /// fio's arithmetic and `$` keywords in a value, evaluated to a decimal integer (`None`: the
+    /// value has none). Text values (names, paths) are taken as written.
+    fn expand(&self, entry: &Entry) -> Result<Option<String>, WorkloadError> {
+        const TEXT_KEYS: [&str; 8] = [
+            "name",
+            "description",
+            "filename",
+            "write_bw_log",
+            "write_lat_log",
+            "write_iops_log",
+            "write_hist_log",
+            "wait_for",
+        ];
+        let Some(value) = entry.value.as_deref() else {
+            return Ok(None);
+        };
+        if TEXT_KEYS.contains(&entry.key.as_str()) || !value.contains(['$', '*', '(']) {
+            return Ok(None);
+        }
+        let bad = |expected: &str| WorkloadError::FioBadValue {
+            job: self.name.clone(),
+            option: entry.key.clone(),
+            value: value.to_string(),
+            expected: expected.to_string(),
+        };
+        if value.contains('$') && self.env.is_none() {
+            return Err(bad(
+                "a value without $ keywords here (the machine's figures are not known)",
+            ));
+        }
+        values::expression(value, self.env.as_ref())
+            .map(|n| Some(n.to_string()))
+            .ok_or_else(|| bad(values::EXPRESSION_FORM))
     }
 
     fn set_bs(&mut self, bs: u64, bad: &dyn Fn(&str) -> WorkloadError) -> Result<(), WorkloadError> {

@@ -3,7 +3,7 @@
 //! * **Job files** (fio's "classic ini file"): `[name]` starts a section, `[global]` a global one
 //!   whose entries apply to the job sections below it (there may be several); lines whose first
 //!   non-blank character is `;` or `#` are comments; `key=value` with optional blanks around `=`;
-//!   a bare `key` sets a flag (`time_based`). `include` and `$`-expansion are refused.
+//!   a bare `key` sets a flag (`time_based`). `include` and `${VAR}` are refused.
 //! * **Command lines**: `--key=value`, `-key=value`, `--key value`, bare `--flag`; `--name=NAME`
 //!   starts a job; words before the first `--name` are global. fio's run options
 //!   ([`RUN_OPTIONS`]: `--output-format`, `--output`, `--readonly`, ...) are kept apart.
@@ -88,11 +88,13 @@ fn checked_key(key: &str, at: &str) -> Result<String, WorkloadError> {
 
 fn checked_value(key: &str, value: &str, at: &str) -> Result<String, WorkloadError> {
     let value = value.trim();
-    if value.contains('$') {
+    if value.contains("${") {
         return Err(WorkloadError::FioUnsupported {
             job: at.to_string(),
             option: format!("{key}={value}"),
-            reason: "fio's ${VAR} and $ncpus/$mb_memory/$pagesize expansion is not supported; write the value".into(),
+            reason: "fio's ${VAR} takes the value from the environment, which a kernel has not; write the value \
+                     ($ncpus, $mb_memory and $pagesize are known)"
+                .into(),
         });
     }
     Ok(value.to_string())
@@ -262,9 +264,13 @@ mod tests {
             WorkloadError::FioUnsupported { option, .. } if option == "include"
         ));
         assert!(matches!(
-            job_file("[a]\nnumjobs=$ncpus\n").unwrap_err(),
+            job_file("[a]\nsize=${SIZE}\n").unwrap_err(),
             WorkloadError::FioUnsupported { .. }
         ));
+        assert!(
+            job_file("[a]\nnumjobs=$ncpus\n").is_ok(),
+            "fio's keywords are expanded later"
+        );
     }
 
     #[test]

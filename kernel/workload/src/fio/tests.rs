@@ -451,3 +451,34 @@ fn flush_options_map_to_the_engine() {
         (0, false, false)
     );
 }
+
+#[test]
+fn values_may_be_expressions_with_the_machines_figures() {
+    let env = FioEnv {
+        ncpus: 4,
+        mb_memory: 512,
+        pagesize: 4096,
+    };
+    let run = parse_job_file_on(
+        "[a]\nnumjobs=$ncpus\nsize=10*$mb_memory*1k\nbs=$pagesize*2\n",
+        &[],
+        Some(&env),
+    )
+    .unwrap();
+    let job = &run.jobs[0];
+    assert_eq!((job.numjobs, job.spec.bs), (4, 8192));
+    assert_eq!(job.spec.size, Some(10 * 512 * 1024));
+    // Text values are not evaluated; $ keywords without the machine's figures are refused.
+    assert_eq!(
+        one("[a]\ndescription=4*4 (x)\n").description.as_deref(),
+        Some("4*4 (x)")
+    );
+    assert!(matches!(
+        parse_job_file("[a]\nnumjobs=$ncpus\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "numjobs"
+    ));
+    assert!(matches!(
+        parse_job_file_on("[a]\nsize=2*(3\n", &[], Some(&env)).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "size"
+    ));
+}

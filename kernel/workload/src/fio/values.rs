@@ -121,6 +121,131 @@ pub fn boolean(text: &str) -> Option<bool> {
 
 use alloc::string::String;
 
+/// The machine's figures fio's value expressions may name: `$ncpus`, `$mb_memory`, `$pagesize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FioEnv {
+    /// Online CPUs.
+    pub ncpus: u64,
+    /// Memory in MiB.
+    pub mb_memory: u64,
+    /// Page size in bytes.
+    pub pagesize: u64,
+}
+
+/// The form [`expression`] accepts, for error messages.
+pub const EXPRESSION_FORM: &str = "an integer expression: numbers (with size suffixes such as 4k), $ncpus, \
+                                   $mb_memory, $pagesize, + - * / % and parentheses";
+
+/// Evaluates fio's arithmetic in a value (`10*10*1000*$mb_memory`, `$ncpus/2`, `(4k+4k)*2`) to an
+/// integer, with checked arithmetic; `None` when malformed, divided by zero or overflowing.
+/// Without `env`, a `$` keyword is malformed.
+pub fn expression(text: &str, env: Option<&FioEnv>) -> Option<u64> {
+    let mut parser = Expression {
+        text: text.as_bytes(),
+        at: 0,
+        env,
+    };
+    let value = parser.sum()?;
+    parser.blanks();
+    (parser.at == parser.text.len()).then_some(value)
+}
+
+struct Expression<'a> {
+    text: &'a [u8],
+    at: usize,
+    env: Option<&'a FioEnv>,
+}
+
+impl Expression<'_> {
+    fn blanks(&mut self) {
+        while self.text.get(self.at).is_some_and(|b| b.is_ascii_whitespace()) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.blanks();
+        self.text.get(self.at).copied()
+    }
+
+    fn sum(&mut self) -> Option<u64> {
+        let mut value = self.product()?;
+        loop {
+            match self.peek() {
+                Some(b'+') => {
+                    self.at += 1;
+                    value = value.checked_add(self.product()?)?;
+                }
+                Some(b'-') => {
+                    self.at += 1;
+                    value = value.checked_sub(self.product()?)?;
+                }
+                _ => return Some(value),
+            }
+        }
+    }
+
+    fn product(&mut self) -> Option<u64> {
+        let mut value = self.term()?;
+        loop {
+            match self.peek() {
+                Some(b'*') => {
+                    self.at += 1;
+                    value = value.checked_mul(self.term()?)?;
+                }
+                Some(b'/') => {
+                    self.at += 1;
+                    value = value.checked_div(self.term()?)?;
+                }
+                Some(b'%') => {
+                    self.at += 1;
+                    value = value.checked_rem(self.term()?)?;
+                }
+                _ => return Some(value),
+            }
+        }
+    }
+
+    fn term(&mut self) -> Option<u64> {
+        match self.peek()? {
+            b'(' => {
+                self.at += 1;
+                let value = self.sum()?;
+                (self.peek()? == b')').then(|| self.at += 1)?;
+                Some(value)
+            }
+            b'$' => {
+                let start = self.at + 1;
+                let mut end = start;
+                while self
+                    .text
+                    .get(end)
+                    .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                {
+                    end += 1;
+                }
+                self.at = end;
+                let env = self.env?;
+                match &self.text[start..end] {
+                    b"ncpus" => Some(env.ncpus),
+                    b"mb_memory" => Some(env.mb_memory),
+                    b"pagesize" => Some(env.pagesize),
+                    _ => None,
+                }
+            }
+            _ => {
+                let start = self.at;
+                let mut end = start;
+                while self.text.get(end).is_some_and(|b| b.is_ascii_alphanumeric()) {
+                    end += 1;
+                }
+                self.at = end;
+                size(core::str::from_utf8(&self.text[start..end]).ok()?)
+            }
+        }
+    }
+}
+
 /// One entry of `percentile_list`: the text as written (printed back by the output side) and the
 /// value in millionths of a percent (`99.9` → 99_900_000), exact for up to six decimals.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +358,28 @@ mod tests {
         assert_eq!(integer("0x2a"), Some(42));
         assert_eq!(integer("42"), Some(42));
         assert_eq!(integer("4k"), None);
+    }
+
+    #[test]
+    fn expressions_with_fio_keywords() {
+        let env = FioEnv {
+            ncpus: 4,
+            mb_memory: 512,
+            pagesize: 4096,
+        };
+        assert_eq!(expression("10*10*1000*$mb_memory", Some(&env)), Some(51_200_000));
+        assert_eq!(expression("$ncpus", Some(&env)), Some(4));
+        assert_eq!(expression("$ncpus / 2", Some(&env)), Some(2));
+        assert_eq!(expression("(4k+4k)*2", Some(&env)), Some(16384));
+        assert_eq!(expression("$pagesize*2-1", Some(&env)), Some(8191));
+        assert_eq!(expression("7 % 4", None), Some(3));
+        for bad in ["$ncpus", "$nope", "1/0", "(1", "1+", "2-3", "4q", ""] {
+            assert_eq!(
+                expression(bad, if bad == "$ncpus" { None } else { Some(&env) }),
+                None,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
