@@ -176,6 +176,8 @@ pub struct FioJob {
     pub options: Vec<(String, String)>,
     /// Accepted options that change nothing on bare metal or differ slightly, one line each.
     pub warnings: Vec<String>,
+    /// Every no-op flag set for the job (globals included), for checks across jobs.
+    set_keys: Vec<String>,
 }
 
 /// A parsed job file or command line.
@@ -481,7 +483,31 @@ fn build(
         let job = builder.finish(group, serial_set, own, &options)?;
         jobs.push(job);
     }
+    if jobs.is_empty() {
+        return Err(WorkloadError::FioSyntax {
+            at: "the whole input".into(),
+            detail: "it defines no job (only [global] options): add a [name] section or --name=".into(),
+        });
+    }
     assign_waves(&mut jobs)?;
+    // exitall stops the jobs running beside the one that ends (or fails); baremq's jobs stop
+    // only themselves.
+    for wave in (FioRun {
+        options: options.clone(),
+        jobs: jobs.clone(),
+    })
+    .waves()
+    {
+        if wave.len() > 1
+            && let Some(job) = wave.iter().find(|j| j.options_have(&["exitall", "exitall_on_error"]))
+        {
+            return Err(unsupported(
+                &job.name,
+                "exitall",
+                "stopping the other jobs of a wave when one ends is not implemented; put a stonewall between them",
+            ));
+        }
+    }
     Ok(FioRun { options, jobs })
 }
 
@@ -539,6 +565,7 @@ fn assign_waves(jobs: &mut [FioJob]) -> Result<(), WorkloadError> {
 /// One job's options being mapped.
 struct Builder {
     env: Option<FioEnv>,
+    set_keys: Vec<String>,
     name: String,
     spec: JobSpec,
     description: Option<String>,
@@ -582,6 +609,7 @@ impl Builder {
         spec.random_map = true;
         Self {
             env,
+            set_keys: Vec::new(),
             name: name.to_string(),
             spec,
             description: None,
@@ -947,6 +975,11 @@ impl Builder {
                 self.report.logs.log_hist_msec = values::integer(need()?).ok_or_else(|| bad("milliseconds"))?
             }
             _ if NO_OP_OPTIONS.contains(&key) => {
+                let on = value.is_none_or(|v| values::boolean(v) != Some(false));
+                self.set_keys.retain(|k| k != key);
+                if on {
+                    self.set_keys.push(key.to_string());
+                }
                 self.warn(format!(
                     "{key}: accepted, changes nothing on baremq (no processes, files or page cache)"
                 ));
@@ -1188,6 +1221,7 @@ impl Builder {
             report: self.report,
             options,
             warnings: self.warnings,
+            set_keys: self.set_keys,
         })
     }
 }
@@ -1278,6 +1312,12 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
 }
 
 impl FioJob {
+    /// Whether the job (its own section or the globals above it) set one of `keys` to something
+    /// other than false.
+    fn options_have(&self, keys: &[&str]) -> bool {
+        self.set_keys.iter().any(|k| keys.contains(&k.as_str()))
+    }
+
     /// The engine job for this fio job on these devices and online CPUs: the device from
     /// `filename`, percentages of its capacity, the clones' CPUs (`cpus_allowed`, else the first
     /// `numjobs` online CPUs), and `loops` passes over the region.

@@ -482,3 +482,16 @@ fn values_may_be_expressions_with_the_machines_figures() {
         WorkloadError::FioBadValue { option, .. } if option == "size"
     ));
 }
+
+#[test]
+fn exitall_across_a_wave_and_empty_files_are_refused() {
+    assert_eq!(refused("[a]\nexitall\n[b]\n").0, "exitall");
+    assert_eq!(refused("[global]\nexitall_on_error=1\n[a]\n[b]\n").0, "exitall");
+    // One job per wave: nothing else to stop.
+    assert!(parse_job_file("[a]\nexitall\n[b]\nstonewall\n", &[]).is_ok());
+    assert!(parse_job_file("[a]\nexitall=0\n[b]\n", &[]).is_ok());
+    assert!(matches!(
+        parse_job_file("[global]\nbs=4k\n", &[]).unwrap_err(),
+        WorkloadError::FioSyntax { .. }
+    ));
+}
