@@ -169,22 +169,59 @@ fn describe(job: &workload::fio::FioJob, spec: &mut workload::JobSpec) {
         );
     }
     kprintln!(
-        "fio job {:?}: group {}, {} clone(s) on CPUs {}, ioengine={}, mapped to: {}{}{}",
+        "fio job {:?}: group {}, {} clone(s) on CPUs {}, ioengine={}, mapped to: {}{}",
         job.name,
         job.group,
         job.numjobs,
         spec.cpus,
         job.ioengine,
         spec,
-        if spec.runtime_is_cap && spec.runtime_ns.is_some() {
-            " (runtime caps the job: not time_based)"
-        } else {
-            ""
-        },
-        if spec.ramp_ns > 0 {
-            format!(", ramp_time {} ms not measured", spec.ramp_ns / 1_000_000)
-        } else {
-            String::new()
-        },
+        fio_only(spec),
     );
+}
+
+/// The engine fields only fio jobs set (the native words printed before cannot say them).
+fn fio_only(spec: &workload::JobSpec) -> String {
+    let mut out = String::new();
+    if spec.runtime_is_cap && spec.runtime_ns.is_some() {
+        out.push_str(" (runtime caps the job: not time_based)");
+    }
+    if spec.ramp_ns > 0 {
+        out.push_str(&format!(", ramp_time {} ms not measured", spec.ramp_ns / 1_000_000));
+    }
+    if spec.rw.is_random() {
+        out.push_str(if !spec.zones.is_empty() {
+            ", zoned offsets"
+        } else if spec.random_map {
+            ", random map (each block once per pass)"
+        } else {
+            ", norandommap"
+        });
+    }
+    if let Some(ios) = spec.ios_per_cpu {
+        out.push_str(&format!(", {ios} I/Os per clone"));
+    }
+    if spec.io_interval_ns != [0, 0] {
+        let [read, write] = spec.io_interval_ns;
+        out.push_str(&format!(
+            ", one I/O per {read} ns (reads) / {write} ns (writes) at most"
+        ));
+    }
+    if spec.think_ns > 0 {
+        out.push_str(&format!(
+            ", think {} us every {} I/Os",
+            spec.think_ns / 1_000,
+            spec.think_blocks
+        ));
+    }
+    if spec.start_delay_ns > 0 {
+        out.push_str(&format!(", start delay {} ms", spec.start_delay_ns / 1_000_000));
+    }
+    if spec.flush_every_writes > 0 {
+        out.push_str(&format!(", flush every {} writes", spec.flush_every_writes));
+    }
+    if spec.end_flush {
+        out.push_str(", flush at the end");
+    }
+    out
 }

@@ -23,6 +23,8 @@ pub struct IoGenerator {
     rwmixread: u64,
     /// fio's random map (`JobSpec::random_map`): each block once per pass.
     map: Option<RandomMap>,
+    /// `JobSpec::zones` as (cumulative access percent, first block, blocks), in order.
+    zones: alloc::vec::Vec<(u64, u64, u64)>,
     blocks: u64,
     cursor: u64,
     remaining: Option<u64>,
@@ -42,8 +44,9 @@ impl IoGenerator {
                 RwMode::RandRw | RwMode::ReadWrite => None,
             },
             rwmixread: u64::from(plan.spec.rwmixread),
-            map: (plan.spec.random_map && plan.spec.rw.is_random())
+            map: (plan.spec.random_map && plan.spec.rw.is_random() && plan.spec.zones.is_empty())
                 .then(|| RandomMap::new(blocks, per_cpu_seed ^ 0x6d6170)),
+            zones: zone_table(&plan.spec.zones, blocks, u64::from(plan.spec.bs)),
             blocks,
             cursor: 0,
             remaining: if plan.spec.is_time_based() {
@@ -65,6 +68,14 @@ impl IoGenerator {
         }
         let block = if let Some(map) = &mut self.map {
             map.next_index()
+        } else if !self.zones.is_empty() && self.rw.is_random() {
+            let draw = self.rng.below(100);
+            let &(_, first, len) = self
+                .zones
+                .iter()
+                .find(|(cumulative, _, _)| draw < *cumulative)
+                .unwrap_or(&self.zones[self.zones.len() - 1]);
+            first + self.rng.below(len)
         } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {
@@ -79,6 +90,27 @@ impl IoGenerator {
         };
         Some((op, block))
     }
+}
+
+/// The zones over `blocks` blocks of `bs` bytes, as (cumulative access percent, first block,
+/// blocks); zones with no block or no access are left out, and a zone running past the end is
+/// cut there (the planner's callers check the sums).
+fn zone_table(zones: &[crate::job::AccessZone], blocks: u64, bs: u64) -> alloc::vec::Vec<(u64, u64, u64)> {
+    let mut table = alloc::vec::Vec::new();
+    let (mut cumulative, mut first) = (0u64, 0u64);
+    for zone in zones {
+        let len = match zone.length {
+            crate::job::ZoneLength::Percent(p) => blocks * u64::from(p) / 100,
+            crate::job::ZoneLength::Bytes(b) => b / bs,
+        }
+        .min(blocks - first.min(blocks));
+        cumulative += u64::from(zone.access_percent);
+        if len > 0 && zone.access_percent > 0 {
+            table.push((cumulative, first, len));
+        }
+        first += len;
+    }
+    table
 }
 
 #[cfg(test)]
@@ -136,6 +168,25 @@ mod tests {
             "{reads} reads out of 10000 at rwmixread=70"
         );
         assert!(same_as_other < 100, "CPUs must get independent streams");
+    }
+
+    #[test]
+    fn zones_take_their_share_of_the_accesses() {
+        let mut p = plan("rw=randread bs=4k size=4m runtime=1s");
+        p.spec.zones = alloc::vec![
+            crate::job::AccessZone {
+                access_percent: 60,
+                length: crate::job::ZoneLength::Percent(10),
+            },
+            crate::job::AccessZone {
+                access_percent: 40,
+                length: crate::job::ZoneLength::Percent(90),
+            },
+        ];
+        let mut g = IoGenerator::new(&p, 0);
+        // 4 MiB over 2 CPUs: 512 blocks per slice; the first zone is blocks 0..51.
+        let hot = (0..10_000).filter(|_| g.next_io().unwrap().1 < 51).count();
+        assert!((5_700..6_300).contains(&hot), "{hot} of 10000 in the 60% zone");
     }
 
     #[test]

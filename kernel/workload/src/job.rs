@@ -306,6 +306,28 @@ pub struct JobSpec {
     pub flush_every_writes: u32,
     /// fio's `end_fsync` / `fsync_on_close`: flush once when the main phase ends.
     pub end_flush: bool,
+    /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
+    /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
+    /// whole slice alike.
+    pub zones: Vec<AccessZone>,
+}
+
+/// One zone of fio's `random_distribution=zoned:A/R:...` (or `zoned_abs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessZone {
+    /// Percent of the random accesses that land in this zone.
+    pub access_percent: u8,
+    /// The zone's length: a percent of the region (`zoned`) or bytes (`zoned_abs`).
+    pub length: ZoneLength,
+}
+
+/// How long an [`AccessZone`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneLength {
+    /// Percent of the region.
+    Percent(u8),
+    /// Bytes.
+    Bytes(u64),
 }
 
 impl JobSpec {
@@ -341,6 +363,7 @@ impl JobSpec {
             start_delay_ns: 0,
             flush_every_writes: 0,
             end_flush: false,
+            zones: Vec::new(),
         }
     }
 

@@ -50,8 +50,8 @@ pub use error::WorkloadError;
 pub use generator::IoGenerator;
 pub use hist::LatencyHistogram;
 pub use job::{
-    ACCEPTED_KEYS, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode, VerifyMode,
-    parse_cmdline, parse_jobs,
+    ACCEPTED_KEYS, AccessZone, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode,
+    VerifyMode, ZoneLength, parse_cmdline, parse_jobs,
 };
 pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
 pub use report::{JSON_PREFIX, JobReport, ProgressMeter, VerifyResult};

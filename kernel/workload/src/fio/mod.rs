@@ -872,13 +872,17 @@ impl Builder {
             }
             "random_distribution" => {
                 let v = need()?;
-                if v != "random" {
+                self.spec.zones = if v == "random" {
+                    Vec::new()
+                } else if let Some(zones) = v.strip_prefix("zoned:").or_else(|| v.strip_prefix("zoned_abs:")) {
+                    parse_zones(zones, v.starts_with("zoned_abs:")).map_err(|expected| bad(&expected))?
+                } else {
                     return Err(unsupported(
                         &job,
                         &format!("random_distribution={v}"),
-                        "only the uniform distribution (random) is implemented",
+                        "zipf, pareto, normal and gauss are not implemented; random, zoned and zoned_abs are",
                     ));
-                }
+                };
             }
             "randrepeat" | "rand_repeatable" => self.randrepeat = flag()?,
             "randseed" => self.randseed = Some(values::integer(need()?).ok_or_else(|| bad("an integer"))?),
@@ -1150,6 +1154,11 @@ impl Builder {
         self.spec.clone_increment = Some(self.offset_increment);
         // Randomness.
         self.spec.random_map = !self.norandommap;
+        if !self.spec.zones.is_empty() && !self.norandommap && self.spec.rw.is_random() {
+            self.warn(
+                "random_distribution=zoned: offsets are drawn with repeats inside each zone (no random map)".into(),
+            );
+        }
         let seed_from_clock = self.randseed.is_none() && !self.randrepeat;
         self.spec.seed = self.randseed.unwrap_or(DEFAULT_SEED);
         // Verify and errors.
@@ -1257,6 +1266,46 @@ impl FioRun {
         }
         out
     }
+}
+
+/// `A/R:A/R...` of `random_distribution=zoned:` (R a percent) or `zoned_abs:` (R a size): the
+/// access percents must add up to 100, and for `zoned` the region percents too.
+fn parse_zones(text: &str, absolute: bool) -> Result<Vec<crate::job::AccessZone>, String> {
+    use crate::job::{AccessZone, ZoneLength};
+    let form = if absolute {
+        "zoned_abs:ACCESS%/SIZE:..., e.g. zoned_abs:60/1g:40/7g, access percents adding up to 100"
+    } else {
+        "zoned:ACCESS%/REGION%:..., e.g. zoned:60/10:30/20:10/70, each column adding up to 100"
+    };
+    if text.contains(',') {
+        return Err(alloc::format!("{form} (zones per direction are not implemented)"));
+    }
+    let mut zones = Vec::new();
+    let (mut access, mut region) = (0u64, 0u64);
+    for part in text.split(':') {
+        let (a, r) = part.split_once('/').ok_or_else(|| form.to_string())?;
+        let a = values::integer(a)
+            .filter(|a| *a <= 100)
+            .ok_or_else(|| form.to_string())?;
+        let length = if absolute {
+            ZoneLength::Bytes(values::size(r).ok_or_else(|| form.to_string())?)
+        } else {
+            let r = values::integer(r)
+                .filter(|r| *r <= 100)
+                .ok_or_else(|| form.to_string())?;
+            region += r;
+            ZoneLength::Percent(r as u8)
+        };
+        access += a;
+        zones.push(AccessZone {
+            access_percent: a as u8,
+            length,
+        });
+    }
+    if access != 100 || (!absolute && region != 100) {
+        return Err(form.to_string());
+    }
+    Ok(zones)
 }
 
 /// The engine's name for a fio job name: fio allows any text, the engine's reports want
@@ -1403,6 +1452,23 @@ impl FioJob {
             ));
         }
         spec.cpus = crate::job::CpuSelection::List(CpuSet::from_cpus(&candidates[..wanted as usize]));
+        let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));
+        let zoned_bytes: u64 = spec
+            .zones
+            .iter()
+            .map(|z| match z.length {
+                crate::job::ZoneLength::Bytes(b) => b,
+                crate::job::ZoneLength::Percent(_) => 0,
+            })
+            .sum();
+        if zoned_bytes > region {
+            return Err(WorkloadError::FioBadValue {
+                job: self.name.clone(),
+                option: "random_distribution".into(),
+                value: alloc::format!("zoned_abs zones of {zoned_bytes} bytes"),
+                expected: alloc::format!("zones that fit in the job's region of {region} bytes"),
+            });
+        }
         if self.loops > 1 || self.ios_per_pass.is_some() {
             let per_pass = self.ios_per_pass.unwrap_or_else(|| {
                 let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));

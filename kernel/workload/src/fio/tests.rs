@@ -277,6 +277,7 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
         ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
         ("[a]\nrandom_distribution=zipf:1.2\n", "random_distribution=zipf:1.2"),
+        ("[a]\nrandom_distribution=normal\n", "random_distribution=normal"),
         ("[a]\nverify=pattern\n", "verify=pattern"),
         ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
         ("[a]\nverify_backlog=16\n", "verify_backlog"),
@@ -494,4 +495,51 @@ fn exitall_across_a_wave_and_empty_files_are_refused() {
         parse_job_file("[global]\nbs=4k\n", &[]).unwrap_err(),
         WorkloadError::FioSyntax { .. }
     ));
+}
+
+#[test]
+fn zoned_distributions() {
+    use crate::job::{AccessZone, ZoneLength};
+    let job = one("[a]\nrw=randread\nrandom_distribution=zoned:60/10:30/20:10/70\n");
+    assert_eq!(
+        job.spec.zones,
+        [
+            AccessZone {
+                access_percent: 60,
+                length: ZoneLength::Percent(10)
+            },
+            AccessZone {
+                access_percent: 30,
+                length: ZoneLength::Percent(20)
+            },
+            AccessZone {
+                access_percent: 10,
+                length: ZoneLength::Percent(70)
+            },
+        ]
+    );
+    assert!(job.warnings.iter().any(|w| w.contains("zoned")));
+    let abs = one("[a]\nrw=randread\nnorandommap\nrandom_distribution=zoned_abs:60/1m:40/3m\n");
+    assert_eq!(abs.spec.zones[1].length, ZoneLength::Bytes(3 << 20));
+    assert!(abs.to_spec(&[nvme()], &[0]).is_ok());
+    let too_big = one("[a]\nsize=2m\nrandom_distribution=zoned_abs:60/1m:40/3m\n");
+    assert!(matches!(
+        too_big.to_spec(&[nvme()], &[0]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "random_distribution"
+    ));
+    for bad in [
+        "zoned:60/10:30/20",
+        "zoned:60/50:30/50",
+        "zoned:x/10",
+        "zoned:r:60/10,w:100/100",
+        "zoned_abs:50/1m",
+    ] {
+        assert!(
+            matches!(
+                parse_job_file(&alloc::format!("[a]\nrandom_distribution={bad}\n"), &[]).unwrap_err(),
+                WorkloadError::FioBadValue { .. }
+            ),
+            "{bad}"
+        );
+    }
 }
