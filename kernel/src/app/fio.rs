@@ -28,24 +28,6 @@ pub struct JobFile {
     pub text: String,
 }
 
-/// Whether a module string marks a fio job file (see the module docs).
-fn is_fio_string(string: &str) -> bool {
-    string.split_ascii_whitespace().any(|word| {
-        word.eq_ignore_ascii_case("fio")
-            || word.len() > 4 && word.as_bytes()[word.len() - 4..].eq_ignore_ascii_case(b".fio")
-    })
-}
-
-/// Whether an unlabelled module's bytes start like a job file: the first line that is neither
-/// blank nor a comment is a `[section]` header.
-fn looks_like_job_file(bytes: &[u8]) -> bool {
-    bytes
-        .split(|&b| b == b'\n')
-        .map(|line| line.trim_ascii())
-        .find(|line| !line.is_empty() && !line.starts_with(b";") && !line.starts_with(b"#"))
-        .is_some_and(|line| line.starts_with(b"["))
-}
-
 /// The boot modules that are fio job files, read into the heap. Other modules, and every
 /// module when `enabled` is false, are listed and left alone; a job file that is not UTF-8 text
 /// or cannot be read stops the boot.
@@ -57,8 +39,7 @@ pub fn job_files(boot: &BootInfo, enabled: bool) -> Vec<JobFile> {
         if let Err(e) = memory::IdentityMap.read(module.start, &mut bytes) {
             crate::arch::exit::failure(format_args!("fio: boot {label}: {e}"));
         }
-        let unlabelled_job = module.string.trim().is_empty() && looks_like_job_file(&bytes);
-        if !enabled || !(is_fio_string(&module.string) || unlabelled_job) {
+        if !enabled || !workload::fio::is_job_file_module(&module.string, &bytes) {
             kprintln!(
                 "fio: boot {label} ({} bytes) not run: {}",
                 module.len(),

@@ -1308,6 +1308,24 @@ fn parse_zones(text: &str, absolute: bool) -> Result<Vec<crate::job::AccessZone>
     Ok(zones)
 }
 
+/// Whether a boot module is a fio job file: its string (QEMU's `-initrd "FILE fio"` entry, GRUB's
+/// words after the path) has a word `fio` or a word ending in `.fio` (ASCII case-insensitive), or
+/// it has no string at all (QEMU's PVH `-initrd`) and its first line that is neither blank nor a
+/// `;`/`#` comment starts with `[`.
+pub fn is_job_file_module(string: &str, bytes: &[u8]) -> bool {
+    let named = string.split_ascii_whitespace().any(|word| {
+        word.eq_ignore_ascii_case("fio")
+            || word.len() > 4 && word.as_bytes()[word.len() - 4..].eq_ignore_ascii_case(b".fio")
+    });
+    let unlabelled_job = string.trim().is_empty()
+        && bytes
+            .split(|&b| b == b'\n')
+            .map(|line| line.trim_ascii())
+            .find(|line| !line.is_empty() && !line.starts_with(b";") && !line.starts_with(b"#"))
+            .is_some_and(|line| line.starts_with(b"["));
+    named || unlabelled_job
+}
+
 /// The engine's name for a fio job name: fio allows any text, the engine's reports want
 /// `[A-Za-z0-9_.-]`, at most 32 characters; others become `_`.
 pub fn engine_name(name: &str) -> String {

@@ -543,3 +543,18 @@ fn zoned_distributions() {
         );
     }
 }
+
+#[test]
+fn boot_modules_are_job_files_by_string_or_first_line() {
+    assert!(is_job_file_module("/work/tests/fio/seq-128k.fio fio", b""));
+    assert!(is_job_file_module("fio", b"anything"));
+    assert!(is_job_file_module("/boot/JOB.FIO", b""));
+    assert!(
+        !is_job_file_module("/boot/initrd.img", b"[a]\n"),
+        "a string that says otherwise wins"
+    );
+    assert!(!is_job_file_module("x.fio.bak", b""));
+    assert!(is_job_file_module("", b"; comment\n\n  # more\n[global]\nbs=4k\n"));
+    assert!(!is_job_file_module("", b"\x7fELF..."));
+    assert!(!is_job_file_module("", b""));
+}
