@@ -406,6 +406,26 @@ fn run_jobs(plans: &[JobPlan]) -> Result<Vec<bool>, String> {
     for (cpu, t) in waits {
         smp::wait_done(cpu, t);
     }
+    // A CPU's error (a stall, a bogus completion) is the verdict, before the drain.
+    let mut all_results: Vec<Vec<workload::CpuResult>> = Vec::with_capacity(plans.len());
+    for ctx in &contexts {
+        let plan = ctx.plan;
+        let mut results = Vec::with_capacity(plan.cpus.len());
+        for (i, r) in ctx.results.iter().enumerate() {
+            match r.lock().take() {
+                Some(Ok(res)) => results.push(res),
+                Some(Err(e)) => return Err(alloc::format!("job {}: cpu{}: {e}", plan.spec.name, plan.cpus[i].cpu)),
+                None => {
+                    return Err(alloc::format!(
+                        "job {}: cpu{} returned no result",
+                        plan.spec.name,
+                        plan.cpus[i].cpu
+                    ));
+                }
+            }
+        }
+        all_results.push(results);
+    }
     // Drain: nothing of these jobs may still be in flight when the next starts.
     let deadline = time::now_ns() + 5_000_000_000;
     for (plan, dev) in plans.iter().zip(&devs) {
@@ -431,20 +451,7 @@ fn run_jobs(plans: &[JobPlan]) -> Result<Vec<bool>, String> {
         let irqs_before = &irqs_before[index];
         let blk_before = &blk_before[index];
         let quiesce = policies[index].1;
-        let mut results = Vec::with_capacity(plan.cpus.len());
-        for (i, r) in ctx.results.iter().enumerate() {
-            match r.lock().take() {
-                Some(Ok(res)) => results.push(res),
-                Some(Err(e)) => return Err(alloc::format!("job {}: cpu{}: {e}", plan.spec.name, plan.cpus[i].cpu)),
-                None => {
-                    return Err(alloc::format!(
-                        "job {}: cpu{} returned no result",
-                        plan.spec.name,
-                        plan.cpus[i].cpu
-                    ));
-                }
-            }
-        }
+        let results = &all_results[index];
         let mut trace_events = Vec::new();
         let mut trace_summary = None;
         if trace_every != 0 {
@@ -464,7 +471,7 @@ fn run_jobs(plans: &[JobPlan]) -> Result<Vec<bool>, String> {
             summary.event_cost_ns = trace_event_ns;
             trace_summary = Some(summary);
         }
-        let mut report = JobReport::new(plan, &results).map_err(|e| e.to_string())?;
+        let mut report = JobReport::new(plan, results).map_err(|e| e.to_string())?;
         if let Some(summary) = trace_summary {
             report.set_stages(summary);
         }
