@@ -520,6 +520,15 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
     Ok(run.result)
 }
 
+/// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
+fn backlog_capacity(plan: &JobPlan) -> usize {
+    if plan.verify.has_verify_pass() {
+        plan.spec.verify_backlog as usize
+    } else {
+        0
+    }
+}
+
 /// Failed writes a single-pass verify job remembers per CPU (the verify pass reads their blocks
 /// unchecked); past this many, it checks no block.
 pub const MAX_FAILED_WRITES: usize = 4096;
@@ -685,6 +694,10 @@ struct CpuRun<'a, B: ?Sized> {
     flush_wanted: bool,
     /// A flush is in flight: issue nothing else until it completes.
     flush_in_flight: bool,
+    /// `verify_backlog`: blocks written since the last backlog check, and blocks due to be read
+    /// back (preallocated; a full list drops the newest, which the verify pass still checks).
+    backlog_written: Vec<u64>,
+    backlog_pending: Vec<u64>,
     /// Start of the measured part of the main phase (after the ramp).
     measured_start: u64,
     result: CpuResult,
@@ -774,6 +787,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             writes_since_flush: 0,
             flush_wanted: false,
             flush_in_flight: false,
+            backlog_written: Vec::with_capacity(backlog_capacity(plan)),
+            backlog_pending: Vec::with_capacity(2 * backlog_capacity(plan) + depth),
             measured_start: 0,
             result: CpuResult {
                 cpu: slice.cpu,
@@ -942,6 +957,23 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
     }
 
+    /// verify_backlog: a write of `block` completed; every N of them are due to be read back.
+    #[cold]
+    fn note_backlog_write(&mut self, block: u64) {
+        if self.plan.verify == VerifyScheme::Off {
+            return;
+        }
+        self.backlog_written.push(block);
+        if self.backlog_written.len() >= self.plan.spec.verify_backlog as usize {
+            let room = self.backlog_pending.capacity() - self.backlog_pending.len();
+            let take = self.backlog_written.len().min(room);
+            // Read back oldest first (`next_from` pops from the end).
+            self.backlog_pending
+                .splice(0..0, self.backlog_written.drain(..take).rev());
+            self.backlog_written.clear();
+        }
+    }
+
     /// Ends the ramp: what was counted so far is dropped and measuring starts at `now`. Errors and
     /// their records stay (a failed I/O is reported whenever it happened).
     #[cold]
@@ -955,7 +987,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// The next I/O of `source`, or `None` when it is exhausted.
     fn next_from(&mut self, source: &mut Source) -> Option<(IoOp, u64)> {
         match source {
-            Source::Main(generator) => generator.next_io(),
+            Source::Main(generator) => {
+                // verify_backlog: blocks written lately are read back first.
+                if let Some(block) = self.backlog_pending.pop() {
+                    return Some((IoOp::Read, block));
+                }
+                generator.next_io()
+            }
             Source::Nothing => None,
             Source::VerifyPass { next_block } => {
                 while *next_block < self.slice.blocks {
@@ -1090,8 +1128,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 }
                 io
             } else {
-                // The source is exhausted; what is deferred still has to go out.
-                return Ok(self.retry.is_some() || !self.deferred.is_empty());
+                // The source is exhausted; what is deferred still has to go out, and so does a
+                // verify backlog that writes still in flight may complete.
+                let backlog_due =
+                    !self.backlog_pending.is_empty() || (!self.backlog_written.is_empty() && self.in_flight > 0);
+                return Ok(self.retry.is_some() || !self.deferred.is_empty() || backlog_due);
             };
             if self.paced && phase == Phase::Main && !self.pace_allows(io.0) {
                 // Not yet: it goes first when the pace allows (the loop comes back here).
@@ -1249,6 +1290,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     stats.latency.record(done_ns.saturating_sub(slot.submitted_ns));
                 } else {
                     self.result.verify.pass_reads += 1;
+                }
+                if slot.op == IoOp::Write && phase == Phase::Main && self.plan.spec.verify_backlog != 0 {
+                    self.note_backlog_write(slot.block);
                 }
                 match (slot.op, slot.generation) {
                     (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {

@@ -306,6 +306,9 @@ pub struct JobSpec {
     pub flush_every_writes: u32,
     /// fio's `end_fsync` / `fsync_on_close`: flush once when the main phase ends.
     pub end_flush: bool,
+    /// fio's `verify_backlog=N` (verify jobs that write): after every N completed writes, read
+    /// those blocks back and check them before drawing new I/Os (0 = only the verify pass).
+    pub verify_backlog: u32,
     /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
     /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
     /// whole slice alike.
@@ -363,6 +366,7 @@ impl JobSpec {
             start_delay_ns: 0,
             flush_every_writes: 0,
             end_flush: false,
+            verify_backlog: 0,
             zones: Vec::new(),
         }
     }

@@ -193,3 +193,33 @@ fn fsync_flushes_after_every_n_writes_and_end_fsync_at_the_end() {
     assert_eq!(backends[0].completion_log.len(), 21);
     assert!(backends[0].max_in_flight <= 4);
 }
+
+#[test]
+fn verify_backlog_reads_back_every_n_writes_and_counts_them_as_reads() {
+    let plan = plan_of(
+        "[b]\nioengine=libaio\nrw=randwrite\nbs=4k\nsize=256k\niodepth=4\nverify=crc32c\nverify_backlog=8\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    let result = &results[0];
+    assert_eq!(result.write.ios, 64);
+    // Every 8 writes are read back while the job runs: 64 reads, all checked, no mismatch.
+    assert_eq!(result.read.ios, 64);
+    assert_eq!(result.verify.mismatches, 0);
+    assert!(result.verify.checked >= 64, "{:?}", result.verify);
+    // The reads come during the writes, not only at the end: a read appears before the 20th write.
+    let log = &backends[0].submit_log;
+    let first_read = log.iter().position(|(op, _)| *op == IoOp::Read).unwrap();
+    assert!(first_read < 20, "first read at {first_read}");
+    // And each block read back was written before.
+    let mut written = std::collections::BTreeSet::new();
+    for (op, lba) in log.iter().take(64 + 64) {
+        match op {
+            IoOp::Write => {
+                written.insert(*lba);
+            }
+            IoOp::Read => assert!(written.contains(lba), "LBA {lba} read back before it was written"),
+            IoOp::Flush => {}
+        }
+    }
+}

@@ -266,12 +266,8 @@ const REFUSED: &[(&str, &str)] = &[
         "fio's verify_pattern is not implemented; baremq's verify stamps its own block format",
     ),
     (
-        "verify_backlog",
-        "verify reads interleaved with writes are not implemented; the verify pass follows the writes",
-    ),
-    (
         "verify_backlog_batch",
-        "verify reads interleaved with writes are not implemented",
+        "verify_backlog reads back all N blocks at once; batches of them are not implemented",
     ),
     ("verify_interval", "baremq verifies whole blocks"),
     ("verify_offset", "baremq verifies whole blocks"),
@@ -910,6 +906,12 @@ impl Builder {
                 self.verify_name = v.to_string();
             }
             "do_verify" => self.do_verify = flag()?,
+            "verify_backlog" => {
+                self.spec.verify_backlog = values::integer(need()?)
+                    .filter(|n| *n <= 1 << 20)
+                    .ok_or_else(|| bad("a number of blocks from 0 (off) to 1048576"))?
+                    as u32
+            }
             "verify_fatal" => {
                 // fio stops at the first error anyway unless continue_on_error; with it, a
                 // mismatch still stops the job when verify_fatal is set.

@@ -280,7 +280,7 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nrandom_distribution=normal\n", "random_distribution=normal"),
         ("[a]\nverify=pattern\n", "verify=pattern"),
         ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
-        ("[a]\nverify_backlog=16\n", "verify_backlog"),
+        ("[a]\nverify_backlog_batch=16\n", "verify_backlog_batch"),
         ("[a]\nsync=1\n", "sync"),
         ("[a]\nwrite_barrier=4\n", "write_barrier"),
         ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
