@@ -70,16 +70,19 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     });
 
     let (image_start, image_end) = boot::kernel_image_range();
-    let reserved = [
-        Range {
-            start: 0,
-            end: 0x10_0000,
-        },
-        Range {
-            start: image_start,
-            end: image_end,
-        },
-    ];
+    let mut reserved = heapless::Vec::<Range, { 2 + bootinfo::parse::MAX_MODULES }>::new();
+    let _ = reserved.push(Range {
+        start: 0,
+        end: 0x10_0000,
+    });
+    let _ = reserved.push(Range {
+        start: image_start,
+        end: image_end,
+    });
+    // Boot modules (fio job files) stay where the loader put them: keep the allocator off them.
+    for range in boot.module_ranges() {
+        let _ = reserved.push(range);
+    }
     let mem = match memory::init(&boot.memory, &reserved) {
         Ok(m) => m,
         Err(e) => exit::failure(format_args!("memory: {e}")),
@@ -249,12 +252,26 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     dev::block::report();
     time::boot_mark("devices");
     kprintln!("boot phases (ms): {}", time::BootPhases);
-    if config.job_words.is_empty() {
+    let fio_files = app::fio::job_files(boot, config.fio_modules);
+    if config.job_words.is_empty() && config.fio_words.is_empty() && fio_files.is_empty() {
         kprintln!("no job on the command line: platform and devices reported");
         dev::before_power_off();
         exit::success();
     }
-    let outcome = app::jobs::run(&config.job_words);
+    let outcome = if config.job_words.is_empty() {
+        app::fio::run(
+            &fio_files,
+            &config.fio_words,
+            &config.fio_overrides,
+            bootinfo::memmap::totals(&boot.memory).usable,
+        )
+    } else if !config.fio_words.is_empty() || !fio_files.is_empty() {
+        Err(alloc::string::String::from(
+            "native job words (rw=..., job=...) and fio jobs (a fio boot module or words after --) cannot be              mixed in one boot: give one or the other",
+        ))
+    } else {
+        app::jobs::run(&config.job_words)
+    };
     dev::before_power_off();
     match outcome {
         Ok(true) => exit::success(),

@@ -5,7 +5,8 @@
 //! cargo xtask run [OPTIONS] [-- KERNEL ARGS...]     the main job
 //! cargo xtask qemu-test [--filter PATTERN] [--jobs N] [--debug] [--kvm] [--list] [--strict-skips]
 //! cargo xtask test                                   every check CI runs
-//! cargo xtask image [--debug] [--serial-port P] [--serial-speed B] [-- KERNEL ARGS...]    bootable GRUB image (BIOS + UEFI)
+//! cargo xtask image [--debug] [--serial-port P] [--serial-speed B] [--fio JOB.fio]... [-- KERNEL ARGS...]
+//!                                                    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
@@ -51,6 +52,9 @@ commands:
       --disk PATH                 disk image behind the controller
                                   (default target/baremq-disk.img, 256 MiB, created on first use)
       --no-disk                   no controller and no disk
+      --fio JOB.fio               run a fio job file (repeatable: in order); it reaches the kernel as a
+                                  boot module (-initrd); no default job then. Shorten a published job
+                                  with kernel words, e.g. -- fio.override.runtime=2s (docs/fio.md)
       ARGS                        kernel command line, e.g. -- log=debug test=timer; without ARGS the
                                   default job runs: mixed random read/write with crc32c verify on the
                                   disk (md0 or nvme0n1) from every CPU for about ten seconds
@@ -60,9 +64,11 @@ commands:
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
   test                            fmt, clippy, host tests, loom models, then qemu-test
-  image [--debug] [--serial-port PORT] [--serial-speed BAUD] [-- ARGS...]
+  image [--debug] [--serial-port PORT] [--serial-speed BAUD] [--fio JOB.fio]... [-- ARGS...]
                                   GRUB rescue image (BIOS and UEFI) at target/baremq.iso; GRUB's
-                                  serial line follows ARGS' console= (ttyS*/io:), else COM1 115200
+                                  serial line follows ARGS' console= (ttyS*/io:), else COM1 115200;
+                                  each --fio file is loaded by a module2 (module) line of the
+                                  Multiboot2 (1) entry
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
@@ -257,6 +263,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut timeout = 300u64;
     let mut disk: Option<PathBuf> = Some(root().join(DEFAULT_DISK));
     let mut device = RunDevice::Megasas;
+    let mut fio_files: Vec<PathBuf> = Vec::new();
     let mut i = 0;
     while i < opts.len() {
         match opts[i].as_str() {
@@ -302,6 +309,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             }
             "--disk" => disk = Some(PathBuf::from(value(opts, &mut i, "--disk")?)),
             "--no-disk" => disk = None,
+            "--fio" => fio_files.push(PathBuf::from(value(opts, &mut i, "--fio")?)),
             "--device" => {
                 device = match value(opts, &mut i, "--device")? {
                     "megasas" => RunDevice::Megasas,
@@ -328,12 +336,13 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             qemu::create_image(path, DEFAULT_DISK_BYTES, "raw")?;
         }
         extra.extend(device.qemu_args(path, cpus));
-        if append.is_empty() {
+        if append.is_empty() && fio_files.is_empty() {
             let job = format!("{DEFAULT_JOB} device={}", device.block_device());
             append = job.split_whitespace().map(str::to_string).collect();
             println!("xtask: default job: {job}");
         }
     }
+    extra.extend(qemu::fio_initrd_args(&fio_files, false)?);
     let m = qemu::Machine {
         accel,
         firmware,
@@ -407,6 +416,7 @@ fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
     let kernel_args = kernel_args.join(" ");
     let mut debug = false;
     let mut serial = setup::GrubSerial::from_kernel_args(&kernel_args);
+    let mut fio_files: Vec<PathBuf> = Vec::new();
     let mut i = 0;
     while i < opts.len() {
         match opts[i].as_str() {
@@ -434,13 +444,20 @@ fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
                         "--serial-speed '{v}': a baud rate such as 115200, 57600 or 9600"
                     ))?;
             }
+            "--fio" => {
+                let file = PathBuf::from(value(opts, &mut i, "--fio")?);
+                if !file.is_file() {
+                    return Err(format!("image: fio job file {} does not exist", file.display()));
+                }
+                fio_files.push(file);
+            }
             other => return Err(format!("image: unknown option '{other}'")),
         }
         i += 1;
     }
     let kernel = build_kernel(debug)?;
     let out = root().join("target/baremq.iso");
-    setup::make_grub_image_on(&kernel, &out, &kernel_args, 5, serial)?;
+    setup::make_grub_image_on(&kernel, &out, &kernel_args, 5, serial, &fio_files)?;
     println!(
         "xtask: wrote {} (GRUB, BIOS and UEFI; GRUB's menu on `{}`; the kernel's console: {})",
         out.display(),

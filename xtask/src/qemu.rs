@@ -109,6 +109,40 @@ impl Machine {
     }
 }
 
+/// `-initrd` arguments that hand `files` to a Multiboot1 (or PVH) kernel as boot modules, each
+/// with the string `PATH fio` (QEMU loads the part before the space and passes the whole entry
+/// as the module's string), so the kernel knows them for fio job files. QEMU separates entries
+/// with commas and reads `,,` as a comma; a path with a space cannot be passed.
+///
+/// With `pvh`, QEMU takes one file, the whole argument as its name, and passes no module string
+/// (the kernel then recognises the job file by its first line, a `[section]`).
+pub fn fio_initrd_args(files: &[PathBuf], pvh: bool) -> Result<Vec<String>, String> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    if pvh && files.len() > 1 {
+        return Err("QEMU's PVH boot loads one -initrd module: give one fio job file".into());
+    }
+    let mut entries = Vec::new();
+    for file in files {
+        if !file.is_file() {
+            return Err(format!("fio job file {} does not exist", file.display()));
+        }
+        let path = file.display().to_string();
+        if path.contains(char::is_whitespace) {
+            return Err(format!(
+                "fio job file {path}: QEMU's -initrd cannot take a path with spaces"
+            ));
+        }
+        if pvh {
+            entries.push(path);
+        } else {
+            entries.push(format!("{} fio", path.replace(',', ",,")));
+        }
+    }
+    Ok(vec!["-initrd".into(), entries.join(",")])
+}
+
 /// How a QEMU run ended.
 #[derive(Debug)]
 pub struct Outcome {
@@ -382,5 +416,35 @@ mod tests {
         assert_eq!(serial_stdio_count(&machine(&["-serial", "null"]).args()), 0);
         // A chardev on another backend does not.
         assert_eq!(serial_stdio_count(&machine(&["-chardev", "socket,id=mon"]).args()), 1);
+    }
+}
+
+#[cfg(test)]
+mod fio_tests {
+    use super::fio_initrd_args;
+    use std::path::PathBuf;
+
+    #[test]
+    fn fio_initrd_args_escape_commas_and_mark_modules() {
+        let dir = std::env::temp_dir().join(format!("xtask-fio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = dir.join("a,b.fio");
+        let b = dir.join("c.fio");
+        std::fs::write(&a, "[a]\n").unwrap();
+        std::fs::write(&b, "[c]\n").unwrap();
+        let args = fio_initrd_args(&[a.clone(), b.clone()], false).unwrap();
+        assert_eq!(args[0], "-initrd");
+        assert_eq!(
+            args[1],
+            format!("{} fio,{} fio", a.display().to_string().replace(',', ",,"), b.display())
+        );
+        assert!(fio_initrd_args(&[], false).unwrap().is_empty());
+        assert!(fio_initrd_args(&[PathBuf::from("/nonexistent/x.fio")], false).is_err());
+        assert_eq!(
+            fio_initrd_args(std::slice::from_ref(&b), true).unwrap()[1],
+            b.display().to_string()
+        );
+        assert!(fio_initrd_args(&[a, b], true).is_err(), "PVH takes one module");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

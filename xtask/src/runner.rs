@@ -150,6 +150,14 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             append: boot.append.clone(),
             extra,
         };
+        // `fio = PATH`: job files as boot modules (paths from the repository root).
+        let fio_files: Vec<PathBuf> = boot.fio.iter().map(|f| root().join(f)).collect();
+        if boot.method == BootMethod::Kernel || boot.method == BootMethod::Pvh {
+            match qemu::fio_initrd_args(&fio_files, boot.method == BootMethod::Pvh) {
+                Ok(args) => m.extra.extend(args),
+                Err(e) => return Verdict::Fail(e),
+            }
+        }
         if boot.method == BootMethod::Pvh {
             match pvh_only_copy(kernel, &dir.join("kernel-pvh")) {
                 Ok(k) => m.kernel = Some(k),
@@ -157,7 +165,7 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             }
         } else if boot.method != BootMethod::Kernel {
             let iso = dir.join(format!("boot{}.iso", n + 1));
-            if let Err(e) = setup::make_grub_image(kernel, &iso, &boot.append.join(" "), 0) {
+            if let Err(e) = setup::make_grub_image_with_modules(kernel, &iso, &boot.append.join(" "), 0, &fio_files) {
                 return Verdict::Fail(e);
             }
             m.kernel = None;

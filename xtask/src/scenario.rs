@@ -19,6 +19,7 @@
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
 //! | `hmp` | `TEXT => COMMAND`: when a console line first contains TEXT, send COMMAND to QEMU's human monitor (e.g. `mce ...` to inject a machine check); repeatable, in order; a boot whose TEXT never appeared fails |
+//! | `fio` | a fio job file (path from the repository root) handed to the kernel as a boot module: `-initrd` with `-kernel` (Multiboot1) or `boot = pvh`, a GRUB `module2`/`module` line with `boot = iso-*` (repeatable: one module each, in order) |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! `output` and `absent` values are kept verbatim: only the one space after `=` is dropped, so
@@ -69,6 +70,8 @@ pub struct Boot {
     pub fewer: Vec<(String, String)>,
     /// `hmp = TEXT => COMMAND`: monitor commands sent when a console line contains TEXT.
     pub hmp: Vec<(String, String)>,
+    /// `fio = PATH`: fio job files given to the kernel as boot modules, in order.
+    pub fio: Vec<String>,
 }
 
 impl Default for Boot {
@@ -84,6 +87,7 @@ impl Default for Boot {
             json_check: false,
             fewer: Vec::new(),
             hmp: Vec::new(),
+            fio: Vec::new(),
         }
     }
 }
@@ -279,6 +283,12 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     bytes,
                     format: format.to_string(),
                 });
+            }
+            "fio" => {
+                if value.is_empty() || value.contains(char::is_whitespace) {
+                    return Err(err(lineno, format!("fio '{value}': one job file path without spaces")));
+                }
+                boot.fio.push(value.to_string());
             }
             "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {

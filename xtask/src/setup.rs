@@ -1,6 +1,6 @@
 //! First-run setup: the bare-metal target, QEMU, and GRUB image making.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// True when `program` is on PATH.
@@ -142,21 +142,45 @@ impl GrubSerial {
     }
 }
 
-/// Writes a GRUB rescue image (BIOS and, when grub-efi is installed, UEFI)
-/// holding `kernel`, with menu entries for Multiboot2 (default) and
-/// Multiboot1, both passing `args`, and GRUB's serial terminal on the UART
-/// the kernel's `console=` names (COM1 by default, see [`GrubSerial`]).
-pub fn make_grub_image(kernel: &Path, out: &Path, args: &str, timeout_s: u32) -> Result<(), String> {
-    make_grub_image_on(kernel, out, args, timeout_s, GrubSerial::from_kernel_args(args))
+/// The GRUB lines that load fio job files as modules: each file is copied to
+/// `/boot/fio/N-NAME` and loaded with the string `fio`, so the kernel knows it for a job file
+/// (`module2` for the Multiboot2 entry, `module` for the Multiboot1 one).
+fn grub_module_lines(command: &str, modules: &[(String, PathBuf)]) -> String {
+    modules
+        .iter()
+        .map(|(name, _)| format!("    {command} /boot/fio/{name} fio\n"))
+        .collect()
 }
 
-/// [`make_grub_image`] with GRUB's serial terminal on `serial`.
+/// Writes a GRUB rescue image (BIOS and, when grub-efi is installed, UEFI)
+/// holding `kernel`, with menu entries for Multiboot2 (default) and
+/// Multiboot1, both passing `args` and loading `fio_files` as boot modules, and GRUB's serial
+/// terminal on the UART the kernel's `console=` names (COM1 by default, see [`GrubSerial`]).
+pub fn make_grub_image_with_modules(
+    kernel: &Path,
+    out: &Path,
+    args: &str,
+    timeout_s: u32,
+    fio_files: &[PathBuf],
+) -> Result<(), String> {
+    make_grub_image_on(
+        kernel,
+        out,
+        args,
+        timeout_s,
+        GrubSerial::from_kernel_args(args),
+        fio_files,
+    )
+}
+
+/// [`make_grub_image_with_modules`] with GRUB's serial terminal on `serial`.
 pub fn make_grub_image_on(
     kernel: &Path,
     out: &Path,
     args: &str,
     timeout_s: u32,
     serial: GrubSerial,
+    fio_files: &[PathBuf],
 ) -> Result<(), String> {
     if !have_program("grub-mkrescue") {
         return Err(
@@ -168,6 +192,23 @@ pub fn make_grub_image_on(
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(stage.join("boot/grub")).map_err(|e| format!("creating {}: {e}", stage.display()))?;
     std::fs::copy(kernel, stage.join("boot/baremq")).map_err(|e| format!("copying the kernel: {e}"))?;
+    let mut modules = Vec::new();
+    for (index, file) in fio_files.iter().enumerate() {
+        let base = file
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-', "_")
+            })
+            .unwrap_or_default();
+        let name = format!("{}-{base}", index + 1);
+        std::fs::create_dir_all(stage.join("boot/fio")).map_err(|e| format!("creating boot/fio: {e}"))?;
+        std::fs::copy(file, stage.join("boot/fio").join(&name))
+            .map_err(|e| format!("copying fio job file {}: {e}", file.display()))?;
+        modules.push((name, file.clone()));
+    }
+    let mb2_modules = grub_module_lines("module2", &modules);
+    let mb1_modules = grub_module_lines("module", &modules);
     let cfg = format!(
         "{}\n\
          insmod all_video\n\
@@ -175,8 +216,8 @@ pub fn make_grub_image_on(
          terminal_output serial console\n\
          set timeout={timeout_s}\n\
          set default=0\n\
-         menuentry \"baremq (multiboot2) {args}\" {{\n    multiboot2 /boot/baremq {args}\n    boot\n}}\n\
-         menuentry \"baremq (multiboot1, BIOS only: UEFI gives it no ACPI) {args}\" {{\n    multiboot /boot/baremq {args}\n    boot\n}}\n\
+         menuentry \"baremq (multiboot2) {args}\" {{\n    multiboot2 /boot/baremq {args}\n{mb2_modules}    boot\n}}\n\
+         menuentry \"baremq (multiboot1, BIOS only: UEFI gives it no ACPI) {args}\" {{\n    multiboot /boot/baremq {args}\n{mb1_modules}    boot\n}}\n\
          menuentry \"baremq: platform report only\" {{\n    multiboot2 /boot/baremq\n    boot\n}}\n",
         serial.command()
     );
@@ -198,7 +239,7 @@ pub fn make_grub_image_on(
 
 #[cfg(test)]
 mod tests {
-    use super::{GrubSerial, parse_candidate};
+    use super::{GrubSerial, grub_module_lines, parse_candidate};
 
     #[test]
     fn grub_serial_follows_the_kernel_console() {
@@ -218,6 +259,22 @@ mod tests {
         );
         // A malformed value is the kernel's to refuse; GRUB keeps COM1.
         assert_eq!(serial("console=com2"), "serial --port=0x3f8 --speed=115200");
+    }
+
+    #[test]
+    fn grub_module_lines_mark_fio_files() {
+        let modules = vec![
+            (
+                "1-seq-128k.fio".to_string(),
+                std::path::PathBuf::from("tests/fio/seq-128k.fio"),
+            ),
+            ("2-x.fio".to_string(), std::path::PathBuf::from("x.fio")),
+        ];
+        assert_eq!(
+            grub_module_lines("module2", &modules),
+            "    module2 /boot/fio/1-seq-128k.fio fio\n    module2 /boot/fio/2-x.fio fio\n"
+        );
+        assert_eq!(grub_module_lines("module", &[]), "");
     }
 
     #[test]

@@ -28,6 +28,11 @@
 //! | `console` | `auto` (default), `ttyS0`..`ttyS3`, `io:PORT`, `mmio:ADDRESS[,WIDTH]`, `pci:BB:DD.F`, with an optional `,BAUD` (see [`crate::console`]) |
 //! | `verdict.repeat` | `off`, or seconds (1-3600, default 5) between repeats of the final verdict line when the run ends on a machine without QEMU's exit device |
 //! | `verdict.repeats_before_exit` | repeats (0-100, default 0) printed before QEMU's exit device is written (for tests of the repeat) |
+//! | `fio.override.KEY` | `fio.override.runtime=2s`: fio option `KEY=VALUE` applied to every job of a fio job file or fio command line, after the job's own options (to shorten published jobs in tests); a bare flag is `fio.override.KEY=` |
+//! | `fio.modules` | `on` (default): run the boot modules that are fio job files; `off`: ignore them |
+//!
+//! Words after a standalone `--` are fio command-line words (`--name=a --rw=randread ...`),
+//! kept unparsed in [`Config::fio_words`] for the workload crate's fio front-end.
 
 use crate::console::{CONSOLE_FORMS, ConsoleChoice, parse_console};
 use crate::error::{Error, bounded};
@@ -40,7 +45,8 @@ pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
 pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, watchdog, crc32c, clock, \
-     null.size, null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit";
+     null.size, null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit, \
+     fio.modules, fio.override.KEY (and fio command-line words after --)";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -229,7 +235,16 @@ pub struct Config<'a> {
     pub job_words: Vec<&'a str, MAX_JOB_WORDS>,
     /// Words under a PCI driver's prefix (`megasas.irq=msi`), in order, for that driver to parse.
     pub driver_words: Vec<&'a str, MAX_DRIVER_WORDS>,
+    /// Words after a standalone `--`: a fio command line, unparsed.
+    pub fio_words: Vec<&'a str, MAX_JOB_WORDS>,
+    /// `fio.override.KEY=VALUE` words as (`KEY`, `VALUE`), in order.
+    pub fio_overrides: Vec<(&'a str, &'a str), MAX_FIO_OVERRIDES>,
+    /// `fio.modules=`: whether boot modules that are fio job files run.
+    pub fio_modules: bool,
 }
+
+/// Most `fio.override.KEY=VALUE` words.
+pub const MAX_FIO_OVERRIDES: usize = 16;
 
 impl Default for Config<'_> {
     fn default() -> Self {
@@ -255,6 +270,9 @@ impl Default for Config<'_> {
             verdict_repeats_before_exit: 0,
             job_words: Vec::new(),
             driver_words: Vec::new(),
+            fio_words: Vec::new(),
+            fio_overrides: Vec::new(),
+            fio_modules: true,
         }
     }
 }
@@ -294,7 +312,11 @@ pub fn parse_with_drivers<'a>(
         let _ = seen.push(key);
         Ok(())
     };
-    for word in cmdline.split_whitespace() {
+    let mut words = cmdline.split_whitespace();
+    for word in words.by_ref() {
+        if word == "--" {
+            break;
+        }
         let Some((key, value)) = word.split_once('=') else {
             return Err(Error::MissingValue { key: bounded(word) });
         };
@@ -510,6 +532,20 @@ pub fn parse_with_drivers<'a>(
                             expected: "a number from 0 to 100",
                         })?;
             }
+            "fio.modules" => {
+                once("fio.modules")?;
+                cfg.fio_modules = choose("fio.modules", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            _ if key.starts_with("fio.override.") => {
+                let option = &key["fio.override.".len()..];
+                if option.is_empty() {
+                    return Err(Error::MissingValue { key: bounded(key) });
+                }
+                cfg.fio_overrides.push((option, value)).map_err(|_| Error::TooMany {
+                    what: "fio.override words on the command line",
+                    capacity: MAX_FIO_OVERRIDES,
+                })?;
+            }
             _ if key
                 .split_once('.')
                 .is_some_and(|(prefix, _)| driver_prefixes.contains(&prefix)) =>
@@ -533,6 +569,12 @@ pub fn parse_with_drivers<'a>(
                 });
             }
         }
+    }
+    for word in words {
+        cfg.fio_words.push(word).map_err(|_| Error::TooMany {
+            what: "fio words after --",
+            capacity: MAX_JOB_WORDS,
+        })?;
     }
     Ok(cfg)
 }
@@ -581,6 +623,23 @@ mod tests {
         assert!(!c.smp);
         assert_eq!(c.irq_affinity, Some("cpu:1"));
         assert_eq!(c.job_words.as_slice(), &["rw=randread", "bs=4k"]);
+    }
+
+    #[test]
+    fn fio_words_after_double_dash_and_overrides() {
+        let c = parse(
+            "log=warn fio.override.runtime=2s fio.override.time_based= fio.modules=off -- --name=a --rw=read x=1",
+            JOB_KEYS,
+            "",
+        )
+        .unwrap();
+        assert_eq!(c.fio_words.as_slice(), &["--name=a", "--rw=read", "x=1"]);
+        assert_eq!(c.fio_overrides.as_slice(), &[("runtime", "2s"), ("time_based", "")]);
+        assert!(!c.fio_modules);
+        assert!(parse("", JOB_KEYS, "").unwrap().fio_modules);
+        assert!(parse("fio.override.=1", JOB_KEYS, "").is_err());
+        assert!(parse("fio.modules=maybe", JOB_KEYS, "").is_err());
+        assert!(parse("-- ", JOB_KEYS, "").unwrap().fio_words.is_empty());
     }
 
     #[test]

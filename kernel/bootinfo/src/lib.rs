@@ -1,7 +1,7 @@
 //! Hardware-independent boot logic for baremq, host-tested on byte fixtures:
 //!
 //! * [`parse`]: the boot information of Multiboot1, Multiboot2 and PVH loaders
-//!   (memory map, command line, ACPI RSDP, loader name), read through a
+//!   (memory map, command line, ACPI RSDP, loader name, boot modules), read through a
 //!   [`PhysMemory`] accessor so a malformed structure gives an error instead of
 //!   a wild read;
 //! * [`memmap`]: turning a firmware memory map into page-aligned usable ranges
@@ -21,4 +21,4 @@ pub mod parse;
 
 pub use error::Error;
 pub use memmap::{MemoryKind, MemoryRegion};
-pub use parse::{BootInfo, PhysMemory, Protocol, parse_boot_info};
+pub use parse::{BootInfo, BootModule, PhysMemory, Protocol, parse_boot_info};

@@ -19,6 +19,12 @@ pub const PVH_MAGIC: u32 = 0x336E_C578;
 pub const MAX_REGIONS: usize = 256;
 /// Longest command line kept.
 pub const MAX_CMDLINE: usize = 2048;
+/// Boot modules kept (job files; see [`BootModule`]).
+pub const MAX_MODULES: usize = 16;
+/// Longest module string kept.
+pub const MAX_MODULE_STRING: usize = 256;
+/// Largest boot module accepted: modules are text job files, so anything larger is a mistake.
+pub const MAX_MODULE_BYTES: u64 = 16 << 20;
 /// Upper bound on any single boot structure (tag list, memory map) we walk.
 const MAX_STRUCTURE_BYTES: u64 = 1 << 20;
 
@@ -83,6 +89,32 @@ pub enum RsdpSource {
     EfiSystemTable(u64),
 }
 
+/// A file the loader placed in memory next to the kernel (Multiboot1 `module`, QEMU `-initrd`;
+/// Multiboot2 `module2`; PVH's module list). Its bytes stay where the loader put them: the
+/// kernel must keep `[start, end)` out of its allocator ([`BootInfo::module_ranges`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootModule {
+    /// First byte (physical).
+    pub start: u64,
+    /// One past the last byte (physical).
+    pub end: u64,
+    /// The module's string: GRUB passes the words after the path (`module2 /boot/a.fio fio`
+    /// gives `fio`), QEMU's `-initrd` the whole entry including the file name.
+    pub string: String<MAX_MODULE_STRING>,
+}
+
+impl BootModule {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the module is empty.
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+}
+
 /// Everything baremq takes from the loader, copied out of loader memory so
 /// that memory can be reused.
 #[derive(Debug, Clone)]
@@ -95,6 +127,8 @@ pub struct BootInfo {
     pub loader_name: String<64>,
     pub memory: Vec<MemoryRegion, MAX_REGIONS>,
     pub rsdp: Option<RsdpSource>,
+    /// Boot modules in the loader's order.
+    pub modules: Vec<BootModule, MAX_MODULES>,
 }
 
 impl BootInfo {
@@ -106,9 +140,44 @@ impl BootInfo {
             loader_name: String::new(),
             memory: Vec::new(),
             rsdp: None,
+            modules: Vec::new(),
         }
     }
 
+    /// The physical ranges the modules occupy, page-rounded, to reserve before the allocator
+    /// starts.
+    pub fn module_ranges(&self) -> impl Iterator<Item = crate::memmap::Range> + '_ {
+        self.modules
+            .iter()
+            .filter(|m| !m.is_empty())
+            .map(|m| crate::memmap::Range {
+                start: m.start & !0xfff,
+                end: m.end.saturating_add(0xfff) & !0xfff,
+            })
+    }
+
+    fn push_module(&mut self, start: u64, end: u64, string: String<MAX_MODULE_STRING>) -> Result<(), Error> {
+        if end < start {
+            return Err(Error::BadStructure {
+                what: "boot module",
+                detail: "ends before it starts",
+                value: start,
+            });
+        }
+        if end - start > MAX_MODULE_BYTES {
+            return Err(Error::BadStructure {
+                what: "boot module",
+                detail: "larger than 16 MiB (modules are job files)",
+                value: end - start,
+            });
+        }
+        self.modules
+            .push(BootModule { start, end, string })
+            .map_err(|_| Error::TooMany {
+                what: "boot modules",
+                capacity: MAX_MODULES,
+            })
+    }
     fn push_region(&mut self, start: u64, len: u64, kind: MemoryKind) -> Result<(), Error> {
         if len == 0 {
             return Ok(());
@@ -179,6 +248,29 @@ fn read_cstr<const N: usize>(mem: &impl PhysMemory, addr: u64, max: usize) -> Re
     Ok(out)
 }
 
+/// Reads a NUL-terminated string of at most `max` bytes, keeping the first
+/// [`MAX_MODULE_STRING`] bytes of a longer one (a module's string is a label, not data).
+fn read_cstr_truncated(mem: &impl PhysMemory, addr: u64, max: usize) -> Result<String<MAX_MODULE_STRING>, Error> {
+    let mut out = String::new();
+    let mut byte = [0u8; 1];
+    for off in 0..max.min(MAX_MODULE_STRING) {
+        mem.read(at(addr, off as u64)?, &mut byte)?;
+        if byte[0] == 0 {
+            break;
+        }
+        let _ = out.push(if byte[0].is_ascii() { byte[0] as char } else { '?' });
+    }
+    Ok(out)
+}
+
+/// A module string at `addr` (0: none).
+fn module_string(mem: &impl PhysMemory, addr: u64) -> Result<String<MAX_MODULE_STRING>, Error> {
+    if addr == 0 {
+        return Ok(String::new());
+    }
+    read_cstr_truncated(mem, addr, MAX_MODULE_STRING)
+}
+
 /// Loaders put the kernel image path first (`/boot/kernel key=value ...`).
 /// A first word that has no `=` is that path and is dropped.
 pub fn strip_image_path(cmdline: &str) -> &str {
@@ -199,6 +291,7 @@ fn set_cmdline(bi: &mut BootInfo, raw: &str) {
 
 const MB1_FLAG_MEMORY: u32 = 1 << 0;
 const MB1_FLAG_CMDLINE: u32 = 1 << 2;
+const MB1_FLAG_MODULES: u32 = 1 << 3;
 const MB1_FLAG_MMAP: u32 = 1 << 6;
 const MB1_FLAG_LOADER_NAME: u32 = 1 << 9;
 
@@ -213,6 +306,24 @@ fn parse_multiboot1(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
     if flags & MB1_FLAG_LOADER_NAME != 0 {
         let addr = mem.read_u32(at(info, 64)?)? as u64;
         bi.loader_name = read_cstr(mem, addr, 63).unwrap_or_default();
+    }
+    if flags & MB1_FLAG_MODULES != 0 {
+        let count = mem.read_u32(at(info, 20)?)? as u64;
+        let list = mem.read_u32(at(info, 24)?)? as u64;
+        if count as usize > MAX_MODULES {
+            return Err(Error::TooMany {
+                what: "boot modules",
+                capacity: MAX_MODULES,
+            });
+        }
+        // Each entry: u32 mod_start, u32 mod_end, u32 string, u32 reserved.
+        for i in 0..count {
+            let entry = at(list, i * 16)?;
+            let start = mem.read_u32(entry)? as u64;
+            let end = mem.read_u32(at(entry, 4)?)? as u64;
+            let string = module_string(mem, mem.read_u32(at(entry, 8)?)? as u64)?;
+            bi.push_module(start, end, string)?;
+        }
     }
     if flags & MB1_FLAG_MMAP != 0 {
         let len = mem.read_u32(at(info, 44)?)? as u64;
@@ -264,6 +375,7 @@ fn parse_multiboot1(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
 const MB2_TAG_END: u32 = 0;
 const MB2_TAG_CMDLINE: u32 = 1;
 const MB2_TAG_LOADER_NAME: u32 = 2;
+const MB2_TAG_MODULE: u32 = 3;
 const MB2_TAG_MMAP: u32 = 6;
 const MB2_TAG_EFI64_SYSTEM_TABLE: u32 = 12;
 const MB2_TAG_ACPI_OLD: u32 = 14;
@@ -380,6 +492,19 @@ fn parse_multiboot2(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error>
                 let raw: String<MAX_CMDLINE> = read_cstr(mem, at(tag, 8)?, (size - 8) as usize)?;
                 set_cmdline(&mut bi, &raw);
             }
+            MB2_TAG_MODULE => {
+                if size < 16 {
+                    return Err(Error::BadStructure {
+                        what: "multiboot2 module tag",
+                        detail: "too short",
+                        value: size,
+                    });
+                }
+                let start = mem.read_u32(at(tag, 8)?)? as u64;
+                let end = mem.read_u32(at(tag, 12)?)? as u64;
+                let string = read_cstr_truncated(mem, at(tag, 16)?, (size - 16) as usize)?;
+                bi.push_module(start, end, string)?;
+            }
             MB2_TAG_LOADER_NAME => {
                 bi.loader_name = read_cstr(mem, at(tag, 8)?, ((size - 8) as usize).min(63)).unwrap_or_default();
             }
@@ -481,6 +606,34 @@ fn parse_pvh(mem: &impl PhysMemory, info: u64) -> Result<BootInfo, Error> {
             let len = mem.read_u64(at(e, 8)?)?;
             let ty = mem.read_u32(at(e, 16)?)?;
             bi.push_region(start, len, MemoryKind::from_e820(ty))?;
+        }
+    }
+    let nr_modules = mem.read_u32(at(info, 12)?)? as u64;
+    if nr_modules > 0 {
+        if nr_modules as usize > MAX_MODULES {
+            return Err(Error::TooMany {
+                what: "boot modules",
+                capacity: MAX_MODULES,
+            });
+        }
+        let list = mem.read_u64(at(info, 16)?)?;
+        // Each hvm_modlist_entry: u64 paddr, u64 size, u64 cmdline_paddr, u64 reserved.
+        for i in 0..nr_modules {
+            let entry = at(list, i * 32)?;
+            let start = mem.read_u64(entry)?;
+            let len = mem.read_u64(at(entry, 8)?)?;
+            let end = start.checked_add(len).ok_or(Error::BadStructure {
+                what: "PVH module",
+                detail: "ends past 2^64",
+                value: start,
+            })?;
+            let cmdline = mem.read_u64(at(entry, 16)?)?;
+            let string = if cmdline == 0 {
+                String::new()
+            } else {
+                module_string(mem, cmdline)?
+            };
+            bi.push_module(start, end, string)?;
         }
     }
     bi.loader_name = bounded("PVH");

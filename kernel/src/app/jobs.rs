@@ -72,6 +72,8 @@ impl IoBackend for KernelBackend<'_> {
         let bio = match op {
             IoOp::Read => blk::Bio::read(sector, nr, &seg, cookie),
             IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
+            // fio's fsync / end_fsync: the device's cache flush, no data.
+            IoOp::Flush => blk::Bio::flush(cookie),
         };
         match self.dev.submit(self.cpu, &bio) {
             Ok(_) => {
@@ -292,23 +294,34 @@ fn map_policies(plan: &JobPlan, dev: &dyn BlockDevice) -> (CompletionPolicy, Qui
     )
 }
 
-/// Runs one planned job; returns whether it passed.
-/// Runs one job and prints its reports; returns its verdict and its report (for the run's fio
-/// output). `detail`: measure what fio's output needs (`workload::detail`).
-fn run_job(
-    plan: &JobPlan,
-    dev: &'static dyn BlockDevice,
-    device_vectors: &[crate::dev::interrupts::Vector],
-    detail: Option<workload::DetailOptions>,
-) -> Result<(bool, JobReport), String> {
-    let (completion, quiesce) = map_policies(plan, dev);
-    dev.set_policies(completion, quiesce);
-    for w in &plan.warnings {
-        kprintln!("warning: job {}: {w}", plan.spec.name);
+/// Runs planned jobs at the same time, each on its own CPUs (a fio wave; native jobs come one at
+/// a time); returns whether each passed. The kernel counters of each report are read over the
+/// whole run, so with several jobs on one device they cover all of them (a line says so).
+fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Result<Vec<(bool, JobReport)>, String> {
+    let mut devs: Vec<&'static dyn BlockDevice> = Vec::with_capacity(plans.len());
+    for plan in plans {
+        devs.push(block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?);
+    }
+    let policies: Vec<(CompletionPolicy, QuiesceCheck)> = plans
+        .iter()
+        .zip(&devs)
+        .map(|(plan, dev)| map_policies(plan, *dev))
+        .collect();
+    for ((plan, dev), (completion, quiesce)) in plans.iter().zip(&devs).zip(&policies) {
+        dev.set_policies(*completion, *quiesce);
+        for w in &plan.warnings {
+            kprintln!("warning: job {}: {w}", plan.spec.name);
+        }
+    }
+    if plans.len() > 1 && plans.iter().any(|p| p.spec.trace_every != 0) {
+        return Err("trace= is for one job at a time, not for jobs that run at the same time".into());
     }
     // `megasas.floor=` / `nvme.floor=`: what the device allows with no block layer, for the
     // report's fractions (before the counters are read, so the job's figures hold none of it).
-    let floor = crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs);
+    let floors: Vec<_> = plans
+        .iter()
+        .map(|plan| crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs))
+        .collect();
     let ncpu = smp::online();
     // Device vector numbers are per CPU: each counts on its own CPU only.
     let count_per_cpu = |vectors: &[crate::dev::interrupts::Vector]| -> Vec<u64> {
@@ -325,227 +338,275 @@ fn run_job(
             .map(|c| irq::TABLE.count(irq::VECTOR_BLK_COMPLETE, c as u32))
             .collect()
     };
-    let irqs_before = count_per_cpu(device_vectors);
+    let irqs_before: Vec<Vec<u64>> = devs.iter().map(|d| count_per_cpu(&d.facts().irq_vectors)).collect();
     let ipis_before = ipis_per_cpu();
-    let blk_before = dev.counters();
+    let blk_before: Vec<_> = devs.iter().map(|d| d.counters()).collect();
     let wake_ipis_before = crate::arch::park::wake_ipis();
-    let driver_before = dev.driver_counters();
+    let driver_before: Vec<_> = devs.iter().map(|d| d.driver_counters()).collect();
     let bogus_before = block::done_board().bogus();
-    let trace_every = plan.spec.trace_every;
+    let trace_every = plans.first().map_or(0, |p| p.spec.trace_every);
     let trace_event_ns = if trace_every != 0 {
         let ns = crate::arch::stagetrace::cost_per_event_ns(ncpu);
         crate::arch::stagetrace::start(trace_every, ncpu);
-        dev.set_stage_trace(true);
+        devs[0].set_stage_trace(true);
         ns
     } else {
         0
     };
-    let shared = match detail {
-        Some(options) => JobShared::with_detail(plan, options),
-        None => JobShared::new(plan),
-    };
-    let ctx = JobContext {
-        plan,
-        shared: &shared,
-        dev,
-        poll: completion == CompletionPolicy::Poll,
-        start_ns: time::now_ns(),
-        results: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
-    };
-    kprintln!(
-        "job {}: {} on {} ({} CPUs: {}), iodepth {} per CPU, completion={} quiesce={}",
-        plan.spec.name,
-        plan.spec.rw.as_str(),
-        plan.device.name,
-        plan.cpus.len(),
-        {
-            // A list for a few CPUs, ranges (`0-127`) for many.
-            let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
-            if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
-                alloc::format!("{cpus:?}")
-            } else {
-                alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
-            }
-        },
-        plan.iodepth,
-        to_left(&COMPLETION_POLICIES, completion).as_str(),
-        to_left(&QUIESCE_POLICIES, quiesce).as_str(),
-    );
+    let shareds: Vec<JobShared> = plans
+        .iter()
+        .map(|plan| match detail {
+            Some(options) => JobShared::with_detail(plan, options),
+            None => JobShared::new(plan),
+        })
+        .collect();
+    let start_ns = time::now_ns();
+    // Built whole before any address is taken: the workers hold these addresses until they end.
+    let contexts: Vec<JobContext<'_>> = plans
+        .iter()
+        .zip(&shareds)
+        .zip(&devs)
+        .zip(&policies)
+        .map(|(((plan, shared), dev), (completion, _))| JobContext {
+            plan,
+            shared,
+            dev: *dev,
+            poll: *completion == CompletionPolicy::Poll,
+            start_ns,
+            results: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
+        })
+        .collect();
+    for (plan, (completion, quiesce)) in plans.iter().zip(&policies) {
+        kprintln!(
+            "job {}: {} on {} ({} CPUs: {}), iodepth {} per CPU, completion={} quiesce={}",
+            plan.spec.name,
+            plan.spec.rw.as_str(),
+            plan.device.name,
+            plan.cpus.len(),
+            {
+                // A list for a few CPUs, ranges (`0-127`) for many.
+                let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
+                if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
+                    alloc::format!("{cpus:?}")
+                } else {
+                    alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
+                }
+            },
+            plan.iodepth,
+            to_left(&COMPLETION_POLICIES, *completion).as_str(),
+            to_left(&QUIESCE_POLICIES, *quiesce).as_str(),
+        );
+    }
+    if plans.len() > 1 {
+        kprintln!(
+            "jobs {}: running at the same time; each report's kernel counters cover all of them",
+            plans
+                .iter()
+                .map(|p| p.spec.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let me = percpu::index() as u32;
-    let addr = &ctx as *const JobContext<'_> as usize;
     let mut waits = Vec::new();
-    for slice in &plan.cpus {
-        if slice.cpu != me {
-            match smp::run_on(slice.cpu as usize, worker, addr) {
-                Some(t) => waits.push((slice.cpu as usize, t)),
-                None => return Err(alloc::format!("cpu{} is offline or busy", slice.cpu)),
+    let mut mine = None;
+    for ctx in &contexts {
+        let addr = ctx as *const JobContext<'_> as usize;
+        for slice in &ctx.plan.cpus {
+            if slice.cpu == me {
+                mine = Some(addr);
+            } else {
+                match smp::run_on(slice.cpu as usize, worker, addr) {
+                    Some(t) => waits.push((slice.cpu as usize, t)),
+                    None => return Err(alloc::format!("cpu{} is offline or busy", slice.cpu)),
+                }
             }
         }
     }
     x86_64::instructions::interrupts::enable();
-    if plan.cpus.iter().any(|s| s.cpu == me) {
+    if let Some(addr) = mine {
         worker(addr);
     }
     for (cpu, t) in waits {
         smp::wait_done(cpu, t);
     }
-    let mut results = Vec::with_capacity(plan.cpus.len());
-    for (i, r) in ctx.results.iter().enumerate() {
-        match r.lock().take() {
-            Some(Ok(res)) => results.push(res),
-            Some(Err(e)) => return Err(alloc::format!("job {}: cpu{}: {e}", plan.spec.name, plan.cpus[i].cpu)),
-            None => {
-                return Err(alloc::format!(
-                    "job {}: cpu{} returned no result",
-                    plan.spec.name,
-                    plan.cpus[i].cpu
-                ));
+    // A CPU's error (a stall, a bogus completion) is the verdict, before the drain.
+    let mut all_results: Vec<Vec<workload::CpuResult>> = Vec::with_capacity(plans.len());
+    for ctx in &contexts {
+        let plan = ctx.plan;
+        let mut results = Vec::with_capacity(plan.cpus.len());
+        for (i, r) in ctx.results.iter().enumerate() {
+            match r.lock().take() {
+                Some(Ok(res)) => results.push(res),
+                Some(Err(e)) => return Err(alloc::format!("job {}: cpu{}: {e}", plan.spec.name, plan.cpus[i].cpu)),
+                None => {
+                    return Err(alloc::format!(
+                        "job {}: cpu{} returned no result",
+                        plan.spec.name,
+                        plan.cpus[i].cpu
+                    ));
+                }
             }
         }
+        all_results.push(results);
     }
-    // Drain: nothing of this job may still be in flight when the next starts.
+    // Drain: nothing of these jobs may still be in flight when the next starts.
     let deadline = time::now_ns() + 5_000_000_000;
-    while dev.in_flight() > 0 && time::now_ns() < deadline {
-        dev.make_progress(me as usize);
-        core::hint::spin_loop();
+    for (plan, dev) in plans.iter().zip(&devs) {
+        while dev.in_flight() > 0 && time::now_ns() < deadline {
+            dev.make_progress(me as usize);
+            core::hint::spin_loop();
+        }
+        if dev.in_flight() > 0 {
+            return Err(alloc::format!(
+                "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped \
+                 completing",
+                plan.spec.name,
+                dev.in_flight(),
+                plan.device.name
+            ));
+        }
     }
-    if dev.in_flight() > 0 {
-        return Err(alloc::format!(
-            "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped completing",
-            plan.spec.name,
-            dev.in_flight(),
-            plan.device.name
-        ));
-    }
-    let mut trace_events = Vec::new();
-    let mut trace_summary = None;
-    if trace_every != 0 {
-        dev.set_stage_trace(false);
-        crate::arch::stagetrace::stop();
-        let (events, dropped) = crate::arch::stagetrace::collect(ncpu);
-        trace_events = events
-            .into_iter()
-            .map(|(cpu, ns, request, stage)| workload::StageEvent {
-                cpu,
-                ns,
-                request,
-                stage,
-            })
-            .collect();
-        let mut summary = workload::summarise(&trace_events, trace_every, dropped);
-        summary.event_cost_ns = trace_event_ns;
-        trace_summary = Some(summary);
-    }
-    let mut report = JobReport::new(plan, &results).map_err(|e| e.to_string())?;
-    if let Some(summary) = trace_summary {
-        report.set_stages(summary);
-    }
-    let per_plan_cpu = |after: Vec<u64>, before: &[u64]| -> Vec<u64> {
-        plan.cpus
+    let mut passed = Vec::with_capacity(plans.len());
+    for (index, ctx) in contexts.iter().enumerate() {
+        let plan = ctx.plan;
+        let dev = devs[index];
+        let device_vectors = &dev.facts().irq_vectors;
+        let irqs_before = &irqs_before[index];
+        let blk_before = &blk_before[index];
+        let quiesce = policies[index].1;
+        let results = &all_results[index];
+        let mut trace_events = Vec::new();
+        let mut trace_summary = None;
+        if trace_every != 0 {
+            devs[0].set_stage_trace(false);
+            crate::arch::stagetrace::stop();
+            let (events, dropped) = crate::arch::stagetrace::collect(ncpu);
+            trace_events = events
+                .into_iter()
+                .map(|(cpu, ns, request, stage)| workload::StageEvent {
+                    cpu,
+                    ns,
+                    request,
+                    stage,
+                })
+                .collect();
+            let mut summary = workload::summarise(&trace_events, trace_every, dropped);
+            summary.event_cost_ns = trace_event_ns;
+            trace_summary = Some(summary);
+        }
+        let mut report = JobReport::new(plan, results).map_err(|e| e.to_string())?;
+        if let Some(summary) = trace_summary {
+            report.set_stages(summary);
+        }
+        let per_plan_cpu = |after: Vec<u64>, before: &[u64]| -> Vec<u64> {
+            plan.cpus
+                .iter()
+                .map(|s| after[s.cpu as usize] - before[s.cpu as usize])
+                .collect()
+        };
+        let all_irqs: u64 = count_per_cpu(device_vectors)
             .iter()
-            .map(|s| after[s.cpu as usize] - before[s.cpu as usize])
-            .collect()
-    };
-    let all_irqs: u64 = count_per_cpu(device_vectors)
-        .iter()
-        .zip(&irqs_before)
-        .map(|(a, b)| a - b)
-        .sum();
-    report
-        .add_counter("device_irqs", per_plan_cpu(count_per_cpu(device_vectors), &irqs_before))
-        .map_err(|e| e.to_string())?;
-    report
-        .add_counter("completion_ipis", per_plan_cpu(ipis_per_cpu(), &ipis_before))
-        .map_err(|e| e.to_string())?;
-    let b = dev.counters();
-    let totals = [
-        ("device_irqs_all_cpus", all_irqs),
-        ("submitted", b.submitted - blk_before.submitted),
-        // Reads and writes above the device's transfer or segment limit, split by blk (each
-        // part counts in `submitted` and `completed`).
-        ("split_bios", b.split_bios - blk_before.split_bios),
-        ("completed", b.completed - blk_before.completed),
-        ("requeued", b.requeued - blk_before.requeued),
-        (
-            "completions_inline",
-            b.completions_inline - blk_before.completions_inline,
-        ),
-        ("completions_irq", b.completions_irq - blk_before.completions_irq),
-        ("completions_local", b.completions_local - blk_before.completions_local),
-        (
-            "completions_remote",
-            b.completions_remote - blk_before.completions_remote,
-        ),
-        ("completions_poll", b.completions_poll - blk_before.completions_poll),
-        ("ipis", b.ipis - blk_before.ipis),
-        ("softirqs", b.softirqs - blk_before.softirqs),
-        ("hot_path_locks", b.hot_path_locks - blk_before.hot_path_locks),
-        // The queue lock's contention (quiesce=locked/sleeping): acquisitions that
-        // found it taken, parks in `wait_for_wake`, wake-ups sent by unlocks.
-        ("lock_contended", b.lock_contended - blk_before.lock_contended),
-        ("lock_sleeps", b.lock_sleeps - blk_before.lock_sleeps),
-        ("lock_wakeups", b.lock_wakeups - blk_before.lock_wakeups),
-        (
-            "lock_wakeup_ipis_sent",
-            crate::arch::park::wake_ipis() - wake_ipis_before,
-        ),
-        ("timeouts", b.timeouts - blk_before.timeouts),
-        (
-            "spurious_completions",
-            b.spurious_completions - blk_before.spurious_completions,
-        ),
-        ("bogus_cookies", block::done_board().bogus() - bogus_before),
-    ];
-    for (name, value) in totals {
-        report.add_total(name, value);
+            .zip(irqs_before)
+            .map(|(a, b)| a - b)
+            .sum();
+        report
+            .add_counter("device_irqs", per_plan_cpu(count_per_cpu(device_vectors), irqs_before))
+            .map_err(|e| e.to_string())?;
+        report
+            .add_counter("completion_ipis", per_plan_cpu(ipis_per_cpu(), &ipis_before))
+            .map_err(|e| e.to_string())?;
+        let b = dev.counters();
+        let totals = [
+            ("device_irqs_all_cpus", all_irqs),
+            ("submitted", b.submitted - blk_before.submitted),
+            // Reads and writes above the device's transfer or segment limit, split by blk (each
+            // part counts in `submitted` and `completed`).
+            ("split_bios", b.split_bios - blk_before.split_bios),
+            ("completed", b.completed - blk_before.completed),
+            ("requeued", b.requeued - blk_before.requeued),
+            (
+                "completions_inline",
+                b.completions_inline - blk_before.completions_inline,
+            ),
+            ("completions_irq", b.completions_irq - blk_before.completions_irq),
+            ("completions_local", b.completions_local - blk_before.completions_local),
+            (
+                "completions_remote",
+                b.completions_remote - blk_before.completions_remote,
+            ),
+            ("completions_poll", b.completions_poll - blk_before.completions_poll),
+            ("ipis", b.ipis - blk_before.ipis),
+            ("softirqs", b.softirqs - blk_before.softirqs),
+            ("hot_path_locks", b.hot_path_locks - blk_before.hot_path_locks),
+            // The queue lock's contention (quiesce=locked/sleeping): acquisitions that
+            // found it taken, parks in `wait_for_wake`, wake-ups sent by unlocks.
+            ("lock_contended", b.lock_contended - blk_before.lock_contended),
+            ("lock_sleeps", b.lock_sleeps - blk_before.lock_sleeps),
+            ("lock_wakeups", b.lock_wakeups - blk_before.lock_wakeups),
+            (
+                "lock_wakeup_ipis_sent",
+                crate::arch::park::wake_ipis() - wake_ipis_before,
+            ),
+            ("timeouts", b.timeouts - blk_before.timeouts),
+            (
+                "spurious_completions",
+                b.spurious_completions - blk_before.spurious_completions,
+            ),
+            ("bogus_cookies", block::done_board().bogus() - bogus_before),
+        ];
+        for (name, value) in totals {
+            report.add_total(name, value);
+        }
+        for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(driver_before[index].clone()) {
+            report.add_total(name, after - before);
+        }
+        let flushes: u64 = results.iter().map(|r| r.flush.ios).sum();
+        if flushes > 0 {
+            report.add_total("flushes", flushes);
+            report.add_total("flush_errors", results.iter().map(|r| r.flush.errors).sum());
+        }
+        for (name, value) in floors[index].clone() {
+            report.add_total(name, value);
+        }
+        let mut text = String::new();
+        let _ = report.write_human(&mut text);
+        if quiesce != QuiesceCheck::LockFree {
+            kprintln!(
+                "job {}: queue lock ({}): acquisitions={} contended={} parks={} wakeups={} wake_ipis={}",
+                plan.spec.name,
+                to_left(&QUIESCE_POLICIES, quiesce).as_str(),
+                b.hot_path_locks - blk_before.hot_path_locks,
+                b.lock_contended - blk_before.lock_contended,
+                b.lock_sleeps - blk_before.lock_sleeps,
+                b.lock_wakeups - blk_before.lock_wakeups,
+                crate::arch::park::wake_ipis() - wake_ipis_before,
+            );
+        }
+        crate::arch::console::print(format_args!("{text}"));
+        let mut json = String::new();
+        let _ = report.write_json_line(&mut json);
+        crate::arch::console::print(format_args!("{json}\n"));
+        if trace_every != 0 {
+            // The raw samples, for `cargo xtask lab --trace` (Chrome / Perfetto trace).
+            // At most TRACE_EXPORT_REQUESTS whole timelines: a console line, not a dump.
+            let exported = workload::stages::first_requests(&trace_events, TRACE_EXPORT_REQUESTS);
+            let line = workload::stages::trace_line(&plan.spec.name, trace_every, &exported);
+            crate::arch::console::print(format_args!("{line}"));
+        }
+        crate::arch::exit::note_job(&report.plan.spec.name, report.total.iops, report.errors);
+        passed.push((report.passed(), report));
     }
-    for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(driver_before) {
-        report.add_total(name, after - before);
-    }
-    for (name, value) in floor {
-        report.add_total(name, value);
-    }
-    let mut text = String::new();
-    let _ = report.write_human(&mut text);
-    if quiesce != QuiesceCheck::LockFree {
-        kprintln!(
-            "job {}: queue lock ({}): acquisitions={} contended={} parks={} wakeups={} wake_ipis={}",
-            plan.spec.name,
-            to_left(&QUIESCE_POLICIES, quiesce).as_str(),
-            b.hot_path_locks - blk_before.hot_path_locks,
-            b.lock_contended - blk_before.lock_contended,
-            b.lock_sleeps - blk_before.lock_sleeps,
-            b.lock_wakeups - blk_before.lock_wakeups,
-            crate::arch::park::wake_ipis() - wake_ipis_before,
-        );
-    }
-    crate::arch::console::print(format_args!("{text}"));
-    let mut json = String::new();
-    let _ = report.write_json_line(&mut json);
-    crate::arch::console::print(format_args!("{json}\n"));
-    if trace_every != 0 {
-        // The raw samples, for `cargo xtask lab --trace` (Chrome / Perfetto trace).
-        // At most TRACE_EXPORT_REQUESTS whole timelines: a console line, not a dump.
-        let exported = workload::stages::first_requests(&trace_events, TRACE_EXPORT_REQUESTS);
-        let line = workload::stages::trace_line(&plan.spec.name, trace_every, &exported);
-        crate::arch::console::print(format_args!("{line}"));
-    }
-    crate::arch::exit::note_job(&report.plan.spec.name, report.total.iops, report.errors);
-    Ok((report.passed(), report))
+    Ok(passed)
 }
 
-/// Prints the run's fio output (see [`run_with_output`]). Each job is its own reporting group
-/// until the front-end says otherwise.
-fn print_fio_output(options: &workload::FioOutputOptions, reports: &[JobReport]) {
-    let metas: Vec<workload::FioJobMeta> = (0..reports.len())
-        .map(|index| workload::FioJobMeta {
-            job_options: Vec::new(),
-            groupid: index as u32,
-        })
-        .collect();
+/// Prints fio's output of a run (`--output-format`, the logs) from its jobs' reports: the
+/// `BAREMQ-FIO-JSON:` line (json, json+) or fio's text report (normal), then the `BAREMQ-LOG:`
+/// rows. `metas[i]` describes `reports[i]` (job options as written, fio's group).
+pub fn print_fio_output(options: &workload::FioOutputOptions, reports: &[JobReport], metas: &[workload::FioJobMeta]) {
     let jobs: Vec<workload::FioJob<'_>> = reports
         .iter()
-        .zip(&metas)
+        .zip(metas)
         .map(|(report, meta)| workload::FioJob { report, meta })
         .collect();
     let mut text = String::new();
@@ -561,39 +622,62 @@ fn print_fio_output(options: &workload::FioOutputOptions, reports: &[JobReport])
     crate::arch::console::print(format_args!("{text}"));
 }
 
-/// Parses and runs the jobs in `words`. Returns Err with a message on a bad
-/// job or a run that could not complete; Ok(false) when a job failed.
-pub fn run(words: &[&str]) -> Result<bool, String> {
-    run_with_output(words, None)
-}
-
-/// [`run`], and with `fio` also fio's output of the whole run after the last job: the
-/// `BAREMQ-FIO-JSON:` line (json, json+) or fio's text report (normal), and the `BAREMQ-LOG:`
-/// rows of the logs asked for. The fio front-end fills `fio` from `--output-format`,
-/// `percentile_list` and the log options; the jobs then also measure slat/clat, depths, CPU busy
-/// time and 500 ms samples (`workload::detail`).
-pub fn run_with_output(words: &[&str], fio: Option<&workload::FioOutputOptions>) -> Result<bool, String> {
-    if let Some(options) = fio {
-        options.validate().map_err(|e| e.to_string())?;
-    }
-    // The boot CPU takes interrupts from here on (its jobs need them), so the
-    // watchdog watches it too.
+/// Prepares the boot CPU for running jobs: it takes interrupts from here on
+/// (its jobs need them), so the watchdog watches it too.
+pub fn prepare() {
     x86_64::instructions::interrupts::enable();
     crate::arch::watchdog::watch_this_cpu();
-    let specs = workload::parse_jobs(words.iter().copied()).map_err(|e| e.to_string())?;
-    if specs.is_empty() {
-        return Ok(true);
-    }
+}
+
+/// The block devices as the workload engine sees them; an error when there is none.
+pub fn devices() -> Result<Vec<DeviceInfo>, String> {
     let infos: Vec<DeviceInfo> = block::devices().iter().map(|d| device_info(*d)).collect();
     if infos.is_empty() {
         return Err(
             "jobs were given but there is no block device (add a controller and disk, or null.size=SIZE)".into(),
         );
     }
-    let online: Vec<u32> = (0..smp::online() as u32).collect();
+    Ok(infos)
+}
+
+/// The online CPUs, in order.
+pub fn online_cpus() -> Vec<u32> {
+    (0..smp::online() as u32).collect()
+}
+
+/// Parses and runs the jobs in `words`. Returns Err with a message on a bad
+/// job or a run that could not complete; Ok(false) when a job failed.
+pub fn run(words: &[&str]) -> Result<bool, String> {
+    prepare();
+    let specs = workload::parse_jobs(words.iter().copied()).map_err(|e| e.to_string())?;
+    if specs.is_empty() {
+        return Ok(true);
+    }
+    let infos = devices()?;
+    let online = online_cpus();
     let mut all_passed = true;
-    let mut reports = Vec::new();
     for spec in &specs {
+        all_passed &= run_specs(core::slice::from_ref(spec), &infos, &online, None)?
+            .iter()
+            .all(|(p, _)| *p);
+    }
+    kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
+    kprintln!("{}", irq::TABLE.display(smp::online()));
+    Ok(all_passed)
+}
+
+/// Plans and runs jobs at the same time (one job, or a fio wave): Ok(whether each passed, and
+/// its report), or Err when one cannot be planned or run. `detail`: also measure what fio's
+/// output needs (`workload::detail`).
+pub fn run_specs(
+    specs: &[workload::JobSpec],
+    infos: &[DeviceInfo],
+    online: &[u32],
+    detail: Option<workload::DetailOptions>,
+) -> Result<Vec<(bool, JobReport)>, String> {
+    let mut plans = Vec::with_capacity(specs.len());
+    let mut need = 0u64;
+    for spec in specs {
         // A job may name its device by a stable alias (`blk::names`); the planner knows the
         // primary names.
         let mut spec = spec.clone();
@@ -607,7 +691,7 @@ pub fn run_with_output(words: &[&str], fio: Option<&workload::FioOutputOptions>)
             })?;
             spec.device = Some(d.facts().name.clone());
         }
-        let mut plan = workload::plan_job(&spec, &infos, &online).map_err(|e| e.to_string())?;
+        let mut plan = workload::plan_job(&spec, infos, online).map_err(|e| e.to_string())?;
         let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
         if plan.spec.rw.writes() {
             super::safety::check_before_writes(&plan.spec.name, dev, plan.spec.destroy)?;
@@ -616,32 +700,32 @@ pub fn run_with_output(words: &[&str], fio: Option<&workload::FioOutputOptions>)
         let (c, q) = map_policies(&plan, dev);
         plan.spec.completion = Some(to_left(&COMPLETION_POLICIES, c));
         plan.spec.quiesce = Some(to_left(&QUIESCE_POLICIES, q));
-        // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse a job
-        // that cannot fit instead of failing half-way through its allocations.
-        let need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
+        // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse jobs
+        // that cannot fit instead of failing half-way through their allocations.
+        let job_need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
+        need += job_need;
         let free = crate::arch::memory::free_bytes();
         if need > free / 2 {
             return Err(alloc::format!(
-                "job {}: needs {} MiB of DMA buffers (iodepth {} x bs {} x {} CPUs); only {} MiB of memory is free",
+                "job {}: needs {} MiB of DMA buffers (iodepth {} x bs {} x {} CPUs{}); only {} MiB of memory is free",
                 plan.spec.name,
-                need >> 20,
+                job_need >> 20,
                 plan.iodepth,
                 plan.bs(),
                 plan.cpus.len(),
+                if specs.len() > 1 {
+                    ", beside the jobs running with it"
+                } else {
+                    ""
+                },
                 free >> 20
             ));
         }
-        let (passed, report) = run_job(&plan, dev, &dev.facts().irq_vectors, fio.map(|o| o.detail_options()))?;
-        kprintln!("job {}: {}", plan.spec.name, if passed { "PASSED" } else { "FAILED" });
-        all_passed &= passed;
-        if fio.is_some() {
-            reports.push(report);
-        }
+        plans.push(plan);
     }
-    if let Some(options) = fio {
-        print_fio_output(options, &reports);
+    let passed = run_jobs(&plans, detail)?;
+    for (plan, (ok, _)) in plans.iter().zip(&passed) {
+        kprintln!("job {}: {}", plan.spec.name, if *ok { "PASSED" } else { "FAILED" });
     }
-    kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
-    kprintln!("{}", irq::TABLE.display(smp::online()));
-    Ok(all_passed)
+    Ok(passed)
 }

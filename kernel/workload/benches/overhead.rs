@@ -59,6 +59,7 @@ impl IoBackend for RamBackend {
                 match op {
                     IoOp::Write => self.disk[at..at + len].copy_from_slice(buffer),
                     IoOp::Read => buffer.copy_from_slice(&self.disk[at..at + len]),
+                    IoOp::Flush => {}
                 }
             }
             out[index] = Completion::new(slot, Ok(()));

@@ -44,6 +44,7 @@ impl IoBackend for RamBackend<'_> {
             match op {
                 IoOp::Write => disk[at..at + len].copy_from_slice(buffer),
                 IoOp::Read => buffer.copy_from_slice(&disk[at..at + len]),
+                IoOp::Flush => {}
             }
             out[index] = Completion::new(slot, Ok(()));
         }

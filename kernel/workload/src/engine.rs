@@ -49,14 +49,18 @@ pub enum IoOp {
     Read,
     /// Memory to device.
     Write,
+    /// Flush the device's volatile write cache (no data; `lba` and `sectors` are 0). Only jobs
+    /// with fio's `fsync`/`end_fsync` issue it.
+    Flush,
 }
 
 impl IoOp {
-    /// `read` or `write`.
+    /// `read`, `write` or `flush`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Write => "write",
+            Self::Flush => "flush",
         }
     }
 }
@@ -497,6 +501,9 @@ pub struct CpuResult {
     pub stopped_early: bool,
     /// What the detail mode measured ([`JobShared::with_detail`]), if it was on.
     pub detail: Option<Box<CpuDetail>>,
+    /// Cache flushes (fio's `fsync`, `end_fsync`): count, failures (also in `errors`) and
+    /// latency; `bytes` stays 0.
+    pub flush: OpStats,
 }
 
 impl CpuResult {
@@ -532,6 +539,15 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
     Ok(run.result)
 }
 
+/// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
+fn backlog_capacity(plan: &JobPlan) -> usize {
+    if plan.verify.has_verify_pass() {
+        plan.spec.verify_backlog as usize
+    } else {
+        0
+    }
+}
+
 /// Failed writes a single-pass verify job remembers per CPU (the verify pass reads their blocks
 /// unchecked); past this many, it checks no block.
 pub const MAX_FAILED_WRITES: usize = 4096;
@@ -562,6 +578,8 @@ struct Slot {
 
 enum Source {
     Main(IoGenerator),
+    /// No I/O (a phase that only issues a due flush).
+    Nothing,
     /// The verify pass walks the slice in order.
     VerifyPass {
         next_block: u64,
@@ -688,6 +706,28 @@ struct CpuRun<'a, B: ?Sized> {
     sample_mark: Mark,
     window_mark: Mark,
     live_counts: LiveCounts,
+    /// End of fio's `ramp_time` while it runs: at that time the statistics start afresh.
+    ramp_end: Option<u64>,
+    /// Pacing (`rate`, `rate_iops`, `thinktime`): whether any applies, so unpaced jobs skip it.
+    paced: bool,
+    /// Earliest start of the next I/O of each direction (`io_interval_ns`).
+    next_io_ns: [u64; 2],
+    /// I/Os issued since the last think time.
+    issued_since_think: u32,
+    /// End of the think time under way.
+    think_until: Option<u64>,
+    /// Writes issued since the last flush (`flush_every_writes`).
+    writes_since_flush: u32,
+    /// A flush is due: issue it once nothing is in flight.
+    flush_wanted: bool,
+    /// A flush is in flight: issue nothing else until it completes.
+    flush_in_flight: bool,
+    /// `verify_backlog`: blocks written since the last backlog check, and blocks due to be read
+    /// back (preallocated; a full list drops the newest, which the verify pass still checks).
+    backlog_written: Vec<u64>,
+    backlog_pending: Vec<u64>,
+    /// Start of the measured part of the main phase (after the ramp).
+    measured_start: u64,
     result: CpuResult,
 }
 
@@ -773,6 +813,17 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             sample_mark: Mark::default(),
             window_mark: Mark::default(),
             live_counts: LiveCounts::default(),
+            ramp_end: None,
+            paced: plan.spec.is_paced(),
+            next_io_ns: [0, 0],
+            issued_since_think: 0,
+            think_until: None,
+            writes_since_flush: 0,
+            flush_wanted: false,
+            flush_in_flight: false,
+            backlog_written: Vec::with_capacity(backlog_capacity(plan)),
+            backlog_pending: Vec::with_capacity(2 * backlog_capacity(plan) + depth),
+            measured_start: 0,
             result: CpuResult {
                 cpu: slice.cpu,
                 read: OpStats::new(),
@@ -788,13 +839,26 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 log_lines_suppressed: 0,
                 stopped_early: false,
                 detail: shared.detail.map(|options| Box::new(CpuDetail::new(options))),
+                flush: OpStats::new(),
             },
         })
     }
 
     fn run_all(&mut self, cpu_index: usize) -> Result<(), WorkloadError> {
+        if self.plan.spec.start_delay_ns > 0 {
+            self.start_delay();
+        }
         let start = self.backend.now_ns();
-        let deadline = self.plan.spec.runtime_ns.map(|runtime| start.saturating_add(runtime));
+        self.next_io_ns = [start, start];
+        let ramp = self.plan.spec.ramp_ns;
+        self.measured_start = start;
+        self.ramp_end = (ramp > 0).then(|| start.saturating_add(ramp));
+        // fio: the ramp adds to the runtime; a runtime without `time_based` caps a size-bound job.
+        let deadline = self
+            .plan
+            .spec
+            .runtime_ns
+            .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
         let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
@@ -806,8 +870,17 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
         }
         self.run_phase(Phase::Main, &mut source, deadline)?;
+        if self.plan.spec.end_flush && !self.result.stopped_early {
+            // fio's end_fsync: one flush once the writes are done, in the measured time.
+            self.flush_wanted = true;
+            self.run_phase(Phase::Main, &mut Source::Nothing, None)?;
+        }
         let end = self.backend.now_ns();
-        self.result.runtime_ns = end.saturating_sub(start);
+        if self.ramp_end.is_some() {
+            // The job ended within its ramp: as in fio, nothing of it is measured.
+            self.end_ramp(end);
+        }
+        self.result.runtime_ns = end.saturating_sub(self.measured_start);
         if self.result.detail.is_some() {
             // The last, partial log window (fio also writes the rest of its averaging window).
             self.sample_detail(end, true);
@@ -869,10 +942,150 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         totals
     }
 
+    /// fio's `startdelay`: waits before the first I/O, keeping the periodic hook going; a stop
+    /// request ends the wait.
+    #[cold]
+    fn start_delay(&mut self) {
+        let begin = self.backend.now_ns();
+        let until = begin.saturating_add(self.plan.spec.start_delay_ns);
+        let mut now = begin;
+        while now < until && !self.shared.stop_requested() {
+            if now >= self.next_periodic_ns {
+                self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
+                self.backend.periodic(now);
+            }
+            self.backend.idle();
+            now = self.backend.now_ns();
+        }
+    }
+
+    /// Whether pacing lets an I/O of `op` start now (`rate`, `rate_iops`, `thinktime`); when it
+    /// does, the I/O is counted against the pace.
+    #[cold]
+    fn pace_allows(&mut self, op: IoOp) -> bool {
+        let now = self.backend.now_ns();
+        let spec = &self.plan.spec;
+        if spec.think_ns > 0 {
+            if let Some(until) = self.think_until {
+                if now < until {
+                    return false;
+                }
+                self.think_until = None;
+            }
+            if self.issued_since_think >= spec.think_blocks {
+                // fio waits for what is in flight, then thinks.
+                if self.in_flight > 0 {
+                    return false;
+                }
+                self.issued_since_think = 0;
+                self.think_until = Some(now.saturating_add(spec.think_ns));
+                return false;
+            }
+        }
+        let direction = usize::from(op == IoOp::Write);
+        let interval = spec.io_interval_ns[direction];
+        if interval > 0 {
+            if now < self.next_io_ns[direction] {
+                return false;
+            }
+            self.next_io_ns[direction] = self.next_io_ns[direction].saturating_add(interval);
+        }
+        self.issued_since_think += 1;
+        true
+    }
+
+    /// Issues the due flush in a free slot (the caller checked that nothing is in flight). A busy
+    /// backend leaves it due; a submission that fails at once completes it as failed.
+    #[cold]
+    fn submit_flush(&mut self, phase: Phase) -> Result<(), WorkloadError> {
+        let Some(&slot) = self.free_slots.last() else {
+            return Ok(());
+        };
+        let submitted_ns = self.backend.now_ns();
+        match self.backend.submit(slot, IoOp::Flush, 0, 0) {
+            Err(SubmitError::Busy) => Ok(()),
+            outcome => {
+                self.free_slots.pop();
+                self.slots[slot] = Slot {
+                    in_flight: true,
+                    op: IoOp::Flush,
+                    block: 0,
+                    generation: None,
+                    submitted_ns,
+                    issued_ns: submitted_ns,
+                };
+                self.in_flight += 1;
+                self.flush_wanted = false;
+                self.flush_in_flight = true;
+                self.last_progress_ns = submitted_ns;
+                if let Err(SubmitError::Failed(error)) = outcome {
+                    self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A flush completed: its own counts, no block to track.
+    #[cold]
+    fn complete_flush(&mut self, completion: Completion, slot: Slot, done_ns: u64, phase: Phase) {
+        self.flush_in_flight = false;
+        let stats = &mut self.result.flush;
+        stats.ios += 1;
+        match completion.result {
+            Ok(()) => stats.latency.record(done_ns.saturating_sub(slot.submitted_ns)),
+            Err(_) => {
+                stats.errors += 1;
+                self.result.errors += 1;
+                self.live_counts.errors += 1;
+                if self.plan.spec.stop_on_error {
+                    self.shared.request_stop();
+                }
+            }
+        }
+        if completion.result.is_err() || completion.retries > 0 {
+            self.note_unusual(&completion, slot, 0, done_ns, phase);
+        }
+    }
+
+    /// verify_backlog: a write of `block` completed; every N of them are due to be read back.
+    #[cold]
+    fn note_backlog_write(&mut self, block: u64) {
+        if self.plan.verify == VerifyScheme::Off {
+            return;
+        }
+        self.backlog_written.push(block);
+        if self.backlog_written.len() >= self.plan.spec.verify_backlog as usize {
+            let room = self.backlog_pending.capacity() - self.backlog_pending.len();
+            let take = self.backlog_written.len().min(room);
+            // Read back oldest first (`next_from` pops from the end).
+            self.backlog_pending
+                .splice(0..0, self.backlog_written.drain(..take).rev());
+            self.backlog_written.clear();
+        }
+    }
+
+    /// Ends the ramp: what was counted so far is dropped and measuring starts at `now`. Errors and
+    /// their records stay (a failed I/O is reported whenever it happened).
+    #[cold]
+    fn end_ramp(&mut self, now: u64) {
+        self.ramp_end = None;
+        self.measured_start = now;
+        self.result.read = OpStats::new();
+        self.result.write = OpStats::new();
+    }
+
     /// The next I/O of `source`, or `None` when it is exhausted.
     fn next_from(&mut self, source: &mut Source) -> Option<(IoOp, u64)> {
         match source {
-            Source::Main(generator) => generator.next_io(),
+            Source::Main(generator) => {
+                // verify_backlog: blocks written lately are read back first.
+                if let Some(block) = self.backlog_pending.pop() {
+                    return Some((IoOp::Read, block));
+                }
+                generator.next_io()
+            }
+            Source::Nothing => None,
             Source::VerifyPass { next_block } => {
                 while *next_block < self.slice.blocks {
                     let block = *next_block;
@@ -908,6 +1121,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     self.sample_detail(now, false);
                 }
             }
+            if self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
+                self.end_ramp(now);
+            }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
                 issuing = false;
                 // What was drawn but not issued is dropped: the job is over (time-based) or stopped.
@@ -931,7 +1147,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if reaped == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
-                if waited > self.plan.spec.io_timeout_ns {
+                // A paced job with nothing in flight is waiting for its pace, not for the device.
+                let stalled = !self.paced || self.in_flight > 0;
+                if stalled && waited > self.plan.spec.io_timeout_ns {
                     return Err(WorkloadError::Stalled {
                         cpu: self.slice.cpu,
                         in_flight: self.in_flight,
@@ -978,8 +1196,16 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         // A time-based job has no set number of I/Os, so once the queue is full an I/O for a busy
         // block is dropped, as if another block had been drawn. A size-bound job must issue every
         // I/O it drew, so it waits instead.
-        let may_drop = self.plan.spec.runtime_ns.is_some();
+        let may_drop = self.plan.spec.is_time_based();
         while !self.free_slots.is_empty() && submissions_left > 0 {
+            if self.paced && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
+                // fio's fsync: what is in flight completes, then the flush alone.
+                if self.flush_in_flight || self.in_flight > 0 {
+                    return Ok(true);
+                }
+                self.submit_flush(phase)?;
+                return Ok(true);
+            }
             let io = if let Some(io) = self.retry.take() {
                 io
             } else if let Some(io) = self.deferred.take_ready(&self.tracker) {
@@ -1005,13 +1231,28 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 }
                 io
             } else {
-                // The source is exhausted; what is deferred still has to go out.
-                return Ok(self.retry.is_some() || !self.deferred.is_empty());
+                // The source is exhausted; what is deferred still has to go out, and so does a
+                // verify backlog that writes still in flight may complete.
+                let backlog_due =
+                    !self.backlog_pending.is_empty() || (!self.backlog_written.is_empty() && self.in_flight > 0);
+                return Ok(self.retry.is_some() || !self.deferred.is_empty() || backlog_due);
             };
+            if self.paced && phase == Phase::Main && !self.pace_allows(io.0) {
+                // Not yet: it goes first when the pace allows (the loop comes back here).
+                self.retry = Some(io);
+                return Ok(true);
+            }
             submissions_left -= 1;
             if !self.try_submit(io, phase)? {
                 self.retry = Some(io);
                 return Ok(true);
+            }
+            if io.0 == IoOp::Write && self.plan.spec.flush_every_writes != 0 && phase == Phase::Main {
+                self.writes_since_flush += 1;
+                if self.writes_since_flush >= self.plan.spec.flush_every_writes {
+                    self.writes_since_flush = 0;
+                    self.flush_wanted = true;
+                }
             }
         }
         Ok(true)
@@ -1020,7 +1261,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// The generation an I/O of `op` on `block` writes or expects (verify jobs only).
     fn expected_generation(&self, op: IoOp, block: u64) -> Option<ExpectedGeneration> {
         match (self.plan.verify, op) {
-            (VerifyScheme::Off, _) => None,
+            (VerifyScheme::Off, _) | (_, IoOp::Flush) => None,
             (VerifyScheme::ReadOnly(expected), _) => Some(expected),
             // A block whose write failed may hold the old or the new data: read it (the read's
             // own outcome counts) but expect nothing, so it ends up unchecked, not a mismatch.
@@ -1138,6 +1379,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.free_slots.push(completion.slot);
         self.in_flight -= 1;
         self.last_progress_ns = done_ns;
+        if slot.op == IoOp::Flush {
+            self.complete_flush(completion, slot, done_ns, phase);
+            return Ok(());
+        }
         self.live_counts.ios += 1;
         let tracked = self.plan.verify == VerifyScheme::Tracked;
         let block_index = slot.block as usize;
@@ -1145,7 +1390,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let stats = match (phase, slot.op) {
             (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
             (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
-            (Phase::VerifyPass, _) => None,
+            (Phase::Main, IoOp::Flush) | (Phase::VerifyPass, _) => None,
         };
         match completion.result {
             Ok(()) => {
@@ -1166,6 +1411,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     }
                 } else {
                     self.result.verify.pass_reads += 1;
+                }
+                if slot.op == IoOp::Write && phase == Phase::Main && self.plan.spec.verify_backlog != 0 {
+                    self.note_backlog_write(slot.block);
                 }
                 match (slot.op, slot.generation) {
                     (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {

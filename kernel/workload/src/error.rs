@@ -194,11 +194,52 @@ pub enum WorkloadError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// A fio job file or fio command line is not well formed (section header, word, value syntax).
+    FioSyntax {
+        /// Where: `line N` of a job file or `word N` of a command line.
+        at: String,
+        /// What is wrong, naming the text.
+        detail: String,
+    },
+    /// A fio option that baremq does not carry out with fio's meaning: refused by name rather
+    /// than silently ignored or changed.
+    FioUnsupported {
+        /// The job (or `global`).
+        job: String,
+        /// The option as written (`rate_iops`, or `rw=trim` for a value).
+        option: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// A fio option's value is malformed or out of range.
+    FioBadValue {
+        /// The job (or `global`).
+        job: String,
+        /// The option.
+        option: String,
+        /// The value as written.
+        value: String,
+        /// The accepted form, in words.
+        expected: String,
+    },
 }
 
 impl fmt::Display for WorkloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::FioSyntax { at, detail } => write!(f, "fio job: {at}: {detail}"),
+            Self::FioUnsupported { job, option, reason } => {
+                write!(
+                    f,
+                    "fio job {job:?}: option {option} is not supported by baremq: {reason}"
+                )
+            }
+            Self::FioBadValue {
+                job,
+                option,
+                value,
+                expected,
+            } => write!(f, "fio job {job:?}: invalid {option}={value:?}: expected {expected}"),
             Self::MalformedWord { word } => {
                 write!(f, "job word {word:?} is not key=value")
             }

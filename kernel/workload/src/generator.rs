@@ -3,14 +3,16 @@
 use crate::engine::IoOp;
 use crate::job::RwMode;
 use crate::plan::JobPlan;
+use crate::randmap::RandomMap;
 use crate::rng::{Rng, mix64};
 
 /// Deterministic stream of `(operation, block index within the CPU's slice)`.
 ///
 /// The stream depends only on the job (seed, `rw`, `rwmixread`, region, CPU count, time or size bound)
 /// and the CPU's index in the plan, never on timing. Sequential jobs walk the slice from its start
-/// and wrap; random jobs draw uniformly from the slice. Size-bound jobs (no `runtime`) end after one
-/// I/O per block of the slice; time-based jobs never end on their own.
+/// and wrap; random jobs draw uniformly from the slice, or, with `random_map` (fio's default), walk
+/// a seeded permutation of it so each block comes once per pass. Size-bound jobs end after one I/O
+/// per block of the slice (or `ios_per_cpu` I/Os); time-based jobs never end on their own.
 #[derive(Debug, Clone)]
 pub struct IoGenerator {
     rng: Rng,
@@ -19,6 +21,10 @@ pub struct IoGenerator {
     /// so the hot path does not branch through a jump table on `rw`.
     fixed_op: Option<IoOp>,
     rwmixread: u64,
+    /// fio's random map (`JobSpec::random_map`): each block once per pass.
+    map: Option<RandomMap>,
+    /// `JobSpec::zones` as (cumulative access percent, first block, blocks), in order.
+    zones: alloc::vec::Vec<(u64, u64, u64)>,
     blocks: u64,
     cursor: u64,
     remaining: Option<u64>,
@@ -35,15 +41,18 @@ impl IoGenerator {
             fixed_op: match plan.spec.rw {
                 RwMode::Read | RwMode::RandRead => Some(IoOp::Read),
                 RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
-                RwMode::RandRw => None,
+                RwMode::RandRw | RwMode::ReadWrite => None,
             },
             rwmixread: u64::from(plan.spec.rwmixread),
+            map: (plan.spec.random_map && plan.spec.rw.is_random() && plan.spec.zones.is_empty())
+                .then(|| RandomMap::new(blocks, per_cpu_seed ^ 0x6d6170)),
+            zones: zone_table(&plan.spec.zones, blocks, u64::from(plan.spec.bs)),
             blocks,
             cursor: 0,
-            remaining: if plan.spec.runtime_ns.is_some() {
+            remaining: if plan.spec.is_time_based() {
                 None
             } else {
-                Some(blocks)
+                Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
             },
         }
     }
@@ -57,7 +66,17 @@ impl IoGenerator {
             }
             *remaining -= 1;
         }
-        let block = if self.rw.is_random() {
+        let block = if let Some(map) = &mut self.map {
+            map.next_index()
+        } else if !self.zones.is_empty() && self.rw.is_random() {
+            let draw = self.rng.below(100);
+            let &(_, first, len) = self
+                .zones
+                .iter()
+                .find(|(cumulative, _, _)| draw < *cumulative)
+                .unwrap_or(&self.zones[self.zones.len() - 1]);
+            first + self.rng.below(len)
+        } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {
             let block = self.cursor;
@@ -71,6 +90,27 @@ impl IoGenerator {
         };
         Some((op, block))
     }
+}
+
+/// The zones over `blocks` blocks of `bs` bytes, as (cumulative access percent, first block,
+/// blocks); zones with no block or no access are left out, and a zone running past the end is
+/// cut there (the planner's callers check the sums).
+fn zone_table(zones: &[crate::job::AccessZone], blocks: u64, bs: u64) -> alloc::vec::Vec<(u64, u64, u64)> {
+    let mut table = alloc::vec::Vec::new();
+    let (mut cumulative, mut first) = (0u64, 0u64);
+    for zone in zones {
+        let len = match zone.length {
+            crate::job::ZoneLength::Percent(p) => blocks * u64::from(p) / 100,
+            crate::job::ZoneLength::Bytes(b) => b / bs,
+        }
+        .min(blocks - first.min(blocks));
+        cumulative += u64::from(zone.access_percent);
+        if len > 0 && zone.access_percent > 0 {
+            table.push((cumulative, first, len));
+        }
+        first += len;
+    }
+    table
 }
 
 #[cfg(test)]
@@ -128,6 +168,25 @@ mod tests {
             "{reads} reads out of 10000 at rwmixread=70"
         );
         assert!(same_as_other < 100, "CPUs must get independent streams");
+    }
+
+    #[test]
+    fn zones_take_their_share_of_the_accesses() {
+        let mut p = plan("rw=randread bs=4k size=4m runtime=1s");
+        p.spec.zones = alloc::vec![
+            crate::job::AccessZone {
+                access_percent: 60,
+                length: crate::job::ZoneLength::Percent(10),
+            },
+            crate::job::AccessZone {
+                access_percent: 40,
+                length: crate::job::ZoneLength::Percent(90),
+            },
+        ];
+        let mut g = IoGenerator::new(&p, 0);
+        // 4 MiB over 2 CPUs: 512 blocks per slice; the first zone is blocks 0..51.
+        let hot = (0..10_000).filter(|_| g.next_io().unwrap().1 < 51).count();
+        assert!((5_700..6_300).contains(&hot), "{hot} of 10000 in the 60% zone");
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub enum RwMode {
     RandWrite,
     /// Random mix of reads and writes, `rwmixread` percent reads.
     RandRw,
+    /// Sequential mix of reads and writes (fio's `rw=rw` / `readwrite`): one cursor walks the
+    /// region and each I/O is a read with probability `rwmixread` percent.
+    ReadWrite,
 }
 
 impl RwMode {
@@ -92,7 +95,13 @@ impl RwMode {
             Self::RandRead => "randread",
             Self::RandWrite => "randwrite",
             Self::RandRw => "randrw",
+            Self::ReadWrite => "rw",
         }
+    }
+
+    /// Whether each I/O's direction is drawn from `rwmixread` (`randrw`, `rw`).
+    pub const fn is_mixed(self) -> bool {
+        matches!(self, Self::RandRw | Self::ReadWrite)
     }
 
     /// Whether offsets are drawn at random (rather than walked in order).
@@ -102,12 +111,12 @@ impl RwMode {
 
     /// Whether the job issues any writes.
     pub const fn writes(self) -> bool {
-        matches!(self, Self::Write | Self::RandWrite | Self::RandRw)
+        matches!(self, Self::Write | Self::RandWrite | Self::RandRw | Self::ReadWrite)
     }
 
     /// Whether the job issues any reads.
     pub const fn reads(self) -> bool {
-        matches!(self, Self::Read | Self::RandRead | Self::RandRw)
+        matches!(self, Self::Read | Self::RandRead | Self::RandRw | Self::ReadWrite)
     }
 }
 
@@ -266,6 +275,66 @@ pub struct JobSpec {
     /// The job may write over a partition table or file system it finds on the device
     /// (`destroy=`, default no: the kernel refuses such a write job).
     pub destroy: bool,
+    // The fields below have no native word: only the fio front-end (`crate::fio`) sets them, and
+    // their defaults keep the native meaning.
+    /// fio's `runtime` without `time_based`: the runtime only caps a size-bound job (default
+    /// false: a runtime makes the job time-based, the native meaning).
+    pub runtime_is_cap: bool,
+    /// Random jobs visit every block of the slice once per pass, in a seeded full-period
+    /// permutation (fio's random map, its default); false: uniform draws with repeats (native,
+    /// and fio's `norandommap`).
+    pub random_map: bool,
+    /// fio's `ramp_time`: run this long before measuring; the time is added to the runtime and
+    /// nothing done during it is in the statistics.
+    pub ramp_ns: u64,
+    /// I/Os per CPU of a size-bound job (fio's `number_ios`, `io_size`, `loops`); `None`: one per
+    /// block of the CPU's slice.
+    pub ios_per_cpu: Option<u64>,
+    /// fio's `numjobs` clones: `Some(increment)` gives every CPU a full copy of the region (not a
+    /// slice of it), CPU `i`'s starting `i * increment` bytes after `offset` (`offset_increment`,
+    /// 0 = the same region for all). `None`: the native disjoint slices.
+    pub clone_increment: Option<u64>,
+    /// fio's `rate` / `rate_iops` with the linear process: the least time between the starts of
+    /// two I/Os of one direction on one CPU (`[read, write]`, 0 = no limit). Kept on average:
+    /// an I/O that could not go on time lets the next ones catch up.
+    pub io_interval_ns: [u64; 2],
+    /// fio's `thinktime`: after every `think_blocks` I/Os, wait for every I/O in flight to
+    /// complete, then this long, before issuing more (0 = none).
+    pub think_ns: u64,
+    /// fio's `thinktime_blocks` (at least 1).
+    pub think_blocks: u32,
+    /// fio's `startdelay`: wait this long before the job's first I/O (not measured).
+    pub start_delay_ns: u64,
+    /// fio's `fsync=N` / `fdatasync=N`: after every N writes, wait for what is in flight, then
+    /// flush the device's volatile cache and wait for the flush (0 = never).
+    pub flush_every_writes: u32,
+    /// fio's `end_fsync` / `fsync_on_close`: flush once when the main phase ends.
+    pub end_flush: bool,
+    /// fio's `verify_backlog=N` (verify jobs that write): after every N completed writes, read
+    /// those blocks back and check them before drawing new I/Os (0 = only the verify pass).
+    pub verify_backlog: u32,
+    /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
+    /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
+    /// whole slice alike.
+    pub zones: Vec<AccessZone>,
+}
+
+/// One zone of fio's `random_distribution=zoned:A/R:...` (or `zoned_abs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessZone {
+    /// Percent of the random accesses that land in this zone.
+    pub access_percent: u8,
+    /// The zone's length: a percent of the region (`zoned`) or bytes (`zoned_abs`).
+    pub length: ZoneLength,
+}
+
+/// How long an [`AccessZone`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneLength {
+    /// Percent of the region.
+    Percent(u8),
+    /// Bytes.
+    Bytes(u64),
 }
 
 impl JobSpec {
@@ -291,7 +360,31 @@ impl JobSpec {
             io_timeout_ns: DEFAULT_IO_TIMEOUT_NS,
             trace_every: 0,
             destroy: false,
+            runtime_is_cap: false,
+            random_map: false,
+            ramp_ns: 0,
+            ios_per_cpu: None,
+            clone_increment: None,
+            io_interval_ns: [0, 0],
+            think_ns: 0,
+            think_blocks: 1,
+            start_delay_ns: 0,
+            flush_every_writes: 0,
+            end_flush: false,
+            verify_backlog: 0,
+            zones: Vec::new(),
         }
+    }
+
+    /// Whether I/Os are paced (`rate`, `rate_iops`, `thinktime`) or interleaved with flushes.
+    pub fn is_paced(&self) -> bool {
+        self.io_interval_ns != [0, 0] || self.think_ns != 0 || self.flush_every_writes != 0 || self.end_flush
+    }
+
+    /// Whether the job runs for its runtime whatever its size (wrapping around its region), as
+    /// opposed to moving a set number of I/Os (perhaps capped by a runtime).
+    pub fn is_time_based(&self) -> bool {
+        self.runtime_ns.is_some() && !self.runtime_is_cap
     }
 }
 
@@ -299,7 +392,7 @@ impl JobSpec {
 impl fmt::Display for JobSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "job={} rw={}", self.name, self.rw.as_str())?;
-        if self.rw == RwMode::RandRw {
+        if self.rw.is_mixed() {
             write!(f, " rwmixread={}", self.rwmixread)?;
         }
         write!(f, " bs={} iodepth={} cpus={}", self.bs, self.iodepth, self.cpus)?;
@@ -518,7 +611,8 @@ impl SectionBuilder {
                     "randread" => RwMode::RandRead,
                     "randwrite" => RwMode::RandWrite,
                     "randrw" => RwMode::RandRw,
-                    _ => return Err(bad("one of read, write, randread, randwrite, randrw")),
+                    "rw" => RwMode::ReadWrite,
+                    _ => return Err(bad("one of read, write, randread, randwrite, randrw, rw")),
                 }
             }
             Key::RwMixRead | Key::RwMixWrite => {
@@ -660,8 +754,8 @@ impl SectionBuilder {
             ));
         }
         for mix_key in [Key::RwMixRead, Key::RwMixWrite] {
-            if has(mix_key) && spec.rw != RwMode::RandRw {
-                return Err(conflict(mix_key, Key::Rw, "a read/write mix needs rw=randrw"));
+            if has(mix_key) && !spec.rw.is_mixed() {
+                return Err(conflict(mix_key, Key::Rw, "a read/write mix needs rw=randrw or rw=rw"));
             }
         }
         if has(Key::VerifyGeneration) {

@@ -29,11 +29,13 @@ pub mod crc32c;
 pub mod detail;
 pub mod engine;
 pub mod error;
+pub mod fio;
 pub mod generator;
 pub mod hist;
 pub mod job;
 pub mod json;
 pub mod plan;
+pub mod randmap;
 pub mod ratelimit;
 pub mod report;
 pub mod rng;
@@ -50,8 +52,8 @@ pub use error::WorkloadError;
 pub use generator::IoGenerator;
 pub use hist::LatencyHistogram;
 pub use job::{
-    ACCEPTED_KEYS, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode, VerifyMode,
-    parse_cmdline, parse_jobs,
+    ACCEPTED_KEYS, AccessZone, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode,
+    VerifyMode, ZoneLength, parse_cmdline, parse_jobs,
 };
 pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
 pub use report::{

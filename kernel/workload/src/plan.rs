@@ -292,6 +292,9 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     };
     let blocks = region_bytes / bs;
     let cpu_count = cpus.len();
+    if let Some(increment) = spec.clone_increment {
+        return plan_clones(spec, device, capacity, cpus, region_bytes, increment);
+    }
     if blocks < u64::from(cpu_count) {
         return Err(WorkloadError::RegionTooSmall {
             job: job(),
@@ -318,7 +321,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         VerifyScheme::Off
     } else if !spec.rw.writes() {
         VerifyScheme::ReadOnly(spec.verify_generation)
-    } else if spec.rw == RwMode::Write && spec.runtime_ns.is_none() {
+    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= base) {
         VerifyScheme::SinglePass
     } else {
         let blocks_per_cpu = base + u64::from(extra > 0);
@@ -332,17 +335,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         VerifyScheme::Tracked
     };
 
-    let mut warnings = Vec::new();
-    let iodepth = spec.iodepth.min(device.max_iodepth);
-    if iodepth < spec.iodepth {
-        warnings.push(PlanWarning::IodepthCapped {
-            job: job(),
-            device: device.name.clone(),
-            requested: spec.iodepth,
-            limit: iodepth,
-        });
-    }
-
+    let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
         spec: spec.clone(),
         device: device.clone(),
@@ -351,6 +344,112 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         region_bytes,
         // bs / sector <= 16 MiB / 512, which fits in u32.
         sectors_per_block: (bs / sector) as u32,
+        cpus: slices,
+        verify,
+        warnings,
+    })
+}
+
+/// The job's `iodepth` lowered to the device's limit, with the warning when it was.
+fn capped_iodepth(spec: &JobSpec, device: &DeviceInfo) -> (u32, Vec<PlanWarning>) {
+    let mut warnings = Vec::new();
+    let iodepth = spec.iodepth.min(device.max_iodepth);
+    if iodepth < spec.iodepth {
+        warnings.push(PlanWarning::IodepthCapped {
+            job: spec.name.clone(),
+            device: device.name.clone(),
+            requested: spec.iodepth,
+            limit: iodepth,
+        });
+    }
+    (iodepth, warnings)
+}
+
+/// fio's `numjobs` clones: every CPU gets the whole `size` region, CPU `i`'s shifted by
+/// `i * increment` bytes (`offset_increment`). Overlapping clones cannot track verify generations
+/// per CPU, so a verify job needs disjoint clones.
+fn plan_clones(
+    spec: &JobSpec,
+    device: &DeviceInfo,
+    capacity: u64,
+    cpus: CpuSet,
+    region_bytes: u64,
+    increment: u64,
+) -> Result<JobPlan, WorkloadError> {
+    let job = || spec.name.clone();
+    let bs = u64::from(spec.bs);
+    if !increment.is_multiple_of(bs) {
+        return Err(WorkloadError::Misaligned {
+            job: job(),
+            key: "offset_increment",
+            value: increment,
+            alignment: bs,
+            because: "blocks are aligned to bs",
+        });
+    }
+    let clones = u64::from(cpus.len());
+    let span = (clones - 1)
+        .checked_mul(increment)
+        .and_then(|shift| shift.checked_add(region_bytes))
+        .and_then(|span| span.checked_add(spec.offset))
+        .unwrap_or(u64::MAX);
+    if span > capacity {
+        return Err(WorkloadError::JobLargerThanDevice {
+            job: job(),
+            device: device.name.clone(),
+            end_bytes: span,
+            capacity_bytes: capacity,
+        });
+    }
+    let blocks = region_bytes / bs;
+    if blocks == 0 {
+        return Err(WorkloadError::RegionTooSmall {
+            job: job(),
+            blocks,
+            cpus: 1,
+        });
+    }
+    let slices = cpus
+        .iter()
+        .enumerate()
+        .map(|(index, cpu)| CpuSlice {
+            cpu,
+            first_block: index as u64 * (increment / bs),
+            blocks,
+        })
+        .collect::<Vec<_>>();
+    let overlapping = clones > 1 && increment < region_bytes;
+    let verify = if !spec.verify.is_enabled() {
+        VerifyScheme::Off
+    } else if !spec.rw.writes() {
+        VerifyScheme::ReadOnly(spec.verify_generation)
+    } else if overlapping {
+        return Err(WorkloadError::ConflictingKeys {
+            job: job(),
+            first: "numjobs",
+            second: "verify",
+            reason: "clones that write and verify need regions of their own: set offset_increment to at least size",
+        });
+    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= blocks) {
+        VerifyScheme::SinglePass
+    } else if blocks > MAX_TRACKED_BLOCKS_PER_CPU {
+        return Err(WorkloadError::VerifyRegionTooLarge {
+            job: job(),
+            blocks_per_cpu: blocks,
+            max: MAX_TRACKED_BLOCKS_PER_CPU,
+        });
+    } else {
+        VerifyScheme::Tracked
+    };
+    let (iodepth, warnings) = capped_iodepth(spec, device);
+    Ok(JobPlan {
+        spec: spec.clone(),
+        device: device.clone(),
+        iodepth,
+        region_offset: spec.offset,
+        region_bytes: span - spec.offset,
+        // bs / sector <= 16 MiB / 512, which fits in u32.
+        sectors_per_block: (bs / u64::from(device.sector_size)) as u32,
         cpus: slices,
         verify,
         warnings,

@@ -76,6 +76,7 @@ impl IoBackend for RingBackend {
             match op {
                 IoOp::Write => self.disk[at..at + len].copy_from_slice(&self.buffers[slot]),
                 IoOp::Read => self.buffers[slot].copy_from_slice(&self.disk[at..at + len]),
+                IoOp::Flush => {}
             }
             out[index] = Completion::new(slot, Ok(()));
         }

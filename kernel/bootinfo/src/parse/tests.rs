@@ -476,3 +476,105 @@ fn multiboot2_framebuffer_is_read_and_judged() {
         None
     );
 }
+#[test]
+fn multiboot1_modules_as_qemu_initrd_gives_them() {
+    let mut m = multiboot1_fixture("/kernel log=warn", QEMU_256M);
+    let flags = u32::from_le_bytes(m.bytes[0..4].try_into().unwrap());
+    m.put_u32(BASE, flags | MB1_FLAG_MODULES);
+    let list = BASE + 0xa00;
+    m.put_u32(BASE + 20, 2);
+    m.put_u32(BASE + 24, list as u32);
+    for (i, (start, end, string)) in [(0x20_0000u32, 0x20_0123u32, BASE + 0xc00), (0x20_1000, 0x20_1000, 0)]
+        .iter()
+        .enumerate()
+    {
+        let e = list + i as u64 * 16;
+        m.put_u32(e, *start);
+        m.put_u32(e + 4, *end);
+        m.put_u32(e + 8, *string as u32);
+    }
+    m.put(BASE + 0xc00, b"tests/fio/seq-128k.fio\0");
+    let bi = parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE).unwrap();
+    assert_eq!(bi.modules.len(), 2);
+    assert_eq!((bi.modules[0].start, bi.modules[0].end), (0x20_0000, 0x20_0123));
+    assert_eq!(bi.modules[0].len(), 0x123);
+    assert_eq!(bi.modules[0].string.as_str(), "tests/fio/seq-128k.fio");
+    assert!(bi.modules[1].string.is_empty() && bi.modules[1].is_empty());
+    // Page-rounded ranges to reserve; the empty module reserves nothing.
+    let ranges: StdVec<Range> = bi.module_ranges().collect();
+    assert_eq!(
+        ranges,
+        [Range {
+            start: 0x20_0000,
+            end: 0x20_1000
+        }]
+    );
+    // A module that ends before it starts, or too many modules, is an error.
+    m.put_u32(list + 4, 0x1f_0000);
+    assert!(
+        parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("ends before")
+    );
+    m.put_u32(BASE + 20, 1000);
+    assert!(parse_boot_info(&m, MULTIBOOT1_MAGIC, BASE).is_err());
+}
+
+#[test]
+fn multiboot2_module_tags_keep_the_grub_string() {
+    let mut tag = StdVec::new();
+    tag.extend_from_slice(&0x30_0000u32.to_le_bytes());
+    tag.extend_from_slice(&0x30_0400u32.to_le_bytes());
+    tag.extend_from_slice(b"fio\0");
+    let m = multiboot2_fixture(
+        &[
+            (MB2_TAG_MODULE, tag),
+            (MB2_TAG_MMAP, mb2_mmap(&[(0, 0x9fc00, 1), (0x100000, 0x7ff00000, 1)])),
+        ],
+        true,
+    );
+    let bi = parse_boot_info(&m, MULTIBOOT2_MAGIC, BASE).unwrap();
+    assert_eq!(bi.modules.len(), 1);
+    assert_eq!(bi.modules[0].string.as_str(), "fio");
+    assert_eq!((bi.modules[0].start, bi.modules[0].end), (0x30_0000, 0x30_0400));
+    let short = multiboot2_fixture(&[(MB2_TAG_MODULE, vec![0; 4])], true);
+    assert!(
+        parse_boot_info(&short, MULTIBOOT2_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("too short")
+    );
+}
+
+#[test]
+fn pvh_module_list_is_parsed_and_checked() {
+    let mut m = FakeMemory::new(BASE, 0x1000);
+    m.put_u32(BASE, PVH_MAGIC);
+    m.put_u32(BASE + 4, 1);
+    m.put_u32(BASE + 12, 1);
+    m.put_u64(BASE + 16, BASE + 0x300);
+    m.put_u64(BASE + 0x300, 0x40_0000);
+    m.put_u64(BASE + 0x308, 300);
+    m.put_u64(BASE + 0x310, BASE + 0x380);
+    m.put(BASE + 0x380, b"job.fio\0");
+    m.put_u64(BASE + 40, BASE + 0x200);
+    m.put_u32(BASE + 48, 1);
+    m.put_u64(BASE + 0x200, 0x100000);
+    m.put_u64(BASE + 0x208, 0x1000000);
+    m.put_u32(BASE + 0x210, 1);
+    let bi = parse_boot_info(&m, PVH_MAGIC, BASE).unwrap();
+    assert_eq!(bi.modules.len(), 1);
+    assert_eq!((bi.modules[0].start, bi.modules[0].end), (0x40_0000, 0x40_0000 + 300));
+    assert_eq!(bi.modules[0].string.as_str(), "job.fio");
+    m.put_u64(BASE + 0x308, 1 << 40);
+    assert!(
+        parse_boot_info(&m, PVH_MAGIC, BASE)
+            .unwrap_err()
+            .to_string()
+            .contains("16 MiB")
+    );
+    m.put_u64(BASE + 0x300, u64::MAX - 10);
+    m.put_u64(BASE + 0x308, 100);
+    assert!(parse_boot_info(&m, PVH_MAGIC, BASE).is_err());
+}

@@ -216,6 +216,8 @@ impl FakeBackend {
                 let disk = self.disk.bytes.lock().unwrap();
                 self.buffers[io.slot][..len].copy_from_slice(&disk[source]);
             }
+            // The fake disk has no volatile cache.
+            IoOp::Flush => {}
         }
     }
 

@@ -1,0 +1,560 @@
+//! Tests of the fio front-end: the reference's four typical jobs, value mapping, refusals.
+
+use super::*;
+use crate::plan::plan_job;
+use alloc::vec;
+
+const RANDREAD: &str = include_str!("../../../../tests/fio/randread-4k-qd32-nj4.fio");
+const MIXED: &str = include_str!("../../../../tests/fio/mixed-70-30.fio");
+const SEQ: &str = include_str!("../../../../tests/fio/seq-128k.fio");
+const VERIFY: &str = include_str!("../../../../tests/fio/write-verify.fio");
+
+fn nvme() -> DeviceInfo {
+    DeviceInfo {
+        name: "nvme0n1".into(),
+        sector_size: 512,
+        capacity_sectors: 2048 * 256, // 256 MiB
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    }
+}
+
+fn md0() -> DeviceInfo {
+    DeviceInfo {
+        name: "md0".into(),
+        ..nvme()
+    }
+}
+
+fn one(text: &str) -> FioJob {
+    let run = parse_job_file(text, &[]).unwrap();
+    assert_eq!(run.jobs.len(), 1, "{text}");
+    run.jobs.into_iter().next().unwrap()
+}
+
+fn refused(text: &str) -> (String, String) {
+    match parse_job_file(text, &[]) {
+        Err(WorkloadError::FioUnsupported { option, reason, .. }) => (option, reason),
+        other => panic!("{text:?}: expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn randread_qd32_nj4_maps_with_fio_meaning() {
+    let job = one(RANDREAD);
+    assert_eq!(job.name, "randread-4k-qd32");
+    assert_eq!(job.numjobs, 4);
+    assert_eq!(job.target, Target::Device("nvme0n1".into()));
+    assert!(job.report.group_reporting);
+    assert_eq!(job.spec.rw, RwMode::RandRead);
+    assert_eq!(job.spec.bs, 4096);
+    assert_eq!(job.spec.iodepth, 32, "libaio honours iodepth");
+    assert_eq!(job.spec.runtime_ns, Some(60_000_000_000));
+    assert!(job.spec.is_time_based());
+    assert_eq!(job.spec.ramp_ns, 5_000_000_000);
+    assert!(job.spec.random_map, "fio's random map is the default");
+    assert!(job.spec.stop_on_error, "fio stops at the first error by default");
+    assert!(job.warnings.is_empty(), "{:?}", job.warnings);
+    let spec = job.to_spec(&[md0(), nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(spec.device.as_deref(), Some("nvme0n1"));
+    assert_eq!(
+        spec.cpus,
+        crate::job::CpuSelection::List(CpuSet::from_cpus(&[0, 1, 2, 3]))
+    );
+    // Four clones, each over the whole device, each with its own stream.
+    let plan = plan_job(&spec, &[md0(), nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(plan.cpus.len(), 4);
+    for slice in &plan.cpus {
+        assert_eq!((slice.first_block, slice.blocks), (0, (256 << 20) / 4096));
+    }
+    // Too few CPUs for the clones is refused by name.
+    assert!(matches!(
+        job.to_spec(&[nvme()], &[0, 1]).unwrap_err(),
+        WorkloadError::FioUnsupported { option, .. } if option == "numjobs"
+    ));
+}
+
+#[test]
+fn mixed_70_30_keeps_both_mix_keys_and_norandommap() {
+    let job = one(MIXED);
+    assert_eq!(job.spec.rw, RwMode::RandRw);
+    assert_eq!(job.spec.rwmixread, 70);
+    assert_eq!(job.spec.iodepth, 16);
+    assert!(!job.spec.random_map, "norandommap");
+    assert!(job.seed_from_clock, "randrepeat=0");
+    // rwmixwrite after rwmixread: the later one wins, as in fio.
+    let later = one("[a]\nrw=randrw\nrwmixread=70\nrwmixwrite=40\nioengine=libaio\ndirect=1\n");
+    assert_eq!(later.spec.rwmixread, 60);
+}
+
+#[test]
+fn seq_128k_is_two_serial_jobs_in_two_groups() {
+    let run = parse_job_file(SEQ, &[]).unwrap();
+    assert_eq!(run.jobs.len(), 2);
+    let (read, write) = (&run.jobs[0], &run.jobs[1]);
+    assert_eq!((read.spec.rw, write.spec.rw), (RwMode::Read, RwMode::Write));
+    assert_eq!((read.serial_set, write.serial_set), (0, 1));
+    assert_eq!((read.group, write.group), (0, 1));
+    assert_eq!(read.spec.bs, 128 << 10);
+    assert_eq!(read.spec.verify, VerifyMode::None, "verify=0");
+    assert_eq!(read.numjobs, 1);
+    let spec = read.to_spec(&[nvme()], &[0, 1, 2]).unwrap();
+    assert_eq!(
+        spec.cpus,
+        crate::job::CpuSelection::List(CpuSet::from_cpus(&[0])),
+        "numjobs=1 is one CPU, not all of them"
+    );
+    assert!(run.options.global_options.contains(&("bs".into(), "128k".into())));
+    assert_eq!(
+        write.options,
+        vec![("stonewall".into(), String::new()), ("rw".into(), "write".into())]
+    );
+}
+
+#[test]
+fn write_verify_is_size_bound_random_map_with_verify() {
+    let job = one(VERIFY);
+    assert_eq!(job.spec.rw, RwMode::RandWrite);
+    assert_eq!(job.spec.verify, VerifyMode::Crc32c);
+    assert!(job.spec.stop_on_error, "verify_fatal");
+    assert!(!job.spec.is_time_based());
+    assert!(job.spec.random_map);
+    let spec = job.to_spec(&[nvme()], &[0]).unwrap();
+    let plan = plan_job(&spec, &[nvme()], &[0]).unwrap();
+    assert_eq!(plan.verify, crate::plan::VerifyScheme::Tracked);
+    // Every block once: the generator of the single clone is a permutation of the region.
+    let mut generator = crate::IoGenerator::new(&plan, 0);
+    let mut seen = vec![false; plan.cpus[0].blocks as usize];
+    let mut count = 0;
+    while let Some((op, block)) = generator.next_io() {
+        assert_eq!(op, crate::IoOp::Write);
+        assert!(!seen[block as usize], "block {block} twice");
+        seen[block as usize] = true;
+        count += 1;
+    }
+    assert_eq!(count, seen.len());
+}
+
+#[test]
+fn runtime_without_time_based_is_a_cap() {
+    let job = one("[a]\nrw=randread\nsize=8m\nruntime=30\nioengine=libaio\ndirect=1\n");
+    assert!(!job.spec.is_time_based());
+    assert!(job.spec.runtime_is_cap);
+    let spec = job.to_spec(&[nvme()], &[0]).unwrap();
+    let plan = plan_job(&spec, &[nvme()], &[0]).unwrap();
+    let mut generator = crate::IoGenerator::new(&plan, 0);
+    assert_eq!(
+        core::iter::from_fn(|| generator.next_io()).count(),
+        2048,
+        "size / bs I/Os, as fio"
+    );
+    assert!(matches!(
+        parse_job_file("[a]\ntime_based\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "time_based"
+    ));
+}
+
+#[test]
+fn io_amounts_loops_number_ios_io_size() {
+    let count = |text: &str| {
+        let job = one(text);
+        let spec = job.to_spec(&[nvme()], &[0]).unwrap();
+        let plan = plan_job(&spec, &[nvme()], &[0]).unwrap();
+        let mut generator = crate::IoGenerator::new(&plan, 0);
+        core::iter::from_fn(|| generator.next_io()).count()
+    };
+    assert_eq!(count("[a]\nsize=64k\nloops=3\n"), 48);
+    assert_eq!(count("[a]\nsize=64k\nnumber_ios=5\n"), 5);
+    assert_eq!(count("[a]\nsize=1m\nio_size=64k\n"), 16);
+    assert_eq!(count("[a]\nsize=1m\nio_size=64k\nloops=2\n"), 32);
+    assert_eq!(count("[a]\nsize=10%\n"), (256 << 20) / 10 / 4096 * 4096 / 4096);
+}
+
+#[test]
+fn sync_engines_and_the_default_cap_the_depth() {
+    for text in [
+        "[a]\niodepth=8\n",
+        "[a]\nioengine=psync\niodepth=8\n",
+        "[a]\nioengine=sync\niodepth=8\n",
+    ] {
+        let job = one(text);
+        assert_eq!(job.spec.iodepth, 1, "{text}");
+        assert!(
+            job.warnings.iter().any(|w| w.contains("capped at 1")),
+            "{:?}",
+            job.warnings
+        );
+    }
+    assert_eq!(one("[a]\nioengine=io_uring\niodepth=8\ndirect=1\n").spec.iodepth, 8);
+    assert_eq!(refused("[a]\nioengine=rbd\n").0, "ioengine=rbd");
+}
+
+#[test]
+fn globals_apply_below_and_later_globals_only_to_later_jobs() {
+    let run = parse_job_file("[global]\nbs=8k\n[a]\n[global]\nbs=16k\n[b]\nstonewall\n", &[]).unwrap();
+    assert_eq!(run.jobs[0].spec.bs, 8192);
+    assert_eq!(run.jobs[1].spec.bs, 16384);
+}
+
+#[test]
+fn command_line_form_parses_like_the_file() {
+    let run = parse_command_line(
+        "--output-format=json+ --output=res.json --ioengine=libaio --direct=1 --filename=/dev/nvme0n1 \
+         --name=r --rw=randread --bs=4KiB --iodepth 32 --numjobs=2 --time_based --runtime=10s --group_reporting"
+            .split_whitespace(),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(run.options.output_format, OutputFormat::JsonPlus);
+    assert_eq!(run.options.output.as_deref(), Some("res.json"));
+    let job = &run.jobs[0];
+    assert_eq!(
+        (job.name.as_str(), job.spec.bs, job.spec.iodepth, job.numjobs),
+        ("r", 4096, 32, 2)
+    );
+    assert_eq!(job.spec.runtime_ns, Some(10_000_000_000));
+    assert!(job.report.group_reporting);
+}
+
+#[test]
+fn overrides_apply_after_each_job() {
+    let run = parse_job_file(RANDREAD, &[("runtime", "2s"), ("ramp_time", "0")]).unwrap();
+    assert_eq!(run.jobs[0].spec.runtime_ns, Some(2_000_000_000));
+    assert_eq!(run.jobs[0].spec.ramp_ns, 0);
+}
+
+#[test]
+fn jobs_without_stonewall_share_a_wave_and_waves_follow_fio_order() {
+    let waves = |text: &str| -> Vec<(String, u32, u32)> {
+        parse_job_file(text, &[])
+            .unwrap()
+            .jobs
+            .into_iter()
+            .map(|j| (j.name, j.wave, j.group))
+            .collect()
+    };
+    // fio starts a and b together; c waits for both (stonewall).
+    assert_eq!(
+        waves("[a]\n[b]\n[c]\nstonewall\n"),
+        [("a".into(), 0, 0), ("b".into(), 0, 0), ("c".into(), 1, 1)]
+    );
+    // wait_for the only job of the wave: a new wave, but the same reporting group.
+    assert_eq!(
+        waves("[a]\n[b]\nwait_for=a\n"),
+        [("a".into(), 0, 0), ("b".into(), 1, 0)]
+    );
+    // new_group: a reporting group, not a barrier.
+    assert_eq!(waves("[a]\n[b]\nnew_group\n"), [("a".into(), 0, 0), ("b".into(), 0, 1)]);
+    // wait_for one of several running jobs is refused by name.
+    assert_eq!(refused("[a]\n[b]\n[c]\nwait_for=a\n").0, "wait_for");
+    // wait_for a job of an earlier wave is already satisfied.
+    assert_eq!(
+        waves("[a]\n[b]\nstonewall\n[c]\nwait_for=a\n"),
+        [("a".into(), 0, 0), ("b".into(), 1, 1), ("c".into(), 1, 1)]
+    );
+    assert!(matches!(
+        parse_job_file("[a]\n[b]\nwait_for=zz\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "wait_for"
+    ));
+    assert!(matches!(
+        parse_job_file("[a]\nwait_for=b\n[b]\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "wait_for"
+    ));
+}
+
+#[test]
+fn unsupported_options_are_refused_by_name() {
+    for (text, option) in [
+        (
+            "[a]\nrandom_distribution=pareto:0.9\n",
+            "random_distribution=pareto:0.9",
+        ),
+        ("[a]\nbssplit=4k/50:8k/50\n", "bssplit"),
+        ("[a]\ndirectory=/mnt\n", "directory"),
+        ("[a]\nrw=trim\n", "rw=trim"),
+        ("[a]\nrw=randread:8\n", "rw=randread:8"),
+        ("[a]\nbs=4k,8k\n", "bs=4k,8k"),
+        ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
+        ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
+        ("[a]\nrandom_distribution=zipf:1.2\n", "random_distribution=zipf:1.2"),
+        ("[a]\nrandom_distribution=normal\n", "random_distribution=normal"),
+        ("[a]\nverify=pattern\n", "verify=pattern"),
+        ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
+        ("[a]\nverify_backlog_batch=16\n", "verify_backlog_batch"),
+        ("[a]\nsync=1\n", "sync"),
+        ("[a]\nwrite_barrier=4\n", "write_barrier"),
+        ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
+        ("[a]\nrate_process=poisson\n", "rate_process=poisson"),
+        ("[a]\nrate_min=1m\n", "rate_min"),
+        ("[a]\nrate=1m\nrate_iops=10\n", "rate_iops"),
+        ("[a]\nstartdelay=1-5\n", "startdelay"),
+        ("[a]\nblockalign=512\n", "blockalign"),
+        ("[a]\nrw=write\nverify=crc32c\ndo_verify=0\n", "do_verify"),
+        ("[a]\nwrite_bw_log=x\n", "log_avg_msec"),
+        ("[a]\nno_such_option=1\n", "no_such_option"),
+    ] {
+        assert_eq!(refused(text).0, option, "{text:?}");
+    }
+    // Zero flushes and bsrange with equal ends are fio's defaults in other words.
+    assert!(parse_job_file("[a]\nfsync=0\nend_fsync=0\nbsrange=8k-8k\nblockalign=8k\n", &[]).is_ok());
+    let text = refused("[a]\nrate_process=poisson\n").1;
+    assert!(text.contains("linear"), "{text}");
+}
+
+#[test]
+fn no_ops_are_listed_as_warnings() {
+    let job = one("[a]\nthread\ninvalidate=1\ngtod_reduce=1\nioengine=libaio\ndirect=1\n");
+    for key in ["thread", "invalidate", "gtod_reduce"] {
+        assert!(
+            job.warnings.iter().any(|w| w.starts_with(key)),
+            "{key}: {:?}",
+            job.warnings
+        );
+    }
+    let buffered = one("[a]\nioengine=libaio\n");
+    assert!(buffered.warnings.iter().any(|w| w.contains("direct=0")));
+    let file = one("[a]\nfilename=/tmp/x\nioengine=libaio\ndirect=1\n");
+    assert_eq!(file.target, Target::File("/tmp/x".into()));
+    assert!(file.warnings.iter().any(|w| w.contains("file")));
+}
+
+#[test]
+fn devices_resolve_by_dev_path_or_the_only_device() {
+    let job = one("[a]\nfilename=/dev/sdb\n");
+    assert!(matches!(
+        job.to_spec(&[nvme()], &[0]).unwrap_err(),
+        WorkloadError::UnknownDevice { device, .. } if device == "/dev/sdb"
+    ));
+    let default = one("[a]\n");
+    assert_eq!(
+        default.to_spec(&[nvme()], &[0]).unwrap().device.as_deref(),
+        Some("nvme0n1")
+    );
+    assert!(matches!(
+        default.to_spec(&[nvme(), md0()], &[0]).unwrap_err(),
+        WorkloadError::MissingDevice { .. }
+    ));
+}
+
+#[test]
+fn numjobs_offset_increment_and_cpus_allowed() {
+    let job = one("[a]\nnumjobs=3\nsize=1m\noffset_increment=1m\ncpus_allowed=2-5\nrw=write\nverify=crc32c\n");
+    let spec = job.to_spec(&[nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(spec.cpus, crate::job::CpuSelection::List(CpuSet::from_cpus(&[2, 3, 4])));
+    let plan = plan_job(&spec, &[nvme()], &[0, 1, 2, 3, 4, 5]).unwrap();
+    let firsts: Vec<_> = plan.cpus.iter().map(|s| (s.first_block, s.blocks)).collect();
+    assert_eq!(firsts, [(0, 256), (256, 256), (512, 256)]);
+    assert_eq!(plan.verify, crate::plan::VerifyScheme::SinglePass);
+    // Overlapping clones that write and verify are refused.
+    let overlapping = one("[a]\nnumjobs=2\nsize=1m\nrw=randwrite\nverify=crc32c\n");
+    let spec = overlapping.to_spec(&[nvme()], &[0, 1]).unwrap();
+    assert!(matches!(
+        plan_job(&spec, &[nvme()], &[0, 1]).unwrap_err(),
+        WorkloadError::ConflictingKeys {
+            first: "numjobs",
+            second: "verify",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn run_options_from_native_words_and_readonly() {
+    let (options, rest) = split_run_words(&["rw=read", "output-format=json,normal", "output=a.json", "bs=4k"]).unwrap();
+    assert_eq!(rest, ["rw=read", "bs=4k"]);
+    assert_eq!(options.output_format, OutputFormat::Json);
+    assert!(options.normal_too);
+    assert_eq!(options.output.as_deref(), Some("a.json"));
+    assert!(matches!(
+        split_run_words(&["output-format=xml"]).unwrap_err(),
+        WorkloadError::FioBadValue { .. }
+    ));
+    let (option, _) = match parse_command_line(["--readonly", "--name=w", "--rw=write"], &[]) {
+        Err(WorkloadError::FioUnsupported { option, reason, .. }) => (option, reason),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(option, "readonly");
+}
+
+#[test]
+fn names_with_spaces_keep_their_text() {
+    let job = one("[4KiB Random Read QD=1]\ndescription=\"a job\"\n");
+    assert_eq!(job.name, "4KiB Random Read QD=1");
+    assert_eq!(job.spec.name, "4KiB_Random_Read_QD_1");
+    assert_eq!(job.description.as_deref(), Some("a job"));
+}
+
+#[test]
+fn a_wave_gets_disjoint_cpus_in_job_order() {
+    let run = parse_job_file("[a]\nnumjobs=2\n[b]\n[c]\nstonewall\nnumjobs=3\n", &[]).unwrap();
+    let waves = run.waves();
+    assert_eq!(waves.iter().map(|w| w.len()).collect::<Vec<_>>(), [2, 1]);
+    let specs = wave_specs(waves[0], &[nvme()], &[0, 1, 2, 3]).unwrap();
+    let cpus = |spec: &JobSpec| match spec.cpus {
+        crate::job::CpuSelection::List(set) => set.iter().collect::<Vec<_>>(),
+        crate::job::CpuSelection::All => panic!("fio jobs name their CPUs"),
+    };
+    assert_eq!(cpus(&specs[0]), [0, 1]);
+    assert_eq!(cpus(&specs[1]), [2]);
+    // The next wave starts from the first CPU again.
+    assert_eq!(
+        cpus(&wave_specs(waves[1], &[nvme()], &[0, 1, 2, 3]).unwrap()[0]),
+        [0, 1, 2]
+    );
+    // Not enough CPUs for every job of a wave: refused by name.
+    assert!(matches!(
+        wave_specs(waves[0], &[nvme()], &[0, 1]).unwrap_err(),
+        WorkloadError::FioUnsupported { option, .. } if option == "numjobs"
+    ));
+    // cpus_allowed that overlaps a job running beside it.
+    let run = parse_job_file("[a]\ncpus_allowed=0\n[b]\ncpus_allowed=0-1\nnumjobs=2\n", &[]).unwrap();
+    assert!(wave_specs(&run.jobs, &[nvme()], &[0, 1, 2]).is_err());
+}
+
+#[test]
+fn rates_think_times_and_start_delays_map_to_the_engine() {
+    let job = one("[a]\nbs=4k\nrate=4m\n");
+    // 4 KiB at 4 MiB/s: one I/O every 1/1024 s per direction.
+    assert_eq!(job.spec.io_interval_ns, [976_563, 976_563]);
+    assert_eq!(one("[a]\nrate_iops=,250\n").spec.io_interval_ns, [0, 4_000_000]);
+    assert_eq!(
+        one("[a]\nrate_iops=1000,\nrate_process=linear\n").spec.io_interval_ns,
+        [1_000_000, 0]
+    );
+    let think = one("[a]\nthinktime=250\nthinktime_blocks=8\n");
+    assert_eq!(
+        (think.spec.think_ns, think.spec.think_blocks),
+        (250_000, 8),
+        "bare thinktime is microseconds"
+    );
+    assert!(think.spec.is_paced());
+    assert_eq!(one("[a]\nstartdelay=2\n").spec.start_delay_ns, 2_000_000_000);
+    assert!(!one("[a]\n").spec.is_paced());
+    assert!(matches!(
+        parse_job_file("[a]\nthinktime=10\nthinktime_spin=20\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "thinktime_spin"
+    ));
+}
+
+#[test]
+fn flush_options_map_to_the_engine() {
+    assert_eq!(one("[a]\nfsync=32\n").spec.flush_every_writes, 32);
+    assert_eq!(one("[a]\nfdatasync=8\n").spec.flush_every_writes, 8);
+    assert!(one("[a]\nend_fsync=1\n").spec.end_flush);
+    assert!(one("[a]\nfsync_on_close\n").spec.end_flush);
+    assert!(
+        !one("[a]\nend_fsync=1\nend_fsync=0\n").spec.end_flush,
+        "the later value wins"
+    );
+    let none = one("[a]\nfsync=0\nend_fsync=0\n").spec;
+    assert_eq!(
+        (none.flush_every_writes, none.end_flush, none.is_paced()),
+        (0, false, false)
+    );
+}
+
+#[test]
+fn values_may_be_expressions_with_the_machines_figures() {
+    let env = FioEnv {
+        ncpus: 4,
+        mb_memory: 512,
+        pagesize: 4096,
+    };
+    let run = parse_job_file_on(
+        "[a]\nnumjobs=$ncpus\nsize=10*$mb_memory*1k\nbs=$pagesize*2\n",
+        &[],
+        Some(&env),
+    )
+    .unwrap();
+    let job = &run.jobs[0];
+    assert_eq!((job.numjobs, job.spec.bs), (4, 8192));
+    assert_eq!(job.spec.size, Some(10 * 512 * 1024));
+    // Text values are not evaluated; $ keywords without the machine's figures are refused.
+    assert_eq!(
+        one("[a]\ndescription=4*4 (x)\n").description.as_deref(),
+        Some("4*4 (x)")
+    );
+    assert!(matches!(
+        parse_job_file("[a]\nnumjobs=$ncpus\n", &[]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "numjobs"
+    ));
+    assert!(matches!(
+        parse_job_file_on("[a]\nsize=2*(3\n", &[], Some(&env)).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "size"
+    ));
+}
+
+#[test]
+fn exitall_across_a_wave_and_empty_files_are_refused() {
+    assert_eq!(refused("[a]\nexitall\n[b]\n").0, "exitall");
+    assert_eq!(refused("[global]\nexitall_on_error=1\n[a]\n[b]\n").0, "exitall");
+    // One job per wave: nothing else to stop.
+    assert!(parse_job_file("[a]\nexitall\n[b]\nstonewall\n", &[]).is_ok());
+    assert!(parse_job_file("[a]\nexitall=0\n[b]\n", &[]).is_ok());
+    assert!(matches!(
+        parse_job_file("[global]\nbs=4k\n", &[]).unwrap_err(),
+        WorkloadError::FioSyntax { .. }
+    ));
+}
+
+#[test]
+fn zoned_distributions() {
+    use crate::job::{AccessZone, ZoneLength};
+    let job = one("[a]\nrw=randread\nrandom_distribution=zoned:60/10:30/20:10/70\n");
+    assert_eq!(
+        job.spec.zones,
+        [
+            AccessZone {
+                access_percent: 60,
+                length: ZoneLength::Percent(10)
+            },
+            AccessZone {
+                access_percent: 30,
+                length: ZoneLength::Percent(20)
+            },
+            AccessZone {
+                access_percent: 10,
+                length: ZoneLength::Percent(70)
+            },
+        ]
+    );
+    assert!(job.warnings.iter().any(|w| w.contains("zoned")));
+    let abs = one("[a]\nrw=randread\nnorandommap\nrandom_distribution=zoned_abs:60/1m:40/3m\n");
+    assert_eq!(abs.spec.zones[1].length, ZoneLength::Bytes(3 << 20));
+    assert!(abs.to_spec(&[nvme()], &[0]).is_ok());
+    let too_big = one("[a]\nsize=2m\nrandom_distribution=zoned_abs:60/1m:40/3m\n");
+    assert!(matches!(
+        too_big.to_spec(&[nvme()], &[0]).unwrap_err(),
+        WorkloadError::FioBadValue { option, .. } if option == "random_distribution"
+    ));
+    for bad in [
+        "zoned:60/10:30/20",
+        "zoned:60/50:30/50",
+        "zoned:x/10",
+        "zoned:r:60/10,w:100/100",
+        "zoned_abs:50/1m",
+    ] {
+        assert!(
+            matches!(
+                parse_job_file(&alloc::format!("[a]\nrandom_distribution={bad}\n"), &[]).unwrap_err(),
+                WorkloadError::FioBadValue { .. }
+            ),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn boot_modules_are_job_files_by_string_or_first_line() {
+    assert!(is_job_file_module("/work/tests/fio/seq-128k.fio fio", b""));
+    assert!(is_job_file_module("fio", b"anything"));
+    assert!(is_job_file_module("/boot/JOB.FIO", b""));
+    assert!(
+        !is_job_file_module("/boot/initrd.img", b"[a]\n"),
+        "a string that says otherwise wins"
+    );
+    assert!(!is_job_file_module("x.fio.bak", b""));
+    assert!(is_job_file_module("", b"; comment\n\n  # more\n[global]\nbs=4k\n"));
+    assert!(!is_job_file_module("", b"\x7fELF..."));
+    assert!(!is_job_file_module("", b""));
+}

@@ -1,0 +1,225 @@
+//! fio jobs through the engine against the fake backend: `ramp_time` is kept out of the figures,
+//! a runtime without `time_based` only caps a size-bound job, numjobs clones each cover the whole
+//! region once (fio's random map), `rw=rw` walks the region in order with the mix.
+
+mod common;
+
+use common::{FakeBackend, FakeDisk};
+use workload::fio::parse_job_file;
+use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, plan_job, run_cpu};
+
+const SECTOR: u32 = 512;
+const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
+
+fn device() -> DeviceInfo {
+    DeviceInfo {
+        name: "md0".into(),
+        sector_size: SECTOR,
+        capacity_sectors: DISK_SECTORS,
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    }
+}
+
+fn plan_of(text: &str, online: &[u32]) -> JobPlan {
+    let run = parse_job_file(text, &[]).unwrap();
+    let spec = run.jobs[0].to_spec(&[device()], online).unwrap();
+    plan_job(&spec, &[device()], online).unwrap()
+}
+
+fn run(plan: &JobPlan, latency_ns: u64) -> (Vec<CpuResult>, Vec<FakeBackend>) {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::new(plan);
+    let outcomes: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..plan.cpus.len())
+            .map(|index| {
+                let (shared, disk) = (&shared, &disk);
+                scope.spawn(move || {
+                    let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.bs() as usize);
+                    backend.latency_ns = latency_ns;
+                    let result = run_cpu(plan, index, &mut backend, shared).unwrap();
+                    (result, backend)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    outcomes.into_iter().unzip()
+}
+
+#[test]
+fn ramp_time_runs_first_and_is_kept_out_of_the_figures() {
+    let plan = plan_of(
+        "[r]\nioengine=libaio\ndirect=1\nrw=randread\nbs=4k\niodepth=4\ntime_based\nruntime=50ms\nramp_time=20ms\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 100_000);
+    let report = JobReport::new(&plan, &results).unwrap();
+    // The measured runtime is the runtime alone (within one I/O latency); the ramp came before it.
+    assert!(
+        (49_800_000..50_300_000).contains(&report.runtime_ns),
+        "{}",
+        report.runtime_ns
+    );
+    // 4 in flight at 100 us: about 40k IOPS, measured over the runtime only.
+    assert!((38_000..=41_000).contains(&report.total.iops), "{}", report.total.iops);
+    // The device did the ramp's I/Os too: about 70 ms worth, of which 50 ms are counted.
+    let done = backends[0].completions;
+    let counted = results[0].ios();
+    assert!(done > counted + 700, "device {done}, counted {counted}");
+    assert!((1_900..=2_100).contains(&counted), "{counted}");
+}
+
+#[test]
+fn runtime_without_time_based_caps_a_size_bound_job() {
+    // 2048 blocks at QD1 and 100 us take about 205 ms; a 50 ms runtime stops it early.
+    let capped = plan_of("[c]\nrw=randread\nbs=4k\nruntime=50ms\n", &[0]);
+    let (results, _) = run(&capped, 100_000);
+    let ios = results[0].ios();
+    assert!((480..=510).contains(&ios), "{ios} I/Os in 50 ms");
+    // With room to finish, it does exactly one pass and stops by itself.
+    let finishing = plan_of("[c]\nrw=randread\nbs=4k\nruntime=10s\nsize=1m\n", &[0]);
+    let (results, _) = run(&finishing, 100_000);
+    assert_eq!(results[0].ios(), 256);
+    assert!(results[0].runtime_ns < 30_000_000, "{}", results[0].runtime_ns);
+}
+
+#[test]
+fn numjobs_clones_each_cover_the_whole_region_once() {
+    let plan = plan_of(
+        "[n]\nioengine=libaio\nrw=randread\nbs=4k\nsize=512k\niodepth=8\nnumjobs=3\n",
+        &[0, 1, 2],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    for (result, backend) in results.iter().zip(&backends) {
+        assert_eq!(result.ios(), 128, "cpu{}", result.cpu);
+        let mut lbas: Vec<u64> = backend.submit_log.iter().map(|(_, lba)| *lba).collect();
+        lbas.sort_unstable();
+        let expected: Vec<u64> = (0..128).map(|b| b * 8).collect();
+        assert_eq!(lbas, expected, "cpu{}: every block of the region once", result.cpu);
+    }
+    // Each clone has its own random order.
+    assert_ne!(backends[0].submit_log, backends[1].submit_log);
+}
+
+#[test]
+fn sequential_mix_walks_in_order_with_the_ratio() {
+    let plan = plan_of("[m]\nrw=rw\nrwmixread=70\nbs=4k\nsize=4m\n", &[0]);
+    let (results, backends) = run(&plan, 10_000);
+    let log = &backends[0].submit_log;
+    assert_eq!(log.len(), 1024);
+    assert!(
+        log.iter().enumerate().all(|(i, (_, lba))| *lba == i as u64 * 8),
+        "in order"
+    );
+    let reads = log.iter().filter(|(op, _)| *op == IoOp::Read).count();
+    assert!((650..=780).contains(&reads), "{reads} reads of 1024 at rwmixread=70");
+    assert_eq!(results[0].read.ios as usize, reads);
+}
+
+#[test]
+fn rate_iops_and_rate_hold_the_pace_per_direction() {
+    // QD8 at 20 us could do 400k IOPS; the rate holds it to 1000 I/Os a second.
+    let plan = plan_of(
+        "[p]\nioengine=libaio\nrw=randread\nbs=4k\niodepth=8\ntime_based\nruntime=100ms\nrate_iops=1000\n",
+        &[0],
+    );
+    let (results, _) = run(&plan, 20_000);
+    let ios = results[0].ios();
+    assert!((99..=102).contains(&ios), "{ios} I/Os in 100 ms at 1000 IOPS");
+    // rate=4m at bs=4k is 1024 I/Os a second, for reads and writes each.
+    let plan = plan_of(
+        "[p]\nioengine=libaio\nrw=randrw\nbs=4k\niodepth=8\ntime_based\nruntime=100ms\nrate=4m\n",
+        &[0],
+    );
+    let (results, _) = run(&plan, 20_000);
+    let (reads, writes) = (results[0].read.ios, results[0].write.ios);
+    assert!(
+        (40..=104).contains(&reads) && (40..=104).contains(&writes),
+        "{reads} reads, {writes} writes"
+    );
+    assert!((150..=206).contains(&(reads + writes)), "{reads} + {writes}");
+}
+
+#[test]
+fn thinktime_waits_for_the_batch_then_thinks() {
+    // 64 I/Os in batches of 4 at QD4: each batch takes 100 us, then 1 ms of think time.
+    let plan = plan_of(
+        "[t]\nioengine=libaio\nrw=randread\nbs=4k\nsize=256k\niodepth=4\nthinktime=1ms\nthinktime_blocks=4\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 100_000);
+    assert_eq!(results[0].ios(), 64);
+    let runtime = results[0].runtime_ns;
+    assert!((16_000_000..18_500_000).contains(&runtime), "{runtime} ns");
+    // Completions come in groups of four, a think time apart.
+    let times: Vec<u64> = backends[0].completion_log.iter().map(|(t, _)| *t).collect();
+    let gaps = times.windows(2).filter(|w| w[1] - w[0] >= 1_000_000).count();
+    assert_eq!(gaps, 15, "{times:?}");
+}
+
+#[test]
+fn startdelay_comes_before_the_measured_run() {
+    let plan = plan_of(
+        "[d]\nioengine=libaio\nrw=read\nbs=4k\nsize=64k\nstartdelay=10ms\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    assert_eq!(results[0].ios(), 16);
+    // The fake clock starts at 1 ms; the first completion is 10 ms later at least.
+    let first = backends[0].completion_log[0].0;
+    assert!(first >= 11_000_000, "{first}");
+    assert!(results[0].runtime_ns < 1_000_000, "{}", results[0].runtime_ns);
+}
+
+#[test]
+fn fsync_flushes_after_every_n_writes_and_end_fsync_at_the_end() {
+    let plan = plan_of(
+        "[f]\nioengine=libaio\nrw=write\nbs=4k\nsize=64k\niodepth=4\nfsync=4\nend_fsync=1\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    assert_eq!(results[0].write.ios, 16);
+    // A flush after every 4 writes (4 of them), and the end flush.
+    assert_eq!(results[0].flush.ios, 5);
+    assert_eq!(results[0].flush.errors, 0);
+    let log = &backends[0].submit_log;
+    let ops: String = log
+        .iter()
+        .map(|(op, _)| if *op == IoOp::Flush { 'F' } else { 'w' })
+        .collect();
+    assert_eq!(ops, "wwwwFwwwwFwwwwFwwwwFF");
+    // Every submission completed, flushes included.
+    assert_eq!(backends[0].completion_log.len(), 21);
+    assert!(backends[0].max_in_flight <= 4);
+}
+
+#[test]
+fn verify_backlog_reads_back_every_n_writes_and_counts_them_as_reads() {
+    let plan = plan_of(
+        "[b]\nioengine=libaio\nrw=randwrite\nbs=4k\nsize=256k\niodepth=4\nverify=crc32c\nverify_backlog=8\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    let result = &results[0];
+    assert_eq!(result.write.ios, 64);
+    // Every 8 writes are read back while the job runs: 64 reads, all checked, no mismatch.
+    assert_eq!(result.read.ios, 64);
+    assert_eq!(result.verify.mismatches, 0);
+    assert!(result.verify.checked >= 64, "{:?}", result.verify);
+    // The reads come during the writes, not only at the end: a read appears before the 20th write.
+    let log = &backends[0].submit_log;
+    let first_read = log.iter().position(|(op, _)| *op == IoOp::Read).unwrap();
+    assert!(first_read < 20, "first read at {first_read}");
+    // And each block read back was written before.
+    let mut written = std::collections::BTreeSet::new();
+    for (op, lba) in log.iter().take(64 + 64) {
+        match op {
+            IoOp::Write => {
+                written.insert(*lba);
+            }
+            IoOp::Read => assert!(written.contains(lba), "LBA {lba} read back before it was written"),
+            IoOp::Flush => {}
+        }
+    }
+}
