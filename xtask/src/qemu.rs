@@ -120,14 +120,25 @@ impl Drop for KillOnDrop {
 /// Runs QEMU with `args`; streams the console to stdout when `echo`. Writes
 /// the whole output to `log` when given.
 pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -> Result<Outcome, String> {
+    run_with(Path::new("qemu-system-x86_64"), args, timeout, echo, log)
+}
+
+/// [`run`] with another QEMU binary (e.g. the one with the emulated Fusion controller).
+pub fn run_with(
+    binary: &Path,
+    args: &[String],
+    timeout: Duration,
+    echo: bool,
+    log: Option<&Path>,
+) -> Result<Outcome, String> {
     let start = Instant::now();
-    let child = Command::new("qemu-system-x86_64")
+    let child = Command::new(binary)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let mut child = KillOnDrop(child);
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.0.stdout.take().expect("piped stdout");

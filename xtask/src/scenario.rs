@@ -18,6 +18,7 @@
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
+//! | `emulator` | `stock` (default: the installed `qemu-system-x86_64`) or `fusion`: QEMU with the emulated MegaRAID Fusion controller (`cargo xtask qemu-fusion`, built first when missing; a failed build FAILS the scenario) |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! Every boot passes only on the kernel's exit code for the expected
@@ -110,6 +111,16 @@ pub enum Requirement {
     Tool(String),
 }
 
+/// Which QEMU binary runs a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Emulator {
+    /// The installed `qemu-system-x86_64`.
+    #[default]
+    Stock,
+    /// QEMU 7.2 with the emulated Fusion controller (`qemu/megasas-fusion/`).
+    Fusion,
+}
+
 /// A named scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scenario {
@@ -120,6 +131,7 @@ pub struct Scenario {
     pub slow_disks: Vec<SlowDisk>,
     pub requires: Vec<Requirement>,
     pub boots: Vec<Boot>,
+    pub emulator: Emulator,
 }
 
 /// A syntax or value error, with file and line.
@@ -172,6 +184,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 slow_disks: Vec::new(),
                 requires: Vec::new(),
                 boots: vec![Boot::default()],
+                emulator: Emulator::Stock,
             });
             continue;
         }
@@ -255,6 +268,13 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     bytes,
                     format: format.to_string(),
                 });
+            }
+            "emulator" => {
+                sc.emulator = match value {
+                    "stock" => Emulator::Stock,
+                    "fusion" => Emulator::Fusion,
+                    _ => return Err(err(lineno, format!("emulator '{value}': use stock or fusion"))),
+                }
             }
             "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {
