@@ -32,7 +32,8 @@ const MESON_LINE: &str =
     "\nsoftmmu_ss.add(when: 'CONFIG_MEGASAS_FUSION', if_true: files('megasas-fusion.c'))\n";
 
 /// Device set of the minimal build (`configs/devices/x86_64-softmmu/baremq-fusion.mak`):
-/// the two PC machines, the exit port, the controllers baremq's scenarios and the Linux
+/// the two PC machines, the exit port, the parallel port a default `pc` machine creates, the
+/// controllers baremq's scenarios and the Linux
 /// peer attach (scsi-hd comes with SCSI), a VGA so that `-nographic` runs need no
 /// `-vga none`, PCIe root ports and virtio-blk. (No PCI expander bridge: in 7.2 it needs the
 /// CXL code too.)
@@ -40,6 +41,7 @@ const DEVICE_CONFIG: &str = "\
 CONFIG_Q35=y
 CONFIG_I440FX=y
 CONFIG_ISA_DEBUG=y
+CONFIG_PARALLEL=y
 CONFIG_VGA_PCI=y
 CONFIG_MEGASAS_SCSI_PCI=y
 CONFIG_MEGASAS_FUSION=y
@@ -78,6 +80,8 @@ const BUILD_PACKAGES: &[&str] = &[
     "zlib1g-dev",
     "flex",
     "bison",
+    "patch",
+    "xz-utils",
 ];
 
 /// `cargo xtask qemu-fusion`: builds (or finds in the cache) the binary and prints its path
@@ -134,18 +138,22 @@ fn source_version() -> Result<String, String> {
     Ok(v)
 }
 
-/// The path the binary for the current device source and recipe has in the cache.
-fn binary_path(version: &str, device: &[u8]) -> Result<PathBuf, String> {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    h = fnv1a(version.as_bytes(), h);
-    h = fnv1a(device, h);
-    h = fnv1a(KCONFIG_BLOCK.as_bytes(), h);
-    h = fnv1a(MESON_LINE.as_bytes(), h);
-    h = fnv1a(DEVICE_CONFIG.as_bytes(), h);
+/// The build tree of the current source and recipe, and the binary of the current device
+/// source in it: `<cache>/<recipe hash>/` holds the configured tree (kept, so a changed device
+/// file recompiles only itself) and `bin-<device hash>/qemu-system-x86_64`.
+fn cache_paths(version: &str, device: &[u8]) -> Result<(PathBuf, PathBuf), String> {
+    let mut recipe = 0xcbf2_9ce4_8422_2325u64;
+    recipe = fnv1a(version.as_bytes(), recipe);
+    recipe = fnv1a(KCONFIG_BLOCK.as_bytes(), recipe);
+    recipe = fnv1a(MESON_LINE.as_bytes(), recipe);
+    recipe = fnv1a(DEVICE_CONFIG.as_bytes(), recipe);
     for a in CONFIGURE_ARGS {
-        h = fnv1a(a.as_bytes(), h);
+        recipe = fnv1a(a.as_bytes(), recipe);
     }
-    Ok(cache_root()?.join(format!("{h:016x}")).join("qemu-system-x86_64"))
+    let dir = cache_root()?.join(format!("{recipe:016x}"));
+    let dev = fnv1a(device, recipe);
+    let bin = dir.join(format!("bin-{dev:016x}")).join("qemu-system-x86_64");
+    Ok((dir, bin))
 }
 
 /// The binary with the emulated Fusion controller, built first when the cache lacks it.
@@ -154,31 +162,39 @@ pub fn ensure_binary() -> Result<PathBuf, String> {
     let device =
         std::fs::read(&device_path).map_err(|e| format!("qemu-fusion: reading {}: {e}", device_path.display()))?;
     let version = source_version()?;
-    let bin = binary_path(&version, &device)?;
+    let (dir, bin) = cache_paths(&version, &device)?;
     if bin.is_file() {
         return Ok(bin);
     }
-    let dir = bin.parent().expect("binary path has a directory").to_path_buf();
-    println!(
-        "xtask: building QEMU {version} with megasas-fusion in {} (takes a while, once)",
-        dir.display()
-    );
     let start = std::time::Instant::now();
-    ensure_build_packages()?;
-    let tree = unpack_source(&version, &dir)?;
-    add_device(&tree, &device)?;
+    let tree = dir.join("qemu");
     let build = tree.join("build");
-    std::fs::create_dir_all(&build).map_err(|e| format!("qemu-fusion: {}: {e}", build.display()))?;
-    run_in(Command::new(tree.join("configure")).args(CONFIGURE_ARGS), &build)?;
+    if !build.join("build.ninja").is_file() {
+        println!(
+            "xtask: building QEMU {version} with megasas-fusion in {} (once; later device changes rebuild only the device)",
+            dir.display()
+        );
+        ensure_build_packages()?;
+        unpack_source(&version, &dir, &tree)?;
+        add_device(&tree, &device)?;
+        std::fs::create_dir_all(&build).map_err(|e| format!("qemu-fusion: {}: {e}", build.display()))?;
+        run_in(Command::new(tree.join("configure")).args(CONFIGURE_ARGS), &build)?;
+    } else {
+        add_device(&tree, &device)?;
+    }
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     run_in(
         Command::new("ninja").args(["-j", &jobs.to_string(), "qemu-system-x86_64"]),
         &build,
     )?;
-    std::fs::copy(build.join("qemu-system-x86_64"), &bin)
+    let bin_dir = bin.parent().expect("binary path has a directory");
+    std::fs::create_dir_all(bin_dir).map_err(|e| format!("qemu-fusion: {}: {e}", bin_dir.display()))?;
+    // Copied out of the build tree: next to `qemu-bundle/` QEMU would look for firmware
+    // there instead of the distribution's directories.
+    let staged = bin_dir.join("qemu-system-x86_64.partial");
+    std::fs::copy(build.join("qemu-system-x86_64"), &staged)
+        .and_then(|_| std::fs::rename(&staged, &bin))
         .map_err(|e| format!("qemu-fusion: copying the binary to {}: {e}", bin.display()))?;
-    // The tree is large; only the binary is kept.
-    let _ = std::fs::remove_dir_all(&tree);
     println!(
         "xtask: built {} in {:.0} s",
         bin.display(),
@@ -249,7 +265,7 @@ fn codename() -> String {
 
 /// Downloads (into the cache's shared `src/`, with a private apt list so the machine's apt
 /// configuration is untouched) and unpacks the source with Debian's patches applied.
-fn unpack_source(version: &str, dir: &Path) -> Result<PathBuf, String> {
+fn unpack_source(version: &str, dir: &Path, tree: &Path) -> Result<(), String> {
     let root = dir.parent().expect("cache dir has a parent");
     let src = root.join("src");
     let apt = root.join("apt");
@@ -284,8 +300,7 @@ fn unpack_source(version: &str, dir: &Path) -> Result<PathBuf, String> {
         )?;
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("qemu-fusion: {}: {e}", dir.display()))?;
-    let tree = dir.join(format!("qemu-{upstream_base}"));
-    let _ = std::fs::remove_dir_all(&tree);
+    let _ = std::fs::remove_dir_all(tree);
     let staging = dir.join("unpack");
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).map_err(|e| format!("qemu-fusion: {}: {e}", staging.display()))?;
@@ -296,17 +311,17 @@ fn unpack_source(version: &str, dir: &Path) -> Result<PathBuf, String> {
         .map(|e| e.path())
         .find(|p| p.is_dir())
         .ok_or("qemu-fusion: the source tarball holds no directory")?;
-    std::fs::rename(&top, &tree).map_err(|e| format!("qemu-fusion: {}: {e}", tree.display()))?;
+    std::fs::rename(&top, tree).map_err(|e| format!("qemu-fusion: {}: {e}", tree.display()))?;
     let _ = std::fs::remove_dir_all(&staging);
-    run_in(Command::new("tar").arg("xJf").arg(&debian), &tree)?;
+    run_in(Command::new("tar").arg("xJf").arg(&debian), tree)?;
     let series = std::fs::read_to_string(tree.join("debian/patches/series"))
         .map_err(|e| format!("qemu-fusion: debian/patches/series: {e}"))?;
     for patch in series.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let file = tree.join("debian/patches").join(patch);
         let f = std::fs::File::open(&file).map_err(|e| format!("qemu-fusion: {}: {e}", file.display()))?;
-        run_in(Command::new("patch").args(["-p1", "-s"]).stdin(f), &tree)?;
+        run_in(Command::new("patch").args(["-p1", "-s"]).stdin(f), tree)?;
     }
-    Ok(tree)
+    Ok(())
 }
 
 /// Adds the device to the unpacked tree: its file, one Kconfig symbol, one meson line and the
@@ -341,13 +356,15 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_key_follows_the_device_source() {
-        let a = binary_path("1:7.2+dfsg-7", b"one").unwrap();
-        let b = binary_path("1:7.2+dfsg-7", b"two").unwrap();
-        let c = binary_path("1:7.2+dfsg-8", b"one").unwrap();
+    fn the_cache_key_follows_the_device_source_and_the_release() {
+        let (tree_a, a) = cache_paths("1:7.2+dfsg-7", b"one").unwrap();
+        let (tree_b, b) = cache_paths("1:7.2+dfsg-7", b"two").unwrap();
+        let (tree_c, c) = cache_paths("1:7.2+dfsg-8", b"one").unwrap();
         assert_ne!(a, b);
+        assert_eq!(tree_a, tree_b, "a device change reuses the configured tree");
         assert_ne!(a, c);
-        assert_eq!(a, binary_path("1:7.2+dfsg-7", b"one").unwrap());
+        assert_ne!(tree_a, tree_c, "another source release gets its own tree");
+        assert_eq!(a, cache_paths("1:7.2+dfsg-7", b"one").unwrap().1);
     }
 
     #[test]
