@@ -594,6 +594,23 @@ output = vector 14
     }
 
     #[test]
+    fn emulator_selects_the_qemu_binary() {
+        let s = parse("f", "[a]\noutput = x\n[b]\nemulator = fusion\noutput = y\n").unwrap();
+        assert_eq!(s[0].emulator, Emulator::Stock);
+        assert_eq!(s[1].emulator, Emulator::Fusion);
+        let e = parse("f", "[a]\nemulator = qemu9\noutput = x\n").unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (2, "emulator 'qemu9': use stock or fusion"));
+    }
+
+    #[test]
+    fn the_fusion_scenarios_run_on_the_fusion_emulator() {
+        let text = include_str!("../../tests/fusion.scenarios");
+        let all = parse("fusion.scenarios", text).unwrap();
+        assert!(all.len() >= 10);
+        assert!(all.iter().all(|s| s.emulator == Emulator::Fusion), "every Fusion scenario needs emulator = fusion");
+    }
+
+    #[test]
     fn rejects_bad_input_with_line_numbers() {
         let e = parse("f", "[a]\nbogus = 1\noutput = x\n").unwrap_err();
         assert_eq!((e.line, e.message.as_str()), (2, "unknown key 'bogus'"));
