@@ -28,8 +28,7 @@ config MEGASAS_FUSION
 
 /// Build line appended to `hw/scsi/meson.build`: `softmmu_ss` (not the directory's own
 /// `scsi_ss`, which is already consumed at that point) is read only after every directory.
-const MESON_LINE: &str =
-    "\nsoftmmu_ss.add(when: 'CONFIG_MEGASAS_FUSION', if_true: files('megasas-fusion.c'))\n";
+const MESON_LINE: &str = "\nsoftmmu_ss.add(when: 'CONFIG_MEGASAS_FUSION', if_true: files('megasas-fusion.c'))\n";
 
 /// Device set of the minimal build (`configs/devices/x86_64-softmmu/baremq-fusion.mak`):
 /// the two PC machines, the exit port, the parallel port a default `pc` machine creates, the
@@ -237,7 +236,13 @@ fn ensure_build_packages() -> Result<(), String> {
     println!("xtask: installing the QEMU build packages: {cmd}");
     crate::sh(
         Command::new("apt-get")
-            .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends"])
+            .args([
+                "-o",
+                "DPkg::Lock::Timeout=600",
+                "install",
+                "-y",
+                "--no-install-recommends",
+            ])
             .args(&missing),
     )
 }
@@ -256,8 +261,10 @@ fn codename() -> String {
     std::fs::read_to_string("/etc/os-release")
         .ok()
         .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("VERSION_CODENAME=").map(|v| v.trim_matches('"').to_string()))
+            t.lines().find_map(|l| {
+                l.strip_prefix("VERSION_CODENAME=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
         })
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "bookworm".into())
@@ -316,7 +323,11 @@ fn unpack_source(version: &str, dir: &Path, tree: &Path) -> Result<(), String> {
     run_in(Command::new("tar").arg("xJf").arg(&debian), tree)?;
     let series = std::fs::read_to_string(tree.join("debian/patches/series"))
         .map_err(|e| format!("qemu-fusion: debian/patches/series: {e}"))?;
-    for patch in series.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for patch in series
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let file = tree.join("debian/patches").join(patch);
         let f = std::fs::File::open(&file).map_err(|e| format!("qemu-fusion: {}: {e}", file.display()))?;
         run_in(Command::new("patch").args(["-p1", "-s"]).stdin(f), tree)?;
@@ -341,7 +352,10 @@ fn add_device(tree: &Path, device: &[u8]) -> Result<(), String> {
     write(&format!("hw/scsi/{DEVICE_FILE}"), device)?;
     append("hw/scsi/Kconfig", KCONFIG_BLOCK)?;
     append("hw/scsi/meson.build", MESON_LINE)?;
-    write("configs/devices/x86_64-softmmu/baremq-fusion.mak", DEVICE_CONFIG.as_bytes())
+    write(
+        "configs/devices/x86_64-softmmu/baremq-fusion.mak",
+        DEVICE_CONFIG.as_bytes(),
+    )
 }
 
 #[cfg(test)]

@@ -143,7 +143,13 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
                 Err(e) => return Verdict::Fail(e),
             },
         };
-        let out = match qemu::run_with(&binary, &m.args(), Duration::from_secs(boot.timeout_s), false, Some(&log)) {
+        let out = match qemu::run_with(
+            &binary,
+            &m.args(),
+            Duration::from_secs(boot.timeout_s),
+            false,
+            Some(&log),
+        ) {
             Ok(o) => o,
             Err(e) => return Verdict::Fail(e),
         };

@@ -599,7 +599,10 @@ output = vector 14
         assert_eq!(s[0].emulator, Emulator::Stock);
         assert_eq!(s[1].emulator, Emulator::Fusion);
         let e = parse("f", "[a]\nemulator = qemu9\noutput = x\n").unwrap_err();
-        assert_eq!((e.line, e.message.as_str()), (2, "emulator 'qemu9': use stock or fusion"));
+        assert_eq!(
+            (e.line, e.message.as_str()),
+            (2, "emulator 'qemu9': use stock or fusion")
+        );
     }
 
     #[test]
@@ -607,7 +610,10 @@ output = vector 14
         let text = include_str!("../../tests/fusion.scenarios");
         let all = parse("fusion.scenarios", text).unwrap();
         assert!(all.len() >= 10);
-        assert!(all.iter().all(|s| s.emulator == Emulator::Fusion), "every Fusion scenario needs emulator = fusion");
+        assert!(
+            all.iter().all(|s| s.emulator == Emulator::Fusion),
+            "every Fusion scenario needs emulator = fusion"
+        );
     }
 
     #[test]
