@@ -1116,6 +1116,11 @@ static void fusion_request(FusionState *s, uint64_t desc)
         fusion_ioc_init(s, desc & ~0xFFULL);
         return;
     }
+    if (s->state == STATE_FAULT) {
+        /* a driver learns of a fault only by polling SP0: not its mistake */
+        FDBG(s, "request 0x%016" PRIx64 " dropped: firmware in FAULT", desc);
+        return;
+    }
     if (s->state != STATE_OPERATIONAL) {
         GUEST_ERROR("request descriptor 0x%016" PRIx64 " in state 0x%x", desc,
                     s->state);
