@@ -165,6 +165,19 @@ pub fn ensure_binary() -> Result<PathBuf, String> {
     if bin.is_file() {
         return Ok(bin);
     }
+    // One build per tree at a time, across processes (e.g. `qemu-fusion` beside `qemu-test`);
+    // the kernel drops the lock if a builder dies.
+    std::fs::create_dir_all(&dir).map_err(|e| format!("qemu-fusion: {}: {e}", dir.display()))?;
+    let lock_path = dir.join("build.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|e| format!("qemu-fusion: {}: {e}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        println!("xtask: another process is building {}; waiting for it", dir.display());
+        lock.lock()
+            .map_err(|e| format!("qemu-fusion: locking {}: {e}", lock_path.display()))?;
+    }
+    if bin.is_file() {
+        return Ok(bin);
+    }
     let start = std::time::Instant::now();
     let tree = dir.join("qemu");
     let build = tree.join("build");
