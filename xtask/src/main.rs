@@ -11,6 +11,7 @@
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
 //! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
+//! cargo xtask qemu-fusion                            QEMU with the emulated Fusion controller
 //! ```
 
 #![forbid(unsafe_code)]
@@ -24,6 +25,7 @@ mod lab;
 mod nbd;
 mod preflight;
 mod qemu;
+mod qemufusion;
 mod runner;
 mod scenario;
 #[cfg(test)]
@@ -47,8 +49,10 @@ commands:
       --machine pc|q35            machine type (default q35)
       --bios qboot|seabios|ovmf   firmware (default qboot)
       --timeout S                 kill QEMU after S seconds (default 300)
-      --device megasas|nvme       the disk's controller: megasas-gen2 (default; the disk is md0) or
-                                  NVMe with one I/O queue pair and one MSI-X vector per CPU (nvme0n1)
+      --device megasas|nvme|fusion
+                                  the disk's controller: megasas-gen2 (default; the disk is md0),
+                                  NVMe with one I/O queue pair and one MSI-X vector per CPU (nvme0n1),
+                                  or the emulated MegaRAID Fusion (Invader) of `qemu-fusion` (mf0)
       --disk PATH                 disk image behind the controller
                                   (default target/baremq-disk.img, 256 MiB, created on first use)
       --no-disk                   no controller and no disk
@@ -83,6 +87,9 @@ commands:
   fio-out CONSOLE_LOG DIR         fio's files from a captured console: the BAREMQ-FIO-JSON document
       --output NAME               (DIR/NAME, default fio.json) and every BAREMQ-LOG line's log file
       --split                     also one document per job, <rw>-<iodepth>-<numjobs>.json (bench-fio)
+  qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
+                                  (qemu/megasas-fusion/, cached outside the checkout); prints the
+                                  binary's path as the last line
 ";
 
 fn main() -> ExitCode {
@@ -103,6 +110,7 @@ fn main() -> ExitCode {
         "fuzz" => fuzz::cmd_fuzz(rest),
         "preflight" => preflight::cmd_preflight(rest),
         "fio-out" => fioout::cmd_fio_out(rest),
+        "qemu-fusion" => qemufusion::cmd_qemu_fusion(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)
@@ -134,6 +142,9 @@ enum RunDevice {
     /// `nvme` with `max_ioqpairs` = CPUs and one MSI-X vector per queue pair plus the admin
     /// vector: `nvme0n1`.
     Nvme,
+    /// The emulated MegaRAID Fusion controller (Invader) of `cargo xtask qemu-fusion`, one
+    /// logical drive: `mf0`.
+    Fusion,
 }
 
 impl RunDevice {
@@ -142,6 +153,7 @@ impl RunDevice {
         match self {
             RunDevice::Megasas => "md0",
             RunDevice::Nvme => "nvme0n1",
+            RunDevice::Fusion => "mf0",
         }
     }
 
@@ -167,6 +179,14 @@ impl RunDevice {
                 ),
                 "-device".into(),
                 "nvme-ns,drive=nvm0,bus=nvme0,nsid=1".into(),
+            ],
+            RunDevice::Fusion => vec![
+                "-device".into(),
+                "megasas-fusion,id=fusion0,generation=invader".into(),
+                "-drive".into(),
+                drive("f0"),
+                "-device".into(),
+                "scsi-hd,bus=fusion0.0,drive=f0,channel=0,scsi-id=0".into(),
             ],
         }
     }
@@ -314,7 +334,8 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                 device = match value(opts, &mut i, "--device")? {
                     "megasas" => RunDevice::Megasas,
                     "nvme" => RunDevice::Nvme,
-                    v => return Err(format!("--device '{v}': use megasas or nvme")),
+                    "fusion" => RunDevice::Fusion,
+                    v => return Err(format!("--device '{v}': use megasas, nvme or fusion")),
                 }
             }
             other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
@@ -352,8 +373,15 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
         extra,
     };
     let args = m.args();
-    println!("xtask: qemu-system-x86_64 {}", args.join(" "));
-    let out = qemu::run(
+    // The Fusion controller lives in a QEMU of its own (built on first use, then cached).
+    let binary = if disk.is_some() && device == RunDevice::Fusion {
+        qemufusion::ensure_binary()?
+    } else {
+        PathBuf::from("qemu-system-x86_64")
+    };
+    println!("xtask: {} {}", binary.display(), args.join(" "));
+    let out = qemu::run_with(
+        &binary,
         &args,
         Duration::from_secs(timeout),
         true,

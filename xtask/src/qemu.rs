@@ -203,11 +203,24 @@ impl Drop for KillOnDrop {
 /// Runs QEMU with `args`; streams the console to stdout when `echo`. Writes
 /// the whole output to `log` when given.
 pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -> Result<Outcome, String> {
-    run_scripted(args, timeout, echo, log, None)
+    run_scripted_with(Path::new("qemu-system-x86_64"), args, timeout, echo, log, None)
 }
 
-/// [`run`], sending `script`'s monitor commands as their console lines appear.
-pub fn run_scripted(
+/// [`run`] with another QEMU binary (e.g. the one with the emulated Fusion controller).
+pub fn run_with(
+    binary: &Path,
+    args: &[String],
+    timeout: Duration,
+    echo: bool,
+    log: Option<&Path>,
+) -> Result<Outcome, String> {
+    run_scripted_with(binary, args, timeout, echo, log, None)
+}
+
+/// [`run`] with the QEMU binary `binary`, sending `script`'s monitor commands as their console
+/// lines appear.
+pub fn run_scripted_with(
+    binary: &Path,
     args: &[String],
     timeout: Duration,
     echo: bool,
@@ -217,14 +230,14 @@ pub fn run_scripted(
     let mut monitor_sent = 0;
     let start = Instant::now();
     // In the repository root, so scenario paths such as `tests/data/...` resolve.
-    let child = Command::new("qemu-system-x86_64")
+    let child = Command::new(binary)
         .current_dir(crate::root())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start qemu-system-x86_64: {e}"))?;
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let mut child = KillOnDrop(child);
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.0.stdout.take().expect("piped stdout");

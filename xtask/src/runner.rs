@@ -189,7 +189,14 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             m.extra.push(format!("unix:{},server,nowait", script.socket.display()));
         }
         let timeout = Duration::from_secs(boot.timeout_s);
-        let out = match qemu::run_scripted(&m.args(), timeout, false, Some(&log), script.as_ref()) {
+        let binary = match sc.emulator {
+            scenario::Emulator::Stock => PathBuf::from("qemu-system-x86_64"),
+            scenario::Emulator::Fusion => match crate::qemufusion::shared_binary() {
+                Ok(b) => b,
+                Err(e) => return Verdict::Fail(e),
+            },
+        };
+        let out = match qemu::run_scripted_with(&binary, &m.args(), timeout, false, Some(&log), script.as_ref()) {
             Ok(o) => o,
             Err(e) => return Verdict::Fail(e),
         };
@@ -296,6 +303,14 @@ pub fn cmd_qemu_test(args: &[String]) -> Result<bool, String> {
     }
     setup::ensure_qemu()?;
     let kernel = build_kernel(debug)?;
+    if scenarios.iter().any(|s| s.emulator == scenario::Emulator::Fusion) {
+        // Built (or found in the cache) once, before the scenarios compete for the CPUs; a
+        // failure fails those scenarios, it never skips them.
+        match crate::qemufusion::shared_binary() {
+            Ok(b) => println!("xtask: Fusion scenarios use {}", b.display()),
+            Err(e) => println!("xtask: the Fusion QEMU did not build: {e}"),
+        }
+    }
     println!("xtask: running {} scenarios, {} at a time", scenarios.len(), jobs);
     let total = scenarios.len();
     let queue = Arc::new(Mutex::new(scenarios.into_iter().collect::<VecDeque<_>>()));

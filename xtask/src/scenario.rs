@@ -20,6 +20,7 @@
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
 //! | `hmp` | `TEXT => COMMAND`: when a console line first contains TEXT, send COMMAND to QEMU's human monitor (e.g. `mce ...` to inject a machine check); repeatable, in order; a boot whose TEXT never appeared fails |
 //! | `fio` | a fio job file (path from the repository root) handed to the kernel as a boot module: `-initrd` with `-kernel` (Multiboot1) or `boot = pvh`, a GRUB `module2`/`module` line with `boot = iso-*` (repeatable: one module each, in order) |
+//! | `emulator` | `stock` (default: the installed `qemu-system-x86_64`) or `fusion`: QEMU with the emulated MegaRAID Fusion controller (`cargo xtask qemu-fusion`, built first when missing; a failed build FAILS the scenario) |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! `output` and `absent` values are kept verbatim: only the one space after `=` is dropped, so
@@ -124,6 +125,16 @@ pub enum Requirement {
     Tool(String),
 }
 
+/// Which QEMU binary runs a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Emulator {
+    /// The installed `qemu-system-x86_64`.
+    #[default]
+    Stock,
+    /// QEMU 7.2 with the emulated Fusion controller (`qemu/megasas-fusion/`).
+    Fusion,
+}
+
 /// A named scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scenario {
@@ -134,6 +145,7 @@ pub struct Scenario {
     pub slow_disks: Vec<SlowDisk>,
     pub requires: Vec<Requirement>,
     pub boots: Vec<Boot>,
+    pub emulator: Emulator,
 }
 
 /// A syntax or value error, with file and line.
@@ -186,6 +198,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 slow_disks: Vec::new(),
                 requires: Vec::new(),
                 boots: vec![Boot::default()],
+                emulator: Emulator::Stock,
             });
             continue;
         }
@@ -289,6 +302,13 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     return Err(err(lineno, format!("fio '{value}': one job file path without spaces")));
                 }
                 boot.fio.push(value.to_string());
+            }
+            "emulator" => {
+                sc.emulator = match value {
+                    "stock" => Emulator::Stock,
+                    "fusion" => Emulator::Fusion,
+                    _ => return Err(err(lineno, format!("emulator '{value}': use stock or fusion"))),
+                }
             }
             "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {
@@ -751,6 +771,29 @@ output = vector 14
         assert_eq!(b.boots.len(), 2);
         assert_eq!(b.boots[1].expect, Expect::Failure);
         assert_eq!(b.images[0].bytes, 8 << 30);
+    }
+
+    #[test]
+    fn emulator_selects_the_qemu_binary() {
+        let s = parse("f", "[a]\noutput = x\n[b]\nemulator = fusion\noutput = y\n").unwrap();
+        assert_eq!(s[0].emulator, Emulator::Stock);
+        assert_eq!(s[1].emulator, Emulator::Fusion);
+        let e = parse("f", "[a]\nemulator = qemu9\noutput = x\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.message.as_str()),
+            (2, "emulator 'qemu9': use stock or fusion")
+        );
+    }
+
+    #[test]
+    fn the_fusion_scenarios_run_on_the_fusion_emulator() {
+        let text = include_str!("../../tests/fusion.scenarios");
+        let all = parse("fusion.scenarios", text).unwrap();
+        assert!(all.len() >= 10);
+        assert!(
+            all.iter().all(|s| s.emulator == Emulator::Fusion),
+            "every Fusion scenario needs emulator = fusion"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub fn have_program(program: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
