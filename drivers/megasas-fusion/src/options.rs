@@ -2,7 +2,9 @@
 //!
 //! `megasas.report_only=1` stops after bring-up (the first-boot diagnostic only: no block
 //! device is registered); `megasas.queues=N` caps the reply queues (and vectors) used;
-//! `megasas.bringup_ms=N` sets the overall bring-up deadline. The MFI driver's keys
+//! `megasas.bringup_ms=N` sets the overall bring-up deadline; `megasas.reset_wait_ms=N` how long a
+//! timed-out request may still finish on its own before the controller is reset (Linux's
+//! `resetwaittime`, default 180 s). The MFI driver's keys
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
 //! `megasas.` key is an error naming the accepted ones.
 
@@ -19,6 +21,8 @@ pub struct Options {
     pub max_queues: Option<u16>,
     /// `megasas.bringup_ms=N` (1000..=600000).
     pub bringup_ms: Option<u32>,
+    /// `megasas.reset_wait_ms=N` (1000..=600000).
+    pub reset_wait_ms: Option<u32>,
 }
 
 /// Keys of the MFI driver, accepted and ignored here.
@@ -45,16 +49,28 @@ impl Options {
                         number_in(value, 1000..=600_000).ok_or_else(|| bad("megasas.bringup_ms", "1000..=600000"))?,
                     );
                 }
+                "reset_wait_ms" => {
+                    out.reset_wait_ms = Some(
+                        number_in(value, 1000..=600_000).ok_or_else(|| bad("megasas.reset_wait_ms", "1000..=600000"))?,
+                    );
+                }
                 k if MFI_KEYS.contains(&k) => {}
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Applies the options that belong to the block binding (`reset_wait_ms`).
+    pub fn apply_host(&self, host: &mut crate::blkdev::HostConfig) {
+        if let Some(ms) = self.reset_wait_ms {
+            host.reset_wait_ns = u64::from(ms) * 1_000_000;
+        }
     }
 
     /// Applies the options to a controller configuration.
@@ -79,7 +95,7 @@ mod tests {
     #[test]
     fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
         let o = Options::parse(
-            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000",
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000",
         )
         .unwrap();
         assert_eq!(
@@ -87,7 +103,8 @@ mod tests {
             Options {
                 report_only: true,
                 max_queues: Some(8),
-                bringup_ms: Some(5000)
+                bringup_ms: Some(5000),
+                reset_wait_ms: Some(5000),
             }
         );
         assert_eq!(Options::parse("quiet").unwrap(), Options::default());
@@ -97,6 +114,7 @@ mod tests {
             "megasas.queues=0",
             "megasas.queues=129",
             "megasas.bringup_ms=10",
+            "megasas.reset_wait_ms=999",
             "megasas.fastpath=1",
         ] {
             assert!(Options::parse(bad).is_err(), "{bad}");
@@ -104,5 +122,9 @@ mod tests {
         let mut cfg = crate::Config::new(crate::Generation::Aero, alloc::vec![0, 1]);
         o.apply(&mut cfg);
         assert_eq!((cfg.max_queues, cfg.bringup_budget_us), (8, 5_000_000));
+        let mut host = crate::blkdev::HostConfig::new(2, cfg);
+        assert_eq!(host.reset_wait_ns, 180_000_000_000, "Linux's default");
+        o.apply_host(&mut host);
+        assert_eq!(host.reset_wait_ns, 5_000_000_000);
     }
 }

@@ -53,7 +53,7 @@ pub const DRIVER: PciDriver = PciDriver {
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
-const FUSION_KEYS: [&str; 3] = ["report_only", "queues", "bringup_ms"];
+const FUSION_KEYS: [&str; 4] = ["report_only", "queues", "bringup_ms", "reset_wait_ms"];
 
 /// Whether the command-line word `prefix.key=value` belongs to the Fusion driver.
 pub fn owns_key(prefix: &str, word: &str) -> bool {
@@ -70,7 +70,7 @@ static OPTIONS: spin::Once<Options> = spin::Once::new();
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues and megasas.bringup_ms"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms and megasas.reset_wait_ms"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;
@@ -234,7 +234,11 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         &KernelDma,
         KernelDelay,
         block::platform(),
-        megasas_fusion::blkdev::HostConfig::new(ncpus, config),
+        {
+            let mut host_config = megasas_fusion::blkdev::HostConfig::new(ncpus, config);
+            opts.apply_host(&mut host_config);
+            host_config
+        },
         &mut report,
     );
     // The first-boot diagnostic, printed whatever happened.
