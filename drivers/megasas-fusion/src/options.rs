@@ -51,7 +51,8 @@ impl Options {
                 }
                 "reset_wait_ms" => {
                     out.reset_wait_ms = Some(
-                        number_in(value, 1000..=600_000).ok_or_else(|| bad("megasas.reset_wait_ms", "1000..=600000"))?,
+                        number_in(value, 1000..=600_000)
+                            .ok_or_else(|| bad("megasas.reset_wait_ms", "1000..=600000"))?,
                     );
                 }
                 k if MFI_KEYS.contains(&k) => {}

@@ -106,21 +106,14 @@ pub fn devices() -> Vec<DeviceInfo> {
     ]
 }
 
-/// Runs one job (by its workload words) and returns the kernel's JSON line.
-pub fn job_json_line(words: &[String], job_index: usize, device: &SimDevice, online_cpus: &[u32]) -> String {
-    job_json_line_with_floor(words, job_index, device, online_cpus, false)
-}
-
-/// [`job_json_line`], with the floor totals the kernel adds when the boot measures the device
-/// floor before each job (`megasas.floor=`, `nvme.floor=`): the simulated device's base latency
-/// at QD 1, and 32 of those in parallel at QD 32.
-fn job_json_line_with_floor(
+/// Runs job `job_index` of `words` on the simulated device, one backend per CPU: its plan, the
+/// CPUs' results and the report the kernel would build from them (before its counters).
+fn run_job(
     words: &[String],
     job_index: usize,
     device: &SimDevice,
     online_cpus: &[u32],
-    floor: bool,
-) -> String {
+) -> (workload::JobPlan, Vec<CpuResult>, JobReport) {
     let specs = workload::parse_jobs(words.iter().map(String::as_str)).expect("the bench writes valid jobs");
     let plan = plan_job(&specs[job_index], &devices(), online_cpus).expect("the job fits the simulated devices");
     let shared = JobShared::new(&plan);
@@ -136,7 +129,26 @@ fn job_json_line_with_floor(
             run_cpu(&plan, index, &mut backend, &shared).expect("the simulated device never stalls")
         })
         .collect();
-    let mut report = JobReport::new(&plan, &results).expect("one result per CPU");
+    let report = JobReport::new(&plan, &results).expect("one result per CPU");
+    (plan, results, report)
+}
+
+/// Runs one job (by its workload words) and returns the kernel's JSON line.
+pub fn job_json_line(words: &[String], job_index: usize, device: &SimDevice, online_cpus: &[u32]) -> String {
+    job_json_line_with_floor(words, job_index, device, online_cpus, false)
+}
+
+/// [`job_json_line`], with the floor totals the kernel adds when the boot measures the device
+/// floor before each job (`megasas.floor=`, `nvme.floor=`): the simulated device's base latency
+/// at QD 1, and 32 of those in parallel at QD 32.
+fn job_json_line_with_floor(
+    words: &[String],
+    job_index: usize,
+    device: &SimDevice,
+    online_cpus: &[u32],
+    floor: bool,
+) -> String {
+    let (plan, results, mut report) = run_job(words, job_index, device, online_cpus);
     let n = plan.cpus.len();
     // Counters as the kernel adds them: values that scale with the work done.
     let irqs: Vec<u64> = results.iter().map(|r| r.ios() / 2).collect();
@@ -165,22 +177,7 @@ fn job_json_line_with_floor(
 /// simulated device, with the given job totals added as a driver adds its counters.
 #[cfg(test)]
 pub fn job_human_report(words: &[String], device: &SimDevice, online_cpus: &[u32], totals: &[(&str, u64)]) -> String {
-    let specs = workload::parse_jobs(words.iter().map(String::as_str)).expect("valid job words");
-    let plan = plan_job(&specs[0], &devices(), online_cpus).expect("the job fits the simulated devices");
-    let shared = JobShared::new(&plan);
-    let results: Vec<CpuResult> = (0..plan.cpus.len())
-        .map(|index| {
-            let mut backend = SimBackend {
-                clock: Cell::new(1_000_000 * (index as u64 + 1)),
-                device: device.clone(),
-                buffers: vec![vec![0; plan.bs() as usize]; plan.iodepth as usize],
-                in_flight: VecDeque::new(),
-                issued: 0,
-            };
-            run_cpu(&plan, index, &mut backend, &shared).expect("the simulated device never stalls")
-        })
-        .collect();
-    let mut report = JobReport::new(&plan, &results).expect("one result per CPU");
+    let (_, _, mut report) = run_job(words, 0, device, online_cpus);
     for (name, value) in totals {
         report.add_total(name, *value);
     }
