@@ -44,7 +44,7 @@ commands:
   run [options] [-- ARGS...]      boot baremq in QEMU, stream the console, exit with the kernel's verdict
       --debug                     debug kernel (default: release)
       --kvm                       use KVM (default: TCG)
-      --smp N                     CPUs (default 2)
+      --smp N                     CPUs (default 2; up to 255, TCG's limit)
       --mem SIZE                  memory, e.g. 512M (default 512M)
       --machine pc|q35            machine type (default q35)
       --bios qboot|seabios|ovmf   firmware (default qboot)
@@ -59,6 +59,9 @@ commands:
       --fio JOB.fio               run a fio job file (repeatable: in order); it reaches the kernel as a
                                   boot module (-initrd); no default job then. Shorten a published job
                                   with kernel words, e.g. -- fio.override.runtime=2s (docs/fio.md)
+      --output-format normal|json|json+
+                                  fio's output (as fio's option): the kernel prints fio's document
+      --output FILE               write that document to FILE and the fio logs beside it (as fio)
       ARGS                        kernel command line, e.g. -- log=debug test=timer; without ARGS the
                                   default job runs: mixed random read/write with crc32c verify on the
                                   disk (md0 or nvme0n1) from every CPU for about ten seconds
@@ -284,6 +287,8 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut disk: Option<PathBuf> = Some(root().join(DEFAULT_DISK));
     let mut device = RunDevice::Megasas;
     let mut fio_files: Vec<PathBuf> = Vec::new();
+    let mut output_format: Option<String> = None;
+    let mut output: Option<PathBuf> = None;
     let mut i = 0;
     while i < opts.len() {
         match opts[i].as_str() {
@@ -295,8 +300,8 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                 let v = value(opts, &mut i, "--smp")?;
                 v.parse::<u32>()
                     .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .ok_or(format!("--smp '{v}': use 1..64"))?;
+                    .filter(|n| (1..=255).contains(n))
+                    .ok_or(format!("--smp '{v}': use 1..255 (TCG's limit)"))?;
                 smp = v.to_string();
             }
             "--mem" => {
@@ -330,6 +335,14 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             "--disk" => disk = Some(PathBuf::from(value(opts, &mut i, "--disk")?)),
             "--no-disk" => disk = None,
             "--fio" => fio_files.push(PathBuf::from(value(opts, &mut i, "--fio")?)),
+            "--output-format" => {
+                let v = value(opts, &mut i, "--output-format")?;
+                if !matches!(v, "normal" | "json" | "json+" | "json,normal" | "json+,normal") {
+                    return Err(format!("--output-format '{v}': use normal, json or json+ (as fio)"));
+                }
+                output_format = Some(v.to_string());
+            }
+            "--output" => output = Some(PathBuf::from(value(opts, &mut i, "--output")?)),
             "--device" => {
                 device = match value(opts, &mut i, "--device")? {
                     "megasas" => RunDevice::Megasas,
@@ -344,7 +357,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     }
     setup::ensure_qemu()?;
     let kernel = build_kernel(debug)?;
-    let cpus: u32 = smp.parse().map_err(|_| format!("--smp '{smp}': use 1..64"))?;
+    let cpus: u32 = smp.parse().map_err(|_| format!("--smp '{smp}': use 1..255"))?;
     let mut extra = vec!["-M".into(), machine, "-smp".into(), smp, "-m".into(), mem];
     let mut append = kernel_args.to_vec();
     if let Some(path) = &disk {
@@ -364,6 +377,16 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
         }
     }
     extra.extend(qemu::fio_initrd_args(&fio_files, false)?);
+    if output.is_some() && output_format.as_deref().is_none_or(|f| f.starts_with("normal")) {
+        return Err("--output FILE takes fio's JSON document: add --output-format json or json+".into());
+    }
+    if let Some(format) = &output_format {
+        // fio's run options go to the kernel as fio command-line words (after a standalone --).
+        if !append.iter().any(|w| w == "--") {
+            append.push("--".into());
+        }
+        append.push(format!("--output-format={format}"));
+    }
     let m = qemu::Machine {
         accel,
         firmware,
@@ -387,6 +410,11 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
         true,
         Some(&root().join("target/run.log")),
     )?;
+    if let Some(file) = &output {
+        for written in fioout::save_run_outputs(&out.output, file)? {
+            println!("xtask: wrote {}", written.display());
+        }
+    }
     let verdict = scenario::judge(
         &scenario::Boot {
             output: vec![],

@@ -84,9 +84,35 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_by
         runs.push((file.label.clone(), run));
     }
     if !words.is_empty() {
-        let run = workload::fio::parse_command_line_on(words.iter().copied(), overrides, Some(&env))
-            .map_err(|e| format!("fio: command line: {e}"))?;
-        runs.push(("command line".into(), run));
+        // As with fio, command-line run options (`--output-format=json --output=FILE`) apply to
+        // the job files too; words with no job (no `--name=`) are only such options.
+        let defines_a_job = words.iter().any(|w| w.trim_start_matches('-').starts_with("name="));
+        let invocation = if defines_a_job {
+            let run = workload::fio::parse_command_line_on(words.iter().copied(), overrides, Some(&env))
+                .map_err(|e| format!("fio: command line: {e}"))?;
+            let options = run.options.clone();
+            runs.push(("command line".into(), run));
+            options
+        } else {
+            let bare: Vec<&str> = words.iter().map(|w| w.trim_start_matches('-')).collect();
+            let (options, rest) =
+                workload::fio::split_run_words(&bare).map_err(|e| format!("fio: command line: {e}"))?;
+            if let Some(word) = rest.first() {
+                return Err(format!(
+                    "fio: command line: {word:?} without a job: with job files, fio words after -- may only \
+                     be --output-format= and --output= (a job starts with --name=)"
+                ));
+            }
+            options
+        };
+        for (_, run) in runs.iter_mut() {
+            let file_options = &mut run.options;
+            if file_options.output_format == OutputFormat::Normal && file_options.output.is_none() {
+                file_options.output_format = invocation.output_format;
+                file_options.normal_too = invocation.normal_too;
+                file_options.output = invocation.output.clone();
+            }
+        }
     }
     for (key, value) in overrides {
         kprintln!("fio: fio.override: {key}={value} applies to every job");
