@@ -8,8 +8,9 @@
 //! succeeds; `megasas.report_only=1` stops there. Otherwise each logical drive is registered as
 //! `mfN` (MFI's are `mdN`), one hardware queue per reply queue, on the controller's shared tags.
 //!
-//! No emulator of Fusion exists: this file is compiled and clippy-checked, and the driver is
-//! tested against the crate's host-side model only, not on hardware.
+//! It runs against the emulated controller of `qemu/megasas-fusion/` (`cargo xtask qemu-fusion`,
+//! `tests/fusion.scenarios`), which Linux's driver accepts, and the driver against the crate's
+//! host-side model; not yet on hardware.
 //!
 //! Key routing: Fusion and MFI share the `megasas.` prefix. `dev::registry` hands this driver
 //! the words whose key [`owns_key`] says are Fusion's and MFI every other `megasas.*` word, so
