@@ -12,6 +12,7 @@
 //! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
 //! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
 //! cargo xtask qemu-fusion                            QEMU with the emulated Fusion controller
+//! cargo xtask ipio [--device D] [--qd N] [--top N]   exact guest instructions and MMIO per I/O
 //! ```
 
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ mod bench;
 mod elfcheck;
 mod fioout;
 mod fuzz;
+mod ipio;
 mod lab;
 mod nbd;
 mod preflight;
@@ -90,6 +92,9 @@ commands:
   fio-out CONSOLE_LOG DIR         fio's files from a captured console: the BAREMQ-FIO-JSON document
       --output NAME               (DIR/NAME, default fio.json) and every BAREMQ-LOG line's log file
       --split                     also one document per job, <rw>-<iodepth>-<numjobs>.json (bench-fio)
+  ipio [options]                  guest instructions, memory accesses and MMIO reads/writes per I/O,
+                                  exact (TCG plugin, two job lengths), with a per-function table
+      --device null|md|nvme|fusion   (default null)   --qd N (default 32)   --top N (default 20)
   qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
                                   (qemu/megasas-fusion/, cached outside the checkout); prints the
                                   binary's path as the last line
@@ -114,6 +119,7 @@ fn main() -> ExitCode {
         "preflight" => preflight::cmd_preflight(rest),
         "fio-out" => fioout::cmd_fio_out(rest),
         "qemu-fusion" => qemufusion::cmd_qemu_fusion(rest),
+        "ipio" => ipio::cmd_ipio(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)
