@@ -26,7 +26,7 @@ pub struct IoGenerator {
     /// `JobSpec::zones` as (cumulative access percent, first block, blocks), in order.
     zones: alloc::vec::Vec<(u64, u64, u64)>,
     /// `JobSpec::skew`'s table over the slice (built here, once per job and CPU).
-    skew: Option<crate::skew::SkewedDraw>,
+    skew: Option<alloc::boxed::Box<crate::skew::SkewedDraw>>,
     blocks: u64,
     cursor: u64,
     remaining: Option<u64>,
@@ -52,11 +52,9 @@ impl IoGenerator {
                 && plan.spec.skew.is_none())
             .then(|| RandomMap::new(blocks, per_cpu_seed ^ 0x6d6170)),
             zones: zone_table(&plan.spec.zones, blocks, u64::from(plan.spec.bs)),
-            skew: plan
-                .spec
-                .skew
-                .filter(|_| plan.spec.rw.is_random())
-                .map(|skew| crate::skew::SkewedDraw::new(skew, blocks, per_cpu_seed ^ 0x736b6577)),
+            skew: plan.spec.skew.filter(|_| plan.spec.rw.is_random()).map(|skew| {
+                alloc::boxed::Box::new(crate::skew::SkewedDraw::new(skew, blocks, per_cpu_seed ^ 0x736b6577))
+            }),
             blocks,
             cursor: 0,
             remaining: if plan.spec.is_time_based() {
