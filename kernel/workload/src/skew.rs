@@ -111,7 +111,9 @@ impl SkewedDraw {
             Kind::Bell { spread } => {
                 // fio's gauss: the mean of 12 draws from 0..=ranks, rounded up ...
                 let sum: u64 = (0..12).map(|_| rng.below(self.ranks + 1)).sum();
-                let mut rank = sum.div_ceil(12);
+                // (All twelve near the top can round up to `ranks` itself: keep it inside, or the
+                // halving below would never end.)
+                let mut rank = sum.div_ceil(12).min(self.ranks - 1);
                 // ... then a uniform step of up to half the spread either way, halved until
                 // it stays inside.
                 if *spread > 0 {
@@ -121,7 +123,7 @@ impl SkewedDraw {
                     }
                     rank = (rank as i64 + step) as u64;
                 }
-                rank.min(self.ranks - 1)
+                rank
             }
         }
     }
@@ -376,6 +378,25 @@ mod tests {
             })
             .count();
         assert!(within_wide < 60_000, "{within_wide}");
+    }
+
+    #[test]
+    fn tiny_slices_stay_inside() {
+        let mut rng = Rng::new(3);
+        for ranks in [1u64, 2, 3] {
+            for skew in [
+                Skew::Normal { dev_milli: 0 },
+                Skew::Normal { dev_milli: 100_000 },
+                Skew::Zipf { theta_milli: 1200 },
+                Skew::Pareto { h_milli: 999 },
+            ] {
+                let draw = SkewedDraw::new(skew, ranks, 1);
+                assert!(
+                    (0..2000).all(|_| draw.next_block(&mut rng) < ranks),
+                    "{skew} over {ranks}"
+                );
+            }
+        }
     }
 
     #[test]
