@@ -214,13 +214,17 @@ fn fio_only(spec: &workload::JobSpec) -> String {
         out.push_str(&format!(", ramp_time {} ms not measured", spec.ramp_ns / 1_000_000));
     }
     if spec.rw.is_random() {
-        out.push_str(if !spec.zones.is_empty() {
-            ", zoned offsets"
-        } else if spec.random_map {
-            ", random map (each block once per pass)"
+        if let Some(skew) = spec.skew {
+            out.push_str(&format!(", {skew} offsets (with repeats, no random map)"));
         } else {
-            ", norandommap"
-        });
+            out.push_str(if !spec.zones.is_empty() {
+                ", zoned offsets"
+            } else if spec.random_map {
+                ", random map (each block once per pass)"
+            } else {
+                ", norandommap"
+            });
+        }
     }
     if let Some(ios) = spec.ios_per_cpu {
         out.push_str(&format!(", {ios} I/Os per clone"));

@@ -25,6 +25,8 @@ pub struct IoGenerator {
     map: Option<RandomMap>,
     /// `JobSpec::zones` as (cumulative access percent, first block, blocks), in order.
     zones: alloc::vec::Vec<(u64, u64, u64)>,
+    /// `JobSpec::skew`'s table over the slice (built here, once per job and CPU).
+    skew: Option<alloc::boxed::Box<crate::skew::SkewedDraw>>,
     blocks: u64,
     cursor: u64,
     remaining: Option<u64>,
@@ -44,9 +46,15 @@ impl IoGenerator {
                 RwMode::RandRw | RwMode::ReadWrite => None,
             },
             rwmixread: u64::from(plan.spec.rwmixread),
-            map: (plan.spec.random_map && plan.spec.rw.is_random() && plan.spec.zones.is_empty())
-                .then(|| RandomMap::new(blocks, per_cpu_seed ^ 0x6d6170)),
+            map: (plan.spec.random_map
+                && plan.spec.rw.is_random()
+                && plan.spec.zones.is_empty()
+                && plan.spec.skew.is_none())
+            .then(|| RandomMap::new(blocks, per_cpu_seed ^ 0x6d6170)),
             zones: zone_table(&plan.spec.zones, blocks, u64::from(plan.spec.bs)),
+            skew: plan.spec.skew.filter(|_| plan.spec.rw.is_random()).map(|skew| {
+                alloc::boxed::Box::new(crate::skew::SkewedDraw::new(skew, blocks, per_cpu_seed ^ 0x736b6577))
+            }),
             blocks,
             cursor: 0,
             remaining: if plan.spec.is_time_based() {
@@ -68,6 +76,8 @@ impl IoGenerator {
         }
         let block = if let Some(map) = &mut self.map {
             map.next_index()
+        } else if let Some(skew) = &self.skew {
+            skew.next_block(&mut self.rng)
         } else if !self.zones.is_empty() && self.rw.is_random() {
             let draw = self.rng.below(100);
             let &(_, first, len) = self
@@ -187,6 +197,25 @@ mod tests {
         // 4 MiB over 2 CPUs: 512 blocks per slice; the first zone is blocks 0..51.
         let hot = (0..10_000).filter(|_| g.next_io().unwrap().1 < 51).count();
         assert!((5_700..6_300).contains(&hot), "{hot} of 10000 in the 60% zone");
+    }
+
+    #[test]
+    fn skewed_jobs_repeat_hot_blocks_inside_the_slice() {
+        let mut p = plan("rw=randread bs=4k size=4m");
+        p.spec.skew = Some(crate::skew::Skew::Zipf { theta_milli: 1200 });
+        let mut g = IoGenerator::new(&p, 1);
+        let mut again = IoGenerator::new(&p, 1);
+        let mut counts = alloc::vec![0u32; 512];
+        // Size-bound: still one I/O per block of the slice, but with repeats (no random map).
+        for _ in 0..512 {
+            let io = g.next_io().unwrap();
+            assert_eq!(Some(io), again.next_io());
+            counts[io.1 as usize] += 1;
+        }
+        assert_eq!(g.next_io(), None);
+        let hottest = counts.iter().max().copied().unwrap_or(0);
+        // zipf 1.2 over 512 ranks: the hottest takes about 1/zeta(1.2, 512) ~ 25% of the draws.
+        assert!(hottest > 60, "hottest block drawn {hottest} times of 512");
     }
 
     #[test]

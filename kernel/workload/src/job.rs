@@ -317,6 +317,9 @@ pub struct JobSpec {
     /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
     /// whole slice alike.
     pub zones: Vec<AccessZone>,
+    /// fio's `random_distribution=zipf` / `pareto` / `normal`: random offsets drawn with that
+    /// skew over each CPU's slice, with repeats (no random map). `None`: uniform.
+    pub skew: Option<crate::skew::Skew>,
 }
 
 /// One zone of fio's `random_distribution=zoned:A/R:...` (or `zoned_abs`).
@@ -373,6 +376,7 @@ impl JobSpec {
             end_flush: false,
             verify_backlog: 0,
             zones: Vec::new(),
+            skew: None,
         }
     }
 

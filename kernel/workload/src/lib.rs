@@ -13,7 +13,8 @@
 //!    ([`JobReport::add_counter`]) and prints [`JobReport::write_human`] and
 //!    [`JobReport::write_json_line`].
 //!
-//! The crate is `no_std` + `alloc`, uses no floating point, and allocates only when a job starts and
+//! The crate is `no_std` + `alloc`, uses no floating point per I/O (only [`skew`] builds its table
+//! with it, once per job and CPU), and allocates only when a job starts and
 //! ends, never per I/O.
 
 #![no_std]
@@ -39,6 +40,7 @@ pub mod randmap;
 pub mod ratelimit;
 pub mod report;
 pub mod rng;
+pub mod skew;
 pub mod stages;
 pub mod values;
 pub mod verify;

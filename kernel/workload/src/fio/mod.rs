@@ -868,17 +868,24 @@ impl Builder {
             }
             "random_distribution" => {
                 let v = need()?;
-                self.spec.zones = if v == "random" {
-                    Vec::new()
-                } else if let Some(zones) = v.strip_prefix("zoned:").or_else(|| v.strip_prefix("zoned_abs:")) {
-                    parse_zones(zones, v.starts_with("zoned_abs:")).map_err(|expected| bad(&expected))?
-                } else {
-                    return Err(unsupported(
-                        &job,
-                        &format!("random_distribution={v}"),
-                        "zipf, pareto, normal and gauss are not implemented; random, zoned and zoned_abs are",
-                    ));
-                };
+                self.spec.skew = None;
+                self.spec.zones = Vec::new();
+                if let Some(zones) = v.strip_prefix("zoned:").or_else(|| v.strip_prefix("zoned_abs:")) {
+                    self.spec.zones =
+                        parse_zones(zones, v.starts_with("zoned_abs:")).map_err(|expected| bad(&expected))?;
+                } else if v != "random" {
+                    let (name, parameter) = v.split_once(':').unwrap_or((v, ""));
+                    if parameter.contains(':') {
+                        return Err(unsupported(
+                            &job,
+                            &format!("random_distribution={v}"),
+                            "a centre (the second parameter) is not implemented",
+                        ));
+                    }
+                    self.spec.skew = Some(parse_skew(name, parameter).ok_or_else(|| {
+                        bad("random, zipf:THETA (THETA > 0), pareto:H (0 < H < 1), normal[:DEV%] or gauss[:DEV%], zoned:... or zoned_abs:...")
+                    })?);
+                }
             }
             "randrepeat" | "rand_repeatable" => self.randrepeat = flag()?,
             "randseed" => self.randseed = Some(values::integer(need()?).ok_or_else(|| bad("an integer"))?),
@@ -1156,6 +1163,11 @@ impl Builder {
         self.spec.clone_increment = Some(self.offset_increment);
         // Randomness.
         self.spec.random_map = !self.norandommap;
+        if let Some(skew) = self.spec.skew.filter(|_| !self.norandommap && self.spec.rw.is_random()) {
+            self.warn(format!(
+                "random_distribution={skew}: offsets are drawn with repeats (no random map, as in fio)"
+            ));
+        }
         if !self.spec.zones.is_empty() && !self.norandommap && self.spec.rw.is_random() {
             self.warn(
                 "random_distribution=zoned: offsets are drawn with repeats inside each zone (no random map)".into(),
@@ -1267,6 +1279,44 @@ impl FioRun {
             }
         }
         out
+    }
+}
+
+/// The skewed `random_distribution` `name:parameter` (parameter in thousandths), or `None` when
+/// the name or the parameter is not one fio takes.
+fn parse_skew(name: &str, parameter: &str) -> Option<crate::skew::Skew> {
+    use crate::skew::Skew;
+    let milli = |text: &str| -> Option<u32> {
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        if fraction.len() > 3
+            || !fraction.bytes().all(|b| b.is_ascii_digit())
+            || (whole.is_empty() && fraction.is_empty())
+        {
+            return None;
+        }
+        let whole: u32 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+        let fraction: u32 = if fraction.is_empty() {
+            0
+        } else {
+            fraction.parse::<u32>().ok()? * 10u32.pow(3 - fraction.len() as u32)
+        };
+        whole.checked_mul(1000)?.checked_add(fraction)
+    };
+    match name {
+        "zipf" => Some(Skew::Zipf {
+            theta_milli: milli(parameter).filter(|&t| (1..=100_000).contains(&t))?,
+        }),
+        "pareto" => Some(Skew::Pareto {
+            h_milli: milli(parameter).filter(|&h| (1..1000).contains(&h))?,
+        }),
+        "normal" | "gauss" => Some(Skew::Normal {
+            dev_milli: if parameter.is_empty() {
+                0
+            } else {
+                milli(parameter).filter(|&d| d <= 100_000)?
+            },
+        }),
+        _ => None,
     }
 }
 

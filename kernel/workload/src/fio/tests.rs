@@ -266,8 +266,8 @@ fn jobs_without_stonewall_share_a_wave_and_waves_follow_fio_order() {
 fn unsupported_options_are_refused_by_name() {
     for (text, option) in [
         (
-            "[a]\nrandom_distribution=pareto:0.9\n",
-            "random_distribution=pareto:0.9",
+            "[a]\nrandom_distribution=zipf:1.2:0.5\n",
+            "random_distribution=zipf:1.2:0.5",
         ),
         ("[a]\nbssplit=4k/50:8k/50\n", "bssplit"),
         ("[a]\ndirectory=/mnt\n", "directory"),
@@ -276,8 +276,6 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nbs=4k,8k\n", "bs=4k,8k"),
         ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
         ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
-        ("[a]\nrandom_distribution=zipf:1.2\n", "random_distribution=zipf:1.2"),
-        ("[a]\nrandom_distribution=normal\n", "random_distribution=normal"),
         ("[a]\nverify=pattern\n", "verify=pattern"),
         ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
         ("[a]\nverify_backlog_batch=16\n", "verify_backlog_batch"),
@@ -495,6 +493,54 @@ fn exitall_across_a_wave_and_empty_files_are_refused() {
         parse_job_file("[global]\nbs=4k\n", &[]).unwrap_err(),
         WorkloadError::FioSyntax { .. }
     ));
+}
+
+#[test]
+fn skewed_distributions() {
+    use crate::skew::Skew;
+    let zipf = one("[a]\nrw=randread\nrandom_distribution=zipf:1.2\n");
+    assert_eq!(zipf.spec.skew, Some(Skew::Zipf { theta_milli: 1200 }));
+    assert!(zipf.spec.zones.is_empty());
+    assert!(
+        zipf.warnings
+            .iter()
+            .any(|w| w.contains("random_distribution=zipf:1.200") && w.contains("no random map")),
+        "{:?}",
+        zipf.warnings
+    );
+    assert!(zipf.to_spec(&[nvme()], &[0]).is_ok());
+    let quiet = one("[a]\nrw=randread\nnorandommap\nrandom_distribution=pareto:0.2\n");
+    assert_eq!(quiet.spec.skew, Some(Skew::Pareto { h_milli: 200 }));
+    assert!(!quiet.warnings.iter().any(|w| w.contains("pareto")));
+    assert_eq!(
+        one("[a]\nrandom_distribution=normal\n").spec.skew,
+        Some(Skew::Normal { dev_milli: 0 })
+    );
+    assert_eq!(
+        one("[a]\nrandom_distribution=gauss:5.5\n").spec.skew,
+        Some(Skew::Normal { dev_milli: 5500 })
+    );
+    // The last setting wins: back to uniform.
+    let back = one("[a]\nrandom_distribution=zipf:1.2\nrandom_distribution=random\n");
+    assert_eq!(back.spec.skew, None);
+    for bad in [
+        "zipf",
+        "zipf:0",
+        "zipf:x",
+        "zipf:1.2345",
+        "pareto:1",
+        "pareto:0",
+        "normal:101",
+        "lognormal:1",
+    ] {
+        assert!(
+            matches!(
+                parse_job_file(&alloc::format!("[a]\nrandom_distribution={bad}\n"), &[]).unwrap_err(),
+                WorkloadError::FioBadValue { .. }
+            ),
+            "{bad}"
+        );
+    }
 }
 
 #[test]
