@@ -28,7 +28,8 @@ const USAGE: &str = "\
 usage: cargo xtask lab [options]
   --quick              short run for a small machine: -smp 2, CPUs 1-2, 500 ms jobs (default: -smp 4,
                        CPUs 1/2/4, 2 s jobs)
-  --device KIND        null, md (megasas-gen2), nvme, or all (default all)
+  --device KIND        null, md (megasas-gen2), nvme, fusion (the emulated MegaRAID Fusion Invader of
+                       `cargo xtask qemu-fusion`, mf0, one reply queue per CPU), or all (default all)
   --runtime DUR        runtime of every job (e.g. 300ms, 2s)
   --trace [N]          timestamp every stage of 1 in N requests (default 64): per-stage p50/p99 in
                        each job's report, and target/lab/trace.json for Perfetto / chrome://tracing
@@ -47,6 +48,7 @@ enum DeviceChoice {
     Null,
     Md,
     Nvme,
+    Fusion,
     All,
 }
 
@@ -56,8 +58,9 @@ impl DeviceChoice {
             "null" => Ok(Self::Null),
             "md" => Ok(Self::Md),
             "nvme" => Ok(Self::Nvme),
+            "fusion" => Ok(Self::Fusion),
             "all" => Ok(Self::All),
-            other => Err(format!("lab: --device '{other}': use null, md, nvme or all")),
+            other => Err(format!("lab: --device '{other}': use null, md, nvme, fusion or all")),
         }
     }
 
@@ -67,7 +70,13 @@ impl DeviceChoice {
             Self::Null => &[DeviceKind::Null],
             Self::Md => &[DeviceKind::MegasasGen2],
             Self::Nvme => &[DeviceKind::Nvme],
-            Self::All => &[DeviceKind::Null, DeviceKind::MegasasGen2, DeviceKind::Nvme],
+            Self::Fusion => &[DeviceKind::Fusion],
+            Self::All => &[
+                DeviceKind::Null,
+                DeviceKind::MegasasGen2,
+                DeviceKind::Nvme,
+                DeviceKind::Fusion,
+            ],
         }
     }
 }
@@ -238,7 +247,7 @@ fn adaptive_boots(boots: &[BootPlan]) -> Vec<usize> {
         .collect()
 }
 
-/// `cargo xtask lab [--quick] [--device null|md|nvme|all] ...`.
+/// `cargo xtask lab [--quick] [--device null|md|nvme|fusion|all] ...`.
 pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
     let opts = LabOptions::parse(args)?;
     let matrix = lab_matrix(opts.quick, opts.device.kinds());
@@ -808,7 +817,14 @@ mod tests {
         let e = LabOptions::parse(&args("--fast")).unwrap_err();
         assert!(e.contains("unknown option '--fast'"), "{e}");
         assert_eq!(DeviceChoice::Nvme.kinds(), &[DeviceKind::Nvme]);
-        assert_eq!(DeviceChoice::All.kinds().len(), 3);
+        assert_eq!(
+            LabOptions::parse(&args("--device fusion")).unwrap().device.kinds(),
+            &[DeviceKind::Fusion]
+        );
+        assert_eq!(DeviceChoice::All.kinds().len(), 4);
+        assert!(DeviceChoice::All.kinds().contains(&DeviceKind::Fusion));
+        let e = LabOptions::parse(&args("--device mfi")).unwrap_err();
+        assert!(e.contains("use null, md, nvme, fusion or all"), "{e}");
     }
 
     #[test]
@@ -937,6 +953,77 @@ mod tests {
             quiesce: Quiesce::LockFree,
             ..r.point
         } != victim_point));
+    }
+
+    #[test]
+    fn fusion_runs_part_a_and_b_on_mf0_with_the_fusion_qemu() {
+        for quick in [true, false] {
+            let m = lab_matrix(quick, DeviceChoice::Fusion.kinds());
+            let boots = lab_boots(&m, m.runtime_ms).unwrap();
+            assert!(!boots.is_empty());
+            assert!(adaptive_boots(&boots).is_empty(), "Fusion has no adaptive boot");
+            let cpus: &[u32] = if quick { &[1, 2] } else { &[1, 2, 4] };
+            let points: Vec<Point> = boots.iter().flat_map(|b| b.jobs.iter().map(|j| j.point)).collect();
+            // Part (a): every quiesce design, CPU count and depth, both workloads.
+            for q in QUIESCE_ALL {
+                for &c in cpus {
+                    for qd in [1, 8, 32] {
+                        for (rw, bs) in [(Rw::Read, 128 * KB), (Rw::RandRead, 4 * KB)] {
+                            let want = Point {
+                                device: DeviceKind::Fusion,
+                                rw,
+                                bs,
+                                iodepth: qd,
+                                cpus: c,
+                                completion: Completion::Irq,
+                                quiesce: *q,
+                            };
+                            assert!(points.contains(&want), "{want}");
+                        }
+                    }
+                }
+            }
+            for b in &boots {
+                assert_eq!(b.device, DeviceKind::Fusion);
+                assert_eq!(b.device.qemu_binary(), crate::bench::matrix::QemuBinary::Fusion);
+                assert!(
+                    crate::bench::qemu_binary_for(b.device, None).is_err(),
+                    "a Fusion boot never falls back to the system QEMU"
+                );
+                let fusion_qemu = Path::new("/cache/qemu-fusion/bin/qemu-system-x86_64");
+                assert_eq!(
+                    crate::bench::qemu_binary_for(b.device, Some(fusion_qemu)).unwrap(),
+                    fusion_qemu
+                );
+                let words = b.kernel_args();
+                assert!(words.iter().any(|w| w.starts_with("device=mf0")), "{words:?}");
+                assert!(!words.iter().any(|w| w.starts_with("megasas.")), "{words:?}");
+                let qemu = b.device.qemu_args(Path::new("/tmp/f.raw"));
+                assert!(qemu.contains(&"megasas-fusion,id=fusion0,generation=invader".to_string()));
+                assert!(qemu.contains(&"if=none,id=f0,file=/tmp/f.raw,format=raw,cache=unsafe".to_string()));
+                assert_eq!(b.smp, *cpus.last().unwrap());
+            }
+            // The simulated device's console parses into one clean record per Fusion job.
+            let run = RunInfo {
+                matrix: m.name.into(),
+                accel: "tcg".into(),
+                runtime_ms: 5,
+            };
+            let short = m.boots(5).unwrap();
+            let recs: Vec<Record> = short
+                .iter()
+                .flat_map(|boot| {
+                    results::collect_boot(&run, boot, 0, "x.log", &boot_console(boot, &FAST), Ok(())).records
+                })
+                .collect();
+            assert_eq!(recs.len(), points.len());
+            assert!(recs.iter().all(|r| r.ok() && r.point.device == DeviceKind::Fusion));
+            let table = render_table(&recs, &[]);
+            assert_eq!(
+                table.lines().filter(|l| l.starts_with("mf0 (Invader)")).count(),
+                recs.len()
+            );
+        }
     }
 
     #[test]

@@ -200,13 +200,8 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Runs QEMU with `args`; streams the console to stdout when `echo`. Writes
-/// the whole output to `log` when given.
-pub fn run(args: &[String], timeout: Duration, echo: bool, log: Option<&Path>) -> Result<Outcome, String> {
-    run_scripted_with(Path::new("qemu-system-x86_64"), args, timeout, echo, log, None)
-}
-
-/// [`run`] with another QEMU binary (e.g. the one with the emulated Fusion controller).
+/// Runs the QEMU `binary` (the system's, or the one with the emulated Fusion controller) with
+/// `args`; streams the console to stdout when `echo`. Writes the whole output to `log` when given.
 pub fn run_with(
     binary: &Path,
     args: &[String],
@@ -217,7 +212,7 @@ pub fn run_with(
     run_scripted_with(binary, args, timeout, echo, log, None)
 }
 
-/// [`run`] with the QEMU binary `binary`, sending `script`'s monitor commands as their console
+/// [`run_with`], sending `script`'s monitor commands as their console
 /// lines appear.
 pub fn run_scripted_with(
     binary: &Path,

@@ -79,7 +79,8 @@ impl IoBackend for SimBackend {
 }
 
 /// The devices the simulated kernel exposes: `md0` allows only 16 requests per CPU, so a deeper
-/// queue gets capped as on a real controller; `nvme0n1` allows 128 (the NVMe driver's depth).
+/// queue gets capped as on a real controller; `nvme0n1` allows 128 (the NVMe driver's depth);
+/// `mf0` (the Fusion logical drive) 64.
 pub fn devices() -> Vec<DeviceInfo> {
     vec![
         DeviceInfo {
@@ -102,6 +103,13 @@ pub fn devices() -> Vec<DeviceInfo> {
             capacity_sectors: 1 << 21,
             max_iodepth: 128,
             max_transfer_bytes: 512 << 10,
+        },
+        DeviceInfo {
+            name: "mf0".into(),
+            sector_size: 512,
+            capacity_sectors: 1 << 21,
+            max_iodepth: 64,
+            max_transfer_bytes: 1 << 20,
         },
     ]
 }

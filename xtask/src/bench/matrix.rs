@@ -38,6 +38,19 @@ pub enum DeviceKind {
     /// A QEMU `nvme` controller (64 I/O queue pairs offered, one MSI-X vector each) with one
     /// namespace on a raw disk image: `nvme0n1`, one queue pair and one vector per CPU.
     Nvme,
+    /// The emulated MegaRAID Fusion controller (Invader, `cargo xtask qemu-fusion`) with one
+    /// logical drive on a raw disk image: `mf0`, one reply queue and MSI-X vector per CPU. Runs
+    /// on the Fusion QEMU binary, not the system's.
+    Fusion,
+}
+
+/// Which QEMU binary a device kind runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QemuBinary {
+    /// The system's `qemu-system-x86_64`.
+    System,
+    /// The QEMU 7.2 with the emulated Fusion controller (`crate::qemufusion`).
+    Fusion,
 }
 
 impl DeviceKind {
@@ -48,6 +61,7 @@ impl DeviceKind {
             Self::MegasasGen2 => "megasas-gen2",
             Self::Megasas => "megasas",
             Self::Nvme => "nvme",
+            Self::Fusion => "fusion",
         }
     }
 
@@ -57,6 +71,7 @@ impl DeviceKind {
             Self::Null => "null0",
             Self::MegasasGen2 | Self::Megasas => "md0",
             Self::Nvme => "nvme0n1",
+            Self::Fusion => "mf0",
         }
     }
 
@@ -68,6 +83,7 @@ impl DeviceKind {
             Self::MegasasGen2 => "md0 (gen2)",
             Self::Megasas => "md0 (1078)",
             Self::Nvme => "nvme0n1",
+            Self::Fusion => "mf0 (Invader)",
         }
     }
 
@@ -79,6 +95,8 @@ impl DeviceKind {
             // layer), so the summary shows each result as a fraction of it.
             Self::MegasasGen2 | Self::Megasas => vec![format!("megasas.floor={FLOOR_READS}")],
             Self::Nvme => vec![format!("nvme.floor={FLOOR_READS}")],
+            // The Fusion driver has no floor measurement; its defaults take one reply queue per CPU.
+            Self::Fusion => Vec::new(),
         }
     }
 
@@ -98,6 +116,18 @@ impl DeviceKind {
                     "nvme-ns,drive=nvm0,bus=nvme0,nsid=1".into(),
                 ];
             }
+            // The emulated controller offers more vectors than the matrices' CPUs; the driver
+            // takes one reply queue and vector per CPU.
+            Self::Fusion => {
+                return vec![
+                    "-device".into(),
+                    "megasas-fusion,id=fusion0,generation=invader".into(),
+                    "-drive".into(),
+                    format!("if=none,id=f0,file={},format=raw,cache=unsafe", image.display()),
+                    "-device".into(),
+                    "scsi-hd,bus=fusion0.0,drive=f0,channel=0,scsi-id=0".into(),
+                ];
+            }
             Self::MegasasGen2 => "megasas-gen2",
             Self::Megasas => "megasas",
         };
@@ -115,7 +145,15 @@ impl DeviceKind {
     pub const fn image_bytes(self) -> Option<u64> {
         match self {
             Self::Null => None,
-            Self::MegasasGen2 | Self::Megasas | Self::Nvme => Some(DEVICE_BYTES),
+            Self::MegasasGen2 | Self::Megasas | Self::Nvme | Self::Fusion => Some(DEVICE_BYTES),
+        }
+    }
+
+    /// The QEMU binary that has this device.
+    pub const fn qemu_binary(self) -> QemuBinary {
+        match self {
+            Self::Fusion => QemuBinary::Fusion,
+            Self::Null | Self::MegasasGen2 | Self::Megasas | Self::Nvme => QemuBinary::System,
         }
     }
 }
@@ -388,12 +426,18 @@ pub struct Matrix {
 }
 
 const KB: u32 = 1024;
-const QUICK_DEVICES: &[DeviceKind] = &[DeviceKind::Null, DeviceKind::MegasasGen2, DeviceKind::Nvme];
+const QUICK_DEVICES: &[DeviceKind] = &[
+    DeviceKind::Null,
+    DeviceKind::MegasasGen2,
+    DeviceKind::Nvme,
+    DeviceKind::Fusion,
+];
 const FULL_DEVICES: &[DeviceKind] = &[
     DeviceKind::Null,
     DeviceKind::MegasasGen2,
     DeviceKind::Megasas,
     DeviceKind::Nvme,
+    DeviceKind::Fusion,
 ];
 const QUIESCE_BOTH: &[Quiesce] = &[Quiesce::LockFree, Quiesce::Locked];
 
@@ -401,7 +445,7 @@ const QUIESCE_BOTH: &[Quiesce] = &[Quiesce::LockFree, Quiesce::Locked];
 pub const MATRICES: &[Matrix] = &[
     Matrix {
         name: "quick",
-        about: "null0 vs md0 vs nvme0n1, 4k random reads: qd 1/8/32 x 1-2 CPUs, then every completion policy x both quiesce policies at qd 8 on 2 CPUs, then md0's adaptive mode (megasas.irq_poll=on) beside poll at qd 1/32 on 1 CPU",
+        about: "null0 vs md0 vs nvme0n1 vs mf0 (Fusion), 4k random reads: qd 1/8/32 x 1-2 CPUs, then every completion policy x both quiesce policies at qd 8 on 2 CPUs, then md0's adaptive mode (megasas.irq_poll=on) beside poll at qd 1/32 on 1 CPU",
         smp: 2,
         mem: "512M",
         runtime_ms: 2000,
@@ -471,7 +515,7 @@ pub const MATRICES: &[Matrix] = &[
     },
     Matrix {
         name: "full",
-        about: "random reads: bs 4k-128k x qd 1-64 x 1-4 CPUs x every completion and quiesce policy x null0, md0 (gen2 and 1078), nvme0n1; plus random writes at the base point",
+        about: "random reads: bs 4k-128k x qd 1-64 x 1-4 CPUs x every completion and quiesce policy x null0, md0 (gen2 and 1078), nvme0n1, mf0 (Fusion); plus random writes at the base point",
         smp: 4,
         mem: "1G",
         runtime_ms: 2000,
@@ -794,13 +838,14 @@ mod tests {
     #[test]
     fn quick_matrix_is_the_union_of_its_sweeps() {
         let quick = find("quick").unwrap();
-        // 3 devices x (3 qd x 2 cpus) + 3 devices x (4 policies x 2 quiesce), sharing the
+        // 4 devices x (3 qd x 2 cpus) + 4 devices x (4 policies x 2 quiesce), sharing the
         // (qd 8, 2 CPUs, irq, lockfree) point on each device, + md0 adaptive and poll at qd 1
         // and 32 on 1 CPU.
-        assert_eq!(quick.points().len(), 3 * 6 + 3 * 8 - 3 + 4);
+        assert_eq!(quick.points().len(), 4 * 6 + 4 * 8 - 4 + 4);
         let devices: Vec<DeviceKind> = quick.points().iter().map(|p| p.device).collect();
         let switches = devices.windows(2).filter(|w| w[0] != w[1]).count();
-        assert_eq!(switches, 2, "points are grouped by device: {devices:?}");
+        assert_eq!(switches, 3, "points are grouped by device: {devices:?}");
+        assert_eq!(devices.iter().filter(|d| **d == DeviceKind::Fusion).count(), 6 + 8 - 1);
         // md0's adaptive points come last among md0's, beside an irq and a poll point each.
         let md: Vec<Point> = quick
             .points()
@@ -894,7 +939,8 @@ mod tests {
                 DeviceKind::Null,
                 DeviceKind::MegasasGen2,
                 DeviceKind::MegasasGen2,
-                DeviceKind::Nvme
+                DeviceKind::Nvme,
+                DeviceKind::Fusion
             ]
         );
     }
@@ -933,6 +979,36 @@ mod tests {
         assert_eq!(qemu[5], "scsi-hd,bus=hba0.0,drive=d0,scsi-id=0");
         assert_eq!(DeviceKind::Megasas.qemu_args(Path::new("x"))[1], "megasas,id=hba0");
         assert!(DeviceKind::Null.qemu_args(Path::new("x")).is_empty());
+        // The Fusion logical drive: no floor or MegaRAID MFI switch, the emulated Invader on its
+        // own QEMU binary, in the quick and full matrices.
+        let fusion = quick.iter().find(|b| b.device == DeviceKind::Fusion).unwrap();
+        assert_eq!(fusion.kernel_args()[0], "device=mf0");
+        assert!(!fusion.kernel_args().iter().any(|a| a.starts_with("megasas.")));
+        assert_eq!(
+            DeviceKind::Fusion.qemu_args(Path::new("/tmp/f.raw")),
+            [
+                "-device",
+                "megasas-fusion,id=fusion0,generation=invader",
+                "-drive",
+                "if=none,id=f0,file=/tmp/f.raw,format=raw,cache=unsafe",
+                "-device",
+                "scsi-hd,bus=fusion0.0,drive=f0,channel=0,scsi-id=0"
+            ]
+        );
+        assert_eq!(DeviceKind::Fusion.qemu_binary(), QemuBinary::Fusion);
+        for other in [
+            DeviceKind::Null,
+            DeviceKind::MegasasGen2,
+            DeviceKind::Megasas,
+            DeviceKind::Nvme,
+        ] {
+            assert_eq!(other.qemu_binary(), QemuBinary::System);
+        }
+        let full = find("full").unwrap().points();
+        assert!(
+            full.iter()
+                .any(|p| p.device == DeviceKind::Fusion && p.rw == Rw::RandWrite)
+        );
     }
 
     #[test]

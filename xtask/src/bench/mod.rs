@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::qemu::{self, Accel, Firmware, Machine};
-use matrix::{BootPlan, DeviceKind, Matrix};
+use matrix::{BootPlan, DeviceKind, Matrix, QemuBinary};
 use results::{BootResult, Record, RunInfo};
 
 const USAGE: &str = "\
@@ -194,12 +194,20 @@ pub(crate) fn run_matrix(
         opts.repeat,
         run.accel
     );
+    // The Fusion controller lives in a QEMU of its own: built (or found in the cache) before the
+    // first boot, so a missing binary fails the run up front.
+    let fusion_qemu = if boots.iter().any(|b| b.device.qemu_binary() == QemuBinary::Fusion) {
+        Some(crate::qemufusion::ensure_binary()?)
+    } else {
+        None
+    };
     let runner = BootRunner {
         run: &run,
         kernel,
         opts,
         logs: &logs,
         boots_per_pass: boots.len(),
+        fusion_qemu: fusion_qemu.as_deref(),
     };
     // Passes run the whole matrix again, so slow drift of a shared machine spreads over every
     // point instead of biasing the ones that happen to run last.
@@ -256,6 +264,21 @@ struct BootRunner<'a> {
     opts: &'a Options,
     logs: &'a Path,
     boots_per_pass: usize,
+    /// The Fusion QEMU binary, when a boot needs it.
+    fusion_qemu: Option<&'a Path>,
+}
+
+/// The QEMU binary a boot on `device` runs: the system's, or the Fusion build `fusion_qemu`.
+pub(crate) fn qemu_binary_for(device: DeviceKind, fusion_qemu: Option<&Path>) -> Result<PathBuf, String> {
+    match device.qemu_binary() {
+        QemuBinary::System => Ok(PathBuf::from("qemu-system-x86_64")),
+        QemuBinary::Fusion => fusion_qemu.map(Path::to_path_buf).ok_or_else(|| {
+            format!(
+                "{}: needs the Fusion QEMU binary (cargo xtask qemu-fusion), which this run did not resolve",
+                device.label()
+            )
+        }),
+    }
 }
 
 impl BootRunner<'_> {
@@ -267,7 +290,9 @@ impl BootRunner<'_> {
             opts,
             logs,
             boots_per_pass: total,
+            fusion_qemu,
         } = *self;
+        let binary = qemu_binary_for(boot.device, fusion_qemu)?;
         let mut extra: Vec<String> = ["-M", "q35", "-smp", &boot.smp.to_string(), "-m", &boot.mem]
             .iter()
             .map(|s| s.to_string())
@@ -301,7 +326,8 @@ impl BootRunner<'_> {
             boot.jobs.len(),
             boot.smp
         );
-        let outcome = qemu::run(
+        let outcome = qemu::run_with(
+            &binary,
             &machine.args(),
             Duration::from_secs(boot.timeout_s()),
             opts.verbose,

@@ -197,7 +197,12 @@ pub fn comparisons(records: &[Record]) -> Vec<Comparison> {
             ),
         });
     }
-    for device in [DeviceKind::MegasasGen2, DeviceKind::Megasas, DeviceKind::Nvme] {
+    for device in [
+        DeviceKind::MegasasGen2,
+        DeviceKind::Megasas,
+        DeviceKind::Nvme,
+        DeviceKind::Fusion,
+    ] {
         out.push(Comparison {
             title: format!("{} vs null0", device.label()),
             pairs: pairs(

@@ -279,14 +279,19 @@ fn csv_has_one_row_per_job_with_the_reported_figures() {
         assert!((mb * 1e6 - r.report.bw_bytes as f64).abs() <= 5_000.0, "{mb}");
         assert_eq!(fields[col("irqs")], r.report.counter_total("irqs").unwrap().to_string());
         assert_eq!(fields[col("submitted")], r.report.ios.to_string());
-        // The floor figures of the controllers' jobs; none for the null device.
+        // The floor figures of the controllers' jobs; none for the null device, nor for the
+        // Fusion drive, whose driver measures no floor.
         let floor = r
             .report
             .totals
             .get("floor_qd1_iops")
             .map_or(String::new(), u64::to_string);
         assert_eq!(fields[col("floor_qd1_iops")], floor);
-        assert_eq!(floor.is_empty(), r.point.device == DeviceKind::Null, "{line}");
+        assert_eq!(
+            floor.is_empty(),
+            matches!(r.point.device, DeviceKind::Null | DeviceKind::Fusion),
+            "{line}"
+        );
         assert_eq!(fields[col("ok")], "true");
     }
     assert_eq!(results::micros(1_234_567), "1234.567");
@@ -365,7 +370,12 @@ fn plots_are_svg_files_with_the_expected_series() {
     let charts = plots::charts(&records, &base);
     let iops_chart = &charts[0];
     assert_eq!(iops_chart.categories, ["1", "8", "32"]);
-    assert_eq!(iops_chart.series.len(), 6, "null0, md0 and nvme0n1 on 1 and 2 CPUs");
+    assert_eq!(
+        iops_chart.series.len(),
+        8,
+        "null0, md0, nvme0n1 and mf0 on 1 and 2 CPUs"
+    );
+    assert_eq!(iops_chart.series[7].name, "mf0 (Invader), 2 CPUs");
     let null_2cpu = records
         .iter()
         .find(|r| {
@@ -438,11 +448,12 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
             "adaptive vs poll completion",
             "2 CPUs vs 1 CPU",
             "md0 (gen2) vs null0",
-            "nvme0n1 vs null0"
+            "nvme0n1 vs null0",
+            "mf0 (Invader) vs null0"
         ]
     );
-    // 4 policies x 3 devices have both quiesce policies.
-    assert_eq!(comparisons[0].pairs.len(), 12);
+    // 4 policies x 4 devices have both quiesce policies.
+    assert_eq!(comparisons[0].pairs.len(), 16);
     let pair = comparisons[0]
         .pairs
         .iter()
@@ -452,9 +463,9 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
     assert!((pair.iops_ratio() - 1.5).abs() < 1e-12);
     assert!((pair.p99_ratio() - 0.25).abs() < 1e-12);
     // remote vs irq: one pair per device and quiesce policy.
-    assert_eq!(comparisons[1].pairs.len(), 6);
+    assert_eq!(comparisons[1].pairs.len(), 8);
     // poll vs irq: those, plus md0 at qd 1 and 32 on 1 CPU.
-    assert_eq!(comparisons[3].pairs.len(), 8);
+    assert_eq!(comparisons[3].pairs.len(), 10);
     // md0's adaptive mode beside irq and beside poll, at qd 1 and 32.
     for c in &comparisons[4..6] {
         let contexts: Vec<&str> = c.pairs.iter().map(|p| p.context.as_str()).collect();
@@ -469,30 +480,37 @@ fn ratios_compare_jobs_that_differ_in_one_parameter() {
         );
     }
     // 2 vs 1 CPU: three queue depths per device.
-    assert_eq!(comparisons[6].pairs.len(), 9);
+    assert_eq!(comparisons[6].pairs.len(), 12);
     assert_eq!(
         comparisons[7].pairs.len(),
         13,
         "every point of the quick matrix but md0's adaptive and 1-CPU poll ones has both devices"
     );
     assert_eq!(comparisons[8].pairs.len(), 13, "and every such point has nvme0n1 too");
+    assert_eq!(comparisons[9].pairs.len(), 13, "and mf0 (Fusion)");
+    assert!(
+        comparisons[9]
+            .pairs
+            .iter()
+            .any(|p| p.context == "randread 4k qd8 2cpu remote locked")
+    );
 
     // A failed job drops out of every comparison.
     records[lk].problems.push("3 I/O errors".into());
-    assert_eq!(summary::comparisons(&records)[0].pairs.len(), 11);
+    assert_eq!(summary::comparisons(&records)[0].pairs.len(), 15);
 
     let text = summary::render(&records);
     assert!(text.contains("lock-free vs locked quiesce"));
-    assert!(text.contains("geometric mean over 11 pairs"));
+    assert!(text.contains("geometric mean over 15 pairs"));
     assert!(text.contains("FAILED: 3 I/O errors"));
     for column in ["irqs/io", "ipis/io", "locks/io"] {
         assert!(text.contains(column), "summary lacks {column}:\n{text}");
     }
     assert!(text.contains(" 32>16 "), "capped queue depth shown");
     let csv = summary::ratios_csv(&records);
-    // The failed job was in four pairs: quiesce, remote vs irq, md0 vs null0 and nvme0n1 vs null0.
+    // The failed job was in five pairs: quiesce, remote vs irq, and beside md0, nvme0n1 and mf0.
     let before: usize = comparisons.iter().map(|c| c.pairs.len()).sum();
-    assert_eq!(csv.lines().count(), 1 + before - 4);
+    assert_eq!(csv.lines().count(), 1 + before - 5);
     assert!(csv.contains("lock-free vs locked quiesce,md0 (gen2) randread 4k qd8 2cpu irq,"));
 }
 
@@ -554,11 +572,13 @@ fn list_shows_every_matrix_and_the_boots() {
         assert!(text.contains(m.name));
     }
     assert!(
-        text.contains("matrix 'quick': 43 jobs x 2s = 86 s of measurement, plus boot time, in 4 boots"),
+        text.contains("matrix 'quick': 56 jobs x 2s = 112 s of measurement, plus boot time, in 5 boots"),
         "{text}"
     );
     assert!(text.contains("kernel: null.size=1g device=null0 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
     assert!(text.contains("kernel: nvme.floor=2000 device=nvme0n1 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
+    assert!(text.contains("boot  4: fusion -smp 2"), "{text}");
+    assert!(text.contains("kernel: device=mf0 runtime=2000ms job=rr4k-qd1-c1-irq-lf"));
     assert!(text.contains(
         "kernel: megasas.floor=2000 megasas.irq_poll=on device=md0 runtime=2000ms job=rr4k-qd1-c1-adaptive-lf rw=randread bs=4k iodepth=1 cpus=0 completion=irq"
     ));
@@ -674,10 +694,16 @@ fn values_far_apart_get_a_log_axis() {
 fn results_are_shown_as_a_fraction_of_the_device_floor() {
     let mut records = quick_records();
     // The (simulated) kernel measured the floor before every job on a controller (md0 and
-    // nvme0n1 boots carry `megasas.floor=` / `nvme.floor=`), none on the null device.
+    // nvme0n1 boots carry `megasas.floor=` / `nvme.floor=`), none on the null device nor on
+    // the Fusion drive (its driver has no floor option).
     for r in &records {
         let fraction = summary::floor_fraction(r);
-        assert_eq!(fraction.is_some(), r.point.device != DeviceKind::Null, "{}", r.point);
+        assert_eq!(
+            fraction.is_some(),
+            !matches!(r.point.device, DeviceKind::Null | DeviceKind::Fusion),
+            "{}",
+            r.point
+        );
         if let Some(f) = fraction {
             let key = if r.point.iodepth == 1 {
                 "floor_qd1_iops"
@@ -693,7 +719,7 @@ fn results_are_shown_as_a_fraction_of_the_device_floor() {
     assert!(heading.ends_with("of floor"), "{heading}");
     for line in text.lines().skip(1).take_while(|l| !l.is_empty()) {
         let last = line.split_whitespace().last().unwrap();
-        if line.starts_with("null0") {
+        if line.starts_with("null0") || line.starts_with("mf0") {
             assert_eq!(last, "-", "{line}");
         } else {
             assert!(last.parse::<f64>().is_ok_and(|f| f > 0.0), "{line}");
