@@ -214,6 +214,7 @@ mod tests {
     use super::*;
     use alloc::vec;
 
+    #[allow(clippy::single_range_in_vec_init)] // node 0 has one memory range
     fn two_nodes() -> NumaTopology {
         let node = |node: u32, memory: Vec<Range<u64>>| NumaNode {
             node,
