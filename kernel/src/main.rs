@@ -343,6 +343,8 @@ fn report_numa(fw: &firmware::Firmware, cpus: &[smp::CpuEntry]) {
     if unplaced > 0 {
         kprintln!("numa: {unplaced} CPU(s) not listed in the SRAT");
     }
+    let (local, placed) = smp::stack_locality();
+    kprintln!("numa: AP stacks: {local} of {placed} on their CPU's node");
     let (image_start, _) = boot::kernel_image_range();
     match fw.node_of_address(image_start) {
         Some(node) => kprintln!("numa: the kernel image is on node {node}"),

@@ -190,14 +190,37 @@ pub fn alloc_frames_on_node(bytes: u64, align: u64, node: Option<u32>) -> Result
     if align == 0 || !align.is_power_of_two() {
         return Err(AllocError::BadAlignment(align));
     }
-    let ranges = node.and_then(|n| crate::arch::firmware::get().numa.as_ref()?.memory_of(n));
-    if let Some(ranges) = ranges {
-        if let Ok(start) = FRAMES.lock().alloc_within(bytes, align, Some(ranges)) {
-            return Ok(start);
-        }
+    match alloc_within_node(bytes, align, node, u64::MAX) {
+        Some(start) => Ok(start),
+        None => alloc_frames(bytes, align),
+    }
+}
+
+/// [`alloc_frames_on_node`] below 4 GiB (AP stacks: the trampoline's boot page tables map only that).
+pub fn alloc_frames_on_node_below_4g(bytes: u64, align: u64, node: Option<u32>) -> Result<u64, AllocError> {
+    if align == 0 || !align.is_power_of_two() {
+        return Err(AllocError::BadAlignment(align));
+    }
+    match alloc_within_node(bytes, align, node, IDENTITY_LIMIT) {
+        Some(start) => Ok(start),
+        None => alloc_frames_below_4g(bytes, align),
+    }
+}
+
+/// Frames from `node`'s SRAT ranges below `limit`; `None` (a fallback counted when a node
+/// was named) when the node is unknown or has no room there.
+fn alloc_within_node(bytes: u64, align: u64, node: Option<u32>, limit: u64) -> Option<u64> {
+    let ranges = node.and_then(|n| crate::arch::firmware::get().numa.as_ref()?.memory_of(n))?;
+    let windows: alloc::vec::Vec<core::ops::Range<u64>> = ranges
+        .iter()
+        .filter(|r| r.start < limit)
+        .map(|r| r.start..r.end.min(limit))
+        .collect();
+    let start = FRAMES.lock().alloc_within(bytes, align, Some(&windows)).ok();
+    if start.is_none() {
         NODE_FALLBACKS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
-    alloc_frames(bytes, align)
+    start
 }
 
 /// How many node-bound allocations fell back to another node's memory since boot.
