@@ -137,6 +137,22 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     for line in &fw.ignored {
         kprintln!("{line}");
     }
+    let highest_apic_id = fw.madt.cpus.iter().map(|c| c.apic_id).max().unwrap_or(0);
+    let opt_out = fw.dmar.as_ref().is_some_and(|d| d.x2apic_opt_out);
+    let was_x2apic = apic::is_x2apic();
+    let apic_mode = apic::honour_dmar_opt_out(opt_out, highest_apic_id, irq::VECTOR_SPURIOUS);
+    if opt_out || was_x2apic != apic_mode.is_x2apic() {
+        kprintln!(
+            "apic: {} mode{}: {}",
+            if apic_mode.is_x2apic() { "x2apic" } else { "xapic" },
+            if was_x2apic != apic_mode.is_x2apic() {
+                " (switched back)"
+            } else {
+                ""
+            },
+            apic_mode.reason()
+        );
+    }
     match arch::iommu::quiesce(fw.dmar.as_ref(), fw.ivrs.as_ref()) {
         Ok(lines) => lines.iter().for_each(|line| kprintln!("{line}")),
         Err(e) => exit::failure(format_args!("{e}")),
@@ -327,6 +343,8 @@ fn report_numa(fw: &firmware::Firmware, cpus: &[smp::CpuEntry]) {
     if unplaced > 0 {
         kprintln!("numa: {unplaced} CPU(s) not listed in the SRAT");
     }
+    let (local, placed) = smp::stack_locality();
+    kprintln!("numa: AP stacks: {local} of {placed} on their CPU's node");
     let (image_start, _) = boot::kernel_image_range();
     match fw.node_of_address(image_start) {
         Some(node) => kprintln!("numa: the kernel image is on node {node}"),

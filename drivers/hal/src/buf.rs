@@ -34,7 +34,22 @@ impl DmaBuf {
     /// (length, alignment of both addresses, no wrap), so a broken allocator is an error, not a
     /// device writing somewhere else.
     pub fn alloc<D: Dma + ?Sized>(dma: &D, size: usize, align: usize) -> Result<Self, DmaError> {
-        let DmaRegion { virt, phys, len } = dma.alloc_zeroed(size, align)?;
+        Self::checked(dma.alloc_zeroed(size, align)?, size, align)
+    }
+
+    /// As [`DmaBuf::alloc`], with the hint that CPU `cpu` is its main user (see
+    /// [`Dma::alloc_zeroed_for_cpu`]); the same checks apply.
+    pub fn alloc_for_cpu<D: Dma + ?Sized>(
+        dma: &D,
+        size: usize,
+        align: usize,
+        cpu: Option<usize>,
+    ) -> Result<Self, DmaError> {
+        Self::checked(dma.alloc_zeroed_for_cpu(size, align, cpu)?, size, align)
+    }
+
+    fn checked(region: DmaRegion, size: usize, align: usize) -> Result<Self, DmaError> {
+        let DmaRegion { virt, phys, len } = region;
         let misaligned = !(virt.as_ptr() as usize).is_multiple_of(align) || !phys.is_multiple_of(align as u64);
         if len < size || misaligned || phys.checked_add(size as u64).is_none() {
             return Err(DmaError::Contract { size, align, len, phys });

@@ -36,6 +36,8 @@ struct Inner {
     next_phys: u64,
     limit: Option<u64>,
     violations: Vec<String>,
+    /// `(bus address, CPU hint)` of each allocation made through [`Dma::alloc_zeroed_for_cpu`].
+    cpu_hints: Vec<(u64, Option<usize>)>,
 }
 
 // SAFETY: the allocations are plain heap blocks owned by `Inner`; the fake reaches their contents
@@ -82,8 +84,20 @@ impl FakeMemory {
                 next_phys: phys_base,
                 limit: None,
                 violations: Vec::new(),
+                cpu_hints: Vec::new(),
             }),
         })
+    }
+
+    /// The CPU hint the allocation at bus address `phys` was made with: `None` when it was not
+    /// made through [`Dma::alloc_zeroed_for_cpu`], `Some(None)` for a call without a CPU.
+    pub fn cpu_hint_of(&self, phys: u64) -> Option<Option<usize>> {
+        self.inner
+            .lock()
+            .cpu_hints
+            .iter()
+            .find(|&&(p, _)| p == phys)
+            .map(|&(_, cpu)| cpu)
     }
 
     /// Refuses allocations that would end above `limit` (e.g. `1 << 32` for a device that can
@@ -363,6 +377,13 @@ impl FakeDma {
 unsafe impl Dma for FakeDma {
     fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, DmaError> {
         self.0.alloc_zeroed(size, align)
+    }
+
+    /// One address space has no nodes: the hint is only recorded, for tests to check.
+    fn alloc_zeroed_for_cpu(&self, size: usize, align: usize, cpu: Option<usize>) -> Result<DmaRegion, DmaError> {
+        let region = self.0.alloc_zeroed(size, align)?;
+        self.0.inner.lock().cpu_hints.push((region.phys, cpu));
+        Ok(region)
     }
 }
 

@@ -124,6 +124,14 @@ impl fmt::Display for DmaError {
 pub unsafe trait Dma {
     /// Allocates `size` zeroed bytes aligned to `align` (a power of two).
     fn alloc_zeroed(&self, size: usize, align: usize) -> Result<DmaRegion, DmaError>;
+
+    /// As [`Dma::alloc_zeroed`], for memory that CPU `cpu` (kernel index) mostly touches (a
+    /// queue's rings): an allocator that knows the machine's NUMA layout takes it from that
+    /// CPU's node. The default ignores the hint. Same contract as `alloc_zeroed`.
+    fn alloc_zeroed_for_cpu(&self, size: usize, align: usize, cpu: Option<usize>) -> Result<DmaRegion, DmaError> {
+        let _ = cpu;
+        self.alloc_zeroed(size, align)
+    }
 }
 
 /// Busy-wait hook for bounded polls (bring-up, polled admin commands, resets).

@@ -472,6 +472,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     pub fn failed(&self) -> bool {
         self.state.load(Ordering::Acquire) == STATE_FAILED
     }
+    /// Bus addresses of I/O queue `hwq`'s submission and completion rings (`None` for a queue
+    /// that does not exist).
+    pub fn io_queue_rings(&self, hwq: usize) -> Option<(u64, u64)> {
+        self.io.get(hwq).map(|q| (q.sq_phys, q.cq_phys))
+    }
     /// Entries of each I/O queue.
     pub fn io_queue_entries(&self) -> u32 {
         self.io.first().map_or(0, |q| q.entries)
@@ -772,6 +777,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let mut queues = Vec::with_capacity(n);
         for hwq in 0..n {
             let qid = (hwq + 1) as u16;
+            // The queue's rings and PRP lists go near the first CPU that submits to it.
+            let owner = (0..plan.ncpus()).find(|&cpu| plan.hwq_of_cpu(cpu) == Some(hwq));
             let bad_db = Error::Unsupported {
                 what: "doorbell offset beyond 32 bits",
                 value: qid.into(),
@@ -781,10 +788,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let prp_lists = if list_stride == 0 {
                 None
             } else {
-                Some(DmaBuf::alloc(&self.dma, list_stride * blk_cids as usize, PAGE_SIZE)?)
+                Some(DmaBuf::alloc_for_cpu(
+                    &self.dma,
+                    list_stride * blk_cids as usize,
+                    PAGE_SIZE,
+                    owner,
+                )?)
             };
-            let sq_mem = DmaBuf::alloc(&self.dma, entries as usize * SQE_SIZE, PAGE_SIZE)?;
-            let cq_mem = DmaBuf::alloc(&self.dma, entries as usize * CQE_SIZE, PAGE_SIZE)?;
+            let sq_mem = DmaBuf::alloc_for_cpu(&self.dma, entries as usize * SQE_SIZE, PAGE_SIZE, owner)?;
+            let cq_mem = DmaBuf::alloc_for_cpu(&self.dma, entries as usize * CQE_SIZE, PAGE_SIZE, owner)?;
             queues.push(IoQueue {
                 qid,
                 sq_phys: sq_mem.phys(),

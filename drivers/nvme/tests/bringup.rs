@@ -286,3 +286,25 @@ fn each_namespace_gets_its_own_platform() {
     let d1: Vec<u64> = platforms[1].take_done().iter().map(|c| c.cookie).collect();
     assert_eq!((d0, d1), (vec![10], vec![11]));
 }
+
+#[test]
+fn each_io_queue_is_allocated_for_the_cpu_that_owns_it() {
+    // Four CPUs, two queues: CPUs 0-1 share q1 and 2-3 share q2 (the plan's split), so the
+    // rings of q1 are asked for near CPU 0 and those of q2 near CPU 2.
+    let rig = Rig::new(
+        FakeConfig::new(4),
+        4,
+        IrqMode::MsiX { vectors: 3 },
+        HostConfig::default(),
+    );
+    let plan = rig.host.plan();
+    let memory = rig.fake.memory();
+    for hwq in 0..plan.nr_io_queues() {
+        let owner = (0..4).find(|&cpu| plan.hwq_of_cpu(cpu) == Some(hwq));
+        assert!(owner.is_some(), "queue {hwq} has a CPU");
+        let (sq, cq) = rig.host.controller().io_queue_rings(hwq).expect("queue exists");
+        assert_eq!(memory.cpu_hint_of(sq), Some(owner), "SQ of queue {hwq}");
+        assert_eq!(memory.cpu_hint_of(cq), Some(owner), "CQ of queue {hwq}");
+    }
+    assert_eq!(rig.host.controller().io_queue_rings(plan.nr_io_queues()), None);
+}

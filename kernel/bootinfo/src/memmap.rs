@@ -232,6 +232,16 @@ fn hole(start: u64, end: u64) -> Range {
     }
 }
 
+/// Where `bytes` at `align` fit inside both the free range `free` and the
+/// window `window`, as `(start, end)`, lowest first; `None` when they do not.
+fn fit_in(free: Range, window: &core::ops::Range<u64>, bytes: u64, align: u64) -> Option<(u64, u64)> {
+    let lo = free.start.max(window.start);
+    let hi = free.end.min(window.end);
+    let start = lo.checked_next_multiple_of(align)?;
+    let end = start.checked_add(bytes)?;
+    (end <= hi).then_some((start, end))
+}
+
 /// A first-fit allocator of physically contiguous, page-granular ranges:
 /// the free list behind the kernel's frame allocator (the kernel wraps it in
 /// a lock). Allocation splits a free range; freeing re-inserts in address
@@ -269,6 +279,19 @@ impl<const N: usize> FreeRanges<N> {
     /// Takes `bytes` (rounded up to pages, at least one page) aligned to
     /// `align` (a power of two; at least a page). Returns the start address.
     pub fn alloc(&mut self, bytes: u64, align: u64) -> Result<u64, Error> {
+        self.alloc_within(bytes, align, None)
+    }
+
+    /// Like [`alloc`](Self::alloc), but the allocation must lie wholly inside
+    /// one of `windows` (e.g. one NUMA node's memory ranges) when they are
+    /// given; still the lowest fit. Fails as "no free range" when no window
+    /// has room: the caller decides whether to fall back to any memory.
+    pub fn alloc_within(
+        &mut self,
+        bytes: u64,
+        align: u64,
+        windows: Option<&[core::ops::Range<u64>]>,
+    ) -> Result<u64, Error> {
         if align == 0 || !align.is_power_of_two() {
             return Err(Error::BadStructure {
                 what: "allocation",
@@ -282,15 +305,13 @@ impl<const N: usize> FreeRanges<N> {
             detail: "size overflows",
             value: bytes,
         })?;
+        let whole = core::slice::from_ref(&(0..u64::MAX));
+        let windows = windows.unwrap_or(whole);
         for i in 0..self.ranges.len() {
             let r = self.ranges[i];
-            let Some(start) = r.start.checked_next_multiple_of(align) else {
+            let Some((start, end)) = windows.iter().filter_map(|w| fit_in(r, w, bytes, align)).min() else {
                 continue;
             };
-            let Some(end) = start.checked_add(bytes) else { continue };
-            if end > r.end {
-                continue;
-            }
             let before = Range {
                 start: r.start,
                 end: start,
@@ -405,6 +426,52 @@ mod free_ranges_tests {
         f.free(a, 0x1000).unwrap();
         assert_eq!(ranges(&f), [(0x10_0000, 0x80_0000)]);
         assert_eq!(f.free_bytes(), total);
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one-range windows (a node with one range) are the point
+    fn alloc_within_stays_inside_the_windows() {
+        // Two "nodes": 1..8 MiB and 8..16 MiB; the free list spans both.
+        let mut f: FreeRanges<8> = FreeRanges::from_ranges(&[Range {
+            start: 0x10_0000,
+            end: 0x100_0000,
+        }])
+        .unwrap();
+        let node1 = [0x80_0000..0x100_0000];
+        let a = f.alloc_within(0x2000, 0x1000, Some(&node1)).unwrap();
+        assert_eq!(a, 0x80_0000, "lowest fit inside the window, not the lowest free page");
+        assert_eq!(ranges(&f), [(0x10_0000, 0x80_0000), (0x80_2000, 0x100_0000)]);
+        // Alignment applies inside the window too.
+        let b = f.alloc_within(0x1000, 0x20_0000, Some(&node1)).unwrap();
+        assert_eq!(b, 0xA0_0000);
+        // An allocation may not straddle a window's end, even where free memory continues.
+        let mut g: FreeRanges<8> = FreeRanges::from_ranges(&[Range {
+            start: 0x10_0000,
+            end: 0x100_0000,
+        }])
+        .unwrap();
+        let low = [0x10_0000..0x80_0000];
+        assert_eq!(g.alloc_within(0x6F_0000, 0x1000, Some(&low)), Ok(0x10_0000));
+        assert!(
+            g.alloc_within(0x2_0000, 0x1000, Some(&low)).is_err(),
+            "0x10000 bytes left in the window; 0x20000 must not spill into the next node"
+        );
+        assert_eq!(
+            g.alloc(0x2_0000, 0x1000),
+            Ok(0x7F_0000),
+            "without windows it may straddle"
+        );
+        // Several windows (a node with two ranges): the lowest fit over all of them.
+        let mut h: FreeRanges<8> = FreeRanges::from_ranges(&[Range {
+            start: 0x10_0000,
+            end: 0x100_0000,
+        }])
+        .unwrap();
+        let split = [0xC0_0000..0x100_0000, 0x20_0000..0x21_0000];
+        assert_eq!(h.alloc_within(0x1_0000, 0x1000, Some(&split)), Ok(0x20_0000));
+        assert_eq!(h.alloc_within(0x1_0000, 0x1000, Some(&split)), Ok(0xC0_0000));
+        // An empty window list has no room.
+        assert!(h.alloc_within(0x1000, 0x1000, Some(&[])).is_err());
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!   ([`icr_x2apic`], [`icr_xapic`]);
 //! * the watchdog's verdict: a CPU that stalled while others progressed is a
 //!   hang, a stall that the detecting CPU saw on its own clock too is global
-//!   ([`watchdog_verdict`]).
+//!   ([`watchdog_verdict`]);
+//! * the local APIC mode once the DMAR has been read: its x2APIC opt-out flag
+//!   is honoured when it can be ([`apic_mode_after_dmar`]).
 
 use alloc::vec::Vec;
 
@@ -133,6 +135,58 @@ pub fn icr_x2apic(apic_id: u32, command: u32) -> u64 {
 /// xAPIC mode cannot address.
 pub fn icr_xapic(apic_id: u32, command: u32) -> Option<(u32, u32)> {
     interrupt_reachable(apic_id).then_some((apic_id << 24, command))
+}
+
+/// The local APIC mode chosen after the DMAR was read, with why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApicModeChoice {
+    /// Use (or keep) x2APIC mode.
+    X2apic(&'static str),
+    /// Use (or go back to) xAPIC mode.
+    Xapic(&'static str),
+}
+
+impl ApicModeChoice {
+    /// Whether the choice is x2APIC mode.
+    pub fn is_x2apic(self) -> bool {
+        matches!(self, Self::X2apic(_))
+    }
+
+    /// Why this mode was chosen, for the boot report.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::X2apic(reason) | Self::Xapic(reason) => reason,
+        }
+    }
+}
+
+/// Honours the DMAR's x2APIC opt-out flag where it can be honoured: firmware
+/// sets it when its own code (SMM handlers, interrupt remapping set up for
+/// xAPIC) expects the OS to stay in xAPIC mode. It cannot be honoured when
+/// the CPU has no xAPIC path back (firmware already switched it to x2APIC:
+/// leaving x2APIC needs a full APIC disable firmware did not plan for) or
+/// when a CPU's APIC id above 255 can only be addressed in x2APIC mode.
+pub fn apic_mode_after_dmar(
+    cpu_has_x2apic: bool,
+    firmware_left_x2apic: bool,
+    dmar_x2apic_opt_out: bool,
+    highest_apic_id: u32,
+) -> ApicModeChoice {
+    if !cpu_has_x2apic {
+        return ApicModeChoice::Xapic("the CPU has no x2APIC");
+    }
+    if !dmar_x2apic_opt_out {
+        return ApicModeChoice::X2apic("the CPU has x2APIC and the DMAR does not opt out");
+    }
+    if firmware_left_x2apic {
+        return ApicModeChoice::X2apic("the DMAR opts out of x2APIC, but firmware left the CPU in x2APIC mode");
+    }
+    if highest_apic_id > MAX_INTERRUPT_DESTINATION {
+        return ApicModeChoice::X2apic(
+            "the DMAR opts out of x2APIC, but a CPU has an APIC id above 255 that only x2APIC can reach",
+        );
+    }
+    ApicModeChoice::Xapic("the DMAR opts out of x2APIC and firmware left the APIC in xAPIC mode")
 }
 
 /// What the watchdog concludes on one CPU's tick about another CPU.
@@ -298,5 +352,24 @@ mod tests {
             watchdog_verdict(now, now, now + MS, 0, threshold),
             WatchdogVerdict::Fine
         );
+    }
+
+    #[test]
+    fn dmar_opt_out_keeps_xapic_only_when_it_can() {
+        let choice = apic_mode_after_dmar(true, false, true, 3);
+        assert!(!choice.is_x2apic());
+        assert!(choice.reason().contains("opts out"));
+        // No opt-out: x2APIC whenever the CPU has it.
+        assert!(apic_mode_after_dmar(true, false, false, 3).is_x2apic());
+        // Firmware already in x2APIC mode: stay there.
+        let choice = apic_mode_after_dmar(true, true, true, 3);
+        assert!(choice.is_x2apic());
+        assert!(choice.reason().contains("firmware left the CPU in x2APIC"));
+        // An APIC id of 256 is reachable only in x2APIC mode; 255 still is in xAPIC.
+        assert!(apic_mode_after_dmar(true, false, true, 256).is_x2apic());
+        assert!(!apic_mode_after_dmar(true, false, true, 255).is_x2apic());
+        // No x2APIC in the CPU: xAPIC whatever the DMAR says.
+        assert!(!apic_mode_after_dmar(false, false, false, 3).is_x2apic());
+        assert!(!apic_mode_after_dmar(false, false, true, 300).is_x2apic());
     }
 }

@@ -390,3 +390,14 @@ fn optional_tables_are_none_when_absent_and_errors_when_broken() {
     // The fixture's FACP is all zeros: no PM timer, and why.
     assert_eq!(tables.fadt().unwrap().unwrap().pm_timer, Err("PM_TMR_BLK is 0"));
 }
+
+#[test]
+fn the_qemu_scenario_dmar_opts_out_of_x2apic() {
+    // Loaded by tests/acpi.scenarios (acpi-dmar-x2apic-opt-out*) through `-acpitable file=`:
+    // QEMU's own DMAR never sets the opt-out flag.
+    let bytes = include_bytes!("../../../tests/data/dmar-x2apic-opt-out.bin");
+    let parsed = load(bytes, |m, t| Dmar::parse(m, t)).unwrap();
+    assert!(parsed.x2apic_opt_out && parsed.interrupt_remapping);
+    assert_eq!(parsed.host_address_width, 39);
+    assert!(parsed.units.is_empty() && parsed.reserved_regions.is_empty());
+}

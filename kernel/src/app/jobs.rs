@@ -10,6 +10,7 @@ use crate::dev::block::{self, BlockDevice, MAX_SLOTS_PER_CPU};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use blk::{BlkError, CompletionPolicy, QuiesceCheck, Segment, Status};
+use core::fmt::Write;
 use workload::{
     Completion, CpuResult, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, JobReport, JobShared, ProgressMeter,
     SubmitError, WorkloadError,
@@ -182,14 +183,29 @@ struct JobContext<'a> {
     poll: bool,
     start_ns: u64,
     results: Vec<spin::Mutex<Option<Result<CpuResult, WorkloadError>>>>,
+    /// Where each CPU's buffers landed (with an SRAT), for the `numa:` lines.
+    placements: Vec<spin::Mutex<Option<BufferPlacement>>>,
+}
+
+/// One submitting CPU's NUMA node and how many of its DMA buffers lie wholly
+/// in that node's SRAT memory ranges (checked from their physical addresses,
+/// independently of how the allocator chose them).
+#[derive(Debug, Clone, Copy)]
+struct BufferPlacement {
+    cpu: usize,
+    node: Option<u32>,
+    local: usize,
+    remote: usize,
 }
 
 fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadError> {
     let cpu = ctx.plan.cpus[index].cpu as usize;
     let bs = ctx.plan.bs() as usize;
+    let fw = crate::arch::firmware::get();
+    let node = fw.node_of_apic_id(percpu::current().apic_id.load(core::sync::atomic::Ordering::Relaxed));
     let mut buffers = Vec::with_capacity(ctx.plan.iodepth as usize);
     for _ in 0..ctx.plan.iodepth {
-        match DmaBuffer::new(bs, 4096) {
+        match DmaBuffer::on_node(bs, 4096, node) {
             Ok(b) => buffers.push(b),
             Err(e) => {
                 log::error!("cpu{cpu}: no DMA memory for the job's buffers: {e}");
@@ -200,6 +216,20 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
                 });
             }
         }
+    }
+    if let Some(numa) = &fw.numa {
+        let local = node.map_or(0, |n| {
+            buffers
+                .iter()
+                .filter(|b| numa.range_is_on_node(b.phys(), bs as u64, n))
+                .count()
+        });
+        *ctx.placements[index].lock() = Some(BufferPlacement {
+            cpu,
+            node,
+            local,
+            remote: buffers.len() - local,
+        });
     }
     let scale = u64::from(ctx.dev.facts().sector_size / 512);
     let mut backend = KernelBackend {
@@ -237,6 +267,43 @@ fn worker(ctx_addr: usize) {
         ctx.shared.request_stop();
     }
     *ctx.results[index].lock() = Some(r);
+}
+
+/// The `numa:` lines of a job (only with an SRAT): each CPU's node and its
+/// buffers' locality, then one verdict line that a scenario can require.
+fn report_buffer_placement(ctx: &JobContext<'_>) {
+    let placements: Vec<BufferPlacement> = ctx.placements.iter().filter_map(|p| *p.lock()).collect();
+    if placements.is_empty() {
+        return;
+    }
+    let mut line = alloc::format!("numa: job {} buffers:", ctx.plan.spec.name);
+    for (i, p) in placements.iter().enumerate() {
+        let sep = if i == 0 { " " } else { ", " };
+        let _ = match p.node {
+            Some(node) => write!(
+                line,
+                "{sep}cpu{} node {node} ({} local, {} remote)",
+                p.cpu, p.local, p.remote
+            ),
+            None => write!(line, "{sep}cpu{} in no SRAT node ({} unplaced)", p.cpu, p.remote),
+        };
+    }
+    kprintln!("{line}");
+    let total: usize = placements.iter().map(|p| p.local + p.remote).sum();
+    let remote: usize = placements.iter().map(|p| p.remote).sum();
+    if remote == 0 {
+        kprintln!(
+            "numa: job {}: all {total} buffers of {} CPUs are on their CPU's node",
+            ctx.plan.spec.name,
+            placements.len()
+        );
+    } else {
+        kprintln!(
+            "numa: job {}: {remote} of {total} buffers are not on their CPU's node ({} node fallbacks since boot)",
+            ctx.plan.spec.name,
+            crate::arch::memory::node_fallbacks()
+        );
+    }
 }
 
 fn device_info(d: &dyn BlockDevice) -> DeviceInfo {
@@ -374,6 +441,7 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
             poll: *completion == CompletionPolicy::Poll,
             start_ns,
             results: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
+            placements: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
         })
         .collect();
     for (plan, (completion, quiesce)) in plans.iter().zip(&policies) {
@@ -429,6 +497,9 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
     }
     for (cpu, t) in waits {
         smp::wait_done(cpu, t);
+    }
+    for ctx in &contexts {
+        report_buffer_placement(ctx);
     }
     // A CPU's error (a stall, a bogus completion) is the verdict, before the drain.
     let mut all_results: Vec<Vec<workload::CpuResult>> = Vec::with_capacity(plans.len());

@@ -30,6 +30,10 @@ const TIMER_PERIODIC: u32 = 1 << 17;
 const DIVIDE_BY_16: u32 = 0b0011;
 
 static X2APIC: AtomicBool = AtomicBool::new(false);
+/// CPUID says the CPU has x2APIC (recorded by `choose_mode`).
+static CPU_HAS_X2APIC: AtomicBool = AtomicBool::new(false);
+/// Firmware handed over the BSP's APIC already in x2APIC mode.
+static FIRMWARE_LEFT_X2APIC: AtomicBool = AtomicBool::new(false);
 static XAPIC_BASE: AtomicU64 = AtomicU64::new(0xFEE0_0000);
 
 /// Whether the local APICs run in x2APIC mode.
@@ -85,11 +89,44 @@ pub fn choose_mode() {
         .get_feature_info()
         .is_some_and(|f| f.has_x2apic());
     X2APIC.store(has_x2, Ordering::Relaxed);
+    CPU_HAS_X2APIC.store(has_x2, Ordering::Relaxed);
     // SAFETY: reading IA32_APIC_BASE has no side effects.
-    let base = unsafe { Msr::new(IA32_APIC_BASE).read() } & 0x000F_FFFF_FFFF_F000;
+    let apic_base = unsafe { Msr::new(IA32_APIC_BASE).read() };
+    FIRMWARE_LEFT_X2APIC.store(apic_base & APIC_BASE_X2APIC != 0, Ordering::Relaxed);
+    let base = apic_base & 0x000F_FFFF_FFFF_F000;
     if base != 0 {
         XAPIC_BASE.store(base, Ordering::Relaxed);
     }
+}
+
+/// Honours the DMAR's x2APIC opt-out once ACPI has been read (the mode was
+/// chosen from CPUID before that). Runs on the BSP before any AP starts, so
+/// going back to xAPIC only concerns this CPU: its APIC is disabled (the
+/// architected way out of x2APIC) and set up again in xAPIC mode.
+pub fn honour_dmar_opt_out(
+    dmar_x2apic_opt_out: bool,
+    highest_apic_id: u32,
+    spurious_vector: u8,
+) -> platform::cpus::ApicModeChoice {
+    let choice = platform::cpus::apic_mode_after_dmar(
+        CPU_HAS_X2APIC.load(Ordering::Relaxed),
+        FIRMWARE_LEFT_X2APIC.load(Ordering::Relaxed),
+        dmar_x2apic_opt_out,
+        highest_apic_id,
+    );
+    if is_x2apic() && !choice.is_x2apic() {
+        let mut msr = Msr::new(IA32_APIC_BASE);
+        // SAFETY: clearing both enable bits is the only permitted way from
+        // x2APIC to xAPIC mode; no AP runs yet and interrupts are not enabled,
+        // so nothing is lost while this CPU's APIC is off.
+        unsafe {
+            let v = msr.read() & !(APIC_BASE_ENABLE | APIC_BASE_X2APIC);
+            msr.write(v);
+        }
+        X2APIC.store(false, Ordering::Relaxed);
+        init_local(spurious_vector);
+    }
+    choice
 }
 
 /// Enables this CPU's local APIC: software-enabled with `spurious_vector`,

@@ -32,11 +32,7 @@ pub fn quiesce(dmar: Option<&Dmar>, ivrs: Option<&Ivrs>) -> Result<Vec<String>, 
             } else {
                 "not supported"
             },
-            if dmar.x2apic_opt_out {
-                "set (noted: baremq picks the APIC mode from CPUID before reading ACPI)"
-            } else {
-                "clear"
-            }
+            if dmar.x2apic_opt_out { "set" } else { "clear" }
         ));
         for unit in &dmar.units {
             lines.push(vtd_unit(unit.register_base, unit.segment)?);

@@ -180,6 +180,54 @@ pub fn alloc_frames(bytes: u64, align: u64) -> Result<u64, AllocError> {
     })
 }
 
+/// Allocations that asked for a NUMA node's memory and got other memory.
+static NODE_FALLBACKS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Like [`alloc_frames`], but from `node`'s memory (its SRAT ranges) when the
+/// node is known; when that node has no room, from any memory, counted in
+/// [`node_fallbacks`]. `None` (no SRAT, a CPU it does not list) is any memory.
+pub fn alloc_frames_on_node(bytes: u64, align: u64, node: Option<u32>) -> Result<u64, AllocError> {
+    if align == 0 || !align.is_power_of_two() {
+        return Err(AllocError::BadAlignment(align));
+    }
+    match alloc_within_node(bytes, align, node, u64::MAX) {
+        Some(start) => Ok(start),
+        None => alloc_frames(bytes, align),
+    }
+}
+
+/// [`alloc_frames_on_node`] below 4 GiB (AP stacks: the trampoline's boot page tables map only that).
+pub fn alloc_frames_on_node_below_4g(bytes: u64, align: u64, node: Option<u32>) -> Result<u64, AllocError> {
+    if align == 0 || !align.is_power_of_two() {
+        return Err(AllocError::BadAlignment(align));
+    }
+    match alloc_within_node(bytes, align, node, IDENTITY_LIMIT) {
+        Some(start) => Ok(start),
+        None => alloc_frames_below_4g(bytes, align),
+    }
+}
+
+/// Frames from `node`'s SRAT ranges below `limit`; `None` (a fallback counted when a node
+/// was named) when the node is unknown or has no room there.
+fn alloc_within_node(bytes: u64, align: u64, node: Option<u32>, limit: u64) -> Option<u64> {
+    let ranges = node.and_then(|n| crate::arch::firmware::get().numa.as_ref()?.memory_of(n))?;
+    let windows: alloc::vec::Vec<core::ops::Range<u64>> = ranges
+        .iter()
+        .filter(|r| r.start < limit)
+        .map(|r| r.start..r.end.min(limit))
+        .collect();
+    let start = FRAMES.lock().alloc_within(bytes, align, Some(&windows)).ok();
+    if start.is_none() {
+        NODE_FALLBACKS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+    start
+}
+
+/// How many node-bound allocations fell back to another node's memory since boot.
+pub fn node_fallbacks() -> u64 {
+    NODE_FALLBACKS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Like [`alloc_frames`], but only memory below 4 GiB (for page tables and
 /// devices limited to 32-bit DMA). Takes the lowest fit, as the allocator
 /// always does, and refuses a result above 4 GiB.
@@ -218,7 +266,13 @@ unsafe impl Sync for DmaBuffer {}
 impl DmaBuffer {
     /// Allocates `len` bytes aligned to `align` (rounded up to a page).
     pub fn new(len: usize, align: usize) -> Result<Self, AllocError> {
-        let phys = alloc_frames(len as u64, align as u64)?;
+        Self::on_node(len, align, None)
+    }
+
+    /// Like [`new`](Self::new), from `node`'s memory where it has room (see
+    /// [`alloc_frames_on_node`]).
+    pub fn on_node(len: usize, align: usize, node: Option<u32>) -> Result<Self, AllocError> {
+        let phys = alloc_frames_on_node(len as u64, align as u64, node)?;
         let virt = phys as *mut u8;
         // SAFETY: freshly allocated, identity-mapped, exclusively owned frames.
         unsafe { core::ptr::write_bytes(virt, 0, len.next_multiple_of(PAGE as usize)) };

@@ -36,6 +36,18 @@ static MAILBOX: [Mailbox; MAX_CPUS] = [const {
 /// CPU indices handed out (started CPUs, online or not; the boot CPU counts).
 static STARTED: AtomicUsize = AtomicUsize::new(1);
 
+/// AP stacks allocated for a CPU the SRAT places, and how many of them lie in its node's memory.
+static STACKS_WITH_NODE: AtomicUsize = AtomicUsize::new(0);
+static STACKS_LOCAL: AtomicUsize = AtomicUsize::new(0);
+
+/// `(local, placed)`: of the AP stacks of CPUs the SRAT places, how many are on their CPU's node.
+pub fn stack_locality() -> (usize, usize) {
+    (
+        STACKS_LOCAL.load(Ordering::Relaxed),
+        STACKS_WITH_NODE.load(Ordering::Relaxed),
+    )
+}
+
 /// Number of online CPUs.
 pub fn online() -> usize {
     ONLINE.load(Ordering::Acquire)
@@ -118,8 +130,9 @@ pub fn start_aps(apic_ids: &[u32], max_cpus: Option<usize>) -> Vec<CpuEntry> {
         percpu::cpu(index).apic_id.store(apic_id, Ordering::Relaxed);
         // From the frame allocator, not the heap: hundreds of 256 KiB stacks would take
         // the whole heap (an eighth of RAM at most). Below 4 GiB: identity-mapped by the
-        // boot tables the trampoline switches to.
-        let stack_base = match super::memory::alloc_frames_below_4g(AP_STACK_BYTES as u64, 4096) {
+        // boot tables the trampoline switches to. On the CPU's NUMA node where it has room.
+        let node = super::firmware::get().node_of_apic_id(apic_id);
+        let stack_base = match super::memory::alloc_frames_on_node_below_4g(AP_STACK_BYTES as u64, 4096, node) {
             Ok(base) => base,
             Err(e) => {
                 log::error!("smp: no memory for cpu{index}'s stack ({e}); it is not started");
@@ -131,6 +144,12 @@ pub fn start_aps(apic_ids: &[u32], max_cpus: Option<usize>) -> Vec<CpuEntry> {
                 continue;
             }
         };
+        if let (Some(node), Some(numa)) = (node, super::firmware::get().numa.as_ref()) {
+            STACKS_WITH_NODE.fetch_add(1, Ordering::Relaxed);
+            if numa.range_is_on_node(stack_base, AP_STACK_BYTES as u64, node) {
+                STACKS_LOCAL.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let stack_top = (stack_base + AP_STACK_BYTES as u64) & !0xF;
         patch_u64(boot::trampoline_layout::CR3, boot::boot_pml4_address());
         patch_u64(boot::trampoline_layout::ENTRY, ap_entry as *const () as u64);

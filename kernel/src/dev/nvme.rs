@@ -108,10 +108,28 @@ pub(crate) struct KernelDma;
 // driver for the controller's lifetime.
 unsafe impl nvme::Dma for KernelDma {
     fn alloc_zeroed(&self, size: usize, align: usize) -> Result<nvme::DmaRegion, nvme::DmaError> {
-        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| nvme::DmaError::OutOfMemory { size, align })?;
+        self.alloc_zeroed_for_cpu(size, align, None)
+    }
+
+    /// From the NUMA node of the queue's CPU (any memory when there is no SRAT or it has no room).
+    fn alloc_zeroed_for_cpu(
+        &self,
+        size: usize,
+        align: usize,
+        cpu: Option<usize>,
+    ) -> Result<nvme::DmaRegion, nvme::DmaError> {
+        let node = cpu.and_then(node_of_cpu);
+        let buf =
+            DmaBuffer::on_node(size, align.max(4096), node).map_err(|_| nvme::DmaError::OutOfMemory { size, align })?;
         let (virt, phys, len) = buf.leak();
         Ok(nvme::DmaRegion { virt, phys, len })
     }
+}
+
+/// The SRAT node of kernel CPU `index`.
+fn node_of_cpu(index: usize) -> Option<u32> {
+    let apic_id = crate::arch::percpu::cpu(index).apic_id.load(Ordering::Relaxed);
+    crate::arch::firmware::get().node_of_apic_id(apic_id)
 }
 
 /// Bounded waits on the kernel's clock.
@@ -522,6 +540,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     }
     kprintln!("{name}: interrupts: {irq_text}");
     kprintln!("{name}: queues:{layout}");
+    report_queue_nodes(&name, controller);
     let depth = controller.host.controller().queue_depth();
     for (i, ns) in controller.host.namespaces().iter().enumerate() {
         let queue = controller
@@ -583,4 +602,39 @@ impl IrqHandler for Deferred {
             c.handle(vector_index, cpu);
         }
     }
+}
+
+/// With an SRAT: the node of each I/O queue's rings (read back from their bus addresses)
+/// against the node of the queue's first CPU.
+fn report_queue_nodes(name: &str, controller: &Controller) {
+    let fw = crate::arch::firmware::get();
+    let Some(numa) = &fw.numa else { return };
+    let plan = controller.host.plan();
+    let ctrl = controller.host.controller();
+    let mut line = String::new();
+    let (mut local, mut total) = (0, 0);
+    for hwq in 0..plan.nr_io_queues() {
+        let Some((sq, cq)) = ctrl.io_queue_rings(hwq) else {
+            continue;
+        };
+        let owner = (0..plan.ncpus()).find(|&c| plan.hwq_of_cpu(c) == Some(hwq));
+        let cpu_node = owner.and_then(node_of_cpu);
+        let ring_node = numa
+            .node_of_address(sq)
+            .filter(|&n| numa.node_of_address(cq) == Some(n));
+        let fmt_node = |n: Option<u32>| n.map_or(String::from("?"), |n| format!("{n}"));
+        total += 1;
+        if cpu_node.is_some() && cpu_node == ring_node {
+            local += 1;
+        }
+        line += &format!(
+            " q{}:cpu{}(node {})->rings node {}",
+            hwq + 1,
+            owner.map_or(String::from("?"), |c| format!("{c}")),
+            fmt_node(cpu_node),
+            fmt_node(ring_node)
+        );
+    }
+    kprintln!("numa: {name} queues:{line}");
+    kprintln!("numa: {name}: {local} of {total} I/O queues have their rings on their CPU's node");
 }

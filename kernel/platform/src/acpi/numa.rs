@@ -105,6 +105,22 @@ impl NumaTopology {
             .map(|n| n.node)
     }
 
+    /// The memory ranges of `node` (`None` for a node the SRAT does not list).
+    pub fn memory_of(&self, node: u32) -> Option<&[Range<u64>]> {
+        self.nodes.iter().find(|n| n.node == node).map(|n| n.memory.as_slice())
+    }
+
+    /// Whether all of `[start, start + len)` lies in one memory range of
+    /// `node`: the check behind "this buffer is local to its CPU" (a buffer
+    /// straddling two nodes, or in memory the SRAT does not list, is not).
+    pub fn range_is_on_node(&self, start: u64, len: u64, node: u32) -> bool {
+        let Some(end) = start.checked_add(len.max(1)) else {
+            return false;
+        };
+        self.memory_of(node)
+            .is_some_and(|ranges| ranges.iter().any(|r| r.start <= start && end <= r.end))
+    }
+
     /// SLIT distance between two nodes (10 = local), when a consistent SLIT lists both.
     pub fn distance(&self, from: u32, to: u32) -> Option<u8> {
         let slit = self.slit.as_ref()?;
@@ -191,4 +207,56 @@ pub fn write_ranges(f: &mut fmt::Formatter<'_>, sorted: &[usize]) -> fmt::Result
         i += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[allow(clippy::single_range_in_vec_init)] // node 0 has one memory range
+    fn two_nodes() -> NumaTopology {
+        let node = |node: u32, memory: Vec<Range<u64>>| NumaNode {
+            node,
+            proximity_domain: node,
+            apic_ids: vec![node],
+            memory,
+        };
+        NumaTopology {
+            nodes: vec![
+                node(0, vec![0..0x800_0000]),
+                node(1, vec![0x800_0000..0x1000_0000, 0x1_0000_0000..0x1_4000_0000]),
+            ],
+            slit: None,
+        }
+    }
+
+    #[test]
+    fn a_range_is_on_a_node_only_when_wholly_inside_one_of_its_ranges() {
+        let numa = two_nodes();
+        assert_eq!(numa.memory_of(1).map(<[_]>::len), Some(2));
+        assert!(numa.memory_of(2).is_none());
+        assert!(numa.range_is_on_node(0x10_0000, 0x1000, 0));
+        assert!(
+            !numa.range_is_on_node(0x10_0000, 0x1000, 1),
+            "node 0 memory is remote to node 1"
+        );
+        assert!(
+            numa.range_is_on_node(0x1_0000_0000, 0x20_0000, 1),
+            "the second range counts"
+        );
+        assert!(
+            !numa.range_is_on_node(0x7FF_F000, 0x2000, 0) && !numa.range_is_on_node(0x7FF_F000, 0x2000, 1),
+            "a buffer straddling the node boundary is local to neither"
+        );
+        assert!(
+            !numa.range_is_on_node(0x1000_0000, 0x1000, 1),
+            "the hole between ranges is no node's"
+        );
+        assert!(!numa.range_is_on_node(0x10_0000, 0x1000, 7), "unknown node");
+        assert!(
+            !numa.range_is_on_node(u64::MAX - 0xFFF, 0x2000, 1),
+            "overflow is refused"
+        );
+    }
 }
