@@ -20,6 +20,11 @@
 //! first (the lock can be stolen, as rt_mutex allows), it parks again, still registered, and a
 //! later unlock wakes it.
 //!
+//! Waiters are counted per CPU, not flagged: two contexts of one CPU (a thread and the interrupt
+//! handler that preempted it; the stress tests' interrupt thread) may both wait. With one flag,
+//! the first to get the lock cleared it while the other still slept, and no unlock ever woke
+//! that one again (a freeze that never drained, about one run in ten under load).
+//!
 //! No lost wake-up: the waiter sets its bit, runs a full fence, then tries the lock; the
 //! unlocker releases the lock, runs a full fence, then reads the bits. If the waiter's try saw
 //! the lock held, that read is coherence-ordered before the release, so the waiter's fence
@@ -37,7 +42,7 @@
 //! with the reschedule cost charged per retry.
 
 use crate::driver::Platform;
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence, spin_loop};
+use crate::sync::{AtomicU32, Ordering, fence, spin_loop};
 use alloc::boxed::Box;
 
 /// What one sleeping acquisition cost.
@@ -53,8 +58,8 @@ pub struct Acquisition {
 pub struct SleepLock {
     /// 1 while held.
     locked: AtomicU32,
-    /// One bit per CPU parked (or about to park) waiting for the lock.
-    waiters: Box<[AtomicU64]>,
+    /// Per CPU, how many of its contexts are parked (or about to park) waiting for the lock.
+    waiters: Box<[AtomicU32]>,
 }
 
 impl SleepLock {
@@ -62,7 +67,7 @@ impl SleepLock {
     pub fn new(ncpus: usize) -> Self {
         Self {
             locked: AtomicU32::new(0),
-            waiters: (0..ncpus.max(1).div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            waiters: (0..ncpus.max(1)).map(|_| AtomicU32::new(0)).collect(),
         }
     }
 
@@ -100,16 +105,15 @@ impl SleepLock {
                 sleeps: 0,
             };
         }
-        let word = &self.waiters[cpu / 64];
-        let bit = 1u64 << (cpu % 64);
+        let count = &self.waiters[cpu];
+        count.fetch_add(1, Ordering::Relaxed);
         let mut sleeps = 0;
         loop {
-            word.fetch_or(bit, Ordering::Relaxed);
             // Pairs with the fence in `unlock`: either our try below sees the lock free, or
-            // the unlocker sees our bit and wakes us.
+            // the unlocker sees our count and wakes us.
             fence(Ordering::SeqCst);
             if self.try_take() {
-                word.fetch_and(!bit, Ordering::Relaxed);
+                count.fetch_sub(1, Ordering::Relaxed);
                 return Acquisition {
                     uncontended: false,
                     sleeps,
@@ -134,24 +138,12 @@ impl SleepLock {
         self.locked.store(0, Ordering::Release);
         // Pairs with the fence in `lock_sleeping`.
         fence(Ordering::SeqCst);
-        // Round robin: the first waiter after us, so that no CPU is always last.
-        let nwords = self.waiters.len();
-        let start = (cpu / 64 + 1) % nwords;
-        let own_bit = cpu % 64;
-        for step in 0..=nwords {
-            let w = (start + step) % nwords;
-            let mut bits = self.waiters[w].load(Ordering::Relaxed);
-            if w == cpu / 64 {
-                // In our own word, prefer CPUs above us, then wrap to those below.
-                let above = if own_bit == 63 {
-                    0
-                } else {
-                    bits & (u64::MAX << (own_bit + 1))
-                };
-                bits = if step < nwords && above != 0 { above } else { bits };
-            }
-            if bits != 0 {
-                let target = w * 64 + bits.trailing_zeros() as usize;
+        // Round robin: the first waiting CPU after us, so that no CPU is always last; ourselves
+        // last (another context of this CPU may wait).
+        let n = self.waiters.len();
+        for step in 1..=n {
+            let target = (cpu + step) % n;
+            if self.waiters[target].load(Ordering::Relaxed) != 0 {
                 platform.wake(target);
                 return Some(target);
             }
@@ -161,7 +153,13 @@ impl SleepLock {
 
     #[doc(hidden)]
     pub fn debug_waiters(&self) -> u64 {
-        self.waiters[0].load(Ordering::Relaxed)
+        // The CPUs with a waiter, as a bitmap of the first 64.
+        self.waiters
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, c)| c.load(Ordering::Relaxed) != 0)
+            .fold(0, |bits, (i, _)| bits | 1 << i)
     }
 
     /// Whether the lock is held (a hint).

@@ -201,3 +201,42 @@ fn a_saturating_queue_does_not_starve_its_sharer() {
         b.counters().tag_waits
     );
 }
+
+/// Two contexts of one CPU (a thread and the interrupt handler that preempted it) both wait for
+/// the sleeping queue lock: the first to get it must not unregister the other, or no unlock ever
+/// wakes it again (the stress tests' freeze that never drained).
+#[test]
+fn two_waiters_of_one_cpu_both_get_the_sleeping_lock() {
+    use blk::sleeplock::SleepLock;
+    use std::sync::atomic::Ordering;
+    let platform = Arc::new(HostPlatform::new(2, 1, false));
+    let lock = Arc::new(SleepLock::new(2));
+    assert!(lock.lock_spinning(), "cpu0 takes the free lock");
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (platform, lock) = (platform.clone(), lock.clone());
+            std::thread::spawn(move || {
+                lock.lock_sleeping(1, &*platform, 0);
+                lock.unlock(1, &*platform);
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while platform.parks.load(Ordering::Relaxed) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the two contexts never parked");
+        std::thread::yield_now();
+    }
+    lock.unlock(0, &*platform);
+    for w in waiters {
+        while !w.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a context of cpu1 was never woken: a lost wake-up"
+            );
+            std::thread::yield_now();
+        }
+        w.join().unwrap();
+    }
+    assert_eq!(lock.debug_waiters(), 0);
+    assert!(!lock.is_locked());
+}
