@@ -11,7 +11,7 @@
 //! - [`SleepLock::lock_spinning`]: test-and-test-and-set (the `Locked` variant, and cold
 //!   paths);
 //! - [`SleepLock::lock_sleeping`]: one CAS; if the lock is taken, the CPU registers in the
-//!   waiter bitmap and parks in [`Platform::wait_for_wake`] until an unlock wakes it through
+//!   per-CPU waiter count and parks in [`Platform::wait_for_wake`] until an unlock wakes it through
 //!   [`Platform::wake`], then pays `reschedule_cost_ns` (spinning on the platform clock) before
 //!   it retries, as a woken thread is scheduled in before it runs (the `Sleeping` variant).
 //!
@@ -25,11 +25,11 @@
 //! the first to get the lock cleared it while the other still slept, and no unlock ever woke
 //! that one again (a freeze that never drained, about one run in ten under load).
 //!
-//! No lost wake-up: the waiter sets its bit, runs a full fence, then tries the lock; the
-//! unlocker releases the lock, runs a full fence, then reads the bits. If the waiter's try saw
+//! No lost wake-up: the waiter counts itself in, runs a full fence, then tries the lock; the
+//! unlocker releases the lock, runs a full fence, then reads the counts. If the waiter's try saw
 //! the lock held, that read is coherence-ordered before the release, so the waiter's fence
 //! precedes the unlocker's in the single total order of SeqCst fences and the unlocker sees
-//! the bit (loom model `sleeping_lock_never_loses_a_wake_up`). The platform's part:
+//! the count (loom model `sleeping_lock_never_loses_a_wake_up`). The platform's part:
 //! `wait_for_wake` must return if `wake` was called for that CPU since it last returned (a
 //! per-CPU pending flag: a wake that comes before the wait is not lost).
 //!
