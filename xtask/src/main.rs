@@ -83,7 +83,7 @@ commands:
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
   lab [options]                   the seeds' experiments (quiesce designs x CPUs x depth, completion
                                   policies) per device; table, CSV and plots in target/lab/
-      --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see README, The lab)
+      --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see docs/lab.md)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
   preflight ACPIDUMP...           read the text Linux's `acpidump` printed on a box and show what baremq
                                   would do there (console, CPUs, I/O APICs, NUMA, PCI segments, clock,
@@ -326,7 +326,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                 firmware = match value(opts, &mut i, "--bios")? {
                     "qboot" => qemu::Firmware::Qboot,
                     "seabios" => qemu::Firmware::SeaBios,
-                    "ovmf" => return Err("--bios ovmf needs a GRUB image: use `cargo xtask image` (see README)".into()),
+                    "ovmf" => return Err("--bios ovmf needs a GRUB image: use `cargo xtask image` (see docs/real-box.md)".into()),
                     v => return Err(format!("--bios '{v}': use qboot or seabios")),
                 }
             }

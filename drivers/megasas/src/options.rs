@@ -42,7 +42,7 @@ pub struct Options {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IrqPoll {
     /// Not given: on (50 µs idle window) when the interrupts are MSI-X, off otherwise. Measured
-    /// better than one interrupt per I/O at QD 1 and QD 32 (README, *Side by side*).
+    /// better than one interrupt per I/O at QD 1 and QD 32 (docs/performance.md).
     #[default]
     Auto,
     /// `on` or `N`: windows closing after this many µs without a completion (MSI-X only).
