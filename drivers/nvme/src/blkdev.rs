@@ -635,6 +635,8 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
 
 impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
     type Pdu = ();
+    /// The SQ tail doorbell is rung once per burst (`Controller::commit`).
+    const DEFERS_DOORBELL: bool = true;
 
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
         let hwq = hw.hwq();
