@@ -95,6 +95,7 @@ commands:
   ipio [options]                  guest instructions, memory accesses and MMIO reads/writes per I/O,
                                   exact (TCG plugin, two job lengths), with a per-function table
       --device null|md|nvme|fusion   (default null)   --qd N (default 32)   --top N (default 20)
+      --kernel ELF                   measure a kernel built elsewhere (a before/after)
   qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
                                   (qemu/megasas-fusion/, cached outside the checkout); prints the
                                   binary's path as the last line
