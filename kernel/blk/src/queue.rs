@@ -618,7 +618,11 @@ impl<D: Driver> Queue<D> {
                 max: self.max_segments,
             });
         }
-        let segment_bytes: u64 = bio.segments.iter().map(|s| u64::from(s.len)).sum();
+        let segment_bytes: u64 = match bio.segments {
+            // The common single-segment I/O: no loop (issue 22).
+            [only] => u64::from(only.len),
+            all => all.iter().map(|s| u64::from(s.len)).sum(),
+        };
         match bio.op {
             Op::Read | Op::Write => {
                 if bio.nr_sectors == 0 {
@@ -712,12 +716,18 @@ impl<D: Driver> Queue<D> {
     /// Notes that CPU `cpu` left hardware queue `hwq`'s doorbell for [`Queue::commit`]. A CPU's
     /// submissions all go to its own hardware queue; should another one be pending (a changed
     /// map), it is rung now.
+    #[inline(always)]
     fn defer_commit(&self, cpu: usize, hwq: usize) {
-        let before = self.deferred_commit[cpu].load(Ordering::Relaxed);
-        if before != 0 && before as usize != hwq + 1 {
+        let mark = &self.deferred_commit[cpu];
+        let before = mark.load(Ordering::Relaxed);
+        if before as usize == hwq + 1 {
+            // Every request of a burst after the first: already noted.
+            return;
+        }
+        if before != 0 {
             self.commit_hwq(cpu, before as usize - 1);
         }
-        self.deferred_commit[cpu].store(hwq as u32 + 1, Ordering::Relaxed);
+        mark.store(hwq as u32 + 1, Ordering::Relaxed);
     }
 
     #[inline(always)]
