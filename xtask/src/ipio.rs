@@ -7,7 +7,11 @@
 //!
 //! ```text
 //! cargo xtask ipio [--device null|md|nvme|fusion] [--qd N] [--top N] [--kernel ELF]
+//!                   [--linux [--peer run-peer.sh]]
 //! ```
+//!
+//! `--linux` also measures the Linux peer guest on the same device ([`crate::ipio_linux`]) and
+//! prints both side by side.
 //!
 //! `--kernel` measures a kernel built elsewhere (another commit's, for a before/after) instead
 //! of building this tree's.
@@ -244,6 +248,12 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     let mut qd = 32u32;
     let mut top = 20usize;
     let mut kernel_path: Option<PathBuf> = None;
+    let mut linux = false;
+    // Where `xtask/scripts/side-by-side.sh` finds the peer too (`PEER_TOOLS` overrides).
+    let mut peer = std::env::var_os("PEER_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/tools/peer"))
+        .join("run-peer.sh");
     let mut i = 0;
     while i < args.len() {
         let value = |i: &mut usize| -> Result<&String, String> {
@@ -260,6 +270,8 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
                     .filter(|q| (1..=1024).contains(q))
                     .ok_or(format!("--qd '{v}': 1..1024"))?;
             }
+            "--linux" => linux = true,
+            "--peer" => peer = PathBuf::from(value(&mut i)?),
             "--kernel" => {
                 let v = PathBuf::from(value(&mut i)?);
                 if !v.is_file() {
@@ -375,6 +387,28 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
         }
     }
     println!("\n(plugin output in {})", dir.display());
+    if linux {
+        let l = crate::ipio_linux::measure(&peer, &plugin, &dir, name, qd)?;
+        println!(
+            "\nLinux 6.1 + fio (io_uring) {name} 4k randread QD{qd}, 1 vCPU: per I/O {:.0} instructions, \
+             {:.2} MMIO reads, {:.2} MMIO writes",
+            l[0], l[1], l[2]
+        );
+        println!(
+            "\n| device, QD{qd} | baremq instructions | Linux instructions | Linux / baremq | baremq MMIO r / w | Linux MMIO r / w |"
+        );
+        println!("|---|--:|--:|--:|--:|--:|");
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.1} | {:.2} / {:.2} | {:.2} / {:.2} |",
+            t[0],
+            l[0],
+            l[0] / t[0],
+            t[2],
+            t[3],
+            l[1],
+            l[2]
+        );
+    }
     Ok(true)
 }
 
