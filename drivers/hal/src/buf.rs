@@ -91,7 +91,7 @@ impl DmaBuf {
         self.len == 0
     }
 
-    #[inline]
+    #[inline(always)]
     fn ptr(&self, off: usize, size: usize) -> *mut u8 {
         assert!(
             off.checked_add(size).is_some_and(|end| end <= self.len),
@@ -163,7 +163,7 @@ impl DmaBuf {
     }
 
     /// Writes a little-endian u32: one 32-bit store when `off` is 4-byte aligned in memory.
-    #[inline]
+    #[inline(always)]
     pub fn write_u32(&self, off: usize, v: u32) {
         let p = self.ptr(off, 4);
         if (p as usize).is_multiple_of(4) {
@@ -176,7 +176,7 @@ impl DmaBuf {
 
     /// Writes a little-endian u64 (two 32-bit halves, low first, when not one aligned store is
     /// needed; see [`DmaBuf::write_u64_atomic`] for descriptors the device reads as one word).
-    #[inline]
+    #[inline(always)]
     pub fn write_u64(&self, off: usize, v: u64) {
         let p = self.ptr(off, 8);
         if (p as usize).is_multiple_of(8) {
