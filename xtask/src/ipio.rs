@@ -6,8 +6,15 @@
 //! the instructions and the MMIO accesses are.
 //!
 //! ```text
-//! cargo xtask ipio [--device null|md|nvme|fusion] [--qd N] [--top N]
+//! cargo xtask ipio [--device null|md|nvme|fusion] [--qd N] [--top N] [--kernel ELF]
+//!                   [--linux [--peer run-peer.sh]]
 //! ```
+//!
+//! `--linux` also measures the Linux peer guest on the same device ([`crate::ipio_linux`]) and
+//! prints both side by side.
+//!
+//! `--kernel` measures a kernel built elsewhere (another commit's, for a before/after) instead
+//! of building this tree's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +24,11 @@ use std::time::Duration;
 use crate::qemu::{self, Accel, Firmware, Machine};
 use crate::{build_kernel, root, setup};
 
-/// The two job lengths (seconds of guest time) whose difference is measured.
-const RUNTIMES_S: [u32; 2] = [1, 3];
+/// The two job lengths, in 4 KiB I/Os, whose difference is measured. Size-bound jobs, not
+/// timed ones: a timed job's I/O count moves with the host's load (a loaded host gave a 3 s run
+/// barely more I/Os than the 1 s run, and per-second costs such as the timer tick then landed
+/// on too few I/Os); a size-bound job does exactly this many whatever the load.
+const JOB_IOS: [u64; 2] = [65_536, 196_608];
 
 /// What the plugin counted in one run: per translated block (by start address), instructions run,
 /// memory accesses and MMIO reads and writes.
@@ -237,6 +247,13 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     let mut device = Device::Null;
     let mut qd = 32u32;
     let mut top = 20usize;
+    let mut kernel_path: Option<PathBuf> = None;
+    let mut linux = false;
+    // Where `xtask/scripts/side-by-side.sh` finds the peer too (`PEER_TOOLS` overrides).
+    let mut peer = std::env::var_os("PEER_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/tools/peer"))
+        .join("run-peer.sh");
     let mut i = 0;
     while i < args.len() {
         let value = |i: &mut usize| -> Result<&String, String> {
@@ -253,6 +270,15 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
                     .filter(|q| (1..=1024).contains(q))
                     .ok_or(format!("--qd '{v}': 1..1024"))?;
             }
+            "--linux" => linux = true,
+            "--peer" => peer = PathBuf::from(value(&mut i)?),
+            "--kernel" => {
+                let v = PathBuf::from(value(&mut i)?);
+                if !v.is_file() {
+                    return Err(format!("--kernel '{}': no such file", v.display()));
+                }
+                kernel_path = Some(v);
+            }
             "--top" => {
                 let v = value(&mut i)?;
                 top = v.parse().map_err(|_| format!("--top '{v}': a number"))?;
@@ -262,7 +288,10 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
         i += 1;
     }
     setup::ensure_qemu()?;
-    let kernel = build_kernel(false)?;
+    let kernel = match kernel_path {
+        Some(k) => k,
+        None => build_kernel(false)?,
+    };
     let dir = root().join("target/ipio");
     let plugin = build_plugin(&dir)?;
     let binary = if device == Device::Fusion {
@@ -272,8 +301,8 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     };
     let (device_args, name) = device.qemu_and_name();
     let mut runs = Vec::new();
-    for runtime in RUNTIMES_S {
-        let out = dir.join(format!("{name}-qd{qd}-{runtime}s.txt"));
+    for job_ios in JOB_IOS {
+        let out = dir.join(format!("{name}-qd{qd}-{job_ios}.txt"));
         let _ = std::fs::remove_file(&out);
         let _ = std::fs::remove_file(out.with_extension("txt.mmio"));
         let mut extra = vec![
@@ -294,7 +323,7 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
             append.push("null.size=8g".into());
         }
         append.extend(
-            format!("device={name} rw=randread bs=4k iodepth={qd} runtime={runtime}s")
+            format!("device={name} rw=randread bs=4k iodepth={qd} size={}k", job_ios * 4)
                 .split(' ')
                 .map(String::from),
         );
@@ -306,17 +335,20 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
             append,
             extra,
         };
-        let log = dir.join(format!("{name}-qd{qd}-{runtime}s.log"));
-        println!("xtask: ipio: {name} QD{qd}, {runtime} s job under the TCG plugin");
+        let log = dir.join(format!("{name}-qd{qd}-{job_ios}.log"));
+        println!("xtask: ipio: {name} QD{qd}, a job of {job_ios} I/Os under the TCG plugin");
         let run = qemu::run_with(&binary, &m.args(), Duration::from_secs(900), false, Some(&log))?;
         let ios: u64 = crate::bench::results::parse_console(&run.output)
             .into_iter()
             .filter_map(Result::ok)
             .map(|(_, r)| r.ios)
             .sum();
-        if ios == 0 || run.exit_code != Some(33) {
+        if run.exit_code != Some(33) {
+            return Err(format!("the run of {job_ios} I/Os failed; see {}", log.display()));
+        }
+        if ios != job_ios {
             return Err(format!(
-                "the {runtime} s run did no I/O or failed; see {}",
+                "the job was to do {job_ios} I/Os and reported {ios}; see {}",
                 log.display()
             ));
         }
@@ -355,6 +387,28 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
         }
     }
     println!("\n(plugin output in {})", dir.display());
+    if linux {
+        let l = crate::ipio_linux::measure(&peer, &plugin, &dir, name, qd)?;
+        println!(
+            "\nLinux 6.1 + fio (io_uring) {name} 4k randread QD{qd}, 1 vCPU: per I/O {:.0} instructions, \
+             {:.2} MMIO reads, {:.2} MMIO writes",
+            l[0], l[1], l[2]
+        );
+        println!(
+            "\n| device, QD{qd} | baremq instructions | Linux instructions | Linux / baremq | baremq MMIO r / w | Linux MMIO r / w |"
+        );
+        println!("|---|--:|--:|--:|--:|--:|");
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.1} | {:.2} / {:.2} | {:.2} / {:.2} |",
+            t[0],
+            l[0],
+            l[0] / t[0],
+            t[2],
+            t[3],
+            l[1],
+            l[2]
+        );
+    }
     Ok(true)
 }
 

@@ -23,6 +23,7 @@ mod elfcheck;
 mod fioout;
 mod fuzz;
 mod ipio;
+mod ipio_linux;
 mod lab;
 mod nbd;
 mod preflight;
@@ -95,6 +96,9 @@ commands:
   ipio [options]                  guest instructions, memory accesses and MMIO reads/writes per I/O,
                                   exact (TCG plugin, two job lengths), with a per-function table
       --device null|md|nvme|fusion   (default null)   --qd N (default 32)   --top N (default 20)
+      --kernel ELF                   measure a kernel built elsewhere (a before/after)
+      --linux [--peer run-peer.sh]   also the Linux peer guest, side by side (default peer:
+                                     $PEER_TOOLS or ../shared/tools/peer, then run-peer.sh)
   qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
                                   (qemu/megasas-fusion/, cached outside the checkout); prints the
                                   binary's path as the last line

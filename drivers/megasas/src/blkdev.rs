@@ -937,13 +937,25 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
         if segs.len() > MAX_SEGMENTS {
             return Err(QueueRqError::Io(rq, Status::NotSupported));
         }
-        let mut sgl = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
-        for (d, s) in sgl.iter_mut().zip(segs) {
-            *d = Segment {
+        // The common single-segment I/O fills one entry, not a zeroed 32-entry array (issue 22).
+        let one: [Segment; 1];
+        let mut many: [Segment; MAX_SEGMENTS];
+        let sgl: &[Segment] = if let [s] = segs {
+            one = [Segment {
                 phys: s.phys,
                 len: s.len,
-            };
-        }
+            }];
+            &one
+        } else {
+            many = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
+            for (d, s) in many.iter_mut().zip(segs) {
+                *d = Segment {
+                    phys: s.phys,
+                    len: s.len,
+                };
+            }
+            &many[..segs.len()]
+        };
         let (lba, blocks, nsegs) = if op == IoOp::Flush {
             (0, 0, 0)
         } else {

@@ -98,20 +98,20 @@ impl FrameWriter<'_> {
     /// Writes the 24-byte header. `cmd_status` is set to the pending marker 0xFF; `lun` is 0 (a
     /// non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O, pitfall 8).
     pub fn header(&self, h: &Header) {
-        let mut b = [0u8; HEADER_LEN];
-        b[0] = h.cmd;
-        b[1] = h.sense_len;
-        b[2] = 0xFF;
-        b[3] = 0;
-        b[4] = h.target;
-        b[5] = 0;
-        b[6] = h.cdb_len;
-        b[7] = h.sge_count;
-        // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
-        b[0x08..0x0C].copy_from_slice(&h.context.to_le_bytes());
-        b[0x10..0x12].copy_from_slice(&h.flags.to_le_bytes());
-        b[0x14..0x18].copy_from_slice(&h.data_len.to_le_bytes());
-        self.buf.write_bytes(self.base, &b);
+        // As six little-endian words, so the frame (256-byte aligned) gets three 8-byte stores
+        // (issue 22: per-I/O work).
+        let words: [u32; HEADER_LEN / 4] = [
+            // cmd, sense_len, cmd_status 0xFF, reserved.
+            u32::from_le_bytes([h.cmd, h.sense_len, 0xFF, 0]),
+            // target, lun 0, cdb_len, sge_count.
+            u32::from_le_bytes([h.target, 0, h.cdb_len, h.sge_count]),
+            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
+            h.context,
+            0,
+            u32::from(h.flags),
+            h.data_len,
+        ];
+        self.buf.write_u32s(self.base, &words);
     }
 
     /// Writes a u32 at `off` within the frame.

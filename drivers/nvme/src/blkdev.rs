@@ -623,11 +623,17 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         }
         let blocks = (bytes >> self.lba_shift) as u32;
         let mut sqe = Sqe::read_write(write, 0, self.nsid, offset >> self.lba_shift, blocks);
-        // SAFETY: this request holds block-layer tag `tag` of hardware queue `hwq`, which is
-        // the only user of command slot `slot` there; its previous command has completed (the
-        // tag was free) or the controller was reset, so the device does not read the list now.
-        let (list, list_phys) = unsafe { self.ctrl.prp_list(hwq, slot) };
-        let prps = prp::build(rq.segments(), bytes, self.max_transfer, list, list_phys)?;
+        let prps = match prp::without_list(rq.segments(), bytes, self.max_transfer)? {
+            Some(prps) => prps,
+            None => {
+                // SAFETY: this request holds block-layer tag `tag` of hardware queue `hwq`, which
+                // is the only user of command slot `slot` there; its previous command has
+                // completed (the tag was free) or the controller was reset, so the device does
+                // not read the list now.
+                let (list, list_phys) = unsafe { self.ctrl.prp_list(hwq, slot) };
+                prp::build(rq.segments(), bytes, self.max_transfer, list, list_phys)?
+            }
+        };
         sqe.set_prps(prps.prp1, prps.prp2);
         Ok(sqe)
     }
@@ -635,6 +641,8 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
 
 impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
     type Pdu = ();
+    /// The SQ tail doorbell is rung once per burst (`Controller::commit`).
+    const DEFERS_DOORBELL: bool = true;
 
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
         let hwq = hw.hwq();

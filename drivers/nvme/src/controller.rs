@@ -1374,10 +1374,8 @@ fn write64(mmio: &impl Mmio, off: u32, v: u64) {
 }
 
 fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
-    let base = slot as usize * SQE_SIZE;
-    for (i, d) in sqe.0.iter().enumerate() {
-        mem.write_u32(base + 4 * i, *d);
-    }
+    // One bounds check and 8 stores, not 16 checked word writes (issue 22).
+    mem.write_u32s(slot as usize * SQE_SIZE, &sqe.0);
 }
 
 fn push_sqe(sq: &mut SqState, entries: u32, sqe: &Sqe) {
@@ -1400,10 +1398,6 @@ fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     }
     // Acquire: the rest of the entry is read only after its phase tag was seen.
     fence(Ordering::Acquire);
-    Some(Cqe::from_dwords([
-        mem.read_u32(base),
-        mem.read_u32(base + 4),
-        mem.read_u32(base + 8),
-        dw3,
-    ]))
+    let [dw0, dw1, dw2] = mem.read_u32s::<3>(base);
+    Some(Cqe::from_dwords([dw0, dw1, dw2, dw3]))
 }

@@ -115,6 +115,30 @@ fn data_pages<S: DataSegment>(segments: &[S]) -> impl Iterator<Item = u64> + '_ 
     })
 }
 
+/// The PRPs of a transfer that needs no list (one or two data pages, e.g. every 4 KiB I/O), or
+/// `None` when it needs one (then [`build`] it). The same checks as [`build`]; one walk over at
+/// most three pages and no list page touched, on every small I/O (issue 22).
+pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) -> Result<Option<Prps>, Error> {
+    validate(segments, bytes, max_bytes)?;
+    let mut pages = data_pages(segments);
+    let Some(prp1) = pages.next() else {
+        return Ok(Some(Prps {
+            prp1: 0,
+            prp2: 0,
+            list_entries: 0,
+        }));
+    };
+    let prp2 = pages.next().unwrap_or(0);
+    if pages.next().is_some() {
+        return Ok(None);
+    }
+    Ok(Some(Prps {
+        prp1,
+        prp2,
+        list_entries: 0,
+    }))
+}
+
 /// Builds the PRPs for `bytes` bytes in `segments`, writing list entries into `list` (one or
 /// more contiguous 4 KiB list pages whose bus address is `list_phys`). Refuses transfers over
 /// `max_bytes` and segments PRPs cannot describe, with the offending segment named.
@@ -311,6 +335,46 @@ mod tests {
         ));
         // A segment ending mid-page followed by nothing is fine; an empty transfer has no PRPs.
         assert_eq!(build::<(u64, u32)>(&[], 0, max, &mut list, LIST).unwrap().prp1, 0);
+    }
+
+    #[test]
+    fn without_list_agrees_with_build_and_defers_lists_to_it() {
+        let max = 512 * 1024;
+        let mut list = vec![0u64; ENTRIES_PER_PAGE * list_pages_needed(max)];
+        for (phys, len) in [
+            (0x10_0000u64, 4096u32),
+            (0x10_0200, 512),
+            (0x10_0E00, 4096),
+            (0x10_0000, 8192),
+            (0x10_0004, 8188),
+            (0x10_0004, 8192),
+            (0x10_0000, 12288),
+            (0x10_0000, 65536),
+        ] {
+            let segs = [(phys, len)];
+            let built = build(&segs, u64::from(len), max, &mut list, LIST).unwrap();
+            match without_list(&segs, u64::from(len), max).unwrap() {
+                Some(p) => {
+                    assert_eq!(p, built, "{phys:#x}+{len}");
+                    assert_eq!(p.list_entries, 0);
+                }
+                None => assert!(built.list_entries > 0, "{phys:#x}+{len}: a list was needed"),
+            }
+        }
+        // Two segments that fit two pages; errors as build's.
+        let two = [(0x20_0800u64, 2048u32), (0x30_0000, 4096)];
+        assert_eq!(
+            without_list(&two, 6144, max).unwrap(),
+            Some(build(&two, 6144, max, &mut list, LIST).unwrap())
+        );
+        assert_eq!(
+            without_list(&[(0x10_0002u64, 512u32)], 512, max).unwrap_err(),
+            build(&[(0x10_0002u64, 512u32)], 512, max, &mut list, LIST).unwrap_err()
+        );
+        assert!(
+            without_list(&[(0x10_0000u64, 4096u32)], 8192, max).is_err(),
+            "short segments"
+        );
     }
 
     #[test]

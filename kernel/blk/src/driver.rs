@@ -205,8 +205,15 @@ pub trait Driver: Send + Sync + Sized {
     /// consumed `rq` with [`Rq::issue`], [`Rq::end`] or [`Rq::complete`].
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>>;
 
+    /// The driver defers its doorbell when `last` is false and rings it in
+    /// [`Driver::commit_rqs`]. Only then does [`Queue::submit_deferred`] hold doorbells across
+    /// submissions (for a driver that posts each command with its own write, MegaRAID's queue
+    /// port, there is nothing to batch and the submission path stays as it is).
+    const DEFERS_DOORBELL: bool = false;
+
     /// Rings the doorbell for requests queued with `last == false`. Called when a batch ends
-    /// early (a `Busy` or error) after such requests.
+    /// early (a `Busy` or error) after such requests, and by [`Queue::commit`] after
+    /// [`Queue::submit_deferred`]; it may find nothing to ring.
     fn commit_rqs(&self, hw: &HwCtx<'_, Self>) {
         let _ = hw;
     }

@@ -347,6 +347,10 @@ pub struct Queue<D: Driver> {
     check: KnobU8,
     /// Whether [`Platform::stage`] is called (stage tracing); one relaxed load per stage when off.
     stage_trace: core::sync::atomic::AtomicBool,
+    /// Per CPU: 1 + the hardware queue whose doorbell that CPU's [`Queue::submit_deferred`]
+    /// left for [`Queue::commit`], 0 for none. Only its own CPU touches it (task context, the
+    /// kernel's interrupts off), so relaxed accesses suffice.
+    deferred_commit: Box<[CachePadded<AtomicU32>]>,
     counters: Counters,
 }
 
@@ -437,6 +441,7 @@ impl<D: Driver> Queue<D> {
             policy: KnobU8::new(cfg.completion as u8),
             check: KnobU8::new(cfg.quiesce_check as u8),
             stage_trace: core::sync::atomic::AtomicBool::new(false),
+            deferred_commit: (0..ncpus).map(|_| CachePadded(AtomicU32::new(0))).collect(),
             counters: Counters::new(ncpus),
             driver,
         })
@@ -613,7 +618,11 @@ impl<D: Driver> Queue<D> {
                 max: self.max_segments,
             });
         }
-        let segment_bytes: u64 = bio.segments.iter().map(|s| u64::from(s.len)).sum();
+        let segment_bytes: u64 = match bio.segments {
+            // The common single-segment I/O: no loop (issue 22).
+            [only] => u64::from(only.len),
+            all => all.iter().map(|s| u64::from(s.len)).sum(),
+        };
         match bio.op {
             Op::Read | Op::Write => {
                 if bio.nr_sectors == 0 {
@@ -668,6 +677,61 @@ impl<D: Driver> Queue<D> {
     /// [`BlkError::TagsExhausted`] (see [`Queue::submit_wait`]).
     #[inline(always)]
     pub fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
+        self.submit_with(cpu, bio, false)
+    }
+
+    /// [`Queue::submit`] for a burst (Linux's plug): when the request goes straight to the
+    /// driver, a driver that batches its doorbell ([`Driver::DEFERS_DOORBELL`], NVMe) may leave
+    /// it unrung; [`Queue::commit`] rings it. One doorbell write per burst instead of one per
+    /// request (issue 22). The caller must call [`Queue::commit`] on the same CPU before it
+    /// waits for any of the burst's completions; until then the device may not have seen them.
+    #[inline(always)]
+    pub fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
+        self.submit_with(cpu, bio, D::DEFERS_DOORBELL)
+    }
+
+    /// Rings the doorbell that CPU `cpu`'s [`Queue::submit_deferred`] calls left unrung, if any.
+    #[inline]
+    pub fn commit(&self, cpu: usize) {
+        if !D::DEFERS_DOORBELL || cpu >= self.ncpus {
+            return;
+        }
+        let pending = self.deferred_commit[cpu].load(Ordering::Relaxed);
+        if pending != 0 {
+            self.deferred_commit[cpu].store(0, Ordering::Relaxed);
+            self.commit_hwq(cpu, pending as usize - 1);
+        }
+    }
+
+    fn commit_hwq(&self, cpu: usize, hwq: usize) {
+        bump(&self.counters.cpu(cpu).commits);
+        let ctx = HwCtx {
+            queue: self,
+            hwq: hwq as u16,
+            cpu: cpu as u16,
+        };
+        self.driver.commit_rqs(&ctx);
+    }
+
+    /// Notes that CPU `cpu` left hardware queue `hwq`'s doorbell for [`Queue::commit`]. A CPU's
+    /// submissions all go to its own hardware queue; should another one be pending (a changed
+    /// map), it is rung now.
+    #[inline(always)]
+    fn defer_commit(&self, cpu: usize, hwq: usize) {
+        let mark = &self.deferred_commit[cpu];
+        let before = mark.load(Ordering::Relaxed);
+        if before as usize == hwq + 1 {
+            // Every request of a burst after the first: already noted.
+            return;
+        }
+        if before != 0 {
+            self.commit_hwq(cpu, before as usize - 1);
+        }
+        mark.store(hwq as u32 + 1, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
         self.check_cpu(cpu)?;
         if let Err(e) = self.validate_bio(bio) {
             bump(&self.counters.cpu(cpu).rejected);
@@ -737,7 +801,7 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::QUEUED);
         bump(&self.counters.cpu(cpu).submitted);
         self.stage(cpu, index, crate::driver::Stage::Submit);
-        self.queue_or_issue(cpu, hwq, index);
+        self.queue_or_issue(cpu, hwq, index, defer);
         Ok(Submitted { hwq, tag })
     }
 
@@ -843,7 +907,7 @@ impl<D: Driver> Queue<D> {
                 slot.set_state(state::QUEUED);
                 bump(&self.counters.cpu(cpu).submitted);
                 self.stage(cpu, index, crate::driver::Stage::Submit);
-                self.queue_or_issue(cpu, hwq, index);
+                self.queue_or_issue(cpu, hwq, index, false);
             },
         );
         bump(&self.counters.cpu(cpu).split_bios);
@@ -916,8 +980,11 @@ impl<D: Driver> Queue<D> {
     /// Order: this CPU's older requests are either on its software queue (then we take the
     /// slow path), or were taken by a dispatcher that has since released the token (they are
     /// dispatched or on the FIFO, ahead of us), since we got the token.
+    ///
+    /// `defer`: the direct dispatch may leave the doorbell to [`Queue::commit`]
+    /// ([`Queue::submit_deferred`]); the queued path always rings it.
     #[inline(always)]
-    fn queue_or_issue(&self, cpu: usize, hwq: usize, index: u32) {
+    fn queue_or_issue(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
         let hq = &self.hwqs[hwq];
         if self.sw_queues[cpu].is_empty()
             && !hq.dispatch_nonempty.load(Ordering::Relaxed)
@@ -927,7 +994,7 @@ impl<D: Driver> Queue<D> {
                 .compare_exchange(0, RUNNING, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            if self.run_with_token(cpu, hwq, Some(index)) {
+            if self.run_with_token(cpu, hwq, Some(index), defer) {
                 // Quiesced: it waits on the FIFO. Re-check like an insert does, so that an
                 // unquiesce racing with us is not missed.
                 self.run_hw_queue(cpu, hwq);
@@ -1034,16 +1101,17 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
-        self.run_with_token(cpu, hwq, None);
+        self.run_with_token(cpu, hwq, None, false);
     }
 
     /// Dispatches while holding the run token, until no rerun is requested, then releases it.
     /// `direct`: a request to dispatch after whatever is already waiting (the direct-issue
     /// path); if the queue turns out to be quiesced it is parked on the dispatch FIFO instead
     /// and `true` is returned: the caller must then re-check (`run_hw_queue`), as an insert
-    /// would.
+    /// would. `defer`: the pass that carries `direct` may leave the doorbell to
+    /// [`Queue::commit`].
     #[inline(always)]
-    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: Option<u32>) -> bool {
+    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: Option<u32>, defer: bool) -> bool {
         let hq = &self.hwqs[hwq];
         let mut parked = false;
         bump(&self.counters.cpu(cpu).queue_runs);
@@ -1054,7 +1122,9 @@ impl<D: Driver> Queue<D> {
             // us, or we see the raised depth and dispatch nothing.
             fence_after_rmw();
             if !self.quiesced() {
-                self.dispatch_once(cpu, hwq, direct.take());
+                // Only the pass with this CPU's own request defers: a rerun for others rings.
+                let defer = defer && direct.is_some();
+                self.dispatch_once(cpu, hwq, direct.take(), defer);
             } else if let Some(index) = direct.take() {
                 // SAFETY: we hold the run token, which guards the FIFO.
                 let fifo = unsafe { &mut *hq.fifo.get() };
@@ -1079,8 +1149,10 @@ impl<D: Driver> Queue<D> {
     }
 
     /// One dispatch pass; the caller holds the run token. `direct` joins the end of the line.
+    /// `defer`: the last request goes with `last == false` and its doorbell is left to
+    /// [`Queue::commit`] (a pass that is turned away rings at once, as always).
     #[inline(always)]
-    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: Option<u32>) {
+    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: Option<u32>, defer: bool) {
         let hq = &self.hwqs[hwq];
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
         let fifo = unsafe { &mut *hq.fifo.get() };
@@ -1118,7 +1190,7 @@ impl<D: Driver> Queue<D> {
         let mut uncommitted = false;
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
-            let last = fifo.is_empty();
+            let last = fifo.is_empty() && !defer;
             let slot = self.slot(index);
             // SAFETY: the request came off our FIFO, so the block layer owns it; we are the
             // only context touching it until the driver gets the handle.
@@ -1147,8 +1219,12 @@ impl<D: Driver> Queue<D> {
             }
         }
         if uncommitted {
-            bump(&counters.commits);
-            self.driver.commit_rqs(&ctx);
+            if defer && !turned_away {
+                self.defer_commit(cpu, hwq);
+            } else {
+                bump(&counters.commits);
+                self.driver.commit_rqs(&ctx);
+            }
         }
         hq.dispatch_nonempty.store(!fifo.is_empty(), Ordering::Relaxed);
         if turned_away {

@@ -133,6 +133,15 @@ pub trait BlockDevice: Sync + Send {
     fn facts(&self) -> &DeviceFacts;
     /// Submits a bio on CPU `cpu` (block-layer sectors are 512 bytes).
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError>;
+    /// [`BlockDevice::submit`] within a burst: the device's doorbell may wait for
+    /// [`BlockDevice::commit`], which the caller must call before it waits for completions.
+    fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
+        self.submit(cpu, bio)
+    }
+    /// Ends a burst of [`BlockDevice::submit_deferred`]: rings what it left unrung.
+    fn commit(&self, cpu: usize) {
+        let _ = cpu;
+    }
     /// Runs CPU `cpu`'s completion list (the completion IPI handler).
     fn run_completions(&self, cpu: usize) -> usize;
     /// Polls for completions (polled mode).
@@ -257,6 +266,12 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         irqs_off(|| self.queue.submit(cpu, bio))
+    }
+    fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
+        irqs_off(|| self.queue.submit_deferred(cpu, bio))
+    }
+    fn commit(&self, cpu: usize) {
+        irqs_off(|| self.queue.commit(cpu));
     }
     fn run_completions(&self, cpu: usize) -> usize {
         irqs_off(|| self.queue.run_completions(cpu))

@@ -6,6 +6,8 @@
 //! APIC id above 255 needs interrupt remapping (not implemented) and is
 //! refused with [`Error::ApicIdNeedsRemapping`].
 
+use alloc::boxed::Box;
+use core::sync::atomic::{AtomicU32, Ordering};
 use pci_types::{ConfigRegionAccess, PciAddress};
 
 use super::bar::BarSlot;
@@ -287,7 +289,16 @@ pub struct MsixTable<M: Mmio32> {
     mmio: M,
     table_offset: usize,
     entries: u16,
+    /// Per entry, the vector-control word last read or written, or [`CONTROL_UNKNOWN`]. Only
+    /// software changes it, so after one read a mask or unmask is a single write: no MMIO read
+    /// (a PCIe round trip) when an interrupt-then-poll window masks a vector per I/O burst
+    /// (issue 22).
+    controls: Box<[AtomicU32]>,
 }
+
+/// A vector-control word not read yet (bits 31:1 are reserved and read as zero on every device
+/// we know, so the all-ones word never occurs).
+const CONTROL_UNKNOWN: u32 = u32::MAX;
 
 impl<M: Mmio32> MsixTable<M> {
     /// `mmio` maps (at least) the table, which starts at `table_offset`
@@ -308,6 +319,7 @@ impl<M: Mmio32> MsixTable<M> {
             mmio,
             table_offset,
             entries,
+            controls: (0..entries).map(|_| AtomicU32::new(CONTROL_UNKNOWN)).collect(),
         })
     }
 
@@ -339,13 +351,21 @@ impl<M: Mmio32> MsixTable<M> {
 
     fn set_masked(&self, index: u16, masked: bool) -> Result<()> {
         let control_offset = self.entry_offset(index)? + 12;
-        let control = self.mmio.read32(control_offset)?;
+        let cached = &self.controls[usize::from(index)];
+        // Relaxed: the word only carries the reserved bits to keep; racing maskers of one
+        // vector end with one of their writes either way, as with a read-modify-write.
+        let control = match cached.load(Ordering::Relaxed) {
+            CONTROL_UNKNOWN => self.mmio.read32(control_offset)?,
+            known => known,
+        };
         let control = if masked {
             control | MSIX_ENTRY_MASKED
         } else {
             control & !MSIX_ENTRY_MASKED
         };
-        self.mmio.write32(control_offset, control)
+        self.mmio.write32(control_offset, control)?;
+        cached.store(control, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sets the entry's mask bit (other vector-control bits are kept).
