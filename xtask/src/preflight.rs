@@ -38,6 +38,23 @@ pub struct Report {
     /// Limits and refusals the boot would survive (CPUs not started, tables ignored).
     pub limits: Vec<String>,
     pub counts: Counts,
+    /// What AML evaluation found (`None` when the tables could not be read).
+    pub aml: Option<AmlSummary>,
+}
+
+/// The AML figures the tests check.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AmlSummary {
+    pub blocks: usize,
+    pub load_problems: usize,
+    pub bridges: Vec<platform::aml::HostBridge>,
+    pub absent_bridges: usize,
+    pub prt_tables: usize,
+    pub routes: usize,
+    pub unresolved_routes: usize,
+    pub device_pxms: usize,
+    pub problems: usize,
+    pub steps: u64,
 }
 
 impl Report {
@@ -107,6 +124,7 @@ pub fn preflight_text(text: &str) -> Result<Report, String> {
     }
     numa(&mut report, &walker, madt.as_ref());
     pci(&mut report, &walker);
+    aml(&mut report, &walker);
     clock(&mut report, &walker);
     iommu(&mut report, &walker);
     Ok(report)
@@ -309,6 +327,135 @@ fn pci<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
             report.fatal(format!("ACPI: {e}"));
         }
     }
+}
+
+/// How many problems are printed one per line (the rest are counted).
+const AML_PROBLEM_LINES: usize = 8;
+
+/// The DSDT and SSDTs through the kernel's AML interpreter. Operation
+/// regions cannot reach the box's hardware here: every read returns 0 and
+/// writes are dropped ([`platform::aml::FixedRegions`]), so values the
+/// firmware computes from registers (a link's current IRQ, some `_STA`s)
+/// show as 0 / absent where the box would give real ones.
+fn aml<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
+    use platform::aml::{RouteSource, WindowKind};
+    let blocks = match tables.definition_blocks() {
+        Ok(blocks) => blocks,
+        Err(e) => {
+            report.line("aml: -");
+            report.limit(format!(
+                "AML tables unreadable ({e}): the kernel scans every MCFG bus and routes INTx by the firmware line"
+            ));
+            return;
+        }
+    };
+    let mut regions = platform::aml::FixedRegions::default();
+    let mut interp = platform::aml::load(&mut regions, &blocks);
+    let discovery = platform::aml::discover(&mut interp);
+    let load_problems = interp.load_problems.clone();
+    let (objects, steps) = (interp.object_count(), interp.steps_total());
+    drop(interp);
+    report.line(format!(
+        "aml: {} definition block(s), {objects} objects, {steps} steps; host: region reads return 0 ({} reads, {} writes dropped)",
+        blocks.len(),
+        regions.reads,
+        regions.writes
+    ));
+    for problem in load_problems.iter().take(AML_PROBLEM_LINES) {
+        report.line(format!("  load problem (block {}): {}", problem.table, problem.error));
+    }
+    if load_problems.len() > AML_PROBLEM_LINES {
+        report.line(format!(
+            "  ... {} more load problem(s)",
+            load_problems.len() - AML_PROBLEM_LINES
+        ));
+    }
+    for bridge in &discovery.bridges {
+        let mut windows = Vec::new();
+        for w in &bridge.windows {
+            let kind = match w.kind {
+                WindowKind::Memory => "mem",
+                WindowKind::Io => "io",
+                WindowKind::BusNumbers => "bus",
+            };
+            windows.push(format!("{kind} {:#x}-{:#x}", w.start, w.end()));
+        }
+        report.line(format!(
+            "  host bridge {} ({}{}): segment {}, _BBN {}, buses {}, _PXM {}; windows: {}",
+            bridge.path,
+            bridge.id,
+            bridge.uid.as_ref().map(|u| format!(" _UID {u}")).unwrap_or_default(),
+            bridge.segment,
+            bridge.bbn.map(|b| format!("{b:#04x}")).unwrap_or_else(|| "-".into()),
+            bridge
+                .buses
+                .map(|(a, b)| format!("{a:02x}-{b:02x}"))
+                .unwrap_or_else(|| "- (no bus range in _CRS)".into()),
+            bridge.pxm.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            if windows.is_empty() {
+                "-".into()
+            } else {
+                windows.join(", ")
+            }
+        ));
+    }
+    if discovery.absent > 0 {
+        report.line(format!(
+            "  {} host bridge(s) whose _STA says absent (skipped)",
+            discovery.absent
+        ));
+    }
+    let unresolved: usize = discovery.prts.iter().map(|t| t.unresolved).sum();
+    report.line(format!(
+        "  _PRT: {} table(s), {} route(s), {unresolved} unresolved (a link whose _CRS gives no IRQ)",
+        discovery.prts.len(),
+        discovery.route_count()
+    ));
+    for table in &discovery.prts {
+        let links = table
+            .routes
+            .iter()
+            .filter(|r| matches!(r.source, RouteSource::Link(_)))
+            .count();
+        report.line(format!(
+            "    {} ({}): {} route(s), {} direct GSI, {links} through links",
+            table.scope.path,
+            if table.scope.hops.is_empty() {
+                "root bus".to_string()
+            } else {
+                format!("bridge at {:02x?}", table.scope.hops)
+            },
+            table.routes.len(),
+            table.routes.len() - links
+        ));
+    }
+    if !discovery.proximity.is_empty() {
+        report.line(format!("  devices with their own _PXM: {}", discovery.proximity.len()));
+    }
+    for problem in discovery.problems.iter().take(AML_PROBLEM_LINES) {
+        report.line(format!("  problem: {}: {}", problem.path, problem.error));
+    }
+    if discovery.problems.len() > AML_PROBLEM_LINES {
+        report.line(format!(
+            "  ... {} more problem(s)",
+            discovery.problems.len() - AML_PROBLEM_LINES
+        ));
+    }
+    if discovery.bridges.is_empty() {
+        report.limit("AML gives no PCI host bridge: the kernel scans every MCFG bus".into());
+    }
+    report.aml = Some(AmlSummary {
+        blocks: blocks.len(),
+        load_problems: load_problems.len(),
+        bridges: discovery.bridges.clone(),
+        absent_bridges: discovery.absent,
+        prt_tables: discovery.prts.len(),
+        routes: discovery.route_count(),
+        unresolved_routes: unresolved,
+        device_pxms: discovery.proximity.len(),
+        problems: discovery.problems.len(),
+        steps,
+    });
 }
 
 fn clock<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
