@@ -767,6 +767,86 @@ mod tests {
 
     /// Facts the corpus README states for each machine (written down by a
     /// person from the dumps), checked against the report.
+    /// Facts read independently of baremq's interpreter: each dump's tables
+    /// were extracted and disassembled with ACPICA (`acpixtract -a DUMP;
+    /// iasl -d *.dat`), then counted in the `.dsl` text: host bridges =
+    /// `Device`s whose `_HID` is `EisaId ("PNP0A08")`/`"PNP0A03"`; `_PRT`
+    /// objects = `Method (.._PRT` / `Name (.._PRT` declarations; `_PRT`s
+    /// below a bridge whose `_STA` reads hardware are counted apart, because
+    /// on the host every register reads 0 and such a bridge reads as absent.
+    /// (machine, AML blocks = DSDT + SSDTs, bridges declared, of which
+    /// `_STA` reads hardware, `_PRT` objects, of which below those bridges)
+    const AML_FACTS: [(&str, usize, usize, usize, usize, usize); 6] = [
+        // PC40's _STA reads a register; 3 of the 10 _PRTs are below PC40.
+        ("H8QG6", 2, 2, 1, 10, 3),
+        ("PowerEdge_R820", 2, 6, 0, 12, 0),
+        ("ProLiant_DL165", 3, 1, 0, 6, 0),
+        ("ProLiant_DL360", 6, 1, 0, 14, 0),
+        ("QuantaMicro", 11, 1, 0, 25, 0),
+        ("X8DTT", 4, 1, 0, 9, 0),
+    ];
+
+    #[test]
+    fn aml_of_every_corpus_dump_gives_its_host_bridges_and_prt_tables() {
+        let dumps = corpus();
+        assert_eq!(dumps.len(), AML_FACTS.len());
+        for (prefix, blocks, declared, hardware_sta, prts, prts_below_those) in AML_FACTS {
+            let (name, text) = dumps
+                .iter()
+                .find(|(name, _)| name.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} dump in the corpus"));
+            let report = preflight_text(text).unwrap();
+            let aml = report
+                .aml
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no AML summary\n{}", report.text));
+            assert_eq!(aml.blocks, blocks, "{name}");
+            assert_eq!(aml.load_problems, 0, "{name}:\n{}", report.text);
+            assert_eq!(aml.problems, 0, "{name}:\n{}", report.text);
+            assert_eq!(aml.bridges.len(), declared - hardware_sta, "{name}:\n{}", report.text);
+            assert_eq!(aml.absent_bridges, hardware_sta, "{name}:\n{}", report.text);
+            assert_eq!(aml.prt_tables, prts - prts_below_those, "{name}:\n{}", report.text);
+            assert!(aml.routes > 0 && aml.unresolved_routes == 0, "{name}:\n{}", report.text);
+            assert!(report.fatal.is_empty(), "{name}: {:?}", report.fatal);
+            // Bounded: far below the interpreter's budget.
+            assert!(
+                aml.steps < platform::aml::STEPS_IN_ALL / 10,
+                "{name}: {} steps",
+                aml.steps
+            );
+        }
+    }
+
+    #[test]
+    fn r820_host_bridges_match_its_dsdt() {
+        // From the disassembled DSDT: P0B1..P3B1 `Name (_BBN, 0x3F)`.. and
+        // `Name (_PXM, 1..4)`; PCI0 `_BBN` returns 0 and `_PXM` is 1; PCI1's
+        // `_BBN` returns 0x40 unless its buffer P1BN holds 0x80 (it holds 0x40), `_PXM` 2.
+        let dumps = corpus();
+        let (_, text) = dumps
+            .iter()
+            .find(|(name, _)| name.starts_with("PowerEdge_R820"))
+            .unwrap();
+        let report = preflight_text(text).unwrap();
+        let bridges: Vec<(String, Option<u8>, Option<u32>)> = report
+            .aml
+            .unwrap()
+            .bridges
+            .iter()
+            .map(|b| (b.path.to_string(), b.bbn, b.pxm))
+            .collect();
+        let expected = [
+            ("\\_SB_.P0B1", 0x3F, 1),
+            ("\\_SB_.P1B1", 0x7F, 2),
+            ("\\_SB_.P2B1", 0xBF, 3),
+            ("\\_SB_.P3B1", 0xFF, 4),
+            ("\\_SB_.PCI0", 0x00, 1),
+            ("\\_SB_.PCI1", 0x40, 2),
+        ]
+        .map(|(path, bbn, pxm)| (path.to_string(), Some(bbn), Some(pxm)));
+        assert_eq!(bridges, expected);
+    }
+
     #[test]
     fn corpus_machines_match_their_description() {
         let dumps: BTreeMap<String, String> = corpus().into_iter().collect();
