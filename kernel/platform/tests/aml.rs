@@ -255,3 +255,93 @@ mod never_panics {
         }
     }
 }
+
+fn discovered(value: u64) -> aml::Discovery {
+    let mut regions = FixedRegions {
+        value,
+        ..FixedRegions::default()
+    };
+    let mut interp = aml::load(&mut regions, &fixture());
+    aml::discover(&mut interp)
+}
+
+#[test]
+fn routes_are_found_at_the_nearest_prt_with_the_pin_swizzled_across_bridges_without_one() {
+    let found = discovered(11);
+    // Below RP01 (00:1c.2), which has its own _PRT: device 0 INTA -> GSI 40.
+    let r = found.route_for(0, 0, &[(0x1C, 2), (0, 0)], 1).unwrap();
+    assert_eq!((r.route.gsi, r.swizzled), (40, 0));
+    assert_eq!(r.table.scope.path, path("\\_SB.PCI0.RP01"));
+    // Behind a bridge at 00:02.0 without a _PRT: device 1 INTA swizzles to INTB of slot 2 -> GSI 17.
+    let r = found.route_for(0, 0, &[(2, 0), (1, 0)], 1).unwrap();
+    assert_eq!((r.route.gsi, r.route.pin, r.swizzled), (17, 1, 1));
+    // On the root bus directly.
+    assert_eq!(found.route_for(0, 0, &[(3, 0)], 2).unwrap().route.gsi, 11);
+    // No entry for slot 5 in the nearest table, no host bridge for segment 7, pin 0 (none).
+    assert!(found.route_for(0, 0, &[(5, 0)], 1).is_none());
+    assert!(found.route_for(7, 0, &[(2, 0)], 1).is_none());
+    assert!(found.route_for(0, 0, &[(2, 0)], 0).is_none());
+}
+
+#[test]
+fn a_device_takes_the_nearest_pxm_above_it() {
+    let found = discovered(0x80);
+    assert_eq!(found.proximity_for(0, 0, &[(0x1C, 2), (0, 0)]), Some(2));
+    assert_eq!(found.proximity_for(0, 0, &[(3, 0)]), Some(1));
+    // PCI1 (segment 1, root bus 0x80) has no _PXM.
+    assert_eq!(found.proximity_for(1, 0x80, &[(0, 0)]), None);
+}
+
+#[test]
+fn bridges_outside_every_mcfg_window_are_reported() {
+    let found = discovered(0x80);
+    let outside: Vec<_> = found
+        .outside_mcfg(&[(0, 0, 0x3F)])
+        .iter()
+        .map(|b| b.path.clone())
+        .collect();
+    assert_eq!(outside, vec![path("\\_SB.PCI1")]);
+    assert!(found.outside_mcfg(&[(0, 0, 0xFF), (1, 0x80, 0x8F)]).is_empty());
+    // A window too small for the bridge's bus range does not cover it.
+    assert_eq!(found.outside_mcfg(&[(0, 0, 0x1F), (1, 0x80, 0x8F)]).len(), 1);
+}
+
+mod config_space {
+    use std::cell::RefCell;
+
+    use platform::aml::config_access;
+    use platform::pci::{ConfigRegionAccess, ConfigSpace, PciAddress};
+
+    struct Dwords(RefCell<[u32; 1024]>);
+
+    impl ConfigRegionAccess for Dwords {
+        unsafe fn read(&self, _address: PciAddress, offset: u16) -> u32 {
+            self.0.borrow()[usize::from(offset / 4)]
+        }
+        unsafe fn write(&self, _address: PciAddress, offset: u16, value: u32) {
+            self.0.borrow_mut()[usize::from(offset / 4)] = value;
+        }
+    }
+
+    #[test]
+    fn byte_word_and_unaligned_accesses_go_through_dwords() {
+        let space = Dwords(RefCell::new([0; 1024]));
+        space.0.borrow_mut()[0x18] = 0x4433_2211;
+        space.0.borrow_mut()[0x19] = 0x8877_6655;
+        let config = ConfigSpace::new(&space, PciAddress::new(0, 0, 1, 0));
+        assert_eq!(config_access(&config, 0x61, 1, None), Ok(0x22));
+        assert_eq!(config_access(&config, 0x62, 2, None), Ok(0x4433));
+        // Crossing a dword boundary.
+        assert_eq!(config_access(&config, 0x63, 2, None), Ok(0x5544));
+        assert_eq!(config_access(&config, 0x60, 8, None), Ok(0x8877_6655_4433_2211));
+        config_access(&config, 0x61, 1, Some(0x0B)).unwrap();
+        assert_eq!(space.0.borrow()[0x18], 0x4433_0B11);
+        config_access(&config, 0x63, 2, Some(0xBEEF)).unwrap();
+        assert_eq!(
+            (space.0.borrow()[0x18], space.0.borrow()[0x19]),
+            (0xEF33_0B11, 0x8877_66BE)
+        );
+        assert!(config_access(&config, 0xFFF, 2, None).is_err());
+        assert!(config_access(&config, 0x60, 3, None).is_err());
+    }
+}

@@ -396,3 +396,88 @@ fn link_interrupt(
         }
     }
 }
+
+/// Where a `_PRT` route was found for a function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundRoute<'a> {
+    pub route: &'a PrtRoute,
+    pub table: &'a PrtTable,
+    /// Bridges crossed without a `_PRT` of their own (the pin was swizzled at each).
+    pub swizzled: usize,
+}
+
+impl Discovery {
+    /// The host bridge whose root bus is `root_bus` in `segment`.
+    pub fn bridge_for(&self, segment: u16, root_bus: u8) -> Option<usize> {
+        self.bridges
+            .iter()
+            .position(|b| b.segment == segment && b.root_bus() == root_bus)
+    }
+
+    /// The `_PRT` route of INTx `pin` (1..=4) of the function reached from
+    /// root bus `root_bus` of `segment` through `path`: the (device, function)
+    /// of each PCI bridge crossed, then the function's own. The nearest
+    /// `_PRT` above the function is used; each bridge crossed without one
+    /// swizzles the pin (PCI-to-PCI bridge specification: pin + device, mod 4).
+    /// `None`: no host bridge, no `_PRT` up to the root, or the nearest table
+    /// has no entry for the device and pin.
+    pub fn route_for(&self, segment: u16, root_bus: u8, path: &[(u8, u8)], pin: u8) -> Option<FoundRoute<'_>> {
+        let bridge = self.bridge_for(segment, root_bus)?;
+        if !(1..=4).contains(&pin) || path.is_empty() {
+            return None;
+        }
+        let mut pin0 = pin - 1;
+        let mut swizzled = 0;
+        for depth in (0..path.len()).rev() {
+            let device = path[depth].0;
+            let hops = &path[..depth];
+            if let Some(table) = self
+                .prts
+                .iter()
+                .find(|t| t.scope.bridge == bridge && t.scope.hops == hops)
+            {
+                return table
+                    .routes
+                    .iter()
+                    .find(|r| r.device == device && r.pin == pin0)
+                    .map(|route| FoundRoute { route, table, swizzled });
+            }
+            pin0 = (pin0 + device) % 4;
+            swizzled += 1;
+        }
+        None
+    }
+
+    /// The proximity domain of the function reached through `path` (as in
+    /// [`Discovery::route_for`]): the `_PXM` of the deepest device on the way
+    /// that has one, else its host bridge's.
+    pub fn proximity_for(&self, segment: u16, root_bus: u8, path: &[(u8, u8)]) -> Option<u32> {
+        let bridge = self.bridge_for(segment, root_bus)?;
+        for depth in (0..path.len()).rev() {
+            let hops = &path[..depth];
+            if let Some(found) = self
+                .proximity
+                .iter()
+                .find(|p| p.scope.bridge == bridge && p.scope.hops == hops && p.function == path[depth])
+            {
+                return Some(found.pxm);
+            }
+        }
+        self.bridges[bridge].pxm
+    }
+
+    /// Host bridges whose bus range (from `_CRS`, else the root bus) no MCFG
+    /// window of their segment covers: their configuration space is not
+    /// reachable by ECAM. `windows`: (segment, first bus, last bus) of each.
+    pub fn outside_mcfg(&self, windows: &[(u16, u8, u8)]) -> Vec<&HostBridge> {
+        self.bridges
+            .iter()
+            .filter(|b| {
+                let (first, last) = b.buses.unwrap_or((b.root_bus(), b.root_bus()));
+                !windows
+                    .iter()
+                    .any(|&(segment, start, end)| segment == b.segment && start <= first && last <= end)
+            })
+            .collect()
+    }
+}

@@ -36,3 +36,51 @@ pub fn load<'h>(regions: &'h mut dyn RegionHandler, blocks: &[(u8, Vec<u8>)]) ->
     }
     interp
 }
+
+/// A `width`-byte (1, 2, 4 or 8) access to configuration space at `offset`
+/// through 32-bit accesses: the dword(s) holding it are read, and for a
+/// write, merged and written back. The access must not cross the 4 KiB space.
+pub fn config_access<A: pci_types::ConfigRegionAccess + ?Sized>(
+    config: &crate::pci::ConfigSpace<'_, A>,
+    offset: u64,
+    width: u8,
+    write: Option<u64>,
+) -> crate::Result<u64> {
+    let bad = |what| crate::Error::Aml {
+        at: crate::Token::new("PCI_Config region"),
+        offset: offset as u32,
+        what,
+        value: u64::from(width),
+    };
+    if !matches!(width, 1 | 2 | 4 | 8) {
+        return Err(bad("access width is not 1, 2, 4 or 8 bytes"));
+    }
+    if offset + u64::from(width) > 4096 {
+        return Err(bad("access past the 4 KiB configuration space"));
+    }
+    let first = offset & !3;
+    let last = (offset + u64::from(width) - 1) & !3;
+    // Up to 12 bytes: the dwords that hold the access.
+    let mut bytes = [0u8; 12];
+    for (i, dword) in (first..=last).step_by(4).enumerate() {
+        let value = config.read32(dword as u16)?;
+        bytes[i * 4..i * 4 + 4].copy_from_slice(&value.to_le_bytes());
+    }
+    let at = (offset - first) as usize;
+    let span = &mut bytes[at..at + usize::from(width)];
+    match write {
+        None => {
+            let mut value = [0u8; 8];
+            value[..span.len()].copy_from_slice(span);
+            Ok(u64::from_le_bytes(value))
+        }
+        Some(value) => {
+            span.copy_from_slice(&value.to_le_bytes()[..usize::from(width)]);
+            for (i, dword) in (first..=last).step_by(4).enumerate() {
+                let word = u32::from_le_bytes([bytes[i * 4], bytes[i * 4 + 1], bytes[i * 4 + 2], bytes[i * 4 + 3]]);
+                config.write32(dword as u16, word)?;
+            }
+            Ok(0)
+        }
+    }
+}
