@@ -427,8 +427,7 @@ impl Discovery {
             return None;
         }
         let mut pin0 = pin - 1;
-        let mut swizzled = 0;
-        for depth in (0..path.len()).rev() {
+        for (swizzled, depth) in (0..path.len()).rev().enumerate() {
             let device = path[depth].0;
             let hops = &path[..depth];
             if let Some(table) = self
@@ -443,7 +442,6 @@ impl Discovery {
                     .map(|route| FoundRoute { route, table, swizzled });
             }
             pin0 = (pin0 + device) % 4;
-            swizzled += 1;
         }
         None
     }
