@@ -330,6 +330,13 @@ fn prt_table(
         let source = match fields.get(2) {
             Some(Object::Integer(0)) | None => None,
             Some(Object::Name(path)) => Some(path.clone()),
+            Some(Object::LazyName { name, scope }) => match interp.resolve(name, scope) {
+                Some(path) => Some(path),
+                None => {
+                    table.unresolved += 1;
+                    continue;
+                }
+            },
             Some(Object::String(text)) => Path::parse(text),
             Some(Object::Reference(_)) | Some(_) => {
                 table.unresolved += 1;

@@ -129,6 +129,12 @@ pub enum Object {
     Package(Vec<Object>),
     /// A named object referred to by name (package elements, devices).
     Name(Path),
+    /// A package element naming an object not defined when the package was
+    /// built (a forward reference): resolved when used, from `scope`.
+    LazyName {
+        name: NameString,
+        scope: Path,
+    },
     /// `RefOf` / `Index` result.
     Reference(Box<Place>),
     Method {
@@ -1467,8 +1473,13 @@ impl<'h> Interpreter<'h> {
             match self.peek(r) {
                 Some(b) if is_name_start(b) => {
                     let name = self.name_string(r)?;
-                    let path = self.resolve(&name, &f.scope).unwrap_or_else(|| name.in_scope(&f.scope));
-                    items.push(Object::Name(path));
+                    items.push(match self.resolve(&name, &f.scope) {
+                        Some(path) => Object::Name(path),
+                        None => Object::LazyName {
+                            name,
+                            scope: f.scope.clone(),
+                        },
+                    });
                 }
                 _ => {
                     let value = self.eval(f, r)?;
@@ -1486,6 +1497,10 @@ impl<'h> Interpreter<'h> {
         match value {
             Object::Reference(place) => self.read_place(f, &place),
             Object::Name(path) => self.read_named(&path),
+            Object::LazyName { name, scope } => match self.resolve(&name, &scope) {
+                Some(path) => self.read_named(&path),
+                None => Err(self.undefined(&name, r)),
+            },
             Object::String(text) => {
                 let path = Path::parse(&text).ok_or_else(|| self.err(r, "DerefOf a string that is not a path", 0))?;
                 self.read_named(&path)

@@ -84,3 +84,27 @@ pub fn config_access<A: pci_types::ConfigRegionAccess + ?Sized>(
         }
     }
 }
+
+/// The (device, function) path from `function`'s root bus down to it: each
+/// PCI bridge crossed (found by its secondary bus among `functions`), then
+/// the function itself. `None` when a bus on the way has no bridge leading
+/// to it (or the chain loops).
+pub fn pci_path(functions: &[crate::pci::PciFunction], function: &crate::pci::PciFunction) -> Option<Vec<(u8, u8)>> {
+    use crate::pci::HeaderKind;
+    let segment = function.address.segment();
+    let mut path = alloc::vec![(function.address.device(), function.address.function())];
+    let mut bus = function.address.bus();
+    while bus != function.root_bus {
+        if path.len() > 32 {
+            return None;
+        }
+        let bridge = functions.iter().find(|f| {
+            f.address.segment() == segment
+                && f.root_bus == function.root_bus
+                && matches!(f.header, HeaderKind::Bridge { secondary, .. } if secondary == bus)
+        })?;
+        path.insert(0, (bridge.address.device(), bridge.address.function()));
+        bus = bridge.address.bus();
+    }
+    Some(path)
+}

@@ -38,22 +38,6 @@ DefinitionBlock ("", "DSDT", 2, "BAREMQ", "AMLTEST", 1)
             }
         }
 
-        Device (LNKB)
-        {
-            Name (_HID, EisaId ("PNP0C0F"))
-            Name (_UID, 2)
-            Method (_CRS, 0, Serialized)
-            {
-                Name (BUF, ResourceTemplate ()
-                {
-                    IRQ (Level, ActiveLow, Shared, ) {}
-                })
-                CreateWordField (BUF, One, MASK)
-                MASK = (One << PRQB)
-                Return (BUF)
-            }
-        }
-
         Device (PCI0)
         {
             Name (_HID, EisaId ("PNP0A08"))
@@ -163,6 +147,23 @@ DefinitionBlock ("", "DSDT", 2, "BAREMQ", "AMLTEST", 1)
             Method (_STA, 0, NotSerialized)
             {
                 Return (Zero)
+            }
+        }
+
+        /* Defined after PCI0's packages name it: a forward reference. */
+        Device (LNKB)
+        {
+            Name (_HID, EisaId ("PNP0C0F"))
+            Name (_UID, 2)
+            Method (_CRS, 0, Serialized)
+            {
+                Name (BUF, ResourceTemplate ()
+                {
+                    IRQ (Level, ActiveLow, Shared, ) {}
+                })
+                CreateWordField (BUF, One, MASK)
+                MASK = (One << PRQB)
+                Return (BUF)
             }
         }
 
