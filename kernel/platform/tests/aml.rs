@@ -345,3 +345,20 @@ mod config_space {
         assert!(config_access(&config, 0x60, 3, None).is_err());
     }
 }
+
+#[test]
+fn a_host_bridge_whose_sta_never_returns_is_reported_and_not_used() {
+    // The SSDT the QEMU scenario aml-endless-sta adds (tests/data/ssdt-aml-endless-sta.asl).
+    let ssdt = include_bytes!("../../../tests/data/ssdt-aml-endless-sta.bin");
+    let mut blocks = fixture();
+    blocks.push((ssdt[8], ssdt[36..].to_vec()));
+    let mut regions = FixedRegions::default();
+    let mut interp = aml::load(&mut regions, &blocks);
+    let found = aml::discover(&mut interp);
+    assert_eq!(found.failed, 1);
+    assert_eq!(found.problems.len(), 1);
+    assert_eq!(found.problems[0].path, path("\\_SB.HBX0._STA"));
+    assert!(what(&found.problems[0].error).starts_with("step budget of one evaluation"));
+    // The fixture's own bridges are still there.
+    assert_eq!(found.bridges.len(), 2);
+}

@@ -107,6 +107,8 @@ pub struct Discovery {
     pub problems: Vec<Problem>,
     /// Host bridges whose `_STA` says absent (skipped).
     pub absent: usize,
+    /// Host bridges whose `_STA` failed (skipped; the problem is in `problems`).
+    pub failed: usize,
 }
 
 impl Discovery {
@@ -170,10 +172,16 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
         if bridge_paths.iter().any(|b| device.is_below(b)) || !interp.is_host_bridge(device) {
             continue;
         }
+        // A bridge whose _STA fails is not used (its problem is reported): its
+        // status is unknown, and it would shadow the real one for its root bus.
         let sta = device.child(*b"_STA");
-        if let Some(status) = integer(interp, &sta, &mut out.problems)
-            && status & 1 == 0
-        {
+        let problems_before = out.problems.len();
+        let status = integer(interp, &sta, &mut out.problems);
+        if out.problems.len() > problems_before {
+            out.failed += 1;
+            continue;
+        }
+        if status.is_some_and(|status| status & 1 == 0) {
             out.absent += 1;
             continue;
         }
