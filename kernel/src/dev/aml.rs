@@ -259,3 +259,19 @@ pub fn node_of(fw: &Firmware, pci: &Pci, function: &PciFunction) -> Option<(u32,
     let node = numa.nodes.iter().find(|n| n.proximity_domain == pxm)?.node;
     Some((node, pxm))
 }
+
+/// Where a controller's own memory (queues, frames, rings that no one CPU
+/// owns) goes: its node from `_PXM`, else the node of the CPU that probes it
+/// (`None`: no SRAT, any memory). Also says which, for the boot log.
+pub fn controller_node(function: &PciFunction) -> (Option<u32>, &'static str) {
+    let fw = crate::arch::firmware::get();
+    if let Some(pci) = crate::dev::pci::get()
+        && let Some((node, _)) = node_of(fw, pci, function)
+    {
+        return (Some(node), "the device's _PXM");
+    }
+    let apic_id = crate::arch::percpu::current()
+        .apic_id
+        .load(core::sync::atomic::Ordering::Relaxed);
+    (fw.node_of_apic_id(apic_id), "the probing CPU's node")
+}
