@@ -353,11 +353,12 @@ fn aml<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
     let mut interp = platform::aml::load(&mut regions, &blocks);
     let discovery = platform::aml::discover(&mut interp);
     let load_problems = interp.load_problems.clone();
-    let (objects, steps) = (interp.object_count(), interp.steps_total());
+    let (objects, steps, stack) = (interp.object_count(), interp.steps_total(), interp.stack_high_water());
     drop(interp);
     report.line(format!(
-        "aml: {} definition block(s), {objects} objects, {steps} steps; host: region reads return 0 ({} reads, {} writes dropped)",
+        "aml: {} definition block(s), {objects} objects, {steps} steps, {} KiB of stack at most; host: region reads return 0 ({} reads, {} writes dropped)",
         blocks.len(),
+        stack.div_ceil(1024),
         regions.reads,
         regions.writes
     ));

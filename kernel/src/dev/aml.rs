@@ -133,10 +133,11 @@ pub fn init(fw: &Firmware, pci: &'static Pci, enabled: bool) -> Vec<String> {
     let mut interp = aml::load(&mut hardware, blocks);
     let discovery = aml::discover(&mut interp);
     lines.push(format!(
-        "aml: {} definition block(s), {} objects, {} steps",
+        "aml: {} definition block(s), {} objects, {} steps, {} KiB of stack at most",
         blocks.len(),
         interp.object_count(),
-        interp.steps_total()
+        interp.steps_total(),
+        interp.stack_high_water().div_ceil(1024)
     ));
     for problem in interp.load_problems.iter().take(PROBLEM_LINES) {
         lines.push(format!(

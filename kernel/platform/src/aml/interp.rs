@@ -38,6 +38,11 @@ pub const STEPS_PER_EVALUATION: u64 = 400_000;
 pub const STEPS_IN_ALL: u64 = 8_000_000;
 /// Nesting depth (expressions, blocks and method calls together).
 pub const MAX_DEPTH: u32 = 48;
+/// Stack the interpreter may use below the frame that started an evaluation.
+/// Checked at every nesting level, whatever the build: a debug build's frames
+/// are many times a release build's, and the kernel runs AML on its 512 KiB
+/// boot stack.
+pub const STACK_BUDGET: usize = 160 * 1024;
 /// Largest field or buffer the interpreter builds, in bytes.
 const MAX_OBJECT_BYTES: u64 = 64 * 1024;
 
@@ -231,6 +236,17 @@ pub struct Interpreter<'h> {
     /// What went wrong while loading (the rest of the table was still loaded where possible).
     pub load_problems: Vec<LoadProblem>,
     current: Path,
+    /// Address of a local in the frame that started the evaluation (0: none yet).
+    stack_base: usize,
+    /// The most stack any evaluation used (bytes below its base).
+    stack_high_water: usize,
+}
+
+/// The address of a local of this (never inlined) function's frame: where the stack is now.
+#[inline(never)]
+fn stack_position() -> usize {
+    let marker = 0u8;
+    core::hint::black_box(core::ptr::addr_of!(marker)) as usize
 }
 
 fn seg(s: &[u8; 4]) -> Seg {
@@ -276,12 +292,19 @@ impl<'h> Interpreter<'h> {
             resolving_pci: false,
             load_problems: Vec::new(),
             current: Path::root(),
+            stack_base: 0,
+            stack_high_water: 0,
         }
     }
 
     /// Steps taken so far, loading included.
     pub fn steps_total(&self) -> u64 {
         self.steps_total
+    }
+
+    /// The most stack (bytes) one evaluation or table load used; at most about [`STACK_BUDGET`].
+    pub fn stack_high_water(&self) -> usize {
+        self.stack_high_water
     }
 
     /// Objects in the namespace.
@@ -304,6 +327,7 @@ impl<'h> Interpreter<'h> {
         let mut frame = Frame::new(Path::root(), Vec::new(), true);
         self.steps = 0;
         self.current = Path::root();
+        self.stack_base = stack_position();
         // Loading a big DSDT takes more steps than one method evaluation.
         self.evaluation_limit = STEPS_IN_ALL;
         let result = self.exec_list(&mut frame, &mut reader, table);
@@ -334,6 +358,7 @@ impl<'h> Interpreter<'h> {
     pub fn evaluate(&mut self, path: &Path, args: Vec<Object>) -> Result<Object> {
         self.steps = 0;
         self.depth = 0;
+        self.stack_base = stack_position();
         let path = self.follow_alias(path.clone());
         let value = match self.nodes.get(&path) {
             None => return Err(aml_error(&path, 0, "no such object", 0)),
@@ -426,6 +451,13 @@ impl<'h> Interpreter<'h> {
         if self.depth > MAX_DEPTH {
             self.depth -= 1;
             return Err(self.err(r, "nesting deeper than the limit", u64::from(MAX_DEPTH)));
+        }
+        // The stack grows down: what lies between the base and here is in use.
+        let used = self.stack_base.saturating_sub(stack_position());
+        self.stack_high_water = self.stack_high_water.max(used);
+        if used > STACK_BUDGET {
+            self.depth -= 1;
+            return Err(self.err(r, "nesting uses more stack than the limit", used as u64));
         }
         Ok(())
     }
@@ -591,23 +623,111 @@ impl<'h> Interpreter<'h> {
         }
     }
 
+    /// One term. Dispatches to a helper per kind so that the frames on the
+    /// nesting path (blocks, scopes, devices) stay small in debug builds too.
     fn exec_term(&mut self, f: &mut Frame, r: &mut Reader, table: usize) -> Result<Flow> {
         self.step(r)?;
         let Some(op) = self.peek(r) else {
             return Ok(Flow::Normal);
         };
         match op {
-            0x10 => {
-                r.pos += 1;
-                let end = self.pkg_end(r)?;
-                let name = self.name_string(r)?;
-                let path = self.resolve(&name, &f.scope).unwrap_or_else(|| name.in_scope(&f.scope));
-                self.define_scope(&path, ScopeKind::Scope);
-                self.enter(r)?;
-                let flow = self.with_scope(f, r, table, path, end);
-                self.depth -= 1;
-                flow
+            0x10 => self.exec_scope_op(f, r, table),
+            0xA0 => self.exec_if(f, r, table),
+            0xA2 => self.exec_while(f, r, table),
+            0x5B => {
+                let ext = r.code.get(r.pos + 1).copied().unwrap_or(0);
+                if (0x82..=0x85).contains(&ext) {
+                    self.exec_scoped_object(f, r, table, ext)
+                } else {
+                    self.exec_ext(f, r)
+                }
             }
+            _ => self.exec_term_other(f, r, table, op),
+        }
+    }
+
+    /// `Scope`: its term list in the named scope.
+    #[inline(never)]
+    fn exec_scope_op(&mut self, f: &mut Frame, r: &mut Reader, table: usize) -> Result<Flow> {
+        r.pos += 1;
+        let end = self.pkg_end(r)?;
+        let name = self.name_string(r)?;
+        let path = self.resolve(&name, &f.scope).unwrap_or_else(|| name.in_scope(&f.scope));
+        self.define_scope(&path, ScopeKind::Scope);
+        self.enter(r)?;
+        let flow = self.with_scope(f, r, table, path, end);
+        self.depth -= 1;
+        flow
+    }
+
+    /// `If` (and a following `Else`).
+    #[inline(never)]
+    fn exec_if(&mut self, f: &mut Frame, r: &mut Reader, table: usize) -> Result<Flow> {
+        r.pos += 1;
+        let end = self.pkg_end(r)?;
+        let saved_end = core::mem::replace(&mut r.end, end);
+        let predicate = self.eval_int(f, r);
+        r.end = saved_end;
+        let taken = predicate? != 0;
+        let mut flow = Flow::Normal;
+        if taken {
+            self.enter(r)?;
+            let scope = f.scope.clone();
+            let result = self.with_scope(f, r, table, scope, end);
+            self.depth -= 1;
+            let flow = result?;
+            if self.peek(r) == Some(0xA1) {
+                r.pos += 1;
+                r.pos = self.pkg_end(r)?;
+            }
+            return Ok(flow);
+        }
+        r.pos = end;
+        if self.peek(r) == Some(0xA1) {
+            r.pos += 1;
+            let else_end = self.pkg_end(r)?;
+            self.enter(r)?;
+            let scope = f.scope.clone();
+            let result = self.with_scope(f, r, table, scope, else_end);
+            self.depth -= 1;
+            flow = result?;
+        }
+        Ok(flow)
+    }
+
+    /// `While`.
+    #[inline(never)]
+    fn exec_while(&mut self, f: &mut Frame, r: &mut Reader, table: usize) -> Result<Flow> {
+        r.pos += 1;
+        let end = self.pkg_end(r)?;
+        let start = r.pos;
+        self.enter(r)?;
+        let result = (|| -> Result<Flow> {
+            loop {
+                r.pos = start;
+                let saved_end = core::mem::replace(&mut r.end, end);
+                let predicate = self.eval_int(f, r);
+                r.end = saved_end;
+                if predicate? == 0 {
+                    return Ok(Flow::Normal);
+                }
+                let scope = f.scope.clone();
+                match self.with_scope(f, r, table, scope, end)? {
+                    Flow::Break => return Ok(Flow::Normal),
+                    Flow::Return(v) => return Ok(Flow::Return(v)),
+                    Flow::Normal | Flow::Continue => {}
+                }
+            }
+        })();
+        self.depth -= 1;
+        r.pos = end;
+        result
+    }
+
+    /// The other statements and named objects.
+    #[inline(never)]
+    fn exec_term_other(&mut self, f: &mut Frame, r: &mut Reader, table: usize, op: u8) -> Result<Flow> {
+        match op {
             0x08 => {
                 r.pos += 1;
                 let name = self.name_string(r)?;
@@ -651,68 +771,10 @@ impl<'h> Interpreter<'h> {
                 self.byte(r)?;
                 Ok(Flow::Normal)
             }
-            0xA0 => {
-                r.pos += 1;
-                let end = self.pkg_end(r)?;
-                let saved_end = core::mem::replace(&mut r.end, end);
-                let predicate = self.eval_int(f, r);
-                r.end = saved_end;
-                let taken = predicate? != 0;
-                let mut flow = Flow::Normal;
-                if taken {
-                    self.enter(r)?;
-                    let scope = f.scope.clone();
-                    let result = self.with_scope(f, r, table, scope, end);
-                    self.depth -= 1;
-                    let flow = result?;
-                    if self.peek(r) == Some(0xA1) {
-                        r.pos += 1;
-                        r.pos = self.pkg_end(r)?;
-                    }
-                    return Ok(flow);
-                }
-                r.pos = end;
-                if self.peek(r) == Some(0xA1) {
-                    r.pos += 1;
-                    let else_end = self.pkg_end(r)?;
-                    self.enter(r)?;
-                    let scope = f.scope.clone();
-                    let result = self.with_scope(f, r, table, scope, else_end);
-                    self.depth -= 1;
-                    flow = result?;
-                }
-                Ok(flow)
-            }
             0xA1 => {
                 r.pos += 1;
                 r.pos = self.pkg_end(r)?;
                 Ok(Flow::Normal)
-            }
-            0xA2 => {
-                r.pos += 1;
-                let end = self.pkg_end(r)?;
-                let start = r.pos;
-                self.enter(r)?;
-                let result = (|| -> Result<Flow> {
-                    loop {
-                        r.pos = start;
-                        let saved_end = core::mem::replace(&mut r.end, end);
-                        let predicate = self.eval_int(f, r);
-                        r.end = saved_end;
-                        if predicate? == 0 {
-                            return Ok(Flow::Normal);
-                        }
-                        let scope = f.scope.clone();
-                        match self.with_scope(f, r, table, scope, end)? {
-                            Flow::Break => return Ok(Flow::Normal),
-                            Flow::Return(v) => return Ok(Flow::Return(v)),
-                            Flow::Normal | Flow::Continue => {}
-                        }
-                    }
-                })();
-                self.depth -= 1;
-                r.pos = end;
-                result
             }
             0xA3 | 0xCC => {
                 r.pos += 1;
@@ -742,7 +804,6 @@ impl<'h> Interpreter<'h> {
                 self.create_field(f, r, op)?;
                 Ok(Flow::Normal)
             }
-            0x5B => self.exec_ext(f, r, table),
             _ => {
                 self.eval(f, r)?;
                 Ok(Flow::Normal)
@@ -750,7 +811,36 @@ impl<'h> Interpreter<'h> {
         }
     }
 
-    fn exec_ext(&mut self, f: &mut Frame, r: &mut Reader, table: usize) -> Result<Flow> {
+    /// `Device`, `Processor`, `PowerResource`, `ThermalZone`: a named scope with its term list.
+    #[inline(never)]
+    fn exec_scoped_object(&mut self, f: &mut Frame, r: &mut Reader, table: usize, ext: u8) -> Result<Flow> {
+        r.pos += 2;
+        let end = self.pkg_end(r)?;
+        let name = self.name_string(r)?;
+        let kind = match ext {
+            0x82 => ScopeKind::Device,
+            0x83 => {
+                // ProcID, PblkAddr, PblkLen.
+                self.le(r, 6)?;
+                ScopeKind::Processor
+            }
+            0x84 => {
+                // SystemLevel, ResourceOrder.
+                self.le(r, 3)?;
+                ScopeKind::PowerResource
+            }
+            _ => ScopeKind::ThermalZone,
+        };
+        let path = name.in_scope(&f.scope);
+        self.define_scope(&path, kind);
+        self.enter(r)?;
+        let flow = self.with_scope(f, r, table, path, end);
+        self.depth -= 1;
+        flow
+    }
+
+    #[inline(never)]
+    fn exec_ext(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Flow> {
         let ext = r.code.get(r.pos + 1).copied().unwrap_or(0);
         match ext {
             0x01 | 0x02 => {
@@ -794,31 +884,6 @@ impl<'h> Interpreter<'h> {
                 r.end = saved_end;
                 r.pos = end;
                 result?;
-            }
-            0x82..=0x85 => {
-                r.pos += 2;
-                let end = self.pkg_end(r)?;
-                let name = self.name_string(r)?;
-                let kind = match ext {
-                    0x82 => ScopeKind::Device,
-                    0x83 => {
-                        // ProcID, PblkAddr, PblkLen.
-                        self.le(r, 6)?;
-                        ScopeKind::Processor
-                    }
-                    0x84 => {
-                        // SystemLevel, ResourceOrder.
-                        self.le(r, 3)?;
-                        ScopeKind::PowerResource
-                    }
-                    _ => ScopeKind::ThermalZone,
-                };
-                let path = name.in_scope(&f.scope);
-                self.define_scope(&path, kind);
-                self.enter(r)?;
-                let flow = self.with_scope(f, r, table, path, end);
-                self.depth -= 1;
-                return flow;
             }
             0x13 => {
                 r.pos += 2;
@@ -1021,8 +1086,26 @@ impl<'h> Interpreter<'h> {
         Ok(value)
     }
 
+    /// Dispatches on the opcode to a helper per group: each helper's frame holds only its
+    /// own group's locals (a debug build gives every local of a function its own slot, and
+    /// every nesting level passes through here).
     fn eval_inner(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Object> {
         let op = self.byte(r)?;
+        match op {
+            0x00..=0x0E | 0xFF | 0x11..=0x13 | 0x60..=0x6E => self.eval_data(f, r, op),
+            0x73 | 0x83 | 0x84 | 0x87..=0x8F => self.eval_objects(f, r, op),
+            0x70..=0x82 | 0x85 => self.eval_arith(f, r, op),
+            0x90..=0x95 => self.eval_logic(f, r, op),
+            0x96..=0x9E => self.eval_convert(f, r, op),
+            0x5B => self.eval_ext_expr(f, r),
+            b if is_name_start(b) => self.eval_name(f, r, op),
+            _ => Err(self.err(r, "unsupported opcode", u64::from(op))),
+        }
+    }
+
+    /// Literals, buffers, packages, locals and arguments.
+    #[inline(never)]
+    fn eval_data(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
         let value = match op {
             0x00 => Object::Integer(0),
             0x01 => Object::Integer(1),
@@ -1074,6 +1157,15 @@ impl<'h> Interpreter<'h> {
                     other => other,
                 }
             }
+            _ => return Err(self.err(r, "unsupported opcode", u64::from(op))),
+        };
+        Ok(value)
+    }
+
+    /// Store, RefOf and integer arithmetic.
+    #[inline(never)]
+    fn eval_arith(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
+        let value = match op {
             0x70 => {
                 let value = self.eval(f, r)?;
                 let place = self.target(f, r)?;
@@ -1132,6 +1224,15 @@ impl<'h> Interpreter<'h> {
                 self.store(f, &place, Object::Integer(value))?;
                 Object::Integer(value)
             }
+            _ => return Err(self.err(r, "unsupported opcode", u64::from(op))),
+        };
+        Ok(value)
+    }
+
+    /// Concatenation, references, Index, Match, SizeOf, ObjectType, buffer fields.
+    #[inline(never)]
+    fn eval_objects(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
+        let value = match op {
             0x73 => {
                 let a = self.eval(f, r)?;
                 let b = self.eval(f, r)?;
@@ -1262,6 +1363,15 @@ impl<'h> Interpreter<'h> {
                 self.create_field(f, r, op)?;
                 Object::Integer(0)
             }
+            _ => return Err(self.err(r, "unsupported opcode", u64::from(op))),
+        };
+        Ok(value)
+    }
+
+    /// Logical operators and comparisons.
+    #[inline(never)]
+    fn eval_logic(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
+        let value = match op {
             0x90 | 0x91 => {
                 let a = self.eval_int(f, r)?;
                 let b = self.eval_int(f, r)?;
@@ -1283,6 +1393,15 @@ impl<'h> Interpreter<'h> {
                 };
                 self.boolean(truth)
             }
+            _ => return Err(self.err(r, "unsupported opcode", u64::from(op))),
+        };
+        Ok(value)
+    }
+
+    /// Conversions, CopyObject and Mid.
+    #[inline(never)]
+    fn eval_convert(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
+        let value = match op {
             0x96 => {
                 let a = self.eval(f, r)?;
                 let value = Object::Buffer(self.to_buffer(&a, r)?);
@@ -1368,55 +1487,68 @@ impl<'h> Interpreter<'h> {
                 self.store(f, &place, value.clone())?;
                 value
             }
-            0x5B => {
-                let ext = self.byte(r)?;
-                match ext {
-                    0x12 => {
-                        let name_at = r.pos;
-                        let exists = match self.peek(r) {
-                            Some(b) if is_name_start(b) => {
-                                let name = self.name_string(r)?;
-                                self.resolve(&name, &f.scope).map(Place::Named)
-                            }
-                            _ => {
-                                r.pos = name_at;
-                                Some(self.target(f, r)?)
-                            }
-                        };
-                        let place = self.target(f, r)?;
-                        match exists {
-                            Some(found) => {
-                                self.store(f, &place, Object::Reference(Box::new(found)))?;
-                                Object::Integer(self.ones())
-                            }
-                            None => Object::Integer(0),
-                        }
+            _ => return Err(self.err(r, "unsupported opcode", u64::from(op))),
+        };
+        Ok(value)
+    }
+
+    /// Extended (0x5B) expression opcodes.
+    #[inline(never)]
+    fn eval_ext_expr(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Object> {
+        let ext = self.byte(r)?;
+        let value = match ext {
+            0x12 => {
+                let name_at = r.pos;
+                let exists = match self.peek(r) {
+                    Some(b) if is_name_start(b) => {
+                        let name = self.name_string(r)?;
+                        self.resolve(&name, &f.scope).map(Place::Named)
                     }
-                    0x23 => {
-                        self.target(f, r)?;
-                        self.le(r, 2)?;
-                        // Acquired (there is one thread at boot).
-                        Object::Integer(0)
+                    _ => {
+                        r.pos = name_at;
+                        Some(self.target(f, r)?)
                     }
-                    0x25 => {
-                        self.target(f, r)?;
-                        self.eval(f, r)?;
-                        Object::Integer(0)
+                };
+                let place = self.target(f, r)?;
+                match exists {
+                    Some(found) => {
+                        self.store(f, &place, Object::Reference(Box::new(found)))?;
+                        Object::Integer(self.ones())
                     }
-                    0x28 | 0x29 => {
-                        let a = self.eval_int(f, r)?;
-                        let value = if ext == 0x28 { from_bcd(a) } else { to_bcd(a) };
-                        let place = self.target(f, r)?;
-                        self.store(f, &place, Object::Integer(value))?;
-                        Object::Integer(value)
-                    }
-                    0x30 => Object::Integer(1),
-                    0x31 => Object::Uninitialized,
-                    // Timer: 100 ns units; the step count stands in for time.
-                    0x33 => Object::Integer(self.steps_total),
-                    _ => return Err(self.err(r, "unsupported extended opcode 0x5B", u64::from(ext))),
+                    None => Object::Integer(0),
                 }
             }
+            0x23 => {
+                self.target(f, r)?;
+                self.le(r, 2)?;
+                // Acquired (there is one thread at boot).
+                Object::Integer(0)
+            }
+            0x25 => {
+                self.target(f, r)?;
+                self.eval(f, r)?;
+                Object::Integer(0)
+            }
+            0x28 | 0x29 => {
+                let a = self.eval_int(f, r)?;
+                let value = if ext == 0x28 { from_bcd(a) } else { to_bcd(a) };
+                let place = self.target(f, r)?;
+                self.store(f, &place, Object::Integer(value))?;
+                Object::Integer(value)
+            }
+            0x30 => Object::Integer(1),
+            0x31 => Object::Uninitialized,
+            // Timer: 100 ns units; the step count stands in for time.
+            0x33 => Object::Integer(self.steps_total),
+            _ => return Err(self.err(r, "unsupported extended opcode 0x5B", u64::from(ext))),
+        };
+        Ok(value)
+    }
+
+    /// A name: a method call or a named object's value.
+    #[inline(never)]
+    fn eval_name(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
+        let value = match op {
             b if is_name_start(b) => {
                 r.pos -= 1;
                 let name = self.name_string(r)?;

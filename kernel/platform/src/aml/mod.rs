@@ -16,7 +16,7 @@ pub use bridges::{
 };
 pub use interp::{
     FieldKind, FixedRegions, Interpreter, LoadProblem, MAX_DEPTH, Object, Place, RegionHandler, RegionSpace,
-    STEPS_IN_ALL, STEPS_PER_EVALUATION, ScopeKind,
+    STACK_BUDGET, STEPS_IN_ALL, STEPS_PER_EVALUATION, ScopeKind,
 };
 pub use name::{NameString, Path, Seg, eisa_id_text};
 pub use resource::{Interrupt, Resources, Window, WindowKind};
