@@ -232,7 +232,7 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
         out.bridges.push(bridge);
     }
 
-    let mut link_cache: BTreeMap<Path, Option<resource::Interrupt>> = BTreeMap::new();
+    let mut link_cache: BTreeMap<(Path, u64), Option<resource::Interrupt>> = BTreeMap::new();
     for (index, bridge_path) in bridge_paths.iter().enumerate() {
         // The bridge itself, then each device below it, in namespace order.
         let mut scopes: Vec<Path> = alloc::vec![bridge_path.clone()];
@@ -300,7 +300,7 @@ fn prt_table(
     interp: &mut Interpreter<'_>,
     scope: PrtScope,
     value: Object,
-    links: &mut BTreeMap<Path, Option<resource::Interrupt>>,
+    links: &mut BTreeMap<(Path, u64), Option<resource::Interrupt>>,
     problems: &mut Vec<Problem>,
 ) -> PrtTable {
     let mut table = PrtTable {
@@ -363,8 +363,8 @@ fn prt_table(
             }),
             Some(link) => {
                 let interrupt = *links
-                    .entry(link.clone())
-                    .or_insert_with(|| link_interrupt(interp, &link, problems));
+                    .entry((link.clone(), index))
+                    .or_insert_with(|| link_interrupt(interp, &link, index, problems));
                 interrupt.map(|irq| PrtRoute {
                     device,
                     pin,
@@ -384,12 +384,13 @@ fn prt_table(
     table
 }
 
-/// The interrupt a link device's `_CRS` names (the current setting). An
-/// IRQ of 0 (legacy descriptor with an empty mask, or number 0) is a
-/// disabled link.
+/// Interrupt `index` (the `_PRT` entry's source index, usually 0) of those a
+/// link device's `_CRS` names (its current setting). An IRQ of 0 (legacy
+/// descriptor with an empty mask, or number 0) is a disabled link.
 fn link_interrupt(
     interp: &mut Interpreter<'_>,
     link: &Path,
+    index: u64,
     problems: &mut Vec<Problem>,
 ) -> Option<resource::Interrupt> {
     let crs = link.child(*b"_CRS");
@@ -404,7 +405,10 @@ fn link_interrupt(
         return None;
     };
     match resource::parse(&bytes) {
-        Ok(resources) => resources.interrupts.first().copied().filter(|irq| irq.number != 0),
+        Ok(resources) => usize::try_from(index)
+            .ok()
+            .and_then(|i| resources.interrupts.get(i).copied())
+            .filter(|irq| irq.number != 0),
         Err(error) => {
             problems.push(Problem { path: crs, error });
             None
