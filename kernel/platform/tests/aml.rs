@@ -385,3 +385,44 @@ fn the_depth_limit_is_reached_well_within_half_the_kernel_boot_stack() {
         "{reason}"
     );
 }
+
+/// Records every region access; configuration reads return the bus number
+/// for a bridge's secondary bus register (0x19), else `0x1234_8086`.
+#[derive(Default)]
+struct Recording {
+    accesses: Vec<(aml::RegionSpace, u64, u8)>,
+}
+
+impl aml::RegionHandler for Recording {
+    fn read(&mut self, space: aml::RegionSpace, address: u64, width: u8) -> platform::Result<u64> {
+        self.accesses.push((space, address, width));
+        Ok(match (space, address) {
+            // RP01 (00:1c.2) has secondary bus 0x05.
+            (aml::RegionSpace::PciConfig(at), 0x19) if at.bus() == 0 && at.device() == 0x1C => 0x05,
+            _ => 0x1234_8086,
+        })
+    }
+    fn write(&mut self, space: aml::RegionSpace, address: u64, width: u8, _value: u64) -> platform::Result<()> {
+        self.accesses.push((space, address, width));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_pci_config_region_behind_a_bridge_reaches_the_bridge_secondary_bus() {
+    let mut regions = Recording::default();
+    let mut interp = aml::load(&mut regions, &fixture());
+    let value = interp.evaluate(&path("\\_SB.PCI0.RP01.DEV0.VEND"), Vec::new()).unwrap();
+    assert_eq!(value, Object::Integer(0x1234_8086));
+    drop(interp);
+    let config: Vec<_> = regions
+        .accesses
+        .iter()
+        .filter_map(|&(space, address, width)| match space {
+            aml::RegionSpace::PciConfig(at) => Some(((at.bus(), at.device(), at.function()), address, width)),
+            _ => None,
+        })
+        .collect();
+    // RP01's secondary bus register, then the field on 05:03.1 (DEV0's _ADR 0x00030001).
+    assert_eq!(config, vec![((0, 0x1C, 2), 0x19, 1), ((5, 3, 1), 0, 4)]);
+}

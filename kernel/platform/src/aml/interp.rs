@@ -15,10 +15,9 @@
 //! `ConnectField` and the serial-bus/GPIO/EC/SMBus/IPMI address spaces
 //! (each an error naming it). Known simplifications: names a method
 //! creates stay in the namespace after it returns; `Store` to a named
-//! integer or buffer converts, other stores replace; a PCI_Config region's
-//! bus is its host bridge's `_BBN` (devices behind a PCI bridge are not
-//! followed); `\_OSI` answers true for "Windows 2000".."Windows 2022" and a
-//! few features, false otherwise (as Linux does).
+//! integer or buffer converts, other stores replace; `\_OSI` answers true
+//! for "Windows 2000".."Windows 2022" and a few features, false otherwise
+//! (as Linux does).
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
@@ -43,6 +42,8 @@ pub const MAX_DEPTH: u32 = 48;
 /// are many times a release build's, and the kernel runs AML on its 512 KiB
 /// boot stack.
 pub const STACK_BUDGET: usize = 160 * 1024;
+/// Configuration-space offset of a PCI bridge's secondary bus number.
+const PCI_SECONDARY_BUS: u64 = 0x19;
 /// Largest field or buffer the interpreter builds, in bytes.
 const MAX_OBJECT_BYTES: u64 = 64 * 1024;
 
@@ -2180,7 +2181,9 @@ impl<'h> Interpreter<'h> {
     }
 
     /// The PCI function a `PCI_Config` region in `device` reaches: `_ADR` of
-    /// the device, on the bus (`_BBN`) and segment (`_SEG`) of its host bridge.
+    /// the device, on its host bridge's segment (`_SEG`), on the bus reached
+    /// from the host bridge's `_BBN` through the secondary bus numbers of the
+    /// PCI bridges (devices with `_ADR`) in between.
     fn pci_address_of(&mut self, device: &Path) -> PciAddress {
         if let Some(found) = self.pci_cache.get(device) {
             return *found;
@@ -2204,17 +2207,33 @@ impl<'h> Interpreter<'h> {
             }
             bridge = bridge.parent();
         }
-        let (segment, bus) = if found_bridge {
+        let (segment, mut bus) = if found_bridge {
             (
-                self.quiet_integer(&bridge.child(*b"_SEG")).unwrap_or(0),
-                self.quiet_integer(&bridge.child(*b"_BBN")).unwrap_or(0),
+                self.quiet_integer(&bridge.child(*b"_SEG")).unwrap_or(0) as u16,
+                self.quiet_integer(&bridge.child(*b"_BBN")).unwrap_or(0) as u8,
             )
         } else {
             (0, 0)
         };
+        // Each PCI bridge between the host bridge and the device: its
+        // secondary bus number (config offset 0x19) is the next bus down.
+        if found_bridge {
+            for depth in bridge.0.len() + 1..device.0.len() {
+                let node = Path(device.0[..depth].to_vec());
+                let Some(hop) = self.quiet_integer(&node.child(*b"_ADR")) else {
+                    break;
+                };
+                let at = PciAddress::new(segment, bus, ((hop >> 16) & 0x1F) as u8, (hop & 0x7) as u8);
+                match self.regions.read(RegionSpace::PciConfig(at), PCI_SECONDARY_BUS, 1) {
+                    Ok(secondary) if secondary != 0 && secondary != 0xFF => bus = secondary as u8,
+                    // Not a bridge the firmware numbered: keep the bus above.
+                    _ => break,
+                }
+            }
+        }
         self.steps = saved_steps;
         self.resolving_pci = false;
-        let address = PciAddress::new(segment as u16, bus as u8, ((adr >> 16) & 0x1F) as u8, (adr & 0x7) as u8);
+        let address = PciAddress::new(segment, bus, ((adr >> 16) & 0x1F) as u8, (adr & 0x7) as u8);
         self.pci_cache.insert(device.clone(), address);
         address
     }

@@ -106,6 +106,21 @@ DefinitionBlock ("", "DSDT", 2, "BAREMQ", "AMLTEST", 1)
 
                     Return (Local1)
                 }
+
+                /* A device behind the root port: its PCI_Config region is on RP01's secondary bus. */
+                Device (DEV0)
+                {
+                    Name (_ADR, 0x00030001)
+                    OperationRegion (CFG0, PCI_Config, Zero, 0x0100)
+                    Field (CFG0, DWordAcc, NoLock, Preserve)
+                    {
+                        VDID, 32
+                    }
+                    Method (VEND, 0, NotSerialized)
+                    {
+                        Return (VDID)
+                    }
+                }
             }
         }
 
