@@ -175,14 +175,29 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
             let roots: alloc::vec::Vec<alloc::string::String> =
                 p.roots.iter().map(|(s, b)| alloc::format!("{s:04x}:{b:02x}")).collect();
             kprintln!("pci: root buses: {}", roots.join(" "));
+            time::boot_mark("pci");
+            for line in dev::aml::init(fw, p, config.aml) {
+                kprintln!("{line}");
+            }
+            time::boot_mark("aml");
             kprintln!("{}", platform::pci::PciListing(&p.functions));
+            // Each device's NUMA node, from the _PXM of its host bridge (or its own).
+            for f in p
+                .functions
+                .iter()
+                .filter(|f| !matches!(f.header, platform::pci::HeaderKind::Bridge { .. }))
+            {
+                if let Some((node, pxm)) = dev::aml::node_of(fw, p, f) {
+                    kprintln!("pci: {} on numa node {node} (_PXM {pxm})", f.address);
+                }
+            }
         }
         Err(e) => exit::failure(format_args!("PCI: {e}")),
     }
     if let Err(e) = dev::interrupts::init_ioapics() {
         exit::failure(format_args!("I/O APIC: {e}"));
     }
-    time::boot_mark("pci");
+    time::boot_mark("ioapic");
     let affinity = match config
         .irq_affinity
         .map(platform::irq::AffinityPolicy::parse)

@@ -202,6 +202,7 @@ pub fn rebuild(tables: &[DumpedTable]) -> Rebuilt {
         listed.push(String::from_utf8_lossy(&sig).into_owned());
         at += (table.bytes.len() as u64).div_ceil(0x1000).max(1) * 0x1000;
     }
+    place_dsdt(tables, &mut memory, &mut at);
     let mut xsdt = Vec::new();
     xsdt.extend_from_slice(b"XSDT");
     xsdt.extend_from_slice(&((36 + 8 * addresses.len()) as u32).to_le_bytes());
@@ -234,6 +235,33 @@ pub fn rebuild(tables: &[DumpedTable]) -> Rebuilt {
     fix_checksum(&mut rsdp, 32);
     let rsdp = Rsdp::parse(&rsdp).expect("the RSDP built here is well formed");
     Rebuilt { memory, rsdp, listed }
+}
+
+/// FADT offsets of the 32-bit `DSDT` and 64-bit `X_DSDT` pointers.
+const FADT_DSDT: usize = 40;
+const FADT_X_DSDT: usize = 140;
+
+/// Places the dump's DSDT after the listed tables and points the FADT at it
+/// (`X_DSDT` when the FADT is long enough to have it, `DSDT` too), fixing
+/// the FADT's checksum. Without a DSDT or FADT nothing changes.
+fn place_dsdt(tables: &[DumpedTable], memory: &mut RebuiltMemory, at: &mut u64) {
+    let Some(dsdt) = tables.iter().find(|t| t.signature() == *b"DSDT") else {
+        return;
+    };
+    let Some((&fadt_at, fadt)) = memory.regions.iter_mut().find(|(_, bytes)| bytes.starts_with(b"FACP")) else {
+        return;
+    };
+    let dsdt_at = *at;
+    if fadt.len() >= FADT_DSDT + 4 {
+        fadt[FADT_DSDT..FADT_DSDT + 4].copy_from_slice(&(dsdt_at as u32).to_le_bytes());
+    }
+    if fadt.len() >= FADT_X_DSDT + 8 {
+        fadt[FADT_X_DSDT..FADT_X_DSDT + 8].copy_from_slice(&dsdt_at.to_le_bytes());
+    }
+    fix_checksum(fadt, 9);
+    let _ = fadt_at;
+    memory.regions.insert(dsdt_at, dsdt.bytes.clone());
+    *at += (dsdt.bytes.len() as u64).div_ceil(0x1000).max(1) * 0x1000;
 }
 
 impl Rebuilt {

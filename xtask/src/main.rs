@@ -87,8 +87,9 @@ commands:
       --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see docs/lab.md)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
   preflight ACPIDUMP...           read the text Linux's `acpidump` printed on a box and show what baremq
-                                  would do there (console, CPUs, I/O APICs, NUMA, PCI segments, clock,
-                                  IOMMU, refusals), using the kernel's own ACPI code; fails if the boot
+                                  would do there (console, CPUs, I/O APICs, NUMA, PCI segments, AML host
+                                  bridges and _PRT, clock, IOMMU, refusals), using the kernel's own ACPI
+                                  code; fails if the boot
                                   would stop
   fio-out CONSOLE_LOG DIR         fio's files from a captured console: the BAREMQ-FIO-JSON document
       --output NAME               (DIR/NAME, default fio.json) and every BAREMQ-LOG line's log file

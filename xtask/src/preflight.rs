@@ -38,6 +38,23 @@ pub struct Report {
     /// Limits and refusals the boot would survive (CPUs not started, tables ignored).
     pub limits: Vec<String>,
     pub counts: Counts,
+    /// What AML evaluation found (`None` when the tables could not be read).
+    pub aml: Option<AmlSummary>,
+}
+
+/// The AML figures the tests check.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AmlSummary {
+    pub blocks: usize,
+    pub load_problems: usize,
+    pub bridges: Vec<platform::aml::HostBridge>,
+    pub absent_bridges: usize,
+    pub prt_tables: usize,
+    pub routes: usize,
+    pub unresolved_routes: usize,
+    pub device_pxms: usize,
+    pub problems: usize,
+    pub steps: u64,
 }
 
 impl Report {
@@ -107,6 +124,7 @@ pub fn preflight_text(text: &str) -> Result<Report, String> {
     }
     numa(&mut report, &walker, madt.as_ref());
     pci(&mut report, &walker);
+    aml(&mut report, &walker);
     clock(&mut report, &walker);
     iommu(&mut report, &walker);
     Ok(report)
@@ -309,6 +327,136 @@ fn pci<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
             report.fatal(format!("ACPI: {e}"));
         }
     }
+}
+
+/// How many problems are printed one per line (the rest are counted).
+const AML_PROBLEM_LINES: usize = 8;
+
+/// The DSDT and SSDTs through the kernel's AML interpreter. Operation
+/// regions cannot reach the box's hardware here: every read returns 0 and
+/// writes are dropped ([`platform::aml::FixedRegions`]), so values the
+/// firmware computes from registers (a link's current IRQ, some `_STA`s)
+/// show as 0 / absent where the box would give real ones.
+fn aml<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
+    use platform::aml::{RouteSource, WindowKind};
+    let blocks = match tables.definition_blocks() {
+        Ok(blocks) => blocks,
+        Err(e) => {
+            report.line("aml: -");
+            report.limit(format!(
+                "AML tables unreadable ({e}): the kernel scans every MCFG bus and routes INTx by the firmware line"
+            ));
+            return;
+        }
+    };
+    let mut regions = platform::aml::FixedRegions::default();
+    let mut interp = platform::aml::load(&mut regions, &blocks);
+    let discovery = platform::aml::discover(&mut interp);
+    let load_problems = interp.load_problems.clone();
+    let (objects, steps, stack) = (interp.object_count(), interp.steps_total(), interp.stack_high_water());
+    drop(interp);
+    report.line(format!(
+        "aml: {} definition block(s), {objects} objects, {steps} steps, {} KiB of stack at most; host: region reads return 0 ({} reads, {} writes dropped)",
+        blocks.len(),
+        stack.div_ceil(1024),
+        regions.reads,
+        regions.writes
+    ));
+    for problem in load_problems.iter().take(AML_PROBLEM_LINES) {
+        report.line(format!("  load problem (block {}): {}", problem.table, problem.error));
+    }
+    if load_problems.len() > AML_PROBLEM_LINES {
+        report.line(format!(
+            "  ... {} more load problem(s)",
+            load_problems.len() - AML_PROBLEM_LINES
+        ));
+    }
+    for bridge in &discovery.bridges {
+        let mut windows = Vec::new();
+        for w in &bridge.windows {
+            let kind = match w.kind {
+                WindowKind::Memory => "mem",
+                WindowKind::Io => "io",
+                WindowKind::BusNumbers => "bus",
+            };
+            windows.push(format!("{kind} {:#x}-{:#x}", w.start, w.end()));
+        }
+        report.line(format!(
+            "  host bridge {} ({}{}): segment {}, _BBN {}, buses {}, _PXM {}; windows: {}",
+            bridge.path,
+            bridge.id,
+            bridge.uid.as_ref().map(|u| format!(" _UID {u}")).unwrap_or_default(),
+            bridge.segment,
+            bridge.bbn.map(|b| format!("{b:#04x}")).unwrap_or_else(|| "-".into()),
+            bridge
+                .buses
+                .map(|(a, b)| format!("{a:02x}-{b:02x}"))
+                .unwrap_or_else(|| "- (no bus range in _CRS)".into()),
+            bridge.pxm.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            if windows.is_empty() {
+                "-".into()
+            } else {
+                windows.join(", ")
+            }
+        ));
+    }
+    if discovery.absent > 0 {
+        report.line(format!(
+            "  {} host bridge(s) whose _STA says absent (skipped)",
+            discovery.absent
+        ));
+    }
+    let unresolved: usize = discovery.prts.iter().map(|t| t.unresolved).sum();
+    report.line(format!(
+        "  _PRT: {} table(s), {} route(s), {unresolved} unresolved (a link whose _CRS gives no IRQ)",
+        discovery.prts.len(),
+        discovery.route_count()
+    ));
+    for table in &discovery.prts {
+        let links = table
+            .routes
+            .iter()
+            .filter(|r| matches!(r.source, RouteSource::Link(_)))
+            .count();
+        report.line(format!(
+            "    {} ({}): {} route(s), {} direct GSI, {links} through links",
+            table.scope.path,
+            if table.scope.hops.is_empty() {
+                "root bus".to_string()
+            } else {
+                format!("bridge at {:02x?}", table.scope.hops)
+            },
+            table.routes.len(),
+            table.routes.len() - links
+        ));
+    }
+    if !discovery.proximity.is_empty() {
+        report.line(format!("  devices with their own _PXM: {}", discovery.proximity.len()));
+    }
+    for problem in discovery.problems.iter().take(AML_PROBLEM_LINES) {
+        report.line(format!("  problem: {}: {}", problem.path, problem.error));
+    }
+    if discovery.problems.len() > AML_PROBLEM_LINES {
+        report.line(format!(
+            "  ... {} more problem(s)",
+            discovery.problems.len() - AML_PROBLEM_LINES
+        ));
+    }
+    if discovery.bridges.is_empty() {
+        report.limit("AML gives no PCI host bridge: the kernel scans every MCFG bus".into());
+    }
+    report.aml = Some(AmlSummary {
+        blocks: blocks.len(),
+        load_problems: load_problems.len(),
+        bridges: discovery.bridges.clone(),
+        absent_bridges: discovery.absent,
+        prt_tables: discovery.prts.len(),
+        routes: discovery.route_count(),
+        unresolved_routes: unresolved,
+        device_pxms: discovery.proximity.len(),
+        problems: discovery.problems.len(),
+        steps,
+    });
 }
 
 fn clock<M: PhysMemory>(report: &mut Report, tables: &AcpiTables<M>) {
@@ -620,6 +768,86 @@ mod tests {
 
     /// Facts the corpus README states for each machine (written down by a
     /// person from the dumps), checked against the report.
+    /// Facts read independently of baremq's interpreter: each dump's tables
+    /// were extracted and disassembled with ACPICA (`acpixtract -a DUMP;
+    /// iasl -d *.dat`), then counted in the `.dsl` text: host bridges =
+    /// `Device`s whose `_HID` is `EisaId ("PNP0A08")`/`"PNP0A03"`; `_PRT`
+    /// objects = `Method (.._PRT` / `Name (.._PRT` declarations; `_PRT`s
+    /// below a bridge whose `_STA` reads hardware are counted apart, because
+    /// on the host every register reads 0 and such a bridge reads as absent.
+    /// (machine, AML blocks = DSDT + SSDTs, bridges declared, of which
+    /// `_STA` reads hardware, `_PRT` objects, of which below those bridges)
+    const AML_FACTS: [(&str, usize, usize, usize, usize, usize); 6] = [
+        // PC40's _STA reads a register; 3 of the 10 _PRTs are below PC40.
+        ("H8QG6", 2, 2, 1, 10, 3),
+        ("PowerEdge_R820", 2, 6, 0, 12, 0),
+        ("ProLiant_DL165", 3, 1, 0, 6, 0),
+        ("ProLiant_DL360", 6, 1, 0, 14, 0),
+        ("QuantaMicro", 11, 1, 0, 25, 0),
+        ("X8DTT", 4, 1, 0, 9, 0),
+    ];
+
+    #[test]
+    fn aml_of_every_corpus_dump_gives_its_host_bridges_and_prt_tables() {
+        let dumps = corpus();
+        assert_eq!(dumps.len(), AML_FACTS.len());
+        for (prefix, blocks, declared, hardware_sta, prts, prts_below_those) in AML_FACTS {
+            let (name, text) = dumps
+                .iter()
+                .find(|(name, _)| name.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} dump in the corpus"));
+            let report = preflight_text(text).unwrap();
+            let aml = report
+                .aml
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no AML summary\n{}", report.text));
+            assert_eq!(aml.blocks, blocks, "{name}");
+            assert_eq!(aml.load_problems, 0, "{name}:\n{}", report.text);
+            assert_eq!(aml.problems, 0, "{name}:\n{}", report.text);
+            assert_eq!(aml.bridges.len(), declared - hardware_sta, "{name}:\n{}", report.text);
+            assert_eq!(aml.absent_bridges, hardware_sta, "{name}:\n{}", report.text);
+            assert_eq!(aml.prt_tables, prts - prts_below_those, "{name}:\n{}", report.text);
+            assert!(aml.routes > 0 && aml.unresolved_routes == 0, "{name}:\n{}", report.text);
+            assert!(report.fatal.is_empty(), "{name}: {:?}", report.fatal);
+            // Bounded: far below the interpreter's budget.
+            assert!(
+                aml.steps < platform::aml::STEPS_IN_ALL / 10,
+                "{name}: {} steps",
+                aml.steps
+            );
+        }
+    }
+
+    #[test]
+    fn r820_host_bridges_match_its_dsdt() {
+        // From the disassembled DSDT: P0B1..P3B1 `Name (_BBN, 0x3F)`.. and
+        // `Name (_PXM, 1..4)`; PCI0 `_BBN` returns 0 and `_PXM` is 1; PCI1's
+        // `_BBN` returns 0x40 unless its buffer P1BN holds 0x80 (it holds 0x40), `_PXM` 2.
+        let dumps = corpus();
+        let (_, text) = dumps
+            .iter()
+            .find(|(name, _)| name.starts_with("PowerEdge_R820"))
+            .unwrap();
+        let report = preflight_text(text).unwrap();
+        let bridges: Vec<(String, Option<u8>, Option<u32>)> = report
+            .aml
+            .unwrap()
+            .bridges
+            .iter()
+            .map(|b| (b.path.to_string(), b.bbn, b.pxm))
+            .collect();
+        let expected = [
+            ("\\_SB_.P0B1", 0x3F, 1),
+            ("\\_SB_.P1B1", 0x7F, 2),
+            ("\\_SB_.P2B1", 0xBF, 3),
+            ("\\_SB_.P3B1", 0xFF, 4),
+            ("\\_SB_.PCI0", 0x00, 1),
+            ("\\_SB_.PCI1", 0x40, 2),
+        ]
+        .map(|(path, bbn, pxm)| (path.to_string(), Some(bbn), Some(pxm)));
+        assert_eq!(bridges, expected);
+    }
+
     #[test]
     fn corpus_machines_match_their_description() {
         let dumps: BTreeMap<String, String> = corpus().into_iter().collect();

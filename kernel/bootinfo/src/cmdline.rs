@@ -45,6 +45,7 @@ pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
 pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, watchdog, crc32c, clock, \
+     aml, \
      null.size, null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit, \
      fio.modules, fio.override.KEY (and fio command-line words after --)";
 
@@ -201,6 +202,8 @@ pub struct Config<'a> {
     pub test: Option<SelfTest>,
     pub irq_affinity: Option<&'a str>,
     pub smp: bool,
+    /// `aml=`: evaluate the DSDT/SSDTs for host bridges, `_PRT` and `_PXM` (off: MCFG scan and firmware lines only).
+    pub aml: bool,
     /// `cpus.max=`: the most CPUs started, the boot CPU included (None: no cap).
     pub max_cpus: Option<u32>,
     /// `probe.fail=BB:DD.F`: (bus, device, function) whose probe fails on purpose.
@@ -253,6 +256,7 @@ impl Default for Config<'_> {
             test: None,
             irq_affinity: None,
             smp: true,
+            aml: true,
             max_cpus: None,
             probe_fail: None,
             idle: IdleMode::Auto,
@@ -350,6 +354,10 @@ pub fn parse_with_drivers<'a>(
             "smp" => {
                 once("smp")?;
                 cfg.smp = choose("smp", value, &[("on", true), ("off", false)], "on or off")?;
+            }
+            "aml" => {
+                once("aml")?;
+                cfg.aml = choose("aml", value, &[("on", true), ("off", false)], "on or off")?;
             }
             "cpus.max" => {
                 once("cpus.max")?;

@@ -328,6 +328,15 @@ pub enum Error {
     AffinityParse { token: Token, reason: &'static str },
     /// Capacity of the affinity list exceeded.
     AffinityCapacity { capacity: usize },
+    // ---- AML --------------------------------------------------------------------------------
+    /// AML could not be loaded or evaluated: where (method path, name or
+    /// "resource template"), the byte offset in its table, what, and the value.
+    Aml {
+        at: Token,
+        offset: u32,
+        what: &'static str,
+        value: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -617,6 +626,14 @@ impl fmt::Display for Error {
             ),
             AffinityCapacity { capacity } => {
                 write!(f, "irq.affinity lists more than {capacity} vector:cpu pairs")
+            }
+            Aml {
+                at,
+                offset,
+                what,
+                value,
+            } => {
+                write!(f, "AML {} at byte {offset:#x}: {what} ({value:#x})", at.as_str())
             }
         }
     }

@@ -24,6 +24,7 @@
 extern crate alloc;
 
 pub mod acpi;
+pub mod aml;
 pub mod clock;
 pub mod cpus;
 mod error;

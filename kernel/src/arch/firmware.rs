@@ -31,6 +31,9 @@ pub struct Firmware {
     /// The console UART the firmware names; a broken table is kept as its error
     /// (the console falls back to probing, the boot goes on).
     pub spcr: platform::Result<Option<Spcr>>,
+    /// The DSDT and SSDTs (revision, AML), copied for `dev::aml`; an error
+    /// when they cannot be read (AML is then skipped, not fatal).
+    pub aml_blocks: platform::Result<Vec<(u8, Vec<u8>)>>,
 }
 
 impl Firmware {
@@ -99,6 +102,7 @@ pub fn discover(boot: &BootInfo) -> platform::Result<Firmware> {
         ivrs,
         ignored,
         spcr: tables.spcr(),
+        aml_blocks: tables.definition_blocks(),
     })
 }
 

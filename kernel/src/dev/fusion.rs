@@ -230,9 +230,13 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let mut config = megasas_fusion::Config::new(generation, vector_cpus);
     opts.apply(&mut config);
     let mut report = megasas_fusion::Report::new();
+    let (device_node, node_from) = crate::dev::aml::controller_node(function);
+    if let Some(node) = device_node {
+        kprintln!("numa: megasas-fusion {at}: controller memory on node {node} (from {node_from})");
+    }
     let built = Host::new(
         mmio,
-        &KernelDma,
+        &KernelDma { device_node },
         KernelDelay,
         block::platform(),
         {

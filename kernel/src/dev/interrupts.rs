@@ -452,11 +452,23 @@ pub fn setup_vectors(
     let pci = pci::get().ok_or(Error::NoPci)?;
     let mut plan = platform::irq::choose_interrupt_mode(function, wanted, mode, Some(&firmware::get().madt))?;
     if let InterruptPlan::Intx { pin, line, route } = plan {
-        plan = InterruptPlan::Intx {
-            pin,
-            line,
-            route: chipset_intx_route(function, route)?,
+        // _PRT first (the firmware's own routing, as an ACPI OS uses it); without a route
+        // there, the firmware's interrupt line and the chipset router.
+        let madt = &firmware::get().madt;
+        let route = match crate::dev::aml::intx_route(pci, function, |irq| madt.isa_irq_route(irq)) {
+            Some((route, source)) => {
+                log::info!(
+                    "irq: {address} INTx pin {} -> GSI {} {} {} from {source}",
+                    (b'A' + pin.clamp(1, 4) - 1) as char,
+                    route.gsi,
+                    if route.level { "level" } else { "edge" },
+                    if route.active_low { "active-low" } else { "active-high" }
+                );
+                route
+            }
+            None => chipset_intx_route(function, route)?,
         };
+        plan = InterruptPlan::Intx { pin, line, route };
     }
     let granted = usize::from(plan.vectors()).min(cpus.len());
     if let Some(&cpu) = cpus[..granted]

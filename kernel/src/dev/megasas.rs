@@ -66,14 +66,25 @@ impl megasas::Mmio for KernelMmio {
     }
 }
 
-struct KernelDma;
+/// The controller's frames and reply queue: one set per controller, on its node
+/// (`aml::controller_node`: its `_PXM`, else the probing CPU's).
+struct KernelDma {
+    node: Option<u32>,
+    /// Allocations that landed on `node` (read back from their addresses), and all of them.
+    on_node: &'static (core::sync::atomic::AtomicU32, core::sync::atomic::AtomicU32),
+}
 
 // SAFETY: DmaBuffer returns zeroed, physically contiguous, identity-mapped
 // memory below 4 GiB (virt == phys) that is never freed once leaked here, so
 // it stays valid and owned by the driver for the controller's lifetime.
 unsafe impl megasas::Dma for KernelDma {
     fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::DmaError> {
-        let buf = DmaBuffer::new(size, align.max(4096)).map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
+        let buf = DmaBuffer::on_node(size, align.max(4096), self.node)
+            .map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
+        if self.node.is_some() && crate::arch::firmware::get().node_of_address(buf.phys()) == self.node {
+            self.on_node.0.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
+        self.on_node.1.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let (virt, phys, len) = buf.leak();
         Ok(megasas::DmaRegion { virt, phys, len })
     }
@@ -316,8 +327,25 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
         None => kprintln!("megasas {at}: completions: one interrupt per batch ({mode:?})"),
     }
     hc.cpu_map = Some(map.queue_of_cpu.clone());
-    let host = Mr::new(model, mmio, KernelDma, KernelDelay, block::platform(), hc)
-        .map_err(|e| Error::Device(format!("megasas {at}: bring-up failed: {e}")))?;
+    let (node, node_from) = crate::dev::aml::controller_node(function);
+    let on_node: &'static (core::sync::atomic::AtomicU32, core::sync::atomic::AtomicU32) = Box::leak(Box::default());
+    let host = Mr::new(
+        model,
+        mmio,
+        KernelDma { node, on_node },
+        KernelDelay,
+        block::platform(),
+        hc,
+    )
+    .map_err(|e| Error::Device(format!("megasas {at}: bring-up failed: {e}")))?;
+    if let Some(node) = node {
+        let (placed, all) = on_node;
+        kprintln!(
+            "numa: megasas {at}: controller memory on node {node} (from {node_from}): {} of {} allocations there",
+            placed.load(core::sync::atomic::Ordering::Relaxed),
+            all.load(core::sync::atomic::Ordering::Relaxed)
+        );
+    }
     let ctrl = host.controller();
     let info = ctrl.info();
     kprintln!(

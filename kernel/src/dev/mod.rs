@@ -13,6 +13,7 @@
 //! What it may use: `crate::arch` and the library and driver crates, never
 //! `crate::app`.
 
+pub mod aml;
 pub mod block;
 pub mod cpumap;
 pub mod driver;

@@ -101,7 +101,11 @@ impl nvme::Mmio for KernelMmio {
 }
 
 /// DMA memory: the kernel's contiguous, identity-mapped pages.
-pub(crate) struct KernelDma;
+pub(crate) struct KernelDma {
+    /// Node for memory no one CPU owns (admin queue, identify buffers), and for a
+    /// CPU's queue when the CPU's node is unknown: the controller's (see `aml::controller_node`).
+    pub(crate) device_node: Option<u32>,
+}
 
 // SAFETY: DmaBuffer returns zeroed, physically contiguous, identity-mapped memory
 // (virt == phys) that is never freed once leaked here, so it stays valid and owned by the
@@ -111,14 +115,15 @@ unsafe impl nvme::Dma for KernelDma {
         self.alloc_zeroed_for_cpu(size, align, None)
     }
 
-    /// From the NUMA node of the queue's CPU (any memory when there is no SRAT or it has no room).
+    /// From the NUMA node of the queue's CPU, else the controller's node (any memory when
+    /// there is no SRAT or the node has no room).
     fn alloc_zeroed_for_cpu(
         &self,
         size: usize,
         align: usize,
         cpu: Option<usize>,
     ) -> Result<nvme::DmaRegion, nvme::DmaError> {
-        let node = cpu.and_then(node_of_cpu);
+        let node = cpu.and_then(node_of_cpu).or(self.device_node);
         let buf =
             DmaBuffer::on_node(size, align.max(4096), node).map_err(|_| nvme::DmaError::OutOfMemory { size, align })?;
         let (virt, phys, len) = buf.leak();
@@ -414,7 +419,11 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     };
     let mut config = opts.driver.config(ncpus);
     config.requested_io_queues = u16::try_from(provisional.nr_io_queues()).unwrap_or(u16::MAX - 1);
-    let ctrl = nvme::Controller::new(mmio, KernelDma, KernelDelay, config)
+    let (device_node, node_from) = crate::dev::aml::controller_node(function);
+    if let Some(node) = device_node {
+        kprintln!("numa: {name} ({at}): controller memory on node {node} (from {node_from})");
+    }
+    let ctrl = nvme::Controller::new(mmio, KernelDma { device_node }, KernelDelay, config)
         .map_err(|e| Error::Device(format!("{name} ({at}): bring-up failed: {e}")))?;
     let info = ctrl.info().clone();
     // The queue count is capped by what the controller granted and by the interrupt vectors

@@ -344,6 +344,49 @@ impl<M: PhysMemory> AcpiTables<M> {
             Err(error) => Err(error),
         }
     }
+
+    /// The AML definition blocks: the DSDT the FADT names (`X_DSDT` when
+    /// set, else `DSDT`), then every SSDT in root-table order, each as
+    /// (table revision, bytes after the header). No FADT: SSDTs only.
+    pub fn definition_blocks(&self) -> Result<alloc::vec::Vec<(u8, alloc::vec::Vec<u8>)>> {
+        const DSDT: TableSignature = TableSignature(*b"DSDT");
+        const SSDT: TableSignature = TableSignature(*b"SSDT");
+        const FADT_DSDT: u32 = 40;
+        const FADT_X_DSDT: u32 = 140;
+        let mut blocks = alloc::vec::Vec::new();
+        let body = |table: &Sdt| -> Result<(u8, alloc::vec::Vec<u8>)> {
+            let bytes = tables::table_bytes(&self.memory, table)?;
+            Ok((table.revision, bytes[SDT_HEADER_LEN as usize..].to_vec()))
+        };
+        match self.find(TableSignature::FADT) {
+            Ok(fadt) => {
+                let extended = if fadt.length >= FADT_X_DSDT + 8 {
+                    fadt.read_u64(&self.memory, FADT_X_DSDT)?
+                } else {
+                    0
+                };
+                let dsdt = if extended != 0 {
+                    extended
+                } else {
+                    u64::from(fadt.read_u32(&self.memory, FADT_DSDT)?)
+                };
+                if dsdt != 0 {
+                    let table = Sdt::load(&self.memory, dsdt, Some(DSDT), SDT_HEADER_LEN)?;
+                    blocks.push(body(&table)?);
+                }
+            }
+            Err(Error::TableNotFound { .. }) => {}
+            Err(error) => return Err(error),
+        }
+        for summary in self.tables() {
+            let Ok(summary) = summary else { continue };
+            if summary.signature == SSDT {
+                let table = Sdt::load(&self.memory, summary.phys, Some(SSDT), SDT_HEADER_LEN)?;
+                blocks.push(body(&table)?);
+            }
+        }
+        Ok(blocks)
+    }
 }
 
 fn root_entry_size(kind: RootKind) -> u32 {
