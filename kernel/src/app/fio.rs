@@ -234,6 +234,9 @@ fn fio_only(spec: &workload::JobSpec) -> String {
         out.push_str(&format!(
             ", one I/O per {read} ns (reads) / {write} ns (writes) at most"
         ));
+        if spec.rate_poisson {
+            out.push_str(" on average, Poisson arrivals (exponential gaps)");
+        }
     }
     if spec.think_ns > 0 {
         out.push_str(&format!(

@@ -24,7 +24,9 @@ use crate::generator::IoGenerator;
 use crate::hist::LatencyHistogram;
 use crate::job::{ExpectedGeneration, VerifyMode};
 use crate::plan::{CpuSlice, JobPlan, VerifyScheme};
+use crate::poisson::PoissonArrivals;
 use crate::ratelimit::{RateLimit, Verdict};
+use crate::rng::mix64;
 use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_block, fill_block};
 
 /// Per CPU (and per job report), at most this many failed I/Os are kept with their address, and as
@@ -540,6 +542,15 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
 }
 
 /// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
+/// fio's `rate_process=poisson`: one gap generator per direction, seeded from the job's seed,
+/// the CPU and the direction, so a run repeats with the same seed (fio's `randrepeat`).
+fn poisson_arrivals(plan: &JobPlan, cpu: u32) -> Option<Box<[PoissonArrivals; 2]>> {
+    (plan.spec.rate_poisson && plan.spec.io_interval_ns != [0, 0]).then(|| {
+        let seed = plan.spec.seed ^ mix64(u64::from(cpu) + 1);
+        Box::new([PoissonArrivals::new(seed), PoissonArrivals::new(mix64(seed))])
+    })
+}
+
 fn backlog_capacity(plan: &JobPlan) -> usize {
     if plan.verify.has_verify_pass() {
         plan.spec.verify_backlog as usize
@@ -712,6 +723,8 @@ struct CpuRun<'a, B: ?Sized> {
     paced: bool,
     /// Earliest start of the next I/O of each direction (`io_interval_ns`).
     next_io_ns: [u64; 2],
+    /// `rate_poisson`: the exponential gaps of each direction (`None`: linear pacing).
+    poisson: Option<Box<[PoissonArrivals; 2]>>,
     /// I/Os issued since the last think time.
     issued_since_think: u32,
     /// End of the think time under way.
@@ -816,6 +829,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             ramp_end: None,
             paced: plan.spec.is_paced(),
             next_io_ns: [0, 0],
+            poisson: poisson_arrivals(plan, slice.cpu),
             issued_since_think: 0,
             think_until: None,
             writes_since_flush: 0,
@@ -988,7 +1002,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if now < self.next_io_ns[direction] {
                 return false;
             }
-            self.next_io_ns[direction] = self.next_io_ns[direction].saturating_add(interval);
+            let gap = match &mut self.poisson {
+                Some(arrivals) => arrivals[direction].next_gap_ns(interval),
+                None => interval,
+            };
+            self.next_io_ns[direction] = self.next_io_ns[direction].saturating_add(gap);
         }
         self.issued_since_think += 1;
         true

@@ -298,6 +298,9 @@ pub struct JobSpec {
     /// two I/Os of one direction on one CPU (`[read, write]`, 0 = no limit). Kept on average:
     /// an I/O that could not go on time lets the next ones catch up.
     pub io_interval_ns: [u64; 2],
+    /// fio's `rate_process=poisson`: the gaps between a direction's I/O starts are exponential
+    /// with mean `io_interval_ns` (seeded from `seed`) instead of equal (false: linear).
+    pub rate_poisson: bool,
     /// fio's `thinktime`: after every `think_blocks` I/Os, wait for every I/O in flight to
     /// complete, then this long, before issuing more (0 = none).
     pub think_ns: u64,
@@ -369,6 +372,7 @@ impl JobSpec {
             ios_per_cpu: None,
             clone_increment: None,
             io_interval_ns: [0, 0],
+            rate_poisson: false,
             think_ns: 0,
             think_blocks: 1,
             start_delay_ns: 0,

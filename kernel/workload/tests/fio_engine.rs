@@ -142,6 +142,38 @@ fn rate_iops_and_rate_hold_the_pace_per_direction() {
 }
 
 #[test]
+fn rate_process_poisson_spaces_starts_by_exponential_gaps_at_the_same_mean() {
+    let text = "[p]\nioengine=libaio\nrw=randread\nbs=4k\niodepth=8\ntime_based\nruntime=500ms\nrate_iops=2000\n";
+    let gaps_of = |process: &str| {
+        let plan = plan_of(&format!("{text}rate_process={process}\n"), &[0]);
+        // Every I/O takes exactly 20 us, far below the 500 us mean gap: completions keep the
+        // spacing of the starts.
+        let (results, backends) = run(&plan, 20_000);
+        let times: Vec<u64> = backends[0].completion_log.iter().map(|(at, _)| *at).collect();
+        let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        (results[0].ios(), gaps)
+    };
+    let (linear_ios, linear_gaps) = gaps_of("linear");
+    let (poisson_ios, poisson_gaps) = gaps_of("poisson");
+    // Same mean rate: 2000 IOPS for 0.5 s; a Poisson count of 1000 has a deviation of about 32.
+    assert!((995..=1005).contains(&linear_ios), "linear: {linear_ios}");
+    assert!((880..=1120).contains(&poisson_ios), "poisson: {poisson_ios}");
+    let mean = 500_000.0;
+    let share = |gaps: &[u64], pred: &dyn Fn(f64) -> bool| {
+        gaps.iter().filter(|&&g| pred(g as f64)).count() as f64 / gaps.len() as f64
+    };
+    // Linear: every gap is the interval. Exponential: P(gap > 2 mean) = e^-2 = 13.5 %,
+    // P(gap < mean / 2) = 1 - e^-0.5 = 39.3 %.
+    assert_eq!(share(&linear_gaps, &|g| g > 1.5 * mean || g < 0.5 * mean), 0.0);
+    let long = share(&poisson_gaps, &|g| g > 2.0 * mean);
+    let short = share(&poisson_gaps, &|g| g < 0.5 * mean);
+    assert!((0.09..0.18).contains(&long), "{long} of the gaps above 2x the mean");
+    assert!((0.33..0.46).contains(&short), "{short} of the gaps below half the mean");
+    // The same seed gives the same arrivals (fio's randrepeat).
+    assert_eq!(gaps_of("poisson").1, poisson_gaps);
+}
+
+#[test]
 fn thinktime_waits_for_the_batch_then_thinks() {
     // 64 I/Os in batches of 4 at QD4: each batch takes 100 us, then 1 ms of think time.
     let plan = plan_of(

@@ -840,13 +840,10 @@ impl Builder {
                 }
             }
             "rate_process" => {
-                let v = need()?;
-                if v != "linear" {
-                    return Err(unsupported(
-                        &job,
-                        &format!("rate_process={v}"),
-                        "only the linear rate process is implemented",
-                    ));
+                self.spec.rate_poisson = match need()? {
+                    "linear" => false,
+                    "poisson" => true,
+                    _ => return Err(bad("linear or poisson")),
                 }
             }
             "thinktime" => self.spec.think_ns = time(1_000)?,

@@ -282,7 +282,6 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nsync=1\n", "sync"),
         ("[a]\nwrite_barrier=4\n", "write_barrier"),
         ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
-        ("[a]\nrate_process=poisson\n", "rate_process=poisson"),
         ("[a]\nrate_min=1m\n", "rate_min"),
         ("[a]\nrate=1m\nrate_iops=10\n", "rate_iops"),
         ("[a]\nstartdelay=1-5\n", "startdelay"),
@@ -295,8 +294,6 @@ fn unsupported_options_are_refused_by_name() {
     }
     // Zero flushes and bsrange with equal ends are fio's defaults in other words.
     assert!(parse_job_file("[a]\nfsync=0\nend_fsync=0\nbsrange=8k-8k\nblockalign=8k\n", &[]).is_ok());
-    let text = refused("[a]\nrate_process=poisson\n").1;
-    assert!(text.contains("linear"), "{text}");
 }
 
 #[test]
@@ -419,6 +416,22 @@ fn rates_think_times_and_start_delays_map_to_the_engine() {
         one("[a]\nrate_iops=1000,\nrate_process=linear\n").spec.io_interval_ns,
         [1_000_000, 0]
     );
+    let poisson = one("[a]\nrate_iops=500\nrate_process=poisson\n").spec;
+    assert!(poisson.rate_poisson);
+    assert_eq!(
+        poisson.io_interval_ns,
+        [2_000_000, 2_000_000],
+        "the Poisson mean is the linear interval"
+    );
+    assert!(
+        !one("[a]\nrate_process=poisson\nrate_process=linear\n")
+            .spec
+            .rate_poisson
+    );
+    assert!(matches!(
+        parse_job_file("[a]\nrate_process=uniform\n", &[]),
+        Err(WorkloadError::FioBadValue { option, .. }) if option == "rate_process"
+    ));
     let think = one("[a]\nthinktime=250\nthinktime_blocks=8\n");
     assert_eq!(
         (think.spec.think_ns, think.spec.think_blocks),
