@@ -27,7 +27,7 @@ use crate::plan::{CpuSlice, JobPlan, VerifyScheme};
 use crate::poisson::PoissonArrivals;
 use crate::ratelimit::{RateLimit, Verdict};
 use crate::rng::mix64;
-use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_block, fill_block};
+use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_stamped, fill_block, stamp_block};
 
 /// Per CPU (and per job report), at most this many failed I/Os are kept with their address, and as
 /// many retried ones; all are counted.
@@ -1337,7 +1337,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
         match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
-                fill_block(mode, &BlockStamp { lba, seed, generation }, &mut buffer[..bs]);
+                let pattern = &self.plan.spec.verify_pattern;
+                stamp_block(mode, pattern, &BlockStamp { lba, seed, generation }, &mut buffer[..bs]);
             }
             (IoOp::Read, Some(_)) => {
                 // Clear the header so a read that moves no data cannot pass on a stale buffer.
@@ -1538,7 +1539,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         // The length was checked at submit time; a backend that shrank it since gets a mismatch, not a panic.
         let buffer = self.backend.slot_buffer(slot);
         let block = &buffer[..bs.min(buffer.len())];
-        match check_block(mode, lba, seed, expected, block) {
+        match check_stamped(mode, &self.plan.spec.verify_pattern, lba, seed, expected, block) {
             Ok(_) => self.result.verify.checked += 1,
             Err(mismatch) => {
                 self.result.verify.mismatches += 1;

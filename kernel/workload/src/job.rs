@@ -129,6 +129,9 @@ pub enum VerifyMode {
     Crc32c,
     /// Header plus a deterministic pattern compared word by word.
     Pattern,
+    /// fio's `verify=pattern` / `verify_pattern`: the whole block is [`JobSpec::verify_pattern`]
+    /// repeated from its first byte, no header (fio job files only).
+    FioPattern,
 }
 
 impl VerifyMode {
@@ -138,6 +141,7 @@ impl VerifyMode {
             Self::None => "none",
             Self::Crc32c => "crc32c",
             Self::Pattern => "pattern",
+            Self::FioPattern => "fio-pattern",
         }
     }
 
@@ -301,6 +305,8 @@ pub struct JobSpec {
     /// fio's `rate_process=poisson`: the gaps between a direction's I/O starts are exponential
     /// with mean `io_interval_ns` (seeded from `seed`) instead of equal (false: linear).
     pub rate_poisson: bool,
+    /// The bytes of fio's `verify_pattern` for [`VerifyMode::FioPattern`] (empty otherwise).
+    pub verify_pattern: Vec<u8>,
     /// fio's `thinktime`: after every `think_blocks` I/Os, wait for every I/O in flight to
     /// complete, then this long, before issuing more (0 = none).
     pub think_ns: u64,
@@ -373,6 +379,7 @@ impl JobSpec {
             clone_increment: None,
             io_interval_ns: [0, 0],
             rate_poisson: false,
+            verify_pattern: Vec::new(),
             think_ns: 0,
             think_blocks: 1,
             start_delay_ns: 0,

@@ -148,7 +148,7 @@ impl fmt::Display for VerifyMismatch {
 
 fn kind_code(mode: VerifyMode) -> u32 {
     match mode {
-        VerifyMode::Pattern => KIND_PATTERN,
+        VerifyMode::Pattern | VerifyMode::FioPattern => KIND_PATTERN,
         // `None` never reaches the format; stamping it as crc32c keeps the function total.
         VerifyMode::Crc32c | VerifyMode::None => KIND_CRC32C,
     }
@@ -315,7 +315,7 @@ pub fn check_block(
                 ));
             }
         }
-        VerifyMode::Pattern => {
+        VerifyMode::Pattern | VerifyMode::FioPattern => {
             let stored_crc = read_u32(block, CRC_AT);
             if stored_crc != 0 {
                 return Err(mismatch(MismatchField::Reserved, 0, u64::from(stored_crc)));
@@ -353,6 +353,88 @@ pub fn check_block(
         }
     }
     Ok(generation)
+}
+
+/// Writes the data of a block for `mode`: fio's pattern repeated over the block for
+/// [`VerifyMode::FioPattern`], else [`fill_block`]'s header and payload.
+pub fn stamp_block(mode: VerifyMode, pattern: &[u8], stamp: &BlockStamp, block: &mut [u8]) {
+    if mode == VerifyMode::FioPattern {
+        fill_fio_pattern(pattern, block);
+    } else {
+        fill_block(mode, stamp, block);
+    }
+}
+
+/// Checks a block read back for `mode`: [`check_fio_pattern`] for [`VerifyMode::FioPattern`]
+/// (which returns the expected generation, or 1: a fixed pattern carries none), else
+/// [`check_block`].
+pub fn check_stamped(
+    mode: VerifyMode,
+    pattern: &[u8],
+    lba: u64,
+    seed: u64,
+    expected: ExpectedGeneration,
+    block: &[u8],
+) -> Result<u32, VerifyMismatch> {
+    if mode == VerifyMode::FioPattern {
+        check_fio_pattern(pattern, lba, block)?;
+        Ok(match expected {
+            ExpectedGeneration::Exact(generation) => generation,
+            ExpectedGeneration::Any => 1,
+        })
+    } else {
+        check_block(mode, lba, seed, expected, block)
+    }
+}
+
+/// fio's `verify=pattern`: `pattern` repeated over the whole block from its first byte (an empty
+/// pattern leaves the block as it is; the front-end never gives one).
+pub fn fill_fio_pattern(pattern: &[u8], block: &mut [u8]) {
+    if pattern.is_empty() {
+        return;
+    }
+    let first = pattern.len().min(block.len());
+    block[..first].copy_from_slice(&pattern[..first]);
+    // Double the filled part until the block is full: log2(block / pattern) copies.
+    let mut filled = first;
+    while filled < block.len() {
+        let take = filled.min(block.len() - filled);
+        block.copy_within(..take, filled);
+        filled += take;
+    }
+}
+
+/// Checks that `block` (read from `lba`) is `pattern` repeated from its first byte. The first
+/// difference is reported as [`MismatchField::Data`] at the start of its 8-byte word, with the
+/// expected and found bytes of that word (little-endian; a shorter tail is zero-padded).
+pub fn check_fio_pattern(pattern: &[u8], lba: u64, block: &[u8]) -> Result<(), VerifyMismatch> {
+    if pattern.is_empty() {
+        return Ok(());
+    }
+    let differs = block
+        .chunks(pattern.len())
+        .position(|chunk| chunk != &pattern[..chunk.len()]);
+    let Some(chunk_index) = differs else {
+        return Ok(());
+    };
+    let start = chunk_index * pattern.len();
+    let byte = (start..block.len())
+        .find(|&i| block[i] != pattern[i % pattern.len()])
+        .unwrap_or(start);
+    let word = byte / 8 * 8;
+    let end = (word + 8).min(block.len());
+    let (mut expected, mut found) = ([0u8; 8], [0u8; 8]);
+    for (k, i) in (word..end).enumerate() {
+        expected[k] = pattern[i % pattern.len()];
+        found[k] = block[i];
+    }
+    Err(VerifyMismatch {
+        lba,
+        // Block sizes are at most 16 MiB, so the offset fits in u32.
+        field: MismatchField::Data { byte_offset: word as u32 },
+        expected: u64::from_le_bytes(expected),
+        found: u64::from_le_bytes(found),
+    })
 }
 
 #[cfg(test)]
@@ -522,5 +604,41 @@ mod tests {
         let block = stamped(mode, 1, 0, 512);
         let err = check_block(mode, 1, SEED, ExpectedGeneration::Any, &block).unwrap_err();
         assert_eq!((err.field, err.expected, err.found), (MismatchField::Generation, 1, 0));
+    }
+
+    #[test]
+    fn fio_pattern_repeats_over_the_block_and_names_the_first_difference() {
+        let pattern = [0xde, 0xad, 0xbe];
+        let mut block = vec![0u8; 4096];
+        stamp_block(VerifyMode::FioPattern, &pattern, &BlockStamp { lba: 9, seed: SEED, generation: 1 }, &mut block);
+        assert!(block.iter().enumerate().all(|(i, b)| *b == pattern[i % 3]), "repeated from byte 0");
+        assert_eq!(
+            check_stamped(VerifyMode::FioPattern, &pattern, 9, SEED, ExpectedGeneration::Exact(3), &block),
+            Ok(3)
+        );
+        // A block larger than the pattern's tail: 4096 is not a multiple of 3.
+        assert_eq!(block[4095], pattern[4095 % 3]);
+        block[1000] ^= 0x40;
+        let mismatch = check_fio_pattern(&pattern, 9, &block).unwrap_err();
+        assert_eq!(mismatch.field, MismatchField::Data { byte_offset: 1000 });
+        assert_eq!(mismatch.lba, 9);
+        assert_eq!(mismatch.expected.to_le_bytes()[0], pattern[1000 % 3]);
+        assert_eq!(mismatch.found.to_le_bytes()[0], pattern[1000 % 3] ^ 0x40);
+        // A baremq-stamped block is not the pattern; a pattern longer than the block is cut.
+        let stamped = stamped(VerifyMode::Crc32c, 9, 1, 512);
+        assert!(check_fio_pattern(&pattern, 9, &stamped).is_err());
+        let long: alloc::vec::Vec<u8> = (0..600u32).map(|i| i as u8).collect();
+        let mut small = vec![0u8; 512];
+        fill_fio_pattern(&long, &mut small);
+        assert_eq!(small[..], long[..512]);
+        assert!(check_fio_pattern(&long, 0, &small).is_ok());
+        // A stale tail (the last 3 bytes) is caught too.
+        let mut tail = vec![0u8; 512];
+        fill_fio_pattern(&pattern, &mut tail);
+        tail[511] = !tail[511];
+        assert_eq!(
+            check_fio_pattern(&pattern, 0, &tail).unwrap_err().field,
+            MismatchField::Data { byte_offset: 504 }
+        );
     }
 }

@@ -25,6 +25,7 @@
 //! need a job to start while others continue; it is refused by name. [`FioJob::group`] is fio's
 //! reporting group.
 
+pub mod pattern;
 pub mod syntax;
 pub mod values;
 
@@ -261,10 +262,6 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("rate_ignore_thinktime", "rates and think times are separate here"),
     ("thinktime_blocks_type", "think time counts issued I/Os"),
-    (
-        "verify_pattern",
-        "fio's verify_pattern is not implemented; baremq's verify stamps its own block format",
-    ),
     (
         "verify_backlog_batch",
         "verify_backlog reads back all N blocks at once; batches of them are not implemented",
@@ -894,11 +891,13 @@ impl Builder {
                     "crc32c" | "crc32c-intel" => VerifyMode::Crc32c,
                     "md5" | "crc64" | "crc32" | "crc16" | "crc7" | "xxhash" | "sha1" | "sha256" | "sha512"
                     | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" | "meta" => VerifyMode::Crc32c,
-                    "pattern" | "pattern_hdr" | "null" => {
+                    "pattern" => VerifyMode::FioPattern,
+                    "pattern_hdr" | "null" => {
                         return Err(unsupported(
                             &job,
                             &format!("verify={v}"),
-                            "baremq verifies with its own header and CRC32C (verify=crc32c)",
+                            "baremq verifies with fio's plain pattern (verify=pattern) or its own header and CRC32C \
+                             (verify=crc32c)",
                         ));
                     }
                     _ => {
@@ -908,6 +907,10 @@ impl Builder {
                     }
                 };
                 self.verify_name = v.to_string();
+            }
+            "verify_pattern" => {
+                self.spec.verify_pattern = pattern::parse(need()?)
+                    .map_err(|why| bad(&format!("{} ({why})", pattern::PATTERN_FORM)))?
             }
             "do_verify" => self.do_verify = flag()?,
             "verify_backlog" => {
@@ -1172,7 +1175,34 @@ impl Builder {
         }
         let seed_from_clock = self.randseed.is_none() && !self.randrepeat;
         self.spec.seed = self.randseed.unwrap_or(DEFAULT_SEED);
-        // Verify and errors.
+        // Verify and errors. fio: verify_pattern without a verify option means verify=pattern.
+        if !self.spec.verify_pattern.is_empty() && self.verify_name.is_empty() {
+            self.verify = VerifyMode::FioPattern;
+            self.verify_name = "pattern".into();
+        }
+        match (self.verify, self.spec.verify_pattern.is_empty()) {
+            (VerifyMode::FioPattern, true) => {
+                return Err(WorkloadError::FioBadValue {
+                    job,
+                    option: "verify".into(),
+                    value: "pattern".into(),
+                    expected: "a verify_pattern as well (the bytes to write and check)".into(),
+                });
+            }
+            (VerifyMode::Crc32c, false) => {
+                return Err(unsupported(
+                    &job,
+                    "verify_pattern",
+                    format!(
+                        "with verify={} fio puts its checksum header over the pattern; baremq checks either the \
+                         plain pattern (verify=pattern, or no verify option) or its own header and CRC32C",
+                        self.verify_name
+                    ),
+                ));
+            }
+            (VerifyMode::None, false) => self.spec.verify_pattern.clear(),
+            _ => {}
+        }
         self.spec.verify = self.verify;
         if self.verify.is_enabled() {
             if !self.do_verify {
@@ -1182,7 +1212,7 @@ impl Builder {
                     "writing verify data without the verify pass is not implemented; use verify=0 or do_verify=1",
                 ));
             }
-            if self.verify_name != "crc32c" && self.verify_name != "crc32c-intel" {
+            if !matches!(self.verify_name.as_str(), "crc32c" | "crc32c-intel" | "pattern") {
                 self.warn(format!(
                     "verify={}: baremq checks its own block header and CRC32C, not fio's {} format",
                     self.verify_name, self.verify_name

@@ -276,8 +276,8 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nbs=4k,8k\n", "bs=4k,8k"),
         ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
         ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
-        ("[a]\nverify=pattern\n", "verify=pattern"),
-        ("[a]\nverify_pattern=0xff\n", "verify_pattern"),
+        ("[a]\nverify=pattern_hdr\nverify_pattern=0xff\n", "verify=pattern_hdr"),
+        ("[a]\nverify=md5\nverify_pattern=0xff\n", "verify_pattern"),
         ("[a]\nverify_backlog_batch=16\n", "verify_backlog_batch"),
         ("[a]\nsync=1\n", "sync"),
         ("[a]\nwrite_barrier=4\n", "write_barrier"),
@@ -616,4 +616,35 @@ fn boot_modules_are_job_files_by_string_or_first_line() {
     assert!(is_job_file_module("", b"; comment\n\n  # more\n[global]\nbs=4k\n"));
     assert!(!is_job_file_module("", b"\x7fELF..."));
     assert!(!is_job_file_module("", b""));
+}
+
+#[test]
+fn verify_pattern_takes_fio_forms_and_means_verify_pattern() {
+    // Alone it turns verify on (fio: verify=pattern when no verify option is given).
+    let job = one("[a]\nrw=randwrite\nbs=4k\nverify_pattern=0xdeadbeef\n");
+    assert_eq!(job.spec.verify, VerifyMode::FioPattern);
+    assert_eq!(job.spec.verify_pattern, [0xde, 0xad, 0xbe, 0xef]);
+    assert!(job.warnings.iter().all(|w| !w.contains("verify")), "{:?}", job.warnings);
+    let job = one("[a]\nrw=write\nverify=pattern\nverify_pattern=\"baremq\"66\n");
+    assert_eq!(job.spec.verify_pattern, b"baremqB");
+    assert_eq!(one("[a]\nrw=write\nverify_pattern=-1024\n").spec.verify_pattern, [0, 0xfc, 0xff, 0xff]);
+    // verify=0 keeps verify off; the pattern is dropped.
+    let off = one("[a]\nrw=write\nverify=0\nverify_pattern=0xff\n");
+    assert_eq!(off.spec.verify, VerifyMode::None);
+    assert!(off.spec.verify_pattern.is_empty());
+    // verify=pattern needs the bytes; bad patterns say what was wrong.
+    assert!(matches!(
+        parse_job_file("[a]\nrw=write\nverify=pattern\n", &[]),
+        Err(WorkloadError::FioBadValue { option, .. }) if option == "verify"
+    ));
+    for bad in ["%o", "'f'", "0xgg", "\"open"] {
+        let text = alloc::format!("[a]\nrw=write\nverify_pattern={bad}\n");
+        match parse_job_file(&text, &[]) {
+            Err(WorkloadError::FioBadValue { option, expected, .. }) => {
+                assert_eq!(option, "verify_pattern");
+                assert!(expected.contains('('), "{bad}: {expected}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
 }
