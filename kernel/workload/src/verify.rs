@@ -431,7 +431,9 @@ pub fn check_fio_pattern(pattern: &[u8], lba: u64, block: &[u8]) -> Result<(), V
     Err(VerifyMismatch {
         lba,
         // Block sizes are at most 16 MiB, so the offset fits in u32.
-        field: MismatchField::Data { byte_offset: word as u32 },
+        field: MismatchField::Data {
+            byte_offset: word as u32,
+        },
         expected: u64::from_le_bytes(expected),
         found: u64::from_le_bytes(found),
     })
@@ -610,10 +612,29 @@ mod tests {
     fn fio_pattern_repeats_over_the_block_and_names_the_first_difference() {
         let pattern = [0xde, 0xad, 0xbe];
         let mut block = vec![0u8; 4096];
-        stamp_block(VerifyMode::FioPattern, &pattern, &BlockStamp { lba: 9, seed: SEED, generation: 1 }, &mut block);
-        assert!(block.iter().enumerate().all(|(i, b)| *b == pattern[i % 3]), "repeated from byte 0");
+        stamp_block(
+            VerifyMode::FioPattern,
+            &pattern,
+            &BlockStamp {
+                lba: 9,
+                seed: SEED,
+                generation: 1,
+            },
+            &mut block,
+        );
+        assert!(
+            block.iter().enumerate().all(|(i, b)| *b == pattern[i % 3]),
+            "repeated from byte 0"
+        );
         assert_eq!(
-            check_stamped(VerifyMode::FioPattern, &pattern, 9, SEED, ExpectedGeneration::Exact(3), &block),
+            check_stamped(
+                VerifyMode::FioPattern,
+                &pattern,
+                9,
+                SEED,
+                ExpectedGeneration::Exact(3),
+                &block
+            ),
             Ok(3)
         );
         // A block larger than the pattern's tail: 4096 is not a multiple of 3.

@@ -303,10 +303,18 @@ fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back(
     let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
     assert_eq!(result.write.ios, 64);
     // The verify pass read every block back and found the pattern.
-    assert_eq!((result.verify.checked, result.verify.mismatches), (64, 0), "{:?}", result.verify);
+    assert_eq!(
+        (result.verify.checked, result.verify.mismatches),
+        (64, 0),
+        "{:?}",
+        result.verify
+    );
     let pattern = [0xde, 0xad, 0xbe, 0xef, b'b', b'q'];
     let block = disk.read_block(8 * 17, 4096);
-    assert!(block.iter().enumerate().all(|(i, b)| *b == pattern[i % 6]), "block 17 holds the pattern");
+    assert!(
+        block.iter().enumerate().all(|(i, b)| *b == pattern[i % 6]),
+        "block 17 holds the pattern"
+    );
     // A read job with the same pattern checks what is there; one flipped byte is found by offset
     // (continue_on_error=all: fio's default stops at the first mismatch).
     disk.corrupt_byte(8 * 5, 1234);
@@ -318,7 +326,12 @@ fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back(
     let mut backend = FakeBackend::new(&disk, read.iodepth as usize, read.bs() as usize);
     let result = run_cpu(&read, 0, &mut backend, &shared).unwrap();
     assert_eq!(result.read.ios, 64);
-    assert_eq!((result.verify.checked, result.verify.mismatches), (63, 1), "{:?}", result.verify);
+    assert_eq!(
+        (result.verify.checked, result.verify.mismatches),
+        (63, 1),
+        "{:?}",
+        result.verify
+    );
     let (_, mismatch) = result.verify.first_mismatch.unwrap();
     assert_eq!(mismatch.lba, 40);
     assert_eq!(mismatch.field, workload::MismatchField::Data { byte_offset: 1232 });

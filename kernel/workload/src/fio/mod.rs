@@ -909,8 +909,8 @@ impl Builder {
                 self.verify_name = v.to_string();
             }
             "verify_pattern" => {
-                self.spec.verify_pattern = pattern::parse(need()?)
-                    .map_err(|why| bad(&format!("{} ({why})", pattern::PATTERN_FORM)))?
+                self.spec.verify_pattern =
+                    pattern::parse(need()?).map_err(|why| bad(&format!("{} ({why})", pattern::PATTERN_FORM)))?
             }
             "do_verify" => self.do_verify = flag()?,
             "verify_backlog" => {

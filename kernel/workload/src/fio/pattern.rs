@@ -56,7 +56,10 @@ pub fn parse(text: &str) -> Result<Vec<u8>, String> {
             _ => decimal(text, at, &mut out)?,
         };
         if out.len() > MAX_PATTERN {
-            return Err(alloc::format!("a pattern of {} bytes, above the {MAX_PATTERN} allowed", out.len()));
+            return Err(alloc::format!(
+                "a pattern of {} bytes, above the {MAX_PATTERN} allowed",
+                out.len()
+            ));
         }
     }
     if out.is_empty() {
@@ -92,7 +95,11 @@ fn hex(bytes: &[u8], start: usize, out: &mut Vec<u8>) -> usize {
 /// A decimal integer from `start` (as C's `strtol`, stopping before a `0x`); returns where it ends.
 fn decimal(text: &str, start: usize, out: &mut Vec<u8>) -> Result<usize, String> {
     let rest = &text[start..];
-    let stop = rest.to_ascii_lowercase().find("0x").filter(|i| *i > 0).unwrap_or(rest.len());
+    let stop = rest
+        .to_ascii_lowercase()
+        .find("0x")
+        .filter(|i| *i > 0)
+        .unwrap_or(rest.len());
     let bytes = rest.as_bytes();
     let mut end = usize::from(matches!(bytes.first(), Some(b'-' | b'+')));
     let digits_start = end;
@@ -100,7 +107,9 @@ fn decimal(text: &str, start: usize, out: &mut Vec<u8>) -> Result<usize, String>
         end += 1;
     }
     if end == digits_start {
-        return Err(alloc::format!("{rest:?} is not a hex number, decimal number or \"string\""));
+        return Err(alloc::format!(
+            "{rest:?} is not a hex number, decimal number or \"string\""
+        ));
     }
     let value: i64 = rest[..end]
         .parse()
@@ -158,6 +167,9 @@ mod tests {
         }
         let long = alloc::format!("0x{}", "ab".repeat(MAX_PATTERN + 1));
         assert!(parse(&long).unwrap_err().contains("512"));
-        assert_eq!(parse(&alloc::format!("0x{}", "ab".repeat(MAX_PATTERN))).unwrap().len(), MAX_PATTERN);
+        assert_eq!(
+            parse(&alloc::format!("0x{}", "ab".repeat(MAX_PATTERN))).unwrap().len(),
+            MAX_PATTERN
+        );
     }
 }

@@ -627,7 +627,10 @@ fn verify_pattern_takes_fio_forms_and_means_verify_pattern() {
     assert!(job.warnings.iter().all(|w| !w.contains("verify")), "{:?}", job.warnings);
     let job = one("[a]\nrw=write\nverify=pattern\nverify_pattern=\"baremq\"66\n");
     assert_eq!(job.spec.verify_pattern, b"baremqB");
-    assert_eq!(one("[a]\nrw=write\nverify_pattern=-1024\n").spec.verify_pattern, [0, 0xfc, 0xff, 0xff]);
+    assert_eq!(
+        one("[a]\nrw=write\nverify_pattern=-1024\n").spec.verify_pattern,
+        [0, 0xfc, 0xff, 0xff]
+    );
     // verify=0 keeps verify off; the pattern is dropped.
     let off = one("[a]\nrw=write\nverify=0\nverify_pattern=0xff\n");
     assert_eq!(off.spec.verify, VerifyMode::None);

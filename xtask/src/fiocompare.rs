@@ -1,0 +1,703 @@
+//! `cargo xtask fio-compare JOB.fio [--device nvme|md] [--smp N] [--disk-size SIZE]
+//! [--override KEY=VALUE]... [--timeout S] [--out DIR]`: the same fio job file run by real fio in
+//! the Linux peer guest (`../shared/tools/peer/`, fio 3.33) and by baremq, each on a fresh zeroed
+//! disk behind the same QEMU controller, and the two documents compared.
+//!
+//! What is compared, per job (fio's `jobname`):
+//!
+//! * the reporting group (`groupid`: stonewall / new_group);
+//! * the number of read and write I/Os (`total_ios`), which must agree for a size-bound job
+//!   (no `time_based`); for time-based jobs the counts are shown, not judged;
+//! * which jobs ran at the same time: fio's side from the per-I/O log (`write_lat_log` with
+//!   `log_avg_msec=0`, `log_unix_epoch=1`: each clone's first and last I/O), baremq's from its
+//!   console (`jobs a, b: running at the same time`);
+//! * which blocks a pass touched: for every fio clone, I/Os and distinct offsets in its per-I/O
+//!   log (fio's random map: equal); on both sides, the 4 KiB blocks of the disk that are not zero
+//!   after the run (exact for writes: both write non-zero data over a zeroed disk).
+//!
+//! The peer's kernel and initramfs come from `$PEER_DIR` (default `/tmp/baremq-peer`; built with
+//! `run-peer.sh build` when missing). This command appends a second cpio archive to that
+//! initramfs holding its own `/init` and the job file (Linux unpacks concatenated archives, the
+//! later file replacing the earlier). Both documents, the consoles and a Markdown table are
+//! written to the output directory. It boots Linux under TCG: minutes, a manual command, not CI.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{RunDevice, fioout, qemu, root, value};
+
+const USAGE: &str = "usage: cargo xtask fio-compare JOB.fio [--device nvme|md] [--smp N] [--disk-size SIZE] \
+                     [--override KEY=VALUE]... [--timeout S] [--out DIR]";
+
+/// The guest's `/init`: loads the controller's driver, runs fio on the job file with json+ and a
+/// per-I/O log, prints the document and a summary of each clone's log between markers.
+/// `@MODULES@` and `@DEV@` are filled in per device.
+const GUEST_INIT: &str = r#"#!/bin/sh
+# fio-compare guest (written by cargo xtask fio-compare): one fio run of /cmp/job.fio.
+export PATH=/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t tmpfs tmpfs /tmp
+KV=$(uname -r)
+for mod in @MODULES@; do
+  mp=$(grep "/$mod.ko" /lib/modules/$KV/order.list | head -1)
+  [ -n "$mp" ] || continue
+  grep -q "^$(basename $mp .ko | tr - _) " /proc/modules && continue
+  insmod /lib/modules/$KV/$mp || echo "CMP_ERR insmod $mod"
+done
+i=0; while [ ! -e /sys/block/@DEV@ ] && [ $i -lt 400 ]; do usleep 50000; i=$((i+1)); done
+[ -e /dev/@DEV@ ] || { echo "CMP_ERR no /dev/@DEV@"; poweroff -f; }
+echo none > /sys/block/@DEV@/queue/scheduler 2>/dev/null
+cd /tmp
+echo "CMP_FIO_START"
+fio --output-format=json+ --output=/tmp/out.json /cmp/job.fio > /tmp/fio.err 2>&1
+echo "CMP_FIO_RC $?"
+sed 's/^/CMP_STDERR /' /tmp/fio.err
+echo "CMP_JSON_BEGIN"; cat /tmp/out.json; echo; echo "CMP_JSON_END"
+for f in /tmp/cmp_clat.*.log; do
+  [ -e "$f" ] || continue
+  awk -F', *' '{ n++; if (!($5 in seen)) { seen[$5] = 1; d++ } if (n == 1) first = $1; last = $1; if ($3 == 0) r++; else if ($3 == 1) w++ }
+    END { printf "CMP_LOG %s ios=%d reads=%d writes=%d distinct_offsets=%d first_ms=%s last_ms=%s\n", FILENAME, n, r, w, d, first, last }' "$f"
+done
+echo "CMP_DONE"
+sync
+poweroff -f
+"#;
+
+/// Kernel modules (insmod order, as the peer's own init loads them) and the Linux block device.
+fn guest_device(device: RunDevice) -> (&'static str, &'static str) {
+    match device {
+        RunDevice::Nvme => (
+            "crct10dif_common crc64 crct10dif-pclmul crct10dif_generic crc-t10dif crc64-rocksoft t10-pi nvme-core nvme",
+            "nvme0n1",
+        ),
+        _ => (
+            "scsi_common scsi_mod megaraid_sas crct10dif_common crc64 crct10dif-pclmul crct10dif_generic crc-t10dif \
+             crc64-rocksoft t10-pi sd_mod",
+            "sda",
+        ),
+    }
+}
+
+/// The job file with `settings` forced for every job: each key is removed from every section and
+/// set once in a `[global]` section put first (a job's own line would beat a global one in fio).
+pub fn force_settings(job_file: &str, settings: &[(String, String)]) -> String {
+    let forced = |line: &str| {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') || trimmed.starts_with(';') || trimmed.starts_with('#') {
+            return false;
+        }
+        let key = trimmed.split('=').next().unwrap_or("").trim().to_ascii_lowercase();
+        settings.iter().any(|(k, _)| *k == key)
+    };
+    let mut out = String::from("; fio-compare: settings forced for every job\n[global]\n");
+    for (key, value) in settings {
+        if value.is_empty() {
+            let _ = writeln!(out, "{key}");
+        } else {
+            let _ = writeln!(out, "{key}={value}");
+        }
+    }
+    out.push('\n');
+    for line in job_file.lines() {
+        if forced(line) {
+            let _ = writeln!(out, "; fio-compare removed: {}", line.trim());
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One file of a cpio "newc" archive.
+fn cpio_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], inode: u32) {
+    let header = format!(
+        "070701{inode:08x}{mode:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+        0,
+        0,
+        1,
+        0,
+        data.len(),
+        0,
+        0,
+        0,
+        0,
+        name.len() + 1,
+        0
+    );
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+    out.extend_from_slice(data);
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+}
+
+/// `base` (the peer's initramfs), padded to 4 bytes, followed by an uncompressed archive with
+/// `files` (`name`, mode, contents; directories with mode `0o040755` and no contents).
+pub fn append_cpio(base: &[u8], files: &[(&str, u32, &[u8])]) -> Vec<u8> {
+    let mut out = base.to_vec();
+    while out.len() % 4 != 0 {
+        out.push(0);
+    }
+    for (index, (name, mode, data)) in files.iter().enumerate() {
+        cpio_entry(&mut out, name, *mode, data, 0x4000 + index as u32);
+    }
+    cpio_entry(&mut out, "TRAILER!!!", 0, &[], 0);
+    out
+}
+
+/// The text between `begin` and `end` marker lines of a console.
+fn between<'a>(console: &'a str, begin: &str, end: &str) -> Option<&'a str> {
+    let start = console.find(begin)? + begin.len();
+    let stop = console[start..].find(end)? + start;
+    Some(console[start..stop].trim())
+}
+
+/// 4 KiB blocks of the image that are not all zero.
+fn nonzero_blocks(image: &Path) -> Result<u64, String> {
+    let bytes = fs::read(image).map_err(|e| format!("reading {}: {e}", image.display()))?;
+    Ok(bytes.chunks(4096).filter(|b| b.iter().any(|&x| x != 0)).count() as u64)
+}
+
+/// Per job name: (groupid, read I/Os, write I/Os, entries) summed over the document's entries.
+fn per_job(document: &Value) -> BTreeMap<String, (u64, u64, u64, u64)> {
+    let mut jobs = BTreeMap::new();
+    for job in document["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let name = job["jobname"].as_str().unwrap_or("?").to_string();
+        let entry = jobs
+            .entry(name)
+            .or_insert((job["groupid"].as_u64().unwrap_or(0), 0, 0, 0));
+        entry.1 += job["read"]["total_ios"].as_u64().unwrap_or(0);
+        entry.2 += job["write"]["total_ios"].as_u64().unwrap_or(0);
+        entry.3 += 1;
+    }
+    jobs
+}
+
+/// Whether the fio document's job (or the globals) set `time_based`.
+fn time_based(document: &Value, job: &str) -> bool {
+    let has = |options: &Value| options.get("time_based").is_some_and(|v| v.as_str() != Some("0"));
+    has(&document["global options"])
+        || document["jobs"]
+            .as_array()
+            .is_some_and(|jobs| jobs.iter().any(|j| j["jobname"] == job && has(&j["job options"])))
+}
+
+/// One clone's per-I/O log summary from the peer's console.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloneLog {
+    /// fio's thread number (the `N` of `cmp_clat.N.log`).
+    pub thread: u64,
+    pub ios: u64,
+    pub distinct_offsets: u64,
+    pub first_ms: u64,
+    pub last_ms: u64,
+}
+
+/// The `CMP_LOG` lines of the peer's console, by thread number.
+pub fn clone_logs(console: &str) -> Vec<CloneLog> {
+    let mut logs: Vec<CloneLog> = console
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim_end_matches('\r').split_once("CMP_LOG ")?.1;
+            let mut words = rest.split_whitespace();
+            let file = words.next()?;
+            let thread = file.rsplit_once("clat.")?.1.strip_suffix(".log")?.parse().ok()?;
+            let field = |key: &str| {
+                rest.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse::<u64>().ok())
+            };
+            Some(CloneLog {
+                thread,
+                ios: field("ios")?,
+                distinct_offsets: field("distinct_offsets")?,
+                first_ms: field("first_ms")?,
+                last_ms: field("last_ms")?,
+            })
+        })
+        .collect();
+    logs.sort_by_key(|l| l.thread);
+    logs
+}
+
+/// baremq's jobs in order with their clone counts, from its `fio job "NAME": group G, N clone(s)`
+/// lines, and the sets of jobs it ran at the same time (`jobs a, b: running at the same time`).
+pub fn baremq_jobs(console: &str) -> (Vec<(String, u64)>, Vec<Vec<String>>) {
+    let mut jobs = Vec::new();
+    let mut together = Vec::new();
+    for line in console.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(rest) = line.split_once("fio job \"").map(|(_, r)| r)
+            && let Some((name, tail)) = rest.split_once("\": group ")
+            && let Some(clones) = tail
+                .split(", ")
+                .nth(1)
+                .and_then(|c| c.split(" clone(s)").next())
+                .and_then(|c| c.trim().parse().ok())
+        {
+            jobs.push((name.to_string(), clones));
+        } else if let Some(rest) = line.split_once("jobs ").map(|(_, r)| r)
+            && let Some((names, _)) = rest.split_once(": running at the same time")
+        {
+            together.push(names.split(", ").map(str::to_string).collect());
+        }
+    }
+    (jobs, together)
+}
+
+/// The sets of jobs whose clones' I/O spans overlap in time, from the per-I/O logs; `jobs` gives
+/// the clone counts in fio's thread order.
+pub fn fio_overlaps(jobs: &[(String, u64)], logs: &[CloneLog]) -> Vec<Vec<String>> {
+    let mut spans: Vec<(String, u64, u64)> = Vec::new();
+    let mut thread = 1;
+    for (name, clones) in jobs {
+        let mine: Vec<&CloneLog> = logs
+            .iter()
+            .filter(|l| (thread..thread + clones).contains(&l.thread))
+            .collect();
+        thread += clones;
+        if let (Some(first), Some(last)) = (
+            mine.iter().map(|l| l.first_ms).min(),
+            mine.iter().map(|l| l.last_ms).max(),
+        ) {
+            spans.push((name.clone(), first, last));
+        }
+    }
+    // Jobs overlapping in time, grouped transitively in start order.
+    spans.sort_by_key(|s| s.1);
+    let mut sets: Vec<(Vec<String>, u64)> = Vec::new();
+    for (name, first, last) in spans {
+        match sets.last_mut() {
+            Some((names, end)) if first <= *end => {
+                names.push(name);
+                *end = (*end).max(last);
+            }
+            _ => sets.push((vec![name], last)),
+        }
+    }
+    sets.into_iter()
+        .filter(|(names, _)| names.len() > 1)
+        .map(|(names, _)| names)
+        .collect()
+}
+
+fn run_peer_build(peer_dir: &Path) -> Result<(), String> {
+    let script = root().join("../shared/tools/peer/run-peer.sh");
+    if !script.is_file() {
+        return Err(format!(
+            "the Linux peer is not built in {} and {} is not there to build it: set PEER_DIR to a built peer \
+             (kernel/, initrd-static.cpio.gz)",
+            peer_dir.display(),
+            script.display()
+        ));
+    }
+    println!("xtask: building the Linux peer in {} (minutes)", peer_dir.display());
+    crate::sh(
+        std::process::Command::new("bash")
+            .arg(&script)
+            .arg("build")
+            .env("PEER_DIR", peer_dir),
+    )
+}
+
+fn peer_kernel(peer_dir: &Path) -> Option<PathBuf> {
+    let boot = peer_dir.join("kernel/boot");
+    fs::read_dir(&boot)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+}
+
+pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
+    let mut job: Option<PathBuf> = None;
+    let mut device = RunDevice::Nvme;
+    let mut smp = 2u32;
+    let mut disk_bytes = 256u64 << 20;
+    let mut overrides: Vec<(String, String)> = Vec::new();
+    let mut timeout = 900u64;
+    let mut out_dir: Option<PathBuf> = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--device" => {
+                device = match value(args, &mut i, "--device")? {
+                    "nvme" => RunDevice::Nvme,
+                    "md" | "megasas" => RunDevice::Megasas,
+                    v => return Err(format!("--device '{v}': use nvme or md (megasas-gen2)")),
+                }
+            }
+            "--smp" => {
+                let v = value(args, &mut i, "--smp")?;
+                smp = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or(format!("--smp '{v}': use 1..64"))?;
+            }
+            "--disk-size" => {
+                let v = value(args, &mut i, "--disk-size")?;
+                disk_bytes = crate::scenario::parse_size(v)
+                    .filter(|b| *b >= 1 << 20)
+                    .ok_or(format!("--disk-size '{v}': a size of at least 1M, e.g. 256M"))?;
+            }
+            "--override" => {
+                let v = value(args, &mut i, "--override")?;
+                let (key, val) = v.split_once('=').unwrap_or((v, ""));
+                if key.is_empty() || key.contains(char::is_whitespace) || val.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "--override '{v}': use KEY=VALUE (KEY= for a bare flag), no blanks"
+                    ));
+                }
+                overrides.push((key.to_ascii_lowercase(), val.to_string()));
+            }
+            "--timeout" => {
+                let v = value(args, &mut i, "--timeout")?;
+                timeout = v
+                    .parse()
+                    .ok()
+                    .filter(|t| *t > 0)
+                    .ok_or(format!("--timeout '{v}': seconds"))?;
+            }
+            "--out" => out_dir = Some(PathBuf::from(value(args, &mut i, "--out")?)),
+            other if !other.starts_with("--") && job.is_none() => job = Some(PathBuf::from(other)),
+            other => return Err(format!("fio-compare: unexpected '{other}'\n{USAGE}")),
+        }
+        i += 1;
+    }
+    let job = job.ok_or(USAGE)?;
+    let job_text = fs::read_to_string(&job).map_err(|e| format!("reading {}: {e}", job.display()))?;
+    let stem = job
+        .file_stem()
+        .map_or("job".into(), |s| s.to_string_lossy().to_string());
+    let out_dir = out_dir.unwrap_or_else(|| root().join("target/fio-compare").join(&stem));
+    fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
+
+    // The peer.
+    let peer_dir = PathBuf::from(std::env::var("PEER_DIR").unwrap_or_else(|_| "/tmp/baremq-peer".into()));
+    let base_initrd = peer_dir.join("initrd-static.cpio.gz");
+    if peer_kernel(&peer_dir).is_none() || !base_initrd.is_file() {
+        run_peer_build(&peer_dir)?;
+    }
+    let kernel = peer_kernel(&peer_dir).ok_or(format!("no kernel/boot/vmlinuz-* in {}", peer_dir.display()))?;
+    let (modules, linux_dev) = guest_device(device);
+    let baremq_dev = device.block_device();
+    let mut forced = vec![("filename".to_string(), format!("/dev/{linux_dev}"))];
+    forced.extend(overrides.iter().cloned());
+    // Per-I/O log of every clone, with offsets and wall-clock times, for the block and
+    // concurrency comparisons (fio names them cmp_clat.N.log by thread number).
+    for (key, val) in [
+        ("write_lat_log", "cmp"),
+        ("log_avg_msec", "0"),
+        ("log_offset", "1"),
+        ("log_unix_epoch", "1"),
+    ] {
+        forced.push((key.into(), val.into()));
+    }
+    let peer_job = force_settings(&job_text, &forced);
+    fs::write(out_dir.join("peer-job.fio"), &peer_job).map_err(|e| format!("writing peer-job.fio: {e}"))?;
+    let init = GUEST_INIT.replace("@MODULES@", modules).replace("@DEV@", linux_dev);
+    let base = fs::read(&base_initrd).map_err(|e| format!("reading {}: {e}", base_initrd.display()))?;
+    let initrd = append_cpio(
+        &base,
+        &[
+            ("init", 0o100_755, init.as_bytes()),
+            ("cmp", 0o040_755, &[]),
+            ("cmp/job.fio", 0o100_644, peer_job.as_bytes()),
+        ],
+    );
+    let initrd_path = out_dir.join("peer-initrd.cpio");
+    fs::write(&initrd_path, initrd).map_err(|e| format!("writing {}: {e}", initrd_path.display()))?;
+    let peer_image = out_dir.join("peer-disk.img");
+    qemu::create_image(&peer_image, disk_bytes, "raw")?;
+    let mut peer_args: Vec<String> = [
+        "-accel",
+        "tcg,thread=multi",
+        "-cpu",
+        "max",
+        "-m",
+        "1G",
+        "-nographic",
+        "-no-reboot",
+        "-nic",
+        "none",
+        "-M",
+        "q35",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    peer_args.extend([
+        "-smp".into(),
+        smp.to_string(),
+        "-kernel".into(),
+        kernel.display().to_string(),
+        "-initrd".into(),
+        initrd_path.display().to_string(),
+        "-append".into(),
+        "console=ttyS0 quiet panic=-1".into(),
+    ]);
+    peer_args.extend(device.qemu_args(&peer_image, smp));
+    println!("xtask: peer: qemu-system-x86_64 {}", peer_args.join(" "));
+    let peer = qemu::run_with(
+        Path::new("qemu-system-x86_64"),
+        &peer_args,
+        Duration::from_secs(timeout),
+        false,
+        Some(&out_dir.join("peer-console.log")),
+    )?;
+    let peer_json = between(&peer.output, "CMP_JSON_BEGIN", "CMP_JSON_END").ok_or(format!(
+        "the peer printed no fio document (see {}); its fio said: {}",
+        out_dir.join("peer-console.log").display(),
+        peer.output
+            .lines()
+            .filter(|l| l.contains("CMP_STDERR") || l.contains("CMP_ERR"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    ))?;
+    // fio prints notes before the document when --output is a file only sometimes; start at '{'.
+    let peer_json = &peer_json[peer_json.find('{').unwrap_or(0)..];
+    let peer_doc: Value = serde_json::from_str(peer_json).map_err(|e| format!("the peer's fio document: {e}"))?;
+    fs::write(out_dir.join("fio.json"), peer_json).map_err(|e| format!("writing fio.json: {e}"))?;
+    let peer_blocks = nonzero_blocks(&peer_image)?;
+    let logs = clone_logs(&peer.output);
+
+    // baremq.
+    crate::setup::ensure_qemu()?;
+    let baremq_kernel = crate::build_kernel(false)?;
+    let baremq_image = out_dir.join("baremq-disk.img");
+    qemu::create_image(&baremq_image, disk_bytes, "raw")?;
+    let mut append = vec![format!("fio.override.filename=/dev/{baremq_dev}")];
+    append.extend(overrides.iter().map(|(k, v)| format!("fio.override.{k}={v}")));
+    append.extend(["--".into(), "--output-format=json+".into()]);
+    let mut extra = vec![
+        "-M".into(),
+        "q35".into(),
+        "-smp".into(),
+        smp.to_string(),
+        "-m".into(),
+        "512M".into(),
+    ];
+    extra.extend(device.qemu_args(&baremq_image, smp));
+    extra.extend(qemu::fio_initrd_args(std::slice::from_ref(&job), false)?);
+    let machine = qemu::Machine {
+        accel: qemu::Accel::Tcg,
+        firmware: qemu::Firmware::Qboot,
+        kernel: Some(baremq_kernel),
+        cdrom: None,
+        append,
+        extra,
+    };
+    let baremq = qemu::run_with(
+        Path::new("qemu-system-x86_64"),
+        &machine.args(),
+        Duration::from_secs(timeout),
+        false,
+        Some(&out_dir.join("baremq-console.log")),
+    )?;
+    let extracted = fioout::extract(&baremq.output)?;
+    let baremq_doc = extracted.documents.into_iter().next().ok_or(format!(
+        "baremq printed no fio document (see {})",
+        out_dir.join("baremq-console.log").display()
+    ))?;
+    fs::write(
+        out_dir.join("baremq.json"),
+        serde_json::to_string_pretty(&baremq_doc).unwrap_or_default(),
+    )
+    .map_err(|e| format!("writing baremq.json: {e}"))?;
+    let baremq_blocks = nonzero_blocks(&baremq_image)?;
+    let (bq_jobs, bq_together) = baremq_jobs(&baremq.output);
+    let fio_together = fio_overlaps(&bq_jobs, &logs);
+
+    // The table.
+    let fio_jobs = per_job(&peer_doc);
+    let bq_per_job = per_job(&baremq_doc);
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| job | group fio / baremq | read I/Os fio / baremq | write I/Os fio / baremq | size-bound counts |"
+    );
+    let _ = writeln!(table, "|---|---|---|---|---|");
+    let mut all_agree = true;
+    let names: Vec<String> = bq_jobs
+        .iter()
+        .map(|(n, _)| n.clone())
+        .chain(fio_jobs.keys().cloned())
+        .fold(Vec::new(), |mut v, n| {
+            if !v.contains(&n) {
+                v.push(n);
+            }
+            v
+        });
+    for name in &names {
+        let f = fio_jobs.get(name).copied();
+        let b = bq_per_job.get(name).copied();
+        let show = |x: Option<(u64, u64, u64, u64)>, k: usize| x.map_or("-".into(), |t| [t.0, t.1, t.2][k].to_string());
+        let verdict = match (f, b) {
+            _ if time_based(&peer_doc, name) => "time-based: not compared".to_string(),
+            (Some(f), Some(b)) if (f.1, f.2) == (b.1, b.2) => "agree".into(),
+            (Some(_), Some(_)) => {
+                all_agree = false;
+                "DIFFER".into()
+            }
+            _ => {
+                all_agree = false;
+                "missing on one side".into()
+            }
+        };
+        let _ = writeln!(
+            table,
+            "| {name} | {} / {} | {} / {} | {} / {} | {verdict} |",
+            show(f, 0),
+            show(b, 0),
+            show(f, 1),
+            show(b, 1),
+            show(f, 2),
+            show(b, 2)
+        );
+    }
+    let sets = |s: &[Vec<String>]| {
+        if s.is_empty() {
+            "none".to_string()
+        } else {
+            s.iter()
+                .map(|v| format!("{{{}}}", v.join(", ")))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    };
+    let _ = writeln!(
+        table,
+        "\nran at the same time: fio {} / baremq {}{}",
+        sets(&fio_together),
+        sets(&bq_together),
+        if fio_together == bq_together {
+            " (agree)"
+        } else {
+            " (DIFFER)"
+        }
+    );
+    if fio_together != bq_together {
+        all_agree = false;
+    }
+    let _ = writeln!(table, "\nfio clones (per-I/O log): I/Os and distinct offsets");
+    for log in &logs {
+        let _ = writeln!(
+            table,
+            "  thread {}: {} I/Os, {} distinct offsets{}",
+            log.thread,
+            log.ios,
+            log.distinct_offsets,
+            if log.ios == log.distinct_offsets {
+                " (each block once)"
+            } else {
+                " (repeats)"
+            }
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nnon-zero 4 KiB blocks on the disk after the run: fio {peer_blocks} / baremq {baremq_blocks}{}",
+        if peer_blocks == baremq_blocks {
+            " (agree)"
+        } else {
+            " (DIFFER)"
+        }
+    );
+    if peer_blocks != baremq_blocks {
+        all_agree = false;
+    }
+    print!("{table}");
+    fs::write(out_dir.join("compare.md"), &table).map_err(|e| format!("writing compare.md: {e}"))?;
+    println!(
+        "xtask: fio-compare: documents fio.json and baremq.json, consoles and compare.md in {}",
+        out_dir.display()
+    );
+    Ok(all_agree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forced_settings_replace_every_section_s_own_line() {
+        let job = "[global]\nfilename=/dev/nvme0n1\nbs=4k\n[a]\nruntime = 60\nrw=randread\n[b]\nfilename=/dev/x\n";
+        let forced = force_settings(
+            job,
+            &[
+                ("filename".into(), "/dev/sda".into()),
+                ("runtime".into(), "2".into()),
+                ("time_based".into(), "".into()),
+            ],
+        );
+        assert!(forced.starts_with("; fio-compare"));
+        let lines: Vec<&str> = forced.lines().filter(|l| !l.starts_with(';')).collect();
+        assert_eq!(
+            &lines[..4],
+            ["[global]", "filename=/dev/sda", "runtime=2", "time_based"]
+        );
+        assert_eq!(
+            forced.matches("filename=").count(),
+            3,
+            "one set, two shown as removed: {forced}"
+        );
+        assert!(lines.contains(&"bs=4k") && lines.contains(&"rw=randread") && lines.contains(&"[b]"));
+        assert!(!lines.iter().any(|l| l.contains("60")));
+    }
+
+    #[test]
+    fn appended_archive_is_valid_newc_after_the_base() {
+        let out = append_cpio(b"abc", &[("init", 0o100_755, b"#!/bin/sh\n"), ("cmp", 0o040_755, b"")]);
+        assert_eq!(&out[..4], b"abc\0", "the base padded to 4 bytes");
+        let first = &out[4..];
+        assert!(first.starts_with(b"070701"));
+        let field = |entry: &[u8], n: usize| {
+            u32::from_str_radix(std::str::from_utf8(&entry[6 + 8 * n..14 + 8 * n]).unwrap(), 16).unwrap()
+        };
+        assert_eq!(field(first, 1), 0o100_755, "mode");
+        assert_eq!(field(first, 6), 10, "file size");
+        assert_eq!(field(first, 11), 5, "name size with its NUL");
+        assert_eq!(&first[110..115], b"init\0");
+        // Header + name padded to 4, then the data.
+        assert_eq!(&first[116..126], b"#!/bin/sh\n");
+        assert!(out.windows(10).any(|w| w == b"TRAILER!!!"));
+        assert_eq!(out.len() % 4, 0);
+    }
+
+    #[test]
+    fn peer_logs_and_baremq_lines_give_the_concurrent_sets() {
+        let peer = "x CMP_LOG /tmp/cmp_clat.1.log ios=256 reads=256 writes=0 distinct_offsets=256 first_ms=1000 last_ms=2000\n\
+                    CMP_LOG /tmp/cmp_clat.2.log ios=10 reads=0 writes=10 distinct_offsets=9 first_ms=1500 last_ms=2500\r\n\
+                    CMP_LOG /tmp/cmp_clat.3.log ios=5 reads=5 writes=0 distinct_offsets=5 first_ms=3000 last_ms=3100\n";
+        let logs = clone_logs(peer);
+        assert_eq!(logs.len(), 3);
+        assert_eq!((logs[1].thread, logs[1].ios, logs[1].distinct_offsets), (2, 10, 9));
+        let console = "fio job \"reader\": group 0, 1 clone(s) on CPUs 0, ioengine=libaio, mapped to: x\n\
+                       fio job \"writer\": group 0, 1 clone(s) on CPUs 1, ioengine=libaio, mapped to: y\n\
+                       fio job \"after\": group 1, 1 clone(s) on CPUs 0, ioengine=libaio, mapped to: z\n\
+                       jobs reader, writer: running at the same time; each report's kernel counters cover all of them\n";
+        let (jobs, together) = baremq_jobs(console);
+        assert_eq!(jobs, [("reader".into(), 1), ("writer".into(), 1), ("after".into(), 1)]);
+        assert_eq!(together, [vec!["reader".to_string(), "writer".to_string()]]);
+        assert_eq!(fio_overlaps(&jobs, &logs), together);
+        // Clones: two threads of one job are one job.
+        let two = [("a".to_string(), 2), ("b".to_string(), 1)];
+        assert_eq!(fio_overlaps(&two, &logs), Vec::<Vec<String>>::new());
+    }
+}
