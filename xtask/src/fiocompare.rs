@@ -62,8 +62,9 @@ sed 's/^/CMP_STDERR /' /tmp/fio.err
 echo "CMP_JSON_BEGIN"; cat /tmp/out.json; echo; echo "CMP_JSON_END"
 for f in /tmp/cmp_clat.*.log; do
   [ -e "$f" ] || continue
-  awk -F', *' '{ n++; if (!($5 in seen)) { seen[$5] = 1; d++ } if (n == 1) first = $1; last = $1; if ($3 == 0) r++; else if ($3 == 1) w++ }
-    END { printf "CMP_LOG %s ios=%d reads=%d writes=%d distinct_offsets=%d first_ms=%s last_ms=%s\n", FILENAME, n, r, w, d, first, last }' "$f"
+  awk -F', *' '{ n++; if (n == 1) first = $1; last = $1
+      if ($3 == 0) { r++; if (!($5 in rs)) { rs[$5] = 1; rd++ } } else if ($3 == 1) { w++; if (!($5 in ws)) { ws[$5] = 1; wd++ } } }
+    END { printf "CMP_LOG %s ios=%d reads=%d writes=%d distinct_reads=%d distinct_writes=%d first_ms=%s last_ms=%s\n", FILENAME, n, r, w, rd, wd, first, last }' "$f"
 done
 echo "CMP_DONE"
 sync
@@ -171,28 +172,61 @@ fn nonzero_blocks(image: &Path) -> Result<u64, String> {
     Ok(bytes.chunks(4096).filter(|b| b.iter().any(|&x| x != 0)).count() as u64)
 }
 
-/// Per job name: (groupid, read I/Os, write I/Os, entries) summed over the document's entries.
-fn per_job(document: &Value) -> BTreeMap<String, (u64, u64, u64, u64)> {
-    let mut jobs = BTreeMap::new();
+/// One job's figures in a document, summed over its entries (clones without group_reporting).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct JobCounts {
+    group: u64,
+    reads: u64,
+    writes: u64,
+    /// baremq only (`baremq.verify.pass_reads`): reads of the verify pass, which fio counts in
+    /// `read.total_ios` and baremq's fio document does not.
+    verify_pass_reads: u64,
+}
+
+fn per_job(document: &Value) -> BTreeMap<String, JobCounts> {
+    let mut jobs: BTreeMap<String, JobCounts> = BTreeMap::new();
     for job in document["jobs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let name = job["jobname"].as_str().unwrap_or("?").to_string();
-        let entry = jobs
-            .entry(name)
-            .or_insert((job["groupid"].as_u64().unwrap_or(0), 0, 0, 0));
-        entry.1 += job["read"]["total_ios"].as_u64().unwrap_or(0);
-        entry.2 += job["write"]["total_ios"].as_u64().unwrap_or(0);
-        entry.3 += 1;
+        let entry = jobs.entry(name).or_insert(JobCounts {
+            group: job["groupid"].as_u64().unwrap_or(0),
+            ..JobCounts::default()
+        });
+        entry.reads += job["read"]["total_ios"].as_u64().unwrap_or(0);
+        entry.writes += job["write"]["total_ios"].as_u64().unwrap_or(0);
+        entry.verify_pass_reads += job["baremq"]["verify"]["pass_reads"].as_u64().unwrap_or(0);
     }
     jobs
 }
 
-/// Whether the fio document's job (or the globals) set `time_based`.
-fn time_based(document: &Value, job: &str) -> bool {
-    let has = |options: &Value| options.get("time_based").is_some_and(|v| v.as_str() != Some("0"));
-    has(&document["global options"])
-        || document["jobs"]
-            .as_array()
-            .is_some_and(|jobs| jobs.iter().any(|j| j["jobname"] == job && has(&j["job options"])))
+/// The names of the time-based jobs of the job file with the overrides (fio's JSON leaves bare
+/// flags such as `time_based` out of its option lists, so the file is read with baremq's parser).
+fn time_based_jobs(job_text: &str, overrides: &[(String, String)]) -> Vec<String> {
+    let overrides: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    workload::fio::parse_job_file(job_text, &overrides)
+        .map(|run| {
+            run.jobs
+                .into_iter()
+                .filter(|job| job.spec.is_time_based())
+                .map(|job| job.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the job mixes reads and writes (`rw=randrw|rw|readwrite`), in its options or the
+/// globals of the fio document.
+fn mixed(document: &Value, job: &str) -> bool {
+    let rw = |options: &Value| {
+        ["rw", "readwrite"]
+            .iter()
+            .find_map(|k| options.get(*k).and_then(Value::as_str).map(str::to_string))
+    };
+    let own = document["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["jobname"] == job))
+        .and_then(|j| rw(&j["job options"]));
+    own.or_else(|| rw(&document["global options"]))
+        .is_some_and(|m| matches!(m.as_str(), "randrw" | "rw" | "readwrite"))
 }
 
 /// One clone's per-I/O log summary from the peer's console.
@@ -200,8 +234,10 @@ fn time_based(document: &Value, job: &str) -> bool {
 pub struct CloneLog {
     /// fio's thread number (the `N` of `cmp_clat.N.log`).
     pub thread: u64,
-    pub ios: u64,
-    pub distinct_offsets: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub distinct_reads: u64,
+    pub distinct_writes: u64,
     pub first_ms: u64,
     pub last_ms: u64,
 }
@@ -221,8 +257,10 @@ pub fn clone_logs(console: &str) -> Vec<CloneLog> {
             };
             Some(CloneLog {
                 thread,
-                ios: field("ios")?,
-                distinct_offsets: field("distinct_offsets")?,
+                reads: field("reads")?,
+                writes: field("writes")?,
+                distinct_reads: field("distinct_reads")?,
+                distinct_writes: field("distinct_writes")?,
                 first_ms: field("first_ms")?,
                 last_ms: field("last_ms")?,
             })
@@ -291,6 +329,115 @@ pub fn fio_overlaps(jobs: &[(String, u64)], logs: &[CloneLog]) -> Vec<Vec<String
         .filter(|(names, _)| names.len() > 1)
         .map(|(names, _)| names)
         .collect()
+}
+
+/// Whether `tool` is on the PATH.
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+}
+
+/// `document` with the options fio-plot needs (`rw`, `bs`, `iodepth`, `numjobs`) in every job's
+/// `job options`: real fio lists options of `[global]` only under `global options`.
+fn with_plot_options(document: &Value) -> Value {
+    let mut out = document.clone();
+    let globals = document["global options"].clone();
+    if let Some(jobs) = out["jobs"].as_array_mut() {
+        for job in jobs {
+            for (key, default) in [("rw", "read"), ("bs", "4k"), ("iodepth", "1"), ("numjobs", "1")] {
+                let value = job["job options"]
+                    .get(key)
+                    .or_else(|| globals.get(key))
+                    .cloned()
+                    .unwrap_or_else(|| Value::String(default.into()));
+                if let Some(options) = job["job options"].as_object_mut() {
+                    options.insert(key.into(), value);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reads `document` (saved as `json`) with fio's own tools: `fio_jsonplus_clat2csv` (convert,
+/// then `--validate`) and fio-plot's 2D bar chart for the first job. One line per tool.
+fn read_with_fio_tools(json: &Path, document: &Value, dir: &Path, side: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let run = |command: &mut std::process::Command| match command.output() {
+        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).to_string()),
+        Ok(out) => Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .lines()
+        .last()
+        .unwrap_or("failed")
+        .to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let tool = "fio_jsonplus_clat2csv";
+    if on_path(tool) {
+        let stub = dir.join(format!("{side}-clat.csv"));
+        let converted = run(std::process::Command::new(tool).arg(json).arg(&stub))
+            .and_then(|_| run(std::process::Command::new(tool).arg(json).arg(&stub).arg("--validate")));
+        lines.push(match converted {
+            Ok(out) => format!(
+                "{side}: {tool}: {} job(s) converted and validated",
+                out.matches("validated").count()
+            ),
+            Err(e) => format!("{side}: {tool}: FAILED: {e}"),
+        });
+    } else {
+        lines.push(format!("{side}: {tool} not installed (apt-get install fio): not run"));
+    }
+    if on_path("fio-plot") {
+        let plot_dir = dir.join(format!("{side}-plot"));
+        let _ = fs::remove_dir_all(&plot_dir);
+        let result = fs::create_dir_all(&plot_dir)
+            .map_err(|e| e.to_string())
+            .and_then(|_| fioout::split_by_job(&with_plot_options(document)))
+            .and_then(|files| {
+                let (name, _) = files.first().ok_or("no job")?.clone();
+                for (file, single) in &files {
+                    fs::write(
+                        plot_dir.join(file),
+                        serde_json::to_string_pretty(single).unwrap_or_default(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                }
+                let parts: Vec<&str> = name.trim_end_matches(".json").rsplitn(3, '-').collect();
+                let [numjobs, iodepth, rw] = parts[..] else {
+                    return Err(format!("cannot read rw-iodepth-numjobs from {name}"));
+                };
+                let png = dir.join(format!("{side}-fio-plot.png"));
+                run(std::process::Command::new("fio-plot")
+                    .arg("-i")
+                    .arg(&plot_dir)
+                    .args([
+                        "-T",
+                        &format!("{side} {rw}"),
+                        "-l",
+                        "-r",
+                        rw,
+                        "-d",
+                        iodepth,
+                        "-n",
+                        numjobs,
+                        "-o",
+                    ])
+                    .arg(&png))?;
+                Ok(format!(
+                    "{side}: fio-plot: chart of {rw} iodepth {iodepth} numjobs {numjobs} in {}",
+                    png.display()
+                ))
+            });
+        lines.push(result.unwrap_or_else(|e| format!("{side}: fio-plot: FAILED: {e}")));
+    } else {
+        lines.push(format!(
+            "{side}: fio-plot not installed (pip install fio-plot): not run"
+        ));
+    }
+    lines
 }
 
 fn run_peer_build(peer_dir: &Path) -> Result<(), String> {
@@ -526,11 +673,12 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
 
     // The table.
     let fio_jobs = per_job(&peer_doc);
+    let timed = time_based_jobs(&job_text, &overrides);
     let bq_per_job = per_job(&baremq_doc);
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| job | group fio / baremq | read I/Os fio / baremq | write I/Os fio / baremq | size-bound counts |"
+        "| job | group fio / baremq | read I/Os fio / baremq | write I/Os fio / baremq | I/O counts |"
     );
     let _ = writeln!(table, "|---|---|---|---|---|");
     let mut all_agree = true;
@@ -547,10 +695,22 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     for name in &names {
         let f = fio_jobs.get(name).copied();
         let b = bq_per_job.get(name).copied();
-        let show = |x: Option<(u64, u64, u64, u64)>, k: usize| x.map_or("-".into(), |t| [t.0, t.1, t.2][k].to_string());
+        let show = |x: Option<JobCounts>, k: usize| {
+            x.map_or("-".into(), |t| match k {
+                0 => t.group.to_string(),
+                1 if t.verify_pass_reads > 0 => format!("{}+{} verify", t.reads, t.verify_pass_reads),
+                1 => t.reads.to_string(),
+                _ => t.writes.to_string(),
+            })
+        };
         let verdict = match (f, b) {
-            _ if time_based(&peer_doc, name) => "time-based: not compared".to_string(),
-            (Some(f), Some(b)) if (f.1, f.2) == (b.1, b.2) => "agree".into(),
+            _ if timed.contains(name) => "time-based: not compared".to_string(),
+            (Some(f), Some(b)) if (f.reads, f.writes) == (b.reads + b.verify_pass_reads, b.writes) => "agree".into(),
+            (Some(f), Some(b))
+                if f.reads + f.writes == b.reads + b.verify_pass_reads + b.writes && mixed(&peer_doc, name) =>
+            {
+                "total agrees (each I/O's direction is drawn: rwmixread)".into()
+            }
             (Some(_), Some(_)) => {
                 all_agree = false;
                 "DIFFER".into()
@@ -595,19 +755,22 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     if fio_together != bq_together {
         all_agree = false;
     }
-    let _ = writeln!(table, "\nfio clones (per-I/O log): I/Os and distinct offsets");
+    let _ = writeln!(
+        table,
+        "\nfio clones (per-I/O log, verify reads included): I/Os and distinct offsets per direction"
+    );
     for log in &logs {
+        let once = |ios: u64, distinct: u64| match ios {
+            0 => String::from("-"),
+            _ if ios == distinct => format!("{ios} I/Os on {distinct} offsets, each once"),
+            _ => format!("{ios} I/Os on {distinct} offsets, with repeats"),
+        };
         let _ = writeln!(
             table,
-            "  thread {}: {} I/Os, {} distinct offsets{}",
+            "  thread {}: reads {}; writes {}",
             log.thread,
-            log.ios,
-            log.distinct_offsets,
-            if log.ios == log.distinct_offsets {
-                " (each block once)"
-            } else {
-                " (repeats)"
-            }
+            once(log.reads, log.distinct_reads),
+            once(log.writes, log.distinct_writes)
         );
     }
     let _ = writeln!(
@@ -621,6 +784,32 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     );
     if peer_blocks != baremq_blocks {
         all_agree = false;
+    }
+    // Jobs whose data is the same on both sides (a verify_pattern) leave identical disks.
+    let identical = fs::read(&peer_image).ok() == fs::read(&baremq_image).ok();
+    let _ = writeln!(
+        table,
+        "disk images byte for byte: {}",
+        if identical {
+            "identical"
+        } else {
+            "different (expected unless the data is a fixed pattern)"
+        }
+    );
+    let _ = writeln!(table, "\nfio's tools on both documents:");
+    for line in read_with_fio_tools(&out_dir.join("fio.json"), &peer_doc, &out_dir, "fio")
+        .into_iter()
+        .chain(read_with_fio_tools(
+            &out_dir.join("baremq.json"),
+            &baremq_doc,
+            &out_dir,
+            "baremq",
+        ))
+    {
+        if line.contains("FAILED") {
+            all_agree = false;
+        }
+        let _ = writeln!(table, "  {line}");
     }
     print!("{table}");
     fs::write(out_dir.join("compare.md"), &table).map_err(|e| format!("writing compare.md: {e}"))?;
@@ -682,12 +871,12 @@ mod tests {
 
     #[test]
     fn peer_logs_and_baremq_lines_give_the_concurrent_sets() {
-        let peer = "x CMP_LOG /tmp/cmp_clat.1.log ios=256 reads=256 writes=0 distinct_offsets=256 first_ms=1000 last_ms=2000\n\
-                    CMP_LOG /tmp/cmp_clat.2.log ios=10 reads=0 writes=10 distinct_offsets=9 first_ms=1500 last_ms=2500\r\n\
-                    CMP_LOG /tmp/cmp_clat.3.log ios=5 reads=5 writes=0 distinct_offsets=5 first_ms=3000 last_ms=3100\n";
+        let peer = "x CMP_LOG /tmp/cmp_clat.1.log ios=256 reads=256 writes=0 distinct_reads=256 distinct_writes=0 first_ms=1000 last_ms=2000\n\
+                    CMP_LOG /tmp/cmp_clat.2.log ios=10 reads=0 writes=10 distinct_reads=0 distinct_writes=9 first_ms=1500 last_ms=2500\r\n\
+                    CMP_LOG /tmp/cmp_clat.3.log ios=5 reads=5 writes=0 distinct_reads=5 distinct_writes=0 first_ms=3000 last_ms=3100\n";
         let logs = clone_logs(peer);
         assert_eq!(logs.len(), 3);
-        assert_eq!((logs[1].thread, logs[1].ios, logs[1].distinct_offsets), (2, 10, 9));
+        assert_eq!((logs[1].thread, logs[1].writes, logs[1].distinct_writes), (2, 10, 9));
         let console = "fio job \"reader\": group 0, 1 clone(s) on CPUs 0, ioengine=libaio, mapped to: x\n\
                        fio job \"writer\": group 0, 1 clone(s) on CPUs 1, ioengine=libaio, mapped to: y\n\
                        fio job \"after\": group 1, 1 clone(s) on CPUs 0, ioengine=libaio, mapped to: z\n\
@@ -699,5 +888,27 @@ mod tests {
         // Clones: two threads of one job are one job.
         let two = [("a".to_string(), 2), ("b".to_string(), 1)];
         assert_eq!(fio_overlaps(&two, &logs), Vec::<Vec<String>>::new());
+    }
+
+    #[test]
+    fn time_based_jobs_come_from_the_file_and_the_overrides() {
+        let text = "[global]\ntime_based\nruntime=60\n[a]\nrw=read\n[b]\nstonewall\nrw=write\ntime_based=0\n";
+        assert_eq!(time_based_jobs(text, &[]), ["a"]);
+        assert!(time_based_jobs(text, &[("time_based".into(), "0".into())]).is_empty());
+        // The document side: fio-plot's options filled in from fio's global options.
+        let doc: Value = serde_json::from_str(
+            r#"{"global options":{"bs":"128k","iodepth":"32"},"jobs":[{"jobname":"a","job options":{"rw":"read"}}]}"#,
+        )
+        .unwrap();
+        let filled = with_plot_options(&doc);
+        let options = &filled["jobs"][0]["job options"];
+        assert_eq!(
+            (options["rw"].as_str(), options["bs"].as_str()),
+            (Some("read"), Some("128k"))
+        );
+        assert_eq!(
+            (options["iodepth"].as_str(), options["numjobs"].as_str()),
+            (Some("32"), Some("1"))
+        );
     }
 }
