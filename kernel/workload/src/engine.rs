@@ -725,6 +725,10 @@ struct CpuRun<'a, B: ?Sized> {
     next_io_ns: [u64; 2],
     /// `rate_poisson`: the exponential gaps of each direction (`None`: linear pacing).
     poisson: Option<Box<[PoissonArrivals; 2]>>,
+    /// An unverified job that reads and writes: a write from a slot whose last I/O was a read
+    /// gets fresh data first, so it never writes back what the read brought in (often zeros);
+    /// fio's default `scramble_buffers` has the same aim.
+    restamp_after_read: bool,
     /// I/Os issued since the last think time.
     issued_since_think: u32,
     /// End of the think time under way.
@@ -830,6 +834,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             paced: plan.spec.is_paced(),
             next_io_ns: [0, 0],
             poisson: poisson_arrivals(plan, slice.cpu),
+            restamp_after_read: !plan.spec.verify.is_enabled() && plan.spec.rw.is_mixed(),
             issued_since_think: 0,
             think_until: None,
             writes_since_flush: 0,
@@ -1327,6 +1332,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         };
         let bs = self.bs;
         let mode = self.plan.spec.verify;
+        let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         let buffer = self.backend.slot_buffer(slot);
         if buffer.len() < bs {
             return Err(WorkloadError::BufferTooSmall {
@@ -1343,6 +1349,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             (IoOp::Read, Some(_)) => {
                 // Clear the header so a read that moves no data cannot pass on a stale buffer.
                 buffer[..HEADER_LEN].fill(0);
+            }
+            (IoOp::Write, None) if read_into_buffer => {
+                let stamp = BlockStamp {
+                    lba,
+                    seed,
+                    generation: 0,
+                };
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs]);
             }
             _ => {}
         }

@@ -129,9 +129,12 @@ pub enum VerifyMode {
     Crc32c,
     /// Header plus a deterministic pattern compared word by word.
     Pattern,
-    /// fio's `verify=pattern` / `verify_pattern`: the whole block is [`JobSpec::verify_pattern`]
-    /// repeated from its first byte, no header (fio job files only).
+    /// fio's `verify=pattern`: the whole block is [`JobSpec::verify_pattern`] repeated from its
+    /// first byte, no header (fio job files only).
     FioPattern,
+    /// fio's `verify_pattern` without a `verify` option (fio 3.33 checks a header and the
+    /// pattern): baremq's header over the first bytes of the repeated pattern (fio job files only).
+    FioPatternHeader,
 }
 
 impl VerifyMode {
@@ -142,6 +145,7 @@ impl VerifyMode {
             Self::Crc32c => "crc32c",
             Self::Pattern => "pattern",
             Self::FioPattern => "fio-pattern",
+            Self::FioPatternHeader => "fio-pattern+header",
         }
     }
 

@@ -309,12 +309,15 @@ fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back(
         "{:?}",
         result.verify
     );
+    // fio 3.33's layout for verify_pattern alone: the pattern from byte 0, a header over the
+    // first bytes (baremq's 48-byte header here).
     let pattern = [0xde, 0xad, 0xbe, 0xef, b'b', b'q'];
     let block = disk.read_block(8 * 17, 4096);
     assert!(
-        block.iter().enumerate().all(|(i, b)| *b == pattern[i % 6]),
-        "block 17 holds the pattern"
+        block.iter().enumerate().skip(48).all(|(i, b)| *b == pattern[i % 6]),
+        "block 17 holds the pattern after the header"
     );
+    assert_eq!(&block[..8], b"BAREMQv1");
     // A read job with the same pattern checks what is there; one flipped byte is found by offset
     // (continue_on_error=all: fio's default stops at the first mismatch).
     disk.corrupt_byte(8 * 5, 1234);
@@ -335,4 +338,52 @@ fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back(
     let (_, mismatch) = result.verify.first_mismatch.unwrap();
     assert_eq!(mismatch.lba, 40);
     assert_eq!(mismatch.field, workload::MismatchField::Data { byte_offset: 1232 });
+}
+
+#[test]
+fn verify_pattern_with_verify_equal_pattern_writes_the_bare_pattern() {
+    let plan = plan_of(
+        "[w]\nioengine=libaio\nrw=write\nbs=4k\nsize=64k\niodepth=2\nverify=pattern\nverify_pattern=0x5a\"!\"\n",
+        &[0],
+    );
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::new(&plan);
+    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.bs() as usize);
+    let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
+    assert_eq!(
+        (result.write.ios, result.verify.checked, result.verify.mismatches),
+        (16, 16, 0)
+    );
+    for block in 0..16 {
+        let data = disk.read_block(8 * block, 4096);
+        assert!(
+            data.iter().enumerate().all(|(i, b)| *b == [0x5a, b'!'][i % 2]),
+            "block {block}"
+        );
+    }
+}
+
+#[test]
+fn a_mixed_job_never_writes_back_what_a_read_brought_into_the_slot() {
+    // The disk is all zeros; reads fill the slots with zeros. Every block the job writes must
+    // still hold non-zero data afterwards (fio's scramble_buffers has the same aim).
+    let plan = plan_of(
+        "[m]\nioengine=libaio\nrw=randrw\nrwmixread=50\nbs=4k\nsize=1m\niodepth=4\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    let writes: Vec<u64> = backends[0]
+        .submit_log
+        .iter()
+        .filter(|(op, _)| *op == IoOp::Write)
+        .map(|(_, lba)| *lba)
+        .collect();
+    assert_eq!(writes.len() as u64, results[0].write.ios);
+    assert!(writes.len() > 80, "{} writes of 256", writes.len());
+    let disk = &backends[0].disk;
+    let zero_blocks = writes
+        .iter()
+        .filter(|lba| disk.read_block(**lba, 4096).iter().all(|b| *b == 0))
+        .count();
+    assert_eq!(zero_blocks, 0, "written blocks left all zero");
 }

@@ -1175,9 +1175,10 @@ impl Builder {
         }
         let seed_from_clock = self.randseed.is_none() && !self.randrepeat;
         self.spec.seed = self.randseed.unwrap_or(DEFAULT_SEED);
-        // Verify and errors. fio: verify_pattern without a verify option means verify=pattern.
+        // Verify and errors. fio 3.33: verify_pattern without a verify option checks a header
+        // and the pattern (its VERIFY_PATTERN); verify=pattern is the pattern alone.
         if !self.spec.verify_pattern.is_empty() && self.verify_name.is_empty() {
-            self.verify = VerifyMode::FioPattern;
+            self.verify = VerifyMode::FioPatternHeader;
             self.verify_name = "pattern".into();
         }
         match (self.verify, self.spec.verify_pattern.is_empty()) {

@@ -620,12 +620,14 @@ fn boot_modules_are_job_files_by_string_or_first_line() {
 
 #[test]
 fn verify_pattern_takes_fio_forms_and_means_verify_pattern() {
-    // Alone it turns verify on (fio: verify=pattern when no verify option is given).
+    // Alone it turns verify on with a header (fio 3.33's VERIFY_PATTERN); verify=pattern is the
+    // plain pattern (VERIFY_PATTERN_NO_HDR).
     let job = one("[a]\nrw=randwrite\nbs=4k\nverify_pattern=0xdeadbeef\n");
-    assert_eq!(job.spec.verify, VerifyMode::FioPattern);
+    assert_eq!(job.spec.verify, VerifyMode::FioPatternHeader);
     assert_eq!(job.spec.verify_pattern, [0xde, 0xad, 0xbe, 0xef]);
     assert!(job.warnings.iter().all(|w| !w.contains("verify")), "{:?}", job.warnings);
     let job = one("[a]\nrw=write\nverify=pattern\nverify_pattern=\"baremq\"66\n");
+    assert_eq!(job.spec.verify, VerifyMode::FioPattern);
     assert_eq!(job.spec.verify_pattern, b"baremqB");
     assert_eq!(
         one("[a]\nrw=write\nverify_pattern=-1024\n").spec.verify_pattern,
