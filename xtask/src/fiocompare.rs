@@ -31,8 +31,31 @@ use serde_json::Value;
 
 use crate::{RunDevice, fioout, qemu, root, value};
 
-const USAGE: &str = "usage: cargo xtask fio-compare JOB.fio [--device nvme|md] [--smp N] [--disk-size SIZE] \
-                     [--override KEY=VALUE]... [--timeout S] [--out DIR]";
+const USAGE: &str = "usage: cargo xtask fio-compare JOB.fio|-- FIO WORDS... [--device nvme|md] [--smp N] \
+                     [--disk-size SIZE] [--override KEY=VALUE]... [--timeout S] [--out DIR]";
+
+/// fio command-line words (`--name=a --rw=randread ...`) as the job file they mean: words before
+/// the first `--name` are `[global]`, each `--name` starts a section. fio's run options
+/// (`--output-format`, `--output`, `--eta*`) are left out: the comparison sets its own.
+pub fn words_to_job_file(words: &[String]) -> Result<String, String> {
+    let command_line = workload::fio::syntax::command_line(words.iter().map(String::as_str))
+        .map_err(|e| format!("the fio words: {e}"))?;
+    let mut text = String::from("; fio-compare: the job file of the fio command-line words\n");
+    for section in &command_line.sections {
+        let _ = writeln!(text, "[{}]", if section.global { "global" } else { &section.name });
+        for entry in section.entries.iter().filter(|e| e.key != "name") {
+            match &entry.value {
+                Some(value) => {
+                    let _ = writeln!(text, "{}={value}", entry.key);
+                }
+                None => {
+                    let _ = writeln!(text, "{}", entry.key);
+                }
+            }
+        }
+    }
+    Ok(text)
+}
 
 /// The guest's `/init`: loads the controller's driver, runs fio on the job file with json+ and a
 /// per-I/O log, prints the document and a summary of each clone's log between markers.
@@ -490,6 +513,7 @@ fn peer_kernel(peer_dir: &Path) -> Option<PathBuf> {
 }
 
 pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
+    let (args, words) = crate::split_dashdash(args);
     let mut job: Option<PathBuf> = None;
     let mut device = RunDevice::Nvme;
     let mut smp = 2u32;
@@ -545,13 +569,26 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         }
         i += 1;
     }
-    let job = job.ok_or(USAGE)?;
+    let (job, out_dir) = match (job, words.is_empty()) {
+        (Some(job), true) => {
+            let stem = job
+                .file_stem()
+                .map_or("job".into(), |s| s.to_string_lossy().to_string());
+            let out_dir = out_dir.unwrap_or_else(|| root().join("target/fio-compare").join(&stem));
+            fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
+            (job, out_dir)
+        }
+        (None, false) => {
+            // The words become a job file, so both sides run the same text.
+            let out_dir = out_dir.unwrap_or_else(|| root().join("target/fio-compare/command-line"));
+            fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
+            let job = out_dir.join("command-line.fio");
+            fs::write(&job, words_to_job_file(words)?).map_err(|e| format!("writing {}: {e}", job.display()))?;
+            (job, out_dir)
+        }
+        _ => return Err(format!("give a job file or fio words after --, not both\n{USAGE}")),
+    };
     let job_text = fs::read_to_string(&job).map_err(|e| format!("reading {}: {e}", job.display()))?;
-    let stem = job
-        .file_stem()
-        .map_or("job".into(), |s| s.to_string_lossy().to_string());
-    let out_dir = out_dir.unwrap_or_else(|| root().join("target/fio-compare").join(&stem));
-    fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
 
     // The peer.
     let peer_dir = PathBuf::from(std::env::var("PEER_DIR").unwrap_or_else(|_| "/tmp/baremq-peer".into()));
@@ -936,5 +973,21 @@ mod tests {
             (options["iodepth"].as_str(), options["numjobs"].as_str()),
             (Some("32"), Some("1"))
         );
+    }
+
+    #[test]
+    fn fio_words_become_the_job_file_they_mean() {
+        let words: Vec<String> = "--ioengine=libaio --direct=1 --output-format=json --name=w --rw=randwrite --bs=4k \
+                                  --group_reporting --name=r --rw=read"
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let text = words_to_job_file(&words).unwrap();
+        let run = workload::fio::parse_job_file(&text, &[]).unwrap();
+        assert_eq!(run.jobs.len(), 2);
+        assert_eq!((run.jobs[0].name.as_str(), run.jobs[1].name.as_str()), ("w", "r"));
+        assert!(text.contains("[global]\nioengine=libaio\ndirect=1\n"), "{text}");
+        assert!(text.contains("[w]\nrw=randwrite\nbs=4k\ngroup_reporting\n"), "{text}");
+        assert!(!text.contains("output-format"), "run options are the comparison's own");
     }
 }

@@ -11,7 +11,7 @@
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
 //! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
-//! cargo xtask fio-compare JOB.fio [--device nvme|md] [--override KEY=VALUE]...   real fio vs baremq
+//! cargo xtask fio-compare JOB.fio|-- WORDS [--device nvme|md] [--override KEY=VALUE]...   real fio vs baremq
 //! cargo xtask qemu-fusion                            QEMU with the emulated Fusion controller
 //! cargo xtask ipio [--device D] [--qd N] [--top N]   exact guest instructions and MMIO per I/O
 //! ```
@@ -97,7 +97,7 @@ commands:
   ipio [options]                  guest instructions, memory accesses and MMIO reads/writes per I/O,
                                   exact (TCG plugin, two job lengths), with a per-function table
       --device null|md|nvme|fusion   (default null)   --qd N (default 32)   --top N (default 20)
-  fio-compare JOB.fio             the same job file by real fio (fio 3.33 in the Linux peer guest,
+  fio-compare JOB.fio | -- WORDS  the same job file (or fio command-line words) by real fio (fio 3.33 in the Linux peer guest,
                                   $PEER_DIR, default /tmp/baremq-peer) and by baremq, each on a fresh
                                   disk behind the same QEMU controller: I/O counts, groups, jobs run at
                                   the same time, blocks touched; table and documents in
