@@ -389,6 +389,10 @@ fn with_plot_options(document: &Value) -> Value {
                     .or_else(|| globals.get(key))
                     .cloned()
                     .unwrap_or_else(|| Value::String(default.into()));
+                // fio leaves `job options` out of a job that has none of its own.
+                if !job["job options"].is_object() {
+                    job["job options"] = Value::Object(serde_json::Map::new());
+                }
                 if let Some(options) = job["job options"].as_object_mut() {
                     options.insert(key.into(), value);
                 }
@@ -835,6 +839,13 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     }
     // Which blocks a job writes is only fixed when each clone writes each block once.
     let drawn_with_repeats = logs.iter().any(|l| l.writes != l.distinct_writes);
+    // A mixed job draws each I/O's direction, so the two sides write different numbers of
+    // blocks; each written once, the blocks are the writes times bs / 4 KiB on both sides.
+    let fio_writes: u64 = fio_jobs.values().map(|j| j.writes).sum();
+    let bq_writes: u64 = bq_per_job.values().map(|j| j.writes).sum();
+    let split_drawn_and_proportional = names.iter().any(|n| mixed(&peer_doc, n))
+        && fio_writes > 0
+        && u128::from(peer_blocks) * u128::from(bq_writes) == u128::from(baremq_blocks) * u128::from(fio_writes);
     let _ = writeln!(
         table,
         "\nnon-zero 4 KiB blocks on the disk after the run: fio {peer_blocks} / baremq {baremq_blocks}{}",
@@ -844,11 +855,13 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
             " (writes drawn with repeats, norandommap or a skewed distribution: not judged)"
         } else if peer_blocks == baremq_blocks {
             " (agree)"
+        } else if split_drawn_and_proportional {
+            " (agree: each side's blocks follow its own number of writes; the read/write split is drawn)"
         } else {
             " (DIFFER)"
         }
     );
-    if peer_blocks != baremq_blocks && timed.is_empty() && !drawn_with_repeats {
+    if peer_blocks != baremq_blocks && timed.is_empty() && !drawn_with_repeats && !split_drawn_and_proportional {
         all_agree = false;
     }
     // Jobs whose data is the same on both sides (a verify_pattern) leave the same bytes, apart
