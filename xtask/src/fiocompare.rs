@@ -986,6 +986,10 @@ mod tests {
             (options["iodepth"].as_str(), options["numjobs"].as_str()),
             (Some("32"), Some("1"))
         );
+        // A job with no options of its own has no `job options` in fio's document.
+        let bare: Value =
+            serde_json::from_str(r#"{"global options":{"rw":"randread"},"jobs":[{"jobname":"a"}]}"#).unwrap();
+        assert_eq!(with_plot_options(&bare)["jobs"][0]["job options"]["rw"], "randread");
     }
 
     #[test]
