@@ -159,11 +159,11 @@ fn cpio_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], inode: u32)
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(name.as_bytes());
     out.push(0);
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
     out.extend_from_slice(data);
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }
@@ -172,7 +172,7 @@ fn cpio_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], inode: u32)
 /// `files` (`name`, mode, contents; directories with mode `0o040755` and no contents).
 pub fn append_cpio(base: &[u8], files: &[(&str, u32, &[u8])]) -> Vec<u8> {
     let mut out = base.to_vec();
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
     for (index, (name, mode, data)) in files.iter().enumerate() {
