@@ -541,7 +541,6 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
     Ok(run.result)
 }
 
-/// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
 /// fio's `rate_process=poisson`: one gap generator per direction, seeded from the job's seed,
 /// the CPU and the direction, so a run repeats with the same seed (fio's `randrepeat`).
 fn poisson_arrivals(plan: &JobPlan, cpu: u32) -> Option<Box<[PoissonArrivals; 2]>> {
@@ -551,6 +550,7 @@ fn poisson_arrivals(plan: &JobPlan, cpu: u32) -> Option<Box<[PoissonArrivals; 2]
     })
 }
 
+/// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
 fn backlog_capacity(plan: &JobPlan) -> usize {
     if plan.verify.has_verify_pass() {
         plan.spec.verify_backlog as usize
