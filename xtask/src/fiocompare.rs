@@ -242,7 +242,12 @@ fn per_job(document: &Value) -> BTreeMap<String, JobCounts> {
 /// flags such as `time_based` out of its option lists, so the file is read with baremq's parser).
 fn time_based_jobs(job_text: &str, overrides: &[(String, String)]) -> Vec<String> {
     let overrides: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    workload::fio::parse_job_file(job_text, &overrides)
+    let env = workload::fio::FioEnv {
+        ncpus: 1,
+        mb_memory: 512,
+        pagesize: 4096,
+    };
+    workload::fio::parse_job_file_on(job_text, &overrides, Some(&env))
         .map(|run| {
             run.jobs
                 .into_iter()
@@ -593,6 +598,17 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         _ => return Err(format!("give a job file or fio words after --, not both\n{USAGE}")),
     };
     let job_text = fs::read_to_string(&job).map_err(|e| format!("reading {}: {e}", job.display()))?;
+    // A job baremq refuses fails here, before a minute of Linux under TCG ($mb_memory: about
+    // the guest's 512 MiB).
+    let override_pairs: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let env = workload::fio::FioEnv {
+        ncpus: u64::from(smp),
+        mb_memory: 512,
+        pagesize: 4096,
+    };
+    if let Err(e) = workload::fio::parse_job_file_on(&job_text, &override_pairs, Some(&env)) {
+        return Err(format!("baremq refuses {}: {e}", job.display()));
+    }
 
     // The peer.
     let peer_dir = PathBuf::from(std::env::var("PEER_DIR").unwrap_or_else(|_| "/tmp/baremq-peer".into()));
