@@ -254,6 +254,17 @@ fn fio_only(spec: &workload::JobSpec) -> String {
     if spec.end_flush {
         out.push_str(", flush at the end");
     }
+    if !spec.verify_pattern.is_empty() {
+        out.push_str(&format!(
+            ", verify_pattern of {} bytes repeated from each block's first byte{}",
+            spec.verify_pattern.len(),
+            if spec.verify == workload::VerifyMode::FioPatternHeader {
+                " under baremq's 48-byte header"
+            } else {
+                ""
+            }
+        ));
+    }
     out
 }
 
