@@ -580,6 +580,8 @@ struct Slot {
     op: IoOp,
     /// Block index within the CPU's slice.
     block: u64,
+    /// Blocks the I/O covers (1, or with variable block sizes its size in units of `bs`).
+    units: u32,
     /// For a write: the generation stamped. For a read: the generation expected, if known.
     generation: Option<ExpectedGeneration>,
     submitted_ns: u64,
@@ -686,7 +688,16 @@ struct CpuRun<'a, B: ?Sized> {
     backend: &'a mut B,
     shared: &'a JobShared,
     live: &'a CpuLive,
+    /// Block size: every I/O's, or with variable sizes the unit they are multiples of.
     bs: usize,
+    /// The largest I/O in bytes, which every slot buffer holds (`bs` with a fixed size).
+    buffer_bytes: usize,
+    /// Whether the job has variable block sizes (`JobSpec::bs_mix`): only then does the
+    /// generator draw a size per I/O.
+    sized: bool,
+    /// Blocks of the I/O being issued: 1, or what the generator drew for it (a retry of the same
+    /// I/O keeps it: nothing is drawn in between).
+    io_units: u32,
     /// Device sector of block 0 of this CPU's slice (computed once: a division per I/O costs
     /// a helper call under emulation).
     first_lba: u64,
@@ -758,15 +769,16 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     ) -> Result<Self, WorkloadError> {
         let depth = plan.iodepth as usize;
         let bs = plan.bs() as usize;
+        let buffer_bytes = plan.max_io_bytes() as usize;
         // Check every buffer once up front, and give writes of unverified jobs non-zero data once,
         // so the hot path neither fills nor re-checks them.
         for slot in 0..depth {
             let buffer = backend.slot_buffer(slot);
-            if buffer.len() < bs {
+            if buffer.len() < buffer_bytes {
                 return Err(WorkloadError::BufferTooSmall {
                     slot,
                     len: buffer.len(),
-                    needed: bs,
+                    needed: buffer_bytes,
                 });
             }
             if !plan.spec.verify.is_enabled() && plan.spec.rw.writes() {
@@ -775,7 +787,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     seed: plan.spec.seed,
                     generation: 0,
                 };
-                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs]);
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..buffer_bytes]);
             }
         }
         let tracker = if plan.verify == VerifyScheme::Tracked {
@@ -788,6 +800,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             in_flight: false,
             op: IoOp::Read,
             block: 0,
+            units: 1,
             generation: None,
             submitted_ns: 0,
             issued_ns: 0,
@@ -799,6 +812,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             shared,
             live,
             bs,
+            buffer_bytes,
+            sized: plan.spec.bs_mix.is_some(),
+            io_units: 1,
             first_lba: plan.region_start_sector() + slice.first_block * u64::from(plan.sectors_per_block),
             slots: vec![idle_slot; depth],
             // Popped from the end, so slot 0 goes first.
@@ -1033,6 +1049,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     in_flight: true,
                     op: IoOp::Flush,
                     block: 0,
+                    units: 0,
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
@@ -1105,6 +1122,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 // verify_backlog: blocks written lately are read back first.
                 if let Some(block) = self.backlog_pending.pop() {
                     return Some((IoOp::Read, block));
+                }
+                if self.sized {
+                    let (op, block, units) = generator.next_sized_io()?;
+                    self.io_units = units;
+                    return Some((op, block));
                 }
                 generator.next_io()
             }
@@ -1331,14 +1353,15 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             self.expected_generation(op, block)
         };
         let bs = self.bs;
+        let units = self.io_units;
         let mode = self.plan.spec.verify;
         let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         let buffer = self.backend.slot_buffer(slot);
-        if buffer.len() < bs {
+        if buffer.len() < self.buffer_bytes {
             return Err(WorkloadError::BufferTooSmall {
                 slot,
                 len: buffer.len(),
-                needed: bs,
+                needed: self.buffer_bytes,
             });
         }
         match (op, generation) {
@@ -1356,12 +1379,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     seed,
                     generation: 0,
                 };
-                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs]);
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs * units as usize]);
             }
             _ => {}
         }
         let submitted_ns = self.backend.now_ns();
-        match self.backend.submit(slot, op, lba, self.plan.sectors_per_block) {
+        match self.backend.submit(slot, op, lba, self.plan.sectors_per_block * units) {
             Err(SubmitError::Busy) => Ok(false),
             outcome => {
                 // Detail mode only: the second clock read costs as much as the engine's own work
@@ -1377,6 +1400,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     in_flight: true,
                     op,
                     block,
+                    units,
                     generation,
                     submitted_ns,
                     issued_ns,
@@ -1427,7 +1451,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         };
         match completion.result {
             Ok(()) => {
-                let bytes = self.bs as u64;
+                let bytes = self.bs as u64 * u64::from(slot.units);
                 self.live_counts.bytes += bytes;
                 if let Some(stats) = stats {
                     stats.ios += 1;
@@ -1508,7 +1532,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             at_ns: done_ns,
             op: slot.op,
             lba,
-            sectors: self.plan.sectors_per_block,
+            sectors: self.plan.sectors_per_block * slot.units,
             result: completion.result,
             retries: completion.retries,
             in_verify_pass: phase == Phase::VerifyPass,

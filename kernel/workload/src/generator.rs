@@ -29,7 +29,28 @@ pub struct IoGenerator {
     skew: Option<alloc::boxed::Box<crate::skew::SkewedDraw>>,
     blocks: u64,
     cursor: u64,
+    /// I/Os left of a size-bound job; with variable sizes, blocks (units) left.
     remaining: Option<u64>,
+    /// Variable block sizes only ([`IoGenerator::next_sized_io`]).
+    sized: Option<alloc::boxed::Box<SizedDraw>>,
+}
+
+/// The state of a job with variable block sizes (`JobSpec::bs_mix`).
+#[derive(Debug, Clone)]
+struct SizedDraw {
+    mix: crate::job::BlockSizeMix,
+    /// With the random map: one bit per block, set once an I/O of this pass covered it. As fio's
+    /// map, an I/O drawn at a free block is cut short at the next covered one, so a pass covers
+    /// every block exactly once whatever the sizes.
+    covered: alloc::vec::Vec<u64>,
+    /// Indices the permutation gave this pass (a pass ends after `blocks` of them).
+    drawn_in_pass: u64,
+}
+
+impl SizedDraw {
+    fn is_covered(&self, block: u64) -> bool {
+        self.covered[(block / 64) as usize] & (1 << (block % 64)) != 0
+    }
 }
 
 impl IoGenerator {
@@ -62,7 +83,83 @@ impl IoGenerator {
             } else {
                 Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
             },
+            sized: plan.spec.bs_mix.clone().map(|mix| {
+                let mapped = plan.spec.random_map
+                    && plan.spec.rw.is_random()
+                    && plan.spec.zones.is_empty()
+                    && plan.spec.skew.is_none();
+                alloc::boxed::Box::new(SizedDraw {
+                    mix,
+                    covered: alloc::vec![0; if mapped { blocks.div_ceil(64) as usize } else { 0 }],
+                    drawn_in_pass: 0,
+                })
+            }),
         }
+    }
+
+    /// The next I/O of a job with variable block sizes: `(operation, first block, blocks)`, or
+    /// `None` once a size-bound job has moved its bytes. The size is drawn for the operation's
+    /// direction, then cut at the end of the slice, at the first block this pass already covered
+    /// (random map) and at what a size-bound job has left, so the blocks moved add up exactly.
+    pub fn next_sized_io(&mut self) -> Option<(IoOp, u64, u32)> {
+        if self.remaining == Some(0) {
+            return None;
+        }
+        let op = match self.fixed_op {
+            Some(op) => op,
+            None if self.rng.below(100) < self.rwmixread => IoOp::Read,
+            None => IoOp::Write,
+        };
+        let sized = self.sized.as_mut()?;
+        let direction = usize::from(op != IoOp::Read);
+        let percent_draw = self.rng.below(100);
+        let wanted = u64::from(sized.mix.draw_units(direction, percent_draw, self.rng.next_u64()));
+        let block = if let Some(map) = &mut self.map {
+            loop {
+                if sized.drawn_in_pass == self.blocks {
+                    // The permutation's pass is over, and with it this map's: start afresh.
+                    sized.drawn_in_pass = 0;
+                    sized.covered.fill(0);
+                }
+                let block = map.next_index();
+                sized.drawn_in_pass += 1;
+                if !sized.is_covered(block) {
+                    break block;
+                }
+            }
+        } else if let Some(skew) = &self.skew {
+            skew.next_block(&mut self.rng)
+        } else if !self.zones.is_empty() && self.rw.is_random() {
+            let draw = self.rng.below(100);
+            let &(_, first, len) = self
+                .zones
+                .iter()
+                .find(|(cumulative, _, _)| draw < *cumulative)
+                .unwrap_or(&self.zones[self.zones.len() - 1]);
+            first + self.rng.below(len)
+        } else if self.rw.is_random() {
+            self.rng.below(self.blocks)
+        } else {
+            self.cursor
+        };
+        let mut run = wanted.min(self.blocks - block);
+        if self.map.is_some() {
+            run = (1..run).find(|&i| sized.is_covered(block + i)).unwrap_or(run);
+        }
+        if let Some(remaining) = &mut self.remaining {
+            run = run.min(*remaining);
+            *remaining -= run;
+        }
+        if self.map.is_some() {
+            for b in block..block + run {
+                sized.covered[(b / 64) as usize] |= 1 << (b % 64);
+            }
+        }
+        if !self.rw.is_random() {
+            self.cursor = if block + run == self.blocks { 0 } else { block + run };
+        }
+        // At most the largest size in units, which fits in u32.
+        Some((op, block, run as u32))
     }
 
     /// The next I/O, or `None` once a size-bound job has issued all of its I/Os.

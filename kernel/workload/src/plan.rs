@@ -180,9 +180,17 @@ impl JobPlan {
         self.region_offset / u64::from(self.device.sector_size)
     }
 
-    /// Block size in bytes.
+    /// Block size in bytes: every I/O's size, or with variable sizes (`JobSpec::bs_mix`) the
+    /// unit they are multiples of.
     pub fn bs(&self) -> u32 {
         self.spec.bs
+    }
+
+    /// The largest I/O in bytes (what a slot buffer must hold): `bs`, or with variable sizes the
+    /// largest of them.
+    pub fn max_io_bytes(&self) -> u32 {
+        // The largest size is at most MAX_BS, which fits in u32.
+        self.spec.bs * self.spec.bs_mix.as_ref().map_or(1, |mix| mix.max_units())
     }
 
     /// The submitting CPUs as a set.

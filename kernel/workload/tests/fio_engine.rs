@@ -35,7 +35,7 @@ fn run(plan: &JobPlan, latency_ns: u64) -> (Vec<CpuResult>, Vec<FakeBackend>) {
             .map(|index| {
                 let (shared, disk) = (&shared, &disk);
                 scope.spawn(move || {
-                    let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.bs() as usize);
+                    let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
                     backend.latency_ns = latency_ns;
                     let result = run_cpu(plan, index, &mut backend, shared).unwrap();
                     (result, backend)

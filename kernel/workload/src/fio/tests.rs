@@ -269,12 +269,14 @@ fn unsupported_options_are_refused_by_name() {
             "[a]\nrandom_distribution=zipf:1.2:0.5\n",
             "random_distribution=zipf:1.2:0.5",
         ),
-        ("[a]\nbssplit=4k/50:8k/50\n", "bssplit"),
+        ("[a]\nbssplit=4k/50:6k/50\n", "bssplit"),
+        ("[a]\nbsrange=4k-8k,8k-16k\n", "bsrange"),
+        ("[a]\nbsrange=4k-16k\nverify=crc32c\n", "verify=crc32c"),
+        ("[a]\nbs=4k,8k\nnumber_ios=10\n", "number_ios"),
+        ("[a]\nbssplit=4k/50:8k/50\nrate=1m\n", "rate"),
         ("[a]\ndirectory=/mnt\n", "directory"),
         ("[a]\nrw=trim\n", "rw=trim"),
         ("[a]\nrw=randread:8\n", "rw=randread:8"),
-        ("[a]\nbs=4k,8k\n", "bs=4k,8k"),
-        ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
         ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
         ("[a]\nverify=pattern_hdr\nverify_pattern=0xff\n", "verify=pattern_hdr"),
         ("[a]\nverify=md5\nverify_pattern=0xff\n", "verify_pattern"),
@@ -652,4 +654,99 @@ fn verify_pattern_takes_fio_forms_and_means_verify_pattern() {
             other => panic!("{bad}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn block_size_grammar_follows_fio() {
+    use crate::job::{BlockSizeMix, SizeChoice};
+    let fixed = |units, percent| SizeChoice {
+        min_units: units,
+        max_units: units,
+        percent,
+    };
+    // The example: sorted by ascending share (fio's lookup order), unit the smallest size,
+    // the same list for both directions.
+    let job = one("[a]\nbssplit=4k/10:64k/50:32k/40\n");
+    assert_eq!(job.spec.bs, 4096);
+    let both = vec![fixed(1, 10), fixed(8, 40), fixed(16, 50)];
+    assert_eq!(
+        job.spec.bs_mix,
+        Some(BlockSizeMix {
+            directions: [both.clone(), both]
+        })
+    );
+    // Blank (or zero) shares split what the others leave, by integer division as fio does.
+    let job = one("[a]\nbssplit=8k/40:16k:32k/0\n");
+    assert_eq!(job.spec.bs, 8192);
+    assert_eq!(
+        job.spec.bs_mix.unwrap().directions[0],
+        vec![fixed(2, 30), fixed(4, 30), fixed(1, 40)]
+    );
+    // One blank entry alone takes everything: a fixed size, not a mix.
+    let job = one("[a]\nbssplit=16k\n");
+    assert_eq!((job.spec.bs, job.spec.bs_mix), (16384, None));
+    // Per direction: read list, write list (a trim list is checked and has nothing to apply to).
+    let job = one("[a]\nrw=randrw\nbssplit=4k/50:8k/50,64k,4k\n");
+    let mix = job.spec.bs_mix.unwrap();
+    assert_eq!(mix.directions, [vec![fixed(1, 50), fixed(2, 50)], vec![fixed(16, 100)]]);
+    assert_eq!(mix.max_units(), 16);
+    // bsrange: a uniform draw of whole units from the minimum; it takes over bs, bssplit over both.
+    let job = one("[a]\nbs=8k\nbsrange=4k-64k\n");
+    let range = SizeChoice {
+        min_units: 1,
+        max_units: 16,
+        percent: 100,
+    };
+    assert_eq!(
+        (job.spec.bs, job.spec.bs_mix.unwrap().directions[1].clone()),
+        (4096, vec![range])
+    );
+    let job = one("[a]\nbssplit=4k/50:8k/50\nbsrange=4k-64k\n");
+    assert_eq!(job.spec.bs_mix.unwrap().max_units(), 2);
+    // Reversed ends are swapped, as fio does; equal ends are one size.
+    assert_eq!(one("[a]\nbsrange=16k-4k\n").spec.bs_mix.unwrap().max_units(), 4);
+    // bs=R,W: each direction its own size; ",W" leaves reads at fio's 4k default.
+    let job = one("[a]\nrw=randrw\nbs=4k,16k\n");
+    assert_eq!(
+        job.spec.bs_mix.unwrap().directions,
+        [vec![fixed(1, 100)], vec![fixed(4, 100)]]
+    );
+    let job = one("[a]\nbs=,8k\n");
+    assert_eq!(
+        job.spec.bs_mix.unwrap().directions,
+        [vec![fixed(1, 100)], vec![fixed(2, 100)]]
+    );
+    assert_eq!(one("[a]\nbs=8k,8k,8k\n").spec.bs_mix, None);
+    // blockalign must equal the unit (offsets are multiples of it).
+    assert!(parse_job_file("[a]\nbssplit=4k/50:8k/50\nblockalign=4k\n", &[]).is_ok());
+    // Bad values name the option and the form.
+    for (text, option) in [
+        ("[a]\nbssplit=4k/60:8k/50\n", "bssplit"),
+        ("[a]\nbssplit=4k/x\n", "bssplit"),
+        ("[a]\nbssplit=\n", "bssplit"),
+        ("[a]\nbssplit=4q/50:8k/50\n", "bssplit"),
+        ("[a]\nbsrange=4k\n", "bsrange"),
+        ("[a]\nbs=4k,0\n", "bs"),
+    ] {
+        assert!(
+            matches!(parse_job_file(text, &[]).unwrap_err(), WorkloadError::FioBadValue { option: o, .. } if o == option),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn a_size_draw_walks_the_shares_in_order() {
+    let job = one("[a]\nbssplit=4k/10:64k/50:32k/40\n");
+    let mix = job.spec.bs_mix.unwrap();
+    // Cumulative shares 10 (4k), 50 (32k), 100 (64k).
+    assert_eq!(
+        [0, 9, 10, 49, 50, 99].map(|p| mix.draw_units(0, p, 0)),
+        [1, 1, 8, 8, 16, 16]
+    );
+    // Shares adding up to less than 100 leave the rest to the last entry, as fio's lookup does.
+    let mix = one("[a]\nbssplit=4k/10:8k/20\n").spec.bs_mix.unwrap();
+    assert_eq!(mix.draw_units(1, 95, 0), 2);
+    let range = one("[a]\nbsrange=4k-16k\n").spec.bs_mix.unwrap();
+    assert_eq!([0, 1, 2, 3, 4].map(|r| range.draw_units(0, 0, r)), [1, 2, 3, 4, 1]);
 }
