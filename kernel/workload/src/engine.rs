@@ -580,8 +580,8 @@ struct Slot {
     op: IoOp,
     /// Block index within the CPU's slice.
     block: u64,
-    /// Blocks the I/O covers (1, or with variable block sizes its size in units of `bs`).
-    units: u32,
+    /// The I/O's bytes (`bs`, or with variable block sizes what was drawn for it).
+    bytes: u32,
     /// For a write: the generation stamped. For a read: the generation expected, if known.
     generation: Option<ExpectedGeneration>,
     submitted_ns: u64,
@@ -591,6 +591,9 @@ struct Slot {
 
 enum Source {
     Main(IoGenerator),
+    /// The main phase of a job with variable block sizes (`JobSpec::bs_mix`): a variant of its
+    /// own, so that fixed-size jobs pay nothing per I/O for the size draw.
+    Sized(IoGenerator),
     /// No I/O (a phase that only issues a due flush).
     Nothing,
     /// The verify pass walks the slice in order.
@@ -692,12 +695,11 @@ struct CpuRun<'a, B: ?Sized> {
     bs: usize,
     /// The largest I/O in bytes, which every slot buffer holds (`bs` with a fixed size).
     buffer_bytes: usize,
-    /// Whether the job has variable block sizes (`JobSpec::bs_mix`): only then does the
-    /// generator draw a size per I/O.
-    sized: bool,
-    /// Blocks of the I/O being issued: 1, or what the generator drew for it (a retry of the same
-    /// I/O keeps it: nothing is drawn in between).
-    io_units: u32,
+    /// Sectors and bytes of the I/O being issued: `bs`'s, set once, or with variable block sizes
+    /// what [`Source::Sized`] drew for it (a retry of the same I/O keeps them: nothing is drawn in
+    /// between). Per-I/O fields rather than a multiply, so fixed-size jobs pay nothing.
+    io_sectors: u32,
+    io_bytes: u32,
     /// Device sector of block 0 of this CPU's slice (computed once: a division per I/O costs
     /// a helper call under emulation).
     first_lba: u64,
@@ -800,7 +802,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             in_flight: false,
             op: IoOp::Read,
             block: 0,
-            units: 1,
+            bytes: 0,
             generation: None,
             submitted_ns: 0,
             issued_ns: 0,
@@ -813,8 +815,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             live,
             bs,
             buffer_bytes,
-            sized: plan.spec.bs_mix.is_some(),
-            io_units: 1,
+            io_sectors: plan.sectors_per_block,
+            io_bytes: plan.bs(),
             first_lba: plan.region_start_sector() + slice.first_block * u64::from(plan.sectors_per_block),
             slots: vec![idle_slot; depth],
             // Popped from the end, so slot 0 goes first.
@@ -894,7 +896,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             .spec
             .runtime_ns
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
-        let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
+        let generator = IoGenerator::new(self.plan, cpu_index);
+        let mut source = if self.plan.spec.bs_mix.is_some() {
+            Source::Sized(generator)
+        } else {
+            Source::Main(generator)
+        };
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
             self.sample_mark.at_ns = start;
@@ -1049,7 +1056,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     in_flight: true,
                     op: IoOp::Flush,
                     block: 0,
-                    units: 0,
+                    bytes: 0,
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
@@ -1123,12 +1130,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 if let Some(block) = self.backlog_pending.pop() {
                     return Some((IoOp::Read, block));
                 }
-                if self.sized {
-                    let (op, block, units) = generator.next_sized_io()?;
-                    self.io_units = units;
-                    return Some((op, block));
-                }
                 generator.next_io()
+            }
+            Source::Sized(generator) => {
+                let (op, block, units) = generator.next_sized_io()?;
+                // At most the largest size, which fits in u32.
+                self.io_sectors = self.plan.sectors_per_block * units;
+                self.io_bytes = self.bs as u32 * units;
+                Some((op, block))
             }
             Source::Nothing => None,
             Source::VerifyPass { next_block } => {
@@ -1353,7 +1362,6 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             self.expected_generation(op, block)
         };
         let bs = self.bs;
-        let units = self.io_units;
         let mode = self.plan.spec.verify;
         let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         let buffer = self.backend.slot_buffer(slot);
@@ -1379,12 +1387,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     seed,
                     generation: 0,
                 };
-                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs * units as usize]);
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..self.io_bytes as usize]);
             }
             _ => {}
         }
         let submitted_ns = self.backend.now_ns();
-        match self.backend.submit(slot, op, lba, self.plan.sectors_per_block * units) {
+        let (sectors, bytes) = (self.io_sectors, self.io_bytes);
+        match self.backend.submit(slot, op, lba, sectors) {
             Err(SubmitError::Busy) => Ok(false),
             outcome => {
                 // Detail mode only: the second clock read costs as much as the engine's own work
@@ -1400,7 +1409,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     in_flight: true,
                     op,
                     block,
-                    units,
+                    bytes,
                     generation,
                     submitted_ns,
                     issued_ns,
@@ -1451,7 +1460,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         };
         match completion.result {
             Ok(()) => {
-                let bytes = self.bs as u64 * u64::from(slot.units);
+                let bytes = u64::from(slot.bytes);
                 self.live_counts.bytes += bytes;
                 if let Some(stats) = stats {
                     stats.ios += 1;
@@ -1532,7 +1541,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             at_ns: done_ns,
             op: slot.op,
             lba,
-            sectors: self.plan.sectors_per_block * slot.units,
+            // The planner checked the sector size (non-zero, dividing bs).
+            sectors: slot.bytes / self.plan.device.sector_size,
             result: completion.result,
             retries: completion.retries,
             in_verify_pass: phase == Phase::VerifyPass,
