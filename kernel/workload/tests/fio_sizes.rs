@@ -191,7 +191,7 @@ fn time_based_random_map_restarts_its_pass_once_every_block_is_covered() {
     let (_, backends) = run(&plan);
     let ios = ios(&backends);
     // Walk the I/Os in order: within one pass no block comes twice, and a pass ends with all 64.
-    let mut seen = vec![false; 64];
+    let mut seen = [false; 64];
     let mut passes = 0;
     for &(_, start, len) in &ios {
         for block in start / 4096..(start + len) / 4096 {

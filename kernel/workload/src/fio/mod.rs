@@ -334,7 +334,7 @@ fn parse_bssplit(text: &str, bad: &dyn Fn(&str) -> WorkloadError) -> Result<Vec<
     if given > 100 {
         return Err(bad("percentages that add up to at most 100"));
     }
-    let share = if missing == 0 { 0 } else { (100 - given) / missing };
+    let share = (100 - given).checked_div(missing).unwrap_or(0);
     let mut split: Vec<(u64, u32)> = entries.into_iter().map(|(bs, p)| (bs, p.unwrap_or(share))).collect();
     split.sort_by_key(|e| e.1);
     Ok(split)
