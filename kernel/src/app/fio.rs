@@ -226,8 +226,21 @@ fn fio_only(spec: &workload::JobSpec) -> String {
             });
         }
     }
+    if let Some(mix) = &spec.bs_mix {
+        // bs above is the unit; the sizes per direction, in fio's bssplit form (bytes).
+        let mut sizes = String::new();
+        let _ = mix.write_in(&mut sizes, u64::from(spec.bs));
+        out.push_str(&format!(
+            ", block sizes {sizes} (read,write; a size per I/O, bs their unit)"
+        ));
+    }
     if let Some(ios) = spec.ios_per_cpu {
-        out.push_str(&format!(", {ios} I/Os per clone"));
+        if spec.bs_mix.is_some() {
+            // With variable sizes a size-bound job counts bytes, in blocks of the unit.
+            out.push_str(&format!(", {} bytes per clone", ios.saturating_mul(u64::from(spec.bs))));
+        } else {
+            out.push_str(&format!(", {ios} I/Os per clone"));
+        }
     }
     if spec.io_interval_ns != [0, 0] {
         let [read, write] = spec.io_interval_ns;
