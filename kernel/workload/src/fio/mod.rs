@@ -208,7 +208,7 @@ pub const ASYNC_ENGINES: [&str; 10] = [
 
 /// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
 /// change nothing. Each one accepted is listed in the job's warnings.
-pub const NO_OP_OPTIONS: [&str; 22] = [
+pub const NO_OP_OPTIONS: [&str; 23] = [
     "thread",
     "invalidate",
     "gtod_reduce",
@@ -231,6 +231,8 @@ pub const NO_OP_OPTIONS: [&str; 22] = [
     "kb_base",
     "unit_base",
     "log_offset",
+    // A job drives one device (filename lists are refused), so there is no file to switch to.
+    "file_service_type",
 ];
 
 /// fio options refused with a specific reason (everything else unknown gets a generic one).
@@ -1586,7 +1588,9 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
         return Err(unsupported(
             job,
             &format!("filename={value}"),
-            "a list of files (one I/O stream round-robin over several devices) is not implemented; give one device",
+            "one job driving several devices (fio's file_service_type over a file list) is not implemented: a \
+             job's CPU runs one queue on one device, with one region of its blocks; give one device, or \
+             one job per device in the same group (they run concurrently, each with its own iodepth)",
         ));
     }
     let name = parts.remove(0);

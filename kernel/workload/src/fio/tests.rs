@@ -300,8 +300,9 @@ fn unsupported_options_are_refused_by_name() {
 
 #[test]
 fn no_ops_are_listed_as_warnings() {
-    let job = one("[a]\nthread\ninvalidate=1\ngtod_reduce=1\nioengine=libaio\ndirect=1\n");
-    for key in ["thread", "invalidate", "gtod_reduce"] {
+    let job =
+        one("[a]\nthread\ninvalidate=1\ngtod_reduce=1\nioengine=libaio\ndirect=1\nfile_service_type=roundrobin\n");
+    for key in ["thread", "invalidate", "gtod_reduce", "file_service_type"] {
         assert!(
             job.warnings.iter().any(|w| w.starts_with(key)),
             "{key}: {:?}",
@@ -749,4 +750,22 @@ fn a_size_draw_walks_the_shares_in_order() {
     assert_eq!(mix.draw_units(1, 95, 0), 2);
     let range = one("[a]\nbsrange=4k-16k\n").spec.bs_mix.unwrap();
     assert_eq!([0, 1, 2, 3, 4].map(|r| range.draw_units(0, 0, r)), [1, 2, 3, 4, 1]);
+}
+
+#[test]
+fn a_file_list_is_refused_with_the_reason() {
+    // fio's several files per job (one I/O stream round-robin over them) is not implemented: the
+    // refusal names the list and says why and what to write instead.
+    let err = parse_job_file(
+        "[a]\nfilename=/dev/nvme0n1:/dev/nvme1n1\nfile_service_type=roundrobin\n",
+        &[],
+    )
+    .unwrap_err();
+    let WorkloadError::FioUnsupported { option, reason, .. } = err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(option, "filename=/dev/nvme0n1:/dev/nvme1n1");
+    assert!(reason.contains("one job per device in the same group"), "{reason}");
+    // fio's escaped colon is part of one name, not a list.
+    assert_eq!(one("[a]\nfilename=/dev/a\\:b\n").target, Target::Device("a:b".into()));
 }
