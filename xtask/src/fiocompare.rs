@@ -221,6 +221,10 @@ struct JobCounts {
     /// baremq only (`baremq.verify.pass_reads`): reads of the verify pass, which fio counts in
     /// `read.total_ios` and baremq's fio document does not.
     verify_pass_reads: u64,
+    /// Bytes moved per direction (`io_bytes`), which is what must agree for a job with variable
+    /// block sizes (each side draws every I/O's size).
+    read_bytes: u64,
+    write_bytes: u64,
 }
 
 fn per_job(document: &Value) -> BTreeMap<String, JobCounts> {
@@ -234,6 +238,8 @@ fn per_job(document: &Value) -> BTreeMap<String, JobCounts> {
         entry.reads += job["read"]["total_ios"].as_u64().unwrap_or(0);
         entry.writes += job["write"]["total_ios"].as_u64().unwrap_or(0);
         entry.verify_pass_reads += job["baremq"]["verify"]["pass_reads"].as_u64().unwrap_or(0);
+        entry.read_bytes += job["read"]["io_bytes"].as_u64().unwrap_or(0);
+        entry.write_bytes += job["write"]["io_bytes"].as_u64().unwrap_or(0);
     }
     jobs
 }
@@ -241,6 +247,16 @@ fn per_job(document: &Value) -> BTreeMap<String, JobCounts> {
 /// The names of the time-based jobs of the job file with the overrides (fio's JSON leaves bare
 /// flags such as `time_based` out of its option lists, so the file is read with baremq's parser).
 fn time_based_jobs(job_text: &str, overrides: &[(String, String)]) -> Vec<String> {
+    jobs_where(job_text, overrides, |spec| spec.is_time_based())
+}
+
+/// The names of the jobs with variable block sizes (`bssplit`, unequal `bsrange`, `bs=R,W`).
+fn variable_size_jobs(job_text: &str, overrides: &[(String, String)]) -> Vec<String> {
+    jobs_where(job_text, overrides, |spec| spec.bs_mix.is_some())
+}
+
+/// The names of the jobs of the job file with the overrides whose engine spec passes `keep`.
+fn jobs_where(job_text: &str, overrides: &[(String, String)], keep: fn(&workload::JobSpec) -> bool) -> Vec<String> {
     let overrides: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let env = workload::fio::FioEnv {
         ncpus: 1,
@@ -251,7 +267,7 @@ fn time_based_jobs(job_text: &str, overrides: &[(String, String)]) -> Vec<String
         .map(|run| {
             run.jobs
                 .into_iter()
-                .filter(|job| job.spec.is_time_based())
+                .filter(|job| keep(&job.spec))
                 .map(|job| job.name)
                 .collect()
         })
@@ -754,6 +770,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     // The table.
     let fio_jobs = per_job(&peer_doc);
     let timed = time_based_jobs(&job_text, &overrides);
+    let sized = variable_size_jobs(&job_text, &overrides);
     let bq_per_job = per_job(&baremq_doc);
     let mut table = String::new();
     let _ = writeln!(
@@ -785,6 +802,32 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         };
         let verdict = match (f, b) {
             _ if timed.contains(name) => "time-based: not compared".to_string(),
+            // Each side draws every I/O's size, so the counts differ by chance; the bytes must not.
+            (Some(f), Some(b))
+                if sized.contains(name) && (f.read_bytes, f.write_bytes) == (b.read_bytes, b.write_bytes) =>
+            {
+                format!(
+                    "bytes agree ({} read, {} written; variable block sizes: I/O counts drawn)",
+                    f.read_bytes, f.write_bytes
+                )
+            }
+            (Some(f), Some(b))
+                if sized.contains(name)
+                    && f.read_bytes + f.write_bytes == b.read_bytes + b.write_bytes
+                    && mixed(&peer_doc, name) =>
+            {
+                format!(
+                    "total bytes agree ({}; variable block sizes and rwmixread: counts and split drawn)",
+                    f.read_bytes + f.write_bytes
+                )
+            }
+            (Some(f), Some(b)) if sized.contains(name) => {
+                all_agree = false;
+                format!(
+                    "bytes DIFFER: read {} / {}, written {} / {}",
+                    f.read_bytes, b.read_bytes, f.write_bytes, b.write_bytes
+                )
+            }
             (Some(f), Some(b)) if (f.reads, f.writes) == (b.reads + b.verify_pass_reads, b.writes) => "agree".into(),
             (Some(f), Some(b))
                 if f.reads + f.writes == b.reads + b.verify_pass_reads + b.writes && mixed(&peer_doc, name) =>
@@ -980,6 +1023,13 @@ mod tests {
         // Clones: two threads of one job are one job.
         let two = [("a".to_string(), 2), ("b".to_string(), 1)];
         assert_eq!(fio_overlaps(&two, &logs), Vec::<Vec<String>>::new());
+    }
+
+    #[test]
+    fn variable_size_jobs_come_from_the_file() {
+        let text = "[a]\nbssplit=4k/50:16k/50\n[b]\nbs=8k\n[c]\nbs=4k,16k\n";
+        assert_eq!(variable_size_jobs(text, &[]), ["a", "c"]);
+        assert!(variable_size_jobs(text, &[("bs".into(), "4k".into())]).contains(&"a".to_string()));
     }
 
     #[test]
