@@ -39,17 +39,43 @@ pub struct IoGenerator {
 #[derive(Debug, Clone)]
 struct SizedDraw {
     mix: crate::job::BlockSizeMix,
-    /// With the random map: one bit per block, set once an I/O of this pass covered it. As fio's
-    /// map, an I/O drawn at a free block is cut short at the next covered one, so a pass covers
+    /// With the random map (empty without): one bit per block, set once an I/O of this pass
+    /// covered it. As fio's axmap: a draw that lands on a covered block takes the next free one
+    /// after it (wrapping), and an I/O is cut short at the next covered block, so a pass covers
     /// every block exactly once whatever the sizes.
     covered: alloc::vec::Vec<u64>,
-    /// Indices the permutation gave this pass (a pass ends after `blocks` of them).
-    drawn_in_pass: u64,
+    /// Blocks covered this pass (a new pass starts when all are).
+    covered_count: u64,
 }
 
 impl SizedDraw {
     fn is_covered(&self, block: u64) -> bool {
         self.covered[(block / 64) as usize] & (1 << (block % 64)) != 0
+    }
+
+    /// The first free block after `block`, wrapping (fio's `axmap_next_free`); the map must not
+    /// be full.
+    fn next_free_after(&self, block: u64, blocks: u64) -> u64 {
+        let words = self.covered.len() as u64;
+        let start = if block + 1 == blocks { 0 } else { block + 1 };
+        // Word by word from start's word, around to it again: the first word holds free bits
+        // before `start` too, so it is masked to `start` on the first visit and whole at the end.
+        for step in 0..=words {
+            let word = (start / 64 + step) % words;
+            let mut free = !self.covered[word as usize];
+            if step == 0 {
+                free &= u64::MAX << (start % 64);
+            }
+            if word == words - 1 && blocks % 64 != 0 {
+                // Bits past the last block are not blocks.
+                free &= (1 << (blocks % 64)) - 1;
+            }
+            if free != 0 {
+                return word * 64 + u64::from(free.trailing_zeros());
+            }
+        }
+        // Unreachable with a map that is not full; the start keeps the I/O in range.
+        start
     }
 }
 
@@ -91,7 +117,7 @@ impl IoGenerator {
                 alloc::boxed::Box::new(SizedDraw {
                     mix,
                     covered: alloc::vec![0; if mapped { blocks.div_ceil(64) as usize } else { 0 }],
-                    drawn_in_pass: 0,
+                    covered_count: 0,
                 })
             }),
         }
@@ -114,18 +140,19 @@ impl IoGenerator {
         let direction = usize::from(op != IoOp::Read);
         let percent_draw = self.rng.below(100);
         let wanted = u64::from(sized.mix.draw_units(direction, percent_draw, self.rng.next_u64()));
-        let block = if let Some(map) = &mut self.map {
-            loop {
-                if sized.drawn_in_pass == self.blocks {
-                    // The permutation's pass is over, and with it this map's: start afresh.
-                    sized.drawn_in_pass = 0;
-                    sized.covered.fill(0);
-                }
-                let block = map.next_index();
-                sized.drawn_in_pass += 1;
-                if !sized.is_covered(block) {
-                    break block;
-                }
+        let mapped = !sized.covered.is_empty();
+        let block = if mapped {
+            if sized.covered_count == self.blocks {
+                // Every block covered: the next pass starts.
+                sized.covered.fill(0);
+                sized.covered_count = 0;
+            }
+            // fio's draw with its map: uniform, and a covered block gives way to the next free.
+            let drawn = self.rng.below(self.blocks);
+            if sized.is_covered(drawn) {
+                sized.next_free_after(drawn, self.blocks)
+            } else {
+                drawn
             }
         } else if let Some(skew) = &self.skew {
             skew.next_block(&mut self.rng)
@@ -143,17 +170,18 @@ impl IoGenerator {
             self.cursor
         };
         let mut run = wanted.min(self.blocks - block);
-        if self.map.is_some() {
+        if mapped {
             run = (1..run).find(|&i| sized.is_covered(block + i)).unwrap_or(run);
         }
         if let Some(remaining) = &mut self.remaining {
             run = run.min(*remaining);
             *remaining -= run;
         }
-        if self.map.is_some() {
+        if mapped {
             for b in block..block + run {
                 sized.covered[(b / 64) as usize] |= 1 << (b % 64);
             }
+            sized.covered_count += run;
         }
         if !self.rw.is_random() {
             self.cursor = if block + run == self.blocks { 0 } else { block + run };
@@ -320,5 +348,25 @@ mod tests {
         let p = plan("rw=randread bs=4k size=64k");
         let mut g = IoGenerator::new(&p, 0);
         assert_eq!(core::iter::from_fn(|| g.next_io()).count(), 8);
+    }
+
+    #[test]
+    fn the_next_free_block_wraps_and_skips_bits_past_the_end() {
+        let mix = crate::job::BlockSizeMix {
+            directions: [alloc::vec::Vec::new(), alloc::vec::Vec::new()],
+        };
+        // 70 blocks: two words, the second with 6 real blocks.
+        let mut draw = SizedDraw {
+            mix,
+            covered: alloc::vec![u64::MAX, 0b11_1111],
+            covered_count: 70,
+        };
+        draw.covered[0] &= !(1 << 5);
+        assert_eq!(draw.next_free_after(5, 70), 5, "around the whole map back to itself");
+        assert_eq!(draw.next_free_after(69, 70), 5, "wraps at the end");
+        assert_eq!(draw.next_free_after(3, 70), 5);
+        draw.covered[1] &= !(1 << 2);
+        assert_eq!(draw.next_free_after(10, 70), 66);
+        assert_eq!(draw.next_free_after(66, 70), 5);
     }
 }
