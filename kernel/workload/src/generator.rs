@@ -66,7 +66,7 @@ impl SizedDraw {
             if step == 0 {
                 free &= u64::MAX << (start % 64);
             }
-            if word == words - 1 && blocks % 64 != 0 {
+            if word == words - 1 && !blocks.is_multiple_of(64) {
                 // Bits past the last block are not blocks.
                 free &= (1 << (blocks % 64)) - 1;
             }
