@@ -935,6 +935,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 let pass_start = self.backend.now_ns();
                 // `next_from` looks blocks up by binary search.
                 self.failed_writes.sort_unstable();
+                // The pass reads block by block, whatever sizes the main phase drew.
+                self.io_sectors = self.plan.sectors_per_block;
+                self.io_bytes = self.bs as u32;
                 self.run_phase(Phase::VerifyPass, &mut Source::VerifyPass { next_block: 0 }, None)?;
                 self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
             }
@@ -1374,12 +1377,22 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
         match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
+                // Every block of the I/O (one, or with variable sizes several) carries its own
+                // stamp, so any later read of blocks can check each.
                 let pattern = &self.plan.spec.verify_pattern;
-                stamp_block(mode, pattern, &BlockStamp { lba, seed, generation }, &mut buffer[..bs]);
+                let spb = u64::from(self.plan.sectors_per_block);
+                for (lba, block) in (lba..)
+                    .step_by(spb as usize)
+                    .zip(buffer[..self.io_bytes as usize].chunks_exact_mut(bs))
+                {
+                    stamp_block(mode, pattern, &BlockStamp { lba, seed, generation }, block);
+                }
             }
             (IoOp::Read, Some(_)) => {
-                // Clear the header so a read that moves no data cannot pass on a stale buffer.
-                buffer[..HEADER_LEN].fill(0);
+                // Clear the headers so a read that moves no data cannot pass on a stale buffer.
+                for block in buffer[..self.io_bytes as usize].chunks_exact_mut(bs) {
+                    block[..HEADER_LEN.min(bs)].fill(0);
+                }
             }
             (IoOp::Write, None) if read_into_buffer => {
                 let stamp = BlockStamp {
@@ -1485,7 +1498,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
                         self.tracker[block_index] = generation;
                     }
-                    (IoOp::Read, Some(expected)) => self.check_read(completion.slot, lba, expected, done_ns),
+                    (IoOp::Read, Some(expected)) => {
+                        self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
+                    }
                     (IoOp::Read, None) if self.plan.verify != VerifyScheme::Off => {
                         self.result.verify.unchecked += 1;
                     }
@@ -1510,10 +1525,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 }
                 if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
                     // Preallocated: no allocation on the I/O path.
-                    if self.failed_writes.len() < MAX_FAILED_WRITES {
-                        self.failed_writes.push(slot.block);
-                    } else {
-                        self.failed_writes_overflow = true;
+                    // Every block of the write (several with variable block sizes).
+                    for block in slot.block..slot.block + (slot.bytes as usize / self.bs) as u64 {
+                        if self.failed_writes.len() < MAX_FAILED_WRITES {
+                            self.failed_writes.push(block);
+                        } else {
+                            self.failed_writes_overflow = true;
+                        }
                     }
                 }
                 if slot.op == IoOp::Read && self.plan.verify != VerifyScheme::Off {
@@ -1580,23 +1598,32 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.result.log_lines_suppressed = self.log_limit.total_suppressed();
     }
 
-    fn check_read(&mut self, slot: usize, lba: u64, expected: ExpectedGeneration, done_ns: u64) {
+    /// Checks every block of the `bytes` a read brought into `slot` (one block, or with variable
+    /// block sizes several, each with its own stamp).
+    fn check_read(&mut self, slot: usize, lba: u64, bytes: usize, expected: ExpectedGeneration, done_ns: u64) {
         let bs = self.bs;
         let mode = self.plan.spec.verify;
         let seed = self.plan.spec.seed;
-        // The length was checked at submit time; a backend that shrank it since gets a mismatch, not a panic.
-        let buffer = self.backend.slot_buffer(slot);
-        let block = &buffer[..bs.min(buffer.len())];
-        match check_stamped(mode, &self.plan.spec.verify_pattern, lba, seed, expected, block) {
-            Ok(_) => self.result.verify.checked += 1,
-            Err(mismatch) => {
-                self.result.verify.mismatches += 1;
-                self.live_counts.mismatches += 1;
-                if self.result.verify.first_mismatch.is_none() {
-                    self.result.verify.first_mismatch = Some((done_ns, mismatch));
-                }
-                if self.plan.spec.stop_on_error {
-                    self.shared.request_stop();
+        let spb = u64::from(self.plan.sectors_per_block);
+        for index in 0..(bytes / bs).max(1) {
+            // The length was checked at submit time; a backend that shrank it since gets a
+            // mismatch, not a panic.
+            let buffer = self.backend.slot_buffer(slot);
+            let block = buffer
+                .get(index * bs..)
+                .map_or(&[][..], |rest| &rest[..bs.min(rest.len())]);
+            let block_lba = lba + index as u64 * spb;
+            match check_stamped(mode, &self.plan.spec.verify_pattern, block_lba, seed, expected, block) {
+                Ok(_) => self.result.verify.checked += 1,
+                Err(mismatch) => {
+                    self.result.verify.mismatches += 1;
+                    self.live_counts.mismatches += 1;
+                    if self.result.verify.first_mismatch.is_none() {
+                        self.result.verify.first_mismatch = Some((done_ns, mismatch));
+                    }
+                    if self.plan.spec.stop_on_error {
+                        self.shared.request_stop();
+                    }
                 }
             }
         }

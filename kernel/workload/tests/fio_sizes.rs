@@ -7,7 +7,7 @@ mod common;
 
 use common::{FakeBackend, FakeDisk};
 use workload::fio::parse_job_file;
-use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, plan_job, run_cpu};
+use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, WorkloadError, plan_job, run_cpu};
 
 const SECTOR: u32 = 512;
 const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
@@ -29,12 +29,15 @@ fn plan_of(text: &str, online: &[u32]) -> JobPlan {
 }
 
 fn run(plan: &JobPlan) -> (Vec<CpuResult>, Vec<FakeBackend>) {
-    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    run_on(plan, &FakeDisk::new(SECTOR, DISK_SECTORS))
+}
+
+fn run_on(plan: &JobPlan, disk: &FakeDisk) -> (Vec<CpuResult>, Vec<FakeBackend>) {
     let shared = JobShared::new(plan);
     let outcomes: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..plan.cpus.len())
             .map(|index| {
-                let (shared, disk) = (&shared, &disk);
+                let shared = &shared;
                 scope.spawn(move || {
                     let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
                     let result = run_cpu(plan, index, &mut backend, shared).unwrap();
@@ -204,4 +207,59 @@ fn time_based_random_map_restarts_its_pass_once_every_block_is_covered() {
         }
     }
     assert!(passes >= 3, "only {passes} whole passes in {} I/Os", ios.len());
+}
+
+#[test]
+fn verify_with_variable_sizes_stamps_every_block_and_a_read_job_checks_each() {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    // A sequential write with sizes from 4k to 32k: its verify pass reads the 256 blocks back.
+    let write = plan_of(
+        "[w]\nrw=write\nbsrange=4k-32k\nsize=1m\nverify=crc32c\niodepth=4\nioengine=libaio\n",
+        &[0],
+    );
+    let (results, backends) = run_on(&write, &disk);
+    let writes: Vec<_> = ios(&backends).into_iter().filter(|io| io.0 == IoOp::Write).collect();
+    assert!(writes.iter().any(|io| io.2 > 4096), "the writes are of several blocks");
+    let verify = &results[0].verify;
+    assert_eq!((verify.checked, verify.mismatches), (256, 0));
+    // A read job with other sizes checks every block of each read against its own stamp.
+    let read = plan_of(
+        "[r]\nrw=randread\nbssplit=4k/20:8k/40:64k/40\nsize=1m\nverify=crc32c\ncontinue_on_error=all\niodepth=4\nioengine=libaio\n",
+        &[0],
+    );
+    let (results, _) = run_on(&read, &disk);
+    assert_eq!((results[0].verify.checked, results[0].verify.mismatches), (256, 0));
+    // One corrupted byte inside a block in the middle of some I/O: exactly that block mismatches
+    // (continue_on_error=all: the job reads on).
+    disk.bytes.lock().unwrap()[100 * 4096 + 1000] ^= 0xff;
+    let (results, _) = run_on(&read, &disk);
+    let verify = &results[0].verify;
+    assert_eq!((verify.checked, verify.mismatches), (255, 1));
+    let (_, mismatch) = verify.first_mismatch.as_ref().unwrap();
+    assert_eq!(mismatch.lba, 100 * 8, "{mismatch:?}");
+}
+
+#[test]
+fn verify_of_random_writes_and_the_backlog_are_refused_with_variable_sizes() {
+    for (text, option) in [
+        (
+            "[w]\nrw=randwrite\nbssplit=4k/50:8k/50\nsize=1m\nverify=crc32c\n",
+            "verify",
+        ),
+        ("[w]\nrw=randrw\nbs=4k,8k\nsize=1m\nverify=crc32c\n", "verify"),
+        (
+            "[w]\nrw=write\nbssplit=4k/50:8k/50\nsize=1m\nverify=crc32c\nverify_backlog=8\n",
+            "verify_backlog",
+        ),
+    ] {
+        let run = parse_job_file(text, &[]).unwrap();
+        let spec = run.jobs[0].to_spec(&[device()], &[0]).unwrap();
+        match plan_job(&spec, &[device()], &[0]) {
+            Err(WorkloadError::FioUnsupported { option: o, reason, .. }) => {
+                assert_eq!(o, option, "{text:?}: {reason}");
+                assert!(reason.contains("variable block sizes"), "{reason}");
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
 }

@@ -1210,18 +1210,6 @@ impl Builder {
                 "number_ios with variable block sizes is not implemented (a size-bound job with them counts bytes); use io_size",
             ));
         }
-        if self.spec.bs_mix.is_some() && (self.verify != VerifyMode::None || !self.spec.verify_pattern.is_empty()) {
-            let option = if self.verify_name.is_empty() {
-                "verify_pattern".to_string()
-            } else {
-                format!("verify={}", self.verify_name)
-            };
-            return Err(unsupported(
-                &job,
-                &option,
-                "verify with variable block sizes is not implemented (baremq's verify tracks whole blocks of one size)",
-            ));
-        }
         for direction in 0..2 {
             let (bytes, iops) = (self.rate_bytes[direction], self.rate_iops[direction]);
             self.spec.io_interval_ns[direction] = match (bytes, iops) {

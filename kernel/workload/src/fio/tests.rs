@@ -271,7 +271,6 @@ fn unsupported_options_are_refused_by_name() {
         ),
         ("[a]\nbssplit=4k/50:6k/50\n", "bssplit"),
         ("[a]\nbsrange=4k-8k,8k-16k\n", "bsrange"),
-        ("[a]\nbsrange=4k-16k\nverify=crc32c\n", "verify=crc32c"),
         ("[a]\nbs=4k,8k\nnumber_ios=10\n", "number_ios"),
         ("[a]\nbssplit=4k/50:8k/50\nrate=1m\n", "rate"),
         ("[a]\ndirectory=/mnt\n", "directory"),
