@@ -685,6 +685,26 @@ impl Deferred {
     }
 }
 
+/// Stamps every `bs`-byte block of `io` (one, or with variable block sizes several) with its own
+/// header, the first at `stamp.lba`, each next `sectors_per_block` further, so any later read of
+/// blocks can check each. Out of line: verify jobs only (see `check_read`).
+#[inline(never)]
+fn stamp_blocks(mode: VerifyMode, pattern: &[u8], stamp: BlockStamp, sectors_per_block: u64, bs: usize, io: &mut [u8]) {
+    for (index, block) in io.chunks_exact_mut(bs).enumerate() {
+        let lba = stamp.lba + index as u64 * sectors_per_block;
+        stamp_block(mode, pattern, &BlockStamp { lba, ..stamp }, block);
+    }
+}
+
+/// Clears the header of every `bs`-byte block of `io`, so a read that moves no data cannot pass
+/// on a stale buffer.
+#[inline(never)]
+fn clear_headers(bs: usize, io: &mut [u8]) {
+    for block in io.chunks_exact_mut(bs) {
+        block[..HEADER_LEN.min(bs)].fill(0);
+    }
+}
+
 struct CpuRun<'a, B: ?Sized> {
     plan: &'a JobPlan,
     slice: CpuSlice,
@@ -1377,23 +1397,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
         match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
-                // Every block of the I/O (one, or with variable sizes several) carries its own
-                // stamp, so any later read of blocks can check each.
-                let pattern = &self.plan.spec.verify_pattern;
+                let stamp = BlockStamp { lba, seed, generation };
                 let spb = u64::from(self.plan.sectors_per_block);
-                for (lba, block) in (lba..)
-                    .step_by(spb as usize)
-                    .zip(buffer[..self.io_bytes as usize].chunks_exact_mut(bs))
-                {
-                    stamp_block(mode, pattern, &BlockStamp { lba, seed, generation }, block);
-                }
+                let io = &mut buffer[..self.io_bytes as usize];
+                stamp_blocks(mode, &self.plan.spec.verify_pattern, stamp, spb, bs, io);
             }
-            (IoOp::Read, Some(_)) => {
-                // Clear the headers so a read that moves no data cannot pass on a stale buffer.
-                for block in buffer[..self.io_bytes as usize].chunks_exact_mut(bs) {
-                    block[..HEADER_LEN.min(bs)].fill(0);
-                }
-            }
+            (IoOp::Read, Some(_)) => clear_headers(bs, &mut buffer[..self.io_bytes as usize]),
             (IoOp::Write, None) if read_into_buffer => {
                 let stamp = BlockStamp {
                     lba,
@@ -1524,15 +1533,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     self.tracker[block_index] = TRACK_UNKNOWN | generation;
                 }
                 if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
-                    // Preallocated: no allocation on the I/O path.
-                    // Every block of the write (several with variable block sizes).
-                    for block in slot.block..slot.block + (slot.bytes as usize / self.bs) as u64 {
-                        if self.failed_writes.len() < MAX_FAILED_WRITES {
-                            self.failed_writes.push(block);
-                        } else {
-                            self.failed_writes_overflow = true;
-                        }
-                    }
+                    self.note_failed_write(slot);
                 }
                 if slot.op == IoOp::Read && self.plan.verify != VerifyScheme::Off {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.
@@ -1598,8 +1599,23 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.result.log_lines_suppressed = self.log_limit.total_suppressed();
     }
 
+    /// Remembers every block of a failed write (several with variable block sizes) for the verify
+    /// pass, which reads them unchecked. Preallocated: no allocation on the I/O path.
+    #[cold]
+    fn note_failed_write(&mut self, slot: Slot) {
+        for block in slot.block..slot.block + (slot.bytes as usize / self.bs) as u64 {
+            if self.failed_writes.len() < MAX_FAILED_WRITES {
+                self.failed_writes.push(block);
+            } else {
+                self.failed_writes_overflow = true;
+            }
+        }
+    }
+
     /// Checks every block of the `bytes` a read brought into `slot` (one block, or with variable
-    /// block sizes several, each with its own stamp).
+    /// block sizes several, each with its own stamp). Out of line: verify jobs only, and inlined
+    /// it cost unverified jobs instructions per I/O in `run_phase`.
+    #[inline(never)]
     fn check_read(&mut self, slot: usize, lba: u64, bytes: usize, expected: ExpectedGeneration, done_ns: u64) {
         let bs = self.bs;
         let mode = self.plan.spec.verify;
