@@ -1,7 +1,8 @@
 //! fio's variable block sizes through the engine against the fake backend: `bssplit`, unequal
 //! `bsrange` and `bs=R,W` draw a size per I/O; a random-map pass still covers every block of the
 //! region exactly once (an I/O is cut at the first block the pass already covered, as fio's map
-//! does); a size-bound job moves exactly `size` bytes; the report counts bytes, not I/Os x bs.
+//! does); a size-bound job moves exactly `size` bytes; the report counts bytes, not I/Os x bs;
+//! verify stamps and checks every block of an I/O on its own.
 
 mod common;
 
