@@ -719,4 +719,62 @@ mod tests {
         let without = FioOutputOptions::default();
         assert_eq!(without.detail_options(), DetailOptions::default());
     }
+
+    /// fio's own `fio_jsonplus_clat2csv` (Debian's `fio` package; `.ci/run` installs it) reads a
+    /// kernel-made json+ document: it writes one CSV per job from the histogram bins and its
+    /// `--validate` rebuilds the bins from the CSV and finds them equal to the document's.
+    #[test]
+    fn fio_jsonplus_clat2csv_reads_and_validates_a_kernel_document() {
+        let tool = "fio_jsonplus_clat2csv";
+        let found = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+        assert!(
+            found,
+            "{tool} is not installed: `apt-get install fio` (.ci/run does) — this check runs fio's own reader"
+        );
+        let dir = std::env::temp_dir().join(format!("baremq-clat2csv-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let ours = document(FioOutputFormat::JsonPlus);
+        let source = dir.join("baremq.json");
+        fs::write(&source, serde_json::to_string_pretty(&ours).unwrap()).unwrap();
+        // First the conversion, then the check of the CSV files it wrote.
+        let run = |validate: bool| {
+            let mut command = std::process::Command::new(tool);
+            command.arg(&source).arg(dir.join("clat.csv"));
+            if validate {
+                command.arg("--validate");
+            }
+            let out = command.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(
+                out.status.success(),
+                "{tool}{}: {stdout}{}",
+                if validate { " --validate" } else { "" },
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout
+        };
+        run(false);
+        let stdout = run(true);
+        let jobs = ours["jobs"].as_array().unwrap().len();
+        for job in 0..jobs {
+            assert!(stdout.contains(&format!("clat_job{job}.csv validated")), "{stdout}");
+            // The CSV's read clat counts add up to the document's read clat samples.
+            let csv = fs::read_to_string(dir.join(format!("clat_job{job}.csv"))).unwrap();
+            let mut lines = csv.lines();
+            let header: Vec<&str> = lines.next().unwrap().split(',').map(str::trim).collect();
+            let column = header.iter().position(|c| *c == "read_clat_ns_count").unwrap();
+            let total: u64 = lines
+                .filter_map(|l| l.split(',').nth(column))
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .sum();
+            assert_eq!(
+                total,
+                ours["jobs"][job]["read"]["clat_ns"]["N"].as_u64().unwrap(),
+                "job {job}"
+            );
+            assert!(total > 0 || job > 0);
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -11,6 +11,7 @@
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
 //! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
 //! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
+//! cargo xtask fio-compare JOB.fio|-- WORDS [--device nvme|md] [--override KEY=VALUE]...   real fio vs baremq
 //! cargo xtask qemu-fusion                            QEMU with the emulated Fusion controller
 //! cargo xtask ipio [--device D] [--qd N] [--top N]   exact guest instructions and MMIO per I/O
 //! ```
@@ -20,6 +21,7 @@
 mod acpidump;
 mod bench;
 mod elfcheck;
+mod fiocompare;
 mod fioout;
 mod fuzz;
 mod ipio;
@@ -100,6 +102,15 @@ commands:
       --kernel ELF                   measure a kernel built elsewhere (a before/after)
       --linux [--peer run-peer.sh]   also the Linux peer guest, side by side (default peer:
                                      $PEER_TOOLS or ../shared/tools/peer, then run-peer.sh)
+  fio-compare JOB.fio | -- WORDS  the same job file (or fio command-line words) by real fio (fio 3.33
+                                  in the Linux peer guest, $PEER_DIR, default /tmp/baremq-peer) and
+                                  by baremq, each on a fresh
+                                  disk behind the same QEMU controller: I/O counts, groups, jobs run at
+                                  the same time, blocks touched; table and documents in
+                                  target/fio-compare/NAME/ (docs/fio.md); fails when they differ
+      --device nvme|md            (default nvme)   --smp N (default 2)   --disk-size SIZE (256M)
+      --override KEY=VALUE        force a fio option for every job on both sides (e.g. runtime=2s)
+      --timeout S | --out DIR
   qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
                                   (qemu/megasas-fusion/, cached outside the checkout); prints the
                                   binary's path as the last line
@@ -123,6 +134,7 @@ fn main() -> ExitCode {
         "fuzz" => fuzz::cmd_fuzz(rest),
         "preflight" => preflight::cmd_preflight(rest),
         "fio-out" => fioout::cmd_fio_out(rest),
+        "fio-compare" => fiocompare::cmd_fio_compare(rest),
         "qemu-fusion" => qemufusion::cmd_qemu_fusion(rest),
         "ipio" => ipio::cmd_ipio(rest),
         "help" | "--help" | "-h" => {

@@ -696,9 +696,24 @@ pub fn check_json_reports(output: &str) -> Result<(), String> {
                 l.samples, r.ios
             ));
         }
-        let bw_predicted = r.iops * r.job.bs;
-        if r.errors == 0 && r.bw_bytes.abs_diff(bw_predicted) > r.job.bs {
-            return fail(format!("bw_bytes {} but iops x bs = {bw_predicted}", r.bw_bytes));
+        if raw["job"]["bs_sizes"].is_string() {
+            // Variable block sizes: bs is their unit, so bytes are a whole number of units
+            // between one unit per I/O and the largest size per I/O; bandwidth is bytes / runtime.
+            let bw_predicted = u128::from(r.bytes) * 1_000_000_000 / u128::from(r.runtime_ns.max(1));
+            if !r.bytes.is_multiple_of(r.job.bs) || r.bytes < r.ios * r.job.bs {
+                return fail(format!(
+                    "bytes {} for {} ios of at least bs {}",
+                    r.bytes, r.ios, r.job.bs
+                ));
+            }
+            if r.errors == 0 && bw_predicted.abs_diff(u128::from(r.bw_bytes)) > u128::from(r.job.bs) {
+                return fail(format!("bw_bytes {} but bytes / runtime = {bw_predicted}", r.bw_bytes));
+            }
+        } else {
+            let bw_predicted = r.iops * r.job.bs;
+            if r.errors == 0 && r.bw_bytes.abs_diff(bw_predicted) > r.job.bs {
+                return fail(format!("bw_bytes {} but iops x bs = {bw_predicted}", r.bw_bytes));
+            }
         }
         let reads = raw["read"]["ios"].as_u64();
         let writes = raw["write"]["ios"].as_u64();

@@ -226,14 +226,30 @@ fn fio_only(spec: &workload::JobSpec) -> String {
             });
         }
     }
+    if let Some(mix) = &spec.bs_mix {
+        // bs above is the unit; the sizes per direction, in fio's bssplit form (bytes).
+        let mut sizes = String::new();
+        let _ = mix.write_in(&mut sizes, u64::from(spec.bs));
+        out.push_str(&format!(
+            ", block sizes {sizes} (read,write; a size per I/O, bs their unit)"
+        ));
+    }
     if let Some(ios) = spec.ios_per_cpu {
-        out.push_str(&format!(", {ios} I/Os per clone"));
+        if spec.bs_mix.is_some() {
+            // With variable sizes a size-bound job counts bytes, in blocks of the unit.
+            out.push_str(&format!(", {} bytes per clone", ios.saturating_mul(u64::from(spec.bs))));
+        } else {
+            out.push_str(&format!(", {ios} I/Os per clone"));
+        }
     }
     if spec.io_interval_ns != [0, 0] {
         let [read, write] = spec.io_interval_ns;
         out.push_str(&format!(
             ", one I/O per {read} ns (reads) / {write} ns (writes) at most"
         ));
+        if spec.rate_poisson {
+            out.push_str(" on average, Poisson arrivals (exponential gaps)");
+        }
     }
     if spec.think_ns > 0 {
         out.push_str(&format!(
@@ -250,6 +266,17 @@ fn fio_only(spec: &workload::JobSpec) -> String {
     }
     if spec.end_flush {
         out.push_str(", flush at the end");
+    }
+    if !spec.verify_pattern.is_empty() {
+        out.push_str(&format!(
+            ", verify_pattern of {} bytes repeated from each block's first byte{}",
+            spec.verify_pattern.len(),
+            if spec.verify == workload::VerifyMode::FioPatternHeader {
+                " under baremq's 48-byte header"
+            } else {
+                ""
+            }
+        ));
     }
     out
 }

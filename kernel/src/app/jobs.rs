@@ -221,7 +221,8 @@ struct BufferPlacement {
 
 fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadError> {
     let cpu = ctx.plan.cpus[index].cpu as usize;
-    let bs = ctx.plan.bs() as usize;
+    // The largest I/O: bs, or with variable block sizes the largest of them.
+    let bs = ctx.plan.max_io_bytes() as usize;
     let fw = crate::arch::firmware::get();
     let node = fw.node_of_apic_id(percpu::current().apic_id.load(core::sync::atomic::Ordering::Relaxed));
     let mut buffers = Vec::with_capacity(ctx.plan.iodepth as usize);
@@ -793,9 +794,10 @@ pub fn run_specs(
         let (c, q) = map_policies(&plan, dev);
         plan.spec.completion = Some(to_left(&COMPLETION_POLICIES, c));
         plan.spec.quiesce = Some(to_left(&QUIESCE_POLICIES, q));
-        // Every submitting CPU gets iodepth DMA buffers of bs bytes: refuse jobs
+        // Every submitting CPU gets iodepth DMA buffers of the largest I/O's bytes: refuse jobs
         // that cannot fit instead of failing half-way through their allocations.
-        let job_need = u64::from(plan.iodepth) * u64::from(plan.bs()).next_multiple_of(4096) * plan.cpus.len() as u64;
+        let job_need =
+            u64::from(plan.iodepth) * u64::from(plan.max_io_bytes()).next_multiple_of(4096) * plan.cpus.len() as u64;
         need += job_need;
         let free = crate::arch::memory::free_bytes();
         if need > free / 2 {
@@ -804,7 +806,7 @@ pub fn run_specs(
                 plan.spec.name,
                 job_need >> 20,
                 plan.iodepth,
-                plan.bs(),
+                plan.max_io_bytes(),
                 plan.cpus.len(),
                 if specs.len() > 1 {
                     ", beside the jobs running with it"

@@ -24,8 +24,10 @@ use crate::generator::IoGenerator;
 use crate::hist::LatencyHistogram;
 use crate::job::{ExpectedGeneration, VerifyMode};
 use crate::plan::{CpuSlice, JobPlan, VerifyScheme};
+use crate::poisson::PoissonArrivals;
 use crate::ratelimit::{RateLimit, Verdict};
-use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_block, fill_block};
+use crate::rng::mix64;
+use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, VerifyMismatch, check_stamped, fill_block, stamp_block};
 
 /// Per CPU (and per job report), at most this many failed I/Os are kept with their address, and as
 /// many retried ones; all are counted.
@@ -539,6 +541,15 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
     Ok(run.result)
 }
 
+/// fio's `rate_process=poisson`: one gap generator per direction, seeded from the job's seed,
+/// the CPU and the direction, so a run repeats with the same seed (fio's `randrepeat`).
+fn poisson_arrivals(plan: &JobPlan, cpu: u32) -> Option<Box<[PoissonArrivals; 2]>> {
+    (plan.spec.rate_poisson && plan.spec.io_interval_ns != [0, 0]).then(|| {
+        let seed = plan.spec.seed ^ mix64(u64::from(cpu) + 1);
+        Box::new([PoissonArrivals::new(seed), PoissonArrivals::new(mix64(seed))])
+    })
+}
+
 /// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
 fn backlog_capacity(plan: &JobPlan) -> usize {
     if plan.verify.has_verify_pass() {
@@ -569,6 +580,8 @@ struct Slot {
     op: IoOp,
     /// Block index within the CPU's slice.
     block: u64,
+    /// The I/O's bytes (`bs`, or with variable block sizes what was drawn for it).
+    bytes: u32,
     /// For a write: the generation stamped. For a read: the generation expected, if known.
     generation: Option<ExpectedGeneration>,
     submitted_ns: u64,
@@ -578,6 +591,9 @@ struct Slot {
 
 enum Source {
     Main(IoGenerator),
+    /// The main phase of a job with variable block sizes (`JobSpec::bs_mix`): a variant of its
+    /// own, so that fixed-size jobs pay nothing per I/O for the size draw.
+    Sized(IoGenerator),
     /// No I/O (a phase that only issues a due flush).
     Nothing,
     /// The verify pass walks the slice in order.
@@ -669,13 +685,41 @@ impl Deferred {
     }
 }
 
+/// Stamps every `bs`-byte block of `io` (one, or with variable block sizes several) with its own
+/// header, the first at `stamp.lba`, each next `sectors_per_block` further, so any later read of
+/// blocks can check each. Out of line: verify jobs only (see `check_read`).
+#[inline(never)]
+fn stamp_blocks(mode: VerifyMode, pattern: &[u8], stamp: BlockStamp, sectors_per_block: u64, bs: usize, io: &mut [u8]) {
+    for (index, block) in io.chunks_exact_mut(bs).enumerate() {
+        let lba = stamp.lba + index as u64 * sectors_per_block;
+        stamp_block(mode, pattern, &BlockStamp { lba, ..stamp }, block);
+    }
+}
+
+/// Clears the header of every `bs`-byte block of `io`, so a read that moves no data cannot pass
+/// on a stale buffer.
+#[inline(never)]
+fn clear_headers(bs: usize, io: &mut [u8]) {
+    for block in io.chunks_exact_mut(bs) {
+        block[..HEADER_LEN.min(bs)].fill(0);
+    }
+}
+
 struct CpuRun<'a, B: ?Sized> {
     plan: &'a JobPlan,
     slice: CpuSlice,
     backend: &'a mut B,
     shared: &'a JobShared,
     live: &'a CpuLive,
+    /// Block size: every I/O's, or with variable sizes the unit they are multiples of.
     bs: usize,
+    /// The largest I/O in bytes, which every slot buffer holds (`bs` with a fixed size).
+    buffer_bytes: usize,
+    /// Sectors and bytes of the I/O being issued: `bs`'s, set once, or with variable block sizes
+    /// what [`Source::Sized`] drew for it (a retry of the same I/O keeps them: nothing is drawn in
+    /// between). Per-I/O fields rather than a multiply, so fixed-size jobs pay nothing.
+    io_sectors: u32,
+    io_bytes: u32,
     /// Device sector of block 0 of this CPU's slice (computed once: a division per I/O costs
     /// a helper call under emulation).
     first_lba: u64,
@@ -712,6 +756,12 @@ struct CpuRun<'a, B: ?Sized> {
     paced: bool,
     /// Earliest start of the next I/O of each direction (`io_interval_ns`).
     next_io_ns: [u64; 2],
+    /// `rate_poisson`: the exponential gaps of each direction (`None`: linear pacing).
+    poisson: Option<Box<[PoissonArrivals; 2]>>,
+    /// An unverified job that reads and writes: a write from a slot whose last I/O was a read
+    /// gets fresh data first, so it never writes back what the read brought in (often zeros);
+    /// fio's default `scramble_buffers` has the same aim.
+    restamp_after_read: bool,
     /// I/Os issued since the last think time.
     issued_since_think: u32,
     /// End of the think time under way.
@@ -741,15 +791,16 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     ) -> Result<Self, WorkloadError> {
         let depth = plan.iodepth as usize;
         let bs = plan.bs() as usize;
+        let buffer_bytes = plan.max_io_bytes() as usize;
         // Check every buffer once up front, and give writes of unverified jobs non-zero data once,
         // so the hot path neither fills nor re-checks them.
         for slot in 0..depth {
             let buffer = backend.slot_buffer(slot);
-            if buffer.len() < bs {
+            if buffer.len() < buffer_bytes {
                 return Err(WorkloadError::BufferTooSmall {
                     slot,
                     len: buffer.len(),
-                    needed: bs,
+                    needed: buffer_bytes,
                 });
             }
             if !plan.spec.verify.is_enabled() && plan.spec.rw.writes() {
@@ -758,7 +809,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     seed: plan.spec.seed,
                     generation: 0,
                 };
-                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..bs]);
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..buffer_bytes]);
             }
         }
         let tracker = if plan.verify == VerifyScheme::Tracked {
@@ -771,6 +822,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             in_flight: false,
             op: IoOp::Read,
             block: 0,
+            bytes: 0,
             generation: None,
             submitted_ns: 0,
             issued_ns: 0,
@@ -782,6 +834,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             shared,
             live,
             bs,
+            buffer_bytes,
+            io_sectors: plan.sectors_per_block,
+            io_bytes: plan.bs(),
             first_lba: plan.region_start_sector() + slice.first_block * u64::from(plan.sectors_per_block),
             slots: vec![idle_slot; depth],
             // Popped from the end, so slot 0 goes first.
@@ -816,6 +871,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             ramp_end: None,
             paced: plan.spec.is_paced(),
             next_io_ns: [0, 0],
+            poisson: poisson_arrivals(plan, slice.cpu),
+            restamp_after_read: !plan.spec.verify.is_enabled() && plan.spec.rw.is_mixed(),
             issued_since_think: 0,
             think_until: None,
             writes_since_flush: 0,
@@ -859,7 +916,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             .spec
             .runtime_ns
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
-        let mut source = Source::Main(IoGenerator::new(self.plan, cpu_index));
+        let generator = IoGenerator::new(self.plan, cpu_index);
+        let mut source = if self.plan.spec.bs_mix.is_some() {
+            Source::Sized(generator)
+        } else {
+            Source::Main(generator)
+        };
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
             self.sample_mark.at_ns = start;
@@ -893,6 +955,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 let pass_start = self.backend.now_ns();
                 // `next_from` looks blocks up by binary search.
                 self.failed_writes.sort_unstable();
+                // The pass reads block by block, whatever sizes the main phase drew.
+                self.io_sectors = self.plan.sectors_per_block;
+                self.io_bytes = self.bs as u32;
                 self.run_phase(Phase::VerifyPass, &mut Source::VerifyPass { next_block: 0 }, None)?;
                 self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
             }
@@ -988,7 +1053,11 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             if now < self.next_io_ns[direction] {
                 return false;
             }
-            self.next_io_ns[direction] = self.next_io_ns[direction].saturating_add(interval);
+            let gap = match &mut self.poisson {
+                Some(arrivals) => arrivals[direction].next_gap_ns(interval),
+                None => interval,
+            };
+            self.next_io_ns[direction] = self.next_io_ns[direction].saturating_add(gap);
         }
         self.issued_since_think += 1;
         true
@@ -1010,6 +1079,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     in_flight: true,
                     op: IoOp::Flush,
                     block: 0,
+                    bytes: 0,
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
@@ -1084,6 +1154,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     return Some((IoOp::Read, block));
                 }
                 generator.next_io()
+            }
+            Source::Sized(generator) => {
+                let (op, block, units) = generator.next_sized_io()?;
+                // At most the largest size, which fits in u32.
+                self.io_sectors = self.plan.sectors_per_block * units;
+                self.io_bytes = self.bs as u32 * units;
+                Some((op, block))
             }
             Source::Nothing => None,
             Source::VerifyPass { next_block } => {
@@ -1309,26 +1386,36 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         };
         let bs = self.bs;
         let mode = self.plan.spec.verify;
+        let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         let buffer = self.backend.slot_buffer(slot);
-        if buffer.len() < bs {
+        if buffer.len() < self.buffer_bytes {
             return Err(WorkloadError::BufferTooSmall {
                 slot,
                 len: buffer.len(),
-                needed: bs,
+                needed: self.buffer_bytes,
             });
         }
         match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
-                fill_block(mode, &BlockStamp { lba, seed, generation }, &mut buffer[..bs]);
+                let stamp = BlockStamp { lba, seed, generation };
+                let spb = u64::from(self.plan.sectors_per_block);
+                let io = &mut buffer[..self.io_bytes as usize];
+                stamp_blocks(mode, &self.plan.spec.verify_pattern, stamp, spb, bs, io);
             }
-            (IoOp::Read, Some(_)) => {
-                // Clear the header so a read that moves no data cannot pass on a stale buffer.
-                buffer[..HEADER_LEN].fill(0);
+            (IoOp::Read, Some(_)) => clear_headers(bs, &mut buffer[..self.io_bytes as usize]),
+            (IoOp::Write, None) if read_into_buffer => {
+                let stamp = BlockStamp {
+                    lba,
+                    seed,
+                    generation: 0,
+                };
+                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..self.io_bytes as usize]);
             }
             _ => {}
         }
         let submitted_ns = self.backend.now_ns();
-        match self.backend.submit(slot, op, lba, self.plan.sectors_per_block) {
+        let (sectors, bytes) = (self.io_sectors, self.io_bytes);
+        match self.backend.submit(slot, op, lba, sectors) {
             Err(SubmitError::Busy) => Ok(false),
             outcome => {
                 // Detail mode only: the second clock read costs as much as the engine's own work
@@ -1344,6 +1431,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     in_flight: true,
                     op,
                     block,
+                    bytes,
                     generation,
                     submitted_ns,
                     issued_ns,
@@ -1394,7 +1482,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         };
         match completion.result {
             Ok(()) => {
-                let bytes = self.bs as u64;
+                let bytes = u64::from(slot.bytes);
                 self.live_counts.bytes += bytes;
                 if let Some(stats) = stats {
                     stats.ios += 1;
@@ -1419,7 +1507,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
                         self.tracker[block_index] = generation;
                     }
-                    (IoOp::Read, Some(expected)) => self.check_read(completion.slot, lba, expected, done_ns),
+                    (IoOp::Read, Some(expected)) => {
+                        self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
+                    }
                     (IoOp::Read, None) if self.plan.verify != VerifyScheme::Off => {
                         self.result.verify.unchecked += 1;
                     }
@@ -1443,12 +1533,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     self.tracker[block_index] = TRACK_UNKNOWN | generation;
                 }
                 if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
-                    // Preallocated: no allocation on the I/O path.
-                    if self.failed_writes.len() < MAX_FAILED_WRITES {
-                        self.failed_writes.push(slot.block);
-                    } else {
-                        self.failed_writes_overflow = true;
-                    }
+                    self.note_failed_write(slot);
                 }
                 if slot.op == IoOp::Read && self.plan.verify != VerifyScheme::Off {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.
@@ -1475,7 +1560,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             at_ns: done_ns,
             op: slot.op,
             lba,
-            sectors: self.plan.sectors_per_block,
+            // The planner checked the sector size (non-zero, dividing bs).
+            sectors: slot.bytes / self.plan.device.sector_size,
             result: completion.result,
             retries: completion.retries,
             in_verify_pass: phase == Phase::VerifyPass,
@@ -1513,23 +1599,47 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.result.log_lines_suppressed = self.log_limit.total_suppressed();
     }
 
-    fn check_read(&mut self, slot: usize, lba: u64, expected: ExpectedGeneration, done_ns: u64) {
+    /// Remembers every block of a failed write (several with variable block sizes) for the verify
+    /// pass, which reads them unchecked. Preallocated: no allocation on the I/O path.
+    #[cold]
+    fn note_failed_write(&mut self, slot: Slot) {
+        for block in slot.block..slot.block + (slot.bytes as usize / self.bs) as u64 {
+            if self.failed_writes.len() < MAX_FAILED_WRITES {
+                self.failed_writes.push(block);
+            } else {
+                self.failed_writes_overflow = true;
+            }
+        }
+    }
+
+    /// Checks every block of the `bytes` a read brought into `slot` (one block, or with variable
+    /// block sizes several, each with its own stamp). Out of line: verify jobs only, and inlined
+    /// it cost unverified jobs instructions per I/O in `run_phase`.
+    #[inline(never)]
+    fn check_read(&mut self, slot: usize, lba: u64, bytes: usize, expected: ExpectedGeneration, done_ns: u64) {
         let bs = self.bs;
         let mode = self.plan.spec.verify;
         let seed = self.plan.spec.seed;
-        // The length was checked at submit time; a backend that shrank it since gets a mismatch, not a panic.
-        let buffer = self.backend.slot_buffer(slot);
-        let block = &buffer[..bs.min(buffer.len())];
-        match check_block(mode, lba, seed, expected, block) {
-            Ok(_) => self.result.verify.checked += 1,
-            Err(mismatch) => {
-                self.result.verify.mismatches += 1;
-                self.live_counts.mismatches += 1;
-                if self.result.verify.first_mismatch.is_none() {
-                    self.result.verify.first_mismatch = Some((done_ns, mismatch));
-                }
-                if self.plan.spec.stop_on_error {
-                    self.shared.request_stop();
+        let spb = u64::from(self.plan.sectors_per_block);
+        for index in 0..(bytes / bs).max(1) {
+            // The length was checked at submit time; a backend that shrank it since gets a
+            // mismatch, not a panic.
+            let buffer = self.backend.slot_buffer(slot);
+            let block = buffer
+                .get(index * bs..)
+                .map_or(&[][..], |rest| &rest[..bs.min(rest.len())]);
+            let block_lba = lba + index as u64 * spb;
+            match check_stamped(mode, &self.plan.spec.verify_pattern, block_lba, seed, expected, block) {
+                Ok(_) => self.result.verify.checked += 1,
+                Err(mismatch) => {
+                    self.result.verify.mismatches += 1;
+                    self.live_counts.mismatches += 1;
+                    if self.result.verify.first_mismatch.is_none() {
+                        self.result.verify.first_mismatch = Some((done_ns, mismatch));
+                    }
+                    if self.plan.spec.stop_on_error {
+                        self.shared.request_stop();
+                    }
                 }
             }
         }

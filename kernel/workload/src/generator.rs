@@ -29,7 +29,54 @@ pub struct IoGenerator {
     skew: Option<alloc::boxed::Box<crate::skew::SkewedDraw>>,
     blocks: u64,
     cursor: u64,
+    /// I/Os left of a size-bound job; with variable sizes, blocks (units) left.
     remaining: Option<u64>,
+    /// Variable block sizes only ([`IoGenerator::next_sized_io`]).
+    sized: Option<alloc::boxed::Box<SizedDraw>>,
+}
+
+/// The state of a job with variable block sizes (`JobSpec::bs_mix`).
+#[derive(Debug, Clone)]
+struct SizedDraw {
+    mix: crate::job::BlockSizeMix,
+    /// With the random map (empty without): one bit per block, set once an I/O of this pass
+    /// covered it. As fio's axmap: a draw that lands on a covered block takes the next free one
+    /// after it (wrapping), and an I/O is cut short at the next covered block, so a pass covers
+    /// every block exactly once whatever the sizes.
+    covered: alloc::vec::Vec<u64>,
+    /// Blocks covered this pass (a new pass starts when all are).
+    covered_count: u64,
+}
+
+impl SizedDraw {
+    fn is_covered(&self, block: u64) -> bool {
+        self.covered[(block / 64) as usize] & (1 << (block % 64)) != 0
+    }
+
+    /// The first free block after `block`, wrapping (fio's `axmap_next_free`); the map must not
+    /// be full.
+    fn next_free_after(&self, block: u64, blocks: u64) -> u64 {
+        let words = self.covered.len() as u64;
+        let start = if block + 1 == blocks { 0 } else { block + 1 };
+        // Word by word from start's word, around to it again: the first word holds free bits
+        // before `start` too, so it is masked to `start` on the first visit and whole at the end.
+        for step in 0..=words {
+            let word = (start / 64 + step) % words;
+            let mut free = !self.covered[word as usize];
+            if step == 0 {
+                free &= u64::MAX << (start % 64);
+            }
+            if word == words - 1 && !blocks.is_multiple_of(64) {
+                // Bits past the last block are not blocks.
+                free &= (1 << (blocks % 64)) - 1;
+            }
+            if free != 0 {
+                return word * 64 + u64::from(free.trailing_zeros());
+            }
+        }
+        // Unreachable with a map that is not full; the start keeps the I/O in range.
+        start
+    }
 }
 
 impl IoGenerator {
@@ -62,7 +109,85 @@ impl IoGenerator {
             } else {
                 Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
             },
+            sized: plan.spec.bs_mix.clone().map(|mix| {
+                let mapped = plan.spec.random_map
+                    && plan.spec.rw.is_random()
+                    && plan.spec.zones.is_empty()
+                    && plan.spec.skew.is_none();
+                alloc::boxed::Box::new(SizedDraw {
+                    mix,
+                    covered: alloc::vec![0; if mapped { blocks.div_ceil(64) as usize } else { 0 }],
+                    covered_count: 0,
+                })
+            }),
         }
+    }
+
+    /// The next I/O of a job with variable block sizes: `(operation, first block, blocks)`, or
+    /// `None` once a size-bound job has moved its bytes. The size is drawn for the operation's
+    /// direction, then cut at the end of the slice, at the first block this pass already covered
+    /// (random map) and at what a size-bound job has left, so the blocks moved add up exactly.
+    pub fn next_sized_io(&mut self) -> Option<(IoOp, u64, u32)> {
+        if self.remaining == Some(0) {
+            return None;
+        }
+        let op = match self.fixed_op {
+            Some(op) => op,
+            None if self.rng.below(100) < self.rwmixread => IoOp::Read,
+            None => IoOp::Write,
+        };
+        let sized = self.sized.as_mut()?;
+        let direction = usize::from(op != IoOp::Read);
+        let percent_draw = self.rng.below(100);
+        let wanted = u64::from(sized.mix.draw_units(direction, percent_draw, self.rng.next_u64()));
+        let mapped = !sized.covered.is_empty();
+        let block = if mapped {
+            if sized.covered_count == self.blocks {
+                // Every block covered: the next pass starts.
+                sized.covered.fill(0);
+                sized.covered_count = 0;
+            }
+            // fio's draw with its map: uniform, and a covered block gives way to the next free.
+            let drawn = self.rng.below(self.blocks);
+            if sized.is_covered(drawn) {
+                sized.next_free_after(drawn, self.blocks)
+            } else {
+                drawn
+            }
+        } else if let Some(skew) = &self.skew {
+            skew.next_block(&mut self.rng)
+        } else if !self.zones.is_empty() && self.rw.is_random() {
+            let draw = self.rng.below(100);
+            let &(_, first, len) = self
+                .zones
+                .iter()
+                .find(|(cumulative, _, _)| draw < *cumulative)
+                .unwrap_or(&self.zones[self.zones.len() - 1]);
+            first + self.rng.below(len)
+        } else if self.rw.is_random() {
+            self.rng.below(self.blocks)
+        } else {
+            self.cursor
+        };
+        let mut run = wanted.min(self.blocks - block);
+        if mapped {
+            run = (1..run).find(|&i| sized.is_covered(block + i)).unwrap_or(run);
+        }
+        if let Some(remaining) = &mut self.remaining {
+            run = run.min(*remaining);
+            *remaining -= run;
+        }
+        if mapped {
+            for b in block..block + run {
+                sized.covered[(b / 64) as usize] |= 1 << (b % 64);
+            }
+            sized.covered_count += run;
+        }
+        if !self.rw.is_random() {
+            self.cursor = if block + run == self.blocks { 0 } else { block + run };
+        }
+        // At most the largest size in units, which fits in u32.
+        Some((op, block, run as u32))
     }
 
     /// The next I/O, or `None` once a size-bound job has issued all of its I/Os.
@@ -223,5 +348,25 @@ mod tests {
         let p = plan("rw=randread bs=4k size=64k");
         let mut g = IoGenerator::new(&p, 0);
         assert_eq!(core::iter::from_fn(|| g.next_io()).count(), 8);
+    }
+
+    #[test]
+    fn the_next_free_block_wraps_and_skips_bits_past_the_end() {
+        let mix = crate::job::BlockSizeMix {
+            directions: [alloc::vec::Vec::new(), alloc::vec::Vec::new()],
+        };
+        // 70 blocks: two words, the second with 6 real blocks.
+        let mut draw = SizedDraw {
+            mix,
+            covered: alloc::vec![u64::MAX, 0b11_1111],
+            covered_count: 70,
+        };
+        draw.covered[0] &= !(1 << 5);
+        assert_eq!(draw.next_free_after(5, 70), 5, "around the whole map back to itself");
+        assert_eq!(draw.next_free_after(69, 70), 5, "wraps at the end");
+        assert_eq!(draw.next_free_after(3, 70), 5);
+        draw.covered[1] &= !(1 << 2);
+        assert_eq!(draw.next_free_after(10, 70), 66);
+        assert_eq!(draw.next_free_after(66, 70), 5);
     }
 }

@@ -129,6 +129,12 @@ pub enum VerifyMode {
     Crc32c,
     /// Header plus a deterministic pattern compared word by word.
     Pattern,
+    /// fio's `verify=pattern`: the whole block is [`JobSpec::verify_pattern`] repeated from its
+    /// first byte, no header (fio job files only).
+    FioPattern,
+    /// fio's `verify_pattern` without a `verify` option (fio 3.33 checks a header and the
+    /// pattern): baremq's header over the first bytes of the repeated pattern (fio job files only).
+    FioPatternHeader,
 }
 
 impl VerifyMode {
@@ -138,6 +144,8 @@ impl VerifyMode {
             Self::None => "none",
             Self::Crc32c => "crc32c",
             Self::Pattern => "pattern",
+            Self::FioPattern => "fio-pattern",
+            Self::FioPatternHeader => "fio-pattern+header",
         }
     }
 
@@ -298,6 +306,11 @@ pub struct JobSpec {
     /// two I/Os of one direction on one CPU (`[read, write]`, 0 = no limit). Kept on average:
     /// an I/O that could not go on time lets the next ones catch up.
     pub io_interval_ns: [u64; 2],
+    /// fio's `rate_process=poisson`: the gaps between a direction's I/O starts are exponential
+    /// with mean `io_interval_ns` (seeded from `seed`) instead of equal (false: linear).
+    pub rate_poisson: bool,
+    /// The bytes of fio's `verify_pattern` for [`VerifyMode::FioPattern`] (empty otherwise).
+    pub verify_pattern: Vec<u8>,
     /// fio's `thinktime`: after every `think_blocks` I/Os, wait for every I/O in flight to
     /// complete, then this long, before issuing more (0 = none).
     pub think_ns: u64,
@@ -320,6 +333,85 @@ pub struct JobSpec {
     /// fio's `random_distribution=zipf` / `pareto` / `normal`: random offsets drawn with that
     /// skew over each CPU's slice, with repeats (no random map). `None`: uniform.
     pub skew: Option<crate::skew::Skew>,
+    /// fio's variable block sizes (`bssplit`, `bsrange` with unequal ends, `bs=R,W` with different
+    /// sizes). `bs` is then the unit every size is a whole multiple of (the smallest size), and
+    /// the region, the slices and the random map count blocks of that unit. `None`: every I/O is
+    /// `bs` bytes (the fixed-size path, which costs nothing extra per I/O).
+    pub bs_mix: Option<BlockSizeMix>,
+}
+
+/// fio's block sizes per direction, in units of [`JobSpec::bs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockSizeMix {
+    /// `[read, write]`: the sizes an I/O of that direction may take, in fio's lookup order
+    /// (ascending share, as fio sorts `bssplit`); never empty.
+    pub directions: [Vec<SizeChoice>; 2],
+}
+
+/// One `bssplit` entry, or a whole `bsrange` (`min_units < max_units`: a uniform draw of a whole
+/// number of units between the two, as fio's range draw aligned to the minimum size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeChoice {
+    /// Smallest size, in units (at least 1).
+    pub min_units: u32,
+    /// Largest size, in units (at least `min_units`).
+    pub max_units: u32,
+    /// Percent of the direction's I/Os. The shares add up to at most 100; fio's lookup gives
+    /// what is left to the last entry, and so does [`BlockSizeMix::draw_units`].
+    pub percent: u32,
+}
+
+/// fio's `bssplit` form in bytes, read list then write list: `4096/10:32768/40:65536/50,65536/100`
+/// (a range as `MIN-MAX/PERCENT`).
+impl fmt::Display for BlockSizeMix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_in(f, 1)
+    }
+}
+
+impl BlockSizeMix {
+    /// Writes the [`fmt::Display`] form with sizes in bytes, for a unit of `unit` bytes.
+    pub fn write_in(&self, f: &mut dyn fmt::Write, unit: u64) -> fmt::Result {
+        for (direction, choices) in self.directions.iter().enumerate() {
+            if direction > 0 {
+                f.write_char(',')?;
+            }
+            for (index, choice) in choices.iter().enumerate() {
+                if index > 0 {
+                    f.write_char(':')?;
+                }
+                write!(f, "{}", u64::from(choice.min_units) * unit)?;
+                if choice.max_units != choice.min_units {
+                    write!(f, "-{}", u64::from(choice.max_units) * unit)?;
+                }
+                write!(f, "/{}", choice.percent)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The largest size of any direction, in units (what a slot buffer must hold).
+    pub fn max_units(&self) -> u32 {
+        self.directions.iter().flatten().map(|c| c.max_units).max().unwrap_or(1)
+    }
+
+    /// The size of one I/O of `direction` (0 read, 1 write) in units, from two uniform draws:
+    /// `percent_draw` below 100 picks the entry, `range_draw` the size inside a range.
+    pub fn draw_units(&self, direction: usize, percent_draw: u64, range_draw: u64) -> u32 {
+        let choices = &self.directions[direction];
+        let mut cumulative = 0u64;
+        let mut picked = choices[choices.len() - 1];
+        for choice in choices {
+            cumulative += u64::from(choice.percent);
+            if percent_draw < cumulative {
+                picked = *choice;
+                break;
+            }
+        }
+        let span = u64::from(picked.max_units - picked.min_units) + 1;
+        // span <= u32::MAX, so the sum fits in u32.
+        picked.min_units + (range_draw % span) as u32
+    }
 }
 
 /// One zone of fio's `random_distribution=zoned:A/R:...` (or `zoned_abs`).
@@ -369,6 +461,8 @@ impl JobSpec {
             ios_per_cpu: None,
             clone_increment: None,
             io_interval_ns: [0, 0],
+            rate_poisson: false,
+            verify_pattern: Vec::new(),
             think_ns: 0,
             think_blocks: 1,
             start_delay_ns: 0,
@@ -377,6 +471,7 @@ impl JobSpec {
             verify_backlog: 0,
             zones: Vec::new(),
             skew: None,
+            bs_mix: None,
         }
     }
 

@@ -13,7 +13,7 @@
 //!    ([`JobReport::add_counter`]) and prints [`JobReport::write_human`] and
 //!    [`JobReport::write_json_line`].
 //!
-//! The crate is `no_std` + `alloc`, uses no floating point per I/O (only [`skew`] builds its table
+//! The crate is `no_std` + `alloc`, uses no floating point per I/O (only [`skew`] and [`poisson`] build their tables
 //! with it, once per job and CPU), and allocates only when a job starts and
 //! ends, never per I/O.
 
@@ -36,6 +36,7 @@ pub mod hist;
 pub mod job;
 pub mod json;
 pub mod plan;
+pub mod poisson;
 pub mod randmap;
 pub mod ratelimit;
 pub mod report;

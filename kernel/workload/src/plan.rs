@@ -180,9 +180,17 @@ impl JobPlan {
         self.region_offset / u64::from(self.device.sector_size)
     }
 
-    /// Block size in bytes.
+    /// Block size in bytes: every I/O's size, or with variable sizes (`JobSpec::bs_mix`) the
+    /// unit they are multiples of.
     pub fn bs(&self) -> u32 {
         self.spec.bs
+    }
+
+    /// The largest I/O in bytes (what a slot buffer must hold): `bs`, or with variable sizes the
+    /// largest of them.
+    pub fn max_io_bytes(&self) -> u32 {
+        // The largest size is at most MAX_BS, which fits in u32.
+        self.spec.bs * self.spec.bs_mix.as_ref().map_or(1, |mix| mix.max_units())
     }
 
     /// The submitting CPUs as a set.
@@ -193,6 +201,36 @@ impl JobPlan {
         }
         set
     }
+}
+
+/// Verify with variable block sizes (`JobSpec::bs_mix`): every unit block carries its own stamp, so
+/// a sequential write checked by its verify pass and reads of a disk stamped every unit work; the
+/// generation tracking of random or mixed writes and the backlog's reads are per block and I/O.
+fn check_variable_size_verify(spec: &JobSpec, verify: VerifyScheme) -> Result<(), WorkloadError> {
+    if spec.bs_mix.is_none() {
+        return Ok(());
+    }
+    let refuse = |option: &str, reason: &str| {
+        Err(WorkloadError::FioUnsupported {
+            job: spec.name.clone(),
+            option: option.into(),
+            reason: reason.into(),
+        })
+    };
+    if verify == VerifyScheme::Tracked {
+        return refuse(
+            "verify",
+            "verify with variable block sizes is implemented for sequential writes (rw=write, size-bound) and reads; \
+             random or mixed writes would need a generation per block across I/Os of several blocks",
+        );
+    }
+    if spec.verify_backlog != 0 {
+        return refuse(
+            "verify_backlog",
+            "the backlog reads blocks of one size; not implemented with variable block sizes",
+        );
+    }
+    Ok(())
 }
 
 /// Checks `spec` against the devices and the online CPUs, and plans it. Errors name the job and the
@@ -334,6 +372,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         }
         VerifyScheme::Tracked
     };
+    check_variable_size_verify(spec, verify)?;
 
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
@@ -441,6 +480,7 @@ fn plan_clones(
     } else {
         VerifyScheme::Tracked
     };
+    check_variable_size_verify(spec, verify)?;
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
         spec: spec.clone(),

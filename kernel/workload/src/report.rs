@@ -426,7 +426,13 @@ impl JobReport {
         if spec.rw == RwMode::RandRw {
             write!(out, " rwmixread={}", spec.rwmixread)?;
         }
-        write!(out, " bs={} iodepth={}", spec.bs, self.plan.iodepth)?;
+        write!(out, " bs={}", spec.bs)?;
+        if let Some(mix) = &spec.bs_mix {
+            // Variable sizes: bs is their unit; the sizes themselves in fio's bssplit form.
+            out.write_str(" sizes=")?;
+            mix.write_in(out, u64::from(spec.bs))?;
+        }
+        write!(out, " iodepth={}", self.plan.iodepth)?;
         if self.plan.iodepth != spec.iodepth {
             write!(out, " (asked {})", spec.iodepth)?;
         }
@@ -744,6 +750,11 @@ impl JobReport {
             }),
         )?;
         w.field_u64("bs", u64::from(spec.bs))?;
+        if let Some(mix) = &spec.bs_mix {
+            let mut sizes = String::new();
+            mix.write_in(&mut sizes, u64::from(spec.bs))?;
+            w.field_str("bs_sizes", &sizes)?;
+        }
         w.field_u64("iodepth", u64::from(self.plan.iodepth))?;
         w.field_u64("iodepth_requested", u64::from(spec.iodepth))?;
         w.key("cpus")?;

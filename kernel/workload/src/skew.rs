@@ -222,7 +222,7 @@ impl Scatter {
 }
 
 /// Natural logarithm of `x > 0`: x = m·2^e with m in [1, 2), ln m = 2·atanh((m−1)/(m+1)).
-fn ln(x: f64) -> f64 {
+pub(crate) fn ln(x: f64) -> f64 {
     let bits = x.to_bits();
     let exponent = ((bits >> 52) & 0x7ff) as i64 - 1023;
     let mantissa = f64::from_bits((bits & ((1u64 << 52) - 1)) | (1023u64 << 52));

@@ -9,7 +9,7 @@
 //! | 16..24 | seed         | the job seed                                                   |
 //! | 24..28 | generation   | how many times this job has written the block (1 = first)      |
 //! | 28..32 | block_size   | the block size in bytes                                        |
-//! | 32..36 | kind         | 1 = crc32c, 2 = pattern                                        |
+//! | 32..36 | kind         | 1 = crc32c, 2 = pattern, 3 = fio's `verify_pattern`            |
 //! | 36..40 | crc32c       | CRC32C of the whole block with this field as zero (crc32c kind), 0 for pattern |
 //! | 40..48 | reserved     | zero                                                           |
 //! | 48..   | payload      | pseudo-random words derived from (seed, lba, generation)       |
@@ -17,6 +17,12 @@
 //! Both kinds carry the same header and payload. `crc32c` checks the header fields and the checksum
 //! (corruption anywhere in the block is caught by the CRC); `pattern` checks the header fields and then
 //! compares the payload word by word, so a mismatch names the exact byte offset.
+//!
+//! Kind 3 (fio's `verify_pattern` without a `verify` option, which fio 3.33 checks as a header
+//! plus the pattern) has the same header with CRC 0, and the job's pattern as the payload: the
+//! pattern is laid from the block's first byte and the header written over its first 48 bytes,
+//! as fio lays its own (40-byte) header over the pattern. fio's `verify=pattern` has no header at
+//! all ([`fill_fio_pattern`]).
 //!
 //! Because the payload is a pure function of (seed, lba, generation), a later boot can check a disk
 //! without any state from the boot that wrote it, as long as it knows the seed and the generation.
@@ -45,6 +51,7 @@ const RESERVED_AT: usize = 40;
 
 const KIND_CRC32C: u32 = 1;
 const KIND_PATTERN: u32 = 2;
+const KIND_FIO_PATTERN: u32 = 3;
 
 /// The identity of one written block version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +155,8 @@ impl fmt::Display for VerifyMismatch {
 
 fn kind_code(mode: VerifyMode) -> u32 {
     match mode {
-        VerifyMode::Pattern => KIND_PATTERN,
+        VerifyMode::Pattern | VerifyMode::FioPattern => KIND_PATTERN,
+        VerifyMode::FioPatternHeader => KIND_FIO_PATTERN,
         // `None` never reaches the format; stamping it as crc32c keeps the function total.
         VerifyMode::Crc32c | VerifyMode::None => KIND_CRC32C,
     }
@@ -190,15 +198,7 @@ impl PayloadWords {
 /// Stamps `block` (its whole length is the block size) for `stamp`. `block` must be at least
 /// [`HEADER_LEN`] bytes and at most `u32::MAX`; the planner guarantees both (sector size >= 512).
 pub fn fill_block(mode: VerifyMode, stamp: &BlockStamp, block: &mut [u8]) {
-    debug_assert!(block.len() >= HEADER_LEN);
-    let block_size = u32::try_from(block.len()).unwrap_or(u32::MAX);
-    block[MAGIC_AT..MAGIC_AT + 8].copy_from_slice(&VERIFY_MAGIC.to_le_bytes());
-    block[LBA_AT..LBA_AT + 8].copy_from_slice(&stamp.lba.to_le_bytes());
-    block[SEED_AT..SEED_AT + 8].copy_from_slice(&stamp.seed.to_le_bytes());
-    block[GENERATION_AT..GENERATION_AT + 4].copy_from_slice(&stamp.generation.to_le_bytes());
-    block[BLOCK_SIZE_AT..BLOCK_SIZE_AT + 4].copy_from_slice(&block_size.to_le_bytes());
-    block[KIND_AT..KIND_AT + 4].copy_from_slice(&kind_code(mode).to_le_bytes());
-    block[CRC_AT..HEADER_LEN].fill(0);
+    write_header(mode, stamp, block);
     let mut words = PayloadWords::new(stamp);
     let mut chunks = block[HEADER_LEN..].chunks_exact_mut(8);
     for chunk in &mut chunks {
@@ -216,6 +216,19 @@ pub fn fill_block(mode: VerifyMode, stamp: &BlockStamp, block: &mut [u8]) {
     }
 }
 
+/// The header of `stamp` in the first [`HEADER_LEN`] bytes of `block`, CRC field zero.
+fn write_header(mode: VerifyMode, stamp: &BlockStamp, block: &mut [u8]) {
+    debug_assert!(block.len() >= HEADER_LEN);
+    let block_size = u32::try_from(block.len()).unwrap_or(u32::MAX);
+    block[MAGIC_AT..MAGIC_AT + 8].copy_from_slice(&VERIFY_MAGIC.to_le_bytes());
+    block[LBA_AT..LBA_AT + 8].copy_from_slice(&stamp.lba.to_le_bytes());
+    block[SEED_AT..SEED_AT + 8].copy_from_slice(&stamp.seed.to_le_bytes());
+    block[GENERATION_AT..GENERATION_AT + 4].copy_from_slice(&stamp.generation.to_le_bytes());
+    block[BLOCK_SIZE_AT..BLOCK_SIZE_AT + 4].copy_from_slice(&block_size.to_le_bytes());
+    block[KIND_AT..KIND_AT + 4].copy_from_slice(&kind_code(mode).to_le_bytes());
+    block[CRC_AT..HEADER_LEN].fill(0);
+}
+
 /// CRC32C of the block with the CRC field read as zero. The header goes through a copy with that
 /// field zeroed, so the CRC runs over whole 8-byte words (three calls split at the field would
 /// fall back to byte steps around it).
@@ -229,9 +242,8 @@ fn block_crc(block: &[u8]) -> u32 {
     crc.finish()
 }
 
-/// Checks a block read back from `lba`. Returns the generation found on success, or the first field
-/// that differs. `seed` is the job seed and `expected` the generation the block should carry.
-pub fn check_block(
+/// The header checks of [`check_block`] (every kind has them): returns the generation found.
+fn check_header(
     mode: VerifyMode,
     lba: u64,
     seed: u64,
@@ -303,6 +315,25 @@ pub fn check_block(
     if reserved != 0 {
         return Err(mismatch(MismatchField::Reserved, 0, reserved));
     }
+    Ok(generation)
+}
+
+/// Checks a block read back from `lba`. Returns the generation found on success, or the first field
+/// that differs. `seed` is the job seed and `expected` the generation the block should carry.
+pub fn check_block(
+    mode: VerifyMode,
+    lba: u64,
+    seed: u64,
+    expected: ExpectedGeneration,
+    block: &[u8],
+) -> Result<u32, VerifyMismatch> {
+    let generation = check_header(mode, lba, seed, expected, block)?;
+    let mismatch = |field, expected: u64, found: u64| VerifyMismatch {
+        lba,
+        field,
+        expected,
+        found,
+    };
     match mode {
         VerifyMode::Crc32c | VerifyMode::None => {
             let stored = read_u32(block, CRC_AT);
@@ -315,7 +346,9 @@ pub fn check_block(
                 ));
             }
         }
-        VerifyMode::Pattern => {
+        // Their payload is the job's pattern: `check_stamped` checks it.
+        VerifyMode::FioPatternHeader => {}
+        VerifyMode::Pattern | VerifyMode::FioPattern => {
             let stored_crc = read_u32(block, CRC_AT);
             if stored_crc != 0 {
                 return Err(mismatch(MismatchField::Reserved, 0, u64::from(stored_crc)));
@@ -353,6 +386,113 @@ pub fn check_block(
         }
     }
     Ok(generation)
+}
+
+/// Writes the data of a block for `mode`: fio's pattern repeated over the block for
+/// [`VerifyMode::FioPattern`], else [`fill_block`]'s header and payload.
+pub fn stamp_block(mode: VerifyMode, pattern: &[u8], stamp: &BlockStamp, block: &mut [u8]) {
+    match mode {
+        VerifyMode::FioPattern => fill_fio_pattern(pattern, block),
+        VerifyMode::FioPatternHeader => {
+            fill_fio_pattern(pattern, block);
+            write_header(mode, stamp, block);
+        }
+        _ => fill_block(mode, stamp, block),
+    }
+}
+
+/// Checks a block read back for `mode`: [`check_fio_pattern`] for [`VerifyMode::FioPattern`]
+/// (which returns the expected generation, or 1: a fixed pattern carries none), else
+/// [`check_block`].
+pub fn check_stamped(
+    mode: VerifyMode,
+    pattern: &[u8],
+    lba: u64,
+    seed: u64,
+    expected: ExpectedGeneration,
+    block: &[u8],
+) -> Result<u32, VerifyMismatch> {
+    match mode {
+        VerifyMode::FioPattern => {
+            check_fio_pattern(pattern, lba, block, 0)?;
+            Ok(match expected {
+                ExpectedGeneration::Exact(generation) => generation,
+                ExpectedGeneration::Any => 1,
+            })
+        }
+        VerifyMode::FioPatternHeader => {
+            let generation = check_header(mode, lba, seed, expected, block)?;
+            let crc = read_u32(block, CRC_AT);
+            if crc != 0 {
+                return Err(VerifyMismatch {
+                    lba,
+                    field: MismatchField::Reserved,
+                    expected: 0,
+                    found: u64::from(crc),
+                });
+            }
+            check_fio_pattern(pattern, lba, block, HEADER_LEN)?;
+            Ok(generation)
+        }
+        _ => check_block(mode, lba, seed, expected, block),
+    }
+}
+
+/// fio's `verify=pattern`: `pattern` repeated over the whole block from its first byte (an empty
+/// pattern leaves the block as it is; the front-end never gives one).
+pub fn fill_fio_pattern(pattern: &[u8], block: &mut [u8]) {
+    if pattern.is_empty() {
+        return;
+    }
+    let first = pattern.len().min(block.len());
+    block[..first].copy_from_slice(&pattern[..first]);
+    // Double the filled part until the block is full: log2(block / pattern) copies.
+    let mut filled = first;
+    while filled < block.len() {
+        let take = filled.min(block.len() - filled);
+        block.copy_within(..take, filled);
+        filled += take;
+    }
+}
+
+/// Checks that `block` (read from `lba`) from byte `from` on is `pattern` repeated from the
+/// block's first byte (byte `i` is `pattern[i % len]`). The first difference is reported as
+/// [`MismatchField::Data`] at the start of its 8-byte word, with the expected and found bytes of
+/// that word (little-endian; bytes outside `from..` and a shorter tail are zero).
+pub fn check_fio_pattern(pattern: &[u8], lba: u64, block: &[u8], from: usize) -> Result<(), VerifyMismatch> {
+    if pattern.is_empty() || from >= block.len() {
+        return Ok(());
+    }
+    // Whole repetitions from the first one at or after `from`; the bytes before it one by one.
+    let first_whole = from.div_ceil(pattern.len()) * pattern.len();
+    let head_differs = (from..first_whole.min(block.len())).any(|i| block[i] != pattern[i % pattern.len()]);
+    let differs = block[first_whole.min(block.len())..]
+        .chunks(pattern.len())
+        .position(|chunk| chunk != &pattern[..chunk.len()]);
+    let start = match (head_differs, differs) {
+        (true, _) => from,
+        (false, Some(chunk_index)) => first_whole + chunk_index * pattern.len(),
+        (false, None) => return Ok(()),
+    };
+    let byte = (start..block.len())
+        .find(|&i| block[i] != pattern[i % pattern.len()])
+        .unwrap_or(start);
+    let word = byte / 8 * 8;
+    let end = (word + 8).min(block.len());
+    let (mut expected, mut found) = ([0u8; 8], [0u8; 8]);
+    for (k, i) in (word..end).enumerate().filter(|(_, i)| *i >= from) {
+        expected[k] = pattern[i % pattern.len()];
+        found[k] = block[i];
+    }
+    Err(VerifyMismatch {
+        lba,
+        // Block sizes are at most 16 MiB, so the offset fits in u32.
+        field: MismatchField::Data {
+            byte_offset: word as u32,
+        },
+        expected: u64::from_le_bytes(expected),
+        found: u64::from_le_bytes(found),
+    })
 }
 
 #[cfg(test)]
@@ -522,5 +662,119 @@ mod tests {
         let block = stamped(mode, 1, 0, 512);
         let err = check_block(mode, 1, SEED, ExpectedGeneration::Any, &block).unwrap_err();
         assert_eq!((err.field, err.expected, err.found), (MismatchField::Generation, 1, 0));
+    }
+
+    #[test]
+    fn fio_pattern_repeats_over_the_block_and_names_the_first_difference() {
+        let pattern = [0xde, 0xad, 0xbe];
+        let mut block = vec![0u8; 4096];
+        stamp_block(
+            VerifyMode::FioPattern,
+            &pattern,
+            &BlockStamp {
+                lba: 9,
+                seed: SEED,
+                generation: 1,
+            },
+            &mut block,
+        );
+        assert!(
+            block.iter().enumerate().all(|(i, b)| *b == pattern[i % 3]),
+            "repeated from byte 0"
+        );
+        assert_eq!(
+            check_stamped(
+                VerifyMode::FioPattern,
+                &pattern,
+                9,
+                SEED,
+                ExpectedGeneration::Exact(3),
+                &block
+            ),
+            Ok(3)
+        );
+        // A block larger than the pattern's tail: 4096 is not a multiple of 3.
+        assert_eq!(block[4095], pattern[4095 % 3]);
+        block[1000] ^= 0x40;
+        let mismatch = check_fio_pattern(&pattern, 9, &block, 0).unwrap_err();
+        assert_eq!(mismatch.field, MismatchField::Data { byte_offset: 1000 });
+        assert_eq!(mismatch.lba, 9);
+        assert_eq!(mismatch.expected.to_le_bytes()[0], pattern[1000 % 3]);
+        assert_eq!(mismatch.found.to_le_bytes()[0], pattern[1000 % 3] ^ 0x40);
+        // A baremq-stamped block is not the pattern; a pattern longer than the block is cut.
+        let stamped = stamped(VerifyMode::Crc32c, 9, 1, 512);
+        assert!(check_fio_pattern(&pattern, 9, &stamped, 0).is_err());
+        let long: alloc::vec::Vec<u8> = (0..600u32).map(|i| i as u8).collect();
+        let mut small = vec![0u8; 512];
+        fill_fio_pattern(&long, &mut small);
+        assert_eq!(small[..], long[..512]);
+        assert!(check_fio_pattern(&long, 0, &small, 0).is_ok());
+        // A stale tail (the last 3 bytes) is caught too.
+        let mut tail = vec![0u8; 512];
+        fill_fio_pattern(&pattern, &mut tail);
+        tail[511] = !tail[511];
+        assert_eq!(
+            check_fio_pattern(&pattern, 0, &tail, 0).unwrap_err().field,
+            MismatchField::Data { byte_offset: 504 }
+        );
+    }
+
+    #[test]
+    fn fio_pattern_with_header_lays_the_pattern_from_byte_0_under_the_header() {
+        let pattern = *b"0123456789abc"; // 13 bytes: the header ends inside a repetition
+        let stamp = BlockStamp {
+            lba: 24,
+            seed: SEED,
+            generation: 2,
+        };
+        let mut block = vec![0u8; 4096];
+        stamp_block(VerifyMode::FioPatternHeader, &pattern, &stamp, &mut block);
+        assert_eq!(read_u64(&block, MAGIC_AT), VERIFY_MAGIC);
+        assert_eq!(read_u32(&block, KIND_AT), KIND_FIO_PATTERN);
+        assert!(
+            (HEADER_LEN..4096).all(|i| block[i] == pattern[i % 13]),
+            "fio's layout after the header"
+        );
+        let check =
+            |block: &[u8], expected| check_stamped(VerifyMode::FioPatternHeader, &pattern, 24, SEED, expected, block);
+        assert_eq!(check(&block, ExpectedGeneration::Exact(2)), Ok(2));
+        // The header is checked: a block of another LBA or generation fails.
+        assert_eq!(
+            check(&block, ExpectedGeneration::Exact(3)).unwrap_err().field,
+            MismatchField::Generation
+        );
+        assert_eq!(
+            check_stamped(
+                VerifyMode::FioPatternHeader,
+                &pattern,
+                32,
+                SEED,
+                ExpectedGeneration::Any,
+                &block
+            )
+            .unwrap_err()
+            .field,
+            MismatchField::Lba
+        );
+        // So is the pattern: the first byte after the header (inside a repetition) and later ones.
+        for at in [HEADER_LEN, 52, 4095] {
+            let mut bad = block.clone();
+            bad[at] ^= 1;
+            let mismatch = check(&bad, ExpectedGeneration::Any).unwrap_err();
+            assert_eq!(
+                mismatch.field,
+                MismatchField::Data {
+                    byte_offset: (at / 8 * 8) as u32
+                },
+                "byte {at}"
+            );
+        }
+        // A plain pattern block (no header) is refused by its magic.
+        let mut plain = vec![0u8; 4096];
+        fill_fio_pattern(&pattern, &mut plain);
+        assert_eq!(
+            check(&plain, ExpectedGeneration::Any).unwrap_err().field,
+            MismatchField::Magic
+        );
     }
 }

@@ -35,7 +35,7 @@ fn run(plan: &JobPlan, latency_ns: u64) -> (Vec<CpuResult>, Vec<FakeBackend>) {
             .map(|index| {
                 let (shared, disk) = (&shared, &disk);
                 scope.spawn(move || {
-                    let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.bs() as usize);
+                    let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
                     backend.latency_ns = latency_ns;
                     let result = run_cpu(plan, index, &mut backend, shared).unwrap();
                     (result, backend)
@@ -139,6 +139,38 @@ fn rate_iops_and_rate_hold_the_pace_per_direction() {
         "{reads} reads, {writes} writes"
     );
     assert!((150..=206).contains(&(reads + writes)), "{reads} + {writes}");
+}
+
+#[test]
+fn rate_process_poisson_spaces_starts_by_exponential_gaps_at_the_same_mean() {
+    let text = "[p]\nioengine=libaio\nrw=randread\nbs=4k\niodepth=8\ntime_based\nruntime=500ms\nrate_iops=2000\n";
+    let gaps_of = |process: &str| {
+        let plan = plan_of(&format!("{text}rate_process={process}\n"), &[0]);
+        // Every I/O takes exactly 20 us, far below the 500 us mean gap: completions keep the
+        // spacing of the starts.
+        let (results, backends) = run(&plan, 20_000);
+        let times: Vec<u64> = backends[0].completion_log.iter().map(|(at, _)| *at).collect();
+        let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        (results[0].ios(), gaps)
+    };
+    let (linear_ios, linear_gaps) = gaps_of("linear");
+    let (poisson_ios, poisson_gaps) = gaps_of("poisson");
+    // Same mean rate: 2000 IOPS for 0.5 s; a Poisson count of 1000 has a deviation of about 32.
+    assert!((995..=1005).contains(&linear_ios), "linear: {linear_ios}");
+    assert!((880..=1120).contains(&poisson_ios), "poisson: {poisson_ios}");
+    let mean = 500_000.0;
+    let share = |gaps: &[u64], pred: &dyn Fn(f64) -> bool| {
+        gaps.iter().filter(|&&g| pred(g as f64)).count() as f64 / gaps.len() as f64
+    };
+    // Linear: every gap is the interval. Exponential: P(gap > 2 mean) = e^-2 = 13.5 %,
+    // P(gap < mean / 2) = 1 - e^-0.5 = 39.3 %.
+    assert_eq!(share(&linear_gaps, &|g| g > 1.5 * mean || g < 0.5 * mean), 0.0);
+    let long = share(&poisson_gaps, &|g| g > 2.0 * mean);
+    let short = share(&poisson_gaps, &|g| g < 0.5 * mean);
+    assert!((0.09..0.18).contains(&long), "{long} of the gaps above 2x the mean");
+    assert!((0.33..0.46).contains(&short), "{short} of the gaps below half the mean");
+    // The same seed gives the same arrivals (fio's randrepeat).
+    assert_eq!(gaps_of("poisson").1, poisson_gaps);
 }
 
 #[test]
@@ -256,4 +288,102 @@ fn zipf_writes_with_verify_hit_hot_blocks_repeatedly_and_check_clean() {
         "{:?}",
         result.verify
     );
+}
+
+#[test]
+fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back() {
+    let plan = plan_of(
+        "[w]\nioengine=libaio\nrw=randwrite\nbs=4k\nsize=256k\niodepth=4\nverify_pattern=0xdeadbeef\"bq\"\n",
+        &[0],
+    );
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::new(&plan);
+    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.bs() as usize);
+    backend.latency_ns = 20_000;
+    let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
+    assert_eq!(result.write.ios, 64);
+    // The verify pass read every block back and found the pattern.
+    assert_eq!(
+        (result.verify.checked, result.verify.mismatches),
+        (64, 0),
+        "{:?}",
+        result.verify
+    );
+    // fio 3.33's layout for verify_pattern alone: the pattern from byte 0, a header over the
+    // first bytes (baremq's 48-byte header here).
+    let pattern = [0xde, 0xad, 0xbe, 0xef, b'b', b'q'];
+    let block = disk.read_block(8 * 17, 4096);
+    assert!(
+        block.iter().enumerate().skip(48).all(|(i, b)| *b == pattern[i % 6]),
+        "block 17 holds the pattern after the header"
+    );
+    assert_eq!(&block[..8], b"BAREMQv1");
+    // A read job with the same pattern checks what is there; one flipped byte is found by offset
+    // (continue_on_error=all: fio's default stops at the first mismatch).
+    disk.corrupt_byte(8 * 5, 1234);
+    let read = plan_of(
+        "[r]\nioengine=libaio\nrw=read\nbs=4k\nsize=256k\niodepth=4\nverify_pattern=0xdeadbeef\"bq\"\ncontinue_on_error=all\n",
+        &[0],
+    );
+    let shared = JobShared::new(&read);
+    let mut backend = FakeBackend::new(&disk, read.iodepth as usize, read.bs() as usize);
+    let result = run_cpu(&read, 0, &mut backend, &shared).unwrap();
+    assert_eq!(result.read.ios, 64);
+    assert_eq!(
+        (result.verify.checked, result.verify.mismatches),
+        (63, 1),
+        "{:?}",
+        result.verify
+    );
+    let (_, mismatch) = result.verify.first_mismatch.unwrap();
+    assert_eq!(mismatch.lba, 40);
+    assert_eq!(mismatch.field, workload::MismatchField::Data { byte_offset: 1232 });
+}
+
+#[test]
+fn verify_pattern_with_verify_equal_pattern_writes_the_bare_pattern() {
+    let plan = plan_of(
+        "[w]\nioengine=libaio\nrw=write\nbs=4k\nsize=64k\niodepth=2\nverify=pattern\nverify_pattern=0x5a\"!\"\n",
+        &[0],
+    );
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::new(&plan);
+    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.bs() as usize);
+    let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
+    assert_eq!(
+        (result.write.ios, result.verify.checked, result.verify.mismatches),
+        (16, 16, 0)
+    );
+    for block in 0..16 {
+        let data = disk.read_block(8 * block, 4096);
+        assert!(
+            data.iter().enumerate().all(|(i, b)| *b == [0x5a, b'!'][i % 2]),
+            "block {block}"
+        );
+    }
+}
+
+#[test]
+fn a_mixed_job_never_writes_back_what_a_read_brought_into_the_slot() {
+    // The disk is all zeros; reads fill the slots with zeros. Every block the job writes must
+    // still hold non-zero data afterwards (fio's scramble_buffers has the same aim).
+    let plan = plan_of(
+        "[m]\nioengine=libaio\nrw=randrw\nrwmixread=50\nbs=4k\nsize=1m\niodepth=4\n",
+        &[0],
+    );
+    let (results, backends) = run(&plan, 20_000);
+    let writes: Vec<u64> = backends[0]
+        .submit_log
+        .iter()
+        .filter(|(op, _)| *op == IoOp::Write)
+        .map(|(_, lba)| *lba)
+        .collect();
+    assert_eq!(writes.len() as u64, results[0].write.ios);
+    assert!(writes.len() > 80, "{} writes of 256", writes.len());
+    let disk = &backends[0].disk;
+    let zero_blocks = writes
+        .iter()
+        .filter(|lba| disk.read_block(**lba, 4096).iter().all(|b| *b == 0))
+        .count();
+    assert_eq!(zero_blocks, 0, "written blocks left all zero");
 }

@@ -25,6 +25,7 @@
 //! need a job to start while others continue; it is refused by name. [`FioJob::group`] is fio's
 //! reporting group.
 
+pub mod pattern;
 pub mod syntax;
 pub mod values;
 
@@ -33,7 +34,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::error::WorkloadError;
-use crate::job::{DEFAULT_SEED, JobSpec, MAX_BS, MAX_IODEPTH, RwMode, VerifyMode};
+use crate::job::{BlockSizeMix, DEFAULT_SEED, JobSpec, MAX_BS, MAX_IODEPTH, RwMode, SizeChoice, VerifyMode};
 use crate::plan::DeviceInfo;
 use crate::values::CpuSet;
 use syntax::{Entry, Section};
@@ -207,7 +208,7 @@ pub const ASYNC_ENGINES: [&str; 10] = [
 
 /// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
 /// change nothing. Each one accepted is listed in the job's warnings.
-pub const NO_OP_OPTIONS: [&str; 22] = [
+pub const NO_OP_OPTIONS: [&str; 23] = [
     "thread",
     "invalidate",
     "gtod_reduce",
@@ -230,6 +231,8 @@ pub const NO_OP_OPTIONS: [&str; 22] = [
     "kb_base",
     "unit_base",
     "log_offset",
+    // A job drives one device (filename lists are refused), so there is no file to switch to.
+    "file_service_type",
 ];
 
 /// fio options refused with a specific reason (everything else unknown gets a generic one).
@@ -245,7 +248,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("unlink", "baremq has no file system"),
     ("fadvise_hint", "baremq has no file system or page cache"),
     ("opendir", "baremq has no file system"),
-    ("bssplit", "the engine uses one block size per job"),
     ("blocksize_unaligned", "the engine uses bs-aligned blocks"),
     (
         "rate_min",
@@ -261,10 +263,6 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("rate_ignore_thinktime", "rates and think times are separate here"),
     ("thinktime_blocks_type", "think time counts issued I/Os"),
-    (
-        "verify_pattern",
-        "fio's verify_pattern is not implemented; baremq's verify stamps its own block format",
-    ),
     (
         "verify_backlog_batch",
         "verify_backlog reads back all N blocks at once; batches of them are not implemented",
@@ -299,6 +297,50 @@ const REFUSED: &[(&str, &str)] = &[
 
 /// Most `numjobs` clones of one job.
 pub const MAX_NUMJOBS: u64 = 256;
+
+/// fio's default block size.
+const DEFAULT_FIO_BS: u64 = 4096;
+
+/// A block size from `parsed`, or the value error `bad` makes.
+fn check_bs(parsed: Option<u64>, bad: &dyn Fn(&str) -> WorkloadError) -> Result<u64, WorkloadError> {
+    parsed
+        .filter(|bs| (1..=MAX_BS).contains(bs))
+        .ok_or_else(|| bad(&format!("{SIZE_FORM}, from 1 to {MAX_BS}")))
+}
+
+/// One direction of fio's `bssplit`: `SIZE/PERCENT` entries joined by `:`. As fio does, a
+/// missing or zero percentage shares what the given ones leave (integer division), a percentage
+/// over 100 counts as 100, and the entries end up sorted by ascending share (fio's lookup order).
+fn parse_bssplit(text: &str, bad: &dyn Fn(&str) -> WorkloadError) -> Result<Vec<(u64, u32)>, WorkloadError> {
+    const FORM: &str = "SIZE/PERCENT entries joined by ':' (e.g. 4k/10:64k/50:32k/40), per direction read,write";
+    let mut entries: Vec<(u64, Option<u32>)> = Vec::new();
+    for entry in text.split(':').map(str::trim) {
+        if entry.is_empty() {
+            // fio stops at an empty entry.
+            break;
+        }
+        let (size, percent) = match entry.split_once('/') {
+            Some((size, percent)) => {
+                let percent: u32 = percent.trim().parse().map_err(|_| bad(FORM))?;
+                (size, (percent != 0).then_some(percent.min(100)))
+            }
+            None => (entry, None),
+        };
+        entries.push((check_bs(values::size(size.trim()), bad)?, percent));
+    }
+    if entries.is_empty() {
+        return Err(bad(FORM));
+    }
+    let given: u32 = entries.iter().filter_map(|e| e.1).sum();
+    let missing = entries.iter().filter(|e| e.1.is_none()).count() as u32;
+    if given > 100 {
+        return Err(bad("percentages that add up to at most 100"));
+    }
+    let share = (100 - given).checked_div(missing).unwrap_or(0);
+    let mut split: Vec<(u64, u32)> = entries.into_iter().map(|(bs, p)| (bs, p.unwrap_or(share))).collect();
+    split.sort_by_key(|e| e.1);
+    Ok(split)
+}
 
 fn unsupported(job: &str, option: &str, reason: impl Into<String>) -> WorkloadError {
     WorkloadError::FioUnsupported {
@@ -589,6 +631,12 @@ struct Builder {
     stonewall: bool,
     new_group: bool,
     blockalign: Option<u64>,
+    /// `bs` per direction `[read, write]` in bytes (fio's default 4k each).
+    bs_sizes: [u64; 2],
+    /// `bsrange` per direction, `(min, max)` bytes; fio takes it over `bs`.
+    bs_range: Option<[(u64, u64); 2]>,
+    /// `bssplit` per direction, `(bytes, percent)`; fio takes it over `bs` and `bsrange`.
+    bs_split: Option<[Vec<(u64, u32)>; 2]>,
     /// `rate` (bytes/s) and `rate_iops` per direction, `[read, write]`, 0 = none.
     rate_bytes: [u64; 2],
     rate_iops: [u64; 2],
@@ -633,6 +681,9 @@ impl Builder {
             stonewall: false,
             new_group: false,
             blockalign: None,
+            bs_sizes: [DEFAULT_FIO_BS; 2],
+            bs_range: None,
+            bs_split: None,
             rate_bytes: [0, 0],
             rate_iops: [0, 0],
             think_spin_ns: 0,
@@ -733,36 +784,56 @@ impl Builder {
                 self.spec.rwmixread = if key == "rwmixread" { percent } else { 100 - percent } as u8;
             }
             "bs" | "blocksize" => {
-                // One value, or a read,write[,trim] list whose given parts agree.
-                let mut parts = need()?.split(',').map(str::trim).filter(|p| !p.is_empty());
-                let first = parts.next().ok_or_else(|| bad(SIZE_FORM))?;
-                let bs = values::size(first).ok_or_else(|| bad(SIZE_FORM))?;
-                for part in parts {
-                    if values::size(part) != Some(bs) {
-                        return Err(unsupported(
-                            &job,
-                            &format!("{key}={text}"),
-                            "block sizes per direction are not implemented; give one size",
-                        ));
-                    }
+                // fio: one size for every direction, or read,write[,trim] with an empty part
+                // meaning fio's default and a missing write part the read one. No baremq job
+                // trims, so a trim size is checked and has nothing to apply to.
+                let mut parts = need()?.split(',').map(str::trim);
+                let mut direction = |fallback: Option<u64>| match parts.next() {
+                    None => fallback.map(Ok),
+                    Some("") => Some(Ok(DEFAULT_FIO_BS)),
+                    Some(part) => Some(check_bs(values::size(part), &bad)),
+                };
+                let read = direction(Some(DEFAULT_FIO_BS)).unwrap_or(Ok(DEFAULT_FIO_BS))?;
+                let write = direction(Some(read)).unwrap_or(Ok(read))?;
+                if let Some(trim) = direction(None) {
+                    trim?;
                 }
-                self.set_bs(bs, &bad)?;
+                self.bs_sizes = [read, write];
             }
             "bsrange" | "blocksize_range" => {
+                // fio: MIN-MAX for every direction, or a read,write list of them.
                 let v = need()?;
-                let mut parts = v.split(',').map(str::trim).filter(|p| !p.is_empty());
-                let first = parts.next().ok_or_else(|| bad("MIN-MAX"))?;
-                let (low, high) = first.split_once('-').ok_or_else(|| bad("MIN-MAX, e.g. 4k-4k"))?;
-                let low = values::size(low).ok_or_else(|| bad(SIZE_FORM))?;
-                let high = values::size(high).ok_or_else(|| bad(SIZE_FORM))?;
-                if low != high || parts.any(|p| p != first) {
-                    return Err(unsupported(
-                        &job,
-                        &format!("{key}={v}"),
-                        "the engine uses one block size per job; a range with equal ends (4k-4k) is accepted",
-                    ));
+                let range = |part: &str| -> Result<(u64, u64), WorkloadError> {
+                    let (low, high) = part.split_once('-').ok_or_else(|| bad("MIN-MAX, e.g. 4k-64k"))?;
+                    let low = check_bs(values::size(low.trim()), &bad)?;
+                    let high = check_bs(values::size(high.trim()), &bad)?;
+                    // fio swaps reversed ends.
+                    Ok((low.min(high), low.max(high)))
+                };
+                let mut parts = v.split(',').map(str::trim);
+                let read = range(parts.next().unwrap_or(""))?;
+                let write = match parts.next() {
+                    None | Some("") => read,
+                    Some(part) => range(part)?,
+                };
+                if let Some(trim) = parts.next().filter(|p| !p.is_empty()) {
+                    range(trim)?;
                 }
-                self.set_bs(low, &bad)?;
+                self.bs_range = Some([read, write]);
+            }
+            "bssplit" => {
+                // fio: SIZE/PERCENT:SIZE/PERCENT..., or read,write[,trim] lists of them.
+                let v = need()?;
+                let mut parts = v.split(',').map(str::trim);
+                let read = parse_bssplit(parts.next().unwrap_or(""), &bad)?;
+                let write = match parts.next() {
+                    None => read.clone(),
+                    Some(part) => parse_bssplit(part, &bad)?,
+                };
+                if let Some(trim) = parts.next() {
+                    parse_bssplit(trim, &bad)?;
+                }
+                self.bs_split = Some([read, write]);
             }
             "blockalign" | "ba" => self.blockalign = Some(size()?),
             "iodepth" => {
@@ -840,13 +911,10 @@ impl Builder {
                 }
             }
             "rate_process" => {
-                let v = need()?;
-                if v != "linear" {
-                    return Err(unsupported(
-                        &job,
-                        &format!("rate_process={v}"),
-                        "only the linear rate process is implemented",
-                    ));
+                self.spec.rate_poisson = match need()? {
+                    "linear" => false,
+                    "poisson" => true,
+                    _ => return Err(bad("linear or poisson")),
                 }
             }
             "thinktime" => self.spec.think_ns = time(1_000)?,
@@ -897,11 +965,13 @@ impl Builder {
                     "crc32c" | "crc32c-intel" => VerifyMode::Crc32c,
                     "md5" | "crc64" | "crc32" | "crc16" | "crc7" | "xxhash" | "sha1" | "sha256" | "sha512"
                     | "sha3-224" | "sha3-256" | "sha3-384" | "sha3-512" | "meta" => VerifyMode::Crc32c,
-                    "pattern" | "pattern_hdr" | "null" => {
+                    "pattern" => VerifyMode::FioPattern,
+                    "pattern_hdr" | "null" => {
                         return Err(unsupported(
                             &job,
                             &format!("verify={v}"),
-                            "baremq verifies with its own header and CRC32C (verify=crc32c)",
+                            "baremq verifies with fio's plain pattern (verify=pattern) or its own header and CRC32C \
+                             (verify=crc32c)",
                         ));
                     }
                     _ => {
@@ -911,6 +981,10 @@ impl Builder {
                     }
                 };
                 self.verify_name = v.to_string();
+            }
+            "verify_pattern" => {
+                self.spec.verify_pattern =
+                    pattern::parse(need()?).map_err(|why| bad(&format!("{} ({why})", pattern::PATTERN_FORM)))?
             }
             "do_verify" => self.do_verify = flag()?,
             "verify_backlog" => {
@@ -1048,12 +1122,58 @@ impl Builder {
             .ok_or_else(|| bad(values::EXPRESSION_FORM))
     }
 
-    fn set_bs(&mut self, bs: u64, bad: &dyn Fn(&str) -> WorkloadError) -> Result<(), WorkloadError> {
-        if bs == 0 || bs > MAX_BS {
-            return Err(bad(&format!("{SIZE_FORM}, from 1 to {MAX_BS}")));
+    /// Settles `bs`, `bsrange` and `bssplit` (fio's precedence: bssplit, then bsrange, then bs)
+    /// into the spec: one size, or [`BlockSizeMix`] in units of the smallest size.
+    fn settle_block_sizes(&mut self, job: &str) -> Result<(), WorkloadError> {
+        let directions: [Vec<(u64, u64, u32)>; 2] = if let Some(split) = &self.bs_split {
+            split
+                .clone()
+                .map(|d| d.into_iter().map(|(bytes, percent)| (bytes, bytes, percent)).collect())
+        } else if let Some(range) = self.bs_range {
+            range.map(|(low, high)| alloc::vec![(low, high, 100)])
+        } else {
+            self.bs_sizes.map(|bs| alloc::vec![(bs, bs, 100)])
+        };
+        let unit = directions.iter().flatten().map(|c| c.0).min().unwrap_or(DEFAULT_FIO_BS);
+        self.spec.bs = unit as u32; // at most MAX_BS (check_bs), which fits in u32
+        let fixed = directions.iter().flatten().all(|c| (c.0, c.1) == (unit, unit));
+        if fixed {
+            self.spec.bs_mix = None;
+            return Ok(());
         }
-        // At most MAX_BS, which fits in u32.
-        self.spec.bs = bs as u32;
+        let option = if self.bs_split.is_some() {
+            "bssplit"
+        } else if self.bs_range.is_some() {
+            "bsrange"
+        } else {
+            "bs"
+        };
+        let mut mix = BlockSizeMix {
+            directions: [Vec::new(), Vec::new()],
+        };
+        for (direction, choices) in directions.iter().enumerate() {
+            for &(low, high, percent) in choices {
+                // Offsets are multiples of the unit, so every size must be one too. A range draws
+                // multiples of its minimum (fio's draw aligned to the minimum size): that is the
+                // unit's multiples only when the minimum is the unit.
+                if !low.is_multiple_of(unit) || (low != high && low != unit) {
+                    return Err(unsupported(
+                        job,
+                        option,
+                        format!(
+                            "every block size must be a whole multiple of the job's smallest ({unit} bytes) and every range must start at it; {low} does not fit (offsets are aligned to the smallest size)"
+                        ),
+                    ));
+                }
+                // Both at most MAX_BS (check_bs), which fits in u32.
+                mix.directions[direction].push(SizeChoice {
+                    min_units: (low / unit) as u32,
+                    max_units: (high / unit) as u32,
+                    percent,
+                });
+            }
+        }
+        self.spec.bs_mix = Some(mix);
         Ok(())
     }
 
@@ -1065,6 +1185,7 @@ impl Builder {
         run: &FioRunOptions,
     ) -> Result<FioJob, WorkloadError> {
         let job = self.name.clone();
+        self.settle_block_sizes(&job)?;
         let bs = u64::from(self.spec.bs);
         if let Some(align) = self.blockalign
             && align != bs
@@ -1072,7 +1193,21 @@ impl Builder {
             return Err(unsupported(
                 &job,
                 "blockalign",
-                format!("offsets are aligned to bs ({bs}); blockalign must equal it"),
+                format!("offsets are aligned to the smallest block size ({bs}); blockalign must equal it"),
+            ));
+        }
+        if self.spec.bs_mix.is_some() && self.rate_bytes != [0, 0] {
+            return Err(unsupported(
+                &job,
+                "rate",
+                "a byte rate with variable block sizes is not implemented (the pacing is per I/O); use rate_iops",
+            ));
+        }
+        if self.spec.bs_mix.is_some() && self.number_ios.is_some() {
+            return Err(unsupported(
+                &job,
+                "number_ios",
+                "number_ios with variable block sizes is not implemented (a size-bound job with them counts bytes); use io_size",
             ));
         }
         for direction in 0..2 {
@@ -1175,7 +1310,35 @@ impl Builder {
         }
         let seed_from_clock = self.randseed.is_none() && !self.randrepeat;
         self.spec.seed = self.randseed.unwrap_or(DEFAULT_SEED);
-        // Verify and errors.
+        // Verify and errors. fio 3.33: verify_pattern without a verify option checks a header
+        // and the pattern (its VERIFY_PATTERN); verify=pattern is the pattern alone.
+        if !self.spec.verify_pattern.is_empty() && self.verify_name.is_empty() {
+            self.verify = VerifyMode::FioPatternHeader;
+            self.verify_name = "pattern".into();
+        }
+        match (self.verify, self.spec.verify_pattern.is_empty()) {
+            (VerifyMode::FioPattern, true) => {
+                return Err(WorkloadError::FioBadValue {
+                    job,
+                    option: "verify".into(),
+                    value: "pattern".into(),
+                    expected: "a verify_pattern as well (the bytes to write and check)".into(),
+                });
+            }
+            (VerifyMode::Crc32c, false) => {
+                return Err(unsupported(
+                    &job,
+                    "verify_pattern",
+                    format!(
+                        "with verify={} fio puts its checksum header over the pattern; baremq checks either the \
+                         plain pattern (verify=pattern, or no verify option) or its own header and CRC32C",
+                        self.verify_name
+                    ),
+                ));
+            }
+            (VerifyMode::None, false) => self.spec.verify_pattern.clear(),
+            _ => {}
+        }
         self.spec.verify = self.verify;
         if self.verify.is_enabled() {
             if !self.do_verify {
@@ -1185,7 +1348,7 @@ impl Builder {
                     "writing verify data without the verify pass is not implemented; use verify=0 or do_verify=1",
                 ));
             }
-            if self.verify_name != "crc32c" && self.verify_name != "crc32c-intel" {
+            if !matches!(self.verify_name.as_str(), "crc32c" | "crc32c-intel" | "pattern") {
                 self.warn(format!(
                     "verify={}: baremq checks its own block header and CRC32C, not fio's {} format",
                     self.verify_name, self.verify_name
@@ -1413,7 +1576,9 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
         return Err(unsupported(
             job,
             &format!("filename={value}"),
-            "a list of files (one I/O stream round-robin over several devices) is not implemented; give one device",
+            "one job driving several devices (fio's file_service_type over a file list) is not implemented: a \
+             job's CPU runs one queue on one device, with one region of its blocks; give one device, or \
+             one job per device in the same group (they run concurrently, each with its own iodepth)",
         ));
     }
     let name = parts.remove(0);

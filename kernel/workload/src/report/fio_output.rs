@@ -330,6 +330,10 @@ fn job_options(job: &FioJob<'_>, global: &[(String, String)]) -> Vec<(String, St
         ("numjobs", numjobs(job.report).to_string()),
     ];
     for (key, value) in resolved {
+        if key == "bs" && plan.spec.bs_mix.is_some() {
+            // Variable sizes came from bs, bsrange or bssplit, which the options list holds.
+            continue;
+        }
         let set = |list: &[(String, String)]| list.iter().any(|(k, _)| k == key);
         if !set(&options) && !set(global) {
             options.push((key.to_string(), value));

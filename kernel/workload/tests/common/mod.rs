@@ -129,6 +129,8 @@ pub struct FakeBackend {
     pub forbid_same_lba_in_flight: bool,
     /// Every accepted submission, in order: (op, lba).
     pub submit_log: Vec<(IoOp, u64)>,
+    /// The sectors of each `submit_log` entry, in the same order.
+    pub submit_sectors: Vec<u32>,
     /// Every completion, in order: (clock at completion, lba).
     pub completion_log: Vec<(u64, u64)>,
     /// The held request of a `Fault::Hold`, once submitted: (submitted at, due at).
@@ -163,6 +165,7 @@ impl FakeBackend {
             periodic_calls: Vec::new(),
             forbid_same_lba_in_flight: false,
             submit_log: Vec::new(),
+            submit_sectors: Vec::new(),
             completion_log: Vec::new(),
             held: None,
             log_lines: Vec::new(),
@@ -308,6 +311,7 @@ impl IoBackend for FakeBackend {
             self.held = Some((now, due_ns));
         }
         self.submit_log.push((op, lba));
+        self.submit_sectors.push(sectors);
         self.in_flight.push(InFlight {
             slot,
             op,
