@@ -30,6 +30,11 @@ pub struct IoGenerator {
     blocks: u64,
     cursor: u64,
     remaining: Option<u64>,
+    /// `trimwrite`: the block just trimmed, to be written next (fio trims a block, then writes
+    /// the same block).
+    write_after_trim: Option<u64>,
+    /// Whether this is a `trimwrite` job.
+    trim_then_write: bool,
 }
 
 impl IoGenerator {
@@ -43,6 +48,7 @@ impl IoGenerator {
             fixed_op: match plan.spec.rw {
                 RwMode::Read | RwMode::RandRead => Some(IoOp::Read),
                 RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
+                RwMode::Trim | RwMode::RandTrim | RwMode::TrimWrite | RwMode::RandTrimWrite => Some(IoOp::Trim),
                 RwMode::RandRw | RwMode::ReadWrite => None,
             },
             rwmixread: u64::from(plan.spec.rwmixread),
@@ -62,12 +68,18 @@ impl IoGenerator {
             } else {
                 Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
             },
+            write_after_trim: None,
+            trim_then_write: matches!(plan.spec.rw, RwMode::TrimWrite | RwMode::RandTrimWrite),
         }
     }
 
-    /// The next I/O, or `None` once a size-bound job has issued all of its I/Os.
+    /// The next I/O, or `None` once a size-bound job has issued all of its I/Os (for `trimwrite`,
+    /// a block's trim and write count as one).
     #[inline]
     pub fn next_io(&mut self) -> Option<(IoOp, u64)> {
+        if let Some(block) = self.write_after_trim.take() {
+            return Some((IoOp::Write, block));
+        }
         if let Some(remaining) = &mut self.remaining {
             if *remaining == 0 {
                 return None;
@@ -98,6 +110,9 @@ impl IoGenerator {
             None if self.rng.below(100) < self.rwmixread => IoOp::Read,
             None => IoOp::Write,
         };
+        if self.trim_then_write {
+            self.write_after_trim = Some(block);
+        }
         Some((op, block))
     }
 }

@@ -218,6 +218,23 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         }
     };
     let capacity = device.validated_capacity_bytes()?;
+    if spec.rw.trims() {
+        let refuse = |first, reason| WorkloadError::ConflictingKeys {
+            job: job(),
+            first,
+            second: "rw",
+            reason,
+        };
+        if spec.verify.is_enabled() {
+            return Err(refuse(
+                "verify",
+                "verifying a job that trims is not implemented (a trimmed block's contents are the device's choice)",
+            ));
+        }
+        if spec.io_interval_ns != [0, 0] {
+            return Err(refuse("rate", "pacing a job that trims is not implemented"));
+        }
+    }
 
     let online = CpuSet::from_cpus(online_cpus);
     let cpus = match spec.cpus {

@@ -271,7 +271,7 @@ fn unsupported_options_are_refused_by_name() {
         ),
         ("[a]\nbssplit=4k/50:8k/50\n", "bssplit"),
         ("[a]\ndirectory=/mnt\n", "directory"),
-        ("[a]\nrw=trim\n", "rw=trim"),
+        ("[a]\ntrim_percentage=10\n", "trim_percentage"),
         ("[a]\nrw=randread:8\n", "rw=randread:8"),
         ("[a]\nbs=4k,8k\n", "bs=4k,8k"),
         ("[a]\nbsrange=4k-16k\n", "bsrange=4k-16k"),
