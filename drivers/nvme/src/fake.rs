@@ -846,8 +846,9 @@ impl Dev {
                 page[513] = 0x44;
                 page[516..520].copy_from_slice(&256u32.to_le_bytes());
                 page[525] = 0x07;
-                // ONCS: Compare, Write Zeroes, Timestamp (QEMU's), Dataset Management when on.
-                let oncs: u16 = 0b0100_1001 | u16::from(self.cfg.dataset_management) << 2;
+                // ONCS: QEMU 7.2's 0x015D (Compare, DSM, Write Zeroes, Save/Select, Timestamp,
+                // Copy), DSM (bit 2) only when on.
+                let oncs: u16 = 0x0159 | u16::from(self.cfg.dataset_management) << 2;
                 page[520..522].copy_from_slice(&oncs.to_le_bytes());
             }
             0x02 => {
