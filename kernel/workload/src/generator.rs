@@ -77,9 +77,27 @@ impl IoGenerator {
     /// a block's trim and write count as one).
     #[inline]
     pub fn next_io(&mut self) -> Option<(IoOp, u64)> {
+        // One test of a flag on the read/write path; `trimwrite` goes aside.
+        if self.trim_then_write {
+            return self.next_trim_write();
+        }
+        self.draw()
+    }
+
+    /// `trimwrite`: a block's trim, then its write.
+    #[inline(never)]
+    fn next_trim_write(&mut self) -> Option<(IoOp, u64)> {
         if let Some(block) = self.write_after_trim.take() {
             return Some((IoOp::Write, block));
         }
+        let (op, block) = self.draw()?;
+        self.write_after_trim = Some(block);
+        Some((op, block))
+    }
+
+    /// The next operation and block of the stream (for `trimwrite`, its trims).
+    #[inline(always)]
+    fn draw(&mut self) -> Option<(IoOp, u64)> {
         if let Some(remaining) = &mut self.remaining {
             if *remaining == 0 {
                 return None;
@@ -110,9 +128,6 @@ impl IoGenerator {
             None if self.rng.below(100) < self.rwmixread => IoOp::Read,
             None => IoOp::Write,
         };
-        if self.trim_then_write {
-            self.write_after_trim = Some(block);
-        }
         Some((op, block))
     }
 }
