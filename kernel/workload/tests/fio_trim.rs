@@ -169,3 +169,43 @@ fn every_trim_spelling_parses() {
         }
     }
 }
+
+#[test]
+fn trimwrite_log_rows_carry_fios_trim_direction() {
+    use workload::report::{FioLogOptions, write_log_lines};
+    let plan = try_plan("[tw]\nrw=trimwrite\nbs=4k\niodepth=4\nsize=1m\ntime_based\nruntime=1100ms\n").unwrap();
+    let options = FioOutputOptions {
+        logs: FioLogOptions {
+            bw: Some("tw".into()),
+            lat: None,
+            iops: None,
+            avg_msec: 500,
+        },
+        ..FioOutputOptions::default()
+    };
+    options.validate().unwrap();
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let shared = JobShared::with_detail(&plan, options.detail_options());
+    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.bs() as usize);
+    backend.latency_ns = 1_000_000;
+    let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
+    assert!(result.trim.ios > 0 && result.write.ios.abs_diff(result.trim.ios) <= 4);
+    let report = JobReport::new(&plan, &[result]).unwrap();
+    let meta = FioJobMeta::default();
+    let mut lines = String::new();
+    write_log_lines(
+        &mut lines,
+        &options,
+        &[FioJob {
+            report: &report,
+            meta: &meta,
+        }],
+    )
+    .unwrap();
+    // Per direction two full windows and a partial one: fio's ddir 1 for writes, 2 for trims,
+    // none for reads.
+    let ddirs: Vec<&str> = lines.lines().map(|l| l.split(", ").nth(2).unwrap()).collect();
+    assert_eq!(ddirs.iter().filter(|d| **d == "1").count(), 3, "{lines}");
+    assert_eq!(ddirs.iter().filter(|d| **d == "2").count(), 3, "{lines}");
+    assert!(!ddirs.contains(&"0"), "{lines}");
+}
