@@ -1002,6 +1002,23 @@ mod tests {
     }
 
     #[test]
+    fn per_job_counts_each_direction_trims_included_over_clones() {
+        let document: Value = serde_json::from_str(
+            r#"{"jobs":[
+                {"jobname":"tw","groupid":1,"read":{"total_ios":0},"write":{"total_ios":100},"trim":{"total_ios":100}},
+                {"jobname":"tw","groupid":1,"read":{"total_ios":0},"write":{"total_ios":28},"trim":{"total_ios":29}},
+                {"jobname":"r","groupid":2,"read":{"total_ios":7},"write":{"total_ios":0},"trim":{"total_ios":0}}
+            ]}"#,
+        )
+        .unwrap();
+        let jobs = per_job(&document);
+        let tw = jobs["tw"];
+        assert_eq!((tw.group, tw.reads, tw.writes, tw.trims), (1, 0, 128, 129));
+        let r = jobs["r"];
+        assert_eq!((r.group, r.reads, r.writes, r.trims), (2, 7, 0, 0));
+    }
+
+    #[test]
     fn time_based_jobs_come_from_the_file_and_the_overrides() {
         let text = "[global]\ntime_based\nruntime=60\n[a]\nrw=read\n[b]\nstonewall\nrw=write\ntime_based=0\n";
         assert_eq!(time_based_jobs(text, &[]), ["a"]);
