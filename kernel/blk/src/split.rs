@@ -2,7 +2,7 @@
 //! `bio_split` and `bio_chain`).
 //!
 //! A read or write larger than the device's transfer limit, or with more segments than a request
-//! holds, is cut into parts ([`split_bio`]); each part is an ordinary request with its own tag. A
+//! holds, or a discard longer than the device's discard limit, is cut into parts ([`split_bio`]); each part is an ordinary request with its own tag. A
 //! [`SplitTable`] entry (the parent) counts the parts still out and keeps the first error: each
 //! part's end reports to it, and only the end of the last part reaches the platform's `end_io`, once,
 //! with the bio's cookie, sector, length and the first error (or success).
