@@ -343,7 +343,11 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                 firmware = match value(opts, &mut i, "--bios")? {
                     "qboot" => qemu::Firmware::Qboot,
                     "seabios" => qemu::Firmware::SeaBios,
-                    "ovmf" => return Err("--bios ovmf needs a GRUB image: use `cargo xtask image` (see docs/real-box.md)".into()),
+                    "ovmf" => {
+                        return Err(
+                            "--bios ovmf needs a GRUB image: use `cargo xtask image` (see docs/real-box.md)".into(),
+                        );
+                    }
                     v => return Err(format!("--bios '{v}': use qboot or seabios")),
                 }
             }

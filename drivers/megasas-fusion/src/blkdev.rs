@@ -487,7 +487,9 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
                 return Ok(());
             }
             Op::Flush => IoOp::Flush,
-            Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+            // No discard path in the LD I/O frames: the queue leaves max_discard_sectors at 0,
+            // so blk refuses a discard before it gets here; a stray one is not supported.
+            Op::Driver(_) | Op::Discard => return Err(QueueRqError::Io(rq, Status::NotSupported)),
         };
         let (lba, blocks) = if op == IoOp::Flush {
             (0, 0)

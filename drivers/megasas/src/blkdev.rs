@@ -931,7 +931,9 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
             Op::Read => IoOp::Read,
             Op::Write => IoOp::Write,
             Op::Flush => IoOp::Flush,
-            Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+            // No discard path in the LD I/O frames: the queue leaves max_discard_sectors at 0,
+            // so blk refuses a discard before it gets here; a stray one is not supported.
+            Op::Driver(_) | Op::Discard => return Err(QueueRqError::Io(rq, Status::NotSupported)),
         };
         let segs = rq.segments();
         if segs.len() > MAX_SEGMENTS {

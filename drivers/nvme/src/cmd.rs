@@ -26,6 +26,17 @@ pub mod io {
     pub const WRITE: u8 = 0x01;
     /// Read.
     pub const READ: u8 = 0x02;
+    /// Dataset Management (deallocate: discard/trim).
+    pub const DATASET_MANAGEMENT: u8 = 0x09;
+}
+
+/// Dataset Management CDW11 bit 2: Attribute - Deallocate (AD).
+pub const DSM_ATTRIBUTE_DEALLOCATE: u32 = 1 << 2;
+
+/// One 16-byte Dataset Management range as the two little-endian u64 words of the range list:
+/// context attributes (0) and the length in logical blocks, then the starting LBA.
+pub fn dsm_range(slba: u64, blocks: u32) -> [u64; 2] {
+    [u64::from(blocks) << 32, slba]
 }
 
 /// Identify CNS values.
@@ -153,6 +164,17 @@ impl Sqe {
         s.0[10] = slba as u32;
         s.0[11] = (slba >> 32) as u32;
         s.0[12] = (blocks - 1) & 0xFFFF;
+        s
+    }
+
+    /// Dataset Management with the Deallocate attribute over the one range (see [`dsm_range`])
+    /// in the list at `list_phys` (PRP1).
+    pub fn deallocate(cid: u16, nsid: u32, list_phys: u64) -> Self {
+        let mut s = Self::new(io::DATASET_MANAGEMENT, cid, nsid);
+        s.set_prps(list_phys, 0);
+        // NR is 0-based: one range.
+        s.0[10] = 0;
+        s.0[11] = DSM_ATTRIBUTE_DEALLOCATE;
         s
     }
 

@@ -79,6 +79,8 @@ pub struct ControllerInfo {
     pub nn: u32,
     /// Volatile write cache present.
     pub volatile_cache: bool,
+    /// ONCS bit 2: the Dataset Management command (deallocate, i.e. discard) is supported.
+    pub dataset_management: bool,
 }
 
 /// One active namespace.
@@ -388,6 +390,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 mdts: 0,
                 nn: 0,
                 volatile_cache: false,
+                dataset_management: false,
             },
             namespaces: Vec::new(),
             max_io_queues: 0,
@@ -637,6 +640,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             mdts: a.buf.read_u8(77),
             nn: a.buf.read_u32(516),
             volatile_cache: a.buf.read_u8(525) & 1 != 0,
+            // ONCS, bytes 520..522.
+            dataset_management: a.buf.read_u16(520) & (1 << 2) != 0,
         };
         // Entry sizes: the driver uses 64/16 bytes; the controller must allow them.
         let sqes = a.buf.read_u8(512);
@@ -772,7 +777,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let blk_cids = depth * nr_namespaces as u32;
         let cids = blk_cids + floor_slots;
         let entries = cids + 1;
-        let list_pages = prp::list_pages_needed(self.max_transfer);
+        // Dataset Management's range list lives in the slot's list page: at least one page
+        // when the controller has the command.
+        let list_pages = prp::list_pages_needed(self.max_transfer).max(usize::from(self.info.dataset_management));
         let list_stride = list_pages * PAGE_SIZE;
         let mut queues = Vec::with_capacity(n);
         for hwq in 0..n {

@@ -103,6 +103,8 @@ pub struct FakeConfig {
     /// (PCI, QEMU). False: it is dropped (a device that would strand a completion if the
     /// driver relied on the pending bit alone).
     pub msix_pending_bits: bool,
+    /// ONCS bit 2: Dataset Management (deallocate) supported, as on QEMU 7.2.
+    pub dataset_management: bool,
 }
 
 impl FakeConfig {
@@ -128,6 +130,7 @@ impl FakeConfig {
             completion: FakeCompletion::Immediate,
             phys_base: 0x1_0000_0000,
             msix_pending_bits: true,
+            dataset_management: true,
         }
     }
 }
@@ -155,6 +158,8 @@ pub struct FakeStats {
     pub intx_asserts: u64,
     /// Protocol problems the fake saw (doorbell beyond queue, command on a missing queue ...).
     pub guest_errors: Vec<alloc::string::String>,
+    /// Dataset Management ranges received: (nsid, starting LBA, blocks).
+    pub deallocated: Vec<(u32, u64, u64)>,
     /// Times the controller was enabled (EN 0→1 that reached RDY).
     pub enables: u64,
     /// Times it was disabled (EN 1→0).
@@ -841,6 +846,10 @@ impl Dev {
                 page[513] = 0x44;
                 page[516..520].copy_from_slice(&256u32.to_le_bytes());
                 page[525] = 0x07;
+                // ONCS: QEMU 7.2's 0x015D (Compare, DSM, Write Zeroes, Save/Select, Timestamp,
+                // Copy), DSM (bit 2) only when on.
+                let oncs: u16 = 0x0159 | u16::from(self.cfg.dataset_management) << 2;
+                page[520..522].copy_from_slice(&oncs.to_le_bytes());
             }
             0x02 => {
                 let mut ids: Vec<u32> = self
@@ -1037,10 +1046,53 @@ impl Dev {
                 }
                 self.read_write(mem, opcode == 0x01, &dw, nsid, slba, blocks)
             }
+            0x09 if self.cfg.dataset_management => self.dataset_management(mem, &dw, nsid),
             _ => 0x4001,
         };
         self.stats.io_commands += 1;
         self.post(mem, p.sqid, cid, status, 0);
+    }
+
+    /// Dataset Management: with the Deallocate attribute, each range's blocks read back as zeros
+    /// afterwards (QEMU 7.2 reports DLFEAT "deallocated blocks read as zeros"). Every command
+    /// is recorded in `stats.deallocated` as (nsid, slba, blocks) per range.
+    fn dataset_management(&mut self, mem: &FakeMemory, dw: &[u32; 16], nsid: u32) -> u16 {
+        if nsid == 0 || nsid > 256 {
+            return 0x400B;
+        }
+        let Some(i) = self.ns_index(nsid) else {
+            return 0x4002;
+        };
+        let ns = self.cfg.namespaces[i].clone();
+        let ranges = (dw[10] & 0xFF) as usize + 1;
+        let prp1 = u64::from(dw[6]) | u64::from(dw[7]) << 32;
+        let prp2 = u64::from(dw[8]) | u64::from(dw[9]) << 32;
+        let Some(pages) = walk_prps(mem, prp1, prp2, ranges as u64 * 16) else {
+            return 0x4013;
+        };
+        let mut list = vec![0u8; ranges * 16];
+        // `true`: from host memory to the device, as a write's data goes.
+        if !mem.transfer(
+            true,
+            pages.into_iter().map(|(addr, len)| (addr, len as usize)),
+            &mut list,
+        ) {
+            return 0x4004;
+        }
+        let deallocate = dw[11] & (1 << 2) != 0;
+        for range in list.chunks_exact(16) {
+            let blocks = u64::from(u32::from_le_bytes(range[4..8].try_into().unwrap_or_default()));
+            let slba = u64::from_le_bytes(range[8..16].try_into().unwrap_or_default());
+            if slba.checked_add(blocks).is_none_or(|end| end > ns.blocks) {
+                return 0x4080;
+            }
+            self.stats.deallocated.push((nsid, slba, blocks));
+            if deallocate {
+                let size = u64::from(ns.lba_size);
+                self.data[i][(slba * size) as usize..((slba + blocks) * size) as usize].fill(0);
+            }
+        }
+        0
     }
 
     fn read_write(&mut self, mem: &FakeMemory, write: bool, dw: &[u32; 16], nsid: u32, slba: u64, blocks: u64) -> u16 {

@@ -110,6 +110,14 @@ pub enum BlkError {
         /// The length given.
         nr_sectors: u32,
     },
+    /// A discard on a queue whose device has no discard command
+    /// ([`crate::QueueConfig::max_discard_sectors`] is 0).
+    DiscardNotSupported,
+    /// A discard given data segments: a discard is a range only.
+    DiscardWithData {
+        /// Segments given.
+        segments: usize,
+    },
     /// More scatter-gather segments than the queue was sized for.
     TooManySegments {
         /// Segments given.
@@ -218,6 +226,15 @@ impl fmt::Display for BlkError {
             Self::EmptyIo => write!(f, "read or write of 0 sectors: at least 1 is required"),
             Self::FlushWithData { nr_sectors } => {
                 write!(f, "flush with {nr_sectors} sectors of data: a flush carries none")
+            }
+            Self::DiscardNotSupported => {
+                write!(f, "discard (trim) refused: the device has no discard command")
+            }
+            Self::DiscardWithData { segments } => {
+                write!(
+                    f,
+                    "discard with {segments} data segments: a discard is a range and carries none"
+                )
             }
             Self::TooManySegments { count, max } => {
                 write!(f, "{count} scatter-gather segments: at most {max} are accepted")

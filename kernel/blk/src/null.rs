@@ -73,6 +73,8 @@ impl NullConfig {
     pub fn queue_config(&self, ncpus: usize, nr_hw_queues: usize, depth: u32) -> QueueConfig {
         let mut c = QueueConfig::new(ncpus, nr_hw_queues, depth, self.capacity_sectors);
         c.logical_block_size = self.logical_block_size;
+        // The null device discards any length in one request (Linux's null_blk: UINT_MAX >> 9).
+        c.max_discard_sectors = u32::MAX >> 9;
         c
     }
 }
@@ -199,6 +201,25 @@ impl NullDriver {
     }
 }
 
+impl NullDriver {
+    /// A discard on a memory-backed device reads back as zeros afterwards (what NVMe's
+    /// deallocate reports with DLFEAT's "reads zeros"); without memory there is nothing to do.
+    fn discard_data(&self, rq: &Rq<'_, Self>) -> Status {
+        let Some(store) = &self.store else {
+            return Status::Ok;
+        };
+        let start = rq.sector() as usize * SECTOR_SIZE as usize;
+        let len = rq.nr_sectors() as usize * SECTOR_SIZE as usize;
+        let Some(cells) = start.checked_add(len).and_then(|end| store.get(start..end)) else {
+            return Status::IoError;
+        };
+        for cell in cells {
+            cell.store(0, Ordering::Relaxed);
+        }
+        Status::Ok
+    }
+}
+
 impl Driver for NullDriver {
     type Pdu = ();
 
@@ -215,8 +236,12 @@ impl Driver for NullDriver {
                 status = Status::IoError;
             }
         }
-        if status.is_ok() && matches!(rq.op(), Op::Read | Op::Write) {
-            status = self.copy_data(&rq);
+        if status.is_ok() {
+            match rq.op() {
+                Op::Read | Op::Write => status = self.copy_data(&rq),
+                Op::Discard => status = self.discard_data(&rq),
+                Op::Flush | Op::Driver(_) => {}
+            }
         }
         match self.cfg.mode {
             NullMode::Inline => rq.end(status),

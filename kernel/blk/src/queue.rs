@@ -126,6 +126,12 @@ pub struct QueueConfig {
     /// transfer limit, e.g. NVMe MDTS). A read or write that is longer is split into requests of
     /// at most this (rounded down to whole logical blocks). `u32::MAX`: no limit.
     pub max_hw_sectors: u32,
+    /// Longest discard (trim) in 512-byte sectors one request may carry (Linux's
+    /// `max_discard_sectors`: NVMe's Dataset Management range length). A longer discard is split
+    /// into requests of at most this (rounded down to whole logical blocks). 0 (the default): the
+    /// device has no discard command, and a discard is refused with
+    /// [`BlkError::DiscardNotSupported`].
+    pub max_discard_sectors: u32,
     /// Device capacity in 512-byte sectors.
     pub capacity_sectors: u64,
     /// Logical block size in bytes (a power of two, 512..=65536).
@@ -160,6 +166,7 @@ impl QueueConfig {
             host_tags: None,
             max_segments: 128,
             max_hw_sectors: u32::MAX,
+            max_discard_sectors: 0,
             capacity_sectors,
             logical_block_size: SECTOR_SIZE,
             timeout_ns: 30_000_000_000,
@@ -240,6 +247,13 @@ impl QueueConfig {
                 "at least one logical block",
             ));
         }
+        if self.max_discard_sectors != 0 && self.max_discard_sectors < lbs / SECTOR_SIZE {
+            return Err(bad(
+                "max_discard_sectors",
+                self.max_discard_sectors.into(),
+                "0 (no discard) or at least one logical block",
+            ));
+        }
         if let Some(map) = &self.cpu_map {
             validate_map(map, self.ncpus, self.nr_hw_queues)?;
         }
@@ -310,6 +324,9 @@ pub struct Queue<D: Driver> {
     max_segments: usize,
     /// Longest request, in sectors, a whole number of blocks (`QueueConfig::max_hw_sectors`).
     max_hw_sectors: u32,
+    /// Longest discard request, in sectors, a whole number of blocks; 0: no discard
+    /// (`QueueConfig::max_discard_sectors`).
+    max_discard_sectors: u32,
     /// Split bios in flight.
     splits: SplitTable,
     capacity_sectors: u64,
@@ -416,6 +433,10 @@ impl<D: Driver> Queue<D> {
                 let block = cfg.logical_block_size / SECTOR_SIZE;
                 cfg.max_hw_sectors / block * block
             },
+            max_discard_sectors: {
+                let block = cfg.logical_block_size / SECTOR_SIZE;
+                cfg.max_discard_sectors / block * block
+            },
             // Every split bio holds at least two requests.
             splits: SplitTable::new((nsets as u32 * depth).div_ceil(2), ncpus),
             capacity_sectors: cfg.capacity_sectors,
@@ -480,6 +501,10 @@ impl<D: Driver> Queue<D> {
     /// Capacity in 512-byte sectors.
     pub fn capacity_sectors(&self) -> u64 {
         self.capacity_sectors
+    }
+    /// Longest discard one request carries, in sectors; 0 when the device has no discard.
+    pub fn max_discard_sectors(&self) -> u32 {
+        self.max_discard_sectors
     }
     /// Logical block size in bytes.
     pub fn logical_block_size(&self) -> u32 {
@@ -624,7 +649,17 @@ impl<D: Driver> Queue<D> {
             all => all.iter().map(|s| u64::from(s.len)).sum(),
         };
         match bio.op {
-            Op::Read | Op::Write => {
+            Op::Read | Op::Write | Op::Discard => {
+                if bio.op == Op::Discard {
+                    if self.max_discard_sectors == 0 {
+                        return Err(BlkError::DiscardNotSupported);
+                    }
+                    if !bio.segments.is_empty() {
+                        return Err(BlkError::DiscardWithData {
+                            segments: bio.segments.len(),
+                        });
+                    }
+                }
                 if bio.nr_sectors == 0 {
                     return Err(BlkError::EmptyIo);
                 }
@@ -737,14 +772,17 @@ impl<D: Driver> Queue<D> {
             bump(&self.counters.cpu(cpu).rejected);
             return Err(e);
         }
-        if matches!(bio.op, Op::Read | Op::Write)
-            && needs_split(
+        let split = match bio.op {
+            Op::Read | Op::Write => needs_split(
                 bio.nr_sectors,
                 bio.segments.len(),
                 self.max_hw_sectors,
                 self.max_segments,
-            )
-        {
+            ),
+            Op::Discard => bio.nr_sectors > self.max_discard_sectors,
+            Op::Flush | Op::Driver(_) => false,
+        };
+        if split {
             return self.submit_split(cpu, bio);
         }
         if !self.usage.try_enter() {
@@ -805,7 +843,8 @@ impl<D: Driver> Queue<D> {
         Ok(Submitted { hwq, tag })
     }
 
-    /// Submits a read or write that exceeds the transfer or segment limit as several requests
+    /// Submits a read or write that exceeds the transfer or segment limit, or a discard longer
+    /// than the discard limit, as several requests
     /// ([`crate::split`]). It takes every part's tag first, so it either queues all parts or none
     /// (`TagsExhausted`, to be retried like any submission); the bio ends once, when its last part
     /// has ended, with the first error.
@@ -814,11 +853,17 @@ impl<D: Driver> Queue<D> {
         let hwq = usize::from(self.cpu_to_hwq[cpu]);
         let set = self.set_of(hwq);
         let tags = self.tag_sets[set].tags();
+        // A discard has no segments: only its own length limit cuts it.
+        let max_sectors = if bio.op == Op::Discard {
+            self.max_discard_sectors
+        } else {
+            self.max_hw_sectors
+        };
         let Some(count) = split_bio(
             bio.sector,
             bio.nr_sectors,
             bio.segments,
-            self.max_hw_sectors,
+            max_sectors,
             self.max_segments,
             self.block_sectors,
             |_, _, _| {},
@@ -842,10 +887,9 @@ impl<D: Driver> Queue<D> {
                 max: tags.pool_size(false) as usize,
             });
         }
-        let write = bio.op == Op::Write;
         let Some(parent) = self
             .splits
-            .begin(cpu, count, bio.cookie, bio.sector, bio.nr_sectors, write)
+            .begin(cpu, count, bio.cookie, bio.sector, bio.nr_sectors, bio.op)
         else {
             return Err(exhausted());
         };
@@ -881,7 +925,7 @@ impl<D: Driver> Queue<D> {
             bio.sector,
             bio.nr_sectors,
             bio.segments,
-            self.max_hw_sectors,
+            max_sectors,
             self.max_segments,
             self.block_sectors,
             |sector, nr_sectors, segments| {
@@ -1615,7 +1659,7 @@ impl<D: Driver> Queue<D> {
             // The last part of a split bio: the bio ends, once, as the submitter gave it.
             self.platform.end_io(&Completion {
                 cookie: done.cookie,
-                op: if done.write { Op::Write } else { Op::Read },
+                op: done.op,
                 sector: done.sector,
                 nr_sectors: done.nr_sectors,
                 status: done.status,

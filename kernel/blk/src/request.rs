@@ -17,6 +17,10 @@ pub enum Op {
     Write,
     /// Flush the device's volatile cache; carries no data.
     Flush,
+    /// Tell the device that `nr_sectors` from `sector` hold no data any more (NVMe Dataset
+    /// Management deallocate, ATA TRIM, Linux's `REQ_OP_DISCARD`): a range, no data buffer.
+    /// Only for a queue with [`crate::QueueConfig::max_discard_sectors`] above zero.
+    Discard,
     /// A driver-defined command (for MegaRAID: a DCMD/admin frame). The block layer does not
     /// bounds-check it; the code is passed to the driver untouched.
     Driver(u32),
@@ -125,6 +129,14 @@ impl<'a> Bio<'a> {
         Self {
             op: Op::Write,
             ..Self::read(sector, nr_sectors, segments, cookie)
+        }
+    }
+
+    /// A discard (trim) of `nr_sectors` at `sector`: no segments.
+    pub fn discard(sector: u64, nr_sectors: u32, cookie: u64) -> Self {
+        Self {
+            op: Op::Discard,
+            ..Self::read(sector, nr_sectors, &[], cookie)
         }
     }
 

@@ -2,7 +2,7 @@
 //! `bio_split` and `bio_chain`).
 //!
 //! A read or write larger than the device's transfer limit, or with more segments than a request
-//! holds, is cut into parts ([`split_bio`]); each part is an ordinary request with its own tag. A
+//! holds, or a discard longer than the device's discard limit, is cut into parts ([`split_bio`]); each part is an ordinary request with its own tag. A
 //! [`SplitTable`] entry (the parent) counts the parts still out and keeps the first error: each
 //! part's end reports to it, and only the end of the last part reaches the platform's `end_io`, once,
 //! with the bio's cookie, sector, length and the first error (or success).
@@ -16,8 +16,8 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::request::{SECTOR_SIZE, Segment, Status};
-use crate::sync::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use crate::request::{Op, SECTOR_SIZE, Segment, Status};
+use crate::sync::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use crate::tags::TagBitmap;
 
 /// A request that is not part of a split bio.
@@ -33,7 +33,26 @@ struct Parent {
     cookie: AtomicU64,
     sector: AtomicU64,
     nr_sectors: AtomicU32,
-    write: AtomicBool,
+    /// The bio's operation, as [`op_code`] encodes it (only reads, writes and discards split).
+    op: AtomicU8,
+}
+
+/// The [`Parent::op`] byte of a splittable operation.
+fn op_code(op: Op) -> u8 {
+    match op {
+        Op::Write => 1,
+        Op::Discard => 2,
+        _ => 0,
+    }
+}
+
+/// The operation whose [`op_code`] is `code`.
+fn op_of(code: u8) -> Op {
+    match code {
+        1 => Op::Write,
+        2 => Op::Discard,
+        _ => Op::Read,
+    }
 }
 
 /// What the end of a split bio reports: the bio's own values and its outcome.
@@ -45,8 +64,8 @@ pub struct SplitDone {
     pub sector: u64,
     /// Its length in sectors.
     pub nr_sectors: u32,
-    /// Whether it was a write (else a read).
-    pub write: bool,
+    /// Its operation (a read, write or discard).
+    pub op: Op,
     /// The first error of any part, or `Ok`.
     pub status: Status,
 }
@@ -78,7 +97,7 @@ impl SplitTable {
                     cookie: AtomicU64::new(0),
                     sector: AtomicU64::new(0),
                     nr_sectors: AtomicU32::new(0),
-                    write: AtomicBool::new(false),
+                    op: AtomicU8::new(0),
                 })
                 .collect(),
             ids: TagBitmap::new(0, capacity, ncpus),
@@ -87,14 +106,14 @@ impl SplitTable {
 
     /// Takes an entry for a bio of `parts` parts (at least 2). The entry must be filled before any
     /// part is published, which the caller's publication of the parts (Release) orders.
-    pub fn begin(&self, cpu: usize, parts: u32, cookie: u64, sector: u64, nr_sectors: u32, write: bool) -> Option<u32> {
+    pub fn begin(&self, cpu: usize, parts: u32, cookie: u64, sector: u64, nr_sectors: u32, op: Op) -> Option<u32> {
         let id = self.ids.alloc(cpu)?;
         let parent = &self.parents[id as usize];
         parent.status.store(Status::Ok as u8, Ordering::Relaxed);
         parent.cookie.store(cookie, Ordering::Relaxed);
         parent.sector.store(sector, Ordering::Relaxed);
         parent.nr_sectors.store(nr_sectors, Ordering::Relaxed);
-        parent.write.store(write, Ordering::Relaxed);
+        parent.op.store(op_code(op), Ordering::Relaxed);
         parent.remaining.store(parts, Ordering::Relaxed);
         Some(id)
     }
@@ -124,7 +143,7 @@ impl SplitTable {
             cookie: parent.cookie.load(Ordering::Relaxed),
             sector: parent.sector.load(Ordering::Relaxed),
             nr_sectors: parent.nr_sectors.load(Ordering::Relaxed),
-            write: parent.write.load(Ordering::Relaxed),
+            op: op_of(parent.op.load(Ordering::Relaxed)),
             status: Status::from_u8(parent.status.load(Ordering::Relaxed)),
         })
     }
@@ -415,7 +434,7 @@ mod tests {
     #[test]
     fn the_last_part_ends_the_bio_once_with_the_first_error() {
         let table = SplitTable::new(4, 1);
-        let id = table.begin(0, 3, 77, 1000, 24, true).unwrap();
+        let id = table.begin(0, 3, 77, 1000, 24, Op::Write).unwrap();
         assert_eq!(table.part_done(id, Status::Ok), None);
         assert_eq!(table.part_done(id, Status::Timeout), None);
         let done = table.part_done(id, Status::IoError).unwrap();
@@ -425,25 +444,26 @@ mod tests {
                 cookie: 77,
                 sector: 1000,
                 nr_sectors: 24,
-                write: true,
+                op: Op::Write,
                 status: Status::Timeout
             }
         );
         table.release(0, id);
         // The entry is reusable, and starts clean.
-        let again = table.begin(0, 2, 5, 0, 16, false).unwrap();
+        let again = table.begin(0, 2, 5, 0, 16, Op::Discard).unwrap();
         assert_eq!(table.part_done(again, Status::Ok), None);
-        assert_eq!(table.part_done(again, Status::Ok).unwrap().status, Status::Ok);
+        let done = table.part_done(again, Status::Ok).unwrap();
+        assert_eq!((done.status, done.op), (Status::Ok, Op::Discard));
     }
 
     #[test]
     fn the_table_runs_out_and_cancel_gives_entries_back() {
         let table = SplitTable::new(2, 1);
-        let a = table.begin(0, 2, 0, 0, 2, false).unwrap();
-        let b = table.begin(0, 2, 0, 0, 2, false).unwrap();
-        assert!(table.begin(0, 2, 0, 0, 2, false).is_none());
+        let a = table.begin(0, 2, 0, 0, 2, Op::Read).unwrap();
+        let b = table.begin(0, 2, 0, 0, 2, Op::Read).unwrap();
+        assert!(table.begin(0, 2, 0, 0, 2, Op::Read).is_none());
         table.cancel(0, a);
-        assert!(table.begin(0, 2, 0, 0, 2, false).is_some());
+        assert!(table.begin(0, 2, 0, 0, 2, Op::Read).is_some());
         let _ = b;
     }
 }

@@ -546,7 +546,7 @@ fn split_parent_ends_once_with_the_first_error() {
     use blk::split::SplitTable;
     loom::model(|| {
         let table = Arc::new(SplitTable::new(1, 3));
-        let id = table.begin(0, 3, 42, 100, 24, true).unwrap();
+        let id = table.begin(0, 3, 42, 100, 24, blk::Op::Write).unwrap();
         let spawn = |cpu: usize, status: Status| {
             let table = table.clone();
             thread::spawn(move || table.part_done(id, status).map(|done| (cpu, done)))
@@ -566,8 +566,8 @@ fn split_parent_ends_once_with_the_first_error() {
             done.status
         );
         assert_eq!(
-            (done.cookie, done.sector, done.nr_sectors, done.write),
-            (42, 100, 24, true)
+            (done.cookie, done.sector, done.nr_sectors, done.op),
+            (42, 100, 24, blk::Op::Write)
         );
         table.release(cpu, id);
     });

@@ -735,6 +735,12 @@ fn memory_backed_null_device_returns_written_data() {
     assert_eq!(back, out);
     q.submit(0, &Bio::read(12, 1, &r[..1], 3)).unwrap();
     assert!(back[..512].iter().all(|&b| b == 0), "unwritten sectors read as zero");
+    // A discard of the second written sector: it reads back as zeros, the first keeps its data.
+    q.submit(0, &Bio::discard(11, 1, 4)).unwrap();
+    back.fill(0xAA);
+    q.submit(0, &Bio::read(10, 2, &r, 5)).unwrap();
+    assert_eq!(back[..512], out[..512]);
+    assert!(back[512..].iter().all(|&b| b == 0), "a discarded sector reads as zero");
 }
 
 // ------------------------------------------------------------------ tag generations

@@ -187,3 +187,99 @@ fn a_transfer_limit_below_one_block_is_refused() {
         .unwrap();
     assert!(error.to_string().contains("max_hw_sectors"), "{error}");
 }
+
+/// A queue like [`queue`] whose device discards at most `max_discard` sectors per request.
+fn discard_queue(max_discard: u32) -> Result<(Queue<HoldDriver>, Arc<HostPlatform>), BlkError> {
+    let mut cfg = QueueConfig::new(1, 1, 16, CAP);
+    cfg.max_hw_sectors = 256;
+    cfg.max_segments = 4;
+    cfg.logical_block_size = 4096;
+    cfg.max_discard_sectors = max_discard;
+    let platform = Arc::new(HostPlatform::new(1, 64, true));
+    let q = Queue::new(cfg, HoldDriver::default(), platform.clone())?;
+    Ok((q, platform))
+}
+
+#[test]
+fn a_discard_is_split_by_the_discard_limit_not_the_transfer_limit() {
+    // 1003 sectors: not a whole block; the limit is rounded down to 1000 (125 blocks of 8).
+    let (q, platform) = discard_queue(1003).unwrap();
+    assert_eq!(q.max_discard_sectors(), 1000);
+    // 3016 sectors (377 blocks): 1000 + 1000 + 1000 + 16, each without segments, none cut by
+    // the 256-sector transfer limit.
+    q.submit(0, &Bio::discard(8, 3016, 11)).unwrap();
+    let seen = q.driver().seen.lock().unwrap().clone();
+    let parts: Vec<(Op, u64, u32, usize)> = seen
+        .iter()
+        .map(|s| (s.op, s.sector, s.nr_sectors, s.segments.len()))
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            (Op::Discard, 8, 1000, 0),
+            (Op::Discard, 1008, 1000, 0),
+            (Op::Discard, 2008, 1000, 0),
+            (Op::Discard, 3008, 16, 0)
+        ]
+    );
+    complete_all(&q, &[3, 1, 0, 2], &[Status::Ok; 4]);
+    let log = platform.log();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        (
+            log[0].cookie,
+            log[0].op,
+            log[0].sector,
+            log[0].nr_sectors,
+            log[0].status
+        ),
+        (11, Op::Discard, 8, 3016, Status::Ok)
+    );
+}
+
+#[test]
+fn a_discard_within_the_limit_is_one_request() {
+    let (q, platform) = discard_queue(1 << 20).unwrap();
+    q.submit(0, &Bio::discard(64, 2048, 5)).unwrap();
+    let seen = q.driver().seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].op, seen[0].sector, seen[0].nr_sectors),
+        (Op::Discard, 64, 2048)
+    );
+    complete_all(&q, &[0], &[Status::Ok]);
+    assert_eq!((platform.log()[0].op, platform.log()[0].cookie), (Op::Discard, 5));
+    assert_eq!(q.counters().split_bios, 0);
+}
+
+#[test]
+fn a_device_without_discard_refuses_it_and_bad_discards_are_refused() {
+    let (q, _) = discard_queue(0).unwrap();
+    assert_eq!(q.max_discard_sectors(), 0);
+    assert_eq!(q.submit(0, &Bio::discard(0, 8, 1)), Err(BlkError::DiscardNotSupported));
+    let (q, _) = discard_queue(1024).unwrap();
+    let segments = [Segment::new(0x1000, 4096)];
+    let with_data = Bio {
+        segments: &segments,
+        ..Bio::discard(0, 8, 1)
+    };
+    assert_eq!(q.submit(0, &with_data), Err(BlkError::DiscardWithData { segments: 1 }));
+    assert!(matches!(
+        q.submit(0, &Bio::discard(4, 8, 1)),
+        Err(BlkError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        q.submit(0, &Bio::discard(CAP - 8, 16, 1)),
+        Err(BlkError::BeyondEnd { .. })
+    ));
+    assert_eq!(q.submit(0, &Bio::discard(0, 0, 1)), Err(BlkError::EmptyIo));
+    assert!(q.driver().seen.lock().unwrap().is_empty());
+    // A limit below one logical block is a configuration error.
+    assert!(matches!(
+        discard_queue(4).err(),
+        Some(BlkError::InvalidConfig {
+            field: "max_discard_sectors",
+            ..
+        })
+    ));
+}

@@ -86,6 +86,8 @@ impl IoBackend for KernelBackend<'_> {
         let bio = match op {
             IoOp::Read => blk::Bio::read(sector, nr, &seg, cookie),
             IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
+            // fio's trim: the block's range, no data.
+            IoOp::Trim => blk::Bio::discard(sector, nr, cookie),
             // fio's fsync / end_fsync: the device's cache flush, no data.
             IoOp::Flush => blk::Bio::flush(cookie),
         };
@@ -787,7 +789,17 @@ pub fn run_specs(
         }
         let mut plan = workload::plan_job(&spec, infos, online).map_err(|e| e.to_string())?;
         let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
-        if plan.spec.rw.writes() {
+        if plan.spec.rw.trims() && dev.max_discard_sectors() == 0 {
+            return Err(alloc::format!(
+                "job {}: rw={} needs discard (trim), and device {} ({}) has no discard command",
+                plan.spec.name,
+                plan.spec.rw.as_str(),
+                plan.device.name,
+                dev.facts().model
+            ));
+        }
+        if plan.spec.rw.writes() || plan.spec.rw.trims() {
+            // A trim destroys data as a write does.
             super::safety::check_before_writes(&plan.spec.name, dev, plan.spec.destroy)?;
         }
         // Record the policies in force, so the report names them rather than "default".

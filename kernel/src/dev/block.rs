@@ -154,6 +154,11 @@ pub trait BlockDevice: Sync + Send {
     fn policies(&self) -> (CompletionPolicy, QuiesceCheck);
     fn counters(&self) -> CounterSnapshot;
     fn in_flight(&self) -> usize;
+    /// Longest discard (trim) one request carries, in 512-byte sectors; 0: the device has no
+    /// discard command.
+    fn max_discard_sectors(&self) -> u32 {
+        0
+    }
     /// Switches the block layer's stage tracing on or off (`trace=N`; see `arch::stagetrace`).
     fn set_stage_trace(&self, on: bool) {
         let _ = on;
@@ -263,6 +268,9 @@ fn irqs_off<R>(f: impl FnOnce() -> R) -> R {
 impl<D: Driver + 'static> BlockDevice for Disk<D> {
     fn facts(&self) -> &DeviceFacts {
         &self.facts
+    }
+    fn max_discard_sectors(&self) -> u32 {
+        self.queue.max_discard_sectors()
     }
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         irqs_off(|| self.queue.submit(cpu, bio))

@@ -60,6 +60,7 @@ impl IoBackend for RamBackend {
                     IoOp::Write => self.disk[at..at + len].copy_from_slice(buffer),
                     IoOp::Read => buffer.copy_from_slice(&self.disk[at..at + len]),
                     IoOp::Flush => {}
+                    IoOp::Trim => self.disk[at..at + len].fill(0),
                 }
             }
             out[index] = Completion::new(slot, Ok(()));

@@ -45,6 +45,7 @@ impl IoBackend for RamBackend<'_> {
                 IoOp::Write => disk[at..at + len].copy_from_slice(buffer),
                 IoOp::Read => buffer.copy_from_slice(&disk[at..at + len]),
                 IoOp::Flush => {}
+                IoOp::Trim => disk[at..at + len].fill(0),
             }
             out[index] = Completion::new(slot, Ok(()));
         }

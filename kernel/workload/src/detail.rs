@@ -194,6 +194,8 @@ pub struct CpuDetail {
     pub read: DirectionDetail,
     /// Writes.
     pub write: DirectionDetail,
+    /// Trims (discards).
+    pub trim: DirectionDetail,
     /// Submissions by the depth in flight including the new one ([`depth_bucket`]).
     pub depth_at_submit: [u64; DEPTH_BUCKETS],
     /// Completions by how many came back from one reap ([`batch_bucket`], weighted by I/Os).
@@ -218,6 +220,7 @@ impl CpuDetail {
             options,
             read: DirectionDetail::new(log_capacity),
             write: DirectionDetail::new(log_capacity),
+            trim: DirectionDetail::new(log_capacity),
             depth_at_submit: [0; DEPTH_BUCKETS],
             completions_per_reap: [0; DEPTH_BUCKETS],
             idle_ns: 0,
@@ -231,25 +234,28 @@ impl CpuDetail {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Mark {
     pub(crate) at_ns: u64,
-    pub(crate) bytes: [u64; 2],
-    pub(crate) ios: [u64; 2],
+    pub(crate) bytes: [u64; 3],
+    pub(crate) ios: [u64; 3],
     /// (samples, slat sum, clat sum, lat sum) per direction.
-    pub(crate) latency: [(u64, u128, u128, u128); 2],
+    pub(crate) latency: [(u64, u128, u128, u128); 3],
 }
 
 /// The per-direction totals at one moment, taken by the engine.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Totals {
-    pub(crate) bytes: [u64; 2],
-    pub(crate) ios: [u64; 2],
-    pub(crate) latency: [(u64, u128, u128, u128); 2],
+    pub(crate) bytes: [u64; 3],
+    pub(crate) ios: [u64; 3],
+    pub(crate) latency: [(u64, u128, u128, u128); 3],
 }
 
 impl CpuDetail {
     /// Records one interval sample per direction the job does, ending at `now_ns`.
-    pub(crate) fn take_sample(&mut self, mark: &mut Mark, now: &Totals, now_ns: u64, directions: [bool; 2]) {
+    pub(crate) fn take_sample(&mut self, mark: &mut Mark, now: &Totals, now_ns: u64, directions: [bool; 3]) {
         let ns = now_ns.saturating_sub(mark.at_ns);
-        for (index, detail) in [&mut self.read, &mut self.write].into_iter().enumerate() {
+        for (index, detail) in [&mut self.read, &mut self.write, &mut self.trim]
+            .into_iter()
+            .enumerate()
+        {
             if !directions[index] {
                 continue;
             }
@@ -277,10 +283,13 @@ impl CpuDetail {
         now: &Totals,
         now_ns: u64,
         start_ns: u64,
-        directions: [bool; 2],
+        directions: [bool; 3],
     ) {
         let ns = now_ns.saturating_sub(mark.at_ns);
-        for (index, detail) in [&mut self.read, &mut self.write].into_iter().enumerate() {
+        for (index, detail) in [&mut self.read, &mut self.write, &mut self.trim]
+            .into_iter()
+            .enumerate()
+        {
             if !directions[index] {
                 continue;
             }
@@ -336,6 +345,12 @@ pub struct JobDetail {
     pub read_samples: Vec<RateSample>,
     /// Job-wide interval samples of writes.
     pub write_samples: Vec<RateSample>,
+    /// Submission latency of trims.
+    pub trim_slat: LatencyHistogram,
+    /// Completion latency of trims.
+    pub trim_clat: LatencyHistogram,
+    /// Job-wide interval samples of trims.
+    pub trim_samples: Vec<RateSample>,
     /// Per-CPU detail, in the plan's CPU order (for the per-CPU logs).
     pub per_cpu: Vec<CpuDetail>,
     /// Depth distribution at submission, all CPUs.
@@ -362,6 +377,9 @@ impl JobDetail {
             write_clat: LatencyHistogram::new(),
             read_samples: sum_samples(per_cpu.iter().map(|c| c.read.samples.as_slice())),
             write_samples: sum_samples(per_cpu.iter().map(|c| c.write.samples.as_slice())),
+            trim_slat: LatencyHistogram::new(),
+            trim_clat: LatencyHistogram::new(),
+            trim_samples: sum_samples(per_cpu.iter().map(|c| c.trim.samples.as_slice())),
             per_cpu: Vec::new(),
             depth_at_submit: [0; DEPTH_BUCKETS],
             completions_per_reap: [0; DEPTH_BUCKETS],
@@ -375,6 +393,8 @@ impl JobDetail {
             job.read_clat.merge(&cpu.read.clat);
             job.write_slat.merge(&cpu.write.slat);
             job.write_clat.merge(&cpu.write.clat);
+            job.trim_slat.merge(&cpu.trim.slat);
+            job.trim_clat.merge(&cpu.trim.clat);
             for bucket in 0..DEPTH_BUCKETS {
                 job.depth_at_submit[bucket] += cpu.depth_at_submit[bucket];
                 job.completions_per_reap[bucket] += cpu.completions_per_reap[bucket];
@@ -506,20 +526,21 @@ mod tests {
             ..Mark::default()
         };
         let first = Totals {
-            bytes: [4096 * 10, 0],
-            ios: [10, 0],
-            latency: [(10, 1_000, 10_000, 11_000), (0, 0, 0, 0)],
+            bytes: [4096 * 10, 0, 0],
+            ios: [10, 0, 0],
+            latency: [(10, 1_000, 10_000, 11_000), (0, 0, 0, 0), (0, 0, 0, 0)],
         };
-        detail.take_window(&mut mark, &first, 1_000_005_000, 5_000, [true, false]);
+        detail.take_window(&mut mark, &first, 1_000_005_000, 5_000, [true, false, false]);
         let second = Totals {
-            bytes: [4096 * 30, 0],
-            ios: [30, 0],
+            bytes: [4096 * 30, 0, 0],
+            ios: [30, 0, 0],
             latency: [
                 (30, 1_000 + 20 * 300, 10_000 + 20 * 3000, 11_000 + 20 * 3300),
                 (0, 0, 0, 0),
+                (0, 0, 0, 0),
             ],
         };
-        detail.take_window(&mut mark, &second, 2_000_005_000, 5_000, [true, false]);
+        detail.take_window(&mut mark, &second, 2_000_005_000, 5_000, [true, false, false]);
         assert!(detail.write.log.is_empty());
         let rows = &detail.read.log;
         assert_eq!(rows.len(), 2);

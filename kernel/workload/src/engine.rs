@@ -54,15 +54,19 @@ pub enum IoOp {
     /// Flush the device's volatile write cache (no data; `lba` and `sectors` are 0). Only jobs
     /// with fio's `fsync`/`end_fsync` issue it.
     Flush,
+    /// Discard (fio's trim): the block's range, no data moves (`rw=trim`, `randtrim`,
+    /// `trimwrite`).
+    Trim,
 }
 
 impl IoOp {
-    /// `read`, `write` or `flush`.
+    /// `read`, `write`, `flush` or `trim`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Write => "write",
             Self::Flush => "flush",
+            Self::Trim => "trim",
         }
     }
 }
@@ -478,6 +482,8 @@ pub struct CpuResult {
     pub read: OpStats,
     /// Writes of the measured phase.
     pub write: OpStats,
+    /// Trims (discards) of the measured phase.
+    pub trim: OpStats,
     /// Length of the measured phase: first submit to last completion, in ns.
     pub runtime_ns: u64,
     /// Verify outcome.
@@ -511,7 +517,7 @@ pub struct CpuResult {
 impl CpuResult {
     /// Completed I/Os of the measured phase.
     pub fn ios(&self) -> u64 {
-        self.read.ios + self.write.ios
+        self.read.ios + self.write.ios + self.trim.ios
     }
 }
 
@@ -885,6 +891,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 cpu: slice.cpu,
                 read: OpStats::new(),
                 write: OpStats::new(),
+                trim: OpStats::new(),
                 runtime_ns: 0,
                 verify: VerifyStats::default(),
                 errors: 0,
@@ -969,7 +976,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// `last`, also the partial log window since the previous one, if it saw any I/O.
     fn sample_detail(&mut self, now: u64, last: bool) {
         let totals = self.detail_totals();
-        let directions = [self.plan.spec.rw.reads(), self.plan.spec.rw.writes()];
+        let rw = self.plan.spec.rw;
+        let directions = [rw.reads(), rw.writes(), rw.trims()];
         let Some(detail) = self.result.detail.as_deref_mut() else {
             return;
         };
@@ -990,9 +998,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     fn detail_totals(&self) -> Totals {
         let mut totals = Totals::default();
         if let Some(detail) = &self.result.detail {
-            for (index, (stats, direction)) in [(&self.result.read, &detail.read), (&self.result.write, &detail.write)]
-                .into_iter()
-                .enumerate()
+            for (index, (stats, direction)) in [
+                (&self.result.read, &detail.read),
+                (&self.result.write, &detail.write),
+                (&self.result.trim, &detail.trim),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 totals.bytes[index] = stats.bytes;
                 totals.ios[index] = stats.ios;
@@ -1143,6 +1155,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.measured_start = now;
         self.result.read = OpStats::new();
         self.result.write = OpStats::new();
+        self.result.trim = OpStats::new();
     }
 
     /// The next I/O of `source`, or `None` when it is exhausted.
@@ -1338,7 +1351,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// The generation an I/O of `op` on `block` writes or expects (verify jobs only).
     fn expected_generation(&self, op: IoOp, block: u64) -> Option<ExpectedGeneration> {
         match (self.plan.verify, op) {
-            (VerifyScheme::Off, _) | (_, IoOp::Flush) => None,
+            // Verify with trims is refused when the job is planned.
+            (VerifyScheme::Off, _) | (_, IoOp::Flush | IoOp::Trim) => None,
             (VerifyScheme::ReadOnly(expected), _) => Some(expected),
             // A block whose write failed may hold the old or the new data: read it (the read's
             // own outcome counts) but expect nothing, so it ends up unchecked, not a mismatch.
@@ -1478,6 +1492,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let stats = match (phase, slot.op) {
             (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
             (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
+            (Phase::Main, IoOp::Trim) => Some(&mut self.result.trim),
             (Phase::Main, IoOp::Flush) | (Phase::VerifyPass, _) => None,
         };
         match completion.result {
@@ -1489,10 +1504,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     stats.bytes += bytes;
                     stats.latency.record(done_ns.saturating_sub(slot.submitted_ns));
                     if let Some(detail) = &mut self.result.detail {
-                        let direction = if slot.op == IoOp::Read {
-                            &mut detail.read
-                        } else {
-                            &mut detail.write
+                        let direction = match slot.op {
+                            IoOp::Read => &mut detail.read,
+                            IoOp::Trim => &mut detail.trim,
+                            _ => &mut detail.write,
                         };
                         direction.slat.record(slot.issued_ns.saturating_sub(slot.submitted_ns));
                         direction.clat.record(done_ns.saturating_sub(slot.issued_ns));

@@ -33,6 +33,11 @@ pub struct IoGenerator {
     remaining: Option<u64>,
     /// Variable block sizes only ([`IoGenerator::next_sized_io`]).
     sized: Option<alloc::boxed::Box<SizedDraw>>,
+    /// `trimwrite`: the block just trimmed, to be written next (fio trims a block, then writes
+    /// the same block).
+    write_after_trim: Option<u64>,
+    /// Whether this is a `trimwrite` job.
+    trim_then_write: bool,
 }
 
 /// The state of a job with variable block sizes (`JobSpec::bs_mix`).
@@ -90,6 +95,7 @@ impl IoGenerator {
             fixed_op: match plan.spec.rw {
                 RwMode::Read | RwMode::RandRead => Some(IoOp::Read),
                 RwMode::Write | RwMode::RandWrite => Some(IoOp::Write),
+                RwMode::Trim | RwMode::RandTrim | RwMode::TrimWrite | RwMode::RandTrimWrite => Some(IoOp::Trim),
                 RwMode::RandRw | RwMode::ReadWrite => None,
             },
             rwmixread: u64::from(plan.spec.rwmixread),
@@ -120,6 +126,8 @@ impl IoGenerator {
                     covered_count: 0,
                 })
             }),
+            write_after_trim: None,
+            trim_then_write: matches!(plan.spec.rw, RwMode::TrimWrite | RwMode::RandTrimWrite),
         }
     }
 
@@ -190,9 +198,31 @@ impl IoGenerator {
         Some((op, block, run as u32))
     }
 
-    /// The next I/O, or `None` once a size-bound job has issued all of its I/Os.
+    /// The next I/O, or `None` once a size-bound job has issued all of its I/Os (for `trimwrite`,
+    /// a block's trim and write count as one).
     #[inline]
     pub fn next_io(&mut self) -> Option<(IoOp, u64)> {
+        // One test of a flag on the read/write path; `trimwrite` goes aside.
+        if self.trim_then_write {
+            return self.next_trim_write();
+        }
+        self.draw()
+    }
+
+    /// `trimwrite`: a block's trim, then its write.
+    #[inline(never)]
+    fn next_trim_write(&mut self) -> Option<(IoOp, u64)> {
+        if let Some(block) = self.write_after_trim.take() {
+            return Some((IoOp::Write, block));
+        }
+        let (op, block) = self.draw()?;
+        self.write_after_trim = Some(block);
+        Some((op, block))
+    }
+
+    /// The next operation and block of the stream (for `trimwrite`, its trims).
+    #[inline(always)]
+    fn draw(&mut self) -> Option<(IoOp, u64)> {
         if let Some(remaining) = &mut self.remaining {
             if *remaining == 0 {
                 return None;

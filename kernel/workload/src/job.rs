@@ -84,6 +84,14 @@ pub enum RwMode {
     /// Sequential mix of reads and writes (fio's `rw=rw` / `readwrite`): one cursor walks the
     /// region and each I/O is a read with probability `rwmixread` percent.
     ReadWrite,
+    /// Sequential trims (discards), fio's `rw=trim`.
+    Trim,
+    /// Random trims, fio's `rw=randtrim` (each block once per pass with the random map).
+    RandTrim,
+    /// fio's `rw=trimwrite`: each block, in order, is trimmed and then written.
+    TrimWrite,
+    /// fio's `rw=randtrimwrite`: as `TrimWrite`, the blocks in random order.
+    RandTrimWrite,
 }
 
 impl RwMode {
@@ -96,6 +104,10 @@ impl RwMode {
             Self::RandWrite => "randwrite",
             Self::RandRw => "randrw",
             Self::ReadWrite => "rw",
+            Self::Trim => "trim",
+            Self::RandTrim => "randtrim",
+            Self::TrimWrite => "trimwrite",
+            Self::RandTrimWrite => "randtrimwrite",
         }
     }
 
@@ -106,12 +118,26 @@ impl RwMode {
 
     /// Whether offsets are drawn at random (rather than walked in order).
     pub const fn is_random(self) -> bool {
-        matches!(self, Self::RandRead | Self::RandWrite | Self::RandRw)
+        matches!(
+            self,
+            Self::RandRead | Self::RandWrite | Self::RandRw | Self::RandTrim | Self::RandTrimWrite
+        )
     }
 
     /// Whether the job issues any writes.
     pub const fn writes(self) -> bool {
-        matches!(self, Self::Write | Self::RandWrite | Self::RandRw | Self::ReadWrite)
+        matches!(
+            self,
+            Self::Write | Self::RandWrite | Self::RandRw | Self::ReadWrite | Self::TrimWrite | Self::RandTrimWrite
+        )
+    }
+
+    /// Whether the job issues any trims (discards).
+    pub const fn trims(self) -> bool {
+        matches!(
+            self,
+            Self::Trim | Self::RandTrim | Self::TrimWrite | Self::RandTrimWrite
+        )
     }
 
     /// Whether the job issues any reads.
@@ -711,7 +737,15 @@ impl SectionBuilder {
                     "randwrite" => RwMode::RandWrite,
                     "randrw" => RwMode::RandRw,
                     "rw" => RwMode::ReadWrite,
-                    _ => return Err(bad("one of read, write, randread, randwrite, randrw, rw")),
+                    "trim" => RwMode::Trim,
+                    "randtrim" => RwMode::RandTrim,
+                    "trimwrite" => RwMode::TrimWrite,
+                    "randtrimwrite" => RwMode::RandTrimWrite,
+                    _ => {
+                        return Err(bad(
+                            "one of read, write, randread, randwrite, randrw, rw, trim, randtrim, trimwrite, randtrimwrite",
+                        ));
+                    }
                 }
             }
             Key::RwMixRead | Key::RwMixWrite => {

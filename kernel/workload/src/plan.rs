@@ -203,10 +203,11 @@ impl JobPlan {
     }
 }
 
-/// Verify with variable block sizes (`JobSpec::bs_mix`): every unit block carries its own stamp, so
-/// a sequential write checked by its verify pass and reads of a disk stamped every unit work; the
-/// generation tracking of random or mixed writes and the backlog's reads are per block and I/O.
-fn check_variable_size_verify(spec: &JobSpec, verify: VerifyScheme) -> Result<(), WorkloadError> {
+/// What variable block sizes (`JobSpec::bs_mix`) do not combine with. Verify: every unit block
+/// carries its own stamp, so a sequential write checked by its verify pass and reads of a disk
+/// stamped every unit work; the generation tracking of random or mixed writes and the backlog's
+/// reads are per block and I/O. Trims: the size draw knows reads and writes only.
+fn check_variable_sizes(spec: &JobSpec, verify: VerifyScheme) -> Result<(), WorkloadError> {
     if spec.bs_mix.is_none() {
         return Ok(());
     }
@@ -228,6 +229,13 @@ fn check_variable_size_verify(spec: &JobSpec, verify: VerifyScheme) -> Result<()
         return refuse(
             "verify_backlog",
             "the backlog reads blocks of one size; not implemented with variable block sizes",
+        );
+    }
+    if spec.rw.trims() {
+        return refuse(
+            "bssplit",
+            "variable block sizes with trims are not implemented (the trim direction draws one size); \
+             give the trim job one bs",
         );
     }
     Ok(())
@@ -256,6 +264,23 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         }
     };
     let capacity = device.validated_capacity_bytes()?;
+    if spec.rw.trims() {
+        let refuse = |first, reason| WorkloadError::ConflictingKeys {
+            job: job(),
+            first,
+            second: "rw",
+            reason,
+        };
+        if spec.verify.is_enabled() {
+            return Err(refuse(
+                "verify",
+                "verifying a job that trims is not implemented (a trimmed block's contents are the device's choice)",
+            ));
+        }
+        if spec.io_interval_ns != [0, 0] {
+            return Err(refuse("rate", "pacing a job that trims is not implemented"));
+        }
+    }
 
     let online = CpuSet::from_cpus(online_cpus);
     let cpus = match spec.cpus {
@@ -372,7 +397,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         }
         VerifyScheme::Tracked
     };
-    check_variable_size_verify(spec, verify)?;
+    check_variable_sizes(spec, verify)?;
 
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
@@ -480,7 +505,7 @@ fn plan_clones(
     } else {
         VerifyScheme::Tracked
     };
-    check_variable_size_verify(spec, verify)?;
+    check_variable_sizes(spec, verify)?;
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
         spec: spec.clone(),

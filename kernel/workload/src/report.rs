@@ -208,7 +208,9 @@ pub struct JobReport {
     pub read: DirectionSummary,
     /// Writes.
     pub write: DirectionSummary,
-    /// Both directions.
+    /// Trims (discards).
+    pub trim: DirectionSummary,
+    /// All directions.
     pub total: DirectionSummary,
     /// Failed I/Os in both phases, all CPUs.
     pub errors: u64,
@@ -245,6 +247,8 @@ pub struct JobReport {
     pub read_latency: LatencyHistogram,
     /// See `read_latency`.
     pub write_latency: LatencyHistogram,
+    /// See `read_latency`.
+    pub trim_latency: LatencyHistogram,
     /// The detail mode's measurements ([`crate::detail`]), when every CPU took them.
     pub detail: Option<crate::detail::JobDetail>,
 }
@@ -272,8 +276,10 @@ impl JobReport {
         let runtime_ns = ordered.iter().map(|r| r.runtime_ns).max().unwrap_or(0);
         let mut read_hist = LatencyHistogram::new();
         let mut write_hist = LatencyHistogram::new();
+        let mut trim_hist = LatencyHistogram::new();
         let mut read = (0, 0, 0);
         let mut write = (0, 0, 0);
+        let mut trim = (0, 0, 0);
         let mut errors = 0;
         let mut error_records = Vec::new();
         let mut retried = 0;
@@ -298,8 +304,10 @@ impl JobReport {
         for r in &ordered {
             read_hist.merge(&r.read.latency);
             write_hist.merge(&r.write.latency);
+            trim_hist.merge(&r.trim.latency);
             read = (read.0 + r.read.ios, read.1 + r.read.bytes, read.2 + r.read.errors);
             write = (write.0 + r.write.ios, write.1 + r.write.bytes, write.2 + r.write.errors);
+            trim = (trim.0 + r.trim.ios, trim.1 + r.trim.bytes, trim.2 + r.trim.errors);
             errors += r.errors;
             error_records.extend(r.error_records.iter().map(|record| (r.cpu, *record)));
             retried += r.retried;
@@ -324,7 +332,7 @@ impl JobReport {
                 cpu: r.cpu,
                 ios: r.ios(),
                 iops: per_second(r.ios(), r.runtime_ns),
-                bytes: r.read.bytes + r.write.bytes,
+                bytes: r.read.bytes + r.write.bytes + r.trim.bytes,
                 errors: r.errors,
                 mismatches: r.verify.mismatches,
                 runtime_ns: r.runtime_ns,
@@ -346,6 +354,7 @@ impl JobReport {
         };
         let mut total_hist = read_hist.clone();
         total_hist.merge(&write_hist);
+        total_hist.merge(&trim_hist);
         let detail = if ordered.iter().all(|r| r.detail.is_some()) && !ordered.is_empty() {
             let per_cpu = ordered.iter().filter_map(|r| r.detail.as_deref().cloned()).collect();
             let runtimes: Vec<u64> = ordered.iter().map(|r| r.runtime_ns).collect();
@@ -358,10 +367,11 @@ impl JobReport {
             runtime_ns,
             read: DirectionSummary::new(read.0, read.1, read.2, &read_hist, runtime_ns),
             write: DirectionSummary::new(write.0, write.1, write.2, &write_hist, runtime_ns),
+            trim: DirectionSummary::new(trim.0, trim.1, trim.2, &trim_hist, runtime_ns),
             total: DirectionSummary::new(
-                read.0 + write.0,
-                read.1 + write.1,
-                read.2 + write.2,
+                read.0 + write.0 + trim.0,
+                read.1 + write.1 + trim.1,
+                read.2 + write.2 + trim.2,
                 &total_hist,
                 runtime_ns,
             ),
@@ -382,6 +392,7 @@ impl JobReport {
             stages: None,
             read_latency: read_hist,
             write_latency: write_hist,
+            trim_latency: trim_hist,
             detail,
         })
     }
@@ -449,7 +460,7 @@ impl JobReport {
         for warning in &self.plan.warnings {
             writeln!(out, "  warning: {warning}")?;
         }
-        for (label, direction) in [("read ", &self.read), ("write", &self.write)] {
+        for (label, direction) in [("read ", &self.read), ("write", &self.write), ("trim ", &self.trim)] {
             if direction.ios > 0 {
                 write_direction(out, label, direction)?;
             }
@@ -659,7 +670,7 @@ impl JobReport {
         w.field_u64("errors", self.errors)?;
         w.key("lat_ns")?;
         write_json_latency(&mut w, &self.total.latency)?;
-        for (name, direction) in [("read", &self.read), ("write", &self.write)] {
+        for (name, direction) in [("read", &self.read), ("write", &self.write), ("trim", &self.trim)] {
             w.key(name)?;
             w.begin_object()?;
             w.field_u64("ios", direction.ios)?;

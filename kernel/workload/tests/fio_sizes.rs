@@ -241,7 +241,7 @@ fn verify_with_variable_sizes_stamps_every_block_and_a_read_job_checks_each() {
 }
 
 #[test]
-fn verify_of_random_writes_and_the_backlog_are_refused_with_variable_sizes() {
+fn verify_of_random_writes_the_backlog_and_trims_are_refused_with_variable_sizes() {
     for (text, option) in [
         (
             "[w]\nrw=randwrite\nbssplit=4k/50:8k/50\nsize=1m\nverify=crc32c\n",
@@ -252,6 +252,8 @@ fn verify_of_random_writes_and_the_backlog_are_refused_with_variable_sizes() {
             "[w]\nrw=write\nbssplit=4k/50:8k/50\nsize=1m\nverify=crc32c\nverify_backlog=8\n",
             "verify_backlog",
         ),
+        ("[t]\nrw=randtrim\nbssplit=4k/50:8k/50\nsize=1m\n", "bssplit"),
+        ("[t]\nrw=trimwrite\nbsrange=4k-16k\nsize=1m\n", "bssplit"),
     ] {
         let run = parse_job_file(text, &[]).unwrap();
         let spec = run.jobs[0].to_spec(&[device()], &[0]).unwrap();

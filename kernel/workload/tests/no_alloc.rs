@@ -77,6 +77,7 @@ impl IoBackend for RingBackend {
                 IoOp::Write => self.disk[at..at + len].copy_from_slice(&self.buffers[slot]),
                 IoOp::Read => self.buffers[slot].copy_from_slice(&self.disk[at..at + len]),
                 IoOp::Flush => {}
+                IoOp::Trim => self.disk[at..at + len].fill(0),
             }
             out[index] = Completion::new(slot, Ok(()));
         }

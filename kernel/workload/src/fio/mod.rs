@@ -278,7 +278,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("verify_state_load", "verify state files need a file system"),
     (
         "trim_percentage",
-        "there is no trim (discard) operation in the block layer yet",
+        "trimming verified blocks (fio's verify trim options) is not implemented",
     ),
     ("zonemode", "zoned devices are not supported"),
     ("flow", "fio's flow control between jobs is not implemented"),
@@ -766,14 +766,15 @@ impl Builder {
                     "randwrite" => RwMode::RandWrite,
                     "randrw" => RwMode::RandRw,
                     "rw" | "readwrite" => RwMode::ReadWrite,
-                    "trim" | "randtrim" | "trimwrite" | "randtrimwrite" => {
-                        return Err(unsupported(
-                            &job,
-                            &format!("{key}={v}"),
-                            "there is no trim (discard) operation in the block layer yet",
+                    "trim" => RwMode::Trim,
+                    "randtrim" => RwMode::RandTrim,
+                    "trimwrite" => RwMode::TrimWrite,
+                    "randtrimwrite" => RwMode::RandTrimWrite,
+                    _ => {
+                        return Err(bad(
+                            "read, write, randread, randwrite, randrw, rw, readwrite, trim, randtrim, trimwrite or randtrimwrite",
                         ));
                     }
-                    _ => return Err(bad("read, write, randread, randwrite, randrw, rw or readwrite")),
                 };
             }
             "rwmixread" | "rwmixwrite" => {
@@ -1356,11 +1357,15 @@ impl Builder {
             }
         }
         self.spec.stop_on_error = !self.continue_on_error;
-        if run.readonly && self.spec.rw.writes() {
+        if run.readonly && (self.spec.rw.writes() || self.spec.rw.trims()) {
             return Err(unsupported(
                 &job,
                 "readonly",
-                format!("rw={} writes", self.spec.rw.as_str()),
+                format!(
+                    "rw={} {}",
+                    self.spec.rw.as_str(),
+                    if self.spec.rw.writes() { "writes" } else { "trims" }
+                ),
             ));
         }
         let logs = &self.report.logs;

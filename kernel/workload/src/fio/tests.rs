@@ -274,7 +274,7 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nbs=4k,8k\nnumber_ios=10\n", "number_ios"),
         ("[a]\nbssplit=4k/50:8k/50\nrate=1m\n", "rate"),
         ("[a]\ndirectory=/mnt\n", "directory"),
-        ("[a]\nrw=trim\n", "rw=trim"),
+        ("[a]\ntrim_percentage=10\n", "trim_percentage"),
         ("[a]\nrw=randread:8\n", "rw=randread:8"),
         ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
         ("[a]\nverify=pattern_hdr\nverify_pattern=0xff\n", "verify=pattern_hdr"),

@@ -255,7 +255,7 @@ struct Direction<'a> {
     samples: &'a [RateSample],
 }
 
-fn directions(report: &JobReport) -> [Direction<'_>; 2] {
+fn directions(report: &JobReport) -> [Direction<'_>; 3] {
     let detail = report.detail.as_ref();
     [
         Direction {
@@ -273,6 +273,14 @@ fn directions(report: &JobReport) -> [Direction<'_>; 2] {
             slat: detail.map(|d| &d.write_slat),
             clat: detail.map(|d| &d.write_clat),
             samples: detail.map_or(&[], |d| d.write_samples.as_slice()),
+        },
+        Direction {
+            ios: report.trim.ios,
+            bytes: report.trim.bytes,
+            lat: &report.trim_latency,
+            slat: detail.map(|d| &d.trim_slat),
+            clat: detail.map(|d| &d.trim_clat),
+            samples: detail.map_or(&[], |d| d.trim_samples.as_slice()),
         },
     ]
 }
@@ -465,7 +473,7 @@ fn write_job(w: &mut W<'_, '_>, job: &FioJob<'_>, options: &FioOutputOptions) ->
     let detail = report.detail.as_ref();
     let percentiles = options.percentiles();
     let bins = options.output_format == FioOutputFormat::JsonPlus;
-    let [read, write] = directions(report);
+    let [read, write, trim] = directions(report);
     w.begin_object()?;
     w.field_str("jobname", &report.plan.spec.name)?;
     w.field_u64("groupid", u64::from(job.meta.groupid))?;
@@ -480,7 +488,7 @@ fn write_job(w: &mut W<'_, '_>, job: &FioJob<'_>, options: &FioOutputOptions) ->
     w.key("write")?;
     write_direction(w, Some(&write), report.runtime_ns, &percentiles, bins)?;
     w.key("trim")?;
-    write_direction(w, None, report.runtime_ns, &percentiles, bins)?;
+    write_direction(w, Some(&trim), report.runtime_ns, &percentiles, bins)?;
     w.key("sync")?;
     w.begin_object()?;
     w.field_u64("total_ios", 0)?;
@@ -621,7 +629,7 @@ pub fn write_log_lines(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[
         let (bw, lat, iops) = (name_of(&logs.bw), name_of(&logs.lat), name_of(&logs.iops));
         for cpu in &detail.per_cpu {
             thread_number += 1;
-            for (ddir, direction) in [(0, &cpu.read), (1, &cpu.write)] {
+            for (ddir, direction) in [(0, &cpu.read), (1, &cpu.write), (2, &cpu.trim)] {
                 for row in &direction.log {
                     let mut emit = |prefix: &str, kind: &str, value: u64| {
                         writeln!(
@@ -811,7 +819,7 @@ fn write_direction_text(
 /// per direction.
 pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[FioJob<'_>]) -> fmt::Result {
     let percentiles = options.percentiles();
-    let mut totals = [(0u64, 0u64); 2];
+    let mut totals = [(0u64, 0u64); 3];
     for job in jobs {
         let report = job.report;
         let detail = report.detail.as_ref();
@@ -825,7 +833,7 @@ pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[F
             CTime(options.timestamp_ms / 1000)
         )?;
         let dirs = directions(report);
-        for (name, direction) in ["read", "write"].into_iter().zip(&dirs) {
+        for (name, direction) in ["read", "write", "trim"].into_iter().zip(&dirs) {
             write_direction_text(out, name, direction, report.runtime_ns, &percentiles)?;
         }
         for (total, direction) in totals.iter_mut().zip(&dirs) {
@@ -880,8 +888,8 @@ pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[F
         }
         writeln!(
             out,
-            "     issued rwts: total={},{},0,0 short=0,0,0,0 dropped=0,0,0,0",
-            report.read.ios, report.write.ios
+            "     issued rwts: total={},{},{},0 short=0,0,0,0 dropped=0,0,0,0",
+            report.read.ios, report.write.ios, report.trim.ios
         )?;
         writeln!(
             out,
@@ -891,7 +899,7 @@ pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[F
         out.write_char('\n')?;
     }
     writeln!(out, "Run status group 0 (all jobs):")?;
-    for (name, (bytes, runtime_ns)) in ["   READ", "  WRITE"].into_iter().zip(totals) {
+    for (name, (bytes, runtime_ns)) in ["   READ", "  WRITE", "   TRIM"].into_iter().zip(totals) {
         if runtime_ns == 0 {
             continue;
         }

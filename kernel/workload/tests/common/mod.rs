@@ -221,6 +221,8 @@ impl FakeBackend {
             }
             // The fake disk has no volatile cache.
             IoOp::Flush => {}
+            // A trimmed block reads back as zeros (as NVMe's deallocate with DLFEAT says).
+            IoOp::Trim => self.disk.bytes.lock().unwrap()[range].fill(0),
         }
     }
 
