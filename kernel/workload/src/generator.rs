@@ -84,6 +84,18 @@ impl SizedDraw {
     }
 }
 
+/// A block of `random_distribution=zoned`: a zone drawn by its share (`zones` holds cumulative
+/// percent, first block, length), then a block in it.
+#[inline]
+fn zoned_block(zones: &[(u64, u64, u64)], rng: &mut Rng) -> u64 {
+    let draw = rng.below(100);
+    let &(_, first, len) = zones
+        .iter()
+        .find(|(cumulative, _, _)| draw < *cumulative)
+        .unwrap_or(&zones[zones.len() - 1]);
+    first + rng.below(len)
+}
+
 impl IoGenerator {
     /// The generator of CPU `cpu_index` (an index into `plan.cpus`, which the caller has checked).
     pub fn new(plan: &JobPlan, cpu_index: usize) -> Self {
@@ -165,13 +177,7 @@ impl IoGenerator {
         } else if let Some(skew) = &self.skew {
             skew.next_block(&mut self.rng)
         } else if !self.zones.is_empty() && self.rw.is_random() {
-            let draw = self.rng.below(100);
-            let &(_, first, len) = self
-                .zones
-                .iter()
-                .find(|(cumulative, _, _)| draw < *cumulative)
-                .unwrap_or(&self.zones[self.zones.len() - 1]);
-            first + self.rng.below(len)
+            zoned_block(&self.zones, &mut self.rng)
         } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {
@@ -234,13 +240,7 @@ impl IoGenerator {
         } else if let Some(skew) = &self.skew {
             skew.next_block(&mut self.rng)
         } else if !self.zones.is_empty() && self.rw.is_random() {
-            let draw = self.rng.below(100);
-            let &(_, first, len) = self
-                .zones
-                .iter()
-                .find(|(cumulative, _, _)| draw < *cumulative)
-                .unwrap_or(&self.zones[self.zones.len() - 1]);
-            first + self.rng.below(len)
+            zoned_block(&self.zones, &mut self.rng)
         } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {
