@@ -111,6 +111,25 @@ impl RwMode {
         }
     }
 
+    /// Every mode, in the order error messages list them.
+    pub const ALL: [Self; 10] = [
+        Self::Read,
+        Self::Write,
+        Self::RandRead,
+        Self::RandWrite,
+        Self::RandRw,
+        Self::ReadWrite,
+        Self::Trim,
+        Self::RandTrim,
+        Self::TrimWrite,
+        Self::RandTrimWrite,
+    ];
+
+    /// The mode [`RwMode::as_str`] names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.as_str() == name)
+    }
+
     /// Whether each I/O's direction is drawn from `rwmixread` (`randrw`, `rw`).
     pub const fn is_mixed(self) -> bool {
         matches!(self, Self::RandRw | Self::ReadWrite)
@@ -730,23 +749,9 @@ impl SectionBuilder {
         match key {
             Key::Job => unreachable!("job= starts a section and is handled by parse_jobs"),
             Key::Rw => {
-                spec.rw = match value {
-                    "read" => RwMode::Read,
-                    "write" => RwMode::Write,
-                    "randread" => RwMode::RandRead,
-                    "randwrite" => RwMode::RandWrite,
-                    "randrw" => RwMode::RandRw,
-                    "rw" => RwMode::ReadWrite,
-                    "trim" => RwMode::Trim,
-                    "randtrim" => RwMode::RandTrim,
-                    "trimwrite" => RwMode::TrimWrite,
-                    "randtrimwrite" => RwMode::RandTrimWrite,
-                    _ => {
-                        return Err(bad(
-                            "one of read, write, randread, randwrite, randrw, rw, trim, randtrim, trimwrite, randtrimwrite",
-                        ));
-                    }
-                }
+                spec.rw = RwMode::from_name(value).ok_or_else(|| {
+                    bad("one of read, write, randread, randwrite, randrw, rw, trim, randtrim, trimwrite, randtrimwrite")
+                })?;
             }
             Key::RwMixRead | Key::RwMixWrite => {
                 let percent = parse_u64(value)

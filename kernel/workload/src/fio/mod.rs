@@ -759,23 +759,11 @@ impl Builder {
                         "the :N offset modifier is not implemented",
                     ));
                 }
-                self.spec.rw = match v {
-                    "read" => RwMode::Read,
-                    "write" => RwMode::Write,
-                    "randread" => RwMode::RandRead,
-                    "randwrite" => RwMode::RandWrite,
-                    "randrw" => RwMode::RandRw,
-                    "rw" | "readwrite" => RwMode::ReadWrite,
-                    "trim" => RwMode::Trim,
-                    "randtrim" => RwMode::RandTrim,
-                    "trimwrite" => RwMode::TrimWrite,
-                    "randtrimwrite" => RwMode::RandTrimWrite,
-                    _ => {
-                        return Err(bad(
-                            "read, write, randread, randwrite, randrw, rw, readwrite, trim, randtrim, trimwrite or randtrimwrite",
-                        ));
-                    }
-                };
+                // fio spells ReadWrite `rw` or `readwrite`; the rest as baremq's native rw=.
+                let name = if v == "readwrite" { "rw" } else { v };
+                self.spec.rw = RwMode::from_name(name).ok_or_else(|| {
+                    bad("read, write, randread, randwrite, randrw, rw, readwrite, trim, randtrim, trimwrite or randtrimwrite")
+                })?;
             }
             "rwmixread" | "rwmixwrite" => {
                 let percent = values::integer(need()?)
