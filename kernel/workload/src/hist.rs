@@ -10,7 +10,7 @@
 //!
 //! Besides the counts the histogram keeps the exact sum, the sum of squares (for the sample
 //! standard deviation), the minimum and the maximum. Recording is the index arithmetic, one
-//! increment and those four updates: no loop, no branch on the layout besides the small-value test.
+//! increment and those four updates: no loop, no branch on the layout (the small values too).
 //!
 //! baremq's own report keeps its percentile rule ([`LatencyHistogram::percentile_ppm`]: nearest rank,
 //! bucket midpoint clamped to [min, max]); fio's rule is [`LatencyHistogram::fio_percentile`].
