@@ -119,6 +119,36 @@ fn data_pages<S: DataSegment>(segments: &[S]) -> impl Iterator<Item = u64> + '_ 
 /// `None` when it needs one (then [`build`] it). The same checks as [`build`]; one walk over at
 /// most three pages and no list page touched, on every small I/O (issue 22).
 pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) -> Result<Option<Prps>, Error> {
+    // One segment (every I/O from one buffer): `validate`'s checks and the page walk in straight
+    // line, no loop or iterator (issue 22). Whatever fails here goes the general way below,
+    // which names the error.
+    if let [segment] = segments {
+        let (phys, len) = (segment.bus_addr(), u64::from(segment.bytes()));
+        if let Some(end) = phys.checked_add(len)
+            && len != 0
+            && len == bytes
+            && bytes <= max_bytes
+            && phys % 4 == 0
+        {
+            // Saturating: a segment in the last page of the address space has no second page.
+            let second = (phys & !(PAGE - 1)).saturating_add(PAGE);
+            return Ok(if second >= end {
+                Some(Prps {
+                    prp1: phys,
+                    prp2: 0,
+                    list_entries: 0,
+                })
+            } else if second.saturating_add(PAGE) >= end {
+                Some(Prps {
+                    prp1: phys,
+                    prp2: second,
+                    list_entries: 0,
+                })
+            } else {
+                None
+            });
+        }
+    }
     validate(segments, bytes, max_bytes)?;
     let mut pages = data_pages(segments);
     let Some(prp1) = pages.next() else {

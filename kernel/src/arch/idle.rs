@@ -93,12 +93,14 @@ pub fn wait_until(ready: impl Fn() -> bool) {
 /// [`wait_until`]. Free in poll mode; on the CPU itself nothing is needed
 /// (the interrupt that runs this already ended its hlt).
 pub fn wake(cpu: usize) {
-    if !halts() || cpu >= MAX_CPUS {
+    // The own CPU first, before the fence: every inline completion (the null device) and every
+    // completion on the submitting CPU lands here, and needs neither the fence nor an IPI.
+    if !halts() || cpu >= MAX_CPUS || cpu == percpu::index() {
         return;
     }
     // Pairs with the fence in `wait_until`.
     fence(Ordering::SeqCst);
-    if cpu != percpu::index() && WAITING[cpu].swap(false, Ordering::Relaxed) {
+    if WAITING[cpu].swap(false, Ordering::Relaxed) {
         apic::send_ipi(
             percpu::cpu(cpu).apic_id.load(Ordering::Relaxed),
             apic::Delivery::Fixed(irq::VECTOR_WAKE),

@@ -1287,6 +1287,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         // block is dropped, as if another block had been drawn. A size-bound job must issue every
         // I/O it drew, so it waits instead.
         let may_drop = self.plan.spec.is_time_based();
+        // One clock read per burst: every I/O of the burst starts at the burst's first submission.
+        // The burst is submitted back to back (at most one per slot), so an I/O's latency reads
+        // high by at most the time to submit the I/Os before it in the burst (docs/bench.md).
+        let burst_ns = self.backend.now_ns();
         while !self.free_slots.is_empty() && submissions_left > 0 {
             if self.paced && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
                 // fio's fsync: what is in flight completes, then the flush alone.
@@ -1333,7 +1337,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 return Ok(true);
             }
             submissions_left -= 1;
-            if !self.try_submit(io, phase)? {
+            if !self.try_submit(io, burst_ns, phase)? {
                 self.retry = Some(io);
                 return Ok(true);
             }
@@ -1383,8 +1387,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     }
 
     /// Tries to start `io` (whose block is not in flight) in a free slot. Returns false when the
-    /// backend is busy; an immediate failure counts as a completed, failed I/O.
-    fn try_submit(&mut self, (op, block): (IoOp, u64), phase: Phase) -> Result<bool, WorkloadError> {
+    /// backend is busy; an immediate failure counts as a completed, failed I/O. `submitted_ns` is
+    /// the clock read of the burst this submission belongs to.
+    fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
         let tracked = self.tracked();
         debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
         let Some(&slot) = self.free_slots.last() else {
@@ -1427,7 +1432,6 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
             _ => {}
         }
-        let submitted_ns = self.backend.now_ns();
         let (sectors, bytes) = (self.io_sectors, self.io_bytes);
         match self.backend.submit(slot, op, lba, sectors) {
             Err(SubmitError::Busy) => Ok(false),

@@ -10,7 +10,7 @@
 //!
 //! Besides the counts the histogram keeps the exact sum, the sum of squares (for the sample
 //! standard deviation), the minimum and the maximum. Recording is the index arithmetic, one
-//! increment and those four updates: no loop, no branch on the layout besides the small-value test.
+//! increment and those four updates: no loop, no branch on the layout (the small values too).
 //!
 //! baremq's own report keeps its percentile rule ([`LatencyHistogram::percentile_ppm`]: nearest rank,
 //! bucket midpoint clamped to [min, max]); fio's rule is [`LatencyHistogram::fio_percentile`].
@@ -43,13 +43,12 @@ pub const REPORT_PERCENTILES_PPM: [(&str, u32); 5] = [
 /// The bucket holding `value` (fio's `plat_val_to_idx`).
 #[inline(always)]
 pub const fn bucket_of(value: u64) -> usize {
-    if value < EXACT_BELOW {
-        return value as usize;
-    }
-    let top_bit = 63 - value.leading_zeros();
-    // Bits below the 6 that select the bucket inside the group.
-    let dropped = top_bit - SUB_BUCKET_BITS;
-    let index = (((dropped + 1) as usize) << SUB_BUCKET_BITS) + ((value >> dropped) & (SUB_BUCKETS - 1)) as usize;
+    // Branch-free (issue 22): bits below the 6 that select the bucket inside the group, 0 for a
+    // value below 128 (`| SUB_BUCKETS` puts the top bit at 6 or above). Then `value >> dropped`
+    // is the group's 64 plus the bucket inside it, or the value itself below 128, so one shift and
+    // one add give fio's index either way.
+    let dropped = 63 - SUB_BUCKET_BITS - (value | SUB_BUCKETS).leading_zeros();
+    let index = ((dropped as usize) << SUB_BUCKET_BITS) + (value >> dropped) as usize;
     if index < BUCKETS { index } else { BUCKETS - 1 }
 }
 
