@@ -17,8 +17,29 @@ pub trait Platform: Send + Sync {
     /// Ask the current CPU, `cpu`, to run [`Queue::run_completions`] soon, outside the
     /// interrupt handler (Linux raises BLOCK_SOFTIRQ). Called on empty to non-empty only.
     fn raise_completion_softirq(&self, cpu: usize);
-    /// A request finished. Called exactly once per accepted request, on the completing CPU.
+    /// A request finished. Called exactly once per accepted request, on the completing CPU
+    /// (through [`Platform::end_io_by_cookie`] instead where [`Platform::ends_by_cookie`]).
     fn end_io(&self, completion: &Completion);
+
+    /// Whether this platform needs only the cookie, the submitting CPU and the status of a
+    /// finished request: then a queue ends every request that was not split through
+    /// [`Platform::end_io_by_cookie`] and builds no [`Completion`] for it (issue 22: the
+    /// kernel's done board needs nothing more). Asked once, when a queue is built. The default,
+    /// `false`, reports everything through [`Platform::end_io`].
+    fn ends_by_cookie(&self) -> bool {
+        false
+    }
+
+    /// A request finished, in brief (only where [`Platform::ends_by_cookie`] is `true`; a split
+    /// bio still ends through [`Platform::end_io`]). Called exactly once per such request, on
+    /// the completing CPU.
+    fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: Status) {
+        // Reached only if `ends_by_cookie` says `true` without this being implemented: a
+        // platform bug that would lose every completion, so it must not pass quietly.
+        panic!(
+            "Platform::ends_by_cookie is true but end_io_by_cookie is not implemented (cookie {cookie}, cpu {submit_cpu}, {status:?})"
+        );
+    }
 
     /// [`crate::QuiesceCheck::Sleeping`]: park CPU `cpu` until [`Platform::wake`] is called for
     /// it (halt until the wake-up IPI). Must return if `wake(cpu)` was called since this last

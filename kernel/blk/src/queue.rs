@@ -333,6 +333,8 @@ pub struct Queue<D: Driver> {
     block_sectors: u32,
     timeout_ns: u64,
     run_on_completion: bool,
+    /// [`Platform::ends_by_cookie`], asked once: unsplit requests end without a [`Completion`].
+    ends_by_cookie: bool,
     cpu_to_hwq: Box<[u16]>,
     /// Hardware queues served by each tag set (all of them with shared tags).
     set_hwqs: Box<[Box<[u16]>]>,
@@ -424,6 +426,7 @@ impl<D: Driver> Queue<D> {
             }
         }
         Ok(Self {
+            ends_by_cookie: platform.ends_by_cookie(),
             platform,
             ncpus,
             depth,
@@ -1644,28 +1647,58 @@ impl<D: Driver> Queue<D> {
     #[inline]
     pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool) {
         let slot = self.slot(index);
-        let (completion, set, hwq, parent) = {
+        let (hwq, tag, parent) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };
-            (
-                Completion {
-                    cookie: d.cookie,
-                    op: d.op,
-                    sector: d.sector,
-                    nr_sectors: d.nr_sectors,
-                    status,
-                    hwq: d.hwq,
-                    tag: d.tag,
-                    submit_cpu: d.submit_cpu,
-                    complete_cpu: cpu as u16,
-                },
-                // The tag set of the hardware queue it went through (no division by the depth).
-                self.set_of(usize::from(d.hwq)),
-                usize::from(d.hwq),
-                d.parent,
-            )
+            (usize::from(d.hwq), d.tag, d.parent)
         };
+        // The tag set of the hardware queue it went through (no division by the depth).
+        let set = self.set_of(hwq);
         self.stage(cpu, index, crate::driver::Stage::EndIo);
+        if parent == NO_PARENT && self.ends_by_cookie {
+            // SAFETY: as above; the slot stays ours until it is freed below.
+            let d = unsafe { slot.data() };
+            self.platform.end_io_by_cookie(d.cookie, d.submit_cpu, status);
+        } else {
+            self.end_io_full(cpu, index, status, parent);
+        }
+        let counters = self.counters.cpu(cpu);
+        bump(&counters.completed);
+        if inline {
+            bump(&counters.completions_inline);
+        }
+        if !status.is_ok() {
+            bump(&counters.completed_with_error);
+        }
+        slot.set_state(state::FREE);
+        // Release inside `free` publishes the FREE state and our last reads to the next owner.
+        // It also bumps the set's "freed" sequence and fences (the restart protocol).
+        let freed = self.tag_sets[set].free(cpu, tag, self.sharer_ids[set]);
+        debug_assert!(freed, "tag {tag} freed twice");
+        self.usage.exit();
+        self.after_completion(cpu, set, hwq);
+    }
+
+    /// [`Queue::end_request`]'s report through [`Platform::end_io`]: a whole [`Completion`]
+    /// for an unsplit request, or the bio's once its last part has ended. Cold: the kernel's
+    /// platform ends by cookie, so it comes here only for split bios.
+    #[cold]
+    fn end_io_full(&self, cpu: usize, index: u32, status: Status, parent: u32) {
+        let completion = {
+            // SAFETY: called by `end_request`, which owns the slot until it frees it.
+            let d = unsafe { self.slot(index).data() };
+            Completion {
+                cookie: d.cookie,
+                op: d.op,
+                sector: d.sector,
+                nr_sectors: d.nr_sectors,
+                status,
+                hwq: d.hwq,
+                tag: d.tag,
+                submit_cpu: d.submit_cpu,
+                complete_cpu: cpu as u16,
+            }
+        };
         if parent == NO_PARENT {
             self.platform.end_io(&completion);
         } else if let Some(done) = self.splits.part_done(parent, status) {
@@ -1680,21 +1713,6 @@ impl<D: Driver> Queue<D> {
             });
             self.splits.release(cpu, parent);
         }
-        let counters = self.counters.cpu(cpu);
-        bump(&counters.completed);
-        if inline {
-            bump(&counters.completions_inline);
-        }
-        if !status.is_ok() {
-            bump(&counters.completed_with_error);
-        }
-        slot.set_state(state::FREE);
-        // Release inside `free` publishes the FREE state and our last reads to the next owner.
-        // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let freed = self.tag_sets[set].free(cpu, completion.tag, self.sharer_ids[set]);
-        debug_assert!(freed, "tag {} freed twice", completion.tag);
-        self.usage.exit();
-        self.after_completion(cpu, set, hwq);
     }
 
     /// Reruns the queue after a completion (always with `run_queue_on_completion`, otherwise
