@@ -1257,7 +1257,7 @@ impl<D: Driver> Queue<D> {
             unsafe { slot.data_mut().hwq = hwq as u16 };
             slot.set_state(state::DRIVER);
             // SAFETY: state is DRIVER and this is the only handle.
-            let rq = unsafe { Rq::new(self, index, cpu as u16, false) };
+            let rq = unsafe { Rq::new(self, index, cpu as u16, false, true) };
             bump(&counters.dispatched);
             self.stage(cpu, index, crate::driver::Stage::Dispatch);
             match self.driver.queue_rq(&ctx, rq, last) {
@@ -1515,7 +1515,7 @@ impl<D: Driver> Queue<D> {
                             Claim::Complete(status) => {
                                 slot.set_status(status);
                                 self.stage(cpu, index, crate::driver::Stage::DeviceComplete);
-                                self.route_completion(cpu, index);
+                                self.route_completion(cpu, index, false);
                             }
                             Claim::Requeue => self.requeue_owned(cpu, index),
                         }
@@ -1572,16 +1572,16 @@ impl<D: Driver> Queue<D> {
 
     /// Sends a claimed completion (state COMPLETING) where the policy says.
     #[inline(always)]
-    pub(crate) fn route_completion(&self, cpu: usize, index: u32) {
+    pub(crate) fn route_completion(&self, cpu: usize, index: u32, in_dispatch: bool) {
         let counters = self.counters.cpu(cpu);
         match self.completion_policy() {
             CompletionPolicy::Irq => {
                 bump(&counters.completions_irq);
-                self.finish(cpu, index);
+                self.finish(cpu, index, in_dispatch);
             }
             CompletionPolicy::Poll => {
                 bump(&counters.completions_poll);
-                self.finish(cpu, index);
+                self.finish(cpu, index, in_dispatch);
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
@@ -1596,7 +1596,7 @@ impl<D: Driver> Queue<D> {
                 let target = usize::from(unsafe { self.slot(index).data() }.submit_cpu);
                 if target == cpu {
                     bump(&counters.completions_irq);
-                    self.finish(cpu, index);
+                    self.finish(cpu, index, in_dispatch);
                 } else {
                     bump(&counters.completions_remote);
                     self.stage(cpu, index, crate::driver::Stage::ListPush);
@@ -1618,7 +1618,7 @@ impl<D: Driver> Queue<D> {
         let mut n = 0;
         for index in self.done_lists[cpu].take_all(&self.links) {
             self.stage(cpu, index, crate::driver::Stage::Softirq);
-            self.finish(cpu, index);
+            self.finish(cpu, index, false);
             n += 1;
         }
         // A sharer of our host tag set freed tags while we held turned-away requests, and
@@ -1633,19 +1633,23 @@ impl<D: Driver> Queue<D> {
         n
     }
 
-    /// Hands a claimed completion to the driver's `complete`.
-    fn finish(&self, cpu: usize, index: u32) {
+    /// Hands a claimed completion to the driver's `complete`. `in_dispatch`: this CPU holds
+    /// the run token of the request's hardware queue (a completion routed locally from inside
+    /// `queue_rq`, as [`Rq::complete`] does).
+    fn finish(&self, cpu: usize, index: u32, in_dispatch: bool) {
         self.slot(index).set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
-        let rq = unsafe { Rq::new(self, index, cpu as u16, true) };
+        let rq = unsafe { Rq::new(self, index, cpu as u16, true, in_dispatch) };
         self.driver.complete(rq);
     }
 
     /// The single exit: reports the completion, frees the tag, leaves the queue.
     /// `inline`: the request never went through completion routing (ended in `queue_rq`).
+    /// `in_dispatch`: this CPU holds the run token of the request's hardware queue (see
+    /// `after_completion`).
     #[inline]
-    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool) {
+    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool, in_dispatch: bool) {
         let slot = self.slot(index);
         let (hwq, tag, parent) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
@@ -1676,7 +1680,7 @@ impl<D: Driver> Queue<D> {
         let freed = self.tag_sets[set].free(cpu, tag, self.sharer_ids[set]);
         debug_assert!(freed, "tag {tag} freed twice");
         self.usage.exit();
-        self.after_completion(cpu, set, hwq);
+        self.after_completion(cpu, set, hwq, in_dispatch);
     }
 
     /// [`Queue::end_request`]'s report through [`Platform::end_io`]: a whole [`Completion`]
@@ -1719,18 +1723,31 @@ impl<D: Driver> Queue<D> {
     /// only if the driver had turned requests away). The tag free just before bumped the set's
     /// "freed" sequence and ran a full fence, which pairs with the fence in `dispatch_once`'s
     /// restart protocol (and serves as the lock-free quiesce re-check's fence).
-    fn after_completion(&self, cpu: usize, set: usize, hwq: usize) {
-        if self.run_on_completion {
-            // The fence above already did the lock-free re-check's job; the locked variant
-            // still takes its lock when the lockless check says "nothing to do".
-            let locked = self.quiesce_check() != QuiesceCheck::LockFree;
-            if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
-                self.dispatch(cpu, hwq);
+    ///
+    /// `in_dispatch`: the request ended on the CPU that holds `hwq`'s run token (inside
+    /// `queue_rq`: ended there, or completed there through a local completion policy). With the
+    /// lock-free re-check nothing needs rerunning on `hwq` then: that pass goes on through its
+    /// FIFO, a CPU that inserts meanwhile requests the rerun itself (`run_hw_queue`), and a
+    /// request turned away later in the pass sees the "freed" sequence moved (the restart
+    /// protocol) and goes again. The locked variants keep their lock (they model that cost;
+    /// issue 22).
+    fn after_completion(&self, cpu: usize, set: usize, hwq: usize, in_dispatch: bool) {
+        let check = self.quiesce_check();
+        if !(in_dispatch && check == QuiesceCheck::LockFree) {
+            if self.run_on_completion {
+                // The fence above already did the lock-free re-check's job; the locked variant
+                // still takes its lock when the lockless check says "nothing to do".
+                let locked = check != QuiesceCheck::LockFree;
+                if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
+                    self.dispatch(cpu, hwq);
+                }
+            } else if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
+                self.run_hw_queue(cpu, hwq);
             }
         }
         for &h in self.set_hwqs[set].iter() {
             let h = usize::from(h);
-            if (h != hwq || !self.run_on_completion) && self.hwqs[h].dispatch_nonempty.load(Ordering::Relaxed) {
+            if h != hwq && self.hwqs[h].dispatch_nonempty.load(Ordering::Relaxed) {
                 self.run_hw_queue(cpu, h);
             }
         }
@@ -1846,7 +1863,7 @@ impl<D: Driver> Queue<D> {
                     Ordering::Acquire,
                 );
                 slot.set_status(status);
-                self.route_completion(cpu, index);
+                self.route_completion(cpu, index, false);
             }
             Some(TimeoutAction::Requeue) => {
                 match slot.word.compare_exchange(
@@ -1881,7 +1898,7 @@ impl<D: Driver> Queue<D> {
             slot.set_status(Status::from_u8(late));
             slot.word
                 .store(state::pack(generation, state::COMPLETING), Ordering::Relaxed);
-            self.route_completion(cpu, index);
+            self.route_completion(cpu, index, false);
         }
     }
 }
