@@ -338,6 +338,10 @@ pub struct Queue<D: Driver> {
     cpu_to_hwq: Box<[u16]>,
     /// Hardware queues served by each tag set (all of them with shared tags).
     set_hwqs: Box<[Box<[u16]>]>,
+    /// Some tag set serves more than one hardware queue (`shared_tags` with several): only
+    /// then can a completion free a tag that another hardware queue waits for. Decided once,
+    /// so that a completion on a queue without skips `after_completion`'s loop.
+    set_spans_hwqs: bool,
     hwqs: Box<[HwQueue]>,
     sw_queues: Box<[CachePadded<TagStack>]>,
     done_lists: Box<[CachePadded<TagStack>]>,
@@ -447,6 +451,7 @@ impl<D: Driver> Queue<D> {
             timeout_ns: cfg.timeout_ns,
             run_on_completion: cfg.run_queue_on_completion,
             cpu_to_hwq,
+            set_spans_hwqs: set_hwqs.iter().any(|hwqs| hwqs.len() > 1),
             set_hwqs: set_hwqs.into_boxed_slice(),
             hwqs: (0..cfg.nr_hw_queues).map(|_| HwQueue::new(ncpus)).collect(),
             sw_queues: stacks(ncpus),
@@ -1744,6 +1749,9 @@ impl<D: Driver> Queue<D> {
             } else if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
                 self.run_hw_queue(cpu, hwq);
             }
+        }
+        if !self.set_spans_hwqs {
+            return;
         }
         for &h in self.set_hwqs[set].iter() {
             let h = usize::from(h);
