@@ -17,8 +17,29 @@ pub trait Platform: Send + Sync {
     /// Ask the current CPU, `cpu`, to run [`Queue::run_completions`] soon, outside the
     /// interrupt handler (Linux raises BLOCK_SOFTIRQ). Called on empty to non-empty only.
     fn raise_completion_softirq(&self, cpu: usize);
-    /// A request finished. Called exactly once per accepted request, on the completing CPU.
+    /// A request finished. Called exactly once per accepted request, on the completing CPU
+    /// (through [`Platform::end_io_by_cookie`] instead where [`Platform::ends_by_cookie`]).
     fn end_io(&self, completion: &Completion);
+
+    /// Whether this platform needs only the cookie, the submitting CPU and the status of a
+    /// finished request: then a queue ends every request that was not split through
+    /// [`Platform::end_io_by_cookie`] and builds no [`Completion`] for it (issue 22: the
+    /// kernel's done board needs nothing more). Asked once, when a queue is built. The default,
+    /// `false`, reports everything through [`Platform::end_io`].
+    fn ends_by_cookie(&self) -> bool {
+        false
+    }
+
+    /// A request finished, in brief (only where [`Platform::ends_by_cookie`] is `true`; a split
+    /// bio still ends through [`Platform::end_io`]). Called exactly once per such request, on
+    /// the completing CPU.
+    fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: Status) {
+        // Reached only if `ends_by_cookie` says `true` without this being implemented: a
+        // platform bug that would lose every completion, so it must not pass quietly.
+        panic!(
+            "Platform::ends_by_cookie is true but end_io_by_cookie is not implemented (cookie {cookie}, cpu {submit_cpu}, {status:?})"
+        );
+    }
 
     /// [`crate::QuiesceCheck::Sleeping`]: park CPU `cpu` until [`Platform::wake`] is called for
     /// it (halt until the wake-up IPI). Must return if `wake(cpu)` was called since this last
@@ -281,17 +302,21 @@ pub struct Rq<'a, D: Driver> {
     cpu: u16,
     /// Given out by the completion path (as opposed to dispatch): ending it is not "inline".
     routed: bool,
+    /// This CPU holds the run token of the request's hardware queue: given out by dispatch, or
+    /// by a local completion from inside `queue_rq` ([`Rq::complete`]).
+    in_dispatch: bool,
 }
 
 impl<'a, D: Driver> Rq<'a, D> {
     /// # Safety
     /// The slot `index` is in state DRIVER and no other handle to it exists.
-    pub(crate) unsafe fn new(queue: &'a Queue<D>, index: u32, cpu: u16, routed: bool) -> Self {
+    pub(crate) unsafe fn new(queue: &'a Queue<D>, index: u32, cpu: u16, routed: bool, in_dispatch: bool) -> Self {
         Self {
             queue,
             index,
             cpu,
             routed,
+            in_dispatch,
         }
     }
 
@@ -396,21 +421,22 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
     pub fn end(self, status: Status) {
-        let (queue, index, cpu, routed) = (self.queue, self.index, self.cpu, self.routed);
+        let (queue, index, cpu, routed, in_dispatch) =
+            (self.queue, self.index, self.cpu, self.routed, self.in_dispatch);
         core::mem::forget(self);
-        queue.end_request(usize::from(cpu), index, status, !routed);
+        queue.end_request(usize::from(cpu), index, status, !routed, in_dispatch);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
     /// on this CPU (issue followed by an immediate interrupt).
     pub fn complete(self, status: Status) {
-        let (queue, index, cpu) = (self.queue, self.index, self.cpu);
+        let (queue, index, cpu, in_dispatch) = (self.queue, self.index, self.cpu, self.in_dispatch);
         core::mem::forget(self);
         let slot = queue.slot(index);
         slot.set_status(status);
         slot.set_state(state::COMPLETING);
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
-        queue.route_completion(usize::from(cpu), index);
+        queue.route_completion(usize::from(cpu), index, in_dispatch);
     }
 }
 
@@ -422,7 +448,7 @@ impl<D: Driver> Drop for Rq<'_, D> {
             "request handle for tag {} dropped without issue/end/complete",
             self.tag()
         );
-        queue.end_request(usize::from(cpu), index, Status::IoError, !self.routed);
+        queue.end_request(usize::from(cpu), index, Status::IoError, !self.routed, self.in_dispatch);
     }
 }
 

@@ -333,9 +333,15 @@ pub struct Queue<D: Driver> {
     block_sectors: u32,
     timeout_ns: u64,
     run_on_completion: bool,
+    /// [`Platform::ends_by_cookie`], asked once: unsplit requests end without a [`Completion`].
+    ends_by_cookie: bool,
     cpu_to_hwq: Box<[u16]>,
     /// Hardware queues served by each tag set (all of them with shared tags).
     set_hwqs: Box<[Box<[u16]>]>,
+    /// Some tag set serves more than one hardware queue (`shared_tags` with several): only
+    /// then can a completion free a tag that another hardware queue waits for. Decided once,
+    /// so that a completion on a queue without skips `after_completion`'s loop.
+    set_spans_hwqs: bool,
     hwqs: Box<[HwQueue]>,
     sw_queues: Box<[CachePadded<TagStack>]>,
     done_lists: Box<[CachePadded<TagStack>]>,
@@ -424,6 +430,7 @@ impl<D: Driver> Queue<D> {
             }
         }
         Ok(Self {
+            ends_by_cookie: platform.ends_by_cookie(),
             platform,
             ncpus,
             depth,
@@ -444,6 +451,7 @@ impl<D: Driver> Queue<D> {
             timeout_ns: cfg.timeout_ns,
             run_on_completion: cfg.run_queue_on_completion,
             cpu_to_hwq,
+            set_spans_hwqs: set_hwqs.iter().any(|hwqs| hwqs.len() > 1),
             set_hwqs: set_hwqs.into_boxed_slice(),
             hwqs: (0..cfg.nr_hw_queues).map(|_| HwQueue::new(ncpus)).collect(),
             sw_queues: stacks(ncpus),
@@ -1254,7 +1262,7 @@ impl<D: Driver> Queue<D> {
             unsafe { slot.data_mut().hwq = hwq as u16 };
             slot.set_state(state::DRIVER);
             // SAFETY: state is DRIVER and this is the only handle.
-            let rq = unsafe { Rq::new(self, index, cpu as u16, false) };
+            let rq = unsafe { Rq::new(self, index, cpu as u16, false, true) };
             bump(&counters.dispatched);
             self.stage(cpu, index, crate::driver::Stage::Dispatch);
             match self.driver.queue_rq(&ctx, rq, last) {
@@ -1512,7 +1520,7 @@ impl<D: Driver> Queue<D> {
                             Claim::Complete(status) => {
                                 slot.set_status(status);
                                 self.stage(cpu, index, crate::driver::Stage::DeviceComplete);
-                                self.route_completion(cpu, index);
+                                self.route_completion(cpu, index, false);
                             }
                             Claim::Requeue => self.requeue_owned(cpu, index),
                         }
@@ -1569,16 +1577,16 @@ impl<D: Driver> Queue<D> {
 
     /// Sends a claimed completion (state COMPLETING) where the policy says.
     #[inline(always)]
-    pub(crate) fn route_completion(&self, cpu: usize, index: u32) {
+    pub(crate) fn route_completion(&self, cpu: usize, index: u32, in_dispatch: bool) {
         let counters = self.counters.cpu(cpu);
         match self.completion_policy() {
             CompletionPolicy::Irq => {
                 bump(&counters.completions_irq);
-                self.finish(cpu, index);
+                self.finish(cpu, index, in_dispatch);
             }
             CompletionPolicy::Poll => {
                 bump(&counters.completions_poll);
-                self.finish(cpu, index);
+                self.finish(cpu, index, in_dispatch);
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
@@ -1593,7 +1601,7 @@ impl<D: Driver> Queue<D> {
                 let target = usize::from(unsafe { self.slot(index).data() }.submit_cpu);
                 if target == cpu {
                     bump(&counters.completions_irq);
-                    self.finish(cpu, index);
+                    self.finish(cpu, index, in_dispatch);
                 } else {
                     bump(&counters.completions_remote);
                     self.stage(cpu, index, crate::driver::Stage::ListPush);
@@ -1615,7 +1623,7 @@ impl<D: Driver> Queue<D> {
         let mut n = 0;
         for index in self.done_lists[cpu].take_all(&self.links) {
             self.stage(cpu, index, crate::driver::Stage::Softirq);
-            self.finish(cpu, index);
+            self.finish(cpu, index, false);
             n += 1;
         }
         // A sharer of our host tag set freed tags while we held turned-away requests, and
@@ -1630,42 +1638,76 @@ impl<D: Driver> Queue<D> {
         n
     }
 
-    /// Hands a claimed completion to the driver's `complete`.
-    fn finish(&self, cpu: usize, index: u32) {
+    /// Hands a claimed completion to the driver's `complete`. `in_dispatch`: this CPU holds
+    /// the run token of the request's hardware queue (a completion routed locally from inside
+    /// `queue_rq`, as [`Rq::complete`] does).
+    fn finish(&self, cpu: usize, index: u32, in_dispatch: bool) {
         self.slot(index).set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
-        let rq = unsafe { Rq::new(self, index, cpu as u16, true) };
+        let rq = unsafe { Rq::new(self, index, cpu as u16, true, in_dispatch) };
         self.driver.complete(rq);
     }
 
     /// The single exit: reports the completion, frees the tag, leaves the queue.
     /// `inline`: the request never went through completion routing (ended in `queue_rq`).
+    /// `in_dispatch`: this CPU holds the run token of the request's hardware queue (see
+    /// `after_completion`).
     #[inline]
-    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool) {
+    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool, in_dispatch: bool) {
         let slot = self.slot(index);
-        let (completion, set, hwq, parent) = {
+        let (hwq, tag, parent) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };
-            (
-                Completion {
-                    cookie: d.cookie,
-                    op: d.op,
-                    sector: d.sector,
-                    nr_sectors: d.nr_sectors,
-                    status,
-                    hwq: d.hwq,
-                    tag: d.tag,
-                    submit_cpu: d.submit_cpu,
-                    complete_cpu: cpu as u16,
-                },
-                // The tag set of the hardware queue it went through (no division by the depth).
-                self.set_of(usize::from(d.hwq)),
-                usize::from(d.hwq),
-                d.parent,
-            )
+            (usize::from(d.hwq), d.tag, d.parent)
         };
+        // The tag set of the hardware queue it went through (no division by the depth).
+        let set = self.set_of(hwq);
         self.stage(cpu, index, crate::driver::Stage::EndIo);
+        if parent == NO_PARENT && self.ends_by_cookie {
+            // SAFETY: as above; the slot stays ours until it is freed below.
+            let d = unsafe { slot.data() };
+            self.platform.end_io_by_cookie(d.cookie, d.submit_cpu, status);
+        } else {
+            self.end_io_full(cpu, index, status, parent);
+        }
+        let counters = self.counters.cpu(cpu);
+        bump(&counters.completed);
+        if inline {
+            bump(&counters.completions_inline);
+        }
+        if !status.is_ok() {
+            bump(&counters.completed_with_error);
+        }
+        slot.set_state(state::FREE);
+        // Release inside `free` publishes the FREE state and our last reads to the next owner.
+        // It also bumps the set's "freed" sequence and fences (the restart protocol).
+        let freed = self.tag_sets[set].free(cpu, tag, self.sharer_ids[set]);
+        debug_assert!(freed, "tag {tag} freed twice");
+        self.usage.exit();
+        self.after_completion(cpu, set, hwq, in_dispatch);
+    }
+
+    /// [`Queue::end_request`]'s report through [`Platform::end_io`]: a whole [`Completion`]
+    /// for an unsplit request, or the bio's once its last part has ended. Cold: the kernel's
+    /// platform ends by cookie, so it comes here only for split bios.
+    #[cold]
+    fn end_io_full(&self, cpu: usize, index: u32, status: Status, parent: u32) {
+        let completion = {
+            // SAFETY: called by `end_request`, which owns the slot until it frees it.
+            let d = unsafe { self.slot(index).data() };
+            Completion {
+                cookie: d.cookie,
+                op: d.op,
+                sector: d.sector,
+                nr_sectors: d.nr_sectors,
+                status,
+                hwq: d.hwq,
+                tag: d.tag,
+                submit_cpu: d.submit_cpu,
+                complete_cpu: cpu as u16,
+            }
+        };
         if parent == NO_PARENT {
             self.platform.end_io(&completion);
         } else if let Some(done) = self.splits.part_done(parent, status) {
@@ -1680,39 +1722,40 @@ impl<D: Driver> Queue<D> {
             });
             self.splits.release(cpu, parent);
         }
-        let counters = self.counters.cpu(cpu);
-        bump(&counters.completed);
-        if inline {
-            bump(&counters.completions_inline);
-        }
-        if !status.is_ok() {
-            bump(&counters.completed_with_error);
-        }
-        slot.set_state(state::FREE);
-        // Release inside `free` publishes the FREE state and our last reads to the next owner.
-        // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let freed = self.tag_sets[set].free(cpu, completion.tag, self.sharer_ids[set]);
-        debug_assert!(freed, "tag {} freed twice", completion.tag);
-        self.usage.exit();
-        self.after_completion(cpu, set, hwq);
     }
 
     /// Reruns the queue after a completion (always with `run_queue_on_completion`, otherwise
     /// only if the driver had turned requests away). The tag free just before bumped the set's
     /// "freed" sequence and ran a full fence, which pairs with the fence in `dispatch_once`'s
     /// restart protocol (and serves as the lock-free quiesce re-check's fence).
-    fn after_completion(&self, cpu: usize, set: usize, hwq: usize) {
-        if self.run_on_completion {
-            // The fence above already did the lock-free re-check's job; the locked variant
-            // still takes its lock when the lockless check says "nothing to do".
-            let locked = self.quiesce_check() != QuiesceCheck::LockFree;
-            if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
-                self.dispatch(cpu, hwq);
+    ///
+    /// `in_dispatch`: the request ended on the CPU that holds `hwq`'s run token (inside
+    /// `queue_rq`: ended there, or completed there through a local completion policy). With the
+    /// lock-free re-check nothing needs rerunning on `hwq` then: that pass goes on through its
+    /// FIFO, a CPU that inserts meanwhile requests the rerun itself (`run_hw_queue`), and a
+    /// request turned away later in the pass sees the "freed" sequence moved (the restart
+    /// protocol) and goes again. The locked variants keep their lock (they model that cost;
+    /// issue 22).
+    fn after_completion(&self, cpu: usize, set: usize, hwq: usize, in_dispatch: bool) {
+        let check = self.quiesce_check();
+        if !(in_dispatch && check == QuiesceCheck::LockFree) {
+            if self.run_on_completion {
+                // The fence above already did the lock-free re-check's job; the locked variant
+                // still takes its lock when the lockless check says "nothing to do".
+                let locked = check != QuiesceCheck::LockFree;
+                if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
+                    self.dispatch(cpu, hwq);
+                }
+            } else if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
+                self.run_hw_queue(cpu, hwq);
             }
+        }
+        if !self.set_spans_hwqs {
+            return;
         }
         for &h in self.set_hwqs[set].iter() {
             let h = usize::from(h);
-            if (h != hwq || !self.run_on_completion) && self.hwqs[h].dispatch_nonempty.load(Ordering::Relaxed) {
+            if h != hwq && self.hwqs[h].dispatch_nonempty.load(Ordering::Relaxed) {
                 self.run_hw_queue(cpu, h);
             }
         }
@@ -1828,7 +1871,7 @@ impl<D: Driver> Queue<D> {
                     Ordering::Acquire,
                 );
                 slot.set_status(status);
-                self.route_completion(cpu, index);
+                self.route_completion(cpu, index, false);
             }
             Some(TimeoutAction::Requeue) => {
                 match slot.word.compare_exchange(
@@ -1863,7 +1906,7 @@ impl<D: Driver> Queue<D> {
             slot.set_status(Status::from_u8(late));
             slot.word
                 .store(state::pack(generation, state::COMPLETING), Ordering::Relaxed);
-            self.route_completion(cpu, index);
+            self.route_completion(cpu, index, false);
         }
     }
 }

@@ -41,6 +41,10 @@ enum Plan {
     Issue,
     Busy,
     Fail,
+    /// Ends the request inside `queue_rq` (`Rq::end`, null_blk irqmode=0).
+    End,
+    /// Completes it inside `queue_rq` through the completion policy (`Rq::complete`).
+    Complete,
 }
 
 #[derive(Default)]
@@ -74,6 +78,14 @@ impl Driver for RecDriver {
         match self.plan.lock().unwrap().pop_front().unwrap_or(Plan::Issue) {
             Plan::Busy => return Err(QueueRqError::Busy(rq)),
             Plan::Fail => return Err(QueueRqError::Io(rq, Status::NotSupported)),
+            Plan::End => {
+                rq.end(Status::Ok);
+                return Ok(());
+            }
+            Plan::Complete => {
+                rq.complete(Status::Ok);
+                return Ok(());
+            }
             Plan::Issue => {}
         }
         self.queued.lock().unwrap().push((rq.cookie(), last));
@@ -414,6 +426,27 @@ fn batches_carry_the_last_hint_and_busy_commits_what_was_queued() {
     q.complete(0, 0, first, Status::Ok).unwrap();
     let queued = q.driver().queued.lock().unwrap().clone();
     assert_eq!(&queued[4..], [(5, false), (6, true)]);
+}
+
+#[test]
+fn a_request_turned_away_after_an_end_in_the_same_pass_goes_again_at_once() {
+    // An end on the dispatching CPU skips the rerun check of its own queue (issue 22): the
+    // restart protocol must still send the request turned away after it, with no completion
+    // or tick to follow.
+    for end in [Plan::End, Plan::Complete] {
+        let (q, p) = rec_queue(1, 8, CompletionPolicy::Irq);
+        q.quiesce();
+        q.submit(0, &read(1)).unwrap();
+        q.submit(0, &read(2)).unwrap();
+        q.driver().plan.lock().unwrap().extend([end, Plan::Busy, Plan::Issue]);
+        q.unquiesce(0).unwrap();
+        assert_eq!(*q.driver().queued.lock().unwrap(), [(2, true)], "{end:?}");
+        let log = p.log();
+        assert_eq!((log.len(), log[0].cookie, log[0].status), (1, 1, Status::Ok), "{end:?}");
+        let c = q.counters();
+        assert_eq!((c.completed, c.requeued, c.hot_path_locks), (1, 1, 0), "{end:?}");
+        assert_eq!(c.completions_inline, u64::from(end == Plan::End), "{end:?}");
+    }
 }
 
 #[test]

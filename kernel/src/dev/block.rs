@@ -63,12 +63,22 @@ impl blk::Platform for KernelPlatform {
     }
 
     fn end_io(&self, c: &Completion) {
-        let cpu = usize::from(c.submit_cpu);
-        match usize::try_from(c.cookie) {
+        self.end_io_by_cookie(c.cookie, c.submit_cpu, c.status);
+    }
+
+    /// The done board needs only these three: every unsplit request ends here directly, without
+    /// a `Completion` built for it (issue 22).
+    fn ends_by_cookie(&self) -> bool {
+        true
+    }
+
+    fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: blk::Status) {
+        let cpu = usize::from(submit_cpu);
+        match usize::try_from(cookie) {
             Ok(slot) => {
                 // Before the delivery: the submitter may take it (and record its reap) at once.
                 crate::arch::stagetrace::ended(cpu, slot);
-                if let Err(e) = done_board().deliver(cpu, slot, c.status) {
+                if let Err(e) = done_board().deliver(cpu, slot, status) {
                     log_bogus(&e);
                 }
             }
