@@ -4,28 +4,15 @@
 
 mod common;
 
-use common::{FakeBackend, FakeDisk, Fault, Order};
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, Fault, Order, SECTOR, md0};
 use workload::{
-    CpuPhase, CpuResult, DeviceInfo, IoError, IoGenerator, IoOp, JobPlan, JobReport, JobShared, MismatchField,
-    VerifyResult, VerifyScheme, WorkloadError, parse_jobs, plan_job, run_cpu,
+    CpuPhase, CpuResult, IoError, IoGenerator, IoOp, JobPlan, JobReport, JobShared, MismatchField, VerifyResult,
+    VerifyScheme, WorkloadError, parse_jobs, plan_job, run_cpu,
 };
-
-const SECTOR: u32 = 512;
-const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
-
-fn device() -> DeviceInfo {
-    DeviceInfo {
-        name: "md0".into(),
-        sector_size: SECTOR,
-        capacity_sectors: DISK_SECTORS,
-        max_iodepth: 64,
-        max_transfer_bytes: 1 << 20,
-    }
-}
 
 fn plan_of(words: &str, online: &[u32]) -> JobPlan {
     let jobs = parse_jobs(words.split_ascii_whitespace()).unwrap();
-    plan_job(&jobs[0], &[device()], online).unwrap()
+    plan_job(&jobs[0], &[md0()], online).unwrap()
 }
 
 struct Run {

@@ -4,28 +4,8 @@
 
 mod common;
 
-use common::{FakeBackend, FakeDisk};
-use workload::fio::parse_job_file;
-use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, plan_job, run_cpu};
-
-const SECTOR: u32 = 512;
-const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
-
-fn device() -> DeviceInfo {
-    DeviceInfo {
-        name: "md0".into(),
-        sector_size: SECTOR,
-        capacity_sectors: DISK_SECTORS,
-        max_iodepth: 64,
-        max_transfer_bytes: 1 << 20,
-    }
-}
-
-fn plan_of(text: &str, online: &[u32]) -> JobPlan {
-    let run = parse_job_file(text, &[]).unwrap();
-    let spec = run.jobs[0].to_spec(&[device()], online).unwrap();
-    plan_job(&spec, &[device()], online).unwrap()
-}
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, SECTOR, fio_plan_of};
+use workload::{CpuResult, IoOp, JobPlan, JobReport, JobShared, run_cpu};
 
 fn run(plan: &JobPlan, latency_ns: u64) -> (Vec<CpuResult>, Vec<FakeBackend>) {
     let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
@@ -49,7 +29,7 @@ fn run(plan: &JobPlan, latency_ns: u64) -> (Vec<CpuResult>, Vec<FakeBackend>) {
 
 #[test]
 fn ramp_time_runs_first_and_is_kept_out_of_the_figures() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[r]\nioengine=libaio\ndirect=1\nrw=randread\nbs=4k\niodepth=4\ntime_based\nruntime=50ms\nramp_time=20ms\n",
         &[0],
     );
@@ -73,12 +53,12 @@ fn ramp_time_runs_first_and_is_kept_out_of_the_figures() {
 #[test]
 fn runtime_without_time_based_caps_a_size_bound_job() {
     // 2048 blocks at QD1 and 100 us take about 205 ms; a 50 ms runtime stops it early.
-    let capped = plan_of("[c]\nrw=randread\nbs=4k\nruntime=50ms\n", &[0]);
+    let capped = fio_plan_of("[c]\nrw=randread\nbs=4k\nruntime=50ms\n", &[0]);
     let (results, _) = run(&capped, 100_000);
     let ios = results[0].ios();
     assert!((480..=510).contains(&ios), "{ios} I/Os in 50 ms");
     // With room to finish, it does exactly one pass and stops by itself.
-    let finishing = plan_of("[c]\nrw=randread\nbs=4k\nruntime=10s\nsize=1m\n", &[0]);
+    let finishing = fio_plan_of("[c]\nrw=randread\nbs=4k\nruntime=10s\nsize=1m\n", &[0]);
     let (results, _) = run(&finishing, 100_000);
     assert_eq!(results[0].ios(), 256);
     assert!(results[0].runtime_ns < 30_000_000, "{}", results[0].runtime_ns);
@@ -86,7 +66,7 @@ fn runtime_without_time_based_caps_a_size_bound_job() {
 
 #[test]
 fn numjobs_clones_each_cover_the_whole_region_once() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[n]\nioengine=libaio\nrw=randread\nbs=4k\nsize=512k\niodepth=8\nnumjobs=3\n",
         &[0, 1, 2],
     );
@@ -104,7 +84,7 @@ fn numjobs_clones_each_cover_the_whole_region_once() {
 
 #[test]
 fn sequential_mix_walks_in_order_with_the_ratio() {
-    let plan = plan_of("[m]\nrw=rw\nrwmixread=70\nbs=4k\nsize=4m\n", &[0]);
+    let plan = fio_plan_of("[m]\nrw=rw\nrwmixread=70\nbs=4k\nsize=4m\n", &[0]);
     let (results, backends) = run(&plan, 10_000);
     let log = &backends[0].submit_log;
     assert_eq!(log.len(), 1024);
@@ -120,7 +100,7 @@ fn sequential_mix_walks_in_order_with_the_ratio() {
 #[test]
 fn rate_iops_and_rate_hold_the_pace_per_direction() {
     // QD8 at 20 us could do 400k IOPS; the rate holds it to 1000 I/Os a second.
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[p]\nioengine=libaio\nrw=randread\nbs=4k\niodepth=8\ntime_based\nruntime=100ms\nrate_iops=1000\n",
         &[0],
     );
@@ -128,7 +108,7 @@ fn rate_iops_and_rate_hold_the_pace_per_direction() {
     let ios = results[0].ios();
     assert!((99..=102).contains(&ios), "{ios} I/Os in 100 ms at 1000 IOPS");
     // rate=4m at bs=4k is 1024 I/Os a second, for reads and writes each.
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[p]\nioengine=libaio\nrw=randrw\nbs=4k\niodepth=8\ntime_based\nruntime=100ms\nrate=4m\n",
         &[0],
     );
@@ -145,7 +125,7 @@ fn rate_iops_and_rate_hold_the_pace_per_direction() {
 fn rate_process_poisson_spaces_starts_by_exponential_gaps_at_the_same_mean() {
     let text = "[p]\nioengine=libaio\nrw=randread\nbs=4k\niodepth=8\ntime_based\nruntime=500ms\nrate_iops=2000\n";
     let gaps_of = |process: &str| {
-        let plan = plan_of(&format!("{text}rate_process={process}\n"), &[0]);
+        let plan = fio_plan_of(&format!("{text}rate_process={process}\n"), &[0]);
         // Every I/O takes exactly 20 us, far below the 500 us mean gap: completions keep the
         // spacing of the starts.
         let (results, backends) = run(&plan, 20_000);
@@ -176,7 +156,7 @@ fn rate_process_poisson_spaces_starts_by_exponential_gaps_at_the_same_mean() {
 #[test]
 fn thinktime_waits_for_the_batch_then_thinks() {
     // 64 I/Os in batches of 4 at QD4: each batch takes 100 us, then 1 ms of think time.
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[t]\nioengine=libaio\nrw=randread\nbs=4k\nsize=256k\niodepth=4\nthinktime=1ms\nthinktime_blocks=4\n",
         &[0],
     );
@@ -192,7 +172,7 @@ fn thinktime_waits_for_the_batch_then_thinks() {
 
 #[test]
 fn startdelay_comes_before_the_measured_run() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[d]\nioengine=libaio\nrw=read\nbs=4k\nsize=64k\nstartdelay=10ms\n",
         &[0],
     );
@@ -206,7 +186,7 @@ fn startdelay_comes_before_the_measured_run() {
 
 #[test]
 fn fsync_flushes_after_every_n_writes_and_end_fsync_at_the_end() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[f]\nioengine=libaio\nrw=write\nbs=4k\nsize=64k\niodepth=4\nfsync=4\nend_fsync=1\n",
         &[0],
     );
@@ -228,7 +208,7 @@ fn fsync_flushes_after_every_n_writes_and_end_fsync_at_the_end() {
 
 #[test]
 fn verify_backlog_reads_back_every_n_writes_and_counts_them_as_reads() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[b]\nioengine=libaio\nrw=randwrite\nbs=4k\nsize=256k\niodepth=4\nverify=crc32c\nverify_backlog=8\n",
         &[0],
     );
@@ -261,7 +241,7 @@ fn zipf_writes_with_verify_hit_hot_blocks_repeatedly_and_check_clean() {
     // 512 blocks, 512 writes at QD8: with zipf:1.2 the hot blocks come back while earlier writes
     // to them are in flight; the engine defers those (never two writes to one LBA at once) and
     // the verify pass finds every block's latest write.
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[z]\nioengine=libaio\nrw=randwrite\nbs=4k\nsize=2m\niodepth=8\nverify=crc32c\nrandom_distribution=zipf:1.2\n",
         &[0],
     );
@@ -292,7 +272,7 @@ fn zipf_writes_with_verify_hit_hot_blocks_repeatedly_and_check_clean() {
 
 #[test]
 fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[w]\nioengine=libaio\nrw=randwrite\nbs=4k\nsize=256k\niodepth=4\nverify_pattern=0xdeadbeef\"bq\"\n",
         &[0],
     );
@@ -321,7 +301,7 @@ fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back(
     // A read job with the same pattern checks what is there; one flipped byte is found by offset
     // (continue_on_error=all: fio's default stops at the first mismatch).
     disk.corrupt_byte(8 * 5, 1234);
-    let read = plan_of(
+    let read = fio_plan_of(
         "[r]\nioengine=libaio\nrw=read\nbs=4k\nsize=256k\niodepth=4\nverify_pattern=0xdeadbeef\"bq\"\ncontinue_on_error=all\n",
         &[0],
     );
@@ -342,7 +322,7 @@ fn verify_pattern_writes_the_pattern_over_each_block_and_checks_it_on_read_back(
 
 #[test]
 fn verify_pattern_with_verify_equal_pattern_writes_the_bare_pattern() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[w]\nioengine=libaio\nrw=write\nbs=4k\nsize=64k\niodepth=2\nverify=pattern\nverify_pattern=0x5a\"!\"\n",
         &[0],
     );
@@ -367,7 +347,7 @@ fn verify_pattern_with_verify_equal_pattern_writes_the_bare_pattern() {
 fn a_mixed_job_never_writes_back_what_a_read_brought_into_the_slot() {
     // The disk is all zeros; reads fill the slots with zeros. Every block the job writes must
     // still hold non-zero data afterwards (fio's scramble_buffers has the same aim).
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[m]\nioengine=libaio\nrw=randrw\nrwmixread=50\nbs=4k\nsize=1m\niodepth=4\n",
         &[0],
     );

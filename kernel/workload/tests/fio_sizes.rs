@@ -6,28 +6,9 @@
 
 mod common;
 
-use common::{FakeBackend, FakeDisk};
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, SECTOR, fio_plan_of, md0};
 use workload::fio::parse_job_file;
-use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, WorkloadError, plan_job, run_cpu};
-
-const SECTOR: u32 = 512;
-const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
-
-fn device() -> DeviceInfo {
-    DeviceInfo {
-        name: "md0".into(),
-        sector_size: SECTOR,
-        capacity_sectors: DISK_SECTORS,
-        max_iodepth: 64,
-        max_transfer_bytes: 1 << 20,
-    }
-}
-
-fn plan_of(text: &str, online: &[u32]) -> JobPlan {
-    let run = parse_job_file(text, &[]).unwrap();
-    let spec = run.jobs[0].to_spec(&[device()], online).unwrap();
-    plan_job(&spec, &[device()], online).unwrap()
-}
+use workload::{CpuResult, IoOp, JobPlan, JobReport, JobShared, WorkloadError, plan_job, run_cpu};
 
 fn run(plan: &JobPlan) -> (Vec<CpuResult>, Vec<FakeBackend>) {
     run_on(plan, &FakeDisk::new(SECTOR, DISK_SECTORS))
@@ -86,7 +67,7 @@ fn coverage(ios: &[(IoOp, u64, u64)], unit: u64, region: u64) -> Vec<u32> {
 
 #[test]
 fn bssplit_random_pass_covers_every_block_once_with_the_split_sizes() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[r]\nrw=randwrite\nbssplit=4k/25:16k/75\nsize=2m\niodepth=8\nioengine=libaio\n",
         &[0],
     );
@@ -122,7 +103,7 @@ fn bssplit_random_pass_covers_every_block_once_with_the_split_sizes() {
 #[test]
 fn bssplit_shares_follow_the_percentages_without_a_map() {
     // norandommap: no cuts but at the region's end, so the sizes show the split itself.
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[r]\nrw=randread\nbssplit=4k/10:64k/50:32k/40\nnorandommap\nsize=8m\nio_size=64m\niodepth=4\nioengine=libaio\n",
         &[0],
     );
@@ -142,7 +123,7 @@ fn bssplit_shares_follow_the_percentages_without_a_map() {
 
 #[test]
 fn bsrange_sequential_walks_the_region_in_order_with_sizes_in_the_range() {
-    let plan = plan_of("[s]\nrw=write\nbsrange=4k-32k\nsize=1m\nioengine=libaio\n", &[0]);
+    let plan = fio_plan_of("[s]\nrw=write\nbsrange=4k-32k\nsize=1m\nioengine=libaio\n", &[0]);
     let (_, backends) = run(&plan);
     let ios = ios(&backends);
     let mut next = 0;
@@ -160,7 +141,7 @@ fn bsrange_sequential_walks_the_region_in_order_with_sizes_in_the_range() {
 
 #[test]
 fn bs_per_direction_gives_reads_and_writes_their_own_sizes() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[m]\nrw=randrw\nbs=4k,16k\nnorandommap\nsize=4m\nio_size=8m\niodepth=4\nioengine=libaio\n",
         &[0, 1],
     );
@@ -188,7 +169,7 @@ fn bs_per_direction_gives_reads_and_writes_their_own_sizes() {
 
 #[test]
 fn time_based_random_map_restarts_its_pass_once_every_block_is_covered() {
-    let plan = plan_of(
+    let plan = fio_plan_of(
         "[t]\nrw=randread\nbssplit=4k/50:8k/50\nsize=256k\ntime_based\nruntime=20ms\nioengine=libaio\n",
         &[0],
     );
@@ -214,7 +195,7 @@ fn time_based_random_map_restarts_its_pass_once_every_block_is_covered() {
 fn verify_with_variable_sizes_stamps_every_block_and_a_read_job_checks_each() {
     let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
     // A sequential write with sizes from 4k to 32k: its verify pass reads the 256 blocks back.
-    let write = plan_of(
+    let write = fio_plan_of(
         "[w]\nrw=write\nbsrange=4k-32k\nsize=1m\nverify=crc32c\niodepth=4\nioengine=libaio\n",
         &[0],
     );
@@ -224,7 +205,7 @@ fn verify_with_variable_sizes_stamps_every_block_and_a_read_job_checks_each() {
     let verify = &results[0].verify;
     assert_eq!((verify.checked, verify.mismatches), (256, 0));
     // A read job with other sizes checks every block of each read against its own stamp.
-    let read = plan_of(
+    let read = fio_plan_of(
         "[r]\nrw=randread\nbssplit=4k/20:8k/40:64k/40\nsize=1m\nverify=crc32c\ncontinue_on_error=all\niodepth=4\nioengine=libaio\n",
         &[0],
     );
@@ -256,8 +237,8 @@ fn verify_of_random_writes_the_backlog_and_trims_are_refused_with_variable_sizes
         ("[t]\nrw=trimwrite\nbsrange=4k-16k\nsize=1m\n", "bssplit"),
     ] {
         let run = parse_job_file(text, &[]).unwrap();
-        let spec = run.jobs[0].to_spec(&[device()], &[0]).unwrap();
-        match plan_job(&spec, &[device()], &[0]) {
+        let spec = run.jobs[0].to_spec(&[md0()], &[0]).unwrap();
+        match plan_job(&spec, &[md0()], &[0]) {
             Err(WorkloadError::FioUnsupported { option: o, reason, .. }) => {
                 assert_eq!(o, option, "{text:?}: {reason}");
                 assert!(reason.contains("variable block sizes"), "{reason}");

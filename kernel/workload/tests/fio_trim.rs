@@ -6,23 +6,14 @@
 
 mod common;
 
-use common::{FakeBackend, FakeDisk};
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, SECTOR, test_device};
 use workload::detail::DetailOptions;
 use workload::fio::parse_job_file;
 use workload::report::{FioJob, FioJobMeta, FioOutputOptions, write_fio_document, write_fio_text};
 use workload::{CpuResult, DeviceInfo, IoOp, JobPlan, JobReport, JobShared, WorkloadError, plan_job, run_cpu};
 
-const SECTOR: u32 = 512;
-const DISK_SECTORS: u64 = 16 * 1024; // 8 MiB
-
 fn device() -> DeviceInfo {
-    DeviceInfo {
-        name: "nvme0n1".into(),
-        sector_size: SECTOR,
-        capacity_sectors: DISK_SECTORS,
-        max_iodepth: 64,
-        max_transfer_bytes: 1 << 20,
-    }
+    test_device("nvme0n1")
 }
 
 fn try_plan(text: &str) -> Result<JobPlan, WorkloadError> {

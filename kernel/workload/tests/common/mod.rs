@@ -6,8 +6,37 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use workload::fio::parse_job_file;
 use workload::rng::Rng;
-use workload::{Completion, IoBackend, IoError, IoOp, SubmitError};
+use workload::{Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, SubmitError, plan_job};
+
+/// The sector size of the test disk most engine tests run on.
+pub const SECTOR: u32 = 512;
+/// The test disk's capacity: 8 MiB.
+pub const DISK_SECTORS: u64 = 16 * 1024;
+
+/// The 8 MiB test disk as the planner sees it, named `name`.
+pub fn test_device(name: &str) -> DeviceInfo {
+    DeviceInfo {
+        name: name.into(),
+        sector_size: SECTOR,
+        capacity_sectors: DISK_SECTORS,
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    }
+}
+
+/// The test disk as `md0`.
+pub fn md0() -> DeviceInfo {
+    test_device("md0")
+}
+
+/// Plans the first job of a fio job file on [`md0`] for the `online` CPUs.
+pub fn fio_plan_of(text: &str, online: &[u32]) -> JobPlan {
+    let run = parse_job_file(text, &[]).unwrap();
+    let spec = run.jobs[0].to_spec(&[md0()], online).unwrap();
+    plan_job(&spec, &[md0()], online).unwrap()
+}
 
 /// A disk image shared by the backends of several CPUs.
 #[derive(Clone)]
