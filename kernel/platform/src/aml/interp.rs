@@ -1081,10 +1081,7 @@ impl<'h> Interpreter<'h> {
                 a % b
             }
         } & self.ones();
-        let place = self.target(f, r)?;
-        let value = Object::Integer(value);
-        self.store(f, &place, value.clone())?;
-        Ok(value)
+        self.store_to_target(f, r, Object::Integer(value))
     }
 
     /// Dispatches on the opcode to a helper per group: each helper's frame holds only its
@@ -1169,9 +1166,7 @@ impl<'h> Interpreter<'h> {
         let value = match op {
             0x70 => {
                 let value = self.eval(f, r)?;
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x71 => Object::Reference(Box::new(self.target(f, r)?)),
             0x72 | 0x74 | 0x77 | 0x79 | 0x7A | 0x7B | 0x7C | 0x7D | 0x7E | 0x7F | 0x85 => {
@@ -1208,9 +1203,7 @@ impl<'h> Interpreter<'h> {
                         }
                     }
                 };
-                let place = self.target(f, r)?;
-                self.store(f, &place, Object::Integer(value))?;
-                Object::Integer(value)
+                self.store_to_target(f, r, Object::Integer(value))?
             }
             0x75 | 0x76 => {
                 let place = self.target(f, r)?;
@@ -1238,9 +1231,7 @@ impl<'h> Interpreter<'h> {
                 let a = self.eval(f, r)?;
                 let b = self.eval(f, r)?;
                 let value = self.concat(a, b, r)?;
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x84 => {
                 let a = self.eval(f, r)?;
@@ -1252,9 +1243,7 @@ impl<'h> Interpreter<'h> {
                 }
                 bytes.extend(self.to_buffer(&b, r)?);
                 let value = Object::Buffer(bytes);
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x83 => {
                 let value = self.eval(f, r)?;
@@ -1295,9 +1284,7 @@ impl<'h> Interpreter<'h> {
                     other => Place::Elem(Box::new(other), index),
                 };
                 let value = Object::Reference(Box::new(reference));
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x89 => {
                 let package = self.eval(f, r)?;
@@ -1406,9 +1393,7 @@ impl<'h> Interpreter<'h> {
             0x96 => {
                 let a = self.eval(f, r)?;
                 let value = Object::Buffer(self.to_buffer(&a, r)?);
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x97 | 0x98 => {
                 let a = self.eval(f, r)?;
@@ -1432,9 +1417,7 @@ impl<'h> Interpreter<'h> {
                     _ => return Err(self.err(r, "cannot convert to a string", 0)),
                 };
                 let value = Object::String(text);
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x99 => {
                 let a = self.eval(f, r)?;
@@ -1442,9 +1425,7 @@ impl<'h> Interpreter<'h> {
                     Object::String(s) => Object::Integer(parse_integer_text(s) & self.ones()),
                     other => Object::Integer(self.integer_of(other, &Path::root(), r.pos)?),
                 };
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x9C => {
                 let a = self.eval(f, r)?;
@@ -1457,9 +1438,7 @@ impl<'h> Interpreter<'h> {
                     .map(|&b| b as char)
                     .collect();
                 let value = Object::String(text);
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             0x9D => {
                 let value = self.eval(f, r)?;
@@ -1484,9 +1463,7 @@ impl<'h> Interpreter<'h> {
                         Object::Buffer(bytes.iter().skip(index).take(len).copied().collect())
                     }
                 };
-                let place = self.target(f, r)?;
-                self.store(f, &place, value.clone())?;
-                value
+                self.store_to_target(f, r, value)?
             }
             _ => return Err(self.err(r, "unsupported opcode", u64::from(op))),
         };
@@ -1864,6 +1841,14 @@ impl<'h> Interpreter<'h> {
                 .ok_or_else(|| aml_error(&at, 0, "string index out of range", index)),
             _ => Err(aml_error(&at, 0, "Index of a value that has no elements", index)),
         }
+    }
+
+    /// Reads an operator's target operand and stores `value` there; the operator's own result is
+    /// `value` too (Store, the arithmetic operators, Concatenate...).
+    fn store_to_target(&mut self, f: &mut Frame, r: &mut Reader, value: Object) -> Result<Object> {
+        let place = self.target(f, r)?;
+        self.store(f, &place, value.clone())?;
+        Ok(value)
     }
 
     fn store(&mut self, f: &mut Frame, place: &Place, value: Object) -> Result<()> {
