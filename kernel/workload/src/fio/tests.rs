@@ -548,14 +548,19 @@ fn skewed_distributions() {
         "normal:101",
         "lognormal:1",
     ] {
-        assert!(
-            matches!(
-                parse_job_file(&alloc::format!("[a]\nrandom_distribution={bad}\n"), &[]).unwrap_err(),
-                WorkloadError::FioBadValue { .. }
-            ),
-            "{bad}"
-        );
+        assert_bad_distribution(bad);
     }
+}
+
+/// `random_distribution=bad` is refused as a bad value.
+fn assert_bad_distribution(bad: &str) {
+    assert!(
+        matches!(
+            parse_job_file(&alloc::format!("[a]\nrandom_distribution={bad}\n"), &[]).unwrap_err(),
+            WorkloadError::FioBadValue { .. }
+        ),
+        "{bad}"
+    );
 }
 
 #[test]
@@ -595,13 +600,7 @@ fn zoned_distributions() {
         "zoned:r:60/10,w:100/100",
         "zoned_abs:50/1m",
     ] {
-        assert!(
-            matches!(
-                parse_job_file(&alloc::format!("[a]\nrandom_distribution={bad}\n"), &[]).unwrap_err(),
-                WorkloadError::FioBadValue { .. }
-            ),
-            "{bad}"
-        );
+        assert_bad_distribution(bad);
     }
 }
 
