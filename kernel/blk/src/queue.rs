@@ -20,7 +20,7 @@
 //! "CPU `cpu`" means: the caller is the only one submitting for that CPU index at a time (in
 //! the kernel, the current CPU with preemption off; in host tests, the thread playing it).
 
-use crate::counters::{CounterSnapshot, Counters, bump};
+use crate::counters::{CounterSnapshot, Counters, CpuCounters, bump};
 use crate::driver::{Driver, HwCtx, Platform, QueueRqError, Rq, TimedOutRq, TimeoutAction};
 use crate::error::BlkError;
 use crate::freeze::UsageCounter;
@@ -1237,6 +1237,13 @@ impl<D: Driver> Queue<D> {
             }
         }
         if let Some(index) = direct {
+            if fifo.is_empty() {
+                // The direct-issue case: nothing waits ahead of it, so it goes to the driver
+                // without passing through the FIFO (issue 22). `dispatch_nonempty` is false
+                // already: it mirrors the FIFO whenever the token is free.
+                self.dispatch_alone(cpu, hwq, index, defer);
+                return;
+            }
             self.links.set(index, crate::list::EMPTY);
             fifo.append_newest_first(index, &self.links);
         }
@@ -1256,56 +1263,114 @@ impl<D: Driver> Queue<D> {
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
             let last = fifo.is_empty() && !defer;
-            let slot = self.slot(index);
-            // SAFETY: the request came off our FIFO, so the block layer owns it; we are the
-            // only context touching it until the driver gets the handle.
-            unsafe { slot.data_mut().hwq = hwq as u16 };
-            slot.set_state(state::DRIVER);
-            // SAFETY: state is DRIVER and this is the only handle.
-            let rq = unsafe { Rq::new(self, index, cpu as u16, false, true) };
-            bump(&counters.dispatched);
-            self.stage(cpu, index, crate::driver::Stage::Dispatch);
-            match self.driver.queue_rq(&ctx, rq, last) {
-                Ok(()) => {
-                    uncommitted = !last;
-                    self.stage(cpu, index, crate::driver::Stage::Doorbell);
-                }
-                Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
-                    let index = rq.into_index();
-                    self.slot(index).set_state(state::QUEUED);
+            match self.dispatch_one(&ctx, counters, index, last) {
+                Dispatched::Queued => uncommitted = !last,
+                Dispatched::Ended => {}
+                Dispatched::TurnedAway => {
                     fifo.push_front(index, &self.links);
-                    bump(&counters.requeued);
                     turned_away = true;
                     break;
-                }
-                Err(QueueRqError::Io(rq, status)) => {
-                    rq.end(if status.is_ok() { Status::IoError } else { status });
                 }
             }
         }
         if uncommitted {
-            if defer && !turned_away {
-                self.defer_commit(cpu, hwq);
-            } else {
-                bump(&counters.commits);
-                self.driver.commit_rqs(&ctx);
-            }
+            self.ring_or_defer(&ctx, counters, defer && !turned_away);
         }
         hq.dispatch_nonempty.store(!fifo.is_empty(), Ordering::Relaxed);
         if turned_away {
-            // Restart protocol (Linux's SCHED_RESTART): we store "FIFO non-empty" (and, with
-            // tags shared across queues, our restart bit) then load the tag set's "freed"
-            // sequence; a completer bumps the sequence then loads "FIFO non-empty" and the
-            // restart bits. Full fences on both sides (this one pairs with the one in
-            // `HostTags::free`) mean that either it reruns (or kicks) us, or we see that
-            // resources were freed meanwhile and go again ourselves.
-            if self.host_shared {
-                self.tag_sets[set].want_restart(self.sharer_ids[set]);
+            self.after_turned_away(hwq, set, gen_before);
+        }
+    }
+
+    /// [`Queue::dispatch_once`] for a request that has nothing ahead of it: no FIFO push and
+    /// pop, and no `dispatch_nonempty` store unless the driver turns it away.
+    #[inline(always)]
+    fn dispatch_alone(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
+        let set = self.set_of(hwq);
+        let gen_before = self.tag_sets[set].freed_seq();
+        let ctx = HwCtx {
+            queue: self,
+            hwq: hwq as u16,
+            cpu: cpu as u16,
+        };
+        let counters = self.counters.cpu(cpu);
+        match self.dispatch_one(&ctx, counters, index, !defer) {
+            Dispatched::Queued => {
+                if defer {
+                    self.ring_or_defer(&ctx, counters, true);
+                }
             }
-            fence(Ordering::SeqCst);
-            if self.tag_sets[set].freed_seq() != gen_before {
-                hq.run_state.fetch_or(RERUN, Ordering::Relaxed);
+            Dispatched::Ended => {}
+            Dispatched::TurnedAway => {
+                let hq = &self.hwqs[hwq];
+                // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
+                let fifo = unsafe { &mut *hq.fifo.get() };
+                fifo.push_front(index, &self.links);
+                hq.dispatch_nonempty.store(true, Ordering::Relaxed);
+                self.after_turned_away(hwq, set, gen_before);
             }
+        }
+    }
+
+    /// Hands request `index` (off the FIFO, or issued directly) to the driver.
+    #[inline(always)]
+    fn dispatch_one(&self, ctx: &HwCtx<'_, D>, counters: &CpuCounters, index: u32, last: bool) -> Dispatched {
+        let (hwq, cpu) = (ctx.hwq, usize::from(ctx.cpu));
+        let slot = self.slot(index);
+        // SAFETY: the request came off our FIFO (or is issued directly by its submitter), so
+        // the block layer owns it; we are the only context touching it until the driver gets
+        // the handle.
+        unsafe { slot.data_mut().hwq = hwq };
+        slot.set_state(state::DRIVER);
+        // SAFETY: state is DRIVER and this is the only handle.
+        let rq = unsafe { Rq::new(self, index, ctx.cpu, false, true) };
+        bump(&counters.dispatched);
+        self.stage(cpu, index, crate::driver::Stage::Dispatch);
+        match self.driver.queue_rq(ctx, rq, last) {
+            Ok(()) => {
+                self.stage(cpu, index, crate::driver::Stage::Doorbell);
+                Dispatched::Queued
+            }
+            Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
+                let index = rq.into_index();
+                self.slot(index).set_state(state::QUEUED);
+                bump(&counters.requeued);
+                Dispatched::TurnedAway
+            }
+            Err(QueueRqError::Io(rq, status)) => {
+                rq.end(if status.is_ok() { Status::IoError } else { status });
+                Dispatched::Ended
+            }
+        }
+    }
+
+    /// After a pass whose last request went with `last == false`: leaves the doorbell to
+    /// [`Queue::commit`] (`defer`) or rings it now.
+    #[inline(always)]
+    fn ring_or_defer(&self, ctx: &HwCtx<'_, D>, counters: &CpuCounters, defer: bool) {
+        if defer {
+            self.defer_commit(usize::from(ctx.cpu), usize::from(ctx.hwq));
+        } else {
+            bump(&counters.commits);
+            self.driver.commit_rqs(ctx);
+        }
+    }
+
+    /// A request was turned away and waits on the FIFO (`dispatch_nonempty` stored).
+    #[cold]
+    fn after_turned_away(&self, hwq: usize, set: usize, gen_before: u32) {
+        // Restart protocol (Linux's SCHED_RESTART): we store "FIFO non-empty" (and, with
+        // tags shared across queues, our restart bit) then load the tag set's "freed"
+        // sequence; a completer bumps the sequence then loads "FIFO non-empty" and the
+        // restart bits. Full fences on both sides (this one pairs with the one in
+        // `HostTags::free`) mean that either it reruns (or kicks) us, or we see that
+        // resources were freed meanwhile and go again ourselves.
+        if self.host_shared {
+            self.tag_sets[set].want_restart(self.sharer_ids[set]);
+        }
+        fence(Ordering::SeqCst);
+        if self.tag_sets[set].freed_seq() != gen_before {
+            self.hwqs[hwq].run_state.fetch_or(RERUN, Ordering::Relaxed);
         }
     }
 
@@ -1940,4 +2005,14 @@ impl Drop for QueueLockGuard<'_> {
             bump(&self.counters.cpu(self.cpu).lock_wakeups);
         }
     }
+}
+
+/// What [`Queue::dispatch_one`] did with a request.
+enum Dispatched {
+    /// The driver took it (its doorbell may be pending when `last` was false).
+    Queued,
+    /// The driver failed it at once; it has ended.
+    Ended,
+    /// The driver was busy: the request is QUEUED again, for the caller to park.
+    TurnedAway,
 }

@@ -1133,7 +1133,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// verify_backlog: a write of `block` completed; every N of them are due to be read back.
     #[cold]
     fn note_backlog_write(&mut self, block: u64) {
-        if self.plan.verify == VerifyScheme::Off {
+        if matches!(self.plan.verify, VerifyScheme::Off) {
             return;
         }
         self.backlog_written.push(block);
@@ -1180,7 +1180,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 while *next_block < self.slice.blocks {
                     let block = *next_block;
                     *next_block += 1;
-                    if self.plan.verify != VerifyScheme::Tracked {
+                    if !matches!(self.plan.verify, VerifyScheme::Tracked) {
                         return Some((IoOp::Read, block));
                     }
                     // Block indices are below the slice length, which is the tracker length.
@@ -1378,8 +1378,10 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
     }
 
+    /// `matches!`, not `==`: the derived `PartialEq` also compares the payload (issue 22).
+    #[inline(always)]
     fn tracked(&self) -> bool {
-        self.plan.verify == VerifyScheme::Tracked
+        matches!(self.plan.verify, VerifyScheme::Tracked)
     }
 
     fn lba_of(&self, block: u64) -> u64 {
@@ -1398,7 +1400,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         let lba = self.lba_of(block);
         let seed = self.plan.spec.seed;
         // Unverified jobs (the benchmark case) skip the match: a jump table is an indirect jump.
-        let generation = if self.plan.verify == VerifyScheme::Off {
+        let generation = if matches!(self.plan.verify, VerifyScheme::Off) {
             None
         } else {
             self.expected_generation(op, block)
@@ -1490,7 +1492,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             return Ok(());
         }
         self.live_counts.ios += 1;
-        let tracked = self.plan.verify == VerifyScheme::Tracked;
+        let tracked = self.tracked();
         let block_index = slot.block as usize;
         let lba = self.lba_of(slot.block);
         let stats = match (phase, slot.op) {
@@ -1529,7 +1531,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     (IoOp::Read, Some(expected)) => {
                         self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
                     }
-                    (IoOp::Read, None) if self.plan.verify != VerifyScheme::Off => {
+                    (IoOp::Read, None) if !matches!(self.plan.verify, VerifyScheme::Off) => {
                         self.result.verify.unchecked += 1;
                     }
                     _ => {}
@@ -1554,7 +1556,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
                     self.note_failed_write(slot);
                 }
-                if slot.op == IoOp::Read && self.plan.verify != VerifyScheme::Off {
+                if slot.op == IoOp::Read && !matches!(self.plan.verify, VerifyScheme::Off) {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.
                     self.result.verify.unchecked += 1;
                 }
