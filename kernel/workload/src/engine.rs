@@ -1388,26 +1388,19 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.first_lba + block * u64::from(self.plan.sectors_per_block)
     }
 
-    /// Tries to start `io` (whose block is not in flight) in a free slot. Returns false when the
-    /// backend is busy; an immediate failure counts as a completed, failed I/O. `submitted_ns` is
-    /// the clock read of the burst this submission belongs to.
-    fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
-        let tracked = self.tracked();
-        debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
-        let Some(&slot) = self.free_slots.last() else {
-            return Ok(false);
-        };
-        let lba = self.lba_of(block);
+    /// Stamps a write's buffer or clears a verified read's headers before `try_submit` hands the
+    /// slot to the backend.
+    fn prepare_buffer(
+        &mut self,
+        slot: usize,
+        op: IoOp,
+        generation: Option<ExpectedGeneration>,
+        lba: u64,
+        read_into_buffer: bool,
+    ) -> Result<(), WorkloadError> {
         let seed = self.plan.spec.seed;
-        // Unverified jobs (the benchmark case) skip the match: a jump table is an indirect jump.
-        let generation = if matches!(self.plan.verify, VerifyScheme::Off) {
-            None
-        } else {
-            self.expected_generation(op, block)
-        };
         let bs = self.bs;
         let mode = self.plan.spec.verify;
-        let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         let buffer = self.backend.slot_buffer(slot);
         if buffer.len() < self.buffer_bytes {
             return Err(WorkloadError::BufferTooSmall {
@@ -1433,6 +1426,36 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..self.io_bytes as usize]);
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Tries to start `io` (whose block is not in flight) in a free slot. Returns false when the
+    /// backend is busy; an immediate failure counts as a completed, failed I/O. `submitted_ns` is
+    /// the clock read of the burst this submission belongs to.
+    fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
+        let tracked = self.tracked();
+        debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
+        let Some(&slot) = self.free_slots.last() else {
+            return Ok(false);
+        };
+        let lba = self.lba_of(block);
+        // Unverified jobs (the benchmark case) skip the match: a jump table is an indirect jump.
+        let generation = if matches!(self.plan.verify, VerifyScheme::Off) {
+            None
+        } else {
+            self.expected_generation(op, block)
+        };
+        let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
+        // The buffer is touched only to stamp a write or clear a verified read's headers: a
+        // plain benchmark I/O skips it (issue 22).
+        let touches_buffer = match (op, generation) {
+            (IoOp::Write, Some(ExpectedGeneration::Exact(_))) | (IoOp::Read, Some(_)) => true,
+            (IoOp::Write, None) => read_into_buffer,
+            _ => false,
+        };
+        if touches_buffer {
+            self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
         }
         let (sectors, bytes) = (self.io_sectors, self.io_bytes);
         match self.backend.submit(slot, op, lba, sectors) {
