@@ -768,6 +768,10 @@ struct CpuRun<'a, B: ?Sized> {
     /// gets fresh data first, so it never writes back what the read brought in (often zeros);
     /// fio's default `scramble_buffers` has the same aim.
     restamp_after_read: bool,
+    /// `plan.verify` is [`VerifyScheme::Off`] / [`VerifyScheme::Tracked`]: asked on every I/O, so
+    /// kept as flags (a match on the scheme costs about ten instructions; issue 22).
+    verify_off: bool,
+    tracked: bool,
     /// I/Os issued since the last think time.
     issued_since_think: u32,
     /// End of the think time under way.
@@ -879,6 +883,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             next_io_ns: [0, 0],
             poisson: poisson_arrivals(plan, slice.cpu),
             restamp_after_read: !plan.spec.verify.is_enabled() && plan.spec.rw.is_mixed(),
+            verify_off: plan.verify == VerifyScheme::Off,
+            tracked: plan.verify == VerifyScheme::Tracked,
             issued_since_think: 0,
             think_until: None,
             writes_since_flush: 0,
@@ -1133,7 +1139,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// verify_backlog: a write of `block` completed; every N of them are due to be read back.
     #[cold]
     fn note_backlog_write(&mut self, block: u64) {
-        if matches!(self.plan.verify, VerifyScheme::Off) {
+        if self.verify_off {
             return;
         }
         self.backlog_written.push(block);
@@ -1180,7 +1186,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 while *next_block < self.slice.blocks {
                     let block = *next_block;
                     *next_block += 1;
-                    if !matches!(self.plan.verify, VerifyScheme::Tracked) {
+                    if !self.tracked {
                         return Some((IoOp::Read, block));
                     }
                     // Block indices are below the slice length, which is the tracker length.
@@ -1302,13 +1308,16 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
             let io = if let Some(io) = self.retry.take() {
                 io
-            } else if let Some(io) = self.deferred.take_ready(&self.tracker) {
+            } else if self.tracked
+                && let Some(io) = self.deferred.take_ready(&self.tracker)
+            {
                 io
-            } else if self.deferred.is_full() && !may_drop {
+            } else if self.tracked && self.deferred.is_full() && !may_drop {
+                // (Only tracked jobs defer I/Os: the others skip both looks.)
                 // Everything waiting is for blocks in flight: wait for one of them.
                 return Ok(true);
             } else if let Some(io) = self.next_from(source) {
-                if self.tracked() && self.tracker[io.1 as usize] & TRACK_BUSY != 0 {
+                if self.tracked && self.tracker[io.1 as usize] & TRACK_BUSY != 0 {
                     if !self.deferred.is_full() {
                         self.deferred.push(io);
                         self.result.deferred_ios += 1;
@@ -1378,12 +1387,6 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
     }
 
-    /// `matches!`, not `==`: the derived `PartialEq` also compares the payload (issue 22).
-    #[inline(always)]
-    fn tracked(&self) -> bool {
-        matches!(self.plan.verify, VerifyScheme::Tracked)
-    }
-
     fn lba_of(&self, block: u64) -> u64 {
         self.first_lba + block * u64::from(self.plan.sectors_per_block)
     }
@@ -1434,14 +1437,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// backend is busy; an immediate failure counts as a completed, failed I/O. `submitted_ns` is
     /// the clock read of the burst this submission belongs to.
     fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
-        let tracked = self.tracked();
+        let tracked = self.tracked;
         debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
         let Some(&slot) = self.free_slots.last() else {
             return Ok(false);
         };
         let lba = self.lba_of(block);
         // Unverified jobs (the benchmark case) skip the match: a jump table is an indirect jump.
-        let generation = if matches!(self.plan.verify, VerifyScheme::Off) {
+        let generation = if self.verify_off {
             None
         } else {
             self.expected_generation(op, block)
@@ -1515,7 +1518,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             return Ok(());
         }
         self.live_counts.ios += 1;
-        let tracked = self.tracked();
+        let tracked = self.tracked;
         let block_index = slot.block as usize;
         let lba = self.lba_of(slot.block);
         let stats = match (phase, slot.op) {
@@ -1554,7 +1557,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     (IoOp::Read, Some(expected)) => {
                         self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
                     }
-                    (IoOp::Read, None) if !matches!(self.plan.verify, VerifyScheme::Off) => {
+                    (IoOp::Read, None) if !self.verify_off => {
                         self.result.verify.unchecked += 1;
                     }
                     _ => {}
@@ -1579,7 +1582,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
                     self.note_failed_write(slot);
                 }
-                if slot.op == IoOp::Read && !matches!(self.plan.verify, VerifyScheme::Off) {
+                if slot.op == IoOp::Read && !self.verify_off {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.
                     self.result.verify.unchecked += 1;
                 }
