@@ -1502,14 +1502,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             slot: completion.slot,
             reason,
         };
-        let slot = *self
-            .slots
-            .get(completion.slot)
-            .ok_or_else(|| bogus("is out of range"))?;
-        if !slot.in_flight {
+        let Some(entry) = self.slots.get_mut(completion.slot) else {
+            return Err(bogus("is out of range"));
+        };
+        if !entry.in_flight {
             return Err(bogus("is not in flight"));
         }
-        self.slots[completion.slot].in_flight = false;
+        entry.in_flight = false;
+        let slot = *entry;
         self.free_slots.push(completion.slot);
         self.in_flight -= 1;
         self.last_progress_ns = done_ns;
@@ -1520,7 +1520,6 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         self.live_counts.ios += 1;
         let tracked = self.tracked;
         let block_index = slot.block as usize;
-        let lba = self.lba_of(slot.block);
         let stats = match (phase, slot.op) {
             (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
             (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
@@ -1550,17 +1549,19 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 if slot.op == IoOp::Write && phase == Phase::Main && self.plan.spec.verify_backlog != 0 {
                     self.note_backlog_write(slot.block);
                 }
-                match (slot.op, slot.generation) {
-                    (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
-                        self.tracker[block_index] = generation;
+                // Unverified jobs expect nothing: no generation, no check (issue 22).
+                if !self.verify_off {
+                    match (slot.op, slot.generation) {
+                        (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
+                            self.tracker[block_index] = generation;
+                        }
+                        (IoOp::Read, Some(expected)) => {
+                            let lba = self.lba_of(slot.block);
+                            self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
+                        }
+                        (IoOp::Read, None) => self.result.verify.unchecked += 1,
+                        _ => {}
                     }
-                    (IoOp::Read, Some(expected)) => {
-                        self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
-                    }
-                    (IoOp::Read, None) if !self.verify_off => {
-                        self.result.verify.unchecked += 1;
-                    }
-                    _ => {}
                 }
             }
             Err(_) => {
@@ -1596,7 +1597,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             self.deferred.block_freed(slot.block);
         }
         if completion.result.is_err() || completion.retries > 0 {
-            self.note_unusual(&completion, slot, lba, done_ns, phase);
+            self.note_unusual(&completion, slot, self.lba_of(slot.block), done_ns, phase);
         }
         Ok(())
     }
