@@ -1221,6 +1221,18 @@ impl<D: Driver> Queue<D> {
         let hq = &self.hwqs[hwq];
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
         let fifo = unsafe { &mut *hq.fifo.get() };
+        if let Some(index) = direct
+            && fifo.is_empty()
+        {
+            // The direct-issue case: nothing waits on the FIFO, so the request goes to the
+            // driver without the FIFO push and pop (issue 22). `dispatch_nonempty` is false
+            // already: it mirrors the FIFO whenever the token is free. Other CPUs' software
+            // queues are not collected in this pass: a CPU that marked its queue pending then
+            // runs the hardware queue, and finding the token taken it sets RERUN, so our
+            // release fails and `run_with_token` makes a full pass for it.
+            self.dispatch_alone(cpu, hwq, index, defer);
+            return;
+        }
         // Collect software queues with work. Clear a CPU's bit before taking its list: a push
         // that finds the list non-empty relies on the bit being set or about to be taken.
         for (w, word) in hq.pending.iter().enumerate() {
@@ -1237,13 +1249,6 @@ impl<D: Driver> Queue<D> {
             }
         }
         if let Some(index) = direct {
-            if fifo.is_empty() {
-                // The direct-issue case: nothing waits ahead of it, so it goes to the driver
-                // without passing through the FIFO (issue 22). `dispatch_nonempty` is false
-                // already: it mirrors the FIFO whenever the token is free.
-                self.dispatch_alone(cpu, hwq, index, defer);
-                return;
-            }
             self.links.set(index, crate::list::EMPTY);
             fifo.append_newest_first(index, &self.links);
         }

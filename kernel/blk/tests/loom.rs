@@ -572,3 +572,27 @@ fn split_parent_ends_once_with_the_first_error() {
         table.release(cpu, id);
     });
 }
+
+/// (11) Two CPUs submit to the same hardware queue at once. The one that takes the run token
+/// issues its request directly, without collecting other CPUs' software queues in that pass;
+/// the other finds the token taken, queues its request and asks for a rerun. Whatever the
+/// interleaving, both requests are dispatched (and, with the inline null driver, ended), and
+/// nothing is left on a software queue or the FIFO.
+#[test]
+fn direct_issue_racing_an_insert_never_strands_a_request() {
+    loom::model(|| {
+        let (queue, platform) = small_queue(QuiesceCheck::LockFree);
+        let q = queue.clone();
+        let other = thread::spawn(move || {
+            q.submit(1, &Bio::read(16, 1, &[], 2)).unwrap();
+        });
+        queue.submit(0, &Bio::read(8, 1, &[], 1)).unwrap();
+        other.join().unwrap();
+        assert_eq!(
+            platform.ended.load(Ordering::Relaxed),
+            2,
+            "a request submitted while another CPU issued directly was never dispatched"
+        );
+        assert_eq!(queue.in_flight(), 0);
+    });
+}
