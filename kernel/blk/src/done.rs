@@ -128,11 +128,20 @@ impl DoneBoard {
     /// Reports every finished slot of CPU `cpu` to `f(slot, status)`, lowest slot first within
     /// each 64-slot word, and clears them; returns how many. Only `cpu`'s owner calls this. An
     /// out-of-range `cpu` has nothing to take.
-    pub fn take(&self, cpu: usize, mut f: impl FnMut(usize, Status)) -> usize {
+    pub fn take(&self, cpu: usize, f: impl FnMut(usize, Status)) -> usize {
+        self.take_below(cpu, self.slots_per_cpu, f)
+    }
+
+    /// [`DoneBoard::take`] for a caller that uses only slots `0..slots` (clamped to the
+    /// board's): it looks at those slots' words only. The workload engine's slots are its queue
+    /// depth, so a job at QD 64 or less reads one word per reap, not four (issue 22).
+    #[inline]
+    pub fn take_below(&self, cpu: usize, slots: usize, mut f: impl FnMut(usize, Status)) -> usize {
         if cpu >= self.ncpus {
             return 0;
         }
-        let words = &self.done[cpu * self.word_stride..][..self.slots_per_cpu.div_ceil(64)];
+        let slots = slots.min(self.slots_per_cpu);
+        let words = &self.done[cpu * self.word_stride..][..slots.div_ceil(64)];
         let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
         let mut n = 0;
         for (w, word) in words.iter().enumerate() {
@@ -150,6 +159,32 @@ impl DoneBoard {
                 n += 1;
             }
         }
+        n
+    }
+
+    /// Clears CPU `cpu`'s completions at slots `from..` and counts them in
+    /// [`DoneBoard::bogus`]; returns how many. For the end of a job whose reaps looked only at
+    /// its own slots `0..from` ([`DoneBoard::take_below`]): a completion above them came from
+    /// no request of the job, and is not left for the next one.
+    pub fn take_stray(&self, cpu: usize, from: usize) -> usize {
+        if cpu >= self.ncpus {
+            return 0;
+        }
+        let words = &self.done[cpu * self.word_stride..][..self.slots_per_cpu.div_ceil(64)];
+        let mut n = 0;
+        for (w, word) in words.iter().enumerate() {
+            let first = w * 64;
+            if first + 64 <= from {
+                continue;
+            }
+            // Bits of slots below `from` stay; `from - first` is below 64 here.
+            let keep = if from > first { (1u64 << (from - first)) - 1 } else { 0 };
+            // Acquire pairs with the Release `fetch_or` in `deliver`.
+            let taken = word.fetch_and(keep, Ordering::Acquire) & !keep;
+            n += taken.count_ones() as usize;
+        }
+        self.bogus
+            .fetch_add(n as u64, core::sync::atomic::Ordering::Relaxed);
         n
     }
 
@@ -188,6 +223,31 @@ mod tests {
         assert_eq!(b.take(2, |s, st| got.push((s, st))), 1);
         assert_eq!(got, [(64, Status::Timeout)]);
         assert_eq!(b.bogus(), 0);
+    }
+
+    #[test]
+    fn take_below_looks_at_its_slots_only_and_take_stray_clears_the_rest_as_bogus() {
+        let b = DoneBoard::new(1, 256).unwrap();
+        for slot in [0, 31, 32, 63, 64, 200] {
+            b.deliver(0, slot, Status::Ok).unwrap();
+        }
+        let mut got = Vec::new();
+        // Slots 0..32 live in word 0, which is taken whole: 32 and 63 come out too (the
+        // engine refuses them as out of range); word 1 (64) and word 3 (200) are not looked at.
+        assert_eq!(b.take_below(0, 32, |s, _| got.push(s)), 4);
+        assert_eq!(got, [0, 31, 32, 63]);
+        got.clear();
+        assert_eq!(b.take_below(0, 64, |s, _| got.push(s)), 0);
+        assert_eq!(b.bogus(), 0);
+        // Slots 64 and 200 are above a 64-slot job: cleared and counted; slots below stay.
+        b.deliver(0, 5, Status::IoError).unwrap();
+        assert_eq!(b.take_stray(0, 64), 2);
+        assert_eq!(b.bogus(), 2);
+        let mut left = Vec::new();
+        assert_eq!(b.take(0, |s, st| left.push((s, st))), 1);
+        assert_eq!(left, [(5, Status::IoError)]);
+        assert_eq!(b.take_stray(0, 0), 0);
+        assert_eq!(b.take_stray(7, 0), 0, "an out-of-range CPU has nothing");
     }
 
     #[test]

@@ -134,7 +134,10 @@ impl IoBackend for KernelBackend<'_> {
         }
         let overflow = &mut self.overflow;
         let cpu = self.cpu;
-        block::done_board().take(self.cpu, |slot, status| {
+        // Only this job's slots (its queue depth): one word of the board per reap at QD 64 or
+        // less (issue 22); `run_share` clears anything above them when the job ends.
+        let slots = self.buffers.len();
+        block::done_board().take_below(self.cpu, slots, |slot, status| {
             crate::arch::stagetrace::reaped(cpu, slot);
             let result = match status {
                 Status::Ok => Ok(()),
@@ -276,7 +279,14 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
             )
         }),
     };
-    workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared)
+    let result = workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared);
+    // The reaps looked at the job's own slots only: a completion above them belongs to no
+    // request of this job; it is counted as bogus (`bogus_cookies`) rather than left for the next.
+    let stray = block::done_board().take_stray(cpu, backend.buffers.len());
+    if stray != 0 {
+        log::warn!("cpu{cpu}: {stray} completion(s) for slots this job never used, counted as bogus");
+    }
+    result
 }
 
 fn worker(ctx_addr: usize) {
