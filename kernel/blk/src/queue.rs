@@ -1256,14 +1256,7 @@ impl<D: Driver> Queue<D> {
             hq.dispatch_nonempty.store(false, Ordering::Relaxed);
             return;
         }
-        let set = self.set_of(hwq);
-        let gen_before = self.tag_sets[set].freed_seq();
-        let ctx = HwCtx {
-            queue: self,
-            hwq: hwq as u16,
-            cpu: cpu as u16,
-        };
-        let counters = self.counters.cpu(cpu);
+        let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
         let mut uncommitted = false;
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
@@ -1291,14 +1284,7 @@ impl<D: Driver> Queue<D> {
     /// pop, and no `dispatch_nonempty` store unless the driver turns it away.
     #[inline(always)]
     fn dispatch_alone(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
-        let set = self.set_of(hwq);
-        let gen_before = self.tag_sets[set].freed_seq();
-        let ctx = HwCtx {
-            queue: self,
-            hwq: hwq as u16,
-            cpu: cpu as u16,
-        };
-        let counters = self.counters.cpu(cpu);
+        let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
         match self.dispatch_one(&ctx, counters, index, !defer) {
             Dispatched::Queued => {
                 if defer {
@@ -1315,6 +1301,20 @@ impl<D: Driver> Queue<D> {
                 self.after_turned_away(hwq, set, gen_before);
             }
         }
+    }
+
+    /// What a dispatch pass on `hwq` needs: its tag set, that set's "freed" sequence before the
+    /// pass (the restart protocol's snapshot), the driver's context and this CPU's counters.
+    #[inline(always)]
+    fn pass_context(&self, cpu: usize, hwq: usize) -> (usize, u32, HwCtx<'_, D>, &CpuCounters) {
+        let set = self.set_of(hwq);
+        let gen_before = self.tag_sets[set].freed_seq();
+        let ctx = HwCtx {
+            queue: self,
+            hwq: hwq as u16,
+            cpu: cpu as u16,
+        };
+        (set, gen_before, ctx, self.counters.cpu(cpu))
     }
 
     /// Hands request `index` (off the FIFO, or issued directly) to the driver.
