@@ -50,7 +50,7 @@ CONFIG_VIRTIO_PCI=y
 CONFIG_VIRTIO_BLK=y
 ";
 
-/// `configure` options: one target, every optional feature off, TCG and KVM on, firmware
+/// `configure` options: one target, every optional feature off, TCG (with plugins) and KVM on, firmware
 /// from the distribution's packages (Debian's source ships none).
 const CONFIGURE_ARGS: &[&str] = &[
     "--target-list=x86_64-softmmu",
@@ -59,6 +59,8 @@ const CONFIGURE_ARGS: &[&str] = &[
     "--with-devices-x86_64=baremq-fusion",
     "--enable-tcg",
     "--enable-kvm",
+    // TCG plugins: `cargo xtask ipio --device fusion` counts instructions per I/O with one.
+    "--enable-plugins",
     "--disable-docs",
     "--disable-tools",
     "--disable-guest-agent",
