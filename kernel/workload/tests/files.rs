@@ -361,3 +361,45 @@ fn time_based_jobs_keep_serving_every_file() {
     let counts = per_file(&log, 2);
     assert!(counts[0].abs_diff(counts[1]) <= 1, "round robin: {counts:?}");
 }
+
+#[test]
+fn trims_rates_and_the_verify_backlog_work_per_file() {
+    // randtrim: every block of both regions trimmed once; the fake devices read zeros there.
+    let plan = plan_of(&format!("{TWO}rw=randtrim\nsize=64k\n"), &[0]);
+    let mut disks = Disks::for_plan(&plan);
+    for disk in &mut disks.bytes {
+        disk.fill(0xa5);
+    }
+    let (result, log) = run(&plan, &mut disks).remove(0);
+    assert_eq!(result.trim.ios, 16);
+    assert_eq!(per_file(&log, 2), [8, 8]);
+    for disk in &disks.bytes {
+        assert!(disk[..32 << 10].iter().all(|&b| b == 0));
+        assert_eq!(disk[32 << 10], 0xa5, "nothing past the file's region");
+    }
+    // rate_iops is the job's pace across its files: 16 I/Os at 1000 per second take 15 ms or
+    // more on the backend's clock.
+    let plan = plan_of(&format!("{TWO}rw=randread\nsize=64k\nrate_iops=1000\n"), &[0]);
+    let mut disks = Disks::for_plan(&plan);
+    let (result, log) = run(&plan, &mut disks).remove(0);
+    assert_eq!(per_file(&log, 2), [8, 8]);
+    assert!(result.runtime_ns >= 15_000_000, "{} ns", result.runtime_ns);
+    // verify_backlog reads blocks of both files back during the writes.
+    let plan = plan_of(
+        &format!("{TWO}rw=randwrite\nsize=64k\nverify=crc32c\nverify_backlog=4\niodepth=2\n"),
+        &[0],
+    );
+    let mut disks = Disks::for_plan(&plan);
+    let (result, log) = run(&plan, &mut disks).remove(0);
+    assert_eq!(result.write.ios, 16);
+    assert_eq!(result.verify.mismatches, 0);
+    let backlog_reads: Vec<usize> = log[..log.len() - 16]
+        .iter()
+        .filter(|io| io.1 == IoOp::Read)
+        .map(|io| io.0)
+        .collect();
+    assert!(
+        backlog_reads.contains(&0) && backlog_reads.contains(&1),
+        "{backlog_reads:?}"
+    );
+}
