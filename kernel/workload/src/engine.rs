@@ -927,13 +927,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             .spec
             .runtime_ns
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
-        let generator = IoGenerator::new(self.plan, cpu_index);
         let mut source = if !self.plan.files.is_empty() {
             Source::Files(Box::new(FileSetGenerator::new(self.plan, cpu_index)))
         } else if self.plan.spec.bs_mix.is_some() {
-            Source::Sized(generator)
+            Source::Sized(IoGenerator::new(self.plan, cpu_index))
         } else {
-            Source::Main(generator)
+            Source::Main(IoGenerator::new(self.plan, cpu_index))
         };
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;

@@ -139,7 +139,10 @@ impl FileSetGenerator {
         if self.left_on_current == 0 || self.files[self.current].left_in_pass == 0 {
             self.pick();
         }
-        self.left_on_current -= 1;
+        if self.service != FileService::Sequential {
+            // `sequential` turns last until the file is done, however long.
+            self.left_on_current -= 1;
+        }
         let file = &mut self.files[self.current];
         // A file's own stream has no end (`IoGenerator::for_file`).
         let (op, block) = file.generator.next_io()?;

@@ -164,6 +164,9 @@ pub struct FioJob {
     pub target: Target,
     /// `size`/`filesize` when given as a percentage of the device.
     pub size_percent: Option<u8>,
+    /// The size was given as `filesize` (the later of `size` and `filesize` wins): with a
+    /// `filename` list it is each file's, not split between them.
+    pub size_per_file: bool,
     /// `offset` when given as a percentage of the device (rounded down to `bs`).
     pub offset_percent: Option<u8>,
     /// I/Os per pass of a size-bound clone (`number_ios`, or `io_size / bs`); `None`: one per block.
@@ -614,6 +617,7 @@ struct Builder {
     cpus_allowed: Option<CpuSet>,
     target: Target,
     size: Option<SizeOrPercent>,
+    size_per_file: bool,
     offset: Option<SizeOrPercent>,
     offset_increment: u64,
     io_size: Option<u64>,
@@ -666,6 +670,7 @@ impl Builder {
             cpus_allowed: None,
             target: Target::Default,
             size: None,
+            size_per_file: false,
             offset: None,
             offset_increment: 0,
             io_size: None,
@@ -849,6 +854,7 @@ impl Builder {
                     return Err(bad("a size above zero"));
                 }
                 self.size = Some(v);
+                self.size_per_file = key == "filesize";
             }
             "offset" => self.offset = Some(values::size_or_percent(need()?).ok_or_else(|| bad("a size or N%"))?),
             "offset_increment" => self.offset_increment = size()?,
@@ -1407,6 +1413,7 @@ impl Builder {
             cpus_allowed: self.cpus_allowed,
             target: self.target,
             size_percent,
+            size_per_file: self.size_per_file,
             offset_percent,
             seed_from_clock,
             ios_per_pass: per_pass,
@@ -1696,8 +1703,8 @@ impl FioJob {
     /// The regions of a job over several devices, as fio 3.33 sizes its files
     /// (`filesetup.c`, `setup_files`): `size` in bytes is split evenly between the files (fio
     /// hands what the division leaves out in whole blocks only, so with whole-block shares the
-    /// few bytes left go nowhere); without `size` each file runs from `offset` to its end; a
-    /// percentage `offset` or `size` is of each device.
+    /// few bytes left go nowhere), `filesize` is each file's; without either each file runs from
+    /// `offset` to its end; a percentage `offset` or `size` is of each device.
     fn file_regions(
         &self,
         names: &[String],
@@ -1706,6 +1713,7 @@ impl FioJob {
     ) -> Result<Vec<FileRegion>, WorkloadError> {
         let count = names.len() as u64;
         let share = match self.spec.size {
+            Some(each) if self.size_per_file => Some(each),
             Some(total) => {
                 let share = total / count;
                 if share == 0 || !share.is_multiple_of(bs) {

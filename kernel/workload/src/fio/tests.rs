@@ -829,6 +829,11 @@ fn files_get_fio_regions() {
         files(&format!("{list}size=64m\n")),
         [("nvme0n1".into(), 0, 32 << 20), ("nvme1n1".into(), 0, 32 << 20)]
     );
+    // filesize is each file's (fio's file_size_low), not split.
+    assert_eq!(
+        files(&format!("{list}filesize=16m\n")),
+        [("nvme0n1".into(), 0, 16 << 20), ("nvme1n1".into(), 0, 16 << 20)]
+    );
     // No size: each file from the offset to its end.
     assert_eq!(
         files(&format!("{list}offset=1m\n")),
