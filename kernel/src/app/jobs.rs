@@ -283,13 +283,10 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         }),
     };
     if ctx.file_devs.is_empty() {
-        return workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared);
+        workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared)
+    } else {
+        files::run_cpu_over_files(ctx, index, &mut backend)
     }
-    let devices = ctx.file_devs.iter().map(|d| files::FileDevice::new(*d)).collect();
-    let mut backend = files::FileSetBackend::new(backend, devices, ctx.plan.file_routes(index));
-    let result = workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared);
-    *ctx.file_sent[index].lock() = backend.files.iter().map(|f| f.sent).collect();
-    result
 }
 
 fn worker(ctx_addr: usize) {

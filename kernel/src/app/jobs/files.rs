@@ -6,25 +6,40 @@
 //! Completions need no routing: every device ends a request on the submitting CPU's done
 //! board, keyed by the engine's slot, whatever the device.
 
-use super::KernelBackend;
+use super::{JobContext, KernelBackend};
 use crate::dev::block::BlockDevice;
 use alloc::vec::Vec;
 use core::fmt;
-use workload::{Completion, FileRoute, IoBackend, IoOp, SubmitError, route_file};
+use workload::{Completion, CpuResult, FileRoute, IoBackend, IoOp, SubmitError, WorkloadError, route_file};
+
+/// Runs CPU `index`'s share of a job over a `filename` list through `backend` (set up on the
+/// first file's device, which it is again afterwards), and records the requests each device got.
+pub(super) fn run_cpu_over_files(
+    ctx: &JobContext<'_>,
+    index: usize,
+    backend: &mut KernelBackend<'_>,
+) -> Result<CpuResult, WorkloadError> {
+    let devices = ctx.file_devs.iter().map(|d| FileDevice::new(*d)).collect();
+    let mut files = FileSetBackend::new(backend, devices, ctx.plan.file_routes(index));
+    let result = workload::run_cpu(ctx.plan, index, &mut files, ctx.shared);
+    *ctx.file_sent[index].lock() = files.files.iter().map(|f| f.sent).collect();
+    files.switch_to(0);
+    result
+}
 
 /// One file's device as this CPU drives it.
-pub(super) struct FileDevice {
-    pub dev: &'static dyn BlockDevice,
+struct FileDevice {
+    dev: &'static dyn BlockDevice,
     /// Block-layer (512-byte) sectors per device sector.
-    pub scale: u64,
+    scale: u64,
     /// Deferred submissions not yet rung on this device (kept here while another is current).
     uncommitted: bool,
     /// Requests sent: reads, writes, trims, flushes.
-    pub sent: [u64; 4],
+    sent: [u64; 4],
 }
 
 impl FileDevice {
-    pub fn new(dev: &'static dyn BlockDevice) -> Self {
+    fn new(dev: &'static dyn BlockDevice) -> Self {
         Self {
             dev,
             scale: u64::from(dev.facts().sector_size / 512),
@@ -35,17 +50,17 @@ impl FileDevice {
 }
 
 /// A [`KernelBackend`] whose device changes with the request's file.
-pub(super) struct FileSetBackend<'a> {
+struct FileSetBackend<'b, 'a> {
     /// Drives the current file's device (its `dev`, `scale` and doorbell flag are that file's).
-    pub inner: KernelBackend<'a>,
-    pub files: Vec<FileDevice>,
+    inner: &'b mut KernelBackend<'a>,
+    files: Vec<FileDevice>,
     routes: Vec<FileRoute>,
     current: usize,
 }
 
-impl<'a> FileSetBackend<'a> {
+impl<'b, 'a> FileSetBackend<'b, 'a> {
     /// `inner` is set up on the first file's device; `routes` are this CPU's.
-    pub fn new(inner: KernelBackend<'a>, files: Vec<FileDevice>, routes: Vec<FileRoute>) -> Self {
+    fn new(inner: &'b mut KernelBackend<'a>, files: Vec<FileDevice>, routes: Vec<FileRoute>) -> Self {
         Self {
             inner,
             files,
@@ -83,7 +98,7 @@ impl<'a> FileSetBackend<'a> {
     }
 }
 
-impl IoBackend for FileSetBackend<'_> {
+impl IoBackend for FileSetBackend<'_, '_> {
     fn slot_buffer(&mut self, slot: usize) -> &mut [u8] {
         self.inner.slot_buffer(slot)
     }
