@@ -1,5 +1,5 @@
 //! `cargo xtask fio-compare JOB.fio [--device nvme|md] [--smp N] [--disk-size SIZE]
-//! [--override KEY=VALUE]... [--timeout S] [--out DIR]`: the same fio job file run by real fio in
+//! [--namespaces N] [--override KEY=VALUE]... [--timeout S] [--out DIR]`: the same fio job file run by real fio in
 //! the Linux peer guest (`../shared/tools/peer/`, fio 3.33) and by baremq, each on a fresh zeroed
 //! disk behind the same QEMU controller, and the two documents compared.
 //!
@@ -14,6 +14,11 @@
 //! * which blocks a pass touched: for every fio clone, I/Os and distinct offsets in its per-I/O
 //!   log (fio's random map: equal); on both sides, the 4 KiB blocks of the disk that are not zero
 //!   after the run (exact for writes: both write non-zero data over a zeroed disk).
+//!
+//! `--namespaces N` (NVMe) gives both sides N namespaces of `--disk-size` each and runs every job
+//! over all of them (`filename=/dev/nvme0n1:/dev/nvme0n2...`, fio's several files per job); the
+//! blocks are counted over all disks, and fio's per-I/O log has no file column, so a clone that
+//! touched each block of each file once shows every offset N times.
 //!
 //! The peer's kernel and initramfs come from `$PEER_DIR` (default `/tmp/baremq-peer`; built with
 //! `run-peer.sh build` when missing). This command appends a second cpio archive to that
@@ -32,7 +37,7 @@ use serde_json::Value;
 use crate::{RunDevice, fioout, qemu, root, value};
 
 const USAGE: &str = "usage: cargo xtask fio-compare JOB.fio|-- FIO WORDS... [--device nvme|md] [--smp N] \
-                     [--disk-size SIZE] [--override KEY=VALUE]... [--timeout S] [--out DIR]";
+                     [--disk-size SIZE] [--namespaces N] [--override KEY=VALUE]... [--timeout S] [--out DIR]";
 
 /// fio command-line words (`--name=a --rw=randread ...`) as the job file they mean: words before
 /// the first `--name` are `[global]`, each `--name` starts a section. fio's run options
@@ -59,7 +64,7 @@ pub fn words_to_job_file(words: &[String]) -> Result<String, String> {
 
 /// The guest's `/init`: loads the controller's driver, runs fio on the job file with json+ and a
 /// per-I/O log, prints the document and a summary of each clone's log between markers.
-/// `@MODULES@` and `@DEV@` are filled in per device.
+/// `@MODULES@` and `@DEVS@` (the block devices, blank-separated) are filled in per device.
 const GUEST_INIT: &str = r#"#!/bin/sh
 # fio-compare guest (written by cargo xtask fio-compare): one fio run of /cmp/job.fio.
 export PATH=/bin:/sbin
@@ -74,9 +79,11 @@ for mod in @MODULES@; do
   grep -q "^$(basename $mp .ko | tr - _) " /proc/modules && continue
   insmod /lib/modules/$KV/$mp || echo "CMP_ERR insmod $mod"
 done
-i=0; while [ ! -e /sys/block/@DEV@ ] && [ $i -lt 400 ]; do usleep 50000; i=$((i+1)); done
-[ -e /dev/@DEV@ ] || { echo "CMP_ERR no /dev/@DEV@"; poweroff -f; }
-echo none > /sys/block/@DEV@/queue/scheduler 2>/dev/null
+for dev in @DEVS@; do
+  i=0; while [ ! -e /sys/block/$dev ] && [ $i -lt 400 ]; do usleep 50000; i=$((i+1)); done
+  [ -e /dev/$dev ] || { echo "CMP_ERR no /dev/$dev"; poweroff -f; }
+  echo none > /sys/block/$dev/queue/scheduler 2>/dev/null
+done
 cd /tmp
 echo "CMP_FIO_START"
 fio --output-format=json+ --output=/tmp/out.json /cmp/job.fio > /tmp/fio.err 2>&1
@@ -187,6 +194,45 @@ fn between<'a>(console: &'a str, begin: &str, end: &str) -> Option<&'a str> {
     let start = console.find(begin)? + begin.len();
     let stop = console[start..].find(end)? + start;
     Some(console[start..stop].trim())
+}
+
+/// `count` fresh zeroed disk images `SIDE-disk.img`, `SIDE-disk2.img`, ...
+fn disk_images(out_dir: &Path, side: &str, count: usize, bytes: u64) -> Result<Vec<PathBuf>, String> {
+    (1..=count)
+        .map(|k| {
+            let path = out_dir.join(if k == 1 {
+                format!("{side}-disk.img")
+            } else {
+                format!("{side}-disk{k}.img")
+            });
+            qemu::create_image(&path, bytes, "raw").map(|_| path)
+        })
+        .collect()
+}
+
+/// QEMU arguments for namespaces 2.. of NVMe controller `nvme0` on `images[1..]`.
+fn more_namespaces(images: &[PathBuf]) -> Vec<String> {
+    images
+        .iter()
+        .enumerate()
+        .skip(1)
+        .flat_map(|(index, image)| {
+            [
+                "-drive".to_string(),
+                format!(
+                    "if=none,id=nvm{index},file={},format=raw,cache=writeback",
+                    image.display()
+                ),
+                "-device".to_string(),
+                format!("nvme-ns,drive=nvm{index},bus=nvme0,nsid={}", index + 1),
+            ]
+        })
+        .collect()
+}
+
+/// Non-zero 4 KiB blocks over all `images`.
+fn nonzero_blocks_of(images: &[PathBuf]) -> Result<u64, String> {
+    images.iter().map(|image| nonzero_blocks(image)).sum()
 }
 
 /// 4 KiB blocks of the image that are not all zero.
@@ -556,6 +602,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     let mut overrides: Vec<(String, String)> = Vec::new();
     let mut timeout = 900u64;
     let mut out_dir: Option<PathBuf> = None;
+    let mut namespaces = 1usize;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -580,6 +627,14 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
                     .filter(|b| *b >= 1 << 20)
                     .ok_or(format!("--disk-size '{v}': a size of at least 1M, e.g. 256M"))?;
             }
+            "--namespaces" => {
+                let v = value(args, &mut i, "--namespaces")?;
+                namespaces = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=4).contains(n))
+                    .ok_or(format!("--namespaces '{v}': use 1..4"))?;
+            }
             "--override" => {
                 let v = value(args, &mut i, "--override")?;
                 let (key, val) = v.split_once('=').unwrap_or((v, ""));
@@ -603,6 +658,9 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
             other => return Err(format!("fio-compare: unexpected '{other}'\n{USAGE}")),
         }
         i += 1;
+    }
+    if namespaces > 1 && device != RunDevice::Nvme {
+        return Err("--namespaces is for --device nvme".into());
     }
     let (job, out_dir) = match (job, words.is_empty()) {
         (Some(job), true) => {
@@ -645,7 +703,26 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     let kernel = peer_kernel(&peer_dir).ok_or(format!("no kernel/boot/vmlinuz-* in {}", peer_dir.display()))?;
     let (modules, linux_dev) = guest_device(device);
     let baremq_dev = device.block_device();
-    let mut forced = vec![("filename".to_string(), format!("/dev/{linux_dev}"))];
+    // Namespace k of controller 0 is nvme0nK on both sides.
+    let names = |first: &str| -> Vec<String> {
+        (1..=namespaces)
+            .map(|k| {
+                if k == 1 {
+                    first.to_string()
+                } else {
+                    format!("nvme0n{k}")
+                }
+            })
+            .collect()
+    };
+    let filename = |first: &str| {
+        names(first)
+            .iter()
+            .map(|n| format!("/dev/{n}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let mut forced = vec![("filename".to_string(), filename(linux_dev))];
     forced.extend(overrides.iter().cloned());
     // Per-I/O log of every clone, with offsets and wall-clock times, for the block and
     // concurrency comparisons (fio names them cmp_clat.N.log by thread number).
@@ -659,7 +736,9 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     }
     let peer_job = force_settings(&job_text, &forced);
     fs::write(out_dir.join("peer-job.fio"), &peer_job).map_err(|e| format!("writing peer-job.fio: {e}"))?;
-    let init = GUEST_INIT.replace("@MODULES@", modules).replace("@DEV@", linux_dev);
+    let init = GUEST_INIT
+        .replace("@MODULES@", modules)
+        .replace("@DEVS@", &names(linux_dev).join(" "));
     let base = fs::read(&base_initrd).map_err(|e| format!("reading {}: {e}", base_initrd.display()))?;
     let initrd = append_cpio(
         &base,
@@ -671,8 +750,8 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     );
     let initrd_path = out_dir.join("peer-initrd.cpio");
     fs::write(&initrd_path, initrd).map_err(|e| format!("writing {}: {e}", initrd_path.display()))?;
-    let peer_image = out_dir.join("peer-disk.img");
-    qemu::create_image(&peer_image, disk_bytes, "raw")?;
+    let peer_images = disk_images(&out_dir, "peer", namespaces, disk_bytes)?;
+    let peer_image = peer_images[0].clone();
     let mut peer_args: Vec<String> = [
         "-accel",
         "tcg,thread=multi",
@@ -701,6 +780,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         "console=ttyS0 quiet panic=-1".into(),
     ]);
     peer_args.extend(device.qemu_args(&peer_image, smp));
+    peer_args.extend(more_namespaces(&peer_images));
     println!("xtask: peer: qemu-system-x86_64 {}", peer_args.join(" "));
     let peer = qemu::run_with(
         Path::new("qemu-system-x86_64"),
@@ -722,15 +802,15 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     let peer_json = &peer_json[peer_json.find('{').unwrap_or(0)..];
     let peer_doc: Value = serde_json::from_str(peer_json).map_err(|e| format!("the peer's fio document: {e}"))?;
     fs::write(out_dir.join("fio.json"), peer_json).map_err(|e| format!("writing fio.json: {e}"))?;
-    let peer_blocks = nonzero_blocks(&peer_image)?;
+    let peer_blocks = nonzero_blocks_of(&peer_images)?;
     let logs = clone_logs(&peer.output);
 
     // baremq.
     crate::setup::ensure_qemu()?;
     let baremq_kernel = crate::build_kernel(false)?;
-    let baremq_image = out_dir.join("baremq-disk.img");
-    qemu::create_image(&baremq_image, disk_bytes, "raw")?;
-    let mut append = vec![format!("fio.override.filename=/dev/{baremq_dev}")];
+    let baremq_images = disk_images(&out_dir, "baremq", namespaces, disk_bytes)?;
+    let baremq_image = baremq_images[0].clone();
+    let mut append = vec![format!("fio.override.filename={}", filename(baremq_dev))];
     append.extend(overrides.iter().map(|(k, v)| format!("fio.override.{k}={v}")));
     append.extend(["--".into(), "--output-format=json+".into()]);
     let mut extra = vec![
@@ -742,6 +822,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         "512M".into(),
     ];
     extra.extend(device.qemu_args(&baremq_image, smp));
+    extra.extend(more_namespaces(&baremq_images));
     extra.extend(qemu::fio_initrd_args(std::slice::from_ref(&job), false)?);
     let machine = qemu::Machine {
         accel: qemu::Accel::Tcg,
@@ -768,7 +849,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         serde_json::to_string_pretty(&baremq_doc).unwrap_or_default(),
     )
     .map_err(|e| format!("writing baremq.json: {e}"))?;
-    let baremq_blocks = nonzero_blocks(&baremq_image)?;
+    let baremq_blocks = nonzero_blocks_of(&baremq_images)?;
     let (bq_jobs, mut bq_together) = baremq_jobs(&baremq.output);
     let mut fio_together = fio_overlaps(&bq_jobs, &logs);
     // Sets, not sequences: the order inside a set and of the sets carries no meaning.
@@ -904,6 +985,9 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     for log in &logs {
         let once = |ios: u64, distinct: u64| match ios {
             0 => String::from("-"),
+            _ if ios == distinct * namespaces as u64 && namespaces > 1 => {
+                format!("{ios} I/Os on {distinct} offsets, each once per file")
+            }
             _ if ios == distinct => format!("{ios} I/Os on {distinct} offsets, each once"),
             _ => format!("{ios} I/Os on {distinct} offsets, with repeats"),
         };
@@ -916,7 +1000,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
         );
     }
     // Which blocks a job writes is only fixed when each clone writes each block once.
-    let drawn_with_repeats = logs.iter().any(|l| l.writes != l.distinct_writes);
+    let drawn_with_repeats = logs.iter().any(|l| l.writes != l.distinct_writes * namespaces as u64);
     // A mixed job draws each I/O's direction, so the two sides write different numbers of
     // blocks; each written once, the blocks are the writes times bs / 4 KiB on both sides.
     let fio_writes: u64 = fio_jobs.values().map(|j| j.writes).sum();
@@ -944,7 +1028,11 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     }
     // Jobs whose data is the same on both sides (a verify_pattern) leave the same bytes, apart
     // from each side's verify header at the start of a block (fio's 40 bytes, baremq's 48).
-    let (same, header_only, other) = block_differences(&peer_image, &baremq_image)?;
+    let (mut same, mut header_only, mut other) = (0, 0, 0);
+    for (peer, baremq) in peer_images.iter().zip(&baremq_images) {
+        let (s, h, o) = block_differences(peer, baremq)?;
+        (same, header_only, other) = (same + s, header_only + h, other + o);
+    }
     let _ = writeln!(
         table,
         "disk images, 4 KiB blocks: {same} identical, {header_only} differing only in their first 48 bytes \

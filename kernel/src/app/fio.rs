@@ -267,6 +267,19 @@ fn fio_only(spec: &workload::JobSpec) -> String {
     if spec.end_flush {
         out.push_str(", flush at the end");
     }
+    if !spec.files.is_empty() {
+        // A filename list: the device= above is the first file's; every file's region (clone 0).
+        let files: Vec<String> = spec
+            .files
+            .iter()
+            .map(|f| format!("{} {}+{}", f.device, f.offset, f.size))
+            .collect();
+        out.push_str(&format!(
+            ", files {} (one job over them, file_service_type={})",
+            files.join(" : "),
+            spec.file_service
+        ));
+    }
     if !spec.verify_pattern.is_empty() {
         out.push_str(&format!(
             ", verify_pattern of {} bytes repeated from each block's first byte{}",

@@ -16,6 +16,8 @@ use workload::{
     SubmitError, WorkloadError,
 };
 
+mod files;
+
 /// Traced requests whose raw events a job's `BAREMQ-TRACE:` line carries (the summary uses all).
 const TRACE_EXPORT_REQUESTS: usize = 500;
 
@@ -208,6 +210,10 @@ struct JobContext<'a> {
     plan: &'a JobPlan,
     shared: &'a JobShared,
     dev: &'static dyn BlockDevice,
+    /// A job over a `filename` list: its files' devices, in order (empty otherwise).
+    file_devs: Vec<&'static dyn BlockDevice>,
+    /// Per CPU, the requests sent to each file's device (reads, writes, trims, flushes).
+    file_sent: Vec<spin::Mutex<Vec<[u64; 4]>>>,
     poll: bool,
     start_ns: u64,
     results: Vec<spin::Mutex<Option<Result<CpuResult, WorkloadError>>>>,
@@ -281,7 +287,11 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
             )
         }),
     };
-    let result = workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared);
+    let result = if ctx.file_devs.is_empty() {
+        workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared)
+    } else {
+        files::run_cpu_over_files(ctx, index, &mut backend)
+    };
     // The reaps looked at the job's own slots only: a completion above them belongs to no
     // request of this job; it is counted as bogus (`bogus_cookies`) rather than left for the next.
     let stray = block::done_board().take_stray(cpu, backend.buffers.len());
@@ -402,17 +412,26 @@ fn map_policies(plan: &JobPlan, dev: &dyn BlockDevice) -> (CompletionPolicy, Qui
 /// a time); returns whether each passed. The kernel counters of each report are read over the
 /// whole run, so with several jobs on one device they cover all of them (a line says so).
 fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Result<Vec<(bool, JobReport)>, String> {
-    let mut devs: Vec<&'static dyn BlockDevice> = Vec::with_capacity(plans.len());
+    // Each plan's devices: its one device, or its files' devices in order (the first is the
+    // plan's `device`).
+    let mut plan_devs: Vec<Vec<&'static dyn BlockDevice>> = Vec::with_capacity(plans.len());
     for plan in plans {
-        devs.push(block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?);
+        let mut found = Vec::new();
+        for info in plan.devices() {
+            found.push(block::find(&info.name).ok_or_else(|| alloc::format!("no device {}", info.name))?);
+        }
+        plan_devs.push(found);
     }
+    let devs: Vec<&'static dyn BlockDevice> = plan_devs.iter().map(|d| d[0]).collect();
     let policies: Vec<(CompletionPolicy, QuiesceCheck)> = plans
         .iter()
         .zip(&devs)
         .map(|(plan, dev)| map_policies(plan, *dev))
         .collect();
-    for ((plan, dev), (completion, quiesce)) in plans.iter().zip(&devs).zip(&policies) {
-        dev.set_policies(*completion, *quiesce);
+    for ((plan, devs), (completion, quiesce)) in plans.iter().zip(&plan_devs).zip(&policies) {
+        for dev in devs {
+            dev.set_policies(*completion, *quiesce);
+        }
         for w in &plan.warnings {
             kprintln!("warning: job {}: {w}", plan.spec.name);
         }
@@ -442,11 +461,27 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
             .map(|c| irq::TABLE.count(irq::VECTOR_BLK_COMPLETE, c as u32))
             .collect()
     };
-    let irqs_before: Vec<Vec<u64>> = devs.iter().map(|d| count_per_cpu(&d.facts().irq_vectors)).collect();
+    // A plan's device interrupts per CPU, over all of its devices.
+    let plan_irqs = |devs: &[&'static dyn BlockDevice]| -> Vec<u64> {
+        let mut counts = alloc::vec![0u64; ncpu];
+        for d in devs {
+            for (sum, c) in counts.iter_mut().zip(count_per_cpu(&d.facts().irq_vectors)) {
+                *sum += c;
+            }
+        }
+        counts
+    };
+    let irqs_before: Vec<Vec<u64>> = plan_devs.iter().map(|d| plan_irqs(d)).collect();
     let ipis_before = ipis_per_cpu();
-    let blk_before: Vec<_> = devs.iter().map(|d| d.counters()).collect();
+    let blk_before: Vec<Vec<_>> = plan_devs
+        .iter()
+        .map(|devs| devs.iter().map(|d| d.counters()).collect())
+        .collect();
     let wake_ipis_before = crate::arch::park::wake_ipis();
-    let driver_before: Vec<_> = devs.iter().map(|d| d.driver_counters()).collect();
+    let driver_before: Vec<Vec<_>> = plan_devs
+        .iter()
+        .map(|devs| devs.iter().map(|d| d.driver_counters()).collect())
+        .collect();
     let bogus_before = block::done_board().bogus();
     let trace_every = plans.first().map_or(0, |p| p.spec.trace_every);
     let trace_event_ns = if trace_every != 0 {
@@ -469,12 +504,18 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
     let contexts: Vec<JobContext<'_>> = plans
         .iter()
         .zip(&shareds)
-        .zip(&devs)
+        .zip(&plan_devs)
         .zip(&policies)
-        .map(|(((plan, shared), dev), (completion, _))| JobContext {
+        .map(|(((plan, shared), devs), (completion, _))| JobContext {
             plan,
             shared,
-            dev: *dev,
+            dev: devs[0],
+            file_devs: if plan.files.is_empty() {
+                Vec::new()
+            } else {
+                devs.clone()
+            },
+            file_sent: (0..plan.cpus.len()).map(|_| spin::Mutex::new(Vec::new())).collect(),
             poll: *completion == CompletionPolicy::Poll,
             start_ns,
             results: (0..plan.cpus.len()).map(|_| spin::Mutex::new(None)).collect(),
@@ -486,7 +527,11 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
             "job {}: {} on {} ({} CPUs: {}), iodepth {} per CPU, completion={} quiesce={}",
             plan.spec.name,
             plan.spec.rw.as_str(),
-            plan.device.name,
+            plan.devices()
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(":"),
             plan.cpus.len(),
             {
                 // A list for a few CPUs, ranges (`0-127`) for many.
@@ -560,28 +605,37 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
     }
     // Drain: nothing of these jobs may still be in flight when the next starts.
     let deadline = time::now_ns() + 5_000_000_000;
-    for (plan, dev) in plans.iter().zip(&devs) {
-        while dev.in_flight() > 0 && time::now_ns() < deadline {
-            dev.make_progress(me as usize);
-            core::hint::spin_loop();
-        }
-        if dev.in_flight() > 0 {
-            return Err(alloc::format!(
-                "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped \
-                 completing",
-                plan.spec.name,
-                dev.in_flight(),
-                plan.device.name
-            ));
+    for (plan, devs) in plans.iter().zip(&plan_devs) {
+        for dev in devs {
+            while dev.in_flight() > 0 && time::now_ns() < deadline {
+                dev.make_progress(me as usize);
+                core::hint::spin_loop();
+            }
+            if dev.in_flight() > 0 {
+                return Err(alloc::format!(
+                    "job {}: {} request(s) still in flight on {} 5 s after every CPU finished: the device stopped \
+                     completing",
+                    plan.spec.name,
+                    dev.in_flight(),
+                    dev.facts().name
+                ));
+            }
         }
     }
     let mut passed = Vec::with_capacity(plans.len());
     for (index, ctx) in contexts.iter().enumerate() {
         let plan = ctx.plan;
-        let dev = devs[index];
-        let device_vectors = &dev.facts().irq_vectors;
+        let these_devs = &plan_devs[index];
         let irqs_before = &irqs_before[index];
         let blk_before = &blk_before[index];
+        // A block-layer counter's growth over the plan's devices.
+        let delta = |field: fn(&blk::CounterSnapshot) -> u64| -> u64 {
+            these_devs
+                .iter()
+                .zip(blk_before)
+                .map(|(d, before)| field(&d.counters()) - field(before))
+                .sum()
+        };
         let quiesce = policies[index].1;
         let results = &all_results[index];
         let mut trace_events = Vec::new();
@@ -613,62 +667,55 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
                 .map(|s| after[s.cpu as usize] - before[s.cpu as usize])
                 .collect()
         };
-        let all_irqs: u64 = count_per_cpu(device_vectors)
-            .iter()
-            .zip(irqs_before)
-            .map(|(a, b)| a - b)
-            .sum();
+        let all_irqs: u64 = plan_irqs(these_devs).iter().zip(irqs_before).map(|(a, b)| a - b).sum();
         report
-            .add_counter("device_irqs", per_plan_cpu(count_per_cpu(device_vectors), irqs_before))
+            .add_counter("device_irqs", per_plan_cpu(plan_irqs(these_devs), irqs_before))
             .map_err(|e| e.to_string())?;
         report
             .add_counter("completion_ipis", per_plan_cpu(ipis_per_cpu(), &ipis_before))
             .map_err(|e| e.to_string())?;
-        let b = dev.counters();
         let totals = [
             ("device_irqs_all_cpus", all_irqs),
-            ("submitted", b.submitted - blk_before.submitted),
+            ("submitted", delta(|c| c.submitted)),
             // Reads and writes above the device's transfer or segment limit, split by blk (each
             // part counts in `submitted` and `completed`).
-            ("split_bios", b.split_bios - blk_before.split_bios),
-            ("completed", b.completed - blk_before.completed),
-            ("requeued", b.requeued - blk_before.requeued),
-            (
-                "completions_inline",
-                b.completions_inline - blk_before.completions_inline,
-            ),
-            ("completions_irq", b.completions_irq - blk_before.completions_irq),
-            ("completions_local", b.completions_local - blk_before.completions_local),
-            (
-                "completions_remote",
-                b.completions_remote - blk_before.completions_remote,
-            ),
-            ("completions_poll", b.completions_poll - blk_before.completions_poll),
-            ("ipis", b.ipis - blk_before.ipis),
-            ("softirqs", b.softirqs - blk_before.softirqs),
-            ("hot_path_locks", b.hot_path_locks - blk_before.hot_path_locks),
+            ("split_bios", delta(|c| c.split_bios)),
+            ("completed", delta(|c| c.completed)),
+            ("requeued", delta(|c| c.requeued)),
+            ("completions_inline", delta(|c| c.completions_inline)),
+            ("completions_irq", delta(|c| c.completions_irq)),
+            ("completions_local", delta(|c| c.completions_local)),
+            ("completions_remote", delta(|c| c.completions_remote)),
+            ("completions_poll", delta(|c| c.completions_poll)),
+            ("ipis", delta(|c| c.ipis)),
+            ("softirqs", delta(|c| c.softirqs)),
+            ("hot_path_locks", delta(|c| c.hot_path_locks)),
             // The queue lock's contention (quiesce=locked/sleeping): acquisitions that
             // found it taken, parks in `wait_for_wake`, wake-ups sent by unlocks.
-            ("lock_contended", b.lock_contended - blk_before.lock_contended),
-            ("lock_sleeps", b.lock_sleeps - blk_before.lock_sleeps),
-            ("lock_wakeups", b.lock_wakeups - blk_before.lock_wakeups),
+            ("lock_contended", delta(|c| c.lock_contended)),
+            ("lock_sleeps", delta(|c| c.lock_sleeps)),
+            ("lock_wakeups", delta(|c| c.lock_wakeups)),
             (
                 "lock_wakeup_ipis_sent",
                 crate::arch::park::wake_ipis() - wake_ipis_before,
             ),
-            ("timeouts", b.timeouts - blk_before.timeouts),
-            (
-                "spurious_completions",
-                b.spurious_completions - blk_before.spurious_completions,
-            ),
+            ("timeouts", delta(|c| c.timeouts)),
+            ("spurious_completions", delta(|c| c.spurious_completions)),
             ("bogus_cookies", block::done_board().bogus() - bogus_before),
         ];
         for (name, value) in totals {
             report.add_total(name, value);
         }
-        for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(driver_before[index].clone()) {
-            report.add_total(name, after - before);
+        for (dev, before) in these_devs.iter().zip(&driver_before[index]) {
+            for ((name, after), (_, before)) in dev.driver_counters().into_iter().zip(before.clone()) {
+                if these_devs.len() == 1 {
+                    report.add_total(name, after - before);
+                } else {
+                    report.add_total(&alloc::format!("{}_{name}", dev.facts().name), after - before);
+                }
+            }
         }
+        report_file_requests(ctx, &mut report);
         let flushes: u64 = results.iter().map(|r| r.flush.ios).sum();
         if flushes > 0 {
             report.add_total("flushes", flushes);
@@ -684,10 +731,10 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
                 "job {}: queue lock ({}): acquisitions={} contended={} parks={} wakeups={} wake_ipis={}",
                 plan.spec.name,
                 to_left(&QUIESCE_POLICIES, quiesce).as_str(),
-                b.hot_path_locks - blk_before.hot_path_locks,
-                b.lock_contended - blk_before.lock_contended,
-                b.lock_sleeps - blk_before.lock_sleeps,
-                b.lock_wakeups - blk_before.lock_wakeups,
+                delta(|c| c.hot_path_locks),
+                delta(|c| c.lock_contended),
+                delta(|c| c.lock_sleeps),
+                delta(|c| c.lock_wakeups),
                 crate::arch::park::wake_ipis() - wake_ipis_before,
             );
         }
@@ -706,6 +753,39 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
         passed.push((report.passed(), report));
     }
     Ok(passed)
+}
+
+/// A job over a `filename` list: prints the requests it sent to each file's device and adds
+/// them to the report's totals (`file_DEVICE_reads`, ..._writes, ..._trims, ..._flushes), which
+/// the fio document carries under its `baremq` key. They count what the job sent, its ramp and
+/// verify pass included.
+fn report_file_requests(ctx: &JobContext<'_>, report: &mut JobReport) {
+    if ctx.file_devs.is_empty() {
+        return;
+    }
+    let mut sums = alloc::vec![[0u64; 4]; ctx.file_devs.len()];
+    for cpu in &ctx.file_sent {
+        for (sum, sent) in sums.iter_mut().zip(cpu.lock().iter()) {
+            for (s, n) in sum.iter_mut().zip(sent) {
+                *s += n;
+            }
+        }
+    }
+    for (dev, [reads, writes, trims, flushes]) in ctx.file_devs.iter().zip(sums) {
+        let name = &dev.facts().name;
+        kprintln!(
+            "job {}: file /dev/{name}: {reads} reads, {writes} writes, {trims} trims, {flushes} flushes",
+            ctx.plan.spec.name
+        );
+        for (kind, value) in [
+            ("reads", reads),
+            ("writes", writes),
+            ("trims", trims),
+            ("flushes", flushes),
+        ] {
+            report.add_total(&alloc::format!("file_{name}_{kind}"), value);
+        }
+    }
 }
 
 /// Prints fio's output of a run (`--output-format`, the logs) from its jobs' reports: the
@@ -799,20 +879,28 @@ pub fn run_specs(
             })?;
             spec.device = Some(d.facts().name.clone());
         }
+        for file in &mut spec.files {
+            if let Some(d) = block::find(&file.device) {
+                file.device = d.facts().name.clone();
+            }
+        }
         let mut plan = workload::plan_job(&spec, infos, online).map_err(|e| e.to_string())?;
         let dev = block::find(&plan.device.name).ok_or_else(|| alloc::format!("no device {}", plan.device.name))?;
-        if plan.spec.rw.trims() && dev.max_discard_sectors() == 0 {
-            return Err(alloc::format!(
-                "job {}: rw={} needs discard (trim), and device {} ({}) has no discard command",
-                plan.spec.name,
-                plan.spec.rw.as_str(),
-                plan.device.name,
-                dev.facts().model
-            ));
-        }
-        if plan.spec.rw.writes() || plan.spec.rw.trims() {
-            // A trim destroys data as a write does.
-            super::safety::check_before_writes(&plan.spec.name, dev, plan.spec.destroy)?;
+        for info in plan.devices() {
+            let each = block::find(&info.name).ok_or_else(|| alloc::format!("no device {}", info.name))?;
+            if plan.spec.rw.trims() && each.max_discard_sectors() == 0 {
+                return Err(alloc::format!(
+                    "job {}: rw={} needs discard (trim), and device {} ({}) has no discard command",
+                    plan.spec.name,
+                    plan.spec.rw.as_str(),
+                    info.name,
+                    each.facts().model
+                ));
+            }
+            if plan.spec.rw.writes() || plan.spec.rw.trims() {
+                // A trim destroys data as a write does.
+                super::safety::check_before_writes(&plan.spec.name, each, plan.spec.destroy)?;
+            }
         }
         // Record the policies in force, so the report names them rather than "default".
         let (c, q) = map_policies(&plan, dev);

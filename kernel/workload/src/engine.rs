@@ -20,6 +20,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use crate::detail::{CpuDetail, DetailOptions, Mark, Totals, batch_bucket, depth_bucket};
 use crate::error::WorkloadError;
+use crate::fileset::FileSetGenerator;
 use crate::generator::IoGenerator;
 use crate::hist::LatencyHistogram;
 use crate::job::{ExpectedGeneration, VerifyMode};
@@ -600,6 +601,9 @@ enum Source {
     /// The main phase of a job with variable block sizes (`JobSpec::bs_mix`): a variant of its
     /// own, so that fixed-size jobs pay nothing per I/O for the size draw.
     Sized(IoGenerator),
+    /// The main phase of a job over a `filename` list (`JobPlan::files`): the file service
+    /// picks each I/O's file; a variant of its own, so one-device jobs pay nothing for it.
+    Files(Box<FileSetGenerator>),
     /// No I/O (a phase that only issues a due flush).
     Nothing,
     /// The verify pass walks the slice in order.
@@ -929,11 +933,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             .spec
             .runtime_ns
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
-        let generator = IoGenerator::new(self.plan, cpu_index);
-        let mut source = if self.plan.spec.bs_mix.is_some() {
-            Source::Sized(generator)
+        let mut source = if !self.plan.files.is_empty() {
+            Source::Files(Box::new(FileSetGenerator::new(self.plan, cpu_index)))
+        } else if self.plan.spec.bs_mix.is_some() {
+            Source::Sized(IoGenerator::new(self.plan, cpu_index))
         } else {
-            Source::Main(generator)
+            Source::Main(IoGenerator::new(self.plan, cpu_index))
         };
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
@@ -1180,6 +1185,12 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 self.io_sectors = self.plan.sectors_per_block * units;
                 self.io_bytes = self.bs as u32 * units;
                 Some((op, block))
+            }
+            Source::Files(files) => {
+                if let Some(block) = self.backlog_pending.pop() {
+                    return Some((IoOp::Read, block));
+                }
+                files.next_io()
             }
             Source::Nothing => None,
             Source::VerifyPass { next_block } => {

@@ -211,6 +211,13 @@ pub enum WorkloadError {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// The devices of a job's `filename` list cannot serve one job together.
+    FileList {
+        /// The job.
+        job: String,
+        /// What is wrong, naming the devices, and what to do instead.
+        detail: String,
+    },
     /// A fio option's value is malformed or out of range.
     FioBadValue {
         /// The job (or `global`).
@@ -234,6 +241,7 @@ impl fmt::Display for WorkloadError {
                     "fio job {job:?}: option {option} is not supported by baremq: {reason}"
                 )
             }
+            Self::FileList { job, detail } => write!(f, "job {job:?}: filename list: {detail}"),
             Self::FioBadValue {
                 job,
                 option,

@@ -101,6 +101,24 @@ impl IoGenerator {
     pub fn new(plan: &JobPlan, cpu_index: usize) -> Self {
         let blocks = plan.cpus[cpu_index].blocks;
         let per_cpu_seed = plan.spec.seed ^ mix64(cpu_index as u64 + 1);
+        let remaining = if plan.spec.is_time_based() {
+            None
+        } else {
+            Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
+        };
+        Self::over(plan, blocks, per_cpu_seed, remaining)
+    }
+
+    /// The stream of file `file` (an index into `plan.files`) of a job over a `filename` list on
+    /// CPU `cpu_index`: over that file's blocks, with a seed of its own, and no end (the
+    /// [`FileSetGenerator`](crate::fileset::FileSetGenerator) counts the job's I/Os and each
+    /// file's pass). Blocks are counted from the file's start.
+    pub fn for_file(plan: &JobPlan, cpu_index: usize, file: usize) -> Self {
+        let per_file_seed = plan.spec.seed ^ mix64(cpu_index as u64 + 1) ^ mix64(!(file as u64));
+        Self::over(plan, plan.files[file].blocks, per_file_seed, None)
+    }
+
+    fn over(plan: &JobPlan, blocks: u64, per_cpu_seed: u64, remaining: Option<u64>) -> Self {
         Self {
             rng: Rng::new(per_cpu_seed),
             rw: plan.spec.rw,
@@ -122,11 +140,7 @@ impl IoGenerator {
             }),
             blocks,
             cursor: 0,
-            remaining: if plan.spec.is_time_based() {
-                None
-            } else {
-                Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
-            },
+            remaining,
             sized: plan.spec.bs_mix.clone().map(|mix| {
                 let mapped = plan.spec.random_map
                     && plan.spec.rw.is_random()

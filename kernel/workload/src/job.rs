@@ -383,6 +383,51 @@ pub struct JobSpec {
     /// the region, the slices and the random map count blocks of that unit. `None`: every I/O is
     /// `bs` bytes (the fixed-size path, which costs nothing extra per I/O).
     pub bs_mix: Option<BlockSizeMix>,
+    /// fio's `filename=a:b` lists: the job spreads its I/O over these regions, one per device,
+    /// in order (at least two; empty: the one `device`, `offset`, `size`). Filled in by the fio
+    /// front-end ([`FioJob::to_spec`](crate::fio::FioJob::to_spec)) with each file's region.
+    pub files: Vec<FileRegion>,
+    /// fio's `file_service_type`: which file each I/O goes to (with `files` only).
+    pub file_service: FileService,
+}
+
+/// One file of a job's `filename` list: a device and the region of it the job uses (for the
+/// first clone; clone `i`'s is `i * clone_increment` further, as fio shifts each file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRegion {
+    /// The device's name.
+    pub device: String,
+    /// Region start in bytes.
+    pub offset: u64,
+    /// Region length in bytes.
+    pub size: u64,
+}
+
+/// fio's `file_service_type`: how a job with several files picks the file of its next I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileService {
+    /// `roundrobin:N` (fio's default, N = 1): N I/Os on a file, then the next file still busy.
+    RoundRobin(u32),
+    /// `sequential`: every I/O of a file, then the next.
+    Sequential,
+    /// `random:N`: N I/Os on a file drawn uniformly among those still busy, then another draw.
+    Random(u32),
+}
+
+impl Default for FileService {
+    fn default() -> Self {
+        Self::RoundRobin(1)
+    }
+}
+
+impl fmt::Display for FileService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RoundRobin(n) => write!(f, "roundrobin:{n}"),
+            Self::Sequential => f.write_str("sequential"),
+            Self::Random(n) => write!(f, "random:{n}"),
+        }
+    }
 }
 
 /// fio's block sizes per direction, in units of [`JobSpec::bs`].
@@ -517,6 +562,8 @@ impl JobSpec {
             zones: Vec::new(),
             skew: None,
             bs_mix: None,
+            files: Vec::new(),
+            file_service: FileService::RoundRobin(1),
         }
     }
 

@@ -30,6 +30,7 @@ pub mod crc32c;
 pub mod detail;
 pub mod engine;
 pub mod error;
+pub mod fileset;
 pub mod fio;
 pub mod generator;
 pub mod hist;
@@ -55,10 +56,10 @@ pub use error::WorkloadError;
 pub use generator::IoGenerator;
 pub use hist::LatencyHistogram;
 pub use job::{
-    ACCEPTED_KEYS, AccessZone, CompletionPolicy, CpuSelection, ExpectedGeneration, JobSpec, QuiescePolicy, RwMode,
-    VerifyMode, ZoneLength, parse_cmdline, parse_jobs,
+    ACCEPTED_KEYS, AccessZone, CompletionPolicy, CpuSelection, ExpectedGeneration, FileRegion, FileService, JobSpec,
+    QuiescePolicy, RwMode, VerifyMode, ZoneLength, parse_cmdline, parse_jobs,
 };
-pub use plan::{CpuSlice, DeviceInfo, JobPlan, PlanWarning, VerifyScheme, plan_job};
+pub use plan::{CpuSlice, DeviceInfo, FileRoute, JobPlan, PlanFile, PlanWarning, VerifyScheme, plan_job, route_file};
 pub use report::{
     FIO_JSON_PREFIX, FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, JSON_PREFIX, JobReport,
     LOG_PREFIX, ProgressMeter, VerifyResult,

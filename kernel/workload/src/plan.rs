@@ -29,6 +29,9 @@ use crate::error::WorkloadError;
 use crate::job::{CpuSelection, ExpectedGeneration, JobSpec, RwMode};
 use crate::values::CpuSet;
 
+mod files;
+pub use files::{FileRoute, PlanFile, route_file};
+
 /// Limit on blocks one CPU tracks for a verify job with random or repeated writes (16 MiB of tracking).
 pub const MAX_TRACKED_BLOCKS_PER_CPU: u64 = 1 << 22;
 
@@ -172,6 +175,9 @@ pub struct JobPlan {
     pub verify: VerifyScheme,
     /// Warnings to print before the job runs.
     pub warnings: Vec<PlanWarning>,
+    /// A job over a `filename` list (see [`files`]): its files, in order; empty for a job on
+    /// the one `device`.
+    pub files: Vec<PlanFile>,
 }
 
 impl JobPlan {
@@ -241,9 +247,56 @@ fn check_variable_sizes(spec: &JobSpec, verify: VerifyScheme) -> Result<(), Work
     Ok(())
 }
 
+/// What a job that trims does not combine with.
+fn check_trims(spec: &JobSpec) -> Result<(), WorkloadError> {
+    if spec.rw.trims() {
+        let refuse = |first, reason| WorkloadError::ConflictingKeys {
+            job: spec.name.clone(),
+            first,
+            second: "rw",
+            reason,
+        };
+        if spec.verify.is_enabled() {
+            return Err(refuse(
+                "verify",
+                "verifying a job that trims is not implemented (a trimmed block's contents are the device's choice)",
+            ));
+        }
+        if spec.io_interval_ns != [0, 0] {
+            return Err(refuse("rate", "pacing a job that trims is not implemented"));
+        }
+    }
+    Ok(())
+}
+
+/// The job's submitting CPUs, all online and at least one.
+fn submitting_cpus(spec: &JobSpec, online_cpus: &[u32]) -> Result<CpuSet, WorkloadError> {
+    let online = CpuSet::from_cpus(online_cpus);
+    let cpus = match spec.cpus {
+        CpuSelection::All => online,
+        CpuSelection::List(list) => {
+            if let Some(cpu) = list.iter().find(|&cpu| !online.contains(cpu)) {
+                return Err(WorkloadError::CpuNotOnline {
+                    job: spec.name.clone(),
+                    cpu,
+                    online: online.to_string(),
+                });
+            }
+            list
+        }
+    };
+    if cpus.is_empty() {
+        return Err(WorkloadError::NoCpus { job: spec.name.clone() });
+    }
+    Ok(cpus)
+}
+
 /// Checks `spec` against the devices and the online CPUs, and plans it. Errors name the job and the
 /// exact problem; an `iodepth` above the device limit is capped, with a warning in the plan.
 pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<JobPlan, WorkloadError> {
+    if !spec.files.is_empty() {
+        return crate::plan::files::plan_files(spec, devices, online_cpus);
+    }
     let job = || spec.name.clone();
     let device_names = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
     let device = match &spec.device {
@@ -264,41 +317,8 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         }
     };
     let capacity = device.validated_capacity_bytes()?;
-    if spec.rw.trims() {
-        let refuse = |first, reason| WorkloadError::ConflictingKeys {
-            job: job(),
-            first,
-            second: "rw",
-            reason,
-        };
-        if spec.verify.is_enabled() {
-            return Err(refuse(
-                "verify",
-                "verifying a job that trims is not implemented (a trimmed block's contents are the device's choice)",
-            ));
-        }
-        if spec.io_interval_ns != [0, 0] {
-            return Err(refuse("rate", "pacing a job that trims is not implemented"));
-        }
-    }
-
-    let online = CpuSet::from_cpus(online_cpus);
-    let cpus = match spec.cpus {
-        CpuSelection::All => online,
-        CpuSelection::List(list) => {
-            if let Some(cpu) = list.iter().find(|&cpu| !online.contains(cpu)) {
-                return Err(WorkloadError::CpuNotOnline {
-                    job: job(),
-                    cpu,
-                    online: online.to_string(),
-                });
-            }
-            list
-        }
-    };
-    if cpus.is_empty() {
-        return Err(WorkloadError::NoCpus { job: job() });
-    }
+    check_trims(spec)?;
+    let cpus = submitting_cpus(spec, online_cpus)?;
 
     let bs = u64::from(spec.bs);
     let sector = u64::from(device.sector_size);
@@ -411,6 +431,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         cpus: slices,
         verify,
         warnings,
+        files: Vec::new(),
     })
 }
 
@@ -518,6 +539,7 @@ fn plan_clones(
         cpus: slices,
         verify,
         warnings,
+        files: Vec::new(),
     })
 }
 

@@ -448,8 +448,21 @@ impl JobReport {
             write!(out, " (asked {})", spec.iodepth)?;
         }
         write!(out, " cpus={} device={}", self.plan.cpu_set(), device.name)?;
+        // A job over a filename list: every file's device and region, as `:` joins them.
+        for file in self.plan.files.iter().skip(1) {
+            write!(out, ":{}", file.device.name)?;
+        }
         write!(out, " region={}+", self.plan.region_offset)?;
         write_bytes_binary(out, self.plan.region_bytes)?;
+        if !self.plan.files.is_empty() {
+            out.write_str(" (")?;
+            for (index, file) in self.plan.files.iter().enumerate() {
+                let separator = if index == 0 { "" } else { ", " };
+                write!(out, "{separator}{} {}+", file.device.name, file.offset)?;
+                write_bytes_binary(out, file.blocks * u64::from(spec.bs))?;
+            }
+            out.write_str(")")?;
+        }
         writeln!(
             out,
             " verify={} completion={} quiesce={}",

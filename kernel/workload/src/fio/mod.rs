@@ -34,7 +34,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::error::WorkloadError;
-use crate::job::{BlockSizeMix, DEFAULT_SEED, JobSpec, MAX_BS, MAX_IODEPTH, RwMode, SizeChoice, VerifyMode};
+use crate::job::{
+    BlockSizeMix, DEFAULT_SEED, FileRegion, JobSpec, MAX_BS, MAX_IODEPTH, RwMode, SizeChoice, VerifyMode,
+};
 use crate::plan::DeviceInfo;
 use crate::values::CpuSet;
 use syntax::{Entry, Section};
@@ -131,6 +133,9 @@ pub struct FioReportOptions {
 pub enum Target {
     /// `filename=/dev/NAME` (or a bare device name): the device of that name.
     Device(String),
+    /// `filename=/dev/A:/dev/B...`: one job over these devices (fio's several files per job),
+    /// in order, at least two.
+    Devices(Vec<String>),
     /// A regular file path (fio would measure a file on a file system): the only device.
     File(String),
     /// No `filename` (fio would make a file named after the job): the only device.
@@ -159,6 +164,9 @@ pub struct FioJob {
     pub target: Target,
     /// `size`/`filesize` when given as a percentage of the device.
     pub size_percent: Option<u8>,
+    /// The size was given as `filesize` (the later of `size` and `filesize` wins): with a
+    /// `filename` list it is each file's, not split between them.
+    pub size_per_file: bool,
     /// `offset` when given as a percentage of the device (rounded down to `bs`).
     pub offset_percent: Option<u8>,
     /// I/Os per pass of a size-bound clone (`number_ios`, or `io_size / bs`); `None`: one per block.
@@ -208,7 +216,7 @@ pub const ASYNC_ENGINES: [&str; 10] = [
 
 /// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
 /// change nothing. Each one accepted is listed in the job's warnings.
-pub const NO_OP_OPTIONS: [&str; 23] = [
+pub const NO_OP_OPTIONS: [&str; 22] = [
     "thread",
     "invalidate",
     "gtod_reduce",
@@ -231,8 +239,6 @@ pub const NO_OP_OPTIONS: [&str; 23] = [
     "kb_base",
     "unit_base",
     "log_offset",
-    // A job drives one device (filename lists are refused), so there is no file to switch to.
-    "file_service_type",
 ];
 
 /// fio options refused with a specific reason (everything else unknown gets a generic one).
@@ -611,6 +617,7 @@ struct Builder {
     cpus_allowed: Option<CpuSet>,
     target: Target,
     size: Option<SizeOrPercent>,
+    size_per_file: bool,
     offset: Option<SizeOrPercent>,
     offset_increment: u64,
     io_size: Option<u64>,
@@ -643,6 +650,8 @@ struct Builder {
     think_spin_ns: u64,
     end_fsync: bool,
     fsync_on_close: bool,
+    /// `file_service_type` as written, when given.
+    file_service_given: Option<String>,
     report: FioReportOptions,
     warnings: Vec<String>,
 }
@@ -661,6 +670,7 @@ impl Builder {
             cpus_allowed: None,
             target: Target::Default,
             size: None,
+            size_per_file: false,
             offset: None,
             offset_increment: 0,
             io_size: None,
@@ -689,6 +699,7 @@ impl Builder {
             think_spin_ns: 0,
             end_fsync: false,
             fsync_on_close: false,
+            file_service_given: None,
             report: FioReportOptions {
                 group_reporting: false,
                 percentile_list: values::percentiles(values::DEFAULT_PERCENTILES).unwrap_or_default(),
@@ -736,6 +747,11 @@ impl Builder {
             "name" => {}
             "description" => self.description = Some(need()?.trim_matches('"').to_string()),
             "filename" => self.target = target(&job, need()?)?,
+            "file_service_type" => {
+                let v = need()?;
+                self.spec.file_service = file_service(&job, v)?;
+                self.file_service_given = Some(v.to_string());
+            }
             "ioengine" => {
                 let engine = need()?.to_string();
                 if !SYNC_ENGINES.contains(&engine.as_str()) && !ASYNC_ENGINES.contains(&engine.as_str()) {
@@ -838,6 +854,7 @@ impl Builder {
                     return Err(bad("a size above zero"));
                 }
                 self.size = Some(v);
+                self.size_per_file = key == "filesize";
             }
             "offset" => self.offset = Some(values::size_or_percent(need()?).ok_or_else(|| bad("a size or N%"))?),
             "offset_increment" => self.offset_increment = size()?,
@@ -1376,6 +1393,11 @@ impl Builder {
                 format!("histogram logs go over the serial console: give log_hist_msec={MIN_LOG_MSEC} or more"),
             ));
         }
+        if let (Some(given), false) = (&self.file_service_given, matches!(self.target, Target::Devices(_))) {
+            self.warn(format!(
+                "file_service_type={given}: the job has one file (device), so there is no file to switch to"
+            ));
+        }
         if let Target::File(path) = &self.target {
             self.warn(format!(
                 "filename={path} is a file to fio; baremq has no file system and runs the job on the device itself"
@@ -1391,6 +1413,7 @@ impl Builder {
             cpus_allowed: self.cpus_allowed,
             target: self.target,
             size_percent,
+            size_per_file: self.size_per_file,
             offset_percent,
             seed_from_clock,
             ios_per_pass: per_pass,
@@ -1566,13 +1589,23 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
     }
     parts.push(current);
     if parts.len() > 1 {
-        return Err(unsupported(
-            job,
-            &format!("filename={value}"),
-            "one job driving several devices (fio's file_service_type over a file list) is not implemented: a \
-             job's CPU runs one queue on one device, with one region of its blocks; give one device, or \
-             one job per device in the same group (they run concurrently, each with its own iodepth)",
-        ));
+        let mut devices = Vec::with_capacity(parts.len());
+        for part in &parts {
+            match part.strip_prefix("/dev/") {
+                Some(device) if !device.is_empty() && !device.contains('=') => devices.push(device.to_string()),
+                _ => {
+                    return Err(unsupported(
+                        job,
+                        &format!("filename={value}"),
+                        format!(
+                            "{part:?} in a file list is not a device: baremq has no file system, so a list names \
+                             devices only (/dev/A:/dev/B)"
+                        ),
+                    ));
+                }
+            }
+        }
+        return Ok(Target::Devices(devices));
     }
     let name = parts.remove(0);
     if name.contains('=') {
@@ -1588,7 +1621,155 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
     })
 }
 
+/// fio's `file_service_type=TYPE[:N]`.
+fn file_service(job: &str, value: &str) -> Result<crate::job::FileService, WorkloadError> {
+    use crate::job::FileService;
+    let (name, count) = match value.split_once(':') {
+        Some((name, count)) => (name, Some(count)),
+        None => (value, None),
+    };
+    let bad = |expected: &str| WorkloadError::FioBadValue {
+        job: job.to_string(),
+        option: "file_service_type".into(),
+        value: value.to_string(),
+        expected: expected.to_string(),
+    };
+    if matches!(name, "zipf" | "pareto" | "normal" | "gauss") {
+        return Err(unsupported(
+            job,
+            &format!("file_service_type={value}"),
+            "skewed file choice is not implemented; use roundrobin, sequential or random",
+        ));
+    }
+    let n = match count {
+        None => 1,
+        Some(text) => values::integer(text)
+            .filter(|n| (1..=u64::from(u32::MAX)).contains(n))
+            .ok_or_else(|| bad("roundrobin, sequential or random, with :N (I/Os per file turn, at least 1)"))?
+            as u32,
+    };
+    match name {
+        "roundrobin" => Ok(FileService::RoundRobin(n)),
+        // fio takes a count after `sequential` too, and a file's turn lasts until it is done
+        // whatever the count.
+        "sequential" => Ok(FileService::Sequential),
+        "random" => Ok(FileService::Random(n)),
+        _ => Err(bad(
+            "roundrobin, sequential or random, with :N (I/Os per file turn, at least 1)",
+        )),
+    }
+}
+
 impl FioJob {
+    /// A job on one device: names it in `spec` and settles a percentage `offset` and `size` on
+    /// its capacity. Returns the region's bytes (twice: it is also the smallest file).
+    fn place_on_device(&self, spec: &mut JobSpec, devices: &[DeviceInfo]) -> Result<(u64, u64), WorkloadError> {
+        let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
+        let device = match &self.target {
+            Target::Device(name) => {
+                devices
+                    .iter()
+                    .find(|d| &d.name == name)
+                    .ok_or_else(|| WorkloadError::UnknownDevice {
+                        job: self.name.clone(),
+                        device: alloc::format!("/dev/{name}"),
+                        available: available(),
+                    })?
+            }
+            Target::File(_) | Target::Default | Target::Devices(_) => match devices {
+                [only] => only,
+                _ => {
+                    return Err(WorkloadError::MissingDevice {
+                        job: self.name.clone(),
+                        available: available(),
+                    });
+                }
+            },
+        };
+        spec.device = Some(device.name.clone());
+        let capacity = device.validated_capacity_bytes()?;
+        let bs = u64::from(spec.bs);
+        if let Some(p) = self.offset_percent {
+            spec.offset = capacity / 100 * u64::from(p) / bs * bs;
+        }
+        if let Some(p) = self.size_percent {
+            let room = capacity.saturating_sub(spec.offset);
+            spec.size = Some((room / 100 * u64::from(p) / bs * bs).max(bs));
+        }
+        let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));
+        Ok((region, region))
+    }
+
+    /// The regions of a job over several devices, as fio 3.33 sizes its files
+    /// (`filesetup.c`, `setup_files`): `size` in bytes is split evenly between the files (fio
+    /// hands what the division leaves out in whole blocks only, so with whole-block shares the
+    /// few bytes left go nowhere), `filesize` is each file's; without either each file runs from
+    /// `offset` to its end; a percentage `offset` or `size` is of each device.
+    fn file_regions(
+        &self,
+        names: &[String],
+        devices: &[DeviceInfo],
+        bs: u64,
+    ) -> Result<Vec<FileRegion>, WorkloadError> {
+        let count = names.len() as u64;
+        let share = match self.spec.size {
+            Some(each) if self.size_per_file => Some(each),
+            Some(total) => {
+                let share = total / count;
+                if share == 0 || !share.is_multiple_of(bs) {
+                    return Err(WorkloadError::FioBadValue {
+                        job: self.name.clone(),
+                        option: "size".into(),
+                        value: total.to_string(),
+                        expected: alloc::format!(
+                            "a size that splits into whole blocks over the {count} files (fio gives each \
+                             size/{count} bytes): a multiple of {} ({count} x bs {bs})",
+                            count * bs
+                        ),
+                    });
+                }
+                Some(share)
+            }
+            None => None,
+        };
+        let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
+        let mut regions = Vec::with_capacity(names.len());
+        for name in names {
+            let device = devices
+                .iter()
+                .find(|d| &d.name == name)
+                .ok_or_else(|| WorkloadError::UnknownDevice {
+                    job: self.name.clone(),
+                    device: alloc::format!("/dev/{name}"),
+                    available: available(),
+                })?;
+            let capacity = device.validated_capacity_bytes()?;
+            let offset = match self.offset_percent {
+                Some(p) => capacity / 100 * u64::from(p) / bs * bs,
+                None => self.spec.offset,
+            };
+            let size = match (share, self.size_percent) {
+                (Some(share), _) => share,
+                (None, Some(p)) => (capacity.saturating_sub(offset) / 100 * u64::from(p) / bs * bs).max(bs),
+                (None, None) => capacity.saturating_sub(offset) / bs * bs,
+            };
+            if size == 0 {
+                return Err(WorkloadError::JobLargerThanDevice {
+                    job: self.name.clone(),
+                    device: device.name.clone(),
+                    end_bytes: offset.saturating_add(bs),
+                    capacity_bytes: capacity,
+                });
+            }
+            regions.push(FileRegion {
+                device: device.name.clone(),
+                offset,
+                size,
+            });
+        }
+        Ok(regions)
+    }
+
     /// Whether the job (its own section or the globals above it) set one of `keys` to something
     /// other than false.
     fn options_have(&self, keys: &[&str]) -> bool {
@@ -1611,38 +1792,19 @@ impl FioJob {
         busy: &CpuSet,
     ) -> Result<JobSpec, WorkloadError> {
         let mut spec = self.spec.clone();
-        let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
-        let device = match &self.target {
-            Target::Device(name) => {
-                devices
-                    .iter()
-                    .find(|d| &d.name == name)
-                    .ok_or_else(|| WorkloadError::UnknownDevice {
-                        job: self.name.clone(),
-                        device: alloc::format!("/dev/{name}"),
-                        available: available(),
-                    })?
-            }
-            Target::File(_) | Target::Default => match devices {
-                [only] => only,
-                _ => {
-                    return Err(WorkloadError::MissingDevice {
-                        job: self.name.clone(),
-                        available: available(),
-                    });
-                }
-            },
-        };
-        spec.device = Some(device.name.clone());
-        let capacity = device.validated_capacity_bytes()?;
         let bs = u64::from(spec.bs);
-        if let Some(p) = self.offset_percent {
-            spec.offset = capacity / 100 * u64::from(p) / bs * bs;
-        }
-        if let Some(p) = self.size_percent {
-            let room = capacity.saturating_sub(spec.offset);
-            spec.size = Some((room / 100 * u64::from(p) / bs * bs).max(bs));
-        }
+        // The bytes of one clone's region, and of its smallest file (the one file's region for
+        // a job on one device).
+        let (region, smallest_file) = if let Target::Devices(names) = &self.target {
+            spec.files = self.file_regions(names, devices, bs)?;
+            spec.device = Some(spec.files[0].device.clone());
+            (
+                spec.files.iter().map(|f| f.size).sum::<u64>(),
+                spec.files.iter().map(|f| f.size).min().unwrap_or(0),
+            )
+        } else {
+            self.place_on_device(&mut spec, devices)?
+        };
         let online = CpuSet::from_cpus(online_cpus);
         let wanted = self.numjobs;
         let candidates: Vec<u32> = match self.cpus_allowed {
@@ -1680,7 +1842,6 @@ impl FioJob {
             ));
         }
         spec.cpus = crate::job::CpuSelection::List(CpuSet::from_cpus(&candidates[..wanted as usize]));
-        let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));
         let zoned_bytes: u64 = spec
             .zones
             .iter()
@@ -1689,19 +1850,16 @@ impl FioJob {
                 crate::job::ZoneLength::Percent(_) => 0,
             })
             .sum();
-        if zoned_bytes > region {
+        if zoned_bytes > smallest_file {
             return Err(WorkloadError::FioBadValue {
                 job: self.name.clone(),
                 option: "random_distribution".into(),
                 value: alloc::format!("zoned_abs zones of {zoned_bytes} bytes"),
-                expected: alloc::format!("zones that fit in the job's region of {region} bytes"),
+                expected: alloc::format!("zones that fit in the job's region of {smallest_file} bytes"),
             });
         }
         if self.loops > 1 || self.ios_per_pass.is_some() {
-            let per_pass = self.ios_per_pass.unwrap_or_else(|| {
-                let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));
-                region / bs
-            });
+            let per_pass = self.ios_per_pass.unwrap_or(region / bs);
             spec.ios_per_cpu = Some(per_pass.saturating_mul(self.loops));
         }
         Ok(spec)

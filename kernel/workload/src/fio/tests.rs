@@ -1,6 +1,7 @@
 //! Tests of the fio front-end: the reference's four typical jobs, value mapping, refusals.
 
 use super::*;
+use crate::job::FileService;
 use crate::plan::plan_job;
 use alloc::vec;
 
@@ -276,7 +277,8 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\ndirectory=/mnt\n", "directory"),
         ("[a]\ntrim_percentage=10\n", "trim_percentage"),
         ("[a]\nrw=randread:8\n", "rw=randread:8"),
-        ("[a]\nfilename=/dev/md0:/dev/md1\n", "filename=/dev/md0:/dev/md1"),
+        ("[a]\nfilename=/dev/md0:/tmp/x\n", "filename=/dev/md0:/tmp/x"),
+        ("[a]\nfile_service_type=zipf:1.2\n", "file_service_type=zipf:1.2"),
         ("[a]\nverify=pattern_hdr\nverify_pattern=0xff\n", "verify=pattern_hdr"),
         ("[a]\nverify=md5\nverify_pattern=0xff\n", "verify_pattern"),
         ("[a]\nverify_backlog_batch=16\n", "verify_backlog_batch"),
@@ -751,19 +753,135 @@ fn a_size_draw_walks_the_shares_in_order() {
 }
 
 #[test]
-fn a_file_list_is_refused_with_the_reason() {
-    // fio's several files per job (one I/O stream round-robin over them) is not implemented: the
-    // refusal names the list and says why and what to write instead.
-    let err = parse_job_file(
-        "[a]\nfilename=/dev/nvme0n1:/dev/nvme1n1\nfile_service_type=roundrobin\n",
-        &[],
-    )
-    .unwrap_err();
-    let WorkloadError::FioUnsupported { option, reason, .. } = err else {
-        panic!("{err:?}");
-    };
-    assert_eq!(option, "filename=/dev/nvme0n1:/dev/nvme1n1");
-    assert!(reason.contains("one job per device in the same group"), "{reason}");
+fn a_device_list_is_one_job_over_its_devices() {
+    let job = one("[a]\nfilename=/dev/nvme0n1:/dev/md0\n");
+    assert_eq!(job.target, Target::Devices(vec!["nvme0n1".into(), "md0".into()]));
+    assert_eq!(job.spec.file_service, FileService::RoundRobin(1), "fio's default");
     // fio's escaped colon is part of one name, not a list.
     assert_eq!(one("[a]\nfilename=/dev/a\\:b\n").target, Target::Device("a:b".into()));
+    assert_eq!(
+        one("[a]\nfilename=/dev/x\\:1:/dev/y\n").target,
+        Target::Devices(vec!["x:1".into(), "y".into()])
+    );
+    // A list names devices: baremq has no file system for paths.
+    let (option, reason) = refused("[a]\nfilename=/dev/md0:data.bin\n");
+    assert_eq!(option, "filename=/dev/md0:data.bin");
+    assert!(
+        reason.contains("\"data.bin\" in a file list is not a device"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn file_service_type_takes_fio_forms() {
+    let service = |value: &str| {
+        one(&format!("[a]\nfilename=/dev/a:/dev/b\nfile_service_type={value}\n"))
+            .spec
+            .file_service
+    };
+    assert_eq!(service("roundrobin"), FileService::RoundRobin(1));
+    assert_eq!(service("roundrobin:4"), FileService::RoundRobin(4));
+    assert_eq!(service("sequential"), FileService::Sequential);
+    assert_eq!(service("random"), FileService::Random(1));
+    assert_eq!(service("random:8"), FileService::Random(8));
+    for bad in ["roundrobin:0", "random:x", "circular"] {
+        let err = parse_job_file(&format!("[a]\nfile_service_type={bad}\n"), &[]).unwrap_err();
+        assert!(
+            matches!(&err, WorkloadError::FioBadValue { option, .. } if option == "file_service_type"),
+            "{bad}: {err:?}"
+        );
+    }
+    for skewed in ["zipf", "pareto:0.3", "normal", "gauss"] {
+        let (option, reason) = refused(&format!("[a]\nfile_service_type={skewed}\n"));
+        assert_eq!(option, format!("file_service_type={skewed}"));
+        assert!(reason.contains("skewed file choice is not implemented"), "{reason}");
+    }
+    // With one device there is nothing to switch between: accepted, and said so.
+    let single = one("[a]\nfilename=/dev/md0\nfile_service_type=random\n");
+    assert!(
+        single.warnings.iter().any(|w| w.contains("no file to switch to")),
+        "{:?}",
+        single.warnings
+    );
+}
+
+fn nvme1() -> DeviceInfo {
+    DeviceInfo {
+        name: "nvme1n1".into(),
+        capacity_sectors: 2048 * 128, // 128 MiB
+        ..nvme()
+    }
+}
+
+#[test]
+fn files_get_fio_regions() {
+    let devices = [nvme(), nvme1()];
+    let files = |text: &str| {
+        let spec = one(text).to_spec(&devices, &[0, 1]).unwrap();
+        spec.files
+            .iter()
+            .map(|f| (f.device.clone(), f.offset, f.size))
+            .collect::<Vec<_>>()
+    };
+    let list = "[a]\nfilename=/dev/nvme0n1:/dev/nvme1n1\n";
+    // size is the job's, split between its files (fio's setup_files: size / nr_files each).
+    assert_eq!(
+        files(&format!("{list}size=64m\n")),
+        [("nvme0n1".into(), 0, 32 << 20), ("nvme1n1".into(), 0, 32 << 20)]
+    );
+    // filesize is each file's (fio's file_size_low), not split.
+    assert_eq!(
+        files(&format!("{list}filesize=16m\n")),
+        [("nvme0n1".into(), 0, 16 << 20), ("nvme1n1".into(), 0, 16 << 20)]
+    );
+    // No size: each file from the offset to its end.
+    assert_eq!(
+        files(&format!("{list}offset=1m\n")),
+        [
+            ("nvme0n1".into(), 1 << 20, 255 << 20),
+            ("nvme1n1".into(), 1 << 20, 127 << 20)
+        ]
+    );
+    // Percentages are of each device.
+    assert_eq!(
+        files(&format!("{list}offset=50%\nsize=10%\n")),
+        [
+            // offset: capacity / 100 * 50 rounded down to bs, as for one device; size: 10% of
+            // what lies past it.
+            (
+                "nvme0n1".into(),
+                134_213_632,
+                (268_435_456 - 134_213_632) / 100 * 10 / 4096 * 4096
+            ),
+            (
+                "nvme1n1".into(),
+                67_104_768,
+                (134_217_728 - 67_104_768) / 100 * 10 / 4096 * 4096
+            )
+        ]
+    );
+    // A size-bound job does one I/O per block of all its files; io_size and loops count for
+    // the whole job.
+    let spec = one(&format!("{list}size=64m\nloops=2\n"))
+        .to_spec(&devices, &[0])
+        .unwrap();
+    assert_eq!(spec.ios_per_cpu, Some(2 * 16384));
+    let spec = one(&format!("{list}size=64m\nio_size=8m\n"))
+        .to_spec(&devices, &[0])
+        .unwrap();
+    assert_eq!(spec.ios_per_cpu, Some(2048));
+    // A share that is no whole number of blocks is refused, naming the split.
+    let err = one(&format!("{list}size=12k\n")).to_spec(&devices, &[0]).unwrap_err();
+    assert!(
+        matches!(&err, WorkloadError::FioBadValue { option, expected, .. }
+            if option == "size" && expected.contains("a multiple of 8192 (2 x bs 4096)")),
+        "{err:?}"
+    );
+    let err = one("[a]\nfilename=/dev/nvme0n1:/dev/sdz\n")
+        .to_spec(&devices, &[0])
+        .unwrap_err();
+    assert!(
+        matches!(&err, WorkloadError::UnknownDevice { device, .. } if device == "/dev/sdz"),
+        "{err:?}"
+    );
 }
