@@ -414,6 +414,9 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
         .iter()
         .map(|plan| crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs))
         .collect();
+    // After the floor (it runs on this CPU): a single-vector controller's interrupt goes to its
+    // jobs' only submitting CPU until the reports are out.
+    let _aims = crate::dev::aim_interrupts_for_jobs(plans);
     let ncpu = smp::online();
     // Device vector numbers are per CPU: each counts on its own CPU only.
     let count_per_cpu = |vectors: &[crate::dev::interrupts::Vector]| -> Vec<u64> {
@@ -430,7 +433,7 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
             .map(|c| irq::TABLE.count(irq::VECTOR_BLK_COMPLETE, c as u32))
             .collect()
     };
-    let irqs_before: Vec<Vec<u64>> = devs.iter().map(|d| count_per_cpu(&d.facts().irq_vectors)).collect();
+    let irqs_before: Vec<Vec<u64>> = devs.iter().map(|d| count_per_cpu(&d.irq_vectors())).collect();
     let ipis_before = ipis_per_cpu();
     let blk_before: Vec<_> = devs.iter().map(|d| d.counters()).collect();
     let wake_ipis_before = crate::arch::park::wake_ipis();
@@ -567,7 +570,7 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
     for (index, ctx) in contexts.iter().enumerate() {
         let plan = ctx.plan;
         let dev = devs[index];
-        let device_vectors = &dev.facts().irq_vectors;
+        let device_vectors = &dev.irq_vectors();
         let irqs_before = &irqs_before[index];
         let blk_before = &blk_before[index];
         let quiesce = policies[index].1;
