@@ -102,6 +102,6 @@ if [ "${IPIO:-0}" = 1 ]; then
   echo "Work per I/O, exact (cargo xtask ipio --device $DEV --linux: TCG plugin, 4k randread QD32, 1 vCPU):"
   echo
   (cd "$ROOT" && cargo xtask ipio --device "$DEV" --linux --peer "$PEER/run-peer.sh" >"$W/ipio.out" 2>&1) \
-    && sed -n '/^| device, QD/,$p' "$W/ipio.out" \
+    && grep '^|' "$W/ipio.out" \
     || { echo "side-by-side: IPIO=1: cargo xtask ipio failed:" >&2; tail -5 "$W/ipio.out" >&2; exit 1; }
 fi

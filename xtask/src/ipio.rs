@@ -33,7 +33,7 @@ use crate::{build_kernel, root, setup};
 /// timed ones: a timed job's I/O count moves with the host's load (a loaded host gave a 3 s run
 /// barely more I/Os than the 1 s run, and per-second costs such as the timer tick then landed
 /// on too few I/Os); a size-bound job does exactly this many whatever the load.
-const JOB_IOS: [u64; 2] = [65_536, 196_608];
+pub(crate) const JOB_IOS: [u64; 2] = [65_536, 196_608];
 
 /// What the plugin counted in one run: per translated block (by start address), instructions run,
 /// memory accesses and MMIO reads and writes.

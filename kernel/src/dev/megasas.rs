@@ -330,8 +330,9 @@ impl Drop for JobAims {
 /// the completion interrupt then lands on the halted submitter itself, not on another CPU whose
 /// handler must wake it with an IPI (issue 22's double wake-up: md0 QD1 on cpu1 of two took
 /// 1.58x the p50 of one vCPU). Nothing changes when the jobs submit from several CPUs, when the
-/// vector already points at the CPU, for MSI, INTx, polled mode or `megasas.msix_vectors`, and
-/// with `megasas.irq_cpu=N`, the user's explicit aim. Each re-aim prints one line
+/// vector already points at the CPU, for MSI, INTx, polled mode or more than one vector
+/// (`megasas.msix_vectors=N` above 1, `all`), and with `megasas.irq_cpu=N`, the user's explicit
+/// aim. Each re-aim prints one line
 /// (`md0: vector 0 aimed at cpu1 for job qd1`).
 pub fn aim_for_jobs(plans: &[workload::JobPlan]) -> JobAims {
     let mut aimed = Vec::new();

@@ -68,11 +68,12 @@ pub(crate) fn run(kernel: &Path, out_dir: &Path) -> Result<Vec<IpioRow>, String>
 
 /// The summary's table (Markdown).
 pub(crate) fn render(rows: &[IpioRow]) -> String {
-    let mut s = String::from(
+    let [short, long] = crate::ipio::JOB_IOS;
+    let mut s = format!(
         "Work per I/O (cargo xtask ipio: exact counts under the TCG plugin, 1 vCPU, 4k randread, \
-         marginal over 65,536 and 196,608 I/Os):\n\n\
+         marginal over jobs of {short} and {long} I/Os):\n\n\
          | device | QD | instructions | memory accesses | MMIO reads | MMIO writes |\n\
-         |---|--:|--:|--:|--:|--:|\n",
+         |---|--:|--:|--:|--:|--:|\n"
     );
     for r in rows {
         s.push_str(&format!(
