@@ -10,6 +10,10 @@
 # 4k randread QD32 on every CPU, 128k sequential read QD8 and 4k randwrite QD32 (one CPU each).
 # The Linux side is ../shared/tools/peer/run-peer.sh (PEER_TOOLS overrides where it lives); its
 # first run builds the guest under $PEER_DIR (a few minutes).
+#
+# IPIO=1 adds a second table: the exact work per I/O of both systems on the same device
+# (`cargo xtask ipio --device DEV --linux`: guest instructions and MMIO reads/writes per I/O,
+# 4k randread QD32 on 1 vCPU whatever SMP is; about 5 more minutes for the two Linux boots).
 set -u
 DEV=${1:-md}; SMP=${2:-1}; RT=${3:-5}
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
@@ -93,3 +97,11 @@ for name, o, t, better, fl in rows:
 for n in ("ours", "first"):
     print(f"{n}: {open(f'{W}/{n}.rc').read().strip()}")
 PY
+if [ "${IPIO:-0}" = 1 ]; then
+  echo
+  echo "Work per I/O, exact (cargo xtask ipio --device $DEV --linux: TCG plugin, 4k randread QD32, 1 vCPU):"
+  echo
+  (cd "$ROOT" && cargo xtask ipio --device "$DEV" --linux --peer "$PEER/run-peer.sh" >"$W/ipio.out" 2>&1) \
+    && grep '^|' "$W/ipio.out" \
+    || { echo "side-by-side: IPIO=1: cargo xtask ipio failed:" >&2; tail -5 "$W/ipio.out" >&2; exit 1; }
+fi

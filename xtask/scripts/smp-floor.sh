@@ -8,8 +8,9 @@
 #
 #   xtask/scripts/smp-floor.sh [ROUNDS] [RUNTIME_S]        (from the checkout; default 3 rounds, 3 s)
 #
-# Extra kernel words for every boot: EXTRA="idle.poll_us=50" (e.g.). Timings under TCG move with
-# the host: compare within one run only.
+# Extra kernel words for every boot: EXTRA="idle.poll_us=50" (e.g.); another kernel: KERNEL=ELF;
+# fewer devices: DEVICES=md (default "md nvme"). Timings under TCG move with the host: compare
+# within one run only.
 set -u
 ROUNDS=${1:-3}; RT=${2:-3}
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
@@ -37,7 +38,7 @@ boot() { # $1 = log name, $2 = device (md|nvme), $3 = smp
   echo "$?" >"$W/$name.rc"
 }
 for round in $(seq 1 "$ROUNDS"); do
-  for dev in md nvme; do
+  for dev in ${DEVICES:-md nvme}; do
     for smp in 1 2; do
       echo "smp-floor: round $round $dev smp$smp" >&2
       boot "$dev-smp$smp-r$round" "$dev" "$smp"

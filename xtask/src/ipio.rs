@@ -8,7 +8,12 @@
 //! ```text
 //! cargo xtask ipio [--device null|md|nvme|fusion] [--qd N] [--top N] [--kernel ELF]
 //!                   [--linux [--peer run-peer.sh]]
+//! cargo xtask ipio --check [--budget FILE] [--device D] [--qd N] [--kernel ELF]
 //! ```
+//!
+//! `--check` measures every line of the budget file (`xtask/ipio-budget.txt`, or those of the
+//! given device and depth) and fails, naming each figure, when a count per I/O is over its
+//! budget: an exact instruction budget, run by `cargo xtask test`.
 //!
 //! `--linux` also measures the Linux peer guest on the same device ([`crate::ipio_linux`]) and
 //! prints both side by side.
@@ -28,7 +33,7 @@ use crate::{build_kernel, root, setup};
 /// timed ones: a timed job's I/O count moves with the host's load (a loaded host gave a 3 s run
 /// barely more I/Os than the 1 s run, and per-second costs such as the timer tick then landed
 /// on too few I/Os); a size-bound job does exactly this many whatever the load.
-const JOB_IOS: [u64; 2] = [65_536, 196_608];
+pub(crate) const JOB_IOS: [u64; 2] = [65_536, 196_608];
 
 /// What the plugin counted in one run: per translated block (by start address), instructions run,
 /// memory accesses and MMIO reads and writes.
@@ -91,9 +96,10 @@ fn parse_counts(blocks: &str, mmio: &str) -> Result<BTreeMap<u64, BlockCounts>, 
 
 /// Per I/O: (long run - short run) / (its I/Os - the short run's), per function and in total.
 #[derive(Debug, Clone, PartialEq)]
-struct PerIo {
-    total: [f64; 4],
-    functions: Vec<(String, [f64; 4])>,
+pub(crate) struct PerIo {
+    /// Instructions, memory accesses, MMIO reads, MMIO writes.
+    pub(crate) total: [f64; 4],
+    pub(crate) functions: Vec<(String, [f64; 4])>,
 }
 
 fn marginal(short: &Counts, long: &Counts, function_of: impl Fn(u64) -> String) -> Result<PerIo, String> {
@@ -166,7 +172,7 @@ fn function_at(syms: &[(u64, String)], addr: u64) -> String {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Device {
+pub(crate) enum Device {
     Null,
     Md,
     Nvme,
@@ -174,7 +180,7 @@ enum Device {
 }
 
 impl Device {
-    fn parse(s: &str) -> Result<Device, String> {
+    pub(crate) fn parse(s: &str) -> Result<Device, String> {
         Ok(match s {
             "null" => Device::Null,
             "md" => Device::Md,
@@ -186,7 +192,7 @@ impl Device {
 
     /// QEMU arguments (a null-co backend: the device model's cost, not a disk's) and the block
     /// device the job uses.
-    fn qemu_and_name(self) -> (Vec<String>, &'static str) {
+    pub(crate) fn qemu_and_name(self) -> (Vec<String>, &'static str) {
         let null = "driver=null-co,node-name=d0,size=8589934592,read-zeroes=on".to_string();
         let args: Vec<&str> = match self {
             Device::Null => vec![],
@@ -242,13 +248,252 @@ fn build_plugin(dir: &Path) -> Result<PathBuf, String> {
     Ok(so)
 }
 
+/// The kernel, the plugin and the output folder that every measurement of one command shares.
+pub(crate) struct Setup {
+    kernel: PathBuf,
+    plugin: PathBuf,
+    dir: PathBuf,
+}
+
+impl Setup {
+    /// Checks QEMU, builds this tree's release kernel unless `kernel` names one, and builds the
+    /// plugin into `target/ipio/`.
+    pub(crate) fn new(kernel: Option<PathBuf>) -> Result<Setup, String> {
+        setup::ensure_qemu()?;
+        let kernel = match kernel {
+            Some(k) => k,
+            None => build_kernel(false)?,
+        };
+        let dir = root().join("target/ipio");
+        let plugin = build_plugin(&dir)?;
+        Ok(Setup { kernel, plugin, dir })
+    }
+
+    /// A setup for a kernel already built (the bench's).
+    pub(crate) fn for_kernel(kernel: &Path) -> Result<Setup, String> {
+        Setup::new(Some(kernel.to_path_buf()))
+    }
+
+    /// The kernel's functions by address, for [`Setup::measure`]'s per-function table.
+    fn symbols(&self) -> Result<Vec<(u64, String)>, String> {
+        symbols(&self.kernel)
+    }
+
+    /// Runs the two size-bound jobs of `device` at queue depth `qd` under the plugin and
+    /// returns the marginal cost of one I/O, per function as `function_of` names them.
+    pub(crate) fn measure(
+        &self,
+        device: Device,
+        qd: u32,
+        function_of: impl Fn(u64) -> String,
+    ) -> Result<PerIo, String> {
+        let binary = if device == Device::Fusion {
+            crate::qemufusion::ensure_binary()?
+        } else {
+            PathBuf::from("qemu-system-x86_64")
+        };
+        let (device_args, name) = device.qemu_and_name();
+        let dir = &self.dir;
+        let mut runs = Vec::new();
+        for job_ios in JOB_IOS {
+            let out = dir.join(format!("{name}-qd{qd}-{job_ios}.txt"));
+            let _ = std::fs::remove_file(&out);
+            let _ = std::fs::remove_file(out.with_extension("txt.mmio"));
+            let mut extra = vec![
+                "-M".into(),
+                "q35".into(),
+                "-smp".into(),
+                "1".into(),
+                "-m".into(),
+                "1G".into(),
+                "-cpu".into(),
+                "max".into(),
+                "-plugin".into(),
+                format!("{},arg=out={},arg=mmio=on", self.plugin.display(), out.display()),
+            ];
+            extra.extend(device_args.iter().cloned());
+            let mut append: Vec<String> = Vec::new();
+            if device == Device::Null {
+                append.push("null.size=8g".into());
+            }
+            append.extend(
+                format!("device={name} rw=randread bs=4k iodepth={qd} size={}k", job_ios * 4)
+                    .split(' ')
+                    .map(String::from),
+            );
+            let m = Machine {
+                accel: Accel::Tcg,
+                firmware: Firmware::Qboot,
+                kernel: Some(self.kernel.clone()),
+                cdrom: None,
+                append,
+                extra,
+            };
+            let log = dir.join(format!("{name}-qd{qd}-{job_ios}.log"));
+            println!("xtask: ipio: {name} QD{qd}, a job of {job_ios} I/Os under the TCG plugin");
+            let run = qemu::run_with(&binary, &m.args(), Duration::from_secs(900), false, Some(&log))?;
+            let ios: u64 = crate::bench::results::parse_console(&run.output)
+                .into_iter()
+                .filter_map(Result::ok)
+                .map(|(_, r)| r.ios)
+                .sum();
+            if run.exit_code != Some(33) {
+                return Err(format!("the run of {job_ios} I/Os failed; see {}", log.display()));
+            }
+            if ios != job_ios {
+                return Err(format!(
+                    "the job was to do {job_ios} I/Os and reported {ios}; see {}",
+                    log.display()
+                ));
+            }
+            let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()));
+            let blocks = parse_counts(&read(&out)?, &read(&out.with_extension("txt.mmio")).unwrap_or_default())?;
+            runs.push(Counts { blocks, ios });
+        }
+        marginal(&runs[0], &runs[1], function_of)
+    }
+}
+
+/// The budget file `cargo xtask ipio --check` reads by default.
+pub(crate) const BUDGET_FILE: &str = "xtask/ipio-budget.txt";
+
+/// One line of the budget file: the most a device's I/O may cost at a queue depth.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Budget {
+    pub(crate) device: Device,
+    pub(crate) qd: u32,
+    pub(crate) instructions: f64,
+    pub(crate) mmio_reads: f64,
+    pub(crate) mmio_writes: f64,
+}
+
+/// Parses the budget file: `#` comments, blank lines, and one line per measurement:
+/// `DEVICE QD INSTRUCTIONS MMIO_READS MMIO_WRITES` (per I/O; device null, md, nvme or fusion;
+/// `1,099` and `1099` alike). A device and depth listed twice is an error.
+pub(crate) fn parse_budgets(text: &str) -> Result<Vec<Budget>, String> {
+    let mut out: Vec<Budget> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = |what: String| format!("budget line {}: {what} in '{}'", i + 1, raw.trim());
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [device, qd, insns, reads, writes] = fields.as_slice() else {
+            return Err(at(format!(
+                "{} fields; want DEVICE QD INSTRUCTIONS MMIO_READS MMIO_WRITES",
+                fields.len()
+            )));
+        };
+        let device = Device::parse(device).map_err(at)?;
+        let qd: u32 = qd
+            .parse()
+            .ok()
+            .filter(|q| (1..=1024).contains(q))
+            .ok_or_else(|| at(format!("queue depth '{qd}' is not 1..1024")))?;
+        let figure = |v: &str, what: &str| -> Result<f64, String> {
+            v.replace(',', "")
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| at(format!("{what} '{v}' is not a number >= 0")))
+        };
+        let budget = Budget {
+            device,
+            qd,
+            instructions: figure(insns, "instructions")?,
+            mmio_reads: figure(reads, "MMIO reads")?,
+            mmio_writes: figure(writes, "MMIO writes")?,
+        };
+        if out.iter().any(|b| b.device == device && b.qd == qd) {
+            return Err(at(format!("{device:?} QD{qd} is listed twice")));
+        }
+        out.push(budget);
+    }
+    if out.is_empty() {
+        return Err("the budget file lists no measurement".into());
+    }
+    Ok(out)
+}
+
+/// What a measurement `per_io` (instructions, memory accesses, MMIO reads, MMIO writes) spends
+/// above `budget`: one line per figure over it; empty when within.
+pub(crate) fn over_budget(budget: &Budget, per_io: [f64; 4]) -> Vec<String> {
+    let name = budget.device.qemu_and_name().1;
+    let mut over = Vec::new();
+    let figures = [
+        ("instructions", per_io[0], budget.instructions, 1),
+        ("MMIO reads", per_io[2], budget.mmio_reads, 3),
+        ("MMIO writes", per_io[3], budget.mmio_writes, 3),
+    ];
+    for (what, measured, most, decimals) in figures {
+        if measured > most {
+            over.push(format!(
+                "{name} QD{}: {measured:.decimals$} {what} per I/O, over its budget of {most:.decimals$}",
+                budget.qd
+            ));
+        }
+    }
+    over
+}
+
+/// `cargo xtask ipio --check`: measures every budget line (or those of `--device` / `--qd`)
+/// and fails, naming each figure, when one is over.
+fn check_budgets(measurer: &Setup, path: &Path, device: Option<Device>, qd: Option<u32>) -> Result<bool, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let budgets: Vec<Budget> = parse_budgets(&text)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .into_iter()
+        .filter(|b| device.is_none_or(|d| d == b.device) && qd.is_none_or(|q| q == b.qd))
+        .collect();
+    if budgets.is_empty() {
+        return Err(format!("{}: no budget line for that device and depth", path.display()));
+    }
+    let mut rows = Vec::new();
+    let mut over = Vec::new();
+    for b in &budgets {
+        let t = measurer.measure(b.device, b.qd, |_| String::new())?.total;
+        over.extend(over_budget(b, t));
+        rows.push((b, t));
+    }
+    println!("\nipio --check ({}): per I/O, measured / budget", path.display());
+    println!(
+        "{:<8} {:>4} {:>21} {:>17} {:>17}",
+        "device", "QD", "instructions", "MMIO reads", "MMIO writes"
+    );
+    for (b, t) in &rows {
+        println!(
+            "{:<8} {:>4} {:>10.1} / {:>8.0} {:>7.3} / {:>7.3} {:>7.3} / {:>7.3}",
+            b.device.qemu_and_name().1,
+            b.qd,
+            t[0],
+            b.instructions,
+            t[2],
+            b.mmio_reads,
+            t[3],
+            b.mmio_writes
+        );
+    }
+    if over.is_empty() {
+        println!("ipio --check: every count within its budget");
+        return Ok(true);
+    }
+    println!("ipio --check: FAILED");
+    for o in &over {
+        println!("  {o}");
+    }
+    Ok(false)
+}
+
 /// `cargo xtask ipio`.
 pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
-    let mut device = Device::Null;
-    let mut qd = 32u32;
+    let mut device = None;
+    let mut qd = None;
     let mut top = 20usize;
     let mut kernel_path: Option<PathBuf> = None;
     let mut linux = false;
+    let mut check = false;
+    let mut budget_path = root().join(BUDGET_FILE);
     // Where `xtask/scripts/side-by-side.sh` finds the peer too (`PEER_TOOLS` overrides).
     let mut peer = std::env::var_os("PEER_TOOLS")
         .map(PathBuf::from)
@@ -261,17 +506,23 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
             args.get(*i).ok_or_else(|| format!("{} needs a value", args[*i - 1]))
         };
         match args[i].as_str() {
-            "--device" => device = Device::parse(value(&mut i)?)?,
+            "--device" => device = Some(Device::parse(value(&mut i)?)?),
             "--qd" => {
                 let v = value(&mut i)?;
-                qd = v
-                    .parse()
-                    .ok()
-                    .filter(|q| (1..=1024).contains(q))
-                    .ok_or(format!("--qd '{v}': 1..1024"))?;
+                qd = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|q| (1..=1024).contains(q))
+                        .ok_or(format!("--qd '{v}': 1..1024"))?,
+                );
             }
             "--linux" => linux = true,
             "--peer" => peer = PathBuf::from(value(&mut i)?),
+            "--check" => check = true,
+            "--budget" => {
+                budget_path = PathBuf::from(value(&mut i)?);
+                check = true;
+            }
             "--kernel" => {
                 let v = PathBuf::from(value(&mut i)?);
                 if !v.is_file() {
@@ -287,82 +538,22 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
         }
         i += 1;
     }
-    setup::ensure_qemu()?;
-    let kernel = match kernel_path {
-        Some(k) => k,
-        None => build_kernel(false)?,
-    };
-    let dir = root().join("target/ipio");
-    let plugin = build_plugin(&dir)?;
-    let binary = if device == Device::Fusion {
-        crate::qemufusion::ensure_binary()?
-    } else {
-        PathBuf::from("qemu-system-x86_64")
-    };
-    let (device_args, name) = device.qemu_and_name();
-    let mut runs = Vec::new();
-    for job_ios in JOB_IOS {
-        let out = dir.join(format!("{name}-qd{qd}-{job_ios}.txt"));
-        let _ = std::fs::remove_file(&out);
-        let _ = std::fs::remove_file(out.with_extension("txt.mmio"));
-        let mut extra = vec![
-            "-M".into(),
-            "q35".into(),
-            "-smp".into(),
-            "1".into(),
-            "-m".into(),
-            "1G".into(),
-            "-cpu".into(),
-            "max".into(),
-            "-plugin".into(),
-            format!("{},arg=out={},arg=mmio=on", plugin.display(), out.display()),
-        ];
-        extra.extend(device_args.iter().cloned());
-        let mut append: Vec<String> = Vec::new();
-        if device == Device::Null {
-            append.push("null.size=8g".into());
-        }
-        append.extend(
-            format!("device={name} rw=randread bs=4k iodepth={qd} size={}k", job_ios * 4)
-                .split(' ')
-                .map(String::from),
-        );
-        let m = Machine {
-            accel: Accel::Tcg,
-            firmware: Firmware::Qboot,
-            kernel: Some(kernel.clone()),
-            cdrom: None,
-            append,
-            extra,
-        };
-        let log = dir.join(format!("{name}-qd{qd}-{job_ios}.log"));
-        println!("xtask: ipio: {name} QD{qd}, a job of {job_ios} I/Os under the TCG plugin");
-        let run = qemu::run_with(&binary, &m.args(), Duration::from_secs(900), false, Some(&log))?;
-        let ios: u64 = crate::bench::results::parse_console(&run.output)
-            .into_iter()
-            .filter_map(Result::ok)
-            .map(|(_, r)| r.ios)
-            .sum();
-        if run.exit_code != Some(33) {
-            return Err(format!("the run of {job_ios} I/Os failed; see {}", log.display()));
-        }
-        if ios != job_ios {
-            return Err(format!(
-                "the job was to do {job_ios} I/Os and reported {ios}; see {}",
-                log.display()
-            ));
-        }
-        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()));
-        let blocks = parse_counts(&read(&out)?, &read(&out.with_extension("txt.mmio")).unwrap_or_default())?;
-        runs.push(Counts { blocks, ios });
+    if check && linux {
+        return Err("ipio: --check measures baremq against its budget file; leave out --linux".into());
     }
-    let syms = symbols(&kernel)?;
-    let per_io = marginal(&runs[0], &runs[1], |a| function_at(&syms, a))?;
+    let measurer = Setup::new(kernel_path)?;
+    if check {
+        return check_budgets(&measurer, &budget_path, device, qd);
+    }
+    let (device, qd) = (device.unwrap_or(Device::Null), qd.unwrap_or(32));
+    let name = device.qemu_and_name().1;
+    let syms = measurer.symbols()?;
+    let per_io = measurer.measure(device, qd, |a| function_at(&syms, a))?;
     let t = per_io.total;
     println!(
         "\nbaremq {name} 4k randread QD{qd}, 1 vCPU: per I/O {:.0} instructions, {:.0} memory accesses, \
          {:.2} MMIO reads, {:.2} MMIO writes (marginal over runs of {} and {} I/Os)",
-        t[0], t[1], t[2], t[3], runs[0].ios, runs[1].ios
+        t[0], t[1], t[2], t[3], JOB_IOS[0], JOB_IOS[1]
     );
     println!(
         "\n{:>9} {:>8} {:>6} {:>6}  function (per I/O)",
@@ -386,9 +577,9 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
             println!("  {:6.2} reads {:6.2} writes  {f}", v[2], v[3]);
         }
     }
-    println!("\n(plugin output in {})", dir.display());
+    println!("\n(plugin output in {})", measurer.dir.display());
     if linux {
-        let l = crate::ipio_linux::measure(&peer, &plugin, &dir, name, qd)?;
+        let l = crate::ipio_linux::measure(&peer, &measurer.plugin, &measurer.dir, name, qd)?;
         println!(
             "\nLinux 6.1 + fio (io_uring) {name} 4k randread QD{qd}, 1 vCPU: per I/O {:.0} instructions, \
              {:.2} MMIO reads, {:.2} MMIO writes",
@@ -488,5 +679,67 @@ mod tests {
         assert_eq!(Device::parse("md").unwrap(), Device::Md);
         assert!(Device::parse("sata").unwrap_err().contains("sata"));
         assert_eq!(Device::Nvme.qemu_and_name().1, "nvme0n1");
+    }
+
+    #[test]
+    fn budgets_parse_with_comments_and_thousands_separators() {
+        let text = "# device qd insns reads writes\n\nnull 32 1,105 0 0.005  # QD32\nmd 1 2100 0.01 1.1\n";
+        let b = parse_budgets(text).unwrap();
+        assert_eq!(
+            b[0],
+            Budget {
+                device: Device::Null,
+                qd: 32,
+                instructions: 1105.0,
+                mmio_reads: 0.0,
+                mmio_writes: 0.005
+            }
+        );
+        assert_eq!((b[1].device, b[1].qd, b[1].mmio_writes), (Device::Md, 1, 1.1));
+    }
+
+    #[test]
+    fn bad_budget_lines_are_refused_by_line() {
+        for (text, why) in [
+            ("null 32 1105 0\n", "4 fields"),
+            ("sata 32 1105 0 0\n", "sata"),
+            ("null 0 1105 0 0\n", "queue depth '0'"),
+            ("null 32 many 0 0\n", "instructions 'many'"),
+            ("null 32 1105 -1 0\n", "MMIO reads '-1'"),
+            ("null 32 1105 0 0\nnull 32 1200 0 0\n", "listed twice"),
+            ("# nothing\n", "no measurement"),
+        ] {
+            let e = parse_budgets(text).unwrap_err();
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
+        assert!(
+            parse_budgets("null 32 1105 0 0\nnull 3x 1 0 0\n")
+                .unwrap_err()
+                .contains("line 2")
+        );
+    }
+
+    #[test]
+    fn a_count_over_its_budget_is_named_and_one_within_is_not() {
+        let b = parse_budgets("nvme 32 1780 0.005 0.12\n").unwrap().remove(0);
+        assert!(over_budget(&b, [1780.0, 900.0, 0.0, 0.12]).is_empty());
+        let over = over_budget(&b, [1780.4, 900.0, 0.01, 0.09]);
+        assert_eq!(
+            over,
+            [
+                "nvme0n1 QD32: 1780.4 instructions per I/O, over its budget of 1780.0",
+                "nvme0n1 QD32: 0.010 MMIO reads per I/O, over its budget of 0.005"
+            ]
+        );
+        assert_eq!(over_budget(&b, [1000.0, 0.0, 0.0, 0.2]).len(), 1);
+    }
+
+    #[test]
+    fn the_project_budget_file_parses_and_covers_null0() {
+        let text = std::fs::read_to_string(root().join(BUDGET_FILE)).unwrap();
+        let b = parse_budgets(&text).unwrap();
+        for qd in [1, 32] {
+            assert!(b.iter().any(|x| x.device == Device::Null && x.qd == qd), "null QD{qd}");
+        }
     }
 }

@@ -296,6 +296,7 @@ pub fn cmd_lab(args: &[String]) -> Result<bool, String> {
         accel: opts.accel,
         verbose: opts.verbose,
         replot: false,
+        ipio: false,
     };
     let clean = crate::bench::run_matrix(&matrix, &boots, &kernel, &bench_opts, runtime_ms, &out_dir)?;
     let path = out_dir.join("results.json");

@@ -75,7 +75,7 @@ commands:
       --strict-skips              a SKIPPED scenario not listed in tests/expected-skips fails the run
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
-  test                            fmt, clippy, host tests, loom models, then qemu-test
+  test                            fmt, clippy, host tests, loom models, ipio --check, then qemu-test
   image [--debug] [--serial-port PORT] [--serial-speed BAUD] [--fio JOB.fio]... [-- ARGS...]
                                   GRUB rescue image (BIOS and UEFI) at target/baremq.iso; GRUB's
                                   serial line follows ARGS' console= (ttyS*/io:), else COM1 115200;
@@ -102,6 +102,9 @@ commands:
       --kernel ELF                   measure a kernel built elsewhere (a before/after)
       --linux [--peer run-peer.sh]   also the Linux peer guest, side by side (default peer:
                                      $PEER_TOOLS or ../shared/tools/peer, then run-peer.sh)
+      --check [--budget FILE]        measure every line of xtask/ipio-budget.txt (or FILE; only
+                                     --device / --qd when given) and fail, naming the figures,
+                                     when a count is over its budget (run by `test`)
   fio-compare JOB.fio | -- WORDS  the same job file (or fio command-line words) by real fio (fio 3.33
                                   in the Linux peer guest, $PEER_DIR, default /tmp/baremq-peer) and
                                   by baremq, each on a fresh
@@ -489,9 +492,13 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         .args(["--", "-D", "warnings"]))?;
     sh(Command::new(cargo()).args(["test"]))?;
     runner::run_loom()?;
+    // The exact work per I/O against xtask/ipio-budget.txt (TCG plugin, docs/bench.md); the
+    // scenarios run whatever it finds, and both verdicts count.
+    let budgets_ok = ipio::cmd_ipio(&["--check".to_string()])?;
     // A skip not listed in tests/expected-skips fails the run: a scenario that silently never runs
     // tests nothing.
-    runner::cmd_qemu_test(&["--strict-skips".to_string()])
+    let scenarios_ok = runner::cmd_qemu_test(&["--strict-skips".to_string()])?;
+    Ok(budgets_ok && scenarios_ok)
 }
 
 fn cmd_image(args: &[String]) -> Result<PathBuf, String> {

@@ -13,6 +13,7 @@
 //! | `output` | text that must appear in the serial output, in the given order (repeatable); never searched in the kernel's `cmdline: "..."` echo unless the text itself starts with `cmdline: "` |
 //! | `absent` | text that must not appear (repeatable); one shaped like a counter (`name=0`, a per-CPU row `name   0`, an interrupt row ` 0xVV:   0`) fails the boot when the output never shows that counter or row, since it could never fire |
 //! | `fewer` | `A < B`: in every `BAREMQ-JSON:` job report (at least one), kernel counter A's job total is below B's (e.g. `device_irqs_all_cpus < completed`); a counter missing from a report fails (repeatable) |
+//! | `equal` | `A == B`: as `fewer`, but A's job total must equal B's (e.g. `device_irqs == device_irqs_all_cpus`: every device interrupt on the job's own CPUs) |
 //! | `json` | `consistent`: every `BAREMQ-JSON:` job report must parse, carry every field, and agree with itself (see [`check_json_reports`]) |
 //! | `image` | `NAME SIZE [raw\|qcow2\|mbr]`: a fresh disk image made before the first boot (`mbr`: raw, with an MBR partition table of one Linux partition in sector 0) |
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
@@ -69,6 +70,8 @@ pub struct Boot {
     pub json_check: bool,
     /// `fewer = A < B`: (A, B) counter names; every job report's total of A is below B's.
     pub fewer: Vec<(String, String)>,
+    /// `equal = A == B`: (A, B) counter names; every job report's totals of A and B are equal.
+    pub equal: Vec<(String, String)>,
     /// `hmp = TEXT => COMMAND`: monitor commands sent when a console line contains TEXT.
     pub hmp: Vec<(String, String)>,
     /// `fio = PATH`: fio job files given to the kernel as boot modules, in order.
@@ -87,6 +90,7 @@ impl Default for Boot {
             method: BootMethod::Kernel,
             json_check: false,
             fewer: Vec::new(),
+            equal: Vec::new(),
             hmp: Vec::new(),
             fio: Vec::new(),
         }
@@ -247,6 +251,16 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     return Err(err(lineno, format!("fewer '{value}': use COUNTER < COUNTER")));
                 };
                 boot.fewer.push((a.to_string(), b.to_string()));
+            }
+            "equal" => {
+                let pair = value
+                    .split_once("==")
+                    .map(|(a, b)| (a.trim(), b.trim()))
+                    .filter(|(a, b)| is_counter_name(a) && is_counter_name(b));
+                let Some((a, b)) = pair else {
+                    return Err(err(lineno, format!("equal '{value}': use COUNTER == COUNTER")));
+                };
+                boot.equal.push((a.to_string(), b.to_string()));
             }
             "hmp" => {
                 let step = value
@@ -538,6 +552,9 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
     if !boot.fewer.is_empty() {
         check_fewer(output, &boot.fewer)?;
     }
+    if !boot.equal.is_empty() {
+        check_counters(output, &boot.equal, "equal", |x, y| x == y, "does not equal")?;
+    }
     Ok(())
 }
 
@@ -627,9 +644,21 @@ fn is_counter_name(s: &str) -> bool {
 
 /// `fewer = A < B`: in every job report of `output`, counter A's total is below B's.
 fn check_fewer(output: &str, pairs: &[(String, String)]) -> Result<(), String> {
+    check_counters(output, pairs, "fewer", |x, y| x < y, "is not fewer than")
+}
+
+/// Every job report of `output` must hold `holds(A's total, B's total)` for each (A, B) of
+/// `pairs`; `key` and `fails` word the errors.
+fn check_counters(
+    output: &str,
+    pairs: &[(String, String)],
+    key: &str,
+    holds: impl Fn(u64, u64) -> bool,
+    fails: &str,
+) -> Result<(), String> {
     let reports = crate::bench::results::parse_console(output);
     if reports.is_empty() {
-        return Err("fewer: no BAREMQ-JSON line in the output".into());
+        return Err(format!("{key}: no BAREMQ-JSON line in the output"));
     }
     for parsed in reports {
         let (_, r) = parsed.map_err(|e| format!("JSON line {}: {}", e.line, e.message))?;
@@ -639,8 +668,8 @@ fn check_fewer(output: &str, pairs: &[(String, String)]) -> Result<(), String> {
                     .ok_or_else(|| format!("job {}: no counter {name} in its report", r.job.name))
             };
             let (x, y) = (total(a)?, total(b)?);
-            if x >= y {
-                return Err(format!("job {}: {a} = {x} is not fewer than {b} = {y}", r.job.name));
+            if !holds(x, y) {
+                return Err(format!("job {}: {a} = {x} {fails} {b} = {y}", r.job.name));
             }
         }
     }
@@ -906,6 +935,31 @@ output = vector 14
         for bad in ["irqs", "irqs <", "< b", "a b < c", "a > b"] {
             let e = parse("f", &format!("[a]\nfewer = {bad}\noutput = x\n")).unwrap_err();
             assert!(e.message.contains("COUNTER < COUNTER"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn equal_compares_counter_totals_in_every_report() {
+        let s = parse("f", "[a]\nequal = irqs == completed\noutput = x\n").unwrap();
+        let pairs = &s[0].boots[0].equal;
+        assert_eq!(pairs, &[("irqs".to_string(), "completed".to_string())]);
+        // `irqs` is per-CPU [1, 2]: total 3.
+        let line = |completed: u64| {
+            report_line(2000, 1000, "none", "off")
+                .replace(r#""totals":{}"#, &format!(r#""totals":{{"completed":{completed}}}"#))
+        };
+        let check = |out: &str| check_counters(out, pairs, "equal", |x, y| x == y, "does not equal");
+        assert!(check(&line(3)).is_ok());
+        let e = check(&line(4)).unwrap_err();
+        assert!(e.contains("irqs = 3 does not equal completed = 4"), "{e}");
+        assert!(
+            check(&report_line(2000, 1000, "none", "off"))
+                .unwrap_err()
+                .contains("no counter completed")
+        );
+        for bad in ["irqs", "irqs ==", "== b", "a b == c", "a = b", "a < b"] {
+            let e = parse("f", &format!("[a]\nequal = {bad}\noutput = x\n")).unwrap_err();
+            assert!(e.message.contains("COUNTER == COUNTER"), "{bad}: {e}");
         }
     }
 

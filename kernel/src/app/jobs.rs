@@ -445,6 +445,9 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
         .iter()
         .map(|plan| crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs))
         .collect();
+    // After the floor (it runs on this CPU): a single-vector controller's interrupt goes to its
+    // jobs' only submitting CPU until the reports are out.
+    let _aims = crate::dev::aim_interrupts_for_jobs(plans);
     let ncpu = smp::online();
     // Device vector numbers are per CPU: each counts on its own CPU only.
     let count_per_cpu = |vectors: &[crate::dev::interrupts::Vector]| -> Vec<u64> {
@@ -465,7 +468,7 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
     let plan_irqs = |devs: &[&'static dyn BlockDevice]| -> Vec<u64> {
         let mut counts = alloc::vec![0u64; ncpu];
         for d in devs {
-            for (sum, c) in counts.iter_mut().zip(count_per_cpu(&d.facts().irq_vectors)) {
+            for (sum, c) in counts.iter_mut().zip(count_per_cpu(&d.irq_vectors())) {
                 *sum += c;
             }
         }

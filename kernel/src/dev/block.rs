@@ -187,6 +187,11 @@ pub trait BlockDevice: Sync + Send {
         let _ = cpu;
         false
     }
+    /// The device's interrupt vectors as they are aimed now, for counting its interrupts per
+    /// CPU: the facts' unless the controller re-aims them ([`HostHooks::irq_vectors`]).
+    fn irq_vectors(&self) -> Vec<crate::dev::interrupts::Vector> {
+        self.facts().irq_vectors.clone()
+    }
 }
 
 /// What the kernel calls on a driver that owns its queues (one controller, several disks):
@@ -205,6 +210,11 @@ pub trait HostHooks: Sync + Send {
     fn polling_window(&self, cpu: usize) -> bool {
         let _ = cpu;
         false
+    }
+    /// The controller's interrupt vectors as aimed now, when it re-aims them for a job
+    /// (MegaRAID MFI's single vector: `dev::megasas::aim_for_jobs`); `None`: as registered.
+    fn irq_vectors(&self) -> Option<Vec<crate::dev::interrupts::Vector>> {
+        None
     }
 }
 
@@ -296,6 +306,11 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn polling_window(&self, cpu: usize) -> bool {
         self.host.is_some_and(|h| h.polling_window(cpu))
+    }
+    fn irq_vectors(&self) -> Vec<crate::dev::interrupts::Vector> {
+        self.host
+            .and_then(|h| h.irq_vectors())
+            .unwrap_or_else(|| self.facts.irq_vectors.clone())
     }
     fn poll(&self, cpu: usize) -> usize {
         irqs_off(|| match self.host {

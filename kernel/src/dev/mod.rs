@@ -86,6 +86,14 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> alloc::vec::Ve
     nvme::floor_before_job(device, cpu, job_bs)
 }
 
+/// Before jobs that start together: aims each single-vector controller's interrupt at the one
+/// CPU that submits to it (MegaRAID MFI: [`megasas::aim_for_jobs`]; NVMe and Fusion have a
+/// vector per CPU). Keep the guard until the jobs' reports are out: dropping it aims the
+/// vectors back.
+pub fn aim_interrupts_for_jobs(plans: &[workload::JobPlan]) -> megasas::JobAims {
+    megasas::aim_for_jobs(plans)
+}
+
 /// Longest floor read: one page (an NVMe floor read must not need a PRP list). The floor is
 /// for small random I/O; a 128k sequential job is compared with 4 KiB reads.
 pub const FLOOR_MAX_READ: u32 = 4096;

@@ -2,6 +2,7 @@
 //! `target/bench/results.json`, `results.csv`, `ratios.csv`, SVG plots and a summary on stdout.
 //! See docs/bench.md.
 
+pub mod ipio;
 pub mod matrix;
 pub mod plots;
 pub mod results;
@@ -28,7 +29,10 @@ usage: cargo xtask bench [options]
   --debug           debug kernel (default release)
   --kvm             use KVM (default TCG)
   --verbose         stream every boot's console
-  --replot          rebuild CSV, plots and summary from target/bench/results.json, run nothing";
+  --replot          rebuild CSV, plots and summary from target/bench/results.json, run nothing
+  --ipio            after the matrix, the work per I/O (cargo xtask ipio) of null0 QD32 and QD1,
+                    md0 and nvme0n1 QD32: printed after the summary, written to ipio.json/ipio.csv
+                    (several minutes)";
 
 /// Most passes `--repeat` accepts.
 const MAX_REPEAT: u32 = 20;
@@ -44,6 +48,7 @@ pub(crate) struct Options {
     pub(crate) accel: Accel,
     pub(crate) verbose: bool,
     pub(crate) replot: bool,
+    pub(crate) ipio: bool,
 }
 
 impl Options {
@@ -57,6 +62,7 @@ impl Options {
             accel: Accel::Tcg,
             verbose: false,
             replot: false,
+            ipio: false,
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -83,6 +89,7 @@ impl Options {
                 "--tcg" => o.accel = Accel::Tcg,
                 "--verbose" => o.verbose = true,
                 "--replot" => o.replot = true,
+                "--ipio" => o.ipio = true,
                 "-h" | "--help" => return Err(USAGE.to_string()),
                 other => return Err(format!("bench: unknown option '{other}'\n{USAGE}")),
             }
@@ -119,7 +126,24 @@ pub fn cmd_bench(args: &[String]) -> Result<bool, String> {
     }
     crate::setup::ensure_qemu()?;
     let kernel = crate::build_kernel(opts.debug)?;
-    run_matrix(matrix, &boots, &kernel, &opts, runtime_ms, &out_dir)
+    let matrix_ok = run_matrix(matrix, &boots, &kernel, &opts, runtime_ms, &out_dir)?;
+    if !opts.ipio {
+        return Ok(matrix_ok);
+    }
+    match ipio::run(&kernel, &out_dir) {
+        Ok(rows) => {
+            println!("\n{}", ipio::render(&rows));
+            println!(
+                "bench: wrote {0}/ipio.json, {0}/ipio.csv",
+                out_dir.strip_prefix(crate::root()).unwrap_or(&out_dir).display()
+            );
+            Ok(matrix_ok)
+        }
+        Err(e) => {
+            println!("\nbench: --ipio FAILED: {e}");
+            Ok(false)
+        }
+    }
 }
 
 fn list_text(selected: &Matrix, boots: &[BootPlan]) -> String {

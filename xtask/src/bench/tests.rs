@@ -551,6 +551,9 @@ fn options_parse_and_reject_with_specific_messages() {
     let d = Options::parse(&[]).unwrap();
     assert_eq!(d.matrix, "quick");
     assert_eq!(d.runtime_ms, None);
+    // The work-per-I/O step is opt-in: the default quick bench stays fast.
+    assert!(!d.ipio);
+    assert!(Options::parse(&args("--ipio")).unwrap().ipio);
     assert!(
         Options::parse(&args("--matrix"))
             .unwrap_err()
