@@ -2033,15 +2033,7 @@ impl<'h> Interpreter<'h> {
                 }
             }
         }
-        if bits <= 64 {
-            let mut v = 0u64;
-            for (i, b) in out.iter().enumerate() {
-                v |= u64::from(*b) << (8 * i);
-            }
-            Ok(Object::Integer(v))
-        } else {
-            Ok(Object::Buffer(out))
-        }
+        Ok(field_value(out, bits))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2406,14 +2398,17 @@ fn extract_bits(bytes: &[u8], bit_offset: u64, bits: u64) -> Option<Object> {
             out[(o / 8) as usize] |= 1 << (o % 8);
         }
     }
+    Some(field_value(out, bits))
+}
+
+/// A field's value read out as `bits` bits (little-endian bytes): an Integer up to 64 bits, a
+/// Buffer beyond, as ACPI's field reads give.
+fn field_value(out: Vec<u8>, bits: u64) -> Object {
     if bits <= 64 {
-        let mut v = 0u64;
-        for (i, b) in out.iter().enumerate() {
-            v |= u64::from(*b) << (8 * i);
-        }
-        Some(Object::Integer(v))
+        let v = out.iter().enumerate().fold(0u64, |v, (i, b)| v | u64::from(*b) << (8 * i));
+        Object::Integer(v)
     } else {
-        Some(Object::Buffer(out))
+        Object::Buffer(out)
     }
 }
 
