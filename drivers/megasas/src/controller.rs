@@ -402,6 +402,14 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     quarantined: AtomicU64,
 }
 
+/// An I/O request [`Controller::check`] validated (drive, range, transfer size, segments),
+/// with the drive's block size; only `check` makes one.
+#[derive(Debug)]
+pub struct CheckedRequest<'r> {
+    req: &'r IoRequest<'r>,
+    block_size: u32,
+}
+
 /// A submitter's pass through the controller: while one exists, a controller reset waits. Get it
 /// with [`Controller::begin_submit`] before handing a request to the block layer's `issue`, so a
 /// reset in progress makes the request go back to the queue instead.
@@ -1391,6 +1399,16 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.validate(req).map(|_| ())
     }
 
+    /// Validates `req` once, for [`Self::submit_checked`]: the block layer's `queue_rq` checks
+    /// inside the submission critical section and then submits without checking again (issue 22:
+    /// the check was made twice per I/O). A [`CheckedRequest`] can only be made here.
+    pub fn check<'r>(&self, _guard: &SubmitGuard<'_>, req: &'r IoRequest<'r>) -> Result<CheckedRequest<'r>, Error> {
+        Ok(CheckedRequest {
+            req,
+            block_size: self.validate(req)?,
+        })
+    }
+
     /// Enters the submission critical section. Fails with [`Error::Resetting`] while a controller
     /// reset runs (requeue and retry) and [`Error::NotOperational`] when the controller is down.
     pub fn begin_submit(&self) -> Result<SubmitGuard<'_>, Error> {
@@ -1422,13 +1440,27 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// POSTED just before the doorbell, so no reply can match it before the frame is posted.
     pub fn submit_cookie(
         &self,
-        _guard: &SubmitGuard<'_>,
+        guard: &SubmitGuard<'_>,
         tag: u16,
         req: &IoRequest<'_>,
         cookie: u64,
     ) -> Result<(), Error> {
+        let checked = self.check(guard, req)?;
+        self.submit_checked(guard, tag, &checked, cookie)
+    }
+
+    /// [`Self::submit_cookie`] of a request [`Self::check`] validated in the same critical
+    /// section (what it checked against does not change meanwhile: the drive table is filled by
+    /// [`Self::discover`] at bring-up, before any I/O).
+    pub fn submit_checked(
+        &self,
+        _guard: &SubmitGuard<'_>,
+        tag: u16,
+        checked: &CheckedRequest<'_>,
+        cookie: u64,
+    ) -> Result<(), Error> {
+        let (req, block_size) = (checked.req, checked.block_size);
         self.check_tag(tag)?;
-        let block_size = self.validate(req)?;
         let generation = self.tags.claim(tag)?;
         self.tags.set_cookie(tag, cookie);
         let context = tags::encode_context(tag, generation, false);
@@ -1467,7 +1499,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 } else {
                     (frame::CMD_LD_WRITE, frame::FLAG_DIR_WRITE)
                 };
-                w.header(&Header {
+                let header = Header {
                     cmd,
                     sense_len: SENSE_LEN as u8,
                     target: req.target,
@@ -1478,10 +1510,16 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
                     // LD READ/WRITE count blocks, not bytes (pitfall 7).
                     data_len: req.blocks,
-                });
-                w.u64_at(0x18, sense);
-                w.u64_at(0x20, req.lba);
-                w.sgl64(frame::IO_SGL, req.sgl);
+                };
+                if let [segment] = req.sgl {
+                    // The common single-segment I/O: the whole frame in one run of stores.
+                    w.ld_io_one_segment(&header, sense, req.lba, segment);
+                } else {
+                    w.header(&header);
+                    w.u64_at(0x18, sense);
+                    w.u64_at(0x20, req.lba);
+                    w.sgl64(frame::IO_SGL, req.sgl);
+                }
                 frame::IO_SGL + req.sgl.len() * frame::SGE64_LEN
             }
             IoOp::Flush => {
