@@ -1757,12 +1757,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         if mfi == MfiStatus::PENDING {
             return Err(BogusReason::StatusPending { tag });
         }
-        let done = self.read_completion(tag, mfi);
-        let status = match done.error() {
-            None => IoStatus::Success,
-            Some(e) => {
-                log::warn!("megasas: tag {tag}: {e}");
-                IoStatus::Failed(e)
+        // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
+        // whatever the SCSI status and sense (issue 22: was a 64-byte sense copy per I/O).
+        let status = if mfi == MfiStatus::OK {
+            IoStatus::Success
+        } else {
+            match self.read_completion(tag, mfi).error() {
+                None => IoStatus::Success,
+                Some(e) => {
+                    log::warn!("megasas: tag {tag}: {e}");
+                    IoStatus::Failed(e)
+                }
             }
         };
         // The cookie cannot change before the tag is FREE again, which `complete` below does.
