@@ -610,7 +610,9 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         }
     }
 
-    /// The SQE of a read or write, PRPs built into the slot's list page.
+    /// The SQE of a read or write, PRPs built into the slot's list page. Inlined into
+    /// `queue_rq`, so the entry is built where `post` reads it (issue 22: one copy fewer).
+    #[inline(always)]
     fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<Sqe, Error> {
         let lba = 1u64 << self.lba_shift;
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));

@@ -893,11 +893,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         defer_doorbell: bool,
         issue: impl FnOnce() -> u16,
     ) -> Result<(), PostError> {
-        match self.state.load(Ordering::Acquire) {
-            STATE_LIVE => {}
-            STATE_RESETTING => return Err(PostError::Busy),
-            _ => return Err(PostError::Failed(Error::NotOperational)),
-        }
         let Some(q) = self.queue(hwq) else {
             return Err(PostError::Failed(Error::InvalidConfig {
                 field: "hwq",
@@ -907,9 +902,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         };
         let index = usize::from(slot);
         let mut sq = q.sq.lock();
-        // Re-check under the lock: a reset holds every SQ lock while it runs.
-        if self.state.load(Ordering::Acquire) != STATE_LIVE {
-            return Err(PostError::Busy);
+        // Checked once, under the lock: a reset holds every SQ lock while it runs, so the state
+        // cannot change between this check and the post (issue 22: was also checked before).
+        match self.state.load(Ordering::Acquire) {
+            STATE_LIVE => {}
+            STATE_RESETTING => return Err(PostError::Busy),
+            _ => return Err(PostError::Failed(Error::NotOperational)),
         }
         if index >= sq.slots.len() || sq.slots[index].outstanding {
             return Err(PostError::Failed(Error::InvalidConfig {
@@ -1380,19 +1378,31 @@ fn write64(mmio: &impl Mmio, off: u32, v: u64) {
     mmio.write32(off + 4, (v >> 32) as u32);
 }
 
+#[inline]
 fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
     // One bounds check and 8 stores, not 16 checked word writes (issue 22).
     mem.write_u32s(slot as usize * SQE_SIZE, &sqe.0);
 }
 
+#[inline]
 fn push_sqe(sq: &mut SqState, entries: u32, sqe: &Sqe) {
     write_sqe(&sq.mem, sq.tail, sqe);
-    sq.tail = (sq.tail + 1) % entries;
+    // A compare, not a division (issue 22); `tail < entries` always.
+    sq.tail = if sq.tail + 1 == entries { 0 } else { sq.tail + 1 };
 }
 
-/// Free SQ slots, from the last SQ head the controller reported.
+/// Free SQ slots, from the last SQ head the controller reported (`head` and `tail` are both
+/// below `entries`: `drain` accepts only an SQ head below the queue size).
+#[inline]
 fn sq_free(sq: &SqState, entries: u32) -> u32 {
-    let used = (sq.tail + entries - sq.head) % entries;
+    ring_free(sq.tail, sq.head, entries)
+}
+
+/// Free entries of a ring of `entries` (one always left empty) from producer `tail` and
+/// consumer `head`, both below `entries`: a compare, not a division (issue 22).
+#[inline]
+fn ring_free(tail: u32, head: u32, entries: u32) -> u32 {
+    let used = if tail >= head { tail - head } else { tail + entries - head };
     entries - 1 - used
 }
 
@@ -1407,4 +1417,24 @@ fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     fence(Ordering::Acquire);
     let [dw0, dw1, dw2] = mem.read_u32s::<3>(base);
     Some(Cqe::from_dwords([dw0, dw1, dw2, dw3]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ring_free;
+
+    #[test]
+    fn ring_free_is_the_modular_count() {
+        for entries in [2u32, 5, 33, 1024] {
+            for tail in 0..entries {
+                for head in 0..entries {
+                    let used = (tail + entries - head) % entries;
+                    assert_eq!(ring_free(tail, head, entries), entries - 1 - used, "{tail} {head} {entries}");
+                }
+            }
+        }
+        assert_eq!(ring_free(0, 0, 33), 32, "an empty ring leaves one entry unused");
+        assert_eq!(ring_free(31, 0, 33), 1);
+        assert_eq!(ring_free(4, 5, 33), 0, "full: tail just behind head");
+    }
 }
