@@ -513,8 +513,12 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
             self.floor.complete(hwq, slot, status);
             return;
         }
-        let ns = usize::from(slot) / self.depth as usize;
-        let tag = u32::from(slot) % self.depth;
+        // The first namespace's slots need no division (one namespace is the common case).
+        let (ns, tag) = if u32::from(slot) < self.depth {
+            (0, u32::from(slot))
+        } else {
+            (usize::from(slot) / self.depth as usize, u32::from(slot) % self.depth)
+        };
         let Some(q) = self.queues.get(ns) else {
             self.refused_by_blk.fetch_add(1, Ordering::Relaxed);
             return;
