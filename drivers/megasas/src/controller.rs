@@ -668,6 +668,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9).
+    #[inline]
     fn post(&self, tag: u16, frame_bytes: usize) {
         let phys = self.pool.phys_at(usize::from(tag) * self.frame_stride);
         let extra = (frame_bytes.saturating_sub(1) / 64).min(15) as u32;
@@ -1402,6 +1403,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Validates `req` once, for [`Self::submit_checked`]: the block layer's `queue_rq` checks
     /// inside the submission critical section and then submits without checking again (issue 22:
     /// the check was made twice per I/O). A [`CheckedRequest`] can only be made here.
+    #[inline]
     pub fn check<'r>(&self, _guard: &SubmitGuard<'_>, req: &'r IoRequest<'r>) -> Result<CheckedRequest<'r>, Error> {
         Ok(CheckedRequest {
             req,

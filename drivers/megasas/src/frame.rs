@@ -88,6 +88,26 @@ pub(crate) struct Header {
     pub data_len: u32,
 }
 
+impl Header {
+    /// The 24-byte header as six little-endian words; `cmd_status` is the pending marker 0xFF,
+    /// `lun` 0 (a non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O, pitfall 8). Shifts,
+    /// not `from_le_bytes` of single bytes (which went through the stack; issue 22).
+    #[inline(always)]
+    fn words(&self) -> [u32; HEADER_LEN / 4] {
+        [
+            // cmd, sense_len, cmd_status 0xFF, reserved.
+            u32::from(self.cmd) | u32::from(self.sense_len) << 8 | 0xFF << 16,
+            // target, lun 0, cdb_len, sge_count.
+            u32::from(self.target) | u32::from(self.cdb_len) << 16 | u32::from(self.sge_count) << 24,
+            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
+            self.context,
+            0,
+            u32::from(self.flags),
+            self.data_len,
+        ]
+    }
+}
+
 /// A frame being filled: the frame pool plus the frame's offset in it.
 pub(crate) struct FrameWriter<'a> {
     pub buf: &'a DmaBuf,
@@ -100,31 +120,22 @@ impl FrameWriter<'_> {
     pub fn header(&self, h: &Header) {
         // As six little-endian words, so the frame (256-byte aligned) gets three 8-byte stores
         // (issue 22: per-I/O work).
-        let words: [u32; HEADER_LEN / 4] = [
-            // cmd, sense_len, cmd_status 0xFF, reserved.
-            u32::from_le_bytes([h.cmd, h.sense_len, 0xFF, 0]),
-            // target, lun 0, cdb_len, sge_count.
-            u32::from_le_bytes([h.target, 0, h.cdb_len, h.sge_count]),
-            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
-            h.context,
-            0,
-            u32::from(h.flags),
-            h.data_len,
-        ];
-        self.buf.write_u32s(self.base, &words);
+        self.buf.write_u32s(self.base, &h.words());
     }
 
     /// Writes a whole LD READ/WRITE frame of one segment: header, sense address, LBA and the
     /// one 64-bit SGE as 13 little-endian words in one bounds-checked run (issue 22: was a
     /// header, two `u64_at` and an `sgl64` call, each with its own checks).
+    #[inline]
     pub fn ld_io_one_segment(&self, h: &Header, sense: u64, lba: u64, segment: &Segment) {
+        let [w0, w1, w2, w3, w4, w5] = h.words();
         let words: [u32; (IO_SGL + SGE64_LEN) / 4] = [
-            u32::from_le_bytes([h.cmd, h.sense_len, 0xFF, 0]),
-            u32::from_le_bytes([h.target, 0, h.cdb_len, h.sge_count]),
-            h.context,
-            0,
-            u32::from(h.flags),
-            h.data_len,
+            w0,
+            w1,
+            w2,
+            w3,
+            w4,
+            w5,
             sense as u32,
             (sense >> 32) as u32,
             lba as u32,
