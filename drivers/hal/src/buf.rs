@@ -422,7 +422,10 @@ mod tests {
             assert_eq!(buf.read_u32(start + 20), 0, "nothing past the run");
             assert_eq!(buf.read_u32s::<5>(start), words);
             let run = buf.word_run::<5>(start);
-            assert_eq!([4, 0, 1, 2, 3].map(|i| run.read(i)), [words[4], words[0], words[1], words[2], words[3]]);
+            assert_eq!(
+                [4, 0, 1, 2, 3].map(|i| run.read(i)),
+                [words[4], words[0], words[1], words[2], words[3]]
+            );
         }
         buf.write_u64(8, 0x1122_3344_5566_7788);
         buf.write_u64(20, 0x99AA_BBCC_DDEE_FF00);

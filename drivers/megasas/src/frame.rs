@@ -240,6 +240,10 @@ mod tests {
         let end = IO_SGL + SGE64_LEN;
         assert_eq!(a[..end], b[..end]);
         assert_eq!(b[2], 0xFF, "status byte is the pending marker");
-        assert!(b[end..].iter().all(|&x| x == 0xEE), "wrote past the SGE: {:x?}", &b[end..]);
+        assert!(
+            b[end..].iter().all(|&x| x == 0xEE),
+            "wrote past the SGE: {:x?}",
+            &b[end..]
+        );
     }
 }

@@ -1063,9 +1063,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
             if accepted > 0 {
                 // One count per batch, not one locked add per completion.
-                self.counters
-                    .completions
-                    .fetch_add(accepted as u64, Ordering::Relaxed);
+                self.counters.completions.fetch_add(accepted as u64, Ordering::Relaxed);
             }
             accepted_total += accepted;
             for a in &out[..accepted] {
@@ -1415,7 +1413,11 @@ fn sq_free(sq: &SqState, entries: u32) -> u32 {
 /// consumer `head`, both below `entries`: a compare, not a division (issue 22).
 #[inline]
 fn ring_free(tail: u32, head: u32, entries: u32) -> u32 {
-    let used = if tail >= head { tail - head } else { tail + entries - head };
+    let used = if tail >= head {
+        tail - head
+    } else {
+        tail + entries - head
+    };
     entries - 1 - used
 }
 
@@ -1443,7 +1445,11 @@ mod tests {
             for tail in 0..entries {
                 for head in 0..entries {
                     let used = (tail + entries - head) % entries;
-                    assert_eq!(ring_free(tail, head, entries), entries - 1 - used, "{tail} {head} {entries}");
+                    assert_eq!(
+                        ring_free(tail, head, entries),
+                        entries - 1 - used,
+                        "{tail} {head} {entries}"
+                    );
                 }
             }
         }
