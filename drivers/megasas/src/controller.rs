@@ -667,8 +667,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.pool.phys_at(self.sense_off + usize::from(tag) * SENSE_LEN)
     }
 
-    /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9).
-    #[inline]
+    /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9). Inlined
+    /// (a frame below 4 GiB is one store); a frame above goes through [`Self::post_high`].
+    #[inline(always)]
     fn post(&self, tag: u16, frame_bytes: usize) {
         let phys = self.pool.phys_at(usize::from(tag) * self.frame_stride);
         let extra = (frame_bytes.saturating_sub(1) / 64).min(15) as u32;
@@ -681,19 +682,25 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             // IQP implies high word 0 and is a single store: no lock.
             self.mmio.write32(regs::IQP, low);
         } else {
-            // IQPH latches a high word that the next IQPL consumes: two CPUs interleaving
-            // IQPH/IQPH/IQPL/IQPL would post one frame with the other's high word.
-            while self
-                .post_lock
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                spin_loop();
-            }
-            self.mmio.write32(regs::IQPH, high);
-            self.mmio.write32(regs::IQPL, low);
-            self.post_lock.store(false, Ordering::Release);
+            self.post_high(high, low);
         }
+    }
+
+    /// Posts a frame above 4 GiB: IQPH, then IQPL, under `post_lock`.
+    #[inline(never)]
+    fn post_high(&self, high: u32, low: u32) {
+        // IQPH latches a high word that the next IQPL consumes: two CPUs interleaving
+        // IQPH/IQPH/IQPL/IQPL would post one frame with the other's high word.
+        while self
+            .post_lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spin_loop();
+        }
+        self.mmio.write32(regs::IQPH, high);
+        self.mmio.write32(regs::IQPL, low);
+        self.post_lock.store(false, Ordering::Release);
     }
 
     fn check_tag(&self, tag: u16) -> Result<(), Error> {
@@ -1754,7 +1761,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             self.abort_replied(tag, generation, mfi, out, complete);
             return Ok(());
         }
-        self.tags.check(tag, generation)?;
+        // The word read above (Acquire) is the one `check` would read again.
+        TagTable::check_loaded(tag, (state, current), generation)?;
         let mfi = frame_status();
         if mfi == MfiStatus::PENDING {
             return Err(BogusReason::StatusPending { tag });
