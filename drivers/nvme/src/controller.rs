@@ -1015,10 +1015,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 for cqe in &raw[..n] {
                     match self.validate(q, &sq, cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
-                        Ok(()) => {
+                        Ok(index) => {
                             sq.head = u32::from(cqe.sq_head);
                             let status = NvmeStatus(cqe.status);
-                            let index = self.slot_of(cqe.cid);
                             let slot = &mut sq.slots[index];
                             if !status.is_success() {
                                 bump(&self.counters.errors);
@@ -1079,7 +1078,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    fn validate(&self, q: &IoQueue, sq: &SqState, cqe: &Cqe) -> Result<(), BogusCqe> {
+    /// Checks a CQE against the queue and its outstanding commands; returns the slot index its
+    /// CID names (so the caller does not decode it again).
+    fn validate(&self, q: &IoQueue, sq: &SqState, cqe: &Cqe) -> Result<usize, BogusCqe> {
         if cqe.sq_id != q.qid {
             return Err(BogusCqe::WrongSq {
                 cq: q.qid,
@@ -1093,8 +1094,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 entries: q.entries,
             });
         }
-        match sq.slots.get(self.slot_of(cqe.cid)) {
-            Some(s) if s.outstanding && s.cid == cqe.cid => Ok(()),
+        let index = self.slot_of(cqe.cid);
+        match sq.slots.get(index) {
+            Some(s) if s.outstanding && s.cid == cqe.cid => Ok(index),
             _ => Err(BogusCqe::NotOutstanding {
                 sq: q.qid,
                 cid: cqe.cid,
