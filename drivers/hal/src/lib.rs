@@ -22,7 +22,7 @@ pub mod fake;
 pub mod floor;
 pub mod options;
 
-pub use buf::DmaBuf;
+pub use buf::{DmaBuf, WordRun};
 
 /// 32-bit register access to a device's register window.
 ///

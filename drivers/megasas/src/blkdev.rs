@@ -245,8 +245,8 @@ pub struct DriveDriver<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + S
     target: u8,
     /// The drive is a system PD (JBOD disk), reached by PD SCSI pass-through.
     system_pd: bool,
-    /// 512-byte sectors per logical block.
-    scale: u32,
+    /// log2 of the 512-byte sectors per logical block (a power of two: block sizes are).
+    scale_shift: u32,
 }
 
 struct HostInner<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
@@ -375,7 +375,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
                 index,
                 target,
                 system_pd,
-                scale,
+                scale_shift: scale.trailing_zeros(),
             },
             |queues| HostInner {
                 core: core.clone(),
@@ -961,9 +961,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
         let (lba, blocks, nsegs) = if op == IoOp::Flush {
             (0, 0, 0)
         } else {
+            // A shift: block sizes are powers of two (`Capacity` refuses others), so `scale` is.
             (
-                rq.sector() / u64::from(self.scale),
-                rq.nr_sectors() / self.scale,
+                rq.sector() >> self.scale_shift,
+                rq.nr_sectors() >> self.scale_shift,
                 segs.len(),
             )
         };
@@ -976,10 +977,6 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
             sgl: &sgl[..nsegs],
         };
         let ctrl = &self.core.ctrl;
-        if let Err(e) = ctrl.check_request(&req) {
-            log::error!("megasas: target {}: request refused: {e}", self.target);
-            return Err(QueueRqError::Io(rq, Status::IoError));
-        }
         let guard = match ctrl.begin_submit() {
             Ok(g) => g,
             Err(Error::Resetting) => {
@@ -988,13 +985,21 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
             }
             Err(_) => return Err(QueueRqError::Io(rq, Status::IoError)),
         };
+        // Checked once, here; `submit_checked` does not check again (issue 22).
+        let checked = match ctrl.check(&guard, &req) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("megasas: target {}: request refused: {e}", self.target);
+                return Err(QueueRqError::Io(rq, Status::IoError));
+            }
+        };
         let tag = rq.tag() as u16;
         let hwq = rq.hwq() as u16;
         self.core.busy[usize::from(tag)].store(0, Ordering::Relaxed);
         // Issue before the doorbell: from the post on, the completion may come on any CPU. The
         // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
         let token = rq.issue();
-        if let Err(e) = ctrl.submit_cookie(&guard, tag, &req, pack_cookie(self.index, hwq, token)) {
+        if let Err(e) = ctrl.submit_checked(&guard, tag, &checked, pack_cookie(self.index, hwq, token)) {
             log::error!("megasas: target {} tag {tag}: not posted: {e}", self.target);
             let _ = hw.complete(token, Status::IoError);
         }

@@ -402,6 +402,14 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     quarantined: AtomicU64,
 }
 
+/// An I/O request [`Controller::check`] validated (drive, range, transfer size, segments),
+/// with the drive's block size; only `check` makes one.
+#[derive(Debug)]
+pub struct CheckedRequest<'r> {
+    req: &'r IoRequest<'r>,
+    block_size: u32,
+}
+
 /// A submitter's pass through the controller: while one exists, a controller reset waits. Get it
 /// with [`Controller::begin_submit`] before handing a request to the block layer's `issue`, so a
 /// reset in progress makes the request go back to the queue instead.
@@ -659,7 +667,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.pool.phys_at(self.sense_off + usize::from(tag) * SENSE_LEN)
     }
 
-    /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9).
+    /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9). Inlined
+    /// (a frame below 4 GiB is one store); a frame above goes through [`Self::post_high`].
+    #[inline(always)]
     fn post(&self, tag: u16, frame_bytes: usize) {
         let phys = self.pool.phys_at(usize::from(tag) * self.frame_stride);
         let extra = (frame_bytes.saturating_sub(1) / 64).min(15) as u32;
@@ -672,19 +682,25 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             // IQP implies high word 0 and is a single store: no lock.
             self.mmio.write32(regs::IQP, low);
         } else {
-            // IQPH latches a high word that the next IQPL consumes: two CPUs interleaving
-            // IQPH/IQPH/IQPL/IQPL would post one frame with the other's high word.
-            while self
-                .post_lock
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                spin_loop();
-            }
-            self.mmio.write32(regs::IQPH, high);
-            self.mmio.write32(regs::IQPL, low);
-            self.post_lock.store(false, Ordering::Release);
+            self.post_high(high, low);
         }
+    }
+
+    /// Posts a frame above 4 GiB: IQPH, then IQPL, under `post_lock`.
+    #[inline(never)]
+    fn post_high(&self, high: u32, low: u32) {
+        // IQPH latches a high word that the next IQPL consumes: two CPUs interleaving
+        // IQPH/IQPH/IQPL/IQPL would post one frame with the other's high word.
+        while self
+            .post_lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spin_loop();
+        }
+        self.mmio.write32(regs::IQPH, high);
+        self.mmio.write32(regs::IQPL, low);
+        self.post_lock.store(false, Ordering::Release);
     }
 
     fn check_tag(&self, tag: u16) -> Result<(), Error> {
@@ -1391,6 +1407,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.validate(req).map(|_| ())
     }
 
+    /// Validates `req` once, for [`Self::submit_checked`]: the block layer's `queue_rq` checks
+    /// inside the submission critical section and then submits without checking again (issue 22:
+    /// the check was made twice per I/O). A [`CheckedRequest`] can only be made here.
+    #[inline]
+    pub fn check<'r>(&self, _guard: &SubmitGuard<'_>, req: &'r IoRequest<'r>) -> Result<CheckedRequest<'r>, Error> {
+        Ok(CheckedRequest {
+            req,
+            block_size: self.validate(req)?,
+        })
+    }
+
     /// Enters the submission critical section. Fails with [`Error::Resetting`] while a controller
     /// reset runs (requeue and retry) and [`Error::NotOperational`] when the controller is down.
     pub fn begin_submit(&self) -> Result<SubmitGuard<'_>, Error> {
@@ -1422,13 +1449,27 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// POSTED just before the doorbell, so no reply can match it before the frame is posted.
     pub fn submit_cookie(
         &self,
-        _guard: &SubmitGuard<'_>,
+        guard: &SubmitGuard<'_>,
         tag: u16,
         req: &IoRequest<'_>,
         cookie: u64,
     ) -> Result<(), Error> {
+        let checked = self.check(guard, req)?;
+        self.submit_checked(guard, tag, &checked, cookie)
+    }
+
+    /// [`Self::submit_cookie`] of a request [`Self::check`] validated in the same critical
+    /// section (what it checked against does not change meanwhile: the drive table is filled by
+    /// [`Self::discover`] at bring-up, before any I/O).
+    pub fn submit_checked(
+        &self,
+        _guard: &SubmitGuard<'_>,
+        tag: u16,
+        checked: &CheckedRequest<'_>,
+        cookie: u64,
+    ) -> Result<(), Error> {
+        let (req, block_size) = (checked.req, checked.block_size);
         self.check_tag(tag)?;
-        let block_size = self.validate(req)?;
         let generation = self.tags.claim(tag)?;
         self.tags.set_cookie(tag, cookie);
         let context = tags::encode_context(tag, generation, false);
@@ -1467,7 +1508,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 } else {
                     (frame::CMD_LD_WRITE, frame::FLAG_DIR_WRITE)
                 };
-                w.header(&Header {
+                let header = Header {
                     cmd,
                     sense_len: SENSE_LEN as u8,
                     target: req.target,
@@ -1478,10 +1519,16 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
                     // LD READ/WRITE count blocks, not bytes (pitfall 7).
                     data_len: req.blocks,
-                });
-                w.u64_at(0x18, sense);
-                w.u64_at(0x20, req.lba);
-                w.sgl64(frame::IO_SGL, req.sgl);
+                };
+                if let [segment] = req.sgl {
+                    // The common single-segment I/O: the whole frame in one run of stores.
+                    w.ld_io_one_segment(&header, sense, req.lba, segment);
+                } else {
+                    w.header(&header);
+                    w.u64_at(0x18, sense);
+                    w.u64_at(0x20, req.lba);
+                    w.sgl64(frame::IO_SGL, req.sgl);
+                }
                 frame::IO_SGL + req.sgl.len() * frame::SGE64_LEN
             }
             IoOp::Flush => {
@@ -1714,17 +1761,23 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             self.abort_replied(tag, generation, mfi, out, complete);
             return Ok(());
         }
-        self.tags.check(tag, generation)?;
+        // The word read above (Acquire) is the one `check` would read again.
+        TagTable::check_loaded(tag, (state, current), generation)?;
         let mfi = frame_status();
         if mfi == MfiStatus::PENDING {
             return Err(BogusReason::StatusPending { tag });
         }
-        let done = self.read_completion(tag, mfi);
-        let status = match done.error() {
-            None => IoStatus::Success,
-            Some(e) => {
-                log::warn!("megasas: tag {tag}: {e}");
-                IoStatus::Failed(e)
+        // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
+        // whatever the SCSI status and sense (issue 22: was a 64-byte sense copy per I/O).
+        let status = if mfi == MfiStatus::OK {
+            IoStatus::Success
+        } else {
+            match self.read_completion(tag, mfi).error() {
+                None => IoStatus::Success,
+                Some(e) => {
+                    log::warn!("megasas: tag {tag}: {e}");
+                    IoStatus::Failed(e)
+                }
             }
         };
         // The cookie cannot change before the tag is FREE again, which `complete` below does.

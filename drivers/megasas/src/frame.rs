@@ -88,6 +88,26 @@ pub(crate) struct Header {
     pub data_len: u32,
 }
 
+impl Header {
+    /// The 24-byte header as six little-endian words; `cmd_status` is the pending marker 0xFF,
+    /// `lun` 0 (a non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O, pitfall 8). Shifts,
+    /// not `from_le_bytes` of single bytes (which went through the stack; issue 22).
+    #[inline(always)]
+    fn words(&self) -> [u32; HEADER_LEN / 4] {
+        [
+            // cmd, sense_len, cmd_status 0xFF, reserved.
+            u32::from(self.cmd) | u32::from(self.sense_len) << 8 | 0xFF << 16,
+            // target, lun 0, cdb_len, sge_count.
+            u32::from(self.target) | u32::from(self.cdb_len) << 16 | u32::from(self.sge_count) << 24,
+            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
+            self.context,
+            0,
+            u32::from(self.flags),
+            self.data_len,
+        ]
+    }
+}
+
 /// A frame being filled: the frame pool plus the frame's offset in it.
 pub(crate) struct FrameWriter<'a> {
     pub buf: &'a DmaBuf,
@@ -100,16 +120,29 @@ impl FrameWriter<'_> {
     pub fn header(&self, h: &Header) {
         // As six little-endian words, so the frame (256-byte aligned) gets three 8-byte stores
         // (issue 22: per-I/O work).
-        let words: [u32; HEADER_LEN / 4] = [
-            // cmd, sense_len, cmd_status 0xFF, reserved.
-            u32::from_le_bytes([h.cmd, h.sense_len, 0xFF, 0]),
-            // target, lun 0, cdb_len, sge_count.
-            u32::from_le_bytes([h.target, 0, h.cdb_len, h.sge_count]),
-            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
-            h.context,
-            0,
-            u32::from(h.flags),
-            h.data_len,
+        self.buf.write_u32s(self.base, &h.words());
+    }
+
+    /// Writes a whole LD READ/WRITE frame of one segment: header, sense address, LBA and the
+    /// one 64-bit SGE as 13 little-endian words in one bounds-checked run (issue 22: was a
+    /// header, two `u64_at` and an `sgl64` call, each with its own checks).
+    #[inline]
+    pub fn ld_io_one_segment(&self, h: &Header, sense: u64, lba: u64, segment: &Segment) {
+        let [w0, w1, w2, w3, w4, w5] = h.words();
+        let words: [u32; (IO_SGL + SGE64_LEN) / 4] = [
+            w0,
+            w1,
+            w2,
+            w3,
+            w4,
+            w5,
+            sense as u32,
+            (sense >> 32) as u32,
+            lba as u32,
+            (lba >> 32) as u32,
+            segment.phys as u32,
+            (segment.phys >> 32) as u32,
+            segment.len,
         ];
         self.buf.write_u32s(self.base, &words);
     }
@@ -162,4 +195,55 @@ pub(crate) fn cdb_synchronize_cache10() -> [u8; 16] {
     let mut c = [0u8; 16];
     c[0] = 0x35;
     c
+}
+
+#[cfg(all(test, feature = "fake"))]
+mod tests {
+    use super::*;
+    use devhal::fake::FakeMemory;
+
+    fn header(sge_count: u8) -> Header {
+        Header {
+            cmd: CMD_LD_READ,
+            sense_len: 64,
+            target: 3,
+            cdb_len: 16,
+            sge_count,
+            context: 0x1234_5678,
+            flags: FLAG_SGL64 | FLAG_SENSE64 | FLAG_DIR_READ,
+            data_len: 8,
+        }
+    }
+
+    /// The one-run LD frame writes exactly the bytes of the field-by-field builders, and nothing
+    /// past its single SGE.
+    #[test]
+    fn one_segment_ld_frame_matches_the_field_builders() {
+        let mem = FakeMemory::new(0x10_0000);
+        let buf = DmaBuf::alloc(&mem.dma(), 1024, 256).unwrap();
+        let segment = Segment {
+            phys: 0x1_2345_6000,
+            len: 4096,
+        };
+        let (sense, lba) = (0xAB_CDEF_0040, 0x0123_4567_89AB_CDEF);
+        let general = FrameWriter { buf: &buf, base: 0 };
+        general.header(&header(1));
+        general.u64_at(0x18, sense);
+        general.u64_at(0x20, lba);
+        general.sgl64(IO_SGL, &[segment]);
+        let one_run = FrameWriter { buf: &buf, base: 512 };
+        buf.fill(512, 512, 0xEE);
+        one_run.ld_io_one_segment(&header(1), sense, lba, &segment);
+        let (mut a, mut b) = ([0u8; 64], [0u8; 64]);
+        buf.read_bytes(0, &mut a);
+        buf.read_bytes(512, &mut b);
+        let end = IO_SGL + SGE64_LEN;
+        assert_eq!(a[..end], b[..end]);
+        assert_eq!(b[2], 0xFF, "status byte is the pending marker");
+        assert!(
+            b[end..].iter().all(|&x| x == 0xEE),
+            "wrote past the SGE: {:x?}",
+            &b[end..]
+        );
+    }
 }

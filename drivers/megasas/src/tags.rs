@@ -146,15 +146,28 @@ impl TagTable {
 
     /// Checks a reply-queue context against the tag's state without changing it: the tag must be
     /// POSTED or ABORTING (a command the device owns) in the same generation.
+    /// (The reaper reads the word once for its own test first and calls [`Self::check_loaded`];
+    /// this is the tests' and the loom model's one-call form.)
+    #[cfg(test)]
     pub(crate) fn check(&self, tag: u16, generation: u16) -> Result<Accepted, BogusReason> {
         // Acquire pairs with `publish`.
-        let cur = self.slot(tag).load(Ordering::Acquire);
-        let accepted = match cur & STATE_MASK {
+        let (state, expected) = self.load(tag);
+        Self::check_loaded(tag, (state, expected), generation)
+    }
+
+    /// [`Self::check`] of a state and generation the caller has just read with [`Self::load`]
+    /// (Acquire there pairs with `publish`), so a reaper that looks at the state first reads the
+    /// tag's word once (issue 22).
+    pub(crate) fn check_loaded(
+        tag: u16,
+        (state, expected): (u32, u16),
+        generation: u16,
+    ) -> Result<Accepted, BogusReason> {
+        let accepted = match state {
             POSTED => Accepted::Posted,
             ABORTING => Accepted::Aborting,
             _ => return Err(BogusReason::NotInFlight { tag }),
         };
-        let expected = (cur >> 16) as u16;
         if expected != generation {
             return Err(BogusReason::StaleGeneration {
                 tag,

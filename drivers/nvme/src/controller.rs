@@ -893,11 +893,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         defer_doorbell: bool,
         issue: impl FnOnce() -> u16,
     ) -> Result<(), PostError> {
-        match self.state.load(Ordering::Acquire) {
-            STATE_LIVE => {}
-            STATE_RESETTING => return Err(PostError::Busy),
-            _ => return Err(PostError::Failed(Error::NotOperational)),
-        }
         let Some(q) = self.queue(hwq) else {
             return Err(PostError::Failed(Error::InvalidConfig {
                 field: "hwq",
@@ -907,9 +902,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         };
         let index = usize::from(slot);
         let mut sq = q.sq.lock();
-        // Re-check under the lock: a reset holds every SQ lock while it runs.
-        if self.state.load(Ordering::Acquire) != STATE_LIVE {
-            return Err(PostError::Busy);
+        // Checked once, under the lock: a reset holds every SQ lock while it runs, so the state
+        // cannot change between this check and the post (issue 22: was also checked before).
+        match self.state.load(Ordering::Acquire) {
+            STATE_LIVE => {}
+            STATE_RESETTING => return Err(PostError::Busy),
+            _ => return Err(PostError::Failed(Error::NotOperational)),
         }
         if index >= sq.slots.len() || sq.slots[index].outstanding {
             return Err(PostError::Failed(Error::InvalidConfig {
@@ -1003,17 +1001,23 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
             }
             left -= n as u32;
-            let mut out = [None::<Accepted>; BATCH];
+            // The accepted completions, packed: `out[..accepted]` (no per-entry `Option` to
+            // test when delivering; issue 22).
+            let mut out = [Accepted {
+                slot: 0,
+                generation: 0,
+                status: NvmeStatus(0),
+            }; BATCH];
+            let mut accepted = 0;
             {
                 let mut sq = q.sq.lock();
                 let mut ring = false;
-                for (i, cqe) in raw[..n].iter().enumerate() {
+                for cqe in &raw[..n] {
                     match self.validate(q, &sq, cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
-                        Ok(()) => {
+                        Ok(index) => {
                             sq.head = u32::from(cqe.sq_head);
                             let status = NvmeStatus(cqe.status);
-                            let index = self.slot_of(cqe.cid);
                             let slot = &mut sq.slots[index];
                             if !status.is_success() {
                                 bump(&self.counters.errors);
@@ -1043,11 +1047,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                             }
                             let slot = &mut sq.slots[index];
                             slot.outstanding = false;
-                            out[i] = Some(Accepted {
+                            out[accepted] = Accepted {
                                 slot: index as u16,
                                 generation: slot.generation,
                                 status,
-                            });
+                            };
+                            accepted += 1;
                         }
                     }
                 }
@@ -1055,9 +1060,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     self.ring_sq(q, &mut sq);
                 }
             }
-            for a in out[..n].iter().flatten() {
-                bump(&self.counters.completions);
-                accepted_total += 1;
+            if accepted > 0 {
+                // One count per batch, not one locked add per completion.
+                self.counters.completions.fetch_add(accepted as u64, Ordering::Relaxed);
+            }
+            accepted_total += accepted;
+            for a in &out[..accepted] {
                 deliver(*a);
             }
             if !more {
@@ -1070,7 +1078,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    fn validate(&self, q: &IoQueue, sq: &SqState, cqe: &Cqe) -> Result<(), BogusCqe> {
+    /// Checks a CQE against the queue and its outstanding commands; returns the slot index its
+    /// CID names (so the caller does not decode it again).
+    fn validate(&self, q: &IoQueue, sq: &SqState, cqe: &Cqe) -> Result<usize, BogusCqe> {
         if cqe.sq_id != q.qid {
             return Err(BogusCqe::WrongSq {
                 cq: q.qid,
@@ -1084,8 +1094,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 entries: q.entries,
             });
         }
-        match sq.slots.get(self.slot_of(cqe.cid)) {
-            Some(s) if s.outstanding && s.cid == cqe.cid => Ok(()),
+        let index = self.slot_of(cqe.cid);
+        match sq.slots.get(index) {
+            Some(s) if s.outstanding && s.cid == cqe.cid => Ok(index),
             _ => Err(BogusCqe::NotOutstanding {
                 sq: q.qid,
                 cid: cqe.cid,
@@ -1380,31 +1391,72 @@ fn write64(mmio: &impl Mmio, off: u32, v: u64) {
     mmio.write32(off + 4, (v >> 32) as u32);
 }
 
+#[inline]
 fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
     // One bounds check and 8 stores, not 16 checked word writes (issue 22).
     mem.write_u32s(slot as usize * SQE_SIZE, &sqe.0);
 }
 
+#[inline]
 fn push_sqe(sq: &mut SqState, entries: u32, sqe: &Sqe) {
     write_sqe(&sq.mem, sq.tail, sqe);
-    sq.tail = (sq.tail + 1) % entries;
+    // A compare, not a division (issue 22); `tail < entries` always.
+    sq.tail = if sq.tail + 1 == entries { 0 } else { sq.tail + 1 };
 }
 
-/// Free SQ slots, from the last SQ head the controller reported.
+/// Free SQ slots, from the last SQ head the controller reported (`head` and `tail` are both
+/// below `entries`: `drain` accepts only an SQ head below the queue size).
+#[inline]
 fn sq_free(sq: &SqState, entries: u32) -> u32 {
-    let used = (sq.tail + entries - sq.head) % entries;
+    ring_free(sq.tail, sq.head, entries)
+}
+
+/// Free entries of a ring of `entries` (one always left empty) from producer `tail` and
+/// consumer `head`, both below `entries`: a compare, not a division (issue 22).
+#[inline]
+fn ring_free(tail: u32, head: u32, entries: u32) -> u32 {
+    let used = if tail >= head {
+        tail - head
+    } else {
+        tail + entries - head
+    };
     entries - 1 - used
 }
 
 /// The CQE at `head` if its phase tag says the controller wrote it on this pass.
+#[inline]
 fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
-    let base = head as usize * CQE_SIZE;
-    let dw3 = mem.read_u32(base + 12);
+    // One bounds check for the entry's four words (issue 22).
+    let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
+    let dw3 = entry.read(3);
     if (dw3 & (1 << 16) != 0) != phase {
         return None;
     }
     // Acquire: the rest of the entry is read only after its phase tag was seen.
     fence(Ordering::Acquire);
-    let [dw0, dw1, dw2] = mem.read_u32s::<3>(base);
-    Some(Cqe::from_dwords([dw0, dw1, dw2, dw3]))
+    Some(Cqe::from_dwords([entry.read(0), entry.read(1), entry.read(2), dw3]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ring_free;
+
+    #[test]
+    fn ring_free_is_the_modular_count() {
+        for entries in [2u32, 5, 33, 1024] {
+            for tail in 0..entries {
+                for head in 0..entries {
+                    let used = (tail + entries - head) % entries;
+                    assert_eq!(
+                        ring_free(tail, head, entries),
+                        entries - 1 - used,
+                        "{tail} {head} {entries}"
+                    );
+                }
+            }
+        }
+        assert_eq!(ring_free(0, 0, 33), 32, "an empty ring leaves one entry unused");
+        assert_eq!(ring_free(31, 0, 33), 1);
+        assert_eq!(ring_free(4, 5, 33), 0, "full: tail just behind head");
+    }
 }

@@ -118,6 +118,9 @@ fn data_pages<S: DataSegment>(segments: &[S]) -> impl Iterator<Item = u64> + '_ 
 /// The PRPs of a transfer that needs no list (one or two data pages, e.g. every 4 KiB I/O), or
 /// `None` when it needs one (then [`build`] it). The same checks as [`build`]; one walk over at
 /// most three pages and no list page touched, on every small I/O (issue 22).
+///
+/// Inlined, so a single segment's PRPs come back in registers; the general way is a call.
+#[inline(always)]
 pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) -> Result<Option<Prps>, Error> {
     // One segment (every I/O from one buffer): `validate`'s checks and the page walk in straight
     // line, no loop or iterator (issue 22). Whatever fails here goes the general way below,
@@ -149,6 +152,12 @@ pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) 
             });
         }
     }
+    without_list_general(segments, bytes, max_bytes)
+}
+
+/// [`without_list`] of several segments, or of one its straight line refused.
+#[inline(never)]
+fn without_list_general<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) -> Result<Option<Prps>, Error> {
     validate(segments, bytes, max_bytes)?;
     let mut pages = data_pages(segments);
     let Some(prp1) = pages.next() else {
