@@ -183,8 +183,7 @@ impl DoneBoard {
             let taken = word.fetch_and(keep, Ordering::Acquire) & !keep;
             n += taken.count_ones() as usize;
         }
-        self.bogus
-            .fetch_add(n as u64, core::sync::atomic::Ordering::Relaxed);
+        self.bogus.fetch_add(n as u64, core::sync::atomic::Ordering::Relaxed);
         n
     }
 

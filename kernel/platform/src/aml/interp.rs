@@ -2405,7 +2405,10 @@ fn extract_bits(bytes: &[u8], bit_offset: u64, bits: u64) -> Option<Object> {
 /// Buffer beyond, as ACPI's field reads give.
 fn field_value(out: Vec<u8>, bits: u64) -> Object {
     if bits <= 64 {
-        let v = out.iter().enumerate().fold(0u64, |v, (i, b)| v | u64::from(*b) << (8 * i));
+        let v = out
+            .iter()
+            .enumerate()
+            .fold(0u64, |v, (i, b)| v | u64::from(*b) << (8 * i));
         Object::Integer(v)
     } else {
         Object::Buffer(out)
