@@ -500,36 +500,53 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
             }
             (rq.sector() / scale, (u64::from(rq.nr_sectors()) / scale) as u32)
         };
-        let mut segs = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
-        let n = rq.segments().len();
-        if n > MAX_SEGMENTS {
-            return Err(QueueRqError::Io(rq, Status::IoError));
-        }
-        for (d, s) in segs.iter_mut().zip(rq.segments()) {
-            *d = Segment {
-                phys: s.phys,
-                len: s.len,
-            };
-        }
+        // A single segment (a page-sized I/O) is copied alone; only a longer list pays for
+        // the 1 KiB stack array (issue 22: its zeroing was a `memset` per I/O).
+        let one: [Segment; 1];
+        let many: [Segment; MAX_SEGMENTS];
+        let sgl: &[Segment] = match rq.segments() {
+            [s] => {
+                one = [Segment {
+                    phys: s.phys,
+                    len: s.len,
+                }];
+                &one
+            }
+            list => {
+                let n = list.len();
+                if n > MAX_SEGMENTS {
+                    return Err(QueueRqError::Io(rq, Status::IoError));
+                }
+                let mut segs = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
+                for (d, s) in segs.iter_mut().zip(list) {
+                    *d = Segment {
+                        phys: s.phys,
+                        len: s.len,
+                    };
+                }
+                many = segs;
+                &many[..n]
+            }
+        };
         let req = IoRequest {
             system_pd: self.system_pd,
             target: self.target,
             op,
             lba,
             blocks,
-            sgl: &segs[..n],
+            sgl,
         };
-        if ctrl.validate(&req).is_err() {
+        let Ok(checked) = ctrl.validate(&req) else {
             return Err(QueueRqError::Io(rq, Status::IoError));
-        }
-        let Some(_entered) = ctrl.enter() else {
+        };
+        let Some(entered) = ctrl.enter() else {
             return Err(QueueRqError::Busy(rq));
         };
         let tag = rq.tag();
         let hwq = hw.hwq() as u16;
         // Issue before posting: from the post on, a completion may arrive on any CPU.
         let token = rq.issue();
-        if let Err(e) = ctrl.submit(tag, hwq, &req, pack_cookie(self.index, hwq, token)) {
+        if let Err(e) = ctrl.submit_validated(&entered, tag, hwq, &req, &checked, pack_cookie(self.index, hwq, token)) {
             log::warn!("megasas-fusion: submit of tag {tag} failed after issue: {e}");
             let _ = hw.complete(token, Status::IoError);
         }

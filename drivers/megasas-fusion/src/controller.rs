@@ -398,6 +398,20 @@ pub struct Completion {
     pub bytes_done: u32,
 }
 
+/// A request [`Controller::validate`] accepted: its CDB, direction (None: no data) and byte
+/// count, for [`Controller::submit_validated`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validated {
+    cdb: [u8; 16],
+    write: Option<bool>,
+    len: u32,
+}
+
+/// The submission section [`Controller::enter`] opened: no reset starts while it lives.
+pub struct Entered<'a> {
+    _guard: spin::RwLockReadGuard<'a, ()>,
+}
+
 /// Counters of unusual events.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -1473,19 +1487,35 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// generation of this use of the tag. A flush when the firmware does not handle
     /// SYNCHRONIZE CACHE must not be submitted (see [`Controller::flush_goes_to_firmware`]).
     pub fn submit(&self, tag: u32, queue: u16, req: &IoRequest<'_>, cookie: u64) -> Result<u32, Error> {
-        let _g = self.enter().ok_or(Error::Resetting)?;
+        let entered = self.enter().ok_or(Error::Resetting)?;
+        let checked = self.validate(req)?;
+        self.submit_validated(&entered, tag, queue, req, &checked, cookie)
+    }
+
+    /// [`Controller::submit`] for a request `validate` already accepted, inside a submission
+    /// section the caller entered (blk's `queue_rq` validates before `Rq::issue` and posts
+    /// after it): the request is neither checked nor the gate taken a second time (issue 22).
+    /// `req` must be the request `checked` came from.
+    pub fn submit_validated(
+        &self,
+        _entered: &Entered<'_>,
+        tag: u32,
+        queue: u16,
+        req: &IoRequest<'_>,
+        checked: &Validated,
+        cookie: u64,
+    ) -> Result<u32, Error> {
         if self.is_dead() {
             return Err(Error::Dead);
         }
-        let (cdb, write, len) = self.validate(req)?;
         self.submit_raw(
             tag,
             queue,
             req.target,
             req.system_pd,
-            &cdb,
-            write,
-            len,
+            &checked.cdb,
+            checked.write,
+            checked.len,
             req.sgl,
             cookie,
             false,
@@ -1495,13 +1525,13 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// Enters the submission section: while the guard lives no reset can start, so a caller
     /// can hand a request to its owner's bookkeeping (blk's `Rq::issue`) and then post it
     /// without a reset in between. None while a reset runs.
-    pub fn enter(&self) -> Option<spin::RwLockReadGuard<'_, ()>> {
-        self.gate.try_read()
+    pub fn enter(&self) -> Option<Entered<'_>> {
+        self.gate.try_read().map(|g| Entered { _guard: g })
     }
 
-    /// Checks a request without posting it: drive, range, segments. Returns the CDB, the
-    /// direction and the byte count.
-    pub fn validate(&self, req: &IoRequest<'_>) -> Result<([u8; 16], Option<bool>, u32), Error> {
+    /// Checks a request without posting it: drive, range, segments. Returns what
+    /// [`Controller::submit_validated`] needs: the CDB, the direction and the byte count.
+    pub fn validate(&self, req: &IoRequest<'_>) -> Result<Validated, Error> {
         let drive = self
             .drives
             .iter()
@@ -1543,19 +1573,25 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 max: usize::from(self.limits.max_sge),
             });
         }
-        if let Some(index) = req.sgl.iter().position(|s| s.len == 0)
-            && !self.mistake(Mistake::ZeroLengthSge)
-        {
-            return Err(Error::ZeroLengthSegment { index });
-        }
-        let sum: u64 = req.sgl.iter().map(|s| u64::from(s.len)).sum();
+        let sum = match req.sgl {
+            // The common case (one page, one buffer) without the loops below (issue 22).
+            [one] if one.len != 0 => u64::from(one.len),
+            sgl => {
+                if let Some(index) = sgl.iter().position(|s| s.len == 0)
+                    && !self.mistake(Mistake::ZeroLengthSge)
+                {
+                    return Err(Error::ZeroLengthSegment { index });
+                }
+                sgl.iter().map(|s| u64::from(s.len)).sum()
+            }
+        };
         if sum != u64::from(len) {
             return Err(Error::SglLengthMismatch {
                 sgl: sum,
                 expected: u64::from(len),
             });
         }
-        Ok((cdb, write, len))
+        Ok(Validated { cdb, write, len })
     }
 
     #[allow(clippy::too_many_arguments)]
