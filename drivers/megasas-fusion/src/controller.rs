@@ -531,15 +531,17 @@ fn cdb16(opcode: u8, lba: u64, blocks: u32) -> [u8; 16] {
 
 const READ_CAPACITY16_LEN: u32 = 32;
 
-/// A request frame composed on the stack, field by field, then written to the SMID's DMA frame
-/// as one run of stores (`DmaBuf::write_u32s`: one bounds check, 32 eight-byte stores).
-/// Starts zeroed; offsets are the `F_*` byte offsets, little-endian as the device reads them.
-struct FrameImage([u32; FRAME_SIZE / 4]);
+/// The first 128 bytes of a request frame (everything before the SGL), composed on the stack
+/// field by field and then written to the SMID's DMA frame as one run of stores
+/// (`DmaBuf::write_u32s`: one bounds check, 16 eight-byte stores). Starts zeroed; offsets are
+/// the `F_*` byte offsets, little-endian as the device reads them. (The whole 256-byte frame
+/// as one image cost a `memset` call and 64 copy instructions per I/O.)
+struct FrameImage([u32; F_SGL / 4]);
 
 impl FrameImage {
     #[inline(always)]
     fn new() -> Self {
-        Self([0; FRAME_SIZE / 4])
+        Self([0; F_SGL / 4])
     }
 
     #[inline(always)]
@@ -572,16 +574,12 @@ impl FrameImage {
             self.0[F_CDB / 4 + k] = u32::from_le_bytes(*chunk);
         }
     }
+}
 
-    /// IEEE 64-bit SGE number `slot` of the main frame (address, length, flags in byte 15).
-    #[inline(always)]
-    fn set_sge(&mut self, slot: usize, addr: u64, len: u32, flags: u8) {
-        let w = (F_SGL + 16 * slot) / 4;
-        self.0[w] = addr as u32;
-        self.0[w + 1] = (addr >> 32) as u32;
-        self.0[w + 2] = len;
-        self.0[w + 3] = u32::from(flags) << 24;
-    }
+/// An IEEE 64-bit SGE as four little-endian words (address, length, flags in byte 15).
+#[inline(always)]
+fn sge_words(addr: u64, len: u32, flags: u8) -> [u32; 4] {
+    [addr as u32, (addr >> 32) as u32, len, u32::from(flags) << 24]
 }
 
 impl<M: Mmio, D: Delay> Controller<M, D> {
@@ -1698,7 +1696,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
         img.set_u32(F_CONTROL, control);
         img.set_cdb(cdb);
-        let nsge = self.write_sgl(&mut img, smid, segs);
+        let nsge = self.write_sgl(&mut img, fo, smid, segs);
         self.write_raid_context(&mut img, target, nsge, is_rw);
         if system_pd {
             img.set_u8(F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
@@ -1737,7 +1735,15 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         Ok(generation)
     }
 
-    fn write_sgl(&self, img: &mut FrameImage, smid: u16, segs: &[Segment]) -> usize {
+    /// Writes the SGL into the frame at `fo` (its 8 slots zeroed first, so no SGE of the
+    /// SMID's previous use survives) and the chain frame; sets the image's ChainOffset.
+    fn write_sgl(&self, img: &mut FrameImage, fo: usize, smid: u16, segs: &[Segment]) -> usize {
+        let f = &self.mem.frames;
+        // Constant zeros: 16 eight-byte stores of an immediate.
+        f.write_u32s(fo + F_SGL, &[0; (FRAME_SIZE - F_SGL) / 4]);
+        let set_sge = |slot: usize, addr: u64, len: u32, flags: u8| {
+            f.write_u32s(fo + F_SGL + 16 * slot, &sge_words(addr, len, flags));
+        };
         let g = self.generation;
         let eol = g.end_of_list_flag();
         let n = segs.len();
@@ -1768,7 +1774,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let mut chain_offset = 0u8;
         if n <= 8 {
             for (i, s) in segs.iter().enumerate() {
-                img.set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
+                set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
             }
             if self.mistake(Mistake::ChainOffsetWithoutChain) {
                 chain_offset = 0x0F;
@@ -1776,7 +1782,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         } else {
             let main = if self.mistake(Mistake::ChainNotInSlot7) { 6 } else { 7 };
             for (i, s) in segs.iter().take(main).enumerate() {
-                img.set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
+                set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
             }
             let chain_off = self.mem.chain_stride * (usize::from(smid) - 1);
             let chain_phys = self.mem.chains.phys() + chain_off as u64;
@@ -1786,7 +1792,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             } else {
                 16 * rest as u32
             };
-            img.set_sge(main, chain_phys, chain_len, g.chain_flags());
+            set_sge(main, chain_phys, chain_len, g.chain_flags());
             for (j, s) in segs.iter().enumerate().skip(main) {
                 let mut fl = flag_for(j);
                 if j == main && self.mistake(Mistake::NestedChain) {
