@@ -38,7 +38,9 @@ use blk::{
     CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
     TimeoutAction,
 };
-use devhal::{Delay, Dma, Mmio};
+use devhal::{Delay, Dma};
+
+use crate::Mmio64;
 use megasas::host_common::{drive_sectors, host_with_drive_queues};
 
 use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
@@ -132,7 +134,7 @@ pub struct HostCounters {
     pub resets_avoided: u64,
 }
 
-struct Core<M: Mmio, T: Delay> {
+struct Core<M: Mmio64, T: Delay> {
     ctrl: Controller<M, T>,
     timed_out: Vec<AtomicBool>,
     reset_wanted: AtomicBool,
@@ -151,7 +153,7 @@ struct Core<M: Mmio, T: Delay> {
 }
 
 /// The blk driver of one logical drive.
-pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
+pub struct DriveDriver<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
     core: Arc<Core<M, T>>,
     host: Weak<HostInner<M, T>>,
     index: u16,
@@ -162,7 +164,7 @@ pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync +
     scale: u32,
 }
 
-struct HostInner<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
+struct HostInner<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
     core: Arc<Core<M, T>>,
     drives: Vec<DriveInfo>,
     queues: Vec<Queue<DriveDriver<M, T>>>,
@@ -170,15 +172,15 @@ struct HostInner<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'stat
 }
 
 /// A Fusion controller bound to the block layer.
-pub struct Host<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static>(Arc<HostInner<M, T>>);
+pub struct Host<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static>(Arc<HostInner<M, T>>);
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> core::fmt::Debug for Host<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> core::fmt::Debug for Host<M, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Host").field("drives", &self.0.drives).finish()
     }
 }
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, T> {
     /// Brings the controller up (every step into `report`), and creates one queue per drive on
     /// a host-wide tag set, with one hardware queue per reply queue. Interrupts stay masked:
     /// program the vectors, then call [`Host::start`].
@@ -367,7 +369,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
     }
 }
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
     fn deliver(&self, cpu: usize, c: &Completion) {
         let (drive, hwq, token) = unpack_cookie(c.cookie);
         let Some(q) = self.queues.get(usize::from(drive)) else {
@@ -468,7 +470,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
     }
 }
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver for DriveDriver<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver for DriveDriver<M, T> {
     type Pdu = ();
 
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {

@@ -2,8 +2,8 @@
 //!
 //! Concurrency: submitters and reapers take `gate` for reading (with `try_read`, so neither
 //! spins while a reset runs); an online controller reset takes it for writing, so it owns the
-//! controller exclusively. Descriptor posts through the two-register port are serialised by
-//! `post_lock`; each reply queue has its own lock. A SMID's slot state is an atomic word
+//! controller exclusively. A request descriptor is one 64-bit register write (or one 32-bit
+//! write to Aero's atomic port), so posts need no lock; each reply queue has its own lock. A SMID's slot state is an atomic word
 //! (generation and in-flight bit) so a reply for a SMID that is not in flight is recognised as
 //! bogus and dropped.
 
@@ -14,6 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::slot::SmidSlot;
 
+use crate::Mmio64;
 use devhal::{Delay, Dma, Mmio};
 use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{IoError, IoErrorKind, MfiStatus, Segment};
@@ -479,7 +480,7 @@ impl Budget {
 }
 
 /// A Fusion controller after bring-up.
-pub struct Controller<M: Mmio, D: Delay> {
+pub struct Controller<M: Mmio64, D: Delay> {
     mmio: M,
     delay: D,
     config: Config,
@@ -497,7 +498,6 @@ pub struct Controller<M: Mmio, D: Delay> {
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
     dcmd_lock: Mutex<()>,
-    post_lock: Mutex<()>,
     gate: RwLock<()>,
     atomic_port: AtomicBool,
     interrupts_enabled: AtomicBool,
@@ -582,7 +582,7 @@ fn sge_words(addr: u64, len: u32, flags: u8) -> [u32; 4] {
     [addr as u32, (addr >> 32) as u32, len, u32::from(flags) << 24]
 }
 
-impl<M: Mmio, D: Delay> Controller<M, D> {
+impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Brings the controller up from whatever state its firmware is in: READY transition,
     /// limits, memory (all below 4 GiB), IOC INIT, CTRL_GET_INFO, LD list, READ CAPACITY of each
     /// LD. Interrupts stay masked; call [`Controller::enable_interrupts`] once handlers are
@@ -680,7 +680,6 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
-            post_lock: Mutex::new(()),
             gate: RwLock::new(()),
             atomic_port: AtomicBool::new(false),
             interrupts_enabled: AtomicBool::new(false),
@@ -1845,26 +1844,24 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     }
 
     fn post_descriptor(&self, d: u64) {
+        // The two-register mistakes (tests of the model's latch checks).
         if self.mistake(Mistake::HighWithoutLow) {
-            let _p = self.post_lock.lock();
             self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
             return;
         }
         if self.mistake(Mistake::LowTwice) {
-            let _p = self.post_lock.lock();
             self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
             self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
             self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
             return;
         }
         if self.atomic_port.load(Ordering::Relaxed) {
-            // One 32-bit store carries flags, MSIxIndex and SMID: no lock needed.
+            // One 32-bit store carries flags, MSIxIndex and SMID.
             self.mmio.write32(regs::REQ_DESC_ATOMIC, d as u32);
         } else {
-            // The low/high pair must not interleave with another CPU's pair.
-            let _p = self.post_lock.lock();
-            self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
-            self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
+            // One 8-byte write (Linux's `writeq`): nothing for another CPU's post to split, so
+            // no lock (the two-dword form needs one: FreeBSD's and 32-bit Linux's `hba_lock`).
+            self.mmio.write64(regs::REQ_DESC_LOW, d);
         }
     }
 
