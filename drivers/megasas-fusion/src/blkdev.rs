@@ -370,6 +370,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
 }
 
 impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
+    #[inline(always)]
     fn deliver(&self, cpu: usize, c: &Completion) {
         let (drive, hwq, token) = unpack_cookie(c.cookie);
         let Some(q) = self.queues.get(usize::from(drive)) else {

@@ -59,7 +59,9 @@ const F_CONTROL: usize = 0x3C;
 const F_CDB: usize = 0x40;
 const F_RAID_CTX: usize = 0x60;
 const F_EX_STATUS: usize = 0x76;
+/// MFI status (out), the byte after `F_EX_STATUS`: `dispatch` reads both with one word load.
 const F_STATUS: usize = 0x77;
+const _: () = assert!(F_STATUS == F_EX_STATUS + 1 && (F_EX_STATUS - 2).is_multiple_of(4));
 const F_SGL: usize = 0x80;
 /// Functions.
 pub(crate) const FUNC_LD_IO: u8 = 0xF1;
@@ -1887,7 +1889,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Walks reply queue `queue` (the handler of MSI-X vector `queue`), calling `sink` for each
     /// finished I/O. Returns the number of replies consumed. Returns 0 without touching
     /// anything while a reset runs.
-    pub fn reap(&self, queue: u16, sink: &mut dyn FnMut(Completion)) -> usize {
+    ///
+    /// Generic over the sink, so the block binding's completion handler is inlined into the
+    /// walk (issue 22: a `dyn` call and a `Completion` built in memory per reply).
+    pub fn reap<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
         let Some(_g) = self.gate.try_read() else {
             return 0;
         };
@@ -1897,7 +1902,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         self.reap_inner(queue, sink)
     }
 
-    fn reap_inner(&self, queue: u16, sink: &mut dyn FnMut(Completion)) -> usize {
+    fn reap_inner<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
         let depth = self.limits.reply_depth;
         let mut q = self.queues[usize::from(queue)].lock();
         let base = usize::from(queue) * depth as usize * 8;
@@ -1917,7 +1922,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             if !self.mistake(Mistake::SlotsNotRestored) {
                 self.mem.replies.write_u64_atomic(off, UNUSED_REPLY);
             }
-            q.last_idx = (q.last_idx + 1) % depth;
+            // Wraps at depth without a division.
+            q.last_idx = if q.last_idx + 1 == depth { 0 } else { q.last_idx + 1 };
             q.wrapped |= q.last_idx == 0;
             consumed += 1;
             unreported += 1;
@@ -1962,7 +1968,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
     }
 
-    fn dispatch(&self, smid: u16, sink: &mut dyn FnMut(Completion)) {
+    #[inline(always)]
+    fn dispatch<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
         let io_tags = self.limits.io_tags;
         if smid == 0 || smid > self.limits.max_fw_cmds {
             self.bogus(smid, "out of range");
@@ -1982,8 +1989,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
-        let status = f.read_u8(fo + F_STATUS);
-        let ex_status = f.read_u8(fo + F_EX_STATUS);
+        // ex_status (0x76) and status (0x77) share the RAID context's aligned word at 0x74: one
+        // load for both.
+        let status_word = f.read_u32(fo + F_EX_STATUS - 2);
+        let ex_status = (status_word >> 16) as u8;
+        let status = (status_word >> 24) as u8;
         let bytes_done = f.read_u32(fo + F_DATA_LEN);
         // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
         // moved (Linux `map_cmd_status`, review F8). A read or write that moved less than asked
