@@ -10,7 +10,7 @@
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::slot::SmidSlot;
 
@@ -63,6 +63,8 @@ const F_EX_STATUS: usize = 0x76;
 const F_STATUS: usize = 0x77;
 const _: () = assert!(F_STATUS == F_EX_STATUS + 1 && (F_EX_STATUS - 2).is_multiple_of(4));
 const F_SGL: usize = 0x80;
+/// Bytes per SGE (IEEE 64-bit); the main frame holds 8.
+const SGE_SIZE: usize = 16;
 /// Functions.
 pub(crate) const FUNC_LD_IO: u8 = 0xF1;
 pub(crate) const FUNC_MFI_PASSTHRU: u8 = 0xF0;
@@ -515,6 +517,11 @@ pub struct Controller<M: Mmio64, D: Delay> {
     /// the caller judges from `bytes_done`).
     required: Vec<AtomicU32>,
     targets: Vec<AtomicU32>,
+    /// Per SMID: how many of the frame's 8 SGL slots its last use wrote (slots at and above
+    /// this are zero), so a request zeroes only the slots a longer previous SGL left behind.
+    /// Written and read only by the SMID's owner between claim and post: the slot's claim
+    /// (AcqRel) orders it after the previous owner's store.
+    sgl_slots: Vec<AtomicU8>,
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
     dcmd_lock: Mutex<()>,
@@ -555,7 +562,8 @@ const READ_CAPACITY16_LEN: u32 = 32;
 /// field by field and then written to the SMID's DMA frame as one run of stores
 /// (`DmaBuf::write_u32s`: one bounds check, 16 eight-byte stores). Starts zeroed; offsets are
 /// the `F_*` byte offsets, little-endian as the device reads them. (The whole 256-byte frame
-/// as one image cost a `memset` call and 64 copy instructions per I/O.)
+/// as one image cost a `memset` call and 64 copy instructions per I/O; 128 bytes are zeroed
+/// inline.)
 struct FrameImage([u32; F_SGL / 4]);
 
 impl FrameImage {
@@ -698,6 +706,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
             required: (0..smids).map(|_| AtomicU32::new(0)).collect(),
             targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
+            // The frame pool starts zeroed.
+            sgl_slots: (0..smids).map(|_| AtomicU8::new(0)).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
             gate: RwLock::new(()),
@@ -1612,7 +1622,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Ok(Validated { cdb, write, len })
     }
 
+    // Inlined into `submit_validated` (issue 22: ten arguments through the stack per I/O).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn submit_raw(
         &self,
         tag: u32,
@@ -1757,12 +1769,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
 
     /// Writes the SGL into the frame at `fo` (its 8 slots zeroed first, so no SGE of the
     /// SMID's previous use survives) and the chain frame; sets the image's ChainOffset.
+    /// Writes the SGL into the frame at `fo` and the chain frame, and the image's ChainOffset.
+    /// Slots that the SMID's previous use wrote and this one does not are zeroed, so no SGE of
+    /// an earlier request survives (Linux zeroes the whole frame at free); a run of
+    /// single-segment requests zeroes nothing.
+    #[inline(always)]
     fn write_sgl(&self, img: &mut FrameImage, fo: usize, smid: u16, segs: &[Segment]) -> usize {
         let f = &self.mem.frames;
-        // Constant zeros: 16 eight-byte stores of an immediate.
-        f.write_u32s(fo + F_SGL, &[0; (FRAME_SIZE - F_SGL) / 4]);
         let set_sge = |slot: usize, addr: u64, len: u32, flags: u8| {
-            f.write_u32s(fo + F_SGL + 16 * slot, &sge_words(addr, len, flags));
+            f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &sge_words(addr, len, flags));
         };
         let g = self.generation;
         let eol = g.end_of_list_flag();
@@ -1792,6 +1807,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
         };
         let mut chain_offset = 0u8;
+        // SGL slots this request writes.
+        let mut used = n;
         if n <= 8 {
             for (i, s) in segs.iter().enumerate() {
                 set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
@@ -1824,7 +1841,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 );
             }
             chain_offset = 0x0F;
+            used = main + 1;
         }
+        let previously = usize::from(self.sgl_slots[usize::from(smid)].load(Ordering::Relaxed));
+        for slot in used..previously {
+            f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &[0; SGE_SIZE / 4]);
+        }
+        self.sgl_slots[usize::from(smid)].store(used as u8, Ordering::Relaxed);
         if self.mistake(Mistake::BadChainOffset) {
             chain_offset = 0x10;
         }
