@@ -498,10 +498,20 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
             (0, 0)
         } else {
             let scale = u64::from(self.scale);
-            if !rq.sector().is_multiple_of(scale) || !u64::from(rq.nr_sectors()).is_multiple_of(scale) {
-                return Err(QueueRqError::Io(rq, Status::IoError));
+            let (sector, sectors) = (rq.sector(), u64::from(rq.nr_sectors()));
+            if scale.is_power_of_two() {
+                // 512 B and 4 KiB blocks: a mask and a shift, not two divisions per I/O.
+                let shift = scale.trailing_zeros();
+                if (sector | sectors) & (scale - 1) != 0 {
+                    return Err(QueueRqError::Io(rq, Status::IoError));
+                }
+                (sector >> shift, (sectors >> shift) as u32)
+            } else {
+                if !sector.is_multiple_of(scale) || !sectors.is_multiple_of(scale) {
+                    return Err(QueueRqError::Io(rq, Status::IoError));
+                }
+                (sector / scale, (sectors / scale) as u32)
             }
-            (rq.sector() / scale, (u64::from(rq.nr_sectors()) / scale) as u32)
         };
         // A single segment (a page-sized I/O) is copied alone; only a longer list pays for
         // the 1 KiB stack array (issue 22: its zeroing was a `memset` per I/O).
