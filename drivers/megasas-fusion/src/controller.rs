@@ -435,6 +435,38 @@ pub struct Entered<'a> {
     _guard: spin::RwLockReadGuard<'a, ()>,
 }
 
+/// What the driver keeps per SMID, together (issue 22: one bounds check per submission and per
+/// reply, one cache line, where five vectors cost five of each).
+struct SmidState {
+    /// In flight or idle, and the generation.
+    slot: SmidSlot,
+    /// The caller's cookie, handed back in the [`Completion`].
+    cookie: AtomicU64,
+    /// Bytes a read/write must move to succeed (0 for other commands, whose residual the caller
+    /// judges from `bytes_done`).
+    required: AtomicU32,
+    /// LD target id.
+    target: AtomicU8,
+    /// How many of the frame's 8 SGL slots the last use wrote (slots at and above this are
+    /// zero), so a request zeroes only the slots a longer previous SGL left behind. Written
+    /// and read only by the SMID's owner between claim and post: the slot's claim (AcqRel)
+    /// orders it after the previous owner's store.
+    sgl_slots: AtomicU8,
+}
+
+impl SmidState {
+    fn new() -> Self {
+        Self {
+            slot: SmidSlot::new(),
+            cookie: AtomicU64::new(0),
+            required: AtomicU32::new(0),
+            target: AtomicU8::new(0),
+            // The frame pool starts zeroed.
+            sgl_slots: AtomicU8::new(0),
+        }
+    }
+}
+
 /// Counters of unusual events.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -510,18 +542,8 @@ pub struct Controller<M: Mmio64, D: Delay> {
     limits: Limits,
     mem: Memory,
     queues: Vec<Mutex<ReplyQueue>>,
-    /// Per SMID (index = SMID): in flight or idle, and the generation.
-    slots: Vec<SmidSlot>,
-    cookies: Vec<AtomicU64>,
-    /// Per SMID: bytes a read/write must move to succeed (0 for other commands, whose residual
-    /// the caller judges from `bytes_done`).
-    required: Vec<AtomicU32>,
-    targets: Vec<AtomicU32>,
-    /// Per SMID: how many of the frame's 8 SGL slots its last use wrote (slots at and above
-    /// this are zero), so a request zeroes only the slots a longer previous SGL left behind.
-    /// Written and read only by the SMID's owner between claim and post: the slot's claim
-    /// (AcqRel) orders it after the previous owner's store.
-    sgl_slots: Vec<AtomicU8>,
+    /// Per SMID (index = SMID).
+    smids: Vec<SmidState>,
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
     dcmd_lock: Mutex<()>,
@@ -702,12 +724,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     })
                 })
                 .collect(),
-            slots: (0..smids).map(|_| SmidSlot::new()).collect(),
-            cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
-            required: (0..smids).map(|_| AtomicU32::new(0)).collect(),
-            targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
-            // The frame pool starts zeroed.
-            sgl_slots: (0..smids).map(|_| AtomicU8::new(0)).collect(),
+            smids: (0..smids).map(|_| SmidState::new()).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
             gate: RwLock::new(()),
@@ -1488,9 +1505,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     }
     /// Whether I/O tag `tag` is on the controller.
     pub fn tag_in_flight(&self, tag: u32) -> bool {
-        self.slots
+        self.smids
             .get(tag as usize + 1)
-            .is_some_and(|s| s.in_flight().is_some())
+            .is_some_and(|s| s.slot.in_flight().is_some())
     }
 
     /// Unmasks interrupts (after the kernel installed the handlers).
@@ -1649,7 +1666,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             });
         }
         let mut smid = tag as u16 + 1;
-        let slot = &self.slots[usize::from(smid)];
+        let state = &self.smids[usize::from(smid)];
+        let slot = &state.slot;
         // Claim the tag before the frame is posted, so a reply can only match a posted frame.
         let generation = if self.mistake(Mistake::RepostOutstanding) {
             slot.force_claim()
@@ -1658,14 +1676,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         // Cookie and target are read by the reaper after it sees the reply; the Release fence
         // before the descriptor write orders these stores before the device can see the command.
-        self.cookies[usize::from(smid)].store(cookie, Ordering::Relaxed);
+        state.cookie.store(cookie, Ordering::Relaxed);
         let must_move = if !non_rw && matches!(cdb[0], 0x88 | 0x8A) {
             len
         } else {
             0
         };
-        self.required[usize::from(smid)].store(must_move, Ordering::Relaxed);
-        self.targets[usize::from(smid)].store(u32::from(target), Ordering::Relaxed);
+        state.required.store(must_move, Ordering::Relaxed);
+        state.target.store(target, Ordering::Relaxed);
 
         // The whole frame is composed here and written in one run of 8-byte stores (issue 22:
         // zeroing it byte by byte and then storing each field through its own bounds check
@@ -1728,7 +1746,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         img.set_u32(F_CONTROL, control);
         img.set_cdb(cdb);
-        let nsge = self.write_sgl(&mut img, fo, smid, segs);
+        let nsge = self.write_sgl(&mut img, fo, smid, state, segs);
         self.write_raid_context(&mut img, target, nsge, is_rw);
         if system_pd {
             img.set_u8(F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
@@ -1774,7 +1792,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// an earlier request survives (Linux zeroes the whole frame at free); a run of
     /// single-segment requests zeroes nothing.
     #[inline(always)]
-    fn write_sgl(&self, img: &mut FrameImage, fo: usize, smid: u16, segs: &[Segment]) -> usize {
+    fn write_sgl(&self, img: &mut FrameImage, fo: usize, smid: u16, state: &SmidState, segs: &[Segment]) -> usize {
         let f = &self.mem.frames;
         let set_sge = |slot: usize, addr: u64, len: u32, flags: u8| {
             f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &sge_words(addr, len, flags));
@@ -1843,11 +1861,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             chain_offset = 0x0F;
             used = main + 1;
         }
-        let previously = usize::from(self.sgl_slots[usize::from(smid)].load(Ordering::Relaxed));
+        let previously = usize::from(state.sgl_slots.load(Ordering::Relaxed));
         for slot in used..previously {
             f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &[0; SGE_SIZE / 4]);
         }
-        self.sgl_slots[usize::from(smid)].store(used as u8, Ordering::Relaxed);
+        state.sgl_slots.store(used as u8, Ordering::Relaxed);
         if self.mistake(Mistake::BadChainOffset) {
             chain_offset = 0x10;
         }
@@ -2005,7 +2023,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
             return;
         }
-        let slot = &self.slots[usize::from(smid)];
+        let state = &self.smids[usize::from(smid)];
+        let slot = &state.slot;
         let Some(word) = slot.in_flight() else {
             self.bogus(smid, "not in flight");
             return;
@@ -2022,8 +2041,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // moved (Linux `map_cmd_status`, review F8). A read or write that moved less than asked
         // is not a success here (Linux's midlayer would retry the rest; blk has no partial
         // completion), so it fails rather than hand back a half-filled buffer.
-        let residual_ok =
-            status == 0x2D && ex_status == 0 && bytes_done >= self.required[usize::from(smid)].load(Ordering::Relaxed);
+        let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
         let outcome = if status == 0 || residual_ok {
             IoOutcome::Ok
         } else if status == 0x2D && ex_status == 0 {
@@ -2046,8 +2064,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let c = Completion {
             tag: u32::from(smid - 1),
             generation: SmidSlot::generation(word),
-            cookie: self.cookies[usize::from(smid)].load(Ordering::Relaxed),
-            target: self.targets[usize::from(smid)].load(Ordering::Relaxed) as u8,
+            cookie: state.cookie.load(Ordering::Relaxed),
+            target: state.target.load(Ordering::Relaxed),
             outcome,
             bytes_done,
         };
@@ -2217,7 +2235,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.dcmd_reply_pending[k].store(false, Ordering::Release);
         }
         for smid in 1..=usize::from(self.limits.io_tags) {
-            let slot = &self.slots[smid];
+            let state = &self.smids[smid];
+            let slot = &state.slot;
             let Some(word) = slot.in_flight() else {
                 continue;
             };
@@ -2226,8 +2245,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 sink(Completion {
                     tag: (smid - 1) as u32,
                     generation: SmidSlot::generation(word),
-                    cookie: self.cookies[smid].load(Ordering::Relaxed),
-                    target: self.targets[smid].load(Ordering::Relaxed) as u8,
+                    cookie: state.cookie.load(Ordering::Relaxed),
+                    target: state.target.load(Ordering::Relaxed),
                     outcome: IoOutcome::Reset,
                     bytes_done: 0,
                 });
