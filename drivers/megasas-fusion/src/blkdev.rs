@@ -381,7 +381,10 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
             .core
             .timed_out
             .get(c.tag as usize)
-            .is_some_and(|t| t.swap(false, Ordering::AcqRel));
+            // Almost never set: a plain load first, the locked swap only when it is (a load that
+            // sees false stands for a swap at that moment; a timeout marking the tag after it
+            // is the same race as before). Acquire pairs with `timeout`'s Release store.
+            .is_some_and(|t| t.load(Ordering::Acquire) && t.swap(false, Ordering::AcqRel));
         let status = match c.outcome {
             IoOutcome::Ok => Status::Ok,
             IoOutcome::Failed(_) => Status::IoError,

@@ -1965,7 +1965,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
             // Wraps at depth without a division.
             q.last_idx = if q.last_idx + 1 == depth { 0 } else { q.last_idx + 1 };
-            q.wrapped |= q.last_idx == 0;
+            if self.mistake(Mistake::HostIndexNoWrap) && q.last_idx == 0 {
+                q.wrapped = true;
+            }
             consumed += 1;
             unreported += 1;
             self.dispatch(smid, sink);
