@@ -38,7 +38,9 @@ use blk::{
     CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
     TimeoutAction,
 };
-use devhal::{Delay, Dma, Mmio};
+use devhal::{Delay, Dma};
+
+use crate::Mmio64;
 use megasas::host_common::{drive_sectors, host_with_drive_queues};
 
 use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
@@ -132,7 +134,7 @@ pub struct HostCounters {
     pub resets_avoided: u64,
 }
 
-struct Core<M: Mmio, T: Delay> {
+struct Core<M: Mmio64, T: Delay> {
     ctrl: Controller<M, T>,
     timed_out: Vec<AtomicBool>,
     reset_wanted: AtomicBool,
@@ -151,7 +153,7 @@ struct Core<M: Mmio, T: Delay> {
 }
 
 /// The blk driver of one logical drive.
-pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
+pub struct DriveDriver<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
     core: Arc<Core<M, T>>,
     host: Weak<HostInner<M, T>>,
     index: u16,
@@ -162,7 +164,7 @@ pub struct DriveDriver<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync +
     scale: u32,
 }
 
-struct HostInner<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
+struct HostInner<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
     core: Arc<Core<M, T>>,
     drives: Vec<DriveInfo>,
     queues: Vec<Queue<DriveDriver<M, T>>>,
@@ -170,15 +172,15 @@ struct HostInner<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'stat
 }
 
 /// A Fusion controller bound to the block layer.
-pub struct Host<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static>(Arc<HostInner<M, T>>);
+pub struct Host<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static>(Arc<HostInner<M, T>>);
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> core::fmt::Debug for Host<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> core::fmt::Debug for Host<M, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Host").field("drives", &self.0.drives).finish()
     }
 }
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, T> {
     /// Brings the controller up (every step into `report`), and creates one queue per drive on
     /// a host-wide tag set, with one hardware queue per reply queue. Interrupts stay masked:
     /// program the vectors, then call [`Host::start`].
@@ -367,7 +369,8 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M, 
     }
 }
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
+    #[inline(always)]
     fn deliver(&self, cpu: usize, c: &Completion) {
         let (drive, hwq, token) = unpack_cookie(c.cookie);
         let Some(q) = self.queues.get(usize::from(drive)) else {
@@ -378,7 +381,10 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
             .core
             .timed_out
             .get(c.tag as usize)
-            .is_some_and(|t| t.swap(false, Ordering::AcqRel));
+            // Almost never set: a plain load first, the locked swap only when it is (a load that
+            // sees false stands for a swap at that moment; a timeout marking the tag after it
+            // is the same race as before). Acquire pairs with `timeout`'s Release store.
+            .is_some_and(|t| t.load(Ordering::Acquire) && t.swap(false, Ordering::AcqRel));
         let status = match c.outcome {
             IoOutcome::Ok => Status::Ok,
             IoOutcome::Failed(_) => Status::IoError,
@@ -468,7 +474,7 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInne
     }
 }
 
-impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver for DriveDriver<M, T> {
+impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver for DriveDriver<M, T> {
     type Pdu = ();
 
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
@@ -495,41 +501,68 @@ impl<M: Mmio + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver f
             (0, 0)
         } else {
             let scale = u64::from(self.scale);
-            if !rq.sector().is_multiple_of(scale) || !u64::from(rq.nr_sectors()).is_multiple_of(scale) {
-                return Err(QueueRqError::Io(rq, Status::IoError));
+            let (sector, sectors) = (rq.sector(), u64::from(rq.nr_sectors()));
+            if scale.is_power_of_two() {
+                // 512 B and 4 KiB blocks: a mask and a shift, not two divisions per I/O.
+                let shift = scale.trailing_zeros();
+                if (sector | sectors) & (scale - 1) != 0 {
+                    return Err(QueueRqError::Io(rq, Status::IoError));
+                }
+                (sector >> shift, (sectors >> shift) as u32)
+            } else {
+                if !sector.is_multiple_of(scale) || !sectors.is_multiple_of(scale) {
+                    return Err(QueueRqError::Io(rq, Status::IoError));
+                }
+                (sector / scale, (sectors / scale) as u32)
             }
-            (rq.sector() / scale, (u64::from(rq.nr_sectors()) / scale) as u32)
         };
-        let mut segs = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
-        let n = rq.segments().len();
-        if n > MAX_SEGMENTS {
-            return Err(QueueRqError::Io(rq, Status::IoError));
-        }
-        for (d, s) in segs.iter_mut().zip(rq.segments()) {
-            *d = Segment {
-                phys: s.phys,
-                len: s.len,
-            };
-        }
+        // A single segment (a page-sized I/O) is copied alone; only a longer list pays for
+        // the 1 KiB stack array (issue 22: its zeroing was a `memset` per I/O).
+        let one: [Segment; 1];
+        let many: [Segment; MAX_SEGMENTS];
+        let sgl: &[Segment] = match rq.segments() {
+            [s] => {
+                one = [Segment {
+                    phys: s.phys,
+                    len: s.len,
+                }];
+                &one
+            }
+            list => {
+                let n = list.len();
+                if n > MAX_SEGMENTS {
+                    return Err(QueueRqError::Io(rq, Status::IoError));
+                }
+                let mut segs = [Segment { phys: 0, len: 0 }; MAX_SEGMENTS];
+                for (d, s) in segs.iter_mut().zip(list) {
+                    *d = Segment {
+                        phys: s.phys,
+                        len: s.len,
+                    };
+                }
+                many = segs;
+                &many[..n]
+            }
+        };
         let req = IoRequest {
             system_pd: self.system_pd,
             target: self.target,
             op,
             lba,
             blocks,
-            sgl: &segs[..n],
+            sgl,
         };
-        if ctrl.validate(&req).is_err() {
+        let Ok(checked) = ctrl.validate(&req) else {
             return Err(QueueRqError::Io(rq, Status::IoError));
-        }
-        let Some(_entered) = ctrl.enter() else {
+        };
+        let Some(entered) = ctrl.enter() else {
             return Err(QueueRqError::Busy(rq));
         };
         let tag = rq.tag();
         let hwq = hw.hwq() as u16;
         // Issue before posting: from the post on, a completion may arrive on any CPU.
         let token = rq.issue();
-        if let Err(e) = ctrl.submit(tag, hwq, &req, pack_cookie(self.index, hwq, token)) {
+        if let Err(e) = ctrl.submit_validated(&entered, tag, hwq, &req, &checked, pack_cookie(self.index, hwq, token)) {
             log::warn!("megasas-fusion: submit of tag {tag} failed after issue: {e}");
             let _ = hw.complete(token, Status::IoError);
         }

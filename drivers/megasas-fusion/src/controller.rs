@@ -2,18 +2,19 @@
 //!
 //! Concurrency: submitters and reapers take `gate` for reading (with `try_read`, so neither
 //! spins while a reset runs); an online controller reset takes it for writing, so it owns the
-//! controller exclusively. Descriptor posts through the two-register port are serialised by
-//! `post_lock`; each reply queue has its own lock. A SMID's slot state is an atomic word
+//! controller exclusively. A request descriptor is one 64-bit register write (or one 32-bit
+//! write to Aero's atomic port), so posts need no lock; each reply queue has its own lock. A SMID's slot state is an atomic word
 //! (generation and in-flight bit) so a reply for a SMID that is not in flight is recognised as
 //! bogus and dropped.
 
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::slot::SmidSlot;
 
+use crate::Mmio64;
 use devhal::{Delay, Dma, Mmio};
 use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{IoError, IoErrorKind, MfiStatus, Segment};
@@ -58,8 +59,12 @@ const F_CONTROL: usize = 0x3C;
 const F_CDB: usize = 0x40;
 const F_RAID_CTX: usize = 0x60;
 const F_EX_STATUS: usize = 0x76;
+/// MFI status (out), the byte after `F_EX_STATUS`: `dispatch` reads both with one word load.
 const F_STATUS: usize = 0x77;
+const _: () = assert!(F_STATUS == F_EX_STATUS + 1 && (F_EX_STATUS - 2).is_multiple_of(4));
 const F_SGL: usize = 0x80;
+/// Bytes per SGE (IEEE 64-bit); the main frame holds 8.
+const SGE_SIZE: usize = 16;
 /// Functions.
 pub(crate) const FUNC_LD_IO: u8 = 0xF1;
 pub(crate) const FUNC_MFI_PASSTHRU: u8 = 0xF0;
@@ -237,7 +242,10 @@ pub struct Config {
     pub command_timeout_us: u64,
     /// Cap on reply queues (0: none beyond firmware and vectors).
     pub max_queues: u16,
-    /// Test hook: commit this mistake.
+    /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
+    /// `fake` feature): a production build cannot set it, and every check of it is the
+    /// constant `false` there (issue 22: about 40 compares per I/O on the hot paths).
+    #[cfg(any(test, feature = "fake"))]
     #[doc(hidden)]
     pub mistake: Option<Mistake>,
 }
@@ -252,7 +260,22 @@ impl Config {
             state_timeout_us: 180_000_000,
             command_timeout_us: 180_000_000,
             max_queues: 0,
+            #[cfg(any(test, feature = "fake"))]
             mistake: None,
+        }
+    }
+
+    /// Whether the test hook asks for mistake `m` (always false outside test builds).
+    #[inline(always)]
+    fn commits(&self, m: Mistake) -> bool {
+        #[cfg(any(test, feature = "fake"))]
+        {
+            self.mistake == Some(m)
+        }
+        #[cfg(not(any(test, feature = "fake")))]
+        {
+            let _ = m;
+            false
         }
     }
 }
@@ -398,6 +421,52 @@ pub struct Completion {
     pub bytes_done: u32,
 }
 
+/// A request [`Controller::validate`] accepted: its CDB, direction (None: no data) and byte
+/// count, for [`Controller::submit_validated`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validated {
+    cdb: [u8; 16],
+    write: Option<bool>,
+    len: u32,
+}
+
+/// The submission section [`Controller::enter`] opened: no reset starts while it lives.
+pub struct Entered<'a> {
+    _guard: spin::RwLockReadGuard<'a, ()>,
+}
+
+/// What the driver keeps per SMID, together (issue 22: one bounds check per submission and per
+/// reply, one cache line, where five vectors cost five of each).
+struct SmidState {
+    /// In flight or idle, and the generation.
+    slot: SmidSlot,
+    /// The caller's cookie, handed back in the [`Completion`].
+    cookie: AtomicU64,
+    /// Bytes a read/write must move to succeed (0 for other commands, whose residual the caller
+    /// judges from `bytes_done`).
+    required: AtomicU32,
+    /// LD target id.
+    target: AtomicU8,
+    /// How many of the frame's 8 SGL slots the last use wrote (slots at and above this are
+    /// zero), so a request zeroes only the slots a longer previous SGL left behind. Written
+    /// and read only by the SMID's owner between claim and post: the slot's claim (AcqRel)
+    /// orders it after the previous owner's store.
+    sgl_slots: AtomicU8,
+}
+
+impl SmidState {
+    fn new() -> Self {
+        Self {
+            slot: SmidSlot::new(),
+            cookie: AtomicU64::new(0),
+            required: AtomicU32::new(0),
+            target: AtomicU8::new(0),
+            // The frame pool starts zeroed.
+            sgl_slots: AtomicU8::new(0),
+        }
+    }
+}
+
 /// Counters of unusual events.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -465,7 +534,7 @@ impl Budget {
 }
 
 /// A Fusion controller after bring-up.
-pub struct Controller<M: Mmio, D: Delay> {
+pub struct Controller<M: Mmio64, D: Delay> {
     mmio: M,
     delay: D,
     config: Config,
@@ -473,17 +542,11 @@ pub struct Controller<M: Mmio, D: Delay> {
     limits: Limits,
     mem: Memory,
     queues: Vec<Mutex<ReplyQueue>>,
-    /// Per SMID (index = SMID): in flight or idle, and the generation.
-    slots: Vec<SmidSlot>,
-    cookies: Vec<AtomicU64>,
-    /// Per SMID: bytes a read/write must move to succeed (0 for other commands, whose residual
-    /// the caller judges from `bytes_done`).
-    required: Vec<AtomicU32>,
-    targets: Vec<AtomicU32>,
+    /// Per SMID (index = SMID).
+    smids: Vec<SmidState>,
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
     dcmd_lock: Mutex<()>,
-    post_lock: Mutex<()>,
     gate: RwLock<()>,
     atomic_port: AtomicBool,
     interrupts_enabled: AtomicBool,
@@ -517,7 +580,59 @@ fn cdb16(opcode: u8, lba: u64, blocks: u32) -> [u8; 16] {
 
 const READ_CAPACITY16_LEN: u32 = 32;
 
-impl<M: Mmio, D: Delay> Controller<M, D> {
+/// The first 128 bytes of a request frame (everything before the SGL), composed on the stack
+/// field by field and then written to the SMID's DMA frame as one run of stores
+/// (`DmaBuf::write_u32s`: one bounds check, 16 eight-byte stores). Starts zeroed; offsets are
+/// the `F_*` byte offsets, little-endian as the device reads them. (The whole 256-byte frame
+/// as one image cost a `memset` call and 64 copy instructions per I/O; 128 bytes are zeroed
+/// inline.)
+struct FrameImage([u32; F_SGL / 4]);
+
+impl FrameImage {
+    #[inline(always)]
+    fn new() -> Self {
+        Self([0; F_SGL / 4])
+    }
+
+    #[inline(always)]
+    fn set_u8(&mut self, off: usize, v: u8) {
+        let shift = 8 * (off % 4);
+        let w = &mut self.0[off / 4];
+        *w = (*w & !(0xFF << shift)) | (u32::from(v) << shift);
+    }
+
+    /// `off` must be 2-byte aligned (every u16 field of the frame is).
+    #[inline(always)]
+    fn set_u16(&mut self, off: usize, v: u16) {
+        debug_assert!(off.is_multiple_of(2));
+        let shift = 8 * (off % 4);
+        let w = &mut self.0[off / 4];
+        *w = (*w & !(0xFFFF << shift)) | (u32::from(v) << shift);
+    }
+
+    /// `off` must be 4-byte aligned.
+    #[inline(always)]
+    fn set_u32(&mut self, off: usize, v: u32) {
+        debug_assert!(off.is_multiple_of(4));
+        self.0[off / 4] = v;
+    }
+
+    /// The 16-byte CDB field (the frame's CDB is 32 bytes; the rest stays zero).
+    #[inline(always)]
+    fn set_cdb(&mut self, cdb: &[u8; 16]) {
+        for (k, chunk) in cdb.as_chunks::<4>().0.iter().enumerate() {
+            self.0[F_CDB / 4 + k] = u32::from_le_bytes(*chunk);
+        }
+    }
+}
+
+/// An IEEE 64-bit SGE as four little-endian words (address, length, flags in byte 15).
+#[inline(always)]
+fn sge_words(addr: u64, len: u32, flags: u8) -> [u32; 4] {
+    [addr as u32, (addr >> 32) as u32, len, u32::from(flags) << 24]
+}
+
+impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Brings the controller up from whatever state its firmware is in: READY transition,
     /// limits, memory (all below 4 GiB), IOC INIT, CTRL_GET_INFO, LD list, READ CAPACITY of each
     /// LD. Interrupts stay masked; call [`Controller::enable_interrupts`] once handlers are
@@ -542,17 +657,17 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     ) -> Result<Self, Error> {
         let generation = config.generation;
         report.step(&mmio, generation, budget.used(), "registers at power-on", String::new());
-        if config.mistake == Some(Mistake::DoorbellWrongState) {
+        if config.commits(Mistake::DoorbellWrongState) {
             mmio.write32(regs::DOORBELL, regs::DB_RESET_TO_READY);
         }
         Self::to_ready(&mmio, &delay, &config, budget, report, true)?;
         let sp0 = read_reg(&mmio, generation, regs::SP0);
         let sp1 = read_reg(&mmio, generation, regs::SP1);
         let mut limits = Limits::from_scratch_pads(generation, sp0, sp1, config.vector_cpus.len(), config.max_queues)?;
-        if config.mistake == Some(Mistake::TooManyVectors) {
+        if config.commits(Mistake::TooManyVectors) {
             limits.host_msix_vectors = (limits.fw_queues + 1) as u8;
         }
-        if config.mistake == Some(Mistake::CombinedByHostCount) {
+        if config.commits(Mistake::CombinedByHostCount) {
             limits.combined = generation.combined_above().is_some_and(|c| limits.queues > c);
         }
         report.limits = Some(limits);
@@ -609,13 +724,9 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                     })
                 })
                 .collect(),
-            slots: (0..smids).map(|_| SmidSlot::new()).collect(),
-            cookies: (0..smids).map(|_| AtomicU64::new(0)).collect(),
-            required: (0..smids).map(|_| AtomicU32::new(0)).collect(),
-            targets: (0..smids).map(|_| AtomicU32::new(0)).collect(),
+            smids: (0..smids).map(|_| SmidState::new()).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
-            post_lock: Mutex::new(()),
             gate: RwLock::new(()),
             atomic_port: AtomicBool::new(false),
             interrupts_enabled: AtomicBool::new(false),
@@ -627,10 +738,10 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             config,
             stats: Stats::default(),
         };
-        if ctrl.config.mistake != Some(Mistake::ReplySlotsNotReset) {
+        if !ctrl.config.commits(Mistake::ReplySlotsNotReset) {
             ctrl.reset_reply_queues();
         }
-        if ctrl.config.mistake == Some(Mistake::PostBeforeOperational) {
+        if ctrl.config.commits(Mistake::PostBeforeOperational) {
             ctrl.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
         }
         if let Err(e) = ctrl.ioc_init(budget, report) {
@@ -651,7 +762,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             ctrl.reset_reply_queues();
             ctrl.ioc_init(budget, report)?;
         }
-        if ctrl.config.mistake == Some(Mistake::InitTwice) {
+        if ctrl.config.commits(Mistake::InitTwice) {
             ctrl.ioc_init(budget, report)?;
         }
         ctrl.read_info(budget, report)?;
@@ -752,7 +863,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     }
 
     fn wait_doorbell_clear(mmio: &M, delay: &D, config: &Config, budget: &mut Budget) -> Result<(), Error> {
-        if config.mistake == Some(Mistake::IgnoreDoorbellBusy) {
+        if config.commits(Mistake::IgnoreDoorbellBusy) {
             return Ok(());
         }
         let mut waited = 0u64;
@@ -819,8 +930,9 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         Self::to_ready(mmio, delay, config, budget, report, false)
     }
 
+    #[inline(always)]
     fn mistake(&self, m: Mistake) -> bool {
-        self.config.mistake == Some(m)
+        self.config.commits(m)
     }
 
     /// Sets every reply slot to all-ones and every consumer index to 0.
@@ -1393,9 +1505,9 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     }
     /// Whether I/O tag `tag` is on the controller.
     pub fn tag_in_flight(&self, tag: u32) -> bool {
-        self.slots
+        self.smids
             .get(tag as usize + 1)
-            .is_some_and(|s| s.in_flight().is_some())
+            .is_some_and(|s| s.slot.in_flight().is_some())
     }
 
     /// Unmasks interrupts (after the kernel installed the handlers).
@@ -1420,19 +1532,35 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// generation of this use of the tag. A flush when the firmware does not handle
     /// SYNCHRONIZE CACHE must not be submitted (see [`Controller::flush_goes_to_firmware`]).
     pub fn submit(&self, tag: u32, queue: u16, req: &IoRequest<'_>, cookie: u64) -> Result<u32, Error> {
-        let _g = self.enter().ok_or(Error::Resetting)?;
+        let entered = self.enter().ok_or(Error::Resetting)?;
+        let checked = self.validate(req)?;
+        self.submit_validated(&entered, tag, queue, req, &checked, cookie)
+    }
+
+    /// [`Controller::submit`] for a request `validate` already accepted, inside a submission
+    /// section the caller entered (blk's `queue_rq` validates before `Rq::issue` and posts
+    /// after it): the request is neither checked nor the gate taken a second time (issue 22).
+    /// `req` must be the request `checked` came from.
+    pub fn submit_validated(
+        &self,
+        _entered: &Entered<'_>,
+        tag: u32,
+        queue: u16,
+        req: &IoRequest<'_>,
+        checked: &Validated,
+        cookie: u64,
+    ) -> Result<u32, Error> {
         if self.is_dead() {
             return Err(Error::Dead);
         }
-        let (cdb, write, len) = self.validate(req)?;
         self.submit_raw(
             tag,
             queue,
             req.target,
             req.system_pd,
-            &cdb,
-            write,
-            len,
+            &checked.cdb,
+            checked.write,
+            checked.len,
             req.sgl,
             cookie,
             false,
@@ -1442,13 +1570,13 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
     /// Enters the submission section: while the guard lives no reset can start, so a caller
     /// can hand a request to its owner's bookkeeping (blk's `Rq::issue`) and then post it
     /// without a reset in between. None while a reset runs.
-    pub fn enter(&self) -> Option<spin::RwLockReadGuard<'_, ()>> {
-        self.gate.try_read()
+    pub fn enter(&self) -> Option<Entered<'_>> {
+        self.gate.try_read().map(|g| Entered { _guard: g })
     }
 
-    /// Checks a request without posting it: drive, range, segments. Returns the CDB, the
-    /// direction and the byte count.
-    pub fn validate(&self, req: &IoRequest<'_>) -> Result<([u8; 16], Option<bool>, u32), Error> {
+    /// Checks a request without posting it: drive, range, segments. Returns what
+    /// [`Controller::submit_validated`] needs: the CDB, the direction and the byte count.
+    pub fn validate(&self, req: &IoRequest<'_>) -> Result<Validated, Error> {
         let drive = self
             .drives
             .iter()
@@ -1490,22 +1618,30 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 max: usize::from(self.limits.max_sge),
             });
         }
-        if let Some(index) = req.sgl.iter().position(|s| s.len == 0)
-            && !self.mistake(Mistake::ZeroLengthSge)
-        {
-            return Err(Error::ZeroLengthSegment { index });
-        }
-        let sum: u64 = req.sgl.iter().map(|s| u64::from(s.len)).sum();
+        let sum = match req.sgl {
+            // The common case (one page, one buffer) without the loops below (issue 22).
+            [one] if one.len != 0 => u64::from(one.len),
+            sgl => {
+                if let Some(index) = sgl.iter().position(|s| s.len == 0)
+                    && !self.mistake(Mistake::ZeroLengthSge)
+                {
+                    return Err(Error::ZeroLengthSegment { index });
+                }
+                sgl.iter().map(|s| u64::from(s.len)).sum()
+            }
+        };
         if sum != u64::from(len) {
             return Err(Error::SglLengthMismatch {
                 sgl: sum,
                 expected: u64::from(len),
             });
         }
-        Ok((cdb, write, len))
+        Ok(Validated { cdb, write, len })
     }
 
+    // Inlined into `submit_validated` (issue 22: ten arguments through the stack per I/O).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn submit_raw(
         &self,
         tag: u32,
@@ -1530,7 +1666,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             });
         }
         let mut smid = tag as u16 + 1;
-        let slot = &self.slots[usize::from(smid)];
+        let state = &self.smids[usize::from(smid)];
+        let slot = &state.slot;
         // Claim the tag before the frame is posted, so a reply can only match a posted frame.
         let generation = if self.mistake(Mistake::RepostOutstanding) {
             slot.force_claim()
@@ -1539,23 +1676,26 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         };
         // Cookie and target are read by the reaper after it sees the reply; the Release fence
         // before the descriptor write orders these stores before the device can see the command.
-        self.cookies[usize::from(smid)].store(cookie, Ordering::Relaxed);
+        state.cookie.store(cookie, Ordering::Relaxed);
         let must_move = if !non_rw && matches!(cdb[0], 0x88 | 0x8A) {
             len
         } else {
             0
         };
-        self.required[usize::from(smid)].store(must_move, Ordering::Relaxed);
-        self.targets[usize::from(smid)].store(u32::from(target), Ordering::Relaxed);
+        state.required.store(must_move, Ordering::Relaxed);
+        state.target.store(target, Ordering::Relaxed);
 
-        let f = &self.mem.frames;
+        // The whole frame is composed here and written in one run of 8-byte stores (issue 22:
+        // zeroing it byte by byte and then storing each field through its own bounds check
+        // cost about 750 instructions per I/O). Every byte is written, so nothing of the SMID's
+        // previous use (status, DataLength, SGEs) survives, as with Linux's memset at free.
         let fo = FRAME_SIZE * usize::from(smid);
-        f.fill(fo, FRAME_SIZE, 0);
+        let mut img = FrameImage::new();
         // A system PD without a RAID map (Linux `megasas_build_syspd_fusion`): DevHandle
         // 0xFFFF, the device id in the RAID context, FastPath SCSI IO (Function 0, FP_IO).
-        f.write_u16(fo + F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
-        f.write_u8(
-            fo + F_FUNCTION,
+        img.set_u16(F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
+        img.set_u8(
+            F_FUNCTION,
             if self.mistake(Mistake::GarbageFunction) {
                 0x5A
             } else if system_pd {
@@ -1570,24 +1710,24 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         } else {
             sense as u32
         };
-        f.write_u32(fo + F_SENSE_LOW, sense_low);
-        f.write_u16(fo + F_SGL_FLAGS, 0x0002);
-        f.write_u8(
-            fo + F_SENSE_LEN,
+        img.set_u32(F_SENSE_LOW, sense_low);
+        img.set_u16(F_SGL_FLAGS, 0x0002);
+        img.set_u8(
+            F_SENSE_LEN,
             if self.mistake(Mistake::SenseLengthZero) {
                 0
             } else {
                 SENSE_SIZE as u8
             },
         );
-        f.write_u8(fo + F_SGL_OFFSET0, 0x20);
+        img.set_u8(F_SGL_OFFSET0, 0x20);
         let is_rw = !non_rw && !system_pd && rw.is_some() && cdb[0] != 0x9E;
         let data_len = if self.mistake(Mistake::DataLengthWrong) && is_rw {
             len + 512
         } else {
             len
         };
-        f.write_u32(fo + F_DATA_LEN, data_len);
+        img.set_u32(F_DATA_LEN, data_len);
         let mut io_flags = u16::from(cdb_len(cdb[0]));
         if system_pd
             && self.generation != Generation::Thunderbolt
@@ -1595,7 +1735,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         {
             io_flags |= IO_FLAGS_FAST_PATH;
         }
-        f.write_u16(fo + F_IO_FLAGS, io_flags);
+        img.set_u16(F_IO_FLAGS, io_flags);
         let mut control = match rw {
             Some(true) => CONTROL_WRITE,
             Some(false) => CONTROL_READ,
@@ -1604,12 +1744,12 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         if self.mistake(Mistake::WrongDirection) && rw == Some(true) {
             control = CONTROL_READ;
         }
-        f.write_u32(fo + F_CONTROL, control);
-        f.write_bytes(fo + F_CDB, cdb);
-        let nsge = self.write_sgl(fo, smid, segs);
-        self.write_raid_context(fo, target, nsge, is_rw);
+        img.set_u32(F_CONTROL, control);
+        img.set_cdb(cdb);
+        let nsge = self.write_sgl(&mut img, fo, smid, state, segs);
+        self.write_raid_context(&mut img, target, nsge, is_rw);
         if system_pd {
-            f.write_u8(fo + F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
+            img.set_u8(F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
         }
         let mut flags = if system_pd {
             regs::DESC_FP_IO
@@ -1623,7 +1763,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
         if self.mistake(Mistake::FastPathWithoutMap) {
             flags = regs::DESC_FP_IO;
-            f.write_u8(fo + F_FUNCTION, 0x00);
+            img.set_u8(F_FUNCTION, 0x00);
         }
         let mut msix = queue as u8;
         if self.mistake(Mistake::MsixIndexOutOfRange) {
@@ -1635,6 +1775,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         if self.mistake(Mistake::SmidBeyondPool) {
             smid = self.limits.max_fw_cmds + 1;
         }
+        self.mem.frames.write_u32s(fo, &img.0);
         // The frame must be visible to the device before the descriptor that names it.
         fence(Ordering::Release);
         self.post_descriptor(desc(flags, msix, smid));
@@ -1644,8 +1785,18 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         Ok(generation)
     }
 
-    fn write_sgl(&self, fo: usize, smid: u16, segs: &[Segment]) -> usize {
+    /// Writes the SGL into the frame at `fo` (its 8 slots zeroed first, so no SGE of the
+    /// SMID's previous use survives) and the chain frame; sets the image's ChainOffset.
+    /// Writes the SGL into the frame at `fo` and the chain frame, and the image's ChainOffset.
+    /// Slots that the SMID's previous use wrote and this one does not are zeroed, so no SGE of
+    /// an earlier request survives (Linux zeroes the whole frame at free); a run of
+    /// single-segment requests zeroes nothing.
+    #[inline(always)]
+    fn write_sgl(&self, img: &mut FrameImage, fo: usize, smid: u16, state: &SmidState, segs: &[Segment]) -> usize {
         let f = &self.mem.frames;
+        let set_sge = |slot: usize, addr: u64, len: u32, flags: u8| {
+            f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &sge_words(addr, len, flags));
+        };
         let g = self.generation;
         let eol = g.end_of_list_flag();
         let n = segs.len();
@@ -1674,12 +1825,11 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             }
         };
         let mut chain_offset = 0u8;
+        // SGL slots this request writes.
+        let mut used = n;
         if n <= 8 {
             for (i, s) in segs.iter().enumerate() {
-                f.write_bytes(
-                    fo + F_SGL + 16 * i,
-                    &sge_bytes(addr_for(i, s), len_for(i, s), flag_for(i)),
-                );
+                set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
             }
             if self.mistake(Mistake::ChainOffsetWithoutChain) {
                 chain_offset = 0x0F;
@@ -1687,10 +1837,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         } else {
             let main = if self.mistake(Mistake::ChainNotInSlot7) { 6 } else { 7 };
             for (i, s) in segs.iter().take(main).enumerate() {
-                f.write_bytes(
-                    fo + F_SGL + 16 * i,
-                    &sge_bytes(addr_for(i, s), len_for(i, s), flag_for(i)),
-                );
+                set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
             }
             let chain_off = self.mem.chain_stride * (usize::from(smid) - 1);
             let chain_phys = self.mem.chains.phys() + chain_off as u64;
@@ -1700,10 +1847,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             } else {
                 16 * rest as u32
             };
-            f.write_bytes(
-                fo + F_SGL + 16 * main,
-                &sge_bytes(chain_phys, chain_len, g.chain_flags()),
-            );
+            set_sge(main, chain_phys, chain_len, g.chain_flags());
             for (j, s) in segs.iter().enumerate().skip(main) {
                 let mut fl = flag_for(j);
                 if j == main && self.mistake(Mistake::NestedChain) {
@@ -1715,18 +1859,23 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 );
             }
             chain_offset = 0x0F;
+            used = main + 1;
         }
+        let previously = usize::from(state.sgl_slots.load(Ordering::Relaxed));
+        for slot in used..previously {
+            f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &[0; SGE_SIZE / 4]);
+        }
+        state.sgl_slots.store(used as u8, Ordering::Relaxed);
         if self.mistake(Mistake::BadChainOffset) {
             chain_offset = 0x10;
         }
-        f.write_u8(fo + F_CHAIN_OFFSET, chain_offset);
+        img.set_u8(F_CHAIN_OFFSET, chain_offset);
         n
     }
 
-    fn write_raid_context(&self, fo: usize, target: u8, nsge: usize, is_rw: bool) {
-        let f = &self.mem.frames;
+    fn write_raid_context(&self, img: &mut FrameImage, target: u8, nsge: usize, is_rw: bool) {
         let is_rw = is_rw || self.mistake(Mistake::RwContextOnNonRw);
-        let c = fo + F_RAID_CTX;
+        let c = F_RAID_CTX;
         let nsge = if self.mistake(Mistake::NumSgeWrong) {
             nsge + 1
         } else {
@@ -1736,54 +1885,55 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         // leave them zero for every other LD command (review F6).
         if self.generation.g35_raid_context() {
             if is_rw {
-                f.write_u16(c, 0x0012);
-                f.write_u16(c + 0x04, 1 << 4); // SQN
+                img.set_u16(c, 0x0012);
+                img.set_u16(c + 0x04, 1 << 4); // SQN
             }
-            f.write_u16(c + 0x06, u16::from(target));
-            f.write_u16(c + 0x1C, nsge & 0x0FFF);
+            img.set_u16(c + 0x06, u16::from(target));
+            img.set_u16(c + 0x1C, nsge & 0x0FFF);
         } else {
             if self.generation == Generation::Invader && is_rw {
-                f.write_u8(c, 0x12);
-                f.write_u8(c + 0x04, 0x08); // region type 0 | SEQ_NUM_ENABLE
+                img.set_u8(c, 0x12);
+                img.set_u8(c + 0x04, 0x08); // region type 0 | SEQ_NUM_ENABLE
             }
-            f.write_u16(c + 0x06, u16::from(target));
-            f.write_u8(c + 0x19, nsge as u8);
-            f.write_u8(c + 0x1E, (nsge >> 8) as u8);
+            img.set_u16(c + 0x06, u16::from(target));
+            img.set_u8(c + 0x19, nsge as u8);
+            img.set_u8(c + 0x1E, (nsge >> 8) as u8);
         }
         if !is_rw {
             // Linux gives the block-layer timeout (90 s by default).
-            f.write_u16(c + 0x02, 90);
+            img.set_u16(c + 0x02, 90);
         }
     }
 
     fn post_descriptor(&self, d: u64) {
+        // The two-register mistakes (tests of the model's latch checks).
         if self.mistake(Mistake::HighWithoutLow) {
-            let _p = self.post_lock.lock();
             self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
             return;
         }
         if self.mistake(Mistake::LowTwice) {
-            let _p = self.post_lock.lock();
             self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
             self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
             self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
             return;
         }
         if self.atomic_port.load(Ordering::Relaxed) {
-            // One 32-bit store carries flags, MSIxIndex and SMID: no lock needed.
+            // One 32-bit store carries flags, MSIxIndex and SMID.
             self.mmio.write32(regs::REQ_DESC_ATOMIC, d as u32);
         } else {
-            // The low/high pair must not interleave with another CPU's pair.
-            let _p = self.post_lock.lock();
-            self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
-            self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
+            // One 8-byte write (Linux's `writeq`): nothing for another CPU's post to split, so
+            // no lock (the two-dword form needs one: FreeBSD's and 32-bit Linux's `hba_lock`).
+            self.mmio.write64(regs::REQ_DESC_LOW, d);
         }
     }
 
     /// Walks reply queue `queue` (the handler of MSI-X vector `queue`), calling `sink` for each
     /// finished I/O. Returns the number of replies consumed. Returns 0 without touching
     /// anything while a reset runs.
-    pub fn reap(&self, queue: u16, sink: &mut dyn FnMut(Completion)) -> usize {
+    ///
+    /// Generic over the sink, so the block binding's completion handler is inlined into the
+    /// walk (issue 22: a `dyn` call and a `Completion` built in memory per reply).
+    pub fn reap<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
         let Some(_g) = self.gate.try_read() else {
             return 0;
         };
@@ -1793,7 +1943,7 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         self.reap_inner(queue, sink)
     }
 
-    fn reap_inner(&self, queue: u16, sink: &mut dyn FnMut(Completion)) -> usize {
+    fn reap_inner<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
         let depth = self.limits.reply_depth;
         let mut q = self.queues[usize::from(queue)].lock();
         let base = usize::from(queue) * depth as usize * 8;
@@ -1813,8 +1963,11 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             if !self.mistake(Mistake::SlotsNotRestored) {
                 self.mem.replies.write_u64_atomic(off, UNUSED_REPLY);
             }
-            q.last_idx = (q.last_idx + 1) % depth;
-            q.wrapped |= q.last_idx == 0;
+            // Wraps at depth without a division.
+            q.last_idx = if q.last_idx + 1 == depth { 0 } else { q.last_idx + 1 };
+            if self.mistake(Mistake::HostIndexNoWrap) && q.last_idx == 0 {
+                q.wrapped = true;
+            }
             consumed += 1;
             unreported += 1;
             self.dispatch(smid, sink);
@@ -1858,7 +2011,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         }
     }
 
-    fn dispatch(&self, smid: u16, sink: &mut dyn FnMut(Completion)) {
+    #[inline(always)]
+    fn dispatch<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
         let io_tags = self.limits.io_tags;
         if smid == 0 || smid > self.limits.max_fw_cmds {
             self.bogus(smid, "out of range");
@@ -1871,22 +2025,25 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             }
             return;
         }
-        let slot = &self.slots[usize::from(smid)];
+        let state = &self.smids[usize::from(smid)];
+        let slot = &state.slot;
         let Some(word) = slot.in_flight() else {
             self.bogus(smid, "not in flight");
             return;
         };
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
-        let status = f.read_u8(fo + F_STATUS);
-        let ex_status = f.read_u8(fo + F_EX_STATUS);
+        // ex_status (0x76) and status (0x77) share the RAID context's aligned word at 0x74: one
+        // load for both.
+        let status_word = f.read_u32(fo + F_EX_STATUS - 2);
+        let ex_status = (status_word >> 16) as u8;
+        let status = (status_word >> 24) as u8;
         let bytes_done = f.read_u32(fo + F_DATA_LEN);
         // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
         // moved (Linux `map_cmd_status`, review F8). A read or write that moved less than asked
         // is not a success here (Linux's midlayer would retry the rest; blk has no partial
         // completion), so it fails rather than hand back a half-filled buffer.
-        let residual_ok =
-            status == 0x2D && ex_status == 0 && bytes_done >= self.required[usize::from(smid)].load(Ordering::Relaxed);
+        let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
         let outcome = if status == 0 || residual_ok {
             IoOutcome::Ok
         } else if status == 0x2D && ex_status == 0 {
@@ -1909,8 +2066,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
         let c = Completion {
             tag: u32::from(smid - 1),
             generation: SmidSlot::generation(word),
-            cookie: self.cookies[usize::from(smid)].load(Ordering::Relaxed),
-            target: self.targets[usize::from(smid)].load(Ordering::Relaxed) as u8,
+            cookie: state.cookie.load(Ordering::Relaxed),
+            target: state.target.load(Ordering::Relaxed),
             outcome,
             bytes_done,
         };
@@ -2080,7 +2237,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
             self.dcmd_reply_pending[k].store(false, Ordering::Release);
         }
         for smid in 1..=usize::from(self.limits.io_tags) {
-            let slot = &self.slots[smid];
+            let state = &self.smids[smid];
+            let slot = &state.slot;
             let Some(word) = slot.in_flight() else {
                 continue;
             };
@@ -2089,8 +2247,8 @@ impl<M: Mmio, D: Delay> Controller<M, D> {
                 sink(Completion {
                     tag: (smid - 1) as u32,
                     generation: SmidSlot::generation(word),
-                    cookie: self.cookies[smid].load(Ordering::Relaxed),
-                    target: self.targets[smid].load(Ordering::Relaxed) as u8,
+                    cookie: state.cookie.load(Ordering::Relaxed),
+                    target: state.target.load(Ordering::Relaxed),
                     outcome: IoOutcome::Reset,
                     bytes_done: 0,
                 });

@@ -27,6 +27,17 @@ use spin::Mutex;
 
 use crate::regs::Generation;
 
+/// Request descriptor writes the model saw, by form (each one commits a descriptor).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DescriptorWrites {
+    /// A 0xC0 low dword, then the 0xC4 high dword.
+    pub pairs: u64,
+    /// One 8-byte write to 0xC0.
+    pub wide: u64,
+    /// One 32-bit write to Aero's atomic port 0xC8.
+    pub atomic: u64,
+}
+
 /// A driver mistake the model detected (reference §9.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Violation {
@@ -60,6 +71,8 @@ pub enum Violation {
     HighWithoutFreshLow,
     /// Two 0xC0 writes in a row.
     LowTwice,
+    /// An 8-byte write to a register other than the request descriptor port 0xC0.
+    WideWrite,
     /// MSIxIndex not below HostMSIxVectors (or non-zero without MSI-X).
     BadMsixIndex,
     /// The descriptor type does not match the frame's Function / CDB.
@@ -376,6 +389,8 @@ struct State {
     reset_until: Option<u64>,
     dead: bool,
     latched_low: Option<u32>,
+    /// Descriptor writes seen: low/high pairs, 8-byte writes, atomic-port writes.
+    descriptor_writes: DescriptorWrites,
     init: Option<Init>,
     atomic_ok: bool,
     outstanding: Vec<bool>,
@@ -423,6 +438,12 @@ impl Mmio for FakeMmio {
     }
     fn write32(&self, offset: u32, value: u32) {
         self.0.write(offset, value)
+    }
+}
+
+impl crate::Mmio64 for FakeMmio {
+    fn write64(&self, offset: u32, value: u64) {
+        self.0.write64(offset, value)
     }
 }
 
@@ -490,6 +511,7 @@ impl FakeFusion {
                 reset_until: None,
                 dead: false,
                 latched_low: None,
+                descriptor_writes: DescriptorWrites::default(),
                 init: None,
                 atomic_ok: false,
                 outstanding: vec![false; smids + 1],
@@ -569,6 +591,10 @@ impl FakeFusion {
     /// Current SP0 state nibble.
     pub fn fw_state(&self) -> u8 {
         self.st.lock().state
+    }
+    /// The request descriptor writes seen so far, by form.
+    pub fn descriptor_writes(&self) -> DescriptorWrites {
+        self.st.lock().descriptor_writes
     }
     /// Commands accepted, replies posted, resets.
     pub fn counts(&self) -> (u64, u64, u64) {
@@ -720,6 +746,26 @@ impl FakeFusion {
         }
     }
 
+    /// An 8-byte register write: at 0xC0 it commits a whole request descriptor at once
+    /// (reference §9.2, item 3); anywhere else it is a driver error.
+    fn write64(&self, off: u32, v: u64) {
+        let mut s = self.st.lock();
+        s.tick(&self.mem);
+        if off != 0x0C0 {
+            s.violate(Violation::WideWrite, format!("8-byte write at {off:#x}: {v:#x}"));
+            return;
+        }
+        if s.latched_low.is_some() {
+            // Another post's low dword is waiting for its high one: the two forms mixed.
+            s.violate(
+                Violation::LowTwice,
+                format!("0xC0 written as 8 bytes after a 4-byte low ({v:#x})"),
+            );
+        }
+        s.descriptor_writes.wide += 1;
+        s.commit(&self.mem, v, false);
+    }
+
     fn write(&self, off: u32, v: u32) {
         let mut s = self.st.lock();
         s.tick(&self.mem);
@@ -770,7 +816,10 @@ impl FakeFusion {
                 s.latched_low = Some(v);
             }
             0x0C4 => match s.latched_low.take() {
-                Some(lo) => s.commit(&self.mem, (u64::from(v) << 32) | u64::from(lo), false),
+                Some(lo) => {
+                    s.descriptor_writes.pairs += 1;
+                    s.commit(&self.mem, (u64::from(v) << 32) | u64::from(lo), false)
+                }
                 None => s.violate(Violation::HighWithoutFreshLow, format!("0xC4 {v:#x} without 0xC0")),
             },
             0x0C8 => {
@@ -780,6 +829,7 @@ impl FakeFusion {
                         s.violate(Violation::IocInitViaAtomicPort, String::new());
                     }
                 } else {
+                    s.descriptor_writes.atomic += 1;
                     s.commit(&self.mem, u64::from(v), true);
                 }
             }

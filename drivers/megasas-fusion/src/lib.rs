@@ -31,10 +31,21 @@ pub mod fake;
 
 pub use controller::{
     Completion, Config, Controller, DCMD_CACHE_FLUSH, DCMD_CTRL_GET_INFO, DCMD_LD_GET_LIST, DCMD_SHUTDOWN, DCMD_SMIDS,
-    FRAME_SIZE, Health, IntxResult, IoOp, IoOutcome, IoRequest, Limits, LogicalDrive, Mistake, SENSE_SIZE, Stats,
-    outcome_retryable,
+    Entered, FRAME_SIZE, Health, IntxResult, IoOp, IoOutcome, IoRequest, Limits, LogicalDrive, Mistake, SENSE_SIZE,
+    Stats, Validated, outcome_retryable,
 };
 pub use devhal::{Delay, Dma, Mmio};
+
+/// The register window plus one 8-byte register write: the request descriptor goes to
+/// 0xC0 as a single 64-bit access, as Linux's `megasas_write_64bit_req_desc` does with
+/// `writeq` on 64-bit kernels (reference §3.3: "one 64-bit store where the CPU emits a single
+/// 8-byte write"), so no lock keeps two CPUs' low/high pairs apart and one MMIO write per I/O
+/// is saved. The window must be mapped so that the write reaches the device as one 8-byte
+/// transaction (x86-64: an aligned `mov` to uncached memory).
+pub trait Mmio64: Mmio {
+    /// Writes `value` to the 64-bit register at byte `offset` (8-byte aligned) in one access.
+    fn write64(&self, offset: u32, value: u64);
+}
 pub use diag::{Report, Step};
 pub use error::Error;
 pub use megasas::{ControllerInfo, IoError, IoErrorKind, Segment};

@@ -567,3 +567,24 @@ fn a_late_reply_after_a_timeout_avoids_the_reset() {
     r.fake.audit();
     assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
 }
+
+/// A 4 KiB-block drive: blk's 512-byte sectors become LD blocks by a shift (sector 16, 8 sectors
+/// is LD block 2), and the data lands there.
+#[test]
+fn a_4k_block_drive_maps_sectors_to_blocks() {
+    let mut fc = FakeConfig::invader();
+    fc.block_size = 4096;
+    fc.lds = vec![(0, 64)];
+    let r = rig(fc, Generation::Invader, vec![0]);
+    r.fill(1, 0xC3);
+    let base = r.buf.phys + BUF as u64;
+    let segs = [blk::Segment::new(base, 4096)];
+    r.host.queues()[0].submit(0, &Bio::write(16, 8, &segs, 1)).unwrap();
+    for _ in 0..20 {
+        r.service(100);
+    }
+    assert_eq!(r.ended().iter().map(|c| c.status).collect::<Vec<_>>(), [Status::Ok]);
+    assert_eq!(r.fake.ld_bytes(0, 2 * 4096, 4096), vec![0xC3; 4096]);
+    assert_eq!(r.fake.ld_bytes(0, 4096, 4096), vec![0; 4096], "block 1 untouched");
+    assert_eq!(r.fake.ld_bytes(0, 3 * 4096, 4096), vec![0; 4096], "block 3 untouched");
+}

@@ -265,3 +265,58 @@ fn flush_goes_to_firmware_only_when_sp1_says_so() {
     assert_clean(&w.fake);
     w.ctrl.shutdown().unwrap();
 }
+
+/// A request descriptor is one 8-byte write to 0xC0 (Linux's `writeq`), not a locked low/high
+/// pair; only IOC INIT's MFA, posted before the firmware is operational, is a pair. Aero with
+/// SP1[24] uses its atomic port instead. The model counts each form it commits.
+#[test]
+fn a_request_descriptor_is_one_8_byte_write_or_one_atomic_port_write() {
+    for g in [Generation::Invader, Generation::Ventura, Generation::Aero] {
+        let mut w = workload(FakeConfig::new(g), g, 2, 21);
+        let before = w.fake.descriptor_writes();
+        assert_eq!(before.pairs, 1, "{g:?}: IOC INIT's MFA descriptor is the only pair");
+        let (accepted_before, _, _) = w.fake.counts();
+        w.run(500, 4);
+        assert_eq!(w.completed, 500);
+        let (accepted, _, _) = w.fake.counts();
+        let posts = accepted - accepted_before;
+        assert!(posts >= 500, "{g:?}: {posts} commands for 500 completions");
+        let after = w.fake.descriptor_writes();
+        assert_eq!(after.pairs, 1, "{g:?}: no I/O went out as a low/high pair");
+        if w.ctrl.uses_atomic_port() {
+            assert_eq!(g, Generation::Aero);
+            assert_eq!(
+                (after.atomic - before.atomic, after.wide - before.wide),
+                (posts, 0),
+                "{g:?}"
+            );
+        } else {
+            assert_eq!(
+                (after.wide - before.wide, after.atomic - before.atomic),
+                (posts, 0),
+                "{g:?}"
+            );
+        }
+        assert_clean(&w.fake);
+    }
+}
+
+/// The model refuses an 8-byte write anywhere but the descriptor port, and one that lands on a
+/// half-written low/high pair (the two forms mixed without a lock).
+#[test]
+fn the_model_refuses_8_byte_writes_off_the_descriptor_port_and_mixed_forms() {
+    use megasas_fusion::fake::{FakeMmio, Violation};
+    use megasas_fusion::{Mmio, Mmio64};
+    let w = workload(FakeConfig::invader(), Generation::Invader, 1, 5);
+    let mmio = FakeMmio(w.fake.clone());
+    mmio.write64(0x6C, 1);
+    let v = w.fake.violations();
+    assert_eq!(v.len(), 1, "{v:#?}");
+    assert_eq!(v[0].0, Violation::WideWrite);
+    mmio.write32(0xC0, 0x0004_0001);
+    mmio.write64(0xC0, 0x0004_0001);
+    let v = w.fake.violations();
+    // (The descriptor then commits; SMID 4 holds no frame, which the model reports as well.)
+    assert!(v.len() >= 2, "{v:#?}");
+    assert_eq!(v[1].0, Violation::LowTwice, "{v:#?}");
+}

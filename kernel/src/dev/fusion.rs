@@ -85,6 +85,17 @@ fn options() -> Options {
 
 type Host = megasas_fusion::blkdev::Host<KernelMmio, KernelDelay>;
 
+/// The request descriptor as one 8-byte store (`VolatileMmio::write64`): the BAR is mapped
+/// uncached, so an aligned 64-bit `mov` reaches the controller as one 8-byte write, as Linux's
+/// `writeq` does.
+impl megasas_fusion::Mmio64 for KernelMmio {
+    fn write64(&self, offset: u32, value: u64) {
+        if let Err(e) = self.0.write64(offset as usize, value) {
+            log::error!("device register write (8 bytes) at {offset:#x} refused: {e}");
+        }
+    }
+}
+
 struct Controller {
     host: Host,
     function: &'static PciFunction,
