@@ -400,23 +400,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         first_block += len;
     }
 
-    let verify = if !spec.verify.is_enabled() {
-        VerifyScheme::Off
-    } else if !spec.rw.writes() {
-        VerifyScheme::ReadOnly(spec.verify_generation)
-    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= base) {
-        VerifyScheme::SinglePass
-    } else {
-        let blocks_per_cpu = base + u64::from(extra > 0);
-        if blocks_per_cpu > MAX_TRACKED_BLOCKS_PER_CPU {
-            return Err(WorkloadError::VerifyRegionTooLarge {
-                job: job(),
-                blocks_per_cpu,
-                max: MAX_TRACKED_BLOCKS_PER_CPU,
-            });
-        }
-        VerifyScheme::Tracked
-    };
+    let verify = verify_scheme(spec, false, base, base + u64::from(extra > 0))?;
     check_variable_sizes(spec, verify)?;
 
     let (iodepth, warnings) = capped_iodepth(spec, device);
@@ -433,6 +417,41 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         warnings,
         files: Vec::new(),
     })
+}
+
+/// How a job's reads are checked and its writes stamped: off; read-only (every block carries the
+/// job's generation); one sequential write pass (when it writes each of its `pass_blocks` once);
+/// or per-block generations over `tracked_blocks` per CPU (at most
+/// [`MAX_TRACKED_BLOCKS_PER_CPU`]). `overlapping`: clones whose regions overlap, which cannot both
+/// write and verify. One device, a split region and a `filename` list all decide it here.
+pub(crate) fn verify_scheme(
+    spec: &JobSpec,
+    overlapping: bool,
+    pass_blocks: u64,
+    tracked_blocks: u64,
+) -> Result<VerifyScheme, WorkloadError> {
+    if !spec.verify.is_enabled() {
+        Ok(VerifyScheme::Off)
+    } else if !spec.rw.writes() {
+        Ok(VerifyScheme::ReadOnly(spec.verify_generation))
+    } else if overlapping {
+        Err(WorkloadError::ConflictingKeys {
+            job: spec.name.clone(),
+            first: "numjobs",
+            second: "verify",
+            reason: "clones that write and verify need regions of their own: set offset_increment to at least size",
+        })
+    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= pass_blocks) {
+        Ok(VerifyScheme::SinglePass)
+    } else if tracked_blocks > MAX_TRACKED_BLOCKS_PER_CPU {
+        Err(WorkloadError::VerifyRegionTooLarge {
+            job: spec.name.clone(),
+            blocks_per_cpu: tracked_blocks,
+            max: MAX_TRACKED_BLOCKS_PER_CPU,
+        })
+    } else {
+        Ok(VerifyScheme::Tracked)
+    }
 }
 
 /// The job's `iodepth` lowered to the device's limit, with the warning when it was.
@@ -504,28 +523,7 @@ fn plan_clones(
         })
         .collect::<Vec<_>>();
     let overlapping = clones > 1 && increment < region_bytes;
-    let verify = if !spec.verify.is_enabled() {
-        VerifyScheme::Off
-    } else if !spec.rw.writes() {
-        VerifyScheme::ReadOnly(spec.verify_generation)
-    } else if overlapping {
-        return Err(WorkloadError::ConflictingKeys {
-            job: job(),
-            first: "numjobs",
-            second: "verify",
-            reason: "clones that write and verify need regions of their own: set offset_increment to at least size",
-        });
-    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= blocks) {
-        VerifyScheme::SinglePass
-    } else if blocks > MAX_TRACKED_BLOCKS_PER_CPU {
-        return Err(WorkloadError::VerifyRegionTooLarge {
-            job: job(),
-            blocks_per_cpu: blocks,
-            max: MAX_TRACKED_BLOCKS_PER_CPU,
-        });
-    } else {
-        VerifyScheme::Tracked
-    };
+    let verify = verify_scheme(spec, overlapping, blocks, blocks)?;
     check_variable_sizes(spec, verify)?;
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {

@@ -18,10 +18,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{
-    DeviceInfo, JobPlan, MAX_TRACKED_BLOCKS_PER_CPU, PlanWarning, VerifyScheme, check_trims, check_variable_sizes,
-    submitting_cpus,
-};
+use super::{DeviceInfo, JobPlan, PlanWarning, check_trims, check_variable_sizes, submitting_cpus};
 use crate::error::WorkloadError;
 use crate::job::{JobSpec, RwMode};
 
@@ -239,28 +236,7 @@ pub(super) fn plan_files(
         first_block += blocks;
     }
     let blocks = first_block;
-    let verify = if !spec.verify.is_enabled() {
-        VerifyScheme::Off
-    } else if !spec.rw.writes() {
-        VerifyScheme::ReadOnly(spec.verify_generation)
-    } else if overlapping {
-        return Err(WorkloadError::ConflictingKeys {
-            job: job(),
-            first: "numjobs",
-            second: "verify",
-            reason: "clones that write and verify need regions of their own: set offset_increment to at least size",
-        });
-    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= blocks) {
-        VerifyScheme::SinglePass
-    } else if blocks > MAX_TRACKED_BLOCKS_PER_CPU {
-        return Err(WorkloadError::VerifyRegionTooLarge {
-            job: job(),
-            blocks_per_cpu: blocks,
-            max: MAX_TRACKED_BLOCKS_PER_CPU,
-        });
-    } else {
-        VerifyScheme::Tracked
-    };
+    let verify = super::verify_scheme(spec, overlapping, blocks, blocks)?;
     check_variable_sizes(spec, verify)?;
     // The engine's depth is shared by all files, so the shallowest device bounds it.
     let shallowest = found.iter().min_by_key(|d| d.max_iodepth).copied().unwrap_or(found[0]);
