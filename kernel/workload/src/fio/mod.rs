@@ -1661,21 +1661,24 @@ fn file_service(job: &str, value: &str) -> Result<crate::job::FileService, Workl
 }
 
 impl FioJob {
+    /// The device `/dev/NAME` names, or an error listing the devices there are.
+    fn named_device<'d>(&self, devices: &'d [DeviceInfo], name: &str) -> Result<&'d DeviceInfo, WorkloadError> {
+        devices
+            .iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| WorkloadError::UnknownDevice {
+                job: self.name.clone(),
+                device: alloc::format!("/dev/{name}"),
+                available: devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "),
+            })
+    }
+
     /// A job on one device: names it in `spec` and settles a percentage `offset` and `size` on
     /// its capacity. Returns the region's bytes (twice: it is also the smallest file).
     fn place_on_device(&self, spec: &mut JobSpec, devices: &[DeviceInfo]) -> Result<(u64, u64), WorkloadError> {
         let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
         let device = match &self.target {
-            Target::Device(name) => {
-                devices
-                    .iter()
-                    .find(|d| &d.name == name)
-                    .ok_or_else(|| WorkloadError::UnknownDevice {
-                        job: self.name.clone(),
-                        device: alloc::format!("/dev/{name}"),
-                        available: available(),
-                    })?
-            }
+            Target::Device(name) => self.named_device(devices, name)?,
             Target::File(_) | Target::Default | Target::Devices(_) => match devices {
                 [only] => only,
                 _ => {
@@ -1732,17 +1735,9 @@ impl FioJob {
             }
             None => None,
         };
-        let available = || devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ");
         let mut regions = Vec::with_capacity(names.len());
         for name in names {
-            let device = devices
-                .iter()
-                .find(|d| &d.name == name)
-                .ok_or_else(|| WorkloadError::UnknownDevice {
-                    job: self.name.clone(),
-                    device: alloc::format!("/dev/{name}"),
-                    available: available(),
-                })?;
+            let device = self.named_device(devices, name)?;
             let capacity = device.validated_capacity_bytes()?;
             let offset = match self.offset_percent {
                 Some(p) => capacity / 100 * u64::from(p) / bs * bs,
