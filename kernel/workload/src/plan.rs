@@ -322,26 +322,10 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
 
     let bs = u64::from(spec.bs);
     let sector = u64::from(device.sector_size);
-    if !bs.is_multiple_of(sector) {
-        return Err(WorkloadError::Misaligned {
-            job: job(),
-            key: "bs",
-            value: bs,
-            alignment: sector,
-            because: "the device sector size",
-        });
-    }
+    check_aligned(spec, "bs", bs, sector, "the device sector size")?;
     // A `bs` above the device's transfer limit is fine: the block layer splits each I/O into
     // device-sized requests and ends it when all of them have (kernel/blk, `split`).
-    if !spec.offset.is_multiple_of(bs) {
-        return Err(WorkloadError::Misaligned {
-            job: job(),
-            key: "offset",
-            value: spec.offset,
-            alignment: bs,
-            because: "blocks are aligned to bs",
-        });
-    }
+    check_aligned(spec, "offset", spec.offset, bs, "blocks are aligned to bs")?;
     let too_large = |end_bytes| WorkloadError::JobLargerThanDevice {
         job: job(),
         device: device.name.clone(),
@@ -350,15 +334,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     };
     let region_bytes = match spec.size {
         Some(size) => {
-            if !size.is_multiple_of(bs) {
-                return Err(WorkloadError::Misaligned {
-                    job: job(),
-                    key: "size",
-                    value: size,
-                    alignment: bs,
-                    because: "the region is a whole number of blocks",
-                });
-            }
+            check_aligned(spec, "size", size, bs, "the region is a whole number of blocks")?;
             let end = spec.offset.checked_add(size).ok_or_else(|| too_large(u64::MAX))?;
             if end > capacity {
                 return Err(too_large(end));
@@ -416,6 +392,26 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         verify,
         warnings,
         files: Vec::new(),
+    })
+}
+
+/// `value` (option `key` of the job) must be a multiple of `alignment`, `because` says why.
+pub(crate) fn check_aligned(
+    spec: &JobSpec,
+    key: &'static str,
+    value: u64,
+    alignment: u64,
+    because: &'static str,
+) -> Result<(), WorkloadError> {
+    if value.is_multiple_of(alignment) {
+        return Ok(());
+    }
+    Err(WorkloadError::Misaligned {
+        job: spec.name.clone(),
+        key,
+        value,
+        alignment,
+        because,
     })
 }
 
@@ -482,15 +478,7 @@ fn plan_clones(
 ) -> Result<JobPlan, WorkloadError> {
     let job = || spec.name.clone();
     let bs = u64::from(spec.bs);
-    if !increment.is_multiple_of(bs) {
-        return Err(WorkloadError::Misaligned {
-            job: job(),
-            key: "offset_increment",
-            value: increment,
-            alignment: bs,
-            because: "blocks are aligned to bs",
-        });
-    }
+    check_aligned(spec, "offset_increment", increment, bs, "blocks are aligned to bs")?;
     let clones = u64::from(cpus.len());
     let span = (clones - 1)
         .checked_mul(increment)

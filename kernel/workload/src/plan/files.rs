@@ -18,7 +18,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{DeviceInfo, JobPlan, PlanWarning, check_trims, check_variable_sizes, submitting_cpus};
+use super::{DeviceInfo, JobPlan, PlanWarning, check_aligned, check_trims, check_variable_sizes, submitting_cpus};
 use crate::error::WorkloadError;
 use crate::job::{JobSpec, RwMode};
 
@@ -170,39 +170,15 @@ pub(super) fn plan_files(
     }
     let sector = u64::from(found[0].sector_size);
     let bs = u64::from(spec.bs);
-    if !bs.is_multiple_of(sector) {
-        return Err(WorkloadError::Misaligned {
-            job: job(),
-            key: "bs",
-            value: bs,
-            alignment: sector,
-            because: "the device sector size",
-        });
-    }
-    if !increment.is_multiple_of(bs) {
-        return Err(WorkloadError::Misaligned {
-            job: job(),
-            key: "offset_increment",
-            value: increment,
-            alignment: bs,
-            because: "blocks are aligned to bs",
-        });
-    }
+    check_aligned(spec, "bs", bs, sector, "the device sector size")?;
+    check_aligned(spec, "offset_increment", increment, bs, "blocks are aligned to bs")?;
     let clones = u64::from(cpus.len());
     let mut files = Vec::with_capacity(found.len());
     let mut first_block = 0u64;
     let mut overlapping = false;
     for (file, device) in spec.files.iter().zip(&found) {
         for (key, value) in [("offset", file.offset), ("size", file.size)] {
-            if !value.is_multiple_of(bs) {
-                return Err(WorkloadError::Misaligned {
-                    job: job(),
-                    key,
-                    value,
-                    alignment: bs,
-                    because: "each file's region is a whole number of blocks",
-                });
-            }
+            check_aligned(spec, key, value, bs, "each file's region is a whole number of blocks")?;
         }
         if file.size == 0 {
             return Err(WorkloadError::RegionTooSmall {
