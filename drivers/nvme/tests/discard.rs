@@ -5,27 +5,16 @@
 mod common;
 
 use blk::{Bio, BlkError, Segment, Status};
-use common::{Buf, Rig, pattern};
+use common::{Buf, Rig, pattern, two_namespaces};
 use nvme::IrqMode;
 use nvme::blkdev::HostConfig;
 use nvme::cmd::{DSM_ATTRIBUTE_DEALLOCATE, Sqe, dsm_range, io};
-use nvme::fake::{FakeConfig, FakeNamespace};
+use nvme::fake::FakeConfig;
 
 fn rig(dataset_management: bool) -> Rig {
     let mut cfg = FakeConfig::new(1);
     cfg.dataset_management = dataset_management;
-    cfg.namespaces = vec![
-        FakeNamespace {
-            nsid: 1,
-            lba_size: 512,
-            blocks: 8192,
-        },
-        FakeNamespace {
-            nsid: 2,
-            lba_size: 4096,
-            blocks: 1024,
-        },
-    ];
+    cfg.namespaces = two_namespaces();
     Rig::new(cfg, 1, IrqMode::MsiX { vectors: 2 }, HostConfig::default())
 }
 

@@ -7,26 +7,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use blk::{Bio, CompletionPolicy, Segment, Status};
-use common::{Buf, Rig, Rng, pattern};
+use common::{Buf, Rig, Rng, pattern, two_namespaces};
 use nvme::blkdev::HostConfig;
 use nvme::fake::{FakeCompletion, FakeConfig, FakeNamespace, Hostile};
 use nvme::{IrqMode, Report};
-
-/// Namespace 1: 4 MiB of 512-byte blocks; namespace 2: 4 MiB of 4096-byte blocks.
-fn two_namespaces() -> Vec<FakeNamespace> {
-    vec![
-        FakeNamespace {
-            nsid: 1,
-            lba_size: 512,
-            blocks: 8192,
-        },
-        FakeNamespace {
-            nsid: 2,
-            lba_size: 4096,
-            blocks: 1024,
-        },
-    ]
-}
 
 /// One request in flight in the random test.
 struct InFlight {

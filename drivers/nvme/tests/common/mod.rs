@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use blk::{Completion, Platform};
 use nvme::blkdev::{Host, HostConfig};
-use nvme::fake::{FakeConfig, FakeDelay, FakeMmio, FakeNvme};
+use nvme::fake::{FakeConfig, FakeDelay, FakeMmio, FakeNamespace, FakeNvme};
 use nvme::{Config, Controller, IrqMode, QueuePlan};
 
 pub type FakeHost = Host<FakeMmio, nvme::fake::FakeDma, FakeDelay>;
@@ -157,4 +157,20 @@ pub fn pattern(buf: &mut [u8], seed: u64) {
         let v = r.next().to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
     }
+}
+
+/// Namespace 1: 4 MiB of 512-byte blocks; namespace 2: 4 MiB of 4096-byte blocks.
+pub fn two_namespaces() -> Vec<FakeNamespace> {
+    vec![
+        FakeNamespace {
+            nsid: 1,
+            lba_size: 512,
+            blocks: 8192,
+        },
+        FakeNamespace {
+            nsid: 2,
+            lba_size: 4096,
+            blocks: 1024,
+        },
+    ]
 }
