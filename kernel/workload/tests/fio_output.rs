@@ -7,9 +7,7 @@ mod common;
 
 use common::{FakeBackend, FakeDisk, Order};
 use workload::detail::DetailOptions;
-use workload::report::{
-    FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, write_fio_text, write_log_lines,
-};
+use workload::report::{FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, write_fio_text};
 use workload::{CpuResult, DeviceInfo, JobPlan, JobReport, JobShared, WorkloadError, parse_cmdline, plan_job, run_cpu};
 
 fn run_job(plan: &JobPlan, disk: &FakeDisk, shared: &JobShared, latency_ns: u64) -> Vec<CpuResult> {
@@ -106,17 +104,7 @@ fn log_windows_become_fio_named_log_rows() {
     let shared = JobShared::with_detail(&plan, options.detail_options());
     let results = run_job(&plan, &disk, &shared, 1_000_000);
     let report = JobReport::new(&plan, &results).unwrap();
-    let meta = FioJobMeta::default();
-    let mut lines = String::new();
-    write_log_lines(
-        &mut lines,
-        &options,
-        &[FioJob {
-            report: &report,
-            meta: &meta,
-        }],
-    )
-    .unwrap();
+    let lines = common::log_lines_of(&options, &report);
     // Two CPUs (threads 1 and 2), two full windows and a partial one, two directions.
     for thread in [1, 2] {
         for kind in ["run1_bw", "job0_slat", "job0_clat", "job0_lat"] {

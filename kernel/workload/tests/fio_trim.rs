@@ -163,7 +163,7 @@ fn every_trim_spelling_parses() {
 
 #[test]
 fn trimwrite_log_rows_carry_fios_trim_direction() {
-    use workload::report::{FioLogOptions, write_log_lines};
+    use workload::report::FioLogOptions;
     let plan = try_plan("[tw]\nrw=trimwrite\nbs=4k\niodepth=4\nsize=1m\ntime_based\nruntime=1100ms\n").unwrap();
     let options = FioOutputOptions {
         logs: FioLogOptions {
@@ -182,17 +182,7 @@ fn trimwrite_log_rows_carry_fios_trim_direction() {
     let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
     assert!(result.trim.ios > 0 && result.write.ios.abs_diff(result.trim.ios) <= 4);
     let report = JobReport::new(&plan, &[result]).unwrap();
-    let meta = FioJobMeta::default();
-    let mut lines = String::new();
-    write_log_lines(
-        &mut lines,
-        &options,
-        &[FioJob {
-            report: &report,
-            meta: &meta,
-        }],
-    )
-    .unwrap();
+    let lines = common::log_lines_of(&options, &report);
     // Per direction two full windows and a partial one: fio's ddir 1 for writes, 2 for trims,
     // none for reads.
     let ddirs: Vec<&str> = lines.lines().map(|l| l.split(", ").nth(2).unwrap()).collect();

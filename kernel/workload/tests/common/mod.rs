@@ -606,3 +606,12 @@ impl Parser<'_> {
         }
     }
 }
+
+/// fio's log lines (`write_log_lines`) for one job's report.
+pub fn log_lines_of(options: &workload::report::FioOutputOptions, report: &workload::JobReport) -> String {
+    let meta = workload::report::FioJobMeta::default();
+    let mut lines = String::new();
+    workload::report::write_log_lines(&mut lines, options, &[workload::report::FioJob { report, meta: &meta }])
+        .unwrap();
+    lines
+}
