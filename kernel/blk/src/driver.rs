@@ -298,6 +298,9 @@ impl<'a, D: Driver> HwCtx<'a, D> {
 /// with [`Status::IoError`] so that the tag is not leaked.
 pub struct Rq<'a, D: Driver> {
     queue: &'a Queue<D>,
+    /// The request's slot, looked up once: the accessors and the exits read it without a
+    /// bounds check and an index multiply each (issue 22).
+    slot: &'a Slot<D::Pdu>,
     index: u32,
     cpu: u16,
     /// Given out by the completion path (as opposed to dispatch): ending it is not "inline".
@@ -309,10 +312,21 @@ pub struct Rq<'a, D: Driver> {
 
 impl<'a, D: Driver> Rq<'a, D> {
     /// # Safety
-    /// The slot `index` is in state DRIVER and no other handle to it exists.
-    pub(crate) unsafe fn new(queue: &'a Queue<D>, index: u32, cpu: u16, routed: bool, in_dispatch: bool) -> Self {
+    /// The slot `index` (`slot`, `queue.slot(index)`) is in state DRIVER and no other handle
+    /// to it exists.
+    #[inline(always)]
+    pub(crate) unsafe fn new(
+        queue: &'a Queue<D>,
+        slot: &'a Slot<D::Pdu>,
+        index: u32,
+        cpu: u16,
+        routed: bool,
+        in_dispatch: bool,
+    ) -> Self {
+        debug_assert!(core::ptr::eq(slot, queue.slot(index)));
         Self {
             queue,
+            slot,
             index,
             cpu,
             routed,
@@ -320,8 +334,9 @@ impl<'a, D: Driver> Rq<'a, D> {
         }
     }
 
+    #[inline(always)]
     fn slot(&self) -> &'a Slot<D::Pdu> {
-        self.queue.slot(self.index)
+        self.slot
     }
 
     fn data(&self) -> &crate::request::SlotData<D::Pdu> {
@@ -421,18 +436,23 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
     pub fn end(self, status: Status) {
-        let (queue, index, cpu, routed, in_dispatch) =
-            (self.queue, self.index, self.cpu, self.routed, self.in_dispatch);
+        let (queue, slot, index, cpu, routed, in_dispatch) = (
+            self.queue,
+            self.slot,
+            self.index,
+            self.cpu,
+            self.routed,
+            self.in_dispatch,
+        );
         core::mem::forget(self);
-        queue.end_request(usize::from(cpu), index, status, !routed, in_dispatch);
+        queue.end_request_in(usize::from(cpu), slot, index, status, !routed, in_dispatch);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
     /// on this CPU (issue followed by an immediate interrupt).
     pub fn complete(self, status: Status) {
-        let (queue, index, cpu, in_dispatch) = (self.queue, self.index, self.cpu, self.in_dispatch);
+        let (queue, slot, index, cpu, in_dispatch) = (self.queue, self.slot, self.index, self.cpu, self.in_dispatch);
         core::mem::forget(self);
-        let slot = queue.slot(index);
         slot.set_status(status);
         slot.set_state(state::COMPLETING);
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);

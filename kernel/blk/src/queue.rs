@@ -274,6 +274,27 @@ pub struct Submitted {
     pub tag: u32,
 }
 
+/// What [`Queue::submit_batch`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Bios submitted, from the first: they complete as usual.
+    pub accepted: usize,
+    /// Why bio number `accepted` was not (none after it was looked at); `None`: all were.
+    pub error: Option<BlkError>,
+}
+
+/// Requests [`Queue::submit_batch`] prepares before it hands them to the hardware queue
+/// together (one run-token round trip and one doorbell each).
+pub const SUBMIT_BATCH_CHUNK: usize = 32;
+
+/// What [`Queue::take_request`] made of a bio.
+enum Taken {
+    /// A request in slot `index` (tag `tag` of hardware queue `hwq`), state QUEUED.
+    Request { hwq: usize, tag: u32, index: u32 },
+    /// Longer than the device's limits: [`Queue::submit_split`] submits it.
+    NeedsSplit,
+}
+
 /// `run_state` bits of a hardware queue.
 const RUNNING: u32 = 1;
 const RERUN: u32 = 2;
@@ -789,6 +810,73 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
         self.check_cpu(cpu)?;
+        match self.take_request(cpu, bio)? {
+            Taken::NeedsSplit => self.submit_split(cpu, bio),
+            Taken::Request { hwq, tag, index } => {
+                self.queue_or_issue(cpu, hwq, core::slice::from_ref(&index), defer);
+                Ok(Submitted { hwq, tag })
+            }
+        }
+    }
+
+    /// Submits `bios` in order from CPU `cpu` as one burst (Linux's plug flushed through
+    /// `queue_rqs`): the requests are prepared one by one, then handed to the hardware queue
+    /// together, with one run-token round trip and one doorbell for up to
+    /// [`SUBMIT_BATCH_CHUNK`] of them instead of one each (issue 22). Never waits.
+    ///
+    /// It stops at the first bio it cannot take (no free tag, an invalid bio, a frozen queue):
+    /// [`BatchOutcome::accepted`] bios before it were submitted (and will complete as usual),
+    /// [`BatchOutcome::error`] says why that one was not, and the bios after it were not
+    /// looked at. A bio longer than the device's limits is split, as by [`Queue::submit`].
+    pub fn submit_batch(&self, cpu: usize, bios: &[Bio<'_>]) -> BatchOutcome {
+        if let Err(error) = self.check_cpu(cpu) {
+            return BatchOutcome {
+                accepted: 0,
+                error: Some(error),
+            };
+        }
+        let mut chunk = [0u32; SUBMIT_BATCH_CHUNK];
+        let mut taken = 0;
+        // Every request of a CPU goes to that CPU's hardware queue.
+        let hwq = usize::from(self.cpu_to_hwq[cpu]);
+        for (position, bio) in bios.iter().enumerate() {
+            if taken == SUBMIT_BATCH_CHUNK {
+                self.queue_or_issue(cpu, hwq, &chunk, false);
+                taken = 0;
+            }
+            let outcome = match self.take_request(cpu, bio) {
+                Ok(Taken::Request { index, .. }) => {
+                    chunk[taken] = index;
+                    taken += 1;
+                    continue;
+                }
+                Ok(Taken::NeedsSplit) => {
+                    // What was taken before it goes first.
+                    self.queue_or_issue(cpu, hwq, &chunk[..taken], false);
+                    taken = 0;
+                    self.submit_split(cpu, bio)
+                }
+                Err(error) => Err(error),
+            };
+            if let Err(error) = outcome {
+                self.queue_or_issue(cpu, hwq, &chunk[..taken], false);
+                return BatchOutcome {
+                    accepted: position,
+                    error: Some(error),
+                };
+            }
+        }
+        self.queue_or_issue(cpu, hwq, &chunk[..taken], false);
+        BatchOutcome {
+            accepted: bios.len(),
+            error: None,
+        }
+    }
+
+    /// Validates `bio`, takes its tag and fills its slot (state QUEUED), ready for
+    /// [`Queue::queue_or_issue`]; or says that it must be split first. `cpu` is checked.
+    #[inline(always)]
+    fn take_request(&self, cpu: usize, bio: &Bio<'_>) -> Result<Taken, BlkError> {
         if let Err(e) = self.validate_bio(bio) {
             bump(&self.counters.cpu(cpu).rejected);
             return Err(e);
@@ -804,7 +892,7 @@ impl<D: Driver> Queue<D> {
             Op::Flush | Op::Driver(_) => false,
         };
         if split {
-            return self.submit_split(cpu, bio);
+            return Ok(Taken::NeedsSplit);
         }
         if !self.usage.try_enter() {
             bump(&self.counters.cpu(cpu).rejected);
@@ -860,8 +948,7 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::QUEUED);
         bump(&self.counters.cpu(cpu).submitted);
         self.stage(cpu, index, crate::driver::Stage::Submit);
-        self.queue_or_issue(cpu, hwq, index, defer);
-        Ok(Submitted { hwq, tag })
+        Ok(Taken::Request { hwq, tag, index })
     }
 
     /// Submits a read or write that exceeds the transfer or segment limit, or a discard longer
@@ -972,7 +1059,7 @@ impl<D: Driver> Queue<D> {
                 slot.set_state(state::QUEUED);
                 bump(&self.counters.cpu(cpu).submitted);
                 self.stage(cpu, index, crate::driver::Stage::Submit);
-                self.queue_or_issue(cpu, hwq, index, false);
+                self.queue_or_issue(cpu, hwq, core::slice::from_ref(&index), false);
             },
         );
         bump(&self.counters.cpu(cpu).split_bios);
@@ -1037,10 +1124,11 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// Hands a new request to hardware queue `hwq`. When nothing of this CPU's is waiting and
-    /// no CPU is dispatching, it takes the run token and dispatches the request directly
-    /// (Linux's `blk_mq_try_issue_directly`), skipping the software-queue handoff (a push, a
-    /// pending bit, and the dispatcher's two swaps). Otherwise it queues it and runs the queue.
+    /// Hands new requests (`indices`, in order; one, or a burst of [`Queue::submit_batch`]) to
+    /// hardware queue `hwq`. When nothing of this CPU's is waiting and no CPU is dispatching,
+    /// it takes the run token and dispatches them directly (Linux's
+    /// `blk_mq_try_issue_directly`), skipping the software-queue handoff (a push, a pending
+    /// bit, and the dispatcher's two swaps). Otherwise it queues them and runs the queue.
     ///
     /// Order: this CPU's older requests are either on its software queue (then we take the
     /// slow path), or were taken by a dispatcher that has since released the token (they are
@@ -1049,7 +1137,10 @@ impl<D: Driver> Queue<D> {
     /// `defer`: the direct dispatch may leave the doorbell to [`Queue::commit`]
     /// ([`Queue::submit_deferred`]); the queued path always rings it.
     #[inline(always)]
-    fn queue_or_issue(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
+    fn queue_or_issue(&self, cpu: usize, hwq: usize, indices: &[u32], defer: bool) {
+        if indices.is_empty() {
+            return;
+        }
         let hq = &self.hwqs[hwq];
         if self.sw_queues[cpu].is_empty()
             && !hq.dispatch_nonempty.load(Ordering::Relaxed)
@@ -1059,14 +1150,16 @@ impl<D: Driver> Queue<D> {
                 .compare_exchange(0, RUNNING, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            if self.run_with_token(cpu, hwq, Some(index), defer) {
-                // Quiesced: it waits on the FIFO. Re-check like an insert does, so that an
+            if self.run_with_token(cpu, hwq, indices, defer) {
+                // Quiesced: they wait on the FIFO. Re-check like an insert does, so that an
                 // unquiesce racing with us is not missed.
                 self.run_hw_queue(cpu, hwq);
             }
             return;
         }
-        self.insert(cpu, hwq, index);
+        for &index in indices {
+            self.insert(cpu, hwq, index);
+        }
         self.run_hw_queue(cpu, hwq);
     }
 
@@ -1166,17 +1259,17 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
-        self.run_with_token(cpu, hwq, None, false);
+        self.run_with_token(cpu, hwq, &[], false);
     }
 
     /// Dispatches while holding the run token, until no rerun is requested, then releases it.
-    /// `direct`: a request to dispatch after whatever is already waiting (the direct-issue
-    /// path); if the queue turns out to be quiesced it is parked on the dispatch FIFO instead
-    /// and `true` is returned: the caller must then re-check (`run_hw_queue`), as an insert
-    /// would. `defer`: the pass that carries `direct` may leave the doorbell to
-    /// [`Queue::commit`].
+    /// `direct`: requests to dispatch, in order, after whatever is already waiting (the
+    /// direct-issue path; empty for none); if the queue turns out to be quiesced they are
+    /// parked on the dispatch FIFO instead and `true` is returned: the caller must then
+    /// re-check (`run_hw_queue`), as an insert would. `defer`: the pass that carries `direct`
+    /// may leave the doorbell to [`Queue::commit`].
     #[inline(always)]
-    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: Option<u32>, defer: bool) -> bool {
+    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: &[u32], defer: bool) -> bool {
         let hq = &self.hwqs[hwq];
         let mut parked = false;
         bump(&self.counters.cpu(cpu).queue_runs);
@@ -1187,14 +1280,13 @@ impl<D: Driver> Queue<D> {
             // us, or we see the raised depth and dispatch nothing.
             fence_after_rmw();
             if !self.quiesced() {
-                // Only the pass with this CPU's own request defers: a rerun for others rings.
-                let defer = defer && direct.is_some();
-                self.dispatch_once(cpu, hwq, direct.take(), defer);
-            } else if let Some(index) = direct.take() {
+                // Only the pass with this CPU's own requests defers: a rerun for others rings.
+                let defer = defer && !direct.is_empty();
+                self.dispatch_once(cpu, hwq, core::mem::take(&mut direct), defer);
+            } else if !direct.is_empty() {
                 // SAFETY: we hold the run token, which guards the FIFO.
                 let fifo = unsafe { &mut *hq.fifo.get() };
-                self.links.set(index, crate::list::EMPTY);
-                fifo.append_newest_first(index, &self.links);
+                self.append_in_order(fifo, core::mem::take(&mut direct));
                 hq.dispatch_nonempty.store(true, Ordering::Relaxed);
                 parked = true;
             }
@@ -1213,24 +1305,22 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// One dispatch pass; the caller holds the run token. `direct` joins the end of the line.
-    /// `defer`: the last request goes with `last == false` and its doorbell is left to
-    /// [`Queue::commit`] (a pass that is turned away rings at once, as always).
+    /// One dispatch pass; the caller holds the run token. `direct` joins the end of the line,
+    /// in order. `defer`: the last request goes with `last == false` and its doorbell is left
+    /// to [`Queue::commit`] (a pass that is turned away rings at once, as always).
     #[inline(always)]
-    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: Option<u32>, defer: bool) {
+    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: &[u32], defer: bool) {
         let hq = &self.hwqs[hwq];
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
         let fifo = unsafe { &mut *hq.fifo.get() };
-        if let Some(index) = direct
-            && fifo.is_empty()
-        {
+        if !direct.is_empty() && fifo.is_empty() {
             // The direct-issue case: nothing waits on the FIFO, so the request goes to the
             // driver without the FIFO push and pop (issue 22). `dispatch_nonempty` is false
             // already: it mirrors the FIFO whenever the token is free. Other CPUs' software
             // queues are not collected in this pass: a CPU that marked its queue pending then
             // runs the hardware queue, and finding the token taken it sets RERUN, so our
             // release fails and `run_with_token` makes a full pass for it.
-            self.dispatch_alone(cpu, hwq, index, defer);
+            self.dispatch_direct(cpu, hwq, direct, defer);
             return;
         }
         // Collect software queues with work. Clear a CPU's bit before taking its list: a push
@@ -1248,10 +1338,7 @@ impl<D: Driver> Queue<D> {
                 fifo.append_newest_first(chain, &self.links);
             }
         }
-        if let Some(index) = direct {
-            self.links.set(index, crate::list::EMPTY);
-            fifo.append_newest_first(index, &self.links);
-        }
+        self.append_in_order(fifo, direct);
         if fifo.is_empty() {
             hq.dispatch_nonempty.store(false, Ordering::Relaxed);
             return;
@@ -1280,8 +1367,46 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// [`Queue::dispatch_once`] for a request that has nothing ahead of it: no FIFO push and
-    /// pop, and no `dispatch_nonempty` store unless the driver turns it away.
+    /// [`Queue::dispatch_once`] for requests that have nothing ahead of them: no FIFO push and
+    /// pop, and no `dispatch_nonempty` store unless the driver turns one away (then it and
+    /// those after it wait on the FIFO, in order). The last of them goes with `last == true`
+    /// unless `defer`, so a burst rings the doorbell once.
+    #[inline(always)]
+    fn dispatch_direct(&self, cpu: usize, hwq: usize, indices: &[u32], defer: bool) {
+        if let [index] = *indices {
+            // One request (every unbatched submission): no loop.
+            self.dispatch_alone(cpu, hwq, index, defer);
+            return;
+        }
+        let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
+        let mut uncommitted = false;
+        for (position, &index) in indices.iter().enumerate() {
+            let last = position + 1 == indices.len() && !defer;
+            match self.dispatch_one(&ctx, counters, index, last) {
+                Dispatched::Queued => uncommitted = !last,
+                Dispatched::Ended => {}
+                Dispatched::TurnedAway => {
+                    let hq = &self.hwqs[hwq];
+                    // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
+                    let fifo = unsafe { &mut *hq.fifo.get() };
+                    fifo.push_front(index, &self.links);
+                    self.append_in_order(fifo, &indices[position + 1..]);
+                    hq.dispatch_nonempty.store(true, Ordering::Relaxed);
+                    if uncommitted {
+                        // Turned away: what went before rings now, as in `dispatch_once`.
+                        self.ring_or_defer(&ctx, counters, false);
+                    }
+                    self.after_turned_away(hwq, set, gen_before);
+                    return;
+                }
+            }
+        }
+        if uncommitted {
+            self.ring_or_defer(&ctx, counters, defer);
+        }
+    }
+
+    /// [`Queue::dispatch_direct`] for one request.
     #[inline(always)]
     fn dispatch_alone(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
         let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
@@ -1300,6 +1425,15 @@ impl<D: Driver> Queue<D> {
                 hq.dispatch_nonempty.store(true, Ordering::Relaxed);
                 self.after_turned_away(hwq, set, gen_before);
             }
+        }
+    }
+
+    /// Appends `indices` to the back of the dispatch FIFO in order (the caller holds the run
+    /// token, which guards it).
+    fn append_in_order(&self, fifo: &mut crate::list::Fifo, indices: &[u32]) {
+        for &index in indices {
+            self.links.set(index, crate::list::EMPTY);
+            fifo.append_newest_first(index, &self.links);
         }
     }
 
@@ -1328,7 +1462,7 @@ impl<D: Driver> Queue<D> {
         unsafe { slot.data_mut().hwq = hwq };
         slot.set_state(state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
-        let rq = unsafe { Rq::new(self, index, ctx.cpu, false, true) };
+        let rq = unsafe { Rq::new(self, slot, index, ctx.cpu, false, true) };
         bump(&counters.dispatched);
         self.stage(cpu, index, crate::driver::Stage::Dispatch);
         match self.driver.queue_rq(ctx, rq, last) {
@@ -1337,8 +1471,10 @@ impl<D: Driver> Queue<D> {
                 Dispatched::Queued
             }
             Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
-                let index = rq.into_index();
-                self.slot(index).set_state(state::QUEUED);
+                // The handle the driver gives back is the one it got: the same slot.
+                let given_back = rq.into_index();
+                debug_assert_eq!(given_back, index);
+                slot.set_state(state::QUEUED);
                 bump(&counters.requeued);
                 Dispatched::TurnedAway
             }
@@ -1712,10 +1848,11 @@ impl<D: Driver> Queue<D> {
     /// the run token of the request's hardware queue (a completion routed locally from inside
     /// `queue_rq`, as [`Rq::complete`] does).
     fn finish(&self, cpu: usize, index: u32, in_dispatch: bool) {
-        self.slot(index).set_state(state::DRIVER);
+        let slot = self.slot(index);
+        slot.set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
-        let rq = unsafe { Rq::new(self, index, cpu as u16, true, in_dispatch) };
+        let rq = unsafe { Rq::new(self, slot, index, cpu as u16, true, in_dispatch) };
         self.driver.complete(rq);
     }
 
@@ -1725,7 +1862,20 @@ impl<D: Driver> Queue<D> {
     /// `after_completion`).
     #[inline]
     pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool, in_dispatch: bool) {
-        let slot = self.slot(index);
+        self.end_request_in(cpu, self.slot(index), index, status, inline, in_dispatch);
+    }
+
+    /// [`Queue::end_request`] with the slot already looked up (an [`Rq`] carries it).
+    #[inline]
+    pub(crate) fn end_request_in(
+        &self,
+        cpu: usize,
+        slot: &Slot<D::Pdu>,
+        index: u32,
+        status: Status,
+        inline: bool,
+        in_dispatch: bool,
+    ) {
         let (hwq, tag, parent) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };

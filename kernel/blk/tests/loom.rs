@@ -50,13 +50,17 @@ impl CountingPlatform {
 }
 
 fn small_queue(check: QuiesceCheck) -> (Arc<Queue<NullDriver>>, Arc<CountingPlatform>) {
+    queue_of_depth(check, 2)
+}
+
+fn queue_of_depth(check: QuiesceCheck, depth: u32) -> (Arc<Queue<NullDriver>>, Arc<CountingPlatform>) {
     let null = NullConfig::new(64, NullMode::Inline);
-    let mut cfg = null.queue_config(2, 1, 2);
+    let mut cfg = null.queue_config(2, 1, depth);
     cfg.timeout_ns = 0;
     cfg.run_queue_on_completion = false;
     cfg.quiesce_check = check;
     let platform = Arc::new(CountingPlatform::default());
-    let queue = Queue::new(cfg, NullDriver::new(null, 1, 2, false), platform.clone()).unwrap();
+    let queue = Queue::new(cfg, NullDriver::new(null, 1, depth, false), platform.clone()).unwrap();
     (Arc::new(queue), platform)
 }
 
@@ -592,6 +596,31 @@ fn direct_issue_racing_an_insert_never_strands_a_request() {
             platform.ended.load(Ordering::Relaxed),
             2,
             "a request submitted while another CPU issued directly was never dispatched"
+        );
+        assert_eq!(queue.in_flight(), 0);
+    });
+}
+
+/// Model 12. `Queue::submit_batch` takes the run token once for a burst and issues it directly
+/// (issue 22) while another CPU submits: whatever the interleaving, every request of the burst
+/// and the other CPU's are dispatched and ended, none is stranded on a software queue or the
+/// FIFO.
+#[test]
+fn a_batch_issued_directly_racing_an_insert_never_strands_a_request() {
+    loom::model(|| {
+        // Three tags: the burst holds two before it dispatches them.
+        let (queue, platform) = queue_of_depth(QuiesceCheck::LockFree, 3);
+        let q = queue.clone();
+        let other = thread::spawn(move || {
+            q.submit(1, &Bio::read(24, 1, &[], 3)).unwrap();
+        });
+        let burst = [Bio::read(8, 1, &[], 1), Bio::read(16, 1, &[], 2)];
+        assert_eq!(queue.submit_batch(0, &burst).accepted, 2);
+        other.join().unwrap();
+        assert_eq!(
+            platform.ended.load(Ordering::Relaxed),
+            3,
+            "a request was never dispatched while a burst was issued directly"
         );
         assert_eq!(queue.in_flight(), 0);
     });

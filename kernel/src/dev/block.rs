@@ -148,6 +148,24 @@ pub trait BlockDevice: Sync + Send {
     fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         self.submit(cpu, bio)
     }
+    /// Submits `bios` in order as one burst, doorbell included (`blk::Queue::submit_batch`):
+    /// stops at the first one it cannot take and says why.
+    fn submit_batch(&self, cpu: usize, bios: &[Bio<'_>]) -> blk::BatchOutcome {
+        for (accepted, bio) in bios.iter().enumerate() {
+            if let Err(error) = self.submit_deferred(cpu, bio) {
+                self.commit(cpu);
+                return blk::BatchOutcome {
+                    accepted,
+                    error: Some(error),
+                };
+            }
+        }
+        self.commit(cpu);
+        blk::BatchOutcome {
+            accepted: bios.len(),
+            error: None,
+        }
+    }
     /// Ends a burst of [`BlockDevice::submit_deferred`]: rings what it left unrung.
     fn commit(&self, cpu: usize) {
         let _ = cpu;
@@ -297,6 +315,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         irqs_off(|| self.queue.submit_deferred(cpu, bio))
+    }
+    fn submit_batch(&self, cpu: usize, bios: &[Bio<'_>]) -> blk::BatchOutcome {
+        irqs_off(|| self.queue.submit_batch(cpu, bios))
     }
     fn commit(&self, cpu: usize) {
         irqs_off(|| self.queue.commit(cpu));
