@@ -41,6 +41,27 @@ pub trait Platform: Send + Sync {
         );
     }
 
+    /// The done board the platform's [`Platform::end_io_by_cookie`] delivers to, if that is
+    /// all it does besides [`Platform::wake_submitter`] (the kernel's does). Asked once, when
+    /// a queue is built: the queue then delivers an unsplit request's completion to the board
+    /// itself, with no call through the platform (issue 22), except while stage tracing is on
+    /// (the platform's own `end_io_by_cookie` records the stage). The cookie is the slot.
+    fn done_board(&self) -> Option<&'static crate::done::DoneBoard> {
+        None
+    }
+
+    /// The done board refused a completion the queue delivered to it ([`Platform::done_board`]):
+    /// a slot out of range or one that was already done. Counted by the board; report it.
+    fn done_refused(&self, error: &BlkError) {
+        let _ = error;
+    }
+
+    /// A completion for CPU `cpu`'s request was delivered to the done board
+    /// ([`Platform::done_board`]) from another CPU: wake `cpu` if it halts waiting for it.
+    fn wake_submitter(&self, cpu: usize) {
+        let _ = cpu;
+    }
+
     /// [`crate::QuiesceCheck::Sleeping`]: park CPU `cpu` until [`Platform::wake`] is called for
     /// it (halt until the wake-up IPI). Must return if `wake(cpu)` was called since this last
     /// returned, even before this call (a per-CPU pending flag), or a wake-up is lost; may also

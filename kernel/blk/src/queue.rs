@@ -356,6 +356,8 @@ pub struct Queue<D: Driver> {
     run_on_completion: bool,
     /// [`Platform::ends_by_cookie`], asked once: unsplit requests end without a [`Completion`].
     ends_by_cookie: bool,
+    /// [`Platform::done_board`], asked once: unsplit requests end on it directly.
+    done_board: Option<&'static crate::done::DoneBoard>,
     cpu_to_hwq: Box<[u16]>,
     /// Hardware queues served by each tag set (all of them with shared tags).
     set_hwqs: Box<[Box<[u16]>]>,
@@ -452,6 +454,7 @@ impl<D: Driver> Queue<D> {
         }
         Ok(Self {
             ends_by_cookie: platform.ends_by_cookie(),
+            done_board: platform.done_board(),
             platform,
             ncpus,
             depth,
@@ -1884,7 +1887,14 @@ impl<D: Driver> Queue<D> {
         // The tag set of the hardware queue it went through (no division by the depth).
         let set = self.set_of(hwq);
         self.stage(cpu, index, crate::driver::Stage::EndIo);
-        if parent == NO_PARENT && self.ends_by_cookie {
+        if parent == NO_PARENT
+            && let Some(board) = self.done_board
+            && !self.stage_trace.load(core::sync::atomic::Ordering::Relaxed)
+        {
+            // SAFETY: as above; the slot stays ours until it is freed below.
+            let d = unsafe { slot.data() };
+            self.end_on_board(board, cpu, d.cookie, usize::from(d.submit_cpu), status);
+        } else if parent == NO_PARENT && self.ends_by_cookie {
             // SAFETY: as above; the slot stays ours until it is freed below.
             let d = unsafe { slot.data() };
             self.platform.end_io_by_cookie(d.cookie, d.submit_cpu, status);
@@ -1906,6 +1916,28 @@ impl<D: Driver> Queue<D> {
         debug_assert!(freed, "tag {tag} freed twice");
         self.usage.exit();
         self.after_completion(cpu, set, hwq, in_dispatch);
+    }
+
+    /// Delivers a finished request to the platform's done board ([`Platform::done_board`]):
+    /// what the platform's `end_io_by_cookie` would do, without the call through it. The
+    /// submitter is woken only when another CPU completes its request.
+    #[inline(always)]
+    fn end_on_board(&self, board: &crate::done::DoneBoard, cpu: usize, cookie: u64, submit_cpu: usize, status: Status) {
+        let delivered = match usize::try_from(cookie) {
+            Ok(done_slot) => board.deliver(submit_cpu, done_slot, status),
+            Err(_) => Err(BlkError::DoneSlotOutOfRange {
+                cpu: submit_cpu,
+                slot: usize::MAX,
+                ncpus: board.ncpus(),
+                slots_per_cpu: board.slots_per_cpu(),
+            }),
+        };
+        if let Err(e) = delivered {
+            self.platform.done_refused(&e);
+        }
+        if submit_cpu != cpu {
+            self.platform.wake_submitter(submit_cpu);
+        }
     }
 
     /// [`Queue::end_request`]'s report through [`Platform::end_io`]: a whole [`Completion`]

@@ -72,6 +72,18 @@ impl blk::Platform for KernelPlatform {
         true
     }
 
+    fn done_board(&self) -> Option<&'static DoneBoard> {
+        Some(done_board())
+    }
+
+    fn done_refused(&self, error: &BlkError) {
+        log_bogus(error);
+    }
+
+    fn wake_submitter(&self, cpu: usize) {
+        idle::wake(cpu);
+    }
+
     fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: blk::Status) {
         let cpu = usize::from(submit_cpu);
         match usize::try_from(cookie) {
