@@ -260,8 +260,15 @@ pub trait Driver: Send + Sync + Sized {
         let _ = hw;
     }
 
+    /// The driver has its own [`Driver::complete`]. `false` (the default): the block layer ends
+    /// a completed request with its status itself, without building a handle for the default
+    /// `complete` (issue 22). A driver that overrides `complete` must set this to `true`, or its
+    /// `complete` is never called.
+    const HAS_COMPLETE: bool = false;
+
     /// Finishes a completed request in the completion context chosen by the policy. `rq.status()`
     /// holds the status given to [`Queue::complete`]. The default ends it with that status.
+    /// Called only where [`Driver::HAS_COMPLETE`] is `true`.
     fn complete(&self, rq: Rq<'_, Self>) {
         let status = rq.status();
         rq.end(status);

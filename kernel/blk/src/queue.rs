@@ -1852,6 +1852,11 @@ impl<D: Driver> Queue<D> {
     /// `queue_rq`, as [`Rq::complete`] does).
     fn finish(&self, cpu: usize, index: u32, in_dispatch: bool) {
         let slot = self.slot(index);
+        if !D::HAS_COMPLETE {
+            // What the default `complete` does, without the handle: end it with its status.
+            self.end_request_in(cpu, slot, index, slot.status(), false, in_dispatch);
+            return;
+        }
         slot.set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.

@@ -339,6 +339,8 @@ impl Driver for TokenDriver {
         Ok(())
     }
 
+    const HAS_COMPLETE: bool = true;
+
     fn complete(&self, rq: Rq<'_, Self>) {
         // The frame goes back before the tag is freed (inside `end`).
         self.frames.fetch_add(1, Ordering::Release);

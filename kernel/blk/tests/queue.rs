@@ -97,6 +97,8 @@ impl Driver for RecDriver {
         self.commits.fetch_add(1, Ordering::SeqCst);
     }
 
+    const HAS_COMPLETE: bool = true;
+
     fn complete(&self, rq: Rq<'_, Self>) {
         self.completes.fetch_add(1, Ordering::SeqCst);
         let s = rq.status();

@@ -46,11 +46,6 @@ impl Driver for HoldDriver {
         self.seen.lock().unwrap().push(seen);
         Ok(())
     }
-
-    fn complete(&self, rq: Rq<'_, Self>) {
-        let status = rq.status();
-        rq.end(status);
-    }
 }
 
 /// A queue whose device takes at most 128 KiB (256 sectors) and 4 segments per request.
