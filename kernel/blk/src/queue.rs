@@ -287,6 +287,16 @@ pub struct BatchOutcome {
 /// together (one run-token round trip and one doorbell each).
 pub const SUBMIT_BATCH_CHUNK: usize = 32;
 
+/// Per-CPU lookups of a submission ([`Queue::submit_context`]).
+#[derive(Clone, Copy)]
+struct SubmitContext<'q> {
+    cpu: usize,
+    hwq: usize,
+    set: usize,
+    host: &'q HostTags,
+    counters: &'q CpuCounters,
+}
+
 /// What [`Queue::take_request`] made of a bio.
 enum Taken {
     /// A request in slot `index` (tag `tag` of hardware queue `hwq`), state QUEUED.
@@ -813,7 +823,7 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
         self.check_cpu(cpu)?;
-        match self.take_request(cpu, bio)? {
+        match self.take_request(&self.submit_context(cpu), bio)? {
             Taken::NeedsSplit => self.submit_split(cpu, bio),
             Taken::Request { hwq, tag, index } => {
                 self.queue_or_issue(cpu, hwq, core::slice::from_ref(&index), defer);
@@ -841,13 +851,14 @@ impl<D: Driver> Queue<D> {
         let mut chunk = [0u32; SUBMIT_BATCH_CHUNK];
         let mut taken = 0;
         // Every request of a CPU goes to that CPU's hardware queue.
-        let hwq = usize::from(self.cpu_to_hwq[cpu]);
+        let at = self.submit_context(cpu);
+        let hwq = at.hwq;
         for (position, bio) in bios.iter().enumerate() {
             if taken == SUBMIT_BATCH_CHUNK {
                 self.queue_or_issue(cpu, hwq, &chunk, false);
                 taken = 0;
             }
-            let outcome = match self.take_request(cpu, bio) {
+            let outcome = match self.take_request(&at, bio) {
                 Ok(Taken::Request { index, .. }) => {
                     chunk[taken] = index;
                     taken += 1;
@@ -876,12 +887,34 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// Validates `bio`, takes its tag and fills its slot (state QUEUED), ready for
-    /// [`Queue::queue_or_issue`]; or says that it must be split first. `cpu` is checked.
+    /// What every submission from CPU `cpu` needs, looked up once per call (once per batch
+    /// for [`Queue::submit_batch`]). `cpu` is checked.
     #[inline(always)]
-    fn take_request(&self, cpu: usize, bio: &Bio<'_>) -> Result<Taken, BlkError> {
+    fn submit_context(&self, cpu: usize) -> SubmitContext<'_> {
+        let hwq = usize::from(self.cpu_to_hwq[cpu]);
+        let set = self.set_of(hwq);
+        SubmitContext {
+            cpu,
+            hwq,
+            set,
+            host: &self.tag_sets[set],
+            counters: self.counters.cpu(cpu),
+        }
+    }
+
+    /// Validates `bio`, takes its tag and fills its slot (state QUEUED), ready for
+    /// [`Queue::queue_or_issue`]; or says that it must be split first.
+    #[inline(always)]
+    fn take_request(&self, at: &SubmitContext<'_>, bio: &Bio<'_>) -> Result<Taken, BlkError> {
+        let SubmitContext {
+            cpu,
+            hwq,
+            set,
+            host,
+            counters,
+        } = *at;
         if let Err(e) = self.validate_bio(bio) {
-            bump(&self.counters.cpu(cpu).rejected);
+            bump(&counters.rejected);
             return Err(e);
         }
         let split = match bio.op {
@@ -898,17 +931,15 @@ impl<D: Driver> Queue<D> {
             return Ok(Taken::NeedsSplit);
         }
         if !self.usage.try_enter() {
-            bump(&self.counters.cpu(cpu).rejected);
+            bump(&counters.rejected);
             return Err(BlkError::Frozen);
         }
-        let hwq = usize::from(self.cpu_to_hwq[cpu]);
-        let set = self.set_of(hwq);
-        let tags = self.tag_sets[set].tags();
+        let tags = host.tags();
         // With tags shared across queues, leave freed tags to a starving queue once we hold our
         // share (`usage` counts our requests, `- 1`: not this one).
         let yield_to_waiter = self.host_shared
             && !bio.reserved_tag
-            && self.tag_sets[set].over_fair_share(
+            && host.over_fair_share(
                 self.usage.in_flight().saturating_sub(1),
                 self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
             );
@@ -949,7 +980,7 @@ impl<D: Driver> Queue<D> {
         slot.set_status(Status::Ok);
         slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(state::QUEUED);
-        bump(&self.counters.cpu(cpu).submitted);
+        bump(&counters.submitted);
         self.stage(cpu, index, crate::driver::Stage::Submit);
         Ok(Taken::Request { hwq, tag, index })
     }
