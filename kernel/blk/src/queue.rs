@@ -667,6 +667,13 @@ impl<D: Driver> Queue<D> {
         Ok(())
     }
 
+    /// Our sharer id in tag set `set` when other queues share it (`host_tags`): only then can a
+    /// free have another queue to kick.
+    #[inline(always)]
+    fn sharer_of(&self, set: usize) -> Option<u32> {
+        self.host_shared.then(|| self.sharer_ids[set])
+    }
+
     fn set_of(&self, hwq: usize) -> usize {
         if self.shared_tags { 0 } else { hwq }
     }
@@ -1051,7 +1058,7 @@ impl<D: Driver> Queue<D> {
                 Ok(tag) => taken.push(tag),
                 Err(error) => {
                     for &tag in &taken {
-                        self.tag_sets[set].free(cpu, tag, self.sharer_ids[set]);
+                        self.tag_sets[set].free(cpu, tag, self.sharer_of(set));
                         self.usage.exit();
                     }
                     self.splits.cancel(cpu, parent);
@@ -1948,7 +1955,7 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::FREE);
         // Release inside `free` publishes the FREE state and our last reads to the next owner.
         // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let freed = self.tag_sets[set].free(cpu, tag, self.sharer_ids[set]);
+        let freed = self.tag_sets[set].free(cpu, tag, self.sharer_of(set));
         debug_assert!(freed, "tag {tag} freed twice");
         self.usage.exit();
         self.after_completion(cpu, set, hwq, in_dispatch);

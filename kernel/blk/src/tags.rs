@@ -369,17 +369,21 @@ impl HostTags {
         }
     }
 
-    /// Frees `tag` on behalf of sharer `me` on CPU `cpu`, bumps the freed sequence and kicks
-    /// every other sharer waiting for a restart. `false` if the tag was not allocated.
+    /// Frees `tag` on CPU `cpu`, bumps the freed sequence and, on behalf of sharer `me` of a set
+    /// shared by several queues, kicks every other sharer waiting for a restart (`None`: a queue's
+    /// own set, whose restart bits nobody sets, so there is nothing to kick). `false` if the tag
+    /// was not allocated.
     #[inline(always)]
-    pub(crate) fn free(&self, cpu: usize, tag: u32, me: u32) -> bool {
+    pub(crate) fn free(&self, cpu: usize, tag: u32, me: Option<u32>) -> bool {
         let freed = self.set.free(cpu, tag);
         // Release pairs with the Acquire in `freed_seq`.
         self.freed.fetch_add(1, Ordering::Release);
         // Full fence. Pairs with the fence in `Queue::dispatch_once`'s restart protocol (after
         // it sets its restart bit): either it sees our bump, or we see its bit below.
         fence_after_rmw();
-        self.kick_waiters(cpu, me);
+        if let Some(me) = me {
+            self.kick_waiters(cpu, me);
+        }
         freed
     }
 
