@@ -620,7 +620,12 @@ struct Slot {
     submitted_ns: u64,
     /// Clock just after `submit` returned (detail mode; `submitted_ns` otherwise).
     issued_ns: u64,
+    /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list).
+    next_free: u32,
 }
+
+/// The end of the free-slot list.
+const NO_SLOT: u32 = u32::MAX;
 
 enum Source {
     Main(IoGenerator),
@@ -761,8 +766,13 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     /// Device sector of block 0 of this CPU's slice (computed once: a division per I/O costs
     /// a helper call under emulation).
     first_lba: u64,
+    /// `plan.sectors_per_block`, here to save a load through `plan` per I/O.
+    sectors_per_block: u64,
     slots: Vec<Slot>,
-    free_slots: Vec<usize>,
+    /// The free slots as a list through [`Slot::next_free`], most recently freed first: a push
+    /// or a pop is a store or two in a slot the I/O touches anyway, with no capacity check
+    /// (issue 22).
+    free_head: u32,
     in_flight: usize,
     completions: Vec<Completion>,
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
@@ -868,7 +878,13 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             generation: None,
             submitted_ns: 0,
             issued_ns: 0,
+            next_free: NO_SLOT,
         };
+        let mut slots = vec![idle_slot; depth];
+        // Slot 0 first, then 1, and so on (the depth fits in u32).
+        for (index, slot) in slots.iter_mut().enumerate() {
+            slot.next_free = if index + 1 < depth { (index + 1) as u32 } else { NO_SLOT };
+        }
         Ok(Self {
             plan,
             slice,
@@ -880,9 +896,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             io_sectors: plan.sectors_per_block,
             io_bytes: plan.bs(),
             first_lba: plan.region_start_sector() + slice.first_block * u64::from(plan.sectors_per_block),
-            slots: vec![idle_slot; depth],
-            // Popped from the end, so slot 0 goes first.
-            free_slots: (0..depth).rev().collect(),
+            sectors_per_block: u64::from(plan.sectors_per_block),
+            slots,
+            free_head: if depth == 0 { NO_SLOT } else { 0 },
             in_flight: 0,
             completions: vec![Completion::EMPTY; depth],
             deferred: Deferred::new(
@@ -944,6 +960,18 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 flush: OpStats::new(),
             },
         })
+    }
+
+    /// The slot the next submission takes, if one is free: the top of the free list.
+    #[inline(always)]
+    fn free_slot(&self) -> Option<usize> {
+        (self.free_head != NO_SLOT).then_some(self.free_head as usize)
+    }
+
+    /// Takes `slot`, the top of the free list, off it.
+    #[inline(always)]
+    fn take_free_slot(&mut self, slot: usize) {
+        self.free_head = self.slots[slot].next_free;
     }
 
     /// [`VerifyScheme::Off`]: a constant for a plain job.
@@ -1143,14 +1171,14 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     /// backend leaves it due; a submission that fails at once completes it as failed.
     #[cold]
     fn submit_flush(&mut self, phase: Phase) -> Result<(), WorkloadError> {
-        let Some(&slot) = self.free_slots.last() else {
+        let Some(slot) = self.free_slot() else {
             return Ok(());
         };
         let submitted_ns = self.backend.now_ns();
         match self.backend.submit(slot, IoOp::Flush, 0, 0) {
             Err(SubmitError::Busy) => Ok(()),
             outcome => {
-                self.free_slots.pop();
+                self.take_free_slot(slot);
                 self.slots[slot] = Slot {
                     in_flight: true,
                     op: IoOp::Flush,
@@ -1159,6 +1187,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
+                    next_free: NO_SLOT,
                 };
                 self.in_flight += 1;
                 self.flush_wanted = false;
@@ -1370,7 +1399,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         // The burst is submitted back to back (at most one per slot), so an I/O's latency reads
         // high by at most the time to submit the I/Os before it in the burst (docs/bench.md).
         let burst_ns = self.backend.now_ns();
-        while !self.free_slots.is_empty() && submissions_left > 0 {
+        while self.free_head != NO_SLOT && submissions_left > 0 {
             if self.paced() && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
                 // fio's fsync: what is in flight completes, then the flush alone.
                 if self.flush_in_flight || self.in_flight > 0 {
@@ -1379,7 +1408,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.submit_flush(phase)?;
                 return Ok(true);
             }
-            let io = if let Some(io) = self.retry.take() {
+            // Tested before it is taken: the take is a load and two stores per I/O.
+            let io = if let Some(io) = self.retry {
+                self.retry = None;
                 io
             } else if self.tracked()
                 && let Some(io) = self.deferred.take_ready(&self.tracker)
@@ -1461,7 +1492,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     }
 
     fn lba_of(&self, block: u64) -> u64 {
-        self.first_lba + block * u64::from(self.plan.sectors_per_block)
+        self.first_lba + block * self.sectors_per_block
     }
 
     /// Stamps a write's buffer or clears a verified read's headers before `try_submit` hands the
@@ -1512,7 +1543,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
         let tracked = self.tracked();
         debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
-        let Some(&slot) = self.free_slots.last() else {
+        let Some(slot) = self.free_slot() else {
             return Ok(false);
         };
         let lba = self.lba_of(block);
@@ -1545,8 +1576,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 } else {
                     submitted_ns
                 };
-                self.free_slots.pop();
                 let entry = &mut self.slots[slot];
+                self.free_head = entry.next_free;
                 entry.in_flight = true;
                 entry.op = op;
                 entry.block = block;
@@ -1588,7 +1619,10 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         // Only what every I/O needs is read here; the rare paths read the slot again (it keeps
         // its fields until the next submission in it).
         let (op, block, bytes, submitted_ns) = (entry.op, entry.block, entry.bytes, entry.submitted_ns);
-        self.free_slots.push(completion.slot);
+        // Pushed on the free list: back into use first, as the slot whose buffer is warm.
+        entry.next_free = self.free_head;
+        // Below the depth, which fits in u32.
+        self.free_head = completion.slot as u32;
         self.in_flight -= 1;
         let phase = Self::shaped(phase);
         if !PLAIN && op == IoOp::Flush {
