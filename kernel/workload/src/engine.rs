@@ -221,8 +221,9 @@ impl CpuPhase {
     }
 }
 
-/// Counters one CPU publishes while it runs, for the progress line. Each field has one writer (the
-/// CPU running the engine) and any number of readers.
+/// Counters one CPU publishes while it runs, for the progress line: about every
+/// [`PERIODIC_INTERVAL_NS`], when a phase ends, and when the CPU finishes. Each field has one writer
+/// (the CPU running the engine) and any number of readers.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct CpuLive {
@@ -1308,12 +1309,15 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         loop {
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
+                // The live counters serve the progress line (once a second): published here,
+                // about every 100 ms, and when the phase ends, not after every reap (issue 22).
+                self.live.publish(&self.live_counts());
                 self.backend.periodic(now);
                 if !PLAIN && phase == Phase::Main && self.result.detail.is_some() {
                     self.sample_detail(now, false);
                 }
             }
-            if self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
+            if !PLAIN && self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
                 self.end_ramp(now);
             }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
@@ -1330,6 +1334,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             }
             if self.in_flight == 0 && !issuing {
                 self.flush_suppressed_log();
+                self.live.publish(&self.live_counts());
                 return Ok(());
             }
             let reaped = self
@@ -1373,7 +1378,6 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             self.completions = completions;
             outcome?;
             self.last_progress_ns = done_ns;
-            self.live.publish(&self.live_counts());
             // The completion time serves as the next round's clock: one clock read fewer per round
             // (clock reads were half of the per-I/O cost on the host benchmark).
             now = done_ns;
@@ -1454,7 +1458,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.retry = Some(io);
                 return Ok(true);
             }
-            if io.0 == IoOp::Write && self.plan.spec.flush_every_writes != 0 && phase == Phase::Main {
+            if !PLAIN && io.0 == IoOp::Write && self.plan.spec.flush_every_writes != 0 && phase == Phase::Main {
                 self.writes_since_flush += 1;
                 if self.writes_since_flush >= self.plan.spec.flush_every_writes {
                     self.writes_since_flush = 0;
