@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{DISK_SECTORS, FakeBackend, FakeDisk, Fault, Order, SECTOR, md0};
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, Fault, Order, SECTOR, fio_plan_of, md0};
 use workload::{
     CpuResult, DetailOptions, IoError, IoOp, JobPlan, JobShared, LiveCounts, parse_jobs, plan_job, run_cpu,
 };
@@ -19,7 +19,7 @@ fn plan_of(words: &str) -> JobPlan {
 /// completions; returns the result, the published live counters and the submissions in order.
 fn run(plan: &JobPlan, shared: JobShared) -> (CpuResult, LiveCounts, Vec<(IoOp, u64)>) {
     let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
-    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.bs() as usize);
+    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
     // Time moves only when the engine waits: the detail mode's extra clock reads change nothing.
     backend.tick_ns = 0;
     backend.order = Order::Shuffled;
@@ -97,6 +97,28 @@ fn a_plain_job_reports_what_the_same_job_reports_with_detail_on() {
         assert_eq!(plain_live.errors, plain.errors, "{words}");
         assert!(plain.detail.is_none() && shaped.detail.is_some());
     }
+}
+
+#[test]
+fn a_plain_job_with_variable_block_sizes_reports_what_it_reports_with_detail_on() {
+    // A size drawn per I/O (the `Sized` source): every slot records its own length.
+    let plan = fio_plan_of(
+        "[r]\nrw=randrw\nbssplit=4k/25:16k/75\nsize=2m\niodepth=8\nioengine=libaio\ncpus_allowed=0\n",
+        &[0],
+    );
+    let (plain, plain_live, plain_log) = run(&plan, JobShared::new(&plan));
+    let (shaped, shaped_live, shaped_log) = run(&plan, JobShared::with_detail(&plan, DetailOptions::default()));
+    assert_eq!(plain_log, shaped_log);
+    for (a, b) in [(&plain.read, &shaped.read), (&plain.write, &shaped.write)] {
+        assert_eq!((a.ios, a.bytes, a.errors), (b.ios, b.bytes, b.errors));
+        assert_eq!(a.latency, b.latency);
+    }
+    assert_eq!(plain_live, shaped_live);
+    assert!(plain.read.bytes + plain.write.bytes > 0);
+    assert!(
+        plain.write.bytes % 4096 == 0 && plain.write.bytes != plain.write.ios * 4096,
+        "sizes other than 4k moved"
+    );
 }
 
 #[test]
