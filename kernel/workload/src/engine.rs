@@ -1299,6 +1299,23 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     }
 
     fn run_phase(&mut self, phase: Phase, source: &mut Source, deadline: Option<u64>) -> Result<(), WorkloadError> {
+        // The completions array is out of `self` for the whole phase: `complete` cannot change
+        // it, so a reap walks it with no bounds check per completion and no move in and out of
+        // `self` per reap (issue 22).
+        let mut completions = core::mem::take(&mut self.completions);
+        let outcome = self.run_phase_with(phase, source, deadline, &mut completions);
+        self.completions = completions;
+        outcome
+    }
+
+    /// [`CpuRun::run_phase`] with the completions array at hand.
+    fn run_phase_with(
+        &mut self,
+        phase: Phase,
+        source: &mut Source,
+        deadline: Option<u64>,
+        completions: &mut [Completion],
+    ) -> Result<(), WorkloadError> {
         debug_assert!(!PLAIN || phase == Phase::Main);
         let phase = Self::shaped(phase);
         let mut issuing = true;
@@ -1337,10 +1354,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.live.publish(&self.live_counts());
                 return Ok(());
             }
-            let reaped = self
-                .backend
-                .poll_completions(&mut self.completions)
-                .min(self.completions.len());
+            let reaped = self.backend.poll_completions(completions).min(completions.len());
             if reaped == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
@@ -1369,14 +1383,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 detail.completions_per_reap[batch_bucket(reaped)] += reaped as u64;
             }
             let done_ns = self.backend.now_ns();
-            // Out of `self` while completing: `complete` cannot change the array, so the loop
-            // needs no bounds check per completion.
-            let completions = core::mem::take(&mut self.completions);
-            let outcome = completions[..reaped]
+            completions[..reaped]
                 .iter()
-                .try_for_each(|&completion| self.complete(completion, done_ns, phase));
-            self.completions = completions;
-            outcome?;
+                .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
             self.last_progress_ns = done_ns;
             // The completion time serves as the next round's clock: one clock read fewer per round
             // (clock reads were half of the per-I/O cost on the host benchmark).
