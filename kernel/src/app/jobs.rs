@@ -43,6 +43,9 @@ struct KernelBackend<'a> {
     bs: usize,
     /// Block-layer (512-byte) sectors per device sector.
     scale: u64,
+    /// The most device sectors one request may move: what fits in `bs` (one compare per I/O
+    /// instead of a multiply, a shift and a compare).
+    max_sectors: u32,
     poll: bool,
     /// Requests submitted and not yet reaped by this CPU.
     in_flight: usize,
@@ -90,6 +93,35 @@ impl PendingIo {
 }
 
 impl KernelBackend<'_> {
+    /// The most sectors of `scale` 512-byte sectors that fit in a buffer of `bs` bytes: at most
+    /// bs / 512, which fits in u32 (bs is a u32 of the plan).
+    fn max_sectors(bs: usize, scale: u64) -> u32 {
+        (bs as u64 / (scale * 512)) as u32
+    }
+
+    /// Moves completions kept back by an earlier reap into `out`; returns how many.
+    #[cold]
+    fn drain_overflow(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.overflow.pop() {
+                Some(c) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Drives `dev`, whose sectors are `scale` block-layer sectors, from now on.
+    fn drive(&mut self, dev: &'static dyn BlockDevice, scale: u64) {
+        self.dev = dev;
+        self.scale = scale;
+        self.max_sectors = Self::max_sectors(self.bs, scale);
+    }
+
     /// Hands the collected burst to the device, then rings what this CPU's deferred
     /// submissions left unrung.
     #[inline(always)]
@@ -181,12 +213,12 @@ impl IoBackend for KernelBackend<'_> {
     #[inline(always)]
     fn submit(&mut self, slot: usize, op: IoOp, lba: u64, sectors: u32) -> Result<(), SubmitError> {
         let b = &self.buffers[slot];
-        let len = sectors as usize * (self.scale as usize * 512);
-        if len > self.bs {
+        if sectors > self.max_sectors {
             return Err(SubmitError::Failed(IoError::Rejected {
                 code: REJECTED_LONGER_THAN_BUFFER,
             }));
         }
+        let len = sectors as usize * (self.scale as usize * 512);
         // SAFETY: the buffer stays valid and untouched by the CPU until the
         // completion for this slot is reaped (the engine's slot contract).
         let seg = [unsafe { Segment::with_virt(b.phys(), b.as_ptr(), len as u32) }];
@@ -252,16 +284,13 @@ impl IoBackend for KernelBackend<'_> {
         if self.poll || self.dev.polling_window(self.cpu) {
             self.dev.poll(self.cpu);
         }
-        let mut n = 0;
-        while n < out.len() {
-            match self.overflow.pop() {
-                Some(c) => {
-                    out[n] = c;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
+        // What a reap could not hand out last time goes first (rare: only when more
+        // completions than the engine's array came at once).
+        let mut n = if self.overflow.is_empty() {
+            0
+        } else {
+            self.drain_overflow(out)
+        };
         let overflow = &mut self.overflow;
         let cpu = self.cpu;
         // Only this job's slots (its queue depth): one word of the board per reap at QD 64 or
@@ -400,6 +429,7 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         buffers,
         bs,
         scale,
+        max_sectors: KernelBackend::max_sectors(bs, scale),
         poll: ctx.poll,
         in_flight: 0,
         uncommitted: false,

@@ -221,8 +221,9 @@ impl CpuPhase {
     }
 }
 
-/// Counters one CPU publishes while it runs, for the progress line. Each field has one writer (the
-/// CPU running the engine) and any number of readers.
+/// Counters one CPU publishes while it runs, for the progress line: about every
+/// [`PERIODIC_INTERVAL_NS`], when a phase ends, and when the CPU finishes. Each field has one writer
+/// (the CPU running the engine) and any number of readers.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct CpuLive {
@@ -539,10 +540,36 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
         index: cpu_index,
         cpus: shared.live.len(),
     })?;
-    let mut run = CpuRun::new(plan, slice, backend, shared, live)?;
+    if is_plain(plan, shared) {
+        run_shaped::<B, true>(plan, slice, cpu_index, backend, shared, live)
+    } else {
+        run_shaped::<B, false>(plan, slice, cpu_index, backend, shared, live)
+    }
+}
+
+/// Whether the job is the benchmark's plain shape: no verify, no pacing (`rate`, `thinktime`,
+/// fsync), no detail, no ramp. Such a job runs the loop compiled with `PLAIN` set, in which every per-I/O
+/// look at those features is a constant and drops out (issue 22).
+fn is_plain(plan: &JobPlan, shared: &JobShared) -> bool {
+    matches!(plan.verify, VerifyScheme::Off)
+        && !plan.spec.is_paced()
+        && shared.detail.is_none()
+        && plan.spec.ramp_ns == 0
+}
+
+/// [`run_cpu`] for one shape of job (see [`is_plain`]).
+fn run_shaped<B: IoBackend + ?Sized, const PLAIN: bool>(
+    plan: &JobPlan,
+    slice: CpuSlice,
+    cpu_index: usize,
+    backend: &mut B,
+    shared: &JobShared,
+    live: &CpuLive,
+) -> Result<CpuResult, WorkloadError> {
+    let mut run = CpuRun::<B, PLAIN>::new(plan, slice, backend, shared, live)?;
     live.set_phase(CpuPhase::Running);
     let outcome = run.run_all(cpu_index);
-    run.live.publish(&run.live_counts);
+    run.live.publish(&run.live_counts());
     live.set_phase(CpuPhase::Finished);
     outcome?;
     Ok(run.result)
@@ -594,7 +621,12 @@ struct Slot {
     submitted_ns: u64,
     /// Clock just after `submit` returned (detail mode; `submitted_ns` otherwise).
     issued_ns: u64,
+    /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list).
+    next_free: u32,
 }
+
+/// The end of the free-slot list.
+const NO_SLOT: u32 = u32::MAX;
 
 enum Source {
     Main(IoGenerator),
@@ -715,7 +747,9 @@ fn clear_headers(bs: usize, io: &mut [u8]) {
     }
 }
 
-struct CpuRun<'a, B: ?Sized> {
+/// One CPU's run of a job. `PLAIN`: the job has the shape [`is_plain`] names, so the features it
+/// leaves out cost no instruction per I/O; every other job runs with `PLAIN` false, on the same code.
+struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     plan: &'a JobPlan,
     slice: CpuSlice,
     backend: &'a mut B,
@@ -733,8 +767,13 @@ struct CpuRun<'a, B: ?Sized> {
     /// Device sector of block 0 of this CPU's slice (computed once: a division per I/O costs
     /// a helper call under emulation).
     first_lba: u64,
+    /// `plan.sectors_per_block`, here to save a load through `plan` per I/O.
+    sectors_per_block: u64,
     slots: Vec<Slot>,
-    free_slots: Vec<usize>,
+    /// The free slots as a list through [`Slot::next_free`], most recently freed first: a push
+    /// or a pop is a store or two in a slot the I/O touches anyway, with no capacity check
+    /// (issue 22).
+    free_head: u32,
     in_flight: usize,
     completions: Vec<Completion>,
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
@@ -795,7 +834,7 @@ struct CpuRun<'a, B: ?Sized> {
     result: CpuResult,
 }
 
-impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
+impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     fn new(
         plan: &'a JobPlan,
         slice: CpuSlice,
@@ -840,7 +879,13 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             generation: None,
             submitted_ns: 0,
             issued_ns: 0,
+            next_free: NO_SLOT,
         };
+        let mut slots = vec![idle_slot; depth];
+        // Slot 0 first, then 1, and so on (the depth fits in u32).
+        for (index, slot) in slots.iter_mut().enumerate() {
+            slot.next_free = if index + 1 < depth { (index + 1) as u32 } else { NO_SLOT };
+        }
         Ok(Self {
             plan,
             slice,
@@ -852,9 +897,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             io_sectors: plan.sectors_per_block,
             io_bytes: plan.bs(),
             first_lba: plan.region_start_sector() + slice.first_block * u64::from(plan.sectors_per_block),
-            slots: vec![idle_slot; depth],
-            // Popped from the end, so slot 0 goes first.
-            free_slots: (0..depth).rev().collect(),
+            sectors_per_block: u64::from(plan.sectors_per_block),
+            slots,
+            free_head: if depth == 0 { NO_SLOT } else { 0 },
             in_flight: 0,
             completions: vec![Completion::EMPTY; depth],
             deferred: Deferred::new(
@@ -916,6 +961,43 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 flush: OpStats::new(),
             },
         })
+    }
+
+    /// The slot the next submission takes, if one is free: the top of the free list.
+    #[inline(always)]
+    fn free_slot(&self) -> Option<usize> {
+        (self.free_head != NO_SLOT).then_some(self.free_head as usize)
+    }
+
+    /// Takes `slot`, the top of the free list, off it.
+    #[inline(always)]
+    fn take_free_slot(&mut self, slot: usize) {
+        self.free_head = self.slots[slot].next_free;
+    }
+
+    /// [`VerifyScheme::Off`]: a constant for a plain job.
+    #[inline(always)]
+    fn verify_off(&self) -> bool {
+        PLAIN || self.verify_off
+    }
+
+    /// [`VerifyScheme::Tracked`]: a constant for a plain job.
+    #[inline(always)]
+    fn tracked(&self) -> bool {
+        !PLAIN && self.tracked
+    }
+
+    /// Pacing or flushes: a constant for a plain job.
+    #[inline(always)]
+    fn paced(&self) -> bool {
+        !PLAIN && self.paced
+    }
+
+    /// The phase a loop runs: a plain job has no verify pass and no end flush, so only the main
+    /// phase, a constant.
+    #[inline(always)]
+    fn shaped(phase: Phase) -> Phase {
+        if PLAIN { Phase::Main } else { phase }
     }
 
     fn run_all(&mut self, cpu_index: usize) -> Result<(), WorkloadError> {
@@ -1090,14 +1172,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// backend leaves it due; a submission that fails at once completes it as failed.
     #[cold]
     fn submit_flush(&mut self, phase: Phase) -> Result<(), WorkloadError> {
-        let Some(&slot) = self.free_slots.last() else {
+        let Some(slot) = self.free_slot() else {
             return Ok(());
         };
         let submitted_ns = self.backend.now_ns();
         match self.backend.submit(slot, IoOp::Flush, 0, 0) {
             Err(SubmitError::Busy) => Ok(()),
             outcome => {
-                self.free_slots.pop();
+                self.take_free_slot(slot);
                 self.slots[slot] = Slot {
                     in_flight: true,
                     op: IoOp::Flush,
@@ -1106,6 +1188,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
+                    next_free: NO_SLOT,
                 };
                 self.in_flight += 1;
                 self.flush_wanted = false;
@@ -1144,7 +1227,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// verify_backlog: a write of `block` completed; every N of them are due to be read back.
     #[cold]
     fn note_backlog_write(&mut self, block: u64) {
-        if self.verify_off {
+        if self.verify_off() {
             return;
         }
         self.backlog_written.push(block);
@@ -1173,8 +1256,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     fn next_from(&mut self, source: &mut Source) -> Option<(IoOp, u64)> {
         match source {
             Source::Main(generator) => {
-                // verify_backlog: blocks written lately are read back first.
-                if let Some(block) = self.backlog_pending.pop() {
+                // verify_backlog: blocks written lately are read back first (a plain job has
+                // no verify, so no backlog).
+                if !PLAIN && let Some(block) = self.backlog_pending.pop() {
                     return Some((IoOp::Read, block));
                 }
                 generator.next_io()
@@ -1197,7 +1281,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 while *next_block < self.slice.blocks {
                     let block = *next_block;
                     *next_block += 1;
-                    if !self.tracked {
+                    if !self.tracked() {
                         return Some((IoOp::Read, block));
                     }
                     // Block indices are below the slice length, which is the tracker length.
@@ -1215,6 +1299,25 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     }
 
     fn run_phase(&mut self, phase: Phase, source: &mut Source, deadline: Option<u64>) -> Result<(), WorkloadError> {
+        // The completions array is out of `self` for the whole phase: `complete` cannot change
+        // it, so a reap walks it with no bounds check per completion and no move in and out of
+        // `self` per reap (issue 22).
+        let mut completions = core::mem::take(&mut self.completions);
+        let outcome = self.run_phase_with(phase, source, deadline, &mut completions);
+        self.completions = completions;
+        outcome
+    }
+
+    /// [`CpuRun::run_phase`] with the completions array at hand.
+    fn run_phase_with(
+        &mut self,
+        phase: Phase,
+        source: &mut Source,
+        deadline: Option<u64>,
+        completions: &mut [Completion],
+    ) -> Result<(), WorkloadError> {
+        debug_assert!(!PLAIN || phase == Phase::Main);
+        let phase = Self::shaped(phase);
         let mut issuing = true;
         self.retry = None;
         self.deferred.clear();
@@ -1223,12 +1326,15 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         loop {
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
+                // The live counters serve the progress line (once a second): published here,
+                // about every 100 ms, and when the phase ends, not after every reap (issue 22).
+                self.live.publish(&self.live_counts());
                 self.backend.periodic(now);
-                if phase == Phase::Main && self.result.detail.is_some() {
+                if !PLAIN && phase == Phase::Main && self.result.detail.is_some() {
                     self.sample_detail(now, false);
                 }
             }
-            if self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
+            if !PLAIN && self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
                 self.end_ramp(now);
             }
             if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
@@ -1245,17 +1351,15 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             }
             if self.in_flight == 0 && !issuing {
                 self.flush_suppressed_log();
+                self.live.publish(&self.live_counts());
                 return Ok(());
             }
-            let reaped = self
-                .backend
-                .poll_completions(&mut self.completions)
-                .min(self.completions.len());
+            let reaped = self.backend.poll_completions(completions).min(completions.len());
             if reaped == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
                 // A paced job with nothing in flight is waiting for its pace, not for the device.
-                let stalled = !self.paced || self.in_flight > 0;
+                let stalled = !self.paced() || self.in_flight > 0;
                 if stalled && waited > self.plan.spec.io_timeout_ns {
                     return Err(WorkloadError::Stalled {
                         cpu: self.slice.cpu,
@@ -1267,22 +1371,22 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 let idle_from = now;
                 self.backend.idle();
                 now = self.backend.now_ns();
-                if phase == Phase::Main
+                if !PLAIN
+                    && phase == Phase::Main
                     && let Some(detail) = &mut self.result.detail
                 {
                     detail.idle_ns += now.saturating_sub(idle_from);
                 }
                 continue;
             }
-            if let Some(detail) = &mut self.result.detail {
+            if !PLAIN && let Some(detail) = &mut self.result.detail {
                 detail.completions_per_reap[batch_bucket(reaped)] += reaped as u64;
             }
             let done_ns = self.backend.now_ns();
-            for index in 0..reaped {
-                let completion = self.completions[index];
-                self.complete(completion, done_ns, phase)?;
-            }
-            self.live.publish(&self.live_counts);
+            completions[..reaped]
+                .iter()
+                .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            self.last_progress_ns = done_ns;
             // The completion time serves as the next round's clock: one clock read fewer per round
             // (clock reads were half of the per-I/O cost on the host benchmark).
             now = done_ns;
@@ -1308,8 +1412,8 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         // The burst is submitted back to back (at most one per slot), so an I/O's latency reads
         // high by at most the time to submit the I/Os before it in the burst (docs/bench.md).
         let burst_ns = self.backend.now_ns();
-        while !self.free_slots.is_empty() && submissions_left > 0 {
-            if self.paced && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
+        while self.free_head != NO_SLOT && submissions_left > 0 {
+            if self.paced() && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
                 // fio's fsync: what is in flight completes, then the flush alone.
                 if self.flush_in_flight || self.in_flight > 0 {
                     return Ok(true);
@@ -1317,18 +1421,20 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 self.submit_flush(phase)?;
                 return Ok(true);
             }
-            let io = if let Some(io) = self.retry.take() {
+            // Tested before it is taken: the take is a load and two stores per I/O.
+            let io = if let Some(io) = self.retry {
+                self.retry = None;
                 io
-            } else if self.tracked
+            } else if self.tracked()
                 && let Some(io) = self.deferred.take_ready(&self.tracker)
             {
                 io
-            } else if self.tracked && self.deferred.is_full() && !may_drop {
+            } else if self.tracked() && self.deferred.is_full() && !may_drop {
                 // (Only tracked jobs defer I/Os: the others skip both looks.)
                 // Everything waiting is for blocks in flight: wait for one of them.
                 return Ok(true);
             } else if let Some(io) = self.next_from(source) {
-                if self.tracked && self.tracker[io.1 as usize] & TRACK_BUSY != 0 {
+                if self.tracked() && self.tracker[io.1 as usize] & TRACK_BUSY != 0 {
                     if !self.deferred.is_full() {
                         self.deferred.push(io);
                         self.result.deferred_ios += 1;
@@ -1351,7 +1457,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     !self.backlog_pending.is_empty() || (!self.backlog_written.is_empty() && self.in_flight > 0);
                 return Ok(self.retry.is_some() || !self.deferred.is_empty() || backlog_due);
             };
-            if self.paced && phase == Phase::Main && !self.pace_allows(io.0) {
+            if self.paced() && phase == Phase::Main && !self.pace_allows(io.0) {
                 // Not yet: it goes first when the pace allows (the loop comes back here).
                 self.retry = Some(io);
                 return Ok(true);
@@ -1361,7 +1467,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 self.retry = Some(io);
                 return Ok(true);
             }
-            if io.0 == IoOp::Write && self.plan.spec.flush_every_writes != 0 && phase == Phase::Main {
+            if !PLAIN && io.0 == IoOp::Write && self.plan.spec.flush_every_writes != 0 && phase == Phase::Main {
                 self.writes_since_flush += 1;
                 if self.writes_since_flush >= self.plan.spec.flush_every_writes {
                     self.writes_since_flush = 0;
@@ -1399,7 +1505,7 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     }
 
     fn lba_of(&self, block: u64) -> u64 {
-        self.first_lba + block * u64::from(self.plan.sectors_per_block)
+        self.first_lba + block * self.sectors_per_block
     }
 
     /// Stamps a write's buffer or clears a verified read's headers before `try_submit` hands the
@@ -1448,14 +1554,14 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
     /// backend is busy; an immediate failure counts as a completed, failed I/O. `submitted_ns` is
     /// the clock read of the burst this submission belongs to.
     fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
-        let tracked = self.tracked;
+        let tracked = self.tracked();
         debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
-        let Some(&slot) = self.free_slots.last() else {
+        let Some(slot) = self.free_slot() else {
             return Ok(false);
         };
         let lba = self.lba_of(block);
         // Unverified jobs (the benchmark case) skip the match: a jump table is an indirect jump.
-        let generation = if self.verify_off {
+        let generation = if self.verify_off() {
             None
         } else {
             self.expected_generation(op, block)
@@ -1477,22 +1583,25 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             outcome => {
                 // Detail mode only: the second clock read costs as much as the engine's own work
                 // per I/O on the host benchmark.
-                let issued_ns = if let Some(detail) = &mut self.result.detail {
+                let issued_ns = if !PLAIN && let Some(detail) = &mut self.result.detail {
                     detail.depth_at_submit[depth_bucket(self.in_flight + 1)] += 1;
                     self.backend.now_ns()
                 } else {
                     submitted_ns
                 };
-                self.free_slots.pop();
-                self.slots[slot] = Slot {
-                    in_flight: true,
-                    op,
-                    block,
-                    bytes,
-                    generation,
-                    submitted_ns,
-                    issued_ns,
-                };
+                let entry = &mut self.slots[slot];
+                self.free_head = entry.next_free;
+                entry.in_flight = true;
+                entry.op = op;
+                entry.block = block;
+                entry.bytes = bytes;
+                entry.submitted_ns = submitted_ns;
+                if !PLAIN {
+                    // A plain job expects no generation and measures no issue time: it never
+                    // reads either, so they are not written (issue 22).
+                    entry.generation = generation;
+                    entry.issued_ns = issued_ns;
+                }
                 self.in_flight += 1;
                 if tracked {
                     self.tracker[block as usize] |= TRACK_BUSY;
@@ -1520,18 +1629,25 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
             return Err(bogus("is not in flight"));
         }
         entry.in_flight = false;
-        let slot = *entry;
-        self.free_slots.push(completion.slot);
+        // Only what every I/O needs is read here; the rare paths read the slot again (it keeps
+        // its fields until the next submission in it).
+        let (op, block, bytes, submitted_ns) = (entry.op, entry.block, entry.bytes, entry.submitted_ns);
+        // Pushed on the free list: back into use first, as the slot whose buffer is warm.
+        entry.next_free = self.free_head;
+        // Below the depth, which fits in u32.
+        self.free_head = completion.slot as u32;
         self.in_flight -= 1;
-        self.last_progress_ns = done_ns;
-        if slot.op == IoOp::Flush {
-            self.complete_flush(completion, slot, done_ns, phase);
+        let phase = Self::shaped(phase);
+        if !PLAIN && op == IoOp::Flush {
+            self.complete_flush(completion, self.slots[completion.slot], done_ns, phase);
             return Ok(());
         }
-        self.live_counts.ios += 1;
-        let tracked = self.tracked;
-        let block_index = slot.block as usize;
-        let stats = match (phase, slot.op) {
+        if !PLAIN {
+            self.live_counts.ios += 1;
+        }
+        let tracked = self.tracked();
+        let block_index = block as usize;
+        let stats = match (phase, op) {
             (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
             (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
             (Phase::Main, IoOp::Trim) => Some(&mut self.result.trim),
@@ -1539,36 +1655,39 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         };
         match completion.result {
             Ok(()) => {
-                let bytes = u64::from(slot.bytes);
-                self.live_counts.bytes += bytes;
+                let bytes = u64::from(bytes);
+                if !PLAIN {
+                    self.live_counts.bytes += bytes;
+                }
                 if let Some(stats) = stats {
                     stats.ios += 1;
                     stats.bytes += bytes;
-                    stats.latency.record(done_ns.saturating_sub(slot.submitted_ns));
-                    if let Some(detail) = &mut self.result.detail {
-                        let direction = match slot.op {
+                    stats.latency.record(done_ns.saturating_sub(submitted_ns));
+                    if !PLAIN && let Some(detail) = &mut self.result.detail {
+                        let issued_ns = self.slots[completion.slot].issued_ns;
+                        let direction = match op {
                             IoOp::Read => &mut detail.read,
                             IoOp::Trim => &mut detail.trim,
                             _ => &mut detail.write,
                         };
-                        direction.slat.record(slot.issued_ns.saturating_sub(slot.submitted_ns));
-                        direction.clat.record(done_ns.saturating_sub(slot.issued_ns));
+                        direction.slat.record(issued_ns.saturating_sub(submitted_ns));
+                        direction.clat.record(done_ns.saturating_sub(issued_ns));
                     }
                 } else {
                     self.result.verify.pass_reads += 1;
                 }
-                if slot.op == IoOp::Write && phase == Phase::Main && self.plan.spec.verify_backlog != 0 {
-                    self.note_backlog_write(slot.block);
+                if !PLAIN && op == IoOp::Write && phase == Phase::Main && self.plan.spec.verify_backlog != 0 {
+                    self.note_backlog_write(block);
                 }
                 // Unverified jobs expect nothing: no generation, no check (issue 22).
-                if !self.verify_off {
-                    match (slot.op, slot.generation) {
+                if !self.verify_off() {
+                    match (op, self.slots[completion.slot].generation) {
                         (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
                             self.tracker[block_index] = generation;
                         }
                         (IoOp::Read, Some(expected)) => {
-                            let lba = self.lba_of(slot.block);
-                            self.check_read(completion.slot, lba, slot.bytes as usize, expected, done_ns)
+                            let lba = self.lba_of(block);
+                            self.check_read(completion.slot, lba, bytes as usize, expected, done_ns)
                         }
                         (IoOp::Read, None) => self.result.verify.unchecked += 1,
                         _ => {}
@@ -1576,7 +1695,9 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                 }
             }
             Err(_) => {
-                self.live_counts.errors += 1;
+                if !PLAIN {
+                    self.live_counts.errors += 1;
+                }
                 if let Some(stats) = stats {
                     stats.ios += 1;
                     stats.errors += 1;
@@ -1584,17 +1705,18 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
                     self.result.verify.pass_reads += 1;
                 }
                 self.result.errors += 1;
-                if let (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) = (slot.op, slot.generation)
+                let slot = self.slots[completion.slot];
+                if let (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) = (op, slot.generation)
                     && tracked
                 {
                     // The block may hold the old or the new version: stop expecting either, but keep
                     // counting so the next write gets a fresh generation.
                     self.tracker[block_index] = TRACK_UNKNOWN | generation;
                 }
-                if slot.op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
+                if op == IoOp::Write && self.plan.verify == VerifyScheme::SinglePass {
                     self.note_failed_write(slot);
                 }
-                if slot.op == IoOp::Read && !self.verify_off {
+                if op == IoOp::Read && !self.verify_off() {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.
                     self.result.verify.unchecked += 1;
                 }
@@ -1605,12 +1727,35 @@ impl<'a, B: IoBackend + ?Sized> CpuRun<'a, B> {
         }
         if tracked {
             self.tracker[block_index] &= !TRACK_BUSY;
-            self.deferred.block_freed(slot.block);
+            self.deferred.block_freed(block);
         }
         if completion.result.is_err() || completion.retries > 0 {
-            self.note_unusual(&completion, slot, self.lba_of(slot.block), done_ns, phase);
+            self.note_unusual(
+                &completion,
+                self.slots[completion.slot],
+                self.lba_of(block),
+                done_ns,
+                phase,
+            );
         }
         Ok(())
+    }
+
+    /// What the progress line shows. A plain job counts nothing apart per I/O: with no verify
+    /// pass, no flush and no ramp, its completed I/Os, bytes and errors are exactly those of its
+    /// statistics, summed here once per reap (issue 22).
+    fn live_counts(&self) -> LiveCounts {
+        if PLAIN {
+            let r = &self.result;
+            LiveCounts {
+                ios: r.read.ios + r.write.ios + r.trim.ios,
+                bytes: r.read.bytes + r.write.bytes + r.trim.bytes,
+                errors: r.errors,
+                mismatches: 0,
+            }
+        } else {
+            self.live_counts
+        }
     }
 
     /// Counts, keeps (the first few) and logs (rate-limited) a failed or retried I/O.

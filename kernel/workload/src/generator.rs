@@ -27,6 +27,9 @@ pub struct IoGenerator {
     zones: alloc::vec::Vec<(u64, u64, u64)>,
     /// `JobSpec::skew`'s table over the slice (built here, once per job and CPU).
     skew: Option<alloc::boxed::Box<crate::skew::SkewedDraw>>,
+    /// How [`IoGenerator::draw`] picks a block, decided once from the fields above, so a draw
+    /// makes one test instead of a chain of them (issue 22).
+    pick: BlockPick,
     blocks: u64,
     cursor: u64,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left.
@@ -38,6 +41,17 @@ pub struct IoGenerator {
     write_after_trim: Option<u64>,
     /// Whether this is a `trimwrite` job.
     trim_then_write: bool,
+}
+
+/// How a fixed-size draw picks its block, in the order [`IoGenerator::draw`] asks: the random map,
+/// else the skew, else the zones (random jobs), else uniform (random jobs), else the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockPick {
+    Map,
+    Skew,
+    Zoned,
+    Uniform,
+    Sequential,
 }
 
 /// The state of a job with variable block sizes (`JobSpec::bs_mix`).
@@ -119,7 +133,7 @@ impl IoGenerator {
     }
 
     fn over(plan: &JobPlan, blocks: u64, per_cpu_seed: u64, remaining: Option<u64>) -> Self {
-        Self {
+        let mut generator = Self {
             rng: Rng::new(per_cpu_seed),
             rw: plan.spec.rw,
             fixed_op: match plan.spec.rw {
@@ -154,7 +168,20 @@ impl IoGenerator {
             }),
             write_after_trim: None,
             trim_then_write: matches!(plan.spec.rw, RwMode::TrimWrite | RwMode::RandTrimWrite),
-        }
+            pick: BlockPick::Sequential,
+        };
+        generator.pick = if generator.map.is_some() {
+            BlockPick::Map
+        } else if generator.skew.is_some() {
+            BlockPick::Skew
+        } else if !generator.zones.is_empty() && generator.rw.is_random() {
+            BlockPick::Zoned
+        } else if generator.rw.is_random() {
+            BlockPick::Uniform
+        } else {
+            BlockPick::Sequential
+        };
+        generator
     }
 
     /// The next I/O of a job with variable block sizes: `(operation, first block, blocks)`, or
@@ -249,18 +276,17 @@ impl IoGenerator {
             }
             *remaining -= 1;
         }
-        let block = if let Some(map) = &mut self.map {
-            map.next_index()
-        } else if let Some(skew) = &self.skew {
-            skew.next_block(&mut self.rng)
-        } else if !self.zones.is_empty() && self.rw.is_random() {
-            zoned_block(&self.zones, &mut self.rng)
-        } else if self.rw.is_random() {
-            self.rng.below(self.blocks)
-        } else {
-            let block = self.cursor;
-            self.cursor = if block + 1 == self.blocks { 0 } else { block + 1 };
-            block
+        let block = match (self.pick, &mut self.map, &self.skew) {
+            (BlockPick::Uniform, _, _) => self.rng.below(self.blocks),
+            (BlockPick::Map, Some(map), _) => map.next_index(),
+            (BlockPick::Skew, _, Some(skew)) => skew.next_block(&mut self.rng),
+            (BlockPick::Zoned, _, _) => zoned_block(&self.zones, &mut self.rng),
+            // `pick` is Map or Skew only with its table (`over`); Sequential otherwise.
+            _ => {
+                let block = self.cursor;
+                self.cursor = if block + 1 == self.blocks { 0 } else { block + 1 };
+                block
+            }
         };
         let op = match self.fixed_op {
             Some(op) => op,

@@ -93,7 +93,8 @@ pub const FIO_DEFAULT_PERCENTILES: [PercentMicros; 17] = [
 /// A latency histogram in nanoseconds (any unit works; the reports assume ns).
 #[derive(Clone, PartialEq, Eq)]
 pub struct LatencyHistogram {
-    counts: Box<[u64]>,
+    /// An array of known length: `bucket_of` is below it, so recording needs no bounds check.
+    counts: Box<[u64; BUCKETS]>,
     samples: u64,
     sum: u128,
     sum_of_squares: u128,
@@ -121,7 +122,10 @@ impl LatencyHistogram {
     /// An empty histogram; allocates its bucket array (14.5 KiB) once, here.
     pub fn new() -> Self {
         Self {
-            counts: vec![0u64; BUCKETS].into_boxed_slice(),
+            counts: match vec![0u64; BUCKETS].into_boxed_slice().try_into() {
+                Ok(counts) => counts,
+                Err(_) => unreachable!("a vector of BUCKETS counts"),
+            },
             samples: 0,
             sum: 0,
             sum_of_squares: 0,
@@ -136,12 +140,20 @@ impl LatencyHistogram {
         self.counts[bucket_of(value)] += 1;
         self.samples += 1;
         self.sum += u128::from(value);
-        // A u64 squared fits in u128; the sum saturates instead of wrapping (2^64 samples of 2^32 ns).
-        self.sum_of_squares = self
-            .sum_of_squares
-            .saturating_add(u128::from(value) * u128::from(value));
+        // A u64 squared fits in u128; the sum saturates instead of wrapping (2^64 samples of 2^32 ns),
+        // on a branch out of line: `saturating_add` selects with two conditional moves on every
+        // value (issue 22).
+        match self.sum_of_squares.checked_add(u128::from(value) * u128::from(value)) {
+            Some(squares) => self.sum_of_squares = squares,
+            None => self.saturate_squares(),
+        }
         self.min = self.min.min(value);
         self.max = self.max.max(value);
+    }
+
+    #[cold]
+    fn saturate_squares(&mut self) {
+        self.sum_of_squares = u128::MAX;
     }
 
     /// Adds every sample of `other`.
@@ -509,6 +521,24 @@ mod tests {
         // [min, max], which gives the exact maximum here.
         assert_eq!(h.fio_percentile(100_000_000), bucket_value(BUCKETS - 1));
         assert_eq!(h.percentile_ppm(1_000_000), SATURATED_FROM * 4);
+    }
+
+    #[test]
+    fn the_sum_of_squares_saturates_and_stays_saturated() {
+        let mut h = LatencyHistogram::new();
+        h.record(u64::MAX);
+        let one = u128::from(u64::MAX) * u128::from(u64::MAX);
+        assert_eq!(h.sum_of_squares, one);
+        // Two squares of 2^64 - 1 pass u128::MAX: the sum stops there, as do later ones.
+        h.record(u64::MAX);
+        assert_eq!(h.sum_of_squares, u128::MAX);
+        h.record(3);
+        assert_eq!(h.sum_of_squares, u128::MAX);
+        let mut merged = LatencyHistogram::new();
+        merged.record(2);
+        merged.merge(&h);
+        assert_eq!(merged.sum_of_squares, u128::MAX);
+        assert_eq!(merged.samples(), 4);
     }
 
     #[test]

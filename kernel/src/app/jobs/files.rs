@@ -74,8 +74,7 @@ impl<'b, 'a> FileSetBackend<'b, 'a> {
         self.files[self.current].uncommitted = self.inner.uncommitted;
         self.current = file;
         let next = &self.files[file];
-        self.inner.dev = next.dev;
-        self.inner.scale = next.scale;
+        self.inner.drive(next.dev, next.scale);
         self.inner.uncommitted = next.uncommitted;
     }
 

@@ -1,0 +1,144 @@
+//! The engine's plain shape (no verify, no pacing, no detail, no ramp) runs a loop compiled
+//! without those features (issue 22). These tests run the same jobs once in that shape and once
+//! with the detail mode on, which leaves the I/O stream and, with a clock that moves only while
+//! waiting, every time stamp as they were: everything both report must be equal.
+
+mod common;
+
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, Fault, Order, SECTOR, fio_plan_of, md0};
+use workload::{
+    CpuResult, DetailOptions, IoError, IoOp, JobPlan, JobShared, LiveCounts, parse_jobs, plan_job, run_cpu,
+};
+
+fn plan_of(words: &str) -> JobPlan {
+    let jobs = parse_jobs(words.split_ascii_whitespace()).unwrap();
+    plan_job(&jobs[0], &[md0()], &[0]).unwrap()
+}
+
+/// One CPU's run over a fresh disk with faults on a few LBAs, busy refusals and shuffled
+/// completions; returns the result, the published live counters and the submissions in order.
+fn run(plan: &JobPlan, shared: JobShared) -> (CpuResult, LiveCounts, Vec<(IoOp, u64)>) {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
+    // Time moves only when the engine waits: the detail mode's extra clock reads change nothing.
+    backend.tick_ns = 0;
+    backend.order = Order::Shuffled;
+    backend.max_batch = 3;
+    backend.busy_every = 7;
+    let first = plan.cpus[0].first_block * u64::from(plan.sectors_per_block);
+    let lba = |block: u64| first + block * u64::from(plan.sectors_per_block);
+    let quarter = plan.cpus[0].blocks / 4;
+    // Failures on completion (a quarter of the blocks) and on submission (an eighth) for every
+    // direction, and retried I/Os on another quarter, so that a random mix meets each of them.
+    for op in [IoOp::Read, IoOp::Write, IoOp::Trim] {
+        backend.faults.push(Fault::FailRange {
+            from: lba(0),
+            to: lba(quarter),
+            op,
+            error: IoError::Device { status: 0x2d },
+        });
+        for block in quarter..quarter + quarter / 2 {
+            backend.faults.push(Fault::FailOnSubmit {
+                lba: lba(block),
+                op,
+                error: IoError::Timeout,
+            });
+        }
+    }
+    for block in 2 * quarter..3 * quarter {
+        backend.faults.push(Fault::Retried {
+            lba: lba(block),
+            retries: 2,
+            result: Ok(()),
+        });
+    }
+    let result = run_cpu(plan, 0, &mut backend, &shared).expect("the run succeeds");
+    (result, shared.total(), backend.submit_log)
+}
+
+#[test]
+fn a_plain_job_reports_what_the_same_job_reports_with_detail_on() {
+    for words in [
+        "rw=randrw rwmixread=60 bs=4k size=256k iodepth=8 seed=3",
+        "rw=randread bs=4k size=128k iodepth=32 seed=5",
+        "rw=write bs=8k size=256k iodepth=1",
+        "rw=randtrim bs=4k size=256k iodepth=4 seed=9",
+    ] {
+        let plan = plan_of(&words.replace("rw=", "cpus=0 rw="));
+        let (plain, plain_live, plain_log) = run(&plan, JobShared::new(&plan));
+        let (shaped, shaped_live, shaped_log) = run(&plan, JobShared::with_detail(&plan, DetailOptions::default()));
+        assert!(!plain_log.is_empty(), "{words}: no I/O");
+        assert_eq!(plain_log, shaped_log, "{words}: the same I/Os in the same order");
+        for (name, a, b) in [
+            ("read", &plain.read, &shaped.read),
+            ("write", &plain.write, &shaped.write),
+            ("trim", &plain.trim, &shaped.trim),
+        ] {
+            assert_eq!(
+                (a.ios, a.bytes, a.errors),
+                (b.ios, b.bytes, b.errors),
+                "{words}: {name} counts"
+            );
+            assert_eq!(a.latency, b.latency, "{words}: {name} latencies");
+        }
+        assert_eq!(plain.errors, shaped.errors, "{words}");
+        assert_eq!(plain.retried, shaped.retried, "{words}");
+        assert_eq!(plain.error_records, shaped.error_records, "{words}");
+        assert_eq!(plain.retried_records, shaped.retried_records, "{words}");
+        assert_eq!(plain.runtime_ns, shaped.runtime_ns, "{words}");
+        // The plain shape sums its live counters from its statistics: the same figures.
+        assert_eq!(plain_live, shaped_live, "{words}: live counters");
+        assert_eq!(plain_live.ios, plain.ios(), "{words}");
+        assert_eq!(
+            plain_live.bytes,
+            plain.read.bytes + plain.write.bytes + plain.trim.bytes,
+            "{words}"
+        );
+        assert_eq!(plain_live.errors, plain.errors, "{words}");
+        assert!(plain.detail.is_none() && shaped.detail.is_some());
+    }
+}
+
+#[test]
+fn a_plain_job_with_variable_block_sizes_reports_what_it_reports_with_detail_on() {
+    // A size drawn per I/O (the `Sized` source): every slot records its own length.
+    let plan = fio_plan_of(
+        "[r]\nrw=randrw\nbssplit=4k/25:16k/75\nsize=2m\niodepth=8\nioengine=libaio\ncpus_allowed=0\n",
+        &[0],
+    );
+    let (plain, plain_live, plain_log) = run(&plan, JobShared::new(&plan));
+    let (shaped, shaped_live, shaped_log) = run(&plan, JobShared::with_detail(&plan, DetailOptions::default()));
+    assert_eq!(plain_log, shaped_log);
+    for (a, b) in [(&plain.read, &shaped.read), (&plain.write, &shaped.write)] {
+        assert_eq!((a.ios, a.bytes, a.errors), (b.ios, b.bytes, b.errors));
+        assert_eq!(a.latency, b.latency);
+    }
+    assert_eq!(plain_live, shaped_live);
+    assert!(plain.read.bytes + plain.write.bytes > 0);
+    assert!(
+        plain.write.bytes % 4096 == 0 && plain.write.bytes != plain.write.ios * 4096,
+        "sizes other than 4k moved"
+    );
+}
+
+#[test]
+fn the_faults_of_the_comparison_happen() {
+    // The comparison above means something only if its faults, refusals and retries happen.
+    let plan = plan_of("cpus=0 rw=randrw rwmixread=60 bs=4k size=256k iodepth=8 seed=3");
+    let (plain, live, _) = run(&plan, JobShared::new(&plan));
+    assert!(plain.read.errors > 0, "a read failed");
+    assert!(plain.write.errors > 0, "a write failed");
+    let records = &plain.error_records;
+    assert!(
+        records.iter().any(|r| r.result == Err(IoError::Timeout)),
+        "one on submission"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.result == Err(IoError::Device { status: 0x2d })),
+        "one on completion"
+    );
+    assert!(plain.retried > 0, "an I/O was retried");
+    assert_eq!(live.errors, plain.read.errors + plain.write.errors);
+}
