@@ -284,8 +284,8 @@ impl IoBackend for KernelBackend<'_> {
         if self.poll || self.dev.polling_window(self.cpu) {
             self.dev.poll(self.cpu);
         }
-        // What a reap could not hand out last time goes first (rare: only when more
-        // completions than the engine's array came at once).
+        // What a reap could not hand out last time goes first (rare: more completions than
+        // the engine's array at once, or a burst's bio the device refused at submission).
         let mut n = if self.overflow.is_empty() {
             0
         } else {
