@@ -497,10 +497,14 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     fn drain(&self, hwq: usize, cpu: usize) -> usize {
         let (n, more) = self.ctrl.drain(hwq, self.budget, |acc| {
             let status = acc.status;
-            if !status.is_success() {
+            // Success decided once (issue 22: `is_success` here, then again in `to_blk`).
+            let blk_status = if status.is_success() {
+                Status::Ok
+            } else {
                 self.log_io_error(hwq, acc.slot, status);
-            }
-            self.deliver(cpu, hwq, acc.slot, acc.generation, status.to_blk());
+                status.to_blk()
+            };
+            self.deliver(cpu, hwq, acc.slot, acc.generation, blk_status);
         });
         if more && let Some(l) = self.leftover.get(hwq) {
             l.store(true, Ordering::Relaxed);
@@ -509,13 +513,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     }
 
     fn deliver(&self, cpu: usize, hwq: usize, slot: u16, generation: u16, status: Status) {
-        if self.floor.owns(slot) {
-            self.floor.complete(hwq, slot, status);
-            return;
-        }
-        // The first namespace's slots need no division (one namespace is the common case).
+        // The first namespace's slots need no division (one namespace is the common case), nor
+        // the floor's range test: the floor's slots follow every namespace's.
         let (ns, tag) = if u32::from(slot) < self.depth {
             (0, u32::from(slot))
+        } else if self.floor.owns(slot) {
+            self.floor.complete(hwq, slot, status);
+            return;
         } else {
             (usize::from(slot) / self.depth as usize, u32::from(slot) % self.depth)
         };
