@@ -1380,17 +1380,27 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 max: self.max_sge,
             });
         }
-        let mut total = 0u64;
-        for (index, s) in req.sgl.iter().enumerate() {
+        let bad = |index: usize, s: &Segment| Error::BadSegment {
+            index,
+            phys: s.phys,
+            len: s.len,
+        };
+        let total = if let [s] = req.sgl {
+            // The common single-segment I/O without the loop (issue 22).
             if s.phys == 0 || s.len == 0 {
-                return Err(Error::BadSegment {
-                    index,
-                    phys: s.phys,
-                    len: s.len,
-                });
+                return Err(bad(0, s));
             }
-            total += u64::from(s.len);
-        }
+            u64::from(s.len)
+        } else {
+            let mut total = 0u64;
+            for (index, s) in req.sgl.iter().enumerate() {
+                if s.phys == 0 || s.len == 0 {
+                    return Err(bad(index, s));
+                }
+                total += u64::from(s.len);
+            }
+            total
+        };
         if total != bytes {
             return Err(Error::SglLengthMismatch {
                 sgl_bytes: total,
