@@ -1010,15 +1010,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }; BATCH];
             let mut accepted = 0;
             {
-                let mut sq = q.sq.lock();
+                let mut guard = q.sq.lock();
+                let sq = &mut *guard;
                 let mut ring = false;
                 for cqe in &raw[..n] {
-                    match self.validate(q, &sq, cqe) {
+                    // The slot's record as `validate` found it (issue 22: it was indexed, and
+                    // bounds-checked, again here).
+                    match self.validate(q, &mut sq.slots, cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
-                        Ok(index) => {
+                        Ok((index, slot)) => {
                             sq.head = u32::from(cqe.sq_head);
                             let status = NvmeStatus(cqe.status);
-                            let slot = &mut sq.slots[index];
                             if !status.is_success() {
                                 bump(&self.counters.errors);
                                 // Not a command being aborted by a timeout, nor one the
@@ -1031,21 +1033,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                                     && slot.retries < self.config.max_retries
                                 {
                                     slot.retries += 1;
-                                    if sq_free(&sq, q.entries) > 0 {
+                                    if ring_free(sq.tail, sq.head, q.entries) > 0 {
                                         // A fresh CID, so a late copy of the failed entry
                                         // cannot complete the retry.
-                                        let slot = &mut sq.slots[index];
                                         slot.cid = self.next_cid(slot.cid, index as u16);
                                         slot.sqe.set_cid(slot.cid);
                                         let sqe = slot.sqe;
                                         bump(&self.counters.error_retries);
-                                        push_sqe(&mut sq, q.entries, &sqe);
+                                        push_sqe(sq, q.entries, &sqe);
                                         ring = true;
                                         continue;
                                     }
                                 }
                             }
-                            let slot = &mut sq.slots[index];
                             slot.outstanding = false;
                             out[accepted] = Accepted {
                                 slot: index as u16,
@@ -1057,7 +1057,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     }
                 }
                 if ring {
-                    self.ring_sq(q, &mut sq);
+                    self.ring_sq(q, sq);
                 }
             }
             if accepted > 0 {
@@ -1078,9 +1078,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Checks a CQE against the queue and its outstanding commands; returns the slot index its
-    /// CID names (so the caller does not decode it again).
-    fn validate(&self, q: &IoQueue, sq: &SqState, cqe: &Cqe) -> Result<usize, BogusCqe> {
+    /// Checks a CQE against the queue and its outstanding commands (`slots`, the SQ's command
+    /// records); returns the slot index its CID names and the slot's record (so the caller
+    /// neither decodes the CID nor indexes the records again).
+    fn validate<'s>(
+        &self,
+        q: &IoQueue,
+        slots: &'s mut [CmdSlot],
+        cqe: &Cqe,
+    ) -> Result<(usize, &'s mut CmdSlot), BogusCqe> {
         if cqe.sq_id != q.qid {
             return Err(BogusCqe::WrongSq {
                 cq: q.qid,
@@ -1095,8 +1101,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             });
         }
         let index = self.slot_of(cqe.cid);
-        match sq.slots.get(index) {
-            Some(s) if s.outstanding && s.cid == cqe.cid => Ok(index),
+        match slots.get_mut(index) {
+            Some(s) if s.outstanding && s.cid == cqe.cid => Ok((index, s)),
             _ => Err(BogusCqe::NotOutstanding {
                 sq: q.qid,
                 cid: cqe.cid,
