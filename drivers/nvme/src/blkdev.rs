@@ -612,6 +612,14 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         (self.ns_index * self.depth + tag) as u16
     }
 
+    /// A request the driver cannot build a command for: logged, counted, failed.
+    #[cold]
+    fn refuse<'a>(&self, rq: Rq<'a, Self>, e: Error) -> QueueRqError<'a, Self> {
+        log::warn!("nvme: {:?} at sector {} refused: {e}", rq.op(), rq.sector());
+        self.reject();
+        QueueRqError::Io(rq, Status::IoError)
+    }
+
     fn reject(&self) {
         if let Some(h) = self.host.upgrade() {
             h.rejected.fetch_add(1, Ordering::Relaxed);
@@ -699,20 +707,23 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
         let hwq = hw.hwq();
         let slot = self.slot(rq.tag());
-        let built = match rq.op() {
-            Op::Read => self.build_rw(hwq, slot, &rq, false),
-            Op::Write => self.build_rw(hwq, slot, &rq, true),
-            Op::Flush => Ok(Sqe::flush(0, self.nsid)),
-            Op::Discard => self.build_discard(hwq, slot, &rq),
+        // Each arm gives the entry itself, a refusal returns at once (issue 22: a `Result` of
+        // the entry from every arm was copied out once more on the stack).
+        let sqe = match rq.op() {
+            Op::Read => match self.build_rw(hwq, slot, &rq, false) {
+                Ok(s) => s,
+                Err(e) => return Err(self.refuse(rq, e)),
+            },
+            Op::Write => match self.build_rw(hwq, slot, &rq, true) {
+                Ok(s) => s,
+                Err(e) => return Err(self.refuse(rq, e)),
+            },
+            Op::Flush => Sqe::flush(0, self.nsid),
+            Op::Discard => match self.build_discard(hwq, slot, &rq) {
+                Ok(s) => s,
+                Err(e) => return Err(self.refuse(rq, e)),
+            },
             Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
-        };
-        let sqe = match built {
-            Ok(s) => s,
-            Err(e) => {
-                log::warn!("nvme: {:?} at sector {} refused: {e}", rq.op(), rq.sector());
-                self.reject();
-                return Err(QueueRqError::Io(rq, Status::IoError));
-            }
         };
         // `post` calls the closure (which consumes the request) only once the command is
         // certain to be posted, under the SQ lock; on Busy/Failed the request is still here.
