@@ -24,7 +24,7 @@ use blk::{
 use spin::Mutex;
 
 use crate::adaptive::{AdaptiveConfig, AdaptiveCounters, VectorMask, Windows};
-use crate::cmd::Sqe;
+use crate::cmd::IoCmd;
 use crate::controller::{PostError, ResetOutcome, TimeoutVerdict};
 use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
 
@@ -629,7 +629,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     /// The SQE of a read or write, PRPs built into the slot's list page. Inlined into
     /// `queue_rq`, so the entry is built where `post` reads it (issue 22: one copy fewer).
     #[inline(always)]
-    fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<Sqe, Error> {
+    fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<IoCmd, Error> {
         let lba = 1u64 << self.lba_shift;
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
         let bytes = rq.bytes();
@@ -647,7 +647,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
             });
         }
         let blocks = (bytes >> self.lba_shift) as u32;
-        let mut sqe = Sqe::read_write(write, 0, self.nsid, offset >> self.lba_shift, blocks);
+        let mut sqe = IoCmd::read_write(write, self.nsid, offset >> self.lba_shift, blocks);
         let prps = match prp::without_list(rq.segments(), bytes, self.max_transfer)? {
             Some(prps) => prps,
             None => {
@@ -668,7 +668,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     /// The SQE of a discard: Dataset Management, Deallocate, one range written into the slot's
     /// list page (blk sends a discard here only when ONCS has Dataset Management, for which the
     /// controller gave every slot a list page).
-    fn build_discard(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>) -> Result<Sqe, Error> {
+    fn build_discard(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>) -> Result<IoCmd, Error> {
         let lba = 1u64 << self.lba_shift;
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
         let bytes = rq.bytes();
@@ -695,7 +695,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
             });
         };
         range.copy_from_slice(&crate::cmd::dsm_range(offset >> self.lba_shift, blocks));
-        Ok(Sqe::deallocate(0, self.nsid, list_phys))
+        Ok(IoCmd::deallocate(self.nsid, list_phys))
     }
 }
 
@@ -718,7 +718,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
                 Ok(s) => s,
                 Err(e) => return Err(self.refuse(rq, e)),
             },
-            Op::Flush => Sqe::flush(0, self.nsid),
+            Op::Flush => IoCmd::flush(self.nsid),
             Op::Discard => match self.build_discard(hwq, slot, &rq) {
                 Ok(s) => s,
                 Err(e) => return Err(self.refuse(rq, e)),
