@@ -197,7 +197,7 @@ impl TagTable {
     }
 
     /// Stores the owner's cookie of a PREPARED tag (before `publish`, which releases it).
-    #[cfg(any(test, loom))]
+    #[cfg(all(test, loom))]
     pub(crate) fn set_cookie(&self, tag: u16, cookie: u64) {
         self.entries[usize::from(tag)].set_cookie(cookie);
     }
