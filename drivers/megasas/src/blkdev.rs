@@ -719,15 +719,18 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
             );
             return;
         };
-        if retry_busy
-            && !d.aborted
-            && let IoStatus::Failed(e) = d.status
-            && e.kind == IoErrorKind::Busy
-            && self.retry_busy(d.tag)
-        {
-            return;
-        }
-        if let Err(e) = queue.complete(cpu, usize::from(hwq), token, block_status(d)) {
+        // A success is one test (issue 22: the BUSY-retry conditions and `block_status` were
+        // asked of every completion).
+        let status = match d.status {
+            IoStatus::Success => Status::Ok,
+            IoStatus::Failed(e) => {
+                if retry_busy && !d.aborted && e.kind == IoErrorKind::Busy && self.retry_busy(d.tag) {
+                    return;
+                }
+                block_status(d)
+            }
+        };
+        if let Err(e) = queue.complete(cpu, usize::from(hwq), token, status) {
             // The device completed something the block layer no longer has in flight under this
             // token: counted and dropped, never delivered to another request.
             let n = self.core.refused.fetch_add(1, Ordering::Relaxed);

@@ -371,9 +371,8 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     ring_entries: u32,
     admin: DmaBuf,
     admin_busy: AtomicBool,
+    /// Per-tag state, cookie and last I/O frame length (for [`Self::resubmit`]).
     tags: TagTable,
-    /// Bytes of each tag's last I/O frame, for [`Self::resubmit`].
-    frame_lens: alloc::boxed::Box<[AtomicU32]>,
     /// Consumer index, owned by whoever holds `gate`.
     ci: AtomicU32,
     gate: ReapGate,
@@ -525,7 +524,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             admin,
             admin_busy: AtomicBool::new(false),
             tags: TagTable::new(ntags),
-            frame_lens: (0..ntags).map(|_| AtomicU32::new(0)).collect(),
             ci: AtomicU32::new(0),
             gate: ReapGate::new(),
             post_lock: AtomicBool::new(false),
@@ -1382,17 +1380,27 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 max: self.max_sge,
             });
         }
-        let mut total = 0u64;
-        for (index, s) in req.sgl.iter().enumerate() {
+        let bad = |index: usize, s: &Segment| Error::BadSegment {
+            index,
+            phys: s.phys,
+            len: s.len,
+        };
+        let total = if let [s] = req.sgl {
+            // The common single-segment I/O without the loop (issue 22).
             if s.phys == 0 || s.len == 0 {
-                return Err(Error::BadSegment {
-                    index,
-                    phys: s.phys,
-                    len: s.len,
-                });
+                return Err(bad(0, s));
             }
-            total += u64::from(s.len);
-        }
+            u64::from(s.len)
+        } else {
+            let mut total = 0u64;
+            for (index, s) in req.sgl.iter().enumerate() {
+                if s.phys == 0 || s.len == 0 {
+                    return Err(bad(index, s));
+                }
+                total += u64::from(s.len);
+            }
+            total
+        };
         if total != bytes {
             return Err(Error::SglLengthMismatch {
                 sgl_bytes: total,
@@ -1469,9 +1477,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         cookie: u64,
     ) -> Result<(), Error> {
         let (req, block_size) = (checked.req, checked.block_size);
-        self.check_tag(tag)?;
-        let generation = self.tags.claim(tag)?;
-        self.tags.set_cookie(tag, cookie);
+        // The tag's record, bounds-checked once for the whole submission (issue 22).
+        let Some(entry) = self.tags.entry(tag) else {
+            return Err(Error::TagOutOfRange { tag, tags: self.ntags });
+        };
+        let generation = entry.claim(tag)?;
+        entry.set_cookie(cookie);
         let context = tags::encode_context(tag, generation, false);
         let w = self.frame(tag);
         let sense = self.sense_phys(tag);
@@ -1557,8 +1568,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::PASS_SGL + frame::SGE64_LEN
             }
         };
-        self.frame_lens[usize::from(tag)].store(frame_bytes as u32, Ordering::Relaxed);
-        self.tags.publish(tag, tags::POSTED, generation);
+        entry.set_frame_len(frame_bytes as u32);
+        entry.publish(tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())
     }
@@ -1567,20 +1578,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// device answered BUSY. Only the owner of the tag may call it, after the command's
     /// completion was reported (the tag is FREE and its frame still holds the request).
     pub fn resubmit(&self, _guard: &SubmitGuard<'_>, tag: u16) -> Result<(), Error> {
-        self.check_tag(tag)?;
-        let frame_bytes = self.frame_lens[usize::from(tag)].load(Ordering::Relaxed) as usize;
+        let Some(entry) = self.tags.entry(tag) else {
+            return Err(Error::TagOutOfRange { tag, tags: self.ntags });
+        };
+        let frame_bytes = entry.frame_len() as usize;
         if frame_bytes == 0 {
             return Err(Error::InvalidRequest {
                 reason: "resubmit of a tag that never carried an I/O frame",
             });
         }
-        let generation = self.tags.claim(tag)?;
+        let generation = entry.claim(tag)?;
         let w = self.frame(tag);
         w.u32_at(0x08, tags::encode_context(tag, generation, false));
         // Status back to pending, sense length back to the buffer size, old sense cleared.
         w.bytes_at(frame::OFF_SENSE_LEN, &[SENSE_LEN as u8, MfiStatus::PENDING.0, 0]);
         self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
-        self.tags.publish(tag, tags::POSTED, generation);
+        entry.publish(tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())
     }
@@ -1715,16 +1728,18 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Validates one context and completes its command.
     fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(Done)) -> Result<(), BogusReason> {
         let (tag, polled, generation) = tags::decode_context(ctx);
-        if tag >= u32::from(self.ntags) {
+        // The tag's record, bounds-checked once for the whole reply (issue 22). The context's
+        // tag field is 15 bits, so it fits a u16.
+        let Some(entry) = self.tags.entry(tag as u16) else {
             return Err(BogusReason::TagOutOfRange { tag, tags: self.ntags });
-        }
+        };
         let tag = tag as u16;
         if polled {
             // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them and
             // the echo is dropped. It must name one of the tag's recent generations (several
             // polled commands may finish before the reaper runs, and the tag may be FREE again);
             // anything else is invented and counted.
-            let (state, current) = self.tags.load(tag);
+            let (state, current) = entry.load();
             let plausible = matches!(state, tags::POLLED | tags::FREE | tags::QUARANTINED);
             if !plausible || current.wrapping_sub(generation) >= POLLED_ECHO_WINDOW {
                 return Err(BogusReason::StaleGeneration {
@@ -1745,7 +1760,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     .load(Ordering::Acquire),
             )
         };
-        let (state, current) = self.tags.load(tag);
+        let (state, current) = entry.load();
         if state == tags::ABORT_FRAME {
             if current != generation {
                 return Err(BogusReason::StaleGeneration {
@@ -1781,8 +1796,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
         };
         // The cookie cannot change before the tag is FREE again, which `complete` below does.
-        let cookie = self.tags.cookie(tag);
-        let accepted = self.tags.complete(tag, generation)?;
+        let cookie = entry.cookie();
+        let accepted = entry.complete(tag, generation)?;
         let aborted = accepted == tags::Accepted::Aborting;
         if aborted {
             // The device gave the command up (or finished it) while an abort was pending.

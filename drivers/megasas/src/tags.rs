@@ -68,62 +68,150 @@ pub(crate) enum Accepted {
     Aborting,
 }
 
-/// The state words of all tags, and a per-tag cookie the owner of the command stores.
-pub(crate) struct TagTable {
-    words: Box<[AtomicU32]>,
+/// One tag's record: its state word, the owner's cookie and the length of its last I/O frame,
+/// side by side so the submit and reap paths index (and bounds-check) one table once per
+/// command (issue 22: three tables, three checks on each side).
+pub(crate) struct TagEntry {
+    word: AtomicU32,
+    /// Bytes of the tag's last I/O frame, for a resubmission of the same frame.
+    frame_len: AtomicU32,
     /// Caller-chosen value per command (the block layer's issue token), written before the
     /// command is published and read by the reaper after it validated the context.
-    cookies: Box<[AtomicU64]>,
+    cookie: AtomicU64,
 }
 
-impl TagTable {
-    pub(crate) fn new(tags: u16) -> Self {
+impl TagEntry {
+    fn new() -> Self {
         Self {
-            words: (0..tags)
-                .map(|_| AtomicU32::new(FREE))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-            cookies: (0..tags)
-                .map(|_| AtomicU64::new(0))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
+            word: AtomicU32::new(FREE),
+            frame_len: AtomicU32::new(0),
+            cookie: AtomicU64::new(0),
         }
     }
 
-    fn slot(&self, tag: u16) -> &AtomicU32 {
-        &self.words[usize::from(tag)]
-    }
-
-    /// FREE -> PREPARED with a new generation, which is returned.
+    /// FREE -> PREPARED with a new generation, which is returned (`tag` names it in the error).
+    #[inline]
     pub(crate) fn claim(&self, tag: u16) -> Result<u16, Error> {
-        let slot = self.slot(tag);
-        let cur = slot.load(Ordering::Relaxed);
+        let cur = self.word.load(Ordering::Relaxed);
         if cur & STATE_MASK != FREE {
             return Err(Error::TagBusy { tag });
         }
         let generation = ((cur >> 16) as u16).wrapping_add(1);
         // Acquire pairs with the Release of `finish`/`complete`: the previous user's reads of this
         // frame (status, sense) happen before we overwrite it.
-        slot.compare_exchange(cur, word(PREPARED, generation), Ordering::Acquire, Ordering::Relaxed)
+        self.word
+            .compare_exchange(cur, word(PREPARED, generation), Ordering::Acquire, Ordering::Relaxed)
             .map_err(|_| Error::TagBusy { tag })?;
         Ok(generation)
     }
 
     /// Stores the owner's cookie of a PREPARED tag (before `publish`, which releases it).
+    #[inline]
+    pub(crate) fn set_cookie(&self, cookie: u64) {
+        self.cookie.store(cookie, Ordering::Relaxed);
+    }
+
+    /// The cookie of a tag whose context the caller validated with `check_loaded` after `load`
+    /// (Acquire there pairs with the Release in `publish`, which follows the cookie store).
+    #[inline]
+    pub(crate) fn cookie(&self) -> u64 {
+        self.cookie.load(Ordering::Relaxed)
+    }
+
+    /// Records the length of the I/O frame a PREPARED tag carries (before `publish`).
+    #[inline]
+    pub(crate) fn set_frame_len(&self, bytes: u32) {
+        self.frame_len.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The length of the tag's last I/O frame (0: it never carried one). Read by the tag's owner.
+    pub(crate) fn frame_len(&self) -> u32 {
+        self.frame_len.load(Ordering::Relaxed)
+    }
+
+    /// PREPARED -> POSTED, POLLED or ABORT_FRAME. Release pairs with the reaper's Acquire load in
+    /// `load`, so the reaper that sees POSTED also sees the frame and cookie this CPU wrote.
+    #[inline]
+    pub(crate) fn publish(&self, state: u32, generation: u16) {
+        self.word.store(word(state, generation), Ordering::Release);
+    }
+
+    /// The state and generation of the tag now (Acquire pairs with `publish`).
+    #[inline]
+    pub(crate) fn load(&self) -> (u32, u16) {
+        let cur = self.word.load(Ordering::Acquire);
+        (cur & STATE_MASK, (cur >> 16) as u16)
+    }
+
+    /// POSTED or ABORTING -> FREE for the given generation: the completion is accepted.
+    #[inline]
+    pub(crate) fn complete(&self, tag: u16, generation: u16) -> Result<Accepted, BogusReason> {
+        for (from, accepted) in [(POSTED, Accepted::Posted), (ABORTING, Accepted::Aborting)] {
+            // AcqRel: Release hands the frame back to the next `claim`; Acquire keeps the frame
+            // reads above it from sinking below the hand-back.
+            if self
+                .word
+                .compare_exchange(
+                    word(from, generation),
+                    word(FREE, generation),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return Ok(accepted);
+            }
+        }
+        Err(BogusReason::NotInFlight { tag })
+    }
+}
+
+/// The records of all tags ([`TagEntry`]).
+pub(crate) struct TagTable {
+    entries: Box<[TagEntry]>,
+}
+
+impl TagTable {
+    pub(crate) fn new(tags: u16) -> Self {
+        Self {
+            entries: (0..tags)
+                .map(|_| TagEntry::new())
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        }
+    }
+
+    /// The record of `tag`, `None` when out of range: the one bounds check of a hot path.
+    #[inline]
+    pub(crate) fn entry(&self, tag: u16) -> Option<&TagEntry> {
+        self.entries.get(usize::from(tag))
+    }
+
+    fn slot(&self, tag: u16) -> &AtomicU32 {
+        &self.entries[usize::from(tag)].word
+    }
+
+    /// FREE -> PREPARED with a new generation, which is returned.
+    pub(crate) fn claim(&self, tag: u16) -> Result<u16, Error> {
+        self.entries[usize::from(tag)].claim(tag)
+    }
+
+    /// Stores the owner's cookie of a PREPARED tag (before `publish`, which releases it).
+    #[cfg(all(test, loom))]
     pub(crate) fn set_cookie(&self, tag: u16, cookie: u64) {
-        self.cookies[usize::from(tag)].store(cookie, Ordering::Relaxed);
+        self.entries[usize::from(tag)].set_cookie(cookie);
     }
 
     /// The cookie of a tag whose context the caller validated with `check` (Acquire there pairs
     /// with the Release in `publish`, which follows the cookie store).
     pub(crate) fn cookie(&self, tag: u16) -> u64 {
-        self.cookies[usize::from(tag)].load(Ordering::Relaxed)
+        self.entries[usize::from(tag)].cookie()
     }
 
     /// PREPARED -> POSTED, POLLED or ABORT_FRAME. Release pairs with the reaper's Acquire load in
     /// `check`, so the reaper that sees POSTED also sees the frame and cookie this CPU wrote.
     pub(crate) fn publish(&self, tag: u16, state: u32, generation: u16) {
-        self.slot(tag).store(word(state, generation), Ordering::Release);
+        self.entries[usize::from(tag)].publish(state, generation);
     }
 
     /// Any state -> FREE, keeping the generation (end of a polled command, a failed build, or a
@@ -140,8 +228,7 @@ impl TagTable {
 
     /// The state and generation of a tag now.
     pub(crate) fn load(&self, tag: u16) -> (u32, u16) {
-        let cur = self.slot(tag).load(Ordering::Acquire);
-        (cur & STATE_MASK, (cur >> 16) as u16)
+        self.entries[usize::from(tag)].load()
     }
 
     /// Checks a reply-queue context against the tag's state without changing it: the tag must be
@@ -158,6 +245,7 @@ impl TagTable {
     /// [`Self::check`] of a state and generation the caller has just read with [`Self::load`]
     /// (Acquire there pairs with `publish`), so a reaper that looks at the state first reads the
     /// tag's word once (issue 22).
+    #[inline]
     pub(crate) fn check_loaded(
         tag: u16,
         (state, expected): (u32, u16),
@@ -180,23 +268,7 @@ impl TagTable {
 
     /// POSTED or ABORTING -> FREE for the given generation: the completion is accepted.
     pub(crate) fn complete(&self, tag: u16, generation: u16) -> Result<Accepted, BogusReason> {
-        let slot = self.slot(tag);
-        for (from, accepted) in [(POSTED, Accepted::Posted), (ABORTING, Accepted::Aborting)] {
-            // AcqRel: Release hands the frame back to the next `claim`; Acquire keeps the frame
-            // reads above it from sinking below the hand-back.
-            if slot
-                .compare_exchange(
-                    word(from, generation),
-                    word(FREE, generation),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
-                return Ok(accepted);
-            }
-        }
-        Err(BogusReason::NotInFlight { tag })
+        self.entries[usize::from(tag)].complete(tag, generation)
     }
 
     /// POSTED -> ABORTING for the given generation (an ABORT frame is about to be sent for it).
@@ -213,15 +285,15 @@ impl TagTable {
 
     /// Number of tags not FREE (diagnostics; not a snapshot).
     pub(crate) fn busy(&self) -> usize {
-        self.words
+        self.entries
             .iter()
-            .filter(|w| w.load(Ordering::Relaxed) & STATE_MASK != FREE)
+            .filter(|e| e.word.load(Ordering::Relaxed) & STATE_MASK != FREE)
             .count()
     }
 
     /// Number of tags.
     pub(crate) fn len(&self) -> u16 {
-        self.words.len() as u16
+        self.entries.len() as u16
     }
 }
 

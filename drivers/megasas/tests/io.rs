@@ -203,6 +203,11 @@ fn invalid_requests_never_reach_the_device() {
     let two = [buf.segment(0, 512), buf.segment(512, 512)];
     let posted = dev.stats().frames_posted;
     let many: Vec<_> = (0..81).map(|i| buf.segment(i, 1)).collect();
+    let empty_segment = [Segment {
+        phys: one[0].phys,
+        len: 0,
+    }];
+    let second_without_address = [one[0], Segment { phys: 0, len: 512 }];
     let cases: Vec<(IoRequest<'_>, Error)> = vec![
         (
             rw(IoOp::Read, 0, end, 1, &one),
@@ -249,6 +254,22 @@ fn invalid_requests_never_reach_the_device() {
             rw(IoOp::Read, 0, 0, 1, &[Segment { phys: 0, len: 512 }]),
             Error::BadSegment {
                 index: 0,
+                phys: 0,
+                len: 512,
+            },
+        ),
+        (
+            rw(IoOp::Read, 0, 0, 1, &empty_segment),
+            Error::BadSegment {
+                index: 0,
+                phys: one[0].phys,
+                len: 0,
+            },
+        ),
+        (
+            rw(IoOp::Read, 0, 0, 1, &second_without_address),
+            Error::BadSegment {
+                index: 1,
                 phys: 0,
                 len: 512,
             },

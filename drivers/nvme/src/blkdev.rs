@@ -24,7 +24,7 @@ use blk::{
 use spin::Mutex;
 
 use crate::adaptive::{AdaptiveConfig, AdaptiveCounters, VectorMask, Windows};
-use crate::cmd::Sqe;
+use crate::cmd::IoCmd;
 use crate::controller::{PostError, ResetOutcome, TimeoutVerdict};
 use crate::{Controller, Delay, Dma, Error, Mmio, NamespaceInfo, NvmeStatus, QueuePlan, Report, prp};
 
@@ -497,10 +497,14 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     fn drain(&self, hwq: usize, cpu: usize) -> usize {
         let (n, more) = self.ctrl.drain(hwq, self.budget, |acc| {
             let status = acc.status;
-            if !status.is_success() {
+            // Success decided once (issue 22: `is_success` here, then again in `to_blk`).
+            let blk_status = if status.is_success() {
+                Status::Ok
+            } else {
                 self.log_io_error(hwq, acc.slot, status);
-            }
-            self.deliver(cpu, hwq, acc.slot, acc.generation, status.to_blk());
+                status.to_blk()
+            };
+            self.deliver(cpu, hwq, acc.slot, acc.generation, blk_status);
         });
         if more && let Some(l) = self.leftover.get(hwq) {
             l.store(true, Ordering::Relaxed);
@@ -509,13 +513,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     }
 
     fn deliver(&self, cpu: usize, hwq: usize, slot: u16, generation: u16, status: Status) {
-        if self.floor.owns(slot) {
-            self.floor.complete(hwq, slot, status);
-            return;
-        }
-        // The first namespace's slots need no division (one namespace is the common case).
+        // The first namespace's slots need no division (one namespace is the common case), nor
+        // the floor's range test: the floor's slots follow every namespace's.
         let (ns, tag) = if u32::from(slot) < self.depth {
             (0, u32::from(slot))
+        } else if self.floor.owns(slot) {
+            self.floor.complete(hwq, slot, status);
+            return;
         } else {
             (usize::from(slot) / self.depth as usize, u32::from(slot) % self.depth)
         };
@@ -608,6 +612,14 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         (self.ns_index * self.depth + tag) as u16
     }
 
+    /// A request the driver cannot build a command for: logged, counted, failed.
+    #[cold]
+    fn refuse<'a>(&self, rq: Rq<'a, Self>, e: Error) -> QueueRqError<'a, Self> {
+        log::warn!("nvme: {:?} at sector {} refused: {e}", rq.op(), rq.sector());
+        self.reject();
+        QueueRqError::Io(rq, Status::IoError)
+    }
+
     fn reject(&self) {
         if let Some(h) = self.host.upgrade() {
             h.rejected.fetch_add(1, Ordering::Relaxed);
@@ -617,7 +629,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     /// The SQE of a read or write, PRPs built into the slot's list page. Inlined into
     /// `queue_rq`, so the entry is built where `post` reads it (issue 22: one copy fewer).
     #[inline(always)]
-    fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<Sqe, Error> {
+    fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<IoCmd, Error> {
         let lba = 1u64 << self.lba_shift;
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
         let bytes = rq.bytes();
@@ -635,7 +647,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
             });
         }
         let blocks = (bytes >> self.lba_shift) as u32;
-        let mut sqe = Sqe::read_write(write, 0, self.nsid, offset >> self.lba_shift, blocks);
+        let mut sqe = IoCmd::read_write(write, self.nsid, offset >> self.lba_shift, blocks);
         let prps = match prp::without_list(rq.segments(), bytes, self.max_transfer)? {
             Some(prps) => prps,
             None => {
@@ -656,7 +668,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     /// The SQE of a discard: Dataset Management, Deallocate, one range written into the slot's
     /// list page (blk sends a discard here only when ONCS has Dataset Management, for which the
     /// controller gave every slot a list page).
-    fn build_discard(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>) -> Result<Sqe, Error> {
+    fn build_discard(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>) -> Result<IoCmd, Error> {
         let lba = 1u64 << self.lba_shift;
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
         let bytes = rq.bytes();
@@ -683,7 +695,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
             });
         };
         range.copy_from_slice(&crate::cmd::dsm_range(offset >> self.lba_shift, blocks));
-        Ok(Sqe::deallocate(0, self.nsid, list_phys))
+        Ok(IoCmd::deallocate(self.nsid, list_phys))
     }
 }
 
@@ -695,20 +707,23 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
         let hwq = hw.hwq();
         let slot = self.slot(rq.tag());
-        let built = match rq.op() {
-            Op::Read => self.build_rw(hwq, slot, &rq, false),
-            Op::Write => self.build_rw(hwq, slot, &rq, true),
-            Op::Flush => Ok(Sqe::flush(0, self.nsid)),
-            Op::Discard => self.build_discard(hwq, slot, &rq),
+        // Each arm gives the entry itself, a refusal returns at once (issue 22: a `Result` of
+        // the entry from every arm was copied out once more on the stack).
+        let sqe = match rq.op() {
+            Op::Read => match self.build_rw(hwq, slot, &rq, false) {
+                Ok(s) => s,
+                Err(e) => return Err(self.refuse(rq, e)),
+            },
+            Op::Write => match self.build_rw(hwq, slot, &rq, true) {
+                Ok(s) => s,
+                Err(e) => return Err(self.refuse(rq, e)),
+            },
+            Op::Flush => IoCmd::flush(self.nsid),
+            Op::Discard => match self.build_discard(hwq, slot, &rq) {
+                Ok(s) => s,
+                Err(e) => return Err(self.refuse(rq, e)),
+            },
             Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
-        };
-        let sqe = match built {
-            Ok(s) => s,
-            Err(e) => {
-                log::warn!("nvme: {:?} at sector {} refused: {e}", rq.op(), rq.sector());
-                self.reject();
-                return Err(QueueRqError::Io(rq, Status::IoError));
-            }
         };
         // `post` calls the closure (which consumes the request) only once the command is
         // certain to be posted, under the SQ lock; on Busy/Failed the request is still here.

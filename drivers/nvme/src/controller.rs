@@ -14,7 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 
 use spin::Mutex;
 
-use crate::cmd::{Cqe, Sqe, cns};
+use crate::cmd::{Cqe, IoCmd, Sqe, cns};
 use crate::plan::QueuePlan;
 use crate::prp;
 use crate::regs::{self, CQE_SIZE, Cap, Csts, PAGE_SIZE, SQE_SIZE};
@@ -173,8 +173,8 @@ struct CmdSlot {
     cid: u16,
     /// Block-layer generation the request was issued with.
     generation: u16,
-    /// The entry as posted (for re-posting after an error or a reset).
-    sqe: Sqe,
+    /// The command as posted (for re-posting after an error).
+    cmd: IoCmd,
     /// Re-posts after errors without DNR.
     retries: u8,
     /// This use of the slot is a request a controller reset handed back to the block layer
@@ -881,7 +881,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Posts `sqe` for command slot `slot` on hardware queue `hwq` (the CID is set here). `issue` runs under the SQ
+    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here). `issue` runs under the SQ
     /// lock once the command is sure to be posted, and returns the block-layer generation, so
     /// a completion can never arrive for a request the block layer has not yet marked issued.
     /// Rings the doorbell unless `defer_doorbell`.
@@ -889,7 +889,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         &self,
         hwq: usize,
         slot: u16,
-        mut sqe: Sqe,
+        mut cmd: IoCmd,
         defer_doorbell: bool,
         issue: impl FnOnce() -> u16,
     ) -> Result<(), PostError> {
@@ -917,24 +917,27 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }));
         }
         let cid = self.next_cid(sq.slots[index].cid, slot);
-        sqe.set_cid(cid);
+        cmd.set_cid(cid);
         if sq_free(&sq, q.entries) == 0 {
             return Err(PostError::Busy);
         }
+        // The entry and the slot's copy of the command go out from registers before `issue`
+        // (whose calls would make the compiler keep them on the stack; issue 22). The device
+        // reads the entry only once the tail passes it, below, after `issue`.
+        write_cmd(&sq.mem, sq.tail, &cmd);
+        sq.slots[index].cmd = cmd;
         let generation = issue();
         let posted_seq = bump(&self.counters.commands);
-        sq.slots[index] = CmdSlot {
-            outstanding: true,
-            cid,
-            generation,
-            sqe,
-            retries: 0,
-            reissued_by_reset: sq.slots[index].handed_back,
-            handed_back: false,
-            timeout_stage: 0,
-            posted_seq,
-        };
-        push_sqe(&mut sq, q.entries, &sqe);
+        let record = &mut sq.slots[index];
+        record.outstanding = true;
+        record.cid = cid;
+        record.generation = generation;
+        record.retries = 0;
+        record.reissued_by_reset = record.handed_back;
+        record.handed_back = false;
+        record.timeout_stage = 0;
+        record.posted_seq = posted_seq;
+        advance_tail(&mut sq, q.entries);
         if defer_doorbell {
             sq.doorbell_pending = true;
         } else {
@@ -1010,15 +1013,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }; BATCH];
             let mut accepted = 0;
             {
-                let mut sq = q.sq.lock();
+                let mut guard = q.sq.lock();
+                let sq = &mut *guard;
                 let mut ring = false;
                 for cqe in &raw[..n] {
-                    match self.validate(q, &sq, cqe) {
+                    // The slot's record as `validate` found it (issue 22: it was indexed, and
+                    // bounds-checked, again here).
+                    match self.validate(q, &mut sq.slots, cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
-                        Ok(index) => {
+                        Ok((index, slot)) => {
                             sq.head = u32::from(cqe.sq_head);
                             let status = NvmeStatus(cqe.status);
-                            let slot = &mut sq.slots[index];
                             if !status.is_success() {
                                 bump(&self.counters.errors);
                                 // Not a command being aborted by a timeout, nor one the
@@ -1031,21 +1036,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                                     && slot.retries < self.config.max_retries
                                 {
                                     slot.retries += 1;
-                                    if sq_free(&sq, q.entries) > 0 {
+                                    if ring_free(sq.tail, sq.head, q.entries) > 0 {
                                         // A fresh CID, so a late copy of the failed entry
                                         // cannot complete the retry.
-                                        let slot = &mut sq.slots[index];
                                         slot.cid = self.next_cid(slot.cid, index as u16);
-                                        slot.sqe.set_cid(slot.cid);
-                                        let sqe = slot.sqe;
+                                        slot.cmd.set_cid(slot.cid);
+                                        let cmd = slot.cmd;
                                         bump(&self.counters.error_retries);
-                                        push_sqe(&mut sq, q.entries, &sqe);
+                                        write_cmd(&sq.mem, sq.tail, &cmd);
+                                        advance_tail(sq, q.entries);
                                         ring = true;
                                         continue;
                                     }
                                 }
                             }
-                            let slot = &mut sq.slots[index];
                             slot.outstanding = false;
                             out[accepted] = Accepted {
                                 slot: index as u16,
@@ -1057,7 +1061,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     }
                 }
                 if ring {
-                    self.ring_sq(q, &mut sq);
+                    self.ring_sq(q, sq);
                 }
             }
             if accepted > 0 {
@@ -1078,9 +1082,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Checks a CQE against the queue and its outstanding commands; returns the slot index its
-    /// CID names (so the caller does not decode it again).
-    fn validate(&self, q: &IoQueue, sq: &SqState, cqe: &Cqe) -> Result<usize, BogusCqe> {
+    /// Checks a CQE against the queue and its outstanding commands (`slots`, the SQ's command
+    /// records); returns the slot index its CID names and the slot's record (so the caller
+    /// neither decodes the CID nor indexes the records again).
+    fn validate<'s>(
+        &self,
+        q: &IoQueue,
+        slots: &'s mut [CmdSlot],
+        cqe: &Cqe,
+    ) -> Result<(usize, &'s mut CmdSlot), BogusCqe> {
         if cqe.sq_id != q.qid {
             return Err(BogusCqe::WrongSq {
                 cq: q.qid,
@@ -1095,8 +1105,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             });
         }
         let index = self.slot_of(cqe.cid);
-        match sq.slots.get(index) {
-            Some(s) if s.outstanding && s.cid == cqe.cid => Ok(index),
+        match slots.get_mut(index) {
+            Some(s) if s.outstanding && s.cid == cqe.cid => Ok((index, s)),
             _ => Err(BogusCqe::NotOutstanding {
                 sq: q.qid,
                 cid: cqe.cid,
@@ -1397,9 +1407,16 @@ fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
     mem.write_u32s(slot as usize * SQE_SIZE, &sqe.0);
 }
 
+/// Writes I/O command `cmd` into entry `slot` of an SQ: one bounds check and eight 8-byte stores
+/// of the words composed in registers (issue 22).
+#[inline(always)]
+fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
+    mem.write_u64s(slot as usize * SQE_SIZE, cmd.sqe_words());
+}
+
+/// Moves an SQ's tail past the entry just written.
 #[inline]
-fn push_sqe(sq: &mut SqState, entries: u32, sqe: &Sqe) {
-    write_sqe(&sq.mem, sq.tail, sqe);
+fn advance_tail(sq: &mut SqState, entries: u32) {
     // A compare, not a division (issue 22); `tail < entries` always.
     sq.tail = if sq.tail + 1 == entries { 0 } else { sq.tail + 1 };
 }

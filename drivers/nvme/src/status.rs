@@ -93,9 +93,11 @@ impl NvmeStatus {
     pub fn dnr(self) -> bool {
         self.0 & (1 << 14) != 0
     }
-    /// Whether the command succeeded (SCT 0, SC 0; CRD/M/DNR ignored).
+    /// Whether the command succeeded (SCT 0, SC 0; CRD/M/DNR ignored): one mask test of the
+    /// two fields (issue 22: was two shifts, two masks and two compares).
+    #[inline]
     pub fn is_success(self) -> bool {
-        self.sct() == 0 && self.sc() == 0
+        self.0 & 0x7FF == 0
     }
     /// Whether the command may succeed if retried (an error without DNR).
     pub fn retryable(self) -> bool {
@@ -205,6 +207,15 @@ impl fmt::Display for NvmeStatus {
 mod tests {
     use super::*;
     use alloc::string::ToString;
+
+    #[test]
+    fn success_is_sct_0_and_sc_0_whatever_crd_more_and_dnr_hold() {
+        for raw in 0..=u16::MAX {
+            let s = NvmeStatus(raw);
+            assert_eq!(s.is_success(), s.sct() == 0 && s.sc() == 0, "status {raw:#06x}");
+            assert_eq!(s.is_success(), s.kind() == StatusKind::Success, "status {raw:#06x}");
+        }
+    }
 
     #[test]
     fn qemu_statuses_decode() {

@@ -27,7 +27,7 @@ use blk::Status;
 
 use super::{Host, SyncDelay, SyncDma, SyncMmio};
 use crate::Error;
-use crate::cmd::Sqe;
+use crate::cmd::IoCmd;
 use crate::controller::PostError;
 use crate::prp;
 
@@ -277,7 +277,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> devhal::floor::FloorPort for FloorRu
 
     fn post(&self, i: usize, n: u32) -> Result<(), Error> {
         let lba = u64::from(n) % self.positions * u64::from(self.read_blocks);
-        let mut sqe = Sqe::read_write(false, 0, self.nsid, lba, self.read_blocks);
+        let mut sqe = IoCmd::read_write(false, self.nsid, lba, self.read_blocks);
         sqe.set_prps(self.prps.prp1, self.prps.prp2);
         self.host
             .inner
