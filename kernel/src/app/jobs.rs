@@ -51,6 +51,12 @@ struct KernelBackend<'a> {
     in_flight: usize,
     /// Submitted with `submit_deferred` since the last `commit` (the doorbell may be unrung).
     uncommitted: bool,
+    /// The device may leave a doorbell for `commit` (`BlockDevice::defers_doorbell`): only then
+    /// does a submission leave `uncommitted` set (a `dyn` call per reap less; issue 22).
+    defers: bool,
+    /// The device can open an interrupt-then-poll window (`BlockDevice::has_polling_window`):
+    /// only then is it asked on every reap.
+    windows: bool,
     /// Collect a burst's I/Os and hand them to the device together at `commit`
     /// (`BlockDevice::submit_batch`: one run-token round trip, one doorbell, one call; issue
     /// 22). Off at iodepth 1 (nothing to batch), where an I/O's own submission time is
@@ -120,6 +126,8 @@ impl KernelBackend<'_> {
         self.dev = dev;
         self.scale = scale;
         self.max_sectors = Self::max_sectors(self.bs, scale);
+        self.defers = dev.defers_doorbell();
+        self.windows = dev.has_polling_window();
     }
 
     /// Hands the collected burst to the device, then rings what this CPU's deferred
@@ -143,7 +151,7 @@ impl KernelBackend<'_> {
             // A burst of one (QD1): the plain submission, without the batch's set-up.
             let slot = io.slot as usize;
             let outcome = self.dev.submit_deferred(self.cpu, &io.bio(&self.segments[slot..=slot]));
-            self.uncommitted = true;
+            self.uncommitted = self.defers;
             match outcome {
                 Ok(_) => self.pending.clear(),
                 Err(BlkError::TagsExhausted { .. }) => self.dev.make_progress(self.cpu),
@@ -258,7 +266,7 @@ impl IoBackend for KernelBackend<'_> {
         match self.dev.submit_deferred(self.cpu, &bio) {
             Ok(_) => {
                 self.in_flight += 1;
-                self.uncommitted = true;
+                self.uncommitted = self.defers;
                 Ok(())
             }
             Err(BlkError::TagsExhausted { .. }) => {
@@ -281,7 +289,7 @@ impl IoBackend for KernelBackend<'_> {
         self.commit();
         // An interrupt-then-poll window (megasas.irq_poll, nvme.irq_poll) masks the interrupt:
         // poll while open.
-        if self.poll || self.dev.polling_window(self.cpu) {
+        if self.poll || (self.windows && self.dev.polling_window(self.cpu)) {
             self.dev.poll(self.cpu);
         }
         // What a reap could not hand out last time goes first (rare: more completions than
@@ -329,7 +337,7 @@ impl IoBackend for KernelBackend<'_> {
             core::hint::spin_loop();
             return;
         }
-        if self.dev.polling_window(self.cpu) {
+        if self.windows && self.dev.polling_window(self.cpu) {
             // The poll closes the window (and re-reaps) once the device goes quiet; only then
             // is halting safe.
             self.dev.poll(self.cpu);
@@ -433,6 +441,8 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         poll: ctx.poll,
         in_flight: 0,
         uncommitted: false,
+        defers: ctx.dev.defers_doorbell(),
+        windows: ctx.dev.has_polling_window(),
         batch: ctx.plan.iodepth > 1 && ctx.shared.detail().is_none() && ctx.file_devs.is_empty(),
         pending: heapless::Vec::new(),
         segments: vec![Segment::new(0, 0); ctx.plan.iodepth as usize],

@@ -182,6 +182,16 @@ pub trait BlockDevice: Sync + Send {
     fn commit(&self, cpu: usize) {
         let _ = cpu;
     }
+    /// Whether [`BlockDevice::submit_deferred`] may leave a doorbell for
+    /// [`BlockDevice::commit`]; where not, a caller need not call `commit` (asked once per job).
+    fn defers_doorbell(&self) -> bool {
+        false
+    }
+    /// Whether [`BlockDevice::polling_window`] can ever be true; where not, a caller need not
+    /// ask it on every reap (asked once per job).
+    fn has_polling_window(&self) -> bool {
+        false
+    }
     /// Runs CPU `cpu`'s completion list (the completion IPI handler).
     fn run_completions(&self, cpu: usize) -> usize;
     /// Polls for completions (polled mode).
@@ -339,6 +349,12 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn polling_window(&self, cpu: usize) -> bool {
         self.host.is_some_and(|h| h.polling_window(cpu))
+    }
+    fn defers_doorbell(&self) -> bool {
+        D::DEFERS_DOORBELL
+    }
+    fn has_polling_window(&self) -> bool {
+        self.host.is_some()
     }
     fn irq_vectors(&self) -> Vec<crate::dev::interrupts::Vector> {
         self.host
