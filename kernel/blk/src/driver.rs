@@ -336,9 +336,6 @@ pub struct Rq<'a, D: Driver> {
     /// This CPU holds the run token of the request's hardware queue: given out by dispatch, or
     /// by a local completion from inside `queue_rq` ([`Rq::complete`]).
     in_dispatch: bool,
-    /// The clock read at the start of the dispatch pass that gave this handle out, for
-    /// [`Rq::issue`]'s deadline: one read per pass, not one per request (0: read it then).
-    pub(crate) issue_clock: u64,
 }
 
 impl<'a, D: Driver> Rq<'a, D> {
@@ -362,7 +359,6 @@ impl<'a, D: Driver> Rq<'a, D> {
             cpu,
             routed,
             in_dispatch,
-            issue_clock: 0,
         }
     }
 
@@ -453,14 +449,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         let deadline = if timeout == 0 {
             0
         } else {
-            // A pass's clock is read before its first request: a deadline of a later request
-            // in the pass lands at most the pass's length early, against timeouts of seconds.
-            let now = if self.issue_clock != 0 {
-                self.issue_clock
-            } else {
-                self.queue.platform().now_ns()
-            };
-            now.saturating_add(timeout).max(1)
+            self.queue.platform().now_ns().saturating_add(timeout).max(1)
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
         // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.

@@ -1385,12 +1385,11 @@ impl<D: Driver> Queue<D> {
             return;
         }
         let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
-        let clock = self.pass_clock();
         let mut uncommitted = false;
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
             let last = fifo.is_empty() && !defer;
-            match self.dispatch_one(&ctx, counters, index, last, clock) {
+            match self.dispatch_one(&ctx, counters, index, last) {
                 Dispatched::Queued => uncommitted = !last,
                 Dispatched::Ended => {}
                 Dispatched::TurnedAway => {
@@ -1421,11 +1420,10 @@ impl<D: Driver> Queue<D> {
             return;
         }
         let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
-        let clock = self.pass_clock();
         let mut uncommitted = false;
         for (position, &index) in indices.iter().enumerate() {
             let last = position + 1 == indices.len() && !defer;
-            match self.dispatch_one(&ctx, counters, index, last, clock) {
+            match self.dispatch_one(&ctx, counters, index, last) {
                 Dispatched::Queued => uncommitted = !last,
                 Dispatched::Ended => {}
                 Dispatched::TurnedAway => {
@@ -1453,7 +1451,7 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     fn dispatch_alone(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
         let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
-        match self.dispatch_one(&ctx, counters, index, !defer, 0) {
+        match self.dispatch_one(&ctx, counters, index, !defer) {
             Dispatched::Queued => {
                 if defer {
                     self.ring_or_defer(&ctx, counters, true);
@@ -1480,17 +1478,6 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// The clock for the deadlines of a pass's requests, read once per pass of several (issue
-    /// 22); 0 without timeouts.
-    #[inline(always)]
-    fn pass_clock(&self) -> u64 {
-        if self.timeout_ns() == 0 {
-            0
-        } else {
-            self.platform.now_ns()
-        }
-    }
-
     /// What a dispatch pass on `hwq` needs: its tag set, that set's "freed" sequence before the
     /// pass (the restart protocol's snapshot), the driver's context and this CPU's counters.
     #[inline(always)]
@@ -1507,16 +1494,7 @@ impl<D: Driver> Queue<D> {
 
     /// Hands request `index` (off the FIFO, or issued directly) to the driver.
     #[inline(always)]
-    /// `clock`: the pass's clock read for the request's deadline ([`Queue::pass_clock`]; 0: the
-    /// issue reads it).
-    fn dispatch_one(
-        &self,
-        ctx: &HwCtx<'_, D>,
-        counters: &CpuCounters,
-        index: u32,
-        last: bool,
-        clock: u64,
-    ) -> Dispatched {
+    fn dispatch_one(&self, ctx: &HwCtx<'_, D>, counters: &CpuCounters, index: u32, last: bool) -> Dispatched {
         let (hwq, cpu) = (ctx.hwq, usize::from(ctx.cpu));
         let slot = self.slot(index);
         // SAFETY: the request came off our FIFO (or is issued directly by its submitter), so
@@ -1525,8 +1503,7 @@ impl<D: Driver> Queue<D> {
         unsafe { slot.data_mut().hwq = hwq };
         slot.set_state(state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
-        let mut rq = unsafe { Rq::new(self, slot, index, ctx.cpu, false, true) };
-        rq.issue_clock = clock;
+        let rq = unsafe { Rq::new(self, slot, index, ctx.cpu, false, true) };
         bump(&counters.dispatched);
         self.stage(cpu, index, crate::driver::Stage::Dispatch);
         match self.driver.queue_rq(ctx, rq, last) {
