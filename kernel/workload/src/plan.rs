@@ -415,6 +415,34 @@ pub(crate) fn check_aligned(
     })
 }
 
+/// The `clones` regions of `size` bytes from `offset`, each shifted by `increment` from the one
+/// before (fio's `numjobs` with `offset_increment`), must end within `device`'s `capacity`.
+/// Returns where the last one ends, in bytes.
+pub(crate) fn check_clones_fit(
+    spec: &JobSpec,
+    device: &DeviceInfo,
+    capacity: u64,
+    clones: u64,
+    increment: u64,
+    size: u64,
+    offset: u64,
+) -> Result<u64, WorkloadError> {
+    let end = (clones - 1)
+        .checked_mul(increment)
+        .and_then(|shift| shift.checked_add(size))
+        .and_then(|span| span.checked_add(offset))
+        .unwrap_or(u64::MAX);
+    if end > capacity {
+        return Err(WorkloadError::JobLargerThanDevice {
+            job: spec.name.clone(),
+            device: device.name.clone(),
+            end_bytes: end,
+            capacity_bytes: capacity,
+        });
+    }
+    Ok(end)
+}
+
 /// How a job's reads are checked and its writes stamped: off; read-only (every block carries the
 /// job's generation); one sequential write pass (when it writes each of its `pass_blocks` once);
 /// or per-block generations over `tracked_blocks` per CPU (at most
@@ -480,19 +508,7 @@ fn plan_clones(
     let bs = u64::from(spec.bs);
     check_aligned(spec, "offset_increment", increment, bs, "blocks are aligned to bs")?;
     let clones = u64::from(cpus.len());
-    let span = (clones - 1)
-        .checked_mul(increment)
-        .and_then(|shift| shift.checked_add(region_bytes))
-        .and_then(|span| span.checked_add(spec.offset))
-        .unwrap_or(u64::MAX);
-    if span > capacity {
-        return Err(WorkloadError::JobLargerThanDevice {
-            job: job(),
-            device: device.name.clone(),
-            end_bytes: span,
-            capacity_bytes: capacity,
-        });
-    }
+    let span = check_clones_fit(spec, device, capacity, clones, increment, region_bytes, spec.offset)?;
     let blocks = region_bytes / bs;
     if blocks == 0 {
         return Err(WorkloadError::RegionTooSmall {

@@ -18,7 +18,10 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{DeviceInfo, JobPlan, PlanWarning, check_aligned, check_trims, check_variable_sizes, submitting_cpus};
+use super::{
+    DeviceInfo, JobPlan, PlanWarning, check_aligned, check_clones_fit, check_trims, check_variable_sizes,
+    submitting_cpus,
+};
 use crate::error::WorkloadError;
 use crate::job::{JobSpec, RwMode};
 
@@ -188,19 +191,7 @@ pub(super) fn plan_files(
             });
         }
         let capacity = device.validated_capacity_bytes()?;
-        let end = (clones - 1)
-            .checked_mul(increment)
-            .and_then(|shift| shift.checked_add(file.size))
-            .and_then(|span| span.checked_add(file.offset))
-            .unwrap_or(u64::MAX);
-        if end > capacity {
-            return Err(WorkloadError::JobLargerThanDevice {
-                job: job(),
-                device: device.name.clone(),
-                end_bytes: end,
-                capacity_bytes: capacity,
-            });
-        }
+        check_clones_fit(spec, device, capacity, clones, increment, file.size, file.offset)?;
         overlapping |= clones > 1 && increment < file.size;
         let blocks = file.size / bs;
         files.push(PlanFile {
