@@ -125,6 +125,24 @@ impl DoneBoard {
         Ok(())
     }
 
+    /// [`DoneBoard::deliver`] for a request whose cookie is its slot (the kernel's): a cookie
+    /// that is no slot number is refused as out of range.
+    #[inline]
+    pub fn deliver_cookie(&self, submit_cpu: usize, cookie: u64, status: Status) -> Result<(), BlkError> {
+        match usize::try_from(cookie) {
+            Ok(slot) => self.deliver(submit_cpu, slot, status),
+            Err(_) => {
+                self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+                Err(BlkError::DoneSlotOutOfRange {
+                    cpu: submit_cpu,
+                    slot: usize::MAX,
+                    ncpus: self.ncpus,
+                    slots_per_cpu: self.slots_per_cpu,
+                })
+            }
+        }
+    }
+
     /// Reports every finished slot of CPU `cpu` to `f(slot, status)`, lowest slot first within
     /// each 64-slot word, and clears them; returns how many. Only `cpu`'s owner calls this. An
     /// out-of-range `cpu` has nothing to take.
@@ -278,6 +296,20 @@ mod tests {
         let mut st = None;
         b.take(0, |_, s| st = Some(s));
         assert_eq!(st, Some(Status::Aborted));
+    }
+
+    #[test]
+    fn a_cookie_is_delivered_as_its_slot_and_refused_past_the_slots() {
+        let b = DoneBoard::new(2, 8).unwrap();
+        b.deliver_cookie(1, 5, Status::IoError).unwrap();
+        assert!(matches!(
+            b.deliver_cookie(1, 8, Status::Ok),
+            Err(BlkError::DoneSlotOutOfRange { cpu: 1, slot: 8, .. })
+        ));
+        assert_eq!(b.bogus(), 1);
+        let mut got = Vec::new();
+        b.take(1, |slot, status| got.push((slot, status)));
+        assert_eq!(got, [(5, Status::IoError)]);
     }
 
     #[test]

@@ -1966,16 +1966,7 @@ impl<D: Driver> Queue<D> {
     /// submitter is woken only when another CPU completes its request.
     #[inline(always)]
     fn end_on_board(&self, board: &crate::done::DoneBoard, cpu: usize, cookie: u64, submit_cpu: usize, status: Status) {
-        let delivered = match usize::try_from(cookie) {
-            Ok(done_slot) => board.deliver(submit_cpu, done_slot, status),
-            Err(_) => Err(BlkError::DoneSlotOutOfRange {
-                cpu: submit_cpu,
-                slot: usize::MAX,
-                ncpus: board.ncpus(),
-                slots_per_cpu: board.slots_per_cpu(),
-            }),
-        };
-        if let Err(e) = delivered {
+        if let Err(e) = board.deliver_cookie(submit_cpu, cookie, status) {
             self.platform.done_refused(&e);
         }
         if submit_cpu != cpu {

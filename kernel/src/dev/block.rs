@@ -86,20 +86,12 @@ impl blk::Platform for KernelPlatform {
 
     fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: blk::Status) {
         let cpu = usize::from(submit_cpu);
-        match usize::try_from(cookie) {
-            Ok(slot) => {
-                // Before the delivery: the submitter may take it (and record its reap) at once.
-                crate::arch::stagetrace::ended(cpu, slot);
-                if let Err(e) = done_board().deliver(cpu, slot, status) {
-                    log_bogus(&e);
-                }
-            }
-            Err(_) => log_bogus(&BlkError::DoneSlotOutOfRange {
-                cpu,
-                slot: usize::MAX,
-                ncpus: MAX_CPUS,
-                slots_per_cpu: MAX_SLOTS_PER_CPU,
-            }),
+        // Before the delivery: the submitter may take it (and record its reap) at once.
+        if let Ok(slot) = usize::try_from(cookie) {
+            crate::arch::stagetrace::ended(cpu, slot);
+        }
+        if let Err(e) = done_board().deliver_cookie(cpu, cookie, status) {
+            log_bogus(&e);
         }
         // The submitter may be halted waiting for exactly this (idle=halt).
         idle::wake(cpu);
