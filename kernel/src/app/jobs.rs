@@ -73,7 +73,8 @@ struct KernelBackend<'a> {
     progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
 }
 
-/// An I/O of a burst not yet handed to the device (`KernelBackend::pending`).
+/// An I/O for the device: one of a burst not yet handed over (`KernelBackend::pending`), or one
+/// submitted at once.
 #[derive(Debug, Clone, Copy)]
 struct PendingIo {
     slot: u32,
@@ -230,8 +231,12 @@ impl IoBackend for KernelBackend<'_> {
         // SAFETY: the buffer stays valid and untouched by the CPU until the
         // completion for this slot is reaped (the engine's slot contract).
         let seg = [unsafe { Segment::with_virt(b.phys(), b.as_ptr(), len as u32) }];
-        let sector = lba * self.scale;
-        let nr = sectors * self.scale as u32;
+        let io = PendingIo {
+            slot: slot as u32,
+            op,
+            sector: lba * self.scale,
+            nr_sectors: sectors * self.scale as u32,
+        };
         if self.batch {
             if self.pending.is_full() {
                 self.submit_pending();
@@ -241,29 +246,14 @@ impl IoBackend for KernelBackend<'_> {
                 }
             }
             self.segments[slot] = seg[0];
-            let io = PendingIo {
-                slot: slot as u32,
-                op,
-                sector,
-                nr_sectors: nr,
-            };
             // Room: checked above.
             let _ = self.pending.push(io);
             self.in_flight += 1;
             return Ok(());
         }
-        let cookie = block::cookie(slot);
-        let bio = match op {
-            IoOp::Read => blk::Bio::read(sector, nr, &seg, cookie),
-            IoOp::Write => blk::Bio::write(sector, nr, &seg, cookie),
-            // fio's trim: the block's range, no data.
-            IoOp::Trim => blk::Bio::discard(sector, nr, cookie),
-            // fio's fsync / end_fsync: the device's cache flush, no data.
-            IoOp::Flush => blk::Bio::flush(cookie),
-        };
         // Deferred: `poll_completions` (the engine's next step) rings once for the burst
         // (issue 22).
-        match self.dev.submit_deferred(self.cpu, &bio) {
+        match self.dev.submit_deferred(self.cpu, &io.bio(&seg)) {
             Ok(_) => {
                 self.in_flight += 1;
                 self.uncommitted = self.defers;
