@@ -481,10 +481,9 @@ impl<'a, D: Driver> Rq<'a, D> {
     pub fn complete(self, status: Status) {
         let (queue, slot, index, cpu, in_dispatch) = (self.queue, self.slot, self.index, self.cpu, self.in_dispatch);
         core::mem::forget(self);
-        slot.set_status(status);
         slot.set_state(state::COMPLETING);
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
-        queue.route_completion(usize::from(cpu), index, in_dispatch);
+        queue.route_completion(usize::from(cpu), slot, index, status, in_dispatch);
     }
 }
 

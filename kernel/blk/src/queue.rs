@@ -1765,9 +1765,8 @@ impl<D: Driver> Queue<D> {
                     {
                         match claim {
                             Claim::Complete(status) => {
-                                slot.set_status(status);
                                 self.stage(cpu, index, crate::driver::Stage::DeviceComplete);
-                                self.route_completion(cpu, index, false);
+                                self.route_completion(cpu, slot, index, status, false);
                             }
                             Claim::Requeue => self.requeue_owned(cpu, index),
                         }
@@ -1822,21 +1821,31 @@ impl<D: Driver> Queue<D> {
         self.run_hw_queue(cpu, hwq);
     }
 
-    /// Sends a claimed completion (state COMPLETING) where the policy says.
+    /// Sends a claimed completion (state COMPLETING) of `slot` (`self.slot(index)`) with
+    /// `status` where the policy says. The status goes into the slot only when the request
+    /// waits on a completion list; finished here, it is passed along (issue 22).
     #[inline(always)]
-    pub(crate) fn route_completion(&self, cpu: usize, index: u32, in_dispatch: bool) {
+    pub(crate) fn route_completion(
+        &self,
+        cpu: usize,
+        slot: &Slot<D::Pdu>,
+        index: u32,
+        status: Status,
+        in_dispatch: bool,
+    ) {
         let counters = self.counters.cpu(cpu);
         match self.completion_policy() {
             CompletionPolicy::Irq => {
                 bump(&counters.completions_irq);
-                self.finish(cpu, index, in_dispatch);
+                self.finish(cpu, slot, index, status, in_dispatch);
             }
             CompletionPolicy::Poll => {
                 bump(&counters.completions_poll);
-                self.finish(cpu, index, in_dispatch);
+                self.finish(cpu, slot, index, status, in_dispatch);
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
+                slot.set_status(status);
                 self.stage(cpu, index, crate::driver::Stage::ListPush);
                 if self.done_lists[cpu].push(index, &self.links) {
                     bump(&counters.softirqs);
@@ -1845,12 +1854,13 @@ impl<D: Driver> Queue<D> {
             }
             CompletionPolicy::Remote => {
                 // SAFETY: the slot is COMPLETING and we claimed it, so we own it.
-                let target = usize::from(unsafe { self.slot(index).data() }.submit_cpu);
+                let target = usize::from(unsafe { slot.data() }.submit_cpu);
                 if target == cpu {
                     bump(&counters.completions_irq);
-                    self.finish(cpu, index, in_dispatch);
+                    self.finish(cpu, slot, index, status, in_dispatch);
                 } else {
                     bump(&counters.completions_remote);
+                    slot.set_status(status);
                     self.stage(cpu, index, crate::driver::Stage::ListPush);
                     if self.done_lists[target].push(index, &self.links) {
                         bump(&counters.ipis);
@@ -1870,7 +1880,9 @@ impl<D: Driver> Queue<D> {
         let mut n = 0;
         for index in self.done_lists[cpu].take_all(&self.links) {
             self.stage(cpu, index, crate::driver::Stage::Softirq);
-            self.finish(cpu, index, false);
+            let slot = self.slot(index);
+            // The list's push (Release) published the status `route_completion` stored.
+            self.finish(cpu, slot, index, slot.status(), false);
             n += 1;
         }
         // A sharer of our host tag set freed tags while we held turned-away requests, and
@@ -1885,16 +1897,18 @@ impl<D: Driver> Queue<D> {
         n
     }
 
-    /// Hands a claimed completion to the driver's `complete`. `in_dispatch`: this CPU holds
-    /// the run token of the request's hardware queue (a completion routed locally from inside
-    /// `queue_rq`, as [`Rq::complete`] does).
-    fn finish(&self, cpu: usize, index: u32, in_dispatch: bool) {
-        let slot = self.slot(index);
+    /// Hands a claimed completion of `slot` (`self.slot(index)`) to the driver's `complete`.
+    /// `in_dispatch`: this CPU holds the run token of the request's hardware queue (a
+    /// completion routed locally from inside `queue_rq`, as [`Rq::complete`] does).
+    #[inline(always)]
+    fn finish(&self, cpu: usize, slot: &Slot<D::Pdu>, index: u32, status: Status, in_dispatch: bool) {
         if !D::HAS_COMPLETE {
             // What the default `complete` does, without the handle: end it with its status.
-            self.end_request_in(cpu, slot, index, slot.status(), false, in_dispatch);
+            self.end_request_in(cpu, slot, index, status, false, in_dispatch);
             return;
         }
+        // The driver's `complete` reads it through `Rq::status`.
+        slot.set_status(status);
         slot.set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
@@ -2156,8 +2170,7 @@ impl<D: Driver> Queue<D> {
                     state::pack(generation.wrapping_add(1), state::COMPLETING),
                     Ordering::Acquire,
                 );
-                slot.set_status(status);
-                self.route_completion(cpu, index, false);
+                self.route_completion(cpu, slot, index, status, false);
             }
             Some(TimeoutAction::Requeue) => {
                 match slot.word.compare_exchange(
@@ -2189,10 +2202,9 @@ impl<D: Driver> Queue<D> {
             );
             self.requeue_owned(cpu, index);
         } else {
-            slot.set_status(Status::from_u8(late));
             slot.word
                 .store(state::pack(generation, state::COMPLETING), Ordering::Relaxed);
-            self.route_completion(cpu, index, false);
+            self.route_completion(cpu, slot, index, Status::from_u8(late), false);
         }
     }
 }

@@ -378,6 +378,51 @@ fn poll_policy_completes_in_the_poller() {
 }
 
 #[test]
+fn the_devices_status_reaches_the_end_on_every_completion_route() {
+    // The status travels with the completion when it finishes at once and through the slot
+    // when it waits on a completion list; with and without a driver `complete`.
+    for policy in [
+        CompletionPolicy::Irq,
+        CompletionPolicy::Poll,
+        CompletionPolicy::Local,
+        CompletionPolicy::Remote,
+    ] {
+        let (q, p) = rec_queue(2, 8, policy);
+        let statuses = [Status::IoError, Status::Ok, Status::Timeout, Status::NotSupported];
+        for (cookie, _) in statuses.iter().enumerate() {
+            q.submit(0, &read(cookie as u64)).unwrap();
+        }
+        let tokens = q.driver().issued.lock().unwrap().clone();
+        for (token, status) in tokens.iter().zip(statuses) {
+            q.complete(1, 0, *token, status).unwrap();
+        }
+        q.run_completions(0);
+        q.run_completions(1);
+        let got: Vec<(u64, Status)> = p.log().iter().map(|c| (c.cookie, c.status)).collect();
+        let want: Vec<(u64, Status)> = statuses.iter().enumerate().map(|(c, s)| (c as u64, *s)).collect();
+        assert_eq!(got, want, "{policy:?}");
+        assert_eq!(q.driver().completes.load(Ordering::SeqCst), 4, "{policy:?}");
+        assert_eq!(q.counters().completed_with_error, 3, "{policy:?}");
+
+        // A driver without `complete` (the block layer ends the request itself): every
+        // request fails.
+        let mut null = NullConfig::new(CAP, NullMode::Deferred);
+        null.error_one_in = 1;
+        let mut cfg = null.queue_config(2, 1, 8);
+        cfg.completion = policy;
+        let p = Arc::new(HostPlatform::new(2, 1024, true));
+        let q = Queue::new(cfg, NullDriver::new(null, 1, 8, false), p.clone()).unwrap();
+        q.submit(0, &read(7)).unwrap();
+        q.submit(0, &read(8)).unwrap();
+        assert_eq!(q.driver().fire_interrupt(&q, 1, 0), 2);
+        q.run_completions(0);
+        q.run_completions(1);
+        assert_eq!(p.ended(), 2, "{policy:?}");
+        assert!(p.log().iter().all(|c| c.status == Status::IoError), "{policy:?}");
+    }
+}
+
+#[test]
 fn policy_switch_at_run_time_applies_to_later_completions() {
     let (q, p) = null_queue(2, 1, 8, NullMode::Immediate, CompletionPolicy::Irq);
     q.submit(0, &read(1)).unwrap();
