@@ -1076,3 +1076,50 @@ fn sleeping_lock_parks_until_the_unlock_wakes_it() {
     assert!(!lock.is_locked());
     assert_eq!(lock.unlock(0, &*p), None, "no waiter left to wake");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+    /// `validate_bio`'s one-branch check of a one-segment read or write accepts exactly the
+    /// bios the full checks accept, and a refused one gets the full checks' specific error
+    /// (first failure in their order: empty, beyond the end, misaligned, length mismatch).
+    #[test]
+    fn a_one_segment_io_is_accepted_exactly_when_it_is_valid(
+        write in proptest::prelude::any::<bool>(),
+        block_4k in proptest::prelude::any::<bool>(),
+        sector_pick in 0usize..8,
+        random_sector in 0u64..CAP + 64,
+        nr_sectors in proptest::sample::select(vec![0u32, 1, 7, 8, 9, 16, 64, u32::MAX]),
+        len_delta in proptest::sample::select(vec![0i64, 0, 0, 512, -512, 1, -4096]),
+    ) {
+        let sector = [0, 8, 9, CAP - 8, CAP - 1, CAP, u64::MAX - 3, random_sector][sector_pick];
+        let mut null = NullConfig::new(CAP, NullMode::Immediate);
+        null.logical_block_size = if block_4k { 4096 } else { 512 };
+        let cfg = null.queue_config(1, 1, 8);
+        let platform = Arc::new(HostPlatform::new(1, 1024, true));
+        let q = Queue::new(cfg, NullDriver::new(null, 1, 8, false), platform.clone()).unwrap();
+        let io_bytes = u64::from(nr_sectors) * 512;
+        let len = (io_bytes as i64 + len_delta).clamp(0, i64::from(u32::MAX)) as u32;
+        let segment = [Segment::new(0x10_0000, len)];
+        let bio = if write {
+            Bio::write(sector, nr_sectors, &segment, 1)
+        } else {
+            Bio::read(sector, nr_sectors, &segment, 1)
+        };
+        let block_sectors: u32 = if block_4k { 8 } else { 1 };
+        let expected = if nr_sectors == 0 {
+            Err(BlkError::EmptyIo)
+        } else if sector.checked_add(u64::from(nr_sectors)).is_none_or(|end| end > CAP) {
+            Err(BlkError::BeyondEnd { sector, nr_sectors, capacity: CAP })
+        } else if !sector.is_multiple_of(u64::from(block_sectors)) || !nr_sectors.is_multiple_of(block_sectors) {
+            Err(BlkError::Misaligned { sector, nr_sectors, block_sectors })
+        } else if u64::from(len) != io_bytes {
+            Err(BlkError::SegmentLengthMismatch { segment_bytes: u64::from(len), io_bytes })
+        } else {
+            Ok(())
+        };
+        let got = q.submit(0, &bio).map(|_| ());
+        proptest::prop_assert_eq!(&got, &expected);
+        proptest::prop_assert_eq!(platform.ended(), usize::from(expected.is_ok()));
+    }
+}
