@@ -1971,10 +1971,14 @@ impl<D: Driver> Queue<D> {
         };
         // The tag set of the hardware queue it went through (no division by the depth).
         let set = self.set_of(hwq);
-        self.stage(cpu, index, crate::driver::Stage::EndIo);
+        // Relaxed, as in `stage`; read once for both uses.
+        let tracing = self.stage_trace.load(core::sync::atomic::Ordering::Relaxed);
+        if tracing {
+            self.platform.stage(cpu, index, crate::driver::Stage::EndIo);
+        }
         if parent == NO_PARENT
             && let Some(board) = self.done_board
-            && !self.stage_trace.load(core::sync::atomic::Ordering::Relaxed)
+            && !tracing
         {
             // SAFETY: as above; the slot stays ours until it is freed below.
             let d = unsafe { slot.data() };
