@@ -333,9 +333,11 @@ pub struct Rq<'a, D: Driver> {
     cpu: u16,
     /// Given out by the completion path (as opposed to dispatch): ending it is not "inline".
     routed: bool,
-    /// This CPU holds the run token of the request's hardware queue: given out by dispatch, or
-    /// by a local completion from inside `queue_rq` ([`Rq::complete`]).
-    in_dispatch: bool,
+    /// Ending it needs no rerun check of its hardware queue: this CPU holds the queue's run
+    /// token (given out by dispatch, or by a local completion from inside `queue_rq`,
+    /// [`Rq::complete`]), or it came from a [`crate::CompletionBatch`], whose end runs the
+    /// check once.
+    rerun_covered: bool,
 }
 
 impl<'a, D: Driver> Rq<'a, D> {
@@ -349,7 +351,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         index: u32,
         cpu: u16,
         routed: bool,
-        in_dispatch: bool,
+        rerun_covered: bool,
     ) -> Self {
         debug_assert!(core::ptr::eq(slot, queue.slot(index)));
         Self {
@@ -358,7 +360,7 @@ impl<'a, D: Driver> Rq<'a, D> {
             index,
             cpu,
             routed,
-            in_dispatch,
+            rerun_covered,
         }
     }
 
@@ -464,26 +466,27 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
     pub fn end(self, status: Status) {
-        let (queue, slot, index, cpu, routed, in_dispatch) = (
+        let (queue, slot, index, cpu, routed, rerun_covered) = (
             self.queue,
             self.slot,
             self.index,
             self.cpu,
             self.routed,
-            self.in_dispatch,
+            self.rerun_covered,
         );
         core::mem::forget(self);
-        queue.end_request_in(usize::from(cpu), slot, index, status, !routed, in_dispatch);
+        queue.end_request_in(usize::from(cpu), slot, index, status, !routed, rerun_covered);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
     /// on this CPU (issue followed by an immediate interrupt).
     pub fn complete(self, status: Status) {
-        let (queue, slot, index, cpu, in_dispatch) = (self.queue, self.slot, self.index, self.cpu, self.in_dispatch);
+        let (queue, slot, index, cpu, rerun_covered) =
+            (self.queue, self.slot, self.index, self.cpu, self.rerun_covered);
         core::mem::forget(self);
         slot.set_state(state::COMPLETING);
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
-        queue.route_completion(usize::from(cpu), slot, index, status, in_dispatch);
+        queue.route_completion(usize::from(cpu), slot, index, status, rerun_covered);
     }
 }
 
@@ -495,7 +498,13 @@ impl<D: Driver> Drop for Rq<'_, D> {
             "request handle for tag {} dropped without issue/end/complete",
             self.tag()
         );
-        queue.end_request(usize::from(cpu), index, Status::IoError, !self.routed, self.in_dispatch);
+        queue.end_request(
+            usize::from(cpu),
+            index,
+            Status::IoError,
+            !self.routed,
+            self.rerun_covered,
+        );
     }
 }
 

@@ -45,8 +45,8 @@ pub use error::BlkError;
 pub use freeze::UsageCounter;
 pub use map::{map_queues, validate_map};
 pub use queue::{
-    BatchOutcome, CompletionPolicy, DEFAULT_RESCHEDULE_COST_NS, Queue, QueueConfig, QuiesceCheck, SUBMIT_BATCH_CHUNK,
-    Submitted,
+    BatchOutcome, CompletionBatch, CompletionPolicy, DEFAULT_RESCHEDULE_COST_NS, Queue, QueueConfig, QuiesceCheck,
+    SUBMIT_BATCH_CHUNK, Submitted,
 };
 pub use request::{Bio, Completion, IssueToken, Op, SECTOR_SIZE, Segment, Status};
 pub use sync::{CachePadded, SpinGuard, SpinLock};

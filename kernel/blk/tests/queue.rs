@@ -435,6 +435,83 @@ fn policy_switch_at_run_time_applies_to_later_completions() {
     assert_eq!((c.completions_irq, c.completions_local), (1, 1));
 }
 
+#[test]
+fn a_completion_batch_ends_each_request_and_refuses_like_complete() {
+    let (q, p) = rec_queue(2, 8, CompletionPolicy::Irq);
+    for c in 0..3 {
+        q.submit(0, &read(c)).unwrap();
+    }
+    let tokens = q.driver().issued.lock().unwrap().clone();
+    assert!(matches!(
+        q.completion_batch(2, 0),
+        Err(BlkError::CpuOutOfRange { cpu: 2, ncpus: 2 })
+    ));
+    assert!(matches!(
+        q.completion_batch(1, 1),
+        Err(BlkError::HwQueueOutOfRange {
+            hwq: 1,
+            nr_hw_queues: 1
+        })
+    ));
+    {
+        let mut batch = q.completion_batch(1, 0).unwrap();
+        batch.complete(tokens[0], Status::Ok).unwrap();
+        batch.complete(tokens[1], Status::IoError).unwrap();
+        assert!(matches!(
+            batch.complete(tokens[0], Status::Ok),
+            Err(BlkError::NotInFlight { state: "free", .. })
+        ));
+        assert_eq!(
+            batch.complete(IssueToken::new(99, 1), Status::Ok),
+            Err(BlkError::TagOutOfRange { tag: 99, depth: 8 })
+        );
+        let stale = IssueToken::new(tokens[2].tag(), tokens[2].generation().wrapping_add(1));
+        assert!(matches!(
+            batch.complete(stale, Status::Ok),
+            Err(BlkError::StaleCompletion { .. })
+        ));
+    }
+    let got: Vec<(u64, Status, u16)> = p.log().iter().map(|c| (c.cookie, c.status, c.complete_cpu)).collect();
+    assert_eq!(got, [(0, Status::Ok, 1), (1, Status::IoError, 1)]);
+    let c = q.counters();
+    assert_eq!((c.completed, c.completions_irq, c.completed_with_error), (2, 2, 1));
+    assert_eq!((c.spurious_completions, c.stale_completions), (2, 1));
+    assert_eq!(q.driver().completes.load(Ordering::SeqCst), 2);
+    assert_eq!(q.tags_in_use(), 1);
+}
+
+#[test]
+fn a_request_turned_away_goes_again_when_the_completion_batch_ends() {
+    for check in QuiesceCheck::ALL {
+        let (q, _p) = rec_queue(1, 8, CompletionPolicy::Irq);
+        q.set_quiesce_check(check);
+        q.submit(0, &read(1)).unwrap();
+        // The driver turns the second request away: it waits for a completion to free room.
+        q.driver().plan.lock().unwrap().push_back(Plan::Busy);
+        q.submit(0, &read(2)).unwrap();
+        let token = q.driver().issued.lock().unwrap()[0];
+        assert_eq!(q.driver().queued.lock().unwrap().len(), 1);
+        {
+            let mut batch = q.completion_batch(0, 0).unwrap();
+            batch.complete(token, Status::Ok).unwrap();
+            let queued = q.driver().queued.lock().unwrap().len();
+            if check == QuiesceCheck::LockFree {
+                assert_eq!(queued, 1, "the rerun waits for the end of the batch");
+            } else {
+                assert_eq!(queued, 2, "{check:?}: each completion keeps its own rerun");
+            }
+        }
+        let queued: Vec<u64> = q.driver().queued.lock().unwrap().iter().map(|(c, _)| *c).collect();
+        assert_eq!(queued, [1, 2], "{check:?}: the turned-away request went again");
+        // A batch that accepted nothing owes no check, and one whose every token was refused
+        // changes nothing.
+        let mut idle = q.completion_batch(0, 0).unwrap();
+        assert!(idle.complete(token, Status::Ok).is_err());
+        drop(idle);
+        assert_eq!(q.driver().queued.lock().unwrap().len(), 2);
+    }
+}
+
 // ------------------------------------------------------------------ dispatch details
 
 #[test]
