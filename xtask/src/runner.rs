@@ -92,6 +92,43 @@ fn parse_expected_skips(text: &str) -> Result<Vec<(String, String)>, String> {
     Ok(out)
 }
 
+/// Runs `sc` up to its `attempts`: a failed attempt's files are kept beside the next one's
+/// (`target/qemu-test/NAME.attemptN`) and the failure is printed with the scenario's
+/// `attempts_why`. Returns the last verdict and, when an attempt failed, a note for the
+/// result line.
+fn run_with_attempts(sc: &Scenario, kernel: &Path, accel: Accel) -> (Verdict, String) {
+    let mut note = String::new();
+    let mut attempt = 1;
+    loop {
+        let v = run_scenario(sc, kernel, accel);
+        let Verdict::Fail(why) = &v else {
+            return (v, note);
+        };
+        if attempt >= sc.attempts {
+            return (v, note);
+        }
+        let dir = root().join("target/qemu-test").join(&sc.name);
+        let kept = root()
+            .join("target/qemu-test")
+            .join(format!("{}.attempt{attempt}", sc.name));
+        let _ = std::fs::remove_dir_all(&kept);
+        let _ = std::fs::rename(&dir, &kept);
+        println!(
+            "RETRY   {:40} attempt {attempt} of {} failed: {why} (files in {}); known outside cause: {}",
+            sc.name,
+            sc.attempts,
+            kept.display(),
+            sc.attempts_why
+        );
+        note = format!(
+            "  (attempt {} of {}; attempt {attempt} failed, see RETRY above)",
+            attempt + 1,
+            sc.attempts
+        );
+        attempt += 1;
+    }
+}
+
 fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
     if let Some(why) = unmet_requirement(sc, accel) {
         return Verdict::Skipped(why);
@@ -325,10 +362,10 @@ pub fn cmd_qemu_test(args: &[String]) -> Result<bool, String> {
                         break;
                     };
                     let t0 = Instant::now();
-                    let v = run_scenario(&sc, &kernel, accel);
+                    let (v, retried) = run_with_attempts(&sc, &kernel, accel);
                     let secs = t0.elapsed().as_secs_f64();
                     let line = match &v {
-                        Verdict::Pass => format!("PASS    {:40} {secs:6.2}s", sc.name),
+                        Verdict::Pass => format!("PASS    {:40} {secs:6.2}s{retried}", sc.name),
                         Verdict::Skipped(w) => format!("SKIPPED {:40} {secs:6.2}s  {w}", sc.name),
                         Verdict::Fail(w) => format!("FAIL    {:40} {secs:6.2}s  {w}", sc.name),
                     };

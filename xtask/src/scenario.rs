@@ -22,6 +22,8 @@
 //! | `hmp` | `TEXT => COMMAND`: when a console line first contains TEXT, send COMMAND to QEMU's human monitor (e.g. `mce ...` to inject a machine check); repeatable, in order; a boot whose TEXT never appeared fails |
 //! | `fio` | a fio job file (path from the repository root) handed to the kernel as a boot module: `-initrd` with `-kernel` (Multiboot1) or `boot = pvh`, a GRUB `module2`/`module` line with `boot = iso-*` (repeatable: one module each, in order) |
 //! | `emulator` | `stock` (default: the installed `qemu-system-x86_64`) or `fusion`: QEMU with the emulated MegaRAID Fusion controller (`cargo xtask qemu-fusion`, built first when missing; a failed build FAILS the scenario) |
+//! | `attempts` | `1`, `2` or `3` (default 1): runs allowed before the scenario fails, for a scenario with a known outside cause of an occasional failure (an emulator's); each failed attempt is printed as `RETRY` with its failure and `attempts_why`, and its files are kept in `target/qemu-test/NAME.attemptN` |
+//! | `attempts_why` | required with `attempts` above 1: the outside cause, printed with every retry |
 //! | `next-boot` | (no value) the following keys describe another boot of the same scenario; images persist |
 //!
 //! `output` and `absent` values are kept verbatim: only the one space after `=` is dropped, so
@@ -150,6 +152,11 @@ pub struct Scenario {
     pub requires: Vec<Requirement>,
     pub boots: Vec<Boot>,
     pub emulator: Emulator,
+    /// Runs allowed before the scenario fails (`attempts = N`, default 1), and the known
+    /// outside cause that makes a second one necessary (`attempts_why`): printed whenever an
+    /// attempt fails and the next one runs.
+    pub attempts: u32,
+    pub attempts_why: String,
 }
 
 /// A syntax or value error, with file and line.
@@ -203,6 +210,8 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 requires: Vec::new(),
                 boots: vec![Boot::default()],
                 emulator: Emulator::Stock,
+                attempts: 1,
+                attempts_why: String::new(),
             });
             continue;
         }
@@ -324,6 +333,14 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     _ => return Err(err(lineno, format!("emulator '{value}': use stock or fusion"))),
                 }
             }
+            "attempts" => {
+                sc.attempts = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=3).contains(n))
+                    .ok_or_else(|| err(lineno, format!("attempts '{value}': 1, 2 or 3")))?
+            }
+            "attempts_why" => sc.attempts_why = value.to_string(),
             "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {
                 "kvm" => Requirement::Kvm,
@@ -345,6 +362,15 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     ),
                 ));
             }
+        }
+        if sc.attempts > 1 && sc.attempts_why.is_empty() {
+            return Err(err(
+                0,
+                format!(
+                    "scenario '{}': attempts = {} needs 'attempts_why =' (the outside cause a retry works around)",
+                    sc.name, sc.attempts
+                ),
+            ));
         }
         for (i, b) in sc.boots.iter().enumerate() {
             if b.output.is_empty() {
@@ -874,6 +900,28 @@ output = vector 14
                 .message
                 .contains("checks no output")
         );
+    }
+
+    #[test]
+    fn attempts_need_a_reason_and_stay_small() {
+        let sc = &parse("f", "[a]\nattempts = 2\nattempts_why = QEMU's NBD client\noutput = x\n").unwrap()[0];
+        assert_eq!((sc.attempts, sc.attempts_why.as_str()), (2, "QEMU's NBD client"));
+        assert_eq!(parse("f", "[a]\noutput = x\n").unwrap()[0].attempts, 1);
+        assert!(
+            parse("f", "[a]\nattempts = 2\noutput = x\n")
+                .unwrap_err()
+                .message
+                .contains("needs 'attempts_why")
+        );
+        for bad in ["0", "4", "two"] {
+            assert!(
+                parse("f", &format!("[a]\nattempts = {bad}\nattempts_why = y\noutput = x\n"))
+                    .unwrap_err()
+                    .message
+                    .contains("1, 2 or 3"),
+                "{bad}"
+            );
+        }
     }
 
     /// A job report shaped like the kernel's (the bench tests check the parser against the
