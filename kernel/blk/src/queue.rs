@@ -2106,6 +2106,10 @@ impl<D: Driver> Queue<D> {
     ///   batch's last tag free (and its fence).
     ///
     /// The locked variants keep their lock per completion (they model that cost; issue 22).
+    ///
+    /// Inlined: with `rerun_covered` (a completion batch's, a dispatch pass's) it is two loads
+    /// and two branches, which a call would double (issue 22).
+    #[inline(always)]
     fn after_completion(&self, cpu: usize, set: usize, hwq: usize, rerun_covered: bool) {
         let check = self.quiesce_check();
         if !(rerun_covered && check == QuiesceCheck::LockFree) {
@@ -2120,9 +2124,15 @@ impl<D: Driver> Queue<D> {
                 self.run_hw_queue(cpu, hwq);
             }
         }
-        if !self.set_spans_hwqs {
-            return;
+        if self.set_spans_hwqs {
+            self.rerun_set_sharers(cpu, set, hwq);
         }
+    }
+
+    /// The other hardware queues of tag set `set` that hold turned-away requests, rerun after
+    /// a tag of the set was freed (`after_completion`, for sets that serve several queues).
+    #[inline(never)]
+    fn rerun_set_sharers(&self, cpu: usize, set: usize, hwq: usize) {
         for &h in self.set_hwqs[set].iter() {
             let h = usize::from(h);
             if h != hwq && self.hwqs[h].dispatch_nonempty.load(Ordering::Relaxed) {
