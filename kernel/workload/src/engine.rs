@@ -162,6 +162,23 @@ impl Completion {
     }
 }
 
+/// What one [`IoBackend::poll_reaped`] found: the common case as a bit mask, the rest listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reaped {
+    /// Bit `s` set: slot `s` (below 64) completed successfully on its first attempt, as
+    /// `Completion::new(s, Ok(()))` in `out` would say.
+    pub succeeded: u64,
+    /// How many completions were written to the front of `out` (every other one).
+    pub listed: usize,
+}
+
+impl Reaped {
+    /// The completions found, both kinds.
+    pub const fn count(&self) -> usize {
+        self.succeeded.count_ones() as usize + self.listed
+    }
+}
+
 /// What the engine needs from the block layer on one CPU.
 ///
 /// The engine uses slots `0..iodepth`; a slot has at most one request in flight. Buffers belong to
@@ -179,11 +196,28 @@ pub trait IoBackend {
     /// larger returns are clamped). Requests not reported now must be reported by a later call.
     fn poll_completions(&mut self, out: &mut [Completion]) -> usize;
 
+    /// What [`IoBackend::poll_completions`] reports, with the common case apart: each request
+    /// of a slot below 64 that succeeded on its first attempt may come back as a bit of
+    /// [`Reaped::succeeded`] instead of a [`Completion`] in `out`; the rest go to `out` as
+    /// `poll_completions` writes them (at most `out.len()`; the others by a later call). The
+    /// engine reaps through this. The default lists everything; a backend whose completions
+    /// arrive as bit maps (the kernel's done board) saves a [`Completion`] written and read
+    /// back per I/O (issue 22).
+    fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
+        Reaped {
+            succeeded: 0,
+            listed: self.poll_completions(out),
+        }
+    }
+
     /// A monotonic clock in nanoseconds.
     fn now_ns(&self) -> u64;
 
     /// Called when a poll found nothing to reap; a kernel may pause or wait for an interrupt here.
-    fn idle(&mut self) {}
+    /// `in_flight`: the engine's requests submitted and not yet reported by a poll (with 0,
+    /// no completion of this CPU's is on its way to wake a waiting CPU). The engine counts them
+    /// anyway, so a backend need not count them again per I/O (issue 22).
+    fn idle(&mut self, _in_flight: usize) {}
 
     /// Called from the loop about every [`PERIODIC_INTERVAL_NS`], with the current clock. The CPU that
     /// also prints progress can write a [`ProgressMeter`](crate::ProgressMeter) line here once a second,
@@ -1124,7 +1158,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
             }
-            self.backend.idle();
+            self.backend.idle(0);
             now = self.backend.now_ns();
         }
     }
@@ -1354,8 +1388,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.live.publish(&self.live_counts());
                 return Ok(());
             }
-            let reaped = self.backend.poll_completions(completions).min(completions.len());
-            if reaped == 0 {
+            let reaped = self.backend.poll_reaped(completions);
+            let listed = reaped.listed.min(completions.len());
+            if reaped.succeeded == 0 && listed == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
                 // A paced job with nothing in flight is waiting for its pace, not for the device.
@@ -1369,7 +1404,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                     });
                 }
                 let idle_from = now;
-                self.backend.idle();
+                self.backend.idle(self.in_flight);
                 now = self.backend.now_ns();
                 if !PLAIN
                     && phase == Phase::Main
@@ -1380,10 +1415,19 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 continue;
             }
             if !PLAIN && let Some(detail) = &mut self.result.detail {
-                detail.completions_per_reap[batch_bucket(reaped)] += reaped as u64;
+                let count = Reaped { listed, ..reaped }.count();
+                detail.completions_per_reap[batch_bucket(count)] += count as u64;
             }
             let done_ns = self.backend.now_ns();
-            completions[..reaped]
+            // The successes the mask names: `complete` inlined with a constant outcome, so none
+            // of its looks at failures and retries remains (issue 22).
+            let mut succeeded = reaped.succeeded;
+            while succeeded != 0 {
+                let slot = succeeded.trailing_zeros() as usize;
+                succeeded &= succeeded - 1;
+                self.complete(Completion::new(slot, Ok(())), done_ns, phase)?;
+            }
+            completions[..listed]
                 .iter()
                 .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
             self.last_progress_ns = done_ns;

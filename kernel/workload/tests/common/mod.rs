@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use workload::fio::parse_job_file;
 use workload::rng::Rng;
-use workload::{Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, SubmitError, plan_job};
+use workload::{Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, Reaped, SubmitError, plan_job};
 
 /// The sector size of the test disk most engine tests run on.
 pub const SECTOR: u32 = 512;
@@ -137,6 +137,11 @@ pub struct FakeBackend {
     pub order: Order,
     /// At most this many completions per poll.
     pub max_batch: usize,
+    /// `poll_reaped` reports first-attempt successes of slots below 64 as mask bits, as the
+    /// kernel's backend does (otherwise everything is listed, the trait's default).
+    pub mask_successes: bool,
+    /// Successes `poll_reaped` reported as mask bits.
+    pub masked: u64,
     /// Every Nth submission is refused with Busy (0 = never).
     pub busy_every: u64,
     pub faults: Vec<Fault>,
@@ -179,6 +184,8 @@ impl FakeBackend {
             tick_ns: 100,
             order: Order::Fifo,
             max_batch: usize::MAX,
+            mask_successes: false,
+            masked: 0,
             busy_every: 0,
             faults: Vec::new(),
             hang: false,
@@ -397,6 +404,30 @@ impl IoBackend for FakeBackend {
         written
     }
 
+    fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
+        let written = self.poll_completions(out);
+        if !self.mask_successes {
+            return Reaped {
+                succeeded: 0,
+                listed: written,
+            };
+        }
+        // The successes (in any order) leave the list for the mask; the rest keep their order.
+        let mut reaped = Reaped::default();
+        for index in 0..written {
+            let completion = out[index];
+            if completion.result.is_ok() && completion.retries == 0 && completion.slot < 64 {
+                assert_eq!(reaped.succeeded & 1 << completion.slot, 0, "one bit per slot");
+                reaped.succeeded |= 1 << completion.slot;
+                self.masked += 1;
+            } else {
+                out[reaped.listed] = completion;
+                reaped.listed += 1;
+            }
+        }
+        reaped
+    }
+
     fn now_ns(&self) -> u64 {
         self.advance(self.tick_ns);
         self.clock_ns.get()
@@ -410,7 +441,10 @@ impl IoBackend for FakeBackend {
         self.log_lines.push(line.to_string());
     }
 
-    fn idle(&mut self) {
+    fn idle(&mut self, in_flight: usize) {
+        // The engine's count is what it submitted and has not been told about: what this
+        // fake holds (a poll just found none of it ready).
+        assert_eq!(in_flight, self.in_flight.len(), "the engine's in-flight count is off");
         // Jump to the next due completion, as a CPU waiting for an interrupt would.
         let next = self.in_flight.iter().map(|io| io.due_ns).min();
         match next {
