@@ -68,8 +68,11 @@ struct KernelBackend<'a> {
     /// bios are built once, at `submit`, with no segment written per I/O (issue 22).
     segments: &'a [Segment],
     /// The device sectors of an I/O that fills its slot's buffer: such an I/O's bio takes the
-    /// slot's whole segment (0 when no I/O fills it exactly on this device).
+    /// slot's whole segment ([`NEVER`] when no I/O fills it exactly on this device).
     whole_sectors: u32,
+    /// `whole_sectors` when the backend batches (`batch`), else [`NEVER`]: the common case,
+    /// an I/O that joins the burst over its whole segment, is one compare (issue 22).
+    batch_sectors: u32,
     overflow: Vec<Completion>,
     /// The job traces request stages (`trace=`; the trace runs exactly then): each reaped
     /// completion is recorded.
@@ -77,6 +80,10 @@ struct KernelBackend<'a> {
     next_tick_ns: u64,
     progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
 }
+
+/// No request's length in device sectors (`KernelBackend::whole_sectors`): a buffer holds at
+/// most `u32::MAX / 512` sectors, so no request is this long.
+const NEVER: u32 = u32::MAX;
 
 /// The bio of slot `slot`'s I/O: `op` of `nr_sectors` at `sector`, over `segments` (the
 /// slot's; a trim or a flush moves no data and takes none).
@@ -119,13 +126,14 @@ impl<'a> KernelBackend<'a> {
         (bs as u64 / (scale * 512)) as u32
     }
 
-    /// The device sectors of an I/O that fills a buffer of `bs` bytes, if one does (0 if not).
+    /// The device sectors of an I/O that fills a buffer of `bs` bytes, if one does ([`NEVER`]
+    /// if not).
     fn whole_sectors(bs: usize, scale: u64) -> u32 {
         let sectors = Self::max_sectors(bs, scale);
         if u64::from(sectors) * scale * 512 == bs as u64 {
             sectors
         } else {
-            0
+            NEVER
         }
     }
 
@@ -151,6 +159,7 @@ impl<'a> KernelBackend<'a> {
         self.scale = scale;
         self.max_sectors = Self::max_sectors(self.bs, scale);
         self.whole_sectors = Self::whole_sectors(self.bs, scale);
+        self.batch_sectors = if self.batch { self.whole_sectors } else { NEVER };
         self.defers = dev.defers_doorbell();
         self.windows = dev.has_polling_window();
     }
@@ -166,6 +175,21 @@ impl<'a> KernelBackend<'a> {
             self.uncommitted = false;
             self.dev.commit(self.cpu);
         }
+    }
+
+    /// Adds `bio` to the burst, submitting the burst first when it is full.
+    #[inline(always)]
+    fn collect(&mut self, bio: blk::Bio<'a>) -> Result<(), SubmitError> {
+        if self.pending.is_full() {
+            self.submit_pending();
+            if self.pending.is_full() {
+                // No tag for any of them yet.
+                return Err(SubmitError::Busy);
+            }
+        }
+        // Room: checked above.
+        let _ = self.pending.push(bio);
+        Ok(())
     }
 
     /// Submits the collected burst in one `submit_batch` call. A bio the device refuses
@@ -297,19 +321,15 @@ impl<'a> IoBackend for KernelBackend<'a> {
         let whole = &segments[slot..=slot];
         let (sector, nr_sectors) = (lba * self.scale, sectors * self.scale as u32);
         // An I/O that fills its buffer (or moves no data) takes the slot's whole segment as
-        // it is; a shorter one (variable block sizes) goes alone, over a segment of its length.
+        // it is and, when the backend batches, joins the burst (the common case first: one
+        // compare); a shorter one (variable block sizes) goes alone, over a segment of its
+        // length.
+        if sectors == self.batch_sectors {
+            return self.collect(bio_of(slot, op, sector, nr_sectors, whole));
+        }
         let fills = sectors == self.whole_sectors || matches!(op, IoOp::Trim | IoOp::Flush);
         if self.batch && fills {
-            if self.pending.is_full() {
-                self.submit_pending();
-                if self.pending.is_full() {
-                    // No tag for any of them yet.
-                    return Err(SubmitError::Busy);
-                }
-            }
-            // Room: checked above.
-            let _ = self.pending.push(bio_of(slot, op, sector, nr_sectors, whole));
-            return Ok(());
+            return self.collect(bio_of(slot, op, sector, nr_sectors, whole));
         }
         // A shorter I/O of a batching job goes after the burst collected so far (the order
         // stays the engine's).
@@ -461,6 +481,8 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
     }
     let scale = u64::from(ctx.dev.facts().sector_size / 512);
     let segments = whole_segments(&buffers, bs);
+    let batch = ctx.plan.iodepth > 1 && ctx.shared.detail().is_none() && ctx.file_devs.is_empty();
+    let whole_sectors = KernelBackend::whole_sectors(bs, scale);
     let mut backend = KernelBackend {
         dev: ctx.dev,
         cpu,
@@ -472,10 +494,11 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         uncommitted: false,
         defers: ctx.dev.defers_doorbell(),
         windows: ctx.dev.has_polling_window(),
-        batch: ctx.plan.iodepth > 1 && ctx.shared.detail().is_none() && ctx.file_devs.is_empty(),
+        batch,
         pending: heapless::Vec::new(),
         segments: &segments,
-        whole_sectors: KernelBackend::whole_sectors(bs, scale),
+        whole_sectors,
+        batch_sectors: if batch { whole_sectors } else { NEVER },
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         traced: ctx.plan.spec.trace_every != 0,
         next_tick_ns: 0,

@@ -644,7 +644,6 @@ enum Phase {
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    in_flight: bool,
     op: IoOp,
     /// Block index within the CPU's slice.
     block: u64,
@@ -655,12 +654,22 @@ struct Slot {
     submitted_ns: u64,
     /// Clock just after `submit` returned (detail mode; `submitted_ns` otherwise).
     issued_ns: u64,
-    /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list).
+    /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list); [`IN_FLIGHT`]
+    /// while a request of it is in flight (one word for both: a store fewer per submission
+    /// and per completion; issue 22).
     next_free: u32,
+}
+
+impl Slot {
+    fn in_flight(&self) -> bool {
+        self.next_free == IN_FLIGHT
+    }
 }
 
 /// The end of the free-slot list.
 const NO_SLOT: u32 = u32::MAX;
+/// [`Slot::next_free`] of a slot in flight (no slot index: the depth is far below it).
+const IN_FLIGHT: u32 = u32::MAX - 1;
 
 enum Source {
     Main(IoGenerator),
@@ -906,7 +915,6 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             Vec::new()
         };
         let idle_slot = Slot {
-            in_flight: false,
             op: IoOp::Read,
             block: 0,
             bytes: 0,
@@ -1215,14 +1223,13 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             outcome => {
                 self.take_free_slot(slot);
                 self.slots[slot] = Slot {
-                    in_flight: true,
                     op: IoOp::Flush,
                     block: 0,
                     bytes: 0,
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
-                    next_free: NO_SLOT,
+                    next_free: IN_FLIGHT,
                 };
                 self.in_flight += 1;
                 self.flush_wanted = false;
@@ -1635,7 +1642,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 };
                 let entry = &mut self.slots[slot];
                 self.free_head = entry.next_free;
-                entry.in_flight = true;
+                entry.next_free = IN_FLIGHT;
                 entry.op = op;
                 entry.block = block;
                 entry.bytes = bytes;
@@ -1669,10 +1676,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         let Some(entry) = self.slots.get_mut(completion.slot) else {
             return Err(bogus("is out of range"));
         };
-        if !entry.in_flight {
+        if !entry.in_flight() {
             return Err(bogus("is not in flight"));
         }
-        entry.in_flight = false;
         // Only what every I/O needs is read here; the rare paths read the slot again (it keeps
         // its fields until the next submission in it).
         let (op, block, bytes, submitted_ns) = (entry.op, entry.block, entry.bytes, entry.submitted_ns);
