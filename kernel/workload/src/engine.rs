@@ -666,6 +666,17 @@ impl Slot {
     }
 }
 
+/// Successes of the main phase with one direction and one latency, recorded in its histogram
+/// together ([`LatencyHistogram::record_n`]): the I/Os of one submission burst share its clock
+/// read, those of one reap theirs, so a burst reaped together is one run (issue 22). Recorded
+/// at the end of every reap, so between reaps every histogram is whole.
+#[derive(Debug, Clone, Copy)]
+struct LatencyRun {
+    op: IoOp,
+    latency_ns: u64,
+    count: u64,
+}
+
 /// The end of the free-slot list.
 const NO_SLOT: u32 = u32::MAX;
 /// [`Slot::next_free`] of a slot in flight (no slot index: the depth is far below it).
@@ -819,6 +830,11 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     free_head: u32,
     in_flight: usize,
     completions: Vec<Completion>,
+    /// The reap's run of equal latencies not yet recorded.
+    latency_run: LatencyRun,
+    /// Whether latencies are counted in runs: above iodepth 1 (at 1, every reap has one I/O, and
+    /// recording it at once costs less than starting and ending its run).
+    latency_runs: bool,
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
     tracker: Vec<u32>,
     /// [`VerifyScheme::SinglePass`] only: blocks whose write failed (they may hold the old or the
@@ -944,6 +960,12 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             free_head: if depth == 0 { NO_SLOT } else { 0 },
             in_flight: 0,
             completions: vec![Completion::EMPTY; depth],
+            latency_run: LatencyRun {
+                op: IoOp::Read,
+                latency_ns: 0,
+                count: 0,
+            },
+            latency_runs: depth > 1,
             deferred: Deferred::new(
                 if tracker.is_empty() {
                     0
@@ -1437,6 +1459,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             completions[..listed]
                 .iter()
                 .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            self.record_latency_run();
             self.last_progress_ns = done_ns;
             // The completion time serves as the next round's clock: one clock read fewer per round
             // (clock reads were half of the per-I/O cost on the host benchmark).
@@ -1712,7 +1735,12 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 if let Some(stats) = stats {
                     stats.ios += 1;
                     stats.bytes += bytes;
-                    stats.latency.record(done_ns.saturating_sub(submitted_ns));
+                    let latency_ns = done_ns.saturating_sub(submitted_ns);
+                    if self.latency_runs {
+                        self.add_latency(op, latency_ns);
+                    } else {
+                        stats.latency.record(latency_ns);
+                    }
                     if !PLAIN && let Some(detail) = &mut self.result.detail {
                         let issued_ns = self.slots[completion.slot].issued_ns;
                         let direction = match op {
@@ -1789,6 +1817,40 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             );
         }
         Ok(())
+    }
+
+    /// Counts a main-phase success of `op` that took `latency_ns` into the reap's run (see
+    /// [`LatencyRun`]); a different one records the run so far and starts another.
+    #[inline(always)]
+    fn add_latency(&mut self, op: IoOp, latency_ns: u64) {
+        let run = &mut self.latency_run;
+        if run.latency_ns == latency_ns && run.op == op {
+            run.count += 1;
+        } else {
+            self.record_latency_run();
+            self.latency_run = LatencyRun {
+                op,
+                latency_ns,
+                count: 1,
+            };
+        }
+    }
+
+    /// Records the reap's run of equal latencies in its direction's histogram.
+    #[inline(always)]
+    fn record_latency_run(&mut self) {
+        let LatencyRun { op, latency_ns, count } = self.latency_run;
+        if count == 0 {
+            return;
+        }
+        self.latency_run.count = 0;
+        let stats = match op {
+            IoOp::Read => &mut self.result.read,
+            IoOp::Write => &mut self.result.write,
+            // Flushes keep their own statistics (`complete_flush`), never a run.
+            IoOp::Trim | IoOp::Flush => &mut self.result.trim,
+        };
+        stats.latency.record_n(latency_ns, count);
     }
 
     /// What the progress line shows. A plain job counts nothing apart per I/O: with no verify

@@ -121,6 +121,8 @@ struct InFlight {
     due_ns: u64,
     result: Result<(), IoError>,
     retries: u32,
+    /// The clock when it was submitted.
+    submitted_ns: u64,
 }
 
 /// A backend for one CPU.
@@ -167,6 +169,8 @@ pub struct FakeBackend {
     pub submit_sectors: Vec<u32>,
     /// Every completion, in order: (clock at completion, lba).
     pub completion_log: Vec<(u64, u64)>,
+    /// Every successful completion, in order: (op, clock at completion - clock at submission).
+    pub latency_log: Vec<(IoOp, u64)>,
     /// The held request of a `Fault::Hold`, once submitted: (submitted at, due at).
     pub held: Option<(u64, u64)>,
     /// Lines the engine logged through `IoBackend::log_line`.
@@ -203,6 +207,7 @@ impl FakeBackend {
             submit_log: Vec::new(),
             submit_sectors: Vec::new(),
             completion_log: Vec::new(),
+            latency_log: Vec::new(),
             held: None,
             log_lines: Vec::new(),
         }
@@ -358,6 +363,7 @@ impl IoBackend for FakeBackend {
             due_ns,
             result,
             retries,
+            submitted_ns: now,
         });
         self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
         Ok(())
@@ -398,6 +404,9 @@ impl IoBackend for FakeBackend {
             }
             out[written] = Completion::new(io.slot, io.result).with_retries(io.retries);
             self.completion_log.push((now, io.lba));
+            if io.result.is_ok() {
+                self.latency_log.push((io.op, now - io.submitted_ns));
+            }
             written += 1;
             self.completions += 1;
         }
