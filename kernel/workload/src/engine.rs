@@ -666,15 +666,17 @@ impl Slot {
     }
 }
 
-/// Successes of the main phase with one direction and one latency, recorded in its histogram
-/// together ([`LatencyHistogram::record_n`]): the I/Os of one submission burst share its clock
+/// Successes of the main phase with one direction and one latency, counted in its statistics
+/// together (the histogram through [`LatencyHistogram::record_n`]): the I/Os of one submission burst share its clock
 /// read, those of one reap theirs, so a burst reaped together is one run (issue 22). Recorded
-/// at the end of every reap, so between reaps every histogram is whole.
+/// at the end of every reap, so between reaps the statistics are whole.
 #[derive(Debug, Clone, Copy)]
 struct LatencyRun {
     op: IoOp,
     latency_ns: u64,
     count: u64,
+    /// The run's bytes (its I/Os' sizes may differ with variable block sizes).
+    bytes: u64,
 }
 
 /// The end of the free-slot list.
@@ -964,6 +966,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 op: IoOp::Read,
                 latency_ns: 0,
                 count: 0,
+                bytes: 0,
             },
             latency_runs: depth > 1,
             deferred: Deferred::new(
@@ -1720,25 +1723,23 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         }
         let tracked = self.tracked();
         let block_index = block as usize;
-        let stats = match (phase, op) {
-            (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
-            (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
-            (Phase::Main, IoOp::Trim) => Some(&mut self.result.trim),
-            (Phase::Main, IoOp::Flush) | (Phase::VerifyPass, _) => None,
-        };
+        // The main phase's I/Os count in their direction's statistics (a flush has returned
+        // above), the verify pass's in its own.
+        let measured = phase == Phase::Main;
         match completion.result {
             Ok(()) => {
                 let bytes = u64::from(bytes);
                 if !PLAIN {
                     self.live_counts.bytes += bytes;
                 }
-                if let Some(stats) = stats {
-                    stats.ios += 1;
-                    stats.bytes += bytes;
+                if measured {
                     let latency_ns = done_ns.saturating_sub(submitted_ns);
                     if self.latency_runs {
-                        self.add_latency(op, latency_ns);
+                        self.add_success(op, latency_ns, bytes);
                     } else {
+                        let stats = self.stats_of(op);
+                        stats.ios += 1;
+                        stats.bytes += bytes;
                         stats.latency.record(latency_ns);
                     }
                     if !PLAIN && let Some(detail) = &mut self.result.detail {
@@ -1776,7 +1777,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 if !PLAIN {
                     self.live_counts.errors += 1;
                 }
-                if let Some(stats) = stats {
+                if measured {
+                    let stats = self.stats_of(op);
                     stats.ios += 1;
                     stats.errors += 1;
                 } else {
@@ -1819,37 +1821,54 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         Ok(())
     }
 
-    /// Counts a main-phase success of `op` that took `latency_ns` into the reap's run (see
-    /// [`LatencyRun`]); a different one records the run so far and starts another.
+    /// The main phase's statistics of `op`'s direction (a flush keeps its own,
+    /// `complete_flush`, and never comes here).
     #[inline(always)]
-    fn add_latency(&mut self, op: IoOp, latency_ns: u64) {
+    fn stats_of(&mut self, op: IoOp) -> &mut OpStats {
+        match op {
+            IoOp::Read => &mut self.result.read,
+            IoOp::Write => &mut self.result.write,
+            IoOp::Trim | IoOp::Flush => &mut self.result.trim,
+        }
+    }
+
+    /// Counts a main-phase success of `op` of `bytes` that took `latency_ns` into the reap's
+    /// run (see [`LatencyRun`]); a different one records the run so far and starts another.
+    #[inline(always)]
+    fn add_success(&mut self, op: IoOp, latency_ns: u64, bytes: u64) {
         let run = &mut self.latency_run;
         if run.latency_ns == latency_ns && run.op == op {
             run.count += 1;
+            run.bytes += bytes;
         } else {
             self.record_latency_run();
             self.latency_run = LatencyRun {
                 op,
                 latency_ns,
                 count: 1,
+                bytes,
             };
         }
     }
 
-    /// Records the reap's run of equal latencies in its direction's histogram.
+    /// Records the reap's run of equal latencies in its direction's statistics.
     #[inline(always)]
     fn record_latency_run(&mut self) {
-        let LatencyRun { op, latency_ns, count } = self.latency_run;
+        let LatencyRun {
+            op,
+            latency_ns,
+            count,
+            bytes,
+        } = self.latency_run;
         if count == 0 {
             return;
         }
+        // Emptied: an equal success next counts from nothing.
         self.latency_run.count = 0;
-        let stats = match op {
-            IoOp::Read => &mut self.result.read,
-            IoOp::Write => &mut self.result.write,
-            // Flushes keep their own statistics (`complete_flush`), never a run.
-            IoOp::Trim | IoOp::Flush => &mut self.result.trim,
-        };
+        self.latency_run.bytes = 0;
+        let stats = self.stats_of(op);
+        stats.ios += count;
+        stats.bytes += bytes;
         stats.latency.record_n(latency_ns, count);
     }
 

@@ -256,6 +256,10 @@ fn latencies_counted_in_runs_are_each_io_s_latency() {
                 result.write.latency, write,
                 "{words} (detail {detail}): write latencies"
             );
+            // Counted in the same runs: the I/Os and their bytes (4k each).
+            assert_eq!(result.read.ios - result.read.errors, read.samples(), "{words}");
+            assert_eq!(result.read.bytes, read.samples() * 4096, "{words}");
+            assert_eq!(result.write.bytes, write.samples() * 4096, "{words}");
             let distinct: std::collections::BTreeSet<u64> = backend.latency_log.iter().map(|l| l.1).collect();
             assert!(distinct.len() > 1, "{words}: latencies differ between runs");
         }
