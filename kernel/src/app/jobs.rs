@@ -177,6 +177,52 @@ impl<'a> KernelBackend<'a> {
         }
     }
 
+    /// Submits `bio` on its own (deferred: `commit` rings).
+    #[inline(always)]
+    fn submit_now(&mut self, bio: &blk::Bio<'_>) -> Result<(), SubmitError> {
+        match self.dev.submit_deferred(self.cpu, bio) {
+            Ok(_) => {
+                self.uncommitted = self.defers;
+                Ok(())
+            }
+            Err(BlkError::TagsExhausted { .. }) => {
+                self.commit();
+                self.dev.make_progress(self.cpu);
+                Err(SubmitError::Busy)
+            }
+            Err(e) => {
+                log::warn!("{}: request rejected: {e}", self.dev.facts().name);
+                Err(SubmitError::Failed(IoError::Rejected {
+                    code: rejection_code(&e),
+                }))
+            }
+        }
+    }
+
+    /// `submit` of what does not fill its slot's buffer: a flush, which moves no data (into
+    /// the burst when batching), or a shorter I/O (variable block sizes), which goes alone
+    /// after the burst so far (the order stays the engine's), over a segment of its length.
+    #[inline(never)]
+    fn submit_other(&mut self, slot: usize, op: IoOp, sector: u64, nr_sectors: u32) -> Result<(), SubmitError> {
+        let segments: &'a [Segment] = self.segments;
+        let whole = core::slice::from_ref(&segments[slot]);
+        let moves_data = matches!(op, IoOp::Read | IoOp::Write);
+        if !moves_data {
+            let bio = bio_of(slot, op, sector, nr_sectors, whole);
+            return if self.batch {
+                self.collect(bio)
+            } else {
+                self.submit_now(&bio)
+            };
+        }
+        if !self.pending.is_empty() {
+            self.submit_pending();
+        }
+        // Below the buffer's length (`submit` checked the sectors against `max_sectors`).
+        let part = [whole[0].slice(0, nr_sectors * 512)];
+        self.submit_now(&bio_of(slot, op, sector, nr_sectors, &part))
+    }
+
     /// Adds `bio` to the burst, submitting the burst first when it is full.
     #[inline(always)]
     fn collect(&mut self, bio: blk::Bio<'a>) -> Result<(), SubmitError> {
@@ -320,49 +366,18 @@ impl<'a> IoBackend for KernelBackend<'a> {
         let segments: &'a [Segment] = self.segments;
         let whole = &segments[slot..=slot];
         let (sector, nr_sectors) = (lba * self.scale, sectors * self.scale as u32);
-        // An I/O that fills its buffer (or moves no data) takes the slot's whole segment as
-        // it is and, when the backend batches, joins the burst (the common case first: one
-        // compare); a shorter one (variable block sizes) goes alone, over a segment of its
-        // length.
+        // An I/O that fills its buffer takes the slot's whole segment as it is and, when the
+        // backend batches, joins the burst (the common case first: one compare).
         if sectors == self.batch_sectors {
             return self.collect(bio_of(slot, op, sector, nr_sectors, whole));
         }
-        let fills = sectors == self.whole_sectors || matches!(op, IoOp::Trim | IoOp::Flush);
-        if self.batch && fills {
-            return self.collect(bio_of(slot, op, sector, nr_sectors, whole));
+        // Not batched (iodepth 1, the detail mode, a file set), filling its buffer (or a trim):
+        // straight to the device. Deferred: `poll_completions` (the engine's next step) rings
+        // once for the burst (issue 22).
+        if sectors == self.whole_sectors {
+            return self.submit_now(&bio_of(slot, op, sector, nr_sectors, whole));
         }
-        // A shorter I/O of a batching job goes after the burst collected so far (the order
-        // stays the engine's).
-        if !self.pending.is_empty() {
-            self.submit_pending();
-        }
-        let part;
-        let segments = if fills {
-            whole
-        } else {
-            part = [whole[0].slice(0, sectors * self.scale as u32 * 512)];
-            &part
-        };
-        let bio = bio_of(slot, op, sector, nr_sectors, segments);
-        // Deferred: `poll_completions` (the engine's next step) rings once for the burst
-        // (issue 22).
-        match self.dev.submit_deferred(self.cpu, &bio) {
-            Ok(_) => {
-                self.uncommitted = self.defers;
-                Ok(())
-            }
-            Err(BlkError::TagsExhausted { .. }) => {
-                self.commit();
-                self.dev.make_progress(self.cpu);
-                Err(SubmitError::Busy)
-            }
-            Err(e) => {
-                log::warn!("{}: request rejected: {e}", self.dev.facts().name);
-                Err(SubmitError::Failed(IoError::Rejected {
-                    code: rejection_code(&e),
-                }))
-            }
-        }
+        self.submit_other(slot, op, sector, nr_sectors)
     }
 
     fn poll_completions(&mut self, out: &mut [Completion]) -> usize {
