@@ -67,6 +67,28 @@ fn run_reaping(plan: &JobPlan, shared: JobShared, mask: bool) -> (Run, u64) {
     ((result, shared.total(), backend.submit_log), backend.masked)
 }
 
+/// Asserts that two runs of `words` counted the same: per direction the I/Os, bytes, errors
+/// and latencies, and the failed and retried I/Os with their records, and the runtime.
+fn assert_same_counts(words: &str, a: &CpuResult, b: &CpuResult) {
+    for (name, x, y) in [
+        ("read", &a.read, &b.read),
+        ("write", &a.write, &b.write),
+        ("trim", &a.trim, &b.trim),
+    ] {
+        assert_eq!(
+            (x.ios, x.bytes, x.errors),
+            (y.ios, y.bytes, y.errors),
+            "{words}: {name} counts"
+        );
+        assert_eq!(x.latency, y.latency, "{words}: {name} latencies");
+    }
+    assert_eq!(a.errors, b.errors, "{words}");
+    assert_eq!(a.retried, b.retried, "{words}");
+    assert_eq!(a.error_records, b.error_records, "{words}");
+    assert_eq!(a.retried_records, b.retried_records, "{words}");
+    assert_eq!(a.runtime_ns, b.runtime_ns, "{words}");
+}
+
 #[test]
 fn a_plain_job_reports_what_the_same_job_reports_with_detail_on() {
     for words in [
@@ -80,23 +102,7 @@ fn a_plain_job_reports_what_the_same_job_reports_with_detail_on() {
         let (shaped, shaped_live, shaped_log) = run(&plan, JobShared::with_detail(&plan, DetailOptions::default()));
         assert!(!plain_log.is_empty(), "{words}: no I/O");
         assert_eq!(plain_log, shaped_log, "{words}: the same I/Os in the same order");
-        for (name, a, b) in [
-            ("read", &plain.read, &shaped.read),
-            ("write", &plain.write, &shaped.write),
-            ("trim", &plain.trim, &shaped.trim),
-        ] {
-            assert_eq!(
-                (a.ios, a.bytes, a.errors),
-                (b.ios, b.bytes, b.errors),
-                "{words}: {name} counts"
-            );
-            assert_eq!(a.latency, b.latency, "{words}: {name} latencies");
-        }
-        assert_eq!(plain.errors, shaped.errors, "{words}");
-        assert_eq!(plain.retried, shaped.retried, "{words}");
-        assert_eq!(plain.error_records, shaped.error_records, "{words}");
-        assert_eq!(plain.retried_records, shaped.retried_records, "{words}");
-        assert_eq!(plain.runtime_ns, shaped.runtime_ns, "{words}");
+        assert_same_counts(words, &plain, &shaped);
         // The plain shape sums its live counters from its statistics: the same figures.
         assert_eq!(plain_live, shaped_live, "{words}: live counters");
         assert_eq!(plain_live.ios, plain.ios(), "{words}");
@@ -182,24 +188,8 @@ fn successes_reported_as_a_mask_count_as_the_same_successes_listed() {
             assert_eq!(listed.2, masked_log, "{words}: the same I/Os in the same order");
             assert_eq!(listed.1, masked_live, "{words}: live counters");
             let (a, b) = (&listed.0, &masked);
-            for (name, x, y) in [
-                ("read", &a.read, &b.read),
-                ("write", &a.write, &b.write),
-                ("trim", &a.trim, &b.trim),
-            ] {
-                assert_eq!(
-                    (x.ios, x.bytes, x.errors),
-                    (y.ios, y.bytes, y.errors),
-                    "{words}: {name}"
-                );
-                assert_eq!(x.latency, y.latency, "{words}: {name} latencies");
-            }
-            assert_eq!(a.errors, b.errors, "{words}");
-            assert_eq!(a.retried, b.retried, "{words}");
-            assert_eq!(a.error_records, b.error_records, "{words}");
-            assert_eq!(a.retried_records, b.retried_records, "{words}");
+            assert_same_counts(words, a, b);
             assert_eq!(a.verify, b.verify, "{words}: verify");
-            assert_eq!(a.runtime_ns, b.runtime_ns, "{words}");
             if detail {
                 let (x, y) = (a.detail.as_ref().unwrap(), b.detail.as_ref().unwrap());
                 assert_eq!(x.completions_per_reap, y.completions_per_reap, "{words}: reap sizes");
