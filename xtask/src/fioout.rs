@@ -229,7 +229,7 @@ mod tests {
             self.clock_ns.set(self.clock_ns.get() + 150);
             self.clock_ns.get()
         }
-        fn idle(&mut self) {
+        fn idle(&mut self, _in_flight: usize) {
             if let Some(next) = self.due.iter().map(|d| d.1).min() {
                 self.clock_ns.set(self.clock_ns.get().max(next));
             }

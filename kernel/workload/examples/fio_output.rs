@@ -55,7 +55,7 @@ impl IoBackend for SimulatedDevice {
         self.clock_ns.get()
     }
 
-    fn idle(&mut self) {
+    fn idle(&mut self, _in_flight: usize) {
         if let Some(next) = self.due.iter().map(|d| d.1).min() {
             self.clock_ns.set(self.clock_ns.get().max(next));
         }

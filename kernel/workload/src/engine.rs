@@ -162,6 +162,23 @@ impl Completion {
     }
 }
 
+/// What one [`IoBackend::poll_reaped`] found: the common case as a bit mask, the rest listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reaped {
+    /// Bit `s` set: slot `s` (below 64) completed successfully on its first attempt, as
+    /// `Completion::new(s, Ok(()))` in `out` would say.
+    pub succeeded: u64,
+    /// How many completions were written to the front of `out` (every other one).
+    pub listed: usize,
+}
+
+impl Reaped {
+    /// The completions found, both kinds.
+    pub const fn count(&self) -> usize {
+        self.succeeded.count_ones() as usize + self.listed
+    }
+}
+
 /// What the engine needs from the block layer on one CPU.
 ///
 /// The engine uses slots `0..iodepth`; a slot has at most one request in flight. Buffers belong to
@@ -179,11 +196,28 @@ pub trait IoBackend {
     /// larger returns are clamped). Requests not reported now must be reported by a later call.
     fn poll_completions(&mut self, out: &mut [Completion]) -> usize;
 
+    /// What [`IoBackend::poll_completions`] reports, with the common case apart: each request
+    /// of a slot below 64 that succeeded on its first attempt may come back as a bit of
+    /// [`Reaped::succeeded`] instead of a [`Completion`] in `out`; the rest go to `out` as
+    /// `poll_completions` writes them (at most `out.len()`; the others by a later call). The
+    /// engine reaps through this. The default lists everything; a backend whose completions
+    /// arrive as bit maps (the kernel's done board) saves a [`Completion`] written and read
+    /// back per I/O (issue 22).
+    fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
+        Reaped {
+            succeeded: 0,
+            listed: self.poll_completions(out),
+        }
+    }
+
     /// A monotonic clock in nanoseconds.
     fn now_ns(&self) -> u64;
 
     /// Called when a poll found nothing to reap; a kernel may pause or wait for an interrupt here.
-    fn idle(&mut self) {}
+    /// `in_flight`: the engine's requests submitted and not yet reported by a poll (with 0,
+    /// no completion of this CPU's is on its way to wake a waiting CPU). The engine counts them
+    /// anyway, so a backend need not count them again per I/O (issue 22).
+    fn idle(&mut self, _in_flight: usize) {}
 
     /// Called from the loop about every [`PERIODIC_INTERVAL_NS`], with the current clock. The CPU that
     /// also prints progress can write a [`ProgressMeter`](crate::ProgressMeter) line here once a second,
@@ -610,7 +644,6 @@ enum Phase {
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    in_flight: bool,
     op: IoOp,
     /// Block index within the CPU's slice.
     block: u64,
@@ -621,12 +654,35 @@ struct Slot {
     submitted_ns: u64,
     /// Clock just after `submit` returned (detail mode; `submitted_ns` otherwise).
     issued_ns: u64,
-    /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list).
+    /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list); [`IN_FLIGHT`]
+    /// while a request of it is in flight (one word for both: a store fewer per submission
+    /// and per completion; issue 22).
     next_free: u32,
+}
+
+impl Slot {
+    fn in_flight(&self) -> bool {
+        self.next_free == IN_FLIGHT
+    }
+}
+
+/// Successes of the main phase with one direction and one latency, counted in its statistics
+/// together (the histogram through [`LatencyHistogram::record_n`]): the I/Os of one submission burst share its clock
+/// read, those of one reap theirs, so a burst reaped together is one run (issue 22). Recorded
+/// at the end of every reap, so between reaps the statistics are whole.
+#[derive(Debug, Clone, Copy)]
+struct LatencyRun {
+    op: IoOp,
+    latency_ns: u64,
+    count: u64,
+    /// The run's bytes (its I/Os' sizes may differ with variable block sizes).
+    bytes: u64,
 }
 
 /// The end of the free-slot list.
 const NO_SLOT: u32 = u32::MAX;
+/// [`Slot::next_free`] of a slot in flight (no slot index: the depth is far below it).
+const IN_FLIGHT: u32 = u32::MAX - 1;
 
 enum Source {
     Main(IoGenerator),
@@ -776,6 +832,11 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     free_head: u32,
     in_flight: usize,
     completions: Vec<Completion>,
+    /// The reap's run of equal latencies not yet recorded.
+    latency_run: LatencyRun,
+    /// Whether latencies are counted in runs: above iodepth 1 (at 1, every reap has one I/O, and
+    /// recording it at once costs less than starting and ending its run).
+    latency_runs: bool,
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
     tracker: Vec<u32>,
     /// [`VerifyScheme::SinglePass`] only: blocks whose write failed (they may hold the old or the
@@ -872,7 +933,6 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             Vec::new()
         };
         let idle_slot = Slot {
-            in_flight: false,
             op: IoOp::Read,
             block: 0,
             bytes: 0,
@@ -902,6 +962,13 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             free_head: if depth == 0 { NO_SLOT } else { 0 },
             in_flight: 0,
             completions: vec![Completion::EMPTY; depth],
+            latency_run: LatencyRun {
+                op: IoOp::Read,
+                latency_ns: 0,
+                count: 0,
+                bytes: 0,
+            },
+            latency_runs: depth > 1,
             deferred: Deferred::new(
                 if tracker.is_empty() {
                     0
@@ -1124,7 +1191,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
             }
-            self.backend.idle();
+            self.backend.idle(0);
             now = self.backend.now_ns();
         }
     }
@@ -1181,14 +1248,13 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             outcome => {
                 self.take_free_slot(slot);
                 self.slots[slot] = Slot {
-                    in_flight: true,
                     op: IoOp::Flush,
                     block: 0,
                     bytes: 0,
                     generation: None,
                     submitted_ns,
                     issued_ns: submitted_ns,
-                    next_free: NO_SLOT,
+                    next_free: IN_FLIGHT,
                 };
                 self.in_flight += 1;
                 self.flush_wanted = false;
@@ -1354,8 +1420,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.live.publish(&self.live_counts());
                 return Ok(());
             }
-            let reaped = self.backend.poll_completions(completions).min(completions.len());
-            if reaped == 0 {
+            let reaped = self.backend.poll_reaped(completions);
+            let listed = reaped.listed.min(completions.len());
+            if reaped.succeeded == 0 && listed == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
                 // A paced job with nothing in flight is waiting for its pace, not for the device.
@@ -1369,7 +1436,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                     });
                 }
                 let idle_from = now;
-                self.backend.idle();
+                self.backend.idle(self.in_flight);
                 now = self.backend.now_ns();
                 if !PLAIN
                     && phase == Phase::Main
@@ -1380,12 +1447,22 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 continue;
             }
             if !PLAIN && let Some(detail) = &mut self.result.detail {
-                detail.completions_per_reap[batch_bucket(reaped)] += reaped as u64;
+                let count = Reaped { listed, ..reaped }.count();
+                detail.completions_per_reap[batch_bucket(count)] += count as u64;
             }
             let done_ns = self.backend.now_ns();
-            completions[..reaped]
+            // The successes the mask names: `complete` inlined with a constant outcome, so none
+            // of its looks at failures and retries remains (issue 22).
+            let mut succeeded = reaped.succeeded;
+            while succeeded != 0 {
+                let slot = succeeded.trailing_zeros() as usize;
+                succeeded &= succeeded - 1;
+                self.complete(Completion::new(slot, Ok(())), done_ns, phase)?;
+            }
+            completions[..listed]
                 .iter()
                 .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            self.record_latency_run();
             self.last_progress_ns = done_ns;
             // The completion time serves as the next round's clock: one clock read fewer per round
             // (clock reads were half of the per-I/O cost on the host benchmark).
@@ -1591,7 +1668,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 };
                 let entry = &mut self.slots[slot];
                 self.free_head = entry.next_free;
-                entry.in_flight = true;
+                entry.next_free = IN_FLIGHT;
                 entry.op = op;
                 entry.block = block;
                 entry.bytes = bytes;
@@ -1625,10 +1702,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         let Some(entry) = self.slots.get_mut(completion.slot) else {
             return Err(bogus("is out of range"));
         };
-        if !entry.in_flight {
+        if !entry.in_flight() {
             return Err(bogus("is not in flight"));
         }
-        entry.in_flight = false;
         // Only what every I/O needs is read here; the rare paths read the slot again (it keeps
         // its fields until the next submission in it).
         let (op, block, bytes, submitted_ns) = (entry.op, entry.block, entry.bytes, entry.submitted_ns);
@@ -1647,22 +1723,25 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         }
         let tracked = self.tracked();
         let block_index = block as usize;
-        let stats = match (phase, op) {
-            (Phase::Main, IoOp::Read) => Some(&mut self.result.read),
-            (Phase::Main, IoOp::Write) => Some(&mut self.result.write),
-            (Phase::Main, IoOp::Trim) => Some(&mut self.result.trim),
-            (Phase::Main, IoOp::Flush) | (Phase::VerifyPass, _) => None,
-        };
+        // The main phase's I/Os count in their direction's statistics (a flush has returned
+        // above), the verify pass's in its own.
+        let measured = phase == Phase::Main;
         match completion.result {
             Ok(()) => {
                 let bytes = u64::from(bytes);
                 if !PLAIN {
                     self.live_counts.bytes += bytes;
                 }
-                if let Some(stats) = stats {
-                    stats.ios += 1;
-                    stats.bytes += bytes;
-                    stats.latency.record(done_ns.saturating_sub(submitted_ns));
+                if measured {
+                    let latency_ns = done_ns.saturating_sub(submitted_ns);
+                    if self.latency_runs {
+                        self.add_success(op, latency_ns, bytes);
+                    } else {
+                        let stats = self.stats_of(op);
+                        stats.ios += 1;
+                        stats.bytes += bytes;
+                        stats.latency.record(latency_ns);
+                    }
                     if !PLAIN && let Some(detail) = &mut self.result.detail {
                         let issued_ns = self.slots[completion.slot].issued_ns;
                         let direction = match op {
@@ -1698,7 +1777,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 if !PLAIN {
                     self.live_counts.errors += 1;
                 }
-                if let Some(stats) = stats {
+                if measured {
+                    let stats = self.stats_of(op);
                     stats.ios += 1;
                     stats.errors += 1;
                 } else {
@@ -1739,6 +1819,57 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             );
         }
         Ok(())
+    }
+
+    /// The main phase's statistics of `op`'s direction (a flush keeps its own,
+    /// `complete_flush`, and never comes here).
+    #[inline(always)]
+    fn stats_of(&mut self, op: IoOp) -> &mut OpStats {
+        match op {
+            IoOp::Read => &mut self.result.read,
+            IoOp::Write => &mut self.result.write,
+            IoOp::Trim | IoOp::Flush => &mut self.result.trim,
+        }
+    }
+
+    /// Counts a main-phase success of `op` of `bytes` that took `latency_ns` into the reap's
+    /// run (see [`LatencyRun`]); a different one records the run so far and starts another.
+    #[inline(always)]
+    fn add_success(&mut self, op: IoOp, latency_ns: u64, bytes: u64) {
+        let run = &mut self.latency_run;
+        if run.latency_ns == latency_ns && run.op == op {
+            run.count += 1;
+            run.bytes += bytes;
+        } else {
+            self.record_latency_run();
+            self.latency_run = LatencyRun {
+                op,
+                latency_ns,
+                count: 1,
+                bytes,
+            };
+        }
+    }
+
+    /// Records the reap's run of equal latencies in its direction's statistics.
+    #[inline(always)]
+    fn record_latency_run(&mut self) {
+        let LatencyRun {
+            op,
+            latency_ns,
+            count,
+            bytes,
+        } = self.latency_run;
+        if count == 0 {
+            return;
+        }
+        // Emptied: an equal success next counts from nothing.
+        self.latency_run.count = 0;
+        self.latency_run.bytes = 0;
+        let stats = self.stats_of(op);
+        stats.ios += count;
+        stats.bytes += bytes;
+        stats.latency.record_n(latency_ns, count);
     }
 
     /// What the progress line shows. A plain job counts nothing apart per I/O: with no verify

@@ -32,8 +32,11 @@ pub struct IoGenerator {
     pick: BlockPick,
     blocks: u64,
     cursor: u64,
-    /// I/Os left of a size-bound job; with variable sizes, blocks (units) left.
-    remaining: Option<u64>,
+    /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
+    /// for a job with no set number (time-based, or a file of a list): it counts down too, but
+    /// no job lives to draw 2^64 I/Os, and a plain count is one test per draw fewer than an
+    /// `Option` (issue 22).
+    remaining: u64,
     /// Variable block sizes only ([`IoGenerator::next_sized_io`]).
     sized: Option<alloc::boxed::Box<SizedDraw>>,
     /// `trimwrite`: the block just trimmed, to be written next (fio trims a block, then writes
@@ -110,15 +113,18 @@ fn zoned_block(zones: &[(u64, u64, u64)], rng: &mut Rng) -> u64 {
     first + rng.below(len)
 }
 
+/// `IoGenerator::remaining` of a stream with no set number of I/Os.
+const UNBOUNDED: u64 = u64::MAX;
+
 impl IoGenerator {
     /// The generator of CPU `cpu_index` (an index into `plan.cpus`, which the caller has checked).
     pub fn new(plan: &JobPlan, cpu_index: usize) -> Self {
         let blocks = plan.cpus[cpu_index].blocks;
         let per_cpu_seed = plan.spec.seed ^ mix64(cpu_index as u64 + 1);
         let remaining = if plan.spec.is_time_based() {
-            None
+            UNBOUNDED
         } else {
-            Some(plan.spec.ios_per_cpu.unwrap_or(blocks))
+            plan.spec.ios_per_cpu.unwrap_or(blocks)
         };
         Self::over(plan, blocks, per_cpu_seed, remaining)
     }
@@ -129,10 +135,10 @@ impl IoGenerator {
     /// file's pass). Blocks are counted from the file's start.
     pub fn for_file(plan: &JobPlan, cpu_index: usize, file: usize) -> Self {
         let per_file_seed = plan.spec.seed ^ mix64(cpu_index as u64 + 1) ^ mix64(!(file as u64));
-        Self::over(plan, plan.files[file].blocks, per_file_seed, None)
+        Self::over(plan, plan.files[file].blocks, per_file_seed, UNBOUNDED)
     }
 
-    fn over(plan: &JobPlan, blocks: u64, per_cpu_seed: u64, remaining: Option<u64>) -> Self {
+    fn over(plan: &JobPlan, blocks: u64, per_cpu_seed: u64, remaining: u64) -> Self {
         let mut generator = Self {
             rng: Rng::new(per_cpu_seed),
             rw: plan.spec.rw,
@@ -189,7 +195,7 @@ impl IoGenerator {
     /// direction, then cut at the end of the slice, at the first block this pass already covered
     /// (random map) and at what a size-bound job has left, so the blocks moved add up exactly.
     pub fn next_sized_io(&mut self) -> Option<(IoOp, u64, u32)> {
-        if self.remaining == Some(0) {
+        if self.remaining == 0 {
             return None;
         }
         let op = match self.fixed_op {
@@ -228,10 +234,8 @@ impl IoGenerator {
         if mapped {
             run = (1..run).find(|&i| sized.is_covered(block + i)).unwrap_or(run);
         }
-        if let Some(remaining) = &mut self.remaining {
-            run = run.min(*remaining);
-            *remaining -= run;
-        }
+        run = run.min(self.remaining);
+        self.remaining -= run;
         if mapped {
             for b in block..block + run {
                 sized.covered[(b / 64) as usize] |= 1 << (b % 64);
@@ -270,12 +274,10 @@ impl IoGenerator {
     /// The next operation and block of the stream (for `trimwrite`, its trims).
     #[inline(always)]
     fn draw(&mut self) -> Option<(IoOp, u64)> {
-        if let Some(remaining) = &mut self.remaining {
-            if *remaining == 0 {
-                return None;
-            }
-            *remaining -= 1;
+        if self.remaining == 0 {
+            return None;
         }
+        self.remaining -= 1;
         let block = match (self.pick, &mut self.map, &self.skew) {
             (BlockPick::Uniform, _, _) => self.rng.below(self.blocks),
             (BlockPick::Map, Some(map), _) => map.next_index(),

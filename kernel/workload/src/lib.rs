@@ -50,7 +50,7 @@ pub mod verify;
 pub use detail::{CpuDetail, DetailOptions, JobDetail};
 pub use engine::{
     Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, IoRecord, JobShared, LOG_BURST,
-    LOG_INTERVAL_NS, LiveCounts, MAX_ERROR_RECORDS, MIN_DEFERRED, OpStats, SubmitError, VerifyStats, run_cpu,
+    LOG_INTERVAL_NS, LiveCounts, MAX_ERROR_RECORDS, MIN_DEFERRED, OpStats, Reaped, SubmitError, VerifyStats, run_cpu,
 };
 pub use error::WorkloadError;
 pub use generator::IoGenerator;

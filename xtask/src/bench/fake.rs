@@ -71,7 +71,7 @@ impl IoBackend for SimBackend {
         self.clock.get()
     }
 
-    fn idle(&mut self) {
+    fn idle(&mut self, _in_flight: usize) {
         if let Some(&(due, _, _)) = self.in_flight.front() {
             self.clock.set(self.clock.get().max(due));
         }

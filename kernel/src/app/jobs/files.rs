@@ -10,7 +10,7 @@ use super::{JobContext, KernelBackend};
 use crate::dev::block::BlockDevice;
 use alloc::vec::Vec;
 use core::fmt;
-use workload::{Completion, CpuResult, FileRoute, IoBackend, IoOp, SubmitError, WorkloadError, route_file};
+use workload::{Completion, CpuResult, FileRoute, IoBackend, IoOp, Reaped, SubmitError, WorkloadError, route_file};
 
 /// Runs CPU `index`'s share of a job over a `filename` list through `backend` (set up on the
 /// first file's device, which it is again afterwards), and records the requests each device got.
@@ -131,13 +131,18 @@ impl IoBackend for FileSetBackend<'_, '_> {
         self.inner.poll_completions(out)
     }
 
+    fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
+        self.service_others();
+        self.inner.poll_reaped(out)
+    }
+
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
     }
 
-    fn idle(&mut self) {
+    fn idle(&mut self, in_flight: usize) {
         self.service_others();
-        self.inner.idle();
+        self.inner.idle(in_flight);
     }
 
     fn periodic(&mut self, now_ns: u64) {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use workload::fio::parse_job_file;
 use workload::rng::Rng;
-use workload::{Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, SubmitError, plan_job};
+use workload::{Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, Reaped, SubmitError, plan_job};
 
 /// The sector size of the test disk most engine tests run on.
 pub const SECTOR: u32 = 512;
@@ -121,6 +121,8 @@ struct InFlight {
     due_ns: u64,
     result: Result<(), IoError>,
     retries: u32,
+    /// The clock when it was submitted.
+    submitted_ns: u64,
 }
 
 /// A backend for one CPU.
@@ -137,6 +139,11 @@ pub struct FakeBackend {
     pub order: Order,
     /// At most this many completions per poll.
     pub max_batch: usize,
+    /// `poll_reaped` reports first-attempt successes of slots below 64 as mask bits, as the
+    /// kernel's backend does (otherwise everything is listed, the trait's default).
+    pub mask_successes: bool,
+    /// Successes `poll_reaped` reported as mask bits.
+    pub masked: u64,
     /// Every Nth submission is refused with Busy (0 = never).
     pub busy_every: u64,
     pub faults: Vec<Fault>,
@@ -162,6 +169,8 @@ pub struct FakeBackend {
     pub submit_sectors: Vec<u32>,
     /// Every completion, in order: (clock at completion, lba).
     pub completion_log: Vec<(u64, u64)>,
+    /// Every successful completion, in order: (op, clock at completion - clock at submission).
+    pub latency_log: Vec<(IoOp, u64)>,
     /// The held request of a `Fault::Hold`, once submitted: (submitted at, due at).
     pub held: Option<(u64, u64)>,
     /// Lines the engine logged through `IoBackend::log_line`.
@@ -179,6 +188,8 @@ impl FakeBackend {
             tick_ns: 100,
             order: Order::Fifo,
             max_batch: usize::MAX,
+            mask_successes: false,
+            masked: 0,
             busy_every: 0,
             faults: Vec::new(),
             hang: false,
@@ -196,6 +207,7 @@ impl FakeBackend {
             submit_log: Vec::new(),
             submit_sectors: Vec::new(),
             completion_log: Vec::new(),
+            latency_log: Vec::new(),
             held: None,
             log_lines: Vec::new(),
         }
@@ -351,6 +363,7 @@ impl IoBackend for FakeBackend {
             due_ns,
             result,
             retries,
+            submitted_ns: now,
         });
         self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
         Ok(())
@@ -391,10 +404,37 @@ impl IoBackend for FakeBackend {
             }
             out[written] = Completion::new(io.slot, io.result).with_retries(io.retries);
             self.completion_log.push((now, io.lba));
+            if io.result.is_ok() {
+                self.latency_log.push((io.op, now - io.submitted_ns));
+            }
             written += 1;
             self.completions += 1;
         }
         written
+    }
+
+    fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
+        let written = self.poll_completions(out);
+        if !self.mask_successes {
+            return Reaped {
+                succeeded: 0,
+                listed: written,
+            };
+        }
+        // The successes (in any order) leave the list for the mask; the rest keep their order.
+        let mut reaped = Reaped::default();
+        for index in 0..written {
+            let completion = out[index];
+            if completion.result.is_ok() && completion.retries == 0 && completion.slot < 64 {
+                assert_eq!(reaped.succeeded & 1 << completion.slot, 0, "one bit per slot");
+                reaped.succeeded |= 1 << completion.slot;
+                self.masked += 1;
+            } else {
+                out[reaped.listed] = completion;
+                reaped.listed += 1;
+            }
+        }
+        reaped
     }
 
     fn now_ns(&self) -> u64 {
@@ -410,7 +450,10 @@ impl IoBackend for FakeBackend {
         self.log_lines.push(line.to_string());
     }
 
-    fn idle(&mut self) {
+    fn idle(&mut self, in_flight: usize) {
+        // The engine's count is what it submitted and has not been told about: what this
+        // fake holds (a poll just found none of it ready).
+        assert_eq!(in_flight, self.in_flight.len(), "the engine's in-flight count is off");
         // Jump to the next due completion, as a CPU waiting for an interrupt would.
         let next = self.in_flight.iter().map(|io| io.due_ns).min();
         match next {
