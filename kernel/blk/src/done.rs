@@ -16,10 +16,12 @@
 //! before that is refused with [`BlkError::DoneSlotBusy`] and counted, but its status has
 //! already overwritten the first one's (the caller broke the contract; the error says so).
 //!
-//! Memory ordering: `deliver` stores the status (Relaxed) and then sets the bit with a Release
-//! RMW; `take` swaps the word with Acquire, which synchronises with every RMW whose bit it
-//! takes, so each taken slot's status store is visible (loom model
-//! `done_board_two_cpus_deliver_one_takes`).
+//! Memory ordering: `deliver` stores the status (Relaxed), sets the slot's "not ok" bit when the
+//! status is not [`Status::Ok`] (Relaxed RMW), and then sets the done bit with a Release RMW;
+//! `take` swaps the word with Acquire, which synchronises with every RMW whose bit it takes, so
+//! each taken slot's status and "not ok" bit are visible (loom model
+//! `done_board_two_cpus_deliver_one_takes`). The "not ok" bits let [`DoneBoard::take_split`] hand
+//! a word's successes over as one bit mask, without reading a status per slot (issue 22).
 
 use crate::error::BlkError;
 use crate::request::Status;
@@ -45,6 +47,24 @@ const WORD_STRIDE_ALIGN: usize = 1;
 #[cfg(loom)]
 const STATUS_STRIDE_ALIGN: usize = 1;
 
+/// Calls `f(i)` for each bit `i` set in `bits`, lowest first (a [`Taken::Successes`] word).
+#[inline(always)]
+pub fn for_each_bit(mut bits: u64, mut f: impl FnMut(usize)) {
+    while bits != 0 {
+        f(bits.trailing_zeros() as usize);
+        bits &= bits - 1;
+    }
+}
+
+/// What [`DoneBoard::take_split`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Slots `first + i`, for each bit `i` of `bits`, finished with [`Status::Ok`].
+    Successes { first: usize, bits: u64 },
+    /// Slot `slot` finished with `status`, which is not [`Status::Ok`].
+    Other { slot: usize, status: Status },
+}
+
 /// Per-CPU done bitmaps and per-slot statuses.
 pub struct DoneBoard {
     ncpus: usize,
@@ -52,6 +72,9 @@ pub struct DoneBoard {
     word_stride: usize,
     status_stride: usize,
     done: Box<[AtomicU64]>,
+    /// Parallel to `done`: the slot's delivered status is not `Ok`. Set before the done bit,
+    /// cleared by the taker.
+    failed: Box<[AtomicU64]>,
     status: Box<[AtomicU8]>,
     /// Refused deliveries; a statistic, so a plain `core` atomic.
     bogus: CountU64,
@@ -83,6 +106,7 @@ impl DoneBoard {
             word_stride,
             status_stride,
             done: (0..ncpus * word_stride).map(|_| AtomicU64::new(0)).collect(),
+            failed: (0..ncpus * word_stride).map(|_| AtomicU64::new(0)).collect(),
             status: (0..ncpus * status_stride)
                 .map(|_| AtomicU8::new(Status::Ok as u8))
                 .collect(),
@@ -115,9 +139,14 @@ impl DoneBoard {
         }
         self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
         let bit = 1u64 << (slot % 64);
-        // Release pairs with the Acquire swap in `take`: the status store above is visible to
-        // the CPU that takes this bit.
-        let prev = self.done[submit_cpu * self.word_stride + slot / 64].fetch_or(bit, Ordering::Release);
+        let word = submit_cpu * self.word_stride + slot / 64;
+        if status != Status::Ok {
+            // Published by the Release below, like the status.
+            self.failed[word].fetch_or(bit, Ordering::Relaxed);
+        }
+        // Release pairs with the Acquire swap in `take`: the status store and the "not ok" bit
+        // above are visible to the CPU that takes this bit.
+        let prev = self.done[word].fetch_or(bit, Ordering::Release);
         if prev & bit != 0 {
             self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
             return Err(BlkError::DoneSlotBusy { cpu: submit_cpu, slot });
@@ -143,8 +172,9 @@ impl DoneBoard {
         }
     }
 
-    /// Reports every finished slot of CPU `cpu` to `f(slot, status)`, lowest slot first within
-    /// each 64-slot word, and clears them; returns how many. Only `cpu`'s owner calls this. An
+    /// Reports every finished slot of CPU `cpu` to `f(slot, status)` and clears them; returns
+    /// how many. Within each 64-slot word, the successes come first, lowest slot first, then the
+    /// other completions, lowest slot first. Only `cpu`'s owner calls this. An
     /// out-of-range `cpu` has nothing to take.
     pub fn take(&self, cpu: usize, f: impl FnMut(usize, Status)) -> usize {
         self.take_below(cpu, self.slots_per_cpu, f)
@@ -155,29 +185,66 @@ impl DoneBoard {
     /// depth, so a job at QD 64 or less reads one word per reap, not four (issue 22).
     #[inline]
     pub fn take_below(&self, cpu: usize, slots: usize, mut f: impl FnMut(usize, Status)) -> usize {
+        self.take_split(cpu, slots, |taken| match taken {
+            Taken::Successes { first, bits } => for_each_bit(bits, |i| f(first + i, Status::Ok)),
+            Taken::Other { slot, status } => f(slot, status),
+        })
+    }
+
+    /// [`DoneBoard::take_below`] with the successes handed over a word at a time
+    /// ([`Taken::Successes`]: no status is read for them), then each slot of the word that
+    /// finished otherwise ([`Taken::Other`]). Returns how many were taken.
+    #[inline]
+    pub fn take_split(&self, cpu: usize, slots: usize, mut f: impl FnMut(Taken)) -> usize {
         if cpu >= self.ncpus {
             return 0;
         }
-        let slots = slots.min(self.slots_per_cpu);
-        let words = &self.done[cpu * self.word_stride..][..slots.div_ceil(64)];
-        let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
+        let base = cpu * self.word_stride;
+        let words = slots.min(self.slots_per_cpu).div_ceil(64);
         let mut n = 0;
-        for (w, word) in words.iter().enumerate() {
+        for w in 0..words {
+            let word = &self.done[base + w];
             // A plain load first: most words are empty, and a swap would take the line
             // exclusively for nothing.
             if word.load(Ordering::Relaxed) == 0 {
                 continue;
             }
             // Acquire pairs with the Release `fetch_or` in `deliver`.
-            let mut bits = word.swap(0, Ordering::Acquire);
-            while bits != 0 {
-                let slot = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                f(slot, Status::from_u8(statuses[slot].load(Ordering::Relaxed)));
-                n += 1;
+            let bits = word.swap(0, Ordering::Acquire);
+            n += bits.count_ones() as usize;
+            let failed_word = &self.failed[base + w];
+            // Only this CPU clears "not ok" bits, and a taken slot's was set before its done
+            // bit: a plain load sees every one that matters.
+            let failed = failed_word.load(Ordering::Relaxed) & bits;
+            if bits & !failed != 0 {
+                f(Taken::Successes {
+                    first: w * 64,
+                    bits: bits & !failed,
+                });
+            }
+            if failed != 0 {
+                self.take_failed(cpu, w, failed, failed_word, &mut f);
             }
         }
         n
+    }
+
+    /// The slots of word `w` (bits `failed`) that finished with another status than `Ok`:
+    /// their "not ok" bits cleared, each reported with its status.
+    #[cold]
+    fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, f: &mut impl FnMut(Taken)) {
+        // Other slots' bits in the word may be set meanwhile; clear only ours.
+        failed_word.fetch_and(!failed, Ordering::Relaxed);
+        let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
+        let mut bits = failed;
+        while bits != 0 {
+            let slot = w * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            f(Taken::Other {
+                slot,
+                status: Status::from_u8(statuses[slot].load(Ordering::Relaxed)),
+            });
+        }
     }
 
     /// Clears CPU `cpu`'s completions at slots `from..` and counts them in
@@ -199,6 +266,7 @@ impl DoneBoard {
             let keep = if from > first { (1u64 << (from - first)) - 1 } else { 0 };
             // Acquire pairs with the Release `fetch_or` in `deliver`.
             let taken = word.fetch_and(keep, Ordering::Acquire) & !keep;
+            self.failed[cpu * self.word_stride + w].fetch_and(!taken, Ordering::Relaxed);
             n += taken.count_ones() as usize;
         }
         self.bogus.fetch_add(n as u64, core::sync::atomic::Ordering::Relaxed);
@@ -265,6 +333,67 @@ mod tests {
         assert_eq!(left, [(5, Status::IoError)]);
         assert_eq!(b.take_stray(0, 0), 0);
         assert_eq!(b.take_stray(7, 0), 0, "an out-of-range CPU has nothing");
+    }
+
+    #[test]
+    fn take_split_hands_a_words_successes_over_as_bits_and_names_the_rest() {
+        let b = DoneBoard::new(2, 130).unwrap();
+        for (slot, status) in [
+            (0, Status::Ok),
+            (3, Status::IoError),
+            (5, Status::Ok),
+            (64, Status::Timeout),
+            (70, Status::Ok),
+            (129, Status::Aborted),
+        ] {
+            b.deliver(1, slot, status).unwrap();
+        }
+        let mut got = Vec::new();
+        assert_eq!(b.take_split(1, 130, |t| got.push(t)), 6);
+        assert_eq!(
+            got,
+            [
+                Taken::Successes {
+                    first: 0,
+                    bits: 0b100001
+                },
+                Taken::Other {
+                    slot: 3,
+                    status: Status::IoError
+                },
+                Taken::Successes {
+                    first: 64,
+                    bits: 1 << 6
+                },
+                Taken::Other {
+                    slot: 64,
+                    status: Status::Timeout
+                },
+                Taken::Other {
+                    slot: 129,
+                    status: Status::Aborted
+                },
+            ]
+        );
+        // A slot that failed once and then succeeds is a success: its "not ok" bit was cleared
+        // when it was taken; so is a stray one's.
+        b.deliver(1, 3, Status::Ok).unwrap();
+        b.deliver(1, 100, Status::IoError).unwrap();
+        assert_eq!(b.take_stray(1, 64), 1);
+        b.deliver(1, 100, Status::Ok).unwrap();
+        got.clear();
+        assert_eq!(b.take_split(1, 130, |t| got.push(t)), 2);
+        assert_eq!(
+            got,
+            [
+                Taken::Successes { first: 0, bits: 1 << 3 },
+                Taken::Successes {
+                    first: 64,
+                    bits: 1 << 36
+                },
+            ]
+        );
+        assert_eq!(b.take_split(7, 130, |_| panic!("no such CPU")), 0);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::arch::{idle, irq, percpu, smp, time};
 use crate::dev::block::{self, BlockDevice, MAX_SLOTS_PER_CPU};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use blk::done::{Taken, for_each_bit};
 use blk::{BlkError, CompletionPolicy, QuiesceCheck, Segment, Status};
 use core::fmt::Write;
 use workload::{
@@ -327,26 +328,39 @@ impl<'a> KernelBackend<'a> {
         // Only this job's slots (its queue depth): one word of the board per reap at QD 64 or
         // less (issue 22); `run_share` clears anything above them when the job ends.
         let slots = self.buffers.len();
-        block::done_board().take_below(cpu, slots, |slot, status| {
-            if TRACED {
-                crate::arch::stagetrace::reaped(cpu, slot);
-            }
-            let result = match status {
-                Status::Ok if MASK && slot < 64 => {
-                    succeeded |= 1 << slot;
-                    return;
-                }
-                Status::Ok => Ok(()),
-                Status::Timeout => Err(IoError::Timeout),
-                Status::Aborted => Err(IoError::Aborted),
-                other => Err(IoError::Device { status: other as u32 }),
-            };
+        let mut list = |slot: usize, result: Result<(), IoError>| {
             let c = Completion::new(slot, result);
             if n < out.len() {
                 out[n] = c;
                 n += 1;
             } else {
                 overflow.push(c);
+            }
+        };
+        // The board hands a word's successes over as bits (issue 22): with `MASK`, those of
+        // slots below 64 go to the engine as they come, without a status read or a branch each.
+        block::done_board().take_split(cpu, slots, |taken| match taken {
+            Taken::Successes { first, bits } => {
+                if TRACED {
+                    for_each_bit(bits, |i| crate::arch::stagetrace::reaped(cpu, first + i));
+                }
+                if MASK && first == 0 {
+                    succeeded |= bits;
+                } else {
+                    for_each_bit(bits, |i| list(first + i, Ok(())));
+                }
+            }
+            Taken::Other { slot, status } => {
+                if TRACED {
+                    crate::arch::stagetrace::reaped(cpu, slot);
+                }
+                let result = match status {
+                    Status::Ok => Ok(()),
+                    Status::Timeout => Err(IoError::Timeout),
+                    Status::Aborted => Err(IoError::Aborted),
+                    other => Err(IoError::Device { status: other as u32 }),
+                };
+                list(slot, result);
             }
         });
         (succeeded, n)
