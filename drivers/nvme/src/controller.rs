@@ -986,33 +986,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let mut accepted_total = 0;
         let mut left = budget;
         loop {
-            let mut raw = [Cqe::default(); BATCH];
-            let mut n = 0;
-            let more;
-            {
-                let mut cq = q.cq.lock();
-                let limit = BATCH.min(left as usize);
-                while n < limit {
-                    let Some(cqe) = read_cqe(&cq.mem, cq.head, cq.phase) else {
-                        break;
-                    };
-                    raw[n] = cqe;
-                    n += 1;
-                    cq.head += 1;
-                    if cq.head == q.entries {
-                        cq.head = 0;
-                        cq.phase = !cq.phase;
-                    }
-                }
-                if n > 0 {
-                    // Entries are read before the head doorbell gives their slots back.
-                    fence(Ordering::SeqCst);
-                    self.mmio.write32(q.cq_doorbell, cq.head);
-                }
-                // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
-                more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
-            }
-            left -= n as u32;
             // The accepted completions, packed: `out[..accepted]` (no per-entry `Option` to
             // test when delivering; issue 22).
             let mut out = [Accepted {
@@ -1021,14 +994,29 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 status: NvmeStatus(0),
             }; BATCH];
             let mut accepted = 0;
+            let mut n = 0;
+            let more;
             {
+                // Each entry is validated as it is read, under both locks (issue 22: the
+                // entries were copied into a batch under the CQ lock and validated from it
+                // under the SQ lock). The SQ lock first: the order `reset` takes them in.
                 let mut guard = q.sq.lock();
                 let sq = &mut *guard;
+                let mut cq = q.cq.lock();
+                let limit = BATCH.min(left as usize);
                 let mut ring = false;
-                for cqe in &raw[..n] {
+                while n < limit {
+                    let Some(cqe) = read_cqe(&cq.mem, cq.head, cq.phase) else {
+                        break;
+                    };
+                    n += 1;
+                    cq.head = next_index(cq.head, q.entries);
+                    if cq.head == 0 {
+                        cq.phase = !cq.phase;
+                    }
                     // The slot's record as `validate` found it (issue 22: it was indexed, and
                     // bounds-checked, again here).
-                    match self.validate(q, &mut sq.slots, cqe) {
+                    match self.validate(q, &mut sq.slots, &cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
                         Ok((index, slot)) => {
                             sq.head = u32::from(cqe.sq_head);
@@ -1069,10 +1057,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                         }
                     }
                 }
+                if n > 0 {
+                    // Entries are read before the head doorbell gives their slots back.
+                    fence(Ordering::SeqCst);
+                    self.mmio.write32(q.cq_doorbell, cq.head);
+                }
+                // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
+                more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
+                drop(cq);
                 if ring {
                     self.ring_sq(q, sq);
                 }
             }
+            left -= n as u32;
             if accepted > 0 {
                 // One count per batch, not one locked add per completion.
                 self.counters.completions.fetch_add(accepted as u64, Ordering::Relaxed);
