@@ -41,8 +41,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status,
-    TimedOutRq, TimeoutAction,
+    BlkError, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError,
+    Rq, Status, TimedOutRq, TimeoutAction,
 };
 
 use crate::controller::{
@@ -707,6 +707,35 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal
 impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostInner<M, D, T> {
     /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
     /// re-posted (not during a reset's sweep).
+    /// [`Self::deliver`] of a reaped completion (BUSY answers retried): a successful
+    /// completion of a drive's request goes to its queue from here, inlined into the reaper
+    /// (issue 22: a call with its frame and the `Done` through memory per completion); every
+    /// other case takes `deliver`.
+    #[inline(always)]
+    fn deliver_reaped(&self, cpu: usize, d: &Done) {
+        if d.cookie & FLOOR_COOKIE == 0
+            && matches!(d.status, IoStatus::Success)
+            && let (drive, hwq, token) = unpack_cookie(d.cookie)
+            && let Some(queue) = self.queues.get(usize::from(drive))
+        {
+            if let Err(e) = queue.complete(cpu, usize::from(hwq), token, Status::Ok) {
+                self.refused(d.tag, e);
+            }
+            return;
+        }
+        self.deliver(cpu, d, true);
+    }
+
+    /// A completion the block layer refused: counted and dropped, never delivered to another
+    /// request.
+    #[cold]
+    fn refused(&self, tag: u16, e: BlkError) {
+        let n = self.core.refused.fetch_add(1, Ordering::Relaxed);
+        if n < 16 {
+            log::error!("megasas: completion of tag {tag} refused by the block layer: {e}");
+        }
+    }
+
     fn deliver(&self, cpu: usize, d: &Done, retry_busy: bool) {
         if d.cookie & FLOOR_COOKIE != 0 {
             self.floor_done(cpu, d);
@@ -734,11 +763,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         };
         if let Err(e) = queue.complete(cpu, usize::from(hwq), token, status) {
             // The device completed something the block layer no longer has in flight under this
-            // token: counted and dropped, never delivered to another request.
-            let n = self.core.refused.fetch_add(1, Ordering::Relaxed);
-            if n < 16 {
-                log::error!("megasas: completion of tag {} refused by the block layer: {e}", d.tag);
-            }
+            // token.
+            self.refused(d.tag, e);
         }
     }
 
@@ -809,7 +835,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
     /// entries left).
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
-        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver(cpu, &d, true));
+        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver_reaped(cpu, &d));
         (r.completed, r.faults, r.more_pending)
     }
 
