@@ -883,24 +883,30 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here). `issue` runs under the SQ
-    /// lock once the command is sure to be posted, and returns the block-layer generation, so
-    /// a completion can never arrive for a request the block layer has not yet marked issued.
-    /// Rings the doorbell unless `defer_doorbell`.
-    pub(crate) fn post(
+    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here).
+    /// `issue(request)` runs under the SQ lock once the command is sure to be posted, and returns
+    /// the block-layer generation, so a completion can never arrive for a request the block
+    /// layer has not yet marked issued; a post that fails gives `request` back with the error
+    /// (issue 22: moved by value, not through an `Option` the closure takes it from). Rings the
+    /// doorbell unless `defer_doorbell`.
+    pub(crate) fn post<R>(
         &self,
         hwq: usize,
         slot: u16,
         mut cmd: IoCmd,
         defer_doorbell: bool,
-        issue: impl FnOnce() -> u16,
-    ) -> Result<(), PostError> {
+        request: R,
+        issue: impl FnOnce(R) -> u16,
+    ) -> Result<(), (PostError, R)> {
         let Some(q) = self.queue(hwq) else {
-            return Err(PostError::Failed(Error::InvalidConfig {
-                field: "hwq",
-                value: hwq as u64,
-                accepted: "an existing I/O queue",
-            }));
+            return Err((
+                PostError::Failed(Error::InvalidConfig {
+                    field: "hwq",
+                    value: hwq as u64,
+                    accepted: "an existing I/O queue",
+                }),
+                request,
+            ));
         };
         let index = usize::from(slot);
         let mut guard = q.sq.lock();
@@ -909,17 +915,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // cannot change between this check and the post (issue 22: was also checked before).
         match self.state.load(Ordering::Acquire) {
             STATE_LIVE => {}
-            STATE_RESETTING => return Err(PostError::Busy),
-            _ => return Err(PostError::Failed(Error::NotOperational)),
+            STATE_RESETTING => return Err((PostError::Busy, request)),
+            _ => return Err((PostError::Failed(Error::NotOperational), request)),
         }
         // The slot's record, bounds-checked once for the whole post (issue 22: indexed, and
         // checked, three times).
         let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding) else {
-            return Err(PostError::Failed(Error::InvalidConfig {
-                field: "command slot",
-                value: slot.into(),
-                accepted: "a free command slot",
-            }));
+            return Err((
+                PostError::Failed(Error::InvalidConfig {
+                    field: "command slot",
+                    value: slot.into(),
+                    accepted: "a free command slot",
+                }),
+                request,
+            ));
         };
         let cid = self.next_cid(record.cid, slot);
         cmd.set_cid(cid);
@@ -929,14 +938,14 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let tail = sq.tail;
         let next_tail = next_index(tail, q.entries);
         if next_tail == sq.head {
-            return Err(PostError::Busy);
+            return Err((PostError::Busy, request));
         }
         // The entry and the slot's copy of the command go out from registers before `issue`
         // (whose calls would make the compiler keep them on the stack; issue 22). The device
         // reads the entry only once the tail passes it, below, after `issue`.
         write_cmd(&sq.mem, tail, &cmd);
         record.cmd = cmd;
-        let generation = issue();
+        let generation = issue(request);
         let posted_seq = bump(&self.counters.commands);
         record.outstanding = true;
         record.cid = cid;
