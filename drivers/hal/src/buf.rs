@@ -133,7 +133,7 @@ impl DmaBuf {
 
     #[inline(always)]
     fn ptr(&self, off: usize, size: usize) -> *mut u8 {
-        if !off.checked_add(size).is_some_and(|end| end <= self.len) {
+        if off.checked_add(size).is_none_or(|end| end > self.len) {
             out_of_bounds(off, size, self.len);
         }
         // SAFETY: `off + size <= len`, so the result stays inside the allocation.
