@@ -1870,7 +1870,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
         // whatever the SCSI status and sense (issue 22: was a 64-byte sense copy per I/O).
-        let status = if mfi == MfiStatus::OK {
+        let ok = mfi == MfiStatus::OK;
+        let status = if ok {
             IoStatus::Success
         } else {
             match self.read_completion(tag, mfi).error() {
@@ -1890,12 +1891,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
         }
         out.completed += 1;
-        complete(Done {
-            tag,
-            cookie,
-            status,
-            aborted,
-        });
+        if ok && !aborted {
+            // The common reply, with its status a constant for the callback (issue 22).
+            complete(Done {
+                tag,
+                cookie,
+                status: IoStatus::Success,
+                aborted: false,
+            });
+        } else {
+            complete(Done {
+                tag,
+                cookie,
+                status,
+                aborted,
+            });
+        }
         Ok(())
     }
 
