@@ -1734,8 +1734,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// [`Self::reap_with`] consuming at most `max_entries` reply entries (accepted or not), so
     /// an interrupt handler's work is bounded; `more_pending` says entries were left.
     pub fn reap_budget(&self, max_entries: u32, mut complete: impl FnMut(Done)) -> Reaped {
-        let mut out = Reaped::default();
         let pi_word = self.ring.atomic_u32(RING_PI);
+        // Nothing produced since the last consumed entry: nothing to take, and nothing a gate
+        // holder needs to be told about (issue 22: an empty poll took the gate, zeroed the
+        // result, stored the consumer index back). `ci` never passes `pi`, so a `ci` read while
+        // another context drains can equal `pi` only when everything is consumed; a producer
+        // index out of range still goes through `drain`, which records it as a fault.
+        // Acquire pairs with the device's producer store, as in `drain`.
+        if pi_word.load(Ordering::Acquire) == self.ci.load(Ordering::Relaxed) {
+            return Reaped::default();
+        }
+        let mut out = Reaped::default();
         let remaining = core::cell::Cell::new(max_entries);
         let work_left = || {
             let pi = pi_word.load(Ordering::Acquire);
