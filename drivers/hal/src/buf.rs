@@ -27,6 +27,24 @@ impl<const N: usize> WordRun<'_, N> {
     }
 }
 
+/// The panic of an access past a buffer's end (a driver bug), out of line: the hot paths
+/// keep only the compare and branch (issue 22: the message's arguments were set up before
+/// every check).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn out_of_bounds(off: usize, size: usize, len: usize) -> ! {
+    panic!("DMA access {off}+{size} past length {len}")
+}
+
+/// The panic of a misaligned access (a driver bug), out of line.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn unaligned(what: &'static str, off: usize) -> ! {
+    panic!("unaligned DMA {what} at offset {off}")
+}
+
 /// One DMA allocation owned by a driver, accessed with volatile (or atomic) operations because
 /// the device reads and writes it asynchronously. Every access is bounds-checked: an offset past
 /// the end is a driver bug and panics instead of touching foreign memory.
@@ -97,7 +115,9 @@ impl DmaBuf {
 
     /// Bus address of byte `off` (`off == len` allowed: the end).
     pub fn phys_at(&self, off: usize) -> u64 {
-        assert!(off <= self.len, "DMA offset {off} past length {}", self.len);
+        if off > self.len {
+            out_of_bounds(off, 0, self.len);
+        }
         self.phys + off as u64
     }
 
@@ -113,11 +133,9 @@ impl DmaBuf {
 
     #[inline(always)]
     fn ptr(&self, off: usize, size: usize) -> *mut u8 {
-        assert!(
-            off.checked_add(size).is_some_and(|end| end <= self.len),
-            "DMA access {off}+{size} past length {}",
-            self.len
-        );
+        if off.checked_add(size).is_none_or(|end| end > self.len) {
+            out_of_bounds(off, size, self.len);
+        }
         // SAFETY: `off + size <= len`, so the result stays inside the allocation.
         unsafe { self.virt.as_ptr().add(off) }
     }
@@ -215,7 +233,9 @@ impl DmaBuf {
     pub fn write_u32s(&self, off: usize, words: &[u32]) {
         let bytes = words.len().checked_mul(4).expect("DMA word run size overflows");
         let p = self.ptr(off, bytes);
-        assert!((p as usize).is_multiple_of(4), "unaligned DMA word run at offset {off}");
+        if !(p as usize).is_multiple_of(4) {
+            unaligned("word run", off);
+        }
         if (p as usize).is_multiple_of(8) {
             // The common case (a command slot): pairs only, no per-word alignment test, so a
             // run of known length unrolls into plain stores.
@@ -255,7 +275,9 @@ impl DmaBuf {
     #[inline(always)]
     pub fn write_u64s<const N: usize>(&self, off: usize, words: [u64; N]) {
         let p = self.ptr(off, 8 * N);
-        assert!((p as usize).is_multiple_of(8), "unaligned DMA u64 run at offset {off}");
+        if !(p as usize).is_multiple_of(8) {
+            unaligned("u64 run", off);
+        }
         for (k, word) in words.into_iter().enumerate() {
             // SAFETY: `8 * k + 8 <= 8 * N`, inside the region `ptr` checked; 8-byte aligned.
             unsafe { p.cast::<u64>().add(k).write_volatile(word.to_le()) };
@@ -267,7 +289,9 @@ impl DmaBuf {
     /// 4-byte aligned in memory.
     pub fn read_u32s<const N: usize>(&self, off: usize) -> [u32; N] {
         let p = self.ptr(off, 4 * N);
-        assert!((p as usize).is_multiple_of(4), "unaligned DMA word run at offset {off}");
+        if !(p as usize).is_multiple_of(4) {
+            unaligned("word run", off);
+        }
         // SAFETY: inside the region (checked for all `4 * N` bytes) and 4-byte aligned.
         core::array::from_fn(|i| u32::from_le(unsafe { p.cast::<u32>().add(i).read_volatile() }))
     }
@@ -279,7 +303,9 @@ impl DmaBuf {
     #[inline(always)]
     pub fn word_run<const N: usize>(&self, off: usize) -> WordRun<'_, N> {
         let p = self.ptr(off, 4 * N);
-        assert!((p as usize).is_multiple_of(4), "unaligned DMA word run at offset {off}");
+        if !(p as usize).is_multiple_of(4) {
+            unaligned("word run", off);
+        }
         WordRun {
             // SAFETY: `ptr` returned a pointer into the region, which is never null.
             start: unsafe { NonNull::new_unchecked(p.cast::<u32>()) },
@@ -325,10 +351,9 @@ impl DmaBuf {
     /// stores as one 8-byte write is never seen half-written.
     pub fn read_u64_atomic(&self, off: usize) -> u64 {
         let p = self.ptr(off, 8);
-        assert!(
-            (p as usize).is_multiple_of(8),
-            "unaligned 8-byte DMA read at offset {off}"
-        );
+        if !(p as usize).is_multiple_of(8) {
+            unaligned("8-byte read", off);
+        }
         // SAFETY: inside the region and 8-byte aligned.
         u64::from_le(unsafe { p.cast::<u64>().read_volatile() })
     }
@@ -336,10 +361,9 @@ impl DmaBuf {
     /// Stores an aligned 8-byte value with one 64-bit volatile store.
     pub fn write_u64_atomic(&self, off: usize, v: u64) {
         let p = self.ptr(off, 8);
-        assert!(
-            (p as usize).is_multiple_of(8),
-            "unaligned 8-byte DMA write at offset {off}"
-        );
+        if !(p as usize).is_multiple_of(8) {
+            unaligned("8-byte write", off);
+        }
         // SAFETY: inside the region and 8-byte aligned.
         unsafe { p.cast::<u64>().write_volatile(v.to_le()) }
     }
@@ -347,10 +371,9 @@ impl DmaBuf {
     /// A word the device updates concurrently (a producer index, a reply entry), as an atomic.
     pub fn atomic_u32(&self, off: usize) -> &AtomicU32 {
         let p = self.ptr(off, 4);
-        assert!(
-            (p as usize).is_multiple_of(4),
-            "unaligned atomic DMA word at offset {off}"
-        );
+        if !(p as usize).is_multiple_of(4) {
+            unaligned("atomic word", off);
+        }
         // SAFETY: in bounds, 4-byte aligned, valid for the lifetime of `self`, and the word is only
         // ever accessed atomically (by the driver and the device) while shared.
         unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }

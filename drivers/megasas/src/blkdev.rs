@@ -41,11 +41,13 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
-    TimeoutAction,
+    BlkError, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError,
+    Rq, Status, TimedOutRq, TimeoutAction,
 };
 
-use crate::controller::{ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LogicalDrive};
+use crate::controller::{
+    ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LdIo, LogicalDrive,
+};
 use crate::floor::{
     FLOOR_ABANDONED, FLOOR_COOKIE, FLOOR_DONE_FAILED, FLOOR_DONE_OK, FLOOR_IDLE, FLOOR_IN_FLIGHT, FloorResult,
     FloorSpec,
@@ -705,6 +707,35 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal
 impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostInner<M, D, T> {
     /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
     /// re-posted (not during a reset's sweep).
+    /// [`Self::deliver`] of a reaped completion (BUSY answers retried): a successful
+    /// completion of a drive's request goes to its queue from here, inlined into the reaper
+    /// (issue 22: a call with its frame and the `Done` through memory per completion); every
+    /// other case takes `deliver`.
+    #[inline(always)]
+    fn deliver_reaped(&self, cpu: usize, d: &Done) {
+        if d.cookie & FLOOR_COOKIE == 0
+            && matches!(d.status, IoStatus::Success)
+            && let (drive, hwq, token) = unpack_cookie(d.cookie)
+            && let Some(queue) = self.queues.get(usize::from(drive))
+        {
+            if let Err(e) = queue.complete(cpu, usize::from(hwq), token, Status::Ok) {
+                self.refused(d.tag, e);
+            }
+            return;
+        }
+        self.deliver(cpu, d, true);
+    }
+
+    /// A completion the block layer refused: counted and dropped, never delivered to another
+    /// request.
+    #[cold]
+    fn refused(&self, tag: u16, e: BlkError) {
+        let n = self.core.refused.fetch_add(1, Ordering::Relaxed);
+        if n < 16 {
+            log::error!("megasas: completion of tag {tag} refused by the block layer: {e}");
+        }
+    }
+
     fn deliver(&self, cpu: usize, d: &Done, retry_busy: bool) {
         if d.cookie & FLOOR_COOKIE != 0 {
             self.floor_done(cpu, d);
@@ -732,11 +763,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         };
         if let Err(e) = queue.complete(cpu, usize::from(hwq), token, status) {
             // The device completed something the block layer no longer has in flight under this
-            // token: counted and dropped, never delivered to another request.
-            let n = self.core.refused.fetch_add(1, Ordering::Relaxed);
-            if n < 16 {
-                log::error!("megasas: completion of tag {} refused by the block layer: {e}", d.tag);
-            }
+            // token.
+            self.refused(d.tag, e);
         }
     }
 
@@ -807,7 +835,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
     /// entries left).
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
-        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver(cpu, &d, true));
+        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver_reaped(cpu, &d));
         (r.completed, r.faults, r.more_pending)
     }
 
@@ -926,10 +954,35 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     }
 }
 
-impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver for DriveDriver<M, D, T> {
-    type Pdu = ();
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveDriver<M, D, T> {
+    /// `queue_rq` of an [`LdIo`]: the same steps as [`Self::queue_rq_general`] (critical
+    /// section, one check, BUSY count reset, issue, post), with the request in registers.
+    #[inline(always)]
+    fn queue_ld_io<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, io: LdIo) -> Result<(), QueueRqError<'a, Self>> {
+        let ctrl = &self.core.ctrl;
+        let guard = match ctrl.begin_submit() {
+            Ok(g) => g,
+            Err(e) => return Err(self.not_entered(rq, e)),
+        };
+        let checked = match ctrl.check_ld_io(&guard, io) {
+            Ok(c) => c,
+            Err(e) => return Err(self.refuse(rq, e)),
+        };
+        let tag = rq.tag() as u16;
+        let hwq = rq.hwq() as u16;
+        self.core.busy[usize::from(tag)].store(0, Ordering::Relaxed);
+        // Issue before the doorbell: from the post on, the completion may come on any CPU. The
+        // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
+        let token = rq.issue();
+        if let Err(e) = ctrl.submit_ld_io(&guard, tag, checked, pack_cookie(self.index, hwq, token)) {
+            self.not_posted(hw, tag, token, e);
+        }
+        Ok(())
+    }
 
-    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+    /// Every request but a logical drive's one-segment read or write.
+    #[inline(never)]
+    fn queue_rq_general<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>) -> Result<(), QueueRqError<'a, Self>> {
         let op = match rq.op() {
             Op::Read => IoOp::Read,
             Op::Write => IoOp::Write,
@@ -982,19 +1035,12 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
         let ctrl = &self.core.ctrl;
         let guard = match ctrl.begin_submit() {
             Ok(g) => g,
-            Err(Error::Resetting) => {
-                self.core.requeued.fetch_add(1, Ordering::Relaxed);
-                return Err(QueueRqError::DevBusy(rq));
-            }
-            Err(_) => return Err(QueueRqError::Io(rq, Status::IoError)),
+            Err(e) => return Err(self.not_entered(rq, e)),
         };
         // Checked once, here; `submit_checked` does not check again (issue 22).
         let checked = match ctrl.check(&guard, &req) {
             Ok(c) => c,
-            Err(e) => {
-                log::error!("megasas: target {}: request refused: {e}", self.target);
-                return Err(QueueRqError::Io(rq, Status::IoError));
-            }
+            Err(e) => return Err(self.refuse(rq, e)),
         };
         let tag = rq.tag() as u16;
         let hwq = rq.hwq() as u16;
@@ -1003,10 +1049,66 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
         // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
         let token = rq.issue();
         if let Err(e) = ctrl.submit_checked(&guard, tag, &checked, pack_cookie(self.index, hwq, token)) {
-            log::error!("megasas: target {} tag {tag}: not posted: {e}", self.target);
-            let _ = hw.complete(token, Status::IoError);
+            self.not_posted(hw, tag, token, e);
         }
         Ok(())
+    }
+
+    /// A request that could not enter the submission critical section: back to the queue while
+    /// a controller reset runs, failed when the controller is down.
+    #[cold]
+    fn not_entered<'a>(&self, rq: Rq<'a, Self>, e: Error) -> QueueRqError<'a, Self> {
+        if e == Error::Resetting {
+            self.core.requeued.fetch_add(1, Ordering::Relaxed);
+            QueueRqError::DevBusy(rq)
+        } else {
+            QueueRqError::Io(rq, Status::IoError)
+        }
+    }
+
+    /// A request the controller's check refused: logged and failed.
+    #[cold]
+    fn refuse<'a>(&self, rq: Rq<'a, Self>, e: Error) -> QueueRqError<'a, Self> {
+        log::error!("megasas: target {}: request refused: {e}", self.target);
+        QueueRqError::Io(rq, Status::IoError)
+    }
+
+    /// An issued request whose frame could not be posted (its tag was not free): failed.
+    #[cold]
+    fn not_posted(&self, hw: &HwCtx<'_, Self>, tag: u16, token: IssueToken, e: Error) {
+        log::error!("megasas: target {} tag {tag}: not posted: {e}", self.target);
+        let _ = hw.complete(token, Status::IoError);
+    }
+}
+
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver for DriveDriver<M, D, T> {
+    type Pdu = ();
+
+    fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
+        // The common I/O, a logical drive's read or write of one segment, checked and posted
+        // in this one function from registers; everything else out of line (issue 22).
+        let write = match rq.op() {
+            Op::Read => false,
+            Op::Write => true,
+            _ => return self.queue_rq_general(hw, rq),
+        };
+        match (self.system_pd, rq.segments()) {
+            (false, [s]) => {
+                let io = LdIo {
+                    write,
+                    target: self.target,
+                    // A shift: block sizes are powers of two (`Capacity` refuses others).
+                    lba: rq.sector() >> self.scale_shift,
+                    blocks: rq.nr_sectors() >> self.scale_shift,
+                    segment: Segment {
+                        phys: s.phys,
+                        len: s.len,
+                    },
+                };
+                self.queue_ld_io(hw, rq, io)
+            }
+            _ => self.queue_rq_general(hw, rq),
+        }
     }
 
     fn timeout(&self, rq: &mut TimedOutRq<'_, Self>) -> TimeoutAction {

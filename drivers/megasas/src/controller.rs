@@ -409,6 +409,27 @@ pub struct CheckedRequest<'r> {
     block_size: u32,
 }
 
+/// A logical drive's read or write of one data segment: the block binding's common I/O, checked
+/// by [`Controller::check_ld_io`] and posted by [`Controller::submit_ld_io`] without an
+/// [`IoRequest`] (the same frame as [`Controller::submit`] of the equivalent request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LdIo {
+    /// A write (else a read).
+    pub write: bool,
+    /// Logical drive target id.
+    pub target: u8,
+    /// First logical block (in the drive's block size).
+    pub lba: u64,
+    /// Number of logical blocks.
+    pub blocks: u32,
+    /// The data buffer: `blocks * block_size` bytes.
+    pub segment: Segment,
+}
+
+/// An [`LdIo`] that [`Controller::check_ld_io`] validated; only it makes one.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckedLdIo(LdIo);
+
 /// A submitter's pass through the controller: while one exists, a controller reset waits. Get it
 /// with [`Controller::begin_submit`] before handing a request to the block layer's `issue`, so a
 /// reset in progress makes the request go back to the queue instead.
@@ -1330,17 +1351,51 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Ok(status)
     }
 
-    /// Checks a read or write request against the drive table and the controller limits.
-    fn validate(&self, req: &IoRequest<'_>) -> Result<u32, Error> {
-        let table: &[DriveSlot] = if req.system_pd { &self.pds } else { &self.drives };
-        let slot = table
-            .get(usize::from(req.target))
-            .ok_or(Error::NoSuchDrive { target: req.target })?;
+    /// The drive slot `target` names in the LD or the system PD table, with its block size (0:
+    /// no such drive).
+    #[inline(always)]
+    fn drive_slot(&self, system_pd: bool, target: u8) -> Result<(&DriveSlot, u32), Error> {
+        let table: &[DriveSlot] = if system_pd { &self.pds } else { &self.drives };
+        let slot = table.get(usize::from(target)).ok_or(Error::NoSuchDrive { target })?;
         // Acquire pairs with the Release store in `discover`.
         let block_size = slot.block_size.load(Ordering::Acquire);
         if block_size == 0 {
-            return Err(Error::NoSuchDrive { target: req.target });
+            return Err(Error::NoSuchDrive { target });
         }
+        Ok((slot, block_size))
+    }
+
+    /// Checks a read or write of `blocks` at `lba` against the drive's capacity and the
+    /// controller's transfer limit; returns the bytes it moves.
+    #[inline(always)]
+    fn check_extent(&self, slot: &DriveSlot, target: u8, lba: u64, blocks: u32, block_size: u32) -> Result<u64, Error> {
+        if blocks == 0 {
+            return Err(Error::InvalidRequest {
+                reason: "read or write of zero blocks",
+            });
+        }
+        let capacity = slot.blocks.load(Ordering::Relaxed);
+        if lba.checked_add(u64::from(blocks)).is_none_or(|end| end > capacity) {
+            return Err(Error::BeyondEnd {
+                target,
+                lba,
+                blocks,
+                capacity,
+            });
+        }
+        let bytes = u64::from(blocks) * u64::from(block_size);
+        if bytes > self.max_transfer_bytes() {
+            return Err(Error::TransferTooLarge {
+                bytes,
+                max: self.max_transfer_bytes(),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Checks a read or write request against the drive table and the controller limits.
+    fn validate(&self, req: &IoRequest<'_>) -> Result<u32, Error> {
+        let (slot, block_size) = self.drive_slot(req.system_pd, req.target)?;
         if req.op == IoOp::Flush {
             if req.blocks != 0 || req.lba != 0 || !req.sgl.is_empty() {
                 return Err(Error::InvalidRequest {
@@ -1349,54 +1404,21 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
             return Ok(block_size);
         }
-        if req.blocks == 0 {
-            return Err(Error::InvalidRequest {
-                reason: "read or write of zero blocks",
-            });
-        }
-        let capacity = slot.blocks.load(Ordering::Relaxed);
-        if req
-            .lba
-            .checked_add(u64::from(req.blocks))
-            .is_none_or(|end| end > capacity)
-        {
-            return Err(Error::BeyondEnd {
-                target: req.target,
-                lba: req.lba,
-                blocks: req.blocks,
-                capacity,
-            });
-        }
-        let bytes = u64::from(req.blocks) * u64::from(block_size);
-        if bytes > self.max_transfer_bytes() {
-            return Err(Error::TransferTooLarge {
-                bytes,
-                max: self.max_transfer_bytes(),
-            });
-        }
+        let bytes = self.check_extent(slot, req.target, req.lba, req.blocks, block_size)?;
         if req.sgl.is_empty() || req.sgl.len() > usize::from(self.max_sge) {
             return Err(Error::TooManySegments {
                 count: req.sgl.len(),
                 max: self.max_sge,
             });
         }
-        let bad = |index: usize, s: &Segment| Error::BadSegment {
-            index,
-            phys: s.phys,
-            len: s.len,
-        };
         let total = if let [s] = req.sgl {
             // The common single-segment I/O without the loop (issue 22).
-            if s.phys == 0 || s.len == 0 {
-                return Err(bad(0, s));
-            }
+            check_segment(0, s)?;
             u64::from(s.len)
         } else {
             let mut total = 0u64;
             for (index, s) in req.sgl.iter().enumerate() {
-                if s.phys == 0 || s.len == 0 {
-                    return Err(bad(index, s));
-                }
+                check_segment(index, s)?;
                 total += u64::from(s.len);
             }
             total
@@ -1408,6 +1430,24 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             });
         }
         Ok(block_size)
+    }
+
+    /// Validates a logical drive's read or write of one segment for [`Self::submit_ld_io`]: the
+    /// checks [`Self::check`] makes of the same request as an [`IoRequest`], with the same
+    /// errors (one segment is within every controller's limit: `max_sge` is at least 1), in
+    /// registers rather than through a request on the stack (issue 22).
+    #[inline(always)]
+    pub fn check_ld_io(&self, _guard: &SubmitGuard<'_>, io: LdIo) -> Result<CheckedLdIo, Error> {
+        let (slot, block_size) = self.drive_slot(false, io.target)?;
+        let bytes = self.check_extent(slot, io.target, io.lba, io.blocks, block_size)?;
+        check_segment(0, &io.segment)?;
+        if u64::from(io.segment.len) != bytes {
+            return Err(Error::SglLengthMismatch {
+                sgl_bytes: u64::from(io.segment.len),
+                expected: bytes,
+            });
+        }
+        Ok(CheckedLdIo(io))
     }
 
     /// Checks a request against the drive table and the controller limits without submitting it.
@@ -1574,6 +1614,52 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         Ok(())
     }
 
+    /// [`Self::submit_checked`] of a one-segment logical drive read or write that
+    /// [`Self::check_ld_io`] validated in the same critical section: the same frame, the same
+    /// tag states, posted from registers (issue 22: the block binding's common I/O, which went
+    /// through an [`IoRequest`] and a [`CheckedRequest`] on the stack and a call).
+    #[inline(always)]
+    pub fn submit_ld_io(
+        &self,
+        _guard: &SubmitGuard<'_>,
+        tag: u16,
+        checked: CheckedLdIo,
+        cookie: u64,
+    ) -> Result<(), Error> {
+        let io = checked.0;
+        let Some(entry) = self.tags.entry(tag) else {
+            return Err(Error::TagOutOfRange { tag, tags: self.ntags });
+        };
+        let generation = entry.claim(tag)?;
+        entry.set_cookie(cookie);
+        let (cmd, dir) = if io.write {
+            (frame::CMD_LD_WRITE, frame::FLAG_DIR_WRITE)
+        } else {
+            (frame::CMD_LD_READ, frame::FLAG_DIR_READ)
+        };
+        let sense = self.sense_phys(tag);
+        // A stale response code must not decode as fresh sense if the device writes none.
+        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
+        let header = Header {
+            cmd,
+            sense_len: SENSE_LEN as u8,
+            target: io.target,
+            // Harmless on 7.2.16+, required by 7.2.0-7.2.15 (pitfall 8).
+            cdb_len: 16,
+            sge_count: 1,
+            context: tags::encode_context(tag, generation, false),
+            flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
+            // LD READ/WRITE count blocks, not bytes (pitfall 7).
+            data_len: io.blocks,
+        };
+        self.frame(tag).ld_io_one_segment(&header, sense, io.lba, &io.segment);
+        const FRAME_BYTES: usize = frame::IO_SGL + frame::SGE64_LEN;
+        entry.set_frame_len(FRAME_BYTES as u32);
+        entry.publish(tags::POSTED, generation);
+        self.post(tag, FRAME_BYTES);
+        Ok(())
+    }
+
     /// Posts the I/O frame of `tag` again, unchanged but for a new generation: for a command the
     /// device answered BUSY. Only the owner of the tag may call it, after the command's
     /// completion was reported (the tag is FREE and its frame still holds the request).
@@ -1648,8 +1734,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// [`Self::reap_with`] consuming at most `max_entries` reply entries (accepted or not), so
     /// an interrupt handler's work is bounded; `more_pending` says entries were left.
     pub fn reap_budget(&self, max_entries: u32, mut complete: impl FnMut(Done)) -> Reaped {
-        let mut out = Reaped::default();
         let pi_word = self.ring.atomic_u32(RING_PI);
+        // Nothing produced since the last consumed entry: nothing to take, and nothing a gate
+        // holder needs to be told about (issue 22: an empty poll took the gate, zeroed the
+        // result, stored the consumer index back). `ci` never passes `pi`, so a `ci` read while
+        // another context drains can equal `pi` only when everything is consumed; a producer
+        // index out of range still goes through `drain`, which records it as a fault.
+        // Acquire pairs with the device's producer store, as in `drain`.
+        if pi_word.load(Ordering::Acquire) == self.ci.load(Ordering::Relaxed) {
+            return Reaped::default();
+        }
+        let mut out = Reaped::default();
         let remaining = core::cell::Cell::new(max_entries);
         let work_left = || {
             let pi = pi_word.load(Ordering::Acquire);
@@ -1784,7 +1879,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
         // whatever the SCSI status and sense (issue 22: was a 64-byte sense copy per I/O).
-        let status = if mfi == MfiStatus::OK {
+        let ok = mfi == MfiStatus::OK;
+        let status = if ok {
             IoStatus::Success
         } else {
             match self.read_completion(tag, mfi).error() {
@@ -1804,12 +1900,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
         }
         out.completed += 1;
-        complete(Done {
-            tag,
-            cookie,
-            status,
-            aborted,
-        });
+        if ok && !aborted {
+            // The common reply, with its status a constant for the callback (issue 22).
+            complete(Done {
+                tag,
+                cookie,
+                status: IoStatus::Success,
+                aborted: false,
+            });
+        } else {
+            complete(Done {
+                tag,
+                cookie,
+                status,
+                aborted,
+            });
+        }
         Ok(())
     }
 
@@ -1853,6 +1959,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         self.tags.finish(tag, generation);
     }
+}
+
+/// A data segment must have an address and a length (`index` names it in the error).
+#[inline(always)]
+fn check_segment(index: usize, s: &Segment) -> Result<(), Error> {
+    if s.phys == 0 || s.len == 0 {
+        return Err(Error::BadSegment {
+            index,
+            phys: s.phys,
+            len: s.len,
+        });
+    }
+    Ok(())
 }
 
 /// Try-lock of the single admin buffer.

@@ -35,8 +35,8 @@ pub mod fake;
 
 pub use blkdev::{AdaptiveConfig, AdaptiveCounters, DriveInfo, Host, HostConfig, HostCounters, IrqOutcome, VectorMask};
 pub use controller::{
-    ADMIN_TAG, CheckedRequest, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest, IrqMode,
-    LogicalDrive, Reaped, RecoveryCounters, SENSE_LEN, SubmitGuard,
+    ADMIN_TAG, CheckedLdIo, CheckedRequest, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest,
+    IrqMode, LdIo, LogicalDrive, Reaped, RecoveryCounters, SENSE_LEN, SubmitGuard,
 };
 pub use dcmd::{Capacity, ControllerInfo, LdInfo, LdListEntry};
 pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};

@@ -541,3 +541,123 @@ fn several_cpus_submit_while_one_context_reaps() {
     assert_eq!(dev.stats().busy_replies, 0);
     assert_clean(&dev);
 }
+
+/// `check_ld_io` (the block binding's one-segment LD path, issue 22) refuses exactly what
+/// `check_request` refuses for the same request as an `IoRequest`, with the same error.
+#[test]
+fn check_ld_io_agrees_with_check_request_on_every_outcome() {
+    use megasas::LdIo;
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    cfg.disks = vec![disk(0, 64 << 20, 512), disk(1, 8 << 30, 4096)];
+    let (dev, ctrl, drives) = ready(cfg);
+    let buf = dev.buffer(1 << 20);
+    let max = ctrl.max_transfer_bytes();
+    let mut refused = 0;
+    for d in &drives {
+        let bs = d.block_size;
+        for (lba, blocks, phys, len) in [
+            (0, 1, buf.segment(0, bs).phys, bs),
+            (d.blocks - 2, 2, buf.segment(0, 2 * bs).phys, 2 * bs),
+            (d.blocks - 1, 2, buf.segment(0, 2 * bs).phys, 2 * bs),
+            (u64::MAX, 1, buf.segment(0, bs).phys, bs),
+            (0, 0, buf.segment(0, bs).phys, 0),
+            (0, 1, 0, bs),
+            (0, 1, buf.segment(0, bs).phys, 0),
+            (0, 2, buf.segment(0, bs).phys, bs),
+            (0, (max / u64::from(bs)) as u32 + 1, buf.segment(0, bs).phys, bs),
+        ] {
+            for write in [false, true] {
+                let segment = Segment { phys, len };
+                let io = LdIo {
+                    write,
+                    target: d.target,
+                    lba,
+                    blocks,
+                    segment,
+                };
+                let op = if write { IoOp::Write } else { IoOp::Read };
+                let expected = ctrl.check_request(&rw(op, d.target, lba, blocks, &[segment]));
+                let guard = ctrl.begin_submit().unwrap();
+                let got = ctrl.check_ld_io(&guard, io).map(|_| ());
+                assert_eq!(got, expected, "{io:?}");
+                refused += usize::from(got.is_err());
+            }
+        }
+    }
+    // A target without a drive.
+    let guard = ctrl.begin_submit().unwrap();
+    let io = LdIo {
+        write: false,
+        target: 9,
+        lba: 0,
+        blocks: 1,
+        segment: buf.segment(0, 512),
+    };
+    assert_eq!(
+        ctrl.check_ld_io(&guard, io).map(|_| ()),
+        Err(Error::NoSuchDrive { target: 9 })
+    );
+    assert_eq!(refused, 2 * 2 * 7, "every case but the first two is refused");
+    assert_clean(&dev);
+}
+
+/// `submit_ld_io` posts the frame `submit` posts for the same request: data written through one
+/// reads back through the other, each completion delivered once on its tag.
+#[test]
+fn submit_ld_io_moves_the_data_submit_moves() {
+    use megasas::LdIo;
+    let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
+    cfg.disks = vec![disk(0, 64 << 20, 512), disk(1, 8 << 30, 4096)];
+    let (dev, ctrl, drives) = ready(cfg);
+    for d in &drives {
+        let len = 2 * d.block_size as usize;
+        let lba = d.blocks - 2;
+        let data = pattern(u64::from(d.target) + 31, len);
+        let wbuf = dev.buffer(len);
+        wbuf.write(0, &data);
+        let io = LdIo {
+            write: true,
+            target: d.target,
+            lba,
+            blocks: 2,
+            segment: wbuf.segment(0, len as u32),
+        };
+        {
+            let guard = ctrl.begin_submit().unwrap();
+            let checked = ctrl.check_ld_io(&guard, io).unwrap();
+            ctrl.submit_ld_io(&guard, 5, checked, 0).unwrap();
+        }
+        assert_eq!(reap_n(&ctrl, 1), [(5, IoStatus::Success)]);
+        assert_eq!(dev.disk_read(d.target, lba, 2), data, "written by submit_ld_io");
+
+        let rbuf = dev.buffer(len);
+        ctrl.submit(6, &rw(IoOp::Read, d.target, lba, 2, &[rbuf.segment(0, len as u32)]))
+            .unwrap();
+        assert_eq!(reap_n(&ctrl, 1), [(6, IoStatus::Success)]);
+        assert_eq!(rbuf.read(0, len), data, "read back by submit");
+
+        // And the other way round: written by `submit`, read by `submit_ld_io`.
+        let other = pattern(u64::from(d.target) + 77, len);
+        wbuf.write(0, &other);
+        ctrl.submit(7, &rw(IoOp::Write, d.target, lba, 2, &[wbuf.segment(0, len as u32)]))
+            .unwrap();
+        assert_eq!(reap_n(&ctrl, 1), [(7, IoStatus::Success)]);
+        let rbuf = dev.buffer(len);
+        let io = LdIo {
+            write: false,
+            segment: rbuf.segment(0, len as u32),
+            ..io
+        };
+        {
+            let guard = ctrl.begin_submit().unwrap();
+            let checked = ctrl.check_ld_io(&guard, io).unwrap();
+            ctrl.submit_ld_io(&guard, 8, checked, 0).unwrap();
+            // Its tag is taken until the completion is reaped.
+            let again = ctrl.check_ld_io(&guard, io).unwrap();
+            assert_eq!(ctrl.submit_ld_io(&guard, 8, again, 0), Err(Error::TagBusy { tag: 8 }));
+        }
+        assert_eq!(reap_n(&ctrl, 1), [(8, IoStatus::Success)]);
+        assert_eq!(rbuf.read(0, len), other, "read back by submit_ld_io");
+    }
+    assert_clean(&dev);
+}

@@ -620,6 +620,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         QueueRqError::Io(rq, Status::IoError)
     }
 
+    /// A request whose command could not be posted (the controller failed): logged, failed.
+    #[cold]
+    fn not_posted<'a>(&self, hwq: usize, rq: Rq<'a, Self>, e: Error) -> QueueRqError<'a, Self> {
+        log::warn!("nvme: cannot post on queue {}: {e}", hwq + 1);
+        QueueRqError::Io(rq, Status::IoError)
+    }
+
     fn reject(&self) {
         if let Some(h) = self.host.upgrade() {
             h.rejected.fetch_add(1, Ordering::Relaxed);
@@ -634,17 +641,10 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
         let bytes = rq.bytes();
         let Some(offset) = offset.filter(|o| o % lba == 0 && bytes.is_multiple_of(lba) && bytes > 0) else {
-            return Err(Error::InvalidConfig {
-                field: "request alignment",
-                value: rq.sector(),
-                accepted: "whole logical blocks",
-            });
+            return Err(misaligned("request alignment", rq.sector()));
         };
         if bytes > self.max_transfer {
-            return Err(Error::TransferTooLarge {
-                bytes,
-                max: self.max_transfer,
-            });
+            return Err(too_large(bytes, self.max_transfer));
         }
         let blocks = (bytes >> self.lba_shift) as u32;
         let mut sqe = IoCmd::read_write(write, self.nsid, offset >> self.lba_shift, blocks);
@@ -699,6 +699,23 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     }
 }
 
+/// The refusal of a request that is not in whole logical blocks (out of line: the hot path
+/// keeps only the test; issue 22).
+#[cold]
+fn misaligned(field: &'static str, sector: u64) -> Error {
+    Error::InvalidConfig {
+        field,
+        value: sector,
+        accepted: "whole logical blocks",
+    }
+}
+
+/// The refusal of a transfer above the controller's limit (out of line).
+#[cold]
+fn too_large(bytes: u64, max: u64) -> Error {
+    Error::TransferTooLarge { bytes, max }
+}
+
 impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
     type Pdu = ();
     /// The SQ tail doorbell is rung once per burst (`Controller::commit`).
@@ -725,22 +742,12 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
             },
             Op::Driver(_) => return Err(QueueRqError::Io(rq, Status::NotSupported)),
         };
-        // `post` calls the closure (which consumes the request) only once the command is
-        // certain to be posted, under the SQ lock; on Busy/Failed the request is still here.
-        let mut held = Some(rq);
-        let posted = self.ctrl.post(hwq, slot, sqe, !last, || match held.take() {
-            Some(rq) => glue::issue(rq),
-            None => 0,
-        });
-        match (posted, held) {
-            (Ok(()), _) => Ok(()),
-            (Err(PostError::Busy), Some(rq)) => Err(QueueRqError::DevBusy(rq)),
-            (Err(PostError::Failed(e)), Some(rq)) => {
-                log::warn!("nvme: cannot post on queue {}: {e}", hwq + 1);
-                Err(QueueRqError::Io(rq, Status::IoError))
-            }
-            // Unreachable by `post`'s contract (it fails only before issuing).
-            (Err(_), None) => Ok(()),
+        // `post` issues the request only once the command is certain to be posted, under the
+        // SQ lock; on Busy/Failed it gives the request back.
+        match self.ctrl.post(hwq, slot, sqe, !last, rq, |rq| glue::issue(rq)) {
+            Ok(()) => Ok(()),
+            Err((PostError::Busy, rq)) => Err(QueueRqError::DevBusy(rq)),
+            Err((PostError::Failed(e), rq)) => Err(self.not_posted(hwq, rq, e)),
         }
     }
 

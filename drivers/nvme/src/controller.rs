@@ -317,8 +317,9 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     cids_per_sq: u32,
     /// Slots at the end of each SQ's that only the floor uses (no PRP list page).
     floor_slots: u32,
-    /// CID bits that hold the slot index; the bits above hold a per-slot sequence number.
-    index_bits: u32,
+    /// The CID bits that hold the slot index (low bits set); the bits above hold a per-slot
+    /// sequence number.
+    index_mask: u16,
     queue_depth: u32,
     state: AtomicU8,
     reset_lock: Mutex<()>,
@@ -399,7 +400,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             io: Vec::new(),
             cids_per_sq: 0,
             floor_slots: 0,
-            index_bits: 16,
+            index_mask: u16::MAX,
             queue_depth: 0,
             state: AtomicU8::new(STATE_LIVE),
             reset_lock: Mutex::new(()),
@@ -833,7 +834,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.cids_per_sq = cids;
         self.floor_slots = floor_slots;
         // One bit more than the largest index needs, so index `cids` is always out of range.
-        self.index_bits = (32 - cids.leading_zeros()).min(16);
+        let index_bits = (32 - cids.leading_zeros()).min(16);
+        self.index_mask = ((1u32 << index_bits) - 1) as u16;
         self.queue_depth = depth;
         let mut a = self.admin.lock();
         self.create_queues_on_device(&mut a)?;
@@ -881,54 +883,70 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here). `issue` runs under the SQ
-    /// lock once the command is sure to be posted, and returns the block-layer generation, so
-    /// a completion can never arrive for a request the block layer has not yet marked issued.
-    /// Rings the doorbell unless `defer_doorbell`.
-    pub(crate) fn post(
+    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here).
+    /// `issue(request)` runs under the SQ lock once the command is sure to be posted, and returns
+    /// the block-layer generation, so a completion can never arrive for a request the block
+    /// layer has not yet marked issued; a post that fails gives `request` back with the error
+    /// (issue 22: moved by value, not through an `Option` the closure takes it from). Rings the
+    /// doorbell unless `defer_doorbell`.
+    pub(crate) fn post<R>(
         &self,
         hwq: usize,
         slot: u16,
         mut cmd: IoCmd,
         defer_doorbell: bool,
-        issue: impl FnOnce() -> u16,
-    ) -> Result<(), PostError> {
+        request: R,
+        issue: impl FnOnce(R) -> u16,
+    ) -> Result<(), (PostError, R)> {
         let Some(q) = self.queue(hwq) else {
-            return Err(PostError::Failed(Error::InvalidConfig {
-                field: "hwq",
-                value: hwq as u64,
-                accepted: "an existing I/O queue",
-            }));
+            return Err((
+                PostError::Failed(Error::InvalidConfig {
+                    field: "hwq",
+                    value: hwq as u64,
+                    accepted: "an existing I/O queue",
+                }),
+                request,
+            ));
         };
         let index = usize::from(slot);
-        let mut sq = q.sq.lock();
+        let mut guard = q.sq.lock();
+        let sq = &mut *guard;
         // Checked once, under the lock: a reset holds every SQ lock while it runs, so the state
         // cannot change between this check and the post (issue 22: was also checked before).
         match self.state.load(Ordering::Acquire) {
             STATE_LIVE => {}
-            STATE_RESETTING => return Err(PostError::Busy),
-            _ => return Err(PostError::Failed(Error::NotOperational)),
+            STATE_RESETTING => return Err((PostError::Busy, request)),
+            _ => return Err((PostError::Failed(Error::NotOperational), request)),
         }
-        if index >= sq.slots.len() || sq.slots[index].outstanding {
-            return Err(PostError::Failed(Error::InvalidConfig {
-                field: "command slot",
-                value: slot.into(),
-                accepted: "a free command slot",
-            }));
-        }
-        let cid = self.next_cid(sq.slots[index].cid, slot);
+        // The slot's record, bounds-checked once for the whole post (issue 22: indexed, and
+        // checked, three times).
+        let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding) else {
+            return Err((
+                PostError::Failed(Error::InvalidConfig {
+                    field: "command slot",
+                    value: slot.into(),
+                    accepted: "a free command slot",
+                }),
+                request,
+            ));
+        };
+        let cid = self.next_cid(record.cid, slot);
         cmd.set_cid(cid);
-        if sq_free(&sq, q.entries) == 0 {
-            return Err(PostError::Busy);
+        // Full when the tail would catch up with the head: the same test as `ring_free(..) == 0`
+        // (one entry is always left empty; `drain` accepts only an SQ head below the queue size),
+        // without computing the count (issue 22).
+        let tail = sq.tail;
+        let next_tail = next_index(tail, q.entries);
+        if next_tail == sq.head {
+            return Err((PostError::Busy, request));
         }
         // The entry and the slot's copy of the command go out from registers before `issue`
         // (whose calls would make the compiler keep them on the stack; issue 22). The device
         // reads the entry only once the tail passes it, below, after `issue`.
-        write_cmd(&sq.mem, sq.tail, &cmd);
-        sq.slots[index].cmd = cmd;
-        let generation = issue();
+        write_cmd(&sq.mem, tail, &cmd);
+        record.cmd = cmd;
+        let generation = issue(request);
         let posted_seq = bump(&self.counters.commands);
-        let record = &mut sq.slots[index];
         record.outstanding = true;
         record.cid = cid;
         record.generation = generation;
@@ -937,11 +955,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         record.handed_back = false;
         record.timeout_stage = 0;
         record.posted_seq = posted_seq;
-        advance_tail(&mut sq, q.entries);
+        sq.tail = next_tail;
         if defer_doorbell {
             sq.doorbell_pending = true;
         } else {
-            self.ring_sq(q, &mut sq);
+            self.ring_sq(q, sq);
         }
         Ok(())
     }
@@ -977,33 +995,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let mut accepted_total = 0;
         let mut left = budget;
         loop {
-            let mut raw = [Cqe::default(); BATCH];
-            let mut n = 0;
-            let more;
-            {
-                let mut cq = q.cq.lock();
-                let limit = BATCH.min(left as usize);
-                while n < limit {
-                    let Some(cqe) = read_cqe(&cq.mem, cq.head, cq.phase) else {
-                        break;
-                    };
-                    raw[n] = cqe;
-                    n += 1;
-                    cq.head += 1;
-                    if cq.head == q.entries {
-                        cq.head = 0;
-                        cq.phase = !cq.phase;
-                    }
-                }
-                if n > 0 {
-                    // Entries are read before the head doorbell gives their slots back.
-                    fence(Ordering::SeqCst);
-                    self.mmio.write32(q.cq_doorbell, cq.head);
-                }
-                // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
-                more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
-            }
-            left -= n as u32;
             // The accepted completions, packed: `out[..accepted]` (no per-entry `Option` to
             // test when delivering; issue 22).
             let mut out = [Accepted {
@@ -1012,14 +1003,29 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 status: NvmeStatus(0),
             }; BATCH];
             let mut accepted = 0;
+            let mut n = 0;
+            let more;
             {
+                // Each entry is validated as it is read, under both locks (issue 22: the
+                // entries were copied into a batch under the CQ lock and validated from it
+                // under the SQ lock). The SQ lock first: the order `reset` takes them in.
                 let mut guard = q.sq.lock();
                 let sq = &mut *guard;
+                let mut cq = q.cq.lock();
+                let limit = BATCH.min(left as usize);
                 let mut ring = false;
-                for cqe in &raw[..n] {
+                while n < limit {
+                    let Some(cqe) = read_cqe(&cq.mem, cq.head, cq.phase) else {
+                        break;
+                    };
+                    n += 1;
+                    cq.head = next_index(cq.head, q.entries);
+                    if cq.head == 0 {
+                        cq.phase = !cq.phase;
+                    }
                     // The slot's record as `validate` found it (issue 22: it was indexed, and
                     // bounds-checked, again here).
-                    match self.validate(q, &mut sq.slots, cqe) {
+                    match self.validate(q, &mut sq.slots, &cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
                         Ok((index, slot)) => {
                             sq.head = u32::from(cqe.sq_head);
@@ -1060,10 +1066,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                         }
                     }
                 }
+                if n > 0 {
+                    // Entries are read before the head doorbell gives their slots back.
+                    fence(Ordering::SeqCst);
+                    self.mmio.write32(q.cq_doorbell, cq.head);
+                }
+                // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
+                more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
+                drop(cq);
                 if ring {
                     self.ring_sq(q, sq);
                 }
             }
+            left -= n as u32;
             if accepted > 0 {
                 // One count per batch, not one locked add per completion.
                 self.counters.completions.fetch_add(accepted as u64, Ordering::Relaxed);
@@ -1367,16 +1382,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// The slot index a CID names (out of range for CIDs no slot can have).
     fn slot_of(&self, cid: u16) -> usize {
-        usize::from(cid) & ((1usize << self.index_bits) - 1)
+        usize::from(cid & self.index_mask)
     }
 
-    /// The CID for the next use of `slot`, whose previous CID was `previous`.
+    /// The CID for the next use of `slot`, whose previous CID was `previous`: the sequence
+    /// number above the index bits plus one (wrapping within its bits), then the slot index. One
+    /// mask and one add (issue 22: two shifts by the field width and a test of it): the
+    /// sequence's unit is `index_mask + 1`, 0 when the index takes all 16 bits.
     fn next_cid(&self, previous: u16, slot: u16) -> u16 {
-        if self.index_bits >= 16 {
-            return slot;
-        }
-        let seq = (u32::from(previous) >> self.index_bits).wrapping_add(1) & ((1 << (16 - self.index_bits)) - 1);
-        (seq << self.index_bits) as u16 | slot
+        next_cid(self.index_mask, previous, slot)
     }
 }
 
@@ -1417,15 +1431,19 @@ fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
 /// Moves an SQ's tail past the entry just written.
 #[inline]
 fn advance_tail(sq: &mut SqState, entries: u32) {
-    // A compare, not a division (issue 22); `tail < entries` always.
-    sq.tail = if sq.tail + 1 == entries { 0 } else { sq.tail + 1 };
+    sq.tail = next_index(sq.tail, entries);
 }
 
-/// Free SQ slots, from the last SQ head the controller reported (`head` and `tail` are both
-/// below `entries`: `drain` accepts only an SQ head below the queue size).
+/// [`Controller::next_cid`] for index bits `mask`.
 #[inline]
-fn sq_free(sq: &SqState, entries: u32) -> u32 {
-    ring_free(sq.tail, sq.head, entries)
+fn next_cid(mask: u16, previous: u16, slot: u16) -> u16 {
+    (previous & !mask).wrapping_add(mask.wrapping_add(1)) | slot
+}
+
+/// The ring index after `index` (below `entries`): a compare, not a division (issue 22).
+#[inline]
+fn next_index(index: u32, entries: u32) -> u32 {
+    if index + 1 == entries { 0 } else { index + 1 }
 }
 
 /// Free entries of a ring of `entries` (one always left empty) from producer `tail` and
@@ -1456,7 +1474,31 @@ fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
 
 #[cfg(test)]
 mod tests {
-    use super::ring_free;
+    use super::{next_cid, next_index, ring_free};
+
+    #[test]
+    fn next_cid_bumps_the_sequence_above_the_index_and_wraps_within_its_bits() {
+        for bits in 1u32..=16 {
+            let mask = ((1u32 << bits) - 1) as u16;
+            for slot in [0u16, 1, mask / 2, mask] {
+                for seq in [0u32, 1, 2, (1 << (16 - bits)) - 1] {
+                    let previous = if bits == 16 { slot } else { (seq << bits) as u16 | slot };
+                    // The shift form it replaced.
+                    let expected = if bits >= 16 {
+                        slot
+                    } else {
+                        let s = ((u32::from(previous) >> bits) + 1) & ((1 << (16 - bits)) - 1);
+                        (s << bits) as u16 | slot
+                    };
+                    assert_eq!(next_cid(mask, previous, slot), expected, "{bits} {slot} {seq}");
+                    assert_eq!(next_cid(mask, previous, slot) & mask, slot);
+                }
+            }
+        }
+        // 5 index bits: sequence 2047 wraps to 0.
+        assert_eq!(next_cid(0x1F, 0xFFE3, 3), 3);
+        assert_eq!(next_cid(0x1F, 0x0003, 3), 0x0023);
+    }
 
     #[test]
     fn ring_free_is_the_modular_count() {
@@ -1467,6 +1509,12 @@ mod tests {
                     assert_eq!(
                         ring_free(tail, head, entries),
                         entries - 1 - used,
+                        "{tail} {head} {entries}"
+                    );
+                    // `post`'s full test.
+                    assert_eq!(
+                        next_index(tail, entries) == head,
+                        ring_free(tail, head, entries) == 0,
                         "{tail} {head} {entries}"
                     );
                 }

@@ -282,8 +282,8 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> devhal::floor::FloorPort for FloorRu
         self.host
             .inner
             .ctrl
-            .post(self.hwq, self.slots[i], sqe, false, || 0)
-            .map_err(|e| match e {
+            .post(self.hwq, self.slots[i], sqe, false, (), |()| 0)
+            .map_err(|(e, ())| match e {
                 PostError::Busy => Error::NotOperational,
                 PostError::Failed(e) => e,
             })
