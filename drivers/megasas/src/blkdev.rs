@@ -41,7 +41,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    BlkError, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError,
+    BlkError, CompletionBatch, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError,
     Rq, Status, TimedOutRq, TimeoutAction,
 };
 
@@ -250,6 +250,9 @@ pub struct DriveDriver<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + S
     /// log2 of the 512-byte sectors per logical block (a power of two: block sizes are).
     scale_shift: u32,
 }
+
+/// One reap's open block-layer batch: the drive and hardware queue it is for, and the batch.
+type ReapBatch<'a, M, D, T> = Option<(u16, u16, CompletionBatch<'a, DriveDriver<M, D, T>>)>;
 
 struct HostInner<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
     core: Arc<Core<M, D, T>>,
@@ -705,23 +708,32 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal
 }
 
 impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostInner<M, D, T> {
-    /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
-    /// re-posted (not during a reset's sweep).
     /// [`Self::deliver`] of a reaped completion (BUSY answers retried): a successful
     /// completion of a drive's request goes to its queue from here, inlined into the reaper
-    /// (issue 22: a call with its frame and the `Done` through memory per completion); every
-    /// other case takes `deliver`.
+    /// (issue 22: a call with its frame and the `Done` through memory per completion), through
+    /// the reap's block-layer batch (`batch`: completions of one drive's hardware queue in a row
+    /// share one; another drive or queue drops it, which runs its queue's rerun check, and
+    /// opens its own); every other case takes `deliver`.
     #[inline(always)]
-    fn deliver_reaped(&self, cpu: usize, d: &Done) {
+    fn deliver_reaped<'a>(&'a self, cpu: usize, d: &Done, batch: &mut ReapBatch<'a, M, D, T>) {
         if d.cookie & FLOOR_COOKIE == 0
             && matches!(d.status, IoStatus::Success)
             && let (drive, hwq, token) = unpack_cookie(d.cookie)
-            && let Some(queue) = self.queues.get(usize::from(drive))
         {
-            if let Err(e) = queue.complete(cpu, usize::from(hwq), token, Status::Ok) {
-                self.refused(d.tag, e);
+            if !matches!(batch, Some((bd, bh, _)) if *bd == drive && *bh == hwq) {
+                *batch = None;
+                if let Some(queue) = self.queues.get(usize::from(drive))
+                    && let Ok(opened) = queue.completion_batch(cpu, usize::from(hwq))
+                {
+                    *batch = Some((drive, hwq, opened));
+                }
             }
-            return;
+            if let Some((_, _, open)) = batch {
+                if let Err(e) = open.complete(token, Status::Ok) {
+                    self.refused(d.tag, e);
+                }
+                return;
+            }
         }
         self.deliver(cpu, d, true);
     }
@@ -736,6 +748,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         }
     }
 
+    /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
+    /// re-posted (not during a reset's sweep).
     fn deliver(&self, cpu: usize, d: &Done, retry_busy: bool) {
         if d.cookie & FLOOR_COOKIE != 0 {
             self.floor_done(cpu, d);
@@ -835,7 +849,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
     /// entries left).
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
-        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver_reaped(cpu, &d));
+        let mut batch = None;
+        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver_reaped(cpu, &d, &mut batch));
+        // The last batch's rerun check runs here, after the reaper let go of the reply queue.
+        drop(batch);
         (r.completed, r.faults, r.more_pending)
     }
 

@@ -33,7 +33,7 @@ pub use floor::{FLOOR_SLOTS, FloorResult, FloorSpec};
 
 /// The block layer's issue/complete calls, in one place so that an API change touches only this.
 mod glue {
-    use blk::{BlkError, Driver, IssueToken, Queue, Rq, Status, TimedOutRq};
+    use blk::{BlkError, CompletionBatch, Driver, IssueToken, Queue, Rq, Status, TimedOutRq};
 
     /// Marks `rq` issued; returns the generation of this issue.
     pub fn issue<D: Driver>(rq: Rq<'_, D>) -> u16 {
@@ -50,6 +50,25 @@ mod glue {
         status: Status,
     ) -> Result<(), BlkError> {
         queue.complete(cpu, hwq, IssueToken::new(tag, generation), status)
+    }
+
+    /// Opens a batch for the completions one drain reaps from hardware queue `hwq` of `queue`.
+    pub fn completion_batch<D: Driver>(
+        queue: &Queue<D>,
+        cpu: usize,
+        hwq: usize,
+    ) -> Result<CompletionBatch<'_, D>, BlkError> {
+        queue.completion_batch(cpu, hwq)
+    }
+
+    /// [`complete`] inside a batch from [`completion_batch`].
+    pub fn complete_in<D: Driver>(
+        batch: &mut CompletionBatch<'_, D>,
+        tag: u32,
+        generation: u16,
+        status: Status,
+    ) -> Result<(), BlkError> {
+        batch.complete(IssueToken::new(tag, generation), status)
     }
 
     /// Hands issue `generation` of `tag` back to be dispatched again (new generation, fresh
@@ -495,6 +514,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     }
 
     fn drain(&self, hwq: usize, cpu: usize) -> usize {
+        // The first namespace's completions (the common case: one namespace) go through one
+        // block-layer batch: the CPU and queue checked once, the queue's rerun check once, when
+        // the batch is dropped after the last delivery (issue 22).
+        let mut first = self
+            .queues
+            .first()
+            .and_then(|q| glue::completion_batch(q, cpu, hwq).ok());
         let (n, more) = self.ctrl.drain(hwq, self.budget, |acc| {
             let status = acc.status;
             // Success decided once (issue 22: `is_success` here, then again in `to_blk`).
@@ -504,8 +530,17 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
                 self.log_io_error(hwq, acc.slot, status);
                 status.to_blk()
             };
-            self.deliver(cpu, hwq, acc.slot, acc.generation, blk_status);
+            if u32::from(acc.slot) < self.depth
+                && let Some(batch) = first.as_mut()
+            {
+                if glue::complete_in(batch, u32::from(acc.slot), acc.generation, blk_status).is_err() {
+                    self.refused_by_blk.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                self.deliver(cpu, hwq, acc.slot, acc.generation, blk_status);
+            }
         });
+        drop(first);
         if more && let Some(l) = self.leftover.get(hwq) {
             l.store(true, Ordering::Relaxed);
         }
