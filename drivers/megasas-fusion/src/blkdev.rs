@@ -35,8 +35,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use blk::{
-    CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
-    TimeoutAction,
+    CompletionBatch, CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq,
+    Status, TimedOutRq, TimeoutAction,
 };
 use devhal::{Delay, Dma};
 
@@ -163,6 +163,9 @@ pub struct DriveDriver<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync
     /// 512-byte sectors per drive block.
     scale: u32,
 }
+
+/// One reap's open block-layer batch: the drive and hardware queue it is for, and the batch.
+type ReapBatch<'a, M, T> = Option<(u16, u16, CompletionBatch<'a, DriveDriver<M, T>>)>;
 
 struct HostInner<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
     core: Arc<Core<M, T>>,
@@ -372,6 +375,15 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
 impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostInner<M, T> {
     #[inline(always)]
     fn deliver(&self, cpu: usize, c: &Completion) {
+        self.deliver_in(cpu, c, None);
+    }
+
+    /// [`Self::deliver`]; with `batch` (a reap's), a successful completion goes through the
+    /// reap's block-layer batch (completions of one drive's hardware queue in a row share one;
+    /// another drive or queue drops it, which runs its queue's rerun check, and opens its own;
+    /// issue 22).
+    #[inline(always)]
+    fn deliver_in<'a>(&'a self, cpu: usize, c: &Completion, batch: Option<&mut ReapBatch<'a, M, T>>) {
         let (drive, hwq, token) = unpack_cookie(c.cookie);
         let Some(q) = self.queues.get(usize::from(drive)) else {
             self.core.unknown_drive.fetch_add(1, Ordering::Relaxed);
@@ -403,6 +415,22 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
             }
             self.core.failed_by_reset.fetch_add(1, Ordering::Relaxed);
         }
+        if status == Status::Ok
+            && let Some(batch) = batch
+        {
+            if !matches!(batch, Some((bd, bh, _)) if *bd == drive && *bh == hwq) {
+                *batch = None;
+                if let Ok(opened) = q.completion_batch(cpu, usize::from(hwq)) {
+                    *batch = Some((drive, hwq, opened));
+                }
+            }
+            if let Some((_, _, open)) = batch {
+                if open.complete(token, status).is_err() {
+                    self.core.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+        }
         if q.complete(cpu, usize::from(hwq), token, status).is_err() {
             self.core.refused.fetch_add(1, Ordering::Relaxed);
         }
@@ -410,10 +438,13 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
 
     fn reap(&self, queue: u16, cpu: usize) -> usize {
         let mut n = 0;
+        let mut batch = None;
         self.core.ctrl.reap(queue, &mut |c| {
-            self.deliver(cpu, &c);
+            self.deliver_in(cpu, &c, Some(&mut batch));
             n += 1;
         });
+        // The last batch's rerun check runs here, after the reaper let go of the reply queue.
+        drop(batch);
         n
     }
 

@@ -41,8 +41,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    BlkError, CompletionBatch, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError,
-    Rq, Status, TimedOutRq, TimeoutAction,
+    BlkError, CompletionBatch, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig,
+    QueueRqError, Rq, Status, TimedOutRq, TimeoutAction,
 };
 
 use crate::controller::{
@@ -850,7 +850,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// entries left).
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
         let mut batch = None;
-        let r = self.core.ctrl.reap_budget(budget, |d| self.deliver_reaped(cpu, &d, &mut batch));
+        let r = self
+            .core
+            .ctrl
+            .reap_budget(budget, |d| self.deliver_reaped(cpu, &d, &mut batch));
         // The last batch's rerun check runs here, after the reaper let go of the reply queue.
         drop(batch);
         (r.completed, r.faults, r.more_pending)
