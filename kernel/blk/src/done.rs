@@ -127,6 +127,7 @@ impl DoneBoard {
     /// Records that `submit_cpu`'s request in `slot` finished with `status`. Callable from any
     /// CPU and from interrupt context; never blocks. An out-of-range CPU or slot, or a slot that
     /// already holds an untaken completion, is counted in [`DoneBoard::bogus`] and refused.
+    #[inline(always)]
     pub fn deliver(&self, submit_cpu: usize, slot: usize, status: Status) -> Result<(), BlkError> {
         if submit_cpu >= self.ncpus || slot >= self.slots_per_cpu {
             self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
