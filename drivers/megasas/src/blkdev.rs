@@ -46,7 +46,7 @@ use blk::{
 };
 
 use crate::controller::{
-    ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LdIo, LogicalDrive,
+    ADMIN_TAG, CommandState, Config, Controller, Done, IoOp, IoRequest, IrqMode, LdIo, LogicalDrive, SubmitGuard,
 };
 use crate::floor::{
     FLOOR_ABANDONED, FLOOR_COOKIE, FLOOR_DONE_FAILED, FLOOR_DONE_OK, FLOOR_IDLE, FLOOR_IN_FLIGHT, FloorResult,
@@ -975,16 +975,35 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
 }
 
 impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveDriver<M, D, T> {
-    /// `queue_rq` of an [`LdIo`]: the same steps as [`Self::queue_rq_general`] (critical
-    /// section, one check, BUSY count reset, issue, post), with the request in registers.
+    /// `queue_rq` of an [`LdIo`]: the steps of every request ([`Self::check_issue_post`]) with
+    /// the request in registers.
     #[inline(always)]
     fn queue_ld_io<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, io: LdIo) -> Result<(), QueueRqError<'a, Self>> {
+        self.check_issue_post(
+            hw,
+            rq,
+            |ctrl, guard| ctrl.check_ld_io(guard, io),
+            |ctrl, guard, tag, checked, cookie| ctrl.submit_ld_io(guard, tag, checked, cookie),
+        )
+    }
+
+    /// What every `queue_rq` does, with the check and the post of the request's kind: enter the
+    /// submission critical section, check the request once (the post does not check again;
+    /// issue 22), reset the tag's BUSY count, issue it, post it.
+    #[inline(always)]
+    fn check_issue_post<'a, C>(
+        &self,
+        hw: &HwCtx<'a, Self>,
+        rq: Rq<'a, Self>,
+        check: impl FnOnce(&Controller<M, D, T>, &SubmitGuard<'_>) -> Result<C, Error>,
+        post: impl FnOnce(&Controller<M, D, T>, &SubmitGuard<'_>, u16, C, u64) -> Result<(), Error>,
+    ) -> Result<(), QueueRqError<'a, Self>> {
         let ctrl = &self.core.ctrl;
         let guard = match ctrl.begin_submit() {
             Ok(g) => g,
             Err(e) => return Err(self.not_entered(rq, e)),
         };
-        let checked = match ctrl.check_ld_io(&guard, io) {
+        let checked = match check(ctrl, &guard) {
             Ok(c) => c,
             Err(e) => return Err(self.refuse(rq, e)),
         };
@@ -994,7 +1013,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
         // Issue before the doorbell: from the post on, the completion may come on any CPU. The
         // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
         let token = rq.issue();
-        if let Err(e) = ctrl.submit_ld_io(&guard, tag, checked, pack_cookie(self.index, hwq, token)) {
+        if let Err(e) = post(ctrl, &guard, tag, checked, pack_cookie(self.index, hwq, token)) {
             self.not_posted(hw, tag, token, e);
         }
         Ok(())
@@ -1052,26 +1071,12 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
             blocks,
             sgl: &sgl[..nsegs],
         };
-        let ctrl = &self.core.ctrl;
-        let guard = match ctrl.begin_submit() {
-            Ok(g) => g,
-            Err(e) => return Err(self.not_entered(rq, e)),
-        };
-        // Checked once, here; `submit_checked` does not check again (issue 22).
-        let checked = match ctrl.check(&guard, &req) {
-            Ok(c) => c,
-            Err(e) => return Err(self.refuse(rq, e)),
-        };
-        let tag = rq.tag() as u16;
-        let hwq = rq.hwq() as u16;
-        self.core.busy[usize::from(tag)].store(0, Ordering::Relaxed);
-        // Issue before the doorbell: from the post on, the completion may come on any CPU. The
-        // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
-        let token = rq.issue();
-        if let Err(e) = ctrl.submit_checked(&guard, tag, &checked, pack_cookie(self.index, hwq, token)) {
-            self.not_posted(hw, tag, token, e);
-        }
-        Ok(())
+        self.check_issue_post(
+            hw,
+            rq,
+            |ctrl, guard| ctrl.check(guard, &req),
+            |ctrl, guard, tag, checked, cookie| ctrl.submit_checked(guard, tag, &checked, cookie),
+        )
     }
 
     /// A request that could not enter the submission critical section: back to the queue while
