@@ -130,13 +130,7 @@ impl DoneBoard {
     #[inline(always)]
     pub fn deliver(&self, submit_cpu: usize, slot: usize, status: Status) -> Result<(), BlkError> {
         if submit_cpu >= self.ncpus || slot >= self.slots_per_cpu {
-            self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-            return Err(BlkError::DoneSlotOutOfRange {
-                cpu: submit_cpu,
-                slot,
-                ncpus: self.ncpus,
-                slots_per_cpu: self.slots_per_cpu,
-            });
+            return Err(self.refuse_out_of_range(submit_cpu, slot));
         }
         self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
         let bit = 1u64 << (slot % 64);
@@ -161,15 +155,19 @@ impl DoneBoard {
     pub fn deliver_cookie(&self, submit_cpu: usize, cookie: u64, status: Status) -> Result<(), BlkError> {
         match usize::try_from(cookie) {
             Ok(slot) => self.deliver(submit_cpu, slot, status),
-            Err(_) => {
-                self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-                Err(BlkError::DoneSlotOutOfRange {
-                    cpu: submit_cpu,
-                    slot: usize::MAX,
-                    ncpus: self.ncpus,
-                    slots_per_cpu: self.slots_per_cpu,
-                })
-            }
+            Err(_) => Err(self.refuse_out_of_range(submit_cpu, usize::MAX)),
+        }
+    }
+
+    /// Counts and names a delivery to a CPU or slot the board does not have.
+    #[cold]
+    fn refuse_out_of_range(&self, cpu: usize, slot: usize) -> BlkError {
+        self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        BlkError::DoneSlotOutOfRange {
+            cpu,
+            slot,
+            ncpus: self.ncpus,
+            slots_per_cpu: self.slots_per_cpu,
         }
     }
 
@@ -237,15 +235,13 @@ impl DoneBoard {
         // Other slots' bits in the word may be set meanwhile; clear only ours.
         failed_word.fetch_and(!failed, Ordering::Relaxed);
         let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
-        let mut bits = failed;
-        while bits != 0 {
-            let slot = w * 64 + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
+        for_each_bit(failed, |i| {
+            let slot = w * 64 + i;
             f(Taken::Other {
                 slot,
                 status: Status::from_u8(statuses[slot].load(Ordering::Relaxed)),
             });
-        }
+        });
     }
 
     /// Clears CPU `cpu`'s completions at slots `from..` and counts them in

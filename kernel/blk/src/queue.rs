@@ -2117,19 +2117,26 @@ impl<D: Driver> Queue<D> {
     fn after_completion(&self, cpu: usize, set: usize, hwq: usize, rerun_covered: bool) {
         let check = self.quiesce_check();
         if !(rerun_covered && check == QuiesceCheck::LockFree) {
-            if self.run_on_completion {
-                // The fence above already did the lock-free re-check's job; the locked variant
-                // still takes its lock when the lockless check says "nothing to do".
-                let locked = check != QuiesceCheck::LockFree;
-                if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
-                    self.dispatch(cpu, hwq);
-                }
-            } else if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
-                self.run_hw_queue(cpu, hwq);
-            }
+            self.rerun_after_free(cpu, hwq, check);
         }
         if self.set_spans_hwqs {
             self.rerun_set_sharers(cpu, set, hwq);
+        }
+    }
+
+    /// The rerun check of `hwq` after a tag free (`after_completion`, and a completion batch's
+    /// end): dispatch what waits there, under quiesce variant `check`.
+    #[inline(always)]
+    fn rerun_after_free(&self, cpu: usize, hwq: usize, check: QuiesceCheck) {
+        if self.run_on_completion {
+            // The fence above already did the lock-free re-check's job; the locked variant
+            // still takes its lock when the lockless check says "nothing to do".
+            let locked = check != QuiesceCheck::LockFree;
+            if self.need_run(hwq) || (locked && self.recheck_need_run(cpu, hwq)) {
+                self.dispatch(cpu, hwq);
+            }
+        } else if self.hwqs[hwq].dispatch_nonempty.load(Ordering::Relaxed) {
+            self.run_hw_queue(cpu, hwq);
         }
     }
 
@@ -2294,7 +2301,8 @@ impl<D: Driver> Queue<D> {
 }
 
 /// Completions reaped together from one hardware queue: see [`Queue::completion_batch`].
-/// Dropping it runs the queue's rerun check once if any of its completions was accepted.
+/// Dropping it runs the queue's rerun check once if any of its completions left it there (the
+/// other queues of a shared tag set were rerun by each completion, as without a batch).
 pub struct CompletionBatch<'a, D: Driver> {
     queue: &'a Queue<D>,
     cpu: usize,
@@ -2320,7 +2328,7 @@ impl<D: Driver> Drop for CompletionBatch<'_, D> {
     fn drop(&mut self) {
         if self.check_owed {
             let q = self.queue;
-            q.after_completion(self.cpu, q.set_of(self.hwq), self.hwq, false);
+            q.rerun_after_free(self.cpu, self.hwq, q.quiesce_check());
         }
     }
 }
