@@ -35,13 +35,13 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use blk::{
-    CompletionBatch, CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq,
-    Status, TimedOutRq, TimeoutAction,
+    CompletionPolicy, Driver, HostTags, HwCtx, Op, Platform, Queue, QueueConfig, QueueRqError, Rq, Status, TimedOutRq,
+    TimeoutAction,
 };
 use devhal::{Delay, Dma};
 
 use crate::Mmio64;
-use megasas::host_common::{drive_sectors, host_with_drive_queues};
+use megasas::host_common::{ReapBatch, drive_sectors, host_with_drive_queues};
 
 use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
 use crate::diag::Report;
@@ -163,9 +163,6 @@ pub struct DriveDriver<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync
     /// 512-byte sectors per drive block.
     scale: u32,
 }
-
-/// One reap's open block-layer batch: the drive and hardware queue it is for, and the batch.
-type ReapBatch<'a, M, T> = Option<(u16, u16, CompletionBatch<'a, DriveDriver<M, T>>)>;
 
 struct HostInner<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
     core: Arc<Core<M, T>>,
@@ -379,11 +376,9 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
     }
 
     /// [`Self::deliver`]; with `batch` (a reap's), a successful completion goes through the
-    /// reap's block-layer batch (completions of one drive's hardware queue in a row share one;
-    /// another drive or queue drops it, which runs its queue's rerun check, and opens its own;
-    /// issue 22).
+    /// reap's block-layer batch (issue 22).
     #[inline(always)]
-    fn deliver_in<'a>(&'a self, cpu: usize, c: &Completion, batch: Option<&mut ReapBatch<'a, M, T>>) {
+    fn deliver_in<'a>(&'a self, cpu: usize, c: &Completion, batch: Option<&mut ReapBatch<'a, DriveDriver<M, T>>>) {
         let (drive, hwq, token) = unpack_cookie(c.cookie);
         let Some(q) = self.queues.get(usize::from(drive)) else {
             self.core.unknown_drive.fetch_add(1, Ordering::Relaxed);
@@ -417,19 +412,12 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
         }
         if status == Status::Ok
             && let Some(batch) = batch
+            && let Some(done) = batch.complete(&self.queues, cpu, drive, hwq, token, status)
         {
-            if !matches!(batch, Some((bd, bh, _)) if *bd == drive && *bh == hwq) {
-                *batch = None;
-                if let Ok(opened) = q.completion_batch(cpu, usize::from(hwq)) {
-                    *batch = Some((drive, hwq, opened));
-                }
+            if done.is_err() {
+                self.core.refused.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some((_, _, open)) = batch {
-                if open.complete(token, status).is_err() {
-                    self.core.refused.fetch_add(1, Ordering::Relaxed);
-                }
-                return;
-            }
+            return;
         }
         if q.complete(cpu, usize::from(hwq), token, status).is_err() {
             self.core.refused.fetch_add(1, Ordering::Relaxed);
@@ -438,7 +426,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
 
     fn reap(&self, queue: u16, cpu: usize) -> usize {
         let mut n = 0;
-        let mut batch = None;
+        let mut batch = ReapBatch::default();
         self.core.ctrl.reap(queue, &mut |c| {
             self.deliver_in(cpu, &c, Some(&mut batch));
             n += 1;

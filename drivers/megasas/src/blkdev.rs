@@ -41,8 +41,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use blk::{
-    BlkError, CompletionBatch, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig,
-    QueueRqError, Rq, Status, TimedOutRq, TimeoutAction,
+    BlkError, CompletionPolicy, Driver, HostTags, HwCtx, IssueToken, Op, Platform, Queue, QueueConfig, QueueRqError,
+    Rq, Status, TimedOutRq, TimeoutAction,
 };
 
 use crate::controller::{
@@ -69,6 +69,7 @@ const RESET_ATTEMPTS: u32 = 3;
 /// Interval of the fault summary line.
 const FAULT_SUMMARY_NS: u64 = 1_000_000_000;
 
+use crate::host_common::ReapBatch;
 pub use crate::host_common::{pack_cookie, unpack_cookie};
 
 /// What the kernel decides for a controller.
@@ -250,9 +251,6 @@ pub struct DriveDriver<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + S
     /// log2 of the 512-byte sectors per logical block (a power of two: block sizes are).
     scale_shift: u32,
 }
-
-/// One reap's open block-layer batch: the drive and hardware queue it is for, and the batch.
-type ReapBatch<'a, M, D, T> = Option<(u16, u16, CompletionBatch<'a, DriveDriver<M, D, T>>)>;
 
 struct HostInner<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
     core: Arc<Core<M, D, T>>,
@@ -711,25 +709,13 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// [`Self::deliver`] of a reaped completion (BUSY answers retried): a successful
     /// completion of a drive's request goes to its queue from here, inlined into the reaper
     /// (issue 22: a call with its frame and the `Done` through memory per completion), through
-    /// the reap's block-layer batch (`batch`: completions of one drive's hardware queue in a row
-    /// share one; another drive or queue drops it, which runs its queue's rerun check, and
-    /// opens its own); every other case takes `deliver`.
+    /// the reap's block-layer batch; every other case takes `deliver`.
     #[inline(always)]
-    fn deliver_reaped<'a>(&'a self, cpu: usize, d: &Done, batch: &mut ReapBatch<'a, M, D, T>) {
-        if d.cookie & FLOOR_COOKIE == 0
-            && matches!(d.status, IoStatus::Success)
-            && let (drive, hwq, token) = unpack_cookie(d.cookie)
-        {
-            if !matches!(batch, Some((bd, bh, _)) if *bd == drive && *bh == hwq) {
-                *batch = None;
-                if let Some(queue) = self.queues.get(usize::from(drive))
-                    && let Ok(opened) = queue.completion_batch(cpu, usize::from(hwq))
-                {
-                    *batch = Some((drive, hwq, opened));
-                }
-            }
-            if let Some((_, _, open)) = batch {
-                if let Err(e) = open.complete(token, Status::Ok) {
+    fn deliver_reaped<'a>(&'a self, cpu: usize, d: &Done, batch: &mut ReapBatch<'a, DriveDriver<M, D, T>>) {
+        if d.cookie & FLOOR_COOKIE == 0 && matches!(d.status, IoStatus::Success) {
+            let (drive, hwq, token) = unpack_cookie(d.cookie);
+            if let Some(done) = batch.complete(&self.queues, cpu, drive, hwq, token, Status::Ok) {
+                if let Err(e) = done {
                     self.refused(d.tag, e);
                 }
                 return;
@@ -849,7 +835,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
     /// entries left).
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
-        let mut batch = None;
+        let mut batch = ReapBatch::default();
         let r = self
             .core
             .ctrl

@@ -1,12 +1,13 @@
 //! What the MFI host ([`crate::blkdev`]) and the Fusion host (`megasas_fusion::blkdev`) do alike
 //! when they put a controller's logical drives on the block layer: the request identity they
 //! carry in the controller cookie, the logical-drive request they hand their controller
-//! ([`IoRequest`]), a drive's size in 512-byte sectors, and one `blk::Queue` per drive.
+//! ([`IoRequest`]), a drive's size in 512-byte sectors, one `blk::Queue` per drive, and the
+//! block-layer batch a reap ends its completions in ([`ReapBatch`]).
 
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
-use blk::{BlkError, Driver, IssueToken, Platform, Queue, QueueConfig};
+use blk::{BlkError, CompletionBatch, Driver, IssueToken, Platform, Queue, QueueConfig, Status};
 
 use crate::frame::Segment;
 
@@ -94,6 +95,47 @@ pub fn host_with_drive_queues<H, D: Driver, F>(
     match error {
         Some(e) => Err(e),
         None => Ok(built),
+    }
+}
+
+/// One reap's open block-layer completion batch ([`Queue::completion_batch`]): completions of
+/// one drive's hardware queue in a row share it; a completion for another drive or queue drops
+/// it, which runs its queue's rerun check, and opens its own (issue 22). The reaper drops it
+/// after letting go of its reply queue: the last rerun check may dispatch, and post.
+pub struct ReapBatch<'a, D: Driver> {
+    open: Option<(u16, u16, CompletionBatch<'a, D>)>,
+}
+
+impl<D: Driver> Default for ReapBatch<'_, D> {
+    fn default() -> Self {
+        Self { open: None }
+    }
+}
+
+impl<'a, D: Driver> ReapBatch<'a, D> {
+    /// Completes issue `token` on drive `drive`'s hardware queue `hwq` with `status` through
+    /// the batch (`queues`: one per drive). `None` when no batch opens for them (no such drive,
+    /// or a queue the block layer refuses): the caller delivers it unbatched, which reports why.
+    #[inline(always)]
+    pub fn complete(
+        &mut self,
+        queues: &'a [Queue<D>],
+        cpu: usize,
+        drive: u16,
+        hwq: u16,
+        token: IssueToken,
+        status: Status,
+    ) -> Option<Result<(), BlkError>> {
+        if !matches!(&self.open, Some((d, h, _)) if *d == drive && *h == hwq) {
+            self.open = None;
+            let batch = queues
+                .get(usize::from(drive))?
+                .completion_batch(cpu, usize::from(hwq))
+                .ok()?;
+            self.open = Some((drive, hwq, batch));
+        }
+        let (_, _, batch) = self.open.as_mut()?;
+        Some(batch.complete(token, status))
     }
 }
 
