@@ -475,7 +475,8 @@ impl<'a, D: Driver> Rq<'a, D> {
             self.rerun_covered,
         );
         core::mem::forget(self);
-        queue.end_request_in(usize::from(cpu), slot, index, status, !routed, rerun_covered);
+        let cpu = usize::from(cpu);
+        queue.end_request_in(cpu, queue.cpu_counters(cpu), slot, index, status, !routed, rerun_covered);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it

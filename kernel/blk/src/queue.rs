@@ -287,14 +287,17 @@ pub struct BatchOutcome {
 /// together (one run-token round trip and one doorbell each).
 pub const SUBMIT_BATCH_CHUNK: usize = 32;
 
-/// Per-CPU lookups of a submission ([`Queue::submit_context`]).
+/// The lookups a submission or a dispatch pass by CPU `cpu` on hardware queue `hwq` needs,
+/// made once per call ([`Queue::run_context`]) and handed down, rather than indexed again
+/// (each a bounds check) at every step of the path (issue 22).
 #[derive(Clone, Copy)]
-struct SubmitContext<'q> {
+struct RunContext<'q> {
     cpu: usize,
     hwq: usize,
     set: usize,
     host: &'q HostTags,
     counters: &'q CpuCounters,
+    hq: &'q HwQueue,
 }
 
 /// What [`Queue::take_request`] made of a bio.
@@ -646,6 +649,12 @@ impl<D: Driver> Queue<D> {
         self.tag_sets.iter().map(|s| s.in_use()).sum()
     }
 
+    /// CPU `cpu`'s counters (for the paths that enter the queue through a handle).
+    #[inline(always)]
+    pub(crate) fn cpu_counters(&self, cpu: usize) -> &CpuCounters {
+        self.counters.cpu(cpu)
+    }
+
     pub(crate) fn slot(&self, index: u32) -> &Slot<D::Pdu> {
         &self.slots[index as usize]
     }
@@ -858,10 +867,11 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
         self.check_cpu(cpu)?;
-        match self.take_request(&self.submit_context(cpu), bio)? {
+        let at = self.submit_context(cpu);
+        match self.take_request(&at, bio)? {
             Taken::NeedsSplit => self.submit_split(cpu, bio),
             Taken::Request { hwq, tag, index } => {
-                self.queue_or_issue(cpu, hwq, core::slice::from_ref(&index), defer);
+                self.queue_or_issue(&at, core::slice::from_ref(&index), defer);
                 Ok(Submitted { hwq, tag })
             }
         }
@@ -887,10 +897,9 @@ impl<D: Driver> Queue<D> {
         let mut taken = 0;
         // Every request of a CPU goes to that CPU's hardware queue.
         let at = self.submit_context(cpu);
-        let hwq = at.hwq;
         for (position, bio) in bios.iter().enumerate() {
             if taken == SUBMIT_BATCH_CHUNK {
-                self.queue_or_issue(cpu, hwq, &chunk, false);
+                self.queue_or_issue(&at, &chunk, false);
                 taken = 0;
             }
             let outcome = match self.take_request(&at, bio) {
@@ -901,21 +910,21 @@ impl<D: Driver> Queue<D> {
                 }
                 Ok(Taken::NeedsSplit) => {
                     // What was taken before it goes first.
-                    self.queue_or_issue(cpu, hwq, &chunk[..taken], false);
+                    self.queue_or_issue(&at, &chunk[..taken], false);
                     taken = 0;
                     self.submit_split(cpu, bio)
                 }
                 Err(error) => Err(error),
             };
             if let Err(error) = outcome {
-                self.queue_or_issue(cpu, hwq, &chunk[..taken], false);
+                self.queue_or_issue(&at, &chunk[..taken], false);
                 return BatchOutcome {
                     accepted: position,
                     error: Some(error),
                 };
             }
         }
-        self.queue_or_issue(cpu, hwq, &chunk[..taken], false);
+        self.queue_or_issue(&at, &chunk[..taken], false);
         BatchOutcome {
             accepted: bios.len(),
             error: None,
@@ -925,28 +934,36 @@ impl<D: Driver> Queue<D> {
     /// What every submission from CPU `cpu` needs, looked up once per call (once per batch
     /// for [`Queue::submit_batch`]). `cpu` is checked.
     #[inline(always)]
-    fn submit_context(&self, cpu: usize) -> SubmitContext<'_> {
-        let hwq = usize::from(self.cpu_to_hwq[cpu]);
+    fn submit_context(&self, cpu: usize) -> RunContext<'_> {
+        self.run_context(cpu, usize::from(self.cpu_to_hwq[cpu]))
+    }
+
+    /// What a submission or a dispatch pass by CPU `cpu` on hardware queue `hwq` needs. Both
+    /// are checked.
+    #[inline(always)]
+    fn run_context(&self, cpu: usize, hwq: usize) -> RunContext<'_> {
         let set = self.set_of(hwq);
-        SubmitContext {
+        RunContext {
             cpu,
             hwq,
             set,
             host: &self.tag_sets[set],
             counters: self.counters.cpu(cpu),
+            hq: &self.hwqs[hwq],
         }
     }
 
     /// Validates `bio`, takes its tag and fills its slot (state QUEUED), ready for
     /// [`Queue::queue_or_issue`]; or says that it must be split first.
     #[inline(always)]
-    fn take_request(&self, at: &SubmitContext<'_>, bio: &Bio<'_>) -> Result<Taken, BlkError> {
-        let SubmitContext {
+    fn take_request(&self, at: &RunContext<'_>, bio: &Bio<'_>) -> Result<Taken, BlkError> {
+        let RunContext {
             cpu,
             hwq,
             set,
             host,
             counters,
+            ..
         } = *at;
         if let Err(e) = self.validate_bio(bio) {
             bump(&counters.rejected);
@@ -1128,7 +1145,7 @@ impl<D: Driver> Queue<D> {
                 slot.set_state(state::QUEUED);
                 bump(&self.counters.cpu(cpu).submitted);
                 self.stage(cpu, index, crate::driver::Stage::Submit);
-                self.queue_or_issue(cpu, hwq, core::slice::from_ref(&index), false);
+                self.queue_or_issue(&self.run_context(cpu, hwq), core::slice::from_ref(&index), false);
             },
         );
         bump(&self.counters.cpu(cpu).split_bios);
@@ -1206,11 +1223,11 @@ impl<D: Driver> Queue<D> {
     /// `defer`: the direct dispatch may leave the doorbell to [`Queue::commit`]
     /// ([`Queue::submit_deferred`]); the queued path always rings it.
     #[inline(always)]
-    fn queue_or_issue(&self, cpu: usize, hwq: usize, indices: &[u32], defer: bool) {
+    fn queue_or_issue(&self, at: &RunContext<'_>, indices: &[u32], defer: bool) {
         if indices.is_empty() {
             return;
         }
-        let hq = &self.hwqs[hwq];
+        let (cpu, hwq, hq) = (at.cpu, at.hwq, at.hq);
         if self.sw_queues[cpu].is_empty()
             && !hq.dispatch_nonempty.load(Ordering::Relaxed)
             // Acquire pairs with the Release that freed the token (as in `dispatch`).
@@ -1219,7 +1236,7 @@ impl<D: Driver> Queue<D> {
                 .compare_exchange(0, RUNNING, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            if self.run_with_token(cpu, hwq, indices, defer) {
+            if self.run_with_token(at, indices, defer) {
                 // Quiesced: they wait on the FIFO. Re-check like an insert does, so that an
                 // unquiesce racing with us is not missed.
                 self.run_hw_queue(cpu, hwq);
@@ -1302,7 +1319,8 @@ impl<D: Driver> Queue<D> {
     /// Takes the run token (or hands the run to its holder) and dispatches until no rerun is
     /// requested.
     fn dispatch(&self, cpu: usize, hwq: usize) {
-        let hq = &self.hwqs[hwq];
+        let at = self.run_context(cpu, hwq);
+        let hq = at.hq;
         let mut s = hq.run_state.load(Ordering::Relaxed);
         loop {
             if s & RUNNING != 0 {
@@ -1328,7 +1346,7 @@ impl<D: Driver> Queue<D> {
                 }
             }
         }
-        self.run_with_token(cpu, hwq, &[], false);
+        self.run_with_token(&at, &[], false);
     }
 
     /// Dispatches while holding the run token, until no rerun is requested, then releases it.
@@ -1338,10 +1356,10 @@ impl<D: Driver> Queue<D> {
     /// re-check (`run_hw_queue`), as an insert would. `defer`: the pass that carries `direct`
     /// may leave the doorbell to [`Queue::commit`].
     #[inline(always)]
-    fn run_with_token(&self, cpu: usize, hwq: usize, mut direct: &[u32], defer: bool) -> bool {
-        let hq = &self.hwqs[hwq];
+    fn run_with_token(&self, at: &RunContext<'_>, mut direct: &[u32], defer: bool) -> bool {
+        let hq = at.hq;
         let mut parked = false;
-        bump(&self.counters.cpu(cpu).queue_runs);
+        bump(&at.counters.queue_runs);
         loop {
             // Full fence; the access just before is an atomic RMW (the counter bump on the
             // first round, the RERUN swap below on later ones), hence `fence_after_rmw`. Pairs
@@ -1351,7 +1369,7 @@ impl<D: Driver> Queue<D> {
             if !self.quiesced() {
                 // Only the pass with this CPU's own requests defers: a rerun for others rings.
                 let defer = defer && !direct.is_empty();
-                self.dispatch_once(cpu, hwq, core::mem::take(&mut direct), defer);
+                self.dispatch_once(at, core::mem::take(&mut direct), defer);
             } else if !direct.is_empty() {
                 // SAFETY: we hold the run token, which guards the FIFO.
                 let fifo = unsafe { &mut *hq.fifo.get() };
@@ -1378,8 +1396,8 @@ impl<D: Driver> Queue<D> {
     /// in order. `defer`: the last request goes with `last == false` and its doorbell is left
     /// to [`Queue::commit`] (a pass that is turned away rings at once, as always).
     #[inline(always)]
-    fn dispatch_once(&self, cpu: usize, hwq: usize, direct: &[u32], defer: bool) {
-        let hq = &self.hwqs[hwq];
+    fn dispatch_once(&self, at: &RunContext<'_>, direct: &[u32], defer: bool) {
+        let hq = at.hq;
         // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
         let fifo = unsafe { &mut *hq.fifo.get() };
         if !direct.is_empty() && fifo.is_empty() {
@@ -1389,7 +1407,7 @@ impl<D: Driver> Queue<D> {
             // queues are not collected in this pass: a CPU that marked its queue pending then
             // runs the hardware queue, and finding the token taken it sets RERUN, so our
             // release fails and `run_with_token` makes a full pass for it.
-            self.dispatch_direct(cpu, hwq, direct, defer);
+            self.dispatch_direct(at, direct, defer);
             return;
         }
         // Collect software queues with work. Clear a CPU's bit before taking its list: a push
@@ -1412,7 +1430,8 @@ impl<D: Driver> Queue<D> {
             hq.dispatch_nonempty.store(false, Ordering::Relaxed);
             return;
         }
-        let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
+        let (gen_before, ctx) = self.pass_context(at);
+        let counters = at.counters;
         let mut uncommitted = false;
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
@@ -1432,7 +1451,7 @@ impl<D: Driver> Queue<D> {
         }
         hq.dispatch_nonempty.store(!fifo.is_empty(), Ordering::Relaxed);
         if turned_away {
-            self.after_turned_away(hwq, set, gen_before);
+            self.after_turned_away(at.hwq, at.set, gen_before);
         }
     }
 
@@ -1441,13 +1460,14 @@ impl<D: Driver> Queue<D> {
     /// those after it wait on the FIFO, in order). The last of them goes with `last == true`
     /// unless `defer`, so a burst rings the doorbell once.
     #[inline(always)]
-    fn dispatch_direct(&self, cpu: usize, hwq: usize, indices: &[u32], defer: bool) {
+    fn dispatch_direct(&self, at: &RunContext<'_>, indices: &[u32], defer: bool) {
         if let [index] = *indices {
             // One request (every unbatched submission): no loop.
-            self.dispatch_alone(cpu, hwq, index, defer);
+            self.dispatch_alone(at, index, defer);
             return;
         }
-        let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
+        let (gen_before, ctx) = self.pass_context(at);
+        let counters = at.counters;
         let mut uncommitted = false;
         for (position, &index) in indices.iter().enumerate() {
             let last = position + 1 == indices.len() && !defer;
@@ -1455,7 +1475,7 @@ impl<D: Driver> Queue<D> {
                 Dispatched::Queued => uncommitted = !last,
                 Dispatched::Ended => {}
                 Dispatched::TurnedAway => {
-                    let hq = &self.hwqs[hwq];
+                    let hq = at.hq;
                     // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
                     let fifo = unsafe { &mut *hq.fifo.get() };
                     fifo.push_front(index, &self.links);
@@ -1465,7 +1485,7 @@ impl<D: Driver> Queue<D> {
                         // Turned away: what went before rings now, as in `dispatch_once`.
                         self.ring_or_defer(&ctx, counters, false);
                     }
-                    self.after_turned_away(hwq, set, gen_before);
+                    self.after_turned_away(at.hwq, at.set, gen_before);
                     return;
                 }
             }
@@ -1477,8 +1497,9 @@ impl<D: Driver> Queue<D> {
 
     /// [`Queue::dispatch_direct`] for one request.
     #[inline(always)]
-    fn dispatch_alone(&self, cpu: usize, hwq: usize, index: u32, defer: bool) {
-        let (set, gen_before, ctx, counters) = self.pass_context(cpu, hwq);
+    fn dispatch_alone(&self, at: &RunContext<'_>, index: u32, defer: bool) {
+        let (gen_before, ctx) = self.pass_context(at);
+        let counters = at.counters;
         match self.dispatch_one(&ctx, counters, index, !defer) {
             Dispatched::Queued => {
                 if defer {
@@ -1487,12 +1508,12 @@ impl<D: Driver> Queue<D> {
             }
             Dispatched::Ended => {}
             Dispatched::TurnedAway => {
-                let hq = &self.hwqs[hwq];
+                let hq = at.hq;
                 // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
                 let fifo = unsafe { &mut *hq.fifo.get() };
                 fifo.push_front(index, &self.links);
                 hq.dispatch_nonempty.store(true, Ordering::Relaxed);
-                self.after_turned_away(hwq, set, gen_before);
+                self.after_turned_away(at.hwq, at.set, gen_before);
             }
         }
     }
@@ -1506,18 +1527,17 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// What a dispatch pass on `hwq` needs: its tag set, that set's "freed" sequence before the
-    /// pass (the restart protocol's snapshot), the driver's context and this CPU's counters.
+    /// What a dispatch pass needs beyond `at`: its tag set's "freed" sequence before the pass
+    /// (the restart protocol's snapshot) and the driver's context.
     #[inline(always)]
-    fn pass_context(&self, cpu: usize, hwq: usize) -> (usize, u32, HwCtx<'_, D>, &CpuCounters) {
-        let set = self.set_of(hwq);
-        let gen_before = self.tag_sets[set].freed_seq();
+    fn pass_context(&self, at: &RunContext<'_>) -> (u32, HwCtx<'_, D>) {
+        let gen_before = at.host.freed_seq();
         let ctx = HwCtx {
             queue: self,
-            hwq: hwq as u16,
-            cpu: cpu as u16,
+            hwq: at.hwq as u16,
+            cpu: at.cpu as u16,
         };
-        (set, gen_before, ctx, self.counters.cpu(cpu))
+        (gen_before, ctx)
     }
 
     /// Hands request `index` (off the FIFO, or issued directly) to the driver.
@@ -1902,11 +1922,11 @@ impl<D: Driver> Queue<D> {
         match self.completion_policy() {
             CompletionPolicy::Irq => {
                 bump(&counters.completions_irq);
-                self.finish(cpu, slot, index, status, rerun_covered);
+                self.finish(cpu, counters, slot, index, status, rerun_covered);
             }
             CompletionPolicy::Poll => {
                 bump(&counters.completions_poll);
-                self.finish(cpu, slot, index, status, rerun_covered);
+                self.finish(cpu, counters, slot, index, status, rerun_covered);
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
@@ -1922,7 +1942,7 @@ impl<D: Driver> Queue<D> {
                 let target = usize::from(unsafe { slot.data() }.submit_cpu);
                 if target == cpu {
                     bump(&counters.completions_irq);
-                    self.finish(cpu, slot, index, status, rerun_covered);
+                    self.finish(cpu, counters, slot, index, status, rerun_covered);
                 } else {
                     bump(&counters.completions_remote);
                     slot.set_status(status);
@@ -1943,11 +1963,12 @@ impl<D: Driver> Queue<D> {
             return 0;
         }
         let mut n = 0;
+        let counters = self.counters.cpu(cpu);
         for index in self.done_lists[cpu].take_all(&self.links) {
             self.stage(cpu, index, crate::driver::Stage::Softirq);
             let slot = self.slot(index);
             // The list's push (Release) published the status `route_completion` stored.
-            self.finish(cpu, slot, index, slot.status(), false);
+            self.finish(cpu, counters, slot, index, slot.status(), false);
             n += 1;
         }
         // A sharer of our host tag set freed tags while we held turned-away requests, and
@@ -1965,10 +1986,18 @@ impl<D: Driver> Queue<D> {
     /// Hands a claimed completion of `slot` (`self.slot(index)`) to the driver's `complete`.
     /// `rerun_covered`: the rerun check after it is someone else's (see `after_completion`).
     #[inline(always)]
-    fn finish(&self, cpu: usize, slot: &Slot<D::Pdu>, index: u32, status: Status, rerun_covered: bool) {
+    fn finish(
+        &self,
+        cpu: usize,
+        counters: &CpuCounters,
+        slot: &Slot<D::Pdu>,
+        index: u32,
+        status: Status,
+        rerun_covered: bool,
+    ) {
         if !D::HAS_COMPLETE {
             // What the default `complete` does, without the handle: end it with its status.
-            self.end_request_in(cpu, slot, index, status, false, rerun_covered);
+            self.end_request_in(cpu, counters, slot, index, status, false, rerun_covered);
             return;
         }
         // The driver's `complete` reads it through `Rq::status`.
@@ -1985,7 +2014,7 @@ impl<D: Driver> Queue<D> {
     /// `rerun_covered`: the rerun check after it is someone else's (see `after_completion`).
     #[inline]
     pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool, rerun_covered: bool) {
-        self.end_request_in(cpu, self.slot(index), index, status, inline, rerun_covered);
+        self.end_request_in(cpu, self.counters.cpu(cpu), self.slot(index), index, status, inline, rerun_covered);
     }
 
     /// [`Queue::end_request`] with the slot already looked up (an [`Rq`] carries it).
@@ -1997,6 +2026,7 @@ impl<D: Driver> Queue<D> {
     pub(crate) fn end_request_in(
         &self,
         cpu: usize,
+        counters: &CpuCounters,
         slot: &Slot<D::Pdu>,
         index: u32,
         status: Status,
@@ -2029,7 +2059,6 @@ impl<D: Driver> Queue<D> {
         } else {
             self.end_io_full(cpu, index, status, parent);
         }
-        let counters = self.counters.cpu(cpu);
         bump(&counters.completed);
         if inline {
             bump(&counters.completions_inline);
