@@ -13,11 +13,11 @@
 //! submitter; `take(cpu, ..)` only by the one context that owns `cpu`'s slots (it may run
 //! concurrently with any number of `deliver`s). A slot must have at most one completion
 //! outstanding: the submitter reuses a slot only after `take` reported it. A second `deliver`
-//! before that is refused with [`BlkError::DoneSlotBusy`] and counted, but its status has
-//! already overwritten the first one's (the caller broke the contract; the error says so).
+//! before that is refused with [`BlkError::DoneSlotBusy`] and counted, but a failure's status
+//! has already overwritten the first one's (the caller broke the contract; the error says so).
 //!
-//! Memory ordering: `deliver` stores the status (Relaxed), sets the slot's "not ok" bit when the
-//! status is not [`Status::Ok`] (Relaxed RMW), and then sets the done bit with a Release RMW;
+//! Memory ordering: when the status is not [`Status::Ok`], `deliver` stores it (Relaxed) and sets
+//! the slot's "not ok" bit (Relaxed RMW); then it sets the done bit with a Release RMW;
 //! `take` swaps the word with Acquire, which synchronises with every RMW whose bit it takes, so
 //! each taken slot's status and "not ok" bit are visible (loom model
 //! `done_board_two_cpus_deliver_one_takes`). The "not ok" bits let [`DoneBoard::take_split`] hand
@@ -132,11 +132,12 @@ impl DoneBoard {
         if submit_cpu >= self.ncpus || slot >= self.slots_per_cpu {
             return Err(self.refuse_out_of_range(submit_cpu, slot));
         }
-        self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
         let bit = 1u64 << (slot % 64);
         let word = submit_cpu * self.word_stride + slot / 64;
         if status != Status::Ok {
-            // Published by the Release below, like the status.
+            // Only a slot with its "not ok" bit has its status read (`take_failed`), so a
+            // success stores none (issue 22). Both are published by the Release below.
+            self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
             self.failed[word].fetch_or(bit, Ordering::Relaxed);
         }
         // Release pairs with the Acquire swap in `take`: the status store and the "not ok" bit
