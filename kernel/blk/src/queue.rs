@@ -693,36 +693,58 @@ impl<D: Driver> Queue<D> {
 
     // ---------------------------------------------------------------- submission
 
-    /// Checks a bio before it takes a tag. Inlined: it runs once per I/O (issue 22). The
-    /// common I/O, a read or write of one segment, passes with one branch; anything else, and
-    /// every failure, goes through the full checks, which name what is wrong.
+    /// Checks a bio before it takes a tag, and says whether it must be split (`Ok(true)`).
+    /// Inlined: it runs once per I/O (issue 22). The common I/O, a read or write of one segment
+    /// within the transfer limit, passes with one branch; anything else, and every failure,
+    /// goes through the full checks, which name what is wrong.
     #[inline(always)]
-    fn validate_bio(&self, bio: &Bio<'_>) -> Result<(), BlkError> {
+    fn check_bio(&self, bio: &Bio<'_>) -> Result<bool, BlkError> {
         if let [only] = bio.segments
             && matches!(bio.op, Op::Read | Op::Write)
-            && self.one_segment_io_ok(bio.sector, bio.nr_sectors, only.len)
+            && self.plain_io_ok(bio.sector, bio.nr_sectors, only.len)
         {
-            return Ok(());
+            return Ok(false);
         }
-        self.validate_bio_in_full(bio)
+        self.check_bio_in_full(bio)
     }
 
     /// What [`Queue::validate_range`] checks, for a read or write of one segment of
-    /// `segment_len` bytes, as one boolean: not empty, aligned to the block size, inside the
-    /// device, and the segment as long as the range. The conditions are combined with `&`,
-    /// not `&&`, so that they cost no branch each.
+    /// `segment_len` bytes, plus "no split needed", as one boolean: not empty, aligned to the
+    /// block size, inside the device, the segment as long as the range, and no longer than the
+    /// transfer limit (one segment is within any segment limit, which is at least 1). The
+    /// conditions are combined with `&`, not `&&`, so that they cost no branch each.
     #[inline(always)]
-    fn one_segment_io_ok(&self, sector: u64, nr_sectors: u32, segment_len: u32) -> bool {
+    fn plain_io_ok(&self, sector: u64, nr_sectors: u32, segment_len: u32) -> bool {
         let n = u64::from(nr_sectors);
         // `validate` made the block size a power of two.
         let misaligned = (sector | n) & u64::from(self.block_sectors - 1);
         // No overflow: past the end, the room is 0 and `n` is not.
         let room = self.capacity_sectors.saturating_sub(sector);
-        (n != 0) & (misaligned == 0) & (n <= room) & (u64::from(segment_len) == n * u64::from(SECTOR_SIZE))
+        (n != 0)
+            & (misaligned == 0)
+            & (n <= room)
+            & (nr_sectors <= self.max_hw_sectors)
+            & (u64::from(segment_len) == n * u64::from(SECTOR_SIZE))
     }
 
-    /// [`Queue::validate_bio`]'s full checks, with the error that names the first failure.
+    /// [`Queue::check_bio`]'s full checks, with the error that names the first failure, and
+    /// the split decision.
     #[inline(never)]
+    fn check_bio_in_full(&self, bio: &Bio<'_>) -> Result<bool, BlkError> {
+        self.validate_bio_in_full(bio)?;
+        Ok(match bio.op {
+            Op::Read | Op::Write => needs_split(
+                bio.nr_sectors,
+                bio.segments.len(),
+                self.max_hw_sectors,
+                self.max_segments,
+            ),
+            Op::Discard => bio.nr_sectors > self.max_discard_sectors,
+            Op::Flush | Op::Driver(_) => false,
+        })
+    }
+
+    /// Every check of a bio, with the error that names the first failure.
     fn validate_bio_in_full(&self, bio: &Bio<'_>) -> Result<(), BlkError> {
         // Reads and writes with more segments are split; other requests cannot be.
         if bio.segments.len() > self.max_segments && !matches!(bio.op, Op::Read | Op::Write) {
@@ -965,22 +987,13 @@ impl<D: Driver> Queue<D> {
             counters,
             ..
         } = *at;
-        if let Err(e) = self.validate_bio(bio) {
-            bump(&counters.rejected);
-            return Err(e);
-        }
-        let split = match bio.op {
-            Op::Read | Op::Write => needs_split(
-                bio.nr_sectors,
-                bio.segments.len(),
-                self.max_hw_sectors,
-                self.max_segments,
-            ),
-            Op::Discard => bio.nr_sectors > self.max_discard_sectors,
-            Op::Flush | Op::Driver(_) => false,
-        };
-        if split {
-            return Ok(Taken::NeedsSplit);
+        match self.check_bio(bio) {
+            Ok(false) => {}
+            Ok(true) => return Ok(Taken::NeedsSplit),
+            Err(e) => {
+                bump(&counters.rejected);
+                return Err(e);
+            }
         }
         if !self.usage.try_enter() {
             bump(&counters.rejected);

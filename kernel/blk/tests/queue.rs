@@ -1157,9 +1157,11 @@ fn sleeping_lock_parks_until_the_unlock_wakes_it() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
 
-    /// `validate_bio`'s one-branch check of a one-segment read or write accepts exactly the
+    /// `check_bio`'s one-branch check of a one-segment read or write accepts exactly the
     /// bios the full checks accept, and a refused one gets the full checks' specific error
-    /// (first failure in their order: empty, beyond the end, misaligned, length mismatch).
+    /// (first failure in their order: empty, beyond the end, misaligned, length mismatch). A
+    /// valid one longer than the transfer limit, which the one-branch check leaves to the full
+    /// checks, is split and ends once.
     #[test]
     fn a_one_segment_io_is_accepted_exactly_when_it_is_valid(
         write in proptest::prelude::any::<bool>(),
@@ -1168,11 +1170,13 @@ proptest::proptest! {
         random_sector in 0u64..CAP + 64,
         nr_sectors in proptest::sample::select(vec![0u32, 1, 7, 8, 9, 16, 64, u32::MAX]),
         len_delta in proptest::sample::select(vec![0i64, 0, 0, 512, -512, 1, -4096]),
+        max_hw_sectors in proptest::sample::select(vec![8u32, 16, u32::MAX]),
     ) {
         let sector = [0, 8, 9, CAP - 8, CAP - 1, CAP, u64::MAX - 3, random_sector][sector_pick];
         let mut null = NullConfig::new(CAP, NullMode::Immediate);
         null.logical_block_size = if block_4k { 4096 } else { 512 };
-        let cfg = null.queue_config(1, 1, 8);
+        let mut cfg = null.queue_config(1, 1, 8);
+        cfg.max_hw_sectors = max_hw_sectors;
         let platform = Arc::new(HostPlatform::new(1, 1024, true));
         let q = Queue::new(cfg, NullDriver::new(null, 1, 8, false), platform.clone()).unwrap();
         let io_bytes = u64::from(nr_sectors) * 512;
@@ -1198,5 +1202,8 @@ proptest::proptest! {
         let got = q.submit(0, &bio).map(|_| ());
         proptest::prop_assert_eq!(&got, &expected);
         proptest::prop_assert_eq!(platform.ended(), usize::from(expected.is_ok()));
+        // The requests that went to the driver: one per transfer limit's worth.
+        let parts = if expected.is_ok() { nr_sectors.div_ceil(max_hw_sectors) } else { 0 };
+        proptest::prop_assert_eq!(q.counters().dispatched, u64::from(parts));
     }
 }
