@@ -1,7 +1,7 @@
 //! The driver contract and the platform hooks.
 
 use crate::error::BlkError;
-use crate::queue::Queue;
+use crate::queue::{Ending, Queue};
 use crate::request::{Completion, IssueToken, Op, Segment, Slot, Status, state};
 use crate::sync::Ordering;
 use core::fmt;
@@ -476,7 +476,11 @@ impl<'a, D: Driver> Rq<'a, D> {
         );
         core::mem::forget(self);
         let cpu = usize::from(cpu);
-        queue.end_request_in(cpu, queue.cpu_counters(cpu), slot, index, status, !routed, rerun_covered);
+        let how = Ending {
+            inline: !routed,
+            rerun_covered,
+        };
+        queue.end_request_in(cpu, queue.cpu_counters(cpu), slot, index, status, how);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
@@ -499,13 +503,11 @@ impl<D: Driver> Drop for Rq<'_, D> {
             "request handle for tag {} dropped without issue/end/complete",
             self.tag()
         );
-        queue.end_request(
-            usize::from(cpu),
-            index,
-            Status::IoError,
-            !self.routed,
-            self.rerun_covered,
-        );
+        let how = Ending {
+            inline: !self.routed,
+            rerun_covered: self.rerun_covered,
+        };
+        queue.end_request(usize::from(cpu), index, Status::IoError, how);
     }
 }
 

@@ -300,6 +300,15 @@ struct RunContext<'q> {
     hq: &'q HwQueue,
 }
 
+/// How a request came to its end ([`Queue::end_request_in`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Ending {
+    /// It never went through completion routing (ended in `queue_rq`).
+    pub(crate) inline: bool,
+    /// The rerun check after it is someone else's (see `Queue::after_completion`).
+    pub(crate) rerun_covered: bool,
+}
+
 /// What [`Queue::take_request`] made of a bio.
 enum Taken {
     /// A request in slot `index` (tag `tag` of hardware queue `hwq`), state QUEUED.
@@ -2010,7 +2019,11 @@ impl<D: Driver> Queue<D> {
     ) {
         if !D::HAS_COMPLETE {
             // What the default `complete` does, without the handle: end it with its status.
-            self.end_request_in(cpu, counters, slot, index, status, false, rerun_covered);
+            let how = Ending {
+                inline: false,
+                rerun_covered,
+            };
+            self.end_request_in(cpu, counters, slot, index, status, how);
             return;
         }
         // The driver's `complete` reads it through `Rq::status`.
@@ -2022,12 +2035,11 @@ impl<D: Driver> Queue<D> {
         self.driver.complete(rq);
     }
 
-    /// The single exit: reports the completion, frees the tag, leaves the queue.
-    /// `inline`: the request never went through completion routing (ended in `queue_rq`).
-    /// `rerun_covered`: the rerun check after it is someone else's (see `after_completion`).
+    /// The single exit: reports the completion, frees the tag, leaves the queue. `how`: whether
+    /// it ended in `queue_rq` and whether its rerun check is someone else's ([`Ending`]).
     #[inline]
-    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, inline: bool, rerun_covered: bool) {
-        self.end_request_in(cpu, self.counters.cpu(cpu), self.slot(index), index, status, inline, rerun_covered);
+    pub(crate) fn end_request(&self, cpu: usize, index: u32, status: Status, how: Ending) {
+        self.end_request_in(cpu, self.counters.cpu(cpu), self.slot(index), index, status, how);
     }
 
     /// [`Queue::end_request`] with the slot already looked up (an [`Rq`] carries it).
@@ -2043,9 +2055,9 @@ impl<D: Driver> Queue<D> {
         slot: &Slot<D::Pdu>,
         index: u32,
         status: Status,
-        inline: bool,
-        rerun_covered: bool,
+        how: Ending,
     ) {
+        let Ending { inline, rerun_covered } = how;
         let (hwq, tag, parent) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };
