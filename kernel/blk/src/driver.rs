@@ -489,7 +489,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         let (queue, slot, index, cpu, rerun_covered) =
             (self.queue, self.slot, self.index, self.cpu, self.rerun_covered);
         core::mem::forget(self);
-        slot.set_state(state::COMPLETING);
+        // Left DRIVER: `route_completion` marks it COMPLETING only if it waits on a list.
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
         queue.route_completion(usize::from(cpu), slot, index, status, rerun_covered);
     }

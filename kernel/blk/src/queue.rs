@@ -1928,9 +1928,10 @@ impl<D: Driver> Queue<D> {
         self.run_hw_queue(cpu, hwq);
     }
 
-    /// Sends a claimed completion (state COMPLETING) of `slot` (`self.slot(index)`) with
-    /// `status` where the policy says. The status goes into the slot only when the request
-    /// waits on a completion list; finished here, it is passed along (issue 22).
+    /// Sends a claimed completion (state COMPLETING, or DRIVER from a handle's `complete`) of
+    /// `slot` (`self.slot(index)`) with `status` where the policy says. The status, and the
+    /// COMPLETING state, go into the slot only when the request waits on a completion list;
+    /// finished here, it is passed along (issue 22).
     #[inline(always)]
     pub(crate) fn route_completion(
         &self,
@@ -1952,6 +1953,7 @@ impl<D: Driver> Queue<D> {
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
+                slot.set_state(state::COMPLETING);
                 slot.set_status(status);
                 self.stage(cpu, index, crate::driver::Stage::ListPush);
                 if self.done_lists[cpu].push(index, &self.links) {
@@ -1960,13 +1962,14 @@ impl<D: Driver> Queue<D> {
                 }
             }
             CompletionPolicy::Remote => {
-                // SAFETY: the slot is COMPLETING and we claimed it, so we own it.
+                // SAFETY: the slot is claimed (or handed over by its handle), so we own it.
                 let target = usize::from(unsafe { slot.data() }.submit_cpu);
                 if target == cpu {
                     bump(&counters.completions_irq);
                     self.finish(cpu, counters, slot, index, status, rerun_covered);
                 } else {
                     bump(&counters.completions_remote);
+                    slot.set_state(state::COMPLETING);
                     slot.set_status(status);
                     self.stage(cpu, index, crate::driver::Stage::ListPush);
                     if self.done_lists[target].push(index, &self.links) {
