@@ -298,6 +298,8 @@ struct RunContext<'q> {
     host: &'q HostTags,
     counters: &'q CpuCounters,
     hq: &'q HwQueue,
+    /// Stage tracing was on when the call began (read once per call; see [`Queue::stage`]).
+    trace: bool,
 }
 
 /// How a request came to its end ([`Queue::end_request_in`]).
@@ -981,6 +983,7 @@ impl<D: Driver> Queue<D> {
             host: &self.tag_sets[set],
             counters: self.counters.cpu(cpu),
             hq: &self.hwqs[hwq],
+            trace: self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -1051,11 +1054,14 @@ impl<D: Driver> Queue<D> {
                 d.segments[..bio.segments.len()].copy_from_slice(bio.segments);
             }
         }
+        // No deadline is reset here: it is read only while the request is ISSUED, and `issue`
+        // stores it before that.
         slot.set_status(Status::Ok);
-        slot.deadline.store(0, Ordering::Relaxed);
         slot.set_state(state::QUEUED);
         bump(&counters.submitted);
-        self.stage(cpu, index, crate::driver::Stage::Submit);
+        if at.trace {
+            self.platform.stage(cpu, index, crate::driver::Stage::Submit);
+        }
         Ok(Taken::Request { hwq, tag, index })
     }
 
@@ -1458,7 +1464,7 @@ impl<D: Driver> Queue<D> {
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
             let last = fifo.is_empty() && !defer;
-            match self.dispatch_one(&ctx, counters, index, last) {
+            match self.dispatch_one(at, &ctx, index, last) {
                 Dispatched::Queued => uncommitted = !last,
                 Dispatched::Ended => {}
                 Dispatched::TurnedAway => {
@@ -1493,7 +1499,7 @@ impl<D: Driver> Queue<D> {
         let mut uncommitted = false;
         for (position, &index) in indices.iter().enumerate() {
             let last = position + 1 == indices.len() && !defer;
-            match self.dispatch_one(&ctx, counters, index, last) {
+            match self.dispatch_one(at, &ctx, index, last) {
                 Dispatched::Queued => uncommitted = !last,
                 Dispatched::Ended => {}
                 Dispatched::TurnedAway => {
@@ -1522,7 +1528,7 @@ impl<D: Driver> Queue<D> {
     fn dispatch_alone(&self, at: &RunContext<'_>, index: u32, defer: bool) {
         let (gen_before, ctx) = self.pass_context(at);
         let counters = at.counters;
-        match self.dispatch_one(&ctx, counters, index, !defer) {
+        match self.dispatch_one(at, &ctx, index, !defer) {
             Dispatched::Queued => {
                 if defer {
                     self.ring_or_defer(&ctx, counters, true);
@@ -1564,7 +1570,8 @@ impl<D: Driver> Queue<D> {
 
     /// Hands request `index` (off the FIFO, or issued directly) to the driver.
     #[inline(always)]
-    fn dispatch_one(&self, ctx: &HwCtx<'_, D>, counters: &CpuCounters, index: u32, last: bool) -> Dispatched {
+    fn dispatch_one(&self, at: &RunContext<'_>, ctx: &HwCtx<'_, D>, index: u32, last: bool) -> Dispatched {
+        let counters = at.counters;
         let (hwq, cpu) = (ctx.hwq, usize::from(ctx.cpu));
         let slot = self.slot(index);
         // SAFETY: the request came off our FIFO (or is issued directly by its submitter), so
@@ -1575,10 +1582,14 @@ impl<D: Driver> Queue<D> {
         // SAFETY: state is DRIVER and this is the only handle.
         let rq = unsafe { Rq::new(self, slot, index, ctx.cpu, false, true) };
         bump(&counters.dispatched);
-        self.stage(cpu, index, crate::driver::Stage::Dispatch);
+        if at.trace {
+            self.platform.stage(cpu, index, crate::driver::Stage::Dispatch);
+        }
         match self.driver.queue_rq(ctx, rq, last) {
             Ok(()) => {
-                self.stage(cpu, index, crate::driver::Stage::Doorbell);
+                if at.trace {
+                    self.platform.stage(cpu, index, crate::driver::Stage::Doorbell);
+                }
                 Dispatched::Queued
             }
             Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
