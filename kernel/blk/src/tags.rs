@@ -30,6 +30,13 @@ pub struct TagBitmap {
     base: u32,
 }
 
+/// The bits of word `word` that are tags of a pool of `nbits` with `bits_per_word` per word.
+fn valid_mask_of(nbits: u32, bits_per_word: u32, word: usize) -> u64 {
+    let first = word as u32 * bits_per_word;
+    let n = nbits.saturating_sub(first).min(bits_per_word);
+    if n == 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
 /// `i` folded into `0..len` (`len > 0`) without a division in the common case `i < len`: a
 /// hardware divide costs more than the rest of a tag allocation.
 #[inline]
@@ -45,7 +52,12 @@ impl TagBitmap {
         let per_word = (nbits / 4).clamp(1, 64);
         let bits_per_word = 1u32 << (31 - per_word.leading_zeros());
         let nwords = nbits.div_ceil(bits_per_word).max(1) as usize;
-        let words: Vec<_> = (0..nwords).map(|_| CachePadded(AtomicU64::new(0))).collect();
+        // The bits past the pool's end (in its last word, or all of an empty pool's only word)
+        // start set and are never freed: taken for good, they need no range test in `alloc`'s
+        // fast path.
+        let words: Vec<_> = (0..nwords)
+            .map(|w| CachePadded(AtomicU64::new(!valid_mask_of(nbits, bits_per_word, w))))
+            .collect();
         let hints: Vec<_> = (0..ncpus.max(1))
             .map(|cpu| {
                 // Start CPUs in different words.
@@ -74,24 +86,18 @@ impl TagBitmap {
     }
 
     fn valid_mask(&self, word: usize) -> u64 {
-        let first = word as u32 * self.bits_per_word;
-        let n = (self.nbits - first).min(self.bits_per_word);
-        if n == 64 { u64::MAX } else { (1u64 << n) - 1 }
+        valid_mask_of(self.nbits, self.bits_per_word, word)
     }
 
     /// Allocates a free tag, searching from `cpu`'s hint. `None` when every tag is taken.
     #[inline(always)]
     pub fn alloc(&self, cpu: usize) -> Option<u32> {
-        if self.nbits == 0 {
-            return None;
-        }
         let hint_slot = &self.hints[fold(cpu, self.hints.len())];
-        let mut hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);
-        if hint >= self.nbits {
-            hint = 0;
-        }
+        let hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);
         // Fast path: the hint is usually the tag this CPU freed last, still free. One word,
-        // one bit, no search (a third of the instructions of the loop below).
+        // one bit, no search (a third of the instructions of the loop below). No range test:
+        // a hint past the pool's end (at most `nbits`, after its last tag was taken) finds no
+        // word, or a bit past the end, which is always set.
         let mask = 1u64 << (hint & (self.bits_per_word - 1));
         if let Some(word) = self.words.get((hint >> self.word_shift) as usize)
             && word.load(Ordering::Relaxed) & mask == 0
@@ -101,6 +107,13 @@ impl TagBitmap {
             hint_slot.store(hint + 1, core::sync::atomic::Ordering::Relaxed);
             return Some(self.base + hint);
         }
+        self.alloc_searching(hint_slot, hint)
+    }
+
+    /// [`TagBitmap::alloc`] past its fast path: every word from the hint's on, round to it.
+    #[inline(never)]
+    fn alloc_searching(&self, hint_slot: &HintU32, hint: u32) -> Option<u32> {
+        let hint = if hint >= self.nbits { 0 } else { hint };
         let nwords = self.words.len();
         let start_word = (hint >> self.word_shift) as usize;
         let start_bit = hint & (self.bits_per_word - 1);
@@ -154,7 +167,11 @@ impl TagBitmap {
 
     /// Tags currently allocated (a racy snapshot).
     pub fn in_use(&self) -> u32 {
-        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum()
+        self.words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.load(Ordering::Relaxed) & self.valid_mask(i)).count_ones())
+            .sum()
     }
 }
 
@@ -486,6 +503,35 @@ mod tests {
             }
             assert_eq!(b.alloc(0), None, "depth {depth}: pool should be exhausted");
             assert_eq!(b.in_use(), depth);
+        }
+    }
+
+    /// The bits past a pool's end start set and stay set: an empty pool hands out nothing, a
+    /// hint left at the end (after the last tag) never yields a tag past it, and `in_use` does
+    /// not count them.
+    #[test]
+    fn the_bits_past_the_end_are_never_handed_out_or_counted() {
+        let empty = TagBitmap::new(3, 0, 2);
+        assert_eq!(empty.alloc(0), None);
+        assert_eq!(empty.alloc(1), None);
+        assert_eq!(empty.in_use(), 0);
+        for depth in [5u32, 65, 70, 130] {
+            let b = TagBitmap::new(10, depth, 1);
+            for round in 0..3 {
+                // One CPU takes the pool in order: its hint walks to the end and past it.
+                let tags: Vec<u32> = (0..depth).map(|_| b.alloc(0).expect("tag available")).collect();
+                assert!(
+                    tags.iter().all(|t| (10..10 + depth).contains(t)),
+                    "depth {depth}: {tags:?}"
+                );
+                assert_eq!(tags.iter().collect::<BTreeSet<_>>().len(), depth as usize);
+                assert_eq!(b.alloc(0), None, "depth {depth} round {round}: nothing past the end");
+                assert_eq!(b.in_use(), depth);
+                for t in tags {
+                    assert!(b.free(0, t));
+                }
+                assert_eq!(b.in_use(), 0, "depth {depth} round {round}");
+            }
         }
     }
 
