@@ -195,38 +195,26 @@ impl DoneBoard {
     /// ([`Taken::Successes`]: no status is read for them), then each slot of the word that
     /// finished otherwise ([`Taken::Other`]). Returns how many were taken.
     #[inline]
-    pub fn take_split(&self, cpu: usize, slots: usize, mut f: impl FnMut(Taken)) -> usize {
+    pub fn take_split(&self, cpu: usize, slots: usize, f: impl FnMut(Taken)) -> usize {
+        self.cpu_below(cpu, slots).map_or(0, |part| part.take_split(f))
+    }
+
+    /// CPU `cpu`'s part of the board, cut to the words of slots `0..slots` (clamped to the
+    /// board's): what [`DoneBoard::take_split`] looks up on every call, looked up once, for a
+    /// taker that reaps the same slots many times (the workload engine, once per job; issue
+    /// 22). `None` for an out-of-range CPU. Only `cpu`'s owner may take through it.
+    pub fn cpu_below(&self, cpu: usize, slots: usize) -> Option<CpuDone<'_>> {
         if cpu >= self.ncpus {
-            return 0;
+            return None;
         }
         let base = cpu * self.word_stride;
         let words = slots.min(self.slots_per_cpu).div_ceil(64);
-        let mut n = 0;
-        for w in 0..words {
-            let word = &self.done[base + w];
-            // A plain load first: most words are empty, and a swap would take the line
-            // exclusively for nothing.
-            if word.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            // Acquire pairs with the Release `fetch_or` in `deliver`.
-            let bits = word.swap(0, Ordering::Acquire);
-            n += bits.count_ones() as usize;
-            let failed_word = &self.failed[base + w];
-            // Only this CPU clears "not ok" bits, and a taken slot's was set before its done
-            // bit: a plain load sees every one that matters.
-            let failed = failed_word.load(Ordering::Relaxed) & bits;
-            if bits & !failed != 0 {
-                f(Taken::Successes {
-                    first: w * 64,
-                    bits: bits & !failed,
-                });
-            }
-            if failed != 0 {
-                self.take_failed(cpu, w, failed, failed_word, &mut f);
-            }
-        }
-        n
+        Some(CpuDone {
+            board: self,
+            cpu,
+            done: &self.done[base..base + words],
+            failed: &self.failed[base..base + words],
+        })
     }
 
     /// The slots of word `w` (bits `failed`) that finished with another status than `Ok`:
@@ -285,6 +273,46 @@ impl DoneBoard {
     }
 }
 
+/// One CPU's words of a [`DoneBoard`], from [`DoneBoard::cpu_below`].
+pub struct CpuDone<'b> {
+    board: &'b DoneBoard,
+    cpu: usize,
+    done: &'b [AtomicU64],
+    /// Parallel to `done`.
+    failed: &'b [AtomicU64],
+}
+
+impl CpuDone<'_> {
+    /// [`DoneBoard::take_split`] over this part's words.
+    #[inline]
+    pub fn take_split(&self, mut f: impl FnMut(Taken)) -> usize {
+        let mut n = 0;
+        for (w, (word, failed_word)) in self.done.iter().zip(self.failed).enumerate() {
+            // A plain load first: most words are empty, and a swap would take the line
+            // exclusively for nothing.
+            if word.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // Acquire pairs with the Release `fetch_or` in `deliver`.
+            let bits = word.swap(0, Ordering::Acquire);
+            n += bits.count_ones() as usize;
+            // Only this CPU clears "not ok" bits, and a taken slot's was set before its done
+            // bit: a plain load sees every one that matters.
+            let failed = failed_word.load(Ordering::Relaxed) & bits;
+            if bits & !failed != 0 {
+                f(Taken::Successes {
+                    first: w * 64,
+                    bits: bits & !failed,
+                });
+            }
+            if failed != 0 {
+                self.board.take_failed(self.cpu, w, failed, failed_word, &mut f);
+            }
+        }
+        n
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -306,6 +334,40 @@ mod tests {
         assert_eq!(b.take(2, |s, st| got.push((s, st))), 1);
         assert_eq!(got, [(64, Status::Timeout)]);
         assert_eq!(b.bogus(), 0);
+    }
+
+    /// A CPU's part, cut once, takes what `take_split` would, from its own CPU's words of its
+    /// slots only, as often as asked; there is none for a CPU the board does not have.
+    #[test]
+    fn a_cpus_part_takes_its_own_words_only_every_time() {
+        let b = DoneBoard::new(2, 200).unwrap();
+        assert!(b.cpu_below(2, 64).is_none());
+        let part = b.cpu_below(1, 70).unwrap();
+        for round in 0..3 {
+            // Slot 130 is past the part's two words; cpu0's slot 5 is another CPU's.
+            b.deliver(1, 3, Status::Ok).unwrap();
+            b.deliver(1, 64, Status::Ok).unwrap();
+            b.deliver(1, 69, Status::IoError).unwrap();
+            b.deliver(1, 130, Status::Ok).unwrap();
+            b.deliver(0, 5, Status::Ok).unwrap();
+            let mut got = Vec::new();
+            assert_eq!(part.take_split(|t| got.push(t)), 3, "round {round}");
+            assert_eq!(
+                got,
+                [
+                    Taken::Successes { first: 0, bits: 1 << 3 },
+                    Taken::Successes { first: 64, bits: 1 },
+                    Taken::Other {
+                        slot: 69,
+                        status: Status::IoError
+                    },
+                ]
+            );
+            assert_eq!(part.take_split(|_| panic!("taken twice")), 0);
+            // What the part did not look at is still there.
+            assert_eq!(b.take_below(1, 200, |s, _| assert_eq!(s, 130)), 1);
+            assert_eq!(b.take_below(0, 64, |s, _| assert_eq!(s, 5)), 1);
+        }
     }
 
     #[test]
