@@ -78,8 +78,17 @@ struct KernelBackend<'a> {
     /// The job traces request stages (`trace=`; the trace runs exactly then): each reaped
     /// completion is recorded.
     traced: bool,
+    /// Neither `poll`, nor `windows`, nor `traced` ([`reap_plain`]): a reap is the commit and
+    /// the board's walk, after one look instead of three (issue 22).
+    reap_plain: bool,
     next_tick_ns: u64,
     progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
+}
+
+/// Whether a backend's reap is the plain one: the job does not poll (`poll`), the device opens
+/// no interrupt-then-poll window (`windows`), the job does not trace request stages (`traced`).
+fn reap_plain(poll: bool, windows: bool, traced: bool) -> bool {
+    !poll && !windows && !traced
 }
 
 /// No request's length in device sectors (`KernelBackend::whole_sectors`): a buffer holds at
@@ -210,6 +219,7 @@ impl<'a> KernelBackend<'a> {
         self.batch_sectors = if self.batch { self.whole_sectors } else { NEVER };
         self.defers = dev.defers_doorbell();
         self.windows = dev.has_polling_window();
+        self.reap_plain = reap_plain(self.poll, self.windows, self.traced);
     }
 
     /// Hands the collected burst to the device, then rings what this CPU's deferred
@@ -338,26 +348,47 @@ impl<'a> KernelBackend<'a> {
         // The engine reaps after every burst of submissions (its issue, then this): the burst
         // ends here, with one doorbell, before anything waits for its completions.
         self.commit();
+        // One flag for the three looks a plain reap skips (issue 22).
+        if !self.reap_plain
+            && let Some(traced) = self.poll_or_trace::<MASK>(out)
+        {
+            return traced;
+        }
+        let n = self.overflow_first(out);
+        let (succeeded, n) = self.take_done::<MASK, false>(out, n);
+        Reaped { succeeded, listed: n }
+    }
+
+    /// `reap`'s looks after the commit where the job polls, the device may open a polling
+    /// window, or the job traces request stages: polls where due, then, for a traced job, takes
+    /// the completions with their trace (`None`: the caller takes them, untraced).
+    #[inline(never)]
+    fn poll_or_trace<const MASK: bool>(&mut self, out: &mut [Completion]) -> Option<Reaped> {
         // An interrupt-then-poll window (megasas.irq_poll, nvme.irq_poll) masks the interrupt:
         // poll while open.
         if self.poll || (self.windows && self.dev.polling_window(self.cpu)) {
             self.dev.poll(self.cpu);
         }
-        // What a reap could not hand out last time goes first (rare: more completions than
-        // the engine's array at once, or a burst's bio the device refused at submission).
-        let n = if self.overflow.is_empty() {
+        if !self.traced {
+            return None;
+        }
+        let n = self.overflow_first(out);
+        // Asked once per reap, not per completion, whether stages are traced (issue 22): the
+        // walk without the trace has one value and one branch fewer per completion.
+        let (succeeded, n) = self.take_done::<MASK, true>(out, n);
+        Some(Reaped { succeeded, listed: n })
+    }
+
+    /// What a reap could not hand out last time goes first (rare: more completions than the
+    /// engine's array at once, or a burst's bio the device refused at submission): moved into
+    /// `out`, returns how many.
+    #[inline(always)]
+    fn overflow_first(&mut self, out: &mut [Completion]) -> usize {
+        if self.overflow.is_empty() {
             0
         } else {
             self.drain_overflow(out)
-        };
-        // Asked once per reap, not per completion, whether stages are traced (issue 22): the
-        // walk without the trace has one value and one branch fewer per completion.
-        let (succeeded, n) = if self.traced {
-            self.take_done::<MASK, true>(out, n)
-        } else {
-            self.take_done::<MASK, false>(out, n)
-        };
-        Reaped { succeeded, listed: n }
+        }
     }
 
     /// Takes this CPU's completions off the done board (see `reap`), after the `n` already in
@@ -556,6 +587,8 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
     let segments = whole_segments(&buffers, bs);
     let batch = ctx.plan.iodepth > 1 && ctx.shared.detail().is_none() && ctx.file_devs.is_empty();
     let whole_sectors = KernelBackend::whole_sectors(bs, scale);
+    let windows = ctx.dev.has_polling_window();
+    let traced = ctx.plan.spec.trace_every != 0;
     let mut backend = KernelBackend {
         dev: ctx.dev,
         cpu,
@@ -566,14 +599,15 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         poll: ctx.poll,
         uncommitted: false,
         defers: ctx.dev.defers_doorbell(),
-        windows: ctx.dev.has_polling_window(),
+        windows,
         batch,
         pending: heapless::Vec::new(),
         segments: &segments,
         whole_sectors,
         batch_sectors: if batch { whole_sectors } else { NEVER },
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
-        traced: ctx.plan.spec.trace_every != 0,
+        traced,
+        reap_plain: reap_plain(ctx.poll, windows, traced),
         next_tick_ns: 0,
         progress: (index == 0).then(|| {
             (
