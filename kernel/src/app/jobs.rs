@@ -447,26 +447,30 @@ impl<'a> IoBackend for KernelBackend<'a> {
     // Inlined into the engine's `try_submit`: a call frame per I/O less (issue 22).
     #[inline(always)]
     fn submit(&mut self, slot: usize, op: IoOp, lba: u64, sectors: u32) -> Result<(), SubmitError> {
-        if sectors > self.max_sectors {
-            return Err(SubmitError::Failed(IoError::Rejected {
-                code: REJECTED_LONGER_THAN_BUFFER,
-            }));
-        }
         let segments: &'a [Segment] = self.segments;
         let whole = &segments[slot..=slot];
-        let (sector, nr_sectors) = (lba * self.scale, sectors * self.scale as u32);
+        let sector = lba * self.scale;
         // An I/O that fills its buffer takes the slot's whole segment as it is and, when the
         // backend batches, joins the burst (the common case first: one compare).
         if sectors == self.batch_sectors {
+            let nr_sectors = sectors * self.scale as u32;
             return self.collect(bio_of(slot, op, sector, nr_sectors, whole));
         }
         // Not batched (iodepth 1, the detail mode, a file set), filling its buffer (or a trim):
         // straight to the device. Deferred: `poll_completions` (the engine's next step) rings
         // once for the burst (issue 22).
         if sectors == self.whole_sectors {
+            let nr_sectors = sectors * self.scale as u32;
             return self.submit_now(&bio_of(slot, op, sector, nr_sectors, whole));
         }
-        self.submit_other(slot, op, sector, nr_sectors)
+        // Only here can an I/O be longer than its buffer: `whole_sectors` (and `batch_sectors`)
+        // are `max_sectors` or `NEVER`, so the two compares above need no bound of their own.
+        if sectors > self.max_sectors {
+            return Err(SubmitError::Failed(IoError::Rejected {
+                code: REJECTED_LONGER_THAN_BUFFER,
+            }));
+        }
+        self.submit_other(slot, op, sector, sectors * self.scale as u32)
     }
 
     fn poll_completions(&mut self, out: &mut [Completion]) -> usize {

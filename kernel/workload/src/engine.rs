@@ -1643,15 +1643,17 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         } else {
             self.expected_generation(op, block)
         };
-        let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
+        // Asked of writes only: a read never refills its buffer (issue 22).
+        let read_into_buffer = || op == IoOp::Write && self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         // The buffer is touched only to stamp a write or clear a verified read's headers: a
         // plain benchmark I/O skips it (issue 22).
         let touches_buffer = match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(_))) | (IoOp::Read, Some(_)) => true,
-            (IoOp::Write, None) => read_into_buffer,
+            (IoOp::Write, None) => read_into_buffer(),
             _ => false,
         };
         if touches_buffer {
+            let read_into_buffer = read_into_buffer();
             self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
         }
         let (sectors, bytes) = (self.io_sectors, self.io_bytes);
