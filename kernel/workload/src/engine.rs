@@ -1421,8 +1421,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 return Ok(());
             }
             let reaped = self.backend.poll_reaped(completions);
-            let listed = reaped.listed.min(completions.len());
-            if reaped.succeeded == 0 && listed == 0 {
+            if reaped.succeeded == 0 && reaped.listed == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
                 // A paced job with nothing in flight is waiting for its pace, not for the device.
@@ -1447,7 +1446,11 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 continue;
             }
             if !PLAIN && let Some(detail) = &mut self.result.detail {
-                let count = Reaped { listed, ..reaped }.count();
+                let count = Reaped {
+                    listed: reaped.listed.min(completions.len()),
+                    ..reaped
+                }
+                .count();
                 detail.completions_per_reap[batch_bucket(count)] += count as u64;
             }
             let done_ns = self.backend.now_ns();
@@ -1459,9 +1462,13 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 succeeded &= succeeded - 1;
                 self.complete(Completion::new(slot, Ok(())), done_ns, phase)?;
             }
-            completions[..listed]
-                .iter()
-                .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            // Clamped (a larger return is clamped, `IoBackend::poll_completions`) only when
+            // something is listed: a plain reap lists nothing (issue 22).
+            if reaped.listed != 0 {
+                completions[..reaped.listed.min(completions.len())]
+                    .iter()
+                    .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            }
             self.record_latency_run();
             self.last_progress_ns = done_ns;
             // The completion time serves as the next round's clock: one clock read fewer per round
