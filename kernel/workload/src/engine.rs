@@ -1834,10 +1834,14 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     /// `complete_flush`, and never comes here).
     #[inline(always)]
     fn stats_of(&mut self, op: IoOp) -> &mut OpStats {
-        match op {
-            IoOp::Read => &mut self.result.read,
-            IoOp::Write => &mut self.result.write,
-            IoOp::Trim | IoOp::Flush => &mut self.result.trim,
+        // Reads first, then writes: a read's statistics after one compare (a `match` tested
+        // trims first; issue 22).
+        if op == IoOp::Read {
+            &mut self.result.read
+        } else if op == IoOp::Write {
+            &mut self.result.write
+        } else {
+            &mut self.result.trim
         }
     }
 
