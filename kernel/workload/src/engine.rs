@@ -1387,6 +1387,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         let mut issuing = true;
         self.retry = None;
         self.deferred.clear();
+        // No deadline: one that never comes, so the loop's look is one compare (issue 22).
+        let deadline = deadline.unwrap_or(u64::MAX);
         let mut now = self.backend.now_ns();
         self.last_progress_ns = now;
         loop {
@@ -1403,7 +1405,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             if !PLAIN && self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
                 self.end_ramp(now);
             }
-            if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
+            if issuing && (now >= deadline || self.shared.stop_requested()) {
                 issuing = false;
                 // What was drawn but not issued is dropped: the job is over (time-based) or stopped.
                 self.retry = None;
