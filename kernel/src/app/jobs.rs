@@ -243,18 +243,24 @@ impl<'a> KernelBackend<'a> {
                 self.uncommitted = self.defers;
                 Ok(())
             }
-            Err(BlkError::TagsExhausted { .. }) => {
-                self.commit();
-                self.dev.make_progress(self.cpu);
-                Err(SubmitError::Busy)
-            }
-            Err(e) => {
-                log::warn!("{}: request rejected: {e}", self.dev.facts().name);
-                Err(SubmitError::Failed(IoError::Rejected {
-                    code: rejection_code(&e),
-                }))
-            }
+            // Out of line: an accepted request is one test of the outcome (issue 22).
+            Err(e) => self.refused(e),
         }
+    }
+
+    /// What the engine hears of a submission the device refused: busy (no tag: the burst so
+    /// far is rung and the device's progress pushed), or failed.
+    #[inline(never)]
+    fn refused(&mut self, e: BlkError) -> Result<(), SubmitError> {
+        if let BlkError::TagsExhausted { .. } = e {
+            self.commit();
+            self.dev.make_progress(self.cpu);
+            return Err(SubmitError::Busy);
+        }
+        log::warn!("{}: request rejected: {e}", self.dev.facts().name);
+        Err(SubmitError::Failed(IoError::Rejected {
+            code: rejection_code(&e),
+        }))
     }
 
     /// `submit` of what does not fill its slot's buffer: a flush, which moves no data (into
