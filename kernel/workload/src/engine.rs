@@ -1665,42 +1665,73 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             let read_into_buffer = read_into_buffer();
             self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
         }
-        let (sectors, bytes) = (self.io_sectors, self.io_bytes);
-        match self.backend.submit(slot, op, lba, sectors) {
-            Err(SubmitError::Busy) => Ok(false),
-            outcome => {
-                // Detail mode only: the second clock read costs as much as the engine's own work
-                // per I/O on the host benchmark.
-                let issued_ns = if !PLAIN && let Some(detail) = &mut self.result.detail {
-                    detail.depth_at_submit[depth_bucket(self.in_flight + 1)] += 1;
-                    self.backend.now_ns()
-                } else {
-                    submitted_ns
-                };
-                let entry = &mut self.slots[slot];
-                self.free_head = entry.next_free;
-                entry.next_free = IN_FLIGHT;
-                entry.op = op;
-                entry.block = block;
-                entry.bytes = bytes;
-                entry.submitted_ns = submitted_ns;
-                if !PLAIN {
-                    // A plain job expects no generation and measures no issue time: it never
-                    // reads either, so they are not written (issue 22).
-                    entry.generation = generation;
-                    entry.issued_ns = issued_ns;
-                }
-                self.in_flight += 1;
-                if tracked {
-                    self.tracker[block as usize] |= TRACK_BUSY;
-                }
-                self.last_progress_ns = submitted_ns;
-                if let Err(SubmitError::Failed(error)) = outcome {
-                    self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
-                }
-                Ok(true)
-            }
+        let sectors = self.io_sectors;
+        // An accepted submission is one test of the outcome; a refused one goes out of line
+        // (issue 22).
+        if let Err(refusal) = self.backend.submit(slot, op, lba, sectors) {
+            return self.submission_refused(refusal, slot, (op, block), generation, submitted_ns, phase);
         }
+        self.record_submission(slot, (op, block), generation, submitted_ns);
+        Ok(true)
+    }
+
+    /// `try_submit` after the backend refused the submission: busy (the slot stays free:
+    /// false), or failed at once, which counts as a submitted I/O that completed with the
+    /// failure.
+    #[inline(never)]
+    fn submission_refused(
+        &mut self,
+        refusal: SubmitError,
+        slot: usize,
+        io: (IoOp, u64),
+        generation: Option<ExpectedGeneration>,
+        submitted_ns: u64,
+        phase: Phase,
+    ) -> Result<bool, WorkloadError> {
+        let SubmitError::Failed(error) = refusal else {
+            return Ok(false);
+        };
+        self.record_submission(slot, io, generation, submitted_ns);
+        self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
+        Ok(true)
+    }
+
+    /// Takes free `slot` for `op` on `block`, submitted in the burst of `submitted_ns`.
+    #[inline(always)]
+    fn record_submission(
+        &mut self,
+        slot: usize,
+        (op, block): (IoOp, u64),
+        generation: Option<ExpectedGeneration>,
+        submitted_ns: u64,
+    ) {
+        // Detail mode only: the second clock read costs as much as the engine's own work per
+        // I/O on the host benchmark.
+        let issued_ns = if !PLAIN && let Some(detail) = &mut self.result.detail {
+            detail.depth_at_submit[depth_bucket(self.in_flight + 1)] += 1;
+            self.backend.now_ns()
+        } else {
+            submitted_ns
+        };
+        let bytes = self.io_bytes;
+        let entry = &mut self.slots[slot];
+        self.free_head = entry.next_free;
+        entry.next_free = IN_FLIGHT;
+        entry.op = op;
+        entry.block = block;
+        entry.bytes = bytes;
+        entry.submitted_ns = submitted_ns;
+        if !PLAIN {
+            // A plain job expects no generation and measures no issue time: it never reads
+            // either, so they are not written (issue 22).
+            entry.generation = generation;
+            entry.issued_ns = issued_ns;
+        }
+        self.in_flight += 1;
+        if self.tracked() {
+            self.tracker[block as usize] |= TRACK_BUSY;
+        }
+        self.last_progress_ns = submitted_ns;
     }
 
     #[inline(always)]
