@@ -1464,8 +1464,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 succeeded &= succeeded - 1;
                 self.complete(Completion::new(slot, Ok(())), done_ns, phase)?;
             }
-            // Clamped (a larger return is clamped, `IoBackend::poll_completions`) only when
-            // something is listed: a plain reap lists nothing (issue 22).
+            // A larger count than the array holds is clamped (`IoBackend::poll_completions`),
+            // here only when something is listed: a plain reap lists nothing (issue 22).
             if reaped.listed != 0 {
                 completions[..reaped.listed.min(completions.len())]
                     .iter()
