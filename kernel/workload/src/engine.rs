@@ -1387,6 +1387,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         let mut issuing = true;
         self.retry = None;
         self.deferred.clear();
+        // No deadline: one that never comes, so the loop's look is one compare (issue 22).
+        let deadline = deadline.unwrap_or(u64::MAX);
         let mut now = self.backend.now_ns();
         self.last_progress_ns = now;
         loop {
@@ -1403,7 +1405,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             if !PLAIN && self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {
                 self.end_ramp(now);
             }
-            if issuing && (deadline.is_some_and(|d| now >= d) || self.shared.stop_requested()) {
+            if issuing && (now >= deadline || self.shared.stop_requested()) {
                 issuing = false;
                 // What was drawn but not issued is dropped: the job is over (time-based) or stopped.
                 self.retry = None;
@@ -1421,8 +1423,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 return Ok(());
             }
             let reaped = self.backend.poll_reaped(completions);
-            let listed = reaped.listed.min(completions.len());
-            if reaped.succeeded == 0 && listed == 0 {
+            if reaped.succeeded == 0 && reaped.listed == 0 {
                 now = self.backend.now_ns();
                 let waited = now.saturating_sub(self.last_progress_ns);
                 // A paced job with nothing in flight is waiting for its pace, not for the device.
@@ -1447,7 +1448,11 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 continue;
             }
             if !PLAIN && let Some(detail) = &mut self.result.detail {
-                let count = Reaped { listed, ..reaped }.count();
+                let count = Reaped {
+                    listed: reaped.listed.min(completions.len()),
+                    ..reaped
+                }
+                .count();
                 detail.completions_per_reap[batch_bucket(count)] += count as u64;
             }
             let done_ns = self.backend.now_ns();
@@ -1459,9 +1464,13 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 succeeded &= succeeded - 1;
                 self.complete(Completion::new(slot, Ok(())), done_ns, phase)?;
             }
-            completions[..listed]
-                .iter()
-                .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            // A larger count than the array holds is clamped (`IoBackend::poll_completions`),
+            // here only when something is listed: a plain reap lists nothing (issue 22).
+            if reaped.listed != 0 {
+                completions[..reaped.listed.min(completions.len())]
+                    .iter()
+                    .try_for_each(|&completion| self.complete(completion, done_ns, phase))?;
+            }
             self.record_latency_run();
             self.last_progress_ns = done_ns;
             // The completion time serves as the next round's clock: one clock read fewer per round
@@ -1643,53 +1652,86 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         } else {
             self.expected_generation(op, block)
         };
-        let read_into_buffer = self.restamp_after_read && self.slots[slot].op == IoOp::Read;
+        // Asked of writes only: a read never refills its buffer (issue 22).
+        let read_into_buffer = || op == IoOp::Write && self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         // The buffer is touched only to stamp a write or clear a verified read's headers: a
         // plain benchmark I/O skips it (issue 22).
         let touches_buffer = match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(_))) | (IoOp::Read, Some(_)) => true,
-            (IoOp::Write, None) => read_into_buffer,
+            (IoOp::Write, None) => read_into_buffer(),
             _ => false,
         };
         if touches_buffer {
+            let read_into_buffer = read_into_buffer();
             self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
         }
-        let (sectors, bytes) = (self.io_sectors, self.io_bytes);
-        match self.backend.submit(slot, op, lba, sectors) {
-            Err(SubmitError::Busy) => Ok(false),
-            outcome => {
-                // Detail mode only: the second clock read costs as much as the engine's own work
-                // per I/O on the host benchmark.
-                let issued_ns = if !PLAIN && let Some(detail) = &mut self.result.detail {
-                    detail.depth_at_submit[depth_bucket(self.in_flight + 1)] += 1;
-                    self.backend.now_ns()
-                } else {
-                    submitted_ns
-                };
-                let entry = &mut self.slots[slot];
-                self.free_head = entry.next_free;
-                entry.next_free = IN_FLIGHT;
-                entry.op = op;
-                entry.block = block;
-                entry.bytes = bytes;
-                entry.submitted_ns = submitted_ns;
-                if !PLAIN {
-                    // A plain job expects no generation and measures no issue time: it never
-                    // reads either, so they are not written (issue 22).
-                    entry.generation = generation;
-                    entry.issued_ns = issued_ns;
-                }
-                self.in_flight += 1;
-                if tracked {
-                    self.tracker[block as usize] |= TRACK_BUSY;
-                }
-                self.last_progress_ns = submitted_ns;
-                if let Err(SubmitError::Failed(error)) = outcome {
-                    self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
-                }
-                Ok(true)
-            }
+        let sectors = self.io_sectors;
+        // An accepted submission is one test of the outcome; a refused one goes out of line
+        // (issue 22).
+        if let Err(refusal) = self.backend.submit(slot, op, lba, sectors) {
+            return self.submission_refused(refusal, slot, (op, block), generation, submitted_ns, phase);
         }
+        self.record_submission(slot, (op, block), generation, submitted_ns);
+        Ok(true)
+    }
+
+    /// `try_submit` after the backend refused the submission: busy (the slot stays free:
+    /// false), or failed at once, which counts as a submitted I/O that completed with the
+    /// failure.
+    #[inline(never)]
+    fn submission_refused(
+        &mut self,
+        refusal: SubmitError,
+        slot: usize,
+        io: (IoOp, u64),
+        generation: Option<ExpectedGeneration>,
+        submitted_ns: u64,
+        phase: Phase,
+    ) -> Result<bool, WorkloadError> {
+        let SubmitError::Failed(error) = refusal else {
+            return Ok(false);
+        };
+        self.record_submission(slot, io, generation, submitted_ns);
+        self.complete(Completion::new(slot, Err(error)), submitted_ns, phase)?;
+        Ok(true)
+    }
+
+    /// Takes free `slot` for `op` on `block`, submitted in the burst of `submitted_ns`.
+    #[inline(always)]
+    fn record_submission(
+        &mut self,
+        slot: usize,
+        (op, block): (IoOp, u64),
+        generation: Option<ExpectedGeneration>,
+        submitted_ns: u64,
+    ) {
+        // Detail mode only: the second clock read costs as much as the engine's own work per
+        // I/O on the host benchmark.
+        let issued_ns = if !PLAIN && let Some(detail) = &mut self.result.detail {
+            detail.depth_at_submit[depth_bucket(self.in_flight + 1)] += 1;
+            self.backend.now_ns()
+        } else {
+            submitted_ns
+        };
+        let bytes = self.io_bytes;
+        let entry = &mut self.slots[slot];
+        self.free_head = entry.next_free;
+        entry.next_free = IN_FLIGHT;
+        entry.op = op;
+        entry.block = block;
+        entry.bytes = bytes;
+        entry.submitted_ns = submitted_ns;
+        if !PLAIN {
+            // A plain job expects no generation and measures no issue time: it never reads
+            // either, so they are not written (issue 22).
+            entry.generation = generation;
+            entry.issued_ns = issued_ns;
+        }
+        self.in_flight += 1;
+        if self.tracked() {
+            self.tracker[block as usize] |= TRACK_BUSY;
+        }
+        self.last_progress_ns = submitted_ns;
     }
 
     #[inline(always)]
@@ -1825,10 +1867,14 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     /// `complete_flush`, and never comes here).
     #[inline(always)]
     fn stats_of(&mut self, op: IoOp) -> &mut OpStats {
-        match op {
-            IoOp::Read => &mut self.result.read,
-            IoOp::Write => &mut self.result.write,
-            IoOp::Trim | IoOp::Flush => &mut self.result.trim,
+        // Reads first, then writes: a read's statistics after one compare (a `match` tested
+        // trims first; issue 22).
+        if op == IoOp::Read {
+            &mut self.result.read
+        } else if op == IoOp::Write {
+            &mut self.result.write
+        } else {
+            &mut self.result.trim
         }
     }
 

@@ -147,8 +147,14 @@ impl LatencyHistogram {
             Some(squares) => self.sum_of_squares = squares,
             None => self.saturate_squares(),
         }
-        self.min = self.min.min(value);
-        self.max = self.max.max(value);
+        // Stored only when it moves: a compare each, not a compare, a select and a store
+        // (issue 22).
+        if value < self.min {
+            self.min = value;
+        }
+        if value > self.max {
+            self.max = value;
+        }
     }
 
     /// Records `value` `count` times: exactly what `count` calls of [`LatencyHistogram::record`]
@@ -170,8 +176,12 @@ impl LatencyHistogram {
             Some(squares) => self.sum_of_squares = squares,
             None => self.saturate_squares(),
         }
-        self.min = self.min.min(value);
-        self.max = self.max.max(value);
+        if value < self.min {
+            self.min = value;
+        }
+        if value > self.max {
+            self.max = value;
+        }
     }
 
     #[cold]
