@@ -81,6 +81,10 @@ struct KernelBackend<'a> {
     /// Neither `poll`, nor `windows`, nor `traced` ([`reap_plain`]): a reap is the commit and
     /// the board's walk, after one look instead of three (issue 22).
     reap_plain: bool,
+    /// This CPU's words of the done board for the job's slots (its queue depth), cut once:
+    /// one word per reap at QD 64 or less, with no lookup per reap (issue 22); `run_share`
+    /// clears anything above them when the job ends.
+    done: blk::done::CpuDone<'static>,
     next_tick_ns: u64,
     progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
 }
@@ -409,15 +413,12 @@ impl<'a> KernelBackend<'a> {
             overflow: &mut self.overflow,
         };
         let cpu = self.cpu;
-        // Only this job's slots (its queue depth): one word of the board per reap at QD 64 or
-        // less (issue 22); `run_share` clears anything above them when the job ends.
-        let slots = self.buffers.len();
         // The board hands a word's successes over as bits (issue 22): with `MASK`, those of
         // slots below 64 go to the engine as they come, without a status read or a branch
         // each. The closure stays this small so that it is inlined into the board's walk (a
         // call with a `Taken` through the stack cost about 30 instructions per reap, what QD1
         // pays per I/O); everything else is listed out of line.
-        block::done_board().take_split(cpu, slots, |taken| {
+        self.done.take_split(|taken| {
             if TRACED {
                 trace_reaped(cpu, taken);
             }
@@ -599,6 +600,13 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
     let whole_sectors = KernelBackend::whole_sectors(bs, scale);
     let windows = ctx.dev.has_polling_window();
     let traced = ctx.plan.spec.trace_every != 0;
+    // Every CPU the kernel runs has its part of the board (it has `MAX_CPUS`).
+    let Some(done) = block::done_board().cpu_below(cpu, buffers.len()) else {
+        return Err(WorkloadError::CpuIndexOutOfRange {
+            index: cpu,
+            cpus: block::done_board().ncpus(),
+        });
+    };
     let mut backend = KernelBackend {
         dev: ctx.dev,
         cpu,
@@ -618,6 +626,7 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         traced,
         reap_plain: reap_plain(ctx.poll, windows, traced),
+        done,
         next_tick_ns: 0,
         progress: (index == 0).then(|| {
             (
