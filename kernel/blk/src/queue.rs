@@ -899,8 +899,7 @@ impl<D: Driver> Queue<D> {
 
     #[inline(always)]
     fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
-        self.check_cpu(cpu)?;
-        let at = self.submit_context(cpu);
+        let at = self.submit_context(cpu)?;
         match self.take_request(&at, bio)? {
             Taken::NeedsSplit => self.submit_split(cpu, bio),
             Taken::Request { hwq, tag, index } => {
@@ -920,16 +919,18 @@ impl<D: Driver> Queue<D> {
     /// [`BatchOutcome::error`] says why that one was not, and the bios after it were not
     /// looked at. A bio longer than the device's limits is split, as by [`Queue::submit`].
     pub fn submit_batch(&self, cpu: usize, bios: &[Bio<'_>]) -> BatchOutcome {
-        if let Err(error) = self.check_cpu(cpu) {
-            return BatchOutcome {
-                accepted: 0,
-                error: Some(error),
-            };
-        }
+        // Every request of a CPU goes to that CPU's hardware queue.
+        let at = match self.submit_context(cpu) {
+            Ok(at) => at,
+            Err(error) => {
+                return BatchOutcome {
+                    accepted: 0,
+                    error: Some(error),
+                };
+            }
+        };
         let mut chunk = [0u32; SUBMIT_BATCH_CHUNK];
         let mut taken = 0;
-        // Every request of a CPU goes to that CPU's hardware queue.
-        let at = self.submit_context(cpu);
         for (position, bio) in bios.iter().enumerate() {
             if taken == SUBMIT_BATCH_CHUNK {
                 self.queue_or_issue(&at, &chunk, false);
@@ -965,10 +966,14 @@ impl<D: Driver> Queue<D> {
     }
 
     /// What every submission from CPU `cpu` needs, looked up once per call (once per batch
-    /// for [`Queue::submit_batch`]). `cpu` is checked.
+    /// for [`Queue::submit_batch`]). The CPU map has one entry per CPU, so looking `cpu` up
+    /// in it is the CPU check ([`BlkError::CpuOutOfRange`]).
     #[inline(always)]
-    fn submit_context(&self, cpu: usize) -> RunContext<'_> {
-        self.run_context(cpu, usize::from(self.cpu_to_hwq[cpu]))
+    fn submit_context(&self, cpu: usize) -> Result<RunContext<'_>, BlkError> {
+        match self.cpu_to_hwq.get(cpu) {
+            Some(&hwq) => Ok(self.run_context(cpu, usize::from(hwq))),
+            None => Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus }),
+        }
     }
 
     /// What a submission or a dispatch pass by CPU `cpu` on hardware queue `hwq` needs. Both
