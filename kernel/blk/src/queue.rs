@@ -598,7 +598,18 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     pub(crate) fn stage(&self, cpu: usize, index: u32, stage: crate::driver::Stage) {
         // Relaxed: a switch that takes a moment to be seen costs a few unrecorded stages.
-        if self.stage_trace.load(core::sync::atomic::Ordering::Relaxed) {
+        self.stage_if(
+            self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
+            cpu,
+            index,
+            stage,
+        );
+    }
+
+    /// [`Queue::stage`] with the switch read by the caller (once per call, `RunContext::trace`).
+    #[inline(always)]
+    fn stage_if(&self, tracing: bool, cpu: usize, index: u32, stage: crate::driver::Stage) {
+        if tracing {
             self.platform.stage(cpu, index, stage);
         }
     }
@@ -1064,9 +1075,7 @@ impl<D: Driver> Queue<D> {
         slot.set_status(Status::Ok);
         slot.set_state(state::QUEUED);
         bump(&counters.submitted);
-        if at.trace {
-            self.platform.stage(cpu, index, crate::driver::Stage::Submit);
-        }
+        self.stage_if(at.trace, cpu, index, crate::driver::Stage::Submit);
         Ok(Taken::Request { hwq, tag, index })
     }
 
@@ -1148,6 +1157,7 @@ impl<D: Driver> Queue<D> {
             }
         }
         let mut next = 0;
+        let at = self.run_context(cpu, hwq);
         split_bio(
             bio.sector,
             bio.nr_sectors,
@@ -1173,12 +1183,12 @@ impl<D: Driver> Queue<D> {
                     d.nr_segments = segments.len() as u16;
                     d.segments[..segments.len()].copy_from_slice(segments);
                 }
+                // No deadline reset, as in `take_request`.
                 slot.set_status(Status::Ok);
-                slot.deadline.store(0, Ordering::Relaxed);
                 slot.set_state(state::QUEUED);
-                bump(&self.counters.cpu(cpu).submitted);
-                self.stage(cpu, index, crate::driver::Stage::Submit);
-                self.queue_or_issue(&self.run_context(cpu, hwq), core::slice::from_ref(&index), false);
+                bump(&at.counters.submitted);
+                self.stage_if(at.trace, cpu, index, crate::driver::Stage::Submit);
+                self.queue_or_issue(&at, core::slice::from_ref(&index), false);
             },
         );
         bump(&self.counters.cpu(cpu).split_bios);
@@ -1587,14 +1597,10 @@ impl<D: Driver> Queue<D> {
         // SAFETY: state is DRIVER and this is the only handle.
         let rq = unsafe { Rq::new(self, slot, index, ctx.cpu, false, true) };
         bump(&counters.dispatched);
-        if at.trace {
-            self.platform.stage(cpu, index, crate::driver::Stage::Dispatch);
-        }
+        self.stage_if(at.trace, cpu, index, crate::driver::Stage::Dispatch);
         match self.driver.queue_rq(ctx, rq, last) {
             Ok(()) => {
-                if at.trace {
-                    self.platform.stage(cpu, index, crate::driver::Stage::Doorbell);
-                }
+                self.stage_if(at.trace, cpu, index, crate::driver::Stage::Doorbell);
                 Dispatched::Queued
             }
             Err(QueueRqError::Busy(rq) | QueueRqError::DevBusy(rq)) => {
@@ -2086,9 +2092,7 @@ impl<D: Driver> Queue<D> {
         let set = self.set_of(hwq);
         // Relaxed, as in `stage`; read once for both uses.
         let tracing = self.stage_trace.load(core::sync::atomic::Ordering::Relaxed);
-        if tracing {
-            self.platform.stage(cpu, index, crate::driver::Stage::EndIo);
-        }
+        self.stage_if(tracing, cpu, index, crate::driver::Stage::EndIo);
         if parent == NO_PARENT
             && let Some(board) = self.done_board
             && !tracing
