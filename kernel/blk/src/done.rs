@@ -238,12 +238,11 @@ impl DoneBoard {
     /// its own slots `0..from` ([`DoneBoard::take_below`]): a completion above them came from
     /// no request of the job, and is not left for the next one.
     pub fn take_stray(&self, cpu: usize, from: usize) -> usize {
-        if cpu >= self.ncpus {
+        let Some(part) = self.cpu_below(cpu, self.slots_per_cpu) else {
             return 0;
-        }
-        let words = &self.done[cpu * self.word_stride..][..self.slots_per_cpu.div_ceil(64)];
+        };
         let mut n = 0;
-        for (w, word) in words.iter().enumerate() {
+        for (w, (word, failed_word)) in part.done.iter().zip(part.failed).enumerate() {
             let first = w * 64;
             if first + 64 <= from {
                 continue;
@@ -252,7 +251,7 @@ impl DoneBoard {
             let keep = if from > first { (1u64 << (from - first)) - 1 } else { 0 };
             // Acquire pairs with the Release `fetch_or` in `deliver`.
             let taken = word.fetch_and(keep, Ordering::Acquire) & !keep;
-            self.failed[cpu * self.word_stride + w].fetch_and(!taken, Ordering::Relaxed);
+            failed_word.fetch_and(!taken, Ordering::Relaxed);
             n += taken.count_ones() as usize;
         }
         self.bogus.fetch_add(n as u64, core::sync::atomic::Ordering::Relaxed);
@@ -261,10 +260,8 @@ impl DoneBoard {
 
     /// Whether CPU `cpu` has completions waiting (a hint: Relaxed loads).
     pub fn has_pending(&self, cpu: usize) -> bool {
-        cpu < self.ncpus
-            && self.done[cpu * self.word_stride..][..self.slots_per_cpu.div_ceil(64)]
-                .iter()
-                .any(|w| w.load(Ordering::Relaxed) != 0)
+        self.cpu_below(cpu, self.slots_per_cpu)
+            .is_some_and(|part| part.done.iter().any(|w| w.load(Ordering::Relaxed) != 0))
     }
 
     /// Deliveries refused (out of range, or a second completion for an untaken slot).
