@@ -484,6 +484,7 @@ impl<'a> IoBackend for KernelBackend<'a> {
         self.reap::<false>(out).listed
     }
 
+    #[inline(always)]
     fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
         self.reap::<true>(out)
     }
