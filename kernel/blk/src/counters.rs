@@ -25,6 +25,10 @@ macro_rules! counters {
         #[derive(Default)]
         pub(crate) struct CpuCounters {
             $( pub $name: AtomicU64, )*
+            /// This CPU's part of the queue's usage count (`crate::freeze`: entries on this CPU
+            /// minus exits on it), beside the counters a submission or a completion already has
+            /// at hand. Not a statistic: it orders the freeze (a `sync` atomic, seen by loom).
+            pub usage: crate::sync::AtomicUsize,
         }
 
         impl CpuCounters {
@@ -111,6 +115,11 @@ impl Counters {
     #[inline]
     pub fn cpu(&self, cpu: usize) -> &CpuCounters {
         &self.per_cpu[crate::tags::fold(cpu, self.per_cpu.len())]
+    }
+
+    /// Every CPU's part of the usage count (`crate::freeze::UsageCounter`).
+    pub fn usage_counts(&self) -> impl Iterator<Item = &crate::sync::AtomicUsize> {
+        self.per_cpu.iter().map(|c| &c.usage)
     }
 
     pub fn snapshot(&self) -> CounterSnapshot {

@@ -663,7 +663,7 @@ impl<D: Driver> Queue<D> {
     }
     /// Requests inside the queue (submitted and not yet finished; racy snapshot).
     pub fn in_flight(&self) -> usize {
-        self.usage.in_flight()
+        self.usage.in_flight(self.counters.usage_counts())
     }
     /// Tags allocated over this queue's tag sets (racy snapshot). With `host_tags` this counts
     /// the tags of every queue sharing the set.
@@ -1023,7 +1023,7 @@ impl<D: Driver> Queue<D> {
                 return Err(e);
             }
         }
-        if !self.usage.try_enter() {
+        if !self.usage.try_enter(&counters.usage) {
             bump(&counters.rejected);
             return Err(BlkError::Frozen);
         }
@@ -1033,7 +1033,8 @@ impl<D: Driver> Queue<D> {
         let yield_to_waiter = self.host_shared
             && !bio.reserved_tag
             && host.over_fair_share(
-                self.usage.in_flight().saturating_sub(1),
+                // Summed over the CPUs only when another queue waits for tags.
+                || self.usage.in_flight(self.counters.usage_counts()).saturating_sub(1),
                 self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
             );
         let tag = if yield_to_waiter {
@@ -1042,7 +1043,7 @@ impl<D: Driver> Queue<D> {
             tags.alloc(cpu, bio.reserved_tag)
         };
         let Some(tag) = tag else {
-            self.usage.exit();
+            self.usage.exit(&counters.usage);
             return Err(BlkError::TagsExhausted {
                 hwq,
                 pool: tags.pool_size(bio.reserved_tag),
@@ -1132,10 +1133,10 @@ impl<D: Driver> Queue<D> {
         // All tags first: a bio half submitted could neither be retried nor ended.
         let mut taken: Vec<u32> = Vec::with_capacity(count as usize);
         while taken.len() < count as usize {
-            let tag = if self.usage.try_enter() {
+            let tag = if self.usage.try_enter(&self.counters.cpu(cpu).usage) {
                 let tag = tags.alloc(cpu, false);
                 if tag.is_none() {
-                    self.usage.exit();
+                    self.usage.exit(&self.counters.cpu(cpu).usage);
                 }
                 tag.ok_or_else(exhausted)
             } else {
@@ -1146,7 +1147,7 @@ impl<D: Driver> Queue<D> {
                 Err(error) => {
                     for &tag in &taken {
                         self.tag_sets[set].free(cpu, tag, self.sharer_of(set));
-                        self.usage.exit();
+                        self.usage.exit(&self.counters.cpu(cpu).usage);
                     }
                     self.splits.cancel(cpu, parent);
                     if error == BlkError::Frozen {
@@ -1726,7 +1727,7 @@ impl<D: Driver> Queue<D> {
         self.check_cpu(cpu)?;
         let t0 = self.platform.now_ns();
         loop {
-            if self.usage.is_drained() {
+            if self.usage.is_drained(self.counters.usage_counts()) {
                 return Ok(());
             }
             if !self.usage.is_frozen() {
@@ -1736,7 +1737,7 @@ impl<D: Driver> Queue<D> {
             if self.platform.now_ns().saturating_sub(t0) > timeout_ns {
                 return Err(BlkError::WaitTimeout {
                     what: "in-flight requests to drain (freeze)",
-                    in_flight: self.usage.in_flight(),
+                    in_flight: self.usage.in_flight(self.counters.usage_counts()),
                 });
             }
             spin_loop();
@@ -2119,7 +2120,7 @@ impl<D: Driver> Queue<D> {
         // It also bumps the set's "freed" sequence and fences (the restart protocol).
         let freed = self.tag_sets[set].free(cpu, tag, self.sharer_of(set));
         debug_assert!(freed, "tag {tag} freed twice");
-        self.usage.exit();
+        self.usage.exit(&counters.usage);
         self.after_completion(cpu, set, hwq, rerun_covered);
     }
 

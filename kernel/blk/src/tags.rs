@@ -470,10 +470,11 @@ impl HostTags {
         self.waiting.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether a queue holding `held` tags must leave the next free tag to a waiting queue.
+    /// Whether a queue holding `held()` tags must leave the next free tag to a waiting queue
+    /// (`held` is asked only when another queue waits).
     /// `self_waiting`: the asking queue is itself one of the waiters.
     #[inline]
-    pub(crate) fn over_fair_share(&self, held: usize, self_waiting: bool) -> bool {
+    pub(crate) fn over_fair_share(&self, held: impl FnOnce() -> usize, self_waiting: bool) -> bool {
         let waiting = self.waiting.load(core::sync::atomic::Ordering::Relaxed);
         let others = waiting.saturating_sub(u32::from(self_waiting));
         if others == 0 {
@@ -481,7 +482,7 @@ impl HostTags {
         }
         let contenders = waiting + u32::from(!self_waiting);
         let share = self.set.pool_size(false).div_ceil(contenders.max(1)).max(1);
-        held >= share as usize
+        held() >= share as usize
     }
 }
 
@@ -568,20 +569,20 @@ mod tests {
     fn a_queue_over_its_fair_share_yields_to_waiters() {
         let h = HostTags::new(5, 1).unwrap();
         // Pool of 4 normal tags. Nobody waits: a queue may hold all of them.
-        assert!(!h.over_fair_share(4, false));
+        assert!(!h.over_fair_share(|| 4, false));
         h.waiter_enter();
         // One other queue waits: we get ceil(4 / 2) = 2.
-        assert!(!h.over_fair_share(1, false));
-        assert!(h.over_fair_share(2, false));
+        assert!(!h.over_fair_share(|| 1, false));
+        assert!(h.over_fair_share(|| 2, false));
         // The waiter itself is not limited by its own waiting.
-        assert!(!h.over_fair_share(3, true));
+        assert!(!h.over_fair_share(|| 3, true));
         h.waiter_enter();
         // Two waiters, we are one of them: share ceil(4 / 2) = 2.
-        assert!(h.over_fair_share(2, true));
+        assert!(h.over_fair_share(|| 2, true));
         // Two others wait: share ceil(4 / 3) = 2.
-        assert!(h.over_fair_share(2, false) && !h.over_fair_share(1, false));
+        assert!(h.over_fair_share(|| 2, false) && !h.over_fair_share(|| 1, false));
         h.waiter_exit();
         h.waiter_exit();
-        assert!(!h.over_fair_share(4, false));
+        assert!(!h.over_fair_share(|| 4, false));
     }
 }

@@ -11,6 +11,7 @@ use blk::{
     Status, UsageCounter,
 };
 use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicUsize as LoomUsize;
 use loom::thread;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -153,19 +154,21 @@ fn tag_allocation_never_hands_out_a_tag_twice() {
     });
 }
 
-/// (4a) Freeze waits for in-flight users: once the freezer sees the counter drained, the
-/// user's accesses happen-before the freezer's.
-#[test]
-fn freeze_waits_for_in_flight_users() {
-    loom::model(|| {
+/// (4a) Freeze waits for in-flight users: once the freezer sees the per-CPU counts drained,
+/// the user's accesses happen-before the freezer's. The user enters on CPU 1 and, with
+/// `exit_elsewhere`, exits on CPU 0 (a completion on another CPU): its entry's count and its
+/// exit's are then two CPUs' counts, and the freezer's sum must still not read zero early.
+fn freeze_waits_for(exit_elsewhere: bool) {
+    loom::model(move || {
         let usage = Arc::new(UsageCounter::new());
+        let counts: Arc<[LoomUsize; 2]> = Arc::new([LoomUsize::new(0), LoomUsize::new(0)]);
         let data = Arc::new(UnsafeCell::new(0u32));
         let user = {
-            let (usage, data) = (usage.clone(), data.clone());
+            let (usage, counts, data) = (usage.clone(), counts.clone(), data.clone());
             thread::spawn(move || {
-                if usage.try_enter() {
+                if usage.try_enter(&counts[1]) {
                     data.with_mut(|p| unsafe { *p += 1 });
-                    usage.exit();
+                    usage.exit(&counts[if exit_elsewhere { 0 } else { 1 }]);
                     true
                 } else {
                     false
@@ -173,7 +176,7 @@ fn freeze_waits_for_in_flight_users() {
             })
         };
         usage.set_frozen();
-        while !usage.is_drained() {
+        while !usage.is_drained(counts.iter()) {
             thread::yield_now();
         }
         let seen = data.with_mut(|p| unsafe {
@@ -182,8 +185,19 @@ fn freeze_waits_for_in_flight_users() {
         });
         let entered = user.join().unwrap();
         assert_eq!(seen, if entered { 11 } else { 10 });
-        assert!(!usage.try_enter(), "frozen counter admitted a user");
+        assert!(!usage.try_enter(&counts[0]), "frozen counter admitted a user");
+        assert_eq!(usage.in_flight(counts.iter()), 0);
     });
+}
+
+#[test]
+fn freeze_waits_for_in_flight_users() {
+    freeze_waits_for(false);
+}
+
+#[test]
+fn freeze_waits_for_a_user_that_exits_on_another_cpu() {
+    freeze_waits_for(true);
 }
 
 /// (4b) The same through the queue: a freeze that returns has no request left inside, and a
