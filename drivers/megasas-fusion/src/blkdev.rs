@@ -574,7 +574,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
         let Ok(checked) = ctrl.validate(&req) else {
             return Err(QueueRqError::Io(rq, Status::IoError));
         };
-        let Some(entered) = ctrl.enter() else {
+        let Some(entered) = ctrl.enter(hw.hwq() as u16) else {
             return Err(QueueRqError::Busy(rq));
         };
         let tag = rq.tag();

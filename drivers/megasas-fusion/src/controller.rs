@@ -1,8 +1,9 @@
 //! The Fusion controller: bring-up, IOC INIT, pass-through DCMDs, LD I/O, reply queues, OCR.
 //!
-//! Concurrency: submitters and reapers take `gate` for reading (with `try_read`, so neither
-//! spins while a reset runs); an online controller reset takes it for writing, so it owns the
-//! controller exclusively. A request descriptor is one 64-bit register write (or one 32-bit
+//! Concurrency: submitters and reapers enter `gate` through their reply queue's lane (a refusal,
+//! never a spin, while a reset runs); an online controller reset closes it, so it owns the
+//! controller exclusively ([`crate::gate`]: a count per lane, not one reader count that every
+//! CPU's every I/O would write). A request descriptor is one 64-bit register write (or one 32-bit
 //! write to Aero's atomic port), so posts need no lock; each reply queue has its own lock. A SMID's slot state is an atomic word
 //! (generation and in-flight bit) so a reply for a SMID that is not in flight is recognised as
 //! bogus and dropped.
@@ -18,7 +19,9 @@ use crate::Mmio64;
 use devhal::{Delay, Dma, Mmio};
 use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{IoError, IoErrorKind, MfiStatus, Segment};
-use spin::{Mutex, RwLock};
+use spin::Mutex;
+
+use crate::gate::{Gate, Inside};
 
 use crate::diag::Report;
 use crate::error::{Error, Sp0};
@@ -432,7 +435,7 @@ pub struct Validated {
 
 /// The submission section [`Controller::enter`] opened: no reset starts while it lives.
 pub struct Entered<'a> {
-    _guard: spin::RwLockReadGuard<'a, ()>,
+    _inside: Inside<'a>,
 }
 
 /// What the driver keeps per SMID, together (issue 22: one bounds check per submission and per
@@ -547,7 +550,8 @@ pub struct Controller<M: Mmio64, D: Delay> {
     /// Per DCMD SMID: its late reply has not been consumed yet.
     dcmd_reply_pending: Vec<AtomicBool>,
     dcmd_lock: Mutex<()>,
-    gate: RwLock<()>,
+    /// Submitters and reapers inside, or a reset alone; a lane per reply queue (`gate`).
+    gate: Gate,
     atomic_port: AtomicBool,
     interrupts_enabled: AtomicBool,
     dead: AtomicBool,
@@ -727,7 +731,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             smids: (0..smids).map(|_| SmidState::new()).collect(),
             dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
             dcmd_lock: Mutex::new(()),
-            gate: RwLock::new(()),
+            gate: Gate::new(nq),
             atomic_port: AtomicBool::new(false),
             interrupts_enabled: AtomicBool::new(false),
             dead: AtomicBool::new(false),
@@ -1342,7 +1346,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Runs a DCMD while I/O may be running (e.g. cache flush before shutdown). Its SMID is
     /// freed when queue 0's reaper sees its reply.
     pub fn dcmd(&self, opcode: u32, mbox: [u8; 12], len: usize) -> Result<Vec<u8>, Error> {
-        let _g = self.gate.try_read().ok_or(Error::Resetting)?;
+        let _g = self.gate.try_enter(0).ok_or(Error::Resetting)?;
         self.dcmd_inner(None, opcode, mbox, len)
     }
 
@@ -1532,7 +1536,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// generation of this use of the tag. A flush when the firmware does not handle
     /// SYNCHRONIZE CACHE must not be submitted (see [`Controller::flush_goes_to_firmware`]).
     pub fn submit(&self, tag: u32, queue: u16, req: &IoRequest<'_>, cookie: u64) -> Result<u32, Error> {
-        let entered = self.enter().ok_or(Error::Resetting)?;
+        let entered = self.enter(queue).ok_or(Error::Resetting)?;
         let checked = self.validate(req)?;
         self.submit_validated(&entered, tag, queue, req, &checked, cookie)
     }
@@ -1570,8 +1574,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Enters the submission section: while the guard lives no reset can start, so a caller
     /// can hand a request to its owner's bookkeeping (blk's `Rq::issue`) and then post it
     /// without a reset in between. None while a reset runs.
-    pub fn enter(&self) -> Option<Entered<'_>> {
-        self.gate.try_read().map(|g| Entered { _guard: g })
+    pub fn enter(&self, queue: u16) -> Option<Entered<'_>> {
+        self.gate
+            .try_enter(usize::from(queue))
+            .map(|inside| Entered { _inside: inside })
     }
 
     /// Checks a request without posting it: drive, range, segments. Returns what
@@ -1934,7 +1940,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Generic over the sink, so the block binding's completion handler is inlined into the
     /// walk (issue 22: a `dyn` call and a `Completion` built in memory per reply).
     pub fn reap<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
-        let Some(_g) = self.gate.try_read() else {
+        let Some(_g) = self.gate.try_enter(usize::from(queue)) else {
             return 0;
         };
         if usize::from(queue) >= self.queues.len() {
@@ -2128,7 +2134,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// reset, it is stopped (STOP_ADAPTER) and marked dead, and its requests stay the device's:
     /// the caller turns bus mastering off and only then calls [`Controller::abandon_in_flight`].
     pub fn reset(&self, sink: &mut dyn FnMut(Completion), report: &mut Report) -> Result<(), Error> {
-        let _w = self.gate.write();
+        let _w = self.gate.close();
         let g = self.generation;
         let mut budget = Budget::new(self.config.bringup_budget_us);
         let was_enabled = self.interrupts_enabled.load(Ordering::Acquire);
@@ -2223,7 +2229,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if !self.is_dead() {
             return 0;
         }
-        let _w = self.gate.write();
+        let _w = self.gate.close();
         let mut n = 0u32;
         self.return_in_flight(&mut |c| {
             n += 1;

@@ -19,6 +19,7 @@ pub mod blkdev;
 mod controller;
 mod diag;
 mod error;
+mod gate;
 mod mem;
 mod options;
 mod pci;
