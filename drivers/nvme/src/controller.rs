@@ -45,7 +45,15 @@ pub struct Config {
     /// (`blkdev::Host::measure_floor`), after the `namespaces × queue_depth` block-layer slots
     /// (0: none, no floor).
     pub floor_slots: u32,
+    /// Commands posted with a deferred doorbell (a block-layer burst) after which the SQ tail
+    /// doorbell is rung anyway: the device then starts on them while the CPU builds the rest
+    /// of the burst (`nvme.doorbell_batch=`; at least 1, which rings for every command).
+    pub doorbell_batch: u32,
 }
+
+/// [`Config::doorbell_batch`] by default (chosen by measurement, docs/bench.md "NVMe at its
+/// floor (issue 22, seventh pass)").
+pub const DEFAULT_DOORBELL_BATCH: u32 = 8;
 
 impl Default for Config {
     fn default() -> Self {
@@ -58,6 +66,7 @@ impl Default for Config {
             max_transfer_bytes: 512 * 1024,
             max_retries: 3,
             floor_slots: 0,
+            doorbell_batch: DEFAULT_DOORBELL_BATCH,
         }
     }
 }
@@ -196,7 +205,8 @@ struct SqState {
     tail: u32,
     /// Last SQ head the controller reported.
     head: u32,
-    doorbell_pending: bool,
+    /// Commands posted since the tail doorbell was last rung (a burst's deferred doorbell).
+    unrung: u32,
     slots: Vec<CmdSlot>,
 }
 
@@ -354,6 +364,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 field: "floor_slots",
                 value: config.floor_slots.into(),
                 accepted: "0..=1024",
+            });
+        }
+        if config.doorbell_batch == 0 {
+            return Err(Error::InvalidConfig {
+                field: "doorbell_batch",
+                value: 0,
+                accepted: "1 or more commands per doorbell",
             });
         }
         if config.queue_depth == 0 || config.poll_us == 0 {
@@ -818,7 +835,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     mem: sq_mem,
                     tail: 0,
                     head: 0,
-                    doorbell_pending: false,
+                    unrung: 0,
                     slots: vec![CmdSlot::default(); cids as usize],
                 }),
                 cq: Mutex::new(CqState {
@@ -956,9 +973,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         record.timeout_stage = 0;
         record.posted_seq = posted_seq;
         sq.tail = next_tail;
-        if defer_doorbell {
-            sq.doorbell_pending = true;
-        } else {
+        // A deferred doorbell is rung anyway once `doorbell_batch` commands wait behind it, so
+        // the device works on them while the rest of the burst is built (issue 22: one
+        // doorbell per 32-command burst put device and CPU in lock-step).
+        sq.unrung += 1;
+        if !defer_doorbell || sq.unrung >= self.config.doorbell_batch {
             self.ring_sq(q, sq);
         }
         Ok(())
@@ -968,14 +987,14 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // Release: the entries are in memory before the doorbell store makes the device read them.
         fence(Ordering::Release);
         self.mmio.write32(q.sq_doorbell, sq.tail);
-        sq.doorbell_pending = false;
+        sq.unrung = 0;
     }
 
     /// Rings hardware queue `hwq`'s SQ doorbell if commands were posted with it deferred.
     pub(crate) fn commit(&self, hwq: usize) {
         if let Some(q) = self.queue(hwq) {
             let mut sq = q.sq.lock();
-            if sq.doorbell_pending {
+            if sq.unrung > 0 {
                 self.ring_sq(q, &mut sq);
             }
         }
@@ -1250,7 +1269,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             sq.mem.zero();
             sq.tail = 0;
             sq.head = 0;
-            sq.doorbell_pending = false;
+            sq.unrung = 0;
             cq.mem.zero();
             cq.head = 0;
             cq.phase = true;
