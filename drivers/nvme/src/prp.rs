@@ -127,11 +127,11 @@ pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) 
     // which names the error.
     if let [segment] = segments {
         let (phys, len) = (segment.bus_addr(), u64::from(segment.bytes()));
+        // Three tests (issue 22: five branches): no wrap; the segment is the whole transfer and
+        // dword aligned (one word test); its length 1..=max_bytes (the wrap of 0 fails it).
         if let Some(end) = phys.checked_add(len)
-            && len != 0
-            && len == bytes
-            && bytes <= max_bytes
-            && phys % 4 == 0
+            && ((len ^ bytes) | (phys % 4)) == 0
+            && len.wrapping_sub(1) < max_bytes
         {
             // Saturating: a segment in the last page of the address space has no second page.
             let second = (phys & !(PAGE - 1)).saturating_add(PAGE);
