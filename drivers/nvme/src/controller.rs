@@ -1090,7 +1090,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     self.mmio.write32(q.cq_doorbell, cq.head);
                 }
                 // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
-                more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
+                more = read_io_cqe(&cq.mem, cq.head, cq.phase).is_some();
                 drop(cq);
                 if ring {
                     self.ring_sq(q, sq);
@@ -1394,7 +1394,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     pub(crate) fn cq_pending(&self, hwq: usize) -> bool {
         self.queue(hwq).is_some_and(|q| {
             q.cq.try_lock()
-                .is_none_or(|cq| read_cqe(&cq.mem, cq.head, cq.phase).is_some())
+                .is_none_or(|cq| read_io_cqe(&cq.mem, cq.head, cq.phase).is_some())
         })
     }
 
