@@ -138,6 +138,8 @@ pub struct NsDriver<M: SyncMmio, D: SyncDma, T: SyncDelay> {
     ns_index: u32,
     nsid: u32,
     lba_shift: u32,
+    /// Logical block size - 1 (the bits a byte offset or length in whole blocks has clear).
+    lba_mask: u64,
     max_transfer: u64,
     depth: u32,
 }
@@ -245,6 +247,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
                     ns_index: i as u32,
                     nsid: ns.nsid,
                     lba_shift: ns.lba_size.trailing_zeros(),
+                    lba_mask: u64::from(ns.lba_size) - 1,
                     max_transfer: ns.max_transfer,
                     depth,
                 };
@@ -672,15 +675,12 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     /// `queue_rq`, so the entry is built where `post` reads it (issue 22: one copy fewer).
     #[inline(always)]
     fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<IoCmd, Error> {
-        let lba = 1u64 << self.lba_shift;
-        let offset = rq.sector().checked_mul(u64::from(blk::SECTOR_SIZE));
+        let sector = rq.sector();
         let bytes = rq.bytes();
-        let Some(offset) = offset.filter(|o| o % lba == 0 && bytes.is_multiple_of(lba) && bytes > 0) else {
-            return Err(misaligned("request alignment", rq.sector()));
-        };
-        if bytes > self.max_transfer {
-            return Err(too_large(bytes, self.max_transfer));
+        if !rw_fits(sector, bytes, self.lba_mask, self.max_transfer) {
+            return Err(rw_refusal(sector, bytes, self.lba_shift, self.max_transfer));
         }
+        let offset = sector << SECTOR_SHIFT;
         let blocks = (bytes >> self.lba_shift) as u32;
         let mut sqe = IoCmd::read_write(write, self.nsid, offset >> self.lba_shift, blocks);
         let prps = match prp::without_list(rq.segments(), bytes, self.max_transfer)? {
@@ -696,6 +696,43 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         };
         sqe.set_prps(prps.prp1, prps.prp2);
         Ok(sqe)
+    }
+}
+
+/// log2 of `blk::SECTOR_SIZE`.
+const SECTOR_SHIFT: u32 = blk::SECTOR_SIZE.trailing_zeros();
+const _: () = assert!(1 << SECTOR_SHIFT == blk::SECTOR_SIZE);
+
+/// Whether a read or write of `bytes` at `sector` can be one command: its byte offset fits in
+/// 64 bits (sector below 2^55), offset and length are whole logical blocks (`lba_mask`: the
+/// block size - 1), and the length is 1..=`max_transfer`. One test for all of it (issue 22: each check
+/// was its own branch, with the error's fields set up before the first); [`rw_refusal`] says
+/// which failed.
+#[inline(always)]
+fn rw_fits(sector: u64, bytes: u64, lba_mask: u64, max_transfer: u64) -> bool {
+    let misfit = (sector >> (64 - SECTOR_SHIFT)) | ((sector << SECTOR_SHIFT) & lba_mask) | (bytes & lba_mask);
+    // `bytes - 1 < max`: the wrap of 0 makes it fail too.
+    misfit == 0 && bytes.wrapping_sub(1) < max_transfer
+}
+
+/// The error of a read or write [`rw_fits`] refused (out of line).
+#[cold]
+#[inline(never)]
+fn rw_refusal(sector: u64, bytes: u64, lba_shift: u32, max_transfer: u64) -> Error {
+    let lba = 1u64 << lba_shift;
+    let aligned = sector
+        .checked_mul(u64::from(blk::SECTOR_SIZE))
+        .is_some_and(|o| o % lba == 0 && bytes.is_multiple_of(lba) && bytes > 0);
+    if !aligned {
+        return Error::InvalidConfig {
+            field: "request alignment",
+            value: sector,
+            accepted: "whole logical blocks",
+        };
+    }
+    Error::TransferTooLarge {
+        bytes,
+        max: max_transfer,
     }
 }
 
@@ -732,23 +769,6 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
         range.copy_from_slice(&crate::cmd::dsm_range(offset >> self.lba_shift, blocks));
         Ok(IoCmd::deallocate(self.nsid, list_phys))
     }
-}
-
-/// The refusal of a request that is not in whole logical blocks (out of line: the hot path
-/// keeps only the test; issue 22).
-#[cold]
-fn misaligned(field: &'static str, sector: u64) -> Error {
-    Error::InvalidConfig {
-        field,
-        value: sector,
-        accepted: "whole logical blocks",
-    }
-}
-
-/// The refusal of a transfer above the controller's limit (out of line).
-#[cold]
-fn too_large(bytes: u64, max: u64) -> Error {
-    Error::TransferTooLarge { bytes, max }
 }
 
 impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
@@ -813,5 +833,73 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
 
     fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
         self.host.upgrade().map_or(0, |h| h.poll(hw.hwq(), hw.cpu()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checks `rw_fits` replaced, one by one.
+    fn fits_reference(sector: u64, bytes: u64, lba_shift: u32, max: u64) -> bool {
+        let lba = 1u64 << lba_shift;
+        sector
+            .checked_mul(u64::from(blk::SECTOR_SIZE))
+            .is_some_and(|o| o % lba == 0 && bytes.is_multiple_of(lba) && bytes > 0)
+            && bytes <= max
+    }
+
+    #[test]
+    fn the_one_test_agrees_with_the_checks_it_replaced() {
+        let sectors = [
+            0u64,
+            1,
+            7,
+            8,
+            9,
+            4096,
+            (1 << 55) - 8,
+            (1 << 55) - 1,
+            1 << 55,
+            u64::MAX / 512,
+            u64::MAX,
+        ];
+        let lengths = [
+            0u64,
+            1,
+            511,
+            512,
+            4095,
+            4096,
+            4097,
+            8192,
+            512 * 1024,
+            516 * 1024,
+            u64::MAX,
+        ];
+        for lba_shift in [9u32, 12] {
+            for max in [4096u64, 512 * 1024] {
+                for &sector in &sectors {
+                    for &bytes in &lengths {
+                        let fits = rw_fits(sector, bytes, (1 << lba_shift) - 1, max);
+                        assert_eq!(
+                            fits,
+                            fits_reference(sector, bytes, lba_shift, max),
+                            "sector {sector} bytes {bytes} lba 2^{lba_shift} max {max}"
+                        );
+                        if !fits {
+                            let e = rw_refusal(sector, bytes, lba_shift, max);
+                            let too_large = matches!(e, Error::TransferTooLarge { .. });
+                            // Too large only when everything else is right.
+                            assert_eq!(
+                                too_large,
+                                fits_reference(sector, bytes, lba_shift, u64::MAX),
+                                "sector {sector} bytes {bytes}: {e:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

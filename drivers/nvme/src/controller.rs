@@ -45,7 +45,15 @@ pub struct Config {
     /// (`blkdev::Host::measure_floor`), after the `namespaces × queue_depth` block-layer slots
     /// (0: none, no floor).
     pub floor_slots: u32,
+    /// Commands posted with a deferred doorbell (a block-layer burst) after which the SQ tail
+    /// doorbell is rung anyway: the device then starts on them while the CPU builds the rest
+    /// of the burst (`nvme.doorbell_batch=`; at least 1, which rings for every command).
+    pub doorbell_batch: u32,
 }
+
+/// [`Config::doorbell_batch`] by default (chosen by measurement, docs/bench.md "NVMe at its
+/// floor (issue 22, seventh pass)").
+pub const DEFAULT_DOORBELL_BATCH: u32 = 8;
 
 impl Default for Config {
     fn default() -> Self {
@@ -58,6 +66,7 @@ impl Default for Config {
             max_transfer_bytes: 512 * 1024,
             max_retries: 3,
             floor_slots: 0,
+            doorbell_batch: DEFAULT_DOORBELL_BATCH,
         }
     }
 }
@@ -196,7 +205,8 @@ struct SqState {
     tail: u32,
     /// Last SQ head the controller reported.
     head: u32,
-    doorbell_pending: bool,
+    /// Commands posted since the tail doorbell was last rung (a burst's deferred doorbell).
+    unrung: u32,
     slots: Vec<CmdSlot>,
 }
 
@@ -354,6 +364,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 field: "floor_slots",
                 value: config.floor_slots.into(),
                 accepted: "0..=1024",
+            });
+        }
+        if config.doorbell_batch == 0 {
+            return Err(Error::InvalidConfig {
+                field: "doorbell_batch",
+                value: 0,
+                accepted: "1 or more commands per doorbell",
             });
         }
         if config.queue_depth == 0 || config.poll_us == 0 {
@@ -818,7 +835,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     mem: sq_mem,
                     tail: 0,
                     head: 0,
-                    doorbell_pending: false,
+                    unrung: 0,
                     slots: vec![CmdSlot::default(); cids as usize],
                 }),
                 cq: Mutex::new(CqState {
@@ -913,10 +930,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let sq = &mut *guard;
         // Checked once, under the lock: a reset holds every SQ lock while it runs, so the state
         // cannot change between this check and the post (issue 22: was also checked before).
-        match self.state.load(Ordering::Acquire) {
-            STATE_LIVE => {}
-            STATE_RESETTING => return Err((PostError::Busy, request)),
-            _ => return Err((PostError::Failed(Error::NotOperational), request)),
+        let state = self.state.load(Ordering::Acquire);
+        if state != STATE_LIVE {
+            return Err((not_live(state), request));
         }
         // The slot's record, bounds-checked once for the whole post (issue 22: indexed, and
         // checked, three times).
@@ -956,9 +972,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         record.timeout_stage = 0;
         record.posted_seq = posted_seq;
         sq.tail = next_tail;
-        if defer_doorbell {
-            sq.doorbell_pending = true;
-        } else {
+        // A deferred doorbell is rung anyway once `doorbell_batch` commands wait behind it, so
+        // the device works on them while the rest of the burst is built (issue 22: one
+        // doorbell per 32-command burst put device and CPU in lock-step).
+        sq.unrung += 1;
+        if !defer_doorbell || sq.unrung >= self.config.doorbell_batch {
             self.ring_sq(q, sq);
         }
         Ok(())
@@ -968,14 +986,14 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // Release: the entries are in memory before the doorbell store makes the device read them.
         fence(Ordering::Release);
         self.mmio.write32(q.sq_doorbell, sq.tail);
-        sq.doorbell_pending = false;
+        sq.unrung = 0;
     }
 
     /// Rings hardware queue `hwq`'s SQ doorbell if commands were posted with it deferred.
     pub(crate) fn commit(&self, hwq: usize) {
         if let Some(q) = self.queue(hwq) {
             let mut sq = q.sq.lock();
-            if sq.doorbell_pending {
+            if sq.unrung > 0 {
                 self.ring_sq(q, &mut sq);
             }
         }
@@ -1015,7 +1033,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 let limit = BATCH.min(left as usize);
                 let mut ring = false;
                 while n < limit {
-                    let Some(cqe) = read_cqe(&cq.mem, cq.head, cq.phase) else {
+                    let Some(cqe) = read_io_cqe(&cq.mem, cq.head, cq.phase) else {
                         break;
                     };
                     n += 1;
@@ -1072,7 +1090,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     self.mmio.write32(q.cq_doorbell, cq.head);
                 }
                 // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
-                more = read_cqe(&cq.mem, cq.head, cq.phase).is_some();
+                more = read_io_cqe(&cq.mem, cq.head, cq.phase).is_some();
                 drop(cq);
                 if ring {
                     self.ring_sq(q, sq);
@@ -1250,7 +1268,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             sq.mem.zero();
             sq.tail = 0;
             sq.head = 0;
-            sq.doorbell_pending = false;
+            sq.unrung = 0;
             cq.mem.zero();
             cq.head = 0;
             cq.phase = true;
@@ -1376,7 +1394,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     pub(crate) fn cq_pending(&self, hwq: usize) -> bool {
         self.queue(hwq).is_some_and(|q| {
             q.cq.try_lock()
-                .is_none_or(|cq| read_cqe(&cq.mem, cq.head, cq.phase).is_some())
+                .is_none_or(|cq| read_io_cqe(&cq.mem, cq.head, cq.phase).is_some())
         })
     }
 
@@ -1428,6 +1446,18 @@ fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
     mem.write_u64s(slot as usize * SQE_SIZE, cmd.sqe_words());
 }
 
+/// Why a post found the controller not live (out of line: the hot path keeps one compare; issue
+/// 22).
+#[cold]
+#[inline(never)]
+fn not_live(state: u8) -> PostError {
+    if state == STATE_RESETTING {
+        PostError::Busy
+    } else {
+        PostError::Failed(Error::NotOperational)
+    }
+}
+
 /// Moves an SQ's tail past the entry just written.
 #[inline]
 fn advance_tail(sq: &mut SqState, entries: u32) {
@@ -1470,6 +1500,21 @@ fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     // Acquire: the rest of the entry is read only after its phase tag was seen.
     fence(Ordering::Acquire);
     Some(Cqe::from_dwords([entry.read(0), entry.read(1), entry.read(2), dw3]))
+}
+
+/// [`read_cqe`] for an I/O queue: DW0 (command specific, unused by reads, writes, flushes and
+/// Dataset Management) and DW1 (reserved) are not read, so `result` is 0 (issue 22: two loads
+/// per completion).
+#[inline(always)]
+fn read_io_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
+    let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
+    let dw3 = entry.read(3);
+    if (dw3 & (1 << 16) != 0) != phase {
+        return None;
+    }
+    // Acquire: the rest of the entry is read only after its phase tag was seen.
+    fence(Ordering::Acquire);
+    Some(Cqe::from_dwords([0, 0, entry.read(2), dw3]))
 }
 
 #[cfg(test)]

@@ -156,6 +156,11 @@ pub struct FakeStats {
     pub msix_mask_writes: u64,
     /// INTx assertions.
     pub intx_asserts: u64,
+    /// Tail doorbell writes to I/O submission queues (valid ones: the admin SQ's and refused
+    /// writes are not counted).
+    pub io_sq_doorbells: u64,
+    /// Commands an I/O submission queue doorbell made the fake fetch, per write, in order.
+    pub io_sq_fetches: Vec<u32>,
     /// Protocol problems the fake saw (doorbell beyond queue, command on a missing queue ...).
     pub guest_errors: Vec<alloc::string::String>,
     /// Dataset Management ranges received: (nsid, starting LBA, blocks).
@@ -621,6 +626,12 @@ impl Dev {
             return;
         }
         sq.ring.tail = value;
+        if qid != 0 {
+            self.stats.io_sq_doorbells += 1;
+            let sq = &self.sqs[&qid].ring;
+            let fetched = (sq.tail + sq.entries - sq.head) % sq.entries;
+            self.stats.io_sq_fetches.push(fetched);
+        }
         // Fetch everything up to the tail (QEMU does, so SQHD tracks the tail).
         loop {
             let sq = self.sqs.get_mut(&qid).expect("checked above");

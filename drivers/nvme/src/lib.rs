@@ -34,8 +34,8 @@ pub mod status;
 pub mod fake;
 
 pub use controller::{
-    Accepted, BogusCqe, Config, Controller, ControllerInfo, NamespaceInfo, PostError, Report, ResetOutcome,
-    TimeoutVerdict,
+    Accepted, BogusCqe, Config, Controller, ControllerInfo, DEFAULT_DOORBELL_BATCH, NamespaceInfo, PostError, Report,
+    ResetOutcome, TimeoutVerdict,
 };
 pub use devhal::{Delay, Dma, DmaError, DmaRegion, Mmio};
 pub use error::Error;

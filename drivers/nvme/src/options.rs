@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver: `nvme.queues=`, `nvme.irq=`, `nvme.queue_depth=`,
-//! `nvme.timeout_ms=`, `nvme.floor=`, `nvme.irq_poll=`.
+//! `nvme.timeout_ms=`, `nvme.floor=`, `nvme.irq_poll=`, `nvme.doorbell_batch=`.
 
 use alloc::string::String;
 
@@ -39,6 +39,10 @@ pub struct Options {
     /// ([`crate::adaptive`]), closing a vector's polling window after N µs without a completion
     /// (`on`: 50). MSI-X only (the vector's mask bit).
     pub irq_poll_idle_us: Option<u32>,
+    /// `nvme.doorbell_batch=N`: within a block-layer burst, ring the SQ tail doorbell after at
+    /// most N commands (and after the burst's last), so the device starts on the first ones
+    /// while the CPU builds the rest (default [`crate::DEFAULT_DOORBELL_BATCH`]; 1..=queue depth).
+    pub doorbell_batch: Option<u32>,
 }
 
 /// Reads per queue depth of `nvme.floor=on`.
@@ -98,12 +102,30 @@ impl Options {
                         ),
                     }
                 }
+                "doorbell_batch" => {
+                    out.doorbell_batch = Some(
+                        number_in(value, 1..=4096)
+                            .ok_or_else(|| bad(word, "nvme.doorbell_batch=1..=queue depth (commands per doorbell)"))?,
+                    )
+                }
                 _ => {
                     return Err(bad(
                         word,
-                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms, nvme.floor or nvme.irq_poll",
+                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms, nvme.floor, nvme.irq_poll or \
+                         nvme.doorbell_batch",
                     ));
                 }
+            }
+        }
+        // A batch above the queue depth could never fill: refused rather than silently read
+        // as "one doorbell per burst" (which is `nvme.doorbell_batch=<depth>`).
+        if let Some(batch) = out.doorbell_batch {
+            let depth = out.queue_depth.unwrap_or(crate::Config::default().queue_depth);
+            if batch > depth {
+                return Err(Error::BadOption {
+                    word: alloc::format!("nvme.doorbell_batch={batch}"),
+                    accepted: "nvme.doorbell_batch=1..=queue depth (nvme.queue_depth, default 128)",
+                });
             }
         }
         Ok(out)
@@ -119,6 +141,9 @@ impl Options {
         }
         if self.floor_ios.is_some() {
             c.floor_slots = crate::blkdev::FLOOR_SLOTS;
+        }
+        if let Some(b) = self.doorbell_batch {
+            c.doorbell_batch = b;
         }
         c
     }
@@ -238,6 +263,63 @@ mod tests {
         assert!(e.to_string().contains("nvme.floor"), "{e}");
         let e = Options::parse("nvme.floor=yes").unwrap_err();
         assert!(e.to_string().contains("on|off|1..=1000000"), "{e}");
+    }
+
+    #[test]
+    fn doorbell_batch_is_one_to_the_queue_depth() {
+        assert_eq!(Options::parse("").unwrap().doorbell_batch, None);
+        assert_eq!(
+            Options::parse("").unwrap().config(1).doorbell_batch,
+            crate::DEFAULT_DOORBELL_BATCH
+        );
+        let o = Options::parse("nvme.doorbell_batch=4").unwrap();
+        assert_eq!((o.doorbell_batch, o.config(2).doorbell_batch), (Some(4), 4));
+        assert_eq!(
+            Options::parse("nvme.doorbell_batch=1")
+                .unwrap()
+                .config(1)
+                .doorbell_batch,
+            1
+        );
+        // Up to the queue depth: the default 128, or nvme.queue_depth's, in either order.
+        assert_eq!(
+            Options::parse("nvme.doorbell_batch=128").unwrap().doorbell_batch,
+            Some(128)
+        );
+        assert_eq!(
+            Options::parse("nvme.doorbell_batch=256 nvme.queue_depth=256")
+                .unwrap()
+                .doorbell_batch,
+            Some(256)
+        );
+        use alloc::string::ToString;
+        for bad in [
+            "nvme.doorbell_batch=0",
+            "nvme.doorbell_batch=x",
+            "nvme.doorbell_batch=",
+            "nvme.doorbell_batch=4097",
+        ] {
+            let e = Options::parse(bad).unwrap_err();
+            assert!(
+                matches!(&e, Error::BadOption { word, .. } if word == bad),
+                "{bad}: {e:?}"
+            );
+            assert!(e.to_string().contains("1..=queue depth"), "{bad}: {e}");
+        }
+        for (line, word) in [
+            ("nvme.doorbell_batch=129", "nvme.doorbell_batch=129"),
+            ("nvme.queue_depth=16 nvme.doorbell_batch=32", "nvme.doorbell_batch=32"),
+            ("nvme.doorbell_batch=32 nvme.queue_depth=16", "nvme.doorbell_batch=32"),
+        ] {
+            let e = Options::parse(line).unwrap_err();
+            assert!(
+                matches!(&e, Error::BadOption { word: w, .. } if w == word),
+                "{line}: {e:?}"
+            );
+            assert!(e.to_string().contains("queue depth"), "{line}: {e}");
+        }
+        let e = Options::parse("nvme.foo=1").unwrap_err();
+        assert!(e.to_string().contains("nvme.doorbell_batch"), "{e}");
     }
 
     #[test]

@@ -108,8 +108,9 @@ fn data_pages<S: DataSegment>(segments: &[S]) -> impl Iterator<Item = u64> + '_ 
         let mut next = Some(phys);
         core::iter::from_fn(move || {
             let p = next?;
-            let following = (p & !(PAGE - 1)) + PAGE;
-            next = (following < end).then_some(following);
+            // Checked: the last page of the address space has no page after it (a plain add
+            // wrapped to page 0 there).
+            next = (p & !(PAGE - 1)).checked_add(PAGE).filter(|&following| following < end);
             Some(p)
         })
     })
@@ -127,24 +128,24 @@ pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) 
     // which names the error.
     if let [segment] = segments {
         let (phys, len) = (segment.bus_addr(), u64::from(segment.bytes()));
-        if let Some(end) = phys.checked_add(len)
-            && len != 0
-            && len == bytes
-            && bytes <= max_bytes
-            && phys % 4 == 0
-        {
-            // Saturating: a segment in the last page of the address space has no second page.
-            let second = (phys & !(PAGE - 1)).saturating_add(PAGE);
-            return Ok(if second >= end {
+        // Three tests (issue 22: five branches): no wrap; the segment is the whole transfer and
+        // dword aligned (one word test); its length 1..=max_bytes (the wrap of 0 fails it).
+        if phys.checked_add(len).is_some() && ((len ^ bytes) | (phys % 4)) == 0 && len.wrapping_sub(1) < max_bytes {
+            // The pages the segment touches, from its offset in its first page (no overflow:
+            // below PAGE plus a length that fits the address space after `phys`; issue 22: the
+            // page ends were computed with saturating adds).
+            let reach = phys % PAGE + len;
+            return Ok(if reach <= PAGE {
                 Some(Prps {
                     prp1: phys,
                     prp2: 0,
                     list_entries: 0,
                 })
-            } else if second.saturating_add(PAGE) >= end {
+            } else if reach <= 2 * PAGE {
                 Some(Prps {
                     prp1: phys,
-                    prp2: second,
+                    // The second page starts before the segment's end, so it exists.
+                    prp2: (phys & !(PAGE - 1)) + PAGE,
                     list_entries: 0,
                 })
             } else {
@@ -389,6 +390,15 @@ mod tests {
             (0x10_0004, 8192),
             (0x10_0000, 12288),
             (0x10_0000, 65536),
+            // Page edges: ending exactly on one, one byte over it, two pages from mid-page.
+            (0x10_0800, 2048),
+            (0x10_0800, 2052),
+            (0x10_0804, 8188),
+            (0x10_0804, 8192),
+            // The top of the address space: the last pages, with no page after them.
+            (u64::MAX - 8191, 4096),
+            (u64::MAX - 4095, 4092),
+            (u64::MAX - 6143, 4096),
         ] {
             let segs = [(phys, len)];
             let built = build(&segs, u64::from(len), max, &mut list, LIST).unwrap();
@@ -413,6 +423,12 @@ mod tests {
         assert!(
             without_list(&[(0x10_0000u64, 4096u32)], 8192, max).is_err(),
             "short segments"
+        );
+        // A segment that runs past the end of the address space: refused as build refuses it.
+        let wraps = [(u64::MAX - 8191, 8192u32)];
+        assert_eq!(
+            without_list(&wraps, 8192, max).unwrap_err(),
+            build(&wraps, 8192, max, &mut list, LIST).unwrap_err()
         );
     }
 
