@@ -7,23 +7,6 @@ pub(crate) use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
-/// Busy-wait hint; under loom, a yield to the model's scheduler.
-#[inline]
-pub(crate) fn spin_loop() {
-    #[cfg(not(loom))]
-    core::hint::spin_loop();
-    #[cfg(loom)]
-    loom::thread::yield_now();
-}
-
-/// A full fence placed right after an atomic read-modify-write (Linux's
-/// `smp_mb__after_atomic`): on x86-64 the RMW is a `lock`-prefixed instruction, itself a full
-/// barrier, so only the compiler is held back; elsewhere, and under loom (whose SeqCst
-/// accesses are not a total order, so Dekker's pattern needs the fence), `fence(SeqCst)`.
-#[inline]
-pub(crate) fn fence_after_rmw() {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    core::sync::atomic::compiler_fence(Ordering::SeqCst);
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    fence(Ordering::SeqCst);
-}
+/// Busy-wait hint and the full fence after a read-modify-write: the block layer's, so that one
+/// definition serves every protocol (see `blk::barrier`).
+pub(crate) use blk::barrier::{fence_after_rmw, spin_loop};

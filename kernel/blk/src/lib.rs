@@ -37,6 +37,13 @@ pub mod signature;
 pub mod sleeplock;
 pub mod split;
 mod sync;
+
+/// The barrier helpers of the block layer's protocols, for drivers that build the same patterns
+/// (Dekker's with a locked increment, spin-waits that loom can explore): the same code under
+/// `--cfg loom`.
+pub mod barrier {
+    pub use crate::sync::{fence_after_rmw, spin_loop};
+}
 pub mod tags;
 
 pub use counters::CounterSnapshot;

@@ -22,7 +22,7 @@ use core::ops::{Deref, DerefMut};
 /// kept from moving memory accesses across it. Callers must not put any other memory access
 /// between their RMW and this call.
 #[inline]
-pub(crate) fn fence_after_rmw() {
+pub fn fence_after_rmw() {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
@@ -32,7 +32,7 @@ pub(crate) fn fence_after_rmw() {
 /// Busy-wait hint. Under loom it yields to the model scheduler, which is what lets loom explore
 /// spin loops at all.
 #[inline]
-pub(crate) fn spin_loop() {
+pub fn spin_loop() {
     #[cfg(not(loom))]
     core::hint::spin_loop();
     #[cfg(loom)]
