@@ -327,38 +327,17 @@ pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static 
                 x86_64::instructions::interrupts::disable();
             }
         };
-        // FLOOR_BURSTS bursts, the median's figures reported: one burst's IOPS moved by up to
-        // 30% between boots under TCG (issue 22), which made a job's fraction of it noisy. Each
-        // burst is a whole run of `ios` reads with a doorbell per read, as before: the median
-        // is no easier to beat than one burst.
-        let mut bursts = Vec::with_capacity(FLOOR_BURSTS);
-        for _ in 0..FLOOR_BURSTS {
-            let burst = x86_64::instructions::interrupts::without_interrupts(|| {
-                controller
-                    .host
-                    .measure_floor(cpu, namespace, spec, buffer.phys(), bs as usize, &mut wait)
-            })
-            .map_err(|e| super::FloorFailure {
-                buffer_with_device: matches!(e, nvme::Error::FloorStalled { .. }),
-                error: format!("{e}"),
-            })?;
-            bursts.push(burst);
-        }
-        bursts.sort_by_key(|b| b.iops());
-        let iops: Vec<u64> = bursts.iter().map(|b| b.iops()).collect();
-        let (low, high) = (iops[0], iops[iops.len() - 1]);
-        let median = bursts.swap_remove(FLOOR_BURSTS / 2);
-        kprintln!(
-            "floor: {device} QD{}: {FLOOR_BURSTS} bursts of {ios} reads, IOPS {iops:?}: the median's figures are reported (spread {}%)",
-            median.queue_depth,
-            (high - low) * 100 / median.iops().max(1)
-        );
-        Ok(median)
+        x86_64::instructions::interrupts::without_interrupts(|| {
+            controller
+                .host
+                .measure_floor(cpu, namespace, spec, buffer.phys(), bs as usize, &mut wait)
+        })
+        .map_err(|e| super::FloorFailure {
+            buffer_with_device: matches!(e, nvme::Error::FloorStalled { .. }),
+            error: format!("{e}"),
+        })
     })
 }
-
-/// Bursts per floor queue depth (`floor_before_job`): the median's figures are reported.
-const FLOOR_BURSTS: usize = 3;
 
 /// The CPU each vector of `plan` is aimed at: vector 0 (admin, polled by the driver) at the boot
 /// CPU, vector v at the CPU the one CPU map gives the first hardware queue on v; with
