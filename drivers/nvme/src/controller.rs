@@ -1491,6 +1491,20 @@ fn ring_free(tail: u32, head: u32, entries: u32) -> u32 {
 /// The CQE at `head` if its phase tag says the controller wrote it on this pass.
 #[inline]
 fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
+    read_cqe_words::<true>(mem, head, phase)
+}
+
+/// [`read_cqe`] for an I/O queue: DW0 (command specific, unused by reads, writes, flushes and
+/// Dataset Management) and DW1 (reserved) are not read, so `result` is 0 (issue 22: two loads
+/// per completion).
+#[inline(always)]
+fn read_io_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
+    read_cqe_words::<false>(mem, head, phase)
+}
+
+/// The CQE at `head` if its phase tag matches `phase`; DW0 and DW1 only `WITH_RESULT`.
+#[inline(always)]
+fn read_cqe_words<const WITH_RESULT: bool>(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     // One bounds check for the entry's four words (issue 22).
     let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
     let dw3 = entry.read(3);
@@ -1499,22 +1513,12 @@ fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     }
     // Acquire: the rest of the entry is read only after its phase tag was seen.
     fence(Ordering::Acquire);
-    Some(Cqe::from_dwords([entry.read(0), entry.read(1), entry.read(2), dw3]))
-}
-
-/// [`read_cqe`] for an I/O queue: DW0 (command specific, unused by reads, writes, flushes and
-/// Dataset Management) and DW1 (reserved) are not read, so `result` is 0 (issue 22: two loads
-/// per completion).
-#[inline(always)]
-fn read_io_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
-    let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
-    let dw3 = entry.read(3);
-    if (dw3 & (1 << 16) != 0) != phase {
-        return None;
-    }
-    // Acquire: the rest of the entry is read only after its phase tag was seen.
-    fence(Ordering::Acquire);
-    Some(Cqe::from_dwords([0, 0, entry.read(2), dw3]))
+    let (dw0, dw1) = if WITH_RESULT {
+        (entry.read(0), entry.read(1))
+    } else {
+        (0, 0)
+    };
+    Some(Cqe::from_dwords([dw0, dw1, entry.read(2), dw3]))
 }
 
 #[cfg(test)]
