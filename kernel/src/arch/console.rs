@@ -526,7 +526,7 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let ns = crate::arch::time::now_ns();
+        let ns = crate::arch::time::uptime_ns();
         print(format_args!(
             "[{:5}.{:06}] cpu{} {:5} {}\n",
             ns / 1_000_000_000,

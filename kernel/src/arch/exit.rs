@@ -116,7 +116,7 @@ fn repeat_line(n: u32) {
     // try_lock: an NMI may have interrupted this CPU while it held one of them.
     let line = VERDICT.try_lock().map(|v| v.clone()).unwrap_or_default();
     let jobs = JOBS.try_lock().map(|j| j.clone()).unwrap_or_default();
-    let since_s = crate::arch::time::now_ns() / 1_000_000_000;
+    let since_s = crate::arch::time::uptime_ns() / 1_000_000_000;
     emergency_println!(
         "BAREMQ-REPEAT #{n} ({since_s} s since boot): {line}{}{jobs}",
         if jobs.is_empty() { "" } else { "; " }
