@@ -143,9 +143,13 @@ impl LatencyHistogram {
         // A u64 squared fits in u128; the sum saturates instead of wrapping (2^64 samples of 2^32 ns),
         // on a branch out of line: `saturating_add` selects with two conditional moves on every
         // value (issue 22).
-        match self.sum_of_squares.checked_add(u128::from(value) * u128::from(value)) {
-            Some(squares) => self.sum_of_squares = squares,
-            None => self.saturate_squares(),
+        // Stored as it comes, mended on the cold branch: a `checked_add` match compiled to a
+        // select of both halves (four instructions more per I/O; issue 22). Once saturated the
+        // sum stays there: `MAX` plus a square overflows again, plus 0 is `MAX`.
+        let (squares, overflowed) = self.sum_of_squares.overflowing_add(u128::from(value) * u128::from(value));
+        self.sum_of_squares = squares;
+        if overflowed {
+            self.saturate_squares();
         }
         // Stored only when it moves: a compare each, not a compare, a select and a store
         // (issue 22).
