@@ -39,7 +39,7 @@ pub const MAX_CPUS: usize = 1 << 16;
 /// own completions do not share lines. (Not under loom: padding would only add atomics to the
 /// model.)
 #[cfg(not(loom))]
-const WORD_STRIDE_ALIGN: usize = 128 / 8;
+const WORD_STRIDE_ALIGN: usize = 128 / core::mem::size_of::<DoneWord>();
 #[cfg(not(loom))]
 const STATUS_STRIDE_ALIGN: usize = 128;
 #[cfg(loom)]
@@ -65,16 +65,30 @@ pub enum Taken {
     Other { slot: usize, status: Status },
 }
 
+/// 64 slots' done bits and, beside them, their "not ok" bits: one slice, so a reap walks one
+/// pointer and one length, not two slices zipped (issue 22).
+struct DoneWord {
+    done: AtomicU64,
+    /// The slot's delivered status is not `Ok`. Set before the done bit, cleared by the taker.
+    failed: AtomicU64,
+}
+
+impl DoneWord {
+    fn new() -> Self {
+        Self {
+            done: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+}
+
 /// Per-CPU done bitmaps and per-slot statuses.
 pub struct DoneBoard {
     ncpus: usize,
     slots_per_cpu: usize,
     word_stride: usize,
     status_stride: usize,
-    done: Box<[AtomicU64]>,
-    /// Parallel to `done`: the slot's delivered status is not `Ok`. Set before the done bit,
-    /// cleared by the taker.
-    failed: Box<[AtomicU64]>,
+    words: Box<[DoneWord]>,
     status: Box<[AtomicU8]>,
     /// Refused deliveries; a statistic, so a plain `core` atomic.
     bogus: CountU64,
@@ -105,8 +119,7 @@ impl DoneBoard {
             slots_per_cpu,
             word_stride,
             status_stride,
-            done: (0..ncpus * word_stride).map(|_| AtomicU64::new(0)).collect(),
-            failed: (0..ncpus * word_stride).map(|_| AtomicU64::new(0)).collect(),
+            words: (0..ncpus * word_stride).map(|_| DoneWord::new()).collect(),
             status: (0..ncpus * status_stride)
                 .map(|_| AtomicU8::new(Status::Ok as u8))
                 .collect(),
@@ -138,11 +151,11 @@ impl DoneBoard {
             // Only a slot with its "not ok" bit has its status read (`take_failed`), so a
             // success stores none (issue 22). Both are published by the Release below.
             self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
-            self.failed[word].fetch_or(bit, Ordering::Relaxed);
+            self.words[word].failed.fetch_or(bit, Ordering::Relaxed);
         }
         // Release pairs with the Acquire swap in `take`: the status store and the "not ok" bit
         // above are visible to the CPU that takes this bit.
-        let prev = self.done[word].fetch_or(bit, Ordering::Release);
+        let prev = self.words[word].done.fetch_or(bit, Ordering::Release);
         if prev & bit != 0 {
             self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
             return Err(BlkError::DoneSlotBusy { cpu: submit_cpu, slot });
@@ -212,15 +225,16 @@ impl DoneBoard {
         Some(CpuDone {
             board: self,
             cpu,
-            done: &self.done[base..base + words],
-            failed: &self.failed[base..base + words],
+            words: &self.words[base..base + words],
         })
     }
 
     /// The slots of word `w` (bits `failed`) that finished with another status than `Ok`:
-    /// their "not ok" bits cleared, each reported with its status.
-    #[cold]
-    fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, f: &mut impl FnMut(Taken)) {
+    /// their "not ok" bits cleared, each reported with its status. Inlined into the board's
+    /// walk, behind its rare branch: an out-of-line call taking `f` by reference made the
+    /// caller keep the closure, and what it captures, in memory on every reap (issue 22).
+    #[inline(always)]
+    fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, mut f: impl FnMut(Taken)) {
         // Other slots' bits in the word may be set meanwhile; clear only ours.
         failed_word.fetch_and(!failed, Ordering::Relaxed);
         let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
@@ -242,7 +256,7 @@ impl DoneBoard {
             return 0;
         };
         let mut n = 0;
-        for (w, (word, failed_word)) in part.done.iter().zip(part.failed).enumerate() {
+        for (w, DoneWord { done: word, failed: failed_word }) in part.words.iter().enumerate() {
             let first = w * 64;
             if first + 64 <= from {
                 continue;
@@ -261,7 +275,7 @@ impl DoneBoard {
     /// Whether CPU `cpu` has completions waiting (a hint: Relaxed loads).
     pub fn has_pending(&self, cpu: usize) -> bool {
         self.cpu_below(cpu, self.slots_per_cpu)
-            .is_some_and(|part| part.done.iter().any(|w| w.load(Ordering::Relaxed) != 0))
+            .is_some_and(|part| part.words.iter().any(|w| w.done.load(Ordering::Relaxed) != 0))
     }
 
     /// Deliveries refused (out of range, or a second completion for an untaken slot).
@@ -274,9 +288,7 @@ impl DoneBoard {
 pub struct CpuDone<'b> {
     board: &'b DoneBoard,
     cpu: usize,
-    done: &'b [AtomicU64],
-    /// Parallel to `done`.
-    failed: &'b [AtomicU64],
+    words: &'b [DoneWord],
 }
 
 impl CpuDone<'_> {
@@ -284,7 +296,7 @@ impl CpuDone<'_> {
     #[inline(always)]
     pub fn take_split(&self, mut f: impl FnMut(Taken)) -> usize {
         let mut n = 0;
-        for (w, (word, failed_word)) in self.done.iter().zip(self.failed).enumerate() {
+        for (w, DoneWord { done: word, failed: failed_word }) in self.words.iter().enumerate() {
             // A plain load first: most words are empty, and a swap would take the line
             // exclusively for nothing.
             if word.load(Ordering::Relaxed) == 0 {

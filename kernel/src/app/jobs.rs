@@ -135,39 +135,38 @@ fn whole_segments(buffers: &[DmaBuffer], bytes: usize) -> Vec<Segment> {
 
 /// The completions a reap lists for the engine (`KernelBackend::take_done`): into `out` after
 /// the `n` already there, the rest kept in `overflow` for the next reap.
-struct Listing<'x> {
-    out: &'x mut [Completion],
-    n: usize,
-    overflow: &'x mut Vec<Completion>,
+/// Lists slots `first + i` for each bit `i` of `bits` as successes after the `n` completions
+/// `out` holds; returns how many it holds now (what does not fit goes to `overflow`). For a
+/// word the engine's mask does not carry. Out of line: the benchmark's reaps never come here.
+/// Plain values in and out, not a struct or a `Taken` that the caller would keep in memory
+/// on every reap to make the call possible (issue 22).
+#[inline(never)]
+fn list_successes(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, first: usize, bits: u64) -> usize {
+    let mut n = n;
+    for_each_bit(bits, |i| n = list_one(out, n, overflow, Completion::new(first + i, Ok(()))));
+    n
 }
 
-impl Listing<'_> {
-    /// Lists what the board took: each success of a word the mask does not carry, or a
-    /// completion with another status. Out of line: the benchmark's reaps never come here.
-    #[inline(never)]
-    fn list(&mut self, taken: Taken) {
-        match taken {
-            Taken::Successes { first, bits } => for_each_bit(bits, |i| self.push(Completion::new(first + i, Ok(())))),
-            Taken::Other { slot, status } => {
-                let result = match status {
-                    Status::Ok => Ok(()),
-                    Status::Timeout => Err(IoError::Timeout),
-                    Status::Aborted => Err(IoError::Aborted),
-                    other => Err(IoError::Device { status: other as u32 }),
-                };
-                self.push(Completion::new(slot, result));
-            }
-        }
-    }
+/// [`list_successes`] for one completion with another status than success.
+#[inline(never)]
+fn list_failure(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, slot: usize, status: Status) -> usize {
+    let result = match status {
+        Status::Ok => Ok(()),
+        Status::Timeout => Err(IoError::Timeout),
+        Status::Aborted => Err(IoError::Aborted),
+        other => Err(IoError::Device { status: other as u32 }),
+    };
+    list_one(out, n, overflow, Completion::new(slot, result))
+}
 
-    #[inline(always)]
-    fn push(&mut self, c: Completion) {
-        if self.n < self.out.len() {
-            self.out[self.n] = c;
-            self.n += 1;
-        } else {
-            self.overflow.push(c);
-        }
+#[inline(always)]
+fn list_one(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, c: Completion) -> usize {
+    if n < out.len() {
+        out[n] = c;
+        n + 1
+    } else {
+        overflow.push(c);
+        n
     }
 }
 
@@ -407,11 +406,8 @@ impl<'a> KernelBackend<'a> {
     #[inline(always)]
     fn take_done<const MASK: bool, const TRACED: bool>(&mut self, out: &mut [Completion], n: usize) -> (u64, usize) {
         let mut succeeded = 0u64;
-        let mut listing = Listing {
-            out,
-            n,
-            overflow: &mut self.overflow,
-        };
+        let mut n = n;
+        let overflow = &mut self.overflow;
         let cpu = self.cpu;
         // The board hands a word's successes over as bits (issue 22): with `MASK`, those of
         // slots below 64 go to the engine as they come, without a status read or a branch
@@ -424,10 +420,11 @@ impl<'a> KernelBackend<'a> {
             }
             match taken {
                 Taken::Successes { first: 0, bits } if MASK => succeeded |= bits,
-                _ => listing.list(taken),
+                Taken::Successes { first, bits } => n = list_successes(out, n, overflow, first, bits),
+                Taken::Other { slot, status } => n = list_failure(out, n, overflow, slot, status),
             }
         });
-        (succeeded, listing.n)
+        (succeeded, n)
     }
 
     /// Ends slot `slot`'s I/O, which the device refused, with the refusal (reaped next).
