@@ -29,6 +29,10 @@ macro_rules! counters {
             /// minus exits on it), beside the counters a submission or a completion already has
             /// at hand. Not a statistic: it orders the freeze (a `sync` atomic, seen by loom).
             pub usage: crate::sync::AtomicUsize,
+            /// Where this CPU's next tag search starts ([`crate::tags::TagBitmap::alloc_hinted`]):
+            /// here, beside what a submission and a completion already hold, not in an array of
+            /// the tag set's that each would index (issue 22). A guess, any value is safe.
+            pub tag_hint: crate::tags::HintU32,
         }
 
         impl CpuCounters {

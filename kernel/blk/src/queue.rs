@@ -1040,7 +1040,7 @@ impl<D: Driver> Queue<D> {
         let tag = if yield_to_waiter {
             None
         } else {
-            tags.alloc(cpu, bio.reserved_tag)
+            tags.alloc_hinted(cpu, &counters.tag_hint, bio.reserved_tag)
         };
         let Some(tag) = tag else {
             self.usage.exit(&counters.usage);
@@ -2118,7 +2118,7 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::FREE);
         // Release inside `free` publishes the FREE state and our last reads to the next owner.
         // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let freed = self.tag_sets[set].free(cpu, tag, self.sharer_of(set));
+        let freed = self.tag_sets[set].free_hinted(cpu, &counters.tag_hint, tag, self.sharer_of(set));
         debug_assert!(freed, "tag {tag} freed twice");
         self.usage.exit(&counters.usage);
         self.after_completion(cpu, set, hwq, rerun_covered);

@@ -11,7 +11,7 @@ use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering, SpinLock, fence_a
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::AtomicU32 as HintU32;
+pub use core::sync::atomic::AtomicU32 as HintU32;
 
 /// A fixed-size lock-free bitmap of tags `base..base + nbits`.
 ///
@@ -92,7 +92,14 @@ impl TagBitmap {
     /// Allocates a free tag, searching from `cpu`'s hint. `None` when every tag is taken.
     #[inline(always)]
     pub fn alloc(&self, cpu: usize) -> Option<u32> {
-        let hint_slot = &self.hints[fold(cpu, self.hints.len())];
+        self.alloc_hinted(&self.hints[fold(cpu, self.hints.len())])
+    }
+
+    /// [`TagBitmap::alloc`] searching from a hint the caller keeps (the block layer keeps one
+    /// in each CPU's counters block, which its submissions have at hand: no lookup in
+    /// `hints`; issue 22). Any value is a valid hint.
+    #[inline(always)]
+    pub fn alloc_hinted(&self, hint_slot: &HintU32) -> Option<u32> {
         let hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);
         // Fast path: the hint is usually the tag this CPU freed last, still free. One word,
         // one bit, no search (a third of the instructions of the loop below). No range test:
@@ -153,15 +160,25 @@ impl TagBitmap {
     /// not allocated, so a double free is detected rather than corrupting the bitmap.
     #[inline(always)]
     pub fn free(&self, cpu: usize, tag: u32) -> bool {
-        let Some(rel) = tag.checked_sub(self.base).filter(|t| *t < self.nbits) else {
+        match tag.checked_sub(self.base) {
+            Some(rel) => self.free_relative(&self.hints[fold(cpu, self.hints.len())], rel),
+            None => false,
+        }
+    }
+
+    /// Frees the tag `rel` above the pool's base, then makes it the hint in `hint_slot` (see
+    /// [`TagBitmap::alloc_hinted`]). `false` as for [`TagBitmap::free`].
+    #[inline(always)]
+    fn free_relative(&self, hint_slot: &HintU32, rel: u32) -> bool {
+        if rel >= self.nbits {
             return false;
-        };
+        }
         let w = (rel >> self.word_shift) as usize;
         let mask = 1u64 << (rel & (self.bits_per_word - 1));
         // Release pairs with the Acquire `fetch_or` in `alloc`.
         let prev = self.words[w].fetch_and(!mask, Ordering::Release);
         // A recently freed tag is cache-hot on this CPU: try it first next time.
-        self.hints[fold(cpu, self.hints.len())].store(rel, core::sync::atomic::Ordering::Relaxed);
+        hint_slot.store(rel, core::sync::atomic::Ordering::Relaxed);
         prev & mask != 0
     }
 
@@ -219,6 +236,29 @@ impl TagSet {
             self.reserved.free(cpu, tag)
         } else {
             self.normal.free(cpu, tag)
+        }
+    }
+
+    /// [`TagSet::alloc`] with the normal pool searched from `hint` (see
+    /// [`TagBitmap::alloc_hinted`]); the reserved pool keeps its own hints.
+    #[inline(always)]
+    pub fn alloc_hinted(&self, cpu: usize, hint: &HintU32, reserved: bool) -> Option<u32> {
+        if reserved {
+            self.reserved.alloc(cpu)
+        } else {
+            self.normal.alloc_hinted(hint)
+        }
+    }
+
+    /// [`TagSet::free`] for a tag whose normal-pool allocation used `hint`.
+    #[inline(always)]
+    pub fn free_hinted(&self, cpu: usize, hint: &HintU32, tag: u32) -> bool {
+        let reserved = self.reserved.capacity();
+        if tag < reserved {
+            self.reserved.free(cpu, tag)
+        } else {
+            // The normal pool starts where the reserved one ends: no second range test below.
+            self.normal.free_relative(hint, tag - reserved)
         }
     }
 
@@ -392,7 +432,14 @@ impl HostTags {
     /// was not allocated.
     #[inline(always)]
     pub(crate) fn free(&self, cpu: usize, tag: u32, me: Option<u32>) -> bool {
-        let freed = self.set.free(cpu, tag);
+        self.free_hinted(cpu, &self.set.normal.hints[fold(cpu, self.set.normal.hints.len())], tag, me)
+    }
+
+    /// [`HostTags::free`] for a tag whose normal-pool allocation used `hint`
+    /// ([`TagSet::alloc_hinted`]).
+    #[inline(always)]
+    pub(crate) fn free_hinted(&self, cpu: usize, hint: &HintU32, tag: u32, me: Option<u32>) -> bool {
+        let freed = self.set.free_hinted(cpu, hint, tag);
         // Release pairs with the Acquire in `freed_seq`.
         self.freed.fetch_add(1, Ordering::Release);
         // Full fence. Pairs with the fence in `Queue::dispatch_once`'s restart protocol (after
