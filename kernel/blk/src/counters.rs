@@ -33,6 +33,10 @@ macro_rules! counters {
             /// here, beside what a submission and a completion already hold, not in an array of
             /// the tag set's that each would index (issue 22). A guess, any value is safe.
             pub tag_hint: crate::tags::HintU32,
+            /// The hardware queue this CPU submits to and that queue's tag set: fixed when the
+            /// queue is built, kept here so that a submission's one lookup (this block) is also
+            /// its CPU check and its route (issue 22).
+            pub route: Route,
         }
 
         impl CpuCounters {
@@ -103,16 +107,37 @@ counters! {
     split_bios,
 }
 
+/// Where a CPU's submissions go ([`CpuCounters::route`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Route {
+    pub hwq: u16,
+    pub set: u16,
+}
+
 pub(crate) struct Counters {
     per_cpu: Box<[CachePadded<CpuCounters>]>,
 }
 
 impl Counters {
-    pub fn new(ncpus: usize) -> Self {
-        let v: Vec<_> = (0..ncpus.max(1)).map(|_| CachePadded(CpuCounters::default())).collect();
+    /// Blocks for `ncpus` CPUs, CPU `cpu`'s submissions going to `route(cpu)`.
+    pub fn new(ncpus: usize, route: impl Fn(usize) -> Route) -> Self {
+        let v: Vec<_> = (0..ncpus.max(1))
+            .map(|cpu| {
+                CachePadded(CpuCounters {
+                    route: route(cpu),
+                    ..CpuCounters::default()
+                })
+            })
+            .collect();
         Self {
             per_cpu: v.into_boxed_slice(),
         }
+    }
+
+    /// The block for `cpu`, `None` past the last CPU.
+    #[inline(always)]
+    pub fn cpu_checked(&self, cpu: usize) -> Option<&CpuCounters> {
+        self.per_cpu.get(cpu).map(|c| &c.0)
     }
 
     /// The block for `cpu` (the caller validated `cpu`; out-of-range folds into range).

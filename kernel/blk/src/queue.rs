@@ -20,7 +20,7 @@
 //! "CPU `cpu`" means: the caller is the only one submitting for that CPU index at a time (in
 //! the kernel, the current CPU with preemption off; in host tests, the thread playing it).
 
-use crate::counters::{CounterSnapshot, Counters, CpuCounters, bump};
+use crate::counters::{CounterSnapshot, Counters, CpuCounters, Route, bump};
 use crate::driver::{Driver, HwCtx, Platform, QueueRqError, Rq, TimedOutRq, TimeoutAction};
 use crate::error::BlkError;
 use crate::freeze::UsageCounter;
@@ -439,6 +439,14 @@ impl<D: Driver> Queue<D> {
             .clone()
             .unwrap_or_else(|| map_queues(ncpus, cfg.nr_hw_queues))
             .into_boxed_slice();
+        let counters = Counters::new(ncpus, |cpu| {
+            // `cfg.validate()` checked the map: an entry per CPU, each a hardware queue.
+            let hwq = cpu_to_hwq.get(cpu).copied().unwrap_or(0);
+            Route {
+                hwq,
+                set: if shared_tags { 0 } else { hwq },
+            }
+        });
         let mut slots = Vec::with_capacity(nsets * depth as usize);
         for set in 0..nsets {
             for tag in 0..depth {
@@ -519,7 +527,7 @@ impl<D: Driver> Queue<D> {
             check: KnobU8::new(cfg.quiesce_check as u8),
             stage_trace: core::sync::atomic::AtomicBool::new(false),
             deferred_commit: (0..ncpus).map(|_| CachePadded(AtomicU32::new(0))).collect(),
-            counters: Counters::new(ncpus),
+            counters,
             driver,
         })
     }
@@ -981,10 +989,22 @@ impl<D: Driver> Queue<D> {
     /// in it is the CPU check ([`BlkError::CpuOutOfRange`]).
     #[inline(always)]
     fn submit_context(&self, cpu: usize) -> Result<RunContext<'_>, BlkError> {
-        match self.cpu_to_hwq.get(cpu) {
-            Some(&hwq) => Ok(self.run_context(cpu, usize::from(hwq))),
-            None => Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus }),
-        }
+        // The CPU's counters block holds its route: one bounds check is the CPU check and the
+        // map lookup (issue 22).
+        let Some(counters) = self.counters.cpu_checked(cpu) else {
+            return Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus });
+        };
+        let Route { hwq, set } = counters.route;
+        let (hwq, set) = (usize::from(hwq), usize::from(set));
+        Ok(RunContext {
+            cpu,
+            hwq,
+            set,
+            host: &self.tag_sets[set],
+            counters,
+            hq: &self.hwqs[hwq],
+            trace: self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
+        })
     }
 
     /// What a submission or a dispatch pass by CPU `cpu` on hardware queue `hwq` needs. Both
