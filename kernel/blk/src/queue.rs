@@ -2104,13 +2104,11 @@ impl<D: Driver> Queue<D> {
         how: Ending,
     ) {
         let Ending { inline, rerun_covered } = how;
-        let (hwq, tag, parent) = {
+        let (hwq, tag, parent, set) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };
-            (usize::from(d.hwq), d.tag, d.parent)
+            (usize::from(d.hwq), d.tag, d.parent, usize::from(d.set))
         };
-        // The tag set of the hardware queue it went through (no division by the depth).
-        let set = self.set_of(hwq);
         // Relaxed, as in `stage`; read once for both uses.
         let tracing = self.stage_trace.load(core::sync::atomic::Ordering::Relaxed);
         self.stage_if(tracing, cpu, index, crate::driver::Stage::EndIo);

@@ -332,6 +332,9 @@ pub(crate) struct SlotData<P> {
     pub submit_cpu: u16,
     pub hwq: u16,
     pub tag: u32,
+    /// The tag set the slot belongs to (fixed: slot `set * depth + tag`), so that ending a
+    /// request needs no lookup of its hardware queue's set (issue 22).
+    pub set: u16,
     pub nr_segments: u16,
     pub segments: Box<[Segment]>,
     /// The split bio this request is a part of ([`crate::split::NO_PARENT`]: none).
@@ -356,7 +359,7 @@ pub(crate) struct Slot<P> {
 unsafe impl<P: Send> Sync for Slot<P> {}
 
 impl<P> Slot<P> {
-    pub fn new(max_segments: usize, tag: u32, hwq: u16, pdu: P) -> Self {
+    pub fn new(max_segments: usize, tag: u32, set: u16, pdu: P) -> Self {
         Self {
             word: AtomicU32::new(state::pack(0, state::FREE)),
             status: AtomicU8::new(Status::Ok as u8),
@@ -367,8 +370,9 @@ impl<P> Slot<P> {
                 nr_sectors: 0,
                 cookie: 0,
                 submit_cpu: 0,
-                hwq,
+                hwq: set,
                 tag,
+                set,
                 nr_segments: 0,
                 segments: vec![Segment::EMPTY; max_segments].into_boxed_slice(),
                 parent: crate::split::NO_PARENT,
