@@ -750,10 +750,10 @@ impl<D: Driver> Queue<D> {
         let misaligned = (sector | n) & u64::from(self.block_sectors - 1);
         // No overflow: past the end, the room is 0 and `n` is not.
         let room = self.capacity_sectors.saturating_sub(sector);
-        (n != 0)
+        // `1 <= nr_sectors <= max_hw_sectors` as one compare: 0 wraps to the largest u32.
+        (nr_sectors.wrapping_sub(1) < self.max_hw_sectors)
             & (misaligned == 0)
             & (n <= room)
-            & (nr_sectors <= self.max_hw_sectors)
             & (u64::from(segment_len) == n * u64::from(SECTOR_SIZE))
     }
 
