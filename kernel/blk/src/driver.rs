@@ -1,5 +1,6 @@
 //! The driver contract and the platform hooks.
 
+use crate::counters::CpuCounters;
 use crate::error::BlkError;
 use crate::queue::{Ending, Queue};
 use crate::request::{Completion, IssueToken, Op, Segment, Slot, Status, state};
@@ -329,6 +330,9 @@ pub struct Rq<'a, D: Driver> {
     /// The request's slot, looked up once: the accessors and the exits read it without a
     /// bounds check and an index multiply each (issue 22).
     slot: &'a Slot<D::Pdu>,
+    /// The counters block of `cpu`, the CPU the handle was given out on and is ended on (it
+    /// cannot outlive the call that lent it): its end needs no lookup (issue 22).
+    counters: &'a CpuCounters,
     index: u32,
     cpu: u16,
     /// Given out by the completion path (as opposed to dispatch): ending it is not "inline".
@@ -348,15 +352,18 @@ impl<'a, D: Driver> Rq<'a, D> {
     pub(crate) unsafe fn new(
         queue: &'a Queue<D>,
         slot: &'a Slot<D::Pdu>,
+        counters: &'a CpuCounters,
         index: u32,
         cpu: u16,
         routed: bool,
         rerun_covered: bool,
     ) -> Self {
         debug_assert!(core::ptr::eq(slot, queue.slot(index)));
+        debug_assert!(core::ptr::eq(counters, queue.cpu_counters(usize::from(cpu))));
         Self {
             queue,
             slot,
+            counters,
             index,
             cpu,
             routed,
@@ -466,9 +473,10 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
     pub fn end(self, status: Status) {
-        let (queue, slot, index, cpu, routed, rerun_covered) = (
+        let (queue, slot, counters, index, cpu, routed, rerun_covered) = (
             self.queue,
             self.slot,
+            self.counters,
             self.index,
             self.cpu,
             self.routed,
@@ -480,7 +488,7 @@ impl<'a, D: Driver> Rq<'a, D> {
             inline: !routed,
             rerun_covered,
         };
-        queue.end_request_in(cpu, queue.cpu_counters(cpu), slot, index, status, how);
+        queue.end_request_in(cpu, counters, slot, index, status, how);
     }
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
@@ -488,12 +496,12 @@ impl<'a, D: Driver> Rq<'a, D> {
     /// in `queue_rq` (the null device) would otherwise pay a call per I/O (issue 22).
     #[inline(always)]
     pub fn complete(self, status: Status) {
-        let (queue, slot, index, cpu, rerun_covered) =
-            (self.queue, self.slot, self.index, self.cpu, self.rerun_covered);
+        let (queue, slot, counters, index, cpu, rerun_covered) =
+            (self.queue, self.slot, self.counters, self.index, self.cpu, self.rerun_covered);
         core::mem::forget(self);
         // Left DRIVER: `route_completion` marks it COMPLETING only if it waits on a list.
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
-        queue.route_completion(usize::from(cpu), slot, index, status, rerun_covered);
+        queue.route_completion_in(usize::from(cpu), counters, slot, index, status, rerun_covered);
     }
 }
 

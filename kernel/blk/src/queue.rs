@@ -1616,7 +1616,7 @@ impl<D: Driver> Queue<D> {
         unsafe { slot.data_mut().hwq = hwq };
         slot.set_state(state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
-        let rq = unsafe { Rq::new(self, slot, index, ctx.cpu, false, true) };
+        let rq = unsafe { Rq::new(self, slot, at.counters, index, ctx.cpu, false, true) };
         bump(&counters.dispatched);
         self.stage_if(at.trace, cpu, index, crate::driver::Stage::Dispatch);
         match self.driver.queue_rq(ctx, rq, last) {
@@ -1984,7 +1984,20 @@ impl<D: Driver> Queue<D> {
         status: Status,
         rerun_covered: bool,
     ) {
-        let counters = self.counters.cpu(cpu);
+        self.route_completion_in(cpu, self.counters.cpu(cpu), slot, index, status, rerun_covered);
+    }
+
+    /// [`Queue::route_completion`] with CPU `cpu`'s counters block at hand.
+    #[inline(always)]
+    pub(crate) fn route_completion_in(
+        &self,
+        cpu: usize,
+        counters: &CpuCounters,
+        slot: &Slot<D::Pdu>,
+        index: u32,
+        status: Status,
+        rerun_covered: bool,
+    ) {
         match self.completion_policy() {
             CompletionPolicy::Irq => {
                 bump(&counters.completions_irq);
@@ -2077,7 +2090,7 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
-        let rq = unsafe { Rq::new(self, slot, index, cpu as u16, true, rerun_covered) };
+        let rq = unsafe { Rq::new(self, slot, counters, index, cpu as u16, true, rerun_covered) };
         self.driver.complete(rq);
     }
 

@@ -342,7 +342,10 @@ pub(crate) struct SlotData<P> {
     pub pdu: P,
 }
 
-/// One preallocated request.
+/// One preallocated request. Aligned to a cache line: neighbouring requests, which different
+/// CPUs own at once, share no line, and the null device's 80 bytes round up to 128, a power of
+/// two, so that finding a slot by index is a shift (issue 22).
+#[repr(align(64))]
 pub(crate) struct Slot<P> {
     /// `generation << 16 | state` (see [`state`]).
     pub word: AtomicU32,
