@@ -295,30 +295,41 @@ impl CpuDone<'_> {
     /// [`DoneBoard::take_split`] over this part's words. Inlined: a QD1 job pays one per I/O.
     #[inline(always)]
     pub fn take_split(&self, mut f: impl FnMut(Taken)) -> usize {
+        // A part of one word (a job of up to 64 slots, every QD1 job): no loop, and its
+        // successes are known to start at slot 0 (issue 22).
+        if let [only] = self.words {
+            return self.take_word(0, only, &mut f);
+        }
         let mut n = 0;
-        for (w, DoneWord { done: word, failed: failed_word }) in self.words.iter().enumerate() {
-            // A plain load first: most words are empty, and a swap would take the line
-            // exclusively for nothing.
-            if word.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            // Acquire pairs with the Release `fetch_or` in `deliver`.
-            let bits = word.swap(0, Ordering::Acquire);
-            n += bits.count_ones() as usize;
-            // Only this CPU clears "not ok" bits, and a taken slot's was set before its done
-            // bit: a plain load sees every one that matters.
-            let failed = failed_word.load(Ordering::Relaxed) & bits;
-            if bits & !failed != 0 {
-                f(Taken::Successes {
-                    first: w * 64,
-                    bits: bits & !failed,
-                });
-            }
-            if failed != 0 {
-                self.board.take_failed(self.cpu, w, failed, failed_word, &mut f);
-            }
+        for (w, word) in self.words.iter().enumerate() {
+            n += self.take_word(w, word, &mut f);
         }
         n
+    }
+
+    /// Takes word `w`'s completions; returns how many.
+    #[inline(always)]
+    fn take_word(&self, w: usize, word: &DoneWord, mut f: impl FnMut(Taken)) -> usize {
+        // A plain load first: most words are empty, and a swap would take the line
+        // exclusively for nothing.
+        if word.done.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        // Acquire pairs with the Release `fetch_or` in `deliver`.
+        let bits = word.done.swap(0, Ordering::Acquire);
+        // Only this CPU clears "not ok" bits, and a taken slot's was set before its done
+        // bit: a plain load sees every one that matters.
+        let failed = word.failed.load(Ordering::Relaxed) & bits;
+        if bits & !failed != 0 {
+            f(Taken::Successes {
+                first: w * 64,
+                bits: bits & !failed,
+            });
+        }
+        if failed != 0 {
+            self.board.take_failed(self.cpu, w, failed, &word.failed, &mut f);
+        }
+        bits.count_ones() as usize
     }
 }
 
