@@ -149,8 +149,10 @@ pub trait BlockDevice: Sync + Send {
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError>;
     /// [`BlockDevice::submit`] within a burst: the device's doorbell may wait for
     /// [`BlockDevice::commit`], which the caller must call before it waits for completions.
-    fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
-        self.submit(cpu, bio)
+    /// Says only whether it was taken: the engine's submissions, which come here, need no tag
+    /// back, and an outcome without one is a byte the callee writes, not three (issue 22).
+    fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<(), BlkError> {
+        self.submit(cpu, bio).map(|_| ())
     }
     /// Submits `bios` in order as one burst, doorbell included (`blk::Queue::submit_batch`):
     /// stops at the first one it cannot take and says why.
@@ -327,8 +329,8 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     fn submit(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
         irqs_off(|| self.queue.submit(cpu, bio))
     }
-    fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
-        irqs_off(|| self.queue.submit_deferred(cpu, bio))
+    fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<(), BlkError> {
+        irqs_off(|| self.queue.submit_deferred(cpu, bio).map(|_| ()))
     }
     fn submit_batch(&self, cpu: usize, bios: &[Bio<'_>]) -> blk::BatchOutcome {
         irqs_off(|| self.queue.submit_batch(cpu, bios))
