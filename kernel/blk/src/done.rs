@@ -256,7 +256,7 @@ impl DoneBoard {
             return 0;
         };
         let mut n = 0;
-        for (w, DoneWord { done: word, failed: failed_word }) in part.words.iter().enumerate() {
+        for (w, DoneWord { done, failed }) in part.words.iter().enumerate() {
             let first = w * 64;
             if first + 64 <= from {
                 continue;
@@ -264,8 +264,8 @@ impl DoneBoard {
             // Bits of slots below `from` stay; `from - first` is below 64 here.
             let keep = if from > first { (1u64 << (from - first)) - 1 } else { 0 };
             // Acquire pairs with the Release `fetch_or` in `deliver`.
-            let taken = word.fetch_and(keep, Ordering::Acquire) & !keep;
-            failed_word.fetch_and(!taken, Ordering::Relaxed);
+            let taken = done.fetch_and(keep, Ordering::Acquire) & !keep;
+            failed.fetch_and(!taken, Ordering::Relaxed);
             n += taken.count_ones() as usize;
         }
         self.bogus.fetch_add(n as u64, core::sync::atomic::Ordering::Relaxed);

@@ -496,8 +496,14 @@ impl<'a, D: Driver> Rq<'a, D> {
     /// in `queue_rq` (the null device) would otherwise pay a call per I/O (issue 22).
     #[inline(always)]
     pub fn complete(self, status: Status) {
-        let (queue, slot, counters, index, cpu, rerun_covered) =
-            (self.queue, self.slot, self.counters, self.index, self.cpu, self.rerun_covered);
+        let (queue, slot, counters, index, cpu, rerun_covered) = (
+            self.queue,
+            self.slot,
+            self.counters,
+            self.index,
+            self.cpu,
+            self.rerun_covered,
+        );
         core::mem::forget(self);
         // Left DRIVER: `route_completion` marks it COMPLETING only if it waits on a list.
         queue.stage(usize::from(cpu), index, Stage::DeviceComplete);

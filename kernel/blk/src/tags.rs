@@ -432,7 +432,12 @@ impl HostTags {
     /// was not allocated.
     #[inline(always)]
     pub(crate) fn free(&self, cpu: usize, tag: u32, me: Option<u32>) -> bool {
-        self.free_hinted(cpu, &self.set.normal.hints[fold(cpu, self.set.normal.hints.len())], tag, me)
+        self.free_hinted(
+            cpu,
+            &self.set.normal.hints[fold(cpu, self.set.normal.hints.len())],
+            tag,
+            me,
+        )
     }
 
     /// [`HostTags::free`] for a tag whose normal-pool allocation used `hint`

@@ -143,13 +143,21 @@ fn whole_segments(buffers: &[DmaBuffer], bytes: usize) -> Vec<Segment> {
 #[inline(never)]
 fn list_successes(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, first: usize, bits: u64) -> usize {
     let mut n = n;
-    for_each_bit(bits, |i| n = list_one(out, n, overflow, Completion::new(first + i, Ok(()))));
+    for_each_bit(bits, |i| {
+        n = list_one(out, n, overflow, Completion::new(first + i, Ok(())))
+    });
     n
 }
 
 /// [`list_successes`] for one completion with another status than success.
 #[inline(never)]
-fn list_failure(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, slot: usize, status: Status) -> usize {
+fn list_failure(
+    out: &mut [Completion],
+    n: usize,
+    overflow: &mut Vec<Completion>,
+    slot: usize,
+    status: Status,
+) -> usize {
     let result = match status {
         Status::Ok => Ok(()),
         Status::Timeout => Err(IoError::Timeout),

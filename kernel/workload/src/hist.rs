@@ -146,7 +146,9 @@ impl LatencyHistogram {
         // Stored as it comes, mended on the cold branch: a `checked_add` match compiled to a
         // select of both halves (four instructions more per I/O; issue 22). Once saturated the
         // sum stays there: `MAX` plus a square overflows again, plus 0 is `MAX`.
-        let (squares, overflowed) = self.sum_of_squares.overflowing_add(u128::from(value) * u128::from(value));
+        let (squares, overflowed) = self
+            .sum_of_squares
+            .overflowing_add(u128::from(value) * u128::from(value));
         self.sum_of_squares = squares;
         if overflowed {
             self.saturate_squares();
