@@ -9,6 +9,9 @@
 #   xtask/scripts/smp-floor.sh [ROUNDS] [RUNTIME_S]        (from the checkout; default 3 rounds, 3 s)
 #
 # Extra kernel words for every boot: EXTRA="idle.poll_us=50" (e.g.); another kernel: KERNEL=ELF;
+# QEMU's accelerator: ACCEL=tcg,thread=single (default tcg,thread=multi: one host thread per vCPU,
+# which with two or more vCPUs runs every guest atomic as a host atomic helper and taxes guest
+# work 8-10%, one vCPU not at all; docs/bench.md "Two vCPUs under TCG");
 # fewer devices: DEVICES=md (default "md nvme"); reads per floor burst: FLOOR=30000 (default 2000:
 # a 2000-read burst lasts about 10 ms and its IOPS move by up to 40% between boots; 30000 read
 # steadier). Timings under TCG move with the host: compare within one run only.
@@ -30,7 +33,7 @@ boot() { # $1 = log name, $2 = device (md|nvme), $3 = smp
           -device nvme-ns,drive=d0,bus=nvme0,nsid=1)
     words="nvme.floor=$FLOOR device=nvme0n1"
   fi
-  timeout 300 qemu-system-x86_64 -accel tcg,thread=multi -cpu max "${BIOS[@]}" -smp "$smp" -m 1G -display none \
+  timeout 300 qemu-system-x86_64 -accel "${ACCEL:-tcg,thread=multi}" -cpu max "${BIOS[@]}" -smp "$smp" -m 1G -display none \
     -no-reboot -serial "file:$W/$name.log" -device isa-debug-exit,iobase=0xf4,iosize=0x04 -kernel "$K" \
     "${disk[@]}" -append "${EXTRA:-} $words runtime=${RT}s rw=randread bs=4k verify=none \
       job=qd1 iodepth=1 cpus=0 job=qd1last iodepth=1 cpus=$last job=qd32 iodepth=32 cpus=0 \
