@@ -35,9 +35,10 @@ pub use floor::{FLOOR_SLOTS, FloorResult, FloorSpec};
 mod glue {
     use blk::{BlkError, CompletionBatch, Driver, IssueToken, Queue, Rq, Status, TimedOutRq};
 
-    /// Marks `rq` issued; returns the generation of this issue.
-    pub fn issue<D: Driver>(rq: Rq<'_, D>) -> u16 {
-        rq.issue().generation()
+    /// Marks `rq` issued; returns the generation of this issue and when it was issued.
+    pub fn issue<D: Driver>(rq: Rq<'_, D>) -> (u16, u64) {
+        let (token, issued_ns) = rq.issue_timed();
+        (token.generation(), issued_ns)
     }
 
     /// Reports the completion of issue `generation` of `tag`.

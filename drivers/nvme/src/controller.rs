@@ -136,7 +136,6 @@ pub struct Report {
 
 #[derive(Default)]
 struct Counters {
-    commands: AtomicU64,
     completions: AtomicU64,
     bogus_cqes: AtomicU64,
     errors: AtomicU64,
@@ -195,9 +194,11 @@ struct CmdSlot {
     handed_back: bool,
     /// 0: not timed out; 1: abort sent.
     timeout_stage: u8,
-    /// Order of posting (the controller's command count when this request was posted; error
-    /// retries keep it): the reset picks the oldest aborted command as the one to fail.
-    posted_seq: u64,
+    /// When the request was issued (the block layer's clock, which its deadline counts from;
+    /// error retries keep it): the reset fails the aborted command issued first. A time, not a
+    /// controller-wide sequence: that was one locked increment of a line every CPU wrote, per
+    /// command (issue 22).
+    posted_ns: u64,
 }
 
 struct SqState {
@@ -229,6 +230,9 @@ pub(crate) struct IoQueue {
     cq_phys: u64,
     sq: Mutex<SqState>,
     cq: Mutex<CqState>,
+    /// I/O commands posted on this queue ([`Report::commands`] sums the queues). Written only
+    /// under the SQ lock, so an increment needs no locked instruction; read without it.
+    posted: AtomicU64,
     /// Per-CID PRP list pages (`list_stride` bytes per CID), owned by whoever holds the CID's
     /// block-layer tag.
     prp_lists: Option<DmaBuf>,
@@ -508,7 +512,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let c = &self.counters;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Report {
-            commands: r(&c.commands),
+            commands: self.io.iter().map(|q| r(&q.posted)).sum(),
             completions: r(&c.completions),
             bogus_cqes: r(&c.bogus_cqes),
             errors: r(&c.errors),
@@ -843,6 +847,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     head: 0,
                     phase: true,
                 }),
+                posted: AtomicU64::new(0),
                 prp_lists,
                 list_stride,
             });
@@ -902,7 +907,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here).
     /// `issue(request)` runs under the SQ lock once the command is sure to be posted, and returns
-    /// the block-layer generation, so a completion can never arrive for a request the block
+    /// the block-layer generation and the issue time (the reset's order), so a completion can never arrive for a request the block
     /// layer has not yet marked issued; a post that fails gives `request` back with the error
     /// (issue 22: moved by value, not through an `Option` the closure takes it from). Rings the
     /// doorbell unless `defer_doorbell`.
@@ -913,7 +918,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         mut cmd: IoCmd,
         defer_doorbell: bool,
         request: R,
-        issue: impl FnOnce(R) -> u16,
+        issue: impl FnOnce(R) -> (u16, u64),
     ) -> Result<(), (PostError, R)> {
         let Some(q) = self.queue(hwq) else {
             return Err((
@@ -961,8 +966,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // reads the entry only once the tail passes it, below, after `issue`.
         write_cmd(&sq.mem, tail, &cmd);
         record.cmd = cmd;
-        let generation = issue(request);
-        let posted_seq = bump(&self.counters.commands);
+        let (generation, posted_ns) = issue(request);
+        // Only SQ lock holders write it: a plain increment.
+        q.posted.store(q.posted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         record.outstanding = true;
         record.cid = cid;
         record.generation = generation;
@@ -970,7 +976,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         record.reissued_by_reset = record.handed_back;
         record.handed_back = false;
         record.timeout_stage = 0;
-        record.posted_seq = posted_seq;
+        record.posted_ns = posted_ns;
         sq.tail = next_tail;
         // A deferred doorbell is rung anyway once `doorbell_batch` commands wait behind it, so
         // the device works on them while the rest of the burst is built (issue 22: one
@@ -1292,8 +1298,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let mut oldest: Option<(u64, usize, u16)> = None;
             for (hwq, sq) in sqs.iter().enumerate() {
                 for (cid, s) in sq.slots.iter().enumerate() {
-                    if s.outstanding && s.timeout_stage > 0 && oldest.is_none_or(|(seq, _, _)| s.posted_seq < seq) {
-                        oldest = Some((s.posted_seq, hwq, cid as u16));
+                    if s.outstanding && s.timeout_stage > 0 && oldest.is_none_or(|(at, _, _)| s.posted_ns < at) {
+                        oldest = Some((s.posted_ns, hwq, cid as u16));
                     }
                 }
             }

@@ -452,13 +452,22 @@ impl<'a, D: Driver> Rq<'a, D> {
     /// completion may arrive on any CPU. A completion carrying an older generation of the same
     /// tag is refused as stale.
     pub fn issue(self) -> IssueToken {
+        self.issue_timed().0
+    }
+
+    /// [`Rq::issue`], also saying when: the platform clock reading the deadline counts from
+    /// (0 when the queue has no timeout, which reads no clock). A driver that orders its
+    /// commands by age (NVMe's reset picks the oldest aborted one) needs no counter of its own.
+    #[inline]
+    pub fn issue_timed(self) -> (IssueToken, u64) {
         let tag = self.tag();
         let slot = self.slot();
         let timeout = self.queue.timeout_ns();
+        let issued_ns = if timeout == 0 { 0 } else { self.queue.platform().now_ns() };
         let deadline = if timeout == 0 {
             0
         } else {
-            self.queue.platform().now_ns().saturating_add(timeout).max(1)
+            issued_ns.saturating_add(timeout).max(1)
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
         // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.
@@ -468,7 +477,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         slot.word
             .store(state::pack(generation, state::ISSUED), Ordering::Release);
         core::mem::forget(self);
-        IssueToken::new(tag, generation)
+        (IssueToken::new(tag, generation), issued_ns)
     }
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").

@@ -282,7 +282,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> devhal::floor::FloorPort for FloorRu
         self.host
             .inner
             .ctrl
-            .post(self.hwq, self.slots[i], sqe, false, (), |()| 0)
+            .post(self.hwq, self.slots[i], sqe, false, (), |()| (0, 0))
             .map_err(|(e, ())| match e {
                 PostError::Busy => Error::NotOperational,
                 PostError::Failed(e) => e,
