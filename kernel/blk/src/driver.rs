@@ -463,7 +463,11 @@ impl<'a, D: Driver> Rq<'a, D> {
         let tag = self.tag();
         let slot = self.slot();
         let timeout = self.queue.timeout_ns();
-        let issued_ns = if timeout == 0 { 0 } else { self.queue.platform().now_ns() };
+        let issued_ns = if timeout == 0 {
+            0
+        } else {
+            self.queue.platform().now_ns()
+        };
         let deadline = if timeout == 0 {
             0
         } else {
