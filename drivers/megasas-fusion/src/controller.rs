@@ -21,7 +21,7 @@ use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{IoError, IoErrorKind, MfiStatus, Segment};
 use spin::Mutex;
 
-use crate::gate::{Gate, Inside};
+use blk::gate::{Gate, Inside};
 
 use crate::diag::Report;
 use crate::error::{Error, Sp0};

@@ -19,7 +19,6 @@ pub mod blkdev;
 mod controller;
 mod diag;
 mod error;
-mod gate;
 mod mem;
 mod options;
 mod pci;

@@ -985,7 +985,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
         post: impl FnOnce(&Controller<M, D, T>, &SubmitGuard<'_>, u16, C, u64) -> Result<(), Error>,
     ) -> Result<(), QueueRqError<'a, Self>> {
         let ctrl = &self.core.ctrl;
-        let guard = match ctrl.begin_submit() {
+        let guard = match ctrl.begin_submit_on(hw.cpu()) {
             Ok(g) => g,
             Err(e) => return Err(self.not_entered(rq, e)),
         };

@@ -46,6 +46,8 @@ const FAULT_LOG_FIRST: u64 = 16;
 const POLLED_ECHO_WINDOW: u16 = 256;
 /// Polls a controller reset waits for submitters to leave their critical section.
 const RESET_SUBMITTER_POLLS: u32 = 1000;
+/// Lanes of the submission gate: CPUs past this many share lanes (a lane is 128 bytes).
+pub const SUBMIT_LANES: usize = 64;
 
 /// The tag reserved for admin commands: bring-up, discovery, INIT after a reset, and ABORT frames.
 /// The block layer keeps it out of its I/O tags (`reserved_tags = 1`).
@@ -383,10 +385,11 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     /// System PDs by SCSI id (PD_LIST_QUERY device id >> 8, LUN 0).
     pds: [DriveSlot; MAX_PD_TARGETS],
     faults: AtomicU64,
-    /// False while a controller reset runs: `begin_submit` refuses.
-    accepting: AtomicBool,
-    /// Submitters inside their critical section (between `begin_submit` and the guard's drop).
-    submitters: AtomicU32,
+    /// Submitters inside their critical section (between `begin_submit` and the guard's drop),
+    /// a count per lane (the submitting CPU, folded into [`SUBMIT_LANES`]), closed while a
+    /// controller reset runs: `begin_submit` refuses then. One count for the controller was a
+    /// line every CPU's every submission wrote twice (issue 22; `blk::gate`).
+    submit_gate: blk::gate::Gate,
     /// The admin buffer is held by a polled command that timed out.
     admin_quarantined: AtomicBool,
     /// Tag and generation (`tag | generation << 16`) of the command the pending ABORT is for.
@@ -434,14 +437,9 @@ pub struct CheckedLdIo(LdIo);
 /// with [`Controller::begin_submit`] before handing a request to the block layer's `issue`, so a
 /// reset in progress makes the request go back to the queue instead.
 pub struct SubmitGuard<'a> {
-    submitters: &'a AtomicU32,
-}
-
-impl Drop for SubmitGuard<'_> {
-    fn drop(&mut self) {
-        // Release: the frame stores and the doorbell happen before the reset sees the count drop.
-        self.submitters.fetch_sub(1, Ordering::Release);
-    }
+    // Leaving the gate on drop is a Release decrement: the frame stores and the doorbell happen
+    // before the reset sees the count drop.
+    _inside: blk::gate::Inside<'a>,
 }
 
 impl<M: Mmio, D: Dma, T: Delay> fmt::Debug for Controller<M, D, T> {
@@ -559,8 +557,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 blocks: AtomicU64::new(0),
             }),
             faults: AtomicU64::new(0),
-            accepting: AtomicBool::new(true),
-            submitters: AtomicU32::new(0),
+            submit_gate: blk::gate::Gate::new(SUBMIT_LANES),
             admin_quarantined: AtomicBool::new(false),
             abort_victim: AtomicU32::new(0),
             reset_requested: AtomicBool::new(false),
@@ -892,21 +889,25 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// flight stay owned by the device (the caller must stop bus mastering before giving their
     /// buffers back).
     pub fn reset(&self, mut complete: impl FnMut(Done)) -> Result<u32, Error> {
-        // SeqCst pairs with `begin_submit` (see there).
-        self.accepting.store(false, Ordering::SeqCst);
+        // Closing the gate pairs with `begin_submit` (Dekker's pattern, `blk::gate`): either the
+        // reset sees a submitter's count or the submitter sees the gate closed. Given up (and the
+        // gate opened again) after `RESET_SUBMITTER_POLLS` waits.
         let mut polls = 0;
-        while self.submitters.load(Ordering::SeqCst) != 0 {
+        let mut wait = || {
             if polls >= RESET_SUBMITTER_POLLS {
-                self.accepting.store(true, Ordering::SeqCst);
-                return Err(Error::ResetDeferred);
+                return false;
             }
             self.delay.delay_us(1);
             polls += 1;
-        }
+            true
+        };
+        let Some(closed) = self.submit_gate.close_within(&mut wait) else {
+            return Err(Error::ResetDeferred);
+        };
         polls = 0;
         while !self.gate.try_lock() {
             if polls >= RESET_SUBMITTER_POLLS {
-                self.accepting.store(true, Ordering::SeqCst);
+                drop(closed);
                 return Err(Error::ResetDeferred);
             }
             self.delay.delay_us(1);
@@ -914,7 +915,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         let result = self.reset_locked(&mut complete);
         self.gate.unlock();
-        self.accepting.store(true, Ordering::SeqCst);
+        drop(closed);
         if let Err(e) = &result {
             log::error!("megasas: controller reset failed: {e}; controller is out of service");
         }
@@ -1468,16 +1469,21 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Enters the submission critical section. Fails with [`Error::Resetting`] while a controller
     /// reset runs (requeue and retry) and [`Error::NotOperational`] when the controller is down.
+    /// [`Self::begin_submit_on`] lane 0: for the admin path and tests; the I/O path names its CPU.
     pub fn begin_submit(&self) -> Result<SubmitGuard<'_>, Error> {
-        // SeqCst pairs with the SeqCst store of `accepting` and load of `submitters` in `reset`
-        // (a Dekker pair): either the reset sees this submitter, or this submitter sees the reset.
-        self.submitters.fetch_add(1, Ordering::SeqCst);
-        let guard = SubmitGuard {
-            submitters: &self.submitters,
-        };
-        if !self.accepting.load(Ordering::SeqCst) {
+        self.begin_submit_on(0)
+    }
+
+    /// [`Self::begin_submit`] through lane `lane` of the submission gate (the submitting CPU:
+    /// each CPU's count on its own cache line, folded into [`SUBMIT_LANES`]).
+    #[inline]
+    pub fn begin_submit_on(&self, lane: usize) -> Result<SubmitGuard<'_>, Error> {
+        // Either the reset sees this submitter's count, or this submitter sees the gate closed
+        // (`blk::gate`, Dekker's pattern).
+        let Some(inside) = self.submit_gate.try_enter(lane) else {
             return Err(Error::Resetting);
-        }
+        };
+        let guard = SubmitGuard { _inside: inside };
         if !self.is_operational() {
             return Err(Error::NotOperational);
         }
