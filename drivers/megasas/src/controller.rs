@@ -1839,10 +1839,18 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them and
             // the echo is dropped. It must name one of the tag's recent generations (several
             // polled commands may finish before the reaper runs, and the tag may be FREE again);
-            // anything else is invented and counted.
+            // anything else is invented and counted. The current generation is an echo only if
+            // its command is polled or done; an older one whatever the tag does now: the tag may
+            // already be claimed again (the next polled command's frame being built, an ABORT
+            // frame), and an echo completes nothing.
             let (state, current) = entry.load();
-            let plausible = matches!(state, tags::POLLED | tags::FREE | tags::QUARANTINED);
-            if !plausible || current.wrapping_sub(generation) >= POLLED_ECHO_WINDOW {
+            let behind = current.wrapping_sub(generation);
+            let plausible = if behind == 0 {
+                matches!(state, tags::POLLED | tags::FREE | tags::QUARANTINED)
+            } else {
+                behind < POLLED_ECHO_WINDOW
+            };
+            if !plausible {
                 return Err(BogusReason::StaleGeneration {
                     tag,
                     expected: current,
