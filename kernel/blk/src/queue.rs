@@ -472,6 +472,15 @@ impl<D: Driver> Queue<D> {
                 .map(|_| Arc::new(HostTags::with_hints(depth, cfg.reserved_tags, ncpus)))
                 .collect(),
         };
+        // Each CPU's tag hint starts where the set's own hints would: CPUs in different words.
+        for cpu in 0..ncpus {
+            let block = counters.cpu(cpu);
+            if let Some(set) = tag_sets.get(usize::from(block.route.set)) {
+                block
+                    .tag_hint
+                    .store(set.tags().first_hint(cpu), core::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let mut sharer_ids = Vec::with_capacity(nsets);
         for set in tag_sets.iter() {
             match set.register(platform.clone()) {

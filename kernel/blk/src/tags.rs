@@ -37,6 +37,12 @@ fn valid_mask_of(nbits: u32, bits_per_word: u32, word: usize) -> u64 {
     if n == 64 { u64::MAX } else { (1u64 << n) - 1 }
 }
 
+/// Where CPU `cpu`'s first search starts in a pool of `nbits` with `bits_per_word` per word: CPUs
+/// start in different words.
+fn first_hint_of(cpu: usize, bits_per_word: u32, nbits: u32) -> u32 {
+    ((cpu as u64 * u64::from(bits_per_word)) % u64::from(nbits.max(1))) as u32
+}
+
 /// `i` folded into `0..len` (`len > 0`) without a division in the common case `i < len`: a
 /// hardware divide costs more than the rest of a tag allocation.
 #[inline]
@@ -59,11 +65,7 @@ impl TagBitmap {
             .map(|w| CachePadded(AtomicU64::new(!valid_mask_of(nbits, bits_per_word, w))))
             .collect();
         let hints: Vec<_> = (0..ncpus.max(1))
-            .map(|cpu| {
-                // Start CPUs in different words.
-                let start = ((cpu as u64 * u64::from(bits_per_word)) % u64::from(nbits.max(1))) as u32;
-                CachePadded(HintU32::new(start))
-            })
+            .map(|cpu| CachePadded(HintU32::new(first_hint_of(cpu, bits_per_word, nbits))))
             .collect();
         Self {
             words: words.into_boxed_slice(),
@@ -78,6 +80,12 @@ impl TagBitmap {
     /// Number of tags in the pool.
     pub fn capacity(&self) -> u32 {
         self.nbits
+    }
+
+    /// The first value of CPU `cpu`'s hint (as the pool's own hints start): a caller that keeps
+    /// its hints itself ([`TagBitmap::alloc_hinted`]) starts its CPUs in different words too.
+    pub fn first_hint(&self, cpu: usize) -> u32 {
+        first_hint_of(cpu, self.bits_per_word, self.nbits)
     }
 
     /// First tag number of the pool.
@@ -237,6 +245,11 @@ impl TagSet {
         } else {
             self.normal.free(cpu, tag)
         }
+    }
+
+    /// [`TagBitmap::first_hint`] of the normal pool.
+    pub fn first_hint(&self, cpu: usize) -> u32 {
+        self.normal.first_hint(cpu)
     }
 
     /// [`TagSet::alloc`] with the normal pool searched from `hint` (see
