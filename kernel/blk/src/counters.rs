@@ -119,12 +119,14 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// Blocks for `ncpus` CPUs, CPU `cpu`'s submissions going to `route(cpu)`.
-    pub fn new(ncpus: usize, route: impl Fn(usize) -> Route) -> Self {
+    /// Blocks for `ncpus` CPUs; `start(cpu)` gives CPU `cpu`'s route and its first tag hint.
+    pub fn new(ncpus: usize, start: impl Fn(usize) -> (Route, u32)) -> Self {
         let v: Vec<_> = (0..ncpus.max(1))
             .map(|cpu| {
+                let (route, first_hint) = start(cpu);
                 CachePadded(CpuCounters {
-                    route: route(cpu),
+                    route,
+                    tag_hint: crate::tags::HintU32::new(first_hint),
                     ..CpuCounters::default()
                 })
             })
@@ -132,6 +134,11 @@ impl Counters {
         Self {
             per_cpu: v.into_boxed_slice(),
         }
+    }
+
+    /// CPU `cpu`'s route (`cpu` below the CPU count).
+    pub fn route(&self, cpu: usize) -> Route {
+        self.per_cpu[cpu].0.route
     }
 
     /// The block for `cpu`, `None` past the last CPU.

@@ -463,15 +463,11 @@ impl<'a, D: Driver> Rq<'a, D> {
         let tag = self.tag();
         let slot = self.slot();
         let timeout = self.queue.timeout_ns();
-        let issued_ns = if timeout == 0 {
-            0
+        let (issued_ns, deadline) = if timeout == 0 {
+            (0, 0)
         } else {
-            self.queue.platform().now_ns()
-        };
-        let deadline = if timeout == 0 {
-            0
-        } else {
-            issued_ns.saturating_add(timeout).max(1)
+            let now = self.queue.platform().now_ns();
+            (now, now.saturating_add(timeout).max(1))
         };
         slot.deadline.store(deadline, Ordering::Relaxed);
         // We own the slot (DRIVER), so nobody else writes its word: this is its latest value.

@@ -319,6 +319,11 @@ enum Taken {
     NeedsSplit,
 }
 
+/// The tag set of hardware queue `hwq`: the one set when tags are shared, else its own.
+fn set_of_hwq(shared_tags: bool, hwq: u16) -> u16 {
+    if shared_tags { 0 } else { hwq }
+}
+
 /// `run_state` bits of a hardware queue.
 const RUNNING: u32 = 1;
 const RERUN: u32 = 2;
@@ -382,7 +387,6 @@ pub struct Queue<D: Driver> {
     ends_by_cookie: bool,
     /// [`Platform::done_board`], asked once: unsplit requests end on it directly.
     done_board: Option<&'static crate::done::DoneBoard>,
-    cpu_to_hwq: Box<[u16]>,
     /// Hardware queues served by each tag set (all of them with shared tags).
     set_hwqs: Box<[Box<[u16]>]>,
     /// Some tag set serves more than one hardware queue (`shared_tags` with several): only
@@ -437,16 +441,7 @@ impl<D: Driver> Queue<D> {
         let cpu_to_hwq = cfg
             .cpu_map
             .clone()
-            .unwrap_or_else(|| map_queues(ncpus, cfg.nr_hw_queues))
-            .into_boxed_slice();
-        let counters = Counters::new(ncpus, |cpu| {
-            // `cfg.validate()` checked the map: an entry per CPU, each a hardware queue.
-            let hwq = cpu_to_hwq.get(cpu).copied().unwrap_or(0);
-            Route {
-                hwq,
-                set: if shared_tags { 0 } else { hwq },
-            }
-        });
+            .unwrap_or_else(|| map_queues(ncpus, cfg.nr_hw_queues));
         let mut slots = Vec::with_capacity(nsets * depth as usize);
         for set in 0..nsets {
             for tag in 0..depth {
@@ -472,15 +467,15 @@ impl<D: Driver> Queue<D> {
                 .map(|_| Arc::new(HostTags::with_hints(depth, cfg.reserved_tags, ncpus)))
                 .collect(),
         };
-        // Each CPU's tag hint starts where the set's own hints would: CPUs in different words.
-        for cpu in 0..ncpus {
-            let block = counters.cpu(cpu);
-            if let Some(set) = tag_sets.get(usize::from(block.route.set)) {
-                block
-                    .tag_hint
-                    .store(set.tags().first_hint(cpu), core::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        // A CPU's route lives in its counters block (the CPU map is kept nowhere else), and its
+        // tag hint starts where the set's own hints would: CPUs in different words.
+        let counters = Counters::new(ncpus, |cpu| {
+            // `cfg.validate()` checked the map: an entry per CPU, each a hardware queue.
+            let hwq = cpu_to_hwq.get(cpu).copied().unwrap_or(0);
+            let set = set_of_hwq(shared_tags, hwq);
+            let first_hint = tag_sets.get(usize::from(set)).map_or(0, |s| s.tags().first_hint(cpu));
+            (Route { hwq, set }, first_hint)
+        });
         let mut sharer_ids = Vec::with_capacity(nsets);
         for set in tag_sets.iter() {
             match set.register(platform.clone()) {
@@ -515,7 +510,6 @@ impl<D: Driver> Queue<D> {
             block_sectors: cfg.logical_block_size / SECTOR_SIZE,
             timeout_ns: cfg.timeout_ns,
             run_on_completion: cfg.run_queue_on_completion,
-            cpu_to_hwq,
             set_spans_hwqs: set_hwqs.iter().any(|hwqs| hwqs.len() > 1),
             set_hwqs: set_hwqs.into_boxed_slice(),
             hwqs: (0..cfg.nr_hw_queues).map(|_| HwQueue::new(ncpus)).collect(),
@@ -590,7 +584,7 @@ impl<D: Driver> Queue<D> {
     /// The hardware queue serving `cpu`.
     pub fn cpu_to_hwq(&self, cpu: usize) -> Result<usize, BlkError> {
         self.check_cpu(cpu)?;
-        Ok(usize::from(self.cpu_to_hwq[cpu]))
+        Ok(usize::from(self.counters.route(cpu).hwq))
     }
     /// The current completion policy.
     pub fn completion_policy(&self) -> CompletionPolicy {
@@ -723,7 +717,7 @@ impl<D: Driver> Queue<D> {
     }
 
     fn set_of(&self, hwq: usize) -> usize {
-        if self.shared_tags { 0 } else { hwq }
+        usize::from(set_of_hwq(self.shared_tags, hwq as u16))
     }
 
     fn quiesced(&self) -> bool {
@@ -1116,8 +1110,8 @@ impl<D: Driver> Queue<D> {
     /// has ended, with the first error.
     #[cold]
     fn submit_split(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
-        let hwq = usize::from(self.cpu_to_hwq[cpu]);
-        let set = self.set_of(hwq);
+        let Route { hwq, set } = self.counters.route(cpu);
+        let (hwq, set) = (usize::from(hwq), usize::from(set));
         let tags = self.tag_sets[set].tags();
         // A discard has no segments: only its own length limit cuts it.
         let max_sectors = if bio.op == Op::Discard {
@@ -1264,7 +1258,7 @@ impl<D: Driver> Queue<D> {
     }
 
     fn waiter_enter(&self, cpu: usize, bio: &Bio<'_>) {
-        let set = &self.tag_sets[self.set_of(usize::from(self.cpu_to_hwq[cpu]))];
+        let set = &self.tag_sets[usize::from(self.counters.route(cpu).set)];
         if self.host_shared
             && !bio.reserved_tag
             && self.tag_waiters.fetch_add(1, core::sync::atomic::Ordering::Relaxed) == 0
@@ -1274,7 +1268,7 @@ impl<D: Driver> Queue<D> {
     }
 
     fn waiter_exit(&self, cpu: usize, bio: &Bio<'_>) {
-        let set = &self.tag_sets[self.set_of(usize::from(self.cpu_to_hwq[cpu]))];
+        let set = &self.tag_sets[usize::from(self.counters.route(cpu).set)];
         if self.host_shared
             && !bio.reserved_tag
             && self.tag_waiters.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) == 1
@@ -1973,7 +1967,7 @@ impl<D: Driver> Queue<D> {
         slot.set_status(Status::Ok);
         // SAFETY: the slot is QUEUED and we claimed it, so we own it.
         let submit_cpu = usize::from(unsafe { slot.data() }.submit_cpu);
-        let hwq = usize::from(self.cpu_to_hwq[submit_cpu]);
+        let hwq = usize::from(self.counters.route(submit_cpu).hwq);
         bump(&self.counters.cpu(cpu).requeued);
         // Software queues are multi-producer: pushing onto another CPU's is fine.
         self.insert(submit_cpu, hwq, index);

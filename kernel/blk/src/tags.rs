@@ -100,7 +100,13 @@ impl TagBitmap {
     /// Allocates a free tag, searching from `cpu`'s hint. `None` when every tag is taken.
     #[inline(always)]
     pub fn alloc(&self, cpu: usize) -> Option<u32> {
-        self.alloc_hinted(&self.hints[fold(cpu, self.hints.len())])
+        self.alloc_hinted(self.hint(cpu))
+    }
+
+    /// The pool's own search hint of CPU `cpu` (CPUs past the hints share them).
+    #[inline(always)]
+    fn hint(&self, cpu: usize) -> &HintU32 {
+        &self.hints[fold(cpu, self.hints.len())]
     }
 
     /// [`TagBitmap::alloc`] searching from a hint the caller keeps (the block layer keeps one
@@ -169,7 +175,7 @@ impl TagBitmap {
     #[inline(always)]
     pub fn free(&self, cpu: usize, tag: u32) -> bool {
         match tag.checked_sub(self.base) {
-            Some(rel) => self.free_relative(&self.hints[fold(cpu, self.hints.len())], rel),
+            Some(rel) => self.free_relative(self.hint(cpu), rel),
             None => false,
         }
     }
@@ -230,21 +236,13 @@ impl TagSet {
     /// Allocates from the reserved or the normal pool.
     #[inline(always)]
     pub fn alloc(&self, cpu: usize, reserved: bool) -> Option<u32> {
-        if reserved {
-            self.reserved.alloc(cpu)
-        } else {
-            self.normal.alloc(cpu)
-        }
+        self.alloc_hinted(cpu, self.normal.hint(cpu), reserved)
     }
 
     /// Frees a tag from whichever pool it belongs to; `false` if it was not allocated.
     #[inline(always)]
     pub fn free(&self, cpu: usize, tag: u32) -> bool {
-        if tag < self.reserved.capacity() {
-            self.reserved.free(cpu, tag)
-        } else {
-            self.normal.free(cpu, tag)
-        }
+        self.free_hinted(cpu, self.normal.hint(cpu), tag)
     }
 
     /// [`TagBitmap::first_hint`] of the normal pool.
@@ -445,12 +443,7 @@ impl HostTags {
     /// was not allocated.
     #[inline(always)]
     pub(crate) fn free(&self, cpu: usize, tag: u32, me: Option<u32>) -> bool {
-        self.free_hinted(
-            cpu,
-            &self.set.normal.hints[fold(cpu, self.set.normal.hints.len())],
-            tag,
-            me,
-        )
+        self.free_hinted(cpu, self.set.normal.hint(cpu), tag, me)
     }
 
     /// [`HostTags::free`] for a tag whose normal-pool allocation used `hint`
