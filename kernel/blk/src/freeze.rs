@@ -61,7 +61,9 @@ impl UsageCounter {
         // Full fence after the increment (free after x86's locked add). Pairs with the fence in
         // `set_frozen`: either we see `frozen` below, or the freezer's sum sees our increment.
         fence_after_rmw();
-        if self.frozen.load(Ordering::Relaxed) {
+        // Acquire pairs with `clear_frozen`'s Release: an entry admitted after an unfreeze sees
+        // what was done while the queue was frozen (as `blk::gate`'s readers after a reset).
+        if self.frozen.load(Ordering::Acquire) {
             Self::back_out(count);
             return false;
         }
@@ -132,37 +134,33 @@ mod tests {
 
     #[test]
     fn a_request_counts_until_it_exits_on_any_cpu() {
-        {
-            let (usage, cpu) = (UsageCounter::new(), counts(4));
-            assert!(usage.try_enter(&cpu[0]));
-            assert!(usage.try_enter(&cpu[2]));
-            assert_eq!(usage.in_flight(cpu.iter()), 2);
-            // Completed on another CPU than they entered on: CPU 3's count goes "negative".
-            usage.exit(&cpu[3]);
-            assert_eq!(usage.in_flight(cpu.iter()), 1);
-            usage.set_frozen();
-            assert!(!usage.is_drained(cpu.iter()), "one request is still inside");
-            usage.exit(&cpu[3]);
-            assert!(usage.is_drained(cpu.iter()));
-            assert_eq!(usage.in_flight(cpu.iter()), 0);
-        }
+        let (usage, cpu) = (UsageCounter::new(), counts(4));
+        assert!(usage.try_enter(&cpu[0]));
+        assert!(usage.try_enter(&cpu[2]));
+        assert_eq!(usage.in_flight(cpu.iter()), 2);
+        // Completed on another CPU than they entered on: CPU 3's count goes "negative".
+        usage.exit(&cpu[3]);
+        assert_eq!(usage.in_flight(cpu.iter()), 1);
+        usage.set_frozen();
+        assert!(!usage.is_drained(cpu.iter()), "one request is still inside");
+        usage.exit(&cpu[3]);
+        assert!(usage.is_drained(cpu.iter()));
+        assert_eq!(usage.in_flight(cpu.iter()), 0);
     }
 
     #[test]
     fn a_frozen_counter_refuses_and_counts_nothing() {
-        {
-            let (usage, cpu) = (UsageCounter::new(), counts(2));
-            usage.set_frozen();
-            assert!(!usage.try_enter(&cpu[1]));
-            assert!(usage.is_drained(cpu.iter()), "a refused entry backs out");
-            assert_eq!(usage.in_flight(cpu.iter()), 0);
-            usage.clear_frozen();
-            assert!(!usage.is_drained(cpu.iter()), "drained means frozen and empty");
-            assert!(usage.try_enter(&cpu[1]));
-            assert_eq!(usage.in_flight(cpu.iter()), 1);
-            usage.exit(&cpu[0]);
-            assert_eq!(usage.in_flight(cpu.iter()), 0);
-        }
+        let (usage, cpu) = (UsageCounter::new(), counts(2));
+        usage.set_frozen();
+        assert!(!usage.try_enter(&cpu[1]));
+        assert!(usage.is_drained(cpu.iter()), "a refused entry backs out");
+        assert_eq!(usage.in_flight(cpu.iter()), 0);
+        usage.clear_frozen();
+        assert!(!usage.is_drained(cpu.iter()), "drained means frozen and empty");
+        assert!(usage.try_enter(&cpu[1]));
+        assert_eq!(usage.in_flight(cpu.iter()), 1);
+        usage.exit(&cpu[0]);
+        assert_eq!(usage.in_flight(cpu.iter()), 0);
     }
 
     #[test]
