@@ -893,25 +893,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // reset sees a submitter's count or the submitter sees the gate closed. Given up (and the
         // gate opened again) after `RESET_SUBMITTER_POLLS` waits.
         let mut polls = 0;
-        let mut wait = || {
-            if polls >= RESET_SUBMITTER_POLLS {
-                return false;
-            }
-            self.delay.delay_us(1);
-            polls += 1;
-            true
-        };
-        let Some(closed) = self.submit_gate.close_within(&mut wait) else {
+        let Some(closed) = self.submit_gate.close_within(|| self.reset_wait(&mut polls)) else {
             return Err(Error::ResetDeferred);
         };
-        polls = 0;
+        let mut polls = 0;
         while !self.gate.try_lock() {
-            if polls >= RESET_SUBMITTER_POLLS {
-                drop(closed);
+            if !self.reset_wait(&mut polls) {
+                // Dropping `closed` opens the submission gate again.
                 return Err(Error::ResetDeferred);
             }
-            self.delay.delay_us(1);
-            polls += 1;
         }
         let result = self.reset_locked(&mut complete);
         self.gate.unlock();
@@ -920,6 +910,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             log::error!("megasas: controller reset failed: {e}; controller is out of service");
         }
         result
+    }
+
+    /// One wait of a reset for submitters or the reaper to leave: 1 µs, or `false` once
+    /// `RESET_SUBMITTER_POLLS` of them were spent (`polls` counts them).
+    fn reset_wait(&self, polls: &mut u32) -> bool {
+        if *polls >= RESET_SUBMITTER_POLLS {
+            return false;
+        }
+        self.delay.delay_us(1);
+        *polls += 1;
+        true
     }
 
     /// Fails every command in flight without touching the device: only for a controller that

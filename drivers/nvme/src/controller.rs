@@ -907,8 +907,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here).
     /// `issue(request)` runs under the SQ lock once the command is sure to be posted, and returns
-    /// the block-layer generation and the issue time (the reset's order), so a completion can never arrive for a request the block
-    /// layer has not yet marked issued; a post that fails gives `request` back with the error
+    /// the block-layer generation and the issue time (the reset's order), so a completion can
+    /// never arrive for a request the block layer has not yet marked issued; a post that fails
+    /// gives `request` back with the error
     /// (issue 22: moved by value, not through an `Option` the closure takes it from). Rings the
     /// doorbell unless `defer_doorbell`.
     pub(crate) fn post<R>(

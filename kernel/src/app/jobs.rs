@@ -133,11 +133,10 @@ fn whole_segments(buffers: &[DmaBuffer], bytes: usize) -> Vec<Segment> {
         .collect()
 }
 
-/// The completions a reap lists for the engine (`KernelBackend::take_done`): into `out` after
-/// the `n` already there, the rest kept in `overflow` for the next reap.
 /// Lists slots `first + i` for each bit `i` of `bits` as successes after the `n` completions
-/// `out` holds; returns how many it holds now (what does not fit goes to `overflow`). For a
-/// word the engine's mask does not carry. Out of line: the benchmark's reaps never come here.
+/// `out` holds; returns how many it holds now (what does not fit waits in `overflow` for the
+/// next reap). For a word the engine's mask does not carry (`KernelBackend::take_done`). Out of
+/// line: the benchmark's reaps never come here.
 /// Plain values in and out, not a struct or a `Taken` that the caller would keep in memory
 /// on every reap to make the call possible (issue 22).
 #[inline(never)]
