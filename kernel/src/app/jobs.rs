@@ -14,7 +14,7 @@ use blk::{BlkError, CompletionPolicy, QuiesceCheck, Segment, Status};
 use core::fmt::Write;
 use workload::{
     Completion, CpuResult, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, JobReport, JobShared, ProgressMeter, Reaped,
-    SubmitError, WorkloadError,
+    SubmitError, WorkloadError, split_successes,
 };
 
 mod files;
@@ -78,9 +78,16 @@ struct KernelBackend<'a> {
     /// The job traces request stages (`trace=`; the trace runs exactly then): each reaped
     /// completion is recorded.
     traced: bool,
-    /// Neither `poll`, nor `windows`, nor `traced` ([`reap_plain`]): a reap is the commit and
-    /// the board's walk, after one look instead of three (issue 22).
+    /// Neither `poll`, nor `windows`, nor `traced`, nor refill points ([`reap_plain`]): a reap
+    /// is the commit and the board's walk, after one look instead of four (issue 22).
     reap_plain: bool,
+    /// A reap hands out at most this many successes (`BlockDevice::refill_after`; 0: all),
+    /// so that the engine refills their slots, and the next reap sends them to the device,
+    /// before it completes the rest: the device works while the CPU completes (NVMe's SQ
+    /// doorbell; docs/bench.md "Refill within a reap").
+    refill_after: usize,
+    /// Successes taken from the board that a refill point held back for the next reap.
+    carried: u64,
     /// This CPU's words of the done board for the job's slots (its queue depth), cut once:
     /// one word per reap at QD 64 or less, with no lookup per reap (issue 22); `run_share`
     /// clears anything above them when the job ends.
@@ -90,9 +97,10 @@ struct KernelBackend<'a> {
 }
 
 /// Whether a backend's reap is the plain one: the job does not poll (`poll`), the device opens
-/// no interrupt-then-poll window (`windows`), the job does not trace request stages (`traced`).
-fn reap_plain(poll: bool, windows: bool, traced: bool) -> bool {
-    !poll && !windows && !traced
+/// no interrupt-then-poll window (`windows`), the job does not trace request stages (`traced`)
+/// and hands every reap out whole (`refill_after` 0).
+fn reap_plain(poll: bool, windows: bool, traced: bool, refill_after: usize) -> bool {
+    !poll && !windows && !traced && refill_after == 0
 }
 
 /// No request's length in device sectors (`KernelBackend::whole_sectors`): a buffer holds at
@@ -229,7 +237,8 @@ impl<'a> KernelBackend<'a> {
         self.batch_sectors = if self.batch { self.whole_sectors } else { NEVER };
         self.defers = dev.defers_doorbell();
         self.windows = dev.has_polling_window();
-        self.reap_plain = reap_plain(self.poll, self.windows, self.traced);
+        self.refill_after = dev.refill_after();
+        self.reap_plain = reap_plain(self.poll, self.windows, self.traced, self.refill_after);
     }
 
     /// Hands the collected burst to the device, then rings what this CPU's deferred
@@ -376,8 +385,9 @@ impl<'a> KernelBackend<'a> {
     }
 
     /// `reap`'s looks after the commit where the job polls, the device may open a polling
-    /// window, or the job traces request stages: polls where due, then, for a traced job, takes
-    /// the completions with their trace (`None`: the caller takes them, untraced).
+    /// window, the job traces request stages or the device has refill points: polls where
+    /// due, then, for a traced job, takes the completions with their trace, and hands out the
+    /// successes up to the refill point (`None`: the caller takes them, untraced and whole).
     #[inline(never)]
     fn poll_or_trace<const MASK: bool>(&mut self, out: &mut [Completion]) -> Option<Reaped> {
         // An interrupt-then-poll window (megasas.irq_poll, nvme.irq_poll) masks the interrupt:
@@ -385,14 +395,37 @@ impl<'a> KernelBackend<'a> {
         if self.poll || (self.windows && self.dev.polling_window(self.cpu)) {
             self.dev.poll(self.cpu);
         }
-        if !self.traced {
+        if !self.traced && self.refill_after == 0 {
             return None;
         }
         let n = self.overflow_first(out);
         // Asked once per reap, not per completion, whether stages are traced (issue 22): the
         // walk without the trace has one value and one branch fewer per completion.
-        let (succeeded, n) = self.take_done::<MASK, true>(out, n);
-        Some(Reaped { succeeded, listed: n })
+        let (succeeded, n) = if self.traced {
+            self.take_done::<MASK, true>(out, n)
+        } else {
+            self.take_done::<MASK, false>(out, n)
+        };
+        if !MASK {
+            // A listing reap lists what a refill point held back too.
+            let carried = core::mem::take(&mut self.carried);
+            let n = if carried != 0 {
+                list_successes(out, n, &mut self.overflow, 0, carried)
+            } else {
+                n
+            };
+            return Some(Reaped { succeeded, listed: n });
+        }
+        if self.refill_after == 0 {
+            return Some(Reaped { succeeded, listed: n });
+        }
+        // Those held back last time first (the lowest slots go first, as they come).
+        let (now, rest) = split_successes(succeeded | self.carried, self.refill_after);
+        self.carried = rest;
+        Some(Reaped {
+            succeeded: now,
+            listed: n,
+        })
     }
 
     /// What a reap could not hand out last time goes first (rare: more completions than the
@@ -605,6 +638,7 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
     let whole_sectors = KernelBackend::whole_sectors(bs, scale);
     let windows = ctx.dev.has_polling_window();
     let traced = ctx.plan.spec.trace_every != 0;
+    let refill_after = ctx.dev.refill_after();
     // Every CPU the kernel runs has its part of the board (it has `MAX_CPUS`).
     let Some(done) = block::done_board().cpu_below(cpu, buffers.len()) else {
         return Err(WorkloadError::CpuIndexOutOfRange {
@@ -630,7 +664,9 @@ fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadEr
         batch_sectors: if batch { whole_sectors } else { NEVER },
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         traced,
-        reap_plain: reap_plain(ctx.poll, windows, traced),
+        reap_plain: reap_plain(ctx.poll, windows, traced, refill_after),
+        refill_after,
+        carried: 0,
         done,
         next_tick_ns: 0,
         progress: (index == 0).then(|| {

@@ -186,6 +186,12 @@ pub trait BlockDevice: Sync + Send {
     fn has_polling_window(&self) -> bool {
         false
     }
+    /// After how many completions of one reap a job refills and commits the slots freed so
+    /// far, so that the device has work again before the whole reap is done
+    /// (`workload::IoBackend::refill_after`; 0: after the whole reap). Asked once per job.
+    fn refill_after(&self) -> usize {
+        0
+    }
     /// Runs CPU `cpu`'s completion list (the completion IPI handler).
     fn run_completions(&self, cpu: usize) -> usize;
     /// Polls for completions (polled mode).
@@ -244,6 +250,10 @@ pub trait HostHooks: Sync + Send {
     fn polling_window(&self, cpu: usize) -> bool {
         let _ = cpu;
         false
+    }
+    /// [`BlockDevice::refill_after`] for the controller's disks (0: after the whole reap).
+    fn refill_after(&self) -> usize {
+        0
     }
     /// The controller's interrupt vectors as aimed now, when it re-aims them for a job
     /// (MegaRAID MFI's single vector: `dev::megasas::aim_for_jobs`); `None`: as registered.
@@ -349,6 +359,9 @@ impl<D: Driver + 'static> BlockDevice for Disk<D> {
     }
     fn has_polling_window(&self) -> bool {
         self.host.is_some()
+    }
+    fn refill_after(&self) -> usize {
+        self.host.map_or(0, |h| h.refill_after())
     }
     fn irq_vectors(&self) -> Vec<crate::dev::interrupts::Vector> {
         self.host

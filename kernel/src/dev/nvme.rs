@@ -192,6 +192,13 @@ impl HostHooks for Controller {
         self.host.polling_window(cpu)
     }
 
+    /// A job refills after as many completions as a doorbell may wait for: the SQ doorbell
+    /// hands the device work it does while the CPU completes the rest of the reap (docs/bench.md
+    /// "Refill within a reap"); `nvme.doorbell_batch=<depth>` turns it off.
+    fn refill_after(&self) -> usize {
+        self.host.controller().config().doorbell_batch as usize
+    }
+
     fn tick(&self, cpu: usize) {
         // A window nobody polls (its CPU's job ended) is closed here once idle.
         self.host.poll_open_windows(cpu, self);
@@ -549,9 +556,9 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     }
     kprintln!("{name}: interrupts: {irq_text}");
     kprintln!("{name}: queues:{layout}");
+    let batch = controller.host.controller().config().doorbell_batch;
     kprintln!(
-        "{name}: SQ tail doorbell after at most {} command(s) of a burst, and at its last (nvme.doorbell_batch)",
-        controller.host.controller().config().doorbell_batch
+        "{name}: SQ tail doorbell after at most {batch} command(s) of a burst, and at its last; a job refills after {batch} completion(s) of a reap (nvme.doorbell_batch)"
     );
     report_queue_nodes(&name, controller);
     let depth = controller.host.controller().queue_depth();
@@ -597,6 +604,9 @@ impl HostHooks for OtherNamespace {
     }
     fn polling_window(&self, cpu: usize) -> bool {
         self.0.polling_window(cpu)
+    }
+    fn refill_after(&self) -> usize {
+        self.0.refill_after()
     }
     fn tick(&self, _cpu: usize) {}
     fn counters(&self) -> Vec<(&'static str, u64)> {

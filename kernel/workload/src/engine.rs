@@ -179,6 +179,19 @@ impl Reaped {
     }
 }
 
+/// Splits a success mask into its `n` lowest slots and the rest, for a backend that hands a
+/// reap out in parts (a later [`IoBackend::poll_reaped`] returns the rest): `n` or fewer bits
+/// (all of them when `mask` has at most `n`), then what remains. `n` = 0 takes nothing.
+pub const fn split_successes(mask: u64, n: usize) -> (u64, u64) {
+    let mut rest = mask;
+    let mut taken = 0;
+    while taken < n && rest != 0 {
+        rest &= rest - 1;
+        taken += 1;
+    }
+    (mask & !rest, rest)
+}
+
 /// What the engine needs from the block layer on one CPU.
 ///
 /// The engine uses slots `0..iodepth`; a slot has at most one request in flight. Buffers belong to

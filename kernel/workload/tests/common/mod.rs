@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use workload::fio::parse_job_file;
 use workload::rng::Rng;
-use workload::{Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, Reaped, SubmitError, plan_job};
+use workload::{
+    Completion, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, Reaped, SubmitError, plan_job, split_successes,
+};
 
 /// The sector size of the test disk most engine tests run on.
 pub const SECTOR: u32 = 512;
@@ -144,6 +146,15 @@ pub struct FakeBackend {
     pub mask_successes: bool,
     /// Successes `poll_reaped` reported as mask bits.
     pub masked: u64,
+    /// With `mask_successes`: `poll_reaped` hands out at most this many successes and holds
+    /// the rest back for the next poll, as the kernel's backend does at a refill point (0:
+    /// all of them).
+    pub refill_after: usize,
+    /// Successes held back for the next `poll_reaped` (`refill_after`).
+    held_back: u64,
+    /// Submissions made while successes were held back: the engine refilled before it had
+    /// seen the whole reap.
+    pub submits_while_held: u64,
     /// Every Nth submission is refused with Busy (0 = never).
     pub busy_every: u64,
     pub faults: Vec<Fault>,
@@ -190,6 +201,9 @@ impl FakeBackend {
             max_batch: usize::MAX,
             mask_successes: false,
             masked: 0,
+            refill_after: 0,
+            held_back: 0,
+            submits_while_held: 0,
             busy_every: 0,
             faults: Vec::new(),
             hang: false,
@@ -282,6 +296,13 @@ impl IoBackend for FakeBackend {
             self.in_flight.iter().all(|io| io.slot != slot),
             "slot {slot} submitted twice"
         );
+        assert!(
+            slot >= 64 || self.held_back & 1 << slot == 0,
+            "slot {slot} submitted while its completion is held back"
+        );
+        if self.held_back != 0 {
+            self.submits_while_held += 1;
+        }
         let end = self.byte_range(lba, sectors).end;
         assert!(
             end <= self.disk.bytes.lock().unwrap().len(),
@@ -433,6 +454,11 @@ impl IoBackend for FakeBackend {
                 out[reaped.listed] = completion;
                 reaped.listed += 1;
             }
+        }
+        if self.refill_after != 0 {
+            let (now, rest) = split_successes(reaped.succeeded | self.held_back, self.refill_after);
+            self.held_back = rest;
+            reaped.succeeded = now;
         }
         reaped
     }
