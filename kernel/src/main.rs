@@ -228,6 +228,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         bootinfo::cmdline::IdleMode::Auto => arch::idle::under_hypervisor(),
     };
     arch::idle::set_halt(halt);
+    dev::set_floor_depths(config.floor_depths);
     arch::idle::set_halt_poll_ns(u64::from(config.halt_poll_us) * 1000);
     kprintln!(
         "idle: {} while waiting for completions{}",

@@ -78,6 +78,8 @@ const BUILD_PACKAGES: &[&str] = &[
     "pkg-config",
     "libglib2.0-dev",
     "libpixman-1-dev",
+    // Debian's QEMU source has no dtc copy: x86_64-softmmu needs the system's libfdt.
+    "libfdt-dev",
     "zlib1g-dev",
     "flex",
     "bison",

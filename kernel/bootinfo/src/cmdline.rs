@@ -19,6 +19,7 @@
 //! | `idle.poll_us` | microseconds (0-10000) a waiting CPU spins before it halts (halt polling); default [`DEFAULT_HALT_POLL_US`] |
 //! | `crc32c` | `auto` (default: the SSE4.2 instruction on bare metal when CPUID reports it, the table under a hypervisor), `hw` (the instruction; a CPU without it is an error), `table` |
 //! | `clock` | `auto` (default), `hpet`, `pmtimer`, `pit`: the counter the TSC is calibrated against when CPUID gives no TSC rate; `auto` tries the HPET, then the ACPI PM timer, then the PIT; a named one is used alone and is an error when absent |
+//! | `floor.depths` | `1,32` (default), `1` or `32`: the queue depths at which the device floor (`megasas.floor=`, `nvme.floor=`) is measured before each job ([`FloorDepths`]) |
 //! | `watchdog` | `off`, or milliseconds (100-600000, default 5000) without a timer tick after which a CPU is reported stuck |
 //! | `null.size` | size of the null block device `null0` (e.g. `1g`); absent: no null device |
 //! | `null.block_size` | `512` (default) or `4096` |
@@ -44,7 +45,7 @@ pub const MAX_JOB_WORDS: usize = 128;
 pub const MAX_DRIVER_WORDS: usize = 32;
 
 /// The kernel keys, as printed in an unknown-key error.
-pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, watchdog, crc32c, clock, \
+pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, floor.depths, watchdog, crc32c, clock, \
      aml, \
      null.size, null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit, \
      fio.modules, fio.override.KEY (and fio command-line words after --)";
@@ -176,6 +177,29 @@ pub enum Crc32cMode {
     Table,
 }
 
+/// The queue depths of the device floor (`floor.depths=`): both by default; one of them keeps
+/// the floor short and next to each job (`xtask/scripts/floor-pairs.sh` pairs QD32 jobs with a
+/// QD32 floor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorDepths {
+    /// QD 1, then QD 32.
+    Both,
+    /// QD 1 only.
+    Qd1,
+    /// QD 32 only.
+    Qd32,
+}
+
+impl FloorDepths {
+    /// Whether the floor is measured at queue depth `depth` (1 or 32).
+    pub const fn includes(self, depth: u16) -> bool {
+        matches!(
+            (self, depth),
+            (FloorDepths::Both, _) | (FloorDepths::Qd1, 1) | (FloorDepths::Qd32, 32)
+        )
+    }
+}
+
 /// Longest `watchdog=` threshold accepted, in milliseconds.
 pub const MAX_WATCHDOG_MS: u32 = 600_000;
 /// Shortest `watchdog=` threshold accepted (several timer ticks), in milliseconds.
@@ -214,6 +238,8 @@ pub struct Config<'a> {
     pub halt_poll_us: u32,
     /// `crc32c=`: instruction or table for the workload's checksums.
     pub crc32c: Crc32cMode,
+    /// `floor.depths=`: the device floor's queue depths.
+    pub floor_depths: FloorDepths,
     /// `clock=`: the calibration reference.
     pub clock: ClockReference,
     /// `watchdog=`: milliseconds without a timer tick after which a CPU is
@@ -262,6 +288,7 @@ impl Default for Config<'_> {
             idle: IdleMode::Auto,
             halt_poll_us: DEFAULT_HALT_POLL_US,
             crc32c: Crc32cMode::Auto,
+            floor_depths: FloorDepths::Both,
             clock: ClockReference::Auto,
             watchdog_ms: Some(5000),
             null_size: None,
@@ -407,6 +434,19 @@ pub fn parse_with_drivers<'a>(
                             value: bounded(value),
                             expected: "microseconds from 0 to 10000",
                         })?;
+            }
+            "floor.depths" => {
+                once("floor.depths")?;
+                cfg.floor_depths = choose(
+                    "floor.depths",
+                    value,
+                    &[
+                        ("1,32", FloorDepths::Both),
+                        ("1", FloorDepths::Qd1),
+                        ("32", FloorDepths::Qd32),
+                    ],
+                    "1,32, 1 or 32",
+                )?;
             }
             "crc32c" => {
                 once("crc32c")?;
@@ -712,6 +752,31 @@ mod tests {
             let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
             assert!(msg.contains(bad.split_once('=').unwrap().1), "{bad}: {msg}");
         }
+    }
+
+    #[test]
+    fn floor_depths_key() {
+        assert_eq!(parse("", JOB_KEYS, "").unwrap().floor_depths, FloorDepths::Both);
+        for (word, depths, one, thirty_two) in [
+            ("floor.depths=1,32", FloorDepths::Both, true, true),
+            ("floor.depths=1", FloorDepths::Qd1, true, false),
+            ("floor.depths=32", FloorDepths::Qd32, false, true),
+        ] {
+            let c = parse(word, JOB_KEYS, "").unwrap();
+            assert_eq!(c.floor_depths, depths, "{word}");
+            assert_eq!((depths.includes(1), depths.includes(32)), (one, thirty_two), "{word}");
+        }
+        for bad in ["floor.depths=16", "floor.depths=32,1", "floor.depths="] {
+            let msg = parse(bad, JOB_KEYS, "").unwrap_err().to_string();
+            assert!(
+                msg.contains("floor.depths") && msg.contains("1,32, 1 or 32"),
+                "{bad}: {msg}"
+            );
+        }
+        let twice = parse("floor.depths=1 floor.depths=32", JOB_KEYS, "")
+            .unwrap_err()
+            .to_string();
+        assert!(twice.contains("floor.depths"), "{twice}");
     }
 
     #[test]

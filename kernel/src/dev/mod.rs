@@ -104,6 +104,14 @@ pub const FLOOR_RUNS: [(u16, &str, &str); 2] = [
     (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
 ];
 
+/// The floor's depths (`floor.depths=`), set once at boot.
+static FLOOR_DEPTHS: spin::Once<bootinfo::cmdline::FloorDepths> = spin::Once::new();
+
+/// Sets the floor's queue depths from the command line (`floor.depths=`; both when never set).
+pub fn set_floor_depths(depths: bootinfo::cmdline::FloorDepths) {
+    FLOOR_DEPTHS.call_once(|| depths);
+}
+
 /// Why a floor run failed, and whether the device may still hold the run's buffer (a stalled
 /// run leaves reads with it: the buffer is then leaked, never reused).
 pub struct FloorFailure {
@@ -117,7 +125,7 @@ pub struct FloorFailure {
 /// is no easier to beat than one burst.
 pub const FLOOR_BURSTS: usize = 3;
 
-/// The device floor's runs ([`FLOOR_RUNS`]) on `device`, reads of `bs` bytes into one DMA
+/// The device floor's runs ([`FLOOR_RUNS`], those `floor.depths=` names) on `device`, reads of `bs` bytes into one DMA
 /// buffer: `run(depth, buffer)` measures one burst at one queue depth, [`FLOOR_BURSTS`] times
 /// per depth. Prints a line per depth with every burst's IOPS and one `floor:` line with the
 /// median bursts (`how` says how the CPU waits), and returns their figures for the job totals.
@@ -137,7 +145,11 @@ pub fn run_floor(
     let mut text = alloc::format!("floor: {device} {bs}-byte read (no block layer, {how})");
     let mut totals = alloc::vec::Vec::new();
     let mut buffer_with_device = false;
-    for (depth, iops_key, p50_key) in FLOOR_RUNS {
+    let depths = FLOOR_DEPTHS
+        .get()
+        .copied()
+        .unwrap_or(bootinfo::cmdline::FloorDepths::Both);
+    for (depth, iops_key, p50_key) in FLOOR_RUNS.into_iter().filter(|run| depths.includes(run.0)) {
         match median_burst(device, depth, &buffer, &mut run) {
             Ok(r) => {
                 // `devhal::floor::FloorResult`, which both drivers re-export.
