@@ -21,7 +21,7 @@ if [ -z "${KERNELS:-}" ]; then
   KERNELS=$ROOT/target/x86_64-unknown-none/release/kernel
 fi
 BIOS=(); [ -f /usr/share/qemu/qboot.rom ] && BIOS=(-bios /usr/share/qemu/qboot.rom)
-NULLCO=(-blockdev driver=null-co,node-name=d0,size=8589934592,read-zeroes=on)
+. "$ROOT/xtask/scripts/floor-device.sh"
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 jobs=""
 for i in $(seq 1 "$NJOBS"); do jobs="$jobs job=pair$i iodepth=32 cpus=0"; done
@@ -36,14 +36,7 @@ for round in $(seq 1 "$ROUNDS"); do
       for i in $(seq 1 "$k"); do
         name="k$i-$dev-smp$smp-r$round"
         echo "floor-pairs: round $round kernel $i $dev smp$smp" >&2
-        if [ "$dev" = md ]; then
-          disk=("${NULLCO[@]}" -device megasas-gen2,id=hba0 -device scsi-hd,drive=d0,bus=hba0.0)
-          words="megasas.floor=$FLOOR device=md0"
-        else
-          disk=("${NULLCO[@]}" -device "nvme,id=nvme0,serial=pair0,max_ioqpairs=$smp,msix_qsize=$((smp + 1))"
-                -device nvme-ns,drive=d0,bus=nvme0,nsid=1)
-          words="nvme.floor=$FLOOR device=nvme0n1"
-        fi
+        floor_device "$dev" "$smp" "$FLOOR"
         timeout 600 qemu-system-x86_64 -accel "${ACCEL:-tcg,thread=multi}" -cpu max "${BIOS[@]}" -smp "$smp" -m 1G \
           -display none -no-reboot -serial "file:$W/$name.log" -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
           -kernel "$W/kernel$i" "${disk[@]}" \

@@ -21,18 +21,11 @@ ROOT=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 (cd "$ROOT" && cargo xtask build >/dev/null 2>&1) || { echo "smp-floor: kernel build failed" >&2; exit 1; }
 K=${KERNEL:-$ROOT/target/x86_64-unknown-none/release/kernel}
 BIOS=(); [ -f /usr/share/qemu/qboot.rom ] && BIOS=(-bios /usr/share/qemu/qboot.rom)
-NULLCO=(-blockdev driver=null-co,node-name=d0,size=8589934592,read-zeroes=on)
+. "$ROOT/xtask/scripts/floor-device.sh"
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 boot() { # $1 = log name, $2 = device (md|nvme), $3 = smp
   local name=$1 dev=$2 smp=$3 disk words last=$(($3 - 1))
-  if [ "$dev" = md ]; then
-    disk=("${NULLCO[@]}" -device megasas-gen2,id=hba0 -device scsi-hd,drive=d0,bus=hba0.0)
-    words="megasas.floor=$FLOOR device=md0"
-  else
-    disk=("${NULLCO[@]}" -device "nvme,id=nvme0,serial=smp0,max_ioqpairs=$smp,msix_qsize=$((smp + 1))"
-          -device nvme-ns,drive=d0,bus=nvme0,nsid=1)
-    words="nvme.floor=$FLOOR device=nvme0n1"
-  fi
+  floor_device "$dev" "$smp" "$FLOOR"
   timeout 300 qemu-system-x86_64 -accel "${ACCEL:-tcg,thread=multi}" -cpu max "${BIOS[@]}" -smp "$smp" -m 1G -display none \
     -no-reboot -serial "file:$W/$name.log" -device isa-debug-exit,iobase=0xf4,iosize=0x04 -kernel "$K" \
     "${disk[@]}" -append "${EXTRA:-} $words runtime=${RT}s rw=randread bs=4k verify=none \
