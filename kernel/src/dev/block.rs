@@ -186,9 +186,10 @@ pub trait BlockDevice: Sync + Send {
     fn has_polling_window(&self) -> bool {
         false
     }
-    /// After how many completions of one reap a job refills and commits the slots freed so
-    /// far, so that the device has work again before the whole reap is done
-    /// (`workload::IoBackend::refill_after`; 0: after the whole reap). Asked once per job.
+    /// After how many completions of a reap a job first refills and commits the slots freed
+    /// so far, so that the device has work again before the whole reap is done, then takes
+    /// the rest (0: after the whole reap; docs/bench.md "Refill within a reap"). Asked once
+    /// per job.
     fn refill_after(&self) -> usize {
         0
     }
