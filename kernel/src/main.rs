@@ -228,7 +228,6 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         bootinfo::cmdline::IdleMode::Auto => arch::idle::under_hypervisor(),
     };
     arch::idle::set_halt(halt);
-    dev::set_floor_depths(config.floor_depths);
     arch::idle::set_halt_poll_ns(u64::from(config.halt_poll_us) * 1000);
     kprintln!(
         "idle: {} while waiting for completions{}",
@@ -247,6 +246,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
         Ok(line) => kprintln!("{line}"),
         Err(e) => exit::failure(format_args!("command line: {e}")),
     }
+    dev::set_floor_depths(config.floor_depths);
     smp::report(&cpus);
     report_numa(fw, &cpus);
     // CPUs left out on purpose (`cpus.max=`, capacity) are fine; one that was started and

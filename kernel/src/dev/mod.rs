@@ -125,10 +125,11 @@ pub struct FloorFailure {
 /// is no easier to beat than one burst.
 pub const FLOOR_BURSTS: usize = 3;
 
-/// The device floor's runs ([`FLOOR_RUNS`], those `floor.depths=` names) on `device`, reads of `bs` bytes into one DMA
-/// buffer: `run(depth, buffer)` measures one burst at one queue depth, [`FLOOR_BURSTS`] times
-/// per depth. Prints a line per depth with every burst's IOPS and one `floor:` line with the
-/// median bursts (`how` says how the CPU waits), and returns their figures for the job totals.
+/// The device floor's runs ([`FLOOR_RUNS`], those `floor.depths=` names) on `device`, reads
+/// of `bs` bytes into one DMA buffer: `run(depth, buffer)` measures one burst at one queue
+/// depth, [`FLOOR_BURSTS`] times per depth. Prints a line per depth with every burst's IOPS
+/// and one `floor:` line with the median bursts (`how` says how the CPU waits), and returns
+/// their figures for the job totals.
 pub fn run_floor(
     device: &str,
     bs: u32,

@@ -609,9 +609,10 @@ fn split_successes_hands_out_the_lowest_slots_first() {
 
 #[test]
 fn a_reap_handed_out_in_parts_refills_early_and_loses_nothing() {
-    // On NVMe the kernel's backend hands a reap's successes out a few at a time (refill
-    // points, docs/bench.md "Refill within a reap"): the engine refills the slots freed so far
-    // before it sees the rest, and must still complete, count and verify every I/O once.
+    // On NVMe the kernel's backend hands a reap's successes out in parts (its first 8, then
+    // the rest: docs/bench.md "Refill within a reap"); this fake holds back all but a few on
+    // every reap, the stricter case. The engine refills the slots freed so far before it sees
+    // the rest, and must still complete, count and verify every I/O once.
     for (order, refill) in [(Order::Fifo, 1), (Order::Shuffled, 3), (Order::Lifo, 5)] {
         let plan = plan_of("rw=randrw rwmixread=60 bs=4k size=1m iodepth=16 verify=crc32c", &[0, 1]);
         assert_eq!(plan.verify, VerifyScheme::Tracked);

@@ -147,8 +147,8 @@ pub struct FakeBackend {
     /// Successes `poll_reaped` reported as mask bits.
     pub masked: u64,
     /// With `mask_successes`: `poll_reaped` hands out at most this many successes and holds
-    /// the rest back for the next poll, as the kernel's backend does at a refill point (0:
-    /// all of them).
+    /// the rest back for the next poll, on every poll: a stricter form of the kernel's refill
+    /// point, which splits only the first reap of a run of completions (0: all of them).
     pub refill_after: usize,
     /// Successes held back for the next `poll_reaped` (`refill_after`).
     held_back: u64,
