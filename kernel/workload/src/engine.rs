@@ -632,6 +632,18 @@ fn poisson_arrivals(plan: &JobPlan, cpu: u32) -> Option<Box<[PoissonArrivals; 2]
 }
 
 /// Blocks one CPU keeps for `verify_backlog` (0 when the job has no backlog).
+/// The main phase's stream of I/Os for CPU `cpu_index`: the same every time for one plan (its
+/// draws are seeded), which lets the verify pass of a single write pass draw it again.
+fn main_source(plan: &JobPlan, cpu_index: usize) -> Source {
+    if !plan.files.is_empty() {
+        Source::Files(Box::new(FileSetGenerator::new(plan, cpu_index)))
+    } else if plan.spec.bs_mix.is_some() {
+        Source::Sized(IoGenerator::new(plan, cpu_index))
+    } else {
+        Source::Main(IoGenerator::new(plan, cpu_index))
+    }
+}
+
 fn backlog_capacity(plan: &JobPlan) -> usize {
     if plan.verify.has_verify_pass() {
         plan.spec.verify_backlog as usize
@@ -640,8 +652,8 @@ fn backlog_capacity(plan: &JobPlan) -> usize {
     }
 }
 
-/// Failed writes a single-pass verify job remembers per CPU (the verify pass reads their blocks
-/// unchecked); past this many, it checks no block.
+/// Failed writes a single-pass verify job remembers per CPU (the verify pass skips their blocks);
+/// past this many, it reads every written block unchecked.
 pub const MAX_FAILED_WRITES: usize = 4096;
 
 /// Generation word flags in the tracker: the low 30 bits are the block's generation.
@@ -707,10 +719,27 @@ enum Source {
     Files(Box<FileSetGenerator>),
     /// No I/O (a phase that only issues a due flush).
     Nothing,
-    /// The verify pass walks the slice in order.
+    /// The verify pass of a tracked job walks the slice in order (the tracker says which blocks
+    /// hold a known generation).
     VerifyPass {
         next_block: u64,
     },
+    /// The verify pass of a single write pass: the main phase's stream drawn again from its
+    /// start, for exactly as many I/Os as the main phase issued, each read back block by block.
+    /// A runtime cap, `io_size` or a stop can end the main phase anywhere in its stream, so the
+    /// pass reads what was written and nothing past it.
+    Replay(Box<Replay>),
+}
+
+/// [`Source::Replay`]'s state.
+struct Replay {
+    /// The main phase's stream, drawn again.
+    stream: Source,
+    /// Writes of the main phase not yet drawn again.
+    writes_left: u64,
+    /// The blocks of the write drawn last not yet read: `next_block..end_block`.
+    next_block: u64,
+    end_block: u64,
 }
 
 /// I/Os waiting for their block, which was in flight when they came up. Preallocated; never grows.
@@ -853,8 +882,8 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     /// Per-block generation words, for [`VerifyScheme::Tracked`] only.
     tracker: Vec<u32>,
     /// [`VerifyScheme::SinglePass`] only: blocks whose write failed (they may hold the old or the
-    /// new data, so the verify pass reads them unchecked), at most [`MAX_FAILED_WRITES`]; past
-    /// that, `failed_writes_overflow` leaves every block of the pass unchecked rather than guess.
+    /// new data, so the verify pass skips them), at most [`MAX_FAILED_WRITES`]; past that,
+    /// `failed_writes_overflow` leaves every block of the pass unchecked rather than guess.
     failed_writes: Vec<u64>,
     failed_writes_overflow: bool,
     /// An I/O the backend refused with `Busy`; it goes first once a request completes.
@@ -903,6 +932,9 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     /// back (preallocated; a full list drops the newest, which the verify pass still checks).
     backlog_written: Vec<u64>,
     backlog_pending: Vec<u64>,
+    /// Writes submitted (accepted or failed at once), for the single write pass's verify pass,
+    /// which reads back exactly these ([`Source::Replay`]).
+    writes_issued: u64,
     /// Start of the measured part of the main phase (after the ramp).
     measured_start: u64,
     result: CpuResult,
@@ -1021,6 +1053,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             flush_in_flight: false,
             backlog_written: Vec::with_capacity(backlog_capacity(plan)),
             backlog_pending: Vec::with_capacity(2 * backlog_capacity(plan) + depth),
+            writes_issued: 0,
             measured_start: 0,
             result: CpuResult {
                 cpu: slice.cpu,
@@ -1095,13 +1128,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             .spec
             .runtime_ns
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
-        let mut source = if !self.plan.files.is_empty() {
-            Source::Files(Box::new(FileSetGenerator::new(self.plan, cpu_index)))
-        } else if self.plan.spec.bs_mix.is_some() {
-            Source::Sized(IoGenerator::new(self.plan, cpu_index))
-        } else {
-            Source::Main(IoGenerator::new(self.plan, cpu_index))
-        };
+        let mut source = main_source(self.plan, cpu_index);
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
             self.sample_mark.at_ns = start;
@@ -1112,6 +1139,10 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             }
         }
         self.run_phase(Phase::Main, &mut source, deadline)?;
+        // Backlog reads still due when the main phase ended (its runtime ran out) are the verify
+        // pass's to do: it reads every block written.
+        self.backlog_written.clear();
+        self.backlog_pending.clear();
         if self.plan.spec.end_flush && !self.result.stopped_early {
             // fio's end_fsync: one flush once the writes are done, in the measured time.
             self.flush_wanted = true;
@@ -1138,7 +1169,17 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 // The pass reads block by block, whatever sizes the main phase drew.
                 self.io_sectors = self.plan.sectors_per_block;
                 self.io_bytes = self.bs as u32;
-                self.run_phase(Phase::VerifyPass, &mut Source::VerifyPass { next_block: 0 }, None)?;
+                let mut pass = if self.tracked() {
+                    Source::VerifyPass { next_block: 0 }
+                } else {
+                    Source::Replay(Box::new(Replay {
+                        stream: main_source(self.plan, cpu_index),
+                        writes_left: self.writes_issued,
+                        next_block: 0,
+                        end_block: 0,
+                    }))
+                };
+                self.run_phase(Phase::VerifyPass, &mut pass, None)?;
                 self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
             }
         }
@@ -1374,6 +1415,31 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 }
                 None
             }
+            Source::Replay(replay) => loop {
+                if replay.next_block < replay.end_block {
+                    let block = replay.next_block;
+                    replay.next_block += 1;
+                    if !self.failed_writes_overflow && self.failed_writes.binary_search(&block).is_ok() {
+                        // Its write failed: it may hold the old or the new data, so it is not read.
+                        self.result.verify.skipped += 1;
+                        continue;
+                    }
+                    return Some((IoOp::Read, block));
+                }
+                if replay.writes_left == 0 {
+                    return None;
+                }
+                replay.writes_left -= 1;
+                let (block, units) = match &mut replay.stream {
+                    Source::Main(generator) => generator.next_io().map(|(_, block)| (block, 1))?,
+                    Source::Sized(generator) => generator.next_sized_io().map(|(_, block, units)| (block, units))?,
+                    Source::Files(files) => files.next_io().map(|(_, block)| (block, 1))?,
+                    // The pass replays a main phase's stream only.
+                    Source::Nothing | Source::VerifyPass { .. } | Source::Replay(_) => return None,
+                };
+                replay.next_block = block;
+                replay.end_block = block + u64::from(units);
+            },
         }
     }
 
@@ -1428,7 +1494,20 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 }
             }
             if issuing {
+                let ios_before = self.live_counts.ios;
                 issuing = self.issue(source, phase)?;
+                if !PLAIN
+                    && issuing
+                    && self.in_flight == 0
+                    && self.live_counts.ios == ios_before
+                    && !self.has_io_waiting()
+                {
+                    // Nothing outstanding, nothing submitted and nothing waiting to go: waiting
+                    // could only end in the stall timeout. A bug in the engine's bookkeeping if
+                    // it happens; the phase ends rather than hang.
+                    debug_assert!(false, "cpu{}: {phase:?} waits with nothing in flight", self.slice.cpu);
+                    issuing = false;
+                }
             }
             if self.in_flight == 0 && !issuing {
                 self.flush_suppressed_log();
@@ -1575,6 +1654,14 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             }
         }
         Ok(true)
+    }
+
+    /// Whether an I/O waits to be issued although none may go now: one the backend refused as
+    /// busy or the pace holds back (`retry`), or a due flush. With nothing in flight and nothing
+    /// submitted, only these justify waiting.
+    #[cold]
+    fn has_io_waiting(&self) -> bool {
+        self.retry.is_some() || self.flush_wanted
     }
 
     /// The generation an I/O of `op` on `block` writes or expects (verify jobs only).
@@ -1741,6 +1828,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             entry.issued_ns = issued_ns;
         }
         self.in_flight += 1;
+        if !PLAIN && op == IoOp::Write {
+            self.writes_issued += 1;
+        }
         if self.tracked() {
             self.tracker[block as usize] |= TRACK_BUSY;
         }

@@ -544,11 +544,11 @@ fn periodic_hook_runs_about_every_100ms() {
 }
 
 #[test]
-fn a_single_pass_write_that_failed_is_read_unchecked_by_the_verify_pass_not_a_mismatch() {
+fn a_single_pass_write_that_failed_is_skipped_by_the_verify_pass_not_a_mismatch() {
     // rw=write writes each block once (single-pass verify). The write of LBA 24 fails and its
     // data never reaches the disk (a timed-out or aborted write): the verify pass must not
-    // expect it, or the disk's old contents would be reported as corruption: it reads the block
-    // and counts it unchecked.
+    // expect it, or the disk's old contents would be reported as corruption: it skips the block,
+    // as a tracked job skips a block whose last write failed.
     let plan = plan_of("rw=write bs=4k size=64k iodepth=4 verify=crc32c cpus=0", &[0]);
     let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
     let run = run_job(&plan, &disk, |_, b| {
@@ -561,13 +561,16 @@ fn a_single_pass_write_that_failed_is_read_unchecked_by_the_verify_pass_not_a_mi
     assert_balanced(&plan, &run);
     let results = run.ok();
     assert_eq!((results[0].write.errors, results[0].errors), (1, 1));
+    let verify = results[0].verify;
     assert_eq!(
         (
-            results[0].verify.checked,
-            results[0].verify.unchecked,
-            results[0].verify.mismatches
+            verify.checked,
+            verify.unchecked,
+            verify.skipped,
+            verify.mismatches,
+            verify.pass_reads
         ),
-        (15, 1, 0)
+        (15, 0, 1, 0, 15)
     );
     let report = report_of(&plan, &run);
     assert_eq!(
