@@ -31,11 +31,11 @@ macro_rules! counters {
             pub usage: crate::sync::AtomicUsize,
             /// Where this CPU's next tag search starts ([`crate::tags::TagBitmap::alloc_hinted`]):
             /// here, beside what a submission and a completion already hold, not in an array of
-            /// the tag set's that each would index (issue 22). A guess, any value is safe.
+            /// the tag set's that each would index. A guess, any value is safe.
             pub tag_hint: crate::tags::HintU32,
             /// The hardware queue this CPU submits to and that queue's tag set: fixed when the
             /// queue is built, kept here so that a submission's one lookup (this block) is also
-            /// its CPU check and its route (issue 22).
+            /// its CPU check and its route.
             pub route: Route,
         }
 

@@ -21,7 +21,7 @@
 //! `take` swaps the word with Acquire, which synchronises with every RMW whose bit it takes, so
 //! each taken slot's status and "not ok" bit are visible (loom model
 //! `done_board_two_cpus_deliver_one_takes`). The "not ok" bits let [`DoneBoard::take_split`] hand
-//! a word's successes over as one bit mask, without reading a status per slot (issue 22).
+//! a word's successes over as one bit mask, without reading a status per slot.
 
 use crate::error::BlkError;
 use crate::request::Status;
@@ -66,7 +66,7 @@ pub enum Taken {
 }
 
 /// 64 slots' done bits and, beside them, their "not ok" bits: one slice, so a reap walks one
-/// pointer and one length, not two slices zipped (issue 22).
+/// pointer and one length, not two slices zipped.
 struct DoneWord {
     done: AtomicU64,
     /// The slot's delivered status is not `Ok`. Set before the done bit, cleared by the taker.
@@ -149,7 +149,7 @@ impl DoneBoard {
         let word = submit_cpu * self.word_stride + slot / 64;
         if status != Status::Ok {
             // Only a slot with its "not ok" bit has its status read (`take_failed`), so a
-            // success stores none (issue 22). Both are published by the Release below.
+            // success stores none. Both are published by the Release below.
             self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
             self.words[word].failed.fetch_or(bit, Ordering::Relaxed);
         }
@@ -195,7 +195,7 @@ impl DoneBoard {
 
     /// [`DoneBoard::take`] for a caller that uses only slots `0..slots` (clamped to the
     /// board's): it looks at those slots' words only. The workload engine's slots are its queue
-    /// depth, so a job at QD 64 or less reads one word per reap, not four (issue 22).
+    /// depth, so a job at QD 64 or less reads one word per reap, not four.
     #[inline]
     pub fn take_below(&self, cpu: usize, slots: usize, mut f: impl FnMut(usize, Status)) -> usize {
         self.take_split(cpu, slots, |taken| match taken {
@@ -232,7 +232,7 @@ impl DoneBoard {
     /// The slots of word `w` (bits `failed`) that finished with another status than `Ok`:
     /// their "not ok" bits cleared, each reported with its status. Inlined into the board's
     /// walk, behind its rare branch: an out-of-line call taking `f` by reference made the
-    /// caller keep the closure, and what it captures, in memory on every reap (issue 22).
+    /// caller keep the closure, and what it captures, in memory on every reap.
     #[inline(always)]
     fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, mut f: impl FnMut(Taken)) {
         // Other slots' bits in the word may be set meanwhile; clear only ours.
@@ -296,7 +296,7 @@ impl CpuDone<'_> {
     #[inline(always)]
     pub fn take_split(&self, mut f: impl FnMut(Taken)) -> usize {
         // A part of one word (a job of up to 64 slots, every QD1 job): no loop, and its
-        // successes are known to start at slot 0 (issue 22).
+        // successes are known to start at slot 0.
         if let [only] = self.words {
             return self.take_word(0, only, &mut f);
         }

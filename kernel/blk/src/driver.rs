@@ -24,7 +24,7 @@ pub trait Platform: Send + Sync {
 
     /// Whether this platform needs only the cookie, the submitting CPU and the status of a
     /// finished request: then a queue ends every request that was not split through
-    /// [`Platform::end_io_by_cookie`] and builds no [`Completion`] for it (issue 22: the
+    /// [`Platform::end_io_by_cookie`] and builds no [`Completion`] for it (the
     /// kernel's done board needs nothing more). Asked once, when a queue is built. The default,
     /// `false`, reports everything through [`Platform::end_io`].
     fn ends_by_cookie(&self) -> bool {
@@ -45,7 +45,7 @@ pub trait Platform: Send + Sync {
     /// The done board the platform's [`Platform::end_io_by_cookie`] delivers to, if that is
     /// all it does besides [`Platform::wake_submitter`] (the kernel's does). Asked once, when
     /// a queue is built: the queue then delivers an unsplit request's completion to the board
-    /// itself, with no call through the platform (issue 22), except while stage tracing is on
+    /// itself, with no call through the platform, except while stage tracing is on
     /// (the platform's own `end_io_by_cookie` records the stage). The cookie is the slot.
     fn done_board(&self) -> Option<&'static crate::done::DoneBoard> {
         None
@@ -263,7 +263,7 @@ pub trait Driver: Send + Sync + Sized {
 
     /// The driver has its own [`Driver::complete`]. `false` (the default): the block layer ends
     /// a completed request with its status itself, without building a handle for the default
-    /// `complete` (issue 22). A driver that overrides `complete` must set this to `true`, or its
+    /// `complete`. A driver that overrides `complete` must set this to `true`, or its
     /// `complete` is never called.
     const HAS_COMPLETE: bool = false;
 
@@ -328,10 +328,10 @@ impl<'a, D: Driver> HwCtx<'a, D> {
 pub struct Rq<'a, D: Driver> {
     queue: &'a Queue<D>,
     /// The request's slot, looked up once: the accessors and the exits read it without a
-    /// bounds check and an index multiply each (issue 22).
+    /// bounds check and an index multiply each.
     slot: &'a Slot<D::Pdu>,
     /// The counters block of `cpu`, the CPU the handle was given out on and is ended on (it
-    /// cannot outlive the call that lent it): its end needs no lookup (issue 22).
+    /// cannot outlive the call that lent it): its end needs no lookup.
     counters: &'a CpuCounters,
     index: u32,
     cpu: u16,
@@ -502,7 +502,7 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request through the completion policy, as if the hardware had completed it
     /// on this CPU (issue followed by an immediate interrupt). Inlined: a driver that completes
-    /// in `queue_rq` (the null device) would otherwise pay a call per I/O (issue 22).
+    /// in `queue_rq` (the null device) would otherwise pay a call per I/O.
     #[inline(always)]
     pub fn complete(self, status: Status) {
         let (queue, slot, counters, index, cpu, rerun_covered) = (

@@ -230,7 +230,7 @@ impl NullDriver {
 impl Driver for NullDriver {
     type Pdu = ();
 
-    /// Inlined into the dispatch pass, whose cost it is most of (issue 22), with everything
+    /// Inlined into the dispatch pass, whose cost it is most of, with everything
     /// but the plain success out of line.
     #[inline(always)]
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {

@@ -289,7 +289,7 @@ pub const SUBMIT_BATCH_CHUNK: usize = 32;
 
 /// The lookups a submission or a dispatch pass by CPU `cpu` on hardware queue `hwq` needs,
 /// made once per call ([`Queue::run_context`]) and handed down, rather than indexed again
-/// (each a bounds check) at every step of the path (issue 22).
+/// (each a bounds check) at every step of the path.
 #[derive(Clone, Copy)]
 struct RunContext<'q> {
     cpu: usize,
@@ -727,7 +727,7 @@ impl<D: Driver> Queue<D> {
     // ---------------------------------------------------------------- submission
 
     /// Checks a bio before it takes a tag, and says whether it must be split (`Ok(true)`).
-    /// Inlined: it runs once per I/O (issue 22). The common I/O, a read or write of one segment
+    /// Inlined: it runs once per I/O. The common I/O, a read or write of one segment
     /// within the transfer limit, passes with one branch; anything else, and every failure,
     /// goes through the full checks, which name what is wrong.
     #[inline(always)]
@@ -787,7 +787,7 @@ impl<D: Driver> Queue<D> {
             });
         }
         let segment_bytes: u64 = match bio.segments {
-            // The common single-segment I/O: no loop (issue 22).
+            // The common single-segment I/O: no loop.
             [only] => u64::from(only.len),
             all => all.iter().map(|s| u64::from(s.len)).sum(),
         };
@@ -872,7 +872,7 @@ impl<D: Driver> Queue<D> {
     /// [`Queue::submit`] for a burst (Linux's plug): when the request goes straight to the
     /// driver, a driver that batches its doorbell ([`Driver::DEFERS_DOORBELL`], NVMe) may leave
     /// it unrung; [`Queue::commit`] rings it. One doorbell write per burst instead of one per
-    /// request (issue 22). The caller must call [`Queue::commit`] on the same CPU before it
+    /// request. The caller must call [`Queue::commit`] on the same CPU before it
     /// waits for any of the burst's completions; until then the device may not have seen them.
     #[inline(always)]
     pub fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
@@ -934,7 +934,7 @@ impl<D: Driver> Queue<D> {
     /// Submits `bios` in order from CPU `cpu` as one burst (Linux's plug flushed through
     /// `queue_rqs`): the requests are prepared one by one, then handed to the hardware queue
     /// together, with one run-token round trip and one doorbell for up to
-    /// [`SUBMIT_BATCH_CHUNK`] of them instead of one each (issue 22). Never waits.
+    /// [`SUBMIT_BATCH_CHUNK`] of them instead of one each. Never waits.
     ///
     /// It stops at the first bio it cannot take (no free tag, an invalid bio, a frozen queue):
     /// [`BatchOutcome::accepted`] bios before it were submitted (and will complete as usual),
@@ -993,7 +993,7 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     fn submit_context(&self, cpu: usize) -> Result<RunContext<'_>, BlkError> {
         // The CPU's counters block holds its route: one bounds check is the CPU check and the
-        // map lookup (issue 22).
+        // map lookup.
         let Some(counters) = self.counters.cpu_checked(cpu) else {
             return Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus });
         };
@@ -1469,7 +1469,7 @@ impl<D: Driver> Queue<D> {
         let fifo = unsafe { &mut *hq.fifo.get() };
         if !direct.is_empty() && fifo.is_empty() {
             // The direct-issue case: nothing waits on the FIFO, so the request goes to the
-            // driver without the FIFO push and pop (issue 22). `dispatch_nonempty` is false
+            // driver without the FIFO push and pop. `dispatch_nonempty` is false
             // already: it mirrors the FIFO whenever the token is free. Other CPUs' software
             // queues are not collected in this pass: a CPU that marked its queue pending then
             // runs the hardware queue, and finding the token taken it sets RERUN, so our
@@ -1813,7 +1813,7 @@ impl<D: Driver> Queue<D> {
     /// [`Queue::complete`] without checking `cpu` and `hwq` again, and the queue's rerun check
     /// after a completion runs once, when the batch is dropped, instead of once per completion
     /// (with the lock-free re-check; the locked variants keep theirs per completion). Linux's
-    /// completion batches end the same way (`blk_mq_end_request_batch`). Issue 22.
+    /// completion batches end the same way (`blk_mq_end_request_batch`).
     ///
     /// An out-of-range `cpu` or `hwq` is refused here, as [`Queue::complete`] would refuse each
     /// completion.
@@ -1977,7 +1977,7 @@ impl<D: Driver> Queue<D> {
     /// Sends a claimed completion (state COMPLETING, or DRIVER from a handle's `complete`) of
     /// `slot` (`self.slot(index)`) with `status` where the policy says. The status, and the
     /// COMPLETING state, go into the slot only when the request waits on a completion list;
-    /// finished here, it is passed along (issue 22).
+    /// finished here, it is passed along.
     #[inline(always)]
     pub(crate) fn route_completion(
         &self,
@@ -2105,10 +2105,8 @@ impl<D: Driver> Queue<D> {
     }
 
     /// [`Queue::end_request`] with the slot already looked up (an [`Rq`] carries it).
-    /// Inlined into every completion path (issue 22): once the rerun check, the status and the
-    /// done board were carried in, a call cost more than the code it saved (null0 590 to 560,
-    /// md0 985 to 951, nvme0n1 921 to 889 instructions per I/O; an earlier try, before them,
-    /// had measured the opposite).
+    /// Inlined into every completion path: with the rerun check, the status and the done board
+    /// carried in, a call costs more instructions per I/O than the code it would save.
     #[inline(always)]
     pub(crate) fn end_request_in(
         &self,
@@ -2221,10 +2219,10 @@ impl<D: Driver> Queue<D> {
     /// - or it came from a [`CompletionBatch`], whose end runs this check once, after the
     ///   batch's last tag free (and its fence).
     ///
-    /// The locked variants keep their lock per completion (they model that cost; issue 22).
+    /// The locked variants keep their lock per completion (they model that cost).
     ///
     /// Inlined: with `rerun_covered` (a completion batch's, a dispatch pass's) it is two loads
-    /// and two branches, which a call would double (issue 22).
+    /// and two branches, which a call would double.
     #[inline(always)]
     fn after_completion(&self, cpu: usize, set: usize, hwq: usize, rerun_covered: bool) {
         let check = self.quiesce_check();

@@ -333,7 +333,7 @@ pub(crate) struct SlotData<P> {
     pub hwq: u16,
     pub tag: u32,
     /// The tag set the slot belongs to (fixed: slot `set * depth + tag`), so that ending a
-    /// request needs no lookup of its hardware queue's set (issue 22).
+    /// request needs no lookup of its hardware queue's set.
     pub set: u16,
     pub nr_segments: u16,
     pub segments: Box<[Segment]>,
@@ -344,7 +344,7 @@ pub(crate) struct SlotData<P> {
 
 /// One preallocated request. Aligned to a cache line: neighbouring requests, which different
 /// CPUs own at once, share no line, and the null device's 80 bytes round up to 128, a power of
-/// two, so that finding a slot by index is a shift (issue 22).
+/// two, so that finding a slot by index is a shift.
 #[repr(align(64))]
 pub(crate) struct Slot<P> {
     /// `generation << 16 | state` (see [`state`]).

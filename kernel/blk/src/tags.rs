@@ -111,7 +111,7 @@ impl TagBitmap {
 
     /// [`TagBitmap::alloc`] searching from a hint the caller keeps (the block layer keeps one
     /// in each CPU's counters block, which its submissions have at hand: no lookup in
-    /// `hints`; issue 22). Any value is a valid hint.
+    /// `hints`). Any value is a valid hint.
     #[inline(always)]
     pub fn alloc_hinted(&self, hint_slot: &HintU32) -> Option<u32> {
         let hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);

@@ -1,5 +1,5 @@
 //! `Queue::submit_deferred` and `Queue::commit`: a burst of submissions rings a batching driver's
-//! doorbell once (issue 22), a driver that does not batch sees every request as `last`, and a
+//! doorbell once, a driver that does not batch sees every request as `last`, and a
 //! pass that is turned away still rings at once. `Queue::submit_batch`: a burst handed over in
 //! one call reaches the driver in order with one `last`, and stops at the first bio it cannot
 //! take.

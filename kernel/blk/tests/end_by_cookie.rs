@@ -1,7 +1,7 @@
 //! A platform that ends requests by cookie ([`Platform::ends_by_cookie`], the kernel's done
 //! board) gets every unsplit request through [`Platform::end_io_by_cookie`], exactly once and
 //! with the submitter's cookie, CPU and status; a split bio still ends once, whole, through
-//! [`Platform::end_io`]. The queue's counters stay exact either way (issue 22). A platform that
+//! [`Platform::end_io`]. The queue's counters stay exact either way. A platform that
 //! names its done board ([`Platform::done_board`]) gets unsplit requests delivered there by the
 //! queue itself, the submitter woken only from another CPU, refusals reported, and the
 //! platform's own hook back while stage tracing is on.

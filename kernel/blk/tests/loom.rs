@@ -619,7 +619,7 @@ fn direct_issue_racing_an_insert_never_strands_a_request() {
 }
 
 /// Model 12. `Queue::submit_batch` takes the run token once for a burst and issues it directly
-/// (issue 22) while another CPU submits: whatever the interleaving, every request of the burst
+/// while another CPU submits: whatever the interleaving, every request of the burst
 /// and the other CPU's are dispatched and ended, none is stranded on a software queue or the
 /// FIFO.
 #[test]

@@ -554,7 +554,7 @@ fn batches_carry_the_last_hint_and_busy_commits_what_was_queued() {
 
 #[test]
 fn a_request_turned_away_after_an_end_in_the_same_pass_goes_again_at_once() {
-    // An end on the dispatching CPU skips the rerun check of its own queue (issue 22): the
+    // An end on the dispatching CPU skips the rerun check of its own queue: the
     // restart protocol must still send the request turned away after it, with no completion
     // or tick to follow.
     for end in [Plan::End, Plan::Complete] {

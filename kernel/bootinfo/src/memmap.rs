@@ -540,8 +540,8 @@ mod free_ranges_tests {
     }
 }
 
-/// Issue 14, finding 2: memory maps with entries at the top of the 64-bit
-/// address space. Each uses exactly the input the issue gives.
+/// Memory maps with entries at the top of the 64-bit address space, where
+/// an unchecked end wraps past 2^64.
 #[cfg(test)]
 mod near_2_pow_64_tests {
     use super::*;

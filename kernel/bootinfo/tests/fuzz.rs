@@ -136,7 +136,7 @@ fn memory_map_seeds() -> Vec<Vec<u8>> {
         out
     };
     let qemu: Vec<(u64, u64, u8)> = QEMU_MAP.iter().map(|&(s, l, k)| (s, l, k as u8)).collect();
-    // Issue 14's inputs: entries at the top of the address space.
+    // Entries at the top of the address space.
     let top = [
         (0x10_0000, 0x1000_0000, 1),
         (0xFFFF_FFFF_FFFF_F001, 0x1000, 1),

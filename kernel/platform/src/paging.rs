@@ -96,7 +96,7 @@ mod tests {
     #[test]
     fn ram_is_clipped_at_the_limit_not_dropped() {
         let limit = mappable_limit(Some(40)); // 1 TiB
-        // 770 GiB of RAM (the R7625 of the audit) fits whole.
+        // 770 GiB of RAM (a two-socket server such as a Dell PowerEdge R7625) fits whole.
         assert_eq!(clip_ram(4 * GIB, 770 * GIB, limit), Some((4 * GIB, 770 * GIB)));
         // A range across the limit keeps its part below it.
         assert_eq!(clip_ram(1000 * GIB, 1100 * GIB, limit), Some((1000 * GIB, TIB)));

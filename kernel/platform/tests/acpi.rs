@@ -396,7 +396,7 @@ fn madt_malformed_entries_give_errors_not_loops_or_overreads() {
     ));
 }
 
-/// Audit item 2: a 2-socket EPYC lists 512 x2APIC entries, nine I/O APICs
+/// A 2-socket EPYC lists 512 x2APIC entries, nine I/O APICs
 /// and one LAPIC-NMI entry per CPU; a 4096-thread table parses too. Nothing
 /// is capped, and the per-CPU NMI entries collapse to one.
 #[test]
@@ -540,9 +540,8 @@ fn error_messages_name_the_offending_values() {
     assert!(message.contains("AP\\x01C") && message.contains("0x1000"), "{message}");
 }
 
-/// Issue 14, finding 3: an ECAM base near 2^64 (buses 1-2) used to be
-/// accepted and `region_base()` wrapped to 0, so ECAM would have been mapped
-/// at physical 0. It is refused at parse time, and the window arithmetic is
+/// An ECAM base near 2^64 (buses 1-2): were it accepted, `region_base()`
+/// would wrap to 0 and ECAM would be mapped at physical 0. It is refused at parse time, and the window arithmetic is
 /// checked for hand-made windows too.
 #[test]
 fn mcfg_base_near_2_pow_64_is_refused() {
@@ -577,7 +576,7 @@ fn mcfg_base_near_2_pow_64_is_refused() {
     assert_eq!(mcfg.windows[0].region(), Ok(((1 << 52) - (2 << 20))..(1 << 52)));
 }
 
-/// Audit item 8: a Multiboot2 loader on UEFI may give only the EFI system
+/// A Multiboot2 loader on UEFI may give only the EFI system
 /// table (tag 12); the RSDP is its configuration table's ACPI entry.
 #[test]
 fn rsdp_from_the_efi_system_table_prefers_the_acpi_20_entry() {

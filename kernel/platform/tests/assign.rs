@@ -308,7 +308,7 @@ fn a_bar_that_cannot_fit_refuses_its_function_which_is_never_matched() {
     }
 }
 
-/// Issue 14, finding 4, through placement: a 64-bit BAR that sizes to 2^63
+/// Through placement: a 64-bit BAR that sizes to 2^63
 /// refuses its function; the BARs placed after it are in the hole, not at 0.
 #[test]
 fn bar_sizing_to_2_pow_63_is_refused_and_later_bars_do_not_wrap() {

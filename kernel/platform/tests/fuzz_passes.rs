@@ -41,7 +41,7 @@ fn acpi_table_seeds() -> Vec<Vec<u8>> {
     vec![
         acpi_image(true, &[(0xB000_0000, 0, 0, 0xFF)]),
         acpi_image(false, &[(0xB000_0000, 0, 0, 0xFF)]),
-        // Issue 14's MCFG base near 2^64.
+        // An MCFG base near 2^64.
         acpi_image(true, &[(0xFFFF_FFFF_FFF0_0000, 0, 1, 2)]),
     ]
 }

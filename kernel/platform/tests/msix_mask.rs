@@ -1,4 +1,4 @@
-//! Masking an MSI-X vector reads its vector-control word once, then only writes (issue 22:
+//! Masking an MSI-X vector reads its vector-control word once, then only writes (so
 //! no MMIO read on an I/O path; an interrupt-then-poll window masks and unmasks per burst).
 
 use platform::Result;

@@ -799,8 +799,8 @@ fn enumeration_through_ecam_over_volatile_memory() {
     );
 }
 
-/// Issue 14, finding 4: a 64-bit BAR that sizes to 2^63 used to be accepted,
-/// and placing it wrapped so later BARs landed at physical 0. It is refused
+/// A 64-bit BAR that sizes to 2^63: were it accepted, placing it would wrap
+/// and later BARs would land at physical 0. It is refused
 /// when read: the slot is `Invalid` and the function's problems say why.
 #[test]
 fn bar_sizing_to_2_pow_63_is_refused() {

@@ -50,7 +50,7 @@ struct KernelBackend<'a> {
     /// Submitted with `submit_deferred` since the last `commit` (the doorbell may be unrung).
     uncommitted: bool,
     /// The device may leave a doorbell for `commit` (`BlockDevice::defers_doorbell`): only then
-    /// does a submission leave `uncommitted` set (a `dyn` call per reap less; issue 22).
+    /// does a submission leave `uncommitted` set (a `dyn` call per reap less).
     defers: bool,
     /// The device can open an interrupt-then-poll window (`BlockDevice::has_polling_window`):
     /// only then is it asked on every reap.
@@ -66,20 +66,20 @@ struct KernelBackend<'a> {
     pending: heapless::Vec<blk::Bio<'a>, { blk::SUBMIT_BATCH_CHUNK }>,
     /// Each slot's whole buffer as one segment, built once (`whole_segments`): the bio of an I/O
     /// that fills its buffer (every I/O of a fixed-size job) borrows its slot's, so a burst's
-    /// bios are built once, at `submit`, with no segment written per I/O (issue 22).
+    /// bios are built once, at `submit`, with no segment written per I/O.
     segments: &'a [Segment],
     /// The device sectors of an I/O that fills its slot's buffer: such an I/O's bio takes the
     /// slot's whole segment ([`NEVER`] when no I/O fills it exactly on this device).
     whole_sectors: u32,
     /// `whole_sectors` when the backend batches (`batch`), else [`NEVER`]: the common case,
-    /// an I/O that joins the burst over its whole segment, is one compare (issue 22).
+    /// an I/O that joins the burst over its whole segment, is one compare.
     batch_sectors: u32,
     overflow: Vec<Completion>,
     /// The job traces request stages (`trace=`; the trace runs exactly then): each reaped
     /// completion is recorded.
     traced: bool,
     /// Neither `poll`, nor `windows`, nor `traced`, nor refill points ([`reap_plain`]): a reap
-    /// is the commit and the board's walk, after one look instead of four (issue 22).
+    /// is the commit and the board's walk, after one look instead of four.
     reap_plain: bool,
     /// A reap that finds more successes than this hands out only this many
     /// (`BlockDevice::refill_after`; 0: all), so that the engine refills their slots, and the
@@ -90,7 +90,7 @@ struct KernelBackend<'a> {
     /// Successes taken from the board that a refill point held back for the next reap.
     carried: u64,
     /// This CPU's words of the done board for the job's slots (its queue depth), cut once:
-    /// one word per reap at QD 64 or less, with no lookup per reap (issue 22); `run_share`
+    /// one word per reap at QD 64 or less, with no lookup per reap; `run_share`
     /// clears anything above them when the job ends.
     done: blk::done::CpuDone<'static>,
     next_tick_ns: u64,
@@ -147,7 +147,7 @@ fn whole_segments(buffers: &[DmaBuffer], bytes: usize) -> Vec<Segment> {
 /// next reap). For a word the engine's mask does not carry (`KernelBackend::take_done`). Out of
 /// line: the benchmark's reaps never come here.
 /// Plain values in and out, not a struct or a `Taken` that the caller would keep in memory
-/// on every reap to make the call possible (issue 22).
+/// on every reap to make the call possible.
 #[inline(never)]
 fn list_successes(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, first: usize, bits: u64) -> usize {
     let mut n = n;
@@ -263,7 +263,7 @@ impl<'a> KernelBackend<'a> {
                 self.uncommitted = self.defers;
                 Ok(())
             }
-            // Out of line: an accepted request is one test of the outcome (issue 22).
+            // Out of line: an accepted request is one test of the outcome.
             Err(e) => self.refused(e),
         }
     }
@@ -374,7 +374,7 @@ impl<'a> KernelBackend<'a> {
         // The engine reaps after every burst of submissions (its issue, then this): the burst
         // ends here, with one doorbell, before anything waits for its completions.
         self.commit();
-        // One flag for the three looks a plain reap skips (issue 22).
+        // One flag for the three looks a plain reap skips.
         if !self.reap_plain
             && let Some(traced) = self.poll_or_trace::<MASK>(out)
         {
@@ -400,7 +400,7 @@ impl<'a> KernelBackend<'a> {
             return None;
         }
         let n = self.overflow_first(out);
-        // Asked once per reap, not per completion, whether stages are traced (issue 22): the
+        // Asked once per reap, not per completion, whether stages are traced: the
         // walk without the trace has one value and one branch fewer per completion.
         let (succeeded, n) = if self.traced {
             self.take_done::<MASK, true>(out, n)
@@ -457,10 +457,10 @@ impl<'a> KernelBackend<'a> {
         let mut n = n;
         let overflow = &mut self.overflow;
         let cpu = self.cpu;
-        // The board hands a word's successes over as bits (issue 22): with `MASK`, those of
+        // The board hands a word's successes over as bits: with `MASK`, those of
         // slots below 64 go to the engine as they come, without a status read or a branch
         // each. The closure stays this small so that it is inlined into the board's walk (a
-        // call with a `Taken` through the stack cost about 30 instructions per reap, what QD1
+        // call with a `Taken` through the stack costs about 30 instructions per reap, what QD1
         // pays per I/O); everything else is listed out of line.
         self.done.take_split(|taken| {
             if TRACED {
@@ -496,7 +496,7 @@ impl<'a> IoBackend for KernelBackend<'a> {
         unsafe { core::slice::from_raw_parts_mut(b.as_ptr(), self.bs) }
     }
 
-    // Inlined into the engine's `try_submit`: a call frame per I/O less (issue 22).
+    // Inlined into the engine's `try_submit`: a call frame per I/O less.
     #[inline(always)]
     fn submit(&mut self, slot: usize, op: IoOp, lba: u64, sectors: u32) -> Result<(), SubmitError> {
         let segments: &'a [Segment] = self.segments;
@@ -510,7 +510,7 @@ impl<'a> IoBackend for KernelBackend<'a> {
         }
         // Not batched (iodepth 1, the detail mode, a file set), filling its buffer (or a trim):
         // straight to the device. Deferred: `poll_completions` (the engine's next step) rings
-        // once for the burst (issue 22).
+        // once for the burst.
         if sectors == self.whole_sectors {
             let nr_sectors = sectors * self.scale as u32;
             return self.submit_now(&bio_of(slot, op, sector, nr_sectors, whole));

@@ -78,8 +78,8 @@ pub fn rdtsc() -> u64 {
 /// A monotonic clock in nanoseconds: the TSC scaled, counted from the TSC's zero (the CPU's
 /// reset), 0 before calibration. For intervals and deadlines; [`uptime_ns`] is the one to print.
 ///
-/// No origin is subtracted (issue 22): the engine reads this twice per I/O at queue depth 1, and
-/// the subtraction with its clamp (a CPU whose TSC lags the calibrating one's) was 4 of its 10
+/// No origin is subtracted: the engine reads this twice per I/O at queue depth 1, and the
+/// subtraction with its clamp (a CPU whose TSC lags the calibrating one's) would be 4 of its 10
 /// instructions. A u64 TSC times a factor below 2^32 (a TSC above 1 GHz) fits in the u128
 /// product, and the result in a u64 for 584 years of ticks.
 #[inline]

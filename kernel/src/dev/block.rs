@@ -67,7 +67,7 @@ impl blk::Platform for KernelPlatform {
     }
 
     /// The done board needs only these three: every unsplit request ends here directly, without
-    /// a `Completion` built for it (issue 22).
+    /// a `Completion` built for it.
     fn ends_by_cookie(&self) -> bool {
         true
     }
@@ -150,7 +150,7 @@ pub trait BlockDevice: Sync + Send {
     /// [`BlockDevice::submit`] within a burst: the device's doorbell may wait for
     /// [`BlockDevice::commit`], which the caller must call before it waits for completions.
     /// Says only whether it was taken: the engine's submissions, which come here, need no tag
-    /// back, and an outcome without one is a byte the callee writes, not three (issue 22).
+    /// back, and an outcome without one is a byte the callee writes, not three.
     fn submit_deferred(&self, cpu: usize, bio: &Bio<'_>) -> Result<(), BlkError> {
         self.submit(cpu, bio).map(|_| ())
     }

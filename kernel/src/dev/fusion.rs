@@ -206,7 +206,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let mmio = KernelMmio(pci::bar_mmio(function, generation.register_bar())?);
     let ncpus = smp::online();
     // One vector (reply queue) per CPU up to the MSI-X table; INTx without MSI-X, or when a
-    // settled SP0 says the firmware does not do MSI-X (Linux then uses INTx; review F15).
+    // settled SP0 says the firmware does not do MSI-X (Linux then uses INTx).
     let sp0 = mmio.read32(megasas_fusion::regs::SP0);
     let fw_msix = megasas_fusion::regs::msix_advertised(sp0);
     if fw_msix == Some(false) {

@@ -328,8 +328,8 @@ impl Drop for JobAims {
 /// Aims each MegaRAID controller's single MSI-X vector at the one CPU that submits to its
 /// drives in `plans` (jobs that start together, every clone counted), before their first I/O:
 /// the completion interrupt then lands on the halted submitter itself, not on another CPU whose
-/// handler must wake it with an IPI (issue 22's double wake-up: md0 QD1 on cpu1 of two took
-/// 1.58x the p50 of one vCPU). Nothing changes when the jobs submit from several CPUs, when the
+/// handler must wake it with an IPI (a double wake-up: without the aim, md0 QD1 on cpu1 of two
+/// takes 1.58x the p50 of one vCPU). Nothing changes when the jobs submit from several CPUs, when the
 /// vector already points at the CPU, for MSI, INTx, polled mode or more than one vector
 /// (`megasas.msix_vectors=N` above 1, `all`), and with `megasas.irq_cpu=N`, the user's explicit
 /// aim. Each re-aim prints one line

@@ -120,8 +120,8 @@ pub struct FloorFailure {
 }
 
 /// Whole floor bursts per queue depth; the median burst's figures are reported. One burst's
-/// IOPS moved by up to 30% between boots under TCG (issue 22), which made a job's fraction of
-/// it noisy. Each burst is a whole run, every read with its own doorbell as before: the median
+/// IOPS moves by up to 30% between boots under TCG, which makes a job's fraction of it
+/// noisy. Each burst is a whole run, every read with its own doorbell as before: the median
 /// is no easier to beat than one burst.
 pub const FLOOR_BURSTS: usize = 3;
 

@@ -215,7 +215,7 @@ pub trait IoBackend {
     /// `poll_completions` writes them (at most `out.len()`; the others by a later call). The
     /// engine reaps through this. The default lists everything; a backend whose completions
     /// arrive as bit maps (the kernel's done board) saves a [`Completion`] written and read
-    /// back per I/O (issue 22).
+    /// back per I/O.
     fn poll_reaped(&mut self, out: &mut [Completion]) -> Reaped {
         Reaped {
             succeeded: 0,
@@ -229,7 +229,7 @@ pub trait IoBackend {
     /// Called when a poll found nothing to reap; a kernel may pause or wait for an interrupt here.
     /// `in_flight`: the engine's requests submitted and not yet reported by a poll (with 0,
     /// no completion of this CPU's is on its way to wake a waiting CPU). The engine counts them
-    /// anyway, so a backend need not count them again per I/O (issue 22).
+    /// anyway, so a backend need not count them again per I/O.
     fn idle(&mut self, _in_flight: usize) {}
 
     /// Called from the loop about every [`PERIODIC_INTERVAL_NS`], with the current clock. The CPU that
@@ -596,7 +596,7 @@ pub fn run_cpu<B: IoBackend + ?Sized>(
 
 /// Whether the job is the benchmark's plain shape: no verify, no pacing (`rate`, `thinktime`,
 /// fsync), no detail, no ramp. Such a job runs the loop compiled with `PLAIN` set, in which every per-I/O
-/// look at those features is a constant and drops out (issue 22).
+/// look at those features is a constant and drops out.
 fn is_plain(plan: &JobPlan, shared: &JobShared) -> bool {
     matches!(plan.verify, VerifyScheme::Off)
         && !plan.spec.is_paced()
@@ -681,7 +681,7 @@ struct Slot {
     issued_ns: u64,
     /// While the slot is free: the next free slot ([`NO_SLOT`] ends the list); [`IN_FLIGHT`]
     /// while a request of it is in flight (one word for both: a store fewer per submission
-    /// and per completion; issue 22).
+    /// and per completion).
     next_free: u32,
 }
 
@@ -693,7 +693,7 @@ impl Slot {
 
 /// Successes of the main phase with one direction and one latency, counted in its statistics
 /// together (the histogram through [`LatencyHistogram::record_n`]): the I/Os of one submission burst share its clock
-/// read, those of one reap theirs, so a burst reaped together is one run (issue 22). Recorded
+/// read, those of one reap theirs, so a burst reaped together is one run. Recorded
 /// at the end of every reap, so between reaps the statistics are whole.
 #[derive(Debug, Clone, Copy)]
 struct LatencyRun {
@@ -869,8 +869,7 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     sectors_per_block: u64,
     slots: Vec<Slot>,
     /// The free slots as a list through [`Slot::next_free`], most recently freed first: a push
-    /// or a pop is a store or two in a slot the I/O touches anyway, with no capacity check
-    /// (issue 22).
+    /// or a pop is a store or two in a slot the I/O touches anyway, with no capacity check.
     free_head: u32,
     in_flight: usize,
     completions: Vec<Completion>,
@@ -915,7 +914,7 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     /// fio's default `scramble_buffers` has the same aim.
     restamp_after_read: bool,
     /// `plan.verify` is [`VerifyScheme::Off`] / [`VerifyScheme::Tracked`]: asked on every I/O, so
-    /// kept as flags (a match on the scheme costs about ten instructions; issue 22).
+    /// kept as flags (a match on the scheme costs about ten instructions).
     verify_off: bool,
     tracked: bool,
     /// I/Os issued since the last think time.
@@ -1446,7 +1445,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     fn run_phase(&mut self, phase: Phase, source: &mut Source, deadline: Option<u64>) -> Result<(), WorkloadError> {
         // The completions array is out of `self` for the whole phase: `complete` cannot change
         // it, so a reap walks it with no bounds check per completion and no move in and out of
-        // `self` per reap (issue 22).
+        // `self` per reap.
         let mut completions = core::mem::take(&mut self.completions);
         let outcome = self.run_phase_with(phase, source, deadline, &mut completions);
         self.completions = completions;
@@ -1466,7 +1465,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         let mut issuing = true;
         self.retry = None;
         self.deferred.clear();
-        // No deadline: one that never comes, so the loop's look is one compare (issue 22).
+        // No deadline: one that never comes, so the loop's look is one compare.
         let deadline = deadline.unwrap_or(u64::MAX);
         let mut now = self.backend.now_ns();
         self.last_progress_ns = now;
@@ -1474,7 +1473,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 // The live counters serve the progress line (once a second): published here,
-                // about every 100 ms, and when the phase ends, not after every reap (issue 22).
+                // about every 100 ms, and when the phase ends, not after every reap.
                 self.live.publish(&self.live_counts());
                 self.backend.periodic(now);
                 if !PLAIN && phase == Phase::Main && self.result.detail.is_some() {
@@ -1549,7 +1548,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             }
             let done_ns = self.backend.now_ns();
             // The successes the mask names: `complete` inlined with a constant outcome, so none
-            // of its looks at failures and retries remains (issue 22).
+            // of its looks at failures and retries remains.
             let mut succeeded = reaped.succeeded;
             while succeeded != 0 {
                 let slot = succeeded.trailing_zeros() as usize;
@@ -1557,7 +1556,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.complete(Completion::new(slot, Ok(())), done_ns, phase)?;
             }
             // A larger count than the array holds is clamped (`IoBackend::poll_completions`),
-            // here only when something is listed: a plain reap lists nothing (issue 22).
+            // here only when something is listed: a plain reap lists nothing.
             if reaped.listed != 0 {
                 completions[..reaped.listed.min(completions.len())]
                     .iter()
@@ -1752,10 +1751,10 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         } else {
             self.expected_generation(op, block)
         };
-        // Asked of writes only: a read never refills its buffer (issue 22).
+        // Asked of writes only: a read never refills its buffer.
         let read_into_buffer = || op == IoOp::Write && self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         // The buffer is touched only to stamp a write or clear a verified read's headers: a
-        // plain benchmark I/O skips it (issue 22).
+        // plain benchmark I/O skips it.
         let touches_buffer = match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(_))) | (IoOp::Read, Some(_)) => true,
             (IoOp::Write, None) => read_into_buffer(),
@@ -1766,8 +1765,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
         }
         let sectors = self.io_sectors;
-        // An accepted submission is one test of the outcome; a refused one goes out of line
-        // (issue 22).
+        // An accepted submission is one test of the outcome; a refused one goes out of line.
         if let Err(refusal) = self.backend.submit(slot, op, lba, sectors) {
             return self.submission_refused(refusal, slot, (op, block), generation, submitted_ns, phase);
         }
@@ -1823,7 +1821,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         entry.submitted_ns = submitted_ns;
         if !PLAIN {
             // A plain job expects no generation and measures no issue time: it never reads
-            // either, so they are not written (issue 22).
+            // either, so they are not written.
             entry.generation = generation;
             entry.issued_ns = issued_ns;
         }
@@ -1903,7 +1901,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 if !PLAIN && op == IoOp::Write && phase == Phase::Main && self.plan.spec.verify_backlog != 0 {
                     self.note_backlog_write(block);
                 }
-                // Unverified jobs expect nothing: no generation, no check (issue 22).
+                // Unverified jobs expect nothing: no generation, no check.
                 if !self.verify_off() {
                     match (op, self.slots[completion.slot].generation) {
                         (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) if tracked => {
@@ -1970,8 +1968,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     /// `complete_flush`, and never comes here).
     #[inline(always)]
     fn stats_of(&mut self, op: IoOp) -> &mut OpStats {
-        // Reads first, then writes: a read's statistics after one compare (a `match` tested
-        // trims first; issue 22).
+        // Reads first, then writes: a read's statistics after one compare (a `match` tests
+        // trims first).
         if op == IoOp::Read {
             &mut self.result.read
         } else if op == IoOp::Write {
@@ -2023,7 +2021,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
 
     /// What the progress line shows. A plain job counts nothing apart per I/O: with no verify
     /// pass, no flush and no ramp, its completed I/Os, bytes and errors are exactly those of its
-    /// statistics, summed here once per reap (issue 22).
+    /// statistics, summed here once per reap.
     fn live_counts(&self) -> LiveCounts {
         if PLAIN {
             let r = &self.result;

@@ -28,14 +28,14 @@ pub struct IoGenerator {
     /// `JobSpec::skew`'s table over the slice (built here, once per job and CPU).
     skew: Option<alloc::boxed::Box<crate::skew::SkewedDraw>>,
     /// How [`IoGenerator::draw`] picks a block, decided once from the fields above, so a draw
-    /// makes one test instead of a chain of them (issue 22).
+    /// makes one test instead of a chain of them.
     pick: BlockPick,
     blocks: u64,
     cursor: u64,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
     /// for a job with no set number (time-based, or a file of a list): it counts down too, but
     /// no job lives to draw 2^64 I/Os, and a plain count is one test per draw fewer than an
-    /// `Option` (issue 22).
+    /// `Option`.
     remaining: u64,
     /// Variable block sizes only ([`IoGenerator::next_sized_io`]).
     sized: Option<alloc::boxed::Box<SizedDraw>>,

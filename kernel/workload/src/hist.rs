@@ -43,7 +43,7 @@ pub const REPORT_PERCENTILES_PPM: [(&str, u32); 5] = [
 /// The bucket holding `value` (fio's `plat_val_to_idx`).
 #[inline(always)]
 pub const fn bucket_of(value: u64) -> usize {
-    // Branch-free (issue 22): bits below the 6 that select the bucket inside the group, 0 for a
+    // Branch-free: bits below the 6 that select the bucket inside the group, 0 for a
     // value below 128 (`| SUB_BUCKETS` puts the top bit at 6 or above). Then `value >> dropped`
     // is the group's 64 plus the bucket inside it, or the value itself below 128, so one shift and
     // one add give fio's index either way.
@@ -142,9 +142,9 @@ impl LatencyHistogram {
         self.sum += u128::from(value);
         // A u64 squared fits in u128; the sum saturates instead of wrapping (2^64 samples of 2^32 ns),
         // on a branch out of line: `saturating_add` selects with two conditional moves on every
-        // value (issue 22).
-        // Stored as it comes, mended on the cold branch: a `checked_add` match compiled to a
-        // select of both halves (four instructions more per I/O; issue 22). Once saturated the
+        // value.
+        // Stored as it comes, mended on the cold branch: a `checked_add` match compiles to a
+        // select of both halves (four instructions more per I/O). Once saturated the
         // sum stays there: `MAX` plus a square overflows again, plus 0 is `MAX`.
         let (squares, overflowed) = self
             .sum_of_squares
@@ -153,8 +153,7 @@ impl LatencyHistogram {
         if overflowed {
             self.saturate_squares();
         }
-        // Stored only when it moves: a compare each, not a compare, a select and a store
-        // (issue 22).
+        // Stored only when it moves: a compare each, not a compare, a select and a store.
         if value < self.min {
             self.min = value;
         }
@@ -165,7 +164,7 @@ impl LatencyHistogram {
 
     /// Records `value` `count` times: exactly what `count` calls of [`LatencyHistogram::record`]
     /// do (the sum of squares saturates the same way). For a run of equal values, e.g. the I/Os
-    /// of one submission burst reaped together (one clock read each side; issue 22).
+    /// of one submission burst reaped together (one clock read each side).
     pub fn record_n(&mut self, value: u64, count: u64) {
         if count <= 1 {
             if count == 1 {

@@ -1,4 +1,4 @@
-//! Failed and retried requests are reported exactly (issue 14): which I/Os (op, LBA, length, status,
+//! Failed and retried requests are reported exactly: which I/Os (op, LBA, length, status,
 //! retries), how many, a bounded list so a storm cannot flood the console, and per-I/O log lines
 //! that are rate-limited with a count of what was held back.
 

@@ -1,5 +1,5 @@
 //! The engine's plain shape (no verify, no pacing, no detail, no ramp) runs a loop compiled
-//! without those features (issue 22). These tests run the same jobs once in that shape and once
+//! without those features. These tests run the same jobs once in that shape and once
 //! with the detail mode on, which leaves the I/O stream and, with a clock that moves only while
 //! waiting, every time stamp as they were: everything both report must be equal.
 
@@ -163,7 +163,7 @@ fn the_faults_of_the_comparison_happen() {
 #[test]
 fn successes_reported_as_a_mask_count_as_the_same_successes_listed() {
     // `IoBackend::poll_reaped`: the kernel's backend hands first-attempt successes over as
-    // bits of a mask (issue 22); the engine must count them exactly as listed completions, in
+    // bits of a mask; the engine must count them exactly as listed completions, in
     // the plain shape and in the general one (detail, verify), with failures and retries
     // listed beside them in the same reaps.
     for words in [
@@ -201,7 +201,7 @@ fn successes_reported_as_a_mask_count_as_the_same_successes_listed() {
 #[test]
 fn latencies_counted_in_runs_are_each_io_s_latency() {
     // Above iodepth 1 the engine records a reap's successes of one direction and one latency
-    // together (`LatencyHistogram::record_n`, issue 22). With a clock that moves only while the
+    // together (`LatencyHistogram::record_n`). With a clock that moves only while the
     // engine waits, an I/O's latency is exactly its completion clock minus its submission
     // clock, which the fake logs: recorded one by one, they must give the same histograms.
     for words in [

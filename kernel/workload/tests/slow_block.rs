@@ -1,4 +1,4 @@
-//! One slow block must not stall its CPU (issue 14): while one request is held for a long time, a
+//! One slow block must not stall its CPU: while one request is held for a long time, a
 //! verify job keeps `iodepth - 1` other requests in flight, never puts a second I/O on the held
 //! block, and still issues every I/O its generator produced. All times are the fake backend's
 //! simulated clock, so the assertions are on counts, not on wall time.

@@ -291,8 +291,7 @@ pub struct MsixTable<M: Mmio32> {
     entries: u16,
     /// Per entry, the vector-control word last read or written, or [`CONTROL_UNKNOWN`]. Only
     /// software changes it, so after one read a mask or unmask is a single write: no MMIO read
-    /// (a PCIe round trip) when an interrupt-then-poll window masks a vector per I/O burst
-    /// (issue 22).
+    /// (a PCIe round trip) when an interrupt-then-poll window masks a vector per I/O burst.
     controls: Box<[AtomicU32]>,
 }
 

@@ -1,4 +1,4 @@
-//! Tests of the fio front-end: the reference's four typical jobs, value mapping, refusals.
+//! Tests of the fio front-end: four typical fio jobs (those of `tests/fio/`), value mapping, refusals.
 
 use super::*;
 use crate::job::FileService;
