@@ -470,7 +470,7 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         return Err(format!("test: unknown option '{a}'"));
     }
     setup::ensure_target()?;
-    setup::ensure_qemu()?;
+    setup::ensure_test_tools()?;
     // Every crate that runs on bare metal: the kernel and each library it links.
     let bare_metal = [
         "kernel",

@@ -583,9 +583,9 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::PathBuf;
 
-    /// `../shared/corpus/acpi/` from the repository root (read-only in CI).
+    /// `tests/acpi-corpus/`: real servers' acpidump texts kept in the repository.
     fn corpus_dir() -> PathBuf {
-        crate::root().join("../shared/corpus/acpi")
+        crate::root().join("tests/acpi-corpus")
     }
 
     /// Every dump in the corpus. A missing or empty corpus fails the test:
@@ -594,7 +594,7 @@ mod tests {
         let dir = corpus_dir();
         let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
             panic!(
-                "the ACPI corpus {} is missing ({e}); these tests need ../shared/ beside the repository",
+                "the ACPI corpus {} is missing ({e}); it is part of the repository",
                 dir.display()
             )
         });

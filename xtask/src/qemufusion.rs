@@ -235,13 +235,7 @@ fn ensure_build_packages() -> Result<(), String> {
     let missing: Vec<&str> = BUILD_PACKAGES
         .iter()
         .copied()
-        .filter(|p| {
-            !Command::new("dpkg-query")
-                .args(["-W", "-f", "${Status}", p])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-                .unwrap_or(false)
-        })
+        .filter(|p| !crate::setup::package_installed(p))
         .collect();
     if missing.is_empty() {
         return Ok(());

@@ -89,6 +89,119 @@ pub fn ensure_qemu() -> Result<(), String> {
     })
 }
 
+/// What `cargo xtask test` needs beyond QEMU, each as (what is looked for, the Debian package
+/// that brings it): the GRUB image scenarios (BIOS and UEFI), the TCG plugin of `ipio --check`
+/// (a C compiler, `nm`), fio's own `fio_jsonplus_clat2csv` (xtask's fio-output tests) and the
+/// packages the Fusion QEMU is built with.
+pub const TEST_TOOLS: &[(Needed, &str)] = &[
+    (Needed::Program("grub-mkrescue"), "grub-common"),
+    (Needed::Path("/usr/lib/grub/i386-pc"), "grub-pc-bin"),
+    (Needed::Path("/usr/lib/grub/x86_64-efi"), "grub-efi-amd64-bin"),
+    (Needed::Program("xorriso"), "xorriso"),
+    (Needed::Program("mformat"), "mtools"),
+    (Needed::Path("/usr/share/qemu/OVMF.fd"), "ovmf"),
+    (Needed::Program("cc"), "gcc"),
+    (Needed::Program("nm"), "binutils"),
+    (Needed::Program("fio_jsonplus_clat2csv"), "fio"),
+    (Needed::Package("ninja-build"), "ninja-build"),
+    (Needed::Package("meson"), "meson"),
+    (Needed::Package("pkg-config"), "pkg-config"),
+    (Needed::Package("libglib2.0-dev"), "libglib2.0-dev"),
+    (Needed::Package("libpixman-1-dev"), "libpixman-1-dev"),
+    (Needed::Package("libfdt-dev"), "libfdt-dev"),
+    (Needed::Package("zlib1g-dev"), "zlib1g-dev"),
+    (Needed::Package("flex"), "flex"),
+    (Needed::Package("bison"), "bison"),
+    (Needed::Package("patch"), "patch"),
+    (Needed::Package("xz-utils"), "xz-utils"),
+];
+
+/// How [`TEST_TOOLS`] tells whether a package is already there.
+#[derive(Debug, Clone, Copy)]
+pub enum Needed {
+    /// A program on PATH.
+    Program(&'static str),
+    /// A file or folder.
+    Path(&'static str),
+    /// An installed Debian package (`dpkg-query`).
+    Package(&'static str),
+}
+
+impl Needed {
+    fn is_there(self) -> bool {
+        match self {
+            Self::Program(program) => have_program(program),
+            Self::Path(path) => Path::new(path).exists(),
+            Self::Package(package) => package_installed(package),
+        }
+    }
+}
+
+/// Whether dpkg has `package` installed.
+pub fn package_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f", "${Status}", package])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+/// The packages of `tools` whose check fails, each once, in order.
+fn missing_packages(tools: &[(Needed, &'static str)], is_there: impl Fn(Needed) -> bool) -> Vec<&'static str> {
+    let mut missing: Vec<&'static str> = Vec::new();
+    for &(needed, package) in tools {
+        if !is_there(needed) && !missing.contains(&package) {
+            missing.push(package);
+        }
+    }
+    missing
+}
+
+/// Installs what `cargo xtask test` needs on a fresh machine (QEMU, then [`TEST_TOOLS`]) when
+/// run as root; otherwise fails with the exact command to run.
+pub fn ensure_test_tools() -> Result<(), String> {
+    ensure_qemu()?;
+    let missing = missing_packages(TEST_TOOLS, Needed::is_there);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let cmd = format!(
+        "apt-get update && apt-get install -y --no-install-recommends {}",
+        missing.join(" ")
+    );
+    if !is_root() {
+        return Err(format!(
+            "the tests need packages that are not installed; run as root: {cmd}"
+        ));
+    }
+    println!("xtask: installing what the tests need: {cmd}");
+    crate::sh(Command::new("apt-get").arg("update"))?;
+    crate::sh(
+        Command::new("apt-get")
+            .args([
+                "-o",
+                "DPkg::Lock::Timeout=600",
+                "install",
+                "-y",
+                "--no-install-recommends",
+            ])
+            .args(&missing),
+    )?;
+    ensure_qemu_img()
+}
+
+/// apt may resolve a conflict with a newer `qemu-utils` (from backports) by removing it, which
+/// takes `qemu-img` away: brings back the release that matches `qemu-system-x86`.
+fn ensure_qemu_img() -> Result<(), String> {
+    if have_program("qemu-img") {
+        return Ok(());
+    }
+    let version = candidate_version("qemu-system-x86")
+        .ok_or("qemu-img is missing and apt has no qemu-system-x86 candidate to match")?;
+    println!("xtask: qemu-img is gone; installing qemu-utils={version}");
+    crate::sh(Command::new("apt-get").args(["install", "-y", "--allow-downgrades", &format!("qemu-utils={version}")]))
+}
+
 /// The version apt would install for `package` (`apt-cache policy`'s "Candidate:").
 fn candidate_version(package: &str) -> Option<String> {
     let out = Command::new("apt-cache").args(["policy", package]).output().ok()?;
@@ -239,7 +352,7 @@ pub fn make_grub_image_on(
 
 #[cfg(test)]
 mod tests {
-    use super::{GrubSerial, grub_module_lines, parse_candidate};
+    use super::{GrubSerial, Needed, grub_module_lines, missing_packages, parse_candidate};
 
     #[test]
     fn grub_serial_follows_the_kernel_console() {
@@ -275,6 +388,19 @@ mod tests {
             "    module2 /boot/fio/1-seq-128k.fio fio\n    module2 /boot/fio/2-x.fio fio\n"
         );
         assert_eq!(grub_module_lines("module", &[]), "");
+    }
+
+    #[test]
+    fn missing_packages_are_listed_once_in_order() {
+        let tools = [
+            (Needed::Program("a"), "pkg-a"),
+            (Needed::Program("b"), "pkg-b"),
+            (Needed::Path("/c"), "pkg-a"),
+            (Needed::Package("d"), "pkg-d"),
+        ];
+        let there = |n: Needed| matches!(n, Needed::Program("b"));
+        assert_eq!(missing_packages(&tools, there), ["pkg-a", "pkg-d"]);
+        assert!(missing_packages(&tools, |_| true).is_empty());
     }
 
     #[test]
