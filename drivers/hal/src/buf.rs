@@ -28,8 +28,8 @@ impl<const N: usize> WordRun<'_, N> {
 }
 
 /// The panic of an access past a buffer's end (a driver bug), out of line: the hot paths
-/// keep only the compare and branch (issue 22: the message's arguments were set up before
-/// every check).
+/// keep only the compare and branch, not the set-up of the message's arguments before every
+/// check.
 #[cold]
 #[inline(never)]
 #[track_caller]
@@ -143,7 +143,7 @@ impl DmaBuf {
     /// Writes `bytes` at `off`.
     ///
     /// Aligned 8-byte runs go out as one 64-bit store each, the rest byte by byte: a 24-byte
-    /// command header is 3 stores, not 24 (issue 22: per-I/O work).
+    /// command header is 3 stores, not 24 (per-I/O work).
     pub fn write_bytes(&self, off: usize, bytes: &[u8]) {
         let p = self.ptr(off, bytes.len());
         let mut i = 0;
@@ -227,7 +227,7 @@ impl DmaBuf {
     }
 
     /// Writes little-endian u32 words from `off` on, one bounds check for all of them, aligned
-    /// pairs as one 64-bit store (a 64-byte NVMe command is 8 stores; issue 22). `off` must be
+    /// pairs as one 64-bit store (a 64-byte NVMe command is 8 stores). `off` must be
     /// 4-byte aligned in memory.
     #[inline]
     pub fn write_u32s(&self, off: usize, words: &[u32]) {
@@ -270,7 +270,7 @@ impl DmaBuf {
 
     /// Writes `N` little-endian u64 words from `off` on: one bounds and alignment check, then
     /// one 8-byte store per word, straight from the caller's values (an array by value, not a
-    /// slice, so words composed in registers are not first spilled to the stack; issue 22).
+    /// slice, so words composed in registers are not first spilled to the stack).
     /// `off` must be 8-byte aligned in memory.
     #[inline(always)]
     pub fn write_u64s<const N: usize>(&self, off: usize, words: [u64; N]) {
@@ -298,7 +298,7 @@ impl DmaBuf {
 
     /// The `N` little-endian u32 words from `off` on, bounds- and alignment-checked once; each
     /// word is then read with its own 32-bit volatile load, when and in the order the caller
-    /// asks (a completion entry's phase word first, then a fence, then the rest; issue 22: one
+    /// asks (a completion entry's phase word first, then a fence, then the rest: one
     /// check per entry instead of one per load). `off` must be 4-byte aligned in memory.
     #[inline(always)]
     pub fn word_run<const N: usize>(&self, off: usize) -> WordRun<'_, N> {

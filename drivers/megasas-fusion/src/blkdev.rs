@@ -24,8 +24,7 @@
 //! then), and resets the controller if they have not. The
 //! reset hands back every request in flight exactly once after the adapter forgot it: the
 //! timed-out ones end with `Status::Timeout`, the others are requeued and issued again once the
-//! controller is back (Linux completes them with DID_REQUEUE, FreeBSD lets CAM retry; review
-//! F5). A reply that arrived before the reset completes normally. If the controller cannot
+//! controller is back (Linux completes them with DID_REQUEUE, FreeBSD lets CAM retry). A reply that arrived before the reset completes normally. If the controller cannot
 //! be reset it is stopped (doorbell STOP_ADAPTER) and new requests fail at once; those in flight
 //! stay the device's until the kernel has turned bus mastering off and called
 //! [`Host::abandon_after_bus_master_off`], which fails them (as MFI does).
@@ -81,7 +80,7 @@ pub struct HostConfig {
     pub max_transfer_bytes: u64,
     /// After a request timed out, how long the tick lets the timed-out requests finish on their
     /// own before it resets the controller (Linux `megasas_wait_for_outstanding_fusion`,
-    /// `resetwaittime` 180 s; review F5). A FAULT resets at once.
+    /// `resetwaittime` 180 s). A FAULT resets at once.
     pub reset_wait_ns: u64,
     /// Controller configuration (generation, vectors and their CPUs, deadlines).
     pub controller: Config,
@@ -376,7 +375,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
     }
 
     /// [`Self::deliver`]; with `batch` (a reap's), a successful completion goes through the
-    /// reap's block-layer batch (issue 22).
+    /// reap's block-layer batch.
     #[inline(always)]
     fn deliver_in<'a>(&'a self, cpu: usize, c: &Completion, batch: Option<&mut ReapBatch<'a, DriveDriver<M, T>>>) {
         let (drive, hwq, token) = unpack_cookie(c.cookie);
@@ -536,7 +535,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
             }
         };
         // A single segment (a page-sized I/O) is copied alone; only a longer list pays for
-        // the 1 KiB stack array (issue 22: its zeroing was a `memset` per I/O).
+        // the 1 KiB stack array (whose zeroing is a `memset`).
         let one: [Segment; 1];
         let many: [Segment; MAX_SEGMENTS];
         let sgl: &[Segment] = match rq.segments() {

@@ -38,9 +38,9 @@ pub const DCMD_SMIDS: u16 = 4;
 /// Bytes of the DCMD data buffer of each DCMD SMID (Linux's largest list DCMD, PD_LIST_QUERY,
 /// uses 8192 B).
 const DCMD_DATA_LEN: usize = 8192;
-/// CTRL_GET_INFO buffer: Linux's and FreeBSD's `megasas_ctrl_info` (0x950 bytes), review F10.
+/// CTRL_GET_INFO buffer: Linux's and FreeBSD's `megasas_ctrl_info` (0x950 bytes).
 pub const CTRL_INFO_LEN: usize = 0x950;
-/// LD_GET_LIST buffer: `MR_LD_LIST` with 256 entries (4104 bytes), review F10.
+/// LD_GET_LIST buffer: `MR_LD_LIST` with 256 entries (4104 bytes), as Linux and FreeBSD.
 pub const LD_LIST_LEN: usize = 8 + 256 * 16;
 /// Bytes of the MFI frame of each DCMD SMID.
 const MFI_FRAME_LEN: usize = 256;
@@ -48,7 +48,7 @@ const MFI_FRAME_LEN: usize = 256;
 const MAX_FW_CMDS_CAP: u16 = 8191;
 /// Largest SGE count per request the driver uses.
 const MAX_SGE_CAP: u16 = 256;
-/// Offsets in the I/O frame (reference §4.1).
+/// Offsets in the I/O frame (MPI2 RAID SCSI IO request, `mpi2.h` and Linux's `fusion.h`).
 const F_DEV_HANDLE: usize = 0x00;
 const F_CHAIN_OFFSET: usize = 0x02;
 const F_FUNCTION: usize = 0x03;
@@ -160,7 +160,9 @@ pub enum Mistake {
     RdpqWithoutSupport,
     QueueDepthNotMultipleOf16,
     TooManyVectors,
-    /// The review's old behaviours (F3, F6, F10, F11, F1), kept as hooks so the model's checks
+    /// Behaviours Linux and FreeBSD avoid (combined mode from the host's queue count, read/write
+    /// RAID-context fields on other LD commands, QEMU's MFI DCMD buffer sizes, an SGE on a no-data
+    /// DCMD, a system-PD request without the FastPath flag), kept as hooks so the model's checks
     /// for them stay proven.
     CombinedByHostCount,
     RwContextOnNonRw,
@@ -239,7 +241,7 @@ pub struct Config {
     pub vector_cpus: Vec<usize>,
     /// Overall bring-up deadline (sum of all waits), microseconds.
     pub bringup_budget_us: u64,
-    /// Longest wait in one firmware state, microseconds (reference: 180 s).
+    /// Longest wait in one firmware state, microseconds (Linux allows 180 s).
     pub state_timeout_us: u64,
     /// Longest wait for a polled DCMD or IOC INIT, microseconds.
     pub command_timeout_us: u64,
@@ -247,7 +249,7 @@ pub struct Config {
     pub max_queues: u16,
     /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
     /// `fake` feature): a production build cannot set it, and every check of it is the
-    /// constant `false` there (issue 22: about 40 compares per I/O on the hot paths).
+    /// constant `false` there (about 40 compares per I/O on the hot paths).
     #[cfg(any(test, feature = "fake"))]
     #[doc(hidden)]
     pub mistake: Option<Mistake>,
@@ -351,7 +353,7 @@ impl Limits {
             (1, 0)
         };
         // As Linux and FreeBSD: the *firmware's* queue count decides combined mode (more than 8
-        // on Invader, 16 on Ventura/Aero); the host count is clamped afterwards (review F3).
+        // on Invader, 16 on Ventura/Aero); the host count is clamped afterwards.
         let combined = msix_capable && generation.combined_above().is_some_and(|c| fw_queues > c);
         let chain_bytes = sp1.chain_bytes();
         let max_sge = prev_power_of_two(6 + chain_bytes / 16).min(u32::from(MAX_SGE_CAP)) as u16;
@@ -438,8 +440,8 @@ pub struct Entered<'a> {
     _inside: Inside<'a>,
 }
 
-/// What the driver keeps per SMID, together (issue 22: one bounds check per submission and per
-/// reply, one cache line, where five vectors cost five of each).
+/// What the driver keeps per SMID, together: one bounds check per submission and per reply, one
+/// cache line, where five vectors would cost five of each.
 struct SmidState {
     /// In flight or idle, and the generation.
     slot: SmidSlot,
@@ -750,7 +752,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         if let Err(e) = ctrl.ioc_init(budget, report) {
             // Linux `megasas_init_adapter_fusion`: a resettable FAULT after a failed IOC INIT
-            // gets one diag reset and one more IOC INIT (review F5).
+            // gets one diag reset and one more IOC INIT.
             let sp0 = read_reg(&ctrl.mmio, generation, regs::SP0);
             if FwStatus(sp0).state() != FwState::Fault || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
                 return Err(e);
@@ -783,7 +785,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Ok(ctrl)
     }
 
-    /// The READY transition (reference §2.2). At probe (`probe`), a resettable FAULT is
+    /// The READY transition (Linux's `megasas_transition_to_ready`). At probe (`probe`), a resettable FAULT is
     /// diag-reset once.
     fn to_ready(
         mmio: &M,
@@ -814,7 +816,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     if !probe {
                         // After an OCR's diag reset the firmware may pass through FAULT while it
                         // restarts: wait for the state to change (per-state limit), as Linux
-                        // `megasas_transition_to_ready(ocr=1)` does (review F5).
+                        // `megasas_transition_to_ready(ocr=1)` does.
                     } else {
                         if reset_tried || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
                             return Err(Error::FirmwareFault { sp0 });
@@ -881,13 +883,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Ok(())
     }
 
-    /// Handshake doorbell write. Like Linux and FreeBSD it does not poll bit 0 first (review
-    /// F16); bit 0 is polled after 0x07 and before IOC INIT.
+    /// Handshake doorbell write. Like Linux and FreeBSD it does not poll bit 0 first; bit
+    /// 0 is polled after 0x07 and before IOC INIT.
     fn doorbell(mmio: &M, value: u32) {
         mmio.write32(regs::DOORBELL, value);
     }
 
-    /// Diag reset (reference §7.4), ending in the READY transition.
+    /// Diag reset (the 7-key HOST_DIAG sequence, as Linux and FreeBSD), ending in the READY
+    /// transition.
     fn diag_reset(mmio: &M, delay: &D, config: &Config, budget: &mut Budget, report: &mut Report) -> Result<(), Error> {
         let g = config.generation;
         report.step(mmio, g, budget.used(), "diag reset: unlock", String::new());
@@ -1157,8 +1160,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     state: e.state,
                     system_pd: false,
                 }),
-                // No guess from the LD list's size field, whose units no source gives
-                // (review F7): the drive is left out and the report says why.
+                // No guess from the LD list's size field, whose units no source gives:
+                // the drive is left out and the report says why.
                 Err(why) => report.step(
                     &self.mmio,
                     self.generation,
@@ -1168,7 +1171,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 ),
             }
         }
-        // System PDs (JBOD), review F1: PD_LIST_QUERY with mbox b[0] = 5 (exposed to host), as
+        // System PDs (JBOD): PD_LIST_QUERY with mbox b[0] = 5 (exposed to host), as
         // Linux `megasas_get_pd_list`. Linux gives up on a failure; here it is reported and
         // bring-up goes on with the LDs.
         let mut mbox = [0u8; 12];
@@ -1393,14 +1396,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 d.write_u32(mfi_off + 0x30, len as u32);
             } else {
                 // Thunderbolt/Invader: sge32 as Linux and FreeBSD (all DCMD memory is below
-                // 4 GiB), review F12.
+                // 4 GiB).
                 d.write_u16(mfi_off + 0x10, MFI_DIR_READ);
                 d.write_u32(mfi_off + 0x28, data as u32);
                 d.write_u32(mfi_off + 0x2C, len as u32);
             }
         }
-        // No data (cache flush, shutdown): sge_count 0 and DIR_NONE, as Linux and FreeBSD
-        // (review F11); the flags word stays 0.
+        // No data (cache flush, shutdown): sge_count 0 and DIR_NONE, as Linux and FreeBSD;
+        // the flags word stays 0.
         if len == 0 && self.mistake(Mistake::NoDataDcmdWithSge) {
             d.write_u8(mfi_off + 0x07, 1);
             d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
@@ -1543,7 +1546,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
 
     /// [`Controller::submit`] for a request `validate` already accepted, inside a submission
     /// section the caller entered (blk's `queue_rq` validates before `Rq::issue` and posts
-    /// after it): the request is neither checked nor the gate taken a second time (issue 22).
+    /// after it): the request is neither checked nor the gate taken a second time.
     /// `req` must be the request `checked` came from.
     pub fn submit_validated(
         &self,
@@ -1612,7 +1615,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
             IoOp::Flush => {
                 // SYNCHRONIZE CACHE(10), LBA 0 and 0 blocks (the whole LD): the only form Linux
-                // and FreeBSD send to (and intercept for) MegaRAID LDs (review F9).
+                // and FreeBSD send to (and intercept for) MegaRAID LDs.
                 let mut c = [0u8; 16];
                 c[0] = 0x35;
                 (c, None, 0)
@@ -1625,7 +1628,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             });
         }
         let sum = match req.sgl {
-            // The common case (one page, one buffer) without the loops below (issue 22).
+            // The common case (one page, one buffer) without the loops below.
             [one] if one.len != 0 => u64::from(one.len),
             sgl => {
                 if let Some(index) = sgl.iter().position(|s| s.len == 0)
@@ -1645,7 +1648,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Ok(Validated { cdb, write, len })
     }
 
-    // Inlined into `submit_validated` (issue 22: ten arguments through the stack per I/O).
+    // Inlined into `submit_validated`: no ten arguments through the stack per I/O.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn submit_raw(
@@ -1691,9 +1694,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         state.required.store(must_move, Ordering::Relaxed);
         state.target.store(target, Ordering::Relaxed);
 
-        // The whole frame is composed here and written in one run of 8-byte stores (issue 22:
-        // zeroing it byte by byte and then storing each field through its own bounds check
-        // cost about 750 instructions per I/O). Every byte is written, so nothing of the SMID's
+        // The whole frame is composed here and written in one run of 8-byte stores, not
+        // zeroed byte by byte with each field then stored through its own bounds check (about 750
+        // instructions per I/O). Every byte is written, so nothing of the SMID's
         // previous use (status, DataLength, SGEs) survives, as with Linux's memset at free.
         let fo = FRAME_SIZE * usize::from(smid);
         let mut img = FrameImage::new();
@@ -1888,7 +1891,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             nsge
         } as u16;
         // Type/nseg and the sequence number belong to LD read/write only; Linux and FreeBSD
-        // leave them zero for every other LD command (review F6).
+        // leave them zero for every other LD command.
         if self.generation.g35_raid_context() {
             if is_rw {
                 img.set_u16(c, 0x0012);
@@ -1938,7 +1941,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// anything while a reset runs.
     ///
     /// Generic over the sink, so the block binding's completion handler is inlined into the
-    /// walk (issue 22: a `dyn` call and a `Completion` built in memory per reply).
+    /// walk (no `dyn` call and no `Completion` built in memory per reply).
     pub fn reap<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
         let Some(_g) = self.gate.try_enter(usize::from(queue)) else {
             return 0;
@@ -2046,7 +2049,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let status = (status_word >> 24) as u8;
         let bytes_done = f.read_u32(fo + F_DATA_LEN);
         // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
-        // moved (Linux `map_cmd_status`, review F8). A read or write that moved less than asked
+        // moved (Linux `map_cmd_status`). A read or write that moved less than asked
         // is not a success here (Linux's midlayer would retry the rest; blk has no partial
         // completion), so it fails rather than hand back a half-filled buffer.
         let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
@@ -2126,7 +2129,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
     }
 
-    /// Online controller reset (reference §7.3). Drains replies that already arrived, resets
+    /// Online controller reset (as Linux's `megasas_reset_fusion`). Drains replies that already arrived, resets
     /// the adapter, re-initialises every reply queue, repeats IOC INIT on the same memory and
     /// CTRL_GET_INFO. Every request still on the controller is handed to `sink` exactly once:
     /// completed normally if its reply had arrived, else as [`IoOutcome::Reset`] after the
@@ -2149,7 +2152,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let sp0 = read_reg(&self.mmio, g, regs::SP0);
         let fault = FwStatus(sp0).state() == FwState::Fault;
         if self.ocr_disabled || (fault && sp0 & regs::SP0_FAULT_RESETTABLE == 0) {
-            // Stop the adapter. The reference says a stopped adapter does no more DMA, but only
+            // Stop the adapter. A stopped adapter should do no more DMA, but only
             // the bus-master bit proves it: the requests stay held until the caller turned it
             // off (`abandon_in_flight`).
             self.mmio.write32(regs::DOORBELL, regs::DB_STOP_ADAPTER);
@@ -2300,7 +2303,7 @@ fn desc(flags: u8, msix: u8, smid: u16) -> u64 {
 }
 
 /// Reads a register; on Aero re-reads up to 30 times while it reads 0, as Linux's
-/// `megasas_readl` does for the Aero errata (reference §1.3; review F4).
+/// `megasas_readl` does for the Aero errata.
 pub(crate) fn read_reg<M: Mmio>(mmio: &M, generation: Generation, off: u32) -> u32 {
     let mut v = mmio.read32(off);
     if generation.zero_read_glitch() {

@@ -1,18 +1,20 @@
-//! A strict model of MegaRAID Fusion firmware (reference §9), for host tests.
+//! A strict model of MegaRAID Fusion firmware, for host tests.
 //!
 //! Personalities: Thunderbolt, Invader (SAS3108), Ventura (SAS35xx), Aero (SAS39xx), differing in
 //! the SP1 queue field, combined-mode threshold, RAID-context layout, chain/end-of-list flags,
 //! the atomic descriptor port and the Aero zero-read glitch. The firmware state machine runs on a
 //! virtual clock advanced by [`FakeDelay`] (the driver's waits) and [`FakeFusion::advance`].
 //!
-//! Everything the reference lists as a driver mistake (§9.3) is recorded as a named
+//! Every protocol rule a driver can break (those Linux and FreeBSD keep) is checked, and a
+//! broken one is recorded as a named
 //! [`Violation`]; the offending command is refused (it never completes). DMA goes through
 //! [`devhal::fake::FakeMemory`], so a stray address is recorded there instead of touching memory.
 //! Data moves when a reply is posted (reads and writes alike), so a test can tell whether the
 //! device touched a buffer after its request ended. After a diag reset or doorbell 0x07 the
 //! model forgets every command: it never DMAs for old commands.
 //!
-//! Written from the reference, independently of the driver's constants.
+//! Written from Linux's `megaraid_sas`, FreeBSD's `mrsas` and the MPI 2 headers, independently
+//! of the driver's constants.
 
 use alloc::collections::VecDeque;
 use alloc::format;
@@ -38,7 +40,7 @@ pub struct DescriptorWrites {
     pub atomic: u64,
 }
 
-/// A driver mistake the model detected (reference §9.3).
+/// A driver mistake the model detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Violation {
     /// A descriptor posted while the firmware is not OPERATIONAL (other than IOC INIT in READY).
@@ -135,15 +137,15 @@ pub enum Violation {
     DoorbellWhileBusy,
     /// The atomic port used before IOC INIT, or without SP1 bit 24, or on a generation without it.
     AtomicPortNotAllowed,
-    /// A DCMD or TM off reply queue 0 (a warning in the reference; recorded as a warning).
+    /// A DCMD or TM off reply queue 0 (not known to be refused by firmware; recorded as a warning).
     DcmdOffQueue0,
     /// The pass-through frame is malformed.
     BadPassthrough,
     /// A DCMD without data sent with an SGE or a data direction (Linux and FreeBSD send
-    /// sge_count 0 and DIR_NONE; review F11).
+    /// sge_count 0 and DIR_NONE).
     NoDataDcmdWithSge,
     /// A non-read/write LD command carrying the read/write RAID-context fields (type/nseg,
-    /// region-lock flags or the sequence number), which Linux and FreeBSD leave zero (review F6).
+    /// region-lock flags or the sequence number), which Linux and FreeBSD leave zero.
     NonRwRaidContext,
     /// A system-PD (FastPath, DevHandle 0xFFFF) request with a wrong IoFlags FastPath bit.
     BadSystemPdRequest,
@@ -214,12 +216,12 @@ pub struct FakeConfig {
     /// The firmware faults (resettable) when this DCMD opcode arrives.
     pub fault_on_dcmd: Option<u32>,
     /// Virtual microseconds SP0 keeps showing READY after IOC INIT wrote cmd_status 0 (no
-    /// reference says the two happen together; review M1). Commands are accepted meanwhile.
+    /// source says the two happen together). Commands are accepted meanwhile.
     pub operational_lag_us: u64,
     /// Bytes of READ CAPACITY(16) data the firmware returns (32 = all; fewer gives the 0x2D +
-    /// GOOD underrun with DataLength = bytes moved; review M7).
+    /// GOOD underrun with DataLength = bytes moved).
     pub capacity16_bytes: usize,
-    /// READ CAPACITY(16) is refused with ILLEGAL REQUEST (review M8: only (10) works).
+    /// READ CAPACITY(16) is refused with ILLEGAL REQUEST (only (10) works).
     pub no_read_capacity16: bool,
     /// READ CAPACITY(10) is refused with ILLEGAL REQUEST.
     pub no_read_capacity10: bool,
@@ -227,15 +229,15 @@ pub struct FakeConfig {
     /// asked with mbox b[0] = 1).
     pub max_lds: u8,
     /// After a diag reset the firmware shows FAULT (resettable bit clear) for this long between
-    /// BB_INIT and FW_INIT (review F5: Linux waits a FAULT out during an OCR).
+    /// BB_INIT and FW_INIT (Linux waits a FAULT out during an OCR).
     pub fault_while_restarting_us: u64,
     /// A failed IOC INIT (see [`FakeFusion::fail_next_init`]) also puts the firmware in a
-    /// resettable FAULT (review F5: Linux diag-resets and retries IOC INIT once at probe).
+    /// resettable FAULT (Linux diag-resets and retries IOC INIT once at probe).
     pub fault_on_failed_init: bool,
-    /// Virtual microseconds from the diag reset to READY (M12: real cards take seconds).
+    /// Virtual microseconds from the diag reset to READY (real cards take seconds).
     pub reset_to_ready_us: u64,
     /// Doorbell bit 0 reads 1 from power-on until this virtual time (or the next doorbell
-    /// write), e.g. left by a previous driver (review F16: Linux writes the handshake doorbell
+    /// write), e.g. left by a previous driver (Linux writes the handshake doorbell
     /// without looking).
     pub doorbell_busy_at_start_us: u64,
     /// System PDs (JBOD): (device id, blocks), exposed through PD_LIST_QUERY and reached with
@@ -557,7 +559,7 @@ impl FakeFusion {
         FakeDelay(Arc::clone(self))
     }
 
-    /// Protocol violations so far (§9.3), with details.
+    /// Protocol violations so far, with details.
     pub fn violations(&self) -> Vec<(Violation, String)> {
         self.st.lock().violations.clone()
     }
@@ -747,7 +749,7 @@ impl FakeFusion {
     }
 
     /// An 8-byte register write: at 0xC0 it commits a whole request descriptor at once
-    /// (reference §9.2, item 3); anywhere else it is a driver error.
+    /// (Linux's `writeq` of the descriptor); anywhere else it is a driver error.
     fn write64(&self, off: u32, v: u64) {
         let mut s = self.st.lock();
         s.tick(&self.mem);
@@ -866,8 +868,8 @@ impl State {
         (1u32 << (31 - v.leading_zeros())) as usize
     }
 
-    /// Combined mode follows the *firmware's* queue count, as Linux and FreeBSD decide it
-    /// (review M2): more than 8 (Invader) or 16 (Ventura/Aero) MSI-X queues in SP1.
+    /// Combined mode follows the *firmware's* queue count, as Linux and FreeBSD decide it:
+    /// more than 8 (Invader) or 16 (Ventura/Aero) MSI-X queues in SP1.
     fn combined(&self) -> bool {
         self.cfg
             .generation
@@ -976,7 +978,7 @@ impl State {
     }
 
     fn doorbell(&mut self, v: u32) {
-        // Linux and FreeBSD write the handshake doorbells without polling bit 0 (review M11);
+        // Linux and FreeBSD write the handshake doorbells without polling bit 0;
         // only IOC INIT must wait for it (checked at its post).
         self.doorbell_busy_until = self.clock + self.cfg.doorbell_busy_us;
         let t = self.clock;
@@ -1399,7 +1401,7 @@ impl State {
             .collect();
         match opcode {
             0x0101_0000 => {
-                // Linux's and FreeBSD's megasas_ctrl_info is 0x950 bytes (review M3).
+                // Linux's and FreeBSD's megasas_ctrl_info is 0x950 bytes.
                 if len < 0x950 {
                     self.violate(Violation::DcmdBufferTooSmall, format!("CTRL_GET_INFO {len} B"));
                     return 0x03;
@@ -1426,7 +1428,7 @@ impl State {
                 put(&mut out, 0x620, &on_off.to_le_bytes());
             }
             0x0301_0000 => {
-                // MR_LD_LIST is 4104 bytes in Linux and FreeBSD (review M3).
+                // MR_LD_LIST is 4104 bytes in Linux and FreeBSD.
                 if len < 8 + 256 * 16 {
                     self.violate(Violation::DcmdBufferTooSmall, format!("LD_GET_LIST {len} B"));
                     return 0x03;
@@ -1512,7 +1514,7 @@ impl State {
             0x25 if !self.cfg.no_read_capacity10 => (LdKind::ReadCapacity10, Some(false), None),
             0x12 => (LdKind::Inquiry, Some(false), None),
             // SYNCHRONIZE CACHE(16) is not shown to work on MegaRAID LDs: only (10) is ever sent
-            // by Linux and FreeBSD, so the model refuses (16) with ILLEGAL REQUEST (review M5).
+            // by Linux and FreeBSD, so the model refuses (16) with ILLEGAL REQUEST.
             0x00 | 0x35 => (LdKind::NoData, None, None),
             _ => (LdKind::Unsupported, None, None),
         };
@@ -1806,7 +1808,7 @@ impl State {
             }
         }
         // Less data than asked for, otherwise fine: 0x2D with SCSI status GOOD and DataLength =
-        // bytes moved, as Linux's `map_cmd_status` documents (review M7).
+        // bytes moved, as Linux's `map_cmd_status` documents.
         if status.0 == 0
             && moved < c.data_len
             && matches!(

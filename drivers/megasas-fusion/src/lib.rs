@@ -38,8 +38,7 @@ pub use devhal::{Delay, Dma, Mmio};
 
 /// The register window plus one 8-byte register write: the request descriptor goes to
 /// 0xC0 as a single 64-bit access, as Linux's `megasas_write_64bit_req_desc` does with
-/// `writeq` on 64-bit kernels (reference §3.3: "one 64-bit store where the CPU emits a single
-/// 8-byte write"), so no lock keeps two CPUs' low/high pairs apart and one MMIO write per I/O
+/// `writeq` on 64-bit kernels (one 64-bit store where the CPU emits a single 8-byte write), so no lock keeps two CPUs' low/high pairs apart and one MMIO write per I/O
 /// is saved. The window must be mapped so that the write reaches the device as one 8-byte
 /// transaction (x86-64: an aligned `mov` to uncached memory).
 pub trait Mmio64: Mmio {

@@ -1,4 +1,5 @@
-//! Every Fusion PCI id of the reference (§1.1), with the ones Linux and FreeBSD refuse.
+//! Every Fusion PCI id Linux's `megaraid_sas` and FreeBSD's `mrsas` list, with the ones they
+//! refuse.
 
 use crate::regs::Generation;
 

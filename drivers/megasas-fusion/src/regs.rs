@@ -1,4 +1,5 @@
-//! Fusion register map, scratch-pad decoding and doorbell values (reference §1).
+//! Fusion register map, scratch-pad decoding and doorbell values (as Linux's `megaraid_sas.h`
+//! and FreeBSD's `mrsas.h` define them).
 //!
 //! Scratch pads are numbered the Linux way: SP0-SP3 at 0xB0/0xB4/0xB8/0xBC.
 
@@ -67,7 +68,7 @@ pub const SP0_MSIX_CAPABLE: u32 = 1 << 26;
 /// SP0 bit 1 (in FAULT): a diag reset can recover this fault.
 pub const SP0_FAULT_RESETTABLE: u32 = 1 << 1;
 
-/// Controller generation (reference §1.1); the order matches Linux's classes.
+/// Controller generation; the order matches Linux's classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Generation {
     /// SAS2208 (0x005B, 0x002F).
@@ -159,7 +160,7 @@ pub const DESC_FP_IO: u8 = 0x0C;
 /// Request descriptor type: LD read/write.
 pub const DESC_LD_IO: u8 = 0x0E;
 
-/// Decoded SP1 (reference §1.5).
+/// Decoded SP1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sp1(pub u32);
 
@@ -198,7 +199,7 @@ pub const fn fault_codes(sp0: u32) -> (u16, u8) {
 }
 
 /// Whether SP0 (read before bring-up, to choose the interrupt mode) says the firmware does MSI-X
-/// (bit 26; Linux falls back to INTx without it, review F15). Only a settled READY or OPERATIONAL
+/// (bit 26; Linux falls back to INTx without it). Only a settled READY or OPERATIONAL
 /// word is trusted: during power-on or in FAULT the bit says nothing yet, so `None`.
 pub fn msix_advertised(sp0: u32) -> Option<bool> {
     match FwStatus(sp0).state() {

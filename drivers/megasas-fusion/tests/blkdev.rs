@@ -250,9 +250,8 @@ fn a_timeout_resets_the_controller_and_ends_requests_exactly_once() {
     assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
 }
 
-/// Review F5: after the OCR the requests the firmware forgot are requeued and issued again
-/// (Linux DID_REQUEUE), not failed: they all end Ok, with the data the LD holds. (The old
-/// policy ended all eight with `Status::Aborted`.)
+/// After the OCR the requests the firmware forgot are requeued and issued again (Linux
+/// DID_REQUEUE), not failed (`Status::Aborted`): they all end Ok, with the data the LD holds.
 #[test]
 fn a_firmware_fault_is_caught_by_the_tick_and_in_flight_requests_are_requeued() {
     let r = rig(FakeConfig::ventura(), Generation::Ventura, vec![0, 1, 2, 3]);
@@ -457,7 +456,7 @@ fn threaded(faults: bool) {
                     let ended: Vec<Completion> = std::mem::take(&mut *platform.ended[cpu].lock().unwrap());
                     for c in ended {
                         let (slot, drive, write, pattern) = inflight.remove(&c.cookie).expect("ended once, on its CPU");
-                        // A reset requeues what the firmware forgot (review F5), so every
+                        // A reset requeues what the firmware forgot, so every
                         // request ends Ok, also under faults, and every write reached the disk:
                         // each read is checked against the last write (no "unknown" sentinel,
                         // which used to collide with a real pattern, test-honesty L3).
@@ -501,7 +500,7 @@ fn threaded(faults: bool) {
     }
 }
 
-/// F1 through the blk binding: a JBOD disk gets its own queue beside the LDs, carries data, and
+/// JBOD through the blk binding: a JBOD disk gets its own queue beside the LDs, carries data, and
 /// its flush goes to the disk even where the firmware does not take SYNCHRONIZE CACHE for LDs
 /// (Linux intercepts it only for logical drives).
 #[test]
@@ -541,10 +540,10 @@ fn a_jbod_disk_is_a_drive_of_its_own() {
     assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
 }
 
-/// Review F5: a request that times out but whose reply is only late is not worth a controller
+/// A request that times out but whose reply is only late is not worth a controller
 /// reset. The tick waits (Linux `megasas_wait_for_outstanding_fusion`), the reply arrives, the
-/// request ends Ok and no reset happens. (The old binding reset at the first tick after the
-/// timeout and ended it with `Timeout`.)
+/// request ends Ok and no reset happens (rather than a reset at the first tick after the
+/// timeout and the request ended with `Timeout`).
 #[test]
 fn a_late_reply_after_a_timeout_avoids_the_reset() {
     let r = rig(FakeConfig::ventura(), Generation::Ventura, vec![0]);

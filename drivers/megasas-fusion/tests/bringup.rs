@@ -178,7 +178,7 @@ fn queue_count_follows_vectors_firmware_and_generation() {
     assert!(c.limits().combined);
     assert_eq!(c.queues(), 12);
     assert_clean(&f);
-    // Combined mode follows the firmware's count (review F3), not the host's: Ventura offering
+    // Combined mode follows the firmware's count, not the host's: Ventura offering
     // 128 with 16 host queues is combined; offering 16 it is not, even with 16 host queues;
     // Invader offering 8 is not.
     let (f, c, _) = bring_up(FakeConfig::ventura(), config(Generation::Ventura, 16));

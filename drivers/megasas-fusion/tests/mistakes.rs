@@ -1,4 +1,4 @@
-//! Every driver mistake of reference §9.3, committed on purpose through the driver's test hook,
+//! Every driver mistake the model knows (`Mistake::ALL`), committed on purpose through the driver's test hook,
 //! must be caught by the model as the named violation. The same scenario without a mistake is
 //! clean, so each test fails if the model were lax (it would record nothing) or over-eager
 //! (the control would record something).

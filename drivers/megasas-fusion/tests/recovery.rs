@@ -123,9 +123,9 @@ fn fault_during_io_is_seen_by_the_watchdog_and_recovered() {
 
 /// The firmware faults between one CPU's 0xC0 and 0xC4 writes (another CPU cannot interleave:
 /// the pair is posted under one lock). The 0xC4 that follows is the driver doing its job, not a
-/// protocol error; the faulted firmware just drops the descriptor. (The old model forgot the
-/// latched low dword at the fault and recorded `HighWithoutFreshLow`: the CI flake of
-/// `threads_with_faults_and_resets_under_load`.)
+/// protocol error; the faulted firmware just drops the descriptor. (A model that forgot the
+/// latched low dword at the fault would record `HighWithoutFreshLow`, and
+/// `threads_with_faults_and_resets_under_load` would fail now and then.)
 #[test]
 fn a_fault_between_the_two_descriptor_halves_is_not_a_driver_error() {
     use devhal::Mmio;

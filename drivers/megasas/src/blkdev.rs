@@ -104,7 +104,7 @@ pub use devhal::adaptive::{AdaptiveConfig, AdaptiveCounters};
 
 /// How the kernel masks and unmasks the controller's interrupt vector for the adaptive mode.
 /// On QEMU's MFI only a vector mask works (MSI-X entry mask bit): an OMSK mask also stops the
-/// reply ring (pitfall 4). A message that arrives masked is kept pending by the device and sent
+/// reply ring. A message that arrives masked is kept pending by the device and sent
 /// on unmask; the driver re-reaps after unmasking anyway, so nothing depends on that.
 pub trait VectorMask {
     /// Masks (`true`) or unmasks the vector.
@@ -708,7 +708,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal
 impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostInner<M, D, T> {
     /// [`Self::deliver`] of a reaped completion (BUSY answers retried): a successful
     /// completion of a drive's request goes to its queue from here, inlined into the reaper
-    /// (issue 22: a call with its frame and the `Done` through memory per completion), through
+    /// (no call with its frame and the `Done` through memory per completion), through
     /// the reap's block-layer batch; every other case takes `deliver`.
     #[inline(always)]
     fn deliver_reaped<'a>(&'a self, cpu: usize, d: &Done, batch: &mut ReapBatch<'a, DriveDriver<M, D, T>>) {
@@ -750,8 +750,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
             );
             return;
         };
-        // A success is one test (issue 22: the BUSY-retry conditions and `block_status` were
-        // asked of every completion).
+        // A success is one test; the BUSY-retry conditions and `block_status` are asked only of
+        // the other completions.
         let status = match d.status {
             IoStatus::Success => Status::Ok,
             IoStatus::Failed(e) => {
@@ -849,7 +849,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         let core = &self.core;
         core.interrupts.fetch_add(1, Ordering::Relaxed);
         let mut out = IrqOutcome::default();
-        // MSI/MSI-X: OSTS reads 0 there and says nothing (pitfall 11); INTx: claim and ack first.
+        // MSI/MSI-X: OSTS reads 0 there and says nothing; INTx: claim and ack first.
         if core.irq_mode == IrqMode::Intx && !core.ctrl.intx_claim() {
             out.not_ours = true;
             return out;
@@ -974,8 +974,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
     }
 
     /// What every `queue_rq` does, with the check and the post of the request's kind: enter the
-    /// submission critical section, check the request once (the post does not check again;
-    /// issue 22), reset the tag's BUSY count, issue it, post it.
+    /// submission critical section, check the request once (the post does not check again),
+    /// reset the tag's BUSY count, issue it, post it.
     #[inline(always)]
     fn check_issue_post<'a, C>(
         &self,
@@ -1020,7 +1020,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
         if segs.len() > MAX_SEGMENTS {
             return Err(QueueRqError::Io(rq, Status::NotSupported));
         }
-        // The common single-segment I/O fills one entry, not a zeroed 32-entry array (issue 22).
+        // The common single-segment I/O fills one entry, not a zeroed 32-entry array.
         let one: [Segment; 1];
         let mut many: [Segment; MAX_SEGMENTS];
         let sgl: &[Segment] = if let [s] = segs {
@@ -1097,7 +1097,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
 
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
         // The common I/O, a logical drive's read or write of one segment, checked and posted
-        // in this one function from registers; everything else out of line (issue 22).
+        // in this one function from registers; everything else out of line.
         let write = match rq.op() {
             Op::Read => false,
             Op::Write => true,

@@ -293,7 +293,7 @@ impl<M: Mmio, T: Delay> Bringup<'_, M, T> {
         self.wait_reg(regs::DIAG, |d| d & regs::DIAG_RESET_ADAPTER == 0)
     }
 
-    /// Drives the firmware from any state to READY (reference §2.2 step 2).
+    /// Drives the firmware from any state to READY (as Linux's `megasas_transition_to_ready`).
     fn to_ready(&self) -> Result<FwStatus, Error> {
         let mut transitions = 0u32;
         let mut fault_attempts = 0u32;
@@ -387,8 +387,8 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     faults: AtomicU64,
     /// Submitters inside their critical section (between `begin_submit` and the guard's drop),
     /// a count per lane (the submitting CPU, folded into [`SUBMIT_LANES`]), closed while a
-    /// controller reset runs: `begin_submit` refuses then. One count for the controller was a
-    /// line every CPU's every submission wrote twice (issue 22; `blk::gate`).
+    /// controller reset runs: `begin_submit` refuses then. One count for the controller would be a
+    /// line every CPU's every submission writes twice (`blk::gate`).
     submit_gate: blk::gate::Gate,
     /// The admin buffer is held by a polled command that timed out.
     admin_quarantined: AtomicBool,
@@ -459,7 +459,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     ///
     /// Interrupts stay masked at the controller. The caller then runs [`Self::discover`], programs
     /// MSI-X/MSI/INTx (or disables delivery for polled mode) and calls [`Self::enable_interrupts`]:
-    /// QEMU's reply queue advances only while unmasked, polled mode included (pitfall 4).
+    /// QEMU's reply queue advances only while unmasked, polled mode included.
     pub fn new(model: Model, mmio: M, dma: D, delay: T, config: Config) -> Result<Self, Error> {
         let bring = Bringup {
             mmio: &mmio,
@@ -683,7 +683,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.pool.phys_at(self.sense_off + usize::from(tag) * SENSE_LEN)
     }
 
-    /// Posts the frame of `tag` (reference §3.4). Never one 64-bit store (pitfall 9). Inlined
+    /// Posts the frame of `tag`. Never one 64-bit store: QEMU splits it low half first and posts
+    /// with the wrong high word; IQPH is written before IQPL. Inlined
     /// (a frame below 4 GiB is one store); a frame above goes through [`Self::post_high`].
     #[inline(always)]
     fn post(&self, tag: u16, frame_bytes: usize) {
@@ -1017,7 +1018,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Sends INIT with the reply queue (reference §3.3). The firmware must be READY (pitfall 2).
+    /// Sends INIT with the reply queue. The firmware must be READY: QEMU answers INIT while
+    /// OPERATIONAL with OK and changes nothing.
     fn init_queue(&self) -> Result<(), Error> {
         // QEMU seeds its head and tail from these words: zero them first.
         self.ring.atomic_u32(RING_PI).store(0, Ordering::Relaxed);
@@ -1057,7 +1059,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Runs a DCMD into the admin buffer and returns the first `len` bytes of its reply.
     fn dcmd(&self, tag: u16, what: &'static str, opcode: u32, mbox0: u8, len: usize) -> Result<Vec<u8>, Error> {
         let guard = self.take_admin()?;
-        // QEMU answers some queries OK without writing anything (pitfall 14): start from zeroes.
+        // QEMU answers some queries OK without writing anything: start from zeroes.
         self.admin.fill(0, len, 0);
         let sge = Segment {
             phys: self.admin.phys_at(0),
@@ -1143,7 +1145,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// LD_GET_LIST, sorted by target id. (LD_LIST_QUERY is not used: QEMU fills it with LUNs
-    /// instead of target ids, pitfall 14.)
+    /// instead of target ids.)
     pub fn ld_list(&self, tag: u16) -> Result<Vec<LdListEntry>, Error> {
         let b = self.dcmd(tag, "LD_GET_LIST", frame::DCMD_LD_GET_LIST, 0, dcmd::LD_LIST_LEN)?;
         dcmd::parse_ld_list(&b)
@@ -1330,7 +1332,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Program MSI-X/MSI first, or the first completions assert INTx. For polled mode, unmask too
     /// (QEMU's ring only advances unmasked) and keep delivery off at the PCI level instead.
     pub fn enable_interrupts(&self) -> Result<(), Error> {
-        // Unmasking before INIT makes QEMU write the producer index to address 0 (pitfall 5).
+        // Unmasking before INIT makes QEMU write the producer index to address 0.
         if !self.is_operational() {
             return Err(Error::NotOperational);
         }
@@ -1342,7 +1344,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// Stops the controller: aborts whatever is outstanding and returns the firmware to READY.
     /// This is the only way to mask at the controller, because on QEMU an all-ones OMSK *is* a soft
-    /// reset (pitfall 1); while running, mask at the MSI-X vector, IOAPIC or PCI command register.
+    /// reset; while running, mask at the MSI-X vector, IOAPIC or PCI command register.
     /// Quiesce the block layer first: in-flight commands complete with MFI status 0x2E or vanish.
     pub fn shutdown(&self) -> Result<FwStatus, Error> {
         self.operational.store(false, Ordering::Release);
@@ -1414,7 +1416,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             });
         }
         let total = if let [s] = req.sgl {
-            // The common single-segment I/O without the loop (issue 22).
+            // The common single-segment I/O without the loop.
             check_segment(0, s)?;
             u64::from(s.len)
         } else {
@@ -1437,7 +1439,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Validates a logical drive's read or write of one segment for [`Self::submit_ld_io`]: the
     /// checks [`Self::check`] makes of the same request as an [`IoRequest`], with the same
     /// errors (one segment is within every controller's limit: `max_sge` is at least 1), in
-    /// registers rather than through a request on the stack (issue 22).
+    /// registers rather than through a request on the stack.
     #[inline(always)]
     pub fn check_ld_io(&self, _guard: &SubmitGuard<'_>, io: LdIo) -> Result<CheckedLdIo, Error> {
         let (slot, block_size) = self.drive_slot(false, io.target)?;
@@ -1458,8 +1460,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// Validates `req` once, for [`Self::submit_checked`]: the block layer's `queue_rq` checks
-    /// inside the submission critical section and then submits without checking again (issue 22:
-    /// the check was made twice per I/O). A [`CheckedRequest`] can only be made here.
+    /// inside the submission critical section and then submits without checking again (one
+    /// check per I/O, not two). A [`CheckedRequest`] can only be made here.
     #[inline]
     pub fn check<'r>(&self, _guard: &SubmitGuard<'_>, req: &'r IoRequest<'r>) -> Result<CheckedRequest<'r>, Error> {
         Ok(CheckedRequest {
@@ -1524,7 +1526,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         cookie: u64,
     ) -> Result<(), Error> {
         let (req, block_size) = (checked.req, checked.block_size);
-        // The tag's record, bounds-checked once for the whole submission (issue 22).
+        // The tag's record, bounds-checked once for the whole submission.
         let Some(entry) = self.tags.entry(tag) else {
             return Err(Error::TagOutOfRange { tag, tags: self.ntags });
         };
@@ -1570,12 +1572,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     cmd,
                     sense_len: SENSE_LEN as u8,
                     target: req.target,
-                    // Harmless on 7.2.16+, required by 7.2.0-7.2.15 (pitfall 8).
+                    // Harmless on 7.2.16+, required by 7.2.0-7.2.15.
                     cdb_len: 16,
                     sge_count: req.sgl.len() as u8,
                     context,
                     flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
-                    // LD READ/WRITE count blocks, not bytes (pitfall 7).
+                    // LD READ/WRITE count blocks, not bytes.
                     data_len: req.blocks,
                 };
                 if let [segment] = req.sgl {
@@ -1590,7 +1592,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::IO_SGL + req.sgl.len() * frame::SGE64_LEN
             }
             IoOp::Flush => {
-                // Zero-data commands still need one SGE on QEMU (pitfall 6).
+                // Zero-data commands still need one SGE on QEMU.
                 let dummy = Segment {
                     phys: self.pool.phys_at(self.dummy_off),
                     len: 1,
@@ -1623,8 +1625,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// [`Self::submit_checked`] of a one-segment logical drive read or write that
     /// [`Self::check_ld_io`] validated in the same critical section: the same frame, the same
-    /// tag states, posted from registers (issue 22: the block binding's common I/O, which went
-    /// through an [`IoRequest`] and a [`CheckedRequest`] on the stack and a call).
+    /// tag states, posted from registers: the block binding's common I/O, without an [`IoRequest`]
+    /// and a [`CheckedRequest`] on the stack and a call.
     #[inline(always)]
     pub fn submit_ld_io(
         &self,
@@ -1651,12 +1653,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             cmd,
             sense_len: SENSE_LEN as u8,
             target: io.target,
-            // Harmless on 7.2.16+, required by 7.2.0-7.2.15 (pitfall 8).
+            // Harmless on 7.2.16+, required by 7.2.0-7.2.15.
             cdb_len: 16,
             sge_count: 1,
             context: tags::encode_context(tag, generation, false),
             flags: frame::FLAG_SGL64 | frame::FLAG_SENSE64 | dir,
-            // LD READ/WRITE count blocks, not bytes (pitfall 7).
+            // LD READ/WRITE count blocks, not bytes.
             data_len: io.blocks,
         };
         self.frame(tag).ld_io_one_segment(&header, sense, io.lba, &io.segment);
@@ -1692,7 +1694,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// INTx only: whether the (possibly shared) interrupt is ours; if so it is acknowledged by
-    /// writing OSTS back to ODCR0, before the queue is drained (pitfall 12).
+    /// writing OSTS back to ODCR0, before the queue is drained (the doorbell is a counter the ack zeroes).
     pub fn intx_claim(&self) -> bool {
         let status = self.mmio.read32(regs::OSTS);
         if status & self.model.intx_pending_bits() == 0 {
@@ -1710,7 +1712,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// [`Self::handle_interrupt`] reporting each completion as a [`Done`].
     pub fn handle_interrupt_with(&self, mode: IrqMode, complete: impl FnMut(Done)) -> Option<Reaped> {
-        // MSI/MSI-X: OSTS reads 0 there, so it says nothing about whether work arrived (pitfall 11).
+        // MSI/MSI-X: OSTS reads 0 there, so it says nothing about whether work arrived.
         if mode == IrqMode::Intx && !self.intx_claim() {
             return None;
         }
@@ -1743,8 +1745,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     pub fn reap_budget(&self, max_entries: u32, mut complete: impl FnMut(Done)) -> Reaped {
         let pi_word = self.ring.atomic_u32(RING_PI);
         // Nothing produced since the last consumed entry: nothing to take, and nothing a gate
-        // holder needs to be told about (issue 22: an empty poll took the gate, zeroed the
-        // result, stored the consumer index back). `ci` never passes `pi`, so a `ci` read while
+        // holder needs to be told about (an empty poll does not take the gate, zero the
+        // result or store the consumer index back). `ci` never passes `pi`, so a `ci` read while
         // another context drains can equal `pi` only when everything is consumed; a producer
         // index out of range still goes through `drain`, which records it as a fault.
         // Acquire pairs with the device's producer store, as in `drain`.
@@ -1830,7 +1832,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Validates one context and completes its command.
     fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(Done)) -> Result<(), BogusReason> {
         let (tag, polled, generation) = tags::decode_context(ctx);
-        // The tag's record, bounds-checked once for the whole reply (issue 22). The context's
+        // The tag's record, bounds-checked once for the whole reply. The context's
         // tag field is 15 bits, so it fits a u16.
         let Some(entry) = self.tags.entry(tag as u16) else {
             return Err(BogusReason::TagOutOfRange { tag, tags: self.ntags });
@@ -1893,7 +1895,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Err(BogusReason::StatusPending { tag });
         }
         // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
-        // whatever the SCSI status and sense (issue 22: was a 64-byte sense copy per I/O).
+        // whatever the SCSI status and sense, so no 64-byte sense copy per I/O.
         let ok = mfi == MfiStatus::OK;
         let status = if ok {
             IoStatus::Success
@@ -1916,7 +1918,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         out.completed += 1;
         if ok && !aborted {
-            // The common reply, with its status a constant for the callback (issue 22).
+            // The common reply, with its status a constant for the callback.
             complete(Done {
                 tag,
                 cookie,

@@ -1,4 +1,4 @@
-//! Parsers for DCMD and SCSI replies (reference §4.2, §4.3). Every length, count and field comes
+//! Parsers for DCMD and SCSI replies (CTRL_GET_INFO, the LD and PD lists). Every length, count and field comes
 //! from the device, so each is checked before use; nothing here indexes without a bound.
 
 use alloc::string::String;
@@ -9,7 +9,7 @@ use crate::Error;
 
 /// Buffer size CTRL_GET_INFO needs (QEMU rejects less).
 pub const CTRL_INFO_LEN: usize = 2048;
-/// Largest LD_GET_LIST buffer QEMU accepts: 8-byte header plus 64 entries of 16 bytes (pitfall 13).
+/// Largest LD_GET_LIST buffer QEMU accepts: 8-byte header plus 64 entries of 16 bytes.
 pub const LD_LIST_LEN: usize = 8 + 64 * 16;
 /// Buffer size LD_GET_INFO needs.
 pub const LD_INFO_LEN: usize = 384;

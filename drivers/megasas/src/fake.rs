@@ -1,5 +1,5 @@
 //! A fake MFI controller over plain memory, modelled on what QEMU 7.2's `megasas` and
-//! `megasas-gen2` do (shared/reference/qemu-megasas-mfi.md), including the quirks the driver must
+//! `megasas-gen2` do (`hw/scsi/megasas.c`), including the quirks the driver must
 //! survive: the ring wraps at `fw_cmds` with no full check, masked mode does not advance the
 //! producer, an all-ones OMSK resets the firmware, LD_LIST_QUERY returns LUNs, LD_GET_LIST rejects
 //! buffers over 1032 bytes, zero-data SCSI commands need an SGE, the IQPH latch is cleared by every
@@ -15,7 +15,7 @@
 //! index, per-LBA error statuses with sense, unit attentions, FAULT state, and a firmware stuck in
 //! any state (which must time out, not hang: [`FakeDelay`] advances a virtual clock).
 //!
-//! Written from the reference document's description, independently of the driver's constants, so
+//! Written from QEMU's behaviour, independently of the driver's constants, so
 //! that a wrong offset in the driver shows up as a test failure rather than agreeing with itself.
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -731,7 +731,7 @@ impl FakeDevice {
         }
     }
 
-    /// MFI ABORT (reference §4.6): looks the victim up by frame address; not found -> OK, context
+    /// MFI ABORT, as QEMU does it: looks the victim up by frame address; not found -> OK, context
     /// mismatch -> 0x05, found -> the victim completes with 0x2E, then the ABORT with OK.
     fn abort(&self, inner: &mut Inner, frame: u64, f: &[u8], ctx: u32) {
         inner.stats.aborts += 1;
@@ -824,7 +824,7 @@ impl FakeDevice {
 
     fn init(&self, inner: &mut Inner, frame: u64, f: &[u8], ctx: u32) {
         if inner.queue.is_some() {
-            // QEMU: INIT with a queue configured succeeds and changes nothing (pitfall 2).
+            // QEMU: INIT with a queue configured succeeds and changes nothing.
             self.finish(inner, frame, ctx, 0x00, 0, &[]);
             return;
         }
@@ -918,7 +918,7 @@ impl FakeDevice {
         let slot = q.ring + 4 * u64::from(q.head);
         let ok = self.store_u32(slot, ctx);
         if !unmasked {
-            // Masked: the entry lands at head, which does not advance (pitfall 4).
+            // Masked: the entry lands at head, which does not advance.
             if !ok {
                 Self::violation(inner, format!("reply slot 0x{slot:X} outside DMA memory"));
             }
@@ -1314,7 +1314,7 @@ impl FakeDevice {
             }
             0x0201_0000 | 0x0201_0100 => {
                 // PD_GET_LIST / PD_LIST_QUERY: every disk for flag 0 (ALL) or in JBOD mode;
-                // otherwise OK with nothing written (QEMU, pitfall 14).
+                // otherwise OK with nothing written (as QEMU).
                 if len < 32 {
                     Err(0x03)
                 } else if opcode == 0x0201_0000 || mbox0 == 0 || inner.jbod {
@@ -1388,7 +1388,7 @@ impl FakeDevice {
                 }
             }
             0x0104_0500 => {
-                // EVENT_WAIT never completes on QEMU (pitfall 16).
+                // EVENT_WAIT never completes on QEMU.
                 inner.held.push(frame);
                 return;
             }

@@ -1,4 +1,4 @@
-//! MFI frame layouts (reference §3, §4) and the builders that fill a frame in DMA memory.
+//! MFI frame layouts (QEMU 7.2's `hw/scsi/mfi.h`) and the builders that fill a frame in DMA memory.
 
 use devhal::DmaBuf;
 
@@ -41,7 +41,7 @@ pub(crate) const SGE64_LEN: usize = 12;
 pub(crate) const IO_SGL: usize = 0x28;
 /// SGL offset in pass-through frames.
 pub(crate) const PASS_SGL: usize = 0x30;
-/// Bytes from the frame start that QEMU maps for the SGL (its 2 KiB window, pitfall 10).
+/// Bytes from the frame start that QEMU maps for the SGL (its 2 KiB window).
 pub(crate) const QEMU_SGL_WINDOW: usize = 2048;
 /// QEMU accepts at most this many SGEs per frame.
 pub(crate) const QEMU_MAX_SGE: usize = 128;
@@ -57,7 +57,7 @@ pub(crate) const PD_QUERY_EXPOSED_TO_HOST: u8 = 5;
 /// DCMD opcode: logical drive information (384 bytes).
 pub(crate) const DCMD_LD_GET_INFO: u32 = 0x0302_0000;
 /// DCMD opcode: flush caches (no data; mailbox byte 0 says which, [`FLUSH_CTRL_AND_DISK_CACHES`]).
-/// On QEMU it only drains in-flight I/O (reference pitfall 17).
+/// On QEMU it only drains in-flight I/O.
 pub(crate) const DCMD_CTRL_CACHE_FLUSH: u32 = 0x0110_1000;
 /// DCMD opcode: shut the firmware down before power-off (no data; the firmware goes to READY).
 pub(crate) const DCMD_CTRL_SHUTDOWN: u32 = 0x0105_0000;
@@ -90,8 +90,8 @@ pub(crate) struct Header {
 
 impl Header {
     /// The 24-byte header as six little-endian words; `cmd_status` is the pending marker 0xFF,
-    /// `lun` 0 (a non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O, pitfall 8). Shifts,
-    /// not `from_le_bytes` of single bytes (which went through the stack; issue 22).
+    /// `lun` 0 (a non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O). Shifts,
+    /// not `from_le_bytes` of single bytes (which go through the stack).
     #[inline(always)]
     fn words(&self) -> [u32; HEADER_LEN / 4] {
         [
@@ -99,7 +99,7 @@ impl Header {
             u32::from(self.cmd) | u32::from(self.sense_len) << 8 | 0xFF << 16,
             // target, lun 0, cdb_len, sge_count.
             u32::from(self.target) | u32::from(self.cdb_len) << 16 | u32::from(self.sge_count) << 24,
-            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word (pitfall 19).
+            // Contexts are 32-bit: without CONTEXT64 QEMU drops the high word.
             self.context,
             0,
             u32::from(self.flags),
@@ -116,17 +116,16 @@ pub(crate) struct FrameWriter<'a> {
 
 impl FrameWriter<'_> {
     /// Writes the 24-byte header. `cmd_status` is set to the pending marker 0xFF; `lun` is 0 (a
-    /// non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O, pitfall 8).
+    /// non-zero byte 5 makes QEMU answer DEVICE_NOT_FOUND on LD I/O).
     pub fn header(&self, h: &Header) {
         // As six little-endian words, so the frame (256-byte aligned) gets three 8-byte stores
-        // (issue 22: per-I/O work).
+        // (per-I/O work).
         self.buf.write_u32s(self.base, &h.words());
     }
 
     /// Writes a whole LD READ/WRITE frame of one segment: header, sense address, LBA and the
-    /// one 64-bit SGE, as seven 8-byte stores in one bounds-checked run (issue 22: was a header,
-    /// two `u64_at` and an `sgl64` call, each with its own checks; then 13 words through the
-    /// stack). The last store carries the SGE's 32-bit length and four zero bytes after it:
+    /// one 64-bit SGE, as seven 8-byte stores in one bounds-checked run (not a header, two
+    /// `u64_at` and an `sgl64` call, each with its own checks). The last store carries the SGE's 32-bit length and four zero bytes after it:
     /// still inside the frame's first 64 bytes, past the one SGE that `sge_count` tells the
     /// device to read. (Storing the length alone costs its own bounds check: 180 instructions
     /// per submission against 159.)
@@ -190,7 +189,7 @@ pub(crate) fn cdb_rw16(opcode: u8, lba: u64, blocks: u32) -> [u8; 16] {
     c
 }
 
-/// SYNCHRONIZE CACHE(10) of the whole drive. QEMU does not support the 16-byte form (pitfall 17).
+/// SYNCHRONIZE CACHE(10) of the whole drive. QEMU does not support the 16-byte form.
 pub(crate) fn cdb_synchronize_cache10() -> [u8; 16] {
     let mut c = [0u8; 16];
     c[0] = 0x35;

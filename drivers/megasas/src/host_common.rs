@@ -100,7 +100,7 @@ pub fn host_with_drive_queues<H, D: Driver, F>(
 
 /// One reap's open block-layer completion batch ([`Queue::completion_batch`]): completions of
 /// one drive's hardware queue in a row share it; a completion for another drive or queue drops
-/// it, which runs its queue's rerun check, and opens its own (issue 22). The reaper drops it
+/// it, which runs its queue's rerun check, and opens its own. The reaper drops it
 /// after letting go of its reply queue: the last rerun check may dispatch, and post.
 pub struct ReapBatch<'a, D: Driver> {
     open: Option<(u16, u16, CompletionBatch<'a, D>)>,

@@ -1,4 +1,4 @@
-//! The two controller models QEMU 7.2 emulates (reference §1, §2, §5).
+//! The two controller models QEMU 7.2 emulates (`hw/scsi/megasas.c`).
 
 use core::fmt;
 

@@ -1,4 +1,4 @@
-//! Register offsets, doorbell bits and the firmware status word (reference §2).
+//! Register offsets, doorbell bits and the firmware status word (QEMU 7.2's `hw/scsi/mfi.h`).
 
 use core::fmt;
 
@@ -8,7 +8,7 @@ pub const OMSG0: u32 = 0x18;
 pub const IDB: u32 = 0x20;
 /// Outbound interrupt status (INTx only; reads 0 under MSI/MSI-X).
 pub const OSTS: u32 = 0x30;
-/// Outbound interrupt mask. All-ones masks **and soft-resets the firmware on QEMU** (pitfall 1).
+/// Outbound interrupt mask. All-ones masks **and soft-resets the firmware on QEMU**.
 pub const OMSK: u32 = 0x34;
 /// Inbound queue port: posts a frame whose address fits in 32 bits.
 pub const IQP: u32 = 0x40;

@@ -1,4 +1,4 @@
-//! MFI and SCSI completion statuses, sense decoding, and their mapping to I/O outcomes (reference §4.5).
+//! MFI and SCSI completion statuses, sense decoding, and their mapping to I/O outcomes.
 
 use core::fmt;
 

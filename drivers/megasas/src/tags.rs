@@ -70,7 +70,7 @@ pub(crate) enum Accepted {
 
 /// One tag's record: its state word, the owner's cookie and the length of its last I/O frame,
 /// side by side so the submit and reap paths index (and bounds-check) one table once per
-/// command (issue 22: three tables, three checks on each side).
+/// command, not three tables with three checks on each side.
 pub(crate) struct TagEntry {
     word: AtomicU32,
     /// Bytes of the tag's last I/O frame, for a resubmission of the same frame.
@@ -244,7 +244,7 @@ impl TagTable {
 
     /// [`Self::check`] of a state and generation the caller has just read with [`Self::load`]
     /// (Acquire there pairs with `publish`), so a reaper that looks at the state first reads the
-    /// tag's word once (issue 22).
+    /// tag's word once.
     #[inline]
     pub(crate) fn check_loaded(
         tag: u16,

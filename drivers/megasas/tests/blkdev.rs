@@ -421,7 +421,7 @@ fn drives_share_the_controller_tags() {
     assert!(dev.stats().dma_violations.is_empty());
 }
 
-/// Finding 6: more logical drives than controller tags (`max_cmds = 4`, 5 drives). With host-wide
+/// More logical drives than controller tags (`max_cmds = 4`, 5 drives). With host-wide
 /// tags every drive works: they share the 2 I/O tags (3 tags, one of them the admin tag), and
 /// none of them touches the admin tag.
 #[test]

@@ -39,7 +39,7 @@ fn init_reaches_operational_and_reads_controller_info_on_both_models() {
 #[test]
 fn small_max_sge_property_collapses_to_16_and_the_driver_follows() {
     let mut cfg = FakeConfig::new(Model::Sas2108Gen2);
-    cfg.max_sge = 64; // QEMU turns anything below 80 into 16 (pitfall 21)
+    cfg.max_sge = 64; // QEMU turns anything below 80 into 16
     let (_dev, ctrl) = bring_up(cfg);
     assert_eq!(ctrl.max_segments(), 16);
 }
@@ -56,7 +56,7 @@ fn bring_up_from_operational_forces_ready_and_reinitialises() {
     )
     .unwrap();
     assert_eq!(dev.state(), FwState::Operational);
-    // A later boot stage finds the controller OPERATIONAL with a stale queue (pitfall 2).
+    // A later boot stage finds the controller OPERATIONAL with a stale queue.
     let second = Controller::new(
         Model::Sas2108Gen2,
         dev.mmio(),
@@ -261,8 +261,8 @@ fn flush_and_shut_down_sends_cache_flush_then_shutdown_and_stops_io() {
     assert_clean(&dev);
 }
 
-/// Finding 5: firmware alternating FW_INIT / DEVICE_SCAN just under the per-state limit used to
-/// hold bring-up for 32 x 60 s. One overall deadline (180 s by default) ends it.
+/// Firmware alternating FW_INIT / DEVICE_SCAN just under the per-state limit would hold a
+/// bring-up bounded only per state for 32 x 60 s. One overall deadline (180 s by default) ends it.
 #[test]
 fn slow_firmware_hits_the_overall_bringup_deadline() {
     let mut cfg = FakeConfig::new(Model::Sas2108Gen2);

@@ -31,7 +31,7 @@ fn write_then_read_back_with_512_and_4096_byte_blocks() {
         let data = pattern(u64::from(d.target) + 7, len);
         let wbuf = dev.buffer(len);
         wbuf.write(0, &data);
-        // Three uneven segments, like the reference's 700/300/536 probe.
+        // Three uneven segments: 700 bytes, 300 bytes and the rest.
         let cut1 = 700usize.min(len - 2);
         let cut2 = cut1 + 300;
         let wsgl = [
@@ -542,7 +542,7 @@ fn several_cpus_submit_while_one_context_reaps() {
     assert_clean(&dev);
 }
 
-/// `check_ld_io` (the block binding's one-segment LD path, issue 22) refuses exactly what
+/// `check_ld_io` (the block binding's one-segment LD path) refuses exactly what
 /// `check_request` refuses for the same request as an `IoRequest`, with the same error.
 #[test]
 fn check_ld_io_agrees_with_check_request_on_every_outcome() {

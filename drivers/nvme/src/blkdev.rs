@@ -520,14 +520,14 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> HostInner<M, D, T> {
     fn drain(&self, hwq: usize, cpu: usize) -> usize {
         // The first namespace's completions (the common case: one namespace) go through one
         // block-layer batch: the CPU and queue checked once, the queue's rerun check once, when
-        // the batch is dropped after the last delivery (issue 22).
+        // the batch is dropped after the last delivery.
         let mut first = self
             .queues
             .first()
             .and_then(|q| glue::completion_batch(q, cpu, hwq).ok());
         let (n, more) = self.ctrl.drain(hwq, self.budget, |acc| {
             let status = acc.status;
-            // Success decided once (issue 22: `is_success` here, then again in `to_blk`).
+            // Success decided once, here (not again in `to_blk`).
             let blk_status = if status.is_success() {
                 Status::Ok
             } else {
@@ -673,7 +673,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> NsDriver<M, D, T> {
     }
 
     /// The SQE of a read or write, PRPs built into the slot's list page. Inlined into
-    /// `queue_rq`, so the entry is built where `post` reads it (issue 22: one copy fewer).
+    /// `queue_rq`, so the entry is built where `post` reads it (one copy fewer).
     #[inline(always)]
     fn build_rw(&self, hwq: usize, slot: u16, rq: &Rq<'_, Self>, write: bool) -> Result<IoCmd, Error> {
         let sector = rq.sector();
@@ -706,9 +706,8 @@ const _: () = assert!(1 << SECTOR_SHIFT == blk::SECTOR_SIZE);
 
 /// Whether a read or write of `bytes` at `sector` can be one command: its byte offset fits in
 /// 64 bits (sector below 2^55), offset and length are whole logical blocks (`lba_mask`: the
-/// block size - 1), and the length is 1..=`max_transfer`. One test for all of it (issue 22: each check
-/// was its own branch, with the error's fields set up before the first); [`rw_refusal`] says
-/// which failed.
+/// block size - 1), and the length is 1..=`max_transfer`. One test for all of it, not a branch per check
+/// with the error's fields set up before the first; [`rw_refusal`] says which failed.
 #[inline(always)]
 fn rw_fits(sector: u64, bytes: u64, lba_mask: u64, max_transfer: u64) -> bool {
     let misfit = (sector >> (64 - SECTOR_SHIFT)) | ((sector << SECTOR_SHIFT) & lba_mask) | (bytes & lba_mask);
@@ -780,8 +779,8 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Driver for NsDriver<M, D, T> {
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
         let hwq = hw.hwq();
         let slot = self.slot(rq.tag());
-        // Each arm gives the entry itself, a refusal returns at once (issue 22: a `Result` of
-        // the entry from every arm was copied out once more on the stack).
+        // Each arm gives the entry itself, a refusal returns at once (a `Result` of the entry
+        // from every arm would be copied out once more on the stack).
         let sqe = match rq.op() {
             Op::Read => match self.build_rw(hwq, slot, &rq, false) {
                 Ok(s) => s,

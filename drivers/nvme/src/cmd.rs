@@ -1,4 +1,4 @@
-//! Submission and completion queue entries, and the commands the driver builds (reference §2-4).
+//! Submission and completion queue entries, and the commands the driver builds (NVMe base specification 1.4).
 
 /// Admin opcodes.
 pub mod admin {
@@ -188,7 +188,7 @@ impl Sqe {
 /// read, write, flush or Dataset Management command uses (CDW0 with the CID, NSID, PRP1, PRP2,
 /// CDW10-11, CDW12); every other dword of the 64-byte entry is zero. 36 bytes kept per command
 /// instead of a 64-byte copy, written to the ring from registers as eight 8-byte stores
-/// ([`IoCmd::sqe_words`]; issue 22: the entry was built on the stack and copied twice).
+/// ([`IoCmd::sqe_words`]), not built on the stack and copied twice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoCmd {
     /// CDW0 (opcode; CID in bits 16-31) and the NSID above it.

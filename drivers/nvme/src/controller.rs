@@ -51,8 +51,7 @@ pub struct Config {
     pub doorbell_batch: u32,
 }
 
-/// [`Config::doorbell_batch`] by default (chosen by measurement, docs/bench.md "NVMe at its
-/// floor (issue 22, seventh pass)").
+/// [`Config::doorbell_batch`] by default (chosen by measurement, docs/bench.md).
 pub const DEFAULT_DOORBELL_BATCH: u32 = 8;
 
 impl Default for Config {
@@ -196,8 +195,8 @@ struct CmdSlot {
     timeout_stage: u8,
     /// When the request was issued (the block layer's clock, which its deadline counts from;
     /// error retries keep it): the reset fails the aborted command issued first. A time, not a
-    /// controller-wide sequence: that was one locked increment of a line every CPU wrote, per
-    /// command (issue 22).
+    /// controller-wide sequence, which would be one locked increment of a line every CPU writes,
+    /// per command.
     posted_ns: u64,
 }
 
@@ -568,7 +567,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Err(Error::DeviceGone);
         }
         if cc & regs::CC_EN != 0 {
-            // Clear a shutdown request too; EN=0 is never combined with setting SHN (§6).
+            // Clear a shutdown request too; EN=0 is never combined with setting SHN (QEMU's
+            // reset path then drops SHST).
             self.mmio.write32(regs::CC, cc & !(regs::CC_EN | 3 << 14));
         } else if !self.csts().ready() {
             return Ok(());
@@ -910,7 +910,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// the block-layer generation and the issue time (the reset's order), so a completion can
     /// never arrive for a request the block layer has not yet marked issued; a post that fails
     /// gives `request` back with the error
-    /// (issue 22: moved by value, not through an `Option` the closure takes it from). Rings the
+    /// (moved by value, not through an `Option` the closure takes it from). Rings the
     /// doorbell unless `defer_doorbell`.
     pub(crate) fn post<R>(
         &self,
@@ -934,14 +934,14 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let index = usize::from(slot);
         let mut guard = q.sq.lock();
         let sq = &mut *guard;
-        // Checked once, under the lock: a reset holds every SQ lock while it runs, so the state
-        // cannot change between this check and the post (issue 22: was also checked before).
+        // Checked once, under the lock (not also before it): a reset holds every SQ lock while it
+        // runs, so the state cannot change between this check and the post.
         let state = self.state.load(Ordering::Acquire);
         if state != STATE_LIVE {
             return Err((not_live(state), request));
         }
-        // The slot's record, bounds-checked once for the whole post (issue 22: indexed, and
-        // checked, three times).
+        // The slot's record, bounds-checked once for the whole post, not indexed and
+        // checked at each use.
         let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding) else {
             return Err((
                 PostError::Failed(Error::InvalidConfig {
@@ -956,14 +956,14 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         cmd.set_cid(cid);
         // Full when the tail would catch up with the head: the same test as `ring_free(..) == 0`
         // (one entry is always left empty; `drain` accepts only an SQ head below the queue size),
-        // without computing the count (issue 22).
+        // without computing the count.
         let tail = sq.tail;
         let next_tail = next_index(tail, q.entries);
         if next_tail == sq.head {
             return Err((PostError::Busy, request));
         }
         // The entry and the slot's copy of the command go out from registers before `issue`
-        // (whose calls would make the compiler keep them on the stack; issue 22). The device
+        // (whose calls would make the compiler keep them on the stack). The device
         // reads the entry only once the tail passes it, below, after `issue`.
         write_cmd(&sq.mem, tail, &cmd);
         record.cmd = cmd;
@@ -980,8 +980,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         record.posted_ns = posted_ns;
         sq.tail = next_tail;
         // A deferred doorbell is rung anyway once `doorbell_batch` commands wait behind it, so
-        // the device works on them while the rest of the burst is built (issue 22: one
-        // doorbell per 32-command burst put device and CPU in lock-step).
+        // the device works on them while the rest of the burst is built (one
+        // doorbell per 32-command burst would put device and CPU in lock-step).
         sq.unrung += 1;
         if !defer_doorbell || sq.unrung >= self.config.doorbell_batch {
             self.ring_sq(q, sq);
@@ -1021,7 +1021,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let mut left = budget;
         loop {
             // The accepted completions, packed: `out[..accepted]` (no per-entry `Option` to
-            // test when delivering; issue 22).
+            // test when delivering).
             let mut out = [Accepted {
                 slot: 0,
                 generation: 0,
@@ -1031,9 +1031,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let mut n = 0;
             let more;
             {
-                // Each entry is validated as it is read, under both locks (issue 22: the
-                // entries were copied into a batch under the CQ lock and validated from it
-                // under the SQ lock). The SQ lock first: the order `reset` takes them in.
+                // Each entry is validated as it is read, under both locks, not copied
+                // into a batch under the CQ lock and validated from it under the SQ lock. The SQ
+                // lock first: the order `reset` takes them in.
                 let mut guard = q.sq.lock();
                 let sq = &mut *guard;
                 let mut cq = q.cq.lock();
@@ -1048,8 +1048,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     if cq.head == 0 {
                         cq.phase = !cq.phase;
                     }
-                    // The slot's record as `validate` found it (issue 22: it was indexed, and
-                    // bounds-checked, again here).
+                    // The slot's record as `validate` found it, not indexed and
+                    // bounds-checked again here.
                     match self.validate(q, &mut sq.slots, &cqe) {
                         Err(why) => self.count_bogus(q.qid, why),
                         Ok((index, slot)) => {
@@ -1412,7 +1412,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// The CID for the next use of `slot`, whose previous CID was `previous`: the sequence
     /// number above the index bits plus one (wrapping within its bits), then the slot index. One
-    /// mask and one add (issue 22: two shifts by the field width and a test of it): the
+    /// mask and one add (not two shifts by the field width and a test of it): the
     /// sequence's unit is `index_mask + 1`, 0 when the index takes all 16 bits.
     fn next_cid(&self, previous: u16, slot: u16) -> u16 {
         next_cid(self.index_mask, previous, slot)
@@ -1442,12 +1442,12 @@ fn write64(mmio: &impl Mmio, off: u32, v: u64) {
 
 #[inline]
 fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
-    // One bounds check and 8 stores, not 16 checked word writes (issue 22).
+    // One bounds check and 8 stores, not 16 checked word writes.
     mem.write_u32s(slot as usize * SQE_SIZE, &sqe.0);
 }
 
 /// Writes I/O command `cmd` into entry `slot` of an SQ: one bounds check and eight 8-byte stores
-/// of the words composed in registers (issue 22).
+/// of the words composed in registers.
 #[inline(always)]
 fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
     mem.write_u64s(slot as usize * SQE_SIZE, cmd.sqe_words());
@@ -1477,14 +1477,14 @@ fn next_cid(mask: u16, previous: u16, slot: u16) -> u16 {
     (previous & !mask).wrapping_add(mask.wrapping_add(1)) | slot
 }
 
-/// The ring index after `index` (below `entries`): a compare, not a division (issue 22).
+/// The ring index after `index` (below `entries`): a compare, not a division.
 #[inline]
 fn next_index(index: u32, entries: u32) -> u32 {
     if index + 1 == entries { 0 } else { index + 1 }
 }
 
 /// Free entries of a ring of `entries` (one always left empty) from producer `tail` and
-/// consumer `head`, both below `entries`: a compare, not a division (issue 22).
+/// consumer `head`, both below `entries`: a compare, not a division.
 #[inline]
 fn ring_free(tail: u32, head: u32, entries: u32) -> u32 {
     let used = if tail >= head {
@@ -1502,8 +1502,8 @@ fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
 }
 
 /// [`read_cqe`] for an I/O queue: DW0 (command specific, unused by reads, writes, flushes and
-/// Dataset Management) and DW1 (reserved) are not read, so `result` is 0 (issue 22: two loads
-/// per completion).
+/// Dataset Management) and DW1 (reserved) are not read, so `result` is 0 (two loads
+/// fewer per completion).
 #[inline(always)]
 fn read_io_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
     read_cqe_words::<false>(mem, head, phase)
@@ -1512,7 +1512,7 @@ fn read_io_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
 /// The CQE at `head` if its phase tag matches `phase`; DW0 and DW1 only `WITH_RESULT`.
 #[inline(always)]
 fn read_cqe_words<const WITH_RESULT: bool>(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
-    // One bounds check for the entry's four words (issue 22).
+    // One bounds check for the entry's four words.
     let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
     let dw3 = entry.read(3);
     if (dw3 & (1 << 16) != 0) != phase {

@@ -1,5 +1,5 @@
 //! A fake NVMe controller over [`devhal::fake::FakeMemory`], modelled on what QEMU 7.2's `nvme`
-//! does (shared/reference/qemu-nvme.md) and strict where QEMU is: CFS on a bad enable, the queue
+//! does (`hw/nvme/ctrl.c`) and strict where QEMU is: CFS on a bad enable, the queue
 //! creation error codes and their order, PRP alignment (`0x4013`), MDTS (`0x4002`), LBA range
 //! (`0x4080`), phase tags, doorbells, SQHD, one MSI-X message per CQ per doorbell pass on the
 //! CQ's vector (recorded), MSI-X entry mask bits with pending bits (a message for a masked
@@ -667,7 +667,7 @@ impl Dev {
             return;
         };
         if value >= cq.ring.entries {
-            // Ignored silently (reference §4).
+            // Ignored silently, as QEMU does (it raises an AER only if one is outstanding).
             return;
         }
         cq.ring.head = value;

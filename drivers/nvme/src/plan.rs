@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn short_msix_table_shares_vectors() {
-        // max_ioqpairs=8, msix_qsize=4 (reference §5).
+        // QEMU's `-device nvme,max_ioqpairs=8,msix_qsize=4`.
         let p = QueuePlan::new(8, None, 8, IrqMode::MsiX { vectors: 4 }).unwrap();
         assert_eq!(p.nr_vectors(), 4);
         let vs: Vec<u16> = (0..8).map(|h| p.vector_of_hwq(h).unwrap()).collect();

@@ -1,4 +1,4 @@
-//! Physical Region Page lists (reference §3, 4 KiB memory pages).
+//! Physical Region Page lists (NVMe base specification 1.4, section 4.3; 4 KiB memory pages).
 //!
 //! PRP1 is the first data page and may carry an offset (dword aligned). When the data needs two
 //! pages, PRP2 is the second one; when it needs more, PRP2 points to a list of page addresses.
@@ -118,22 +118,22 @@ fn data_pages<S: DataSegment>(segments: &[S]) -> impl Iterator<Item = u64> + '_ 
 
 /// The PRPs of a transfer that needs no list (one or two data pages, e.g. every 4 KiB I/O), or
 /// `None` when it needs one (then [`build`] it). The same checks as [`build`]; one walk over at
-/// most three pages and no list page touched, on every small I/O (issue 22).
+/// most three pages and no list page touched, on every small I/O.
 ///
 /// Inlined, so a single segment's PRPs come back in registers; the general way is a call.
 #[inline(always)]
 pub fn without_list<S: DataSegment>(segments: &[S], bytes: u64, max_bytes: u64) -> Result<Option<Prps>, Error> {
     // One segment (every I/O from one buffer): `validate`'s checks and the page walk in straight
-    // line, no loop or iterator (issue 22). Whatever fails here goes the general way below,
+    // line, no loop or iterator. Whatever fails here goes the general way below,
     // which names the error.
     if let [segment] = segments {
         let (phys, len) = (segment.bus_addr(), u64::from(segment.bytes()));
-        // Three tests (issue 22: five branches): no wrap; the segment is the whole transfer and
+        // Three tests, not five branches: no wrap; the segment is the whole transfer and
         // dword aligned (one word test); its length 1..=max_bytes (the wrap of 0 fails it).
         if phys.checked_add(len).is_some() && ((len ^ bytes) | (phys % 4)) == 0 && len.wrapping_sub(1) < max_bytes {
             // The pages the segment touches, from its offset in its first page (no overflow:
-            // below PAGE plus a length that fits the address space after `phys`; issue 22: the
-            // page ends were computed with saturating adds).
+            // below PAGE plus a length that fits the address space after `phys`, so no saturating
+            // adds are needed).
             let reach = phys % PAGE + len;
             return Ok(if reach <= PAGE {
                 Some(Prps {
@@ -255,7 +255,7 @@ mod tests {
 
     const LIST: u64 = 0x9000_0000;
 
-    /// Walks PRPs the way a device does (reference §3), returning (page address, bytes) runs.
+    /// Walks PRPs the way a device does (QEMU's `nvme_map_prp`), returning (page address, bytes) runs.
     fn walk(p: Prps, bytes: u64, list: &[u64]) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let first = bytes.min(PAGE - p.prp1 % PAGE);

@@ -1,4 +1,4 @@
-//! Controller registers (BAR0) and their fields (NVMe base spec 1.4 §3.1; reference §1).
+//! Controller registers (BAR0) and their fields (NVMe base spec 1.4 §3.1; QEMU 7.2's `hw/nvme/ctrl.c`).
 
 use crate::Error;
 
@@ -108,7 +108,7 @@ pub const CC_SHN_NORMAL: u32 = 1 << 14;
 
 /// The CC value that enables the controller: EN, CSS = NVM (000b), MPS = 4 KiB (0), arbitration
 /// round robin, no shutdown, IOSQES = 6 (64 bytes), IOCQES = 4 (16 bytes). QEMU 7.2 sets CFS for
-/// any other entry sizes (reference §2).
+/// any other entry sizes.
 pub const CC_ENABLE: u32 = CC_EN | (6 << 16) | (4 << 20);
 
 /// Decoded CSTS.

@@ -1,4 +1,4 @@
-//! Completion status decoding (reference §6): SCT, SC, CRD, More, DNR, and what it means for the
+//! Completion status decoding (NVMe base specification 1.4): SCT, SC, CRD, More, DNR, and what it means for the
 //! block layer.
 
 use core::fmt;
@@ -94,7 +94,7 @@ impl NvmeStatus {
         self.0 & (1 << 14) != 0
     }
     /// Whether the command succeeded (SCT 0, SC 0; CRD/M/DNR ignored): one mask test of the
-    /// two fields (issue 22: was two shifts, two masks and two compares).
+    /// two fields, not two shifts, two masks and two compares.
     #[inline]
     pub fn is_success(self) -> bool {
         self.0 & 0x7FF == 0
@@ -138,7 +138,7 @@ impl NvmeStatus {
     /// The block layer's status for this completion.
     pub fn to_blk(self) -> blk::Status {
         if self.is_success() {
-            // Every I/O that succeeds: two compares, not the full decode (issue 22).
+            // Every I/O that succeeds: two compares, not the full decode.
             return blk::Status::Ok;
         }
         match self.kind() {

@@ -1,5 +1,5 @@
-//! A burst of `submit_deferred` reaches the controller with one SQ tail doorbell, at `commit`
-//! (issue 22): before it the fake has fetched nothing, after it every command, and all complete
+//! A burst of `submit_deferred` reaches the controller with one SQ tail doorbell, at `commit`:
+//! before it the fake has fetched nothing, after it every command, and all complete
 //! with one message for the pass. (`Config::doorbell_batch` at the burst's size or more: with a
 //! smaller batch the burst rings every batch, tests/doorbell_batch.rs.)
 

@@ -1,4 +1,4 @@
-//! `Config::doorbell_batch` (`nvme.doorbell_batch=N`, issue 22): within a burst the SQ tail
+//! `Config::doorbell_batch` (`nvme.doorbell_batch=N`): within a burst the SQ tail
 //! doorbell is rung after at most N commands and after the burst's last one, so a burst of K
 //! commands rings ceil(K / N) times, each write makes the device fetch at most N new commands,
 //! and nothing is left unrung.

@@ -1,4 +1,4 @@
-//! The fake controller is strict where QEMU 7.2 is (reference §2-4, §6): driven here with raw
+//! The fake controller is strict where QEMU 7.2 is (bring-up, commands, completions, errors): driven here with raw
 //! register writes and hand-built entries, independently of the driver.
 
 mod common;

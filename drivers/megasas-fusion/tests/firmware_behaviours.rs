@@ -1,7 +1,9 @@
-//! One test per finding of the driver review (`../shared/reference/fusion-driver-review.md`,
-//! F1-F11) where the model now behaves as the references say firmware may (M1-M11). Each of
-//! these failed against the driver as it was before the fixes (checked by running them with
-//! the old `controller.rs`), and passes now.
+//! Firmware behaviours that Linux's `megaraid_sas` and FreeBSD's `mrsas` are written to
+//! survive, each with the model set to show it: SP0 lagging behind IOC INIT, combined reply mode
+//! decided by the firmware's queue count, Aero zero reads, READ CAPACITY fallbacks and underruns,
+//! the DCMD buffer sizes and forms Linux uses, JBOD disks, FAULTs around a reset, a slow diag
+//! reset, the IOC INIT capability bits and a doorbell left busy by a previous driver. Each test
+//! names what a driver that ignored the behaviour would do.
 
 mod common;
 
@@ -16,10 +18,10 @@ fn workload(fc: FakeConfig, g: Generation, vectors: usize) -> Workload {
     Workload::new(fake, ctrl, 7)
 }
 
-/// F2/M1: SP0 shows OPERATIONAL 2 s after IOC INIT's cmd_status 0. Linux and FreeBSD never
-/// look; the old driver failed with NotOperational on its first read.
+/// SP0 shows OPERATIONAL 2 s after IOC INIT's cmd_status 0. Linux and FreeBSD never look; a
+/// driver that reads SP0 once would fail with NotOperational.
 #[test]
-fn f2_sp0_lagging_behind_ioc_init_is_waited_for() {
+fn sp0_lagging_behind_ioc_init_is_waited_for() {
     let mut fc = FakeConfig::invader();
     fc.operational_lag_us = 2_000_000;
     let (fake, ctrl, report) = bring_up(fc, config(Generation::Invader, 2));
@@ -31,11 +33,11 @@ fn f2_sp0_lagging_behind_ioc_init_is_waited_for() {
     assert_clean(&fake);
 }
 
-/// F3/M2: Ventura/Aero firmware reporting 128 queues is in combined mode whatever the host
-/// count; with 12 host queues, queues 8-11 must use 0x31C, never 0x6C (the old driver wrote
-/// MSIxIndex 8-11 to 0x6C). Invader reporting 96 with 4 host queues uses 0x30C.
+/// Ventura/Aero firmware reporting 128 queues is in combined mode whatever the host count; with
+/// 12 host queues, queues 8-11 must use 0x31C, never 0x6C (where a driver that decides the mode
+/// from the host count writes MSIxIndex 8-11). Invader reporting 96 with 4 host queues uses 0x30C.
 #[test]
-fn f3_combined_mode_follows_the_firmware_count() {
+fn combined_mode_follows_the_firmware_count() {
     let mut w = workload(FakeConfig::aero(), Generation::Aero, 12);
     assert!(w.ctrl.limits().combined);
     w.run(4_000, 4);
@@ -46,10 +48,10 @@ fn f3_combined_mode_follows_the_firmware_count() {
     assert_clean(&w.fake);
 }
 
-/// F4/M9: Aero zero reads up to Linux's 30 retries are absorbed, and only FAULT asks for a
-/// reset. The old driver re-read 3 times and reset on any state other than OPERATIONAL.
+/// Aero zero reads up to Linux's 30 retries are absorbed, and only FAULT asks for a reset, not
+/// any state other than OPERATIONAL.
 #[test]
-fn f4_aero_zero_reads_and_non_fault_states_do_not_reset() {
+fn aero_zero_reads_and_non_fault_states_do_not_reset() {
     let w = workload(FakeConfig::aero(), Generation::Aero, 2);
     w.fake.zero_reads(25);
     assert_eq!(w.ctrl.health(), Health::Ok);
@@ -65,10 +67,10 @@ fn f4_aero_zero_reads_and_non_fault_states_do_not_reset() {
     assert_eq!(sp0 >> 28, 0xF);
 }
 
-/// F7/M8: READ CAPACITY(16) refused; the driver asks READ CAPACITY(10) and gets the real 4 KiB
-/// block size. The old driver guessed 512-byte blocks from the LD list.
+/// READ CAPACITY(16) refused; the driver asks READ CAPACITY(10) and gets the real 4 KiB block
+/// size, where a guess from the LD list would give 512-byte blocks.
 #[test]
-fn f7_capacity_falls_back_to_read_capacity_10_not_a_guess() {
+fn capacity_falls_back_to_read_capacity_10_not_a_guess() {
     let mut fc = FakeConfig::ventura();
     fc.no_read_capacity16 = true;
     fc.block_size = 4096;
@@ -83,10 +85,10 @@ fn f7_capacity_falls_back_to_read_capacity_10_not_a_guess() {
     assert_clean(&fake);
 }
 
-/// F8/M7: READ CAPACITY(16) answered with 12 of 32 bytes, status 0x2D + GOOD (an underrun with
-/// a residual). The old driver called it a failure and guessed the size.
+/// READ CAPACITY(16) answered with 12 of 32 bytes, status 0x2D + GOOD (an underrun with a
+/// residual): a success, not a failure.
 #[test]
-fn f8_underrun_with_good_status_is_success() {
+fn underrun_with_good_status_is_success() {
     let mut fc = FakeConfig::invader();
     fc.capacity16_bytes = 12;
     fc.block_size = 4096;
@@ -104,11 +106,10 @@ fn f8_underrun_with_good_status_is_success() {
     assert_clean(&fake);
 }
 
-/// F9/M5 and F6/M6: a flush goes out as SYNCHRONIZE CACHE(10) with a zeroed read/write RAID
-/// context, on both context layouts. The old driver sent (16), which the model refuses like an
-/// LD that does not know it, with CUDA type and SQN set.
+/// A flush goes out as SYNCHRONIZE CACHE(10) with a zeroed read/write RAID context (no CUDA type,
+/// no SQN), on both context layouts. The model refuses (16), like an LD that does not know it.
 #[test]
-fn f9_f6_flush_is_sync_cache_10_without_rw_context() {
+fn flush_is_sync_cache_10_without_rw_context() {
     for (fc, g) in [
         (FakeConfig::aero(), Generation::Aero),
         (
@@ -139,11 +140,11 @@ fn f9_f6_flush_is_sync_cache_10_without_rw_context() {
     }
 }
 
-/// F10/M3: 256-VD firmware (max_lds 255) lists an LD with target 200 only when LD_GET_LIST is
-/// sent with Linux's 4104-byte buffer and mbox b[0] = 1. The old driver sent 1032 bytes (which
-/// the model refuses, as it refuses a 2048-byte CTRL_GET_INFO) and would reject target 200.
+/// 256-VD firmware (max_lds 255) lists an LD with target 200 only when LD_GET_LIST is sent with
+/// Linux's 4104-byte buffer and mbox b[0] = 1. The model refuses QEMU's MFI sizes (a 1032-byte
+/// LD_GET_LIST, a 2048-byte CTRL_GET_INFO).
 #[test]
-fn f10_dcmd_sizes_and_256_vd_mode_as_linux() {
+fn dcmd_sizes_and_256_vd_mode_as_linux() {
     let mut fc = FakeConfig::ventura();
     fc.max_lds = 255;
     fc.lds = vec![(0, 1024), (200, 2048)];
@@ -154,10 +155,10 @@ fn f10_dcmd_sizes_and_256_vd_mode_as_linux() {
     assert_clean(&fake);
 }
 
-/// F11/M4: CACHE_FLUSH and SHUTDOWN go out with sge_count 0 and DIR_NONE; the model records an
-/// SGE on a no-data DCMD. The old driver sent one zero-length SGE with DIR_READ.
+/// CACHE_FLUSH and SHUTDOWN go out with sge_count 0 and DIR_NONE, not one zero-length SGE with
+/// DIR_READ; the model records an SGE on a no-data DCMD.
 #[test]
-fn f11_no_data_dcmds_carry_no_sge() {
+fn no_data_dcmds_carry_no_sge() {
     for (fc, g) in [
         (FakeConfig::invader(), Generation::Invader),
         (FakeConfig::aero(), Generation::Aero),
@@ -168,12 +169,12 @@ fn f11_no_data_dcmds_carry_no_sge() {
     }
 }
 
-/// F1: JBOD. The firmware exposes two system PDs (device ids 0 and 5, the first sharing its
-/// number with LD 0) besides the LDs. Bring-up finds them through PD_LIST_QUERY and I/O reaches
-/// them through the system-PD path (FastPath SCSI IO, DevHandle 0xFFFF, device id in the RAID
-/// context), on the legacy and the G35 RAID context. The old driver found only the LDs.
+/// JBOD. The firmware exposes two system PDs (device ids 0 and 5, the first sharing its number
+/// with LD 0) besides the LDs. Bring-up finds them through PD_LIST_QUERY and I/O reaches them
+/// through the system-PD path (FastPath SCSI IO, DevHandle 0xFFFF, device id in the RAID
+/// context), on the legacy and the G35 RAID context.
 #[test]
-fn f1_jbod_disks_are_found_and_carry_io() {
+fn jbod_disks_are_found_and_carry_io() {
     for (fc, g) in [
         (FakeConfig::invader(), Generation::Invader),
         (FakeConfig::aero(), Generation::Aero),
@@ -226,12 +227,12 @@ fn f1_jbod_disks_are_found_and_carry_io() {
     }
 }
 
-/// F5: after an OCR's diag reset the firmware shows FAULT for 6 s before it restarts (the driver
-/// looks 3 s after the reset, so it sees it); the driver
-/// waits it out (Linux `transition_to_ready(ocr=1)`) instead of failing the attempt (the old
-/// driver failed all three attempts and stopped the adapter).
+/// After an OCR's diag reset the firmware shows FAULT for 6 s before it restarts (the driver
+/// looks 3 s after the reset, so it sees it); the driver waits it out (Linux
+/// `transition_to_ready(ocr=1)`) instead of failing the attempt, which would fail all three
+/// attempts and stop the adapter.
 #[test]
-fn f5_a_fault_while_the_firmware_restarts_after_ocr_is_waited_out() {
+fn a_fault_while_the_firmware_restarts_after_ocr_is_waited_out() {
     let mut fc = FakeConfig::ventura();
     fc.fault_while_restarting_us = 6_000_000;
     let mut w = workload(fc, Generation::Ventura, 2);
@@ -243,10 +244,10 @@ fn f5_a_fault_while_the_firmware_restarts_after_ocr_is_waited_out() {
     assert_clean(&w.fake);
 }
 
-/// F5: at probe a failed IOC INIT that leaves a resettable FAULT gets one diag reset and one
-/// more IOC INIT (Linux `megasas_init_adapter_fusion`); the old driver failed bring-up.
+/// At probe a failed IOC INIT that leaves a resettable FAULT gets one diag reset and one more
+/// IOC INIT (Linux `megasas_init_adapter_fusion`) rather than failing bring-up.
 #[test]
-fn f5_ioc_init_is_retried_once_after_a_resettable_fault_at_probe() {
+fn ioc_init_is_retried_once_after_a_resettable_fault_at_probe() {
     let mut fc = FakeConfig::invader();
     fc.fault_on_failed_init = true;
     let fake = megasas_fusion::fake::FakeFusion::new(fc);
@@ -264,10 +265,10 @@ fn f5_ioc_init_is_retried_once_after_a_resettable_fault_at_probe() {
     assert_clean(&fake);
 }
 
-/// M12: a diag reset that takes 30 s to reach READY (real cards take seconds to minutes; the
-/// old model took 250 ms) still completes within the OCR's budget.
+/// A diag reset that takes 30 s to reach READY (real cards take seconds to minutes) still
+/// completes within the OCR's budget.
 #[test]
-fn m12_a_slow_diag_reset_still_recovers() {
+fn a_slow_diag_reset_still_recovers() {
     let mut fc = FakeConfig::aero();
     fc.reset_to_ready_us = 30_000_000;
     // The driver's real limits (180 s per state, 240 s overall), not the tests' short ones.
@@ -285,11 +286,10 @@ fn m12_a_slow_diag_reset_still_recovers() {
     assert_clean(&w.fake);
 }
 
-/// F13: IOC INIT's additional_msix capability (bit 1) on Invader and later always, never on
-/// Thunderbolt, as Linux and FreeBSD (the old driver set it only above 8 queues, on every
-/// generation).
+/// IOC INIT's additional_msix capability (bit 1) on Invader and later always, never on
+/// Thunderbolt, as Linux and FreeBSD, whatever the queue count.
 #[test]
-fn f13_additional_msix_by_generation_not_queue_count() {
+fn additional_msix_by_generation_not_queue_count() {
     for (g, vectors, want) in [
         (Generation::Thunderbolt, 12, false),
         (Generation::Invader, 2, true),
@@ -302,11 +302,11 @@ fn f13_additional_msix_by_generation_not_queue_count() {
     }
 }
 
-/// F8, the other side: a READ answered 0x2D + GOOD with DataLength 0 moved nothing, so it is
-/// not a success (blk has no partial completion): it fails instead of handing back an unfilled
+/// The other side of the underrun: a READ answered 0x2D + GOOD with DataLength 0 moved nothing,
+/// so it is not a success (blk has no partial completion): it fails instead of handing back an unfilled
 /// buffer.
 #[test]
-fn f8_a_short_read_with_good_status_is_not_success() {
+fn a_short_read_with_good_status_is_not_success() {
     let mut w = workload(FakeConfig::ventura(), Generation::Ventura, 1);
     w.fake.fail_next_io(megasas_fusion::fake::Failure {
         status: 0x2D,
@@ -334,12 +334,12 @@ fn f8_a_short_read_with_good_status_is_not_success() {
     assert_clean(&w.fake);
 }
 
-/// F16/M11: doorbell bit 0 reads 1 for 12 s after power-on (left set by a previous driver) in
-/// WAIT_HANDSHAKE. Linux writes 0x18 without looking and goes on; the old driver waited for the
-/// bit first and gave up after 10 s with DoorbellBusy. IOC INIT still waits for the bit (the
-/// model requires it), which the doorbell write has cleared by then.
+/// Doorbell bit 0 reads 1 for 12 s after power-on (left set by a previous driver) in
+/// WAIT_HANDSHAKE. Linux writes 0x18 without looking and goes on; a driver that waits for the
+/// bit first gives up after 10 s with DoorbellBusy. IOC INIT still waits for the bit (the model
+/// requires it), which the doorbell write has cleared by then.
 #[test]
-fn f16_handshake_doorbell_is_written_without_waiting_for_bit_0() {
+fn handshake_doorbell_is_written_without_waiting_for_bit_0() {
     let mut fc = FakeConfig::ventura();
     fc.start = megasas_fusion::fake::StartState::WaitHandshake;
     fc.doorbell_busy_at_start_us = 12_000_000;
