@@ -2,9 +2,9 @@
  * MegaRAID "Fusion" (MPT-based MegaRAID) controller model for QEMU 7.2:
  * Invader (SAS3108), Ventura (SAS35xx) and Aero (SAS39xx).
  *
- * Written for the baremq project from its protocol references
- * (fusion-emulation.md, megaraid-fusion.md), judged against Linux's
- * megaraid_sas driver. Logical drives and JBOD disks are scsi-hd devices on
+ * Written for the baremq project from what Linux's megaraid_sas and
+ * FreeBSD's mrsas drivers expect of the firmware, and judged against
+ * Linux's driver. Logical drives and JBOD disks are scsi-hd devices on
  * the controller's SCSI bus: channel 0 holds the logical drives (target id =
  * scsi-id), channel 1 the system PDs (device id = scsi-id).
  *
@@ -299,8 +299,9 @@ struct FusionState {
     } while (0)
 
 /*
- * A driver doing what no reference driver does is told on stderr (the first 32
- * times per QEMU run), so a test harness can require that none happened.
+ * A driver doing what neither Linux's nor FreeBSD's driver does is told on
+ * stderr (the first 32 times per QEMU run), so a test harness can require
+ * that none happened.
  */
 static unsigned fusion_violations;
 #define GUEST_ERROR(fmt, ...)                                                \
