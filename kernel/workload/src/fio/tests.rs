@@ -665,7 +665,7 @@ fn block_size_grammar_follows_fio() {
         max_units: units,
         percent,
     };
-    // The example: sorted by ascending share (fio's lookup order), unit the smallest size,
+    // fio's HOWTO example of `bssplit`: sorted by ascending share (fio's lookup order), unit the smallest size,
     // the same list for both directions.
     let job = one("[a]\nbssplit=4k/10:64k/50:32k/40\n");
     assert_eq!(job.spec.bs, 4096);
