@@ -459,7 +459,7 @@ fn threaded(faults: bool) {
                         // A reset requeues what the firmware forgot, so every
                         // request ends Ok, also under faults, and every write reached the disk:
                         // each read is checked against the last write (no "unknown" sentinel,
-                        // which used to collide with a real pattern, test-honesty L3).
+                        // which could collide with a real pattern).
                         assert_eq!(c.status, Status::Ok, "cpu {cpu} cookie {:#x}", c.cookie);
                         if write {
                             disk.insert((drive, slot), pattern);

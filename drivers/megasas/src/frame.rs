@@ -125,9 +125,9 @@ impl FrameWriter<'_> {
 
     /// Writes a whole LD READ/WRITE frame of one segment: header, sense address, LBA and the
     /// one 64-bit SGE, as seven 8-byte stores in one bounds-checked run (not a header, two
-    /// `u64_at` and an `sgl64` call, each with its own checks). The last store carries the SGE's 32-bit length and four zero bytes after it:
-    /// still inside the frame's first 64 bytes, past the one SGE that `sge_count` tells the
-    /// device to read. (Storing the length alone costs its own bounds check: 180 instructions
+    /// `u64_at` and an `sgl64` call, each with its own checks). The last store carries the
+    /// SGE's 32-bit length and four zero bytes after it: still inside the frame's first 64
+    /// bytes, past the one SGE that `sge_count` tells the device to read. (Storing the length alone costs its own bounds check: 180 instructions
     /// per submission against 159.)
     #[inline]
     pub fn ld_io_one_segment(&self, h: &Header, sense: u64, lba: u64, segment: &Segment) {

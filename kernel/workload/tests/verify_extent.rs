@@ -462,9 +462,9 @@ fn an_io_size_below_size_verifies_the_blocks_it_wrote() {
     check_cpu(&plan, result, &outcome.backends[0], dev).unwrap();
 }
 
-/// The stalled job of the report: a runtime that ends the main phase while backlog reads are
-/// due used to leave them to the verify pass, which never issued them and waited with nothing
-/// in flight. Each runtime here ends the main phase at another point of the backlog's cycle.
+/// A runtime that ends the main phase while backlog reads are due must not leave them to the
+/// verify pass, which would never issue them and would wait with nothing in flight. Each runtime
+/// here ends the main phase at another point of the backlog's cycle.
 #[test]
 fn a_runtime_that_ends_the_main_phase_mid_backlog_does_not_stall() {
     for runtime_us in (100..=2_000).step_by(37) {
