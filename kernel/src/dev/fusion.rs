@@ -20,8 +20,8 @@ use crate::arch::console::kprintln;
 use crate::arch::smp;
 use crate::dev::block::{self, HostHooks};
 use crate::dev::driver::PciDriver;
+use crate::dev::hal::{KernelDelay, KernelDma, KernelMmio};
 use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
-use crate::dev::nvme::{KernelDelay, KernelDma, KernelMmio};
 use crate::dev::{cpumap, hosts, pci};
 use crate::error::Error;
 use alloc::boxed::Box;
@@ -247,7 +247,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     }
     let built = Host::new(
         mmio,
-        &KernelDma { device_node },
+        &KernelDma::on(device_node),
         KernelDelay,
         block::platform(),
         {

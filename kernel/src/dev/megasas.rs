@@ -11,10 +11,10 @@
 //! controller the driver declared dead.
 
 use crate::arch::console::kprintln;
-use crate::arch::memory::DmaBuffer;
 use crate::arch::{smp, time};
 use crate::dev::block::{self, HostHooks};
 use crate::dev::driver::PciDriver;
+use crate::dev::hal::{KernelDelay, KernelDma, KernelMmio, Placement};
 use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
 use crate::dev::{cpumap, hosts, pci};
 use crate::error::Error;
@@ -48,54 +48,6 @@ fn configure(words: &[&str]) -> Result<(), Error> {
 
 fn options() -> Options {
     OPTIONS.get().copied().unwrap_or_default()
-}
-
-struct KernelMmio(platform::mmio::VolatileMmio);
-
-impl megasas::Mmio for KernelMmio {
-    fn read32(&self, offset: u32) -> u32 {
-        use platform::mmio::Mmio32;
-        // A bad offset is a driver bug; all-ones is what a missing register reads as.
-        self.0.read32(offset as usize).unwrap_or(u32::MAX)
-    }
-    fn write32(&self, offset: u32, value: u32) {
-        use platform::mmio::Mmio32;
-        if let Err(e) = self.0.write32(offset as usize, value) {
-            log::error!("megasas: register write at {offset:#x} refused: {e}");
-        }
-    }
-}
-
-/// The controller's frames and reply queue: one set per controller, on its node
-/// (`aml::controller_node`: its `_PXM`, else the probing CPU's).
-struct KernelDma {
-    node: Option<u32>,
-    /// Allocations that landed on `node` (read back from their addresses), and all of them.
-    on_node: &'static (core::sync::atomic::AtomicU32, core::sync::atomic::AtomicU32),
-}
-
-// SAFETY: DmaBuffer returns zeroed, physically contiguous, identity-mapped
-// memory below 4 GiB (virt == phys) that is never freed once leaked here, so
-// it stays valid and owned by the driver for the controller's lifetime.
-unsafe impl megasas::Dma for KernelDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<megasas::DmaRegion, megasas::DmaError> {
-        let buf = DmaBuffer::on_node(size, align.max(4096), self.node)
-            .map_err(|_| megasas::DmaError::OutOfMemory { size, align })?;
-        if self.node.is_some() && crate::arch::firmware::get().node_of_address(buf.phys()) == self.node {
-            self.on_node.0.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        }
-        self.on_node.1.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        let (virt, phys, len) = buf.leak();
-        Ok(megasas::DmaRegion { virt, phys, len })
-    }
-}
-
-struct KernelDelay;
-
-impl megasas::Delay for KernelDelay {
-    fn delay_us(&self, us: u32) {
-        time::delay_us(u64::from(us));
-    }
 }
 
 type Mr = megasas::Host<KernelMmio, KernelDma, KernelDelay>;
@@ -487,22 +439,24 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
     }
     hc.cpu_map = Some(map.queue_of_cpu.clone());
     let (node, node_from) = crate::dev::aml::controller_node(function);
-    let on_node: &'static (core::sync::atomic::AtomicU32, core::sync::atomic::AtomicU32) = Box::leak(Box::default());
+    let placement: &'static Placement = Box::leak(Box::default());
     let host = Mr::new(
         model,
         mmio,
-        KernelDma { node, on_node },
+        KernelDma {
+            device_node: node,
+            placement: Some(placement),
+        },
         KernelDelay,
         block::platform(),
         hc,
     )
     .map_err(|e| Error::Device(format!("megasas {at}: bring-up failed: {e}")))?;
     if let Some(node) = node {
-        let (placed, all) = on_node;
         kprintln!(
             "numa: megasas {at}: controller memory on node {node} (from {node_from}): {} of {} allocations there",
-            placed.load(core::sync::atomic::Ordering::Relaxed),
-            all.load(core::sync::atomic::Ordering::Relaxed)
+            placement.on_node.load(Ordering::Relaxed),
+            placement.all.load(Ordering::Relaxed)
         );
     }
     let ctrl = host.controller();

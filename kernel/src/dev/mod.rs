@@ -18,6 +18,7 @@ pub mod block;
 pub mod cpumap;
 pub mod driver;
 pub mod fusion;
+pub(crate) mod hal;
 pub mod hosts;
 pub mod interrupts;
 pub mod megasas;

@@ -14,10 +14,10 @@
 //! failed.
 
 use crate::arch::console::kprintln;
-use crate::arch::memory::DmaBuffer;
-use crate::arch::{smp, time};
+use crate::arch::smp;
 use crate::dev::block::{self, DeviceFacts, Disk, HostHooks};
 use crate::dev::driver::PciDriver;
+use crate::dev::hal::{KernelDelay, KernelDma, KernelMmio, node_of_cpu};
 use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
 use crate::dev::{cpumap, pci};
 use crate::error::Error;
@@ -81,69 +81,6 @@ fn configure(words: &[&str]) -> Result<(), Error> {
 
 fn options() -> KernelOptions {
     OPTIONS.get().copied().unwrap_or_default()
-}
-
-/// BAR0 through volatile accesses (mapped uncached by `pci::claim`).
-pub(crate) struct KernelMmio(pub(crate) platform::mmio::VolatileMmio);
-
-impl nvme::Mmio for KernelMmio {
-    fn read32(&self, offset: u32) -> u32 {
-        use platform::mmio::Mmio32;
-        // A bad offset is a driver bug; all-ones is what a missing register reads as.
-        self.0.read32(offset as usize).unwrap_or(u32::MAX)
-    }
-    fn write32(&self, offset: u32, value: u32) {
-        use platform::mmio::Mmio32;
-        if let Err(e) = self.0.write32(offset as usize, value) {
-            log::error!("device register write at {offset:#x} refused: {e}");
-        }
-    }
-}
-
-/// DMA memory: the kernel's contiguous, identity-mapped pages.
-pub(crate) struct KernelDma {
-    /// Node for memory no one CPU owns (admin queue, identify buffers), and for a
-    /// CPU's queue when the CPU's node is unknown: the controller's (see `aml::controller_node`).
-    pub(crate) device_node: Option<u32>,
-}
-
-// SAFETY: DmaBuffer returns zeroed, physically contiguous, identity-mapped memory
-// (virt == phys) that is never freed once leaked here, so it stays valid and owned by the
-// driver for the controller's lifetime.
-unsafe impl nvme::Dma for KernelDma {
-    fn alloc_zeroed(&self, size: usize, align: usize) -> Result<nvme::DmaRegion, nvme::DmaError> {
-        self.alloc_zeroed_for_cpu(size, align, None)
-    }
-
-    /// From the NUMA node of the queue's CPU, else the controller's node (any memory when
-    /// there is no SRAT or the node has no room).
-    fn alloc_zeroed_for_cpu(
-        &self,
-        size: usize,
-        align: usize,
-        cpu: Option<usize>,
-    ) -> Result<nvme::DmaRegion, nvme::DmaError> {
-        let node = cpu.and_then(node_of_cpu).or(self.device_node);
-        let buf =
-            DmaBuffer::on_node(size, align.max(4096), node).map_err(|_| nvme::DmaError::OutOfMemory { size, align })?;
-        let (virt, phys, len) = buf.leak();
-        Ok(nvme::DmaRegion { virt, phys, len })
-    }
-}
-
-/// The SRAT node of kernel CPU `index`.
-fn node_of_cpu(index: usize) -> Option<u32> {
-    let apic_id = crate::arch::percpu::cpu(index).apic_id.load(Ordering::Relaxed);
-    crate::arch::firmware::get().node_of_apic_id(apic_id)
-}
-
-/// Bounded waits on the kernel's clock.
-pub(crate) struct KernelDelay;
-
-impl nvme::Delay for KernelDelay {
-    fn delay_us(&self, us: u32) {
-        time::delay_us(u64::from(us));
-    }
 }
 
 type Host = nvme::blkdev::Host<KernelMmio, KernelDma, KernelDelay>;
@@ -430,7 +367,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     if let Some(node) = device_node {
         kprintln!("numa: {name} ({at}): controller memory on node {node} (from {node_from})");
     }
-    let ctrl = nvme::Controller::new(mmio, KernelDma { device_node }, KernelDelay, config)
+    let ctrl = nvme::Controller::new(mmio, KernelDma::on(device_node), KernelDelay, config)
         .map_err(|e| Error::Device(format!("{name} ({at}): bring-up failed: {e}")))?;
     let info = ctrl.info().clone();
     // The queue count is capped by what the controller granted and by the interrupt vectors
