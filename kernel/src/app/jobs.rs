@@ -846,7 +846,15 @@ fn run_jobs(plans: &[JobPlan], detail: Option<workload::DetailOptions>) -> Resul
         .collect();
     // After the floor (it runs on this CPU): a single-vector controller's interrupt goes to its
     // jobs' only submitting CPU until the reports are out.
-    let _aims = crate::dev::aim_interrupts_for_jobs(plans);
+    let job_devices: Vec<crate::dev::driver::JobDevices<'_>> = plans
+        .iter()
+        .map(|plan| crate::dev::driver::JobDevices {
+            name: &plan.spec.name,
+            devices: plan.devices().iter().map(|d| d.name.as_str()).collect(),
+            cpus: plan.cpus.iter().map(|slice| slice.cpu as usize).collect(),
+        })
+        .collect();
+    let _aims = crate::dev::aim_interrupts_for_jobs(&job_devices);
     let ncpu = smp::online();
     // Device vector numbers are per CPU: each counts on its own CPU only.
     let count_per_cpu = |vectors: &[crate::dev::interrupts::Vector]| -> Vec<u64> {

@@ -51,6 +51,8 @@ pub const DRIVER: PciDriver = PciDriver {
     matches: &MATCHES,
     configure,
     probe,
+    floor_before_job: None,
+    aim_for_jobs: None,
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).

@@ -13,7 +13,7 @@
 use crate::arch::console::kprintln;
 use crate::arch::{smp, time};
 use crate::dev::block::{self, HostHooks};
-use crate::dev::driver::PciDriver;
+use crate::dev::driver::{AimGuard, JobDevices, PciDriver};
 use crate::dev::hal::{KernelDelay, KernelDma, KernelMmio, Placement};
 use crate::dev::interrupts::{self, DeviceIrqs, IrqHandler};
 use crate::dev::{cpumap, hosts, pci};
@@ -33,6 +33,8 @@ pub const DRIVER: PciDriver = PciDriver {
     matches: &[DeviceMatch::id(0x1000, 0x0060), DeviceMatch::id(0x1000, 0x0079)],
     configure,
     probe,
+    floor_before_job: Some(floor_before_job),
+    aim_for_jobs: Some(aim_for_jobs),
 };
 
 /// The `megasas.*` options, parsed once at boot.
@@ -195,7 +197,7 @@ static DRIVES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mu
 /// (`megasas::Host::measure_floor`: reads straight to the controller; between passes over the
 /// ring this CPU halts until an interrupt, or spins in polled mode) at QD 1 and QD 32, prints one
 /// `floor:` line and returns the figures for the job report. Empty when off or not ours.
-pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
+fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
     let Some(ios) = options().floor_ios else {
         return Vec::new();
     };
@@ -259,7 +261,7 @@ struct Aimed {
 /// The vectors [`aim_for_jobs`] re-aimed; dropping it (after the jobs' reports) aims each back
 /// at the CPU it had before, so that a job on several CPUs always finds the boot's aim.
 #[must_use = "dropping it aims the vectors back at once"]
-pub struct JobAims(Vec<Aimed>);
+struct JobAims(Vec<Aimed>);
 
 impl Drop for JobAims {
     fn drop(&mut self) {
@@ -286,10 +288,10 @@ impl Drop for JobAims {
 /// (`megasas.msix_vectors=N` above 1, `all`), and with `megasas.irq_cpu=N`, the user's explicit
 /// aim. Each re-aim prints one line
 /// (`md0: vector 0 aimed at cpu1 for job qd1`).
-pub fn aim_for_jobs(plans: &[workload::JobPlan]) -> JobAims {
+fn aim_for_jobs(plans: &[JobDevices<'_>]) -> AimGuard {
     let mut aimed = Vec::new();
     if options().irq_cpu.is_some() {
-        return JobAims(aimed);
+        return Box::new(JobAims(aimed));
     }
     let drives = DRIVES.lock().clone();
     let mut controllers: Vec<&'static Controller> = Vec::new();
@@ -299,17 +301,16 @@ pub fn aim_for_jobs(plans: &[workload::JobPlan]) -> JobAims {
         }
     }
     for c in controllers {
-        let jobs: Vec<&workload::JobPlan> = plans
+        let jobs: Vec<&JobDevices<'_>> = plans
             .iter()
             .filter(|p| {
                 // A job over a `filename` list counts for each of its devices.
-                let devices = p.devices();
                 drives
                     .iter()
-                    .any(|(name, k, _)| core::ptr::eq(*k, c) && devices.iter().any(|d| d.name == *name))
+                    .any(|(name, k, _)| core::ptr::eq(*k, c) && p.devices.contains(&name.as_str()))
             })
             .collect();
-        let mut cpus = jobs.iter().flat_map(|p| p.cpus.iter().map(|s| s.cpu as usize));
+        let mut cpus = jobs.iter().flat_map(|p| p.cpus.iter().copied());
         let Some(cpu) = cpus.next() else {
             continue;
         };
@@ -326,9 +327,9 @@ pub fn aim_for_jobs(plans: &[workload::JobPlan]) -> JobAims {
         // another controller's).
         let drive = drives
             .iter()
-            .find(|(name, k, _)| core::ptr::eq(*k, c) && jobs[0].devices().iter().any(|d| d.name == *name))
-            .map_or_else(|| jobs[0].device.name.clone(), |(name, _, _)| name.clone());
-        let names = jobs.iter().map(|p| p.spec.name.as_str()).collect::<Vec<_>>().join(", ");
+            .find(|(name, k, _)| core::ptr::eq(*k, c) && jobs[0].devices.contains(&name.as_str()))
+            .map_or_else(|| String::from(jobs[0].devices[0]), |(name, _, _)| name.clone());
+        let names = jobs.iter().map(|p| p.name).collect::<Vec<_>>().join(", ");
         match reaim(c, cpu) {
             Ok(()) => {
                 kprintln!(
@@ -344,7 +345,7 @@ pub fn aim_for_jobs(plans: &[workload::JobPlan]) -> JobAims {
             Err(why) => kprintln!("{drive}: vector 0 stays at cpu{home} for job {names}: {why}"),
         }
     }
-    JobAims(aimed)
+    Box::new(JobAims(aimed))
 }
 
 /// The CPU of the controller's vector when it has exactly one and it is MSI-X (an entry that

@@ -75,24 +75,29 @@ pub fn before_power_off() {
     }
 }
 
-/// The device floor before a job on `device` (`megasas.floor=`, `nvme.floor=`): the driver
+/// The device floor before a job on `device` (`megasas.floor=`, `nvme.floor=`, ...): the driver
 /// that owns `device` measures it, prints its `floor:` line and returns the figures for the
 /// job's totals; empty when its floor is off or no driver measures one. The reads are as long
 /// as the job's blocks (`job_bs`), capped at [`FLOOR_MAX_READ`] and at least one device block.
 pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> alloc::vec::Vec<(&'static str, u64)> {
-    let figures = megasas::floor_before_job(device, cpu, job_bs);
-    if !figures.is_empty() {
-        return figures;
-    }
-    nvme::floor_before_job(device, cpu, job_bs)
+    registry::PCI_DRIVERS
+        .iter()
+        .filter_map(|driver| driver.floor_before_job)
+        .map(|floor| floor(device, cpu, job_bs))
+        .find(|figures| !figures.is_empty())
+        .unwrap_or_default()
 }
 
-/// Before jobs that start together: aims each single-vector controller's interrupt at the one
-/// CPU that submits to it (MegaRAID MFI: [`megasas::aim_for_jobs`]; NVMe and Fusion have a
-/// vector per CPU). Keep the guard until the jobs' reports are out: dropping it aims the
-/// vectors back.
-pub fn aim_interrupts_for_jobs(plans: &[workload::JobPlan]) -> megasas::JobAims {
-    megasas::aim_for_jobs(plans)
+/// Before jobs that start together: each driver aims its controllers' interrupts at the jobs'
+/// submitting CPUs where that saves a wake-up (a single-vector controller's vector at the one
+/// CPU that submits to it). Keep the guards until the jobs' reports are out: dropping them aims
+/// the vectors back.
+pub fn aim_interrupts_for_jobs(jobs: &[driver::JobDevices<'_>]) -> alloc::vec::Vec<driver::AimGuard> {
+    registry::PCI_DRIVERS
+        .iter()
+        .filter_map(|driver| driver.aim_for_jobs)
+        .map(|aim| aim(jobs))
+        .collect()
 }
 
 /// Longest floor read: one page (an NVMe floor read must not need a PRP list). The floor is
@@ -135,7 +140,7 @@ pub fn run_floor(
     device: &str,
     bs: u32,
     how: &str,
-    mut run: impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<::megasas::FloorResult, FloorFailure>,
+    mut run: impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<devhal::floor::FloorResult, FloorFailure>,
 ) -> alloc::vec::Vec<(&'static str, u64)> {
     let buffer = match crate::arch::memory::DmaBuffer::new(bs as usize, 4096) {
         Ok(b) => b,
@@ -154,7 +159,6 @@ pub fn run_floor(
     for (depth, iops_key, p50_key) in FLOOR_RUNS.into_iter().filter(|run| depths.includes(run.0)) {
         match median_burst(device, depth, &buffer, &mut run) {
             Ok(r) => {
-                // `devhal::floor::FloorResult`, which both drivers re-export.
                 text.push_str(&alloc::format!(
                     ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
                     r.queue_depth,
@@ -189,8 +193,8 @@ fn median_burst(
     device: &str,
     depth: u16,
     buffer: &crate::arch::memory::DmaBuffer,
-    run: &mut impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<::megasas::FloorResult, FloorFailure>,
-) -> Result<::megasas::FloorResult, FloorFailure> {
+    run: &mut impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<devhal::floor::FloorResult, FloorFailure>,
+) -> Result<devhal::floor::FloorResult, FloorFailure> {
     let mut bursts = alloc::vec::Vec::with_capacity(FLOOR_BURSTS);
     for _ in 0..FLOOR_BURSTS {
         bursts.push(run(depth, buffer)?);

@@ -42,6 +42,8 @@ pub const DRIVER: PciDriver = PciDriver {
     ],
     configure,
     probe,
+    floor_before_job: Some(floor_before_job),
+    aim_for_jobs: None,
 };
 
 /// What the kernel glue takes from the command line besides the driver crate's options.
@@ -221,7 +223,7 @@ static NAMESPACES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin
 /// for the job report. Between passes this CPU halts until an interrupt when the queue's vector
 /// is aimed at it, and spins otherwise (polled queues, or the vector on another CPU of the
 /// group, whose handler delivers the completions). Empty when off or not ours.
-pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
+fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
     let opts = options();
     let Some(ios) = opts.driver.floor_ios else {
         return Vec::new();
