@@ -493,7 +493,7 @@ pub fn parse_with_drivers<'a>(
             }
             "null.size" => {
                 once("null.size")?;
-                let bytes = workload::values::parse_size(value)
+                let bytes = values::parse_size(value)
                     .filter(|b| *b >= 4096 && b % 4096 == 0)
                     .ok_or_else(|| Error::BadValue {
                         key: "null.size",
@@ -848,9 +848,9 @@ mod tests {
         let msg = parse("null.size=100", JOB_KEYS, "").unwrap_err().to_string();
         assert!(msg.contains("'100'") && msg.contains("multiple of 4 KiB"), "{msg}");
         assert!(parse("null.block_size=1024", JOB_KEYS, "").is_err());
-        assert_eq!(workload::values::parse_size("2g"), Some(2 << 30));
-        assert_eq!(workload::values::parse_size("12x"), None);
-        assert_eq!(workload::values::parse_size("99999999999t"), None);
+        assert_eq!(values::parse_size("2g"), Some(2 << 30));
+        assert_eq!(values::parse_size("12x"), None);
+        assert_eq!(values::parse_size("99999999999t"), None);
     }
 
     #[test]

@@ -14,6 +14,9 @@
 pub mod cmdline;
 pub mod console;
 mod error;
+/// The checks the fuzz targets and the fixed-count fuzz pass run (feature `fuzz`: they parse job
+/// words with the workload's key list, which the kernel's bootinfo does not link).
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod memmap;

@@ -8,6 +8,16 @@
 //! use, and cached. The instruction works on general-purpose registers only, so it needs no SSE state
 //! and is safe in a kernel that never enables SSE.
 
+#![no_std]
+// The only exception is the SSE4.2 CRC32C instruction, in `hw`.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(test)]
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
 use core::sync::atomic::{AtomicBool, Ordering};
 
 const POLY_REFLECTED: u32 = 0x82f6_3b78;
@@ -393,8 +403,27 @@ mod hw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::Rng;
     use alloc::vec::Vec;
+
+    /// Test data: xorshift64*, enough to vary lengths, alignments and contents.
+    struct Rng(u64);
+
+    impl Rng {
+        fn new(seed: u64) -> Self {
+            Self(seed | 1)
+        }
+
+        fn next_u64(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, bound: u64) -> u64 {
+            self.next_u64() % bound
+        }
+    }
 
     /// One bit at a time, straight from the definition; the reference for the table version.
     fn bitwise(bytes: &[u8]) -> u32 {

@@ -113,7 +113,7 @@ fn yes_no(b: bool) -> &'static str {
 pub fn select_crc32c(mode: bootinfo::cmdline::Crc32cMode) -> Result<heapless::String<160>, &'static str> {
     use bootinfo::cmdline::Crc32cMode;
     use core::fmt::Write;
-    use workload::crc32c::{Crc32cImpl, allow_hardware, available, selected};
+    use crc32c::{Crc32cImpl, allow_hardware, available, selected};
     let has_instruction = available(Crc32cImpl::Sse42);
     let id = raw_cpuid::CpuId::new();
     let hypervisor = id.get_hypervisor_info().map(|h| h.identify());

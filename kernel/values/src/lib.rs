@@ -1,8 +1,18 @@
-//! Parsers for the value forms used by job keys: sizes, durations, CPU lists, booleans, integers.
+//! Parsers for the value forms of baremq's command line and job words: sizes, durations, CPU lists,
+//! booleans, integers. One leaf crate, so the boot-time command line and the workload's job words
+//! read a value the same way.
 //!
-//! Each parser returns `None` on malformed input; the caller turns that into
-//! [`WorkloadError::MalformedValue`](crate::WorkloadError::MalformedValue) naming the key and the
-//! accepted form, which lives here next to the parser as a constant.
+//! Each parser returns `None` on malformed input; the caller turns that into its own error naming
+//! the key and the accepted form, which lives here next to the parser as a constant.
+
+#![no_std]
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+#[cfg(test)]
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
 
 use core::fmt;
 
