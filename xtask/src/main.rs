@@ -14,6 +14,7 @@
 //! cargo xtask fio-compare JOB.fio|-- WORDS [--device nvme|md] [--override KEY=VALUE]...   real fio vs baremq
 //! cargo xtask qemu-fusion                            QEMU with the emulated Fusion controller
 //! cargo xtask ipio [--device D] [--qd N] [--top N]   exact guest instructions and MMIO per I/O
+//! cargo xtask peer build|run|table                   the Linux peer guest, for comparisons
 //! ```
 
 #![forbid(unsafe_code)]
@@ -28,6 +29,7 @@ mod ipio;
 mod ipio_linux;
 mod lab;
 mod nbd;
+mod peer;
 mod preflight;
 mod qemu;
 mod qemufusion;
@@ -114,6 +116,8 @@ commands:
       --device nvme|md            (default nvme)   --smp N (default 2)   --disk-size SIZE (256M)
       --override KEY=VALUE        force a fio option for every job on both sides (e.g. runtime=2s)
       --timeout S | --out DIR
+  peer build | run SCENARIO [SMP] [TAG] | table   the Linux peer (Debian kernel, fio 3.33) in QEMU,
+                                  cached in ~/.cache/baremq/peer (`cargo xtask peer help`; xtask/README.md)
   qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
                                   (qemu/megasas-fusion/, cached outside the checkout); prints the
                                   binary's path as the last line
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
         "fio-compare" => fiocompare::cmd_fio_compare(rest),
         "qemu-fusion" => qemufusion::cmd_qemu_fusion(rest),
         "ipio" => ipio::cmd_ipio(rest),
+        "peer" => peer::cmd_peer(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(true)
