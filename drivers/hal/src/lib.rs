@@ -15,11 +15,9 @@ extern crate alloc;
 use core::fmt;
 use core::ptr::NonNull;
 
-pub mod adaptive;
 mod buf;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
-pub mod floor;
 pub mod options;
 
 pub use buf::{DmaBuf, WordRun};

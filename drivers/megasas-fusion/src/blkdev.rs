@@ -40,7 +40,7 @@ use blk::{
 use devhal::{Delay, Dma};
 
 use crate::Mmio64;
-use megasas::host_common::{ReapBatch, drive_sectors, host_with_drive_queues};
+use drvkit::drive_queue::{ReapBatch, drive_sectors, host_with_drive_queues};
 
 use crate::controller::{Completion, Config, Controller, Health, IoOp, IoOutcome, IoRequest, LogicalDrive};
 use crate::diag::Report;
@@ -49,7 +49,7 @@ use crate::{Error, Segment};
 /// Most segments per request the binding passes (a stack array in `queue_rq`).
 pub const MAX_SEGMENTS: usize = 64;
 
-pub use megasas::host_common::{pack_cookie, unpack_cookie};
+pub use drvkit::drive_queue::{pack_cookie, unpack_cookie};
 
 /// The CPU → hardware queue map for `ncpus` CPUs and vectors aimed at `vector_cpus` (hardware
 /// queue h = vector h). A CPU that a vector is aimed at maps to that vector's queue; the others

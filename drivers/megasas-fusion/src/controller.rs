@@ -2,7 +2,7 @@
 //!
 //! Concurrency: submitters and reapers enter `gate` through their reply queue's lane (a refusal,
 //! never a spin, while a reset runs); an online controller reset closes it, so it owns the
-//! controller exclusively (`blk::gate`: a count per lane, not one reader count that every
+//! controller exclusively (`drvkit::gate`: a count per lane, not one reader count that every
 //! CPU's every I/O would write). A request descriptor is one 64-bit register write (or one 32-bit
 //! write to Aero's atomic port), so posts need no lock; each reply queue has its own lock. A SMID's slot state is an atomic word
 //! (generation and in-flight bit) so a reply for a SMID that is not in flight is recognised as
@@ -21,7 +21,7 @@ use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{IoError, IoErrorKind, MfiStatus, Segment};
 use spin::Mutex;
 
-use blk::gate::{Gate, Inside};
+use drvkit::gate::{Gate, Inside};
 
 use crate::diag::Report;
 use crate::error::{Error, Sp0};

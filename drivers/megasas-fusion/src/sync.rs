@@ -1,6 +1,6 @@
 //! Synchronisation facade: the atomics of the SMID slot protocol come from here, so the same
 //! code runs on `core` atomics and, under `--cfg loom`, on loom's model-checked ones. (The reset
-//! gate is the block layer's, `blk::gate`, model-checked there.)
+//! gate is `drvkit::gate`, model-checked there.)
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicU64, Ordering};

@@ -53,10 +53,10 @@ use crate::floor::{
     FloorSpec,
 };
 use crate::frame::Segment;
-use crate::host_common::{drive_sectors, host_with_drive_queues};
 use crate::status::{IoErrorKind, IoStatus};
-use crate::window::PollWindow;
 use crate::{Delay, Dma, Error, Mmio, Model};
+use drvkit::drive_queue::{drive_sectors, host_with_drive_queues};
+use drvkit::window::PollWindow;
 
 /// Most scatter-gather segments the binding passes per request (a stack array in `queue_rq`).
 pub const MAX_SEGMENTS: usize = 32;
@@ -69,8 +69,8 @@ const RESET_ATTEMPTS: u32 = 3;
 /// Interval of the fault summary line.
 const FAULT_SUMMARY_NS: u64 = 1_000_000_000;
 
-use crate::host_common::ReapBatch;
-pub use crate::host_common::{pack_cookie, unpack_cookie};
+use drvkit::drive_queue::ReapBatch;
+pub use drvkit::drive_queue::{pack_cookie, unpack_cookie};
 
 /// What the kernel decides for a controller.
 #[derive(Clone, Debug)]
@@ -97,10 +97,10 @@ pub struct HostConfig {
     pub adaptive: Option<AdaptiveConfig>,
 }
 
-use devhal::adaptive::WindowCounters;
+use drvkit::adaptive::WindowCounters;
 /// Interrupt-then-poll: after an interrupt that reaped something, the kernel masks the
-/// controller's vector and the submitters poll the reply ring (see [`devhal::adaptive`]).
-pub use devhal::adaptive::{AdaptiveConfig, AdaptiveCounters};
+/// controller's vector and the submitters poll the reply ring (see [`drvkit::adaptive`]).
+pub use drvkit::adaptive::{AdaptiveConfig, AdaptiveCounters};
 
 /// How the kernel masks and unmasks the controller's interrupt vector for the adaptive mode.
 /// On QEMU's MFI only a vector mask works (MSI-X entry mask bit): an OMSK mask also stops the
@@ -537,7 +537,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             positions: (d.blocks / u64::from(read_blocks)).max(1),
             seg,
         };
-        let run = devhal::floor::run(&port, tags.len(), spec, wait);
+        let run = drvkit::floor::run(&port, tags.len(), spec, wait);
         // Hand the tags back; one whose read is still the device's is freed by whoever reaps
         // its completion (`floor_done` on an ABANDONED slot), never before.
         for (&tag, left) in tags.iter().zip(&run.left_with_device) {
@@ -646,7 +646,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     }
 }
 
-/// A floor run's view of the controller (`devhal::floor::run`): slot `i` is host tag `tags[i]`,
+/// A floor run's view of the controller (`drvkit::floor::run`): slot `i` is host tag `tags[i]`,
 /// posted as an LD READ with [`FLOOR_COOKIE`] so that whoever reaps it calls `floor_done`.
 struct FloorRunPort<'a, M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> {
     inner: &'a HostInner<M, D, T>,
@@ -660,7 +660,7 @@ struct FloorRunPort<'a, M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + 
     seg: [Segment; 1],
 }
 
-impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> devhal::floor::FloorPort
+impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> drvkit::floor::FloorPort
     for FloorRunPort<'_, M, D, T>
 {
     type Error = Error;

@@ -388,8 +388,8 @@ pub struct Controller<M: Mmio, D: Dma, T: Delay> {
     /// Submitters inside their critical section (between `begin_submit` and the guard's drop),
     /// a count per lane (the submitting CPU, folded into [`SUBMIT_LANES`]), closed while a
     /// controller reset runs: `begin_submit` refuses then. One count for the controller would be a
-    /// line every CPU's every submission writes twice (`blk::gate`).
-    submit_gate: blk::gate::Gate,
+    /// line every CPU's every submission writes twice (`drvkit::gate`).
+    submit_gate: drvkit::gate::Gate,
     /// The admin buffer is held by a polled command that timed out.
     admin_quarantined: AtomicBool,
     /// Tag and generation (`tag | generation << 16`) of the command the pending ABORT is for.
@@ -439,7 +439,7 @@ pub struct CheckedLdIo(LdIo);
 pub struct SubmitGuard<'a> {
     // Leaving the gate on drop is a Release decrement: the frame stores and the doorbell happen
     // before the reset sees the count drop.
-    _inside: blk::gate::Inside<'a>,
+    _inside: drvkit::gate::Inside<'a>,
 }
 
 impl<M: Mmio, D: Dma, T: Delay> fmt::Debug for Controller<M, D, T> {
@@ -557,7 +557,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 blocks: AtomicU64::new(0),
             }),
             faults: AtomicU64::new(0),
-            submit_gate: blk::gate::Gate::new(SUBMIT_LANES),
+            submit_gate: drvkit::gate::Gate::new(SUBMIT_LANES),
             admin_quarantined: AtomicBool::new(false),
             abort_victim: AtomicU32::new(0),
             reset_requested: AtomicBool::new(false),
@@ -890,7 +890,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// flight stay owned by the device (the caller must stop bus mastering before giving their
     /// buffers back).
     pub fn reset(&self, mut complete: impl FnMut(Done)) -> Result<u32, Error> {
-        // Closing the gate pairs with `begin_submit` (Dekker's pattern, `blk::gate`): either the
+        // Closing the gate pairs with `begin_submit` (Dekker's pattern, `drvkit::gate`): either the
         // reset sees a submitter's count or the submitter sees the gate closed. Given up (and the
         // gate opened again) after `RESET_SUBMITTER_POLLS` waits.
         let mut polls = 0;
@@ -1482,7 +1482,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     #[inline]
     pub fn begin_submit_on(&self, lane: usize) -> Result<SubmitGuard<'_>, Error> {
         // Either the reset sees this submitter's count, or this submitter sees the gate closed
-        // (`blk::gate`, Dekker's pattern).
+        // (`drvkit::gate`, Dekker's pattern).
         let Some(inside) = self.submit_gate.try_enter(lane) else {
             return Err(Error::Resetting);
         };

@@ -13,9 +13,9 @@
 pub const FLOOR_COOKIE: u64 = 1 << 63;
 
 /// Per-tag state of a floor command (`Core::floor_state`): devhal's floor slot states.
-pub(crate) use devhal::floor::slot::{
+pub(crate) use drvkit::floor::slot::{
     ABANDONED as FLOOR_ABANDONED, DONE_FAILED as FLOOR_DONE_FAILED, DONE_OK as FLOOR_DONE_OK, IDLE as FLOOR_IDLE,
     IN_FLIGHT as FLOOR_IN_FLIGHT,
 };
 
-pub use devhal::floor::{FloorResult, FloorSpec};
+pub use drvkit::floor::{FloorResult, FloorSpec};

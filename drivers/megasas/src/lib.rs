@@ -28,7 +28,6 @@ mod options;
 pub mod regs;
 pub mod status;
 mod tags;
-mod window;
 
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;

@@ -10,7 +10,7 @@ use crate::controller::IrqMode;
 pub const DEFAULT_FLOOR_IOS: u32 = 10_000;
 
 /// Idle window of `megasas.irq_poll=on`, µs.
-pub const DEFAULT_IRQ_POLL_IDLE_US: u32 = devhal::adaptive::DEFAULT_IDLE_US;
+pub const DEFAULT_IRQ_POLL_IDLE_US: u32 = drvkit::adaptive::DEFAULT_IDLE_US;
 
 /// Options parsed from the kernel command line. `None` means "automatic".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -24,16 +24,18 @@
 //! a poll that finds one tries again on its next pass. Without it, an interrupt opening a window
 //! on one CPU and a tick closing it on another could interleave "closed, unmask" between "mask"
 //! and "open" and leave the vector masked with the window closed: nobody polls, no interrupt
-//! comes. (The same protocol as the MegaRAID driver's window.)
+//! comes. That protocol is `drvkit::window`, the MegaRAID driver's window too.
 
 #[cfg(not(all(loom, test)))]
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(all(loom, test))]
-use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use devhal::adaptive::WindowCounters;
+use drvkit::window::PollWindow;
+
+use drvkit::adaptive::WindowCounters;
 /// Interrupt-then-poll settings (`nvme.irq_poll=on|N`), shared with MegaRAID.
-pub use devhal::adaptive::{AdaptiveConfig, AdaptiveCounters, DEFAULT_BUDGET, DEFAULT_IDLE_US};
+pub use drvkit::adaptive::{AdaptiveConfig, AdaptiveCounters, DEFAULT_BUDGET, DEFAULT_IDLE_US};
 
 /// How the kernel masks and unmasks one MSI-X vector (table entry) of the controller. A message
 /// the device sends while its vector is masked is held pending and sent on unmask (PCI); the
@@ -43,12 +45,11 @@ pub trait VectorMask {
     fn set_masked(&self, vector: u16, masked: bool);
 }
 
-/// The polling window of one vector and its counters.
+/// The polling window of one vector and its counters: the shared open/close protocol
+/// ([`PollWindow`]) with this driver's idle clock and budget.
 pub(crate) struct VectorWindow {
     /// Open: the vector is masked and its queues' CPUs poll.
-    open: AtomicBool,
-    /// The open/close try-lock.
-    switching: AtomicBool,
+    window: PollWindow,
     last_completion_ns: AtomicU64,
     /// Completions reaped in the current window (the budget).
     in_window: AtomicU32,
@@ -58,50 +59,35 @@ pub(crate) struct VectorWindow {
 impl VectorWindow {
     pub(crate) fn new() -> Self {
         Self {
-            open: AtomicBool::new(false),
-            switching: AtomicBool::new(false),
+            window: PollWindow::new(),
             last_completion_ns: AtomicU64::new(0),
             in_window: AtomicU32::new(0),
             counters: WindowCounters::default(),
         }
     }
 
-    /// Whether the window is open. Acquire pairs with the Release stores in `open_after`/
-    /// `poll_done`: a poller that sees it open also sees the mask write made before.
+    /// Whether the window is open (a poller that sees it open also sees the mask write).
     pub(crate) fn is_open(&self) -> bool {
-        self.open.load(Ordering::Acquire)
-    }
-
-    fn try_switch(&self) -> bool {
-        // Acquire pairs with the Release in `end_switch`: the previous switch's mask write and
-        // `open` store are seen before this one decides.
-        self.switching
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    fn end_switch(&self) {
-        self.switching.store(false, Ordering::Release);
+        self.window.is_open()
     }
 
     /// After an interrupt on this vector reaped `reaped` completions at `now_ns`: a productive
     /// interrupt with no window open masks the vector (through `mask`) and opens one. Returns
     /// whether it opened one (false: nothing reaped, already open, or a switch in progress).
     pub(crate) fn after_interrupt(&self, reaped: usize, now_ns: u64, mask: impl FnOnce()) -> bool {
-        if reaped == 0 || self.is_open() || !self.try_switch() {
+        if reaped == 0 {
             return false;
         }
-        let opened = !self.open.load(Ordering::Relaxed);
-        if opened {
+        let opened = self.window.open(|| {
             // Set before the window shows open, so its first poll starts a fresh idle period
             // and budget.
             self.last_completion_ns.store(now_ns, Ordering::Relaxed);
             self.in_window.store(0, Ordering::Relaxed);
             mask();
-            self.open.store(true, Ordering::Release);
+        });
+        if opened {
             self.counters.windows.fetch_add(1, Ordering::Relaxed);
         }
-        self.end_switch();
         opened
     }
 
@@ -124,20 +110,12 @@ impl VectorWindow {
         } else {
             now_ns.saturating_sub(self.last_completion_ns.load(Ordering::Relaxed)) >= config.idle_ns
         };
-        if !close || !self.try_switch() {
-            return false;
+        // Closed before the unmask: an interrupt right after the unmask may open the next
+        // window at once.
+        let closed = close && self.window.close(unmask);
+        if closed && by_budget {
+            self.counters.budget_closes.fetch_add(1, Ordering::Relaxed);
         }
-        let closed = self.open.load(Ordering::Relaxed);
-        if closed {
-            // Closed before the unmask: an interrupt right after the unmask may open the next
-            // window at once.
-            self.open.store(false, Ordering::Release);
-            unmask();
-            if by_budget {
-                self.counters.budget_closes.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.end_switch();
         closed
     }
 
@@ -230,26 +208,12 @@ mod tests {
             }
         );
     }
-
-    #[test]
-    fn a_switch_in_progress_makes_open_and_close_back_off() {
-        let w = VectorWindow::new();
-        assert!(w.try_switch());
-        assert!(!w.after_interrupt(1, 0, || panic!("masked during a switch")));
-        w.end_switch();
-        assert!(w.after_interrupt(1, 0, || {}));
-        assert!(w.try_switch());
-        assert!(!w.poll_done(&CFG, 0, 10_000, || panic!("unmasked during a switch")));
-        assert!(w.is_open(), "the closer retries on its next pass");
-        w.end_switch();
-        assert!(w.poll_done(&CFG, 0, 10_000, || {}));
-    }
 }
 
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use loom::sync::atomic::fence;
+    use loom::sync::atomic::{AtomicBool, fence};
     use loom::sync::{Arc, Mutex};
 
     /// A completion queue: entries posted by the device, entries consumed by the host (under

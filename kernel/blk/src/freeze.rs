@@ -62,7 +62,7 @@ impl UsageCounter {
         // `set_frozen`: either we see `frozen` below, or the freezer's sum sees our increment.
         fence_after_rmw();
         // Acquire pairs with `clear_frozen`'s Release: an entry admitted after an unfreeze sees
-        // what was done while the queue was frozen (as `blk::gate`'s readers after a reset).
+        // what was done while the queue was frozen (as the drivers' reset gate's readers after a reset).
         if self.frozen.load(Ordering::Acquire) {
             Self::back_out(count);
             return false;

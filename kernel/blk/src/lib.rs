@@ -27,7 +27,6 @@ pub mod done;
 mod driver;
 mod error;
 mod freeze;
-pub mod gate;
 pub mod list;
 mod map;
 pub mod names;

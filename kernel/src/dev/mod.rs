@@ -140,7 +140,7 @@ pub fn run_floor(
     device: &str,
     bs: u32,
     how: &str,
-    mut run: impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<devhal::floor::FloorResult, FloorFailure>,
+    mut run: impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<drvkit::floor::FloorResult, FloorFailure>,
 ) -> alloc::vec::Vec<(&'static str, u64)> {
     let buffer = match crate::arch::memory::DmaBuffer::new(bs as usize, 4096) {
         Ok(b) => b,
@@ -193,8 +193,8 @@ fn median_burst(
     device: &str,
     depth: u16,
     buffer: &crate::arch::memory::DmaBuffer,
-    run: &mut impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<devhal::floor::FloorResult, FloorFailure>,
-) -> Result<devhal::floor::FloorResult, FloorFailure> {
+    run: &mut impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<drvkit::floor::FloorResult, FloorFailure>,
+) -> Result<drvkit::floor::FloorResult, FloorFailure> {
     let mut bursts = alloc::vec::Vec::with_capacity(FLOOR_BURSTS);
     for _ in 0..FLOOR_BURSTS {
         bursts.push(run(depth, buffer)?);

@@ -35,9 +35,9 @@ use crate::prp;
 pub const FLOOR_SLOTS: u32 = 32;
 
 /// Per-slot state of a floor command: devhal's floor slot states.
-use devhal::floor::slot::{ABANDONED, DONE_FAILED, DONE_OK, IDLE, IN_FLIGHT};
+use drvkit::floor::slot::{ABANDONED, DONE_FAILED, DONE_OK, IDLE, IN_FLIGHT};
 
-pub use devhal::floor::{FloorResult, FloorSpec};
+pub use drvkit::floor::{FloorResult, FloorSpec};
 
 /// The floor slots of every I/O queue and their states.
 pub(super) struct FloorSlots {
@@ -237,7 +237,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         // Reads still with the device keep their slots (ABANDONED) until their completions
         // arrive or a reset ends them: `FloorSlots::complete` frees them, so nothing is left
         // to hand back here.
-        devhal::floor::run(&port, slots.len(), spec, wait).result
+        drvkit::floor::run(&port, slots.len(), spec, wait).result
     }
 
     /// Floor slots of CPU `cpu`'s queue whose reads a stalled run left with the device, and
@@ -249,7 +249,7 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
     }
 }
 
-/// A floor run's view of one I/O queue (`devhal::floor::run`): slot `i` is command slot
+/// A floor run's view of one I/O queue (`drvkit::floor::run`): slot `i` is command slot
 /// `slots[i]`, one of the queue's floor slots.
 struct FloorRunPort<'a, M: SyncMmio, D: SyncDma, T: SyncDelay> {
     host: &'a Host<M, D, T>,
@@ -264,7 +264,7 @@ struct FloorRunPort<'a, M: SyncMmio, D: SyncDma, T: SyncDelay> {
     platform: &'a dyn blk::Platform,
 }
 
-impl<M: SyncMmio, D: SyncDma, T: SyncDelay> devhal::floor::FloorPort for FloorRunPort<'_, M, D, T> {
+impl<M: SyncMmio, D: SyncDma, T: SyncDelay> drvkit::floor::FloorPort for FloorRunPort<'_, M, D, T> {
     type Error = Error;
 
     fn state(&self, i: usize) -> &AtomicU8 {

@@ -4,20 +4,24 @@
 //! opens no window, and a poll that finds one tries again on its next pass. Without it, an
 //! interrupt opening a window on one CPU and a poll closing it on another could interleave
 //! "closed, unmask" between "mask" and "open" and leave the vector masked with the window closed:
-//! no one would poll and no interrupt would come. The loom model below checks the invariant.
+//! no one would poll and no interrupt would come. `tests/loom.rs` checks the invariant.
 
-#[cfg(not(all(loom, test)))]
-use core::sync::atomic::{AtomicBool, Ordering};
-#[cfg(all(loom, test))]
-use loom::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 
-pub(crate) struct PollWindow {
+/// One polling window (see the module docs).
+pub struct PollWindow {
     open: AtomicBool,
     switching: AtomicBool,
 }
 
+impl Default for PollWindow {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl PollWindow {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             open: AtomicBool::new(false),
             switching: AtomicBool::new(false),
@@ -26,7 +30,7 @@ impl PollWindow {
 
     /// Whether the window is open. Acquire pairs with the Release stores in `open`/`close`: a
     /// poller that sees it open also sees the mask write made before.
-    pub(crate) fn is_open(&self) -> bool {
+    pub fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
     }
 
@@ -44,7 +48,7 @@ impl PollWindow {
 
     /// Masks (through `mask`) and opens the window. False when it was already open or another
     /// switch was running (nothing done).
-    pub(crate) fn open(&self, mask: impl FnOnce()) -> bool {
+    pub fn open(&self, mask: impl FnOnce()) -> bool {
         if self.is_open() || !self.try_switch() {
             return false;
         }
@@ -59,7 +63,7 @@ impl PollWindow {
 
     /// Closes the window and unmasks (through `unmask`). False when it was not open or another
     /// switch was running (nothing done; the caller retries on its next pass).
-    pub(crate) fn close(&self, unmask: impl FnOnce()) -> bool {
+    pub fn close(&self, unmask: impl FnOnce()) -> bool {
         if !self.try_switch() {
             return false;
         }
@@ -73,42 +77,7 @@ impl PollWindow {
     }
 }
 
-#[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
-    use alloc::vec::Vec;
-    use loom::sync::Arc;
-
-    /// A window already open; a poll closes it while an interrupt on another CPU opens the next
-    /// one, in any interleaving: once both are done, the vector is masked exactly when the window
-    /// is open. (Without the try-lock, "closed" - "mask, open" - "unmask" leaves it open and
-    /// unmasked, and "closed" - "mask" - "unmask" - "open" the reverse; the model finds both.)
-    #[test]
-    fn the_vector_is_masked_exactly_while_the_window_is_open() {
-        loom::model(|| {
-            let window = Arc::new(PollWindow::new());
-            let masked = Arc::new(AtomicBool::new(false));
-            assert!(window.open(|| masked.store(true, Ordering::Relaxed)));
-            let mut handles = Vec::new();
-            for opener in [false, true] {
-                let (window, masked) = (window.clone(), masked.clone());
-                handles.push(loom::thread::spawn(move || {
-                    if opener {
-                        window.open(|| masked.store(true, Ordering::Relaxed));
-                    } else {
-                        window.close(|| masked.store(false, Ordering::Relaxed));
-                    }
-                }));
-            }
-            for h in handles {
-                h.join().unwrap();
-            }
-            assert_eq!(masked.load(Ordering::Relaxed), window.is_open());
-        });
-    }
-}
-
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -124,5 +93,19 @@ mod tests {
         assert!(!w.close(|| unmasks += 1), "already closed");
         assert_eq!((masks, unmasks), (1, 1));
         assert!(!w.is_open());
+    }
+
+    #[test]
+    fn a_switch_in_progress_makes_open_and_close_back_off() {
+        let w = PollWindow::new();
+        assert!(w.try_switch());
+        assert!(!w.open(|| panic!("masked during a switch")));
+        w.end_switch();
+        assert!(w.open(|| {}));
+        assert!(w.try_switch());
+        assert!(!w.close(|| panic!("unmasked during a switch")));
+        assert!(w.is_open(), "the closer retries on its next pass");
+        w.end_switch();
+        assert!(w.close(|| {}));
     }
 }
