@@ -1,6 +1,6 @@
 //! `cargo xtask fio-compare JOB.fio [--device nvme|md] [--smp N] [--disk-size SIZE]
 //! [--namespaces N] [--override KEY=VALUE]... [--timeout S] [--out DIR]`: the same fio job file run by real fio in
-//! the Linux peer guest (`../shared/tools/peer/`, fio 3.33) and by baremq, each on a fresh zeroed
+//! the Linux peer guest (`cargo xtask peer`, fio 3.33) and by baremq, each on a fresh zeroed
 //! disk behind the same QEMU controller, and the two documents compared.
 //!
 //! What is compared, per job (fio's `jobname`):
@@ -20,8 +20,9 @@
 //! blocks are counted over all disks, and fio's per-I/O log has no file column, so a clone that
 //! touched each block of each file once shows every offset N times.
 //!
-//! The peer's kernel and initramfs come from `$PEER_DIR` (default `/tmp/baremq-peer`; built with
-//! `run-peer.sh build` when missing). This command appends a second cpio archive to that
+//! The peer's kernel and initramfs are those of `cargo xtask peer build` (built first when
+//! missing, in `$BAREMQ_PEER_DIR`, default `~/.cache/baremq/peer`). This command appends a
+//! second cpio archive to that
 //! initramfs holding its own `/init` and the job file (Linux unpacks concatenated archives, the
 //! later file replacing the earlier). Both documents, the consoles and a Markdown table are
 //! written to the output directory. It boots Linux under TCG: minutes, a manual command, not CI.
@@ -147,34 +148,6 @@ pub fn force_settings(job_file: &str, settings: &[(String, String)]) -> String {
     out
 }
 
-/// One file of a cpio "newc" archive.
-fn cpio_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], inode: u32) {
-    let header = format!(
-        "070701{inode:08x}{mode:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
-        0,
-        0,
-        1,
-        0,
-        data.len(),
-        0,
-        0,
-        0,
-        0,
-        name.len() + 1,
-        0
-    );
-    out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(name.as_bytes());
-    out.push(0);
-    while !out.len().is_multiple_of(4) {
-        out.push(0);
-    }
-    out.extend_from_slice(data);
-    while !out.len().is_multiple_of(4) {
-        out.push(0);
-    }
-}
-
 /// `base` (the peer's initramfs), padded to 4 bytes, followed by an uncompressed archive with
 /// `files` (`name`, mode, contents; directories with mode `0o040755` and no contents).
 pub fn append_cpio(base: &[u8], files: &[(&str, u32, &[u8])]) -> Vec<u8> {
@@ -182,10 +155,12 @@ pub fn append_cpio(base: &[u8], files: &[(&str, u32, &[u8])]) -> Vec<u8> {
     while !out.len().is_multiple_of(4) {
         out.push(0);
     }
-    for (index, (name, mode, data)) in files.iter().enumerate() {
-        cpio_entry(&mut out, name, *mode, data, 0x4000 + index as u32);
+    // Inode numbers clear of the base archive's.
+    let mut archive = crate::peer::cpio::Archive::with_first_inode(0x4000);
+    for (name, mode, data) in files {
+        archive.member(name, *mode, data);
     }
-    cpio_entry(&mut out, "TRAILER!!!", 0, &[], 0);
+    out.extend(archive.finish());
     out
 }
 
@@ -562,37 +537,6 @@ fn read_with_fio_tools(json: &Path, document: &Value, dir: &Path, side: &str) ->
     lines
 }
 
-fn run_peer_build(peer_dir: &Path) -> Result<(), String> {
-    let script = root().join("../shared/tools/peer/run-peer.sh");
-    if !script.is_file() {
-        return Err(format!(
-            "the Linux peer is not built in {} and {} is not there to build it: set PEER_DIR to a built peer \
-             (kernel/, initrd-static.cpio.gz)",
-            peer_dir.display(),
-            script.display()
-        ));
-    }
-    println!("xtask: building the Linux peer in {} (minutes)", peer_dir.display());
-    crate::sh(
-        std::process::Command::new("bash")
-            .arg(&script)
-            .arg("build")
-            .env("PEER_DIR", peer_dir),
-    )
-}
-
-fn peer_kernel(peer_dir: &Path) -> Option<PathBuf> {
-    let boot = peer_dir.join("kernel/boot");
-    fs::read_dir(&boot)
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
-        })
-}
-
 pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     let (args, words) = crate::split_dashdash(args);
     let mut job: Option<PathBuf> = None;
@@ -695,12 +639,8 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     }
 
     // The peer.
-    let peer_dir = PathBuf::from(std::env::var("PEER_DIR").unwrap_or_else(|_| "/tmp/baremq-peer".into()));
-    let base_initrd = peer_dir.join("initrd-static.cpio.gz");
-    if peer_kernel(&peer_dir).is_none() || !base_initrd.is_file() {
-        run_peer_build(&peer_dir)?;
-    }
-    let kernel = peer_kernel(&peer_dir).ok_or(format!("no kernel/boot/vmlinuz-* in {}", peer_dir.display()))?;
+    let built = crate::peer::ensure_built(&crate::peer::default_dir()?)?;
+    let (kernel, base_initrd) = (built.kernel_image, built.initrd);
     let (modules, linux_dev) = guest_device(device);
     let baremq_dev = device.block_device();
     // Namespace k of controller 0 is nvme0nK on both sides.

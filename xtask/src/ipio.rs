@@ -2,12 +2,12 @@
 //! (`xtask/scripts/tcg-profile/tbstats.c`, `mmio=on`) counts every guest instruction, memory
 //! access and device-memory (MMIO) read and write of a run; two runs that differ only in job
 //! length give the marginal cost of one I/O (boot and set-up cancel out). The counts do not move
-//! with the host's load, so one run judges a change (issue 22); a per-function table shows where
+//! with the host's load, so one run judges a change; a per-function table shows where
 //! the instructions and the MMIO accesses are.
 //!
 //! ```text
 //! cargo xtask ipio [--device null|md|nvme|fusion] [--qd N] [--top N] [--kernel ELF]
-//!                   [--linux [--peer run-peer.sh]]
+//!                   [--linux]
 //! cargo xtask ipio --check [--budget FILE] [--device D] [--qd N] [--kernel ELF]
 //! ```
 //!
@@ -15,8 +15,8 @@
 //! given device and depth) and fails, naming each figure, when a count per I/O is over its
 //! budget: an exact instruction budget, run by `cargo xtask test`.
 //!
-//! `--linux` also measures the Linux peer guest on the same device ([`crate::ipio_linux`]) and
-//! prints both side by side.
+//! `--linux` also measures the Linux peer guest (`cargo xtask peer`) on the same device
+//! ([`crate::ipio_linux`]) and prints both side by side.
 //!
 //! `--kernel` measures a kernel built elsewhere (another commit's, for a before/after) instead
 //! of building this tree's.
@@ -494,11 +494,6 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     let mut linux = false;
     let mut check = false;
     let mut budget_path = root().join(BUDGET_FILE);
-    // Where `xtask/scripts/side-by-side.sh` finds the peer too (`PEER_TOOLS` overrides).
-    let mut peer = std::env::var_os("PEER_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared/tools/peer"))
-        .join("run-peer.sh");
     let mut i = 0;
     while i < args.len() {
         let value = |i: &mut usize| -> Result<&String, String> {
@@ -517,7 +512,6 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
                 );
             }
             "--linux" => linux = true,
-            "--peer" => peer = PathBuf::from(value(&mut i)?),
             "--check" => check = true,
             "--budget" => {
                 budget_path = PathBuf::from(value(&mut i)?);
@@ -579,7 +573,7 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     }
     println!("\n(plugin output in {})", measurer.dir.display());
     if linux {
-        let l = crate::ipio_linux::measure(&peer, &measurer.plugin, &measurer.dir, name, qd)?;
+        let l = crate::ipio_linux::measure(&measurer.plugin, &measurer.dir, name, qd)?;
         println!(
             "\nLinux 6.1 + fio (io_uring) {name} 4k randread QD{qd}, 1 vCPU: per I/O {:.0} instructions, \
              {:.2} MMIO reads, {:.2} MMIO writes",

@@ -1,12 +1,11 @@
-//! `cargo xtask ipio --linux`: Linux's side of the per-I/O count. The peer guest (Linux 6.1 and
-//! fio with io_uring, built and run by the shared peer tools' `run-peer.sh`, outside this
-//! repository) runs the same 4k random-read job on the same emulated device under the same TCG
-//! plugin (`mmio=on`), twice with runtimes that differ; the marginal instructions and MMIO
-//! accesses per I/O are printed beside baremq's. fio cannot bound its peer jobs by I/O count, so
-//! these runs are timed (2 s and 6 s) and, unlike baremq's, move slightly with the host's load.
+//! `cargo xtask ipio --linux`: Linux's side of the per-I/O count. The peer guest of
+//! `cargo xtask peer` (Linux 6.1 and fio with io_uring) runs the same 4k random-read job on the
+//! same emulated device under the same TCG plugin (`mmio=on`), twice with runtimes that differ;
+//! the marginal instructions and MMIO accesses per I/O are printed beside baremq's. fio cannot
+//! bound its peer jobs by I/O count, so these runs are timed (2 s and 6 s) and, unlike baremq's,
+//! move slightly with the host's load.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 /// The peer's fio runtimes (seconds) whose difference is measured.
 const LINUX_RUNTIMES_S: [u32; 2] = [2, 6];
@@ -87,48 +86,36 @@ pub fn peer_scenario(device: &str, qd: u32) -> Result<(&'static str, &'static st
 }
 
 /// Runs the peer twice under the plugin; returns per-I/O (instructions, MMIO reads, writes).
-pub fn measure(peer_script: &Path, plugin: &Path, dir: &Path, device: &str, qd: u32) -> Result<[f64; 3], String> {
-    if !peer_script.is_file() {
-        return Err(format!(
-            "--linux needs the peer tools' run-peer.sh, not found at {} (give --peer PATH)",
-            peer_script.display()
-        ));
-    }
+pub fn measure(plugin: &Path, dir: &Path, device: &str, qd: u32) -> Result<[f64; 3], String> {
     let (scenario, job) = peer_scenario(device, qd)?;
-    let peer_dir = std::env::var_os("PEER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("baremq-peer"));
+    let scenario = crate::peer::run::Scenario::parse(scenario)?;
+    let built = crate::peer::ensure_built(&crate::peer::default_dir()?)?;
     let mut runs = Vec::new();
     for runtime in LINUX_RUNTIMES_S {
         let out = dir.join(format!("linux-{device}-qd{qd}-{runtime}s.txt"));
         let _ = std::fs::remove_file(&out);
         let _ = std::fs::remove_file(out.with_extension("txt.mmio"));
-        let rep = format!("ipio{runtime}");
-        println!("xtask: ipio: Linux {scenario} {job}, {runtime} s under the TCG plugin");
-        let status = Command::new("bash")
-            .arg(peer_script)
-            .args([scenario, "1", &rep])
-            .env(
-                "QEMU_EXTRA",
-                format!("-plugin {},arg=out={},arg=mmio=on", plugin.display(), out.display()),
-            )
-            .env("JOBS", job)
-            .env("NBMODES", "irq0")
-            .env("RUNTIME", runtime.to_string())
-            .env("RAMP", "0")
-            .env("DUMPJSON", "1")
-            .env("ACCEL", "tcg")
-            .env("GUEST_TIMEOUT", "1200")
-            .env("PEER_DIR", &peer_dir)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .map_err(|e| format!("running {}: {e}", peer_script.display()))?;
-        if !status.success() {
-            return Err(format!("{} {scenario} failed ({status})", peer_script.display()));
-        }
-        let log = peer_dir.join(format!("results/{scenario}-tcg-smp1-r{rep}.log"));
+        println!(
+            "xtask: ipio: Linux {} {job}, {runtime} s under the TCG plugin",
+            scenario.name()
+        );
+        let mut options = crate::peer::run::RunOptions::new(scenario, 1, &format!("ipio{runtime}"));
+        options.qemu_extra = vec![
+            "-plugin".into(),
+            format!("{},arg=out={},arg=mmio=on", plugin.display(), out.display()),
+        ];
+        options.jobs = Some(vec![job.to_string()]);
+        options.nbmodes = Some(vec!["irq0".to_string()]);
+        options.runtime_s = runtime;
+        options.ramp_s = 0;
+        options.json = true;
+        options.timeout_s = 1200;
+        let outcome = crate::peer::run::run(&built, &options)?;
+        outcome
+            .verdict()
+            .map_err(|e| format!("the Linux peer's {} run failed: {e}", outcome.tag))?;
         let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()));
-        let ios = peer_ios(&read(&log)?)?;
+        let ios = peer_ios(&read(&outcome.log)?)?;
         let t = totals(&read(&out)?, &read(&out.with_extension("txt.mmio")).unwrap_or_default())?;
         runs.push((t, ios));
     }

@@ -102,13 +102,12 @@ commands:
                                   exact (TCG plugin, two job lengths), with a per-function table
       --device null|md|nvme|fusion   (default null)   --qd N (default 32)   --top N (default 20)
       --kernel ELF                   measure a kernel built elsewhere (a before/after)
-      --linux [--peer run-peer.sh]   also the Linux peer guest, side by side (default peer:
-                                     $PEER_TOOLS or ../shared/tools/peer, then run-peer.sh)
+      --linux                        also the Linux peer guest (`cargo xtask peer`), side by side
       --check [--budget FILE]        measure every line of xtask/ipio-budget.txt (or FILE; only
                                      --device / --qd when given) and fail, naming the figures,
                                      when a count is over its budget (run by `test`)
   fio-compare JOB.fio | -- WORDS  the same job file (or fio command-line words) by real fio (fio 3.33
-                                  in the Linux peer guest, $PEER_DIR, default /tmp/baremq-peer) and
+                                  in the Linux peer guest of `cargo xtask peer`) and
                                   by baremq, each on a fresh
                                   disk behind the same QEMU controller: I/O counts, groups, jobs run at
                                   the same time, blocks touched; table and documents in
