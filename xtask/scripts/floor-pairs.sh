@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 22's floor goal, judged on a noisy host: md0 and NVMe 4k randread QD32 on cpu0 against the
+# How close the kernel comes to the device floor, judged on a noisy host: md0 and NVMe 4k randread
+# QD32 on cpu0 against the
 # device floor measured right before each job, many times. Each boot runs JOBS short QD32 jobs, each
 # after its own QD32-only floor (`floor.depths=32`, `megasas.floor=` / `nvme.floor=`), so a job and
 # its floor are seconds apart and a change in the host's load falls on both; the configurations are

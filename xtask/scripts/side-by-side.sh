@@ -4,21 +4,23 @@
 # before each job). One table per run: compare the ratios, not absolutes (TCG, shared host).
 #
 #   xtask/scripts/side-by-side.sh [md|nvme] [SMP] [RUNTIME_S]        (from the checkout)
+#   xtask/scripts/side-by-side.sh SMP [RUNTIME_S]                    (md)
 #
 # md: megasas-gen2 on an 8 GiB null-co disk (`megasas.floor=`); nvme: QEMU nvme with one queue pair
 # per vCPU on the same backend (`nvme.floor=`). Jobs on both sides: 4k randread QD1 (one CPU),
 # 4k randread QD32 on every CPU, 128k sequential read QD8 and 4k randwrite QD32 (one CPU each).
-# The Linux side is ../shared/tools/peer/run-peer.sh (PEER_TOOLS overrides where it lives); its
-# first run builds the guest under $PEER_DIR (a few minutes).
+# The Linux side is `cargo xtask peer run` (xtask/README.md); its first run builds the guest under
+# $BAREMQ_PEER_DIR (default ~/.cache/baremq/peer: a download and a few minutes).
 #
 # IPIO=1 adds a second table: the exact work per I/O of both systems on the same device
 # (`cargo xtask ipio --device DEV --linux`: guest instructions and MMIO reads/writes per I/O,
 # 4k randread QD32 on 1 vCPU whatever SMP is; about 5 more minutes for the two Linux boots).
 set -u
-DEV=${1:-md}; SMP=${2:-1}; RT=${3:-5}
+case ${1:-md} in
+  [0-9]*) DEV=md; SMP=$1; RT=${2:-5} ;;
+  *) DEV=${1:-md}; SMP=${2:-1}; RT=${3:-5} ;;
+esac
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
-PEER=${PEER_TOOLS:-$ROOT/../shared/tools/peer}
-[ -x "$PEER/run-peer.sh" ] || { echo "side-by-side: no Linux peer at $PEER (set PEER_TOOLS)" >&2; exit 2; }
 (cd "$ROOT" && cargo xtask build >/dev/null 2>&1) || { echo "side-by-side: kernel build failed" >&2; exit 1; }
 K=$ROOT/target/x86_64-unknown-none/release/kernel
 BIOS=(); [ -f /usr/share/qemu/qboot.rom ] && BIOS=(-bios /usr/share/qemu/qboot.rom)
@@ -44,8 +46,9 @@ boot ours "$FLOOR" runtime="${RT}s" device=$NAME job=rr4k_qd1 rw=randread bs=4k 
   job=rr4k_qd32 rw=randread bs=4k iodepth=32 cpus=0-$LAST job=sr128k_qd8 rw=read bs=128k iodepth=8 cpus=0 \
   job=rw4k_qd32 rw=randwrite bs=4k iodepth=32 cpus=0
 boot first runtime=200ms device=$NAME rw=randread bs=4k iodepth=1 cpus=0
-(cd "$PEER" && JOBS=rr4k_qd1,rr4k_qd32,sr128k_qd8,rw4k_qd32 RUNTIME=$RT RAMP=1 ./run-peer.sh $SCN "$SMP" sbs \
-  >"$W/linux.out" 2>&1)
+(cd "$ROOT" && cargo xtask peer run "$SCN" "$SMP" sbs --jobs rr4k_qd1,rr4k_qd32,sr128k_qd8,rw4k_qd32 \
+  --runtime "$RT" --ramp 1 >"$W/linux.out" 2>&1) \
+  || { echo "side-by-side: the Linux peer failed (its figures may be missing):" >&2; tail -3 "$W/linux.out" >&2; }
 python3 - "$W" "$DEV" "$SMP" "$RT" <<'PY'
 import json, re, sys
 W, dev, smp, rt = sys.argv[1:5]
@@ -101,7 +104,7 @@ if [ "${IPIO:-0}" = 1 ]; then
   echo
   echo "Work per I/O, exact (cargo xtask ipio --device $DEV --linux: TCG plugin, 4k randread QD32, 1 vCPU):"
   echo
-  (cd "$ROOT" && cargo xtask ipio --device "$DEV" --linux --peer "$PEER/run-peer.sh" >"$W/ipio.out" 2>&1) \
+  (cd "$ROOT" && cargo xtask ipio --device "$DEV" --linux >"$W/ipio.out" 2>&1) \
     && grep '^|' "$W/ipio.out" \
     || { echo "side-by-side: IPIO=1: cargo xtask ipio failed:" >&2; tail -5 "$W/ipio.out" >&2; exit 1; }
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One vCPU against two, and the device floor, in one interleaved run (issue 22): md0 and NVMe
+# One vCPU against two, and the device floor, in one interleaved run: md0 and NVMe
 # 4k randread, QD1 on CPU 0 and on the last CPU (p50, IOPS, completion IPIs per I/O: the last CPU is
 # not the one MegaRAID's single vector is aimed at) and QD32 (IOPS against the floor the kernel measures
 # just before each job: `megasas.floor=` / `nvme.floor=`), each configuration booted ROUNDS times
