@@ -392,7 +392,7 @@ mod tests {
         assert_eq!(ours["timestamp"], 1_764_589_414);
     }
 
-    /// The paths fio-plot, PKB, lkp and kubestr read (reference §5.1-5.2) hold the measured figures.
+    /// The paths fio-plot, PerfKitBenchmarker, lkp-tests and kubestr read hold the measured figures.
     #[test]
     fn consumers_fields_hold_consistent_measured_values() {
         let ours = document(FioOutputFormat::Json);
@@ -463,7 +463,7 @@ mod tests {
         assert!(r.as_u64().unwrap() > 2 * w.as_u64().unwrap() && w.as_u64().unwrap() > 0);
     }
 
-    /// The 13 paths fio-plot needs for every chart type (reference §5.2, measured by deleting
+    /// The 13 paths fio-plot needs for every chart type (measured by deleting
     /// fields from real fio output until fio-plot failed), for both directions, plus what PKB,
     /// lkp and kubestr read (§5.1), each with fio's JSON type.
     #[test]

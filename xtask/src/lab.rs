@@ -1,10 +1,11 @@
-//! `cargo xtask lab`: the seeds' experiments on one machine in one command (issue 13).
+//! `cargo xtask lab`: the experiments of the Linux threads baremq starts from (docs/background.md),
+//! on one machine in one command.
 //!
 //! Per device kind, one set of boots (jobs packed into boots exactly as `cargo xtask bench` does,
 //! through its matrix, runner, results and plot code) runs:
 //! - (a) the three quiesce designs (`lockfree`, `locked`, `sleeping`) with every CPU submitting
 //!   and completing at once, sweeping CPUs and queue depth, for sequential 128k reads (the
-//!   seeds' workload) and 4k random reads;
+//!   threads' workload) and 4k random reads;
 //! - (b) the four completion policies (irq, local, remote, poll) under each quiesce design at
 //!   one reference point.
 //!
@@ -150,7 +151,7 @@ fn lab_matrix(quick: bool, devices: &'static [DeviceKind]) -> Matrix {
     let reference: &'static [u32] = if quick { &[2] } else { &[4] };
     Matrix {
         name: if quick { "lab-quick" } else { "lab" },
-        about: "the seeds' quiesce designs and the completion policies, per device",
+        about: "the quiesce designs of the Linux threads and the completion policies, per device",
         smp: top,
         mem: if quick { "512M" } else { "1G" },
         runtime_ms: if quick { 500 } else { 2000 },

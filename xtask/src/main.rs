@@ -86,7 +86,7 @@ commands:
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
-  lab [options]                   the seeds' experiments (quiesce designs x CPUs x depth, completion
+  lab [options]                   the Linux threads' experiments (quiesce designs x CPUs x depth, completion
                                   policies) per device; table, CSV and plots in target/lab/
       --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see docs/lab.md)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
