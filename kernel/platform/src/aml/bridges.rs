@@ -7,8 +7,9 @@ use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::interp::{Interpreter, Object};
+use super::interp::Interpreter;
 use super::name::Path;
+use super::object::Object;
 use super::resource::{self, Window, WindowKind};
 use crate::error::Error;
 

@@ -5,20 +5,38 @@
 //!
 //! Every failure is an error value: the kernel reports it and falls back to
 //! the MCFG bus scan and the firmware interrupt line.
+//!
+//! The interpreter, one concept a file: `interp` (its state and bounds),
+//! `object` (AML objects and places), `reader` (the byte stream), `namespace`
+//! (definitions and name search), `exec` (term lists, control flow, method
+//! calls), `eval` (expressions), `place` (operands that name a place; reads
+//! and stores), `convert` (implicit conversions), `field` (fields and buffer
+//! fields), `region` (operation regions and their handler) and `query` (what
+//! the kernel asks). `bridges` and `resource` use it for host bridges and
+//! `_PRT`; `name` holds AML names.
 
 mod bridges;
+mod convert;
+mod eval;
+mod exec;
+mod field;
 mod interp;
 mod name;
+mod namespace;
+mod object;
+mod place;
+mod query;
+mod reader;
+mod region;
 pub mod resource;
 
 pub use bridges::{
     DeviceProximity, Discovery, HostBridge, Problem, PrtRoute, PrtScope, PrtTable, RouteSource, discover,
 };
-pub use interp::{
-    FieldKind, FixedRegions, Interpreter, LoadProblem, MAX_DEPTH, Object, Place, RegionHandler, RegionSpace,
-    STACK_BUDGET, STEPS_IN_ALL, STEPS_PER_EVALUATION, ScopeKind,
-};
+pub use interp::{Interpreter, LoadProblem, MAX_DEPTH, STACK_BUDGET, STEPS_IN_ALL, STEPS_PER_EVALUATION};
 pub use name::{NameString, Path, Seg, eisa_id_text};
+pub use object::{FieldKind, Object, Place, ScopeKind};
+pub use region::{FixedRegions, RegionHandler, RegionSpace};
 pub use resource::{Interrupt, Resources, Window, WindowKind};
 
 use alloc::vec::Vec;
