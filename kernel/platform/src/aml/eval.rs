@@ -12,6 +12,7 @@ use super::exec::Frame;
 use super::interp::{Interpreter, MAX_OBJECT_BYTES};
 use super::name::{Path, is_name_start};
 use super::object::{Object, Place, ScopeKind};
+use super::opcode::*;
 use super::reader::Reader;
 use crate::error::Result;
 
@@ -35,28 +36,28 @@ impl<'h> Interpreter<'h> {
         let a = self.eval_int(f, r)?;
         let b = self.eval_int(f, r)?;
         let value = match op {
-            0x72 => a.wrapping_add(b),
-            0x74 => a.wrapping_sub(b),
-            0x77 => a.wrapping_mul(b),
-            0x79 => {
+            ADD_OP => a.wrapping_add(b),
+            SUBTRACT_OP => a.wrapping_sub(b),
+            MULTIPLY_OP => a.wrapping_mul(b),
+            SHIFT_LEFT_OP => {
                 if b >= 64 {
                     0
                 } else {
                     a << b
                 }
             }
-            0x7A => {
+            SHIFT_RIGHT_OP => {
                 if b >= 64 {
                     0
                 } else {
                     a >> b
                 }
             }
-            0x7B => a & b,
-            0x7C => !(a & b),
-            0x7D => a | b,
-            0x7E => !(a | b),
-            0x7F => a ^ b,
+            AND_OP => a & b,
+            NAND_OP => !(a & b),
+            OR_OP => a | b,
+            NOR_OP => !(a | b),
+            XOR_OP => a ^ b,
             _ => {
                 if b == 0 {
                     return Err(self.err(r, "Mod by zero", 0));
@@ -73,12 +74,14 @@ impl<'h> Interpreter<'h> {
     fn eval_inner(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Object> {
         let op = self.byte(r)?;
         match op {
-            0x00..=0x0E | 0xFF | 0x11..=0x13 | 0x60..=0x6E => self.eval_data(f, r, op),
-            0x73 | 0x83 | 0x84 | 0x87..=0x8F => self.eval_objects(f, r, op),
-            0x70..=0x82 | 0x85 => self.eval_arith(f, r, op),
-            0x90..=0x95 => self.eval_logic(f, r, op),
-            0x96..=0x9E => self.eval_convert(f, r, op),
-            0x5B => self.eval_ext_expr(f, r),
+            ZERO_OP..=QWORD_PREFIX | ONES_OP | BUFFER_OP..=VAR_PACKAGE_OP | LOCAL0_OP..=ARG6_OP => {
+                self.eval_data(f, r, op)
+            }
+            CONCAT_OP | DEREF_OF_OP | CONCAT_RES_OP | SIZE_OF_OP..=CREATE_QWORD_FIELD_OP => self.eval_objects(f, r, op),
+            STORE_OP..=FIND_SET_RIGHT_BIT_OP | MOD_OP => self.eval_arith(f, r, op),
+            LAND_OP..=LLESS_OP => self.eval_logic(f, r, op),
+            TO_BUFFER_OP..=MID_OP => self.eval_convert(f, r, op),
+            EXT_OP_PREFIX => self.eval_ext_expr(f, r),
             b if is_name_start(b) => self.eval_name(f, r, op),
             _ => Err(self.err(r, "unsupported opcode", u64::from(op))),
         }
@@ -88,14 +91,14 @@ impl<'h> Interpreter<'h> {
     #[inline(never)]
     fn eval_data(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
         let value = match op {
-            0x00 => Object::Integer(0),
-            0x01 => Object::Integer(1),
-            0xFF => Object::Integer(self.ones()),
-            0x0A => Object::Integer(self.le(r, 1)?),
-            0x0B => Object::Integer(self.le(r, 2)?),
-            0x0C => Object::Integer(self.le(r, 4)?),
-            0x0E => Object::Integer(self.le(r, 8)? & self.ones()),
-            0x0D => {
+            ZERO_OP => Object::Integer(0),
+            ONE_OP => Object::Integer(1),
+            ONES_OP => Object::Integer(self.ones()),
+            BYTE_PREFIX => Object::Integer(self.le(r, 1)?),
+            WORD_PREFIX => Object::Integer(self.le(r, 2)?),
+            DWORD_PREFIX => Object::Integer(self.le(r, 4)?),
+            QWORD_PREFIX => Object::Integer(self.le(r, 8)? & self.ones()),
+            STRING_PREFIX => {
                 let mut s = String::new();
                 loop {
                     let b = self.byte(r)?;
@@ -106,7 +109,7 @@ impl<'h> Interpreter<'h> {
                 }
                 Object::String(s)
             }
-            0x11 => {
+            BUFFER_OP => {
                 let end = self.pkg_end(r)?;
                 let saved_end = core::mem::replace(&mut r.end, end);
                 let size = self.eval_int(f, r);
@@ -122,17 +125,17 @@ impl<'h> Interpreter<'h> {
                 r.pos = end;
                 Object::Buffer(bytes)
             }
-            0x12 | 0x13 => {
+            PACKAGE_OP | VAR_PACKAGE_OP => {
                 let end = self.pkg_end(r)?;
                 let saved_end = core::mem::replace(&mut r.end, end);
-                let result = self.package_body(f, r, op == 0x13);
+                let result = self.package_body(f, r, op == VAR_PACKAGE_OP);
                 r.end = saved_end;
                 r.pos = end;
                 Object::Package(result?)
             }
-            0x60..=0x67 => f.locals[usize::from(op - 0x60)].clone(),
-            0x68..=0x6E => {
-                let value = f.args.get(usize::from(op - 0x68)).cloned().unwrap_or_default();
+            LOCAL0_OP..=LOCAL7_OP => f.locals[usize::from(op - LOCAL0_OP)].clone(),
+            ARG0_OP..=ARG6_OP => {
+                let value = f.args.get(usize::from(op - ARG0_OP)).cloned().unwrap_or_default();
                 match value {
                     Object::Reference(place) => self.read_place(f, &place)?,
                     other => other,
@@ -147,15 +150,16 @@ impl<'h> Interpreter<'h> {
     #[inline(never)]
     fn eval_arith(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
         let value = match op {
-            0x70 => {
+            STORE_OP => {
                 let value = self.eval(f, r)?;
                 self.store_to_target(f, r, value)?
             }
-            0x71 => Object::Reference(Box::new(self.target(f, r)?)),
-            0x72 | 0x74 | 0x77 | 0x79 | 0x7A | 0x7B | 0x7C | 0x7D | 0x7E | 0x7F | 0x85 => {
+            REF_OF_OP => Object::Reference(Box::new(self.target(f, r)?)),
+            ADD_OP | SUBTRACT_OP | MULTIPLY_OP | SHIFT_LEFT_OP | SHIFT_RIGHT_OP | AND_OP | NAND_OP | OR_OP | NOR_OP
+            | XOR_OP | MOD_OP => {
                 return self.binary(f, r, op);
             }
-            0x78 => {
+            DIVIDE_OP => {
                 let a = self.eval_int(f, r)?;
                 let b = self.eval_int(f, r)?;
                 if b == 0 {
@@ -167,11 +171,11 @@ impl<'h> Interpreter<'h> {
                 self.store(f, &quotient, Object::Integer(a / b))?;
                 Object::Integer(a / b)
             }
-            0x80..=0x82 => {
+            NOT_OP..=FIND_SET_RIGHT_BIT_OP => {
                 let a = self.eval_int(f, r)?;
                 let value = match op {
-                    0x80 => !a & self.ones(),
-                    0x81 => {
+                    NOT_OP => !a & self.ones(),
+                    FIND_SET_LEFT_BIT_OP => {
                         if a == 0 {
                             0
                         } else {
@@ -188,12 +192,12 @@ impl<'h> Interpreter<'h> {
                 };
                 self.store_to_target(f, r, Object::Integer(value))?
             }
-            0x75 | 0x76 => {
+            INCREMENT_OP | DECREMENT_OP => {
                 let place = self.target(f, r)?;
                 let current = self.read_place(f, &place)?;
                 let scope = f.scope.clone();
                 let current = self.integer_of(&current, &scope, r.pos)?;
-                let value = if op == 0x75 {
+                let value = if op == INCREMENT_OP {
                     current.wrapping_add(1)
                 } else {
                     current.wrapping_sub(1)
@@ -210,13 +214,13 @@ impl<'h> Interpreter<'h> {
     #[inline(never)]
     fn eval_objects(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
         let value = match op {
-            0x73 => {
+            CONCAT_OP => {
                 let a = self.eval(f, r)?;
                 let b = self.eval(f, r)?;
                 let value = self.concat(a, b, r)?;
                 self.store_to_target(f, r, value)?
             }
-            0x84 => {
+            CONCAT_RES_OP => {
                 let a = self.eval(f, r)?;
                 let b = self.eval(f, r)?;
                 let mut bytes = self.to_buffer(&a, r)?;
@@ -228,11 +232,11 @@ impl<'h> Interpreter<'h> {
                 let value = Object::Buffer(bytes);
                 self.store_to_target(f, r, value)?
             }
-            0x83 => {
+            DEREF_OF_OP => {
                 let value = self.eval(f, r)?;
                 self.deref(f, value, r)?
             }
-            0x87 => {
+            SIZE_OF_OP => {
                 let place = self.target(f, r)?;
                 let value = self.read_place(f, &place)?;
                 let value = self.deref(f, value, r)?;
@@ -243,9 +247,9 @@ impl<'h> Interpreter<'h> {
                     _ => return Err(self.err(r, "SizeOf an object without a size", 0)),
                 })
             }
-            0x88 => {
+            INDEX_OP => {
                 let base = match self.peek(r) {
-                    Some(b) if (0x60..=0x6E).contains(&b) || is_name_start(b) => {
+                    Some(b) if (LOCAL0_OP..=ARG6_OP).contains(&b) || is_name_start(b) => {
                         let place = self.target(f, r)?;
                         // A local or argument holding a reference indexes what it refers to.
                         match self.place_value_if_reference(f, &place) {
@@ -269,7 +273,7 @@ impl<'h> Interpreter<'h> {
                 let value = Object::Reference(Box::new(reference));
                 self.store_to_target(f, r, value)?
             }
-            0x89 => {
+            MATCH_OP => {
                 let package = self.eval(f, r)?;
                 let package = self.deref(f, package, r)?;
                 let op1 = self.byte(r)?;
@@ -281,11 +285,12 @@ impl<'h> Interpreter<'h> {
                     return Err(self.err(r, "Match on something other than a package", 0));
                 };
                 let test = |op: u8, value: u64, operand: u64| match op {
-                    0 => true,
-                    1 => value == operand,
-                    2 => value <= operand,
-                    3 => value < operand,
-                    4 => value >= operand,
+                    MTR => true,
+                    MEQ => value == operand,
+                    MLE => value <= operand,
+                    MLT => value < operand,
+                    MGE => value >= operand,
+                    // MGT, and any other value.
                     _ => value > operand,
                 };
                 let mut found = self.ones();
@@ -300,7 +305,7 @@ impl<'h> Interpreter<'h> {
                 }
                 Object::Integer(found)
             }
-            0x8E => {
+            OBJECT_TYPE_OP => {
                 let place = self.target(f, r)?;
                 let code = match &place {
                     Place::Named(path) => match self.nodes.get(path) {
@@ -330,7 +335,11 @@ impl<'h> Interpreter<'h> {
                 };
                 Object::Integer(code)
             }
-            0x8A | 0x8B | 0x8C | 0x8D | 0x8F => {
+            CREATE_DWORD_FIELD_OP
+            | CREATE_WORD_FIELD_OP
+            | CREATE_BYTE_FIELD_OP
+            | CREATE_BIT_FIELD_OP
+            | CREATE_QWORD_FIELD_OP => {
                 self.create_field(f, r, op)?;
                 Object::Integer(0)
             }
@@ -343,23 +352,27 @@ impl<'h> Interpreter<'h> {
     #[inline(never)]
     fn eval_logic(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
         let value = match op {
-            0x90 | 0x91 => {
+            LAND_OP | LOR_OP => {
                 let a = self.eval_int(f, r)?;
                 let b = self.eval_int(f, r)?;
-                let truth = if op == 0x90 { a != 0 && b != 0 } else { a != 0 || b != 0 };
+                let truth = if op == LAND_OP {
+                    a != 0 && b != 0
+                } else {
+                    a != 0 || b != 0
+                };
                 self.boolean(truth)
             }
-            0x92 => {
+            LNOT_OP => {
                 let a = self.eval_int(f, r)?;
                 self.boolean(a == 0)
             }
-            0x93..=0x95 => {
+            LEQUAL_OP..=LLESS_OP => {
                 let a = self.eval(f, r)?;
                 let b = self.eval(f, r)?;
                 let ordering = self.compare(&a, &b, r)?;
                 let truth = match op {
-                    0x93 => ordering == core::cmp::Ordering::Equal,
-                    0x94 => ordering == core::cmp::Ordering::Greater,
+                    LEQUAL_OP => ordering == core::cmp::Ordering::Equal,
+                    LGREATER_OP => ordering == core::cmp::Ordering::Greater,
                     _ => ordering == core::cmp::Ordering::Less,
                 };
                 self.boolean(truth)
@@ -373,22 +386,22 @@ impl<'h> Interpreter<'h> {
     #[inline(never)]
     fn eval_convert(&mut self, f: &mut Frame, r: &mut Reader, op: u8) -> Result<Object> {
         let value = match op {
-            0x96 => {
+            TO_BUFFER_OP => {
                 let a = self.eval(f, r)?;
                 let value = Object::Buffer(self.to_buffer(&a, r)?);
                 self.store_to_target(f, r, value)?
             }
-            0x97 | 0x98 => {
+            TO_DECIMAL_STRING_OP | TO_HEX_STRING_OP => {
                 let a = self.eval(f, r)?;
                 let text = match &a {
-                    Object::Integer(v) if op == 0x97 => alloc::format!("{v}"),
+                    Object::Integer(v) if op == TO_DECIMAL_STRING_OP => alloc::format!("{v}"),
                     Object::Integer(v) => alloc::format!("0x{v:X}"),
                     Object::String(s) => s.clone(),
                     Object::Buffer(b) => {
                         let parts: Vec<String> = b
                             .iter()
                             .map(|x| {
-                                if op == 0x97 {
+                                if op == TO_DECIMAL_STRING_OP {
                                     alloc::format!("{x}")
                                 } else {
                                     alloc::format!("0x{x:02X}")
@@ -402,7 +415,7 @@ impl<'h> Interpreter<'h> {
                 let value = Object::String(text);
                 self.store_to_target(f, r, value)?
             }
-            0x99 => {
+            TO_INTEGER_OP => {
                 let a = self.eval(f, r)?;
                 let value = match &a {
                     Object::String(s) => Object::Integer(parse_integer_text(s) & self.ones()),
@@ -410,7 +423,7 @@ impl<'h> Interpreter<'h> {
                 };
                 self.store_to_target(f, r, value)?
             }
-            0x9C => {
+            TO_STRING_OP => {
                 let a = self.eval(f, r)?;
                 let len = self.eval_int(f, r)?;
                 let bytes = self.to_buffer(&a, r)?;
@@ -423,7 +436,7 @@ impl<'h> Interpreter<'h> {
                 let value = Object::String(text);
                 self.store_to_target(f, r, value)?
             }
-            0x9D => {
+            COPY_OBJECT_OP => {
                 let value = self.eval(f, r)?;
                 let place = self.target(f, r)?;
                 match &place {
@@ -435,7 +448,7 @@ impl<'h> Interpreter<'h> {
                 }
                 value
             }
-            0x9E => {
+            MID_OP => {
                 let source = self.eval(f, r)?;
                 let index = self.eval_int(f, r)? as usize;
                 let len = self.eval_int(f, r)? as usize;
@@ -458,7 +471,7 @@ impl<'h> Interpreter<'h> {
     fn eval_ext_expr(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Object> {
         let ext = self.byte(r)?;
         let value = match ext {
-            0x12 => {
+            COND_REF_OF_OP => {
                 let name_at = r.pos;
                 let exists = match self.peek(r) {
                     Some(b) if is_name_start(b) => {
@@ -479,28 +492,28 @@ impl<'h> Interpreter<'h> {
                     None => Object::Integer(0),
                 }
             }
-            0x23 => {
+            ACQUIRE_OP => {
                 self.target(f, r)?;
                 self.le(r, 2)?;
                 // Acquired (there is one thread at boot).
                 Object::Integer(0)
             }
-            0x25 => {
+            WAIT_OP => {
                 self.target(f, r)?;
                 self.eval(f, r)?;
                 Object::Integer(0)
             }
-            0x28 | 0x29 => {
+            FROM_BCD_OP | TO_BCD_OP => {
                 let a = self.eval_int(f, r)?;
-                let value = if ext == 0x28 { from_bcd(a) } else { to_bcd(a) };
+                let value = if ext == FROM_BCD_OP { from_bcd(a) } else { to_bcd(a) };
                 let place = self.target(f, r)?;
                 self.store(f, &place, Object::Integer(value))?;
                 Object::Integer(value)
             }
-            0x30 => Object::Integer(1),
-            0x31 => Object::Uninitialized,
+            REVISION_OP => Object::Integer(1),
+            DEBUG_OP => Object::Uninitialized,
             // Timer: 100 ns units; the step count stands in for time.
-            0x33 => Object::Integer(self.steps_total),
+            TIMER_OP => Object::Integer(self.steps_total),
             _ => return Err(self.err(r, "unsupported extended opcode 0x5B", u64::from(ext))),
         };
         Ok(value)

@@ -8,7 +8,9 @@ use alloc::vec::Vec;
 use super::interp::{Interpreter, LoadProblem, aml_error};
 use super::name::Path;
 use super::object::{Object, ScopeKind};
+use super::opcode::*;
 use super::reader::Reader;
+use super::region::DATA_TABLE_SPACE;
 use crate::error::{Error, Result};
 
 pub(super) enum Flow {
@@ -65,9 +67,9 @@ impl<'h> Interpreter<'h> {
     fn skip_object(&self, r: &mut Reader) -> Option<usize> {
         let op = self.peek(r)?;
         let packaged = match op {
-            0x10 | 0x14 | 0xA0 | 0xA1 | 0xA2 | 0x11 | 0x12 | 0x13 => 1,
-            0x5B => match r.code.get(r.pos + 1)? {
-                0x81..=0x87 => 2,
+            SCOPE_OP | METHOD_OP | IF_OP | ELSE_OP | WHILE_OP | BUFFER_OP | PACKAGE_OP | VAR_PACKAGE_OP => 1,
+            EXT_OP_PREFIX => match r.code.get(r.pos + 1)? {
+                FIELD_OP..=BANK_FIELD_OP => 2,
                 _ => return None,
             },
             _ => return None,
@@ -94,12 +96,12 @@ impl<'h> Interpreter<'h> {
             return Ok(Flow::Normal);
         };
         match op {
-            0x10 => self.exec_scope_op(f, r, table),
-            0xA0 => self.exec_if(f, r, table),
-            0xA2 => self.exec_while(f, r, table),
-            0x5B => {
+            SCOPE_OP => self.exec_scope_op(f, r, table),
+            IF_OP => self.exec_if(f, r, table),
+            WHILE_OP => self.exec_while(f, r, table),
+            EXT_OP_PREFIX => {
                 let ext = r.code.get(r.pos + 1).copied().unwrap_or(0);
-                if (0x82..=0x85).contains(&ext) {
+                if (DEVICE_OP..=THERMAL_ZONE_OP).contains(&ext) {
                     self.exec_scoped_object(f, r, table, ext)
                 } else {
                     self.exec_ext(f, r)
@@ -139,14 +141,14 @@ impl<'h> Interpreter<'h> {
             let result = self.with_scope(f, r, table, scope, end);
             self.depth -= 1;
             let flow = result?;
-            if self.peek(r) == Some(0xA1) {
+            if self.peek(r) == Some(ELSE_OP) {
                 r.pos += 1;
                 r.pos = self.pkg_end(r)?;
             }
             return Ok(flow);
         }
         r.pos = end;
-        if self.peek(r) == Some(0xA1) {
+        if self.peek(r) == Some(ELSE_OP) {
             r.pos += 1;
             let else_end = self.pkg_end(r)?;
             self.enter(r)?;
@@ -191,7 +193,7 @@ impl<'h> Interpreter<'h> {
     #[inline(never)]
     fn exec_term_other(&mut self, f: &mut Frame, r: &mut Reader, table: usize, op: u8) -> Result<Flow> {
         match op {
-            0x08 => {
+            NAME_OP => {
                 r.pos += 1;
                 let name = self.name_string(r)?;
                 let value = self.eval(f, r)?;
@@ -199,7 +201,7 @@ impl<'h> Interpreter<'h> {
                 self.define(path, value);
                 Ok(Flow::Normal)
             }
-            0x14 => {
+            METHOD_OP => {
                 r.pos += 1;
                 let end = self.pkg_end(r)?;
                 let name = self.name_string(r)?;
@@ -217,7 +219,7 @@ impl<'h> Interpreter<'h> {
                 r.pos = end;
                 Ok(Flow::Normal)
             }
-            0x06 => {
+            ALIAS_OP => {
                 r.pos += 1;
                 let source = self.name_string(r)?;
                 let alias = self.name_string(r)?;
@@ -227,42 +229,46 @@ impl<'h> Interpreter<'h> {
                 self.define(alias.in_scope(&f.scope), Object::Alias(target));
                 Ok(Flow::Normal)
             }
-            0x15 => {
+            EXTERNAL_OP => {
                 r.pos += 1;
                 self.name_string(r)?;
                 self.byte(r)?;
                 self.byte(r)?;
                 Ok(Flow::Normal)
             }
-            0xA1 => {
+            ELSE_OP => {
                 r.pos += 1;
                 r.pos = self.pkg_end(r)?;
                 Ok(Flow::Normal)
             }
-            0xA3 | 0xCC => {
+            NOOP_OP | BREAK_POINT_OP => {
                 r.pos += 1;
                 Ok(Flow::Normal)
             }
-            0xA4 => {
+            RETURN_OP => {
                 r.pos += 1;
                 let value = self.eval(f, r)?;
                 Ok(Flow::Return(value))
             }
-            0xA5 => {
+            BREAK_OP => {
                 r.pos += 1;
                 Ok(Flow::Break)
             }
-            0x9F => {
+            CONTINUE_OP => {
                 r.pos += 1;
                 Ok(Flow::Continue)
             }
-            0x86 => {
+            NOTIFY_OP => {
                 r.pos += 1;
                 self.target(f, r)?;
                 self.eval(f, r)?;
                 Ok(Flow::Normal)
             }
-            0x8A | 0x8B | 0x8C | 0x8D | 0x8F => {
+            CREATE_DWORD_FIELD_OP
+            | CREATE_WORD_FIELD_OP
+            | CREATE_BYTE_FIELD_OP
+            | CREATE_BIT_FIELD_OP
+            | CREATE_QWORD_FIELD_OP => {
                 r.pos += 1;
                 self.create_field(f, r, op)?;
                 Ok(Flow::Normal)
@@ -281,13 +287,13 @@ impl<'h> Interpreter<'h> {
         let end = self.pkg_end(r)?;
         let name = self.name_string(r)?;
         let kind = match ext {
-            0x82 => ScopeKind::Device,
-            0x83 => {
+            DEVICE_OP => ScopeKind::Device,
+            PROCESSOR_OP => {
                 // ProcID, PblkAddr, PblkLen.
                 self.le(r, 6)?;
                 ScopeKind::Processor
             }
-            0x84 => {
+            POWER_RES_OP => {
                 // SystemLevel, ResourceOrder.
                 self.le(r, 3)?;
                 ScopeKind::PowerResource
@@ -306,16 +312,16 @@ impl<'h> Interpreter<'h> {
     fn exec_ext(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Flow> {
         let ext = r.code.get(r.pos + 1).copied().unwrap_or(0);
         match ext {
-            0x01 | 0x02 => {
+            MUTEX_OP | EVENT_OP => {
                 r.pos += 2;
                 let name = self.name_string(r)?;
-                if ext == 0x01 {
+                if ext == MUTEX_OP {
                     self.byte(r)?;
                 }
-                let object = if ext == 0x01 { Object::Mutex } else { Object::Event };
+                let object = if ext == MUTEX_OP { Object::Mutex } else { Object::Event };
                 self.define(name.in_scope(&f.scope), object);
             }
-            0x80 => {
+            OP_REGION_OP => {
                 r.pos += 2;
                 let name = self.name_string(r)?;
                 let space = self.byte(r)?;
@@ -323,7 +329,7 @@ impl<'h> Interpreter<'h> {
                 let len = self.eval_int(f, r)?;
                 self.define(name.in_scope(&f.scope), Object::Region { space, offset, len });
             }
-            0x88 => {
+            DATA_REGION_OP => {
                 r.pos += 2;
                 let name = self.name_string(r)?;
                 for _ in 0..3 {
@@ -333,13 +339,13 @@ impl<'h> Interpreter<'h> {
                 self.define(
                     name.in_scope(&f.scope),
                     Object::Region {
-                        space: 0xFE,
+                        space: DATA_TABLE_SPACE,
                         offset: 0,
                         len: 0,
                     },
                 );
             }
-            0x81 | 0x86 | 0x87 => {
+            FIELD_OP | INDEX_FIELD_OP | BANK_FIELD_OP => {
                 r.pos += 2;
                 let end = self.pkg_end(r)?;
                 let saved_end = core::mem::replace(&mut r.end, end);
@@ -348,7 +354,7 @@ impl<'h> Interpreter<'h> {
                 r.pos = end;
                 result?;
             }
-            0x13 => {
+            CREATE_FIELD_OP => {
                 r.pos += 2;
                 let buffer = self.buffer_place(f, r)?;
                 let bit_offset = self.eval_int(f, r)?;
@@ -363,23 +369,23 @@ impl<'h> Interpreter<'h> {
                     },
                 );
             }
-            0x21 | 0x22 => {
+            STALL_OP | SLEEP_OP => {
                 // Stall / Sleep: no waiting at boot; the step budget bounds polling loops.
                 r.pos += 2;
                 self.eval(f, r)?;
             }
-            0x24 | 0x26 | 0x27 => {
+            SIGNAL_OP | RESET_OP | RELEASE_OP => {
                 r.pos += 2;
                 self.target(f, r)?;
             }
-            0x32 => {
+            FATAL_OP => {
                 r.pos += 2;
                 let kind = self.byte(r)?;
                 let _code = self.le(r, 4)?;
                 self.eval(f, r)?;
                 return Err(self.err(r, "firmware executed Fatal", u64::from(kind)));
             }
-            0x1F | 0x20 => {
+            LOAD_TABLE_OP | LOAD_OP => {
                 return Err(self.err(r, "Load/LoadTable (dynamic tables) is not supported", u64::from(ext)));
             }
             _ => {

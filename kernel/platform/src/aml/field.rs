@@ -10,6 +10,7 @@ use super::exec::Frame;
 use super::interp::{Interpreter, MAX_OBJECT_BYTES, aml_error};
 use super::name::{Path, is_name_start};
 use super::object::{FieldKind, Object, Place};
+use super::opcode::*;
 use super::reader::Reader;
 use crate::error::Result;
 
@@ -20,8 +21,8 @@ impl<'h> Interpreter<'h> {
             .resolve(&first, &f.scope)
             .unwrap_or_else(|| first.in_scope(&f.scope));
         let kind = match ext {
-            0x81 => FieldKind::Region(first),
-            0x86 => {
+            FIELD_OP => FieldKind::Region(first),
+            INDEX_FIELD_OP => {
                 let data = self.name_string(r)?;
                 let data = self.resolve(&data, &f.scope).unwrap_or_else(|| data.in_scope(&f.scope));
                 FieldKind::Index { index: first, data }
@@ -43,21 +44,21 @@ impl<'h> Interpreter<'h> {
         let mut bit = 0u64;
         while r.pos < r.end {
             match self.peek(r) {
-                Some(0x00) => {
+                Some(RESERVED_FIELD) => {
                     r.pos += 1;
                     bit += self.pkg_value(r)? as u64;
                 }
-                Some(0x01) => {
+                Some(ACCESS_FIELD) => {
                     r.pos += 1;
                     access = self.byte(r)? & 0x0F;
                     self.byte(r)?;
                 }
-                Some(0x03) => {
+                Some(EXTENDED_ACCESS_FIELD) => {
                     r.pos += 1;
                     access = self.byte(r)? & 0x0F;
                     self.le(r, 2)?;
                 }
-                Some(0x02) => return Err(self.err(r, "ConnectField (GPIO/serial bus) is not supported", 2)),
+                Some(CONNECT_FIELD) => return Err(self.err(r, "ConnectField (GPIO/serial bus) is not supported", 2)),
                 _ => {
                     let name = self.name_seg(r)?;
                     let bits = self.pkg_value(r)? as u64;
@@ -88,10 +89,10 @@ impl<'h> Interpreter<'h> {
         let buffer = self.buffer_place(f, r)?;
         let index = self.eval_int(f, r)?;
         let (bit_offset, bits) = match op {
-            0x8D => (index, 1),
-            0x8C => (index.saturating_mul(8), 8),
-            0x8B => (index.saturating_mul(8), 16),
-            0x8A => (index.saturating_mul(8), 32),
+            CREATE_BIT_FIELD_OP => (index, 1),
+            CREATE_BYTE_FIELD_OP => (index.saturating_mul(8), 8),
+            CREATE_WORD_FIELD_OP => (index.saturating_mul(8), 16),
+            CREATE_DWORD_FIELD_OP => (index.saturating_mul(8), 32),
             _ => (index.saturating_mul(8), 64),
         };
         let name = self.name_string(r)?;
@@ -110,7 +111,7 @@ impl<'h> Interpreter<'h> {
     /// name, local or argument, so writes through the field reach it.
     pub(super) fn buffer_place(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Place> {
         match self.peek(r) {
-            Some(b) if (0x60..=0x6E).contains(&b) || is_name_start(b) => self.target(f, r),
+            Some(b) if (LOCAL0_OP..=ARG6_OP).contains(&b) || is_name_start(b) => self.target(f, r),
             _ => {
                 let value = self.eval(f, r)?;
                 Ok(Place::Owned(Box::new(value), 0))

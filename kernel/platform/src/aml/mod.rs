@@ -7,7 +7,8 @@
 //! the MCFG bus scan and the firmware interrupt line.
 //!
 //! The interpreter, one concept a file: `interp` (its state and bounds),
-//! `object` (AML objects and places), `reader` (the byte stream), `namespace`
+//! `object` (AML objects and places), `opcode` (the AML byte values by their
+//! specification names), `reader` (the byte stream), `namespace`
 //! (definitions and name search), `exec` (term lists, control flow, method
 //! calls), `eval` (expressions), `place` (operands that name a place; reads
 //! and stores), `convert` (implicit conversions), `field` (fields and buffer
@@ -24,6 +25,7 @@ mod interp;
 mod name;
 mod namespace;
 mod object;
+mod opcode;
 mod place;
 mod query;
 mod reader;

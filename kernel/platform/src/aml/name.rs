@@ -4,6 +4,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+use super::opcode::{DUAL_NAME_PREFIX, MULTI_NAME_PREFIX, PARENT_PREFIX_CHAR, ROOT_CHAR};
+
 /// One four-character name segment (`_SB_`, `PCI0`).
 pub type Seg = [u8; 4];
 
@@ -129,7 +131,10 @@ impl NameString {
 
 /// Whether `b` can start a NameString (root, parent, a lead name character, a multi-segment prefix).
 pub fn is_name_start(b: u8) -> bool {
-    matches!(b, b'\\' | b'^' | b'_' | b'A'..=b'Z' | 0x2E | 0x2F)
+    matches!(
+        b,
+        ROOT_CHAR | PARENT_PREFIX_CHAR | b'_' | b'A'..=b'Z' | DUAL_NAME_PREFIX | MULTI_NAME_PREFIX
+    )
 }
 
 /// EISA id text (`PNP0A08`) of a compressed `_HID`/`_CID` integer.

@@ -11,6 +11,7 @@ use super::field::{extract_bits, insert_bits};
 use super::interp::{Interpreter, aml_error};
 use super::name::{Path, is_name_start};
 use super::object::{Object, Place};
+use super::opcode::*;
 use super::reader::Reader;
 use crate::error::Result;
 
@@ -19,19 +20,19 @@ impl<'h> Interpreter<'h> {
     pub(super) fn target(&mut self, f: &mut Frame, r: &mut Reader) -> Result<Place> {
         let op = self.peek(r).ok_or_else(|| self.err(r, "missing target", 0))?;
         match op {
-            0x00 => {
+            ZERO_OP => {
                 r.pos += 1;
                 Ok(Place::Null)
             }
-            0x60..=0x67 => {
+            LOCAL0_OP..=LOCAL7_OP => {
                 r.pos += 1;
-                Ok(Place::Local(op - 0x60))
+                Ok(Place::Local(op - LOCAL0_OP))
             }
-            0x68..=0x6E => {
+            ARG0_OP..=ARG6_OP => {
                 r.pos += 1;
-                Ok(Place::Arg(op - 0x68))
+                Ok(Place::Arg(op - ARG0_OP))
             }
-            0x5B if r.code.get(r.pos + 1) == Some(&0x31) => {
+            EXT_OP_PREFIX if r.code.get(r.pos + 1) == Some(&DEBUG_OP) => {
                 r.pos += 2;
                 Ok(Place::Debug)
             }

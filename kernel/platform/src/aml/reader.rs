@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 
 use super::interp::Interpreter;
 use super::name::{NameString, Seg};
+use super::opcode::*;
 use crate::error::Result;
 
 /// A position in one table's byte code, and where the enclosing object ends.
@@ -79,12 +80,12 @@ impl<'h> Interpreter<'h> {
             segs: Vec::new(),
         };
         match self.peek(r) {
-            Some(b'\\') => {
+            Some(ROOT_CHAR) => {
                 r.pos += 1;
                 name.rooted = true;
             }
-            Some(b'^') => {
-                while self.peek(r) == Some(b'^') {
+            Some(PARENT_PREFIX_CHAR) => {
+                while self.peek(r) == Some(PARENT_PREFIX_CHAR) {
                     r.pos += 1;
                     name.parents = name.parents.saturating_add(1);
                 }
@@ -92,12 +93,12 @@ impl<'h> Interpreter<'h> {
             _ => {}
         }
         match self.byte(r)? {
-            0x00 => {}
-            0x2E => {
+            NULL_NAME => {}
+            DUAL_NAME_PREFIX => {
                 name.segs.push(self.name_seg(r)?);
                 name.segs.push(self.name_seg(r)?);
             }
-            0x2F => {
+            MULTI_NAME_PREFIX => {
                 let count = self.byte(r)?;
                 for _ in 0..count {
                     name.segs.push(self.name_seg(r)?);

@@ -12,6 +12,14 @@ use crate::error::Result;
 /// Configuration-space offset of a PCI bridge's secondary bus number.
 const PCI_SECONDARY_BUS: u64 = 0x19;
 
+// Operation region spaces (RegionSpace), as the specification numbers them.
+const SYSTEM_MEMORY: u8 = 0x00;
+const SYSTEM_IO: u8 = 0x01;
+const PCI_CONFIG: u8 = 0x02;
+/// The space a `DataTableRegion`'s region gets: one no handler serves (the
+/// OEM range), so that any access to it is an error.
+pub(super) const DATA_TABLE_SPACE: u8 = 0xFE;
+
 /// Where an operation region lives, as the handler sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegionSpace {
@@ -82,9 +90,9 @@ impl<'h> Interpreter<'h> {
             .checked_add(byte_offset)
             .ok_or_else(|| aml_error(field, 0, "region address overflows", offset))?;
         let space = match space {
-            0 => RegionSpace::Memory,
-            1 => RegionSpace::Io,
-            2 => RegionSpace::PciConfig(self.pci_address_of(&region.parent())),
+            SYSTEM_MEMORY => RegionSpace::Memory,
+            SYSTEM_IO => RegionSpace::Io,
+            PCI_CONFIG => RegionSpace::PciConfig(self.pci_address_of(&region.parent())),
             other => {
                 return Err(aml_error(
                     region,
