@@ -1,0 +1,175 @@
+//! What CPUs share while a job runs: the stop flag, and the counters and phase each CPU
+//! publishes for the progress line.
+
+use alloc::boxed::Box;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+use crate::detail::DetailOptions;
+use crate::plan::JobPlan;
+
+/// Which part of the job a CPU is in, as published for the progress line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuPhase {
+    /// Not started yet.
+    Starting,
+    /// The measured phase.
+    Running,
+    /// Reading back and checking what was written.
+    Verifying,
+    /// Done; its counters are final.
+    Finished,
+}
+
+impl CpuPhase {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::Running,
+            2 => Self::Verifying,
+            3 => Self::Finished,
+            _ => Self::Starting,
+        }
+    }
+}
+
+/// Counters one CPU publishes while it runs, for the progress line: about every
+/// [`PERIODIC_INTERVAL_NS`], when a phase ends, and when the CPU finishes. Each field has one writer
+/// (the CPU running the engine) and any number of readers.
+///
+/// [`PERIODIC_INTERVAL_NS`]: super::PERIODIC_INTERVAL_NS
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct CpuLive {
+    ios: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    mismatches: AtomicU64,
+    phase: AtomicU8,
+}
+
+/// A consistent-enough reading of one CPU's live counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LiveCounts {
+    /// Completed I/Os (including failed ones and those of the verify pass).
+    pub ios: u64,
+    /// Bytes moved by successful I/Os.
+    pub bytes: u64,
+    /// Failed I/Os.
+    pub errors: u64,
+    /// Verify mismatches.
+    pub mismatches: u64,
+}
+
+impl LiveCounts {
+    /// Field-wise sum.
+    pub fn add(&mut self, other: &Self) {
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        self.errors += other.errors;
+        self.mismatches += other.mismatches;
+    }
+}
+
+impl CpuLive {
+    pub(super) fn publish(&self, counts: &LiveCounts) {
+        // Relaxed: plain statistics for display, with no data published through them. The final
+        // values are ordered before `finish`'s Release store of the phase.
+        self.ios.store(counts.ios, Ordering::Relaxed);
+        self.bytes.store(counts.bytes, Ordering::Relaxed);
+        self.errors.store(counts.errors, Ordering::Relaxed);
+        self.mismatches.store(counts.mismatches, Ordering::Relaxed);
+    }
+
+    pub(super) fn set_phase(&self, phase: CpuPhase) {
+        // Release pairs with the Acquire load in `phase()`: a reader that sees `Finished` also sees
+        // the last `publish`.
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// The CPU's current phase.
+    pub fn phase(&self) -> CpuPhase {
+        // Acquire pairs with the Release store in `set_phase`.
+        CpuPhase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    /// The CPU's latest published counters.
+    pub fn counts(&self) -> LiveCounts {
+        // Relaxed: see `publish`; exact once `phase()` has returned `Finished`.
+        LiveCounts {
+            ios: self.ios.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            mismatches: self.mismatches.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// State shared by all CPUs of one job: a stop flag and the live counters. Create one per job with
+/// [`JobShared::new`] and hand a reference to every CPU.
+#[derive(Debug)]
+pub struct JobShared {
+    stop: AtomicBool,
+    pub(super) live: Box<[CpuLive]>,
+    pub(super) detail: Option<DetailOptions>,
+}
+
+impl JobShared {
+    /// Shared state for a job with `plan.cpus.len()` CPUs.
+    pub fn new(plan: &JobPlan) -> Self {
+        let live = (0..plan.cpus.len()).map(|_| CpuLive::default()).collect();
+        Self {
+            stop: AtomicBool::new(false),
+            live,
+            detail: None,
+        }
+    }
+
+    /// Shared state for a job whose CPUs also measure the detail fio's output needs
+    /// ([`crate::detail`]: slat/clat, depths, idle time, interval samples, log windows).
+    pub fn with_detail(plan: &JobPlan, options: DetailOptions) -> Self {
+        Self {
+            detail: Some(options),
+            ..Self::new(plan)
+        }
+    }
+
+    /// The detail options, if the job measures detail.
+    pub fn detail(&self) -> Option<DetailOptions> {
+        self.detail
+    }
+
+    /// Asks every CPU to stop issuing I/O, drain, and return (skipping the verify pass).
+    pub fn request_stop(&self) {
+        // Relaxed: a hint polled in the loop; the only thing it orders is "stop soon".
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a stop was requested.
+    pub fn stop_requested(&self) -> bool {
+        // Relaxed: see `request_stop`.
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Live counters of the CPU at `cpu_index` in the plan.
+    pub fn cpu(&self, cpu_index: usize) -> Option<&CpuLive> {
+        self.live.get(cpu_index)
+    }
+
+    /// Sum of every CPU's live counters.
+    pub fn total(&self) -> LiveCounts {
+        let mut total = LiveCounts::default();
+        for cpu in self.live.iter() {
+            total.add(&cpu.counts());
+        }
+        total
+    }
+
+    /// Whether every CPU has finished.
+    pub fn all_finished(&self) -> bool {
+        self.live.iter().all(|cpu| cpu.phase() == CpuPhase::Finished)
+    }
+
+    /// Whether any CPU is in its verify pass.
+    pub fn any_verifying(&self) -> bool {
+        self.live.iter().any(|cpu| cpu.phase() == CpuPhase::Verifying)
+    }
+}
