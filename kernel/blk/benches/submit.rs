@@ -10,7 +10,7 @@
 //! `cargo bench -p blk`; `BLK_BENCH_REQS` (requests per thread, default 100000),
 //! `BLK_BENCH_MAX_THREADS` and `BLK_BENCH_POLICIES` (e.g. `Irq,Poll`) override the defaults.
 
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, Completion, CompletionPolicy, Platform, Queue, QuiesceCheck};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -11,9 +11,6 @@
 //!   several queues; [`list`]: the llist-like MPSC stack.
 //! - [`IssueToken`]: tag + generation of one issue; stale completions are refused.
 //! - [`done`]: the per-CPU done board that carries a finished request home to its submitter.
-//! - [`null`]: a null_blk-like driver.
-//! - [`signature`]: partition-table and file-system signatures (write safety); [`names`]: stable
-//!   device names (PCI address, serial).
 //!
 //! Nothing allocates after [`Queue::new`]. All lock-free code imports its atomics from
 //! `sync`, which switches to loom's under `--cfg loom`.
@@ -29,11 +26,8 @@ mod error;
 mod freeze;
 pub mod list;
 mod map;
-pub mod names;
-pub mod null;
 mod queue;
 mod request;
-pub mod signature;
 pub mod sleeplock;
 pub mod split;
 mod sync;

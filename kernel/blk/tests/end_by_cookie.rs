@@ -7,7 +7,7 @@
 //! platform's own hook back while stage tracing is on.
 
 use blk::done::DoneBoard;
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, Completion, CompletionPolicy, Platform, Queue, Segment, Status};
 use std::sync::{Arc, Mutex};
 

@@ -4,7 +4,7 @@
 
 use blk::done::DoneBoard;
 use blk::list::{Links, TagStack};
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::tags::TagBitmap;
 use blk::{
     Bio, BlkError, Completion, Driver, HostTags, HwCtx, Platform, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{
     Bio, BlkError, CompletionPolicy, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq,
     Segment, Status, TimedOutRq, TimeoutAction,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, CompletionPolicy, Driver, HostTags, HwCtx, Queue, QueueConfig, QueueRqError, Rq, Status};
 use common::HostPlatform;
 use std::collections::BTreeSet;

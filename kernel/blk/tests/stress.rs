@@ -5,7 +5,7 @@
 
 mod common;
 
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, CompletionPolicy, Queue, QuiesceCheck};
 use common::HostPlatform;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! Write safety: before a job's first write, the first blocks of its device are read and
-//! checked for a partition table or file system (`blk::signature`). A write job on such a
+//! checked for a partition table or file system (`disks::signature`). A write job on such a
 //! device is refused unless it says `destroy=1`; a benchmark box may carry disks that hold
 //! data besides the ones meant for the test, and enumeration-order names can move.
 
@@ -23,7 +23,7 @@ pub fn check_before_writes(job: &str, dev: &'static dyn BlockDevice, destroy: bo
              add destroy=1 to the job to write without that check"
         )
     })?;
-    let Some(found) = blk::signature::detect(&head, dev.facts().sector_size) else {
+    let Some(found) = disks::signature::detect(&head, dev.facts().sector_size) else {
         return Ok(());
     };
     if destroy {
@@ -35,13 +35,13 @@ pub fn check_before_writes(job: &str, dev: &'static dyn BlockDevice, destroy: bo
     ))
 }
 
-/// Reads the first `blk::signature::SCAN_BYTES` of `dev` (less on a smaller device), one
+/// Reads the first `disks::signature::SCAN_BYTES` of `dev` (less on a smaller device), one
 /// request at a time, from this CPU's done-board slot 0 (nothing else is in flight between jobs).
 fn read_head(dev: &'static dyn BlockDevice) -> Result<alloc::vec::Vec<u8>, String> {
     let facts = dev.facts();
     let sector = u64::from(facts.sector_size.max(512));
     let capacity = facts.capacity_sectors.saturating_mul(u64::from(facts.sector_size));
-    let total = (blk::signature::SCAN_BYTES as u64).min(capacity) / sector * sector;
+    let total = (disks::signature::SCAN_BYTES as u64).min(capacity) / sector * sector;
     let chunk = u64::from(facts.max_transfer_bytes).clamp(sector, 64 << 10) / sector * sector;
     let buffer = DmaBuffer::new(chunk as usize, 4096).map_err(|e| format!("no DMA buffer: {e:?}"))?;
     let mut head = alloc::vec::Vec::with_capacity(total as usize);

@@ -138,7 +138,7 @@ pub struct DeviceFacts {
     pub max_transfer_bytes: u32,
     /// IDT vectors of the device's interrupts (empty when it has none), for the job report.
     pub irq_vectors: Vec<crate::dev::interrupts::Vector>,
-    /// Stable names beside `name` (PCI address, serial: `blk::names`); a job may use any.
+    /// Stable names beside `name` (PCI address, serial: `disks::names`); a job may use any.
     pub aliases: Vec<String>,
 }
 
@@ -444,7 +444,7 @@ pub fn seal() -> &'static [&'static dyn BlockDevice] {
             .iter()
             .map(|d| (d.facts().name.clone(), d.facts().aliases.clone()))
             .collect();
-        for alias in blk::names::remove_ambiguous(&mut named) {
+        for alias in disks::names::remove_ambiguous(&mut named) {
             log::warn!("block: name {alias} fits more than one device; not used");
         }
         named.into_iter().map(|(_, aliases)| aliases).collect()

@@ -309,7 +309,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
                 sector_size: d.drive.block_size,
                 capacity_sectors: d.drive.blocks,
                 max_transfer_bytes: d.max_transfer_bytes,
-                aliases: blk::names::raid_aliases(pci::location(at), d.drive.target),
+                aliases: disks::names::raid_aliases(pci::location(at), d.drive.target),
             })
         }),
     )

@@ -38,7 +38,7 @@ pub struct Drive<D: Driver + 'static> {
     pub capacity_sectors: u64,
     /// Most bytes per request.
     pub max_transfer_bytes: u32,
-    /// Stable names beside `<prefix>N` (`blk::names::raid_aliases`).
+    /// Stable names beside `<prefix>N` (`disks::names::raid_aliases`).
     pub aliases: Vec<String>,
 }
 

@@ -537,7 +537,7 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
                 sector_size: d.drive.block_size,
                 capacity_sectors: d.drive.blocks,
                 max_transfer_bytes: d.max_transfer_bytes,
-                aliases: blk::names::raid_aliases(pci::location(at), d.drive.target),
+                aliases: disks::names::raid_aliases(pci::location(at), d.drive.target),
             })
         }),
     )?;

@@ -9,7 +9,7 @@ use crate::error::Error;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::vec::Vec;
-use blk::null::{NullConfig, NullDriver, NullMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use bootinfo::cmdline::{Config, NullDeviceMode};
 
 /// The largest request `null0` takes, as a real device's transfer limit (1 MiB).

@@ -514,7 +514,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
             max_inflight: depth,
             max_transfer_bytes: u32::try_from(ns.max_transfer).unwrap_or(u32::MAX),
             irq_vectors: irq_vectors.clone(),
-            aliases: blk::names::nvme_aliases(pci::location(at), &info.serial, ns.nsid),
+            aliases: disks::names::nvme_aliases(pci::location(at), &info.serial, ns.nsid),
         };
         let extra = format!(
             "interrupts: {irq_text}; {} I/O queue pair(s), {depth} tags per queue",

@@ -280,8 +280,8 @@ pub fn take_out_of_service(
 }
 
 /// `address` as the block layer's stable device names spell it.
-pub fn location(address: PciAddress) -> blk::names::PciLocation {
-    blk::names::PciLocation {
+pub fn location(address: PciAddress) -> disks::names::PciLocation {
+    disks::names::PciLocation {
         segment: address.segment(),
         bus: address.bus(),
         device: address.device(),

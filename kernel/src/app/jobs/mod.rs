@@ -183,7 +183,7 @@ pub fn run_specs(
     let mut plans = Vec::with_capacity(specs.len());
     let mut need = 0u64;
     for spec in specs {
-        // A job may name its device by a stable alias (`blk::names`); the planner knows the
+        // A job may name its device by a stable alias (`disks::names`); the planner knows the
         // primary names.
         let mut spec = spec.clone();
         if let Some(name) = &spec.device {

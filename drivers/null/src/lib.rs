@@ -8,17 +8,18 @@
 //!   dispatching CPU, so it goes through the queue's completion policy.
 //! - [`NullMode::Deferred`]: the request is issued and parked; it completes when the caller
 //!   fires the hardware queue's "interrupt" ([`NullDriver::fire_interrupt`]) or polls it
-//!   ([`crate::Queue::poll`]).
+//!   ([`blk::Queue::poll`]).
 //!
 //! Optional fault injection turns requests away (`Busy`) or fails them (`IoError`) with a
 //! chosen probability, and an optional memory backing stores written data so that reads return
 //! it.
 
-use crate::driver::{Driver, HwCtx, QueueRqError, Rq};
-use crate::list::{Links, TagStack};
-use crate::queue::{Queue, QueueConfig};
-use crate::request::{IssueToken, Op, SECTOR_SIZE, Status};
-use crate::sync::CachePadded;
+#![no_std]
+
+extern crate alloc;
+
+use blk::list::{Links, TagStack};
+use blk::{CachePadded, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, Rq, SECTOR_SIZE, Status};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
