@@ -245,17 +245,7 @@ fn ensure_build_packages() -> Result<(), String> {
         return Err(format!("qemu-fusion: build packages missing; run as root: {cmd}"));
     }
     println!("xtask: installing the QEMU build packages: {cmd}");
-    crate::sh(
-        Command::new("apt-get")
-            .args([
-                "-o",
-                "DPkg::Lock::Timeout=600",
-                "install",
-                "-y",
-                "--no-install-recommends",
-            ])
-            .args(&missing),
-    )
+    crate::setup::apt_get_install(&missing)
 }
 
 /// The deb-src lines: the suites of the machine's Debian mirror (bookworm, its updates and

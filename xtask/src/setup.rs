@@ -176,6 +176,13 @@ pub fn ensure_test_tools() -> Result<(), String> {
     }
     println!("xtask: installing what the tests need: {cmd}");
     crate::sh(Command::new("apt-get").arg("update"))?;
+    apt_get_install(&missing)?;
+    ensure_qemu_img()
+}
+
+/// `apt-get install -y --no-install-recommends PACKAGES`, waiting up to 10 minutes for another
+/// apt to let go of its lock (the callers check for root and say what they install).
+pub fn apt_get_install(packages: &[&str]) -> Result<(), String> {
     crate::sh(
         Command::new("apt-get")
             .args([
@@ -185,9 +192,8 @@ pub fn ensure_test_tools() -> Result<(), String> {
                 "-y",
                 "--no-install-recommends",
             ])
-            .args(&missing),
-    )?;
-    ensure_qemu_img()
+            .args(packages),
+    )
 }
 
 /// apt may resolve a conflict with a newer `qemu-utils` (from backports) by removing it, which

@@ -309,18 +309,7 @@ fn ensure_packages(steps: &[Step]) -> Result<(), String> {
     if !have_lists {
         apt_lists_update()?;
     }
-    crate::sh(
-        Command::new("apt-get")
-            .args([
-                "-o",
-                "DPkg::Lock::Timeout=600",
-                "install",
-                "-y",
-                "--no-install-recommends",
-            ])
-            .args(&missing),
-    )
-    .map_err(|e| format!("peer build: installing {}: {e}", missing.join(" ")))
+    crate::setup::apt_get_install(&missing).map_err(|e| format!("peer build: installing {}: {e}", missing.join(" ")))
 }
 
 fn apt_lists_update() -> Result<(), String> {
