@@ -1,8 +1,8 @@
 //! Tests of the fio front-end: four typical fio jobs (those of `tests/fio/`), value mapping, refusals.
 
 use super::*;
-use crate::job::FileService;
-use crate::plan::plan_job;
+use crate::job::{FileService, RwMode};
+use crate::plan::{DeviceInfo, plan_job};
 use alloc::vec;
 
 const RANDREAD: &str = include_str!("../../../../tests/fio/randread-4k-qd32-nj4.fio");

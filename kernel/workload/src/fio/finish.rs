@@ -1,0 +1,257 @@
+//! Settling a job once all its options are applied: the checks and defaults that span
+//! several options, and the [`FioJob`] they make.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use super::values::SizeOrPercent;
+use super::{Builder, FioJob, FioRunOptions, MIN_LOG_MSEC, SYNC_ENGINES, Target, unsupported};
+use crate::error::WorkloadError;
+use crate::job::{DEFAULT_SEED, VerifyMode};
+
+impl Builder {
+    pub(super) fn finish(
+        mut self,
+        group: u32,
+        serial_set: u32,
+        options: Vec<(String, String)>,
+        run: &FioRunOptions,
+    ) -> Result<FioJob, WorkloadError> {
+        let job = self.name.clone();
+        self.settle_block_sizes(&job)?;
+        let bs = u64::from(self.spec.bs);
+        if let Some(align) = self.blockalign
+            && align != bs
+        {
+            return Err(unsupported(
+                &job,
+                "blockalign",
+                format!("offsets are aligned to the smallest block size ({bs}); blockalign must equal it"),
+            ));
+        }
+        if self.spec.bs_mix.is_some() && self.rate_bytes != [0, 0] {
+            return Err(unsupported(
+                &job,
+                "rate",
+                "a byte rate with variable block sizes is not implemented (the pacing is per I/O); use rate_iops",
+            ));
+        }
+        if self.spec.bs_mix.is_some() && self.number_ios.is_some() {
+            return Err(unsupported(
+                &job,
+                "number_ios",
+                "number_ios with variable block sizes is not implemented (a size-bound job with them counts bytes); use io_size",
+            ));
+        }
+        for direction in 0..2 {
+            let (bytes, iops) = (self.rate_bytes[direction], self.rate_iops[direction]);
+            self.spec.io_interval_ns[direction] = match (bytes, iops) {
+                (0, 0) => 0,
+                (0, iops) => 1_000_000_000u64.div_ceil(iops),
+                (bytes, 0) => (bs * 1_000_000_000).div_ceil(bytes),
+                _ => {
+                    return Err(unsupported(
+                        &job,
+                        "rate_iops",
+                        "give rate or rate_iops for a direction, not both",
+                    ));
+                }
+            };
+        }
+        if self.think_spin_ns > self.spec.think_ns {
+            return Err(WorkloadError::FioBadValue {
+                job,
+                option: "thinktime_spin".into(),
+                value: self.think_spin_ns.to_string(),
+                expected: "at most thinktime".into(),
+            });
+        }
+        if self.think_spin_ns > 0 {
+            self.warn("thinktime_spin: the whole think time is a polling wait here".into());
+        }
+        // On a device, closing the file and the end of the job are the same moment.
+        self.spec.end_flush = self.end_fsync || self.fsync_on_close;
+        let engine = self.ioengine.clone().unwrap_or_else(|| "psync".into());
+        if SYNC_ENGINES.contains(&engine.as_str()) {
+            if self.spec.iodepth > 1 {
+                self.warn(format!(
+                    "ioengine={engine} is synchronous: queue depth capped at 1 as fio does (iodepth={} ignored)",
+                    self.spec.iodepth
+                ));
+            }
+            self.spec.iodepth = 1;
+        } else if engine == "null" {
+            self.warn("ioengine=null moves no data in fio; baremq does the I/O on the device".into());
+        }
+        if !self.direct {
+            self.warn(
+                "direct=0 (fio's default, buffered): baremq has no page cache, every I/O goes to the device".into(),
+            );
+        }
+        // Time: a runtime caps a size-bound job unless time_based.
+        if self.time_based && self.runtime_ns.is_none() {
+            return Err(WorkloadError::FioBadValue {
+                job,
+                option: "time_based".into(),
+                value: String::new(),
+                expected: "a runtime as well (time_based repeats the workload until the runtime)".into(),
+            });
+        }
+        self.spec.runtime_ns = self.runtime_ns;
+        self.spec.runtime_is_cap = !self.time_based;
+        // Amount of I/O per clone.
+        let per_pass = match (self.number_ios, self.io_size) {
+            (Some(n), _) => Some(n),
+            (None, Some(bytes)) => {
+                if !bytes.is_multiple_of(bs) {
+                    return Err(WorkloadError::FioBadValue {
+                        job,
+                        option: "io_size".into(),
+                        value: bytes.to_string(),
+                        expected: format!("a multiple of bs ({bs})"),
+                    });
+                }
+                Some(bytes / bs)
+            }
+            (None, None) => None,
+        };
+        // Where: size, offset, clones.
+        let mut size_percent = None;
+        match self.size {
+            Some(SizeOrPercent::Bytes(b)) => self.spec.size = Some(b),
+            Some(SizeOrPercent::Percent(p)) => size_percent = Some(p),
+            None => {}
+        }
+        let mut offset_percent = None;
+        match self.offset {
+            Some(SizeOrPercent::Bytes(b)) => self.spec.offset = b,
+            Some(SizeOrPercent::Percent(p)) => offset_percent = Some(p),
+            None => {}
+        }
+        self.spec.clone_increment = Some(self.offset_increment);
+        // Randomness.
+        self.spec.random_map = !self.norandommap;
+        if let Some(skew) = self.spec.skew.filter(|_| !self.norandommap && self.spec.rw.is_random()) {
+            self.warn(format!(
+                "random_distribution={skew}: offsets are drawn with repeats (no random map, as in fio)"
+            ));
+        }
+        if !self.spec.zones.is_empty() && !self.norandommap && self.spec.rw.is_random() {
+            self.warn(
+                "random_distribution=zoned: offsets are drawn with repeats inside each zone (no random map)".into(),
+            );
+        }
+        let seed_from_clock = self.randseed.is_none() && !self.randrepeat;
+        self.spec.seed = self.randseed.unwrap_or(DEFAULT_SEED);
+        // Verify and errors. fio 3.33: verify_pattern without a verify option checks a header
+        // and the pattern (its VERIFY_PATTERN); verify=pattern is the pattern alone.
+        if !self.spec.verify_pattern.is_empty() && self.verify_name.is_empty() {
+            self.verify = VerifyMode::FioPatternHeader;
+            self.verify_name = "pattern".into();
+        }
+        match (self.verify, self.spec.verify_pattern.is_empty()) {
+            (VerifyMode::FioPattern, true) => {
+                return Err(WorkloadError::FioBadValue {
+                    job,
+                    option: "verify".into(),
+                    value: "pattern".into(),
+                    expected: "a verify_pattern as well (the bytes to write and check)".into(),
+                });
+            }
+            (VerifyMode::Crc32c, false) => {
+                return Err(unsupported(
+                    &job,
+                    "verify_pattern",
+                    format!(
+                        "with verify={} fio puts its checksum header over the pattern; baremq checks either the \
+                         plain pattern (verify=pattern, or no verify option) or its own header and CRC32C",
+                        self.verify_name
+                    ),
+                ));
+            }
+            (VerifyMode::None, false) => self.spec.verify_pattern.clear(),
+            _ => {}
+        }
+        self.spec.verify = self.verify;
+        if self.verify.is_enabled() {
+            if !self.do_verify {
+                return Err(unsupported(
+                    &job,
+                    "do_verify",
+                    "writing verify data without the verify pass is not implemented; use verify=0 or do_verify=1",
+                ));
+            }
+            if !matches!(self.verify_name.as_str(), "crc32c" | "crc32c-intel" | "pattern") {
+                self.warn(format!(
+                    "verify={}: baremq checks its own block header and CRC32C, not fio's {} format",
+                    self.verify_name, self.verify_name
+                ));
+            }
+        }
+        self.spec.stop_on_error = !self.continue_on_error;
+        if run.readonly && (self.spec.rw.writes() || self.spec.rw.trims()) {
+            return Err(unsupported(
+                &job,
+                "readonly",
+                format!(
+                    "rw={} {}",
+                    self.spec.rw.as_str(),
+                    if self.spec.rw.writes() { "writes" } else { "trims" }
+                ),
+            ));
+        }
+        let logs = &self.report.logs;
+        if logs.any()
+            && logs.log_avg_msec < MIN_LOG_MSEC
+            && (logs.bw_log.is_some() || logs.lat_log.is_some() || logs.iops_log.is_some())
+        {
+            return Err(unsupported(
+                &job,
+                "log_avg_msec",
+                format!(
+                    "logs go over the serial console: per-I/O logs are refused, give log_avg_msec={MIN_LOG_MSEC} or more"
+                ),
+            ));
+        }
+        if logs.hist_log.is_some() && logs.log_hist_msec < MIN_LOG_MSEC {
+            return Err(unsupported(
+                &job,
+                "log_hist_msec",
+                format!("histogram logs go over the serial console: give log_hist_msec={MIN_LOG_MSEC} or more"),
+            ));
+        }
+        if let (Some(given), false) = (&self.file_service_given, matches!(self.target, Target::Devices(_))) {
+            self.warn(format!(
+                "file_service_type={given}: the job has one file (device), so there is no file to switch to"
+            ));
+        }
+        if let Target::File(path) = &self.target {
+            self.warn(format!(
+                "filename={path} is a file to fio; baremq has no file system and runs the job on the device itself"
+            ));
+        }
+        Ok(FioJob {
+            name: self.name,
+            description: self.description,
+            group,
+            serial_set,
+            wave: 0,
+            numjobs: self.numjobs,
+            cpus_allowed: self.cpus_allowed,
+            target: self.target,
+            size_percent,
+            size_per_file: self.size_per_file,
+            offset_percent,
+            seed_from_clock,
+            ios_per_pass: per_pass,
+            loops: self.loops,
+            ioengine: engine,
+            spec: self.spec,
+            report: self.report,
+            options,
+            warnings: self.warnings,
+            set_keys: self.set_keys,
+        })
+    }
+}
