@@ -1,0 +1,287 @@
+//! The reply queue: interrupt claim, reaping under the reaper gate, and validation of every
+//! context and frame status the device wrote before anything completes.
+
+use core::sync::atomic::Ordering;
+
+use crate::error::{BogusReason, Fault};
+use crate::frame;
+use crate::gate::GateOutcome;
+use crate::regs;
+use crate::status::{IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
+use crate::tags::{self, TagTable};
+use crate::{Delay, Dma, Mmio};
+
+use super::{Controller, Done, IrqMode, Polled, RING_CI, RING_ENTRIES, RING_PI, RING_SENTINEL, Reaped, SENSE_LEN};
+
+/// Rounds of lock-drain-unlock-recheck one `reap` call makes.
+const MAX_REAP_ROUNDS: u32 = 64;
+/// Reply-queue faults logged one by one; after that they are only counted (the host logs a
+/// summary per second), so a hostile device cannot flood the console.
+const FAULT_LOG_FIRST: u64 = 16;
+/// How many generations a polled command's reply-queue echo may lag behind its tag.
+const POLLED_ECHO_WINDOW: u16 = 256;
+
+impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
+    /// Reads status and sense of a completed frame.
+    pub(super) fn read_completion(&self, tag: u16, mfi: MfiStatus) -> Polled {
+        let base = usize::from(tag) * self.frame_stride;
+        let scsi = self.pool.read_u8(base + frame::OFF_SCSI_STATUS);
+        let mut sense = [0u8; SENSE_LEN];
+        let mut sense_len = 0;
+        if mfi != MfiStatus::OK && scsi == SCSI_CHECK_CONDITION {
+            // The device wrote how many sense bytes it stored; never read past our buffer.
+            sense_len = usize::from(self.pool.read_u8(base + frame::OFF_SENSE_LEN)).min(SENSE_LEN);
+            self.pool
+                .read_bytes(self.sense_off + usize::from(tag) * SENSE_LEN, &mut sense[..sense_len]);
+        }
+        Polled {
+            mfi,
+            scsi,
+            sense,
+            sense_len,
+        }
+    }
+
+    /// INTx only: whether the (possibly shared) interrupt is ours; if so it is acknowledged by
+    /// writing OSTS back to ODCR0, before the queue is drained (the doorbell is a counter the ack zeroes).
+    pub fn intx_claim(&self) -> bool {
+        let status = self.mmio.read32(regs::OSTS);
+        if status & self.model.intx_pending_bits() == 0 {
+            return false;
+        }
+        self.mmio.write32(regs::ODCR0, status);
+        true
+    }
+
+    /// Interrupt entry point: acknowledges as `mode` requires and drains the reply queue.
+    /// Returns `None` when an INTx interrupt was not ours.
+    pub fn handle_interrupt(&self, mode: IrqMode, mut complete: impl FnMut(u16, IoStatus)) -> Option<Reaped> {
+        self.handle_interrupt_with(mode, |d| complete(d.tag, d.status))
+    }
+
+    /// [`Self::handle_interrupt`] reporting each completion as a [`Done`].
+    pub fn handle_interrupt_with(&self, mode: IrqMode, complete: impl FnMut(Done)) -> Option<Reaped> {
+        // MSI/MSI-X: OSTS reads 0 there, so it says nothing about whether work arrived.
+        if mode == IrqMode::Intx && !self.intx_claim() {
+            return None;
+        }
+        Some(self.reap_with(complete))
+    }
+
+    /// Whether the reply ring holds entries not yet reaped (a memory read, no register access).
+    pub fn replies_pending(&self) -> bool {
+        // Acquire pairs with the device's producer store, made after the entries.
+        let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
+        pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+    }
+
+    /// Drains the reply queue: every context is validated (range, in flight, generation, frame
+    /// status written) before it completes anything; a bad one is counted and logged as a
+    /// controller fault and skipped. `complete(tag, status)` runs for each accepted completion,
+    /// after the tag has been handed back (so it may resubmit on the same tag).
+    pub fn reap(&self, mut complete: impl FnMut(u16, IoStatus)) -> Reaped {
+        self.reap_with(|d| complete(d.tag, d.status))
+    }
+
+    /// [`Self::reap`] reporting each completion as a [`Done`] (with its cookie and whether an
+    /// abort was pending). Also handles the replies of ABORT frames.
+    pub fn reap_with(&self, complete: impl FnMut(Done)) -> Reaped {
+        self.reap_budget(u32::MAX, complete)
+    }
+
+    /// [`Self::reap_with`] consuming at most `max_entries` reply entries (accepted or not), so
+    /// an interrupt handler's work is bounded; `more_pending` says entries were left.
+    pub fn reap_budget(&self, max_entries: u32, mut complete: impl FnMut(Done)) -> Reaped {
+        let pi_word = self.ring.atomic_u32(RING_PI);
+        // Nothing produced since the last consumed entry: nothing to take, and nothing a gate
+        // holder needs to be told about (an empty poll does not take the gate, zero the
+        // result or store the consumer index back). `ci` never passes `pi`, so a `ci` read while
+        // another context drains can equal `pi` only when everything is consumed; a producer
+        // index out of range still goes through `drain`, which records it as a fault.
+        // Acquire pairs with the device's producer store, as in `drain`.
+        if pi_word.load(Ordering::Acquire) == self.ci.load(Ordering::Relaxed) {
+            return Reaped::default();
+        }
+        let mut out = Reaped::default();
+        let remaining = core::cell::Cell::new(max_entries);
+        let work_left = || {
+            let pi = pi_word.load(Ordering::Acquire);
+            pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+        };
+        let outcome = {
+            let out = &mut out;
+            let complete = &mut complete;
+            // Bounded so an interrupt handler cannot be held forever by a device that keeps
+            // producing; `more_pending` tells the caller to come back.
+            self.gate.run(
+                MAX_REAP_ROUNDS,
+                || self.drain(out, complete, &remaining),
+                || remaining.get() > 0 && work_left(),
+            )
+        };
+        out.contended = outcome == GateOutcome::Contended;
+        out.more_pending = outcome == GateOutcome::MorePending
+            || (outcome == GateOutcome::Idle && remaining.get() == 0 && work_left());
+        out
+    }
+
+    fn record_fault(&self, out: &mut Reaped, fault: Fault) {
+        out.faults += 1;
+        out.first_fault.get_or_insert(fault);
+        let n = self.faults.fetch_add(1, Ordering::Relaxed);
+        // Rate limit: a hostile device must not flood the console. The count stays exact.
+        if n < FAULT_LOG_FIRST {
+            log::error!("megasas: controller fault: {fault}");
+        } else if n == FAULT_LOG_FIRST {
+            log::error!("megasas: controller fault: {fault}; further faults are counted, not logged one by one");
+        }
+    }
+
+    /// Consumes entries from CI up to PI; the caller holds `gate`.
+    pub(super) fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(Done), remaining: &core::cell::Cell<u32>) {
+        let entries = self.ring_entries;
+        let mut ci = self.ci.load(Ordering::Relaxed);
+        // Bounded: each pass consumes at most one ring's worth; the outer loop re-reads PI.
+        'passes: for _ in 0..2 {
+            // Acquire pairs with the device's producer store, made after the entries and frames.
+            let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
+            if pi >= entries {
+                self.record_fault(out, Fault::ProducerOutOfRange { producer: pi, entries });
+                break;
+            }
+            if pi == ci {
+                break;
+            }
+            while ci != pi {
+                if remaining.get() == 0 {
+                    break 'passes;
+                }
+                remaining.set(remaining.get() - 1);
+                let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
+                let ctx = slot.load(Ordering::Relaxed);
+                slot.store(RING_SENTINEL, Ordering::Relaxed);
+                if let Err(reason) = self.accept(ctx, out, complete) {
+                    self.record_fault(
+                        out,
+                        Fault::BogusContext {
+                            context: ctx,
+                            slot: ci,
+                            reason,
+                        },
+                    );
+                }
+                ci = if ci + 1 == entries { 0 } else { ci + 1 };
+            }
+        }
+        self.ci.store(ci, Ordering::Relaxed);
+        // The device may read CI (QEMU does not compare it, real firmware may).
+        self.ring.atomic_u32(RING_CI).store(ci, Ordering::Release);
+    }
+
+    /// Validates one context and completes its command.
+    fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(Done)) -> Result<(), BogusReason> {
+        let (tag, polled, generation) = tags::decode_context(ctx);
+        // The tag's record, bounds-checked once for the whole reply. The context's
+        // tag field is 15 bits, so it fits a u16.
+        let Some(entry) = self.tags.entry(tag as u16) else {
+            return Err(BogusReason::TagOutOfRange { tag, tags: self.ntags });
+        };
+        let tag = tag as u16;
+        if polled {
+            // QEMU posts polled commands too (it ignores DONT_POST); their poller owns them and
+            // the echo is dropped. It must name one of the tag's recent generations (several
+            // polled commands may finish before the reaper runs, and the tag may be FREE again);
+            // anything else is invented and counted. The current generation is an echo only if
+            // its command is polled or done; an older one whatever the tag does now: the tag may
+            // already be claimed again (the next polled command's frame being built, an ABORT
+            // frame), and an echo completes nothing.
+            let (state, current) = entry.load();
+            let behind = current.wrapping_sub(generation);
+            let plausible = if behind == 0 {
+                matches!(state, tags::POLLED | tags::FREE | tags::QUARANTINED)
+            } else {
+                behind < POLLED_ECHO_WINDOW
+            };
+            if !plausible {
+                return Err(BogusReason::StaleGeneration {
+                    tag,
+                    expected: current,
+                    found: generation,
+                });
+            }
+            out.polled_echoes += 1;
+            return Ok(());
+        }
+        let base = usize::from(tag) * self.frame_stride;
+        let frame_status = || {
+            // Acquire pairs with the device's store of the status byte, after sense and data.
+            MfiStatus(
+                self.pool
+                    .atomic_u8(base + frame::OFF_CMD_STATUS)
+                    .load(Ordering::Acquire),
+            )
+        };
+        let (state, current) = entry.load();
+        if state == tags::ABORT_FRAME {
+            if current != generation {
+                return Err(BogusReason::StaleGeneration {
+                    tag,
+                    expected: current,
+                    found: generation,
+                });
+            }
+            let mfi = frame_status();
+            if mfi == MfiStatus::PENDING {
+                return Err(BogusReason::StatusPending { tag });
+            }
+            self.abort_replied(tag, generation, mfi, out, complete);
+            return Ok(());
+        }
+        // The word read above (Acquire) is the one `check` would read again.
+        TagTable::check_loaded(tag, (state, current), generation)?;
+        let mfi = frame_status();
+        if mfi == MfiStatus::PENDING {
+            return Err(BogusReason::StatusPending { tag });
+        }
+        // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
+        // whatever the SCSI status and sense, so no 64-byte sense copy per I/O.
+        let ok = mfi == MfiStatus::OK;
+        let status = if ok {
+            IoStatus::Success
+        } else {
+            match self.read_completion(tag, mfi).error() {
+                None => IoStatus::Success,
+                Some(e) => {
+                    log::warn!("megasas: tag {tag}: {e}");
+                    IoStatus::Failed(e)
+                }
+            }
+        };
+        // The cookie cannot change before the tag is FREE again, which `complete` below does.
+        let cookie = entry.cookie();
+        let accepted = entry.complete(tag, generation)?;
+        let aborted = accepted == tags::Accepted::Aborting;
+        if aborted {
+            // The device gave the command up (or finished it) while an abort was pending.
+            self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
+        }
+        out.completed += 1;
+        if ok && !aborted {
+            // The common reply, with its status a constant for the callback.
+            complete(Done {
+                tag,
+                cookie,
+                status: IoStatus::Success,
+                aborted: false,
+            });
+        } else {
+            complete(Done {
+                tag,
+                cookie,
+                status,
+                aborted,
+            });
+        }
+        Ok(())
+    }
+}
