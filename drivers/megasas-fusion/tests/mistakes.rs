@@ -231,12 +231,12 @@ fn every_mistake_hook_has_a_test() {
         }
     }
     let src = include_str!("mistakes.rs");
-    let enum_src = include_str!("../src/controller.rs");
+    let enum_src = include_str!("../src/controller/mistake.rs");
     let body = enum_src
         .split_once("pub enum Mistake {")
         .and_then(|(_, rest)| rest.split_once('}'))
         .map(|(body, _)| body)
-        .expect("enum Mistake in controller.rs");
+        .expect("enum Mistake in controller/mistake.rs");
     let declared = body
         .lines()
         .map(str::trim)

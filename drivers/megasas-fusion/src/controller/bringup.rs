@@ -1,0 +1,630 @@
+//! Bring-up: the READY transition from whatever state the firmware is in (handshake doorbells,
+//! the diag reset on a resettable FAULT), the limits read from the scratch pads, the memory, IOC
+//! INIT, and interrupt masking.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering, fence};
+
+use crate::Mmio64;
+use devhal::{Delay, Dma};
+use megasas::dcmd::ControllerInfo;
+use spin::Mutex;
+
+use drvkit::gate::Gate;
+
+use crate::diag::Report;
+use crate::error::{Error, Sp0};
+use crate::mem::alloc_low;
+use crate::regs::{self, FwState, FwStatus, Generation, Sp1};
+
+use super::{
+    Budget, Config, Controller, DCMD_DATA_LEN, DCMD_SMIDS, FRAME_SIZE, MAX_FW_CMDS_CAP, MFI_FRAME_LEN, Memory, Mistake,
+    ReplyQueue, SENSE_SIZE, SmidState, Stats, desc, read_reg, wait,
+};
+
+/// Largest SGE count per request the driver uses.
+const MAX_SGE_CAP: u16 = 256;
+/// Offset of the IOC INIT request inside the init region (after the 256-aligned MFI frame).
+const INIT_REQUEST_OFF: usize = 0x100;
+/// How long after IOC INIT's cmd_status 0 the driver waits for SP0 to show OPERATIONAL.
+const OPERATIONAL_WAIT_US: u64 = 10_000_000;
+
+/// Limits derived from the scratch pads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// SP0[15:0].
+    pub raw_fw_cmds: u16,
+    /// SMIDs 1..=max_fw_cmds exist.
+    pub max_fw_cmds: u16,
+    /// I/O tags (SMIDs 1..=io_tags); the top [`DCMD_SMIDS`] SMIDs carry DCMDs.
+    pub io_tags: u16,
+    /// Reply descriptors per queue.
+    pub reply_depth: u32,
+    /// Reply queues the firmware offers.
+    pub fw_queues: u16,
+    /// Reply queues in use.
+    pub queues: u16,
+    /// HostMSIxVectors given to IOC INIT.
+    pub host_msix_vectors: u8,
+    /// Combined (supplementary host index) mode.
+    pub combined: bool,
+    /// Firmware chain frame size in bytes.
+    pub chain_bytes: u32,
+    /// SGEs per request.
+    pub max_sge: u16,
+    /// SP0 bit 26.
+    pub msix_capable: bool,
+    /// SP1 bit 24 (FW handles SYNCHRONIZE CACHE).
+    pub fw_sync_cache: bool,
+    /// SP1 bit 23 (RDPQ supported; not used).
+    pub rdpq_supported: bool,
+    /// SP1 bit 25 (64-bit control addresses accepted; not used: all control memory is below 4 GiB).
+    pub ctrl64: bool,
+}
+
+impl Limits {
+    /// Derives the limits from SP0/SP1 for `generation` with `vectors` MSI-X vectors granted.
+    pub fn from_scratch_pads(
+        generation: Generation,
+        sp0: u32,
+        sp1: u32,
+        vectors: usize,
+        cap: u16,
+    ) -> Result<Self, Error> {
+        let raw = (sp0 & 0xFFFF) as u16;
+        if raw < DCMD_SMIDS + 3 {
+            return Err(Error::Limits {
+                what: "SP0 max commands",
+                value: u64::from(raw),
+                expected: "at least 7",
+            });
+        }
+        let max_fw_cmds = (raw - 1).min(MAX_FW_CMDS_CAP);
+        let io_tags = max_fw_cmds - DCMD_SMIDS;
+        let reply_depth = 2 * (u32::from(max_fw_cmds) + 1).next_multiple_of(16);
+        let sp1 = Sp1(sp1);
+        let msix_capable = sp0 & regs::SP0_MSIX_CAPABLE != 0;
+        let fw_queues = if msix_capable { sp1.fw_queues(generation) } else { 1 };
+        let (queues, host_msix_vectors) = if msix_capable && vectors > 0 {
+            let mut q = (vectors.min(usize::from(u16::MAX)) as u16)
+                .min(fw_queues)
+                .min(generation.max_queues());
+            if cap > 0 {
+                q = q.min(cap);
+            }
+            (q, q as u8)
+        } else {
+            (1, 0)
+        };
+        // As Linux and FreeBSD: the *firmware's* queue count decides combined mode (more than 8
+        // on Invader, 16 on Ventura/Aero); the host count is clamped afterwards.
+        let combined = msix_capable && generation.combined_above().is_some_and(|c| fw_queues > c);
+        let chain_bytes = sp1.chain_bytes();
+        let max_sge = prev_power_of_two(6 + chain_bytes / 16).min(u32::from(MAX_SGE_CAP)) as u16;
+        Ok(Self {
+            raw_fw_cmds: raw,
+            max_fw_cmds,
+            io_tags,
+            reply_depth,
+            fw_queues,
+            queues,
+            host_msix_vectors,
+            combined,
+            chain_bytes,
+            max_sge,
+            msix_capable,
+            fw_sync_cache: sp1.bit24(),
+            rdpq_supported: sp1.rdpq(),
+            ctrl64: sp1.ctrl64(),
+        })
+    }
+}
+
+fn prev_power_of_two(v: u32) -> u32 {
+    if v == 0 { 0 } else { 1 << (31 - v.leading_zeros()) }
+}
+
+impl<M: Mmio64, D: Delay> Controller<M, D> {
+    /// Brings the controller up from whatever state its firmware is in: READY transition,
+    /// limits, memory (all below 4 GiB), IOC INIT, CTRL_GET_INFO, LD list, READ CAPACITY of each
+    /// LD. Interrupts stay masked; call [`Controller::enable_interrupts`] once handlers are
+    /// installed. Every step goes into `report` (and the `log` crate) whether it succeeds or not.
+    pub fn bring_up<A: Dma>(mmio: M, dma: &A, delay: D, config: Config, report: &mut Report) -> Result<Self, Error> {
+        let mut budget = Budget::new(config.bringup_budget_us);
+        report.generation = Some(config.generation);
+        let r = Self::bring_up_inner(mmio, dma, delay, config, report, &mut budget);
+        if let Err(e) = &r {
+            report.fail("bring-up", e);
+        }
+        r
+    }
+
+    fn bring_up_inner<A: Dma>(
+        mmio: M,
+        dma: &A,
+        delay: D,
+        config: Config,
+        report: &mut Report,
+        budget: &mut Budget,
+    ) -> Result<Self, Error> {
+        let generation = config.generation;
+        report.step(&mmio, generation, budget.used(), "registers at power-on", String::new());
+        if config.commits(Mistake::DoorbellWrongState) {
+            mmio.write32(regs::DOORBELL, regs::DB_RESET_TO_READY);
+        }
+        Self::to_ready(&mmio, &delay, &config, budget, report, true)?;
+        let sp0 = read_reg(&mmio, generation, regs::SP0);
+        let sp1 = read_reg(&mmio, generation, regs::SP1);
+        let mut limits = Limits::from_scratch_pads(generation, sp0, sp1, config.vector_cpus.len(), config.max_queues)?;
+        if config.commits(Mistake::TooManyVectors) {
+            limits.host_msix_vectors = (limits.fw_queues + 1) as u8;
+        }
+        if config.commits(Mistake::CombinedByHostCount) {
+            limits.combined = generation.combined_above().is_some_and(|c| limits.queues > c);
+        }
+        report.limits = Some(limits);
+        report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
+
+        let n = usize::from(limits.max_fw_cmds);
+        let chain_stride = (usize::from(limits.max_sge).saturating_sub(7) * 16)
+            .next_multiple_of(64)
+            .max(64);
+        let depth = limits.reply_depth as usize;
+        let nq = usize::from(limits.queues);
+        let mem = Memory {
+            frames: alloc_low(dma, "request frames", FRAME_SIZE * (n + 1), 256)?,
+            chains: alloc_low(dma, "chain frames", chain_stride * n, 64)?,
+            chain_stride,
+            sense: alloc_low(dma, "sense buffers", SENSE_SIZE * n, 64)?,
+            replies: alloc_low(dma, "reply queues", depth * 8 * nq, 64)?,
+            init: alloc_low(dma, "IOC INIT frame", 4096, 256)?,
+            dcmd: alloc_low(
+                dma,
+                "DCMD frames",
+                usize::from(DCMD_SMIDS) * (MFI_FRAME_LEN + DCMD_DATA_LEN),
+                256,
+            )?,
+        };
+        report.step(
+            &mmio,
+            generation,
+            budget.used(),
+            "memory",
+            alloc::format!(
+                "frames {:#x} chains {:#x} sense {:#x} replies {:#x} ({} queues x {} entries) init {:#x}",
+                mem.frames.phys(),
+                mem.chains.phys(),
+                mem.sense.phys(),
+                mem.replies.phys(),
+                nq,
+                depth,
+                mem.init.phys()
+            ),
+        );
+        let smids = n + 1;
+        let mut ctrl = Self {
+            mmio,
+            delay,
+            generation,
+            limits,
+            mem,
+            queues: (0..nq)
+                .map(|_| {
+                    Mutex::new(ReplyQueue {
+                        last_idx: 0,
+                        wrapped: false,
+                    })
+                })
+                .collect(),
+            smids: (0..smids).map(|_| SmidState::new()).collect(),
+            dcmd_reply_pending: (0..DCMD_SMIDS).map(|_| AtomicBool::new(false)).collect(),
+            dcmd_lock: Mutex::new(()),
+            gate: Gate::new(nq),
+            atomic_port: AtomicBool::new(false),
+            interrupts_enabled: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            ocr_disabled: false,
+            ext_lds: false,
+            info: empty_info(),
+            drives: Vec::new(),
+            config,
+            stats: Stats::default(),
+        };
+        if !ctrl.config.commits(Mistake::ReplySlotsNotReset) {
+            ctrl.reset_reply_queues();
+        }
+        if ctrl.config.commits(Mistake::PostBeforeOperational) {
+            ctrl.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
+        }
+        if let Err(e) = ctrl.ioc_init(budget, report) {
+            // Linux `megasas_init_adapter_fusion`: a resettable FAULT after a failed IOC INIT
+            // gets one diag reset and one more IOC INIT.
+            let sp0 = read_reg(&ctrl.mmio, generation, regs::SP0);
+            if FwStatus(sp0).state() != FwState::Fault || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
+                return Err(e);
+            }
+            report.step(
+                &ctrl.mmio,
+                generation,
+                budget.used(),
+                "IOC INIT failed with a resettable FAULT; one diag reset and retry",
+                alloc::format!("{e}"),
+            );
+            Self::diag_reset(&ctrl.mmio, &ctrl.delay, &ctrl.config, budget, report)?;
+            ctrl.reset_reply_queues();
+            ctrl.ioc_init(budget, report)?;
+        }
+        if ctrl.config.commits(Mistake::InitTwice) {
+            ctrl.ioc_init(budget, report)?;
+        }
+        ctrl.read_info(budget, report)?;
+        ctrl.discover(budget, report)?;
+        report.info = Some(ctrl.info.clone());
+        report.drives = ctrl.drives.clone();
+        report.step(
+            &ctrl.mmio,
+            generation,
+            budget.used(),
+            "bring-up complete",
+            String::new(),
+        );
+        Ok(ctrl)
+    }
+
+    /// The READY transition (Linux's `megasas_transition_to_ready`). At probe (`probe`), a resettable FAULT is
+    /// diag-reset once.
+    fn to_ready(
+        mmio: &M,
+        delay: &D,
+        config: &Config,
+        budget: &mut Budget,
+        report: &mut Report,
+        probe: bool,
+    ) -> Result<(), Error> {
+        let generation = config.generation;
+        let mut reset_tried = false;
+        loop {
+            let sp0 = read_reg(mmio, generation, regs::SP0);
+            let state = FwStatus(sp0).state();
+            match state {
+                FwState::Ready => {
+                    report.step(mmio, generation, budget.used(), "firmware READY", String::new());
+                    return Ok(());
+                }
+                FwState::Fault => {
+                    report.step(
+                        mmio,
+                        generation,
+                        budget.used(),
+                        "firmware in FAULT",
+                        alloc::format!("{}", Sp0(sp0)),
+                    );
+                    if !probe {
+                        // After an OCR's diag reset the firmware may pass through FAULT while it
+                        // restarts: wait for the state to change (per-state limit), as Linux
+                        // `megasas_transition_to_ready(ocr=1)` does.
+                    } else {
+                        if reset_tried || sp0 & regs::SP0_FAULT_RESETTABLE == 0 {
+                            return Err(Error::FirmwareFault { sp0 });
+                        }
+                        reset_tried = true;
+                        Self::diag_reset(mmio, delay, config, budget, report)?;
+                        continue;
+                    }
+                }
+                FwState::WaitHandshake => {
+                    Self::doorbell(mmio, regs::DB_CLEAR_HANDSHAKE);
+                }
+                FwState::BootMsgPending => {
+                    Self::doorbell(mmio, regs::DB_HOTPLUG);
+                }
+                FwState::Operational => {
+                    mmio.write32(regs::INTR_MASK, regs::INTR_DISABLE_MASK);
+                    Self::doorbell(mmio, regs::DB_RESET_TO_READY);
+                    Self::wait_doorbell_clear(mmio, delay, config, budget)?;
+                }
+                FwState::Undefined
+                | FwState::BbInit
+                | FwState::FwInit
+                | FwState::FwInit2
+                | FwState::DeviceScan
+                | FwState::FlushCache => {}
+                FwState::Other(_) => return Err(Error::UnknownState { sp0 }),
+            }
+            report.step(
+                mmio,
+                generation,
+                budget.used(),
+                "waiting for the state to change",
+                String::new(),
+            );
+            // Wait until the whole SP0 word changes, bounded per state and overall.
+            let mut waited = 0u64;
+            loop {
+                let now = read_reg(mmio, generation, regs::SP0);
+                if now != sp0 {
+                    break;
+                }
+                if waited >= config.state_timeout_us {
+                    return Err(Error::FirmwareStuck { sp0, waited_us: waited });
+                }
+                wait(delay, budget, 1000, "READY transition", mmio, generation)?;
+                waited += 1000;
+            }
+        }
+    }
+
+    fn wait_doorbell_clear(mmio: &M, delay: &D, config: &Config, budget: &mut Budget) -> Result<(), Error> {
+        if config.commits(Mistake::IgnoreDoorbellBusy) {
+            return Ok(());
+        }
+        let mut waited = 0u64;
+        while read_reg(mmio, config.generation, regs::DOORBELL) & regs::DB_IN_PROGRESS != 0 {
+            if waited >= 10_000_000 {
+                return Err(Error::DoorbellBusy { waited_us: waited });
+            }
+            wait(delay, budget, 1000, "doorbell", mmio, config.generation)?;
+            waited += 1000;
+        }
+        Ok(())
+    }
+
+    /// Handshake doorbell write. Like Linux and FreeBSD it does not poll bit 0 first; bit
+    /// 0 is polled after 0x07 and before IOC INIT.
+    fn doorbell(mmio: &M, value: u32) {
+        mmio.write32(regs::DOORBELL, value);
+    }
+
+    /// Diag reset (the 7-key HOST_DIAG sequence, as Linux and FreeBSD), ending in the READY
+    /// transition.
+    pub(super) fn diag_reset(
+        mmio: &M,
+        delay: &D,
+        config: &Config,
+        budget: &mut Budget,
+        report: &mut Report,
+    ) -> Result<(), Error> {
+        let g = config.generation;
+        report.step(mmio, g, budget.used(), "diag reset: unlock", String::new());
+        for k in regs::DIAG_UNLOCK_KEYS {
+            mmio.write32(regs::WRITE_SEQUENCE, k);
+        }
+        let mut diag = 0;
+        for _ in 0..100 {
+            diag = read_reg(mmio, g, regs::HOST_DIAG);
+            if diag & regs::DIAG_DRWE != 0 {
+                break;
+            }
+            wait(delay, budget, 100_000, "diag reset: write enable", mmio, g)?;
+        }
+        if diag & regs::DIAG_DRWE == 0 {
+            return Err(Error::ResetFailed {
+                attempts: 1,
+                sp0: read_reg(mmio, g, regs::SP0),
+            });
+        }
+        mmio.write32(regs::HOST_DIAG, diag | regs::DIAG_RESET_ADAPTER);
+        wait(delay, budget, 3_000_000, "diag reset", mmio, g)?;
+        let mut cleared = false;
+        for _ in 0..1000 {
+            if read_reg(mmio, g, regs::HOST_DIAG) & regs::DIAG_RESET_ADAPTER == 0 {
+                cleared = true;
+                break;
+            }
+            wait(delay, budget, 100_000, "diag reset: adapter reset bit", mmio, g)?;
+        }
+        if !cleared {
+            return Err(Error::ResetFailed {
+                attempts: 1,
+                sp0: read_reg(mmio, g, regs::SP0),
+            });
+        }
+        for _ in 0..1000 {
+            if FwStatus(read_reg(mmio, g, regs::SP0)).state().nibble() > FwState::FwInit.nibble() {
+                break;
+            }
+            wait(delay, budget, 100_000, "diag reset: firmware start", mmio, g)?;
+        }
+        report.step(mmio, g, budget.used(), "diag reset: adapter reset done", String::new());
+        Self::to_ready(mmio, delay, config, budget, report, false)
+    }
+
+    /// Sets every reply slot to all-ones and every consumer index to 0.
+    pub(super) fn reset_reply_queues(&self) {
+        let len = self.mem.replies.len();
+        self.mem.replies.fill(0, len, 0xFF);
+        if !self.mistake(Mistake::LastIdxNotZeroed) {
+            for q in &self.queues {
+                q.lock().last_idx = 0;
+            }
+        }
+    }
+
+    pub(super) fn ioc_init(&self, budget: &mut Budget, report: &mut Report) -> Result<(), Error> {
+        let g = self.generation;
+        let l = &self.limits;
+        let init = &self.mem.init;
+        init.fill(0, init.len(), 0);
+        let mfi = if self.mistake(Mistake::InitFrameMisaligned) {
+            0x40
+        } else {
+            0
+        };
+        let req = INIT_REQUEST_OFF;
+        // MPI2 IOC INIT request (72 bytes).
+        init.write_u8(req, 0x04);
+        init.write_u8(req + 0x03, 0x02);
+        if self.mistake(Mistake::RdpqWithoutSupport) {
+            init.write_u8(req + 0x07, 0x01);
+        }
+        init.write_u16(req + 0x0C, 0x0200);
+        init.write_u16(req + 0x0E, 0x1000);
+        init.write_u8(req + 0x16, 12);
+        init.write_u8(req + 0x17, l.host_msix_vectors);
+        init.write_u16(req + 0x1A, (FRAME_SIZE / 4) as u16);
+        let depth = if self.mistake(Mistake::QueueDepthNotMultipleOf16) {
+            l.reply_depth - 8
+        } else {
+            l.reply_depth
+        };
+        init.write_u16(req + 0x1C, depth as u16);
+        let sense_high = if self.mistake(Mistake::SenseAbove4G) {
+            1
+        } else {
+            (self.mem.sense.phys() >> 32) as u32
+        };
+        init.write_u32(req + 0x20, sense_high);
+        init.write_u64(req + 0x28, self.mem.frames.phys());
+        init.write_u64(req + 0x30, self.mem.replies.phys());
+        // MFI INIT frame wrapping it.
+        init.write_u8(mfi, 0x00);
+        init.write_u8(
+            mfi + 0x02,
+            if self.mistake(Mistake::InitStatusNotPreset) {
+                0
+            } else {
+                0xFF
+            },
+        );
+        let mut caps = 0u32;
+        if g != Generation::Thunderbolt {
+            caps |= 1 << 1; // additional_msix: Invader and later always, as Linux and FreeBSD
+        }
+        if l.chain_bytes > 1024 {
+            caps |= 1 << 8; // ext_io_size
+        }
+        init.write_u32(mfi + 0x04, caps);
+        init.write_u16(mfi + 0x10, 0x0001);
+        init.write_u32(mfi + 0x14, 72);
+        init.write_u64(mfi + 0x18, init.phys() + req as u64);
+        report.step(
+            &self.mmio,
+            g,
+            budget.used(),
+            "IOC INIT: posting",
+            alloc::format!(
+                "HostMSIxVectors {} depth {} capabilities {caps:#x} frame {:#x}",
+                l.host_msix_vectors,
+                depth,
+                init.phys() + mfi as u64
+            ),
+        );
+        self.mmio.write32(regs::INTR_MASK, regs::INTR_DISABLE_MASK);
+        Self::wait_doorbell_clear(&self.mmio, &self.delay, &self.config, budget)?;
+        fence(Ordering::Release);
+        let addr = init.phys() + mfi as u64;
+        let mfa = (addr & !0xFF) | u64::from(regs::DESC_MFA) | (addr & 0xFF);
+        if self.mistake(Mistake::InitViaAtomicPort) {
+            self.mmio.write32(regs::REQ_DESC_ATOMIC, mfa as u32);
+        } else {
+            self.mmio.write32(regs::REQ_DESC_LOW, mfa as u32);
+            self.mmio.write32(regs::REQ_DESC_HIGH, (mfa >> 32) as u32);
+        }
+        let mut waited = 0u64;
+        loop {
+            let st = init.read_u8(mfi + 0x02);
+            if st != 0xFF && !(self.mistake(Mistake::InitStatusNotPreset) && waited == 0) {
+                if st != 0 {
+                    let sp0 = read_reg(&self.mmio, g, regs::SP0);
+                    return Err(Error::InitFailed { status: st, sp0 });
+                }
+                break;
+            }
+            if waited >= self.config.command_timeout_us {
+                return Err(Error::InitTimeout {
+                    sp0: read_reg(&self.mmio, g, regs::SP0),
+                });
+            }
+            wait(&self.delay, budget, 100, "IOC INIT", &self.mmio, g)?;
+            waited += 100;
+            if waited.is_multiple_of(5_000_000) {
+                let sp0 = read_reg(&self.mmio, g, regs::SP0);
+                if FwStatus(sp0).state() == FwState::Fault {
+                    return Err(Error::FirmwareFault { sp0 });
+                }
+            }
+        }
+        // cmd_status 0 is IOC INIT's success (Linux and FreeBSD check nothing else). SP0 may
+        // still lag behind it: wait a while for OPERATIONAL and report what we saw, but only a
+        // FAULT is an error; the watchdog handles a firmware that really never gets there.
+        let mut sp0 = read_reg(&self.mmio, g, regs::SP0);
+        let mut lag = 0u64;
+        while FwStatus(sp0).state() != FwState::Operational && lag < OPERATIONAL_WAIT_US {
+            if FwStatus(sp0).state() == FwState::Fault {
+                return Err(Error::FirmwareFault { sp0 });
+            }
+            wait(
+                &self.delay,
+                budget,
+                1000,
+                "IOC INIT: waiting for OPERATIONAL",
+                &self.mmio,
+                g,
+            )?;
+            lag += 1000;
+            sp0 = read_reg(&self.mmio, g, regs::SP0);
+        }
+        if FwStatus(sp0).state() != FwState::Operational {
+            report.step(
+                &self.mmio,
+                g,
+                budget.used(),
+                "IOC INIT: done, SP0 not OPERATIONAL yet; going on as Linux does",
+                alloc::format!("{} after {lag} us", Sp0(sp0)),
+            );
+        } else if lag > 0 {
+            report.step(
+                &self.mmio,
+                g,
+                budget.used(),
+                "IOC INIT: SP0 reached OPERATIONAL after cmd_status",
+                alloc::format!("{lag} us later"),
+            );
+        }
+        let sp1 = read_reg(&self.mmio, g, regs::SP1);
+        let atomic = (g == Generation::Aero && Sp1(sp1).bit24()) || self.mistake(Mistake::AtomicWithoutSupport);
+        self.atomic_port.store(atomic, Ordering::Relaxed);
+        report.step(
+            &self.mmio,
+            g,
+            budget.used(),
+            "IOC INIT: OPERATIONAL",
+            alloc::format!("atomic descriptor port {}", if atomic { "in use" } else { "not used" }),
+        );
+        Ok(())
+    }
+
+    /// Unmasks interrupts (after the kernel installed the handlers).
+    pub fn enable_interrupts(&self) {
+        self.interrupts_enabled.store(true, Ordering::Release);
+        self.mmio.write32(regs::INTR_STATUS, 0xFFFF_FFFF);
+        let _ = self.mmio.read32(regs::INTR_STATUS);
+        self.mmio.write32(regs::INTR_MASK, regs::INTR_ENABLE_MASK);
+        let _ = self.mmio.read32(regs::INTR_MASK);
+    }
+
+    /// Masks every interrupt source.
+    pub fn disable_interrupts(&self) {
+        self.interrupts_enabled.store(false, Ordering::Release);
+        self.mmio.write32(regs::INTR_MASK, regs::INTR_DISABLE_MASK);
+    }
+}
+
+fn empty_info() -> ControllerInfo {
+    ControllerInfo {
+        vendor_id: 0,
+        device_id: 0,
+        subvendor_id: 0,
+        subdevice_id: 0,
+        product: String::new(),
+        serial: String::new(),
+        firmware: String::new(),
+        package: String::new(),
+        max_cmds: 0,
+        max_sge: 0,
+        max_request_sectors: 0,
+        lds_present: 0,
+        pds_present: 0,
+    }
+}

@@ -1,0 +1,518 @@
+//! Submission: validating a request, composing its frame (SGL, chain frame, RAID context) and
+//! posting its request descriptor.
+
+use core::sync::atomic::{Ordering, fence};
+
+use crate::Mmio64;
+use devhal::Delay;
+use megasas::Segment;
+
+use drvkit::gate::Inside;
+
+use crate::error::Error;
+use crate::regs::{self, Generation};
+
+use super::{
+    Controller, F_CDB, F_CHAIN_OFFSET, F_CONTROL, F_DATA_LEN, F_DEV_HANDLE, F_FUNCTION, F_IO_FLAGS, F_RAID_CTX,
+    F_SENSE_LEN, F_SENSE_LOW, F_SGL, F_SGL_FLAGS, F_SGL_OFFSET0, FRAME_SIZE, FUNC_LD_IO, FUNC_SCSI_IO, IoOp, IoRequest,
+    Mistake, SENSE_SIZE, SGE_SIZE, SmidState, desc, sge_bytes,
+};
+
+/// IoFlags: FastPath (Invader and later).
+const IO_FLAGS_FAST_PATH: u16 = 0x4000;
+/// RAID-context raid_flags: IO sub-type SYSTEM_PD (bits 5:4 = 1).
+const RAID_FLAGS_SYSTEM_PD: u8 = 0x10;
+/// Control words.
+const CONTROL_WRITE: u32 = 0x0100_0000;
+const CONTROL_READ: u32 = 0x0200_0000;
+/// SGE flags.
+pub(crate) const SGE_CHAIN: u8 = 0x80;
+pub(crate) const SGE_END_OF_LIST: u8 = 0x40;
+
+/// A request [`Controller::validate`] accepted: its CDB, direction (None: no data) and byte
+/// count, for [`Controller::submit_validated`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validated {
+    cdb: [u8; 16],
+    write: Option<bool>,
+    len: u32,
+}
+
+/// The submission section [`Controller::enter`] opened: no reset starts while it lives.
+pub struct Entered<'a> {
+    _inside: Inside<'a>,
+}
+
+fn cdb16(opcode: u8, lba: u64, blocks: u32) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = opcode;
+    c[2..10].copy_from_slice(&lba.to_be_bytes());
+    c[10..14].copy_from_slice(&blocks.to_be_bytes());
+    c
+}
+
+/// The first 128 bytes of a request frame (everything before the SGL), composed on the stack
+/// field by field and then written to the SMID's DMA frame as one run of stores
+/// (`DmaBuf::write_u32s`: one bounds check, 16 eight-byte stores). Starts zeroed; offsets are
+/// the `F_*` byte offsets, little-endian as the device reads them. (The whole 256-byte frame
+/// as one image cost a `memset` call and 64 copy instructions per I/O; 128 bytes are zeroed
+/// inline.)
+struct FrameImage([u32; F_SGL / 4]);
+
+impl FrameImage {
+    #[inline(always)]
+    fn new() -> Self {
+        Self([0; F_SGL / 4])
+    }
+
+    #[inline(always)]
+    fn set_u8(&mut self, off: usize, v: u8) {
+        let shift = 8 * (off % 4);
+        let w = &mut self.0[off / 4];
+        *w = (*w & !(0xFF << shift)) | (u32::from(v) << shift);
+    }
+
+    /// `off` must be 2-byte aligned (every u16 field of the frame is).
+    #[inline(always)]
+    fn set_u16(&mut self, off: usize, v: u16) {
+        debug_assert!(off.is_multiple_of(2));
+        let shift = 8 * (off % 4);
+        let w = &mut self.0[off / 4];
+        *w = (*w & !(0xFFFF << shift)) | (u32::from(v) << shift);
+    }
+
+    /// `off` must be 4-byte aligned.
+    #[inline(always)]
+    fn set_u32(&mut self, off: usize, v: u32) {
+        debug_assert!(off.is_multiple_of(4));
+        self.0[off / 4] = v;
+    }
+
+    /// The 16-byte CDB field (the frame's CDB is 32 bytes; the rest stays zero).
+    #[inline(always)]
+    fn set_cdb(&mut self, cdb: &[u8; 16]) {
+        for (k, chunk) in cdb.as_chunks::<4>().0.iter().enumerate() {
+            self.0[F_CDB / 4 + k] = u32::from_le_bytes(*chunk);
+        }
+    }
+}
+
+/// An IEEE 64-bit SGE as four little-endian words (address, length, flags in byte 15).
+#[inline(always)]
+fn sge_words(addr: u64, len: u32, flags: u8) -> [u32; 4] {
+    [addr as u32, (addr >> 32) as u32, len, u32::from(flags) << 24]
+}
+
+impl<M: Mmio64, D: Delay> Controller<M, D> {
+    /// Submits an LD request with I/O tag `tag` (SMID `tag + 1`) whose completion goes to
+    /// reply queue `queue`. `cookie` comes back in the [`Completion`](super::Completion). Returns
+    /// the driver generation of this use of the tag. A flush when the firmware does not handle
+    /// SYNCHRONIZE CACHE must not be submitted (see [`Controller::flush_goes_to_firmware`]).
+    pub fn submit(&self, tag: u32, queue: u16, req: &IoRequest<'_>, cookie: u64) -> Result<u32, Error> {
+        let entered = self.enter(queue).ok_or(Error::Resetting)?;
+        let checked = self.validate(req)?;
+        self.submit_validated(&entered, tag, queue, req, &checked, cookie)
+    }
+
+    /// [`Controller::submit`] for a request `validate` already accepted, inside a submission
+    /// section the caller entered (blk's `queue_rq` validates before `Rq::issue` and posts
+    /// after it): the request is neither checked nor the gate taken a second time.
+    /// `req` must be the request `checked` came from.
+    pub fn submit_validated(
+        &self,
+        _entered: &Entered<'_>,
+        tag: u32,
+        queue: u16,
+        req: &IoRequest<'_>,
+        checked: &Validated,
+        cookie: u64,
+    ) -> Result<u32, Error> {
+        if self.is_dead() {
+            return Err(Error::Dead);
+        }
+        self.submit_raw(
+            tag,
+            queue,
+            req.target,
+            req.system_pd,
+            &checked.cdb,
+            checked.write,
+            checked.len,
+            req.sgl,
+            cookie,
+            false,
+        )
+    }
+
+    /// Enters the submission section: while the guard lives no reset can start, so a caller
+    /// can hand a request to its owner's bookkeeping (blk's `Rq::issue`) and then post it
+    /// without a reset in between. None while a reset runs.
+    pub fn enter(&self, queue: u16) -> Option<Entered<'_>> {
+        self.gate
+            .try_enter(usize::from(queue))
+            .map(|inside| Entered { _inside: inside })
+    }
+
+    /// Checks a request without posting it: drive, range, segments. Returns what
+    /// [`Controller::submit_validated`] needs: the CDB, the direction and the byte count.
+    pub fn validate(&self, req: &IoRequest<'_>) -> Result<Validated, Error> {
+        let drive = self
+            .drives
+            .iter()
+            .find(|d| d.target == req.target && d.system_pd == req.system_pd)
+            .ok_or(Error::NoSuchDrive { target: req.target })?;
+        let (cdb, write, len) = match req.op {
+            IoOp::Read | IoOp::Write => {
+                let end = req.lba.checked_add(u64::from(req.blocks));
+                if req.blocks == 0 || end.is_none_or(|e| e > drive.blocks) {
+                    return Err(Error::BeyondEnd {
+                        lba: req.lba,
+                        blocks: req.blocks,
+                        capacity: drive.blocks,
+                    });
+                }
+                let len = u64::from(req.blocks) * u64::from(drive.block_size);
+                let len = u32::try_from(len).map_err(|_| Error::TooManySegments {
+                    count: req.sgl.len(),
+                    max: usize::from(self.limits.max_sge),
+                })?;
+                let write = req.op == IoOp::Write;
+                (
+                    cdb16(if write { 0x8A } else { 0x88 }, req.lba, req.blocks),
+                    Some(write),
+                    len,
+                )
+            }
+            IoOp::Flush => {
+                // SYNCHRONIZE CACHE(10), LBA 0 and 0 blocks (the whole LD): the only form Linux
+                // and FreeBSD send to (and intercept for) MegaRAID LDs.
+                let mut c = [0u8; 16];
+                c[0] = 0x35;
+                (c, None, 0)
+            }
+        };
+        if !self.mistake(Mistake::IgnoreMaxSge) && req.sgl.len() > usize::from(self.limits.max_sge) {
+            return Err(Error::TooManySegments {
+                count: req.sgl.len(),
+                max: usize::from(self.limits.max_sge),
+            });
+        }
+        let sum = match req.sgl {
+            // The common case (one page, one buffer) without the loops below.
+            [one] if one.len != 0 => u64::from(one.len),
+            sgl => {
+                if let Some(index) = sgl.iter().position(|s| s.len == 0)
+                    && !self.mistake(Mistake::ZeroLengthSge)
+                {
+                    return Err(Error::ZeroLengthSegment { index });
+                }
+                sgl.iter().map(|s| u64::from(s.len)).sum()
+            }
+        };
+        if sum != u64::from(len) {
+            return Err(Error::SglLengthMismatch {
+                sgl: sum,
+                expected: u64::from(len),
+            });
+        }
+        Ok(Validated { cdb, write, len })
+    }
+
+    // Inlined into `submit_validated`: no ten arguments through the stack per I/O.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn submit_raw(
+        &self,
+        tag: u32,
+        queue: u16,
+        target: u8,
+        system_pd: bool,
+        cdb: &[u8; 16],
+        rw: Option<bool>,
+        len: u32,
+        segs: &[Segment],
+        cookie: u64,
+        non_rw: bool,
+    ) -> Result<u32, Error> {
+        let tags = u32::from(self.limits.io_tags);
+        if tag >= tags {
+            return Err(Error::TagOutOfRange { tag, tags });
+        }
+        if queue >= self.limits.queues {
+            return Err(Error::QueueOutOfRange {
+                queue,
+                queues: self.limits.queues,
+            });
+        }
+        let mut smid = tag as u16 + 1;
+        let state = &self.smids[usize::from(smid)];
+        let slot = &state.slot;
+        // Claim the tag before the frame is posted, so a reply can only match a posted frame.
+        let generation = if self.mistake(Mistake::RepostOutstanding) {
+            slot.force_claim()
+        } else {
+            slot.claim().ok_or(Error::TagBusy { tag })?
+        };
+        // Cookie and target are read by the reaper after it sees the reply; the Release fence
+        // before the descriptor write orders these stores before the device can see the command.
+        state.cookie.store(cookie, Ordering::Relaxed);
+        let must_move = if !non_rw && matches!(cdb[0], 0x88 | 0x8A) {
+            len
+        } else {
+            0
+        };
+        state.required.store(must_move, Ordering::Relaxed);
+        state.target.store(target, Ordering::Relaxed);
+
+        // The whole frame is composed here and written in one run of 8-byte stores, not
+        // zeroed byte by byte with each field then stored through its own bounds check (about 750
+        // instructions per I/O). Every byte is written, so nothing of the SMID's
+        // previous use (status, DataLength, SGEs) survives, as with Linux's memset at free.
+        let fo = FRAME_SIZE * usize::from(smid);
+        let mut img = FrameImage::new();
+        // A system PD without a RAID map (Linux `megasas_build_syspd_fusion`): DevHandle
+        // 0xFFFF, the device id in the RAID context, FastPath SCSI IO (Function 0, FP_IO).
+        img.set_u16(F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
+        img.set_u8(
+            F_FUNCTION,
+            if self.mistake(Mistake::GarbageFunction) {
+                0x5A
+            } else if system_pd {
+                FUNC_SCSI_IO
+            } else {
+                FUNC_LD_IO
+            },
+        );
+        let sense = self.mem.sense.phys() + (SENSE_SIZE * (usize::from(smid) - 1)) as u64;
+        let sense_low = if self.mistake(Mistake::SenseOutsidePool) {
+            0x10
+        } else {
+            sense as u32
+        };
+        img.set_u32(F_SENSE_LOW, sense_low);
+        img.set_u16(F_SGL_FLAGS, 0x0002);
+        img.set_u8(
+            F_SENSE_LEN,
+            if self.mistake(Mistake::SenseLengthZero) {
+                0
+            } else {
+                SENSE_SIZE as u8
+            },
+        );
+        img.set_u8(F_SGL_OFFSET0, 0x20);
+        let is_rw = !non_rw && !system_pd && rw.is_some() && cdb[0] != 0x9E;
+        let data_len = if self.mistake(Mistake::DataLengthWrong) && is_rw {
+            len + 512
+        } else {
+            len
+        };
+        img.set_u32(F_DATA_LEN, data_len);
+        let mut io_flags = u16::from(cdb_len(cdb[0]));
+        if system_pd
+            && self.generation != Generation::Thunderbolt
+            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag)
+        {
+            io_flags |= IO_FLAGS_FAST_PATH;
+        }
+        img.set_u16(F_IO_FLAGS, io_flags);
+        let mut control = match rw {
+            Some(true) => CONTROL_WRITE,
+            Some(false) => CONTROL_READ,
+            None => 0,
+        };
+        if self.mistake(Mistake::WrongDirection) && rw == Some(true) {
+            control = CONTROL_READ;
+        }
+        img.set_u32(F_CONTROL, control);
+        img.set_cdb(cdb);
+        let nsge = self.write_sgl(&mut img, fo, smid, state, segs);
+        self.write_raid_context(&mut img, target, nsge, is_rw);
+        if system_pd {
+            img.set_u8(F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
+        }
+        let mut flags = if system_pd {
+            regs::DESC_FP_IO
+        } else if is_rw {
+            self.generation.ld_rw_descriptor()
+        } else {
+            regs::DESC_SCSI_IO
+        };
+        if self.mistake(Mistake::DescriptorMismatch) {
+            flags = regs::DESC_HIGH_PRIORITY;
+        }
+        if self.mistake(Mistake::FastPathWithoutMap) {
+            flags = regs::DESC_FP_IO;
+            img.set_u8(F_FUNCTION, 0x00);
+        }
+        let mut msix = queue as u8;
+        if self.mistake(Mistake::MsixIndexOutOfRange) {
+            msix = self.limits.queues as u8;
+        }
+        if self.mistake(Mistake::SmidZero) {
+            smid = 0;
+        }
+        if self.mistake(Mistake::SmidBeyondPool) {
+            smid = self.limits.max_fw_cmds + 1;
+        }
+        self.mem.frames.write_u32s(fo, &img.0);
+        // The frame must be visible to the device before the descriptor that names it.
+        fence(Ordering::Release);
+        self.post_descriptor(desc(flags, msix, smid));
+        if self.mistake(Mistake::RepostOutstanding) {
+            self.post_descriptor(desc(flags, msix, smid));
+        }
+        Ok(generation)
+    }
+
+    /// Writes the SGL into the frame at `fo` (its 8 slots zeroed first, so no SGE of the
+    /// SMID's previous use survives) and the chain frame; sets the image's ChainOffset.
+    /// Writes the SGL into the frame at `fo` and the chain frame, and the image's ChainOffset.
+    /// Slots that the SMID's previous use wrote and this one does not are zeroed, so no SGE of
+    /// an earlier request survives (Linux zeroes the whole frame at free); a run of
+    /// single-segment requests zeroes nothing.
+    #[inline(always)]
+    fn write_sgl(&self, img: &mut FrameImage, fo: usize, smid: u16, state: &SmidState, segs: &[Segment]) -> usize {
+        let f = &self.mem.frames;
+        let set_sge = |slot: usize, addr: u64, len: u32, flags: u8| {
+            f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &sge_words(addr, len, flags));
+        };
+        let g = self.generation;
+        let eol = g.end_of_list_flag();
+        let n = segs.len();
+        let flag_for = |i: usize| -> u8 {
+            let mut fl = 0;
+            if eol && i + 1 == n && !self.mistake(Mistake::MissingEndOfList) {
+                fl |= SGE_END_OF_LIST;
+            }
+            if eol && i == 0 && n > 1 && self.mistake(Mistake::EarlyEndOfList) {
+                fl |= SGE_END_OF_LIST;
+            }
+            fl
+        };
+        let addr_for = |i: usize, s: &Segment| -> u64 {
+            if i == 0 && self.mistake(Mistake::AllOnesAddress) {
+                u64::MAX
+            } else {
+                s.phys
+            }
+        };
+        let len_for = |i: usize, s: &Segment| -> u32 {
+            if i == 0 && self.mistake(Mistake::SglSumWrong) {
+                s.len - 1
+            } else {
+                s.len
+            }
+        };
+        let mut chain_offset = 0u8;
+        // SGL slots this request writes.
+        let mut used = n;
+        if n <= 8 {
+            for (i, s) in segs.iter().enumerate() {
+                set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
+            }
+            if self.mistake(Mistake::ChainOffsetWithoutChain) {
+                chain_offset = 0x0F;
+            }
+        } else {
+            let main = if self.mistake(Mistake::ChainNotInSlot7) { 6 } else { 7 };
+            for (i, s) in segs.iter().take(main).enumerate() {
+                set_sge(i, addr_for(i, s), len_for(i, s), flag_for(i));
+            }
+            let chain_off = self.mem.chain_stride * (usize::from(smid) - 1);
+            let chain_phys = self.mem.chains.phys() + chain_off as u64;
+            let rest = n - main;
+            let chain_len = if self.mistake(Mistake::ChainLengthWrong) {
+                16 * rest as u32 + 16
+            } else {
+                16 * rest as u32
+            };
+            set_sge(main, chain_phys, chain_len, g.chain_flags());
+            for (j, s) in segs.iter().enumerate().skip(main) {
+                let mut fl = flag_for(j);
+                if j == main && self.mistake(Mistake::NestedChain) {
+                    fl |= SGE_CHAIN;
+                }
+                self.mem.chains.write_bytes(
+                    chain_off + 16 * (j - main),
+                    &sge_bytes(addr_for(j, s), len_for(j, s), fl),
+                );
+            }
+            chain_offset = 0x0F;
+            used = main + 1;
+        }
+        let previously = usize::from(state.sgl_slots.load(Ordering::Relaxed));
+        for slot in used..previously {
+            f.write_u32s(fo + F_SGL + SGE_SIZE * slot, &[0; SGE_SIZE / 4]);
+        }
+        state.sgl_slots.store(used as u8, Ordering::Relaxed);
+        if self.mistake(Mistake::BadChainOffset) {
+            chain_offset = 0x10;
+        }
+        img.set_u8(F_CHAIN_OFFSET, chain_offset);
+        n
+    }
+
+    fn write_raid_context(&self, img: &mut FrameImage, target: u8, nsge: usize, is_rw: bool) {
+        let is_rw = is_rw || self.mistake(Mistake::RwContextOnNonRw);
+        let c = F_RAID_CTX;
+        let nsge = if self.mistake(Mistake::NumSgeWrong) {
+            nsge + 1
+        } else {
+            nsge
+        } as u16;
+        // Type/nseg and the sequence number belong to LD read/write only; Linux and FreeBSD
+        // leave them zero for every other LD command.
+        if self.generation.g35_raid_context() {
+            if is_rw {
+                img.set_u16(c, 0x0012);
+                img.set_u16(c + 0x04, 1 << 4); // SQN
+            }
+            img.set_u16(c + 0x06, u16::from(target));
+            img.set_u16(c + 0x1C, nsge & 0x0FFF);
+        } else {
+            if self.generation == Generation::Invader && is_rw {
+                img.set_u8(c, 0x12);
+                img.set_u8(c + 0x04, 0x08); // region type 0 | SEQ_NUM_ENABLE
+            }
+            img.set_u16(c + 0x06, u16::from(target));
+            img.set_u8(c + 0x19, nsge as u8);
+            img.set_u8(c + 0x1E, (nsge >> 8) as u8);
+        }
+        if !is_rw {
+            // Linux gives the block-layer timeout (90 s by default).
+            img.set_u16(c + 0x02, 90);
+        }
+    }
+
+    pub(super) fn post_descriptor(&self, d: u64) {
+        // The two-register mistakes (tests of the model's latch checks).
+        if self.mistake(Mistake::HighWithoutLow) {
+            self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
+            return;
+        }
+        if self.mistake(Mistake::LowTwice) {
+            self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
+            self.mmio.write32(regs::REQ_DESC_LOW, d as u32);
+            self.mmio.write32(regs::REQ_DESC_HIGH, (d >> 32) as u32);
+            return;
+        }
+        if self.atomic_port.load(Ordering::Relaxed) {
+            // One 32-bit store carries flags, MSIxIndex and SMID.
+            self.mmio.write32(regs::REQ_DESC_ATOMIC, d as u32);
+        } else {
+            // One 8-byte write (Linux's `writeq`): nothing for another CPU's post to split, so
+            // no lock (the two-dword form needs one: FreeBSD's and 32-bit Linux's `hba_lock`).
+            self.mmio.write64(regs::REQ_DESC_LOW, d);
+        }
+    }
+}
+
+/// CDB length from the operation code's group (SPC): 6, 10, 12 or 16 bytes.
+fn cdb_len(opcode: u8) -> u8 {
+    match opcode >> 5 {
+        0 => 6,
+        1 | 2 => 10,
+        5 => 12,
+        _ => 16,
+    }
+}

@@ -1,0 +1,209 @@
+//! The reply queues: walking a queue's descriptors, validating each SMID against its slot,
+//! decoding what the firmware wrote into the frame, and the host index writes; INTx.
+
+use core::sync::atomic::{Ordering, fence};
+
+use crate::slot::SmidSlot;
+
+use crate::Mmio64;
+use devhal::Delay;
+use megasas::{IoError, IoErrorKind, MfiStatus};
+
+use crate::regs::{self, FwState, FwStatus};
+
+use super::{Completion, Controller, F_DATA_LEN, F_EX_STATUS, FRAME_SIZE, IoOutcome, Mistake, SENSE_SIZE, read_reg};
+
+/// Reply descriptor value of an unused slot.
+const UNUSED_REPLY: u64 = u64::MAX;
+
+/// Result of an INTx interrupt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntxResult {
+    /// Neither status bit set: another device's interrupt.
+    NotOurs,
+    /// Replies reaped (count).
+    Handled(usize),
+    /// The firmware is in FAULT: start a reset.
+    Fault(u32),
+}
+
+impl<M: Mmio64, D: Delay> Controller<M, D> {
+    /// Walks reply queue `queue` (the handler of MSI-X vector `queue`), calling `sink` for each
+    /// finished I/O. Returns the number of replies consumed. Returns 0 without touching
+    /// anything while a reset runs.
+    ///
+    /// Generic over the sink, so the block binding's completion handler is inlined into the
+    /// walk (no `dyn` call and no `Completion` built in memory per reply).
+    pub fn reap<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
+        let Some(_g) = self.gate.try_enter(usize::from(queue)) else {
+            return 0;
+        };
+        if usize::from(queue) >= self.queues.len() {
+            return 0;
+        }
+        self.reap_inner(queue, sink)
+    }
+
+    pub(super) fn reap_inner<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
+        let depth = self.limits.reply_depth;
+        let mut q = self.queues[usize::from(queue)].lock();
+        let base = usize::from(queue) * depth as usize * 8;
+        let batch = (u32::from(self.limits.max_fw_cmds) / 4).max(1);
+        let mut consumed = 0u32;
+        let mut unreported = 0u32;
+        // Bounded: at most one lap per call, so a device that keeps posting cannot hold us.
+        while consumed < depth {
+            let off = base + q.last_idx as usize * 8;
+            let d = self.mem.replies.read_u64_atomic(off);
+            if d & 0x0F == 0x0F || d as u32 == u32::MAX || (d >> 32) as u32 == u32::MAX {
+                break;
+            }
+            // Pairs with the device's write of the frame status before the reply descriptor.
+            fence(Ordering::Acquire);
+            let smid = ((d >> 16) & 0xFFFF) as u16;
+            if !self.mistake(Mistake::SlotsNotRestored) {
+                self.mem.replies.write_u64_atomic(off, UNUSED_REPLY);
+            }
+            // Wraps at depth without a division.
+            q.last_idx = if q.last_idx + 1 == depth { 0 } else { q.last_idx + 1 };
+            if self.mistake(Mistake::HostIndexNoWrap) && q.last_idx == 0 {
+                q.wrapped = true;
+            }
+            consumed += 1;
+            unreported += 1;
+            self.dispatch(smid, sink);
+            if unreported >= batch {
+                self.write_host_index(queue, q.last_idx, q.wrapped);
+                unreported = 0;
+            }
+        }
+        if consumed == depth {
+            self.stats.walk_bound_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        if unreported > 0 {
+            self.write_host_index(queue, q.last_idx, q.wrapped);
+        }
+        consumed as usize
+    }
+
+    fn write_host_index(&self, queue: u16, idx: u32, wrapped: bool) {
+        if self.mistake(Mistake::NoHostIndexWrite) {
+            return;
+        }
+        // The all-ones stores must reach memory before the device may reuse the slots.
+        fence(Ordering::Release);
+        let mut idx = idx;
+        if self.mistake(Mistake::HostIndexNoWrap) && wrapped {
+            idx += self.limits.reply_depth;
+        }
+        if self.mistake(Mistake::HostIndexAhead) {
+            idx = (idx + 1) % self.limits.reply_depth;
+        }
+        let q = if self.mistake(Mistake::HostIndexWrongQueue) {
+            queue + 1
+        } else {
+            queue
+        };
+        if self.limits.combined && !self.mistake(Mistake::HostIndexWrongRegister) {
+            let reg = regs::SUPPLEMENTARY_HOST_INDEX + 0x10 * u32::from(q >> 3);
+            self.mmio.write32(reg, (u32::from(q & 7) << 24) | idx);
+        } else {
+            self.mmio.write32(regs::REPLY_HOST_INDEX, (u32::from(q) << 24) | idx);
+        }
+    }
+
+    #[inline(always)]
+    fn dispatch<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
+        let io_tags = self.limits.io_tags;
+        if smid == 0 || smid > self.limits.max_fw_cmds {
+            self.bogus(smid, "out of range");
+            return;
+        }
+        if smid > io_tags {
+            let k = usize::from(smid - io_tags - 1);
+            if !self.dcmd_reply_pending[k].swap(false, Ordering::AcqRel) {
+                self.bogus(smid, "DCMD SMID not in flight");
+            }
+            return;
+        }
+        let state = &self.smids[usize::from(smid)];
+        let slot = &state.slot;
+        let Some(word) = slot.in_flight() else {
+            self.bogus(smid, "not in flight");
+            return;
+        };
+        let f = &self.mem.frames;
+        let fo = FRAME_SIZE * usize::from(smid);
+        // ex_status (0x76) and status (0x77) share the RAID context's aligned word at 0x74: one
+        // load for both.
+        let status_word = f.read_u32(fo + F_EX_STATUS - 2);
+        let ex_status = (status_word >> 16) as u8;
+        let status = (status_word >> 24) as u8;
+        let bytes_done = f.read_u32(fo + F_DATA_LEN);
+        // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
+        // moved (Linux `map_cmd_status`). A read or write that moved less than asked
+        // is not a success here (Linux's midlayer would retry the rest; blk has no partial
+        // completion), so it fails rather than hand back a half-filled buffer.
+        let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
+        let outcome = if status == 0 || residual_ok {
+            IoOutcome::Ok
+        } else if status == 0x2D && ex_status == 0 {
+            IoOutcome::Failed(IoError {
+                kind: IoErrorKind::Other,
+                mfi_status: MfiStatus(status),
+                scsi_status: ex_status,
+                sense: None,
+            })
+        } else {
+            let mut sense = [0u8; SENSE_SIZE];
+            self.mem
+                .sense
+                .read_bytes(SENSE_SIZE * (usize::from(smid) - 1), &mut sense);
+            match IoError::classify(MfiStatus(status), ex_status, &sense) {
+                Some(e) => IoOutcome::Failed(e),
+                None => IoOutcome::Ok,
+            }
+        };
+        let c = Completion {
+            tag: u32::from(smid - 1),
+            generation: SmidSlot::generation(word),
+            cookie: state.cookie.load(Ordering::Relaxed),
+            target: state.target.load(Ordering::Relaxed),
+            outcome,
+            bytes_done,
+        };
+        // Release the tag before handing the completion on, so the sink may reuse it at once.
+        if !slot.finish(word) {
+            self.bogus(smid, "raced");
+            return;
+        }
+        sink(c);
+    }
+
+    fn bogus(&self, smid: u16, why: &str) {
+        let n = self.stats.bogus_replies.fetch_add(1, Ordering::Relaxed);
+        // Rate-limited: the first few and then every 1024th.
+        if n < 8 || n.is_multiple_of(1024) {
+            log::warn!(
+                "megasas-fusion: dropped reply for SMID {smid} ({why}); {} so far",
+                n + 1
+            );
+        }
+    }
+
+    /// INTx handler: reads the interrupt status (with the Aero zero-read retry).
+    pub fn handle_intx(&self, sink: &mut dyn FnMut(Completion)) -> IntxResult {
+        let st = read_reg(&self.mmio, self.generation, regs::INTR_STATUS);
+        if st & (regs::INTR_DOORBELL | regs::INTR_REPLY) == 0 {
+            return IntxResult::NotOurs;
+        }
+        if st & regs::INTR_DOORBELL != 0 {
+            self.mmio.write32(regs::INTR_STATUS, st);
+            let sp0 = read_reg(&self.mmio, self.generation, regs::SP0);
+            if FwStatus(sp0).state() == FwState::Fault {
+                return IntxResult::Fault(sp0);
+            }
+        }
+        IntxResult::Handled(self.reap(0, sink))
+    }
+}
