@@ -18,10 +18,10 @@
 
 extern crate alloc;
 
-use blk::list::{Links, TagStack};
-use blk::{CachePadded, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, Rq, SECTOR_SIZE, Status};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
+use blk::list::{Links, TagStack};
+use blk::{CachePadded, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, Rq, SECTOR_SIZE, Status};
 use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 /// When a null request completes.

@@ -10,8 +10,8 @@
 //! `cargo bench -p blk`; `BLK_BENCH_REQS` (requests per thread, default 100000),
 //! `BLK_BENCH_MAX_THREADS` and `BLK_BENCH_POLICIES` (e.g. `Irq,Poll`) override the defaults.
 
-use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, Completion, CompletionPolicy, Platform, Queue, QuiesceCheck};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;

@@ -7,8 +7,8 @@
 //! platform's own hook back while stage tracing is on.
 
 use blk::done::DoneBoard;
-use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, Completion, CompletionPolicy, Platform, Queue, Segment, Status};
+use nullblk::{NullConfig, NullDriver, NullMode};
 use std::sync::{Arc, Mutex};
 
 const CAP: u64 = 1 << 20;

@@ -4,7 +4,6 @@
 
 use blk::done::DoneBoard;
 use blk::list::{Links, TagStack};
-use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::tags::TagBitmap;
 use blk::{
     Bio, BlkError, Completion, Driver, HostTags, HwCtx, Platform, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq,
@@ -13,6 +12,7 @@ use blk::{
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicUsize as LoomUsize;
 use loom::thread;
+use nullblk::{NullConfig, NullDriver, NullMode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -2,12 +2,12 @@
 
 mod common;
 
-use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{
     Bio, BlkError, CompletionPolicy, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, QuiesceCheck, Rq,
     Segment, Status, TimedOutRq, TimeoutAction,
 };
 use common::HostPlatform;
+use nullblk::{NullConfig, NullDriver, NullMode};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

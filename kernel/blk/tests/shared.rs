@@ -2,9 +2,9 @@
 
 mod common;
 
-use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, CompletionPolicy, Driver, HostTags, HwCtx, Queue, QueueConfig, QueueRqError, Rq, Status};
 use common::HostPlatform;
+use nullblk::{NullConfig, NullDriver, NullMode};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

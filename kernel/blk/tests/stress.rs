@@ -5,9 +5,9 @@
 
 mod common;
 
-use nullblk::{NullConfig, NullDriver, NullMode};
 use blk::{Bio, BlkError, CompletionPolicy, Queue, QuiesceCheck};
 use common::HostPlatform;
+use nullblk::{NullConfig, NullDriver, NullMode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;

@@ -9,8 +9,8 @@ use crate::error::Error;
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::vec::Vec;
-use nullblk::{NullConfig, NullDriver, NullMode};
 use bootinfo::cmdline::{Config, NullDeviceMode};
+use nullblk::{NullConfig, NullDriver, NullMode};
 
 /// The largest request `null0` takes, as a real device's transfer limit (1 MiB).
 const NULL_MAX_TRANSFER_BYTES: u32 = 1 << 20;
