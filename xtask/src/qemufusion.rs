@@ -245,7 +245,7 @@ fn ensure_build_packages() -> Result<(), String> {
         return Err(format!("qemu-fusion: build packages missing; run as root: {cmd}"));
     }
     println!("xtask: installing the QEMU build packages: {cmd}");
-    crate::setup::apt_get_install(&missing)
+    crate::setup::apt_get_install(&missing, crate::setup::Recommends::Skip)
 }
 
 /// The deb-src lines: the suites of the machine's Debian mirror (bookworm, its updates and

@@ -165,10 +165,7 @@ pub fn ensure_test_tools() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    let cmd = format!(
-        "apt-get update && apt-get install -y --no-install-recommends {}",
-        missing.join(" ")
-    );
+    let cmd = format!("apt-get update && apt-get install -y {}", missing.join(" "));
     if !is_root() {
         return Err(format!(
             "the tests need packages that are not installed; run as root: {cmd}"
@@ -176,24 +173,29 @@ pub fn ensure_test_tools() -> Result<(), String> {
     }
     println!("xtask: installing what the tests need: {cmd}");
     crate::sh(Command::new("apt-get").arg("update"))?;
-    apt_get_install(&missing)?;
+    apt_get_install(&missing, Recommends::Install)?;
     ensure_qemu_img()
 }
 
-/// `apt-get install -y --no-install-recommends PACKAGES`, waiting up to 10 minutes for another
+/// `apt-get install -y [--no-install-recommends] PACKAGES`, waiting up to 10 minutes for another
 /// apt to let go of its lock (the callers check for root and say what they install).
-pub fn apt_get_install(packages: &[&str]) -> Result<(), String> {
-    crate::sh(
-        Command::new("apt-get")
-            .args([
-                "-o",
-                "DPkg::Lock::Timeout=600",
-                "install",
-                "-y",
-                "--no-install-recommends",
-            ])
-            .args(packages),
-    )
+pub fn apt_get_install(packages: &[&str], recommends: Recommends) -> Result<(), String> {
+    let mut cmd = Command::new("apt-get");
+    cmd.args(["-o", "DPkg::Lock::Timeout=600", "install", "-y"]);
+    if recommends == Recommends::Skip {
+        cmd.arg("--no-install-recommends");
+    }
+    crate::sh(cmd.args(packages))
+}
+
+/// Whether [`apt_get_install`] brings a package's recommended packages too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recommends {
+    /// With them: what a test tool needs to work (gcc recommends the C library's headers, which
+    /// the TCG plugin includes).
+    Install,
+    /// Without them: build dependencies named one by one.
+    Skip,
 }
 
 /// apt may resolve a conflict with a newer `qemu-utils` (from backports) by removing it, which

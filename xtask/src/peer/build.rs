@@ -309,7 +309,8 @@ fn ensure_packages(steps: &[Step]) -> Result<(), String> {
     if !have_lists {
         apt_lists_update()?;
     }
-    crate::setup::apt_get_install(&missing).map_err(|e| format!("peer build: installing {}: {e}", missing.join(" ")))
+    crate::setup::apt_get_install(&missing, crate::setup::Recommends::Skip)
+        .map_err(|e| format!("peer build: installing {}: {e}", missing.join(" ")))
 }
 
 fn apt_lists_update() -> Result<(), String> {
