@@ -40,13 +40,22 @@ impl DumpedTable {
 
 /// Message prefixes of ACPICA's own diagnostics, which collected dumps
 /// carry between tables (acpidump prints them while reading the tables).
-const DIAGNOSTIC_PREFIXES: [&str; 4] = ["Firmware Warning", "Firmware Error", "ACPI Warning", "ACPI Error"];
+pub const DIAGNOSTIC_PREFIXES: [&str; 4] = ["Firmware Warning", "Firmware Error", "ACPI Warning", "ACPI Error"];
 
 /// A parsed dump: its tables and the ACPICA diagnostics found between them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dump {
     pub tables: Vec<DumpedTable>,
     pub diagnostics: Vec<String>,
+}
+
+/// A table header's name as acpidump versions spell it: the RSDP is `RSDP` in current ones,
+/// `RSD PTR` or its four-byte signature padded with a space (`RSD  @ 0x...`) in older ones.
+fn table_name(name: &str) -> &str {
+    match name.trim_end() {
+        "RSD" | "RSD PTR" => "RSDP",
+        name => name,
+    }
 }
 
 /// Parses `acpidump` text. Each table's offsets must run on without gaps,
@@ -70,6 +79,7 @@ pub fn parse(text: &str) -> Result<Dump, String> {
             let (name, rest) = line
                 .split_once(" @ ")
                 .ok_or_else(|| format!("line {line_no}: expected `NAME @ 0xADDRESS` or a hex line, found {line:?}"))?;
+            let name = table_name(name);
             if name.is_empty() || name.contains(char::is_whitespace) || !rest.trim_start().starts_with("0x") {
                 return Err(format!("line {line_no}: malformed table header {line:?}"));
             }

@@ -72,16 +72,23 @@ impl Report {
     }
 }
 
-/// `cargo xtask preflight ACPIDUMP...`: prints the report of each dump;
-/// false when any dump could not be read or the boot would stop.
+/// `cargo xtask preflight ACPIDUMP|DIR...`: prints the report of each dump, or for a folder one
+/// summary line per dump in it (a lab's fleet at once) and a total; false when any dump could not
+/// be read or the boot would stop.
 pub fn cmd_preflight(args: &[String]) -> Result<bool, String> {
     if args.is_empty() || args.iter().any(|a| a.starts_with('-')) {
         return Err(
-            "usage: cargo xtask preflight ACPIDUMP [ACPIDUMP...] (the text `acpidump` prints on the box)".into(),
+            "usage: cargo xtask preflight ACPIDUMP|DIR [ACPIDUMP|DIR...] (the text `acpidump` prints on the box; \
+                    a folder: every dump in it, one line each)"
+                .into(),
         );
     }
     let mut ok = true;
     for path in args {
+        if std::path::Path::new(path).is_dir() {
+            ok &= preflight_folder(std::path::Path::new(path))?;
+            continue;
+        }
         let text = std::fs::read_to_string(path).map_err(|e| format!("preflight: cannot read {path}: {e}"))?;
         let report = preflight_text(&text).map_err(|e| format!("preflight: {path}: {e}"))?;
         println!("== baremq preflight: {path}");
@@ -98,6 +105,86 @@ pub fn cmd_preflight(args: &[String]) -> Result<bool, String> {
         println!("verdict: {verdict}");
     }
     Ok(ok)
+}
+
+/// One line per dump under `dir` (folders walked in name order; a file whose first line is not an
+/// acpidump table header, such as a README or acpixtract's table list, is skipped and counted),
+/// then the totals. A panic in the kernel's code on a dump
+/// is caught and reported as that dump's verdict, not the end of the run.
+fn preflight_folder(dir: &std::path::Path) -> Result<bool, String> {
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
+    let (mut boots, mut stops, mut unreadable, mut panics, mut skipped) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    for file in &files {
+        let name = file.strip_prefix(dir).unwrap_or(file).display().to_string();
+        let Some(text) = std::fs::read_to_string(file).ok().filter(|t| looks_like_a_dump(t)) else {
+            skipped += 1;
+            continue;
+        };
+        match std::panic::catch_unwind(|| preflight_text(&text)) {
+            Ok(Ok(report)) => {
+                println!("{}", summary_line(&name, &report));
+                if report.fatal.is_empty() {
+                    boots += 1;
+                } else {
+                    stops += 1;
+                }
+            }
+            Ok(Err(e)) => {
+                unreadable += 1;
+                println!("{name}: dump refused: {e}");
+            }
+            Err(_) => {
+                panics += 1;
+                println!("{name}: PANIC in the firmware code (see the message above)");
+            }
+        }
+    }
+    println!(
+        "preflight: {} dump(s): {boots} would boot, {stops} would stop, {unreadable} refused as dumps, {panics} panicked \
+         ({skipped} other file(s) skipped)",
+        boots + stops + unreadable + panics
+    );
+    Ok(stops == 0 && unreadable == 0 && panics == 0)
+}
+
+/// Whether `text` starts as acpidump's output does: a `NAME @ 0xADDRESS` line (after any of
+/// ACPICA's diagnostics, which acpidump prints while it reads the tables).
+fn looks_like_a_dump(text: &str) -> bool {
+    text.lines()
+        .find(|l| !l.trim().is_empty() && !acpidump::DIAGNOSTIC_PREFIXES.iter().any(|p| l.starts_with(p)))
+        .and_then(|l| l.split_once(" @ "))
+        .is_some_and(|(name, rest)| !name.trim().is_empty() && rest.trim_start().starts_with("0x"))
+}
+
+fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("preflight: cannot read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect_files(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// `NAME: N CPUs, N I/O APICs, N root buses, N AML steps: verdict`.
+fn summary_line(name: &str, report: &Report) -> String {
+    let (buses, steps) = report.aml.as_ref().map_or((0, 0), |a| (a.bridges.len(), a.steps));
+    let verdict = if report.fatal.is_empty() {
+        format!("boots ({} limit(s))", report.limits.len())
+    } else {
+        format!("STOPS: {}", report.fatal.join("; "))
+    };
+    format!(
+        "{name}: {} CPUs, {} I/O APICs, {buses} root buses, {steps} AML steps: {verdict}",
+        report.counts.usable_cpus, report.counts.io_apics
+    )
 }
 
 /// Parses the dump, rebuilds the tables and builds the report.
@@ -1027,5 +1114,42 @@ mod tests {
         assert!(acpidump::parse("    0000: 41 50\n").unwrap_err().contains("before any"));
         assert!(acpidump::parse("hello\n").unwrap_err().contains("line 1"));
         assert!(acpidump::parse("").unwrap_err().contains("no tables"));
+    }
+
+    #[test]
+    fn older_acpidump_spellings_of_the_rsdp_are_read() {
+        // The first lines of a real dump (linuxhw/ACPI, a Toshiba Satellite C70D-B): the RSDP
+        // under its signature padded to four characters, as older acpidump versions print it.
+        let rsdp_lines = "  0000: 52 53 44 20 50 54 52 20 6D 54 4F 53 49 4E 56 02  RSD PTR mTOSINV.\n\
+                          \x20 0010: C4 70 BC 9F 24 00 00 00 88 71 BC 9F 00 00 00 00  .p..$....q......\n\
+                          \x20 0020: 88 00 00 00                                      ....\n";
+        for header in [
+            "RSD  @ 0x000000009FBFE014",
+            "RSD PTR @ 0x000000009FBFE014",
+            "RSDP @ 0x000000009FBFE014",
+        ] {
+            let dump = acpidump::parse(&format!("{header}\n{rsdp_lines}")).unwrap_or_else(|e| panic!("{header}: {e}"));
+            assert_eq!(dump.tables.len(), 1, "{header}");
+            assert_eq!(dump.tables[0].name, "RSDP", "{header}");
+            assert_eq!(dump.tables[0].bytes.len(), 36, "{header}");
+        }
+    }
+
+    #[test]
+    fn a_folder_gives_one_line_per_dump_and_skips_other_files() {
+        assert!(looks_like_a_dump("RSDP @ 0x00000000000F05B0\n"));
+        assert!(looks_like_a_dump(
+            "Firmware Warning (ACPI): Incorrect checksum in table [GSCI]\n\nDSDT @ 0x0000000000000000\n"
+        ));
+        assert!(!looks_like_a_dump("# Real servers' ACPI tables\n"));
+        assert!(!looks_like_a_dump("\nIntel ACPI Component Architecture\n"));
+        // The corpus folder holds six dumps and a README: every dump boots, the README is skipped.
+        assert_eq!(preflight_folder(&corpus_dir()), Ok(true));
+        let (name, text) = &corpus()[0];
+        let line = summary_line(name, &preflight_text(text).unwrap());
+        assert!(
+            line.starts_with(&format!("{name}: ")) && line.contains(" CPUs, ") && line.contains(" AML steps: boots"),
+            "{line}"
+        );
     }
 }

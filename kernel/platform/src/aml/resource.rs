@@ -210,9 +210,11 @@ fn address_space(out: &mut Resources, d: &[u8], size: usize) {
     let field = |i: usize| le(d, 3 + i * size, size);
     let (min, max, translation, length) = (field(1), field(2), field(3), field(4));
     // Some firmware leaves the length 0 and gives only the range; a template
-    // whose range is filled in at run time reads min = max = 0: no window.
+    // whose range is filled in at run time reads min = max = 0: no window. A
+    // range over the whole 64-bit space (QWord 0..=u64::MAX, seen on real
+    // firmware) has no length that fits in 64 bits: it saturates one byte short.
     let length = if length == 0 && max > min {
-        max - min + 1
+        (max - min).saturating_add(1)
     } else {
         length
     };
