@@ -1152,4 +1152,52 @@ mod tests {
             "{line}"
         );
     }
+
+    /// Three real dumps kept for a quirk each (tests/acpi-corpus/README.md): a host bridge's
+    /// QWord window over the whole 64-bit space (two AMD boards), and an RSDP header spelled
+    /// `RSD  @`. Each gives a verdict, and the boards' host bridges are found.
+    #[test]
+    fn the_quirk_dumps_give_a_verdict() {
+        let dir = corpus_dir().join("quirks");
+        for (file, bridges) in [
+            ("X399_Taichi_AB101543D5E5.acpidump", 2),
+            ("ROG_ZENITH_II_EXTREME_ALPHA_BF6A37F4A7D0.acpidump", 4),
+            ("Satellite_C70D-B_D0292BFAFD2C.acpidump", 1),
+        ] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let report = preflight_text(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(report.fatal.is_empty(), "{file}: {:?}", report.fatal);
+            assert_eq!(report.aml.as_ref().map(|a| a.bridges.len()), Some(bridges), "{file}");
+        }
+    }
+
+    #[test]
+    fn table_headers_with_an_instance_suffix_are_read_by_their_signature() {
+        // Some acpidump versions number repeated tables (`SSDT1 @`, `SSDT2 @`); the table is
+        // known by the signature in its bytes, whatever the header calls it.
+        let (_, text) = corpus()
+            .into_iter()
+            .find(|(n, _)| n.starts_with("ProLiant_DL360"))
+            .unwrap();
+        let plain = acpidump::parse(&text).unwrap();
+        let mut n = 0;
+        let numbered: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("SSDT @") {
+                    n += 1;
+                    format!("SSDT{n} @{}\n", &l["SSDT @".len()..])
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        assert!(n >= 2, "the DL360 dump has several SSDTs");
+        let renamed = acpidump::parse(&numbered).unwrap();
+        assert_eq!(renamed.tables.len(), plain.tables.len());
+        assert_eq!(
+            preflight_text(&numbered).unwrap().text,
+            preflight_text(&text).unwrap().text
+        );
+    }
 }
