@@ -1183,13 +1183,12 @@ mod tests {
         let mut n = 0;
         let numbered: String = text
             .lines()
-            .map(|l| {
-                if l.starts_with("SSDT @") {
+            .map(|l| match l.strip_prefix("SSDT @") {
+                Some(address) => {
                     n += 1;
-                    format!("SSDT{n} @{}\n", &l["SSDT @".len()..])
-                } else {
-                    format!("{l}\n")
+                    format!("SSDT{n} @{address}\n")
                 }
+                None => format!("{l}\n"),
             })
             .collect();
         assert!(n >= 2, "the DL360 dump has several SSDTs");
