@@ -9,7 +9,7 @@
 //!                                                    bootable GRUB image (BIOS + UEFI)
 //! cargo xtask lab [--quick] [--device null|md|nvme|all]
 //! cargo xtask fuzz TARGET [-- LIBFUZZER ARGS...]     cargo-fuzz (nightly only; --list)
-//! cargo xtask preflight ACPIDUMP...                  what baremq would do on a box, from its acpidump
+//! cargo xtask preflight ACPIDUMP|DIR...              what baremq would do on a box, from its acpidump
 //! cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]   fio's files from a console
 //! cargo xtask fio-compare JOB.fio|-- WORDS [--device nvme|md] [--override KEY=VALUE]...   real fio vs baremq
 //! cargo xtask qemu-fusion                            QEMU with the emulated Fusion controller
@@ -90,11 +90,11 @@ commands:
                                   policies) per device; table, CSV and plots in target/lab/
       --quick | --device null|md|nvme|all | --runtime DUR | --list | --replot   (see docs/lab.md)
   fuzz TARGET [-- ARGS...]        run a cargo-fuzz target for longer (nightly + cargo-fuzz; --list)
-  preflight ACPIDUMP...           read the text Linux's `acpidump` printed on a box and show what baremq
+  preflight ACPIDUMP|DIR...       read the text Linux's `acpidump` printed on a box and show what baremq
                                   would do there (console, CPUs, I/O APICs, NUMA, PCI segments, AML host
                                   bridges and _PRT, clock, IOMMU, refusals), using the kernel's own ACPI
-                                  code; fails if the boot
-                                  would stop
+                                  code; fails if the boot would stop. A folder: one line per dump in it
+                                  and a total (a fleet's dumps at once)
   fio-out CONSOLE_LOG DIR         fio's files from a captured console: the BAREMQ-FIO-JSON document
       --output NAME               (DIR/NAME, default fio.json) and every BAREMQ-LOG line's log file
       --split                     also one document per job, <rw>-<iodepth>-<numjobs>.json (bench-fio)
