@@ -258,19 +258,6 @@ fn source_list(codename: &str) -> String {
     )
 }
 
-fn codename() -> String {
-    std::fs::read_to_string("/etc/os-release")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("VERSION_CODENAME=")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
-        })
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "bookworm".into())
-}
-
 /// Downloads (into the cache's shared `src/`, with a private apt list so the machine's apt
 /// configuration is untouched) and unpacks the source with Debian's patches applied.
 fn unpack_source(version: &str, dir: &Path, tree: &Path) -> Result<(), String> {
@@ -286,7 +273,8 @@ fn unpack_source(version: &str, dir: &Path, tree: &Path) -> Result<(), String> {
     let debian = src.join(format!("qemu_{upstream}.debian.tar.xz"));
     if !orig.is_file() || !debian.is_file() {
         let list = apt.join("sources.list");
-        std::fs::write(&list, source_list(&codename())).map_err(|e| format!("qemu-fusion: {}: {e}", list.display()))?;
+        std::fs::write(&list, source_list(&crate::setup::debian_codename()))
+            .map_err(|e| format!("qemu-fusion: {}: {e}", list.display()))?;
         let opts = [
             format!("Dir::Etc::SourceList={}", list.display()),
             format!("Dir::Etc::SourceParts={}", apt.join("parts").display()),

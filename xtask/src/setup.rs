@@ -210,6 +210,21 @@ fn ensure_qemu_img() -> Result<(), String> {
     crate::sh(Command::new("apt-get").args(["install", "-y", "--allow-downgrades", &format!("qemu-utils={version}")]))
 }
 
+/// The Debian release of this machine (`VERSION_CODENAME` of /etc/os-release; bookworm when it
+/// says none), for the deb-src lines of source downloads.
+pub fn debian_codename() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("VERSION_CODENAME=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        })
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "bookworm".into())
+}
+
 /// The version apt would install for `package` (`apt-cache policy`'s "Candidate:").
 fn candidate_version(package: &str) -> Option<String> {
     let out = Command::new("apt-cache").args(["policy", package]).output().ok()?;

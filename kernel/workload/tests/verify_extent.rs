@@ -100,6 +100,19 @@ struct Device {
     first_write_fails: bool,
 }
 
+impl Device {
+    /// Every I/O takes `latency_ns`, in order, never refused, never failed.
+    fn steady(latency_ns: u64) -> Self {
+        Self {
+            latency_ns,
+            jitter_ns: 0,
+            shuffled: false,
+            busy_every: 0,
+            first_write_fails: false,
+        }
+    }
+}
+
 struct Outcome {
     results: Vec<Result<CpuResult, WorkloadError>>,
     backends: Vec<FakeBackend>,
@@ -419,13 +432,7 @@ fn a_runtime_capped_sequential_write_verifies_what_it_wrote() {
         backlog: 0,
         two_devices: false,
     };
-    let dev = Device {
-        latency_ns: 20_000,
-        jitter_ns: 0,
-        shuffled: false,
-        busy_every: 0,
-        first_write_fails: false,
-    };
+    let dev = Device::steady(20_000);
     let plan = plan_fio(&shape.job_file(), 1).unwrap();
     assert_eq!(plan.verify, VerifyScheme::SinglePass);
     let outcome = run(&plan, Prior::Zeros, dev);
@@ -446,13 +453,7 @@ fn an_io_size_below_size_verifies_the_blocks_it_wrote() {
     )
     .unwrap();
     assert_eq!(plan.verify, VerifyScheme::SinglePass);
-    let dev = Device {
-        latency_ns: 2_000,
-        jitter_ns: 0,
-        shuffled: false,
-        busy_every: 0,
-        first_write_fails: false,
-    };
+    let dev = Device::steady(2_000);
     let outcome = run(&plan, Prior::Leftovers(7), dev);
     let result = outcome.results[0].as_ref().unwrap();
     assert_eq!(
@@ -473,13 +474,7 @@ fn a_runtime_that_ends_the_main_phase_mid_backlog_does_not_stall() {
              runtime={runtime_us}us\nfilename=/dev/md0\n"
         );
         let plan = plan_fio(&text, 1).unwrap();
-        let dev = Device {
-            latency_ns: 20_000,
-            jitter_ns: 0,
-            shuffled: false,
-            busy_every: 0,
-            first_write_fails: false,
-        };
+        let dev = Device::steady(20_000);
         let outcome = run(&plan, Prior::Leftovers(runtime_us), dev);
         let result = outcome.results[0]
             .as_ref()
@@ -554,13 +549,7 @@ fn a_stop_at_any_point_ends_the_job_without_a_stall_or_a_false_mismatch() {
             if backend.inner.submits >= stop_at {
                 assert!(result.stopped_early, "{text}stop at submission {stop_at}");
             }
-            let dev = Device {
-                latency_ns: backend.inner.latency_ns,
-                jitter_ns: 0,
-                shuffled: false,
-                busy_every: 0,
-                first_write_fails: false,
-            };
+            let dev = Device::steady(backend.inner.latency_ns);
             if !result.verify.pass_skipped {
                 // A pass stopped part of the way read a part of the written blocks, each once.
                 let check = check_cpu(&plan, &result, &backend.inner, dev);

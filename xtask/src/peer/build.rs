@@ -531,19 +531,6 @@ fn apt_sources() -> Vec<String> {
         .collect()
 }
 
-fn codename() -> String {
-    fs::read_to_string("/etc/os-release")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("VERSION_CODENAME=")
-                    .map(|v| v.trim_matches('"').to_string())
-            })
-        })
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "bookworm".into())
-}
-
 /// fio 3.33 from Debian's source package with Debian's patches, configured static.
 fn build_fio(layout: &Layout) -> Result<(), String> {
     let base = layout.dir.join("fio");
@@ -565,7 +552,7 @@ fn build_fio(layout: &Layout) -> Result<(), String> {
         })
     };
     if tarball(".orig.tar.").is_none() || tarball(".debian.tar.").is_none() {
-        let codename = codename();
+        let codename = crate::setup::debian_codename();
         let mirror = mirror_of(&apt_sources(), &codename).ok_or_else(|| {
             format!(
                 "peer build: no Debian mirror for {codename} in /etc/apt/sources.list(.d): fio's source package is \
