@@ -72,7 +72,7 @@ const CONFIGURE_ARGS: &[&str] = &[
 ];
 
 /// Debian packages the build needs (besides gcc, make and python3).
-const BUILD_PACKAGES: &[&str] = &[
+pub(crate) const BUILD_PACKAGES: &[&str] = &[
     "ninja-build",
     "meson",
     "pkg-config",

@@ -91,8 +91,8 @@ pub fn ensure_qemu() -> Result<(), String> {
 
 /// What `cargo xtask test` needs beyond QEMU, each as (what is looked for, the Debian package
 /// that brings it): the GRUB image scenarios (BIOS and UEFI), the TCG plugin of `ipio --check`
-/// (a C compiler, `nm`), fio's own `fio_jsonplus_clat2csv` (xtask's fio-output tests) and the
-/// packages the Fusion QEMU is built with.
+/// (a C compiler, `nm`) and fio's own `fio_jsonplus_clat2csv` (xtask's fio-output tests). The
+/// Fusion QEMU's build packages come from `qemufusion::BUILD_PACKAGES`.
 pub const TEST_TOOLS: &[(Needed, &str)] = &[
     (Needed::Program("grub-mkrescue"), "grub-common"),
     (Needed::Path("/usr/lib/grub/i386-pc"), "grub-pc-bin"),
@@ -103,20 +103,9 @@ pub const TEST_TOOLS: &[(Needed, &str)] = &[
     (Needed::Program("cc"), "gcc"),
     (Needed::Program("nm"), "binutils"),
     (Needed::Program("fio_jsonplus_clat2csv"), "fio"),
-    (Needed::Package("ninja-build"), "ninja-build"),
-    (Needed::Package("meson"), "meson"),
-    (Needed::Package("pkg-config"), "pkg-config"),
-    (Needed::Package("libglib2.0-dev"), "libglib2.0-dev"),
-    (Needed::Package("libpixman-1-dev"), "libpixman-1-dev"),
-    (Needed::Package("libfdt-dev"), "libfdt-dev"),
-    (Needed::Package("zlib1g-dev"), "zlib1g-dev"),
-    (Needed::Package("flex"), "flex"),
-    (Needed::Package("bison"), "bison"),
-    (Needed::Package("patch"), "patch"),
-    (Needed::Package("xz-utils"), "xz-utils"),
 ];
 
-/// How [`TEST_TOOLS`] tells whether a package is already there.
+/// How [`ensure_test_tools`] tells whether a package is already there.
 #[derive(Debug, Clone, Copy)]
 pub enum Needed {
     /// A program on PATH.
@@ -157,11 +146,22 @@ fn missing_packages(tools: &[(Needed, &'static str)], is_there: impl Fn(Needed) 
     missing
 }
 
-/// Installs what `cargo xtask test` needs on a fresh machine (QEMU, then [`TEST_TOOLS`]) when
+/// Installs what `cargo xtask test` needs on a fresh machine (QEMU, then [`TEST_TOOLS`] and the
+/// Fusion QEMU's build packages) when
 /// run as root; otherwise fails with the exact command to run.
 pub fn ensure_test_tools() -> Result<(), String> {
     ensure_qemu()?;
-    let missing = missing_packages(TEST_TOOLS, Needed::is_there);
+    // The Fusion scenarios build their QEMU: its build packages, installed here with the rest.
+    let tools: Vec<(Needed, &'static str)> = TEST_TOOLS
+        .iter()
+        .copied()
+        .chain(
+            crate::qemufusion::BUILD_PACKAGES
+                .iter()
+                .map(|&p| (Needed::Package(p), p)),
+        )
+        .collect();
+    let missing = missing_packages(&tools, Needed::is_there);
     if missing.is_empty() {
         return Ok(());
     }
