@@ -40,7 +40,7 @@ impl DumpedTable {
 
 /// Message prefixes of ACPICA's own diagnostics, which collected dumps
 /// carry between tables (acpidump prints them while reading the tables).
-pub const DIAGNOSTIC_PREFIXES: [&str; 4] = ["Firmware Warning", "Firmware Error", "ACPI Warning", "ACPI Error"];
+const DIAGNOSTIC_PREFIXES: [&str; 4] = ["Firmware Warning", "Firmware Error", "ACPI Warning", "ACPI Error"];
 
 /// A parsed dump: its tables and the ACPICA diagnostics found between them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +56,20 @@ fn table_name(name: &str) -> &str {
         "RSD" | "RSD PTR" => "RSDP",
         name => name,
     }
+}
+
+/// Whether `line` has the shape of a table header, `NAME @ 0xADDRESS` (the name not checked).
+fn is_table_header(line: &str) -> bool {
+    line.split_once(" @ ")
+        .is_some_and(|(name, rest)| !name.trim().is_empty() && rest.trim_start().starts_with("0x"))
+}
+
+/// Whether `text` starts as acpidump's output does: its first line, past blank ones and ACPICA's
+/// diagnostics (which acpidump prints while it reads the tables), is a table header.
+pub fn looks_like_a_dump(text: &str) -> bool {
+    text.lines()
+        .find(|l| !l.trim().is_empty() && !DIAGNOSTIC_PREFIXES.iter().any(|p| l.starts_with(p)))
+        .is_some_and(is_table_header)
 }
 
 /// Parses `acpidump` text. Each table's offsets must run on without gaps,
@@ -76,11 +90,11 @@ pub fn parse(text: &str) -> Result<Dump, String> {
             continue;
         }
         if !line.starts_with(char::is_whitespace) {
-            let (name, rest) = line
+            let (name, _) = line
                 .split_once(" @ ")
                 .ok_or_else(|| format!("line {line_no}: expected `NAME @ 0xADDRESS` or a hex line, found {line:?}"))?;
             let name = table_name(name);
-            if name.is_empty() || name.contains(char::is_whitespace) || !rest.trim_start().starts_with("0x") {
+            if !is_table_header(line) || name.is_empty() || name.contains(char::is_whitespace) {
                 return Err(format!("line {line_no}: malformed table header {line:?}"));
             }
             tables.push(DumpedTable {

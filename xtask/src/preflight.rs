@@ -117,7 +117,10 @@ fn preflight_folder(dir: &std::path::Path) -> Result<bool, String> {
     let (mut boots, mut stops, mut unreadable, mut panics, mut skipped) = (0usize, 0usize, 0usize, 0usize, 0usize);
     for file in &files {
         let name = file.strip_prefix(dir).unwrap_or(file).display().to_string();
-        let Some(text) = std::fs::read_to_string(file).ok().filter(|t| looks_like_a_dump(t)) else {
+        let Some(text) = std::fs::read_to_string(file)
+            .ok()
+            .filter(|t| acpidump::looks_like_a_dump(t))
+        else {
             skipped += 1;
             continue;
         };
@@ -146,15 +149,6 @@ fn preflight_folder(dir: &std::path::Path) -> Result<bool, String> {
         boots + stops + unreadable + panics
     );
     Ok(stops == 0 && unreadable == 0 && panics == 0)
-}
-
-/// Whether `text` starts as acpidump's output does: a `NAME @ 0xADDRESS` line (after any of
-/// ACPICA's diagnostics, which acpidump prints while it reads the tables).
-fn looks_like_a_dump(text: &str) -> bool {
-    text.lines()
-        .find(|l| !l.trim().is_empty() && !acpidump::DIAGNOSTIC_PREFIXES.iter().any(|p| l.starts_with(p)))
-        .and_then(|l| l.split_once(" @ "))
-        .is_some_and(|(name, rest)| !name.trim().is_empty() && rest.trim_start().starts_with("0x"))
 }
 
 fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
@@ -1137,12 +1131,12 @@ mod tests {
 
     #[test]
     fn a_folder_gives_one_line_per_dump_and_skips_other_files() {
-        assert!(looks_like_a_dump("RSDP @ 0x00000000000F05B0\n"));
-        assert!(looks_like_a_dump(
+        assert!(acpidump::looks_like_a_dump("RSDP @ 0x00000000000F05B0\n"));
+        assert!(acpidump::looks_like_a_dump(
             "Firmware Warning (ACPI): Incorrect checksum in table [GSCI]\n\nDSDT @ 0x0000000000000000\n"
         ));
-        assert!(!looks_like_a_dump("# Real servers' ACPI tables\n"));
-        assert!(!looks_like_a_dump("\nIntel ACPI Component Architecture\n"));
+        assert!(!acpidump::looks_like_a_dump("# Real servers' ACPI tables\n"));
+        assert!(!acpidump::looks_like_a_dump("\nIntel ACPI Component Architecture\n"));
         // The corpus folder holds six dumps and a README: every dump boots, the README is skipped.
         assert_eq!(preflight_folder(&corpus_dir()), Ok(true));
         let (name, text) = &corpus()[0];
