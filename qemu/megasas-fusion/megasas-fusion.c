@@ -70,6 +70,7 @@ enum {
 /* SP1 fields */
 #define SP1_QUEUES_SHIFT 14
 #define SP1_CHAIN_UNITS_SHIFT 5 /* units of 128 bytes (bit 22 clear) */
+#define SP1_RDPQ (1u << 23)
 #define SP1_SYNC_CACHE_AND_ATOMIC (1u << 24)
 #define SP1_64BIT_DMA (1u << 25)
 
@@ -190,8 +191,15 @@ enum {
 
 #define MAX_QUEUES 128
 #define DEFAULT_FW_CMDS 256
-#define MAX_FW_CMDS 1008
+/* what a SAS39xx (Aero) reports in SP0[15:0] */
+#define MAX_FW_CMDS 5101
 #define MAX_SMID (2 * MAX_FW_CMDS + 2)
+
+/* IOC INIT MsgFlags bit 0: ReplyDescriptorPostQueueAddress is an RDPQ array */
+#define IOC_INIT_FLAG_RDPQ 0x01
+/* an RDPQ array entry: u64 ring base, two reserved dwords */
+#define RDPQ_ENTRY_BYTES 16
+#define FOUR_GIB (1ULL << 32)
 
 typedef enum FusionGeneration {
     GEN_INVADER,
@@ -208,15 +216,20 @@ typedef struct GenerationInfo {
     const char *product;
     /* more than this many firmware queues selects combined reply mode */
     unsigned combined_above;
+    /*
+     * RDPQ: each group of this many reply queues (0..n-1, n..2n-1, ...) must
+     * lie in one 4 GiB window (the same upper 32 address bits).
+     */
+    unsigned rdpq_window_group;
 } GenerationInfo;
 
 static const GenerationInfo generations[] = {
     [GEN_INVADER] = { "invader", 0x005D, 0x9361, 1, 0,
-                      "baremq Fusion Invader (SAS3108)", 8 },
+                      "baremq Fusion Invader (SAS3108)", 8, 8 },
     [GEN_VENTURA] = { "ventura", 0x0016, 0x9460, 0, 2,
-                      "baremq Fusion Ventura (SAS3516)", 16 },
+                      "baremq Fusion Ventura (SAS3516)", 16, 16 },
     [GEN_AERO] = { "aero", 0x10E2, 0x9560, 0, 2,
-                   "baremq Fusion Aero (SAS3916)", 16 },
+                   "baremq Fusion Aero (SAS3916)", 16, 16 },
 };
 
 typedef enum CmdKind {
@@ -258,6 +271,7 @@ struct FusionState {
     bool msix;
     uint32_t fault_after;
     uint32_t hold_after;
+    bool rdpq;
     bool debug;
 
     const GenerationInfo *gen;
@@ -277,7 +291,8 @@ struct FusionState {
 
     /* from IOC INIT */
     hwaddr frame_base;
-    hwaddr reply_base;
+    bool rdpq_mode;
+    hwaddr ring[MAX_QUEUES]; /* each reply queue's ring base */
     uint32_t sense_high;
     uint32_t reply_depth;
     uint32_t queues;
@@ -331,7 +346,8 @@ static uint32_t fusion_sp1(FusionState *s)
     uint32_t queues = s->msix ? s->msix_vectors : 1;
     return ((queues - 1) << SP1_QUEUES_SHIFT) |
            ((CHAIN_FRAME_BYTES / 128) << SP1_CHAIN_UNITS_SHIFT) |
-           SP1_SYNC_CACHE_AND_ATOMIC | SP1_64BIT_DMA;
+           (s->rdpq ? SP1_RDPQ : 0) | SP1_SYNC_CACHE_AND_ATOMIC |
+           SP1_64BIT_DMA;
 }
 
 static bool fusion_intr_enabled(FusionState *s)
@@ -380,8 +396,7 @@ static void fusion_post_reply(FusionState *s, FusionCmd *cmd)
 {
     unsigned q = cmd->queue;
     uint64_t desc = ((uint64_t)cmd->smid << 16) | ((uint64_t)q << 8);
-    hwaddr slot = s->reply_base + ((hwaddr)q * s->reply_depth +
-                                   s->producer[q]) * 8;
+    hwaddr slot = s->ring[q] + (hwaddr)s->producer[q] * 8;
 
     FDBG(s, "reply smid %u queue %u slot %u", cmd->smid, q, s->producer[q]);
     stq_le_pci_dma(PCI_DEVICE(s), slot, desc, MEMTXATTRS_UNSPECIFIED);
@@ -446,7 +461,8 @@ static void fusion_to_ready(FusionState *s)
     fusion_drop_all(s);
     s->state = STATE_READY;
     s->queues = 0;
-    s->reply_base = 0;
+    s->rdpq_mode = false;
+    memset(s->ring, 0, sizeof(s->ring));
     s->frame_base = 0;
     memset(s->producer, 0, sizeof(s->producer));
     memset(s->host_index, 0, sizeof(s->host_index));
@@ -465,6 +481,59 @@ static void fusion_enter_fault(FusionState *s, const char *why)
 }
 
 /* ------------------------------------------------------------------ IOC INIT */
+
+/*
+ * Reads the RDPQ array into ring[]: one 16-byte entry per reply queue. Each
+ * ring of `depth` descriptors must start at a non-zero 16-byte-aligned
+ * address, leave the reserved dwords zero, stay inside one 4 GiB window,
+ * overlap no other ring, and share that window with the rest of its group
+ * (the constraint Linux allocates its rings for). A bad entry fails IOC INIT.
+ */
+static bool fusion_read_rdpq(FusionState *s, hwaddr array, uint32_t queues,
+                             uint32_t depth, hwaddr *ring)
+{
+    PCIDevice *pci = PCI_DEVICE(s);
+    uint64_t ring_bytes = (uint64_t)depth * 8;
+    unsigned group = s->gen->rdpq_window_group;
+
+    for (uint32_t q = 0; q < queues; q++) {
+        uint8_t entry[RDPQ_ENTRY_BYTES];
+        pci_dma_read(pci, array + (hwaddr)q * RDPQ_ENTRY_BYTES, entry,
+                     sizeof(entry));
+        hwaddr base = ldq_le_p(entry);
+        if (!base || (base & 15)) {
+            GUEST_ERROR("IOC INIT: RDPQ entry %u base 0x%" HWADDR_PRIx
+                        " is zero or not 16-byte aligned", q, base);
+            return false;
+        }
+        if (ldl_le_p(entry + 8) || ldl_le_p(entry + 12)) {
+            GUEST_ERROR("IOC INIT: RDPQ entry %u reserved dwords not zero", q);
+            return false;
+        }
+        if (base / FOUR_GIB != (base + ring_bytes - 1) / FOUR_GIB) {
+            GUEST_ERROR("IOC INIT: RDPQ ring %u at 0x%" HWADDR_PRIx
+                        " (%u entries) crosses a 4 GiB boundary", q, base,
+                        depth);
+            return false;
+        }
+        uint32_t first = q - q % group;
+        if (q != first && base / FOUR_GIB != ring[first] / FOUR_GIB) {
+            GUEST_ERROR("IOC INIT: RDPQ ring %u at 0x%" HWADDR_PRIx
+                        " is outside the 4 GiB window of ring %u (0x%"
+                        HWADDR_PRIx "); each group of %u must share one",
+                        q, base, first, ring[first], group);
+            return false;
+        }
+        for (uint32_t p = 0; p < q; p++) {
+            if (base < ring[p] + ring_bytes && ring[p] < base + ring_bytes) {
+                GUEST_ERROR("IOC INIT: RDPQ rings %u and %u overlap", p, q);
+                return false;
+            }
+        }
+        ring[q] = base;
+    }
+    return true;
+}
 
 static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
 {
@@ -505,7 +574,7 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
         GUEST_ERROR("IOC INIT: request frame size %u dwords", frame_dwords);
         goto out;
     }
-    if (msg_flags & 0x01) {
+    if ((msg_flags & IOC_INIT_FLAG_RDPQ) && !s->rdpq) {
         GUEST_ERROR("IOC INIT: RDPQ requested but not advertised");
         goto out;
     }
@@ -524,8 +593,21 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
                     " reply base 0x%" HWADDR_PRIx, frames, replies);
         goto out;
     }
+    hwaddr ring[MAX_QUEUES];
+    bool rdpq_mode = msg_flags & IOC_INIT_FLAG_RDPQ;
+    if (rdpq_mode) {
+        if (!fusion_read_rdpq(s, replies, queues, depth, ring)) {
+            goto out;
+        }
+    } else {
+        for (uint32_t q = 0; q < queues; q++) {
+            ring[q] = replies + (hwaddr)q * depth * 8;
+        }
+    }
     s->frame_base = frames;
-    s->reply_base = replies;
+    s->rdpq_mode = rdpq_mode;
+    memset(s->ring, 0, sizeof(s->ring));
+    memcpy(s->ring, ring, queues * sizeof(ring[0]));
     s->reply_depth = depth;
     s->queues = queues;
     s->sense_high = ldl_le_p(ioc + 0x20);
@@ -536,8 +618,9 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
     s->state = STATE_OPERATIONAL;
     status = MFI_STAT_OK;
     FDBG(s, "IOC INIT ok: depth %u queues %u frames 0x%" HWADDR_PRIx
-         " replies 0x%" HWADDR_PRIx " caps 0x%x", depth, queues, frames,
-         replies, ldl_le_p(mfi + 0x04));
+         " %s 0x%" HWADDR_PRIx " caps 0x%x", depth, queues, frames,
+         rdpq_mode ? "RDPQ array" : "replies", replies,
+         ldl_le_p(mfi + 0x04));
 out:
     pci_dma_write(pci, init_frame + MFI_STATUS, &status, 1);
 }
@@ -1453,6 +1536,7 @@ static Property fusion_properties[] = {
     DEFINE_PROP_BOOL("msix", FusionState, msix, true),
     DEFINE_PROP_UINT32("fault_after", FusionState, fault_after, 0),
     DEFINE_PROP_UINT32("hold_after", FusionState, hold_after, 0),
+    DEFINE_PROP_BOOL("rdpq", FusionState, rdpq, false),
     DEFINE_PROP_BOOL("debug", FusionState, debug, false),
     DEFINE_PROP_END_OF_LIST(),
 };
