@@ -101,7 +101,11 @@ impl Rsdp {
         let mut bytes = [0u8; RSDP_V2_LEN];
         memory.read_bytes(phys, &mut bytes[..RSDP_V1_LEN])?;
         let len = if bytes[15] >= 2 {
-            memory.read_bytes(phys + RSDP_V1_LEN as u64, &mut bytes[RSDP_V1_LEN..])?;
+            // The address comes from firmware (an EFI table): 36 bytes from it must not wrap.
+            let extended = phys
+                .checked_add(RSDP_V1_LEN as u64)
+                .ok_or(Error::PhysRead { phys, len: RSDP_V2_LEN })?;
+            memory.read_bytes(extended, &mut bytes[RSDP_V1_LEN..])?;
             RSDP_V2_LEN
         } else {
             RSDP_V1_LEN
@@ -134,6 +138,9 @@ const EFI_SYSTEM_TABLE_SIGNATURE: u64 = 0x5453_5953_2049_4249;
 /// Offsets in the 64-bit EFI system table: entry count and configuration table pointer.
 const EFI_CONFIG_COUNT: u64 = 104;
 const EFI_CONFIG_TABLE: u64 = 112;
+/// A configuration table entry: the vendor GUID, then the table's address.
+const EFI_CONFIG_ENTRY_LEN: u64 = 24;
+const EFI_CONFIG_ENTRY_TABLE: u64 = 16;
 /// Configuration table entries read at most (firmware lists a few dozen).
 pub const MAX_EFI_CONFIG_ENTRIES: u64 = 1024;
 /// EFI_ACPI_20_TABLE_GUID and ACPI_TABLE_GUID in memory byte order.
@@ -158,23 +165,24 @@ impl Rsdp {
         if read_u64(phys)? != EFI_SYSTEM_TABLE_SIGNATURE {
             return Err(error("no \"IBI SYST\" signature"));
         }
-        let count = read_u64(phys + EFI_CONFIG_COUNT)?;
+        let field = |base: u64, offset: u64, reason| base.checked_add(offset).ok_or(error(reason));
+        let count = read_u64(field(phys, EFI_CONFIG_COUNT, "system table wraps past 2^64")?)?;
         if count > MAX_EFI_CONFIG_ENTRIES {
             return Err(error("more than 1024 configuration table entries"));
         }
-        let table = read_u64(phys + EFI_CONFIG_TABLE)?;
+        let table = read_u64(field(phys, EFI_CONFIG_TABLE, "system table wraps past 2^64")?)?;
         let mut acpi_10 = None;
+        let wraps = "configuration table wraps past 2^64";
         for index in 0..count {
-            let entry = table
-                .checked_add(index * 24)
-                .ok_or(error("configuration table wraps past 2^64"))?;
+            // `count <= 1024`: the product fits.
+            let entry = field(table, index * EFI_CONFIG_ENTRY_LEN, wraps)?;
             let mut guid = [0u8; 16];
             memory.read_bytes(entry, &mut guid)?;
             if guid == ACPI_20_GUID {
-                return Rsdp::read(memory, read_u64(entry + 16)?);
+                return Rsdp::read(memory, read_u64(field(entry, EFI_CONFIG_ENTRY_TABLE, wraps)?)?);
             }
             if guid == ACPI_10_GUID && acpi_10.is_none() {
-                acpi_10 = Some(read_u64(entry + 16)?);
+                acpi_10 = Some(read_u64(field(entry, EFI_CONFIG_ENTRY_TABLE, wraps)?)?);
             }
         }
         match acpi_10 {

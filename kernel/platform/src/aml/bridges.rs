@@ -7,7 +7,7 @@ use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::interp::Interpreter;
+use super::interp::{Interpreter, aml_error};
 use super::name::Path;
 use super::object::Object;
 use super::resource::{self, Window, WindowKind};
@@ -132,6 +132,42 @@ fn integer(interp: &mut Interpreter<'_>, path: &Path, problems: &mut Vec<Problem
     }
 }
 
+/// `value` as the narrower field it fills (a 16-bit segment, an 8-bit bus,
+/// a 32-bit proximity domain or GSI): a value that does not fit is a
+/// problem at `path`, and no value.
+fn fitting<T: TryFrom<u64>>(value: u64, path: &Path, what: &'static str, problems: &mut Vec<Problem>) -> Option<T> {
+    let fits = T::try_from(value).ok();
+    if fits.is_none() {
+        problems.push(Problem {
+            path: path.clone(),
+            error: aml_error(path, 0, what, value),
+        });
+    }
+    fits
+}
+
+/// `value` when it is at most `max` (at most 255); else a problem, as in [`fitting`].
+fn at_most(value: u64, max: u8, path: &Path, what: &'static str, problems: &mut Vec<Problem>) -> Option<u8> {
+    let fits = u8::try_from(value).ok().filter(|&value| value <= max);
+    if fits.is_none() {
+        problems.push(Problem {
+            path: path.clone(),
+            error: aml_error(path, 0, what, value),
+        });
+    }
+    fits
+}
+
+/// The integer at `path`, when it evaluates and fits `T` (see [`fitting`]).
+fn narrow<T: TryFrom<u64>>(
+    interp: &mut Interpreter<'_>,
+    path: &Path,
+    what: &'static str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    integer(interp, path, problems).and_then(|value| fitting(value, path, what, problems))
+}
+
 fn uid(interp: &mut Interpreter<'_>, path: &Path, problems: &mut Vec<Problem>) -> Option<String> {
     if !interp.exists(path) {
         return None;
@@ -198,11 +234,11 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
             path: device.clone(),
             id,
             uid: uid(interp, &device.child(*b"_UID"), &mut out.problems),
-            segment: integer(interp, &device.child(*b"_SEG"), &mut out.problems).unwrap_or(0) as u16,
-            bbn: integer(interp, &device.child(*b"_BBN"), &mut out.problems).map(|v| v as u8),
+            segment: narrow(interp, &device.child(*b"_SEG"), "_SEG above 0xFFFF", &mut out.problems).unwrap_or(0),
+            bbn: narrow(interp, &device.child(*b"_BBN"), "_BBN above bus 255", &mut out.problems),
             buses: None,
             windows: Vec::new(),
-            pxm: integer(interp, &device.child(*b"_PXM"), &mut out.problems).map(|v| v as u32),
+            pxm: narrow(interp, &device.child(*b"_PXM"), "_PXM above 32 bits", &mut out.problems),
         };
         let crs = device.child(*b"_CRS");
         if interp.exists(&crs) {
@@ -260,7 +296,7 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
             if scope_path != *bridge_path {
                 let pxm_path = scope_path.child(*b"_PXM");
                 if interp.exists(&pxm_path)
-                    && let Some(pxm) = integer(interp, &pxm_path, &mut out.problems)
+                    && let Some(pxm) = narrow(interp, &pxm_path, "_PXM above 32 bits", &mut out.problems)
                     && let Some(function) = adr(interp, &scope_path, &mut out.problems)
                 {
                     let mut parent = scope.clone();
@@ -269,7 +305,7 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
                     out.proximity.push(DeviceProximity {
                         scope: parent,
                         function,
-                        pxm: pxm as u32,
+                        pxm,
                     });
                 }
             }
@@ -334,8 +370,14 @@ fn prt_table(
             Some(Object::Integer(i)) => *i,
             _ => 0,
         };
-        let device = ((address >> 16) & 0x1F) as u8;
-        let pin = (*pin & 3) as u8;
+        // Address 0xDDDD_FFFF names device DDDD (0..=31); pins are 0..=3 (INTA..INTD).
+        let prt_path = table.scope.path.child(*b"_PRT");
+        let device = at_most(address >> 16, 31, &prt_path, "_PRT device number above 31", problems);
+        let pin = at_most(*pin, 3, &prt_path, "_PRT pin above 3 (INTD)", problems);
+        let (Some(device), Some(pin)) = (device, pin) else {
+            table.unresolved += 1;
+            continue;
+        };
         let source = match fields.get(2) {
             Some(Object::Integer(0)) | None => None,
             Some(Object::Name(path)) => Some(path.clone()),
@@ -353,10 +395,10 @@ fn prt_table(
             }
         };
         let route = match source {
-            None => Some(PrtRoute {
+            None => fitting(index, &prt_path, "_PRT GSI above 32 bits", problems).map(|gsi| PrtRoute {
                 device,
                 pin,
-                gsi: index as u32,
+                gsi,
                 level: true,
                 active_low: true,
                 isa: false,
@@ -461,7 +503,8 @@ impl Discovery {
                     .find(|r| r.device == device && r.pin == pin0)
                     .map(|route| FoundRoute { route, table, swizzled });
             }
-            pin0 = (pin0 + device) % 4;
+            // The caller's device number may be any u8: add in a wider type.
+            pin0 = ((u16::from(pin0) + u16::from(device)) % 4) as u8;
         }
         None
     }

@@ -68,21 +68,23 @@ pub fn config_access<A: pci_types::ConfigRegionAccess + ?Sized>(
 ) -> crate::Result<u64> {
     let bad = |what| crate::Error::Aml {
         at: crate::Token::new("PCI_Config region"),
-        offset: offset as u32,
+        offset: u32::try_from(offset).unwrap_or(u32::MAX),
         what,
         value: u64::from(width),
     };
     if !matches!(width, 1 | 2 | 4 | 8) {
         return Err(bad("access width is not 1, 2, 4 or 8 bytes"));
     }
-    if offset + u64::from(width) > 4096 {
+    // The offset is the region's (AML's) plus the field's: anything up to 2^64 - 1.
+    let Some(end) = offset.checked_add(u64::from(width)).filter(|&end| end <= 4096) else {
         return Err(bad("access past the 4 KiB configuration space"));
-    }
+    };
     let first = offset & !3;
-    let last = (offset + u64::from(width) - 1) & !3;
+    let last = (end - 1) & !3;
     // Up to 12 bytes: the dwords that hold the access.
     let mut bytes = [0u8; 12];
     for (i, dword) in (first..=last).step_by(4).enumerate() {
+        // `dword < 4096`: it fits.
         let value = config.read32(dword as u16)?;
         bytes[i * 4..i * 4 + 4].copy_from_slice(&value.to_le_bytes());
     }

@@ -135,10 +135,15 @@ impl<'h> Interpreter<'h> {
             }
             bridge = bridge.parent();
         }
+        // A `_SEG` or `_BBN` too wide for its field counts as absent (0), as discovery reports it.
         let (segment, mut bus) = if found_bridge {
             (
-                self.quiet_integer(&bridge.child(*b"_SEG")).unwrap_or(0) as u16,
-                self.quiet_integer(&bridge.child(*b"_BBN")).unwrap_or(0) as u8,
+                self.quiet_integer(&bridge.child(*b"_SEG"))
+                    .and_then(|segment| u16::try_from(segment).ok())
+                    .unwrap_or(0),
+                self.quiet_integer(&bridge.child(*b"_BBN"))
+                    .and_then(|bus| u8::try_from(bus).ok())
+                    .unwrap_or(0),
             )
         } else {
             (0, 0)
@@ -152,8 +157,12 @@ impl<'h> Interpreter<'h> {
                     break;
                 };
                 let at = PciAddress::new(segment, bus, ((hop >> 16) & 0x1F) as u8, (hop & 0x7) as u8);
-                match self.regions.read(RegionSpace::PciConfig(at), PCI_SECONDARY_BUS, 1) {
-                    Ok(secondary) if secondary != 0 && secondary != 0xFF => bus = secondary as u8,
+                match self
+                    .regions
+                    .read(RegionSpace::PciConfig(at), PCI_SECONDARY_BUS, 1)
+                    .map(u8::try_from)
+                {
+                    Ok(Ok(secondary)) if secondary != 0 && secondary != 0xFF => bus = secondary,
                     // Not a bridge the firmware numbered: keep the bus above.
                     _ => break,
                 }

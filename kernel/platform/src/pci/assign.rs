@@ -535,13 +535,20 @@ fn scan_bridge<A: ConfigRegionAccess + ?Sized>(
     Ok(())
 }
 
+/// `base..=limit` as a range; a limit at the last address (a 64-bit
+/// prefetchable limit of all ones) ends one byte short, as the range's end
+/// cannot be 2^64.
+fn base_limit_range(base: u64, limit: u64) -> Option<Range<u64>> {
+    (base != 0 && base <= limit).then(|| base..limit.saturating_add(1))
+}
+
 /// The memory window a bridge's base/limit register opens, if any. A zero
 /// base is taken as "not programmed" (registers reset to zero, and nothing
 /// is ever placed at physical 0).
 fn open_memory_window(register: u32) -> Option<Range<u64>> {
     let base = u64::from(register & 0xFFF0) << 16;
     let limit = (u64::from(register >> 16 & 0xFFF0) << 16) | 0xF_FFFF;
-    (base != 0 && base <= limit).then(|| base..limit + 1)
+    base_limit_range(base, limit)
 }
 
 /// The prefetchable window a bridge's base/limit register (and, for a 64-bit
@@ -552,7 +559,7 @@ fn open_prefetch_window(register: u32, base_upper: u32, limit_upper: u32) -> Opt
     let (base_upper, limit_upper) = if is_64bit { (base_upper, limit_upper) } else { (0, 0) };
     let base = u64::from(base_upper) << 32 | u64::from(register & 0xFFF0) << 16;
     let limit = u64::from(limit_upper) << 32 | (u64::from(register >> 16 & 0xFFF0) << 16) | 0xF_FFFF;
-    (base != 0 && base <= limit).then(|| base..limit + 1)
+    base_limit_range(base, limit)
 }
 
 /// The (16-bit) I/O window a bridge's base/limit bytes open, if any; a
@@ -560,7 +567,7 @@ fn open_prefetch_window(register: u32, base_upper: u32, limit_upper: u32) -> Opt
 fn open_io_window(register: u32) -> Option<Range<u64>> {
     let base = u64::from(register & 0xF0) << 8;
     let limit = (u64::from(register >> 8 & 0xF0) << 8) | 0xFFF;
-    (base != 0 && base <= limit).then(|| base..limit + 1)
+    base_limit_range(base, limit)
 }
 
 /// BARs of `node` in `space` that the plan must place: all of them in an
