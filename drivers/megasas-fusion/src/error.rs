@@ -20,6 +20,16 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
+    /// An RDPQ reply ring crosses a 4 GiB boundary or leaves the 4 GiB window its group of 8
+    /// (Invader) or 16 rings must share.
+    RdpqWindow {
+        /// Reply queue.
+        queue: usize,
+        /// The ring's bus address.
+        phys: u64,
+        /// Its length.
+        len: usize,
+    },
     /// The firmware is in FAULT.
     FirmwareFault {
         /// SP0 as read.
@@ -214,6 +224,10 @@ impl fmt::Display for Error {
             Self::DmaAbove4G { what, phys, len } => write!(
                 f,
                 "{what} at {phys:#x} (+{len:#x}) is not below 4 GiB; the driver keeps every control structure below 4 GiB"
+            ),
+            Self::RdpqWindow { queue, phys, len } => write!(
+                f,
+                "RDPQ reply ring {queue} at {phys:#x} (+{len:#x}) crosses a 4 GiB boundary or leaves its group's 4 GiB window"
             ),
             Self::FirmwareFault { sp0 } => write!(f, "firmware in FAULT: {}", Sp0(*sp0)),
             Self::FirmwareStuck { sp0, waited_us } => {

@@ -61,6 +61,12 @@ pub enum Violation {
     TooManyMsixVectors,
     /// RDPQ array mode requested without SP1 bit 23.
     RdpqNotSupported,
+    /// An RDPQ array entry with a zero or misaligned ring base, non-zero reserved dwords, or a
+    /// ring overlapping another.
+    RdpqBadEntry,
+    /// An RDPQ ring crossing a 4 GiB boundary, or outside the 4 GiB window of its group (8 rings
+    /// on Invader, 16 on Ventura and later).
+    RdpqWindow,
     /// A reply slot was not all-ones at IOC INIT.
     ReplySlotsNotAllOnes,
     /// SMID 0 or beyond the pool.
@@ -312,7 +318,6 @@ impl FakeConfig {
 #[derive(Clone, Copy, Debug)]
 struct Init {
     frames: u64,
-    replies: u64,
     depth: u32,
     queues: u16,
     vectors: u8,
@@ -399,6 +404,10 @@ struct State {
     pending: Vec<Pending>,
     producer: Vec<u32>,
     host_index: Vec<u32>,
+    /// Each reply queue's ring base (contiguous or from the RDPQ array).
+    rings: Vec<u64>,
+    /// The last successful IOC INIT gave an RDPQ array.
+    init_rdpq: bool,
     /// Per queue: when each posted, not yet consumed reply was posted.
     posted_at: Vec<VecDeque<u64>>,
     mask: u32,
@@ -520,6 +529,8 @@ impl FakeFusion {
                 pending: Vec::new(),
                 producer: Vec::new(),
                 host_index: Vec::new(),
+                rings: Vec::new(),
+                init_rdpq: false,
                 posted_at: Vec::new(),
                 mask: 0xFFFF_FFFF,
                 intr_status: 0,
@@ -593,6 +604,12 @@ impl FakeFusion {
     /// Current SP0 state nibble.
     pub fn fw_state(&self) -> u8 {
         self.st.lock().state
+    }
+    /// After a successful IOC INIT: whether it gave an RDPQ array, each reply queue's ring base
+    /// and the depth.
+    pub fn reply_rings(&self) -> Option<(bool, Vec<u64>, u32)> {
+        let s = self.st.lock();
+        s.init.map(|i| (s.init_rdpq, s.rings.clone(), i.depth))
     }
     /// The request descriptor writes seen so far, by form.
     pub fn descriptor_writes(&self) -> DescriptorWrites {
@@ -689,7 +706,7 @@ impl FakeFusion {
         } else if let Some(init) = s.init {
             // Out of the SMID range: store the descriptor by hand.
             let q = usize::from(queue);
-            let slot = init.replies + 8 * (u64::from(init.depth) * q as u64 + u64::from(s.producer[q]));
+            let slot = s.rings[q] + 8 * u64::from(s.producer[q]);
             self.mem
                 .write_u64("bogus reply", slot, u64::from(queue as u8) << 8 | u64::from(smid) << 16);
             s.producer[q] = (s.producer[q] + 1) % init.depth;
@@ -1041,7 +1058,7 @@ impl State {
         // The driver restores every slot it consumed to all-ones before moving the index past it.
         let mut i = old;
         while i != idx {
-            let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(i));
+            let slot = self.rings[q] + 8 * u64::from(i);
             // One atomic load: the driver restores a slot with one 64-bit store.
             if mem.load_u64_atomic(slot) != Some(ALL_ONES) {
                 self.violate(
@@ -1209,6 +1226,58 @@ impl State {
         true
     }
 
+    /// Reads the RDPQ array at `array`: one 16-byte entry {u64 ring base, two reserved dwords}
+    /// per reply queue, the depth being IOC INIT's. Returns the ring bases, or records what is
+    /// wrong and returns `None` (IOC INIT then fails).
+    fn read_rdpq_array(&mut self, mem: &FakeMemory, array: u64, queues: u16, ring_len: u64) -> Option<Vec<u64>> {
+        let entries = u64::from(queues) * 16;
+        if !self.check_addr("RDPQ array", array, entries) {
+            return None;
+        }
+        let mut raw = vec![0u8; entries as usize];
+        if !mem.read("RDPQ array", array, &mut raw) {
+            self.violate(Violation::InitBadFrame, format!("RDPQ array at {array:#x}"));
+            return None;
+        }
+        let group = if self.cfg.generation <= Generation::Invader {
+            8
+        } else {
+            16
+        };
+        let mut rings: Vec<u64> = Vec::with_capacity(usize::from(queues));
+        for q in 0..usize::from(queues) {
+            let e = &raw[q * 16..q * 16 + 16];
+            let base = le_u64(e, 0);
+            if base == u64::MAX && self.cfg.generation >= Generation::Ventura {
+                self.violate(Violation::AllOnesAddress, format!("RDPQ ring {q}"));
+                return None;
+            }
+            if base == 0 || !base.is_multiple_of(16) || le_u32(e, 8) != 0 || le_u32(e, 12) != 0 {
+                self.violate(Violation::RdpqBadEntry, format!("entry {q}: {e:02x?}"));
+                return None;
+            }
+            let end = base.saturating_add(ring_len) - 1;
+            if !self.cfg.ctrl64 && end >> 32 != 0 {
+                self.violate(Violation::AddressAbove4G, format!("RDPQ ring {q} at {base:#x}"));
+                return None;
+            }
+            let window = base >> 32;
+            if end >> 32 != window || rings.get(q - q % group).is_some_and(|&first| first >> 32 != window) {
+                self.violate(
+                    Violation::RdpqWindow,
+                    format!("ring {q} at {base:#x}+{ring_len:#x} (groups of {group} share one 4 GiB window)"),
+                );
+                return None;
+            }
+            if let Some(p) = rings.iter().position(|&o| base < o + ring_len && o < base + ring_len) {
+                self.violate(Violation::RdpqBadEntry, format!("rings {p} and {q} overlap"));
+                return None;
+            }
+            rings.push(base);
+        }
+        Some(rings)
+    }
+
     fn ioc_init(&mut self, mem: &FakeMemory, frame_addr: u64) {
         let mut mfi = [0u8; 64];
         if !mem.read("IOC INIT MFI frame", frame_addr, &mut mfi) {
@@ -1253,15 +1322,9 @@ impl State {
         if r[0x16] != 0 && r[0x16] != 12 {
             return fail(self, Violation::InitBadFrame, format!("HostPageSize {}", r[0x16]));
         }
-        if r[7] & 1 != 0 {
-            if !self.cfg.rdpq {
-                return fail(self, Violation::RdpqNotSupported, String::new());
-            }
-            return fail(
-                self,
-                Violation::InitBadFrame,
-                String::from("RDPQ array mode is not modelled"),
-            );
+        let rdpq = r[7] & 1 != 0;
+        if rdpq && !self.cfg.rdpq {
+            return fail(self, Violation::RdpqNotSupported, String::new());
         }
         let depth = u32::from(le_u16(&r, 0x1C));
         let min_depth = u32::from(self.cfg.raw_cmds).min(16384);
@@ -1284,28 +1347,43 @@ impl State {
         let replies = le_u64(&r, 0x30);
         let queues = u16::from(vectors.max(1));
         let frames_len = 256 * (u64::from(self.max_fw_cmds()) + 1);
-        let replies_len = 8 * u64::from(depth) * u64::from(queues);
-        if !self.check_addr("request frames", frames, frames_len)
-            || !self.check_addr("reply queues", replies, replies_len)
-        {
+        let ring_len = 8 * u64::from(depth);
+        if !self.check_addr("request frames", frames, frames_len) {
             mem.write("IOC INIT status", frame_addr + 2, &[0x03]);
             return;
         }
-        if !mem.contains(frames, frames_len as usize) || !mem.contains(replies, replies_len as usize) {
+        let rings = if rdpq {
+            match self.read_rdpq_array(mem, replies, queues, ring_len) {
+                Some(rings) => rings,
+                None => {
+                    mem.write("IOC INIT status", frame_addr + 2, &[0x03]);
+                    return;
+                }
+            }
+        } else {
+            if !self.check_addr("reply queues", replies, ring_len * u64::from(queues)) {
+                mem.write("IOC INIT status", frame_addr + 2, &[0x03]);
+                return;
+            }
+            (0..u64::from(queues)).map(|q| replies + q * ring_len).collect()
+        };
+        if !mem.contains(frames, frames_len as usize) || rings.iter().any(|&b| !mem.contains(b, ring_len as usize)) {
             return fail(
                 self,
                 Violation::InitBadFrame,
                 String::from("frames or reply queues outside DMA memory"),
             );
         }
-        let mut slots = vec![0u8; replies_len as usize];
-        mem.read("reply queues", replies, &mut slots);
-        if let Some(i) = slots.iter().position(|&b| b != 0xFF) {
-            return fail(
-                self,
-                Violation::ReplySlotsNotAllOnes,
-                format!("byte {i} of the reply queues"),
-            );
+        let mut slots = vec![0u8; ring_len as usize];
+        for (q, &base) in rings.iter().enumerate() {
+            mem.read("reply queues", base, &mut slots);
+            if let Some(i) = slots.iter().position(|&b| b != 0xFF) {
+                return fail(
+                    self,
+                    Violation::ReplySlotsNotAllOnes,
+                    format!("byte {i} of reply queue {q}"),
+                );
+            }
         }
         if let Some(status) = self.fail_next_init.take() {
             mem.write("IOC INIT status", frame_addr + 2, &[status]);
@@ -1317,13 +1395,14 @@ impl State {
         }
         self.init = Some(Init {
             frames,
-            replies,
             depth,
             queues,
             vectors,
             sense_hi,
         });
         self.producer = vec![0; usize::from(queues)];
+        self.rings = rings;
+        self.init_rdpq = rdpq;
         self.posted_at = vec![VecDeque::new(); usize::from(queues)];
         self.host_index = vec![0; usize::from(queues)];
         self.raised = vec![false; usize::from(queues)];
@@ -1720,7 +1799,7 @@ impl State {
         if let Work::Ld(c) = &p.work {
             self.execute(mem, c);
         }
-        let slot = init.replies + 8 * (u64::from(d) * q as u64 + u64::from(self.producer[q]));
+        let slot = self.rings[q] + 8 * u64::from(self.producer[q]);
         if mem.load_u64_atomic(slot) != Some(ALL_ONES) {
             self.violate(
                 Violation::ReplySlotNotFree,

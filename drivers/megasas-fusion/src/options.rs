@@ -4,7 +4,8 @@
 //! device is registered); `megasas.queues=N` caps the reply queues (and vectors) used;
 //! `megasas.bringup_ms=N` sets the overall bring-up deadline; `megasas.reset_wait_ms=N` how long a
 //! timed-out request may still finish on its own before the controller is reset (Linux's
-//! `resetwaittime`, default 180 s). The MFI driver's keys
+//! `resetwaittime`, default 180 s); `megasas.rdpq=off` keeps the contiguous reply rings even
+//! when the firmware offers RDPQ (Linux's `rdpq_enable=0`). The MFI driver's keys
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
 //! `megasas.` key is an error naming the accepted ones.
 
@@ -23,6 +24,8 @@ pub struct Options {
     pub bringup_ms: Option<u32>,
     /// `megasas.reset_wait_ms=N` (1000..=600000).
     pub reset_wait_ms: Option<u32>,
+    /// `megasas.rdpq=on|off` (default: on when the firmware offers it).
+    pub rdpq: Option<bool>,
 }
 
 /// Keys of the MFI driver, accepted and ignored here.
@@ -55,11 +58,18 @@ impl Options {
                             .ok_or_else(|| bad("megasas.reset_wait_ms", "1000..=600000"))?,
                     );
                 }
+                "rdpq" => {
+                    out.rdpq = Some(match value {
+                        "1" | "yes" | "on" => true,
+                        "0" | "no" | "off" => false,
+                        _ => return Err(bad("megasas.rdpq", "on or off")),
+                    })
+                }
                 k if MFI_KEYS.contains(&k) => {}
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms, reset_wait_ms (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
@@ -82,6 +92,9 @@ impl Options {
         if let Some(ms) = self.bringup_ms {
             cfg.bringup_budget_us = u64::from(ms) * 1000;
         }
+        if let Some(rdpq) = self.rdpq {
+            cfg.rdpq = rdpq;
+        }
     }
 }
 
@@ -96,7 +109,7 @@ mod tests {
     #[test]
     fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
         let o = Options::parse(
-            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000",
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off",
         )
         .unwrap();
         assert_eq!(
@@ -106,6 +119,7 @@ mod tests {
                 max_queues: Some(8),
                 bringup_ms: Some(5000),
                 reset_wait_ms: Some(5000),
+                rdpq: Some(false),
             }
         );
         assert_eq!(Options::parse("quiet").unwrap(), Options::default());
@@ -116,13 +130,17 @@ mod tests {
             "megasas.queues=129",
             "megasas.bringup_ms=10",
             "megasas.reset_wait_ms=999",
+            "megasas.rdpq",
+            "megasas.rdpq=maybe",
             "megasas.fastpath=1",
         ] {
             assert!(Options::parse(bad).is_err(), "{bad}");
         }
         let mut cfg = crate::Config::new(crate::Generation::Aero, alloc::vec![0, 1]);
+        assert!(cfg.rdpq, "RDPQ is used when offered unless turned off");
         o.apply(&mut cfg);
-        assert_eq!((cfg.max_queues, cfg.bringup_budget_us), (8, 5_000_000));
+        assert_eq!((cfg.max_queues, cfg.bringup_budget_us, cfg.rdpq), (8, 5_000_000, false));
+        assert_eq!(Options::parse("megasas.rdpq=on").unwrap().rdpq, Some(true));
         let mut host = crate::blkdev::HostConfig::new(2, cfg);
         assert_eq!(host.reset_wait_ns, 180_000_000_000, "Linux's default");
         o.apply_host(&mut host);

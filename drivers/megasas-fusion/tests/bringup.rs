@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::*;
 use megasas_fusion::fake::{FakeConfig, StartState, Violation};
 use megasas_fusion::{Error, Generation};
@@ -237,4 +239,91 @@ fn a_fault_during_a_bring_up_dcmd_fails_fast_not_after_the_timeout() {
     assert_eq!((sp0 >> 16) & 0xFFF, 0x0DC);
     assert!(fake.now_us() < 1_000_000, "gave up after {} us", fake.now_us());
     assert!(report.to_string().contains("CTRL_GET_INFO"), "{report}");
+}
+
+#[test]
+fn rdpq_when_the_firmware_offers_it_one_ring_per_queue_below_4g() {
+    for (g, offered) in [
+        (Generation::Invader, false),
+        (Generation::Ventura, true),
+        (Generation::Aero, true),
+    ] {
+        let mut fc = FakeConfig::new(g);
+        fc.rdpq = offered;
+        let (fake, ctrl, report) = bring_up(fc, config(g, 4));
+        let ctrl = ctrl.unwrap_or_else(|e| panic!("{g}: {e}\n{report}"));
+        assert_eq!(
+            (ctrl.limits().rdpq_supported, ctrl.limits().rdpq),
+            (offered, offered),
+            "{g}"
+        );
+        let (rdpq, rings, depth) = fake.reply_rings().expect("IOC INIT done");
+        assert_eq!(rdpq, offered, "{g}");
+        assert_eq!((rings.len(), depth), (4, 512), "{g}");
+        let bytes = 8 * u64::from(depth);
+        for (q, &base) in rings.iter().enumerate() {
+            assert!(base + bytes <= 1 << 32, "{g}: ring {q} at {base:#x} not below 4 GiB");
+            if !offered {
+                assert_eq!(base, rings[0] + q as u64 * bytes, "{g}: contiguous rings");
+            }
+        }
+        assert!(
+            report
+                .to_string()
+                .contains(if offered { "RDPQ" } else { "contiguous rings" }),
+            "{report}"
+        );
+        // I/O completes through every ring, across an OCR that re-sends the array.
+        ctrl.enable_interrupts();
+        let mut w = Workload::new(Arc::clone(&fake), ctrl, 0xD0);
+        w.run(800, 16);
+        assert!(w.reset().is_ok());
+        w.run(400, 16);
+        assert_eq!(
+            fake.reply_rings().map(|r| r.1),
+            Some(rings),
+            "{g}: same rings after OCR"
+        );
+        assert_clean(&fake);
+    }
+}
+
+#[test]
+fn rdpq_off_keeps_contiguous_rings_on_firmware_that_offers_rdpq() {
+    let g = Generation::Aero;
+    let mut cfg = config(g, 4);
+    cfg.rdpq = false;
+    let (fake, ctrl, report) = bring_up(FakeConfig::new(g), cfg);
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("{e}\n{report}"));
+    assert_eq!((ctrl.limits().rdpq_supported, ctrl.limits().rdpq), (true, false));
+    let (rdpq, rings, depth) = fake.reply_rings().expect("IOC INIT done");
+    assert!(!rdpq);
+    assert_eq!(rings[3], rings[0] + 3 * 8 * u64::from(depth));
+    ctrl.enable_interrupts();
+    let mut w = Workload::new(Arc::clone(&fake), ctrl, 0xD1);
+    w.run(400, 16);
+    assert_clean(&fake);
+}
+
+#[test]
+fn a_sas39xx_command_count_with_rdpq_and_many_queues() {
+    // A SAS39xx reports 5101 commands: 5100 SMIDs, 5096 I/O tags, 10208 replies per ring.
+    let g = Generation::Aero;
+    let mut fc = FakeConfig::new(g);
+    fc.raw_cmds = 5101;
+    fc.lds = vec![(0, 1 << 20)];
+    let (fake, ctrl, report) = bring_up(fc, config(g, 32));
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("{e}\n{report}"));
+    let l = ctrl.limits();
+    assert_eq!(
+        (l.max_fw_cmds, l.io_tags, l.reply_depth, l.queues),
+        (5100, 5096, 10208, 32)
+    );
+    assert!(l.rdpq);
+    let (rdpq, rings, depth) = fake.reply_rings().expect("IOC INIT done");
+    assert!(rdpq && rings.len() == 32 && depth == 10208);
+    ctrl.enable_interrupts();
+    let mut w = Workload::new(Arc::clone(&fake), ctrl, 0xD2);
+    w.run(2000, 16);
+    assert_clean(&fake);
 }

@@ -158,6 +158,9 @@ mistakes! {
     atomic_port_without_sp1_bit24: Ventura, 1, none, AtomicWithoutSupport => AtomicPortNotAllowed;
     dcmd_off_queue_0: Aero, 4, none, DcmdOffQueue0 => DcmdOffQueue0;
     rdpq_without_support: Invader, 1, none, RdpqWithoutSupport => RdpqNotSupported;
+    rdpq_ring_crossing_4g: Aero, 4, none, RdpqRingCrosses4G => RdpqWindow;
+    rdpq_rings_overlapping: Ventura, 4, none, RdpqRingsOverlap => RdpqBadEntry;
+    rdpq_queue_depth_not_multiple_of_16: Aero, 4, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     queue_depth_not_multiple_of_16: Ventura, 1, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
     combined_mode_from_the_host_count: Aero, 12, none, CombinedByHostCount => HostIndexWrongRegister;
@@ -221,6 +224,8 @@ fn every_mistake_hook_has_a_test() {
             Mistake::AtomicWithoutSupport => "atomic_port_without_support",
             Mistake::DcmdOffQueue0 => "dcmd_off_queue_0",
             Mistake::RdpqWithoutSupport => "rdpq_without_support",
+            Mistake::RdpqRingCrosses4G => "rdpq_ring_crossing_4g",
+            Mistake::RdpqRingsOverlap => "rdpq_rings_overlapping",
             Mistake::QueueDepthNotMultipleOf16 => "queue_depth_not_multiple_of_16",
             Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
             Mistake::CombinedByHostCount => "combined_mode_from_the_host_count",

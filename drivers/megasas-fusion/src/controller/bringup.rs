@@ -20,8 +20,9 @@ use crate::regs::{self, FwState, FwStatus, Generation, Sp1};
 
 use super::{
     Budget, Config, Controller, DCMD_DATA_LEN, DCMD_SMIDS, FRAME_SIZE, MAX_FW_CMDS_CAP, MFI_FRAME_LEN, Memory, Mistake,
-    ReplyQueue, SENSE_SIZE, SmidState, Stats, desc, read_reg, wait,
+    ReplyQueue, ReplyRings, SENSE_SIZE, SmidState, Stats, desc, read_reg, wait,
 };
+use devhal::DmaBuf;
 
 /// Largest SGE count per request the driver uses.
 const MAX_SGE_CAP: u16 = 256;
@@ -29,6 +30,13 @@ const MAX_SGE_CAP: u16 = 256;
 const INIT_REQUEST_OFF: usize = 0x100;
 /// How long after IOC INIT's cmd_status 0 the driver waits for SP0 to show OPERATIONAL.
 const OPERATIONAL_WAIT_US: u64 = 10_000_000;
+/// IOC INIT MsgFlags bit 0: ReplyDescriptorPostQueueAddress points to an RDPQ array.
+const IOC_INIT_RDPQ: u8 = 0x01;
+/// Bytes per RDPQ array entry (u64 ring base, two reserved dwords).
+const RDPQ_ENTRY: usize = 16;
+/// Entries in the RDPQ array (the firmware's most reply queues).
+const RDPQ_ENTRIES: usize = 128;
+const FOUR_GIB: u64 = 1 << 32;
 
 /// Limits derived from the scratch pads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,8 +65,10 @@ pub struct Limits {
     pub msix_capable: bool,
     /// SP1 bit 24 (FW handles SYNCHRONIZE CACHE).
     pub fw_sync_cache: bool,
-    /// SP1 bit 23 (RDPQ supported; not used).
+    /// SP1 bit 23 (RDPQ supported).
     pub rdpq_supported: bool,
+    /// RDPQ in use: offered by SP1 bit 23 and not turned off (`megasas.rdpq=off`).
+    pub rdpq: bool,
     /// SP1 bit 25 (64-bit control addresses accepted; not used: all control memory is below 4 GiB).
     pub ctrl64: bool,
 }
@@ -71,6 +81,7 @@ impl Limits {
         sp1: u32,
         vectors: usize,
         cap: u16,
+        want_rdpq: bool,
     ) -> Result<Self, Error> {
         let raw = (sp0 & 0xFFFF) as u16;
         if raw < DCMD_SMIDS + 3 {
@@ -116,6 +127,7 @@ impl Limits {
             msix_capable,
             fw_sync_cache: sp1.bit24(),
             rdpq_supported: sp1.rdpq(),
+            rdpq: sp1.rdpq() && want_rdpq,
             ctrl64: sp1.ctrl64(),
         })
     }
@@ -156,7 +168,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Self::to_ready(&mmio, &delay, &config, budget, report, true)?;
         let sp0 = read_reg(&mmio, generation, regs::SP0);
         let sp1 = read_reg(&mmio, generation, regs::SP1);
-        let mut limits = Limits::from_scratch_pads(generation, sp0, sp1, config.vector_cpus.len(), config.max_queues)?;
+        let mut limits = Limits::from_scratch_pads(
+            generation,
+            sp0,
+            sp1,
+            config.vector_cpus.len(),
+            config.max_queues,
+            config.rdpq,
+        )?;
         if config.commits(Mistake::TooManyVectors) {
             limits.host_msix_vectors = (limits.fw_queues + 1) as u8;
         }
@@ -177,7 +196,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             chains: alloc_low(dma, "chain frames", chain_stride * n, 64)?,
             chain_stride,
             sense: alloc_low(dma, "sense buffers", SENSE_SIZE * n, 64)?,
-            replies: alloc_low(dma, "reply queues", depth * 8 * nq, 64)?,
+            replies: alloc_rings(dma, generation, limits.rdpq, depth * 8, nq)?,
             init: alloc_low(dma, "IOC INIT frame", 4096, 256)?,
             dcmd: alloc_low(
                 dma,
@@ -192,11 +211,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             budget.used(),
             "memory",
             alloc::format!(
-                "frames {:#x} chains {:#x} sense {:#x} replies {:#x} ({} queues x {} entries) init {:#x}",
+                "frames {:#x} chains {:#x} sense {:#x} replies {:#x} ({} {} queues x {} entries) init {:#x}",
                 mem.frames.phys(),
                 mem.chains.phys(),
                 mem.sense.phys(),
-                mem.replies.phys(),
+                mem.replies.init_address(),
+                if limits.rdpq { "RDPQ array," } else { "contiguous," },
                 nq,
                 depth,
                 mem.init.phys()
@@ -432,8 +452,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
 
     /// Sets every reply slot to all-ones and every consumer index to 0.
     pub(super) fn reset_reply_queues(&self) {
-        let len = self.mem.replies.len();
-        self.mem.replies.fill(0, len, 0xFF);
+        self.mem.replies.fill_unused();
         if !self.mistake(Mistake::LastIdxNotZeroed) {
             for q in &self.queues {
                 q.lock().last_idx = 0;
@@ -455,8 +474,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // MPI2 IOC INIT request (72 bytes).
         init.write_u8(req, 0x04);
         init.write_u8(req + 0x03, 0x02);
-        if self.mistake(Mistake::RdpqWithoutSupport) {
-            init.write_u8(req + 0x07, 0x01);
+        if l.rdpq || self.mistake(Mistake::RdpqWithoutSupport) {
+            init.write_u8(req + 0x07, IOC_INIT_RDPQ);
         }
         init.write_u16(req + 0x0C, 0x0200);
         init.write_u16(req + 0x0E, 0x1000);
@@ -476,7 +495,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         init.write_u32(req + 0x20, sense_high);
         init.write_u64(req + 0x28, self.mem.frames.phys());
-        init.write_u64(req + 0x30, self.mem.replies.phys());
+        init.write_u64(req + 0x30, self.mem.replies.init_address());
+        if let Some(array) = &self.mem.replies.rdpq_array {
+            self.write_rdpq_array(array);
+        }
         // MFI INIT frame wrapping it.
         init.write_u8(mfi, 0x00);
         init.write_u8(
@@ -504,9 +526,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             budget.used(),
             "IOC INIT: posting",
             alloc::format!(
-                "HostMSIxVectors {} depth {} capabilities {caps:#x} frame {:#x}",
+                "HostMSIxVectors {} depth {} {} capabilities {caps:#x} frame {:#x}",
                 l.host_msix_vectors,
                 depth,
+                if l.rdpq { "RDPQ" } else { "contiguous rings" },
                 init.phys() + mfi as u64
             ),
         );
@@ -595,6 +618,22 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Ok(())
     }
 
+    /// Fills the RDPQ array: entry q = ring q's base; the rest, and the reserved dwords, zero.
+    fn write_rdpq_array(&self, array: &DmaBuf) {
+        array.fill(0, array.len(), 0);
+        for q in 0..self.queues.len() {
+            let (ring, off) = self.mem.replies.ring(q);
+            let mut base = ring.phys() + off as u64;
+            if q + 1 == self.queues.len() && self.mistake(Mistake::RdpqRingCrosses4G) {
+                base = FOUR_GIB - 8 * u64::from(self.limits.reply_depth / 2);
+            }
+            if q == 1 && self.mistake(Mistake::RdpqRingsOverlap) {
+                base = self.mem.replies.ring(0).0.phys() + 16;
+            }
+            array.write_u64(q * RDPQ_ENTRY, base);
+        }
+    }
+
     /// Unmasks interrupts (after the kernel installed the handlers).
     pub fn enable_interrupts(&self) {
         self.interrupts_enabled.store(true, Ordering::Release);
@@ -609,6 +648,55 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         self.interrupts_enabled.store(false, Ordering::Release);
         self.mmio.write32(regs::INTR_MASK, regs::INTR_DISABLE_MASK);
     }
+}
+
+/// The reply rings: contiguous (one buffer, queue q at q × ring_bytes) or, with RDPQ, one
+/// buffer per queue plus the RDPQ array. Every ring lies below 4 GiB (so all share the one 4 GiB
+/// window the firmware requires of each group of 8 or 16 rings) and is checked not to cross it.
+fn alloc_rings<A: Dma>(
+    dma: &A,
+    generation: Generation,
+    rdpq: bool,
+    ring_bytes: usize,
+    queues: usize,
+) -> Result<ReplyRings, Error> {
+    if !rdpq {
+        return Ok(ReplyRings {
+            bufs: alloc::vec![alloc_low(dma, "reply queues", ring_bytes * queues, 64)?],
+            rdpq_array: None,
+            ring_bytes,
+        });
+    }
+    let array = alloc_low(dma, "RDPQ array", RDPQ_ENTRY * RDPQ_ENTRIES, 64)?;
+    let bufs = (0..queues)
+        .map(|_| alloc_low(dma, "RDPQ reply ring", ring_bytes, 64))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_rdpq_windows(generation, &bufs, ring_bytes)?;
+    Ok(ReplyRings {
+        bufs,
+        rdpq_array: Some(array),
+        ring_bytes,
+    })
+}
+
+/// What the firmware requires of the rings of an RDPQ array: none crosses a 4 GiB boundary, and
+/// each group of 8 (Invader) or 16 (Ventura and later, which Linux applies to all) shares one 4
+/// GiB window.
+pub(crate) fn check_rdpq_windows(generation: Generation, bufs: &[DmaBuf], ring_bytes: usize) -> Result<(), Error> {
+    let group = if generation <= Generation::Invader { 8 } else { 16 };
+    for (q, b) in bufs.iter().enumerate() {
+        let start = b.phys();
+        let end = start + ring_bytes as u64 - 1;
+        let first = bufs[q - q % group].phys();
+        if start / FOUR_GIB != end / FOUR_GIB || start / FOUR_GIB != first / FOUR_GIB {
+            return Err(Error::RdpqWindow {
+                queue: q,
+                phys: start,
+                len: ring_bytes,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn empty_info() -> ControllerInfo {

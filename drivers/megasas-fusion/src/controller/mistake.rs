@@ -53,6 +53,8 @@ pub enum Mistake {
     AtomicWithoutSupport,
     DcmdOffQueue0,
     RdpqWithoutSupport,
+    RdpqRingCrosses4G,
+    RdpqRingsOverlap,
     QueueDepthNotMultipleOf16,
     TooManyVectors,
     /// Behaviours Linux and FreeBSD avoid (combined mode from the host's queue count, read/write
@@ -68,7 +70,7 @@ pub enum Mistake {
 
 impl Mistake {
     /// Every variant (the mistakes test checks each has a test, and that this list is complete).
-    pub const ALL: [Mistake; 54] = [
+    pub const ALL: [Mistake; 56] = [
         Mistake::PostBeforeOperational,
         Mistake::InitViaAtomicPort,
         Mistake::InitTwice,
@@ -116,6 +118,8 @@ impl Mistake {
         Mistake::AtomicWithoutSupport,
         Mistake::DcmdOffQueue0,
         Mistake::RdpqWithoutSupport,
+        Mistake::RdpqRingCrosses4G,
+        Mistake::RdpqRingsOverlap,
         Mistake::QueueDepthNotMultipleOf16,
         Mistake::TooManyVectors,
         Mistake::CombinedByHostCount,

@@ -120,6 +120,9 @@ pub struct Config {
     pub command_timeout_us: u64,
     /// Cap on reply queues (0: none beyond firmware and vectors).
     pub max_queues: u16,
+    /// Use RDPQ (one separately allocated ring per reply queue, given to IOC INIT in the RDPQ
+    /// array) when SP1 bit 23 offers it, as Linux does; `false` keeps the contiguous rings.
+    pub rdpq: bool,
     /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
     /// `fake` feature): a production build cannot set it, and every check of it is the
     /// constant `false` there (about 40 compares per I/O on the hot paths).
@@ -138,6 +141,7 @@ impl Config {
             state_timeout_us: 180_000_000,
             command_timeout_us: 180_000_000,
             max_queues: 0,
+            rdpq: true,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
         }
@@ -260,9 +264,47 @@ struct Memory {
     chains: DmaBuf,
     chain_stride: usize,
     sense: DmaBuf,
-    replies: DmaBuf,
+    replies: ReplyRings,
     init: DmaBuf,
     dcmd: DmaBuf,
+}
+
+/// The reply descriptor rings: one buffer holding every queue's ring back to back (contiguous
+/// mode, the ring base given to IOC INIT), or one buffer per queue listed in an RDPQ array.
+struct ReplyRings {
+    /// Contiguous mode: one buffer. RDPQ: one per reply queue.
+    bufs: Vec<DmaBuf>,
+    /// RDPQ only: the array of {u64 ring base, two reserved dwords} given to IOC INIT.
+    rdpq_array: Option<DmaBuf>,
+    /// Bytes per ring (depth × 8).
+    ring_bytes: usize,
+}
+
+impl ReplyRings {
+    /// Queue `q`'s ring: its buffer and the ring's offset in it.
+    #[inline(always)]
+    fn ring(&self, q: usize) -> (&DmaBuf, usize) {
+        if self.rdpq_array.is_some() {
+            (&self.bufs[q], 0)
+        } else {
+            (&self.bufs[0], q * self.ring_bytes)
+        }
+    }
+
+    /// The address IOC INIT's ReplyDescriptorPostQueueAddress carries.
+    fn init_address(&self) -> u64 {
+        match &self.rdpq_array {
+            Some(a) => a.phys(),
+            None => self.bufs[0].phys(),
+        }
+    }
+
+    /// Sets every slot of every ring to all-ones (unused).
+    fn fill_unused(&self) {
+        for b in &self.bufs {
+            b.fill(0, b.len(), 0xFF);
+        }
+    }
 }
 
 /// Waits charged against one overall deadline.

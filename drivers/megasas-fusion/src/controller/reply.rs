@@ -47,14 +47,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     pub(super) fn reap_inner<F: FnMut(Completion) + ?Sized>(&self, queue: u16, sink: &mut F) -> usize {
         let depth = self.limits.reply_depth;
         let mut q = self.queues[usize::from(queue)].lock();
-        let base = usize::from(queue) * depth as usize * 8;
+        let (ring, base) = self.mem.replies.ring(usize::from(queue));
         let batch = (u32::from(self.limits.max_fw_cmds) / 4).max(1);
         let mut consumed = 0u32;
         let mut unreported = 0u32;
         // Bounded: at most one lap per call, so a device that keeps posting cannot hold us.
         while consumed < depth {
             let off = base + q.last_idx as usize * 8;
-            let d = self.mem.replies.read_u64_atomic(off);
+            let d = ring.read_u64_atomic(off);
             if d & 0x0F == 0x0F || d as u32 == u32::MAX || (d >> 32) as u32 == u32::MAX {
                 break;
             }
@@ -62,7 +62,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             fence(Ordering::Acquire);
             let smid = ((d >> 16) & 0xFFFF) as u16;
             if !self.mistake(Mistake::SlotsNotRestored) {
-                self.mem.replies.write_u64_atomic(off, UNUSED_REPLY);
+                ring.write_u64_atomic(off, UNUSED_REPLY);
             }
             // Wraps at depth without a division.
             q.last_idx = if q.last_idx + 1 == depth { 0 } else { q.last_idx + 1 };
