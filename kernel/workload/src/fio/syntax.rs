@@ -1,9 +1,12 @@
 //! fio's two job syntaxes, read into [`Section`]s of raw `key[=value]` entries (no meaning yet).
 //!
 //! * **Job files** (fio's "classic ini file"): `[name]` starts a section, `[global]` a global one
-//!   whose entries apply to the job sections below it (there may be several); lines whose first
-//!   non-blank character is `;` or `#` are comments; `key=value` with optional blanks around `=`;
-//!   a bare `key` sets a flag (`time_based`). `include` and `${VAR}` are refused.
+//!   whose entries apply to the job sections below it (there may be several); a `;` or `#`
+//!   anywhere on a line starts a comment that runs to the end of the line (fio's
+//!   `strip_blank_end` cuts the line at the first of either, with or without blanks before it, in
+//!   values too), so a line that starts with one is a comment line; `key=value` with optional
+//!   blanks around `=`; a bare `key` sets a flag (`time_based`). `include` and `${VAR}` are
+//!   refused. Command-line words have no comments (fio does not cut them).
 //! * **Command lines**: `--key=value`, `-key=value`, `--key value`, bare `--flag`; `--name=NAME`
 //!   starts a job; words before the first `--name` are global. fio's run options
 //!   ([`RUN_OPTIONS`]: `--output-format`, `--output`, `--readonly`, ...) are kept apart.
@@ -100,13 +103,21 @@ fn checked_value(key: &str, value: &str, at: &str) -> Result<String, WorkloadErr
     Ok(value.to_string())
 }
 
+/// A job-file line without its comment and the blanks around what is left: fio cuts a line at
+/// its first `;` or `#`, wherever it is (`numjobs=4\t; four clones` is `numjobs=4`,
+/// `bs=4k#x` is `bs=4k`).
+pub fn without_comment(line: &str) -> &str {
+    let end = line.find([';', '#']).unwrap_or(line.len());
+    line[..end].trim()
+}
+
 /// Reads a fio job file.
 pub fn job_file(text: &str) -> Result<Vec<Section>, WorkloadError> {
     let mut sections: Vec<Section> = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let at = format!("line {}", index + 1);
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+        let line = without_comment(raw);
+        if line.is_empty() {
             continue;
         }
         if let Some(rest) = line.strip_prefix('[') {
@@ -244,6 +255,43 @@ mod tests {
         );
         assert_eq!(keys(&sections[1])[0], ("rw".into(), Some("randread".into())));
         assert_eq!(sections[1].entries[1].at, "line 9");
+    }
+
+    #[test]
+    fn inline_comments_end_where_fio_cuts_the_line() {
+        // fio 3.33's examples write `size=102404k ; 100Mb+4k` and `rw=write # read/write/...`;
+        // its parser cuts at the first `;` or `#` with or without a blank before it.
+        let text = "[global] ; defaults\nnumjobs=4\t; 4 simultaneous threads\nbs = 4k# block\n\
+                    [job] # the job\nrw=write # read/write/randread ; more\nsize=102404k ; 100Mb+4k\n\
+                    time_based;bare flag\nverify_pattern=0xab;cd\n   ;indented comment\n\t# tab comment\n";
+        let sections = job_file(text).unwrap();
+        assert_eq!(sections.len(), 2);
+        assert_eq!(sections[0].name, "global");
+        assert_eq!(sections[1].name, "job");
+        assert_eq!(
+            keys(&sections[0]),
+            [("numjobs".into(), Some("4".into())), ("bs".into(), Some("4k".into()))]
+        );
+        assert_eq!(
+            keys(&sections[1]),
+            [
+                ("rw".into(), Some("write".into())),
+                ("size".into(), Some("102404k".into())),
+                ("time_based".into(), None),
+                ("verify_pattern".into(), Some("0xab".into())),
+            ]
+        );
+        assert_eq!(without_comment("  key=value  "), "key=value");
+        assert_eq!(without_comment("key=a#b;c"), "key=a");
+        assert_eq!(without_comment("key=a;b#c"), "key=a");
+        assert_eq!(without_comment("; all comment"), "");
+    }
+
+    #[test]
+    fn command_line_words_keep_comment_characters() {
+        // fio hands command-line values to the option parser as they are.
+        let cl = command_line(["--name=a", "--description=x;y#z"]).unwrap();
+        assert_eq!(keys(&cl.sections[1])[1], ("description".into(), Some("x;y#z".into())));
     }
 
     #[test]
