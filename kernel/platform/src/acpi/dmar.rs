@@ -90,14 +90,15 @@ impl Dmar {
                     include_pci_all: e.u8(4)? & 1 != 0,
                     segment: e.u16(6)?,
                     register_base: e.u64(8)?,
-                    scope_bytes: (e.bytes.len() - 16) as u16,
+                    // The entry is 16..=65535 bytes (`min_len`, a 16-bit length).
+                    scope_bytes: u16::try_from(e.bytes.len().saturating_sub(16)).unwrap_or(u16::MAX),
                 }),
                 TYPE_RMRR => dmar.reserved_regions.push(ReservedRegion {
                     segment: e.u16(6)?,
                     base: e.u64(8)?,
                     limit: e.u64(16)?,
                 }),
-                _ => dmar.other_structures += 1,
+                _ => dmar.other_structures = dmar.other_structures.saturating_add(1),
             }
         }
         Ok(dmar)

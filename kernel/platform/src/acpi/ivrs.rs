@@ -59,6 +59,9 @@ impl Ivrs {
             memory_definitions: 0,
             other_blocks: 0,
         };
+        // Unit index by (segment, device id, base): a table of thousands of
+        // blocks merges in n log n, not n^2.
+        let mut known: alloc::collections::BTreeMap<(u16, u16, u64), usize> = alloc::collections::BTreeMap::new();
         for entry in entries(
             fields,
             IVRS_FIXED_LEN as usize,
@@ -68,25 +71,29 @@ impl Ivrs {
             let e = entry.bytes;
             if IVHD_TYPES.contains(&entry.entry_type) {
                 let (segment, device_id, base) = (e.u16(16)?, e.u16(4)?, e.u64(8)?);
-                let block_type = entry.entry_type as u8;
-                match ivrs
-                    .units
-                    .iter_mut()
-                    .find(|u| (u.segment, u.device_id, u.base) == (segment, device_id, base))
-                {
-                    Some(unit) => unit.block_types.push(block_type),
-                    None => ivrs.units.push(AmdIommu {
-                        segment,
-                        device_id,
-                        capability_offset: e.u16(6)?,
-                        base,
-                        block_types: alloc::vec![block_type],
-                    }),
+                // IVHD types are bytes (0x10, 0x11, 0x40).
+                let block_type = u8::try_from(entry.entry_type).unwrap_or(u8::MAX);
+                match known.get(&(segment, device_id, base)) {
+                    Some(&index) => {
+                        if let Some(unit) = ivrs.units.get_mut(index) {
+                            unit.block_types.push(block_type);
+                        }
+                    }
+                    None => {
+                        known.insert((segment, device_id, base), ivrs.units.len());
+                        ivrs.units.push(AmdIommu {
+                            segment,
+                            device_id,
+                            capability_offset: e.u16(6)?,
+                            base,
+                            block_types: alloc::vec![block_type],
+                        });
+                    }
                 }
             } else if IVMD_TYPES.contains(&entry.entry_type) {
-                ivrs.memory_definitions += 1;
+                ivrs.memory_definitions = ivrs.memory_definitions.saturating_add(1);
             } else {
-                ivrs.other_blocks += 1;
+                ivrs.other_blocks = ivrs.other_blocks.saturating_add(1);
             }
         }
         Ok(ivrs)

@@ -234,6 +234,7 @@ impl Madt {
                     min,
                 });
             }
+            // `offset < table.length`: the difference does not wrap.
             if u32::from(length) > table.length - offset {
                 return Err(Error::MadtEntryOverrun {
                     offset,
@@ -245,7 +246,8 @@ impl Madt {
             let bytes = &mut entry[..usize::from(length)];
             table.read(memory, offset, bytes)?;
             madt.add_entry(offset, entry_type, bytes, &mut usable_ids)?;
-            // length >= 2 was checked above, so the walk always advances.
+            // length >= 2 was checked above, so the walk always advances; and
+            // `offset + length <= table.length`, so it does not wrap.
             offset += u32::from(length);
         }
         madt.collapse_local_apic_nmis();
@@ -254,7 +256,7 @@ impl Madt {
 
     fn add_cpu(&mut self, cpu: Cpu, usable_ids: &mut BTreeSet<u32>) -> Result<()> {
         if cpu.usable() && !usable_ids.insert(cpu.apic_id) {
-            self.duplicate_apic_ids += 1;
+            self.duplicate_apic_ids = self.duplicate_apic_ids.saturating_add(1);
             return Ok(());
         }
         self.cpus.push(cpu);
@@ -330,7 +332,7 @@ impl Madt {
         let short = || Error::MadtEntryTooShort {
             offset,
             entry_type,
-            length: bytes.len() as u8,
+            length: u8::try_from(bytes.len()).unwrap_or(u8::MAX),
             min: min_entry_len(entry_type),
         };
         match entry_type {
@@ -411,7 +413,7 @@ impl Madt {
                     polarity,
                     trigger,
                 };
-                self.local_apic_nmi_entries += 1;
+                self.local_apic_nmi_entries = self.local_apic_nmi_entries.saturating_add(1);
                 self.local_apic_nmis.push(item);
                 Ok(())
             }
@@ -426,7 +428,7 @@ impl Madt {
                     polarity,
                     trigger,
                 };
-                self.local_apic_nmi_entries += 1;
+                self.local_apic_nmi_entries = self.local_apic_nmi_entries.saturating_add(1);
                 self.local_apic_nmis.push(item);
                 Ok(())
             }
@@ -436,7 +438,7 @@ impl Madt {
                 Ok(())
             }
             _ => {
-                self.other_entries += 1;
+                self.other_entries = self.other_entries.saturating_add(1);
                 Ok(())
             }
         }

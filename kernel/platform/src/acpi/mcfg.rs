@@ -82,11 +82,11 @@ impl Mcfg {
     /// Parses a validated MCFG; a trailing partial entry or a reversed bus range is an error.
     pub fn parse(memory: &impl PhysMemory, table: &Sdt) -> Result<Mcfg> {
         table.expect(TableSignature::MCFG, MCFG_FIXED_LEN)?;
-        let payload = table.length - MCFG_FIXED_LEN;
+        let payload = table.length.saturating_sub(MCFG_FIXED_LEN);
         if !payload.is_multiple_of(ENTRY_LEN) {
             return Err(Error::McfgPartialEntry { length: table.length });
         }
-        let count = (payload / ENTRY_LEN) as usize;
+        let count = usize::try_from(payload / ENTRY_LEN).unwrap_or(usize::MAX);
         if count > MAX_ECAM_WINDOWS {
             return Err(Error::McfgCapacity {
                 capacity: MAX_ECAM_WINDOWS,
@@ -95,7 +95,15 @@ impl Mcfg {
         let mut windows = Vec::with_capacity(count);
         for index in 0..count {
             let mut bytes = [0u8; ENTRY_LEN as usize];
-            table.read(memory, MCFG_FIXED_LEN + index as u32 * ENTRY_LEN, &mut bytes)?;
+            // `index < count <= MAX_ECAM_WINDOWS`: the offset fits.
+            let offset = u32::try_from(index)
+                .ok()
+                .and_then(|index| index.checked_mul(ENTRY_LEN))
+                .and_then(|offset| offset.checked_add(MCFG_FIXED_LEN))
+                .ok_or(Error::McfgCapacity {
+                    capacity: MAX_ECAM_WINDOWS,
+                })?;
+            table.read(memory, offset, &mut bytes)?;
             // Cannot fail: the buffer is exactly one entry.
             let Some(entry) = read_plain::<McfgEntry>(&bytes) else {
                 return Err(Error::McfgPartialEntry { length: table.length });

@@ -224,7 +224,9 @@ impl<M: PhysMemory> AcpiTables<M> {
 
     /// Number of table addresses in the root table.
     pub fn entry_count(&self) -> usize {
-        ((self.root.length - SDT_HEADER_LEN) / self.entry_size()) as usize
+        // The root was loaded with `length >= SDT_HEADER_LEN`.
+        let entries = self.root.length.saturating_sub(SDT_HEADER_LEN) / self.entry_size();
+        usize::try_from(entries).unwrap_or(usize::MAX)
     }
 
     /// The physical address in root entry `index` (may be 0: firmware leaves holes).
@@ -356,7 +358,9 @@ impl<M: PhysMemory> AcpiTables<M> {
         let mut blocks = alloc::vec::Vec::new();
         let body = |table: &Sdt| -> Result<(u8, alloc::vec::Vec<u8>)> {
             let bytes = tables::table_bytes(&self.memory, table)?;
-            Ok((table.revision, bytes[SDT_HEADER_LEN as usize..].to_vec()))
+            // `Sdt::load` checked `length >= SDT_HEADER_LEN`, so the body is there.
+            let body = bytes.get(SDT_HEADER_LEN as usize..).unwrap_or_default();
+            Ok((table.revision, body.to_vec()))
         };
         match self.find(TableSignature::FADT) {
             Ok(fadt) => {
@@ -403,7 +407,7 @@ fn validate_root(memory: &impl PhysMemory, phys: u64, kind: RootKind) -> Result<
     };
     let entry_size = root_entry_size(kind);
     let root = Sdt::load(memory, phys, Some(signature), SDT_HEADER_LEN)?;
-    if !(root.length - SDT_HEADER_LEN).is_multiple_of(entry_size) {
+    if !root.length.saturating_sub(SDT_HEADER_LEN).is_multiple_of(entry_size) {
         return Err(Error::RootTablePartialEntry {
             signature,
             length: root.length,

@@ -26,7 +26,10 @@ pub struct NumaNode {
 impl NumaNode {
     /// Bytes of memory in its ranges.
     pub fn memory_bytes(&self) -> u64 {
-        self.memory.iter().map(|r| r.end - r.start).fold(0, u64::saturating_add)
+        self.memory
+            .iter()
+            .map(|r| r.end.saturating_sub(r.start))
+            .fold(0, u64::saturating_add)
     }
 }
 
@@ -59,16 +62,20 @@ impl NumaTopology {
             .iter()
             .enumerate()
             .map(|(node, &proximity_domain)| NumaNode {
-                node: node as u32,
+                // At most one node per SRAT entry (a 1 MiB table): it fits.
+                node: u32::try_from(node).unwrap_or(u32::MAX),
                 proximity_domain,
                 apic_ids: Vec::new(),
                 memory: Vec::new(),
             })
             .collect();
         let index = |domain: u32| domains.binary_search(&domain).ok();
+        // (node, APIC id) pairs already listed: an SRAT of tens of thousands
+        // of entries stays n log n, not n^2.
+        let mut listed = alloc::collections::BTreeSet::new();
         for cpu in srat.cpus.iter().filter(|cpu| cpu.enabled) {
             if let Some(i) = index(cpu.proximity_domain)
-                && !nodes[i].apic_ids.contains(&cpu.apic_id)
+                && listed.insert((i, cpu.apic_id))
             {
                 nodes[i].apic_ids.push(cpu.apic_id);
             }
@@ -124,14 +131,18 @@ impl NumaTopology {
     /// SLIT distance between two nodes (10 = local), when a consistent SLIT lists both.
     pub fn distance(&self, from: u32, to: u32) -> Option<u8> {
         let slit = self.slit.as_ref()?;
-        let domain = |node: u32| self.nodes.get(node as usize).map(|n| n.proximity_domain);
+        let domain = |node: u32| {
+            let node = usize::try_from(node).ok()?;
+            self.nodes.get(node).map(|n| n.proximity_domain)
+        };
         slit.distance(domain(from)?, domain(to)?)
     }
 
     /// Distances from `node` to every node in order (10 = local), when a
     /// consistent SLIT lists them all.
     pub fn distances_from(&self, node: u32) -> Option<Vec<u8>> {
-        (0..self.nodes.len() as u32).map(|to| self.distance(node, to)).collect()
+        let count = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX);
+        (0..count).map(|to| self.distance(node, to)).collect()
     }
 
     /// Whether a consistent SLIT was given.

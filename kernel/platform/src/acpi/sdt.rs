@@ -55,6 +55,7 @@ impl Sdt {
         let mut done = 0u32;
         while done < length {
             let take = (length - done).min(chunk.len() as u32) as usize;
+            // `phys + length` was checked above and `done < length`.
             memory.read_bytes(phys + u64::from(done), &mut chunk[..take])?;
             sum = sum.wrapping_add(byte_sum(&chunk[..take]));
             done += take as u32;
@@ -91,7 +92,12 @@ impl Sdt {
                 length: self.length,
             });
         }
-        memory.read_bytes(self.phys + u64::from(offset), out)
+        // `load` checked that the table ends below 2^64; a hand-made `Sdt` may not.
+        let at = self.phys.checked_add(u64::from(offset)).ok_or(Error::PhysRead {
+            phys: self.phys,
+            len: out.len(),
+        })?;
+        memory.read_bytes(at, out)
     }
 
     /// Little-endian u32 at `offset`.

@@ -28,23 +28,24 @@ impl Slit {
             localities,
             length: table.length,
         };
+        // The square must fit the table's body (at most 1 MiB), so both fit a usize.
         let cells = localities
             .checked_mul(localities)
-            .filter(|&cells| cells <= u64::from(table.length - SLIT_FIXED_LEN))
-            .ok_or(size_error)?;
-        let distances = fields.slice(SLIT_FIXED_LEN as usize, cells as usize)?.to_vec();
-        Ok(Slit {
-            localities: localities as usize,
-            distances,
-        })
+            .filter(|&cells| cells <= u64::from(table.length.saturating_sub(SLIT_FIXED_LEN)))
+            .and_then(|cells| usize::try_from(cells).ok())
+            .ok_or(size_error.clone())?;
+        let localities = usize::try_from(localities).map_err(|_| size_error)?;
+        let distances = fields.slice(SLIT_FIXED_LEN as usize, cells)?.to_vec();
+        Ok(Slit { localities, distances })
     }
 
     /// Distance from locality (proximity domain) `from` to `to`, if both are in the matrix.
     pub fn distance(&self, from: u32, to: u32) -> Option<u8> {
-        let (from, to) = (from as usize, to as usize);
+        let (from, to) = (usize::try_from(from).ok()?, usize::try_from(to).ok()?);
         if from >= self.localities || to >= self.localities {
             return None;
         }
+        // `from, to < localities` and `localities^2` cells exist: no overflow.
         self.distances.get(from * self.localities + to).copied()
     }
 
@@ -53,8 +54,12 @@ impl Slit {
     pub fn is_consistent(&self) -> bool {
         (0..self.localities).all(|from| {
             (0..self.localities).all(|to| {
-                let d = self.distances[from * self.localities + to];
-                if from == to { d == 10 } else { d > 10 }
+                let cell = from.checked_mul(self.localities).and_then(|row| row.checked_add(to));
+                match cell.and_then(|cell| self.distances.get(cell)) {
+                    Some(&d) if from == to => d == 10,
+                    Some(&d) => d > 10,
+                    None => false,
+                }
             })
         })
     }

@@ -111,7 +111,7 @@ impl Srat {
                     enabled: e.u32(12)? & 1 != 0,
                     from_x2apic_entry: true,
                 }),
-                _ => srat.other_entries += 1,
+                _ => srat.other_entries = srat.other_entries.saturating_add(1),
             }
         }
         Ok(srat)

@@ -14,6 +14,7 @@ use crate::error::{Error, Result, TableSignature};
 
 /// Copies the whole validated table.
 pub fn table_bytes(memory: &impl PhysMemory, table: &Sdt) -> Result<Vec<u8>> {
+    // `length <= MAX_TABLE_LEN` (1 MiB): it fits a usize.
     let mut bytes = vec![0u8; table.length as usize];
     table.read(memory, 0, &mut bytes)?;
     Ok(bytes)
@@ -24,10 +25,16 @@ pub fn table_bytes(memory: &impl PhysMemory, table: &Sdt) -> Result<Vec<u8>> {
 fn overrun(signature: TableSignature, offset: usize, len: usize, bytes: &[u8]) -> Error {
     Error::TableOverrun {
         signature,
-        offset: u32::try_from(offset).unwrap_or(u32::MAX),
-        len: len as u32,
-        length: bytes.len() as u32,
+        offset: to_u32(offset),
+        len: to_u32(len),
+        length: to_u32(bytes.len()),
     }
+}
+
+/// A table offset or length for an error report (tables are at most 1 MiB;
+/// a larger value saturates).
+fn to_u32(value: usize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
 }
 
 /// Bounds-checked little-endian field reads from a table copy.
@@ -71,12 +78,15 @@ impl<'a> Fields<'a> {
     }
 
     pub fn gas(&self, offset: usize) -> Result<GenericAddress> {
+        let b = self.slice(offset, 12)?;
+        let mut address = [0u8; 8];
+        address.copy_from_slice(&b[4..12]);
         Ok(GenericAddress {
-            space: AddressSpace::from_id(self.u8(offset)?),
-            bit_width: self.u8(offset + 1)?,
-            bit_offset: self.u8(offset + 2)?,
-            access_size: self.u8(offset + 3)?,
-            address: self.u64(offset + 4)?,
+            space: AddressSpace::from_id(b[0]),
+            bit_width: b[1],
+            bit_offset: b[2],
+            access_size: b[3],
+            address: u64::from_le_bytes(address),
         })
     }
 }
@@ -157,33 +167,45 @@ pub fn entries<'a>(
     let mut offset = start;
     let end = fields.bytes.len();
     while offset < end {
+        // A header cut by the table end is an overrun (`slice` checks it).
+        let head = fields.slice(offset, header_len)?;
         let (entry_type, length) = match header {
-            EntryHeader::ByteType => (u16::from(fields.u8(offset)?), usize::from(fields.u8(offset + 1)?)),
-            EntryHeader::WordType => (fields.u16(offset)?, usize::from(fields.u16(offset + 2)?)),
-            EntryHeader::ByteTypeWordLength => (u16::from(fields.u8(offset)?), usize::from(fields.u16(offset + 2)?)),
+            EntryHeader::ByteType => (u16::from(head[0]), usize::from(head[1])),
+            EntryHeader::WordType => (
+                u16::from_le_bytes([head[0], head[1]]),
+                usize::from(u16::from_le_bytes([head[2], head[3]])),
+            ),
+            EntryHeader::ByteTypeWordLength => {
+                (u16::from(head[0]), usize::from(u16::from_le_bytes([head[2], head[3]])))
+            }
         };
         let min = min_len(entry_type).max(header_len);
+        // At least the header's length, so the walk advances: a length of 0 or 1 is refused here.
         if length < min {
             return Err(Error::AcpiEntryTooShort {
                 signature: fields.signature,
-                offset: offset as u32,
+                offset: to_u32(offset),
                 entry_type,
-                length: length as u32,
-                min: min as u32,
+                length: to_u32(length),
+                min: to_u32(min),
             });
         }
-        if length > end - offset {
+        // `offset < end`, so `end - offset` does not wrap.
+        let Some(bytes) = (length <= end - offset)
+            .then(|| fields.bytes.get(offset..offset + length))
+            .flatten()
+        else {
             return Err(Error::AcpiEntryOverrun {
                 signature: fields.signature,
-                offset: offset as u32,
+                offset: to_u32(offset),
                 entry_type,
-                length: length as u32,
-                table_length: end as u32,
+                length: to_u32(length),
+                table_length: to_u32(end),
             });
-        }
+        };
         out.push(Entry {
             entry_type,
-            bytes: Fields::new(fields.signature, &fields.bytes[offset..offset + length]),
+            bytes: Fields::new(fields.signature, bytes),
         });
         offset += length;
     }

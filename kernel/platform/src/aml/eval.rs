@@ -294,7 +294,8 @@ impl<'h> Interpreter<'h> {
                     _ => value > operand,
                 };
                 let mut found = self.ones();
-                for (i, item) in items.iter().enumerate().skip(start as usize) {
+                let start = usize::try_from(start).unwrap_or(usize::MAX);
+                for (i, item) in items.iter().enumerate().skip(start) {
                     if let Object::Integer(v) = item
                         && test(op1, *v, obj1)
                         && test(op2, *v, obj2)
@@ -450,8 +451,9 @@ impl<'h> Interpreter<'h> {
             }
             MID_OP => {
                 let source = self.eval(f, r)?;
-                let index = self.eval_int(f, r)? as usize;
-                let len = self.eval_int(f, r)? as usize;
+                // Past the end (or past usize) takes nothing.
+                let index = usize::try_from(self.eval_int(f, r)?).unwrap_or(usize::MAX);
+                let len = usize::try_from(self.eval_int(f, r)?).unwrap_or(usize::MAX);
                 let value = match source {
                     Object::String(s) => Object::String(s.chars().skip(index).take(len).collect()),
                     other => {

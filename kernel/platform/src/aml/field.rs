@@ -46,7 +46,7 @@ impl<'h> Interpreter<'h> {
             match self.peek(r) {
                 Some(RESERVED_FIELD) => {
                     r.pos += 1;
-                    bit += self.pkg_value(r)? as u64;
+                    bit = bit.saturating_add(self.pkg_value(r)? as u64);
                 }
                 Some(ACCESS_FIELD) => {
                     r.pos += 1;
@@ -61,6 +61,7 @@ impl<'h> Interpreter<'h> {
                 Some(CONNECT_FIELD) => return Err(self.err(r, "ConnectField (GPIO/serial bus) is not supported", 2)),
                 _ => {
                     let name = self.name_seg(r)?;
+                    // A PkgLength value has at most 28 bits.
                     let bits = self.pkg_value(r)? as u64;
                     let access_bytes = match access {
                         2 => 2,
@@ -78,7 +79,7 @@ impl<'h> Interpreter<'h> {
                             update,
                         },
                     );
-                    bit += bits;
+                    bit = bit.saturating_add(bits);
                 }
             }
         }
@@ -127,19 +128,18 @@ impl<'h> Interpreter<'h> {
         bits: u64,
         width: u8,
     ) -> Result<Object> {
-        if bits == 0 || bits > MAX_OBJECT_BYTES * 8 {
-            return Err(aml_error(path, 0, "field size out of range", bits));
-        }
+        let end = field_end(path, bit_offset, bits)?;
         let unit_bits = u64::from(width) * 8;
         let first = bit_offset / unit_bits;
-        let last = (bit_offset + bits - 1) / unit_bits;
+        let last = (end - 1) / unit_bits;
+        // `bits <= MAX_OBJECT_BYTES * 8`: the byte count fits.
         let mut out = vec![0u8; bits.div_ceil(8) as usize];
         for unit in first..=last {
             let value = self.access(path, kind, unit * u64::from(width), width, None)?;
             let unit_start = unit * unit_bits;
             for b in 0..unit_bits {
                 let absolute = unit_start + b;
-                if absolute < bit_offset || absolute >= bit_offset + bits {
+                if absolute < bit_offset || absolute >= end {
                     continue;
                 }
                 if value >> b & 1 == 1 {
@@ -162,15 +162,14 @@ impl<'h> Interpreter<'h> {
         update: u8,
         source: &[u8],
     ) -> Result<()> {
-        if bits == 0 || bits > MAX_OBJECT_BYTES * 8 {
-            return Err(aml_error(path, 0, "field size out of range", bits));
-        }
+        let end = field_end(path, bit_offset, bits)?;
         let unit_bits = u64::from(width) * 8;
         let first = bit_offset / unit_bits;
-        let last = (bit_offset + bits - 1) / unit_bits;
+        let last = (end - 1) / unit_bits;
         for unit in first..=last {
+            // `unit <= last`, so `unit_start + unit_bits` is at most `end` rounded up to a unit.
             let unit_start = unit * unit_bits;
-            let whole = unit_start >= bit_offset && unit_start + unit_bits <= bit_offset + bits;
+            let whole = unit_start >= bit_offset && unit_start + unit_bits <= end;
             let mut value = if whole {
                 0
             } else {
@@ -182,7 +181,7 @@ impl<'h> Interpreter<'h> {
             };
             for b in 0..unit_bits {
                 let absolute = unit_start + b;
-                if absolute < bit_offset || absolute >= bit_offset + bits {
+                if absolute < bit_offset || absolute >= end {
                     continue;
                 }
                 let o = absolute - bit_offset;
@@ -230,6 +229,19 @@ impl<'h> Interpreter<'h> {
             }
         }
     }
+}
+
+/// The bit after a field of `bits` bits at `bit_offset`: the size must be
+/// 1..=`MAX_OBJECT_BYTES` * 8 and the end must not pass 2^64 (with the byte
+/// offset of an access below it, so that the access's byte address fits too).
+fn field_end(path: &Path, bit_offset: u64, bits: u64) -> Result<u64> {
+    if bits == 0 || bits > MAX_OBJECT_BYTES * 8 {
+        return Err(aml_error(path, 0, "field size out of range", bits));
+    }
+    bit_offset
+        .checked_add(bits)
+        .filter(|&end| end <= u64::MAX - 64)
+        .ok_or_else(|| aml_error(path, 0, "field runs past the end of the address space", bit_offset))
 }
 
 pub(super) fn extract_bits(bytes: &[u8], bit_offset: u64, bits: u64) -> Option<Object> {

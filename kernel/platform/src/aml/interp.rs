@@ -91,7 +91,7 @@ pub(super) fn aml_error(at: &Path, offset: usize, what: &'static str, value: u64
     let _ = core::fmt::write(&mut text, format_args!("{at}"));
     Error::Aml {
         at: Token::new(&text),
-        offset: offset as u32,
+        offset: u32::try_from(offset).unwrap_or(u32::MAX),
         what,
         value,
     }
@@ -185,7 +185,7 @@ impl<'h> Interpreter<'h> {
         let _ = core::fmt::write(&mut text, format_args!("{}: {}", self.current, name.text()));
         Error::Aml {
             at: Token::new(&text),
-            offset: r.pos as u32,
+            offset: u32::try_from(r.pos).unwrap_or(u32::MAX),
             what: "name not found",
             value: 0,
         }

@@ -137,9 +137,14 @@ pub fn is_name_start(b: u8) -> bool {
     )
 }
 
-/// EISA id text (`PNP0A08`) of a compressed `_HID`/`_CID` integer.
+/// EISA id text (`PNP0A08`) of a compressed `_HID`/`_CID` integer. A
+/// compressed id has 32 bits; a wider value is no EISA id and reads as its
+/// hexadecimal value (so it cannot match one by its low bits).
 pub fn eisa_id_text(value: u64) -> String {
-    let v = (value as u32).swap_bytes();
+    let Ok(v) = u32::try_from(value) else {
+        return alloc::format!("{value:#x}");
+    };
+    let v = v.swap_bytes();
     let letter = |shift: u32| (((v >> shift) & 0x1F) as u8 + 0x40) as char;
     let mut out = String::new();
     out.push(letter(26));

@@ -31,7 +31,7 @@ pub struct Window {
 impl Window {
     /// Last address (or bus) covered.
     pub fn end(&self) -> u64 {
-        self.start.saturating_add(self.len - 1)
+        self.start.saturating_add(self.len.saturating_sub(1))
     }
 }
 
@@ -56,18 +56,20 @@ pub struct Resources {
 fn bad(what: &'static str, offset: usize) -> Error {
     Error::Aml {
         at: Token::new("resource template"),
-        offset: offset as u32,
+        offset: u32::try_from(offset).unwrap_or(u32::MAX),
         what,
         value: 0,
     }
 }
 
+/// Little-endian `n` (at most 8) bytes at `at`; the caller checked that they are in `bytes`.
 fn le(bytes: &[u8], at: usize, n: usize) -> u64 {
-    let mut v = 0u64;
-    for i in 0..n {
-        v |= u64::from(bytes[at + i]) << (8 * i);
-    }
-    v
+    let field = at.checked_add(n).and_then(|end| bytes.get(at..end)).unwrap_or_default();
+    field
+        .iter()
+        .take(8)
+        .enumerate()
+        .fold(0u64, |v, (i, &b)| v | u64::from(b) << (8 * i))
 }
 
 /// Parses a resource template.
@@ -79,6 +81,7 @@ pub fn parse(bytes: &[u8]) -> Result<Resources> {
         if tag & 0x80 == 0 {
             let kind = (tag >> 3) & 0x0F;
             let len = usize::from(tag & 7);
+            // `at < bytes.len()`, so these sums stay far below usize::MAX.
             let body = at + 1;
             if body + len > bytes.len() {
                 return Err(bad("small descriptor runs past the buffer", at));
@@ -86,7 +89,7 @@ pub fn parse(bytes: &[u8]) -> Result<Resources> {
             match kind {
                 // IRQ: mask, optional flags.
                 0x04 if len >= 2 => {
-                    let mask = le(bytes, body, 2) as u16;
+                    let mask = u16::from_le_bytes([bytes[body], bytes[body + 1]]);
                     let flags = if len >= 3 { bytes[body + 2] } else { 0x01 };
                     for number in 0..16 {
                         if mask & (1 << number) != 0 {
@@ -122,7 +125,7 @@ pub fn parse(bytes: &[u8]) -> Result<Resources> {
                 return Err(bad("large descriptor header runs past the buffer", at));
             }
             let kind = tag & 0x7F;
-            let len = le(bytes, at + 1, 2) as usize;
+            let len = usize::from(u16::from_le_bytes([bytes[at + 1], bytes[at + 2]]));
             let body = at + 3;
             if body + len > bytes.len() {
                 return Err(bad("large descriptor runs past the buffer", at));
@@ -163,8 +166,9 @@ pub fn parse(bytes: &[u8]) -> Result<Resources> {
                         return Err(bad("extended interrupt list runs past its descriptor", at));
                     }
                     for i in 0..count {
+                        let number = u32::from_le_bytes([d[2 + 4 * i], d[3 + 4 * i], d[4 + 4 * i], d[5 + 4 * i]]);
                         out.interrupts.push(Interrupt {
-                            number: le(d, 2 + 4 * i, 4) as u32,
+                            number,
                             level: flags & 0x02 == 0,
                             active_low: flags & 0x04 != 0,
                             isa: false,

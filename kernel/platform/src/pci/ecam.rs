@@ -71,10 +71,11 @@ impl<M: Mmio32> EcamAccess<M> {
     /// [`EcamWindow::region_len`] bytes; a shorter mapping is an error.
     pub fn new(mmio: M, window: EcamWindow) -> Result<EcamAccess<M>> {
         let needed = window.region_len();
-        if (mmio.region_len() as u64) < needed {
+        if u64::try_from(mmio.region_len()).unwrap_or(u64::MAX) < needed {
             return Err(Error::MmioRange {
                 offset: 0,
-                width: needed as usize,
+                // At most 256 buses of 1 MiB.
+                width: usize::try_from(needed).unwrap_or(usize::MAX),
                 region_len: mmio.region_len(),
             });
         }

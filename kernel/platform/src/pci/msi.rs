@@ -224,8 +224,7 @@ impl MsixCapability {
             .and_then(BarSlot::bar)
             .filter(|bar| bar.is_memory())
             .ok_or(Error::MsixBir { address, bir })?;
-        // `offset < 2^32` and `len <= 2048 * 16`: no overflow. Accepted BARs
-        // end inside the physical address space, so the sum below cannot wrap.
+        // `offset < 2^32` and `len <= 2048 * 16`: no overflow.
         if u64::from(offset) + len > bar.size {
             return Err(Error::MsixOutOfBar {
                 address,
@@ -235,7 +234,14 @@ impl MsixCapability {
                 bar_size: bar.size,
             });
         }
-        Ok(bar.address + u64::from(offset))
+        // BARs from `read_bars` end inside the physical address space; a
+        // hand-made one near 2^64 is refused rather than wrapped.
+        bar.address.checked_add(u64::from(offset)).ok_or(Error::BarAddress {
+            address,
+            slot: bir,
+            base: bar.address,
+            size: bar.size,
+        })
     }
 
     /// Physical address and length of the table, checked against its BAR.
