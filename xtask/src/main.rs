@@ -483,6 +483,7 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "values",
         "crc32c",
         "disks",
+        "fioserver",
         "blk",
         "platform",
         "workload",
