@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{RunDevice, fioout, qemu, root, value};
+use crate::{RunDevice, args, fioout, qemu, root};
 
 const USAGE: &str = "usage: cargo xtask fio-compare JOB.fio|-- FIO WORDS... [--device nvme|md] [--smp N] \
                      [--disk-size SIZE] [--namespaces N] [--override KEY=VALUE]... [--timeout S] [--out DIR]";
@@ -547,18 +547,18 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
     let mut timeout = 900u64;
     let mut out_dir: Option<PathBuf> = None;
     let mut namespaces = 1usize;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
+    let mut options = args::Options::new(args);
+    while let Some(option) = options.next()? {
+        match option {
             "--device" => {
-                device = match value(args, &mut i, "--device")? {
+                device = match options.value()? {
                     "nvme" => RunDevice::Nvme,
                     "md" | "megasas" => RunDevice::Megasas,
                     v => return Err(format!("--device '{v}': use nvme or md (megasas-gen2)")),
                 }
             }
             "--smp" => {
-                let v = value(args, &mut i, "--smp")?;
+                let v = options.value()?;
                 smp = v
                     .parse()
                     .ok()
@@ -566,13 +566,13 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
                     .ok_or(format!("--smp '{v}': use 1..64"))?;
             }
             "--disk-size" => {
-                let v = value(args, &mut i, "--disk-size")?;
+                let v = options.value()?;
                 disk_bytes = crate::scenario::parse_size(v)
                     .filter(|b| *b >= 1 << 20)
                     .ok_or(format!("--disk-size '{v}': a size of at least 1M, e.g. 256M"))?;
             }
             "--namespaces" => {
-                let v = value(args, &mut i, "--namespaces")?;
+                let v = options.value()?;
                 namespaces = v
                     .parse()
                     .ok()
@@ -580,7 +580,7 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
                     .ok_or(format!("--namespaces '{v}': use 1..4"))?;
             }
             "--override" => {
-                let v = value(args, &mut i, "--override")?;
+                let v = options.value()?;
                 let (key, val) = v.split_once('=').unwrap_or((v, ""));
                 if key.is_empty() || key.contains(char::is_whitespace) || val.contains(char::is_whitespace) {
                     return Err(format!(
@@ -590,18 +590,17 @@ pub fn cmd_fio_compare(args: &[String]) -> Result<bool, String> {
                 overrides.push((key.to_ascii_lowercase(), val.to_string()));
             }
             "--timeout" => {
-                let v = value(args, &mut i, "--timeout")?;
+                let v = options.value()?;
                 timeout = v
                     .parse()
                     .ok()
                     .filter(|t| *t > 0)
                     .ok_or(format!("--timeout '{v}': seconds"))?;
             }
-            "--out" => out_dir = Some(PathBuf::from(value(args, &mut i, "--out")?)),
+            "--out" => out_dir = Some(PathBuf::from(options.value()?)),
             other if !other.starts_with("--") && job.is_none() => job = Some(PathBuf::from(other)),
             other => return Err(format!("fio-compare: unexpected '{other}'\n{USAGE}")),
         }
-        i += 1;
     }
     if namespaces > 1 && device != RunDevice::Nvme {
         return Err("--namespaces is for --device nvme".into());

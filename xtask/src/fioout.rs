@@ -148,18 +148,14 @@ pub fn cmd_fio_out(args: &[String]) -> Result<bool, String> {
     let mut positional = Vec::new();
     let mut output = "fio.json".to_string();
     let mut split = false;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--output" => {
-                i += 1;
-                output = args.get(i).ok_or("--output needs a file name")?.clone();
-            }
+    let mut options = crate::args::Options::new(args);
+    while let Some(option) = options.next()? {
+        match option {
+            "--output" => output = options.value()?.to_string(),
             "--split" => split = true,
             other if other.starts_with("--") => return Err(format!("fio-out: unknown option {other}")),
             other => positional.push(other.to_string()),
         }
-        i += 1;
     }
     let [console_path, dir] = positional.as_slice() else {
         return Err("usage: cargo xtask fio-out CONSOLE_LOG DIR [--output NAME] [--split]".into());

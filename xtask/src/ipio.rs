@@ -494,16 +494,12 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     let mut linux = false;
     let mut check = false;
     let mut budget_path = root().join(BUDGET_FILE);
-    let mut i = 0;
-    while i < args.len() {
-        let value = |i: &mut usize| -> Result<&String, String> {
-            *i += 1;
-            args.get(*i).ok_or_else(|| format!("{} needs a value", args[*i - 1]))
-        };
-        match args[i].as_str() {
-            "--device" => device = Some(Device::parse(value(&mut i)?)?),
+    let mut options = crate::args::Options::new(args);
+    while let Some(option) = options.next()? {
+        match option {
+            "--device" => device = Some(Device::parse(options.value()?)?),
             "--qd" => {
-                let v = value(&mut i)?;
+                let v = options.value()?;
                 qd = Some(
                     v.parse()
                         .ok()
@@ -514,23 +510,22 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
             "--linux" => linux = true,
             "--check" => check = true,
             "--budget" => {
-                budget_path = PathBuf::from(value(&mut i)?);
+                budget_path = PathBuf::from(options.value()?);
                 check = true;
             }
             "--kernel" => {
-                let v = PathBuf::from(value(&mut i)?);
+                let v = PathBuf::from(options.value()?);
                 if !v.is_file() {
                     return Err(format!("--kernel '{}': no such file", v.display()));
                 }
                 kernel_path = Some(v);
             }
             "--top" => {
-                let v = value(&mut i)?;
+                let v = options.value()?;
                 top = v.parse().map_err(|_| format!("--top '{v}': a number"))?;
             }
             other => return Err(format!("ipio: unknown option '{other}'")),
         }
-        i += 1;
     }
     if check && linux {
         return Err("ipio: --check measures baremq against its budget file; leave out --linux".into());

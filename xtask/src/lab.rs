@@ -110,22 +110,18 @@ impl LabOptions {
             debug: false,
             verbose: false,
         };
-        let mut it = args.iter().peekable();
-        while let Some(arg) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("lab: {flag} needs a value\n{USAGE}"))
-            };
-            match arg.as_str() {
+        let mut options = crate::args::Options::new(args);
+        while let Some(option) = options.next()? {
+            let mut value = || options.value().map_err(|e| format!("lab: {e}\n{USAGE}"));
+            match option {
                 "--quick" => o.quick = true,
-                "--device" => o.device = DeviceChoice::parse(&value("--device")?)?,
-                "--runtime" => o.runtime_ms = Some(crate::bench::matrix::parse_runtime_ms(&value("--runtime")?)?),
+                "--device" => o.device = DeviceChoice::parse(value()?)?,
+                "--runtime" => o.runtime_ms = Some(crate::bench::matrix::parse_runtime_ms(value()?)?),
                 "--list" => o.list = true,
                 "--replot" => o.replot = true,
                 "--trace" => {
                     o.trace_every = DEFAULT_TRACE_EVERY;
-                    if let Some(n) = it.next_if(|v| !v.starts_with("--")) {
+                    if let Some(n) = options.optional_value(|v| !v.starts_with("--")) {
                         o.trace_every =
                             n.parse().ok().filter(|n| (1..=1 << 20).contains(n)).ok_or_else(|| {
                                 format!("lab: --trace '{n}': use N from 1 to 1048576 (1 in N requests)")

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod acpidump;
+mod args;
 mod bench;
 mod elfcheck;
 mod fiocompare;
@@ -45,6 +46,8 @@ use std::time::Duration;
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
+
+An option that takes a value is written `--key value` or `--key=value` (fio's form), e.g. --smp=4.
 
 commands:
   build [--debug]                 build the kernel ELF and check its boot headers
@@ -258,14 +261,6 @@ fn split_dashdash(args: &[String]) -> (&[String], &[String]) {
     }
 }
 
-/// Takes the value following `flag`.
-fn value<'a>(opts: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
-    *i += 1;
-    opts.get(*i)
-        .map(String::as_str)
-        .ok_or_else(|| format!("{flag} needs a value"))
-}
-
 /// Builds the kernel and checks the ELF. Returns its path.
 pub fn build_kernel(debug: bool) -> Result<PathBuf, String> {
     setup::ensure_target()?;
@@ -295,8 +290,9 @@ pub fn build_kernel(debug: bool) -> Result<PathBuf, String> {
 
 fn cmd_build(args: &[String]) -> Result<PathBuf, String> {
     let mut debug = false;
-    for a in args {
-        match a.as_str() {
+    let mut options = args::Options::new(args);
+    while let Some(option) = options.next()? {
+        match option {
             "--debug" => debug = true,
             "--release" => debug = false,
             other => return Err(format!("build: unknown option '{other}'")),
@@ -319,15 +315,15 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut fio_files: Vec<PathBuf> = Vec::new();
     let mut output_format: Option<String> = None;
     let mut output: Option<PathBuf> = None;
-    let mut i = 0;
-    while i < opts.len() {
-        match opts[i].as_str() {
+    let mut options = args::Options::new(opts);
+    while let Some(option) = options.next()? {
+        match option {
             "--debug" => debug = true,
             "--release" => debug = false,
             "--kvm" => accel = qemu::Accel::Kvm,
             "--tcg" => accel = qemu::Accel::Tcg,
             "--smp" => {
-                let v = value(opts, &mut i, "--smp")?;
+                let v = options.value()?;
                 v.parse::<u32>()
                     .ok()
                     .filter(|n| (1..=255).contains(n))
@@ -335,19 +331,19 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                 smp = v.to_string();
             }
             "--mem" => {
-                let v = value(opts, &mut i, "--mem")?;
+                let v = options.value()?;
                 scenario::parse_size(v).ok_or(format!("--mem '{v}': use a size like 512M or 2G"))?;
                 mem = v.to_string();
             }
             "--machine" => {
-                let v = value(opts, &mut i, "--machine")?;
+                let v = options.value()?;
                 if v != "pc" && v != "q35" {
                     return Err(format!("--machine '{v}': use pc or q35"));
                 }
                 machine = v.to_string();
             }
             "--bios" => {
-                firmware = match value(opts, &mut i, "--bios")? {
+                firmware = match options.value()? {
                     "qboot" => qemu::Firmware::Qboot,
                     "seabios" => qemu::Firmware::SeaBios,
                     "ovmf" => {
@@ -359,26 +355,26 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                 }
             }
             "--timeout" => {
-                let v = value(opts, &mut i, "--timeout")?;
+                let v = options.value()?;
                 timeout = v
                     .parse()
                     .ok()
                     .filter(|t| *t > 0)
                     .ok_or(format!("--timeout '{v}': seconds, > 0"))?;
             }
-            "--disk" => disk = Some(PathBuf::from(value(opts, &mut i, "--disk")?)),
+            "--disk" => disk = Some(PathBuf::from(options.value()?)),
             "--no-disk" => disk = None,
-            "--fio" => fio_files.push(PathBuf::from(value(opts, &mut i, "--fio")?)),
+            "--fio" => fio_files.push(PathBuf::from(options.value()?)),
             "--output-format" => {
-                let v = value(opts, &mut i, "--output-format")?;
+                let v = options.value()?;
                 if !matches!(v, "normal" | "json" | "json+" | "json,normal" | "json+,normal") {
                     return Err(format!("--output-format '{v}': use normal, json or json+ (as fio)"));
                 }
                 output_format = Some(v.to_string());
             }
-            "--output" => output = Some(PathBuf::from(value(opts, &mut i, "--output")?)),
+            "--output" => output = Some(PathBuf::from(options.value()?)),
             "--device" => {
-                device = match value(opts, &mut i, "--device")? {
+                device = match options.value()? {
                     "megasas" => RunDevice::Megasas,
                     "nvme" => RunDevice::Nvme,
                     "fusion" => RunDevice::Fusion,
@@ -387,7 +383,6 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             }
             other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
         }
-        i += 1;
     }
     setup::ensure_qemu()?;
     let kernel = build_kernel(debug)?;
@@ -517,12 +512,12 @@ fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
     let mut debug = false;
     let mut serial = setup::GrubSerial::from_kernel_args(&kernel_args);
     let mut fio_files: Vec<PathBuf> = Vec::new();
-    let mut i = 0;
-    while i < opts.len() {
-        match opts[i].as_str() {
+    let mut options = args::Options::new(opts);
+    while let Some(option) = options.next()? {
+        match option {
             "--debug" => debug = true,
             "--serial-port" => {
-                let v = value(opts, &mut i, "--serial-port")?;
+                let v = options.value()?;
                 let port = match v {
                     "ttyS0" | "com1" => Some(0x3f8),
                     "ttyS1" | "com2" => Some(0x2f8),
@@ -535,7 +530,7 @@ fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
                 ))?;
             }
             "--serial-speed" => {
-                let v = value(opts, &mut i, "--serial-speed")?;
+                let v = options.value()?;
                 serial.speed = v
                     .parse()
                     .ok()
@@ -545,7 +540,7 @@ fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
                     ))?;
             }
             "--fio" => {
-                let file = PathBuf::from(value(opts, &mut i, "--fio")?);
+                let file = PathBuf::from(options.value()?);
                 if !file.is_file() {
                     return Err(format!("image: fio job file {} does not exist", file.display()));
                 }
@@ -553,7 +548,6 @@ fn cmd_image(args: &[String]) -> Result<PathBuf, String> {
             }
             other => return Err(format!("image: unknown option '{other}'")),
         }
-        i += 1;
     }
     let kernel = build_kernel(debug)?;
     let out = root().join("target/baremq.iso");

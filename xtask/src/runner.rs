@@ -292,16 +292,12 @@ pub fn cmd_qemu_test(args: &[String]) -> Result<bool, String> {
     let mut accel = Accel::Tcg;
     let mut list = false;
     let mut strict_skips = false;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--filter" => {
-                i += 1;
-                filter = Some(args.get(i).ok_or("--filter needs a pattern")?.clone());
-            }
+    let mut options = crate::args::Options::new(args);
+    while let Some(option) = options.next()? {
+        match option {
+            "--filter" => filter = Some(options.value()?.to_string()),
             "--jobs" => {
-                i += 1;
-                let v = args.get(i).ok_or("--jobs needs a number")?;
+                let v = options.value()?;
                 jobs = v
                     .parse()
                     .ok()
@@ -314,7 +310,6 @@ pub fn cmd_qemu_test(args: &[String]) -> Result<bool, String> {
             "--strict-skips" => strict_skips = true,
             other => return Err(format!("qemu-test: unknown option '{other}'")),
         }
-        i += 1;
     }
     let mut scenarios = load_scenarios()?;
     let expected_skips = load_expected_skips()?;

@@ -64,18 +64,14 @@ impl Options {
             replot: false,
             ipio: false,
         };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("bench: {flag} needs a value\n{USAGE}"))
-            };
-            match arg.as_str() {
-                "--matrix" => o.matrix = value("--matrix")?,
-                "--runtime" => o.runtime_ms = Some(matrix::parse_runtime_ms(&value("--runtime")?)?),
+        let mut options = crate::args::Options::new(args);
+        while let Some(option) = options.next()? {
+            let mut value = || options.value().map_err(|e| format!("bench: {e}\n{USAGE}"));
+            match option {
+                "--matrix" => o.matrix = value()?.to_string(),
+                "--runtime" => o.runtime_ms = Some(matrix::parse_runtime_ms(value()?)?),
                 "--repeat" => {
-                    let v = value("--repeat")?;
+                    let v = value()?;
                     o.repeat = v
                         .parse()
                         .ok()
