@@ -260,11 +260,13 @@ pub mod ts {
     pub const NR_CLAT_PRIO: usize = 183856;
     pub const CACHEHIT: usize = 183868;
     pub const CACHEMISS: usize = 183876;
+    /// The size, with 4 bytes of tail padding: `sync_stat`'s alignment of 8 is the structure's.
     pub const LEN: usize = 183888;
 }
 
-/// The TS payload: `thread_stat` then `group_run_stats`.
-pub const TS_LEN: usize = ts::LEN + GS_LEN;
+/// The TS payload: `thread_stat`, then `group_run_stats` at [`ts::LEN`], then 4 bytes of tail
+/// padding (`struct cmd_ts_pdu` keeps the alignment of 8).
+pub const TS_LEN: usize = (ts::LEN + GS_LEN).next_multiple_of(8);
 /// Steady-state flag that would add ring buffers after the TS payload (`FIO_SS_DATA`); this
 /// server never sets it.
 pub const SS_DATA: u32 = 1 << 2;
@@ -807,5 +809,307 @@ impl Eta {
             e.iops[d] = f.u32(ETA_IOPS + 4 * d)?;
         }
         Ok(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+    }
+
+    fn u32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn thread_stat_offsets_follow_from_the_field_sizes() {
+        // Each offset is the previous one plus the previous field's size.
+        assert_eq!(ts::VERROR, JOBNAME_LEN);
+        assert_eq!(ts::ERROR, ts::VERROR + VERROR_LEN);
+        assert_eq!(ts::DESCRIPTION, ts::PID + 4);
+        assert_eq!(ts::MEMBERS, ts::DESCRIPTION + DESCRIPTION_LEN);
+        // 540 rounded up to 8 for the aligned sync_stat.
+        assert_eq!(ts::SYNC_STAT, (ts::DISABLE_PRIO_STAT + 4).next_multiple_of(8));
+        assert_eq!(ts::CLAT_STAT, ts::SYNC_STAT + IO_STAT_LEN);
+        assert_eq!(ts::SLAT_STAT, ts::CLAT_STAT + DIRECTIONS * IO_STAT_LEN);
+        assert_eq!(ts::IOPS_STAT + DIRECTIONS * IO_STAT_LEN, ts::USR_TIME);
+        assert_eq!(ts::PERCENTILE_LIST + PERCENTILE_LIST_MAX * 16, ts::IO_U_MAP);
+        assert_eq!(ts::IO_U_LAT_M + IO_U_LAT_M_NR * 8, ts::IO_U_PLAT);
+        assert_eq!(ts::IO_U_PLAT + 3 * DIRECTIONS * PLAT_NR * 8, ts::IO_U_SYNC_PLAT);
+        assert_eq!(ts::IO_U_SYNC_PLAT + PLAT_NR * 8, ts::TOTAL_IO_U);
+        assert_eq!(ts::TOTAL_IO_U + 4 * 8, ts::SHORT_IO_U);
+        assert_eq!(ts::BLOCK_INFOS + MAX_NR_BLOCK_INFOS * 4, ts::KB_BASE);
+        // Packed: sig_figs (4 bytes) directly followed by the 8-byte ss_dur.
+        assert_eq!(ts::SS_DUR, ts::SIG_FIGS + 4);
+        assert_eq!(ts::SS_LIMIT + 4 * 16, ts::IOPRIO);
+        assert_eq!(ts::CLAT_PRIO_OFFSET + DIRECTIONS * 8, ts::NR_CLAT_PRIO);
+        assert_eq!(ts::NR_CLAT_PRIO + DIRECTIONS * 4, ts::CACHEHIT);
+        // sync_stat's alignment of 8 is the structure's too: 4 bytes of tail padding.
+        assert_eq!((ts::CACHEMISS + 8).next_multiple_of(8), ts::LEN);
+        assert_eq!(ts::LEN - (ts::CACHEMISS + 8), 4);
+        assert_eq!(TS_LEN, 184_056);
+        assert_eq!(PLAT_NR, 1856);
+    }
+
+    #[test]
+    fn group_stats_golden_layout() {
+        let g = GroupRunStats {
+            max_run_ms: [1, 2, 3],
+            min_run_ms: [4, 5, 6],
+            max_bw: [7, 8, 9],
+            min_bw: [10, 11, 12],
+            io_bytes: [13, 14, 15],
+            agg_bw: [16, 17, 18],
+            kb_base: 1024,
+            unit_base: 4,
+            sig_figs: 4,
+            groupid: 3,
+            unified_rw_rep: 0,
+        };
+        let b = g.encode();
+        assert_eq!(b.len(), GS_LEN);
+        // Eighteen u64s in field order, then five u32s.
+        for (i, expected) in (1..=18u64).enumerate() {
+            assert_eq!(u64_at(&b, 8 * i), expected);
+        }
+        assert_eq!([144, 148, 152, 156, 160].map(|o| u32_at(&b, o)), [1024, 4, 4, 3, 0]);
+        assert_eq!(GroupRunStats::decode(&b).unwrap(), g);
+        assert!(matches!(GroupRunStats::decode(&b[..163]), Err(Error::Truncated { .. })));
+    }
+
+    fn sample_stat() -> ThreadStat {
+        let mut t = ThreadStat {
+            name: "job-a".to_string(),
+            description: "a job".to_string(),
+            thread_number: 2,
+            groupid: 0,
+            pid: 77,
+            percentile_list: vec![1.0, 50.0, 99.9],
+            total_submit: 10,
+            total_complete: 9,
+            total_run_time_ms: 1234,
+            first_error: 5,
+            continue_on_error: 3,
+            ..ThreadStat::default()
+        };
+        t.dirs[0].io_bytes = 4096 * 10;
+        t.dirs[0].total_ios = 10;
+        t.dirs[0].runtime_ms = 100;
+        t.dirs[0].clat = IoStat {
+            min: 3,
+            max: 9,
+            samples: 10,
+            mean: 5.5,
+            s: 2.25,
+        };
+        t.dirs[1].bw = IoStat {
+            min: 1,
+            max: 2,
+            samples: 3,
+            mean: 1.5,
+            s: 0.5,
+        };
+        let mut hist = vec![0u64; PLAT_NR];
+        hist[plat_index(1000)] = 10;
+        t.dirs[2].plat[LAT] = hist;
+        t.io_u_map = [1, 2, 3, 4, 5, 6, 7];
+        t.io_u_lat_m[11] = 42;
+        t
+    }
+
+    #[test]
+    fn thread_stat_golden_fields() {
+        let t = sample_stat();
+        let g = GroupRunStats {
+            groupid: 0,
+            ..GroupRunStats::default()
+        };
+        let b = t.encode_ts(&g).unwrap();
+        assert_eq!(b.len(), TS_LEN);
+        assert_eq!(&b[0..6], b"job-a\0");
+        assert_eq!(u32_at(&b, ts::THREAD_NUMBER), 2);
+        assert_eq!(u32_at(&b, ts::PID), 77);
+        assert_eq!(&b[ts::DESCRIPTION..ts::DESCRIPTION + 6], b"a job\0");
+        assert_eq!(u32_at(&b, ts::MEMBERS), 1);
+        // Read's clat io_stat: max, min, samples, then the doubles' IEEE 754 bits.
+        assert_eq!(u64_at(&b, ts::CLAT_STAT), 9);
+        assert_eq!(u64_at(&b, ts::CLAT_STAT + 8), 3);
+        assert_eq!(u64_at(&b, ts::CLAT_STAT + 16), 10);
+        assert_eq!(u64_at(&b, ts::CLAT_STAT + 24), 5.5f64.to_bits());
+        assert_eq!(u64_at(&b, ts::CLAT_STAT + 40), 2.25f64.to_bits());
+        // Write's bw io_stat is the second of three.
+        assert_eq!(u64_at(&b, ts::BW_STAT + IO_STAT_LEN), 2);
+        assert_eq!(u64_at(&b, ts::PERCENTILE_LIST + 16), 50.0f64.to_bits());
+        assert_eq!(u64_at(&b, ts::PERCENTILE_LIST + 48), 0);
+        assert_eq!(u64_at(&b, ts::IO_U_MAP + 48), 7);
+        assert_eq!(u64_at(&b, ts::IO_U_LAT_M + 88), 42);
+        // lat histogram of trim: kind 2, direction 2.
+        let idx = plat_index(1000);
+        assert_eq!(u64_at(&b, ts::IO_U_PLAT + 8 * (PLAT_NR * (2 * 3 + 2) + idx)), 10);
+        assert_eq!(u64_at(&b, ts::TOTAL_IO_U), 10);
+        assert_eq!(u64_at(&b, ts::IO_BYTES), 40960);
+        assert_eq!(u64_at(&b, ts::RUNTIME), 100);
+        assert_eq!(u64_at(&b, ts::TOTAL_RUN_TIME), 1234);
+        assert_eq!(
+            u16::from_le_bytes([b[ts::CONTINUE_ON_ERROR], b[ts::CONTINUE_ON_ERROR + 1]]),
+            3
+        );
+        assert_eq!(u32_at(&b, ts::FIRST_ERROR), 5);
+        assert_eq!(u32_at(&b, ts::KB_BASE), 1024);
+        assert_eq!(u32_at(&b, ts::SIG_FIGS), 4);
+        assert_eq!(u32_at(&b, ts::CLAT_PERCENTILES), 1);
+        // No tails: no per-priority stats, no steady-state data, no block infos.
+        assert_eq!(u64_at(&b, ts::NR_BLOCK_INFOS), 0);
+        assert_eq!(u32_at(&b, ts::SS_STATE), 0);
+        assert_eq!([0, 1, 2].map(|d| u32_at(&b, ts::NR_CLAT_PRIO + 4 * d)), [0, 0, 0]);
+        // The group follows the structure.
+        assert_eq!(u32_at(&b, ts::LEN + GS_KB_BASE), 1024);
+    }
+
+    #[test]
+    fn thread_stat_round_trip() {
+        let t = sample_stat();
+        let g = GroupRunStats {
+            groupid: 0,
+            io_bytes: [1, 2, 3],
+            ..GroupRunStats::default()
+        };
+        let b = t.encode_ts(&g).unwrap();
+        let (t2, g2) = ThreadStat::decode_ts(&b).unwrap();
+        assert_eq!(t2, t);
+        assert_eq!(g2, g);
+    }
+
+    #[test]
+    fn thread_stat_refuses_what_does_not_fit() {
+        let mut t = sample_stat();
+        t.percentile_list = vec![1.0; PERCENTILE_LIST_MAX + 1];
+        assert!(matches!(
+            t.encode_ts(&GroupRunStats::default()),
+            Err(Error::ValueOutOfRange { .. })
+        ));
+        let mut t = sample_stat();
+        t.dirs[0].plat[CLAT] = vec![1; 10];
+        assert!(matches!(
+            t.encode_ts(&GroupRunStats::default()),
+            Err(Error::ValueOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn thread_stat_decode_checks_wire_counts() {
+        let mut b = sample_stat().encode_ts(&GroupRunStats::default()).unwrap();
+        assert!(matches!(
+            ThreadStat::decode_ts(&b[..TS_LEN - 1]),
+            Err(Error::Truncated { .. })
+        ));
+        put_u64(&mut b, ts::NR_BLOCK_INFOS, 8193);
+        assert!(matches!(
+            ThreadStat::decode_ts(&b),
+            Err(Error::LengthOutOfRange {
+                what: "TS nr_block_infos",
+                ..
+            })
+        ));
+        put_u64(&mut b, ts::NR_BLOCK_INFOS, 0);
+        put_u32(&mut b, ts::NR_CLAT_PRIO, 1);
+        put_u64(&mut b, ts::CLAT_PRIO_OFFSET, u64::MAX);
+        assert!(matches!(
+            ThreadStat::decode_ts(&b),
+            Err(Error::LengthOutOfRange {
+                what: "TS clat_prio_offset",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn disk_util_golden_layout() {
+        let d = DiskUtil {
+            name: "sda".to_string(),
+            ios: [1, 2],
+            merges: [3, 4],
+            sectors: [5, 6],
+            ticks: [7, 8],
+            io_ticks: 9,
+            time_in_queue: 10,
+            msec: 11,
+        };
+        let b = d.encode();
+        assert_eq!(b.len(), DU_LEN);
+        assert_eq!(&b[0..4], b"sda\0");
+        for (i, expected) in (1..=11u64).enumerate() {
+            assert_eq!(u64_at(&b, DU_IOS + 8 * i), expected);
+        }
+        assert_eq!(DU_AGG, DU_MSEC + 8);
+        assert!(b[DU_AGG..].iter().all(|&x| x == 0));
+        assert_eq!(DiskUtil::decode(&b).unwrap(), d);
+    }
+
+    #[test]
+    fn eta_golden_layout_with_its_string() {
+        let e = Eta {
+            nr_running: 1,
+            nr_pending: 2,
+            m_rate: [3, 4, 5],
+            rate: [6, 7, 8],
+            t_iops: [9, 10, 11],
+            iops: [12, 13, 14],
+            elapsed_sec: 15,
+            eta_sec: 16,
+            nr_threads: 2,
+            run_str: "RP".to_string(),
+            ..Eta::default()
+        };
+        let b = e.encode();
+        assert_eq!(b.len(), ETA_HEAD_LEN + 3);
+        assert_eq!(u32_at(&b, 0), 1);
+        assert_eq!(u32_at(&b, 8), 2);
+        assert_eq!(u64_at(&b, 16), 3);
+        assert_eq!(u64_at(&b, 64), 6);
+        assert_eq!(u32_at(&b, 100), 9);
+        assert_eq!(u32_at(&b, 112), 12);
+        assert_eq!(u32_at(&b, 124), 0); // padding before elapsed_sec
+        assert_eq!(u64_at(&b, 128), 15);
+        assert_eq!(u64_at(&b, 136), 16);
+        assert_eq!(u32_at(&b, 144), 1); // is_pow2
+        assert_eq!(u32_at(&b, 160), 2);
+        assert_eq!(&b[168..], b"RP\0");
+        assert_eq!(Eta::decode(&b).unwrap(), e);
+        // An empty string still ends in its NUL.
+        assert_eq!(Eta::default().encode().len(), ETA_HEAD_LEN + 1);
+        assert!(matches!(
+            Eta::decode(&b[..170]),
+            Err(Error::Truncated {
+                what: "ETA run_str",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn histogram_buckets_match_fios_scheme() {
+        // Exact below 128 ns.
+        for ns in 0..128 {
+            assert_eq!(plat_index(ns), ns as usize);
+            assert_eq!(plat_value(ns as usize), ns);
+        }
+        // 128..255 in steps of 2, reported at the middle of the bucket.
+        assert_eq!(plat_index(128), 128);
+        assert_eq!(plat_index(129), 128);
+        assert_eq!(plat_index(130), 129);
+        assert_eq!(plat_value(128), 129);
+        // Every value lands in a bucket whose range holds it: within 1/128 of its value.
+        for ns in [300u64, 1000, 4096, 99_999, 1 << 30, 1 << 33] {
+            let v = plat_value(plat_index(ns));
+            assert!(v.abs_diff(ns) * 128 <= ns, "{ns} -> {v}");
+        }
+        // Past the last group, everything goes to the last bucket.
+        assert_eq!(plat_index(u64::MAX), PLAT_NR - 1);
     }
 }
