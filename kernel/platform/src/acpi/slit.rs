@@ -45,8 +45,9 @@ impl Slit {
         if from >= self.localities || to >= self.localities {
             return None;
         }
-        // `from, to < localities` and `localities^2` cells exist: no overflow.
-        self.distances.get(from * self.localities + to).copied()
+        // Checked: `localities` is public, so it may no longer match the matrix.
+        let cell = from.checked_mul(self.localities)?.checked_add(to)?;
+        self.distances.get(cell).copied()
     }
 
     /// What Linux also requires before trusting a SLIT: every locality is 10

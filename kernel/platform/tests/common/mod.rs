@@ -251,7 +251,7 @@ pub fn firmware(madt: Vec<u8>, mcfg: Option<Vec<u8>>) -> FakePhys {
 
 /// One fake function: 64 dwords of configuration space, per-dword writable
 /// masks (BARs: the size mask), and a record of protocol violations.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct FakeFunction {
     pub regs: [u32; 64],
     pub writable: [u32; 64],
