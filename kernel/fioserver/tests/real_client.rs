@@ -4,13 +4,13 @@
 
 use fioserver::stats::{CLAT, DirStats, DiskUtil, Eta, GroupRunStats, IoStat, PLAT_NR, ThreadStat, plat_index};
 use fioserver::{FioBox, JobPlan, JobReport, ProbeFacts, Refusal, RunResults, Session};
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const HOSTNAME: &str = "fakebox-7";
 const REFUSAL: &str = "fakebox refuses: ioengine=libaio is not available here";
@@ -28,6 +28,9 @@ struct FakeBox {
     seen: Arc<Mutex<Seen>>,
     /// Refuse any job file that contains this.
     refuse_marker: &'static str,
+    /// How long a run lasts once started.
+    run_for: Duration,
+    started: Option<Instant>,
 }
 
 fn read_job(name: &str, groupid: u32, read_ios: u64, write_ios: u64) -> JobReport {
@@ -101,16 +104,27 @@ impl FioBox for FakeBox {
 
     fn run(&mut self) -> Result<(), Refusal> {
         self.seen.lock().unwrap().runs += 1;
+        self.started = Some(Instant::now());
         Ok(())
     }
 
     fn finished(&mut self) -> bool {
-        true
+        self.started.is_some_and(|t| t.elapsed() >= self.run_for)
     }
 
     fn eta(&mut self) -> Eta {
         self.seen.lock().unwrap().etas += 1;
-        Eta::default()
+        let elapsed = self.started.map_or(0, |t| t.elapsed().as_secs());
+        Eta {
+            nr_running: 2,
+            nr_threads: 2,
+            elapsed_sec: elapsed,
+            eta_sec: self.run_for.as_secs().saturating_sub(elapsed),
+            rate: [3_072_000, 0, 0],
+            iops: [750, 0, 0],
+            run_str: "RR".to_string(),
+            ..Eta::default()
+        }
     }
 
     fn stop(&mut self) {}
@@ -145,28 +159,33 @@ impl FioBox for FakeBox {
 }
 
 /// Serves one connection with a fresh session; returns what the box saw.
-fn serve_one(listener: TcpListener, refuse_marker: &'static str) -> thread::JoinHandle<Seen> {
+fn serve_one(listener: TcpListener, refuse_marker: &'static str, run_for: Duration) -> thread::JoinHandle<Seen> {
     thread::spawn(move || {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let mut fake = FakeBox {
             seen: seen.clone(),
             refuse_marker,
+            run_for,
+            started: None,
         };
         let (mut stream, _) = listener.accept().expect("accept");
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        // Wake up now and then to see whether the run has ended.
+        stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
         let mut session = Session::new();
         let mut buf = [0u8; 777]; // an odd size, so commands arrive cut anywhere
         loop {
-            let n = match stream.read(&mut buf) {
-                Ok(0) | Err(_) => {
+            assert!(Instant::now() < deadline, "the conversation did not end");
+            let step = match stream.read(&mut buf) {
+                Ok(0) => {
                     session.on_closed(&mut fake);
                     break;
                 }
-                Ok(n) => n,
+                Ok(n) => session.on_bytes(&buf[..n], &mut fake),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => session.poll(&mut fake),
+                Err(e) => panic!("read: {e}"),
             };
-            let step = session
-                .on_bytes(&buf[..n], &mut fake)
-                .expect("the real client speaks the protocol");
+            let step = step.expect("the real client speaks the protocol");
             stream.write_all(&step.out).unwrap();
             if step.done {
                 break;
@@ -194,10 +213,10 @@ fn job_file(name: &str, text: &str) -> PathBuf {
 }
 
 /// Runs the real client against a fresh session; returns its output and what the box saw.
-fn run_client(job: &PathBuf, format: &str, refuse_marker: &'static str) -> (Output, Seen) {
+fn run_client(job: &PathBuf, format: &str, refuse_marker: &'static str, run_for: Duration) -> (Output, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let server = serve_one(listener, refuse_marker);
+    let server = serve_one(listener, refuse_marker, run_for);
     let mut child = Command::new("timeout")
         .arg("60")
         .arg("fio")
@@ -233,7 +252,7 @@ fn real_fio_client_reports_the_fake_boxs_numbers_in_json() {
         return;
     }
     let job = job_file("good.fio", GOOD_JOB);
-    let (out, seen) = run_client(&job, "json", "libaio");
+    let (out, seen) = run_client(&job, "json", "libaio", Duration::ZERO);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -296,7 +315,7 @@ fn real_fio_client_prints_probe_and_group_stats_in_normal_output() {
         return;
     }
     let job = job_file("good-normal.fio", GOOD_JOB);
-    let (out, _) = run_client(&job, "normal", "libaio");
+    let (out, _) = run_client(&job, "normal", "libaio", Duration::ZERO);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -337,7 +356,7 @@ fn real_fio_client_exits_with_failure_on_a_refused_job() {
         return;
     }
     let job = job_file("refused.fio", "[bad]\nioengine=libaio\nrw=read\n");
-    let (out, seen) = run_client(&job, "json", "libaio");
+    let (out, seen) = run_client(&job, "json", "libaio", Duration::ZERO);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -351,4 +370,23 @@ fn real_fio_client_exits_with_failure_on_a_refused_job() {
         "the refusal reaches the client:\n{all}"
     );
     assert!(all.contains("exited with error 22"), "{all}");
+}
+
+#[test]
+fn real_fio_client_gets_etas_during_a_run_that_lasts() {
+    if !fio_installed() {
+        println!("SKIPPED: fio is not installed");
+        return;
+    }
+    let job = job_file("slow.fio", GOOD_JOB);
+    let (out, seen) = run_client(&job, "json", "libaio", Duration::from_millis(3500));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "fio failed: {stdout}\n{stderr}");
+    // The client asks about once a second; each answer matched its request's tag, or the
+    // client would have said "unable to find matching tag" or timed out.
+    assert!(seen.etas >= 2, "ETA requests answered: {}", seen.etas);
+    let all = format!("{stdout}{stderr}");
+    assert!(!all.contains("tag") && !all.contains("timeout"), "{all}");
+    assert!(stdout.contains("\"jobname\" : \"alpha\""), "{stdout}");
 }
