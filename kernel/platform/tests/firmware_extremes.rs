@@ -1174,3 +1174,222 @@ mod pci_and_aml_extremes {
         }
     }
 }
+
+// ---- AML arithmetic on firmware values at their extremes ---------------------------------------
+
+mod aml_extremes {
+    use super::*;
+    use platform::aml::Object;
+    use proptest::prelude::*;
+
+    fn edge64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(u64::MAX),
+            (1u64..72).prop_map(|k| u64::MAX - k),
+            (0u32..64).prop_map(|shift| 1u64 << shift),
+            0u64..64,
+            any::<u64>(),
+        ]
+    }
+
+    /// A PkgLength-encoded number (field widths and reserved gaps), up to 28 bits.
+    fn pkg_number(value: u32) -> Vec<u8> {
+        let value = value & 0x0FFF_FFFF;
+        match value {
+            0..=0x3F => vec![value as u8],
+            0x40..=0xFFF => vec![0x40 | (value & 0xF) as u8, (value >> 4) as u8],
+            0x1000..=0xF_FFFF => vec![0x80 | (value & 0xF) as u8, (value >> 4) as u8, (value >> 12) as u8],
+            _ => vec![
+                0xC0 | (value & 0xF) as u8,
+                (value >> 4) as u8,
+                (value >> 12) as u8,
+                (value >> 20) as u8,
+            ],
+        }
+    }
+
+    fn method(seg: &[u8; 4], body: &[u8]) -> Vec<u8> {
+        let mut contents = seg.to_vec();
+        contents.push(0);
+        contents.extend_from_slice(body);
+        let mut out = vec![0x14];
+        out.extend(pkg(&contents));
+        out
+    }
+
+    fn returns(value: Vec<u8>) -> Vec<u8> {
+        let mut out = vec![0xA4];
+        out.extend(value);
+        out
+    }
+
+    fn op(code: &[u8], args: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = code.to_vec();
+        for arg in args {
+            out.extend_from_slice(arg);
+        }
+        out
+    }
+
+    #[derive(Debug, Clone)]
+    struct Values {
+        space: u8,
+        region: (u64, u64),
+        flags: u8,
+        gap: u32,
+        bits: u32,
+        stored: u64,
+        buffer_size: u64,
+        index: u64,
+        mid: (u64, u64),
+        length: u64,
+        bit_field: (u64, u64),
+    }
+
+    fn values() -> impl Strategy<Value = Values> {
+        (
+            prop_oneof![Just(0u8), Just(1), Just(2), any::<u8>()],
+            (edge64(), edge64()),
+            any::<u8>(),
+            prop_oneof![Just(0u32), Just(0x0FFF_FFFF), any::<u32>()],
+            prop_oneof![
+                Just(0u32),
+                Just(1),
+                Just(64),
+                Just(65),
+                Just(0x8_0000),
+                Just(0x0FFF_FFFF),
+                0u32..200
+            ],
+            (
+                edge64(),
+                prop_oneof![Just(0u64), Just(16), Just(1 << 16), Just(u64::MAX), 0u64..64],
+            ),
+            (edge64(), (edge64(), edge64()), edge64(), (edge64(), edge64())),
+        )
+            .prop_map(
+                |(space, region, flags, gap, bits, (stored, buffer_size), (index, mid, length, bit_field))| Values {
+                    space,
+                    region,
+                    flags,
+                    gap,
+                    bits,
+                    stored,
+                    buffer_size,
+                    index,
+                    mid,
+                    length,
+                    bit_field,
+                },
+            )
+    }
+
+    /// Operation region, field, buffer and the operators that index them,
+    /// each fed the values: region offset and length, field gap and width,
+    /// buffer size, CreateQWordField/CreateField indexes, Mid, ToString,
+    /// Index and Match start.
+    fn block(v: &Values) -> Vec<u8> {
+        let mut aml = vec![0x5B, 0x80];
+        aml.extend_from_slice(b"REG0");
+        aml.push(v.space);
+        aml.extend(qword(v.region.0));
+        aml.extend(qword(v.region.1));
+        let mut field = b"REG0".to_vec();
+        field.push(v.flags);
+        field.push(0x00);
+        field.extend(pkg_number(v.gap));
+        field.extend_from_slice(b"FLD0");
+        field.extend(pkg_number(v.bits));
+        aml.extend([0x5B, 0x81]);
+        aml.extend(pkg(&field));
+        let mut buffer = qword(v.buffer_size);
+        buffer.extend_from_slice(&[0xA5; 16]);
+        let mut buffer_op = vec![0x11];
+        buffer_op.extend(pkg(&buffer));
+        aml.extend(name(b"BUF0", buffer_op));
+        let buf = b"BUF0".to_vec();
+        aml.extend(method(b"MTH0", &returns(b"FLD0".to_vec())));
+        aml.extend(method(b"MTH1", &op(&[0x70], &[qword(v.stored), b"FLD0".to_vec()])));
+        aml.extend(method(
+            b"MTH2",
+            &[
+                op(&[0x8F], &[buf.clone(), qword(v.index), b"QW00".to_vec()]),
+                returns(b"QW00".to_vec()),
+            ]
+            .concat(),
+        ));
+        aml.extend(method(
+            b"MTH3",
+            &[
+                op(
+                    &[0x5B, 0x13],
+                    &[
+                        buf.clone(),
+                        qword(v.bit_field.0),
+                        qword(v.bit_field.1),
+                        b"BF00".to_vec(),
+                    ],
+                ),
+                op(&[0x70], &[qword(v.stored), b"BF00".to_vec()]),
+                returns(b"BF00".to_vec()),
+            ]
+            .concat(),
+        ));
+        aml.extend(method(
+            b"MTH4",
+            &returns(op(&[0x9E], &[buf.clone(), qword(v.mid.0), qword(v.mid.1), vec![0x00]])),
+        ));
+        aml.extend(method(
+            b"MTH5",
+            &returns(op(&[0x9C], &[buf.clone(), qword(v.length), vec![0x00]])),
+        ));
+        aml.extend(method(
+            b"MTH6",
+            &returns(op(&[0x83], &[op(&[0x88], &[buf.clone(), qword(v.index), vec![0x00]])])),
+        ));
+        aml.extend(method(
+            b"MTH7",
+            &returns(op(
+                &[0x89],
+                &[
+                    package(&[vec![0x01], vec![0x0A, 0x02], qword(u64::MAX)]),
+                    vec![0x01],
+                    qword(v.stored),
+                    vec![0x00],
+                    vec![0x00],
+                    qword(v.index),
+                ],
+            )),
+        ));
+        aml
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Each method ends with a value or an `Error::Aml`, never a panic;
+        /// a field read through the region never reaches past its length.
+        #[test]
+        fn aml_indexes_offsets_and_widths_at_their_extremes(v in values()) {
+            let mut regions = FixedRegions { value: u64::MAX, ..FixedRegions::default() };
+            let mut interp = aml::load(&mut regions, &[(2, block(&v))]);
+            for problem in &interp.load_problems {
+                let named = matches!(problem.error, Error::Aml { .. });
+                prop_assert!(named);
+            }
+            for method in ["\\MTH0", "\\MTH1", "\\MTH2", "\\MTH3", "\\MTH4", "\\MTH5", "\\MTH6", "\\MTH7", "\\FLD0"] {
+                let path = Path::parse(method).expect("valid path");
+                match interp.evaluate(&path, Vec::new()) {
+                    Ok(Object::Buffer(bytes)) => prop_assert!(bytes.len() as u64 <= (1 << 16).max(v.buffer_size.min(1 << 16))),
+                    Ok(_) => {}
+                    Err(error) => {
+                        let named = matches!(error, Error::Aml { .. });
+                        prop_assert!(named, "{}", error);
+                    }
+                }
+            }
+        }
+    }
+}
