@@ -2,7 +2,7 @@
 //! served over a loopback TCP socket by a fake box with fixed results. Skipped, with a
 //! printed SKIPPED line, only when no `fio` is installed.
 
-use fioserver::stats::{CLAT, DirStats, DiskUtil, Eta, GroupRunStats, IoStat, PLAT_NR, ThreadStat, plat_index};
+use fioserver::stats::{CLAT, DirStats, DiskUtil, Eta, GroupRunStats, IoStat, LAT, PLAT_NR, ThreadStat, plat_index};
 use fioserver::{FioBox, JobPlan, JobReport, ProbeFacts, Refusal, RunResults, Session};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpListener;
@@ -77,6 +77,91 @@ fn read_job(name: &str, groupid: u32, read_ios: u64, write_ios: u64) -> JobRepor
     }
 }
 
+/// Distinctive values in every other field of alpha's report that the client shows, so that a
+/// field at the wrong offset shows up as a wrong number.
+fn with_every_field(mut job: JobReport) -> JobReport {
+    let t = &mut job.stat;
+    t.description = "every field set".to_string();
+    t.pid = 4242;
+    let read = &mut t.dirs[0];
+    read.short_ios = 2;
+    read.drop_ios = 1;
+    // stddev = sqrt(s / (samples - 1)).
+    read.clat.s = 999.0 * 16.0;
+    read.slat = IoStat {
+        min: 5,
+        max: 15,
+        samples: 1000,
+        mean: 10.0,
+        s: 999.0 * 4.0,
+    };
+    read.lat = IoStat {
+        min: 60,
+        max: 320,
+        samples: 1000,
+        mean: 110.0,
+        s: 999.0 * 9.0,
+    };
+    read.bw = IoStat {
+        min: 1900,
+        max: 2100,
+        samples: 20,
+        mean: 2000.0,
+        s: 19.0 * 100.0,
+    };
+    read.iops = IoStat {
+        min: 450,
+        max: 550,
+        samples: 20,
+        mean: 500.0,
+        s: 19.0 * 25.0,
+    };
+    let mut lat_hist = vec![0u64; PLAT_NR];
+    lat_hist[plat_index(110)] = 1000;
+    read.plat[LAT] = lat_hist;
+    t.lat_percentiles = true;
+    t.dirs[2] = DirStats {
+        io_bytes: 40960,
+        runtime_ms: 100,
+        total_ios: 10,
+        ..DirStats::default()
+    };
+    t.sync_total_ios = 9;
+    t.sync = IoStat {
+        min: 1000,
+        max: 3000,
+        samples: 9,
+        mean: 2000.0,
+        s: 0.0,
+    };
+    let mut sync_hist = vec![0u64; PLAT_NR];
+    sync_hist[plat_index(2000)] = 9;
+    t.sync_plat = sync_hist;
+    t.total_run_time_ms = 2000;
+    t.usr_time = 500;
+    t.sys_time = 250;
+    t.ctx = 1234;
+    t.majf = 3;
+    t.minf = 456;
+    // 1260 I/Os in all (1000 read, 250 write, 10 trim).
+    t.io_u_map = [0, 0, 1260, 0, 0, 0, 0];
+    t.io_u_submit = [0, 0, 0, 0, 0, 0, 0];
+    t.io_u_submit[1] = t.total_submit;
+    t.io_u_lat_n[5] = 630;
+    t.io_u_lat_u[9] = 315;
+    t.io_u_lat_m[11] = 126;
+    t.continue_on_error = 1;
+    t.total_err_count = 7;
+    t.first_error = 5;
+    t.latency_depth = 4;
+    t.latency_target = 500_000;
+    t.latency_percentile = 99.5;
+    t.latency_window = 1_000_000;
+    t.cachehit = 3;
+    t.cachemiss = 1;
+    job
+}
+
 impl FioBox for FakeBox {
     fn probe(&mut self) -> ProbeFacts {
         ProbeFacts {
@@ -140,7 +225,10 @@ impl FioBox for FakeBox {
             ..GroupRunStats::default()
         };
         RunResults {
-            jobs: vec![read_job("alpha", 0, 1000, 250), read_job("beta", 0, 500, 0)],
+            jobs: vec![
+                with_every_field(read_job("alpha", 0, 1000, 250)),
+                read_job("beta", 0, 500, 0),
+            ],
             groups: vec![group],
             global_options: vec![("ioengine".to_string(), "baremq".to_string())],
             disks: vec![DiskUtil {
@@ -295,6 +383,60 @@ fn real_fio_client_reports_the_fake_boxs_numbers_in_json() {
     assert_eq!(alpha["write"]["io_bytes"], 250 * 8192);
     assert_eq!(alpha["iodepth_level"]["4"], 100.0);
     assert_eq!(alpha["iodepth_complete"]["8"], 100.0);
+    assert_eq!(alpha["iodepth_submit"]["4"], 100.0);
+    let read = &alpha["read"];
+    assert_eq!(read["short_ios"], 2);
+    assert_eq!(read["drop_ios"], 1);
+    assert_eq!(read["clat_ns"]["stddev"], 4.0);
+    assert_eq!(read["clat_ns"]["N"], 1000);
+    assert_eq!(read["slat_ns"]["min"], 5);
+    assert_eq!(read["slat_ns"]["max"], 15);
+    assert_eq!(read["slat_ns"]["mean"], 10.0);
+    assert_eq!(read["slat_ns"]["stddev"], 2.0);
+    assert_eq!(read["lat_ns"]["min"], 60);
+    assert_eq!(read["lat_ns"]["max"], 320);
+    assert_eq!(read["lat_ns"]["mean"], 110.0);
+    assert_eq!(read["lat_ns"]["stddev"], 3.0);
+    assert_eq!(read["lat_ns"]["percentile"]["50.000000"], 110);
+    assert_eq!(read["bw_min"], 1900);
+    assert_eq!(read["bw_max"], 2100);
+    assert_eq!(read["bw_mean"], 2000.0);
+    assert_eq!(read["bw_dev"], 10.0);
+    assert_eq!(read["bw_samples"], 20);
+    // The job's mean against the group's aggregate (3072000 B/s = 3000 KiB/s).
+    let bw_agg = read["bw_agg"].as_f64().unwrap();
+    assert!((bw_agg - 2000.0 * 100.0 / 3000.0).abs() < 1e-3, "{bw_agg}");
+    assert_eq!(read["iops_min"], 450);
+    assert_eq!(read["iops_max"], 550);
+    assert_eq!(read["iops_mean"], 500.0);
+    assert_eq!(read["iops_stddev"], 5.0);
+    assert_eq!(read["iops_samples"], 20);
+    assert_eq!(read["cachehit"], 75.0);
+    assert_eq!(alpha["trim"]["total_ios"], 10);
+    assert_eq!(alpha["trim"]["io_bytes"], 40960);
+    assert_eq!(alpha["sync"]["total_ios"], 9);
+    assert_eq!(alpha["sync"]["lat_ns"]["min"], 1000);
+    assert_eq!(alpha["sync"]["lat_ns"]["max"], 3000);
+    assert_eq!(alpha["sync"]["lat_ns"]["mean"], 2000.0);
+    assert_eq!(alpha["sync"]["lat_ns"]["percentile"]["50.000000"], 2008);
+    assert_eq!(alpha["job_runtime"], 2000);
+    assert_eq!(alpha["usr_cpu"], 25.0);
+    assert_eq!(alpha["sys_cpu"], 12.5);
+    assert_eq!(alpha["ctx"], 1234);
+    assert_eq!(alpha["majf"], 3);
+    assert_eq!(alpha["minf"], 456);
+    assert_eq!(alpha["latency_ns"]["100"], 50.0);
+    assert_eq!(alpha["latency_us"]["1000"], 25.0);
+    assert_eq!(alpha["latency_ms"][">=2000"], 10.0);
+    assert_eq!(alpha["total_err"], 7);
+    assert_eq!(alpha["first_error"], 5);
+    assert_eq!(alpha["latency_depth"], 4);
+    assert_eq!(alpha["latency_target"], 500_000);
+    assert_eq!(alpha["latency_percentile"], 99.5);
+    assert_eq!(alpha["latency_window"], 1_000_000);
+    assert_eq!(alpha["desc"], "every field set");
+    assert_eq!(alpha["error"], 0);
+    assert_eq!(alpha["groupid"], 0);
     let beta = &stats[1];
     assert_eq!(beta["jobname"], "beta");
     assert_eq!(beta["read"]["total_ios"], 500);
@@ -334,7 +476,27 @@ fn real_fio_client_prints_probe_and_group_stats_in_normal_output() {
         "{stdout}"
     );
     assert!(stdout.contains("|  50th=[  100],  99th=[  100]"), "{stdout}");
-    assert!(stdout.contains("issued rwts: total=1000,250,0,0"), "{stdout}");
+    for line in [
+        "alpha: (groupid=0, jobs=1): err= 0: pid=4242:",
+        "Description  : [every field set]",
+        "read: IOPS=500, BW=2000KiB/s (2048kB/s)(4000KiB/2000msec); Cachehit=75.00%",
+        "slat (nsec): min=5, max=15, avg=10.00, stdev= 2.00",
+        "clat (nsec): min=50, max=300, avg=100.00, stdev= 4.00",
+        "lat (nsec): min=60, max=320, avg=110.00, stdev= 3.00",
+        "bw (  KiB/s): min= 1900, max= 2100, per=66.67%, avg=2000.00, stdev=10.00, samples=20",
+        "iops        : min=  450, max=  550, avg=500.00, stdev= 5.00, samples=20",
+        "trim: IOPS=100, BW=400KiB/s (410kB/s)(40.0KiB/100msec)",
+        "sync (nsec): min=1000, max=3000, avg=2000.00, stdev= 0.00",
+        // 2000 ns falls in the bucket 2000..2015; fio reports its middle.
+        "|  50th=[ 2008],  99th=[ 2008]",
+        "cpu          : usr=25.00%, sys=12.50%, ctx=1234, majf=3, minf=456",
+        "issued rwts: total=1000,250,10,9 short=2,0,0,0 dropped=1,0,0,0",
+        "errors    : total=7, first_error=5/<Input/output error>",
+        "latency   : target=500000, window=1000000, percentile=99.50%, depth=4",
+        "issued rwts: total=500,0,0,0 short=0,0,0,0 dropped=0,0,0,0",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
     // GS: the group's read line, from the group's byte and bandwidth totals.
     assert!(stdout.contains("Run status group 0 (all jobs):"), "{stdout}");
     assert!(
