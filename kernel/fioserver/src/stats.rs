@@ -690,7 +690,7 @@ pub const ETA_RUN_STR: usize = 168;
 /// The longest run-state string accepted on decode.
 pub const ETA_RUN_STR_MAX: usize = 4096;
 
-/// ETA: progress figures, from the box's counters. Rates in bytes/s.
+/// ETA: progress figures, from the box's counters. Rates in KiB/s (fio's `calc_rate`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eta {
     pub nr_running: u32,

@@ -205,7 +205,7 @@ impl FioBox for FakeBox {
             nr_threads: 2,
             elapsed_sec: elapsed,
             eta_sec: self.run_for.as_secs().saturating_sub(elapsed),
-            rate: [3_072_000, 0, 0],
+            rate: [3000, 0, 0],
             iops: [750, 0, 0],
             run_str: "RR".to_string(),
             ..Eta::default()
@@ -301,13 +301,20 @@ fn job_file(name: &str, text: &str) -> PathBuf {
 }
 
 /// Runs the real client against a fresh session; returns its output and what the box saw.
-fn run_client(job: &PathBuf, format: &str, refuse_marker: &'static str, run_for: Duration) -> (Output, Seen) {
+fn run_client(
+    job: &PathBuf,
+    format: &str,
+    refuse_marker: &'static str,
+    run_for: Duration,
+    extra_args: &[&str],
+) -> (Output, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = serve_one(listener, refuse_marker, run_for);
     let mut child = Command::new("timeout")
         .arg("60")
         .arg("fio")
+        .args(extra_args)
         .arg(format!("--client=127.0.0.1,{port}"))
         .arg(format!("--output-format={format}"))
         .arg(job)
@@ -340,7 +347,7 @@ fn real_fio_client_reports_the_fake_boxs_numbers_in_json() {
         return;
     }
     let job = job_file("good.fio", GOOD_JOB);
-    let (out, seen) = run_client(&job, "json", "libaio", Duration::ZERO);
+    let (out, seen) = run_client(&job, "json", "libaio", Duration::ZERO, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -457,7 +464,7 @@ fn real_fio_client_prints_probe_and_group_stats_in_normal_output() {
         return;
     }
     let job = job_file("good-normal.fio", GOOD_JOB);
-    let (out, _) = run_client(&job, "normal", "libaio", Duration::ZERO);
+    let (out, _) = run_client(&job, "normal", "libaio", Duration::ZERO, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -518,7 +525,7 @@ fn real_fio_client_exits_with_failure_on_a_refused_job() {
         return;
     }
     let job = job_file("refused.fio", "[bad]\nioengine=libaio\nrw=read\n");
-    let (out, seen) = run_client(&job, "json", "libaio", Duration::ZERO);
+    let (out, seen) = run_client(&job, "json", "libaio", Duration::ZERO, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -541,7 +548,13 @@ fn real_fio_client_gets_etas_during_a_run_that_lasts() {
         return;
     }
     let job = job_file("slow.fio", GOOD_JOB);
-    let (out, seen) = run_client(&job, "json", "libaio", Duration::from_millis(3500));
+    let (out, seen) = run_client(
+        &job,
+        "normal",
+        "libaio",
+        Duration::from_millis(3500),
+        &["--eta=always", "--eta-newline=1"],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "fio failed: {stdout}\n{stderr}");
@@ -550,5 +563,9 @@ fn real_fio_client_gets_etas_during_a_run_that_lasts() {
     assert!(seen.etas >= 2, "ETA requests answered: {}", seen.etas);
     let all = format!("{stdout}{stderr}");
     assert!(!all.contains("tag") && !all.contains("timeout"), "{all}");
-    assert!(stdout.contains("\"jobname\" : \"alpha\""), "{stdout}");
+    // The ETA line: running jobs, open files, run string, read rate (KiB/s; the client shows
+    // its sum of all servers' ETAs without their units), read IOPS, time left.
+    assert!(stdout.contains("Jobs: 2 (f=0): [RR]["), "{stdout}");
+    assert!(stdout.contains("[r=3000k][r=750 IOPS][eta 00m:0"), "{stdout}");
+    assert!(stdout.contains("alpha: (groupid=0, jobs=1)"), "{stdout}");
 }
