@@ -404,3 +404,21 @@ fn results_must_match_what_start_announced() {
         })
     ));
 }
+
+#[test]
+fn a_second_job_file_is_refused() {
+    let mut b = ScriptedBox::default();
+    let mut s = Session::new();
+    let mut bytes = job("[a]\n");
+    bytes.extend(job("[b]\n"));
+    let step = s.on_bytes(&bytes, &mut b).unwrap();
+    assert!(step.done);
+    let cmds = decode(&step.out);
+    assert_eq!(ops(&cmds), [Opcode::Start, Opcode::Text, Opcode::Stop, Opcode::Quit]);
+    assert!(
+        Text::decode(&cmds[1].payload)
+            .unwrap()
+            .text
+            .contains("one job file per connection")
+    );
+}
