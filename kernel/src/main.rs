@@ -102,6 +102,9 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = dev::registry::configure(&config.driver_words) {
         exit::failure(format_args!("{e}"));
     }
+    if let Err(e) = app::net::configure(&config.driver_words) {
+        exit::failure(format_args!("{e}"));
+    }
     cpu::init_descriptor_tables();
     apic::disable_legacy_pics();
     apic::choose_mode();
@@ -260,7 +263,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     dev::cpumap::set_affinity(affinity);
     time::boot_mark("smp");
 
-    if let Some(test) = config.test {
+    if let Some(test) = config.test.filter(|t| *t != bootinfo::cmdline::SelfTest::Net) {
         app::selftest::run(test);
     }
 
@@ -283,6 +286,10 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     dev::block::seal();
     dev::block::report();
     time::boot_mark("devices");
+    if config.test == Some(bootinfo::cmdline::SelfTest::Net) {
+        app::net::test();
+    }
+    app::net::bring_up_at_boot();
     kprintln!("boot phases (ms): {}", time::BootPhases);
     let fio_files = app::fio::job_files(boot, config.fio_modules);
     if config.job_words.is_empty() && config.fio_words.is_empty() && fio_files.is_empty() {

@@ -31,6 +31,7 @@
 //! | `verdict.repeats_before_exit` | repeats (0-100, default 0) printed before QEMU's exit device is written (for tests of the repeat) |
 //! | `fio.override.KEY` | `fio.override.runtime=2s`: fio option `KEY=VALUE` applied to every job of a fio job file or fio command line, after the job's own options (to shorten published jobs in tests); a bare flag is `fio.override.KEY=` |
 //! | `fio.modules` | `on` (default): run the boot modules that are fio job files; `off`: ignore them |
+//! | `net.*` | the network room's words (`net.ip`, `net.gw`, `net.dhcp`, `net.if`), kept in [`Config::driver_words`] when `net` is among the driver prefixes and parsed by the `net` crate |
 //!
 //! Words after a standalone `--` are fio command-line words (`--name=a --rw=randread ...`),
 //! kept unparsed in [`Config::fio_words`] for the workload crate's fio front-end.
@@ -101,6 +102,9 @@ pub enum SelfTest {
     /// in the first VT-d unit (as firmware might leave them), then check that
     /// the boot's IOMMU check turns them off again.
     IommuLeftOn,
+    /// Bring the network interface up (DHCP or `net.ip=`), ping its gateway, and succeed only
+    /// on the echo reply; runs after the devices are probed. No NIC: SKIPPED, a failure exit.
+    Net,
 }
 
 impl SelfTest {
@@ -121,8 +125,9 @@ impl SelfTest {
         ("mce", SelfTest::MachineCheck),
         ("nmi", SelfTest::Nmi),
         ("iommu", SelfTest::IommuLeftOn),
+        ("net", SelfTest::Net),
     ];
-    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce, nmi, iommu";
+    const FORMS: &'static str = "one of pagefault, ud2, gpf, int3, doublefault, panic, timer, ipi, ipistorm, oneach, edu, hang, msivectors, mce, nmi, iommu, net";
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {

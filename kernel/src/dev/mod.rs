@@ -7,7 +7,8 @@
 //! interrupt affinity ([`cpumap`]); the block-device registry and the kernel's
 //! hooks for the `blk` layer ([`block`]); what a PCI driver provides
 //! ([`driver`]: match rules, command-line keys, probe) and the table of them
-//! ([`registry`]); one small probe file per driver ([`megasas`], [`fusion`], [`nvme`], [`null`]),
+//! ([`registry`]); one small probe file per driver ([`megasas`], [`fusion`], [`nvme`], [`null`],
+//! [`virtio_net`]), the table of network interfaces the NIC probes fill ([`netif`]),
 //! with what the MegaRAID probes share in [`hosts`].
 //!
 //! What it may use: `crate::arch` and the library and driver crates, never
@@ -22,10 +23,12 @@ pub(crate) mod hal;
 pub mod hosts;
 pub mod interrupts;
 pub mod megasas;
+pub mod netif;
 pub mod null;
 pub mod nvme;
 pub mod pci;
 pub mod registry;
+pub mod virtio_net;
 
 /// What the kernel does with a controller before power-off.
 pub(crate) trait PowerOff: Sync {

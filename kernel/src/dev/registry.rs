@@ -16,13 +16,15 @@ pub const PCI_DRIVERS: &[PciDriver] = &[
     crate::dev::megasas::DRIVER,
     crate::dev::fusion::DRIVER,
     crate::dev::nvme::DRIVER,
+    crate::dev::virtio_net::DRIVER,
 ];
 
 /// Command-line key prefixes owned by drivers (for
 /// `bootinfo::cmdline::parse_with_drivers`); no heap: the command line is
 /// read before memory is set up.
+/// `net` is the network room's (`app::net`), not a driver's: its words pass every driver by.
 pub fn key_prefixes() -> heapless::Vec<&'static str, 16> {
-    PCI_DRIVERS.iter().map(|d| d.name).take(16).collect()
+    PCI_DRIVERS.iter().map(|d| d.name).chain(["net"]).take(16).collect()
 }
 
 /// Hands each driver its command-line words.
