@@ -184,6 +184,9 @@ fn describe(job: &workload::fio::FioJob, spec: &mut workload::JobSpec) {
             job.numjobs
         );
     }
+    for note in &spec.placement_notes {
+        kprintln!("fio job {:?}: warning: {note}", job.name);
+    }
     if job.seed_from_clock {
         spec.seed = time::rdtsc();
         kprintln!(

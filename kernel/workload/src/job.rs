@@ -389,6 +389,9 @@ pub struct JobSpec {
     pub files: Vec<FileRegion>,
     /// fio's `file_service_type`: which file each I/O goes to (with `files` only).
     pub file_service: FileService,
+    /// What the fio front-end changed when it placed the job on its devices (a `size` cut at
+    /// the device's end, as fio stops there), one line each, for the kernel to print.
+    pub placement_notes: Vec<String>,
 }
 
 /// One file of a job's `filename` list: a device and the region of it the job uses (for the
@@ -564,6 +567,7 @@ impl JobSpec {
             bs_mix: None,
             files: Vec::new(),
             file_service: FileService::RoundRobin(1),
+            placement_notes: Vec::new(),
         }
     }
 

@@ -16,7 +16,19 @@ impl Builder {
         let job = s.job;
         let key = s.key;
         match key {
-            "filename" => self.target = target(job, s.need()?)?,
+            "filename" => {
+                self.target = target(job, s.need()?)?;
+                self.filename_given = true;
+            }
+            "filename_format" => self.filename_format = Some(s.need()?.to_string()),
+            "nrfiles" | "nr_files" => {
+                self.nrfiles = Some(
+                    values::integer(s.need()?)
+                        .filter(|n| (1..=MAX_FORMAT_FILES).contains(n))
+                        .ok_or_else(|| s.bad(&format!("an integer from 1 to {MAX_FORMAT_FILES}")))?,
+                )
+            }
+            "directory" => self.directory = Some(s.need()?.to_string()),
             "file_service_type" => {
                 let v = s.need()?;
                 self.spec.file_service = file_service(job, v)?;
@@ -42,6 +54,126 @@ impl Builder {
         }
         Ok(true)
     }
+}
+
+/// Most files `nrfiles` names through `filename_format`.
+const MAX_FORMAT_FILES: u64 = 64;
+
+impl Builder {
+    /// Settles `filename_format`, `nrfiles` and `directory` once every option is applied: fio
+    /// names the files of a job without `filename` by `filename_format` (`$jobname`, `$jobnum`,
+    /// `$filenum`, matched without regard to case), `nrfiles` of them per clone; the names must
+    /// be devices here, the same for every clone. `directory` is a folder fio puts the files in:
+    /// with devices it is ignored (a warning says so), otherwise refused.
+    pub(super) fn settle_files(&mut self) -> Result<(), WorkloadError> {
+        let job = self.name.clone();
+        match (&self.filename_format, self.filename_given) {
+            (Some(format), true) => {
+                let text = format!("filename_format={format}: ignored, filename names the files (as in fio)");
+                self.warn(text);
+            }
+            (Some(format), false) => {
+                let format = format.clone();
+                let files = self.nrfiles.unwrap_or(1);
+                let names_of = |clone: u64| -> Vec<String> {
+                    (0..files)
+                        .map(|file| format_file_name(&format, &job, clone, file))
+                        .collect()
+                };
+                let names = names_of(0);
+                if let Some(clone) = (1..u64::from(self.numjobs)).find(|c| names_of(*c) != names) {
+                    return Err(unsupported(
+                        &job,
+                        &format!("filename_format={format}"),
+                        format!(
+                            "clone {clone} would get other devices ({}) than clone 0 ({}): every clone of a job runs on                              the same devices here; write one job per device",
+                            names_of(clone).join(":"),
+                            names.join(":")
+                        ),
+                    ));
+                }
+                let list = names
+                    .iter()
+                    .map(|n| n.replace(':', "\\:"))
+                    .collect::<Vec<_>>()
+                    .join(":");
+                self.target = target(&job, &list).map_err(|_| {
+                    unsupported(
+                        &job,
+                        &format!("filename_format={format}"),
+                        format!(
+                            "it names {}, and baremq has no file system: the names must be devices (/dev/NAME)",
+                            names.join(", ")
+                        ),
+                    )
+                })?;
+                if matches!(self.target, Target::File(_)) {
+                    return Err(unsupported(
+                        &job,
+                        &format!("filename_format={format}"),
+                        format!(
+                            "it names {}, and baremq has no file system: the names must be devices (/dev/NAME)",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+                let text = format!("filename_format={format}: the job's files are {}", names.join(", "));
+                self.warn(text);
+            }
+            (None, _) => {
+                if let Some(files) = self.nrfiles.filter(|n| *n > 1) {
+                    return Err(unsupported(
+                        &job,
+                        "nrfiles",
+                        format!(
+                            "nrfiles={files} makes fio create files; baremq has no file system (name devices with                              filename=/dev/A:/dev/B or filename_format=/dev/...$filenum)"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(directory) = self.directory.clone() {
+            if matches!(self.target, Target::Device(_) | Target::Devices(_)) {
+                self.warn(format!(
+                    "directory={directory}: ignored, the job's files are devices (/dev/NAME), which no directory holds"
+                ));
+            } else {
+                return Err(unsupported(
+                    &job,
+                    "directory",
+                    "baremq has no file system; name a device with filename=/dev/NAME (directory is then ignored)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// fio's `make_filename`: `format` with each `$jobname`, `$jobnum` (the clone, from 0) and
+/// `$filenum` (from 0) replaced, keywords matched without regard to case, `$jobname` first.
+pub(super) fn format_file_name(format: &str, job: &str, clone: u64, file: u64) -> String {
+    let values = [
+        ("$jobname", job.to_string()),
+        ("$jobnum", clone.to_string()),
+        ("$filenum", file.to_string()),
+    ];
+    let mut name = String::new();
+    let mut rest = format;
+    'scan: while let Some(first) = rest.chars().next() {
+        for (keyword, value) in &values {
+            if rest.len() >= keyword.len()
+                && rest.is_char_boundary(keyword.len())
+                && rest[..keyword.len()].eq_ignore_ascii_case(keyword)
+            {
+                name.push_str(value);
+                rest = &rest[keyword.len()..];
+                continue 'scan;
+            }
+        }
+        name.push(first);
+        rest = &rest[first.len_utf8()..];
+    }
+    name
 }
 
 fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {

@@ -284,6 +284,14 @@ struct Builder {
     numjobs: u32,
     cpus_allowed: Option<CpuSet>,
     target: Target,
+    /// `filename` was given (fio then ignores `filename_format`).
+    filename_given: bool,
+    /// `filename_format` as written: the files' names when `filename` is not given.
+    filename_format: Option<String>,
+    /// `nrfiles`: files per clone named by `filename_format` (fio's default 1).
+    nrfiles: Option<u64>,
+    /// `directory` as written.
+    directory: Option<String>,
     size: Option<SizeOrPercent>,
     size_per_file: bool,
     offset: Option<SizeOrPercent>,
@@ -337,6 +345,10 @@ impl Builder {
             numjobs: 1,
             cpus_allowed: None,
             target: Target::Default,
+            filename_given: false,
+            filename_format: None,
+            nrfiles: None,
+            directory: None,
             size: None,
             size_per_file: false,
             offset: None,
@@ -410,10 +422,12 @@ impl Builder {
     /// fio's arithmetic and `$` keywords in a value, evaluated to a decimal integer (`None`: the
     /// value has none). Text values (names, paths) are taken as written.
     fn expand(&self, entry: &Entry) -> Result<Option<String>, WorkloadError> {
-        const TEXT_KEYS: [&str; 8] = [
+        const TEXT_KEYS: [&str; 10] = [
             "name",
             "description",
             "filename",
+            "filename_format",
+            "directory",
             "write_bw_log",
             "write_lat_log",
             "write_iops_log",

@@ -48,6 +48,13 @@ impl FioJob {
             let room = capacity.saturating_sub(spec.offset);
             spec.size = Some((room / 100 * u64::from(p) / bs * bs).max(bs));
         }
+        if let Some(size) = spec.size
+            && let Some(capped) = capped_size(spec.offset, size, capacity, bs)
+        {
+            spec.size = Some(capped);
+            spec.placement_notes
+                .push(past_the_end_note(&device.name, spec.offset, size, capacity, capped));
+        }
         let region = spec.size.unwrap_or_else(|| capacity.saturating_sub(spec.offset));
         Ok((region, region))
     }
@@ -62,6 +69,7 @@ impl FioJob {
         names: &[String],
         devices: &[DeviceInfo],
         bs: u64,
+        notes: &mut Vec<String>,
     ) -> Result<Vec<FileRegion>, WorkloadError> {
         let count = names.len() as u64;
         let share = match self.spec.size {
@@ -93,7 +101,13 @@ impl FioJob {
                 None => self.spec.offset,
             };
             let size = match (share, self.size_percent) {
-                (Some(share), _) => share,
+                (Some(share), _) => match capped_size(offset, share, capacity, bs) {
+                    Some(capped) => {
+                        notes.push(past_the_end_note(&device.name, offset, share, capacity, capped));
+                        capped
+                    }
+                    None => share,
+                },
                 (None, Some(p)) => (capacity.saturating_sub(offset) / 100 * u64::from(p) / bs * bs).max(bs),
                 (None, None) => capacity.saturating_sub(offset) / bs * bs,
             };
@@ -134,7 +148,9 @@ impl FioJob {
         // The bytes of one clone's region, and of its smallest file (the one file's region for
         // a job on one device).
         let (region, smallest_file) = if let Target::Devices(names) = &self.target {
-            spec.files = self.file_regions(names, devices, bs)?;
+            let mut notes = Vec::new();
+            spec.files = self.file_regions(names, devices, bs, &mut notes)?;
+            spec.placement_notes.extend(notes);
             spec.device = Some(spec.files[0].device.clone());
             (
                 spec.files.iter().map(|f| f.size).sum::<u64>(),
@@ -202,4 +218,20 @@ impl FioJob {
         }
         Ok(spec)
     }
+}
+
+/// fio's cut of a region that runs past the device's end: a file's I/O stops at its end, so a
+/// `size` from `offset` larger than what is left is what is left, in whole blocks. `None`: the
+/// region fits, or `offset` itself is at or past the end (refused by the plan, as fio refuses
+/// an offset past the end).
+fn capped_size(offset: u64, size: u64, capacity: u64, bs: u64) -> Option<u64> {
+    let room = capacity.checked_sub(offset)? / bs * bs;
+    (offset.saturating_add(size) > capacity && room > 0).then_some(room)
+}
+
+fn past_the_end_note(device: &str, offset: u64, size: u64, capacity: u64, capped: u64) -> String {
+    alloc::format!(
+        "size={size} from offset {offset} runs past the end of {device} ({capacity} bytes): the region is the \
+         {capped} bytes to the end, as fio stops a file's I/O there"
+    )
 }

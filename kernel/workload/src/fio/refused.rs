@@ -37,12 +37,6 @@ pub const NO_OP_OPTIONS: [&str; 22] = [
 
 /// fio options refused with a specific reason (everything else unknown gets a generic one).
 const REFUSED: &[(&str, &str)] = &[
-    (
-        "directory",
-        "baremq has no file system; name a device with filename=/dev/NAME",
-    ),
-    ("nrfiles", "baremq has no file system"),
-    ("filename_format", "baremq has no file system"),
     ("openfiles", "baremq has no file system"),
     ("create_on_open", "baremq has no file system"),
     ("unlink", "baremq has no file system"),
