@@ -56,7 +56,7 @@ pub const DRIVER: PciDriver = PciDriver {
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
-const FUSION_KEYS: [&str; 4] = ["report_only", "queues", "bringup_ms", "reset_wait_ms"];
+const FUSION_KEYS: [&str; 5] = ["report_only", "queues", "bringup_ms", "reset_wait_ms", "rdpq"];
 
 /// Whether the command-line word `prefix.key=value` belongs to the Fusion driver.
 pub fn owns_key(prefix: &str, word: &str) -> bool {
@@ -67,13 +67,14 @@ pub fn owns_key(prefix: &str, word: &str) -> bool {
 
 static OPTIONS: spin::Once<Options> = spin::Once::new();
 
-/// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`).
+/// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`,
+/// `megasas.reset_wait_ms`, `megasas.rdpq`).
 /// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
 /// `megasas.*`.
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms and megasas.reset_wait_ms"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms and megasas.rdpq"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;
@@ -281,7 +282,20 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let irq_text = controller.irqs.get().map_or_else(String::new, DeviceIrqs::describe);
     let irq_vectors = controller.irqs.get().map(DeviceIrqs::idt_vectors).unwrap_or_default();
     kprintln!("megasas-fusion {at}: interrupts: {irq_text}");
-    let io_tags = u32::from(controller.host.controller().limits().io_tags);
+    let limits = controller.host.controller().limits();
+    let io_tags = u32::from(limits.io_tags);
+    let rings = match (limits.rdpq, limits.rdpq_supported) {
+        (true, _) => "RDPQ mode (one ring per queue)",
+        (false, true) => "contiguous rings (RDPQ offered, turned off by megasas.rdpq=off)",
+        (false, false) => "contiguous rings (the firmware offers no RDPQ)",
+    };
+    kprintln!(
+        "megasas-fusion {at}: reply queues: {} x {} entries, {rings}; firmware commands {} (SP0 {}), {io_tags} I/O tags",
+        limits.queues,
+        limits.reply_depth,
+        limits.max_fw_cmds,
+        limits.raw_fw_cmds
+    );
     let disks = hosts::ControllerDisks {
         next_drive: &NEXT_DRIVE,
         prefix: "mf",
