@@ -478,6 +478,7 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "values",
         "crc32c",
         "disks",
+        "done",
         "fioserver",
         "blk",
         "platform",

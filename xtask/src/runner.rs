@@ -420,6 +420,7 @@ pub fn run_loom() -> Result<(), String> {
     let mut total = 0;
     for args in [
         &["-p", "blk", "--test", "loom"][..],
+        &["-p", "done", "--test", "loom"],
         &["-p", "drvkit", "--test", "loom"],
         &["-p", "megasas", "--lib", "loom"],
         &["-p", "nvme", "--lib", "loom"],

@@ -18,49 +18,19 @@ pub trait Platform: Send + Sync {
     /// Ask the current CPU, `cpu`, to run [`Queue::run_completions`] soon, outside the
     /// interrupt handler (Linux raises BLOCK_SOFTIRQ). Called on empty to non-empty only.
     fn raise_completion_softirq(&self, cpu: usize);
-    /// A request finished. Called exactly once per accepted request, on the completing CPU
-    /// (through [`Platform::end_io_by_cookie`] instead where [`Platform::ends_by_cookie`]).
+    /// A request finished. Called exactly once per accepted request, on the completing CPU,
+    /// except for the unsplit requests a done board takes ([`Platform::done_board`]).
     fn end_io(&self, completion: &Completion);
 
-    /// Whether this platform needs only the cookie, the submitting CPU and the status of a
-    /// finished request: then a queue ends every request that was not split through
-    /// [`Platform::end_io_by_cookie`] and builds no [`Completion`] for it (the
-    /// kernel's done board needs nothing more). Asked once, when a queue is built. The default,
-    /// `false`, reports everything through [`Platform::end_io`].
-    fn ends_by_cookie(&self) -> bool {
-        false
-    }
-
-    /// A request finished, in brief (only where [`Platform::ends_by_cookie`] is `true`; a split
-    /// bio still ends through [`Platform::end_io`]). Called exactly once per such request, on
-    /// the completing CPU.
-    fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: Status) {
-        // Reached only if `ends_by_cookie` says `true` without this being implemented: a
-        // platform bug that would lose every completion, so it must not pass quietly.
-        panic!(
-            "Platform::ends_by_cookie is true but end_io_by_cookie is not implemented (cookie {cookie}, cpu {submit_cpu}, {status:?})"
-        );
-    }
-
-    /// The done board the platform's [`Platform::end_io_by_cookie`] delivers to, if that is
-    /// all it does besides [`Platform::wake_submitter`] (the kernel's does). Asked once, when
-    /// a queue is built: the queue then delivers an unsplit request's completion to the board
-    /// itself, with no call through the platform, except while stage tracing is on
-    /// (the platform's own `end_io_by_cookie` records the stage). The cookie is the slot.
-    fn done_board(&self) -> Option<&'static crate::done::DoneBoard> {
+    /// The done board of a platform whose submitters need only the cookie (their slot), the
+    /// submitting CPU and the status of a finished request. Asked once, when a queue is built:
+    /// the queue then delivers every unsplit request to the board itself
+    /// ([`done::DoneBoard::deliver_from`]: no [`Completion`] built, no call through the
+    /// platform; the board counts what it refuses and wakes a submitter on another CPU).
+    /// Split bios, and every request while stage tracing is on, still end through
+    /// [`Platform::end_io`]. The default, `None`, reports everything through `end_io`.
+    fn done_board(&self) -> Option<&'static done::DoneBoard<Status>> {
         None
-    }
-
-    /// The done board refused a completion the queue delivered to it ([`Platform::done_board`]):
-    /// a slot out of range or one that was already done. Counted by the board; report it.
-    fn done_refused(&self, error: &BlkError) {
-        let _ = error;
-    }
-
-    /// A completion for CPU `cpu`'s request was delivered to the done board
-    /// ([`Platform::done_board`]) from another CPU: wake `cpu` if it halts waiting for it.
-    fn wake_submitter(&self, cpu: usize) {
-        let _ = cpu;
     }
 
     /// [`crate::QuiesceCheck::Sleeping`]: park CPU `cpu` until [`Platform::wake`] is called for

@@ -66,25 +66,6 @@ pub enum BlkError {
         /// The generation of the tag's current (or last) issue.
         current: u16,
     },
-    /// A completion handed to a [`crate::done::DoneBoard`] for a CPU or slot it does not have.
-    DoneSlotOutOfRange {
-        /// The submitting CPU given.
-        cpu: usize,
-        /// The slot given.
-        slot: usize,
-        /// CPUs on the board.
-        ncpus: usize,
-        /// Slots per CPU on the board.
-        slots_per_cpu: usize,
-    },
-    /// A completion handed to a [`crate::done::DoneBoard`] for a slot whose previous
-    /// completion was not taken yet: two completions for one outstanding request.
-    DoneSlotBusy {
-        /// The submitting CPU.
-        cpu: usize,
-        /// The slot.
-        slot: usize,
-    },
     /// An I/O that reaches past the end of the device.
     BeyondEnd {
         /// First sector of the I/O.
@@ -193,19 +174,6 @@ impl fmt::Display for BlkError {
             } => write!(
                 f,
                 "stale completion for tag {tag} generation {generation}: the tag's current issue is generation {current}; dropped"
-            ),
-            Self::DoneSlotOutOfRange {
-                cpu,
-                slot,
-                ncpus,
-                slots_per_cpu,
-            } => write!(
-                f,
-                "completion for cpu {cpu} slot {slot}: the done board has cpus 0..{ncpus} and slots 0..{slots_per_cpu}"
-            ),
-            Self::DoneSlotBusy { cpu, slot } => write!(
-                f,
-                "second completion for cpu {cpu} slot {slot} before the first was taken"
             ),
             Self::BeyondEnd {
                 sector,

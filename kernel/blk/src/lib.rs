@@ -20,7 +20,6 @@
 extern crate alloc;
 
 mod counters;
-pub mod done;
 mod driver;
 mod error;
 mod freeze;

@@ -183,6 +183,19 @@ impl Status {
     }
 }
 
+/// A done board stores a status as its `repr(u8)` value.
+impl done::Outcome for Status {
+    const SUCCESS: Self = Self::Ok;
+
+    fn to_code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(code: u8) -> Self {
+        Self::from_u8(code)
+    }
+}
+
 /// What the block layer reports for each finished request through [`crate::Platform::end_io`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {

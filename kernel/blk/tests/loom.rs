@@ -2,7 +2,6 @@
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p blk --release --target-dir target/loom --test loom`.
 #![cfg(loom)]
 
-use blk::done::DoneBoard;
 use blk::list::{Links, TagStack};
 use blk::tags::TagBitmap;
 use blk::{
@@ -222,32 +221,6 @@ fn queue_freeze_drains_racing_submission() {
     });
 }
 
-/// (5) The done board: two CPUs deliver completions for CPU 0's two slots, one a success and
-/// one not, while CPU 0 takes concurrently. Every completion is reported exactly once, with the
-/// status it was delivered with (the Release `fetch_or` / Acquire `swap` pairing makes the status
-/// and the "not ok" bit visible with the done bit; a success is reported without its status).
-#[test]
-fn done_board_two_cpus_deliver_one_takes() {
-    loom::model(|| {
-        let board = Arc::new(DoneBoard::new(2, 2).unwrap());
-        let deliverer = |slot: usize, status: Status| {
-            let board = board.clone();
-            thread::spawn(move || board.deliver(0, slot, status).unwrap())
-        };
-        let d0 = deliverer(0, Status::Ok);
-        let d1 = deliverer(1, Status::Timeout);
-        let mut seen = Vec::new();
-        board.take(0, |slot, st| seen.push((slot, st)));
-        d0.join().unwrap();
-        d1.join().unwrap();
-        board.take(0, |slot, st| seen.push((slot, st)));
-        seen.sort_by_key(|&(slot, _)| slot);
-        assert_eq!(seen, [(0, Status::Ok), (1, Status::Timeout)]);
-        assert_eq!(board.bogus(), 0);
-        assert!(!board.has_pending(0));
-    });
-}
-
 /// A controller-wide resource (frames): `queue_rq` turns requests away while it is closed.
 struct GateDriver {
     open: Arc<loom::sync::atomic::AtomicBool>,
@@ -264,7 +237,7 @@ impl Driver for GateDriver {
     }
 }
 
-/// (6) Host-wide tags, free vs wait: queue B's request is turned away for lack of a frame
+/// (4) Host-wide tags, free vs wait: queue B's request is turned away for lack of a frame
 /// while, on another CPU, queue A's completion frees the frame and a tag of the shared set. B
 /// has nothing of its own in flight, so no completion of B's will rerun it, and no tick runs
 /// in this model: either B's restart protocol sees the free and reruns itself, or A's free sees
@@ -403,7 +376,7 @@ fn token_queue(
     (Arc::new(queue), platform)
 }
 
-/// (7) A completion racing the timeout check (another CPU's `tick`), for each verdict. Exactly
+/// (5) A completion racing the timeout check (another CPU's `tick`), for each verdict. Exactly
 /// one outcome per request, whatever the interleaving:
 /// - `ResetTimer`: the request always ends once, with the device's status (a completion that
 ///   lands while the handler runs is applied after it);
@@ -469,7 +442,7 @@ fn completion_races_the_timeout_check() {
     }
 }
 
-/// (8) The Busy-restart protocol: the driver turns request 2 away (its only frame is held by
+/// (6) The Busy-restart protocol: the driver turns request 2 away (its only frame is held by
 /// request 1) while, on another CPU, request 1's completion gives the frame back. The queue is
 /// not rerun on every completion and no tick runs: either the completer sees the turned-away
 /// request and reruns the queue, or the dispatcher sees the completion's "freed" bump and goes
@@ -526,7 +499,7 @@ impl Platform for WakePlatform {
     }
 }
 
-/// (9) The sleeping lock (`QuiesceCheck::Sleeping`): two CPUs take it the sleeping way while a
+/// (7) The sleeping lock (`QuiesceCheck::Sleeping`): two CPUs take it the sleeping way while a
 /// third takes it spinning. Mutual exclusion holds (each holder increments a loom cell), and no
 /// waiter stays parked: a waiter registers, fences, and retries before parking, and every
 /// unlock fences and wakes a registered waiter, so the last unlock never misses one. Removing
@@ -594,7 +567,7 @@ fn split_parent_ends_once_with_the_first_error() {
     });
 }
 
-/// (11) Two CPUs submit to the same hardware queue at once. The one that takes the run token
+/// (8) Two CPUs submit to the same hardware queue at once. The one that takes the run token
 /// issues its request directly, without collecting other CPUs' software queues in that pass;
 /// the other finds the token taken, queues its request and asks for a rerun. Whatever the
 /// interleaving, both requests are dispatched (and, with the inline null driver, ended), and

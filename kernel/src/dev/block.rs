@@ -3,10 +3,11 @@
 //! IPIs, end of I/O), and the one done board the workload engine reaps from.
 //!
 //! A finished request reaches its submitter through `blk`'s per-CPU lists
-//! and then [`blk::done::DoneBoard`], nothing else: `end_io` (on whatever CPU
-//! the block layer finished it) stores the status in the submitter's slot
-//! (the cookie is the slot; the CPU is `Completion::submit_cpu`) and wakes
-//! that CPU if it halted waiting.
+//! and then [`done::DoneBoard`], nothing else: the block layer delivers it
+//! (on whatever CPU it finished) to the submitter's slot (the cookie is the
+//! slot; the CPU is the request's submitting CPU), and the board wakes that
+//! CPU if it may have halted waiting. Split bios and stage-traced requests
+//! come the same way through `end_io`.
 //!
 //! A driver either lets the kernel build its queue ([`Disk::new`], the null
 //! device) or owns its queues ([`Disk::with_queue`]: a controller that serves
@@ -20,20 +21,25 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use blk::done::DoneBoard;
 use blk::{Bio, BlkError, Completion, CompletionPolicy, CounterSnapshot, Driver, Queue, QuiesceCheck, Submitted};
 use core::sync::atomic::{AtomicU64, Ordering};
+use done::DoneBoard;
 
 /// Requests one CPU may keep in flight on one device (the done board's slots per CPU).
 pub const MAX_SLOTS_PER_CPU: usize = 256;
 
 /// The one done board: per CPU, a status and a done bit per submitter slot. Jobs run one at a
 /// time and drain before the next starts, so one board serves every device.
-static DONE: spin::Once<DoneBoard> = spin::Once::new();
+static DONE: spin::Once<DoneBoard<blk::Status>> = spin::Once::new();
 
-/// The done board (created on first use, after the heap is up).
-pub fn done_board() -> &'static DoneBoard {
-    DONE.call_once(|| DoneBoard::new(MAX_CPUS, MAX_SLOTS_PER_CPU).expect("MAX_CPUS and MAX_SLOTS_PER_CPU are in range"))
+/// The done board (created on first use, after the heap is up). A submitter halted waiting for
+/// its completions (`idle=halt`) is woken by the board when another CPU delivers to it.
+pub fn done_board() -> &'static DoneBoard<blk::Status> {
+    DONE.call_once(|| {
+        DoneBoard::new(MAX_CPUS, MAX_SLOTS_PER_CPU)
+            .expect("MAX_CPUS and MAX_SLOTS_PER_CPU are in range")
+            .with_waker(idle::wake)
+    })
 }
 
 /// The cookie of a request submitted from slot `slot` (the submitting CPU travels in the request).
@@ -62,39 +68,21 @@ impl blk::Platform for KernelPlatform {
         send_completion_interrupt(cpu);
     }
 
+    /// Split bios and stage-traced requests (everything else the block layer delivers to the
+    /// done board itself).
     fn end_io(&self, c: &Completion) {
-        self.end_io_by_cookie(c.cookie, c.submit_cpu, c.status);
-    }
-
-    /// The done board needs only these three: every unsplit request ends here directly, without
-    /// a `Completion` built for it.
-    fn ends_by_cookie(&self) -> bool {
-        true
-    }
-
-    fn done_board(&self) -> Option<&'static DoneBoard> {
-        Some(done_board())
-    }
-
-    fn done_refused(&self, error: &BlkError) {
-        log_bogus(error);
-    }
-
-    fn wake_submitter(&self, cpu: usize) {
-        idle::wake(cpu);
-    }
-
-    fn end_io_by_cookie(&self, cookie: u64, submit_cpu: u16, status: blk::Status) {
-        let cpu = usize::from(submit_cpu);
+        let cpu = usize::from(c.submit_cpu);
         // Before the delivery: the submitter may take it (and record its reap) at once.
-        if let Ok(slot) = usize::try_from(cookie) {
+        if let Ok(slot) = usize::try_from(c.cookie) {
             crate::arch::stagetrace::ended(cpu, slot);
         }
-        if let Err(e) = done_board().deliver_cookie(cpu, cookie, status) {
+        if let Err(e) = done_board().deliver_from(usize::from(c.complete_cpu), cpu, c.cookie, c.status) {
             log_bogus(&e);
         }
-        // The submitter may be halted waiting for exactly this (idle=halt).
-        idle::wake(cpu);
+    }
+
+    fn done_board(&self) -> Option<&'static DoneBoard<blk::Status>> {
+        Some(done_board())
     }
 
     fn wait_for_wake(&self, cpu: usize) {
@@ -110,7 +98,7 @@ impl blk::Platform for KernelPlatform {
     }
 }
 
-fn log_bogus(e: &BlkError) {
+fn log_bogus(e: &done::DoneError) {
     if BOGUS_LOG_COUNT.fetch_add(1, Ordering::Relaxed) < BOGUS_LOGGED {
         log::error!("block: completion refused by the done board: {e}");
     }

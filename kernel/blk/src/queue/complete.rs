@@ -343,11 +343,9 @@ impl<D: Driver> Queue<D> {
         {
             // SAFETY: as above; the slot stays ours until it is freed below.
             let d = unsafe { slot.data() };
-            self.end_on_board(board, cpu, d.cookie, usize::from(d.submit_cpu), status);
-        } else if parent == NO_PARENT && self.ends_by_cookie {
-            // SAFETY: as above; the slot stays ours until it is freed below.
-            let d = unsafe { slot.data() };
-            self.platform.end_io_by_cookie(d.cookie, d.submit_cpu, status);
+            // A refusal (a cookie that is no slot, a slot already done) is counted by the
+            // board, which the platform reports; the request has ended either way.
+            let _ = board.deliver_from(cpu, usize::from(d.submit_cpu), d.cookie, status);
         } else {
             self.end_io_full(cpu, index, status, parent);
         }
@@ -367,29 +365,9 @@ impl<D: Driver> Queue<D> {
         self.after_completion(cpu, set, hwq, rerun_covered);
     }
 
-    /// Delivers a finished request to the platform's done board ([`Platform::done_board`]):
-    /// what the platform's `end_io_by_cookie` would do, without the call through it. The
-    /// submitter is woken only when another CPU completes its request.
-    #[inline(always)]
-    pub(super) fn end_on_board(
-        &self,
-        board: &crate::done::DoneBoard,
-        cpu: usize,
-        cookie: u64,
-        submit_cpu: usize,
-        status: Status,
-    ) {
-        if let Err(e) = board.deliver_cookie(submit_cpu, cookie, status) {
-            self.platform.done_refused(&e);
-        }
-        if submit_cpu != cpu {
-            self.platform.wake_submitter(submit_cpu);
-        }
-    }
-
     /// [`Queue::end_request`]'s report through [`Platform::end_io`]: a whole [`Completion`]
     /// for an unsplit request, or the bio's once its last part has ended. Cold: the kernel's
-    /// platform ends by cookie, so it comes here only for split bios.
+    /// platform has a done board, so it comes here only for split bios and stage tracing.
     #[cold]
     pub(super) fn end_io_full(&self, cpu: usize, index: u32, status: Status, parent: u32) {
         let completion = {

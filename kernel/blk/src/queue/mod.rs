@@ -148,10 +148,8 @@ pub struct Queue<D: Driver> {
     block_sectors: u32,
     timeout_ns: u64,
     run_on_completion: bool,
-    /// [`Platform::ends_by_cookie`], asked once: unsplit requests end without a [`Completion`].
-    ends_by_cookie: bool,
     /// [`Platform::done_board`], asked once: unsplit requests end on it directly.
-    done_board: Option<&'static crate::done::DoneBoard>,
+    done_board: Option<&'static done::DoneBoard<crate::Status>>,
     /// Hardware queues served by each tag set (all of them with shared tags).
     set_hwqs: Box<[Box<[u16]>]>,
     /// Some tag set serves more than one hardware queue (`shared_tags` with several): only
@@ -254,7 +252,6 @@ impl<D: Driver> Queue<D> {
             }
         }
         Ok(Self {
-            ends_by_cookie: platform.ends_by_cookie(),
             done_board: platform.done_board(),
             platform,
             ncpus,

@@ -73,7 +73,7 @@ pub(super) struct KernelBackend<'a> {
     /// This CPU's words of the done board for the job's slots (its queue depth), cut once:
     /// one word per reap at QD 64 or less, with no lookup per reap; `run_share`
     /// clears anything above them when the job ends.
-    pub(super) done: blk::done::CpuDone<'static>,
+    pub(super) done: done::CpuDone<'static, blk::Status>,
     pub(super) next_tick_ns: u64,
     pub(super) progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
 }
@@ -169,7 +169,7 @@ fn list_one(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, c:
 
 /// Records in the stage trace that `cpu` reaped what the board took.
 #[inline(never)]
-fn trace_reaped(cpu: usize, taken: Taken) {
+fn trace_reaped(cpu: usize, taken: Taken<blk::Status>) {
     match taken {
         Taken::Successes { first, bits } => for_each_bit(bits, |i| crate::arch::stagetrace::reaped(cpu, first + i)),
         Taken::Other { slot, .. } => crate::arch::stagetrace::reaped(cpu, slot),

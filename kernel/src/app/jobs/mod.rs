@@ -9,9 +9,9 @@ use crate::arch::{idle, irq, percpu, smp, time};
 use crate::dev::block::{self, BlockDevice, MAX_SLOTS_PER_CPU};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use blk::done::{Taken, for_each_bit};
 use blk::{BlkError, CompletionPolicy, QuiesceCheck, Segment, Status};
 use core::fmt::Write;
+use done::{Taken, for_each_bit};
 use workload::{
     Completion, CpuResult, DeviceInfo, IoBackend, IoError, IoOp, JobPlan, JobReport, JobShared, ProgressMeter, Reaped,
     SubmitError, WorkloadError, split_successes,

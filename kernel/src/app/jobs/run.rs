@@ -519,6 +519,12 @@ impl JobRun<'_> {
             ("spurious_completions", delta(|c| c.spurious_completions)),
             ("bogus_cookies", block::done_board().bogus() - before.bogus),
         ];
+        let bogus = block::done_board().bogus() - before.bogus;
+        if bogus > 0 {
+            // The block layer delivers to the board without a call back; the board counted
+            // each one (a cookie that is no slot of the job, or a slot completed twice).
+            log::error!("{bogus} completion(s) refused by the done board (a slot out of range or already done)");
+        }
         for (name, value) in totals {
             report.add_total(name, value);
         }

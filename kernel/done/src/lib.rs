@@ -1,33 +1,115 @@
 //! The done board: how a finished request gets home to the CPU that submitted it.
 //!
 //! A submitter (the kernel's workload engine) keeps a fixed number of outstanding requests per
-//! CPU, each in a numbered slot. When the block layer finishes a request it calls
-//! [`crate::Platform::end_io`] on whatever CPU it finished on; the platform passes the
-//! completion's [`crate::Completion::submit_cpu`] (taken from the request slot, so the cookie
-//! need not carry a CPU) and the submitter's slot to [`DoneBoard::deliver`], which stores the
-//! status and sets the slot's bit in that CPU's done bitmap. The submitting CPU calls
-//! [`DoneBoard::take`], which swaps its bitmap words to zero and reports each set bit with its
-//! status. No lock, no allocation after [`DoneBoard::new`].
+//! CPU, each in a numbered slot, and gives the slot as the request's cookie. Whoever finishes a
+//! request, on whatever CPU, hands the submitting CPU, the cookie and the status to
+//! [`DoneBoard::deliver_from`], which stores the status and sets the slot's bit in that CPU's
+//! done bitmap (and wakes the submitter if it is another CPU and the board has a waker). The
+//! submitting CPU calls [`DoneBoard::take`] (or [`CpuDone::take_split`]), which swaps its bitmap
+//! words to zero and reports each set bit with its status. No lock, no allocation after
+//! [`DoneBoard::new`]. The board knows nothing of the block layer: the status is any
+//! [`Outcome`].
 //!
 //! Who may call what concurrently: `deliver` from any CPU, including interrupt context, for any
 //! submitter; `take(cpu, ..)` only by the one context that owns `cpu`'s slots (it may run
 //! concurrently with any number of `deliver`s). A slot must have at most one completion
 //! outstanding: the submitter reuses a slot only after `take` reported it. A second `deliver`
-//! before that is refused with [`BlkError::DoneSlotBusy`] and counted, but a failure's status
+//! before that is refused with [`DoneError::SlotBusy`] and counted, but a failure's status
 //! has already overwritten the first one's (the caller broke the contract; the error says so).
 //!
-//! Memory ordering: when the status is not [`Status::Ok`], `deliver` stores it (Relaxed) and sets
-//! the slot's "not ok" bit (Relaxed RMW); then it sets the done bit with a Release RMW;
+//! Memory ordering: when the status is not [`Outcome::SUCCESS`], `deliver` stores it (Relaxed)
+//! and sets the slot's "not ok" bit (Relaxed RMW); then it sets the done bit with a Release RMW;
 //! `take` swaps the word with Acquire, which synchronises with every RMW whose bit it takes, so
 //! each taken slot's status and "not ok" bit are visible (loom model
-//! `done_board_two_cpus_deliver_one_takes`). The "not ok" bits let [`DoneBoard::take_split`] hand
-//! a word's successes over as one bit mask, without reading a status per slot.
+//! `two_cpus_deliver_one_takes`). The "not ok" bits let [`DoneBoard::take_split`] hand a word's
+//! successes over as one bit mask, without reading a status per slot.
 
-use crate::error::BlkError;
-use crate::request::Status;
+#![no_std]
+
+extern crate alloc;
+
+mod sync;
+
 use crate::sync::{AtomicU8, AtomicU64, Ordering};
 use alloc::boxed::Box;
+use core::fmt;
 use core::sync::atomic::AtomicU64 as CountU64;
+
+/// A request's final status as the board stores it: one byte, with success stored as none.
+pub trait Outcome: Copy + PartialEq + fmt::Debug {
+    /// Success: a slot that ends with it has no status stored and is reported in a
+    /// [`Taken::Successes`] mask.
+    const SUCCESS: Self;
+    /// The byte the board stores.
+    fn to_code(self) -> u8;
+    /// The status a stored byte stands for (only bytes [`Outcome::to_code`] gave are stored).
+    fn from_code(code: u8) -> Self;
+}
+
+/// What the board refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoneError {
+    /// A board of no CPUs or slots, or of more than it can index.
+    Geometry {
+        /// `"ncpus"` or `"slots_per_cpu"`.
+        field: &'static str,
+        /// The value asked for.
+        value: usize,
+        /// The most accepted.
+        max: usize,
+    },
+    /// A completion for a CPU or slot the board does not have (a slot of `usize::MAX` stands
+    /// for a cookie that is no slot number).
+    SlotOutOfRange {
+        /// Submitting CPU named by the completion.
+        cpu: usize,
+        /// Slot named by the completion.
+        slot: usize,
+        /// CPUs the board has.
+        ncpus: usize,
+        /// Slots per CPU the board has.
+        slots_per_cpu: usize,
+    },
+    /// A completion for a slot whose previous completion has not been taken yet.
+    SlotBusy {
+        /// Submitting CPU.
+        cpu: usize,
+        /// Its slot.
+        slot: usize,
+    },
+}
+
+impl fmt::Display for DoneError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Geometry { field, value, max } => {
+                write!(f, "done board {field} {value} is out of range (1..={max})")
+            }
+            Self::SlotOutOfRange {
+                cpu,
+                slot,
+                ncpus,
+                slots_per_cpu,
+            } if slot == usize::MAX => write!(
+                f,
+                "completion for cpu {cpu} with a cookie that is no slot (board: {ncpus} CPUs x {slots_per_cpu} slots)"
+            ),
+            Self::SlotOutOfRange {
+                cpu,
+                slot,
+                ncpus,
+                slots_per_cpu,
+            } => write!(
+                f,
+                "completion for cpu {cpu} slot {slot}, outside the board's {ncpus} CPUs x {slots_per_cpu} slots"
+            ),
+            Self::SlotBusy { cpu, slot } => write!(
+                f,
+                "second completion for cpu {cpu} slot {slot} before the first was taken"
+            ),
+        }
+    }
+}
 
 /// Most slots one CPU may have on a board.
 pub const MAX_SLOTS: usize = 1 << 16;
@@ -58,11 +140,11 @@ pub fn for_each_bit(mut bits: u64, mut f: impl FnMut(usize)) {
 
 /// What [`DoneBoard::take_split`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Taken {
-    /// Slots `first + i`, for each bit `i` of `bits`, finished with [`Status::Ok`].
+pub enum Taken<S> {
+    /// Slots `first + i`, for each bit `i` of `bits`, finished with [`Outcome::SUCCESS`].
     Successes { first: usize, bits: u64 },
-    /// Slot `slot` finished with `status`, which is not [`Status::Ok`].
-    Other { slot: usize, status: Status },
+    /// Slot `slot` finished with `status`, which is not [`Outcome::SUCCESS`].
+    Other { slot: usize, status: S },
 }
 
 /// 64 slots' done bits and, beside them, their "not ok" bits: one slice, so a reap walks one
@@ -82,8 +164,8 @@ impl DoneWord {
     }
 }
 
-/// Per-CPU done bitmaps and per-slot statuses.
-pub struct DoneBoard {
+/// Per-CPU done bitmaps and per-slot statuses of outcome `S`.
+pub struct DoneBoard<S> {
     ncpus: usize,
     slots_per_cpu: usize,
     word_stride: usize,
@@ -92,24 +174,27 @@ pub struct DoneBoard {
     status: Box<[AtomicU8]>,
     /// Refused deliveries; a statistic, so a plain `core` atomic.
     bogus: CountU64,
+    /// Wakes a submitting CPU that may be halted waiting for its completions.
+    waker: Option<fn(usize)>,
+    _outcome: core::marker::PhantomData<S>,
 }
 
-impl DoneBoard {
-    /// A board for `ncpus` CPUs (`1..=65536`) with `slots_per_cpu` slots each
-    /// (`1..=`[`MAX_SLOTS`]).
-    pub fn new(ncpus: usize, slots_per_cpu: usize) -> Result<Self, BlkError> {
+impl<S: Outcome> DoneBoard<S> {
+    /// A board for `ncpus` CPUs (`1..=`[`MAX_CPUS`]) with `slots_per_cpu` slots each
+    /// (`1..=`[`MAX_SLOTS`]), with no waker.
+    pub fn new(ncpus: usize, slots_per_cpu: usize) -> Result<Self, DoneError> {
         if ncpus == 0 || ncpus > MAX_CPUS {
-            return Err(BlkError::InvalidConfig {
-                field: "done board ncpus",
-                value: ncpus as u64,
-                accepted: "1..=65536",
+            return Err(DoneError::Geometry {
+                field: "ncpus",
+                value: ncpus,
+                max: MAX_CPUS,
             });
         }
         if slots_per_cpu == 0 || slots_per_cpu > MAX_SLOTS {
-            return Err(BlkError::InvalidConfig {
-                field: "done board slots_per_cpu",
-                value: slots_per_cpu as u64,
-                accepted: "1..=65536",
+            return Err(DoneError::Geometry {
+                field: "slots_per_cpu",
+                value: slots_per_cpu,
+                max: MAX_SLOTS,
             });
         }
         let word_stride = slots_per_cpu.div_ceil(64).next_multiple_of(WORD_STRIDE_ALIGN);
@@ -121,10 +206,19 @@ impl DoneBoard {
             status_stride,
             words: (0..ncpus * word_stride).map(|_| DoneWord::new()).collect(),
             status: (0..ncpus * status_stride)
-                .map(|_| AtomicU8::new(Status::Ok as u8))
+                .map(|_| AtomicU8::new(S::SUCCESS.to_code()))
                 .collect(),
             bogus: CountU64::new(0),
+            waker: None,
+            _outcome: core::marker::PhantomData,
         })
+    }
+
+    /// The board with `wake(cpu)` called after a delivery from another CPU than the submitter's
+    /// ([`DoneBoard::deliver_from`]): the submitter may be halted waiting for exactly that.
+    pub fn with_waker(mut self, wake: fn(usize)) -> Self {
+        self.waker = Some(wake);
+        self
     }
 
     /// Number of CPUs.
@@ -141,16 +235,16 @@ impl DoneBoard {
     /// CPU and from interrupt context; never blocks. An out-of-range CPU or slot, or a slot that
     /// already holds an untaken completion, is counted in [`DoneBoard::bogus`] and refused.
     #[inline(always)]
-    pub fn deliver(&self, submit_cpu: usize, slot: usize, status: Status) -> Result<(), BlkError> {
+    pub fn deliver(&self, submit_cpu: usize, slot: usize, status: S) -> Result<(), DoneError> {
         if submit_cpu >= self.ncpus || slot >= self.slots_per_cpu {
             return Err(self.refuse_out_of_range(submit_cpu, slot));
         }
         let bit = 1u64 << (slot % 64);
         let word = submit_cpu * self.word_stride + slot / 64;
-        if status != Status::Ok {
+        if status != S::SUCCESS {
             // Only a slot with its "not ok" bit has its status read (`take_failed`), so a
             // success stores none. Both are published by the Release below.
-            self.status[submit_cpu * self.status_stride + slot].store(status as u8, Ordering::Relaxed);
+            self.status[submit_cpu * self.status_stride + slot].store(status.to_code(), Ordering::Relaxed);
             self.words[word].failed.fetch_or(bit, Ordering::Relaxed);
         }
         // Release pairs with the Acquire swap in `take`: the status store and the "not ok" bit
@@ -158,7 +252,7 @@ impl DoneBoard {
         let prev = self.words[word].done.fetch_or(bit, Ordering::Release);
         if prev & bit != 0 {
             self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-            return Err(BlkError::DoneSlotBusy { cpu: submit_cpu, slot });
+            return Err(DoneError::SlotBusy { cpu: submit_cpu, slot });
         }
         Ok(())
     }
@@ -166,18 +260,32 @@ impl DoneBoard {
     /// [`DoneBoard::deliver`] for a request whose cookie is its slot (the kernel's): a cookie
     /// that is no slot number is refused as out of range.
     #[inline]
-    pub fn deliver_cookie(&self, submit_cpu: usize, cookie: u64, status: Status) -> Result<(), BlkError> {
+    pub fn deliver_cookie(&self, submit_cpu: usize, cookie: u64, status: S) -> Result<(), DoneError> {
         match usize::try_from(cookie) {
             Ok(slot) => self.deliver(submit_cpu, slot, status),
             Err(_) => Err(self.refuse_out_of_range(submit_cpu, usize::MAX)),
         }
     }
 
+    /// A request finished on CPU `by_cpu`: [`DoneBoard::deliver_cookie`], then, when
+    /// `submit_cpu` is another CPU, the waker. What the block layer calls for every unsplit
+    /// request; a refusal is counted in [`DoneBoard::bogus`] and returned.
+    #[inline(always)]
+    pub fn deliver_from(&self, by_cpu: usize, submit_cpu: usize, cookie: u64, status: S) -> Result<(), DoneError> {
+        let delivered = self.deliver_cookie(submit_cpu, cookie, status);
+        if submit_cpu != by_cpu
+            && let Some(wake) = self.waker
+        {
+            wake(submit_cpu);
+        }
+        delivered
+    }
+
     /// Counts and names a delivery to a CPU or slot the board does not have.
     #[cold]
-    fn refuse_out_of_range(&self, cpu: usize, slot: usize) -> BlkError {
+    fn refuse_out_of_range(&self, cpu: usize, slot: usize) -> DoneError {
         self.bogus.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        BlkError::DoneSlotOutOfRange {
+        DoneError::SlotOutOfRange {
             cpu,
             slot,
             ncpus: self.ncpus,
@@ -189,7 +297,7 @@ impl DoneBoard {
     /// how many. Within each 64-slot word, the successes come first, lowest slot first, then the
     /// other completions, lowest slot first. Only `cpu`'s owner calls this. An
     /// out-of-range `cpu` has nothing to take.
-    pub fn take(&self, cpu: usize, f: impl FnMut(usize, Status)) -> usize {
+    pub fn take(&self, cpu: usize, f: impl FnMut(usize, S)) -> usize {
         self.take_below(cpu, self.slots_per_cpu, f)
     }
 
@@ -197,9 +305,9 @@ impl DoneBoard {
     /// board's): it looks at those slots' words only. The workload engine's slots are its queue
     /// depth, so a job at QD 64 or less reads one word per reap, not four.
     #[inline]
-    pub fn take_below(&self, cpu: usize, slots: usize, mut f: impl FnMut(usize, Status)) -> usize {
+    pub fn take_below(&self, cpu: usize, slots: usize, mut f: impl FnMut(usize, S)) -> usize {
         self.take_split(cpu, slots, |taken| match taken {
-            Taken::Successes { first, bits } => for_each_bit(bits, |i| f(first + i, Status::Ok)),
+            Taken::Successes { first, bits } => for_each_bit(bits, |i| f(first + i, S::SUCCESS)),
             Taken::Other { slot, status } => f(slot, status),
         })
     }
@@ -208,15 +316,15 @@ impl DoneBoard {
     /// ([`Taken::Successes`]: no status is read for them), then each slot of the word that
     /// finished otherwise ([`Taken::Other`]). Returns how many were taken.
     #[inline]
-    pub fn take_split(&self, cpu: usize, slots: usize, f: impl FnMut(Taken)) -> usize {
+    pub fn take_split(&self, cpu: usize, slots: usize, f: impl FnMut(Taken<S>)) -> usize {
         self.cpu_below(cpu, slots).map_or(0, |part| part.take_split(f))
     }
 
     /// CPU `cpu`'s part of the board, cut to the words of slots `0..slots` (clamped to the
     /// board's): what [`DoneBoard::take_split`] looks up on every call, looked up once, for a
-    /// taker that reaps the same slots many times (the workload engine, once per job; issue
-    /// 22). `None` for an out-of-range CPU. Only `cpu`'s owner may take through it.
-    pub fn cpu_below(&self, cpu: usize, slots: usize) -> Option<CpuDone<'_>> {
+    /// taker that reaps the same slots many times (the workload engine, once per job).
+    /// `None` for an out-of-range CPU. Only `cpu`'s owner may take through it.
+    pub fn cpu_below(&self, cpu: usize, slots: usize) -> Option<CpuDone<'_, S>> {
         if cpu >= self.ncpus {
             return None;
         }
@@ -234,7 +342,7 @@ impl DoneBoard {
     /// walk, behind its rare branch: an out-of-line call taking `f` by reference made the
     /// caller keep the closure, and what it captures, in memory on every reap.
     #[inline(always)]
-    fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, mut f: impl FnMut(Taken)) {
+    fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, mut f: impl FnMut(Taken<S>)) {
         // Other slots' bits in the word may be set meanwhile; clear only ours.
         failed_word.fetch_and(!failed, Ordering::Relaxed);
         let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
@@ -242,7 +350,7 @@ impl DoneBoard {
             let slot = w * 64 + i;
             f(Taken::Other {
                 slot,
-                status: Status::from_u8(statuses[slot].load(Ordering::Relaxed)),
+                status: S::from_code(statuses[slot].load(Ordering::Relaxed)),
             });
         });
     }
@@ -285,16 +393,16 @@ impl DoneBoard {
 }
 
 /// One CPU's words of a [`DoneBoard`], from [`DoneBoard::cpu_below`].
-pub struct CpuDone<'b> {
-    board: &'b DoneBoard,
+pub struct CpuDone<'b, S> {
+    board: &'b DoneBoard<S>,
     cpu: usize,
     words: &'b [DoneWord],
 }
 
-impl CpuDone<'_> {
+impl<S: Outcome> CpuDone<'_, S> {
     /// [`DoneBoard::take_split`] over this part's words. Inlined: a QD1 job pays one per I/O.
     #[inline(always)]
-    pub fn take_split(&self, mut f: impl FnMut(Taken)) -> usize {
+    pub fn take_split(&self, mut f: impl FnMut(Taken<S>)) -> usize {
         // A part of one word (a job of up to 64 slots, every QD1 job): no loop, and its
         // successes are known to start at slot 0.
         if let [only] = self.words {
@@ -309,7 +417,7 @@ impl CpuDone<'_> {
 
     /// Takes word `w`'s completions; returns how many.
     #[inline(always)]
-    fn take_word(&self, w: usize, word: &DoneWord, mut f: impl FnMut(Taken)) -> usize {
+    fn take_word(&self, w: usize, word: &DoneWord, mut f: impl FnMut(Taken<S>)) -> usize {
         // A plain load first: most words are empty, and a swap would take the line
         // exclusively for nothing.
         if word.done.load(Ordering::Relaxed) == 0 {
@@ -334,198 +442,4 @@ impl CpuDone<'_> {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    extern crate std;
-    use std::vec::Vec;
-
-    #[test]
-    fn delivers_to_the_submitting_cpu_with_status() {
-        let b = DoneBoard::new(3, 130).unwrap();
-        b.deliver(1, 0, Status::Ok).unwrap();
-        b.deliver(1, 129, Status::IoError).unwrap();
-        b.deliver(2, 64, Status::Timeout).unwrap();
-        assert!(!b.has_pending(0));
-        let mut got = Vec::new();
-        assert_eq!(b.take(1, |s, st| got.push((s, st))), 2);
-        assert_eq!(got, [(0, Status::Ok), (129, Status::IoError)]);
-        assert_eq!(b.take(1, |_, _| panic!("taken twice")), 0);
-        got.clear();
-        assert_eq!(b.take(2, |s, st| got.push((s, st))), 1);
-        assert_eq!(got, [(64, Status::Timeout)]);
-        assert_eq!(b.bogus(), 0);
-    }
-
-    /// A CPU's part, cut once, takes what `take_split` would, from its own CPU's words of its
-    /// slots only, as often as asked; there is none for a CPU the board does not have.
-    #[test]
-    fn a_cpus_part_takes_its_own_words_only_every_time() {
-        let b = DoneBoard::new(2, 200).unwrap();
-        assert!(b.cpu_below(2, 64).is_none());
-        let part = b.cpu_below(1, 70).unwrap();
-        for round in 0..3 {
-            // Slot 130 is past the part's two words; cpu0's slot 5 is another CPU's.
-            b.deliver(1, 3, Status::Ok).unwrap();
-            b.deliver(1, 64, Status::Ok).unwrap();
-            b.deliver(1, 69, Status::IoError).unwrap();
-            b.deliver(1, 130, Status::Ok).unwrap();
-            b.deliver(0, 5, Status::Ok).unwrap();
-            let mut got = Vec::new();
-            assert_eq!(part.take_split(|t| got.push(t)), 3, "round {round}");
-            assert_eq!(
-                got,
-                [
-                    Taken::Successes { first: 0, bits: 1 << 3 },
-                    Taken::Successes { first: 64, bits: 1 },
-                    Taken::Other {
-                        slot: 69,
-                        status: Status::IoError
-                    },
-                ]
-            );
-            assert_eq!(part.take_split(|_| panic!("taken twice")), 0);
-            // What the part did not look at is still there.
-            assert_eq!(b.take_below(1, 200, |s, _| assert_eq!(s, 130)), 1);
-            assert_eq!(b.take_below(0, 64, |s, _| assert_eq!(s, 5)), 1);
-        }
-    }
-
-    #[test]
-    fn take_below_looks_at_its_slots_only_and_take_stray_clears_the_rest_as_bogus() {
-        let b = DoneBoard::new(1, 256).unwrap();
-        for slot in [0, 31, 32, 63, 64, 200] {
-            b.deliver(0, slot, Status::Ok).unwrap();
-        }
-        let mut got = Vec::new();
-        // Slots 0..32 live in word 0, which is taken whole: 32 and 63 come out too (the
-        // engine refuses them as out of range); word 1 (64) and word 3 (200) are not looked at.
-        assert_eq!(b.take_below(0, 32, |s, _| got.push(s)), 4);
-        assert_eq!(got, [0, 31, 32, 63]);
-        got.clear();
-        assert_eq!(b.take_below(0, 64, |s, _| got.push(s)), 0);
-        assert_eq!(b.bogus(), 0);
-        // Slots 64 and 200 are above a 64-slot job: cleared and counted; slots below stay.
-        b.deliver(0, 5, Status::IoError).unwrap();
-        assert_eq!(b.take_stray(0, 64), 2);
-        assert_eq!(b.bogus(), 2);
-        let mut left = Vec::new();
-        assert_eq!(b.take(0, |s, st| left.push((s, st))), 1);
-        assert_eq!(left, [(5, Status::IoError)]);
-        assert_eq!(b.take_stray(0, 0), 0);
-        assert_eq!(b.take_stray(7, 0), 0, "an out-of-range CPU has nothing");
-    }
-
-    #[test]
-    fn take_split_hands_a_words_successes_over_as_bits_and_names_the_rest() {
-        let b = DoneBoard::new(2, 130).unwrap();
-        for (slot, status) in [
-            (0, Status::Ok),
-            (3, Status::IoError),
-            (5, Status::Ok),
-            (64, Status::Timeout),
-            (70, Status::Ok),
-            (129, Status::Aborted),
-        ] {
-            b.deliver(1, slot, status).unwrap();
-        }
-        let mut got = Vec::new();
-        assert_eq!(b.take_split(1, 130, |t| got.push(t)), 6);
-        assert_eq!(
-            got,
-            [
-                Taken::Successes {
-                    first: 0,
-                    bits: 0b100001
-                },
-                Taken::Other {
-                    slot: 3,
-                    status: Status::IoError
-                },
-                Taken::Successes {
-                    first: 64,
-                    bits: 1 << 6
-                },
-                Taken::Other {
-                    slot: 64,
-                    status: Status::Timeout
-                },
-                Taken::Other {
-                    slot: 129,
-                    status: Status::Aborted
-                },
-            ]
-        );
-        // A slot that failed once and then succeeds is a success: its "not ok" bit was cleared
-        // when it was taken; so is a stray one's.
-        b.deliver(1, 3, Status::Ok).unwrap();
-        b.deliver(1, 100, Status::IoError).unwrap();
-        assert_eq!(b.take_stray(1, 64), 1);
-        b.deliver(1, 100, Status::Ok).unwrap();
-        got.clear();
-        assert_eq!(b.take_split(1, 130, |t| got.push(t)), 2);
-        assert_eq!(
-            got,
-            [
-                Taken::Successes { first: 0, bits: 1 << 3 },
-                Taken::Successes {
-                    first: 64,
-                    bits: 1 << 36
-                },
-            ]
-        );
-        assert_eq!(b.take_split(7, 130, |_| panic!("no such CPU")), 0);
-    }
-
-    #[test]
-    fn refuses_out_of_range_and_double_delivery() {
-        let b = DoneBoard::new(2, 8).unwrap();
-        assert_eq!(
-            b.deliver(2, 0, Status::Ok).unwrap_err(),
-            BlkError::DoneSlotOutOfRange {
-                cpu: 2,
-                slot: 0,
-                ncpus: 2,
-                slots_per_cpu: 8
-            }
-        );
-        assert!(matches!(
-            b.deliver(0, 8, Status::Ok),
-            Err(BlkError::DoneSlotOutOfRange { slot: 8, .. })
-        ));
-        b.deliver(0, 3, Status::Ok).unwrap();
-        assert_eq!(
-            b.deliver(0, 3, Status::Ok).unwrap_err(),
-            BlkError::DoneSlotBusy { cpu: 0, slot: 3 }
-        );
-        assert_eq!(b.bogus(), 3);
-        assert_eq!(b.take(0, |_, _| {}), 1);
-        assert_eq!(b.take(7, |_, _| {}), 0);
-        // Taken: the slot may complete again.
-        b.deliver(0, 3, Status::Aborted).unwrap();
-        let mut st = None;
-        b.take(0, |_, s| st = Some(s));
-        assert_eq!(st, Some(Status::Aborted));
-    }
-
-    #[test]
-    fn a_cookie_is_delivered_as_its_slot_and_refused_past_the_slots() {
-        let b = DoneBoard::new(2, 8).unwrap();
-        b.deliver_cookie(1, 5, Status::IoError).unwrap();
-        assert!(matches!(
-            b.deliver_cookie(1, 8, Status::Ok),
-            Err(BlkError::DoneSlotOutOfRange { cpu: 1, slot: 8, .. })
-        ));
-        assert_eq!(b.bogus(), 1);
-        let mut got = Vec::new();
-        b.take(1, |slot, status| got.push((slot, status)));
-        assert_eq!(got, [(5, Status::IoError)]);
-    }
-
-    #[test]
-    fn rejects_bad_geometry() {
-        assert!(DoneBoard::new(0, 8).is_err());
-        assert!(DoneBoard::new(1, 0).is_err());
-        assert!(DoneBoard::new(1, MAX_SLOTS + 1).is_err());
-        assert!(DoneBoard::new(1, MAX_SLOTS).is_ok());
-    }
-}
+mod tests;
