@@ -66,6 +66,9 @@ commands:
       --disk PATH                 disk image behind the controller
                                   (default target/baremq-disk.img, 256 MiB, created on first use)
       --no-disk                   no controller and no disk
+      --net virtio|none           a NIC on QEMU's user network (DHCP server and gateway 10.0.2.2):
+                                  virtio-net-pci, modern only (disable-legacy=on); default none.
+                                  Try it with -- test=net (docs/network.md)
       --fio JOB.fio               run a fio job file (repeatable: in order); it reaches the kernel as a
                                   boot module (-initrd); no default job then. Shorten a published job
                                   with kernel words, e.g. -- fio.override.runtime=2s (docs/fio.md)
@@ -228,6 +231,30 @@ impl RunDevice {
     }
 }
 
+/// The NIC `cargo xtask run --net` adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunNet {
+    None,
+    /// `virtio-net-pci` on QEMU's user network, with only the modern (virtio 1.0+) interface.
+    Virtio,
+}
+
+impl RunNet {
+    /// QEMU arguments for the NIC and its user-mode network (QEMU's DHCP server hands out
+    /// 10.0.2.15; the gateway 10.0.2.2 answers pings).
+    fn qemu_args(self) -> Vec<String> {
+        match self {
+            RunNet::None => Vec::new(),
+            RunNet::Virtio => vec![
+                "-netdev".into(),
+                "user,id=n0".into(),
+                "-device".into(),
+                "virtio-net-pci,netdev=n0,disable-legacy=on,mac=52:54:00:12:34:56".into(),
+            ],
+        }
+    }
+}
+
 /// The workspace root (parent of this crate).
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -312,6 +339,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
     let mut timeout = 300u64;
     let mut disk: Option<PathBuf> = Some(root().join(DEFAULT_DISK));
     let mut device = RunDevice::Megasas;
+    let mut net = RunNet::None;
     let mut fio_files: Vec<PathBuf> = Vec::new();
     let mut output_format: Option<String> = None;
     let mut output: Option<PathBuf> = None;
@@ -381,6 +409,13 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
                     v => return Err(format!("--device '{v}': use megasas, nvme or fusion")),
                 }
             }
+            "--net" => {
+                net = match options.value()? {
+                    "virtio" => RunNet::Virtio,
+                    "none" => RunNet::None,
+                    v => return Err(format!("--net '{v}': use virtio or none")),
+                }
+            }
             other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
         }
     }
@@ -405,6 +440,7 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             println!("xtask: default job: {job}");
         }
     }
+    extra.extend(net.qemu_args());
     extra.extend(qemu::fio_initrd_args(&fio_files, false)?);
     if output.is_some() && output_format.as_deref().is_none_or(|f| f.starts_with("normal")) {
         return Err("--output FILE takes fio's JSON document: add --output-format json or json+".into());
@@ -478,7 +514,6 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "values",
         "crc32c",
         "disks",
-        "done",
         "fioserver",
         "blk",
         "platform",
@@ -489,6 +524,8 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "megasas",
         "megasas-fusion",
         "nvme",
+        "net",
+        "virtio-net",
     ];
     sh(Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
     sh(Command::new(cargo()).args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
