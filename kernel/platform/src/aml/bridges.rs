@@ -132,40 +132,36 @@ fn integer(interp: &mut Interpreter<'_>, path: &Path, problems: &mut Vec<Problem
     }
 }
 
-/// `value` as the narrower field it fills (a 16-bit segment, an 8-bit bus,
-/// a 32-bit proximity domain or GSI): a value that does not fit is a
-/// problem at `path`, and no value.
-fn fitting<T: TryFrom<u64>>(value: u64, path: &Path, what: &'static str, problems: &mut Vec<Problem>) -> Option<T> {
-    let fits = T::try_from(value).ok();
-    if fits.is_none() {
-        problems.push(Problem {
-            path: path.clone(),
-            error: aml_error(path, 0, what, value),
-        });
-    }
-    fits
-}
-
-/// `value` when it is at most `max` (at most 255); else a problem, as in [`fitting`].
-fn at_most(value: u64, max: u8, path: &Path, what: &'static str, problems: &mut Vec<Problem>) -> Option<u8> {
-    let fits = u8::try_from(value).ok().filter(|&value| value <= max);
-    if fits.is_none() {
-        problems.push(Problem {
-            path: path.clone(),
-            error: aml_error(path, 0, what, value),
-        });
-    }
-    fits
-}
-
-/// The integer at `path`, when it evaluates and fits `T` (see [`fitting`]).
-fn narrow<T: TryFrom<u64>>(
-    interp: &mut Interpreter<'_>,
+/// `value` as the narrower field it fills, when it is at most `max`: a
+/// 16-bit segment, an 8-bit bus, a 32-bit proximity domain or GSI, a device
+/// number (31) or a pin (3). A value past that is a problem at `path`, and
+/// no value (never truncated).
+fn within<T: TryFrom<u64>>(
+    value: u64,
+    max: u64,
     path: &Path,
     what: &'static str,
     problems: &mut Vec<Problem>,
 ) -> Option<T> {
-    integer(interp, path, problems).and_then(|value| fitting(value, path, what, problems))
+    let fits = (value <= max).then(|| T::try_from(value).ok()).flatten();
+    if fits.is_none() {
+        problems.push(Problem {
+            path: path.clone(),
+            error: aml_error(path, 0, what, value),
+        });
+    }
+    fits
+}
+
+/// The integer at `path`, when it evaluates and is at most `max` (see [`within`]).
+fn narrow<T: TryFrom<u64>>(
+    interp: &mut Interpreter<'_>,
+    path: &Path,
+    max: u64,
+    what: &'static str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    integer(interp, path, problems).and_then(|value| within(value, max, path, what, problems))
 }
 
 fn uid(interp: &mut Interpreter<'_>, path: &Path, problems: &mut Vec<Problem>) -> Option<String> {
@@ -234,11 +230,30 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
             path: device.clone(),
             id,
             uid: uid(interp, &device.child(*b"_UID"), &mut out.problems),
-            segment: narrow(interp, &device.child(*b"_SEG"), "_SEG above 0xFFFF", &mut out.problems).unwrap_or(0),
-            bbn: narrow(interp, &device.child(*b"_BBN"), "_BBN above bus 255", &mut out.problems),
+            segment: narrow(
+                interp,
+                &device.child(*b"_SEG"),
+                0xFFFF,
+                "_SEG above 0xFFFF",
+                &mut out.problems,
+            )
+            .unwrap_or(0),
+            bbn: narrow(
+                interp,
+                &device.child(*b"_BBN"),
+                0xFF,
+                "_BBN above bus 255",
+                &mut out.problems,
+            ),
             buses: None,
             windows: Vec::new(),
-            pxm: narrow(interp, &device.child(*b"_PXM"), "_PXM above 32 bits", &mut out.problems),
+            pxm: narrow(
+                interp,
+                &device.child(*b"_PXM"),
+                u32::MAX.into(),
+                "_PXM above 32 bits",
+                &mut out.problems,
+            ),
         };
         let crs = device.child(*b"_CRS");
         if interp.exists(&crs) {
@@ -296,7 +311,13 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
             if scope_path != *bridge_path {
                 let pxm_path = scope_path.child(*b"_PXM");
                 if interp.exists(&pxm_path)
-                    && let Some(pxm) = narrow(interp, &pxm_path, "_PXM above 32 bits", &mut out.problems)
+                    && let Some(pxm) = narrow(
+                        interp,
+                        &pxm_path,
+                        u32::MAX.into(),
+                        "_PXM above 32 bits",
+                        &mut out.problems,
+                    )
                     && let Some(function) = adr(interp, &scope_path, &mut out.problems)
                 {
                     let mut parent = scope.clone();
@@ -372,8 +393,8 @@ fn prt_table(
         };
         // Address 0xDDDD_FFFF names device DDDD (0..=31); pins are 0..=3 (INTA..INTD).
         let prt_path = table.scope.path.child(*b"_PRT");
-        let device = at_most(address >> 16, 31, &prt_path, "_PRT device number above 31", problems);
-        let pin = at_most(*pin, 3, &prt_path, "_PRT pin above 3 (INTD)", problems);
+        let device = within(address >> 16, 31, &prt_path, "_PRT device number above 31", problems);
+        let pin = within(*pin, 3, &prt_path, "_PRT pin above 3 (INTD)", problems);
         let (Some(device), Some(pin)) = (device, pin) else {
             table.unresolved += 1;
             continue;
@@ -395,7 +416,7 @@ fn prt_table(
             }
         };
         let route = match source {
-            None => fitting(index, &prt_path, "_PRT GSI above 32 bits", problems).map(|gsi| PrtRoute {
+            None => within(index, u32::MAX.into(), &prt_path, "_PRT GSI above 32 bits", problems).map(|gsi| PrtRoute {
                 device,
                 pin,
                 gsi,
