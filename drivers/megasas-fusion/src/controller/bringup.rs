@@ -671,7 +671,8 @@ fn alloc_rings<A: Dma>(
     let bufs = (0..queues)
         .map(|_| alloc_low(dma, "RDPQ reply ring", ring_bytes, 64))
         .collect::<Result<Vec<_>, _>>()?;
-    check_rdpq_windows(generation, &bufs, ring_bytes)?;
+    let bases: Vec<u64> = bufs.iter().map(DmaBuf::phys).collect();
+    check_rdpq_windows(generation, &bases, ring_bytes)?;
     Ok(ReplyRings {
         bufs,
         rdpq_array: Some(array),
@@ -682,12 +683,11 @@ fn alloc_rings<A: Dma>(
 /// What the firmware requires of the rings of an RDPQ array: none crosses a 4 GiB boundary, and
 /// each group of 8 (Invader) or 16 (Ventura and later, which Linux applies to all) shares one 4
 /// GiB window.
-pub(crate) fn check_rdpq_windows(generation: Generation, bufs: &[DmaBuf], ring_bytes: usize) -> Result<(), Error> {
+fn check_rdpq_windows(generation: Generation, bases: &[u64], ring_bytes: usize) -> Result<(), Error> {
     let group = if generation <= Generation::Invader { 8 } else { 16 };
-    for (q, b) in bufs.iter().enumerate() {
-        let start = b.phys();
+    for (q, &start) in bases.iter().enumerate() {
         let end = start + ring_bytes as u64 - 1;
-        let first = bufs[q - q % group].phys();
+        let first = bases[q - q % group];
         if start / FOUR_GIB != end / FOUR_GIB || start / FOUR_GIB != first / FOUR_GIB {
             return Err(Error::RdpqWindow {
                 queue: q,
@@ -714,5 +714,45 @@ fn empty_info() -> ControllerInfo {
         max_request_sectors: 0,
         lds_present: 0,
         pds_present: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rdpq_rings_must_stay_in_their_groups_4g_window() {
+        let ring = 8 * 512;
+        let low: Vec<u64> = (0..20).map(|q| 0x1000_0000 + q * 0x10000).collect();
+        assert_eq!(check_rdpq_windows(Generation::Aero, &low, ring), Ok(()));
+        // A ring ending past 4 GiB.
+        let mut crossing = low.clone();
+        crossing[3] = FOUR_GIB - 0x800;
+        assert_eq!(
+            check_rdpq_windows(Generation::Aero, &crossing, ring),
+            Err(Error::RdpqWindow {
+                queue: 3,
+                phys: FOUR_GIB - 0x800,
+                len: ring
+            })
+        );
+        // Rings 8..15 in another window than rings 0..7: wrong for Aero's one group of 16, right
+        // for Invader's two groups of 8.
+        let mut split = low.clone();
+        for (q, base) in split.iter_mut().enumerate().take(16).skip(8) {
+            *base = FOUR_GIB + q as u64 * 0x10000;
+        }
+        assert!(matches!(
+            check_rdpq_windows(Generation::Aero, &split, ring),
+            Err(Error::RdpqWindow { queue: 8, .. })
+        ));
+        assert_eq!(check_rdpq_windows(Generation::Invader, &split, ring), Ok(()));
+        // Ring 16 opens the next Aero group: it may lie in another window than rings 0..15.
+        let mut next_group = low;
+        for (q, base) in next_group.iter_mut().enumerate().skip(16) {
+            *base = FOUR_GIB + q as u64 * 0x10000;
+        }
+        assert_eq!(check_rdpq_windows(Generation::Aero, &next_group, ring), Ok(()));
     }
 }
