@@ -514,6 +514,7 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "values",
         "crc32c",
         "disks",
+        "done",
         "fioserver",
         "blk",
         "platform",
