@@ -365,6 +365,13 @@ impl<M: SyncMmio, D: SyncDma, T: SyncDelay> Host<M, D, T> {
         self.inner.window_of_cpu(cpu).is_some_and(|w| w.is_open())
     }
 
+    /// Whether a CPU waiting for its I/O must poll ([`Self::poll_adaptive`]) rather than halt:
+    /// its queue is polled (`nvme.poll_queues=`, `nvme.irq=poll`: no interrupt will come), or
+    /// its vector's polling window is open ([`Self::polling_window`]).
+    pub fn must_poll(&self, cpu: usize) -> bool {
+        self.inner.plan.cpu_polls(cpu) || self.polling_window(cpu)
+    }
+
     /// [`Self::handle_vector`] for the adaptive mode: when the interrupt reaped something and the
     /// vector's window is closed, masks the vector through `mask` and opens the window. Without
     /// the adaptive mode it is `handle_vector`.

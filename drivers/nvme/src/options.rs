@@ -1,5 +1,5 @@
 //! Kernel command-line options of the driver: `nvme.queues=`, `nvme.irq=`, `nvme.queue_depth=`,
-//! `nvme.timeout_ms=`, `nvme.floor=`, `nvme.irq_poll=`, `nvme.doorbell_batch=`.
+//! `nvme.timeout_ms=`, `nvme.floor=`, `nvme.irq_poll=`, `nvme.doorbell_batch=`, `nvme.poll_queues=`.
 
 use alloc::string::String;
 
@@ -43,6 +43,11 @@ pub struct Options {
     /// most N commands (and after the burst's last), so the device starts on the first ones
     /// while the CPU builds the rest (default [`crate::DEFAULT_DOORBELL_BATCH`]; 1..=queue depth).
     pub doorbell_batch: Option<u32>,
+    /// `nvme.poll_queues=N`: the first N I/O queue pairs (those of the first CPUs in the CPU
+    /// map) are polled: created with IEN = 0 and no vector, reaped by the CPUs that submit to
+    /// them while they wait. N at or above the queue count polls every queue; 0 (the default)
+    /// none. Unlike Linux's, these are not extra queues: a CPU has one queue pair, polled or not.
+    pub poll_queues: Option<u16>,
 }
 
 /// Reads per queue depth of `nvme.floor=on`.
@@ -108,11 +113,19 @@ impl Options {
                             .ok_or_else(|| bad(word, "nvme.doorbell_batch=1..=queue depth (commands per doorbell)"))?,
                     )
                 }
+                "poll_queues" => {
+                    out.poll_queues = Some(number_in(value, 0..=65534).ok_or_else(|| {
+                        bad(
+                            word,
+                            "nvme.poll_queues=0..=65534 (the first N I/O queue pairs are polled)",
+                        )
+                    })?)
+                }
                 _ => {
                     return Err(bad(
                         word,
-                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms, nvme.floor, nvme.irq_poll or \
-                         nvme.doorbell_batch",
+                        "nvme.queues, nvme.irq, nvme.queue_depth, nvme.timeout_ms, nvme.floor, nvme.irq_poll, \
+                         nvme.doorbell_batch or nvme.poll_queues",
                     ));
                 }
             }
@@ -166,7 +179,19 @@ impl Options {
     /// yet; QEMU grants what is asked). Re-plan with [`crate::QueuePlan::new`] if
     /// [`crate::Controller::max_io_queues`] turns out smaller than its queue count.
     pub fn provisional_plan(&self, ncpus: usize, msix_entries: Option<u16>) -> Result<crate::QueuePlan, Error> {
-        crate::QueuePlan::new(ncpus, self.queues, u16::MAX - 1, self.irq_mode(msix_entries).0)
+        self.plan(ncpus, self.queues, u16::MAX - 1, self.irq_mode(msix_entries).0)
+    }
+
+    /// The plan for `ncpus` CPUs, at most `queues` queue pairs, `device_max` granted and
+    /// interrupts `mode`, with `nvme.poll_queues=` applied (for a re-plan after the grant).
+    pub fn plan(
+        &self,
+        ncpus: usize,
+        queues: Option<u16>,
+        device_max: u16,
+        mode: crate::IrqMode,
+    ) -> Result<crate::QueuePlan, Error> {
+        crate::QueuePlan::with_poll_queues(ncpus, queues, device_max, mode, self.poll_queues.unwrap_or(0))
     }
 
     /// The interrupt-then-poll settings of `nvme.irq_poll=` for
@@ -320,6 +345,48 @@ mod tests {
         }
         let e = Options::parse("nvme.foo=1").unwrap_err();
         assert!(e.to_string().contains("nvme.doorbell_batch"), "{e}");
+    }
+
+    #[test]
+    fn poll_queues_is_a_count_of_queues() {
+        use crate::IrqMode;
+        assert_eq!(Options::parse("").unwrap().poll_queues, None);
+        let o = Options::parse("nvme.poll_queues=1").unwrap();
+        assert_eq!(o.poll_queues, Some(1));
+        let p = o.provisional_plan(2, Some(3)).unwrap();
+        assert_eq!((p.nr_io_queues(), p.nr_polled(), p.nr_vectors()), (2, 1, 2));
+        assert!(p.cpu_polls(0) && !p.cpu_polls(1));
+        assert_eq!(p.mode(), IrqMode::MsiX { vectors: 3 });
+        // More than the queues: all polled; 0: none.
+        let all = Options::parse("nvme.poll_queues=64")
+            .unwrap()
+            .provisional_plan(4, Some(5))
+            .unwrap();
+        assert_eq!((all.nr_polled(), all.nr_vectors()), (4, 1));
+        let none = Options::parse("nvme.poll_queues=0")
+            .unwrap()
+            .provisional_plan(4, Some(5))
+            .unwrap();
+        assert_eq!((none.nr_polled(), none.nr_vectors()), (0, 5));
+        // The re-plan after a short grant keeps them.
+        assert_eq!(o.plan(4, None, 2, IrqMode::MsiX { vectors: 3 }).unwrap().nr_polled(), 1);
+        use alloc::string::ToString;
+        for bad in [
+            "nvme.poll_queues=",
+            "nvme.poll_queues=x",
+            "nvme.poll_queues=-1",
+            "nvme.poll_queues=65535",
+            "nvme.poll_queues=all",
+        ] {
+            let e = Options::parse(bad).unwrap_err();
+            assert!(
+                matches!(&e, Error::BadOption { word, .. } if word == bad),
+                "{bad}: {e:?}"
+            );
+            assert!(e.to_string().contains("nvme.poll_queues=0..=65534"), "{bad}: {e}");
+        }
+        let e = Options::parse("nvme.foo=1").unwrap_err();
+        assert!(e.to_string().contains("nvme.poll_queues"), "{e}");
     }
 
     #[test]

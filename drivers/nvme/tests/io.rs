@@ -28,16 +28,34 @@ struct InFlight {
 /// aimed at. Checks data, exactly-once completion, and that every completion arrived on the
 /// vector of the submitting CPU's queue.
 fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64, hostile: Hostile) -> (Report, Vec<u64>) {
+    random_io_polled(ncpus, ioqpairs, 0, total, seed, hostile).0
+}
+
+/// [`random_io`] with the first `poll_queues` queue pairs polled (`nvme.poll_queues=`): their
+/// CPUs reap them after each device pass, as a waiting CPU does, and their completions must
+/// never come by interrupt. Also returns the completions taken by polling.
+fn random_io_polled(
+    ncpus: usize,
+    ioqpairs: u16,
+    poll_queues: u16,
+    total: usize,
+    seed: u64,
+    hostile: Hostile,
+) -> ((Report, Vec<u64>), u64) {
     let mut cfg = FakeConfig::new(ioqpairs);
     cfg.completion = FakeCompletion::Deferred;
     cfg.namespaces = two_namespaces();
-    let rig = Rig::new(
+    let rig = Rig::with_poll_queues(
         cfg,
         ncpus,
         IrqMode::MsiX { vectors: ioqpairs + 1 },
+        poll_queues,
         HostConfig::default(),
+        nvme::Config::default(),
     );
     let plan = rig.host.plan().clone();
+    // The admin vector's messages of bring-up: none come after it (no admin command follows).
+    let admin_messages = rig.fake.stats().msix_per_vector[0];
     rig.fake.set_invented_cid(rig.host.controller().cids_per_queue() as u16);
     rig.fake.set_hostile(hostile);
     let mut shadow: Vec<Vec<u8>> = vec![vec![0u8; 8192 * 512], vec![0u8; 1024 * 4096]];
@@ -123,16 +141,31 @@ fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64, hostile: Host
         let n = 1 + rng.below(8) as usize;
         rig.fake.complete_pending(n, |count| rng.below(count as u64) as usize);
         rig.deliver_interrupts();
-        for c in rig.platform.take_done() {
+        // What the interrupts delivered: never a polled queue's completion.
+        let by_irq = rig.platform.take_done();
+        for c in &by_irq {
+            assert!(
+                !plan.is_polled(usize::from(c.hwq)),
+                "cookie {} of a polled queue came by interrupt",
+                c.cookie
+            );
+        }
+        rig.poll_polled_cpus();
+        let by_poll = rig.platform.take_done();
+        for c in by_irq.into_iter().chain(by_poll) {
             let f = inflight
                 .remove(&c.cookie)
                 .expect("completion of a request in flight, once");
             assert_eq!(c.status, Status::Ok, "cookie {}", c.cookie);
-            // Irq policy: finished on the CPU the vector is aimed at, which submits to that queue.
             let hwq = plan.hwq_of_cpu(f.cpu).unwrap();
             assert_eq!(usize::from(c.hwq), hwq);
-            let v = usize::from(plan.vector_of_hwq(hwq).unwrap());
-            assert_eq!(usize::from(c.complete_cpu), plan.vector_cpu(v).unwrap());
+            match plan.vector_of_hwq(hwq) {
+                // Irq policy: finished on the CPU the vector is aimed at, which submits to that
+                // queue.
+                Some(v) => assert_eq!(usize::from(c.complete_cpu), plan.vector_cpu(usize::from(v)).unwrap()),
+                // Polled: reaped by the submitting CPU itself.
+                None => assert_eq!(usize::from(c.complete_cpu), f.cpu),
+            }
             let (b, start) = (f.buf / BUF_LEN, f.buf % BUF_LEN);
             let data = &bufs[b].bytes()[start..start + f.len];
             if f.write {
@@ -168,11 +201,19 @@ fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64, hostile: Host
     assert_eq!(report.refused_by_blk, 0);
     // Completions per vector = I/Os submitted by the CPUs whose queues are on that vector.
     let mut expected = vec![0u64; plan.nr_vectors()];
+    let mut polled = 0;
     for (cpu, n) in per_cpu_submitted.iter().enumerate() {
-        let v = plan.vector_of_hwq(plan.hwq_of_cpu(cpu).unwrap()).unwrap();
-        expected[usize::from(v)] += n;
+        match plan.vector_of_hwq(plan.hwq_of_cpu(cpu).unwrap()) {
+            Some(v) => expected[usize::from(v)] += n,
+            None => polled += n,
+        }
     }
     assert_eq!(report.per_vector, expected);
+    // Hostile entries are refused before they count; retries of genuine ones do not happen here.
+    assert_eq!(
+        report.polled, polled,
+        "completions taken by polling = I/Os of the polled CPUs"
+    );
     let msgs = rig.fake.stats().msix_per_vector;
     // Vector 0 also carries the admin queue's completions (bring-up, queue creation).
     for (v, &n) in expected.iter().enumerate().skip(1) {
@@ -183,7 +224,17 @@ fn random_io(ncpus: usize, ioqpairs: u16, total: usize, seed: u64, hostile: Host
             msgs[v]
         );
     }
-    (report.controller, expected)
+    // A polled queue's CQ never signals: every message went to an interrupt queue's vector (or
+    // the admin vector 0, from bring-up).
+    assert_eq!(msgs.len(), ioqpairs as usize + 1);
+    if plan.hwqs_of_vector(0).count() == 0 {
+        assert_eq!(msgs[0], admin_messages, "no I/O queue signals the admin vector");
+    }
+    assert!(
+        msgs.iter().skip(plan.nr_vectors()).all(|&n| n == 0),
+        "messages on table entries no queue uses: {msgs:?}"
+    );
+    ((report.controller, expected), polled)
 }
 
 #[test]
@@ -484,4 +535,21 @@ fn two_controllers_and_an_odd_sized_namespace() {
     );
     a.assert_no_violations();
     b.assert_no_violations();
+}
+
+#[test]
+fn random_io_with_polled_and_interrupt_queues() {
+    // 4 CPUs: queues 1-2 polled, 3-4 on vectors 1-2; then every queue polled.
+    let ((report, per_vector), polled) = random_io_polled(4, 4, 2, 6_000, 0x9011, Hostile::None);
+    assert_eq!(report.completions, 6_000);
+    assert_eq!(per_vector.len(), 3, "admin + two interrupt queues");
+    assert!(
+        polled > 2000 && per_vector[1] > 1000 && per_vector[2] > 1000,
+        "{polled} {per_vector:?}"
+    );
+    let ((_, per_vector), polled) = random_io_polled(4, 4, 4, 3_000, 0x9012, Hostile::None);
+    assert_eq!((per_vector, polled), (vec![0], 3_000));
+    // Hostile entries mixed in: refused on polled queues as on interrupt ones.
+    let ((report, _), _) = random_io_polled(4, 4, 2, 2_500, 0x9013, Hostile::Random(0x9013));
+    assert!(report.bogus_cqes > 1_000, "{} bad entries", report.bogus_cqes);
 }

@@ -91,7 +91,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 sq_phys: sq_mem.phys(),
                 cq_phys: cq_mem.phys(),
                 vector: plan.vector_of_hwq(hwq).unwrap_or(0),
-                ien: plan.interrupts_enabled(),
+                ien: !plan.is_polled(hwq),
                 entries,
                 sq_doorbell,
                 cq_doorbell,

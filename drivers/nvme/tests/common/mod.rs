@@ -63,11 +63,23 @@ impl Rig {
         Self::with_config(fcfg, ncpus, mode, hcfg, Config::default())
     }
 
-    pub fn with_config(fcfg: FakeConfig, ncpus: usize, mode: IrqMode, hcfg: HostConfig, mut cfg: Config) -> Self {
+    pub fn with_config(fcfg: FakeConfig, ncpus: usize, mode: IrqMode, hcfg: HostConfig, cfg: Config) -> Self {
+        Self::with_poll_queues(fcfg, ncpus, mode, 0, hcfg, cfg)
+    }
+
+    /// A rig whose first `poll_queues` I/O queue pairs are polled (`nvme.poll_queues=`).
+    pub fn with_poll_queues(
+        fcfg: FakeConfig,
+        ncpus: usize,
+        mode: IrqMode,
+        poll_queues: u16,
+        hcfg: HostConfig,
+        mut cfg: Config,
+    ) -> Self {
         let fake = FakeNvme::new(fcfg);
         cfg.requested_io_queues = cfg.requested_io_queues.min(ncpus as u16);
         let ctrl = controller(&fake, cfg).expect("bring-up");
-        let plan = QueuePlan::new(ncpus, None, ctrl.max_io_queues(), mode).expect("plan");
+        let plan = QueuePlan::with_poll_queues(ncpus, None, ctrl.max_io_queues(), mode, poll_queues).expect("plan");
         let platform = Arc::new(TestPlatform::default());
         let host = Host::new(ctrl, plan, hcfg, |_, _| -> Arc<dyn Platform> { platform.clone() }).expect("host");
         Self {
@@ -93,6 +105,15 @@ impl Rig {
                 n += self.host.handle_vector(usize::from(v), cpu);
             }
         }
+    }
+
+    /// Each CPU whose queue is polled reaps it, as a waiting CPU does; returns the completions.
+    pub fn poll_polled_cpus(&self) -> usize {
+        let plan = self.host.plan();
+        (0..self.ncpus)
+            .filter(|&cpu| plan.cpu_polls(cpu))
+            .map(|cpu| self.host.poll(plan.hwq_of_cpu(cpu).expect("cpu in plan"), cpu))
+            .sum()
     }
 
     /// Runs blk's completion lists for CPUs that were kicked (IPI/softirq policies).
