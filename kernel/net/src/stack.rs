@@ -346,6 +346,29 @@ impl Stack {
     pub fn tcp_close(&mut self, h: TcpHandle) {
         self.sockets.get_mut::<tcp::Socket>(h.0).close();
     }
+
+    /// The peer's address and port of a connection (`None` while listening or closed).
+    pub fn tcp_remote(&self, h: TcpHandle) -> Option<(Ipv4Address, u16)> {
+        let endpoint = self.sockets.get::<tcp::Socket>(h.0).remote_endpoint()?;
+        match endpoint.addr {
+            IpAddress::Ipv4(a) => Some((a, endpoint.port)),
+        }
+    }
+
+    /// Whether every queued byte of the connection was sent and acknowledged.
+    pub fn tcp_sent_all(&self, h: TcpHandle) -> bool {
+        self.sockets.get::<tcp::Socket>(h.0).send_queue() == 0
+    }
+
+    /// Drops the connection at once (RST), discarding what is queued.
+    pub fn tcp_abort(&mut self, h: TcpHandle) {
+        self.sockets.get_mut::<tcp::Socket>(h.0).abort();
+    }
+
+    /// Gives the socket's memory back; the handle must not be used again.
+    pub fn tcp_release(&mut self, h: TcpHandle) {
+        self.sockets.remove(h.0);
+    }
 }
 
 fn instant(ms: u64) -> Instant {
@@ -535,6 +558,39 @@ mod tests {
         assert!(matches!(b.tcp_state(client), TcpState::TimeWait | TcpState::Closed));
         assert!(a.counters().frames_in > 100 && b.counters().frames_out > 100);
         assert_eq!(a.counters().transmit_refused + b.counters().transmit_refused, 0);
+    }
+
+    #[test]
+    fn a_connection_names_its_peer_and_an_abort_resets_it() {
+        let (mut nic_a, mut nic_b) = WirePair::new(MacAddress([2, 0, 0, 0, 0, 0xa]), MacAddress([2, 0, 0, 0, 0, 0xb]));
+        let mut a = Stack::new(&mut nic_a, static_at(1, None), 0);
+        let mut b = Stack::new(&mut nic_b, static_at(2, None), 0);
+        let server = a.tcp_listen(7001).unwrap();
+        assert_eq!(a.tcp_remote(server), None, "a listener has no peer");
+        let client = b.tcp_connect(Ipv4Address::new(10, 9, 0, 1), 7001).unwrap();
+        let mut now = 0;
+        while a.tcp_state(server) != TcpState::Established && now < 1000 {
+            now += 1;
+            a.poll(&mut nic_a, now).unwrap();
+            b.poll(&mut nic_b, now).unwrap();
+        }
+        assert_eq!(
+            a.tcp_remote(server),
+            Some((Ipv4Address::new(10, 9, 0, 2), FIRST_EPHEMERAL_PORT))
+        );
+        assert!(a.tcp_sent_all(server));
+        a.tcp_send(server, b"hello").unwrap();
+        assert!(!a.tcp_sent_all(server), "queued bytes are not sent yet");
+        a.tcp_abort(server);
+        for _ in 0..50 {
+            now += 1;
+            a.poll(&mut nic_a, now).unwrap();
+            b.poll(&mut nic_b, now).unwrap();
+        }
+        assert_eq!(b.tcp_state(client), TcpState::Closed, "the peer saw the reset");
+        a.tcp_release(server);
+        // The port can be listened on again.
+        a.tcp_listen(7001).unwrap();
     }
 
     #[test]
