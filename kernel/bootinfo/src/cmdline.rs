@@ -31,6 +31,7 @@
 //! | `verdict.repeats_before_exit` | repeats (0-100, default 0) printed before QEMU's exit device is written (for tests of the repeat) |
 //! | `fio.override.KEY` | `fio.override.runtime=2s`: fio option `KEY=VALUE` applied to every job of a fio job file or fio command line, after the job's own options (to shorten published jobs in tests); a bare flag is `fio.override.KEY=` |
 //! | `fio.modules` | `on` (default): run the boot modules that are fio job files; `off`: ignore them |
+//! | `fio.server`, `fio.server.*` | the fio server's words (`fio.server=1`, `.port`, `.allow`, `.writable`), kept in [`Config::driver_words`] and parsed by the `fleet` crate |
 //! | `net.*` | the network room's words (`net.ip`, `net.gw`, `net.dhcp`, `net.if`), kept in [`Config::driver_words`] when `net` is among the driver prefixes and parsed by the `net` crate |
 //!
 //! Words after a standalone `--` are fio command-line words (`--name=a --rw=randread ...`),
@@ -49,7 +50,8 @@ pub const MAX_DRIVER_WORDS: usize = 32;
 pub const KERNEL_KEYS: &str = "log, test, irq.affinity, smp, cpus.max, probe.fail, idle, idle.poll_us, floor.depths, watchdog, crc32c, clock, \
      aml, \
      null.size, null.block_size, null.memory, null.mode, null.queues, console, verdict.repeat, verdict.repeats_before_exit, \
-     fio.modules, fio.override.KEY (and fio command-line words after --)";
+     fio.modules, fio.override.KEY, fio.server, fio.server.port, fio.server.allow, fio.server.writable \
+     (and fio command-line words after --)";
 
 /// Log verbosity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -589,6 +591,12 @@ pub fn parse_with_drivers<'a>(
                 once("fio.modules")?;
                 cfg.fio_modules = choose("fio.modules", value, &[("on", true), ("off", false)], "on or off")?;
             }
+            _ if key == "fio.server" || key.starts_with("fio.server.") => {
+                cfg.driver_words.push(word).map_err(|_| Error::TooMany {
+                    what: "driver words on the command line",
+                    capacity: MAX_DRIVER_WORDS,
+                })?;
+            }
             _ if key.starts_with("fio.override.") => {
                 let option = &key["fio.override.".len()..];
                 if option.is_empty() {
@@ -692,6 +700,8 @@ mod tests {
         assert!(parse("", JOB_KEYS, "").unwrap().fio_modules);
         assert!(parse("fio.override.=1", JOB_KEYS, "").is_err());
         assert!(parse("fio.modules=maybe", JOB_KEYS, "").is_err());
+        let c = parse("fio.server=1 fio.server.port=9000 log=info", JOB_KEYS, "").unwrap();
+        assert_eq!(c.driver_words.as_slice(), &["fio.server=1", "fio.server.port=9000"]);
         assert!(parse("-- ", JOB_KEYS, "").unwrap().fio_words.is_empty());
     }
 
