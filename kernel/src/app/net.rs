@@ -109,6 +109,16 @@ fn bring_up(then: Option<OnceUp<'_>>) -> Result<BringUp, String> {
     })
 }
 
+/// Brings the chosen interface up (as at boot, with its console line) and hands its stack and
+/// NIC to `serve`, which keeps them as long as it runs (the fio server). Err when there is no
+/// interface, no address, or `serve` fails.
+pub fn serve_on_interface(serve: &mut dyn FnMut(&mut Stack, &mut dyn Nic) -> Result<(), String>) -> Result<(), String> {
+    match bring_up(Some(serve))? {
+        BringUp::NoInterface => Err("no network interface (QEMU: cargo xtask run --net virtio)".into()),
+        BringUp::Up(_) => Ok(()),
+    }
+}
+
 /// At boot, after the probes: brings the interface up when there is one. A failure (no lease)
 /// is reported and the boot goes on: the network is not what a storage job measures.
 pub fn bring_up_at_boot() {
