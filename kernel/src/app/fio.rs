@@ -137,6 +137,9 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_by
                 .map(|o| format!(" output={o}"))
                 .unwrap_or_default(),
         );
+        for note in &run.notes {
+            kprintln!("fio: {label}: {note}");
+        }
         let output = output_options(run).map_err(|e| format!("fio: {label}: {e}"))?;
         // fio's document, text and logs need the detail measurements (slat/clat, depths, busy
         // time, 500 ms samples), which cost a clock read per I/O: only when they are printed.
@@ -282,6 +285,21 @@ fn fio_only(spec: &workload::JobSpec) -> String {
             files.join(" : "),
             spec.file_service
         ));
+    }
+    if spec.align_blocks > 1 {
+        out.push_str(&format!(
+            ", random offsets every {} bytes (blockalign)",
+            spec.align_blocks.saturating_mul(u64::from(spec.bs))
+        ));
+    }
+    if !spec.buffer_pattern.is_empty() {
+        out.push_str(&format!(
+            ", writes carry buffer_pattern of {} bytes repeated from each I/O's first byte",
+            spec.buffer_pattern.len()
+        ));
+    }
+    if spec.exitall {
+        out.push_str(", exitall (the first clone to end stops the others)");
     }
     if !spec.verify_pattern.is_empty() {
         out.push_str(&format!(

@@ -31,6 +31,9 @@ pub struct IoGenerator {
     /// makes one test instead of a chain of them.
     pick: BlockPick,
     blocks: u64,
+    /// `JobSpec::align_blocks`, and how many aligned offsets the slice has (at least 1).
+    stride: u64,
+    aligned: u64,
     cursor: u64,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
     /// for a job with no set number (time-based, or a file of a list): it counts down too, but
@@ -54,6 +57,9 @@ enum BlockPick {
     Skew,
     Zoned,
     Uniform,
+    /// fio's `blockalign` above the block size: a uniform draw of one of `aligned` offsets,
+    /// `stride` blocks apart.
+    Aligned,
     Sequential,
 }
 
@@ -159,6 +165,9 @@ impl IoGenerator {
                 alloc::boxed::Box::new(crate::skew::SkewedDraw::new(skew, blocks, per_cpu_seed ^ 0x736b6577))
             }),
             blocks,
+            stride: plan.spec.align_blocks.max(1),
+            // fio's last block for blockalign: region / blockalign offsets.
+            aligned: (blocks / plan.spec.align_blocks.max(1)).max(1),
             cursor: 0,
             remaining,
             sized: plan.spec.bs_mix.clone().map(|mix| {
@@ -182,6 +191,8 @@ impl IoGenerator {
             BlockPick::Skew
         } else if !generator.zones.is_empty() && generator.rw.is_random() {
             BlockPick::Zoned
+        } else if generator.rw.is_random() && generator.stride > 1 {
+            BlockPick::Aligned
         } else if generator.rw.is_random() {
             BlockPick::Uniform
         } else {
@@ -280,6 +291,7 @@ impl IoGenerator {
         self.remaining -= 1;
         let block = match (self.pick, &mut self.map, &self.skew) {
             (BlockPick::Uniform, _, _) => self.rng.below(self.blocks),
+            (BlockPick::Aligned, _, _) => self.rng.below(self.aligned) * self.stride,
             (BlockPick::Map, Some(map), _) => map.next_index(),
             (BlockPick::Skew, _, Some(skew)) => skew.next_block(&mut self.rng),
             (BlockPick::Zoned, _, _) => zoned_block(&self.zones, &mut self.rng),

@@ -392,6 +392,14 @@ pub struct JobSpec {
     /// What the fio front-end changed when it placed the job on its devices (a `size` cut at
     /// the device's end, as fio stops there), one line each, for the kernel to print.
     pub placement_notes: Vec<String>,
+    /// fio's `exitall`: the first clone to end (its verify pass included) stops the others.
+    pub exitall: bool,
+    /// fio's `buffer_pattern`: the data of writes without verify, repeated from each I/O's first
+    /// byte. Empty: baremq's own non-zero data.
+    pub buffer_pattern: Vec<u8>,
+    /// fio's `blockalign` in blocks: random offsets are multiples of this many blocks, drawn
+    /// with repeats (1: every block).
+    pub align_blocks: u64,
 }
 
 /// One file of a job's `filename` list: a device and the region of it the job uses (for the
@@ -568,6 +576,9 @@ impl JobSpec {
             files: Vec::new(),
             file_service: FileService::RoundRobin(1),
             placement_notes: Vec::new(),
+            exitall: false,
+            buffer_pattern: Vec::new(),
+            align_blocks: 1,
         }
     }
 

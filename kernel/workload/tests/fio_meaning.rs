@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{fio_plan_of, md0};
+use common::{DISK_SECTORS, FakeBackend, FakeDisk, SECTOR, fio_plan_of, md0};
 use workload::fio::{Target, parse_job_file};
-use workload::{DeviceInfo, JobPlan, WorkloadError, plan_job};
+use workload::{CpuResult, DeviceInfo, JobPlan, JobShared, WorkloadError, plan_job, run_cpu};
 
 #[test]
 fn inline_comments_are_cut_as_fio_cuts_them() {
@@ -168,4 +168,193 @@ fn filename_format_names_devices_as_fio_names_files() {
     // Two clones on the same devices are fine.
     let same = parse_job_file("[c]\nfilename_format=/dev/md$filenum\nnumjobs=2\nrw=read\n", &[]).unwrap();
     assert_eq!(same.jobs[0].target, Target::Device("md0".into()));
+}
+
+/// Runs every clone of `plan` on its own fake backend over `disk`, one after the other (clone 0
+/// first), sharing one [`JobShared`], so what a clone's end does to the next is exact.
+fn run_in_turn(plan: &JobPlan, disk: &FakeDisk) -> (Vec<CpuResult>, Vec<FakeBackend>) {
+    let shared = JobShared::new(plan);
+    (0..plan.cpus.len())
+        .map(|index| {
+            let mut backend = FakeBackend::new(disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
+            let result = run_cpu(plan, index, &mut backend, &shared).unwrap();
+            (result, backend)
+        })
+        .unzip()
+}
+
+#[test]
+fn thread_and_io_submit_mode_inline_change_nothing_offload_is_refused() {
+    let job = &parse_job_file("[t]\nthread\nio_submit_mode=inline\nrw=read\n", &[])
+        .unwrap()
+        .jobs[0];
+    assert!(
+        job.warnings
+            .iter()
+            .any(|w| w.starts_with("thread: accepted: baremq's clones already are threads")),
+        "{:?}",
+        job.warnings
+    );
+    assert!(!job.warnings.iter().any(|w| w.contains("io_submit_mode")));
+    assert!(
+        parse_job_file("[t]\nthread=0\n", &[]).unwrap().jobs[0]
+            .warnings
+            .iter()
+            .all(|w| !w.starts_with("thread"))
+    );
+    assert!(matches!(
+        parse_job_file("[t]\nio_submit_mode=offload\n", &[]),
+        Err(WorkloadError::FioUnsupported { option, .. }) if option == "io_submit_mode=offload"
+    ));
+    assert!(matches!(
+        parse_job_file("[t]\nio_submit_mode=later\n", &[]),
+        Err(WorkloadError::FioBadValue { option, .. }) if option == "io_submit_mode"
+    ));
+}
+
+#[test]
+fn exitall_stops_what_exit_what_names() {
+    let names = |text: &str| -> (Vec<String>, usize) {
+        let run = parse_job_file(text, &[]).unwrap();
+        assert!(
+            run.jobs.iter().all(|j| j.spec.exitall),
+            "exitall is one switch for the run"
+        );
+        (run.jobs.iter().map(|j| j.name.clone()).collect(), run.notes.len())
+    };
+    // all: the first job's end stops every later job before it starts.
+    let all = "[global]\nexitall\nexit_what=all\nrw=read\nsize=1m\n[a]\n[b]\nstonewall\n[c]\nstonewall\n";
+    assert_eq!(names(all), (vec!["a".to_string()], 2));
+    let run = parse_job_file(all, &[]).unwrap();
+    assert_eq!(
+        run.notes[0],
+        "job \"b\" does not run: with exitall, job \"a\" stops every job when it ends (exit_what=all), and \"b\" had \
+         not started (as fio)"
+    );
+    // stonewall: only running jobs (the job's own clones); later jobs run.
+    let stonewall = all.replace("exit_what=all", "exit_what=stonewall");
+    assert_eq!(names(&stonewall), (vec!["a".into(), "b".into(), "c".into()], 0));
+    // group (fio's default): a job waiting for it in its group does not start; the next group does.
+    let group = "[a]\nexitall\nrw=read\n[b]\nwait_for=a\n[c]\nstonewall\n";
+    assert_eq!(names(group), (vec!["a".into(), "c".into()], 1));
+    // Set by any job, it reaches jobs beside others: refused, as before.
+    assert!(matches!(
+        parse_job_file("[a]\n[b]\n[c]\nstonewall\nexitall\n", &[]),
+        Err(WorkloadError::FioUnsupported { option, .. }) if option == "exitall"
+    ));
+    assert!(matches!(
+        parse_job_file("[a]\nexit_what=some\n", &[]),
+        Err(WorkloadError::FioBadValue { option, .. }) if option == "exit_what"
+    ));
+}
+
+#[test]
+fn exitall_the_first_clone_to_end_stops_the_others() {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let text = "[c]\nexitall\nrw=read\nbs=4k\nsize=256k\nnumjobs=2\n";
+    let (results, _) = run_in_turn(&fio_plan_of(text, &[0, 1]), &disk);
+    assert_eq!(results[0].ios(), 64, "the first clone does all of its I/Os");
+    assert!(!results[0].stopped_early);
+    assert_eq!(results[1].ios(), 0, "the first clone's end stopped the second");
+    assert!(results[1].stopped_early);
+    // Without exitall each clone does its own.
+    let (results, _) = run_in_turn(&fio_plan_of(&text.replace("exitall\n", ""), &[0, 1]), &disk);
+    assert_eq!((results[0].ios(), results[1].ios()), (64, 64));
+}
+
+#[test]
+fn blockalign_aligns_random_offsets_and_draws_with_repeats() {
+    let text = "[a]\nrw=randread\nbs=4k\nblockalign=16k\nsize=1m\niodepth=4\nioengine=libaio\n";
+    let job = &parse_job_file(text, &[]).unwrap().jobs[0];
+    assert!(!job.spec.random_map, "blockalign turns the random map off, as in fio");
+    assert_eq!(job.spec.align_blocks, 4);
+    assert!(
+        job.warnings
+            .iter()
+            .any(|w| w.starts_with("blockalign=16384: random offsets are multiples of 16384"))
+    );
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let (results, backends) = run_in_turn(&fio_plan_of(text, &[0]), &disk);
+    assert_eq!(results[0].ios(), 256);
+    let lbas: Vec<u64> = backends[0].submit_log.iter().map(|(_, lba)| *lba).collect();
+    assert!(
+        lbas.iter().all(|lba| lba % 32 == 0 && *lba < 2048),
+        "16 KiB = 32 sectors, inside 1 MiB: {lbas:?}"
+    );
+    let distinct: std::collections::BTreeSet<u64> = lbas.iter().copied().collect();
+    assert!(
+        distinct.len() > 40 && distinct.len() <= 64,
+        "64 aligned offsets drawn with repeats: {}",
+        distinct.len()
+    );
+    // Equal to the block size it is fio's default; a sequential job ignores it (a warning says so);
+    // smaller than the block, or not a multiple, is refused.
+    assert_eq!(
+        parse_job_file("[a]\nrw=randread\nba=4k\n", &[]).unwrap().jobs[0]
+            .spec
+            .align_blocks,
+        1
+    );
+    let sequential = &parse_job_file("[a]\nrw=read\nba=16k\n", &[]).unwrap().jobs[0];
+    assert_eq!(sequential.spec.align_blocks, 1);
+    assert!(
+        sequential
+            .warnings
+            .iter()
+            .any(|w| w.contains("aligns random offsets only"))
+    );
+    for bad in ["512", "6k", "16k,8k"] {
+        let text = format!("[a]\nrw=randread\nbs=4k\nblockalign={bad}\n");
+        assert!(
+            matches!(parse_job_file(&text, &[]), Err(WorkloadError::FioUnsupported { option, .. }) if option == "blockalign"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn buffer_pattern_is_the_data_of_writes_without_verify() {
+    let text = "[w]\nrw=write\nbs=4k\nsize=64k\nbuffer_pattern=0xdeadbeef\n";
+    let job = &parse_job_file(text, &[]).unwrap().jobs[0];
+    assert_eq!(job.spec.buffer_pattern, [0xde, 0xad, 0xbe, 0xef]);
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let (results, _) = run_in_turn(&fio_plan_of(text, &[0]), &disk);
+    assert_eq!(results[0].ios(), 16);
+    for block in 0..16u64 {
+        let data = disk.read_block(block * 8, 4096);
+        assert!(data.chunks(4).all(|c| c == [0xde, 0xad, 0xbe, 0xef]), "block {block}");
+    }
+    assert_eq!(
+        disk.read_block(16 * 8, 4096),
+        vec![0u8; 4096],
+        "nothing past the region"
+    );
+    // A mixed job keeps the pattern in a slot that last held a read.
+    let mixed = "[m]\nrw=randrw\nbs=4k\nsize=256k\niodepth=4\nioengine=libaio\nbuffer_pattern=\"ab\"\nnorandommap\n";
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    run_in_turn(&fio_plan_of(mixed, &[0]), &disk);
+    let written: Vec<u64> = (0..64u64)
+        .filter(|b| disk.read_block(b * 8, 4096) != vec![0u8; 4096])
+        .collect();
+    assert!(!written.is_empty());
+    for block in written {
+        assert!(
+            disk.read_block(block * 8, 4096).chunks(2).all(|c| c == b"ab"),
+            "block {block}"
+        );
+    }
+    // With verify the block format is baremq's: refused by name.
+    assert!(matches!(
+        parse_job_file("[w]\nrw=write\nverify=crc32c\nbuffer_pattern=0xff\n", &[]),
+        Err(WorkloadError::FioUnsupported { option, .. }) if option == "buffer_pattern"
+    ));
+}
+
+#[test]
+fn verify_interval_is_the_block_or_refused() {
+    assert!(parse_job_file("[v]\nrw=write\nbs=8k\nverify=crc32c\nverify_interval=8k\n", &[]).is_ok());
+    assert!(matches!(
+        parse_job_file("[v]\nrw=write\nbs=8k\nverify=crc32c\nverify_interval=512\n", &[]),
+        Err(WorkloadError::FioUnsupported { option, .. }) if option == "verify_interval"
+    ));
 }

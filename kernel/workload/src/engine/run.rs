@@ -48,7 +48,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                     seed: plan.spec.seed,
                     generation: 0,
                 };
-                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..buffer_bytes]);
+                fill_write_data(&plan.spec.buffer_pattern, &stamp, &mut buffer[..buffer_bytes]);
             }
         }
         let tracker = if plan.verify == VerifyScheme::Tracked {
@@ -263,6 +263,10 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
             }
         }
+        if self.plan.spec.exitall && !self.result.stopped_early {
+            // fio's exitall: the first clone to end stops the others.
+            self.shared.request_stop();
+        }
         Ok(())
     }
 
@@ -443,5 +447,17 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
 
     pub(super) fn lba_of(&self, block: u64) -> u64 {
         self.first_lba + block * self.sectors_per_block
+    }
+}
+
+/// The data of a write without verify: fio's `buffer_pattern` repeated from the first byte when
+/// there is one, else baremq's non-zero fill for `stamp`.
+pub(super) fn fill_write_data(buffer_pattern: &[u8], stamp: &BlockStamp, buffer: &mut [u8]) {
+    if buffer_pattern.is_empty() {
+        fill_block(VerifyMode::Pattern, stamp, buffer);
+    } else {
+        for (byte, value) in buffer.iter_mut().zip(buffer_pattern.iter().cycle()) {
+            *byte = *value;
+        }
     }
 }

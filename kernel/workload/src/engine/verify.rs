@@ -6,7 +6,7 @@ use super::{CpuRun, IoBackend, IoOp, Slot};
 use crate::error::WorkloadError;
 use crate::job::{ExpectedGeneration, VerifyMode};
 use crate::plan::{JobPlan, VerifyScheme};
-use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, check_stamped, fill_block, stamp_block};
+use crate::verify::{BlockStamp, HEADER_LEN, MAX_GENERATION, check_stamped, stamp_block};
 
 /// Failed writes a single-pass verify job remembers per CPU (the verify pass skips their blocks);
 /// past this many, it reads every written block unchecked.
@@ -125,7 +125,8 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                     seed,
                     generation: 0,
                 };
-                fill_block(VerifyMode::Pattern, &stamp, &mut buffer[..self.io_bytes as usize]);
+                let pattern = &self.plan.spec.buffer_pattern;
+                super::run::fill_write_data(pattern, &stamp, &mut buffer[..self.io_bytes as usize]);
             }
             _ => {}
         }

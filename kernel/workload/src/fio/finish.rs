@@ -22,15 +22,7 @@ impl Builder {
         self.settle_files()?;
         self.settle_block_sizes(&job)?;
         let bs = u64::from(self.spec.bs);
-        if let Some(align) = self.blockalign
-            && align != bs
-        {
-            return Err(unsupported(
-                &job,
-                "blockalign",
-                format!("offsets are aligned to the smallest block size ({bs}); blockalign must equal it"),
-            ));
-        }
+        self.settle_blockalign(&job, bs)?;
         if self.spec.bs_mix.is_some() && self.rate_bytes != [0, 0] {
             return Err(unsupported(
                 &job,
@@ -190,6 +182,29 @@ impl Builder {
                 ));
             }
         }
+        if let Some(interval) = self.verify_interval
+            && interval != bs
+        {
+            return Err(unsupported(
+                &job,
+                "verify_interval",
+                format!(
+                    "baremq's verify header and checksum cover a whole block of bs ({bs}) bytes: a verify unit of \
+                     {interval} bytes is not in its format; leave verify_interval out or give {bs} (fio's default)"
+                ),
+            ));
+        }
+        if let Some(pattern) = self.buffer_pattern.take() {
+            if self.verify.is_enabled() {
+                return Err(unsupported(
+                    &job,
+                    "buffer_pattern",
+                    "with verify, baremq writes its own block format (header and checksum, or verify_pattern); \
+                     write data of buffer_pattern is for jobs without verify",
+                ));
+            }
+            self.spec.buffer_pattern = pattern;
+        }
         self.spec.stop_on_error = !self.continue_on_error;
         if run.readonly && (self.spec.rw.writes() || self.spec.rw.trims()) {
             return Err(unsupported(
@@ -241,6 +256,7 @@ impl Builder {
             numjobs: self.numjobs,
             cpus_allowed: self.cpus_allowed,
             target: self.target,
+            exit_what: self.exit_what,
             size_percent,
             size_per_file: self.size_per_file,
             offset_percent,
@@ -254,5 +270,52 @@ impl Builder {
             warnings: self.warnings,
             set_keys: self.set_keys,
         })
+    }
+}
+
+impl Builder {
+    /// fio's `blockalign`: random offsets are multiples of it (fio draws `b x blockalign` over
+    /// the region, which turns its random map off). Here offsets are whole blocks, so it is its
+    /// smallest block size (the default, a no-op) or a whole multiple of it for a random job of
+    /// one block size; sequential jobs ignore it, as fio does.
+    fn settle_blockalign(&mut self, job: &str, bs: u64) -> Result<(), WorkloadError> {
+        let Some(align) = self.blockalign else {
+            return Ok(());
+        };
+        if align == bs {
+            return Ok(());
+        }
+        if !self.spec.rw.is_random() {
+            self.warn(format!(
+                "blockalign={align}: aligns random offsets only; this job's offsets are sequential (as in fio)"
+            ));
+            return Ok(());
+        }
+        if align < bs || !align.is_multiple_of(bs) || self.spec.bs_mix.is_some() {
+            return Err(unsupported(
+                job,
+                "blockalign",
+                format!(
+                    "offsets here are whole blocks of the smallest block size ({bs}): blockalign must be a whole \
+                     multiple of it, with one block size"
+                ),
+            ));
+        }
+        if !self.spec.zones.is_empty() || self.spec.skew.is_some() {
+            return Err(unsupported(
+                job,
+                "blockalign",
+                "aligned draws with a random_distribution other than random are not implemented",
+            ));
+        }
+        self.spec.align_blocks = align / bs;
+        if !self.norandommap {
+            self.warn(format!(
+                "blockalign={align}: random offsets are multiples of {align} bytes, drawn with repeats (blockalign \
+                 turns the random map off, as in fio)"
+            ));
+            self.norandommap = true;
+        }
+        Ok(())
     }
 }

@@ -165,7 +165,26 @@ impl Builder {
                 }
                 self.bs_split = Some([read, write]);
             }
-            "blockalign" | "ba" => self.blockalign = Some(s.size()?),
+            "blockalign" | "ba" => {
+                // fio's read,write[,trim] form: baremq takes one alignment for every direction.
+                let v = s.need()?;
+                let mut sizes = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(values::size);
+                let first = sizes.next().flatten().ok_or_else(|| s.bad(SIZE_FORM))?;
+                if sizes.any(|other| other != Some(first)) {
+                    return Err(unsupported(
+                        s.job,
+                        "blockalign",
+                        "one alignment for every direction (read,write lists of different sizes are not implemented)",
+                    ));
+                }
+                self.blockalign = Some(first);
+            }
+            "buffer_pattern" => {
+                self.buffer_pattern = Some(
+                    super::pattern::parse(s.need()?)
+                        .map_err(|why| s.bad(&format!("{} ({why})", super::pattern::PATTERN_FORM)))?,
+                )
+            }
             "iodepth" => {
                 self.spec.iodepth = values::integer(s.need()?)
                     .filter(|d| (1..=MAX_IODEPTH).contains(d))

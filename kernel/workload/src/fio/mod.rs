@@ -84,6 +84,27 @@ pub enum Target {
     Default,
 }
 
+/// fio's `exit_what`: which jobs a job that ends stops when `exitall` is set for the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitWhat {
+    /// `group` (fio's default): the jobs of its reporting group, started or not.
+    Group,
+    /// `stonewall`: the jobs running at that moment (its own clones here); later jobs still run.
+    Stonewall,
+    /// `all`: every job, those not started yet included.
+    All,
+}
+
+impl ExitWhat {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Group => "group",
+            Self::Stonewall => "stonewall",
+            Self::All => "all",
+        }
+    }
+}
+
 /// One fio job section, mapped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FioJob {
@@ -104,6 +125,8 @@ pub struct FioJob {
     pub cpus_allowed: Option<CpuSet>,
     /// The device.
     pub target: Target,
+    /// `exit_what`: what this job stops when it ends, if `exitall` is set for the run.
+    pub exit_what: ExitWhat,
     /// `size`/`filesize` when given as a percentage of the device.
     pub size_percent: Option<u8>,
     /// The size was given as `filesize` (the later of `size` and `filesize` wins): with a
@@ -136,8 +159,10 @@ pub struct FioJob {
 pub struct FioRun {
     /// Run options (output side).
     pub options: FioRunOptions,
-    /// The jobs in fio's order.
+    /// The jobs in fio's order (those `exitall` keeps from starting left out).
     pub jobs: Vec<FioJob>,
+    /// What the run as a whole became, one line each (a job `exitall` keeps from starting).
+    pub notes: Vec<String>,
 }
 
 /// Most `numjobs` clones of one job.
@@ -253,16 +278,17 @@ fn build(
         });
     }
     assign_waves(&mut jobs)?;
-    // exitall stops the jobs running beside the one that ends (or fails); baremq's jobs stop
-    // only themselves.
-    for wave in (FioRun {
-        options: options.clone(),
-        jobs: jobs.clone(),
-    })
-    .waves()
-    {
+    // fio's exitall is one switch for the whole run: set by any job, every job that ends stops
+    // others (its exit_what says which). exitall_on_error is the job's own.
+    let exitall = jobs.iter().any(|j| j.options_have(&["exitall"]));
+    let mut run = FioRun {
+        options,
+        jobs,
+        notes: Vec::new(),
+    };
+    for wave in run.waves() {
         if wave.len() > 1
-            && let Some(job) = wave.iter().find(|j| j.options_have(&["exitall", "exitall_on_error"]))
+            && let Some(job) = wave.iter().find(|j| exitall || j.options_have(&["exitall_on_error"]))
         {
             return Err(unsupported(
                 &job.name,
@@ -271,7 +297,48 @@ fn build(
             ));
         }
     }
-    Ok(FioRun { options, jobs })
+    if exitall {
+        end_with_exitall(&mut run);
+    }
+    Ok(run)
+}
+
+/// fio's `exitall` on a run whose waves are one job each: a job's first clone to end stops its
+/// other clones, and the job's end stops the later jobs its `exit_what` names before they start
+/// (`group`: those of its reporting group; `all`: all of them; `stonewall`: none, only running
+/// jobs), so those never run.
+fn end_with_exitall(run: &mut FioRun) {
+    let mut index = 0;
+    while index < run.jobs.len() {
+        run.jobs[index].spec.exitall = true;
+        let ender = run.jobs[index].clone();
+        let mut later = index + 1;
+        while later < run.jobs.len() {
+            let stopped = match ender.exit_what {
+                ExitWhat::All => true,
+                ExitWhat::Group => run.jobs[later].group == ender.group,
+                ExitWhat::Stonewall => false,
+            };
+            if stopped {
+                let job = run.jobs.remove(later);
+                run.notes.push(format!(
+                    "job {:?} does not run: with exitall, job {:?} stops {} when it ends (exit_what={}), and {:?} \
+                     had not started (as fio)",
+                    job.name,
+                    ender.name,
+                    match ender.exit_what {
+                        ExitWhat::All => "every job",
+                        _ => "the jobs of its group",
+                    },
+                    ender.exit_what.name(),
+                    job.name
+                ));
+            } else {
+                later += 1;
+            }
+        }
+        index += 1;
+    }
 }
 
 /// One job's options being mapped.
@@ -313,6 +380,11 @@ struct Builder {
     continue_on_error: bool,
     stonewall: bool,
     new_group: bool,
+    exitall: bool,
+    exit_what: ExitWhat,
+    verify_interval: Option<u64>,
+    /// `buffer_pattern`, parsed (fio's grammar, as `verify_pattern`).
+    buffer_pattern: Option<Vec<u8>>,
     blockalign: Option<u64>,
     /// `bs` per direction `[read, write]` in bytes (fio's default 4k each).
     bs_sizes: [u64; 2],
@@ -370,6 +442,10 @@ impl Builder {
             continue_on_error: false,
             stonewall: false,
             new_group: false,
+            exitall: false,
+            exit_what: ExitWhat::Group,
+            verify_interval: None,
+            buffer_pattern: None,
             blockalign: None,
             bs_sizes: [DEFAULT_FIO_BS; 2],
             bs_range: None,

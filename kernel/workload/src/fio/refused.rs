@@ -10,8 +10,7 @@ use crate::error::WorkloadError;
 
 /// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
 /// change nothing. Each one accepted is listed in the job's warnings.
-pub const NO_OP_OPTIONS: [&str; 22] = [
-    "thread",
+pub const NO_OP_OPTIONS: [&str; 20] = [
     "invalidate",
     "gtod_reduce",
     "refill_buffers",
@@ -24,7 +23,6 @@ pub const NO_OP_OPTIONS: [&str; 22] = [
     "iodepth_batch_complete_min",
     "iodepth_batch_complete_max",
     "iodepth_low",
-    "exitall",
     "exitall_on_error",
     "softrandommap",
     "random_generator",
@@ -61,7 +59,6 @@ const REFUSED: &[(&str, &str)] = &[
         "verify_backlog_batch",
         "verify_backlog reads back all N blocks at once; batches of them are not implemented",
     ),
-    ("verify_interval", "baremq verifies whole blocks"),
     ("verify_offset", "baremq verifies whole blocks"),
     ("verify_async", "baremq verifies on the submitting CPU"),
     (

@@ -4,7 +4,7 @@
 use alloc::format;
 use alloc::vec::Vec;
 
-use super::{Builder, FioJob, FioRun, Setting, unsupported};
+use super::{Builder, ExitWhat, FioJob, FioRun, Setting, unsupported};
 use crate::error::WorkloadError;
 use crate::job::JobSpec;
 use crate::plan::DeviceInfo;
@@ -20,6 +20,43 @@ impl Builder {
             "wait_for" => {
                 s.need()?;
             }
+            "thread" => {
+                if s.flag()? {
+                    self.warn(
+                        "thread: accepted: baremq's clones already are threads of one program (one per CPU, in one \
+                         address space), which is what fio's thread asks for instead of processes"
+                            .into(),
+                    );
+                }
+            }
+            "exitall" => {
+                self.exitall = s.flag()?;
+                self.set_keys.retain(|k| k != key);
+                if self.exitall {
+                    self.set_keys.push(key.into());
+                }
+            }
+            "exit_what" => {
+                self.exit_what = match s.need()? {
+                    "group" => ExitWhat::Group,
+                    "stonewall" => ExitWhat::Stonewall,
+                    "all" => ExitWhat::All,
+                    _ => return Err(s.bad("group, stonewall or all")),
+                }
+            }
+            "io_submit_mode" => match s.need()? {
+                // fio's default: the job's own thread submits, as each clone's CPU does here.
+                "inline" => {}
+                "offload" => {
+                    return Err(unsupported(
+                        s.job,
+                        "io_submit_mode=offload",
+                        "fio's offload hands each I/O to a pool of helper threads that submit it; here each clone \
+                         submits on its own CPU and a clone takes no other CPU: use inline",
+                    ));
+                }
+                _ => return Err(s.bad("inline or offload")),
+            },
             _ => return Ok(false),
         }
         Ok(true)

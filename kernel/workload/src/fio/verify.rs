@@ -44,6 +44,7 @@ impl Builder {
                     pattern::parse(s.need()?).map_err(|why| s.bad(&format!("{} ({why})", pattern::PATTERN_FORM)))?
             }
             "do_verify" => self.do_verify = s.flag()?,
+            "verify_interval" => self.verify_interval = Some(s.size()?),
             "verify_backlog" => {
                 self.spec.verify_backlog = values::integer(s.need()?)
                     .filter(|n| *n <= 1 << 20)
