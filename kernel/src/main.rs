@@ -105,6 +105,9 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = app::net::configure(&config.driver_words) {
         exit::failure(format_args!("{e}"));
     }
+    if let Err(e) = app::fioserve::configure(&config.driver_words) {
+        exit::failure(format_args!("{e}"));
+    }
     cpu::init_descriptor_tables();
     apic::disable_legacy_pics();
     apic::choose_mode();
@@ -288,6 +291,20 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     time::boot_mark("devices");
     if config.test == Some(bootinfo::cmdline::SelfTest::Net) {
         app::net::test();
+    }
+    if app::fioserve::enabled() {
+        kprintln!("boot phases (ms): {}", time::BootPhases);
+        let fio_files = app::fio::job_files(boot, config.fio_modules);
+        if !config.job_words.is_empty() || !config.fio_words.is_empty() || !fio_files.is_empty() {
+            exit::failure(format_args!(
+                "fio.server=1 runs the jobs fio clients send: give no boot job beside it (job words, fio \
+                 words after --, fio boot modules)"
+            ));
+        }
+        app::fioserve::serve(
+            &config.fio_overrides,
+            bootinfo::memmap::totals(&boot.memory).usable,
+        );
     }
     app::net::bring_up_at_boot();
     kprintln!("boot phases (ms): {}", time::BootPhases);

@@ -294,6 +294,11 @@ pub fn run_on(index: usize, f: fn(usize), arg: usize) -> Option<u64> {
 /// If the work still sits in the mailbox after a while, the wake IPI was
 /// lost (or the CPU is very slow to wake): it is sent again rather than
 /// waiting forever. Extra wakes are harmless.
+/// Whether CPU `index` has finished the work [`run_on`] returned `target` for (no wait).
+pub fn is_done(index: usize, target: u64) -> bool {
+    MAILBOX[index].done.load(Ordering::Acquire) >= target
+}
+
 pub fn wait_done(index: usize, target: u64) {
     const REWAKE_NS: u64 = 200_000_000;
     let mb = &MAILBOX[index];

@@ -171,6 +171,11 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
     Ok(all_passed)
 }
 
+/// What the running CPU does while other CPUs run a wave's jobs (the fio server polls the
+/// network): called again and again until they end, with each job's shared state in the order
+/// of the specs (to read live counters or request a stop). It paces itself.
+pub type Watch<'a> = &'a mut dyn FnMut(&[&JobShared]);
+
 /// Plans and runs jobs at the same time (one job, or a fio wave): Ok(whether each passed, and
 /// its report), or Err when one cannot be planned or run. `detail`: also measure what fio's
 /// output needs (`workload::detail`).
@@ -179,6 +184,18 @@ pub fn run_specs(
     infos: &[DeviceInfo],
     online: &[u32],
     detail: Option<workload::DetailOptions>,
+) -> Result<Vec<(bool, JobReport)>, String> {
+    run_specs_watched(specs, infos, online, detail, None)
+}
+
+/// [`run_specs`] with `watch` running on this CPU while the jobs run (this CPU must run none of
+/// them); `None` is [`run_specs`].
+pub fn run_specs_watched(
+    specs: &[workload::JobSpec],
+    infos: &[DeviceInfo],
+    online: &[u32],
+    detail: Option<workload::DetailOptions>,
+    watch: Option<Watch<'_>>,
 ) -> Result<Vec<(bool, JobReport)>, String> {
     let mut plans = Vec::with_capacity(specs.len());
     let mut need = 0u64;
@@ -247,7 +264,7 @@ pub fn run_specs(
         }
         plans.push(plan);
     }
-    let passed = run_jobs(&plans, detail)?;
+    let passed = run_jobs(&plans, detail, watch)?;
     for (plan, (ok, _)) in plans.iter().zip(&passed) {
         kprintln!("job {}: {}", plan.spec.name, if *ok { "PASSED" } else { "FAILED" });
     }

@@ -54,6 +54,7 @@ type Devices = Vec<&'static dyn BlockDevice>;
 pub(super) fn run_jobs(
     plans: &[JobPlan],
     detail: Option<workload::DetailOptions>,
+    watch: Option<Watch<'_>>,
 ) -> Result<Vec<(bool, JobReport)>, String> {
     let plan_devs = find_devices(plans)?;
     let policies = apply_policies(plans, &plan_devs);
@@ -82,7 +83,7 @@ pub(super) fn run_jobs(
     // Built whole before any address is taken: the workers hold these addresses until they end.
     let contexts = job_contexts(plans, &shareds, &plan_devs, &policies, time::now_ns());
     announce(plans, &policies);
-    run_on_cpus(&contexts)?;
+    run_on_cpus(&contexts, watch)?;
     for ctx in &contexts {
         report_buffer_placement(ctx);
     }
@@ -322,7 +323,7 @@ fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
 }
 
 /// Starts every job's share on its CPU (this CPU's share runs here) and waits for all of them.
-fn run_on_cpus(contexts: &[JobContext<'_>]) -> Result<(), String> {
+fn run_on_cpus(contexts: &[JobContext<'_>], watch: Option<Watch<'_>>) -> Result<(), String> {
     let me = percpu::index() as u32;
     let mut waits = Vec::new();
     let mut mine = None;
@@ -341,7 +342,26 @@ fn run_on_cpus(contexts: &[JobContext<'_>]) -> Result<(), String> {
     }
     x86_64::instructions::interrupts::enable();
     if let Some(addr) = mine {
+        if watch.is_some() {
+            // The watcher (the network) needs this CPU while the others run: its caller keeps
+            // jobs off it, so this is a placement bug, caught before any I/O of this CPU.
+            for ctx in contexts {
+                ctx.shared.request_stop();
+            }
+            for (cpu, t) in waits {
+                smp::wait_done(cpu, t);
+            }
+            return Err(alloc::format!(
+                "cpu{me} keeps the network running and cannot run a job as well"
+            ));
+        }
         worker(addr);
+    }
+    if let Some(watch) = watch {
+        let shareds: Vec<&JobShared> = contexts.iter().map(|ctx| ctx.shared).collect();
+        while !waits.iter().all(|&(cpu, t)| smp::is_done(cpu, t)) {
+            watch(&shareds);
+        }
     }
     for (cpu, t) in waits {
         smp::wait_done(cpu, t);
