@@ -3,8 +3,9 @@
 //! `nvme.*` keys (through `nvme::Options`, the one parser; see [`configure`]), takes the
 //! controller over with `nvme::Controller` (from any firmware state: SeaBIOS leaves it enabled),
 //! plans one I/O queue pair and one MSI-X vector per CPU (`nvme::QueuePlan`: fewer queues than
-//! CPUs are shared by groups of CPUs, INTx when MSI-X is off, polled queues with
-//! `nvme.irq=poll`), aims vector `h + 1` (queue `h`) at a CPU that submits to `h` per the one CPU
+//! CPUs are shared by groups of CPUs, INTx when MSI-X is off, every queue polled with
+//! `nvme.irq=poll`, the first N queues polled with `nvme.poll_queues=N`: no vector, their CPUs
+//! reap them while they wait), aims vector `h + 1` (queue `h`) at a CPU that submits to `h` per the one CPU
 //! map (`cpumap`, `irq.affinity=`) and the admin vector 0 at the boot CPU, creates the queues
 //! (`nvme::blkdev::Host`) and registers every namespace as `nvme<c>n<i>`.
 //!
@@ -50,7 +51,7 @@ pub const DRIVER: PciDriver = PciDriver {
 #[derive(Clone, Copy, Debug, Default)]
 struct KernelOptions {
     /// The crate's options (`nvme.queues`, `nvme.irq`, `nvme.queue_depth`, `nvme.timeout_ms`,
-    /// `nvme.irq_poll`).
+    /// `nvme.irq_poll`, `nvme.poll_queues`, ...).
     driver: Options,
     /// `nvme.cross_vectors=1`: aim each I/O queue's vector at the *next* CPU's queue group
     /// instead of its own, so completions land on a CPU that did not submit them (a test of
@@ -127,8 +128,10 @@ impl HostHooks for Controller {
         }
     }
 
+    /// A CPU whose queue is polled (`nvme.poll_queues=`, `nvme.irq=poll`) has no interrupt to
+    /// wake it, so it polls while it waits, as it does while a polling window is open.
     fn polling_window(&self, cpu: usize) -> bool {
-        self.host.polling_window(cpu)
+        self.host.must_poll(cpu)
     }
 
     /// A job refills after as many completions as a doorbell may wait for: the SQ doorbell
@@ -141,12 +144,11 @@ impl HostHooks for Controller {
     fn tick(&self, cpu: usize) {
         // A window nobody polls (its CPU's job ended) is closed here once idle.
         self.host.poll_open_windows(cpu, self);
-        // Polled queues raise no interrupt: a job that waits for interrupts on them still
-        // finishes, one tick at a time.
-        if !self.host.plan().interrupts_enabled() {
-            for hwq in 0..self.host.plan().nr_io_queues() {
-                self.host.poll(hwq, cpu);
-            }
+        // Polled queues raise no interrupt: a waiter that does not poll them (none of the
+        // kernel's do) still finishes, one tick at a time.
+        let plan = self.host.plan();
+        for hwq in (0..plan.nr_io_queues()).filter(|&h| plan.is_polled(h)) {
+            self.host.poll(hwq, cpu);
         }
         if let Err(e) = self.host.tick(cpu) {
             log::warn!("{}: timeout scan: {e}", self.name);
@@ -186,6 +188,9 @@ impl HostHooks for Controller {
             ("nvme_reset_failed", c.reset_failed),
             ("nvme_failed_by_recovery", r.failed_by_recovery),
             ("nvme_refused_by_blk", r.refused_by_blk),
+            // Reaped by polling: polled queues (blk counts them as `completions_irq` where the
+            // controller also has interrupt queues) and polling windows.
+            ("nvme_polled", r.polled),
             ("nvme_rejected", r.rejected),
             ("nvme_poll_windows", a.windows),
             ("nvme_window_polled", a.polled),
@@ -251,7 +256,7 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
             .is_some_and(|(v, cpus)| cpus.get(usize::from(v)) == Some(&cpu));
     let how = if halts {
         "halting between interrupts"
-    } else if controller.irqs.get().is_none() {
+    } else if controller.irqs.get().is_none() || plan.cpu_polls(cpu) {
         "polled"
     } else {
         "spinning, the queue's interrupt is on another CPU"
@@ -382,7 +387,9 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let plan = if usize::from(ctrl.max_io_queues()) < provisional.nr_io_queues() || vector_cap.is_some() {
         let (queues, plan_mode) = match vector_cap {
             Some(granted) => {
-                let queues = u16::try_from(granted.saturating_sub(1).max(1)).unwrap_or(u16::MAX);
+                // Polled queues need no vector: they come on top of one queue per vector left.
+                let polled = provisional.nr_polled();
+                let queues = u16::try_from(granted.saturating_sub(1).max(1) + polled).unwrap_or(u16::MAX);
                 kprintln!(
                     "warning: {name} ({at}): only {granted} interrupt vector(s) free of the {} planned: using at most {queues} I/O queue pair(s)",
                     provisional.nr_vectors()
@@ -393,7 +400,9 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
             }
             None => (opts.driver.queues, mode),
         };
-        let plan = QueuePlan::new(ncpus, queues, ctrl.max_io_queues(), plan_mode)
+        let plan = opts
+            .driver
+            .plan(ncpus, queues, ctrl.max_io_queues(), plan_mode)
             .map_err(|e| Error::Device(format!("{name} ({at}): queue plan: {e}")))?;
         if let Some(irqs) = irqs.as_mut() {
             for (v, cpu) in vector_cpus(&plan, opts.cross_vectors)?.into_iter().enumerate() {
@@ -451,7 +460,10 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     }
     let hc = HostConfig {
         timeout_ns: opts.driver.timeout_ns(),
-        completion: if mode == IrqMode::Poll {
+        // Every queue polled (`nvme.irq=poll`, or `nvme.poll_queues=` covering them all): the
+        // device's policy is poll. Some polled: their CPUs poll through `polling_window`, and
+        // the policy is the interrupt queues'.
+        completion: if !plan.interrupts_enabled() {
             CompletionPolicy::Poll
         } else if cpumap::needs_remote_completion() {
             // Some CPUs' APIC ids are beyond a device interrupt's reach: their completions
@@ -486,15 +498,23 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let mut layout = String::new();
     for hwq in 0..plan.nr_io_queues() {
         let cpus_of: Vec<usize> = (0..plan.ncpus()).filter(|&c| plan.hwq_of_cpu(c) == Some(hwq)).collect();
-        layout += &format!(
-            " q{}:cpus{:?}->v{}",
-            hwq + 1,
-            cpus_of,
-            plan.vector_of_hwq(hwq).unwrap_or(0)
-        );
+        match plan.vector_of_hwq(hwq) {
+            Some(v) => layout += &format!(" q{}:cpus{:?}->v{v}", hwq + 1, cpus_of),
+            None if mode == IrqMode::Poll => layout += &format!(" q{}:cpus{:?}->v0", hwq + 1, cpus_of),
+            None => layout += &format!(" q{}:cpus{:?}->polled", hwq + 1, cpus_of),
+        }
     }
     kprintln!("{name}: interrupts: {irq_text}");
     kprintln!("{name}: queues:{layout}");
+    if mode != IrqMode::Poll && plan.nr_polled() > 0 {
+        let cpus: Vec<usize> = (0..plan.ncpus()).filter(|&c| plan.cpu_polls(c)).collect();
+        kprintln!(
+            "{name}: nvme.poll_queues={}: {} of {} I/O queue pair(s) polled (IEN=0, no vector), CPUs {cpus:?} reap their own while they wait",
+            opts.driver.poll_queues.unwrap_or(0),
+            plan.nr_polled(),
+            plan.nr_io_queues()
+        );
+    }
     let batch = controller.host.controller().config().doorbell_batch;
     kprintln!(
         "{name}: SQ tail doorbell after at most {batch} command(s) of a burst, and at its last; a job refills after {batch} completion(s) of a reap (nvme.doorbell_batch)"
