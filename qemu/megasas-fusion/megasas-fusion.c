@@ -34,6 +34,7 @@
 #include "hw/scsi/scsi.h"
 #include "scsi/constants.h"
 #include "qom/object.h"
+#include "sysemu/sysemu.h"
 
 #define TYPE_MEGASAS_FUSION "megasas-fusion"
 OBJECT_DECLARE_SIMPLE_TYPE(FusionState, MEGASAS_FUSION)
@@ -165,6 +166,7 @@ enum {
     MFI_STAT_NOT_FOUND = 0x23,
     MFI_STAT_SCSI_DONE_WITH_ERROR = 0x2D,
     MFI_STAT_SCSI_IO_FAILED = 0x2E,
+    MFI_STAT_CONFIG_SEQ_MISMATCH = 0x67,
 };
 
 /* DCMD opcodes */
@@ -188,6 +190,39 @@ enum {
 #define MAP_DEV_HANDLES 0x20A8
 #define MAX_LDS 64
 #define MAX_SYSTEM_PDS 256
+
+/*
+ * The RAID logical drive (property raid=raid0|raid1): target 0, striped or
+ * mirrored over the scsi-hd disks on channel 2 (PD id = scsi-id). Described
+ * to the driver by a dynamic RAID map (Ventura/Aero: SP2 bits 24:16 give its
+ * size in 64 KiB units), the format Linux expects once SP2 announces it.
+ */
+#define RAID_CHANNEL 2
+#define RAID_LD_TARGET 0
+#define RAID_MAX_ARMS 32
+#define RAID_LD_SEQ 0x0101         /* the LD's configuration sequence number */
+#define PD_HANDLE_BASE 0x0100      /* a PD's device handle: 0x100 + PD id */
+#define PD_INTERFACE_SAS 2
+#define LD_STATE_OPTIMAL 3
+#define SP2_MAP_UNITS_SHIFT 16
+#define DYN_MAP_UNITS 1            /* 64 KiB */
+#define DYN_DESC_TABLE 0x58
+#define DYN_DESC_COUNT 4
+#define DYN_DATA (DYN_DESC_TABLE + DYN_DESC_COUNT * 16)
+#define DYN_DEV_HANDLES 0          /* offsets inside the data area */
+#define DYN_TGT_TO_LD (DYN_DEV_HANDLES + MAX_SYSTEM_PDS * 8)
+#define DYN_ARRAYS (DYN_TGT_TO_LD + MAX_SYSTEM_PDS * 2)
+#define DYN_SPANS (DYN_ARRAYS + 64)
+#define LD_SPAN_MAP_BYTES 0x9E0
+#define DYN_MAP_BYTES (DYN_DATA + DYN_SPANS + LD_SPAN_MAP_BYTES)
+/* MR_LD_RAID capability bits */
+#define CAP_FP_CAPABLE (1u << 0)
+#define CAP_FP_WRITE (1u << 20)
+#define CAP_FP_READ (1u << 21)
+/* RAID context (frame + 0x60) fields checked on FastPath */
+#define FR_RAID_SPAN_ARM 0x79
+#define FR_RAID_SEQ_NUM 0x7A
+#define IO_FLAGS_FAST_PATH 0x4000
 
 #define MAX_QUEUES 128
 #define DEFAULT_FW_CMDS 256
@@ -239,7 +274,19 @@ typedef enum CmdKind {
     CMD_PENDED,   /* a DCMD the firmware keeps until an event or abort */
 } CmdKind;
 
+/* what a SCSIRequest's hba_private points to: a command or a part of one */
+enum { OWNER_CMD = 0, OWNER_PART = 1 };
+
+/* One physical-disk request of a RAID LD command (a strip run or a mirror arm). */
+typedef struct FusionPart {
+    uint8_t owner;                 /* OWNER_PART */
+    struct FusionCmd *cmd;
+    SCSIRequest *req;
+    QEMUSGList qsg;
+} FusionPart;
+
 typedef struct FusionCmd {
+    uint8_t owner;                 /* OWNER_CMD */
     struct FusionState *s;
     uint16_t smid;
     uint8_t queue;
@@ -254,7 +301,32 @@ typedef struct FusionCmd {
     uint16_t target;
     SCSIRequest *req;
     QEMUSGList qsg;
+    /* a RAID LD command: its disk requests, how many are still out */
+    FusionPart **parts;
+    unsigned nparts;
+    unsigned parts_pending;
+    bool part_failed;
+    uint8_t part_status;
+    uint8_t part_sense[SCSI_SENSE_BUF_SIZE];
+    int part_sense_len;
 } FusionCmd;
+
+typedef enum RaidLevel {
+    RAID_NONE,
+    RAID_0,
+    RAID_1,
+} RaidLevel;
+
+/* The RAID LD as the disks on channel 2 make it. */
+typedef struct RaidLayout {
+    unsigned arms;
+    int pd[RAID_MAX_ARMS];
+    SCSIDevice *dev[RAID_MAX_ARMS];
+    uint32_t strip_blocks;
+    uint8_t strip_shift;
+    uint64_t rows;            /* strips per arm */
+    uint64_t ld_blocks;
+} RaidLayout;
 
 struct FusionState {
     PCIDevice parent_obj;
@@ -273,6 +345,14 @@ struct FusionState {
     uint32_t hold_after;
     bool rdpq;
     bool debug;
+    char *raid_name;
+    uint32_t strip_kib;
+    RaidLevel raid;
+    bool raid_reported;
+    uint64_t fastpath_ios;
+    uint64_t ld_path_ios;
+    uint64_t stale_seq_refused;
+    Notifier exit_notifier;
 
     const GenerationInfo *gen;
     FusionGeneration gen_id;
@@ -408,8 +488,46 @@ static void fusion_post_reply(FusionState *s, FusionCmd *cmd)
     fusion_notify(s, q);
 }
 
+static void fusion_free_parts(FusionCmd *cmd)
+{
+    for (unsigned i = 0; i < cmd->nparts; i++) {
+        FusionPart *part = cmd->parts[i];
+        if (part->req) {
+            scsi_req_unref(part->req);
+        }
+        if (part->qsg.sg) {
+            qemu_sglist_destroy(&part->qsg);
+        }
+        g_free(part);
+    }
+    g_free(cmd->parts);
+    cmd->parts = NULL;
+    cmd->nparts = 0;
+    cmd->parts_pending = 0;
+}
+
+/* Cancels the command's requests on the bus (their cancel callbacks run now). */
+static void fusion_cancel_requests(FusionCmd *cmd)
+{
+    if (cmd->req) {
+        SCSIRequest *req = cmd->req;
+        scsi_req_ref(req);
+        scsi_req_cancel(req);
+        scsi_req_unref(req);
+    }
+    for (unsigned i = 0; i < cmd->nparts; i++) {
+        SCSIRequest *req = cmd->parts[i]->req;
+        if (req) {
+            scsi_req_ref(req);
+            scsi_req_cancel(req);
+            scsi_req_unref(req);
+        }
+    }
+}
+
 static void fusion_free_cmd(FusionCmd *cmd)
 {
+    fusion_free_parts(cmd);
     if (cmd->req) {
         scsi_req_unref(cmd->req);
         cmd->req = NULL;
@@ -444,11 +562,8 @@ static void fusion_drop_all(FusionState *s)
 {
     for (unsigned i = 1; i <= MAX_SMID; i++) {
         FusionCmd *cmd = &s->cmds[i];
-        if (cmd->kind == CMD_SCSI && cmd->req) {
-            SCSIRequest *req = cmd->req;
-            scsi_req_ref(req);
-            scsi_req_cancel(req);
-            scsi_req_unref(req);
+        if (cmd->kind == CMD_SCSI) {
+            fusion_cancel_requests(cmd);
         }
         if (cmd->kind != CMD_FREE) {
             fusion_free_cmd(cmd);
@@ -627,17 +742,91 @@ out:
 
 /* ------------------------------------------------------------------ SCSI */
 
+static bool fusion_owner_is_part(SCSIRequest *req)
+{
+    return *(uint8_t *)req->hba_private == OWNER_PART;
+}
+
 static QEMUSGList *fusion_get_sg_list(SCSIRequest *req)
 {
+    if (fusion_owner_is_part(req)) {
+        FusionPart *part = req->hba_private;
+        return &part->qsg;
+    }
     FusionCmd *cmd = req->hba_private;
     return &cmd->qsg;
 }
 
+/* Ends a SCSI command that failed: bytes moved, sense, SCSI status. */
+static void fusion_finish_scsi_error(FusionState *s, FusionCmd *cmd,
+                                     uint8_t scsi_status, const uint8_t *sense,
+                                     int sense_len, uint32_t done)
+{
+    PCIDevice *pci = PCI_DEVICE(s);
+
+    stl_le_pci_dma(pci, cmd->frame_pa + FR_DATA_LENGTH, done,
+                   MEMTXATTRS_UNSPECIFIED);
+    if (scsi_status == CHECK_CONDITION && cmd->sense_pa && cmd->sense_len &&
+        sense_len > 0) {
+        pci_dma_write(pci, cmd->sense_pa, sense,
+                      MIN((uint32_t)sense_len, cmd->sense_len));
+    }
+    fusion_finish_io(s, cmd, MFI_STAT_SCSI_DONE_WITH_ERROR, scsi_status);
+}
+
+/* CHECK CONDITION with fixed-format sense built by the firmware itself. */
+static void fusion_finish_check(FusionState *s, FusionCmd *cmd, uint8_t key,
+                                uint8_t asc, uint8_t ascq)
+{
+    uint8_t sense[18] = { 0x70, 0, key, 0, 0, 0, 0, 10 };
+    sense[12] = asc;
+    sense[13] = ascq;
+    fusion_finish_scsi_error(s, cmd, CHECK_CONDITION, sense, sizeof(sense), 0);
+}
+
+/* Every part of a RAID LD command has completed. */
+static void fusion_parts_done(FusionCmd *cmd)
+{
+    FusionState *s = cmd->s;
+
+    if (s->state != STATE_OPERATIONAL) {
+        return; /* a faulted firmware never answers */
+    }
+    if (!cmd->part_failed) {
+        fusion_finish_io(s, cmd, MFI_STAT_OK, 0);
+        return;
+    }
+    /* which prefix of the transfer is intact is unknown: report none */
+    fusion_finish_scsi_error(s, cmd, cmd->part_status, cmd->part_sense,
+                             cmd->part_sense_len, 0);
+}
+
+static void fusion_part_complete(FusionPart *part, SCSIRequest *req)
+{
+    FusionCmd *cmd = part->cmd;
+
+    if (cmd->kind != CMD_SCSI || part->req != req) {
+        return;
+    }
+    if (req->status != GOOD && !cmd->part_failed) {
+        cmd->part_failed = true;
+        cmd->part_status = req->status;
+        cmd->part_sense_len = scsi_req_get_sense(req, cmd->part_sense,
+                                                 sizeof(cmd->part_sense));
+    }
+    if (--cmd->parts_pending == 0) {
+        fusion_parts_done(cmd);
+    }
+}
+
 static void fusion_command_complete(SCSIRequest *req, size_t residual)
 {
+    if (fusion_owner_is_part(req)) {
+        fusion_part_complete(req->hba_private, req);
+        return;
+    }
     FusionCmd *cmd = req->hba_private;
     FusionState *s = cmd->s;
-    PCIDevice *pci = PCI_DEVICE(s);
 
     if (cmd->kind != CMD_SCSI || cmd->req != req) {
         return;
@@ -654,21 +843,21 @@ static void fusion_command_complete(SCSIRequest *req, size_t residual)
     }
     uint32_t done = cmd->data_length > residual ? cmd->data_length - residual
                                                 : 0;
-    stl_le_pci_dma(pci, cmd->frame_pa + FR_DATA_LENGTH, done,
-                   MEMTXATTRS_UNSPECIFIED);
-    if (req->status == CHECK_CONDITION && cmd->sense_pa && cmd->sense_len) {
-        uint8_t sense[SCSI_SENSE_BUF_SIZE] = { 0 };
-        int len = scsi_req_get_sense(req, sense, sizeof(sense));
-        if (len > 0) {
-            pci_dma_write(pci, cmd->sense_pa, sense,
-                          MIN((uint32_t)len, cmd->sense_len));
-        }
-    }
-    fusion_finish_io(s, cmd, MFI_STAT_SCSI_DONE_WITH_ERROR, req->status);
+    uint8_t sense[SCSI_SENSE_BUF_SIZE] = { 0 };
+    int len = scsi_req_get_sense(req, sense, sizeof(sense));
+    fusion_finish_scsi_error(s, cmd, req->status, sense, len, done);
 }
 
 static void fusion_command_cancel(SCSIRequest *req)
 {
+    if (fusion_owner_is_part(req)) {
+        FusionPart *part = req->hba_private;
+        if (part->req == req) {
+            scsi_req_unref(req);
+            part->req = NULL;
+        }
+        return;
+    }
     FusionCmd *cmd = req->hba_private;
     if (cmd && cmd->req == req) {
         scsi_req_unref(req);
@@ -678,7 +867,7 @@ static void fusion_command_cancel(SCSIRequest *req)
 
 static const struct SCSIBusInfo fusion_scsi_info = {
     .tcq = true,
-    .max_channel = 1,
+    .max_channel = RAID_CHANNEL,
     .max_target = MAX_SYSTEM_PDS - 1,
     .max_lun = 7,
     .complete = fusion_command_complete,
@@ -763,6 +952,502 @@ static SCSIDevice *fusion_find_device(FusionState *s, int channel, int id,
     return d;
 }
 
+static unsigned fusion_list_devices(FusionState *s, int channel, int *ids,
+                                    unsigned max);
+
+/* ------------------------------------------------------------------ RAID LD */
+
+static uint64_t fusion_device_sectors(FusionState *s, int channel, int id);
+
+/*
+ * The RAID LD over the scsi-hd disks of channel 2, in scsi-id order. False
+ * (once told on stderr) when those disks cannot make the configured level:
+ * the map then has no LD and target 0 does not exist.
+ */
+static bool fusion_raid_layout(FusionState *s, RaidLayout *l)
+{
+    BusChild *kid;
+    bool seen[MAX_SYSTEM_PDS] = { false };
+    uint64_t min_blocks = UINT64_MAX;
+
+    memset(l, 0, sizeof(*l));
+    if (s->raid == RAID_NONE) {
+        return false;
+    }
+    QTAILQ_FOREACH(kid, &s->bus.qbus.children, sibling) {
+        SCSIDevice *d = SCSI_DEVICE(kid->child);
+        if (d->channel == RAID_CHANNEL && d->lun == 0 &&
+            d->id < MAX_SYSTEM_PDS) {
+            seen[d->id] = true;
+        }
+    }
+    for (int id = 0; id < MAX_SYSTEM_PDS; id++) {
+        if (!seen[id]) {
+            continue;
+        }
+        if (l->arms == RAID_MAX_ARMS) {
+            l->arms++;
+            break;
+        }
+        l->pd[l->arms] = id;
+        l->dev[l->arms] = fusion_find_device(s, RAID_CHANNEL, id, 0);
+        /* the firmware owns its member disks: their unit attentions (power
+         * on, reset) are its own, never the LD's */
+        l->dev[l->arms]->unit_attention = SENSE_CODE(NO_SENSE);
+        min_blocks = MIN(min_blocks, fusion_device_sectors(s, RAID_CHANNEL,
+                                                           id));
+        l->arms++;
+    }
+    l->strip_blocks = s->strip_kib * 2;
+    l->strip_shift = ctz32(l->strip_blocks);
+    bool ok = s->raid == RAID_1 ? l->arms == 2
+                                : l->arms >= 2 && l->arms <= RAID_MAX_ARMS;
+    if (ok) {
+        l->rows = min_blocks >> l->strip_shift;
+        ok = l->rows > 0;
+    }
+    if (!ok) {
+        if (!s->raid_reported) {
+            s->raid_reported = true;
+            fprintf(stderr, "megasas-fusion: raid=%s needs %s scsi-hd disks "
+                    "of at least one strip on channel %d (found %u): no LD\n",
+                    s->raid_name, s->raid == RAID_1 ? "2" : "2..32",
+                    RAID_CHANNEL, l->arms);
+        }
+        return false;
+    }
+    l->ld_blocks = (l->rows << l->strip_shift) *
+                   (s->raid == RAID_1 ? 1 : l->arms);
+    return true;
+}
+
+/* The arm (index into the layout) holding a PD, or -1. */
+static int fusion_raid_arm_of_pd(const RaidLayout *l, int pd)
+{
+    for (unsigned a = 0; a < l->arms; a++) {
+        if (l->pd[a] == pd) {
+            return a;
+        }
+    }
+    return -1;
+}
+
+static void fusion_dyn_desc(uint8_t *map, unsigned index, uint32_t type,
+                            uint32_t offset, uint32_t bytes, uint32_t elements)
+{
+    uint8_t *d = map + DYN_DESC_TABLE + index * 16;
+    stl_le_p(d + 0, type);
+    stl_le_p(d + 4, offset);
+    stl_le_p(d + 8, bytes);
+    stl_le_p(d + 12, elements);
+}
+
+/*
+ * The dynamic RAID map (MR_FW_RAID_MAP_DYNAMIC): a header, a table of four
+ * descriptors (device handles, target-to-LD, arrays, LD span maps) and their
+ * data. Every PD (JBOD or RAID member) gets its device handle; the RAID LD,
+ * when the disks make one, is LD 0 at target 0.
+ */
+static void fusion_fill_dynamic_map(FusionState *s, uint8_t *map)
+{
+    RaidLayout l;
+    bool have_ld = fusion_raid_layout(s, &l);
+    uint8_t *data = map + DYN_DATA;
+    int ids[MAX_SYSTEM_PDS];
+    unsigned n;
+
+    stl_le_p(map + 0x00, DYN_MAP_BYTES);
+    stl_le_p(map + 0x04, DYN_DESC_TABLE);
+    stl_le_p(map + 0x08, DYN_DESC_COUNT * 16);
+    stl_le_p(map + 0x0C, DYN_DESC_COUNT);
+    map[0x24] = 10;                       /* FastPath PD I/O timeout, s */
+    stw_le_p(map + 0x2C, have_ld ? 1 : 0); /* LDs */
+    stw_le_p(map + 0x2E, have_ld ? 1 : 0); /* arrays */
+    stw_le_p(map + 0x30, have_ld ? 1 : 0); /* spans */
+    fusion_dyn_desc(map, 0, 0, DYN_DEV_HANDLES, MAX_SYSTEM_PDS * 8,
+                    MAX_SYSTEM_PDS);
+    fusion_dyn_desc(map, 1, 1, DYN_TGT_TO_LD, MAX_SYSTEM_PDS * 2,
+                    MAX_SYSTEM_PDS);
+    fusion_dyn_desc(map, 2, 2, DYN_ARRAYS, 64, have_ld ? 1 : 0);
+    fusion_dyn_desc(map, 3, 3, DYN_SPANS, LD_SPAN_MAP_BYTES, have_ld ? 1 : 0);
+
+    for (unsigned pd = 0; pd < MAX_SYSTEM_PDS; pd++) {
+        uint8_t *e = data + DYN_DEV_HANDLES + pd * 8;
+        stw_le_p(e + 0, 0xFFFF);
+        stw_le_p(e + 4, 0xFFFF);
+        stw_le_p(e + 6, 0xFFFF);
+    }
+    n = fusion_list_devices(s, 1, ids, MAX_SYSTEM_PDS);
+    for (unsigned i = 0; i < n + (have_ld ? l.arms : 0); i++) {
+        int pd = i < n ? ids[i] : l.pd[i - n];
+        uint8_t *e = data + DYN_DEV_HANDLES + pd * 8;
+        stw_le_p(e + 0, PD_HANDLE_BASE + pd);
+        e[2] = 1;                         /* valid handles */
+        e[3] = PD_INTERFACE_SAS;
+        stw_le_p(e + 4, PD_HANDLE_BASE + pd);
+    }
+    for (unsigned t = 0; t < MAX_SYSTEM_PDS; t++) {
+        stw_le_p(data + DYN_TGT_TO_LD + t * 2, 0xFFFF);
+    }
+    for (unsigned arm = 0; arm < 32; arm++) {
+        stw_le_p(data + DYN_ARRAYS + arm * 2, 0xFFFF);
+    }
+    if (!have_ld) {
+        return;
+    }
+    stw_le_p(data + DYN_TGT_TO_LD + RAID_LD_TARGET * 2, 0);
+    for (unsigned a = 0; a < l.arms; a++) {
+        stw_le_p(data + DYN_ARRAYS + a * 2, l.pd[a]);
+    }
+
+    /* MR_LD_SPAN_MAP: MR_LD_RAID (0x80), dataArmMap[32], spanBlock[8] */
+    uint8_t *ld = data + DYN_SPANS;
+    bool mirror = s->raid == RAID_1;
+    uint32_t caps = CAP_FP_CAPABLE | CAP_FP_READ;
+    if (!mirror) {
+        /* RAID-1 writes would go FastPath as peer pairs: not modelled */
+        caps |= CAP_FP_WRITE;
+    }
+    stl_le_p(ld + 0x00, caps);
+    stq_le_p(ld + 0x08, l.ld_blocks);
+    ld[0x10] = 1;                         /* span depth */
+    ld[0x11] = mirror ? 1 : 0;            /* RAID level */
+    ld[0x12] = l.strip_shift;
+    ld[0x13] = l.arms;                    /* row size */
+    ld[0x14] = mirror ? 1 : l.arms;       /* data arms per row */
+    stw_le_p(ld + 0x18, RAID_LD_TARGET);
+    ld[0x1A] = LD_STATE_OPTIMAL;
+    ld[0x1C] = mirror ? 1 : l.arms;       /* mod factor */
+    stw_le_p(ld + 0x1E, RAID_LD_SEQ);
+    ld[0x2C] = 10;                        /* FastPath I/O timeout, s */
+    stl_le_p(ld + 0x30, 512);             /* logical block length */
+    for (unsigned a = 0; a < l.arms; a++) {
+        ld[0x80 + a] = mirror ? 0 : a;    /* data arm map */
+    }
+    uint8_t *span = ld + 0xA0;            /* spanBlock[0] */
+    stq_le_p(span + 0x00, l.rows);
+    stq_le_p(span + 0x08, 0);             /* start block */
+    stq_le_p(span + 0x10, l.rows << l.strip_shift);
+    stw_le_p(span + 0x18, 0);             /* array 0 */
+    span[0x1A] = l.arms;
+    span[0x1B] = mirror ? 1 : l.arms;
+    stl_le_p(span + 0x20, 1);             /* one quad element */
+    stq_le_p(span + 0x28, 0);             /* logical start row */
+    stq_le_p(span + 0x30, l.rows - 1);    /* logical end row */
+    stq_le_p(span + 0x38, 0);             /* offset in span */
+    stl_le_p(span + 0x40, 1);             /* diff */
+}
+
+/* Start LBA and block count of a READ/WRITE(6/10/12/16); false otherwise. */
+static bool fusion_rw_cdb(const uint8_t *cdb, unsigned len, bool *write,
+                          uint64_t *lba, uint32_t *count)
+{
+    switch (cdb[0]) {
+    case READ_6:
+    case WRITE_6:
+        if (len < 6) {
+            return false;
+        }
+        *lba = ((cdb[1] & 0x1F) << 16) | (cdb[2] << 8) | cdb[3];
+        *count = cdb[4] ? cdb[4] : 256;
+        break;
+    case READ_10:
+    case WRITE_10:
+        if (len < 10) {
+            return false;
+        }
+        *lba = ldl_be_p(cdb + 2);
+        *count = lduw_be_p(cdb + 7);
+        break;
+    case READ_12:
+    case WRITE_12:
+        if (len < 12) {
+            return false;
+        }
+        *lba = ldl_be_p(cdb + 2);
+        *count = ldl_be_p(cdb + 6);
+        break;
+    case READ_16:
+    case WRITE_16:
+        if (len < 16) {
+            return false;
+        }
+        *lba = ldq_be_p(cdb + 2);
+        *count = ldl_be_p(cdb + 10);
+        break;
+    default:
+        return false;
+    }
+    *write = cdb[0] == WRITE_6 || cdb[0] == WRITE_10 || cdb[0] == WRITE_12 ||
+             cdb[0] == WRITE_16;
+    return true;
+}
+
+/* dst = the bytes [off, off + len) of src. */
+static void fusion_sg_slice(FusionState *s, QEMUSGList *dst,
+                            const QEMUSGList *src, uint64_t off, uint64_t len)
+{
+    qemu_sglist_init(dst, DEVICE(s), 4, src->as);
+    for (int i = 0; i < src->nsg && len; i++) {
+        dma_addr_t l = src->sg[i].len;
+        if (off >= l) {
+            off -= l;
+            continue;
+        }
+        dma_addr_t take = MIN(l - off, len);
+        qemu_sglist_add(dst, src->sg[i].base + off, take);
+        len -= take;
+        off = 0;
+    }
+}
+
+/* Adds a disk request (not yet started) to a RAID LD command. */
+static FusionPart *fusion_add_part(FusionState *s, FusionCmd *cmd,
+                                   SCSIDevice *dev, const uint8_t *cdb,
+                                   unsigned cdb_len, uint64_t byte_off,
+                                   uint64_t bytes)
+{
+    FusionPart *part = g_new0(FusionPart, 1);
+    part->owner = OWNER_PART;
+    part->cmd = cmd;
+    fusion_sg_slice(s, &part->qsg, &cmd->qsg, byte_off, bytes);
+    part->req = scsi_req_new(dev, cmd->smid, 0, (uint8_t *)cdb, cdb_len,
+                             part);
+    cmd->parts = g_renew(FusionPart *, cmd->parts, cmd->nparts + 1);
+    cmd->parts[cmd->nparts++] = part;
+    return part;
+}
+
+/* Starts every part; the command completes when the last one does. */
+static void fusion_start_parts(FusionCmd *cmd)
+{
+    unsigned n = cmd->nparts;
+
+    cmd->kind = CMD_SCSI;
+    /* one count for this loop, so a part failing at once ends nothing early */
+    cmd->parts_pending = n + 1;
+    for (unsigned i = 0; i < n && cmd->kind == CMD_SCSI; i++) {
+        FusionPart *part = cmd->parts[i];
+        SCSIRequest *req = part->req;
+        int32_t len = scsi_req_enqueue(req);
+        if (len != 0 && cmd->kind == CMD_SCSI && part->req == req) {
+            scsi_req_continue(req);
+        }
+    }
+    if (cmd->kind == CMD_SCSI && --cmd->parts_pending == 0) {
+        fusion_parts_done(cmd);
+    }
+}
+
+static void fusion_rw16(uint8_t *cdb, bool write, uint8_t flags, uint64_t lba,
+                        uint32_t count)
+{
+    memset(cdb, 0, 16);
+    cdb[0] = write ? WRITE_16 : READ_16;
+    cdb[1] = flags & 0x18; /* DPO, FUA */
+    stq_be_p(cdb + 2, lba);
+    stl_be_p(cdb + 10, count);
+}
+
+/*
+ * An LD command to the RAID LD on the firmware path: READ/WRITE split at
+ * strip boundaries onto the arms (RAID-0) or sent to both arms (RAID-1
+ * writes; reads from arm 0), READ CAPACITY answered with the LD's size,
+ * SYNCHRONIZE CACHE sent to every arm, commands that change blocks without
+ * naming them (UNMAP, WRITE SAME, FORMAT) refused, anything else (INQUIRY,
+ * MODE SENSE, TEST UNIT READY, ...) answered by arm 0.
+ */
+static void fusion_raid_ld_io(FusionState *s, FusionCmd *cmd,
+                              const uint8_t *frame, const uint8_t *cdb,
+                              unsigned cdb_len, uint8_t lun)
+{
+    RaidLayout l;
+    bool write;
+    uint64_t lba;
+    uint32_t count;
+
+    if (!fusion_raid_layout(s, &l) || lun != 0) {
+        fusion_finish_io(s, cmd, MFI_STAT_DEVICE_NOT_FOUND, 0);
+        return;
+    }
+    if (!fusion_build_sgl(s, cmd, frame)) {
+        fusion_finish_io(s, cmd, MFI_STAT_SCSI_IO_FAILED, 0);
+        return;
+    }
+    s->ld_path_ios++;
+    if (fusion_rw_cdb(cdb, cdb_len, &write, &lba, &count)) {
+        uint8_t sub[16];
+        if (lba > l.ld_blocks || count > l.ld_blocks - lba) {
+            fusion_finish_check(s, cmd, ILLEGAL_REQUEST, 0x21, 0x00);
+            return;
+        }
+        if ((uint64_t)count * 512 != cmd->data_length) {
+            GUEST_ERROR("smid %u: %u blocks but DataLength %u", cmd->smid,
+                        count, cmd->data_length);
+            fusion_finish_io(s, cmd, MFI_STAT_INVALID_PARAMETER, 0);
+            return;
+        }
+        if (count == 0) {
+            fusion_finish_io(s, cmd, MFI_STAT_OK, 0);
+            return;
+        }
+        if (s->raid == RAID_1) {
+            for (unsigned a = 0; a < (write ? l.arms : 1); a++) {
+                fusion_rw16(sub, write, cdb[1], lba, count);
+                fusion_add_part(s, cmd, l.dev[a], sub, 16, 0,
+                                cmd->data_length);
+            }
+        } else {
+            uint64_t off = 0;
+            while (count) {
+                uint64_t strip = lba >> l.strip_shift;
+                uint32_t in_strip = lba & (l.strip_blocks - 1);
+                uint32_t n = MIN(count, l.strip_blocks - in_strip);
+                unsigned arm = strip % l.arms;
+                uint64_t pd_lba = ((strip / l.arms) << l.strip_shift) +
+                                  in_strip;
+                fusion_rw16(sub, write, cdb[1], pd_lba, n);
+                fusion_add_part(s, cmd, l.dev[arm], sub, 16, off,
+                                (uint64_t)n * 512);
+                off += (uint64_t)n * 512;
+                lba += n;
+                count -= n;
+            }
+        }
+        fusion_start_parts(cmd);
+        return;
+    }
+    switch (cdb[0]) {
+    case READ_CAPACITY_10:
+    case SERVICE_ACTION_IN_16: {
+        uint8_t data[32] = { 0 };
+        unsigned len = 8;
+        uint64_t last = l.ld_blocks - 1;
+        dma_addr_t residual;
+        if (cdb[0] == SERVICE_ACTION_IN_16) {
+            if ((cdb[1] & 0x1F) != SAI_READ_CAPACITY_16) {
+                fusion_finish_check(s, cmd, ILLEGAL_REQUEST, 0x24, 0x00);
+                return;
+            }
+            stq_be_p(data, last);
+            stl_be_p(data + 8, 512);
+            len = 32;
+        } else {
+            stl_be_p(data, MIN(last, 0xFFFFFFFFULL));
+            stl_be_p(data + 4, 512);
+        }
+        len = MIN(len, cmd->data_length);
+        dma_buf_read(data, len, &residual, &cmd->qsg, MEMTXATTRS_UNSPECIFIED);
+        stl_le_pci_dma(PCI_DEVICE(s), cmd->frame_pa + FR_DATA_LENGTH, len,
+                       MEMTXATTRS_UNSPECIFIED);
+        fusion_finish_io(s, cmd, MFI_STAT_OK, 0);
+        return;
+    }
+    case SYNCHRONIZE_CACHE:
+    case SYNCHRONIZE_CACHE_16: {
+        uint8_t sub[16] = { 0 };
+        unsigned len = cdb[0] == SYNCHRONIZE_CACHE ? 10 : 16;
+        sub[0] = cdb[0]; /* LBA 0, 0 blocks: the whole disk */
+        for (unsigned a = 0; a < l.arms; a++) {
+            fusion_add_part(s, cmd, l.dev[a], sub, len, 0, 0);
+        }
+        fusion_start_parts(cmd);
+        return;
+    }
+    case UNMAP:
+    case WRITE_SAME_10:
+    case WRITE_SAME_16:
+    case FORMAT_UNIT:
+    case WRITE_VERIFY_10:
+    case WRITE_VERIFY_12:
+    case WRITE_VERIFY_16:
+    case VERIFY_10:
+    case VERIFY_12:
+    case VERIFY_16:
+        fusion_finish_check(s, cmd, ILLEGAL_REQUEST, 0x20, 0x00);
+        return;
+    default: {
+        cmd->kind = CMD_SCSI;
+        SCSIRequest *req = scsi_req_new(l.dev[0], cmd->smid, 0,
+                                        (uint8_t *)cdb, cdb_len, cmd);
+        cmd->req = req;
+        int32_t len = scsi_req_enqueue(req);
+        if (len != 0 && cmd->kind == CMD_SCSI && cmd->req == req) {
+            scsi_req_continue(req);
+        }
+        return;
+    }
+    }
+}
+
+/*
+ * FastPath to a RAID LD's member disk: the driver computed the disk and its
+ * LBA from the map. The sequence number must be the map's (else
+ * CONFIG_SEQ_MISMATCH, the status a driver retries on after re-reading the
+ * map), and the disk range must lie inside one strip of that arm, which is
+ * where the LD's blocks are; the CDB then goes to the disk unchanged.
+ */
+static void fusion_raid_fastpath(FusionState *s, FusionCmd *cmd,
+                                 const uint8_t *frame, const RaidLayout *l,
+                                 unsigned arm, const uint8_t *cdb,
+                                 unsigned cdb_len)
+{
+    uint16_t seq = lduw_le_p(frame + FR_RAID_SEQ_NUM);
+    uint16_t target = lduw_le_p(frame + FR_RAID_TARGET);
+    uint16_t io_flags = lduw_le_p(frame + FR_IO_FLAGS);
+    bool write;
+    uint64_t lba;
+    uint32_t count;
+
+    if (seq != RAID_LD_SEQ) {
+        s->stale_seq_refused++;
+        GUEST_ERROR("smid %u: FastPath with sequence number 0x%x, the map's "
+                    "is 0x%x", cmd->smid, seq, RAID_LD_SEQ);
+        fusion_finish_io(s, cmd, MFI_STAT_CONFIG_SEQ_MISMATCH, 0);
+        return;
+    }
+    if (target != RAID_LD_TARGET || !(io_flags & IO_FLAGS_FAST_PATH)) {
+        GUEST_ERROR("smid %u: FastPath to PD %d names LD %u, IoFlags 0x%x",
+                    cmd->smid, l->pd[arm], target, io_flags);
+        fusion_finish_io(s, cmd, MFI_STAT_INVALID_PARAMETER, 0);
+        return;
+    }
+    if (!fusion_rw_cdb(cdb, cdb_len, &write, &lba, &count)) {
+        GUEST_ERROR("smid %u: FastPath CDB 0x%02x to a RAID member (the map "
+                    "does not offer non-R/W FastPath)", cmd->smid, cdb[0]);
+        fusion_finish_io(s, cmd, MFI_STAT_INVALID_PARAMETER, 0);
+        return;
+    }
+    uint64_t arm_blocks = l->rows << l->strip_shift;
+    if (count == 0 || lba >= arm_blocks || count > arm_blocks - lba ||
+        (lba >> l->strip_shift) != ((lba + count - 1) >> l->strip_shift) ||
+        (s->raid == RAID_1 && write)) {
+        GUEST_ERROR("smid %u: FastPath %s of %u blocks at PD %d LBA %" PRIu64
+                    " is not inside one strip of the LD (strip %u blocks)",
+                    cmd->smid, write ? "write" : "read", count, l->pd[arm], lba,
+                    l->strip_blocks);
+        fusion_finish_io(s, cmd, MFI_STAT_INVALID_PARAMETER, 0);
+        return;
+    }
+    if (!fusion_build_sgl(s, cmd, frame)) {
+        fusion_finish_io(s, cmd, MFI_STAT_SCSI_IO_FAILED, 0);
+        return;
+    }
+    if (++s->fastpath_ios == 1) {
+        fprintf(stderr, "megasas-fusion: first LD FastPath I/O served "
+                "(PD %d, handle 0x%x)\n", l->pd[arm],
+                PD_HANDLE_BASE + l->pd[arm]);
+    }
+    cmd->kind = CMD_SCSI;
+    SCSIRequest *req = scsi_req_new(l->dev[arm], cmd->smid, 0, (uint8_t *)cdb,
+                                    cdb_len, cmd);
+    cmd->req = req;
+    int32_t len = scsi_req_enqueue(req);
+    if (len != 0 && cmd->kind == CMD_SCSI && cmd->req == req) {
+        scsi_req_continue(req);
+    }
+}
+
 static void fusion_handle_io(FusionState *s, FusionCmd *cmd,
                              const uint8_t *frame, uint8_t function)
 {
@@ -804,6 +1489,43 @@ static void fusion_handle_io(FusionState *s, FusionCmd *cmd,
         id = handle == 0xFFFF ? target : handle;
     }
     cmd->target = id;
+    if (s->raid != RAID_NONE) {
+        if (cdb_len == 0 || cdb_len > 16) {
+            GUEST_ERROR("smid %u: CDB length %u", cmd->smid, cdb_len);
+            fusion_finish_io(s, cmd, MFI_STAT_INVALID_PARAMETER, 0);
+            return;
+        }
+        memcpy(cdb, frame + FR_CDB, sizeof(cdb));
+        if (channel == 0) {
+            /* with a RAID LD, it is the only LD */
+            if (id != RAID_LD_TARGET) {
+                fusion_finish_io(s, cmd, MFI_STAT_DEVICE_NOT_FOUND, 0);
+                return;
+            }
+            fusion_raid_ld_io(s, cmd, frame, cdb, cdb_len, lun);
+            return;
+        }
+        if (handle != 0xFFFF) {
+            /* the map gave every PD a handle: JBOD or RAID member */
+            RaidLayout l;
+            int pd = handle - PD_HANDLE_BASE;
+            if (handle < PD_HANDLE_BASE || pd >= MAX_SYSTEM_PDS) {
+                GUEST_ERROR("smid %u: device handle 0x%x is in no map",
+                            cmd->smid, handle);
+                fusion_finish_io(s, cmd, MFI_STAT_DEVICE_NOT_FOUND, 0);
+                return;
+            }
+            int arm = fusion_raid_layout(s, &l) ? fusion_raid_arm_of_pd(&l, pd)
+                                                : -1;
+            if (arm >= 0) {
+                cmd->target = pd;
+                fusion_raid_fastpath(s, cmd, frame, &l, arm, cdb, cdb_len);
+                return;
+            }
+            id = pd;
+            cmd->target = id;
+        }
+    }
     SCSIDevice *sdev = (channel == 0 && id >= MAX_LDS)
                            ? NULL
                            : fusion_find_device(s, channel, id, lun);
@@ -889,8 +1611,7 @@ static void fusion_dcmd_write(FusionState *s, DcmdData *d, const void *buf,
     }
 }
 
-static unsigned fusion_list_devices(FusionState *s, int channel, int *ids,
-                                    unsigned max);
+static unsigned fusion_list_lds(FusionState *s, int *ids);
 
 static void fusion_ctrl_info(FusionState *s, uint8_t *ci)
 {
@@ -912,14 +1633,15 @@ static void fusion_ctrl_info(FusionState *s, uint8_t *ci)
     stl_le_p(ci + 0x5BC, 2048);       /* max request size, sectors */
     {
         int ids[MAX_SYSTEM_PDS];
-        stw_le_p(ci + 0x5C0, fusion_list_devices(s, 0, ids, MAX_LDS));
+        stw_le_p(ci + 0x5C0, fusion_list_lds(s, ids));
         stw_le_p(ci + 0x5C6, fusion_list_devices(s, 1, ids, MAX_SYSTEM_PDS));
     }
     stw_le_p(ci + 0x5D0, 1024);       /* memory size (MiB): an "MR" card */
     stw_le_p(ci + 0x5DA, 64);         /* max strips per I/O */
-    stl_le_p(ci + 0x5DC, 0x1);        /* RAID 0 */
-    ci[0x5E8] = 7;                    /* strip size min: 64 KiB */
-    ci[0x5E9] = 7;
+    stl_le_p(ci + 0x5DC, 0x3);        /* RAID 0 and 1 */
+    /* strip size min and max (log2 of 512-byte blocks): the configured one */
+    ci[0x5E8] = ctz32(s->strip_kib * 2);
+    ci[0x5E9] = ctz32(s->strip_kib * 2);
     /* OnOffProperties @0x620: online controller reset stays enabled (bit 10
      * clear); adapterOperations2/3/4 all zero: 64-LD legacy map, no crash
      * dump, no secure JBOD, no JBOD sequence map. */
@@ -971,6 +1693,29 @@ static uint64_t fusion_device_sectors(FusionState *s, int channel, int id)
     return sectors;
 }
 
+/* The LDs' target ids: the RAID LD alone, or the scsi-hd disks of channel 0. */
+static unsigned fusion_list_lds(FusionState *s, int *ids)
+{
+    RaidLayout l;
+    if (s->raid == RAID_NONE) {
+        return fusion_list_devices(s, 0, ids, MAX_LDS);
+    }
+    if (!fusion_raid_layout(s, &l)) {
+        return 0;
+    }
+    ids[0] = RAID_LD_TARGET;
+    return 1;
+}
+
+static uint64_t fusion_ld_sectors(FusionState *s, int target)
+{
+    RaidLayout l;
+    if (s->raid == RAID_NONE) {
+        return fusion_device_sectors(s, 0, target);
+    }
+    return fusion_raid_layout(s, &l) ? l.ld_blocks : 0;
+}
+
 /* Returns an MFI status, or -1 when the command is kept pending. */
 static int fusion_dcmd(FusionState *s, FusionCmd *cmd, uint8_t *mfi)
 {
@@ -999,6 +1744,15 @@ static int fusion_dcmd(FusionState *s, FusionCmd *cmd, uint8_t *mfi)
             /* map sync: answered only when the configuration changes */
             return -1;
         }
+        if (s->raid != RAID_NONE) {
+            if (d.total < DYN_MAP_BYTES) {
+                return MFI_STAT_INVALID_PARAMETER;
+            }
+            g_autofree uint8_t *map = g_malloc0(DYN_MAP_BYTES);
+            fusion_fill_dynamic_map(s, map);
+            fusion_dcmd_write(s, &d, map, DYN_MAP_BYTES);
+            return MFI_STAT_OK;
+        }
         if (d.total < LEGACY_MAP_BYTES) {
             return MFI_STAT_INVALID_PARAMETER;
         }
@@ -1011,7 +1765,7 @@ static int fusion_dcmd(FusionState *s, FusionCmd *cmd, uint8_t *mfi)
     case DCMD_LD_LIST_QUERY: {
         /* {u32 size, u32 count, 3 pad, u8 targetId[256]} */
         uint8_t list[8 + 3 + 256] = { 0 };
-        n = fusion_list_devices(s, 0, ids, MAX_LDS);
+        n = fusion_list_lds(s, ids);
         stl_le_p(list + 0, sizeof(list));
         stl_le_p(list + 4, n);
         for (unsigned i = 0; i < n; i++) {
@@ -1024,13 +1778,13 @@ static int fusion_dcmd(FusionState *s, FusionCmd *cmd, uint8_t *mfi)
         /* {u32 count, u32 rsvd, 256 x {tgt, rsvd, u16 seq, state, 3 rsvd,
          * u64 size}} */
         g_autofree uint8_t *list = g_malloc0(8 + 256 * 16);
-        n = fusion_list_devices(s, 0, ids, MAX_LDS);
+        n = fusion_list_lds(s, ids);
         stl_le_p(list, n);
         for (unsigned i = 0; i < n; i++) {
             uint8_t *e = list + 8 + i * 16;
             e[0] = ids[i];
-            e[4] = 3; /* optimal */
-            stq_le_p(e + 8, fusion_device_sectors(s, 0, ids[i]));
+            e[4] = LD_STATE_OPTIMAL;
+            stq_le_p(e + 8, fusion_ld_sectors(s, ids[i]));
         }
         fusion_dcmd_write(s, &d, list, 8 + 256 * 16);
         return MFI_STAT_OK;
@@ -1164,11 +1918,8 @@ static void fusion_handle_tm(FusionState *s, FusionCmd *cmd,
         if (!hit) {
             continue;
         }
-        if (v->kind == CMD_SCSI && v->req) {
-            SCSIRequest *req = v->req;
-            scsi_req_ref(req);
-            scsi_req_cancel(req);
-            scsi_req_unref(req);
+        if (v->kind == CMD_SCSI) {
+            fusion_cancel_requests(v);
         }
         /* MPT answers a terminated I/O before the TM itself */
         fusion_finish_io(s, v, MFI_STAT_SCSI_IO_FAILED, 0);
@@ -1319,6 +2070,9 @@ static uint64_t fusion_reg_read(void *opaque, hwaddr addr, unsigned size)
         v = fusion_sp1(s);
         break;
     case REG_SCRATCH2:
+        /* Ventura/Aero: the dynamic RAID map's size, in 64 KiB units */
+        v = s->raid != RAID_NONE ? DYN_MAP_UNITS << SP2_MAP_UNITS_SHIFT : 0;
+        break;
     case REG_SCRATCH3:
         v = 0;
         break;
@@ -1451,6 +2205,23 @@ static void fusion_reset(DeviceState *dev)
     fusion_to_ready(s);
 }
 
+/* At QEMU's exit: how the RAID LD's I/O went (the FastPath count shows a
+ * driver that used the map). */
+static void fusion_report_counts(Notifier *n, void *data)
+{
+    FusionState *s = container_of(n, FusionState, exit_notifier);
+    fprintf(stderr, "megasas-fusion: RAID LD I/Os: FastPath %" PRIu64
+            ", LD path %" PRIu64 ", stale sequence numbers refused %" PRIu64
+            "\n", s->fastpath_ios, s->ld_path_ios, s->stale_seq_refused);
+}
+
+static void fusion_get_u64_counter(Object *obj, Visitor *v, const char *name,
+                                   void *opaque, Error **errp)
+{
+    uint64_t value = *(uint64_t *)opaque;
+    visit_type_uint64(v, name, &value, errp);
+}
+
 static void fusion_realize(PCIDevice *pci, Error **errp)
 {
     FusionState *s = MEGASAS_FUSION(pci);
@@ -1477,6 +2248,28 @@ static void fusion_realize(PCIDevice *pci, Error **errp)
     if (s->msix_vectors < 1 || s->msix_vectors > MAX_QUEUES) {
         error_setg(errp, "megasas-fusion: msix_vectors %u outside 1..%u",
                    s->msix_vectors, MAX_QUEUES);
+        return;
+    }
+    if (!s->raid_name || !g_strcmp0(s->raid_name, "off")) {
+        s->raid = RAID_NONE;
+    } else if (!g_strcmp0(s->raid_name, "raid0")) {
+        s->raid = RAID_0;
+    } else if (!g_strcmp0(s->raid_name, "raid1")) {
+        s->raid = RAID_1;
+    } else {
+        error_setg(errp, "megasas-fusion: raid '%s' is not one of off, raid0, "
+                   "raid1", s->raid_name);
+        return;
+    }
+    if (s->raid != RAID_NONE && s->gen_id == GEN_INVADER) {
+        error_setg(errp, "megasas-fusion: raid=%s needs generation ventura or "
+                   "aero (the dynamic RAID map)", s->raid_name);
+        return;
+    }
+    if (s->strip_kib < 8 || s->strip_kib > 1024 ||
+        (s->strip_kib & (s->strip_kib - 1))) {
+        error_setg(errp, "megasas-fusion: strip_kb %u is not a power of two "
+                   "in 8..1024", s->strip_kib);
         return;
     }
 
@@ -1517,6 +2310,10 @@ static void fusion_realize(PCIDevice *pci, Error **errp)
     s->event_seq = 1;
     s->intr_mask = 0xFFFFFFFF;
     s->state = STATE_READY;
+    if (s->raid != RAID_NONE) {
+        s->exit_notifier.notify = fusion_report_counts;
+        qemu_add_exit_notifier(&s->exit_notifier);
+    }
     scsi_bus_init(&s->bus, sizeof(s->bus), DEVICE(pci), &fusion_scsi_info);
 }
 
@@ -1538,6 +2335,8 @@ static Property fusion_properties[] = {
     DEFINE_PROP_UINT32("hold_after", FusionState, hold_after, 0),
     DEFINE_PROP_BOOL("rdpq", FusionState, rdpq, false),
     DEFINE_PROP_BOOL("debug", FusionState, debug, false),
+    DEFINE_PROP_STRING("raid", FusionState, raid_name),
+    DEFINE_PROP_UINT32("strip_kb", FusionState, strip_kib, 64),
     DEFINE_PROP_END_OF_LIST(),
 };
 
@@ -1548,8 +2347,13 @@ static const VMStateDescription fusion_vmstate = {
 
 static void fusion_instance_init(Object *obj)
 {
+    FusionState *s = MEGASAS_FUSION(obj);
     object_property_add_bool(obj, "inject-fault", fusion_get_fault,
                              fusion_inject_fault);
+    object_property_add(obj, "fastpath-ios", "uint64", fusion_get_u64_counter,
+                        NULL, NULL, &s->fastpath_ios);
+    object_property_add(obj, "ld-path-ios", "uint64", fusion_get_u64_counter,
+                        NULL, NULL, &s->ld_path_ios);
 }
 
 static void fusion_class_init(ObjectClass *oc, void *data)
