@@ -167,7 +167,14 @@ pub fn thread_stat(
         ..ThreadStat::default()
     };
     if let Some(d) = detail {
-        ts.io_u_map = d.depth_at_submit;
+        // fio divides the depth counts by the job's I/Os, the verify pass's reads not included;
+        // the engine counts every submission: scaled so the client shows the engine's shares.
+        let depth_total: u64 = d.depth_at_submit.iter().sum();
+        let ios: u64 = dirs.iter().map(|d| d.ios).sum();
+        for (slot, &count) in ts.io_u_map.iter_mut().zip(&d.depth_at_submit) {
+            *slot =
+                u64::try_from(u128::from(count) * u128::from(ios) / u128::from(depth_total.max(1))).unwrap_or(u64::MAX);
+        }
         // Every submission hands the block layer one request: fio's "1 to 4" bucket.
         let submitted: u64 = d.depth_at_submit.iter().sum();
         ts.io_u_submit = [0, submitted, 0, 0, 0, 0, 0];
