@@ -6,7 +6,7 @@
 //! the instructions and the MMIO accesses are.
 //!
 //! ```text
-//! cargo xtask ipio [--device null|md|nvme|fusion] [--qd N] [--top N] [--kernel ELF]
+//! cargo xtask ipio [--device null|md|nvme|nvme-poll|fusion] [--qd N] [--top N] [--kernel ELF]
 //!                   [--linux]
 //! cargo xtask ipio --check [--budget FILE] [--device D] [--qd N] [--kernel ELF]
 //! ```
@@ -17,6 +17,9 @@
 //!
 //! `--linux` also measures the Linux peer guest (`cargo xtask peer`) on the same device
 //! ([`crate::ipio_linux`]) and prints both side by side.
+//!
+//! `nvme-poll` is `nvme` booted with `nvme.poll_queues=1`: its one I/O queue pair is polled (no
+//! interrupt), the polled path's cost beside the interrupt path's.
 //!
 //! `--kernel` measures a kernel built elsewhere (another commit's, for a before/after) instead
 //! of building this tree's.
@@ -176,6 +179,8 @@ pub(crate) enum Device {
     Null,
     Md,
     Nvme,
+    /// `nvme` with its one I/O queue pair polled (`nvme.poll_queues=1`).
+    NvmePoll,
     Fusion,
 }
 
@@ -185,8 +190,9 @@ impl Device {
             "null" => Device::Null,
             "md" => Device::Md,
             "nvme" => Device::Nvme,
+            "nvme-poll" => Device::NvmePoll,
             "fusion" => Device::Fusion,
-            _ => return Err(format!("--device '{s}': use null, md, nvme or fusion")),
+            _ => return Err(format!("--device '{s}': use null, md, nvme, nvme-poll or fusion")),
         })
     }
 
@@ -204,7 +210,7 @@ impl Device {
                 "-device",
                 "scsi-hd,drive=d0,bus=hba0.0",
             ],
-            Device::Nvme => vec![
+            Device::Nvme | Device::NvmePoll => vec![
                 "-blockdev",
                 &null,
                 "-device",
@@ -224,10 +230,27 @@ impl Device {
         let name = match self {
             Device::Null => "null0",
             Device::Md => "md0",
-            Device::Nvme => "nvme0n1",
+            Device::Nvme | Device::NvmePoll => "nvme0n1",
             Device::Fusion => "mf0",
         };
         (args.into_iter().map(String::from).collect(), name)
+    }
+
+    /// The kernel words the device's boot adds before the job.
+    fn kernel_words(self) -> &'static [&'static str] {
+        match self {
+            Device::Null => &["null.size=8g"],
+            Device::NvmePoll => &["nvme.poll_queues=1"],
+            Device::Md | Device::Nvme | Device::Fusion => &[],
+        }
+    }
+
+    /// The block device and how its completions come, for output and file names.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Device::NvmePoll => "nvme0n1-polled",
+            other => other.qemu_and_name().1,
+        }
     }
 }
 
@@ -293,10 +316,11 @@ impl Setup {
             PathBuf::from("qemu-system-x86_64")
         };
         let (device_args, name) = device.qemu_and_name();
+        let label = device.label();
         let dir = &self.dir;
         let mut runs = Vec::new();
         for job_ios in JOB_IOS {
-            let out = dir.join(format!("{name}-qd{qd}-{job_ios}.txt"));
+            let out = dir.join(format!("{label}-qd{qd}-{job_ios}.txt"));
             let _ = std::fs::remove_file(&out);
             let _ = std::fs::remove_file(out.with_extension("txt.mmio"));
             let mut extra = vec![
@@ -312,10 +336,7 @@ impl Setup {
                 format!("{},arg=out={},arg=mmio=on", self.plugin.display(), out.display()),
             ];
             extra.extend(device_args.iter().cloned());
-            let mut append: Vec<String> = Vec::new();
-            if device == Device::Null {
-                append.push("null.size=8g".into());
-            }
+            let mut append: Vec<String> = device.kernel_words().iter().map(|w| w.to_string()).collect();
             append.extend(
                 format!("device={name} rw=randread bs=4k iodepth={qd} size={}k", job_ios * 4)
                     .split(' ')
@@ -329,8 +350,8 @@ impl Setup {
                 append,
                 extra,
             };
-            let log = dir.join(format!("{name}-qd{qd}-{job_ios}.log"));
-            println!("xtask: ipio: {name} QD{qd}, a job of {job_ios} I/Os under the TCG plugin");
+            let log = dir.join(format!("{label}-qd{qd}-{job_ios}.log"));
+            println!("xtask: ipio: {label} QD{qd}, a job of {job_ios} I/Os under the TCG plugin");
             let run = qemu::run_with(&binary, &m.args(), Duration::from_secs(900), false, Some(&log))?;
             let ios: u64 = crate::bench::results::parse_console(&run.output)
                 .into_iter()
@@ -419,7 +440,7 @@ pub(crate) fn parse_budgets(text: &str) -> Result<Vec<Budget>, String> {
 /// What a measurement `per_io` (instructions, memory accesses, MMIO reads, MMIO writes) spends
 /// above `budget`: one line per figure over it; empty when within.
 pub(crate) fn over_budget(budget: &Budget, per_io: [f64; 4]) -> Vec<String> {
-    let name = budget.device.qemu_and_name().1;
+    let name = budget.device.label();
     let mut over = Vec::new();
     let figures = [
         ("instructions", per_io[0], budget.instructions, 1),
@@ -464,7 +485,7 @@ fn check_budgets(measurer: &Setup, path: &Path, device: Option<Device>, qd: Opti
     for (b, t) in &rows {
         println!(
             "{:<8} {:>4} {:>10.1} / {:>8.0} {:>7.3} / {:>7.3} {:>7.3} / {:>7.3}",
-            b.device.qemu_and_name().1,
+            b.device.label(),
             b.qd,
             t[0],
             b.instructions,
@@ -535,7 +556,14 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
         return check_budgets(&measurer, &budget_path, device, qd);
     }
     let (device, qd) = (device.unwrap_or(Device::Null), qd.unwrap_or(32));
-    let name = device.qemu_and_name().1;
+    if linux && device == Device::NvmePoll {
+        return Err(
+            "ipio: --linux with nvme-poll: the peer measures interrupt-driven nvme only (its polled \
+                    jobs are `peer run ... --jobs rr4k_qd1_hipri`)"
+                .into(),
+        );
+    }
+    let name = device.label();
     let syms = measurer.symbols()?;
     let per_io = measurer.measure(device, qd, |a| function_at(&syms, a))?;
     let t = per_io.total;
@@ -668,6 +696,14 @@ mod tests {
         assert_eq!(Device::parse("md").unwrap(), Device::Md);
         assert!(Device::parse("sata").unwrap_err().contains("sata"));
         assert_eq!(Device::Nvme.qemu_and_name().1, "nvme0n1");
+        // The polled NVMe path: the same device and block device, one kernel word more.
+        let polled = Device::parse("nvme-poll").unwrap();
+        assert_eq!(polled.qemu_and_name(), Device::Nvme.qemu_and_name());
+        assert_eq!(polled.kernel_words(), ["nvme.poll_queues=1"]);
+        assert_eq!(polled.label(), "nvme0n1-polled");
+        assert!(Device::parse("sata").unwrap_err().contains("nvme-poll"));
+        let b = parse_budgets("nvme 32 890 0 0.3\nnvme-poll 32 900 0 0.2\n").unwrap();
+        assert_eq!((b[0].device, b[1].device), (Device::Nvme, Device::NvmePoll));
     }
 
     #[test]

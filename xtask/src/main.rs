@@ -106,7 +106,7 @@ commands:
       --split                     also one document per job, <rw>-<iodepth>-<numjobs>.json (bench-fio)
   ipio [options]                  guest instructions, memory accesses and MMIO reads/writes per I/O,
                                   exact (TCG plugin, two job lengths), with a per-function table
-      --device null|md|nvme|fusion   (default null)   --qd N (default 32)   --top N (default 20)
+      --device null|md|nvme|nvme-poll|fusion (default null; nvme-poll: nvme.poll_queues=1)   --qd N (default 32)   --top N (default 20)
       --kernel ELF                   measure a kernel built elsewhere (a before/after)
       --linux                        also the Linux peer guest (`cargo xtask peer`), side by side
       --check [--budget FILE]        measure every line of xtask/ipio-budget.txt (or FILE; only
