@@ -38,6 +38,7 @@ mod runner;
 mod scenario;
 #[cfg(test)]
 mod scenario_checks;
+mod serve;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -78,12 +79,22 @@ commands:
       ARGS                        kernel command line, e.g. -- log=debug test=timer; without ARGS the
                                   default job runs: mixed random read/write with crc32c verify on the
                                   disk (md0 or nvme0n1) from every CPU for about ten seconds
+  serve [options] [-- ARGS...]    boot one box with fio.server=1 (docs/fleet.md) on QEMU's user network, its
+                                  fio port forwarded to 127.0.0.1:PORT; prints the `fio --client` line and
+                                  streams the console until Ctrl-C
+      --device nvme|megasas       (default nvme)   --port P (default 8765)   --smp N (default 2, at least 2)
+      --kvm | --disk PATH         ARGS: kernel words, e.g. fio.server.writable=nvme0n1
+  fleet N [options] [-- ARGS...]  N such boxes on ports P..P+N-1, each with its own disk in target/fleet/;
+                                  prints the `fio --client=... --client=...` line (options as serve)
+  fleet-check                     the real fio 3.33 client against two fio.server boxes: figures equal the
+                                  box's, job after job, refusals, a killed client, All clients (run by test)
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
       --filter PATTERN            only scenarios whose name contains PATTERN
       --strict-skips              a SKIPPED scenario not listed in tests/expected-skips fails the run
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
-  test                            fmt, clippy, host tests, loom models, ipio --check, then qemu-test
+  test                            fmt, clippy, host tests, loom models, ipio --check, fleet-check, then
+                                  qemu-test
   image [--debug] [--serial-port PORT] [--serial-speed BAUD] [--fio JOB.fio]... [-- ARGS...]
                                   GRUB rescue image (BIOS and UEFI) at target/baremq.iso; GRUB's
                                   serial line follows ARGS' console= (ttyS*/io:), else COM1 115200;
@@ -139,6 +150,9 @@ fn main() -> ExitCode {
         "build" => cmd_build(rest).map(|_| true),
         "run" => cmd_run(rest),
         "qemu-test" => runner::cmd_qemu_test(rest),
+        "serve" => serve::cmd_serve(rest),
+        "fleet" => serve::cmd_fleet(rest),
+        "fleet-check" => serve::cmd_fleet_check(rest),
         "test" => cmd_test(rest),
         "image" => cmd_image(rest).map(|_| true),
         "bench" => bench::cmd_bench(rest),
@@ -516,6 +530,7 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "disks",
         "done",
         "fioserver",
+        "fleet",
         "blk",
         "platform",
         "workload",
@@ -539,10 +554,12 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
     // The exact work per I/O against xtask/ipio-budget.txt (TCG plugin, docs/bench.md); the
     // scenarios run whatever it finds, and both verdicts count.
     let budgets_ok = ipio::cmd_ipio(&["--check".to_string()])?;
+    // The stock fio client driving fio.server boxes (a missing fio fails it, saying SKIPPED).
+    let fleet_ok = serve::cmd_fleet_check(&[])?;
     // A skip not listed in tests/expected-skips fails the run: a scenario that silently never runs
     // tests nothing.
     let scenarios_ok = runner::cmd_qemu_test(&["--strict-skips".to_string()])?;
-    Ok(budgets_ok && scenarios_ok)
+    Ok(budgets_ok && fleet_ok && scenarios_ok)
 }
 
 fn cmd_image(args: &[String]) -> Result<PathBuf, String> {

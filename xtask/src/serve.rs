@@ -1,0 +1,681 @@
+//! `cargo xtask serve` and `cargo xtask fleet N`: QEMU boxes booted with `fio.server=1`, each on
+//! QEMU's user network with its fio port forwarded to 127.0.0.1, for the desk's stock
+//! `fio --client`. And `cargo xtask fleet-check`: the real fio client against such boxes, run by
+//! `cargo xtask test`.
+
+use crate::{RunDevice, args, build_kernel, qemu, root, setup, split_dashdash};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// The port a box's fio server listens on inside its VM (fio's default).
+const GUEST_PORT: u16 = 8765;
+/// The first host port of `serve` and `fleet` (fio's default, so one box needs no port).
+const DEFAULT_HOST_PORT: u16 = 8765;
+/// How long a box may take to boot to its `listening` line (TCG).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+/// The console line that says a box serves.
+const LISTENING: &str = "fio.server: ";
+const LISTENING_TAIL: &str = " listening on ";
+
+/// How one box is booted.
+#[derive(Debug, Clone)]
+struct BoxSpec {
+    name: String,
+    device: RunDevice,
+    disk: PathBuf,
+    host_port: u16,
+    smp: u32,
+    kvm: bool,
+    /// Distinguishes the boxes' MAC addresses (and so their fio hostnames).
+    index: u8,
+    /// Kernel words beside `fio.server=1`.
+    words: Vec<String>,
+}
+
+/// A running QEMU box: its console lines as they come, all of them kept, QEMU killed on drop.
+struct RunningBox {
+    name: String,
+    host_port: u16,
+    child: Child,
+    lines: Receiver<String>,
+    output: String,
+    echo: bool,
+    log: PathBuf,
+}
+
+impl Drop for RunningBox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::write(&self.log, &self.output);
+    }
+}
+
+impl RunningBox {
+    fn start(spec: &BoxSpec, kernel: &Path, echo: bool) -> Result<Self, String> {
+        let mut append = vec!["fio.server=1".to_string()];
+        append.extend(spec.words.iter().cloned());
+        let mut extra = vec![
+            "-M".into(),
+            "q35".into(),
+            "-smp".into(),
+            spec.smp.to_string(),
+            "-m".into(),
+            "512M".into(),
+        ];
+        extra.extend(spec.device.qemu_args(&spec.disk, spec.smp));
+        extra.extend([
+            "-netdev".into(),
+            format!("user,id=n0,hostfwd=tcp:127.0.0.1:{}-:{GUEST_PORT}", spec.host_port),
+            "-device".into(),
+            format!(
+                "virtio-net-pci,netdev=n0,disable-legacy=on,mac=52:54:00:12:34:{:02x}",
+                0x56u8.wrapping_add(spec.index)
+            ),
+        ]);
+        let machine = qemu::Machine {
+            accel: if spec.kvm { qemu::Accel::Kvm } else { qemu::Accel::Tcg },
+            firmware: qemu::Firmware::Qboot,
+            kernel: Some(kernel.to_path_buf()),
+            cdrom: None,
+            append,
+            extra,
+        };
+        let args = machine.args();
+        if echo {
+            println!("xtask: {}: qemu-system-x86_64 {}", spec.name, args.join(" "));
+        }
+        let mut child = Command::new("qemu-system-x86_64")
+            .current_dir(root())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: cannot start qemu-system-x86_64: {e}", spec.name))?;
+        let (tx, rx) = mpsc::channel::<String>();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let tx2 = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx2.send(format!("qemu: {line}")).is_err() {
+                    break;
+                }
+            }
+        });
+        let dir = root().join("target/fleet");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Self {
+            name: spec.name.clone(),
+            host_port: spec.host_port,
+            child,
+            lines: rx,
+            output: String::new(),
+            echo,
+            log: dir.join(format!("{}.log", spec.name)),
+        })
+    }
+
+    fn take(&mut self, line: String) -> String {
+        if self.echo {
+            println!("[{}] {line}", self.name);
+            let _ = std::io::stdout().flush();
+        }
+        self.output.push_str(&line);
+        self.output.push('\n');
+        line
+    }
+
+    /// Waits for a console line that `matches`; Err when QEMU ends first or `timeout` passes.
+    fn wait_for(&mut self, what: &str, timeout: Duration, matches: impl Fn(&str) -> bool) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let line = self.take(line);
+                    if matches(&line) {
+                        return Ok(line);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "{}: no {what} within {} s (console in {})",
+                        self.name,
+                        timeout.as_secs(),
+                        self.log.display()
+                    ));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let last: Vec<&str> = self.output.lines().rev().take(5).collect();
+                    return Err(format!(
+                        "{}: QEMU ended before {what}; last lines: {}",
+                        self.name,
+                        last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                    ));
+                }
+            }
+        }
+    }
+
+    fn wait_listening(&mut self) -> Result<String, String> {
+        self.wait_for("'listening' line", BOOT_TIMEOUT, |l| {
+            l.starts_with(LISTENING) && l.contains(LISTENING_TAIL)
+        })
+    }
+
+    /// Takes every line that has arrived; false when QEMU has ended.
+    fn drain(&mut self) -> bool {
+        loop {
+            match self.lines.try_recv() {
+                Ok(line) => {
+                    self.take(line);
+                }
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn client_arg(&self) -> String {
+        format!("--client=127.0.0.1,{}", self.host_port)
+    }
+}
+
+/// Options common to `serve` and `fleet`.
+struct ServeOptions {
+    device: RunDevice,
+    port: u16,
+    smp: u32,
+    kvm: bool,
+    disk: Option<PathBuf>,
+    words: Vec<String>,
+}
+
+fn parse_options(
+    opts: &[String],
+    kernel_args: &[String],
+    command: &str,
+) -> Result<(ServeOptions, Vec<String>), String> {
+    let mut o = ServeOptions {
+        device: RunDevice::Nvme,
+        port: DEFAULT_HOST_PORT,
+        smp: 2,
+        kvm: false,
+        disk: None,
+        words: kernel_args.to_vec(),
+    };
+    let mut positional = Vec::new();
+    let mut options = args::Options::new(opts);
+    while let Some(option) = options.next()? {
+        match option {
+            "--device" => {
+                o.device = match options.value()? {
+                    "megasas" => RunDevice::Megasas,
+                    "nvme" => RunDevice::Nvme,
+                    v => return Err(format!("--device '{v}': use nvme or megasas")),
+                }
+            }
+            "--port" => {
+                let v = options.value()?;
+                o.port = v
+                    .parse()
+                    .ok()
+                    .filter(|p| *p >= 1024)
+                    .ok_or(format!("--port '{v}': a TCP port from 1024 to 65535"))?;
+            }
+            "--smp" => {
+                let v = options.value()?;
+                o.smp = v.parse().ok().filter(|n| (2..=255).contains(n)).ok_or(format!(
+                    "--smp '{v}': 2..255 (cpu0 polls the network, jobs run on the others)"
+                ))?;
+            }
+            "--kvm" => o.kvm = true,
+            "--disk" if command == "serve" => o.disk = Some(PathBuf::from(options.value()?)),
+            other if !other.starts_with('-') => positional.push(other.to_string()),
+            other => return Err(format!("{command}: unknown option '{other}' (see `cargo xtask help`)")),
+        }
+    }
+    if o.words.iter().any(|w| w.starts_with("fio.server.port=")) {
+        return Err(format!(
+            "{command}: the box's port is {GUEST_PORT} inside QEMU; choose the desk's port with --port"
+        ));
+    }
+    Ok((o, positional))
+}
+
+/// A disk image of `bytes` at `path`, created when missing.
+fn ensure_disk(path: &Path, bytes: u64) -> Result<(), String> {
+    if !path.exists() {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        println!("xtask: creating disk image {} ({} MiB)", path.display(), bytes >> 20);
+        qemu::create_image(path, bytes, "raw")?;
+    }
+    Ok(())
+}
+
+fn boot_boxes(specs: &[BoxSpec], echo: bool) -> Result<Vec<RunningBox>, String> {
+    setup::ensure_qemu()?;
+    let kernel = build_kernel(false)?;
+    let mut boxes = Vec::new();
+    for spec in specs {
+        boxes.push(RunningBox::start(spec, &kernel, echo)?);
+    }
+    for b in &mut boxes {
+        b.wait_listening()?;
+    }
+    Ok(boxes)
+}
+
+/// Keeps streaming the boxes' consoles until one QEMU ends (Ctrl-C ends them all: QEMU is in
+/// the terminal's process group, and the boxes are killed when xtask exits).
+fn stream(boxes: &mut [RunningBox]) -> Result<bool, String> {
+    loop {
+        for b in boxes.iter_mut() {
+            if !b.drain() {
+                return Err(format!("{}: QEMU ended (console in {})", b.name, b.log.display()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn print_client_line(boxes: &[RunningBox]) {
+    let clients: Vec<String> = boxes.iter().map(RunningBox::client_arg).collect();
+    println!();
+    println!("xtask: {} box(es) serve; drive them with:", boxes.len());
+    println!("    fio {} JOB.fio", clients.join(" "));
+    println!("xtask: Ctrl-C stops them");
+    println!();
+}
+
+/// `cargo xtask serve [--device D] [--port P] [--smp N] [--kvm] [--disk PATH] [-- WORDS]`.
+pub fn cmd_serve(args: &[String]) -> Result<bool, String> {
+    let (opts, kernel_args) = split_dashdash(args);
+    let (o, positional) = parse_options(opts, kernel_args, "serve")?;
+    if let Some(p) = positional.first() {
+        return Err(format!("serve: unexpected '{p}'"));
+    }
+    let disk = o.disk.clone().unwrap_or_else(|| root().join(crate::DEFAULT_DISK));
+    ensure_disk(&disk, crate::DEFAULT_DISK_BYTES)?;
+    let spec = BoxSpec {
+        name: "box1".into(),
+        device: o.device,
+        disk,
+        host_port: o.port,
+        smp: o.smp,
+        kvm: o.kvm,
+        index: 0,
+        words: o.words,
+    };
+    let mut boxes = boot_boxes(&[spec], true)?;
+    print_client_line(&boxes);
+    stream(&mut boxes)
+}
+
+/// `cargo xtask fleet N [--device D] [--port P] [--smp N] [--kvm] [-- WORDS]`: N boxes on
+/// consecutive ports, each with its own disk image under target/fleet/.
+pub fn cmd_fleet(args: &[String]) -> Result<bool, String> {
+    let (opts, kernel_args) = split_dashdash(args);
+    let (o, positional) = parse_options(opts, kernel_args, "fleet")?;
+    let n: u16 = match positional.as_slice() {
+        [n] => n
+            .parse()
+            .ok()
+            .filter(|n| (1..=16).contains(n))
+            .ok_or(format!("fleet '{n}': a number of boxes from 1 to 16"))?,
+        _ => return Err("fleet: give the number of boxes, e.g. `cargo xtask fleet 3`".into()),
+    };
+    if u32::from(o.port) + u32::from(n) - 1 > u32::from(u16::MAX) {
+        return Err(format!(
+            "fleet: ports {}..{} pass 65535",
+            o.port,
+            u32::from(o.port) + u32::from(n) - 1
+        ));
+    }
+    let mut specs = Vec::new();
+    for i in 0..n {
+        let disk = root().join(format!("target/fleet/box{}.img", i + 1));
+        ensure_disk(&disk, crate::DEFAULT_DISK_BYTES)?;
+        specs.push(BoxSpec {
+            name: format!("box{}", i + 1),
+            device: o.device,
+            disk,
+            host_port: o.port + i,
+            smp: o.smp,
+            kvm: o.kvm,
+            index: i as u8,
+            words: o.words.clone(),
+        });
+    }
+    let mut boxes = boot_boxes(&specs, true)?;
+    print_client_line(&boxes);
+    stream(&mut boxes)
+}
+
+// ---------------------------------------------------------------------------------------------
+// fleet-check: the real fio client against QEMU boxes.
+
+/// A free TCP port on 127.0.0.1 (the kernel picks it; it is free again once the probe closes).
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// What one `fio --client` run gave.
+struct ClientRun {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_client(clients: &[String], job: &Path, json: bool) -> Result<ClientRun, String> {
+    let mut cmd = Command::new("fio");
+    cmd.current_dir(root()).args(clients);
+    if json {
+        cmd.arg("--output-format=json");
+    }
+    cmd.arg(job);
+    let shown = format!("{cmd:?}").replace('"', "");
+    println!("xtask: fleet-check: $ {shown}");
+    let out = cmd.output().map_err(|e| format!("cannot run fio: {e}"))?;
+    Ok(ClientRun {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// fio's JSON document in the client's output (it may print text lines before it).
+fn client_json(run: &ClientRun) -> Result<Value, String> {
+    let start = run
+        .stdout
+        .find('{')
+        .ok_or_else(|| format!("no JSON in the client's output: {}", run.stdout))?;
+    serde_json::from_str(&run.stdout[start..]).map_err(|e| format!("the client's JSON: {e}"))
+}
+
+/// The box's own fio documents (`BAREMQ-FIO-JSON:` lines), newest last.
+fn box_documents(output: &str) -> Result<Vec<Value>, String> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("BAREMQ-FIO-JSON: "))
+        .map(|doc| serde_json::from_str(doc).map_err(|e| format!("the box's BAREMQ-FIO-JSON line: {e}")))
+        .collect()
+}
+
+/// Checks that every job of the client's `client_stats` carries the box's figures: per
+/// direction I/O counts and bytes equal to the box's own document, the same job names.
+fn same_figures(client: &Value, boxdoc: &Value) -> Result<String, String> {
+    let stats = client["client_stats"]
+        .as_array()
+        .ok_or("the client's JSON has no client_stats")?;
+    let jobs = boxdoc["jobs"].as_array().ok_or("the box's document has no jobs")?;
+    let client_jobs: Vec<&Value> = stats.iter().filter(|j| j["jobname"] != "All clients").collect();
+    if client_jobs.len() != jobs.len() {
+        return Err(format!(
+            "the client reports {} job(s), the box {}",
+            client_jobs.len(),
+            jobs.len()
+        ));
+    }
+    let mut summary = Vec::new();
+    for (c, b) in client_jobs.iter().zip(jobs) {
+        if c["jobname"] != b["jobname"] {
+            return Err(format!(
+                "job names differ: client {} box {}",
+                c["jobname"], b["jobname"]
+            ));
+        }
+        let mut total = 0;
+        for dir in ["read", "write", "trim"] {
+            for key in ["total_ios", "io_bytes"] {
+                let (cv, bv) = (&c[dir][key], &b[dir][key]);
+                if cv.as_u64().is_none() || cv != bv {
+                    return Err(format!("job {}: {dir}.{key}: client {cv}, box {bv}", c["jobname"]));
+                }
+            }
+            total += c[dir]["total_ios"].as_u64().unwrap_or(0);
+        }
+        if total == 0 {
+            return Err(format!("job {}: no I/O at all", c["jobname"]));
+        }
+        summary.push(format!(
+            "{}: read {} write {} I/Os",
+            c["jobname"], c["read"]["total_ios"], c["write"]["total_ios"]
+        ));
+    }
+    Ok(summary.join(", "))
+}
+
+/// One step of the check: its name and verdict.
+struct Verdict {
+    name: &'static str,
+    result: Result<String, String>,
+}
+
+fn expect_refusal(run: &ClientRun, wanted: &str) -> Result<String, String> {
+    let all = format!("{}{}", run.stdout, run.stderr);
+    if run.success {
+        return Err(format!("the client exited with success; output: {all}"));
+    }
+    let line = all
+        .lines()
+        .find(|l| l.contains(wanted))
+        .ok_or_else(|| format!("no '{wanted}' in the client's output: {all}"))?;
+    if !all.contains("exited with error 22") {
+        return Err(format!("the client did not report error 22: {all}"));
+    }
+    Ok(format!("refused: {}", line.trim()))
+}
+
+/// `cargo xtask fleet-check`: boots boxes with `fio.server=1` and drives them with the real fio
+/// client. Fails (with SKIPPED) when no fio 3.33 is installed.
+pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
+    if let Some(a) = args.first() {
+        return Err(format!("fleet-check: unknown option '{a}'"));
+    }
+    match Command::new("fio").arg("--version").output() {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).trim() == "fio-3.33" => {}
+        Ok(out) => {
+            println!(
+                "xtask: fleet-check: SKIPPED (counts as failed): fio 3.33 is needed (its protocol), found {}",
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+            return Ok(false);
+        }
+        Err(e) => {
+            println!("xtask: fleet-check: SKIPPED (counts as failed): no fio client ({e}); install fio 3.33");
+            return Ok(false);
+        }
+    }
+    let dir = root().join("target/fleet-check");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // A job writing to a device the box does not let clients write to (null0 exists, and only
+    // nvme0n1 is writable).
+    let forbidden = dir.join("write-null0.fio");
+    std::fs::write(
+        &forbidden,
+        "[write-null]\nioengine=libaio\ndirect=1\nfilename=/dev/null0\nrw=write\nbs=4k\nsize=1m\n",
+    )
+    .map_err(|e| format!("{}: {e}", forbidden.display()))?;
+    let mut specs: Vec<BoxSpec> = Vec::new();
+    for i in 0..2u8 {
+        // Fresh disks: the partition guard must not see an earlier run's bytes.
+        let disk = dir.join(format!("box{}.img", i + 1));
+        let _ = std::fs::remove_file(&disk);
+        ensure_disk(&disk, 64 << 20)?;
+        specs.push(BoxSpec {
+            name: format!("check{}", i + 1),
+            device: RunDevice::Nvme,
+            disk,
+            host_port: free_port()?,
+            smp: 2,
+            kvm: false,
+            index: i,
+            words: [
+                "fio.server.writable=nvme0n1",
+                "null.size=64M",
+                // Published jobs shortened: 4 MiB each, and 6 s for a time-based one (longer
+                // than the client's 5 s ETA timeout).
+                "fio.override.size=4m",
+                "fio.override.runtime=6s",
+            ]
+            .map(String::from)
+            .to_vec(),
+        });
+    }
+    // The second box serves only the desk (QEMU's user network shows it as the gateway).
+    specs[1].words.push("fio.server.allow=10.0.2.2/32".into());
+    let mut boxes = boot_boxes(&specs, false)?;
+    let mut verdicts = Vec::new();
+    let one = [boxes[0].client_arg()];
+    let write_verify = root().join("tests/fio/write-verify.fio");
+    let seq = root().join("tests/fio/seq-128k.fio");
+
+    // 1. A verify job; the client's figures are the box's.
+    let mut step = |name, f: &mut dyn FnMut(&mut Vec<RunningBox>) -> Result<String, String>| {
+        let result = f(&mut boxes);
+        println!(
+            "xtask: fleet-check: {name}: {}",
+            match &result {
+                Ok(s) => format!("ok ({s})"),
+                Err(e) => format!("FAILED: {e}"),
+            }
+        );
+        verdicts.push(Verdict { name, result });
+    };
+    step("verify job, figures equal the box's", &mut |boxes| {
+        let run = run_client(&one, &write_verify, true)?;
+        if !run.success {
+            return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
+        }
+        boxes[0].wait_for("run end", Duration::from_secs(60), |l| {
+            l.starts_with("fio.server: run ended")
+        })?;
+        boxes[0].drain();
+        let doc = box_documents(&boxes[0].output)?
+            .pop()
+            .ok_or("the box printed no fio document")?;
+        let client = client_json(&run)?;
+        let job = &client["client_stats"][0];
+        if job["error"] != 0 {
+            return Err(format!("the job reports error {}", job["error"]));
+        }
+        same_figures(&client, &doc)
+    });
+    // 2. Job after job on the same box, each longer than the client's ETA timeout.
+    step("second job file on the same box (two 6 s waves)", &mut |boxes| {
+        let run = run_client(&one, &seq, true)?;
+        if !run.success {
+            return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
+        }
+        boxes[0].wait_for("run end", Duration::from_secs(60), |l| {
+            l.starts_with("fio.server: run ended")
+        })?;
+        boxes[0].drain();
+        let doc = box_documents(&boxes[0].output)?
+            .pop()
+            .ok_or("the box printed no fio document")?;
+        same_figures(&client_json(&run)?, &doc)
+    });
+    // 3. An option the front-end refuses comes back as fio's text and a failing exit.
+    step("refused option", &mut |_| {
+        let run = run_client(&one, &root().join("tests/fio/refused-zonemode.fio"), false)?;
+        expect_refusal(&run, "zonemode")
+    });
+    // 4. A write to a device that is not writable is refused, naming it.
+    step("write to a device not in fio.server.writable", &mut |_| {
+        let run = run_client(&one, &forbidden, false)?;
+        expect_refusal(&run, "not in fio.server.writable")
+    });
+    // 5. A client killed mid-run: its jobs stop, and the next client is served.
+    step(
+        "second client busy, client killed mid-run, next client served",
+        &mut |boxes| {
+            let mut cmd = Command::new("fio");
+            cmd.current_dir(root())
+                .args(&one)
+                .arg(&seq)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = cmd.spawn().map_err(|e| format!("cannot run fio: {e}"))?;
+            let started = boxes[0].wait_for("job start", Duration::from_secs(60), |l| {
+                l.starts_with("fio.server: job \"seq-read\"")
+            });
+            // A second client while the first one's jobs run: turned away as busy.
+            let busy = started
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|_| run_client(&one, &write_verify, false))
+                .and_then(|run| expect_refusal(&run, "fio server busy: serving 10.0.2.2:"));
+            let _ = child.kill();
+            let _ = child.wait();
+            started?;
+            let busy = busy?;
+            boxes[0].wait_for("'went away' line", Duration::from_secs(30), |l| l.contains("went away"))?;
+            boxes[0].wait_for("'stopped early' line", Duration::from_secs(30), |l| {
+                l.starts_with("fio.server: run stopped early")
+            })?;
+            let run = run_client(&one, &forbidden, false)?;
+            // Served (the box's own refusal of this job), not turned away as busy.
+            let served = expect_refusal(&run, "not in fio.server.writable")?;
+            Ok(format!("second client {busy}; after the kill {served}"))
+        },
+    );
+    // 6. Two boxes, two --client: each box's jobs, and fio's "All clients" sum.
+    step("two boxes, All clients", &mut |boxes| {
+        let both = [boxes[0].client_arg(), boxes[1].client_arg()];
+        let run = run_client(&both, &write_verify, true)?;
+        if !run.success {
+            return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
+        }
+        let client = client_json(&run)?;
+        let stats = client["client_stats"].as_array().ok_or("no client_stats")?;
+        let all = stats
+            .iter()
+            .find(|j| j["jobname"] == "All clients")
+            .ok_or("no 'All clients' entry")?;
+        let per_box: Vec<u64> = stats
+            .iter()
+            .filter(|j| j["jobname"] != "All clients")
+            .map(|j| j["write"]["total_ios"].as_u64().unwrap_or(0))
+            .collect();
+        if per_box.len() != 2 || per_box.contains(&0) {
+            return Err(format!("expected one write job per box, got write I/Os {per_box:?}"));
+        }
+        let sum: u64 = per_box.iter().sum();
+        if all["write"]["total_ios"].as_u64() != Some(sum) {
+            return Err(format!("All clients write I/Os {} != {sum}", all["write"]["total_ios"]));
+        }
+        Ok(format!("write I/Os {per_box:?}, All clients {sum}"))
+    });
+    for b in &mut boxes {
+        b.drain();
+    }
+    let failed: Vec<&Verdict> = verdicts.iter().filter(|v| v.result.is_err()).collect();
+    println!(
+        "xtask: fleet-check: {} of {} passed (consoles in target/fleet/)",
+        verdicts.len() - failed.len(),
+        verdicts.len()
+    );
+    for v in &failed {
+        println!("xtask: fleet-check: FAILED: {}", v.name);
+    }
+    Ok(failed.is_empty())
+}
