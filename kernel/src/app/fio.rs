@@ -298,6 +298,19 @@ fn fio_only(spec: &workload::JobSpec) -> String {
             spec.buffer_pattern.len()
         ));
     }
+    if spec.offset_add_blocks != 0 {
+        out.push_str(&format!(
+            ", each offset the end of the I/O before {} {} bytes (rw offset modifier)",
+            if spec.offset_add_blocks < 0 { "less" } else { "plus" },
+            spec.offset_add_blocks.unsigned_abs().saturating_mul(u64::from(spec.bs))
+        ));
+    }
+    if spec.random_run > 1 {
+        out.push_str(&format!(
+            ", a random offset every {} I/Os, sequential between (rw offset modifier)",
+            spec.random_run
+        ));
+    }
     if spec.exitall {
         out.push_str(", exitall (the first clone to end stops the others)");
     }

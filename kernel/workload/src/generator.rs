@@ -34,6 +34,15 @@ pub struct IoGenerator {
     /// `JobSpec::align_blocks`, and how many aligned offsets the slice has (at least 1).
     stride: u64,
     aligned: u64,
+    /// `rw=read:±N` ([`BlockPick::SequentialAdd`]).
+    seq_add: Option<SeqAdd>,
+    /// `rw=randread:N` ([`BlockPick::RandomRuns`]): I/Os per run, sequential ones left in this
+    /// run, and the block of the I/O before.
+    run_len: u64,
+    run_left: u64,
+    last_block: u64,
+    /// Whether the job runs for its runtime (a modified pass then starts over at its end).
+    time_based: bool,
     cursor: u64,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
     /// for a job with no set number (time-based, or a file of a list): it counts down too, but
@@ -60,7 +69,64 @@ enum BlockPick {
     /// fio's `blockalign` above the block size: a uniform draw of one of `aligned` offsets,
     /// `stride` blocks apart.
     Aligned,
+    /// fio's `rw=randread:N`: a draw (random map or uniform) every `random_run` I/Os, the ones
+    /// between them sequential from it.
+    RandomRuns,
+    /// fio's `rw=read:±N`: [`SeqAdd`].
+    SequentialAdd,
     Sequential,
+}
+
+/// fio's sequential offsets with an offset modifier (`get_next_seq_offset` with `ddir_seq_add`),
+/// in blocks of the job: each I/O starts at the end of the one before plus `add`. As in fio 3.33,
+/// a region not at the device's start begins a backwards walk from block `size` (counted from
+/// the device's start), a step past either end wraps (forwards: to block `first` counted from
+/// the region's start; backwards: to `add` before the region's end), and an offset at or past the
+/// region's end ends the pass (a time-based job starts over).
+#[derive(Debug, Clone, Copy)]
+struct SeqAdd {
+    /// fio's `last_pos`: the block after the last I/O, from the device's start.
+    last: u64,
+    /// The region's first block and length, and the device's length (rounded up), in blocks.
+    first: u64,
+    size: u64,
+    device: u64,
+    add: i64,
+}
+
+impl SeqAdd {
+    /// The next offset in the region (blocks from its start), or `None` at the end of a pass.
+    fn next(&mut self, time_based: bool) -> Option<u64> {
+        if time_based && self.last >= self.size + self.first {
+            self.last = self.first;
+        }
+        if self.last >= self.device {
+            return None;
+        }
+        if self.last == self.first && self.first != 0 && self.add < 0 {
+            self.last = self.size;
+        }
+        // fio computes in u64; a negative position wraps to a huge one, which the tests below
+        // treat as past the end.
+        let mut pos = i128::from(self.last) - i128::from(self.first);
+        if pos != 0 {
+            pos += i128::from(self.add);
+            if pos < 0 || pos >= i128::from(self.device) {
+                pos = if self.add > 0 {
+                    i128::from(self.first)
+                } else {
+                    i128::from(self.size) + i128::from(self.add)
+                };
+            }
+        }
+        if pos < 0 || pos >= i128::from(self.size) || pos + i128::from(self.first) >= i128::from(self.device) {
+            return None;
+        }
+        // 0 <= pos < size, which is a u64.
+        let pos = pos as u64;
+        self.last = self.first + pos + 1;
+        Some(pos)
+    }
 }
 
 /// The state of a job with variable block sizes (`JobSpec::bs_mix`).
@@ -132,7 +198,21 @@ impl IoGenerator {
         } else {
             plan.spec.ios_per_cpu.unwrap_or(blocks)
         };
-        Self::over(plan, blocks, per_cpu_seed, remaining)
+        let mut generator = Self::over(plan, blocks, per_cpu_seed, remaining);
+        if plan.spec.offset_add_blocks != 0 && !plan.spec.rw.is_random() {
+            let bs = u64::from(plan.spec.bs);
+            let first = plan.region_offset / bs + plan.cpus[cpu_index].first_block;
+            let device = (plan.device.capacity_sectors * u64::from(plan.device.sector_size)).div_ceil(bs);
+            generator.seq_add = Some(SeqAdd {
+                last: first,
+                first,
+                size: blocks,
+                device,
+                add: plan.spec.offset_add_blocks,
+            });
+            generator.pick = BlockPick::SequentialAdd;
+        }
+        generator
     }
 
     /// The stream of file `file` (an index into `plan.files`) of a job over a `filename` list on
@@ -168,6 +248,11 @@ impl IoGenerator {
             stride: plan.spec.align_blocks.max(1),
             // fio's last block for blockalign: region / blockalign offsets.
             aligned: (blocks / plan.spec.align_blocks.max(1)).max(1),
+            seq_add: None,
+            run_len: u64::from(plan.spec.random_run.max(1)),
+            run_left: 0,
+            last_block: 0,
+            time_based: plan.spec.is_time_based(),
             cursor: 0,
             remaining,
             sized: plan.spec.bs_mix.clone().map(|mix| {
@@ -185,7 +270,9 @@ impl IoGenerator {
             trim_then_write: matches!(plan.spec.rw, RwMode::TrimWrite | RwMode::RandTrimWrite),
             pick: BlockPick::Sequential,
         };
-        generator.pick = if generator.map.is_some() {
+        generator.pick = if generator.run_len > 1 && generator.rw.is_random() {
+            BlockPick::RandomRuns
+        } else if generator.map.is_some() {
             BlockPick::Map
         } else if generator.skew.is_some() {
             BlockPick::Skew
@@ -282,6 +369,42 @@ impl IoGenerator {
         Some((op, block))
     }
 
+    /// The next block of a job with fio's offset modifier (`rw=read:±N`, `rw=randread:N`), or
+    /// `None` where fio's pass ends (a time-based job starts over instead).
+    #[inline(never)]
+    fn next_modified(&mut self) -> Option<u64> {
+        let time_based = self.time_based;
+        if let Some(seq) = &mut self.seq_add {
+            return seq.next(time_based).or_else(|| {
+                if !time_based {
+                    return None;
+                }
+                seq.last = seq.first;
+                seq.next(true)
+            });
+        }
+        let block = if self.run_left == 0 {
+            self.run_left = self.run_len - 1;
+            match &mut self.map {
+                Some(map) => map.next_index(),
+                None => self.rng.below(self.blocks),
+            }
+        } else {
+            // fio continues from the end of the I/O before; the end of the region ends the pass.
+            self.run_left -= 1;
+            let next = self.last_block + 1;
+            if next < self.blocks {
+                next
+            } else if time_based {
+                0
+            } else {
+                return None;
+            }
+        };
+        self.last_block = block;
+        Some(block)
+    }
+
     /// The next operation and block of the stream (for `trimwrite`, its trims).
     #[inline(always)]
     fn draw(&mut self) -> Option<(IoOp, u64)> {
@@ -292,6 +415,14 @@ impl IoGenerator {
         let block = match (self.pick, &mut self.map, &self.skew) {
             (BlockPick::Uniform, _, _) => self.rng.below(self.blocks),
             (BlockPick::Aligned, _, _) => self.rng.below(self.aligned) * self.stride,
+            (BlockPick::RandomRuns | BlockPick::SequentialAdd, _, _) => match self.next_modified() {
+                Some(block) => block,
+                None => {
+                    // The end of the pass, as fio's: a size-bound job is over.
+                    self.remaining = 0;
+                    return None;
+                }
+            },
             (BlockPick::Map, Some(map), _) => map.next_index(),
             (BlockPick::Skew, _, Some(skew)) => skew.next_block(&mut self.rng),
             (BlockPick::Zoned, _, _) => zoned_block(&self.zones, &mut self.rng),

@@ -400,6 +400,12 @@ pub struct JobSpec {
     /// fio's `blockalign` in blocks: random offsets are multiples of this many blocks, drawn
     /// with repeats (1: every block).
     pub align_blocks: u64,
+    /// fio's offset modifier of a sequential `rw` (`rw=read:-8k`) in blocks: each offset is the
+    /// end of the I/O before plus this (negative: backwards), with fio's wrap rules. 0: none.
+    pub offset_add_blocks: i64,
+    /// fio's `rw=randread:N`: a random offset every N I/Os, the N - 1 between them sequential
+    /// from it (1: every I/O random).
+    pub random_run: u32,
 }
 
 /// One file of a job's `filename` list: a device and the region of it the job uses (for the
@@ -579,6 +585,8 @@ impl JobSpec {
             exitall: false,
             buffer_pattern: Vec::new(),
             align_blocks: 1,
+            offset_add_blocks: 0,
+            random_run: 1,
         }
     }
 

@@ -358,3 +358,137 @@ fn verify_interval_is_the_block_or_refused() {
         Err(WorkloadError::FioUnsupported { option, .. }) if option == "verify_interval"
     ));
 }
+
+/// The offsets (KiB from the device's start) of a one-clone job's I/Os, in order.
+fn offsets_kib(text: &str) -> Vec<u64> {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let (_, backends) = run_in_turn(&fio_plan_of(text, &[0]), &disk);
+    backends[0]
+        .submit_log
+        .iter()
+        .map(|(_, lba)| lba * u64::from(SECTOR) / 1024)
+        .collect()
+}
+
+#[test]
+fn sequential_offset_modifiers_give_fio_offsets() {
+    // Each list is what fio 3.33 issued for the same job on a 4 MiB block device (bs=4k,
+    // size=64k, its write_iolog), offsets in KiB.
+    let cases: [(&str, &str, &[u64]); 14] = [
+        ("read:4k", "offset=4k\nsize=60k", &[4, 12, 20, 28, 36, 44, 52, 60]),
+        (
+            "read:-12k",
+            "size=60k",
+            &[0, 48, 40, 32, 24, 16, 8, 0, 48, 40, 32, 24, 16, 8, 0],
+        ),
+        (
+            "read:-8k",
+            "",
+            &[0, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0],
+        ),
+        (
+            "read:-8k",
+            "offset=16k",
+            &[56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 72, 68, 64, 60, 56],
+        ),
+        (
+            "write:-8k",
+            "",
+            &[0, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0],
+        ),
+        (
+            "write:-8k",
+            "offset=16k",
+            &[56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 72, 68, 64, 60, 56],
+        ),
+        ("read:4k", "", &[0, 8, 16, 24, 32, 40, 48, 56]),
+        ("read:4k", "offset=16k", &[16, 24, 32, 40, 48, 56, 64, 72]),
+        ("read:8k", "", &[0, 12, 24, 36, 48, 60]),
+        ("read:8k", "offset=16k", &[16, 28, 40, 52, 64, 76]),
+        ("read:-4k", "", &[0; 16]),
+        ("read:-4k", "offset=16k", &[60; 16]),
+        ("write:+4k", "", &[0, 8, 16, 24, 32, 40, 48, 56]),
+        (
+            "read:0",
+            "",
+            &[0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60],
+        ),
+    ];
+    for (rw, extra, fio) in cases {
+        // A later size= in `extra` wins, as in fio.
+        let text = format!("[s]\nrw={rw}\nbs=4k\nsize=64k\n{extra}\n");
+        assert_eq!(offsets_kib(&text), fio, "{rw} {extra}");
+    }
+    let job = &parse_job_file("[s]\nrw=read:-8k\nbs=4k\n", &[]).unwrap().jobs[0];
+    assert_eq!(job.spec.offset_add_blocks, -2);
+}
+
+#[test]
+fn time_based_sequential_modifiers_start_over_at_the_end() {
+    // fio's time-based job starts the walk again where a size-bound one ends.
+    let plan = fio_plan_of("[t]\nrw=read:8k\nbs=4k\nsize=64k\ntime_based\nruntime=1s\n", &[0]);
+    let mut generator = workload::generator::IoGenerator::new(&plan, 0);
+    let blocks: Vec<u64> = (0..14).map(|_| generator.next_io().unwrap().1).collect();
+    assert_eq!(blocks, [0, 3, 6, 9, 12, 15, 0, 3, 6, 9, 12, 15, 0, 3]);
+}
+
+#[test]
+fn random_runs_are_sequential_between_draws_and_end_at_the_region_end() {
+    // rw=randread:4: a random offset, then three sequential ones from it (fio 3.33: 0 4 8 12,
+    // 44 48 52 56, 52 56 60, then the region's end ends the job).
+    let text = "[r]\nrw=randread:4\nbs=4k\nsize=64k\n";
+    let job = &parse_job_file(text, &[]).unwrap().jobs[0];
+    assert_eq!(job.spec.random_run, 4);
+    for seed in 1..40u64 {
+        let offsets = offsets_kib(&format!("{text}randseed={seed}\n"));
+        assert!(!offsets.is_empty() && offsets.len() <= 16, "{offsets:?}");
+        for (index, pair) in offsets.windows(2).enumerate() {
+            if (index + 1) % 4 != 0 {
+                assert_eq!(pair[1], pair[0] + 4, "seed {seed}: {offsets:?}");
+            }
+        }
+        if offsets.len() < 16 {
+            // Only a run that reaches the region's end ends the job early.
+            assert_eq!(*offsets.last().unwrap(), 60, "seed {seed}: {offsets:?}");
+            assert_ne!(offsets.len() % 4, 0, "seed {seed}: {offsets:?}");
+        }
+    }
+    // Every I/O random: fio's randread, each block once.
+    let mut once = offsets_kib("[r]\nrw=randread:1\nbs=4k\nsize=64k\n");
+    once.sort_unstable();
+    assert_eq!(once, (0..16).map(|b| b * 4).collect::<Vec<u64>>());
+}
+
+#[test]
+fn offset_modifiers_baremq_cannot_carry_out_are_refused() {
+    for (text, option) in [
+        ("[a]\nrw=write:11k\nbs=4k\n", "rw=write:11264"),
+        ("[a]\nrw=rw:4k\n", "rw=rw:4096"),
+        ("[a]\nrw=randrw:4\n", "rw=randrw:4"),
+        ("[a]\nrw=read:4k\nbsrange=4k-16k\n", "rw=read:4096"),
+        ("[a]\nrw=write:4k\nverify=crc32c\n", "rw=write:4096"),
+        ("[a]\nrw=read:4k\nloops=2\n", "rw=read:4096"),
+        ("[a]\nrw=randread:4\nrandom_distribution=zipf:1.2\n", "rw=randread:4"),
+    ] {
+        match parse_job_file(text, &[]) {
+            Err(WorkloadError::FioUnsupported { option: got, .. }) => assert_eq!(got, option, "{text}"),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    for bad in ["rw=randread:0", "rw=randread:x", "rw=read:4q"] {
+        assert!(
+            matches!(
+                parse_job_file(&format!("[a]\n{bad}\n"), &[]),
+                Err(WorkloadError::FioBadValue { .. })
+            ),
+            "{bad}"
+        );
+    }
+    // A later rw= without a modifier clears it, as fio's does.
+    assert_eq!(
+        parse_job_file("[a]\nrw=read:8k\nrw=read\n", &[]).unwrap().jobs[0]
+            .spec
+            .offset_add_blocks,
+        0
+    );
+}

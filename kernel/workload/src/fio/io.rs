@@ -93,18 +93,39 @@ impl Builder {
             "buffered" => self.direct = !s.flag()?,
             "rw" | "readwrite" => {
                 let v = s.need()?;
-                if v.contains(':') {
-                    return Err(unsupported(
-                        job,
-                        &format!("{key}={v}"),
-                        "the :N offset modifier is not implemented",
-                    ));
-                }
+                // fio's offset modifier: `rw=NAME:N`.
+                let (v, modifier) = match v.split_once(':') {
+                    Some((name, modifier)) => (name, Some(modifier.trim())),
+                    None => (v, None),
+                };
                 // fio spells ReadWrite `rw` or `readwrite`; the rest as baremq's native rw=.
                 let name = if v == "readwrite" { "rw" } else { v };
                 self.spec.rw = RwMode::from_name(name).ok_or_else(|| {
                     s.bad("read, write, randread, randwrite, randrw, rw, readwrite, trim, randtrim, trimwrite or randtrimwrite")
                 })?;
+                // fio reads the modifier by the rw it follows: a count for random forms, a signed
+                // size for sequential ones; a later rw= without one clears it.
+                self.offset_modifier = None;
+                self.spec.random_run = 1;
+                self.spec.offset_add_blocks = 0;
+                if let Some(modifier) = modifier {
+                    let bad = || {
+                        s.bad("rw=NAME:N, N a count of I/Os for random forms (randread:8) or a size, maybe negative, for sequential ones (read:-8k, write:4k)")
+                    };
+                    self.offset_modifier = Some(if self.spec.rw.is_random() {
+                        let count = values::integer(modifier)
+                            .filter(|n| (1..=u64::from(u32::MAX)).contains(n))
+                            .ok_or_else(bad)?;
+                        OffsetModifier::RandomRun(count as u32)
+                    } else {
+                        let (negative, size) = match modifier.strip_prefix('-') {
+                            Some(rest) => (true, rest),
+                            None => (false, modifier.strip_prefix('+').unwrap_or(modifier)),
+                        };
+                        let bytes = values::size(size).filter(|b| *b <= i64::MAX as u64).ok_or_else(bad)? as i64;
+                        OffsetModifier::Add(if negative { -bytes } else { bytes })
+                    });
+                }
             }
             "rwmixread" | "rwmixwrite" => {
                 let percent = values::integer(s.need()?)
@@ -289,6 +310,74 @@ impl Builder {
             }
         }
         self.spec.bs_mix = Some(mix);
+        Ok(())
+    }
+}
+
+/// fio's offset modifier (`rw=NAME:N`), as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OffsetModifier {
+    /// A random form's `:N`: a random offset every N I/Os.
+    RandomRun(u32),
+    /// A sequential form's `:SIZE`: bytes added to each next offset (negative: backwards).
+    Add(i64),
+}
+
+impl Builder {
+    /// Settles fio's offset modifier on the job once its block size is known: a sequential
+    /// job's step must be whole blocks (offsets here are blocks); it needs one block size, one
+    /// direction that reads or writes, one device and one pass, and no verify of its writes
+    /// (their offsets may repeat; a read job may check what the disk holds).
+    pub(super) fn settle_offset_modifier(&mut self, job: &str, bs: u64) -> Result<(), WorkloadError> {
+        let Some(modifier) = self.offset_modifier else {
+            return Ok(());
+        };
+        let option = match modifier {
+            OffsetModifier::RandomRun(n) => format!("rw={}:{n}", self.spec.rw.as_str()),
+            OffsetModifier::Add(bytes) => format!("rw={}:{bytes}", self.spec.rw.as_str()),
+        };
+        let refuse = |why: &str| Err(unsupported(job, &option, why.to_string()));
+        if !matches!(
+            self.spec.rw,
+            RwMode::Read | RwMode::Write | RwMode::RandRead | RwMode::RandWrite
+        ) {
+            return refuse(
+                "the offset modifier is carried out for read, write, randread and randwrite (fio keeps a position per \
+                 direction in mixed jobs, which is not implemented; trims take none)",
+            );
+        }
+        if self.spec.bs_mix.is_some() {
+            return refuse("the offset modifier with variable block sizes is not implemented");
+        }
+        if matches!(self.target, super::Target::Devices(_)) {
+            return refuse("the offset modifier with a filename list is not implemented");
+        }
+        if self.loops > 1 {
+            return refuse("the offset modifier with loops is not implemented (fio restarts each pass)");
+        }
+        if self.spec.rw.writes() && (self.verify.is_enabled() || !self.spec.verify_pattern.is_empty()) {
+            return refuse("the offset modifier on verified writes is not implemented (their offsets may repeat)");
+        }
+        match modifier {
+            OffsetModifier::RandomRun(n) => {
+                if !self.spec.zones.is_empty() || self.spec.skew.is_some() || self.spec.align_blocks > 1 {
+                    return refuse(
+                        "the offset modifier with a random_distribution other than random or blockalign is not \
+                         implemented",
+                    );
+                }
+                self.spec.random_run = n;
+            }
+            OffsetModifier::Add(bytes) => {
+                if bytes.unsigned_abs() % bs != 0 {
+                    return refuse(&format!(
+                        "offsets here are whole blocks of bs ({bs} bytes): the step must be a multiple of it"
+                    ));
+                }
+                // |bytes| / bs fits: bytes is an i64.
+                self.spec.offset_add_blocks = bytes / bs as i64;
+            }
+        }
         Ok(())
     }
 }

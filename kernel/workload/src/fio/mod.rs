@@ -386,6 +386,8 @@ struct Builder {
     /// `buffer_pattern`, parsed (fio's grammar, as `verify_pattern`).
     buffer_pattern: Option<Vec<u8>>,
     blockalign: Option<u64>,
+    /// fio's `rw=NAME:N`, settled once the block size is known.
+    offset_modifier: Option<io::OffsetModifier>,
     /// `bs` per direction `[read, write]` in bytes (fio's default 4k each).
     bs_sizes: [u64; 2],
     /// `bsrange` per direction, `(min, max)` bytes; fio takes it over `bs`.
@@ -447,6 +449,7 @@ impl Builder {
             verify_interval: None,
             buffer_pattern: None,
             blockalign: None,
+            offset_modifier: None,
             bs_sizes: [DEFAULT_FIO_BS; 2],
             bs_range: None,
             bs_split: None,

@@ -276,7 +276,7 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nbssplit=4k/50:8k/50\nrate=1m\n", "rate"),
         ("[a]\ndirectory=/mnt\n", "directory"),
         ("[a]\ntrim_percentage=10\n", "trim_percentage"),
-        ("[a]\nrw=randread:8\n", "rw=randread:8"),
+        ("[a]\nrw=randrw:8\n", "rw=randrw:8"),
         ("[a]\nfilename=/dev/md0:/tmp/x\n", "filename=/dev/md0:/tmp/x"),
         ("[a]\nfile_service_type=zipf:1.2\n", "file_service_type=zipf:1.2"),
         ("[a]\nverify=pattern_hdr\nverify_pattern=0xff\n", "verify=pattern_hdr"),
