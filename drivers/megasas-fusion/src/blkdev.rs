@@ -131,6 +131,10 @@ pub struct HostCounters {
     pub requeued_by_reset: u64,
     /// Times the timed-out requests all finished while the tick waited, so no reset was needed.
     pub resets_avoided: u64,
+    /// LD reads and writes sent by FastPath to a RAID-0 member disk.
+    pub fastpath_ios: u64,
+    /// FastPath requests refused for a stale RAID map (issued again on the LD path).
+    pub stale_map_refusals: u64,
 }
 
 struct Core<M: Mmio64, T: Delay> {
@@ -364,6 +368,8 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             failed_by_reset: c.failed_by_reset.load(Ordering::Relaxed),
             requeued_by_reset: c.requeued_by_reset.load(Ordering::Relaxed),
             resets_avoided: c.resets_avoided.load(Ordering::Relaxed),
+            fastpath_ios: c.ctrl.stats.fastpath_ios.load(Ordering::Relaxed),
+            stale_map_refusals: c.ctrl.stats.stale_map_refusals.load(Ordering::Relaxed),
         }
     }
 }
@@ -394,14 +400,17 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
         let status = match c.outcome {
             IoOutcome::Ok => Status::Ok,
             IoOutcome::Failed(_) => Status::IoError,
-            IoOutcome::Reset if timed_out => Status::Timeout,
-            IoOutcome::Reset => Status::Aborted,
+            IoOutcome::Reset | IoOutcome::StaleMap if timed_out => Status::Timeout,
+            IoOutcome::Reset | IoOutcome::StaleMap => Status::Aborted,
         };
-        if c.outcome == IoOutcome::Reset {
+        if matches!(c.outcome, IoOutcome::Reset | IoOutcome::StaleMap) {
             if !timed_out && !self.core.ctrl.is_dead() {
-                // The adapter forgot it and is back: issue it again (dispatched once the reset
-                // releases the submission gate; the tick reruns the queues).
-                self.core.requeued_by_reset.fetch_add(1, Ordering::Relaxed);
+                // The adapter forgot it and is back, or refused its FastPath route as stale
+                // (FastPath is off now): issue it again (after a reset, dispatched once the
+                // reset releases the submission gate; the tick reruns the queues).
+                if c.outcome == IoOutcome::Reset {
+                    self.core.requeued_by_reset.fetch_add(1, Ordering::Relaxed);
+                }
                 if q.requeue(cpu, usize::from(hwq), token).is_err() {
                     self.core.refused.fetch_add(1, Ordering::Relaxed);
                 }

@@ -171,6 +171,14 @@ pub enum Error {
         /// SP0 after the last one.
         sp0: u32,
     },
+    /// A RAID map value is out of range, or the map's structure is broken: the LD (or every
+    /// LD) stays on the firmware LD path.
+    RaidMap {
+        /// Which field or rule.
+        what: &'static str,
+        /// The value the map gave.
+        value: u64,
+    },
     /// A bad configuration value.
     BadConfig {
         /// Which value.
@@ -280,6 +288,7 @@ impl fmt::Display for Error {
             Self::ResetFailed { attempts, sp0 } => {
                 write!(f, "controller reset failed after {attempts} attempts: {}", Sp0(*sp0))
             }
+            Self::RaidMap { what, value } => write!(f, "RAID map refused: {what} ({value:#x})"),
             Self::BadConfig { what, expected } => write!(f, "bad configuration {what}: expected {expected}"),
         }
     }

@@ -158,6 +158,67 @@ pub enum Violation {
     /// CTRL_GET_INFO or LD_GET_LIST with a buffer below Linux's structure size (refused with
     /// status 0x03, as firmware checking the size would).
     DcmdBufferTooSmall,
+    /// LD_MAP_GET_INFO with a buffer other than the size SP2 announces (Linux gives exactly
+    /// that size).
+    RaidMapBufferSize,
+    /// A FastPath request (Function 0, FP_IO) to a device handle that is in no map, or whose
+    /// descriptor DevHandle differs from the frame's.
+    FastPathBadHandle,
+    /// A FastPath request to a RAID member that is not a read or write with the FastPath
+    /// IoFlags bit, the LD's target in the RAID context and the arm's span/arm byte.
+    FastPathBadRequest,
+    /// A FastPath read or write whose disk blocks are not inside one strip of the LD's data on
+    /// that arm: the driver's striping differs from the firmware's.
+    FastPathOutsideStrip,
+}
+
+/// A RAID-0 LD of the model, described by a dynamic RAID map: its data lives on the member
+/// disks, strip by strip, as the firmware stripes it.
+#[derive(Clone, Debug)]
+pub struct FakeRaid0 {
+    /// LD target id.
+    pub target: u8,
+    /// Member PD ids (device handle 0x100 + id), in arm order.
+    pub pds: Vec<u16>,
+    /// log2 of the strip size in blocks.
+    pub strip_shift: u8,
+    /// Strips per arm.
+    pub rows: u64,
+    /// The LD's configuration sequence number.
+    pub seq: u16,
+    /// `MR_LD_RAID` capability word.
+    pub caps: u32,
+    /// Bytes written over the map at an offset before it goes to the driver (out-of-range values).
+    pub damage: Option<(usize, Vec<u8>)>,
+}
+
+impl FakeRaid0 {
+    /// RAID-0 over `pds` with 64 KiB strips (2^7 blocks), FastPath reads and writes.
+    pub fn new(target: u8, pds: &[u16], rows: u64) -> Self {
+        Self {
+            target,
+            pds: pds.to_vec(),
+            strip_shift: 7,
+            rows,
+            seq: 0x0101,
+            caps: crate::raidmap::CAPS_FP_READ_WRITE,
+            damage: None,
+        }
+    }
+    /// Blocks of the LD.
+    pub fn blocks(&self) -> u64 {
+        (self.rows << self.strip_shift) * self.pds.len() as u64
+    }
+    /// The arm and disk block of LD block `lba` (the firmware's striping).
+    fn place(&self, lba: u64) -> (usize, u64) {
+        let strip = lba >> self.strip_shift;
+        let arms = self.pds.len() as u64;
+        let row = strip / arms;
+        (
+            (strip % arms) as usize,
+            (row << self.strip_shift) | (lba & ((1 << self.strip_shift) - 1)),
+        )
+    }
 }
 
 /// Where the firmware starts.
@@ -249,6 +310,11 @@ pub struct FakeConfig {
     /// System PDs (JBOD): (device id, blocks), exposed through PD_LIST_QUERY and reached with
     /// Function 0x00 + FP_IO, DevHandle 0xFFFF, RAID-context target = device id, raid_flags 0x10.
     pub system_pds: Vec<(u16, u64)>,
+    /// SP2 bits 24:16 on Ventura and Aero: the dynamic RAID map's size in 64 KiB units (0: no
+    /// RAID map DCMD).
+    pub raid_map_units: u16,
+    /// A RAID-0 LD (listed with the LDs) in the RAID map, reachable by FastPath.
+    pub raid0: Option<FakeRaid0>,
     /// Random seed.
     pub seed: u64,
 }
@@ -294,6 +360,8 @@ impl FakeConfig {
             no_read_capacity10: false,
             max_lds: 64,
             system_pds: Vec::new(),
+            raid_map_units: u16::from(generation >= Generation::Ventura),
+            raid0: None,
             seed: 0x5EED,
         }
     }
@@ -336,6 +404,9 @@ enum Work {
 struct LdCmd {
     frame: u64,
     target: u16,
+    /// FastPath to this arm of the RAID-0 LD; `stale`: its sequence number is not the map's.
+    arm: Option<usize>,
+    stale: bool,
     /// Addressed to a system PD (FastPath, DevHandle 0xFFFF, target in the RAID context).
     pd: bool,
     kind: LdKind,
@@ -414,6 +485,12 @@ struct State {
     intr_status: u32,
     raised: Vec<bool>,
     lds: Vec<Ld>,
+    /// The RAID-0 LD's member disks, in arm order.
+    arms: Vec<Vec<u8>>,
+    /// FastPath requests refused for a stale sequence number.
+    stale_refusals: u64,
+    /// FastPath requests served.
+    fastpath_served: u64,
     violations: Vec<(Violation, String)>,
     warnings: Vec<(Violation, String)>,
     fail_next: VecDeque<Failure>,
@@ -506,6 +583,19 @@ impl FakeFusion {
                 data: vec![0u8; (blocks * u64::from(cfg.block_size)) as usize],
             }))
             .collect();
+        let mut lds: Vec<Ld> = lds;
+        let mut arms = Vec::new();
+        if let Some(r) = &cfg.raid0 {
+            // The LD's blocks live on the arms; its entry only gives the list and capacity.
+            lds.push(Ld {
+                target: r.target,
+                pd: false,
+                blocks: r.blocks(),
+                data: Vec::new(),
+            });
+            let arm_bytes = ((r.rows << r.strip_shift) * u64::from(cfg.block_size)) as usize;
+            arms = r.pds.iter().map(|_| vec![0u8; arm_bytes]).collect();
+        }
         let rng = cfg.seed | 1;
         let busy_at_start = cfg.doorbell_busy_at_start_us;
         Arc::new(Self {
@@ -536,6 +626,9 @@ impl FakeFusion {
                 intr_status: 0,
                 raised: Vec::new(),
                 lds,
+                arms,
+                stale_refusals: 0,
+                fastpath_served: 0,
                 violations: Vec::new(),
                 warnings: Vec::new(),
                 fail_next: VecDeque::new(),
@@ -716,8 +809,22 @@ impl FakeFusion {
         }
     }
 
-    /// Reads LD `target`'s backing store.
+    /// Reads LD `target`'s backing store (the RAID-0 LD's as its arms hold it).
     pub fn ld_bytes(&self, target: u8, off: usize, len: usize) -> Vec<u8> {
+        let raid = {
+            let s = self.st.lock();
+            s.cfg
+                .raid0
+                .as_ref()
+                .filter(|r| r.target == target)
+                .map(|_| s.cfg.block_size as usize)
+        };
+        if let Some(bs) = raid {
+            let first = off / bs;
+            let blocks = (off + len).div_ceil(bs) - first;
+            let bytes = self.raid0_bytes(first as u64, blocks as u64);
+            return bytes[off - first * bs..off - first * bs + len].to_vec();
+        }
         let s = self.st.lock();
         let ld = s.lds.iter().find(|l| l.target == target && !l.pd).expect("no such LD");
         ld.data[off..off + len].to_vec()
@@ -728,6 +835,38 @@ impl FakeFusion {
         let pd = s.lds.iter().find(|l| l.target == device && l.pd).expect("no such PD");
         pd.data[off..off + len].to_vec()
     }
+    /// Reads the RAID-0 LD's blocks as the firmware stripes them over its arms.
+    pub fn raid0_bytes(&self, lba: u64, blocks: u64) -> Vec<u8> {
+        let s = self.st.lock();
+        let r = s.cfg.raid0.as_ref().expect("no RAID-0 LD");
+        let bs = u64::from(s.cfg.block_size);
+        let mut out = Vec::new();
+        for b in lba..lba + blocks {
+            let (arm, pd_lba) = r.place(b);
+            let at = (pd_lba * bs) as usize;
+            out.extend_from_slice(&s.arms[arm][at..at + bs as usize]);
+        }
+        out
+    }
+    /// Reads arm `arm`'s disk of the RAID-0 LD.
+    pub fn arm_bytes(&self, arm: usize, off: usize, len: usize) -> Vec<u8> {
+        let s = self.st.lock();
+        s.arms[arm][off..off + len].to_vec()
+    }
+    /// (FastPath requests served, FastPath requests refused for a stale sequence number).
+    pub fn fastpath_counts(&self) -> (u64, u64) {
+        let s = self.st.lock();
+        (s.fastpath_served, s.stale_refusals)
+    }
+    /// A configuration change: the RAID-0 LD's sequence number moves on, so a FastPath request
+    /// routed with the old map is refused (status 0x67).
+    pub fn change_raid_config(&self) {
+        let mut s = self.st.lock();
+        if let Some(r) = s.cfg.raid0.as_mut() {
+            r.seq = r.seq.wrapping_add(1);
+        }
+    }
+
     /// Writes LD `target`'s backing store.
     pub fn set_ld_bytes(&self, target: u8, off: usize, data: &[u8]) {
         let mut s = self.st.lock();
@@ -755,7 +894,7 @@ impl FakeFusion {
             0x0B4 => s.sp1(),
             0x0B8 => {
                 if s.cfg.generation >= Generation::Ventura {
-                    0x40 << 16
+                    u32::from(s.cfg.raid_map_units) << 16
                 } else {
                     u32::from(s.cfg.raw_cmds)
                 }
@@ -1164,6 +1303,12 @@ impl State {
                     None => return,
                 }
             }
+            (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && self.cfg.raid0.is_some() => {
+                match self.fastpath_command(mem, frame_addr, &frame, flags, init, d, atomic) {
+                    Some(c) => Work::Ld(c),
+                    None => return,
+                }
+            }
             (0x06, 0x01) => Work::ReplyOnly,
             (0x0C, _) => {
                 self.violate(Violation::FastPathWithoutMap, format!("SMID {smid}"));
@@ -1197,6 +1342,56 @@ impl State {
             ready_at,
             work,
         });
+    }
+
+    /// A FastPath request to a RAID-0 member: the handle must be a member's (and the
+    /// descriptor's, unless the atomic port carried it), the request a read or write with the
+    /// FastPath bit, the LD's target and the arm's span/arm byte. A stale sequence number is no
+    /// mistake (the configuration may change under the driver): it is answered with 0x67.
+    #[allow(clippy::too_many_arguments)]
+    fn fastpath_command(
+        &mut self,
+        mem: &FakeMemory,
+        frame_addr: u64,
+        f: &[u8; 256],
+        flags: u8,
+        init: Init,
+        d: u64,
+        atomic: bool,
+    ) -> Option<LdCmd> {
+        let r = self.cfg.raid0.clone()?;
+        let handle = le_u16(f, 0);
+        if !atomic && (d >> 48) as u16 != handle {
+            self.violate(
+                Violation::FastPathBadHandle,
+                format!("descriptor DevHandle {:#x}, frame {handle:#x}", (d >> 48) as u16),
+            );
+            return None;
+        }
+        let Some(arm) = r.pds.iter().position(|&pd| 0x100 + pd == handle) else {
+            self.violate(Violation::FastPathBadHandle, format!("handle {handle:#x} is in no map"));
+            return None;
+        };
+        let io_flags = le_u16(f, 0x24);
+        let target = le_u16(f, 0x66);
+        let span_arm = f[0x60 + 0x19];
+        let rw = matches!(f[0x40], 0x28 | 0x2A | 0x88 | 0x8A | 0xA8 | 0xAA | 0x08 | 0x0A);
+        if io_flags & 0x4000 == 0 || target != u16::from(r.target) || usize::from(span_arm) != arm || !rw {
+            self.violate(
+                Violation::FastPathBadRequest,
+                format!(
+                    "IoFlags {io_flags:#x}, target {target}, span/arm {span_arm:#x} (arm {arm}), CDB {:#x}",
+                    f[0x40]
+                ),
+            );
+            return None;
+        }
+        let mut c = self.ld_command(mem, frame_addr, f, flags, init, true)?;
+        c.target = u16::from(r.target);
+        c.pd = false;
+        c.arm = Some(arm);
+        c.stale = le_u16(f, 0x60 + 0x1A) != r.seq;
+        Some(c)
     }
 
     fn check_addr(&mut self, what: &str, addr: u64, len: u64) -> bool {
@@ -1547,6 +1742,28 @@ impl State {
                     put(&mut out, 8 + 24 * i + 2, &0xFFFFu16.to_le_bytes());
                 }
             }
+            0x0300_E101 if self.cfg.generation >= Generation::Ventura && self.cfg.raid_map_units > 0 => {
+                let want = usize::from(self.cfg.raid_map_units) * 64 * 1024;
+                if len != want {
+                    self.violate(
+                        Violation::RaidMapBufferSize,
+                        format!("LD_MAP_GET_INFO {len} B, SP2 announces {want}"),
+                    );
+                    return 0x03;
+                }
+                let map = match &self.cfg.raid0 {
+                    Some(r) => {
+                        let mut m =
+                            crate::raidmap::build_dynamic(r.target, &r.pds, r.strip_shift, r.rows, r.seq, r.caps);
+                        if let Some((at, bytes)) = &r.damage {
+                            m[*at..*at + bytes.len()].copy_from_slice(bytes);
+                        }
+                        m
+                    }
+                    None => crate::raidmap::build_dynamic_empty(),
+                };
+                put(&mut out, 0, &map);
+            }
             0x0110_1000 | 0x0105_0000 => {}
             _ => return 0x02,
         }
@@ -1669,6 +1886,8 @@ impl State {
         let fail = if is_rw { self.fail_next.pop_front() } else { None };
         Some(LdCmd {
             frame: frame_addr,
+            arm: None,
+            stale: false,
             target: if pd { le_u16(f, 0x66) } else { le_u16(f, 0) },
             pd,
             kind,
@@ -1826,6 +2045,9 @@ impl State {
     }
 
     fn execute(&mut self, mem: &FakeMemory, c: &LdCmd) {
+        if self.execute_raid0(mem, c) {
+            return;
+        }
         let bs = u64::from(self.cfg.block_size);
         let mut status = (0u8, 0u8, None);
         let ld = self
@@ -1908,6 +2130,82 @@ impl State {
         }
         mem.write("RAID context status", c.frame + 0x76, &[status.1, status.0]);
         mem.write_u32("DataLength", c.frame + 0x1C, moved);
+    }
+
+    /// The RAID-0 LD's reads and writes: by FastPath on one arm (checked against the
+    /// firmware's own striping), or on the LD path spread block by block over the arms.
+    /// False: not one of them.
+    fn execute_raid0(&mut self, mem: &FakeMemory, c: &LdCmd) -> bool {
+        let Some(r) = self.cfg.raid0.clone() else {
+            return false;
+        };
+        let (write, lba, blocks) = match c.kind {
+            LdKind::Read { lba, blocks } => (false, lba, blocks),
+            LdKind::Write { lba, blocks } => (true, lba, blocks),
+            _ => return false,
+        };
+        if c.target != u16::from(r.target) || c.pd || c.fail.is_some() {
+            return false;
+        }
+        let bs = u64::from(self.cfg.block_size);
+        let mut status = 0u8;
+        let mut moved = c.data_len;
+        let runs: Vec<(u64, usize)> = c.sgl.iter().map(|&(a, n)| (a, n as usize)).collect();
+        if c.stale {
+            self.stale_refusals += 1;
+            status = 0x67;
+            moved = 0;
+        } else if let Some(arm) = c.arm {
+            let arm_blocks = r.rows << r.strip_shift;
+            let last = lba + u64::from(blocks).max(1) - 1;
+            if blocks == 0 || last >= arm_blocks || lba >> r.strip_shift != last >> r.strip_shift {
+                self.violate(
+                    Violation::FastPathOutsideStrip,
+                    format!(
+                        "arm {arm}: blocks {lba}..={last}, strip {} blocks",
+                        1u64 << r.strip_shift
+                    ),
+                );
+                status = 0x2E;
+                moved = 0;
+            } else {
+                self.fastpath_served += 1;
+                let at = (lba * bs) as usize;
+                let len = blocks as usize * bs as usize;
+                mem.transfer(write, runs, &mut self.arms[arm][at..at + len]);
+            }
+        } else if lba + u64::from(blocks) > r.blocks() {
+            status = 0x2D;
+            moved = 0;
+            let mut s = [0u8; 18];
+            s[0] = 0x70;
+            s[2] = 0x5;
+            s[7] = 10;
+            s[12] = 0x21;
+            mem.write("sense", c.sense, &s);
+        } else {
+            // The LD path: the firmware stripes block by block.
+            let mut data = vec![0u8; blocks as usize * bs as usize];
+            if !write {
+                for (i, b) in (lba..lba + u64::from(blocks)).enumerate() {
+                    let (arm, pd_lba) = r.place(b);
+                    let at = (pd_lba * bs) as usize;
+                    data[i * bs as usize..(i + 1) * bs as usize].copy_from_slice(&self.arms[arm][at..at + bs as usize]);
+                }
+            }
+            mem.transfer(write, runs, &mut data);
+            if write {
+                for (i, b) in (lba..lba + u64::from(blocks)).enumerate() {
+                    let (arm, pd_lba) = r.place(b);
+                    let at = (pd_lba * bs) as usize;
+                    self.arms[arm][at..at + bs as usize].copy_from_slice(&data[i * bs as usize..(i + 1) * bs as usize]);
+                }
+            }
+        }
+        let scsi = if status == 0x2D { 0x02 } else { 0 };
+        mem.write("RAID context status", c.frame + 0x76, &[scsi, status]);
+        mem.write_u32("DataLength", c.frame + 0x1C, moved);
+        true
     }
 
     fn scatter(&self, mem: &FakeMemory, sgl: &[(u64, u32)], data: &[u8]) -> u32 {

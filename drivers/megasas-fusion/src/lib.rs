@@ -3,7 +3,9 @@
 //!
 //! Tested against the model of the firmware in [`fake`] only, not on hardware. The transport
 //! shares DCMD reply layouts, status decoding and the LD list with the MFI driver (`megasas`).
-//! No RAID map and no FastPath: every LD command takes the firmware LD-I/O path.
+//! With a dynamic RAID map (Ventura, Aero) RAID-0 reads and writes inside one strip go
+//! FastPath straight to the member disk ([`raidmap`]); everything else takes the firmware
+//! LD-I/O path.
 //!
 //! Flow: [`match_pci`] → [`Controller::bring_up`] (writes a [`Report`], the first-boot
 //! diagnostic) → install vector handlers → [`Controller::enable_interrupts`] →
@@ -22,6 +24,7 @@ mod error;
 mod mem;
 mod options;
 mod pci;
+pub mod raidmap;
 pub mod regs;
 mod slot;
 mod sync;

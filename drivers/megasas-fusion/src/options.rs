@@ -5,7 +5,8 @@
 //! `megasas.bringup_ms=N` sets the overall bring-up deadline; `megasas.reset_wait_ms=N` how long a
 //! timed-out request may still finish on its own before the controller is reset (Linux's
 //! `resetwaittime`, default 180 s); `megasas.rdpq=off` keeps the contiguous reply rings even
-//! when the firmware offers RDPQ (Linux's `rdpq_enable=0`). The MFI driver's keys
+//! when the firmware offers RDPQ (Linux's `rdpq_enable=0`); `megasas.fastpath=off` keeps every
+//! LD read and write on the firmware LD path although the RAID map allows FastPath. The MFI driver's keys
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
 //! `megasas.` key is an error naming the accepted ones.
 
@@ -26,6 +27,8 @@ pub struct Options {
     pub reset_wait_ms: Option<u32>,
     /// `megasas.rdpq=on|off` (default: on when the firmware offers it).
     pub rdpq: Option<bool>,
+    /// `megasas.fastpath=on|off` (default: on when the firmware has a RAID map).
+    pub fastpath: Option<bool>,
 }
 
 /// Keys of the MFI driver, accepted and ignored here.
@@ -65,11 +68,18 @@ impl Options {
                         _ => return Err(bad("megasas.rdpq", "on or off")),
                     })
                 }
+                "fastpath" => {
+                    out.fastpath = Some(match value {
+                        "1" | "yes" | "on" => true,
+                        "0" | "no" | "off" => false,
+                        _ => return Err(bad("megasas.fastpath", "on or off")),
+                    })
+                }
                 k if MFI_KEYS.contains(&k) => {}
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
@@ -95,6 +105,9 @@ impl Options {
         if let Some(rdpq) = self.rdpq {
             cfg.rdpq = rdpq;
         }
+        if let Some(fastpath) = self.fastpath {
+            cfg.fastpath = fastpath;
+        }
     }
 }
 
@@ -109,7 +122,7 @@ mod tests {
     #[test]
     fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
         let o = Options::parse(
-            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off",
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off megasas.fastpath=off",
         )
         .unwrap();
         assert_eq!(
@@ -120,6 +133,7 @@ mod tests {
                 bringup_ms: Some(5000),
                 reset_wait_ms: Some(5000),
                 rdpq: Some(false),
+                fastpath: Some(false),
             }
         );
         assert_eq!(Options::parse("quiet").unwrap(), Options::default());
@@ -132,14 +146,22 @@ mod tests {
             "megasas.reset_wait_ms=999",
             "megasas.rdpq",
             "megasas.rdpq=maybe",
-            "megasas.fastpath=1",
+            "megasas.fastpath=maybe",
+            "megasas.fast_path=on",
         ] {
             assert!(Options::parse(bad).is_err(), "{bad}");
         }
         let mut cfg = crate::Config::new(crate::Generation::Aero, alloc::vec![0, 1]);
         assert!(cfg.rdpq, "RDPQ is used when offered unless turned off");
+        assert!(
+            cfg.fastpath,
+            "FastPath is used when the map allows it unless turned off"
+        );
         o.apply(&mut cfg);
-        assert_eq!((cfg.max_queues, cfg.bringup_budget_us, cfg.rdpq), (8, 5_000_000, false));
+        assert_eq!(
+            (cfg.max_queues, cfg.bringup_budget_us, cfg.rdpq, cfg.fastpath),
+            (8, 5_000_000, false, false)
+        );
         assert_eq!(Options::parse("megasas.rdpq=on").unwrap().rdpq, Some(true));
         let mut host = crate::blkdev::HostConfig::new(2, cfg);
         assert_eq!(host.reset_wait_ns, 180_000_000_000, "Linux's default");

@@ -56,7 +56,14 @@ pub const DRIVER: PciDriver = PciDriver {
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
-const FUSION_KEYS: [&str; 5] = ["report_only", "queues", "bringup_ms", "reset_wait_ms", "rdpq"];
+const FUSION_KEYS: [&str; 6] = [
+    "report_only",
+    "queues",
+    "bringup_ms",
+    "reset_wait_ms",
+    "rdpq",
+    "fastpath",
+];
 
 /// Whether the command-line word `prefix.key=value` belongs to the Fusion driver.
 pub fn owns_key(prefix: &str, word: &str) -> bool {
@@ -68,13 +75,13 @@ pub fn owns_key(prefix: &str, word: &str) -> bool {
 static OPTIONS: spin::Once<Options> = spin::Once::new();
 
 /// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`,
-/// `megasas.reset_wait_ms`, `megasas.rdpq`).
+/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`).
 /// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
 /// `megasas.*`.
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms and megasas.rdpq"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq and megasas.fastpath"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;
@@ -145,6 +152,8 @@ impl HostHooks for Controller {
             ("fusion_failed_by_reset", c.failed_by_reset),
             ("fusion_refused_completions", c.refused_completions),
             ("fusion_unknown_drive", c.unknown_drive),
+            ("fusion_fastpath_ios", c.fastpath_ios),
+            ("fusion_stale_map_refusals", c.stale_map_refusals),
         ]
     }
 }
@@ -296,6 +305,26 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         limits.max_fw_cmds,
         limits.raw_fw_cmds
     );
+    let fastpath = controller.host.controller().fastpath_lds();
+    let fastpath_text = if !fastpath.is_empty() {
+        fastpath
+            .iter()
+            .map(|ld| {
+                format!(
+                    "LD {} RAID-0 over {} disks, strip {} KiB",
+                    ld.target,
+                    ld.arm_handles.len(),
+                    (1u32 << ld.strip_shift) / 2
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else if opts.fastpath == Some(false) {
+        String::from("off (megasas.fastpath=off)")
+    } else {
+        String::from("none (no FastPath-ready RAID-0 LD in a valid RAID map)")
+    };
+    kprintln!("megasas-fusion {at}: FastPath: {fastpath_text}");
     let disks = hosts::ControllerDisks {
         next_drive: &NEXT_DRIVE,
         prefix: "mf",

@@ -16,6 +16,7 @@ use drvkit::gate::Gate;
 use crate::diag::Report;
 use crate::error::{Error, Sp0};
 use crate::mem::alloc_low;
+use crate::raidmap;
 use crate::regs::{self, FwState, FwStatus, Generation, Sp1};
 
 use super::{
@@ -185,6 +186,26 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         report.limits = Some(limits);
         report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
 
+        // SP2 bits 24:16 (Ventura, Aero): the dynamic RAID map's size in 64 KiB units.
+        let map_bytes = if generation.g35_raid_context() && config.fastpath {
+            let units =
+                (read_reg(&mmio, generation, regs::SP2) >> raidmap::SP2_MAP_UNITS_SHIFT) & raidmap::SP2_MAP_UNITS_MASK;
+            units as usize * raidmap::MAP_UNIT_BYTES
+        } else {
+            0
+        };
+        if map_bytes > raidmap::MAX_MAP_BYTES {
+            report.step(
+                &mmio,
+                generation,
+                budget.used(),
+                "RAID map",
+                alloc::format!(
+                    "SP2 announces {map_bytes} bytes, more than {}: no FastPath",
+                    raidmap::MAX_MAP_BYTES
+                ),
+            );
+        }
         let n = usize::from(limits.max_fw_cmds);
         let chain_stride = (usize::from(limits.max_sge).saturating_sub(7) * 16)
             .next_multiple_of(64)
@@ -204,6 +225,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 usize::from(DCMD_SMIDS) * (MFI_FRAME_LEN + DCMD_DATA_LEN),
                 256,
             )?,
+            raid_map: if map_bytes > 0 && map_bytes <= raidmap::MAX_MAP_BYTES {
+                Some(alloc_low(dma, "RAID map", map_bytes, 64)?)
+            } else {
+                None
+            },
         };
         report.step(
             &mmio,
@@ -248,6 +274,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             ext_lds: false,
             info: empty_info(),
             drives: Vec::new(),
+            fastpath_lds: Vec::new(),
+            fastpath_on: AtomicBool::new(false),
             config,
             stats: Stats::default(),
         };
@@ -280,6 +308,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         ctrl.read_info(budget, report)?;
         ctrl.discover(budget, report)?;
+        ctrl.read_raid_map(budget, report);
         report.info = Some(ctrl.info.clone());
         report.drives = ctrl.drives.clone();
         report.step(

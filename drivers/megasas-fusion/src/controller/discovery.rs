@@ -11,8 +11,11 @@ use devhal::Delay;
 use megasas::dcmd::{self, Capacity, ControllerInfo, LdListEntry};
 use megasas::{MfiStatus, Segment};
 
+use devhal::DmaBuf;
+
 use crate::diag::Report;
 use crate::error::Error;
+use crate::raidmap::{self, RaidMap};
 use crate::regs::{self, FwState, FwStatus};
 
 use super::{
@@ -215,6 +218,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 IoOutcome::Ok => Err(alloc::format!("only {} bytes returned", c.bytes_done)),
                 IoOutcome::Failed(err) => Err(alloc::format!("{err}")),
                 IoOutcome::Reset => return Err(Error::Resetting),
+                IoOutcome::StaleMap => Err(String::from("refused for a stale RAID map")),
             };
             match parsed {
                 Ok(cap) => return Ok(Ok(cap)),
@@ -242,7 +246,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         segs: &[Segment],
     ) -> Result<Completion, Error> {
         let len: u32 = segs.iter().map(|s| s.len).sum();
-        self.submit_raw(0, 0, target, system_pd, cdb, Some(write), len, segs, 0, true)?;
+        self.submit_raw(0, 0, target, system_pd, cdb, Some(write), len, segs, 0, true, None)?;
         let mut waited = 0u64;
         loop {
             let mut done = None;
@@ -269,14 +273,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// A polled DCMD while nothing else runs (bring-up, reset): polls queue 0 for the late
     /// reply too, so the SMID is free again on return.
     fn dcmd_exclusive(&self, budget: &mut Budget, opcode: u32, mbox: [u8; 12], len: usize) -> Result<Vec<u8>, Error> {
-        self.dcmd_inner(Some(budget), opcode, mbox, len)
+        self.dcmd_inner(Some(budget), opcode, mbox, len, None)
     }
 
     /// Runs a DCMD while I/O may be running (e.g. cache flush before shutdown). Its SMID is
     /// freed when queue 0's reaper sees its reply.
     pub fn dcmd(&self, opcode: u32, mbox: [u8; 12], len: usize) -> Result<Vec<u8>, Error> {
         let _g = self.gate.try_enter(0).ok_or(Error::Resetting)?;
-        self.dcmd_inner(None, opcode, mbox, len)
+        self.dcmd_inner(None, opcode, mbox, len, None)
     }
 
     pub(super) fn dcmd_inner(
@@ -285,8 +289,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         opcode: u32,
         mbox: [u8; 12],
         len: usize,
+        into: Option<&DmaBuf>,
     ) -> Result<Vec<u8>, Error> {
-        if len > DCMD_DATA_LEN {
+        // `into`: a buffer of its own (the RAID map) instead of the SMID's 8 KiB data slot.
+        let len = into.map_or(len, DmaBuf::len);
+        if into.is_none() && len > DCMD_DATA_LEN {
             return Err(Error::BadConfig {
                 what: "DCMD length",
                 expected: "at most 8192 bytes",
@@ -314,7 +321,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         d.write_bytes(mfi_off + 0x1C, &mbox);
         if len > 0 {
             d.write_u8(mfi_off + 0x07, 1);
-            let data = d.phys() + data_off as u64;
+            let data = into.map_or(d.phys() + data_off as u64, DmaBuf::phys);
             if self.generation.g35_raid_context() {
                 // Ventura/Aero: sge64 and SGL64 (Linux with a 64-bit DMA mask).
                 d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
@@ -393,8 +400,78 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             });
         }
         let mut out = vec![0u8; len];
-        d.read_bytes(data_off, &mut out);
+        match into {
+            Some(buf) => buf.read_bytes(0, &mut out),
+            None => d.read_bytes(data_off, &mut out),
+        }
         Ok(out)
+    }
+
+    /// Reads and checks the RAID map (the DCMD buffer SP2 sized at bring-up) and keeps the
+    /// RAID-0 LDs FastPath may serve: in the map, FastPath-ready, listed by LD_GET_LIST with
+    /// 512-byte blocks and no more blocks than the map gives the LD. Without a map, with a
+    /// refused one or with `fastpath = false`, every LD command takes the LD path; the report
+    /// says which and why.
+    pub(super) fn read_raid_map(&mut self, budget: &mut Budget, report: &mut Report) {
+        let Some(buf) = self.mem.raid_map.as_ref() else {
+            return;
+        };
+        let map = self
+            .dcmd_inner(Some(budget), raidmap::DCMD_LD_MAP_GET_INFO, [0u8; 12], 0, Some(buf))
+            .and_then(|b| raidmap::parse_dynamic(&b));
+        let (lds, text) = match map {
+            Ok(map) => {
+                let lds = self.usable_fastpath_lds(&map);
+                let text = describe_map(&map, &lds);
+                (lds, text)
+            }
+            Err(e) => (Vec::new(), alloc::format!("{e}; every LD on the firmware LD path")),
+        };
+        report.step(&self.mmio, self.generation, budget.used(), "RAID map", text);
+        // Bring-up owns the controller (`&mut self`): nothing else reads the flag yet.
+        self.fastpath_on.store(!lds.is_empty(), Ordering::Relaxed);
+        self.fastpath_lds = lds;
+    }
+
+    /// After an OCR: FastPath resumes only if the map read again is the one in use.
+    pub(super) fn recheck_raid_map(&self, budget: &mut Budget, report: &mut Report) {
+        let Some(buf) = self.mem.raid_map.as_ref() else {
+            return;
+        };
+        if self.fastpath_lds.is_empty() {
+            return;
+        }
+        let same = self
+            .dcmd_inner(Some(budget), raidmap::DCMD_LD_MAP_GET_INFO, [0u8; 12], 0, Some(buf))
+            .and_then(|b| raidmap::parse_dynamic(&b))
+            .map(|map| self.usable_fastpath_lds(&map) == self.fastpath_lds);
+        let on = matches!(same, Ok(true));
+        // The reset holds the gate closed: no submitter reads the flag until it reopens.
+        self.fastpath_on.store(on, Ordering::Relaxed);
+        report.step(
+            &self.mmio,
+            self.generation,
+            budget.used(),
+            "OCR: RAID map",
+            match same {
+                Ok(true) => String::from("unchanged: FastPath on"),
+                Ok(false) => String::from("changed: FastPath off, every LD on the LD path"),
+                Err(e) => alloc::format!("{e}: FastPath off"),
+            },
+        );
+    }
+
+    fn usable_fastpath_lds(&self, map: &RaidMap) -> Vec<raidmap::FastPathLd> {
+        map.lds
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .filter(|ld| {
+                self.drives
+                    .iter()
+                    .any(|d| !d.system_pd && d.target == ld.target && d.block_size == 512 && d.blocks <= ld.blocks)
+            })
+            .cloned()
+            .collect()
     }
 
     /// Flushes the controller cache and shuts the firmware down (before power-off).
@@ -405,6 +482,41 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         self.dcmd(DCMD_SHUTDOWN, [0u8; 12], 0)?;
         Ok(())
     }
+}
+
+/// One line per LD of the map: FastPath geometry, or why the LD path.
+fn describe_map(map: &RaidMap, usable: &[raidmap::FastPathLd]) -> String {
+    use core::fmt::Write;
+    let mut text = alloc::format!("{} LD(s)", map.lds.len());
+    for (target, r) in &map.lds {
+        match r {
+            Ok(ld) if usable.contains(ld) => {
+                let _ = write!(
+                    text,
+                    "; LD {target}: RAID-0 over {} arms (handles {:x?}), strip {} KiB, sequence {:#x}, FastPath {}",
+                    ld.arm_handles.len(),
+                    ld.arm_handles,
+                    (1u32 << ld.strip_shift) / 2,
+                    ld.seq,
+                    match (ld.read, ld.write) {
+                        (true, true) => "reads and writes",
+                        (true, false) => "reads",
+                        _ => "writes",
+                    }
+                );
+            }
+            Ok(_) => {
+                let _ = write!(
+                    text,
+                    "; LD {target}: LD path (not an LD of LD_GET_LIST with 512-byte blocks within the map's size)"
+                );
+            }
+            Err(e) => {
+                let _ = write!(text, "; LD {target}: LD path ({e})");
+            }
+        }
+    }
+    text
 }
 
 /// READ CAPACITY(10) data (last LBA and block size, big-endian) as a capacity; a last LBA of

@@ -10,13 +10,18 @@ use megasas::Segment;
 use drvkit::gate::Inside;
 
 use crate::error::Error;
+use crate::raidmap::FastPathRoute;
 use crate::regs::{self, Generation};
 
 use super::{
     Controller, F_CDB, F_CHAIN_OFFSET, F_CONTROL, F_DATA_LEN, F_DEV_HANDLE, F_FUNCTION, F_IO_FLAGS, F_RAID_CTX,
     F_SENSE_LEN, F_SENSE_LOW, F_SGL, F_SGL_FLAGS, F_SGL_OFFSET0, FRAME_SIZE, FUNC_LD_IO, FUNC_SCSI_IO, IoOp, IoRequest,
-    Mistake, SENSE_SIZE, SGE_SIZE, SmidState, desc, sge_bytes,
+    Mistake, SENSE_SIZE, SGE_SIZE, SmidState, desc, desc_with_handle, sge_bytes,
 };
+
+/// RAID context (G35) offsets a FastPath request fills: span/arm and the map's sequence number.
+const CTX_SPAN_ARM: usize = 0x19;
+const CTX_SEQ_NUM: usize = 0x1A;
 
 /// IoFlags: FastPath (Invader and later).
 const IO_FLAGS_FAST_PATH: u16 = 0x4000;
@@ -36,6 +41,8 @@ pub struct Validated {
     cdb: [u8; 16],
     write: Option<bool>,
     len: u32,
+    /// FastPath: the member disk and its block (the CDB already names that block).
+    route: Option<FastPathRoute>,
 }
 
 /// The submission section [`Controller::enter`] opened: no reset starts while it lives.
@@ -141,6 +148,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             req.sgl,
             cookie,
             false,
+            checked.route,
         )
     }
 
@@ -161,7 +169,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             .iter()
             .find(|d| d.target == req.target && d.system_pd == req.system_pd)
             .ok_or(Error::NoSuchDrive { target: req.target })?;
-        let (cdb, write, len) = match req.op {
+        let (cdb, write, len, route) = match req.op {
             IoOp::Read | IoOp::Write => {
                 let end = req.lba.checked_add(u64::from(req.blocks));
                 if req.blocks == 0 || end.is_none_or(|e| e > drive.blocks) {
@@ -177,10 +185,18 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     max: usize::from(self.limits.max_sge),
                 })?;
                 let write = req.op == IoOp::Write;
+                let route = if req.system_pd {
+                    None
+                } else {
+                    self.fastpath_route(req.target, req.lba, req.blocks, write)
+                };
+                // FastPath: the CDB names the member disk's block (Linux `megasas_set_pd_lba`).
+                let lba = route.map_or(req.lba, |r| r.pd_lba);
                 (
-                    cdb16(if write { 0x8A } else { 0x88 }, req.lba, req.blocks),
+                    cdb16(if write { 0x8A } else { 0x88 }, lba, req.blocks),
                     Some(write),
                     len,
+                    route,
                 )
             }
             IoOp::Flush => {
@@ -188,7 +204,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 // and FreeBSD send to (and intercept for) MegaRAID LDs.
                 let mut c = [0u8; 16];
                 c[0] = 0x35;
-                (c, None, 0)
+                (c, None, 0, None)
             }
         };
         if !self.mistake(Mistake::IgnoreMaxSge) && req.sgl.len() > usize::from(self.limits.max_sge) {
@@ -215,7 +231,20 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 expected: u64::from(len),
             });
         }
-        Ok(Validated { cdb, write, len })
+        Ok(Validated { cdb, write, len, route })
+    }
+
+    /// The FastPath route of an LD read or write, when the RAID map allows one (RAID-0, inside
+    /// one strip, FastPath on). A controller without FastPath LDs pays one length test.
+    #[inline(always)]
+    fn fastpath_route(&self, target: u8, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
+        if self.fastpath_lds.is_empty() || !self.fastpath_on.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.fastpath_lds
+            .iter()
+            .find(|ld| ld.target == target)?
+            .route(lba, blocks, write)
     }
 
     // Inlined into `submit_validated`: no ten arguments through the stack per I/O.
@@ -233,6 +262,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         segs: &[Segment],
         cookie: u64,
         non_rw: bool,
+        route: Option<FastPathRoute>,
     ) -> Result<u32, Error> {
         let tags = u32::from(self.limits.io_tags);
         if tag >= tags {
@@ -272,12 +302,20 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let mut img = FrameImage::new();
         // A system PD without a RAID map (Linux `megasas_build_syspd_fusion`): DevHandle
         // 0xFFFF, the device id in the RAID context, FastPath SCSI IO (Function 0, FP_IO).
-        img.set_u16(F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
+        // FastPath to a RAID-0 member (Linux `megasas_build_ldio_fusion` with fp_possible): the
+        // disk's device handle, Function SCSI IO, the LD's target and the map's sequence number
+        // in the RAID context.
+        let dev_handle = match route {
+            Some(r) => r.handle,
+            None if system_pd => 0xFFFF,
+            None => u16::from(target),
+        };
+        img.set_u16(F_DEV_HANDLE, dev_handle);
         img.set_u8(
             F_FUNCTION,
             if self.mistake(Mistake::GarbageFunction) {
                 0x5A
-            } else if system_pd {
+            } else if system_pd || route.is_some() {
                 FUNC_SCSI_IO
             } else {
                 FUNC_LD_IO
@@ -308,9 +346,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         img.set_u32(F_DATA_LEN, data_len);
         let mut io_flags = u16::from(cdb_len(cdb[0]));
-        if system_pd
+        if (system_pd
             && self.generation != Generation::Thunderbolt
-            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag)
+            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag))
+            || route.is_some()
         {
             io_flags |= IO_FLAGS_FAST_PATH;
         }
@@ -330,7 +369,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if system_pd {
             img.set_u8(F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
         }
-        let mut flags = if system_pd {
+        if let Some(r) = route {
+            // Routes come from a dynamic map, which only G35-context firmware has.
+            debug_assert!(self.generation.g35_raid_context());
+            img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
+            img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
+            self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut flags = if system_pd || route.is_some() {
             regs::DESC_FP_IO
         } else if is_rw {
             self.generation.ld_rw_descriptor()
@@ -357,7 +403,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         self.mem.frames.write_u32s(fo, &img.0);
         // The frame must be visible to the device before the descriptor that names it.
         fence(Ordering::Release);
-        self.post_descriptor(desc(flags, msix, smid));
+        self.post_descriptor(match route {
+            Some(r) => desc_with_handle(flags, msix, smid, r.handle),
+            None => desc(flags, msix, smid),
+        });
         if self.mistake(Mistake::RepostOutstanding) {
             self.post_descriptor(desc(flags, msix, smid));
         }

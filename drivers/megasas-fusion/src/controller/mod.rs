@@ -44,6 +44,7 @@ use spin::Mutex;
 use drvkit::gate::Gate;
 
 use crate::error::Error;
+use crate::raidmap::FastPathLd;
 use crate::regs::{self, Generation};
 use devhal::DmaBuf;
 
@@ -123,6 +124,10 @@ pub struct Config {
     /// Use RDPQ (one separately allocated ring per reply queue, given to IOC INIT in the RDPQ
     /// array) when SP1 bit 23 offers it, as Linux does; `false` keeps the contiguous rings.
     pub rdpq: bool,
+    /// Read the RAID map when the firmware announces one (SP2, Ventura/Aero) and send RAID-0
+    /// reads and writes inside one strip by FastPath to the member disk, as Linux does;
+    /// `false` keeps every LD command on the firmware LD path.
+    pub fastpath: bool,
     /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
     /// `fake` feature): a production build cannot set it, and every check of it is the
     /// constant `false` there (about 40 compares per I/O on the hot paths).
@@ -142,6 +147,7 @@ impl Config {
             command_timeout_us: 180_000_000,
             max_queues: 0,
             rdpq: true,
+            fastpath: true,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
         }
@@ -189,6 +195,10 @@ pub enum IoOutcome {
     /// An online controller reset dropped the request; the controller no longer owns it (its
     /// buffer is free) and it may be re-issued.
     Reset,
+    /// The firmware refused a FastPath request because the RAID map it was routed with is stale
+    /// (its sequence number, MFI status 0x67): nothing moved, FastPath is now off, and the
+    /// request may be re-issued (it then takes the LD path).
+    StaleMap,
 }
 
 /// A finished request, handed to the caller's sink.
@@ -251,6 +261,11 @@ pub struct Stats {
     pub reset_returned: AtomicU64,
     /// Reply walks that stopped at the per-call bound with work left.
     pub walk_bound_hits: AtomicU64,
+    /// LD reads and writes sent by FastPath to a member disk.
+    pub fastpath_ios: AtomicU64,
+    /// FastPath requests the firmware refused for a stale map (sequence number): FastPath is
+    /// then off and they are issued again on the LD path.
+    pub stale_map_refusals: AtomicU64,
 }
 
 struct ReplyQueue {
@@ -267,6 +282,8 @@ struct Memory {
     replies: ReplyRings,
     init: DmaBuf,
     dcmd: DmaBuf,
+    /// The RAID map's DCMD buffer (the size SP2 announces), when the firmware has a dynamic map.
+    raid_map: Option<DmaBuf>,
 }
 
 /// The reply descriptor rings: one buffer holding every queue's ring back to back (contiguous
@@ -346,6 +363,11 @@ pub struct Controller<M: Mmio64, D: Delay> {
     ext_lds: bool,
     info: ControllerInfo,
     drives: Vec<LogicalDrive>,
+    /// The FastPath-ready RAID-0 LDs of the last valid RAID map.
+    fastpath_lds: Vec<FastPathLd>,
+    /// FastPath in use: set when a valid map was read, cleared when the firmware refuses a
+    /// FastPath request as stale (until the map is read again, at the next OCR).
+    fastpath_on: AtomicBool,
     /// Counters.
     pub stats: Stats,
 }
@@ -397,6 +419,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     pub fn flush_goes_to_firmware(&self) -> bool {
         self.limits.fw_sync_cache
     }
+    /// The RAID-0 LDs FastPath serves (empty: every LD command takes the LD path).
+    pub fn fastpath_lds(&self) -> &[FastPathLd] {
+        if self.fastpath_on.load(Ordering::Relaxed) {
+            &self.fastpath_lds
+        } else {
+            &[]
+        }
+    }
     /// Whether the controller was given up.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
@@ -411,6 +441,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
 
 fn desc(flags: u8, msix: u8, smid: u16) -> u64 {
     u64::from(flags) | (u64::from(msix) << 8) | (u64::from(smid) << 16)
+}
+
+/// A FastPath descriptor: the device handle in bits 63:48, as Linux's `SCSIIO.DevHandle`.
+fn desc_with_handle(flags: u8, msix: u8, smid: u16, handle: u16) -> u64 {
+    desc(flags, msix, smid) | (u64::from(handle) << 48)
 }
 
 /// Reads a register; on Aero re-reads up to 30 times while it reads 0, as Linux's
@@ -452,7 +487,7 @@ fn wait<M: Mmio, D: Delay>(
 pub fn outcome_retryable(o: &IoOutcome) -> bool {
     match o {
         IoOutcome::Ok => false,
-        IoOutcome::Reset => true,
+        IoOutcome::Reset | IoOutcome::StaleMap => true,
         IoOutcome::Failed(e) => e.kind.is_retryable() || e.kind == IoErrorKind::Aborted,
     }
 }

@@ -11,10 +11,15 @@ use megasas::{IoError, IoErrorKind, MfiStatus};
 
 use crate::regs::{self, FwState, FwStatus};
 
-use super::{Completion, Controller, F_DATA_LEN, F_EX_STATUS, FRAME_SIZE, IoOutcome, Mistake, SENSE_SIZE, read_reg};
+use super::{
+    Completion, Controller, F_DATA_LEN, F_EX_STATUS, F_FUNCTION, F_RAID_CTX, FRAME_SIZE, FUNC_SCSI_IO, IoOutcome,
+    Mistake, SENSE_SIZE, read_reg,
+};
 
 /// Reply descriptor value of an unused slot.
 const UNUSED_REPLY: u64 = u64::MAX;
+/// RAID-context status: the FastPath request's configuration sequence number is stale.
+const MFI_STAT_CONFIG_SEQ_MISMATCH: u8 = 0x67;
 
 /// Result of an INTx interrupt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +152,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
         let outcome = if status == 0 || residual_ok {
             IoOutcome::Ok
+        } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH && self.was_ld_fastpath(fo) {
+            // A FastPath request routed with a map the firmware no longer has: no FastPath
+            // until the map is read again. The flag publishes no data (Relaxed): a submitter
+            // that still sees it set routes by the old map and is refused the same way.
+            self.fastpath_on.store(false, Ordering::Relaxed);
+            self.stats.stale_map_refusals.fetch_add(1, Ordering::Relaxed);
+            IoOutcome::StaleMap
         } else if status == 0x2D && ex_status == 0 {
             IoOutcome::Failed(IoError {
                 kind: IoErrorKind::Other,
@@ -178,6 +190,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             return;
         }
         sink(c);
+    }
+
+    /// Whether the frame at `fo` went by FastPath to a RAID member (Function SCSI IO, not the
+    /// system-PD sub-type): read only for a status that needs it.
+    fn was_ld_fastpath(&self, fo: usize) -> bool {
+        let f = &self.mem.frames;
+        f.read_u8(fo + F_FUNCTION) == FUNC_SCSI_IO && f.read_u8(fo + F_RAID_CTX + 0x18) & 0x30 == 0
     }
 
     fn bogus(&self, smid: u16, why: &str) {

@@ -113,10 +113,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
             let mut mbox = [0u8; 12];
             mbox[0] = 1;
-            if let Err(e) = self.dcmd_inner(Some(&mut budget), DCMD_CTRL_GET_INFO, mbox, CTRL_INFO_LEN) {
+            if let Err(e) = self.dcmd_inner(Some(&mut budget), DCMD_CTRL_GET_INFO, mbox, CTRL_INFO_LEN, None) {
                 last = e;
                 continue;
             }
+            self.recheck_raid_map(&mut budget, report);
             if was_enabled {
                 self.enable_interrupts();
             }

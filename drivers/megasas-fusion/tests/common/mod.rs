@@ -86,6 +86,8 @@ pub struct Workload {
     pub completed: u64,
     pub failed: u64,
     pub reset_returned: Vec<Completion>,
+    /// FastPath requests the firmware refused for a stale RAID map (nothing moved).
+    pub stale_returned: Vec<Completion>,
     pub rng: Rng,
     /// When set, mismatches are tolerated (mistake tests only look at the model's verdict).
     pub lenient: bool,
@@ -108,6 +110,7 @@ impl Workload {
             completed: 0,
             failed: 0,
             reset_returned: Vec::new(),
+            stale_returned: Vec::new(),
             rng: Rng(seed | 1),
             lenient: false,
         }
@@ -224,6 +227,7 @@ impl Workload {
                 }
             }
             IoOutcome::Failed(_) => self.failed += 1,
+            IoOutcome::StaleMap => self.stale_returned.push(c),
             IoOutcome::Reset => {
                 self.reset_returned.push(c);
                 // A write dropped by a reset may or may not have reached the disk.

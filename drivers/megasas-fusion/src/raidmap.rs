@@ -1,0 +1,590 @@
+//! The RAID map (MR_DCMD_LD_MAP_GET_INFO) in the dynamic format Ventura and Aero firmware
+//! announce through SP2 bits 24:16, and FastPath routing of RAID-0 reads and writes with it.
+//!
+//! The map comes from the device, so every field is checked before use: offsets and sizes
+//! inside the buffer, element counts within the format's limits, each LD's geometry (span
+//! depth, strip size, arm count, the data-arm map a permutation of the arms, arrays, PD ids and
+//! device handles that exist and differ). A map whose structure is wrong is refused as a whole;
+//! an LD whose entries are wrong, or that is not a FastPath-capable RAID-0 LD, is left to the
+//! firmware LD path. A refused value means the LD path, never a computed wrong block.
+//!
+//! Layout (Linux's `MR_FW_RAID_MAP_DYNAMIC`, `megaraid_sas_fusion.h`): a header (total size,
+//! descriptor table offset, size and count, LD/array/span counts), a table of 16-byte
+//! descriptors {type, offset from the data area, bytes, elements}, and the data: device-handle
+//! info (8 B per PD), target-id → LD index (u16 per target), arrays (32 PD ids each) and LD span
+//! maps (0x9E0 B each: `MR_LD_RAID`, the data-arm map, 8 span blocks).
+
+use alloc::vec::Vec;
+
+use crate::error::Error;
+
+/// SP2 bits 24:16: the dynamic map's size in 64 KiB units (0: no dynamic map).
+pub const SP2_MAP_UNITS_SHIFT: u32 = 16;
+/// SP2 map-size field mask (after the shift).
+pub const SP2_MAP_UNITS_MASK: u32 = 0x1FF;
+/// Bytes per map-size unit.
+pub const MAP_UNIT_BYTES: usize = 64 * 1024;
+/// The largest map buffer the driver allocates (a firmware asking for more gets no FastPath).
+pub const MAX_MAP_BYTES: usize = 4 << 20;
+/// The map DCMD.
+pub const DCMD_LD_MAP_GET_INFO: u32 = 0x0300_E101;
+
+const HEADER_BYTES: usize = 0x38;
+const DESC_BYTES: usize = 16;
+const DEV_HANDLE_BYTES: usize = 8;
+const ARRAY_BYTES: usize = 64;
+const LD_SPAN_MAP_BYTES: usize = 0x9E0;
+/// Format limits (Linux's `MR_DRV_RAID_MAP`: 512 PDs, LDs and arrays; 32 arms per row).
+const MAX_DYN_ENTRIES: usize = 512;
+const MAX_ARMS: usize = 32;
+const NO_HANDLE: u16 = 0xFFFF;
+const NO_LD: u16 = 0xFFFF;
+/// Strip sizes accepted: 2^3 .. 2^15 blocks (4 KiB .. 16 MiB of 512-byte blocks).
+const STRIP_SHIFTS: core::ops::RangeInclusive<u8> = 3..=15;
+
+/// `MR_LD_RAID` capability bits.
+const CAP_FP_CAPABLE: u32 = 1 << 0;
+const CAP_FP_WRITE: u32 = 1 << 20;
+const CAP_FP_READ: u32 = 1 << 21;
+
+/// A RAID-0 LD the driver may reach by FastPath.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FastPathLd {
+    /// LD target id.
+    pub target: u8,
+    /// The map's configuration sequence number for the LD (sent in the RAID context).
+    pub seq: u16,
+    /// log2 of the strip size in blocks.
+    pub strip_shift: u8,
+    /// Device handle of each data arm, in the order strips go round (data-arm map applied).
+    pub arm_handles: Vec<u16>,
+    /// The physical arm number of each data arm (for the RAID context's span/arm byte).
+    pub phys_arms: Vec<u8>,
+    /// First block of the LD's data on every arm.
+    pub start_block: u64,
+    /// Blocks of the LD's data on each arm (rows × strip).
+    pub arm_blocks: u64,
+    /// The LD's size in blocks, from the map.
+    pub blocks: u64,
+    /// Reads may go FastPath.
+    pub read: bool,
+    /// Writes may go FastPath.
+    pub write: bool,
+}
+
+/// Where a FastPath request goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastPathRoute {
+    /// Device handle of the arm's disk.
+    pub handle: u16,
+    /// Block on that disk.
+    pub pd_lba: u64,
+    /// The map's sequence number for the LD.
+    pub seq: u16,
+    /// Span (bits 7:5, always 0 here) and physical arm (bits 4:0).
+    pub span_arm: u8,
+}
+
+impl FastPathLd {
+    /// The disk and block of `blocks` blocks at LD block `lba` when they lie inside one strip
+    /// and the map allows FastPath for this direction; None sends the request on the LD path.
+    #[inline]
+    pub fn route(&self, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
+        if blocks == 0 || (write && !self.write) || (!write && !self.read) {
+            return None;
+        }
+        let last = lba.checked_add(u64::from(blocks) - 1)?;
+        if last >= self.blocks || lba >> self.strip_shift != last >> self.strip_shift {
+            return None;
+        }
+        let strip = lba >> self.strip_shift;
+        let arms = self.arm_handles.len() as u64;
+        let arm = (strip % arms) as usize;
+        let row = strip / arms;
+        let in_strip = lba & ((1u64 << self.strip_shift) - 1);
+        let on_arm = (row << self.strip_shift) + in_strip;
+        if on_arm + u64::from(blocks) > self.arm_blocks {
+            return None;
+        }
+        Some(FastPathRoute {
+            handle: self.arm_handles[arm],
+            pd_lba: self.start_block.checked_add(on_arm)?,
+            seq: self.seq,
+            span_arm: self.phys_arms[arm],
+        })
+    }
+}
+
+/// What the map says, as far as the driver uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaidMap {
+    /// LDs in the map, each FastPath-ready or with the reason it is not.
+    pub lds: Vec<(u16, Result<FastPathLd, Error>)>,
+}
+
+impl RaidMap {
+    /// The FastPath-ready LD at `target`, if any.
+    pub fn fastpath(&self, target: u8) -> Option<&FastPathLd> {
+        self.lds
+            .iter()
+            .find_map(|(t, r)| r.as_ref().ok().filter(|_| *t == u16::from(target)))
+    }
+}
+
+fn refuse(what: &'static str, value: u64) -> Error {
+    Error::RaidMap { what, value }
+}
+
+fn u16_at(b: &[u8], off: usize) -> Result<u16, Error> {
+    b.get(off..off + 2)
+        .map(|s| u16::from_le_bytes([s[0], s[1]]))
+        .ok_or(refuse("field outside the map", off as u64))
+}
+
+fn u32_at(b: &[u8], off: usize) -> Result<u32, Error> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or(refuse("field outside the map", off as u64))
+}
+
+fn u64_at(b: &[u8], off: usize) -> Result<u64, Error> {
+    let lo = u32_at(b, off)?;
+    let hi = u32_at(b, off + 4)?;
+    Ok(u64::from(lo) | (u64::from(hi) << 32))
+}
+
+/// One descriptor's data: where it lies in the buffer and how many elements it holds.
+#[derive(Clone, Copy, Default)]
+struct Section {
+    start: usize,
+    elements: usize,
+    present: bool,
+}
+
+/// Parses and checks a dynamic RAID map of `buf.len()` bytes (the DCMD buffer).
+pub fn parse_dynamic(buf: &[u8]) -> Result<RaidMap, Error> {
+    let total = u32_at(buf, 0x00)? as usize;
+    if total < HEADER_BYTES || total > buf.len() {
+        return Err(refuse("map size outside the buffer", total as u64));
+    }
+    let map = &buf[..total];
+    let table = u32_at(map, 0x04)? as usize;
+    let table_bytes = u32_at(map, 0x08)? as usize;
+    let count = u32_at(map, 0x0C)? as usize;
+    if count == 0 || count > 16 || table_bytes != count * DESC_BYTES {
+        return Err(refuse("descriptor table size or count", table_bytes as u64));
+    }
+    if table < HEADER_BYTES || table.checked_add(table_bytes).is_none_or(|e| e > total) {
+        return Err(refuse("descriptor table outside the map", table as u64));
+    }
+    let data = table + table_bytes;
+    let mut sections = [Section::default(); 4];
+    for i in 0..count {
+        let d = table + i * DESC_BYTES;
+        let kind = u32_at(map, d)? as usize;
+        let offset = u32_at(map, d + 4)? as usize;
+        let bytes = u32_at(map, d + 8)? as usize;
+        let elements = u32_at(map, d + 12)? as usize;
+        let element_bytes = match kind {
+            0 => DEV_HANDLE_BYTES,
+            1 => 2,
+            2 => ARRAY_BYTES,
+            3 => LD_SPAN_MAP_BYTES,
+            // A descriptor type this driver does not know: skipped, as Linux does.
+            _ => continue,
+        };
+        if sections[kind].present {
+            return Err(refuse("descriptor type given twice", kind as u64));
+        }
+        if elements > MAX_DYN_ENTRIES || elements * element_bytes > bytes {
+            return Err(refuse("descriptor element count", elements as u64));
+        }
+        let start = data
+            .checked_add(offset)
+            .filter(|s| s.checked_add(bytes).is_some_and(|e| e <= total))
+            .ok_or(refuse("descriptor data outside the map", offset as u64))?;
+        sections[kind] = Section {
+            start,
+            elements,
+            present: true,
+        };
+    }
+    let [handles, targets, arrays, spans] = sections;
+    if !(handles.present && targets.present && arrays.present && spans.present) {
+        return Err(refuse("a descriptor (handles, targets, arrays, spans) is missing", 0));
+    }
+    let ld_count = usize::from(u16_at(map, 0x2C)?);
+    if ld_count > spans.elements {
+        return Err(refuse("LD count beyond the span maps", ld_count as u64));
+    }
+    let mut lds = Vec::new();
+    for target in 0..targets.elements {
+        let ld = u16_at(map, targets.start + 2 * target)?;
+        if ld == NO_LD {
+            continue;
+        }
+        let checked = if usize::from(ld) >= ld_count {
+            Err(refuse("LD index beyond the LD count", u64::from(ld)))
+        } else {
+            check_ld(
+                map,
+                target,
+                spans.start + usize::from(ld) * LD_SPAN_MAP_BYTES,
+                handles,
+                arrays,
+            )
+        };
+        lds.push((target as u16, checked));
+    }
+    Ok(RaidMap { lds })
+}
+
+/// One LD's span map at `at`: a FastPath-capable RAID-0 LD with sound geometry, or why not.
+fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Section) -> Result<FastPathLd, Error> {
+    let target = u8::try_from(target).map_err(|_| refuse("LD target id above 255", target as u64))?;
+    let caps = u32_at(map, at)?;
+    let blocks = u64_at(map, at + 0x08)?;
+    let span_depth = map[at + 0x10];
+    let level = map[at + 0x11];
+    let strip_shift = map[at + 0x12];
+    let row_size = map[at + 0x13];
+    let row_data = map[at + 0x14];
+    let map_target = u16_at(map, at + 0x18)?;
+    let mod_factor = map[at + 0x1C];
+    let seq = u16_at(map, at + 0x1E)?;
+    let block_len = u32_at(map, at + 0x30)?;
+    if map_target != u16::from(target) {
+        return Err(refuse("span map names another target", u64::from(map_target)));
+    }
+    if level != 0 {
+        return Err(refuse(
+            "RAID level other than 0 (FastPath is used for RAID-0 only)",
+            u64::from(level),
+        ));
+    }
+    if caps & CAP_FP_CAPABLE == 0 || caps & (CAP_FP_READ | CAP_FP_WRITE) == 0 {
+        return Err(refuse("LD not FastPath-capable", u64::from(caps)));
+    }
+    if span_depth != 1 {
+        return Err(refuse("span depth other than 1", u64::from(span_depth)));
+    }
+    if !STRIP_SHIFTS.contains(&strip_shift) {
+        return Err(refuse("strip size out of range (log2 blocks)", u64::from(strip_shift)));
+    }
+    let arms = usize::from(row_size);
+    if arms == 0 || arms > MAX_ARMS || row_data != row_size || mod_factor != row_size {
+        return Err(refuse(
+            "arm counts (row size, data arms, mod factor)",
+            u64::from(row_size),
+        ));
+    }
+    if block_len != 0 && block_len != 512 {
+        return Err(refuse("logical block length other than 512", u64::from(block_len)));
+    }
+    // The data-arm map must be a permutation of the arms: two strips of a row on one disk
+    // would overlap there.
+    let mut seen = 0u32;
+    let mut phys_arms = Vec::with_capacity(arms);
+    for i in 0..arms {
+        let a = map[at + 0x80 + i];
+        if usize::from(a) >= arms || seen & (1 << a) != 0 {
+            return Err(refuse("data-arm map is not a permutation of the arms", u64::from(a)));
+        }
+        seen |= 1 << a;
+        phys_arms.push(a);
+    }
+    let span = at + 0xA0;
+    let rows = u64_at(map, span)?;
+    let start_block = u64_at(map, span + 0x08)?;
+    let array = usize::from(u16_at(map, span + 0x18)?);
+    if map[span + 0x1A] != row_size || map[span + 0x1B] != row_data {
+        return Err(refuse(
+            "span row sizes differ from the LD's",
+            u64::from(map[span + 0x1A]),
+        ));
+    }
+    let arm_blocks = rows
+        .checked_shl(u32::from(strip_shift))
+        .filter(|b| b >> strip_shift == rows)
+        .ok_or(refuse("rows overflow", rows))?;
+    if start_block.checked_add(arm_blocks).is_none() {
+        return Err(refuse("span start block overflows", start_block));
+    }
+    if blocks == 0 || arm_blocks.checked_mul(arms as u64).is_none_or(|cap| blocks > cap) {
+        return Err(refuse("LD size beyond its arms", blocks));
+    }
+    if array >= arrays.elements {
+        return Err(refuse("array reference beyond the arrays", array as u64));
+    }
+    let mut arm_handles = Vec::with_capacity(arms);
+    for &phys in &phys_arms {
+        let pd = u16_at(map, arrays.start + array * ARRAY_BYTES + 2 * usize::from(phys))?;
+        if usize::from(pd) >= handles.elements {
+            return Err(refuse("PD id beyond the device handles", u64::from(pd)));
+        }
+        let handle = u16_at(map, handles.start + usize::from(pd) * DEV_HANDLE_BYTES)?;
+        if handle == NO_HANDLE {
+            return Err(refuse("arm without a device handle", u64::from(pd)));
+        }
+        if arm_handles.contains(&handle) {
+            return Err(refuse("two arms share a device handle", u64::from(handle)));
+        }
+        arm_handles.push(handle);
+    }
+    Ok(FastPathLd {
+        target,
+        seq,
+        strip_shift,
+        arm_handles,
+        phys_arms,
+        start_block,
+        arm_blocks,
+        blocks,
+        read: caps & CAP_FP_READ != 0,
+        write: caps & CAP_FP_WRITE != 0,
+    })
+}
+
+/// Builds a dynamic map (the firmware model's, and the tests'): LD 0 at `target`, RAID-0 over
+/// PDs `pds` with their handles `0x100 + pd`, `rows` strips of 2^`strip_shift` blocks per arm.
+#[cfg(any(test, feature = "fake"))]
+pub fn build_dynamic(target: u8, pds: &[u16], strip_shift: u8, rows: u64, seq: u16, caps: u32) -> Vec<u8> {
+    const TABLE: usize = 0x58;
+    const DATA: usize = TABLE + 4 * DESC_BYTES;
+    let handles_off = 0;
+    let targets_off = handles_off + 256 * DEV_HANDLE_BYTES;
+    let arrays_off = targets_off + 256 * 2;
+    let spans_off = arrays_off + ARRAY_BYTES;
+    let total = DATA + spans_off + LD_SPAN_MAP_BYTES;
+    let mut m = alloc::vec![0u8; total];
+    let put16 = |m: &mut [u8], o: usize, v: u16| m[o..o + 2].copy_from_slice(&v.to_le_bytes());
+    let put32 = |m: &mut [u8], o: usize, v: u32| m[o..o + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 = |m: &mut [u8], o: usize, v: u64| m[o..o + 8].copy_from_slice(&v.to_le_bytes());
+    put32(&mut m, 0x00, total as u32);
+    put32(&mut m, 0x04, TABLE as u32);
+    put32(&mut m, 0x08, (4 * DESC_BYTES) as u32);
+    put32(&mut m, 0x0C, 4);
+    put16(&mut m, 0x2C, 1);
+    put16(&mut m, 0x2E, 1);
+    put16(&mut m, 0x30, 1);
+    for (i, (off, bytes, n)) in [
+        (handles_off, 256 * DEV_HANDLE_BYTES, 256),
+        (targets_off, 512, 256),
+        (arrays_off, ARRAY_BYTES, 1),
+        (spans_off, LD_SPAN_MAP_BYTES, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = TABLE + i * DESC_BYTES;
+        put32(&mut m, d, i as u32);
+        put32(&mut m, d + 4, off as u32);
+        put32(&mut m, d + 8, bytes as u32);
+        put32(&mut m, d + 12, n);
+    }
+    for pd in 0..256 {
+        put16(&mut m, DATA + handles_off + pd * DEV_HANDLE_BYTES, NO_HANDLE);
+        put16(&mut m, DATA + targets_off + pd * 2, NO_LD);
+    }
+    for arm in 0..MAX_ARMS {
+        put16(&mut m, DATA + arrays_off + arm * 2, 0xFFFF);
+    }
+    for (arm, &pd) in pds.iter().enumerate() {
+        put16(
+            &mut m,
+            DATA + handles_off + usize::from(pd) * DEV_HANDLE_BYTES,
+            0x100 + pd,
+        );
+        m[DATA + handles_off + usize::from(pd) * DEV_HANDLE_BYTES + 2] = 1;
+        put16(&mut m, DATA + arrays_off + arm * 2, pd);
+    }
+    put16(&mut m, DATA + targets_off + usize::from(target) * 2, 0);
+    let ld = DATA + spans_off;
+    let arms = pds.len() as u8;
+    put32(&mut m, ld, caps);
+    put64(&mut m, ld + 0x08, (rows << strip_shift) * u64::from(arms));
+    m[ld + 0x10] = 1;
+    m[ld + 0x12] = strip_shift;
+    m[ld + 0x13] = arms;
+    m[ld + 0x14] = arms;
+    put16(&mut m, ld + 0x18, u16::from(target));
+    m[ld + 0x1A] = 3;
+    m[ld + 0x1C] = arms;
+    put16(&mut m, ld + 0x1E, seq);
+    put32(&mut m, ld + 0x30, 512);
+    for a in 0..arms {
+        m[ld + 0x80 + usize::from(a)] = a;
+    }
+    let span = ld + 0xA0;
+    put64(&mut m, span, rows);
+    put64(&mut m, span + 0x10, rows << strip_shift);
+    m[span + 0x1A] = arms;
+    m[span + 0x1B] = arms;
+    put32(&mut m, span + 0x20, 1);
+    put64(&mut m, span + 0x30, rows - 1);
+    put32(&mut m, span + 0x40, 1);
+    m
+}
+
+/// A valid dynamic map without LDs (a firmware with no RAID configuration).
+#[cfg(any(test, feature = "fake"))]
+pub fn build_dynamic_empty() -> Vec<u8> {
+    let mut m = build_dynamic(0, &[0], 3, 1, 0, 0);
+    m[0x2C..0x32].fill(0);
+    m[layout::TARGETS..layout::TARGETS + 2].copy_from_slice(&NO_LD.to_le_bytes());
+    m[layout::HANDLES..layout::HANDLES + 2].copy_from_slice(&NO_HANDLE.to_le_bytes());
+    for desc in [2, 3] {
+        let d = layout::TABLE + desc * DESC_BYTES + 12;
+        m[d..d + 4].fill(0);
+    }
+    m
+}
+
+/// Offsets into a map [`build_dynamic`] made, for tests that damage one field.
+#[cfg(any(test, feature = "fake"))]
+pub mod layout {
+    /// The LD span map of LD 0.
+    pub const LD: usize = 0x98 + 256 * 8 + 512 + 64;
+    /// The array of LD 0.
+    pub const ARRAY: usize = 0x98 + 256 * 8 + 512;
+    /// The device-handle table.
+    pub const HANDLES: usize = 0x98;
+    /// The target → LD table.
+    pub const TARGETS: usize = 0x98 + 256 * 8;
+    /// The descriptor table.
+    pub const TABLE: usize = 0x58;
+}
+
+/// The capability word of a FastPath-capable RAID-0 LD (read and write).
+#[cfg(any(test, feature = "fake"))]
+pub const CAPS_FP_READ_WRITE: u32 = CAP_FP_CAPABLE | CAP_FP_READ | CAP_FP_WRITE;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> Vec<u8> {
+        build_dynamic(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE)
+    }
+
+    #[test]
+    fn a_two_arm_raid0_map_routes_inside_one_strip_only() {
+        let map = parse_dynamic(&good()).unwrap();
+        let ld = map.fastpath(0).expect("LD 0 is FastPath-ready").clone();
+        assert_eq!(ld.arm_handles, [0x104, 0x107]);
+        assert_eq!(
+            (ld.strip_shift, ld.arm_blocks, ld.blocks, ld.seq),
+            (7, 1024 << 7, 2 * (1024 << 7), 0x0101)
+        );
+        // Strip 0 on arm 0, strip 1 on arm 1 at the same disk block, strip 2 on arm 0's row 1.
+        let r = ld.route(5, 8, false).unwrap();
+        assert_eq!((r.handle, r.pd_lba, r.seq, r.span_arm), (0x104, 5, 0x0101, 0));
+        let r = ld.route(128 + 3, 8, true).unwrap();
+        assert_eq!((r.handle, r.pd_lba, r.span_arm), (0x107, 3, 1));
+        let r = ld.route(256 + 120, 8, false).unwrap();
+        assert_eq!((r.handle, r.pd_lba), (0x104, 128 + 120));
+        // Across a strip boundary, empty, or past the end: the LD path.
+        assert_eq!(ld.route(124, 8, false), None);
+        assert_eq!(ld.route(0, 0, false), None);
+        assert_eq!(ld.route(ld.blocks - 4, 8, false), None);
+        assert!(ld.route(ld.blocks - 8, 8, false).is_some());
+        assert_eq!(map.fastpath(1), None);
+    }
+
+    #[test]
+    fn capability_bits_choose_the_directions() {
+        let m = build_dynamic(0, &[0, 1], 7, 16, 1, CAP_FP_CAPABLE | CAP_FP_READ);
+        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
+        assert!(ld.route(0, 8, false).is_some());
+        assert_eq!(ld.route(0, 8, true), None);
+    }
+
+    fn ld_refused(m: &[u8]) -> Error {
+        let map = parse_dynamic(m).unwrap();
+        assert_eq!(map.fastpath(0), None);
+        map.lds[0].1.clone().unwrap_err()
+    }
+
+    #[test]
+    fn out_of_range_ld_fields_leave_the_ld_to_the_firmware_path() {
+        use layout::*;
+        let cases: [(&str, usize, &[u8]); 12] = [
+            ("RAID level", LD + 0x11, &[1]),
+            ("span depth", LD + 0x10, &[2]),
+            ("strip shift too large", LD + 0x12, &[16]),
+            ("strip shift too small", LD + 0x12, &[2]),
+            ("no arms", LD + 0x13, &[0]),
+            ("row data size", LD + 0x14, &[1]),
+            ("mod factor", LD + 0x1C, &[3]),
+            ("data arm beyond the arms", LD + 0x81, &[2]),
+            ("data arm twice", LD + 0x81, &[0]),
+            ("array reference", LD + 0xA0 + 0x18, &[1, 0]),
+            ("PD beyond the handles", ARRAY, &[0x00, 0x02]),
+            ("not FastPath-capable", LD, &[0, 0, 0, 0]),
+        ];
+        for (what, off, bytes) in cases {
+            let mut m = good();
+            m[off..off + bytes.len()].copy_from_slice(bytes);
+            let e = ld_refused(&m);
+            assert!(matches!(e, Error::RaidMap { .. }), "{what}: {e:?}");
+        }
+        // An arm whose PD has no handle, two arms with one handle, a target mismatch.
+        let mut m = good();
+        m[HANDLES + 7 * 8..HANDLES + 7 * 8 + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
+        ld_refused(&m);
+        let mut m = good();
+        m[HANDLES + 7 * 8..HANDLES + 7 * 8 + 2].copy_from_slice(&0x104u16.to_le_bytes());
+        ld_refused(&m);
+        let mut m = good();
+        m[LD + 0x18] = 9;
+        ld_refused(&m);
+        // Rows whose blocks overflow, an LD larger than its arms.
+        let mut m = good();
+        m[LD + 0xA0..LD + 0xA8].copy_from_slice(&u64::MAX.to_le_bytes());
+        ld_refused(&m);
+        let mut m = good();
+        m[LD + 0x08..LD + 0x10].copy_from_slice(&(u64::from(u32::MAX)).to_le_bytes());
+        ld_refused(&m);
+    }
+
+    #[test]
+    fn a_map_with_a_broken_structure_is_refused_whole() {
+        use layout::*;
+        let total = good().len();
+        let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+        let mut m = good();
+        m[0..4].copy_from_slice(&((total + 1) as u32).to_le_bytes());
+        cases.push(("size beyond the buffer", m));
+        let mut m = good();
+        m[4..8].copy_from_slice(&(total as u32).to_le_bytes());
+        cases.push(("table outside", m));
+        let mut m = good();
+        m[0x0C..0x10].copy_from_slice(&17u32.to_le_bytes());
+        cases.push(("table count", m));
+        let mut m = good();
+        m[TABLE + 16 + 4..TABLE + 16 + 8].copy_from_slice(&(total as u32).to_le_bytes());
+        cases.push(("target table outside", m));
+        let mut m = good();
+        m[TABLE + 3 * 16 + 12..TABLE + 3 * 16 + 16].copy_from_slice(&600u32.to_le_bytes());
+        cases.push(("too many span maps", m));
+        let mut m = good();
+        m[TABLE + 2 * 16..TABLE + 2 * 16 + 4].copy_from_slice(&0u32.to_le_bytes());
+        cases.push(("a type twice", m));
+        let mut m = good();
+        m[TABLE + 3 * 16..TABLE + 3 * 16 + 4].copy_from_slice(&9u32.to_le_bytes());
+        cases.push(("spans missing", m));
+        let mut m = good();
+        m[0x2C..0x2E].copy_from_slice(&2u16.to_le_bytes());
+        cases.push(("LD count beyond the span maps", m));
+        for (what, m) in cases {
+            assert!(
+                matches!(parse_dynamic(&m), Err(Error::RaidMap { .. })),
+                "{what}: {:?}",
+                parse_dynamic(&m)
+            );
+        }
+        assert!(parse_dynamic(&[0u8; 8]).is_err(), "a map shorter than its header");
+        let empty = parse_dynamic(&build_dynamic_empty()).unwrap();
+        assert!(empty.lds.is_empty(), "{empty:?}");
+    }
+}

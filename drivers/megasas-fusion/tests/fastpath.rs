@@ -1,0 +1,248 @@
+//! FastPath over the RAID map: a RAID-0 LD of the model (two member disks, 64 KiB strips)
+//! described by a dynamic map. Reads and writes inside one strip go to the member disk; the
+//! model checks each against its own striping and refuses a stale sequence number; the blocks
+//! must sit where the firmware stripes them. A map with out-of-range values, a stale map and
+//! `fastpath = false` keep every request on the firmware LD path, and the data stays right.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use megasas_fusion::fake::{FakeConfig, FakeFusion, FakeRaid0};
+use megasas_fusion::raidmap::layout;
+use megasas_fusion::{Generation, IoOp, IoOutcome, IoRequest, Segment};
+
+/// Member PD ids (device handles 0x104 and 0x107).
+const PDS: [u16; 2] = [4, 7];
+/// Strips per arm: 2 × 16 × 128 = 4096 blocks, past every tag's blocks (tag × 8 + 4).
+const ROWS: u64 = 16;
+const STRIP: u64 = 128;
+
+fn raid0_config(g: Generation, tweak: impl FnOnce(&mut FakeRaid0)) -> FakeConfig {
+    let mut fc = FakeConfig::new(g);
+    fc.lds = Vec::new();
+    let mut r = FakeRaid0::new(LD, &PDS, ROWS);
+    tweak(&mut r);
+    fc.raid0 = Some(r);
+    fc
+}
+
+fn workload(fc: FakeConfig, fastpath: bool) -> (Workload, String) {
+    let g = fc.generation;
+    let mut cfg = config(g, 2);
+    cfg.fastpath = fastpath;
+    let (fake, ctrl, report) = bring_up(fc, cfg);
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("bring-up: {e}\n{report}"));
+    ctrl.enable_interrupts();
+    (Workload::new(fake, ctrl, 0xFA57), alloc_report(&report))
+}
+
+fn alloc_report(r: &megasas_fusion::Report) -> String {
+    format!("{r}")
+}
+
+/// Every block the workload wrote reads back from the model's arms, placed by its striping.
+fn assert_blocks_where_the_firmware_stripes(w: &Workload) {
+    assert!(!w.written.is_empty());
+    for (&lba, &pattern) in &w.written {
+        let got = w.fake.raid0_bytes(lba, 1);
+        assert!(
+            got.iter().all(|&b| b == pattern),
+            "LD block {lba}: {:x?}.., want {pattern:#x}",
+            &got[..8]
+        );
+        // Independently of the model's helper: strip k of the LD is strip k / 2 of arm k % 2.
+        let strip = lba / STRIP;
+        let on_arm = (strip / 2) * STRIP + lba % STRIP;
+        let raw = w.fake.arm_bytes((strip % 2) as usize, on_arm as usize * 512, 512);
+        assert!(raw.iter().all(|&b| b == pattern), "arm {} block {on_arm}", strip % 2);
+    }
+}
+
+#[test]
+fn raid0_reads_and_writes_go_fastpath_and_land_where_the_firmware_stripes() {
+    for g in [Generation::Ventura, Generation::Aero] {
+        let (mut w, report) = workload(raid0_config(g, |_| {}), true);
+        assert!(
+            report.contains(
+                "LD 0: RAID-0 over 2 arms (handles [104, 107]), strip 64 KiB, sequence 0x101, FastPath reads and writes"
+            ),
+            "{report}"
+        );
+        assert_eq!(w.ctrl.fastpath_lds().len(), 1);
+        w.run(2000, 12);
+        let (served, stale) = w.fake.fastpath_counts();
+        let sent = w.ctrl.stats.fastpath_ios.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(served > 1000, "{g:?}: {served} FastPath requests served");
+        assert_eq!(
+            (served, stale),
+            (sent, 0),
+            "{g:?}: every FastPath request the driver sent was served"
+        );
+        assert_eq!(w.failed, 0);
+        assert_blocks_where_the_firmware_stripes(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+/// One request on tag 0, serviced to completion.
+fn one(w: &mut Workload, op: IoOp, lba: u64, blocks: u32, fill: u8) -> (IoOutcome, Vec<u8>) {
+    let len = blocks as usize * 512;
+    w.buf_fill(0, len, fill);
+    let seg = [Segment {
+        phys: w.buf.phys,
+        len: len as u32,
+    }];
+    let req = IoRequest {
+        system_pd: false,
+        target: LD,
+        op,
+        lba,
+        blocks,
+        sgl: &seg,
+    };
+    w.ctrl.submit(0, 0, &req, 0).unwrap();
+    let mut got = None;
+    for _ in 0..10_000 {
+        w.fake.advance(100);
+        let _ = w.fake.take_vectors();
+        w.ctrl.reap(0, &mut |c| got = Some(c));
+        if got.is_some() {
+            break;
+        }
+    }
+    let c = got.expect("no completion");
+    (c.outcome, w.buf_read(0)[..len].to_vec())
+}
+
+#[test]
+fn a_request_across_a_strip_takes_the_ld_path_and_reads_back_by_fastpath() {
+    let (mut w, _) = workload(raid0_config(Generation::Aero, |_| {}), true);
+    // Blocks 126..=129: the end of strip 0 (arm 0) and the start of strip 1 (arm 1).
+    let (o, _) = one(&mut w, IoOp::Write, 126, 4, 0x5A);
+    assert_eq!(o, IoOutcome::Ok);
+    assert_eq!(w.fake.fastpath_counts().0, 0, "a write across strips is not FastPath");
+    assert_eq!(w.fake.arm_bytes(0, 126 * 512, 1024), vec![0x5A; 1024]);
+    assert_eq!(w.fake.arm_bytes(1, 0, 1024), vec![0x5A; 1024]);
+    // Each half read inside its strip: FastPath, from the right disk.
+    let (o, data) = one(&mut w, IoOp::Read, 128, 2, 0);
+    assert_eq!((o, data), (IoOutcome::Ok, vec![0x5A; 1024]));
+    let (o, data) = one(&mut w, IoOp::Read, 126, 2, 0);
+    assert_eq!((o, data), (IoOutcome::Ok, vec![0x5A; 1024]));
+    assert_eq!(w.fake.fastpath_counts().0, 2);
+    assert_clean(&w.fake);
+}
+
+#[test]
+fn fastpath_off_keeps_every_request_on_the_ld_path() {
+    let (mut w, report) = workload(raid0_config(Generation::Ventura, |_| {}), false);
+    assert!(w.ctrl.fastpath_lds().is_empty());
+    assert!(!report.contains("RAID map"), "the map is not even read: {report}");
+    w.run(1000, 8);
+    assert_eq!(w.fake.fastpath_counts(), (0, 0));
+    assert_eq!(w.ctrl.stats.fastpath_ios.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_blocks_where_the_firmware_stripes(&w);
+    assert_clean(&w.fake);
+}
+
+#[test]
+fn a_stale_sequence_number_is_refused_and_the_request_goes_again_on_the_ld_path() {
+    let (mut w, _) = workload(raid0_config(Generation::Ventura, |_| {}), true);
+    w.run(300, 4);
+    assert!(w.fake.fastpath_counts().0 > 0);
+    w.fake.change_raid_config();
+    // The next FastPath request carries the old sequence number.
+    let (o, _) = one(&mut w, IoOp::Write, 8 * 300, 2, 0x77);
+    assert_eq!(o, IoOutcome::StaleMap);
+    assert_eq!(w.fake.fastpath_counts().1, 1, "the model refused it");
+    assert_eq!(
+        w.fake.arm_bytes(0, 8 * 300 * 512 % (ROWS as usize * 128 * 512), 512)[0],
+        0,
+        "nothing moved"
+    );
+    assert!(
+        w.ctrl.fastpath_lds().is_empty(),
+        "FastPath is off after a stale refusal"
+    );
+    assert_eq!(
+        w.ctrl
+            .stats
+            .stale_map_refusals
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // Issued again (as the blk binding requeues it): the LD path, and the data lands.
+    let served = w.fake.fastpath_counts().0;
+    let (o, _) = one(&mut w, IoOp::Write, 8 * 300, 2, 0x77);
+    assert_eq!(o, IoOutcome::Ok);
+    assert_eq!(w.fake.raid0_bytes(8 * 300, 2), vec![0x77; 1024]);
+    w.written.insert(8 * 300, 0x77);
+    w.written.insert(8 * 300 + 1, 0x77);
+    w.run(500, 4);
+    assert_eq!(
+        w.fake.fastpath_counts().0,
+        served,
+        "no FastPath after the map went stale"
+    );
+    assert_blocks_where_the_firmware_stripes(&w);
+    assert_clean(&w.fake);
+}
+
+#[test]
+fn an_ocr_keeps_fastpath_only_if_the_map_read_again_is_unchanged() {
+    let (mut w, _) = workload(raid0_config(Generation::Aero, |_| {}), true);
+    w.run(200, 4);
+    w.reset().unwrap();
+    assert_eq!(w.ctrl.fastpath_lds().len(), 1, "same map after the reset");
+    w.fake.change_raid_config();
+    w.reset().unwrap();
+    assert!(w.ctrl.fastpath_lds().is_empty(), "the map changed: LD path");
+    let served = w.fake.fastpath_counts().0;
+    w.run(300, 4);
+    assert_eq!(w.fake.fastpath_counts(), (served, 0));
+    assert_blocks_where_the_firmware_stripes(&w);
+    assert_clean(&w.fake);
+}
+
+#[test]
+fn a_map_with_out_of_range_values_is_refused_and_the_ld_path_serves_the_ld() {
+    let ld = layout::LD;
+    let damages: [(&str, usize, Vec<u8>); 9] = [
+        ("strip size 2^16 blocks", ld + 0x12, vec![16]),
+        ("no arms", ld + 0x13, vec![0]),
+        ("33 arms", ld + 0x13, vec![33]),
+        ("RAID level 5", ld + 0x11, vec![5]),
+        ("data arm twice", ld + 0x81, vec![0]),
+        ("array beyond the arrays", ld + 0xA0 + 0x18, vec![9, 0]),
+        ("PD without a handle", layout::HANDLES + 7 * 8, vec![0xFF, 0xFF]),
+        ("LD larger than its arms", ld + 0x08, vec![0xFF; 8]),
+        ("descriptor table count", 0x0C, vec![40, 0, 0, 0]),
+    ];
+    for (what, at, bytes) in damages {
+        let fc = raid0_config(Generation::Ventura, |r| r.damage = Some((at, bytes)));
+        let (mut w, report) = workload(fc, true);
+        assert!(w.ctrl.fastpath_lds().is_empty(), "{what}");
+        assert!(report.contains("RAID map refused"), "{what}: {report}");
+        w.run(400, 4);
+        assert_eq!(w.fake.fastpath_counts(), (0, 0), "{what}");
+        assert_eq!(w.failed, 0, "{what}");
+        assert_blocks_where_the_firmware_stripes(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn a_firmware_without_raid_ld_gives_an_empty_map_and_no_fastpath() {
+    let (fake, ctrl, report) = bring_up(FakeConfig::ventura(), config(Generation::Ventura, 2));
+    let ctrl = ctrl.unwrap();
+    assert!(ctrl.fastpath_lds().is_empty());
+    assert!(format!("{report}").contains("RAID map"), "{report}");
+    drop(ctrl);
+    assert_clean(&Arc::clone(&fake) as &FakeFusion);
+    // Invader has no dynamic map: the map DCMD is never sent (the model would refuse it).
+    let (fake, ctrl, report) = bring_up(FakeConfig::invader(), config(Generation::Invader, 2));
+    assert!(ctrl.unwrap().fastpath_lds().is_empty());
+    assert!(!format!("{report}").contains("RAID map"), "{report}");
+    assert_clean(&fake);
+}
