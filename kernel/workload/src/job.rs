@@ -397,6 +397,10 @@ pub struct JobSpec {
     /// fio's `buffer_pattern`: the data of writes without verify, repeated from each I/O's first
     /// byte. Empty: baremq's own non-zero data.
     pub buffer_pattern: Vec<u8>,
+    /// fio's steady state (`ss`, `ss_dur`, `ss_ramp`): each clone stops once its own IOPS or
+    /// bandwidth window meets the criterion (with `group_reporting`, once the job's summed rates
+    /// do).
+    pub steady: Option<crate::steady::SteadyState>,
     /// fio's `blockalign` in blocks: random offsets are multiples of this many blocks, drawn
     /// with repeats (1: every block).
     pub align_blocks: u64,
@@ -584,6 +588,7 @@ impl JobSpec {
             placement_notes: Vec::new(),
             exitall: false,
             buffer_pattern: Vec::new(),
+            steady: None,
             align_blocks: 1,
             offset_add_blocks: 0,
             random_run: 1,

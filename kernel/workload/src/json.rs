@@ -114,6 +114,14 @@ impl<'w, W: Write + ?Sized> JsonWriter<'w, W> {
         self.out.write_char('"')
     }
 
+    /// Writes a floating-point figure with six places, as fio prints its doubles (`%f`); a value
+    /// that is not finite, which fio would print as `nan` or `inf` (not JSON), is written as 0.
+    pub fn float(&mut self, value: f64) -> fmt::Result {
+        self.separate()?;
+        let value = if value.is_finite() { value } else { 0.0 };
+        write!(self.out, "{value:.6}")
+    }
+
     /// Writes an unsigned integer.
     pub fn u64(&mut self, value: u64) -> fmt::Result {
         self.separate()?;

@@ -42,6 +42,7 @@ pub mod report;
 pub mod rng;
 pub mod skew;
 pub mod stages;
+pub mod steady;
 pub mod verify;
 
 /// CRC32C, which `verify=crc32c` stamps into every block.

@@ -251,6 +251,11 @@ pub struct JobReport {
     pub trim_latency: LatencyHistogram,
     /// The detail mode's measurements ([`crate::detail`]), when every CPU took them.
     pub detail: Option<crate::detail::JobDetail>,
+    /// fio's steady state: the job's window (with `group_reporting`), or its first CPU's (each
+    /// clone judges and stops on its own otherwise), and whether each CPU's was attained.
+    pub steady: Option<crate::steady::SteadyOutcome>,
+    /// Windows that met their criterion: each clone's own, or the job's one (`group_reporting`).
+    pub steady_attained_cpus: u32,
 }
 
 impl JobReport {
@@ -394,6 +399,11 @@ impl JobReport {
             write_latency: write_hist,
             trim_latency: trim_hist,
             detail,
+            steady: ordered.iter().find_map(|r| r.steady.clone()),
+            steady_attained_cpus: ordered
+                .iter()
+                .filter(|r| r.steady.as_ref().is_some_and(|o| o.attained))
+                .count() as u32,
         })
     }
 
@@ -482,6 +492,24 @@ impl JobReport {
         write!(out, "  runtime: ")?;
         write_seconds(out, self.runtime_ns)?;
         writeln!(out, "{}", if self.stopped_early { " (stopped early)" } else { "" })?;
+        if let Some(steady) = &self.steady {
+            let windows = if steady.state.summed {
+                "the job's window"
+            } else {
+                "clones' windows"
+            };
+            writeln!(
+                out,
+                "  steady state: {} ({windows} attained: {}), {} over {} s, last criterion {:.3}{}, mean {} IOPS",
+                if steady.attained { "attained" } else { "not attained" },
+                self.steady_attained_cpus,
+                steady.state.spelling(),
+                steady.state.duration_s,
+                steady.criterion,
+                if steady.state.percent { "%" } else { "" },
+                steady.iops_mean()
+            )?;
+        }
         self.write_per_cpu_table(out)?;
         self.write_verify(out)?;
         write!(out, "  errors: {}", self.errors)?;

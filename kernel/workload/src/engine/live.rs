@@ -108,6 +108,8 @@ impl CpuLive {
 #[derive(Debug)]
 pub struct JobShared {
     stop: AtomicBool,
+    /// The job's summed steady-state window met its criterion (`group_reporting`).
+    steady_attained: AtomicBool,
     pub(super) live: Box<[CpuLive]>,
     pub(super) detail: Option<DetailOptions>,
 }
@@ -118,6 +120,7 @@ impl JobShared {
         let live = (0..plan.cpus.len()).map(|_| CpuLive::default()).collect();
         Self {
             stop: AtomicBool::new(false),
+            steady_attained: AtomicBool::new(false),
             live,
             detail: None,
         }
@@ -147,6 +150,19 @@ impl JobShared {
     pub fn stop_requested(&self) -> bool {
         // Relaxed: see `request_stop`.
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The job's first CPU found the job's summed rates steady: every CPU stops issuing (and,
+    /// unlike [`JobShared::request_stop`], still runs its verify pass).
+    pub fn set_steady_attained(&self) {
+        // Relaxed: a hint polled at each CPU's periodic check, as `request_stop`.
+        self.steady_attained.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the job's summed steady state was reached.
+    pub fn steady_attained(&self) -> bool {
+        // Relaxed: see `set_steady_attained`.
+        self.steady_attained.load(Ordering::Relaxed)
     }
 
     /// Live counters of the CPU at `cpu_index` in the plan.

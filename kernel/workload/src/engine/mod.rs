@@ -35,6 +35,7 @@ mod pace;
 mod results;
 mod run;
 mod source;
+mod steady;
 mod verify;
 
 pub use backend::{Completion, IoBackend, IoError, IoOp, Reaped, SubmitError, split_successes};
@@ -255,5 +256,7 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     writes_issued: u64,
     /// Start of the measured part of the main phase (after the ramp).
     measured_start: u64,
+    /// fio's steady state, if the job has a window (`ss_dur`).
+    steady: Option<alloc::boxed::Box<steady::SteadyJudge>>,
     result: CpuResult,
 }

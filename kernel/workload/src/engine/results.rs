@@ -164,6 +164,8 @@ pub struct CpuResult {
     /// Cache flushes (fio's `fsync`, `end_fsync`): count, failures (also in `errors`) and
     /// latency; `bytes` stays 0.
     pub flush: OpStats,
+    /// fio's steady state: the window this CPU judged (its own, or the job's on its first CPU).
+    pub steady: Option<crate::steady::SteadyOutcome>,
 }
 
 impl CpuResult {

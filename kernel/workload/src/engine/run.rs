@@ -135,6 +135,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             backlog_pending: Vec::with_capacity(2 * backlog_capacity(plan) + depth),
             writes_issued: 0,
             measured_start: 0,
+            steady: None,
             result: CpuResult {
                 cpu: slice.cpu,
                 read: OpStats::new(),
@@ -152,6 +153,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 stopped_early: false,
                 detail: shared.detail.map(|options| Box::new(CpuDetail::new(options))),
                 flush: OpStats::new(),
+                steady: None,
             },
         })
     }
@@ -209,6 +211,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             .runtime_ns
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
         let mut source = main_source(self.plan, cpu_index);
+        self.start_steady(cpu_index, start);
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
             self.sample_mark.at_ns = start;
@@ -234,6 +237,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             self.end_ramp(end);
         }
         self.result.runtime_ns = end.saturating_sub(self.measured_start);
+        self.result.steady = self.steady_outcome();
         if self.result.detail.is_some() {
             // The last, partial log window (fio also writes the rest of its averaging window).
             self.sample_detail(end, true);
@@ -353,6 +357,12 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.backend.periodic(now);
                 if !PLAIN && phase == Phase::Main && self.result.detail.is_some() {
                     self.sample_detail(now, false);
+                }
+                if issuing && phase == Phase::Main && self.steady.is_some() && self.steady_reached(now) {
+                    // fio ends a job that reached steady state as if its runtime were over.
+                    issuing = false;
+                    self.retry = None;
+                    self.deferred.clear();
                 }
             }
             if !PLAIN && self.ramp_end.is_some_and(|end| now >= end) && phase == Phase::Main {

@@ -19,6 +19,7 @@ impl Builder {
         run: &FioRunOptions,
     ) -> Result<FioJob, WorkloadError> {
         let job = self.name.clone();
+        self.settle_steady();
         self.settle_files()?;
         self.settle_block_sizes(&job)?;
         let bs = u64::from(self.spec.bs);

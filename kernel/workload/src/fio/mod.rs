@@ -46,6 +46,7 @@ mod refused;
 mod report;
 mod run;
 mod schedule;
+mod steady;
 pub mod syntax;
 mod time;
 pub mod values;
@@ -491,7 +492,8 @@ impl Builder {
             || self.apply_time(&setting)?
             || self.apply_schedule(&setting)?
             || self.apply_random(&setting)?
-            || self.apply_verify(&setting)?;
+            || self.apply_verify(&setting)?
+            || self.apply_steady(&setting)?;
         if !taken {
             self.apply_unhandled(&setting)?;
         }

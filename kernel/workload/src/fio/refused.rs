@@ -10,7 +10,7 @@ use crate::error::WorkloadError;
 
 /// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
 /// change nothing. Each one accepted is listed in the job's warnings.
-pub const NO_OP_OPTIONS: [&str; 20] = [
+pub const NO_OP_OPTIONS: [&str; 21] = [
     "invalidate",
     "gtod_reduce",
     "refill_buffers",
@@ -31,6 +31,9 @@ pub const NO_OP_OPTIONS: [&str; 20] = [
     "kb_base",
     "unit_base",
     "log_offset",
+    // The tiobench profile's thread count, which fio 3.33 accepts in any job (its own
+    // examples/steadystate.fio sets it) and uses only with `profile=tiobench`.
+    "threads",
 ];
 
 /// fio options refused with a specific reason (everything else unknown gets a generic one).
@@ -77,7 +80,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("prioclass", "I/O priorities are not implemented"),
     ("nice", "there are no processes to renice"),
     ("lockmem", "there are no processes"),
-    ("steadystate", "steady-state detection is not implemented"),
     ("latency_target", "latency targets are not implemented"),
     (
         "spdk_conf",

@@ -20,6 +20,7 @@ use crate::error::WorkloadError;
 use crate::hist::{BUCKETS, FIO_DEFAULT_PERCENTILES, LatencyHistogram, PercentMicros, bucket_bounds, ratio_micros};
 use crate::json::JsonWriter;
 use crate::report::{JobReport, VerifyResult};
+use crate::steady::{SteadyMetric, SteadyOutcome, SteadyTest};
 
 /// Prefix of the line holding the run's fio document.
 pub const FIO_JSON_PREFIX: &str = "BAREMQ-FIO-JSON: ";
@@ -531,10 +532,54 @@ fn write_job(w: &mut W<'_, '_>, job: &FioJob<'_>, options: &FioOutputOptions) ->
     w.field_u64("latency_target", 0)?;
     w.field_micros("latency_percentile", 100_000_000)?;
     w.field_u64("latency_window", 0)?;
+    if let Some(steady) = &report.steady {
+        write_steady(w, steady)?;
+    }
     let mut own = String::new();
     report.write_json_object(&mut own)?;
     w.key("baremq")?;
     w.raw(&own)?;
+    w.end_object()
+}
+
+/// fio's `steadystate` object: the criterion, whether it was attained, the last figures
+/// computed and the window's samples, oldest first.
+fn write_steady(w: &mut W<'_, '_>, steady: &SteadyOutcome) -> fmt::Result {
+    w.key("steadystate")?;
+    w.begin_object()?;
+    w.key("ss")?;
+    w.display(&steady.state.spelling())?;
+    w.field_u64("duration", u64::from(steady.state.duration_s))?;
+    w.field_u64("attained", u64::from(steady.attained))?;
+    w.key("criterion")?;
+    // fio prints the criterion as a C float with `%f`.
+    let criterion = if steady.criterion.is_finite() {
+        steady.criterion
+    } else {
+        0.0
+    };
+    w.display(&format_args!(
+        "{:.6}{}",
+        criterion as f32,
+        if steady.state.percent { "%" } else { "" }
+    ))?;
+    w.key("max_deviation")?;
+    w.float(steady.max_deviation)?;
+    w.key("slope")?;
+    w.float(steady.slope)?;
+    w.key("data")?;
+    w.begin_object()?;
+    w.field_u64("bw_mean", steady.bw_mean())?;
+    w.field_u64("iops_mean", steady.iops_mean())?;
+    for (name, samples) in [("iops", &steady.iops), ("bw", &steady.bw)] {
+        w.key(name)?;
+        w.begin_array()?;
+        for &sample in samples.iter() {
+            w.u64(sample)?;
+        }
+        w.end_array()?;
+    }
+    w.end_object()?;
     w.end_object()
 }
 
@@ -701,6 +746,30 @@ fn bytes_text(value: u64) -> Scaled {
         base: 1024,
         units: &["B", "KiB", "MiB", "GiB", "TiB"],
     }
+}
+
+/// fio's `steadystate` line: attained or not, the window's mean bandwidth and IOPS, and the last
+/// criterion computed.
+fn write_steady_text(out: &mut dyn Write, steady: &SteadyOutcome) -> fmt::Result {
+    let bw = steady.bw_mean();
+    let metric = match steady.state.metric {
+        SteadyMetric::Iops => "iops",
+        SteadyMetric::Bandwidth => "bw",
+    };
+    let test = match steady.state.test {
+        SteadyTest::Slope => " slope",
+        SteadyTest::Deviation => " mean dev",
+    };
+    writeln!(
+        out,
+        "  steadystate  : attained={}, bw={}/s ({}B/s), iops={}, {metric}{test}={:.3}{}",
+        if steady.attained { "yes" } else { "no" },
+        bytes_text(bw),
+        count_text(bw),
+        count_text(steady.iops_mean()),
+        steady.criterion,
+        if steady.state.percent { "%" } else { "" }
+    )
 }
 
 fn micros_text(value: u128) -> impl fmt::Display {
@@ -896,6 +965,9 @@ pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[F
             "     latency   : target=0, window=0, percentile=100.00%, depth={}",
             report.plan.iodepth
         )?;
+        if let Some(steady) = &report.steady {
+            write_steady_text(out, steady)?;
+        }
         out.write_char('\n')?;
     }
     writeln!(out, "Run status group 0 (all jobs):")?;

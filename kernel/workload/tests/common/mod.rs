@@ -496,6 +496,8 @@ pub enum Json {
     Null,
     Bool(bool),
     Number(u64),
+    /// A number with a sign or a fraction (fio's doubles).
+    Float(f64),
     String(String),
     Array(Vec<Json>),
     Object(Vec<(String, Json)>),
@@ -625,13 +627,19 @@ impl Parser<'_> {
             b't' => self.word("true", Json::Bool(true)),
             b'f' => self.word("false", Json::Bool(false)),
             b'n' => self.word("null", Json::Null),
-            b'0'..=b'9' => {
+            b'0'..=b'9' | b'-' => {
                 let start = self.at;
-                while self.at < self.bytes.len() && self.bytes[self.at].is_ascii_digit() {
+                self.at += 1;
+                while self.at < self.bytes.len()
+                    && (self.bytes[self.at].is_ascii_digit() || self.bytes[self.at] == b'.')
+                {
                     self.at += 1;
                 }
                 let text = std::str::from_utf8(&self.bytes[start..self.at]).unwrap();
-                Json::Number(text.parse().expect("integer fits u64"))
+                match text.parse() {
+                    Ok(integer) => Json::Number(integer),
+                    Err(_) => Json::Float(text.parse().expect("a decimal number")),
+                }
             }
             other => panic!("unexpected {:?} at {}", other as char, self.at),
         }
