@@ -11,6 +11,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// The RAID-0 placement check runs only here, after a scenario's boots.
+#[path = "raid0check.rs"]
+mod raid0check;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Verdict {
     Pass,
@@ -256,6 +260,17 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
                 log.display(),
                 tail.join("\n      | ")
             ));
+        }
+    }
+    // The RAID-0 LD's blocks, read back from its member disks by striping alone.
+    if let Some(layout) = &sc.raid0_layout {
+        let paths: Vec<&Path> = layout
+            .images
+            .iter()
+            .filter_map(|name| images.iter().find(|(n, _)| n == name).map(|(_, p)| p.as_path()))
+            .collect();
+        if let Err(why) = raid0check::check_files(&paths, layout.strip_bytes) {
+            return Verdict::Fail(why);
         }
     }
     // A slow disk that delayed nothing tested no recovery: the scenario is wrong, not passing.

@@ -19,6 +19,7 @@
 //! | `requires` | `kvm`, `tcg`, or `tool:PROGRAM`: the scenario is SKIPPED when missing |
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
+//! | `raid0_layout` | `IMAGE,IMAGE[,...] strip_kb=N`: after the last boot, the images (raw, in arm order) are read as the member disks of a RAID-0 LD with N KiB strips: every block the kernel's verify stamped must sit on the arm and at the offset striping gives its LD sector, and every arm must hold some (`raid0check.rs`) |
 //! | `hmp` | `TEXT => COMMAND`: when a console line first contains TEXT, send COMMAND to QEMU's human monitor (e.g. `mce ...` to inject a machine check); repeatable, in order; a boot whose TEXT never appeared fails |
 //! | `fio` | a fio job file (path from the repository root) handed to the kernel as a boot module: `-initrd` with `-kernel` (Multiboot1) or `boot = pvh`, a GRUB `module2`/`module` line with `boot = iso-*` (repeatable: one module each, in order) |
 //! | `emulator` | `stock` (default: the installed `qemu-system-x86_64`) or `fusion`: QEMU with the emulated MegaRAID Fusion controller (`cargo xtask qemu-fusion`, built first when missing; a failed build FAILS the scenario) |
@@ -122,6 +123,15 @@ pub struct SlowDisk {
     pub count: u32,
 }
 
+/// Member disks of a RAID-0 LD whose block placement is checked after the run (`raid0_layout =`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raid0Layout {
+    /// The images (declared with `image =`), in arm order.
+    pub images: Vec<String>,
+    /// Strip size in bytes.
+    pub strip_bytes: u64,
+}
+
 /// A requirement that, when unmet, makes the scenario SKIPPED.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
@@ -149,6 +159,7 @@ pub struct Scenario {
     pub description: String,
     pub images: Vec<Image>,
     pub slow_disks: Vec<SlowDisk>,
+    pub raid0_layout: Option<Raid0Layout>,
     pub requires: Vec<Requirement>,
     pub boots: Vec<Boot>,
     pub emulator: Emulator,
@@ -207,6 +218,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 description: String::new(),
                 images: Vec::new(),
                 slow_disks: Vec::new(),
+                raid0_layout: None,
                 requires: Vec::new(),
                 boots: vec![Boot::default()],
                 emulator: Emulator::Stock,
@@ -342,6 +354,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
             }
             "attempts_why" => sc.attempts_why = value.to_string(),
             "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
+            "raid0_layout" => sc.raid0_layout = Some(parse_raid0_layout(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {
                 "kvm" => Requirement::Kvm,
                 "tcg" => Requirement::Tcg,
@@ -359,6 +372,17 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                     format!(
                         "scenario '{}': slow_disk '{}' names no raw image (declare it with 'image = {} SIZE')",
                         sc.name, d.image, d.image
+                    ),
+                ));
+            }
+        }
+        for name in sc.raid0_layout.iter().flat_map(|l| &l.images) {
+            if !sc.images.iter().any(|i| i.name == *name && i.format == "raw") {
+                return Err(err(
+                    0,
+                    format!(
+                        "scenario '{}': raid0_layout names '{name}', which is no raw image",
+                        sc.name
                     ),
                 ));
             }
@@ -418,6 +442,25 @@ fn pattern_value<'a>(key: &str, raw: &'a str) -> Result<&'a str, String> {
 }
 
 /// Parses `IMAGE sector=N delay=DURATION [op=read|write] [count=N]`.
+fn parse_raid0_layout(value: &str) -> Result<Raid0Layout, String> {
+    const USE: &str = "raid0_layout: use IMAGE,IMAGE[,...] strip_kb=N";
+    let mut words = value.split_whitespace();
+    let images: Vec<String> = words.next().ok_or(USE)?.split(',').map(str::to_string).collect();
+    let strip_kb = words
+        .next()
+        .and_then(|w| w.strip_prefix("strip_kb="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|k| k.is_power_of_two())
+        .ok_or(USE)?;
+    if images.len() < 2 || images.iter().any(String::is_empty) || words.next().is_some() {
+        return Err(USE.to_string());
+    }
+    Ok(Raid0Layout {
+        images,
+        strip_bytes: strip_kb * 1024,
+    })
+}
+
 fn parse_slow_disk(value: &str) -> Result<SlowDisk, String> {
     let mut words = value.split_whitespace();
     let image = words
@@ -1028,6 +1071,41 @@ output = vector 14
             "file=/tmp/d0.img,if=none"
         );
         assert!(substitute("file={image:zz}", &imgs).unwrap_err().contains("zz"));
+    }
+
+    #[test]
+    fn raid0_layouts_parse_and_name_raw_images() {
+        let s = parse(
+            "f",
+            "[a]\nimage = d0 64M\nimage = d1 64M\nraid0_layout = d0,d1 strip_kb=64\noutput = x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s[0].raid0_layout,
+            Some(Raid0Layout {
+                images: vec!["d0".into(), "d1".into()],
+                strip_bytes: 65536,
+            })
+        );
+        for bad in [
+            "d0",
+            "d0 strip_kb=64",
+            "d0,d1 strip_kb=48",
+            "d0,d1",
+            "d0,d1 strip_kb=64 more",
+        ] {
+            let e = parse(
+                "f",
+                &format!("[a]\nimage = d0 64M\nimage = d1 64M\nraid0_layout = {bad}\noutput = x\n"),
+            );
+            assert!(e.is_err(), "{bad}");
+        }
+        let e = parse(
+            "f",
+            "[a]\nimage = d0 64M\nraid0_layout = d0,d9 strip_kb=64\noutput = x\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("'d9', which is no raw image"), "{e}");
     }
 
     #[test]
