@@ -23,6 +23,7 @@ mod acpidump;
 mod args;
 mod bench;
 mod elfcheck;
+mod fiocheck;
 mod fiocompare;
 mod fioout;
 mod fuzz;
@@ -132,6 +133,13 @@ commands:
       --device nvme|md            (default nvme)   --smp N (default 2)   --disk-size SIZE (256M)
       --override KEY=VALUE        force a fio option for every job on both sides (e.g. runtime=2s)
       --timeout S | --out DIR
+  fio-check JOB.fio|DIR...        whether fio job files would run on baremq, decided on the host by the
+                                  kernel's own fio front-end (parse, meaning, refusals, CPU placement,
+                                  planning), without booting: one line per file and a total; fails if
+                                  any is refused
+      --cpus N                    CPUs of the box (default 2)
+      --device NAME[:SIZE]        a disk of the box (repeatable; default nvme0n1:64g)
+      --override KEY=VALUE        force a fio option for every job (e.g. filename=/dev/nvme0n1)
   peer build | run SCENARIO [SMP] [TAG] | table   the Linux peer (Debian kernel, fio 3.33) in QEMU,
                                   cached in ~/.cache/baremq/peer (`cargo xtask peer help`; xtask/README.md)
   qemu-fusion                     build QEMU 7.2 with the emulated MegaRAID Fusion controller
@@ -161,6 +169,7 @@ fn main() -> ExitCode {
         "preflight" => preflight::cmd_preflight(rest),
         "fio-out" => fioout::cmd_fio_out(rest),
         "fio-compare" => fiocompare::cmd_fio_compare(rest),
+        "fio-check" => fiocheck::cmd_fio_check(rest),
         "qemu-fusion" => qemufusion::cmd_qemu_fusion(rest),
         "ipio" => ipio::cmd_ipio(rest),
         "peer" => peer::cmd_peer(rest),
