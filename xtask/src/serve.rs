@@ -20,6 +20,8 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 /// The console line that says a box serves.
 const LISTENING: &str = "fio.server: ";
 const LISTENING_TAIL: &str = " listening on ";
+/// How long one fio client run of the check may take (its jobs are a few seconds).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How one box is booted.
 #[derive(Debug, Clone)]
@@ -393,11 +395,45 @@ fn run_client(clients: &[String], job: &Path, json: bool) -> Result<ClientRun, S
     cmd.arg(job);
     let shown = format!("{cmd:?}").replace('"', "");
     println!("xtask: fleet-check: $ {shown}");
-    let out = cmd.output().map_err(|e| format!("cannot run fio: {e}"))?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run fio: {e}"))?;
+    let read_all = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = r.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = read_all(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = read_all(Box::new(child.stderr.take().expect("piped stderr")));
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("waiting for fio: {e}"))? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    let Some(status) = status else {
+        return Err(format!(
+            "the fio client did not end within {} s (killed): {stdout}{stderr}",
+            CLIENT_TIMEOUT.as_secs()
+        ));
+    };
     Ok(ClientRun {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        success: status.success(),
+        stdout,
+        stderr,
     })
 }
 
@@ -484,8 +520,8 @@ fn expect_refusal(run: &ClientRun, wanted: &str) -> Result<String, String> {
     Ok(format!("refused: {}", line.trim()))
 }
 
-/// `cargo xtask fleet-check`: boots boxes with `fio.server=1` and drives them with the real fio
-/// client. Fails (with SKIPPED) when no fio 3.33 is installed.
+/// `cargo xtask fleet-check`: boots three boxes with `fio.server=1` and drives them with the real
+/// fio client. Fails (with SKIPPED) when no fio 3.33 is installed.
 pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     if let Some(a) = args.first() {
         return Err(format!("fleet-check: unknown option '{a}'"));
@@ -515,7 +551,7 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     )
     .map_err(|e| format!("{}: {e}", forbidden.display()))?;
     let mut specs: Vec<BoxSpec> = Vec::new();
-    for i in 0..2u8 {
+    for i in 0..3u8 {
         // Fresh disks: the partition guard must not see an earlier run's bytes.
         let disk = dir.join(format!("box{}.img", i + 1));
         let _ = std::fs::remove_file(&disk);
@@ -542,6 +578,8 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     }
     // The second box serves only the desk (QEMU's user network shows it as the gateway).
     specs[1].words.push("fio.server.allow=10.0.2.2/32".into());
+    // The third serves a network the desk is not on.
+    specs[2].words.push("fio.server.allow=192.168.0.0/16".into());
     let mut boxes = boot_boxes(&specs, false)?;
     let mut verdicts = Vec::new();
     let one = [boxes[0].client_arg()];
@@ -664,6 +702,20 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
             return Err(format!("All clients write I/Os {} != {sum}", all["write"]["total_ios"]));
         }
         Ok(format!("write I/Os {per_box:?}, All clients {sum}"))
+    });
+    // 7. A client outside the allow-list is reset: the client fails, the box names it.
+    step("client outside fio.server.allow reset", &mut |boxes| {
+        let run = run_client(&[boxes[2].client_arg()], &write_verify, false)?;
+        if run.success {
+            return Err(format!("the client exited with success: {}{}", run.stdout, run.stderr));
+        }
+        let line = boxes[2].wait_for("refusal line", Duration::from_secs(30), |l| {
+            l.contains("refused (reset): not in fio.server.allow (192.168.0.0/16)")
+        })?;
+        if boxes[2].output.contains("job file accepted") {
+            return Err("the box accepted a job from a client outside its allow-list".into());
+        }
+        Ok(line)
     });
     for b in &mut boxes {
         b.drain();
