@@ -90,7 +90,15 @@ impl FastPathLd {
     /// and the map allows FastPath for this direction; None sends the request on the LD path.
     #[inline]
     pub fn route(&self, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
-        if blocks == 0 || (write && !self.write) || (!write && !self.read) {
+        let arms = self.arm_handles.len() as u64;
+        // The fields are public: a geometry `parse_dynamic` would refuse routes nothing.
+        if blocks == 0
+            || (write && !self.write)
+            || (!write && !self.read)
+            || arms == 0
+            || self.phys_arms.len() as u64 != arms
+            || !STRIP_SHIFTS.contains(&self.strip_shift)
+        {
             return None;
         }
         let last = lba.checked_add(u64::from(blocks) - 1)?;
@@ -98,7 +106,6 @@ impl FastPathLd {
             return None;
         }
         let strip = lba >> self.strip_shift;
-        let arms = self.arm_handles.len() as u64;
         let arm = (strip % arms) as usize;
         let row = strip / arms;
         let in_strip = lba & ((1u64 << self.strip_shift) - 1);
@@ -489,6 +496,12 @@ mod tests {
         assert_eq!(ld.route(ld.blocks - 4, 8, false), None);
         assert!(ld.route(ld.blocks - 8, 8, false).is_some());
         assert_eq!(map.fastpath(1), None);
+        let mut odd = ld.clone();
+        odd.arm_handles.clear();
+        assert_eq!(odd.route(0, 8, false), None, "no arms: no route, no division by zero");
+        let mut odd = ld;
+        odd.strip_shift = 64;
+        assert_eq!(odd.route(0, 8, false), None, "a shift the parser refuses: no route");
     }
 
     #[test]
