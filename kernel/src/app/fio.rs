@@ -311,6 +311,15 @@ fn fio_only(spec: &workload::JobSpec) -> String {
             spec.random_run
         ));
     }
+    if let Some(zones) = spec.strided_zones {
+        let bs = u64::from(spec.bs);
+        out.push_str(&format!(
+            ", strided zones: {} bytes of I/O in the first {} bytes of each zone, then {} bytes skipped",
+            zones.size * bs,
+            zones.range * bs,
+            zones.skip * bs
+        ));
+    }
     if spec.exitall {
         out.push_str(", exitall (the first clone to end stops the others)");
     }

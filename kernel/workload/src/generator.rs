@@ -36,6 +36,8 @@ pub struct IoGenerator {
     aligned: u64,
     /// `rw=read:±N` ([`BlockPick::SequentialAdd`]).
     seq_add: Option<SeqAdd>,
+    /// `zonemode=strided` ([`BlockPick::Strided`]).
+    strided: Option<alloc::boxed::Box<Strided>>,
     /// `rw=randread:N` ([`BlockPick::RandomRuns`]): I/Os per run, sequential ones left in this
     /// run, and the block of the I/O before.
     run_len: u64,
@@ -74,6 +76,8 @@ enum BlockPick {
     RandomRuns,
     /// fio's `rw=read:±N`: [`SeqAdd`].
     SequentialAdd,
+    /// fio's `zonemode=strided`: [`Strided`].
+    Strided,
     Sequential,
 }
 
@@ -92,6 +96,63 @@ struct SeqAdd {
     size: u64,
     device: u64,
     add: i64,
+}
+
+/// fio's strided zones (`setup_strided_zone_mode`) over a slice, in blocks: after `size` blocks
+/// of I/O in a zone the next starts `range + skip` blocks further (back at the first when that
+/// is past the slice); inside a zone the I/O goes to its first `range` blocks, sequentially
+/// from its start or at random (a random map per `range` blocks of I/O, as fio resets its map),
+/// starting over at the range's end.
+#[derive(Debug, Clone)]
+struct Strided {
+    zones: crate::job::StridedZones,
+    /// The zone's first block in the slice, the blocks of I/O done in it, the next sequential
+    /// block in it.
+    start: u64,
+    done: u64,
+    cursor: u64,
+    map: Option<RandomMap>,
+    seed: u64,
+    random: bool,
+    random_map: bool,
+}
+
+impl Strided {
+    /// The next block in a slice of `blocks`, or `None` when a zone runs past its end (fio's
+    /// offset past the file's end ends the job).
+    fn next(&mut self, blocks: u64, rng: &mut Rng) -> Option<u64> {
+        let zones = self.zones;
+        if self.done >= zones.size {
+            self.done = 0;
+            self.start += zones.range + zones.skip;
+            if self.start >= blocks {
+                self.start = 0;
+            }
+            self.cursor = 0;
+        }
+        if self.cursor >= zones.range {
+            self.cursor = 0;
+        }
+        if self.done.is_multiple_of(zones.range) {
+            // fio resets the file (its position and random map) each range of I/O.
+            self.cursor = 0;
+            if self.random && self.random_map {
+                self.map = Some(RandomMap::new(zones.range, self.seed ^ mix64(self.start ^ self.done)));
+            }
+        }
+        let within = if !self.random {
+            let block = self.cursor;
+            self.cursor += 1;
+            block
+        } else if let Some(map) = &mut self.map {
+            map.next_index()
+        } else {
+            rng.below(zones.range)
+        };
+        self.done += 1;
+        let block = self.start + within;
+        (block < blocks).then_some(block)
+    }
 }
 
 impl SeqAdd {
@@ -249,6 +310,18 @@ impl IoGenerator {
             // fio's last block for blockalign: region / blockalign offsets.
             aligned: (blocks / plan.spec.align_blocks.max(1)).max(1),
             seq_add: None,
+            strided: plan.spec.strided_zones.map(|zones| {
+                alloc::boxed::Box::new(Strided {
+                    zones,
+                    start: 0,
+                    done: 0,
+                    cursor: 0,
+                    map: None,
+                    seed: per_cpu_seed ^ 0x7a6f6e65,
+                    random: plan.spec.rw.is_random(),
+                    random_map: plan.spec.random_map,
+                })
+            }),
             run_len: u64::from(plan.spec.random_run.max(1)),
             run_left: 0,
             last_block: 0,
@@ -270,7 +343,9 @@ impl IoGenerator {
             trim_then_write: matches!(plan.spec.rw, RwMode::TrimWrite | RwMode::RandTrimWrite),
             pick: BlockPick::Sequential,
         };
-        generator.pick = if generator.run_len > 1 && generator.rw.is_random() {
+        generator.pick = if generator.strided.is_some() {
+            BlockPick::Strided
+        } else if generator.run_len > 1 && generator.rw.is_random() {
             BlockPick::RandomRuns
         } else if generator.map.is_some() {
             BlockPick::Map
@@ -374,6 +449,9 @@ impl IoGenerator {
     #[inline(never)]
     fn next_modified(&mut self) -> Option<u64> {
         let time_based = self.time_based;
+        if let Some(strided) = &mut self.strided {
+            return strided.next(self.blocks, &mut self.rng);
+        }
         if let Some(seq) = &mut self.seq_add {
             return seq.next(time_based).or_else(|| {
                 if !time_based {
@@ -415,7 +493,8 @@ impl IoGenerator {
         let block = match (self.pick, &mut self.map, &self.skew) {
             (BlockPick::Uniform, _, _) => self.rng.below(self.blocks),
             (BlockPick::Aligned, _, _) => self.rng.below(self.aligned) * self.stride,
-            (BlockPick::RandomRuns | BlockPick::SequentialAdd, _, _) => match self.next_modified() {
+            (BlockPick::RandomRuns | BlockPick::SequentialAdd | BlockPick::Strided, _, _) => match self.next_modified()
+            {
                 Some(block) => block,
                 None => {
                     // The end of the pass, as fio's: a size-bound job is over.

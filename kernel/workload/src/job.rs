@@ -410,6 +410,24 @@ pub struct JobSpec {
     /// fio's `rw=randread:N`: a random offset every N I/Os, the N - 1 between them sequential
     /// from it (1: every I/O random).
     pub random_run: u32,
+    /// fio's `zonemode=strided`: the I/O moves through zones of the region (see
+    /// [`StridedZones`]). `None`: the region as one.
+    pub strided_zones: Option<StridedZones>,
+}
+
+/// fio's strided zones, in blocks of the job: zone `z` starts `z x (range + skip)` blocks into
+/// the job's region (from its first block to the device's end) and the job does `size` blocks
+/// of I/O in it, sequential or random within its first `range` blocks (starting over there when
+/// `size` is larger), before the next zone; a zone start past the device's end goes back to the
+/// first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StridedZones {
+    /// `zonesize`: blocks of I/O per zone.
+    pub size: u64,
+    /// `zonerange`: the zone's blocks the I/O goes to.
+    pub range: u64,
+    /// `zoneskip`: blocks skipped after the range.
+    pub skip: u64,
 }
 
 /// One file of a job's `filename` list: a device and the region of it the job uses (for the
@@ -592,6 +610,7 @@ impl JobSpec {
             align_blocks: 1,
             offset_add_blocks: 0,
             random_run: 1,
+            strided_zones: None,
         }
     }
 

@@ -492,3 +492,98 @@ fn offset_modifiers_baremq_cannot_carry_out_are_refused() {
         0
     );
 }
+
+#[test]
+fn strided_zones_give_fio_offsets() {
+    // What fio 3.33 issued for the same jobs (bs=4k, write_iolog), offsets in KiB.
+    let zone = |starts: std::ops::Range<u64>, stride: u64, first: u64| -> Vec<u64> {
+        starts
+            .flat_map(|z| (0..4).map(move |i| first + z * stride + i * 4))
+            .collect()
+    };
+    let cases: [(&str, Vec<u64>); 4] = [
+        (
+            "zonesize=16k\nzonerange=32k\nzoneskip=32k\nsize=256k",
+            zone(0..16, 64, 0),
+        ),
+        ("zonesize=16k\nzoneskip=16k\nsize=128k", zone(0..8, 32, 0)),
+        (
+            "zonesize=16k\nzonerange=32k\nzoneskip=32k\nsize=256k\noffset=8k",
+            zone(0..16, 64, 8),
+        ),
+        (
+            "zonesize=32k\nzonerange=16k\nzoneskip=16k\nsize=128k",
+            [
+                0, 4, 8, 12, 0, 4, 8, 12, 32, 36, 40, 44, 32, 36, 40, 44, 64, 68, 72, 76, 64, 68, 72, 76, 96, 100, 104,
+                108, 96, 100, 104, 108,
+            ]
+            .to_vec(),
+        ),
+    ];
+    for (zones, fio) in cases {
+        let text = format!("[z]\nrw=read\nbs=4k\nzonemode=strided\n{zones}\n");
+        assert_eq!(offsets_kib(&text), fio, "{zones}");
+    }
+    // Random: each zone's I/Os land in its range, each block of it once (fio resets its map per
+    // zone): fio gave 0 20 24 12 | 76 88 80 72 | ...
+    let random = offsets_kib(
+        "[z]\nrw=randread\nbs=4k\nzonemode=strided\nzonesize=16k\nzonerange=32k\nzoneskip=32k\nsize=256k\n",
+    );
+    assert_eq!(random.len(), 64);
+    for (z, chunk) in random.chunks(4).enumerate() {
+        let start = z as u64 * 64;
+        assert!(
+            chunk.iter().all(|o| (start..start + 32).contains(o) && o % 4 == 0),
+            "zone {z}: {chunk:?}"
+        );
+        let distinct: std::collections::BTreeSet<_> = chunk.iter().collect();
+        assert_eq!(distinct.len(), 4, "zone {z}: {chunk:?}");
+    }
+    // Past the device's end the zones start over at the first (8 MiB disk: 128 zones of 64 KiB).
+    let wrapped =
+        offsets_kib("[z]\nrw=read\nbs=4k\nzonemode=strided\nzonesize=16k\nzonerange=32k\nzoneskip=32k\nsize=8m\n");
+    assert_eq!(wrapped.len(), 2048);
+    assert_eq!(&wrapped[508..516], &[8128, 8132, 8136, 8140, 0, 4, 8, 12]);
+    let job = &parse_job_file("[z]\nrw=read\nzonemode=strided\nzonesize=16k\nsize=1m\n", &[])
+        .unwrap()
+        .jobs[0];
+    assert_eq!(job.spec.size, None, "the zones stride over the device from offset on");
+    assert_eq!(job.ios_per_pass, Some(256), "size is the bytes moved");
+}
+
+#[test]
+fn zone_options_baremq_cannot_carry_out_are_refused() {
+    for (text, option) in [
+        ("[z]\nzonemode=zbd\n", "zonemode"),
+        ("[z]\nzonemode=strided\n", "zonemode"),
+        ("[z]\nrw=rw\nzonemode=strided\nzonesize=16k\n", "zonemode"),
+        (
+            "[z]\nrw=write\nverify=crc32c\nzonemode=strided\nzonesize=16k\n",
+            "zonemode",
+        ),
+        ("[z]\nrw=read\nzonemode=strided\nzonesize=16k\nsize=10%\n", "zonemode"),
+    ] {
+        match parse_job_file(text, &[]) {
+            Err(WorkloadError::FioUnsupported { option: got, .. }) => assert_eq!(got, option, "{text}"),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    for text in [
+        "[z]\nzonemode=strided\nzonesize=6k\n",
+        "[z]\nzonemode=other\n",
+        "[z]\nzonemode=strided\nzonesize=16k\nzoneskip=2z\n",
+    ] {
+        assert!(
+            matches!(parse_job_file(text, &[]), Err(WorkloadError::FioBadValue { .. })),
+            "{text}"
+        );
+    }
+    // Without zonemode=strided, fio ignores the sizes (a warning says so).
+    let job = &parse_job_file("[z]\nzonesize=16k\n", &[]).unwrap().jobs[0];
+    assert!(
+        job.warnings
+            .iter()
+            .any(|w| w.starts_with("zonesize, zonerange, zoneskip: ignored"))
+    );
+    assert!(job.spec.strided_zones.is_none());
+}

@@ -25,6 +25,7 @@ impl Builder {
         let bs = u64::from(self.spec.bs);
         self.settle_blockalign(&job, bs)?;
         self.settle_offset_modifier(&job, bs)?;
+        self.settle_zones(&job, bs)?;
         if self.spec.bs_mix.is_some() && self.rate_bytes != [0, 0] {
             return Err(unsupported(
                 &job,

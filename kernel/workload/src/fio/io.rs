@@ -251,7 +251,8 @@ impl Builder {
                     ));
                 }
             }
-            _ => return Ok(false),
+            // fio's zones: `zonemode` and its sizes (`fio/zones.rs`).
+            _ => return self.apply_zones(s),
         }
         Ok(true)
     }

@@ -31,7 +31,8 @@
 //! of options maps its own keys onto a job: `io` (rw, block sizes, sizes, depth, engine,
 //! flushes), `files` (filename, file service, clones and their CPUs), `time` (runtime, ramp,
 //! start delay, rates, think time), `random` (distributions, seeds), `verify`, `report`
-//! (names, percentiles, logs) and `schedule` (stonewall, wait_for, waves); `refused` has the
+//! (names, percentiles, logs), `schedule` (stonewall, wait_for, waves, exitall) and `zones`
+//! (zonemode=strided), the last taken through `io`; `refused` has the
 //! options accepted as no-ops and those refused. `finish` settles a job's options once all
 //! are applied, `run` has the options of the whole run, and `place` resolves a job against the
 //! devices and CPUs.
@@ -51,6 +52,7 @@ pub mod syntax;
 mod time;
 pub mod values;
 mod verify;
+mod zones;
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -389,6 +391,8 @@ struct Builder {
     blockalign: Option<u64>,
     /// fio's `rw=NAME:N`, settled once the block size is known.
     offset_modifier: Option<io::OffsetModifier>,
+    /// `zonemode=strided` and its `zonesize`, `zonerange`, `zoneskip` in bytes, as written.
+    zones: zones::ZoneOptions,
     /// `bs` per direction `[read, write]` in bytes (fio's default 4k each).
     bs_sizes: [u64; 2],
     /// `bsrange` per direction, `(min, max)` bytes; fio takes it over `bs`.
@@ -451,6 +455,7 @@ impl Builder {
             buffer_pattern: None,
             blockalign: None,
             offset_modifier: None,
+            zones: zones::ZoneOptions::default(),
             bs_sizes: [DEFAULT_FIO_BS; 2],
             bs_range: None,
             bs_split: None,

@@ -73,7 +73,10 @@ impl Builder {
                 });
             }
         }
-        if !matches!(self.spec.rw, RwMode::Read | RwMode::Write | RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw) {
+        if !matches!(
+            self.spec.rw,
+            RwMode::Read | RwMode::Write | RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw
+        ) {
             return refuse(
                 "strided zones are carried out for read, write, randread, randwrite and randrw (fio keeps a position \
                  per direction in rw jobs; trims are not zoned here)",
