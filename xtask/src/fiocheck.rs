@@ -104,7 +104,7 @@ pub fn cmd_fio_check(args: &[String]) -> Result<bool, String> {
             .map(|d| format!(
                 "/dev/{} {} MiB",
                 d.name,
-                d.capacity_sectors * u64::from(d.sector_size) >> 20
+                (d.capacity_sectors * u64::from(d.sector_size)) >> 20
             ))
             .collect::<Vec<_>>()
             .join(", ")

@@ -31,6 +31,7 @@ mod ipio;
 mod ipio_linux;
 mod lab;
 mod nbd;
+mod netboot;
 mod peer;
 mod preflight;
 mod qemu;
@@ -94,13 +95,20 @@ commands:
       --strict-skips              a SKIPPED scenario not listed in tests/expected-skips fails the run
       --jobs N                    parallel QEMUs (default: number of cores)
       --debug | --kvm | --list
-  test                            fmt, clippy, host tests, loom models, ipio --check, fleet-check, then
-                                  qemu-test
+  test                            fmt, clippy, host tests, loom models, ipio --check, fleet-check,
+                                  netboot --check, then qemu-test
   image [--debug] [--serial-port PORT] [--serial-speed BAUD] [--fio JOB.fio]... [-- ARGS...]
                                   GRUB rescue image (BIOS and UEFI) at target/baremq.iso; GRUB's
                                   serial line follows ARGS' console= (ttyS*/io:), else COM1 115200;
                                   each --fio file is loaded by a module2 (module) line of the
                                   Multiboot2 (1) entry
+  netboot DIR [--debug] [--fio JOB.fio]... [-- ARGS...]
+                                  the tree a TFTP/HTTP server serves to boot baremq from the network:
+                                  the stripped kernel, the job files, boot.ipxe (iPXE, BIOS: kernel +
+                                  a module per job) and GRUB's network boot (grub/x86_64-efi/core.efi
+                                  and grub/grub.cfg, UEFI: multiboot2 + module2); docs/netboot.md
+      --check                     boot such a tree in QEMU from its built-in TFTP server, through
+                                  iPXE (SeaBIOS) and GRUB (OVMF), and check the job runs
   bench [options]                 run a benchmark matrix in QEMU; results, CSV and plots in target/bench/
       --matrix quick|smoke|full   which matrix (default quick; --list shows them)
       --repeat N | --runtime DUR | --replot | --verbose | --debug | --kvm   (see docs/bench.md)
@@ -170,6 +178,7 @@ fn main() -> ExitCode {
         "fio-out" => fioout::cmd_fio_out(rest),
         "fio-compare" => fiocompare::cmd_fio_compare(rest),
         "fio-check" => fiocheck::cmd_fio_check(rest),
+        "netboot" => netboot::cmd_netboot(rest),
         "qemu-fusion" => qemufusion::cmd_qemu_fusion(rest),
         "ipio" => ipio::cmd_ipio(rest),
         "peer" => peer::cmd_peer(rest),
@@ -565,10 +574,12 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
     let budgets_ok = ipio::cmd_ipio(&["--check".to_string()])?;
     // The stock fio client driving fio.server boxes (a missing fio fails it, saying SKIPPED).
     let fleet_ok = serve::cmd_fleet_check(&[])?;
+    // A rack's way to boot: iPXE (BIOS) and GRUB (UEFI) from QEMU's TFTP server.
+    let netboot_ok = netboot::cmd_netboot(&["--check".to_string()])?;
     // A skip not listed in tests/expected-skips fails the run: a scenario that silently never runs
     // tests nothing.
     let scenarios_ok = runner::cmd_qemu_test(&["--strict-skips".to_string()])?;
-    Ok(budgets_ok && fleet_ok && scenarios_ok)
+    Ok(budgets_ok && fleet_ok && netboot_ok && scenarios_ok)
 }
 
 fn cmd_image(args: &[String]) -> Result<PathBuf, String> {

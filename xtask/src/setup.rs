@@ -100,6 +100,8 @@ pub const TEST_TOOLS: &[(Needed, &str)] = &[
     (Needed::Program("xorriso"), "xorriso"),
     (Needed::Program("mformat"), "mtools"),
     (Needed::Path("/usr/share/qemu/OVMF.fd"), "ovmf"),
+    // The NIC ROMs (iPXE) that boot QEMU from the network (`netboot --check`).
+    (Needed::Path("/usr/lib/ipxe/qemu/efi-virtio.rom"), "ipxe-qemu"),
     (Needed::Program("cc"), "gcc"),
     (Needed::Program("nm"), "binutils"),
     (Needed::Program("fio_jsonplus_clat2csv"), "fio"),
