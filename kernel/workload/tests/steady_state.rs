@@ -195,12 +195,35 @@ fn fios_steadystate_example_parses_with_its_meaning() {
     let run = parse_job_file(example, &[]).unwrap();
     let write = run.jobs[0].spec.steady.unwrap();
     assert_eq!(
-        (write.metric, write.test, write.limit, write.percent, write.duration_s, write.ramp_ns, write.summed),
-        (SteadyMetric::Iops, SteadyTest::Deviation, 10.0, true, 30, 10 * SECOND, true)
+        (
+            write.metric,
+            write.test,
+            write.limit,
+            write.percent,
+            write.duration_s,
+            write.ramp_ns,
+            write.summed
+        ),
+        (
+            SteadyMetric::Iops,
+            SteadyTest::Deviation,
+            10.0,
+            true,
+            30,
+            10 * SECOND,
+            true
+        )
     );
     let read = run.jobs[1].spec.steady.unwrap();
     assert_eq!(
-        (read.metric, read.test, read.limit, read.percent, read.duration_s, read.ramp_ns),
+        (
+            read.metric,
+            read.test,
+            read.limit,
+            read.percent,
+            read.duration_s,
+            read.ramp_ns
+        ),
         (SteadyMetric::Bandwidth, SteadyTest::Slope, 1.0, true, 10, 5 * SECOND)
     );
     for job in &run.jobs {
