@@ -580,6 +580,7 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     specs[1].words.push("fio.server.allow=10.0.2.2/32".into());
     // The third serves a network the desk is not on.
     specs[2].words.push("fio.server.allow=192.168.0.0/16".into());
+    let specs_disk0 = specs[0].disk.clone();
     let mut boxes = boot_boxes(&specs, false)?;
     let mut verdicts = Vec::new();
     let one = [boxes[0].client_arg()];
@@ -703,7 +704,26 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
         }
         Ok(format!("write I/Os {per_box:?}, All clients {sum}"))
     });
-    // 7. A client outside the allow-list is reset: the client fails, the box names it.
+    // 7 (box 1, after its last write): a disk that carries a partition table is not written,
+    // whatever the client sends: refused as fio's text and a failing exit.
+    step("partition guard holds over the network", &mut |boxes| {
+        let disk = &specs_disk0;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(disk)
+            .map_err(|e| format!("{}: {e}", disk.display()))?;
+        let bytes = file.metadata().map_err(|e| e.to_string())?.len();
+        file.write_all(&qemu::mbr_sector(bytes))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("{}: {e}", disk.display()))?;
+        let run = run_client(&one, &write_verify, false)?;
+        let refused = expect_refusal(&run, "refusing to write to nvme0n1: it carries")?;
+        boxes[0].wait_for("'job file refused' line", Duration::from_secs(30), |l| {
+            l.starts_with("fio.server: job file refused: job write-and-verify: refusing to write to nvme0n1")
+        })?;
+        Ok(refused)
+    });
+    // 8. A client outside the allow-list is reset: the client fails, the box names it.
     step("client outside fio.server.allow reset", &mut |boxes| {
         let run = run_client(&[boxes[2].client_arg()], &write_verify, false)?;
         if run.success {

@@ -135,6 +135,15 @@ impl KernelBox {
         }
         if spec.rw.writes() || spec.rw.trims() {
             for device in self.spec_devices(spec)? {
+                if self.writable.contains(&device)
+                    && let Some(dev) = block::find(&device)
+                    && let Err(e) = super::safety::check_before_writes(&spec.name, dev, false)
+                {
+                    // The run checks again before its first write; this one answers before START.
+                    return Err(format!(
+                        "{e} (from a fio client destroy=1 is not accepted: clear the disk on the box first)"
+                    ));
+                }
                 if !self.writable.contains(&device) {
                     return Err(format!(
                         "job {}: rw={} writes to {device}, which is not in fio.server.writable ({}): \
