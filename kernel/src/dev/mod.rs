@@ -18,6 +18,7 @@ pub mod aml;
 pub mod block;
 pub mod cpumap;
 pub mod driver;
+pub mod e1000;
 pub mod fusion;
 pub(crate) mod hal;
 pub mod hosts;

@@ -17,6 +17,7 @@ pub const PCI_DRIVERS: &[PciDriver] = &[
     crate::dev::fusion::DRIVER,
     crate::dev::nvme::DRIVER,
     crate::dev::virtio_net::DRIVER,
+    crate::dev::e1000::DRIVER,
 ];
 
 /// Command-line key prefixes owned by drivers (for

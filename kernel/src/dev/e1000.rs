@@ -1,0 +1,80 @@
+//! Probe of the Intel legacy-descriptor driver (`drivers/e1000`): matches the 82540EM
+//! (8086:100e, QEMU's `e1000`), the 82574L (8086:10d3, QEMU's `e1000e`), the 82576 (8086:10c9)
+//! and the I350 (8086:1521); maps BAR 0, turns INTx, MSI and MSI-X off (the NIC is polled),
+//! brings the controller up with `e1000::E1000` and registers it with the network room
+//! (`dev::netif`) as the next `ethN`.
+
+use crate::arch::console::kprintln;
+use crate::dev::driver::PciDriver;
+use crate::dev::hal::{KernelDelay, KernelDma, KernelMmio};
+use crate::dev::{netif, pci};
+use crate::error::Error;
+use alloc::boxed::Box;
+use alloc::format;
+use platform::pci::{DeviceMatch, PciFunction};
+
+/// The driver's entry in the PCI driver table.
+pub const DRIVER: PciDriver = PciDriver {
+    name: "e1000",
+    matches: &[
+        DeviceMatch::id(e1000::PCI_VENDOR, e1000::PCI_DEVICE_82540EM),
+        DeviceMatch::id(e1000::PCI_VENDOR, e1000::PCI_DEVICE_82574L),
+        DeviceMatch::id(e1000::PCI_VENDOR, e1000::PCI_DEVICE_82576),
+        DeviceMatch::id(e1000::PCI_VENDOR, e1000::PCI_DEVICE_I350),
+    ],
+    configure,
+    probe,
+    floor_before_job: None,
+    aim_for_jobs: None,
+};
+
+/// The driver has no words of its own (the network room's are `net.*`).
+fn configure(words: &[&str]) -> Result<(), Error> {
+    match words.first() {
+        Some(w) => Err(Error::Config(format!(
+            "{w}: e1000 has no options (network words are net.*)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn probe(function: &'static PciFunction) -> Result<(), Error> {
+    let at = function.address;
+    let family = e1000::family_of(function.device_id).ok_or_else(|| {
+        Error::Device(format!(
+            "e1000 ({at}): device id {:04x} is not one the driver knows",
+            function.device_id
+        ))
+    })?;
+    pci::claim(function)?;
+    let p = pci::get().ok_or(Error::NoPci)?;
+    // Polled: no interrupt of any kind, and an INTx line nobody acknowledges must not stay
+    // asserted. Firmware may have left MSI or MSI-X on.
+    platform::pci::set_intx_disabled(&p.access, at, true)?;
+    if let Some(cap) = &function.msi {
+        platform::pci::msi_disable(&p.access, at, cap)?;
+    }
+    if let Some(cap) = &function.msix {
+        platform::pci::msix_set_control(&p.access, at, cap, false, true)?;
+    }
+    let mmio = KernelMmio(pci::bar_mmio(function, 0)?);
+    let (device_node, _) = crate::dev::aml::controller_node(function);
+    let nic = e1000::E1000::new(mmio, family, &KernelDma::on(device_node), &KernelDelay)
+        .map_err(|e| Error::Device(format!("e1000 ({at}): {} bring-up failed: {e}", family.name())))?;
+    let (rx, tx) = nic.ring_lens();
+    let mac = net::Nic::mac(&nic);
+    let link = net::Nic::link(&nic);
+    let loc = pci::location(at);
+    let pci_at = net::PciLocation {
+        segment: loc.segment,
+        bus: loc.bus,
+        device: loc.device,
+        function: loc.function,
+    };
+    let name = netif::register(Some(pci_at), Box::new(nic));
+    kprintln!(
+        "{name}: e1000 {} ({at}) {mac}, link {link:?}, rings rx {rx} tx {tx}, polled",
+        family.name()
+    );
+    Ok(())
+}
