@@ -69,8 +69,10 @@ commands:
       --disk PATH                 disk image behind the controller
                                   (default target/baremq-disk.img, 256 MiB, created on first use)
       --no-disk                   no controller and no disk
-      --net virtio|none           a NIC on QEMU's user network (DHCP server and gateway 10.0.2.2):
-                                  virtio-net-pci, modern only (disable-legacy=on); default none.
+      --net virtio|e1000|e1000e|none
+                                  a NIC on QEMU's user network (DHCP server and gateway 10.0.2.2):
+                                  virtio-net-pci, modern only (disable-legacy=on), or Intel's
+                                  82540EM (e1000) or 82574L (e1000e); default none.
                                   Try it with -- test=net (docs/network.md)
       --fio JOB.fio               run a fio job file (repeatable: in order); it reaches the kernel as a
                                   boot module (-initrd); no default job then. Shorten a published job
@@ -269,21 +271,28 @@ enum RunNet {
     None,
     /// `virtio-net-pci` on QEMU's user network, with only the modern (virtio 1.0+) interface.
     Virtio,
+    /// QEMU's Intel 82540EM (`e1000`).
+    E1000,
+    /// QEMU's Intel 82574L (`e1000e`).
+    E1000e,
 }
 
 impl RunNet {
     /// QEMU arguments for the NIC and its user-mode network (QEMU's DHCP server hands out
     /// 10.0.2.15; the gateway 10.0.2.2 answers pings).
     fn qemu_args(self) -> Vec<String> {
-        match self {
-            RunNet::None => Vec::new(),
-            RunNet::Virtio => vec![
-                "-netdev".into(),
-                "user,id=n0".into(),
-                "-device".into(),
-                "virtio-net-pci,netdev=n0,disable-legacy=on,mac=52:54:00:12:34:56".into(),
-            ],
-        }
+        let device = match self {
+            RunNet::None => return Vec::new(),
+            RunNet::Virtio => "virtio-net-pci,netdev=n0,disable-legacy=on",
+            RunNet::E1000 => "e1000,netdev=n0",
+            RunNet::E1000e => "e1000e,netdev=n0",
+        };
+        vec![
+            "-netdev".into(),
+            "user,id=n0".into(),
+            "-device".into(),
+            format!("{device},mac=52:54:00:12:34:56"),
+        ]
     }
 }
 
@@ -444,8 +453,10 @@ fn cmd_run(args: &[String]) -> Result<bool, String> {
             "--net" => {
                 net = match options.value()? {
                     "virtio" => RunNet::Virtio,
+                    "e1000" => RunNet::E1000,
+                    "e1000e" => RunNet::E1000e,
                     "none" => RunNet::None,
-                    v => return Err(format!("--net '{v}': use virtio or none")),
+                    v => return Err(format!("--net '{v}': use virtio, e1000, e1000e or none")),
                 }
             }
             other => return Err(format!("run: unknown option '{other}' (see `cargo xtask help`)")),
@@ -560,6 +571,7 @@ fn cmd_test(args: &[String]) -> Result<bool, String> {
         "nvme",
         "net",
         "virtio-net",
+        "e1000",
     ];
     sh(Command::new(cargo()).args(["fmt", "--all", "--check"]))?;
     sh(Command::new(cargo()).args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
