@@ -200,7 +200,7 @@ enum {
 #define RAID_CHANNEL 2
 #define RAID_LD_TARGET 0
 #define RAID_MAX_ARMS 32
-#define RAID_LD_SEQ 0x0101         /* the LD's configuration sequence number */
+#define RAID_LD_SEQ 0x0101         /* the LD's first configuration sequence number */
 #define PD_HANDLE_BASE 0x0100      /* a PD's device handle: 0x100 + PD id */
 #define PD_INTERFACE_SAS 2
 #define LD_STATE_OPTIMAL 3
@@ -352,6 +352,8 @@ struct FusionState {
     uint64_t fastpath_ios;
     uint64_t ld_path_ios;
     uint64_t stale_seq_refused;
+    uint16_t raid_seq;        /* the LD's sequence number in the map */
+    uint32_t config_changes;  /* change-config events so far */
     Notifier exit_notifier;
 
     const GenerationInfo *gen;
@@ -1118,7 +1120,7 @@ static void fusion_fill_dynamic_map(FusionState *s, uint8_t *map)
     stw_le_p(ld + 0x18, RAID_LD_TARGET);
     ld[0x1A] = LD_STATE_OPTIMAL;
     ld[0x1C] = mirror ? 1 : l.arms;       /* mod factor */
-    stw_le_p(ld + 0x1E, RAID_LD_SEQ);
+    stw_le_p(ld + 0x1E, s->raid_seq);
     ld[0x2C] = 10;                        /* FastPath I/O timeout, s */
     stl_le_p(ld + 0x30, 512);             /* logical block length */
     for (unsigned a = 0; a < l.arms; a++) {
@@ -1399,10 +1401,13 @@ static void fusion_raid_fastpath(FusionState *s, FusionCmd *cmd,
     uint64_t lba;
     uint32_t count;
 
-    if (seq != RAID_LD_SEQ) {
+    if (seq != s->raid_seq) {
         s->stale_seq_refused++;
-        GUEST_ERROR("smid %u: FastPath with sequence number 0x%x, the map's "
-                    "is 0x%x", cmd->smid, seq, RAID_LD_SEQ);
+        if (!s->config_changes) {
+            /* no map ever carried another number: the driver made it up */
+            GUEST_ERROR("smid %u: FastPath with sequence number 0x%x, the "
+                        "map's is 0x%x", cmd->smid, seq, s->raid_seq);
+        }
         fusion_finish_io(s, cmd, MFI_STAT_CONFIG_SEQ_MISMATCH, 0);
         return;
     }
@@ -1716,6 +1721,38 @@ static uint64_t fusion_ld_sectors(FusionState *s, int target)
     return fusion_raid_layout(s, &l) ? l.ld_blocks : 0;
 }
 
+/* The dynamic map into a DCMD's buffers; INVALID_PARAMETER if they are short. */
+static int fusion_write_dynamic_map(FusionState *s, DcmdData *d)
+{
+    if (d->total < DYN_MAP_BYTES) {
+        return MFI_STAT_INVALID_PARAMETER;
+    }
+    g_autofree uint8_t *map = g_malloc0(DYN_MAP_BYTES);
+    fusion_fill_dynamic_map(s, map);
+    fusion_dcmd_write(s, d, map, DYN_MAP_BYTES);
+    return MFI_STAT_OK;
+}
+
+/* Whether a map sync's LD list differs from the configuration now. */
+static bool fusion_map_sync_stale(FusionState *s, DcmdData *d, unsigned lds)
+{
+    RaidLayout l;
+    uint8_t entry[4];
+    bool have_ld = fusion_raid_layout(s, &l);
+
+    if (lds != (have_ld ? 1u : 0u)) {
+        return true;
+    }
+    if (!have_ld) {
+        return false;
+    }
+    if (!d->count || d->len[0] < sizeof(entry)) {
+        return true;
+    }
+    pci_dma_read(PCI_DEVICE(s), d->addr[0], entry, sizeof(entry));
+    return entry[0] != RAID_LD_TARGET || lduw_le_p(entry + 2) != s->raid_seq;
+}
+
 /* Returns an MFI status, or -1 when the command is kept pending. */
 static int fusion_dcmd(FusionState *s, FusionCmd *cmd, uint8_t *mfi)
 {
@@ -1741,7 +1778,15 @@ static int fusion_dcmd(FusionState *s, FusionCmd *cmd, uint8_t *mfi)
     }
     case DCMD_LD_MAP_GET_INFO:
         if (mbox[1] == 1) {
-            /* map sync: answered only when the configuration changes */
+            /*
+             * Map sync: the driver's {target, 0, sequence number} per LD in
+             * the buffer, mbox[0] LDs. Held until the configuration changes,
+             * then answered with the new map in the same buffer; a driver
+             * whose list is already stale gets the map at once.
+             */
+            if (s->raid != RAID_NONE && fusion_map_sync_stale(s, &d, mbox[0])) {
+                return fusion_write_dynamic_map(s, &d);
+            }
             return -1;
         }
         if (s->raid != RAID_NONE) {
@@ -2189,6 +2234,53 @@ static void fusion_inject_fault(Object *obj, bool value, Error **errp)
     }
 }
 
+/*
+ * A configuration change (`qom-set ... change-config true`): the RAID LD's
+ * sequence number moves on, FastPath requests routed with the old map are
+ * refused (0x67) from now on, and every pended map sync is answered, so a
+ * driver that keeps one re-reads the map.
+ */
+static void fusion_change_config(Object *obj, bool value, Error **errp)
+{
+    FusionState *s = MEGASAS_FUSION(obj);
+    unsigned answered = 0;
+
+    if (!value) {
+        return;
+    }
+    if (s->raid == RAID_NONE) {
+        error_setg(errp, "megasas-fusion: change-config needs raid=raid0|raid1");
+        return;
+    }
+    s->raid_seq++;
+    s->config_changes++;
+    for (unsigned i = 1; i <= s->max_smid; i++) {
+        FusionCmd *v = &s->cmds[i];
+        if (v->kind == CMD_PENDED && v->is_mfi &&
+            v->opcode == DCMD_LD_MAP_GET_INFO) {
+            /* the new map goes into the sync's own buffer */
+            uint8_t mfi[MFI_FRAME_BYTES];
+            DcmdData d;
+            int status = MFI_STAT_INVALID_PARAMETER;
+            pci_dma_read(PCI_DEVICE(s), v->mfi_pa, mfi, sizeof(mfi));
+            if (fusion_dcmd_sgl(mfi, &d)) {
+                status = fusion_write_dynamic_map(s, &d);
+            }
+            fusion_mfi_status(s, v, status);
+            fusion_finish(s, v);
+            answered++;
+        }
+    }
+    fprintf(stderr, "megasas-fusion: RAID configuration changed (sequence "
+            "number 0x%x) after %" PRIu64 " FastPath I/Os; %u pended map "
+            "sync(s) answered\n", s->raid_seq, s->fastpath_ios, answered);
+}
+
+static bool fusion_get_change_config(Object *obj, Error **errp)
+{
+    return MEGASAS_FUSION(obj)->config_changes > 0;
+}
+
 static bool fusion_get_fault(Object *obj, Error **errp)
 {
     return MEGASAS_FUSION(obj)->state == STATE_FAULT;
@@ -2310,6 +2402,7 @@ static void fusion_realize(PCIDevice *pci, Error **errp)
     s->event_seq = 1;
     s->intr_mask = 0xFFFFFFFF;
     s->state = STATE_READY;
+    s->raid_seq = RAID_LD_SEQ;
     if (s->raid != RAID_NONE) {
         s->exit_notifier.notify = fusion_report_counts;
         qemu_add_exit_notifier(&s->exit_notifier);
@@ -2350,6 +2443,8 @@ static void fusion_instance_init(Object *obj)
     FusionState *s = MEGASAS_FUSION(obj);
     object_property_add_bool(obj, "inject-fault", fusion_get_fault,
                              fusion_inject_fault);
+    object_property_add_bool(obj, "change-config", fusion_get_change_config,
+                             fusion_change_config);
     object_property_add(obj, "fastpath-ios", "uint64", fusion_get_u64_counter,
                         NULL, NULL, &s->fastpath_ios);
     object_property_add(obj, "ld-path-ios", "uint64", fusion_get_u64_counter,
