@@ -96,6 +96,11 @@ struct SeqAdd {
     size: u64,
     device: u64,
     add: i64,
+    /// Blocks of each I/O (1; with a step that is not whole blocks, bs in units of the job).
+    len: u64,
+    /// The device's whole blocks: an I/O that would end past them ends the pass (fio's check
+    /// of offset + length against the file's size).
+    device_whole: u64,
 }
 
 /// fio's strided zones (`setup_strided_zone_mode`) over a slice, in blocks: after `size` blocks
@@ -180,12 +185,16 @@ impl SeqAdd {
                 };
             }
         }
-        if pos < 0 || pos >= i128::from(self.size) || pos + i128::from(self.first) >= i128::from(self.device) {
+        if pos < 0
+            || pos >= i128::from(self.size)
+            || pos + i128::from(self.first) >= i128::from(self.device)
+            || pos + i128::from(self.first) + i128::from(self.len) > i128::from(self.device_whole)
+        {
             return None;
         }
         // 0 <= pos < size, which is a u64.
         let pos = pos as u64;
-        self.last = self.first + pos + 1;
+        self.last = self.first + pos + self.len;
         Some(pos)
     }
 }
@@ -263,13 +272,16 @@ impl IoGenerator {
         if plan.spec.offset_add_blocks != 0 && !plan.spec.rw.is_random() {
             let bs = u64::from(plan.spec.bs);
             let first = plan.region_offset / bs + plan.cpus[cpu_index].first_block;
-            let device = (plan.device.capacity_sectors * u64::from(plan.device.sector_size)).div_ceil(bs);
+            let capacity = plan.device.capacity_sectors * u64::from(plan.device.sector_size);
+            let device = capacity.div_ceil(bs);
             generator.seq_add = Some(SeqAdd {
                 last: first,
                 first,
                 size: blocks,
                 device,
                 add: plan.spec.offset_add_blocks,
+                len: plan.spec.bs_mix.as_ref().map_or(1, |mix| u64::from(mix.max_units())),
+                device_whole: capacity / bs,
             });
             generator.pick = BlockPick::SequentialAdd;
         }
@@ -381,7 +393,21 @@ impl IoGenerator {
         let percent_draw = self.rng.below(100);
         let wanted = u64::from(sized.mix.draw_units(direction, percent_draw, self.rng.next_u64()));
         let mapped = !sized.covered.is_empty();
-        let block = if mapped {
+        let block = if let Some(seq) = &mut self.seq_add {
+            // fio's offset modifier with a step that is not whole blocks: the walk in units.
+            match seq.next(self.time_based).or_else(|| {
+                self.time_based.then(|| {
+                    seq.last = seq.first;
+                    seq.next(true)
+                })?
+            }) {
+                Some(block) => block,
+                None => {
+                    self.remaining = 0;
+                    return None;
+                }
+            }
+        } else if mapped {
             if sized.covered_count == self.blocks {
                 // Every block covered: the next pass starts.
                 sized.covered.fill(0);
@@ -403,7 +429,13 @@ impl IoGenerator {
         } else {
             self.cursor
         };
-        let mut run = wanted.min(self.blocks - block);
+        // fio's offset modifier may start an I/O near the region's end that runs past it (fio
+        // issues it whole); every other I/O is cut at the end of the slice.
+        let mut run = if self.seq_add.is_some() {
+            wanted
+        } else {
+            wanted.min(self.blocks - block)
+        };
         if mapped {
             run = (1..run).find(|&i| sized.is_covered(block + i)).unwrap_or(run);
         }

@@ -462,7 +462,7 @@ fn random_runs_are_sequential_between_draws_and_end_at_the_region_end() {
 #[test]
 fn offset_modifiers_baremq_cannot_carry_out_are_refused() {
     for (text, option) in [
-        ("[a]\nrw=write:11k\nbs=4k\n", "rw=write:11264"),
+        ("[a]\nrw=write:11k\nbs=4k\nnumber_ios=4\n", "number_ios"),
         ("[a]\nrw=rw:4k\n", "rw=rw:4096"),
         ("[a]\nrw=randrw:4\n", "rw=randrw:4"),
         ("[a]\nrw=read:4k\nbsrange=4k-16k\n", "rw=read:4096"),
@@ -586,4 +586,59 @@ fn zone_options_baremq_cannot_carry_out_are_refused() {
             .any(|w| w.starts_with("zonesize, zonerange, zoneskip: ignored"))
     );
     assert!(job.spec.strided_zones.is_none());
+}
+
+/// (offset KiB, length KiB) of a one-clone job's I/Os, in order.
+fn ios_kib(text: &str) -> Vec<(u64, u64)> {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let (_, backends) = run_in_turn(&fio_plan_of(text, &[0]), &disk);
+    let kib = |sectors: u64| sectors * u64::from(SECTOR) / 1024;
+    backends[0]
+        .submit_log
+        .iter()
+        .zip(&backends[0].submit_sectors)
+        .map(|((_, lba), sectors)| (kib(*lba), kib(u64::from(*sectors))))
+        .collect()
+}
+
+#[test]
+fn steps_that_are_not_whole_blocks_give_fio_offsets() {
+    // What fio 3.33 issued (write_iolog), every I/O bs long: (offset, length) in KiB.
+    let four = |offsets: &[u64]| offsets.iter().map(|o| (*o, 4)).collect::<Vec<_>>();
+    let cases: [(&str, Vec<(u64, u64)>); 6] = [
+        ("rw=write:11k\nsize=64k", four(&[0, 15, 30, 45, 60])),
+        ("rw=write:11k\nsize=64k\noffset=16k", four(&[16, 31, 46, 61, 76])),
+        // The last I/O starts inside the region and runs past its end: fio issues it whole.
+        ("rw=write:11k\nsize=76k", four(&[0, 15, 30, 45, 60, 75])),
+        (
+            "rw=read:-6k\nsize=64k",
+            four(&[0, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30]),
+        ),
+        (
+            "rw=read:-6k\nsize=64k\noffset=16k",
+            four(&[58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28]),
+        ),
+        (
+            "rw=read:2k\nsize=64k",
+            four(&[0, 6, 12, 18, 24, 30, 36, 42, 48, 54, 60]),
+        ),
+    ];
+    for (job, fio) in cases {
+        assert_eq!(ios_kib(&format!("[s]\nbs=4k\n{job}\n")), fio, "{job}");
+    }
+    assert_eq!(
+        ios_kib("[s]\nbs=2k\nrw=read:1k\nsize=16k\n"),
+        [(0, 2), (3, 2), (6, 2), (9, 2), (12, 2), (15, 2)]
+    );
+    let job = &parse_job_file("[s]\nrw=write:11k\nbs=4k\n", &[]).unwrap().jobs[0];
+    assert_eq!(
+        (job.spec.bs, job.spec.offset_add_blocks),
+        (1024, 11),
+        "units of 1k, each I/O 4 of them"
+    );
+    // A step and bs whose common size is not whole sectors is refused.
+    assert!(matches!(
+        parse_job_file("[s]\nrw=write:4100\nbs=4k\n", &[]),
+        Err(WorkloadError::FioUnsupported { option, .. }) if option == "rw=write:4100"
+    ));
 }

@@ -22,9 +22,10 @@ impl Builder {
         self.settle_steady();
         self.settle_files()?;
         self.settle_block_sizes(&job)?;
+        // A step of rw=NAME:SIZE that is not whole blocks makes the unit smaller: first.
+        self.settle_offset_modifier(&job, u64::from(self.spec.bs))?;
         let bs = u64::from(self.spec.bs);
         self.settle_blockalign(&job, bs)?;
-        self.settle_offset_modifier(&job, bs)?;
         self.settle_zones(&job, bs)?;
         if self.spec.bs_mix.is_some() && self.rate_bytes != [0, 0] {
             return Err(unsupported(

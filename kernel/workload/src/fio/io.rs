@@ -325,10 +325,12 @@ pub(super) enum OffsetModifier {
 }
 
 impl Builder {
-    /// Settles fio's offset modifier on the job once its block size is known: a sequential
-    /// job's step must be whole blocks (offsets here are blocks); it needs one block size, one
-    /// direction that reads or writes, one device and one pass, and no verify of its writes
-    /// (their offsets may repeat; a read job may check what the disk holds).
+    /// Settles fio's offset modifier on the job once its block size is known. A sequential
+    /// step that is not whole blocks (`write:11k` with `bs=4k`) makes the job's unit the largest
+    /// size both are multiples of (1k), each I/O `bs` of them, as a job of variable block sizes
+    /// counts units. It needs one block size, one direction that reads or writes, one device and
+    /// one pass, and no verify of its writes (their offsets may repeat; a read job may check
+    /// what the disk holds).
     pub(super) fn settle_offset_modifier(&mut self, job: &str, bs: u64) -> Result<(), WorkloadError> {
         let Some(modifier) = self.offset_modifier else {
             return Ok(());
@@ -370,15 +372,44 @@ impl Builder {
                 self.spec.random_run = n;
             }
             OffsetModifier::Add(bytes) => {
+                let mut unit = bs;
                 if bytes.unsigned_abs() % bs != 0 {
-                    return refuse(&format!(
-                        "offsets here are whole blocks of bs ({bs} bytes): the step must be a multiple of it"
-                    ));
+                    unit = gcd(bs, bytes.unsigned_abs());
+                    if !unit.is_multiple_of(SECTOR_MULTIPLE) {
+                        return refuse(&format!(
+                            "offsets here are whole sectors: the step and bs ({bs} bytes) must both be multiples of \
+                             {SECTOR_MULTIPLE} bytes"
+                        ));
+                    }
+                    // The job counts units of `unit` bytes, each I/O bs / unit of them; below
+                    // MAX_BS, so both fit in u32.
+                    let units = (bs / unit) as u32;
+                    let one = alloc::vec![SizeChoice {
+                        min_units: units,
+                        max_units: units,
+                        percent: 100,
+                    }];
+                    self.spec.bs = unit as u32;
+                    self.spec.bs_mix = Some(BlockSizeMix {
+                        directions: [one.clone(), one],
+                    });
                 }
-                // |bytes| / bs fits: bytes is an i64.
-                self.spec.offset_add_blocks = bytes / bs as i64;
+                // |bytes| / unit fits: bytes is an i64.
+                self.spec.offset_add_blocks = bytes / unit as i64;
             }
         }
         Ok(())
     }
+}
+
+/// The smallest sector size a device has: offsets of a step that is not whole blocks are
+/// multiples of the step and bs's common size, which must be whole sectors.
+const SECTOR_MULTIPLE: u64 = 512;
+
+/// The greatest common divisor.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
