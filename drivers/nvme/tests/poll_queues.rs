@@ -242,3 +242,73 @@ fn a_held_read_on_a_polled_queue_is_aborted_then_reset_and_the_queue_comes_back_
     );
     rig.assert_no_violations();
 }
+
+/// The MSI-X mask bit of the fake, as the kernel sets it for `nvme.irq_poll`; counts the writes.
+struct Mask {
+    fake: std::sync::Arc<nvme::fake::FakeNvme>,
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+impl nvme::adaptive::VectorMask for Mask {
+    fn set_masked(&self, vector: u16, masked: bool) {
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.fake.set_vector_masked(vector, masked);
+    }
+}
+
+#[test]
+fn polled_queues_beside_the_interrupt_then_poll_mode() {
+    // nvme.poll_queues=1 nvme.irq_poll=on on 2 CPUs: cpu0's queue polled, cpu1's on vector 1
+    // with its polling window.
+    let mut cfg = FakeConfig::new(2);
+    cfg.completion = FakeCompletion::Deferred;
+    let hcfg = HostConfig {
+        adaptive: Some(nvme::adaptive::AdaptiveConfig::default()),
+        ..HostConfig::default()
+    };
+    let rig = Rig::with_poll_queues(cfg, 2, IrqMode::MsiX { vectors: 3 }, 1, hcfg, nvme::Config::default());
+    assert_eq!(rig.fake.io_cqs(), vec![(1, 0, false), (2, 1, true)]);
+    let mask = Mask {
+        fake: rig.fake.clone(),
+        writes: std::sync::atomic::AtomicUsize::new(0),
+    };
+    rig.fake.take_messages();
+    let bufs: Vec<Buf> = (0..2).map(|_| Buf::new(&rig.fake, 4096)).collect();
+    for (cpu, b) in bufs.iter().enumerate() {
+        let seg = [Segment::new(b.phys, 4096)];
+        rig.host
+            .queue(0)
+            .unwrap()
+            .submit(cpu, &Bio::read(8 * cpu as u64, 8, &seg, cpu as u64))
+            .unwrap();
+    }
+    rig.fake.complete_pending(2, |_| 0);
+    assert_eq!(rig.fake.take_messages(), vec![1], "only the interrupt queue signals");
+    // cpu1's interrupt reaps its read and opens its window; cpu0 has no window, only its poll.
+    assert_eq!(rig.host.handle_vector_adaptive(1, 1, &mask), 1);
+    assert!(rig.host.polling_window(1) && rig.fake.vector_masked(1));
+    assert!(!rig.host.polling_window(0) && rig.host.must_poll(0) && rig.host.must_poll(1));
+    assert_eq!(
+        rig.host.poll_open_windows(0, &mask),
+        0,
+        "the polled queue is no window's"
+    );
+    assert_eq!(rig.host.poll_adaptive(0, 0, &mask), 1);
+    assert_eq!(
+        mask.writes.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "polling cpu0 touches no mask"
+    );
+    let done = rig.platform.take_done();
+    assert_eq!(done.len(), 2);
+    assert!(
+        done.iter()
+            .all(|c| c.status == Status::Ok && usize::from(c.complete_cpu) == c.cookie as usize)
+    );
+    // cpu1's window closes after its idle time: unmasked, cpu1 may halt again; cpu0 still polls.
+    rig.platform
+        .advance(nvme::adaptive::AdaptiveConfig::default().idle_ns + 1);
+    assert_eq!(rig.host.poll_adaptive(1, 1, &mask), 0);
+    assert!(!rig.host.polling_window(1) && !rig.fake.vector_masked(1));
+    assert!(rig.host.must_poll(0) && !rig.host.must_poll(1));
+}
