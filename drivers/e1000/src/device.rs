@@ -15,6 +15,9 @@ pub const RING_LEN: u16 = 256;
 pub const BUFFER_LEN: usize = 2048;
 /// How long a reset may take to clear CTRL.RST (microseconds, polled every 10).
 const RESET_TIMEOUT_US: u32 = 1_000_000;
+/// How long to leave a resetting controller alone before the first read of CTRL (PCIe parts do
+/// not answer reliably while their reset is under way).
+const RESET_SETTLE_US: u32 = 1_000;
 /// How long an EEPROM word read or a ring enable may take (microseconds, polled every 10).
 const SHORT_TIMEOUT_US: u32 = 100_000;
 /// Shortest frame worth handing on: an Ethernet header.
@@ -292,10 +295,9 @@ fn reset<M: Mmio, W: Delay>(mmio: &M, delay: &W) -> Result<(), Error> {
     mmio.write32(reg::TCTL, 0);
     let c = mmio.read32(reg::CTRL);
     mmio.write32(reg::CTRL, c | ctrl::RST);
-    let mut waited = 0;
+    delay.delay_us(RESET_SETTLE_US);
+    let mut waited = RESET_SETTLE_US;
     loop {
-        delay.delay_us(10);
-        waited += 10;
         let c = mmio.read32(reg::CTRL);
         if c & ctrl::RST == 0 && c != u32::MAX {
             break;
@@ -306,6 +308,8 @@ fn reset<M: Mmio, W: Delay>(mmio: &M, delay: &W) -> Result<(), Error> {
                 waited_us: waited,
             });
         }
+        delay.delay_us(10);
+        waited += 10;
     }
     // Reset leaves interrupts enabled on some parts: mask them all and clear what is pending.
     mmio.write32(reg::IMC, u32::MAX);

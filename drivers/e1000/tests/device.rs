@@ -361,3 +361,52 @@ fn ids_map_to_families() {
     assert_eq!(e1000::family_of(0x1521), Some(Family::Igb));
     assert_eq!(e1000::family_of(0x1000), None);
 }
+
+#[test]
+fn the_stack_gets_a_ping_answered_through_the_driver() {
+    // The stack's side over the real driver, its peer over the fake's frames: an ARP request
+    // and an echo request leave through the transmit ring; the peer's answers come back through
+    // the receive ring.
+    use net::{Addressing, Ipv4Address, Ipv4Cidr, Stack, StaticAddress};
+    let (memory, fake) = setup(Family::E82574);
+    let mut nic = up(&fake, &memory, Family::E82574);
+    let (mut peer_nic, mut wire_end) =
+        net::fake::WirePair::new(net::MacAddress([2, 0, 0, 0, 0, 2]), net::MacAddress([2, 0, 0, 0, 0, 3]));
+    let at = |last| {
+        Addressing::Static(StaticAddress {
+            cidr: Ipv4Cidr::new(Ipv4Address::new(192, 168, 7, last), 24),
+            gateway: None,
+        })
+    };
+    let mut stack = Stack::new(&mut nic, at(1), 0);
+    let mut peer = Stack::new(&mut peer_nic, at(2), 0);
+    stack.send_ping(Ipv4Address::new(192, 168, 7, 2), 1).unwrap();
+    let mut reply = None;
+    for now in 1..200 {
+        stack.poll(&mut nic, now).unwrap();
+        for f in fake.take_sent() {
+            wire_end.transmit(&f).unwrap();
+        }
+        peer.poll(&mut peer_nic, now).unwrap();
+        while wire_end.receive(&mut |f| assert!(fake.deliver(f))).unwrap() {}
+        reply = reply.or_else(|| stack.ping_reply());
+    }
+    let reply = reply.expect("no echo reply");
+    assert_eq!((reply.from, reply.seq), (Ipv4Address::new(192, 168, 7, 2), 1));
+    assert!(memory.violations().is_empty(), "{:?}", memory.violations());
+}
+
+#[test]
+fn a_resetting_controller_is_left_alone_a_millisecond_before_ctrl_is_read() {
+    struct Counting(std::cell::Cell<u64>);
+    impl devhal::Delay for Counting {
+        fn delay_us(&self, us: u32) {
+            self.0.set(self.0.get() + u64::from(us));
+        }
+    }
+    let (memory, fake) = setup(Family::E82540);
+    let waited = Counting(std::cell::Cell::new(0));
+    E1000::new(fake, Family::E82540, &memory.dma(), &waited).unwrap();
+    // The fake finishes its reset at once: the settle time is the only wait.
+    assert_eq!(waited.0.get(), 1_000);
+}
