@@ -246,3 +246,41 @@ fn a_firmware_without_raid_ld_gives_an_empty_map_and_no_fastpath() {
     assert!(!format!("{report}").contains("RAID map"), "{report}");
     assert_clean(&fake);
 }
+
+#[test]
+fn no_memory_for_the_map_means_the_ld_path_not_a_failed_bring_up() {
+    // Where the IOC INIT frame lands (the allocations before the map's are the same every
+    // time), from a first bring-up's report.
+    let (_, ctrl, report) = bring_up(
+        raid0_config(Generation::Ventura, |_| {}),
+        config(Generation::Ventura, 2),
+    );
+    assert!(ctrl.is_ok());
+    let text = format!("{report}");
+    let init = text
+        .split(" init 0x")
+        .nth(1)
+        .and_then(|rest| u64::from_str_radix(rest.split(|c: char| !c.is_ascii_hexdigit()).next()?, 16).ok())
+        .expect("the memory step names the IOC INIT frame");
+    // Room for the IOC INIT frame and the DCMD frames, not for the 64 KiB map.
+    let fake = FakeFusion::new(raid0_config(Generation::Ventura, |_| {}));
+    fake.memory().set_limit(Some(init + 4096 + 4 * (256 + 8192) + 4096));
+    let mut report = megasas_fusion::Report::new();
+    let ctrl = megasas_fusion::Controller::bring_up(
+        fake.mmio(),
+        &fake.dma(),
+        fake.delay(),
+        config(Generation::Ventura, 2),
+        &mut report,
+    )
+    .unwrap_or_else(|e| panic!("bring-up failed: {e}\n{report}"));
+    assert!(ctrl.fastpath_lds().is_empty());
+    assert!(format!("{report}").contains("no buffer for 65536 bytes"), "{report}");
+    fake.memory().set_limit(None);
+    ctrl.enable_interrupts();
+    let mut w = Workload::new(Arc::clone(&fake), ctrl, 5);
+    w.run(300, 4);
+    assert_eq!(w.fake.fastpath_counts(), (0, 0));
+    assert_blocks_where_the_firmware_stripes(&w);
+    assert_clean(&fake);
+}

@@ -226,7 +226,21 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 256,
             )?,
             raid_map: if map_bytes > 0 && map_bytes <= raidmap::MAX_MAP_BYTES {
-                Some(alloc_low(dma, "RAID map", map_bytes, 64)?)
+                // FastPath is optional: no memory for the map means the LD path, not a failed
+                // bring-up.
+                match alloc_low(dma, "RAID map", map_bytes, 64) {
+                    Ok(buf) => Some(buf),
+                    Err(e) => {
+                        report.step(
+                            &mmio,
+                            generation,
+                            budget.used(),
+                            "RAID map",
+                            alloc::format!("no buffer for {map_bytes} bytes ({e}): no FastPath"),
+                        );
+                        None
+                    }
+                }
             } else {
                 None
             },
