@@ -83,20 +83,23 @@ fn parse_skew(name: &str, parameter: &str) -> Option<crate::skew::Skew> {
     }
 }
 
-/// `A/R:A/R...` of `random_distribution=zoned:` (R a percent) or `zoned_abs:` (R a size): the
-/// access percents must add up to 100, and for `zoned` the region percents too.
+/// `A/R:A/R...` of `random_distribution=zoned:` (R a percent) or `zoned_abs:` (R a size), with
+/// fio 3.33's rules: the access percents add up to 100; for `zoned` the region percents add up to
+/// at most 100 (the rest of the region is not accessed), and a region left empty (`20/`) gets an
+/// equal share of what the others leave.
 fn parse_zones(text: &str, absolute: bool) -> Result<Vec<crate::job::AccessZone>, String> {
     use crate::job::{AccessZone, ZoneLength};
     let form = if absolute {
         "zoned_abs:ACCESS%/SIZE:..., e.g. zoned_abs:60/1g:40/7g, access percents adding up to 100"
     } else {
-        "zoned:ACCESS%/REGION%:..., e.g. zoned:60/10:30/20:10/70, each column adding up to 100"
+        "zoned:ACCESS%/REGION%:..., e.g. zoned:60/10:30/20:10/70 or zoned:50/5:30/15:20/, access percents adding \
+         up to 100, region percents to at most 100 (an empty one shares what the others leave)"
     };
     if text.contains(',') {
         return Err(alloc::format!("{form} (zones per direction are not implemented)"));
     }
     let mut zones = Vec::new();
-    let (mut access, mut region) = (0u64, 0u64);
+    let (mut access, mut region, mut missing) = (0u64, 0u64, 0u64);
     for part in text.split(':') {
         let (a, r) = part.split_once('/').ok_or_else(|| form.to_string())?;
         let a = values::integer(a)
@@ -104,6 +107,10 @@ fn parse_zones(text: &str, absolute: bool) -> Result<Vec<crate::job::AccessZone>
             .ok_or_else(|| form.to_string())?;
         let length = if absolute {
             ZoneLength::Bytes(values::size(r).ok_or_else(|| form.to_string())?)
+        } else if r.trim().is_empty() {
+            missing += 1;
+            // Filled in below, once the given ones are known.
+            ZoneLength::Percent(u8::MAX)
         } else {
             let r = values::integer(r)
                 .filter(|r| *r <= 100)
@@ -117,8 +124,16 @@ fn parse_zones(text: &str, absolute: bool) -> Result<Vec<crate::job::AccessZone>
             length,
         });
     }
-    if access != 100 || (!absolute && region != 100) {
+    if access != 100 || region > 100 {
         return Err(form.to_string());
+    }
+    if missing > 0 {
+        let share = ((100 - region) / missing) as u8;
+        for zone in &mut zones {
+            if zone.length == ZoneLength::Percent(u8::MAX) {
+                zone.length = ZoneLength::Percent(share);
+            }
+        }
     }
     Ok(zones)
 }

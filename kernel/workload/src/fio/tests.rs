@@ -595,7 +595,25 @@ fn zoned_distributions() {
         too_big.to_spec(&[nvme()], &[0]).unwrap_err(),
         WorkloadError::FioBadValue { option, .. } if option == "random_distribution"
     ));
+    // fio 3.33's examples/rand-zones.fio: the empty region takes what the others leave (80%).
+    let rest = one("[a]\nrw=randread\nrandom_distribution=zoned:50/5:30/15:20/\n");
+    let lengths: Vec<_> = rest.spec.zones.iter().map(|z| (z.access_percent, z.length)).collect();
+    assert_eq!(
+        lengths,
+        [
+            (50, ZoneLength::Percent(5)),
+            (30, ZoneLength::Percent(15)),
+            (20, ZoneLength::Percent(80))
+        ]
+    );
+    // Regions adding up to less than 100: fio leaves the rest of the region alone.
+    let part = one("[a]\nrw=randread\nrandom_distribution=zoned:50/10:50/10\n");
+    assert_eq!(part.spec.zones[1].length, ZoneLength::Percent(10));
+    // Two empty regions share the whole region.
+    let halves = one("[a]\nrw=randread\nrandom_distribution=zoned:50/:50/\n");
+    assert_eq!(halves.spec.zones[0].length, ZoneLength::Percent(50));
     for bad in [
+        "zoned:60/60:40/50",
         "zoned:60/10:30/20",
         "zoned:60/50:30/50",
         "zoned:x/10",
