@@ -10,6 +10,10 @@ use super::{Builder, FioJob, FioRunOptions, MIN_LOG_MSEC, SYNC_ENGINES, Target, 
 use crate::error::WorkloadError;
 use crate::job::{DEFAULT_SEED, VerifyMode};
 
+/// The averaging window of logs whose job leaves `log_avg_msec` at fio's 0 (a row per I/O): fio's
+/// own bandwidth-sampling period, `bw_avg_time`'s default.
+const PER_IO_LOG_WINDOW_MSEC: u64 = 500;
+
 impl Builder {
     pub(super) fn finish(
         mut self,
@@ -221,6 +225,16 @@ impl Builder {
                 ),
             ));
         }
+        let logs = &mut self.report.logs;
+        if logs.log_avg_msec == 0 && (logs.bw_log.is_some() || logs.lat_log.is_some() || logs.iops_log.is_some()) {
+            // fio's default: a row per I/O, which a serial console cannot carry. Windows of fio's
+            // own bandwidth-sampling period (its bw_avg_time) instead, said in a warning.
+            logs.log_avg_msec = PER_IO_LOG_WINDOW_MSEC;
+            self.warn(format!(
+                "log_avg_msec=0 (fio's default: a log row per I/O): the logs go over the serial console, so each row \
+                 averages {PER_IO_LOG_WINDOW_MSEC} ms (log_avg_msec={PER_IO_LOG_WINDOW_MSEC})"
+            ));
+        }
         let logs = &self.report.logs;
         if logs.any()
             && logs.log_avg_msec < MIN_LOG_MSEC
@@ -230,7 +244,7 @@ impl Builder {
                 &job,
                 "log_avg_msec",
                 format!(
-                    "logs go over the serial console: per-I/O logs are refused, give log_avg_msec={MIN_LOG_MSEC} or more"
+                    "logs go over the serial console: windows under {MIN_LOG_MSEC} ms are refused, give log_avg_msec={MIN_LOG_MSEC} or more"
                 ),
             ));
         }

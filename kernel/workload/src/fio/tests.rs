@@ -290,11 +290,15 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nstartdelay=1-5\n", "startdelay"),
         ("[a]\nrw=randread\nblockalign=512\n", "blockalign"),
         ("[a]\nrw=write\nverify=crc32c\ndo_verify=0\n", "do_verify"),
-        ("[a]\nwrite_bw_log=x\n", "log_avg_msec"),
+        ("[a]\nwrite_bw_log=x\nlog_avg_msec=50\n", "log_avg_msec"),
         ("[a]\nno_such_option=1\n", "no_such_option"),
     ] {
         assert_eq!(refused(text).0, option, "{text:?}");
     }
+    // fio's default log_avg_msec=0 logs every I/O: the console's rows average 500 ms instead.
+    let per_io = &parse_job_file("[a]\nwrite_bw_log=x\n", &[]).unwrap().jobs[0];
+    assert_eq!(per_io.report.logs.log_avg_msec, 500);
+    assert!(per_io.warnings.iter().any(|w| w.starts_with("log_avg_msec=0 (fio's default")));
     // Zero flushes and bsrange with equal ends are fio's defaults in other words.
     assert!(parse_job_file("[a]\nfsync=0\nend_fsync=0\nbsrange=8k-8k\nblockalign=8k\n", &[]).is_ok());
 }
