@@ -387,12 +387,18 @@ struct ClientRun {
 }
 
 fn run_client(clients: &[String], job: &Path, json: bool) -> Result<ClientRun, String> {
-    let mut cmd = Command::new("fio");
-    cmd.current_dir(root()).args(clients);
+    let mut args = clients.to_vec();
     if json {
-        cmd.arg("--output-format=json");
+        args.push("--output-format=json".into());
     }
-    cmd.arg(job);
+    args.push(job.display().to_string());
+    run_client_args(&args)
+}
+
+/// Runs `fio ARGS`, killed after [`CLIENT_TIMEOUT`].
+fn run_client_args(args: &[String]) -> Result<ClientRun, String> {
+    let mut cmd = Command::new("fio");
+    cmd.current_dir(root()).args(args);
     let shown = format!("{cmd:?}").replace('"', "");
     println!("xtask: fleet-check: $ {shown}");
     let mut child = cmd
@@ -637,6 +643,13 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     step("refused option", &mut |_| {
         let run = run_client(&one, &root().join("tests/fio/refused-zonemode.fio"), false)?;
         expect_refusal(&run, "zonemode")
+    });
+    // 3b. A job file on the box's disk (fio's LOAD_FILE) is not served.
+    step("--remote-config refused", &mut |_| {
+        let mut args = one.to_vec();
+        args.push("--remote-config=/srv/jobs/remote.fio".into());
+        let run = run_client_args(&args)?;
+        expect_refusal(&run, "--remote-config")
     });
     // 4. A write to a device that is not writable is refused, naming it.
     step("write to a device not in fio.server.writable", &mut |_| {
