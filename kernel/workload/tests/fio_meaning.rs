@@ -648,3 +648,36 @@ fn steps_that_are_not_whole_blocks_give_fio_offsets() {
         Err(WorkloadError::FioUnsupported { option, .. }) if option == "rw=write:4100"
     ));
 }
+
+/// fio 3.33's io_uring_cmd examples: `cmd_type=nvme` and io_uring's submission knobs are
+/// accepted with warnings, `hipri` points at the kernel's polled queues, and the NVMe generic
+/// character device `/dev/ngXnY` names the namespace baremq calls `nvmeXnY`.
+#[test]
+fn io_uring_cmd_options_and_generic_nvme_names() {
+    let text = "[global]\nfilename=/dev/ng0n1\nioengine=io_uring_cmd\ncmd_type=nvme\nsize=1m\nbs=4k\n\
+                [w]\nrw=write\nsqthread_poll=1\nsqthread_poll_cpu=0\nnonvectored=1\nregisterfiles=1\nhipri\n";
+    let job = &parse_job_file(text, &[]).unwrap().jobs[0];
+    for key in [
+        "cmd_type=nvme",
+        "sqthread_poll:",
+        "registerfiles:",
+        "nonvectored:",
+        "hipri:",
+    ] {
+        assert!(
+            job.warnings.iter().any(|w| w.starts_with(key)),
+            "{key}: {:?}",
+            job.warnings
+        );
+    }
+    let nvme = workload::DeviceInfo {
+        name: "nvme0n1".into(),
+        sector_size: 512,
+        capacity_sectors: 1 << 21,
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    };
+    let spec = job.to_spec(&[nvme], &[0]).unwrap();
+    assert_eq!(spec.device.as_deref(), Some("nvme0n1"));
+    assert!(parse_job_file("[a]\ncmd_type=scsi\n", &[]).is_err());
+}

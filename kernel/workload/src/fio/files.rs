@@ -196,7 +196,7 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
         let mut devices = Vec::with_capacity(parts.len());
         for part in &parts {
             match part.strip_prefix("/dev/") {
-                Some(device) if !device.is_empty() && !device.contains('=') => devices.push(device.to_string()),
+                Some(device) if !device.is_empty() && !device.contains('=') => devices.push(block_name(device)),
                 _ => {
                     return Err(unsupported(
                         job,
@@ -220,9 +220,28 @@ fn target(job: &str, value: &str) -> Result<Target, WorkloadError> {
         ));
     }
     Ok(match name.strip_prefix("/dev/") {
-        Some(device) => Target::Device(device.to_string()),
+        Some(device) => Target::Device(block_name(device)),
         None => Target::File(name),
     })
+}
+
+/// The block device a `/dev` name stands for: Linux's NVMe generic character device `ngXnY`
+/// (what fio's `io_uring_cmd` examples name) is namespace Y of controller X, baremq's `nvmeXnY`;
+/// any other name is itself.
+fn block_name(device: &str) -> String {
+    let generic = device
+        .strip_prefix("ng")
+        .and_then(|rest| rest.split_once('n'))
+        .filter(|(controller, namespace)| {
+            !controller.is_empty()
+                && !namespace.is_empty()
+                && controller.bytes().all(|b| b.is_ascii_digit())
+                && namespace.bytes().all(|b| b.is_ascii_digit())
+        });
+    match generic {
+        Some((controller, namespace)) => format!("nvme{controller}n{namespace}"),
+        None => device.to_string(),
+    }
 }
 
 /// fio's `file_service_type=TYPE[:N]`.

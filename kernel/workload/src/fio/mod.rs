@@ -50,6 +50,7 @@ mod schedule;
 mod steady;
 pub mod syntax;
 mod time;
+mod uring;
 pub mod values;
 mod verify;
 mod zones;
@@ -498,7 +499,8 @@ impl Builder {
             || self.apply_schedule(&setting)?
             || self.apply_random(&setting)?
             || self.apply_verify(&setting)?
-            || self.apply_steady(&setting)?;
+            || self.apply_steady(&setting)?
+            || self.apply_uring(&setting)?;
         if !taken {
             self.apply_unhandled(&setting)?;
         }
