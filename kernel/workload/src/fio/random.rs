@@ -127,8 +127,8 @@ fn parse_zones(text: &str, absolute: bool) -> Result<Vec<crate::job::AccessZone>
     if access != 100 || region > 100 {
         return Err(form.to_string());
     }
-    if missing > 0 {
-        let share = ((100 - region) / missing) as u8;
+    if let Some(share) = (100 - region).checked_div(missing) {
+        let share = share as u8;
         for zone in &mut zones {
             if zone.length == ZoneLength::Percent(u8::MAX) {
                 zone.length = ZoneLength::Percent(share);
