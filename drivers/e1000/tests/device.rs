@@ -410,3 +410,22 @@ fn a_resetting_controller_is_left_alone_a_millisecond_before_ctrl_is_read() {
     // The fake finishes its reset at once: the settle time is the only wait.
     assert_eq!(waited.0.get(), 1_000);
 }
+
+#[test]
+fn dma_memory_running_out_fails_bring_up_with_the_allocation_named() {
+    let (memory, fake) = setup(Family::E82540);
+    // Room for the receive ring and its buffers, not for the transmit buffers.
+    memory.set_limit(Some(0x1000_0000 + 0x10_0000));
+    let e = E1000::new(fake.clone(), Family::E82540, &memory.dma(), &NoDelay)
+        .err()
+        .unwrap();
+    assert_eq!(
+        e,
+        Error::Dma(devhal::DmaError::OutOfMemory {
+            size: 256 * 2048,
+            align: 16
+        })
+    );
+    assert_eq!(fake.register(reg::RCTL) & rctl::EN, 0, "receiver never turned on");
+    assert_eq!(fake.register(reg::TCTL) & tctl::EN, 0);
+}
