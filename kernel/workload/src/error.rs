@@ -177,6 +177,16 @@ pub enum WorkloadError {
         /// The job's `io_timeout`, in ns (the limit that was passed).
         limit_ns: u64,
     },
+    /// fio's latency target: an I/O took longer than the target at queue depth 1 (with a 100%
+    /// percentile), so no depth meets it.
+    LatencyTargetMissed {
+        /// The CPU running the engine.
+        cpu: u32,
+        /// The I/O's latency, in ns.
+        latency_ns: u64,
+        /// The job's `latency_target`, in ns.
+        target_ns: u64,
+    },
     /// Per-CPU results handed to the report do not match the plan.
     ResultsMismatch {
         /// The job.
@@ -356,6 +366,17 @@ impl fmt::Display for WorkloadError {
                 "CPU {cpu}: {in_flight} requests in flight, no completion within io_timeout {} ms (waited {} ms)",
                 limit_ns / 1_000_000,
                 waited_ns / 1_000_000
+            ),
+            Self::LatencyTargetMissed {
+                cpu,
+                latency_ns,
+                target_ns,
+            } => write!(
+                f,
+                "CPU {cpu}: an I/O took {} us at queue depth 1, over latency_target {} us: no depth meets the \
+                 target (fio: max latency exceeded)",
+                latency_ns / 1_000,
+                target_ns / 1_000
             ),
             Self::ResultsMismatch { job, reason } => {
                 write!(f, "job {job:?}: per-CPU results do not match the plan: {reason}")

@@ -401,6 +401,9 @@ pub struct JobSpec {
     /// bandwidth window meets the criterion (with `group_reporting`, once the job's summed rates
     /// do).
     pub steady: Option<crate::steady::SteadyState>,
+    /// fio's latency target: each clone searches for the deepest queue depth (up to `iodepth`)
+    /// at which its I/Os finish within the target ([`LatencyTarget`]).
+    pub latency_target: Option<LatencyTarget>,
     /// fio's `blockalign` in blocks: random offsets are multiples of this many blocks, drawn
     /// with repeats (1: every block).
     pub align_blocks: u64,
@@ -552,6 +555,21 @@ pub struct AccessZone {
     pub length: ZoneLength,
 }
 
+/// fio's `latency_target` with its `latency_window`, `latency_percentile` and `latency_run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyTarget {
+    /// The latency an I/O (submission to completion) must not exceed.
+    pub target_ns: u64,
+    /// How long each depth is tried before it is judged (0: at every check).
+    pub window_ns: u64,
+    /// The share of a window's I/Os that must be within the target, in millionths of a percent
+    /// (100% = 100,000,000).
+    pub percentile_millionths: u32,
+    /// `latency_run`: keep adjusting the depth for the whole run instead of stopping once it
+    /// settles.
+    pub keep_searching: bool,
+}
+
 /// How long an [`AccessZone`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZoneLength {
@@ -607,6 +625,7 @@ impl JobSpec {
             exitall: false,
             buffer_pattern: Vec::new(),
             steady: None,
+            latency_target: None,
             align_blocks: 1,
             offset_add_blocks: 0,
             random_run: 1,
@@ -616,7 +635,11 @@ impl JobSpec {
 
     /// Whether I/Os are paced (`rate`, `rate_iops`, `thinktime`) or interleaved with flushes.
     pub fn is_paced(&self) -> bool {
-        self.io_interval_ns != [0, 0] || self.think_ns != 0 || self.flush_every_writes != 0 || self.end_flush
+        self.io_interval_ns != [0, 0]
+            || self.think_ns != 0
+            || self.flush_every_writes != 0
+            || self.end_flush
+            || self.latency_target.is_some()
     }
 
     /// Whether the job runs for its runtime whatever its size (wrapping around its region), as

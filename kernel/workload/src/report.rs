@@ -256,6 +256,8 @@ pub struct JobReport {
     pub steady: Option<crate::steady::SteadyOutcome>,
     /// Windows that met their criterion: each clone's own, or the job's one (`group_reporting`).
     pub steady_attained_cpus: u32,
+    /// fio's latency target: the queue depth each clone's search ended at, in plan order.
+    pub latency_depths: Vec<u32>,
 }
 
 impl JobReport {
@@ -404,6 +406,7 @@ impl JobReport {
                 .iter()
                 .filter(|r| r.steady.as_ref().is_some_and(|o| o.attained))
                 .count() as u32,
+            latency_depths: ordered.iter().filter_map(|r| r.latency_depth).collect(),
         })
     }
 
@@ -492,6 +495,23 @@ impl JobReport {
         write!(out, "  runtime: ")?;
         write_seconds(out, self.runtime_ns)?;
         writeln!(out, "{}", if self.stopped_early { " (stopped early)" } else { "" })?;
+        if let Some(target) = &spec.latency_target {
+            writeln!(
+                out,
+                "  latency target: {} us for {}.{:06}% of I/Os, windows of {} ms: queue depth {} (of {}){}",
+                target.target_ns / 1_000,
+                target.percentile_millionths / 1_000_000,
+                target.percentile_millionths % 1_000_000,
+                target.window_ns / 1_000_000,
+                self.latency_depths
+                    .iter()
+                    .map(|d| alloc::format!("{d}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                self.plan.iodepth,
+                if target.keep_searching { ", latency_run" } else { "" }
+            )?;
+        }
         if let Some(steady) = &self.steady {
             let windows = if steady.state.summed {
                 "the job's window"

@@ -53,6 +53,9 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                 }
                 if measured {
                     let latency_ns = done_ns.saturating_sub(submitted_ns);
+                    if !PLAIN && self.latency_search.is_some() && op != IoOp::Trim {
+                        self.latency_target_sample(latency_ns, done_ns)?;
+                    }
                     if self.latency_runs {
                         self.add_success(op, latency_ns, bytes);
                     } else {

@@ -30,6 +30,7 @@ use crate::ratelimit::RateLimit;
 mod backend;
 mod complete;
 mod issue;
+mod latency;
 mod live;
 mod pace;
 mod results;
@@ -258,5 +259,11 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     measured_start: u64,
     /// fio's steady state, if the job has a window (`ss_dur`).
     steady: Option<alloc::boxed::Box<steady::SteadyJudge>>,
+    /// fio's latency target: the queue-depth search, if the job has one.
+    latency_search: Option<alloc::boxed::Box<latency::DepthSearch>>,
+    /// The depth search went down or settled: issue nothing until what is in flight completes.
+    quiescing: bool,
+    /// Restart the statistics once drained: the search settled and its final window begins.
+    restart_stats_when_drained: bool,
     result: CpuResult,
 }

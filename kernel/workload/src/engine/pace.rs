@@ -42,6 +42,9 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
     #[cold]
     pub(super) fn pace_allows(&mut self, op: IoOp) -> bool {
         let now = self.backend.now_ns();
+        if !self.depth_allows(now) {
+            return false;
+        }
         let spec = &self.plan.spec;
         if spec.think_ns > 0 {
             if let Some(until) = self.think_until {

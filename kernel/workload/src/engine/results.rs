@@ -166,6 +166,8 @@ pub struct CpuResult {
     pub flush: OpStats,
     /// fio's steady state: the window this CPU judged (its own, or the job's on its first CPU).
     pub steady: Option<crate::steady::SteadyOutcome>,
+    /// fio's latency target: the queue depth the search ended at.
+    pub latency_depth: Option<u32>,
 }
 
 impl CpuResult {

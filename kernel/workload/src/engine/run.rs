@@ -136,6 +136,9 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             writes_issued: 0,
             measured_start: 0,
             steady: None,
+            latency_search: None,
+            quiescing: false,
+            restart_stats_when_drained: false,
             result: CpuResult {
                 cpu: slice.cpu,
                 read: OpStats::new(),
@@ -154,6 +157,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 detail: shared.detail.map(|options| Box::new(CpuDetail::new(options))),
                 flush: OpStats::new(),
                 steady: None,
+                latency_depth: None,
             },
         })
     }
@@ -212,6 +216,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             .map(|runtime| start.saturating_add(ramp).saturating_add(runtime));
         let mut source = main_source(self.plan, cpu_index);
         self.start_steady(cpu_index, start);
+        self.start_latency_target(start);
         if let Some(detail) = &self.result.detail {
             self.detail_start_ns = start;
             self.sample_mark.at_ns = start;
@@ -238,6 +243,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
         }
         self.result.runtime_ns = end.saturating_sub(self.measured_start);
         self.result.steady = self.steady_outcome();
+        self.result.latency_depth = self.latency_depth();
         if self.result.detail.is_some() {
             // The last, partial log window (fio also writes the rest of its averaging window).
             self.sample_detail(end, true);
@@ -357,6 +363,12 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.backend.periodic(now);
                 if !PLAIN && phase == Phase::Main && self.result.detail.is_some() {
                     self.sample_detail(now, false);
+                }
+                if issuing && phase == Phase::Main && self.latency_search.is_some() && self.latency_target_done(now)? {
+                    // The depth search settled and ran its final window.
+                    issuing = false;
+                    self.retry = None;
+                    self.deferred.clear();
                 }
                 if issuing && phase == Phase::Main && self.steady.is_some() && self.steady_reached(now) {
                     // fio ends a job that reached steady state as if its runtime were over.

@@ -24,6 +24,7 @@ impl Builder {
     ) -> Result<FioJob, WorkloadError> {
         let job = self.name.clone();
         self.settle_steady();
+        self.settle_latency_target();
         self.settle_files()?;
         self.settle_block_sizes(&job)?;
         // A step of rw=NAME:SIZE that is not whole blocks makes the unit smaller: first.

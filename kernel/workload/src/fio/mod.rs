@@ -40,6 +40,7 @@
 mod files;
 mod finish;
 mod io;
+mod latency;
 pub mod pattern;
 mod place;
 mod random;
@@ -389,6 +390,8 @@ struct Builder {
     verify_interval: Option<u64>,
     /// `buffer_pattern`, parsed (fio's grammar, as `verify_pattern`).
     buffer_pattern: Option<Vec<u8>>,
+    /// `latency_target` and its companions, as written (settled in `finish`).
+    latency_target: Option<crate::job::LatencyTarget>,
     blockalign: Option<u64>,
     /// fio's `rw=NAME:N`, settled once the block size is known.
     offset_modifier: Option<io::OffsetModifier>,
@@ -454,6 +457,7 @@ impl Builder {
             exit_what: ExitWhat::Group,
             verify_interval: None,
             buffer_pattern: None,
+            latency_target: None,
             blockalign: None,
             offset_modifier: None,
             zones: zones::ZoneOptions::default(),
@@ -500,7 +504,8 @@ impl Builder {
             || self.apply_random(&setting)?
             || self.apply_verify(&setting)?
             || self.apply_steady(&setting)?
-            || self.apply_uring(&setting)?;
+            || self.apply_uring(&setting)?
+            || self.apply_latency_target(&setting)?;
         if !taken {
             self.apply_unhandled(&setting)?;
         }

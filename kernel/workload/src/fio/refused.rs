@@ -80,7 +80,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("prioclass", "I/O priorities are not implemented"),
     ("nice", "there are no processes to renice"),
     ("lockmem", "there are no processes"),
-    ("latency_target", "latency targets are not implemented"),
     (
         "spdk_conf",
         "SPDK configuration has no meaning here; name the device with filename=/dev/NAME",

@@ -528,10 +528,14 @@ fn write_job(w: &mut W<'_, '_>, job: &FioJob<'_>, options: &FioOutputOptions) ->
         w.field_micros(key, percent_micros(classes[index], total, 10_000))?;
     }
     w.end_object()?;
-    w.field_u64("latency_depth", u64::from(report.plan.iodepth))?;
-    w.field_u64("latency_target", 0)?;
-    w.field_micros("latency_percentile", 100_000_000)?;
-    w.field_u64("latency_window", 0)?;
+    let (depth, target) = latency_fields(report);
+    w.field_u64("latency_depth", u64::from(depth))?;
+    w.field_u64("latency_target", target.map_or(0, |t| t.target_ns / 1_000))?;
+    w.field_micros(
+        "latency_percentile",
+        target.map_or(100_000_000, |t| u128::from(t.percentile_millionths)),
+    )?;
+    w.field_u64("latency_window", target.map_or(0, |t| t.window_ns / 1_000))?;
     if let Some(steady) = &report.steady {
         write_steady(w, steady)?;
     }
@@ -540,6 +544,17 @@ fn write_job(w: &mut W<'_, '_>, job: &FioJob<'_>, options: &FioOutputOptions) ->
     w.key("baremq")?;
     w.raw(&own)?;
     w.end_object()
+}
+
+/// fio's `latency_depth` and the latency target, as its reports give them (microseconds): the
+/// depth the first clone's search ended at, or the job's iodepth without a target.
+fn latency_fields(report: &JobReport) -> (u32, Option<&crate::job::LatencyTarget>) {
+    let target = report.plan.spec.latency_target.as_ref();
+    let depth = match (target, report.latency_depths.first()) {
+        (Some(_), Some(&depth)) => depth,
+        _ => report.plan.iodepth,
+    };
+    (depth, target)
 }
 
 /// fio's `steadystate` object: the criterion, whether it was attained, the last figures
@@ -960,10 +975,15 @@ pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[F
             "     issued rwts: total={},{},{},0 short=0,0,0,0 dropped=0,0,0,0",
             report.read.ios, report.write.ios, report.trim.ios
         )?;
+        let (depth, target) = latency_fields(report);
+        let percentile = target.map_or(100_000_000, |t| t.percentile_millionths);
         writeln!(
             out,
-            "     latency   : target=0, window=0, percentile=100.00%, depth={}",
-            report.plan.iodepth
+            "     latency   : target={}, window={}, percentile={}.{:02}%, depth={depth}",
+            target.map_or(0, |t| t.target_ns / 1_000),
+            target.map_or(0, |t| t.window_ns / 1_000),
+            percentile / 1_000_000,
+            percentile % 1_000_000 / 10_000,
         )?;
         if let Some(steady) = &report.steady {
             write_steady_text(out, steady)?;

@@ -136,6 +136,11 @@ pub struct FakeBackend {
     pub latency_ns: u64,
     /// Extra random delay up to this much.
     pub jitter_ns: u64,
+    /// A device that serves one request at a time, each taking this long after the one before
+    /// (0: every request its own `latency_ns`): a request's latency grows with the queue depth.
+    pub service_ns: u64,
+    /// With `service_ns`: when the last accepted request finishes.
+    busy_until_ns: u64,
     /// Time each `now_ns` call advances the clock (so time moves even when nothing happens).
     pub tick_ns: u64,
     pub order: Order,
@@ -196,6 +201,8 @@ impl FakeBackend {
             clock_ns: std::cell::Cell::new(1_000_000),
             latency_ns: 20_000,
             jitter_ns: 0,
+            service_ns: 0,
+            busy_until_ns: 0,
             tick_ns: 100,
             order: Order::Fifo,
             max_batch: usize::MAX,
@@ -364,6 +371,10 @@ impl IoBackend for FakeBackend {
         };
         let now = self.clock_ns.get();
         let mut due_ns = now + self.latency_ns + jitter;
+        if self.service_ns > 0 {
+            due_ns = self.busy_until_ns.max(now) + self.service_ns;
+            self.busy_until_ns = due_ns;
+        }
         let hold = self.faults.iter().find_map(|f| match f {
             Fault::Hold { lba: l, hold_ns } if *l == lba => Some(*hold_ns),
             _ => None,
