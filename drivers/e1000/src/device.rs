@@ -205,7 +205,9 @@ impl<M: Mmio + Send> Nic for E1000<M> {
 
     fn receive(&mut self, frame: &mut dyn FnMut(&[u8])) -> Result<bool, net::Error> {
         self.check()?;
-        loop {
+        // At most one pass over the ring per call: a device that keeps marking descriptors done
+        // cannot hold the caller here; the next call goes on where this one stopped.
+        for _ in 0..self.rx.len {
             let i = self.rx_next;
             let status = self.rx.read_u8(i, desc::RX_STATUS);
             if status & desc::DD == 0 {
@@ -253,6 +255,7 @@ impl<M: Mmio + Send> Nic for E1000<M> {
                 return Ok(true);
             }
         }
+        Ok(false)
     }
 
     fn can_transmit(&self) -> bool {
