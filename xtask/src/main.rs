@@ -89,7 +89,8 @@ commands:
       --device nvme|megasas       (default nvme)   --port P (default 8765)   --smp N (default 2, at least 2)
       --kvm | --disk PATH         ARGS: kernel words, e.g. fio.server.writable=nvme0n1
   fleet N [options] [-- ARGS...]  N such boxes on ports P..P+N-1, each with its own disk in target/fleet/;
-                                  prints the `fio --client=... --client=...` line (options as serve)
+                                  prints the `fio --client=... JOB.fio --client=... JOB.fio` line and a
+                                  host list for --client=FILE (options as serve)
   fleet-check                     the real fio 3.33 client against two fio.server boxes: figures equal the
                                   box's, job after job, refusals, a killed client, All clients (run by test)
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios

@@ -297,13 +297,23 @@ fn stream(boxes: &mut [RunningBox]) -> Result<bool, String> {
     }
 }
 
-fn print_client_line(boxes: &[RunningBox]) {
-    let clients: Vec<String> = boxes.iter().map(RunningBox::client_arg).collect();
+/// The desk's command lines: fio attaches a job file to the `--client` before it, so each client
+/// is followed by the job file; or one `--client=FILE` naming a host list (written here).
+fn print_client_line(boxes: &[RunningBox]) -> Result<(), String> {
+    let clients: Vec<String> = boxes.iter().map(|b| format!("{} JOB.fio", b.client_arg())).collect();
     println!();
     println!("xtask: {} box(es) serve; drive them with:", boxes.len());
-    println!("    fio {} JOB.fio", clients.join(" "));
+    println!("    fio {}", clients.join(" "));
+    if boxes.len() > 1 {
+        let list = root().join("target/fleet/hosts.list");
+        let hosts: String = boxes.iter().map(|b| format!("127.0.0.1,{}\n", b.host_port)).collect();
+        std::fs::write(&list, hosts).map_err(|e| format!("{}: {e}", list.display()))?;
+        println!("or, with the host list written to {}:", list.display());
+        println!("    fio --client={} JOB.fio", list.display());
+    }
     println!("xtask: Ctrl-C stops them");
     println!();
+    Ok(())
 }
 
 /// `cargo xtask serve [--device D] [--port P] [--smp N] [--kvm] [--disk PATH] [-- WORDS]`.
@@ -326,7 +336,7 @@ pub fn cmd_serve(args: &[String]) -> Result<bool, String> {
         words: o.words,
     };
     let mut boxes = boot_boxes(&[spec], true)?;
-    print_client_line(&boxes);
+    print_client_line(&boxes)?;
     stream(&mut boxes)
 }
 
@@ -366,7 +376,7 @@ pub fn cmd_fleet(args: &[String]) -> Result<bool, String> {
         });
     }
     let mut boxes = boot_boxes(&specs, true)?;
-    print_client_line(&boxes);
+    print_client_line(&boxes)?;
     stream(&mut boxes)
 }
 
@@ -692,8 +702,15 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     );
     // 6. Two boxes, two --client: each box's jobs, and fio's "All clients" sum.
     step("two boxes, All clients", &mut |boxes| {
-        let both = [boxes[0].client_arg(), boxes[1].client_arg()];
-        let run = run_client(&both, &write_verify, true)?;
+        // fio attaches a job file to the --client before it: one after each.
+        let job = write_verify.display().to_string();
+        let run = run_client_args(&[
+            "--output-format=json".into(),
+            boxes[0].client_arg(),
+            job.clone(),
+            boxes[1].client_arg(),
+            job,
+        ])?;
         if !run.success {
             return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
         }
