@@ -301,10 +301,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
                  words after --, fio boot modules)"
             ));
         }
-        app::fioserve::serve(
-            &config.fio_overrides,
-            bootinfo::memmap::totals(&boot.memory).usable,
-        );
+        app::fioserve::serve(&config.fio_overrides, bootinfo::memmap::totals(&boot.memory).usable);
     }
     app::net::bring_up_at_boot();
     kprintln!("boot phases (ms): {}", time::BootPhases);
