@@ -91,8 +91,9 @@ commands:
   fleet N [options] [-- ARGS...]  N such boxes on ports P..P+N-1, each with its own disk in target/fleet/;
                                   prints the `fio --client=... JOB.fio --client=... JOB.fio` line and a
                                   host list for --client=FILE (options as serve)
-  fleet-check                     the real fio 3.33 client against two fio.server boxes: figures equal the
-                                  box's, job after job, refusals, a killed client, All clients (run by test)
+  fleet-check                     the real fio 3.33 client against three fio.server boxes: figures equal the
+                                  box's, job after job, refusals, a busy and a killed client, All clients,
+                                  the partition guard, the allow-list (run by test; no fio 3.33 fails it)
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
       --filter PATTERN            only scenarios whose name contains PATTERN
       --strict-skips              a SKIPPED scenario not listed in tests/expected-skips fails the run
