@@ -114,7 +114,9 @@ pub fn cmd_fio_check(args: &[String]) -> Result<bool, String> {
 
 /// The verdict on one job file: how many jobs and waves it plans into, or the first refusal.
 fn check(text: &str, overrides: &[(&str, &str)], machine: &Machine) -> Result<String, String> {
-    let run = parse_job_file_on(text, overrides, Some(&machine.env)).map_err(|e| e.to_string())?;
+    let mut run = parse_job_file_on(text, overrides, Some(&machine.env)).map_err(|e| e.to_string())?;
+    // One NUMA node: every CPU on node 0.
+    workload::fio::place_on_nodes(&mut run, &machine.online, &|_| Some(0)).map_err(|e| e.to_string())?;
     let waves = run.waves();
     let mut clones = 0;
     for wave in &waves {

@@ -119,6 +119,10 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_by
     }
     let infos = super::jobs::devices()?;
     let online = super::jobs::online_cpus();
+    for (label, run) in runs.iter_mut() {
+        workload::fio::place_on_nodes(run, &online, &super::jobs::node_of_cpu)
+            .map_err(|e| format!("fio: {label}: {e}"))?;
+    }
     let mut all_passed = true;
     for (label, run) in &runs {
         let options = &run.options;

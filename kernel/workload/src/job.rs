@@ -404,6 +404,9 @@ pub struct JobSpec {
     /// fio's latency target: each clone searches for the deepest queue depth (up to `iodepth`)
     /// at which its I/Os finish within the target ([`LatencyTarget`]).
     pub latency_target: Option<LatencyTarget>,
+    /// fio's `numa_mem_policy=bind:N` / `prefer:N`: the node the clones' buffers come from
+    /// (`None`: each clone's own CPU's node).
+    pub buffer_node: Option<u32>,
     /// fio's `blockalign` in blocks: random offsets are multiples of this many blocks, drawn
     /// with repeats (1: every block).
     pub align_blocks: u64,
@@ -626,6 +629,7 @@ impl JobSpec {
             buffer_pattern: Vec::new(),
             steady: None,
             latency_target: None,
+            buffer_node: None,
             align_blocks: 1,
             offset_add_blocks: 0,
             random_run: 1,

@@ -681,3 +681,42 @@ fn io_uring_cmd_options_and_generic_nvme_names() {
     assert_eq!(spec.device.as_deref(), Some("nvme0n1"));
     assert!(parse_job_file("[a]\ncmd_type=scsi\n", &[]).is_err());
 }
+
+/// fio 3.33's examples/numa.fio and its NUMA options: `numa_cpu_nodes` becomes the listed nodes'
+/// CPUs (within `cpus_allowed`), once the box's map resolves it; a job whose nodes were never
+/// resolved is refused rather than run anywhere; `numa_mem_policy` names the buffers' node.
+#[test]
+fn numa_options_place_clones_and_buffers_on_nodes() {
+    let text = "[a]\nioengine=libaio\nrw=randread\nnumjobs=2\nnuma_cpu_nodes=1\nnuma_mem_policy=bind:0\n\
+                [b]\nstonewall\nrw=randread\nnuma_cpu_nodes=0-1\ncpus_allowed=0,3\nnuma_mem_policy=local\n";
+    let mut run = parse_job_file(text, &[]).unwrap();
+    assert_eq!(run.jobs[0].spec.buffer_node, Some(0));
+    assert_eq!(run.jobs[1].spec.buffer_node, None);
+    let nvme = workload::DeviceInfo {
+        name: "nvme0n1".into(),
+        sector_size: 512,
+        capacity_sectors: 1 << 21,
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    };
+    let online = [0, 1, 2, 3];
+    // Not resolved: refused by name when placed.
+    let error = run.jobs[0].to_spec(&[nvme.clone()], &online).unwrap_err().to_string();
+    assert!(error.contains("numa_cpu_nodes=1"), "{error}");
+    // Two nodes: CPUs 0-1 on node 0, 2-3 on node 1.
+    workload::fio::place_on_nodes(&mut run, &online, &|cpu| Some(cpu / 2)).unwrap();
+    let a = run.jobs[0].to_spec(&[nvme.clone()], &online).unwrap();
+    assert_eq!(a.cpus.to_string(), "2-3");
+    assert_eq!(run.jobs[1].cpus_allowed.unwrap().to_string(), "0,3");
+    // A node with no online CPU, and fio's forms that do not fit one node per clone.
+    let mut far = parse_job_file("[c]\nnuma_cpu_nodes=5\n", &[]).unwrap();
+    let error = workload::fio::place_on_nodes(&mut far, &online, &|cpu| Some(cpu / 2)).unwrap_err();
+    assert!(error.to_string().contains("numa_cpu_nodes=5"), "{error}");
+    for bad in [
+        "numa_mem_policy=interleave:0-1",
+        "numa_mem_policy=bind:0-1",
+        "numa_mem_policy=often",
+    ] {
+        assert!(parse_job_file(&format!("[d]\n{bad}\n"), &[]).is_err(), "{bad}");
+    }
+}

@@ -576,7 +576,12 @@ pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult,
     // The largest I/O: bs, or with variable block sizes the largest of them.
     let bs = ctx.plan.max_io_bytes() as usize;
     let fw = crate::arch::firmware::get();
-    let node = fw.node_of_apic_id(percpu::current().apic_id.load(core::sync::atomic::Ordering::Relaxed));
+    // fio's numa_mem_policy=bind:N / prefer:N names the node; else the CPU's own.
+    let node = ctx
+        .plan
+        .spec
+        .buffer_node
+        .or_else(|| fw.node_of_apic_id(percpu::current().apic_id.load(core::sync::atomic::Ordering::Relaxed)));
     let mut buffers = Vec::with_capacity(ctx.plan.iodepth as usize);
     for _ in 0..ctx.plan.iodepth {
         match DmaBuffer::on_node(bs, 4096, node) {

@@ -150,6 +150,14 @@ pub fn online_cpus() -> Vec<u32> {
     (0..smp::online() as u32).collect()
 }
 
+/// The NUMA node of CPU `cpu` (by its APIC id, from the SRAT); `None` without an SRAT.
+pub fn node_of_cpu(cpu: u32) -> Option<u32> {
+    let apic_id = percpu::cpu(cpu as usize)
+        .apic_id
+        .load(core::sync::atomic::Ordering::Relaxed);
+    crate::arch::firmware::get().node_of_apic_id(apic_id)
+}
+
 /// Parses and runs the jobs in `words`. Returns Err with a message on a bad
 /// job or a run that could not complete; Ok(false) when a job failed.
 pub fn run(words: &[&str]) -> Result<bool, String> {

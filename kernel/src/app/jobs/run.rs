@@ -29,7 +29,14 @@ fn report_buffer_placement(ctx: &JobContext<'_>) {
     kprintln!("{line}");
     let total: usize = placements.iter().map(|p| p.local + p.remote).sum();
     let remote: usize = placements.iter().map(|p| p.remote).sum();
-    if remote == 0 {
+    if let Some(node) = ctx.plan.spec.buffer_node {
+        // numa_mem_policy=bind:N / prefer:N: "local" above means on that node.
+        kprintln!(
+            "numa: job {}: {} of {total} buffers are on node {node}, as numa_mem_policy asks",
+            ctx.plan.spec.name,
+            total - remote
+        );
+    } else if remote == 0 {
         kprintln!(
             "numa: job {}: all {total} buffers of {} CPUs are on their CPU's node",
             ctx.plan.spec.name,

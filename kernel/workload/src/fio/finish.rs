@@ -274,6 +274,7 @@ impl Builder {
             wave: 0,
             numjobs: self.numjobs,
             cpus_allowed: self.cpus_allowed,
+            numa_cpu_nodes: self.numa_cpu_nodes,
             target: self.target,
             exit_what: self.exit_what,
             size_percent,

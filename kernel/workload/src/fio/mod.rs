@@ -41,6 +41,7 @@ mod files;
 mod finish;
 mod io;
 mod latency;
+mod numa;
 pub mod pattern;
 mod place;
 mod random;
@@ -65,6 +66,7 @@ use crate::job::{JobSpec, VerifyMode};
 use crate::values::CpuSet;
 use io::DEFAULT_FIO_BS;
 pub use io::{ASYNC_ENGINES, SYNC_ENGINES};
+pub use numa::place_on_nodes;
 pub use refused::NO_OP_OPTIONS;
 pub use report::{FioReportOptions, LogOptions, MIN_LOG_MSEC};
 use run::apply_run_option;
@@ -128,6 +130,9 @@ pub struct FioJob {
     pub numjobs: u32,
     /// `cpus_allowed` / `cpumask`: the CPUs the clones are placed on (one each, in order).
     pub cpus_allowed: Option<CpuSet>,
+    /// `numa_cpu_nodes`, until [`place_on_nodes`] turns it into `cpus_allowed` (a job still
+    /// holding it is refused when placed).
+    pub numa_cpu_nodes: Option<CpuSet>,
     /// The device.
     pub target: Target,
     /// `exit_what`: what this job stops when it ends, if `exitall` is set for the run.
@@ -355,6 +360,7 @@ struct Builder {
     description: Option<String>,
     numjobs: u32,
     cpus_allowed: Option<CpuSet>,
+    numa_cpu_nodes: Option<CpuSet>,
     target: Target,
     /// `filename` was given (fio then ignores `filename_format`).
     filename_given: bool,
@@ -427,6 +433,7 @@ impl Builder {
             description: None,
             numjobs: 1,
             cpus_allowed: None,
+            numa_cpu_nodes: None,
             target: Target::Default,
             filename_given: false,
             filename_format: None,
@@ -505,7 +512,8 @@ impl Builder {
             || self.apply_verify(&setting)?
             || self.apply_steady(&setting)?
             || self.apply_uring(&setting)?
-            || self.apply_latency_target(&setting)?;
+            || self.apply_latency_target(&setting)?
+            || self.apply_numa(&setting)?;
         if !taken {
             self.apply_unhandled(&setting)?;
         }

@@ -143,6 +143,14 @@ impl FioJob {
         online_cpus: &[u32],
         busy: &CpuSet,
     ) -> Result<JobSpec, WorkloadError> {
+        if let Some(nodes) = &self.numa_cpu_nodes {
+            return Err(unsupported(
+                &self.name,
+                &alloc::format!("numa_cpu_nodes={nodes}"),
+                "the nodes were not resolved to the box's CPUs (workload::fio::place_on_nodes, which the kernel \
+                 runs with its SRAT)",
+            ));
+        }
         let mut spec = self.spec.clone();
         let bs = u64::from(spec.bs);
         // The bytes of one clone's region, and of its smallest file (the one file's region for
