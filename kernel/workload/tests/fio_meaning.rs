@@ -701,7 +701,7 @@ fn numa_options_place_clones_and_buffers_on_nodes() {
     };
     let online = [0, 1, 2, 3];
     // Not resolved: refused by name when placed.
-    let error = run.jobs[0].to_spec(&[nvme.clone()], &online).unwrap_err().to_string();
+    let error = run.jobs[0].to_spec(std::slice::from_ref(&nvme), &online).unwrap_err().to_string();
     assert!(error.contains("numa_cpu_nodes=1"), "{error}");
     // Two nodes: CPUs 0-1 on node 0, 2-3 on node 1.
     workload::fio::place_on_nodes(&mut run, &online, &|cpu| Some(cpu / 2)).unwrap();
