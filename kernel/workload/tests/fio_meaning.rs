@@ -701,11 +701,14 @@ fn numa_options_place_clones_and_buffers_on_nodes() {
     };
     let online = [0, 1, 2, 3];
     // Not resolved: refused by name when placed.
-    let error = run.jobs[0].to_spec(std::slice::from_ref(&nvme), &online).unwrap_err().to_string();
+    let error = run.jobs[0]
+        .to_spec(std::slice::from_ref(&nvme), &online)
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("numa_cpu_nodes=1"), "{error}");
     // Two nodes: CPUs 0-1 on node 0, 2-3 on node 1.
     workload::fio::place_on_nodes(&mut run, &online, &|cpu| Some(cpu / 2)).unwrap();
-    let a = run.jobs[0].to_spec(&[nvme.clone()], &online).unwrap();
+    let a = run.jobs[0].to_spec(std::slice::from_ref(&nvme), &online).unwrap();
     assert_eq!(a.cpus.to_string(), "2-3");
     assert_eq!(run.jobs[1].cpus_allowed.unwrap().to_string(), "0,3");
     // A node with no online CPU, and fio's forms that do not fit one node per clone.
