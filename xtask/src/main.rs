@@ -36,6 +36,7 @@ mod peer;
 mod preflight;
 mod qemu;
 mod qemufusion;
+mod raid0check;
 mod runner;
 mod scenario;
 #[cfg(test)]

@@ -12,8 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // The RAID-0 placement check runs only here, after a scenario's boots.
-#[path = "raid0check.rs"]
-mod raid0check;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Verdict {
@@ -269,7 +267,7 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             .iter()
             .filter_map(|name| images.iter().find(|(n, _)| n == name).map(|(_, p)| p.as_path()))
             .collect();
-        if let Err(why) = raid0check::check_files(&paths, layout.strip_bytes) {
+        if let Err(why) = crate::raid0check::check_files(&paths, layout.strip_bytes) {
             return Verdict::Fail(why);
         }
     }
