@@ -13,9 +13,9 @@ use alloc::vec::Vec;
 use fioserver::stats::{DIRECTIONS, DirStats, DiskUtil, Eta, GroupRunStats, IoStat, PLAT_NR, ThreadStat};
 use fioserver::{JobReport as TsReport, RunResults};
 use workload::LatencyHistogram;
-use workload::detail::{RateSample, SampleStats};
+use workload::detail::SampleStats;
 use workload::hist::{BUCKETS, FIO_DEFAULT_PERCENTILES, PercentMicros};
-use workload::report::fio_output::latency_classes;
+use workload::report::fio_output::{Direction, directions, latency_classes};
 use workload::report::{FioJobMeta, VerifyResult};
 
 // The engine's histograms are fio's layout, so their buckets are fio's buckets.
@@ -71,45 +71,6 @@ fn buckets_of(h: &LatencyHistogram) -> Vec<u64> {
         return Vec::new();
     }
     (0..BUCKETS).map(|i| h.bucket_count(i)).collect()
-}
-
-struct Direction<'a> {
-    ios: u64,
-    bytes: u64,
-    lat: &'a LatencyHistogram,
-    slat: Option<&'a LatencyHistogram>,
-    clat: Option<&'a LatencyHistogram>,
-    samples: &'a [RateSample],
-}
-
-fn directions(report: &workload::JobReport) -> [Direction<'_>; DIRECTIONS] {
-    let d = report.detail.as_ref();
-    [
-        Direction {
-            ios: report.read.ios,
-            bytes: report.read.bytes,
-            lat: &report.read_latency,
-            slat: d.map(|d| &d.read_slat),
-            clat: d.map(|d| &d.read_clat),
-            samples: d.map_or(&[], |d| d.read_samples.as_slice()),
-        },
-        Direction {
-            ios: report.write.ios,
-            bytes: report.write.bytes,
-            lat: &report.write_latency,
-            slat: d.map(|d| &d.write_slat),
-            clat: d.map(|d| &d.write_clat),
-            samples: d.map_or(&[], |d| d.write_samples.as_slice()),
-        },
-        Direction {
-            ios: report.trim.ios,
-            bytes: report.trim.bytes,
-            lat: &report.trim_latency,
-            slat: d.map(|d| &d.trim_slat),
-            clat: d.map(|d| &d.trim_clat),
-            samples: d.map_or(&[], |d| d.trim_samples.as_slice()),
-        },
-    ]
 }
 
 fn dir_stats(d: &Direction<'_>, runtime_ms: u64) -> DirStats {

@@ -247,16 +247,27 @@ fn percent_micros(part: u64, total: u64, floor: u128) -> u128 {
     if part != 0 && value < floor { floor } else { value }
 }
 
-struct Direction<'a> {
-    ios: u64,
-    bytes: u64,
-    lat: &'a LatencyHistogram,
-    slat: Option<&'a LatencyHistogram>,
-    clat: Option<&'a LatencyHistogram>,
-    samples: &'a [RateSample],
+/// One direction's figures as fio reports them (read, write or trim): counts, the latency
+/// histograms and, with the detail mode, slat/clat and the interval samples.
+#[derive(Debug, Clone, Copy)]
+pub struct Direction<'a> {
+    /// Completed I/Os.
+    pub ios: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Submit-to-completion latency.
+    pub lat: &'a LatencyHistogram,
+    /// Submission latency (detail mode).
+    pub slat: Option<&'a LatencyHistogram>,
+    /// Completion latency (detail mode).
+    pub clat: Option<&'a LatencyHistogram>,
+    /// The interval samples of bandwidth and IOPS (detail mode).
+    pub samples: &'a [RateSample],
 }
 
-fn directions(report: &JobReport) -> [Direction<'_>; 3] {
+/// A report's read, write and trim figures, in fio's order (its JSON output, the fio server's
+/// per-job stats).
+pub fn directions(report: &JobReport) -> [Direction<'_>; 3] {
     let detail = report.detail.as_ref();
     [
         Direction {
