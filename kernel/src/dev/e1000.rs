@@ -28,14 +28,8 @@ pub const DRIVER: PciDriver = PciDriver {
     aim_for_jobs: None,
 };
 
-/// The driver has no words of its own (the network room's are `net.*`).
 fn configure(words: &[&str]) -> Result<(), Error> {
-    match words.first() {
-        Some(w) => Err(Error::Config(format!(
-            "{w}: e1000 has no options (network words are net.*)"
-        ))),
-        None => Ok(()),
-    }
+    netif::no_words("e1000", words)
 }
 
 fn probe(function: &'static PciFunction) -> Result<(), Error> {
@@ -64,14 +58,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let (rx, tx) = nic.ring_lens();
     let mac = net::Nic::mac(&nic);
     let link = net::Nic::link(&nic);
-    let loc = pci::location(at);
-    let pci_at = net::PciLocation {
-        segment: loc.segment,
-        bus: loc.bus,
-        device: loc.device,
-        function: loc.function,
-    };
-    let name = netif::register(Some(pci_at), Box::new(nic));
+    let name = netif::register_pci(at, Box::new(nic));
     kprintln!(
         "{name}: e1000 {} ({at}) {mac}, link {link:?}, rings rx {rx} tx {tx}, polled",
         family.name()

@@ -11,6 +11,28 @@ pub fn register(pci: Option<net::PciLocation>, nic: Box<dyn net::Nic>) -> String
     INTERFACES.lock().add(pci, nic)
 }
 
+/// Adds the NIC of the PCI function at `at`; returns its name.
+pub fn register_pci(at: platform::pci::PciAddress, nic: Box<dyn net::Nic>) -> String {
+    let loc = super::pci::location(at);
+    let pci = net::PciLocation {
+        segment: loc.segment,
+        bus: loc.bus,
+        device: loc.device,
+        function: loc.function,
+    };
+    register(Some(pci), nic)
+}
+
+/// A NIC driver's `configure`: it has no words of its own (the network room's are `net.*`).
+pub fn no_words(driver: &str, words: &[&str]) -> Result<(), crate::error::Error> {
+    match words.first() {
+        Some(w) => Err(crate::error::Error::Config(alloc::format!(
+            "{w}: {driver} has no options (network words are net.*)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Runs `f` with the table (the boot CPU's, outside measured jobs: nothing else takes the lock).
 pub fn with<R>(f: impl FnOnce(&mut net::Registry) -> R) -> R {
     f(&mut INTERFACES.lock())

@@ -30,14 +30,8 @@ pub const DRIVER: PciDriver = PciDriver {
     aim_for_jobs: None,
 };
 
-/// The driver has no words of its own (the network room's are `net.*`).
 fn configure(words: &[&str]) -> Result<(), Error> {
-    match words.first() {
-        Some(w) => Err(Error::Config(format!(
-            "{w}: virtio-net has no options (network words are net.*)"
-        ))),
-        None => Ok(()),
-    }
+    netif::no_words("virtio-net", words)
 }
 
 /// `cfg_type` of the virtio-pci capabilities (3 is the ISR status, between them).
@@ -212,14 +206,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let (rxq, txq) = nic.queue_sizes();
     let mac = net::Nic::mac(&nic);
     let link = net::Nic::link(&nic);
-    let loc = pci::location(at);
-    let pci_at = net::PciLocation {
-        segment: loc.segment,
-        bus: loc.bus,
-        device: loc.device,
-        function: loc.function,
-    };
-    let name = netif::register(Some(pci_at), Box::new(nic));
+    let name = netif::register_pci(at, Box::new(nic));
     kprintln!("{name}: virtio-net ({at}) {mac}, link {link:?}, queues rx {rxq} tx {txq}, polled");
     Ok(())
 }
