@@ -190,6 +190,32 @@ fn send_monitor_command(socket: &Path, command: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Streams a QEMU child's output into `tx`, a line at a time, from two threads: its console
+/// (stdout, as the kernel wrote it, a trailing CR dropped) and its own messages (stderr, each
+/// prefixed `qemu: `). The child must have been spawned with both piped.
+pub fn forward_output(child: &mut Child, tx: mpsc::Sender<String>) -> [std::thread::JoinHandle<()>; 2] {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let tx2 = tx.clone();
+    [
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        }),
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx2.send(format!("qemu: {line}")).is_err() {
+                    break;
+                }
+            }
+        }),
+    ]
+}
+
 /// Kills the child if it is still running when dropped.
 struct KillOnDrop(Child);
 
@@ -235,26 +261,7 @@ pub fn run_scripted_with(
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let mut child = KillOnDrop(child);
     let (tx, rx) = mpsc::channel::<String>();
-    let stdout = child.0.stdout.take().expect("piped stdout");
-    let stderr = child.0.stderr.take().expect("piped stderr");
-    let tx2 = tx.clone();
-    let readers = [
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
-                let line = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        }),
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx2.send(format!("qemu: {line}")).is_err() {
-                    break;
-                }
-            }
-        }),
-    ];
+    let readers = forward_output(&mut child.0, tx);
     let deadline = start + timeout;
     let mut output = String::new();
     let mut timed_out = false;

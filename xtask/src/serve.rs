@@ -5,7 +5,7 @@
 
 use crate::{RunDevice, args, build_kernel, qemu, root, setup, split_dashdash};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -100,24 +100,7 @@ impl RunningBox {
             .spawn()
             .map_err(|e| format!("{}: cannot start qemu-system-x86_64: {e}", spec.name))?;
         let (tx, rx) = mpsc::channel::<String>();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let tx2 = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
-                let line = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx2.send(format!("qemu: {line}")).is_err() {
-                    break;
-                }
-            }
-        });
+        crate::qemu::forward_output(&mut child, tx);
         let dir = root().join("target/fleet");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         Ok(Self {
