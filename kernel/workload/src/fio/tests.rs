@@ -298,7 +298,12 @@ fn unsupported_options_are_refused_by_name() {
     // fio's default log_avg_msec=0 logs every I/O: the console's rows average 500 ms instead.
     let per_io = &parse_job_file("[a]\nwrite_bw_log=x\n", &[]).unwrap().jobs[0];
     assert_eq!(per_io.report.logs.log_avg_msec, 500);
-    assert!(per_io.warnings.iter().any(|w| w.starts_with("log_avg_msec=0 (fio's default")));
+    assert!(
+        per_io
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("log_avg_msec=0 (fio's default"))
+    );
     // Zero flushes and bsrange with equal ends are fio's defaults in other words.
     assert!(parse_job_file("[a]\nfsync=0\nend_fsync=0\nbsrange=8k-8k\nblockalign=8k\n", &[]).is_ok());
 }
