@@ -12,10 +12,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The device source, relative to the workspace root.
-const DEVICE_SOURCE: &str = "qemu/megasas-fusion/megasas-fusion.c";
-/// The device's file name inside QEMU's `hw/scsi/`.
+/// The device's folder, relative to the workspace root.
+const DEVICE_DIR: &str = "qemu/megasas-fusion";
+/// The device's one translation unit inside QEMU's `hw/scsi/` (what meson compiles).
 const DEVICE_FILE: &str = "megasas-fusion.c";
+/// The device's files, copied into `hw/scsi/` as they are: the translation unit and the parts it
+/// includes (QEMU's `.c.inc` convention).
+const DEVICE_FILES: &[&str] = &[
+    DEVICE_FILE,
+    "megasas-fusion-raid.c.inc",
+    "megasas-fusion-dcmd.c.inc",
+    "megasas-fusion-regs.c.inc",
+];
 
 /// Kconfig symbol of the device, appended to `hw/scsi/Kconfig`.
 const KCONFIG_BLOCK: &str = "
@@ -161,11 +169,9 @@ fn cache_paths(version: &str, device: &[u8]) -> Result<(PathBuf, PathBuf), Strin
 
 /// The binary with the emulated Fusion controller, built first when the cache lacks it.
 pub fn ensure_binary() -> Result<PathBuf, String> {
-    let device_path = crate::root().join(DEVICE_SOURCE);
-    let device =
-        std::fs::read(&device_path).map_err(|e| format!("qemu-fusion: reading {}: {e}", device_path.display()))?;
+    let device = read_device()?;
     let version = source_version()?;
-    let (dir, bin) = cache_paths(&version, &device)?;
+    let (dir, bin) = cache_paths(&version, &device_key(&device))?;
     if bin.is_file() {
         return Ok(bin);
     }
@@ -324,9 +330,36 @@ fn unpack_source(version: &str, dir: &Path, tree: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Adds the device to the unpacked tree: its file, one Kconfig symbol, one meson line and the
+/// The device's files, each as (name, bytes), in [`DEVICE_FILES`] order.
+type DeviceFiles = Vec<(&'static str, Vec<u8>)>;
+
+fn read_device() -> Result<DeviceFiles, String> {
+    DEVICE_FILES
+        .iter()
+        .map(|name| {
+            let path = crate::root().join(DEVICE_DIR).join(name);
+            std::fs::read(&path)
+                .map(|bytes| (*name, bytes))
+                .map_err(|e| format!("qemu-fusion: reading {}: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// The bytes the cache key hashes: every file's name and contents.
+fn device_key(device: &DeviceFiles) -> Vec<u8> {
+    let mut key = Vec::new();
+    for (name, bytes) in device {
+        key.extend_from_slice(name.as_bytes());
+        key.push(0);
+        key.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        key.extend_from_slice(bytes);
+    }
+    key
+}
+
+/// Adds the device to the unpacked tree: its files, one Kconfig symbol, one meson line and the
 /// device configuration of the minimal build.
-fn add_device(tree: &Path, device: &[u8]) -> Result<(), String> {
+fn add_device(tree: &Path, device: &DeviceFiles) -> Result<(), String> {
     let write = |rel: &str, data: &[u8]| {
         std::fs::write(tree.join(rel), data).map_err(|e| format!("qemu-fusion: writing {rel}: {e}"))
     };
@@ -338,7 +371,9 @@ fn add_device(tree: &Path, device: &[u8]) -> Result<(), String> {
         }
         std::fs::write(&path, old).map_err(|e| format!("qemu-fusion: writing {rel}: {e}"))
     };
-    write(&format!("hw/scsi/{DEVICE_FILE}"), device)?;
+    for (name, bytes) in device {
+        write(&format!("hw/scsi/{name}"), bytes)?;
+    }
     append("hw/scsi/Kconfig", KCONFIG_BLOCK)?;
     append("hw/scsi/meson.build", MESON_LINE)?;
     write(
@@ -368,6 +403,21 @@ mod tests {
         assert_ne!(a, c);
         assert_ne!(tree_a, tree_c, "another source release gets its own tree");
         assert_eq!(a, cache_paths("1:7.2+dfsg-7", b"one").unwrap().1);
+    }
+
+    /// Every part is in the repository and the translation unit includes each of them once, so
+    /// the build sees all of it and the cache key covers all of it.
+    #[test]
+    fn the_device_files_are_one_translation_unit() {
+        let device = read_device().unwrap();
+        assert_eq!(device.len(), DEVICE_FILES.len());
+        let unit = String::from_utf8_lossy(&device[0].1).to_string();
+        for (name, _) in &device[1..] {
+            assert_eq!(unit.matches(&format!("#include \"{name}\"")).count(), 1, "{name}");
+        }
+        let mut changed = device.clone();
+        changed[2].1.push(b' ');
+        assert_ne!(device_key(&device), device_key(&changed));
     }
 
     #[test]
