@@ -246,7 +246,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         segs: &[Segment],
     ) -> Result<Completion, Error> {
         let len: u32 = segs.iter().map(|s| s.len).sum();
-        self.submit_raw(0, 0, target, system_pd, cdb, Some(write), len, segs, 0, true, None)?;
+        self.submit_raw(0, 0, target, system_pd, cdb, Some(write), len, segs, 0, true)?;
         let mut waited = 0u64;
         loop {
             let mut done = None;

@@ -41,8 +41,6 @@ pub struct Validated {
     cdb: [u8; 16],
     write: Option<bool>,
     len: u32,
-    /// FastPath: the member disk and its block (the CDB already names that block).
-    route: Option<FastPathRoute>,
 }
 
 /// The submission section [`Controller::enter`] opened: no reset starts while it lives.
@@ -148,7 +146,6 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             req.sgl,
             cookie,
             false,
-            checked.route,
         )
     }
 
@@ -169,7 +166,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             .iter()
             .find(|d| d.target == req.target && d.system_pd == req.system_pd)
             .ok_or(Error::NoSuchDrive { target: req.target })?;
-        let (cdb, write, len, route) = match req.op {
+        let (cdb, write, len) = match req.op {
             IoOp::Read | IoOp::Write => {
                 let end = req.lba.checked_add(u64::from(req.blocks));
                 if req.blocks == 0 || end.is_none_or(|e| e > drive.blocks) {
@@ -185,18 +182,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     max: usize::from(self.limits.max_sge),
                 })?;
                 let write = req.op == IoOp::Write;
-                let route = if req.system_pd {
-                    None
-                } else {
-                    self.fastpath_route(req.target, req.lba, req.blocks, write)
-                };
-                // FastPath: the CDB names the member disk's block (Linux `megasas_set_pd_lba`).
-                let lba = route.map_or(req.lba, |r| r.pd_lba);
                 (
-                    cdb16(if write { 0x8A } else { 0x88 }, lba, req.blocks),
+                    cdb16(if write { 0x8A } else { 0x88 }, req.lba, req.blocks),
                     Some(write),
                     len,
-                    route,
                 )
             }
             IoOp::Flush => {
@@ -204,7 +193,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 // and FreeBSD send to (and intercept for) MegaRAID LDs.
                 let mut c = [0u8; 16];
                 c[0] = 0x35;
-                (c, None, 0, None)
+                (c, None, 0)
             }
         };
         if !self.mistake(Mistake::IgnoreMaxSge) && req.sgl.len() > usize::from(self.limits.max_sge) {
@@ -231,20 +220,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 expected: u64::from(len),
             });
         }
-        Ok(Validated { cdb, write, len, route })
-    }
-
-    /// The FastPath route of an LD read or write, when the RAID map allows one (RAID-0, inside
-    /// one strip, FastPath on). A controller without FastPath LDs pays one length test.
-    #[inline(always)]
-    fn fastpath_route(&self, target: u8, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
-        if self.fastpath_lds.is_empty() || !self.fastpath_on.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.fastpath_lds
-            .iter()
-            .find(|ld| ld.target == target)?
-            .route(lba, blocks, write)
+        Ok(Validated { cdb, write, len })
     }
 
     // Inlined into `submit_validated`: no ten arguments through the stack per I/O.
@@ -262,7 +238,6 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         segs: &[Segment],
         cookie: u64,
         non_rw: bool,
-        route: Option<FastPathRoute>,
     ) -> Result<u32, Error> {
         let tags = u32::from(self.limits.io_tags);
         if tag >= tags {
@@ -302,20 +277,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let mut img = FrameImage::new();
         // A system PD without a RAID map (Linux `megasas_build_syspd_fusion`): DevHandle
         // 0xFFFF, the device id in the RAID context, FastPath SCSI IO (Function 0, FP_IO).
-        // FastPath to a RAID-0 member (Linux `megasas_build_ldio_fusion` with fp_possible): the
-        // disk's device handle, Function SCSI IO, the LD's target and the map's sequence number
-        // in the RAID context.
-        let dev_handle = match route {
-            Some(r) => r.handle,
-            None if system_pd => 0xFFFF,
-            None => u16::from(target),
-        };
-        img.set_u16(F_DEV_HANDLE, dev_handle);
+        // (A FastPath route rewrites the LD frame at the end, off the LD path.)
+        img.set_u16(F_DEV_HANDLE, if system_pd { 0xFFFF } else { u16::from(target) });
         img.set_u8(
             F_FUNCTION,
             if self.mistake(Mistake::GarbageFunction) {
                 0x5A
-            } else if system_pd || route.is_some() {
+            } else if system_pd {
                 FUNC_SCSI_IO
             } else {
                 FUNC_LD_IO
@@ -346,10 +314,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         img.set_u32(F_DATA_LEN, data_len);
         let mut io_flags = u16::from(cdb_len(cdb[0]));
-        if (system_pd
+        if system_pd
             && self.generation != Generation::Thunderbolt
-            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag))
-            || route.is_some()
+            && !self.mistake(Mistake::SystemPdWithoutFastPathFlag)
         {
             io_flags |= IO_FLAGS_FAST_PATH;
         }
@@ -369,14 +336,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if system_pd {
             img.set_u8(F_RAID_CTX + 0x18, RAID_FLAGS_SYSTEM_PD);
         }
-        if let Some(r) = route {
-            // Routes come from a dynamic map, which only G35-context firmware has.
-            debug_assert!(self.generation.g35_raid_context());
-            img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
-            img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
-            self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
-        }
-        let mut flags = if system_pd || route.is_some() {
+        let mut flags = if system_pd {
             regs::DESC_FP_IO
         } else if is_rw {
             self.generation.ld_rw_descriptor()
@@ -400,17 +360,56 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if self.mistake(Mistake::SmidBeyondPool) {
             smid = self.limits.max_fw_cmds + 1;
         }
+        // FastPath (a valid RAID map was read): an LD read or write inside one strip of a RAID-0
+        // LD goes to the member disk; one relaxed load for every other LD command.
+        let fastpath = if is_rw && self.fastpath_on.load(Ordering::Relaxed) {
+            self.fastpath_frame(&mut img, target, cdb, msix, smid)
+        } else {
+            None
+        };
+        let descriptor = fastpath.unwrap_or_else(|| desc(flags, msix, smid));
         self.mem.frames.write_u32s(fo, &img.0);
         // The frame must be visible to the device before the descriptor that names it.
         fence(Ordering::Release);
-        self.post_descriptor(match route {
-            Some(r) => desc_with_handle(flags, msix, smid, r.handle),
-            None => desc(flags, msix, smid),
-        });
+        self.post_descriptor(descriptor);
         if self.mistake(Mistake::RepostOutstanding) {
             self.post_descriptor(desc(flags, msix, smid));
         }
         Ok(generation)
+    }
+
+    /// Turns the LD read or write frame in `img` (its READ(16)/WRITE(16) CDB `cdb`) into
+    /// FastPath to a RAID-0 member when the RAID map gives it a route (Linux
+    /// `megasas_build_ldio_fusion` with fp_possible): the disk's device handle, Function SCSI IO,
+    /// the CDB naming the disk's block (`megasas_set_pd_lba`), the FastPath IoFlag, span/arm and
+    /// the map's sequence number in the RAID context (the LD's target is there already); returns
+    /// the FastPath descriptor, which names the handle. None: no route, the LD path. Out of line:
+    /// only controllers with a valid RAID map come here.
+    #[cold]
+    #[inline(never)]
+    fn fastpath_frame(&self, img: &mut FrameImage, target: u8, cdb: &[u8; 16], msix: u8, smid: u16) -> Option<u64> {
+        let write = match cdb[0] {
+            0x88 => false,
+            0x8A => true,
+            _ => return None,
+        };
+        let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
+        let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
+        let r: FastPathRoute = self
+            .fastpath_lds
+            .iter()
+            .find(|ld| ld.target == target)?
+            .route(lba, blocks, write)?;
+        // Routes come from a dynamic map, which only G35-context firmware has.
+        debug_assert!(self.generation.g35_raid_context());
+        img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
+        img.set_u16(F_DEV_HANDLE, r.handle);
+        img.set_u8(F_FUNCTION, FUNC_SCSI_IO);
+        img.set_u16(F_IO_FLAGS, u16::from(cdb_len(cdb[0])) | IO_FLAGS_FAST_PATH);
+        img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
+        img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
+        self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
+        Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
     }
 
     /// Writes the SGL into the frame at `fo` (its 8 slots zeroed first, so no SGE of the
