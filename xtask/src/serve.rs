@@ -445,6 +445,24 @@ fn client_json(run: &ClientRun) -> Result<Value, String> {
     serde_json::from_str(&run.stdout[start..]).map_err(|e| format!("the client's JSON: {e}"))
 }
 
+/// Runs `job` with JSON output through the client `one` on `box_`, which must succeed, and
+/// returns the client's run with the box's own document of it (the newest, once the box says
+/// the run ended).
+fn run_to_document(one: &[String], job: &Path, box_: &mut RunningBox) -> Result<(ClientRun, Value), String> {
+    let run = run_client(one, job, true)?;
+    if !run.success {
+        return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
+    }
+    box_.wait_for("run end", Duration::from_secs(60), |l| {
+        l.starts_with("fio.server: run ended")
+    })?;
+    box_.drain();
+    let doc = box_documents(&box_.output)?
+        .pop()
+        .ok_or("the box printed no fio document")?;
+    Ok((run, doc))
+}
+
 /// The box's own fio documents (`BAREMQ-FIO-JSON:` lines), newest last.
 fn box_documents(output: &str) -> Result<Vec<Value>, String> {
     output
@@ -599,17 +617,7 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
         verdicts.push(Verdict { name, result });
     };
     step("verify job, figures equal the box's", &mut |boxes| {
-        let run = run_client(&one, &write_verify, true)?;
-        if !run.success {
-            return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
-        }
-        boxes[0].wait_for("run end", Duration::from_secs(60), |l| {
-            l.starts_with("fio.server: run ended")
-        })?;
-        boxes[0].drain();
-        let doc = box_documents(&boxes[0].output)?
-            .pop()
-            .ok_or("the box printed no fio document")?;
+        let (run, doc) = run_to_document(&one, &write_verify, &mut boxes[0])?;
         let client = client_json(&run)?;
         let job = &client["client_stats"][0];
         if job["error"] != 0 {
@@ -619,17 +627,7 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     });
     // 2. Job after job on the same box, each longer than the client's ETA timeout.
     step("second job file on the same box (two 6 s waves)", &mut |boxes| {
-        let run = run_client(&one, &seq, true)?;
-        if !run.success {
-            return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
-        }
-        boxes[0].wait_for("run end", Duration::from_secs(60), |l| {
-            l.starts_with("fio.server: run ended")
-        })?;
-        boxes[0].drain();
-        let doc = box_documents(&boxes[0].output)?
-            .pop()
-            .ok_or("the box printed no fio document")?;
+        let (run, doc) = run_to_document(&one, &seq, &mut boxes[0])?;
         same_figures(&client_json(&run)?, &doc)
     });
     // 3. An option the front-end refuses comes back as fio's text and a failing exit.
