@@ -419,6 +419,9 @@ pub struct JobSpec {
     /// fio's `zonemode=strided`: the I/O moves through zones of the region (see
     /// [`StridedZones`]). `None`: the region as one.
     pub strided_zones: Option<StridedZones>,
+    /// fio's `numjobs` without `group_reporting`: fio reports each clone on its own, so the job's
+    /// report also carries each clone's own ([`crate::JobReport::clones`]) for fio's output.
+    pub report_each_clone: bool,
 }
 
 /// fio's strided zones, in blocks of the job: zone `z` starts `z x (range + skip)` blocks into
@@ -634,6 +637,7 @@ impl JobSpec {
             offset_add_blocks: 0,
             random_run: 1,
             strided_zones: None,
+            report_each_clone: false,
         }
     }
 

@@ -258,6 +258,11 @@ pub struct JobReport {
     pub steady_attained_cpus: u32,
     /// fio's latency target: the queue depth each clone's search ended at, in plan order.
     pub latency_depths: Vec<u32>,
+    /// Each clone's own report, in plan order, when the job asks for them
+    /// ([`crate::JobSpec::report_each_clone`]: fio's `numjobs` without `group_reporting`) and
+    /// has more than one clone; empty otherwise. Only the engine's figures: the kernel's counters
+    /// and totals go to the job's report.
+    pub clones: Vec<JobReport>,
 }
 
 impl JobReport {
@@ -362,6 +367,21 @@ impl JobReport {
         let mut total_hist = read_hist.clone();
         total_hist.merge(&write_hist);
         total_hist.merge(&trim_hist);
+        let clones = if plan.spec.report_each_clone && plan.cpus.len() > 1 {
+            plan.cpus
+                .iter()
+                .zip(&ordered)
+                .map(|(slice, result)| {
+                    let clone_plan = JobPlan {
+                        cpus: alloc::vec![*slice],
+                        ..plan.clone()
+                    };
+                    Self::new(&clone_plan, core::slice::from_ref(*result))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
         let detail = if ordered.iter().all(|r| r.detail.is_some()) && !ordered.is_empty() {
             let per_cpu = ordered.iter().filter_map(|r| r.detail.as_deref().cloned()).collect();
             let runtimes: Vec<u64> = ordered.iter().map(|r| r.runtime_ns).collect();
@@ -407,6 +427,7 @@ impl JobReport {
                 .filter(|r| r.steady.as_ref().is_some_and(|o| o.attained))
                 .count() as u32,
             latency_depths: ordered.iter().filter_map(|r| r.latency_depth).collect(),
+            clones,
         })
     }
 

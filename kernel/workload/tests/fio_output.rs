@@ -7,7 +7,9 @@ mod common;
 
 use common::{FakeBackend, FakeDisk, Order};
 use workload::detail::DetailOptions;
-use workload::report::{FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, write_fio_text};
+use workload::report::{
+    FioJob, FioJobMeta, FioLogOptions, FioOutputFormat, FioOutputOptions, write_fio_document, write_fio_text,
+};
 use workload::{CpuResult, DeviceInfo, JobPlan, JobReport, JobShared, WorkloadError, parse_cmdline, plan_job, run_cpu};
 
 fn run_job(plan: &JobPlan, disk: &FakeDisk, shared: &JobShared, latency_ns: u64) -> Vec<CpuResult> {
@@ -202,4 +204,84 @@ fn text_report_has_fios_sections_with_measured_figures() {
         "{text}"
     );
     assert!(!text.contains("WRITE: bw="), "{text}");
+}
+
+/// Runs the one job of a fio job file as the front-end maps it, on CPUs 0 and 1 in detail mode,
+/// and returns its report with what fio's output knows of it.
+fn fio_report(job_file: &str) -> (JobReport, FioJobMeta) {
+    let run = workload::fio::parse_job_file(job_file, &[]).unwrap();
+    let spec = run.jobs[0].to_spec(&device(), &[0, 1]).unwrap();
+    let plan = plan_job(&spec, &device(), &[0, 1]).unwrap();
+    let disk = FakeDisk::new(512, 64 * 1024);
+    let shared = JobShared::with_detail(&plan, DetailOptions::default());
+    let results = run_job(&plan, &disk, &shared, 50_000);
+    let meta = FioJobMeta {
+        job_options: run.jobs[0].options.clone(),
+        groupid: run.jobs[0].group,
+    };
+    (JobReport::new(&plan, &results).unwrap(), meta)
+}
+
+const TWO_CLONES: &str = "[pair]\nrw=randread\nbs=4k\nsize=1m\niodepth=4\nnumjobs=2\n";
+
+#[test]
+fn clones_without_group_reporting_are_one_fio_entry_each() {
+    let (report, meta) = fio_report(TWO_CLONES);
+    assert_eq!(
+        report.read.ios, 512,
+        "two clones of 256 reads, merged in baremq's report"
+    );
+    assert_eq!(report.clones.len(), 2);
+    let options = FioOutputOptions::default();
+    let jobs = [FioJob {
+        report: &report,
+        meta: &meta,
+    }];
+    let mut document = String::new();
+    write_fio_document(&mut document, &options, &jobs).unwrap();
+    let json = common::parse_json(&document);
+    let entries = json.get("jobs").array();
+    assert_eq!(entries.len(), 2, "{document}");
+    let mut total = 0;
+    for ((entry, clone), cpu) in entries.iter().zip(&report.clones).zip(&report.per_cpu) {
+        assert_eq!(entry.get("jobname").str(), "pair");
+        assert_eq!(entry.get("groupid").u64(), 0);
+        assert_eq!(entry.get("job options").get("numjobs").str(), "2");
+        let read = entry.get("read");
+        // Each clone reads its 1 MiB once: the entry holds that clone's figures only.
+        assert_eq!(read.get("total_ios").u64(), 256);
+        assert_eq!(read.get("total_ios").u64(), cpu.ios);
+        assert_eq!(read.get("io_bytes").u64(), 1 << 20);
+        assert_eq!(read.get("clat_ns").get("N").u64(), 256);
+        assert_eq!(read.get("runtime").u64(), cpu.runtime_ns / 1_000_000);
+        assert_eq!(entry.get("job_runtime").u64(), clone.runtime_ns / 1_000_000);
+        assert_eq!(entry.get("baremq").get("job").get("cpus").array().len(), 1);
+        total += read.get("total_ios").u64();
+    }
+    assert_eq!(total, report.read.ios);
+    let mut text = String::new();
+    write_fio_text(&mut text, &options, &jobs).unwrap();
+    assert_eq!(text.matches("pair: (groupid=0, jobs=1): ").count(), 2, "{text}");
+    assert_eq!(text.matches("issued rwts: total=256,0,0,0 ").count(), 2, "{text}");
+}
+
+#[test]
+fn clones_with_group_reporting_are_one_fio_entry() {
+    let (report, meta) = fio_report(&TWO_CLONES.replace("[pair]\n", "[pair]\ngroup_reporting\n"));
+    assert!(report.clones.is_empty());
+    let options = FioOutputOptions::default();
+    let jobs = [FioJob {
+        report: &report,
+        meta: &meta,
+    }];
+    let mut document = String::new();
+    write_fio_document(&mut document, &options, &jobs).unwrap();
+    let json = common::parse_json(&document);
+    let entries = json.get("jobs").array();
+    assert_eq!(entries.len(), 1, "{document}");
+    assert_eq!(entries[0].get("read").get("total_ios").u64(), 512);
+    assert_eq!(entries[0].get("read").get("io_bytes").u64(), 2 << 20);
+    let mut text = String::new();
+    write_fio_text(&mut text, &options, &jobs).unwrap();
+    assert!(text.starts_with("pair: (groupid=0, jobs=2): "), "{text}");
 }

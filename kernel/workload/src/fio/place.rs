@@ -204,6 +204,7 @@ impl FioJob {
             ));
         }
         spec.cpus = crate::job::CpuSelection::List(CpuSet::from_cpus(&candidates[..wanted as usize]));
+        spec.report_each_clone = wanted > 1 && !self.report.group_reporting;
         let zoned_bytes: u64 = spec
             .zones
             .iter()

@@ -194,6 +194,23 @@ pub struct FioJob<'a> {
     pub meta: &'a FioJobMeta,
 }
 
+impl<'a> FioJob<'a> {
+    /// fio's `jobs[]` entries for this job, in order: one per clone when its report carries each
+    /// clone's ([`JobReport::clones`]: `numjobs` without `group_reporting`), else the job's one.
+    pub fn entries(self) -> impl Iterator<Item = FioJob<'a>> {
+        let meta = self.meta;
+        let whole = self.report.clones.is_empty().then_some(self);
+        whole
+            .into_iter()
+            .chain(self.report.clones.iter().map(move |report| FioJob { report, meta }))
+    }
+}
+
+/// fio's `jobs[]` entries of `jobs`, in order ([`FioJob::entries`]).
+pub fn fio_entries<'a>(jobs: &[FioJob<'a>]) -> Vec<FioJob<'a>> {
+    jobs.iter().flat_map(|job| job.entries()).collect()
+}
+
 /// A percentile key as fio prints it (`%f`): `99.990000`.
 #[derive(Debug, Clone, Copy)]
 pub struct PercentKey(pub PercentMicros);
@@ -622,7 +639,7 @@ pub fn write_fio_document(out: &mut dyn Write, options: &FioOutputOptions, jobs:
     write_string_map(&mut w, &options.global_options)?;
     w.key("jobs")?;
     w.begin_array()?;
-    for job in jobs {
+    for job in &fio_entries(jobs) {
         write_job(&mut w, job, options)?;
     }
     w.end_array()?;
@@ -915,7 +932,7 @@ fn write_direction_text(
 pub fn write_fio_text(out: &mut dyn Write, options: &FioOutputOptions, jobs: &[FioJob<'_>]) -> fmt::Result {
     let percentiles = options.percentiles();
     let mut totals = [(0u64, 0u64); 3];
-    for job in jobs {
+    for job in &fio_entries(jobs) {
         let report = job.report;
         let detail = report.detail.as_ref();
         writeln!(
