@@ -5,8 +5,8 @@
 //! runtime in ms, slat/clat/lat as sample statistics and fio-layout histograms (the engine's
 //! histograms have fio's 1856 buckets, so they travel bucket for bucket), bandwidth (KiB/s) and
 //! IOPS samples, depth/submit/complete distributions, the ns/us/ms latency classes, the error.
-//! One TS per job: the clones of `numjobs` are merged by the engine, as under fio's
-//! `group_reporting`.
+//! One TS per fio `jobs[]` entry: a job's, or with `numjobs` and no `group_reporting` each
+//! clone's ([`workload::report::FioJob::entries`]), as fio's server sends them.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -14,9 +14,10 @@ use fioserver::stats::{DIRECTIONS, DirStats, DiskUtil, Eta, GroupRunStats, IoSta
 use fioserver::{JobReport as TsReport, RunResults};
 use workload::LatencyHistogram;
 use workload::detail::SampleStats;
+use workload::fio::FioRun;
 use workload::hist::{BUCKETS, FIO_DEFAULT_PERCENTILES, PercentMicros};
 use workload::report::fio_output::{Direction, directions, latency_classes};
-use workload::report::{FioJobMeta, VerifyResult};
+use workload::report::{FioJob, FioJobMeta, VerifyResult};
 
 // The engine's histograms are fio's layout, so their buckets are fio's buckets.
 const _: () = assert!(BUCKETS == PLAT_NR);
@@ -160,9 +161,26 @@ pub fn thread_stat(
     ts
 }
 
-/// A finished run as fio's results: a TS per report (in order), a GS per group (index = fio's
-/// group id), a DU per device the jobs used (its I/Os and sectors from the jobs' own counts), and
-/// `error` (0 when every job passed).
+/// What fio's START announces for a parsed run, as fio 3.33's server counts it while it reads
+/// the job file (`get_new_job`): `jobs`, every clone of every job (fio's threads), and
+/// `stat_outputs`, the TS reports [`run_results`] will send: a job's clones merged into one only
+/// with `group_reporting`.
+pub fn start_plan(run: &FioRun) -> fioserver::JobPlan {
+    let mut plan = fioserver::JobPlan {
+        jobs: 0,
+        stat_outputs: 0,
+    };
+    for job in &run.jobs {
+        plan.jobs += job.numjobs;
+        plan.stat_outputs += if job.report.group_reporting { 1 } else { job.numjobs };
+    }
+    plan
+}
+
+/// A finished run as fio's results: a TS per fio `jobs[]` entry of the reports (in order: a
+/// job's, or each of its clones'), a GS per group (index = fio's group id), a DU per device the
+/// jobs used (its I/Os and sectors from the jobs' own counts), and `error` (0 when every job
+/// passed).
 pub fn run_results(
     reports: &[(workload::JobReport, FioJobMeta)],
     global_options: &[(String, String)],
@@ -176,10 +194,11 @@ pub fn run_results(
     };
     let jobs: Vec<TsReport> = reports
         .iter()
+        .flat_map(|(report, meta)| FioJob { report, meta }.entries())
         .enumerate()
-        .map(|(i, (report, meta))| TsReport {
-            stat: thread_stat(report, meta, i, &percentiles),
-            options: meta.job_options.clone(),
+        .map(|(i, entry)| TsReport {
+            stat: thread_stat(entry.report, entry.meta, i, &percentiles),
+            options: entry.meta.job_options.clone(),
         })
         .collect();
     let groups = group_stats(jobs.iter().map(|j| &j.stat));

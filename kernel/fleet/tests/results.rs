@@ -2,7 +2,7 @@
 //! is the report's, and the TS survives fio's wire layout.
 
 use fioserver::stats::{CLAT, LAT, SLAT, ThreadStat};
-use fleet::results::{EtaMeter, LiveJob, group_stats, run_results};
+use fleet::results::{EtaMeter, LiveJob, group_stats, run_results, start_plan};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use workload::detail::DetailOptions;
@@ -82,6 +82,37 @@ fn run(words: &str) -> JobReport {
     let mut backend = MemoryBackend::new(16 * 1024, plan.iodepth as usize, plan.max_io_bytes() as usize);
     let result = run_cpu(&plan, 0, &mut backend, &shared).unwrap();
     JobReport::new(&plan, &[result]).unwrap()
+}
+
+/// The first job of a fio job file, its clones on CPUs 0 and 1 (each over its own in-memory
+/// disk, at the same time), with the parsed run.
+fn run_clones(job_file: &str) -> (workload::fio::FioRun, JobReport) {
+    let device = [DeviceInfo {
+        name: "nvme0n1".into(),
+        sector_size: 512,
+        capacity_sectors: 16 * 1024,
+        max_iodepth: 64,
+        max_transfer_bytes: 1 << 20,
+    }];
+    let run = workload::fio::parse_job_file(job_file, &[]).unwrap();
+    let spec = run.jobs[0].to_spec(&device, &[0, 1]).unwrap();
+    let plan = plan_job(&spec, &device, &[0, 1]).unwrap();
+    let shared = JobShared::with_detail(&plan, DetailOptions::default());
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..plan.cpus.len())
+            .map(|index| {
+                let (plan, shared) = (&plan, &shared);
+                scope.spawn(move || {
+                    let mut backend =
+                        MemoryBackend::new(16 * 1024, plan.iodepth as usize, plan.max_io_bytes() as usize);
+                    run_cpu(plan, index, &mut backend, shared).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let report = JobReport::new(&plan, &results).unwrap();
+    (run, report)
 }
 
 fn meta(group: u32) -> FioJobMeta {
@@ -191,6 +222,43 @@ fn a_failed_run_and_groups_of_several_jobs() {
     let mut lone = results.jobs[2].stat.clone();
     lone.groupid = 3;
     assert_eq!(group_stats([&lone].into_iter()).len(), 4);
+}
+
+#[test]
+fn clones_without_group_reporting_are_a_ts_each_and_start_announces_them() {
+    let job = "[global]\nrw=randread\nbs=4k\niodepth=2\n[pair]\nsize=512k\nnumjobs=2\n[after]\nstonewall\nsize=256k\n";
+    let (run, report) = run_clones(job);
+    assert_eq!(report.clones.len(), 2);
+    let after = run_results(&[(report.clone(), meta(0))], &[], &[], true);
+    assert_eq!(after.jobs.len(), 2, "one TS per clone");
+    for (index, (entry, clone)) in after.jobs.iter().zip(&report.clones).enumerate() {
+        let ts = &entry.stat;
+        assert_eq!(ts.name, "pair");
+        assert_eq!(ts.thread_number, index as u32 + 1);
+        assert_eq!(ts.members, 1);
+        assert_eq!(ts.groupid, 0);
+        // 512 KiB per clone: 128 reads of 4 KiB, each clone's own.
+        assert_eq!(ts.dirs[0].total_ios, 128);
+        assert_eq!(ts.dirs[0].total_ios, clone.read.ios);
+        assert_eq!(ts.dirs[0].lat.samples, clone.read_latency.samples());
+        assert_eq!(ts.total_run_time_ms, clone.runtime_ns / 1_000_000);
+    }
+    // The group sums the clones; the device counts the job once.
+    assert_eq!(after.groups[0].io_bytes[0], report.read.bytes);
+    assert_eq!(after.disks[0].ios[0], 256);
+    // fio's START: two threads and one TS each, then the second job's.
+    let plan = start_plan(&run);
+    assert_eq!((plan.jobs, plan.stat_outputs), (3, 3));
+
+    let grouped = job.replace("[global]\n", "[global]\ngroup_reporting\n");
+    let (run, report) = run_clones(&grouped);
+    assert!(report.clones.is_empty());
+    let merged = run_results(&[(report.clone(), meta(0))], &[], &[], true);
+    assert_eq!(merged.jobs.len(), 1, "group_reporting: one TS for the clones");
+    assert_eq!(merged.jobs[0].stat.members, 2);
+    assert_eq!(merged.jobs[0].stat.dirs[0].total_ios, 256);
+    let plan = start_plan(&run);
+    assert_eq!((plan.jobs, plan.stat_outputs), (3, 2));
 }
 
 #[test]
