@@ -154,7 +154,7 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_by
             let mut specs =
                 workload::fio::wave_specs(wave, &infos, &online).map_err(|e| format!("fio: {label}: {e}"))?;
             for (job, spec) in wave.iter().zip(specs.iter_mut()) {
-                describe(job, spec);
+                describe(job, spec, output.is_some());
             }
             let results = super::jobs::run_specs(&specs, &infos, &online, detail)?;
             for (job, (passed, report)) in wave.iter().zip(results) {
@@ -178,15 +178,18 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_by
 }
 
 /// Prints what a fio job became: its warnings, its seed when fio's `randrepeat=0` asks for one
-/// from the clock (set in `spec`), and the engine job it maps to.
-fn describe(job: &workload::fio::FioJob, spec: &mut workload::JobSpec) {
+/// from the clock (set in `spec`), and the engine job it maps to. `fio_output`: fio's output
+/// (document, text or logs) is written for the run.
+fn describe(job: &workload::fio::FioJob, spec: &mut workload::JobSpec, fio_output: bool) {
     for warning in &job.warnings {
         kprintln!("fio job {:?}: warning: {warning}", job.name);
     }
-    if job.numjobs > 1 && !job.report.group_reporting {
+    if spec.report_each_clone && !fio_output {
+        // fio's output lists each clone; baremq's own report, which stands for fio's text here,
+        // cannot.
         kprintln!(
             "fio job {:?}: warning: numjobs={} without group_reporting: fio reports each clone, baremq's \
-             report merges them (its per-CPU lines are the clones)",
+             report merges them (its per-CPU lines are the clones; --output-format=json lists each)",
             job.name,
             job.numjobs
         );
