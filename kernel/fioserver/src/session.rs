@@ -34,7 +34,7 @@ pub struct ProbeFacts {
 pub struct JobPlan {
     /// Jobs (fio threads) the file made.
     pub jobs: u32,
-    /// TS reports that will follow the run: one per job, or one per group under
+    /// TS reports that will follow the run: one per clone, or one per job under
     /// `group_reporting`. At most `jobs`.
     pub stat_outputs: u32,
 }
@@ -68,7 +68,9 @@ pub trait FioBox {
     fn probe(&mut self) -> ProbeFacts;
     /// Server-side command-line arguments (JOBLINE): accept, or refuse with a reason.
     fn command_line(&mut self, args: &[String]) -> Result<(), Refusal>;
-    /// A job file's text: parse it and get ready, or refuse with a reason.
+    /// A job file's text: parse it and get ready, or refuse with a reason. A client given several
+    /// job files sends them one after the other before RUN; each adds its jobs to the ones before
+    /// (fio's server runs them together, as one file), and the plan returned covers them all.
     fn job_file(&mut self, text: &str) -> Result<JobPlan, Refusal>;
     /// Start the accepted jobs (RUN), or refuse.
     fn run(&mut self) -> Result<(), Refusal>;
@@ -87,7 +89,7 @@ pub trait FioBox {
 pub enum State {
     /// No job accepted yet.
     Idle,
-    /// A job file accepted (START sent), waiting for RUN.
+    /// One or more job files accepted (START sent for each), waiting for RUN or another file.
     Ready,
     /// Jobs running; results follow when the box says it has finished.
     Running,
@@ -342,8 +344,8 @@ impl Session {
             }
             Opcode::Job => {
                 let job = JobFile::decode(payload)?;
-                if self.state != State::Idle {
-                    return self.refuse("fio server: one job file per connection", fiobox, out);
+                if !matches!(self.state, State::Idle | State::Ready) {
+                    return self.refuse("fio server: a job file after RUN", fiobox, out);
                 }
                 let Ok(text) = core::str::from_utf8(&job.text) else {
                     return self.refuse("fio server: the job file is not UTF-8 text", fiobox, out);

@@ -406,19 +406,66 @@ fn results_must_match_what_start_announced() {
 }
 
 #[test]
-fn a_second_job_file_is_refused() {
-    let mut b = ScriptedBox::default();
+fn several_job_files_add_up_before_run_and_none_is_taken_after_it() {
+    // A client given two job files sends both before RUN; each START carries the totals so far.
+    struct Counting(ScriptedBox, u32);
+    impl FioBox for Counting {
+        fn probe(&mut self) -> ProbeFacts {
+            self.0.probe()
+        }
+        fn command_line(&mut self, a: &[String]) -> Result<(), Refusal> {
+            self.0.command_line(a)
+        }
+        fn job_file(&mut self, _: &str) -> Result<JobPlan, Refusal> {
+            self.1 += 1;
+            Ok(JobPlan {
+                jobs: 2 * self.1,
+                stat_outputs: self.1,
+            })
+        }
+        fn run(&mut self) -> Result<(), Refusal> {
+            self.0.run()
+        }
+        fn finished(&mut self) -> bool {
+            false
+        }
+        fn eta(&mut self) -> Eta {
+            self.0.eta()
+        }
+        fn stop(&mut self) {
+            self.0.stop()
+        }
+        fn results(&mut self) -> RunResults {
+            self.0.results()
+        }
+    }
+    let mut b = Counting(ScriptedBox::default(), 0);
     let mut s = Session::new();
     let mut bytes = job("[a]\n");
     bytes.extend(job("[b]\n"));
     let step = s.on_bytes(&bytes, &mut b).unwrap();
+    assert!(!step.done);
+    let cmds = decode(&step.out);
+    assert_eq!(ops(&cmds), [Opcode::Start, Opcode::Start]);
+    let starts: Vec<Start> = cmds.iter().map(|c| Start::decode(&c.payload).unwrap()).collect();
+    assert_eq!((starts[0].jobs, starts[0].stat_outputs), (2, 1));
+    assert_eq!((starts[1].jobs, starts[1].stat_outputs), (4, 2));
+    assert_eq!(s.state(), State::Ready);
+
+    let mut bytes = cmd(Opcode::Run, 0, &[]);
+    bytes.extend(job("[c]\n"));
+    let step = s.on_bytes(&bytes, &mut b).unwrap();
     assert!(step.done);
     let cmds = decode(&step.out);
-    assert_eq!(ops(&cmds), [Opcode::Start, Opcode::Text, Opcode::Stop, Opcode::Quit]);
+    assert_eq!(
+        ops(&cmds),
+        [Opcode::ServerStart, Opcode::Text, Opcode::Stop, Opcode::Quit]
+    );
     assert!(
         Text::decode(&cmds[1].payload)
             .unwrap()
             .text
-            .contains("one job file per connection")
+            .contains("a job file after RUN")
     );
+    assert_eq!(b.1, 2, "the file sent after RUN never reached the box");
 }
