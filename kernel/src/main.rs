@@ -108,6 +108,14 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     if let Err(e) = app::fioserve::configure(&config.driver_words) {
         exit::failure(format_args!("{e}"));
     }
+    if let Some(cpu) = app::net::polling_cpu()
+        && !app::fioserve::enabled()
+    {
+        exit::failure(format_args!(
+            "command line: net.cpu={cpu} names the CPU that polls the network while the box serves fio clients: \
+             it needs fio.server=1"
+        ));
+    }
     cpu::init_descriptor_tables();
     apic::disable_legacy_pics();
     apic::choose_mode();
@@ -294,14 +302,19 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
     }
     if app::fioserve::enabled() {
         kprintln!("boot phases (ms): {}", time::BootPhases);
-        let fio_files = app::fio::job_files(boot, config.fio_modules);
-        if !config.job_words.is_empty() || !config.fio_words.is_empty() || !fio_files.is_empty() {
+        if !config.job_words.is_empty() {
             exit::failure(format_args!(
-                "fio.server=1 runs the jobs fio clients send: give no boot job beside it (job words, fio \
-                 words after --, fio boot modules)"
+                "fio.server=1 runs fio jobs: a boot job beside it is a fio job (a fio boot module or fio words \
+                 after --), not native job words"
             ));
         }
-        app::fioserve::serve(&config.fio_overrides, bootinfo::memmap::totals(&boot.memory).usable);
+        let fio_files = app::fio::job_files(boot, config.fio_modules);
+        app::fioserve::serve(
+            &fio_files,
+            &config.fio_words,
+            &config.fio_overrides,
+            bootinfo::memmap::totals(&boot.memory).usable,
+        );
     }
     app::net::bring_up_at_boot();
     kprintln!("boot phases (ms): {}", time::BootPhases);
@@ -317,6 +330,7 @@ extern "C" fn kmain(magic: u32, info: u32) -> ! {
             &config.fio_words,
             &config.fio_overrides,
             bootinfo::memmap::totals(&boot.memory).usable,
+            &app::jobs::online_cpus(),
         )
     } else if !config.fio_words.is_empty() || !fio_files.is_empty() {
         Err(alloc::string::String::from(

@@ -6,6 +6,7 @@
 //! | `net.ip=A.B.C.D/N` | a static address with its prefix length (1-32); DHCP is then off |
 //! | `net.gw=A.B.C.D` | the static default gateway (inside `net.ip`'s subnet); needs `net.ip=` |
 //! | `net.if=BB:DD.F`, `SSSS:BB:DD.F`, `xx:xx:xx:xx:xx:xx` or `ethN` | the NIC to use when there are several |
+//! | `net.cpu=N` | the CPU that polls the stack while the box serves (default: the boot CPU); it runs no job |
 
 use crate::Error;
 use crate::nic::{MacAddress, PciLocation};
@@ -13,7 +14,10 @@ use alloc::string::{String, ToString};
 use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 
 /// The keys, as an unknown-key error lists them.
-pub const ACCEPTED_KEYS: &str = "net.dhcp=on|off, net.ip=A.B.C.D/N, net.gw=A.B.C.D, net.if=BB:DD.F|MAC|ethN";
+pub const ACCEPTED_KEYS: &str = "net.dhcp=on|off, net.ip=A.B.C.D/N, net.gw=A.B.C.D, net.if=BB:DD.F|MAC|ethN, net.cpu=N";
+
+/// Above any CPU index a box has (x2APIC ids are 32 bits; kernel indices are far fewer).
+const MAX_CPU_INDEX: u32 = 1 << 16;
 
 /// A static address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +47,9 @@ pub struct NetConfig {
     pub addressing: Addressing,
     /// `None`: the first interface.
     pub interface: Option<InterfaceChoice>,
+    /// The CPU (kernel index) that polls the stack; `None`: the boot CPU. Whether it is online
+    /// is for the kernel to check.
+    pub cpu: Option<u32>,
 }
 
 impl Default for NetConfig {
@@ -50,6 +57,7 @@ impl Default for NetConfig {
         Self {
             addressing: Addressing::Dhcp,
             interface: None,
+            cpu: None,
         }
     }
 }
@@ -64,6 +72,7 @@ impl NetConfig {
         let mut ip: Option<Ipv4Cidr> = None;
         let mut gw: Option<Ipv4Address> = None;
         let mut interface: Option<InterfaceChoice> = None;
+        let mut cpu: Option<u32> = None;
         for word in words {
             let unknown = || Error::UnknownKey { word: word.to_string() };
             let (key, value) = word.split_once('=').ok_or_else(unknown)?;
@@ -101,6 +110,16 @@ impl NetConfig {
                             .ok_or_else(|| bad("a PCI address BB:DD.F (or SSSS:BB:DD.F), a MAC address xx:xx:xx:xx:xx:xx, or an interface name ethN"))?,
                     );
                 }
+                "net.cpu" => {
+                    once(&cpu, "net.cpu")?;
+                    cpu = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|c| *c < MAX_CPU_INDEX)
+                            .ok_or_else(|| bad("a CPU index, a decimal number from 0"))?,
+                    );
+                }
                 _ => return Err(unknown()),
             }
         }
@@ -134,7 +153,11 @@ impl NetConfig {
                 Addressing::Dhcp
             }
         };
-        Ok(Self { addressing, interface })
+        Ok(Self {
+            addressing,
+            interface,
+            cpu,
+        })
     }
 }
 
@@ -232,6 +255,17 @@ mod tests {
 
     fn message(line: &str) -> String {
         parse(line).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_polling_cpu_is_a_cpu_index_given_once() {
+        assert_eq!(parse("").unwrap().cpu, None);
+        assert_eq!(parse("net.cpu=3").unwrap().cpu, Some(3));
+        assert_eq!(parse("net.ip=10.1.2.3/24 net.cpu=0").unwrap().cpu, Some(0));
+        for bad in ["net.cpu=", "net.cpu=-1", "net.cpu=x", "net.cpu=1.5", "net.cpu=65536"] {
+            assert!(message(bad).contains("a CPU index"), "{bad}: {}", message(bad));
+        }
+        assert!(message("net.cpu=1 net.cpu=2").contains("net.cpu"));
     }
 
     #[test]

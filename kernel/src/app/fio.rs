@@ -65,13 +65,20 @@ pub fn job_files(boot: &BootInfo, enabled: bool) -> Vec<JobFile> {
 }
 
 /// Parses and runs the fio job files, then the fio command-line `words`, with the kernel's
-/// `fio.override.KEY=VALUE` words applied to every job. Err on a job that is refused or cannot
-/// run; Ok(false) when a job failed.
-pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_bytes: u64) -> Result<bool, String> {
+/// `fio.override.KEY=VALUE` words applied to every job, on `cpus` (the first clones take the
+/// first of them; `$ncpus` is their count). Err on a job that is refused or cannot run;
+/// Ok(false) when a job failed.
+pub fn run(
+    files: &[JobFile],
+    words: &[&str],
+    overrides: &[(&str, &str)],
+    ram_bytes: u64,
+    cpus: &[u32],
+) -> Result<bool, String> {
     super::jobs::prepare();
     // What fio's $ncpus, $mb_memory and $pagesize name.
     let env = workload::fio::FioEnv {
-        ncpus: smp::online() as u64,
+        ncpus: cpus.len() as u64,
         mb_memory: ram_bytes >> 20,
         pagesize: 4096,
     };
@@ -118,7 +125,7 @@ pub fn run(files: &[JobFile], words: &[&str], overrides: &[(&str, &str)], ram_by
         kprintln!("fio: fio.override: {key}={value} applies to every job");
     }
     let infos = super::jobs::devices()?;
-    let online = super::jobs::online_cpus();
+    let online = cpus.to_vec();
     for (label, run) in runs.iter_mut() {
         workload::fio::place_on_nodes(run, &online, &super::jobs::node_of_cpu)
             .map_err(|e| format!("fio: {label}: {e}"))?;

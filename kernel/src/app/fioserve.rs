@@ -6,12 +6,14 @@
 //! module (`workload::fio`, [`super::jobs::run_specs_watched`]). Results go back as fio's TS/GS/DU
 //! (`fleet::results`); the box's console shows its own reports as for a boot job.
 //!
-//! **Who polls the network.** The CPU that boots (cpu0) polls the stack and nothing else: jobs
-//! are placed on the other CPUs (a job that names cpu0 is refused by the placement), so a
-//! measured CPU never runs network code, and the NIC (virtio-net, polled, INTx off) raises no
-//! interrupt on any CPU. While jobs run, cpu0 polls about every 200 us between its waits for the
-//! job CPUs, so the client's ETA requests (every second; fio gives up after 5 s) are answered
-//! during jobs of any length. The server needs two CPUs.
+//! **Who polls the network.** One CPU polls the stack and nothing else, the boot CPU or the one
+//! `net.cpu=` names: jobs are placed on the other CPUs (a job that names the polling CPU is
+//! refused by the placement), so a measured CPU never runs network code, and the NIC (polled,
+//! its interrupts off) raises no interrupt on any CPU. Between clients it polls every 200 us;
+//! while jobs run it halts between polls until its next interrupt (the 100 Hz tick at the
+//! latest), so it takes no host time from a virtual box's disk, and the client's ETA requests
+//! (every second; fio gives up after 5 s) are answered during jobs of any length. The server
+//! needs two CPUs.
 //!
 //! **One client at a time.** The first connection is served; a second one gets the probe answer
 //! and then fio's refusal (`busy: serving CLIENT`), which the client prints before exiting with
@@ -25,7 +27,7 @@
 //! lifted by a client.
 
 use crate::arch::console::kprintln;
-use crate::arch::{exit, percpu, smp, time};
+use crate::arch::{exit, idle, irq, percpu, smp, time};
 use crate::dev::block;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -41,7 +43,7 @@ use workload::fio::FioRun;
 use workload::report::FioJobMeta;
 use workload::{DeviceInfo, JobReport, JobShared, JobSpec};
 
-/// Pause between polls of the stack on the polling CPU.
+/// Pause between polls of the stack on the polling CPU while no job runs.
 const POLL_PAUSE_US: u64 = 200;
 /// How long a closing connection may take to send its last bytes before it is reset.
 const CLOSE_WAIT_MS: u64 = 10_000;
@@ -76,7 +78,11 @@ struct KernelBox {
     /// Primary names of the devices clients may write to.
     writable: Vec<String>,
     hostname: String,
-    /// The accepted job file, and its engine jobs wave by wave.
+    /// The job files accepted so far, one after the other: a client given several sends each
+    /// before RUN, and fio's server runs them as one file (a `[global]` holds on into the next
+    /// file, and no stonewall separates them).
+    job_text: String,
+    /// The accepted job files, and their engine jobs wave by wave.
     accepted: Option<(FioRun, Vec<Vec<JobSpec>>)>,
     run_requested: bool,
     /// While jobs run: each running job's live figures (refreshed before the session is fed).
@@ -88,6 +94,7 @@ struct KernelBox {
 
 impl KernelBox {
     fn reset(&mut self) {
+        self.job_text.clear();
         self.accepted = None;
         self.run_requested = false;
         self.live.clear();
@@ -209,18 +216,27 @@ impl FioBox for KernelBox {
     }
 
     fn job_file(&mut self, text: &str) -> Result<JobPlan, Refusal> {
-        match self.prepare(text) {
+        let mut all = self.job_text.clone();
+        if !all.is_empty() && !all.ends_with('\n') {
+            all.push('\n');
+        }
+        all.push_str(text);
+        match self.prepare(&all) {
             Ok((run, waves)) => {
                 let jobs = run.jobs.len() as u32;
                 kprintln!(
-                    "fio.server: job file accepted: {jobs} job(s) in {} wave(s)",
-                    waves.len()
+                    "fio.server: job file accepted: {jobs} job(s) in {} wave(s){}",
+                    waves.len(),
+                    if self.job_text.is_empty() {
+                        ""
+                    } else {
+                        " with the job files before it"
+                    }
                 );
+                let plan = fleet::results::start_plan(&run);
+                self.job_text = all;
                 self.accepted = Some((run, waves));
-                Ok(JobPlan {
-                    jobs,
-                    stat_outputs: jobs,
-                })
+                Ok(plan)
             }
             Err(reason) => {
                 kprintln!("fio.server: job file refused: {reason}");
@@ -623,7 +639,9 @@ impl Server<'_> {
                         shared.request_stop();
                     }
                 }
-                time::delay_us(POLL_PAUSE_US);
+                // Sleeps until the next interrupt (its tick, at the latest 10 ms on): a polling
+                // CPU that spun would take the host time a virtual box's disk needs.
+                idle::wait_until(|| false);
             };
             match super::jobs::run_specs_watched(specs, &infos, &job_cpus, detail, Some(&mut watch)) {
                 Ok(results) => {
@@ -670,6 +688,8 @@ impl Server<'_> {
             self.refuse_running("fio server: the run was stopped before every job ran");
             return;
         }
+        kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
+        kprintln!("{}", irq::TABLE.display(smp::online()));
         kprintln!(
             "fio.server: run ended: {}",
             if all_passed { "every job passed" } else { "a job failed" }
@@ -683,22 +703,42 @@ impl Server<'_> {
     }
 }
 
-/// Serves fio clients until the box is switched off. `overrides`: the kernel's
-/// `fio.override.KEY=VALUE` words, applied to every client job as to boot jobs.
-pub fn serve(overrides: &[(&str, &str)], ram_bytes: u64) -> ! {
+/// What the serving CPU needs, settled on the boot CPU.
+struct Setup {
+    overrides: Vec<(String, String)>,
+    ram_bytes: u64,
+    /// The CPU that polls the network and runs no job.
+    net_cpu: u32,
+    /// Every other online CPU.
+    job_cpus: Vec<u32>,
+    /// Primary names of the devices clients may write to.
+    writable: Vec<String>,
+}
+
+/// The setup handed to `net.cpu`'s CPU when it is not the boot CPU.
+static HANDED_OVER: spin::Once<Setup> = spin::Once::new();
+
+/// Runs the boot's fio jobs (`files`, `words`; none is usual) on the CPUs client jobs get, then
+/// serves fio clients until the box is switched off, from the boot CPU or from the CPU
+/// `net.cpu=` names (the boot CPU then runs jobs like the others). `overrides`: the kernel's
+/// `fio.override.KEY=VALUE` words, applied to boot jobs and every client job alike.
+pub fn serve(files: &[super::fio::JobFile], words: &[&str], overrides: &[(&str, &str)], ram_bytes: u64) -> ! {
     let config = CONFIG.get().cloned().unwrap_or_default();
-    let me = percpu::index() as u32;
-    let job_cpus: Vec<u32> = super::jobs::online_cpus().into_iter().filter(|c| *c != me).collect();
-    if job_cpus.is_empty() {
+    let boot_cpu = percpu::index() as u32;
+    let online = super::jobs::online_cpus();
+    let net_cpu = super::net::polling_cpu().unwrap_or(boot_cpu);
+    if !online.contains(&net_cpu) {
         exit::failure(format_args!(
-            "fio.server: needs at least 2 CPUs: cpu{me} polls the network and jobs run on the others"
+            "command line: net.cpu={net_cpu}: no such CPU is online (CPUs 0-{})",
+            online.len().saturating_sub(1)
         ));
     }
-    super::jobs::prepare();
-    let infos = match super::jobs::devices() {
-        Ok(infos) => infos,
-        Err(e) => exit::failure(format_args!("fio.server: {e}")),
-    };
+    let job_cpus: Vec<u32> = online.into_iter().filter(|c| *c != net_cpu).collect();
+    if job_cpus.is_empty() {
+        exit::failure(format_args!(
+            "fio.server: needs at least 2 CPUs: cpu{net_cpu} polls the network and jobs run on the others"
+        ));
+    }
     let mut writable = Vec::new();
     for name in &config.writable {
         match block::find(name) {
@@ -709,15 +749,71 @@ pub fn serve(overrides: &[(&str, &str)], ram_bytes: u64) -> ! {
             )),
         }
     }
+    if !files.is_empty() || !words.is_empty() {
+        // Boot jobs on the CPUs a client's job gets: the same job sent by a client afterwards
+        // runs where this one ran, so the two can be compared in one boot.
+        kprintln!("fio.server: boot job(s) first, then serving");
+        match super::fio::run(files, words, overrides, ram_bytes, &job_cpus) {
+            Ok(true) => {
+                time::boot_mark("boot jobs");
+                kprintln!("fio.server: boot job(s) passed");
+            }
+            Ok(false) => exit::failure(format_args!("fio.server: a boot job failed (see its report)")),
+            Err(e) => exit::failure(format_args!("{e}")),
+        }
+    }
+    let setup = Setup {
+        overrides: overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ram_bytes,
+        net_cpu,
+        job_cpus,
+        writable,
+    };
+    if net_cpu != boot_cpu {
+        kprintln!("fio.server: net.cpu={net_cpu}: cpu{boot_cpu} hands the network over and runs jobs");
+        HANDED_OVER.call_once(|| setup);
+        if smp::run_on(net_cpu as usize, serve_handed_over, 0).is_none() {
+            exit::failure(format_args!("fio.server: cpu{net_cpu} did not take the network (busy)"));
+        }
+        smp::become_worker();
+    }
+    serve_here(&setup)
+}
+
+/// `net.cpu`'s CPU, from its mailbox: serves with the boot CPU's setup.
+fn serve_handed_over(_: usize) {
+    match HANDED_OVER.get() {
+        Some(setup) => serve_here(setup),
+        None => exit::failure(format_args!(
+            "fio.server: the network was handed over without its setup"
+        )),
+    }
+}
+
+/// Serves on the calling CPU, which must be `setup.net_cpu`.
+fn serve_here(setup: &Setup) -> ! {
+    let me = setup.net_cpu;
+    let job_cpus = setup.job_cpus.clone();
+    let writable = setup.writable.clone();
+    let ram_bytes = setup.ram_bytes;
+    super::jobs::prepare();
+    let infos = match super::jobs::devices() {
+        Ok(infos) => infos,
+        Err(e) => exit::failure(format_args!("fio.server: {e}")),
+    };
     let env = workload::fio::FioEnv {
         ncpus: job_cpus.len() as u64,
         mb_memory: ram_bytes >> 20,
         pagesize: 4096,
     };
+    let config = CONFIG.get().cloned().unwrap_or_default();
     let mut serve_on = |stack: &mut Stack, nic: &mut dyn Nic| -> Result<(), String> {
         let configured = stack
             .configured()
             .ok_or_else(|| String::from("fio.server: the interface has no address"))?;
+        // The time to an address (a DHCP lease) is part of the time to the first job.
+        time::boot_mark("network");
+        kprintln!("boot phases (ms): {}", time::BootPhases);
         let address = configured.cidr.address();
         let own = Cidr {
             addr: address.octets(),
@@ -741,12 +837,13 @@ pub fn serve(overrides: &[(&str, &str)], ram_bytes: u64) -> ! {
             cpus.join(",")
         );
         let mut fiobox = KernelBox {
-            overrides: overrides.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            overrides: setup.overrides.clone(),
             env,
             infos: infos.clone(),
             job_cpus: job_cpus.clone(),
             writable: writable.clone(),
             hostname: hostname.clone(),
+            job_text: String::new(),
             accepted: None,
             run_requested: false,
             live: Vec::new(),

@@ -1,10 +1,10 @@
 //! The network bring-up: the `net.*` words, the chosen interface's stack (DHCPv4 or a static
 //! address), its console line, and `test=net`.
 //!
-//! Who polls: only the boot CPU, at boot, before any job starts (the bring-up waits for the
-//! lease here) and during `test=net`. No CPU polls the stack while jobs run, so a measured job
-//! never shares its CPU with the network; a later `net.cpu=` will name the CPU that keeps
-//! polling.
+//! Who polls: the boot CPU, at boot, before any job starts (the bring-up waits for the lease
+//! here) and during `test=net`. No CPU polls the stack while boot jobs run, so a measured job
+//! never shares its CPU with the network. A box serving fio clients keeps polling on one CPU
+//! that runs no job: the boot CPU, or the one `net.cpu=` names ([`polling_cpu`]).
 
 use crate::arch::console::kprintln;
 use crate::arch::{exit, time};
@@ -29,6 +29,11 @@ pub fn configure(words: &[&str]) -> Result<(), String> {
     let config = NetConfig::parse(net_words).map_err(|e| format!("command line: {e}"))?;
     CONFIG.call_once(|| config);
     Ok(())
+}
+
+/// The CPU `net.cpu=` names to poll the stack while the box serves, if any.
+pub fn polling_cpu() -> Option<u32> {
+    CONFIG.get().and_then(|c| c.cpu)
 }
 
 fn config() -> NetConfig {

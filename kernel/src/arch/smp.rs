@@ -239,6 +239,12 @@ extern "C" fn ap_entry(index: usize) -> ! {
     idle_loop(index)
 }
 
+/// Turns the calling CPU (the boot CPU, once it has handed its own work to another CPU) into a
+/// worker like the APs: it runs what [`run_on`] posts to it, forever.
+pub fn become_worker() -> ! {
+    idle_loop(percpu::index())
+}
+
 fn idle_loop(index: usize) -> ! {
     let mb = &MAILBOX[index];
     loop {
