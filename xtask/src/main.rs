@@ -89,12 +89,18 @@ commands:
                                   streams the console until Ctrl-C
       --device nvme|megasas       (default nvme)   --port P (default 8765)   --smp N (default 2, at least 2)
       --kvm | --disk PATH         ARGS: kernel words, e.g. fio.server.writable=nvme0n1
+      --fio JOB.fio               a boot job the box runs (and must pass) before it serves (repeatable)
   fleet N [options] [-- ARGS...]  N such boxes on ports P..P+N-1, each with its own disk in target/fleet/;
                                   prints the `fio --client=... JOB.fio --client=... JOB.fio` line and a
                                   host list for --client=FILE (options as serve)
   fleet-check                     the real fio 3.33 client against three fio.server boxes: figures equal the
                                   box's, job after job, refusals, a busy and a killed client, All clients,
                                   the partition guard, the allow-list (run by test; no fio 3.33 fails it)
+  fleet-bench [options]           figures, not a test: the netboot image's size, QEMU start to the first
+                                  answered PROBE, one job's IOPS from the box's command line and through
+                                  the fio client in one boot, and the interrupts per CPU after it
+      --device nvme|megasas       (default nvme)   --smp N (default 2)   --kvm
+      --job FILE                  (default: 4k random reads at depth 32)   --runtime S (default 10)
   qemu-test [options]             run the QEMU scenarios in tests/*.scenarios
       --filter PATTERN            only scenarios whose name contains PATTERN
       --strict-skips              a SKIPPED scenario not listed in tests/expected-skips fails the run
@@ -174,6 +180,7 @@ fn main() -> ExitCode {
         "serve" => serve::cmd_serve(rest),
         "fleet" => serve::cmd_fleet(rest),
         "fleet-check" => serve::cmd_fleet_check(rest),
+        "fleet-bench" => serve::cmd_fleet_bench(rest),
         "test" => cmd_test(rest),
         "image" => cmd_image(rest).map(|_| true),
         "bench" => bench::cmd_bench(rest),

@@ -115,7 +115,7 @@ fn write_tree(dir: &Path, tree: &Tree) -> Result<(), String> {
 }
 
 /// The kernel without its debug sections: a tenth of the size, the same code.
-fn strip(kernel: &Path, out: &Path) -> Result<(), String> {
+pub(crate) fn strip(kernel: &Path, out: &Path) -> Result<(), String> {
     let tool = ["llvm-objcopy", "objcopy"]
         .into_iter()
         .find(|t| {

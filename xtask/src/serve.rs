@@ -3,6 +3,10 @@
 //! `fio --client`. And `cargo xtask fleet-check`: the real fio client against such boxes, run by
 //! `cargo xtask test`.
 
+mod bench;
+
+pub use bench::cmd_fleet_bench;
+
 use crate::{RunDevice, args, build_kernel, qemu, root, setup, split_dashdash};
 use serde_json::Value;
 use std::io::Write;
@@ -36,6 +40,8 @@ struct BoxSpec {
     index: u8,
     /// Kernel words beside `fio.server=1`.
     words: Vec<String>,
+    /// fio job files the box runs at boot, before it serves (boot modules).
+    fio_files: Vec<PathBuf>,
 }
 
 /// A running QEMU box: its console lines as they come, all of them kept, QEMU killed on drop.
@@ -70,6 +76,7 @@ impl RunningBox {
             "512M".into(),
         ];
         extra.extend(spec.device.qemu_args(&spec.disk, spec.smp));
+        extra.extend(qemu::fio_initrd_args(&spec.fio_files, false)?);
         extra.extend([
             "-netdev".into(),
             format!("user,id=n0,hostfwd=tcp:127.0.0.1:{}-:{GUEST_PORT}", spec.host_port),
@@ -188,6 +195,7 @@ struct ServeOptions {
     kvm: bool,
     disk: Option<PathBuf>,
     words: Vec<String>,
+    fio_files: Vec<PathBuf>,
 }
 
 fn parse_options(
@@ -202,6 +210,7 @@ fn parse_options(
         kvm: false,
         disk: None,
         words: kernel_args.to_vec(),
+        fio_files: Vec::new(),
     };
     let mut positional = Vec::new();
     let mut options = args::Options::new(opts);
@@ -229,6 +238,7 @@ fn parse_options(
                 ))?;
             }
             "--kvm" => o.kvm = true,
+            "--fio" => o.fio_files.push(PathBuf::from(options.value()?)),
             "--disk" if command == "serve" => o.disk = Some(PathBuf::from(options.value()?)),
             other if !other.starts_with('-') => positional.push(other.to_string()),
             other => return Err(format!("{command}: unknown option '{other}' (see `cargo xtask help`)")),
@@ -317,6 +327,7 @@ pub fn cmd_serve(args: &[String]) -> Result<bool, String> {
         kvm: o.kvm,
         index: 0,
         words: o.words,
+        fio_files: o.fio_files,
     };
     let mut boxes = boot_boxes(&[spec], true)?;
     print_client_line(&boxes)?;
@@ -356,6 +367,7 @@ pub fn cmd_fleet(args: &[String]) -> Result<bool, String> {
             kvm: o.kvm,
             index: i as u8,
             words: o.words.clone(),
+            fio_files: o.fio_files.clone(),
         });
     }
     let mut boxes = boot_boxes(&specs, true)?;
@@ -448,8 +460,13 @@ fn client_json(run: &ClientRun) -> Result<Value, String> {
 /// Runs `job` with JSON output through the client `one` on `box_`, which must succeed, and
 /// returns the client's run with the box's own document of it (the newest, once the box says
 /// the run ended).
-fn run_to_document(one: &[String], job: &Path, box_: &mut RunningBox) -> Result<(ClientRun, Value), String> {
-    let run = run_client(one, job, true)?;
+fn run_to_document(one: &[String], jobs: &[&Path], box_: &mut RunningBox) -> Result<(ClientRun, Value), String> {
+    // Job files right after the --client they are for: fio sends every one of those, but only
+    // the first of the job files given after other options.
+    let mut args = one.to_vec();
+    args.extend(jobs.iter().map(|j| j.display().to_string()));
+    args.push("--output-format=json".into());
+    let run = run_client_args(&args)?;
     if !run.success {
         return Err(format!("the client failed: {}{}", run.stdout, run.stderr));
     }
@@ -461,6 +478,47 @@ fn run_to_document(one: &[String], job: &Path, box_: &mut RunningBox) -> Result<
         .pop()
         .ok_or("the box printed no fio document")?;
     Ok((run, doc))
+}
+
+/// Connects to a box's fio port and sends a PROBE framed as fio's protocol `version`; returns
+/// how many bytes came back before the box closed the connection (`None`: it did not close
+/// within 10 s).
+fn probe_with_version(port: u16, version: u16) -> Result<Option<usize>, String> {
+    use std::io::Read;
+    let mut frame = Vec::new();
+    fioserver::encode_command(
+        &mut frame,
+        fioserver::Opcode::Probe,
+        1,
+        &fioserver::ClientProbe {
+            flags: 0,
+            server: "127.0.0.1".into(),
+        }
+        .encode(),
+    );
+    // The header's version field, then the header's CRC-16 again.
+    let at = fioserver::HEADER_VERSION;
+    frame[at..at + 2].copy_from_slice(&version.to_le_bytes());
+    let crc = fioserver::crc16(&frame[..fioserver::HEADER_CRC_SPAN]);
+    let at = fioserver::HEADER_CMD_CRC;
+    frame[at..at + 2].copy_from_slice(&crc.to_le_bytes());
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    sock.write_all(&frame).map_err(|e| format!("send: {e}"))?;
+    let mut got = 0;
+    let mut buf = [0u8; 4096];
+    loop {
+        match sock.read(&mut buf) {
+            Ok(0) => return Ok(Some(got)),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(Some(got)),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("receive: {e}")),
+        }
+    }
 }
 
 /// The box's own fio documents (`BAREMQ-FIO-JSON:` lines), newest last.
@@ -567,6 +625,30 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
         "[write-null]\nioengine=libaio\ndirect=1\nfilename=/dev/null0\nrw=write\nbs=4k\nsize=1m\n",
     )
     .map_err(|e| format!("{}: {e}", forbidden.display()))?;
+    // A second job file for one connection; one job CPU, so it waits for the first file's job.
+    let write_first = dir.join("write-first.fio");
+    std::fs::write(
+        &write_first,
+        "[global]\nfilename=/dev/nvme0n1\nioengine=libaio\ndirect=1\n[write-first]\nrw=write\nbs=4k\nverify=crc32c\n",
+    )
+    .map_err(|e| format!("{}: {e}", write_first.display()))?;
+    let then_read = dir.join("then-read.fio");
+    std::fs::write(&then_read, "[then-read]\nstonewall\nrw=read\nbs=64k\n")
+        .map_err(|e| format!("{}: {e}", then_read.display()))?;
+    // Two clones, reported each on its own and then as one.
+    let clones = dir.join("clones.fio");
+    let clones_text = "[clones]\nioengine=libaio\ndirect=1\nfilename=/dev/nvme0n1\nrw=randread\nbs=4k\nnumjobs=2\n";
+    std::fs::write(&clones, clones_text).map_err(|e| format!("{}: {e}", clones.display()))?;
+    let clones_grouped = dir.join("clones-grouped.fio");
+    std::fs::write(&clones_grouped, format!("{clones_text}group_reporting\n"))
+        .map_err(|e| format!("{}: {e}", clones_grouped.display()))?;
+    // The second box's boot job, run before it serves.
+    let boot_job = dir.join("boot-read.fio");
+    std::fs::write(
+        &boot_job,
+        "[boot-read]\nioengine=libaio\ndirect=1\nfilename=/dev/null0\nrw=randread\nbs=4k\niodepth=8\n",
+    )
+    .map_err(|e| format!("{}: {e}", boot_job.display()))?;
     let mut specs: Vec<BoxSpec> = Vec::new();
     for i in 0..3u8 {
         // Fresh disks: the partition guard must not see an earlier run's bytes.
@@ -591,10 +673,15 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
             ]
             .map(String::from)
             .to_vec(),
+            fio_files: Vec::new(),
         });
     }
-    // The second box serves only the desk (QEMU's user network shows it as the gateway).
+    // The second box serves only the desk (QEMU's user network shows it as the gateway), runs a
+    // boot job first, and polls the network on cpu1 of three (jobs on cpu0 and cpu2).
     specs[1].words.push("fio.server.allow=10.0.2.2/32".into());
+    specs[1].words.push("net.cpu=1".into());
+    specs[1].smp = 3;
+    specs[1].fio_files.push(boot_job);
     // The third serves a network the desk is not on.
     specs[2].words.push("fio.server.allow=192.168.0.0/16".into());
     let specs_disk0 = specs[0].disk.clone();
@@ -617,7 +704,7 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
         verdicts.push(Verdict { name, result });
     };
     step("verify job, figures equal the box's", &mut |boxes| {
-        let (run, doc) = run_to_document(&one, &write_verify, &mut boxes[0])?;
+        let (run, doc) = run_to_document(&one, &[&write_verify], &mut boxes[0])?;
         let client = client_json(&run)?;
         let job = &client["client_stats"][0];
         if job["error"] != 0 {
@@ -627,8 +714,123 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     });
     // 2. Job after job on the same box, each longer than the client's ETA timeout.
     step("second job file on the same box (two 6 s waves)", &mut |boxes| {
-        let (run, doc) = run_to_document(&one, &seq, &mut boxes[0])?;
+        let (run, doc) = run_to_document(&one, &[&seq], &mut boxes[0])?;
         same_figures(&client_json(&run)?, &doc)
+    });
+    // 2b. Two job files on one connection: fio's server runs them as one file (the first file's
+    // [global] holds on into the second), one START each, one RUN.
+    step("two job files on one connection", &mut |boxes| {
+        let (run, doc) = run_to_document(&one, &[&write_first, &then_read], &mut boxes[0])?;
+        let client = client_json(&run)?;
+        let names: Vec<&str> = client["client_stats"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|j| j["jobname"].as_str()).collect())
+            .unwrap_or_default();
+        if names != ["write-first", "then-read"] {
+            return Err(format!(
+                "expected the jobs of both files in order, the client shows {names:?}"
+            ));
+        }
+        if client["client_stats"][1]["read"]["io_bytes"].as_u64().unwrap_or(0) == 0 {
+            return Err("the second file's job read nothing".into());
+        }
+        // The first file's [global] holds on into the second, as in fio.
+        boxes[0]
+            .output
+            .lines()
+            .find(|l| l.starts_with("fio.server: job \"then-read\"") && l.contains("nvme0n1"))
+            .ok_or("the second file's job does not read nvme0n1, the first file's [global] filename")?;
+        same_figures(&client, &doc)
+    });
+    // 2c. Another protocol version than fio 3.33's: the box closes the connection, as fio's own
+    // server does, and its console names both versions.
+    step("another protocol version closed", &mut |boxes| {
+        let answer = probe_with_version(boxes[0].host_port, fioserver::SERVER_VERSION - 1)?;
+        if let Some(n) = answer.filter(|n| *n > 0) {
+            return Err(format!(
+                "the box answered a version {} probe with {n} bytes",
+                fioserver::SERVER_VERSION - 1
+            ));
+        }
+        boxes[0].wait_for("version line", Duration::from_secs(30), |l| {
+            l.contains(&format!(
+                "version mismatch ({} != {})",
+                fioserver::SERVER_VERSION - 1,
+                fioserver::SERVER_VERSION
+            ))
+        })
+    });
+    // 2d. A boot job beside fio.server=1 (box 2): it runs before the box listens, on the CPUs
+    // client jobs get (not cpu1, which polls the network there).
+    step("boot job before serving", &mut |boxes| {
+        let out = &boxes[1].output;
+        let passed = out
+            .find("fio.server: boot job(s) passed")
+            .ok_or("box 2 printed no 'boot job(s) passed' line")?;
+        let listening = out.find(LISTENING_TAIL).ok_or("box 2 never listened")?;
+        if passed > listening {
+            return Err("box 2 listened before its boot job ended".into());
+        }
+        let placed = out
+            .lines()
+            .find(|l| l.starts_with("fio job \"boot-read\": group"))
+            .ok_or("no placement line for the boot job")?;
+        if !placed.contains(" on CPUs 0,") {
+            return Err(format!("the boot job should run on cpu0 only: {placed}"));
+        }
+        Ok(format!(
+            "passed before listening, {}",
+            placed.split(", ioengine").next().unwrap_or(placed)
+        ))
+    });
+    // 2e. net.cpu=1 (box 2): cpu1 polls, the clones of numjobs=2 run on cpu0 and cpu2, one TS
+    // each without group_reporting and one for both with it, as fio reports them.
+    step("net.cpu, numjobs with and without group_reporting", &mut |boxes| {
+        let two = [boxes[1].client_arg()];
+        boxes[1]
+            .output
+            .lines()
+            .find(|l| l.contains(LISTENING_TAIL) && l.contains("cpu1 polls the network, jobs run on cpus 0,2"))
+            .ok_or("box 2 does not poll on cpu1 with jobs on cpus 0 and 2")?;
+        let (run, doc) = run_to_document(&two, &[&clones], &mut boxes[1])?;
+        let client = client_json(&run)?;
+        let each = same_figures(&client, &doc)?;
+        // fio's client adds its "All clients" sum as soon as a box announces two TS.
+        let ios: Vec<u64> = client["client_stats"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|j| j["jobname"] != "All clients")
+                    .map(|j| j["read"]["total_ios"].as_u64().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ios.len() != 2 || ios.contains(&0) {
+            return Err(format!(
+                "numjobs=2: expected a TS per clone, the client shows read I/Os {ios:?}"
+            ));
+        }
+        let placed = boxes[1]
+            .output
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("fio.server: job \"clones\""))
+            .unwrap_or_default();
+        if !placed.contains("cpus=0,2") {
+            return Err(format!("the clones should run on cpu0 and cpu2: {placed}"));
+        }
+        let (run, doc) = run_to_document(&two, &[&clones_grouped], &mut boxes[1])?;
+        let client = client_json(&run)?;
+        let grouped = same_figures(&client, &doc)?;
+        let stats = client["client_stats"]
+            .as_array()
+            .map_or(0, |a| a.iter().filter(|j| j["jobname"] != "All clients").count());
+        if stats != 1 {
+            return Err(format!(
+                "numjobs=2 with group_reporting: expected one TS, the client shows {stats}"
+            ));
+        }
+        Ok(format!("per clone {each}; grouped {grouped}"))
     });
     // 3. An option the front-end refuses comes back as fio's text and a failing exit.
     step("refused option", &mut |_| {
