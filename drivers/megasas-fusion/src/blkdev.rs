@@ -131,10 +131,14 @@ pub struct HostCounters {
     pub requeued_by_reset: u64,
     /// Times the timed-out requests all finished while the tick waited, so no reset was needed.
     pub resets_avoided: u64,
-    /// LD reads and writes sent by FastPath to a RAID-0 member disk.
+    /// LD reads and writes sent by FastPath to a RAID member disk.
     pub fastpath_ios: u64,
     /// FastPath requests refused for a stale RAID map (issued again on the LD path).
     pub stale_map_refusals: u64,
+    /// RAID-1 FastPath reads sent to the data arm.
+    pub raid1_reads_arm0: u64,
+    /// RAID-1 FastPath reads sent to the mirror arm.
+    pub raid1_reads_arm1: u64,
 }
 
 struct Core<M: Mmio64, T: Delay> {
@@ -370,6 +374,8 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             resets_avoided: c.resets_avoided.load(Ordering::Relaxed),
             fastpath_ios: c.ctrl.stats.fastpath_ios.load(Ordering::Relaxed),
             stale_map_refusals: c.ctrl.stats.stale_map_refusals.load(Ordering::Relaxed),
+            raid1_reads_arm0: c.ctrl.stats.raid1_reads[0].load(Ordering::Relaxed),
+            raid1_reads_arm1: c.ctrl.stats.raid1_reads[1].load(Ordering::Relaxed),
         }
     }
 }

@@ -173,7 +173,9 @@ pub enum Violation {
 }
 
 /// A RAID-0 LD of the model, described by a dynamic RAID map: its data lives on the member
-/// disks, strip by strip, as the firmware stripes it.
+/// disks, strip by strip, as the firmware stripes it. With `mirror`, a RAID-1 LD instead: two
+/// disks holding the same blocks; the LD path writes both and reads the first, FastPath serves
+/// reads from either and refuses writes (as the emulation does).
 #[derive(Clone, Debug)]
 pub struct FakeRaid0 {
     /// LD target id.
@@ -188,6 +190,8 @@ pub struct FakeRaid0 {
     pub seq: u16,
     /// `MR_LD_RAID` capability word.
     pub caps: u32,
+    /// RAID-1 over the two PDs (the map says level 1, one data arm).
+    pub mirror: bool,
     /// Bytes written over the map at an offset before it goes to the driver (out-of-range values).
     pub damage: Option<(usize, Vec<u8>)>,
 }
@@ -202,15 +206,27 @@ impl FakeRaid0 {
             rows,
             seq: 0x0101,
             caps: crate::raidmap::CAPS_FP_READ_WRITE,
+            mirror: false,
             damage: None,
+        }
+    }
+    /// RAID-1 over PDs `pds` with 64 KiB strips, FastPath reads only.
+    pub fn mirror(target: u8, pds: [u16; 2], rows: u64) -> Self {
+        Self {
+            caps: crate::raidmap::CAPS_FP_READ,
+            mirror: true,
+            ..Self::new(target, &pds, rows)
         }
     }
     /// Blocks of the LD.
     pub fn blocks(&self) -> u64 {
-        (self.rows << self.strip_shift) * self.pds.len() as u64
+        (self.rows << self.strip_shift) * if self.mirror { 1 } else { self.pds.len() as u64 }
     }
-    /// The arm and disk block of LD block `lba` (the firmware's striping).
+    /// The arm and disk block of LD block `lba` (the firmware's striping; a mirror's first arm).
     fn place(&self, lba: u64) -> (usize, u64) {
+        if self.mirror {
+            return (0, lba);
+        }
         let strip = lba >> self.strip_shift;
         let arms = self.pds.len() as u64;
         let row = strip / arms;
@@ -491,6 +507,8 @@ struct State {
     stale_refusals: u64,
     /// FastPath requests served.
     fastpath_served: u64,
+    /// FastPath requests served by each arm.
+    fastpath_by_arm: Vec<u64>,
     violations: Vec<(Violation, String)>,
     warnings: Vec<(Violation, String)>,
     fail_next: VecDeque<Failure>,
@@ -596,6 +614,7 @@ impl FakeFusion {
             let arm_bytes = ((r.rows << r.strip_shift) * u64::from(cfg.block_size)) as usize;
             arms = r.pds.iter().map(|_| vec![0u8; arm_bytes]).collect();
         }
+        let fastpath_by_arm = vec![0; arms.len()];
         let rng = cfg.seed | 1;
         let busy_at_start = cfg.doorbell_busy_at_start_us;
         Arc::new(Self {
@@ -629,6 +648,7 @@ impl FakeFusion {
                 arms,
                 stale_refusals: 0,
                 fastpath_served: 0,
+                fastpath_by_arm,
                 violations: Vec::new(),
                 warnings: Vec::new(),
                 fail_next: VecDeque::new(),
@@ -857,6 +877,10 @@ impl FakeFusion {
     pub fn fastpath_counts(&self) -> (u64, u64) {
         let s = self.st.lock();
         (s.fastpath_served, s.stale_refusals)
+    }
+    /// FastPath requests served by each arm of the RAID LD.
+    pub fn fastpath_by_arm(&self) -> Vec<u64> {
+        self.st.lock().fastpath_by_arm.clone()
     }
     /// A configuration change: the RAID-0 LD's sequence number moves on, so a FastPath request
     /// routed with the old map is refused (status 0x67).
@@ -1376,7 +1400,13 @@ impl State {
         let target = le_u16(f, 0x66);
         let span_arm = f[0x60 + 0x19];
         let rw = matches!(f[0x40], 0x28 | 0x2A | 0x88 | 0x8A | 0xA8 | 0xAA | 0x08 | 0x0A);
-        if io_flags & 0x4000 == 0 || target != u16::from(r.target) || usize::from(span_arm) != arm || !rw {
+        let mirror_write = r.mirror && matches!(f[0x40], 0x2A | 0x8A | 0xAA | 0x0A);
+        if io_flags & 0x4000 == 0
+            || target != u16::from(r.target)
+            || usize::from(span_arm) != arm
+            || !rw
+            || mirror_write
+        {
             self.violate(
                 Violation::FastPathBadRequest,
                 format!(
@@ -1753,8 +1783,17 @@ impl State {
                 }
                 let map = match &self.cfg.raid0 {
                     Some(r) => {
-                        let mut m =
-                            crate::raidmap::build_dynamic(r.target, &r.pds, r.strip_shift, r.rows, r.seq, r.caps);
+                        let mut m = match (r.mirror, r.pds.as_slice()) {
+                            (true, &[a, b]) => crate::raidmap::build_dynamic_raid1(
+                                r.target,
+                                [a, b],
+                                r.strip_shift,
+                                r.rows,
+                                r.seq,
+                                r.caps,
+                            ),
+                            _ => crate::raidmap::build_dynamic(r.target, &r.pds, r.strip_shift, r.rows, r.seq, r.caps),
+                        };
                         if let Some((at, bytes)) = &r.damage {
                             m[*at..*at + bytes.len()].copy_from_slice(bytes);
                         }
@@ -2170,6 +2209,7 @@ impl State {
                 moved = 0;
             } else {
                 self.fastpath_served += 1;
+                self.fastpath_by_arm[arm] += 1;
                 let at = (lba * bs) as usize;
                 let len = blocks as usize * bs as usize;
                 mem.transfer(write, runs, &mut self.arms[arm][at..at + len]);
@@ -2198,7 +2238,11 @@ impl State {
                 for (i, b) in (lba..lba + u64::from(blocks)).enumerate() {
                     let (arm, pd_lba) = r.place(b);
                     let at = (pd_lba * bs) as usize;
-                    self.arms[arm][at..at + bs as usize].copy_from_slice(&data[i * bs as usize..(i + 1) * bs as usize]);
+                    let block = &data[i * bs as usize..(i + 1) * bs as usize];
+                    self.arms[arm][at..at + bs as usize].copy_from_slice(block);
+                    if r.mirror {
+                        self.arms[1][at..at + bs as usize].copy_from_slice(block);
+                    }
                 }
             }
         }

@@ -1,12 +1,18 @@
 //! The RAID map (MR_DCMD_LD_MAP_GET_INFO) in the dynamic format Ventura and Aero firmware
-//! announce through SP2 bits 24:16, and FastPath routing of RAID-0 reads and writes with it.
+//! announce through SP2 bits 24:16, and FastPath routing with it: RAID-0 reads and writes,
+//! and RAID-1 reads balanced over the two arms ([`MirrorLoad`]).
 //!
 //! The map comes from the device, so every field is checked before use: offsets and sizes
 //! inside the buffer, element counts within the format's limits, each LD's geometry (span
 //! depth, strip size, arm count, the data-arm map a permutation of the arms, arrays, PD ids and
 //! device handles that exist and differ). A map whose structure is wrong is refused as a whole;
-//! an LD whose entries are wrong, or that is not a FastPath-capable RAID-0 LD, is left to the
-//! firmware LD path. A refused value means the LD path, never a computed wrong block.
+//! an LD whose entries are wrong, or that is not a FastPath-capable RAID-0 LD or optimal
+//! two-disk RAID-1 LD, is left to the firmware LD path. A refused value means the LD path,
+//! never a computed wrong block.
+//!
+//! RAID-1 writes stay on the LD path: FastPath for them would mean two requests, one per arm,
+//! that the driver pairs and completes together (Linux's peer commands on Ventura); the firmware
+//! mirrors an LD-path write itself, and the emulation offers RAID-1 reads only.
 //!
 //! Layout (Linux's `MR_FW_RAID_MAP_DYNAMIC`, `megaraid_sas_fusion.h`): a header (total size,
 //! descriptor table offset, size and count, LD/array/span counts), a table of 16-byte
@@ -15,6 +21,7 @@
 //! maps (0x9E0 B each: `MR_LD_RAID`, the data-arm map, 8 span blocks).
 
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::error::Error;
 
@@ -46,8 +53,10 @@ const STRIP_SHIFTS: core::ops::RangeInclusive<u8> = 3..=15;
 const CAP_FP_CAPABLE: u32 = 1 << 0;
 const CAP_FP_WRITE: u32 = 1 << 20;
 const CAP_FP_READ: u32 = 1 << 21;
+/// `MR_LD_RAID.ldState` of an LD with every arm in service.
+const LD_STATE_OPTIMAL: u8 = 3;
 
-/// A RAID-0 LD the driver may reach by FastPath.
+/// A RAID-0 or RAID-1 LD the driver may reach by FastPath.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FastPathLd {
     /// LD target id.
@@ -56,8 +65,13 @@ pub struct FastPathLd {
     pub seq: u16,
     /// log2 of the strip size in blocks.
     pub strip_shift: u8,
-    /// Device handle of each data arm, in the order strips go round (data-arm map applied).
+    /// RAID-1: two arms holding the same blocks (reads only, either arm); RAID-0 otherwise.
+    pub mirror: bool,
+    /// Device handle of each data arm, in the order strips go round (data-arm map applied);
+    /// RAID-1: the data arm, then its mirror.
     pub arm_handles: Vec<u16>,
+    /// The PD id of each entry of `arm_handles` (RAID-1 keeps its read load per PD id).
+    pub arm_pds: Vec<u16>,
     /// The physical arm number of each data arm (for the RAID context's span/arm byte).
     pub phys_arms: Vec<u8>,
     /// First block of the LD's data on every arm.
@@ -88,15 +102,20 @@ pub struct FastPathRoute {
 impl FastPathLd {
     /// The disk and block of `blocks` blocks at LD block `lba` when they lie inside one strip
     /// and the map allows FastPath for this direction; None sends the request on the LD path.
+    /// RAID-1: the data arm's route for a read ([`FastPathLd::mirror_route`] gives the other
+    /// arm's), None for a write.
     #[inline]
     pub fn route(&self, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
-        let arms = self.arm_handles.len() as u64;
+        let handles = self.arm_handles.len() as u64;
+        // Strips go round the data arms: all of them on RAID-0, the first on RAID-1.
+        let arms = if self.mirror { 1 } else { handles };
         // The fields are public: a geometry `parse_dynamic` would refuse routes nothing.
         if blocks == 0
-            || (write && !self.write)
+            || (write && (!self.write || self.mirror))
             || (!write && !self.read)
-            || arms == 0
-            || self.phys_arms.len() as u64 != arms
+            || handles == 0
+            || (self.mirror && handles != 2)
+            || self.phys_arms.len() as u64 != handles
             || !STRIP_SHIFTS.contains(&self.strip_shift)
         {
             return None;
@@ -119,6 +138,90 @@ impl FastPathLd {
             seq: self.seq,
             span_arm: self.phys_arms[arm],
         })
+    }
+
+    /// A RAID-1 read's `route` sent to arm `arm` (0: the data arm, 1: its mirror) instead: the
+    /// same block, the other disk. None for an arm the LD does not have.
+    pub fn mirror_route(&self, route: FastPathRoute, arm: usize) -> Option<FastPathRoute> {
+        if !self.mirror {
+            return None;
+        }
+        Some(FastPathRoute {
+            handle: *self.arm_handles.get(arm)?,
+            span_arm: *self.phys_arms.get(arm)?,
+            ..route
+        })
+    }
+}
+
+/// One PD's share of RAID-1 FastPath reads.
+#[derive(Default)]
+struct PdLoad {
+    /// FastPath reads sent to it and not completed.
+    pending: AtomicU32,
+    /// The disk block after its last FastPath read (where a sequential reader goes next).
+    next_block: AtomicU64,
+}
+
+/// RAID-1 read balancing (Linux's `megasas_get_best_arm_pd` does the like): each read goes to
+/// the arm with fewer FastPath reads outstanding, and between equally loaded arms to the one
+/// whose last read ended nearest the block (a sequential reader stays on one disk). Kept per PD
+/// id, which the map checks below [`MAX_DYN_ENTRIES`], so a map read again under outstanding
+/// reads still finds their counters. Atomics only: submitters on every CPU share it without a
+/// lock, and a race between two submitters costs at worst one less even choice.
+pub struct MirrorLoad {
+    pds: Vec<PdLoad>,
+}
+
+impl Default for MirrorLoad {
+    fn default() -> Self {
+        Self {
+            pds: (0..MAX_DYN_ENTRIES).map(|_| PdLoad::default()).collect(),
+        }
+    }
+}
+
+impl MirrorLoad {
+    /// Chooses the arm (0 or 1) of RAID-1 LD `ld` for a FastPath read of `blocks` blocks at
+    /// disk block `pd_lba` and counts it outstanding there: the arm, and the PD id to hand to
+    /// [`MirrorLoad::done`] when it completes. None: not a mirror whose PD ids this table keeps
+    /// (the caller then reads the data arm without balancing).
+    pub fn pick(&self, ld: &FastPathLd, pd_lba: u64, blocks: u32) -> Option<(usize, u16)> {
+        let (true, &[pd0, pd1]) = (ld.mirror, ld.arm_pds.as_slice()) else {
+            return None;
+        };
+        let a = self.pds.get(usize::from(pd0))?;
+        let b = self.pds.get(usize::from(pd1))?;
+        let (p0, p1) = (a.pending.load(Ordering::Relaxed), b.pending.load(Ordering::Relaxed));
+        let arm = if p0 != p1 {
+            usize::from(p1 < p0)
+        } else {
+            let d0 = a.next_block.load(Ordering::Relaxed).abs_diff(pd_lba);
+            let d1 = b.next_block.load(Ordering::Relaxed).abs_diff(pd_lba);
+            usize::from(d1 < d0)
+        };
+        let (pd, load) = if arm == 0 { (pd0, a) } else { (pd1, b) };
+        load.pending.fetch_add(1, Ordering::Relaxed);
+        load.next_block
+            .store(pd_lba.saturating_add(u64::from(blocks)), Ordering::Relaxed);
+        Some((arm, pd))
+    }
+
+    /// A read [`MirrorLoad::pick`] counted on PD `pd` completed (or was handed back).
+    pub fn done(&self, pd: u16) {
+        if let Some(load) = self.pds.get(usize::from(pd)) {
+            // Never below zero, whatever the caller passes.
+            let _ = load
+                .pending
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// FastPath reads outstanding on PD `pd`.
+    pub fn pending(&self, pd: u16) -> u32 {
+        self.pds
+            .get(usize::from(pd))
+            .map_or(0, |l| l.pending.load(Ordering::Relaxed))
     }
 }
 
@@ -246,7 +349,8 @@ pub fn parse_dynamic(buf: &[u8]) -> Result<RaidMap, Error> {
     Ok(RaidMap { lds })
 }
 
-/// One LD's span map at `at`: a FastPath-capable RAID-0 LD with sound geometry, or why not.
+/// One LD's span map at `at`: a FastPath-capable RAID-0 LD, or an optimal two-disk RAID-1 LD
+/// with FastPath reads, with sound geometry; or why not.
 fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Section) -> Result<FastPathLd, Error> {
     let target = u8::try_from(target).map_err(|_| refuse("LD target id above 255", target as u64))?;
     let caps = u32_at(map, at)?;
@@ -257,16 +361,33 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
     let row_size = map[at + 0x13];
     let row_data = map[at + 0x14];
     let map_target = u16_at(map, at + 0x18)?;
+    let ld_state = map[at + 0x1A];
     let mod_factor = map[at + 0x1C];
     let seq = u16_at(map, at + 0x1E)?;
     let block_len = u32_at(map, at + 0x30)?;
     if map_target != u16::from(target) {
         return Err(refuse("span map names another target", u64::from(map_target)));
     }
-    if level != 0 {
+    let mirror = match level {
+        0 => false,
+        1 => true,
+        _ => {
+            return Err(refuse(
+                "RAID level other than 0 or 1 (FastPath is used for RAID-0 and RAID-1 reads only)",
+                u64::from(level),
+            ));
+        }
+    };
+    if mirror && caps & CAP_FP_READ == 0 {
         return Err(refuse(
-            "RAID level other than 0 (FastPath is used for RAID-0 only)",
-            u64::from(level),
+            "RAID-1 LD without FastPath reads (RAID-1 writes take the LD path)",
+            u64::from(caps),
+        ));
+    }
+    if mirror && ld_state != LD_STATE_OPTIMAL {
+        return Err(refuse(
+            "RAID-1 LD not optimal (an arm may be missing or stale)",
+            u64::from(ld_state),
         ));
     }
     if caps & CAP_FP_CAPABLE == 0 || caps & (CAP_FP_READ | CAP_FP_WRITE) == 0 {
@@ -279,7 +400,9 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
         return Err(refuse("strip size out of range (log2 blocks)", u64::from(strip_shift)));
     }
     let arms = usize::from(row_size);
-    if arms == 0 || arms > MAX_ARMS || row_data != row_size || mod_factor != row_size {
+    // RAID-1: two arms per row, one of them data (the other its mirror), strips round one arm.
+    let data_arms = if mirror { 1 } else { row_size };
+    if arms == 0 || arms > MAX_ARMS || (mirror && arms != 2) || row_data != data_arms || mod_factor != data_arms {
         return Err(refuse(
             "arm counts (row size, data arms, mod factor)",
             u64::from(row_size),
@@ -289,16 +412,19 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
         return Err(refuse("logical block length other than 512", u64::from(block_len)));
     }
     // The data-arm map must be a permutation of the arms: two strips of a row on one disk
-    // would overlap there.
+    // would overlap there. RAID-1: its one entry names the data arm, the other arm mirrors it.
     let mut seen = 0u32;
     let mut phys_arms = Vec::with_capacity(arms);
-    for i in 0..arms {
+    for i in 0..usize::from(data_arms) {
         let a = map[at + 0x80 + i];
         if usize::from(a) >= arms || seen & (1 << a) != 0 {
             return Err(refuse("data-arm map is not a permutation of the arms", u64::from(a)));
         }
         seen |= 1 << a;
         phys_arms.push(a);
+    }
+    if mirror {
+        phys_arms.push(1 - phys_arms[0]);
     }
     let span = at + 0xA0;
     let rows = u64_at(map, span)?;
@@ -317,13 +443,18 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
     if start_block.checked_add(arm_blocks).is_none() {
         return Err(refuse("span start block overflows", start_block));
     }
-    if blocks == 0 || arm_blocks.checked_mul(arms as u64).is_none_or(|cap| blocks > cap) {
+    if blocks == 0
+        || arm_blocks
+            .checked_mul(u64::from(data_arms))
+            .is_none_or(|cap| blocks > cap)
+    {
         return Err(refuse("LD size beyond its arms", blocks));
     }
     if array >= arrays.elements {
         return Err(refuse("array reference beyond the arrays", array as u64));
     }
     let mut arm_handles = Vec::with_capacity(arms);
+    let mut arm_pds = Vec::with_capacity(arms);
     for &phys in &phys_arms {
         let pd = u16_at(map, arrays.start + array * ARRAY_BYTES + 2 * usize::from(phys))?;
         if usize::from(pd) >= handles.elements {
@@ -337,18 +468,21 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
             return Err(refuse("two arms share a device handle", u64::from(handle)));
         }
         arm_handles.push(handle);
+        arm_pds.push(pd);
     }
     Ok(FastPathLd {
         target,
         seq,
         strip_shift,
+        mirror,
         arm_handles,
+        arm_pds,
         phys_arms,
         start_block,
         arm_blocks,
         blocks,
         read: caps & CAP_FP_READ != 0,
-        write: caps & CAP_FP_WRITE != 0,
+        write: !mirror && caps & CAP_FP_WRITE != 0,
     })
 }
 
@@ -433,6 +567,21 @@ pub fn build_dynamic(target: u8, pds: &[u16], strip_shift: u8, rows: u64, seq: u
     m
 }
 
+/// [`build_dynamic`]'s map with LD 0 made RAID-1 over the two PDs `pds` (a mirror: the LD's
+/// blocks are one arm's, data arm 0), as the emulation describes `raid=raid1`.
+#[cfg(any(test, feature = "fake"))]
+pub fn build_dynamic_raid1(target: u8, pds: [u16; 2], strip_shift: u8, rows: u64, seq: u16, caps: u32) -> Vec<u8> {
+    let mut m = build_dynamic(target, &pds, strip_shift, rows, seq, caps);
+    let ld = layout::LD;
+    m[ld + 0x08..ld + 0x10].copy_from_slice(&(rows << strip_shift).to_le_bytes());
+    m[ld + 0x11] = 1;
+    m[ld + 0x14] = 1;
+    m[ld + 0x1C] = 1;
+    m[ld + 0x80..ld + 0x82].fill(0);
+    m[ld + 0xA0 + 0x1B] = 1;
+    m
+}
+
 /// A valid dynamic map without LDs (a firmware with no RAID configuration).
 #[cfg(any(test, feature = "fake"))]
 pub fn build_dynamic_empty() -> Vec<u8> {
@@ -466,9 +615,14 @@ pub mod layout {
 #[cfg(any(test, feature = "fake"))]
 pub const CAPS_FP_READ_WRITE: u32 = CAP_FP_CAPABLE | CAP_FP_READ | CAP_FP_WRITE;
 
+/// The capability word of an LD with FastPath reads only (a RAID-1 LD as the emulation gives it).
+#[cfg(any(test, feature = "fake"))]
+pub const CAPS_FP_READ: u32 = CAP_FP_CAPABLE | CAP_FP_READ;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
 
     fn good() -> Vec<u8> {
         build_dynamic(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE)
@@ -522,7 +676,7 @@ mod tests {
     fn out_of_range_ld_fields_leave_the_ld_to_the_firmware_path() {
         use layout::*;
         let cases: [(&str, usize, &[u8]); 12] = [
-            ("RAID level", LD + 0x11, &[1]),
+            ("RAID level", LD + 0x11, &[5]),
             ("span depth", LD + 0x10, &[2]),
             ("strip shift too large", LD + 0x12, &[16]),
             ("strip shift too small", LD + 0x12, &[2]),
@@ -557,6 +711,122 @@ mod tests {
         ld_refused(&m);
         let mut m = good();
         m[LD + 0x08..LD + 0x10].copy_from_slice(&(u64::from(u32::MAX)).to_le_bytes());
+        ld_refused(&m);
+    }
+
+    fn mirror() -> Vec<u8> {
+        build_dynamic_raid1(0, [4, 7], 7, 1024, 0x0101, CAPS_FP_READ)
+    }
+
+    #[test]
+    fn a_raid1_map_routes_reads_to_either_arm_at_the_same_block_and_no_write() {
+        let map = parse_dynamic(&mirror()).unwrap();
+        let ld = map.fastpath(0).expect("the mirror is FastPath-ready").clone();
+        assert!(ld.mirror);
+        assert_eq!(
+            (ld.arm_handles.as_slice(), ld.arm_pds.as_slice()),
+            (&[0x104, 0x107][..], &[4, 7][..])
+        );
+        assert_eq!(
+            (ld.blocks, ld.arm_blocks, ld.read, ld.write),
+            (1024 << 7, 1024 << 7, true, false)
+        );
+        // Each LD block is the same block of both disks; strips do not go round the arms.
+        let r = ld.route(128 + 3, 8, false).unwrap();
+        assert_eq!((r.handle, r.pd_lba, r.span_arm, r.seq), (0x104, 131, 0, 0x0101));
+        let other = ld.mirror_route(r, 1).unwrap();
+        assert_eq!(
+            (other.handle, other.pd_lba, other.span_arm, other.seq),
+            (0x107, 131, 1, 0x0101)
+        );
+        assert_eq!(ld.mirror_route(r, 2), None);
+        assert_eq!(ld.route(128 + 3, 8, true), None, "RAID-1 writes take the LD path");
+        assert_eq!(ld.route(124, 8, false), None, "across a strip: the LD path");
+        assert_eq!(ld.route(ld.blocks - 4, 8, false), None, "past the end");
+        // Capability bits that offer writes do not make RAID-1 writes FastPath.
+        let m = build_dynamic_raid1(0, [4, 7], 7, 16, 1, CAPS_FP_READ_WRITE);
+        let rw = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
+        assert!(!rw.write);
+        assert_eq!(rw.route(0, 8, true), None);
+        // The data arm is the map's: data arm 1 puts PD 7 first.
+        let mut m = mirror();
+        m[layout::LD + 0x80] = 1;
+        let swapped = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
+        assert_eq!(
+            (swapped.arm_handles, swapped.phys_arms),
+            (vec![0x107, 0x104], vec![1, 0])
+        );
+        // A RAID-0 LD has no mirror route.
+        let raid0 = parse_dynamic(&good()).unwrap().fastpath(0).unwrap().clone();
+        assert_eq!(raid0.mirror_route(raid0.route(0, 8, false).unwrap(), 1), None);
+    }
+
+    #[test]
+    fn mirror_reads_balance_over_both_arms_by_outstanding_reads_then_distance() {
+        let ld = parse_dynamic(&mirror()).unwrap().fastpath(0).unwrap().clone();
+        let load = MirrorLoad::default();
+        // Eight reads none of which completes: the less loaded arm, and between equally loaded
+        // ones the arm whose last read ended nearest (read 2 follows read 1 on arm 1).
+        let arms: Vec<usize> = (0..8).map(|i| load.pick(&ld, i * 4096, 8).unwrap().0).collect();
+        assert_eq!(arms, [0, 1, 1, 0, 0, 1, 1, 0]);
+        assert_eq!((load.pending(4), load.pending(7)), (4, 4));
+        // Arm 1 last read up to 6 * 4096 + 8: it takes the read there; the next read at the
+        // same place goes to arm 0, now the less loaded, however near arm 1 is.
+        assert_eq!(load.pick(&ld, 6 * 4096 + 8, 8), Some((1, 7)));
+        assert_eq!(load.pick(&ld, 6 * 4096 + 16, 8), Some((0, 4)));
+        // Completions lower the count: the less loaded arm takes the next reads.
+        for _ in 0..3 {
+            load.done(4);
+        }
+        assert_eq!((load.pending(4), load.pending(7)), (2, 5));
+        assert_eq!(load.pick(&ld, 100 * 4096, 8), Some((0, 4)));
+        // A sequential reader on idle arms stays on one disk.
+        let idle = MirrorLoad::default();
+        let mut seq = Vec::new();
+        for i in 0..6 {
+            let (arm, pd) = idle.pick(&ld, 1000 + i * 8, 8).unwrap();
+            seq.push(arm);
+            idle.done(pd);
+        }
+        assert_eq!(seq, [0; 6]);
+        // Done for a PD with nothing outstanding, or none the table keeps: no change, no panic.
+        idle.done(4);
+        idle.done(u16::MAX);
+        assert_eq!(idle.pending(4), 0);
+        // Not a mirror, or PD ids outside the table: no choice (the data arm, unbalanced).
+        let raid0 = parse_dynamic(&good()).unwrap().fastpath(0).unwrap().clone();
+        assert_eq!(load.pick(&raid0, 0, 8), None);
+        let mut odd = ld;
+        odd.arm_pds = vec![4, 600];
+        assert_eq!(load.pick(&odd, 0, 8), None);
+    }
+
+    #[test]
+    fn a_raid1_ld_with_wrong_entries_is_left_to_the_firmware_path() {
+        use layout::*;
+        let cases: [(&str, usize, &[u8]); 9] = [
+            ("not optimal (degraded)", LD + 0x1A, &[2]),
+            ("three arms", LD + 0x13, &[3]),
+            ("two data arms", LD + 0x14, &[2]),
+            ("mod factor", LD + 0x1C, &[2]),
+            ("data arm beyond the two", LD + 0x80, &[2]),
+            ("span row data size", LD + 0xA0 + 0x1B, &[2]),
+            ("larger than one arm", LD + 0x08, &(1025u64 << 7).to_le_bytes()),
+            ("no FastPath reads", LD, &(CAP_FP_CAPABLE | CAP_FP_WRITE).to_le_bytes()),
+            ("span depth", LD + 0x10, &[2]),
+        ];
+        for (what, off, bytes) in cases {
+            let mut m = mirror();
+            m[off..off + bytes.len()].copy_from_slice(bytes);
+            let e = ld_refused(&m);
+            assert!(matches!(e, Error::RaidMap { .. }), "{what}: {e:?}");
+        }
+        // The mirror's PD without a handle, or both arms on one disk.
+        let mut m = mirror();
+        m[HANDLES + 7 * 8..HANDLES + 7 * 8 + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
+        ld_refused(&m);
+        let mut m = mirror();
+        m[ARRAY + 2..ARRAY + 4].copy_from_slice(&4u16.to_le_bytes());
         ld_refused(&m);
     }
 

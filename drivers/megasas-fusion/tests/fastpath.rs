@@ -3,6 +3,8 @@
 //! model checks each against its own striping and refuses a stale sequence number; the blocks
 //! must sit where the firmware stripes them. A map with out-of-range values, a stale map and
 //! `fastpath = false` keep every request on the firmware LD path, and the data stays right.
+//! A RAID-1 LD (two mirrored disks): reads go FastPath to either disk, balanced; writes take
+//! the LD path (the model mirrors them); a wrong map entry or a stale one means the LD path.
 
 mod common;
 
@@ -283,4 +285,173 @@ fn no_memory_for_the_map_means_the_ld_path_not_a_failed_bring_up() {
     assert_eq!(w.fake.fastpath_counts(), (0, 0));
     assert_blocks_where_the_firmware_stripes(&w);
     assert_clean(&fake);
+}
+
+/// The RAID-1 LD's PD ids (handles 0x104 and 0x107), and strips per arm (32 × 128 = 4096
+/// blocks, past every tag's blocks).
+const MIRROR_PDS: [u16; 2] = [4, 7];
+const MIRROR_ROWS: u64 = 32;
+
+fn raid1_config(g: Generation, tweak: impl FnOnce(&mut FakeRaid0)) -> FakeConfig {
+    let mut fc = FakeConfig::new(g);
+    fc.lds = Vec::new();
+    let mut r = FakeRaid0::mirror(LD, MIRROR_PDS, MIRROR_ROWS);
+    tweak(&mut r);
+    fc.raid0 = Some(r);
+    fc
+}
+
+/// Every block the workload wrote is on both disks of the mirror, at its LD block.
+fn assert_blocks_on_both_mirrors(w: &Workload) {
+    assert!(!w.written.is_empty());
+    for (&lba, &pattern) in &w.written {
+        for arm in 0..2 {
+            let raw = w.fake.arm_bytes(arm, lba as usize * 512, 512);
+            assert!(
+                raw.iter().all(|&b| b == pattern),
+                "arm {arm} block {lba}: {:x?}..",
+                &raw[..8]
+            );
+        }
+    }
+}
+
+fn raid1_reads(w: &Workload) -> [u64; 2] {
+    let r = &w.ctrl.stats.raid1_reads;
+    [0, 1].map(|i| r[i].load(std::sync::atomic::Ordering::Relaxed))
+}
+
+#[test]
+fn raid1_reads_go_fastpath_to_both_disks_balanced_and_writes_take_the_ld_path() {
+    for g in [Generation::Ventura, Generation::Aero] {
+        let (mut w, report) = workload(raid1_config(g, |_| {}), true);
+        assert!(
+            report.contains(
+                "LD 0: RAID-1 over 2 arms (handles [104, 107]), strip 64 KiB, sequence 0x101, FastPath reads"
+            ),
+            "{report}"
+        );
+        w.run(3000, 12);
+        let by_arm = w.fake.fastpath_by_arm();
+        let sent = raid1_reads(&w);
+        let (served, stale) = w.fake.fastpath_counts();
+        assert_eq!(
+            by_arm,
+            sent.to_vec(),
+            "{g:?}: each arm served the reads the driver sent it"
+        );
+        assert_eq!(stale, 0);
+        assert_eq!(
+            served,
+            w.ctrl.stats.fastpath_ios.load(std::sync::atomic::Ordering::Relaxed),
+            "{g:?}: every FastPath request is a read the model served (a FastPath write is a violation)"
+        );
+        // Half the requests are reads: all of them FastPath, neither disk taking most.
+        assert!(served > 1000, "{g:?}: {served} FastPath reads");
+        assert!(sent.iter().all(|&n| n * 3 > served), "{g:?}: reads per arm {sent:?}");
+        assert_eq!(w.failed, 0);
+        for pd in MIRROR_PDS {
+            assert_eq!(
+                w.ctrl.raid1_reads_outstanding(pd),
+                0,
+                "{g:?}: PD {pd}: every read handed back"
+            );
+        }
+        assert_blocks_on_both_mirrors(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn a_raid1_map_with_a_wrong_entry_leaves_reads_and_writes_on_the_ld_path() {
+    let ld = layout::LD;
+    let damages: [(&str, usize, Vec<u8>); 4] = [
+        ("degraded (not optimal)", ld + 0x1A, vec![2]),
+        ("two data arms", ld + 0x14, vec![2]),
+        ("data arm 5", ld + 0x80, vec![5]),
+        ("mirror PD without a handle", layout::HANDLES + 7 * 8, vec![0xFF, 0xFF]),
+    ];
+    for (what, at, bytes) in damages {
+        let (mut w, report) = workload(raid1_config(Generation::Aero, |r| r.damage = Some((at, bytes))), true);
+        assert!(w.ctrl.fastpath_lds().is_empty(), "{what}");
+        assert!(report.contains("RAID map refused"), "{what}: {report}");
+        w.run(600, 4);
+        assert_eq!(w.fake.fastpath_counts(), (0, 0), "{what}");
+        assert_eq!(raid1_reads(&w), [0, 0], "{what}");
+        assert_eq!(w.failed, 0, "{what}");
+        assert_blocks_on_both_mirrors(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn fastpath_off_keeps_raid1_reads_on_the_ld_path() {
+    let (mut w, _) = workload(raid1_config(Generation::Aero, |_| {}), false);
+    assert!(w.ctrl.fastpath_lds().is_empty());
+    w.run(600, 4);
+    assert_eq!(w.fake.fastpath_counts(), (0, 0));
+    assert_eq!(raid1_reads(&w), [0, 0]);
+    assert_blocks_on_both_mirrors(&w);
+    assert_clean(&w.fake);
+}
+
+#[test]
+fn a_stale_raid1_read_is_refused_handed_back_uncounted_and_read_again_on_the_ld_path() {
+    let (mut w, _) = workload(raid1_config(Generation::Ventura, |_| {}), true);
+    let (o, _) = one(&mut w, IoOp::Write, 640, 4, 0x3C);
+    assert_eq!(o, IoOutcome::Ok);
+    assert_eq!(w.fake.fastpath_counts().0, 0, "a RAID-1 write is not FastPath");
+    assert_eq!(
+        w.fake.arm_bytes(0, 640 * 512, 2048),
+        w.fake.arm_bytes(1, 640 * 512, 2048)
+    );
+    let (o, data) = one(&mut w, IoOp::Read, 640, 4, 0);
+    assert_eq!((o, data), (IoOutcome::Ok, vec![0x3C; 2048]));
+    assert_eq!(w.fake.fastpath_counts(), (1, 0));
+    w.fake.change_raid_config();
+    let (o, _) = one(&mut w, IoOp::Read, 640, 4, 0);
+    assert_eq!(o, IoOutcome::StaleMap);
+    assert_eq!(w.fake.fastpath_counts(), (1, 1), "the model refused it");
+    assert!(
+        w.ctrl.fastpath_lds().is_empty(),
+        "FastPath is off after a stale refusal"
+    );
+    for pd in MIRROR_PDS {
+        assert_eq!(
+            w.ctrl.raid1_reads_outstanding(pd),
+            0,
+            "PD {pd}: the refused read is not outstanding"
+        );
+    }
+    // Issued again: the LD path, the data right.
+    let (o, data) = one(&mut w, IoOp::Read, 640, 4, 0);
+    assert_eq!((o, data), (IoOutcome::Ok, vec![0x3C; 2048]));
+    assert_eq!(w.fake.fastpath_counts(), (1, 1));
+    assert_clean(&w.fake);
+}
+
+#[test]
+fn a_reset_hands_back_outstanding_raid1_reads_and_their_counts() {
+    let (mut w, _) = workload(raid1_config(Generation::Aero, |_| {}), true);
+    // Reads the firmware holds: the reset returns them, and no arm keeps them counted.
+    w.fake.hold_next_io(6);
+    for tag in 0..6 {
+        w.submit(tag, 0, IoOp::Read, 2, 1).unwrap();
+    }
+    w.service(1000);
+    let outstanding: u32 = MIRROR_PDS.iter().map(|&pd| w.ctrl.raid1_reads_outstanding(pd)).sum();
+    assert_eq!(outstanding, 6, "six held reads counted");
+    assert!(
+        MIRROR_PDS.iter().all(|&pd| w.ctrl.raid1_reads_outstanding(pd) == 3),
+        "balanced 3 and 3"
+    );
+    w.reset().unwrap();
+    assert_eq!(w.reset_returned.len(), 6);
+    for pd in MIRROR_PDS {
+        assert_eq!(w.ctrl.raid1_reads_outstanding(pd), 0, "PD {pd}");
+    }
+    assert_eq!(w.ctrl.fastpath_lds().len(), 1, "the same map after the reset");
+    w.run(300, 4);
+    assert_blocks_on_both_mirrors(&w);
+    assert_clean(&w.fake);
 }

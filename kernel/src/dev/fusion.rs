@@ -154,6 +154,8 @@ impl HostHooks for Controller {
             ("fusion_unknown_drive", c.unknown_drive),
             ("fusion_fastpath_ios", c.fastpath_ios),
             ("fusion_stale_map_refusals", c.stale_map_refusals),
+            ("fusion_raid1_reads_arm0", c.raid1_reads_arm0),
+            ("fusion_raid1_reads_arm1", c.raid1_reads_arm1),
         ]
     }
 }
@@ -311,10 +313,16 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
             .iter()
             .map(|ld| {
                 format!(
-                    "LD {} RAID-0 over {} disks, strip {} KiB",
+                    "LD {} RAID-{} over {} disks, strip {} KiB{}",
                     ld.target,
+                    u8::from(ld.mirror),
                     ld.arm_handles.len(),
-                    (1u32 << ld.strip_shift) / 2
+                    (1u32 << ld.strip_shift) / 2,
+                    if ld.mirror {
+                        " (reads, balanced over both; writes on the LD path)"
+                    } else {
+                        ""
+                    }
                 )
             })
             .collect::<Vec<_>>()
@@ -322,7 +330,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     } else if opts.fastpath == Some(false) {
         String::from("off (megasas.fastpath=off)")
     } else {
-        String::from("none (no FastPath-ready RAID-0 LD in a valid RAID map)")
+        String::from("none (no FastPath-ready RAID-0 or RAID-1 LD in a valid RAID map)")
     };
     kprintln!("megasas-fusion {at}: FastPath: {fastpath_text}");
     let disks = hosts::ControllerDisks {

@@ -289,6 +289,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             info: empty_info(),
             drives: Vec::new(),
             fastpath_lds: Vec::new(),
+            mirror_load: crate::raidmap::MirrorLoad::default(),
             fastpath_on: AtomicBool::new(false),
             config,
             stats: Stats::default(),

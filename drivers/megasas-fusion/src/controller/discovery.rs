@@ -493,7 +493,8 @@ fn describe_map(map: &RaidMap, usable: &[raidmap::FastPathLd]) -> String {
             Ok(ld) if usable.contains(ld) => {
                 let _ = write!(
                     text,
-                    "; LD {target}: RAID-0 over {} arms (handles {:x?}), strip {} KiB, sequence {:#x}, FastPath {}",
+                    "; LD {target}: RAID-{} over {} arms (handles {:x?}), strip {} KiB, sequence {:#x}, FastPath {}",
+                    u8::from(ld.mirror),
                     ld.arm_handles.len(),
                     ld.arm_handles,
                     (1u32 << ld.strip_shift) / 2,

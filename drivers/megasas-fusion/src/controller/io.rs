@@ -10,7 +10,7 @@ use megasas::Segment;
 use drvkit::gate::Inside;
 
 use crate::error::Error;
-use crate::raidmap::FastPathRoute;
+use crate::raidmap::{FastPathLd, FastPathRoute};
 use crate::regs::{self, Generation};
 
 use super::{
@@ -361,7 +361,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             smid = self.limits.max_fw_cmds + 1;
         }
         // FastPath (a valid RAID map was read): an LD read or write inside one strip of a RAID-0
-        // LD goes to the member disk; one relaxed load for every other LD command.
+        // LD, or a RAID-1 read, goes to a member disk; one relaxed load for every other LD
+        // command.
         let fastpath = if is_rw && self.fastpath_on.load(Ordering::Relaxed) {
             self.fastpath_frame(&mut img, target, cdb, msix, smid)
         } else {
@@ -379,12 +380,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     }
 
     /// Turns the LD read or write frame in `img` (its READ(16)/WRITE(16) CDB `cdb`) into
-    /// FastPath to a RAID-0 member when the RAID map gives it a route (Linux
+    /// FastPath to a RAID member when the RAID map gives it a route (Linux
     /// `megasas_build_ldio_fusion` with fp_possible): the disk's device handle, Function SCSI IO,
     /// the CDB naming the disk's block (`megasas_set_pd_lba`), the FastPath IoFlag, span/arm and
     /// the map's sequence number in the RAID context (the LD's target is there already); returns
-    /// the FastPath descriptor, which names the handle. None: no route, the LD path. Out of line:
-    /// only controllers with a valid RAID map come here.
+    /// the FastPath descriptor, which names the handle. A RAID-1 read goes to the arm
+    /// [`MirrorLoad`](crate::raidmap::MirrorLoad) picks and is counted there until its reply or
+    /// a reset hands it back. None: no route, the LD path. Out of line: only controllers with a
+    /// valid RAID map come here.
     #[cold]
     #[inline(never)]
     fn fastpath_frame(&self, img: &mut FrameImage, target: u8, cdb: &[u8; 16], msix: u8, smid: u16) -> Option<u64> {
@@ -395,11 +398,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
         let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
-        let r: FastPathRoute = self
-            .fastpath_lds
-            .iter()
-            .find(|ld| ld.target == target)?
-            .route(lba, blocks, write)?;
+        let ld = self.fastpath_lds.iter().find(|ld| ld.target == target)?;
+        let mut r: FastPathRoute = ld.route(lba, blocks, write)?;
+        if ld.mirror {
+            r = self.mirror_arm(ld, r, blocks, smid);
+        }
         // Routes come from a dynamic map, which only G35-context firmware has.
         debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
@@ -410,6 +413,43 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
+    }
+
+    /// The RAID-1 read `r` (the data arm's route) sent to the arm the read balance picks, and
+    /// counted outstanding there on SMID `smid`. A SMID outside the pool (a test hook's) or an
+    /// LD the balance cannot keep reads the data arm uncounted.
+    fn mirror_arm(&self, ld: &FastPathLd, r: FastPathRoute, blocks: u32, smid: u16) -> FastPathRoute {
+        let picked = self.smids.get(usize::from(smid)).and_then(|state| {
+            let (arm, pd) = self.mirror_load.pick(ld, r.pd_lba, blocks)?;
+            match ld.mirror_route(r, arm) {
+                Some(route) => {
+                    state.mirror_pd.store(pd + 1, Ordering::Relaxed);
+                    Some((arm, route))
+                }
+                None => {
+                    self.mirror_load.done(pd);
+                    None
+                }
+            }
+        });
+        let (arm, route) = picked.unwrap_or((0, r));
+        self.stats.raid1_reads[arm].fetch_add(1, Ordering::Relaxed);
+        route
+    }
+
+    /// Takes back the RAID-1 read count of the request on `state`, if it has one (its reply
+    /// came, or a reset hands it back): exactly once, whoever gets there first.
+    #[cold]
+    pub(super) fn mirror_read_done(&self, state: &SmidState) {
+        let pd = state.mirror_pd.swap(0, Ordering::Relaxed);
+        if pd != 0 {
+            self.mirror_load.done(pd - 1);
+        }
+    }
+
+    /// RAID-1 FastPath reads sent to PD `pd` and not yet handed back.
+    pub fn raid1_reads_outstanding(&self, pd: u16) -> u32 {
+        self.mirror_load.pending(pd)
     }
 
     /// Writes the SGL into the frame at `fo` (its 8 slots zeroed first, so no SGE of the

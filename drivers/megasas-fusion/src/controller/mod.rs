@@ -31,7 +31,7 @@ mod reply;
 mod reset;
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use crate::slot::SmidSlot;
 
@@ -44,7 +44,7 @@ use spin::Mutex;
 use drvkit::gate::Gate;
 
 use crate::error::Error;
-use crate::raidmap::FastPathLd;
+use crate::raidmap::{FastPathLd, MirrorLoad};
 use crate::regs::{self, Generation};
 use devhal::DmaBuf;
 
@@ -235,6 +235,9 @@ struct SmidState {
     /// and read only by the SMID's owner between claim and post: the slot's claim (AcqRel)
     /// orders it after the previous owner's store.
     sgl_slots: AtomicU8,
+    /// 1 + the PD id a RAID-1 FastPath read of this SMID is counted outstanding on (0: none);
+    /// taken back (swapped to 0) by whichever hands the request back, reply or reset.
+    mirror_pd: AtomicU16,
 }
 
 impl SmidState {
@@ -246,6 +249,7 @@ impl SmidState {
             target: AtomicU8::new(0),
             // The frame pool starts zeroed.
             sgl_slots: AtomicU8::new(0),
+            mirror_pd: AtomicU16::new(0),
         }
     }
 }
@@ -266,6 +270,8 @@ pub struct Stats {
     /// FastPath requests the firmware refused for a stale map (sequence number): FastPath is
     /// then off and they are issued again on the LD path.
     pub stale_map_refusals: AtomicU64,
+    /// RAID-1 FastPath reads sent to the LD's data arm ([0]) and to its mirror ([1]).
+    pub raid1_reads: [AtomicU64; 2],
 }
 
 struct ReplyQueue {
@@ -363,8 +369,10 @@ pub struct Controller<M: Mmio64, D: Delay> {
     ext_lds: bool,
     info: ControllerInfo,
     drives: Vec<LogicalDrive>,
-    /// The FastPath-ready RAID-0 LDs of the last valid RAID map.
+    /// The FastPath-ready LDs (RAID-0, RAID-1 reads) of the last valid RAID map.
     fastpath_lds: Vec<FastPathLd>,
+    /// Outstanding RAID-1 FastPath reads and last blocks per PD: which arm takes the next read.
+    mirror_load: MirrorLoad,
     /// FastPath in use: set when a valid map was read, cleared when the firmware refuses a
     /// FastPath request as stale (until the map is read again, at the next OCR).
     fastpath_on: AtomicBool,

@@ -184,6 +184,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             outcome,
             bytes_done,
         };
+        // A RAID-1 FastPath read no longer counts on its arm; before the tag is released, so
+        // its next use starts uncounted.
+        if state.mirror_pd.load(Ordering::Relaxed) != 0 {
+            self.mirror_read_done(state);
+        }
         // Release the tag before handing the completion on, so the sink may reuse it at once.
         if !slot.finish(word) {
             self.bogus(smid, "raced");

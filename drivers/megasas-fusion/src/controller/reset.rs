@@ -167,6 +167,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             let Some(word) = slot.in_flight() else {
                 continue;
             };
+            self.mirror_read_done(state);
             if slot.finish(word) {
                 self.stats.reset_returned.fetch_add(1, Ordering::Relaxed);
                 sink(Completion {
