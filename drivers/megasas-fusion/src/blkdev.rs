@@ -135,6 +135,12 @@ pub struct HostCounters {
     pub fastpath_ios: u64,
     /// FastPath requests refused for a stale RAID map (issued again on the LD path).
     pub stale_map_refusals: u64,
+    /// RAID maps taken from completed map syncs (configuration changes).
+    pub map_changes: u64,
+    /// Map syncs that failed or brought a refused map (FastPath off until an OCR).
+    pub map_sync_failures: u64,
+    /// FastPath requests sent since the last map change (all of them without one).
+    pub fastpath_ios_after_map_change: u64,
     /// RAID-1 FastPath reads sent to the data arm.
     pub raid1_reads_arm0: u64,
     /// RAID-1 FastPath reads sent to the mirror arm.
@@ -374,6 +380,9 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             resets_avoided: c.resets_avoided.load(Ordering::Relaxed),
             fastpath_ios: c.ctrl.stats.fastpath_ios.load(Ordering::Relaxed),
             stale_map_refusals: c.ctrl.stats.stale_map_refusals.load(Ordering::Relaxed),
+            map_changes: c.ctrl.map_sync_counts().0,
+            map_sync_failures: c.ctrl.map_sync_counts().1,
+            fastpath_ios_after_map_change: c.ctrl.fastpath_ios_since_map_change(),
             raid1_reads_arm0: c.ctrl.stats.raid1_reads[0].load(Ordering::Relaxed),
             raid1_reads_arm1: c.ctrl.stats.raid1_reads[1].load(Ordering::Relaxed),
         }
@@ -502,6 +511,8 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
         for q in 0..self.core.ctrl.queues() {
             self.reap(q, cpu);
         }
+        // A completed map sync (the RAID configuration changed): take the new map for FastPath.
+        self.core.ctrl.service_map_sync();
         self.core.ticking.store(false, Ordering::Release);
         expired
     }

@@ -414,6 +414,16 @@ enum Work {
     ReplyOnly,
     /// LD command to execute at reply time.
     Ld(LdCmd),
+    /// A map sync (LD_MAP_GET_INFO with the pend flag) held until the configuration changes.
+    MapSync(HeldSync),
+}
+
+/// A held map sync: its MFI frame and data buffer.
+#[derive(Clone, Copy, Debug)]
+struct HeldSync {
+    mfi: u64,
+    addr: u64,
+    len: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -523,6 +533,12 @@ struct State {
     operational_shown_at: u64,
     /// Capability word of the last IOC INIT received.
     init_caps: Option<u32>,
+    /// The map sync `dcmd` just decided to hold (taken by `commit`).
+    sync_held: Option<HeldSync>,
+    /// Map syncs held so far.
+    map_syncs_held: u64,
+    /// The status the next answered map sync gets (None: the new map, status 0).
+    fail_next_map_sync: Option<u8>,
 }
 
 /// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
@@ -661,6 +677,9 @@ impl FakeFusion {
                 resets: 0,
                 operational_shown_at: 0,
                 init_caps: None,
+                sync_held: None,
+                map_syncs_held: 0,
+                fail_next_map_sync: None,
             }),
             mem,
         })
@@ -883,11 +902,57 @@ impl FakeFusion {
         self.st.lock().fastpath_by_arm.clone()
     }
     /// A configuration change: the RAID-0 LD's sequence number moves on, so a FastPath request
-    /// routed with the old map is refused (status 0x67).
+    /// routed with the old map is refused (status 0x67), and a held map sync is answered: the
+    /// new map written into its buffer (or the status [`FakeFusion::fail_next_map_sync`] set)
+    /// and its reply posted.
     pub fn change_raid_config(&self) {
         let mut s = self.st.lock();
         if let Some(r) = s.cfg.raid0.as_mut() {
             r.seq = r.seq.wrapping_add(1);
+        }
+        let mem = Arc::clone(&self.mem);
+        let clock = s.clock;
+        let held: Vec<usize> = (0..s.pending.len())
+            .filter(|&i| matches!(s.pending[i].work, Work::MapSync(_)))
+            .collect();
+        for i in held {
+            let Work::MapSync(h) = s.pending[i].work else {
+                continue;
+            };
+            let status = match s.fail_next_map_sync.take() {
+                Some(st) => st,
+                None => s.dcmd(&mem, 0x0300_E101, &[0u8; 12], h.addr, h.len),
+            };
+            mem.write("MFI cmd_status", h.mfi + 2, &[status]);
+            s.pending[i].work = Work::ReplyOnly;
+            s.pending[i].ready_at = clock;
+        }
+    }
+
+    /// Whether a map sync is held (pended, waiting for a configuration change).
+    pub fn map_sync_held(&self) -> bool {
+        self.st
+            .lock()
+            .pending
+            .iter()
+            .any(|p| matches!(p.work, Work::MapSync(_)))
+    }
+
+    /// Map syncs held so far (each pended one the model kept).
+    pub fn map_syncs_held(&self) -> u64 {
+        self.st.lock().map_syncs_held
+    }
+
+    /// The next map sync answered by a configuration change completes with MFI status
+    /// `status` and no map.
+    pub fn fail_next_map_sync(&self, status: u8) {
+        self.st.lock().fail_next_map_sync = Some(status);
+    }
+
+    /// Bytes written over the RAID map from now on (the next map sync's answer included).
+    pub fn damage_raid_map(&self, at: usize, bytes: &[u8]) {
+        if let Some(r) = self.st.lock().cfg.raid0.as_mut() {
+            r.damage = Some((at, bytes.to_vec()));
         }
     }
 
@@ -1104,7 +1169,7 @@ impl State {
         let mut i = 0;
         while i < self.pending.len() {
             let p = &self.pending[i];
-            let hold = matches!(&p.work, Work::Ld(c) if c.held);
+            let hold = matches!(&p.work, Work::Ld(c) if c.held) || matches!(p.work, Work::MapSync(_));
             if p.ready_at <= self.clock && !hold {
                 let p = self.pending.swap_remove(i);
                 if !self.post(mem, p) {
@@ -1302,7 +1367,10 @@ impl State {
                     self.warn(Violation::DcmdOffQueue0, format!("DCMD SMID {smid} on queue {msix}"));
                 }
                 match self.passthrough(mem, &frame) {
-                    Some(()) => Work::ReplyOnly,
+                    Some(()) => match self.sync_held.take() {
+                        Some(h) => Work::MapSync(h),
+                        None => Work::ReplyOnly,
+                    },
                     None => return,
                 }
             }
@@ -1351,7 +1419,7 @@ impl State {
             }
         };
         let delay = match &work {
-            Work::ReplyOnly => self.cfg.dcmd_reply_delay_us,
+            Work::ReplyOnly | Work::MapSync(_) => self.cfg.dcmd_reply_delay_us,
             Work::Ld(_) => {
                 let (lo, hi) = self.cfg.io_delay_us;
                 lo + self.rand() % (hi - lo + 1)
@@ -1686,8 +1754,31 @@ impl State {
             };
             self.dcmd(mem, opcode, &mfi[0x1C..0x28], addr, len as usize)
         };
+        if let Some(h) = self.sync_held.as_mut() {
+            // Held: no status until the configuration changes.
+            h.mfi = mfi_addr;
+            return Some(());
+        }
         mem.write("MFI cmd_status", mfi_addr + 2, &[status]);
         Some(())
+    }
+
+    /// Whether the driver's map-sync list (`lds` entries of {target, 0, sequence} at `addr`)
+    /// differs from the model's map: then the sync is answered at once with the map.
+    fn map_sync_stale(&mut self, mem: &FakeMemory, lds: u8, addr: u64) -> bool {
+        let Some(r) = self.cfg.raid0.as_ref() else {
+            return lds != 0;
+        };
+        let (target, seq) = (r.target, r.seq);
+        let mut entry = [0u8; 4];
+        if lds != 1 || !mem.read("map sync list", addr, &mut entry) {
+            return true;
+        }
+        if entry[0] != target || le_u16(&entry, 2) != seq {
+            return true;
+        }
+        self.map_syncs_held += 1;
+        false
     }
 
     fn dcmd(&mut self, mem: &FakeMemory, opcode: u32, mbox: &[u8], addr: u64, len: usize) -> u8 {
@@ -1780,6 +1871,10 @@ impl State {
                         format!("LD_MAP_GET_INFO {len} B, SP2 announces {want}"),
                     );
                     return 0x03;
+                }
+                if mbox[1] == 1 && !self.map_sync_stale(mem, mbox[0], addr) {
+                    self.sync_held = Some(HeldSync { mfi: 0, addr, len });
+                    return 0xFF;
                 }
                 let map = match &self.cfg.raid0 {
                     Some(r) => {

@@ -230,6 +230,9 @@ impl MirrorLoad {
 pub struct RaidMap {
     /// LDs in the map, each FastPath-ready or with the reason it is not.
     pub lds: Vec<(u16, Result<FastPathLd, Error>)>,
+    /// Target id and configuration sequence number of every LD in the map (FastPath-ready or
+    /// not): what the map sync hands back to the firmware (Linux's `MR_LD_TARGET_SYNC`).
+    pub seq_nums: Vec<(u8, u16)>,
 }
 
 impl RaidMap {
@@ -328,10 +331,17 @@ pub fn parse_dynamic(buf: &[u8]) -> Result<RaidMap, Error> {
         return Err(refuse("LD count beyond the span maps", ld_count as u64));
     }
     let mut lds = Vec::new();
+    let mut seq_nums = Vec::new();
     for target in 0..targets.elements {
         let ld = u16_at(map, targets.start + 2 * target)?;
         if ld == NO_LD {
             continue;
+        }
+        if let Ok(t) = u8::try_from(target)
+            && usize::from(ld) < ld_count
+        {
+            let seq = u16_at(map, spans.start + usize::from(ld) * LD_SPAN_MAP_BYTES + 0x1E)?;
+            seq_nums.push((t, seq));
         }
         let checked = if usize::from(ld) >= ld_count {
             Err(refuse("LD index beyond the LD count", u64::from(ld)))
@@ -346,7 +356,7 @@ pub fn parse_dynamic(buf: &[u8]) -> Result<RaidMap, Error> {
         };
         lds.push((target as u16, checked));
     }
-    Ok(RaidMap { lds })
+    Ok(RaidMap { lds, seq_nums })
 }
 
 /// One LD's span map at `at`: a FastPath-capable RAID-0 LD, or an optimal two-disk RAID-1 LD

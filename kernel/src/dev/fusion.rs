@@ -154,6 +154,9 @@ impl HostHooks for Controller {
             ("fusion_unknown_drive", c.unknown_drive),
             ("fusion_fastpath_ios", c.fastpath_ios),
             ("fusion_stale_map_refusals", c.stale_map_refusals),
+            ("fusion_map_changes", c.map_changes),
+            ("fusion_map_sync_failures", c.map_sync_failures),
+            ("fusion_fastpath_ios_after_map_change", c.fastpath_ios_after_map_change),
             ("fusion_raid1_reads_arm0", c.raid1_reads_arm0),
             ("fusion_raid1_reads_arm1", c.raid1_reads_arm1),
         ]

@@ -19,6 +19,7 @@ use crate::mem::alloc_low;
 use crate::raidmap;
 use crate::regs::{self, FwState, FwStatus, Generation, Sp1};
 
+use super::mapsync::{FastPathTables, MapSync};
 use super::{
     Budget, Config, Controller, DCMD_DATA_LEN, DCMD_SMIDS, FRAME_SIZE, MAX_FW_CMDS_CAP, MFI_FRAME_LEN, Memory, Mistake,
     ReplyQueue, ReplyRings, SENSE_SIZE, SmidState, Stats, desc, read_reg, wait,
@@ -228,8 +229,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             raid_map: if map_bytes > 0 && map_bytes <= raidmap::MAX_MAP_BYTES {
                 // FastPath is optional: no memory for the map means the LD path, not a failed
                 // bring-up.
-                match alloc_low(dma, "RAID map", map_bytes, 64) {
-                    Ok(buf) => Some(buf),
+                match alloc_low(dma, "RAID map", map_bytes, 64)
+                    .and_then(|a| Ok([a, alloc_low(dma, "RAID map", map_bytes, 64)?]))
+                {
+                    Ok(bufs) => Some(bufs),
                     Err(e) => {
                         report.step(
                             &mmio,
@@ -288,9 +291,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             ext_lds: false,
             info: empty_info(),
             drives: Vec::new(),
-            fastpath_lds: Vec::new(),
+            fastpath: FastPathTables::new(nq),
+            map_sync: MapSync::new(),
             mirror_load: crate::raidmap::MirrorLoad::default(),
-            fastpath_on: AtomicBool::new(false),
             config,
             stats: Stats::default(),
         };

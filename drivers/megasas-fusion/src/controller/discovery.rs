@@ -16,6 +16,8 @@ use devhal::DmaBuf;
 use crate::diag::Report;
 use crate::error::Error;
 use crate::raidmap::{self, RaidMap};
+
+use super::mapsync::MAP_SYNC_SLOT;
 use crate::regs::{self, FwState, FwStatus};
 
 use super::{
@@ -304,7 +306,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let k = if self.mistake(Mistake::LeakDcmdSmid) {
             0
         } else {
-            (0..usize::from(DCMD_SMIDS))
+            // The map sync's slot is its own, even while no sync is pended.
+            (0..MAP_SYNC_SLOT)
                 .find(|&k| !self.dcmd_reply_pending[k].load(Ordering::Acquire))
                 .ok_or(Error::NoDcmdSlot)?
         };
@@ -411,57 +414,66 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// RAID-0 LDs FastPath may serve: in the map, FastPath-ready, listed by LD_GET_LIST with
     /// 512-byte blocks and no more blocks than the map gives the LD. Without a map, with a
     /// refused one or with `fastpath = false`, every LD command takes the LD path; the report
-    /// says which and why.
+    /// says which and why. A map whose structure was accepted gets a map sync pended.
     pub(super) fn read_raid_map(&mut self, budget: &mut Budget, report: &mut Report) {
-        let Some(buf) = self.mem.raid_map.as_ref() else {
+        let Some(map) = self.take_raid_map(budget) else {
             return;
         };
-        let map = self
-            .dcmd_inner(Some(budget), raidmap::DCMD_LD_MAP_GET_INFO, [0u8; 12], 0, Some(buf))
-            .and_then(|b| raidmap::parse_dynamic(&b));
-        let (lds, text) = match map {
+        let (lds, text) = match &map {
             Ok(map) => {
-                let lds = self.usable_fastpath_lds(&map);
-                let text = describe_map(&map, &lds);
+                let lds = self.usable_fastpath_lds(map);
+                let text = describe_map(map, &lds);
                 (lds, text)
             }
             Err(e) => (Vec::new(), alloc::format!("{e}; every LD on the firmware LD path")),
         };
         report.step(&self.mmio, self.generation, budget.used(), "RAID map", text);
-        // Bring-up owns the controller (`&mut self`): nothing else reads the flag yet.
-        self.fastpath_on.store(!lds.is_empty(), Ordering::Relaxed);
-        self.fastpath_lds = lds;
+        // Bring-up owns the controller (`&mut self`): no submitter reads the tables yet.
+        self.fastpath.publish(&lds);
+        if let Ok(map) = &map {
+            self.post_map_sync(map);
+        }
     }
 
-    /// After an OCR: FastPath resumes only if the map read again is the one in use.
+    /// After an OCR (the gate closed; the adapter reset cancelled any map sync): reads the map
+    /// again, takes it whether or not it changed, and pends a new map sync.
     pub(super) fn recheck_raid_map(&self, budget: &mut Budget, report: &mut Report) {
-        let Some(buf) = self.mem.raid_map.as_ref() else {
+        let before = self.fastpath.current();
+        let Some(map) = self.take_raid_map(budget) else {
             return;
         };
-        if self.fastpath_lds.is_empty() {
-            return;
-        }
-        let same = self
-            .dcmd_inner(Some(budget), raidmap::DCMD_LD_MAP_GET_INFO, [0u8; 12], 0, Some(buf))
-            .and_then(|b| raidmap::parse_dynamic(&b))
-            .map(|map| self.usable_fastpath_lds(&map) == self.fastpath_lds);
-        let on = matches!(same, Ok(true));
-        // The reset holds the gate closed: no submitter reads the flag until it reopens.
-        self.fastpath_on.store(on, Ordering::Relaxed);
-        report.step(
-            &self.mmio,
-            self.generation,
-            budget.used(),
-            "OCR: RAID map",
-            match same {
-                Ok(true) => String::from("unchanged: FastPath on"),
-                Ok(false) => String::from("changed: FastPath off, every LD on the LD path"),
-                Err(e) => alloc::format!("{e}: FastPath off"),
-            },
-        );
+        let text = match &map {
+            Ok(map) => {
+                let lds = self.usable_fastpath_lds(map);
+                // No submitter is inside: the table to fill is free.
+                self.fastpath.publish(&lds);
+                self.post_map_sync(map);
+                match (lds == before, lds.is_empty()) {
+                    (true, false) => String::from("unchanged: FastPath on"),
+                    (true, true) => String::from("no FastPath-ready LD: every LD on the LD path"),
+                    (false, _) => alloc::format!("changed: {}", describe_map(map, &lds)),
+                }
+            }
+            Err(e) => {
+                self.fastpath.publish(&[]);
+                alloc::format!("{e}: FastPath off")
+            }
+        };
+        report.step(&self.mmio, self.generation, budget.used(), "OCR: RAID map", text);
     }
 
-    fn usable_fastpath_lds(&self, map: &RaidMap) -> Vec<raidmap::FastPathLd> {
+    /// Reads the RAID map into the buffer of the map in use (no map sync is on the device);
+    /// None without map buffers.
+    fn take_raid_map(&self, budget: &mut Budget) -> Option<Result<RaidMap, Error>> {
+        let bufs = self.mem.raid_map.as_ref()?;
+        let buf = &bufs[usize::from(self.map_sync.current.load(Ordering::Relaxed))];
+        Some(
+            self.dcmd_inner(Some(budget), raidmap::DCMD_LD_MAP_GET_INFO, [0u8; 12], 0, Some(buf))
+                .and_then(|b| raidmap::parse_dynamic(&b)),
+        )
+    }
+
+    pub(super) fn usable_fastpath_lds(&self, map: &RaidMap) -> Vec<raidmap::FastPathLd> {
         map.lds
             .iter()
             .filter_map(|(_, r)| r.as_ref().ok())
@@ -485,7 +497,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
 }
 
 /// One line per LD of the map: FastPath geometry, or why the LD path.
-fn describe_map(map: &RaidMap, usable: &[raidmap::FastPathLd]) -> String {
+pub(super) fn describe_map(map: &RaidMap, usable: &[raidmap::FastPathLd]) -> String {
     use core::fmt::Write;
     let mut text = alloc::format!("{} LD(s)", map.lds.len());
     for (target, r) in &map.lds {

@@ -21,7 +21,7 @@ use super::{
 
 /// RAID context (G35) offsets a FastPath request fills: span/arm and the map's sequence number.
 const CTX_SPAN_ARM: usize = 0x19;
-const CTX_SEQ_NUM: usize = 0x1A;
+pub(super) const CTX_SEQ_NUM: usize = 0x1A;
 
 /// IoFlags: FastPath (Invader and later).
 const IO_FLAGS_FAST_PATH: u16 = 0x4000;
@@ -363,7 +363,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // FastPath (a valid RAID map was read): an LD read or write inside one strip of a RAID-0
         // LD, or a RAID-1 read, goes to a member disk; one relaxed load for every other LD
         // command.
-        let fastpath = if is_rw && self.fastpath_on.load(Ordering::Relaxed) {
+        let fastpath = if is_rw && self.fastpath.on() {
             self.fastpath_frame(&mut img, target, cdb, msix, smid)
         } else {
             None
@@ -398,11 +398,16 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
         let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
-        let ld = self.fastpath_lds.iter().find(|ld| ld.target == target)?;
-        let mut r: FastPathRoute = ld.route(lba, blocks, write)?;
-        if ld.mirror {
-            r = self.mirror_arm(ld, r, blocks, smid);
-        }
+        // The map in use, seen from this queue's lane (`mapsync`).
+        let r: FastPathRoute = self.fastpath.with(usize::from(msix), |lds| {
+            let ld = lds.iter().find(|ld| ld.target == target)?;
+            let r = ld.route(lba, blocks, write)?;
+            Some(if ld.mirror {
+                self.mirror_arm(ld, r, blocks, smid)
+            } else {
+                r
+            })
+        })?;
         // Routes come from a dynamic map, which only G35-context firmware has.
         debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));

@@ -16,6 +16,8 @@
 //! - `io`: validating a request, composing its frame (SGL, chain frame, RAID context) and posting
 //!   its request descriptor;
 //! - `reply`: walking a reply queue, validating each SMID and decoding what the firmware wrote;
+//! - `mapsync`: the pended map sync that keeps the RAID map current, and the FastPath tables
+//!   it switches;
 //! - `reset`: the FAULT watchdog and online controller reset, which hands every request still
 //!   held back exactly once;
 //! - `mistake`: the test hook that makes the driver commit a named mistake.
@@ -26,6 +28,7 @@
 mod bringup;
 mod discovery;
 mod io;
+mod mapsync;
 mod mistake;
 mod reply;
 mod reset;
@@ -47,6 +50,7 @@ use crate::error::Error;
 use crate::raidmap::{FastPathLd, MirrorLoad};
 use crate::regs::{self, Generation};
 use devhal::DmaBuf;
+use mapsync::{FastPathTables, MapSync};
 
 pub use bringup::Limits;
 pub use io::{Entered, Validated};
@@ -288,8 +292,9 @@ struct Memory {
     replies: ReplyRings,
     init: DmaBuf,
     dcmd: DmaBuf,
-    /// The RAID map's DCMD buffer (the size SP2 announces), when the firmware has a dynamic map.
-    raid_map: Option<DmaBuf>,
+    /// The two RAID map buffers (the size SP2 announces), when the firmware has a dynamic map:
+    /// the map in use, and the one the pended map sync lends the firmware (`mapsync`).
+    raid_map: Option<[DmaBuf; 2]>,
 }
 
 /// The reply descriptor rings: one buffer holding every queue's ring back to back (contiguous
@@ -369,13 +374,14 @@ pub struct Controller<M: Mmio64, D: Delay> {
     ext_lds: bool,
     info: ControllerInfo,
     drives: Vec<LogicalDrive>,
-    /// The FastPath-ready LDs (RAID-0, RAID-1 reads) of the last valid RAID map.
-    fastpath_lds: Vec<FastPathLd>,
+    /// The FastPath-ready LDs (RAID-0, RAID-1 reads) of the map in use, per lane; off while no
+    /// valid map is in use, after the firmware refuses a FastPath request as stale, and while a
+    /// changed map is being taken (`mapsync`).
+    fastpath: FastPathTables,
+    /// The pended map sync.
+    map_sync: MapSync,
     /// Outstanding RAID-1 FastPath reads and last blocks per PD: which arm takes the next read.
     mirror_load: MirrorLoad,
-    /// FastPath in use: set when a valid map was read, cleared when the firmware refuses a
-    /// FastPath request as stale (until the map is read again, at the next OCR).
-    fastpath_on: AtomicBool,
     /// Counters.
     pub stats: Stats,
 }
@@ -428,12 +434,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         self.limits.fw_sync_cache
     }
     /// The RAID-0 LDs FastPath serves (empty: every LD command takes the LD path).
-    pub fn fastpath_lds(&self) -> &[FastPathLd] {
-        if self.fastpath_on.load(Ordering::Relaxed) {
-            &self.fastpath_lds
-        } else {
-            &[]
-        }
+    pub fn fastpath_lds(&self) -> Vec<FastPathLd> {
+        self.fastpath.current()
     }
     /// Whether the controller was given up.
     pub fn is_dead(&self) -> bool {

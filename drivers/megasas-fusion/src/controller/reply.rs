@@ -11,6 +11,8 @@ use megasas::{IoError, IoErrorKind, MfiStatus};
 
 use crate::regs::{self, FwState, FwStatus};
 
+use super::io::CTX_SEQ_NUM;
+use super::mapsync::MAP_SYNC_SLOT;
 use super::{
     Completion, Controller, F_DATA_LEN, F_EX_STATUS, F_FUNCTION, F_RAID_CTX, FRAME_SIZE, FUNC_SCSI_IO, IoOutcome,
     Mistake, SENSE_SIZE, read_reg,
@@ -128,6 +130,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             let k = usize::from(smid - io_tags - 1);
             if !self.dcmd_reply_pending[k].swap(false, Ordering::AcqRel) {
                 self.bogus(smid, "DCMD SMID not in flight");
+            } else if k == MAP_SYNC_SLOT {
+                self.map_sync_replied();
             }
             return;
         }
@@ -154,9 +158,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             IoOutcome::Ok
         } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH && self.was_ld_fastpath(fo) {
             // A FastPath request routed with a map the firmware no longer has: no FastPath
-            // until the map is read again. The flag publishes no data (Relaxed): a submitter
-            // that still sees it set routes by the old map and is refused the same way.
-            self.fastpath_on.store(false, Ordering::Relaxed);
+            // until the map is read again (the map sync brings it), unless a newer map is in
+            // use already.
+            self.stale_map_refused(
+                state.target.load(Ordering::Relaxed),
+                f.read_u16(fo + F_RAID_CTX + CTX_SEQ_NUM),
+            );
             self.stats.stale_map_refusals.fetch_add(1, Ordering::Relaxed);
             IoOutcome::StaleMap
         } else if status == 0x2D && ex_status == 0 {

@@ -161,6 +161,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         for k in 0..usize::from(DCMD_SMIDS) {
             self.dcmd_reply_pending[k].store(false, Ordering::Release);
         }
+        self.map_sync_cancelled();
         for smid in 1..=usize::from(self.limits.io_tags) {
             let state = &self.smids[smid];
             let slot = &state.slot;
