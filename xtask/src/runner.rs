@@ -271,6 +271,16 @@ fn run_scenario(sc: &Scenario, kernel: &Path, accel: Accel) -> Verdict {
             return Verdict::Fail(why);
         }
     }
+    // The RAID-1 LD's blocks, read back from both member disks: the same, at the same place.
+    if let Some(names) = &sc.raid1_layout {
+        let paths: Vec<&Path> = names
+            .iter()
+            .filter_map(|name| images.iter().find(|(n, _)| n == name).map(|(_, p)| p.as_path()))
+            .collect();
+        if let Err(why) = crate::raid0check::check_mirror_files(&paths) {
+            return Verdict::Fail(why);
+        }
+    }
     // A slow disk that delayed nothing tested no recovery: the scenario is wrong, not passing.
     for ((name, server), d) in servers.iter().zip(&sc.slow_disks) {
         if server.delayed() == 0 {

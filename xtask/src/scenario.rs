@@ -20,6 +20,7 @@
 //! | `boot` | `pvh` (the PVH entry instead of Multiboot1), `iso-bios` or `iso-uefi` (a GRUB image instead of `-kernel`) |
 //! | `slow_disk` | `IMAGE sector=N delay=DURATION [op=read\|write] [count=N]`: serve image IMAGE over NBD from xtask (`{nbd:IMAGE}` in a `qemu` argument becomes its `nbd://127.0.0.1:PORT/IMAGE` URL); on each boot's connection the first `count` (default 1) reads (or writes, `op=write`) that cover 512-byte sector N are answered DURATION late (e.g. `6500ms`; a delayed write is dropped, never written), on their own, so the guest's request timeout fires and its recovery runs while QEMU keeps going (see `nbd.rs`). A scenario in which nothing was delayed fails |
 //! | `raid0_layout` | `IMAGE,IMAGE[,...] strip_kb=N`: after the last boot, the images (raw, in arm order) are read as the member disks of a RAID-0 LD with N KiB strips: every block the kernel's verify stamped must sit on the arm and at the offset striping gives its LD sector, and every arm must hold some (`raid0check.rs`) |
+//! | `raid1_layout` | `IMAGE,IMAGE`: after the last boot, the two images (raw) are read as the member disks of a RAID-1 LD: every block the kernel's verify stamped must sit at its LD offset on both, the two copies the same byte for byte, and each image must hold some (`raid0check.rs`) |
 //! | `hmp` | `TEXT => COMMAND`: when a console line first contains TEXT, send COMMAND to QEMU's human monitor (e.g. `mce ...` to inject a machine check); repeatable, in order; a boot whose TEXT never appeared fails |
 //! | `fio` | a fio job file (path from the repository root) handed to the kernel as a boot module: `-initrd` with `-kernel` (Multiboot1) or `boot = pvh`, a GRUB `module2`/`module` line with `boot = iso-*` (repeatable: one module each, in order) |
 //! | `emulator` | `stock` (default: the installed `qemu-system-x86_64`) or `fusion`: QEMU with the emulated MegaRAID Fusion controller (`cargo xtask qemu-fusion`, built first when missing; a failed build FAILS the scenario) |
@@ -160,6 +161,9 @@ pub struct Scenario {
     pub images: Vec<Image>,
     pub slow_disks: Vec<SlowDisk>,
     pub raid0_layout: Option<Raid0Layout>,
+    /// The two member images of a RAID-1 LD whose mirroring is checked after the run
+    /// (`raid1_layout =`).
+    pub raid1_layout: Option<[String; 2]>,
     pub requires: Vec<Requirement>,
     pub boots: Vec<Boot>,
     pub emulator: Emulator,
@@ -219,6 +223,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 images: Vec::new(),
                 slow_disks: Vec::new(),
                 raid0_layout: None,
+                raid1_layout: None,
                 requires: Vec::new(),
                 boots: vec![Boot::default()],
                 emulator: Emulator::Stock,
@@ -355,6 +360,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
             "attempts_why" => sc.attempts_why = value.to_string(),
             "slow_disk" => sc.slow_disks.push(parse_slow_disk(value).map_err(|m| err(lineno, m))?),
             "raid0_layout" => sc.raid0_layout = Some(parse_raid0_layout(value).map_err(|m| err(lineno, m))?),
+            "raid1_layout" => sc.raid1_layout = Some(parse_raid1_layout(value).map_err(|m| err(lineno, m))?),
             "requires" => sc.requires.push(match value {
                 "kvm" => Requirement::Kvm,
                 "tcg" => Requirement::Tcg,
@@ -376,14 +382,16 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 ));
             }
         }
-        for name in sc.raid0_layout.iter().flat_map(|l| &l.images) {
+        let layouts = sc
+            .raid0_layout
+            .iter()
+            .flat_map(|l| &l.images)
+            .map(|n| ("raid0_layout", n));
+        for (key, name) in layouts.chain(sc.raid1_layout.iter().flatten().map(|n| ("raid1_layout", n))) {
             if !sc.images.iter().any(|i| i.name == *name && i.format == "raw") {
                 return Err(err(
                     0,
-                    format!(
-                        "scenario '{}': raid0_layout names '{name}', which is no raw image",
-                        sc.name
-                    ),
+                    format!("scenario '{}': {key} names '{name}', which is no raw image", sc.name),
                 ));
             }
         }
@@ -459,6 +467,16 @@ fn parse_raid0_layout(value: &str) -> Result<Raid0Layout, String> {
         images,
         strip_bytes: strip_kb * 1024,
     })
+}
+
+/// Parses `IMAGE,IMAGE` (a RAID-1 LD's two member images).
+fn parse_raid1_layout(value: &str) -> Result<[String; 2], String> {
+    match value.split(',').map(str::trim).collect::<Vec<_>>().as_slice() {
+        [a, b] if !a.is_empty() && !b.is_empty() && a != b && !value.contains(char::is_whitespace) => {
+            Ok([a.to_string(), b.to_string()])
+        }
+        _ => Err("raid1_layout: use IMAGE,IMAGE (the mirror's two images)".to_string()),
+    }
 }
 
 fn parse_slow_disk(value: &str) -> Result<SlowDisk, String> {

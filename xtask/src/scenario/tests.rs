@@ -275,6 +275,28 @@ fn raid0_layouts_parse_and_name_raw_images() {
 }
 
 #[test]
+fn raid1_layouts_parse_two_raw_images() {
+    let s = parse(
+        "f",
+        "[a]\nimage = d0 64M\nimage = d1 64M\nraid1_layout = d0,d1\noutput = x\n",
+    )
+    .unwrap();
+    assert_eq!(s[0].raid1_layout, Some(["d0".to_string(), "d1".to_string()]));
+    for bad in ["d0", "d0,d1,d2", "d0,d0", "d0,", "d0,d1 strip_kb=64"] {
+        let e = parse(
+            "f",
+            &format!("[a]\nimage = d0 64M\nimage = d1 64M\nraid1_layout = {bad}\noutput = x\n"),
+        );
+        assert!(e.is_err(), "{bad}");
+    }
+    let e = parse("f", "[a]\nimage = d0 64M\nraid1_layout = d0,d9\noutput = x\n").unwrap_err();
+    assert!(
+        e.message.contains("raid1_layout names 'd9', which is no raw image"),
+        "{e}"
+    );
+}
+
+#[test]
 fn slow_disks_parse_check_their_image_and_substitute() {
     let s = parse(
         "f",
