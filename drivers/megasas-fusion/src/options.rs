@@ -6,7 +6,9 @@
 //! timed-out request may still finish on its own before the controller is reset (Linux's
 //! `resetwaittime`, default 180 s); `megasas.rdpq=off` keeps the contiguous reply rings even
 //! when the firmware offers RDPQ (Linux's `rdpq_enable=0`); `megasas.fastpath=off` keeps every
-//! LD read and write on the firmware LD path although the RAID map allows FastPath. The MFI driver's keys
+//! LD read and write on the firmware LD path although the RAID map allows FastPath;
+//! `megasas.rdpq_fault=window` (test only) breaks the RDPQ array's 4 GiB group window, so that a
+//! test sees the firmware refuse IOC INIT. The MFI driver's keys
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
 //! `megasas.` key is an error naming the accepted ones.
 
@@ -29,6 +31,9 @@ pub struct Options {
     pub rdpq: Option<bool>,
     /// `megasas.fastpath=on|off` (default: on when the firmware has a RAID map).
     pub fastpath: Option<bool>,
+    /// `megasas.rdpq_fault=window`, test only: a broken RDPQ array (see
+    /// [`crate::Config::rdpq_window_fault`]).
+    pub rdpq_window_fault: bool,
 }
 
 /// Keys of the MFI driver, accepted and ignored here.
@@ -75,11 +80,15 @@ impl Options {
                         _ => return Err(bad("megasas.fastpath", "on or off")),
                     })
                 }
+                "rdpq_fault" => match value {
+                    "window" => out.rdpq_window_fault = true,
+                    _ => return Err(bad("megasas.rdpq_fault", "window (test only)")),
+                },
                 k if MFI_KEYS.contains(&k) => {}
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
@@ -108,6 +117,7 @@ impl Options {
         if let Some(fastpath) = self.fastpath {
             cfg.fastpath = fastpath;
         }
+        cfg.rdpq_window_fault |= self.rdpq_window_fault;
     }
 }
 
@@ -134,8 +144,10 @@ mod tests {
                 reset_wait_ms: Some(5000),
                 rdpq: Some(false),
                 fastpath: Some(false),
+                rdpq_window_fault: false,
             }
         );
+        assert!(Options::parse("megasas.rdpq_fault=window").unwrap().rdpq_window_fault);
         assert_eq!(Options::parse("quiet").unwrap(), Options::default());
         assert!(Options::parse("megasas.report_only").unwrap().report_only);
         for bad in [
@@ -148,6 +160,7 @@ mod tests {
             "megasas.rdpq=maybe",
             "megasas.fastpath=maybe",
             "megasas.fast_path=on",
+            "megasas.rdpq_fault=yes",
         ] {
             assert!(Options::parse(bad).is_err(), "{bad}");
         }

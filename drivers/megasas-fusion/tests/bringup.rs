@@ -289,6 +289,23 @@ fn rdpq_when_the_firmware_offers_it_one_ring_per_queue_below_4g() {
 }
 
 #[test]
+fn an_rdpq_array_the_firmware_refuses_stops_bring_up_and_says_why() {
+    let g = Generation::Aero;
+    let mut fc = FakeConfig::new(g);
+    fc.rdpq = true;
+    let mut cfg = config(g, 2);
+    cfg.rdpq_window_fault = true;
+    let (fake, ctrl, report) = bring_up(fc, cfg);
+    let e = ctrl.err().expect("IOC INIT refused");
+    assert!(matches!(e, megasas_fusion::Error::InitFailed { .. }), "{e}");
+    assert!(fake.reply_rings().is_none(), "no IOC INIT accepted");
+    let text = report.to_string();
+    assert!(text.contains("IOC INIT refused with the RDPQ array"), "{text}");
+    assert!(text.contains("megasas.rdpq_fault=window"), "{text}");
+    assert!(!fake.violations().is_empty(), "the model saw the broken array");
+}
+
+#[test]
 fn rdpq_off_keeps_contiguous_rings_on_firmware_that_offers_rdpq() {
     let g = Generation::Aero;
     let mut cfg = config(g, 4);

@@ -56,13 +56,14 @@ pub const DRIVER: PciDriver = PciDriver {
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
-const FUSION_KEYS: [&str; 6] = [
+const FUSION_KEYS: [&str; 7] = [
     "report_only",
     "queues",
     "bringup_ms",
     "reset_wait_ms",
     "rdpq",
     "fastpath",
+    "rdpq_fault",
 ];
 
 /// Whether the command-line word `prefix.key=value` belongs to the Fusion driver.
@@ -75,13 +76,14 @@ pub fn owns_key(prefix: &str, word: &str) -> bool {
 static OPTIONS: spin::Once<Options> = spin::Once::new();
 
 /// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`,
-/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`).
+/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`, the test-only
+/// `megasas.rdpq_fault`).
 /// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
 /// `megasas.*`.
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq and megasas.fastpath"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq, megasas.fastpath and megasas.rdpq_fault (test only)"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;

@@ -304,6 +304,25 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             ctrl.post_descriptor(desc(regs::DESC_SCSI_IO, 0, 1));
         }
         if let Err(e) = ctrl.ioc_init(budget, report) {
+            if let (true, Error::InitFailed { status, .. }) = (limits.rdpq, &e) {
+                // As Linux: no other ring mode is tried; the firmware offered RDPQ and refused
+                // this array, which is the driver's to fix (`megasas.rdpq=off` avoids it).
+                report.step(
+                    &ctrl.mmio,
+                    generation,
+                    budget.used(),
+                    "IOC INIT refused with the RDPQ array",
+                    alloc::format!(
+                        "MFI status {status:#04x} for the {} reply rings' array{}; bring-up stops (megasas.rdpq=off gives the contiguous rings)",
+                        limits.queues,
+                        if ctrl.config.rdpq_window_fault {
+                            " (megasas.rdpq_fault=window moved ring 1 out of its group's 4 GiB window)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
             // Linux `megasas_init_adapter_fusion`: a resettable FAULT after a failed IOC INIT
             // gets one diag reset and one more IOC INIT.
             let sp0 = read_reg(&ctrl.mmio, generation, regs::SP0);
@@ -676,6 +695,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
             if q == 1 && self.mistake(Mistake::RdpqRingsOverlap) {
                 base = self.mem.replies.ring(0).0.phys() + 16;
+            }
+            if q == 1 && self.config.rdpq_window_fault {
+                base += FOUR_GIB;
             }
             array.write_u64(q * RDPQ_ENTRY, base);
         }

@@ -132,6 +132,10 @@ pub struct Config {
     /// reads and writes inside one strip by FastPath to the member disk, as Linux does;
     /// `false` keeps every LD command on the firmware LD path.
     pub fastpath: bool,
+    /// Test only (`megasas.rdpq_fault=window`): the RDPQ array gives the second reply ring a
+    /// base in the next 4 GiB window, outside the window its group shares, so a firmware that
+    /// checks the array refuses IOC INIT. Never set outside tests of that refusal.
+    pub rdpq_window_fault: bool,
     /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
     /// `fake` feature): a production build cannot set it, and every check of it is the
     /// constant `false` there (about 40 compares per I/O on the hot paths).
@@ -152,6 +156,7 @@ impl Config {
             max_queues: 0,
             rdpq: true,
             fastpath: true,
+            rdpq_window_fault: false,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
         }
