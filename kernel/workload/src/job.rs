@@ -371,6 +371,12 @@ pub struct JobSpec {
     /// fio's `verify_backlog=N` (verify jobs that write): after every N completed writes, read
     /// those blocks back and check them before drawing new I/Os (0 = only the verify pass).
     pub verify_backlog: u32,
+    /// fio's `verify_interval` in bytes: a verify header (and, with crc32c, its checksum) every
+    /// this many bytes of a block, each stamped with its own first sector; 0: one per block.
+    pub verify_interval: u32,
+    /// fio's `do_verify=0`: a job that writes stamps its blocks (for a later job or boot to
+    /// check) but reads nothing back itself.
+    pub skip_verify_pass: bool,
     /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
     /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
     /// whole slice alike.
@@ -622,6 +628,8 @@ impl JobSpec {
             flush_every_writes: 0,
             end_flush: false,
             verify_backlog: 0,
+            verify_interval: 0,
+            skip_verify_pass: false,
             zones: Vec::new(),
             skew: None,
             bs_mix: None,

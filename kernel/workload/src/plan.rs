@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::error::WorkloadError;
-use crate::job::{CpuSelection, ExpectedGeneration, JobSpec, RwMode};
+use crate::job::{CpuSelection, ExpectedGeneration, JobSpec, RwMode, VerifyMode};
 use crate::values::CpuSet;
 
 mod files;
@@ -247,6 +247,38 @@ fn check_variable_sizes(spec: &JobSpec, verify: VerifyScheme) -> Result<(), Work
     Ok(())
 }
 
+/// fio's `verify_interval` (verify jobs): whole sectors of the device, at least one, dividing
+/// the unit block, so every verify unit has a first sector of its own to stamp; not with fio's
+/// headerless `verify=pattern`, whose pattern runs on across the whole block.
+pub(crate) fn check_verify_interval(spec: &JobSpec, sector: u64) -> Result<(), WorkloadError> {
+    let interval = u64::from(spec.verify_interval);
+    if interval == 0 || !spec.verify.is_enabled() {
+        return Ok(());
+    }
+    let bs = u64::from(spec.bs);
+    let refuse = |reason: String| {
+        Err(WorkloadError::FioUnsupported {
+            job: spec.name.clone(),
+            option: "verify_interval".into(),
+            reason,
+        })
+    };
+    if spec.verify == VerifyMode::FioPattern {
+        return refuse(
+            "verify=pattern has no header: its pattern runs on across the whole block, so there is nothing to \
+             stamp every verify_interval bytes; leave verify_interval out"
+                .into(),
+        );
+    }
+    if interval < sector || !interval.is_multiple_of(sector) || interval > bs || !bs.is_multiple_of(interval) {
+        return refuse(alloc::format!(
+            "verify_interval={interval} must be a whole number of the device's {sector}-byte sectors that divides \
+             bs ({bs}): each verify unit is stamped with its own first sector"
+        ));
+    }
+    Ok(())
+}
+
 /// What a job that trims does not combine with.
 fn check_trims(spec: &JobSpec) -> Result<(), WorkloadError> {
     if spec.rw.trims() {
@@ -378,6 +410,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
 
     let verify = verify_scheme(spec, false, base, base + u64::from(extra > 0))?;
     check_variable_sizes(spec, verify)?;
+    check_verify_interval(spec, sector)?;
 
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
@@ -529,6 +562,7 @@ fn plan_clones(
     let overlapping = clones > 1 && increment < region_bytes;
     let verify = verify_scheme(spec, overlapping, blocks, blocks)?;
     check_variable_sizes(spec, verify)?;
+    check_verify_interval(spec, u64::from(device.sector_size))?;
     let (iodepth, warnings) = capped_iodepth(spec, device);
     Ok(JobPlan {
         spec: spec.clone(),

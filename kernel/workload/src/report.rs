@@ -149,16 +149,20 @@ pub enum VerifyResult {
     Fail,
     /// The job verifies but checked no block at all (which must not count as a pass).
     NothingChecked,
+    /// The job stamped every block it wrote for a later check and read nothing back (fio's
+    /// `do_verify=0`): nothing was checked, and nothing was meant to be.
+    Written,
 }
 
 impl VerifyResult {
-    /// `off`, `pass`, `fail` or `nothing_checked`.
+    /// `off`, `pass`, `fail`, `nothing_checked` or `written`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Off => "off",
             Self::Pass => "pass",
             Self::Fail => "fail",
             Self::NothingChecked => "nothing_checked",
+            Self::Written => "written",
         }
     }
 }
@@ -359,6 +363,8 @@ impl JobReport {
             VerifyResult::Off
         } else if verify.mismatches > 0 {
             VerifyResult::Fail
+        } else if verify.checked == 0 && plan.spec.skip_verify_pass && plan.verify.has_verify_pass() {
+            VerifyResult::Written
         } else if verify.checked == 0 {
             VerifyResult::NothingChecked
         } else {
@@ -460,7 +466,11 @@ impl JobReport {
 
     /// The job's verdict: no I/O error, and verification (if any) passed.
     pub fn passed(&self) -> bool {
-        self.errors == 0 && matches!(self.verify.result, VerifyResult::Off | VerifyResult::Pass)
+        self.errors == 0
+            && matches!(
+                self.verify.result,
+                VerifyResult::Off | VerifyResult::Pass | VerifyResult::Written
+            )
     }
 
     /// Writes the fio-like human report (several lines, each ending in a newline).
@@ -705,6 +715,8 @@ impl JobReport {
         }
         if v.pass_skipped {
             write!(out, "; verify pass skipped (job stopped)")?;
+        } else if self.plan.verify.has_verify_pass() && self.plan.spec.skip_verify_pass {
+            write!(out, "; no verify pass (do_verify=0)")?;
         } else if self.plan.verify.has_verify_pass() {
             write!(out, "; verify pass {} reads in ", v.pass_reads)?;
             write_seconds(out, v.pass_ns)?;

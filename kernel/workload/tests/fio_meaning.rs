@@ -357,10 +357,103 @@ fn buffer_pattern_is_the_data_of_writes_without_verify() {
 }
 
 #[test]
-fn verify_interval_is_the_block_or_refused() {
+fn verify_interval_stamps_and_checks_each_unit_of_a_block() {
+    // fio's verify_interval=512 with bs=8k: a header every 512 bytes, each with its own first
+    // sector, each unit checked on its own.
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let write = "[v]\nrw=write\nbs=8k\nsize=64k\nverify=crc32c\nverify_interval=512\n";
+    let plan = fio_plan_of(write, &[0]);
+    assert_eq!(plan.spec.verify_interval, 512);
+    let (results, _) = run_in_turn(&plan, &disk);
+    let verify = &results[0].verify;
+    assert_eq!(
+        (verify.checked, verify.mismatches),
+        (8 * 16, 0),
+        "16 units in each of 8 blocks"
+    );
+    let magic = b"BAREMQv1";
+    for sector in 0..128u64 {
+        let unit = disk.read_block(sector, 512);
+        assert_eq!(&unit[..8], magic, "sector {sector}");
+        assert_eq!(u64::from_le_bytes(unit[8..16].try_into().unwrap()), sector);
+        assert_eq!(u32::from_le_bytes(unit[28..32].try_into().unwrap()), 512);
+    }
+    // A corrupt byte in the third unit of the second block: that unit (sector 18) alone fails.
+    disk.corrupt_byte(18, 100);
+    let read = "[v]\nrw=read\nbs=8k\nsize=64k\nverify=crc32c\nverify_interval=512\n";
+    let (results, _) = run_in_turn(&fio_plan_of(read, &[0]), &disk);
+    let verify = &results[0].verify;
+    // The job stops at its first bad block (fio's default), whose other 15 units were checked:
+    // the first block's 16 units and 15 of the second's.
+    assert_eq!((verify.checked, verify.mismatches), (16 + 15, 1));
+    let (_, mismatch) = verify.first_mismatch.as_ref().unwrap();
+    assert_eq!(mismatch.lba, 18);
+}
+
+#[test]
+fn fill_device_writes_to_the_end_of_the_device() {
+    let disk = [device("nvme0n1", 4)];
+    let text = "[fill]\nfilename=/dev/nvme0n1\nrw=write\nbs=64k\nsize=64k\noffset=1m\nfill_device=1\n";
+    let plan = plan_on(text, &disk).unwrap();
+    assert_eq!((plan.region_offset, plan.region_bytes), (1 << 20, 3 << 20));
+    let job = &parse_job_file(text, &[]).unwrap().jobs[0];
+    assert!(
+        job.warnings.iter().any(|w| w
+            .starts_with("fill_device=1: the job runs from its offset to the end of its device (its size is ignored)")),
+        "{:?}",
+        job.warnings
+    );
+    let plan = plan_on("[fill]\nfilename=/dev/nvme0n1\nrw=write\nbs=64k\nfill_fs=1\n", &disk).unwrap();
+    assert_eq!(plan.region_bytes, 4 << 20);
+}
+
+#[test]
+fn do_verify_0_stamps_the_writes_and_reads_nothing_back() {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let write = "[v]\nrw=write\nbs=4k\nsize=64k\nverify=crc32c\ndo_verify=0\n";
+    let plan = fio_plan_of(write, &[0]);
+    assert!(plan.spec.skip_verify_pass);
+    let (results, backends) = run_in_turn(&plan, &disk);
+    assert_eq!(results[0].verify.pass_reads, 0);
+    assert_eq!(backends[0].submit_log.len(), 16, "16 writes and no read");
+    let report = workload::JobReport::new(&plan, &results).unwrap();
+    assert_eq!(report.verify.result, workload::VerifyResult::Written);
+    assert!(report.passed());
+    assert_eq!(
+        &disk.read_block(8, 8)[..],
+        b"BAREMQv1",
+        "the blocks carry their headers"
+    );
+    // A later read job with verify checks them all.
+    let read = "[v]\nrw=read\nbs=4k\nsize=64k\nverify=crc32c\n";
+    let (results, _) = run_in_turn(&fio_plan_of(read, &[0]), &disk);
+    assert_eq!((results[0].verify.checked, results[0].verify.mismatches), (16, 0));
+    // With do_verify=0 a read job checks nothing, as fio.
+    let unchecked = "[v]\nrw=read\nbs=4k\nsize=64k\nverify=crc32c\ndo_verify=0\n";
+    let (results, _) = run_in_turn(&fio_plan_of(unchecked, &[0]), &disk);
+    assert_eq!(results[0].verify.checked, 0);
+}
+
+#[test]
+fn verify_interval_must_divide_the_block_into_sectors() {
     assert!(parse_job_file("[v]\nrw=write\nbs=8k\nverify=crc32c\nverify_interval=8k\n", &[]).is_ok());
+    let disk = [device("nvme0n1", 4)];
+    for (interval, why) in [
+        ("768", "not a divisor of bs"),
+        ("256", "below a sector"),
+        ("16k", "above bs"),
+    ] {
+        let text = format!("[v]\nfilename=/dev/nvme0n1\nrw=write\nbs=8k\nverify=crc32c\nverify_interval={interval}\n");
+        assert!(
+            matches!(plan_on(&text, &disk), Err(WorkloadError::FioUnsupported { option, .. }) if option == "verify_interval"),
+            "{interval}: {why}"
+        );
+    }
+    // fio's headerless verify=pattern has nothing to stamp per unit.
+    let text =
+        "[v]\nfilename=/dev/nvme0n1\nrw=write\nbs=8k\nverify=pattern\nverify_pattern=0xaa\nverify_interval=512\n";
     assert!(matches!(
-        parse_job_file("[v]\nrw=write\nbs=8k\nverify=crc32c\nverify_interval=512\n", &[]),
+        plan_on(text, &disk),
         Err(WorkloadError::FioUnsupported { option, .. }) if option == "verify_interval"
     ));
 }

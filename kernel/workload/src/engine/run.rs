@@ -248,7 +248,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             // The last, partial log window (fio also writes the rest of its averaging window).
             self.sample_detail(end, true);
         }
-        if self.plan.verify.has_verify_pass() {
+        if self.plan.verify.has_verify_pass() && !self.plan.spec.skip_verify_pass {
             if self.result.stopped_early {
                 self.result.verify.pass_skipped = true;
             } else {

@@ -26,27 +26,40 @@ pub(super) fn backlog_capacity(plan: &JobPlan) -> usize {
     }
 }
 
-/// Stamps every `bs`-byte block of `io` (one, or with variable block sizes several) with its own
-/// header, the first at `stamp.lba`, each next `sectors_per_block` further, so any later read of
-/// blocks can check each. Out of line: verify jobs only (see `check_read`).
+/// Stamps every verify unit of `io` (a block, or `verify_interval` bytes of one; with variable
+/// block sizes an I/O holds several) with its own header, the first at `stamp.lba`, each next
+/// `unit_sectors` further, so any later read of blocks can check each. Out of line: verify jobs
+/// only (see `check_read`).
 #[inline(never)]
-fn stamp_blocks(mode: VerifyMode, pattern: &[u8], stamp: BlockStamp, sectors_per_block: u64, bs: usize, io: &mut [u8]) {
-    for (index, block) in io.chunks_exact_mut(bs).enumerate() {
-        let lba = stamp.lba + index as u64 * sectors_per_block;
-        stamp_block(mode, pattern, &BlockStamp { lba, ..stamp }, block);
+fn stamp_units(mode: VerifyMode, pattern: &[u8], stamp: BlockStamp, unit_sectors: u64, unit: usize, io: &mut [u8]) {
+    for (index, chunk) in io.chunks_exact_mut(unit).enumerate() {
+        let lba = stamp.lba + index as u64 * unit_sectors;
+        stamp_block(mode, pattern, &BlockStamp { lba, ..stamp }, chunk);
     }
 }
 
-/// Clears the header of every `bs`-byte block of `io`, so a read that moves no data cannot pass
-/// on a stale buffer.
+/// Clears the header of every verify unit of `io`, so a read that moves no data cannot pass on
+/// a stale buffer.
 #[inline(never)]
-fn clear_headers(bs: usize, io: &mut [u8]) {
-    for block in io.chunks_exact_mut(bs) {
-        block[..HEADER_LEN.min(bs)].fill(0);
+fn clear_headers(unit: usize, io: &mut [u8]) {
+    for chunk in io.chunks_exact_mut(unit) {
+        chunk[..HEADER_LEN.min(unit)].fill(0);
     }
 }
 
 impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
+    /// The verify unit in bytes and sectors: the block, or fio's `verify_interval` (which the
+    /// planner has checked divides the block into whole sectors).
+    fn verify_unit(&self) -> (usize, u64) {
+        let spb = u64::from(self.plan.sectors_per_block);
+        let interval = self.plan.spec.verify_interval as usize;
+        if interval == 0 || interval >= self.bs {
+            (self.bs, spb)
+        } else {
+            (interval, spb * interval as u64 / self.bs as u64)
+        }
+    }
+
     /// verify_backlog: a write of `block` completed; every N of them are due to be read back.
     #[cold]
     pub(super) fn note_backlog_write(&mut self, block: u64) {
@@ -101,7 +114,7 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         read_into_buffer: bool,
     ) -> Result<(), WorkloadError> {
         let seed = self.plan.spec.seed;
-        let bs = self.bs;
+        let (unit, unit_sectors) = self.verify_unit();
         let mode = self.plan.spec.verify;
         let buffer = self.backend.slot_buffer(slot);
         if buffer.len() < self.buffer_bytes {
@@ -114,11 +127,10 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(generation))) => {
                 let stamp = BlockStamp { lba, seed, generation };
-                let spb = u64::from(self.plan.sectors_per_block);
                 let io = &mut buffer[..self.io_bytes as usize];
-                stamp_blocks(mode, &self.plan.spec.verify_pattern, stamp, spb, bs, io);
+                stamp_units(mode, &self.plan.spec.verify_pattern, stamp, unit_sectors, unit, io);
             }
-            (IoOp::Read, Some(_)) => clear_headers(bs, &mut buffer[..self.io_bytes as usize]),
+            (IoOp::Read, Some(_)) => clear_headers(unit, &mut buffer[..self.io_bytes as usize]),
             (IoOp::Write, None) if read_into_buffer => {
                 let stamp = BlockStamp {
                     lba,
@@ -146,9 +158,10 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         }
     }
 
-    /// Checks every block of the `bytes` a read brought into `slot` (one block, or with variable
-    /// block sizes several, each with its own stamp). Out of line: verify jobs only, and inlined
-    /// it cost unverified jobs instructions per I/O in `run_phase`.
+    /// Checks every verify unit of the `bytes` a read brought into `slot` (a block or
+    /// `verify_interval` bytes of one; with variable block sizes an I/O holds several), each with
+    /// its own stamp. Out of line: verify jobs only, and inlined it cost unverified jobs
+    /// instructions per I/O in `run_phase`.
     #[inline(never)]
     pub(super) fn check_read(
         &mut self,
@@ -158,18 +171,17 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         expected: ExpectedGeneration,
         done_ns: u64,
     ) {
-        let bs = self.bs;
+        let (unit, unit_sectors) = self.verify_unit();
         let mode = self.plan.spec.verify;
         let seed = self.plan.spec.seed;
-        let spb = u64::from(self.plan.sectors_per_block);
-        for index in 0..(bytes / bs).max(1) {
+        for index in 0..(bytes / unit).max(1) {
             // The length was checked at submit time; a backend that shrank it since gets a
             // mismatch, not a panic.
             let buffer = self.backend.slot_buffer(slot);
             let block = buffer
-                .get(index * bs..)
-                .map_or(&[][..], |rest| &rest[..bs.min(rest.len())]);
-            let block_lba = lba + index as u64 * spb;
+                .get(index * unit..)
+                .map_or(&[][..], |rest| &rest[..unit.min(rest.len())]);
+            let block_lba = lba + index as u64 * unit_sectors;
             match check_stamped(mode, &self.plan.spec.verify_pattern, block_lba, seed, expected, block) {
                 Ok(_) => self.result.verify.checked += 1,
                 Err(mismatch) => {

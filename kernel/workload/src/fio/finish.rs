@@ -23,6 +23,14 @@ impl Builder {
         run: &FioRunOptions,
     ) -> Result<FioJob, WorkloadError> {
         let job = self.name.clone();
+        if self.fill_device {
+            // fio keeps writing until the device is full: on a block device, its end.
+            let given = self.size.take();
+            self.warn(format!(
+                "fill_device=1: the job runs from its offset to the end of its device{}",
+                if given.is_some() { " (its size is ignored)" } else { "" }
+            ));
+        }
         self.settle_steady();
         self.settle_latency_target();
         self.settle_files()?;
@@ -152,6 +160,11 @@ impl Builder {
             self.verify = VerifyMode::FioPatternHeader;
             self.verify_name = "pattern".into();
         }
+        // fio 3.33's verify=meta is its header alone (VERIFY_HDR_ONLY), after which a
+        // verify_pattern is checked too: a header over the pattern, as without a verify option.
+        if !self.spec.verify_pattern.is_empty() && self.verify_name == "meta" {
+            self.verify = VerifyMode::FioPatternHeader;
+        }
         match (self.verify, self.spec.verify_pattern.is_empty()) {
             (VerifyMode::FioPattern, true) => {
                 return Err(WorkloadError::FioBadValue {
@@ -177,14 +190,30 @@ impl Builder {
         }
         self.spec.verify = self.verify;
         if self.verify.is_enabled() {
+            // do_verify=0 (fio): writes are stamped and nothing is read back (a later job or boot
+            // checks); a job that only reads checks nothing.
             if !self.do_verify {
-                return Err(unsupported(
-                    &job,
-                    "do_verify",
-                    "writing verify data without the verify pass is not implemented; use verify=0 or do_verify=1",
-                ));
+                if self.spec.rw.reads() && self.spec.rw.writes() {
+                    return Err(unsupported(
+                        &job,
+                        "do_verify",
+                        "do_verify=0 on a job that reads and writes: baremq checks every read of a block the job \
+                         wrote; give the writes and the reads jobs of their own",
+                    ));
+                }
+                if self.spec.rw.writes() {
+                    self.spec.skip_verify_pass = true;
+                } else {
+                    self.spec.verify = VerifyMode::None;
+                }
             }
-            if !matches!(self.verify_name.as_str(), "crc32c" | "crc32c-intel" | "pattern") {
+            if self.verify == VerifyMode::FioPatternHeader && self.verify_name == "meta" {
+                self.warn(
+                    "verify=meta with verify_pattern: baremq's block header over the pattern, and the pattern \
+                     checked after it, as fio checks its own header and then the pattern"
+                        .into(),
+                );
+            } else if !matches!(self.verify_name.as_str(), "crc32c" | "crc32c-intel" | "pattern") {
                 self.warn(format!(
                     "verify={}: baremq checks its own block header and CRC32C, not fio's {} format",
                     self.verify_name, self.verify_name
@@ -194,14 +223,14 @@ impl Builder {
         if let Some(interval) = self.verify_interval
             && interval != bs
         {
-            return Err(unsupported(
-                &job,
-                "verify_interval",
-                format!(
-                    "baremq's verify header and checksum cover a whole block of bs ({bs}) bytes: a verify unit of \
-                     {interval} bytes is not in its format; leave verify_interval out or give {bs} (fio's default)"
-                ),
-            ));
+            // The planner checks it against the device's sectors and the block.
+            self.spec.verify_interval = u32::try_from(interval).map_err(|_| {
+                unsupported(
+                    &job,
+                    "verify_interval",
+                    format!("verify_interval={interval} is larger than any block (bs is {bs})"),
+                )
+            })?;
         }
         if let Some(pattern) = self.buffer_pattern.take() {
             if self.verify.is_enabled() {

@@ -221,6 +221,7 @@ impl Builder {
                 self.size = Some(v);
                 self.size_per_file = key == "filesize";
             }
+            "fill_device" | "fill_fs" => self.fill_device = s.flag()?,
             "offset" => self.offset = Some(values::size_or_percent(s.need()?).ok_or_else(|| s.bad("a size or N%"))?),
             "io_size" | "io_limit" => self.io_size = Some(s.size()?).filter(|bytes| *bytes > 0),
             "number_ios" => self.number_ios = Some(values::integer(s.need()?).ok_or_else(|| s.bad("an integer"))?),

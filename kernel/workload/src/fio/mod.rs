@@ -394,6 +394,8 @@ struct Builder {
     exitall: bool,
     exit_what: ExitWhat,
     verify_interval: Option<u64>,
+    /// `fill_device` / `fill_fs`: the region runs to the device's end, whatever `size` says.
+    fill_device: bool,
     /// `buffer_pattern`, parsed (fio's grammar, as `verify_pattern`).
     buffer_pattern: Option<Vec<u8>>,
     /// `latency_target` and its companions, as written (settled in `finish`).
@@ -463,6 +465,7 @@ impl Builder {
             exitall: false,
             exit_what: ExitWhat::Group,
             verify_interval: None,
+            fill_device: false,
             buffer_pattern: None,
             latency_target: None,
             blockalign: None,

@@ -10,7 +10,7 @@ use crate::error::WorkloadError;
 
 /// Options accepted as no-ops: on a raw device with no page cache, files or processes, they
 /// change nothing. Each one accepted is listed in the job's warnings.
-pub const NO_OP_OPTIONS: [&str; 21] = [
+pub const NO_OP_OPTIONS: [&str; 22] = [
     "invalidate",
     "gtod_reduce",
     "refill_buffers",
@@ -31,6 +31,8 @@ pub const NO_OP_OPTIONS: [&str; 21] = [
     "kb_base",
     "unit_base",
     "log_offset",
+    // Serializes the creation of a job's files; devices are not created.
+    "create_serialize",
     // The tiobench profile's thread count, which fio 3.33 accepts in any job (its own
     // examples/steadystate.fio sets it) and uses only with `profile=tiobench`.
     "threads",

@@ -289,7 +289,7 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nrate=1m\nrate_iops=10\n", "rate_iops"),
         ("[a]\nstartdelay=1-5\n", "startdelay"),
         ("[a]\nrw=randread\nblockalign=512\n", "blockalign"),
-        ("[a]\nrw=write\nverify=crc32c\ndo_verify=0\n", "do_verify"),
+        ("[a]\nrw=randrw\nverify=crc32c\ndo_verify=0\n", "do_verify"),
         ("[a]\nwrite_bw_log=x\nlog_avg_msec=50\n", "log_avg_msec"),
         ("[a]\nno_such_option=1\n", "no_such_option"),
     ] {

@@ -205,6 +205,7 @@ pub(super) fn plan_files(
     let blocks = first_block;
     let verify = super::verify_scheme(spec, overlapping, blocks, blocks)?;
     check_variable_sizes(spec, verify)?;
+    super::check_verify_interval(spec, sector)?;
     // The engine's depth is shared by all files, so the shallowest device bounds it.
     let shallowest = found.iter().min_by_key(|d| d.max_iodepth).copied().unwrap_or(found[0]);
     let iodepth = spec.iodepth.min(shallowest.max_iodepth);
