@@ -13,6 +13,7 @@
 //! | `output` | text that must appear in the serial output, in the given order (repeatable); never searched in the kernel's `cmdline: "..."` echo unless the text itself starts with `cmdline: "` |
 //! | `absent` | text that must not appear (repeatable); one shaped like a counter (`name=0`, a per-CPU row `name   0`, an interrupt row ` 0xVV:   0`) fails the boot when the output never shows that counter or row, since it could never fire |
 //! | `fewer` | `A < B`: in every `BAREMQ-JSON:` job report (at least one), kernel counter A's job total is below B's (e.g. `device_irqs_all_cpus < completed`); a counter missing from a report fails (repeatable) |
+//! | `shares` | `JOB:W,JOB:W[,...] within P%`: the jobs' completed I/Os (from their `BAREMQ-JSON:` reports) stand in the proportion of the weights W, each share within P% of its own (e.g. fio's `flow`); a job without a report fails |
 //! | `equal` | `A == B`: as `fewer`, but A's job total must equal B's (e.g. `device_irqs == device_irqs_all_cpus`: every device interrupt on the job's own CPUs) |
 //! | `json` | `consistent`: every `BAREMQ-JSON:` job report must parse, carry every field, and agree with itself (see [`check_json_reports`]) |
 //! | `image` | `NAME SIZE [raw\|qcow2\|mbr]`: a fresh disk image made before the first boot (`mbr`: raw, with an MBR partition table of one Linux partition in sector 0) |
@@ -74,6 +75,8 @@ pub struct Boot {
     pub json_check: bool,
     /// `fewer = A < B`: (A, B) counter names; every job report's total of A is below B's.
     pub fewer: Vec<(String, String)>,
+    /// `shares = JOB:W,... within P%`: the jobs' I/O counts in the proportion of the weights.
+    pub shares: Option<Shares>,
     /// `equal = A == B`: (A, B) counter names; every job report's totals of A and B are equal.
     pub equal: Vec<(String, String)>,
     /// `hmp = TEXT => COMMAND`: monitor commands sent when a console line contains TEXT.
@@ -94,6 +97,7 @@ impl Default for Boot {
             method: BootMethod::Kernel,
             json_check: false,
             fewer: Vec::new(),
+            shares: None,
             equal: Vec::new(),
             hmp: Vec::new(),
             fio: Vec::new(),
@@ -278,6 +282,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Scenario>, ParseError> {
                 };
                 boot.fewer.push((a.to_string(), b.to_string()));
             }
+            "shares" => boot.shares = Some(parse_shares(value).map_err(|m| err(lineno, m))?),
             "equal" => {
                 let pair = value
                     .split_once("==")
@@ -639,6 +644,9 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
     if !boot.fewer.is_empty() {
         check_fewer(output, &boot.fewer)?;
     }
+    if let Some(shares) = &boot.shares {
+        check_shares(output, shares)?;
+    }
     if !boot.equal.is_empty() {
         check_counters(output, &boot.equal, "equal", |x, y| x == y, "does not equal")?;
     }
@@ -727,6 +735,71 @@ fn absent_label(pattern: &str) -> Option<AbsentLabel<'_>> {
 
 fn is_counter_name(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `shares = JOB:W,JOB:W within P%`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shares {
+    pub jobs: Vec<(String, u64)>,
+    pub within_percent: u32,
+}
+
+fn parse_shares(value: &str) -> Result<Shares, String> {
+    const USE: &str = "shares: use JOB:WEIGHT,JOB:WEIGHT[,...] within P%";
+    let (list, within) = value.split_once(" within ").ok_or(USE)?;
+    let within_percent: u32 = within
+        .trim()
+        .strip_suffix('%')
+        .and_then(|p| p.parse().ok())
+        .filter(|p| (1..100).contains(p))
+        .ok_or(USE)?;
+    let mut jobs = Vec::new();
+    for item in list.split(',') {
+        let (name, weight) = item.trim().split_once(':').ok_or(USE)?;
+        let weight: u64 = weight.parse().ok().filter(|w| *w > 0).ok_or(USE)?;
+        jobs.push((name.to_string(), weight));
+    }
+    if jobs.len() < 2 {
+        return Err(format!("{USE}: two jobs or more"));
+    }
+    Ok(Shares { jobs, within_percent })
+}
+
+/// Each named job's share of the named jobs' completed I/Os is within `within_percent` of its
+/// share of the weights.
+fn check_shares(output: &str, shares: &Shares) -> Result<(), String> {
+    let mut ios = Vec::new();
+    for parsed in crate::bench::results::parse_console(output) {
+        let (_, r) = parsed.map_err(|e| format!("JSON line {}: {}", e.line, e.message))?;
+        ios.push((r.job.name.clone(), r.ios));
+    }
+    let mut counts = Vec::new();
+    for (name, _) in &shares.jobs {
+        let n = ios
+            .iter()
+            .find(|(job, _)| job == name)
+            .map(|(_, n)| *n)
+            .ok_or_else(|| format!("shares: no report of job {name}"))?;
+        counts.push(n);
+    }
+    let total_ios: u64 = counts.iter().sum();
+    let total_weight: u64 = shares.jobs.iter().map(|(_, w)| w).sum();
+    if total_ios == 0 {
+        return Err("shares: the jobs completed no I/O".into());
+    }
+    for ((name, weight), n) in shares.jobs.iter().zip(&counts) {
+        let share = *n as f64 / total_ios as f64;
+        let wanted = *weight as f64 / total_weight as f64;
+        if ((share / wanted) - 1.0).abs() * 100.0 > f64::from(shares.within_percent) {
+            return Err(format!(
+                "shares: job {name} did {n} of {total_ios} I/Os ({:.1}%), its weight asks {:.1}% (within {}%)",
+                share * 100.0,
+                wanted * 100.0,
+                shares.within_percent
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `fewer = A < B`: in every job report of `output`, counter A's total is below B's.

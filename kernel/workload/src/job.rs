@@ -377,6 +377,14 @@ pub struct JobSpec {
     /// fio's `do_verify=0`: a job that writes stamps its blocks (for a later job or boot to
     /// check) but reads nothing back itself.
     pub skip_verify_pass: bool,
+    /// fio's `flow`: this job's weight among the jobs of its wave with the same `flow_id`
+    /// (0: no flow control; see [`crate::flow`]).
+    pub flow_weight: u32,
+    /// fio's `flow_id`.
+    pub flow_id: u32,
+    /// fio's `flow_sleep`: how long a held-back clone waits, once what it has in flight has
+    /// completed, before it tries again (0: it tries again at once).
+    pub flow_sleep_ns: u64,
     /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
     /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
     /// whole slice alike.
@@ -630,6 +638,9 @@ impl JobSpec {
             verify_backlog: 0,
             verify_interval: 0,
             skip_verify_pass: false,
+            flow_weight: 0,
+            flow_id: 0,
+            flow_sleep_ns: 0,
             zones: Vec::new(),
             skew: None,
             bs_mix: None,
@@ -656,6 +667,7 @@ impl JobSpec {
             || self.flush_every_writes != 0
             || self.end_flush
             || self.latency_target.is_some()
+            || self.flow_weight != 0
     }
 
     /// Whether the job runs for its runtime whatever its size (wrapping around its region), as

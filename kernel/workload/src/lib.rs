@@ -30,6 +30,7 @@ pub mod engine;
 pub mod error;
 pub mod fileset;
 pub mod fio;
+pub mod flow;
 pub mod generator;
 pub mod hist;
 pub mod job;

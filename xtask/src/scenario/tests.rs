@@ -407,3 +407,36 @@ fn hmp_steps_are_text_and_command() {
         assert!(e.message.contains("TEXT => COMMAND"), "{bad}: {}", e.message);
     }
 }
+
+#[test]
+fn shares_hold_jobs_to_the_proportion_of_their_weights() {
+    let s = parse("f", "[a]\nshares = light:1,heavy:8 within 15%\noutput = x\n").unwrap();
+    let shares = s[0].boots[0].shares.clone().unwrap();
+    assert_eq!(shares.jobs, [("light".to_string(), 1), ("heavy".to_string(), 8)]);
+    assert_eq!(shares.within_percent, 15);
+    let two = |light: u64, heavy: u64| {
+        format!(
+            "{}\n{}\n",
+            report_line(light, light / 2, "none", "off").replace(r#""name":"j""#, r#""name":"light""#),
+            report_line(heavy, heavy / 2, "none", "off").replace(r#""name":"j""#, r#""name":"heavy""#)
+        )
+    };
+    assert!(check_shares(&two(1000, 8200), &shares).is_ok());
+    let e = check_shares(&two(1000, 4000), &shares).unwrap_err();
+    assert!(
+        e.contains("job light did 1000 of 5000 I/Os (20.0%), its weight asks 11.1%"),
+        "{e}"
+    );
+    let e = check_shares(&report_line(2000, 1000, "none", "off"), &shares).unwrap_err();
+    assert!(e.contains("no report of job light"), "{e}");
+    for bad in [
+        "a:1,b:2",
+        "a:1 within 10%",
+        "a:0,b:1 within 10%",
+        "a:1,b:2 within 0%",
+        "a:1,b within 5%",
+    ] {
+        let e = parse("f", &format!("[a]\nshares = {bad}\noutput = x\n")).unwrap_err();
+        assert!(e.message.contains("shares: use"), "{bad}: {e}");
+    }
+}

@@ -80,11 +80,17 @@ pub(super) fn run_jobs(
     let ncpu = smp::online();
     let before = Counts::read(&plan_devs, ncpu);
     let trace = Trace::start(plans, &plan_devs, ncpu);
+    // fio's `flow`: the wave's jobs with one flow_id share a group.
+    let flows = workload::flow::flow_groups(&plans.iter().collect::<Vec<_>>());
     let shareds: Vec<JobShared> = plans
         .iter()
-        .map(|plan| match detail {
-            Some(options) => JobShared::with_detail(plan, options),
-            None => JobShared::new(plan),
+        .zip(flows)
+        .map(|(plan, flow)| {
+            match detail {
+                Some(options) => JobShared::with_detail(plan, options),
+                None => JobShared::new(plan),
+            }
+            .with_flow(flow)
         })
         .collect();
     // Built whole before any address is taken: the workers hold these addresses until they end.

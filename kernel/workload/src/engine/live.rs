@@ -5,7 +5,9 @@ use alloc::boxed::Box;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use crate::detail::DetailOptions;
+use crate::flow::FlowGroup;
 use crate::plan::JobPlan;
+use alloc::sync::Arc;
 
 /// Which part of the job a CPU is in, as published for the progress line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +114,8 @@ pub struct JobShared {
     steady_attained: AtomicBool,
     pub(super) live: Box<[CpuLive]>,
     pub(super) detail: Option<DetailOptions>,
+    /// The job's `flow_id` group in its wave, with the other jobs of it.
+    pub(super) flow: Option<Arc<FlowGroup>>,
 }
 
 impl JobShared {
@@ -123,7 +127,16 @@ impl JobShared {
             steady_attained: AtomicBool::new(false),
             live,
             detail: None,
+            flow: None,
         }
+    }
+
+    /// The job joins its wave's flow group ([`crate::flow::flow_groups`]); `None` leaves it
+    /// unregulated.
+    #[must_use]
+    pub fn with_flow(mut self, group: Option<Arc<FlowGroup>>) -> Self {
+        self.flow = group;
+        self
     }
 
     /// Shared state for a job whose CPUs also measure the detail fio's output needs

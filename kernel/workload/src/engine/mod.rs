@@ -240,6 +240,8 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     issued_since_think: u32,
     /// End of the think time under way.
     think_until: Option<u64>,
+    /// fio's `flow`: this clone's place in its flow group (dropping it leaves the group).
+    flow: Option<crate::flow::FlowGate>,
     /// Writes issued since the last flush (`flush_every_writes`).
     writes_since_flush: u32,
     /// A flush is due: issue it once nothing is in flight.

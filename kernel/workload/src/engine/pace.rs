@@ -65,10 +65,16 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         }
         let direction = usize::from(op == IoOp::Write);
         let interval = spec.io_interval_ns[direction];
+        if interval > 0 && now < self.next_io_ns[direction] {
+            return false;
+        }
+        // Last: the flow gate counts the I/O it lets through.
+        if let Some(flow) = &mut self.flow
+            && !flow.admit(now, self.in_flight)
+        {
+            return false;
+        }
         if interval > 0 {
-            if now < self.next_io_ns[direction] {
-                return false;
-            }
             let gap = match &mut self.poisson {
                 Some(arrivals) => arrivals[direction].next_gap_ns(interval),
                 None => interval,

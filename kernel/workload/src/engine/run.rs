@@ -128,6 +128,11 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
             tracked: plan.verify == VerifyScheme::Tracked,
             issued_since_think: 0,
             think_until: None,
+            flow: shared
+                .flow
+                .clone()
+                .filter(|_| plan.spec.flow_weight > 0)
+                .map(|group| crate::flow::FlowGate::new(group, plan.spec.flow_weight, plan.spec.flow_sleep_ns)),
             writes_since_flush: 0,
             flush_wanted: false,
             flush_in_flight: false,

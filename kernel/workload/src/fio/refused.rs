@@ -77,7 +77,6 @@ const REFUSED: &[(&str, &str)] = &[
         "trimming verified blocks (fio's verify trim options) is not implemented",
     ),
     ("zonemode", "zoned devices are not supported"),
-    ("flow", "fio's flow control between jobs is not implemented"),
     ("prio", "I/O priorities are not implemented"),
     ("prioclass", "I/O priorities are not implemented"),
     ("nice", "there are no processes to renice"),

@@ -55,6 +55,25 @@ impl Builder {
                 }
             }
             "thinktime" => self.spec.think_ns = s.time(1_000)?,
+            "flow" => {
+                self.spec.flow_weight = values::integer(s.need()?)
+                    .filter(|w| *w <= u64::from(crate::flow::MAX_FLOW_WEIGHT))
+                    .ok_or_else(|| s.bad(&format!("a weight from 0 to {}", crate::flow::MAX_FLOW_WEIGHT)))?
+                    as u32
+            }
+            "flow_id" => {
+                self.spec.flow_id = values::integer(s.need()?)
+                    .and_then(|id| u32::try_from(id).ok())
+                    .ok_or_else(|| s.bad("an integer id"))?
+            }
+            "flow_sleep" => {
+                self.spec.flow_sleep_ns = values::integer(s.need()?)
+                    .and_then(|us| us.checked_mul(1_000))
+                    .ok_or_else(|| s.bad("microseconds, an integer"))?
+            }
+            "flow_watermark" => {
+                self.warn("flow_watermark: accepted and ignored, as fio 3.33 ignores it (deprecated)".into())
+            }
             "thinktime_spin" => self.think_spin_ns = s.time(1_000)?,
             "thinktime_blocks" => {
                 self.spec.think_blocks = values::integer(s.need()?)
