@@ -216,13 +216,7 @@ fn parse_options(
     let mut options = args::Options::new(opts);
     while let Some(option) = options.next()? {
         match option {
-            "--device" => {
-                o.device = match options.value()? {
-                    "megasas" => RunDevice::Megasas,
-                    "nvme" => RunDevice::Nvme,
-                    v => return Err(format!("--device '{v}': use nvme or megasas")),
-                }
-            }
+            "--device" => o.device = device_option(options.value()?)?,
             "--port" => {
                 let v = options.value()?;
                 o.port = v
@@ -231,12 +225,7 @@ fn parse_options(
                     .filter(|p| *p >= 1024)
                     .ok_or(format!("--port '{v}': a TCP port from 1024 to 65535"))?;
             }
-            "--smp" => {
-                let v = options.value()?;
-                o.smp = v.parse().ok().filter(|n| (2..=255).contains(n)).ok_or(format!(
-                    "--smp '{v}': 2..255 (cpu0 polls the network, jobs run on the others)"
-                ))?;
-            }
+            "--smp" => o.smp = smp_option(options.value()?)?,
             "--kvm" => o.kvm = true,
             "--fio" => o.fio_files.push(PathBuf::from(options.value()?)),
             "--disk" if command == "serve" => o.disk = Some(PathBuf::from(options.value()?)),
@@ -250,6 +239,22 @@ fn parse_options(
         ));
     }
     Ok((o, positional))
+}
+
+/// `--device` of the server commands.
+fn device_option(v: &str) -> Result<RunDevice, String> {
+    match v {
+        "megasas" => Ok(RunDevice::Megasas),
+        "nvme" => Ok(RunDevice::Nvme),
+        _ => Err(format!("--device '{v}': use nvme or megasas")),
+    }
+}
+
+/// `--smp` of the server commands: one CPU polls the network, so at least two.
+fn smp_option(v: &str) -> Result<u32, String> {
+    v.parse().ok().filter(|n| (2..=255).contains(n)).ok_or(format!(
+        "--smp '{v}': 2..255 (cpu0 polls the network, jobs run on the others)"
+    ))
 }
 
 /// A disk image of `bytes` at `path`, created when missing.

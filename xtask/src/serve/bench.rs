@@ -9,8 +9,8 @@
 //!   CPU that runs no job), so the measured CPUs take only their disk's.
 
 use super::{
-    BoxSpec, LISTENING_TAIL, RunningBox, boot_boxes, box_documents, client_json, ensure_disk, free_port,
-    run_client_args,
+    BoxSpec, LISTENING_TAIL, RunningBox, boot_boxes, box_documents, client_json, device_option, ensure_disk, free_port,
+    run_client_args, smp_option,
 };
 use crate::{RunDevice, args, build_kernel, root, setup};
 use serde_json::Value;
@@ -46,19 +46,8 @@ fn parse(args: &[String]) -> Result<BenchOptions, String> {
     let mut options = args::Options::new(args);
     while let Some(option) = options.next()? {
         match option {
-            "--device" => {
-                o.device = match options.value()? {
-                    "megasas" => RunDevice::Megasas,
-                    "nvme" => RunDevice::Nvme,
-                    v => return Err(format!("--device '{v}': use nvme or megasas")),
-                }
-            }
-            "--smp" => {
-                let v = options.value()?;
-                o.smp = v.parse().ok().filter(|n| (2..=255).contains(n)).ok_or(format!(
-                    "--smp '{v}': 2..255 (cpu0 polls the network, jobs run on the others)"
-                ))?;
-            }
+            "--device" => o.device = device_option(options.value()?)?,
+            "--smp" => o.smp = smp_option(options.value()?)?,
             "--kvm" => o.kvm = true,
             "--job" => o.job = Some(PathBuf::from(options.value()?)),
             "--runtime" => {

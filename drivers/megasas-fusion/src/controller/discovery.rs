@@ -345,17 +345,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
             d.write_u64(mfi_off + 0x28, d.phys() + data_off as u64);
         }
-        // The pass-through I/O frame: a chain element pointing at the MFI frame.
-        let f = &self.mem.frames;
-        let fo = FRAME_SIZE * usize::from(smid);
-        f.fill(fo, FRAME_SIZE, 0);
-        f.write_u8(fo + F_CHAIN_OFFSET, 8);
-        f.write_u8(fo + F_FUNCTION, FUNC_MFI_PASSTHRU);
-        f.write_u8(fo + F_SGL_OFFSET0, 0x20);
-        f.write_bytes(
-            fo + F_SGL,
-            &sge_bytes(d.phys() + mfi_off as u64, MFI_FRAME_LEN as u32, 0x83),
-        );
+        self.write_passthru_frame(smid, mfi_off);
         self.dcmd_reply_pending[k].store(true, Ordering::Release);
         let msix = if self.mistake(Mistake::DcmdOffQueue0) && self.limits.queues > 1 {
             1
@@ -415,6 +405,21 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// 512-byte blocks and no more blocks than the map gives the LD. Without a map, with a
     /// refused one or with `fastpath = false`, every LD command takes the LD path; the report
     /// says which and why. A map whose structure was accepted gets a map sync pended.
+    /// The pass-through I/O frame of `smid`: a chain element pointing at the MFI frame at
+    /// `mfi_off` of the DCMD area.
+    pub(super) fn write_passthru_frame(&self, smid: u16, mfi_off: usize) {
+        let f = &self.mem.frames;
+        let fo = FRAME_SIZE * usize::from(smid);
+        f.fill(fo, FRAME_SIZE, 0);
+        f.write_u8(fo + F_CHAIN_OFFSET, 8);
+        f.write_u8(fo + F_FUNCTION, FUNC_MFI_PASSTHRU);
+        f.write_u8(fo + F_SGL_OFFSET0, 0x20);
+        f.write_bytes(
+            fo + F_SGL,
+            &sge_bytes(self.mem.dcmd.phys() + mfi_off as u64, MFI_FRAME_LEN as u32, 0x83),
+        );
+    }
+
     pub(super) fn read_raid_map(&mut self, budget: &mut Budget, report: &mut Report) {
         let Some(map) = self.take_raid_map(budget) else {
             return;

@@ -37,10 +37,7 @@ use crate::raidmap::{self, FastPathLd, RaidMap};
 use crate::regs;
 
 use super::discovery::describe_map;
-use super::{
-    Controller, DCMD_SMIDS, F_CHAIN_OFFSET, F_FUNCTION, F_SGL, F_SGL_OFFSET0, FRAME_SIZE, FUNC_MFI_PASSTHRU,
-    MFI_FRAME_LEN, desc, sge_bytes,
-};
+use super::{Controller, DCMD_SMIDS, MFI_FRAME_LEN, desc};
 
 /// The DCMD slot the map sync keeps for itself (the last one): other DCMDs never take it.
 pub(super) const MAP_SYNC_SLOT: usize = DCMD_SMIDS as usize - 1;
@@ -230,16 +227,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         d.write_u64(mfi_off + 0x28, buf.phys());
         d.write_u32(mfi_off + 0x30, buf.len() as u32);
         let smid = self.limits.io_tags + 1 + k as u16;
-        let f = &self.mem.frames;
-        let fo = FRAME_SIZE * usize::from(smid);
-        f.fill(fo, FRAME_SIZE, 0);
-        f.write_u8(fo + F_CHAIN_OFFSET, 8);
-        f.write_u8(fo + F_FUNCTION, FUNC_MFI_PASSTHRU);
-        f.write_u8(fo + F_SGL_OFFSET0, 0x20);
-        f.write_bytes(
-            fo + F_SGL,
-            &sge_bytes(d.phys() + mfi_off as u64, MFI_FRAME_LEN as u32, 0x83),
-        );
+        self.write_passthru_frame(smid, mfi_off);
         self.dcmd_reply_pending[k].store(true, Ordering::Release);
         self.map_sync.posted.store(true, Ordering::Release);
         // The frames and the sync list must be visible to the device before the descriptor.
