@@ -385,6 +385,9 @@ pub struct JobSpec {
     /// fio's `flow_sleep`: how long a held-back clone waits, once what it has in flight has
     /// completed, before it tries again (0: it tries again at once).
     pub flow_sleep_ns: u64,
+    /// fio's `dedupe_*` and `buffer_compress_*`: what unverified writes carry, made per write
+    /// ([`crate::content`]); `None`: one fill per buffer when the job starts.
+    pub write_content: Option<crate::content::WriteContent>,
     /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
     /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
     /// whole slice alike.
@@ -641,6 +644,7 @@ impl JobSpec {
             flow_weight: 0,
             flow_id: 0,
             flow_sleep_ns: 0,
+            write_content: None,
             zones: Vec::new(),
             skew: None,
             bs_mix: None,

@@ -25,6 +25,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod content;
 pub mod detail;
 pub mod engine;
 pub mod error;

@@ -124,7 +124,7 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         // plain benchmark I/O skips it.
         let touches_buffer = match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(_))) | (IoOp::Read, Some(_)) => true,
-            (IoOp::Write, None) => read_into_buffer(),
+            (IoOp::Write, None) => read_into_buffer() || (!PLAIN && self.content.is_some()),
             _ => false,
         };
         if touches_buffer {

@@ -92,6 +92,7 @@ fn is_plain(plan: &JobPlan, shared: &JobShared) -> bool {
         && !plan.spec.is_paced()
         && shared.detail.is_none()
         && plan.spec.ramp_ns == 0
+        && plan.spec.write_content.is_none()
 }
 
 /// [`run_cpu`] for one shape of job (see [`is_plain`]).
@@ -242,6 +243,8 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     think_until: Option<u64>,
     /// fio's `flow`: this clone's place in its flow group (dropping it leaves the group).
     flow: Option<crate::flow::FlowGate>,
+    /// fio's dedupe and compression: the content each write carries (never in the plain shape).
+    content: Option<crate::content::ContentSource>,
     /// Writes issued since the last flush (`flush_every_writes`).
     writes_since_flush: u32,
     /// A flush is due: issue it once nothing is in flight.

@@ -133,6 +133,20 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 .clone()
                 .filter(|_| plan.spec.flow_weight > 0)
                 .map(|group| crate::flow::FlowGate::new(group, plan.spec.flow_weight, plan.spec.flow_sleep_ns)),
+            content: plan
+                .spec
+                .write_content
+                .filter(|_| !plan.spec.verify.is_enabled())
+                .map(|content| {
+                    let clone = plan.cpus.iter().position(|s| s.cpu == slice.cpu).unwrap_or(0) as u64;
+                    crate::content::ContentSource::new(
+                        content,
+                        plan.spec.seed,
+                        crate::content::job_key(&plan.spec.name),
+                        clone,
+                        slice.blocks,
+                    )
+                }),
             writes_since_flush: 0,
             flush_wanted: false,
             flush_in_flight: false,

@@ -131,6 +131,13 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                 stamp_units(mode, &self.plan.spec.verify_pattern, stamp, unit_sectors, unit, io);
             }
             (IoOp::Read, Some(_)) => clear_headers(unit, &mut buffer[..self.io_bytes as usize]),
+            (IoOp::Write, None) if self.content.is_some() => {
+                let io = &mut buffer[..self.io_bytes as usize];
+                if let Some(content) = &mut self.content {
+                    let key = content.next_key();
+                    content.fill(key, io);
+                }
+            }
             (IoOp::Write, None) if read_into_buffer => {
                 let stamp = BlockStamp {
                     lba,

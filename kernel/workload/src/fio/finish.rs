@@ -232,6 +232,37 @@ impl Builder {
                 )
             })?;
         }
+        if self.dedupe_percent > 0 || self.compress_percent > 0 {
+            let option = if self.dedupe_percent > 0 {
+                "dedupe_percentage"
+            } else {
+                "buffer_compress_percentage"
+            };
+            if self.verify.is_enabled() {
+                return Err(unsupported(
+                    &job,
+                    option,
+                    "with verify, baremq writes its own block format (header and checksum, or verify_pattern); \
+                     dedupe and compressible contents are for jobs without verify",
+                ));
+            }
+            if self.buffer_pattern.is_some() {
+                return Err(unsupported(
+                    &job,
+                    option,
+                    "with buffer_pattern as the compressible part of a buffer is not implemented: the fixed part is \
+                     zeros",
+                ));
+            }
+            self.spec.write_content = Some(crate::content::WriteContent {
+                dedupe_percent: self.dedupe_percent,
+                working_set_percent: (self.dedupe_working_set && self.dedupe_percent > 0)
+                    .then_some(self.dedupe_working_set_percent.max(1)),
+                global: self.dedupe_global,
+                compress_percent: self.compress_percent,
+                compress_chunk: self.compress_chunk,
+            });
+        }
         if let Some(pattern) = self.buffer_pattern.take() {
             if self.verify.is_enabled() {
                 return Err(unsupported(

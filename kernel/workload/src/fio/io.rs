@@ -200,6 +200,30 @@ impl Builder {
                 }
                 self.blockalign = Some(first);
             }
+            "dedupe_percentage" | "buffer_compress_percentage" | "dedupe_working_set_percentage" => {
+                let percent = values::integer(s.need()?)
+                    .filter(|p| *p <= 100)
+                    .ok_or_else(|| s.bad("a percentage from 0 to 100"))? as u8;
+                match key {
+                    "dedupe_percentage" => self.dedupe_percent = percent,
+                    "buffer_compress_percentage" => self.compress_percent = percent,
+                    _ => self.dedupe_working_set_percent = percent,
+                }
+            }
+            "dedupe_mode" => {
+                self.dedupe_working_set = match s.need()? {
+                    "repeat" => false,
+                    "working_set" => true,
+                    _ => return Err(s.bad("repeat or working_set")),
+                }
+            }
+            "dedupe_global" => self.dedupe_global = s.flag()?,
+            "buffer_compress_chunk" => {
+                self.compress_chunk = u32::try_from(s.size()?)
+                    .ok()
+                    .filter(|c| *c >= 8)
+                    .ok_or_else(|| s.bad("a size of at least 8 bytes"))?
+            }
             "buffer_pattern" => {
                 self.buffer_pattern = Some(
                     super::pattern::parse(s.need()?)

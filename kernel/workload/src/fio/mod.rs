@@ -396,6 +396,15 @@ struct Builder {
     verify_interval: Option<u64>,
     /// `fill_device` / `fill_fs`: the region runs to the device's end, whatever `size` says.
     fill_device: bool,
+    /// `dedupe_percentage`, `dedupe_mode=working_set` with `dedupe_working_set_percentage`
+    /// (fio's default 5), `dedupe_global`, `buffer_compress_percentage`, `buffer_compress_chunk`
+    /// (default 512): settled into the spec's write content in `finish`.
+    dedupe_percent: u8,
+    dedupe_working_set: bool,
+    dedupe_working_set_percent: u8,
+    dedupe_global: bool,
+    compress_percent: u8,
+    compress_chunk: u32,
     /// `buffer_pattern`, parsed (fio's grammar, as `verify_pattern`).
     buffer_pattern: Option<Vec<u8>>,
     /// `latency_target` and its companions, as written (settled in `finish`).
@@ -466,6 +475,12 @@ impl Builder {
             exit_what: ExitWhat::Group,
             verify_interval: None,
             fill_device: false,
+            dedupe_percent: 0,
+            dedupe_working_set: false,
+            dedupe_working_set_percent: 5,
+            dedupe_global: false,
+            compress_percent: 0,
+            compress_chunk: 512,
             buffer_pattern: None,
             latency_target: None,
             blockalign: None,
