@@ -243,6 +243,12 @@ impl SizedDraw {
     }
 }
 
+/// `block` moved down to fio's `blockalign` (a multiple of `stride` blocks); as it is without one.
+#[inline]
+fn aligned_down(block: u64, stride: u64) -> u64 {
+    if stride > 1 { block - block % stride } else { block }
+}
+
 /// A block of `random_distribution=zoned`: a zone drawn by its share (`zones` holds cumulative
 /// percent, first block, length), then a block in it.
 #[inline]
@@ -423,7 +429,9 @@ impl IoGenerator {
         } else if let Some(skew) = &self.skew {
             skew.next_block(&mut self.rng)
         } else if !self.zones.is_empty() && self.rw.is_random() {
-            zoned_block(&self.zones, &mut self.rng)
+            aligned_down(zoned_block(&self.zones, &mut self.rng), self.stride)
+        } else if self.rw.is_random() && self.stride > 1 {
+            self.rng.below(self.aligned) * self.stride
         } else if self.rw.is_random() {
             self.rng.below(self.blocks)
         } else {
@@ -536,7 +544,7 @@ impl IoGenerator {
             },
             (BlockPick::Map, Some(map), _) => map.next_index(),
             (BlockPick::Skew, _, Some(skew)) => skew.next_block(&mut self.rng),
-            (BlockPick::Zoned, _, _) => zoned_block(&self.zones, &mut self.rng),
+            (BlockPick::Zoned, _, _) => aligned_down(zoned_block(&self.zones, &mut self.rng), self.stride),
             // `pick` is Map or Skew only with its table (`over`); Sequential otherwise.
             _ => {
                 let block = self.cursor;

@@ -493,6 +493,33 @@ fn verify_interval_must_divide_the_block_into_sectors() {
     ));
 }
 
+#[test]
+fn blockalign_with_bssplit_and_zones_as_jesd219_asks() {
+    // The shape of fio's examples/jesd219.fio: sizes from 512 bytes to 64 KiB, offsets on 4 KiB
+    // boundaries, 50% of the accesses in the first 5% of the region.
+    let text = "[j]\nrw=randrw\nrwmixread=40\nnorandommap\nio_size=16m\nsize=4m\n\
+                bssplit=512/4:1024/1:1536/1:2048/1:2560/1:3072/1:3584/1:4k/67:8k/10:16k/7:32k/3:64k/3\n\
+                blockalign=4k\nrandom_distribution=zoned:50/5:30/15:20/80\n";
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    let plan = fio_plan_of(text, &[0]);
+    let (_, backends) = run_in_turn(&plan, &disk);
+    let log = &backends[0].submit_log;
+    assert!(log.len() > 1000, "{} I/Os", log.len());
+    assert!(
+        log.iter().all(|(_, lba)| lba % 8 == 0),
+        "every offset on a 4 KiB boundary"
+    );
+    let sizes: std::collections::BTreeSet<u32> = backends[0].submit_sectors.iter().copied().collect();
+    assert!(sizes.contains(&1) && sizes.contains(&8) && sizes.len() > 5, "{sizes:?}");
+    // The first 5% (204.8 KiB of 4 MiB) takes about half of the accesses.
+    let hot = log
+        .iter()
+        .filter(|(_, lba)| lba * u64::from(SECTOR) < 4 * 1024 * 1024 / 20)
+        .count();
+    let share = hot as f64 / log.len() as f64;
+    assert!((0.42..0.58).contains(&share), "{share}");
+}
+
 /// The offsets (KiB from the device's start) of a one-clone job's I/Os, in order.
 fn offsets_kib(text: &str) -> Vec<u64> {
     let disk = FakeDisk::new(SECTOR, DISK_SECTORS);

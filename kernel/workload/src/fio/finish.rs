@@ -355,9 +355,10 @@ impl Builder {
 
 impl Builder {
     /// fio's `blockalign`: random offsets are multiples of it (fio draws `b x blockalign` over
-    /// the region, which turns its random map off). Here offsets are whole blocks, so it is its
-    /// smallest block size (the default, a no-op) or a whole multiple of it for a random job of
-    /// one block size; sequential jobs ignore it, as fio does.
+    /// the region, which turns its random map off). Here offsets are whole blocks of the
+    /// smallest block size, so it is that size (the default, a no-op) or a whole multiple of it,
+    /// with one block size or `bssplit`, uniform or `zoned` draws (a zoned draw is moved down to
+    /// the alignment); sequential jobs ignore it, as fio does.
     fn settle_blockalign(&mut self, job: &str, bs: u64) -> Result<(), WorkloadError> {
         let Some(align) = self.blockalign else {
             return Ok(());
@@ -371,21 +372,21 @@ impl Builder {
             ));
             return Ok(());
         }
-        if align < bs || !align.is_multiple_of(bs) || self.spec.bs_mix.is_some() {
+        if align < bs || !align.is_multiple_of(bs) {
             return Err(unsupported(
                 job,
                 "blockalign",
                 format!(
                     "offsets here are whole blocks of the smallest block size ({bs}): blockalign must be a whole \
-                     multiple of it, with one block size"
+                     multiple of it"
                 ),
             ));
         }
-        if !self.spec.zones.is_empty() || self.spec.skew.is_some() {
+        if self.spec.skew.is_some() {
             return Err(unsupported(
                 job,
                 "blockalign",
-                "aligned draws with a random_distribution other than random are not implemented",
+                "aligned draws with a random_distribution other than random or zoned are not implemented",
             ));
         }
         self.spec.align_blocks = align / bs;

@@ -745,8 +745,9 @@ fn block_size_grammar_follows_fio() {
         [vec![fixed(1, 100)], vec![fixed(2, 100)]]
     );
     assert_eq!(one("[a]\nbs=8k,8k,8k\n").spec.bs_mix, None);
-    // blockalign must equal the unit (offsets are multiples of it).
+    // blockalign is the unit (offsets are multiples of it) or a whole multiple of it.
     assert!(parse_job_file("[a]\nbssplit=4k/50:8k/50\nblockalign=4k\n", &[]).is_ok());
+    assert!(parse_job_file("[a]\nrw=randread\nbssplit=4k/50:8k/50\nblockalign=16k\n", &[]).is_ok());
     // Bad values name the option and the form.
     for (text, option) in [
         ("[a]\nbssplit=4k/60:8k/50\n", "bssplit"),
