@@ -424,6 +424,9 @@ pub struct JobSpec {
     /// fio's `numa_mem_policy=bind:N` / `prefer:N`: the node the clones' buffers come from
     /// (`None`: each clone's own CPU's node).
     pub buffer_node: Option<u32>,
+    /// fio's `numa_mem_policy=interleave:LIST`: the clone's buffers come from these nodes in
+    /// turn, one I/O buffer each (empty: `buffer_node`, or the CPU's own node).
+    pub buffer_interleave: Vec<u32>,
     /// fio's `blockalign` in blocks: random offsets are multiples of this many blocks, drawn
     /// with repeats (1: every block).
     pub align_blocks: u64,
@@ -656,6 +659,7 @@ impl JobSpec {
             steady: None,
             latency_target: None,
             buffer_node: None,
+            buffer_interleave: Vec::new(),
             align_blocks: 1,
             offset_add_blocks: 0,
             random_run: 1,

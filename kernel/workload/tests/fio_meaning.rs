@@ -871,10 +871,14 @@ fn numa_options_place_clones_and_buffers_on_nodes() {
     let error = workload::fio::place_on_nodes(&mut far, &online, &|cpu| Some(cpu / 2)).unwrap_err();
     assert!(error.to_string().contains("numa_cpu_nodes=5"), "{error}");
     for bad in [
-        "numa_mem_policy=interleave:0-1",
+        "numa_mem_policy=interleave:x",
         "numa_mem_policy=bind:0-1",
         "numa_mem_policy=often",
     ] {
         assert!(parse_job_file(&format!("[d]\n{bad}\n"), &[]).is_err(), "{bad}");
     }
+    // interleave: each I/O buffer from the next listed node (fio interleaves pages).
+    let spread = parse_job_file("[e]\nnuma_mem_policy=interleave:0-1,3\n", &[]).unwrap();
+    assert_eq!(spread.jobs[0].spec.buffer_interleave, [0, 1, 3]);
+    assert_eq!(spread.jobs[0].spec.buffer_node, None);
 }

@@ -582,9 +582,18 @@ pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult,
         .spec
         .buffer_node
         .or_else(|| fw.node_of_apic_id(percpu::current().apic_id.load(core::sync::atomic::Ordering::Relaxed)));
+    // numa_mem_policy=interleave:LIST: slot by slot over the listed nodes.
+    let interleave = &ctx.plan.spec.buffer_interleave;
+    let node_of_slot = |slot: usize| {
+        if interleave.is_empty() {
+            node
+        } else {
+            Some(interleave[slot % interleave.len()])
+        }
+    };
     let mut buffers = Vec::with_capacity(ctx.plan.iodepth as usize);
-    for _ in 0..ctx.plan.iodepth {
-        match DmaBuffer::on_node(bs, 4096, node) {
+    for slot in 0..ctx.plan.iodepth as usize {
+        match DmaBuffer::on_node(bs, 4096, node_of_slot(slot)) {
             Ok(b) => buffers.push(b),
             Err(e) => {
                 log::error!("cpu{cpu}: no DMA memory for the job's buffers: {e}");
@@ -597,12 +606,11 @@ pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult,
         }
     }
     if let Some(numa) = &fw.numa {
-        let local = node.map_or(0, |n| {
-            buffers
-                .iter()
-                .filter(|b| numa.range_is_on_node(b.phys(), bs as u64, n))
-                .count()
-        });
+        let local = buffers
+            .iter()
+            .enumerate()
+            .filter(|(slot, b)| node_of_slot(*slot).is_some_and(|n| numa.range_is_on_node(b.phys(), bs as u64, n)))
+            .count();
         *ctx.placements[index].lock() = Some(BufferPlacement {
             cpu,
             node,

@@ -14,9 +14,22 @@ fn report_buffer_placement(ctx: &JobContext<'_>) {
     if placements.is_empty() {
         return;
     }
+    let interleave = &ctx.plan.spec.buffer_interleave;
+    let nodes: Vec<alloc::string::String> = interleave.iter().map(ToString::to_string).collect();
     let mut line = alloc::format!("numa: job {} buffers:", ctx.plan.spec.name);
     for (i, p) in placements.iter().enumerate() {
         let sep = if i == 0 { " " } else { ", " };
+        if !interleave.is_empty() {
+            let _ = write!(
+                line,
+                "{sep}cpu{} nodes {} in turn ({} on their node, {} elsewhere)",
+                p.cpu,
+                nodes.join(","),
+                p.local,
+                p.remote
+            );
+            continue;
+        }
         let _ = match p.node {
             Some(node) => write!(
                 line,
@@ -29,7 +42,15 @@ fn report_buffer_placement(ctx: &JobContext<'_>) {
     kprintln!("{line}");
     let total: usize = placements.iter().map(|p| p.local + p.remote).sum();
     let remote: usize = placements.iter().map(|p| p.remote).sum();
-    if let Some(node) = ctx.plan.spec.buffer_node {
+    if !interleave.is_empty() {
+        kprintln!(
+            "numa: job {}: {} of {total} buffers are on the node numa_mem_policy=interleave:{} gives them, one I/O \
+             buffer per node in turn",
+            ctx.plan.spec.name,
+            total - remote,
+            nodes.join(",")
+        );
+    } else if let Some(node) = ctx.plan.spec.buffer_node {
         // numa_mem_policy=bind:N / prefer:N: "local" above means on that node.
         kprintln!(
             "numa: job {}: {} of {total} buffers are on node {node}, as numa_mem_policy asks",

@@ -25,6 +25,7 @@ impl Builder {
             "numa_mem_policy" => {
                 let value = s.need()?;
                 let (mode, nodes) = value.split_once(':').unwrap_or((value, ""));
+                self.spec.buffer_interleave.clear();
                 self.spec.buffer_node = match mode {
                     "default" | "local" if nodes.is_empty() => None,
                     "bind" | "prefer" => {
@@ -42,12 +43,10 @@ impl Builder {
                         }
                     }
                     "interleave" => {
-                        return Err(unsupported(
-                            s.job,
-                            &format!("numa_mem_policy={value}"),
-                            "a clone's buffers come from one node here; interleaving pages over nodes is not \
-                             implemented (use bind:N, prefer:N or local)",
-                        ));
+                        // fio interleaves pages; here each I/O buffer comes from the next node.
+                        let set = CpuSet::parse(nodes).ok_or_else(|| s.bad(NODE_LIST_FORM))?;
+                        self.spec.buffer_interleave = set.iter().collect();
+                        None
                     }
                     _ => return Err(s.bad("default, local, prefer:N, bind:N or interleave:LIST")),
                 };
