@@ -388,6 +388,9 @@ pub struct JobSpec {
     /// fio's `dedupe_*` and `buffer_compress_*`: what unverified writes carry, made per write
     /// ([`crate::content`]); `None`: one fill per buffer when the job starts.
     pub write_content: Option<crate::content::WriteContent>,
+    /// fio's `rate_min` / `rate_iops_min` with `rate_cycle`: the job fails when a clone's rate
+    /// over a cycle falls below them ([`RateMin`]).
+    pub rate_min: Option<RateMin>,
     /// fio's `random_distribution=zoned` / `zoned_abs`: random offsets drawn zone by zone, each
     /// zone taking its share of the accesses (uniform, with repeats, inside it). Empty: the
     /// whole slice alike.
@@ -648,6 +651,7 @@ impl JobSpec {
             flow_id: 0,
             flow_sleep_ns: 0,
             write_content: None,
+            rate_min: None,
             zones: Vec::new(),
             skew: None,
             bs_mix: None,
@@ -683,6 +687,20 @@ impl JobSpec {
     pub fn is_time_based(&self) -> bool {
         self.runtime_ns.is_some() && !self.runtime_is_cap
     }
+}
+
+/// fio's minimum rates: after a 2 s settle from the clone's start, every `cycle_ns` each
+/// direction that moved data must have kept at least `bytes_per_s` (or, without it,
+/// `ios_per_s`) over the cycle, or the clone stops and the job fails (fio 3.33's
+/// `check_min_rate`). Index 0 is reads, 1 writes; 0 is no minimum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateMin {
+    /// `rate_min`, per direction.
+    pub bytes_per_s: [u64; 2],
+    /// `rate_iops_min`, per direction (used where `bytes_per_s` is 0).
+    pub ios_per_s: [u64; 2],
+    /// `rate_cycle` (fio's default 1000 ms).
+    pub cycle_ns: u64,
 }
 
 /// Formats the job back into command-line words (a job list that parses to the same job).

@@ -262,6 +262,9 @@ pub struct JobReport {
     pub steady_attained_cpus: u32,
     /// fio's latency target: the queue depth each clone's search ended at, in plan order.
     pub latency_depths: Vec<u32>,
+    /// fio's `rate_min` / `rate_iops_min`: the first CPU (in plan order) that fell below it,
+    /// and by how much; the job fails.
+    pub rate_min_missed: Option<(u32, crate::engine::RateMinMiss)>,
     /// Each clone's own report, in plan order, when the job asks for them
     /// ([`crate::JobSpec::report_each_clone`]: fio's `numjobs` without `group_reporting`) and
     /// has more than one clone; empty otherwise. Only the engine's figures: the kernel's counters
@@ -433,6 +436,7 @@ impl JobReport {
                 .filter(|r| r.steady.as_ref().is_some_and(|o| o.attained))
                 .count() as u32,
             latency_depths: ordered.iter().filter_map(|r| r.latency_depth).collect(),
+            rate_min_missed: ordered.iter().find_map(|r| r.rate_min_missed.map(|miss| (r.cpu, miss))),
             clones,
         })
     }
@@ -467,6 +471,7 @@ impl JobReport {
     /// The job's verdict: no I/O error, and verification (if any) passed.
     pub fn passed(&self) -> bool {
         self.errors == 0
+            && self.rate_min_missed.is_none()
             && matches!(
                 self.verify.result,
                 VerifyResult::Off | VerifyResult::Pass | VerifyResult::Written
@@ -526,6 +531,12 @@ impl JobReport {
         write!(out, "  runtime: ")?;
         write_seconds(out, self.runtime_ns)?;
         writeln!(out, "{}", if self.stopped_early { " (stopped early)" } else { "" })?;
+        if let Some((cpu, miss)) = &self.rate_min_missed {
+            writeln!(
+                out,
+                "  RATE MIN NOT MET (cpu{cpu}): {miss}; the clone stopped (fio's check_min_rate)"
+            )?;
+        }
         if let Some(target) = &spec.latency_target {
             writeln!(
                 out,

@@ -1,7 +1,8 @@
 //! fio's latency target through the front-end and the engine, against the fake backend, whose
 //! device serves one request at a time (each I/O's latency grows with the depth): the clone's
 //! search settles at the deepest depth whose I/Os finish within the target, runs a final window
-//! there and stops; a target no depth meets fails the job as fio's "max latency exceeded".
+//! there and stops; a target no depth meets fails the job as fio's "max latency exceeded". And
+//! fio's minimum rates on the same slow device: a clone below one stops and fails the job.
 
 mod common;
 
@@ -84,4 +85,39 @@ fn a_target_no_depth_meets_fails_the_job() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_clone_below_rate_iops_min_stops_and_fails_the_job_as_fio() {
+    // A device that serves one 4k read per 10 ms (100 IOPS) against a minimum of 1,000.
+    let text = "[slow]\nrw=randread\nbs=4k\niodepth=1\ntime_based\nruntime=10s\nrate_iops_min=1000\nrate_cycle=500\n";
+    let plan = fio_plan_of(text, &[0]);
+    let min = plan.spec.rate_min.unwrap();
+    assert_eq!((min.ios_per_s, min.cycle_ns), ([1000, 1000], 500_000_000));
+    let result = run(&plan, 10_000_000).unwrap();
+    let miss = result.rate_min_missed.expect("below its minimum");
+    assert!(miss.iops && !miss.write && miss.wanted == 1000, "{miss:?}");
+    assert!((90..=110).contains(&miss.got), "{miss}");
+    // fio's 2 s settle, then one cycle to measure: the clone stopped at about 2.5 s, not 10.
+    assert!(
+        (2_400_000_000..3_000_000_000).contains(&result.runtime_ns),
+        "{}",
+        result.runtime_ns
+    );
+    let report = JobReport::new(&plan, &[result]).unwrap();
+    assert!(!report.passed());
+    let mut text = String::new();
+    report.write_human(&mut text).unwrap();
+    assert!(
+        text.contains("RATE MIN NOT MET (cpu0): rate_iops_min=1000 not met by reads, got"),
+        "{text}"
+    );
+    // A minimum the device keeps: the job runs its time and passes.
+    let easy = fio_plan_of(
+        "[ok]\nrw=randread\nbs=4k\niodepth=1\ntime_based\nruntime=4s\nrate_min=100k\n",
+        &[0],
+    );
+    let result = run(&easy, 10_000_000).unwrap();
+    assert_eq!(result.rate_min_missed, None);
+    assert!(result.runtime_ns >= 4_000_000_000);
 }

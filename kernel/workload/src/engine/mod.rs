@@ -41,7 +41,7 @@ mod verify;
 
 pub use backend::{Completion, IoBackend, IoError, IoOp, Reaped, SubmitError, split_successes};
 pub use live::{CpuLive, CpuPhase, JobShared, LiveCounts};
-pub use results::{CpuResult, IoErrorRecord, IoRecord, OpStats, RecordStatus, VerifyStats};
+pub use results::{CpuResult, IoErrorRecord, IoRecord, OpStats, RateMinMiss, RecordStatus, VerifyStats};
 use source::Deferred;
 pub use verify::MAX_FAILED_WRITES;
 
@@ -93,6 +93,7 @@ fn is_plain(plan: &JobPlan, shared: &JobShared) -> bool {
         && shared.detail.is_none()
         && plan.spec.ramp_ns == 0
         && plan.spec.write_content.is_none()
+        && plan.spec.rate_min.is_none()
 }
 
 /// [`run_cpu`] for one shape of job (see [`is_plain`]).
@@ -245,6 +246,10 @@ struct CpuRun<'a, B: ?Sized, const PLAIN: bool> {
     flow: Option<crate::flow::FlowGate>,
     /// fio's dedupe and compression: the content each write carries (never in the plain shape).
     content: Option<crate::content::ContentSource>,
+    /// fio's minimum rates: when the clone started, and per direction the last cycle's start
+    /// and the bytes and I/Os done by then.
+    rate_min_since: Option<u64>,
+    rate_min_last: [Option<(u64, u64, u64)>; 2],
     /// Writes issued since the last flush (`flush_every_writes`).
     writes_since_flush: u32,
     /// A flush is due: issue it once nothing is in flight.

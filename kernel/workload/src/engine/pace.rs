@@ -37,6 +37,56 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         }
     }
 
+    /// fio's `check_min_rate` at the periodic check: the first direction whose rate over the last
+    /// `rate_cycle` (after a 2 s settle) fell below its minimum.
+    #[cold]
+    pub(super) fn rate_min_check(&mut self, now: u64) -> Option<super::RateMinMiss> {
+        const SETTLE_NS: u64 = 2_000_000_000;
+        let min = self.plan.spec.rate_min?;
+        let since = *self.rate_min_since.get_or_insert(now);
+        if now.saturating_sub(since) < SETTLE_NS {
+            return None;
+        }
+        for direction in 0..2 {
+            let stats = if direction == 0 {
+                &self.result.read
+            } else {
+                &self.result.write
+            };
+            let (bytes_min, ios_min) = (min.bytes_per_s[direction], min.ios_per_s[direction]);
+            if (bytes_min == 0 && ios_min == 0) || stats.bytes == 0 {
+                continue;
+            }
+            let (bytes, ios) = (stats.bytes, stats.ios);
+            if let Some((at, last_bytes, last_ios)) = self.rate_min_last[direction] {
+                let spent_ms = now.saturating_sub(at) / 1_000_000;
+                if spent_ms < min.cycle_ns / 1_000_000 || spent_ms == 0 {
+                    continue;
+                }
+                let per_s = |now: u64, then: u64| now.saturating_sub(then).saturating_mul(1000) / spent_ms;
+                let miss = |iops: bool, wanted: u64, got: u64| super::RateMinMiss {
+                    iops,
+                    write: direction == 1,
+                    wanted,
+                    got,
+                };
+                if bytes_min > 0 {
+                    let got = per_s(bytes, last_bytes);
+                    if got < bytes_min {
+                        return Some(miss(false, bytes_min, got));
+                    }
+                } else {
+                    let got = per_s(ios, last_ios);
+                    if got < ios_min {
+                        return Some(miss(true, ios_min, got));
+                    }
+                }
+            }
+            self.rate_min_last[direction] = Some((now, bytes, ios));
+        }
+        None
+    }
+
     /// Whether pacing lets an I/O of `op` start now (`rate`, `rate_iops`, `thinktime`); when it
     /// does, the I/O is counted against the pace.
     #[cold]

@@ -168,6 +168,40 @@ pub struct CpuResult {
     pub steady: Option<crate::steady::SteadyOutcome>,
     /// fio's latency target: the queue depth the search ended at.
     pub latency_depth: Option<u32>,
+    /// fio's `rate_min` / `rate_iops_min`: the cycle in which this CPU fell below it, if it did.
+    pub rate_min_missed: Option<RateMinMiss>,
+}
+
+/// A direction's rate below its minimum over one cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateMinMiss {
+    /// Whether the minimum was in I/Os per second (`rate_iops_min`) rather than bytes.
+    pub iops: bool,
+    /// The direction: writes (else reads).
+    pub write: bool,
+    /// The minimum, and what the cycle achieved (bytes or I/Os per second).
+    pub wanted: u64,
+    /// See `wanted`.
+    pub got: u64,
+}
+
+impl core::fmt::Display for RateMinMiss {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let direction = if self.write { "writes" } else { "reads" };
+        if self.iops {
+            write!(
+                f,
+                "rate_iops_min={} not met by {direction}, got {} IOPS",
+                self.wanted, self.got
+            )
+        } else {
+            write!(
+                f,
+                "rate_min={}B/s not met by {direction}, got {}B/s",
+                self.wanted, self.got
+            )
+        }
+    }
 }
 
 impl CpuResult {

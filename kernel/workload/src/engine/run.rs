@@ -133,6 +133,8 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 .clone()
                 .filter(|_| plan.spec.flow_weight > 0)
                 .map(|group| crate::flow::FlowGate::new(group, plan.spec.flow_weight, plan.spec.flow_sleep_ns)),
+            rate_min_since: None,
+            rate_min_last: [None, None],
             content: plan
                 .spec
                 .write_content
@@ -177,6 +179,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 flush: OpStats::new(),
                 steady: None,
                 latency_depth: None,
+                rate_min_missed: None,
             },
         })
     }
@@ -385,6 +388,18 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 }
                 if issuing && phase == Phase::Main && self.latency_search.is_some() && self.latency_target_done(now)? {
                     // The depth search settled and ran its final window.
+                    issuing = false;
+                    self.retry = None;
+                    self.deferred.clear();
+                }
+                if !PLAIN
+                    && issuing
+                    && phase == Phase::Main
+                    && self.ramp_end.is_none()
+                    && let Some(miss) = self.rate_min_check(now)
+                {
+                    // fio stops a clone below its minimum rate and fails the job.
+                    self.result.rate_min_missed = Some(miss);
                     issuing = false;
                     self.retry = None;
                     self.deferred.clear();

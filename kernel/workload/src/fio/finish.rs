@@ -232,6 +232,16 @@ impl Builder {
                 )
             })?;
         }
+        if let (Some(min), Some(cycle)) = (&mut self.spec.rate_min, self.rate_cycle_ns) {
+            min.cycle_ns = cycle;
+        }
+        if self
+            .spec
+            .rate_min
+            .is_some_and(|m| m.bytes_per_s == [0, 0] && m.ios_per_s == [0, 0])
+        {
+            self.spec.rate_min = None;
+        }
         if self.dedupe_percent > 0 || self.compress_percent > 0 {
             let option = if self.dedupe_percent > 0 {
                 "dedupe_percentage"

@@ -396,6 +396,8 @@ struct Builder {
     verify_interval: Option<u64>,
     /// `fill_device` / `fill_fs`: the region runs to the device's end, whatever `size` says.
     fill_device: bool,
+    /// `rate_cycle`, applied to the minimum rates in `finish` (it may come before them).
+    rate_cycle_ns: Option<u64>,
     /// `dedupe_percentage`, `dedupe_mode=working_set` with `dedupe_working_set_percentage`
     /// (fio's default 5), `dedupe_global`, `buffer_compress_percentage`, `buffer_compress_chunk`
     /// (default 512): settled into the spec's write content in `finish`.
@@ -475,6 +477,7 @@ impl Builder {
             exit_what: ExitWhat::Group,
             verify_interval: None,
             fill_device: false,
+            rate_cycle_ns: None,
             dedupe_percent: 0,
             dedupe_working_set: false,
             dedupe_working_set_percent: 5,

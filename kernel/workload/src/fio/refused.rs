@@ -46,18 +46,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("fadvise_hint", "baremq has no file system or page cache"),
     ("opendir", "baremq has no file system"),
     ("blocksize_unaligned", "the engine uses bs-aligned blocks"),
-    (
-        "rate_min",
-        "minimum rates (failing a job that is too slow) are not implemented",
-    ),
-    (
-        "rate_iops_min",
-        "minimum rates (failing a job that is too slow) are not implemented",
-    ),
-    (
-        "rate_cycle",
-        "minimum rates (failing a job that is too slow) are not implemented",
-    ),
     ("rate_ignore_thinktime", "rates and think times are separate here"),
     ("thinktime_blocks_type", "think time counts issued I/Os"),
     (

@@ -20,6 +20,41 @@ impl Builder {
             "runtime" | "timeout" => self.runtime_ns = Some(s.time(SECONDS)?).filter(|ns| *ns > 0),
             "time_based" => self.time_based = s.flag()?,
             "ramp_time" => self.spec.ramp_ns = s.time(SECONDS)?,
+            "rate_min" | "ratemin" | "rate_iops_min" => {
+                // `value` or `read,write`, as `rate`.
+                let parts: Vec<&str> = s.need()?.split(',').map(str::trim).collect();
+                if parts.len() > 3 {
+                    return Err(s.bad("one value, or read,write[,trim]"));
+                }
+                let iops = key == "rate_iops_min";
+                let parse = |part: &str| -> Result<u64, WorkloadError> {
+                    if part.is_empty() {
+                        Ok(0)
+                    } else if iops {
+                        values::integer(part).ok_or_else(|| s.bad("I/Os per second, an integer"))
+                    } else {
+                        values::size(part).ok_or_else(|| s.bad(&format!("bytes per second: {SIZE_FORM}")))
+                    }
+                };
+                let read = parse(parts[0])?;
+                let write = if parts.len() == 1 { read } else { parse(parts[1])? };
+                let min = self.spec.rate_min.get_or_insert(crate::job::RateMin {
+                    bytes_per_s: [0, 0],
+                    ios_per_s: [0, 0],
+                    cycle_ns: 1_000_000_000,
+                });
+                if iops {
+                    min.ios_per_s = [read, write];
+                } else {
+                    min.bytes_per_s = [read, write];
+                }
+            }
+            "rate_cycle" | "ratecycle" => {
+                let ms = values::integer(s.need()?)
+                    .filter(|ms| (1..=u64::MAX / 1_000_000).contains(ms))
+                    .ok_or_else(|| s.bad("milliseconds, an integer of at least 1"))?;
+                self.rate_cycle_ns = Some(ms * 1_000_000);
+            }
             "rate" | "rate_iops" => {
                 // `value` or `read,write[,trim]`; an empty part is no limit for that direction.
                 let parts: Vec<&str> = s.need()?.split(',').map(str::trim).collect();
