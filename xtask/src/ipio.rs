@@ -6,7 +6,7 @@
 //! the instructions and the MMIO accesses are.
 //!
 //! ```text
-//! cargo xtask ipio [--device null|md|nvme|nvme-poll|fusion] [--qd N] [--top N] [--kernel ELF]
+//! cargo xtask ipio [--device null|md|nvme|nvme-poll|fusion|fusion-fastpath] [--qd N] [--top N] [--kernel ELF]
 //!                   [--linux]
 //! cargo xtask ipio --check [--budget FILE] [--device D] [--qd N] [--kernel ELF]
 //! ```
@@ -182,6 +182,9 @@ pub(crate) enum Device {
     /// `nvme` with its one I/O queue pair polled (`nvme.poll_queues=1`).
     NvmePoll,
     Fusion,
+    /// The emulated Fusion controller as a Ventura with a RAID-0 LD over two disks in its RAID
+    /// map: every 4k read goes by FastPath to a member disk.
+    FusionFastPath,
 }
 
 impl Device {
@@ -192,7 +195,12 @@ impl Device {
             "nvme" => Device::Nvme,
             "nvme-poll" => Device::NvmePoll,
             "fusion" => Device::Fusion,
-            _ => return Err(format!("--device '{s}': use null, md, nvme, nvme-poll or fusion")),
+            "fusion-fastpath" => Device::FusionFastPath,
+            _ => {
+                return Err(format!(
+                    "--device '{s}': use null, md, nvme, nvme-poll, fusion or fusion-fastpath"
+                ));
+            }
         })
     }
 
@@ -200,6 +208,7 @@ impl Device {
     /// device the job uses.
     pub(crate) fn qemu_and_name(self) -> (Vec<String>, &'static str) {
         let null = "driver=null-co,node-name=d0,size=8589934592,read-zeroes=on".to_string();
+        let second = "driver=null-co,node-name=d1,size=8589934592,read-zeroes=on".to_string();
         let args: Vec<&str> = match self {
             Device::Null => vec![],
             Device::Md => vec![
@@ -226,12 +235,24 @@ impl Device {
                 "-device",
                 "scsi-hd,drive=d0,bus=f0.0,channel=0,scsi-id=0",
             ],
+            Device::FusionFastPath => vec![
+                "-blockdev",
+                &null,
+                "-blockdev",
+                &second,
+                "-device",
+                "megasas-fusion,id=f0,generation=ventura,raid=raid0",
+                "-device",
+                "scsi-hd,drive=d0,bus=f0.0,channel=2,scsi-id=0",
+                "-device",
+                "scsi-hd,drive=d1,bus=f0.0,channel=2,scsi-id=1",
+            ],
         };
         let name = match self {
             Device::Null => "null0",
             Device::Md => "md0",
             Device::Nvme | Device::NvmePoll => "nvme0n1",
-            Device::Fusion => "mf0",
+            Device::Fusion | Device::FusionFastPath => "mf0",
         };
         (args.into_iter().map(String::from).collect(), name)
     }
@@ -241,7 +262,7 @@ impl Device {
         match self {
             Device::Null => &["null.size=8g"],
             Device::NvmePoll => &["nvme.poll_queues=1"],
-            Device::Md | Device::Nvme | Device::Fusion => &[],
+            Device::Md | Device::Nvme | Device::Fusion | Device::FusionFastPath => &[],
         }
     }
 
@@ -249,6 +270,7 @@ impl Device {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Device::NvmePoll => "nvme0n1-polled",
+            Device::FusionFastPath => "mf0-fastpath",
             other => other.qemu_and_name().1,
         }
     }
@@ -310,7 +332,7 @@ impl Setup {
         qd: u32,
         function_of: impl Fn(u64) -> String,
     ) -> Result<PerIo, String> {
-        let binary = if device == Device::Fusion {
+        let binary = if matches!(device, Device::Fusion | Device::FusionFastPath) {
             crate::qemufusion::ensure_binary()?
         } else {
             PathBuf::from("qemu-system-x86_64")
