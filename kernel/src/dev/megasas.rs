@@ -212,7 +212,8 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
     let Some(info) = controller.host.drives().get(drive) else {
         return Vec::new();
     };
-    let bs = super::floor_read_bytes(job_bs, info.drive.block_size);
+    let most = super::FLOOR_MAX_READ_ONE_SGE.min(info.max_transfer_bytes);
+    let bs = super::floor_read_bytes(job_bs, info.drive.block_size, most);
     let polled = controller.irqs.get().is_none();
     let how = if polled { "polled" } else { "halting between interrupts" };
     super::run_floor(device, bs, how, |depth, buffer| {

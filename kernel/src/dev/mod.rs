@@ -82,7 +82,8 @@ pub fn before_power_off() {
 /// The device floor before a job on `device` (`megasas.floor=`, `nvme.floor=`, ...): the driver
 /// that owns `device` measures it, prints its `floor:` line and returns the figures for the
 /// job's totals; empty when its floor is off or no driver measures one. The reads are as long
-/// as the job's blocks (`job_bs`), capped at [`FLOOR_MAX_READ`] and at least one device block.
+/// as the job's blocks (`job_bs`), capped at what the driver's floor can move in one read
+/// ([`floor_read_bytes`]) and at least one device block.
 pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> alloc::vec::Vec<(&'static str, u64)> {
     registry::PCI_DRIVERS
         .iter()
@@ -104,9 +105,12 @@ pub fn aim_interrupts_for_jobs(jobs: &[driver::JobDevices<'_>]) -> alloc::vec::V
         .collect()
 }
 
-/// Longest floor read: one page (an NVMe floor read must not need a PRP list). The floor is
-/// for small random I/O; a 128k sequential job is compared with 4 KiB reads.
-pub const FLOOR_MAX_READ: u32 = 4096;
+/// Longest NVMe floor read: one page (a floor read must not need a PRP list), so a 128 KiB
+/// NVMe job is compared with 4 KiB reads.
+pub const FLOOR_MAX_READ_ONE_PAGE: u32 = 4096;
+/// Longest MegaRAID floor read: one contiguous buffer is one SGE, so large jobs get a floor of
+/// their own size.
+pub const FLOOR_MAX_READ_ONE_SGE: u32 = 1 << 20;
 
 /// The floor's two runs: queue depth, and the job-total keys of its IOPS and p50.
 pub const FLOOR_RUNS: [(u16, &str, &str); 2] = [
@@ -216,8 +220,9 @@ fn median_burst(
     Ok(median)
 }
 
-/// Bytes of one floor read for a job of `job_bs` on a device of `block_size`-byte blocks.
-pub fn floor_read_bytes(job_bs: u32, block_size: u32) -> u32 {
+/// Bytes of one floor read for a job of `job_bs` on a device of `block_size`-byte blocks whose
+/// floor reads move at most `most` bytes.
+pub fn floor_read_bytes(job_bs: u32, block_size: u32, most: u32) -> u32 {
     let block = block_size.max(1);
-    (job_bs.min(FLOOR_MAX_READ) / block).max(1) * block
+    (job_bs.min(most) / block).max(1) * block
 }

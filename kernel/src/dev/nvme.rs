@@ -244,7 +244,7 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
     let Some(ns) = controller.host.namespaces().get(namespace) else {
         return Vec::new();
     };
-    let bs = super::floor_read_bytes(job_bs, ns.lba_size);
+    let bs = super::floor_read_bytes(job_bs, ns.lba_size, super::FLOOR_MAX_READ_ONE_PAGE);
     let plan = controller.host.plan();
     let own_hwq = plan.hwq_of_cpu(cpu);
     // Halt only when this CPU takes the queue's interrupt: a completion then always wakes it.
