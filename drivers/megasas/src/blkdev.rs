@@ -487,7 +487,31 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         buffer: Segment,
         wait: &mut dyn FnMut(&dyn Fn() -> bool),
     ) -> Result<FloorResult, Error> {
+        self.measure_floor_into(cpu, drive, spec, &[buffer], wait)
+    }
+
+    /// [`Self::measure_floor`] with the reads spread over `buffers` (the read in flight on the
+    /// i-th tag lands in buffer i modulo their number, all of the first's length): large reads
+    /// then touch as much memory as a job's own buffers do, not one buffer that stays in cache.
+    pub fn measure_floor_into(
+        &self,
+        cpu: usize,
+        drive: usize,
+        spec: FloorSpec,
+        buffers: &[Segment],
+        wait: &mut dyn FnMut(&dyn Fn() -> bool),
+    ) -> Result<FloorResult, Error> {
         let inner = &self.0;
+        let Some(&buffer) = buffers.first() else {
+            return Err(Error::InvalidRequest {
+                reason: "the floor needs a buffer",
+            });
+        };
+        if buffers.iter().any(|b| b.len != buffer.len) {
+            return Err(Error::InvalidRequest {
+                reason: "the floor buffers differ in length",
+            });
+        }
         let info = inner.drives.get(drive).ok_or(Error::NoSuchDrive {
             target: drive.min(usize::from(u8::MAX)) as u8,
         })?;
@@ -523,10 +547,15 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
         }
         // Whole blocks of the buffer, read at block-aligned positions that fit the drive.
         let read_blocks = buffer.len / d.block_size;
-        let seg = [Segment {
-            phys: buffer.phys,
-            len: read_blocks * d.block_size,
-        }];
+        let segs: Vec<[Segment; 1]> = buffers
+            .iter()
+            .map(|b| {
+                [Segment {
+                    phys: b.phys,
+                    len: read_blocks * d.block_size,
+                }]
+            })
+            .collect();
         let port = FloorRunPort {
             inner,
             cpu,
@@ -535,7 +564,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             system_pd: d.system_pd,
             read_blocks,
             positions: (d.blocks / u64::from(read_blocks)).max(1),
-            seg,
+            segs,
         };
         let run = drvkit::floor::run(&port, tags.len(), spec, wait);
         // Hand the tags back; one whose read is still the device's is freed by whoever reaps
@@ -657,7 +686,8 @@ struct FloorRunPort<'a, M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + 
     read_blocks: u32,
     /// Block-aligned positions where a read fits the drive.
     positions: u64,
-    seg: [Segment; 1],
+    /// The read on tag i lands in `segs[i % len]`.
+    segs: Vec<[Segment; 1]>,
 }
 
 impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> drvkit::floor::FloorPort
@@ -676,7 +706,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> drvkit
             target: self.target,
             lba: u64::from(n) % self.positions * u64::from(self.read_blocks),
             blocks: self.read_blocks,
-            sgl: &self.seg,
+            sgl: &self.segs[i % self.segs.len()],
         };
         let ctrl = &self.inner.core.ctrl;
         let guard = ctrl.begin_submit()?;

@@ -216,7 +216,11 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
     let bs = super::floor_read_bytes(job_bs, info.drive.block_size, most);
     let polled = controller.irqs.get().is_none();
     let how = if polled { "polled" } else { "halting between interrupts" };
-    super::run_floor(device, bs, how, |depth, buffer| {
+    // Large reads spread over as many buffers as the deepest run has reads in flight, so they
+    // touch as much memory as a job's buffers; a page-sized read keeps one (it stays cached
+    // either way).
+    let slots = if bs > 4096 { 32 } else { 1 };
+    super::run_floor(device, bs, how, slots, |depth, buffers| {
         let spec = megasas::FloorSpec::new(depth, ios);
         // Halt until an interrupt between passes in interrupt modes: a spinning vCPU takes
         // host time from QEMU's device emulation (TCG). `sti; hlt` cannot miss the wake-up.
@@ -234,13 +238,13 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
                 }
             }
         };
-        let seg = megasas::Segment {
-            phys: buffer.phys(),
-            len: bs,
-        };
+        let segs: Vec<megasas::Segment> = buffers
+            .iter()
+            .map(|b| megasas::Segment { phys: b.phys(), len: bs })
+            .collect();
         controller
             .host
-            .measure_floor(cpu, drive, spec, seg, &mut wait)
+            .measure_floor_into(cpu, drive, spec, &segs, &mut wait)
             .map_err(|e| super::FloorFailure {
                 error: format!("{e}"),
                 // Any failed run may have left reads with the device: keep the buffer theirs.

@@ -148,15 +148,19 @@ pub fn run_floor(
     device: &str,
     bs: u32,
     how: &str,
-    mut run: impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<drvkit::floor::FloorResult, FloorFailure>,
+    slots: usize,
+    mut run: impl FnMut(u16, &[crate::arch::memory::DmaBuffer]) -> Result<drvkit::floor::FloorResult, FloorFailure>,
 ) -> alloc::vec::Vec<(&'static str, u64)> {
-    let buffer = match crate::arch::memory::DmaBuffer::new(bs as usize, 4096) {
-        Ok(b) => b,
-        Err(e) => {
-            log::error!("floor: {device}: no DMA buffer: {e}");
-            return alloc::vec::Vec::new();
+    let mut buffers = alloc::vec::Vec::with_capacity(slots.max(1));
+    for _ in 0..slots.max(1) {
+        match crate::arch::memory::DmaBuffer::new(bs as usize, 4096) {
+            Ok(b) => buffers.push(b),
+            Err(e) => {
+                log::error!("floor: {device}: no DMA buffer: {e}");
+                return alloc::vec::Vec::new();
+            }
         }
-    };
+    }
     let mut text = alloc::format!("floor: {device} {bs}-byte read (no block layer, {how})");
     let mut totals = alloc::vec::Vec::new();
     let mut buffer_with_device = false;
@@ -165,7 +169,7 @@ pub fn run_floor(
         .copied()
         .unwrap_or(bootinfo::cmdline::FloorDepths::Both);
     for (depth, iops_key, p50_key) in FLOOR_RUNS.into_iter().filter(|run| depths.includes(run.0)) {
-        match median_burst(device, depth, &buffer, &mut run) {
+        match median_burst(device, depth, &buffers, &mut run) {
             Ok(r) => {
                 text.push_str(&alloc::format!(
                     ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
@@ -190,7 +194,7 @@ pub fn run_floor(
     }
     crate::arch::console::kprintln!("{text}");
     if buffer_with_device {
-        core::mem::forget(buffer);
+        core::mem::forget(buffers);
     }
     totals
 }
@@ -200,8 +204,8 @@ pub fn run_floor(
 fn median_burst(
     device: &str,
     depth: u16,
-    buffer: &crate::arch::memory::DmaBuffer,
-    run: &mut impl FnMut(u16, &crate::arch::memory::DmaBuffer) -> Result<drvkit::floor::FloorResult, FloorFailure>,
+    buffer: &[crate::arch::memory::DmaBuffer],
+    run: &mut impl FnMut(u16, &[crate::arch::memory::DmaBuffer]) -> Result<drvkit::floor::FloorResult, FloorFailure>,
 ) -> Result<drvkit::floor::FloorResult, FloorFailure> {
     let mut bursts = alloc::vec::Vec::with_capacity(FLOOR_BURSTS);
     for _ in 0..FLOOR_BURSTS {
