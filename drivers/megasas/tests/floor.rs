@@ -270,3 +270,31 @@ fn floor_reads_cover_the_whole_buffer_in_block_aligned_steps() {
     );
     assert_eq!(tags_in_use(&host), 0, "every tag back in the pool");
 }
+
+#[test]
+fn floor_reads_spread_over_their_buffers() {
+    let (dev, _p, host) = setup(2, 64);
+    let bufs = [dev.buffer(512), dev.buffer(512)];
+    for b in &bufs {
+        b.write(0, &[0xEE; 512]);
+    }
+    let segs: Vec<Segment> = bufs.iter().map(|b| b.segment(0, 512)).collect();
+    let r = host
+        .measure_floor_into(0, 0, FloorSpec::new(2, 20), &segs, &mut |_| {})
+        .expect("floor");
+    assert_eq!((r.ios, r.failed), (20, 0));
+    for (i, b) in bufs.iter().enumerate() {
+        assert_ne!(b.read(0, 512), vec![0xEE; 512], "buffer {i} took reads");
+    }
+    // Buffers of different lengths, or none, are refused before any read.
+    let odd = [bufs[0].segment(0, 512), bufs[1].segment(0, 256)];
+    assert!(
+        host.measure_floor_into(0, 0, FloorSpec::new(2, 20), &odd, &mut |_| {})
+            .is_err()
+    );
+    assert!(
+        host.measure_floor_into(0, 0, FloorSpec::new(2, 20), &[], &mut |_| {})
+            .is_err()
+    );
+    assert_eq!(tags_in_use(&host), 0);
+}
