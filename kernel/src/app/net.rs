@@ -30,9 +30,11 @@ static ADDRESSED_BY_WORDS: core::sync::atomic::AtomicBool = core::sync::atomic::
 pub fn configure(words: &[&str]) -> Result<(), String> {
     let net_words = words.iter().copied().filter(|w| w.starts_with("net."));
     let config = NetConfig::parse(net_words).map_err(|e| format!("command line: {e}"))?;
-    let addressed = words
-        .iter()
-        .any(|w| ["net.dhcp=", "net.ip=", "net.gw=", "net.if="].iter().any(|k| w.starts_with(k)));
+    let addressed = words.iter().any(|w| {
+        ["net.dhcp=", "net.ip=", "net.gw=", "net.if="]
+            .iter()
+            .any(|k| w.starts_with(k))
+    });
     ADDRESSED_BY_WORDS.store(addressed, core::sync::atomic::Ordering::Relaxed);
     CONFIG.call_once(|| config);
     Ok(())

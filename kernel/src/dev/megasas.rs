@@ -240,7 +240,10 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
         };
         let segs: Vec<megasas::Segment> = buffers
             .iter()
-            .map(|b| megasas::Segment { phys: b.phys(), len: bs })
+            .map(|b| megasas::Segment {
+                phys: b.phys(),
+                len: bs,
+            })
             .collect();
         controller
             .host
