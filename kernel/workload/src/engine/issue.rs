@@ -128,8 +128,12 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
             _ => false,
         };
         if touches_buffer {
-            let read_into_buffer = read_into_buffer();
-            self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
+            if !PLAIN && op == IoOp::Write && generation.is_none() && self.content.is_some() {
+                self.fill_content(slot);
+            } else {
+                let read_into_buffer = read_into_buffer();
+                self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
+            }
         }
         let sectors = self.io_sectors;
         // An accepted submission is one test of the outcome; a refused one goes out of line.

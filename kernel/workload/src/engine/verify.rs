@@ -131,13 +131,6 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                 stamp_units(mode, &self.plan.spec.verify_pattern, stamp, unit_sectors, unit, io);
             }
             (IoOp::Read, Some(_)) => clear_headers(unit, &mut buffer[..self.io_bytes as usize]),
-            (IoOp::Write, None) if self.content.is_some() => {
-                let io = &mut buffer[..self.io_bytes as usize];
-                if let Some(content) = &mut self.content {
-                    let key = content.next_key();
-                    content.fill(key, io);
-                }
-            }
             (IoOp::Write, None) if read_into_buffer => {
                 let stamp = BlockStamp {
                     lba,
@@ -150,6 +143,18 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// fio's dedupe and compression: fills a write's buffer with the next content. Out of line:
+    /// inlined into the submission it cost the plain shape instructions per I/O.
+    #[inline(never)]
+    pub(super) fn fill_content(&mut self, slot: usize) {
+        let buffer = self.backend.slot_buffer(slot);
+        let bytes = (self.io_bytes as usize).min(buffer.len());
+        if let Some(content) = &mut self.content {
+            let key = content.next_key();
+            content.fill(key, &mut buffer[..bytes]);
+        }
     }
 
     /// Remembers every block of a failed write (several with variable block sizes) for the verify
