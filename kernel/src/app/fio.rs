@@ -13,7 +13,7 @@
 //! job files: a stonewall between them); command-line words run after the files.
 
 use crate::arch::console::kprintln;
-use crate::arch::{irq, memory, smp, time};
+use crate::arch::{memory, time};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -179,8 +179,7 @@ pub fn run(
             super::jobs::print_fio_output(options, &reports, &metas);
         }
     }
-    kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
-    kprintln!("{}", irq::TABLE.display(smp::online()));
+    super::jobs::print_interrupts();
     Ok(all_passed)
 }
 

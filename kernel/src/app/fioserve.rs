@@ -27,7 +27,7 @@
 //! lifted by a client.
 
 use crate::arch::console::kprintln;
-use crate::arch::{exit, idle, irq, percpu, smp, time};
+use crate::arch::{exit, idle, percpu, smp, time};
 use crate::dev::block;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -688,8 +688,7 @@ impl Server<'_> {
             self.refuse_running("fio server: the run was stopped before every job ran");
             return;
         }
-        kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
-        kprintln!("{}", irq::TABLE.display(smp::online()));
+        super::jobs::print_interrupts();
         kprintln!(
             "fio.server: run ended: {}",
             if all_passed { "every job passed" } else { "a job failed" }

@@ -174,9 +174,14 @@ pub fn run(words: &[&str]) -> Result<bool, String> {
             .iter()
             .all(|(p, _)| *p);
     }
+    print_interrupts();
+    Ok(all_passed)
+}
+
+/// The interrupts each CPU took since boot, as `/proc/interrupts` shows them, after a run.
+pub fn print_interrupts() {
     kprintln!("interrupts per CPU since boot (like /proc/interrupts):");
     kprintln!("{}", irq::TABLE.display(smp::online()));
-    Ok(all_passed)
 }
 
 /// What the running CPU does while other CPUs run a wave's jobs (the fio server polls the
