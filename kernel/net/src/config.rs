@@ -50,6 +50,9 @@ pub struct NetConfig {
     /// The CPU (kernel index) that polls the stack; `None`: the boot CPU. Whether it is online
     /// is for the kernel to check.
     pub cpu: Option<u32>,
+    /// The words say how to address an interface (`net.dhcp`, `net.ip`, `net.gw` or `net.if`
+    /// given): the boot brings it up even when nothing else uses the network.
+    pub addressed: bool,
 }
 
 impl Default for NetConfig {
@@ -58,6 +61,7 @@ impl Default for NetConfig {
             addressing: Addressing::Dhcp,
             interface: None,
             cpu: None,
+            addressed: false,
         }
     }
 }
@@ -154,6 +158,7 @@ impl NetConfig {
             }
         };
         Ok(Self {
+            addressed: dhcp.is_some() || ip.is_some() || gw.is_some() || interface.is_some(),
             addressing,
             interface,
             cpu,
@@ -255,6 +260,15 @@ mod tests {
 
     fn message(line: &str) -> String {
         parse(line).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn addressing_words_ask_for_the_interface_at_boot() {
+        assert!(!parse("").unwrap().addressed);
+        assert!(!parse("net.cpu=1").unwrap().addressed, "net.cpu places the poller only");
+        for words in ["net.dhcp=on", "net.ip=10.1.2.3/24", "net.if=eth1"] {
+            assert!(parse(words).unwrap().addressed, "{words}");
+        }
     }
 
     #[test]

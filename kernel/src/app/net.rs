@@ -22,20 +22,11 @@ const PING_EVERY_MS: u64 = 1_000;
 const POLL_PAUSE_US: u64 = 200;
 
 static CONFIG: spin::Once<NetConfig> = spin::Once::new();
-/// Whether the command line has `net.*` words that configure the interface (the boot then
-/// brings it up before any job; without them only what uses the network does).
-static ADDRESSED_BY_WORDS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Parses the `net.*` words among `words` (once, at boot).
 pub fn configure(words: &[&str]) -> Result<(), String> {
     let net_words = words.iter().copied().filter(|w| w.starts_with("net."));
     let config = NetConfig::parse(net_words).map_err(|e| format!("command line: {e}"))?;
-    let addressed = words.iter().any(|w| {
-        ["net.dhcp=", "net.ip=", "net.gw=", "net.if="]
-            .iter()
-            .any(|k| w.starts_with(k))
-    });
-    ADDRESSED_BY_WORDS.store(addressed, core::sync::atomic::Ordering::Relaxed);
     CONFIG.call_once(|| config);
     Ok(())
 }
@@ -138,7 +129,7 @@ pub fn serve_on_interface(serve: &mut dyn FnMut(&mut Stack, &mut dyn Nic) -> Res
 /// measures. Without such words a NIC is only named: waiting for a DHCP lease would delay every
 /// job's first I/O for nothing (QEMU's machines carry a NIC unless told not to).
 pub fn bring_up_at_boot() {
-    if !ADDRESSED_BY_WORDS.load(core::sync::atomic::Ordering::Relaxed) {
+    if !config().addressed {
         netif::with(|registry| {
             if let Ok(interface) = registry.choose(None) {
                 kprintln!(
