@@ -216,11 +216,7 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
     let bs = super::floor_read_bytes(job_bs, info.drive.block_size, most);
     let polled = controller.irqs.get().is_none();
     let how = if polled { "polled" } else { "halting between interrupts" };
-    // Large reads spread over as many buffers as the deepest run has reads in flight, so they
-    // touch as much memory as a job's buffers; a page-sized read keeps one (it stays cached
-    // either way).
-    let slots = if bs > 4096 { 32 } else { 1 };
-    super::run_floor(device, bs, how, slots, |depth, buffers| {
+    super::run_floor(device, bs, how, |depth, buffers| {
         let spec = megasas::FloorSpec::new(depth, ios);
         // Halt until an interrupt between passes in interrupt modes: a spinning vCPU takes
         // host time from QEMU's device emulation (TCG). `sti; hlt` cannot miss the wake-up.

@@ -140,19 +140,26 @@ pub struct FloorFailure {
 pub const FLOOR_BURSTS: usize = 3;
 
 /// The device floor's runs ([`FLOOR_RUNS`], those `floor.depths=` names) on `device`, reads
-/// of `bs` bytes into one DMA buffer: `run(depth, buffer)` measures one burst at one queue
-/// depth, [`FLOOR_BURSTS`] times per depth. Prints a line per depth with every burst's IOPS
+/// of `bs` bytes into DMA buffers of that size (one, or one per read in flight above a page):
+/// `run(depth, buffers)` measures one burst at one queue depth, [`FLOOR_BURSTS`] times per depth. Prints a line per depth with every burst's IOPS
 /// and one `floor:` line with the median bursts (`how` says how the CPU waits), and returns
 /// their figures for the job totals.
 pub fn run_floor(
     device: &str,
     bs: u32,
     how: &str,
-    slots: usize,
     mut run: impl FnMut(u16, &[crate::arch::memory::DmaBuffer]) -> Result<drvkit::floor::FloorResult, FloorFailure>,
 ) -> alloc::vec::Vec<(&'static str, u64)> {
-    let mut buffers = alloc::vec::Vec::with_capacity(slots.max(1));
-    for _ in 0..slots.max(1) {
+    // Reads above a page spread over a buffer per read in flight at the deepest run, so they
+    // touch as much memory as a job's buffers; a page-sized read keeps one (it stays cached
+    // either way, as a job's few pages do).
+    let slots = if bs > FLOOR_MAX_READ_ONE_PAGE {
+        FLOOR_RUNS.iter().map(|run| usize::from(run.0)).max().unwrap_or(1)
+    } else {
+        1
+    };
+    let mut buffers = alloc::vec::Vec::with_capacity(slots);
+    for _ in 0..slots {
         match crate::arch::memory::DmaBuffer::new(bs as usize, 4096) {
             Ok(b) => buffers.push(b),
             Err(e) => {

@@ -261,8 +261,8 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
     } else {
         "spinning, the queue's interrupt is on another CPU"
     };
-    // One page, one buffer: the floor reads are small and the buffer stays where a job's would.
-    super::run_floor(device, bs, how, 1, |depth, buffers| {
+    // The read is at most a page, so `run_floor` gives it one buffer.
+    super::run_floor(device, bs, how, |depth, buffers| {
         let buffer = &buffers[0];
         let spec = nvme::blkdev::FloorSpec::new(depth, ios);
         // Called with interrupts disabled (the driver's locks are not interrupt-safe); `sti;
