@@ -122,18 +122,18 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         let read_into_buffer = || op == IoOp::Write && self.restamp_after_read && self.slots[slot].op == IoOp::Read;
         // The buffer is touched only to stamp a write or clear a verified read's headers: a
         // plain benchmark I/O skips it.
+        // fio's dedupe and compression make each unverified write's data (never the plain shape).
+        let fills_content = !PLAIN && op == IoOp::Write && generation.is_none() && self.content.is_some();
         let touches_buffer = match (op, generation) {
             (IoOp::Write, Some(ExpectedGeneration::Exact(_))) | (IoOp::Read, Some(_)) => true,
-            (IoOp::Write, None) => read_into_buffer() || (!PLAIN && self.content.is_some()),
+            (IoOp::Write, None) => read_into_buffer(),
             _ => false,
         };
-        if touches_buffer {
-            if !PLAIN && op == IoOp::Write && generation.is_none() && self.content.is_some() {
-                self.fill_content(slot);
-            } else {
-                let read_into_buffer = read_into_buffer();
-                self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
-            }
+        if fills_content {
+            self.fill_content(slot);
+        } else if touches_buffer {
+            let read_into_buffer = read_into_buffer();
+            self.prepare_buffer(slot, op, generation, lba, read_into_buffer)?;
         }
         let sectors = self.io_sectors;
         // An accepted submission is one test of the outcome; a refused one goes out of line.
