@@ -485,28 +485,31 @@ fn run_to_document(one: &[String], jobs: &[&Path], box_: &mut RunningBox) -> Res
     Ok((run, doc))
 }
 
+/// fio's PROBE as a client on 127.0.0.1 sends it, framed as protocol `version`.
+fn probe_frame(version: u16) -> Vec<u8> {
+    let mut frame = Vec::new();
+    let probe = fioserver::ClientProbe {
+        flags: 0,
+        server: "127.0.0.1".into(),
+    };
+    fioserver::encode_command(&mut frame, fioserver::Opcode::Probe, 1, &probe.encode());
+    if version != fioserver::SERVER_VERSION {
+        // The header's version field, then the header's CRC-16 again.
+        let at = fioserver::HEADER_VERSION;
+        frame[at..at + 2].copy_from_slice(&version.to_le_bytes());
+        let crc = fioserver::crc16(&frame[..fioserver::HEADER_CRC_SPAN]);
+        let at = fioserver::HEADER_CMD_CRC;
+        frame[at..at + 2].copy_from_slice(&crc.to_le_bytes());
+    }
+    frame
+}
+
 /// Connects to a box's fio port and sends a PROBE framed as fio's protocol `version`; returns
 /// how many bytes came back before the box closed the connection (`None`: it did not close
 /// within 10 s).
 fn probe_with_version(port: u16, version: u16) -> Result<Option<usize>, String> {
     use std::io::Read;
-    let mut frame = Vec::new();
-    fioserver::encode_command(
-        &mut frame,
-        fioserver::Opcode::Probe,
-        1,
-        &fioserver::ClientProbe {
-            flags: 0,
-            server: "127.0.0.1".into(),
-        }
-        .encode(),
-    );
-    // The header's version field, then the header's CRC-16 again.
-    let at = fioserver::HEADER_VERSION;
-    frame[at..at + 2].copy_from_slice(&version.to_le_bytes());
-    let crc = fioserver::crc16(&frame[..fioserver::HEADER_CRC_SPAN]);
-    let at = fioserver::HEADER_CMD_CRC;
-    frame[at..at + 2].copy_from_slice(&crc.to_le_bytes());
+    let frame = probe_frame(version);
     let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
@@ -750,12 +753,15 @@ pub fn cmd_fleet_check(args: &[String]) -> Result<bool, String> {
     // 2c. Another protocol version than fio 3.33's: the box closes the connection, as fio's own
     // server does, and its console names both versions.
     step("another protocol version closed", &mut |boxes| {
-        let answer = probe_with_version(boxes[0].host_port, fioserver::SERVER_VERSION - 1)?;
-        if let Some(n) = answer.filter(|n| *n > 0) {
-            return Err(format!(
-                "the box answered a version {} probe with {n} bytes",
-                fioserver::SERVER_VERSION - 1
-            ));
+        let version = fioserver::SERVER_VERSION - 1;
+        match probe_with_version(boxes[0].host_port, version)? {
+            Some(0) => {}
+            Some(n) => return Err(format!("the box answered a version {version} probe with {n} bytes")),
+            None => {
+                return Err(format!(
+                    "the box kept a version {version} probe's connection open for 10 s"
+                ));
+            }
         }
         boxes[0].wait_for("version line", Duration::from_secs(30), |l| {
             l.contains(&format!(

@@ -10,7 +10,7 @@
 
 use super::{
     BoxSpec, LISTENING_TAIL, RunningBox, boot_boxes, box_documents, client_json, device_option, ensure_disk, free_port,
-    run_client_args, smp_option,
+    probe_frame, run_client_args, smp_option,
 };
 use crate::{RunDevice, args, build_kernel, root, setup};
 use serde_json::Value;
@@ -82,12 +82,7 @@ fn default_job(device: RunDevice, runtime_s: u32, dir: &Path) -> Result<PathBuf,
 
 /// Sends fio 3.33's PROBE to 127.0.0.1:`port` until a box answers it; the time it took.
 fn first_probe(port: u16, started: Instant) -> Result<Duration, String> {
-    let mut frame = Vec::new();
-    let probe = fioserver::ClientProbe {
-        flags: 0,
-        server: "127.0.0.1".into(),
-    };
-    fioserver::encode_command(&mut frame, fioserver::Opcode::Probe, 1, &probe.encode());
+    let frame = probe_frame(fioserver::SERVER_VERSION);
     let attempt = Duration::from_millis(PROBE_ATTEMPT_MS);
     while started.elapsed() < FIRST_PROBE_TIMEOUT {
         // Before the box listens QEMU accepts the connection and then closes it, or holds it
