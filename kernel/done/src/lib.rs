@@ -325,15 +325,24 @@ impl<S: Outcome> DoneBoard<S> {
     /// taker that reaps the same slots many times (the workload engine, once per job).
     /// `None` for an out-of-range CPU. Only `cpu`'s owner may take through it.
     pub fn cpu_below(&self, cpu: usize, slots: usize) -> Option<CpuDone<'_, S>> {
-        if cpu >= self.ncpus {
+        self.cpu_window(cpu, 0, slots.min(self.slots_per_cpu))
+    }
+
+    /// CPU `cpu`'s slots `first..first + slots` as a part of their own, for several takers on
+    /// one CPU (job contexts that run by turns there): the part hands out its slots counted
+    /// from `first`, so each taker numbers its slots from 0. `first` must start a 64-slot word
+    /// (a word is taken whole) and the window must lie within the board's slots; `None`
+    /// otherwise, or for an out-of-range CPU. Only `cpu`'s owner may take through it.
+    pub fn cpu_window(&self, cpu: usize, first: usize, slots: usize) -> Option<CpuDone<'_, S>> {
+        if cpu >= self.ncpus || !first.is_multiple_of(64) || first.checked_add(slots)? > self.slots_per_cpu {
             return None;
         }
-        let base = cpu * self.word_stride;
-        let words = slots.min(self.slots_per_cpu).div_ceil(64);
+        let base = cpu * self.word_stride + first / 64;
         Some(CpuDone {
             board: self,
             cpu,
-            words: &self.words[base..base + words],
+            first_word: first / 64,
+            words: &self.words[base..base + slots.div_ceil(64)],
         })
     }
 
@@ -342,7 +351,14 @@ impl<S: Outcome> DoneBoard<S> {
     /// walk, behind its rare branch: an out-of-line call taking `f` by reference made the
     /// caller keep the closure, and what it captures, in memory on every reap.
     #[inline(always)]
-    fn take_failed(&self, cpu: usize, w: usize, failed: u64, failed_word: &AtomicU64, mut f: impl FnMut(Taken<S>)) {
+    fn take_failed(
+        &self,
+        cpu: usize,
+        (first_word, w): (usize, usize),
+        failed: u64,
+        failed_word: &AtomicU64,
+        mut f: impl FnMut(Taken<S>),
+    ) {
         // Other slots' bits in the word may be set meanwhile; clear only ours.
         failed_word.fetch_and(!failed, Ordering::Relaxed);
         let statuses = &self.status[cpu * self.status_stride..][..self.slots_per_cpu];
@@ -350,7 +366,7 @@ impl<S: Outcome> DoneBoard<S> {
             let slot = w * 64 + i;
             f(Taken::Other {
                 slot,
-                status: S::from_code(statuses[slot].load(Ordering::Relaxed)),
+                status: S::from_code(statuses[(first_word + w) * 64 + i].load(Ordering::Relaxed)),
             });
         });
     }
@@ -392,10 +408,12 @@ impl<S: Outcome> DoneBoard<S> {
     }
 }
 
-/// One CPU's words of a [`DoneBoard`], from [`DoneBoard::cpu_below`].
+/// One CPU's words of a [`DoneBoard`], from [`DoneBoard::cpu_below`] or [`DoneBoard::cpu_window`].
 pub struct CpuDone<'b, S> {
     board: &'b DoneBoard<S>,
     cpu: usize,
+    /// The CPU's word the part starts at (its slot 0 is the board's slot `first_word * 64`).
+    first_word: usize,
     words: &'b [DoneWord],
 }
 
@@ -435,7 +453,8 @@ impl<S: Outcome> CpuDone<'_, S> {
             });
         }
         if failed != 0 {
-            self.board.take_failed(self.cpu, w, failed, &word.failed, &mut f);
+            self.board
+                .take_failed(self.cpu, (self.first_word, w), failed, &word.failed, &mut f);
         }
         bits.count_ones() as usize
     }

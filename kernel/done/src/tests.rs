@@ -79,6 +79,42 @@ fn a_cpus_part_takes_its_own_words_only_every_time() {
 }
 
 #[test]
+fn windows_on_one_cpu_take_their_own_slots_numbered_from_their_start() {
+    let b = board(2, 256);
+    assert!(b.cpu_window(1, 32, 8).is_none(), "a window starts a word");
+    assert!(b.cpu_window(1, 192, 65).is_none(), "a window ends within the board");
+    assert!(b.cpu_window(2, 0, 8).is_none(), "a window is on a CPU of the board");
+    let first = b.cpu_window(1, 0, 32).unwrap();
+    let second = b.cpu_window(1, 64, 100).unwrap();
+    b.deliver(1, 3, Status::Ok).unwrap();
+    b.deliver(1, 64, Status::Ok).unwrap();
+    b.deliver(1, 64 + 70, Status::Ok).unwrap();
+    b.deliver(1, 64 + 71, Status::IoError).unwrap();
+    b.deliver(0, 64, Status::Ok).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(second.take_split(|t| got.push(t)), 3);
+    assert_eq!(
+        got,
+        [
+            Taken::Successes { first: 0, bits: 1 },
+            Taken::Successes {
+                first: 64,
+                bits: 1 << 6
+            },
+            Taken::Other {
+                slot: 71,
+                status: Status::IoError
+            },
+        ]
+    );
+    got.clear();
+    assert_eq!(first.take_split(|t| got.push(t)), 1);
+    assert_eq!(got, [Taken::Successes { first: 0, bits: 1 << 3 }]);
+    // The other CPU's slot 64 is its own.
+    assert_eq!(b.take(0, |s, _| assert_eq!(s, 64)), 1);
+}
+
+#[test]
 fn take_below_looks_at_its_slots_only_and_take_stray_clears_the_rest_as_bogus() {
     let b = board(1, 256);
     for slot in [0, 31, 32, 63, 64, 200] {
