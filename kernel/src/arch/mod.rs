@@ -10,7 +10,8 @@
 //! other CPUs ([`smp`]), halting while waiting for completions ([`idle`]),
 //! parking on the block layer's sleeping queue lock ([`park`]), per-stage request
 //! timestamps in per-CPU rings ([`stagetrace`]),
-//! the per-CPU tick and the watchdog ([`watchdog`]),
+//! the per-CPU tick and the watchdog ([`watchdog`]), several job contexts on one CPU by turns
+//! ([`turns`]),
 //! the serial console and logger ([`console`]) with its copy on the loader's
 //! framebuffer ([`framebuffer`]), machine-check reporting
 //! ([`mce`]), and the end of a run ([`exit`]).
@@ -18,7 +19,7 @@
 //! What it may use: the library crates (`platform`, `bootinfo`, `boot`) and
 //! other `arch` modules, never `crate::dev` or `crate::app`. Inside, the
 //! order is percpu/paging at the bottom, then memory, cpu, apic, irq, time,
-//! framebuffer, console, exit, mce, watchdog, idle, park, stagetrace, idt, smp: no module imports one above it.
+//! framebuffer, console, exit, mce, watchdog, idle, park, stagetrace, idt, smp, turns: no module imports one above it.
 
 pub mod apic;
 pub mod console;
@@ -38,4 +39,5 @@ pub mod percpu;
 pub mod smp;
 pub mod stagetrace;
 pub mod time;
+pub mod turns;
 pub mod watchdog;

@@ -25,8 +25,12 @@ use blk::{Bio, BlkError, Completion, CompletionPolicy, CounterSnapshot, Driver, 
 use core::sync::atomic::{AtomicU64, Ordering};
 use done::DoneBoard;
 
-/// Requests one CPU may keep in flight on one device (the done board's slots per CPU).
+/// Requests one job context may keep in flight on one device.
 pub const MAX_SLOTS_PER_CPU: usize = 256;
+
+/// The done board's slots per CPU: room for the contexts a CPU runs by turns (more clones or
+/// jobs than CPUs), each in a window of its own that starts a 64-slot word.
+pub const BOARD_SLOTS_PER_CPU: usize = 4 * MAX_SLOTS_PER_CPU;
 
 /// The one done board: per CPU, a status and a done bit per submitter slot. Jobs run one at a
 /// time and drain before the next starts, so one board serves every device.
@@ -36,8 +40,8 @@ static DONE: spin::Once<DoneBoard<blk::Status>> = spin::Once::new();
 /// its completions (`idle=halt`) is woken by the board when another CPU delivers to it.
 pub fn done_board() -> &'static DoneBoard<blk::Status> {
     DONE.call_once(|| {
-        DoneBoard::new(MAX_CPUS, MAX_SLOTS_PER_CPU)
-            .expect("MAX_CPUS and MAX_SLOTS_PER_CPU are in range")
+        DoneBoard::new(MAX_CPUS, BOARD_SLOTS_PER_CPU)
+            .expect("MAX_CPUS and BOARD_SLOTS_PER_CPU are in range")
             .with_waker(idle::wake)
     })
 }

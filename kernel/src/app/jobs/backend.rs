@@ -74,15 +74,21 @@ pub(super) struct KernelBackend<'a> {
     /// one word per reap at QD 64 or less, with no lookup per reap; `run_share`
     /// clears anything above them when the job ends.
     pub(super) done: done::CpuDone<'static, blk::Status>,
+    /// Where this backend's window of the CPU's done-board slots starts (0 unless the CPU runs
+    /// several job contexts by turns).
+    pub(super) first_slot: usize,
+    /// The CPU runs several job contexts by turns (`arch::turns`): a reap hands the CPU over
+    /// after its commit, and an idle wait halts only when every context is idle.
+    pub(super) turns: bool,
     pub(super) next_tick_ns: u64,
     pub(super) progress: Option<(&'a JobShared, ProgressMeter, u64, &'a str)>,
 }
 
 /// Whether a backend's reap is the plain one: the job does not poll (`poll`), the device opens
-/// no interrupt-then-poll window (`windows`), the job does not trace request stages (`traced`)
-/// and hands every reap out whole (`refill_after` 0).
-fn reap_plain(poll: bool, windows: bool, traced: bool, refill_after: usize) -> bool {
-    !poll && !windows && !traced && refill_after == 0
+/// no interrupt-then-poll window (`windows`), the job does not trace request stages (`traced`),
+/// hands every reap out whole (`refill_after` 0) and has its CPU to itself (not `turns`).
+fn reap_plain(poll: bool, windows: bool, traced: bool, refill_after: usize, turns: bool) -> bool {
+    !poll && !windows && !traced && refill_after == 0 && !turns
 }
 
 /// No request's length in device sectors (`KernelBackend::whole_sectors`): a buffer holds at
@@ -90,10 +96,18 @@ fn reap_plain(poll: bool, windows: bool, traced: bool, refill_after: usize) -> b
 const NEVER: u32 = u32::MAX;
 
 /// The bio of slot `slot`'s I/O: `op` of `nr_sectors` at `sector`, over `segments` (the
-/// slot's; a trim or a flush moves no data and takes none).
+/// slot's; a trim or a flush moves no data and takes none). Its cookie is the slot's place on
+/// the CPU's part of the done board: the backend's window starts at `first_slot`.
 #[inline(always)]
-fn bio_of(slot: usize, op: IoOp, sector: u64, nr_sectors: u32, segments: &[Segment]) -> blk::Bio<'_> {
-    let cookie = block::cookie(slot);
+fn bio_of(
+    first_slot: usize,
+    slot: usize,
+    op: IoOp,
+    sector: u64,
+    nr_sectors: u32,
+    segments: &[Segment],
+) -> blk::Bio<'_> {
+    let cookie = block::cookie(first_slot + slot);
     match op {
         IoOp::Read => blk::Bio::read(sector, nr_sectors, segments, cookie),
         IoOp::Write => blk::Bio::write(sector, nr_sectors, segments, cookie),
@@ -104,9 +118,10 @@ fn bio_of(slot: usize, op: IoOp, sector: u64, nr_sectors: u32, segments: &[Segme
     }
 }
 
-/// The slot a bio of this backend was submitted from (`block::cookie` is the slot).
-fn slot_of(bio: &blk::Bio<'_>) -> usize {
-    bio.cookie as usize
+/// The slot a bio of a backend whose window starts at `first_slot` was submitted from
+/// (`bio_of`).
+fn slot_of(first_slot: usize, bio: &blk::Bio<'_>) -> usize {
+    bio.cookie as usize - first_slot
 }
 
 /// Each of `buffers` whole, as one segment of `bytes` bytes (`KernelBackend::segments`).
@@ -169,10 +184,12 @@ fn list_one(out: &mut [Completion], n: usize, overflow: &mut Vec<Completion>, c:
 
 /// Records in the stage trace that `cpu` reaped what the board took.
 #[inline(never)]
-fn trace_reaped(cpu: usize, taken: Taken<blk::Status>) {
+fn trace_reaped(cpu: usize, first_slot: usize, taken: Taken<blk::Status>) {
     match taken {
-        Taken::Successes { first, bits } => for_each_bit(bits, |i| crate::arch::stagetrace::reaped(cpu, first + i)),
-        Taken::Other { slot, .. } => crate::arch::stagetrace::reaped(cpu, slot),
+        Taken::Successes { first, bits } => {
+            for_each_bit(bits, |i| crate::arch::stagetrace::reaped(cpu, first_slot + first + i))
+        }
+        Taken::Other { slot, .. } => crate::arch::stagetrace::reaped(cpu, first_slot + slot),
     }
 }
 
@@ -220,7 +237,7 @@ impl<'a> KernelBackend<'a> {
         self.defers = dev.defers_doorbell();
         self.windows = dev.has_polling_window();
         self.refill_after = dev.refill_after();
-        self.reap_plain = reap_plain(self.poll, self.windows, self.traced, self.refill_after);
+        self.reap_plain = reap_plain(self.poll, self.windows, self.traced, self.refill_after, self.turns);
     }
 
     /// Hands the collected burst to the device, then rings what this CPU's deferred
@@ -279,7 +296,7 @@ impl<'a> KernelBackend<'a> {
         let whole = core::slice::from_ref(&segments[slot]);
         let moves_data = matches!(op, IoOp::Read | IoOp::Write);
         if !moves_data {
-            let bio = bio_of(slot, op, sector, nr_sectors, whole);
+            let bio = bio_of(self.first_slot, slot, op, sector, nr_sectors, whole);
             return if self.batch {
                 self.collect(bio)
             } else {
@@ -291,7 +308,7 @@ impl<'a> KernelBackend<'a> {
         }
         // Below the buffer's length (`submit` checked the sectors against `max_sectors`).
         let part = [whole[0].slice(0, nr_sectors * 512)];
-        self.submit_now(&bio_of(slot, op, sector, nr_sectors, &part))
+        self.submit_now(&bio_of(self.first_slot, slot, op, sector, nr_sectors, &part))
     }
 
     /// Adds `bio` to the burst, submitting the burst first when it is full.
@@ -322,7 +339,7 @@ impl<'a> KernelBackend<'a> {
                 Err(BlkError::TagsExhausted { .. }) => self.dev.make_progress(self.cpu),
                 Err(e) => {
                     self.pending.clear();
-                    self.reject(slot_of(&bio), &e);
+                    self.reject(slot_of(self.first_slot, &bio), &e);
                 }
             }
             return;
@@ -338,7 +355,7 @@ impl<'a> KernelBackend<'a> {
                     break;
                 }
                 Some(e) => {
-                    let slot = slot_of(&self.pending[done]);
+                    let slot = slot_of(self.first_slot, &self.pending[done]);
                     self.reject(slot, &e);
                     done += 1;
                 }
@@ -383,7 +400,12 @@ impl<'a> KernelBackend<'a> {
         if self.poll || (self.windows && self.dev.polling_window(self.cpu)) {
             self.dev.poll(self.cpu);
         }
-        if !self.traced && self.refill_after == 0 {
+        if self.turns {
+            // The burst is at the device (committed): the other contexts of this CPU take
+            // their turn before this one looks for its completions.
+            crate::arch::turns::yield_turn();
+        }
+        if !self.traced && self.refill_after == 0 && !self.turns {
             return None;
         }
         let n = self.overflow_first(out);
@@ -394,6 +416,9 @@ impl<'a> KernelBackend<'a> {
         } else {
             self.take_done::<MASK, false>(out, n)
         };
+        if self.turns && (succeeded != 0 || n != 0) {
+            crate::arch::turns::progress();
+        }
         if !MASK {
             // A listing reap lists what a refill point held back too.
             let carried = core::mem::take(&mut self.carried);
@@ -448,6 +473,7 @@ impl<'a> KernelBackend<'a> {
         let mut n = n;
         let overflow = &mut self.overflow;
         let cpu = self.cpu;
+        let first_slot = self.first_slot;
         // The board hands a word's successes over as bits: with `MASK`, those of
         // slots below 64 go to the engine as they come, without a status read or a branch
         // each. The closure stays this small so that it is inlined into the board's walk (a
@@ -455,7 +481,7 @@ impl<'a> KernelBackend<'a> {
         // pays per I/O); everything else is listed out of line.
         self.done.take_split(|taken| {
             if TRACED {
-                trace_reaped(cpu, taken);
+                trace_reaped(cpu, first_slot, taken);
             }
             match taken {
                 Taken::Successes { first: 0, bits } if MASK => succeeded |= bits,
@@ -464,6 +490,29 @@ impl<'a> KernelBackend<'a> {
             }
         });
         (succeeded, n)
+    }
+
+    /// Waits for a completion of this CPU, as the engine's `idle` does when the CPU runs this
+    /// context alone (the last of a round of idle contexts when it runs several).
+    fn wait_alone(&mut self, in_flight: usize) {
+        self.commit();
+        // I/Os still pending had no tag: nothing of ours may be at the device to wake us.
+        if self.poll || in_flight == 0 || !self.pending.is_empty() {
+            // Polled completions need this CPU to poll; with nothing in
+            // flight (tags busy elsewhere) no completion would wake it.
+            core::hint::spin_loop();
+            return;
+        }
+        if self.windows && self.dev.polling_window(self.cpu) {
+            // The poll closes the window (and re-reaps) once the device goes quiet; only then
+            // is halting safe.
+            self.dev.poll(self.cpu);
+            return;
+        }
+        // A completion delivered from another CPU's interrupt handler wakes
+        // this CPU (block's end_io -> idle::wake); idle=poll spins here.
+        let cpu = self.cpu;
+        idle::wait_until(|| block::done_board().has_pending(cpu));
     }
 
     /// Ends slot `slot`'s I/O, which the device refused, with the refusal (reaped next).
@@ -497,14 +546,14 @@ impl<'a> IoBackend for KernelBackend<'a> {
         // backend batches, joins the burst (the common case first: one compare).
         if sectors == self.batch_sectors {
             let nr_sectors = sectors * self.scale as u32;
-            return self.collect(bio_of(slot, op, sector, nr_sectors, whole));
+            return self.collect(bio_of(self.first_slot, slot, op, sector, nr_sectors, whole));
         }
         // Not batched (iodepth 1, the detail mode, a file set), filling its buffer (or a trim):
         // straight to the device. Deferred: `poll_completions` (the engine's next step) rings
         // once for the burst.
         if sectors == self.whole_sectors {
             let nr_sectors = sectors * self.scale as u32;
-            return self.submit_now(&bio_of(slot, op, sector, nr_sectors, whole));
+            return self.submit_now(&bio_of(self.first_slot, slot, op, sector, nr_sectors, whole));
         }
         // Only here can an I/O be longer than its buffer: `whole_sectors` (and `batch_sectors`)
         // are `max_sectors` or `NEVER`, so the two compares above need no bound of their own.
@@ -530,24 +579,13 @@ impl<'a> IoBackend for KernelBackend<'a> {
     }
 
     fn idle(&mut self, in_flight: usize) {
-        self.commit();
-        // I/Os still pending had no tag: nothing of ours may be at the device to wake us.
-        if self.poll || in_flight == 0 || !self.pending.is_empty() {
-            // Polled completions need this CPU to poll; with nothing in
-            // flight (tags busy elsewhere) no completion would wake it.
-            core::hint::spin_loop();
-            return;
+        if self.turns {
+            // Nothing of this context waits uncommitted while the others have their turns.
+            self.commit();
+            crate::arch::turns::idle_turn(|| self.wait_alone(in_flight));
+        } else {
+            self.wait_alone(in_flight);
         }
-        if self.windows && self.dev.polling_window(self.cpu) {
-            // The poll closes the window (and re-reaps) once the device goes quiet; only then
-            // is halting safe.
-            self.dev.poll(self.cpu);
-            return;
-        }
-        // A completion delivered from another CPU's interrupt handler wakes
-        // this CPU (block's end_io -> idle::wake); idle=poll spins here.
-        let cpu = self.cpu;
-        idle::wait_until(|| block::done_board().has_pending(cpu));
     }
 
     fn periodic(&mut self, now_ns: u64) {
@@ -571,7 +609,9 @@ impl<'a> IoBackend for KernelBackend<'a> {
     }
 }
 
-pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult, WorkloadError> {
+/// Runs share `index` of the job (`ctx.plan.cpus[index]`) on this CPU, its completions in the
+/// CPU's done-board slots from `first_slot` on.
+pub(super) fn run_share(ctx: &JobContext<'_>, index: usize, first_slot: usize) -> Result<CpuResult, WorkloadError> {
     let cpu = ctx.plan.cpus[index].cpu as usize;
     // The largest I/O: bs, or with variable block sizes the largest of them.
     let bs = ctx.plan.max_io_bytes() as usize;
@@ -626,12 +666,13 @@ pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult,
     let traced = ctx.plan.spec.trace_every != 0;
     let refill_after = ctx.dev.refill_after();
     // Every CPU the kernel runs has its part of the board (it has `MAX_CPUS`).
-    let Some(done) = block::done_board().cpu_below(cpu, buffers.len()) else {
+    let Some(done) = block::done_board().cpu_window(cpu, first_slot, buffers.len()) else {
         return Err(WorkloadError::CpuIndexOutOfRange {
             index: cpu,
             cpus: block::done_board().ncpus(),
         });
     };
+    let turns = crate::arch::turns::shared();
     let mut backend = KernelBackend {
         dev: ctx.dev,
         cpu,
@@ -650,10 +691,12 @@ pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult,
         batch_sectors: if batch { whole_sectors } else { NEVER },
         overflow: Vec::with_capacity(ctx.plan.iodepth as usize),
         traced,
-        reap_plain: reap_plain(ctx.poll, windows, traced, refill_after),
+        reap_plain: reap_plain(ctx.poll, windows, traced, refill_after, turns),
         refill_after,
         carried: 0,
         done,
+        first_slot,
+        turns,
         next_tick_ns: 0,
         progress: (index == 0).then(|| {
             (
@@ -664,31 +707,45 @@ pub(super) fn run_share(ctx: &JobContext<'_>, index: usize) -> Result<CpuResult,
             )
         }),
     };
-    let result = if ctx.file_devs.is_empty() {
+    if ctx.file_devs.is_empty() {
         workload::run_cpu(ctx.plan, index, &mut backend, ctx.shared)
     } else {
         files::run_cpu_over_files(ctx, index, &mut backend)
-    };
-    // The reaps looked at the job's own slots only: a completion above them belongs to no
-    // request of this job; it is counted as bogus (`bogus_cookies`) rather than left for the next.
-    let stray = block::done_board().take_stray(cpu, backend.buffers.len());
-    if stray != 0 {
-        log::warn!("cpu{cpu}: {stray} completion(s) for slots this job never used, counted as bogus");
     }
-    result
 }
 
-pub(super) fn worker(ctx_addr: usize) {
-    // SAFETY: `run_job` passes the address of a JobContext that outlives every
-    // worker (it waits for all of them before returning).
-    let ctx = unsafe { &*(ctx_addr as *const JobContext<'_>) };
-    let me = percpu::index() as u32;
-    let Some(index) = ctx.plan.cpus.iter().position(|s| s.cpu == me) else {
-        return;
+/// One context a CPU runs: share `index` of the job at `ctx` (a `JobContext`'s address), with
+/// its window of the CPU's done-board slots from `first_slot`.
+pub(super) struct Share {
+    pub(super) ctx: usize,
+    pub(super) index: usize,
+    pub(super) first_slot: usize,
+    pub(super) slots: usize,
+}
+
+/// Runs this CPU's shares (the address of a `Vec<Share>`): one in place, several by turns.
+pub(super) fn worker(shares_addr: usize) {
+    // SAFETY: `run_on_cpus` passes the address of a `Vec<Share>` that outlives every worker
+    // (it waits for all of them before returning); each share's context likewise.
+    let shares = unsafe { &*(shares_addr as *const Vec<Share>) };
+    let run = |i: usize| {
+        let share = &shares[i];
+        // SAFETY: as above.
+        let ctx = unsafe { &*(share.ctx as *const JobContext<'_>) };
+        let r = run_share(ctx, share.index, share.first_slot);
+        if r.is_err() {
+            ctx.shared.request_stop();
+        }
+        *ctx.results[share.index].lock() = Some(r);
     };
-    let r = run_share(ctx, index);
-    if r.is_err() {
-        ctx.shared.request_stop();
+    crate::arch::turns::run_by_turns(shares.len(), &run);
+    // The reaps looked at the shares' own slots only: a completion above them belongs to no
+    // request of these jobs; it is counted as bogus (`bogus_cookies`) rather than left for the
+    // next.
+    let cpu = percpu::index();
+    let used = shares.iter().map(|s| s.first_slot + s.slots).max().unwrap_or(0);
+    let stray = block::done_board().take_stray(cpu, used);
+    if stray != 0 {
+        log::warn!("cpu{cpu}: {stray} completion(s) for slots no job here used, counted as bogus");
     }
-    *ctx.results[index].lock() = Some(r);
 }

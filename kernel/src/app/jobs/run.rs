@@ -1,7 +1,7 @@
 //! One wave of jobs: their devices and policies, the counters read before, the CPUs started and
 //! waited for, the drain, and each job's report.
 
-use super::backend::worker;
+use super::backend::{Share, worker};
 use super::*;
 
 /// Traced requests whose raw events a job's `BAREMQ-TRACE:` line carries (the summary uses all).
@@ -344,6 +344,27 @@ fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
             to_left(&QUIESCE_POLICIES, *quiesce).as_str(),
         );
     }
+    // Contexts per CPU: more than one where clones or jobs outnumber the CPUs.
+    let mut per_cpu: alloc::collections::BTreeMap<u32, Vec<String>> = alloc::collections::BTreeMap::new();
+    for plan in plans {
+        for (clone, slice) in plan.cpus.iter().enumerate() {
+            let name = if plan.cpus.len() > 1 {
+                alloc::format!("{}#{clone}", plan.spec.name)
+            } else {
+                plan.spec.name.clone()
+            };
+            per_cpu.entry(slice.cpu).or_default().push(name);
+        }
+    }
+    if per_cpu.values().any(|names| names.len() > 1) {
+        for (cpu, names) in &per_cpu {
+            kprintln!(
+                "cpu{cpu}: {} job context(s) by turns: {}",
+                names.len(),
+                names.join(", ")
+            );
+        }
+    }
     if plans.len() > 1 {
         kprintln!(
             "jobs {}: running at the same time; each report's kernel counters cover all of them",
@@ -356,20 +377,62 @@ fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
     }
 }
 
-/// Starts every job's share on its CPU (this CPU's share runs here) and waits for all of them.
-fn run_on_cpus(contexts: &[JobContext<'_>], watch: Option<Watch<'_>>) -> Result<(), String> {
-    let me = percpu::index() as u32;
-    let mut waits = Vec::new();
-    let mut mine = None;
+/// Each CPU's shares, in CPU order: every job's share on the CPU with its window of the CPU's
+/// done-board slots (one after the other, each starting a 64-slot word). A CPU with more
+/// shares than its slots hold is refused by name.
+fn shares_by_cpu(contexts: &[JobContext<'_>]) -> Result<alloc::collections::BTreeMap<u32, Vec<Share>>, String> {
+    let mut by_cpu: alloc::collections::BTreeMap<u32, Vec<Share>> = alloc::collections::BTreeMap::new();
     for ctx in contexts {
         let addr = ctx as *const JobContext<'_> as usize;
-        for slice in &ctx.plan.cpus {
-            if slice.cpu == me {
-                mine = Some(addr);
-            } else {
-                match smp::run_on(slice.cpu as usize, worker, addr) {
-                    Some(t) => waits.push((slice.cpu as usize, t)),
-                    None => return Err(alloc::format!("cpu{} is offline or busy", slice.cpu)),
+        for (index, slice) in ctx.plan.cpus.iter().enumerate() {
+            let shares = by_cpu.entry(slice.cpu).or_default();
+            let first_slot = shares
+                .last()
+                .map_or(0, |s: &Share| (s.first_slot + s.slots).next_multiple_of(64));
+            shares.push(Share {
+                ctx: addr,
+                index,
+                first_slot,
+                slots: ctx.plan.iodepth as usize,
+            });
+        }
+    }
+    let board = block::done_board().slots_per_cpu();
+    for (cpu, shares) in &by_cpu {
+        let needed = shares.last().map_or(0, |s| s.first_slot + s.slots);
+        if needed > board {
+            return Err(alloc::format!(
+                "cpu{cpu} would run {} job contexts needing {needed} completion slots (each context's iodepth, \
+                 rounded up to 64); a CPU has {board}: use fewer clones per CPU or a lower iodepth",
+                shares.len()
+            ));
+        }
+    }
+    Ok(by_cpu)
+}
+
+/// Starts every CPU's shares on it (this CPU's run here), several on one CPU by turns, and
+/// waits for all of them.
+fn run_on_cpus(contexts: &[JobContext<'_>], watch: Option<Watch<'_>>) -> Result<(), String> {
+    let me = percpu::index() as u32;
+    let by_cpu = shares_by_cpu(contexts)?;
+    let mut waits = Vec::new();
+    let mut mine = None;
+    for (&cpu, shares) in &by_cpu {
+        let addr = shares as *const Vec<Share> as usize;
+        if cpu == me {
+            mine = Some(addr);
+        } else {
+            match smp::run_on(cpu as usize, worker, addr) {
+                Some(t) => waits.push((cpu as usize, t)),
+                None => {
+                    for ctx in contexts {
+                        ctx.shared.request_stop();
+                    }
+                    for (cpu, t) in waits {
+                        smp::wait_done(cpu, t);
+                    }
+                    return Err(alloc::format!("cpu{cpu} is offline or busy"));
                 }
             }
         }
