@@ -267,12 +267,26 @@ impl QuiescePolicy {
 }
 
 /// Which CPUs submit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CpuSelection {
     /// Every online CPU.
     All,
     /// These CPUs (checked against the online CPUs when the job is planned).
     List(CpuSet),
+    /// Each clone's CPU, in clone order; a CPU that appears several times runs those clones
+    /// by turns (fio's clones outnumbering their CPUs).
+    Clones(Vec<u32>),
+}
+
+impl CpuSelection {
+    /// The CPUs named, each once.
+    pub fn cpu_set(&self) -> Option<CpuSet> {
+        match self {
+            Self::All => None,
+            Self::List(set) => Some(*set),
+            Self::Clones(cpus) => Some(CpuSet::from_cpus(cpus)),
+        }
+    }
 }
 
 impl fmt::Display for CpuSelection {
@@ -280,6 +294,12 @@ impl fmt::Display for CpuSelection {
         match self {
             Self::All => f.write_str("all"),
             Self::List(set) => write!(f, "{set}"),
+            Self::Clones(cpus) => {
+                for (i, cpu) in cpus.iter().enumerate() {
+                    write!(f, "{}{cpu}", if i == 0 { "" } else { "," })?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -169,7 +169,8 @@ pub struct JobPlan {
     pub region_bytes: u64,
     /// Sectors per block (`bs / sector_size`).
     pub sectors_per_block: u32,
-    /// The submitting CPUs in ascending order, with their slices.
+    /// The submitting CPUs with their slices, one per clone in clone order (ascending CPUs
+    /// unless clones outnumber their CPUs: a CPU then appears once per clone it runs).
     pub cpus: Vec<CpuSlice>,
     /// How verification works for this job.
     pub verify: VerifyScheme,
@@ -301,22 +302,22 @@ fn check_trims(spec: &JobSpec) -> Result<(), WorkloadError> {
     Ok(())
 }
 
-/// The job's submitting CPUs, all online and at least one.
-fn submitting_cpus(spec: &JobSpec, online_cpus: &[u32]) -> Result<CpuSet, WorkloadError> {
+/// The job's submitting CPUs, one per clone in clone order (a CPU appears once per clone it
+/// runs), all online and at least one.
+fn submitting_cpus(spec: &JobSpec, online_cpus: &[u32]) -> Result<Vec<u32>, WorkloadError> {
     let online = CpuSet::from_cpus(online_cpus);
-    let cpus = match spec.cpus {
-        CpuSelection::All => online,
-        CpuSelection::List(list) => {
-            if let Some(cpu) = list.iter().find(|&cpu| !online.contains(cpu)) {
-                return Err(WorkloadError::CpuNotOnline {
-                    job: spec.name.clone(),
-                    cpu,
-                    online: online.to_string(),
-                });
-            }
-            list
-        }
+    let cpus: Vec<u32> = match &spec.cpus {
+        CpuSelection::All => online.iter().collect(),
+        CpuSelection::List(list) => list.iter().collect(),
+        CpuSelection::Clones(cpus) => cpus.clone(),
     };
+    if let Some(&cpu) = cpus.iter().find(|&&cpu| !online.contains(cpu)) {
+        return Err(WorkloadError::CpuNotOnline {
+            job: spec.name.clone(),
+            cpu,
+            online: online.to_string(),
+        });
+    }
     if cpus.is_empty() {
         return Err(WorkloadError::NoCpus { job: spec.name.clone() });
     }
@@ -382,7 +383,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
         }
     };
     let blocks = region_bytes / bs;
-    let cpu_count = cpus.len();
+    let cpu_count = cpus.len() as u32;
     if let Some(increment) = spec.clone_increment {
         return plan_clones(spec, device, capacity, cpus, region_bytes, increment);
     }
@@ -398,7 +399,7 @@ pub fn plan_job(spec: &JobSpec, devices: &[DeviceInfo], online_cpus: &[u32]) -> 
     let extra = blocks % u64::from(cpu_count);
     let mut slices = Vec::with_capacity(cpu_count as usize);
     let mut first_block = 0;
-    for (index, cpu) in cpus.iter().enumerate() {
+    for (index, &cpu) in cpus.iter().enumerate() {
         let len = base + u64::from((index as u64) < extra);
         slices.push(CpuSlice {
             cpu,
@@ -533,14 +534,14 @@ fn plan_clones(
     spec: &JobSpec,
     device: &DeviceInfo,
     capacity: u64,
-    cpus: CpuSet,
+    cpus: Vec<u32>,
     region_bytes: u64,
     increment: u64,
 ) -> Result<JobPlan, WorkloadError> {
     let job = || spec.name.clone();
     let bs = u64::from(spec.bs);
     check_aligned(spec, "offset_increment", increment, bs, "blocks are aligned to bs")?;
-    let clones = u64::from(cpus.len());
+    let clones = cpus.len() as u64;
     let span = check_clones_fit(spec, device, capacity, clones, increment, region_bytes, spec.offset)?;
     let blocks = region_bytes / bs;
     if blocks == 0 {
@@ -553,7 +554,7 @@ fn plan_clones(
     let slices = cpus
         .iter()
         .enumerate()
-        .map(|(index, cpu)| CpuSlice {
+        .map(|(index, &cpu)| CpuSlice {
             cpu,
             first_block: index as u64 * (increment / bs),
             blocks,

@@ -273,7 +273,8 @@ pub struct JobReport {
 }
 
 impl JobReport {
-    /// Merges the per-CPU results of `plan` (one per planned CPU, in any order).
+    /// Merges the per-CPU results of `plan` (one per planned share, in any order; the shares
+    /// of one CPU, which ran by turns, in their order).
     pub fn new(plan: &JobPlan, results: &[CpuResult]) -> Result<Self, WorkloadError> {
         let mismatch = |reason| WorkloadError::ResultsMismatch {
             job: plan.spec.name.clone(),
@@ -283,13 +284,13 @@ impl JobReport {
             return Err(mismatch("there must be exactly one result per planned CPU"));
         }
         let mut ordered: Vec<&CpuResult> = Vec::with_capacity(results.len());
+        let mut taken = alloc::vec![false; results.len()];
         for slice in &plan.cpus {
-            let mut found = results.iter().filter(|r| r.cpu == slice.cpu);
-            let result = found.next().ok_or_else(|| mismatch("a planned CPU has no result"))?;
-            if found.next().is_some() {
-                return Err(mismatch("a CPU has two results"));
-            }
-            ordered.push(result);
+            let index = (0..results.len())
+                .find(|&i| !taken[i] && results[i].cpu == slice.cpu)
+                .ok_or_else(|| mismatch("a planned CPU has fewer results than shares"))?;
+            taken[index] = true;
+            ordered.push(&results[index]);
         }
 
         let runtime_ns = ordered.iter().map(|r| r.runtime_ns).max().unwrap_or(0);

@@ -771,13 +771,15 @@ mod tests {
             workload::RwMode::RandWrite => Rw::RandWrite,
             other => panic!("the matrix never asks for {other:?}"),
         };
-        let cpus = match spec.cpus {
+        let cpus = match &spec.cpus {
             workload::CpuSelection::List(set) => {
                 let listed: Vec<u32> = (0..64).filter(|&c| set.contains(c)).collect();
                 assert_eq!(listed, (0..listed.len() as u32).collect::<Vec<_>>(), "CPUs 0..n");
                 listed.len() as u32
             }
-            workload::CpuSelection::All => panic!("the matrix always names its CPUs"),
+            workload::CpuSelection::All | workload::CpuSelection::Clones(_) => {
+                panic!("the matrix always names its CPUs, one clone each")
+            }
         };
         let adaptive = boot.options.iter().any(|o| o == MEGASAS_ADAPTIVE_OPTION);
         let completion = match spec.completion.expect("always explicit") {

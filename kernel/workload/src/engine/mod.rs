@@ -105,7 +105,7 @@ fn run_shaped<B: IoBackend + ?Sized, const PLAIN: bool>(
     shared: &JobShared,
     live: &CpuLive,
 ) -> Result<CpuResult, WorkloadError> {
-    let mut run = CpuRun::<B, PLAIN>::new(plan, slice, backend, shared, live)?;
+    let mut run = CpuRun::<B, PLAIN>::new(plan, slice, cpu_index, backend, shared, live)?;
     live.set_phase(CpuPhase::Running);
     let outcome = run.run_all(cpu_index);
     run.live.publish(&run.live_counts());

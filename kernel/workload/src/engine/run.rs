@@ -24,6 +24,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
     pub(super) fn new(
         plan: &'a JobPlan,
         slice: CpuSlice,
+        clone: usize,
         backend: &'a mut B,
         shared: &'a JobShared,
         live: &'a CpuLive,
@@ -140,12 +141,11 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 .write_content
                 .filter(|_| !plan.spec.verify.is_enabled())
                 .map(|content| {
-                    let clone = plan.cpus.iter().position(|s| s.cpu == slice.cpu).unwrap_or(0) as u64;
                     crate::content::ContentSource::new(
                         content,
                         plan.spec.seed,
                         crate::content::job_key(&plan.spec.name),
-                        clone,
+                        clone as u64,
                         slice.blocks,
                     )
                 }),

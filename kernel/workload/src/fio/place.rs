@@ -1,5 +1,6 @@
 //! A job on the machine: its device or devices, the regions on them, and its clones' CPUs.
 
+use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
@@ -132,16 +133,19 @@ impl FioJob {
     /// `filename`, percentages of its capacity, the clones' CPUs (`cpus_allowed`, else the first
     /// `numjobs` online CPUs), and `loops` passes over the region.
     pub fn to_spec(&self, devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<JobSpec, WorkloadError> {
-        self.to_spec_beside(devices, online_cpus, &CpuSet::new())
+        self.to_spec_beside(devices, online_cpus, &mut BTreeMap::new())
     }
 
-    /// [`FioJob::to_spec`] for a job that runs beside others: the CPUs in `busy` (taken by the
-    /// jobs of the same wave) are not used.
+    /// [`FioJob::to_spec`] for a job that runs beside others: `load` counts the clones the jobs
+    /// of the same wave already run on each CPU. Each clone takes the least loaded CPU it may
+    /// use, the lowest first among equals: with CPUs to spare every clone has one of its own
+    /// (the first free ones); clones that outnumber them share CPUs, which run them by turns,
+    /// as fio's threads share CPUs. `load` gains this job's clones.
     pub fn to_spec_beside(
         &self,
         devices: &[DeviceInfo],
         online_cpus: &[u32],
-        busy: &CpuSet,
+        load: &mut BTreeMap<u32, u32>,
     ) -> Result<JobSpec, WorkloadError> {
         if let Some(nodes) = &self.numa_cpu_nodes {
             return Err(unsupported(
@@ -178,32 +182,16 @@ impl FioJob {
                         online: online.to_string(),
                     });
                 }
-                set.iter().filter(|c| !busy.contains(*c)).collect()
+                set.iter().collect()
             }
-            None => online.iter().filter(|c| !busy.contains(*c)).collect(),
+            None => online.iter().collect(),
         };
-        if candidates.len() < wanted as usize {
-            return Err(unsupported(
-                &self.name,
-                "numjobs",
-                alloc::format!(
-                    "numjobs={wanted} needs one CPU per clone and only {} are available ({}{}); baremq does not \
-                     share a CPU between clones or jobs",
-                    candidates.len(),
-                    if self.cpus_allowed.is_some() {
-                        "cpus_allowed"
-                    } else {
-                        "online"
-                    },
-                    if busy.is_empty() {
-                        String::new()
-                    } else {
-                        alloc::format!(", less CPUs {busy} of the jobs running at the same time")
-                    }
-                ),
-            ));
-        }
-        spec.cpus = crate::job::CpuSelection::List(CpuSet::from_cpus(&candidates[..wanted as usize]));
+        let clones = place_clones(wanted, &candidates, load);
+        spec.cpus = if clones.windows(2).all(|pair| pair[0] < pair[1]) {
+            crate::job::CpuSelection::List(CpuSet::from_cpus(&clones))
+        } else {
+            crate::job::CpuSelection::Clones(clones)
+        };
         spec.report_each_clone = wanted > 1 && !self.report.group_reporting;
         let zoned_bytes: u64 = spec
             .zones
@@ -227,6 +215,23 @@ impl FioJob {
         }
         Ok(spec)
     }
+}
+
+/// Each of `wanted` clones on the least loaded of `candidates` (the lowest first among equals),
+/// counted into `load`; in clone order.
+fn place_clones(wanted: u32, candidates: &[u32], load: &mut BTreeMap<u32, u32>) -> Vec<u32> {
+    let mut clones = Vec::with_capacity(wanted as usize);
+    for _ in 0..wanted {
+        let Some(&cpu) = candidates
+            .iter()
+            .min_by_key(|&&cpu| (load.get(&cpu).copied().unwrap_or(0), cpu))
+        else {
+            break;
+        };
+        *load.entry(cpu).or_default() += 1;
+        clones.push(cpu);
+    }
+    clones
 }
 
 /// fio's cut of a region that runs past the device's end: a file's I/O stops at its end, so a

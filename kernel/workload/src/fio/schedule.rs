@@ -8,7 +8,6 @@ use super::{Builder, ExitWhat, FioJob, FioRun, Setting, unsupported};
 use crate::error::WorkloadError;
 use crate::job::JobSpec;
 use crate::plan::DeviceInfo;
-use crate::values::CpuSet;
 
 impl Builder {
     /// The options of when the job starts; `Ok(false)`: not one of them.
@@ -115,22 +114,15 @@ pub(super) fn assign_waves(jobs: &mut [FioJob]) -> Result<(), WorkloadError> {
     Ok(())
 }
 
-/// The engine jobs of one wave (jobs that run at the same time), each on CPUs of its own: the
-/// clones of the first job take the first CPUs it may use, the next job's the next ones, and so
-/// on. Jobs must be given in order and all belong to one wave.
+/// The engine jobs of one wave (jobs that run at the same time): the clones of the first job
+/// take the first CPUs it may use, the next job's the next ones, and so on; clones that
+/// outnumber the CPUs share them, the least loaded first, and run there by turns. Jobs must be
+/// given in order and all belong to one wave.
 pub fn wave_specs(jobs: &[FioJob], devices: &[DeviceInfo], online_cpus: &[u32]) -> Result<Vec<JobSpec>, WorkloadError> {
-    let mut busy = CpuSet::new();
-    let mut specs = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let spec = job.to_spec_beside(devices, online_cpus, &busy)?;
-        if let crate::job::CpuSelection::List(cpus) = spec.cpus {
-            for cpu in cpus.iter() {
-                busy.insert(cpu);
-            }
-        }
-        specs.push(spec);
-    }
-    Ok(specs)
+    let mut load = alloc::collections::BTreeMap::new();
+    jobs.iter()
+        .map(|job| job.to_spec_beside(devices, online_cpus, &mut load))
+        .collect()
 }
 
 impl FioRun {

@@ -68,11 +68,11 @@ fn randread_qd32_nj4_maps_with_fio_meaning() {
     for slice in &plan.cpus {
         assert_eq!((slice.first_block, slice.blocks), (0, (256 << 20) / 4096));
     }
-    // Too few CPUs for the clones is refused by name.
-    assert!(matches!(
-        job.to_spec(&[nvme()], &[0, 1]).unwrap_err(),
-        WorkloadError::FioUnsupported { option, .. } if option == "numjobs"
-    ));
+    // Fewer CPUs than clones: two clones on each, by turns.
+    assert_eq!(
+        job.to_spec(&[nvme()], &[0, 1]).unwrap().cpus,
+        crate::job::CpuSelection::Clones(alloc::vec![0, 1, 0, 1])
+    );
 }
 
 #[test]
@@ -397,25 +397,56 @@ fn a_wave_gets_disjoint_cpus_in_job_order() {
     let waves = run.waves();
     assert_eq!(waves.iter().map(|w| w.len()).collect::<Vec<_>>(), [2, 1]);
     let specs = wave_specs(waves[0], &[nvme()], &[0, 1, 2, 3]).unwrap();
-    let cpus = |spec: &JobSpec| match spec.cpus {
-        crate::job::CpuSelection::List(set) => set.iter().collect::<Vec<_>>(),
-        crate::job::CpuSelection::All => panic!("fio jobs name their CPUs"),
-    };
-    assert_eq!(cpus(&specs[0]), [0, 1]);
-    assert_eq!(cpus(&specs[1]), [2]);
+    assert_eq!(clone_cpus(&specs[0]), [0, 1]);
+    assert_eq!(clone_cpus(&specs[1]), [2]);
+    assert!(
+        matches!(specs[0].cpus, crate::job::CpuSelection::List(_)),
+        "one clone per CPU: a set"
+    );
     // The next wave starts from the first CPU again.
     assert_eq!(
-        cpus(&wave_specs(waves[1], &[nvme()], &[0, 1, 2, 3]).unwrap()[0]),
+        clone_cpus(&wave_specs(waves[1], &[nvme()], &[0, 1, 2, 3]).unwrap()[0]),
         [0, 1, 2]
     );
-    // Not enough CPUs for every job of a wave: refused by name.
-    assert!(matches!(
-        wave_specs(waves[0], &[nvme()], &[0, 1]).unwrap_err(),
-        WorkloadError::FioUnsupported { option, .. } if option == "numjobs"
-    ));
-    // cpus_allowed that overlaps a job running beside it.
+}
+
+/// Each clone's CPU, in clone order.
+fn clone_cpus(spec: &JobSpec) -> Vec<u32> {
+    match &spec.cpus {
+        crate::job::CpuSelection::List(set) => set.iter().collect(),
+        crate::job::CpuSelection::Clones(cpus) => cpus.clone(),
+        crate::job::CpuSelection::All => panic!("fio jobs name their CPUs"),
+    }
+}
+
+#[test]
+fn clones_and_jobs_that_outnumber_the_cpus_share_the_least_loaded_ones() {
+    // fio runs any number of clones on any number of CPUs.
+    let job = one("[a]\nnumjobs=5\n");
+    let spec = job.to_spec(&[nvme()], &[0, 1]).unwrap();
+    assert_eq!(clone_cpus(&spec), [0, 1, 0, 1, 0]);
+    let plan = crate::plan_job(&spec, &[nvme()], &[0, 1]).unwrap();
+    assert_eq!(plan.cpus.iter().map(|s| s.cpu).collect::<Vec<_>>(), [0, 1, 0, 1, 0]);
+    // Each clone over the whole region, as fio's clones are, however they share CPUs.
+    for slice in &plan.cpus {
+        assert_eq!(
+            (slice.first_block, slice.blocks),
+            (0, plan.region_bytes / u64::from(spec.bs))
+        );
+    }
+    // cpus_allowed bounds where they go.
+    let job = one("[a]\nnumjobs=3\ncpus_allowed=1\n");
+    assert_eq!(clone_cpus(&job.to_spec(&[nvme()], &[0, 1, 2]).unwrap()), [1, 1, 1]);
+    // Jobs of one wave beyond the CPUs: the later ones take the least loaded CPUs.
+    let run = parse_job_file("[a]\nnumjobs=2\n[b]\n[c]\nnumjobs=2\n", &[]).unwrap();
+    let specs = wave_specs(&run.jobs, &[nvme()], &[0, 1]).unwrap();
+    assert_eq!(clone_cpus(&specs[0]), [0, 1]);
+    assert_eq!(clone_cpus(&specs[1]), [0]);
+    assert_eq!(clone_cpus(&specs[2]), [1, 0]);
+    // Overlapping cpus_allowed beside another job: shared, not refused.
     let run = parse_job_file("[a]\ncpus_allowed=0\n[b]\ncpus_allowed=0-1\nnumjobs=2\n", &[]).unwrap();
-    assert!(wave_specs(&run.jobs, &[nvme()], &[0, 1, 2]).is_err());
+    let specs = wave_specs(&run.jobs, &[nvme()], &[0, 1, 2]).unwrap();
+    assert_eq!(clone_cpus(&specs[1]), [1, 0]);
 }
 
 #[test]

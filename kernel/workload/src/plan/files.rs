@@ -175,7 +175,7 @@ pub(super) fn plan_files(
     let bs = u64::from(spec.bs);
     check_aligned(spec, "bs", bs, sector, "the device sector size")?;
     check_aligned(spec, "offset_increment", increment, bs, "blocks are aligned to bs")?;
-    let clones = u64::from(cpus.len());
+    let clones = cpus.len() as u64;
     let mut files = Vec::with_capacity(found.len());
     let mut first_block = 0u64;
     let mut overlapping = false;
@@ -221,7 +221,7 @@ pub(super) fn plan_files(
     let slices = cpus
         .iter()
         .enumerate()
-        .map(|(index, cpu)| super::CpuSlice {
+        .map(|(index, &cpu)| super::CpuSlice {
             cpu,
             first_block: index as u64 * (increment / bs),
             blocks,
