@@ -35,6 +35,7 @@
 #include "scsi/constants.h"
 #include "qom/object.h"
 #include "sysemu/sysemu.h"
+#include "qemu/timer.h"
 
 #define TYPE_MEGASAS_FUSION "megasas-fusion"
 OBJECT_DECLARE_SIMPLE_TYPE(FusionState, MEGASAS_FUSION)
@@ -74,6 +75,19 @@ enum {
 #define SP1_RDPQ (1u << 23)
 #define SP1_SYNC_CACHE_AND_ATOMIC (1u << 24)
 #define SP1_64BIT_DMA (1u << 25)
+/* interrupt coalescing: the driver may name coalesced queue groups in IOC INIT */
+#define SP1_INTR_COALESCING (1u << 26)
+
+/* MFI INIT frame: one bit per group of 8 reply queues whose interrupts are coalesced */
+#define INIT_REPLYQUEUE_MASK 0x12
+#define COALESCE_GROUP 8
+/*
+ * A coalesced queue's interrupt is raised once this many replies are waiting
+ * or after COALESCE_NS, whichever comes first (real firmware's values are its
+ * own; these keep a lone reply's latency short).
+ */
+#define COALESCE_REPLIES 8
+#define COALESCE_NS (100 * 1000)
 
 /* doorbell values */
 #define DOORBELL_RESET_FLAGS 0x07
@@ -344,6 +358,7 @@ struct FusionState {
     uint32_t fault_after;
     uint32_t hold_after;
     bool rdpq;
+    bool coalescing;
     bool debug;
     char *raid_name;
     uint32_t strip_kib;
@@ -380,6 +395,15 @@ struct FusionState {
     uint32_t queues;
     uint32_t max_smid;
     bool combined;
+    uint16_t coalesce_mask;   /* IOC INIT's replyqueue_mask */
+    bool coalesce_announced;
+
+    /* replies waiting for a coalesced queue's interrupt */
+    uint32_t coalesce_waiting[MAX_QUEUES];
+    QEMUTimer *coalesce_timer;
+    uint64_t coalesced_replies;
+    uint64_t coalesced_irqs;
+    uint64_t other_replies;
 
     uint32_t producer[MAX_QUEUES];
     uint32_t host_index[MAX_QUEUES];
@@ -429,7 +453,7 @@ static uint32_t fusion_sp1(FusionState *s)
     return ((queues - 1) << SP1_QUEUES_SHIFT) |
            ((CHAIN_FRAME_BYTES / 128) << SP1_CHAIN_UNITS_SHIFT) |
            (s->rdpq ? SP1_RDPQ : 0) | SP1_SYNC_CACHE_AND_ATOMIC |
-           SP1_64BIT_DMA;
+           SP1_64BIT_DMA | (s->coalescing ? SP1_INTR_COALESCING : 0);
 }
 
 static bool fusion_intr_enabled(FusionState *s)
@@ -473,6 +497,51 @@ static void fusion_notify(FusionState *s, unsigned q)
     }
 }
 
+static bool fusion_queue_coalesced(FusionState *s, unsigned q)
+{
+    return (s->coalesce_mask >> (q / COALESCE_GROUP)) & 1;
+}
+
+/* A coalesced queue's interrupt, when replies are still waiting for it. */
+static void fusion_coalesce_fire(FusionState *s, unsigned q)
+{
+    s->coalesce_waiting[q] = 0;
+    if (fusion_queue_pending(s, q) && fusion_intr_enabled(s)) {
+        s->coalesced_irqs++;
+        fusion_notify(s, q);
+    }
+}
+
+static void fusion_coalesce_timer(void *opaque)
+{
+    FusionState *s = opaque;
+    for (unsigned q = 0; q < s->queues; q++) {
+        if (s->coalesce_waiting[q]) {
+            fusion_coalesce_fire(s, q);
+        }
+    }
+}
+
+/*
+ * A reply was posted on queue q: its interrupt now, or, on a queue the driver
+ * asked to coalesce, after COALESCE_REPLIES replies or COALESCE_NS.
+ */
+static void fusion_reply_notify(FusionState *s, unsigned q)
+{
+    if (!fusion_queue_coalesced(s, q) || !msix_enabled(PCI_DEVICE(s))) {
+        s->other_replies++;
+        fusion_notify(s, q);
+        return;
+    }
+    s->coalesced_replies++;
+    if (++s->coalesce_waiting[q] >= COALESCE_REPLIES) {
+        fusion_coalesce_fire(s, q);
+    } else if (!timer_pending(s->coalesce_timer)) {
+        timer_mod(s->coalesce_timer,
+                  qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + COALESCE_NS);
+    }
+}
+
 /* Writes the reply descriptor {type 0, queue, SMID, 0} as one 8-byte store. */
 static void fusion_post_reply(FusionState *s, FusionCmd *cmd)
 {
@@ -487,7 +556,7 @@ static void fusion_post_reply(FusionState *s, FusionCmd *cmd)
         GUEST_ERROR("reply queue %u overflowed (host index %u)", q,
                     s->host_index[q]);
     }
-    fusion_notify(s, q);
+    fusion_reply_notify(s, q);
 }
 
 static void fusion_free_parts(FusionCmd *cmd)
@@ -579,6 +648,11 @@ static void fusion_to_ready(FusionState *s)
     s->state = STATE_READY;
     s->queues = 0;
     s->rdpq_mode = false;
+    s->coalesce_mask = 0;
+    memset(s->coalesce_waiting, 0, sizeof(s->coalesce_waiting));
+    if (s->coalesce_timer) {
+        timer_del(s->coalesce_timer);
+    }
     memset(s->ring, 0, sizeof(s->ring));
     s->frame_base = 0;
     memset(s->producer, 0, sizeof(s->producer));
@@ -682,6 +756,7 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
     hwaddr replies = ldq_le_p(ioc + 0x30);
     uint32_t queues = vectors ? vectors : 1;
     uint32_t fw_queues = s->msix ? s->msix_vectors : 1;
+    uint16_t coalesce_mask = lduw_le_p(mfi + INIT_REPLYQUEUE_MASK);
 
     if (function != FUNC_IOC_INIT || who != 0x04) {
         GUEST_ERROR("IOC INIT: function 0x%x whoinit 0x%x", function, who);
@@ -693,6 +768,17 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
     }
     if ((msg_flags & IOC_INIT_FLAG_RDPQ) && !s->rdpq) {
         GUEST_ERROR("IOC INIT: RDPQ requested but not advertised");
+        goto out;
+    }
+    if (coalesce_mask && !s->coalescing) {
+        GUEST_ERROR("IOC INIT: replyqueue_mask 0x%x but interrupt coalescing "
+                    "is not advertised", coalesce_mask);
+        goto out;
+    }
+    /* a coalesced group must be 8 reply queues the driver asked for */
+    if (coalesce_mask >> (queues / COALESCE_GROUP)) {
+        GUEST_ERROR("IOC INIT: replyqueue_mask 0x%x names a group of 8 beyond "
+                    "the %u reply queues", coalesce_mask, queues);
         goto out;
     }
     if (depth == 0 || depth % 16 || depth < s->fw_cmds) {
@@ -730,14 +816,23 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
     s->sense_high = ldl_le_p(ioc + 0x20);
     s->max_smid = MIN(2 * s->fw_cmds + 2, MAX_SMID);
     s->combined = s->msix && s->msix_vectors > s->gen->combined_above;
+    s->coalesce_mask = coalesce_mask;
+    memset(s->coalesce_waiting, 0, sizeof(s->coalesce_waiting));
     memset(s->producer, 0, sizeof(s->producer));
     memset(s->host_index, 0, sizeof(s->host_index));
     s->state = STATE_OPERATIONAL;
     status = MFI_STAT_OK;
     FDBG(s, "IOC INIT ok: depth %u queues %u frames 0x%" HWADDR_PRIx
-         " %s 0x%" HWADDR_PRIx " caps 0x%x", depth, queues, frames,
-         rdpq_mode ? "RDPQ array" : "replies", replies,
-         ldl_le_p(mfi + 0x04));
+         " %s 0x%" HWADDR_PRIx " caps 0x%x replyqueue_mask 0x%x", depth,
+         queues, frames, rdpq_mode ? "RDPQ array" : "replies", replies,
+         ldl_le_p(mfi + 0x04), coalesce_mask);
+    if (coalesce_mask && !s->coalesce_announced) {
+        s->coalesce_announced = true;
+        fprintf(stderr, "megasas-fusion: IOC INIT: %u reply queues, "
+                "replyqueue_mask 0x%x: interrupts of queues 0-%u coalesced\n",
+                queues, coalesce_mask,
+                COALESCE_GROUP * (32 - __builtin_clz(coalesce_mask)) - 1);
+    }
 out:
     pci_dma_write(pci, init_frame + MFI_STATUS, &status, 1);
 }
