@@ -9,9 +9,14 @@
 //! The DCMD SMIDs lie above the I/O SMIDs, so no tag is reserved. The request's identity travels
 //! in the controller cookie: `drive << 48 | hwq << 32 | IssueToken::to_bits()` ([`pack_cookie`]).
 //!
-//! **Queues and CPUs.** Hardware queue h posts with MSIxIndex h, so its completions raise vector
-//! h, which the kernel aimed at `vector_cpus[h]`; the CPU map sends every CPU that has a vector
-//! to that vector's queue and spreads the others ([`cpu_map`]): one map for both directions.
+//! **Queues and CPUs.** Hardware queue h submits with reply queue (MSIxIndex) `base + h`, where
+//! `base` is the number of high-IOPS queues (0 in latency mode, 8 in balanced mode,
+//! [`crate::layout`]), so its completions raise vector `base + h`, which the kernel aimed at
+//! `vector_cpus[base + h]`; the CPU map sends every CPU that has such a vector to that vector's
+//! queue and spreads the others ([`cpu_map`]): one map for both directions. In balanced mode
+//! the controller sends a busy device's requests to the high-IOPS queues instead; their
+//! vectors' handlers reap them and the completion goes to the submitting hardware queue
+//! (the cookie names it), as after a reap on any other CPU.
 //!
 //! **Issue order.** `queue_rq` validates, enters the controller's submission section (a reset in
 //! progress returns `Busy`: requeued), calls `Rq::issue`, then posts. The controller marks the
@@ -145,6 +150,8 @@ pub struct HostCounters {
     pub raid1_reads_arm0: u64,
     /// RAID-1 FastPath reads sent to the mirror arm.
     pub raid1_reads_arm1: u64,
+    /// Requests sent to a high-IOPS reply queue (balanced mode).
+    pub high_iops_ios: u64,
 }
 
 struct Core<M: Mmio64, T: Delay> {
@@ -208,7 +215,11 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
         let vector_cpus = cfg.controller.vector_cpus.clone();
         let ctrl = Controller::bring_up(mmio, dma, delay, cfg.controller, report)?;
         let tags = u32::from(ctrl.limits().io_tags);
-        let nq = ctrl.queues();
+        // One hardware queue per latency reply queue (every reply queue in latency mode).
+        let nq = ctrl.io_queues();
+        let latency_vector_cpus = vector_cpus
+            .get(usize::from(ctrl.high_iops_queues())..)
+            .unwrap_or_default();
         let host_tags = HostTags::new(tags, 0).map_err(|_| Error::Limits {
             what: "I/O tags",
             value: u64::from(tags),
@@ -219,7 +230,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             .clamp(4096, u64::MAX)
             .min(cfg.max_transfer_bytes)
             .min(u64::from(u32::MAX)) as u32;
-        let map = cpu_map(cfg.ncpus, &vector_cpus, nq);
+        let map = cpu_map(cfg.ncpus, latency_vector_cpus, nq);
         let mut drives = Vec::new();
         let mut configs = Vec::new();
         for d in ctrl.drives() {
@@ -385,6 +396,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             fastpath_ios_after_map_change: c.ctrl.fastpath_ios_since_map_change(),
             raid1_reads_arm0: c.ctrl.stats.raid1_reads[0].load(Ordering::Relaxed),
             raid1_reads_arm1: c.ctrl.stats.raid1_reads[1].load(Ordering::Relaxed),
+            high_iops_ios: c.ctrl.stats.high_iops_ios.load(Ordering::Relaxed),
         }
     }
 }
@@ -599,14 +611,22 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
         let Ok(checked) = ctrl.validate(&req) else {
             return Err(QueueRqError::Io(rq, Status::IoError));
         };
-        let Some(entered) = ctrl.enter(hw.hwq() as u16) else {
+        let hwq = hw.hwq() as u16;
+        let queue = ctrl.high_iops_queues() + hwq;
+        let Some(entered) = ctrl.enter(queue) else {
             return Err(QueueRqError::Busy(rq));
         };
         let tag = rq.tag();
-        let hwq = hw.hwq() as u16;
         // Issue before posting: from the post on, a completion may arrive on any CPU.
         let token = rq.issue();
-        if let Err(e) = ctrl.submit_validated(&entered, tag, hwq, &req, &checked, pack_cookie(self.index, hwq, token)) {
+        if let Err(e) = ctrl.submit_validated(
+            &entered,
+            tag,
+            queue,
+            &req,
+            &checked,
+            pack_cookie(self.index, hwq, token),
+        ) {
             log::warn!("megasas-fusion: submit of tag {tag} failed after issue: {e}");
             let _ = hw.complete(token, Status::IoError);
         }
@@ -626,9 +646,19 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
     }
 
     fn poll(&self, hw: &HwCtx<'_, Self>) -> usize {
-        match self.host.upgrade() {
-            Some(h) => h.reap(hw.hwq() as u16, hw.cpu()),
-            None => 0,
+        let Some(h) = self.host.upgrade() else {
+            return 0;
+        };
+        let ctrl = &self.core.ctrl;
+        let (hwq, base) = (hw.hwq() as u16, ctrl.high_iops_queues());
+        let mut n = h.reap(base + hwq, hw.cpu());
+        // Balanced mode: the high-IOPS queues are shared out among the hardware queues'
+        // pollers (h, h + io_queues, ...), so every one of them is polled.
+        let mut q = hwq;
+        while q < base {
+            n += h.reap(q, hw.cpu());
+            q += ctrl.io_queues().max(1);
         }
+        n
     }
 }

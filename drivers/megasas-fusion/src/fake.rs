@@ -61,6 +61,9 @@ pub enum Violation {
     TooManyMsixVectors,
     /// RDPQ array mode requested without SP1 bit 23.
     RdpqNotSupported,
+    /// A replyqueue_mask in the INIT frame without SP1 bit 26, or naming a group of 8 queues
+    /// beyond HostMSIxVectors.
+    BadCoalescingMask,
     /// An RDPQ array entry with a zero or misaligned ring base, non-zero reserved dwords, or a
     /// ring overlapping another.
     RdpqBadEntry,
@@ -280,6 +283,9 @@ pub struct FakeConfig {
     pub rdpq: bool,
     /// SP1[25].
     pub ctrl64: bool,
+    /// SP1[26]: interrupt coalescing offered (IOC INIT may then name coalesced queue groups in
+    /// the INIT frame's replyqueue_mask). Off by default, as the minimum firmware.
+    pub coalescing: bool,
     /// Start state.
     pub start: StartState,
     /// Virtual microseconds in each power-on state.
@@ -357,6 +363,7 @@ impl FakeConfig {
             bit24: generation == Generation::Aero,
             rdpq: generation >= Generation::Ventura,
             ctrl64: generation >= Generation::Ventura,
+            coalescing: false,
             start: StartState::PowerOn,
             state_delay_us: 20_000,
             doorbell_busy_us: 500,
@@ -505,6 +512,10 @@ struct State {
     rings: Vec<u64>,
     /// The last successful IOC INIT gave an RDPQ array.
     init_rdpq: bool,
+    /// The last successful IOC INIT's replyqueue_mask.
+    init_coalesce_mask: u16,
+    /// Replies posted per reply queue since the last IOC INIT.
+    replies_per_queue: Vec<u64>,
     /// Per queue: when each posted, not yet consumed reply was posted.
     posted_at: Vec<VecDeque<u64>>,
     mask: u32,
@@ -656,6 +667,8 @@ impl FakeFusion {
                 host_index: Vec::new(),
                 rings: Vec::new(),
                 init_rdpq: false,
+                init_coalesce_mask: 0,
+                replies_per_queue: Vec::new(),
                 posted_at: Vec::new(),
                 mask: 0xFFFF_FFFF,
                 intr_status: 0,
@@ -742,6 +755,12 @@ impl FakeFusion {
     pub fn reply_rings(&self) -> Option<(bool, Vec<u64>, u32)> {
         let s = self.st.lock();
         s.init.map(|i| (s.init_rdpq, s.rings.clone(), i.depth))
+    }
+    /// After a successful IOC INIT: its replyqueue_mask (the coalesced groups of 8 queues) and
+    /// the replies posted on each reply queue since.
+    pub fn coalescing(&self) -> (u16, Vec<u64>) {
+        let s = self.st.lock();
+        (s.init_coalesce_mask, s.replies_per_queue.clone())
     }
     /// The request descriptor writes seen so far, by form.
     pub fn descriptor_writes(&self) -> DescriptorWrites {
@@ -1150,6 +1169,7 @@ impl State {
             | (u32::from(c.rdpq) << 23)
             | (u32::from(c.bit24) << 24)
             | (u32::from(c.ctrl64) << 25)
+            | (u32::from(c.coalescing) << 26)
     }
 
     fn tick(&mut self, mem: &FakeMemory) {
@@ -1619,6 +1639,21 @@ impl State {
         if rdpq && !self.cfg.rdpq {
             return fail(self, Violation::RdpqNotSupported, String::new());
         }
+        let coalesce_mask = le_u16(&mfi, 0x12);
+        if coalesce_mask != 0 && !self.cfg.coalescing {
+            return fail(
+                self,
+                Violation::BadCoalescingMask,
+                format!("replyqueue_mask {coalesce_mask:#x} without SP1 bit 26"),
+            );
+        }
+        if u32::from(coalesce_mask) >> (u32::from(r[0x17].max(1)) / 8) != 0 {
+            return fail(
+                self,
+                Violation::BadCoalescingMask,
+                format!("replyqueue_mask {coalesce_mask:#x} with {} vectors", r[0x17]),
+            );
+        }
         let depth = u32::from(le_u16(&r, 0x1C));
         let min_depth = u32::from(self.cfg.raw_cmds).min(16384);
         if depth == 0 || depth % 16 != 0 || depth < min_depth {
@@ -1696,6 +1731,8 @@ impl State {
         self.producer = vec![0; usize::from(queues)];
         self.rings = rings;
         self.init_rdpq = rdpq;
+        self.init_coalesce_mask = coalesce_mask;
+        self.replies_per_queue = vec![0; usize::from(queues)];
         self.posted_at = vec![VecDeque::new(); usize::from(queues)];
         self.host_index = vec![0; usize::from(queues)];
         self.raised = vec![false; usize::from(queues)];
@@ -2168,6 +2205,7 @@ impl State {
         self.producer[q] = (self.producer[q] + 1) % d;
         let now = self.clock;
         self.posted_at[q].push_back(now);
+        self.replies_per_queue[q] += 1;
         self.outstanding[usize::from(p.smid)] = false;
         self.replies_posted += 1;
         if init.vectors > 0 {

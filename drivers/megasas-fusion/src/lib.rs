@@ -21,6 +21,7 @@ pub mod blkdev;
 mod controller;
 mod diag;
 mod error;
+pub mod layout;
 mod mem;
 mod options;
 mod pci;

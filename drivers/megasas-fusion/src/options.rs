@@ -7,6 +7,8 @@
 //! `resetwaittime`, default 180 s); `megasas.rdpq=off` keeps the contiguous reply rings even
 //! when the firmware offers RDPQ (Linux's `rdpq_enable=0`); `megasas.fastpath=off` keeps every
 //! LD read and write on the firmware LD path although the RAID map allows FastPath;
+//! `megasas.perf_mode=balanced|latency` overrides the reply-queue layout Linux's rule would
+//! choose ([`crate::layout::plan`]; balanced still needs the firmware's interrupt coalescing);
 //! `megasas.rdpq_fault=window` (test only) breaks the RDPQ array's 4 GiB group window, so that a
 //! test sees the firmware refuse IOC INIT. The MFI driver's keys
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
@@ -15,6 +17,7 @@
 use devhal::options::{Word, number_in, words};
 
 use crate::Error;
+use crate::layout::PerfMode;
 
 /// Options parsed from the kernel command line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +34,8 @@ pub struct Options {
     pub rdpq: Option<bool>,
     /// `megasas.fastpath=on|off` (default: on when the firmware has a RAID map).
     pub fastpath: Option<bool>,
+    /// `megasas.perf_mode=balanced|latency` (default: Linux's rule, [`crate::layout::plan`]).
+    pub perf_mode: Option<PerfMode>,
     /// `megasas.rdpq_fault=window`, test only: a broken RDPQ array (see
     /// [`crate::Config::rdpq_window_fault`]).
     pub rdpq_window_fault: bool,
@@ -80,6 +85,13 @@ impl Options {
                         _ => return Err(bad("megasas.fastpath", "on or off")),
                     })
                 }
+                "perf_mode" => {
+                    out.perf_mode = Some(match value {
+                        "balanced" => PerfMode::Balanced,
+                        "latency" => PerfMode::Latency,
+                        _ => return Err(bad("megasas.perf_mode", "balanced or latency")),
+                    })
+                }
                 "rdpq_fault" => match value {
                     "window" => out.rdpq_window_fault = true,
                     _ => return Err(bad("megasas.rdpq_fault", "window (test only)")),
@@ -88,7 +100,7 @@ impl Options {
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath, perf_mode, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
@@ -132,7 +144,7 @@ mod tests {
     #[test]
     fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
         let o = Options::parse(
-            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off megasas.fastpath=off",
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off megasas.fastpath=off megasas.perf_mode=latency",
         )
         .unwrap();
         assert_eq!(
@@ -144,10 +156,15 @@ mod tests {
                 reset_wait_ms: Some(5000),
                 rdpq: Some(false),
                 fastpath: Some(false),
+                perf_mode: Some(PerfMode::Latency),
                 rdpq_window_fault: false,
             }
         );
         assert!(Options::parse("megasas.rdpq_fault=window").unwrap().rdpq_window_fault);
+        assert_eq!(
+            Options::parse("megasas.perf_mode=balanced").unwrap().perf_mode,
+            Some(PerfMode::Balanced)
+        );
         assert_eq!(Options::parse("quiet").unwrap(), Options::default());
         assert!(Options::parse("megasas.report_only").unwrap().report_only);
         for bad in [
@@ -161,6 +178,8 @@ mod tests {
             "megasas.fastpath=maybe",
             "megasas.fast_path=on",
             "megasas.rdpq_fault=yes",
+            "megasas.perf_mode=iops",
+            "megasas.perf_mode",
         ] {
             assert!(Options::parse(bad).is_err(), "{bad}");
         }

@@ -100,6 +100,12 @@ pub struct FastPathRoute {
 }
 
 impl FastPathLd {
+    /// The arms a row's data spans (the map's row data size): every arm of RAID-0, one of a
+    /// RAID-1 mirror.
+    pub fn data_arms(&self) -> u32 {
+        if self.mirror { 1 } else { self.arm_handles.len() as u32 }
+    }
+
     /// The disk and block of `blocks` blocks at LD block `lba` when they lie inside one strip
     /// and the map allows FastPath for this direction; None sends the request on the LD path.
     /// RAID-1: the data arm's route for a read ([`FastPathLd::mirror_route`] gives the other

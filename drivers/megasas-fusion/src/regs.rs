@@ -191,6 +191,11 @@ impl Sp1 {
     pub const fn ctrl64(self) -> bool {
         self.0 & (1 << 25) != 0
     }
+    /// Bit 26: the firmware coalesces the interrupts of the reply queues IOC INIT's
+    /// `replyqueue_mask` names (the condition of balanced mode, [`crate::layout`]).
+    pub const fn intr_coalescing(self) -> bool {
+        self.0 & (1 << 26) != 0
+    }
 }
 
 /// Fault code and sub-code of a FAULT status word.

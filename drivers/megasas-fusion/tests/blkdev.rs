@@ -54,13 +54,17 @@ struct Rig {
 }
 
 fn rig(fc: FakeConfig, g: Generation, vectors: Vec<usize>) -> Rig {
+    rig_with(fc, Config::new(g, vectors))
+}
+
+fn rig_with(fc: FakeConfig, mut cc: Config) -> Rig {
+    let vectors = cc.vector_cpus.clone();
     let fake = FakeFusion::new(fc);
     let platform = Arc::new(TestPlatform {
         fake: fake.clone(),
         kick: (0..NCPUS).map(|_| AtomicBool::new(false)).collect(),
         ended: Mutex::new(Vec::new()),
     });
-    let mut cc = Config::new(g, vectors.clone());
     cc.command_timeout_us = 500_000;
     let mut hc = HostConfig::new(NCPUS, cc);
     hc.timeout_ns = 30_000_000_000;
@@ -189,6 +193,47 @@ fn many_requests_over_two_drives_shared_tags_and_four_vectors() {
     }
     assert!(inflight.is_empty());
     assert_eq!(r.host.counters().refused_completions, 0);
+    r.fake.audit();
+    assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
+}
+
+/// Balanced mode: the hardware queues are the latency queues only (reply queues 8..12, one per
+/// CPU), a burst from one CPU overflows onto the high-IOPS queues, whose vectors' handlers
+/// complete it back to the submitting hardware queue.
+#[test]
+fn balanced_mode_hardware_queues_are_the_latency_queues_and_high_iops_replies_come_home() {
+    let mut fc = FakeConfig::ventura();
+    fc.coalescing = true;
+    // Vectors 0..8 (high-IOPS) spread over the CPUs, then one latency vector per CPU.
+    let mut cc = Config::new(Generation::Ventura, vec![0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
+    cc.high_iops_queues = 8;
+    let r = rig_with(fc, cc);
+    assert_eq!(r.host.queues()[0].nr_hw_queues(), NCPUS);
+    assert_eq!(r.host.cpu_map(), [0, 1, 2, 3]);
+    r.fake.set_io_delay_us(20_000, 20_000);
+    let cpu = 2;
+    for i in 0..64u64 {
+        r.fill(i as usize, 0x40 + i as u8);
+        let segs = r.seg(i as usize, 512);
+        r.host.queues()[0].submit(cpu, &Bio::write(i * 8, 1, &segs, i)).unwrap();
+    }
+    let mut ended = Vec::new();
+    for _ in 0..200 {
+        r.service(500);
+        ended.extend(r.ended());
+    }
+    assert_eq!(ended.len(), 64);
+    assert!(ended.iter().all(|c| c.status == Status::Ok), "{ended:?}");
+    let (mask, per_queue) = r.fake.coalescing();
+    assert_eq!(mask, 1);
+    assert_eq!(per_queue[8 + cpu], 9, "the first 9 on cpu2's latency queue");
+    // High-IOPS requests 1..=55 by batches of 16: 15 on queue 0 (besides bring-up's DCMDs), 16,
+    // 16, 8 on queues 1-3.
+    assert_eq!(&per_queue[1..8], [16, 16, 8, 0, 0, 0, 0]);
+    assert_eq!(r.host.counters().high_iops_ios, 55);
+    for i in 0..64u64 {
+        assert_eq!(r.fake.ld_bytes(0, (i * 8 * 512) as usize, 1)[0], 0x40 + i as u8);
+    }
     r.fake.audit();
     assert!(r.fake.violations().is_empty(), "{:?}", r.fake.violations());
 }

@@ -163,6 +163,7 @@ mistakes! {
     rdpq_queue_depth_not_multiple_of_16: Aero, 4, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     queue_depth_not_multiple_of_16: Ventura, 1, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
+    coalescing_mask_without_sp1_bit26: Ventura, 1, none, CoalescingWithoutSupport => BadCoalescingMask;
     combined_mode_from_the_host_count: Aero, 12, none, CombinedByHostCount => HostIndexWrongRegister;
     rw_raid_context_on_non_rw_command: Ventura, 1, none, RwContextOnNonRw => NonRwRaidContext;
     rw_raid_context_on_non_rw_legacy: Invader, 1, none, RwContextOnNonRw => NonRwRaidContext;
@@ -228,6 +229,7 @@ fn every_mistake_hook_has_a_test() {
             Mistake::RdpqRingsOverlap => "rdpq_rings_overlapping",
             Mistake::QueueDepthNotMultipleOf16 => "queue_depth_not_multiple_of_16",
             Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
+            Mistake::CoalescingWithoutSupport => "coalescing_mask_without_sp1_bit26",
             Mistake::CombinedByHostCount => "combined_mode_from_the_host_count",
             Mistake::RwContextOnNonRw => "rw_raid_context_on_non_rw_command",
             Mistake::QemuDcmdSizes => "qemu_dcmd_buffer_sizes",

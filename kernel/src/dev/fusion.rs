@@ -56,13 +56,14 @@ pub const DRIVER: PciDriver = PciDriver {
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
-const FUSION_KEYS: [&str; 7] = [
+const FUSION_KEYS: [&str; 8] = [
     "report_only",
     "queues",
     "bringup_ms",
     "reset_wait_ms",
     "rdpq",
     "fastpath",
+    "perf_mode",
     "rdpq_fault",
 ];
 
@@ -76,14 +77,14 @@ pub fn owns_key(prefix: &str, word: &str) -> bool {
 static OPTIONS: spin::Once<Options> = spin::Once::new();
 
 /// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`,
-/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`, the test-only
+/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`, `megasas.perf_mode`, the test-only
 /// `megasas.rdpq_fault`).
 /// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
 /// `megasas.*`.
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq, megasas.fastpath and megasas.rdpq_fault (test only)"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq, megasas.fastpath, megasas.perf_mode and megasas.rdpq_fault (test only)"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;
@@ -161,6 +162,7 @@ impl HostHooks for Controller {
             ("fusion_fastpath_ios_after_map_change", c.fastpath_ios_after_map_change),
             ("fusion_raid1_reads_arm0", c.raid1_reads_arm0),
             ("fusion_raid1_reads_arm1", c.raid1_reads_arm1),
+            ("fusion_high_iops_ios", c.high_iops_ios),
         ]
     }
 }
@@ -197,6 +199,21 @@ impl IrqHandler for Deferred {
 
 static NEXT_DRIVE: spin::Mutex<usize> = spin::Mutex::new(0);
 
+/// The PCIe link's current speed code (LNKSTA bits 3:0); None where the function has no link
+/// registers (no Express capability, or a root-complex integrated endpoint), where Linux reads 0.
+fn pcie_link_speed(function: &PciFunction) -> Option<u8> {
+    let pci = pci::get()?;
+    let cap = function.capabilities.iter().find(|c| c.id == platform::pci::CAP_PCIE)?;
+    let cfg = platform::pci::ConfigSpace::new(&pci.access, function.address);
+    let flags = cfg.read16(u16::from(cap.offset) + 2).ok()?;
+    // Device/port types with link registers: endpoints (0, 1), ports (4, 5, 6), bridges (7, 8).
+    if !matches!((flags >> 4) & 0xF, 0 | 1 | 4..=8) {
+        return None;
+    }
+    let status = cfg.read16(u16::from(cap.offset) + 0x12).ok()?;
+    Some((status & 0xF) as u8)
+}
+
 fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let at = function.address;
     let (generation, product) = match megasas_fusion::match_pci(function.vendor_id, function.device_id) {
@@ -231,25 +248,36 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     if fw_msix == Some(false) {
         kprintln!("megasas-fusion {at}: SP0 {sp0:#010x} says no MSI-X: using INTx");
     }
+    // The reply-queue layout Linux would choose (balanced: 8 high-IOPS queues first), decided
+    // from the scratch pads before the vectors are asked for; bring-up checks it again.
+    let plan = megasas_fusion::layout::plan(&megasas_fusion::layout::PlanInput {
+        generation,
+        sp0,
+        sp1: mmio.read32(megasas_fusion::regs::SP1),
+        cpus: ncpus,
+        msix_table: function.msix.as_ref().map_or(0, |m| usize::from(m.table_size)),
+        link_speed: pcie_link_speed(function),
+        requested: opts.perf_mode,
+        max_queues: opts.max_queues.unwrap_or(0),
+    });
     let nvectors = match fw_msix {
         Some(false) => 0,
-        _ => function
-            .msix
-            .as_ref()
-            .map_or(0, |m| usize::from(m.table_size).min(ncpus)),
+        _ => plan.vectors,
     };
+    let high_iops = if nvectors > 0 { plan.high_iops_queues } else { 0 };
     let slot: &'static spin::Once<&'static Controller> = Box::leak(Box::new(spin::Once::new()));
     let handler: &'static dyn IrqHandler = Box::leak(Box::new(Deferred(slot)));
     let (irqs, vector_cpus) = if nvectors > 0 {
-        let map = cpumap::plan(nvectors, nvectors, None)?;
+        // One latency vector per CPU; the high-IOPS vectors before them spread over the same
+        // CPUs (Linux aims them at the controller's NUMA node).
+        let latency = nvectors - usize::from(high_iops);
+        let map = cpumap::plan(latency, latency, None)?;
+        let aimed: Vec<usize> = (0..usize::from(high_iops))
+            .map(|k| map.vector_cpus[k % latency])
+            .chain(map.vector_cpus.iter().copied())
+            .collect();
         let handlers = alloc::vec![handler; nvectors];
-        let irqs = interrupts::setup_vectors(
-            function,
-            Some(InterruptMode::MsiX),
-            &map.vector_cpus,
-            "megasas-fusion",
-            &handlers,
-        )?;
+        let irqs = interrupts::setup_vectors(function, Some(InterruptMode::MsiX), &aimed, "megasas-fusion", &handlers)?;
         let cpus = irqs.vectors().iter().map(|v| v.cpu).collect();
         (irqs, cpus)
     } else {
@@ -258,6 +286,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     };
     let intx = vector_cpus.is_empty();
     let mut config = megasas_fusion::Config::new(generation, vector_cpus);
+    config.high_iops_queues = high_iops;
     opts.apply(&mut config);
     let mut report = megasas_fusion::Report::new();
     let (device_node, node_from) = crate::dev::aml::controller_node(function);
@@ -312,6 +341,21 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         limits.max_fw_cmds,
         limits.raw_fw_cmds
     );
+    let high = controller.host.controller().high_iops_queues();
+    let layout = if high > 0 {
+        format!(
+            "balanced ({}): reply queues 0-{} high-IOPS (interrupts coalesced by the firmware), {}-{} latency, one per CPU",
+            plan.reason,
+            high - 1,
+            high,
+            limits.queues - 1
+        )
+    } else if plan.high_iops_queues > 0 {
+        String::from("latency (balanced was planned; bring-up found otherwise, see the report)")
+    } else {
+        format!("latency ({})", plan.reason)
+    };
+    kprintln!("megasas-fusion {at}: queue layout: {layout}");
     let fastpath = controller.host.controller().fastpath_lds();
     let fastpath_text = if !fastpath.is_empty() {
         fastpath

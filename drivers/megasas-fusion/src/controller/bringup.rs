@@ -73,6 +73,10 @@ pub struct Limits {
     pub rdpq: bool,
     /// SP1 bit 25 (64-bit control addresses accepted; not used: all control memory is below 4 GiB).
     pub ctrl64: bool,
+    /// SP1 bit 26 (the firmware coalesces the interrupts of the queues IOC INIT names).
+    pub coalescing: bool,
+    /// Reply queues 0..n are high-IOPS queues (balanced mode; 0: latency mode).
+    pub high_iops_queues: u16,
 }
 
 impl Limits {
@@ -131,6 +135,8 @@ impl Limits {
             rdpq_supported: sp1.rdpq(),
             rdpq: sp1.rdpq() && want_rdpq,
             ctrl64: sp1.ctrl64(),
+            coalescing: sp1.intr_coalescing(),
+            high_iops_queues: 0,
         })
     }
 }
@@ -183,6 +189,29 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         if config.commits(Mistake::CombinedByHostCount) {
             limits.combined = generation.combined_above().is_some_and(|c| limits.queues > c);
+        }
+        // Balanced mode as planned before bring-up, if the READY firmware still offers
+        // coalescing and a latency queue remains beside the high-IOPS ones.
+        if config.high_iops_queues > 0 {
+            if limits.msix_capable && limits.coalescing && limits.queues > config.high_iops_queues {
+                limits.high_iops_queues = config.high_iops_queues;
+            } else {
+                report.step(
+                    &mmio,
+                    generation,
+                    budget.used(),
+                    "queue layout",
+                    alloc::format!(
+                        "balanced mode was planned, but the READY firmware {} ({} reply queues): latency mode",
+                        if limits.coalescing {
+                            "leaves no latency queue"
+                        } else {
+                            "offers no interrupt coalescing"
+                        },
+                        limits.queues
+                    ),
+                );
+            }
         }
         report.limits = Some(limits);
         report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
@@ -294,6 +323,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             fastpath: FastPathTables::new(nq),
             map_sync: MapSync::new(),
             mirror_load: crate::raidmap::MirrorLoad::default(),
+            busy: if limits.high_iops_queues > 0 {
+                (0..super::BUSY_DEVICES)
+                    .map(|_| core::sync::atomic::AtomicU32::new(0))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             config,
             stats: Stats::default(),
         };
@@ -584,6 +620,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         init.write_u32(mfi + 0x04, caps);
         init.write_u16(mfi + 0x10, 0x0001);
+        // Balanced mode: the firmware coalesces the high-IOPS queues' interrupts (Linux's
+        // replyqueue_mask, one bit per group of 8 queues).
+        let coalesced = if self.mistake(Mistake::CoalescingWithoutSupport) {
+            8
+        } else {
+            l.high_iops_queues
+        };
+        init.write_u16(mfi + 0x12, crate::layout::replyqueue_mask(coalesced));
         init.write_u32(mfi + 0x14, 72);
         init.write_u64(mfi + 0x18, init.phys() + req as u64);
         report.step(
@@ -592,10 +636,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             budget.used(),
             "IOC INIT: posting",
             alloc::format!(
-                "HostMSIxVectors {} depth {} {} capabilities {caps:#x} frame {:#x}",
+                "HostMSIxVectors {} depth {} {} capabilities {caps:#x} replyqueue_mask {:#x} frame {:#x}",
                 l.host_msix_vectors,
                 depth,
                 if l.rdpq { "RDPQ" } else { "contiguous rings" },
+                crate::layout::replyqueue_mask(coalesced),
                 init.phys() + mfi as u64
             ),
         );

@@ -351,6 +351,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             img.set_u8(F_FUNCTION, 0x00);
         }
         let mut msix = queue as u8;
+        if self.limits.high_iops_queues != 0 {
+            msix = self.balanced_queue(state, queue, target, system_pd, is_rw);
+        }
         if self.mistake(Mistake::MsixIndexOutOfRange) {
             msix = self.limits.queues as u8;
         }
@@ -364,7 +367,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // LD, or a RAID-1 read, goes to a member disk; one relaxed load for every other LD
         // command.
         let fastpath = if is_rw && self.fastpath.on() {
-            self.fastpath_frame(&mut img, target, cdb, msix, smid)
+            self.fastpath_frame(&mut img, target, cdb, usize::from(queue), msix, smid)
         } else {
             None
         };
@@ -390,7 +393,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// valid RAID map come here.
     #[cold]
     #[inline(never)]
-    fn fastpath_frame(&self, img: &mut FrameImage, target: u8, cdb: &[u8; 16], msix: u8, smid: u16) -> Option<u64> {
+    fn fastpath_frame(
+        &self,
+        img: &mut FrameImage,
+        target: u8,
+        cdb: &[u8; 16],
+        lane: usize,
+        msix: u8,
+        smid: u16,
+    ) -> Option<u64> {
         let write = match cdb[0] {
             0x88 => false,
             0x8A => true,
@@ -398,8 +409,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
         let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
-        // The map in use, seen from this queue's lane (`mapsync`).
-        let r: FastPathRoute = self.fastpath.with(usize::from(msix), |lds| {
+        // The map in use, seen from the submitting queue's lane (`mapsync`).
+        let r: FastPathRoute = self.fastpath.with(lane, |lds| {
             let ld = lds.iter().find(|ld| ld.target == target)?;
             let r = ld.route(lba, blocks, write)?;
             Some(if ld.mirror {
@@ -418,6 +429,55 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
+    }
+
+    /// Balanced mode: the reply queue of a request submitted on latency queue `queue`, as Linux's
+    /// `megasas_get_msix_index`. The request counts outstanding on its device until its reply or
+    /// a reset hands it back; with more than 8 per data arm outstanding before it, it goes to a
+    /// high-IOPS queue, 16 consecutive such requests to each in turn, where the firmware
+    /// coalesces their interrupts. Only balanced mode comes here: the device counts and the
+    /// batch counter are written by every CPU that submits to the device, as Linux's are.
+    #[inline(never)]
+    fn balanced_queue(&self, state: &SmidState, queue: u16, target: u8, system_pd: bool, is_rw: bool) -> u8 {
+        let device = usize::from(target) + if system_pd { 256 } else { 0 };
+        let Some(busy) = self.busy.get(device) else {
+            return queue as u8;
+        };
+        let before = busy.fetch_add(1, Ordering::Relaxed);
+        state.busy_device.store(device as u16 + 1, Ordering::Relaxed);
+        // Linux weighs an LD of the RAID map by its data arms (the row's data size); every
+        // other device by one.
+        let data_arms = if is_rw && !system_pd && self.fastpath.on() {
+            self.fastpath
+                .with(usize::from(queue), |lds| {
+                    lds.iter().find(|ld| ld.target == target).map(FastPathLd::data_arms)
+                })
+                .unwrap_or(1)
+        } else {
+            1
+        };
+        if before <= data_arms * crate::layout::HIGH_IOPS_DEPTH_PER_ARM {
+            return queue as u8;
+        }
+        let n = self.stats.high_iops_ios.fetch_add(1, Ordering::Relaxed) + 1;
+        ((n / crate::layout::HIGH_IOPS_BATCH) % u64::from(self.limits.high_iops_queues)) as u8
+    }
+
+    /// Takes back the balanced-mode count of the request on `state`, if it has one: exactly
+    /// once, whoever hands it back first (reply or reset).
+    #[inline]
+    pub(super) fn busy_done(&self, state: &SmidState) {
+        let device = state.busy_device.swap(0, Ordering::Relaxed);
+        if let Some(busy) = usize::from(device).checked_sub(1).and_then(|d| self.busy.get(d)) {
+            busy.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests outstanding on a device in balanced mode (`system_pd`: a JBOD disk's device id);
+    /// 0 in latency mode, where nothing counts.
+    pub fn device_busy(&self, target: u8, system_pd: bool) -> u32 {
+        let device = usize::from(target) + if system_pd { 256 } else { 0 };
+        self.busy.get(device).map_or(0, |b| b.load(Ordering::Relaxed))
     }
 
     /// The RAID-1 read `r` (the data arm's route) sent to the arm the read balance picks, and

@@ -57,6 +57,8 @@ pub enum Mistake {
     RdpqRingsOverlap,
     QueueDepthNotMultipleOf16,
     TooManyVectors,
+    /// A replyqueue_mask in the INIT frame from firmware that offers no interrupt coalescing.
+    CoalescingWithoutSupport,
     /// Behaviours Linux and FreeBSD avoid (combined mode from the host's queue count, read/write
     /// RAID-context fields on other LD commands, QEMU's MFI DCMD buffer sizes, an SGE on a no-data
     /// DCMD, a system-PD request without the FastPath flag), kept as hooks so the model's checks
@@ -70,7 +72,7 @@ pub enum Mistake {
 
 impl Mistake {
     /// Every variant (the mistakes test checks each has a test, and that this list is complete).
-    pub const ALL: [Mistake; 56] = [
+    pub const ALL: [Mistake; 57] = [
         Mistake::PostBeforeOperational,
         Mistake::InitViaAtomicPort,
         Mistake::InitTwice,
@@ -122,6 +124,7 @@ impl Mistake {
         Mistake::RdpqRingsOverlap,
         Mistake::QueueDepthNotMultipleOf16,
         Mistake::TooManyVectors,
+        Mistake::CoalescingWithoutSupport,
         Mistake::CombinedByHostCount,
         Mistake::RwContextOnNonRw,
         Mistake::QemuDcmdSizes,

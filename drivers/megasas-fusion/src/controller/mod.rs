@@ -136,6 +136,10 @@ pub struct Config {
     /// base in the next 4 GiB window, outside the window its group shares, so a firmware that
     /// checks the array refuses IOC INIT. Never set outside tests of that refusal.
     pub rdpq_window_fault: bool,
+    /// Reply queues 0..n are high-IOPS queues whose interrupts the firmware coalesces
+    /// (balanced mode, [`crate::layout::plan`]); 0: latency mode. Bring-up uses it only when
+    /// SP1 still offers coalescing once the firmware is READY and a latency queue remains.
+    pub high_iops_queues: u16,
     /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
     /// `fake` feature): a production build cannot set it, and every check of it is the
     /// constant `false` there (about 40 compares per I/O on the hot paths).
@@ -157,6 +161,7 @@ impl Config {
             rdpq: true,
             fastpath: true,
             rdpq_window_fault: false,
+            high_iops_queues: 0,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
         }
@@ -247,7 +252,14 @@ struct SmidState {
     /// 1 + the PD id a RAID-1 FastPath read of this SMID is counted outstanding on (0: none);
     /// taken back (swapped to 0) by whichever hands the request back, reply or reset.
     mirror_pd: AtomicU16,
+    /// 1 + the device (see [`BUSY_DEVICES`]) this request counts outstanding on in balanced mode
+    /// (0: none); taken back by whichever hands the request back, reply or reset.
+    busy_device: AtomicU16,
 }
+
+/// Devices whose outstanding requests balanced mode counts: LD targets 0..256, then system PDs
+/// (device ids 0..256).
+const BUSY_DEVICES: usize = 512;
 
 impl SmidState {
     fn new() -> Self {
@@ -259,6 +271,7 @@ impl SmidState {
             // The frame pool starts zeroed.
             sgl_slots: AtomicU8::new(0),
             mirror_pd: AtomicU16::new(0),
+            busy_device: AtomicU16::new(0),
         }
     }
 }
@@ -281,6 +294,9 @@ pub struct Stats {
     pub stale_map_refusals: AtomicU64,
     /// RAID-1 FastPath reads sent to the LD's data arm ([0]) and to its mirror ([1]).
     pub raid1_reads: [AtomicU64; 2],
+    /// Requests sent to a high-IOPS reply queue (balanced mode, a busy device); the batches of
+    /// 16 that choose the queue count on it.
+    pub high_iops_ios: AtomicU64,
 }
 
 struct ReplyQueue {
@@ -387,6 +403,9 @@ pub struct Controller<M: Mmio64, D: Delay> {
     map_sync: MapSync,
     /// Outstanding RAID-1 FastPath reads and last blocks per PD: which arm takes the next read.
     mirror_load: MirrorLoad,
+    /// Balanced mode: requests outstanding per device ([`BUSY_DEVICES`]), Linux's per-device
+    /// busy count; empty in latency mode, where nothing counts.
+    busy: Vec<AtomicU32>,
     /// Counters.
     pub stats: Stats,
 }
@@ -424,6 +443,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Number of reply queues (= vectors used; 1 without MSI-X).
     pub fn queues(&self) -> u16 {
         self.limits.queues
+    }
+    /// The high-IOPS reply queues (0..n; 0 in latency mode). The latency queues follow them.
+    pub fn high_iops_queues(&self) -> u16 {
+        self.limits.high_iops_queues
+    }
+    /// The latency reply queues, one per submitting hardware queue: hardware queue h submits
+    /// with reply queue `high_iops_queues() + h`.
+    pub fn io_queues(&self) -> u16 {
+        self.limits.queues - self.limits.high_iops_queues
     }
     /// CPU the vector of reply queue `q` is aimed at (CPU 0 without MSI-X).
     pub fn queue_cpu(&self, q: u16) -> usize {

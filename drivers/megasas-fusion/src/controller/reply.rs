@@ -196,6 +196,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if state.mirror_pd.load(Ordering::Relaxed) != 0 {
             self.mirror_read_done(state);
         }
+        // Balanced mode: the request no longer counts on its device.
+        if self.limits.high_iops_queues != 0 {
+            self.busy_done(state);
+        }
         // Release the tag before handing the completion on, so the sink may reuse it at once.
         if !slot.finish(word) {
             self.bogus(smid, "raced");

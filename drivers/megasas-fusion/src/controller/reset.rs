@@ -169,6 +169,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 continue;
             };
             self.mirror_read_done(state);
+            self.busy_done(state);
             if slot.finish(word) {
                 self.stats.reset_returned.fetch_add(1, Ordering::Relaxed);
                 sink(Completion {

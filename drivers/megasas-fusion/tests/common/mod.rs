@@ -199,7 +199,13 @@ impl Workload {
             "wrong cookie"
         );
         if let Some(q) = queue {
-            assert_eq!(q, f.queue, "tag {} completed on queue {q}, sent to {}", c.tag, f.queue);
+            // Balanced mode may send a request to a high-IOPS queue instead.
+            assert!(
+                q == f.queue || q < self.ctrl.high_iops_queues(),
+                "tag {} completed on queue {q}, sent to {}",
+                c.tag,
+                f.queue
+            );
         }
         match c.outcome {
             IoOutcome::Ok => {
@@ -294,7 +300,8 @@ impl Workload {
     /// Random reads and writes until `total` have been submitted and all have finished.
     pub fn run(&mut self, total: u64, max_segs: usize) {
         let tags = self.ctrl.limits().io_tags as u32;
-        let queues = self.ctrl.queues();
+        // Requests are submitted on the latency queues (every queue in latency mode).
+        let (base, queues) = (self.ctrl.high_iops_queues(), self.ctrl.io_queues());
         let mut submitted = 0u64;
         let mut idle_rounds = 0;
         while submitted < total || !self.inflight.is_empty() {
@@ -307,7 +314,7 @@ impl Workload {
                 if self.inflight.contains_key(&tag) {
                     continue;
                 }
-                let queue = self.rng.below(u64::from(queues)) as u16;
+                let queue = base + self.rng.below(u64::from(queues)) as u16;
                 let op = if self.rng.below(2) == 0 {
                     IoOp::Write
                 } else {
