@@ -195,6 +195,7 @@ enum {
 #define DCMD_LD_GET_LIST 0x03010000
 #define DCMD_LD_LIST_QUERY 0x03010100
 #define DCMD_LD_MAP_GET_INFO 0x0300E101
+#define DCMD_SYSTEM_PD_MAP_GET_INFO 0x0200E102
 
 /* sizes of the replies we build */
 #define CTRL_INFO_BYTES 0x950
@@ -215,6 +216,18 @@ enum {
 #define RAID_LD_TARGET 0
 #define RAID_MAX_ARMS 32
 #define RAID_LD_SEQ 0x0101         /* the LD's first configuration sequence number */
+/*
+ * The JBOD sequence map (SYSTEM_PD_MAP_GET_INFO): {u32 size, u32 count} and
+ * one 8-byte {u16 seqNum, u16 devHandle, u8 capability, u8 reserved, u16
+ * pd_target_id} per device id. A request by it names the JBOD's device
+ * handle and, in the RAID context, device id + 255 and the map's seqNum.
+ */
+#define JBOD_MAP_BYTES (8 + MAX_SYSTEM_PDS * 8)
+#define JBOD_SEQ_FIRST 0x0201
+#define JBOD_SEQ_TARGET_OFFSET (MAX_SYSTEM_PDS - 1)
+/* CTRL_GET_INFO adapterOperations3 (0x7E8) bit 24: useSeqNumJbodFP */
+#define CI_ADAPTER_OPS3 0x7E8
+#define CI_OPS3_JBOD_SEQ_MAP (1u << 24)
 #define PD_HANDLE_BASE 0x0100      /* a PD's device handle: 0x100 + PD id */
 #define PD_INTERFACE_SAS 2
 #define LD_STATE_OPTIMAL 3
@@ -359,6 +372,7 @@ struct FusionState {
     uint32_t hold_after;
     bool rdpq;
     bool coalescing;
+    bool jbod_map;
     bool debug;
     char *raid_name;
     uint32_t strip_kib;
@@ -368,6 +382,9 @@ struct FusionState {
     uint64_t ld_path_ios;
     uint64_t stale_seq_refused;
     uint16_t raid_seq;        /* the LD's sequence number in the map */
+    uint16_t jbod_seq;        /* every JBOD's sequence number in the JBOD map */
+    uint64_t jbod_seq_ios;    /* JBOD requests served by the sequence map */
+    uint64_t jbod_stale_refused;
     uint32_t config_changes;  /* change-config events so far */
     Notifier exit_notifier;
 
