@@ -434,6 +434,9 @@ pub struct JobSpec {
     pub placement_notes: Vec<String>,
     /// fio's `exitall`: the first clone to end (its verify pass included) stops the others.
     pub exitall: bool,
+    /// With `exitall`, the jobs of the same wave (indices in the wave, in job order) this job's
+    /// end stops as well (fio's `exit_what`: its group, or every running job).
+    pub exitall_stops: Vec<u32>,
     /// fio's `buffer_pattern`: the data of writes without verify, repeated from each I/O's first
     /// byte. Empty: baremq's own non-zero data.
     pub buffer_pattern: Vec<u8>,
@@ -679,6 +682,7 @@ impl JobSpec {
             file_service: FileService::RoundRobin(1),
             placement_notes: Vec::new(),
             exitall: false,
+            exitall_stops: Vec::new(),
             buffer_pattern: Vec::new(),
             steady: None,
             latency_target: None,

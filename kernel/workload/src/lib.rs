@@ -55,8 +55,8 @@ pub use values;
 pub use detail::{CpuDetail, DetailOptions, JobDetail};
 pub use engine::{
     Completion, CpuLive, CpuPhase, CpuResult, IoBackend, IoError, IoErrorRecord, IoOp, IoRecord, JobShared, LOG_BURST,
-    LOG_INTERVAL_NS, LiveCounts, MAX_ERROR_RECORDS, MIN_DEFERRED, OpStats, Reaped, SubmitError, VerifyStats, run_cpu,
-    split_successes,
+    LOG_INTERVAL_NS, LiveCounts, MAX_ERROR_RECORDS, MIN_DEFERRED, OpStats, Reaped, SubmitError, VerifyStats, WaveExit,
+    run_cpu, split_successes,
 };
 pub use error::WorkloadError;
 pub use generator::IoGenerator;

@@ -243,11 +243,10 @@ fn exitall_stops_what_exit_what_names() {
     // group (fio's default): a job waiting for it in its group does not start; the next group does.
     let group = "[a]\nexitall\nrw=read\n[b]\nwait_for=a\n[c]\nstonewall\n";
     assert_eq!(names(group), (vec!["a".into(), "c".into()], 1));
-    // Set by any job, it reaches jobs beside others: refused, as before.
-    assert!(matches!(
-        parse_job_file("[a]\n[b]\n[c]\nstonewall\nexitall\n", &[]),
-        Err(WorkloadError::FioUnsupported { option, .. }) if option == "exitall"
-    ));
+    // Set by any job, it reaches the jobs beside others too: a and b stop each other (one group).
+    let run = parse_job_file("[a]\n[b]\n[c]\nstonewall\nexitall\n", &[]).unwrap();
+    assert_eq!(run.jobs[0].spec.exitall_stops, [1]);
+    assert_eq!(run.jobs[1].spec.exitall_stops, [0]);
     assert!(matches!(
         parse_job_file("[a]\nexit_what=some\n", &[]),
         Err(WorkloadError::FioBadValue { option, .. }) if option == "exit_what"
@@ -266,6 +265,41 @@ fn exitall_the_first_clone_to_end_stops_the_others() {
     // Without exitall each clone does its own.
     let (results, _) = run_in_turn(&fio_plan_of(&text.replace("exitall\n", ""), &[0, 1]), &disk);
     assert_eq!((results[0].ios(), results[1].ios()), (64, 64));
+}
+
+#[test]
+fn exitall_the_end_of_a_job_stops_the_jobs_of_its_wave_it_names() {
+    let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+    // quick (exit_what=stonewall) and slow run at the same time: quick's end stops slow, which
+    // would otherwise read its 256 KiB ten times over.
+    let text = "[global]\nexitall\nbs=4k\nsize=256k\n[quick]\nexit_what=stonewall\nrw=read\n\
+                [slow]\nnew_group\nrw=read\nloops=10\n";
+    let run = parse_job_file(text, &[]).unwrap();
+    let specs = workload::fio::wave_specs(&run.jobs, &[common::md0()], &[0, 1]).unwrap();
+    let plans: Vec<JobPlan> = specs
+        .iter()
+        .map(|s| plan_job(s, &[common::md0()], &[0, 1]).unwrap())
+        .collect();
+    let refs: Vec<&JobPlan> = plans.iter().collect();
+    let wave = workload::WaveExit::for_wave(&refs);
+    assert!(wave.is_some());
+    let shareds: Vec<JobShared> = plans
+        .iter()
+        .enumerate()
+        .map(|(index, plan)| JobShared::new(plan).with_wave_exit(wave.clone(), index))
+        .collect();
+    let run_job = |index: usize| {
+        let plan = &plans[index];
+        let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
+        run_cpu(plan, 0, &mut backend, &shareds[index]).unwrap()
+    };
+    let quick = run_job(0);
+    assert_eq!(quick.ios(), 64);
+    let slow = run_job(1);
+    assert!(slow.stopped_early, "quick's end stopped slow");
+    assert!(slow.ios() < 640, "{}", slow.ios());
+    // slow's own end (exit_what=group, a group of its own) stops nothing beside it.
+    assert!(plans[1].spec.exitall_stops.is_empty());
 }
 
 #[test]

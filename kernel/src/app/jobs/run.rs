@@ -102,16 +102,21 @@ pub(super) fn run_jobs(
     let before = Counts::read(&plan_devs, ncpu);
     let trace = Trace::start(plans, &plan_devs, ncpu);
     // fio's `flow`: the wave's jobs with one flow_id share a group.
-    let flows = workload::flow::flow_groups(&plans.iter().collect::<Vec<_>>());
+    let plan_refs: Vec<&JobPlan> = plans.iter().collect();
+    let flows = workload::flow::flow_groups(&plan_refs);
+    // fio's `exitall` in a wave of several jobs: a job's end stops those its exit_what names.
+    let wave_exit = workload::WaveExit::for_wave(&plan_refs);
     let shareds: Vec<JobShared> = plans
         .iter()
         .zip(flows)
-        .map(|(plan, flow)| {
+        .enumerate()
+        .map(|(index, (plan, flow))| {
             match detail {
                 Some(options) => JobShared::with_detail(plan, options),
                 None => JobShared::new(plan),
             }
             .with_flow(flow)
+            .with_wave_exit(wave_exit.clone(), index)
         })
         .collect();
     // Built whole before any address is taken: the workers hold these addresses until they end.

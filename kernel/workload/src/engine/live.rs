@@ -116,6 +116,41 @@ pub struct JobShared {
     pub(super) detail: Option<DetailOptions>,
     /// The job's `flow_id` group in its wave, with the other jobs of it.
     pub(super) flow: Option<Arc<FlowGroup>>,
+    /// fio's `exitall` across a wave: the wave's stop requests, and this job's index in it.
+    pub(super) wave_exit: Option<(Arc<WaveExit>, usize)>,
+}
+
+/// fio's `exitall` in a wave of several jobs: one stop request per job of the wave, raised by
+/// the end of a job whose `exitall_stops` names it and taken up by that job's CPUs at their
+/// periodic check (about every 100 ms), never on the I/O path.
+#[derive(Debug)]
+pub struct WaveExit {
+    stop: Box<[AtomicBool]>,
+}
+
+impl WaveExit {
+    /// The wave's stop requests when any of `plans` (the wave's jobs, in order) stops others
+    /// with `exitall`; `None` otherwise.
+    pub fn for_wave(plans: &[&JobPlan]) -> Option<Arc<Self>> {
+        plans.iter().any(|p| !p.spec.exitall_stops.is_empty()).then(|| {
+            Arc::new(Self {
+                stop: plans.iter().map(|_| AtomicBool::new(false)).collect(),
+            })
+        })
+    }
+
+    /// Asks job `index` of the wave to stop.
+    pub(super) fn request(&self, index: usize) {
+        if let Some(flag) = self.stop.get(index) {
+            // Relaxed: a hint, as `JobShared::request_stop`.
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether job `index` of the wave was asked to stop.
+    pub(super) fn requested(&self, index: usize) -> bool {
+        self.stop.get(index).is_some_and(|flag| flag.load(Ordering::Relaxed))
+    }
 }
 
 impl JobShared {
@@ -128,6 +163,35 @@ impl JobShared {
             live,
             detail: None,
             flow: None,
+            wave_exit: None,
+        }
+    }
+
+    /// The job is job `index` of a wave whose jobs stop one another with `exitall`
+    /// ([`WaveExit::for_wave`]); `None` leaves it on its own.
+    #[must_use]
+    pub fn with_wave_exit(mut self, wave: Option<Arc<WaveExit>>, index: usize) -> Self {
+        self.wave_exit = wave.map(|w| (w, index));
+        self
+    }
+
+    /// The jobs of the wave this one stops as it ends ([`JobSpec::exitall_stops`]).
+    ///
+    /// [`JobSpec::exitall_stops`]: crate::job::JobSpec::exitall_stops
+    pub(super) fn stop_wave_jobs(&self, indices: &[u32]) {
+        if let Some((wave, _)) = &self.wave_exit {
+            for &index in indices {
+                wave.request(index as usize);
+            }
+        }
+    }
+
+    /// Takes up a stop another job of the wave requested: every CPU of the job stops.
+    pub(super) fn take_wave_stop(&self) {
+        if let Some((wave, me)) = &self.wave_exit
+            && wave.requested(*me)
+        {
+            self.request_stop();
         }
     }
 

@@ -40,7 +40,7 @@ mod steady;
 mod verify;
 
 pub use backend::{Completion, IoBackend, IoError, IoOp, Reaped, SubmitError, split_successes};
-pub use live::{CpuLive, CpuPhase, JobShared, LiveCounts};
+pub use live::{CpuLive, CpuPhase, JobShared, LiveCounts, WaveExit};
 pub use results::{CpuResult, IoErrorRecord, IoRecord, OpStats, RateMinMiss, RecordStatus, VerifyStats};
 use source::Deferred;
 pub use verify::MAX_FAILED_WRITES;

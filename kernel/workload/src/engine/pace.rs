@@ -31,6 +31,7 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
             if now >= self.next_periodic_ns {
                 self.next_periodic_ns = now.saturating_add(PERIODIC_INTERVAL_NS);
                 self.backend.periodic(now);
+                self.shared.take_wave_stop();
             }
             self.backend.idle(0);
             now = self.backend.now_ns();

@@ -295,9 +295,14 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 self.result.verify.pass_ns = self.backend.now_ns().saturating_sub(pass_start);
             }
         }
-        if self.plan.spec.exitall && !self.result.stopped_early {
-            // fio's exitall: the first clone to end stops the others.
-            self.shared.request_stop();
+        if self.plan.spec.exitall {
+            if !self.result.stopped_early {
+                // fio's exitall: the first clone to end stops the others.
+                self.shared.request_stop();
+            }
+            // And the jobs of the wave its exit_what names, however it ended (fio stops them
+            // when the job exits).
+            self.shared.stop_wave_jobs(&self.plan.spec.exitall_stops);
         }
         Ok(())
     }
@@ -383,6 +388,7 @@ impl<'a, B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'a, B, PLAIN> {
                 // about every 100 ms, and when the phase ends, not after every reap.
                 self.live.publish(&self.live_counts());
                 self.backend.periodic(now);
+                self.shared.take_wave_stop();
                 if !PLAIN && phase == Phase::Main && self.result.detail.is_some() {
                     self.sample_detail(now, false);
                 }

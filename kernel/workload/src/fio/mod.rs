@@ -298,12 +298,12 @@ fn build(
     };
     for wave in run.waves() {
         if wave.len() > 1
-            && let Some(job) = wave.iter().find(|j| exitall || j.options_have(&["exitall_on_error"]))
+            && let Some(job) = wave.iter().find(|j| j.options_have(&["exitall_on_error"]))
         {
             return Err(unsupported(
                 &job.name,
-                "exitall",
-                "stopping the other jobs of a wave when one ends is not implemented; put a stonewall between them",
+                "exitall_on_error",
+                "stopping the other jobs of a wave when one fails is not implemented; put a stonewall between them",
             ));
         }
     }
@@ -313,16 +313,43 @@ fn build(
     Ok(run)
 }
 
-/// fio's `exitall` on a run whose waves are one job each: a job's first clone to end stops its
-/// other clones, and the job's end stops the later jobs its `exit_what` names before they start
-/// (`group`: those of its reporting group; `all`: all of them; `stonewall`: none, only running
-/// jobs), so those never run.
+/// With `exitall`, the jobs of the same wave job `ender` stops when it ends, as indices in
+/// `wave`: `exit_what=group` those of its reporting group, `stonewall` and `all` every job
+/// running beside it.
+fn stopped_beside(wave: &[FioJob], ender: usize) -> Vec<u32> {
+    (0..wave.len())
+        .filter(|&other| other != ender)
+        .filter(|&other| match wave[ender].exit_what {
+            ExitWhat::Group => wave[other].group == wave[ender].group,
+            ExitWhat::Stonewall | ExitWhat::All => true,
+        })
+        // A wave's jobs are far fewer than u32::MAX.
+        .map(|other| other as u32)
+        .collect()
+}
+
+/// fio's `exitall`: a job's first clone to end stops its other clones; the job's end stops the
+/// jobs running beside it that its `exit_what` names (`group`: those of its reporting group;
+/// `stonewall`, `all`: all of them), and the jobs of later waves it names before they start
+/// (`group`: its reporting group's; `all`: all of them; `stonewall`: none), so those never run.
 fn end_with_exitall(run: &mut FioRun) {
     let mut index = 0;
     while index < run.jobs.len() {
         run.jobs[index].spec.exitall = true;
+        let wave_start = (0..=index)
+            .rev()
+            .take_while(|&i| run.jobs[i].wave == run.jobs[index].wave)
+            .last()
+            .unwrap_or(index);
+        let wave_end = (index..run.jobs.len())
+            .take_while(|&i| run.jobs[i].wave == run.jobs[index].wave)
+            .last()
+            .unwrap_or(index)
+            + 1;
+        let beside = stopped_beside(&run.jobs[wave_start..wave_end], index - wave_start);
+        run.jobs[index].spec.exitall_stops = beside;
         let ender = run.jobs[index].clone();
-        let mut later = index + 1;
+        let mut later = wave_end.max(index + 1);
         while later < run.jobs.len() {
             let stopped = match ender.exit_what {
                 ExitWhat::All => true,

@@ -539,9 +539,11 @@ fn values_may_be_expressions_with_the_machines_figures() {
 }
 
 #[test]
-fn exitall_across_a_wave_and_empty_files_are_refused() {
-    assert_eq!(refused("[a]\nexitall\n[b]\n").0, "exitall");
-    assert_eq!(refused("[global]\nexitall_on_error=1\n[a]\n[b]\n").0, "exitall");
+fn exitall_on_error_across_a_wave_and_empty_files_are_refused() {
+    assert_eq!(
+        refused("[global]\nexitall_on_error=1\n[a]\n[b]\n").0,
+        "exitall_on_error"
+    );
     // One job per wave: nothing else to stop.
     assert!(parse_job_file("[a]\nexitall\n[b]\nstonewall\n", &[]).is_ok());
     assert!(parse_job_file("[a]\nexitall=0\n[b]\n", &[]).is_ok());
@@ -942,4 +944,37 @@ fn files_get_fio_regions() {
         matches!(&err, WorkloadError::UnknownDevice { device, .. } if device == "/dev/sdz"),
         "{err:?}"
     );
+}
+
+#[test]
+fn exitall_in_a_wave_stops_the_jobs_its_exit_what_names() {
+    // Wave 0: slow (group 0, exit_what=stonewall) beside fast (its own group); wave 1: a, b, c
+    // in one group, a with exit_what=all, b with the default (group); d (group 2) is later.
+    let text = "[global]\nexitall\nsize=1m\n[slow]\nexit_what=stonewall\n[fast]\nnew_group\n\
+                [a]\nstonewall\nnew_group\nexit_what=all\n[b]\n[c]\nexit_what=group\n[d]\nstonewall\nnew_group\n";
+    let run = parse_job_file(text, &[]).unwrap();
+    let stops = |name: &str| {
+        let job = run.jobs.iter().find(|j| j.name == name).unwrap();
+        assert!(job.spec.exitall, "{name}");
+        job.spec.exitall_stops.clone()
+    };
+    assert_eq!(stops("slow"), [1], "stonewall: every job running beside it");
+    assert_eq!(
+        stops("fast"),
+        Vec::<u32>::new(),
+        "group: none of its group runs beside it"
+    );
+    assert_eq!(stops("a"), [1, 2]);
+    assert_eq!(stops("b"), [0, 2], "its group: a and c");
+    assert_eq!(stops("c"), [0, 1]);
+    // a's exit_what=all keeps every later job from starting (fio), d included.
+    assert!(run.jobs.iter().all(|j| j.name != "d"));
+    assert!(
+        run.notes.iter().any(|n| n.contains("\"d\" does not run")),
+        "{:?}",
+        run.notes
+    );
+    // exitall_on_error across a wave stays refused by name.
+    let error = parse_job_file("[a]\nexitall_on_error\n[b]\n", &[]).unwrap_err();
+    assert!(error.to_string().contains("exitall_on_error"), "{error}");
 }
