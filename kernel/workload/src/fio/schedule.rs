@@ -22,8 +22,8 @@ impl Builder {
             "thread" => {
                 if s.flag()? {
                     self.warn(
-                        "thread: accepted: baremq's clones already are threads of one program (one per CPU, in one \
-                         address space), which is what fio's thread asks for instead of processes"
+                        "thread: accepted: baremq's clones already are threads of one program (contexts on its CPUs, in \
+                         one address space), which is what fio's thread asks for instead of processes"
                             .into(),
                     );
                 }

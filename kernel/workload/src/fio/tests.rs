@@ -978,3 +978,14 @@ fn exitall_in_a_wave_stops_the_jobs_its_exit_what_names() {
     let error = parse_job_file("[a]\nexitall_on_error\n[b]\n", &[]).unwrap_err();
     assert!(error.to_string().contains("exitall_on_error"), "{error}");
 }
+
+#[test]
+fn verify_dump_is_accepted_with_a_line_saying_what_the_report_gives_instead() {
+    let job = one("[v]\nrw=write\nverify=crc32c\nverify_dump=1\n");
+    assert!(
+        job.warnings.iter().any(|w| w.starts_with("verify_dump: accepted")),
+        "{:?}",
+        job.warnings
+    );
+    assert!(!one("[v]\nverify_dump=0\n").warnings.iter().any(|w| w.contains("verify_dump")));
+}

@@ -58,6 +58,16 @@ impl Builder {
                     self.continue_on_error = false;
                 }
             }
+            "verify_dump" => {
+                if s.flag()? {
+                    self.warn(
+                        "verify_dump: accepted: fio writes a failed block and the expected one to files; baremq has \
+                         no file system, and its report names the first mismatch instead (its LBA, the field that \
+                         differs, the value expected and the value found)"
+                            .into(),
+                    );
+                }
+            }
             "continue_on_error" => {
                 self.continue_on_error = match s.need()? {
                     "none" | "0" => false,
