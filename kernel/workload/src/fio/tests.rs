@@ -987,5 +987,10 @@ fn verify_dump_is_accepted_with_a_line_saying_what_the_report_gives_instead() {
         "{:?}",
         job.warnings
     );
-    assert!(!one("[v]\nverify_dump=0\n").warnings.iter().any(|w| w.contains("verify_dump")));
+    assert!(
+        !one("[v]\nverify_dump=0\n")
+            .warnings
+            .iter()
+            .any(|w| w.contains("verify_dump"))
+    );
 }
