@@ -418,6 +418,11 @@ pub struct CpuDone<'b, S> {
 }
 
 impl<S: Outcome> CpuDone<'_, S> {
+    /// Whether the part has completions waiting (a hint: Relaxed loads of its words only).
+    pub fn has_pending(&self) -> bool {
+        self.words.iter().any(|w| w.done.load(Ordering::Relaxed) != 0)
+    }
+
     /// [`DoneBoard::take_split`] over this part's words. Inlined: a QD1 job pays one per I/O.
     #[inline(always)]
     pub fn take_split(&self, mut f: impl FnMut(Taken<S>)) -> usize {

@@ -86,11 +86,16 @@ fn windows_on_one_cpu_take_their_own_slots_numbered_from_their_start() {
     assert!(b.cpu_window(2, 0, 8).is_none(), "a window is on a CPU of the board");
     let first = b.cpu_window(1, 0, 32).unwrap();
     let second = b.cpu_window(1, 64, 100).unwrap();
+    b.deliver(1, 200, Status::Ok).unwrap();
+    assert!(!first.has_pending() && !second.has_pending(), "slot 200 is in neither window");
+    assert!(b.has_pending(1));
+    assert_eq!(b.take_stray(1, 164), 1);
     b.deliver(1, 3, Status::Ok).unwrap();
     b.deliver(1, 64, Status::Ok).unwrap();
     b.deliver(1, 64 + 70, Status::Ok).unwrap();
     b.deliver(1, 64 + 71, Status::IoError).unwrap();
     b.deliver(0, 64, Status::Ok).unwrap();
+    assert!(first.has_pending() && second.has_pending());
     let mut got = Vec::new();
     assert_eq!(second.take_split(|t| got.push(t)), 3);
     assert_eq!(

@@ -510,9 +510,15 @@ impl<'a> KernelBackend<'a> {
             return;
         }
         // A completion delivered from another CPU's interrupt handler wakes
-        // this CPU (block's end_io -> idle::wake); idle=poll spins here.
-        let cpu = self.cpu;
-        idle::wait_until(|| block::done_board().has_pending(cpu));
+        // this CPU (block's end_io -> idle::wake); idle=poll spins here. A lone context looks
+        // at its own words; contexts by turns at the CPU's (any of theirs ends the wait).
+        if self.turns {
+            let cpu = self.cpu;
+            idle::wait_until(|| block::done_board().has_pending(cpu));
+        } else {
+            let done = &self.done;
+            idle::wait_until(|| done.has_pending());
+        }
     }
 
     /// Ends slot `slot`'s I/O, which the device refused, with the refusal (reaped next).
