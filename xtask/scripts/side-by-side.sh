@@ -59,7 +59,9 @@ for line in open(f"{W}/ours.log", errors="replace"):
         d = json.loads(m.group(1)); ours[d["job"]["name"]] = d
     m = re.search(r"floor_qd1_iops=(\d+) floor_qd1_p50_ns=(\d+) floor_qd32_iops=(\d+)", line)
     if m:  # the totals line of the job that follows its floor line
-        floors[len(floors)] = tuple(int(x) for x in m.groups())
+        # The run at the job's own depth (floor_job_qd_iops) where it has one, else QD32's.
+        own = re.search(r"floor_job_qd_iops=(\d+)", line)
+        floors[len(floors)] = tuple(int(x) for x in m.groups()) + (int(own.group(1)) if own else None,)
 linux = {}
 for line in open(f"{W}/linux.out", errors="replace"):
     m = re.match(r"RESULT \S+/(\S+) (.*)", line)
@@ -80,10 +82,10 @@ rows = [
      "lower", floor["rr4k_qd1"] and floor["rr4k_qd1"][1] / 1000),
     (f"4k randread QD32 x {smp} CPU(s), IOPS", our("rr4k_qd32", lambda d: d["iops"]), lin("rr4k_qd32", "iops"), "higher",
      floor["rr4k_qd32"] and floor["rr4k_qd32"][2]),
-    # md's floor before this job reads 128 KiB (one SGE); its QD32 figure, the device's most,
-    # as MB/s. NVMe's floor reads one page, so it has no 128 KiB floor.
+    # md's floor before this job reads 128 KiB (one SGE) at the job's depth, QD8, as MB/s.
+    # NVMe's floor reads one page, so it has no 128 KiB floor.
     ("128k seq read QD8, MB/s", our("sr128k_qd8", lambda d: d["bw_bytes"] / 1e6), lin("sr128k_qd8", "bw_MBps"), "higher",
-     floor["sr128k_qd8"] and dev == "md" and floor["sr128k_qd8"][2] * 131072 / 1e6),
+     floor["sr128k_qd8"] and dev == "md" and floor["sr128k_qd8"][3] and floor["sr128k_qd8"][3] * 131072 / 1e6),
     ("4k randwrite QD32, IOPS", our("rw4k_qd32", lambda d: d["iops"]), lin("rw4k_qd32", "iops"), "higher", None),
 ]
 first = int(open(f"{W}/first.rc").read().split("wall_ms=")[1]) - 200

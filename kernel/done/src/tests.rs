@@ -87,7 +87,10 @@ fn windows_on_one_cpu_take_their_own_slots_numbered_from_their_start() {
     let first = b.cpu_window(1, 0, 32).unwrap();
     let second = b.cpu_window(1, 64, 100).unwrap();
     b.deliver(1, 200, Status::Ok).unwrap();
-    assert!(!first.has_pending() && !second.has_pending(), "slot 200 is in neither window");
+    assert!(
+        !first.has_pending() && !second.has_pending(),
+        "slot 200 is in neither window"
+    );
     assert!(b.has_pending(1));
     assert_eq!(b.take_stray(1, 164), 1);
     b.deliver(1, 3, Status::Ok).unwrap();

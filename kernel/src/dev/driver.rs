@@ -37,7 +37,7 @@ pub struct PciDriver {
     /// The device floor before a job on `device` (`NAME.floor=`): measured on CPU `cpu` with
     /// reads as long as the job's blocks, its `floor:` line printed and its figures returned for
     /// the job's totals. Empty when `device` is not this driver's or its floor is off.
-    pub floor_before_job: Option<fn(device: &str, cpu: usize, job_bs: u32) -> FloorFigures>,
+    pub floor_before_job: Option<fn(device: &str, cpu: usize, job: super::FloorJob) -> FloorFigures>,
     /// Before jobs that start together: aims the interrupts of this driver's controllers at the
     /// jobs' submitting CPUs, where that saves a wake-up. The guard aims them back.
     pub aim_for_jobs: Option<fn(jobs: &[JobDevices<'_>]) -> AimGuard>,

@@ -197,7 +197,7 @@ static DRIVES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin::Mu
 /// (`megasas::Host::measure_floor`: reads straight to the controller; between passes over the
 /// ring this CPU halts until an interrupt, or spins in polled mode) at QD 1 and QD 32, prints one
 /// `floor:` line and returns the figures for the job report. Empty when off or not ours.
-fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
+fn floor_before_job(device: &str, cpu: usize, job: super::FloorJob) -> Vec<(&'static str, u64)> {
     let Some(ios) = options().floor_ios else {
         return Vec::new();
     };
@@ -213,10 +213,10 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
         return Vec::new();
     };
     let most = super::FLOOR_MAX_READ_ONE_SGE.min(info.max_transfer_bytes);
-    let bs = super::floor_read_bytes(job_bs, info.drive.block_size, most);
+    let bs = super::floor_read_bytes(job.bs, info.drive.block_size, most);
     let polled = controller.irqs.get().is_none();
     let how = if polled { "polled" } else { "halting between interrupts" };
-    super::run_floor(device, bs, how, |depth, buffers| {
+    super::run_floor(device, bs, job, how, |depth, buffers| {
         let spec = megasas::FloorSpec::new(depth, ios);
         // Halt until an interrupt between passes in interrupt modes: a spinning vCPU takes
         // host time from QEMU's device emulation (TCG). `sti; hlt` cannot miss the wake-up.

@@ -84,11 +84,11 @@ pub fn before_power_off() {
 /// job's totals; empty when its floor is off or no driver measures one. The reads are as long
 /// as the job's blocks (`job_bs`), capped at what the driver's floor can move in one read
 /// ([`floor_read_bytes`]) and at least one device block.
-pub fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> alloc::vec::Vec<(&'static str, u64)> {
+pub fn floor_before_job(device: &str, cpu: usize, job: FloorJob) -> alloc::vec::Vec<(&'static str, u64)> {
     registry::PCI_DRIVERS
         .iter()
         .filter_map(|driver| driver.floor_before_job)
-        .map(|floor| floor(device, cpu, job_bs))
+        .map(|floor| floor(device, cpu, job))
         .find(|figures| !figures.is_empty())
         .unwrap_or_default()
 }
@@ -117,6 +117,40 @@ pub const FLOOR_RUNS: [(u16, &str, &str); 2] = [
     (1, "floor_qd1_iops", "floor_qd1_p50_ns"),
     (32, "floor_qd32_iops", "floor_qd32_p50_ns"),
 ];
+
+/// The job-total keys of the floor's third run, at the job's own queue depth when that is
+/// neither of [`FLOOR_RUNS`] (`floor_job_qd` holds the depth).
+pub const FLOOR_JOB_DEPTH_KEYS: (&str, &str, &str) = ("floor_job_qd", "floor_job_qd_iops", "floor_job_qd_p50_ns");
+
+/// Deepest job depth the floor also runs at: the deepest of [`FLOOR_RUNS`], which the drivers'
+/// floor slots hold (a deeper job is compared with the QD32 run).
+pub const FLOOR_MAX_JOB_DEPTH: u32 = 32;
+
+/// The job a floor runs before: its read size and its queue depth.
+#[derive(Clone, Copy, Debug)]
+pub struct FloorJob {
+    pub bs: u32,
+    pub iodepth: u32,
+}
+
+/// The floor's runs before `job`: [`FLOOR_RUNS`] that `depths` names and, with both named, one
+/// at the job's own depth when that is another (up to [`FLOOR_MAX_JOB_DEPTH`]), so a job is
+/// compared with the device at its own size and depth.
+fn floor_depths_for(
+    job: FloorJob,
+    depths: bootinfo::cmdline::FloorDepths,
+) -> alloc::vec::Vec<(u16, &'static str, &'static str)> {
+    let mut runs: alloc::vec::Vec<_> = FLOOR_RUNS.into_iter().filter(|run| depths.includes(run.0)).collect();
+    let own = job.iodepth;
+    if depths == bootinfo::cmdline::FloorDepths::Both
+        && own <= FLOOR_MAX_JOB_DEPTH
+        && !FLOOR_RUNS.iter().any(|run| u32::from(run.0) == own)
+    {
+        // At most FLOOR_MAX_JOB_DEPTH, which fits in u16.
+        runs.push((own as u16, FLOOR_JOB_DEPTH_KEYS.1, FLOOR_JOB_DEPTH_KEYS.2));
+    }
+    runs
+}
 
 /// The floor's depths (`floor.depths=`), set once at boot.
 static FLOOR_DEPTHS: spin::Once<bootinfo::cmdline::FloorDepths> = spin::Once::new();
@@ -147,14 +181,20 @@ pub const FLOOR_BURSTS: usize = 3;
 pub fn run_floor(
     device: &str,
     bs: u32,
+    job: FloorJob,
     how: &str,
     mut run: impl FnMut(u16, &[crate::arch::memory::DmaBuffer]) -> Result<drvkit::floor::FloorResult, FloorFailure>,
 ) -> alloc::vec::Vec<(&'static str, u64)> {
+    let depths = FLOOR_DEPTHS
+        .get()
+        .copied()
+        .unwrap_or(bootinfo::cmdline::FloorDepths::Both);
+    let runs = floor_depths_for(job, depths);
     // Reads above a page spread over a buffer per read in flight at the deepest run, so they
     // touch as much memory as a job's buffers; a page-sized read keeps one (it stays cached
     // either way, as a job's few pages do).
     let slots = if bs > FLOOR_MAX_READ_ONE_PAGE {
-        FLOOR_RUNS.iter().map(|run| usize::from(run.0)).max().unwrap_or(1)
+        runs.iter().map(|run| usize::from(run.0)).max().unwrap_or(1)
     } else {
         1
     };
@@ -171,13 +211,12 @@ pub fn run_floor(
     let mut text = alloc::format!("floor: {device} {bs}-byte read (no block layer, {how})");
     let mut totals = alloc::vec::Vec::new();
     let mut buffer_with_device = false;
-    let depths = FLOOR_DEPTHS
-        .get()
-        .copied()
-        .unwrap_or(bootinfo::cmdline::FloorDepths::Both);
-    for (depth, iops_key, p50_key) in FLOOR_RUNS.into_iter().filter(|run| depths.includes(run.0)) {
+    for (depth, iops_key, p50_key) in runs {
         match median_burst(device, depth, &buffers, &mut run) {
             Ok(r) => {
+                if iops_key == FLOOR_JOB_DEPTH_KEYS.1 {
+                    totals.push((FLOOR_JOB_DEPTH_KEYS.0, u64::from(depth)));
+                }
                 text.push_str(&alloc::format!(
                     ", QD{} {} IOPS p50 {}.{} us p99 {}.{} us",
                     r.queue_depth,

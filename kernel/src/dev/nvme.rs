@@ -228,7 +228,7 @@ static NAMESPACES: spin::Mutex<Vec<(String, &'static Controller, usize)>> = spin
 /// for the job report. Between passes this CPU halts until an interrupt when the queue's vector
 /// is aimed at it, and spins otherwise (polled queues, or the vector on another CPU of the
 /// group, whose handler delivers the completions). Empty when off or not ours.
-fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str, u64)> {
+fn floor_before_job(device: &str, cpu: usize, job: super::FloorJob) -> Vec<(&'static str, u64)> {
     let opts = options();
     let Some(ios) = opts.driver.floor_ios else {
         return Vec::new();
@@ -244,7 +244,7 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
     let Some(ns) = controller.host.namespaces().get(namespace) else {
         return Vec::new();
     };
-    let bs = super::floor_read_bytes(job_bs, ns.lba_size, super::FLOOR_MAX_READ_ONE_PAGE);
+    let bs = super::floor_read_bytes(job.bs, ns.lba_size, super::FLOOR_MAX_READ_ONE_PAGE);
     let plan = controller.host.plan();
     let own_hwq = plan.hwq_of_cpu(cpu);
     // Halt only when this CPU takes the queue's interrupt: a completion then always wakes it.
@@ -262,7 +262,7 @@ fn floor_before_job(device: &str, cpu: usize, job_bs: u32) -> Vec<(&'static str,
         "spinning, the queue's interrupt is on another CPU"
     };
     // The read is at most a page, so `run_floor` gives it one buffer.
-    super::run_floor(device, bs, how, |depth, buffers| {
+    super::run_floor(device, bs, job, how, |depth, buffers| {
         let buffer = &buffers[0];
         let spec = nvme::blkdev::FloorSpec::new(depth, ios);
         // Called with interrupts disabled (the driver's locks are not interrupt-safe); `sti;

@@ -93,7 +93,13 @@ pub(super) fn run_jobs(
     // report's fractions (before the counters are read, so the job's figures hold none of it).
     let floors: Vec<_> = plans
         .iter()
-        .map(|plan| crate::dev::floor_before_job(&plan.device.name, percpu::index(), plan.spec.bs))
+        .map(|plan| {
+            let job = crate::dev::FloorJob {
+                bs: plan.spec.bs,
+                iodepth: plan.iodepth,
+            };
+            crate::dev::floor_before_job(&plan.device.name, percpu::index(), job)
+        })
         .collect();
     // After the floor (it runs on this CPU): a single-vector controller's interrupt goes to its
     // jobs' only submitting CPU until the reports are out.
