@@ -152,6 +152,12 @@ pub struct HostCounters {
     pub raid1_reads_arm1: u64,
     /// Requests sent to a high-IOPS reply queue (balanced mode).
     pub high_iops_ios: u64,
+    /// System-PD requests sent by the JBOD map (device handle and sequence number).
+    pub jbod_map_ios: u64,
+    /// System-PD requests refused for a stale JBOD sequence number (issued again).
+    pub jbod_stale_refusals: u64,
+    /// JBOD maps taken from completed JBOD syncs.
+    pub jbod_map_changes: u64,
 }
 
 struct Core<M: Mmio64, T: Delay> {
@@ -397,6 +403,9 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             raid1_reads_arm0: c.ctrl.stats.raid1_reads[0].load(Ordering::Relaxed),
             raid1_reads_arm1: c.ctrl.stats.raid1_reads[1].load(Ordering::Relaxed),
             high_iops_ios: c.ctrl.stats.high_iops_ios.load(Ordering::Relaxed),
+            jbod_map_ios: c.ctrl.jbod_map_counts().3,
+            jbod_stale_refusals: c.ctrl.jbod_map_counts().2,
+            jbod_map_changes: c.ctrl.jbod_map_counts().0,
         }
     }
 }
@@ -523,8 +532,10 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
         for q in 0..self.core.ctrl.queues() {
             self.reap(q, cpu);
         }
-        // A completed map sync (the RAID configuration changed): take the new map for FastPath.
+        // A completed map sync (the RAID configuration changed): take the new map for FastPath;
+        // the same for the JBOD map.
         self.core.ctrl.service_map_sync();
+        self.core.ctrl.service_jbod_sync();
         self.core.ticking.store(false, Ordering::Release);
         expired
     }

@@ -40,6 +40,14 @@ pub struct DescriptorWrites {
     pub atomic: u64,
 }
 
+/// The JBOD sequence map: {u32 size, u32 count} and 8 bytes per device id (Linux's
+/// `MR_PD_CFG_SEQ_NUM_SYNC` for 256 PDs).
+const JBOD_MAP_BYTES: usize = 8 + 256 * 8;
+/// A system PD's device handle in the JBOD map: 0x100 + its device id.
+const JBOD_HANDLE_BASE: u16 = 0x100;
+/// The JBOD map's first sequence number.
+const JBOD_SEQ_FIRST: u16 = 0x0201;
+
 /// A driver mistake the model detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Violation {
@@ -64,6 +72,11 @@ pub enum Violation {
     /// A replyqueue_mask in the INIT frame without SP1 bit 26, or naming a group of 8 queues
     /// beyond HostMSIxVectors.
     BadCoalescingMask,
+    /// SYSTEM_PD_MAP_GET_INFO the controller information does not offer or with a buffer below
+    /// the map's 2056 bytes, or a system-PD request by device handle that does not match the JBOD
+    /// map (handle, target = device id + 255, FastPath flag) or names a sequence number no map
+    /// ever had.
+    BadJbodMapRequest,
     /// An RDPQ array entry with a zero or misaligned ring base, non-zero reserved dwords, or a
     /// ring overlapping another.
     RdpqBadEntry,
@@ -286,6 +299,10 @@ pub struct FakeConfig {
     /// SP1[26]: interrupt coalescing offered (IOC INIT may then name coalesced queue groups in
     /// the INIT frame's replyqueue_mask). Off by default, as the minimum firmware.
     pub coalescing: bool,
+    /// CTRL_GET_INFO adapterOperations3 bit 24 (useSeqNumJbodFP): the JBOD sequence map
+    /// (SYSTEM_PD_MAP_GET_INFO) is offered; system PDs then take requests by device handle
+    /// (0x100 + device id) with the map's sequence number. Off by default.
+    pub jbod_map: bool,
     /// Start state.
     pub start: StartState,
     /// Virtual microseconds in each power-on state.
@@ -364,6 +381,7 @@ impl FakeConfig {
             rdpq: generation >= Generation::Ventura,
             ctrl64: generation >= Generation::Ventura,
             coalescing: false,
+            jbod_map: false,
             start: StartState::PowerOn,
             state_delay_us: 20_000,
             doorbell_busy_us: 500,
@@ -428,6 +446,8 @@ enum Work {
 /// A held map sync: its MFI frame and data buffer.
 #[derive(Clone, Copy, Debug)]
 struct HeldSync {
+    /// LD_MAP_GET_INFO or SYSTEM_PD_MAP_GET_INFO.
+    opcode: u32,
     mfi: u64,
     addr: u64,
     len: usize,
@@ -550,6 +570,11 @@ struct State {
     map_syncs_held: u64,
     /// The status the next answered map sync gets (None: the new map, status 0).
     fail_next_map_sync: Option<u8>,
+    /// Every system PD's sequence number in the JBOD map.
+    jbod_seq: u16,
+    /// System-PD requests served by the JBOD map, and refused for a stale sequence number.
+    jbod_served: u64,
+    jbod_stale: u64,
 }
 
 /// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
@@ -693,6 +718,9 @@ impl FakeFusion {
                 sync_held: None,
                 map_syncs_held: 0,
                 fail_next_map_sync: None,
+                jbod_seq: JBOD_SEQ_FIRST,
+                jbod_served: 0,
+                jbod_stale: 0,
             }),
             mem,
         })
@@ -929,6 +957,9 @@ impl FakeFusion {
         if let Some(r) = s.cfg.raid0.as_mut() {
             r.seq = r.seq.wrapping_add(1);
         }
+        if s.cfg.jbod_map {
+            s.jbod_seq = s.jbod_seq.wrapping_add(1);
+        }
         let mem = Arc::clone(&self.mem);
         let clock = s.clock;
         let held: Vec<usize> = (0..s.pending.len())
@@ -940,12 +971,18 @@ impl FakeFusion {
             };
             let status = match s.fail_next_map_sync.take() {
                 Some(st) => st,
-                None => s.dcmd(&mem, 0x0300_E101, &[0u8; 12], h.addr, h.len),
+                None => s.dcmd(&mem, h.opcode, &[0u8; 12], h.addr, h.len),
             };
             mem.write("MFI cmd_status", h.mfi + 2, &[status]);
             s.pending[i].work = Work::ReplyOnly;
             s.pending[i].ready_at = clock;
         }
+    }
+
+    /// System-PD requests served by the JBOD map, and refused for a stale sequence number.
+    pub fn jbod_map_counts(&self) -> (u64, u64) {
+        let s = self.st.lock();
+        (s.jbod_served, s.jbod_stale)
     }
 
     /// Whether a map sync is held (pended, waiting for a configuration change).
@@ -1415,6 +1452,17 @@ impl State {
                     None => return,
                 }
             }
+            // A system PD by the JBOD sequence map (Linux with `use_seqnum_jbod_fp`): its
+            // device handle, the device id + 255 and the map's sequence number in the RAID
+            // context.
+            (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
+                // The atomic port's 32-bit descriptor carries no handle.
+                let desc_handle = (!atomic).then_some((d >> 48) as u16);
+                match self.jbod_command(mem, frame_addr, &frame, flags, init, desc_handle) {
+                    Some(c) => Work::Ld(c),
+                    None => return,
+                }
+            }
             (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && self.cfg.raid0.is_some() => {
                 match self.fastpath_command(mem, frame_addr, &frame, flags, init, d, atomic) {
                     Some(c) => Work::Ld(c),
@@ -1509,6 +1557,65 @@ impl State {
         c.pd = false;
         c.arm = Some(arm);
         c.stale = le_u16(f, 0x60 + 0x1A) != r.seq;
+        Some(c)
+    }
+
+    /// A system-PD request by the JBOD map: descriptor handle = frame handle = 0x100 + a
+    /// system PD's id, RAID-context target id + 255, the FastPath IoFlag, the G35 or legacy
+    /// type/nseg and sequence-number flags; a sequence number an earlier map gave is refused
+    /// with 0x67 (nothing moves), one no map gave is a violation.
+    fn jbod_command(
+        &mut self,
+        mem: &FakeMemory,
+        frame_addr: u64,
+        f: &[u8; 256],
+        flags: u8,
+        init: Init,
+        desc_handle: Option<u16>,
+    ) -> Option<LdCmd> {
+        let handle = le_u16(f, 0);
+        let id = handle.wrapping_sub(JBOD_HANDLE_BASE);
+        let ctx = &f[0x60..0x80];
+        let seq = le_u16(ctx, 0x1A);
+        let seq_flags = if self.cfg.generation.g35_raid_context() {
+            le_u16(ctx, 0) == 0x0012 && le_u16(ctx, 4) & (1 << 4) != 0
+        } else {
+            ctx[0] == 0x12 && ctx[4] == 0x88
+        };
+        let known = self.cfg.system_pds.iter().any(|&(pd, _)| pd == id);
+        if !self.cfg.jbod_map
+            || !known
+            || desc_handle.is_some_and(|h| h != handle)
+            || le_u16(ctx, 6) != id + 255
+            || le_u16(f, 0x24) & 0x4000 == 0
+            || !seq_flags
+            || seq < JBOD_SEQ_FIRST
+            || seq > self.jbod_seq
+        {
+            self.violate(
+                Violation::BadJbodMapRequest,
+                format!(
+                    "handle {handle:#x} (descriptor {desc_handle:x?}), target {}, IoFlags {:#x}, context {:x?}, sequence {seq:#x} (map {:#x})",
+                    le_u16(ctx, 6),
+                    le_u16(f, 0x24),
+                    &ctx[..6],
+                    self.jbod_seq
+                ),
+            );
+            return None;
+        }
+        let mut c = self.ld_command(mem, frame_addr, f, flags, init, true)?;
+        c.target = id;
+        if seq != self.jbod_seq {
+            self.jbod_stale += 1;
+            c.fail = Some(Failure {
+                status: 0x67,
+                scsi_status: 0,
+                sense: None,
+            });
+        } else {
+            self.jbod_served += 1;
+        }
         Some(c)
     }
 
@@ -1858,6 +1965,7 @@ impl State {
                 put(&mut out, 0x5C6, &(self.cfg.system_pds.len() as u16).to_le_bytes());
                 let on_off = u32::from(self.cfg.ocr_disabled) << 10;
                 put(&mut out, 0x620, &on_off.to_le_bytes());
+                put(&mut out, 0x7E8, &(u32::from(self.cfg.jbod_map) << 24).to_le_bytes());
             }
             0x0301_0000 => {
                 // MR_LD_LIST is 4104 bytes in Linux and FreeBSD.
@@ -1910,7 +2018,12 @@ impl State {
                     return 0x03;
                 }
                 if mbox[1] == 1 && !self.map_sync_stale(mem, mbox[0], addr) {
-                    self.sync_held = Some(HeldSync { mfi: 0, addr, len });
+                    self.sync_held = Some(HeldSync {
+                        opcode,
+                        mfi: 0,
+                        addr,
+                        len,
+                    });
                     return 0xFF;
                 }
                 let map = match &self.cfg.raid0 {
@@ -1934,6 +2047,40 @@ impl State {
                     None => crate::raidmap::build_dynamic_empty(),
                 };
                 put(&mut out, 0, &map);
+            }
+            0x0200_E102 => {
+                if !self.cfg.jbod_map || len < JBOD_MAP_BYTES {
+                    self.violate(
+                        Violation::BadJbodMapRequest,
+                        format!("SYSTEM_PD_MAP_GET_INFO {len} B, offered: {}", self.cfg.jbod_map),
+                    );
+                    return if self.cfg.jbod_map { 0x03 } else { 0x02 };
+                }
+                if mbox[0] == 1 {
+                    self.sync_held = Some(HeldSync {
+                        opcode,
+                        mfi: 0,
+                        addr,
+                        len,
+                    });
+                    return 0xFF;
+                }
+                put(&mut out, 0, &(JBOD_MAP_BYTES as u32).to_le_bytes());
+                put(&mut out, 4, &256u32.to_le_bytes());
+                for id in 0..256usize {
+                    let e = 8 + 8 * id;
+                    match self.cfg.system_pds.iter().any(|&(pd, _)| usize::from(pd) == id) {
+                        true => {
+                            put(&mut out, e, &self.jbod_seq.to_le_bytes());
+                            put(&mut out, e + 2, &(JBOD_HANDLE_BASE + id as u16).to_le_bytes());
+                            put(&mut out, e + 6, &(id as u16).to_le_bytes());
+                        }
+                        false => {
+                            put(&mut out, e + 2, &0xFFFFu16.to_le_bytes());
+                            put(&mut out, e + 6, &0xFFFFu16.to_le_bytes());
+                        }
+                    }
+                }
             }
             0x0110_1000 | 0x0105_0000 => {}
             _ => return 0x02,

@@ -35,8 +35,8 @@ pub mod fake;
 
 pub use controller::{
     Completion, Config, Controller, DCMD_CACHE_FLUSH, DCMD_CTRL_GET_INFO, DCMD_LD_GET_LIST, DCMD_SHUTDOWN, DCMD_SMIDS,
-    Entered, FRAME_SIZE, Health, IntxResult, IoOp, IoOutcome, IoRequest, Limits, LogicalDrive, Mistake, SENSE_SIZE,
-    Stats, Validated, outcome_retryable,
+    DCMD_SYSTEM_PD_MAP_GET_INFO, Entered, FRAME_SIZE, Health, IntxResult, IoOp, IoOutcome, IoRequest, JbodRoute,
+    Limits, LogicalDrive, Mistake, SENSE_SIZE, Stats, Validated, outcome_retryable,
 };
 pub use devhal::{Delay, Dma, Mmio};
 

@@ -7,7 +7,8 @@
 //! `resetwaittime`, default 180 s); `megasas.rdpq=off` keeps the contiguous reply rings even
 //! when the firmware offers RDPQ (Linux's `rdpq_enable=0`); `megasas.fastpath=off` keeps every
 //! LD read and write on the firmware LD path although the RAID map allows FastPath;
-//! `megasas.perf_mode=balanced|latency` overrides the reply-queue layout Linux's rule would
+//! `megasas.jbod_map=off` keeps JBOD disks on the path by device id although the firmware
+//! offers the JBOD sequence map; `megasas.perf_mode=balanced|latency` overrides the reply-queue layout Linux's rule would
 //! choose ([`crate::layout::plan`]; balanced still needs the firmware's interrupt coalescing);
 //! `megasas.rdpq_fault=window` (test only) breaks the RDPQ array's 4 GiB group window, so that a
 //! test sees the firmware refuse IOC INIT. The MFI driver's keys
@@ -34,6 +35,8 @@ pub struct Options {
     pub rdpq: Option<bool>,
     /// `megasas.fastpath=on|off` (default: on when the firmware has a RAID map).
     pub fastpath: Option<bool>,
+    /// `megasas.jbod_map=on|off` (default: on when CTRL_GET_INFO offers the JBOD sequence map).
+    pub jbod_map: Option<bool>,
     /// `megasas.perf_mode=balanced|latency` (default: Linux's rule, [`crate::layout::plan`]).
     pub perf_mode: Option<PerfMode>,
     /// `megasas.rdpq_fault=window`, test only: a broken RDPQ array (see
@@ -85,6 +88,13 @@ impl Options {
                         _ => return Err(bad("megasas.fastpath", "on or off")),
                     })
                 }
+                "jbod_map" => {
+                    out.jbod_map = Some(match value {
+                        "1" | "yes" | "on" => true,
+                        "0" | "no" | "off" => false,
+                        _ => return Err(bad("megasas.jbod_map", "on or off")),
+                    })
+                }
                 "perf_mode" => {
                     out.perf_mode = Some(match value {
                         "balanced" => PerfMode::Balanced,
@@ -100,7 +110,7 @@ impl Options {
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath, perf_mode, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath, jbod_map, perf_mode, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
@@ -129,6 +139,9 @@ impl Options {
         if let Some(fastpath) = self.fastpath {
             cfg.fastpath = fastpath;
         }
+        if let Some(jbod_map) = self.jbod_map {
+            cfg.jbod_map = jbod_map;
+        }
         cfg.rdpq_window_fault |= self.rdpq_window_fault;
     }
 }
@@ -144,7 +157,7 @@ mod tests {
     #[test]
     fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
         let o = Options::parse(
-            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off megasas.fastpath=off megasas.perf_mode=latency",
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off megasas.fastpath=off megasas.perf_mode=latency megasas.jbod_map=off",
         )
         .unwrap();
         assert_eq!(
@@ -156,6 +169,7 @@ mod tests {
                 reset_wait_ms: Some(5000),
                 rdpq: Some(false),
                 fastpath: Some(false),
+                jbod_map: Some(false),
                 perf_mode: Some(PerfMode::Latency),
                 rdpq_window_fault: false,
             }
@@ -179,20 +193,28 @@ mod tests {
             "megasas.fast_path=on",
             "megasas.rdpq_fault=yes",
             "megasas.perf_mode=iops",
+            "megasas.jbod_map=maybe",
             "megasas.perf_mode",
         ] {
             assert!(Options::parse(bad).is_err(), "{bad}");
         }
         let mut cfg = crate::Config::new(crate::Generation::Aero, alloc::vec![0, 1]);
         assert!(cfg.rdpq, "RDPQ is used when offered unless turned off");
+        assert!(cfg.jbod_map, "the JBOD map is used when offered unless turned off");
         assert!(
             cfg.fastpath,
             "FastPath is used when the map allows it unless turned off"
         );
         o.apply(&mut cfg);
         assert_eq!(
-            (cfg.max_queues, cfg.bringup_budget_us, cfg.rdpq, cfg.fastpath),
-            (8, 5_000_000, false, false)
+            (
+                cfg.max_queues,
+                cfg.bringup_budget_us,
+                cfg.rdpq,
+                cfg.fastpath,
+                cfg.jbod_map
+            ),
+            (8, 5_000_000, false, false, false)
         );
         assert_eq!(Options::parse("megasas.rdpq=on").unwrap().rdpq, Some(true));
         let mut host = crate::blkdev::HostConfig::new(2, cfg);

@@ -56,13 +56,14 @@ pub const DRIVER: PciDriver = PciDriver {
 };
 
 /// The Fusion driver's own `megasas.*` keys (the rest of `megasas.*` is MFI's).
-const FUSION_KEYS: [&str; 8] = [
+const FUSION_KEYS: [&str; 9] = [
     "report_only",
     "queues",
     "bringup_ms",
     "reset_wait_ms",
     "rdpq",
     "fastpath",
+    "jbod_map",
     "perf_mode",
     "rdpq_fault",
 ];
@@ -77,14 +78,15 @@ pub fn owns_key(prefix: &str, word: &str) -> bool {
 static OPTIONS: spin::Once<Options> = spin::Once::new();
 
 /// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`,
-/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`, `megasas.perf_mode`, the test-only
+/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`, `megasas.jbod_map`,
+/// `megasas.perf_mode`, the test-only
 /// `megasas.rdpq_fault`).
 /// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
 /// `megasas.*`.
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq, megasas.fastpath, megasas.perf_mode and megasas.rdpq_fault (test only)"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq, megasas.fastpath, megasas.jbod_map, megasas.perf_mode and megasas.rdpq_fault (test only)"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;
@@ -163,6 +165,9 @@ impl HostHooks for Controller {
             ("fusion_raid1_reads_arm0", c.raid1_reads_arm0),
             ("fusion_raid1_reads_arm1", c.raid1_reads_arm1),
             ("fusion_high_iops_ios", c.high_iops_ios),
+            ("fusion_jbod_map_ios", c.jbod_map_ios),
+            ("fusion_jbod_stale_refusals", c.jbod_stale_refusals),
+            ("fusion_jbod_map_changes", c.jbod_map_changes),
         ]
     }
 }
@@ -382,6 +387,26 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         String::from("none (no FastPath-ready RAID-0 or RAID-1 LD in a valid RAID map)")
     };
     kprintln!("megasas-fusion {at}: FastPath: {fastpath_text}");
+    let jbod = controller.host.controller().jbod_map_routes();
+    let system_pds = controller.host.drives().iter().filter(|d| d.drive.system_pd).count();
+    if system_pds > 0 {
+        let jbod_text = if !jbod.is_empty() {
+            let list: Vec<String> = jbod
+                .iter()
+                .map(|r| format!("PD {} handle {:#x} sequence {:#x}", r.device, r.handle, r.seq))
+                .collect();
+            format!(
+                "{} of {system_pds} JBOD disk(s) by device handle and sequence number ({})",
+                jbod.len(),
+                list.join(", ")
+            )
+        } else if opts.jbod_map == Some(false) {
+            String::from("off (megasas.jbod_map=off): JBOD disks by device id")
+        } else {
+            String::from("none (not offered, or refused: see the report): JBOD disks by device id")
+        };
+        kprintln!("megasas-fusion {at}: JBOD sequence map: {jbod_text}");
+    }
     let disks = hosts::ControllerDisks {
         next_drive: &NEXT_DRIVE,
         prefix: "mf",

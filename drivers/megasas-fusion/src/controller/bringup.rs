@@ -276,6 +276,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             } else {
                 None
             },
+            // The JBOD map is optional too: no memory for it means system PDs by device id.
+            jbod_map: if generation != Generation::Thunderbolt && config.jbod_map {
+                alloc_low(dma, "JBOD map", super::jbodmap::JBOD_MAP_BYTES, 64)
+                    .and_then(|a| Ok([a, alloc_low(dma, "JBOD map", super::jbodmap::JBOD_MAP_BYTES, 64)?]))
+                    .ok()
+            } else {
+                None
+            },
         };
         report.step(
             &mmio,
@@ -323,6 +331,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             fastpath: FastPathTables::new(nq),
             map_sync: MapSync::new(),
             mirror_load: crate::raidmap::MirrorLoad::default(),
+            jbod: super::jbodmap::JbodMap::new(),
             busy: if limits.high_iops_queues > 0 {
                 (0..super::BUSY_DEVICES)
                     .map(|_| core::sync::atomic::AtomicU32::new(0))
@@ -382,6 +391,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         ctrl.read_info(budget, report)?;
         ctrl.discover(budget, report)?;
         ctrl.read_raid_map(budget, report);
+        ctrl.read_jbod_map(budget, report, "JBOD map");
         report.info = Some(ctrl.info.clone());
         report.drives = ctrl.drives.clone();
         report.step(

@@ -53,15 +53,27 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // max_lds @0x53F, adapterOperations3.supportMaxExtLDs @0x7E8 bit 5 (Linux, FreeBSD).
         let ops3 = u32::from_le_bytes([b[0x7E8], b[0x7E9], b[0x7EA], b[0x7EB]]);
         self.ext_lds = b[0x53F] > 64 || ops3 & (1 << 5) != 0;
+        // adapterOperations3 bit 24: the firmware keeps a JBOD sequence map (Linux's
+        // useSeqNumJbodFP).
+        let jbod_offered = ops3 & super::jbodmap::CI_OPS3_JBOD_SEQ_MAP != 0;
+        self.jbod.wanted.store(
+            jbod_offered && self.config.jbod_map && self.jbod_map_possible(),
+            Ordering::Relaxed,
+        );
         report.step(
             &self.mmio,
             self.generation,
             budget.used(),
             "CTRL_GET_INFO",
             alloc::format!(
-                "{}; OCR {}",
+                "{}; OCR {}; JBOD sequence map {}",
                 self.info,
-                if self.ocr_disabled { "disabled" } else { "enabled" }
+                if self.ocr_disabled { "disabled" } else { "enabled" },
+                match (jbod_offered, self.config.jbod_map) {
+                    (false, _) => "not offered",
+                    (true, false) => "offered, not used (megasas.jbod_map=off)",
+                    (true, true) => "offered",
+                }
             ),
         );
         Ok(())
@@ -306,8 +318,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let k = if self.mistake(Mistake::LeakDcmdSmid) {
             0
         } else {
-            // The map sync's slot is its own, even while no sync is pended.
-            (0..MAP_SYNC_SLOT)
+            // The map syncs' slots are their own, even while no sync is pended.
+            (0..super::jbodmap::JBOD_SYNC_SLOT.min(MAP_SYNC_SLOT))
                 .find(|&k| !self.dcmd_reply_pending[k].load(Ordering::Acquire))
                 .ok_or(Error::NoDcmdSlot)?
         };

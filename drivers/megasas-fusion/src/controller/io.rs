@@ -368,6 +368,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // command.
         let fastpath = if is_rw && self.fastpath.on() {
             self.fastpath_frame(&mut img, target, cdb, usize::from(queue), msix, smid)
+        } else if system_pd {
+            self.jbod_frame(&mut img, target, msix, smid)
         } else {
             None
         };
@@ -478,6 +480,29 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     pub fn device_busy(&self, target: u8, system_pd: bool) -> u32 {
         let device = usize::from(target) + if system_pd { 256 } else { 0 };
         self.busy.get(device).map_or(0, |b| b.load(Ordering::Relaxed))
+    }
+
+    /// Turns a system-PD frame into a request by the JBOD map when the map in use has the
+    /// device (Linux `megasas_build_syspd_fusion` with `use_seqnum_jbod_fp`): its device handle
+    /// (frame and descriptor), the device id + 255 and the map's sequence number in the RAID
+    /// context, with the type/nseg and sequence-number flags; returns the descriptor. None: by
+    /// device id (DevHandle 0xFFFF).
+    #[inline(never)]
+    fn jbod_frame(&self, img: &mut FrameImage, device: u8, msix: u8, smid: u16) -> Option<u64> {
+        let r = self.jbod.route(device)?;
+        let c = F_RAID_CTX;
+        img.set_u16(F_DEV_HANDLE, r.handle);
+        img.set_u16(c + 0x06, u16::from(device) + super::jbodmap::JBOD_TARGET_OFFSET);
+        img.set_u16(c + CTX_SEQ_NUM, r.seq);
+        if self.generation.g35_raid_context() {
+            img.set_u16(c, 0x0012); // nseg 1, type CUDA
+            img.set_u16(c + 0x04, 1 << 4); // routing flags: SQN
+        } else {
+            img.set_u8(c, 0x12); // type CUDA, nseg 1
+            img.set_u8(c + 0x04, 0x88); // SEQ_NUM_ENABLE | GRANT_DESTINATION_CUDA
+        }
+        self.jbod.ios.fetch_add(1, Ordering::Relaxed);
+        Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
     }
 
     /// The RAID-1 read `r` (the data arm's route) sent to the arm the read balance picks, and

@@ -18,6 +18,8 @@
 //! - `reply`: walking a reply queue, validating each SMID and decoding what the firmware wrote;
 //! - `mapsync`: the pended map sync that keeps the RAID map current, and the FastPath tables
 //!   it switches;
+//! - `jbodmap`: the JBOD sequence map (system PDs by device handle and sequence number) and its
+//!   pended sync;
 //! - `reset`: the FAULT watchdog and online controller reset, which hands every request still
 //!   held back exactly once;
 //! - `mistake`: the test hook that makes the driver commit a named mistake.
@@ -28,6 +30,7 @@
 mod bringup;
 mod discovery;
 mod io;
+mod jbodmap;
 mod mapsync;
 mod mistake;
 mod reply;
@@ -54,6 +57,7 @@ use mapsync::{FastPathTables, MapSync};
 
 pub use bringup::Limits;
 pub use io::{Entered, Validated};
+pub use jbodmap::{DCMD_SYSTEM_PD_MAP_GET_INFO, JbodRoute};
 pub use mistake::Mistake;
 pub use reply::IntxResult;
 pub use reset::Health;
@@ -140,6 +144,9 @@ pub struct Config {
     /// (balanced mode, [`crate::layout::plan`]); 0: latency mode. Bring-up uses it only when
     /// SP1 still offers coalescing once the firmware is READY and a latency queue remains.
     pub high_iops_queues: u16,
+    /// Use the JBOD sequence map when CTRL_GET_INFO offers it, as Linux does (system PDs by
+    /// device handle and sequence number); `false` keeps them on the path by device id.
+    pub jbod_map: bool,
     /// Test hook: commit this mistake. It exists only in test builds (`cfg(test)` or the
     /// `fake` feature): a production build cannot set it, and every check of it is the
     /// constant `false` there (about 40 compares per I/O on the hot paths).
@@ -162,6 +169,7 @@ impl Config {
             fastpath: true,
             rdpq_window_fault: false,
             high_iops_queues: 0,
+            jbod_map: true,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
         }
@@ -316,6 +324,9 @@ struct Memory {
     /// The two RAID map buffers (the size SP2 announces), when the firmware has a dynamic map:
     /// the map in use, and the one the pended map sync lends the firmware (`mapsync`).
     raid_map: Option<[DmaBuf; 2]>,
+    /// The two JBOD map buffers (the map in use, and the one the pended JBOD sync lends the
+    /// firmware), from Invader on (`jbodmap`).
+    jbod_map: Option<[DmaBuf; 2]>,
 }
 
 /// The reply descriptor rings: one buffer holding every queue's ring back to back (contiguous
@@ -403,6 +414,8 @@ pub struct Controller<M: Mmio64, D: Delay> {
     map_sync: MapSync,
     /// Outstanding RAID-1 FastPath reads and last blocks per PD: which arm takes the next read.
     mirror_load: MirrorLoad,
+    /// The JBOD sequence map and its pended sync.
+    jbod: jbodmap::JbodMap,
     /// Balanced mode: requests outstanding per device ([`BUSY_DEVICES`]), Linux's per-device
     /// busy count; empty in latency mode, where nothing counts.
     busy: Vec<AtomicU32>,

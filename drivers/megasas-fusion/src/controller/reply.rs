@@ -132,6 +132,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 self.bogus(smid, "DCMD SMID not in flight");
             } else if k == MAP_SYNC_SLOT {
                 self.map_sync_replied();
+            } else if k == super::jbodmap::JBOD_SYNC_SLOT {
+                self.jbod_sync_replied();
             }
             return;
         }
@@ -165,6 +167,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 f.read_u16(fo + F_RAID_CTX + CTX_SEQ_NUM),
             );
             self.stats.stale_map_refusals.fetch_add(1, Ordering::Relaxed);
+            IoOutcome::StaleMap
+        } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH && self.was_jbod_by_map(fo) {
+            // A system-PD request by a JBOD map the firmware no longer has: by device id until
+            // the sync brings the new map; issued again, as a stale FastPath request.
+            let target = f.read_u16(fo + F_RAID_CTX + 0x06);
+            let device = target.saturating_sub(super::jbodmap::JBOD_TARGET_OFFSET) as u8;
+            self.jbod_stale_refused(device, f.read_u16(fo + F_RAID_CTX + CTX_SEQ_NUM));
             IoOutcome::StaleMap
         } else if status == 0x2D && ex_status == 0 {
             IoOutcome::Failed(IoError {
@@ -213,6 +222,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     fn was_ld_fastpath(&self, fo: usize) -> bool {
         let f = &self.mem.frames;
         f.read_u8(fo + F_FUNCTION) == FUNC_SCSI_IO && f.read_u8(fo + F_RAID_CTX + 0x18) & 0x30 == 0
+    }
+
+    /// Whether the frame at `fo` went to a system PD by the JBOD map (Function SCSI IO, the
+    /// system-PD sub-type, a device handle): read only for a status that needs it.
+    fn was_jbod_by_map(&self, fo: usize) -> bool {
+        let f = &self.mem.frames;
+        f.read_u8(fo + F_FUNCTION) == FUNC_SCSI_IO
+            && f.read_u8(fo + F_RAID_CTX + 0x18) & 0x30 == 0x10
+            && f.read_u16(fo) != 0xFFFF
     }
 
     fn bogus(&self, smid: u16, why: &str) {

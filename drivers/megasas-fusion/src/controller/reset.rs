@@ -118,6 +118,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 continue;
             }
             self.recheck_raid_map(&mut budget, report);
+            self.read_jbod_map(&mut budget, report, "OCR: JBOD map");
             if was_enabled {
                 self.enable_interrupts();
             }
@@ -162,6 +163,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.dcmd_reply_pending[k].store(false, Ordering::Release);
         }
         self.map_sync_cancelled();
+        self.jbod_sync_cancelled();
         for smid in 1..=usize::from(self.limits.io_tags) {
             let state = &self.smids[smid];
             let slot = &state.slot;
