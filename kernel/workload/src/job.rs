@@ -266,6 +266,31 @@ impl QuiescePolicy {
     }
 }
 
+/// Classes of errors, as fio's `continue_on_error` names them: a read that failed, a write (or
+/// a trim or flush) that failed, a verify mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ErrorClass {
+    /// A read that failed.
+    Read = 1,
+    /// A write, trim or flush that failed.
+    Write = 2,
+    /// A block that read back other than written.
+    Verify = 4,
+}
+
+impl ErrorClass {
+    /// Every class (fio's `continue_on_error=all`).
+    pub const ALL: u8 = Self::Read as u8 | Self::Write as u8 | Self::Verify as u8;
+}
+
+impl JobSpec {
+    /// Whether an error of `class` stops the job (`stop_on_error`, less `continue_on`).
+    pub fn stops_on(&self, class: ErrorClass) -> bool {
+        self.stop_on_error && self.continue_on & class as u8 == 0
+    }
+}
+
 /// Which CPUs submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CpuSelection {
@@ -341,6 +366,9 @@ pub struct JobSpec {
     pub seed: u64,
     /// Stop the whole job at the first I/O error or verify mismatch (`stop_on_error=`, default no).
     pub stop_on_error: bool,
+    /// With `stop_on_error`, the classes of errors the job goes on after anyway (fio's
+    /// `continue_on_error=read|write|io|verify`): bits of [`ErrorClass`]; 0 stops on every one.
+    pub continue_on: u8,
     /// Give up when requests are in flight and nothing completes for this long (`io_timeout=`).
     pub io_timeout_ns: u64,
     /// Stage tracing (`trace=N`): timestamp every stage of 1 in N requests; 0 (default) is off.
@@ -651,6 +679,7 @@ impl JobSpec {
             quiesce: None,
             seed: DEFAULT_SEED,
             stop_on_error: false,
+            continue_on: 0,
             io_timeout_ns: DEFAULT_IO_TIMEOUT_NS,
             trace_every: 0,
             destroy: false,
@@ -766,6 +795,19 @@ impl fmt::Display for JobSpec {
             u8::from(self.stop_on_error),
             self.io_timeout_ns / 1_000_000
         )?;
+        if self.stop_on_error && self.continue_on != 0 {
+            let names = [
+                (ErrorClass::Read, "read"),
+                (ErrorClass::Write, "write"),
+                (ErrorClass::Verify, "verify"),
+            ];
+            let going_on: Vec<&str> = names
+                .iter()
+                .filter(|(class, _)| self.continue_on & *class as u8 != 0)
+                .map(|(_, name)| *name)
+                .collect();
+            write!(f, " (going on after {} errors)", going_on.join("+"))?;
+        }
         if self.trace_every != 0 {
             write!(f, " trace={}", self.trace_every)?;
         }

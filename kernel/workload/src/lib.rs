@@ -62,8 +62,8 @@ pub use error::WorkloadError;
 pub use generator::IoGenerator;
 pub use hist::LatencyHistogram;
 pub use job::{
-    ACCEPTED_KEYS, AccessZone, CompletionPolicy, CpuSelection, ExpectedGeneration, FileRegion, FileService, JobSpec,
-    QuiescePolicy, RwMode, VerifyMode, ZoneLength, parse_cmdline, parse_jobs,
+    ACCEPTED_KEYS, AccessZone, CompletionPolicy, CpuSelection, ErrorClass, ExpectedGeneration, FileRegion, FileService,
+    JobSpec, QuiescePolicy, RwMode, VerifyMode, ZoneLength, parse_cmdline, parse_jobs,
 };
 pub use plan::{CpuSlice, DeviceInfo, FileRoute, JobPlan, PlanFile, PlanWarning, VerifyScheme, plan_job, route_file};
 pub use report::{

@@ -916,3 +916,53 @@ fn numa_options_place_clones_and_buffers_on_nodes() {
     assert_eq!(spread.jobs[0].spec.buffer_interleave, [0, 1, 3]);
     assert_eq!(spread.jobs[0].spec.buffer_node, None);
 }
+
+#[test]
+fn continue_on_error_goes_on_after_the_classes_it_names_only() {
+    use common::Fault;
+    use workload::{IoError, IoOp};
+    let run = |options: &str| {
+        let disk = FakeDisk::new(SECTOR, DISK_SECTORS);
+        let plan = fio_plan_of(&format!("[w]\nrw=write\nbs=4k\nsize=256k\n{options}"), &[0]);
+        let shared = JobShared::new(&plan);
+        let mut backend = FakeBackend::new(&disk, plan.iodepth as usize, plan.max_io_bytes() as usize);
+        // The first 8 blocks' writes fail.
+        backend.faults.push(Fault::FailRange {
+            from: 0,
+            to: 8 * u64::from(4096 / SECTOR),
+            op: IoOp::Write,
+            error: IoError::Device { status: 0x2d },
+        });
+        (plan.clone(), run_cpu(&plan, 0, &mut backend, &shared).unwrap())
+    };
+    // write (and io, all): the job goes on over the failed writes to its end.
+    for going_on in [
+        "continue_on_error=write\n",
+        "continue_on_error=io\n",
+        "continue_on_error=all\n",
+    ] {
+        let (plan, result) = run(going_on);
+        assert_eq!(result.ios(), 64, "{going_on}");
+        assert_eq!(result.write.errors, 8, "{going_on}");
+        assert!(!result.stopped_early, "{going_on}");
+        assert!(!plan.spec.stops_on(workload::ErrorClass::Write), "{going_on}");
+    }
+    // read, verify, none: a failed write stops the job, as fio's classes say.
+    for stopping in ["continue_on_error=read\n", "continue_on_error=verify\n", ""] {
+        let (plan, result) = run(stopping);
+        assert!(result.stopped_early, "{stopping}");
+        assert!(result.ios() < 64, "{stopping}");
+        assert!(plan.spec.stops_on(workload::ErrorClass::Write), "{stopping}");
+    }
+    // verify_fatal keeps mismatches fatal under continue_on_error=all.
+    let plan = fio_plan_of(
+        "[v]\nrw=write\nverify=crc32c\ncontinue_on_error=all\nverify_fatal=1\nsize=64k\n",
+        &[0],
+    );
+    assert!(plan.spec.stops_on(workload::ErrorClass::Verify));
+    assert!(!plan.spec.stops_on(workload::ErrorClass::Read));
+    assert!(matches!(
+        parse_job_file("[a]\ncontinue_on_error=sometimes\n", &[]),
+        Err(WorkloadError::FioBadValue { option, .. }) if option == "continue_on_error"
+    ));
+}

@@ -122,7 +122,12 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                     // Every read of a verify job ends up checked, unchecked, or a mismatch.
                     self.result.verify.unchecked += 1;
                 }
-                if self.plan.spec.stop_on_error {
+                let class = if op == IoOp::Read {
+                    crate::job::ErrorClass::Read
+                } else {
+                    crate::job::ErrorClass::Write
+                };
+                if self.plan.spec.stops_on(class) {
                     self.shared.request_stop();
                 }
             }

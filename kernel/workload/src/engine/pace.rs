@@ -181,7 +181,8 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                 stats.errors += 1;
                 self.result.errors += 1;
                 self.live_counts.errors += 1;
-                if self.plan.spec.stop_on_error {
+                // fio counts a failed flush as a write error.
+                if self.plan.spec.stops_on(crate::job::ErrorClass::Write) {
                     self.shared.request_stop();
                 }
             }

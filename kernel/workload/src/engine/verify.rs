@@ -202,7 +202,7 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                     if self.result.verify.first_mismatch.is_none() {
                         self.result.verify.first_mismatch = Some((done_ns, mismatch));
                     }
-                    if self.plan.spec.stop_on_error {
+                    if self.plan.spec.stops_on(crate::job::ErrorClass::Verify) {
                         self.shared.request_stop();
                     }
                 }

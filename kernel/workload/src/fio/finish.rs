@@ -284,7 +284,14 @@ impl Builder {
             }
             self.spec.buffer_pattern = pattern;
         }
-        self.spec.stop_on_error = !self.continue_on_error;
+        // fio stops at the first error unless continue_on_error names its class; verify_fatal
+        // makes a mismatch stop the job whatever continue_on_error says.
+        let mut going_on = self.continue_on_error;
+        if self.verify_fatal {
+            going_on &= !(crate::job::ErrorClass::Verify as u8);
+        }
+        self.spec.stop_on_error = going_on != crate::job::ErrorClass::ALL;
+        self.spec.continue_on = if self.spec.stop_on_error { going_on } else { 0 };
         if run.readonly && (self.spec.rw.writes() || self.spec.rw.trims()) {
             return Err(unsupported(
                 &job,

@@ -415,7 +415,10 @@ struct Builder {
     verify: VerifyMode,
     verify_name: String,
     do_verify: bool,
-    continue_on_error: bool,
+    /// fio's `continue_on_error`: bits of [`crate::job::ErrorClass`].
+    continue_on_error: u8,
+    /// fio's `verify_fatal`: a mismatch stops the job whatever `continue_on_error` says.
+    verify_fatal: bool,
     stonewall: bool,
     new_group: bool,
     exitall: bool,
@@ -497,7 +500,8 @@ impl Builder {
             verify: VerifyMode::None,
             verify_name: String::new(),
             do_verify: true,
-            continue_on_error: false,
+            continue_on_error: 0,
+            verify_fatal: false,
             stonewall: false,
             new_group: false,
             exitall: false,

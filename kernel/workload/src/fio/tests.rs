@@ -284,7 +284,6 @@ fn unsupported_options_are_refused_by_name() {
         ("[a]\nverify_backlog_batch=16\n", "verify_backlog_batch"),
         ("[a]\nsync=1\n", "sync"),
         ("[a]\nwrite_barrier=4\n", "write_barrier"),
-        ("[a]\ncontinue_on_error=read\n", "continue_on_error=read"),
         ("[a]\nrate=1m\nrate_iops=10\n", "rate_iops"),
         ("[a]\nstartdelay=1-5\n", "startdelay"),
         ("[a]\nrw=randread\nblockalign=512\n", "blockalign"),

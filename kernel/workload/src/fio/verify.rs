@@ -51,13 +51,7 @@ impl Builder {
                     .ok_or_else(|| s.bad("a number of blocks from 0 (off) to 1048576"))?
                     as u32
             }
-            "verify_fatal" => {
-                // fio stops at the first error anyway unless continue_on_error; with it, a
-                // mismatch still stops the job when verify_fatal is set.
-                if s.flag()? {
-                    self.continue_on_error = false;
-                }
-            }
+            "verify_fatal" => self.verify_fatal = s.flag()?,
             "verify_dump" => {
                 if s.flag()? {
                     self.warn(
@@ -69,16 +63,15 @@ impl Builder {
                 }
             }
             "continue_on_error" => {
+                use crate::job::ErrorClass::{Read, Verify, Write};
                 self.continue_on_error = match s.need()? {
-                    "none" | "0" => false,
-                    "all" | "1" => true,
-                    other => {
-                        return Err(unsupported(
-                            job,
-                            &format!("continue_on_error={other}"),
-                            "baremq continues on every error or on none: give all or none",
-                        ));
-                    }
+                    "none" | "0" => 0,
+                    "read" => Read as u8,
+                    "write" => Write as u8,
+                    "io" => Read as u8 | Write as u8,
+                    "verify" => Verify as u8,
+                    "all" | "1" => crate::job::ErrorClass::ALL,
+                    _ => return Err(s.bad("none, read, write, io, verify or all (or 0, 1)")),
                 }
             }
             _ => return Ok(false),
