@@ -48,14 +48,33 @@ struct Turns {
 /// Each CPU's turns while it runs several contexts; null otherwise.
 static CPU_TURNS: [AtomicPtr<Turns>; MAX_CPUS] = [const { AtomicPtr::new(null_mut()) }; MAX_CPUS];
 
+/// The stack a context needs, which the heap could not give.
+#[derive(Debug, Clone, Copy)]
+pub struct NoStack {
+    pub bytes: usize,
+}
+
 /// Runs `body(0)`, ..., `body(count - 1)` on this CPU by turns and returns when all have
 /// returned. Each body must hand over its turn ([`yield_turn`], [`idle_turn`]) while it waits.
-pub fn run_by_turns(count: usize, body: &(dyn Fn(usize) + Sync)) {
+/// Without memory for the contexts' stacks none runs.
+pub fn run_by_turns(count: usize, body: &(dyn Fn(usize) + Sync)) -> Result<(), NoStack> {
     if count <= 1 {
         if count == 1 {
             body(0);
         }
-        return;
+        return Ok(());
+    }
+    let mut stacks = Vec::new();
+    stacks.try_reserve_exact(count - 1).map_err(|_| NoStack {
+        bytes: CONTEXT_STACK_BYTES,
+    })?;
+    for _ in 1..count {
+        let mut stack = Vec::new();
+        stack.try_reserve_exact(CONTEXT_STACK_BYTES / 8).map_err(|_| NoStack {
+            bytes: CONTEXT_STACK_BYTES,
+        })?;
+        stack.resize(CONTEXT_STACK_BYTES / 8, 0u64);
+        stacks.push(stack.into_boxed_slice());
     }
     let me = percpu::index();
     // SAFETY: the lifetime is erased only for the pointer kept in `Turns`, which this function
@@ -68,16 +87,14 @@ pub fn run_by_turns(count: usize, body: &(dyn Fn(usize) + Sync)) {
         body,
         saved: vec![0; count],
         finished: vec![false; count],
-        stacks: Vec::with_capacity(count - 1),
+        stacks,
         current: 0,
         live: count,
         idle_streak: 0,
     };
     let turns_ptr: *mut Turns = &mut turns;
     for index in 1..count {
-        let mut stack = vec![0u64; CONTEXT_STACK_BYTES / 8].into_boxed_slice();
-        turns.saved[index] = first_frame(&mut stack, turns_ptr);
-        turns.stacks.push(stack);
+        turns.saved[index] = first_frame(&mut turns.stacks[index - 1], turns_ptr);
     }
     CPU_TURNS[me].store(turns_ptr, Ordering::Relaxed);
     // SAFETY: `turns` outlives every context (see above); body 0 runs on this stack.
@@ -86,6 +103,7 @@ pub fn run_by_turns(count: usize, body: &(dyn Fn(usize) + Sync)) {
         finish(turns_ptr);
     }
     CPU_TURNS[me].store(null_mut(), Ordering::Relaxed);
+    Ok(())
 }
 
 /// Whether this CPU runs several contexts by turns (a backend asks once, at its start).

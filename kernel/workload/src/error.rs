@@ -157,6 +157,13 @@ pub enum WorkloadError {
         /// The length needed (the job's `bs`).
         needed: usize,
     },
+    /// A CPU that runs several job contexts by turns had no memory for one's stack.
+    NoContextStack {
+        /// The CPU.
+        cpu: u32,
+        /// The stack's size.
+        bytes: usize,
+    },
     /// The backend reported a completion that does not match anything in flight.
     BogusCompletion {
         /// The CPU running the engine.
@@ -349,6 +356,11 @@ impl fmt::Display for WorkloadError {
             Self::CpuIndexOutOfRange { index, cpus } => {
                 write!(f, "CPU index {index} is out of range: the job has {cpus} CPUs")
             }
+            Self::NoContextStack { cpu, bytes } => write!(
+                f,
+                "cpu{cpu}: no memory for a job context's {bytes}-byte stack (the CPU runs several contexts by turns): \
+                 run fewer clones or jobs at once"
+            ),
             Self::BufferTooSmall { slot, len, needed } => write!(
                 f,
                 "backend buffer for slot {slot} holds {len} bytes, the job needs {needed}"

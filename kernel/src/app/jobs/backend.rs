@@ -744,7 +744,17 @@ pub(super) fn worker(shares_addr: usize) {
         }
         *ctx.results[share.index].lock() = Some(r);
     };
-    crate::arch::turns::run_by_turns(shares.len(), &run);
+    if let Err(no_stack) = crate::arch::turns::run_by_turns(shares.len(), &run) {
+        for share in shares {
+            // SAFETY: as above.
+            let ctx = unsafe { &*(share.ctx as *const JobContext<'_>) };
+            ctx.shared.request_stop();
+            *ctx.results[share.index].lock() = Some(Err(WorkloadError::NoContextStack {
+                cpu: percpu::index() as u32,
+                bytes: no_stack.bytes,
+            }));
+        }
+    }
     // The reaps looked at the shares' own slots only: a completion above them belongs to no
     // request of these jobs; it is counted as bogus (`bogus_cookies`) rather than left for the
     // next.
