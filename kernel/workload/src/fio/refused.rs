@@ -65,8 +65,38 @@ const REFUSED: &[(&str, &str)] = &[
         "trimming verified blocks (fio's verify trim options) is not implemented",
     ),
     ("zonemode", "zoned devices are not supported"),
-    ("prio", "I/O priorities are not implemented"),
-    ("prioclass", "I/O priorities are not implemented"),
+    (
+        "prio",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "prioclass",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "cmdprio",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "cmdprio_class",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "cmdprio_percentage",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "cmdprio_bssplit",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "log_prio",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
+    (
+        "priohint",
+        "I/O priorities order requests in a scheduler or a device that honours them; baremq has no I/O scheduler and its drivers send every request as it comes, so a priority would change nothing (not implemented)",
+    ),
     ("nice", "there are no processes to renice"),
     ("lockmem", "there are no processes"),
     (
