@@ -351,9 +351,6 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             img.set_u8(F_FUNCTION, 0x00);
         }
         let mut msix = queue as u8;
-        if self.limits.high_iops_queues != 0 {
-            msix = self.balanced_queue(state, queue, target, system_pd, is_rw);
-        }
         if self.mistake(Mistake::MsixIndexOutOfRange) {
             msix = self.limits.queues as u8;
         }
@@ -373,7 +370,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         } else {
             None
         };
-        let descriptor = fastpath.unwrap_or_else(|| desc(flags, msix, smid));
+        let mut descriptor = fastpath.unwrap_or_else(|| desc(flags, msix, smid));
+        if self.limits.high_iops_queues != 0 {
+            // Balanced mode: the reply queue Linux's rule picks (MSIxIndex, bits 15:8).
+            let q = self.balanced_queue(state, queue, target, system_pd, is_rw);
+            descriptor = (descriptor & !0xFF00) | (u64::from(q) << 8);
+        }
         self.mem.frames.write_u32s(fo, &img.0);
         // The frame must be visible to the device before the descriptor that names it.
         fence(Ordering::Release);
@@ -439,6 +441,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// high-IOPS queue, 16 consecutive such requests to each in turn, where the firmware
     /// coalesces their interrupts. Only balanced mode comes here: the device counts and the
     /// batch counter are written by every CPU that submits to the device, as Linux's are.
+    /// `#[cold]` keeps latency mode's submission free of it (its spills included).
+    #[cold]
     #[inline(never)]
     fn balanced_queue(&self, state: &SmidState, queue: u16, target: u8, system_pd: bool, is_rw: bool) -> u8 {
         let device = usize::from(target) + if system_pd { 256 } else { 0 };
@@ -466,8 +470,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     }
 
     /// Takes back the balanced-mode count of the request on `state`, if it has one: exactly
-    /// once, whoever hands it back first (reply or reset).
-    #[inline]
+    /// once, whoever hands it back first (reply or reset). Out of line: latency mode's replies
+    /// never come here.
+    #[cold]
+    #[inline(never)]
     pub(super) fn busy_done(&self, state: &SmidState) {
         let device = state.busy_device.swap(0, Ordering::Relaxed);
         if let Some(busy) = usize::from(device).checked_sub(1).and_then(|d| self.busy.get(d)) {
@@ -486,7 +492,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// device (Linux `megasas_build_syspd_fusion` with `use_seqnum_jbod_fp`): its device handle
     /// (frame and descriptor), the device id + 255 and the map's sequence number in the RAID
     /// context, with the type/nseg and sequence-number flags; returns the descriptor. None: by
-    /// device id (DevHandle 0xFFFF).
+    /// device id (DevHandle 0xFFFF). Out of line and cold: LD requests never come here.
+    #[cold]
     #[inline(never)]
     fn jbod_frame(&self, img: &mut FrameImage, device: u8, msix: u8, smid: u16) -> Option<u64> {
         let r = self.jbod.route(device)?;

@@ -158,23 +158,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
         let outcome = if status == 0 || residual_ok {
             IoOutcome::Ok
-        } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH && self.was_ld_fastpath(fo) {
-            // A FastPath request routed with a map the firmware no longer has: no FastPath
-            // until the map is read again (the map sync brings it), unless a newer map is in
-            // use already.
-            self.stale_map_refused(
-                state.target.load(Ordering::Relaxed),
-                f.read_u16(fo + F_RAID_CTX + CTX_SEQ_NUM),
-            );
-            self.stats.stale_map_refusals.fetch_add(1, Ordering::Relaxed);
-            IoOutcome::StaleMap
-        } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH && self.was_jbod_by_map(fo) {
-            // A system-PD request by a JBOD map the firmware no longer has: by device id until
-            // the sync brings the new map; issued again, as a stale FastPath request.
-            let target = f.read_u16(fo + F_RAID_CTX + 0x06);
-            let device = target.saturating_sub(super::jbodmap::JBOD_TARGET_OFFSET) as u8;
-            self.jbod_stale_refused(device, f.read_u16(fo + F_RAID_CTX + CTX_SEQ_NUM));
-            IoOutcome::StaleMap
+        } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH
+            && let Some(stale) = self.stale_route(fo, state.target.load(Ordering::Relaxed))
+        {
+            stale
         } else if status == 0x2D && ex_status == 0 {
             IoOutcome::Failed(IoError {
                 kind: IoErrorKind::Other,
@@ -215,6 +202,28 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             return;
         }
         sink(c);
+    }
+
+    /// Status 0x67 on the request in the frame at `fo` (LD `target`): a FastPath request routed
+    /// with a RAID map, or a system-PD request by a JBOD map, that the firmware no longer has.
+    /// That map goes off (unless a newer one is in use already) until its sync brings the new
+    /// one, and the request may be issued again. None: neither kind of request.
+    #[cold]
+    #[inline(never)]
+    fn stale_route(&self, fo: usize, target: u8) -> Option<IoOutcome> {
+        let f = &self.mem.frames;
+        let seq = f.read_u16(fo + F_RAID_CTX + CTX_SEQ_NUM);
+        if self.was_ld_fastpath(fo) {
+            self.stale_map_refused(target, seq);
+            self.stats.stale_map_refusals.fetch_add(1, Ordering::Relaxed);
+        } else if self.was_jbod_by_map(fo) {
+            let named = f.read_u16(fo + F_RAID_CTX + 0x06);
+            let device = named.saturating_sub(super::jbodmap::JBOD_TARGET_OFFSET) as u8;
+            self.jbod_stale_refused(device, seq);
+        } else {
+            return None;
+        }
+        Some(IoOutcome::StaleMap)
     }
 
     /// Whether the frame at `fo` went by FastPath to a RAID member (Function SCSI IO, not the
