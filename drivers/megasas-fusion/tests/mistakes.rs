@@ -50,6 +50,24 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
         }
         w.inflight.clear();
         w.run(1500, 12);
+        // A JBOD disk's write and read (by the JBOD map where the firmware offers one).
+        if let Some(pd) = w.ctrl.drives().iter().find(|d| d.system_pd).map(|d| d.target) {
+            for (tag, op) in [(30, IoOp::Write), (31, IoOp::Read)] {
+                let segs = w.segments(tag, 512, 1);
+                let req = IoRequest {
+                    system_pd: true,
+                    target: pd,
+                    op,
+                    lba: 0,
+                    blocks: 1,
+                    sgl: &segs,
+                };
+                let _ = w.ctrl.submit(tag, 0, &req, u64::from(tag));
+                for _ in 0..20 {
+                    w.service(100);
+                }
+            }
+        }
         // Replies posted but not consumed when the reset starts.
         for t in 10..20 {
             let _ = w.submit(t, 0, IoOp::Read, 1, 1);
@@ -78,6 +96,10 @@ fn four_fw_queues(c: &mut FakeConfig) {
 }
 fn with_jbod(c: &mut FakeConfig) {
     c.system_pds = vec![(1, 1024)];
+}
+fn with_jbod_map(c: &mut FakeConfig) {
+    c.system_pds = vec![(1, 1024)];
+    c.jbod_map = true;
 }
 
 fn check(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), m: Mistake, want: Violation) {
@@ -164,6 +186,7 @@ mistakes! {
     queue_depth_not_multiple_of_16: Ventura, 1, none, QueueDepthNotMultipleOf16 => BadQueueDepth;
     more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
     coalescing_mask_without_sp1_bit26: Ventura, 1, none, CoalescingWithoutSupport => BadCoalescingMask;
+    jbod_map_request_naming_the_device_id: Invader, 1, with_jbod_map, JbodTargetNotOffset => BadJbodMapRequest;
     combined_mode_from_the_host_count: Aero, 12, none, CombinedByHostCount => HostIndexWrongRegister;
     rw_raid_context_on_non_rw_command: Ventura, 1, none, RwContextOnNonRw => NonRwRaidContext;
     rw_raid_context_on_non_rw_legacy: Invader, 1, none, RwContextOnNonRw => NonRwRaidContext;
@@ -230,6 +253,7 @@ fn every_mistake_hook_has_a_test() {
             Mistake::QueueDepthNotMultipleOf16 => "queue_depth_not_multiple_of_16",
             Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
             Mistake::CoalescingWithoutSupport => "coalescing_mask_without_sp1_bit26",
+            Mistake::JbodTargetNotOffset => "jbod_map_request_naming_the_device_id",
             Mistake::CombinedByHostCount => "combined_mode_from_the_host_count",
             Mistake::RwContextOnNonRw => "rw_raid_context_on_non_rw_command",
             Mistake::QemuDcmdSizes => "qemu_dcmd_buffer_sizes",

@@ -499,7 +499,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let r = self.jbod.route(device)?;
         let c = F_RAID_CTX;
         img.set_u16(F_DEV_HANDLE, r.handle);
-        img.set_u16(c + 0x06, u16::from(device) + super::jbodmap::JBOD_TARGET_OFFSET);
+        let named = if self.mistake(Mistake::JbodTargetNotOffset) {
+            u16::from(device)
+        } else {
+            u16::from(device) + super::jbodmap::JBOD_TARGET_OFFSET
+        };
+        img.set_u16(c + 0x06, named);
         img.set_u16(c + CTX_SEQ_NUM, r.seq);
         if self.generation.g35_raid_context() {
             img.set_u16(c, 0x0012); // nseg 1, type CUDA

@@ -59,6 +59,8 @@ pub enum Mistake {
     TooManyVectors,
     /// A replyqueue_mask in the INIT frame from firmware that offers no interrupt coalescing.
     CoalescingWithoutSupport,
+    /// A system-PD request by the JBOD map naming the device id, not the id + 255, as target.
+    JbodTargetNotOffset,
     /// Behaviours Linux and FreeBSD avoid (combined mode from the host's queue count, read/write
     /// RAID-context fields on other LD commands, QEMU's MFI DCMD buffer sizes, an SGE on a no-data
     /// DCMD, a system-PD request without the FastPath flag), kept as hooks so the model's checks
@@ -72,7 +74,7 @@ pub enum Mistake {
 
 impl Mistake {
     /// Every variant (the mistakes test checks each has a test, and that this list is complete).
-    pub const ALL: [Mistake; 57] = [
+    pub const ALL: [Mistake; 58] = [
         Mistake::PostBeforeOperational,
         Mistake::InitViaAtomicPort,
         Mistake::InitTwice,
@@ -125,6 +127,7 @@ impl Mistake {
         Mistake::QueueDepthNotMultipleOf16,
         Mistake::TooManyVectors,
         Mistake::CoalescingWithoutSupport,
+        Mistake::JbodTargetNotOffset,
         Mistake::CombinedByHostCount,
         Mistake::RwContextOnNonRw,
         Mistake::QemuDcmdSizes,
