@@ -569,10 +569,14 @@ pub fn substitute(arg: &str, images: &[(String, std::path::PathBuf)]) -> Result<
     Ok(out)
 }
 
+/// What starts each of QEMU's own lines in a boot's output (`qemu::forward_output`).
+const QEMU_LINE: &str = "qemu: ";
+
 /// Judges one boot's outcome. Returns `Err(reason)` on failure.
 ///
 /// A boot passes on the exit status for its expected outcome, the matching verdict as the last
-/// line the kernel printed (QEMU's own `qemu:` lines may follow), every `output` in order and no
+/// line the kernel printed (QEMU's own `qemu:` lines may follow), every `output` in order (the
+/// console's expected lines among themselves, QEMU's `qemu:` lines among themselves) and no
 /// `absent`, both searched outside the kernel's echo of its command line, and no `absent` that
 /// names a counter or table row the output never shows (it could never fail).
 pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), String> {
@@ -592,7 +596,7 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
     let last = output
         .lines()
         .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with("qemu: ") && !l.starts_with(VERDICT_REPEAT));
+        .find(|l| !l.trim().is_empty() && !l.starts_with(QEMU_LINE) && !l.starts_with(VERDICT_REPEAT));
     match last {
         Some(l) if l.trim_end().starts_with(want_line) => {}
         _ if output.lines().any(|l| l.trim_end().starts_with(want_line)) => {
@@ -606,15 +610,23 @@ pub fn judge(boot: &Boot, exit_code: Option<i32>, output: &str) -> Result<(), St
     // Same byte offsets as `output`, the echoed words blanked: only a pattern that itself starts
     // with the echo prefix (a check of the banner) is searched in the echo.
     let searched = without_cmdline_echo(output);
-    let mut from = 0;
+    // QEMU's own lines (`qemu: `, its stderr) reach the output through another pipe than the
+    // console, so their place among the console's lines is not fixed: each stream's expected
+    // lines are in order among themselves.
+    let (mut from_console, mut from_qemu) = (0, 0);
     for want in &boot.output {
         let hay = if want.starts_with(CMDLINE_ECHO) {
             output
         } else {
             searched.as_str()
         };
-        match hay[from..].find(want.as_str()) {
-            Some(pos) => from += pos + want.len(),
+        let from = if want.starts_with(QEMU_LINE) {
+            &mut from_qemu
+        } else {
+            &mut from_console
+        };
+        match hay[*from..].find(want.as_str()) {
+            Some(pos) => *from += pos + want.len(),
             None => {
                 return Err(if hay.contains(want.as_str()) {
                     format!("'{want}' appears, but not after the previous expected output")

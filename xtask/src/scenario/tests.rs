@@ -352,6 +352,30 @@ fn boot(expect: Expect, output: &[&str]) -> Boot {
 }
 
 #[test]
+fn qemu_lines_are_in_order_among_themselves_wherever_the_console_lines_fall() {
+    let b = boot(
+        Expect::Success,
+        &["job start", "qemu: changed", "job end", "qemu: counted"],
+    );
+    // QEMU's stderr line came through before the console line expected ahead of it.
+    let early = "qemu: changed\njob start\njob end\nBAREMQ: SUCCESS\nqemu: counted\n";
+    assert!(judge(&b, Some(33), early).is_ok());
+    // Within each stream the order still holds.
+    let swapped = "job start\nqemu: counted\nqemu: changed\njob end\nBAREMQ: SUCCESS\n";
+    assert!(
+        judge(&b, Some(33), swapped)
+            .unwrap_err()
+            .contains("'qemu: counted' appears, but not after")
+    );
+    let console_swapped = "job end\nqemu: changed\njob start\nqemu: counted\nBAREMQ: SUCCESS\n";
+    assert!(
+        judge(&b, Some(33), console_swapped)
+            .unwrap_err()
+            .contains("'job end' appears, but not after")
+    );
+}
+
+#[test]
 fn judging_needs_exit_code_final_line_and_ordered_output() {
     let b = boot(Expect::Success, &["alpha", "beta"]);
     let good = "alpha\nbeta\nBAREMQ: SUCCESS\n";
