@@ -331,8 +331,10 @@ fn job_contexts<'a>(
 /// One line per job (device, CPUs, depth, policies), and one naming jobs that run together.
 fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
     for (plan, (completion, quiesce)) in plans.iter().zip(policies) {
+        let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
+        let distinct = workload::values::CpuSet::from_cpus(&cpus).len() as usize;
         kprintln!(
-            "job {}: {} on {} ({} CPUs: {}), iodepth {} per CPU, completion={} quiesce={}",
+            "job {}: {} on {} ({}: {}), iodepth {} per {}, completion={} quiesce={}",
             plan.spec.name,
             plan.spec.rw.as_str(),
             plan.devices()
@@ -340,17 +342,20 @@ fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
                 .map(|d| d.name.as_str())
                 .collect::<Vec<_>>()
                 .join(":"),
-            plan.cpus.len(),
-            {
-                // A list for a few CPUs, ranges (`0-127`) for many.
-                let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
-                if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
-                    alloc::format!("{cpus:?}")
-                } else {
-                    alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
-                }
+            if distinct == cpus.len() {
+                alloc::format!("{} CPUs", cpus.len())
+            } else {
+                // Clones that share CPUs (by turns).
+                alloc::format!("{} clones on {distinct} CPUs", cpus.len())
+            },
+            // A list for a few CPUs, ranges (`0-127`) for many.
+            if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
+                alloc::format!("{cpus:?}")
+            } else {
+                alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
             },
             plan.iodepth,
+            if distinct == cpus.len() { "CPU" } else { "clone" },
             to_left(&COMPLETION_POLICIES, *completion).as_str(),
             to_left(&QUIESCE_POLICIES, *quiesce).as_str(),
         );
