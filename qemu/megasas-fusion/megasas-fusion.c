@@ -249,6 +249,8 @@ enum {
 /* RAID context (frame + 0x60) fields checked on FastPath */
 #define FR_RAID_SPAN_ARM 0x79
 #define FR_RAID_SEQ_NUM 0x7A
+/* G35 RAID context flow-specific u16: a RAID-1 FastPath write's peer SMID */
+#define FR_RAID_PEER_SMID 0x74
 #define IO_FLAGS_FAST_PATH 0x4000
 
 #define MAX_QUEUES 128
@@ -293,6 +295,15 @@ static const GenerationInfo generations[] = {
     [GEN_AERO] = { "aero", 0x10E2, 0x9560, 0, 2,
                    "baremq Fusion Aero (SAS3916)", 16, 16 },
 };
+
+/* one half of a RAID-1 FastPath write, as its peer must mirror it */
+typedef struct Raid1Half {
+    bool waiting;
+    uint16_t smid;
+    uint8_t arm;
+    uint64_t lba;
+    uint32_t count;
+} Raid1Half;
 
 typedef enum CmdKind {
     CMD_FREE,
@@ -386,6 +397,7 @@ struct FusionState {
     uint64_t jbod_seq_ios;    /* JBOD requests served by the sequence map */
     uint64_t jbod_stale_refused;
     uint32_t config_changes;  /* change-config events so far */
+    uint64_t raid1_write_pairs; /* RAID-1 FastPath writes, both halves seen */
     Notifier exit_notifier;
 
     const GenerationInfo *gen;
@@ -427,6 +439,12 @@ struct FusionState {
 
     uint32_t event_seq;
     FusionCmd cmds[MAX_SMID + 1];
+    /*
+     * RAID-1 FastPath write halves waiting for their peer, indexed by the
+     * peer's SMID: the first half may complete before the second is posted.
+     */
+    Raid1Half r1_expected[MAX_SMID + 1];
+    bool intake_was_r1_half; /* the request being taken in was one */
 };
 
 #define FDBG(s, fmt, ...)                                                    \
@@ -657,6 +675,7 @@ static void fusion_drop_all(FusionState *s)
             fusion_free_cmd(cmd);
         }
     }
+    memset(s->r1_expected, 0, sizeof(s->r1_expected));
 }
 
 static void fusion_to_ready(FusionState *s)
@@ -1124,6 +1143,7 @@ static void fusion_request(FusionState *s, uint64_t desc)
     FDBG(s, "request type %u queue %u smid %u function 0x%02x", type, queue,
          smid, function);
 
+    s->intake_was_r1_half = false;
     switch (function) {
     case FUNC_MFI_PASSTHRU:
         fusion_handle_mfi(s, cmd, frame);
@@ -1140,6 +1160,17 @@ static void fusion_request(FusionState *s, uint64_t desc)
                     smid, function, type);
         fusion_finish_io(s, cmd, MFI_STAT_INVALID_CMD, 0);
         break;
+    }
+    if (!s->intake_was_r1_half && s->r1_expected[smid].waiting) {
+        GUEST_ERROR("SMID %u is the peer of SMID %u's RAID-1 FastPath write "
+                    "but came as function 0x%02x, not the mirror write",
+                    smid, s->r1_expected[smid].smid, function);
+        s->r1_expected[smid].waiting = false;
+    }
+    if (!s->intake_was_r1_half && smid >= s->fw_cmds) {
+        GUEST_ERROR("SMID %u is above the firmware's %u commands: those are "
+                    "for RAID-1 FastPath peer writes only", smid,
+                    s->fw_cmds - 1);
     }
 }
 
