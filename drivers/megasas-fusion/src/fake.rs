@@ -186,12 +186,34 @@ pub enum Violation {
     /// A FastPath read or write whose disk blocks are not inside one strip of the LD's data on
     /// that arm: the driver's striping differs from the firmware's.
     FastPathOutsideStrip,
+    /// A RAID-1 FastPath write that is no well-formed half of a pair: the peer SMID (RAID
+    /// context +0x14) 0, out of range, its own or already another's peer; a second half that
+    /// does not name the first, goes to the same arm or writes other blocks; or a SMID a first
+    /// half named coming as anything but its mirror write.
+    Raid1PairMalformed,
+    /// A SMID above max_fw_cmds (Ventura and later keep them for RAID-1 FastPath peer writes)
+    /// used for anything else, or on a generation without peer SMIDs.
+    PeerSmidMisused,
+}
+
+/// `MR_LD_RAID` capability: FastPath writes.
+const CAP_FP_WRITE: u32 = 1 << 20;
+
+/// One half of a RAID-1 FastPath write, waiting for its peer (kept by the peer's SMID).
+#[derive(Clone, Copy, Debug)]
+struct Raid1Half {
+    smid: u16,
+    arm: usize,
+    lba: u64,
+    blocks: u32,
 }
 
 /// A RAID-0 LD of the model, described by a dynamic RAID map: its data lives on the member
 /// disks, strip by strip, as the firmware stripes it. With `mirror`, a RAID-1 LD instead: two
 /// disks holding the same blocks; the LD path writes both and reads the first, FastPath serves
-/// reads from either and refuses writes (as the emulation does).
+/// reads from either and, when `caps` offers FastPath writes, writes as pairs (one request per
+/// arm, each naming the other's SMID, as Ventura and later firmware takes them; the emulation
+/// does the same).
 #[derive(Clone, Debug)]
 pub struct FakeRaid0 {
     /// LD target id.
@@ -550,6 +572,14 @@ struct State {
     fastpath_served: u64,
     /// FastPath requests served by each arm.
     fastpath_by_arm: Vec<u64>,
+    /// RAID-1 FastPath write halves waiting for their peer, by the peer's SMID.
+    r1_expected: alloc::collections::BTreeMap<u16, Raid1Half>,
+    /// RAID-1 FastPath write pairs whose two halves both arrived.
+    raid1_write_pairs: u64,
+    /// The descriptor being taken in is a RAID-1 FastPath write half.
+    intake_r1_half: bool,
+    /// The next FastPath write to this arm fails with this status.
+    fail_arm_write: Option<(usize, Failure)>,
     violations: Vec<(Violation, String)>,
     warnings: Vec<(Violation, String)>,
     fail_next: VecDeque<Failure>,
@@ -636,7 +666,8 @@ impl FakeFusion {
             ),
             StartState::Ready => (0xB, 0, VecDeque::new()),
         };
-        let smids = usize::from(cfg.raw_cmds);
+        // Ventura and later: peer SMIDs up to 2 × max_fw_cmds.
+        let smids = 2 * usize::from(cfg.raw_cmds);
         let lds = cfg
             .lds
             .iter()
@@ -721,6 +752,10 @@ impl FakeFusion {
                 jbod_seq: JBOD_SEQ_FIRST,
                 jbod_served: 0,
                 jbod_stale: 0,
+                r1_expected: alloc::collections::BTreeMap::new(),
+                raid1_write_pairs: 0,
+                intake_r1_half: false,
+                fail_arm_write: None,
             }),
             mem,
         })
@@ -947,6 +982,19 @@ impl FakeFusion {
     /// FastPath requests served by each arm of the RAID LD.
     pub fn fastpath_by_arm(&self) -> Vec<u64> {
         self.st.lock().fastpath_by_arm.clone()
+    }
+    /// RAID-1 FastPath write pairs whose two halves both arrived.
+    pub fn raid1_write_pairs(&self) -> u64 {
+        self.st.lock().raid1_write_pairs
+    }
+    /// RAID-1 FastPath write halves still waiting for their peer.
+    pub fn raid1_halves_waiting(&self) -> usize {
+        self.st.lock().r1_expected.len()
+    }
+    /// The next FastPath write to arm `arm` of the RAID LD completes with `f` (one arm of a
+    /// RAID-1 write pair failing).
+    pub fn fail_next_write_on_arm(&self, arm: usize, f: Failure) {
+        self.st.lock().fail_arm_write = Some((arm, f));
     }
     /// A configuration change: the RAID-0 LD's sequence number moves on, so a FastPath request
     /// routed with the old map is refused (status 0x67), and a held map sync is answered: the
@@ -1241,6 +1289,7 @@ impl State {
     fn forget_commands(&mut self) {
         self.pending.clear();
         self.outstanding.iter_mut().for_each(|o| *o = false);
+        self.r1_expected.clear();
         self.init = None;
         self.atomic_ok = false;
         self.latched_low = None;
@@ -1397,7 +1446,8 @@ impl State {
             );
             return;
         };
-        if smid == 0 || smid > self.max_fw_cmds() {
+        let peer_smids = if self.cfg.generation.g35_raid_context() { 2 } else { 1 };
+        if smid == 0 || smid > peer_smids * self.max_fw_cmds() {
             self.violate(Violation::BadSmid, format!("SMID {smid}"));
             return;
         }
@@ -1418,73 +1468,24 @@ impl State {
             return;
         }
         let function = frame[3];
-        let work = match (flags, function) {
-            (0x00, 0xF0) => {
-                if msix != 0 {
-                    self.warn(Violation::DcmdOffQueue0, format!("DCMD SMID {smid} on queue {msix}"));
-                }
-                match self.passthrough(mem, &frame) {
-                    Some(()) => match self.sync_held.take() {
-                        Some(h) => Work::MapSync(h),
-                        None => Work::ReplyOnly,
-                    },
-                    None => return,
-                }
-            }
-            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init, false) {
-                Some(c) => Work::Ld(c),
-                None => return,
-            },
-            // A system PD without a RAID map, as Linux `megasas_build_syspd_fusion` sends it:
-            // FastPath SCSI IO, DevHandle 0xFFFF, raid_flags sub-type SYSTEM_PD, the device id
-            // in the RAID context; IoFlags FastPath bit on Invader and later.
-            (0x0C, 0x00) if le_u16(&frame, 0) == 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
-                let fp = le_u16(&frame, 0x24) & 0x4000 != 0;
-                if fp != (self.cfg.generation != Generation::Thunderbolt) {
-                    self.violate(
-                        Violation::BadSystemPdRequest,
-                        format!("SMID {smid}: IoFlags {:#x}", le_u16(&frame, 0x24)),
-                    );
-                    return;
-                }
-                match self.ld_command(mem, frame_addr, &frame, flags, init, true) {
-                    Some(c) => Work::Ld(c),
-                    None => return,
-                }
-            }
-            // A system PD by the JBOD sequence map (Linux with `use_seqnum_jbod_fp`): its
-            // device handle, the device id + 255 and the map's sequence number in the RAID
-            // context.
-            (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
-                // The atomic port's 32-bit descriptor carries no handle.
-                let desc_handle = (!atomic).then_some((d >> 48) as u16);
-                match self.jbod_command(mem, frame_addr, &frame, flags, init, desc_handle) {
-                    Some(c) => Work::Ld(c),
-                    None => return,
-                }
-            }
-            (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && self.cfg.raid0.is_some() => {
-                match self.fastpath_command(mem, frame_addr, &frame, flags, init, d, atomic) {
-                    Some(c) => Work::Ld(c),
-                    None => return,
-                }
-            }
-            (0x06, 0x01) => Work::ReplyOnly,
-            (0x0C, _) => {
-                self.violate(Violation::FastPathWithoutMap, format!("SMID {smid}"));
-                return;
-            }
-            (_, f) if !matches!(f, 0xF0 | 0xF1 | 0x01) => {
-                self.violate(Violation::BadFunction, format!("SMID {smid} Function {f:#x}"));
-                return;
-            }
-            _ => {
+        self.intake_r1_half = false;
+        let work = self.take_in(mem, smid, flags, function, &frame, frame_addr, init, d, atomic);
+        if !self.intake_r1_half {
+            if let Some(h) = self.r1_expected.remove(&smid) {
                 self.violate(
-                    Violation::DescriptorFunctionMismatch,
-                    format!("descriptor {flags:#x} with Function {function:#x}"),
+                    Violation::Raid1PairMalformed,
+                    format!("SMID {smid}, SMID {}'s peer, came as Function {function:#x}", h.smid),
                 );
-                return;
             }
+            if smid > self.max_fw_cmds() {
+                self.violate(
+                    Violation::PeerSmidMisused,
+                    format!("SMID {smid} Function {function:#x}"),
+                );
+            }
+        }
+        let Some(work) = work else {
+            return;
         };
         let delay = match &work {
             Work::ReplyOnly | Work::MapSync(_) => self.cfg.dcmd_reply_delay_us,
@@ -1504,6 +1505,93 @@ impl State {
         });
     }
 
+    /// The work a posted request asks for; None when it was refused (a violation recorded).
+    #[allow(clippy::too_many_arguments)]
+    fn take_in(
+        &mut self,
+        mem: &FakeMemory,
+        smid: u16,
+        flags: u8,
+        function: u8,
+        frame: &[u8; 256],
+        frame_addr: u64,
+        init: Init,
+        d: u64,
+        atomic: bool,
+    ) -> Option<Work> {
+        let msix = (d >> 8) as u8;
+        let frame = *frame;
+        let work = match (flags, function) {
+            (0x00, 0xF0) => {
+                if msix != 0 {
+                    self.warn(Violation::DcmdOffQueue0, format!("DCMD SMID {smid} on queue {msix}"));
+                }
+                match self.passthrough(mem, &frame) {
+                    Some(()) => match self.sync_held.take() {
+                        Some(h) => Work::MapSync(h),
+                        None => Work::ReplyOnly,
+                    },
+                    None => return None,
+                }
+            }
+            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init, false) {
+                Some(c) => Work::Ld(c),
+                None => return None,
+            },
+            // A system PD without a RAID map, as Linux `megasas_build_syspd_fusion` sends it:
+            // FastPath SCSI IO, DevHandle 0xFFFF, raid_flags sub-type SYSTEM_PD, the device id
+            // in the RAID context; IoFlags FastPath bit on Invader and later.
+            (0x0C, 0x00) if le_u16(&frame, 0) == 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
+                let fp = le_u16(&frame, 0x24) & 0x4000 != 0;
+                if fp != (self.cfg.generation != Generation::Thunderbolt) {
+                    self.violate(
+                        Violation::BadSystemPdRequest,
+                        format!("SMID {smid}: IoFlags {:#x}", le_u16(&frame, 0x24)),
+                    );
+                    return None;
+                }
+                match self.ld_command(mem, frame_addr, &frame, flags, init, true) {
+                    Some(c) => Work::Ld(c),
+                    None => return None,
+                }
+            }
+            // A system PD by the JBOD sequence map (Linux with `use_seqnum_jbod_fp`): its
+            // device handle, the device id + 255 and the map's sequence number in the RAID
+            // context.
+            (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && frame[0x60 + 0x18] == 0x10 => {
+                // The atomic port's 32-bit descriptor carries no handle.
+                let desc_handle = (!atomic).then_some((d >> 48) as u16);
+                match self.jbod_command(mem, frame_addr, &frame, flags, init, desc_handle) {
+                    Some(c) => Work::Ld(c),
+                    None => return None,
+                }
+            }
+            (0x0C, 0x00) if le_u16(&frame, 0) != 0xFFFF && self.cfg.raid0.is_some() => {
+                match self.fastpath_command(mem, smid, frame_addr, &frame, flags, init, d, atomic) {
+                    Some(c) => Work::Ld(c),
+                    None => return None,
+                }
+            }
+            (0x06, 0x01) => Work::ReplyOnly,
+            (0x0C, _) => {
+                self.violate(Violation::FastPathWithoutMap, format!("SMID {smid}"));
+                return None;
+            }
+            (_, f) if !matches!(f, 0xF0 | 0xF1 | 0x01) => {
+                self.violate(Violation::BadFunction, format!("SMID {smid} Function {f:#x}"));
+                return None;
+            }
+            _ => {
+                self.violate(
+                    Violation::DescriptorFunctionMismatch,
+                    format!("descriptor {flags:#x} with Function {function:#x}"),
+                );
+                return None;
+            }
+        };
+        Some(work)
+    }
+
     /// A FastPath request to a RAID-0 member: the handle must be a member's (and the
     /// descriptor's, unless the atomic port carried it), the request a read or write with the
     /// FastPath bit, the LD's target and the arm's span/arm byte. A stale sequence number is no
@@ -1512,6 +1600,7 @@ impl State {
     fn fastpath_command(
         &mut self,
         mem: &FakeMemory,
+        smid: u16,
         frame_addr: u64,
         f: &[u8; 256],
         flags: u8,
@@ -1536,12 +1625,13 @@ impl State {
         let target = le_u16(f, 0x66);
         let span_arm = f[0x60 + 0x19];
         let rw = matches!(f[0x40], 0x28 | 0x2A | 0x88 | 0x8A | 0xA8 | 0xAA | 0x08 | 0x0A);
-        let mirror_write = r.mirror && matches!(f[0x40], 0x2A | 0x8A | 0xAA | 0x0A);
+        let write = matches!(f[0x40], 0x2A | 0x8A | 0xAA | 0x0A);
+        let mirror_write = r.mirror && write;
         if io_flags & 0x4000 == 0
             || target != u16::from(r.target)
             || usize::from(span_arm) != arm
             || !rw
-            || mirror_write
+            || (mirror_write && r.caps & CAP_FP_WRITE == 0)
         {
             self.violate(
                 Violation::FastPathBadRequest,
@@ -1557,7 +1647,51 @@ impl State {
         c.pd = false;
         c.arm = Some(arm);
         c.stale = le_u16(f, 0x60 + 0x1A) != r.seq;
+        if let LdKind::Write { lba, blocks } = c.kind
+            && mirror_write
+        {
+            self.intake_r1_half = true;
+            let peer = le_u16(f, 0x60 + 0x14);
+            if !self.raid1_half(smid, peer, arm, lba, blocks) {
+                return None;
+            }
+        }
+        if write && self.fail_arm_write.is_some_and(|(a, _)| a == arm) {
+            c.fail = self.fail_arm_write.take().map(|(_, f)| f);
+        }
         Some(c)
+    }
+
+    /// Takes in a RAID-1 FastPath write half on SMID `smid` naming peer SMID `peer`: the first
+    /// of a pair waits (by its peer's SMID) for a second that names it back, goes to the other
+    /// arm and writes the same blocks. False (a violation) for anything else.
+    fn raid1_half(&mut self, smid: u16, peer: u16, arm: usize, lba: u64, blocks: u32) -> bool {
+        if let Some(h) = self.r1_expected.remove(&smid) {
+            if h.smid != peer || h.arm == arm || h.lba != lba || h.blocks != blocks {
+                self.violate(
+                    Violation::Raid1PairMalformed,
+                    format!("SMID {smid} (peer {peer}, arm {arm}, {blocks} at {lba}) does not mirror {h:?}"),
+                );
+                return false;
+            }
+            self.raid1_write_pairs += 1;
+            return true;
+        }
+        let limit = 2 * self.max_fw_cmds();
+        if peer == 0 || peer > limit || peer == smid || self.outstanding[usize::from(peer)] {
+            self.violate(
+                Violation::Raid1PairMalformed,
+                format!("SMID {smid} names peer SMID {peer}"),
+            );
+            return false;
+        }
+        if let Some(h) = self.r1_expected.get(&peer) {
+            let detail = format!("SMID {smid} names peer {peer}, already SMID {}'s", h.smid);
+            self.violate(Violation::Raid1PairMalformed, detail);
+            return false;
+        }
+        self.r1_expected.insert(peer, Raid1Half { smid, arm, lba, blocks });
+        true
     }
 
     /// A system-PD request by the JBOD map: descriptor handle = frame handle = 0x100 + a
@@ -1844,6 +1978,7 @@ impl State {
         self.host_index = vec![0; usize::from(queues)];
         self.raised = vec![false; usize::from(queues)];
         self.outstanding.iter_mut().for_each(|o| *o = false);
+        self.r1_expected.clear();
         self.state = 0xC;
         self.operational_shown_at = self.clock + self.cfg.operational_lag_us;
         self.atomic_ok = self.cfg.generation == Generation::Aero && self.cfg.bit24;

@@ -1,6 +1,7 @@
 //! The RAID map (MR_DCMD_LD_MAP_GET_INFO) in the dynamic format Ventura and Aero firmware
 //! announce through SP2 bits 24:16, and FastPath routing with it: RAID-0 reads and writes,
-//! and RAID-1 reads balanced over the two arms ([`MirrorLoad`]).
+//! RAID-1 reads balanced over the two arms ([`MirrorLoad`]) and RAID-1 writes (the data arm's
+//! route; the driver sends the same write to the mirror as its peer).
 //!
 //! The map comes from the device, so every field is checked before use: offsets and sizes
 //! inside the buffer, element counts within the format's limits, each LD's geometry (span
@@ -10,9 +11,9 @@
 //! two-disk RAID-1 LD, is left to the firmware LD path. A refused value means the LD path,
 //! never a computed wrong block.
 //!
-//! RAID-1 writes stay on the LD path: FastPath for them would mean two requests, one per arm,
-//! that the driver pairs and completes together (Linux's peer commands on Ventura); the firmware
-//! mirrors an LD-path write itself, and the emulation offers RAID-1 reads only.
+//! A RAID-1 FastPath write is two requests, one per arm, that the driver pairs and completes
+//! together (Linux's peer commands on Ventura and later); the map's FastPath-write capability
+//! allows it, as it allows RAID-0 writes.
 //!
 //! Layout (Linux's `MR_FW_RAID_MAP_DYNAMIC`, `megaraid_sas_fusion.h`): a header (total size,
 //! descriptor table offset, size and count, LD/array/span counts), a table of 16-byte
@@ -65,7 +66,8 @@ pub struct FastPathLd {
     pub seq: u16,
     /// log2 of the strip size in blocks.
     pub strip_shift: u8,
-    /// RAID-1: two arms holding the same blocks (reads only, either arm); RAID-0 otherwise.
+    /// RAID-1: two arms holding the same blocks (a read from either, a write to both); RAID-0
+    /// otherwise.
     pub mirror: bool,
     /// Device handle of each data arm, in the order strips go round (data-arm map applied);
     /// RAID-1: the data arm, then its mirror.
@@ -108,8 +110,8 @@ impl FastPathLd {
 
     /// The disk and block of `blocks` blocks at LD block `lba` when they lie inside one strip
     /// and the map allows FastPath for this direction; None sends the request on the LD path.
-    /// RAID-1: the data arm's route for a read ([`FastPathLd::mirror_route`] gives the other
-    /// arm's), None for a write.
+    /// RAID-1: the data arm's route ([`FastPathLd::mirror_route`] gives the other arm's: a read
+    /// may go there instead, a write goes to both).
     #[inline]
     pub fn route(&self, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
         let handles = self.arm_handles.len() as u64;
@@ -117,7 +119,7 @@ impl FastPathLd {
         let arms = if self.mirror { 1 } else { handles };
         // The fields are public: a geometry `parse_dynamic` would refuse routes nothing.
         if blocks == 0
-            || (write && (!self.write || self.mirror))
+            || (write && !self.write)
             || (!write && !self.read)
             || handles == 0
             || (self.mirror && handles != 2)
@@ -146,8 +148,8 @@ impl FastPathLd {
         })
     }
 
-    /// A RAID-1 read's `route` sent to arm `arm` (0: the data arm, 1: its mirror) instead: the
-    /// same block, the other disk. None for an arm the LD does not have.
+    /// A RAID-1 `route` sent to arm `arm` (0: the data arm, 1: its mirror) instead: the same
+    /// block, the other disk. None for an arm the LD does not have.
     pub fn mirror_route(&self, route: FastPathRoute, arm: usize) -> Option<FastPathRoute> {
         if !self.mirror {
             return None;
@@ -498,7 +500,7 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
         arm_blocks,
         blocks,
         read: caps & CAP_FP_READ != 0,
-        write: !mirror && caps & CAP_FP_WRITE != 0,
+        write: caps & CAP_FP_WRITE != 0,
     })
 }
 
@@ -735,7 +737,7 @@ mod tests {
     }
 
     #[test]
-    fn a_raid1_map_routes_reads_to_either_arm_at_the_same_block_and_no_write() {
+    fn a_raid1_map_routes_reads_to_either_arm_and_writes_only_with_the_write_capability() {
         let map = parse_dynamic(&mirror()).unwrap();
         let ld = map.fastpath(0).expect("the mirror is FastPath-ready").clone();
         assert!(ld.mirror);
@@ -756,14 +758,22 @@ mod tests {
             (0x107, 131, 1, 0x0101)
         );
         assert_eq!(ld.mirror_route(r, 2), None);
-        assert_eq!(ld.route(128 + 3, 8, true), None, "RAID-1 writes take the LD path");
+        assert_eq!(
+            ld.route(128 + 3, 8, true),
+            None,
+            "without the FastPath-write capability RAID-1 writes take the LD path"
+        );
         assert_eq!(ld.route(124, 8, false), None, "across a strip: the LD path");
         assert_eq!(ld.route(ld.blocks - 4, 8, false), None, "past the end");
-        // Capability bits that offer writes do not make RAID-1 writes FastPath.
+        // With it, a write inside one strip routes to the data arm (the peer goes to the mirror).
         let m = build_dynamic_raid1(0, [4, 7], 7, 16, 1, CAPS_FP_READ_WRITE);
         let rw = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
-        assert!(!rw.write);
-        assert_eq!(rw.route(0, 8, true), None);
+        assert!(rw.write);
+        let w = rw.route(128 + 3, 8, true).unwrap();
+        assert_eq!((w.handle, w.pd_lba, w.span_arm), (0x104, 131, 0));
+        let peer = rw.mirror_route(w, 1).unwrap();
+        assert_eq!((peer.handle, peer.pd_lba, peer.span_arm), (0x107, 131, 1));
+        assert_eq!(rw.route(124, 8, true), None, "a write across a strip: the LD path");
         // The data arm is the map's: data arm 1 puts PD 7 first.
         let mut m = mirror();
         m[layout::LD + 0x80] = 1;

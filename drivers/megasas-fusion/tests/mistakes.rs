@@ -137,7 +137,9 @@ mistakes! {
     init_status_not_preset: Invader, 1, none, InitStatusNotPreset => InitStatusNotPreset;
     reply_slots_not_all_ones_at_init: Ventura, 1, none, ReplySlotsNotReset => ReplySlotsNotAllOnes;
     smid_zero: Invader, 1, none, SmidZero => BadSmid;
-    smid_beyond_pool: Aero, 1, none, SmidBeyondPool => BadSmid;
+    smid_beyond_pool: Invader, 1, none, SmidBeyondPool => BadSmid;
+    // Ventura and later keep the SMIDs above the pool for RAID-1 FastPath peer writes.
+    smid_beyond_pool_for_no_peer_write: Aero, 1, none, SmidBeyondPool => PeerSmidMisused;
     repost_outstanding_smid: Invader, 1, none, RepostOutstanding => SmidOutstanding;
     garbage_function: Ventura, 1, none, GarbageFunction => BadFunction;
     high_dword_without_fresh_low: Invader, 1, none, HighWithoutLow => HighWithoutFreshLow;

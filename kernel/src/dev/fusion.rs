@@ -164,6 +164,7 @@ impl HostHooks for Controller {
             ("fusion_fastpath_ios_after_map_change", c.fastpath_ios_after_map_change),
             ("fusion_raid1_reads_arm0", c.raid1_reads_arm0),
             ("fusion_raid1_reads_arm1", c.raid1_reads_arm1),
+            ("fusion_raid1_write_pairs", c.raid1_write_pairs),
             ("fusion_high_iops_ios", c.high_iops_ios),
             ("fusion_jbod_map_ios", c.jbod_map_ios),
             ("fusion_jbod_stale_refusals", c.jbod_stale_refusals),
@@ -372,10 +373,10 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
                     u8::from(ld.mirror),
                     ld.arm_handles.len(),
                     (1u32 << ld.strip_shift) / 2,
-                    if ld.mirror {
-                        " (reads, balanced over both; writes on the LD path)"
-                    } else {
-                        ""
+                    match (ld.mirror, ld.write) {
+                        (true, true) => " (reads, balanced over both; writes to both as FastPath pairs)",
+                        (true, false) => " (reads, balanced over both; writes on the LD path)",
+                        (false, _) => "",
                     }
                 )
             })

@@ -237,16 +237,21 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             );
         }
         let n = usize::from(limits.max_fw_cmds);
+        // RAID-1 FastPath writes need a peer SMID per I/O tag (max_fw_cmds + SMID), each with its
+        // frame and sense slot: the firmware finds a frame at base + 256 × SMID. Chain frames
+        // are shared: a peer's SGL is its request's.
+        let peer_smids = map_bytes > 0 && map_bytes <= raidmap::MAX_MAP_BYTES;
+        let smid_span = if peer_smids { 2 * n } else { n };
         let chain_stride = (usize::from(limits.max_sge).saturating_sub(7) * 16)
             .next_multiple_of(64)
             .max(64);
         let depth = limits.reply_depth as usize;
         let nq = usize::from(limits.queues);
         let mem = Memory {
-            frames: alloc_low(dma, "request frames", FRAME_SIZE * (n + 1), 256)?,
+            frames: alloc_low(dma, "request frames", FRAME_SIZE * (smid_span + 1), 256)?,
             chains: alloc_low(dma, "chain frames", chain_stride * n, 64)?,
             chain_stride,
-            sense: alloc_low(dma, "sense buffers", SENSE_SIZE * n, 64)?,
+            sense: alloc_low(dma, "sense buffers", SENSE_SIZE * smid_span, 64)?,
             replies: alloc_rings(dma, generation, limits.rdpq, depth * 8, nq)?,
             init: alloc_low(dma, "IOC INIT frame", 4096, 256)?,
             dcmd: alloc_low(
@@ -331,6 +336,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             fastpath: FastPathTables::new(nq),
             map_sync: MapSync::new(),
             mirror_load: crate::raidmap::MirrorLoad::default(),
+            peer_smids,
             jbod: super::jbodmap::JbodMap::new(),
             busy: if limits.high_iops_queues > 0 {
                 (0..super::BUSY_DEVICES)

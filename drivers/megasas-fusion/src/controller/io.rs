@@ -16,11 +16,23 @@ use crate::regs::{self, Generation};
 use super::{
     Controller, F_CDB, F_CHAIN_OFFSET, F_CONTROL, F_DATA_LEN, F_DEV_HANDLE, F_FUNCTION, F_IO_FLAGS, F_RAID_CTX,
     F_SENSE_LEN, F_SENSE_LOW, F_SGL, F_SGL_FLAGS, F_SGL_OFFSET0, FRAME_SIZE, FUNC_LD_IO, FUNC_SCSI_IO, IoOp, IoRequest,
-    Mistake, SENSE_SIZE, SGE_SIZE, SmidState, desc, desc_with_handle, sge_bytes,
+    Mistake, PAIR_IN_FLIGHT, SENSE_SIZE, SGE_SIZE, SmidState, desc, desc_with_handle, sge_bytes,
 };
 
 /// RAID context (G35) offsets a FastPath request fills: span/arm and the map's sequence number.
 const CTX_SPAN_ARM: usize = 0x19;
+/// RAID context (G35) flow-specific word: a RAID-1 FastPath write's peer SMID.
+const CTX_PEER_SMID: usize = 0x14;
+
+/// What [`Controller::fastpath_frame`] made of an LD read or write.
+enum FastPathFrame {
+    /// The LD path.
+    No,
+    /// One request to a member disk: its descriptor.
+    One(u64),
+    /// A RAID-1 write: the data arm's descriptor, and the mirror's route for the peer.
+    Pair(u64, FastPathRoute),
+}
 pub(super) const CTX_SEQ_NUM: usize = 0x1A;
 
 /// IoFlags: FastPath (Invader and later).
@@ -364,7 +376,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // LD, or a RAID-1 read, goes to a member disk; one relaxed load for every other LD
         // command.
         let fastpath = if is_rw && self.fastpath.on() {
-            self.fastpath_frame(&mut img, target, cdb, usize::from(queue), msix, smid)
+            match self.fastpath_frame(&mut img, target, cdb, usize::from(queue), msix, smid) {
+                FastPathFrame::No => None,
+                FastPathFrame::One(d) => Some(d),
+                FastPathFrame::Pair(d, peer) => {
+                    self.post_pair(&mut img, state, fo, smid, d, peer, queue, target);
+                    return Ok(generation);
+                }
+            }
         } else if system_pd {
             self.jbod_frame(&mut img, target, msix, smid)
         } else {
@@ -393,8 +412,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// the map's sequence number in the RAID context (the LD's target is there already); returns
     /// the FastPath descriptor, which names the handle. A RAID-1 read goes to the arm
     /// [`MirrorLoad`](crate::raidmap::MirrorLoad) picks and is counted there until its reply or
-    /// a reset hands it back. None: no route, the LD path. Out of line: only controllers with a
-    /// valid RAID map come here.
+    /// a reset hands it back. A RAID-1 write goes to the data arm with the mirror's route for
+    /// its peer ([`Controller::post_pair`]), when the controller has peer SMIDs and `smid` is an
+    /// I/O tag's. `No`: no route, the LD path. Out of line: only controllers with a valid RAID
+    /// map come here.
     #[cold]
     #[inline(never)]
     fn fastpath_frame(
@@ -405,24 +426,33 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         lane: usize,
         msix: u8,
         smid: u16,
-    ) -> Option<u64> {
+    ) -> FastPathFrame {
         let write = match cdb[0] {
             0x88 => false,
             0x8A => true,
-            _ => return None,
+            _ => return FastPathFrame::No,
         };
-        let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
-        let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
+        let (Ok(lba), Ok(blocks)) = (
+            cdb[2..10].try_into().map(u64::from_be_bytes),
+            cdb[10..14].try_into().map(u32::from_be_bytes),
+        ) else {
+            return FastPathFrame::No;
+        };
+        let peer_ok = self.peer_smids && smid != 0 && smid <= self.limits.io_tags;
         // The map in use, seen from the submitting queue's lane (`mapsync`).
-        let r: FastPathRoute = self.fastpath.with(lane, |lds| {
+        let routed = self.fastpath.with(lane, |lds| {
             let ld = lds.iter().find(|ld| ld.target == target)?;
             let r = ld.route(lba, blocks, write)?;
-            Some(if ld.mirror {
-                self.mirror_arm(ld, r, blocks, smid)
-            } else {
-                r
+            Some(match (ld.mirror, write) {
+                (false, _) => (r, None),
+                (true, false) => (self.mirror_arm(ld, r, blocks, smid), None),
+                (true, true) if peer_ok => (r, Some(ld.mirror_route(r, 1)?)),
+                (true, true) => return None,
             })
-        })?;
+        });
+        let Some((r, peer)) = routed else {
+            return FastPathFrame::No;
+        };
         // Routes come from a dynamic map, which only G35-context firmware has.
         debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
@@ -432,7 +462,57 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
-        Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
+        let d = desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle);
+        match peer {
+            Some(p) => FastPathFrame::Pair(d, p),
+            None => FastPathFrame::One(d),
+        }
+    }
+
+    /// Posts a RAID-1 FastPath write as Linux's peer commands (`megasas_prepare_secondRaid1_IO`):
+    /// the request in `img` on SMID `smid` to the data arm, and its copy on the peer SMID
+    /// (`smid` + max_fw_cmds) to the mirror `peer`, with its own sense slot and the mirror's
+    /// span/arm; each names the other's SMID in the RAID context and both reply on the same
+    /// queue. The SGL (and a chain frame it points to) is the request's, copied from its frame.
+    /// The request completes when both halves have answered (`reply`).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn post_pair(
+        &self,
+        img: &mut FrameImage,
+        state: &SmidState,
+        fo: usize,
+        smid: u16,
+        descriptor: u64,
+        peer: FastPathRoute,
+        queue: u16,
+        target: u8,
+    ) {
+        let peer_smid = smid + self.limits.max_fw_cmds;
+        let mut d = descriptor;
+        if self.limits.high_iops_queues != 0 {
+            let q = self.balanced_queue(state, queue, target, false, true);
+            d = (d & !0xFF00) | (u64::from(q) << 8);
+        }
+        let msix = (d >> 8) as u8;
+        img.set_u16(F_RAID_CTX + CTX_PEER_SMID, peer_smid);
+        self.mem.frames.write_u32s(fo, &img.0);
+        let pfo = FRAME_SIZE * usize::from(peer_smid);
+        let sgl: [u32; (FRAME_SIZE - F_SGL) / 4] = self.mem.frames.read_u32s(fo + F_SGL);
+        self.mem.frames.write_u32s(pfo + F_SGL, &sgl);
+        img.set_u16(F_DEV_HANDLE, peer.handle);
+        let sense = self.mem.sense.phys() + (SENSE_SIZE * (usize::from(peer_smid) - 1)) as u64;
+        img.set_u32(F_SENSE_LOW, sense as u32);
+        img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, peer.span_arm);
+        img.set_u16(F_RAID_CTX + CTX_PEER_SMID, smid);
+        self.mem.frames.write_u32s(pfo, &img.0);
+        state.pair.store(PAIR_IN_FLIGHT, Ordering::Relaxed);
+        self.stats.raid1_write_pairs.fetch_add(1, Ordering::Relaxed);
+        // Both frames and the pair mark before either descriptor.
+        fence(Ordering::Release);
+        self.post_descriptor(d);
+        self.post_descriptor(desc_with_handle(regs::DESC_FP_IO, msix, peer_smid, peer.handle));
     }
 
     /// Balanced mode: the reply queue of a request submitted on latency queue `queue`, as Linux's

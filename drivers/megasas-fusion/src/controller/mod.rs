@@ -263,7 +263,17 @@ struct SmidState {
     /// 1 + the device (see [`BUSY_DEVICES`]) this request counts outstanding on in balanced mode
     /// (0: none); taken back by whichever hands the request back, reply or reset.
     busy_device: AtomicU16,
+    /// A RAID-1 FastPath write sent as a pair (this SMID and its peer, SMID + max_fw_cmds):
+    /// [`PAIR_IN_FLIGHT`] and which halves answered; 0 otherwise.
+    pair: AtomicU8,
 }
+
+/// [`SmidState::pair`]: the request is a RAID-1 FastPath write pair on the controller.
+const PAIR_IN_FLIGHT: u8 = 1;
+/// [`SmidState::pair`]: the half on the request's own SMID answered.
+const PAIR_PRIMARY_ANSWERED: u8 = 2;
+/// [`SmidState::pair`]: the half on the peer SMID answered.
+const PAIR_PEER_ANSWERED: u8 = 4;
 
 /// Devices whose outstanding requests balanced mode counts: LD targets 0..256, then system PDs
 /// (device ids 0..256).
@@ -280,6 +290,7 @@ impl SmidState {
             sgl_slots: AtomicU8::new(0),
             mirror_pd: AtomicU16::new(0),
             busy_device: AtomicU16::new(0),
+            pair: AtomicU8::new(0),
         }
     }
 }
@@ -302,6 +313,8 @@ pub struct Stats {
     pub stale_map_refusals: AtomicU64,
     /// RAID-1 FastPath reads sent to the LD's data arm ([0]) and to its mirror ([1]).
     pub raid1_reads: [AtomicU64; 2],
+    /// RAID-1 FastPath writes, each sent as a pair (one request per arm).
+    pub raid1_write_pairs: AtomicU64,
     /// Requests sent to a high-IOPS reply queue (balanced mode, a busy device); the batches of
     /// 16 that choose the queue count on it.
     pub high_iops_ios: AtomicU64,
@@ -414,6 +427,9 @@ pub struct Controller<M: Mmio64, D: Delay> {
     map_sync: MapSync,
     /// Outstanding RAID-1 FastPath reads and last blocks per PD: which arm takes the next read.
     mirror_load: MirrorLoad,
+    /// SMIDs max_fw_cmds + 1 ..= 2 × max_fw_cmds exist (frames and sense slots) for the peer
+    /// halves of RAID-1 FastPath writes: Ventura and later with a RAID map and FastPath on.
+    peer_smids: bool,
     /// The JBOD sequence map and its pended sync.
     jbod: jbodmap::JbodMap,
     /// Balanced mode: requests outstanding per device ([`BUSY_DEVICES`]), Linux's per-device

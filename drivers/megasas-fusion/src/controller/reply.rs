@@ -15,7 +15,7 @@ use super::io::CTX_SEQ_NUM;
 use super::mapsync::MAP_SYNC_SLOT;
 use super::{
     Completion, Controller, F_DATA_LEN, F_EX_STATUS, F_FUNCTION, F_RAID_CTX, FRAME_SIZE, FUNC_SCSI_IO, IoOutcome,
-    Mistake, SENSE_SIZE, read_reg,
+    Mistake, PAIR_IN_FLIGHT, PAIR_PEER_ANSWERED, PAIR_PRIMARY_ANSWERED, SENSE_SIZE, SmidState, read_reg,
 };
 
 /// Reply descriptor value of an unused slot.
@@ -123,7 +123,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     fn dispatch<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
         let io_tags = self.limits.io_tags;
         if smid == 0 || smid > self.limits.max_fw_cmds {
-            self.bogus(smid, "out of range");
+            self.beyond_pool(smid, sink);
             return;
         }
         if smid > io_tags {
@@ -143,6 +143,104 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.bogus(smid, "not in flight");
             return;
         };
+        if state.pair.load(Ordering::Relaxed) != 0 {
+            self.pair_half_answered(smid, PAIR_PRIMARY_ANSWERED, sink);
+            return;
+        }
+        let (outcome, bytes_done) = self.outcome_of(smid, state);
+        let c = Completion {
+            tag: u32::from(smid - 1),
+            generation: SmidSlot::generation(word),
+            cookie: state.cookie.load(Ordering::Relaxed),
+            target: state.target.load(Ordering::Relaxed),
+            outcome,
+            bytes_done,
+        };
+        // A RAID-1 FastPath read no longer counts on its arm; before the tag is released, so
+        // its next use starts uncounted.
+        if state.mirror_pd.load(Ordering::Relaxed) != 0 {
+            self.mirror_read_done(state);
+        }
+        // Balanced mode: the request no longer counts on its device.
+        if self.limits.high_iops_queues != 0 {
+            self.busy_done(state);
+        }
+        // Release the tag before handing the completion on, so the sink may reuse it at once.
+        if !slot.finish(word) {
+            self.bogus(smid, "raced");
+            return;
+        }
+        sink(c);
+    }
+
+    /// A reply naming a SMID above the pool of I/O and DCMD SMIDs: the peer half of a RAID-1
+    /// FastPath write (SMID = its request's + max_fw_cmds) on a controller with peer SMIDs;
+    /// anything else is bogus.
+    #[cold]
+    #[inline(never)]
+    fn beyond_pool<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
+        let m = self.limits.max_fw_cmds;
+        match smid.checked_sub(m) {
+            Some(primary) if self.peer_smids && smid > m && primary <= self.limits.io_tags => {
+                self.pair_half_answered(primary, PAIR_PEER_ANSWERED, sink);
+            }
+            _ => self.bogus(smid, "out of range"),
+        }
+    }
+
+    /// One half (`half`: [`PAIR_PRIMARY_ANSWERED`] or [`PAIR_PEER_ANSWERED`]) of the RAID-1
+    /// FastPath write pair on I/O SMID `primary` answered. The first half waits; the second
+    /// completes the request, with the first error of the two (the data arm's, then the
+    /// mirror's; Linux's `megasas_complete_r1_command` reports the one that failed), read
+    /// from each half's frame and sense slot, which stay the pair's until it completes. A half
+    /// of no pair in flight, or one answering twice, is bogus.
+    #[cold]
+    #[inline(never)]
+    fn pair_half_answered<F: FnMut(Completion) + ?Sized>(&self, primary: u16, half: u8, sink: &mut F) {
+        let peer = primary + self.limits.max_fw_cmds;
+        let named = if half == PAIR_PEER_ANSWERED { peer } else { primary };
+        let state = &self.smids[usize::from(primary)];
+        let Some(word) = state.slot.in_flight() else {
+            self.bogus(named, "no RAID-1 write pair in flight");
+            return;
+        };
+        let before = state.pair.fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+            (p & PAIR_IN_FLIGHT != 0 && p & half == 0).then_some(p | half)
+        });
+        let Ok(before) = before else {
+            self.bogus(named, "RAID-1 write half not in flight");
+            return;
+        };
+        let both = PAIR_PRIMARY_ANSWERED | PAIR_PEER_ANSWERED;
+        if (before | half) & both != both {
+            return;
+        }
+        let (mut outcome, bytes_done) = self.outcome_of(primary, state);
+        if outcome == IoOutcome::Ok {
+            outcome = self.outcome_of(peer, state).0;
+        }
+        state.pair.store(0, Ordering::Relaxed);
+        if self.limits.high_iops_queues != 0 {
+            self.busy_done(state);
+        }
+        if !state.slot.finish(word) {
+            self.bogus(named, "raced");
+            return;
+        }
+        sink(Completion {
+            tag: u32::from(primary - 1),
+            generation: SmidSlot::generation(word),
+            cookie: state.cookie.load(Ordering::Relaxed),
+            target: state.target.load(Ordering::Relaxed),
+            outcome,
+            bytes_done,
+        });
+    }
+
+    /// What the firmware wrote into the frame of `smid` (the request `state` describes, or its
+    /// RAID-1 peer half): the outcome and the bytes moved.
+    #[inline(always)]
+    fn outcome_of(&self, smid: u16, state: &SmidState) -> (IoOutcome, u32) {
         let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
         // ex_status (0x76) and status (0x77) share the RAID context's aligned word at 0x74: one
@@ -179,29 +277,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 None => IoOutcome::Ok,
             }
         };
-        let c = Completion {
-            tag: u32::from(smid - 1),
-            generation: SmidSlot::generation(word),
-            cookie: state.cookie.load(Ordering::Relaxed),
-            target: state.target.load(Ordering::Relaxed),
-            outcome,
-            bytes_done,
-        };
-        // A RAID-1 FastPath read no longer counts on its arm; before the tag is released, so
-        // its next use starts uncounted.
-        if state.mirror_pd.load(Ordering::Relaxed) != 0 {
-            self.mirror_read_done(state);
-        }
-        // Balanced mode: the request no longer counts on its device.
-        if self.limits.high_iops_queues != 0 {
-            self.busy_done(state);
-        }
-        // Release the tag before handing the completion on, so the sink may reuse it at once.
-        if !slot.finish(word) {
-            self.bogus(smid, "raced");
-            return;
-        }
-        sink(c);
+        (outcome, bytes_done)
     }
 
     /// Status 0x67 on the request in the frame at `fo` (LD `target`): a FastPath request routed
