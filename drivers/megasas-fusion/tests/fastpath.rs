@@ -458,3 +458,151 @@ fn a_reset_hands_back_outstanding_raid1_reads_and_their_counts() {
     assert_blocks_on_both_mirrors(&w);
     assert_clean(&w.fake);
 }
+
+/// The RAID-1 LD with FastPath writes in its capabilities, as shipped Ventura and Aero firmware
+/// gives it.
+fn raid1_fp_writes(g: Generation) -> FakeConfig {
+    raid1_config(g, |r| r.caps = megasas_fusion::raidmap::CAPS_FP_READ_WRITE)
+}
+
+fn raid1_write_pairs(w: &Workload) -> u64 {
+    w.ctrl
+        .stats
+        .raid1_write_pairs
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+const MEDIUM_ERROR: megasas_fusion::fake::Failure = megasas_fusion::fake::Failure {
+    status: 0x2D,
+    scsi_status: 0x02,
+    sense: Some((0x3, 0x11, 0x00)),
+};
+
+#[test]
+fn raid1_writes_go_fastpath_as_pairs_one_per_disk_and_land_on_both() {
+    for g in [Generation::Ventura, Generation::Aero] {
+        let (mut w, report) = workload(raid1_fp_writes(g), true);
+        assert!(report.contains("sequence 0x101, FastPath reads and writes"), "{report}");
+        w.run(3000, 12);
+        let pairs = raid1_write_pairs(&w);
+        assert!(
+            pairs > 1000,
+            "{g:?}: {pairs} write pairs (half the requests are writes)"
+        );
+        assert_eq!(
+            w.fake.raid1_write_pairs(),
+            pairs,
+            "{g:?}: the model saw both halves of every pair the driver sent"
+        );
+        assert_eq!(w.fake.raid1_halves_waiting(), 0, "{g:?}: no half left alone");
+        let (served, stale) = w.fake.fastpath_counts();
+        assert_eq!(stale, 0);
+        let reads: u64 = raid1_reads(&w).iter().sum();
+        assert_eq!(
+            served,
+            reads + 2 * pairs,
+            "{g:?}: every write went to both disks by FastPath"
+        );
+        assert_eq!(w.failed, 0);
+        assert!(w.inflight.is_empty());
+        assert_blocks_on_both_mirrors(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn a_failing_arm_fails_the_raid1_write_once_both_halves_answered() {
+    for arm in [0, 1] {
+        let (mut w, _) = workload(raid1_fp_writes(Generation::Aero), true);
+        w.fake.fail_next_write_on_arm(arm, MEDIUM_ERROR);
+        let (o, _) = one(&mut w, IoOp::Write, 256, 8, 0x5A);
+        let IoOutcome::Failed(e) = o else {
+            panic!("arm {arm} failed, the write reported {o:?}");
+        };
+        assert_eq!(e.mfi_status.0, 0x2D, "arm {arm}: the failing half's status");
+        // One completion for the pair: nothing else comes, and the tag is free again.
+        w.service(10_000);
+        assert!(!w.ctrl.tag_in_flight(0));
+        assert_eq!(w.fake.raid1_write_pairs(), 1);
+        // The other arm took the write; written again, both disks hold it.
+        let (o, _) = one(&mut w, IoOp::Write, 256, 8, 0x5A);
+        assert_eq!(o, IoOutcome::Ok, "arm {arm}");
+        for a in 0..2 {
+            assert_eq!(w.fake.arm_bytes(a, 256 * 512, 4096), vec![0x5A; 4096], "arm {a}");
+        }
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn a_raid1_write_completes_only_when_both_halves_answered_and_a_reset_hands_it_back_once() {
+    // The first half (the data arm's) is held by the model; the mirror's answers.
+    for held in [1u32, 2] {
+        let (mut w, _) = workload(raid1_fp_writes(Generation::Ventura), true);
+        w.fake.hold_next_io(held);
+        w.submit(3, 0, IoOp::Write, 8, 1).unwrap();
+        for _ in 0..50 {
+            w.service(1000);
+        }
+        assert!(
+            w.inflight.contains_key(&3),
+            "held {held}: no completion with a half outstanding"
+        );
+        assert!(w.ctrl.tag_in_flight(3));
+        assert_eq!(w.fake.raid1_write_pairs(), 1);
+        w.reset().unwrap();
+        assert_eq!(w.reset_returned.len(), 1, "held {held}: the pair handed back once");
+        assert!(!w.ctrl.tag_in_flight(3));
+        // Issued again (as the blk binding requeues it), then the workload goes on.
+        w.submit(3, 0, IoOp::Write, 8, 1).unwrap();
+        for _ in 0..50 {
+            w.service(1000);
+        }
+        assert!(w.inflight.is_empty());
+        w.run(300, 4);
+        assert_eq!(w.failed, 0);
+        assert_blocks_on_both_mirrors(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn raid1_writes_stay_on_the_ld_path_with_fastpath_off_or_without_the_write_capability() {
+    for (fc, fastpath) in [
+        (raid1_fp_writes(Generation::Aero), false),
+        (raid1_config(Generation::Aero, |_| {}), true),
+    ] {
+        let (mut w, _) = workload(fc, fastpath);
+        w.run(600, 4);
+        assert_eq!(raid1_write_pairs(&w), 0);
+        assert_eq!(w.fake.raid1_write_pairs(), 0);
+        assert_eq!(w.failed, 0);
+        assert_blocks_on_both_mirrors(&w);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
+fn a_stale_raid1_write_pair_is_refused_once_and_written_again_on_the_ld_path() {
+    let (mut w, _) = workload(raid1_fp_writes(Generation::Aero), true);
+    w.fake.change_raid_config();
+    let (o, _) = one(&mut w, IoOp::Write, 512, 8, 0x77);
+    assert_eq!(
+        o,
+        IoOutcome::StaleMap,
+        "both halves refused: one StaleMap for the write"
+    );
+    assert_eq!(w.fake.raid1_write_pairs(), 1);
+    assert_eq!(w.fake.fastpath_counts().1, 2, "the model refused both halves");
+    assert!(
+        w.ctrl.fastpath_lds().is_empty(),
+        "FastPath is off after a stale refusal"
+    );
+    let (o, _) = one(&mut w, IoOp::Write, 512, 8, 0x77);
+    assert_eq!(o, IoOutcome::Ok);
+    assert_eq!(w.fake.raid1_write_pairs(), 1, "issued again on the LD path");
+    for a in 0..2 {
+        assert_eq!(w.fake.arm_bytes(a, 512 * 512, 4096), vec![0x77; 4096], "arm {a}");
+    }
+    assert_clean(&w.fake);
+}
