@@ -46,6 +46,9 @@ pub struct IoGenerator {
     /// Whether the job runs for its runtime (a modified pass then starts over at its end).
     time_based: bool,
     cursor: u64,
+    /// `rw=readwrite` ([`BlockPick::SequentialMixed`]): the write direction's own cursor (reads
+    /// keep `cursor`), as fio keeps a position per direction.
+    write_cursor: u64,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
     /// for a job with no set number (time-based, or a file of a list): it counts down too, but
     /// no job lives to draw 2^64 I/Os, and a plain count is one test per draw fewer than an
@@ -79,6 +82,9 @@ enum BlockPick {
     /// fio's `zonemode=strided`: [`Strided`].
     Strided,
     Sequential,
+    /// fio's `rw=readwrite`: the direction first, then the next block of that direction's own
+    /// walk (fio's `last_pos[ddir]`): reads and writes each go through the region from its start.
+    SequentialMixed,
 }
 
 /// fio's sequential offsets with an offset modifier (`get_next_seq_offset` with `ddir_seq_add`),
@@ -345,6 +351,7 @@ impl IoGenerator {
             last_block: 0,
             time_based: plan.spec.is_time_based(),
             cursor: 0,
+            write_cursor: 0,
             remaining,
             sized: plan.spec.bs_mix.clone().map(|mix| {
                 let mapped = plan.spec.random_map
@@ -375,6 +382,8 @@ impl IoGenerator {
             BlockPick::Aligned
         } else if generator.rw.is_random() {
             BlockPick::Uniform
+        } else if generator.rw == RwMode::ReadWrite {
+            BlockPick::SequentialMixed
         } else {
             BlockPick::Sequential
         };
@@ -434,6 +443,8 @@ impl IoGenerator {
             self.rng.below(self.aligned) * self.stride
         } else if self.rw.is_random() {
             self.rng.below(self.blocks)
+        } else if op == IoOp::Write && self.pick == BlockPick::SequentialMixed {
+            self.write_cursor
         } else {
             self.cursor
         };
@@ -456,7 +467,12 @@ impl IoGenerator {
             sized.covered_count += run;
         }
         if !self.rw.is_random() {
-            self.cursor = if block + run == self.blocks { 0 } else { block + run };
+            let next = if block + run == self.blocks { 0 } else { block + run };
+            if op == IoOp::Write && self.pick == BlockPick::SequentialMixed {
+                self.write_cursor = next;
+            } else {
+                self.cursor = next;
+            }
         }
         // At most the largest size in units, which fits in u32.
         Some((op, block, run as u32))
@@ -482,6 +498,24 @@ impl IoGenerator {
         let (op, block) = self.draw()?;
         self.write_after_trim = Some(block);
         Some((op, block))
+    }
+
+    /// `rw=readwrite`: the direction (`rwmixread`), then the next block of its own walk.
+    #[inline(never)]
+    fn next_sequential_mixed(&mut self) -> (IoOp, u64) {
+        let op = if self.rng.below(100) < self.rwmixread {
+            IoOp::Read
+        } else {
+            IoOp::Write
+        };
+        let cursor = if op == IoOp::Read {
+            &mut self.cursor
+        } else {
+            &mut self.write_cursor
+        };
+        let block = *cursor;
+        *cursor = if block + 1 == self.blocks { 0 } else { block + 1 };
+        (op, block)
     }
 
     /// The next block of a job with fio's offset modifier (`rw=read:±N`, `rw=randread:N`), or
@@ -545,6 +579,7 @@ impl IoGenerator {
             (BlockPick::Map, Some(map), _) => map.next_index(),
             (BlockPick::Skew, _, Some(skew)) => skew.next_block(&mut self.rng),
             (BlockPick::Zoned, _, _) => aligned_down(zoned_block(&self.zones, &mut self.rng), self.stride),
+            (BlockPick::SequentialMixed, _, _) => return Some(self.next_sequential_mixed()),
             // `pick` is Map or Skew only with its table (`over`); Sequential otherwise.
             _ => {
                 let block = self.cursor;

@@ -81,8 +81,9 @@ pub enum RwMode {
     RandWrite,
     /// Random mix of reads and writes, `rwmixread` percent reads.
     RandRw,
-    /// Sequential mix of reads and writes (fio's `rw=rw` / `readwrite`): one cursor walks the
-    /// region and each I/O is a read with probability `rwmixread` percent.
+    /// Sequential mix of reads and writes (fio's `rw=rw` / `readwrite`): each I/O is a read with
+    /// probability `rwmixread` percent, and reads and writes each walk the region from its start
+    /// (fio keeps a position per direction).
     ReadWrite,
     /// Sequential trims (discards), fio's `rw=trim`.
     Trim,
