@@ -91,7 +91,11 @@ fn sequential_mix_walks_in_order_with_the_ratio() {
     // As fio (a position per direction): the reads walk the region from its start in order, and
     // so do the writes, each on its own.
     for direction in [IoOp::Read, IoOp::Write] {
-        let lbas: Vec<u64> = log.iter().filter(|(op, _)| *op == direction).map(|(_, lba)| *lba).collect();
+        let lbas: Vec<u64> = log
+            .iter()
+            .filter(|(op, _)| *op == direction)
+            .map(|(_, lba)| *lba)
+            .collect();
         assert!(
             lbas.iter().enumerate().all(|(i, lba)| *lba == i as u64 * 8),
             "{direction:?} in order from the start"
