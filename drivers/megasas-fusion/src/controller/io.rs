@@ -24,15 +24,6 @@ const CTX_SPAN_ARM: usize = 0x19;
 /// RAID context (G35) flow-specific word: a RAID-1 FastPath write's peer SMID.
 const CTX_PEER_SMID: usize = 0x14;
 
-/// What [`Controller::fastpath_frame`] made of an LD read or write.
-enum FastPathFrame {
-    /// The LD path.
-    No,
-    /// One request to a member disk: its descriptor.
-    One(u64),
-    /// A RAID-1 write: the data arm's descriptor, and the mirror's route for the peer.
-    Pair(u64, FastPathRoute),
-}
 pub(super) const CTX_SEQ_NUM: usize = 0x1A;
 
 /// IoFlags: FastPath (Invader and later).
@@ -376,14 +367,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // LD, or a RAID-1 read, goes to a member disk; one relaxed load for every other LD
         // command.
         let fastpath = if is_rw && self.fastpath.on() {
-            match self.fastpath_frame(&mut img, target, cdb, usize::from(queue), msix, smid) {
-                FastPathFrame::No => None,
-                FastPathFrame::One(d) => Some(d),
-                FastPathFrame::Pair(d, peer) => {
-                    self.post_pair(&mut img, state, fo, smid, d, peer, queue, target);
-                    return Ok(generation);
-                }
+            let mut peer = None;
+            let d = self.fastpath_frame(&mut img, target, cdb, usize::from(queue), msix, smid, &mut peer);
+            if let (Some(d), Some(peer)) = (d, peer) {
+                self.post_pair(&mut img, state, fo, smid, d, peer, queue, target);
+                return Ok(generation);
             }
+            d
         } else if system_pd {
             self.jbod_frame(&mut img, target, msix, smid)
         } else {
@@ -412,12 +402,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// the map's sequence number in the RAID context (the LD's target is there already); returns
     /// the FastPath descriptor, which names the handle. A RAID-1 read goes to the arm
     /// [`MirrorLoad`](crate::raidmap::MirrorLoad) picks and is counted there until its reply or
-    /// a reset hands it back. A RAID-1 write goes to the data arm with the mirror's route for
-    /// its peer ([`Controller::post_pair`]), when the controller has peer SMIDs and `smid` is an
-    /// I/O tag's. `No`: no route, the LD path. Out of line: only controllers with a valid RAID
-    /// map come here.
+    /// a reset hands it back. A RAID-1 write goes to the data arm and `peer` gets the mirror's
+    /// route for its peer half ([`Controller::post_pair`]), when the controller has peer SMIDs
+    /// and `smid` is an I/O tag's (else the LD path). None: no route, the LD path. Out of line:
+    /// only controllers with a valid RAID map come here.
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn fastpath_frame(
         &self,
         img: &mut FrameImage,
@@ -426,33 +417,28 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         lane: usize,
         msix: u8,
         smid: u16,
-    ) -> FastPathFrame {
+        peer: &mut Option<FastPathRoute>,
+    ) -> Option<u64> {
         let write = match cdb[0] {
             0x88 => false,
             0x8A => true,
-            _ => return FastPathFrame::No,
+            _ => return None,
         };
-        let (Ok(lba), Ok(blocks)) = (
-            cdb[2..10].try_into().map(u64::from_be_bytes),
-            cdb[10..14].try_into().map(u32::from_be_bytes),
-        ) else {
-            return FastPathFrame::No;
-        };
-        let peer_ok = self.peer_smids && smid != 0 && smid <= self.limits.io_tags;
+        let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
+        let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
         // The map in use, seen from the submitting queue's lane (`mapsync`).
-        let routed = self.fastpath.with(lane, |lds| {
+        let r: FastPathRoute = self.fastpath.with(lane, |lds| {
             let ld = lds.iter().find(|ld| ld.target == target)?;
             let r = ld.route(lba, blocks, write)?;
-            Some(match (ld.mirror, write) {
-                (false, _) => (r, None),
-                (true, false) => (self.mirror_arm(ld, r, blocks, smid), None),
-                (true, true) if peer_ok => (r, Some(ld.mirror_route(r, 1)?)),
-                (true, true) => return None,
-            })
-        });
-        let Some((r, peer)) = routed else {
-            return FastPathFrame::No;
-        };
+            if !ld.mirror {
+                Some(r)
+            } else if !write {
+                Some(self.mirror_arm(ld, r, blocks, smid))
+            } else {
+                *peer = self.peer_route(ld, r, smid);
+                peer.map(|_| r)
+            }
+        })?;
         // Routes come from a dynamic map, which only G35-context firmware has.
         debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
@@ -462,11 +448,16 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
-        let d = desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle);
-        match peer {
-            Some(p) => FastPathFrame::Pair(d, p),
-            None => FastPathFrame::One(d),
+        Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
+    }
+
+    /// The mirror's route for the peer half of RAID-1 write `r` on SMID `smid`: None (the LD
+    /// path) without peer SMIDs or for a SMID that is no I/O tag's (a test hook's).
+    fn peer_route(&self, ld: &FastPathLd, r: FastPathRoute, smid: u16) -> Option<FastPathRoute> {
+        if !self.peer_smids || smid == 0 || smid > self.limits.io_tags {
+            return None;
         }
+        ld.mirror_route(r, 1)
     }
 
     /// Posts a RAID-1 FastPath write as Linux's peer commands (`megasas_prepare_secondRaid1_IO`):

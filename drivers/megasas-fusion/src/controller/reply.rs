@@ -122,11 +122,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     #[inline(always)]
     fn dispatch<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
         let io_tags = self.limits.io_tags;
-        if smid == 0 || smid > self.limits.max_fw_cmds {
-            self.beyond_pool(smid, sink);
-            return;
-        }
-        if smid > io_tags {
+        // One call of the sink, whichever way the completion comes, so it stays inlined here.
+        let c = if smid == 0 || smid > self.limits.max_fw_cmds {
+            match self.beyond_pool(smid) {
+                Some(c) => c,
+                None => return,
+            }
+        } else if smid > io_tags {
             let k = usize::from(smid - io_tags - 1);
             if !self.dcmd_reply_pending[k].swap(false, Ordering::AcqRel) {
                 self.bogus(smid, "DCMD SMID not in flight");
@@ -136,16 +138,27 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 self.jbod_sync_replied();
             }
             return;
-        }
+        } else {
+            match self.io_reply(smid) {
+                Some(c) => c,
+                None => return,
+            }
+        };
+        sink(c);
+    }
+
+    /// The reply of I/O SMID `smid`: its completion, or None (bogus, or the first half of a
+    /// RAID-1 write pair).
+    #[inline(always)]
+    fn io_reply(&self, smid: u16) -> Option<Completion> {
         let state = &self.smids[usize::from(smid)];
         let slot = &state.slot;
         let Some(word) = slot.in_flight() else {
             self.bogus(smid, "not in flight");
-            return;
+            return None;
         };
         if state.pair.load(Ordering::Relaxed) != 0 {
-            self.pair_half_answered(smid, PAIR_PRIMARY_ANSWERED, sink);
-            return;
+            return self.pair_half_answered(smid, PAIR_PRIMARY_ANSWERED);
         }
         let (outcome, bytes_done) = self.outcome_of(smid, state);
         let c = Completion {
@@ -168,9 +181,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // Release the tag before handing the completion on, so the sink may reuse it at once.
         if !slot.finish(word) {
             self.bogus(smid, "raced");
-            return;
+            return None;
         }
-        sink(c);
+        Some(c)
     }
 
     /// A reply naming a SMID above the pool of I/O and DCMD SMIDs: the peer half of a RAID-1
@@ -178,13 +191,16 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// anything else is bogus.
     #[cold]
     #[inline(never)]
-    fn beyond_pool<F: FnMut(Completion) + ?Sized>(&self, smid: u16, sink: &mut F) {
+    fn beyond_pool(&self, smid: u16) -> Option<Completion> {
         let m = self.limits.max_fw_cmds;
         match smid.checked_sub(m) {
             Some(primary) if self.peer_smids && smid > m && primary <= self.limits.io_tags => {
-                self.pair_half_answered(primary, PAIR_PEER_ANSWERED, sink);
+                self.pair_half_answered(primary, PAIR_PEER_ANSWERED)
             }
-            _ => self.bogus(smid, "out of range"),
+            _ => {
+                self.bogus(smid, "out of range");
+                None
+            }
         }
     }
 
@@ -196,24 +212,24 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// of no pair in flight, or one answering twice, is bogus.
     #[cold]
     #[inline(never)]
-    fn pair_half_answered<F: FnMut(Completion) + ?Sized>(&self, primary: u16, half: u8, sink: &mut F) {
+    fn pair_half_answered(&self, primary: u16, half: u8) -> Option<Completion> {
         let peer = primary + self.limits.max_fw_cmds;
         let named = if half == PAIR_PEER_ANSWERED { peer } else { primary };
         let state = &self.smids[usize::from(primary)];
         let Some(word) = state.slot.in_flight() else {
             self.bogus(named, "no RAID-1 write pair in flight");
-            return;
+            return None;
         };
         let before = state.pair.fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
             (p & PAIR_IN_FLIGHT != 0 && p & half == 0).then_some(p | half)
         });
         let Ok(before) = before else {
             self.bogus(named, "RAID-1 write half not in flight");
-            return;
+            return None;
         };
         let both = PAIR_PRIMARY_ANSWERED | PAIR_PEER_ANSWERED;
         if (before | half) & both != both {
-            return;
+            return None;
         }
         let (mut outcome, bytes_done) = self.outcome_of(primary, state);
         if outcome == IoOutcome::Ok {
@@ -225,16 +241,16 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         if !state.slot.finish(word) {
             self.bogus(named, "raced");
-            return;
+            return None;
         }
-        sink(Completion {
+        Some(Completion {
             tag: u32::from(primary - 1),
             generation: SmidSlot::generation(word),
             cookie: state.cookie.load(Ordering::Relaxed),
             target: state.target.load(Ordering::Relaxed),
             outcome,
             bytes_done,
-        });
+        })
     }
 
     /// What the firmware wrote into the frame of `smid` (the request `state` describes, or its
