@@ -49,6 +49,9 @@ pub struct IoGenerator {
     /// `rw=readwrite` ([`BlockPick::SequentialMixed`]): the write direction's own cursor (reads
     /// keep `cursor`), as fio keeps a position per direction.
     write_cursor: u64,
+    /// `rw=readwrite:±N` ([`BlockPick::SequentialMixedAdd`]): the writes' own walk (reads keep
+    /// `seq_add`).
+    seq_add_write: Option<SeqAdd>,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
     /// for a job with no set number (time-based, or a file of a list): it counts down too, but
     /// no job lives to draw 2^64 I/Os, and a plain count is one test per draw fewer than an
@@ -85,6 +88,9 @@ enum BlockPick {
     /// fio's `rw=readwrite`: the direction first, then the next block of that direction's own
     /// walk (fio's `last_pos[ddir]`): reads and writes each go through the region from its start.
     SequentialMixed,
+    /// fio's `rw=readwrite:±N`: the direction first, then the next block of that direction's own
+    /// [`SeqAdd`] walk.
+    SequentialMixedAdd,
 }
 
 /// fio's sequential offsets with an offset modifier (`get_next_seq_offset` with `ddir_seq_add`),
@@ -296,6 +302,11 @@ impl IoGenerator {
                 device_whole: capacity / bs,
             });
             generator.pick = BlockPick::SequentialAdd;
+            if plan.spec.rw == RwMode::ReadWrite {
+                // fio keeps a position per direction: writes walk the same way on their own.
+                generator.seq_add_write = generator.seq_add;
+                generator.pick = BlockPick::SequentialMixedAdd;
+            }
         }
         generator
     }
@@ -334,6 +345,7 @@ impl IoGenerator {
             // fio's last block for blockalign: region / blockalign offsets.
             aligned: (blocks / plan.spec.align_blocks.max(1)).max(1),
             seq_add: None,
+            seq_add_write: None,
             strided: plan.spec.strided_zones.map(|zones| {
                 alloc::boxed::Box::new(Strided {
                     zones,
@@ -518,6 +530,31 @@ impl IoGenerator {
         (op, block)
     }
 
+    /// `rw=readwrite:±N`: the direction (`rwmixread`), then the next block of its own walk; `None`
+    /// where that walk's pass ends (a time-based job starts it over).
+    #[inline(never)]
+    fn next_mixed_add(&mut self) -> Option<(IoOp, u64)> {
+        let op = if self.rng.below(100) < self.rwmixread {
+            IoOp::Read
+        } else {
+            IoOp::Write
+        };
+        let time_based = self.time_based;
+        let seq = if op == IoOp::Read {
+            self.seq_add.as_mut()?
+        } else {
+            self.seq_add_write.as_mut()?
+        };
+        let block = seq.next(time_based).or_else(|| {
+            if !time_based {
+                return None;
+            }
+            seq.last = seq.first;
+            seq.next(true)
+        })?;
+        Some((op, block))
+    }
+
     /// The next block of a job with fio's offset modifier (`rw=read:±N`, `rw=randread:N`), or
     /// `None` where fio's pass ends (a time-based job starts over instead).
     #[inline(never)]
@@ -580,6 +617,14 @@ impl IoGenerator {
             (BlockPick::Skew, _, Some(skew)) => skew.next_block(&mut self.rng),
             (BlockPick::Zoned, _, _) => aligned_down(zoned_block(&self.zones, &mut self.rng), self.stride),
             (BlockPick::SequentialMixed, _, _) => return Some(self.next_sequential_mixed()),
+            (BlockPick::SequentialMixedAdd, _, _) => {
+                let next = self.next_mixed_add();
+                if next.is_none() {
+                    // The end of a direction's pass ends a size-bound job, as fio's.
+                    self.remaining = 0;
+                }
+                return next;
+            }
             // `pick` is Map or Skew only with its table (`over`); Sequential otherwise.
             _ => {
                 let block = self.cursor;

@@ -619,6 +619,26 @@ fn sequential_offset_modifiers_give_fio_offsets() {
 }
 
 #[test]
+fn a_sequential_mix_with_an_offset_modifier_walks_each_direction_on_its_own() {
+    // rw=rw:4k with bs=4k over 64 KiB: fio keeps a position per direction, so reads and writes
+    // each walk 0, 8k, 16k ... from the region's start; the first walk to pass the end ends the
+    // job.
+    for seed in 1..20u64 {
+        let plan = fio_plan_of(&format!("[m]\nrw=rw:4k\nbs=4k\nsize=64k\nrandseed={seed}\n"), &[0]);
+        let mut generator = workload::generator::IoGenerator::new(&plan, 0);
+        let mut walks: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+        while let Some((op, block)) = generator.next_io() {
+            walks[usize::from(op == workload::IoOp::Write)].push(block);
+        }
+        for walk in &walks {
+            let expected: Vec<u64> = (0..walk.len() as u64).map(|i| i * 2).collect();
+            assert_eq!(walk, &expected, "seed {seed}");
+        }
+        assert_eq!(walks[0].len().max(walks[1].len()), 8, "seed {seed}: a walk reached the end");
+    }
+}
+
+#[test]
 fn time_based_sequential_modifiers_start_over_at_the_end() {
     // fio's time-based job starts the walk again where a size-bound one ends.
     let plan = fio_plan_of("[t]\nrw=read:8k\nbs=4k\nsize=64k\ntime_based\nruntime=1s\n", &[0]);
@@ -658,7 +678,7 @@ fn random_runs_are_sequential_between_draws_and_end_at_the_region_end() {
 fn offset_modifiers_baremq_cannot_carry_out_are_refused() {
     for (text, option) in [
         ("[a]\nrw=write:11k\nbs=4k\nnumber_ios=4\n", "number_ios"),
-        ("[a]\nrw=rw:4k\n", "rw=rw:4096"),
+        ("[a]\nrw=trim:4k\n", "rw=trim:4096"),
         ("[a]\nrw=randrw:4\n", "rw=randrw:4"),
         ("[a]\nrw=read:4k\nbsrange=4k-16k\n", "rw=read:4096"),
         ("[a]\nrw=write:4k\nverify=crc32c\n", "rw=write:4096"),

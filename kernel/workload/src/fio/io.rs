@@ -367,11 +367,11 @@ impl Builder {
         let refuse = |why: &str| Err(unsupported(job, &option, why.to_string()));
         if !matches!(
             self.spec.rw,
-            RwMode::Read | RwMode::Write | RwMode::RandRead | RwMode::RandWrite
+            RwMode::Read | RwMode::Write | RwMode::ReadWrite | RwMode::RandRead | RwMode::RandWrite
         ) {
             return refuse(
-                "the offset modifier is carried out for read, write, randread and randwrite (fio keeps a position per \
-                 direction in mixed jobs, which is not implemented; trims take none)",
+                "the offset modifier is carried out for read, write, rw/readwrite, randread and randwrite (random runs \
+                 per direction in randrw are not implemented; trims take none)",
             );
         }
         if self.spec.bs_mix.is_some() {
