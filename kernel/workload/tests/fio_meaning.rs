@@ -634,7 +634,11 @@ fn a_sequential_mix_with_an_offset_modifier_walks_each_direction_on_its_own() {
             let expected: Vec<u64> = (0..walk.len() as u64).map(|i| i * 2).collect();
             assert_eq!(walk, &expected, "seed {seed}");
         }
-        assert_eq!(walks[0].len().max(walks[1].len()), 8, "seed {seed}: a walk reached the end");
+        assert_eq!(
+            walks[0].len().max(walks[1].len()),
+            8,
+            "seed {seed}: a walk reached the end"
+        );
     }
 }
 
