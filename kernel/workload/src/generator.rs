@@ -52,6 +52,8 @@ pub struct IoGenerator {
     /// `rw=readwrite:±N` ([`BlockPick::SequentialMixedAdd`]): the writes' own walk (reads keep
     /// `seq_add`).
     seq_add_write: Option<SeqAdd>,
+    /// Passes of an offset-modifier walk still to start after this one (fio's `loops`).
+    passes_left: u64,
     /// I/Os left of a size-bound job; with variable sizes, blocks (units) left. [`UNBOUNDED`]
     /// for a job with no set number (time-based, or a file of a list): it counts down too, but
     /// no job lives to draw 2^64 I/Os, and a plain count is one test per draw fewer than an
@@ -346,6 +348,7 @@ impl IoGenerator {
             aligned: (blocks / plan.spec.align_blocks.max(1)).max(1),
             seq_add: None,
             seq_add_write: None,
+            passes_left: plan.spec.modifier_passes.saturating_sub(1),
             strided: plan.spec.strided_zones.map(|zones| {
                 alloc::boxed::Box::new(Strided {
                     zones,
@@ -421,12 +424,16 @@ impl IoGenerator {
         let wanted = u64::from(sized.mix.draw_units(direction, percent_draw, self.rng.next_u64()));
         let mapped = !sized.covered.is_empty();
         let block = if let Some(seq) = &mut self.seq_add {
-            // fio's offset modifier with a step that is not whole blocks: the walk in units.
-            match seq.next(self.time_based).or_else(|| {
-                self.time_based.then(|| {
-                    seq.last = seq.first;
-                    seq.next(true)
-                })?
+            // fio's offset modifier with a step that is not whole blocks: the walk in units,
+            // started over at its end by a time-based job or by `loops`.
+            let time_based = self.time_based;
+            let passes_left = &mut self.passes_left;
+            match seq.next(time_based).or_else(|| {
+                if !time_based {
+                    *passes_left = passes_left.checked_sub(1)?;
+                }
+                seq.last = seq.first;
+                seq.next(time_based)
             }) {
                 Some(block) => block,
                 None => {
@@ -540,19 +547,24 @@ impl IoGenerator {
             IoOp::Write
         };
         let time_based = self.time_based;
-        let seq = if op == IoOp::Read {
-            self.seq_add.as_mut()?
+        let (reads, writes) = (self.seq_add.as_mut()?, self.seq_add_write.as_mut()?);
+        let seq = if op == IoOp::Read { &mut *reads } else { &mut *writes };
+        if let Some(block) = seq.next(time_based) {
+            return Some((op, block));
+        }
+        if time_based {
+            seq.last = seq.first;
         } else {
-            self.seq_add_write.as_mut()?
-        };
-        let block = seq.next(time_based).or_else(|| {
-            if !time_based {
+            // `loops`: the next pass of the job, both walks from the start again (fio's loop).
+            if self.passes_left == 0 {
                 return None;
             }
-            seq.last = seq.first;
-            seq.next(true)
-        })?;
-        Some((op, block))
+            self.passes_left -= 1;
+            reads.last = reads.first;
+            writes.last = writes.first;
+        }
+        let seq = if op == IoOp::Read { reads } else { writes };
+        Some((op, seq.next(time_based)?))
     }
 
     /// The next block of a job with fio's offset modifier (`rw=read:±N`, `rw=randread:N`), or
@@ -565,11 +577,15 @@ impl IoGenerator {
         }
         if let Some(seq) = &mut self.seq_add {
             return seq.next(time_based).or_else(|| {
+                // A time-based job starts the walk over; `loops` start it over as often.
                 if !time_based {
-                    return None;
+                    if self.passes_left == 0 {
+                        return None;
+                    }
+                    self.passes_left -= 1;
                 }
                 seq.last = seq.first;
-                seq.next(true)
+                seq.next(time_based)
             });
         }
         let block = if self.run_left == 0 {

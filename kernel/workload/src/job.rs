@@ -491,6 +491,9 @@ pub struct JobSpec {
     /// fio's `rw=randread:N`: a random offset every N I/Os, the N - 1 between them sequential
     /// from it (1: every I/O random).
     pub random_run: u32,
+    /// fio's `loops` for a sequential walk with an offset modifier, whose pass ends before the
+    /// region's I/O count: the walk starts over at its end this many times in all (1: once).
+    pub modifier_passes: u64,
     /// fio's `zonemode=strided`: the I/O moves through zones of the region (see
     /// [`StridedZones`]). `None`: the region as one.
     pub strided_zones: Option<StridedZones>,
@@ -721,6 +724,7 @@ impl JobSpec {
             align_blocks: 1,
             offset_add_blocks: 0,
             random_run: 1,
+            modifier_passes: 1,
             strided_zones: None,
             report_each_clone: false,
         }

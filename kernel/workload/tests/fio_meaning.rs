@@ -643,6 +643,36 @@ fn a_sequential_mix_with_an_offset_modifier_walks_each_direction_on_its_own() {
 }
 
 #[test]
+fn loops_start_a_modified_walk_over_at_its_end() {
+    // fio runs the job `loops` times: rw=read:4k over 64 KiB is 8 reads a pass, 0, 8k ... 56k.
+    let pass: Vec<u64> = (0..8).map(|i| i * 2).collect();
+    for loops in [1u64, 2, 3] {
+        let plan = fio_plan_of(&format!("[l]\nrw=read:4k\nbs=4k\nsize=64k\nloops={loops}\n"), &[0]);
+        let mut generator = workload::generator::IoGenerator::new(&plan, 0);
+        let blocks: Vec<u64> = core::iter::from_fn(|| generator.next_io().map(|(_, b)| b)).collect();
+        assert_eq!(blocks, pass.repeat(loops as usize), "loops={loops}");
+    }
+    // A sequential mix starts both walks over together.
+    let plan = fio_plan_of("[m]\nrw=rw:4k\nbs=4k\nsize=64k\nloops=2\n", &[0]);
+    let mut generator = workload::generator::IoGenerator::new(&plan, 0);
+    let ios: Vec<(workload::IoOp, u64)> = core::iter::from_fn(|| generator.next_io()).collect();
+    // Each direction walks 0, 2, 4 ... 14; the I/O after a walk's last block starts pass two,
+    // where both walks begin at 0 again; the end of a walk in pass two ends the job.
+    let (mut next, mut pass) = ([0u64; 2], 1);
+    for (i, (op, block)) in ios.iter().enumerate() {
+        let d = usize::from(*op == workload::IoOp::Write);
+        if next[d] == 16 {
+            assert_eq!(pass, 1, "I/O {i}: a third pass in {ios:?}");
+            (next, pass) = ([0, 0], 2);
+        }
+        assert_eq!(*block, next[d], "I/O {i} of {ios:?}");
+        next[d] += 2;
+    }
+    assert_eq!(pass, 2, "{ios:?}");
+    assert!(next.contains(&16), "the job ends at a walk's end: {ios:?}");
+}
+
+#[test]
 fn time_based_sequential_modifiers_start_over_at_the_end() {
     // fio's time-based job starts the walk again where a size-bound one ends.
     let plan = fio_plan_of("[t]\nrw=read:8k\nbs=4k\nsize=64k\ntime_based\nruntime=1s\n", &[0]);
@@ -686,7 +716,7 @@ fn offset_modifiers_baremq_cannot_carry_out_are_refused() {
         ("[a]\nrw=randrw:4\n", "rw=randrw:4"),
         ("[a]\nrw=read:4k\nbsrange=4k-16k\n", "rw=read:4096"),
         ("[a]\nrw=write:4k\nverify=crc32c\n", "rw=write:4096"),
-        ("[a]\nrw=read:4k\nloops=2\n", "rw=read:4096"),
+        ("[a]\nrw=randread:4\nloops=2\n", "rw=randread:4"),
         ("[a]\nrw=randread:4\nrandom_distribution=zipf:1.2\n", "rw=randread:4"),
     ] {
         match parse_job_file(text, &[]) {

@@ -380,9 +380,11 @@ impl Builder {
         if matches!(self.target, super::Target::Devices(_)) {
             return refuse("the offset modifier with a filename list is not implemented");
         }
-        if self.loops > 1 {
-            return refuse("the offset modifier with loops is not implemented (fio restarts each pass)");
+        if self.loops > 1 && matches!(modifier, OffsetModifier::RandomRun(_)) {
+            return refuse("random runs with loops are not implemented (fio restarts each pass)");
         }
+        // fio runs the job `loops` times, each pass walking from the start again.
+        self.spec.modifier_passes = self.loops;
         if self.spec.rw.writes() && (self.verify.is_enabled() || !self.spec.verify_pattern.is_empty()) {
             return refuse("the offset modifier on verified writes is not implemented (their offsets may repeat)");
         }
