@@ -606,3 +606,57 @@ fn a_stale_raid1_write_pair_is_refused_once_and_written_again_on_the_ld_path() {
     }
     assert_clean(&w.fake);
 }
+
+#[test]
+fn a_raid1_write_goes_on_the_ld_path_when_its_pair_would_pass_the_firmware_queue_depth() {
+    let (mut w, _) = workload(raid1_fp_writes(Generation::Aero), true);
+    let tags = u32::from(w.ctrl.limits().io_tags);
+    // Every tag but two held on the firmware as reads: a write pair still fits.
+    w.fake.hold_next_io(tags - 2);
+    for tag in 0..tags - 2 {
+        w.submit(tag, 0, IoOp::Read, 1, 1).unwrap();
+    }
+    w.service(1000);
+    assert_eq!(w.ctrl.requests_on_firmware(), tags - 2);
+    w.submit(tags - 2, 0, IoOp::Write, 8, 1).unwrap();
+    assert_eq!(
+        raid1_write_pairs(&w),
+        1,
+        "a pair: tags - 2 + 2 requests on the firmware"
+    );
+    assert_eq!(w.ctrl.requests_on_firmware(), tags);
+    for _ in 0..50 {
+        w.service(1000);
+    }
+    assert!(!w.inflight.contains_key(&(tags - 2)));
+    assert_eq!(w.ctrl.requests_on_firmware(), tags - 2);
+    // With one tag left, a pair would put tags + 1 requests on the firmware: the LD path.
+    w.fake.hold_next_io(1);
+    w.submit(tags - 2, 0, IoOp::Read, 1, 1).unwrap();
+    w.service(1000);
+    w.submit(tags - 1, 0, IoOp::Write, 8, 1).unwrap();
+    assert_eq!(raid1_write_pairs(&w), 1, "no second pair");
+    let over = w
+        .ctrl
+        .stats
+        .raid1_pairs_over_depth
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(over, 1);
+    assert_eq!(w.ctrl.requests_on_firmware(), tags);
+    for _ in 0..50 {
+        w.service(1000);
+    }
+    assert!(
+        !w.inflight.contains_key(&(tags - 1)),
+        "the write completed on the LD path"
+    );
+    w.reset().unwrap();
+    assert_eq!(
+        w.ctrl.requests_on_firmware(),
+        0,
+        "the reset took every held read off the count"
+    );
+    assert_eq!(w.failed, 0);
+    assert_blocks_on_both_mirrors(&w);
+    assert_clean(&w.fake);
+}

@@ -337,6 +337,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             map_sync: MapSync::new(),
             mirror_load: crate::raidmap::MirrorLoad::default(),
             peer_smids,
+            fw_outstanding: core::sync::atomic::AtomicU32::new(0),
             jbod: super::jbodmap::JbodMap::new(),
             busy: if limits.high_iops_queues > 0 {
                 (0..super::BUSY_DEVICES)

@@ -271,6 +271,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         state.required.store(must_move, Ordering::Relaxed);
         state.target.store(target, Ordering::Relaxed);
+        if self.peer_smids {
+            self.fw_outstanding.fetch_add(1, Ordering::Relaxed);
+            state.on_firmware.store(1, Ordering::Relaxed);
+        }
 
         // The whole frame is composed here and written in one run of 8-byte stores, not
         // zeroed byte by byte with each field then stored through its own bounds check (about 750
@@ -451,13 +455,37 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
     }
 
-    /// The mirror's route for the peer half of RAID-1 write `r` on SMID `smid`: None (the LD
-    /// path) without peer SMIDs or for a SMID that is no I/O tag's (a test hook's).
+    /// The mirror's route for the peer half of RAID-1 write `r` on SMID `smid`, counted on the
+    /// firmware. None (the LD path) without peer SMIDs, for a SMID that is no I/O tag's (a test
+    /// hook's), or when the peer would take the requests on the firmware past the I/O tags
+    /// (Linux's `fw_outstanding` against `can_queue` in `megasas_build_ldio_fusion`).
     fn peer_route(&self, ld: &FastPathLd, r: FastPathRoute, smid: u16) -> Option<FastPathRoute> {
+        let state = self.smids.get(usize::from(smid))?;
         if !self.peer_smids || smid == 0 || smid > self.limits.io_tags {
             return None;
         }
-        ld.mirror_route(r, 1)
+        let route = ld.mirror_route(r, 1)?;
+        if self.fw_outstanding.fetch_add(1, Ordering::Relaxed) >= u32::from(self.limits.io_tags) {
+            self.fw_outstanding.fetch_sub(1, Ordering::Relaxed);
+            self.stats.raid1_pairs_over_depth.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        state.on_firmware.store(2, Ordering::Relaxed);
+        Some(route)
+    }
+
+    /// Takes the request on `state` out of [`Controller::fw_outstanding`] (its reply came, or a
+    /// reset hands it back): exactly once, whoever gets there first.
+    pub(super) fn off_firmware(&self, state: &SmidState) {
+        let n = state.on_firmware.swap(0, Ordering::Relaxed);
+        if n != 0 {
+            self.fw_outstanding.fetch_sub(u32::from(n), Ordering::Relaxed);
+        }
+    }
+
+    /// I/O requests on the firmware, RAID-1 peer halves included (0 without peer SMIDs).
+    pub fn requests_on_firmware(&self) -> u32 {
+        self.fw_outstanding.load(Ordering::Relaxed)
     }
 
     /// Posts a RAID-1 FastPath write as Linux's peer commands (`megasas_prepare_secondRaid1_IO`):

@@ -266,6 +266,9 @@ struct SmidState {
     /// A RAID-1 FastPath write sent as a pair (this SMID and its peer, SMID + max_fw_cmds):
     /// [`PAIR_IN_FLIGHT`] and which halves answered; 0 otherwise.
     pair: AtomicU8,
+    /// Requests this one holds in [`Controller::fw_outstanding`] (1, or 2 for a RAID-1 write
+    /// pair; 0: not counted); taken back by whichever hands the request back, reply or reset.
+    on_firmware: AtomicU8,
 }
 
 /// [`SmidState::pair`]: the request is a RAID-1 FastPath write pair on the controller.
@@ -291,6 +294,7 @@ impl SmidState {
             mirror_pd: AtomicU16::new(0),
             busy_device: AtomicU16::new(0),
             pair: AtomicU8::new(0),
+            on_firmware: AtomicU8::new(0),
         }
     }
 }
@@ -315,6 +319,9 @@ pub struct Stats {
     pub raid1_reads: [AtomicU64; 2],
     /// RAID-1 FastPath writes, each sent as a pair (one request per arm).
     pub raid1_write_pairs: AtomicU64,
+    /// RAID-1 writes sent on the LD path because a pair would have taken the requests on the
+    /// firmware past the I/O tags.
+    pub raid1_pairs_over_depth: AtomicU64,
     /// Requests sent to a high-IOPS reply queue (balanced mode, a busy device); the batches of
     /// 16 that choose the queue count on it.
     pub high_iops_ios: AtomicU64,
@@ -430,6 +437,10 @@ pub struct Controller<M: Mmio64, D: Delay> {
     /// SMIDs max_fw_cmds + 1 ..= 2 × max_fw_cmds exist (frames and sense slots) for the peer
     /// halves of RAID-1 FastPath writes: Ventura and later with a RAID map and FastPath on.
     peer_smids: bool,
+    /// With peer SMIDs: the I/O requests on the firmware, peer halves included (Linux's
+    /// `fw_outstanding`). A RAID-1 write goes as a pair only while that keeps the count within
+    /// the I/O tags, as Linux keeps it within `can_queue`.
+    fw_outstanding: AtomicU32,
     /// The JBOD sequence map and its pended sync.
     jbod: jbodmap::JbodMap,
     /// Balanced mode: requests outstanding per device ([`BUSY_DEVICES`]), Linux's per-device

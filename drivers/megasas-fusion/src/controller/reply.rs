@@ -178,6 +178,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if self.limits.high_iops_queues != 0 {
             self.busy_done(state);
         }
+        if self.peer_smids {
+            self.off_firmware(state);
+        }
         // Release the tag before handing the completion on, so the sink may reuse it at once.
         if !slot.finish(word) {
             self.bogus(smid, "raced");
@@ -239,6 +242,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if self.limits.high_iops_queues != 0 {
             self.busy_done(state);
         }
+        self.off_firmware(state);
         if !state.slot.finish(word) {
             self.bogus(named, "raced");
             return None;

@@ -175,6 +175,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             // A RAID-1 write pair: the adapter reset (or the bus-master-off the caller vouched
             // for) dropped both halves, so the request is handed back once, here.
             state.pair.store(0, Ordering::Relaxed);
+            self.off_firmware(state);
             if slot.finish(word) {
                 self.stats.reset_returned.fetch_add(1, Ordering::Relaxed);
                 sink(Completion {
