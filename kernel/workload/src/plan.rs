@@ -499,7 +499,13 @@ pub(crate) fn verify_scheme(
             second: "verify",
             reason: "clones that write and verify need regions of their own: set offset_increment to at least size",
         })
-    } else if spec.rw == RwMode::Write && !spec.is_time_based() && spec.ios_per_cpu.is_none_or(|n| n <= pass_blocks) {
+    } else if spec.rw == RwMode::Write
+        && !spec.is_time_based()
+        && spec.ios_per_cpu.is_none_or(|n| n <= pass_blocks)
+        && spec.offset_add_blocks == 0
+    {
+        // One pass over every block in order; a walk with an offset modifier (holes, a
+        // backwards start, repeated passes) is tracked block by block instead.
         Ok(VerifyScheme::SinglePass)
     } else if tracked_blocks > MAX_TRACKED_BLOCKS_PER_CPU {
         Err(WorkloadError::VerifyRegionTooLarge {

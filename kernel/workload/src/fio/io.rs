@@ -385,8 +385,11 @@ impl Builder {
         }
         // fio runs the job `loops` times, each pass walking from the start again.
         self.spec.modifier_passes = self.loops;
-        if self.spec.rw.writes() && (self.verify.is_enabled() || !self.spec.verify_pattern.is_empty()) {
-            return refuse("the offset modifier on verified writes is not implemented (their offsets may repeat)");
+        if self.spec.rw.writes()
+            && (self.verify.is_enabled() || !self.spec.verify_pattern.is_empty())
+            && self.spec.rw.is_random()
+        {
+            return refuse("random runs of verified writes are not implemented");
         }
         match modifier {
             OffsetModifier::RandomRun(n) => {
