@@ -432,6 +432,19 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         );
     }
 
+    /// Posts the pended DCMD of DCMD slot `k`, its MFI frame written at `mfi_off`: its
+    /// pass-through frame on the slot's SMID above the I/O tags, the reply marked pending and
+    /// `posted` set, then the descriptor.
+    pub(super) fn post_pended_dcmd(&self, k: usize, mfi_off: usize, posted: &core::sync::atomic::AtomicBool) {
+        let smid = self.limits.io_tags + 1 + k as u16;
+        self.write_passthru_frame(smid, mfi_off);
+        self.dcmd_reply_pending[k].store(true, Ordering::Release);
+        posted.store(true, Ordering::Release);
+        // The frames and the flags must be visible to the device before the descriptor.
+        fence(Ordering::Release);
+        self.post_descriptor(desc(regs::DESC_SCSI_IO, 0, smid));
+    }
+
     pub(super) fn read_raid_map(&mut self, budget: &mut Budget, report: &mut Report) {
         let Some(map) = self.take_raid_map(budget) else {
             return;

@@ -23,7 +23,7 @@
 //! map in use.
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use crate::Mmio64;
 use devhal::{Delay, DmaBuf};
@@ -31,9 +31,9 @@ use spin::Mutex;
 
 use crate::diag::Report;
 use crate::error::Error;
-use crate::regs::{self, Generation};
+use crate::regs::Generation;
 
-use super::{Budget, Controller, DCMD_SMIDS, MFI_FRAME_LEN, desc};
+use super::{Budget, Controller, DCMD_SMIDS, MFI_FRAME_LEN};
 
 /// SYSTEM_PD_MAP_GET_INFO.
 pub const DCMD_SYSTEM_PD_MAP_GET_INFO: u32 = 0x0200_E102;
@@ -253,13 +253,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             d.write_u32(mfi_off + 0x28, buf.phys() as u32);
             d.write_u32(mfi_off + 0x2C, JBOD_MAP_BYTES as u32);
         }
-        let smid = self.limits.io_tags + 1 + k as u16;
-        self.write_passthru_frame(smid, mfi_off);
-        self.dcmd_reply_pending[k].store(true, Ordering::Release);
-        self.jbod.posted.store(true, Ordering::Release);
-        // The frame must be visible to the device before the descriptor.
-        fence(Ordering::Release);
-        self.post_descriptor(desc(regs::DESC_SCSI_IO, 0, smid));
+        self.post_pended_dcmd(k, mfi_off, &self.jbod.posted);
     }
 
     /// Reply path: the JBOD sync's reply arrived. System PDs go by device id until

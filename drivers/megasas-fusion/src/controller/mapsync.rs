@@ -27,17 +27,16 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use crate::Mmio64;
 use devhal::Delay;
 use spin::{Mutex, RwLock};
 
 use crate::raidmap::{self, FastPathLd, RaidMap};
-use crate::regs;
 
 use super::discovery::describe_map;
-use super::{Controller, DCMD_SMIDS, MFI_FRAME_LEN, desc};
+use super::{Controller, DCMD_SMIDS, MFI_FRAME_LEN};
 
 /// The DCMD slot the map sync keeps for itself (the last one): other DCMDs never take it.
 pub(super) const MAP_SYNC_SLOT: usize = DCMD_SMIDS as usize - 1;
@@ -226,13 +225,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         d.write_bytes(mfi_off + 0x1C, &mbox);
         d.write_u64(mfi_off + 0x28, buf.phys());
         d.write_u32(mfi_off + 0x30, buf.len() as u32);
-        let smid = self.limits.io_tags + 1 + k as u16;
-        self.write_passthru_frame(smid, mfi_off);
-        self.dcmd_reply_pending[k].store(true, Ordering::Release);
-        self.map_sync.posted.store(true, Ordering::Release);
-        // The frames and the sync list must be visible to the device before the descriptor.
-        fence(Ordering::Release);
-        self.post_descriptor(desc(regs::DESC_SCSI_IO, 0, smid));
+        self.post_pended_dcmd(k, mfi_off, &self.map_sync.posted);
     }
 
     /// Takes the map of a completed map sync (call from a periodic context, as the host's tick
