@@ -31,8 +31,9 @@ pub const LD_LIST_LEN: usize = 8 + 256 * 16;
 /// PD_LIST_QUERY and its mailbox byte 0 for the PDs exposed to the host (system PDs).
 pub const DCMD_PD_LIST_QUERY: u32 = 0x0201_0100;
 const PD_QUERY_EXPOSED_TO_HOST: u8 = 5;
-/// MFI frame flags: data in, and 64-bit SGEs.
+/// MFI frame flags: data in (from the firmware), data out (to it), 64-bit SGEs.
 const MFI_DIR_READ: u16 = 0x0010;
+pub(super) const MFI_DIR_WRITE: u16 = 0x0008;
 const MFI_SGL64: u16 = 0x0002;
 
 const READ_CAPACITY16_LEN: u32 = 32;
@@ -327,31 +328,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let mfi_off = k * MFI_FRAME_LEN;
         let data_off = usize::from(DCMD_SMIDS) * MFI_FRAME_LEN + k * DCMD_DATA_LEN;
         let d = &self.mem.dcmd;
-        d.fill(mfi_off, MFI_FRAME_LEN, 0);
         d.fill(data_off, DCMD_DATA_LEN, 0);
-        d.write_u8(mfi_off, 0x05);
-        d.write_u8(mfi_off + 0x02, 0xFF);
-        d.write_u32(mfi_off + 0x14, len as u32);
-        d.write_u32(mfi_off + 0x18, opcode);
-        d.write_bytes(mfi_off + 0x1C, &mbox);
-        if len > 0 {
-            d.write_u8(mfi_off + 0x07, 1);
-            let data = into.map_or(d.phys() + data_off as u64, DmaBuf::phys);
-            if self.generation.g35_raid_context() {
-                // Ventura/Aero: sge64 and SGL64 (Linux with a 64-bit DMA mask).
-                d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
-                d.write_u64(mfi_off + 0x28, data);
-                d.write_u32(mfi_off + 0x30, len as u32);
-            } else {
-                // Thunderbolt/Invader: sge32 as Linux and FreeBSD (all DCMD memory is below
-                // 4 GiB).
-                d.write_u16(mfi_off + 0x10, MFI_DIR_READ);
-                d.write_u32(mfi_off + 0x28, data as u32);
-                d.write_u32(mfi_off + 0x2C, len as u32);
-            }
-        }
-        // No data (cache flush, shutdown): sge_count 0 and DIR_NONE, as Linux and FreeBSD;
-        // the flags word stays 0.
+        let data = into.map_or(d.phys() + data_off as u64, DmaBuf::phys);
+        self.write_dcmd_frame(mfi_off, opcode, &mbox, MFI_DIR_READ, data, len);
         if len == 0 && self.mistake(Mistake::NoDataDcmdWithSge) {
             d.write_u8(mfi_off + 0x07, 1);
             d.write_u16(mfi_off + 0x10, MFI_DIR_READ | MFI_SGL64);
@@ -443,6 +422,42 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // The frames and the flags must be visible to the device before the descriptor.
         fence(Ordering::Release);
         self.post_descriptor(desc(regs::DESC_SCSI_IO, 0, smid));
+    }
+
+    /// The MFI DCMD frame at `mfi_off` of the DCMD area, cleared first: `opcode` with `mbox`
+    /// and `len` bytes at `data` in direction `dir`. Ventura/Aero get sge64 and SGL64 (Linux
+    /// with a 64-bit DMA mask), Thunderbolt/Invader sge32 as Linux and FreeBSD (all DCMD memory
+    /// is below 4 GiB). No data (cache flush, shutdown): sge_count 0 and DIR_NONE, as Linux
+    /// and FreeBSD; the flags word stays 0.
+    pub(super) fn write_dcmd_frame(
+        &self,
+        mfi_off: usize,
+        opcode: u32,
+        mbox: &[u8; 12],
+        dir: u16,
+        data: u64,
+        len: usize,
+    ) {
+        let d = &self.mem.dcmd;
+        d.fill(mfi_off, MFI_FRAME_LEN, 0);
+        d.write_u8(mfi_off, 0x05);
+        d.write_u8(mfi_off + 0x02, 0xFF);
+        d.write_u32(mfi_off + 0x14, len as u32);
+        d.write_u32(mfi_off + 0x18, opcode);
+        d.write_bytes(mfi_off + 0x1C, mbox);
+        if len == 0 {
+            return;
+        }
+        d.write_u8(mfi_off + 0x07, 1);
+        if self.generation.g35_raid_context() {
+            d.write_u16(mfi_off + 0x10, dir | MFI_SGL64);
+            d.write_u64(mfi_off + 0x28, data);
+            d.write_u32(mfi_off + 0x30, len as u32);
+        } else {
+            d.write_u16(mfi_off + 0x10, dir);
+            d.write_u32(mfi_off + 0x28, data as u32);
+            d.write_u32(mfi_off + 0x2C, len as u32);
+        }
     }
 
     pub(super) fn read_raid_map(&mut self, budget: &mut Budget, report: &mut Report) {

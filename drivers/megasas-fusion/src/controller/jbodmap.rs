@@ -50,9 +50,6 @@ pub(super) const CI_OPS3_JBOD_SEQ_MAP: u32 = 1 << 24;
 pub(super) const JBOD_TARGET_OFFSET: u16 = 255;
 /// Mailbox byte 0 of a pended sync.
 const PEND_FLAG: u8 = 1;
-/// MFI frame flags: data out (as Linux's pended sync), 64-bit SGEs.
-const MFI_DIR_WRITE: u16 = 0x0008;
-const MFI_SGL64: u16 = 0x0002;
 /// Bit 32 of an entry word: the entry holds a handle and sequence number.
 const ENTRY_VALID: u64 = 1 << 32;
 
@@ -232,27 +229,19 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let buf: &DmaBuf = &bufs[usize::from(1 - self.jbod.current.load(Ordering::Relaxed))];
         buf.fill(0, buf.len(), 0);
         let k = JBOD_SYNC_SLOT;
-        let d = &self.mem.dcmd;
         let mfi_off = k * MFI_FRAME_LEN;
         let mut mbox = [0u8; 12];
         mbox[0] = PEND_FLAG;
-        d.fill(mfi_off, MFI_FRAME_LEN, 0);
-        d.write_u8(mfi_off, 0x05);
-        d.write_u8(mfi_off + 0x02, 0xFF);
-        d.write_u8(mfi_off + 0x07, 1);
-        d.write_u32(mfi_off + 0x14, JBOD_MAP_BYTES as u32);
-        d.write_u32(mfi_off + 0x18, DCMD_SYSTEM_PD_MAP_GET_INFO);
-        d.write_bytes(mfi_off + 0x1C, &mbox);
-        if self.generation.g35_raid_context() {
-            d.write_u16(mfi_off + 0x10, MFI_DIR_WRITE | MFI_SGL64);
-            d.write_u64(mfi_off + 0x28, buf.phys());
-            d.write_u32(mfi_off + 0x30, JBOD_MAP_BYTES as u32);
-        } else {
-            // Invader: sge32, as the other DCMDs (all DCMD memory is below 4 GiB).
-            d.write_u16(mfi_off + 0x10, MFI_DIR_WRITE);
-            d.write_u32(mfi_off + 0x28, buf.phys() as u32);
-            d.write_u32(mfi_off + 0x2C, JBOD_MAP_BYTES as u32);
-        }
+        // Data out, as Linux's pended sync.
+        let dir = super::discovery::MFI_DIR_WRITE;
+        self.write_dcmd_frame(
+            mfi_off,
+            DCMD_SYSTEM_PD_MAP_GET_INFO,
+            &mbox,
+            dir,
+            buf.phys(),
+            JBOD_MAP_BYTES,
+        );
         self.post_pended_dcmd(k, mfi_off, &self.jbod.posted);
     }
 

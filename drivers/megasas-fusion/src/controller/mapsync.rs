@@ -42,9 +42,6 @@ use super::{Controller, DCMD_SMIDS, MFI_FRAME_LEN};
 pub(super) const MAP_SYNC_SLOT: usize = DCMD_SMIDS as usize - 1;
 /// Mailbox byte 1 of a map sync: the firmware keeps the command until the map changes.
 const PEND_FLAG: u8 = 1;
-/// MFI frame flags: data out (the driver's LD list), 64-bit SGEs.
-const MFI_DIR_WRITE: u16 = 0x0008;
-const MFI_SGL64: u16 = 0x0002;
 /// Bytes per entry of the sync list (`MR_LD_TARGET_SYNC`: target, reserved, u16 sequence).
 const SYNC_ENTRY_BYTES: usize = 4;
 /// Tries of a table's write lock before a publish gives up (a submitter holds a read guard
@@ -209,22 +206,20 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             buf.write_u16(i * SYNC_ENTRY_BYTES + 2, seq);
         }
         let k = MAP_SYNC_SLOT;
-        let d = &self.mem.dcmd;
         let mfi_off = k * MFI_FRAME_LEN;
         let mut mbox = [0u8; 12];
         mbox[0] = lds as u8;
         mbox[1] = PEND_FLAG;
-        d.fill(mfi_off, MFI_FRAME_LEN, 0);
-        d.write_u8(mfi_off, 0x05);
-        d.write_u8(mfi_off + 0x02, 0xFF);
-        d.write_u8(mfi_off + 0x07, 1);
-        // Dynamic maps exist on Ventura and Aero only: sge64, as Linux with a 64-bit DMA mask.
-        d.write_u16(mfi_off + 0x10, MFI_DIR_WRITE | MFI_SGL64);
-        d.write_u32(mfi_off + 0x14, buf.len() as u32);
-        d.write_u32(mfi_off + 0x18, raidmap::DCMD_LD_MAP_GET_INFO);
-        d.write_bytes(mfi_off + 0x1C, &mbox);
-        d.write_u64(mfi_off + 0x28, buf.phys());
-        d.write_u32(mfi_off + 0x30, buf.len() as u32);
+        // Data out: the driver's LD list (dynamic maps exist on Ventura and Aero only: sge64).
+        let dir = super::discovery::MFI_DIR_WRITE;
+        self.write_dcmd_frame(
+            mfi_off,
+            raidmap::DCMD_LD_MAP_GET_INFO,
+            &mbox,
+            dir,
+            buf.phys(),
+            buf.len(),
+        );
         self.post_pended_dcmd(k, mfi_off, &self.map_sync.posted);
     }
 
