@@ -48,17 +48,24 @@ pub fn check_images(images: &[Vec<u8>], strip_bytes: u64) -> Result<Vec<u64>, St
             }
         }
     }
+    verdict("raid0_layout", "misplaced block(s)", "arm", wrong, &found)?;
+    Ok(found)
+}
+
+/// A layout check's verdict: the first few of the `wrong` findings (`key: N what: ...`), else
+/// a `unit` (arm or image) with no stamped block, where nothing was checked.
+fn verdict(key: &str, what: &str, unit: &str, mut wrong: Vec<String>, found: &[u64]) -> Result<(), String> {
     if !wrong.is_empty() {
         let n = wrong.len();
         wrong.truncate(5);
-        return Err(format!("raid0_layout: {n} misplaced block(s): {}", wrong.join("; ")));
+        return Err(format!("{key}: {n} {what}: {}", wrong.join("; ")));
     }
-    if let Some(arm) = found.iter().position(|&n| n == 0) {
+    if let Some(at) = found.iter().position(|&n| n == 0) {
         return Err(format!(
-            "raid0_layout: no stamped block on arm {arm} (blocks per arm {found:?}): the job wrote nothing there to check"
+            "{key}: no stamped block on {unit} {at} (blocks per {unit} {found:?}): the job wrote nothing there to check"
         ));
     }
-    Ok(found)
+    Ok(())
 }
 
 /// [`check_images`] on image files.
@@ -116,16 +123,7 @@ pub fn check_mirror_images(images: &[Vec<u8>]) -> Result<[u64; 2], String> {
             found[arm] += 1;
         }
     }
-    if !wrong.is_empty() {
-        let n = wrong.len();
-        wrong.truncate(5);
-        return Err(format!("raid1_layout: {n} block(s) not mirrored: {}", wrong.join("; ")));
-    }
-    if let Some(arm) = found.iter().position(|&n| n == 0) {
-        return Err(format!(
-            "raid1_layout: no stamped block on image {arm} (blocks per image {found:?}): the job wrote nothing there to check"
-        ));
-    }
+    verdict("raid1_layout", "block(s) not mirrored", "image", wrong, &found)?;
     Ok(found)
 }
 
