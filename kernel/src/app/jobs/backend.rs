@@ -493,9 +493,9 @@ impl<'a> KernelBackend<'a> {
     }
 
     /// Waits for a completion of this CPU, as the engine's `idle` does when the CPU runs this
-    /// context alone (the last of a round of idle contexts when it runs several).
+    /// context alone (the last of a round of idle contexts when it runs several); the burst is
+    /// committed.
     fn wait_alone(&mut self, in_flight: usize) {
-        self.commit();
         // I/Os still pending had no tag: nothing of ours may be at the device to wake us.
         if self.poll || in_flight == 0 || !self.pending.is_empty() {
             // Polled completions need this CPU to poll; with nothing in
@@ -585,9 +585,10 @@ impl<'a> IoBackend for KernelBackend<'a> {
     }
 
     fn idle(&mut self, in_flight: usize) {
+        // Nothing of this context waits uncommitted, for the device or for the other contexts'
+        // turns.
+        self.commit();
         if self.turns {
-            // Nothing of this context waits uncommitted while the others have their turns.
-            self.commit();
             crate::arch::turns::idle_turn(|| self.wait_alone(in_flight));
         } else {
             self.wait_alone(in_flight);

@@ -332,7 +332,8 @@ fn job_contexts<'a>(
 fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
     for (plan, (completion, quiesce)) in plans.iter().zip(policies) {
         let cpus: Vec<u32> = plan.cpus.iter().map(|s| s.cpu).collect();
-        let distinct = workload::values::CpuSet::from_cpus(&cpus).len() as usize;
+        let set = workload::values::CpuSet::from_cpus(&cpus);
+        let distinct = set.len() as usize;
         kprintln!(
             "job {}: {} on {} ({}: {}), iodepth {} per {}, completion={} quiesce={}",
             plan.spec.name,
@@ -352,7 +353,7 @@ fn announce(plans: &[JobPlan], policies: &[(CompletionPolicy, QuiesceCheck)]) {
             if cpus.len() <= platform::irq::MAX_LISTING_COLUMNS {
                 alloc::format!("{cpus:?}")
             } else {
-                alloc::format!("{}", workload::values::CpuSet::from_cpus(&cpus))
+                alloc::format!("{set}")
             },
             plan.iodepth,
             if distinct == cpus.len() { "CPU" } else { "clone" },
@@ -427,6 +428,17 @@ fn shares_by_cpu(contexts: &[JobContext<'_>]) -> Result<alloc::collections::BTre
     Ok(by_cpu)
 }
 
+/// Stops the jobs whose CPUs were already started (`waits`) when the run cannot go on, and
+/// waits for those CPUs: nothing of the jobs is left running.
+fn stop_started(contexts: &[JobContext<'_>], waits: Vec<(usize, u64)>) {
+    for ctx in contexts {
+        ctx.shared.request_stop();
+    }
+    for (cpu, t) in waits {
+        smp::wait_done(cpu, t);
+    }
+}
+
 /// Starts every CPU's shares on it (this CPU's run here), several on one CPU by turns, and
 /// waits for all of them.
 fn run_on_cpus(contexts: &[JobContext<'_>], watch: Option<Watch<'_>>) -> Result<(), String> {
@@ -442,12 +454,7 @@ fn run_on_cpus(contexts: &[JobContext<'_>], watch: Option<Watch<'_>>) -> Result<
             match smp::run_on(cpu as usize, worker, addr) {
                 Some(t) => waits.push((cpu as usize, t)),
                 None => {
-                    for ctx in contexts {
-                        ctx.shared.request_stop();
-                    }
-                    for (cpu, t) in waits {
-                        smp::wait_done(cpu, t);
-                    }
+                    stop_started(contexts, waits);
                     return Err(alloc::format!("cpu{cpu} is offline or busy"));
                 }
             }
@@ -458,12 +465,7 @@ fn run_on_cpus(contexts: &[JobContext<'_>], watch: Option<Watch<'_>>) -> Result<
         if watch.is_some() {
             // The watcher (the network) needs this CPU while the others run: its caller keeps
             // jobs off it, so this is a placement bug, caught before any I/O of this CPU.
-            for ctx in contexts {
-                ctx.shared.request_stop();
-            }
-            for (cpu, t) in waits {
-                smp::wait_done(cpu, t);
-            }
+            stop_started(contexts, waits);
             return Err(alloc::format!(
                 "cpu{me} keeps the network running and cannot run a job as well"
             ));
