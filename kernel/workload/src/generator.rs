@@ -415,8 +415,7 @@ impl IoGenerator {
         }
         let op = match self.fixed_op {
             Some(op) => op,
-            None if self.rng.below(100) < self.rwmixread => IoOp::Read,
-            None => IoOp::Write,
+            None => self.mixed_op(),
         };
         let sized = self.sized.as_mut()?;
         let direction = usize::from(op != IoOp::Read);
@@ -519,14 +518,20 @@ impl IoGenerator {
         Some((op, block))
     }
 
-    /// `rw=readwrite`: the direction (`rwmixread`), then the next block of its own walk.
-    #[inline(never)]
-    fn next_sequential_mixed(&mut self) -> (IoOp, u64) {
-        let op = if self.rng.below(100) < self.rwmixread {
+    /// A mixed job's next direction: a read with probability `rwmixread` percent.
+    #[inline(always)]
+    fn mixed_op(&mut self) -> IoOp {
+        if self.rng.below(100) < self.rwmixread {
             IoOp::Read
         } else {
             IoOp::Write
-        };
+        }
+    }
+
+    /// `rw=readwrite`: the direction (`rwmixread`), then the next block of its own walk.
+    #[inline(never)]
+    fn next_sequential_mixed(&mut self) -> (IoOp, u64) {
+        let op = self.mixed_op();
         let cursor = if op == IoOp::Read {
             &mut self.cursor
         } else {
@@ -541,11 +546,7 @@ impl IoGenerator {
     /// where that walk's pass ends (a time-based job starts it over).
     #[inline(never)]
     fn next_mixed_add(&mut self) -> Option<(IoOp, u64)> {
-        let op = if self.rng.below(100) < self.rwmixread {
-            IoOp::Read
-        } else {
-            IoOp::Write
-        };
+        let op = self.mixed_op();
         let time_based = self.time_based;
         let (reads, writes) = (self.seq_add.as_mut()?, self.seq_add_write.as_mut()?);
         let seq = if op == IoOp::Read { &mut *reads } else { &mut *writes };
@@ -650,8 +651,7 @@ impl IoGenerator {
         };
         let op = match self.fixed_op {
             Some(op) => op,
-            None if self.rng.below(100) < self.rwmixread => IoOp::Read,
-            None => IoOp::Write,
+            None => self.mixed_op(),
         };
         Some((op, block))
     }
