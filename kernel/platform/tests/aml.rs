@@ -421,6 +421,83 @@ fn routes_are_found_at_the_nearest_prt_with_the_pin_swizzled_across_bridges_with
 }
 
 #[test]
+fn deferred_discovery_evaluates_each_prt_when_a_route_first_needs_it() {
+    let mut regions = FixedRegions {
+        value: 11,
+        ..FixedRegions::default()
+    };
+    let mut interp = aml::load(&mut regions, &fixture());
+    let mut found = aml::discover_deferred(&mut interp);
+    // Host bridges and _PXM up front; both tables located, none evaluated.
+    assert_eq!(found.bridges.len(), 2);
+    assert_eq!(found.proximity.len(), 1);
+    assert!(found.prts.is_empty());
+    let pending = |found: &aml::Discovery| found.pending_prts.iter().map(|s| s.path.clone()).collect::<Vec<_>>();
+    assert_eq!(pending(&found), vec![path("\\_SB.PCI0"), path("\\_SB.PCI0.RP01")]);
+
+    // Below RP01: its own table only.
+    let r = found
+        .route_on_demand(&mut interp, 0, 0, &[(0x1C, 2), (0, 0)], 1)
+        .unwrap();
+    assert_eq!((r.route.gsi, r.swizzled), (40, 0));
+    assert_eq!(pending(&found), vec![path("\\_SB.PCI0")]);
+    // Behind a bridge at 00:02.0 without a table: the root bus's, the pin swizzled.
+    let steps = interp.steps_total();
+    let r = found.route_on_demand(&mut interp, 0, 0, &[(2, 0), (1, 0)], 1).unwrap();
+    assert_eq!((r.route.gsi, r.route.pin, r.swizzled), (17, 1, 1));
+    assert!(found.pending_prts.is_empty());
+    assert!(interp.steps_total() > steps);
+    // Both tables evaluated now: a lookup costs no AML.
+    let steps = interp.steps_total();
+    assert_eq!(
+        found
+            .route_on_demand(&mut interp, 0, 0, &[(3, 0)], 2)
+            .unwrap()
+            .route
+            .gsi,
+        11
+    );
+    assert_eq!(interp.steps_total(), steps);
+    // The same tables as a discovery that evaluates every one.
+    let full = discovered(11);
+    assert_eq!(found.prts.len(), full.prts.len());
+    assert!(full.prts.iter().all(|table| found.prts.contains(table)));
+}
+
+#[test]
+fn stores_through_index_change_named_and_local_packages_and_buffers() {
+    // Name (PKG_, Package (3) {}); Name (BUF_, Buffer (2) {0x11, 0x22})
+    let mut aml = vec![0x08, b'P', b'K', b'G', b'_', 0x12, 0x05, 0x03, 0x00, 0x00, 0x00];
+    aml.extend_from_slice(&[0x08, b'B', b'U', b'F', b'_', 0x11, 0x05, 0x0A, 0x02, 0x11, 0x22]);
+    // Method (MTHD) { PKG_[1] = 0x2A; BUF_[0] = 0x33; Local0 = Package (2) {}; Local0[1] = 7;
+    //                 Return (Local0) }
+    aml.extend_from_slice(&[0x14, 0x2A, b'M', b'T', b'H', b'D', 0x00]);
+    aml.extend_from_slice(&[0x70, 0x0A, 0x2A, 0x88, b'P', b'K', b'G', b'_', 0x01, 0x00]);
+    aml.extend_from_slice(&[0x70, 0x0A, 0x33, 0x88, b'B', b'U', b'F', b'_', 0x00, 0x00]);
+    aml.extend_from_slice(&[0x70, 0x12, 0x04, 0x02, 0x00, 0x00, 0x60]);
+    aml.extend_from_slice(&[0x70, 0x0A, 0x07, 0x88, 0x60, 0x01, 0x00]);
+    aml.extend_from_slice(&[0xA4, 0x60]);
+    // Method (ERRS) { PKG_[5] = One }: past the package's end.
+    aml.extend_from_slice(&[0x14, 0x10, b'E', b'R', b'R', b'S', 0x00]);
+    aml.extend_from_slice(&[0x70, 0x01, 0x88, b'P', b'K', b'G', b'_', 0x0A, 0x05, 0x00]);
+    let mut regions = FixedRegions::default();
+    let mut interp = aml::load(&mut regions, &[(2, aml)]);
+    assert!(interp.load_problems.is_empty(), "{:?}", interp.load_problems);
+    let mut eval = |name: &str| interp.evaluate(&path(name), Vec::new());
+    assert_eq!(
+        eval("\\MTHD"),
+        Ok(Object::Package(vec![Object::Integer(0), Object::Integer(7)]))
+    );
+    let package = Object::Package(vec![Object::Integer(0), Object::Integer(0x2A), Object::Integer(0)]);
+    assert_eq!(eval("\\PKG_"), Ok(package.clone()));
+    assert_eq!(eval("\\BUF_"), Ok(Object::Buffer(vec![0x33, 0x22])));
+    // A store that fails leaves the package as it was.
+    let error = eval("\\ERRS").unwrap_err();
+    assert_eq!(what(&error), "package index out of range");
+    assert_eq!(eval("\\PKG_"), Ok(package));
+}
+
+#[test]
 fn a_device_takes_the_nearest_pxm_above_it() {
     let found = discovered(0x80);
     assert_eq!(found.proximity_for(0, 0, &[(0x1C, 2), (0, 0)]), Some(2));

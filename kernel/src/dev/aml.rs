@@ -1,8 +1,11 @@
 //! AML on the running machine: the DSDT and SSDTs evaluated by the
 //! host-tested `platform::aml` interpreter, with operation regions reaching
 //! the hardware, for the PCI host bridges, the `_PRT` INTx routes and the
-//! devices' `_PXM` proximity. Runs once, after PCI enumeration (its
-//! `PCI_Config` regions need configuration access) and before any driver.
+//! devices' `_PXM` proximity. Loads once, after PCI enumeration (its
+//! `PCI_Config` regions need configuration access) and before any driver,
+//! and evaluates the host bridges and `_PXM` then; a `_PRT` table is
+//! evaluated when a function first needs an INTx route from it (MSI and
+//! MSI-X never do), with the namespace kept for that.
 //!
 //! Every AML failure is reported and costs only its result: without a route
 //! from `_PRT`, INTx uses the firmware line and the chipset router; without
@@ -14,7 +17,7 @@ use alloc::vec::Vec;
 
 use platform::Token;
 use platform::acpi::{IrqRoute, PhysMemory};
-use platform::aml::{self, Discovery, RegionHandler, RegionSpace, RouteSource};
+use platform::aml::{self, Discovery, Interpreter, RegionHandler, RegionSpace, RouteSource};
 use platform::pci::{ConfigSpace, PciFunction};
 use x86_64::instructions::port::Port;
 
@@ -22,7 +25,14 @@ use crate::arch::firmware::Firmware;
 use crate::arch::memory::IdentityMap;
 use crate::dev::pci::Pci;
 
-static DISCOVERY: spin::Once<Discovery> = spin::Once::new();
+/// The loaded namespace and what the boot found in it; `None` when AML is
+/// off or has no tables.
+struct Namespace {
+    interp: Interpreter<'static>,
+    discovery: Discovery,
+}
+
+static NAMESPACE: spin::Mutex<Option<Namespace>> = spin::Mutex::new(None);
 
 fn refused(space: &str, what: &'static str, value: u64) -> platform::Error {
     platform::Error::Aml {
@@ -129,9 +139,10 @@ pub fn init(fw: &Firmware, pci: &'static Pci, enabled: bool) -> Vec<String> {
             return lines;
         }
     };
-    let mut hardware = Hardware { pci };
-    let mut interp = aml::load(&mut hardware, blocks);
-    let discovery = aml::discover(&mut interp);
+    // The interpreter is kept for the boot's life (deferred `_PRT` tables): so is its handler.
+    let hardware: &'static mut Hardware = alloc::boxed::Box::leak(alloc::boxed::Box::new(Hardware { pci }));
+    let mut interp = aml::load(hardware, blocks);
+    let discovery = aml::discover_deferred(&mut interp);
     lines.push(format!(
         "aml: {} definition block(s), {} objects, {} steps, {} KiB of stack at most",
         blocks.len(),
@@ -187,11 +198,10 @@ pub fn init(fw: &Firmware, pci: &'static Pci, enabled: bool) -> Vec<String> {
             ));
         }
     }
-    let unresolved: usize = discovery.prts.iter().map(|t| t.unresolved).sum();
     lines.push(format!(
-        "aml: _PRT: {} table(s), {} route(s), {unresolved} unresolved; {} device(s) with their own _PXM",
-        discovery.prts.len(),
-        discovery.route_count(),
+        "aml: _PRT: {} table(s), each evaluated when a function first needs an INTx route from it; \
+         {} device(s) with their own _PXM",
+        discovery.pending_prts.len(),
         discovery.proximity.len()
     ));
     for problem in discovery.problems.iter().take(PROBLEM_LINES) {
@@ -202,28 +212,40 @@ pub fn init(fw: &Firmware, pci: &'static Pci, enabled: bool) -> Vec<String> {
     if more > 0 {
         lines.push(format!("aml: ... {more} more problem(s)"));
     }
-    drop(interp);
-    DISCOVERY.call_once(|| discovery);
+    *NAMESPACE.lock() = Some(Namespace { interp, discovery });
     lines
 }
 
-/// What AML found (after [`init`]; `None` when it was off or failed).
-pub fn get() -> Option<&'static Discovery> {
-    DISCOVERY.get()
-}
-
 /// The INTx route `_PRT` gives `function`, with a description of where it
-/// came from for the boot log. `None`: AML has no route (fall back).
+/// came from for the boot log. `None`: AML has no route (fall back). The
+/// first lookup in a table evaluates it, and logs its size and any problem.
 pub fn intx_route(pci: &Pci, function: &PciFunction, isa_route: impl Fn(u8) -> IrqRoute) -> Option<(IrqRoute, String)> {
-    let discovery = get()?;
+    let mut guard = NAMESPACE.lock();
+    let Namespace { interp, discovery } = guard.as_mut()?;
     let path = aml::pci_path(&pci.functions, function)?;
-    let found = discovery.route_for(
-        function.address.segment(),
-        function.root_bus,
-        &path,
-        function.interrupt_pin,
-    )?;
-    let route = found.route;
+    let (tables_before, problems_before) = (discovery.prts.len(), discovery.problems.len());
+    let found = discovery
+        .route_on_demand(
+            interp,
+            function.address.segment(),
+            function.root_bus,
+            &path,
+            function.interrupt_pin,
+        )
+        .map(|found| (found.route.clone(), found.table.scope.path.clone(), found.swizzled));
+    for table in &discovery.prts[tables_before..] {
+        log::info!(
+            "aml: _PRT of {}: {} route(s), {} unresolved (evaluated for {})",
+            table.scope.path,
+            table.routes.len(),
+            table.unresolved,
+            function.address
+        );
+    }
+    for problem in &discovery.problems[problems_before..] {
+        log::warn!("aml: problem: {}: {}", problem.path, problem.error);
+    }
+    let (route, table, swizzled) = found?;
     let irq = if route.isa {
         // A legacy IRQ descriptor names an ISA IRQ: the MADT's overrides apply.
         isa_route(route.gsi as u8)
@@ -238,17 +260,18 @@ pub fn intx_route(pci: &Pci, function: &PciFunction, isa_route: impl Fn(u8) -> I
         RouteSource::Gsi => "GSI".into(),
         RouteSource::Link(link) => format!("link {link}"),
     };
-    let swizzle = if found.swizzled > 0 {
-        format!(", pin swizzled across {} bridge(s)", found.swizzled)
+    let swizzle = if swizzled > 0 {
+        format!(", pin swizzled across {swizzled} bridge(s)")
     } else {
         String::new()
     };
-    Some((irq, format!("_PRT of {} ({source}{swizzle})", found.table.scope.path)))
+    Some((irq, format!("_PRT of {table} ({source}{swizzle})")))
 }
 
 /// The proximity domain `_PXM` gives `function` (its own device's, else its host bridge's).
 pub fn proximity(pci: &Pci, function: &PciFunction) -> Option<u32> {
-    let discovery = get()?;
+    let guard = NAMESPACE.lock();
+    let discovery = &guard.as_ref()?.discovery;
     let path = aml::pci_path(&pci.functions, function)?;
     discovery.proximity_for(function.address.segment(), function.root_bus, &path)
 }

@@ -99,17 +99,24 @@ pub struct Problem {
     pub error: Error,
 }
 
+/// A link device's interrupt (its `_CRS`, by source index), read once for all tables.
+type LinkCache = BTreeMap<(Path, u64), Option<resource::Interrupt>>;
+
 /// Everything found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovery {
     pub bridges: Vec<HostBridge>,
+    /// Tables evaluated so far, in the order they were evaluated.
     pub prts: Vec<PrtTable>,
+    /// Scopes whose `_PRT` exists and has not been evaluated yet (see [`discover_deferred`]).
+    pub pending_prts: Vec<PrtScope>,
     pub proximity: Vec<DeviceProximity>,
     pub problems: Vec<Problem>,
     /// Host bridges whose `_STA` says absent (skipped).
     pub absent: usize,
     /// Host bridges whose `_STA` failed (skipped; the problem is in `problems`).
     pub failed: usize,
+    links: LinkCache,
 }
 
 impl Discovery {
@@ -188,9 +195,23 @@ fn adr(interp: &mut Interpreter<'_>, device: &Path, problems: &mut Vec<Problem>)
     Some((((value >> 16) & 0x1F) as u8, (value & 7) as u8))
 }
 
-/// Evaluates the namespace. Calls `\_PIC(1)` first (APIC mode: firmware
-/// returns its I/O APIC routing), then walks every device.
+/// Evaluates the namespace, every `_PRT` included: [`discover_deferred`],
+/// then each pending table in namespace order.
 pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
+    let mut out = discover_deferred(interp);
+    while !out.pending_prts.is_empty() {
+        out.evaluate_prt(interp, 0);
+    }
+    out
+}
+
+/// Evaluates what a boot needs up front: calls `\_PIC(1)` first (APIC mode:
+/// firmware returns its I/O APIC routing), then finds the host bridges and
+/// the `_PXM` of devices below them. `_PRT` tables are only located (in
+/// [`Discovery::pending_prts`]): building one can take thousands of steps
+/// (QEMU's `pc` builds 128 entries in a loop), and only a function that
+/// falls back to INTx needs one ([`Discovery::route_on_demand`]).
+pub fn discover_deferred(interp: &mut Interpreter<'_>) -> Discovery {
     let mut out = Discovery::default();
     let pic = Path::root().child(*b"_PIC");
     if interp.exists(&pic)
@@ -284,51 +305,47 @@ pub fn discover(interp: &mut Interpreter<'_>) -> Discovery {
         out.bridges.push(bridge);
     }
 
-    let mut link_cache: BTreeMap<(Path, u64), Option<resource::Interrupt>> = BTreeMap::new();
     for (index, bridge_path) in bridge_paths.iter().enumerate() {
         // The bridge itself, then each device below it, in namespace order.
         let mut scopes: Vec<Path> = alloc::vec![bridge_path.clone()];
         scopes.extend(devices.iter().filter(|d| d.is_below(bridge_path)).cloned());
         for scope_path in scopes {
+            let prt_path = scope_path.child(*b"_PRT");
+            let pxm_path = scope_path.child(*b"_PXM");
+            let has_prt = interp.exists(&prt_path);
+            let has_pxm = scope_path != *bridge_path && interp.exists(&pxm_path);
+            if !has_prt && !has_pxm {
+                continue;
+            }
             let Some(hops) = hops_to(interp, bridge_path, &scope_path, &mut out.problems) else {
                 continue;
             };
-            let prt_path = scope_path.child(*b"_PRT");
             let scope = PrtScope {
                 bridge: index,
-                hops: hops.clone(),
+                hops,
                 path: scope_path.clone(),
             };
-            if interp.exists(&prt_path) {
-                match interp.evaluate(&prt_path, Vec::new()) {
-                    Ok(value) => {
-                        let table = prt_table(interp, scope.clone(), value, &mut link_cache, &mut out.problems);
-                        out.prts.push(table);
-                    }
-                    Err(error) => out.problems.push(Problem { path: prt_path, error }),
-                }
+            if has_pxm
+                && let Some(pxm) = narrow(
+                    interp,
+                    &pxm_path,
+                    u32::MAX.into(),
+                    "_PXM above 32 bits",
+                    &mut out.problems,
+                )
+                && let Some(function) = adr(interp, &scope_path, &mut out.problems)
+            {
+                let mut parent = scope.clone();
+                parent.hops.pop();
+                parent.path = scope_path.parent();
+                out.proximity.push(DeviceProximity {
+                    scope: parent,
+                    function,
+                    pxm,
+                });
             }
-            if scope_path != *bridge_path {
-                let pxm_path = scope_path.child(*b"_PXM");
-                if interp.exists(&pxm_path)
-                    && let Some(pxm) = narrow(
-                        interp,
-                        &pxm_path,
-                        u32::MAX.into(),
-                        "_PXM above 32 bits",
-                        &mut out.problems,
-                    )
-                    && let Some(function) = adr(interp, &scope_path, &mut out.problems)
-                {
-                    let mut parent = scope.clone();
-                    parent.hops.pop();
-                    parent.path = scope_path.parent();
-                    out.proximity.push(DeviceProximity {
-                        scope: parent,
-                        function,
-                        pxm,
-                    });
-                }
+            if has_prt {
+                out.pending_prts.push(scope);
             }
         }
     }
@@ -358,7 +375,7 @@ fn prt_table(
     interp: &mut Interpreter<'_>,
     scope: PrtScope,
     value: Object,
-    links: &mut BTreeMap<(Path, u64), Option<resource::Interrupt>>,
+    links: &mut LinkCache,
     problems: &mut Vec<Problem>,
 ) -> PrtTable {
     let mut table = PrtTable {
@@ -490,6 +507,60 @@ pub struct FoundRoute<'a> {
 }
 
 impl Discovery {
+    /// Evaluates the pending `_PRT` of `pending_prts[pending]` and moves it
+    /// to [`Discovery::prts`]; a table that fails to evaluate is dropped (its
+    /// problem is in `problems`), as if the scope had none.
+    pub fn evaluate_prt(&mut self, interp: &mut Interpreter<'_>, pending: usize) {
+        let scope = self.pending_prts.remove(pending);
+        let prt_path = scope.path.child(*b"_PRT");
+        match interp.evaluate(&prt_path, Vec::new()) {
+            Ok(value) => {
+                let table = prt_table(interp, scope, value, &mut self.links, &mut self.problems);
+                self.prts.push(table);
+            }
+            Err(error) => self.problems.push(Problem { path: prt_path, error }),
+        }
+    }
+
+    /// [`Discovery::route_for`], first evaluating the pending tables the
+    /// lookup may need: the table of each scope on the way up from the
+    /// function, nearest first, until one exists.
+    pub fn route_on_demand(
+        &mut self,
+        interp: &mut Interpreter<'_>,
+        segment: u16,
+        root_bus: u8,
+        path: &[(u8, u8)],
+        pin: u8,
+    ) -> Option<FoundRoute<'_>> {
+        let bridge = self.bridge_for(segment, root_bus)?;
+        for depth in (0..path.len()).rev() {
+            let hops = &path[..depth];
+            if self
+                .prts
+                .iter()
+                .any(|t| t.scope.bridge == bridge && t.scope.hops == hops)
+            {
+                break;
+            }
+            if let Some(pending) = self
+                .pending_prts
+                .iter()
+                .position(|s| s.bridge == bridge && s.hops == hops)
+            {
+                self.evaluate_prt(interp, pending);
+                if self
+                    .prts
+                    .last()
+                    .is_some_and(|t| t.scope.bridge == bridge && t.scope.hops == hops)
+                {
+                    break;
+                }
+            }
+        }
+        self.route_for(segment, root_bus, path, pin)
+    }
+
     /// The host bridge whose root bus is `root_bus` in `segment`.
     pub fn bridge_for(&self, segment: u16, root_bus: u8) -> Option<usize> {
         self.bridges

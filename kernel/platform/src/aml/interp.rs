@@ -20,8 +20,8 @@
 //! (as Linux does).
 
 use alloc::collections::BTreeMap;
-use alloc::rc::Rc;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use pci_types::PciAddress;
@@ -57,7 +57,7 @@ pub struct LoadProblem {
 /// The namespace and the interpreter over it.
 pub struct Interpreter<'h> {
     pub(super) nodes: BTreeMap<Path, Object>,
-    pub(super) tables: Vec<Rc<[u8]>>,
+    pub(super) tables: Vec<Arc<[u8]>>,
     pub(super) regions: &'h mut dyn RegionHandler,
     int64: bool,
     pub(super) steps: u64,
@@ -150,7 +150,7 @@ impl<'h> Interpreter<'h> {
     /// [`Interpreter::load_problems`]; only running out of steps stops it.
     pub fn load_table(&mut self, aml: &[u8]) -> Result<()> {
         let table = self.tables.len();
-        let code: Rc<[u8]> = Rc::from(aml);
+        let code: Arc<[u8]> = Arc::from(aml);
         self.tables.push(code.clone());
         let mut reader = Reader {
             code,

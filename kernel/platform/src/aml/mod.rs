@@ -34,6 +34,7 @@ pub mod resource;
 
 pub use bridges::{
     DeviceProximity, Discovery, HostBridge, Problem, PrtRoute, PrtScope, PrtTable, RouteSource, discover,
+    discover_deferred,
 };
 pub use interp::{Interpreter, LoadProblem, MAX_DEPTH, STACK_BUDGET, STEPS_IN_ALL, STEPS_PER_EVALUATION};
 pub use name::{NameString, Path, Seg, eisa_id_text};

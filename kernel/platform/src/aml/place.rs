@@ -2,7 +2,7 @@
 //! through names, locals, arguments, references and package or buffer
 //! elements (a store to a named integer or buffer converts, others replace).
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -108,7 +108,7 @@ impl<'h> Interpreter<'h> {
                 let bytes = self.to_buffer(
                     &source,
                     &Reader {
-                        code: Rc::from(&[][..]),
+                        code: Arc::from(&[][..]),
                         pos: 0,
                         end: 0,
                     },
@@ -131,6 +131,17 @@ impl<'h> Interpreter<'h> {
             Place::Arg(i) => Ok(f.args.get(usize::from(*i)).cloned().unwrap_or_default()),
             Place::Named(path) => self.read_named(path),
             Place::Elem(base, index) => {
+                // An element of a package, buffer or string held in a local or a plain named
+                // object is read where it is: copying the whole container per element read
+                // would make a loop over a package quadratic.
+                let held = match &**base {
+                    Place::Local(i) => f.locals.get(usize::from(*i)),
+                    Place::Named(path) => self.nodes.get(path),
+                    _ => None,
+                };
+                if let Some(held @ (Object::Package(_) | Object::Buffer(_) | Object::String(_))) = held {
+                    return element_of(held, *index, &self.current);
+                }
                 let base = self.read_place(f, base)?;
                 self.element(base, *index)
             }
@@ -147,23 +158,7 @@ impl<'h> Interpreter<'h> {
             }
             other => other,
         };
-        let i = usize::try_from(index).unwrap_or(usize::MAX);
-        match base {
-            Object::Package(items) => items
-                .get(i)
-                .cloned()
-                .ok_or_else(|| aml_error(&at, 0, "package index out of range", index)),
-            Object::Buffer(bytes) => bytes
-                .get(i)
-                .map(|&b| Object::Integer(u64::from(b)))
-                .ok_or_else(|| aml_error(&at, 0, "buffer index out of range", index)),
-            Object::String(s) => s
-                .as_bytes()
-                .get(i)
-                .map(|&b| Object::Integer(u64::from(b)))
-                .ok_or_else(|| aml_error(&at, 0, "string index out of range", index)),
-            _ => Err(aml_error(&at, 0, "Index of a value that has no elements", index)),
-        }
+        element_of(&base, index, &at)
     }
 
     /// Reads an operator's target operand and stores `value` there; the operator's own result is
@@ -202,49 +197,76 @@ impl<'h> Interpreter<'h> {
             Place::Named(path) => self.store_named(path, value),
             Place::Elem(base, index) => {
                 let index = usize::try_from(*index).unwrap_or(usize::MAX);
-                let mut container = match &**base {
-                    Place::Named(path) => self
-                        .nodes
-                        .get(&self.follow_alias(path.clone()))
-                        .cloned()
-                        .unwrap_or_default(),
-                    other => self.read_place(f, other)?,
-                };
                 let at = self.current.clone();
-                match &mut container {
-                    Object::Package(items) => {
-                        let slot = items
-                            .get_mut(index)
-                            .ok_or_else(|| aml_error(&at, 0, "package index out of range", index as u64))?;
-                        *slot = value;
+                // A buffer element takes the value's low byte, converted before the buffer is
+                // taken out of its place (the value may refer to that buffer).
+                let into_buffer = match &**base {
+                    Place::Named(path) => {
+                        matches!(
+                            self.nodes.get(&self.follow_alias(path.clone())),
+                            Some(Object::Buffer(_))
+                        )
                     }
-                    Object::Buffer(bytes) => {
-                        let byte = self.integer_of(&value, &at, 0)? as u8;
-                        let slot = bytes
-                            .get_mut(index)
-                            .ok_or_else(|| aml_error(&at, 0, "buffer index out of range", index as u64))?;
-                        *slot = byte;
-                    }
-                    _ => {
-                        return Err(aml_error(
-                            &at,
-                            0,
-                            "store through Index into a value without elements",
-                            0,
-                        ));
-                    }
-                }
-                match &**base {
+                    Place::Local(i) => matches!(f.locals[usize::from(*i)], Object::Buffer(_)),
+                    _ => false,
+                };
+                let byte = if into_buffer {
+                    Some(self.integer_of(&value, &at, 0)? as u8)
+                } else {
+                    None
+                };
+                // A named or local container is moved out and back, not copied: a loop that fills
+                // a package element by element (QEMU's 128-entry `_PRT`) stays linear.
+                let (mut container, named) = match &**base {
                     Place::Named(path) => {
                         let path = self.follow_alias(path.clone());
-                        self.nodes.insert(path, container);
-                        Ok(())
+                        match self.nodes.get_mut(&path) {
+                            Some(object) => (core::mem::take(object), Some(path)),
+                            None => (Object::Uninitialized, None),
+                        }
+                    }
+                    Place::Local(i) => (core::mem::take(&mut f.locals[usize::from(*i)]), None),
+                    other => (self.read_place(f, other)?, None),
+                };
+                let stored = match &mut container {
+                    Object::Package(items) => items
+                        .get_mut(index)
+                        .map(|slot| *slot = value)
+                        .ok_or_else(|| aml_error(&at, 0, "package index out of range", index as u64)),
+                    Object::Buffer(bytes) => {
+                        let byte = match byte {
+                            Some(byte) => Ok(byte),
+                            None => self.integer_of(&value, &at, 0).map(|v| v as u8),
+                        };
+                        byte.and_then(|byte| {
+                            bytes
+                                .get_mut(index)
+                                .map(|slot| *slot = byte)
+                                .ok_or_else(|| aml_error(&at, 0, "buffer index out of range", index as u64))
+                        })
+                    }
+                    _ => Err(aml_error(
+                        &at,
+                        0,
+                        "store through Index into a value without elements",
+                        0,
+                    )),
+                };
+                match &**base {
+                    Place::Named(_) => {
+                        if let Some(path) = named {
+                            self.nodes.insert(path, container);
+                        }
+                        stored
                     }
                     Place::Local(i) => {
                         f.locals[usize::from(*i)] = container;
-                        Ok(())
+                        stored
                     }
-                    other => self.store(f, &other.clone(), container),
+                    other => {
+                        stored?;
+                        self.store(f, &other.clone(), container)
+                    }
                 }
             }
             Place::Owned(..) => Ok(()),
@@ -330,5 +352,26 @@ impl<'h> Interpreter<'h> {
                 Ok(())
             }
         }
+    }
+}
+
+/// Element `index` of a package (the element), buffer or string (the byte as an integer).
+fn element_of(base: &Object, index: u64, at: &Path) -> Result<Object> {
+    let i = usize::try_from(index).unwrap_or(usize::MAX);
+    match base {
+        Object::Package(items) => items
+            .get(i)
+            .cloned()
+            .ok_or_else(|| aml_error(at, 0, "package index out of range", index)),
+        Object::Buffer(bytes) => bytes
+            .get(i)
+            .map(|&b| Object::Integer(u64::from(b)))
+            .ok_or_else(|| aml_error(at, 0, "buffer index out of range", index)),
+        Object::String(s) => s
+            .as_bytes()
+            .get(i)
+            .map(|&b| Object::Integer(u64::from(b)))
+            .ok_or_else(|| aml_error(at, 0, "string index out of range", index)),
+        _ => Err(aml_error(at, 0, "Index of a value that has no elements", index)),
     }
 }

@@ -1,7 +1,7 @@
 //! The AML byte stream: bytes, little-endian integers, package lengths and
 //! name strings, each checked against the end of the enclosing object.
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::interp::Interpreter;
@@ -11,7 +11,7 @@ use crate::error::Result;
 
 /// A position in one table's byte code, and where the enclosing object ends.
 pub(super) struct Reader {
-    pub(super) code: Rc<[u8]>,
+    pub(super) code: Arc<[u8]>,
     pub(super) pos: usize,
     pub(super) end: usize,
 }

@@ -33,8 +33,9 @@ pub enum RegionSpace {
 
 /// Hardware access for operation regions. The kernel implements it with
 /// real port, MMIO and configuration-space accesses; the host (preflight,
-/// tests) uses [`FixedRegions`].
-pub trait RegionHandler {
+/// tests) uses [`FixedRegions`]. `Send`: the kernel keeps its interpreter,
+/// handler included, for `_PRT` tables evaluated on demand on any CPU.
+pub trait RegionHandler: Send {
     /// Reads `width` (1, 2, 4 or 8) bytes at `address` in `space`.
     fn read(&mut self, space: RegionSpace, address: u64, width: u8) -> Result<u64>;
     /// Writes `width` bytes.
