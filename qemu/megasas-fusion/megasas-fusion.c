@@ -246,6 +246,17 @@ enum {
 #define CAP_FP_CAPABLE (1u << 0)
 #define CAP_FP_WRITE (1u << 20)
 #define CAP_FP_READ (1u << 21)
+#define CAP_FP_CACHE_BYPASS (1u << 29)
+/* G35 RAID context: routing flags (SLD bit 1) and the raid_flags IO sub-type
+ * (high nibble) a FastPath write past the controller cache carries */
+#define FR_RAID_ROUTING 0x64
+#define ROUTING_SLD (1u << 1)
+#define RAID_SUBTYPE_CACHE_BYPASS 6
+/* raid_flags IO sub-type of a large RAID-1 LD-path write on a controller whose
+ * PCIe link Linux judges too slow for FastPath pairs, and the size above
+ * which a RAID-1 write is large (Linux's MR_LARGE_IO_MIN_SIZE) */
+#define RAID_SUBTYPE_LDIO_BW_LIMIT 7
+#define RAID1_LARGE_WRITE_BYTES (32 * 1024)
 /* RAID context (frame + 0x60) fields checked on FastPath */
 #define FR_RAID_SPAN_ARM 0x79
 #define FR_RAID_SEQ_NUM 0x7A
@@ -384,6 +395,8 @@ struct FusionState {
     bool rdpq;
     bool coalescing;
     bool jbod_map;
+    bool fp_cache_bypass;
+    uint32_t link_gts;        /* trained link speed, GT/s (0: the generation's) */
     bool debug;
     char *raid_name;
     uint32_t strip_kib;
@@ -398,6 +411,9 @@ struct FusionState {
     uint64_t jbod_stale_refused;
     uint32_t config_changes;  /* change-config events so far */
     uint64_t raid1_write_pairs; /* RAID-1 FastPath writes, both halves seen */
+    uint64_t cache_bypass_writes; /* FastPath writes marked SLD + CACHE_BYPASS */
+    bool pcie_bw_limited;     /* Linux judges the link to limit RAID-1 writes */
+    uint64_t ldio_bw_limit_writes; /* LD-path writes marked LDIO_BW_LIMIT */
     Notifier exit_notifier;
 
     const GenerationInfo *gen;
