@@ -152,6 +152,9 @@ pub struct HostCounters {
     pub raid1_reads_arm1: u64,
     /// RAID-1 FastPath writes, each sent as a pair (one request per arm).
     pub raid1_write_pairs: u64,
+    /// RAID-1 writes a pair could have carried, sent on the LD path because the PCIe link
+    /// limits the controller (over 32 KiB, or the small ones after such a write).
+    pub raid1_bw_limited_ld_writes: u64,
     /// Requests sent to a high-IOPS reply queue (balanced mode).
     pub high_iops_ios: u64,
     /// System-PD requests sent by the JBOD map (device handle and sequence number).
@@ -405,6 +408,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             raid1_reads_arm0: c.ctrl.stats.raid1_reads[0].load(Ordering::Relaxed),
             raid1_reads_arm1: c.ctrl.stats.raid1_reads[1].load(Ordering::Relaxed),
             raid1_write_pairs: c.ctrl.stats.raid1_write_pairs.load(Ordering::Relaxed),
+            raid1_bw_limited_ld_writes: c.ctrl.stats.raid1_bw_limited_ld_writes.load(Ordering::Relaxed),
             high_iops_ios: c.ctrl.stats.high_iops_ios.load(Ordering::Relaxed),
             jbod_map_ios: c.ctrl.jbod_map_counts().3,
             jbod_stale_refusals: c.ctrl.jbod_map_counts().2,

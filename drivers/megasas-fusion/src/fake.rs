@@ -194,10 +194,26 @@ pub enum Violation {
     /// A SMID above max_fw_cmds (Ventura and later keep them for RAID-1 FastPath peer writes)
     /// used for anything else, or on a generation without peer SMIDs.
     PeerSmidMisused,
+    /// A FastPath request whose cache-bypass marks (G35 routing flag SLD, raid_flags sub-type
+    /// CACHE_BYPASS) differ from Linux's: both on a write to an LD whose map offers
+    /// `fp_cache_bypass_capable`, neither on anything else.
+    CacheBypassFlags,
+    /// A RAID-1 FastPath write over 32 KiB on a controller whose PCIe link limits RAID-1 writes
+    /// (Linux sends those on the LD path).
+    LargeRaid1FastPathWrite,
+    /// The LD path's raid_flags sub-type LDIO_BW_LIMIT on anything but a RAID-1 write over
+    /// 32 KiB of a PCIe-bandwidth-limited controller.
+    LdioBwLimitMisused,
 }
 
 /// `MR_LD_RAID` capability: FastPath writes.
 const CAP_FP_WRITE: u32 = 1 << 20;
+/// `MR_LD_RAID` capability `fp_cache_bypass_capable`.
+const CAP_FP_CACHE_BYPASS: u32 = 1 << 29;
+/// raid_flags IO sub-type of a large RAID-1 LD-path write on a PCIe-bandwidth-limited controller.
+const LDIO_BW_LIMIT: u8 = 7;
+/// Linux's `MR_LARGE_IO_MIN_SIZE`: RAID-1 writes above it are large.
+const LARGE_IO_BYTES: u32 = 32 * 1024;
 
 /// One half of a RAID-1 FastPath write, waiting for its peer (kept by the peer's SMID).
 #[derive(Clone, Copy, Debug)]
@@ -325,6 +341,11 @@ pub struct FakeConfig {
     /// (SYSTEM_PD_MAP_GET_INFO) is offered; system PDs then take requests by device handle
     /// (0x100 + device id) with the map's sequence number. Off by default.
     pub jbod_map: bool,
+    /// The PCIe link limits RAID-1 writes, as Linux judges it (every Ventura, an Aero below
+    /// 16 GT/s): a RAID-1 FastPath write over 32 KiB is then a violation, and the LD path's
+    /// raid_flags sub-type LDIO_BW_LIMIT is allowed on RAID-1 writes over 32 KiB. Default: on for
+    /// Ventura (the link is the host's to report; an Aero test sets it).
+    pub pcie_bw_limited: bool,
     /// Start state.
     pub start: StartState,
     /// Virtual microseconds in each power-on state.
@@ -404,6 +425,7 @@ impl FakeConfig {
             ctrl64: generation >= Generation::Ventura,
             coalescing: false,
             jbod_map: false,
+            pcie_bw_limited: generation == Generation::Ventura,
             start: StartState::PowerOn,
             state_delay_us: 20_000,
             doorbell_busy_us: 500,
@@ -572,6 +594,10 @@ struct State {
     fastpath_served: u64,
     /// FastPath requests served by each arm.
     fastpath_by_arm: Vec<u64>,
+    /// FastPath writes taken in with the cache-bypass marks (SLD and the CACHE_BYPASS sub-type).
+    cache_bypass_writes: u64,
+    /// LD-path writes taken in with the LDIO_BW_LIMIT sub-type.
+    ldio_bw_limit_writes: u64,
     /// RAID-1 FastPath write halves waiting for their peer, by the peer's SMID.
     r1_expected: alloc::collections::BTreeMap<u16, Raid1Half>,
     /// RAID-1 FastPath write pairs whose two halves both arrived.
@@ -734,6 +760,8 @@ impl FakeFusion {
                 stale_refusals: 0,
                 fastpath_served: 0,
                 fastpath_by_arm,
+                cache_bypass_writes: 0,
+                ldio_bw_limit_writes: 0,
                 violations: Vec::new(),
                 warnings: Vec::new(),
                 fail_next: VecDeque::new(),
@@ -982,6 +1010,15 @@ impl FakeFusion {
     /// FastPath requests served by each arm of the RAID LD.
     pub fn fastpath_by_arm(&self) -> Vec<u64> {
         self.st.lock().fastpath_by_arm.clone()
+    }
+    /// FastPath writes (RAID-1 halves each) taken in marked as bypassing the controller cache.
+    pub fn cache_bypass_writes(&self) -> u64 {
+        self.st.lock().cache_bypass_writes
+    }
+    /// LD-path writes taken in marked LDIO_BW_LIMIT (large RAID-1 writes of a
+    /// PCIe-bandwidth-limited controller).
+    pub fn ldio_bw_limit_writes(&self) -> u64 {
+        self.st.lock().ldio_bw_limit_writes
     }
     /// RAID-1 FastPath write pairs whose two halves both arrived.
     pub fn raid1_write_pairs(&self) -> u64 {
@@ -1534,10 +1571,34 @@ impl State {
                     None => return None,
                 }
             }
-            (0x04 | 0x0E | 0x00, 0xF1) => match self.ld_command(mem, frame_addr, &frame, flags, init, false) {
-                Some(c) => Work::Ld(c),
-                None => return None,
-            },
+            (0x04 | 0x0E | 0x00, 0xF1) => {
+                if self.cfg.generation.g35_raid_context() && frame[0x60 + 0x18] >> 4 == LDIO_BW_LIMIT {
+                    let mirror_ld = self
+                        .cfg
+                        .raid0
+                        .as_ref()
+                        .is_some_and(|r| r.mirror && le_u16(&frame, 0) == u16::from(r.target));
+                    let len = le_u32(&frame, 0x1C);
+                    let write = matches!(frame[0x40], 0x0A | 0x2A | 0xAA | 0x8A);
+                    if !(mirror_ld && write && len > LARGE_IO_BYTES && self.cfg.pcie_bw_limited) {
+                        self.violate(
+                            Violation::LdioBwLimitMisused,
+                            format!(
+                                "SMID {smid}: CDB {:#x} of {len} bytes to target {} (PCIe bandwidth limited: {})",
+                                frame[0x40],
+                                le_u16(&frame, 0),
+                                self.cfg.pcie_bw_limited
+                            ),
+                        );
+                        return None;
+                    }
+                    self.ldio_bw_limit_writes += 1;
+                }
+                match self.ld_command(mem, frame_addr, &frame, flags, init, false) {
+                    Some(c) => Work::Ld(c),
+                    None => return None,
+                }
+            }
             // A system PD without a RAID map, as Linux `megasas_build_syspd_fusion` sends it:
             // FastPath SCSI IO, DevHandle 0xFFFF, raid_flags sub-type SYSTEM_PD, the device id
             // in the RAID context; IoFlags FastPath bit on Invader and later.
@@ -1642,6 +1703,33 @@ impl State {
             );
             return None;
         }
+        let bypass = write && r.caps & CAP_FP_CACHE_BYPASS != 0;
+        let routing = le_u16(f, 0x60 + 0x04);
+        let sub_type = f[0x60 + 0x18] >> 4;
+        if (routing & 0x2 != 0, sub_type) != (bypass, if bypass { 6 } else { 0 }) {
+            self.violate(
+                Violation::CacheBypassFlags,
+                format!(
+                    "{} with routing flags {routing:#x}, raid_flags sub-type {sub_type} (the map {} cache bypass)",
+                    if write { "write" } else { "read" },
+                    if r.caps & CAP_FP_CACHE_BYPASS != 0 {
+                        "offers"
+                    } else {
+                        "does not offer"
+                    }
+                ),
+            );
+            return None;
+        }
+        let len = le_u32(f, 0x1C);
+        if mirror_write && self.cfg.pcie_bw_limited && len > LARGE_IO_BYTES {
+            self.violate(
+                Violation::LargeRaid1FastPathWrite,
+                format!("SMID {smid}: {len} bytes on a PCIe-bandwidth-limited controller"),
+            );
+            return None;
+        }
+        self.cache_bypass_writes += u64::from(bypass);
         let mut c = self.ld_command(mem, frame_addr, f, flags, init, true)?;
         c.target = u16::from(r.target);
         c.pd = false;

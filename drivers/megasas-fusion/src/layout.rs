@@ -9,7 +9,10 @@
 //! requests outstanding; once the device has more than 8 per data arm outstanding, I/Os go to the
 //! high-IOPS queues in batches of 16 (`megasas_get_msix_index`), where one coalesced interrupt
 //! completes many. Otherwise the controller is in **latency** mode: one queue per CPU, each
-//! interrupt at once.
+//! interrupt at once. Linux's third layout, **IOPS** (`MR_IOPS_PERF_MODE`), keeps latency mode's
+//! queues but has the firmware coalesce the interrupts of every whole group of 8 of them
+//! (`replyqueue_mask` = one bit per whole group of the vectors); Linux's rule never picks it, only
+//! its `perf_mode` option does, here `megasas.perf_mode=iops`.
 //!
 //! This module is the decision alone (host-tested); the kernel calls [`plan`] before it asks
 //! for MSI-X vectors, and bring-up checks the plan again against SP1 once the firmware is READY.
@@ -37,6 +40,8 @@ pub const LINK_16GT: u8 = 4;
 pub enum PerfMode {
     /// High-IOPS queues with coalesced interrupts, then one latency queue per CPU.
     Balanced,
+    /// One reply queue per CPU, the interrupts of every whole group of 8 queues coalesced.
+    Iops,
     /// One reply queue per CPU, every interrupt at once.
     Latency,
 }
@@ -113,6 +118,15 @@ pub fn plan(input: &PlanInput) -> QueuePlan {
     };
     let chosen = match (input.requested, by_default) {
         (Some(PerfMode::Latency), _) => return latency("megasas.perf_mode=latency"),
+        (Some(PerfMode::Iops), _) if !coalescing => {
+            return latency("megasas.perf_mode=iops, but the firmware offers no interrupt coalescing");
+        }
+        (Some(PerfMode::Iops), _) => {
+            return QueuePlan {
+                mode: PerfMode::Iops,
+                ..latency("megasas.perf_mode=iops")
+            };
+        }
         (Some(PerfMode::Balanced), _) if !coalescing => {
             return latency("megasas.perf_mode=balanced, but the firmware offers no interrupt coalescing");
         }
@@ -138,9 +152,23 @@ pub fn plan(input: &PlanInput) -> QueuePlan {
     }
 }
 
-/// IOC INIT's `replyqueue_mask` for `high_iops_queues` coalesced queues: one bit per group of 8.
-pub const fn replyqueue_mask(high_iops_queues: u16) -> u16 {
-    let groups = high_iops_queues / 8;
+/// Whether Linux treats the controller's PCIe link as the bottleneck for RAID-1 writes
+/// (`fusion->pcie_bw_limitation`, `megasas_init_fw`): every Ventura (a PCIe 3 part), and an Aero
+/// whose link runs below 16 GT/s (no link registers counts as slower, as Linux reads 0). Such a
+/// controller gets RAID-1 writes over 32 KiB on the LD path, marked for the firmware, and the
+/// next few small ones after them too ([`crate::Config::pcie_bw_limited`]).
+pub fn pcie_bw_limited(generation: Generation, link_speed: Option<u8>) -> bool {
+    match generation {
+        Generation::Ventura => true,
+        Generation::Aero => link_speed.unwrap_or(0) < LINK_16GT,
+        Generation::Thunderbolt | Generation::Invader => false,
+    }
+}
+
+/// IOC INIT's `replyqueue_mask` for `coalesced` queues from queue 0 on: one bit per whole group
+/// of 8 (a partial group stays uncoalesced, as Linux's mask of `msix_vectors / 8` groups).
+pub const fn replyqueue_mask(coalesced: u16) -> u16 {
+    let groups = coalesced / 8;
     if groups >= 16 { u16::MAX } else { (1u16 << groups) - 1 }
 }
 
@@ -248,5 +276,42 @@ mod tests {
         assert_eq!(replyqueue_mask(8), 1);
         assert_eq!(replyqueue_mask(16), 3);
         assert_eq!(replyqueue_mask(128), 0xFFFF);
+        // Whole groups only: 3 or 7 queues coalesce none, 17 the first two groups.
+        assert_eq!(replyqueue_mask(3), 0);
+        assert_eq!(replyqueue_mask(7), 0);
+        assert_eq!(replyqueue_mask(17), 3);
+    }
+
+    #[test]
+    fn the_pcie_bandwidth_limit_is_every_ventura_and_an_aero_below_16_gts() {
+        assert!(pcie_bw_limited(Generation::Ventura, Some(LINK_16GT)));
+        assert!(pcie_bw_limited(Generation::Ventura, None));
+        assert!(pcie_bw_limited(Generation::Aero, Some(3)));
+        assert!(pcie_bw_limited(Generation::Aero, None));
+        assert!(!pcie_bw_limited(Generation::Aero, Some(LINK_16GT)));
+        assert!(!pcie_bw_limited(Generation::Invader, Some(1)));
+        assert!(!pcie_bw_limited(Generation::Thunderbolt, None));
+    }
+
+    #[test]
+    fn iops_mode_is_chosen_only_by_the_override_and_keeps_one_queue_per_cpu() {
+        for cpus in [2, 8, 20] {
+            // Linux's rule picks balanced or latency, never IOPS.
+            let p = plan(&input(Generation::Aero, SP1_128_COALESCING, cpus));
+            assert_ne!(p.mode, PerfMode::Iops);
+            let p = plan(&PlanInput {
+                requested: Some(PerfMode::Iops),
+                ..input(Generation::Ventura, SP1_128_COALESCING, cpus)
+            });
+            assert_eq!((p.mode, p.high_iops_queues, p.vectors), (PerfMode::Iops, 0, cpus));
+            assert_eq!(p.reason, "megasas.perf_mode=iops");
+        }
+        // Without the firmware's coalescing there is nothing to coalesce: latency.
+        let p = plan(&PlanInput {
+            requested: Some(PerfMode::Iops),
+            ..input(Generation::Aero, 127 << 14, 8)
+        });
+        assert_eq!((p.mode, p.vectors), (PerfMode::Latency, 8));
+        assert!(p.reason.contains("no interrupt coalescing"), "{}", p.reason);
     }
 }

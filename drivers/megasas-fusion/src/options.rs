@@ -8,8 +8,9 @@
 //! when the firmware offers RDPQ (Linux's `rdpq_enable=0`); `megasas.fastpath=off` keeps every
 //! LD read and write on the firmware LD path although the RAID map allows FastPath;
 //! `megasas.jbod_map=off` keeps JBOD disks on the path by device id although the firmware
-//! offers the JBOD sequence map; `megasas.perf_mode=balanced|latency` overrides the reply-queue layout Linux's rule would
-//! choose ([`crate::layout::plan`]; balanced still needs the firmware's interrupt coalescing);
+//! offers the JBOD sequence map; `megasas.perf_mode=balanced|iops|latency` overrides the reply-queue layout Linux's rule
+//! would choose ([`crate::layout::plan`]; balanced and iops still need the firmware's interrupt
+//! coalescing);
 //! `megasas.rdpq_fault=window` (test only) breaks the RDPQ array's 4 GiB group window, so that a
 //! test sees the firmware refuse IOC INIT. The MFI driver's keys
 //! (`megasas.irq`, `megasas.irq_cpu`, `megasas.queue_depth`) are left to it; any other
@@ -37,7 +38,7 @@ pub struct Options {
     pub fastpath: Option<bool>,
     /// `megasas.jbod_map=on|off` (default: on when CTRL_GET_INFO offers the JBOD sequence map).
     pub jbod_map: Option<bool>,
-    /// `megasas.perf_mode=balanced|latency` (default: Linux's rule, [`crate::layout::plan`]).
+    /// `megasas.perf_mode=balanced|iops|latency` (default: Linux's rule, [`crate::layout::plan`]).
     pub perf_mode: Option<PerfMode>,
     /// `megasas.rdpq_fault=window`, test only: a broken RDPQ array (see
     /// [`crate::Config::rdpq_window_fault`]).
@@ -98,8 +99,9 @@ impl Options {
                 "perf_mode" => {
                     out.perf_mode = Some(match value {
                         "balanced" => PerfMode::Balanced,
+                        "iops" => PerfMode::Iops,
                         "latency" => PerfMode::Latency,
-                        _ => return Err(bad("megasas.perf_mode", "balanced or latency")),
+                        _ => return Err(bad("megasas.perf_mode", "balanced, iops or latency")),
                     })
                 }
                 "rdpq_fault" => match value {
@@ -179,6 +181,10 @@ mod tests {
             Options::parse("megasas.perf_mode=balanced").unwrap().perf_mode,
             Some(PerfMode::Balanced)
         );
+        assert_eq!(
+            Options::parse("megasas.perf_mode=iops").unwrap().perf_mode,
+            Some(PerfMode::Iops)
+        );
         assert_eq!(Options::parse("quiet").unwrap(), Options::default());
         assert!(Options::parse("megasas.report_only").unwrap().report_only);
         for bad in [
@@ -192,7 +198,7 @@ mod tests {
             "megasas.fastpath=maybe",
             "megasas.fast_path=on",
             "megasas.rdpq_fault=yes",
-            "megasas.perf_mode=iops",
+            "megasas.perf_mode=high",
             "megasas.jbod_map=maybe",
             "megasas.perf_mode",
         ] {

@@ -54,6 +54,10 @@ const STRIP_SHIFTS: core::ops::RangeInclusive<u8> = 3..=15;
 const CAP_FP_CAPABLE: u32 = 1 << 0;
 const CAP_FP_WRITE: u32 = 1 << 20;
 const CAP_FP_READ: u32 = 1 << 21;
+/// `MR_LD_RAID` capability `fp_cache_bypass_capable`: FastPath writes of this RAID-0/1 LD may
+/// bypass the controller's cache, and a driver marks them so (Linux: SLD routing flag and
+/// raid_flags sub-type CACHE_BYPASS in the G35 RAID context).
+const CAP_FP_CACHE_BYPASS: u32 = 1 << 29;
 /// `MR_LD_RAID.ldState` of an LD with every arm in service.
 const LD_STATE_OPTIMAL: u8 = 3;
 
@@ -86,6 +90,8 @@ pub struct FastPathLd {
     pub read: bool,
     /// Writes may go FastPath.
     pub write: bool,
+    /// FastPath writes bypass the controller's cache (the map's `fp_cache_bypass_capable`).
+    pub cache_bypass: bool,
 }
 
 /// Where a FastPath request goes.
@@ -99,6 +105,8 @@ pub struct FastPathRoute {
     pub seq: u16,
     /// Span (bits 7:5, always 0 here) and physical arm (bits 4:0).
     pub span_arm: u8,
+    /// A write the RAID context must mark as bypassing the controller's cache.
+    pub cache_bypass: bool,
 }
 
 impl FastPathLd {
@@ -145,6 +153,7 @@ impl FastPathLd {
             pd_lba: self.start_block.checked_add(on_arm)?,
             seq: self.seq,
             span_arm: self.phys_arms[arm],
+            cache_bypass: write && self.cache_bypass,
         })
     }
 
@@ -501,6 +510,8 @@ fn check_ld(map: &[u8], target: usize, at: usize, handles: Section, arrays: Sect
         blocks,
         read: caps & CAP_FP_READ != 0,
         write: caps & CAP_FP_WRITE != 0,
+        // Linux marks the writes of RAID-0 and RAID-1 LDs only: the only levels kept here.
+        cache_bypass: caps & CAP_FP_CACHE_BYPASS != 0,
     })
 }
 
@@ -633,6 +644,10 @@ pub mod layout {
 #[cfg(any(test, feature = "fake"))]
 pub const CAPS_FP_READ_WRITE: u32 = CAP_FP_CAPABLE | CAP_FP_READ | CAP_FP_WRITE;
 
+/// The capability bit that asks for FastPath writes to bypass the controller's cache.
+#[cfg(any(test, feature = "fake"))]
+pub const CAP_CACHE_BYPASS: u32 = CAP_FP_CACHE_BYPASS;
+
 /// The capability word of an LD with FastPath reads only (a RAID-1 LD as the emulation gives it).
 #[cfg(any(test, feature = "fake"))]
 pub const CAPS_FP_READ: u32 = CAP_FP_CAPABLE | CAP_FP_READ;
@@ -682,6 +697,23 @@ mod tests {
         let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
         assert!(ld.route(0, 8, false).is_some());
         assert_eq!(ld.route(0, 8, true), None);
+    }
+
+    #[test]
+    fn cache_bypass_marks_writes_only_and_only_when_the_map_offers_it() {
+        let m = build_dynamic(0, &[0, 1], 7, 16, 1, CAPS_FP_READ_WRITE | CAP_FP_CACHE_BYPASS);
+        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
+        assert!(ld.cache_bypass);
+        assert!(ld.route(0, 8, true).unwrap().cache_bypass);
+        assert!(!ld.route(0, 8, false).unwrap().cache_bypass);
+        // RAID-1: the mirror's route (the pair's peer half) is marked as the data arm's.
+        let m = build_dynamic_raid1(0, [0, 1], 7, 16, 1, CAPS_FP_READ_WRITE | CAP_FP_CACHE_BYPASS);
+        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
+        let w = ld.route(0, 8, true).unwrap();
+        assert!(w.cache_bypass && ld.mirror_route(w, 1).unwrap().cache_bypass);
+        let m = build_dynamic(0, &[0, 1], 7, 16, 1, CAPS_FP_READ_WRITE);
+        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
+        assert!(!ld.cache_bypass && !ld.route(0, 8, true).unwrap().cache_bypass);
     }
 
     fn ld_refused(m: &[u8]) -> Error {

@@ -204,3 +204,85 @@ fn a_raid0_ld_of_the_map_is_busy_only_past_8_per_data_arm() {
     assert!(fake.fastpath_counts().0 >= 40, "the burst went by FastPath");
     assert_clean(&fake);
 }
+
+/// IOPS mode (`megasas.perf_mode=iops`): latency mode's queues, one per CPU, with every whole
+/// group of 8 named for coalescing.
+fn iops(g: Generation, queues: usize) -> (Arc<FakeFusion>, Workload) {
+    let mut c = config(g, queues);
+    c.coalesce_every_queue = true;
+    let (fake, ctrl, report) = bring_up(coalescing_firmware(g), c);
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("{e}\n{report}"));
+    ctrl.enable_interrupts();
+    let w = Workload::new(Arc::clone(&fake), ctrl, 0x10B5);
+    (fake, w)
+}
+
+#[test]
+fn iops_mode_names_every_whole_group_of_eight_queues_and_steers_as_latency_mode() {
+    for g in [Generation::Invader, Generation::Ventura, Generation::Aero] {
+        // (queues, coalesced, mask): a partial group is left out, as Linux's msix_vectors / 8.
+        for (queues, coalesced, mask) in [(8, 8, 0x1), (12, 8, 0x1), (16, 16, 0x3), (3, 0, 0)] {
+            let (fake, mut w) = iops(g, queues);
+            let l = w.ctrl.limits();
+            assert_eq!(
+                (l.queues, l.high_iops_queues, l.coalesced_queues),
+                (queues as u16, 0, coalesced),
+                "{g:?} {queues} queues"
+            );
+            assert_eq!(w.ctrl.io_queues(), queues as u16, "every queue a CPU's I/O queue");
+            assert_eq!(fake.coalescing().0, mask, "{g:?} {queues} queues");
+            // A busy device stays on the submitting queue: no high-IOPS steering, no counts.
+            fake.set_io_delay_us(50_000, 50_000);
+            let q = (queues - 1) as u16;
+            for tag in 0..100 {
+                w.submit(tag, q, IoOp::Write, 1, 1).unwrap();
+            }
+            assert_eq!(w.ctrl.device_busy(LD, false), 0);
+            drain(&mut w);
+            assert_eq!(
+                fake.coalescing().1[usize::from(q)],
+                100,
+                "{g:?}: every reply on queue {q}"
+            );
+            fake.set_io_delay_us(0, 0);
+            w.run(3000, 12);
+            assert_eq!(w.failed, 0);
+            assert_eq!(w.ctrl.stats.high_iops_ios.load(std::sync::atomic::Ordering::Relaxed), 0);
+            assert_clean(&fake);
+        }
+    }
+}
+
+#[test]
+fn iops_mode_sends_the_same_mask_after_a_reset() {
+    let (fake, mut w) = iops(Generation::Aero, 16);
+    fake.hold_next_io(10);
+    for tag in 0..10 {
+        w.submit(tag, 3, IoOp::Write, 1, 1).unwrap();
+    }
+    for _ in 0..20 {
+        w.service(1000);
+    }
+    w.reset().unwrap();
+    assert_eq!(w.reset_returned.len(), 10);
+    assert_eq!(fake.counts().2, 1, "one adapter reset");
+    assert_eq!(fake.coalescing().0, 0x3, "the second IOC INIT names both groups again");
+    w.run(2000, 12);
+    assert_eq!(w.failed, 0);
+    assert_clean(&fake);
+}
+
+#[test]
+fn planned_iops_mode_falls_back_to_latency_without_coalescing_at_ready() {
+    let mut c = config(Generation::Ventura, 8);
+    c.coalesce_every_queue = true;
+    let (fake, ctrl, report) = bring_up(FakeConfig::ventura(), c);
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("{e}\n{report}"));
+    assert_eq!(ctrl.limits().coalesced_queues, 0);
+    assert!(
+        format!("{report}").contains("IOPS mode was planned, but the READY firmware offers no interrupt coalescing"),
+        "{report}"
+    );
+    assert_eq!(fake.coalescing().0, 0);
+    assert_clean(&fake);
+}

@@ -511,6 +511,118 @@ fn raid1_writes_go_fastpath_as_pairs_one_per_disk_and_land_on_both() {
 }
 
 #[test]
+fn fastpath_writes_carry_the_cache_bypass_marks_exactly_when_the_map_offers_them() {
+    use megasas_fusion::raidmap::CAP_CACHE_BYPASS;
+    for g in [Generation::Ventura, Generation::Aero] {
+        for (mirror, bypass) in [(false, true), (true, true), (false, false), (true, false)] {
+            let caps = megasas_fusion::raidmap::CAPS_FP_READ_WRITE | if bypass { CAP_CACHE_BYPASS } else { 0 };
+            let fc = if mirror {
+                raid1_config(g, |r| r.caps = caps)
+            } else {
+                raid0_config(g, |r| r.caps = caps)
+            };
+            let (mut w, report) = workload(fc, true);
+            assert_eq!(
+                report.contains("FastPath reads and writes, writes bypassing the controller cache (SLD)"),
+                bypass,
+                "{g:?} mirror {mirror}: {report}"
+            );
+            w.run(1500, 12);
+            let (served, _) = w.fake.fastpath_counts();
+            let marked = w.fake.cache_bypass_writes();
+            // The model refuses an unmarked write to a capable LD and a marked request anywhere
+            // else (`assert_clean` below): these counts show both kinds really went by FastPath.
+            if bypass {
+                assert!(
+                    marked > 300,
+                    "{g:?} mirror {mirror}: {marked} marked writes of {served}"
+                );
+                assert!(marked + 300 < served, "{g:?} mirror {mirror}: reads are never marked");
+                if mirror {
+                    assert_eq!(
+                        marked,
+                        2 * raid1_write_pairs(&w),
+                        "{g:?}: both halves of every pair marked"
+                    );
+                }
+            } else {
+                assert_eq!(marked, 0, "{g:?} mirror {mirror}");
+                assert!(served > 600, "{g:?} mirror {mirror}: {served} FastPath requests");
+            }
+            assert_eq!(w.failed, 0);
+            assert_clean(&w.fake);
+        }
+    }
+}
+
+/// Writes `blocks` blocks at tag `tag`'s LBA and waits for them: which way the write went, as
+/// (FastPath pairs, PCIe-bandwidth LD-path writes, LD-path writes marked LDIO_BW_LIMIT) added.
+fn one_raid1_write(w: &mut Workload, tag: u32, blocks: u32) -> (u64, u64, u64) {
+    let count = |w: &Workload| {
+        (
+            w.fake.raid1_write_pairs(),
+            w.ctrl
+                .stats
+                .raid1_bw_limited_ld_writes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            w.fake.ldio_bw_limit_writes(),
+        )
+    };
+    let before = count(w);
+    if blocks <= 8 {
+        w.submit(tag, 0, IoOp::Write, blocks, 1).unwrap();
+    } else {
+        w.submit_large_write(tag, u64::from(tag) * 8, blocks).unwrap();
+    }
+    for _ in 0..50 {
+        w.service(1000);
+    }
+    assert!(w.inflight.is_empty(), "the write completed");
+    let after = count(w);
+    (after.0 - before.0, after.1 - before.1, after.2 - before.2)
+}
+
+#[test]
+fn a_pcie_bandwidth_limited_controller_sends_large_raid1_writes_and_the_three_after_them_on_the_ld_path() {
+    const PAIR: (u64, u64, u64) = (1, 0, 0);
+    const HINTED: (u64, u64, u64) = (0, 1, 0);
+    const LARGE: (u64, u64, u64) = (0, 1, 1);
+    // Tag 16: LBA 128, the start of strip 1, so 128 blocks (64 KiB) lie inside one strip and
+    // could go as a pair; tag 1: one block at LBA 8.
+    for (g, limited) in [
+        (Generation::Ventura, true),
+        (Generation::Aero, true),
+        (Generation::Aero, false),
+    ] {
+        let mut fc = raid1_fp_writes(g);
+        fc.pcie_bw_limited = limited;
+        let mut cfg = config(g, 2);
+        cfg.pcie_bw_limited = limited;
+        let (fake, ctrl, report) = bring_up(fc, cfg);
+        let ctrl = ctrl.unwrap_or_else(|e| panic!("bring-up: {e}\n{report}"));
+        ctrl.enable_interrupts();
+        let mut w = Workload::new(fake, ctrl, 0xB0);
+        let ways: Vec<_> = [1, 1, 1, 1, 1, 128, 1, 1, 1, 1, 128, 128, 1]
+            .into_iter()
+            .map(|blocks| one_raid1_write(&mut w, if blocks == 1 { 1 } else { 16 }, blocks))
+            .collect();
+        let want = if limited {
+            // The hint starts at 4 (three small writes on the LD path), each large write goes
+            // on the LD path marked and sets it to 4 again.
+            vec![
+                HINTED, HINTED, HINTED, PAIR, PAIR, LARGE, HINTED, HINTED, HINTED, PAIR, LARGE, LARGE, HINTED,
+            ]
+        } else {
+            vec![PAIR; 13]
+        };
+        assert_eq!(ways, want, "{g:?}, PCIe bandwidth limited: {limited}");
+        assert_blocks_on_both_mirrors(&w);
+        assert_eq!(w.failed, 0);
+        assert_clean(&w.fake);
+    }
+}
+
+#[test]
 fn a_failing_arm_fails_the_raid1_write_once_both_halves_answered() {
     for arm in [0, 1] {
         let (mut w, _) = workload(raid1_fp_writes(Generation::Aero), true);
@@ -536,9 +648,10 @@ fn a_failing_arm_fails_the_raid1_write_once_both_halves_answered() {
 
 #[test]
 fn a_raid1_write_completes_only_when_both_halves_answered_and_a_reset_hands_it_back_once() {
-    // The first half (the data arm's) is held by the model; the mirror's answers.
+    // The first half (the data arm's) is held by the model; the mirror's answers. An Aero at
+    // 16 GT/s: a Ventura's first small writes take the LD path (its PCIe-bandwidth hint).
     for held in [1u32, 2] {
-        let (mut w, _) = workload(raid1_fp_writes(Generation::Ventura), true);
+        let (mut w, _) = workload(raid1_fp_writes(Generation::Aero), true);
         w.fake.hold_next_io(held);
         w.submit(3, 0, IoOp::Write, 8, 1).unwrap();
         for _ in 0..50 {

@@ -68,6 +68,17 @@ fn scenario(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), mistake: 
                 }
             }
         }
+        // A RAID-1 LD's large write (64 KiB inside one strip), once nothing is in flight.
+        if w.ctrl.fastpath_lds().iter().any(|ld| ld.mirror) {
+            for _ in 0..50 {
+                w.service(100);
+            }
+            w.inflight.clear();
+            let _ = w.submit_large_write(16, 128, 128);
+            for _ in 0..20 {
+                w.service(100);
+            }
+        }
         // Replies posted but not consumed when the reset starts.
         for t in 10..20 {
             let _ = w.submit(t, 0, IoOp::Read, 1, 1);
@@ -100,6 +111,20 @@ fn with_jbod(c: &mut FakeConfig) {
 fn with_jbod_map(c: &mut FakeConfig) {
     c.system_pds = vec![(1, 1024)];
     c.jbod_map = true;
+}
+
+fn with_cache_bypass_raid0(c: &mut FakeConfig) {
+    c.lds = Vec::new();
+    let mut r = megasas_fusion::fake::FakeRaid0::new(LD, &[4, 7], 64);
+    r.caps |= megasas_fusion::raidmap::CAP_CACHE_BYPASS;
+    c.raid0 = Some(r);
+}
+
+fn with_raid1_fastpath_writes(c: &mut FakeConfig) {
+    c.lds = Vec::new();
+    let mut r = megasas_fusion::fake::FakeRaid0::mirror(LD, [4, 7], 64);
+    r.caps = megasas_fusion::raidmap::CAPS_FP_READ_WRITE;
+    c.raid0 = Some(r);
 }
 
 fn check(g: Generation, vectors: usize, tweak: fn(&mut FakeConfig), m: Mistake, want: Violation) {
@@ -189,6 +214,9 @@ mistakes! {
     more_vectors_than_firmware_queues: Aero, 4, four_fw_queues, TooManyVectors => TooManyMsixVectors;
     coalescing_mask_without_sp1_bit26: Ventura, 1, none, CoalescingWithoutSupport => BadCoalescingMask;
     jbod_map_request_naming_the_device_id: Invader, 1, with_jbod_map, JbodTargetNotOffset => BadJbodMapRequest;
+    fastpath_write_without_cache_bypass_marks: Ventura, 1, with_cache_bypass_raid0, CacheBypassFlagsMissing => CacheBypassFlags;
+    large_raid1_write_by_fastpath_on_a_bandwidth_limited_link: Ventura, 1, with_raid1_fastpath_writes, LargeRaid1WriteByFastPath => LargeRaid1FastPathWrite;
+    bandwidth_limit_mark_on_a_small_raid1_write: Ventura, 1, with_raid1_fastpath_writes, BwLimitMarkOnSmallWrite => LdioBwLimitMisused;
     combined_mode_from_the_host_count: Aero, 12, none, CombinedByHostCount => HostIndexWrongRegister;
     rw_raid_context_on_non_rw_command: Ventura, 1, none, RwContextOnNonRw => NonRwRaidContext;
     rw_raid_context_on_non_rw_legacy: Invader, 1, none, RwContextOnNonRw => NonRwRaidContext;
@@ -256,6 +284,9 @@ fn every_mistake_hook_has_a_test() {
             Mistake::TooManyVectors => "more_vectors_than_firmware_queues",
             Mistake::CoalescingWithoutSupport => "coalescing_mask_without_sp1_bit26",
             Mistake::JbodTargetNotOffset => "jbod_map_request_naming_the_device_id",
+            Mistake::CacheBypassFlagsMissing => "fastpath_write_without_cache_bypass_marks",
+            Mistake::LargeRaid1WriteByFastPath => "large_raid1_write_by_fastpath_on_a_bandwidth_limited_link",
+            Mistake::BwLimitMarkOnSmallWrite => "bandwidth_limit_mark_on_a_small_raid1_write",
             Mistake::CombinedByHostCount => "combined_mode_from_the_host_count",
             Mistake::RwContextOnNonRw => "rw_raid_context_on_non_rw_command",
             Mistake::QemuDcmdSizes => "qemu_dcmd_buffer_sizes",

@@ -165,6 +165,7 @@ impl HostHooks for Controller {
             ("fusion_raid1_reads_arm0", c.raid1_reads_arm0),
             ("fusion_raid1_reads_arm1", c.raid1_reads_arm1),
             ("fusion_raid1_write_pairs", c.raid1_write_pairs),
+            ("fusion_raid1_bw_limited_ld_writes", c.raid1_bw_limited_ld_writes),
             ("fusion_high_iops_ios", c.high_iops_ios),
             ("fusion_jbod_map_ios", c.jbod_map_ios),
             ("fusion_jbod_stale_refusals", c.jbod_stale_refusals),
@@ -293,6 +294,9 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     let intx = vector_cpus.is_empty();
     let mut config = megasas_fusion::Config::new(generation, vector_cpus);
     config.high_iops_queues = high_iops;
+    config.coalesce_every_queue = nvectors > 0 && plan.mode == megasas_fusion::layout::PerfMode::Iops;
+    let pcie_bw_limited = megasas_fusion::layout::pcie_bw_limited(generation, pcie_link_speed(function));
+    config.pcie_bw_limited = pcie_bw_limited;
     opts.apply(&mut config);
     let mut report = megasas_fusion::Report::new();
     let (device_node, node_from) = crate::dev::aml::controller_node(function);
@@ -358,6 +362,25 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         )
     } else if plan.high_iops_queues > 0 {
         String::from("latency (balanced was planned; bring-up found otherwise, see the report)")
+    } else if plan.mode == megasas_fusion::layout::PerfMode::Iops && limits.coalesced_queues > 0 {
+        format!(
+            "iops ({}): one reply queue per CPU, interrupts of queues 0-{} coalesced by the firmware{}",
+            plan.reason,
+            limits.coalesced_queues - 1,
+            if limits.coalesced_queues < limits.queues {
+                format!(
+                    " ({}-{} not: a partial group of 8)",
+                    limits.coalesced_queues,
+                    limits.queues - 1
+                )
+            } else {
+                String::new()
+            }
+        )
+    } else if plan.mode == megasas_fusion::layout::PerfMode::Iops {
+        String::from(
+            "latency (iops was planned; fewer than 8 reply queues, or no coalescing at READY: nothing to coalesce)",
+        )
     } else {
         format!("latency ({})", plan.reason)
     };
@@ -374,6 +397,9 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
                     ld.arm_handles.len(),
                     (1u32 << ld.strip_shift) / 2,
                     match (ld.mirror, ld.write) {
+                        (true, true) if pcie_bw_limited => {
+                            " (reads, balanced over both; writes to both as FastPath pairs, but over 32 KiB and the three after each on the LD path: the PCIe link limits the controller)"
+                        }
                         (true, true) => " (reads, balanced over both; writes to both as FastPath pairs)",
                         (true, false) => " (reads, balanced over both; writes on the LD path)",
                         (false, _) => "",

@@ -75,8 +75,12 @@ pub struct Limits {
     pub ctrl64: bool,
     /// SP1 bit 26 (the firmware coalesces the interrupts of the queues IOC INIT names).
     pub coalescing: bool,
-    /// Reply queues 0..n are high-IOPS queues (balanced mode; 0: latency mode).
+    /// Reply queues 0..n are high-IOPS queues (balanced mode; 0: latency and IOPS modes).
     pub high_iops_queues: u16,
+    /// Reply queues 0..n whose interrupts the firmware coalesces (IOC INIT's `replyqueue_mask`):
+    /// the high-IOPS queues in balanced mode, every whole group of 8 in IOPS mode, none in
+    /// latency mode.
+    pub coalesced_queues: u16,
 }
 
 impl Limits {
@@ -137,6 +141,7 @@ impl Limits {
             ctrl64: sp1.ctrl64(),
             coalescing: sp1.intr_coalescing(),
             high_iops_queues: 0,
+            coalesced_queues: 0,
         })
     }
 }
@@ -195,6 +200,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if config.high_iops_queues > 0 {
             if limits.msix_capable && limits.coalescing && limits.queues > config.high_iops_queues {
                 limits.high_iops_queues = config.high_iops_queues;
+                limits.coalesced_queues = config.high_iops_queues;
             } else {
                 report.step(
                     &mmio,
@@ -210,6 +216,21 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                         },
                         limits.queues
                     ),
+                );
+            }
+        }
+        // IOPS mode: every whole group of 8 queues coalesced (Linux: `msix_vectors / 8` groups;
+        // fewer than 8 queues coalesce none).
+        if config.coalesce_every_queue && limits.high_iops_queues == 0 {
+            if limits.msix_capable && limits.coalescing {
+                limits.coalesced_queues = limits.queues / 8 * 8;
+            } else {
+                report.step(
+                    &mmio,
+                    generation,
+                    budget.used(),
+                    "queue layout",
+                    String::from("IOPS mode was planned, but the READY firmware offers no interrupt coalescing (or no MSI-X): latency mode"),
                 );
             }
         }
@@ -338,6 +359,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             mirror_load: crate::raidmap::MirrorLoad::default(),
             peer_smids,
             fw_outstanding: core::sync::atomic::AtomicU32::new(0),
+            r1_ldio_hint: if config.pcie_bw_limited && peer_smids {
+                (0..=u8::MAX)
+                    .map(|_| core::sync::atomic::AtomicU32::new(super::R1_LDIO_HINT))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             jbod: super::jbodmap::JbodMap::new(),
             busy: if limits.high_iops_queues > 0 {
                 (0..super::BUSY_DEVICES)
@@ -637,12 +665,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         init.write_u32(mfi + 0x04, caps);
         init.write_u16(mfi + 0x10, 0x0001);
-        // Balanced mode: the firmware coalesces the high-IOPS queues' interrupts (Linux's
-        // replyqueue_mask, one bit per group of 8 queues).
+        // Balanced and IOPS modes: the firmware coalesces the interrupts of the queues named
+        // (Linux's replyqueue_mask, one bit per group of 8 queues).
         let coalesced = if self.mistake(Mistake::CoalescingWithoutSupport) {
             8
         } else {
-            l.high_iops_queues
+            l.coalesced_queues
         };
         init.write_u16(mfi + 0x12, crate::layout::replyqueue_mask(coalesced));
         init.write_u32(mfi + 0x14, 72);

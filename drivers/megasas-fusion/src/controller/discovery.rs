@@ -550,7 +550,7 @@ pub(super) fn describe_map(map: &RaidMap, usable: &[raidmap::FastPathLd]) -> Str
             Ok(ld) if usable.contains(ld) => {
                 let _ = write!(
                     text,
-                    "; LD {target}: RAID-{} over {} arms (handles {:x?}), strip {} KiB, sequence {:#x}, FastPath {}",
+                    "; LD {target}: RAID-{} over {} arms (handles {:x?}), strip {} KiB, sequence {:#x}, FastPath {}{}",
                     u8::from(ld.mirror),
                     ld.arm_handles.len(),
                     ld.arm_handles,
@@ -560,6 +560,11 @@ pub(super) fn describe_map(map: &RaidMap, usable: &[raidmap::FastPathLd]) -> Str
                         (true, true) => "reads and writes",
                         (true, false) => "reads",
                         _ => "writes",
+                    },
+                    if ld.cache_bypass && ld.write {
+                        ", writes bypassing the controller cache (SLD)"
+                    } else {
+                        ""
                     }
                 );
             }

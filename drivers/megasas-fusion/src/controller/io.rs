@@ -30,6 +30,18 @@ pub(super) const CTX_SEQ_NUM: usize = 0x1A;
 const IO_FLAGS_FAST_PATH: u16 = 0x4000;
 /// RAID-context raid_flags: IO sub-type SYSTEM_PD (bits 5:4 = 1).
 const RAID_FLAGS_SYSTEM_PD: u8 = 0x10;
+/// RAID-context raid_flags (G35, byte 0x18): IO sub-type CACHE_BYPASS (sub-type 6 in the high
+/// nibble), a FastPath write that skips the controller's cache.
+const RAID_FLAGS_CACHE_BYPASS: u8 = 6 << 4;
+/// G35 RAID-context routing flags: SQN (bit 4, every LD read and write) and SLD (bit 1, a
+/// FastPath write that bypasses the controller's cache).
+const ROUTING_SQN: u16 = 1 << 4;
+const ROUTING_SLD: u16 = 1 << 1;
+/// RAID-context raid_flags (G35): IO sub-type LDIO_BW_LIMIT (7 in the high nibble), a large
+/// RAID-1 write sent on the LD path because the PCIe link limits the controller.
+const RAID_FLAGS_LDIO_BW_LIMIT: u8 = 7 << 4;
+/// G35 RAID-context raid_flags byte.
+const CTX_RAID_FLAGS: usize = 0x18;
 /// Control words.
 const CONTROL_WRITE: u32 = 0x0100_0000;
 const CONTROL_READ: u32 = 0x0200_0000;
@@ -430,19 +442,32 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
         let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
+        let bytes = blocks.saturating_mul(512);
+        let mut mirror_write = false;
         // The map in use, seen from the submitting queue's lane (`mapsync`).
-        let r: FastPathRoute = self.fastpath.with(lane, |lds| {
+        let r = self.fastpath.with(lane, |lds| {
             let ld = lds.iter().find(|ld| ld.target == target)?;
+            mirror_write = ld.mirror && write;
             let r = ld.route(lba, blocks, write)?;
             if !ld.mirror {
                 Some(r)
             } else if !write {
                 Some(self.mirror_arm(ld, r, blocks, smid))
             } else {
-                *peer = self.peer_route(ld, r, smid);
+                *peer = self.peer_route(ld, r, smid, bytes);
                 peer.map(|_| r)
             }
-        })?;
+        });
+        let Some(r) = r else {
+            // A RAID-1 write over 32 KiB on a PCIe-bandwidth-limited controller goes on the LD
+            // path with the raid_flags sub-type that tells the firmware why (Linux marks every
+            // such write of a RAID-1 LD of its map, whatever kept it off FastPath).
+            let large = bytes > super::R1_LARGE_WRITE_BYTES || self.mistake(Mistake::BwLimitMarkOnSmallWrite);
+            if mirror_write && large && self.config.pcie_bw_limited {
+                img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_LDIO_BW_LIMIT);
+            }
+            return None;
+        };
         // Routes come from a dynamic map, which only G35-context firmware has.
         debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
@@ -451,15 +476,24 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u16(F_IO_FLAGS, u16::from(cdb_len(cdb[0])) | IO_FLAGS_FAST_PATH);
         img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
+        // The map's LD takes FastPath writes past the controller's cache: the firmware is told
+        // by SLD and the CACHE_BYPASS sub-type, as Linux's `megasas_set_raidflag_cpu_affinity`
+        // marks them (a RAID-1 pair's peer copies this frame, so both halves carry it).
+        if r.cache_bypass && !self.mistake(Mistake::CacheBypassFlagsMissing) {
+            img.set_u16(F_RAID_CTX + 0x04, ROUTING_SQN | ROUTING_SLD);
+            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_CACHE_BYPASS);
+        }
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
     }
 
-    /// The mirror's route for the peer half of RAID-1 write `r` on SMID `smid`, counted on the
-    /// firmware. None (the LD path) without peer SMIDs, for a SMID that is no I/O tag's (a test
-    /// hook's), or when the peer would take the requests on the firmware past the I/O tags
-    /// (Linux's `fw_outstanding` against `can_queue` in `megasas_build_ldio_fusion`).
-    fn peer_route(&self, ld: &FastPathLd, r: FastPathRoute, smid: u16) -> Option<FastPathRoute> {
+    /// The mirror's route for the peer half of RAID-1 write `r` (`bytes` long) on SMID `smid`,
+    /// counted on the firmware. None (the LD path) without peer SMIDs, for a SMID that is no I/O
+    /// tag's (a test hook's), when the peer would take the requests on the firmware past the I/O
+    /// tags (Linux's `fw_outstanding` against `can_queue` in `megasas_build_ldio_fusion`), or
+    /// when the PCIe link limits the controller and the write is large or follows a large one
+    /// ([`Controller::bw_limited_ld_write`]).
+    fn peer_route(&self, ld: &FastPathLd, r: FastPathRoute, smid: u16, bytes: u32) -> Option<FastPathRoute> {
         let state = self.smids.get(usize::from(smid))?;
         if !self.peer_smids || smid == 0 || smid > self.limits.io_tags {
             return None;
@@ -470,8 +504,30 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.stats.raid1_pairs_over_depth.fetch_add(1, Ordering::Relaxed);
             return None;
         }
+        if self.bw_limited_ld_write(ld.target, bytes) && !self.mistake(Mistake::LargeRaid1WriteByFastPath) {
+            self.fw_outstanding.fetch_sub(1, Ordering::Relaxed);
+            self.stats.raid1_bw_limited_ld_writes.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         state.on_firmware.store(2, Ordering::Relaxed);
         Some(route)
+    }
+
+    /// On a PCIe-bandwidth-limited controller, whether a RAID-1 write of `bytes` to LD `target`
+    /// that could go as a FastPath pair takes the LD path instead, as Linux decides it: one over
+    /// 32 KiB does and sets the LD's hint to 4; a small one takes 1 off a positive hint and does
+    /// while more than 0 is left (so the three after a large one do). Always false on other
+    /// controllers (no hints are kept).
+    fn bw_limited_ld_write(&self, target: u8, bytes: u32) -> bool {
+        let Some(hint) = self.r1_ldio_hint.get(usize::from(target)) else {
+            return false;
+        };
+        if bytes > super::R1_LARGE_WRITE_BYTES {
+            hint.store(super::R1_LDIO_HINT, Ordering::Relaxed);
+            return true;
+        }
+        hint.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1))
+            .is_ok_and(|before| before > 1)
     }
 
     /// Takes the request on `state` out of [`Controller::fw_outstanding`] (its reply came, or a
@@ -607,7 +663,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u16(c + CTX_SEQ_NUM, r.seq);
         if self.generation.g35_raid_context() {
             img.set_u16(c, 0x0012); // nseg 1, type CUDA
-            img.set_u16(c + 0x04, 1 << 4); // routing flags: SQN
+            img.set_u16(c + 0x04, ROUTING_SQN);
         } else {
             img.set_u8(c, 0x12); // type CUDA, nseg 1
             img.set_u8(c + 0x04, 0x88); // SEQ_NUM_ENABLE | GRANT_DESTINATION_CUDA
@@ -754,7 +810,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if self.generation.g35_raid_context() {
             if is_rw {
                 img.set_u16(c, 0x0012);
-                img.set_u16(c + 0x04, 1 << 4); // SQN
+                img.set_u16(c + 0x04, ROUTING_SQN);
             }
             img.set_u16(c + 0x06, u16::from(target));
             img.set_u16(c + 0x1C, nsge & 0x0FFF);

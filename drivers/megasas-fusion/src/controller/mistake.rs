@@ -61,6 +61,14 @@ pub enum Mistake {
     CoalescingWithoutSupport,
     /// A system-PD request by the JBOD map naming the device id, not the id + 255, as target.
     JbodTargetNotOffset,
+    /// A FastPath write to an LD whose map offers cache bypass without the SLD routing flag and
+    /// the CACHE_BYPASS sub-type.
+    CacheBypassFlagsMissing,
+    /// On a PCIe-bandwidth-limited controller, a RAID-1 write over 32 KiB sent as a FastPath
+    /// pair (Linux sends it on the LD path).
+    LargeRaid1WriteByFastPath,
+    /// The LDIO_BW_LIMIT sub-type on a small RAID-1 write sent on the LD path.
+    BwLimitMarkOnSmallWrite,
     /// Behaviours Linux and FreeBSD avoid (combined mode from the host's queue count, read/write
     /// RAID-context fields on other LD commands, QEMU's MFI DCMD buffer sizes, an SGE on a no-data
     /// DCMD, a system-PD request without the FastPath flag), kept as hooks so the model's checks
@@ -74,7 +82,7 @@ pub enum Mistake {
 
 impl Mistake {
     /// Every variant (the mistakes test checks each has a test, and that this list is complete).
-    pub const ALL: [Mistake; 58] = [
+    pub const ALL: [Mistake; 61] = [
         Mistake::PostBeforeOperational,
         Mistake::InitViaAtomicPort,
         Mistake::InitTwice,
@@ -128,6 +136,9 @@ impl Mistake {
         Mistake::TooManyVectors,
         Mistake::CoalescingWithoutSupport,
         Mistake::JbodTargetNotOffset,
+        Mistake::CacheBypassFlagsMissing,
+        Mistake::LargeRaid1WriteByFastPath,
+        Mistake::BwLimitMarkOnSmallWrite,
         Mistake::CombinedByHostCount,
         Mistake::RwContextOnNonRw,
         Mistake::QemuDcmdSizes,

@@ -144,6 +144,15 @@ pub struct Config {
     /// (balanced mode, [`crate::layout::plan`]); 0: latency mode. Bring-up uses it only when
     /// SP1 still offers coalescing once the firmware is READY and a latency queue remains.
     pub high_iops_queues: u16,
+    /// IOPS mode ([`crate::layout::PerfMode::Iops`]): the firmware coalesces the interrupts of
+    /// every whole group of 8 reply queues. Bring-up uses it only when SP1 still offers
+    /// coalescing once the firmware is READY.
+    pub coalesce_every_queue: bool,
+    /// The PCIe link limits RAID-1 writes ([`crate::layout::pcie_bw_limited`], Linux's
+    /// `pcie_bw_limitation`): a RAID-1 write over 32 KiB takes the LD path with raid_flags
+    /// sub-type LDIO_BW_LIMIT, where the firmware writes both disks from one transfer, and so do
+    /// the next small RAID-1 writes to that LD while its hint lasts.
+    pub pcie_bw_limited: bool,
     /// Use the JBOD sequence map when CTRL_GET_INFO offers it, as Linux does (system PDs by
     /// device handle and sequence number); `false` keeps them on the path by device id.
     pub jbod_map: bool,
@@ -169,6 +178,8 @@ impl Config {
             fastpath: true,
             rdpq_window_fault: false,
             high_iops_queues: 0,
+            coalesce_every_queue: false,
+            pcie_bw_limited: false,
             jbod_map: true,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
@@ -282,6 +293,14 @@ const PAIR_PEER_ANSWERED: u8 = 4;
 /// (device ids 0..256).
 const BUSY_DEVICES: usize = 512;
 
+/// A RAID-1 write over this many bytes goes on the LD path on a PCIe-bandwidth-limited
+/// controller (Linux's `MR_LARGE_IO_MIN_SIZE`).
+pub(crate) const R1_LARGE_WRITE_BYTES: u32 = 32 * 1024;
+/// The LD-path hint a large RAID-1 write leaves (Linux's `MR_R1_LDIO_PIGGYBACK_DEFAULT`): each
+/// small write takes one off, and goes on the LD path while what it leaves is above 0 (the next
+/// three).
+pub(crate) const R1_LDIO_HINT: u32 = 4;
+
 impl SmidState {
     fn new() -> Self {
         Self {
@@ -322,6 +341,10 @@ pub struct Stats {
     /// RAID-1 writes sent on the LD path because a pair would have taken the requests on the
     /// firmware past the I/O tags.
     pub raid1_pairs_over_depth: AtomicU64,
+    /// RAID-1 writes a FastPath pair could have carried, sent on the LD path because the PCIe
+    /// link limits the controller ([`Config::pcie_bw_limited`]): over 32 KiB, or small ones
+    /// while the LD's hint lasts after one.
+    pub raid1_bw_limited_ld_writes: AtomicU64,
     /// Requests sent to a high-IOPS reply queue (balanced mode, a busy device); the batches of
     /// 16 that choose the queue count on it.
     pub high_iops_ios: AtomicU64,
@@ -441,6 +464,10 @@ pub struct Controller<M: Mmio64, D: Delay> {
     /// `fw_outstanding`). A RAID-1 write goes as a pair only while that keeps the count within
     /// the I/O tags, as Linux keeps it within `can_queue`.
     fw_outstanding: AtomicU32,
+    /// With [`Config::pcie_bw_limited`]: per LD target, how many more small RAID-1 writes take
+    /// the LD path after a large one (Linux's `r1_ldio_hint`, set to 4 at the start and by each
+    /// large write); empty otherwise.
+    r1_ldio_hint: Vec<AtomicU32>,
     /// The JBOD sequence map and its pended sync.
     jbod: jbodmap::JbodMap,
     /// Balanced mode: requests outstanding per device ([`BUSY_DEVICES`]), Linux's per-device

@@ -29,6 +29,9 @@ pub fn config(g: Generation, vectors: usize) -> Config {
     c.bringup_budget_us = 30_000_000;
     c.command_timeout_us = 500_000;
     c.state_timeout_us = 5_000_000;
+    // As the kernel decides it for a card in its own generation's slot (an Aero at 16 GT/s);
+    // the model's default matches.
+    c.pcie_bw_limited = megasas_fusion::layout::pcie_bw_limited(g, Some(megasas_fusion::layout::LINK_16GT));
     c
 }
 
@@ -177,6 +180,43 @@ impl Workload {
                 seq: self.seq,
                 queue,
                 op,
+                lba,
+                blocks,
+                pattern,
+            },
+        );
+        Ok(())
+    }
+
+    /// A write of `blocks` blocks at `lba` larger than one tag's buffer: its data spans the
+    /// buffers of `tag` and the tags after it, which must not be in flight meanwhile.
+    pub fn submit_large_write(&mut self, tag: u32, lba: u64, blocks: u32) -> Result<(), Error> {
+        let len = blocks as usize * 512;
+        assert!(tag as usize * BUF + len <= self.ctrl.limits().io_tags as usize * BUF);
+        self.seq += 1;
+        let pattern = (self.seq as u8).wrapping_mul(31).wrapping_add(7);
+        // SAFETY: as in `buf_read`: the span lies inside the region, the device is not using it.
+        unsafe { std::ptr::write_bytes(self.buf.virt.as_ptr().add(tag as usize * BUF), pattern, len) };
+        let segs = [Segment {
+            phys: self.buf.phys + (tag as usize * BUF) as u64,
+            len: len as u32,
+        }];
+        let req = IoRequest {
+            system_pd: false,
+            target: LD,
+            op: IoOp::Write,
+            lba,
+            blocks,
+            sgl: &segs,
+        };
+        let cookie = (u64::from(tag) << 32) | (self.seq & 0xFFFF_FFFF);
+        self.ctrl.submit(tag, 0, &req, cookie)?;
+        self.inflight.insert(
+            tag,
+            InFlight {
+                seq: self.seq,
+                queue: 0,
+                op: IoOp::Write,
                 lba,
                 blocks,
                 pattern,
