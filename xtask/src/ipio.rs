@@ -38,6 +38,102 @@ use crate::{build_kernel, root, setup};
 /// on too few I/Os); a size-bound job does exactly this many whatever the load.
 pub(crate) const JOB_IOS: [u64; 2] = [65_536, 196_608];
 
+/// The job each measurement runs: 4k randread (the budget's), or a larger block, another
+/// direction or stamped writes, to find what a byte costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) rw: &'static str,
+    /// Block size in bytes, a multiple of 4 KiB.
+    pub(crate) bs: u32,
+    /// Writes stamped for verification (`--verify=crc32c --do_verify=0`): each block's header and
+    /// CRC32C, and no read-back pass.
+    pub(crate) stamped: bool,
+}
+
+impl Shape {
+    /// The budget's job.
+    pub(crate) const RANDREAD_4K: Shape = Shape {
+        rw: "randread",
+        bs: 4096,
+        stamped: false,
+    };
+
+    /// `--rw` and `--bs` and `--stamped`, checked.
+    fn new(rw: Option<&str>, bs: Option<&str>, stamped: bool) -> Result<Shape, String> {
+        let rw = match rw.unwrap_or("randread") {
+            "randread" => "randread",
+            "read" => "read",
+            "randwrite" => "randwrite",
+            "write" => "write",
+            other => return Err(format!("--rw '{other}': use randread, read, randwrite or write")),
+        };
+        let bs = match bs {
+            None => 4096,
+            Some(v) => {
+                let digits = v.trim_end_matches(['k', 'K']);
+                let kib: u32 = digits
+                    .parse()
+                    .ok()
+                    .filter(|k: &u32| digits.len() < v.len() && *k >= 4 && k.is_multiple_of(4) && *k <= 1024)
+                    .ok_or(format!(
+                        "--bs '{v}': a size in KiB from 4k to 1024k, a multiple of 4k (e.g. 128k)"
+                    ))?;
+                kib * 1024
+            }
+        };
+        if stamped && !rw.ends_with("write") {
+            return Err(format!(
+                "--stamped stamps written blocks: use it with --rw randwrite or write, not {rw}"
+            ));
+        }
+        Ok(Shape { rw, bs, stamped })
+    }
+
+    /// `4k randread`, `128k read`, `4k randwrite stamped`.
+    pub(crate) fn describe(self) -> String {
+        format!(
+            "{}k {}{}",
+            self.bs / 1024,
+            self.rw,
+            if self.stamped { " stamped" } else { "" }
+        )
+    }
+
+    /// The part of the run's file names after the device: empty for the budget's job.
+    fn file_tag(self) -> String {
+        if self == Shape::RANDREAD_4K {
+            String::new()
+        } else {
+            format!(
+                "-{}-{}k{}",
+                self.rw,
+                self.bs / 1024,
+                if self.stamped { "-stamped" } else { "" }
+            )
+        }
+    }
+
+    /// The job's words for `ios` I/Os at depth `qd` on `device`: the budget's as kernel words,
+    /// any other as a fio command line, which walks a 1 GiB region (the null disks hold 8 GiB)
+    /// as often as the count needs.
+    fn words(self, device: &str, qd: u32, ios: u64) -> String {
+        let mut words = if self == Shape::RANDREAD_4K {
+            format!("device={device} rw=randread bs=4k iodepth={qd} size={}k", ios * 4)
+        } else {
+            format!(
+                "-- --name=ipio --ioengine=libaio --direct=1 --filename=/dev/{device} --rw={} --bs={}k \
+                 --iodepth={qd} --size=1g --number_ios={ios}",
+                self.rw,
+                self.bs / 1024
+            )
+        };
+        if self.stamped {
+            words.push_str(" --verify=crc32c --do_verify=0");
+        }
+        words
+    }
+}
+
 /// What the plugin counted in one run: per translated block (by start address), instructions run,
 /// memory accesses and MMIO reads and writes.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -330,6 +426,7 @@ impl Setup {
         &self,
         device: Device,
         qd: u32,
+        shape: Shape,
         function_of: impl Fn(u64) -> String,
     ) -> Result<PerIo, String> {
         let binary = if matches!(device, Device::Fusion | Device::FusionFastPath) {
@@ -342,7 +439,8 @@ impl Setup {
         let dir = &self.dir;
         let mut runs = Vec::new();
         for job_ios in JOB_IOS {
-            let out = dir.join(format!("{label}-qd{qd}-{job_ios}.txt"));
+            let tag = shape.file_tag();
+            let out = dir.join(format!("{label}{tag}-qd{qd}-{job_ios}.txt"));
             let _ = std::fs::remove_file(&out);
             let _ = std::fs::remove_file(out.with_extension("txt.mmio"));
             let mut extra = vec![
@@ -359,11 +457,7 @@ impl Setup {
             ];
             extra.extend(device_args.iter().cloned());
             let mut append: Vec<String> = device.kernel_words().iter().map(|w| w.to_string()).collect();
-            append.extend(
-                format!("device={name} rw=randread bs=4k iodepth={qd} size={}k", job_ios * 4)
-                    .split(' ')
-                    .map(String::from),
-            );
+            append.extend(shape.words(name, qd, job_ios).split(' ').map(String::from));
             let m = Machine {
                 accel: Accel::Tcg,
                 firmware: Firmware::Qboot,
@@ -372,8 +466,11 @@ impl Setup {
                 append,
                 extra,
             };
-            let log = dir.join(format!("{label}-qd{qd}-{job_ios}.log"));
-            println!("xtask: ipio: {label} QD{qd}, a job of {job_ios} I/Os under the TCG plugin");
+            let log = dir.join(format!("{label}{tag}-qd{qd}-{job_ios}.log"));
+            println!(
+                "xtask: ipio: {label} {} QD{qd}, a job of {job_ios} I/Os under the TCG plugin",
+                shape.describe()
+            );
             let run = qemu::run_with(&binary, &m.args(), Duration::from_secs(900), false, Some(&log))?;
             let ios: u64 = crate::bench::results::parse_console(&run.output)
                 .into_iter()
@@ -495,7 +592,9 @@ fn check_budgets(measurer: &Setup, path: &Path, device: Option<Device>, qd: Opti
     let mut rows = Vec::new();
     let mut over = Vec::new();
     for b in &budgets {
-        let t = measurer.measure(b.device, b.qd, |_| String::new())?.total;
+        let t = measurer
+            .measure(b.device, b.qd, Shape::RANDREAD_4K, |_| String::new())?
+            .total;
         over.extend(over_budget(b, t));
         rows.push((b, t));
     }
@@ -537,6 +636,7 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     let mut linux = false;
     let mut check = false;
     let mut budget_path = root().join(BUDGET_FILE);
+    let (mut rw, mut bs, mut stamped) = (None, None, false);
     let mut options = crate::args::Options::new(args);
     while let Some(option) = options.next()? {
         match option {
@@ -551,6 +651,9 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
                 );
             }
             "--linux" => linux = true,
+            "--rw" => rw = Some(options.value()?.to_string()),
+            "--bs" => bs = Some(options.value()?.to_string()),
+            "--stamped" => stamped = true,
             "--check" => check = true,
             "--budget" => {
                 budget_path = PathBuf::from(options.value()?);
@@ -573,6 +676,14 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     if check && linux {
         return Err("ipio: --check measures baremq against its budget file; leave out --linux".into());
     }
+    let shape = Shape::new(rw.as_deref(), bs.as_deref(), stamped)?;
+    if shape != Shape::RANDREAD_4K && (check || linux) {
+        return Err(format!(
+            "ipio: --rw, --bs and --stamped measure another job than the budget's and the peer's (4k randread); \
+             leave them out with {}",
+            if check { "--check" } else { "--linux" }
+        ));
+    }
     let measurer = Setup::new(kernel_path)?;
     if check {
         return check_budgets(&measurer, &budget_path, device, qd);
@@ -587,12 +698,23 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
     }
     let name = device.label();
     let syms = measurer.symbols()?;
-    let per_io = measurer.measure(device, qd, |a| function_at(&syms, a))?;
+    let per_io = measurer.measure(device, qd, shape, |a| function_at(&syms, a))?;
     let t = per_io.total;
     println!(
-        "\nbaremq {name} 4k randread QD{qd}, 1 vCPU: per I/O {:.0} instructions, {:.0} memory accesses, \
-         {:.2} MMIO reads, {:.2} MMIO writes (marginal over runs of {} and {} I/Os)",
-        t[0], t[1], t[2], t[3], JOB_IOS[0], JOB_IOS[1]
+        "\nbaremq {name} {} QD{qd}, 1 vCPU: per I/O {:.0} instructions, {:.0} memory accesses, \
+         {:.2} MMIO reads, {:.2} MMIO writes (marginal over runs of {} and {} I/Os){}",
+        shape.describe(),
+        t[0],
+        t[1],
+        t[2],
+        t[3],
+        JOB_IOS[0],
+        JOB_IOS[1],
+        if shape.bs > 4096 {
+            format!("; per KiB {:.1} instructions", t[0] / f64::from(shape.bs / 1024))
+        } else {
+            String::new()
+        }
     );
     println!(
         "\n{:>9} {:>8} {:>6} {:>6}  function (per I/O)",
@@ -645,6 +767,42 @@ pub fn cmd_ipio(args: &[String]) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shape_keeps_the_budget_job_and_checks_the_others() {
+        let plain = Shape::new(None, None, false).unwrap();
+        assert_eq!(plain, Shape::RANDREAD_4K);
+        assert_eq!(
+            plain.words("md0", 32, 65_536),
+            "device=md0 rw=randread bs=4k iodepth=32 size=262144k"
+        );
+        assert_eq!(plain.file_tag(), "");
+        let big = Shape::new(Some("read"), Some("128k"), false).unwrap();
+        assert_eq!(big.bs, 131_072);
+        assert_eq!(
+            big.words("nvme0n1", 8, 8192),
+            "-- --name=ipio --ioengine=libaio --direct=1 --filename=/dev/nvme0n1 --rw=read --bs=128k \
+             --iodepth=8 --size=1g --number_ios=8192"
+        );
+        assert_eq!(big.file_tag(), "-read-128k");
+        let stamped = Shape::new(Some("randwrite"), None, true).unwrap();
+        assert!(
+            stamped
+                .words("null0", 32, 10)
+                .ends_with(" --verify=crc32c --do_verify=0")
+        );
+        assert_eq!(stamped.describe(), "4k randwrite stamped");
+        for (rw, bs, stamped) in [
+            (Some("randrw"), None, false),
+            (None, Some("6k"), false),
+            (None, Some("128"), false),
+            (None, Some("2048k"), false),
+            (None, Some("0k"), false),
+            (Some("read"), None, true),
+        ] {
+            assert!(Shape::new(rw, bs, stamped).is_err(), "{rw:?} {bs:?} {stamped}");
+        }
+    }
 
     #[test]
     fn counts_join_blocks_and_mmio_by_start_address() {

@@ -138,6 +138,8 @@ commands:
   ipio [options]                  guest instructions, memory accesses and MMIO reads/writes per I/O,
                                   exact (TCG plugin, two job lengths), with a per-function table
       --device null|md|nvme|nvme-poll|fusion (default null; nvme-poll: nvme.poll_queues=1)   --qd N (default 32)   --top N (default 20)
+      --rw randread|read|randwrite|write   --bs SIZE (4k..1024k)   --stamped (verify-stamped writes)
+                                     another job than 4k randread: what a byte costs
       --kernel ELF                   measure a kernel built elsewhere (a before/after)
       --linux                        also the Linux peer guest (`cargo xtask peer`), side by side
       --check [--budget FILE]        measure every line of xtask/ipio-budget.txt (or FILE; only

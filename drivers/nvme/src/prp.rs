@@ -189,6 +189,24 @@ pub fn build<S: DataSegment>(
     list: &mut [u64],
     list_phys: u64,
 ) -> Result<Prps, Error> {
+    if let [segment] = segments
+        && let Some(prps) = one_segment_list(segment, bytes, max_bytes, list, list_phys)
+    {
+        return Ok(prps);
+    }
+    build_by_pages(segments, bytes, max_bytes, list, list_phys)
+}
+
+/// [`build`] by walking every page of every segment: several segments, chained list pages, and
+/// every refusal.
+#[inline(never)]
+fn build_by_pages<S: DataSegment>(
+    segments: &[S],
+    bytes: u64,
+    max_bytes: u64,
+    list: &mut [u64],
+    list_phys: u64,
+) -> Result<Prps, Error> {
     validate(segments, bytes, max_bytes)?;
     let mut pages = data_pages(segments);
     let Some(prp1) = pages.next() else {
@@ -245,6 +263,40 @@ pub fn build<S: DataSegment>(
             })
         }
     }
+}
+
+/// [`build`] for one segment whose list fits one list page (every transfer up to 2 MiB from one
+/// buffer): its pages follow each other, so the entries are the page after the first one, and
+/// the one after that, written in one pass without walking the pages twice. `None` for
+/// anything else, including every refusal, which `build` then names.
+#[inline]
+fn one_segment_list<S: DataSegment>(
+    segment: &S,
+    bytes: u64,
+    max_bytes: u64,
+    list: &mut [u64],
+    list_phys: u64,
+) -> Option<Prps> {
+    let (phys, len) = (segment.bus_addr(), u64::from(segment.bytes()));
+    // `without_list`'s checks: no wrap, the whole transfer, dword aligned, 1..=max_bytes.
+    if phys.checked_add(len).is_none() || ((len ^ bytes) | (phys % 4)) != 0 || len.wrapping_sub(1) >= max_bytes {
+        return None;
+    }
+    // Pages touched after the first (no overflow: below PAGE plus a length that fits).
+    let rest = (phys % PAGE + len).div_ceil(PAGE) - 1;
+    if rest < 2 || rest > ENTRIES_PER_PAGE as u64 {
+        return None;
+    }
+    let entries = list.get_mut(..rest as usize)?;
+    let first_page = phys & !(PAGE - 1);
+    for (k, entry) in (1u64..).zip(entries.iter_mut()) {
+        *entry = first_page + k * PAGE;
+    }
+    Some(Prps {
+        prp1: phys,
+        prp2: list_phys,
+        list_entries: rest as usize,
+    })
 }
 
 #[cfg(test)]
@@ -375,6 +427,40 @@ mod tests {
         ));
         // A segment ending mid-page followed by nothing is fine; an empty transfer has no PRPs.
         assert_eq!(build::<(u64, u32)>(&[], 0, max, &mut list, LIST).unwrap().prp1, 0);
+    }
+
+    #[test]
+    fn one_segment_lists_are_the_page_walks_lists() {
+        let max = 4 * 1024 * 1024;
+        let pages = list_pages_needed(max);
+        for (phys, len) in [
+            (0x10_0000u64, 12288u32),
+            (0x10_0004, 8192),
+            (0x10_0800, 131_072),
+            (0x10_0000, 131_072),
+            (0x10_0200, 65_024),
+            (0x10_0000, 2 * 1024 * 1024),
+            (0x10_0004, 2 * 1024 * 1024),
+            (0x10_0000, 2 * 1024 * 1024 + 4096),
+            (u64::MAX - 65_535, 65_536),
+            (0x10_0002, 131_072),
+            (0x10_0000, 0),
+        ] {
+            let segs = [(phys, len)];
+            let mut fast = vec![0u64; ENTRIES_PER_PAGE * pages];
+            let mut walked = vec![0u64; ENTRIES_PER_PAGE * pages];
+            let a = build(&segs, u64::from(len), max, &mut fast, LIST);
+            let b = build_by_pages(&segs, u64::from(len), max, &mut walked, LIST);
+            assert_eq!(a, b, "{phys:#x}+{len}");
+            assert_eq!(fast, walked, "{phys:#x}+{len}: list entries");
+        }
+        // A list too short for the transfer: refused as the walk refuses it.
+        let segs = [(0x10_0000u64, 131_072u32)];
+        let mut short = vec![0u64; 16];
+        assert_eq!(
+            build(&segs, 131_072, max, &mut short, LIST),
+            build_by_pages(&segs, 131_072, max, &mut short, LIST)
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub(crate) fn run(kernel: &Path, out_dir: &Path) -> Result<Vec<IpioRow>, String>
     let measurer = Setup::for_kernel(kernel)?;
     let mut rows = Vec::with_capacity(POINTS.len());
     for (device, qd) in POINTS {
-        let per_io = measurer.measure(device, qd, |_| String::new())?;
+        let per_io = measurer.measure(device, qd, crate::ipio::Shape::RANDREAD_4K, |_| String::new())?;
         rows.push(IpioRow::new(device, qd, per_io.total));
     }
     let write = |name: &str, text: String| {
