@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Boot to first I/O, as side-by-side.sh's second boot measures it (the same QEMU command line:
+# pc, qboot, 1 vCPU, 1 GiB, megasas-gen2 on a null-co disk, a 200 ms job), N times; prints each
+# boot's host wall time minus the job and its `boot phases` line, then the medians.
+#
+#   xtask/scripts/boot-time.sh [N] [KERNEL...]      (from the checkout; N defaults to 12)
+#
+# With several kernels (e.g. two builds copied aside), the boots alternate between them, A B A B ...,
+# so a noisy shared host weighs on both alike; one median line per kernel. Without a kernel it
+# builds and times the checkout's. KERNEL may be PATH::WORDS (the same build with other kernel words,
+# e.g. "$K::aml=off"); EXTRA adds kernel words to every boot, QEMU_EXTRA QEMU options.
+set -u
+N=${1:-12}; shift || true
+ROOT=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
+if [ $# -eq 0 ]; then
+  (cd "$ROOT" && cargo xtask build >/dev/null 2>&1) || { echo "boot-time: kernel build failed" >&2; exit 1; }
+  set -- "$ROOT/target/x86_64-unknown-none/release/kernel"
+fi
+BIOS=(); [ -f /usr/share/qemu/qboot.rom ] && BIOS=(-bios /usr/share/qemu/qboot.rom)
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+for i in $(seq 1 "$N"); do
+  k=0
+  for KW in "$@"; do
+    k=$((k + 1))
+    K=${KW%%::*}; WORDS=; [ "$K" != "$KW" ] && WORDS=${KW#*::}
+    t0=$EPOCHREALTIME
+    timeout 60 qemu-system-x86_64 -accel tcg,thread=multi -cpu max "${BIOS[@]}" -smp 1 -m 1G -display none \
+      -no-reboot -serial "file:$W/boot.log" -device isa-debug-exit,iobase=0xf4,iosize=0x04 -kernel "$K" \
+      -blockdev driver=null-co,node-name=d0,size=8589934592,read-zeroes=on \
+      -device megasas-gen2,id=hba0 -device scsi-hd,drive=d0,bus=hba0.0 ${QEMU_EXTRA:-} \
+      -append "runtime=200ms device=md0 rw=randread bs=4k iodepth=1 cpus=0 $WORDS ${EXTRA:-}" </dev/null >/dev/null 2>&1
+    rc=$?
+    wall=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%d",(b-a)*1000-200}')
+    phases=$(grep -a -o 'boot phases (ms): .*' "$W/boot.log" | tr -d '\r')
+    echo "$k $wall $phases" >>"$W/all"
+    echo "kernel $k boot $i: rc=$rc first_io_ms=$wall ${phases:-no phases line}"
+  done
+done
+python3 - "$W/all" "$@" <<'PY'
+import re, statistics, sys
+rows = [l.split(" ", 2) for l in open(sys.argv[1]) if l.strip()]
+for k, path in enumerate(sys.argv[2:], 1):
+    mine = [r for r in rows if r[0] == str(k)]
+    walls = [int(r[1]) for r in mine]
+    phases = {}
+    for r in mine:
+        for name, ms in re.findall(r"([a-z+ ]+?) ([\d.]+)(?:,|$)", r[2].replace("boot phases (ms): ", "").replace(";", ",") if len(r) > 2 else ""):
+            phases.setdefault(name.strip(), []).append(float(ms))
+    med = ", ".join(f"{n} {statistics.median(v):.1f}" for n, v in phases.items())
+    print(f"kernel {k} ({path}): {len(walls)} boots, boot to first I/O median {statistics.median(walls)} ms "
+          f"(min {min(walls)}, max {max(walls)}); phase medians (ms): {med}")
+PY
