@@ -100,7 +100,7 @@ pub struct HostConfig {
 use drvkit::adaptive::WindowCounters;
 /// Interrupt-then-poll: after an interrupt that reaped something, the kernel masks the
 /// controller's vector and the submitters poll the reply ring (see [`drvkit::adaptive`]).
-pub use drvkit::adaptive::{AdaptiveConfig, AdaptiveCounters};
+pub use drvkit::adaptive::{AdaptiveConfig, AdaptiveCounters, MAX_POLLED_TRANSFER_BYTES};
 
 /// How the kernel masks and unmasks the controller's interrupt vector for the adaptive mode.
 /// On QEMU's MFI only a vector mask works (MSI-X entry mask bit): an OMSK mask also stops the
@@ -237,6 +237,11 @@ struct Core<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync>
     floor_state: Box<[AtomicU8]>,
     /// Floor completions recorded, by anyone (so a floor run about to wait sees news).
     floor_completions: AtomicU64,
+    /// Requests of more sectors than this keep the adaptive mode from opening a window
+    /// (`u32::MAX` without the mode).
+    polled_sectors_max: u32,
+    /// The last request submitted was over `polled_sectors_max`.
+    large_submitted: AtomicBool,
 }
 
 /// The `blk::Driver` of one logical drive.
@@ -335,6 +340,12 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             last_summary_ns: AtomicU64::new(0),
             floor_state: (0..tags).map(|_| AtomicU8::new(FLOOR_IDLE)).collect(),
             floor_completions: AtomicU64::new(0),
+            polled_sectors_max: if cfg.adaptive.is_some() {
+                drvkit::adaptive::MAX_POLLED_TRANSFER_BYTES / 512
+            } else {
+                u32::MAX
+            },
+            large_submitted: AtomicBool::new(false),
         });
         let mut drives = Vec::with_capacity(found.len());
         let mut configs = Vec::with_capacity(found.len());
@@ -589,22 +600,31 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     }
 
     /// [`Self::handle_interrupt`] for the adaptive mode: when the interrupt reaped something and
-    /// no window is open, masks the vector through `vector` and opens one. Without the adaptive
-    /// mode it is `handle_interrupt`.
+    /// no window is open, masks the vector through `vector` and opens one, unless the last
+    /// request submitted was over [`drvkit::adaptive::MAX_POLLED_TRANSFER_BYTES`] (the next
+    /// completion is too far off to poll for). Without the adaptive mode it is
+    /// `handle_interrupt`.
     pub fn handle_interrupt_adaptive(&self, cpu: usize, vector: &dyn VectorMask) -> IrqOutcome {
         let inner = &self.0;
         let out = inner.handle_interrupt(cpu);
         let Some(a) = &inner.adaptive else {
             return out;
         };
-        if out.completed > 0
-            && a.window.open(|| {
-                // Set before the window shows open, so its first poll sees a fresh start.
-                a.last_completion_ns.store(inner.platform.now_ns(), Ordering::Relaxed);
-                a.in_window.store(0, Ordering::Relaxed);
-                vector.set_masked(true);
-            })
-        {
+        if out.completed == 0 {
+            return out;
+        }
+        // Relaxed: a hint; a submission racing with this look only moves the choice to the next
+        // interrupt.
+        if inner.core.large_submitted.load(Ordering::Relaxed) {
+            a.counters.large_transfer_skips.fetch_add(1, Ordering::Relaxed);
+            return out;
+        }
+        if a.window.open(|| {
+            // Set before the window shows open, so its first poll sees a fresh start.
+            a.last_completion_ns.store(inner.platform.now_ns(), Ordering::Relaxed);
+            a.in_window.store(0, Ordering::Relaxed);
+            vector.set_masked(true);
+        }) {
             a.counters.windows.fetch_add(1, Ordering::Relaxed);
         }
         out
@@ -1128,6 +1148,12 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Driver
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, _last: bool) -> Result<(), QueueRqError<'a, Self>> {
         // The common I/O, a logical drive's read or write of one segment, checked and posted
         // in this one function from registers; everything else out of line.
+        // Relaxed: a hint for the next interrupt's choice; the load first leaves the line
+        // shared while the transfer sizes do not change between small and large.
+        let large = rq.nr_sectors() > self.core.polled_sectors_max;
+        if self.core.large_submitted.load(Ordering::Relaxed) != large {
+            self.core.large_submitted.store(large, Ordering::Relaxed);
+        }
         let write = match rq.op() {
             Op::Read => false,
             Op::Write => true,

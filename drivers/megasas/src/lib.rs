@@ -32,7 +32,10 @@ mod tags;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
-pub use blkdev::{AdaptiveConfig, AdaptiveCounters, DriveInfo, Host, HostConfig, HostCounters, IrqOutcome, VectorMask};
+pub use blkdev::{
+    AdaptiveConfig, AdaptiveCounters, DriveInfo, Host, HostConfig, HostCounters, IrqOutcome, MAX_POLLED_TRANSFER_BYTES,
+    VectorMask,
+};
 pub use controller::{
     ADMIN_TAG, CheckedLdIo, CheckedRequest, CommandState, Config, Controller, Done, DriveTable, IoOp, IoRequest,
     IrqMode, LdIo, LogicalDrive, Reaped, RecoveryCounters, SENSE_LEN, SubmitGuard,

@@ -231,3 +231,29 @@ fn an_empty_interrupt_opens_no_window() {
     assert!(!rig.host.polling_window());
     assert_eq!(rig.vector.masks.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn an_interrupt_after_a_large_transfer_opens_no_window() {
+    let rig = Rig::new(Some(AdaptiveConfig::default()));
+    let q = rig.host.queue(0).expect("queue");
+    let big_len = megasas::MAX_POLLED_TRANSFER_BYTES + 512;
+    let big = rig.dev.buffer(big_len as usize);
+    let seg = [blk::Segment::new(big.phys(), big_len)];
+    q.submit(0, &Bio::read(64, big_len / 512, &seg, 100)).expect("submit");
+    rig.dev.complete_pending(1);
+    assert_eq!(rig.host.handle_interrupt_adaptive(0, &rig.vector).completed, 1);
+    assert!(!rig.host.polling_window(), "no window after a large transfer");
+    assert_eq!(rig.vector.masks.load(Ordering::Relaxed), 0);
+    let c = rig.host.adaptive_counters();
+    assert_eq!((c.windows, c.large_transfer_skips), (0, 1));
+    // A transfer of exactly the limit is polled for again.
+    let limit = megasas::MAX_POLLED_TRANSFER_BYTES;
+    let seg = [blk::Segment::new(big.phys(), limit)];
+    q.submit(0, &Bio::read(64, limit / 512, &seg, 101)).expect("submit");
+    rig.dev.complete_pending(1);
+    assert_eq!(rig.host.handle_interrupt_adaptive(0, &rig.vector).completed, 1);
+    assert!(rig.host.polling_window(), "the last transfer is small again");
+    let c = rig.host.adaptive_counters();
+    assert_eq!((c.windows, c.large_transfer_skips), (1, 1));
+    assert_eq!(rig.ended_ok(), 2);
+}

@@ -154,6 +154,7 @@ impl HostHooks for Controller {
             ("mfi_window_polled", a.polled),
             ("mfi_window_budget_closes", a.budget_closes),
             ("mfi_unmask_catches", a.unmask_catches),
+            ("mfi_windows_skipped_for_large_transfers", a.large_transfer_skips),
         ]
     }
 }
@@ -431,14 +432,15 @@ fn probe_one(function: &'static PciFunction, model: Model, opts: &Options) -> Re
     }
     match &hc.adaptive {
         Some(a) => kprintln!(
-            "megasas {at}: completions: interrupt-then-poll windows ({} us idle, {} per window{}; megasas.irq_poll=off for one interrupt per batch)",
+            "megasas {at}: completions: interrupt-then-poll windows ({} us idle, {} per window{}, none after a transfer over {} KiB; megasas.irq_poll=off for one interrupt per batch)",
             a.idle_ns / 1000,
             a.budget,
             if opts.irq_poll == megasas::IrqPoll::Auto {
                 ", the MSI-X default"
             } else {
                 ""
-            }
+            },
+            megasas::MAX_POLLED_TRANSFER_BYTES / 1024
         ),
         None => kprintln!("megasas {at}: completions: one interrupt per batch ({mode:?})"),
     }
