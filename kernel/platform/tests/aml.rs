@@ -434,6 +434,10 @@ fn deferred_discovery_evaluates_each_prt_when_a_route_first_needs_it() {
     assert!(found.prts.is_empty());
     let pending = |found: &aml::Discovery| found.pending_prts.iter().map(|s| s.path.clone()).collect::<Vec<_>>();
     assert_eq!(pending(&found), vec![path("\\_SB.PCI0"), path("\\_SB.PCI0.RP01")]);
+    // A function without an INTx pin, or on no host bridge, evaluates nothing.
+    assert!(found.route_on_demand(&mut interp, 0, 0, &[(3, 0)], 0).is_none());
+    assert!(found.route_on_demand(&mut interp, 7, 0, &[(3, 0)], 1).is_none());
+    assert!(found.prts.is_empty());
 
     // Below RP01: its own table only.
     let r = found

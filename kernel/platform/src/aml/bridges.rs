@@ -534,6 +534,10 @@ impl Discovery {
         pin: u8,
     ) -> Option<FoundRoute<'_>> {
         let bridge = self.bridge_for(segment, root_bus)?;
+        // No pin, no route: nothing to evaluate.
+        if !(1..=4).contains(&pin) {
+            return None;
+        }
         for depth in (0..path.len()).rev() {
             let hops = &path[..depth];
             if self
