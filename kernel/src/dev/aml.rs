@@ -224,6 +224,7 @@ pub fn intx_route(pci: &Pci, function: &PciFunction, isa_route: impl Fn(u8) -> I
     let Namespace { interp, discovery } = guard.as_mut()?;
     let path = aml::pci_path(&pci.functions, function)?;
     let (tables_before, problems_before) = (discovery.prts.len(), discovery.problems.len());
+    let started = crate::arch::time::rdtsc();
     let found = discovery
         .route_on_demand(
             interp,
@@ -233,9 +234,12 @@ pub fn intx_route(pci: &Pci, function: &PciFunction, isa_route: impl Fn(u8) -> I
             function.interrupt_pin,
         )
         .map(|found| (found.route.clone(), found.table.scope.path.clone(), found.swizzled));
+    // What the lookup's AML cost, in TSC time: read the same on a real box as under QEMU.
+    let spent_us = crate::arch::time::ticks_to_ns(crate::arch::time::rdtsc().saturating_sub(started)) / 1000;
+    // One table at most: the lookup stops at the first that evaluates.
     for table in &discovery.prts[tables_before..] {
         log::info!(
-            "aml: _PRT of {}: {} route(s), {} unresolved (evaluated for {})",
+            "aml: _PRT of {}: {} route(s), {} unresolved (evaluated for {} in {spent_us} us)",
             table.scope.path,
             table.routes.len(),
             table.unresolved,
