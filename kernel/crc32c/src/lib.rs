@@ -236,16 +236,7 @@ impl Crc32c {
         for chunk in &mut chunks {
             let mut word = [0u8; 8];
             word.copy_from_slice(chunk);
-            let low = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) ^ crc;
-            let high = u32::from_le_bytes([word[4], word[5], word[6], word[7]]);
-            crc = TABLES[7][(low & 0xff) as usize]
-                ^ TABLES[6][((low >> 8) & 0xff) as usize]
-                ^ TABLES[5][((low >> 16) & 0xff) as usize]
-                ^ TABLES[4][(low >> 24) as usize]
-                ^ TABLES[3][(high & 0xff) as usize]
-                ^ TABLES[2][((high >> 8) & 0xff) as usize]
-                ^ TABLES[1][((high >> 16) & 0xff) as usize]
-                ^ TABLES[0][(high >> 24) as usize];
+            crc = table_word(crc, u64::from_le_bytes(word));
         }
         for &byte in chunks.remainder() {
             crc = (crc >> 8) ^ TABLES[0][((crc ^ u32::from(byte)) & 0xff) as usize];
@@ -257,6 +248,54 @@ impl Crc32c {
     pub const fn finish(&self) -> u32 {
         !self.state
     }
+
+    /// Goes on word by word, for a producer that has each 8-byte word in a register anyway
+    /// (a payload generator): no second pass over memory. The implementation is chosen once,
+    /// here, as [`Crc32c::update`] would choose it.
+    pub fn words(self) -> WordFeed {
+        WordFeed {
+            state: self.state,
+            hardware: active_hardware(),
+        }
+    }
+}
+
+/// A [`Crc32c`] fed one 8-byte word at a time ([`Crc32c::words`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WordFeed {
+    state: u32,
+    hardware: Option<hw::Sse42>,
+}
+
+impl WordFeed {
+    /// Feeds `word`'s eight bytes in little-endian order (as `update(&word.to_le_bytes())`).
+    #[inline(always)]
+    pub fn feed(&mut self, word: u64) {
+        self.state = match self.hardware {
+            Some(sse42) => sse42.word_value(self.state, word),
+            None => table_word(self.state, word),
+        };
+    }
+
+    /// Back to a [`Crc32c`], to feed bytes or finish.
+    pub fn into_crc(self) -> Crc32c {
+        Crc32c { state: self.state }
+    }
+}
+
+/// One slicing-by-8 step: the raw state `crc` over the eight bytes of `word`, little-endian.
+#[inline(always)]
+fn table_word(crc: u32, word: u64) -> u32 {
+    let low = (word as u32) ^ crc;
+    let high = (word >> 32) as u32;
+    TABLES[7][(low & 0xff) as usize]
+        ^ TABLES[6][((low >> 8) & 0xff) as usize]
+        ^ TABLES[5][((low >> 16) & 0xff) as usize]
+        ^ TABLES[4][(low >> 24) as usize]
+        ^ TABLES[3][(high & 0xff) as usize]
+        ^ TABLES[2][((high >> 8) & 0xff) as usize]
+        ^ TABLES[1][((high >> 16) & 0xff) as usize]
+        ^ TABLES[0][(high >> 24) as usize]
 }
 
 /// The CRC32C of `bytes`.
@@ -372,13 +411,27 @@ mod hw {
             state
         }
 
+        /// The raw state `crc` over the eight bytes of `data`, little-endian.
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        pub(super) fn word_value(self, crc: u32, data: u64) -> u32 {
+            // The 64-bit form zero-extends its 32-bit result.
+            self.step(u64::from(crc), data) as u32
+        }
+
         /// One `crc32` step over the eight bytes of `word` (little-endian).
         #[cfg(target_arch = "x86_64")]
         #[inline(always)]
-        fn word(self, mut state: u64, word: &[u8]) -> u64 {
+        fn word(self, state: u64, word: &[u8]) -> u64 {
             let mut le = [0u8; 8];
             le.copy_from_slice(word);
-            let data = u64::from_le_bytes(le);
+            self.step(state, u64::from_le_bytes(le))
+        }
+
+        /// One `crc32 r64, r64`.
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        fn step(self, mut state: u64, data: u64) -> u64 {
             // SAFETY: `self` exists only if CPUID reported SSE4.2, so the instruction exists.
             // `crc32 r64, r64` reads and writes only the two registers named: no memory, no stack,
             // and it leaves the flags alone.
@@ -395,6 +448,11 @@ mod hw {
 
         #[cfg(not(target_arch = "x86_64"))]
         pub(super) fn update(self, _crc: u32, _bytes: &[u8]) -> u32 {
+            match self.0 {}
+        }
+
+        #[cfg(not(target_arch = "x86_64"))]
+        pub(super) fn word_value(self, _crc: u32, _data: u64) -> u32 {
             match self.0 {}
         }
     }
@@ -464,6 +522,38 @@ mod tests {
         // On an x86_64 host with SSE4.2 (every CPU since 2008), the instruction is chosen.
         #[cfg(target_arch = "x86_64")]
         assert_eq!(first == Crc32cImpl::Sse42, std::is_x86_feature_detected!("sse4.2"));
+    }
+
+    #[test]
+    fn words_fed_one_by_one_give_the_crc_of_their_bytes_with_either_implementation() {
+        let mut rng = Rng::new(0x77);
+        for allowed in [true, false] {
+            // Both implementations give the same values, so tests running beside this one are
+            // not disturbed by the switch.
+            allow_hardware(allowed);
+            for words in [0usize, 1, 5, 64, 509] {
+                let data: Vec<u64> = (0..words).map(|_| rng.next_u64()).collect();
+                let bytes: Vec<u8> = data.iter().flat_map(|w| w.to_le_bytes()).collect();
+                let tail = [0xa5u8, 0x5a, 0x01];
+                let mut head = Crc32c::new();
+                head.update(&tail);
+                let mut feed = head.words();
+                for w in &data {
+                    feed.feed(*w);
+                }
+                let mut crc = feed.into_crc();
+                crc.update(&tail);
+                let mut all = tail.to_vec();
+                all.extend_from_slice(&bytes);
+                all.extend_from_slice(&tail);
+                assert_eq!(
+                    crc.finish(),
+                    crc32c_with(Crc32cImpl::Table, &all),
+                    "{words} words, hardware {allowed}"
+                );
+            }
+        }
+        allow_hardware(HARDWARE_BY_DEFAULT);
     }
 
     #[test]
