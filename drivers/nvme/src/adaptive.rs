@@ -204,7 +204,8 @@ mod tests {
                 windows: 2,
                 polled: 7,
                 budget_closes: 1,
-                unmask_catches: 2
+                unmask_catches: 2,
+                large_transfer_skips: 0
             }
         );
     }
