@@ -20,6 +20,11 @@ impl<'h> Interpreter<'h> {
     pub(super) fn eval_int(&mut self, f: &mut Frame, r: &mut Reader) -> Result<u64> {
         let at = r.pos;
         let value = self.eval(f, r)?;
+        // Most operands are integers already: no conversion, and no copy of the scope that a
+        // conversion error would name.
+        if let Object::Integer(v) = value {
+            return Ok(v);
+        }
         let scope = f.scope.clone();
         self.integer_of(&value, &scope, at)
     }

@@ -150,7 +150,6 @@ impl<'h> Interpreter<'h> {
     }
 
     fn element(&mut self, base: Object, index: u64) -> Result<Object> {
-        let at = self.current.clone();
         let base = match base {
             Object::Reference(place) => {
                 let mut frame = Frame::new(Path::root(), Vec::new(), false);
@@ -158,7 +157,7 @@ impl<'h> Interpreter<'h> {
             }
             other => other,
         };
-        element_of(&base, index, &at)
+        element_of(&base, index, &self.current)
     }
 
     /// Reads an operator's target operand and stores `value` there; the operator's own result is
@@ -197,7 +196,6 @@ impl<'h> Interpreter<'h> {
             Place::Named(path) => self.store_named(path, value),
             Place::Elem(base, index) => {
                 let index = usize::try_from(*index).unwrap_or(usize::MAX);
-                let at = self.current.clone();
                 // A buffer element takes the value's low byte, converted before the buffer is
                 // taken out of its place (the value may refer to that buffer).
                 let into_buffer = match &**base {
@@ -211,6 +209,7 @@ impl<'h> Interpreter<'h> {
                     _ => false,
                 };
                 let byte = if into_buffer {
+                    let at = self.current.clone();
                     Some(self.integer_of(&value, &at, 0)? as u8)
                 } else {
                     None
@@ -232,21 +231,24 @@ impl<'h> Interpreter<'h> {
                     Object::Package(items) => items
                         .get_mut(index)
                         .map(|slot| *slot = value)
-                        .ok_or_else(|| aml_error(&at, 0, "package index out of range", index as u64)),
+                        .ok_or_else(|| aml_error(&self.current, 0, "package index out of range", index as u64)),
                     Object::Buffer(bytes) => {
                         let byte = match byte {
                             Some(byte) => Ok(byte),
-                            None => self.integer_of(&value, &at, 0).map(|v| v as u8),
+                            None => {
+                                let at = self.current.clone();
+                                self.integer_of(&value, &at, 0).map(|v| v as u8)
+                            }
                         };
                         byte.and_then(|byte| {
                             bytes
                                 .get_mut(index)
                                 .map(|slot| *slot = byte)
-                                .ok_or_else(|| aml_error(&at, 0, "buffer index out of range", index as u64))
+                                .ok_or_else(|| aml_error(&self.current, 0, "buffer index out of range", index as u64))
                         })
                     }
                     _ => Err(aml_error(
-                        &at,
+                        &self.current,
                         0,
                         "store through Index into a value without elements",
                         0,
