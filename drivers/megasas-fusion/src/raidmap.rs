@@ -105,8 +105,6 @@ pub struct FastPathRoute {
     pub seq: u16,
     /// Span (bits 7:5, always 0 here) and physical arm (bits 4:0).
     pub span_arm: u8,
-    /// A write the RAID context must mark as bypassing the controller's cache.
-    pub cache_bypass: bool,
 }
 
 impl FastPathLd {
@@ -153,7 +151,6 @@ impl FastPathLd {
             pd_lba: self.start_block.checked_add(on_arm)?,
             seq: self.seq,
             span_arm: self.phys_arms[arm],
-            cache_bypass: write && self.cache_bypass,
         })
     }
 
@@ -700,20 +697,13 @@ mod tests {
     }
 
     #[test]
-    fn cache_bypass_marks_writes_only_and_only_when_the_map_offers_it() {
+    fn the_cache_bypass_capability_is_read_for_raid0_and_raid1() {
         let m = build_dynamic(0, &[0, 1], 7, 16, 1, CAPS_FP_READ_WRITE | CAP_FP_CACHE_BYPASS);
-        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
-        assert!(ld.cache_bypass);
-        assert!(ld.route(0, 8, true).unwrap().cache_bypass);
-        assert!(!ld.route(0, 8, false).unwrap().cache_bypass);
-        // RAID-1: the mirror's route (the pair's peer half) is marked as the data arm's.
+        assert!(parse_dynamic(&m).unwrap().fastpath(0).unwrap().cache_bypass);
         let m = build_dynamic_raid1(0, [0, 1], 7, 16, 1, CAPS_FP_READ_WRITE | CAP_FP_CACHE_BYPASS);
-        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
-        let w = ld.route(0, 8, true).unwrap();
-        assert!(w.cache_bypass && ld.mirror_route(w, 1).unwrap().cache_bypass);
+        assert!(parse_dynamic(&m).unwrap().fastpath(0).unwrap().cache_bypass);
         let m = build_dynamic(0, &[0, 1], 7, 16, 1, CAPS_FP_READ_WRITE);
-        let ld = parse_dynamic(&m).unwrap().fastpath(0).unwrap().clone();
-        assert!(!ld.cache_bypass && !ld.route(0, 8, true).unwrap().cache_bypass);
+        assert!(!parse_dynamic(&m).unwrap().fastpath(0).unwrap().cache_bypass);
     }
 
     fn ld_refused(m: &[u8]) -> Error {

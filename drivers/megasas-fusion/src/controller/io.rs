@@ -442,32 +442,19 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
         let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
-        let bytes = blocks.saturating_mul(512);
-        let mut mirror_write = false;
         // The map in use, seen from the submitting queue's lane (`mapsync`).
-        let r = self.fastpath.with(lane, |lds| {
+        let r: FastPathRoute = self.fastpath.with(lane, |lds| {
             let ld = lds.iter().find(|ld| ld.target == target)?;
-            mirror_write = ld.mirror && write;
-            let r = ld.route(lba, blocks, write)?;
-            if !ld.mirror {
-                Some(r)
-            } else if !write {
-                Some(self.mirror_arm(ld, r, blocks, smid))
+            if write {
+                return self.fastpath_write_route(img, ld, lba, blocks, smid, peer);
+            }
+            let r = ld.route(lba, blocks, false)?;
+            Some(if ld.mirror {
+                self.mirror_arm(ld, r, blocks, smid)
             } else {
-                *peer = self.peer_route(ld, r, smid, bytes);
-                peer.map(|_| r)
-            }
-        });
-        let Some(r) = r else {
-            // A RAID-1 write over 32 KiB on a PCIe-bandwidth-limited controller goes on the LD
-            // path with the raid_flags sub-type that tells the firmware why (Linux marks every
-            // such write of a RAID-1 LD of its map, whatever kept it off FastPath).
-            let large = bytes > super::R1_LARGE_WRITE_BYTES || self.mistake(Mistake::BwLimitMarkOnSmallWrite);
-            if mirror_write && large && self.config.pcie_bw_limited {
-                img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_LDIO_BW_LIMIT);
-            }
-            return None;
-        };
+                r
+            })
+        })?;
         // Routes come from a dynamic map, which only G35-context firmware has.
         debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
@@ -476,24 +463,55 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         img.set_u16(F_IO_FLAGS, u16::from(cdb_len(cdb[0])) | IO_FLAGS_FAST_PATH);
         img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
-        // The map's LD takes FastPath writes past the controller's cache: the firmware is told
-        // by SLD and the CACHE_BYPASS sub-type, as Linux's `megasas_set_raidflag_cpu_affinity`
-        // marks them (a RAID-1 pair's peer copies this frame, so both halves carry it).
-        if r.cache_bypass && !self.mistake(Mistake::CacheBypassFlagsMissing) {
-            img.set_u16(F_RAID_CTX + 0x04, ROUTING_SQN | ROUTING_SLD);
-            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_CACHE_BYPASS);
-        }
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
     }
 
-    /// The mirror's route for the peer half of RAID-1 write `r` (`bytes` long) on SMID `smid`,
+    /// The route of a write of `blocks` blocks at LD block `lba` of `ld` on SMID `smid`, with the
+    /// RAID context marks Linux gives it in `img`: a RAID-0 write inside one strip goes to its
+    /// disk, a RAID-1 write to the data disk with `peer` set to the mirror's route
+    /// ([`Controller::peer_route`]), each marked past the controller cache when the map offers
+    /// it; None (the LD path) otherwise, a large RAID-1 write on a PCIe-bandwidth-limited
+    /// controller marked LDIO_BW_LIMIT. Out of line, so that FastPath reads pay one branch for
+    /// what only writes need.
+    #[inline(never)]
+    fn fastpath_write_route(
+        &self,
+        img: &mut FrameImage,
+        ld: &FastPathLd,
+        lba: u64,
+        blocks: u32,
+        smid: u16,
+        peer: &mut Option<FastPathRoute>,
+    ) -> Option<FastPathRoute> {
+        let Some(r) = ld.route(lba, blocks, true) else {
+            if self.config.pcie_bw_limited {
+                self.mark_bw_limited(img, ld, blocks);
+            }
+            return None;
+        };
+        if ld.mirror {
+            *peer = self.peer_route(ld, r, smid, blocks);
+            if peer.is_none() {
+                if self.config.pcie_bw_limited {
+                    self.mark_bw_limited(img, ld, blocks);
+                }
+                return None;
+            }
+        }
+        if ld.cache_bypass {
+            self.mark_cache_bypass(img);
+        }
+        Some(r)
+    }
+
+    /// The mirror's route for the peer half of RAID-1 write `r` (`blocks` blocks) on SMID `smid`,
     /// counted on the firmware. None (the LD path) without peer SMIDs, for a SMID that is no I/O
     /// tag's (a test hook's), when the peer would take the requests on the firmware past the I/O
     /// tags (Linux's `fw_outstanding` against `can_queue` in `megasas_build_ldio_fusion`), or
     /// when the PCIe link limits the controller and the write is large or follows a large one
     /// ([`Controller::bw_limited_ld_write`]).
-    fn peer_route(&self, ld: &FastPathLd, r: FastPathRoute, smid: u16, bytes: u32) -> Option<FastPathRoute> {
+    fn peer_route(&self, ld: &FastPathLd, r: FastPathRoute, smid: u16, blocks: u32) -> Option<FastPathRoute> {
         let state = self.smids.get(usize::from(smid))?;
         if !self.peer_smids || smid == 0 || smid > self.limits.io_tags {
             return None;
@@ -504,7 +522,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.stats.raid1_pairs_over_depth.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        if self.bw_limited_ld_write(ld.target, bytes) && !self.mistake(Mistake::LargeRaid1WriteByFastPath) {
+        if self.bw_limited_ld_write(ld.target, blocks) && !self.mistake(Mistake::LargeRaid1WriteByFastPath) {
             self.fw_outstanding.fetch_sub(1, Ordering::Relaxed);
             self.stats.raid1_bw_limited_ld_writes.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -513,21 +531,47 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Some(route)
     }
 
-    /// On a PCIe-bandwidth-limited controller, whether a RAID-1 write of `bytes` to LD `target`
-    /// that could go as a FastPath pair takes the LD path instead, as Linux decides it: one over
-    /// 32 KiB does and sets the LD's hint to 4; a small one takes 1 off a positive hint and does
-    /// while more than 0 is left (so the three after a large one do). Always false on other
-    /// controllers (no hints are kept).
-    fn bw_limited_ld_write(&self, target: u8, bytes: u32) -> bool {
+    /// On a PCIe-bandwidth-limited controller, whether a RAID-1 write of `blocks` blocks to LD
+    /// `target` that could go as a FastPath pair takes the LD path instead, as Linux decides it:
+    /// one over 32 KiB does and sets the LD's hint to 4; a small one takes 1 off a positive hint
+    /// and does while more than 0 is left (so the three after a large one do). Always false on
+    /// other controllers (no hints are kept).
+    fn bw_limited_ld_write(&self, target: u8, blocks: u32) -> bool {
         let Some(hint) = self.r1_ldio_hint.get(usize::from(target)) else {
             return false;
         };
-        if bytes > super::R1_LARGE_WRITE_BYTES {
+        if large_write(blocks) {
             hint.store(super::R1_LDIO_HINT, Ordering::Relaxed);
             return true;
         }
         hint.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1))
             .is_ok_and(|before| before > 1)
+    }
+
+    /// A FastPath write to an LD whose map entry offers `fp_cache_bypass_capable` is marked
+    /// past the controller's cache: the SLD routing flag and the CACHE_BYPASS sub-type, as
+    /// Linux's `megasas_set_raidflag_cpu_affinity` marks them (a RAID-1 pair's peer copies this
+    /// frame, so both halves carry it). Out of line: FastPath reads never come here.
+    #[cold]
+    #[inline(never)]
+    fn mark_cache_bypass(&self, img: &mut FrameImage) {
+        if !self.mistake(Mistake::CacheBypassFlagsMissing) {
+            img.set_u16(F_RAID_CTX + 0x04, ROUTING_SQN | ROUTING_SLD);
+            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_CACHE_BYPASS);
+        }
+    }
+
+    /// A write of `blocks` blocks to LD `ld` that takes the LD path on a PCIe-bandwidth-limited
+    /// controller: a RAID-1 LD's write over 32 KiB carries raid_flags sub-type LDIO_BW_LIMIT,
+    /// which tells the firmware why (Linux marks every such write of a RAID-1 LD of its map,
+    /// whatever kept it off FastPath). Out of line: only writes kept off FastPath on such
+    /// controllers come here.
+    #[cold]
+    #[inline(never)]
+    fn mark_bw_limited(&self, img: &mut FrameImage, ld: &FastPathLd, blocks: u32) {
+        if ld.mirror && (large_write(blocks) || self.mistake(Mistake::BwLimitMarkOnSmallWrite)) {
+            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_LDIO_BW_LIMIT);
+        }
     }
 
     /// Takes the request on `state` out of [`Controller::fw_outstanding`] (its reply came, or a
@@ -850,6 +894,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.mmio.write64(regs::REQ_DESC_LOW, d);
         }
     }
+}
+
+/// A RAID-1 write of `blocks` 512-byte blocks is large: over Linux's `MR_LARGE_IO_MIN_SIZE`.
+fn large_write(blocks: u32) -> bool {
+    u64::from(blocks) * 512 > u64::from(super::R1_LARGE_WRITE_BYTES)
 }
 
 /// CDB length from the operation code's group (SPC): 6, 10, 12 or 16 bytes.
