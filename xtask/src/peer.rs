@@ -52,6 +52,8 @@ run     boots the peer in QEMU (TCG) and runs fio jobs; prints one RESULT line p
           --qemu-extra \"ARGS\"   (QEMU_EXTRA) more QEMU arguments, e.g. -plugin ...
           --device-args \"ARGS\"  (DEVICE_ARGS) custom: the disk's QEMU arguments
           --guest megasas|nvme  (GUEST) custom: which driver the guest loads (default megasas)
+          --module-args \"K=V ...\" (MODULE_ARGS) parameters of the storage module (megaraid_sas,
+                                nvme or null_blk) on its insmod, e.g. perf_mode=1, poll_queues=1
         options without an environment variable:
           --mem SIZE (1G)  --cpu MODEL (max; host with kvm)  --timeout S (240)  --append \"WORDS\"
           --no-json (no fio JSON on the console)  --cache none|writeback  --aio io_uring|native|threads

@@ -125,6 +125,9 @@ pub struct RunOptions {
     pub timeout_s: u64,
     /// More kernel command-line words.
     pub append: Vec<String>,
+    /// Parameters of the scenario's storage module (`name=value` or `name`), given to its
+    /// `insmod`: busybox's does not read `module.name=value` words from the kernel command line.
+    pub module_args: Vec<String>,
     /// The guest prints each job's fio JSON document.
     pub json: bool,
     /// megasas-shm: QEMU's cache and aio modes of the file.
@@ -155,6 +158,7 @@ impl RunOptions {
             mem: "1G".into(),
             timeout_s: 240,
             append: Vec::new(),
+            module_args: Vec::new(),
             json: true,
             cache: "none".into(),
             aio: "io_uring".into(),
@@ -165,7 +169,7 @@ impl RunOptions {
     }
 
     /// `SCENARIO [SMP] [TAG] [OPTIONS]`; each of JOBS, NBMODES, RUNTIME, RAMP, ACCEL, QEMU,
-    /// QEMU_EXTRA, DEVICE_ARGS and GUEST in `env` is the default of its option.
+    /// QEMU_EXTRA, DEVICE_ARGS, GUEST and MODULE_ARGS in `env` is the default of its option.
     pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<RunOptions, String> {
         let mut positional: Vec<&str> = Vec::new();
         let mut flags: Vec<(&str, Option<&str>)> = Vec::new();
@@ -235,6 +239,7 @@ impl RunOptions {
             ("QEMU_EXTRA", "qemu-extra"),
             ("DEVICE_ARGS", "device-args"),
             ("GUEST", "guest"),
+            ("MODULE_ARGS", "module-args"),
         ];
         for (var, flag) in knobs {
             if let Some(v) = env(var).filter(|v| !v.is_empty()) {
@@ -321,6 +326,7 @@ impl RunOptions {
                     .ok_or(format!("peer run: --timeout '{v}': seconds"))?
             }
             "append" => self.append = v.split_whitespace().map(str::to_string).collect(),
+            "module-args" => self.module_args = module_args(v)?,
             "cache" => {
                 if !matches!(v, "none" | "writeback" | "writethrough" | "directsync" | "unsafe") {
                     return Err(format!(
@@ -399,6 +405,9 @@ impl RunOptions {
         if let Some(modes) = &self.nbmodes {
             words.push(format!("peer_nbmodes={}", modes.join(",")));
         }
+        if !self.module_args.is_empty() {
+            words.push(format!("peer_modargs={}", self.module_args.join(",")));
+        }
         words.extend(self.append.iter().cloned());
         words.join(" ")
     }
@@ -474,6 +483,30 @@ impl RunOptions {
         a.extend(self.disk_args());
         a
     }
+}
+
+/// The words of `--module-args`: each `name=value` or a bare `name`, the name a module
+/// parameter's (letters, digits, `_`). They travel to the guest as one comma-separated kernel
+/// command-line word, so a value holds no comma (no array parameters).
+fn module_args(v: &str) -> Result<Vec<String>, String> {
+    let words: Vec<String> = v.split_whitespace().map(str::to_string).collect();
+    if words.is_empty() {
+        return Err("peer run: --module-args is empty; give NAME=VALUE words, e.g. perf_mode=1".into());
+    }
+    for w in &words {
+        let (name, value) = w.split_once('=').unwrap_or((w, ""));
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "peer run: --module-args '{w}': a parameter name is letters, digits and '_'"
+            ));
+        }
+        if value.contains(',') || value.contains('"') {
+            return Err(format!(
+                "peer run: --module-args '{w}': no ',' or '\"' in a value (the words travel comma-separated)"
+            ));
+        }
+    }
+    Ok(words)
 }
 
 /// The start of the protocol line in a console line (`RESULT`, `PEER_T_*`, `PEER_ERR`,
@@ -890,6 +923,40 @@ mod tests {
         )
         .unwrap();
         assert!(custom.kernel_command_line().contains("peer_scn=nvme "));
+    }
+
+    #[test]
+    fn module_args_reach_the_guest_as_one_comma_separated_word() {
+        let o = RunOptions::parse(
+            &words(&["megasas-nullco", "--module-args", "perf_mode=1  poll_queues=0 verbose"]),
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(o.module_args, words(&["perf_mode=1", "poll_queues=0", "verbose"]));
+        let line = o.kernel_command_line();
+        assert!(
+            line.contains(" peer_modargs=perf_mode=1,poll_queues=0,verbose"),
+            "{line}"
+        );
+        // Without the option the guest is told nothing: its modules load with their defaults.
+        let plain = RunOptions::parse(&words(&["megasas-nullco"]), &no_env).unwrap();
+        assert!(!plain.kernel_command_line().contains("peer_modargs"));
+        let env = |name: &str| (name == "MODULE_ARGS").then(|| "msix_vectors=4".to_string());
+        let from_env = RunOptions::parse(&words(&["megasas-nullco"]), &env).unwrap();
+        assert_eq!(from_env.module_args, words(&["msix_vectors=4"]));
+        let flag_wins = RunOptions::parse(&words(&["megasas-nullco", "--module-args=perf_mode=2"]), &env).unwrap();
+        assert_eq!(flag_wins.module_args, words(&["perf_mode=2"]));
+    }
+
+    #[test]
+    fn module_args_that_cannot_travel_are_refused() {
+        let err = |v: &str| RunOptions::parse(&words(&["nvme-nullco", "--module-args", v]), &no_env).unwrap_err();
+        assert!(err("").contains("--module-args is empty"));
+        assert!(err("  ").contains("--module-args is empty"));
+        assert!(err("irq_affinity=1,2").contains("no ','"));
+        assert!(err("name=\"a\"").contains("no ','"));
+        assert!(err("=1").contains("a parameter name"));
+        assert!(err("nvme.poll_queues=1").contains("'nvme.poll_queues=1'"));
     }
 
     #[test]
