@@ -163,6 +163,8 @@ pub struct HostCounters {
     pub jbod_stale_refusals: u64,
     /// JBOD maps taken from completed JBOD syncs.
     pub jbod_map_changes: u64,
+    /// System-PD requests sent by the RAID map's device handle (no JBOD map offered).
+    pub jbod_raid_map_ios: u64,
 }
 
 struct Core<M: Mmio64, T: Delay> {
@@ -413,6 +415,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             jbod_map_ios: c.ctrl.jbod_map_counts().3,
             jbod_stale_refusals: c.ctrl.jbod_map_counts().2,
             jbod_map_changes: c.ctrl.jbod_map_counts().0,
+            jbod_raid_map_ios: c.ctrl.jbod_raid_map_ios(),
         }
     }
 }

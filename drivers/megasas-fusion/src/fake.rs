@@ -341,6 +341,10 @@ pub struct FakeConfig {
     /// (SYSTEM_PD_MAP_GET_INFO) is offered; system PDs then take requests by device handle
     /// (0x100 + device id) with the map's sequence number. Off by default.
     pub jbod_map: bool,
+    /// The dynamic RAID map's device-handle table lists every system PD (handle 0x100 + device
+    /// id), as real firmware's does; a system-PD request by that handle (target = device id, no
+    /// sequence number, the FastPath IoFlag) is then served. Off by default.
+    pub raid_map_jbod_handles: bool,
     /// The PCIe link limits RAID-1 writes, as Linux judges it (every Ventura, an Aero below
     /// 16 GT/s): a RAID-1 FastPath write over 32 KiB is then a violation, and the LD path's
     /// raid_flags sub-type LDIO_BW_LIMIT is allowed on RAID-1 writes over 32 KiB. Default: on for
@@ -425,6 +429,7 @@ impl FakeConfig {
             ctrl64: generation >= Generation::Ventura,
             coalescing: false,
             jbod_map: false,
+            raid_map_jbod_handles: false,
             pcie_bw_limited: generation == Generation::Ventura,
             start: StartState::PowerOn,
             state_delay_us: 20_000,
@@ -631,6 +636,8 @@ struct State {
     /// System-PD requests served by the JBOD map, and refused for a stale sequence number.
     jbod_served: u64,
     jbod_stale: u64,
+    /// System-PD requests served by the RAID map's handle.
+    jbod_raid_map_served: u64,
 }
 
 /// The model. Share it through `Arc`; [`FakeMmio`] and [`FakeDelay`] are the driver's handles.
@@ -780,6 +787,7 @@ impl FakeFusion {
                 jbod_seq: JBOD_SEQ_FIRST,
                 jbod_served: 0,
                 jbod_stale: 0,
+                jbod_raid_map_served: 0,
                 r1_expected: alloc::collections::BTreeMap::new(),
                 raid1_write_pairs: 0,
                 intake_r1_half: false,
@@ -1068,6 +1076,11 @@ impl FakeFusion {
     pub fn jbod_map_counts(&self) -> (u64, u64) {
         let s = self.st.lock();
         (s.jbod_served, s.jbod_stale)
+    }
+
+    /// System-PD requests served by the RAID map's device handle.
+    pub fn jbod_raid_map_served(&self) -> u64 {
+        self.st.lock().jbod_raid_map_served
     }
 
     /// Whether a map sync is held (pended, waiting for a configuration change).
@@ -1805,6 +1818,30 @@ impl State {
             ctx[0] == 0x12 && ctx[4] == 0x88
         };
         let known = self.cfg.system_pds.iter().any(|&(pd, _)| pd == id);
+        // By the RAID map's handle (no JBOD map): the device id as target, no sequence number
+        // or sequence flags, the FastPath IoFlag.
+        if self.cfg.raid_map_jbod_handles && !self.cfg.jbod_map && known && le_u16(ctx, 6) == id {
+            if desc_handle.is_some_and(|h| h != handle)
+                || le_u16(f, 0x24) & 0x4000 == 0
+                || seq != 0
+                || ctx[0] != 0
+                || ctx[4] != 0
+            {
+                self.violate(
+                    Violation::BadJbodMapRequest,
+                    format!(
+                        "by the RAID map's handle {handle:#x} (descriptor {desc_handle:x?}): IoFlags {:#x}, context {:x?}, sequence {seq:#x}",
+                        le_u16(f, 0x24),
+                        &ctx[..6]
+                    ),
+                );
+                return None;
+            }
+            let mut c = self.ld_command(mem, frame_addr, f, flags, init, true)?;
+            c.target = id;
+            self.jbod_raid_map_served += 1;
+            return Some(c);
+        }
         if !self.cfg.jbod_map
             || !known
             || desc_handle.is_some_and(|h| h != handle)
@@ -2269,6 +2306,16 @@ impl State {
                     }
                     None => crate::raidmap::build_dynamic_empty(),
                 };
+                let mut map = map;
+                if self.cfg.raid_map_jbod_handles {
+                    for &(pd, _) in &self.cfg.system_pds {
+                        let e = crate::raidmap::layout::HANDLES + usize::from(pd) * 8;
+                        let handle = JBOD_HANDLE_BASE + pd;
+                        map[e..e + 2].copy_from_slice(&handle.to_le_bytes());
+                        map[e + 2] = 1; // valid handles
+                        map[e + 4..e + 6].copy_from_slice(&handle.to_le_bytes());
+                    }
+                }
                 put(&mut out, 0, &map);
             }
             0x0200_E102 => {

@@ -247,6 +247,9 @@ pub struct RaidMap {
     /// Target id and configuration sequence number of every LD in the map (FastPath-ready or
     /// not): what the map sync hands back to the firmware (Linux's `MR_LD_TARGET_SYNC`).
     pub seq_nums: Vec<(u8, u16)>,
+    /// The current device handle of each PD id in the device-handle table (0xFFFF: none).
+    /// Linux sends a JBOD disk's requests by it when the firmware keeps no JBOD sequence map.
+    pub pd_handles: Vec<u16>,
 }
 
 impl RaidMap {
@@ -255,6 +258,14 @@ impl RaidMap {
         self.lds
             .iter()
             .find_map(|(t, r)| r.as_ref().ok().filter(|_| *t == u16::from(target)))
+    }
+
+    /// The current device handle of PD `pd`, if the map gives it one.
+    pub fn pd_handle(&self, pd: u8) -> Option<u16> {
+        self.pd_handles
+            .get(usize::from(pd))
+            .copied()
+            .filter(|h| *h != NO_HANDLE)
     }
 }
 
@@ -370,7 +381,14 @@ pub fn parse_dynamic(buf: &[u8]) -> Result<RaidMap, Error> {
         };
         lds.push((target as u16, checked));
     }
-    Ok(RaidMap { lds, seq_nums })
+    let pd_handles = (0..handles.elements)
+        .map(|pd| u16_at(map, handles.start + pd * DEV_HANDLE_BYTES))
+        .collect::<Result<Vec<u16>, Error>>()?;
+    Ok(RaidMap {
+        lds,
+        seq_nums,
+        pd_handles,
+    })
 }
 
 /// One LD's span map at `at`: a FastPath-capable RAID-0 LD, or an optimal two-disk RAID-1 LD
@@ -686,6 +704,26 @@ mod tests {
         let mut odd = ld;
         odd.strip_shift = 64;
         assert_eq!(odd.route(0, 8, false), None, "a shift the parser refuses: no route");
+    }
+
+    #[test]
+    fn the_map_gives_a_handle_to_each_pd_it_lists_and_none_to_others() {
+        let mut m = good();
+        // A JBOD disk (PD 3) beside the LD's members: its entry in the device-handle table.
+        let jbod = layout::HANDLES + 3 * 8;
+        m[jbod..jbod + 2].copy_from_slice(&0x0103u16.to_le_bytes());
+        let map = parse_dynamic(&m).unwrap();
+        assert_eq!(map.pd_handle(3), Some(0x103));
+        assert_eq!((map.pd_handle(4), map.pd_handle(7)), (Some(0x104), Some(0x107)));
+        assert_eq!(map.pd_handle(5), None, "0xFFFF: no handle");
+        assert_eq!(map.pd_handles.len(), 256);
+        // A map that lists fewer PDs than a device id gives that id no handle.
+        let short = RaidMap {
+            lds: Vec::new(),
+            seq_nums: Vec::new(),
+            pd_handles: vec![0x100],
+        };
+        assert_eq!((short.pd_handle(0), short.pd_handle(1)), (Some(0x100), None));
     }
 
     #[test]

@@ -208,3 +208,84 @@ fn an_ocr_reads_the_map_again_and_pends_a_new_sync() {
     assert_eq!(fake.pd_bytes(PD_B, 0, 2048), vec![0x72; 2048]);
     assert_clean(&fake);
 }
+
+/// Firmware without a JBOD map whose dynamic RAID map lists the system PDs' handles.
+fn raid_map_handles_firmware(g: Generation) -> FakeConfig {
+    let mut fc = jbod_firmware(g, false);
+    fc.raid_map_jbod_handles = true;
+    fc
+}
+
+#[test]
+fn without_a_jbod_map_system_pds_go_by_the_raid_maps_handle() {
+    for g in [Generation::Ventura, Generation::Aero] {
+        let (fake, mut w, report) = up(raid_map_handles_firmware(g), true);
+        assert!(
+            report.contains(
+                "2 of 2 system PD(s) by the RAID map's device handle: [PD 3 handle 0x103, PD 9 handle 0x109]"
+            ),
+            "{report}"
+        );
+        assert!(w.ctrl.jbod_by_raid_map(), "{g:?}");
+        assert_eq!(w.ctrl.jbod_map_routes(), routes(0), "{g:?}: no sequence number");
+        assert!(!w.ctrl.jbod_sync_pending(), "{g:?}: no JBOD map to sync");
+        for (tag, pd) in [(0, PD_A), (1, PD_B)] {
+            submit_pd(&mut w, tag, pd, IoOp::Write, 8, 0x80 + tag as u8);
+        }
+        assert!(complete(&mut w, 2).iter().all(|c| c.outcome == IoOutcome::Ok));
+        submit_pd(&mut w, 2, PD_B, IoOp::Read, 8, 0);
+        assert_eq!(complete(&mut w, 1)[0].outcome, IoOutcome::Ok);
+        assert!(w.buf_read(2)[..2048].iter().all(|&b| b == 0x81), "{g:?}");
+        assert_eq!(fake.pd_bytes(PD_A, 8 * 512, 2048), vec![0x80; 2048]);
+        // The model checks target = device id, no sequence number or flags, the FastPath IoFlag.
+        assert_eq!(fake.jbod_raid_map_served(), 3, "{g:?}");
+        assert_eq!(w.ctrl.jbod_raid_map_ios(), 3);
+        assert_eq!(fake.jbod_map_counts(), (0, 0));
+        assert_eq!(w.ctrl.jbod_map_counts().3, 0, "none counted as by the JBOD map");
+        assert_clean(&fake);
+    }
+}
+
+#[test]
+fn an_offered_jbod_map_turned_off_keeps_system_pds_off_the_raid_maps_handles() {
+    // Linux then sends by device id too: the RAID map's handles stand in only without the offer.
+    let mut fc = raid_map_handles_firmware(Generation::Ventura);
+    fc.jbod_map = true;
+    let (fake, mut w, report) = up(fc, false);
+    assert!(!report.contains("by the RAID map's device handle"), "{report}");
+    assert!(w.ctrl.jbod_map_routes().is_empty());
+    submit_pd(&mut w, 0, PD_A, IoOp::Write, 0, 0x35);
+    assert_eq!(complete(&mut w, 1)[0].outcome, IoOutcome::Ok);
+    assert_eq!(fake.pd_bytes(PD_A, 0, 2048), vec![0x35; 2048]);
+    assert_eq!(fake.jbod_raid_map_served(), 0);
+    assert_clean(&fake);
+}
+
+#[test]
+fn a_raid_map_change_moves_system_pds_to_the_new_maps_handles() {
+    let (fake, mut w, _) = up(raid_map_handles_firmware(Generation::Aero), true);
+    assert!(w.ctrl.map_sync_pending());
+    fake.change_raid_config();
+    for _ in 0..100 {
+        w.fake.advance(1000);
+        w.ctrl.reap(0, &mut |_| {});
+        if !w.ctrl.map_sync_pending() {
+            break;
+        }
+    }
+    assert!(!w.ctrl.map_sync_pending(), "the map sync was answered");
+    assert!(
+        w.ctrl.jbod_map_routes().is_empty(),
+        "off between the reply and the new map"
+    );
+    submit_pd(&mut w, 0, PD_A, IoOp::Write, 0, 0x91);
+    assert_eq!(complete(&mut w, 1)[0].outcome, IoOutcome::Ok);
+    assert_eq!(fake.jbod_raid_map_served(), 0, "meanwhile by device id");
+    assert!(w.ctrl.service_map_sync());
+    assert_eq!(w.ctrl.jbod_map_routes(), routes(0));
+    submit_pd(&mut w, 1, PD_A, IoOp::Read, 0, 0);
+    assert_eq!(complete(&mut w, 1)[0].outcome, IoOutcome::Ok);
+    assert!(w.buf_read(1)[..2048].iter().all(|&b| b == 0x91));
+    assert_eq!(fake.jbod_raid_map_served(), 1);
+    assert_clean(&fake);
+}

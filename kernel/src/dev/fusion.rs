@@ -170,6 +170,7 @@ impl HostHooks for Controller {
             ("fusion_jbod_map_ios", c.jbod_map_ios),
             ("fusion_jbod_stale_refusals", c.jbod_stale_refusals),
             ("fusion_jbod_map_changes", c.jbod_map_changes),
+            ("fusion_jbod_raid_map_ios", c.jbod_raid_map_ios),
         ]
     }
 }
@@ -416,7 +417,17 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
     kprintln!("megasas-fusion {at}: FastPath: {fastpath_text}");
     let jbod = controller.host.controller().jbod_map_routes();
     let system_pds = controller.host.drives().iter().filter(|d| d.drive.system_pd).count();
-    if system_pds > 0 {
+    if system_pds > 0 && controller.host.controller().jbod_by_raid_map() {
+        let list: Vec<String> = jbod
+            .iter()
+            .map(|r| format!("PD {} handle {:#x}", r.device, r.handle))
+            .collect();
+        kprintln!(
+            "megasas-fusion {at}: JBOD sequence map: not offered; {} of {system_pds} JBOD disk(s) by the RAID map's device handle ({})",
+            jbod.len(),
+            list.join(", ")
+        );
+    } else if system_pds > 0 {
         let jbod_text = if !jbod.is_empty() {
             let list: Vec<String> = jbod
                 .iter()

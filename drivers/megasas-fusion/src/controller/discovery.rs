@@ -57,6 +57,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // adapterOperations3 bit 24: the firmware keeps a JBOD sequence map (Linux's
         // useSeqNumJbodFP).
         let jbod_offered = ops3 & super::jbodmap::CI_OPS3_JBOD_SEQ_MAP != 0;
+        self.jbod.offered.store(jbod_offered, Ordering::Relaxed);
         self.jbod.wanted.store(
             jbod_offered && self.config.jbod_map && self.jbod_map_possible(),
             Ordering::Relaxed,
@@ -475,6 +476,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         report.step(&self.mmio, self.generation, budget.used(), "RAID map", text);
         // Bring-up owns the controller (`&mut self`): no submitter reads the tables yet.
         self.fastpath.publish(&lds);
+        if let Some(text) = self.take_raid_map_jbod_handles(map.as_ref().ok()) {
+            report.step(&self.mmio, self.generation, budget.used(), "JBOD by RAID map", text);
+        }
         if let Ok(map) = &map {
             self.post_map_sync(map);
         }
@@ -505,6 +509,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
         };
         report.step(&self.mmio, self.generation, budget.used(), "OCR: RAID map", text);
+        if let Some(text) = self.take_raid_map_jbod_handles(map.as_ref().ok()) {
+            report.step(
+                &self.mmio,
+                self.generation,
+                budget.used(),
+                "OCR: JBOD by RAID map",
+                text,
+            );
+        }
     }
 
     /// Reads the RAID map into the buffer of the map in use (no map sync is on the device);

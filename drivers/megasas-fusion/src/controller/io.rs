@@ -690,14 +690,22 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Turns a system-PD frame into a request by the JBOD map when the map in use has the
     /// device (Linux `megasas_build_syspd_fusion` with `use_seqnum_jbod_fp`): its device handle
     /// (frame and descriptor), the device id + 255 and the map's sequence number in the RAID
-    /// context, with the type/nseg and sequence-number flags; returns the descriptor. None: by
-    /// device id (DevHandle 0xFFFF). Out of line and cold: LD requests never come here.
+    /// context, with the type/nseg and sequence-number flags; or, without a JBOD map, by the RAID
+    /// map's handle (`fast_path_io` in Linux), the target and RAID context left as by device id.
+    /// Returns the descriptor. None: by device id (DevHandle 0xFFFF). Out of line and cold: LD
+    /// requests never come here.
     #[cold]
     #[inline(never)]
     fn jbod_frame(&self, img: &mut FrameImage, device: u8, msix: u8, smid: u16) -> Option<u64> {
         let r = self.jbod.route(device)?;
         let c = F_RAID_CTX;
         img.set_u16(F_DEV_HANDLE, r.handle);
+        if self.jbod.by_raid_map() {
+            // Linux without a JBOD map: only the handle changes; the RAID context keeps the
+            // device id as target and no sequence number.
+            self.jbod.raid_map_ios.fetch_add(1, Ordering::Relaxed);
+            return Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle));
+        }
         let named = if self.mistake(Mistake::JbodTargetNotOffset) {
             u16::from(device)
         } else {

@@ -18,6 +18,12 @@
 //! (status 0x67) turns the map off unless a newer one is in use and is issued again. An OCR
 //! cancels the sync, reads the map afresh and pends a new one.
 //!
+//! Without the offer, a valid dynamic RAID map's device-handle table stands in, as in Linux
+//! (`fast_path_io` without `support_seqnum_jbod_fp`): a system PD the map gives a handle takes
+//! its requests by that handle with the device id itself as target and no sequence number. The
+//! entries follow the RAID map: taken with it at bring-up, after an OCR and from each map sync,
+//! off from a sync's reply until the new map is checked.
+//!
 //! Each device id's {handle, sequence number} is one atomic word, so a submitter reads a
 //! consistent pair with one relaxed load; `on` (Acquire/Release) says whether the words are the
 //! map in use.
@@ -31,6 +37,7 @@ use spin::Mutex;
 
 use crate::diag::Report;
 use crate::error::Error;
+use crate::raidmap::RaidMap;
 use crate::regs::Generation;
 
 use super::{Budget, Controller, DCMD_SMIDS, MFI_FRAME_LEN};
@@ -72,6 +79,10 @@ pub(super) struct JbodMap {
     on: AtomicBool,
     /// The firmware offers the map (CTRL_GET_INFO) and `Config::jbod_map` allows it.
     pub(super) wanted: AtomicBool,
+    /// The firmware offers the map (whether or not it is used): no RAID-map handles then.
+    pub(super) offered: AtomicBool,
+    /// The entries come from the RAID map's device handles, not from a JBOD map.
+    by_raid_map: AtomicBool,
     /// Which buffer holds the map in use; the sync uses the other.
     current: AtomicU8,
     /// A sync was posted and not yet serviced.
@@ -84,6 +95,8 @@ pub(super) struct JbodMap {
     pub(super) stale: AtomicU64,
     /// Requests sent by the map.
     pub(super) ios: AtomicU64,
+    /// Requests sent by the RAID map's handle.
+    pub(super) raid_map_ios: AtomicU64,
 }
 
 impl JbodMap {
@@ -92,6 +105,8 @@ impl JbodMap {
             entries: (0..JBOD_MAP_DEVICES).map(|_| AtomicU64::new(0)).collect(),
             on: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
+            offered: AtomicBool::new(false),
+            by_raid_map: AtomicBool::new(false),
             current: AtomicU8::new(0),
             posted: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -99,6 +114,7 @@ impl JbodMap {
             failures: AtomicU64::new(0),
             stale: AtomicU64::new(0),
             ios: AtomicU64::new(0),
+            raid_map_ios: AtomicU64::new(0),
         }
     }
 
@@ -115,6 +131,12 @@ impl JbodMap {
             handle: (w >> 16) as u16,
             seq: w as u16,
         })
+    }
+
+    /// Whether the routes in use are the RAID map's handles (read after `route`'s Acquire).
+    #[inline]
+    pub(super) fn by_raid_map(&self) -> bool {
+        self.by_raid_map.load(Ordering::Relaxed)
     }
 }
 
@@ -146,7 +168,8 @@ pub(super) fn parse_jbod_map(raw: &[u8], devices: &[u8]) -> Result<Vec<JbodRoute
 }
 
 impl<M: Mmio64, D: Delay> Controller<M, D> {
-    /// The system PDs addressed by the JBOD map in use (empty: none, or the map is off).
+    /// The system PDs addressed by the JBOD map in use, or by the RAID map's handles (see
+    /// [`Self::jbod_by_raid_map`]; empty: none, or the map is off).
     pub fn jbod_map_routes(&self) -> Vec<JbodRoute> {
         self.drives
             .iter()
@@ -167,6 +190,17 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         )
     }
 
+    /// Whether [`Self::jbod_map_routes`] are the RAID map's device handles (no JBOD map
+    /// offered), each with sequence number 0.
+    pub fn jbod_by_raid_map(&self) -> bool {
+        self.jbod.by_raid_map()
+    }
+
+    /// System-PD requests sent by the RAID map's device handle.
+    pub fn jbod_raid_map_ios(&self) -> u64 {
+        self.jbod.raid_map_ios.load(Ordering::Relaxed)
+    }
+
     /// Whether a JBOD map sync is on the firmware, waiting for a configuration change.
     pub fn jbod_sync_pending(&self) -> bool {
         self.jbod.posted.load(Ordering::Acquire) && self.dcmd_reply_pending[JBOD_SYNC_SLOT].load(Ordering::Acquire)
@@ -179,7 +213,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Stores `routes` as the map in use (every other entry cleared) and turns it on. The caller
     /// owns the map: bring-up, an OCR (gate closed) or the service with the lock.
     fn publish_jbod(&self, routes: &[JbodRoute]) {
+        self.publish_jbod_routes(routes, false);
+    }
+
+    /// [`Self::publish_jbod`], the routes from a JBOD map or (`by_raid_map`) the RAID map.
+    fn publish_jbod_routes(&self, routes: &[JbodRoute], by_raid_map: bool) {
         self.jbod.on.store(false, Ordering::Relaxed);
+        self.jbod.by_raid_map.store(by_raid_map, Ordering::Relaxed);
         for e in &self.jbod.entries {
             e.store(0, Ordering::Relaxed);
         }
@@ -219,6 +259,47 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
         };
         report.step(&self.mmio, self.generation, budget.used(), step, text);
+    }
+
+    /// Takes the system PDs' handles from `map`, the RAID map now in use (None: no valid map,
+    /// every system PD by device id), when the firmware offers no JBOD map. The caller owns the
+    /// RAID map: bring-up, an OCR (gate closed) or the map sync's service. Returns the report's
+    /// words, or None when the JBOD map decides instead.
+    pub(super) fn take_raid_map_jbod_handles(&self, map: Option<&RaidMap>) -> Option<alloc::string::String> {
+        if self.jbod.offered.load(Ordering::Relaxed) || !self.jbod_map_possible() {
+            return None;
+        }
+        let devices = self.system_pd_ids();
+        if devices.is_empty() {
+            return None;
+        }
+        let routes: Vec<JbodRoute> = map
+            .map(|m| {
+                devices
+                    .iter()
+                    .filter_map(|&device| m.pd_handle(device).map(|handle| JbodRoute { device, handle, seq: 0 }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.publish_jbod_routes(&routes, !routes.is_empty());
+        let list: Vec<alloc::string::String> = routes
+            .iter()
+            .map(|r| alloc::format!("PD {} handle {:#x}", r.device, r.handle))
+            .collect();
+        Some(alloc::format!(
+            "{} of {} system PD(s) by the RAID map's device handle: [{}]",
+            routes.len(),
+            devices.len(),
+            list.join(", ")
+        ))
+    }
+
+    /// The RAID map in use is about to change (a map sync replied): system PDs on RAID-map
+    /// handles go by device id until the new map is checked.
+    pub(super) fn raid_map_jbod_handles_off(&self) {
+        if self.jbod.by_raid_map() {
+            self.jbod.on.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Pends a JBOD map sync with the buffer not in use. The caller owns the DCMD state.

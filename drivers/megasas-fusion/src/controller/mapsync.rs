@@ -185,6 +185,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// is off until [`Self::service_map_sync`] has checked the new map.
     pub(super) fn map_sync_replied(&self) {
         self.fastpath.off();
+        self.raid_map_jbod_handles_off();
     }
 
     /// Pends a map sync naming the LDs of `map` (the map in use), with the other map buffer.
@@ -251,6 +252,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         self.fastpath.off();
         let status = self.mem.dcmd.read_u8(MAP_SYNC_SLOT * MFI_FRAME_LEN + 0x02);
         if status != 0 {
+            self.take_raid_map_jbod_handles(None);
             self.map_sync.failures.fetch_add(1, Ordering::Relaxed);
             log::warn!(
                 "megasas-fusion: RAID map sync failed (MFI status {status:#04x}): FastPath off, every LD on the LD path until the next controller reset"
@@ -265,6 +267,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             Ok(map) => {
                 let lds = self.usable_fastpath_lds(&map);
                 let on = self.fastpath.publish(&lds);
+                if let Some(text) = self.take_raid_map_jbod_handles(Some(&map)) {
+                    log::info!("megasas-fusion: JBOD disks with the new RAID map: {text}");
+                }
                 self.map_sync.current.store(next, Ordering::Relaxed);
                 self.map_sync.changes.fetch_add(1, Ordering::Relaxed);
                 let sent = self.stats.fastpath_ios.load(Ordering::Relaxed);
@@ -282,6 +287,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             }
             Err(e) => {
                 self.map_sync.failures.fetch_add(1, Ordering::Relaxed);
+                self.take_raid_map_jbod_handles(None);
                 log::warn!(
                     "megasas-fusion: RAID map from the map sync refused: {e}; FastPath off, every LD on the LD path until the next controller reset"
                 );
