@@ -408,6 +408,7 @@ struct FusionState {
     uint16_t raid_seq;        /* the LD's sequence number in the map */
     uint16_t jbod_seq;        /* every JBOD's sequence number in the JBOD map */
     uint64_t jbod_seq_ios;    /* JBOD requests served by the sequence map */
+    uint64_t jbod_raid_map_ios; /* JBOD requests served by the RAID map's handle */
     uint64_t jbod_stale_refused;
     uint32_t config_changes;  /* change-config events so far */
     uint64_t raid1_write_pairs; /* RAID-1 FastPath writes, both halves seen */
