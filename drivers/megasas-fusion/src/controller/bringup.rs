@@ -195,44 +195,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if config.commits(Mistake::CombinedByHostCount) {
             limits.combined = generation.combined_above().is_some_and(|c| limits.queues > c);
         }
-        // Balanced mode as planned before bring-up, if the READY firmware still offers
-        // coalescing and a latency queue remains beside the high-IOPS ones.
-        if config.high_iops_queues > 0 {
-            if limits.msix_capable && limits.coalescing && limits.queues > config.high_iops_queues {
-                limits.high_iops_queues = config.high_iops_queues;
-                limits.coalesced_queues = config.high_iops_queues;
-            } else {
-                report.step(
-                    &mmio,
-                    generation,
-                    budget.used(),
-                    "queue layout",
-                    alloc::format!(
-                        "balanced mode was planned, but the READY firmware {} ({} reply queues): latency mode",
-                        if limits.coalescing {
-                            "leaves no latency queue"
-                        } else {
-                            "offers no interrupt coalescing"
-                        },
-                        limits.queues
-                    ),
-                );
+        match ready_layout(&config, &limits) {
+            Ok((high_iops_queues, coalesced_queues)) => {
+                limits.high_iops_queues = high_iops_queues;
+                limits.coalesced_queues = coalesced_queues;
             }
-        }
-        // IOPS mode: every whole group of 8 queues coalesced (Linux: `msix_vectors / 8` groups;
-        // fewer than 8 queues coalesce none).
-        if config.coalesce_every_queue && limits.high_iops_queues == 0 {
-            if limits.msix_capable && limits.coalescing {
-                limits.coalesced_queues = limits.queues / 8 * 8;
-            } else {
-                report.step(
-                    &mmio,
-                    generation,
-                    budget.used(),
-                    "queue layout",
-                    String::from("IOPS mode was planned, but the READY firmware offers no interrupt coalescing (or no MSI-X): latency mode"),
-                );
-            }
+            Err(why) => report.step(&mmio, generation, budget.used(), "queue layout", why),
         }
         report.limits = Some(limits);
         report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
@@ -874,6 +842,37 @@ fn empty_info() -> ControllerInfo {
         lds_present: 0,
         pds_present: 0,
     }
+}
+
+/// The queue layout planned before bring-up as the READY firmware allows it: (high-IOPS queues,
+/// coalesced queues), or why the controller falls back to latency mode.
+fn ready_layout(config: &Config, limits: &Limits) -> Result<(u16, u16), String> {
+    if config.high_iops_queues > 0 {
+        // Balanced mode: coalescing still offered, and a latency queue beside the high-IOPS ones.
+        if limits.msix_capable && limits.coalescing && limits.queues > config.high_iops_queues {
+            return Ok((config.high_iops_queues, config.high_iops_queues));
+        }
+        return Err(alloc::format!(
+            "balanced mode was planned, but the READY firmware {} ({} reply queues): latency mode",
+            if limits.coalescing {
+                "leaves no latency queue"
+            } else {
+                "offers no interrupt coalescing"
+            },
+            limits.queues
+        ));
+    }
+    if config.coalesce_every_queue {
+        // IOPS mode: every whole group of 8 queues coalesced (Linux: `msix_vectors / 8` groups;
+        // fewer than 8 queues coalesce none).
+        if limits.msix_capable && limits.coalescing {
+            return Ok((0, limits.queues / 8 * 8));
+        }
+        return Err(String::from(
+            "IOPS mode was planned, but the READY firmware offers no interrupt coalescing (or no MSI-X): latency mode",
+        ));
+    }
+    Ok((limits.high_iops_queues, limits.coalesced_queues))
 }
 
 #[cfg(test)]
