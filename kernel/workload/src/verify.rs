@@ -200,35 +200,30 @@ impl PayloadWords {
 pub fn fill_block(mode: VerifyMode, stamp: &BlockStamp, block: &mut [u8]) {
     write_header(mode, stamp, block);
     let mut words = PayloadWords::new(stamp);
-    if mode == VerifyMode::Crc32c {
-        // The CRC field is still zero here. Each payload word is fed to the CRC while it is in
-        // a register: one pass over the block, not a second one to checksum it.
-        let mut header_crc = Crc32c::new();
-        header_crc.update(&block[..HEADER_LEN]);
-        let mut feed = header_crc.words();
-        let mut chunks = block[HEADER_LEN..].chunks_exact_mut(8);
-        for chunk in &mut chunks {
-            let word = words.next_word();
-            chunk.copy_from_slice(&word.to_le_bytes());
-            feed.feed(word);
-        }
-        let tail = chunks.into_remainder();
-        let last = words.next_word().to_le_bytes();
-        let tail_len = tail.len();
-        tail.copy_from_slice(&last[..tail_len]);
-        let mut crc = feed.into_crc();
-        crc.update(&last[..tail_len]);
-        block[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.finish().to_le_bytes());
-        return;
-    }
+    // The CRC field is still zero here. Each payload word is fed to the CRC while it is in a
+    // register: one pass over the block, not a second one to checksum it.
+    let mut crc = (mode == VerifyMode::Crc32c).then(|| {
+        let mut header = Crc32c::new();
+        header.update(&block[..HEADER_LEN]);
+        header.words()
+    });
     let mut chunks = block[HEADER_LEN..].chunks_exact_mut(8);
     for chunk in &mut chunks {
-        chunk.copy_from_slice(&words.next_word().to_le_bytes());
+        let word = words.next_word();
+        chunk.copy_from_slice(&word.to_le_bytes());
+        if let Some(crc) = &mut crc {
+            crc.feed(word);
+        }
     }
     let tail = chunks.into_remainder();
     let last = words.next_word().to_le_bytes();
     let tail_len = tail.len();
     tail.copy_from_slice(&last[..tail_len]);
+    if let Some(crc) = crc {
+        let mut crc = crc.into_crc();
+        crc.update(&last[..tail_len]);
+        block[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.finish().to_le_bytes());
+    }
 }
 
 /// The header of `stamp` in the first [`HEADER_LEN`] bytes of `block`, CRC field zero.
