@@ -50,6 +50,16 @@ pub struct E1000<M: Mmio> {
     pub fragmented: u64,
 }
 
+/// What a probe needs to name the NIC without bringing it up: its receiver and transmitter off
+/// and interrupts masked (whatever firmware left running stops using memory), and its address.
+/// No reset, no rings: [`E1000::new`] does those when the network is used.
+pub fn identify<M: Mmio, W: Delay>(mmio: &M, family: Family, delay: &W) -> Result<MacAddress, Error> {
+    mmio.write32(reg::IMC, u32::MAX);
+    mmio.write32(reg::RCTL, 0);
+    mmio.write32(reg::TCTL, 0);
+    read_mac(mmio, family, delay)
+}
+
 impl<M: Mmio> E1000<M> {
     /// Resets the controller and brings it up: interrupts masked, MAC address, link, both rings
     /// (every receive buffer but one given to the device), receiver and transmitter on.

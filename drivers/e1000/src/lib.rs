@@ -24,7 +24,7 @@ pub mod fake;
 mod regs;
 mod ring;
 
-pub use device::{BUFFER_LEN, E1000, RING_LEN};
+pub use device::{BUFFER_LEN, E1000, RING_LEN, identify};
 pub use error::Error;
 pub use regs::{Family, ctrl, desc, rctl, reg, tctl};
 

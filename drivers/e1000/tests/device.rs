@@ -429,3 +429,28 @@ fn dma_memory_running_out_fails_bring_up_with_the_allocation_named() {
     assert_eq!(fake.register(reg::RCTL) & rctl::EN, 0, "receiver never turned on");
     assert_eq!(fake.register(reg::TCTL) & tctl::EN, 0);
 }
+
+#[test]
+fn identify_names_the_nic_and_stops_it_without_a_reset_or_rings() {
+    for family in [Family::E82540, Family::E82574, Family::Igb] {
+        let (memory, fake) = setup(family);
+        // Firmware (a PXE ROM) may leave the NIC receiving and transmitting.
+        devhal::Mmio::write32(&fake, reg::RCTL, rctl::EN);
+        devhal::Mmio::write32(&fake, reg::TCTL, tctl::EN);
+        let mac = e1000::identify(&fake, family, &NoDelay).expect("identify");
+        assert_eq!(mac.0, MAC, "{family:?}");
+        assert_eq!(fake.register(reg::RCTL), 0, "{family:?}: receiver off");
+        assert_eq!(fake.register(reg::TCTL), 0, "{family:?}: transmitter off");
+        assert_eq!(fake.resets(), 0, "{family:?}: not reset");
+        assert_eq!(fake.tail_writes(), [0, 0], "{family:?}: no ring given to the device");
+        // The bring-up later finds the same address.
+        assert_eq!(up(&fake, &memory, family).mac().0, MAC);
+    }
+    let memory = FakeMemory::new(0x1000_0000);
+    let fake = FakeE1000::mac_in_eeprom_only(memory, MAC);
+    fake.set_mistake(Mistake::StuckEeprom);
+    assert_eq!(
+        e1000::identify(&fake, Family::E82540, &NoDelay),
+        Err(Error::EepromTimeout { word: 0 })
+    );
+}

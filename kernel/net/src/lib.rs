@@ -21,6 +21,6 @@ mod stack;
 pub use config::{ACCEPTED_KEYS, Addressing, InterfaceChoice, NetConfig, StaticAddress};
 pub use error::Error;
 pub use nic::{ETHERNET_MAX_FRAME, LinkState, MacAddress, Nic, PciLocation};
-pub use registry::{Interface, Registry};
+pub use registry::{BringUp, Interface, Registry};
 pub use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 pub use stack::{AddressSource, Configured, PingReply, Stack, StackCounters, TcpHandle, TcpState};

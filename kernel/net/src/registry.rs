@@ -2,11 +2,22 @@
 
 use crate::Error;
 use crate::config::InterfaceChoice;
-use crate::nic::{Nic, PciLocation};
+use crate::nic::{MacAddress, Nic, PciLocation};
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+
+/// Brings a NIC found at probe time up (rings, receiver, transmitter) the first time the network
+/// is used: a boot that never uses it pays only for finding it.
+pub type BringUp = Box<dyn FnOnce() -> Result<Box<dyn Nic>, String> + Send>;
+
+enum State {
+    Up(Box<dyn Nic>),
+    Pending(BringUp),
+    /// The bring-up failed; why, for every later use.
+    Failed(String),
+}
 
 /// One registered NIC.
 pub struct Interface {
@@ -14,15 +25,15 @@ pub struct Interface {
     pub name: String,
     /// Where it sits, for a PCI NIC.
     pub pci: Option<PciLocation>,
-    /// The driver's NIC.
-    pub nic: Box<dyn Nic>,
+    mac: MacAddress,
+    state: State,
 }
 
 impl Interface {
     fn matches(&self, choice: &InterfaceChoice) -> bool {
         match choice {
             InterfaceChoice::Pci(at) => self.pci == Some(*at),
-            InterfaceChoice::Mac(mac) => self.nic.mac() == *mac,
+            InterfaceChoice::Mac(mac) => self.mac == *mac,
             InterfaceChoice::Name(name) => self.name == *name,
         }
     }
@@ -30,8 +41,43 @@ impl Interface {
     /// `eth0 52:54:00:12:34:56 (0000:00:03.0)`.
     pub fn describe(&self) -> String {
         match self.pci {
-            Some(at) => format!("{} {} ({at})", self.name, self.nic.mac()),
-            None => format!("{} {}", self.name, self.nic.mac()),
+            Some(at) => format!("{} {} ({at})", self.name, self.mac),
+            None => format!("{} {}", self.name, self.mac),
+        }
+    }
+
+    /// The address the NIC reported when it was found.
+    pub fn mac(&self) -> MacAddress {
+        self.mac
+    }
+
+    /// Whether the NIC has been brought up.
+    pub fn is_up(&self) -> bool {
+        matches!(self.state, State::Up(_))
+    }
+
+    /// The NIC, brought up first if it was registered pending. A failed bring-up is an
+    /// [`Error::Device`] now and on every later call (the device is not tried twice).
+    pub fn nic(&mut self) -> Result<&mut dyn Nic, Error> {
+        if let State::Pending(_) = self.state {
+            let State::Pending(bring_up) = core::mem::replace(&mut self.state, State::Failed(String::new())) else {
+                unreachable!("matched as pending just above")
+            };
+            self.state = match bring_up() {
+                Ok(nic) if nic.mac() == self.mac => State::Up(nic),
+                Ok(nic) => State::Failed(format!(
+                    "{}: brought up with address {}, found with {}",
+                    self.name,
+                    nic.mac(),
+                    self.mac
+                )),
+                Err(why) => State::Failed(format!("{}: bring-up failed: {why}", self.name)),
+            };
+        }
+        match &mut self.state {
+            State::Up(nic) => Ok(&mut **nic),
+            State::Failed(why) => Err(Error::Device(why.clone())),
+            State::Pending(_) => unreachable!("a pending NIC is brought up above"),
         }
     }
 }
@@ -47,13 +93,25 @@ impl Registry {
         Self { interfaces: Vec::new() }
     }
 
-    /// Adds a NIC; returns its name.
+    /// Adds a NIC that is up; returns its name.
     pub fn add(&mut self, pci: Option<PciLocation>, nic: Box<dyn Nic>) -> String {
+        let mac = nic.mac();
+        self.push(pci, mac, State::Up(nic))
+    }
+
+    /// Adds a NIC found with address `mac` and not brought up: `bring_up` runs the first time
+    /// [`Interface::nic`] is asked for it. Returns its name.
+    pub fn add_pending(&mut self, pci: Option<PciLocation>, mac: MacAddress, bring_up: BringUp) -> String {
+        self.push(pci, mac, State::Pending(bring_up))
+    }
+
+    fn push(&mut self, pci: Option<PciLocation>, mac: MacAddress, state: State) -> String {
         let name = format!("eth{}", self.interfaces.len());
         self.interfaces.push(Interface {
             name: name.clone(),
             pci,
-            nic,
+            mac,
+            state,
         });
         name
     }
@@ -102,7 +160,6 @@ mod tests {
     use super::*;
     use crate::NetConfig;
     use crate::fake::WirePair;
-    use crate::nic::MacAddress;
     use alloc::string::ToString;
 
     #[test]
@@ -130,6 +187,63 @@ mod tests {
         assert_eq!(
             e,
             "net.if=0000:00:05.0: no such interface (there are: eth0 02:00:00:00:00:01 (0000:00:03.0), eth1 02:00:00:00:00:02 (0000:00:04.0))"
+        );
+    }
+
+    #[test]
+    fn a_pending_nic_is_brought_up_once_on_first_use_and_a_failure_stays() {
+        use core::sync::atomic::{AtomicU32, Ordering};
+        static STARTS: AtomicU32 = AtomicU32::new(0);
+        let mut r = Registry::new();
+        let (a, _b) = WirePair::new(MacAddress([2, 0, 0, 0, 0, 1]), MacAddress([2, 0, 0, 0, 0, 2]));
+        let name = r.add_pending(
+            None,
+            MacAddress([2, 0, 0, 0, 0, 1]),
+            Box::new(move || {
+                STARTS.fetch_add(1, Ordering::Relaxed);
+                Ok(Box::new(a) as Box<dyn Nic>)
+            }),
+        );
+        assert_eq!(name, "eth0");
+        let i = r.choose(None).unwrap();
+        assert!(!i.is_up());
+        assert_eq!(
+            STARTS.load(Ordering::Relaxed),
+            0,
+            "choosing or naming a NIC does not bring it up"
+        );
+        assert_eq!(i.describe(), "eth0 02:00:00:00:00:01");
+        assert_eq!(i.nic().unwrap().mac(), MacAddress([2, 0, 0, 0, 0, 1]));
+        assert!(i.is_up());
+        i.nic().unwrap();
+        assert_eq!(STARTS.load(Ordering::Relaxed), 1);
+
+        r.add_pending(
+            None,
+            MacAddress([2, 0, 0, 0, 0, 3]),
+            Box::new(|| Err("ring memory".to_string())),
+        );
+        let c = NetConfig::parse(["net.if=eth1"]).unwrap().interface.unwrap();
+        let i = r.choose(Some(&c)).unwrap();
+        let e = i.nic().err().unwrap().to_string();
+        assert!(e.contains("eth1: bring-up failed: ring memory"), "{e}");
+        assert_eq!(i.nic().err().unwrap().to_string(), e, "not tried twice");
+        assert!(!i.is_up());
+
+        let (c2, _d) = WirePair::new(MacAddress([2, 0, 0, 0, 0, 9]), MacAddress([2, 0, 0, 0, 0, 8]));
+        r.add_pending(
+            None,
+            MacAddress([2, 0, 0, 0, 0, 4]),
+            Box::new(move || Ok(Box::new(c2) as Box<dyn Nic>)),
+        );
+        let c = NetConfig::parse(["net.if=02:00:00:00:00:04"])
+            .unwrap()
+            .interface
+            .unwrap();
+        let e = r.choose(Some(&c)).unwrap().nic().err().unwrap().to_string();
+        assert!(
+            e.contains("brought up with address 02:00:00:00:00:09, found with 02:00:00:00:00:04"),
+            "{e}"
         );
     }
 }

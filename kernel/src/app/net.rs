@@ -87,7 +87,8 @@ fn bring_up(then: Option<OnceUp<'_>>) -> Result<BringUp, String> {
         if count > 1 && config.interface.is_none() {
             kprintln!("net: {count} interfaces: {described} is used (net.if= chooses another)");
         }
-        let nic: &mut dyn Nic = &mut *interface.nic;
+        let name = interface.name.clone();
+        let nic: &mut dyn Nic = interface.nic().map_err(|e| format!("{e}"))?;
         if !Stack::link_up(nic) {
             kprintln!("net: {described}: link down, waiting for it");
         }
@@ -106,11 +107,11 @@ fn bring_up(then: Option<OnceUp<'_>>) -> Result<BringUp, String> {
                 nic.link()
             ));
         };
-        kprintln!("net: {} {} {address}", interface.name, nic.mac());
+        kprintln!("net: {name} {} {address}", nic.mac());
         if let Some(then) = then {
             then(&mut stack, nic)?;
         }
-        Ok(BringUp::Up(interface.name.clone()))
+        Ok(BringUp::Up(name))
     })
 }
 

@@ -52,16 +52,50 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         platform::pci::msix_set_control(&p.access, at, cap, false, true)?;
     }
     let mmio = KernelMmio(pci::bar_mmio(function, 0)?);
-    let (device_node, _) = crate::dev::aml::controller_node(function);
-    let nic = e1000::E1000::new(mmio, family, &KernelDma::on(device_node), &KernelDelay)
-        .map_err(|e| Error::Device(format!("e1000 ({at}): {} bring-up failed: {e}", family.name())))?;
-    let (rx, tx) = nic.ring_lens();
-    let mac = net::Nic::mac(&nic);
-    let link = net::Nic::link(&nic);
-    let name = netif::register_pci(at, Box::new(nic));
+    let mac = e1000::identify(&mmio, family, &KernelDelay)
+        .map_err(|e| Error::Device(format!("e1000 ({at}): {}: {e}", family.name())))?;
+    // Found, not brought up: its DMA engines are off, and it may not touch memory until the
+    // network is used.
+    pci::set_bus_master(function, false)?;
+    let name = netif::register_pci_pending(
+        at,
+        mac,
+        Box::new(move || {
+            bring_up(function, family)
+                .map(|nic| Box::new(nic) as Box<dyn net::Nic>)
+                .map_err(|e| format!("{e}"))
+        }),
+    );
     kprintln!(
-        "{name}: e1000 {} ({at}) {mac}, link {link:?}, rings rx {rx} tx {tx}, polled",
+        "{name}: e1000 {} ({at}) {mac}, found; brought up when the network is used",
         family.name()
     );
     Ok(())
+}
+
+/// Resets the NIC and brings it up (rings, receiver, transmitter), the first time the network
+/// is used.
+fn bring_up(function: &'static PciFunction, family: e1000::Family) -> Result<e1000::E1000<KernelMmio>, Error> {
+    let at = function.address;
+    pci::set_bus_master(function, true)?;
+    let mmio = KernelMmio(pci::bar_mmio(function, 0)?);
+    let (device_node, _) = crate::dev::aml::controller_node(function);
+    let nic = e1000::E1000::new(mmio, family, &KernelDma::on(device_node), &KernelDelay)
+        .map_err(|e| Error::Device(format!("e1000 ({at}): {} bring-up failed: {e}", family.name())));
+    let nic = match nic {
+        Ok(nic) => nic,
+        Err(e) => {
+            // Whatever the device did, it gets no more memory.
+            let _ = pci::set_bus_master(function, false);
+            return Err(e);
+        }
+    };
+    let (rx, tx) = nic.ring_lens();
+    kprintln!(
+        "e1000 {} ({at}) {}, link {:?}, rings rx {rx} tx {tx}, polled",
+        family.name(),
+        net::Nic::mac(&nic),
+        net::Nic::link(&nic)
+    );
+    Ok(nic)
 }

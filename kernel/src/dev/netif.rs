@@ -13,14 +13,23 @@ pub fn register(pci: Option<net::PciLocation>, nic: Box<dyn net::Nic>) -> String
 
 /// Adds the NIC of the PCI function at `at`; returns its name.
 pub fn register_pci(at: platform::pci::PciAddress, nic: Box<dyn net::Nic>) -> String {
+    register(Some(location(at)), nic)
+}
+
+/// Adds the NIC of the PCI function at `at`, found with address `mac` and not brought up:
+/// `bring_up` runs the first time the network uses it. Returns its name.
+pub fn register_pci_pending(at: platform::pci::PciAddress, mac: net::MacAddress, bring_up: net::BringUp) -> String {
+    INTERFACES.lock().add_pending(Some(location(at)), mac, bring_up)
+}
+
+fn location(at: platform::pci::PciAddress) -> net::PciLocation {
     let loc = super::pci::location(at);
-    let pci = net::PciLocation {
+    net::PciLocation {
         segment: loc.segment,
         bus: loc.bus,
         device: loc.device,
         function: loc.function,
-    };
-    register(Some(pci), nic)
+    }
 }
 
 /// A NIC driver's `configure`: it has no words of its own (the network room's are `net.*`).
