@@ -203,14 +203,43 @@ enum {
 #define LEGACY_MAP_BYTES 0x2A0A8
 #define MAP_TARGET_TO_LD 0x20
 #define MAP_DEV_HANDLES 0x20A8
+/*
+ * The legacy 64-LD map (MR_FW_RAID_MAP_ALL, Invader and Fury): totalSize @0,
+ * ldCount (u32) @0x18, target-to-LD (u8, 64 LDs + 64 views) @0x20, the
+ * FastPath PD I/O timeout @0xA0, 128 arrays @0xA8, 256 device handles
+ * @0x20A8, then one LD span map per LD; totalSize = header + LDs x span map.
+ */
+#define MAP_ARRAYS 0xA8
+#define MAP_FP_TIMEOUT 0xA0
+#define MAP_LD_COUNT 0x18
+/*
+ * The extended 256-LD map (MR_FW_RAID_MAP_EXT, ext_lds=on and a driver that
+ * sets max_255lds in IOC INIT): reserved @0, the FastPath PD I/O timeout
+ * @0x18, LD/array/span counts (u16) @0x20/0x22/0x24, 256 device handles
+ * @0x28, target-to-LD (u8, 256) @0x828, 256 arrays @0x928, 256 LD span maps
+ * @0x4928. The driver, not the firmware, knows its size.
+ */
+#define EXT_MAP_BYTES 0xA2928
+#define EXT_FP_TIMEOUT 0x18
+#define EXT_LD_COUNT 0x20
+#define EXT_DEV_HANDLES 0x28
+#define EXT_TARGET_TO_LD 0x828
+#define EXT_ARRAYS 0x928
+#define EXT_SPANS 0x4928
+/* CTRL_GET_INFO adapterOperations3 bit 5: supportMaxExtLDs (256 LDs) */
+#define CI_OPS3_MAX_EXT_LDS (1u << 5)
+/* MFI INIT frame driver capabilities (@0x04) bit 3: support_max_255lds */
+#define INIT_CAP_MAX_255LDS (1u << 3)
 #define MAX_LDS 64
 #define MAX_SYSTEM_PDS 256
 
 /*
  * The RAID logical drive (property raid=raid0|raid1): target 0, striped or
  * mirrored over the scsi-hd disks on channel 2 (PD id = scsi-id). Described
- * to the driver by a dynamic RAID map (Ventura/Aero: SP2 bits 24:16 give its
- * size in 64 KiB units), the format Linux expects once SP2 announces it.
+ * to the driver by a dynamic RAID map on Ventura/Aero (SP2 bits 24:16 give
+ * its size in 64 KiB units), the format Linux expects once SP2 announces it;
+ * by the legacy 64-LD map on Invader/Fury, or the extended 256-LD map there
+ * when the controller offers 256 LDs and the driver takes them.
  */
 #define RAID_CHANNEL 2
 #define RAID_LD_TARGET 0
@@ -278,6 +307,7 @@ enum {
 
 typedef enum FusionGeneration {
     GEN_INVADER,
+    GEN_FURY,
     GEN_VENTURA,
     GEN_AERO,
 } FusionGeneration;
@@ -301,6 +331,8 @@ typedef struct GenerationInfo {
 static const GenerationInfo generations[] = {
     [GEN_INVADER] = { "invader", 0x005D, 0x9361, 1, 0,
                       "baremq Fusion Invader (SAS3108)", 8, 8 },
+    [GEN_FURY] = { "fury", 0x005F, 0x9341, 1, 0,
+                   "baremq Fusion Fury (SAS3008)", 8, 8 },
     [GEN_VENTURA] = { "ventura", 0x0016, 0x9460, 0, 2,
                       "baremq Fusion Ventura (SAS3516)", 16, 16 },
     [GEN_AERO] = { "aero", 0x10E2, 0x9560, 0, 2,
@@ -396,6 +428,9 @@ struct FusionState {
     bool coalescing;
     bool jbod_map;
     bool fp_cache_bypass;
+    bool ext_lds;             /* offer 256 LDs (the extended map) */
+    bool drv_max_255lds;      /* IOC INIT: the driver takes the extended map */
+    bool map_format_reported; /* the RAID map's format told on stderr */
     uint32_t link_gts;        /* trained link speed, GT/s (0: the generation's) */
     bool debug;
     char *raid_name;
@@ -873,6 +908,7 @@ static void fusion_ioc_init(FusionState *s, hwaddr init_frame)
     memset(s->coalesce_waiting, 0, sizeof(s->coalesce_waiting));
     memset(s->producer, 0, sizeof(s->producer));
     memset(s->host_index, 0, sizeof(s->host_index));
+    s->drv_max_255lds = ldl_le_p(mfi + 0x04) & INIT_CAP_MAX_255LDS;
     s->state = STATE_OPERATIONAL;
     status = MFI_STAT_OK;
     FDBG(s, "IOC INIT ok: depth %u queues %u frames 0x%" HWADDR_PRIx
