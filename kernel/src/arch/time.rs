@@ -677,6 +677,40 @@ impl core::fmt::Display for BootPhases {
     }
 }
 
+/// Set when the boot's first job starts its CPUs.
+static FIRST_JOB_STARTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// The moment the boot's first job starts its CPUs, against the boot phases' TSC time:
+/// `boot to first I/O: 72.4 ms from reset (boot phases 64.7, job set-up 7.7)`. `None` for every
+/// later job: only the first one measures the boot.
+pub fn first_job_start() -> Option<FirstJobStart> {
+    let now = rdtsc();
+    if FIRST_JOB_STARTED.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let marks = BOOT_MARKS.lock();
+    let phases_end = marks.0[..marks.1].last().map_or(0, |&(_, tsc)| tsc);
+    Some(FirstJobStart { phases_end, now })
+}
+
+/// See [`first_job_start`].
+pub struct FirstJobStart {
+    phases_end: u64,
+    now: u64,
+}
+
+impl core::fmt::Display for FirstJobStart {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "boot to first I/O: {} ms from reset (boot phases {}, job set-up {})",
+            Millis(ticks_to_ns(self.now)),
+            Millis(ticks_to_ns(self.phases_end)),
+            Millis(ticks_to_ns(self.now.saturating_sub(self.phases_end)))
+        )
+    }
+}
+
 /// Nanoseconds shown as milliseconds with one decimal.
 struct Millis(u64);
 

@@ -128,6 +128,9 @@ pub(super) fn run_jobs(
     // Built whole before any address is taken: the workers hold these addresses until they end.
     let contexts = job_contexts(plans, &shareds, &plan_devs, &policies, time::now_ns());
     announce(plans, &policies);
+    if let Some(start) = time::first_job_start() {
+        kprintln!("{start}");
+    }
     run_on_cpus(&contexts, watch)?;
     for ctx in &contexts {
         report_buffer_placement(ctx);
