@@ -397,8 +397,12 @@ pub struct FakeConfig {
     /// Function 0x00 + FP_IO, DevHandle 0xFFFF, RAID-context target = device id, raid_flags 0x10.
     pub system_pds: Vec<(u16, u64)>,
     /// SP2 bits 24:16 on Ventura and Aero: the dynamic RAID map's size in 64 KiB units (0: no
-    /// RAID map DCMD).
+    /// RAID map DCMD). Invader answers the map DCMD in the legacy 64-LD format, or in the
+    /// extended one when it offers 256 LDs (`max_lds` above 64 or `ext_lds`) and IOC INIT set
+    /// max_255lds.
     pub raid_map_units: u16,
+    /// CTRL_GET_INFO adapterOperations3 bit 5 (supportMaxExtLDs): 256 LDs offered.
+    pub ext_lds: bool,
     /// A RAID-0 LD (listed with the LDs) in the RAID map, reachable by FastPath.
     pub raid0: Option<FakeRaid0>,
     /// Random seed.
@@ -451,6 +455,7 @@ impl FakeConfig {
             max_lds: 64,
             system_pds: Vec::new(),
             raid_map_units: u16::from(generation >= Generation::Ventura),
+            ext_lds: false,
             raid0: None,
             seed: 0x5EED,
         }
@@ -1697,7 +1702,21 @@ impl State {
         };
         let io_flags = le_u16(f, 0x24);
         let target = le_u16(f, 0x66);
-        let span_arm = f[0x60 + 0x19];
+        let g35 = self.cfg.generation >= Generation::Ventura;
+        // G35: span/arm at 0x19; Invader: at 0x1C, with type CUDA/nseg 1 and the FastPath lock
+        // flags (GRANT_DESTINATION_CUDA | SEQ_NUM_ENABLE) Linux gives it.
+        let span_arm = if g35 { f[0x60 + 0x19] } else { f[0x60 + 0x1C] };
+        if !g35 && (f[0x60] != 0x12 || f[0x60 + 0x04] != 0x88) {
+            self.violate(
+                Violation::FastPathBadRequest,
+                format!(
+                    "Invader RAID context type/nseg {:#x}, reg_lock_flags {:#x}",
+                    f[0x60],
+                    f[0x60 + 0x04]
+                ),
+            );
+            return None;
+        }
         let rw = matches!(f[0x40], 0x28 | 0x2A | 0x88 | 0x8A | 0xA8 | 0xAA | 0x08 | 0x0A);
         let write = matches!(f[0x40], 0x2A | 0x8A | 0xAA | 0x0A);
         let mirror_write = r.mirror && write;
@@ -1716,8 +1735,9 @@ impl State {
             );
             return None;
         }
-        let bypass = write && r.caps & CAP_FP_CACHE_BYPASS != 0;
-        let routing = le_u16(f, 0x60 + 0x04);
+        // Cache bypass is marked in the G35 RAID context only.
+        let bypass = g35 && write && r.caps & CAP_FP_CACHE_BYPASS != 0;
+        let routing = if g35 { le_u16(f, 0x60 + 0x04) } else { 0 };
         let sub_type = f[0x60 + 0x18] >> 4;
         if (routing & 0x2 != 0, sub_type) != (bypass, if bypass { 6 } else { 0 }) {
             self.violate(
@@ -2167,6 +2187,22 @@ impl State {
         Some(())
     }
 
+    /// The RAID map DCMD's size in the format in force; None: the model has no map DCMD
+    /// (Thunderbolt, or a Ventura/Aero whose SP2 announces none).
+    fn raid_map_bytes(&self) -> Option<usize> {
+        match self.cfg.generation {
+            Generation::Thunderbolt => None,
+            Generation::Invader if self.ext_raid_map() => Some(crate::raidmap::EXT_MAP_BYTES),
+            Generation::Invader => Some(crate::raidmap::LEGACY_MAP_BYTES),
+            _ => (self.cfg.raid_map_units > 0).then(|| usize::from(self.cfg.raid_map_units) * 64 * 1024),
+        }
+    }
+
+    /// Invader's map is the extended one: 256 LDs offered and max_255lds in IOC INIT.
+    fn ext_raid_map(&self) -> bool {
+        (self.cfg.max_lds > 64 || self.cfg.ext_lds) && self.init_caps.is_some_and(|c| c & (1 << 3) != 0)
+    }
+
     /// Whether the driver's map-sync list (`lds` entries of {target, 0, sequence} at `addr`)
     /// differs from the model's map: then the sync is answered at once with the map.
     fn map_sync_stale(&mut self, mem: &FakeMemory, lds: u8, addr: u64) -> bool {
@@ -2225,7 +2261,8 @@ impl State {
                 put(&mut out, 0x5C6, &(self.cfg.system_pds.len() as u16).to_le_bytes());
                 let on_off = u32::from(self.cfg.ocr_disabled) << 10;
                 put(&mut out, 0x620, &on_off.to_le_bytes());
-                put(&mut out, 0x7E8, &(u32::from(self.cfg.jbod_map) << 24).to_le_bytes());
+                let ops3 = (u32::from(self.cfg.jbod_map) << 24) | (u32::from(self.cfg.ext_lds) << 5);
+                put(&mut out, 0x7E8, &ops3.to_le_bytes());
             }
             0x0301_0000 => {
                 // MR_LD_LIST is 4104 bytes in Linux and FreeBSD.
@@ -2268,12 +2305,12 @@ impl State {
                     put(&mut out, 8 + 24 * i + 2, &0xFFFFu16.to_le_bytes());
                 }
             }
-            0x0300_E101 if self.cfg.generation >= Generation::Ventura && self.cfg.raid_map_units > 0 => {
-                let want = usize::from(self.cfg.raid_map_units) * 64 * 1024;
+            0x0300_E101 if self.raid_map_bytes().is_some() => {
+                let want = self.raid_map_bytes().unwrap_or(0);
                 if len != want {
                     self.violate(
                         Violation::RaidMapBufferSize,
-                        format!("LD_MAP_GET_INFO {len} B, SP2 announces {want}"),
+                        format!("LD_MAP_GET_INFO {len} B, the map in force is {want}"),
                     );
                     return 0x03;
                 }
@@ -2315,6 +2352,9 @@ impl State {
                         map[e + 2] = 1; // valid handles
                         map[e + 4..e + 6].copy_from_slice(&handle.to_le_bytes());
                     }
+                }
+                if self.cfg.generation < Generation::Ventura {
+                    map = crate::raidmap::fixed_from_dynamic(&map, self.ext_raid_map());
                 }
                 put(&mut out, 0, &map);
             }

@@ -1,5 +1,8 @@
-//! The RAID map (MR_DCMD_LD_MAP_GET_INFO) in the dynamic format Ventura and Aero firmware
-//! announce through SP2 bits 24:16, and FastPath routing with it: RAID-0 reads and writes,
+//! The RAID map (MR_DCMD_LD_MAP_GET_INFO) in its three formats, and FastPath routing with it:
+//! the dynamic map Ventura and Aero firmware announce through SP2 bits 24:16, the legacy 64-LD
+//! map of Invader and Fury, and the extended 256-LD map those give a driver that asked for 256
+//! LDs in IOC INIT when the controller information offers them ([`MapFormat`]). Each parses into
+//! the same [`RaidMap`]; routing is RAID-0 reads and writes,
 //! RAID-1 reads balanced over the two arms ([`MirrorLoad`]) and RAID-1 writes (the data arm's
 //! route; the driver sends the same write to the mirror as its peer).
 //!
@@ -20,6 +23,15 @@
 //! descriptors {type, offset from the data area, bytes, elements}, and the data: device-handle
 //! info (8 B per PD), target-id → LD index (u16 per target), arrays (32 PD ids each) and LD span
 //! maps (0x9E0 B each: `MR_LD_RAID`, the data-arm map, 8 span blocks).
+//!
+//! The legacy map (Linux's `MR_FW_RAID_MAP_ALL`) has fixed offsets: total size (u32, which must
+//! be the header's 0x28A8 bytes plus one span map per LD), the LD count (u32 at 0x18, at most
+//! 64), a byte target → LD table of 128 entries at 0x20 (0xFF: none), 128 arrays at 0xA8, 256
+//! device handles at 0x20A8 and the span maps from 0x28A8. The extended map
+//! (`MR_FW_RAID_MAP_EXT`, 665,896 bytes) leaves its size to the driver: the LD count (u16 at
+//! 0x20, at most 256), 256 device handles at 0x28, a 256-byte target → LD table at 0x828, 256
+//! arrays at 0x928 and 256 span maps at 0x4928. Device handles, arrays and span maps have the
+//! dynamic map's layout, and are checked the same way.
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -36,6 +48,77 @@ pub const MAP_UNIT_BYTES: usize = 64 * 1024;
 pub const MAX_MAP_BYTES: usize = 4 << 20;
 /// The map DCMD.
 pub const DCMD_LD_MAP_GET_INFO: u32 = 0x0300_E101;
+/// The legacy 64-LD map's DCMD size: its header and 64 span maps.
+pub const LEGACY_MAP_BYTES: usize = LEGACY_SPANS + LEGACY_MAX_LDS * LD_SPAN_MAP_BYTES;
+/// The extended 256-LD map's DCMD size.
+pub const EXT_MAP_BYTES: usize = EXT_SPANS + EXT_MAX_LDS * LD_SPAN_MAP_BYTES;
+
+/// Legacy map: the LD count, the byte target → LD table (64 LDs and 64 views), the arrays, the
+/// device handles, and the span maps right after them (the end of the header).
+const LEGACY_LD_COUNT: usize = 0x18;
+const LEGACY_TARGETS: usize = 0x20;
+const LEGACY_TARGET_ENTRIES: usize = 128;
+const LEGACY_ARRAYS: usize = 0xA8;
+const LEGACY_MAX_ARRAYS: usize = 128;
+const LEGACY_HANDLES: usize = 0x20A8;
+const LEGACY_SPANS: usize = 0x28A8;
+const LEGACY_MAX_LDS: usize = 64;
+/// Extended map: the LD count (u16), device handles, byte target → LD table, arrays, span maps.
+const EXT_LD_COUNT: usize = 0x20;
+const EXT_HANDLES: usize = 0x28;
+const EXT_TARGETS: usize = 0x828;
+const EXT_ARRAYS: usize = 0x928;
+const EXT_SPANS: usize = 0x4928;
+const EXT_MAX_LDS: usize = 256;
+/// Device handles in the fixed formats.
+const FIXED_HANDLES: usize = 256;
+/// A byte target → LD entry naming no LD.
+const NO_LD_BYTE: u8 = 0xFF;
+
+/// The format the firmware answers the map DCMD in, as Linux chooses it: dynamic when SP2
+/// gives its size (Ventura and later), extended when the controller information offers 256
+/// LDs (the driver always asks for them in IOC INIT), legacy otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapFormat {
+    /// `MR_FW_RAID_MAP_DYNAMIC`, of the size SP2 announces.
+    Dynamic {
+        /// The DCMD's size.
+        bytes: usize,
+    },
+    /// `MR_FW_RAID_MAP_ALL`: 64 LDs.
+    Legacy,
+    /// `MR_FW_RAID_MAP_EXT`: 256 LDs.
+    Ext,
+}
+
+impl MapFormat {
+    /// The map DCMD's data size in this format.
+    pub const fn bytes(self) -> usize {
+        match self {
+            Self::Dynamic { bytes } => bytes,
+            Self::Legacy => LEGACY_MAP_BYTES,
+            Self::Ext => EXT_MAP_BYTES,
+        }
+    }
+
+    /// Parses and checks a map of this format (see [`parse_dynamic`]).
+    pub fn parse(self, buf: &[u8]) -> Result<RaidMap, Error> {
+        match self {
+            Self::Dynamic { .. } => parse_dynamic(buf),
+            Self::Legacy => parse_legacy(buf),
+            Self::Ext => parse_ext(buf),
+        }
+    }
+
+    /// The report's name of the format.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Dynamic { .. } => "dynamic",
+            Self::Legacy => "legacy 64-LD",
+            Self::Ext => "extended 256-LD",
+        }
+    }
+}
 
 const HEADER_BYTES: usize = 0x38;
 const DESC_BYTES: usize = 16;
@@ -355,40 +438,138 @@ pub fn parse_dynamic(buf: &[u8]) -> Result<RaidMap, Error> {
     if ld_count > spans.elements {
         return Err(refuse("LD count beyond the span maps", ld_count as u64));
     }
+    let tables = Tables {
+        targets: targets.start,
+        target_entries: targets.elements,
+        wide_targets: true,
+        handles,
+        arrays,
+        spans: spans.start,
+        ld_count,
+    };
+    assemble(map, &tables)
+}
+
+/// Where a map's tables lie, whatever its format.
+struct Tables {
+    /// The target → LD table: its start and entries, u16 (dynamic) or u8 (legacy, extended).
+    targets: usize,
+    target_entries: usize,
+    wide_targets: bool,
+    handles: Section,
+    arrays: Section,
+    /// The first LD span map; `ld_count` of them follow.
+    spans: usize,
+    ld_count: usize,
+}
+
+/// The LDs, sequence numbers and device handles of a map whose structure was checked: every
+/// target the table maps to an LD, that LD's span map checked on its own.
+fn assemble(map: &[u8], t: &Tables) -> Result<RaidMap, Error> {
     let mut lds = Vec::new();
     let mut seq_nums = Vec::new();
-    for target in 0..targets.elements {
-        let ld = u16_at(map, targets.start + 2 * target)?;
+    for target in 0..t.target_entries {
+        let ld = if t.wide_targets {
+            u16_at(map, t.targets + 2 * target)?
+        } else {
+            match *map
+                .get(t.targets + target)
+                .ok_or(refuse("field outside the map", (t.targets + target) as u64))?
+            {
+                NO_LD_BYTE => NO_LD,
+                ld => u16::from(ld),
+            }
+        };
         if ld == NO_LD {
             continue;
         }
-        if let Ok(t) = u8::try_from(target)
-            && usize::from(ld) < ld_count
+        if let Ok(tg) = u8::try_from(target)
+            && usize::from(ld) < t.ld_count
         {
-            let seq = u16_at(map, spans.start + usize::from(ld) * LD_SPAN_MAP_BYTES + 0x1E)?;
-            seq_nums.push((t, seq));
+            let seq = u16_at(map, t.spans + usize::from(ld) * LD_SPAN_MAP_BYTES + 0x1E)?;
+            seq_nums.push((tg, seq));
         }
-        let checked = if usize::from(ld) >= ld_count {
+        let checked = if usize::from(ld) >= t.ld_count {
             Err(refuse("LD index beyond the LD count", u64::from(ld)))
         } else {
             check_ld(
                 map,
                 target,
-                spans.start + usize::from(ld) * LD_SPAN_MAP_BYTES,
-                handles,
-                arrays,
+                t.spans + usize::from(ld) * LD_SPAN_MAP_BYTES,
+                t.handles,
+                t.arrays,
             )
         };
         lds.push((target as u16, checked));
     }
-    let pd_handles = (0..handles.elements)
-        .map(|pd| u16_at(map, handles.start + pd * DEV_HANDLE_BYTES))
+    let pd_handles = (0..t.handles.elements)
+        .map(|pd| u16_at(map, t.handles.start + pd * DEV_HANDLE_BYTES))
         .collect::<Result<Vec<u16>, Error>>()?;
     Ok(RaidMap {
         lds,
         seq_nums,
         pd_handles,
     })
+}
+
+/// Parses and checks a legacy 64-LD map (Invader, Fury) of `buf.len()` bytes. The total size
+/// must be the header and one span map per LD, as Linux's `MR_ValidateMapInfo` requires.
+pub fn parse_legacy(buf: &[u8]) -> Result<RaidMap, Error> {
+    let total = u32_at(buf, 0x00)? as usize;
+    let ld_count = u32_at(buf, LEGACY_LD_COUNT)? as usize;
+    if ld_count > LEGACY_MAX_LDS {
+        return Err(refuse("LD count above the legacy map's 64", ld_count as u64));
+    }
+    if total != LEGACY_SPANS + ld_count * LD_SPAN_MAP_BYTES {
+        return Err(refuse(
+            "map size other than the header and its LDs' span maps",
+            total as u64,
+        ));
+    }
+    if total > buf.len() {
+        return Err(refuse("map size outside the buffer", total as u64));
+    }
+    let tables = Tables {
+        targets: LEGACY_TARGETS,
+        target_entries: LEGACY_TARGET_ENTRIES,
+        wide_targets: false,
+        handles: fixed_section(LEGACY_HANDLES, FIXED_HANDLES),
+        arrays: fixed_section(LEGACY_ARRAYS, LEGACY_MAX_ARRAYS),
+        spans: LEGACY_SPANS,
+        ld_count,
+    };
+    assemble(&buf[..total], &tables)
+}
+
+/// Parses and checks an extended 256-LD map (Invader, Fury with 256 LDs): the buffer must hold
+/// the whole format (its size field is reserved; the driver knows the size).
+pub fn parse_ext(buf: &[u8]) -> Result<RaidMap, Error> {
+    if buf.len() < EXT_MAP_BYTES {
+        return Err(refuse("buffer shorter than the extended map", buf.len() as u64));
+    }
+    let map = &buf[..EXT_MAP_BYTES];
+    let ld_count = usize::from(u16_at(map, EXT_LD_COUNT)?);
+    if ld_count > EXT_MAX_LDS {
+        return Err(refuse("LD count above the extended map's 256", ld_count as u64));
+    }
+    let tables = Tables {
+        targets: EXT_TARGETS,
+        target_entries: EXT_MAX_LDS,
+        wide_targets: false,
+        handles: fixed_section(EXT_HANDLES, FIXED_HANDLES),
+        arrays: fixed_section(EXT_ARRAYS, EXT_MAX_LDS),
+        spans: EXT_SPANS,
+        ld_count,
+    };
+    assemble(map, &tables)
+}
+
+fn fixed_section(start: usize, elements: usize) -> Section {
+    Section {
+        start,
+        elements,
+        present: true,
+    }
 }
 
 /// One LD's span map at `at`: a FastPath-capable RAID-0 LD, or an optimal two-disk RAID-1 LD
@@ -638,6 +819,95 @@ pub fn build_dynamic_empty() -> Vec<u8> {
         m[d..d + 4].fill(0);
     }
     m
+}
+
+/// The map a [`build_dynamic`]-family builder made, in the legacy (`ext` false) or extended
+/// format: the same device handles, array 0, LD 0's span map and target → LD entries, at the
+/// format's fixed offsets (the firmware model's maps on Invader and Fury, and the tests').
+#[cfg(any(test, feature = "fake"))]
+pub fn fixed_from_dynamic(dynamic: &[u8], ext: bool) -> Vec<u8> {
+    const DATA: usize = layout::TABLE + 4 * DESC_BYTES;
+    let lds = usize::from(u16::from_le_bytes([dynamic[0x2C], dynamic[0x2D]]));
+    let f = if ext { fixed_layout::EXT } else { fixed_layout::LEGACY };
+    let bytes = if ext { EXT_MAP_BYTES } else { LEGACY_MAP_BYTES };
+    let mut m = alloc::vec![0u8; bytes];
+    if ext {
+        m[0x18] = 10;
+        for count in [EXT_LD_COUNT, EXT_LD_COUNT + 2, EXT_LD_COUNT + 4] {
+            m[count..count + 2].copy_from_slice(&(lds as u16).to_le_bytes());
+        }
+        m[EXT_TARGETS..EXT_TARGETS + EXT_MAX_LDS].fill(NO_LD_BYTE);
+        m[EXT_ARRAYS..EXT_SPANS].fill(0xFF);
+    } else {
+        let total = (LEGACY_SPANS + lds * LD_SPAN_MAP_BYTES) as u32;
+        m[0..4].copy_from_slice(&total.to_le_bytes());
+        m[LEGACY_LD_COUNT..LEGACY_LD_COUNT + 4].copy_from_slice(&(lds as u32).to_le_bytes());
+        m[0xA0] = 10;
+        m[LEGACY_TARGETS..LEGACY_TARGETS + LEGACY_TARGET_ENTRIES].fill(NO_LD_BYTE);
+        m[LEGACY_ARRAYS..LEGACY_HANDLES].fill(0xFF);
+    }
+    let handles = DATA;
+    m[f.handles..f.handles + FIXED_HANDLES * DEV_HANDLE_BYTES]
+        .copy_from_slice(&dynamic[handles..handles + FIXED_HANDLES * DEV_HANDLE_BYTES]);
+    for target in 0..256 {
+        let at = layout::TARGETS + 2 * target;
+        let ld = u16::from_le_bytes([dynamic[at], dynamic[at + 1]]);
+        if ld != NO_LD && target < f.target_entries {
+            m[f.targets + target] = ld as u8;
+        }
+    }
+    if lds > 0 {
+        m[f.array..f.array + ARRAY_BYTES].copy_from_slice(&dynamic[layout::ARRAY..layout::ARRAY + ARRAY_BYTES]);
+        m[f.ld..f.ld + LD_SPAN_MAP_BYTES].copy_from_slice(&dynamic[layout::LD..layout::LD + LD_SPAN_MAP_BYTES]);
+    }
+    m
+}
+
+/// [`build_dynamic`]'s RAID-0 LD in the legacy 64-LD format.
+#[cfg(any(test, feature = "fake"))]
+pub fn build_legacy(target: u8, pds: &[u16], strip_shift: u8, rows: u64, seq: u16, caps: u32) -> Vec<u8> {
+    fixed_from_dynamic(&build_dynamic(target, pds, strip_shift, rows, seq, caps), false)
+}
+
+/// [`build_dynamic`]'s RAID-0 LD in the extended 256-LD format.
+#[cfg(any(test, feature = "fake"))]
+pub fn build_ext(target: u8, pds: &[u16], strip_shift: u8, rows: u64, seq: u16, caps: u32) -> Vec<u8> {
+    fixed_from_dynamic(&build_dynamic(target, pds, strip_shift, rows, seq, caps), true)
+}
+
+/// Offsets into a legacy or extended map, for tests that damage one field.
+#[cfg(any(test, feature = "fake"))]
+pub mod fixed_layout {
+    /// One fixed format's offsets.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Fixed {
+        /// The target → LD table (one byte per target).
+        pub targets: usize,
+        /// Its entries.
+        pub target_entries: usize,
+        /// Array 0.
+        pub array: usize,
+        /// The device-handle table.
+        pub handles: usize,
+        /// LD 0's span map.
+        pub ld: usize,
+    }
+    /// The legacy 64-LD map.
+    pub const LEGACY: Fixed = Fixed {
+        targets: super::LEGACY_TARGETS,
+        target_entries: super::LEGACY_TARGET_ENTRIES,
+        array: super::LEGACY_ARRAYS,
+        handles: super::LEGACY_HANDLES,
+        ld: super::LEGACY_SPANS,
+    };
+    /// The extended 256-LD map.
+    pub const EXT: Fixed = Fixed {
+        targets: super::EXT_TARGETS,
+        target_entries: super::EXT_MAX_LDS,
+        array: super::EXT_ARRAYS,
+        handles: super::EXT_HANDLES,
+        ld: super::EXT_SPANS,
+    };
 }
 
 /// Offsets into a map [`build_dynamic`] made, for tests that damage one field.
@@ -914,6 +1184,153 @@ mod tests {
         let mut m = mirror();
         m[ARRAY + 2..ARRAY + 4].copy_from_slice(&4u16.to_le_bytes());
         ld_refused(&m);
+    }
+
+    /// The legacy and extended forms of a dynamic map, with their format and offsets.
+    fn fixed_forms(dynamic: &[u8]) -> [(MapFormat, fixed_layout::Fixed, Vec<u8>); 2] {
+        [
+            (
+                MapFormat::Legacy,
+                fixed_layout::LEGACY,
+                fixed_from_dynamic(dynamic, false),
+            ),
+            (MapFormat::Ext, fixed_layout::EXT, fixed_from_dynamic(dynamic, true)),
+        ]
+    }
+
+    #[test]
+    fn the_fixed_formats_parse_to_the_dynamic_maps_ld_handles_and_sequence_numbers() {
+        assert_eq!((LEGACY_MAP_BYTES, EXT_MAP_BYTES), (172_200, 665_896));
+        assert_eq!(
+            build_legacy(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE).len(),
+            172_200
+        );
+        assert_eq!(
+            build_ext(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE).len(),
+            665_896
+        );
+        for dynamic in [
+            good(),
+            mirror(),
+            build_dynamic(9, &[0, 1, 2], 4, 100, 0x0202, CAPS_FP_READ),
+        ] {
+            let want = parse_dynamic(&dynamic).unwrap();
+            assert!(!want.lds.is_empty() && want.lds[0].1.is_ok(), "{want:?}");
+            for (format, _, m) in fixed_forms(&dynamic) {
+                assert_eq!(m.len(), format.bytes());
+                let got = format.parse(&m).unwrap();
+                assert_eq!(got, want, "{format:?}");
+            }
+        }
+        // A legacy map routes as the dynamic one: LD 0 at target 0, strip 1 on arm 1.
+        let ld = parse_legacy(&build_legacy(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE))
+            .unwrap()
+            .fastpath(0)
+            .unwrap()
+            .clone();
+        let r = ld.route(128 + 3, 8, true).unwrap();
+        assert_eq!((r.handle, r.pd_lba, r.span_arm, r.seq), (0x107, 3, 1, 0x0101));
+        // The dynamic format names its size; a Dynamic format parses it.
+        assert_eq!(
+            MapFormat::Dynamic { bytes: 65536 }.parse(&good()).unwrap(),
+            parse_dynamic(&good()).unwrap()
+        );
+    }
+
+    #[test]
+    fn empty_fixed_maps_have_no_lds_and_a_legacy_map_with_one_ld_is_shorter() {
+        for (format, _, m) in fixed_forms(&build_dynamic_empty()) {
+            let map = format.parse(&m).unwrap();
+            assert!(map.lds.is_empty() && map.seq_nums.is_empty(), "{format:?}: {map:?}");
+            assert_eq!(map.pd_handles.len(), 256);
+        }
+        let m = build_legacy(0, &[0, 1], 7, 16, 1, CAPS_FP_READ_WRITE);
+        assert_eq!(u32::from_le_bytes(m[0..4].try_into().unwrap()), 0x28A8 + 0x9E0);
+        // The buffer may be longer than the map (Linux's is always 172,200 bytes).
+        assert!(parse_legacy(&m[..0x28A8 + 0x9E0]).is_ok());
+    }
+
+    #[test]
+    fn out_of_range_ld_fields_of_fixed_maps_leave_the_ld_to_the_firmware_path() {
+        let cases: [(&str, usize, &[u8]); 10] = [
+            ("RAID level", 0x11, &[5]),
+            ("span depth", 0x10, &[2]),
+            ("strip shift too large", 0x12, &[16]),
+            ("no arms", 0x13, &[0]),
+            ("row data size", 0x14, &[1]),
+            ("mod factor", 0x1C, &[3]),
+            ("data arm twice", 0x81, &[0]),
+            ("array reference beyond the format's arrays", 0xA0 + 0x18, &[0, 1]),
+            ("target mismatch", 0x18, &[9]),
+            ("not FastPath-capable", 0, &[0, 0, 0, 0]),
+        ];
+        for (what, off, bytes) in cases {
+            for (format, f, mut m) in fixed_forms(&good()) {
+                m[f.ld + off..f.ld + off + bytes.len()].copy_from_slice(bytes);
+                let map = format.parse(&m).unwrap();
+                assert_eq!(map.fastpath(0), None, "{format:?} {what}");
+                assert!(matches!(map.lds[0].1, Err(Error::RaidMap { .. })), "{format:?} {what}");
+                assert_eq!(map.seq_nums, [(0, 0x0101)], "{format:?} {what}: still synced");
+            }
+        }
+        for (format, f, m) in fixed_forms(&good()) {
+            // An arm's PD without a handle, or beyond the handle table.
+            let mut bad = m.clone();
+            bad[f.handles + 7 * 8..f.handles + 7 * 8 + 2].copy_from_slice(&0xFFFFu16.to_le_bytes());
+            assert_eq!(format.parse(&bad).unwrap().fastpath(0), None, "{format:?}");
+            let mut bad = m.clone();
+            bad[f.array..f.array + 2].copy_from_slice(&256u16.to_le_bytes());
+            assert_eq!(format.parse(&bad).unwrap().fastpath(0), None, "{format:?}");
+            // A target naming an LD beyond the LD count: that target on the LD path, no sync entry.
+            let mut bad = m.clone();
+            bad[f.targets + 5] = 1;
+            let map = format.parse(&bad).unwrap();
+            assert!(map.fastpath(0).is_some());
+            assert!(
+                matches!(map.lds[1], (5, Err(Error::RaidMap { .. }))),
+                "{format:?}: {map:?}"
+            );
+            assert_eq!(map.seq_nums, [(0, 0x0101)]);
+        }
+        // Legacy entries past the 128 of its table are not read: the byte there is an array's.
+        let mut m = build_legacy(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE);
+        m[LEGACY_TARGETS + LEGACY_TARGET_ENTRIES] = 0;
+        assert_eq!(parse_legacy(&m).unwrap().lds.len(), 1);
+    }
+
+    #[test]
+    fn fixed_maps_with_a_broken_structure_are_refused_whole() {
+        let legacy = build_legacy(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE);
+        let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+        let mut m = legacy.clone();
+        m[0..4].copy_from_slice(&0x28A8u32.to_le_bytes());
+        cases.push(("legacy size without the LD's span map", m));
+        let mut m = legacy.clone();
+        m[0..4].copy_from_slice(&0u32.to_le_bytes());
+        cases.push(("legacy size zero", m));
+        let mut m = legacy.clone();
+        m[LEGACY_LD_COUNT..LEGACY_LD_COUNT + 4].copy_from_slice(&65u32.to_le_bytes());
+        m[0..4].copy_from_slice(&((0x28A8 + 65 * 0x9E0) as u32).to_le_bytes());
+        cases.push(("legacy LD count above 64", m));
+        cases.push(("legacy map cut short", legacy[..0x28A8 + 0x9E0 - 1].to_vec()));
+        cases.push(("legacy header cut short", legacy[..0x10].to_vec()));
+        for (what, m) in cases {
+            assert!(matches!(parse_legacy(&m), Err(Error::RaidMap { .. })), "{what}");
+        }
+        let ext = build_ext(0, &[4, 7], 7, 1024, 0x0101, CAPS_FP_READ_WRITE);
+        let mut m = ext.clone();
+        m[EXT_LD_COUNT..EXT_LD_COUNT + 2].copy_from_slice(&257u16.to_le_bytes());
+        assert!(
+            matches!(parse_ext(&m), Err(Error::RaidMap { .. })),
+            "ext LD count above 256"
+        );
+        assert!(
+            matches!(parse_ext(&ext[..EXT_MAP_BYTES - 1]), Err(Error::RaidMap { .. })),
+            "ext cut short"
+        );
+        // A legacy map is no extended map, nor the other way round.
+        assert!(parse_ext(&legacy).is_err());
+        assert!(parse_legacy(&ext).is_err());
     }
 
     #[test]

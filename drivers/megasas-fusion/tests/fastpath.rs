@@ -1,5 +1,6 @@
 //! FastPath over the RAID map: a RAID-0 LD of the model (two member disks, 64 KiB strips)
-//! described by a dynamic map. Reads and writes inside one strip go to the member disk; the
+//! described by a dynamic map (Ventura, Aero) or by the legacy 64-LD or extended 256-LD map
+//! (Invader). Reads and writes inside one strip go to the member disk; the
 //! model checks each against its own striping and refuses a stale sequence number; the blocks
 //! must sit where the firmware stripes them. A map with out-of-range values, a stale map and
 //! `fastpath = false` keep every request on the firmware LD path, and the data stays right.
@@ -64,12 +65,19 @@ fn assert_blocks_where_the_firmware_stripes(w: &Workload) {
 
 #[test]
 fn raid0_reads_and_writes_go_fastpath_and_land_where_the_firmware_stripes() {
-    for g in [Generation::Ventura, Generation::Aero] {
-        let (mut w, report) = workload(raid0_config(g, |_| {}), true);
+    for (g, ext, format) in [
+        (Generation::Ventura, false, "dynamic"),
+        (Generation::Aero, false, "dynamic"),
+        (Generation::Invader, false, "legacy 64-LD"),
+        (Generation::Invader, true, "extended 256-LD"),
+    ] {
+        let mut fc = raid0_config(g, |_| {});
+        fc.ext_lds = ext;
+        let (mut w, report) = workload(fc, true);
         assert!(
-            report.contains(
-                "LD 0: RAID-0 over 2 arms (handles [104, 107]), strip 64 KiB, sequence 0x101, FastPath reads and writes"
-            ),
+            report.contains(&format!(
+                "| {format} map: 1 LD(s); LD 0: RAID-0 over 2 arms (handles [104, 107]), strip 64 KiB, sequence 0x101, FastPath reads and writes"
+            )),
             "{report}"
         );
         assert_eq!(w.ctrl.fastpath_lds().len(), 1);
@@ -245,8 +253,13 @@ fn a_firmware_without_raid_ld_gives_an_empty_map_and_no_fastpath() {
     assert!(format!("{report}").contains("RAID map"), "{report}");
     drop(ctrl);
     assert_clean(&Arc::clone(&fake) as &FakeFusion);
-    // Invader has no dynamic map: the map DCMD is never sent (the model would refuse it).
+    // Invader reads the legacy map (the model answers an empty one), Thunderbolt no map.
     let (fake, ctrl, report) = bring_up(FakeConfig::invader(), config(Generation::Invader, 2));
+    assert!(ctrl.unwrap().fastpath_lds().is_empty());
+    assert!(format!("{report}").contains("| legacy 64-LD map: 0 LD(s)"), "{report}");
+    assert_clean(&fake);
+    let g = Generation::Thunderbolt;
+    let (fake, ctrl, report) = bring_up(FakeConfig::new(g), config(g, 2));
     assert!(ctrl.unwrap().fastpath_lds().is_empty());
     assert!(!format!("{report}").contains("RAID map"), "{report}");
     assert_clean(&fake);
@@ -326,7 +339,7 @@ fn raid1_reads(w: &Workload) -> [u64; 2] {
 
 #[test]
 fn raid1_reads_go_fastpath_to_both_disks_balanced_and_writes_take_the_ld_path() {
-    for g in [Generation::Ventura, Generation::Aero] {
+    for g in [Generation::Ventura, Generation::Aero, Generation::Invader] {
         let (mut w, report) = workload(raid1_config(g, |_| {}), true);
         assert!(
             report.contains(

@@ -209,7 +209,8 @@ fn an_ocr_reads_the_map_again_and_pends_a_new_sync() {
     assert_clean(&fake);
 }
 
-/// Firmware without a JBOD map whose dynamic RAID map lists the system PDs' handles.
+/// Firmware without a JBOD map whose RAID map (dynamic on Ventura and Aero, legacy on Invader)
+/// lists the system PDs' handles.
 fn raid_map_handles_firmware(g: Generation) -> FakeConfig {
     let mut fc = jbod_firmware(g, false);
     fc.raid_map_jbod_handles = true;
@@ -218,7 +219,7 @@ fn raid_map_handles_firmware(g: Generation) -> FakeConfig {
 
 #[test]
 fn without_a_jbod_map_system_pds_go_by_the_raid_maps_handle() {
-    for g in [Generation::Ventura, Generation::Aero] {
+    for g in [Generation::Ventura, Generation::Aero, Generation::Invader] {
         let (fake, mut w, report) = up(raid_map_handles_firmware(g), true);
         assert!(
             report.contains(

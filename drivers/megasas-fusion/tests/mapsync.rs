@@ -103,7 +103,21 @@ fn every_io_tag_runs_beside_the_pended_sync() {
 
 #[test]
 fn a_config_change_completes_the_sync_and_fastpath_resumes_on_the_new_map() {
-    let mut w = raid0(Generation::Ventura);
+    for g in [Generation::Ventura, Generation::Invader] {
+        config_change_then_fastpath_on_the_new_map(raid0(g));
+    }
+    let mut fc = FakeConfig::new(Generation::Invader);
+    fc.lds = Vec::new();
+    fc.ext_lds = true;
+    fc.raid0 = Some(FakeRaid0::new(LD, &PDS, ROWS));
+    let (fake, ctrl, report) = bring_up(fc, config(Generation::Invader, 2));
+    let ctrl = ctrl.unwrap_or_else(|e| panic!("bring-up: {e}\n{report}"));
+    assert!(format!("{report}").contains("extended 256-LD map: 1 LD(s)"), "{report}");
+    ctrl.enable_interrupts();
+    config_change_then_fastpath_on_the_new_map(Workload::new(fake, ctrl, 0x5EC));
+}
+
+fn config_change_then_fastpath_on_the_new_map(mut w: Workload) {
     assert_eq!(w.ctrl.fastpath_lds()[0].seq, 0x101);
     w.run(300, 2);
     let before = fastpath_served(&w);

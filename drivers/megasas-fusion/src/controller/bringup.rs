@@ -205,11 +205,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         report.limits = Some(limits);
         report.step(&mmio, generation, budget.used(), "limits", alloc::format!("{limits:?}"));
 
-        // SP2 bits 24:16 (Ventura, Aero): the dynamic RAID map's size in 64 KiB units.
+        // SP2 bits 24:16 (Ventura, Aero): the dynamic RAID map's size in 64 KiB units. Invader
+        // and Fury answer in the legacy 64-LD or the extended 256-LD format, which one the
+        // controller information decides later: the buffers hold the larger, as Linux's do.
         let map_bytes = if generation.g35_raid_context() && config.fastpath {
             let units =
                 (read_reg(&mmio, generation, regs::SP2) >> raidmap::SP2_MAP_UNITS_SHIFT) & raidmap::SP2_MAP_UNITS_MASK;
             units as usize * raidmap::MAP_UNIT_BYTES
+        } else if generation == Generation::Invader && config.fastpath {
+            raidmap::EXT_MAP_BYTES
         } else {
             0
         };
@@ -229,7 +233,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // RAID-1 FastPath writes need a peer SMID per I/O tag (max_fw_cmds + SMID), each with its
         // frame and sense slot: the firmware finds a frame at base + 256 × SMID. Chain frames
         // are shared: a peer's SGL is its request's.
-        let peer_smids = map_bytes > 0 && map_bytes <= raidmap::MAX_MAP_BYTES;
+        // (Ventura and later: Linux has no peer writes before.)
+        let peer_smids = generation.g35_raid_context() && map_bytes > 0 && map_bytes <= raidmap::MAX_MAP_BYTES;
         let smid_span = if peer_smids { 2 * n } else { n };
         let chain_stride = (usize::from(limits.max_sge).saturating_sub(7) * 16)
             .next_multiple_of(64)
@@ -631,6 +636,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if l.chain_bytes > 1024 {
             caps |= 1 << 8; // ext_io_size
         }
+        // max_255lds, as Linux always sets it: a controller whose information offers 256 LDs
+        // then answers the map DCMD in the extended format (`Controller::map_format`).
+        caps |= 1 << 3;
         init.write_u32(mfi + 0x04, caps);
         init.write_u16(mfi + 0x10, 0x0001);
         // Balanced and IOPS modes: the firmware coalesces the interrupts of the queues named

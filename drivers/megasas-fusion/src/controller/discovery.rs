@@ -307,8 +307,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         len: usize,
         into: Option<&DmaBuf>,
     ) -> Result<Vec<u8>, Error> {
-        // `into`: a buffer of its own (the RAID map) instead of the SMID's 8 KiB data slot.
-        let len = into.map_or(len, DmaBuf::len);
+        // `into`: a buffer of its own (the RAID map) instead of the SMID's 8 KiB data slot, of
+        // which the first `len` bytes are the DCMD's (all of it for 0).
+        let len = into.map_or(len, |b| if len == 0 { b.len() } else { len.min(b.len()) });
         if into.is_none() && len > DCMD_DATA_LEN {
             return Err(Error::BadConfig {
                 what: "DCMD length",
@@ -465,13 +466,17 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let Some(map) = self.take_raid_map(budget) else {
             return;
         };
+        let format = self.map_format().name();
         let (lds, text) = match &map {
             Ok(map) => {
                 let lds = self.usable_fastpath_lds(map);
-                let text = describe_map(map, &lds);
+                let text = alloc::format!("{format} map: {}", describe_map(map, &lds));
                 (lds, text)
             }
-            Err(e) => (Vec::new(), alloc::format!("{e}; every LD on the firmware LD path")),
+            Err(e) => (
+                Vec::new(),
+                alloc::format!("{format} map: {e}; every LD on the firmware LD path"),
+            ),
         };
         report.step(&self.mmio, self.generation, budget.used(), "RAID map", text);
         // Bring-up owns the controller (`&mut self`): no submitter reads the tables yet.
@@ -525,10 +530,33 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     fn take_raid_map(&self, budget: &mut Budget) -> Option<Result<RaidMap, Error>> {
         let bufs = self.mem.raid_map.as_ref()?;
         let buf = &bufs[usize::from(self.map_sync.current.load(Ordering::Relaxed))];
+        let format = self.map_format();
         Some(
-            self.dcmd_inner(Some(budget), raidmap::DCMD_LD_MAP_GET_INFO, [0u8; 12], 0, Some(buf))
-                .and_then(|b| raidmap::parse_dynamic(&b)),
+            self.dcmd_inner(
+                Some(budget),
+                raidmap::DCMD_LD_MAP_GET_INFO,
+                [0u8; 12],
+                format.bytes(),
+                Some(buf),
+            )
+            .and_then(|b| format.parse(&b)),
         )
+    }
+
+    /// The format the firmware answers the map DCMD in, as Linux decides it: dynamic on Ventura
+    /// and later (the size SP2 gave the buffers), extended when the controller information
+    /// offers 256 LDs (IOC INIT always asks for them), legacy otherwise. Only meaningful with
+    /// map buffers.
+    pub(super) fn map_format(&self) -> raidmap::MapFormat {
+        if self.generation.g35_raid_context() {
+            raidmap::MapFormat::Dynamic {
+                bytes: self.mem.raid_map.as_ref().map_or(0, |b| b[0].len()),
+            }
+        } else if self.ext_lds {
+            raidmap::MapFormat::Ext
+        } else {
+            raidmap::MapFormat::Legacy
+        }
     }
 
     pub(super) fn usable_fastpath_lds(&self, map: &RaidMap) -> Vec<raidmap::FastPathLd> {
@@ -540,7 +568,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     .iter()
                     .any(|d| !d.system_pd && d.target == ld.target && d.block_size == 512 && d.blocks <= ld.blocks)
             })
-            .cloned()
+            .map(|ld| raidmap::FastPathLd {
+                // Linux marks cache-bypass writes in the G35 RAID context only (Ventura on).
+                cache_bypass: ld.cache_bypass && self.generation.g35_raid_context(),
+                ..ld.clone()
+            })
             .collect()
     }
 

@@ -21,6 +21,11 @@ use super::{
 
 /// RAID context (G35) offsets a FastPath request fills: span/arm and the map's sequence number.
 const CTX_SPAN_ARM: usize = 0x19;
+/// The same in the Invader RAID context (0x19 there is num_sge).
+const CTX_SPAN_ARM_INVADER: usize = 0x1C;
+/// Invader RAID-context reg_lock_flags of a FastPath request: GRANT_DESTINATION_CUDA |
+/// SEQ_NUM_ENABLE (Linux `megasas_build_ldio_fusion`).
+const REG_LOCK_FASTPATH_INVADER: u8 = 0x88;
 /// RAID context (G35) flow-specific word: a RAID-1 FastPath write's peer SMID.
 const CTX_PEER_SMID: usize = 0x14;
 
@@ -455,13 +460,18 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 r
             })
         })?;
-        // Routes come from a dynamic map, which only G35-context firmware has.
-        debug_assert!(self.generation.g35_raid_context());
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
         img.set_u16(F_DEV_HANDLE, r.handle);
         img.set_u8(F_FUNCTION, FUNC_SCSI_IO);
         img.set_u16(F_IO_FLAGS, u16::from(cdb_len(cdb[0])) | IO_FLAGS_FAST_PATH);
-        img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
+        if self.generation.g35_raid_context() {
+            img.set_u8(F_RAID_CTX + CTX_SPAN_ARM, r.span_arm);
+        } else {
+            // Invader and Fury (legacy and extended maps): span/arm at 0x1C of their RAID
+            // context, and the lock flags Linux gives FastPath there.
+            img.set_u8(F_RAID_CTX + CTX_SPAN_ARM_INVADER, r.span_arm);
+            img.set_u8(F_RAID_CTX + 0x04, REG_LOCK_FASTPATH_INVADER);
+        }
         img.set_u16(F_RAID_CTX + CTX_SEQ_NUM, r.seq);
         self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))

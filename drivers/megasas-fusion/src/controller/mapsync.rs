@@ -196,12 +196,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             return;
         };
         let buf = &bufs[usize::from(1 - self.map_sync.current.load(Ordering::Relaxed))];
+        // The sync's buffer is the map's size in the format in use (Linux's current_map_sz):
+        // the firmware writes the new map there.
+        let bytes = self.map_format().bytes().min(buf.len());
         let lds = map
             .seq_nums
             .len()
-            .min(buf.len() / SYNC_ENTRY_BYTES)
+            .min(bytes / SYNC_ENTRY_BYTES)
             .min(usize::from(u8::MAX));
-        buf.fill(0, buf.len(), 0);
+        buf.fill(0, bytes, 0);
         for (i, &(target, seq)) in map.seq_nums.iter().take(lds).enumerate() {
             buf.write_u8(i * SYNC_ENTRY_BYTES, target);
             buf.write_u16(i * SYNC_ENTRY_BYTES + 2, seq);
@@ -211,16 +214,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let mut mbox = [0u8; 12];
         mbox[0] = lds as u8;
         mbox[1] = PEND_FLAG;
-        // Data out: the driver's LD list (dynamic maps exist on Ventura and Aero only: sge64).
+        // Data out: the driver's LD list.
         let dir = super::discovery::MFI_DIR_WRITE;
-        self.write_dcmd_frame(
-            mfi_off,
-            raidmap::DCMD_LD_MAP_GET_INFO,
-            &mbox,
-            dir,
-            buf.phys(),
-            buf.len(),
-        );
+        self.write_dcmd_frame(mfi_off, raidmap::DCMD_LD_MAP_GET_INFO, &mbox, dir, buf.phys(), bytes);
         self.post_pended_dcmd(k, mfi_off, &self.map_sync.posted);
     }
 
@@ -261,9 +257,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
         let next = 1 - self.map_sync.current.load(Ordering::Relaxed);
         let buf = &bufs[usize::from(next)];
-        let mut raw = vec![0u8; buf.len()];
+        let format = self.map_format();
+        let mut raw = vec![0u8; format.bytes().min(buf.len())];
         buf.read_bytes(0, &mut raw);
-        match raidmap::parse_dynamic(&raw) {
+        match format.parse(&raw) {
             Ok(map) => {
                 let lds = self.usable_fastpath_lds(&map);
                 let on = self.fastpath.publish(&lds);
