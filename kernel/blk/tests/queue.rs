@@ -342,6 +342,33 @@ fn stage_trace_reports_each_stage_once_per_request_only_while_on() {
 }
 
 #[test]
+fn a_traced_batch_reports_every_requests_stages_and_an_untraced_one_none() {
+    use blk::Stage;
+    let (q, p) = null_queue(1, 1, 8, NullMode::Deferred, CompletionPolicy::Irq);
+    assert_eq!(q.submit_batch(0, &[read(1), read(2)]).accepted, 2);
+    assert!(p.stages.lock().unwrap().is_empty(), "tracing is off by default");
+    q.set_stage_trace(true);
+    assert_eq!(q.submit_batch(0, &[read(3), read(4)]).accepted, 2);
+    let stages: Vec<Stage> = p.stages.lock().unwrap().iter().map(|&(_, _, s)| s).collect();
+    assert_eq!(
+        stages,
+        [
+            Stage::Submit,
+            Stage::Submit,
+            Stage::Dispatch,
+            Stage::Doorbell,
+            Stage::Dispatch,
+            Stage::Doorbell,
+        ],
+        "both taken, then both dispatched"
+    );
+    q.set_stage_trace(false);
+    assert_eq!(q.submit_batch(0, &[read(5)]).accepted, 1);
+    assert_eq!(p.stages.lock().unwrap().len(), 6, "nothing once switched off");
+    assert_eq!(q.driver().fire_interrupt(&q, 0, 0), 5);
+}
+
+#[test]
 fn remote_policy_sends_one_ipi_per_batch_to_the_submitting_cpu() {
     let (q, p) = null_queue(3, 1, 8, NullMode::Deferred, CompletionPolicy::Remote);
     for c in 1..=3 {

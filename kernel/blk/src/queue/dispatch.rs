@@ -162,6 +162,10 @@ impl<D: Driver> Queue<D> {
         let mut turned_away = false;
         while let Some(index) = fifo.pop_front(&self.links) {
             let last = fifo.is_empty() && !defer;
+            // SAFETY: the request came off our FIFO, so the block layer owns it and we are the
+            // only context touching it. It may have been queued for another hardware queue (a
+            // changed CPU map): it goes to this one.
+            unsafe { self.slot(index).data_mut().hwq = ctx.hwq };
             match self.dispatch_one(at, &ctx, index, last) {
                 Dispatched::Queued => uncommitted = !last,
                 Dispatched::Ended => {}
@@ -266,16 +270,19 @@ impl<D: Driver> Queue<D> {
         (gen_before, ctx)
     }
 
-    /// Hands request `index` (off the FIFO, or issued directly) to the driver.
+    /// Hands request `index` (off the FIFO, or issued directly) to the driver. Its slot already
+    /// names `ctx`'s hardware queue: its submitter filled it for this one (a direct issue), or
+    /// the FIFO pass restamped it.
     #[inline(always)]
     pub(super) fn dispatch_one(&self, at: &RunContext<'_>, ctx: &HwCtx<'_, D>, index: u32, last: bool) -> Dispatched {
         let counters = at.counters;
-        let (hwq, cpu) = (ctx.hwq, usize::from(ctx.cpu));
+        let cpu = usize::from(ctx.cpu);
         let slot = self.slot(index);
-        // SAFETY: the request came off our FIFO (or is issued directly by its submitter), so
-        // the block layer owns it; we are the only context touching it until the driver gets
-        // the handle.
-        unsafe { slot.data_mut().hwq = hwq };
+        debug_assert_eq!(
+            // SAFETY: the block layer owns the request until the driver gets the handle.
+            unsafe { slot.data() }.hwq,
+            ctx.hwq
+        );
         slot.set_state(state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
         let rq = unsafe { Rq::new(self, slot, at.counters, index, ctx.cpu, false, true) };

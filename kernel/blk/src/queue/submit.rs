@@ -229,10 +229,30 @@ impl<D: Driver> Queue<D> {
                 };
             }
         };
+        if at.trace {
+            return self.submit_batch_traced(&at, bios);
+        }
+        // Tracing off is a constant in this copy: no stage test per request.
+        self.submit_batch_in(&RunContext { trace: false, ..at }, bios)
+    }
+
+    /// [`Queue::submit_batch`] with stage tracing on, out of the untraced path.
+    #[inline(never)]
+    #[cold]
+    fn submit_batch_traced(&self, at: &RunContext<'_>, bios: &[Bio<'_>]) -> BatchOutcome {
+        self.submit_batch_in(at, bios)
+    }
+
+    /// [`Queue::submit_batch`] past its look-ups.
+    #[inline(always)]
+    fn submit_batch_in(&self, at: &RunContext<'_>, bios: &[Bio<'_>]) -> BatchOutcome {
+        let cpu = at.cpu;
+        let at = *at;
         let mut chunk = [0u32; SUBMIT_BATCH_CHUNK];
         let mut taken = 0;
         for (position, bio) in bios.iter().enumerate() {
-            if taken == SUBMIT_BATCH_CHUNK {
+            // `>=`, not `==`: below it the compiler knows `taken` indexes `chunk`.
+            if taken >= SUBMIT_BATCH_CHUNK {
                 self.queue_or_issue(&at, &chunk, false);
                 taken = 0;
             }
