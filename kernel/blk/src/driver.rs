@@ -312,6 +312,9 @@ pub struct Rq<'a, D: Driver> {
     /// [`Rq::complete`]), or it came from a [`crate::CompletionBatch`], whose end runs the
     /// check once.
     rerun_covered: bool,
+    /// Stage tracing as the path that gave the handle out read it: its completion and end
+    /// trace (or not) without reading the switch again.
+    tracing: bool,
 }
 
 impl<'a, D: Driver> Rq<'a, D> {
@@ -319,6 +322,7 @@ impl<'a, D: Driver> Rq<'a, D> {
     /// The slot `index` (`slot`, `queue.slot(index)`) is in state DRIVER and no other handle
     /// to it exists.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn new(
         queue: &'a Queue<D>,
         slot: &'a Slot<D::Pdu>,
@@ -327,6 +331,7 @@ impl<'a, D: Driver> Rq<'a, D> {
         cpu: u16,
         routed: bool,
         rerun_covered: bool,
+        tracing: bool,
     ) -> Self {
         debug_assert!(core::ptr::eq(slot, queue.slot(index)));
         debug_assert!(core::ptr::eq(counters, queue.cpu_counters(usize::from(cpu))));
@@ -338,6 +343,7 @@ impl<'a, D: Driver> Rq<'a, D> {
             cpu,
             routed,
             rerun_covered,
+            tracing,
         }
     }
 
@@ -452,7 +458,7 @@ impl<'a, D: Driver> Rq<'a, D> {
 
     /// Finishes the request now, in this context (null_blk's "irqmode=none").
     pub fn end(self, status: Status) {
-        let (queue, slot, counters, index, cpu, routed, rerun_covered) = (
+        let (queue, slot, counters, index, cpu, routed, rerun_covered, tracing) = (
             self.queue,
             self.slot,
             self.counters,
@@ -460,12 +466,14 @@ impl<'a, D: Driver> Rq<'a, D> {
             self.cpu,
             self.routed,
             self.rerun_covered,
+            self.tracing,
         );
         core::mem::forget(self);
         let cpu = usize::from(cpu);
         let how = Ending {
             inline: !routed,
             rerun_covered,
+            tracing,
         };
         queue.end_request_in(cpu, counters, slot, index, status, how);
     }
@@ -475,18 +483,19 @@ impl<'a, D: Driver> Rq<'a, D> {
     /// in `queue_rq` (the null device) would otherwise pay a call per I/O.
     #[inline(always)]
     pub fn complete(self, status: Status) {
-        let (queue, slot, counters, index, cpu, rerun_covered) = (
+        let (queue, slot, counters, index, cpu, rerun_covered, tracing) = (
             self.queue,
             self.slot,
             self.counters,
             self.index,
             self.cpu,
             self.rerun_covered,
+            self.tracing,
         );
         core::mem::forget(self);
         // Left DRIVER: `route_completion` marks it COMPLETING only if it waits on a list.
-        queue.stage(usize::from(cpu), index, Stage::DeviceComplete);
-        queue.route_completion_in(usize::from(cpu), counters, slot, index, status, rerun_covered);
+        queue.stage_if(tracing, usize::from(cpu), index, Stage::DeviceComplete);
+        queue.route_completion_in(usize::from(cpu), counters, slot, index, status, rerun_covered, tracing);
     }
 }
 
@@ -501,6 +510,7 @@ impl<D: Driver> Drop for Rq<'_, D> {
         let how = Ending {
             inline: !self.routed,
             rerun_covered: self.rerun_covered,
+            tracing: self.tracing,
         };
         queue.end_request(usize::from(cpu), index, Status::IoError, how);
     }

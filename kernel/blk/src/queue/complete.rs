@@ -129,8 +129,9 @@ impl<D: Driver> Queue<D> {
                     {
                         match claim {
                             Claim::Complete(status) => {
-                                self.stage(cpu, index, crate::driver::Stage::DeviceComplete);
-                                self.route_completion(cpu, slot, index, status, rerun_covered);
+                                let tracing = self.tracing();
+                                self.stage_if(tracing, cpu, index, crate::driver::Stage::DeviceComplete);
+                                self.route_completion(cpu, slot, index, status, rerun_covered, tracing);
                             }
                             Claim::Requeue => self.requeue_owned(cpu, index),
                         }
@@ -197,12 +198,14 @@ impl<D: Driver> Queue<D> {
         index: u32,
         status: Status,
         rerun_covered: bool,
+        tracing: bool,
     ) {
-        self.route_completion_in(cpu, self.counters.cpu(cpu), slot, index, status, rerun_covered);
+        self.route_completion_in(cpu, self.counters.cpu(cpu), slot, index, status, rerun_covered, tracing);
     }
 
     /// [`Queue::route_completion`] with CPU `cpu`'s counters block at hand.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn route_completion_in(
         &self,
         cpu: usize,
@@ -211,21 +214,22 @@ impl<D: Driver> Queue<D> {
         index: u32,
         status: Status,
         rerun_covered: bool,
+        tracing: bool,
     ) {
         match self.completion_policy() {
             CompletionPolicy::Irq => {
                 bump(&counters.completions_irq);
-                self.finish(cpu, counters, slot, index, status, rerun_covered);
+                self.finish(cpu, counters, slot, index, status, rerun_covered, tracing);
             }
             CompletionPolicy::Poll => {
                 bump(&counters.completions_poll);
-                self.finish(cpu, counters, slot, index, status, rerun_covered);
+                self.finish(cpu, counters, slot, index, status, rerun_covered, tracing);
             }
             CompletionPolicy::Local => {
                 bump(&counters.completions_local);
                 slot.set_state(state::COMPLETING);
                 slot.set_status(status);
-                self.stage(cpu, index, crate::driver::Stage::ListPush);
+                self.stage_if(tracing, cpu, index, crate::driver::Stage::ListPush);
                 if self.done_lists[cpu].push(index, &self.links) {
                     bump(&counters.softirqs);
                     self.platform.raise_completion_softirq(cpu);
@@ -236,12 +240,12 @@ impl<D: Driver> Queue<D> {
                 let target = usize::from(unsafe { slot.data() }.submit_cpu);
                 if target == cpu {
                     bump(&counters.completions_irq);
-                    self.finish(cpu, counters, slot, index, status, rerun_covered);
+                    self.finish(cpu, counters, slot, index, status, rerun_covered, tracing);
                 } else {
                     bump(&counters.completions_remote);
                     slot.set_state(state::COMPLETING);
                     slot.set_status(status);
-                    self.stage(cpu, index, crate::driver::Stage::ListPush);
+                    self.stage_if(tracing, cpu, index, crate::driver::Stage::ListPush);
                     if self.done_lists[target].push(index, &self.links) {
                         bump(&counters.ipis);
                         self.platform.send_completion_ipi(target);
@@ -260,10 +264,11 @@ impl<D: Driver> Queue<D> {
         let mut n = 0;
         let counters = self.counters.cpu(cpu);
         for index in self.done_lists[cpu].take_all(&self.links) {
-            self.stage(cpu, index, crate::driver::Stage::Softirq);
+            let tracing = self.tracing();
+            self.stage_if(tracing, cpu, index, crate::driver::Stage::Softirq);
             let slot = self.slot(index);
             // The list's push (Release) published the status `route_completion` stored.
-            self.finish(cpu, counters, slot, index, slot.status(), false);
+            self.finish(cpu, counters, slot, index, slot.status(), false, tracing);
             n += 1;
         }
         // A sharer of our host tag set freed tags while we held turned-away requests, and
@@ -279,8 +284,10 @@ impl<D: Driver> Queue<D> {
     }
 
     /// Hands a claimed completion of `slot` (`self.slot(index)`) to the driver's `complete`.
-    /// `rerun_covered`: the rerun check after it is someone else's (see `after_completion`).
+    /// `rerun_covered`: the rerun check after it is someone else's (see `after_completion`);
+    /// `tracing`: stage tracing as the caller read it.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn finish(
         &self,
         cpu: usize,
@@ -289,12 +296,14 @@ impl<D: Driver> Queue<D> {
         index: u32,
         status: Status,
         rerun_covered: bool,
+        tracing: bool,
     ) {
         if !D::HAS_COMPLETE {
             // What the default `complete` does, without the handle: end it with its status.
             let how = Ending {
                 inline: false,
                 rerun_covered,
+                tracing,
             };
             self.end_request_in(cpu, counters, slot, index, status, how);
             return;
@@ -304,7 +313,7 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::DRIVER);
         // SAFETY: the slot was COMPLETING and ours (claimed by CAS or taken off a completion
         // list); it is DRIVER now and this is the only handle.
-        let rq = unsafe { Rq::new(self, slot, counters, index, cpu as u16, true, rerun_covered) };
+        let rq = unsafe { Rq::new(self, slot, counters, index, cpu as u16, true, rerun_covered, tracing) };
         self.driver.complete(rq);
     }
 
@@ -328,14 +337,16 @@ impl<D: Driver> Queue<D> {
         status: Status,
         how: Ending,
     ) {
-        let Ending { inline, rerun_covered } = how;
+        let Ending {
+            inline,
+            rerun_covered,
+            tracing,
+        } = how;
         let (hwq, tag, parent, set) = {
             // SAFETY: called through an `Rq` (consumed), which owned the slot.
             let d = unsafe { slot.data() };
             (usize::from(d.hwq), d.tag, d.parent, usize::from(d.set))
         };
-        // Relaxed, as in `stage`; read once for both uses.
-        let tracing = self.stage_trace.load(core::sync::atomic::Ordering::Relaxed);
         self.stage_if(tracing, cpu, index, crate::driver::Stage::EndIo);
         if parent == NO_PARENT
             && let Some(board) = self.done_board

@@ -285,7 +285,7 @@ impl<D: Driver> Queue<D> {
         );
         slot.set_state(state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
-        let rq = unsafe { Rq::new(self, slot, at.counters, index, ctx.cpu, false, true) };
+        let rq = unsafe { Rq::new(self, slot, at.counters, index, ctx.cpu, false, true, at.trace) };
         bump(&counters.dispatched);
         self.stage_if(at.trace, cpu, index, crate::driver::Stage::Dispatch);
         match self.driver.queue_rq(ctx, rq, last) {

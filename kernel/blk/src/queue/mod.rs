@@ -74,6 +74,8 @@ pub(crate) struct Ending {
     pub(crate) inline: bool,
     /// The rerun check after it is someone else's (see `Queue::after_completion`).
     pub(crate) rerun_covered: bool,
+    /// Stage tracing as the caller read it ([`Queue::tracing`]): one read per completion.
+    pub(crate) tracing: bool,
 }
 
 /// What [`Queue::take_request`] made of a bio.
@@ -367,21 +369,18 @@ impl<D: Driver> Queue<D> {
         self.stage_trace.store(on, core::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Reports `stage` for request `index` to the platform when stage tracing is on.
+    /// Whether stage tracing is on. Relaxed: a switch that takes a moment to be seen costs a
+    /// few unrecorded stages. A path reads it once and hands it down (`RunContext::trace`,
+    /// [`Ending::tracing`], the request handle's).
     #[inline(always)]
-    pub(crate) fn stage(&self, cpu: usize, index: u32, stage: crate::driver::Stage) {
-        // Relaxed: a switch that takes a moment to be seen costs a few unrecorded stages.
-        self.stage_if(
-            self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
-            cpu,
-            index,
-            stage,
-        );
+    pub(crate) fn tracing(&self) -> bool {
+        self.stage_trace.load(core::sync::atomic::Ordering::Relaxed)
     }
 
-    /// [`Queue::stage`] with the switch read by the caller (once per call, `RunContext::trace`).
+    /// Reports `stage` for request `index` to the platform when `tracing` (the switch as the
+    /// caller read it) is on.
     #[inline(always)]
-    fn stage_if(&self, tracing: bool, cpu: usize, index: u32, stage: crate::driver::Stage) {
+    pub(crate) fn stage_if(&self, tracing: bool, cpu: usize, index: u32, stage: crate::driver::Stage) {
         if tracing {
             self.platform.stage(cpu, index, stage);
         }

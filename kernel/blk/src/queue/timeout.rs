@@ -111,7 +111,7 @@ impl<D: Driver> Queue<D> {
                     state::pack(generation.wrapping_add(1), state::COMPLETING),
                     Ordering::Acquire,
                 );
-                self.route_completion(cpu, slot, index, status, false);
+                self.route_completion(cpu, slot, index, status, false, self.tracing());
             }
             Some(TimeoutAction::Requeue) => {
                 match slot.word.compare_exchange(
@@ -145,7 +145,7 @@ impl<D: Driver> Queue<D> {
         } else {
             slot.word
                 .store(state::pack(generation, state::COMPLETING), Ordering::Relaxed);
-            self.route_completion(cpu, slot, index, Status::from_u8(late), false);
+            self.route_completion(cpu, slot, index, Status::from_u8(late), false, self.tracing());
         }
     }
 }
