@@ -3,9 +3,9 @@
 //!
 //! Tested against the model of the firmware in [`fake`] only, not on hardware. The transport
 //! shares DCMD reply layouts, status decoding and the LD list with the MFI driver (`megasas`).
-//! With a dynamic RAID map (Ventura, Aero) RAID-0 reads and writes inside one strip go
-//! FastPath straight to the member disk ([`raidmap`]); everything else takes the firmware
-//! LD-I/O path.
+//! With a RAID map (dynamic on Ventura and Aero, the legacy 64-LD or extended 256-LD map on
+//! Invader and Fury) RAID-0 reads and writes inside one strip, and RAID-1 reads, go FastPath
+//! straight to the member disk ([`raidmap`]); everything else takes the firmware LD-I/O path.
 //!
 //! Flow: [`match_pci`] → [`Controller::bring_up`] (writes a [`Report`], the first-boot
 //! diagnostic) → install vector handlers → [`Controller::enable_interrupts`] →

@@ -18,7 +18,7 @@
 //! (status 0x67) turns the map off unless a newer one is in use and is issued again. An OCR
 //! cancels the sync, reads the map afresh and pends a new one.
 //!
-//! Without the offer, a valid dynamic RAID map's device-handle table stands in, as in Linux
+//! Without the offer, a valid RAID map's device-handle table (any format) stands in, as in Linux
 //! (`fast_path_io` without `support_seqnum_jbod_fp`): a system PD the map gives a handle takes
 //! its requests by that handle with the device id itself as target and no sequence number. The
 //! entries follow the RAID map: taken with it at bring-up, after an OCR and from each map sync,
