@@ -358,12 +358,10 @@ impl<D: Driver> Queue<D> {
                 || self.usage.in_flight(self.counters.usage_counts()).saturating_sub(1),
                 self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
             );
-        let tag = if yield_to_waiter {
-            None
+        // One chain, no `Option` in between: a tag goes straight on to the slot.
+        let tag = if !yield_to_waiter && let Some(tag) = tags.alloc_hinted(cpu, &counters.tag_hint, bio.reserved_tag) {
+            tag
         } else {
-            tags.alloc_hinted(cpu, &counters.tag_hint, bio.reserved_tag)
-        };
-        let Some(tag) = tag else {
             self.usage.exit(&counters.usage);
             return Err(BlkError::TagsExhausted {
                 hwq,
@@ -387,7 +385,10 @@ impl<D: Driver> Queue<D> {
             d.nr_segments = bio.segments.len() as u16;
             if let [only] = bio.segments {
                 // The common single-segment I/O: one store, not a call to `memcpy`.
-                d.segments[0] = *only;
+                debug_assert!(!d.segments.is_empty());
+                // SAFETY: every slot holds `max_segments` segments, which `validate` made at
+                // least 1.
+                *unsafe { d.segments.get_unchecked_mut(0) } = *only;
             } else {
                 d.segments[..bio.segments.len()].copy_from_slice(bio.segments);
             }
