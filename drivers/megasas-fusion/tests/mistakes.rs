@@ -108,6 +108,11 @@ fn four_fw_queues(c: &mut FakeConfig) {
 fn with_jbod(c: &mut FakeConfig) {
     c.system_pds = vec![(1, 1024)];
 }
+fn with_ext_lds_raid0(c: &mut FakeConfig) {
+    c.lds = Vec::new();
+    c.ext_lds = true;
+    c.raid0 = Some(megasas_fusion::fake::FakeRaid0::new(LD, &[4, 7], 16));
+}
 fn with_jbod_map(c: &mut FakeConfig) {
     c.system_pds = vec![(1, 1024)];
     c.jbod_map = true;
@@ -223,6 +228,7 @@ mistakes! {
     qemu_dcmd_buffer_sizes: Invader, 1, none, QemuDcmdSizes => DcmdBufferTooSmall;
     no_data_dcmd_with_an_sge: Aero, 1, none, NoDataDcmdWithSge => NoDataDcmdWithSge;
     system_pd_without_fast_path_flag: Ventura, 1, with_jbod, SystemPdWithoutFastPathFlag => BadSystemPdRequest;
+    ext_map_read_at_the_legacy_size: Invader, 1, with_ext_lds_raid0, ExtMapReadAsLegacy => RaidMapBufferSize;
 }
 
 #[test]
@@ -292,6 +298,7 @@ fn every_mistake_hook_has_a_test() {
             Mistake::QemuDcmdSizes => "qemu_dcmd_buffer_sizes",
             Mistake::NoDataDcmdWithSge => "no_data_dcmd_with_an_sge",
             Mistake::SystemPdWithoutFastPathFlag => "system_pd_without_fast_path_flag",
+            Mistake::ExtMapReadAsLegacy => "ext_map_read_at_the_legacy_size",
         }
     }
     let src = include_str!("mistakes.rs");

@@ -552,7 +552,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             raidmap::MapFormat::Dynamic {
                 bytes: self.mem.raid_map.as_ref().map_or(0, |b| b[0].len()),
             }
-        } else if self.ext_lds {
+        } else if self.ext_lds && !self.mistake(Mistake::ExtMapReadAsLegacy) {
             raidmap::MapFormat::Ext
         } else {
             raidmap::MapFormat::Legacy

@@ -69,6 +69,9 @@ pub enum Mistake {
     LargeRaid1WriteByFastPath,
     /// The LDIO_BW_LIMIT sub-type on a small RAID-1 write sent on the LD path.
     BwLimitMarkOnSmallWrite,
+    /// On an Invader offering 256 LDs, the RAID map read at the legacy 64-LD map's size (the
+    /// firmware answers in the extended format, whose buffer is larger).
+    ExtMapReadAsLegacy,
     /// Behaviours Linux and FreeBSD avoid (combined mode from the host's queue count, read/write
     /// RAID-context fields on other LD commands, QEMU's MFI DCMD buffer sizes, an SGE on a no-data
     /// DCMD, a system-PD request without the FastPath flag), kept as hooks so the model's checks
@@ -82,7 +85,7 @@ pub enum Mistake {
 
 impl Mistake {
     /// Every variant (the mistakes test checks each has a test, and that this list is complete).
-    pub const ALL: [Mistake; 61] = [
+    pub const ALL: [Mistake; 62] = [
         Mistake::PostBeforeOperational,
         Mistake::InitViaAtomicPort,
         Mistake::InitTwice,
@@ -139,6 +142,7 @@ impl Mistake {
         Mistake::CacheBypassFlagsMissing,
         Mistake::LargeRaid1WriteByFastPath,
         Mistake::BwLimitMarkOnSmallWrite,
+        Mistake::ExtMapReadAsLegacy,
         Mistake::CombinedByHostCount,
         Mistake::RwContextOnNonRw,
         Mistake::QemuDcmdSizes,
