@@ -21,7 +21,9 @@ extern crate alloc;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use blk::list::{Links, TagStack};
-use blk::{CachePadded, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, Rq, SECTOR_SIZE, Status};
+use blk::{
+    CachePadded, Driver, HwCtx, IssueToken, Op, Queue, QueueConfig, QueueRqError, Rq, SECTOR_SIZE, Segment, Status,
+};
 use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 /// When a null request completes.
@@ -178,12 +180,12 @@ impl NullDriver {
         self.parked.get(hwq).is_some_and(|p| !p.is_empty())
     }
 
-    fn copy_data(&self, rq: &Rq<'_, Self>) -> Status {
+    fn copy_data(&self, op: Op, sector: u64, segments: &[Segment]) -> Status {
         let Some(store) = &self.store else {
             return Status::Ok;
         };
-        let mut offset = rq.sector() as usize * SECTOR_SIZE as usize;
-        for seg in rq.segments() {
+        let mut offset = sector as usize * SECTOR_SIZE as usize;
+        for seg in segments {
             let len = seg.len as usize;
             if offset.checked_add(len).is_none_or(|end| end > store.len()) {
                 return Status::IoError;
@@ -196,7 +198,7 @@ impl NullDriver {
                     // until it completes; `i < len`.
                     unsafe {
                         let p = virt.add(i);
-                        match rq.op() {
+                        match op {
                             Op::Write => cell.store(p.read(), Ordering::Relaxed),
                             _ => p.write(cell.load(Ordering::Relaxed)),
                         }
@@ -212,12 +214,12 @@ impl NullDriver {
 impl NullDriver {
     /// A discard on a memory-backed device reads back as zeros afterwards (what NVMe's
     /// deallocate reports with DLFEAT's "reads zeros"); without memory there is nothing to do.
-    fn discard_data(&self, rq: &Rq<'_, Self>) -> Status {
+    fn discard_data(&self, sector: u64, nr_sectors: u32) -> Status {
         let Some(store) = &self.store else {
             return Status::Ok;
         };
-        let start = rq.sector() as usize * SECTOR_SIZE as usize;
-        let len = rq.nr_sectors() as usize * SECTOR_SIZE as usize;
+        let start = sector as usize * SECTOR_SIZE as usize;
+        let len = nr_sectors as usize * SECTOR_SIZE as usize;
         let Some(cells) = start.checked_add(len).and_then(|end| store.get(start..end)) else {
             return Status::IoError;
         };
@@ -231,8 +233,8 @@ impl NullDriver {
 impl Driver for NullDriver {
     type Pdu = ();
 
-    /// Inlined into the dispatch pass, whose cost it is most of, with everything
-    /// but the plain success out of line.
+    /// Inlined into the dispatch pass, whose cost it is most of, with fault injection and the
+    /// memory copy out of line.
     #[inline(always)]
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
         if !self.plain {
@@ -253,9 +255,19 @@ impl Driver for NullDriver {
     }
 }
 
+/// What [`NullDriver::outcome_in_full`] decided for a request.
+enum Outcome {
+    /// Fault injection turned it away.
+    Busy,
+    /// It ends (or completes, or is parked) with this status.
+    Ends(Status),
+}
+
 impl NullDriver {
-    /// [`Driver::queue_rq`] with fault injection, memory and the deferred mode.
-    #[inline(never)]
+    /// [`Driver::queue_rq`] with fault injection, memory and the deferred mode. Only the
+    /// decision goes out of line, without the handle: a handle passed to a call would have to
+    /// be built in memory before the plain path's branch, on every request.
+    #[inline(always)]
     fn queue_rq_in_full<'a>(
         &self,
         hw: &HwCtx<'a, Self>,
@@ -263,37 +275,54 @@ impl NullDriver {
         _last: bool,
     ) -> Result<(), QueueRqError<'a, Self>> {
         let hwq = hw.hwq();
+        let status = match self.outcome_in_full(hwq, rq.op(), rq.sector(), rq.nr_sectors(), rq.segments()) {
+            Outcome::Busy => return Err(QueueRqError::Busy(rq)),
+            Outcome::Ends(status) => status,
+        };
+        match self.cfg.mode {
+            NullMode::Inline => rq.end(status),
+            NullMode::Immediate => rq.complete(status),
+            NullMode::Deferred => {
+                let tag = rq.tag();
+                let token = rq.issue();
+                self.park(hwq, tag, status, token);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fault injection and the memory copy of one request.
+    #[inline(never)]
+    fn outcome_in_full(&self, hwq: usize, op: Op, sector: u64, nr_sectors: u32, segments: &[Segment]) -> Outcome {
         let mut status = Status::Ok;
         if self.cfg.busy_one_in != 0 || self.cfg.error_one_in != 0 {
             let n = self.decisions[hwq].fetch_add(1, Ordering::Relaxed);
             let r = mix(self.cfg.seed ^ n ^ ((hwq as u64) << 48));
             if self.cfg.busy_one_in != 0 && (r as u32).is_multiple_of(self.cfg.busy_one_in) {
-                return Err(QueueRqError::Busy(rq));
+                return Outcome::Busy;
             }
             if self.cfg.error_one_in != 0 && ((r >> 32) as u32).is_multiple_of(self.cfg.error_one_in) {
                 status = Status::IoError;
             }
         }
         if status.is_ok() {
-            match rq.op() {
-                Op::Read | Op::Write => status = self.copy_data(&rq),
-                Op::Discard => status = self.discard_data(&rq),
+            match op {
+                Op::Read | Op::Write => status = self.copy_data(op, sector, segments),
+                Op::Discard => status = self.discard_data(sector, nr_sectors),
                 Op::Flush | Op::Driver(_) => {}
             }
         }
-        match self.cfg.mode {
-            NullMode::Inline => rq.end(status),
-            NullMode::Immediate => rq.complete(status),
-            NullMode::Deferred => {
-                let index = self.index(hwq, rq.tag());
-                self.parked_status[index as usize].store(u8::from(!status.is_ok()), Ordering::Relaxed);
-                let token = rq.issue();
-                self.parked_token[index as usize].store(token.to_bits(), Ordering::Relaxed);
-                // The push (Release) publishes `parked_status` and `parked_token` to
-                // `fire_interrupt`.
-                self.parked[hwq].push(index, &self.links);
-            }
-        }
-        Ok(())
+        Outcome::Ends(status)
+    }
+
+    /// Parks an issued request of the deferred mode for `fire_interrupt`.
+    #[inline(never)]
+    fn park(&self, hwq: usize, tag: u32, status: Status, token: IssueToken) {
+        let index = self.index(hwq, tag);
+        self.parked_status[index as usize].store(u8::from(!status.is_ok()), Ordering::Relaxed);
+        self.parked_token[index as usize].store(token.to_bits(), Ordering::Relaxed);
+        // The push (Release) publishes `parked_status` and `parked_token` to
+        // `fire_interrupt`.
+        self.parked[hwq].push(index, &self.links);
     }
 }
