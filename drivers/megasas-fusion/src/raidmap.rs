@@ -70,6 +70,8 @@ const EXT_TARGETS: usize = 0x828;
 const EXT_ARRAYS: usize = 0x928;
 const EXT_SPANS: usize = 0x4928;
 const EXT_MAX_LDS: usize = 256;
+/// Span blocks per LD span map.
+const MAX_SPANS: usize = 8;
 /// Device handles in the fixed formats.
 const FIXED_HANDLES: usize = 256;
 /// A byte target → LD entry naming no LD.
@@ -551,6 +553,19 @@ pub fn parse_ext(buf: &[u8]) -> Result<RaidMap, Error> {
     let ld_count = usize::from(u16_at(map, EXT_LD_COUNT)?);
     if ld_count > EXT_MAX_LDS {
         return Err(refuse("LD count above the extended map's 256", ld_count as u64));
+    }
+    // The array and span counts are not used (each LD names its array, checked against the
+    // format's 256), but a count the format cannot hold means a broken map.
+    let arrays = usize::from(u16_at(map, EXT_LD_COUNT + 2)?);
+    if arrays > EXT_MAX_LDS {
+        return Err(refuse("array count above the extended map's 256", arrays as u64));
+    }
+    let spans = usize::from(u16_at(map, EXT_LD_COUNT + 4)?);
+    if spans > EXT_MAX_LDS * MAX_SPANS {
+        return Err(refuse(
+            "span count above the extended map's 256 LDs of 8 spans",
+            spans as u64,
+        ));
     }
     let tables = Tables {
         targets: EXT_TARGETS,
@@ -1324,6 +1339,15 @@ mod tests {
             matches!(parse_ext(&m), Err(Error::RaidMap { .. })),
             "ext LD count above 256"
         );
+        for (what, at, n, refused) in [
+            ("array count above 256", EXT_LD_COUNT + 2, 257u16, true),
+            ("span count above 2048", EXT_LD_COUNT + 4, 2049, true),
+            ("2048 spans fit the format", EXT_LD_COUNT + 4, 2048, false),
+        ] {
+            let mut m = ext.clone();
+            m[at..at + 2].copy_from_slice(&n.to_le_bytes());
+            assert_eq!(matches!(parse_ext(&m), Err(Error::RaidMap { .. })), refused, "{what}");
+        }
         assert!(
             matches!(parse_ext(&ext[..EXT_MAP_BYTES - 1]), Err(Error::RaidMap { .. })),
             "ext cut short"
