@@ -200,6 +200,24 @@ impl<D: Driver> Queue<D> {
     #[inline(always)]
     pub(super) fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
         let at = self.submit_context(cpu)?;
+        if at.trace {
+            return self.submit_traced(&at, bio, defer);
+        }
+        // Tracing off is a constant in this copy, as in `submit_batch`.
+        self.submit_in(&RunContext { trace: false, ..at }, bio, defer)
+    }
+
+    /// [`Queue::submit_with`] with stage tracing on, out of the untraced path.
+    #[inline(never)]
+    #[cold]
+    fn submit_traced(&self, at: &RunContext<'_>, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
+        self.submit_in(at, bio, defer)
+    }
+
+    /// [`Queue::submit_with`] past its look-ups.
+    #[inline(always)]
+    fn submit_in(&self, at: &RunContext<'_>, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
+        let (cpu, at) = (at.cpu, *at);
         match self.take_request(&at, bio)? {
             Taken::NeedsSplit => self.submit_split(cpu, bio),
             Taken::Request { hwq, tag, index } => {
