@@ -4,7 +4,9 @@
 //! device is registered); `megasas.queues=N` caps the reply queues (and vectors) used;
 //! `megasas.bringup_ms=N` sets the overall bring-up deadline; `megasas.reset_wait_ms=N` how long a
 //! timed-out request may still finish on its own before the controller is reset (Linux's
-//! `resetwaittime`, default 180 s); `megasas.rdpq=off` keeps the contiguous reply rings even
+//! `resetwaittime`, default 180 s); `megasas.timeout_ms=N` how long a request may take before
+//! it times out (default 90 s, Linux's SCSI timeout for MegaRAID; the MFI driver takes the same
+//! key); `megasas.rdpq=off` keeps the contiguous reply rings even
 //! when the firmware offers RDPQ (Linux's `rdpq_enable=0`); `megasas.fastpath=off` keeps every
 //! LD read and write on the firmware LD path although the RAID map allows FastPath;
 //! `megasas.jbod_map=off` keeps JBOD disks on the path by device id although the firmware
@@ -32,6 +34,8 @@ pub struct Options {
     pub bringup_ms: Option<u32>,
     /// `megasas.reset_wait_ms=N` (1000..=600000).
     pub reset_wait_ms: Option<u32>,
+    /// `megasas.timeout_ms=N` (100..=600000), shared with the MFI driver.
+    pub timeout_ms: Option<u32>,
     /// `megasas.rdpq=on|off` (default: on when the firmware offers it).
     pub rdpq: Option<bool>,
     /// `megasas.fastpath=on|off` (default: on when the firmware has a RAID map).
@@ -75,6 +79,11 @@ impl Options {
                             .ok_or_else(|| bad("megasas.reset_wait_ms", "1000..=600000"))?,
                     );
                 }
+                "timeout_ms" => {
+                    out.timeout_ms = Some(
+                        number_in(value, 100..=600_000).ok_or_else(|| bad("megasas.timeout_ms", "100..=600000"))?,
+                    );
+                }
                 "rdpq" => {
                     out.rdpq = Some(match value {
                         "1" | "yes" | "on" => true,
@@ -112,7 +121,7 @@ impl Options {
                 _ => {
                     return Err(bad(
                         "megasas option",
-                        "report_only, queues, bringup_ms, reset_wait_ms, rdpq, fastpath, jbod_map, perf_mode, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
+                        "report_only, queues, bringup_ms, reset_wait_ms, timeout_ms, rdpq, fastpath, jbod_map, perf_mode, rdpq_fault (Fusion) or irq, irq_cpu, queue_depth (MFI)",
                     ));
                 }
             }
@@ -124,6 +133,9 @@ impl Options {
     pub fn apply_host(&self, host: &mut crate::blkdev::HostConfig) {
         if let Some(ms) = self.reset_wait_ms {
             host.reset_wait_ns = u64::from(ms) * 1_000_000;
+        }
+        if let Some(ms) = self.timeout_ms {
+            host.timeout_ns = u64::from(ms) * 1_000_000;
         }
     }
 
@@ -159,7 +171,7 @@ mod tests {
     #[test]
     fn parses_fusion_keys_ignores_mfi_keys_and_rejects_the_rest() {
         let o = Options::parse(
-            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.rdpq=off megasas.fastpath=off megasas.perf_mode=latency megasas.jbod_map=off",
+            "console=ttyS0 megasas.report_only=1 megasas.irq=msix megasas.queues=8 megasas.bringup_ms=5000 megasas.reset_wait_ms=5000 megasas.timeout_ms=4000 megasas.rdpq=off megasas.fastpath=off megasas.perf_mode=latency megasas.jbod_map=off",
         )
         .unwrap();
         assert_eq!(
@@ -169,6 +181,7 @@ mod tests {
                 max_queues: Some(8),
                 bringup_ms: Some(5000),
                 reset_wait_ms: Some(5000),
+                timeout_ms: Some(4000),
                 rdpq: Some(false),
                 fastpath: Some(false),
                 jbod_map: Some(false),
@@ -193,6 +206,8 @@ mod tests {
             "megasas.queues=129",
             "megasas.bringup_ms=10",
             "megasas.reset_wait_ms=999",
+            "megasas.timeout_ms=99",
+            "megasas.timeout_ms=600001",
             "megasas.rdpq",
             "megasas.rdpq=maybe",
             "megasas.fastpath=maybe",
@@ -225,7 +240,9 @@ mod tests {
         assert_eq!(Options::parse("megasas.rdpq=on").unwrap().rdpq, Some(true));
         let mut host = crate::blkdev::HostConfig::new(2, cfg);
         assert_eq!(host.reset_wait_ns, 180_000_000_000, "Linux's default");
+        assert_eq!(host.timeout_ns, 90_000_000_000, "Linux's SCSI timeout for MegaRAID");
         o.apply_host(&mut host);
         assert_eq!(host.reset_wait_ns, 5_000_000_000);
+        assert_eq!(host.timeout_ns, 4_000_000_000);
     }
 }

@@ -68,17 +68,29 @@ const FUSION_KEYS: [&str; 9] = [
     "rdpq_fault",
 ];
 
-/// Whether the command-line word `prefix.key=value` belongs to the Fusion driver.
+/// The `megasas.*` keys both MegaRAID drivers take, each for its own controllers.
+const SHARED_KEYS: [&str; 1] = ["timeout_ms"];
+
+/// Whether the command-line word `prefix.key=value` belongs to the Fusion driver alone.
 pub fn owns_key(prefix: &str, word: &str) -> bool {
+    prefix == "megasas" && FUSION_KEYS.contains(&megasas_key(word))
+}
+
+/// Whether the command-line word `prefix.key=value` is one the MFI driver owns and the Fusion
+/// driver takes too.
+pub fn shares_key(prefix: &str, word: &str) -> bool {
+    prefix == "megasas" && SHARED_KEYS.contains(&megasas_key(word))
+}
+
+fn megasas_key(word: &str) -> &str {
     let key = word.split_once('.').map_or("", |(_, rest)| rest);
-    let key = key.split_once('=').map_or(key, |(k, _)| k);
-    prefix == "megasas" && FUSION_KEYS.contains(&key)
+    key.split_once('=').map_or(key, |(k, _)| k)
 }
 
 static OPTIONS: spin::Once<Options> = spin::Once::new();
 
 /// Parses the Fusion words (`megasas.report_only`, `megasas.queues`, `megasas.bringup_ms`,
-/// `megasas.reset_wait_ms`, `megasas.rdpq`, `megasas.fastpath`, `megasas.jbod_map`,
+/// `megasas.reset_wait_ms`, `megasas.timeout_ms` (shared with MFI), `megasas.rdpq`, `megasas.fastpath`, `megasas.jbod_map`,
 /// `megasas.perf_mode`, the test-only
 /// `megasas.rdpq_fault`).
 /// A word under this driver's own name (`megasas-fusion.x=...`) is refused: its keys are
@@ -86,7 +98,7 @@ static OPTIONS: spin::Once<Options> = spin::Once::new();
 fn configure(words: &[&str]) -> Result<(), Error> {
     if let Some(w) = words.iter().find(|w| !w.starts_with("megasas.")) {
         return Err(Error::Config(format!(
-            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.rdpq, megasas.fastpath, megasas.jbod_map, megasas.perf_mode and megasas.rdpq_fault (test only)"
+            "{w}: the Fusion driver's keys are megasas.report_only, megasas.queues, megasas.bringup_ms, megasas.reset_wait_ms, megasas.timeout_ms, megasas.rdpq, megasas.fastpath, megasas.jbod_map, megasas.perf_mode and megasas.rdpq_fault (test only)"
         )));
     }
     let options = Options::parse(&words.join(" ")).map_err(|e| Error::Config(format!("{e}")))?;

@@ -34,7 +34,7 @@ pub fn configure(driver_words: &[&str]) -> Result<(), Error> {
         let words: Vec<&str> = driver_words
             .iter()
             .copied()
-            .filter(|w| key_owner(w) == Some(driver.name))
+            .filter(|w| key_owner(w) == Some(driver.name) || shared_with(driver.name, w))
             .collect();
         (driver.configure)(&words)?;
     }
@@ -50,6 +50,15 @@ fn key_owner(word: &str) -> Option<&'static str> {
         return Some(crate::dev::fusion::DRIVER.name);
     }
     PCI_DRIVERS.iter().find(|d| d.name == prefix).map(|d| d.name)
+}
+
+/// Whether `word` is a key of another driver that `driver` takes as well (`megasas.timeout_ms`:
+/// both MegaRAID drivers).
+fn shared_with(driver: &str, word: &str) -> bool {
+    driver == crate::dev::fusion::DRIVER.name
+        && word
+            .split_once('.')
+            .is_some_and(|(prefix, _)| crate::dev::fusion::shares_key(prefix, word))
 }
 
 fn driver_for(function: &PciFunction) -> Option<&'static PciDriver> {
