@@ -80,9 +80,8 @@ impl Options {
                     );
                 }
                 "timeout_ms" => {
-                    out.timeout_ms = Some(
-                        number_in(value, 100..=600_000).ok_or_else(|| bad("megasas.timeout_ms", "100..=600000"))?,
-                    );
+                    out.timeout_ms =
+                        Some(number_in(value, 100..=600_000).ok_or_else(|| bad("megasas.timeout_ms", "100..=600000"))?);
                 }
                 "rdpq" => {
                     out.rdpq = Some(match value {
