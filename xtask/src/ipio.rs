@@ -6,7 +6,7 @@
 //! the instructions and the MMIO accesses are.
 //!
 //! ```text
-//! cargo xtask ipio [--device null|md|nvme|nvme-poll|fusion|fusion-fastpath] [--qd N] [--top N] [--kernel ELF]
+//! cargo xtask ipio [--device null|md|nvme|nvme-poll|fusion|fusion-fastpath|fusion-balanced] [--qd N] [--top N] [--kernel ELF]
 //!                   [--linux]
 //! cargo xtask ipio --check [--budget FILE] [--device D] [--qd N] [--kernel ELF]
 //! ```
@@ -281,6 +281,10 @@ pub(crate) enum Device {
     /// The emulated Fusion controller as a Ventura with a RAID-0 LD over two disks in its RAID
     /// map: every 4k read goes by FastPath to a member disk.
     FusionFastPath,
+    /// The emulated Fusion controller as an Aero with interrupt coalescing, in balanced mode
+    /// (`megasas.perf_mode=balanced`): at QD32 the requests beyond 8 per data arm complete on the
+    /// high-IOPS queues, whose interrupts the firmware coalesces.
+    FusionBalanced,
 }
 
 impl Device {
@@ -292,9 +296,10 @@ impl Device {
             "nvme-poll" => Device::NvmePoll,
             "fusion" => Device::Fusion,
             "fusion-fastpath" => Device::FusionFastPath,
+            "fusion-balanced" => Device::FusionBalanced,
             _ => {
                 return Err(format!(
-                    "--device '{s}': use null, md, nvme, nvme-poll, fusion or fusion-fastpath"
+                    "--device '{s}': use null, md, nvme, nvme-poll, fusion, fusion-fastpath or fusion-balanced"
                 ));
             }
         })
@@ -331,6 +336,14 @@ impl Device {
                 "-device",
                 "scsi-hd,drive=d0,bus=f0.0,channel=0,scsi-id=0",
             ],
+            Device::FusionBalanced => vec![
+                "-blockdev",
+                &null,
+                "-device",
+                "megasas-fusion,id=f0,generation=aero,coalescing=on",
+                "-device",
+                "scsi-hd,drive=d0,bus=f0.0,channel=0,scsi-id=0",
+            ],
             Device::FusionFastPath => vec![
                 "-blockdev",
                 &null,
@@ -348,7 +361,7 @@ impl Device {
             Device::Null => "null0",
             Device::Md => "md0",
             Device::Nvme | Device::NvmePoll => "nvme0n1",
-            Device::Fusion | Device::FusionFastPath => "mf0",
+            Device::Fusion | Device::FusionFastPath | Device::FusionBalanced => "mf0",
         };
         (args.into_iter().map(String::from).collect(), name)
     }
@@ -358,6 +371,7 @@ impl Device {
         match self {
             Device::Null => &["null.size=8g"],
             Device::NvmePoll => &["nvme.poll_queues=1"],
+            Device::FusionBalanced => &["megasas.perf_mode=balanced"],
             Device::Md | Device::Nvme | Device::Fusion | Device::FusionFastPath => &[],
         }
     }
@@ -367,6 +381,7 @@ impl Device {
         match self {
             Device::NvmePoll => "nvme0n1-polled",
             Device::FusionFastPath => "mf0-fastpath",
+            Device::FusionBalanced => "mf0-balanced",
             other => other.qemu_and_name().1,
         }
     }
@@ -429,7 +444,7 @@ impl Setup {
         shape: Shape,
         function_of: impl Fn(u64) -> String,
     ) -> Result<PerIo, String> {
-        let binary = if matches!(device, Device::Fusion | Device::FusionFastPath) {
+        let binary = if matches!(device, Device::Fusion | Device::FusionFastPath | Device::FusionBalanced) {
             crate::qemufusion::ensure_binary()?
         } else {
             PathBuf::from("qemu-system-x86_64")
@@ -882,6 +897,12 @@ mod tests {
         assert_eq!(polled.kernel_words(), ["nvme.poll_queues=1"]);
         assert_eq!(polled.label(), "nvme0n1-polled");
         assert!(Device::parse("sata").unwrap_err().contains("nvme-poll"));
+        // Balanced Fusion: the Aero with coalescing, forced into balanced mode by a kernel word.
+        let balanced = Device::parse("fusion-balanced").unwrap();
+        assert!(balanced.qemu_and_name().0.iter().any(|a| a.contains("coalescing=on")));
+        assert_eq!(balanced.kernel_words(), ["megasas.perf_mode=balanced"]);
+        assert_eq!(balanced.label(), "mf0-balanced");
+        assert!(Device::parse("sata").unwrap_err().contains("fusion-balanced"));
         let b = parse_budgets("nvme 32 890 0 0.3\nnvme-poll 32 900 0 0.2\n").unwrap();
         assert_eq!((b[0].device, b[1].device), (Device::Nvme, Device::NvmePoll));
     }
