@@ -201,17 +201,20 @@ impl<D: Driver> Queue<D> {
     pub(super) fn submit_with(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
         let at = self.submit_context(cpu)?;
         if at.trace {
-            return self.submit_traced(&at, bio, defer);
+            return self.submit_traced(cpu, bio, defer);
         }
         // Tracing off is a constant in this copy, as in `submit_batch`.
         self.submit_in(&RunContext { trace: false, ..at }, bio, defer)
     }
 
-    /// [`Queue::submit_with`] with stage tracing on, out of the untraced path.
+    /// [`Queue::submit_with`] with stage tracing on, out of the untraced path. It looks the
+    /// context up again: handed over, the context would be built in memory on the untraced
+    /// path too.
     #[inline(never)]
     #[cold]
-    fn submit_traced(&self, at: &RunContext<'_>, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
-        self.submit_in(at, bio, defer)
+    fn submit_traced(&self, cpu: usize, bio: &Bio<'_>, defer: bool) -> Result<Submitted, BlkError> {
+        let at = self.submit_context(cpu)?;
+        self.submit_in(&at, bio, defer)
     }
 
     /// [`Queue::submit_with`] past its look-ups.
@@ -248,17 +251,24 @@ impl<D: Driver> Queue<D> {
             }
         };
         if at.trace {
-            return self.submit_batch_traced(&at, bios);
+            return self.submit_batch_traced(cpu, bios);
         }
         // Tracing off is a constant in this copy: no stage test per request.
         self.submit_batch_in(&RunContext { trace: false, ..at }, bios)
     }
 
-    /// [`Queue::submit_batch`] with stage tracing on, out of the untraced path.
+    /// [`Queue::submit_batch`] with stage tracing on, out of the untraced path. It looks the
+    /// context up again (see `submit_traced`).
     #[inline(never)]
     #[cold]
-    fn submit_batch_traced(&self, at: &RunContext<'_>, bios: &[Bio<'_>]) -> BatchOutcome {
-        self.submit_batch_in(at, bios)
+    fn submit_batch_traced(&self, cpu: usize, bios: &[Bio<'_>]) -> BatchOutcome {
+        match self.submit_context(cpu) {
+            Ok(at) => self.submit_batch_in(&at, bios),
+            Err(error) => BatchOutcome {
+                accepted: 0,
+                error: Some(error),
+            },
+        }
     }
 
     /// [`Queue::submit_batch`] past its look-ups.
