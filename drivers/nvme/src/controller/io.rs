@@ -140,8 +140,7 @@ pub(super) fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
     mem.write_u64s(slot as usize * SQE_SIZE, cmd.sqe_words());
 }
 
-/// Why a post found the controller not live (out of line: the hot path keeps one compare; issue
-/// 22).
+/// Why a post found the controller not live (out of line: the hot path keeps one compare).
 #[cold]
 #[inline(never)]
 fn not_live(state: u8) -> PostError {
