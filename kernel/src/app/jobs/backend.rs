@@ -314,9 +314,11 @@ impl<'a> KernelBackend<'a> {
     /// Adds `bio` to the burst, submitting the burst first when it is full.
     #[inline(always)]
     pub(super) fn collect(&mut self, bio: blk::Bio<'a>) -> Result<(), SubmitError> {
-        if self.pending.is_full() {
+        // `>=`, not `is_full`'s `==`: past it the compiler knows there is room, and the push
+        // tests nothing again.
+        if self.pending.len() >= self.pending.capacity() {
             self.submit_pending();
-            if self.pending.is_full() {
+            if self.pending.len() >= self.pending.capacity() {
                 // No tag for any of them yet.
                 return Err(SubmitError::Busy);
             }
