@@ -277,7 +277,8 @@ impl<D: Driver> Queue<D> {
     pub(super) fn dispatch_one(&self, at: &RunContext<'_>, ctx: &HwCtx<'_, D>, index: u32, last: bool) -> Dispatched {
         let counters = at.counters;
         let cpu = usize::from(ctx.cpu);
-        let slot = self.slot(index);
+        // SAFETY: a request index the queue hands to dispatch came from a checked lookup.
+        let slot = unsafe { self.held_slot(index) };
         debug_assert_eq!(
             // SAFETY: the block layer owns the request until the driver gets the handle.
             unsafe { slot.data() }.hwq,

@@ -453,6 +453,18 @@ impl<D: Driver> Queue<D> {
         &self.slots[index as usize]
     }
 
+    /// Slot `index` without a bounds check, for a request the queue holds.
+    ///
+    /// # Safety
+    /// `index` is a slot's: it came from a checked lookup (`take_request`, a split, a claim of
+    /// a device's tag), as every request index the queue hands around does.
+    #[inline(always)]
+    pub(crate) unsafe fn held_slot(&self, index: u32) -> &Slot<D::Pdu> {
+        debug_assert!((index as usize) < self.slots.len());
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.slots.get_unchecked(index as usize) }
+    }
+
     fn check_cpu(&self, cpu: usize) -> Result<(), BlkError> {
         if cpu >= self.ncpus {
             return Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus });
