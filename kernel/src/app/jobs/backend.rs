@@ -37,8 +37,8 @@ pub(super) struct KernelBackend<'a> {
     /// only then is it asked on every reap.
     pub(super) windows: bool,
     /// Collect a burst's I/Os and hand them to the device together at `commit`
-    /// (`BlockDevice::submit_batch`: one run-token round trip, one doorbell, one call; issue
-    /// 22). Off at iodepth 1 (nothing to batch), where an I/O's own submission time is
+    /// (`BlockDevice::submit_batch`: one run-token round trip, one doorbell, one call). Off at
+    /// iodepth 1 (nothing to batch), where an I/O's own submission time is
     /// measured (fio's slat, the detail mode) and over a file set (which switches devices
     /// between I/Os).
     pub(super) batch: bool,
