@@ -24,7 +24,9 @@ pub struct TagBitmap {
     /// value is safe, so it stays out of the loom model.
     hints: Box<[CachePadded<HintU32>]>,
     nbits: u32,
-    bits_per_word: u32,
+    /// Bits per word less one (a power of two less one): a tag's bit in its word is
+    /// `tag & bit_mask`, with no subtraction on the hot paths.
+    bit_mask: u32,
     /// log2(bits_per_word): the hot paths shift instead of dividing.
     word_shift: u32,
     base: u32,
@@ -71,10 +73,14 @@ impl TagBitmap {
             words: words.into_boxed_slice(),
             hints: hints.into_boxed_slice(),
             nbits,
-            bits_per_word,
+            bit_mask: bits_per_word - 1,
             word_shift: bits_per_word.trailing_zeros(),
             base,
         }
+    }
+
+    fn bits_per_word(&self) -> u32 {
+        self.bit_mask + 1
     }
 
     /// Number of tags in the pool.
@@ -85,7 +91,7 @@ impl TagBitmap {
     /// The first value of CPU `cpu`'s hint (as the pool's own hints start): a caller that keeps
     /// its hints itself ([`TagBitmap::alloc_hinted`]) starts its CPUs in different words too.
     pub fn first_hint(&self, cpu: usize) -> u32 {
-        first_hint_of(cpu, self.bits_per_word, self.nbits)
+        first_hint_of(cpu, self.bits_per_word(), self.nbits)
     }
 
     /// First tag number of the pool.
@@ -94,7 +100,7 @@ impl TagBitmap {
     }
 
     fn valid_mask(&self, word: usize) -> u64 {
-        valid_mask_of(self.nbits, self.bits_per_word, word)
+        valid_mask_of(self.nbits, self.bits_per_word(), word)
     }
 
     /// Allocates a free tag, searching from `cpu`'s hint. `None` when every tag is taken.
@@ -119,7 +125,7 @@ impl TagBitmap {
         // one bit, no search (a third of the instructions of the loop below). No range test:
         // a hint past the pool's end (at most `nbits`, after its last tag was taken) finds no
         // word, or a bit past the end, which is always set.
-        let mask = 1u64 << (hint & (self.bits_per_word - 1));
+        let mask = 1u64 << (hint & self.bit_mask);
         if let Some(word) = self.words.get((hint >> self.word_shift) as usize)
             && word.load(Ordering::Relaxed) & mask == 0
             // Acquire pairs with the Release `fetch_and` in `free`, as below.
@@ -137,7 +143,7 @@ impl TagBitmap {
         let hint = if hint >= self.nbits { 0 } else { hint };
         let nwords = self.words.len();
         let start_word = (hint >> self.word_shift) as usize;
-        let start_bit = hint & (self.bits_per_word - 1);
+        let start_bit = hint & self.bit_mask;
         // Visit the start word twice: first from the hint, at the end from bit 0.
         let mut w = start_word;
         for step in 0..=nwords {
@@ -159,7 +165,7 @@ impl TagBitmap {
                 // use of the tag happens before ours.
                 let prev = word.fetch_or(mask, Ordering::Acquire);
                 if prev & mask == 0 {
-                    let tag = w as u32 * self.bits_per_word + bit;
+                    let tag = w as u32 * self.bits_per_word() + bit;
                     hint_slot.store(tag + 1, core::sync::atomic::Ordering::Relaxed);
                     return Some(self.base + tag);
                 }
@@ -188,9 +194,13 @@ impl TagBitmap {
             return false;
         }
         let w = (rel >> self.word_shift) as usize;
-        let mask = 1u64 << (rel & (self.bits_per_word - 1));
+        debug_assert!(w < self.words.len());
+        // SAFETY: `rel < nbits`, so `w = rel / bits_per_word < nbits.div_ceil(bits_per_word)`,
+        // which is at most the number of words (`new`).
+        let word = unsafe { self.words.get_unchecked(w) };
+        let mask = 1u64 << (rel & self.bit_mask);
         // Release pairs with the Acquire `fetch_or` in `alloc`.
-        let prev = self.words[w].fetch_and(!mask, Ordering::Release);
+        let prev = word.fetch_and(!mask, Ordering::Release);
         // A recently freed tag is cache-hot on this CPU: try it first next time.
         hint_slot.store(rel, core::sync::atomic::Ordering::Relaxed);
         prev & mask != 0
