@@ -66,6 +66,10 @@ pub struct IoGenerator {
     write_after_trim: Option<u64>,
     /// Whether this is a `trimwrite` job.
     trim_then_write: bool,
+    /// The operation of every I/O of a uniform draw in one direction and no `trimwrite` (the
+    /// benchmark shape): [`IoGenerator::next_io`] then tests this alone, not the `trimwrite` flag,
+    /// the pick's jump table and the direction. `None` for every other stream.
+    uniform_op: Option<IoOp>,
 }
 
 /// How a fixed-size draw picks its block, in the order [`IoGenerator::draw`] asks: the random map,
@@ -309,6 +313,7 @@ impl IoGenerator {
                 generator.seq_add_write = generator.seq_add;
                 generator.pick = BlockPick::SequentialMixedAdd;
             }
+            generator.settle_uniform_op();
         }
         generator
     }
@@ -382,6 +387,7 @@ impl IoGenerator {
             write_after_trim: None,
             trim_then_write: matches!(plan.spec.rw, RwMode::TrimWrite | RwMode::RandTrimWrite),
             pick: BlockPick::Sequential,
+            uniform_op: None,
         };
         generator.pick = if generator.strided.is_some() {
             BlockPick::Strided
@@ -402,7 +408,16 @@ impl IoGenerator {
         } else {
             BlockPick::Sequential
         };
+        generator.settle_uniform_op();
         generator
+    }
+
+    /// Sets [`IoGenerator::uniform_op`] from the pick, the direction and `trimwrite`; called
+    /// whenever the pick is decided.
+    fn settle_uniform_op(&mut self) {
+        self.uniform_op = self
+            .fixed_op
+            .filter(|_| self.pick == BlockPick::Uniform && !self.trim_then_write);
     }
 
     /// The next I/O of a job with variable block sizes: `(operation, first block, blocks)`, or
@@ -498,8 +513,16 @@ impl IoGenerator {
 
     /// The next I/O, or `None` once a size-bound job has issued all of its I/Os (for `trimwrite`,
     /// a block's trim and write count as one).
-    #[inline]
+    #[inline(always)]
     pub fn next_io(&mut self) -> Option<(IoOp, u64)> {
+        // The benchmark shape: what `draw` does for it, with one test before it.
+        if let Some(op) = self.uniform_op {
+            if self.remaining == 0 {
+                return None;
+            }
+            self.remaining -= 1;
+            return Some((op, self.rng.below(self.blocks)));
+        }
         // One test of a flag on the read/write path; `trimwrite` goes aside.
         if self.trim_then_write {
             return self.next_trim_write();
@@ -778,6 +801,27 @@ mod tests {
         let p = plan("rw=randread bs=4k size=64k");
         let mut g = IoGenerator::new(&p, 0);
         assert_eq!(core::iter::from_fn(|| g.next_io()).count(), 8);
+    }
+
+    #[test]
+    fn the_uniform_shortcut_draws_what_the_full_draw_draws() {
+        for (words, shortcut) in [
+            ("rw=randread bs=4k size=4m", true),
+            ("rw=randwrite bs=4k size=4m runtime=1s", true),
+            ("rw=randtrim bs=4k size=4m", true),
+            ("rw=randrw bs=4k size=4m", false),
+            ("rw=randtrimwrite bs=4k size=4m", false),
+            ("rw=read bs=4k size=4m", false),
+        ] {
+            let p = plan(words);
+            let mut fast = IoGenerator::new(&p, 0);
+            assert_eq!(fast.uniform_op.is_some(), shortcut, "{words}");
+            let mut full = fast.clone();
+            full.uniform_op = None;
+            for _ in 0..2_000 {
+                assert_eq!(fast.next_io(), full.next_io(), "{words}");
+            }
+        }
     }
 
     #[test]
