@@ -3,7 +3,7 @@
 
 use super::source::Source;
 use super::verify::TRACK_BUSY;
-use super::{Completion, CpuRun, IN_FLIGHT, IoBackend, IoOp, NO_SLOT, Phase, SubmitError};
+use super::{Completion, CpuRun, IN_FLIGHT, IoBackend, IoOp, Phase, SubmitError};
 use crate::detail::depth_bucket;
 use crate::error::WorkloadError;
 use crate::job::ExpectedGeneration;
@@ -28,7 +28,10 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         // The burst is submitted back to back (at most one per slot), so an I/O's latency reads
         // high by at most the time to submit the I/Os before it in the burst (docs/bench.md).
         let burst_ns = self.backend.now_ns();
-        while self.free_head != NO_SLOT && submissions_left > 0 {
+        // The slot is read once here: nothing before the submission below takes or frees one.
+        while let Some(slot) = self.free_slot()
+            && submissions_left > 0
+        {
             if self.paced() && phase == Phase::Main && (self.flush_in_flight || self.flush_wanted) {
                 // fio's fsync: what is in flight completes, then the flush alone.
                 if self.flush_in_flight || self.in_flight > 0 {
@@ -79,7 +82,7 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
                 return Ok(true);
             }
             submissions_left -= 1;
-            if !self.try_submit(io, burst_ns, phase)? {
+            if !self.try_submit(slot, io, burst_ns, phase)? {
                 self.retry = Some(io);
                 return Ok(true);
             }
@@ -102,15 +105,19 @@ impl<B: IoBackend + ?Sized, const PLAIN: bool> CpuRun<'_, B, PLAIN> {
         self.retry.is_some() || self.flush_wanted
     }
 
-    /// Tries to start `io` (whose block is not in flight) in a free slot. Returns false when the
-    /// backend is busy; an immediate failure counts as a completed, failed I/O. `submitted_ns` is
-    /// the clock read of the burst this submission belongs to.
-    fn try_submit(&mut self, (op, block): (IoOp, u64), submitted_ns: u64, phase: Phase) -> Result<bool, WorkloadError> {
+    /// Tries to start `io` (whose block is not in flight) in `slot`, the top of the free list.
+    /// Returns false when the backend is busy; an immediate failure counts as a completed, failed
+    /// I/O. `submitted_ns` is the clock read of the burst this submission belongs to.
+    fn try_submit(
+        &mut self,
+        slot: usize,
+        (op, block): (IoOp, u64),
+        submitted_ns: u64,
+        phase: Phase,
+    ) -> Result<bool, WorkloadError> {
         let tracked = self.tracked();
         debug_assert!(!tracked || self.tracker[block as usize] & TRACK_BUSY == 0);
-        let Some(slot) = self.free_slot() else {
-            return Ok(false);
-        };
+        debug_assert_eq!(self.free_slot(), Some(slot));
         let lba = self.lba_of(block);
         // Unverified jobs (the benchmark case) skip the match: a jump table is an indirect jump.
         let generation = if self.verify_off() {
