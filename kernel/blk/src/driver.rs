@@ -390,8 +390,7 @@ impl<'a, D: Driver> Rq<'a, D> {
     }
     /// Scatter-gather list.
     pub fn segments(&self) -> &[Segment] {
-        let d = self.data();
-        &d.segments[..usize::from(d.nr_segments)]
+        self.data().segments()
     }
     /// CPU that submitted the request.
     pub fn submit_cpu(&self) -> usize {

@@ -348,11 +348,40 @@ pub(crate) struct SlotData<P> {
     /// The tag set the slot belongs to (fixed: slot `set * depth + tag`), so that ending a
     /// request needs no lookup of its hardware queue's set.
     pub set: u16,
+    /// Segment count: 1 means the one segment is `first_segment`, any other count that the
+    /// segments are the first ones of `segments`.
     pub nr_segments: u16,
+    /// The segment of a single-segment request, kept in the slot itself: the common I/O
+    /// stores and reads it without following the pointer to `segments`.
+    pub first_segment: Segment,
+    /// `max_segments` segments, for requests of more than one.
     pub segments: Box<[Segment]>,
     /// The split bio this request is a part of ([`crate::split::NO_PARENT`]: none).
     pub parent: u32,
     pub pdu: P,
+}
+
+impl<P> SlotData<P> {
+    /// Stores a request's segments (at most `max_segments`).
+    #[inline(always)]
+    pub fn set_segments(&mut self, segments: &[Segment]) {
+        self.nr_segments = segments.len() as u16;
+        if let [only] = segments {
+            self.first_segment = *only;
+        } else {
+            self.segments[..segments.len()].copy_from_slice(segments);
+        }
+    }
+
+    /// The request's segments, as [`SlotData::set_segments`] stored them.
+    #[inline(always)]
+    pub fn segments(&self) -> &[Segment] {
+        if self.nr_segments == 1 {
+            core::slice::from_ref(&self.first_segment)
+        } else {
+            &self.segments[..usize::from(self.nr_segments)]
+        }
+    }
 }
 
 /// One preallocated request. Aligned to a cache line: neighbouring requests, which different
@@ -390,6 +419,7 @@ impl<P> Slot<P> {
                 tag,
                 set,
                 nr_segments: 0,
+                first_segment: Segment::EMPTY,
                 segments: vec![Segment::EMPTY; max_segments].into_boxed_slice(),
                 parent: crate::split::NO_PARENT,
                 pdu,

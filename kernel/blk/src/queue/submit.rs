@@ -410,16 +410,8 @@ impl<D: Driver> Queue<D> {
             d.submit_cpu = cpu as u16;
             d.hwq = hwq as u16;
             d.parent = NO_PARENT;
-            d.nr_segments = bio.segments.len() as u16;
-            if let [only] = bio.segments {
-                // The common single-segment I/O: one store, not a call to `memcpy`.
-                debug_assert!(!d.segments.is_empty());
-                // SAFETY: every slot holds `max_segments` segments, which `validate` made at
-                // least 1.
-                *unsafe { d.segments.get_unchecked_mut(0) } = *only;
-            } else {
-                d.segments[..bio.segments.len()].copy_from_slice(bio.segments);
-            }
+            // The common single-segment I/O: one store into the slot, not a call to `memcpy`.
+            d.set_segments(bio.segments);
         }
         // No deadline is reset here: it is read only while the request is ISSUED, and `issue`
         // stores it before that.
@@ -531,8 +523,7 @@ impl<D: Driver> Queue<D> {
                     d.submit_cpu = cpu as u16;
                     d.hwq = hwq as u16;
                     d.parent = parent;
-                    d.nr_segments = segments.len() as u16;
-                    d.segments[..segments.len()].copy_from_slice(segments);
+                    d.set_segments(segments);
                 }
                 // No deadline reset, as in `take_request`.
                 slot.set_status(Status::Ok);
