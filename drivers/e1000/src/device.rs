@@ -54,9 +54,7 @@ pub struct E1000<M: Mmio> {
 /// and interrupts masked (whatever firmware left running stops using memory), and its address.
 /// No reset, no rings: [`E1000::new`] does those when the network is used.
 pub fn identify<M: Mmio, W: Delay>(mmio: &M, family: Family, delay: &W) -> Result<MacAddress, Error> {
-    mmio.write32(reg::IMC, u32::MAX);
-    mmio.write32(reg::RCTL, 0);
-    mmio.write32(reg::TCTL, 0);
+    stop_engines(mmio);
     read_mac(mmio, family, delay)
 }
 
@@ -303,11 +301,7 @@ impl<M: Mmio + Send> Nic for E1000<M> {
 
 /// Masks every interrupt, resets the controller and waits (bounded) for CTRL.RST to clear.
 fn reset<M: Mmio, W: Delay>(mmio: &M, delay: &W) -> Result<(), Error> {
-    mmio.write32(reg::IMC, u32::MAX);
-    mmio.write32(reg::RCTL, 0);
-    mmio.write32(reg::TCTL, 0);
-    let c = mmio.read32(reg::CTRL);
-    mmio.write32(reg::CTRL, c | ctrl::RST);
+    quiesce(mmio);
     delay.delay_us(RESET_SETTLE_US);
     let mut waited = RESET_SETTLE_US;
     loop {
@@ -330,12 +324,16 @@ fn reset<M: Mmio, W: Delay>(mmio: &M, delay: &W) -> Result<(), Error> {
     Ok(())
 }
 
-/// Receiver and transmitter off, interrupts masked, reset asked for (not waited on): the
-/// device lets go of the rings.
-fn quiesce<M: Mmio>(mmio: &M) {
+/// Interrupts masked, receiver and transmitter off: the device's DMA engines stop.
+fn stop_engines<M: Mmio>(mmio: &M) {
+    mmio.write32(reg::IMC, u32::MAX);
     mmio.write32(reg::RCTL, 0);
     mmio.write32(reg::TCTL, 0);
-    mmio.write32(reg::IMC, u32::MAX);
+}
+
+/// The engines stopped and a reset asked for (not waited on): the device lets go of the rings.
+fn quiesce<M: Mmio>(mmio: &M) {
+    stop_engines(mmio);
     let c = mmio.read32(reg::CTRL);
     mmio.write32(reg::CTRL, c | ctrl::RST);
 }

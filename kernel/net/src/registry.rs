@@ -59,11 +59,8 @@ impl Interface {
     /// The NIC, brought up first if it was registered pending. A failed bring-up is an
     /// [`Error::Device`] now and on every later call (the device is not tried twice).
     pub fn nic(&mut self) -> Result<&mut dyn Nic, Error> {
-        if let State::Pending(_) = self.state {
-            let State::Pending(bring_up) = core::mem::replace(&mut self.state, State::Failed(String::new())) else {
-                unreachable!("matched as pending just above")
-            };
-            self.state = match bring_up() {
+        self.state = match core::mem::replace(&mut self.state, State::Failed(String::new())) {
+            State::Pending(bring_up) => match bring_up() {
                 Ok(nic) if nic.mac() == self.mac => State::Up(nic),
                 Ok(nic) => State::Failed(format!(
                     "{}: brought up with address {}, found with {}",
@@ -72,8 +69,9 @@ impl Interface {
                     self.mac
                 )),
                 Err(why) => State::Failed(format!("{}: bring-up failed: {why}", self.name)),
-            };
-        }
+            },
+            settled => settled,
+        };
         match &mut self.state {
             State::Up(nic) => Ok(&mut **nic),
             State::Failed(why) => Err(Error::Device(why.clone())),

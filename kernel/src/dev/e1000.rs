@@ -61,7 +61,7 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
         at,
         mac,
         Box::new(move || {
-            bring_up(function, family)
+            bring_up(function, family, mmio)
                 .map(|nic| Box::new(nic) as Box<dyn net::Nic>)
                 .map_err(|e| format!("{e}"))
         }),
@@ -75,21 +75,19 @@ fn probe(function: &'static PciFunction) -> Result<(), Error> {
 
 /// Resets the NIC and brings it up (rings, receiver, transmitter), the first time the network
 /// is used.
-fn bring_up(function: &'static PciFunction, family: e1000::Family) -> Result<e1000::E1000<KernelMmio>, Error> {
+fn bring_up(
+    function: &'static PciFunction,
+    family: e1000::Family,
+    mmio: KernelMmio,
+) -> Result<e1000::E1000<KernelMmio>, Error> {
     let at = function.address;
     pci::set_bus_master(function, true)?;
-    let mmio = KernelMmio(pci::bar_mmio(function, 0)?);
     let (device_node, _) = crate::dev::aml::controller_node(function);
-    let nic = e1000::E1000::new(mmio, family, &KernelDma::on(device_node), &KernelDelay)
-        .map_err(|e| Error::Device(format!("e1000 ({at}): {} bring-up failed: {e}", family.name())));
-    let nic = match nic {
-        Ok(nic) => nic,
-        Err(e) => {
-            // Whatever the device did, it gets no more memory.
-            let _ = pci::set_bus_master(function, false);
-            return Err(e);
-        }
-    };
+    let nic = e1000::E1000::new(mmio, family, &KernelDma::on(device_node), &KernelDelay).map_err(|e| {
+        // Whatever the device did, it gets no more memory.
+        let _ = pci::set_bus_master(function, false);
+        Error::Device(format!("e1000 ({at}): {} bring-up failed: {e}", family.name()))
+    })?;
     let (rx, tx) = nic.ring_lens();
     kprintln!(
         "e1000 {} ({at}) {}, link {:?}, rings rx {rx} tx {tx}, polled",
