@@ -328,19 +328,15 @@ impl Device {
                 "-device",
                 "nvme-ns,drive=d0,bus=nvme0",
             ],
-            Device::Fusion => vec![
+            Device::Fusion | Device::FusionBalanced => vec![
                 "-blockdev",
                 &null,
                 "-device",
-                "megasas-fusion,id=f0,generation=invader",
-                "-device",
-                "scsi-hd,drive=d0,bus=f0.0,channel=0,scsi-id=0",
-            ],
-            Device::FusionBalanced => vec![
-                "-blockdev",
-                &null,
-                "-device",
-                "megasas-fusion,id=f0,generation=aero,coalescing=on",
+                if self == Device::Fusion {
+                    "megasas-fusion,id=f0,generation=invader"
+                } else {
+                    "megasas-fusion,id=f0,generation=aero,coalescing=on"
+                },
                 "-device",
                 "scsi-hd,drive=d0,bus=f0.0,channel=0,scsi-id=0",
             ],
@@ -364,6 +360,11 @@ impl Device {
             Device::Fusion | Device::FusionFastPath | Device::FusionBalanced => "mf0",
         };
         (args.into_iter().map(String::from).collect(), name)
+    }
+
+    /// Whether the device is the emulated Fusion controller (`cargo xtask qemu-fusion`'s QEMU).
+    fn on_fusion_emulation(self) -> bool {
+        matches!(self, Device::Fusion | Device::FusionFastPath | Device::FusionBalanced)
     }
 
     /// The kernel words the device's boot adds before the job.
@@ -444,7 +445,7 @@ impl Setup {
         shape: Shape,
         function_of: impl Fn(u64) -> String,
     ) -> Result<PerIo, String> {
-        let binary = if matches!(device, Device::Fusion | Device::FusionFastPath | Device::FusionBalanced) {
+        let binary = if device.on_fusion_emulation() {
             crate::qemufusion::ensure_binary()?
         } else {
             PathBuf::from("qemu-system-x86_64")
