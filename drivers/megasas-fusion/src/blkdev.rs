@@ -190,9 +190,9 @@ pub struct DriveDriver<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync
     core: Arc<Core<M, T>>,
     host: Weak<HostInner<M, T>>,
     index: u16,
-    target: u8,
-    /// A system PD (JBOD disk): I/O takes the system-PD path.
-    system_pd: bool,
+    /// The drive as the controller found it (target, system PD or LD, capacity): validation
+    /// looks nothing up per I/O.
+    drive: LogicalDrive,
     /// 512-byte sectors per drive block.
     scale: u32,
 }
@@ -262,7 +262,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
             qc.timeout_ns = cfg.timeout_ns;
             qc.completion = cfg.completion;
             qc.cpu_map = Some(map.clone());
-            configs.push((qc, (d.target, d.system_pd, scale)));
+            configs.push((qc, (*d, scale)));
             drives.push(DriveInfo {
                 drive: *d,
                 capacity_sectors,
@@ -289,12 +289,11 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
         let inner = host_with_drive_queues(
             configs,
             &platform,
-            |weak: &Weak<HostInner<M, T>>, index, (target, system_pd, scale)| DriveDriver {
+            |weak: &Weak<HostInner<M, T>>, index, (drive, scale)| DriveDriver {
                 core: core.clone(),
                 host: weak.clone(),
                 index,
-                target,
-                system_pd,
+                drive,
                 scale,
             },
             |queues| HostInner {
@@ -562,7 +561,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
         let op = match rq.op() {
             Op::Read => IoOp::Read,
             Op::Write => IoOp::Write,
-            Op::Flush if !ctrl.flush_goes_to_firmware() && !self.system_pd => {
+            Op::Flush if !ctrl.flush_goes_to_firmware() && !self.drive.system_pd => {
                 // The firmware does not take SYNCHRONIZE CACHE for LDs: Linux and FreeBSD
                 // complete it. A JBOD disk's flush always goes to the disk (Linux only
                 // intercepts it for logical drives).
@@ -622,14 +621,14 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
             }
         };
         let req = IoRequest {
-            system_pd: self.system_pd,
-            target: self.target,
+            system_pd: self.drive.system_pd,
+            target: self.drive.target,
             op,
             lba,
             blocks,
             sgl,
         };
-        let Ok(checked) = ctrl.validate(&req) else {
+        let Ok(checked) = ctrl.validate_on(&self.drive, &req) else {
             return Err(QueueRqError::Io(rq, Status::IoError));
         };
         let hwq = hw.hwq() as u16;

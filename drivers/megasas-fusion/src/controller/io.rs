@@ -16,7 +16,7 @@ use crate::regs::{self, Generation};
 use super::{
     Controller, F_CDB, F_CHAIN_OFFSET, F_CONTROL, F_DATA_LEN, F_DEV_HANDLE, F_FUNCTION, F_IO_FLAGS, F_RAID_CTX,
     F_SENSE_LEN, F_SENSE_LOW, F_SGL, F_SGL_FLAGS, F_SGL_OFFSET0, FRAME_SIZE, FUNC_LD_IO, FUNC_SCSI_IO, IoOp, IoRequest,
-    Mistake, PAIR_IN_FLIGHT, SENSE_SIZE, SGE_SIZE, SmidState, desc, desc_with_handle, sge_bytes,
+    LogicalDrive, Mistake, PAIR_IN_FLIGHT, SENSE_SIZE, SGE_SIZE, SmidState, desc, desc_with_handle, sge_bytes,
 };
 
 /// RAID context (G35) offsets a FastPath request fills: span/arm and the map's sequence number.
@@ -54,13 +54,36 @@ const CONTROL_READ: u32 = 0x0200_0000;
 pub(crate) const SGE_CHAIN: u8 = 0x80;
 pub(crate) const SGE_END_OF_LIST: u8 = 0x40;
 
-/// A request [`Controller::validate`] accepted: its CDB, direction (None: no data) and byte
-/// count, for [`Controller::submit_validated`].
+/// A request [`Controller::validate`] accepted: its operation code, LBA and blocks (a read or
+/// write), direction (None: no data) and byte count, for [`Controller::submit_validated`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Validated {
-    cdb: [u8; 16],
+    opcode: u8,
+    lba: u64,
+    blocks: u32,
     write: Option<bool>,
     len: u32,
+}
+
+impl Validated {
+    /// The CDB: READ(16)/WRITE(16), or SYNCHRONIZE CACHE(10) (LBA 0 and 0 blocks: the whole
+    /// LD, the only form Linux and FreeBSD send to (and intercept for) MegaRAID LDs).
+    fn cdb(&self) -> [u8; 16] {
+        cdb16(self.opcode, self.lba, self.blocks)
+    }
+}
+
+/// What FastPath decided for an LD read or write: the member disk's route (None: the LD
+/// path), a RAID-1 write's mirror route for its peer half, and the RAID-context marks Linux
+/// gives it.
+#[derive(Clone, Copy, Default)]
+struct Steer {
+    route: Option<FastPathRoute>,
+    peer: Option<FastPathRoute>,
+    /// RAID-context raid_flags (0: none).
+    raid_flags: u8,
+    /// A FastPath write past the controller's cache: routing flags SQN | SLD.
+    cache_bypass: bool,
 }
 
 /// The submission section [`Controller::enter`] opened: no reset starts while it lives.
@@ -120,6 +143,27 @@ impl FrameImage {
             self.0[F_CDB / 4 + k] = u32::from_le_bytes(*chunk);
         }
     }
+
+    /// The image of eight-byte words `q` (as [`DmaBuf::write_u64s`] stores them).
+    fn from_u64s(q: [u64; F_SGL / 8]) -> Self {
+        let mut img = Self::new();
+        for (k, w) in q.iter().enumerate() {
+            img.0[2 * k] = *w as u32;
+            img.0[2 * k + 1] = (*w >> 32) as u32;
+        }
+        img
+    }
+}
+
+/// The two eight-byte words of a 16-byte CDB with `opcode`, a big-endian LBA at byte 2 and a
+/// big-endian block count at byte 10 (READ(16)/WRITE(16)), as the frame holds them.
+#[inline(always)]
+fn cdb16_words(opcode: u8, lba: u64, blocks: u32) -> [u64; 2] {
+    let be = lba.swap_bytes();
+    [
+        u64::from(opcode) | be << 16,
+        be >> 48 | u64::from(blocks.swap_bytes()) << 16,
+    ]
 }
 
 /// An IEEE 64-bit SGE as four little-endian words (address, length, flags in byte 15).
@@ -155,12 +199,20 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if self.is_dead() {
             return Err(Error::Dead);
         }
+        if let Some(write) = checked.write
+            && checked.opcode != 0x35
+            && !req.system_pd
+            && (1..=8).contains(&req.sgl.len())
+            && self.config.word_frames()
+        {
+            return self.submit_ld_rw(tag, queue, req.target, write, checked, req.sgl, cookie);
+        }
         self.submit_raw(
             tag,
             queue,
             req.target,
             req.system_pd,
-            &checked.cdb,
+            &checked.cdb(),
             checked.write,
             checked.len,
             req.sgl,
@@ -186,7 +238,14 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             .iter()
             .find(|d| d.target == req.target && d.system_pd == req.system_pd)
             .ok_or(Error::NoSuchDrive { target: req.target })?;
-        let (cdb, write, len) = match req.op {
+        self.validate_on(drive, req)
+    }
+
+    /// [`Controller::validate`] for a request to `drive`, one of [`Controller::drives`] (the
+    /// block binding keeps its drive's entry, so no lookup per I/O).
+    #[inline(always)]
+    pub(crate) fn validate_on(&self, drive: &LogicalDrive, req: &IoRequest<'_>) -> Result<Validated, Error> {
+        let (opcode, lba, blocks, write, len) = match req.op {
             IoOp::Read | IoOp::Write => {
                 let end = req.lba.checked_add(u64::from(req.blocks));
                 if req.blocks == 0 || end.is_none_or(|e| e > drive.blocks) {
@@ -202,19 +261,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                     max: usize::from(self.limits.max_sge),
                 })?;
                 let write = req.op == IoOp::Write;
-                (
-                    cdb16(if write { 0x8A } else { 0x88 }, req.lba, req.blocks),
-                    Some(write),
-                    len,
-                )
+                (if write { 0x8A } else { 0x88 }, req.lba, req.blocks, Some(write), len)
             }
-            IoOp::Flush => {
-                // SYNCHRONIZE CACHE(10), LBA 0 and 0 blocks (the whole LD): the only form Linux
-                // and FreeBSD send to (and intercept for) MegaRAID LDs.
-                let mut c = [0u8; 16];
-                c[0] = 0x35;
-                (c, None, 0)
-            }
+            // SYNCHRONIZE CACHE(10) of the whole LD (`Validated::cdb`).
+            IoOp::Flush => (0x35, 0, 0, None, 0),
         };
         if !self.mistake(Mistake::IgnoreMaxSge) && req.sgl.len() > usize::from(self.limits.max_sge) {
             return Err(Error::TooManySegments {
@@ -240,7 +290,13 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 expected: u64::from(len),
             });
         }
-        Ok(Validated { cdb, write, len })
+        Ok(Validated {
+            opcode,
+            lba,
+            blocks,
+            write,
+            len,
+        })
     }
 
     // Inlined into `submit_validated`: no ten arguments through the stack per I/O.
@@ -416,6 +472,163 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Ok(generation)
     }
 
+    /// [`Controller::submit_raw`] for an LD read or write of 1 to 8 segments, the frame composed
+    /// as sixteen eight-byte words in registers and stored in one run: every field it holds is
+    /// computed here (the same as the general builder writes, checked word for word by the
+    /// tests), so nothing of the SMID's previous use survives, and no image is zeroed,
+    /// patched and copied per I/O.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn submit_ld_rw(
+        &self,
+        tag: u32,
+        queue: u16,
+        target: u8,
+        write: bool,
+        checked: &Validated,
+        segs: &[Segment],
+        cookie: u64,
+    ) -> Result<u32, Error> {
+        let tags = u32::from(self.limits.io_tags);
+        if tag >= tags {
+            return Err(Error::TagOutOfRange { tag, tags });
+        }
+        if queue >= self.limits.queues {
+            return Err(Error::QueueOutOfRange {
+                queue,
+                queues: self.limits.queues,
+            });
+        }
+        let smid = tag as u16 + 1;
+        let state = &self.smids[usize::from(smid)];
+        // Claim the tag before the frame is posted, so a reply can only match a posted frame.
+        let generation = state.slot.claim().ok_or(Error::TagBusy { tag })?;
+        // Read by the reaper after it sees the reply; the Release fence before the descriptor
+        // write orders these stores before the device can see the command.
+        state.cookie.store(cookie, Ordering::Relaxed);
+        state.required.store(checked.len, Ordering::Relaxed);
+        state.target.store(target, Ordering::Relaxed);
+        if self.peer_smids {
+            self.fw_outstanding.fetch_add(1, Ordering::Relaxed);
+            state.on_firmware.store(1, Ordering::Relaxed);
+        }
+        let g = self.generation;
+        let fo = FRAME_SIZE * usize::from(smid);
+        let f = &self.mem.frames;
+        let n = segs.len();
+        let eol = if g.end_of_list_flag() { SGE_END_OF_LIST } else { 0 };
+        for (i, s) in segs.iter().enumerate() {
+            let flags = if i + 1 == n { eol } else { 0 };
+            f.write_u64s(
+                fo + F_SGL + SGE_SIZE * i,
+                [s.phys, u64::from(s.len) | u64::from(flags) << 56],
+            );
+        }
+        // Slots a longer SGL of the SMID's previous use wrote.
+        let previously = usize::from(state.sgl_slots.load(Ordering::Relaxed));
+        for slot in n..previously {
+            f.write_u64s(fo + F_SGL + SGE_SIZE * slot, [0, 0]);
+        }
+        if previously != n {
+            state.sgl_slots.store(n as u8, Ordering::Relaxed);
+        }
+        let msix = queue as u8;
+        let steer = if self.fastpath.on() {
+            self.fastpath_steer(write, checked.lba, checked.blocks, target, usize::from(queue), smid)
+        } else {
+            Steer::default()
+        };
+        let (handle, function, lba, io_flags) = match steer.route {
+            Some(r) => (r.handle, FUNC_SCSI_IO, r.pd_lba, IO_FLAGS_FAST_PATH),
+            None => (u16::from(target), FUNC_LD_IO, checked.lba, 0),
+        };
+        // The RAID context (0x60..0x80) as four words: 0x60, 0x64, 0x78 and 0x7C.
+        let nsge = n as u32;
+        let (span_arm, seq) = steer
+            .route
+            .map_or((0, 0), |r| (u32::from(r.span_arm), u32::from(r.seq)));
+        let target_word = u32::from(target) << 16;
+        let (ctx0, ctx4, ctx18, ctx1c) = if g.g35_raid_context() {
+            let routing = if steer.cache_bypass {
+                ROUTING_SQN | ROUTING_SLD
+            } else {
+                ROUTING_SQN
+            };
+            (
+                0x0012u32,
+                u32::from(routing) | target_word,
+                u32::from(steer.raid_flags) | span_arm << 8 | seq << 16,
+                nsge & 0x0FFF,
+            )
+        } else {
+            let invader = g == Generation::Invader;
+            let lock = if steer.route.is_some() {
+                u32::from(REG_LOCK_FASTPATH_INVADER)
+            } else if invader {
+                0x08 // region type 0 | SEQ_NUM_ENABLE
+            } else {
+                0
+            };
+            (
+                if invader { 0x12 } else { 0 },
+                lock | target_word,
+                u32::from(steer.raid_flags) | (nsge & 0xFF) << 8 | seq << 16,
+                span_arm | ((nsge >> 8) & 0xFF) << 16,
+            )
+        };
+        let sense = self.mem.sense.phys() + (SENSE_SIZE * (usize::from(smid) - 1)) as u64;
+        let control = if write { CONTROL_WRITE } else { CONTROL_READ };
+        let cdb = cdb16_words(checked.opcode, lba, checked.blocks);
+        let words: [u64; F_SGL / 8] = [
+            // DevHandle, ChainOffset 0, Function.
+            u64::from(handle) | u64::from(function) << 24,
+            // SenseBufferLowAddress.
+            (sense & 0xFFFF_FFFF) << 32,
+            // SGLFlags, SenseBufferLength; SGLOffset0.
+            0x0002 | (SENSE_SIZE as u64) << 16 | 0x20 << 32,
+            // DataLength.
+            u64::from(checked.len) << 32,
+            // IoFlags: the CDB length (16), FastPath.
+            u64::from(16 | io_flags) << 32,
+            0,
+            0,
+            // Control: the direction.
+            u64::from(control) << 32,
+            cdb[0],
+            cdb[1],
+            0,
+            0,
+            u64::from(ctx0) | u64::from(ctx4) << 32,
+            0,
+            // Peer SMID, ex_status and status all zero.
+            0,
+            u64::from(ctx18) | u64::from(ctx1c) << 32,
+        ];
+        if let Some(r) = steer.route {
+            self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
+            let d = desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle);
+            if let Some(peer) = steer.peer {
+                let mut img = FrameImage::from_u64s(words);
+                self.post_pair(&mut img, state, fo, smid, d, peer, queue, target);
+                return Ok(generation);
+            }
+        }
+        let mut descriptor = match steer.route {
+            Some(r) => desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle),
+            None => desc(g.ld_rw_descriptor(), msix, smid),
+        };
+        if self.limits.high_iops_queues != 0 {
+            // Balanced mode: the reply queue Linux's rule picks (MSIxIndex, bits 15:8).
+            let q = self.balanced_queue(state, queue, target, false, true);
+            descriptor = (descriptor & !0xFF00) | (u64::from(q) << 8);
+        }
+        f.write_u64s(fo, words);
+        // The frame must be visible to the device before the descriptor that names it.
+        fence(Ordering::Release);
+        self.post_descriptor(descriptor);
+        Ok(generation)
+    }
+
     /// Turns the LD read or write frame in `img` (its READ(16)/WRITE(16) CDB `cdb`) into
     /// FastPath to a RAID member when the RAID map gives it a route (Linux
     /// `megasas_build_ldio_fusion` with fp_possible): the disk's device handle, Function SCSI IO,
@@ -447,19 +660,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         };
         let lba = u64::from_be_bytes(cdb[2..10].try_into().ok()?);
         let blocks = u32::from_be_bytes(cdb[10..14].try_into().ok()?);
-        // The map in use, seen from the submitting queue's lane (`mapsync`).
-        let r: FastPathRoute = self.fastpath.with(lane, |lds| {
-            let ld = lds.iter().find(|ld| ld.target == target)?;
-            if write {
-                return self.fastpath_write_route(img, ld, lba, blocks, smid, peer);
-            }
-            let r = ld.route(lba, blocks, false)?;
-            Some(if ld.mirror {
-                self.mirror_arm(ld, r, blocks, smid)
-            } else {
-                r
-            })
-        })?;
+        let steer = self.fastpath_steer(write, lba, blocks, target, lane, smid);
+        if steer.cache_bypass {
+            img.set_u16(F_RAID_CTX + 0x04, ROUTING_SQN | ROUTING_SLD);
+        }
+        if steer.raid_flags != 0 {
+            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, steer.raid_flags);
+        }
+        *peer = steer.peer;
+        let r = steer.route?;
         img.set_cdb(&cdb16(cdb[0], r.pd_lba, blocks));
         img.set_u16(F_DEV_HANDLE, r.handle);
         img.set_u8(F_FUNCTION, FUNC_SCSI_IO);
@@ -477,9 +686,34 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         Some(desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle))
     }
 
+    /// The FastPath decision for an LD read or write of `blocks` blocks at `lba` of LD `target`
+    /// on SMID `smid`, by the map in use seen from lane `lane` (`mapsync`): a RAID-0 request
+    /// inside one strip, or a RAID-1 read, goes to a member disk (a RAID-1 read to the arm
+    /// [`MirrorLoad`](crate::raidmap::MirrorLoad) picks, counted there until its reply or a
+    /// reset hands it back); a RAID-1 write to the data arm, with the mirror's route for its
+    /// peer half ([`Controller::post_pair`]) when the controller has peer SMIDs and `smid` is an
+    /// I/O tag's. Out of line: only controllers with a valid RAID map come here.
+    #[inline(never)]
+    fn fastpath_steer(&self, write: bool, lba: u64, blocks: u32, target: u8, lane: usize, smid: u16) -> Steer {
+        let mut steer = Steer::default();
+        steer.route = self.fastpath.with(lane, |lds| {
+            let ld = lds.iter().find(|ld| ld.target == target)?;
+            if write {
+                return self.fastpath_write_route(&mut steer, ld, lba, blocks, smid);
+            }
+            let r = ld.route(lba, blocks, false)?;
+            Some(if ld.mirror {
+                self.mirror_arm(ld, r, blocks, smid)
+            } else {
+                r
+            })
+        });
+        steer
+    }
+
     /// The route of a write of `blocks` blocks at LD block `lba` of `ld` on SMID `smid`, with the
-    /// RAID context marks Linux gives it in `img`: a RAID-0 write inside one strip goes to its
-    /// disk, a RAID-1 write to the data disk with `peer` set to the mirror's route
+    /// RAID context marks Linux gives it in `steer`: a RAID-0 write inside one strip goes to its
+    /// disk, a RAID-1 write to the data disk with the peer set to the mirror's route
     /// ([`Controller::peer_route`]), each marked past the controller cache when the map offers
     /// it; None (the LD path) otherwise, a large RAID-1 write on a PCIe-bandwidth-limited
     /// controller marked LDIO_BW_LIMIT. Out of line, so that FastPath reads pay one branch for
@@ -487,30 +721,29 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     #[inline(never)]
     fn fastpath_write_route(
         &self,
-        img: &mut FrameImage,
+        steer: &mut Steer,
         ld: &FastPathLd,
         lba: u64,
         blocks: u32,
         smid: u16,
-        peer: &mut Option<FastPathRoute>,
     ) -> Option<FastPathRoute> {
         let Some(r) = ld.route(lba, blocks, true) else {
             if self.config.pcie_bw_limited {
-                self.mark_bw_limited(img, ld, blocks);
+                self.mark_bw_limited(steer, ld, blocks);
             }
             return None;
         };
         if ld.mirror {
-            *peer = self.peer_route(ld, r, smid, blocks);
-            if peer.is_none() {
+            steer.peer = self.peer_route(ld, r, smid, blocks);
+            if steer.peer.is_none() {
                 if self.config.pcie_bw_limited {
-                    self.mark_bw_limited(img, ld, blocks);
+                    self.mark_bw_limited(steer, ld, blocks);
                 }
                 return None;
             }
         }
         if ld.cache_bypass {
-            self.mark_cache_bypass(img);
+            self.mark_cache_bypass(steer);
         }
         Some(r)
     }
@@ -564,10 +797,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// frame, so both halves carry it). Out of line: FastPath reads never come here.
     #[cold]
     #[inline(never)]
-    fn mark_cache_bypass(&self, img: &mut FrameImage) {
+    fn mark_cache_bypass(&self, steer: &mut Steer) {
         if !self.mistake(Mistake::CacheBypassFlagsMissing) {
-            img.set_u16(F_RAID_CTX + 0x04, ROUTING_SQN | ROUTING_SLD);
-            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_CACHE_BYPASS);
+            steer.cache_bypass = true;
+            steer.raid_flags = RAID_FLAGS_CACHE_BYPASS;
         }
     }
 
@@ -578,9 +811,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// controllers come here.
     #[cold]
     #[inline(never)]
-    fn mark_bw_limited(&self, img: &mut FrameImage, ld: &FastPathLd, blocks: u32) {
+    fn mark_bw_limited(&self, steer: &mut Steer, ld: &FastPathLd, blocks: u32) {
         if ld.mirror && (large_write(blocks) || self.mistake(Mistake::BwLimitMarkOnSmallWrite)) {
-            img.set_u8(F_RAID_CTX + CTX_RAID_FLAGS, RAID_FLAGS_LDIO_BW_LIMIT);
+            steer.raid_flags = RAID_FLAGS_LDIO_BW_LIMIT;
         }
     }
 

@@ -162,6 +162,11 @@ pub struct Config {
     #[cfg(any(test, feature = "fake"))]
     #[doc(hidden)]
     pub mistake: Option<Mistake>,
+    /// Test hook: every request frame is composed by the general builder, field by field (the
+    /// reference the word-by-word LD read/write frame is checked against).
+    #[cfg(any(test, feature = "fake"))]
+    #[doc(hidden)]
+    pub general_frames: bool,
 }
 
 impl Config {
@@ -183,6 +188,22 @@ impl Config {
             jbod_map: true,
             #[cfg(any(test, feature = "fake"))]
             mistake: None,
+            #[cfg(any(test, feature = "fake"))]
+            general_frames: false,
+        }
+    }
+
+    /// Whether LD reads and writes may take the word-by-word frame (no test hook asks for a
+    /// mistake or for the general builder; always true outside test builds).
+    #[inline(always)]
+    fn word_frames(&self) -> bool {
+        #[cfg(any(test, feature = "fake"))]
+        {
+            self.mistake.is_none() && !self.general_frames
+        }
+        #[cfg(not(any(test, feature = "fake")))]
+        {
+            true
         }
     }
 
@@ -489,6 +510,20 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     #[inline(always)]
     fn mistake(&self, m: Mistake) -> bool {
         self.config.commits(m)
+    }
+
+    /// Test hook: the 256 bytes of SMID `smid`'s request frame as they are in memory now (None:
+    /// no such frame).
+    #[cfg(any(test, feature = "fake"))]
+    #[doc(hidden)]
+    pub fn frame_bytes(&self, smid: u16) -> Option<[u8; FRAME_SIZE]> {
+        let at = FRAME_SIZE * usize::from(smid);
+        if at + FRAME_SIZE > self.mem.frames.len() {
+            return None;
+        }
+        let mut b = [0u8; FRAME_SIZE];
+        self.mem.frames.read_bytes(at, &mut b);
+        Some(b)
     }
 
     /// Generation.
