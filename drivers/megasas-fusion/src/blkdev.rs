@@ -195,6 +195,9 @@ pub struct DriveDriver<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync
     drive: LogicalDrive,
     /// 512-byte sectors per drive block.
     scale: u32,
+    /// log2 of `scale` when it is a power of two (512 B and 4 KiB blocks): a mask and a shift
+    /// per I/O, not two divisions.
+    scale_shift: Option<u32>,
 }
 
 struct HostInner<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> {
@@ -295,6 +298,7 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Host<M
                 index,
                 drive,
                 scale,
+                scale_shift: scale.is_power_of_two().then(|| scale.trailing_zeros()),
             },
             |queues| HostInner {
                 core: core.clone(),
@@ -442,6 +446,21 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
             // sees false stands for a swap at that moment; a timeout marking the tag after it
             // is the same race as before). Acquire pairs with `timeout`'s Release store.
             .is_some_and(|t| t.load(Ordering::Acquire) && t.swap(false, Ordering::AcqRel));
+        if matches!(c.outcome, IoOutcome::Ok) {
+            // The common case first: no requeue, no reset bookkeeping.
+            if let Some(batch) = batch
+                && let Some(done) = batch.complete(&self.queues, cpu, drive, hwq, token, Status::Ok)
+            {
+                if done.is_err() {
+                    self.core.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+            if q.complete(cpu, usize::from(hwq), token, Status::Ok).is_err() {
+                self.core.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         let status = match c.outcome {
             IoOutcome::Ok => Status::Ok,
             IoOutcome::Failed(_) => Status::IoError,
@@ -462,15 +481,6 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> HostIn
                 return;
             }
             self.core.failed_by_reset.fetch_add(1, Ordering::Relaxed);
-        }
-        if status == Status::Ok
-            && let Some(batch) = batch
-            && let Some(done) = batch.complete(&self.queues, cpu, drive, hwq, token, status)
-        {
-            if done.is_err() {
-                self.core.refused.fetch_add(1, Ordering::Relaxed);
-            }
-            return;
         }
         if q.complete(cpu, usize::from(hwq), token, status).is_err() {
             self.core.refused.fetch_add(1, Ordering::Relaxed);
@@ -578,10 +588,8 @@ impl<M: Mmio64 + Send + Sync + 'static, T: Delay + Send + Sync + 'static> Driver
         } else {
             let scale = u64::from(self.scale);
             let (sector, sectors) = (rq.sector(), u64::from(rq.nr_sectors()));
-            if scale.is_power_of_two() {
-                // 512 B and 4 KiB blocks: a mask and a shift, not two divisions per I/O.
-                let shift = scale.trailing_zeros();
-                if (sector | sectors) & (scale - 1) != 0 {
+            if let Some(shift) = self.scale_shift {
+                if (sector | sectors) & ((1 << shift) - 1) != 0 {
                     return Err(QueueRqError::Io(rq, Status::IoError));
                 }
                 (sector >> shift, (sectors >> shift) as u32)

@@ -340,6 +340,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 Vec::new()
             },
             jbod: super::jbodmap::JbodMap::new(),
+            ld_frame: super::io::LdFrame::new(generation),
             busy: if limits.high_iops_queues > 0 {
                 (0..super::BUSY_DEVICES)
                     .map(|_| core::sync::atomic::AtomicU32::new(0))

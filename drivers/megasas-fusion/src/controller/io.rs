@@ -172,6 +172,55 @@ fn sge_words(addr: u64, len: u32, flags: u8) -> [u32; 4] {
     [addr as u32, (addr >> 32) as u32, len, u32::from(flags) << 24]
 }
 
+/// What an LD read or write frame holds by the controller's generation, decided once at
+/// bring-up ([`Controller::ld_rw_words`] adds what each request brings).
+pub(super) struct LdFrame {
+    /// RAID-context bytes 0x60..0x68 but the target: type/nseg, and the routing flags (G35) or
+    /// lock flags (before), on the LD path, by FastPath, and by FastPath past the cache.
+    ctx_ld: u64,
+    ctx_fastpath: u64,
+    ctx_bypass: u64,
+    /// Shift of the SGE count in RAID-context bytes 0x78..0x80 (G35: the u16 at 0x7C; before:
+    /// the byte at 0x79, a count of at most 8 leaving 0x7E zero).
+    nsge_shift: u32,
+    /// Shift of span/arm there (G35: 0x79; before: 0x7C).
+    span_arm_shift: u32,
+    /// The last data SGE's flags in its second eight-byte word (end of list from Invader on).
+    eol: u64,
+    /// Request descriptor flags of an LD read or write.
+    ld_descriptor: u8,
+}
+
+impl LdFrame {
+    pub(super) fn new(g: Generation) -> Self {
+        let (ctx0, ld, fastpath, bypass) = if g.g35_raid_context() {
+            (0x0012, ROUTING_SQN, ROUTING_SQN, ROUTING_SQN | ROUTING_SLD)
+        } else {
+            let fp = u16::from(REG_LOCK_FASTPATH_INVADER);
+            if g == Generation::Invader {
+                // Region type 0 | SEQ_NUM_ENABLE on the LD path.
+                (0x12, 0x08, fp, fp)
+            } else {
+                (0, 0, fp, fp)
+            }
+        };
+        let ctx = |flags: u16| ctx0 | u64::from(flags) << 32;
+        Self {
+            ctx_ld: ctx(ld),
+            ctx_fastpath: ctx(fastpath),
+            ctx_bypass: ctx(bypass),
+            nsge_shift: if g.g35_raid_context() { 32 } else { 8 },
+            span_arm_shift: if g.g35_raid_context() { 8 } else { 32 },
+            eol: if g.end_of_list_flag() {
+                u64::from(SGE_END_OF_LIST) << 56
+            } else {
+                0
+            },
+            ld_descriptor: g.ld_rw_descriptor(),
+        }
+    }
+}
+
 impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// Submits an LD request with I/O tag `tag` (SMID `tag + 1`) whose completion goes to
     /// reply queue `queue`. `cookie` comes back in the [`Completion`](super::Completion). Returns
@@ -186,7 +235,9 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// [`Controller::submit`] for a request `validate` already accepted, inside a submission
     /// section the caller entered (blk's `queue_rq` validates before `Rq::issue` and posts
     /// after it): the request is neither checked nor the gate taken a second time.
-    /// `req` must be the request `checked` came from.
+    /// `req` must be the request `checked` came from. Inlined into the caller (blk's
+    /// `queue_rq`): an LD read or write goes from there to the descriptor without another call.
+    #[inline(always)]
     pub fn submit_validated(
         &self,
         _entered: &Entered<'_>,
@@ -207,6 +258,21 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         {
             return self.submit_ld_rw(tag, queue, req.target, write, checked, req.sgl, cookie);
         }
+        self.submit_general(tag, queue, req, checked, cookie)
+    }
+
+    /// [`Controller::submit_validated`] by the general builder: every request but an LD read or
+    /// write of 1 to 8 segments (and all of them under a test hook). Out of line, so that the
+    /// LD path inlined into the caller carries none of it.
+    #[inline(never)]
+    fn submit_general(
+        &self,
+        tag: u32,
+        queue: u16,
+        req: &IoRequest<'_>,
+        checked: &Validated,
+        cookie: u64,
+    ) -> Result<u32, Error> {
         self.submit_raw(
             tag,
             queue,
@@ -489,6 +555,10 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         segs: &[Segment],
         cookie: u64,
     ) -> Result<u32, Error> {
+        // The caller sends 1 to 8 segments.
+        let Some(first) = segs.first() else {
+            return Err(Error::TooManySegments { count: 0, max: 8 });
+        };
         let tags = u32::from(self.limits.io_tags);
         if tag >= tags {
             return Err(Error::TagOutOfRange { tag, tags });
@@ -512,17 +582,15 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             self.fw_outstanding.fetch_add(1, Ordering::Relaxed);
             state.on_firmware.store(1, Ordering::Relaxed);
         }
-        let g = self.generation;
         let fo = FRAME_SIZE * usize::from(smid);
         let f = &self.mem.frames;
         let n = segs.len();
-        let eol = if g.end_of_list_flag() { SGE_END_OF_LIST } else { 0 };
-        for (i, s) in segs.iter().enumerate() {
+        let eol = self.ld_frame.eol;
+        // The first SGE goes with the frame's first 128 bytes, in one run of stores.
+        let sge0 = [first.phys, u64::from(first.len) | if n == 1 { eol } else { 0 }];
+        for (i, s) in segs.iter().enumerate().skip(1) {
             let flags = if i + 1 == n { eol } else { 0 };
-            f.write_u64s(
-                fo + F_SGL + SGE_SIZE * i,
-                [s.phys, u64::from(s.len) | u64::from(flags) << 56],
-            );
+            f.write_u64s(fo + F_SGL + SGE_SIZE * i, [s.phys, u64::from(s.len) | flags]);
         }
         // Slots a longer SGL of the SMID's previous use wrote.
         let previously = usize::from(state.sgl_slots.load(Ordering::Relaxed));
@@ -533,48 +601,74 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             state.sgl_slots.store(n as u8, Ordering::Relaxed);
         }
         let msix = queue as u8;
-        let steer = if self.fastpath.on() {
-            self.fastpath_steer(write, checked.lba, checked.blocks, target, usize::from(queue), smid)
+        // Composed twice, so that the LD path (FastPath off) folds the route and marks away.
+        let (words, descriptor) = if self.fastpath.on() {
+            let steer = self.fastpath_steer(write, checked.lba, checked.blocks, target, usize::from(queue), smid);
+            let (words, descriptor) = self.ld_rw_words(&steer, target, write, checked, n, smid, msix);
+            if steer.route.is_some() {
+                self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
+                if let Some(peer) = steer.peer {
+                    // The pair copies the SGL from the frame.
+                    f.write_u64s(fo + F_SGL, sge0);
+                    let mut img = FrameImage::from_u64s(words);
+                    self.post_pair(&mut img, state, fo, smid, descriptor, peer, queue, target);
+                    return Ok(generation);
+                }
+            }
+            (words, descriptor)
         } else {
-            Steer::default()
+            self.ld_rw_words(&Steer::default(), target, write, checked, n, smid, msix)
         };
-        let (handle, function, lba, io_flags) = match steer.route {
-            Some(r) => (r.handle, FUNC_SCSI_IO, r.pd_lba, IO_FLAGS_FAST_PATH),
-            None => (u16::from(target), FUNC_LD_IO, checked.lba, 0),
-        };
-        // The RAID context (0x60..0x80) as four words: 0x60, 0x64, 0x78 and 0x7C.
-        let nsge = n as u32;
-        let (span_arm, seq) = steer
-            .route
-            .map_or((0, 0), |r| (u32::from(r.span_arm), u32::from(r.seq)));
-        let target_word = u32::from(target) << 16;
-        let (ctx0, ctx4, ctx18, ctx1c) = if g.g35_raid_context() {
-            let routing = if steer.cache_bypass {
-                ROUTING_SQN | ROUTING_SLD
-            } else {
-                ROUTING_SQN
-            };
-            (
-                0x0012u32,
-                u32::from(routing) | target_word,
-                u32::from(steer.raid_flags) | span_arm << 8 | seq << 16,
-                nsge & 0x0FFF,
-            )
-        } else {
-            let invader = g == Generation::Invader;
-            let lock = if steer.route.is_some() {
-                u32::from(REG_LOCK_FASTPATH_INVADER)
-            } else if invader {
-                0x08 // region type 0 | SEQ_NUM_ENABLE
-            } else {
-                0
-            };
-            (
-                if invader { 0x12 } else { 0 },
-                lock | target_word,
-                u32::from(steer.raid_flags) | (nsge & 0xFF) << 8 | seq << 16,
-                span_arm | ((nsge >> 8) & 0xFF) << 16,
-            )
+        let mut descriptor = descriptor;
+        if self.limits.high_iops_queues != 0 {
+            // Balanced mode: the reply queue Linux's rule picks (MSIxIndex, bits 15:8).
+            let q = self.balanced_queue(state, queue, target, false, true);
+            descriptor = (descriptor & !0xFF00) | (u64::from(q) << 8);
+        }
+        let [w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15] = words;
+        f.write_u64s(
+            fo,
+            [
+                w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, sge0[0], sge0[1],
+            ],
+        );
+        // The frame must be visible to the device before the descriptor that names it.
+        fence(Ordering::Release);
+        self.post_descriptor(descriptor);
+        Ok(generation)
+    }
+
+    /// The first 128 bytes of the frame of LD read or write `checked` (`nsge` segments) on
+    /// SMID `smid`, steered by `steer`, as sixteen eight-byte words, and its request descriptor
+    /// (reply queue `msix`).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn ld_rw_words(
+        &self,
+        steer: &Steer,
+        target: u8,
+        write: bool,
+        checked: &Validated,
+        nsge: usize,
+        smid: u16,
+        msix: u8,
+    ) -> ([u64; F_SGL / 8], u64) {
+        debug_assert!((1..=8).contains(&nsge));
+        let t = &self.ld_frame;
+        let (handle, function, lba, io_flags, ctx, route) = match steer.route {
+            Some(r) => (
+                r.handle,
+                FUNC_SCSI_IO,
+                r.pd_lba,
+                IO_FLAGS_FAST_PATH,
+                if steer.cache_bypass {
+                    t.ctx_bypass
+                } else {
+                    t.ctx_fastpath
+                },
+                u64::from(r.span_arm) << t.span_arm_shift | u64::from(r.seq) << 16,
+            ),
+            None => (u16::from(target), FUNC_LD_IO, checked.lba, 0, t.ctx_ld, 0),
         };
         let sense = self.mem.sense.phys() + (SENSE_SIZE * (usize::from(smid) - 1)) as u64;
         let control = if write { CONTROL_WRITE } else { CONTROL_READ };
@@ -598,35 +692,19 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
             cdb[1],
             0,
             0,
-            u64::from(ctx0) | u64::from(ctx4) << 32,
+            // RAID context 0x60..0x68: type/nseg, routing or lock flags, the LD's target.
+            ctx | u64::from(target) << 48,
             0,
             // Peer SMID, ex_status and status all zero.
             0,
-            u64::from(ctx18) | u64::from(ctx1c) << 32,
+            // 0x78..0x80: raid_flags, span/arm, sequence number, SGE count.
+            u64::from(steer.raid_flags) | route | (nsge as u64) << t.nsge_shift,
         ];
-        if let Some(r) = steer.route {
-            self.stats.fastpath_ios.fetch_add(1, Ordering::Relaxed);
-            let d = desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle);
-            if let Some(peer) = steer.peer {
-                let mut img = FrameImage::from_u64s(words);
-                self.post_pair(&mut img, state, fo, smid, d, peer, queue, target);
-                return Ok(generation);
-            }
-        }
-        let mut descriptor = match steer.route {
+        let descriptor = match steer.route {
             Some(r) => desc_with_handle(regs::DESC_FP_IO, msix, smid, r.handle),
-            None => desc(g.ld_rw_descriptor(), msix, smid),
+            None => desc(t.ld_descriptor, msix, smid),
         };
-        if self.limits.high_iops_queues != 0 {
-            // Balanced mode: the reply queue Linux's rule picks (MSIxIndex, bits 15:8).
-            let q = self.balanced_queue(state, queue, target, false, true);
-            descriptor = (descriptor & !0xFF00) | (u64::from(q) << 8);
-        }
-        f.write_u64s(fo, words);
-        // The frame must be visible to the device before the descriptor that names it.
-        fence(Ordering::Release);
-        self.post_descriptor(descriptor);
-        Ok(generation)
+        (words, descriptor)
     }
 
     /// Turns the LD read or write frame in `img` (its READ(16)/WRITE(16) CDB `cdb`) into
@@ -692,8 +770,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// [`MirrorLoad`](crate::raidmap::MirrorLoad) picks, counted there until its reply or a
     /// reset hands it back); a RAID-1 write to the data arm, with the mirror's route for its
     /// peer half ([`Controller::post_pair`]) when the controller has peer SMIDs and `smid` is an
-    /// I/O tag's. Out of line: only controllers with a valid RAID map come here.
-    #[inline(never)]
+    /// I/O tag's. Only controllers with a valid RAID map come here.
+    #[inline(always)]
     fn fastpath_steer(&self, write: bool, lba: u64, blocks: u32, target: u8, lane: usize, smid: u16) -> Steer {
         let mut steer = Steer::default();
         steer.route = self.fastpath.with(lane, |lds| {
@@ -1124,6 +1202,7 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         }
     }
 
+    #[inline(always)]
     pub(super) fn post_descriptor(&self, d: u64) {
         // The two-register mistakes (tests of the model's latch checks).
         if self.mistake(Mistake::HighWithoutLow) {

@@ -86,11 +86,14 @@ impl FastPathTables {
 
     /// Runs `f` on the table in use, seen from lane `lane`; None (the LD path) when FastPath is
     /// off or the table is being rewritten under a submitter two switches late.
-    #[inline]
+    #[inline(always)]
     pub(super) fn with<R>(&self, lane: usize, f: impl FnOnce(&[FastPathLd]) -> Option<R>) -> Option<R> {
         // Acquire pairs with `publish`'s Release store: the table it names is filled.
         let table = usize::from(self.active.load(Ordering::Acquire)).checked_sub(1)?;
-        let lane = self.lanes.get(lane).or(self.lanes.first())?;
+        let lane = match self.lanes.get(lane) {
+            Some(l) => l,
+            None => self.lanes.first()?,
+        };
         let guard = lane.0.get(table)?.try_read()?;
         f(&guard)
     }

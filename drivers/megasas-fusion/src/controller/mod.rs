@@ -491,6 +491,8 @@ pub struct Controller<M: Mmio64, D: Delay> {
     r1_ldio_hint: Vec<AtomicU32>,
     /// The JBOD sequence map and its pended sync.
     jbod: jbodmap::JbodMap,
+    /// The generation's part of an LD read or write frame.
+    ld_frame: io::LdFrame,
     /// Balanced mode: requests outstanding per device ([`BUSY_DEVICES`]), Linux's per-device
     /// busy count; empty in latency mode, where nothing counts.
     busy: Vec<AtomicU32>,

@@ -261,14 +261,18 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     /// RAID-1 peer half): the outcome and the bytes moved.
     #[inline(always)]
     fn outcome_of(&self, smid: u16, state: &SmidState) -> (IoOutcome, u32) {
-        let f = &self.mem.frames;
         let fo = FRAME_SIZE * usize::from(smid);
+        // DataLength (0x1C) up to the RAID context's status word (0x74): one bounds check.
+        let words = self
+            .mem
+            .frames
+            .word_run::<{ (F_EX_STATUS - 2 - F_DATA_LEN) / 4 + 1 }>(fo + F_DATA_LEN);
         // ex_status (0x76) and status (0x77) share the RAID context's aligned word at 0x74: one
         // load for both.
-        let status_word = f.read_u32(fo + F_EX_STATUS - 2);
+        let status_word = words.read((F_EX_STATUS - 2 - F_DATA_LEN) / 4);
         let ex_status = (status_word >> 16) as u8;
         let status = (status_word >> 24) as u8;
-        let bytes_done = f.read_u32(fo + F_DATA_LEN);
+        let bytes_done = words.read(0);
         // 0x2D with SCSI status GOOD is a completion with a residual: DataLength says how much
         // moved (Linux `map_cmd_status`). A read or write that moved less than asked
         // is not a success here (Linux's midlayer would retry the rest; blk has no partial
