@@ -250,8 +250,8 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         if self.is_dead() {
             return Err(Error::Dead);
         }
+        // A read or write (a flush has no direction).
         if let Some(write) = checked.write
-            && checked.opcode != 0x35
             && !req.system_pd
             && (1..=8).contains(&req.sgl.len())
             && self.config.word_frames()
@@ -774,19 +774,36 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
     #[inline(always)]
     fn fastpath_steer(&self, write: bool, lba: u64, blocks: u32, target: u8, lane: usize, smid: u16) -> Steer {
         let mut steer = Steer::default();
-        steer.route = self.fastpath.with(lane, |lds| {
-            let ld = lds.iter().find(|ld| ld.target == target)?;
-            if write {
-                return self.fastpath_write_route(&mut steer, ld, lba, blocks, smid);
-            }
-            let r = ld.route(lba, blocks, false)?;
-            Some(if ld.mirror {
-                self.mirror_arm(ld, r, blocks, smid)
-            } else {
-                r
-            })
-        });
+        if let Some(lds) = self.fastpath.read(lane) {
+            steer.route = self.route_in(&lds, &mut steer, write, lba, blocks, target, smid);
+        }
         steer
+    }
+
+    /// [`Controller::fastpath_steer`] by the table `lds`: the route, with the marks and peer in
+    /// `steer`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn route_in(
+        &self,
+        lds: &[FastPathLd],
+        steer: &mut Steer,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        target: u8,
+        smid: u16,
+    ) -> Option<FastPathRoute> {
+        let ld = lds.iter().find(|ld| ld.target == target)?;
+        if write {
+            return self.fastpath_write_route(steer, ld, lba, blocks, smid);
+        }
+        let r = ld.route(lba, blocks, false)?;
+        Some(if ld.mirror {
+            self.mirror_arm(ld, r, blocks, smid)
+        } else {
+            r
+        })
     }
 
     /// The route of a write of `blocks` blocks at LD block `lba` of `ld` on SMID `smid`, with the

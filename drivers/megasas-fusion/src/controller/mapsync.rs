@@ -88,14 +88,21 @@ impl FastPathTables {
     /// off or the table is being rewritten under a submitter two switches late.
     #[inline(always)]
     pub(super) fn with<R>(&self, lane: usize, f: impl FnOnce(&[FastPathLd]) -> Option<R>) -> Option<R> {
+        f(&self.read(lane)?)
+    }
+
+    /// The table in use, seen from lane `lane`, held while the guard lives; None as for
+    /// [`FastPathTables::with`]. The submission path reads it without a closure, so that its
+    /// route is inlined.
+    #[inline(always)]
+    pub(super) fn read(&self, lane: usize) -> Option<spin::RwLockReadGuard<'_, Vec<FastPathLd>>> {
         // Acquire pairs with `publish`'s Release store: the table it names is filled.
         let table = usize::from(self.active.load(Ordering::Acquire)).checked_sub(1)?;
         let lane = match self.lanes.get(lane) {
             Some(l) => l,
             None => self.lanes.first()?,
         };
-        let guard = lane.0.get(table)?.try_read()?;
-        f(&guard)
+        lane.0.get(table)?.try_read()
     }
 
     /// Makes `lds` the FastPath LDs (none: FastPath off). False, with FastPath left off, when a

@@ -58,9 +58,11 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         let batch = (u32::from(self.limits.max_fw_cmds) / 4).max(1);
         let mut consumed = 0u32;
         let mut unreported = 0u32;
+        // The index in a register while the walk runs; stored back before each host index write.
+        let mut idx = q.last_idx;
         // Bounded: at most one lap per call, so a device that keeps posting cannot hold us.
         while consumed < depth {
-            let off = base + q.last_idx as usize * 8;
+            let off = base + idx as usize * 8;
             let d = ring.read_u64_atomic(off);
             if d & 0x0F == 0x0F || d as u32 == u32::MAX || (d >> 32) as u32 == u32::MAX {
                 break;
@@ -72,23 +74,25 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
                 ring.write_u64_atomic(off, UNUSED_REPLY);
             }
             // Wraps at depth without a division.
-            q.last_idx = if q.last_idx + 1 == depth { 0 } else { q.last_idx + 1 };
-            if self.mistake(Mistake::HostIndexNoWrap) && q.last_idx == 0 {
+            idx = if idx + 1 == depth { 0 } else { idx + 1 };
+            if self.mistake(Mistake::HostIndexNoWrap) && idx == 0 {
                 q.wrapped = true;
             }
             consumed += 1;
             unreported += 1;
             self.dispatch(smid, sink);
             if unreported >= batch {
-                self.write_host_index(queue, q.last_idx, q.wrapped);
+                q.last_idx = idx;
+                self.write_host_index(queue, idx, q.wrapped);
                 unreported = 0;
             }
         }
+        q.last_idx = idx;
         if consumed == depth {
             self.stats.walk_bound_hits.fetch_add(1, Ordering::Relaxed);
         }
         if unreported > 0 {
-            self.write_host_index(queue, q.last_idx, q.wrapped);
+            self.write_host_index(queue, idx, q.wrapped);
         }
         consumed as usize
     }
