@@ -203,7 +203,7 @@ impl FastPathLd {
     /// and the map allows FastPath for this direction; None sends the request on the LD path.
     /// RAID-1: the data arm's route ([`FastPathLd::mirror_route`] gives the other arm's: a read
     /// may go there instead, a write goes to both).
-    #[inline]
+    #[inline(always)]
     pub fn route(&self, lba: u64, blocks: u32, write: bool) -> Option<FastPathRoute> {
         let handles = self.arm_handles.len() as u64;
         // Strips go round the data arms: all of them on RAID-0, the first on RAID-1.
