@@ -68,7 +68,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // The slot's record, bounds-checked once for the whole post, not indexed and
         // checked at each use.
-        let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding) else {
+        let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding()) else {
             return Err((
                 PostError::Failed(Error::InvalidConfig {
                     field: "command slot",
@@ -78,7 +78,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 request,
             ));
         };
-        let cid = self.next_cid(record.cid, slot);
+        let cid = self.next_cid(record.cid(), slot);
         cmd.set_cid(cid);
         // Full when the tail would catch up with the head: the same test as `ring_free(..) == 0`
         // (one entry is always left empty; `drain` accepts only an SQ head below the queue size),
@@ -96,8 +96,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let (generation, posted_ns) = issue(request);
         // Only SQ lock holders write it: a plain increment.
         q.posted.store(q.posted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        record.outstanding = true;
-        record.cid = cid;
+        record.set_live(cid);
         record.generation = generation;
         record.retries = 0;
         record.reissued_by_reset = record.handed_back;
@@ -149,10 +148,4 @@ fn not_live(state: u8) -> PostError {
     } else {
         PostError::Failed(Error::NotOperational)
     }
-}
-
-/// Moves an SQ's tail past the entry just written.
-#[inline]
-pub(super) fn advance_tail(sq: &mut SqState, entries: u32) {
-    sq.tail = next_index(sq.tail, entries);
 }

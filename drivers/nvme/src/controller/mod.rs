@@ -189,10 +189,11 @@ struct Admin {
 /// A command posted on an I/O submission queue.
 #[derive(Clone, Copy, Debug, Default)]
 struct CmdSlot {
-    outstanding: bool,
-    /// The CID posted: the slot index in the low bits, a per-slot sequence number above, so a
-    /// stale or duplicated completion of an earlier use of the slot does not match.
-    cid: u16,
+    /// The CID posted (bits 0-15: the slot index in the low bits, a per-slot sequence number
+    /// above, so a stale or duplicated completion of an earlier use of the slot does not match)
+    /// and [`LIVE`] while the command is outstanding: a completion's CID is checked against both
+    /// in one compare.
+    live: u32,
     /// Block-layer generation the request was issued with.
     generation: u16,
     /// The command as posted (for re-posting after an error).
@@ -213,6 +214,28 @@ struct CmdSlot {
     /// controller-wide sequence, which would be one locked increment of a line every CPU writes,
     /// per command.
     posted_ns: u64,
+}
+
+/// [`CmdSlot::live`]'s outstanding bit.
+const LIVE: u32 = 1 << 16;
+
+impl CmdSlot {
+    /// The CID last posted.
+    fn cid(&self) -> u16 {
+        self.live as u16
+    }
+    /// Whether the command is with the device.
+    fn outstanding(&self) -> bool {
+        self.live & LIVE != 0
+    }
+    /// Marks the command posted as `cid` outstanding.
+    fn set_live(&mut self, cid: u16) {
+        self.live = u32::from(cid) | LIVE;
+    }
+    /// Marks the command ended (the CID stays, the next one follows its sequence number).
+    fn end(&mut self) {
+        self.live &= !LIVE;
+    }
 }
 
 struct SqState {

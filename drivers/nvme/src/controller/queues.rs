@@ -154,11 +154,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.floor_slots
     }
 
-    /// The slot index a CID names (out of range for CIDs no slot can have).
-    pub(super) fn slot_of(&self, cid: u16) -> usize {
-        usize::from(cid & self.index_mask)
-    }
-
     /// The CID for the next use of `slot`, whose previous CID was `previous`: the sequence
     /// number above the index bits plus one (wrapping within its bits), then the slot index. One
     /// mask and one add (not two shifts by the field width and a test of it): the

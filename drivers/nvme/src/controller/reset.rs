@@ -24,10 +24,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let (stage, cid) = {
             let mut sq = q.sq.lock();
             match sq.slots.get_mut(usize::from(slot)) {
-                Some(s) if s.outstanding && s.generation == generation => {
+                Some(s) if s.outstanding() && s.generation == generation => {
                     let stage = s.timeout_stage;
                     s.timeout_stage = stage.saturating_add(1);
-                    (stage, s.cid)
+                    (stage, s.cid())
                 }
                 // Completed (delivery on its way) or already dealt with: keep waiting for it.
                 _ => return (TimeoutVerdict::Wait, None),
@@ -139,7 +139,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let mut oldest: Option<(u64, usize, u16)> = None;
             for (hwq, sq) in sqs.iter().enumerate() {
                 for (cid, s) in sq.slots.iter().enumerate() {
-                    if s.outstanding && s.timeout_stage > 0 && oldest.is_none_or(|(at, _, _)| s.posted_ns < at) {
+                    if s.outstanding() && s.timeout_stage > 0 && oldest.is_none_or(|(at, _, _)| s.posted_ns < at) {
                         oldest = Some((s.posted_ns, hwq, cid as u16));
                     }
                 }
@@ -159,12 +159,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         for (hwq, sq) in sqs.iter_mut().enumerate() {
             for cid in 0..sq.slots.len() {
                 let slot = sq.slots[cid];
-                if !slot.outstanding {
+                if !slot.outstanding() {
                     continue;
                 }
                 let is_culprit = culprit == Some((hwq, cid as u16));
                 let s = &mut sq.slots[cid];
-                s.outstanding = false;
+                s.end();
                 if is_culprit {
                     outcome.culprit = Some((hwq, cid as u16, slot.generation));
                 }
@@ -198,7 +198,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         if let Some(q) = self.queue(hwq) {
             let mut sq = q.sq.lock();
             if let Some(s) = sq.slots.get_mut(usize::from(slot))
-                && !s.outstanding
+                && !s.outstanding()
             {
                 s.handed_back = false;
             }
