@@ -84,10 +84,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                                     matches!(status.kind(), StatusKind::AbortRequested | StatusKind::AbortedSqDeleted);
                                 if status.retryable()
                                     && !aborted
-                                    && slot.timeout_stage == 0
-                                    && slot.retries < self.config.max_retries
+                                    && slot.flags.timeout_stage == 0
+                                    && slot.flags.retries < self.config.max_retries
                                 {
-                                    slot.retries += 1;
+                                    slot.flags.retries += 1;
                                     if ring_free(*sq_tail, sq_head, entries) > 0 {
                                         // A fresh CID, so a late copy of the failed entry
                                         // cannot complete the retry.

@@ -9,7 +9,7 @@ use crate::{Delay, Dma, Error, Mmio};
 use devhal::DmaBuf;
 
 use super::queues::next_index;
-use super::{Controller, IoQueue, PostError, STATE_LIVE, STATE_RESETTING, SqState};
+use super::{Controller, IoQueue, PostError, STATE_LIVE, STATE_RESETTING, SlotFlags, SqState};
 
 impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// PRP list memory of command slot `slot` on `hwq`: (slice, bus address).
@@ -31,7 +31,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here).
+    /// Posts `cmd` (as its builder made it: CID 0) for command slot `slot` on hardware queue `hwq`
+    /// (the CID is set here).
     /// `issue(request)` runs under the SQ lock once the command is sure to be posted, and returns
     /// the block-layer generation and the issue time (the reset's order), so a completion can
     /// never arrive for a request the block layer has not yet marked issued; a post that fails
@@ -79,7 +80,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             ));
         };
         let cid = self.next_cid(record.cid(), slot);
-        cmd.set_cid(cid);
+        // The builders make every command with CID 0.
+        cmd.set_first_cid(cid);
         // Full when the tail would catch up with the head: the same test as `ring_free(..) == 0`
         // (one entry is always left empty; `drain` accepts only an SQ head below the queue size),
         // without computing the count.
@@ -98,10 +100,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         q.posted.store(q.posted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         record.set_live(cid);
         record.generation = generation;
-        record.retries = 0;
-        record.reissued_by_reset = record.handed_back;
-        record.handed_back = false;
-        record.timeout_stage = 0;
+        record.flags = SlotFlags {
+            reissued_by_reset: record.flags.handed_back,
+            ..SlotFlags::default()
+        };
         record.posted_ns = posted_ns;
         sq.tail = next_tail;
         // A deferred doorbell is rung anyway once `doorbell_batch` commands wait behind it, so

@@ -198,6 +198,19 @@ struct CmdSlot {
     generation: u16,
     /// The command as posted (for re-posting after an error).
     cmd: IoCmd,
+    /// The slot's per-use flags, in one word (a post resets them with one store).
+    flags: SlotFlags,
+    /// When the request was issued (the block layer's clock, which its deadline counts from;
+    /// error retries keep it): the reset fails the aborted command issued first. A time, not a
+    /// controller-wide sequence, which would be one locked increment of a line every CPU writes,
+    /// per command.
+    posted_ns: u64,
+}
+
+/// The flags of a [`CmdSlot`]'s use, packed so that a post writes them at once.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(4))]
+struct SlotFlags {
     /// Re-posts after errors without DNR.
     retries: u8,
     /// This use of the slot is a request a controller reset handed back to the block layer
@@ -209,11 +222,6 @@ struct CmdSlot {
     handed_back: bool,
     /// 0: not timed out; 1: abort sent.
     timeout_stage: u8,
-    /// When the request was issued (the block layer's clock, which its deadline counts from;
-    /// error retries keep it): the reset fails the aborted command issued first. A time, not a
-    /// controller-wide sequence, which would be one locked increment of a line every CPU writes,
-    /// per command.
-    posted_ns: u64,
 }
 
 /// [`CmdSlot::live`]'s outstanding bit.
