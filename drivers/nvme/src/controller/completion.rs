@@ -8,11 +8,11 @@ use crate::cmd::Cqe;
 use crate::regs::CQE_SIZE;
 use crate::status::{NvmeStatus, StatusKind};
 use crate::{Delay, Dma, Mmio};
-use devhal::DmaBuf;
+use devhal::RingView;
 
 use super::io::write_cmd;
 use super::queues::{next_index, ring_free};
-use super::{Accepted, BogusCqe, CmdSlot, Controller, IoQueue, LIVE, SqState, bump};
+use super::{Accepted, BogusCqe, CmdSlot, Controller, CqState, IoQueue, LIVE, SqState, bump};
 
 impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Drains hardware queue `hwq`'s CQ: at most `budget` entries, stopping at the first phase
@@ -49,16 +49,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     ..
                 } = &mut *guard;
                 let slots = &mut slots[..];
-                let mut cq = q.cq.lock();
+                let mut cq_guard = q.cq.lock();
+                let CqState {
+                    mem: cq_mem,
+                    head: cq_head,
+                    phase: cq_phase,
+                } = &mut *cq_guard;
                 let mut ring = false;
                 // What the loop reads and advances, in locals: the acquire fence of every
                 // entry would have them reloaded from the queue's state otherwise.
                 let (entries, mask) = (q.entries, self.index_mask);
                 let sq_base = u32::from(q.qid) << 16;
-                let (mut head, mut phase) = (cq.head, cq.phase);
+                let (mut head, mut phase) = (*cq_head, *cq_phase);
+                let cq_ring = cq_mem.view();
                 let mut sq_head = *sq_head_at;
                 while room > 0 {
-                    let Some((dw2, dw3)) = read_io_cqe(&cq.mem, head, phase) else {
+                    let Some((dw2, dw3)) = read_io_cqe(cq_ring, head, phase) else {
                         break;
                     };
                     room -= 1;
@@ -114,8 +120,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                         }
                     }
                 }
-                cq.head = head;
-                cq.phase = phase;
+                *cq_head = head;
+                *cq_phase = phase;
                 *sq_head_at = sq_head;
                 if room < limit {
                     // Entries are read before the head doorbell gives their slots back.
@@ -123,8 +129,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     self.mmio.write32(q.cq_doorbell, head);
                 }
                 // Re-check once after the doorbell: an entry posted meanwhile is not re-signalled.
-                more = read_io_cqe(&cq.mem, head, phase).is_some();
-                drop(cq);
+                more = read_io_cqe(cq_ring, head, phase).is_some();
+                drop(cq_guard);
                 if ring {
                     self.ring_sq(q, &mut guard);
                 }
@@ -168,7 +174,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     pub(crate) fn cq_pending(&self, hwq: usize) -> bool {
         self.queue(hwq).is_some_and(|q| {
             q.cq.try_lock()
-                .is_none_or(|cq| read_io_cqe(&cq.mem, cq.head, cq.phase).is_some())
+                .is_none_or(|cq| read_io_cqe(cq.mem.view(), cq.head, cq.phase).is_some())
         })
     }
 }
@@ -177,16 +183,16 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 /// (command specific, unused by reads, writes, flushes and Dataset Management) and DW1
 /// (reserved) are not read.
 #[inline(always)]
-fn read_io_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<(u32, u32)> {
-    // One bounds check for the entry's four words.
-    let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
-    let dw3 = entry.read(3);
+fn read_io_cqe(ring: RingView<'_, CQE_SIZE>, head: u32, phase: bool) -> Option<(u32, u32)> {
+    // One index check for the entry's words.
+    let entry = ring.entry(head);
+    let dw3 = entry.read_u32(3);
     if (dw3 & (1 << 16) != 0) != phase {
         return None;
     }
     // Acquire: the rest of the entry is read only after its phase tag was seen.
     fence(Ordering::Acquire);
-    Some((entry.read(2), dw3))
+    Some((entry.read_u32(2), dw3))
 }
 
 /// Checks an I/O CQE (`dw2`, `dw3`) against its queue and the queue's outstanding commands

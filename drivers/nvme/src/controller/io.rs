@@ -6,7 +6,7 @@ use core::sync::atomic::{Ordering, fence};
 use crate::cmd::IoCmd;
 use crate::regs::SQE_SIZE;
 use crate::{Delay, Dma, Error, Mmio};
-use devhal::DmaBuf;
+use devhal::DmaRing;
 
 use super::queues::next_index;
 use super::{Controller, IoQueue, PostError, STATE_LIVE, STATE_RESETTING, SlotFlags, SqState};
@@ -134,11 +134,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 }
 
-/// Writes I/O command `cmd` into entry `slot` of an SQ: one bounds check and eight 8-byte stores
+/// Writes I/O command `cmd` into entry `slot` of an SQ: one index check and eight 8-byte stores
 /// of the words composed in registers.
 #[inline(always)]
-pub(super) fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
-    mem.write_u64s(slot as usize * SQE_SIZE, cmd.sqe_words());
+pub(super) fn write_cmd(mem: &DmaRing<SQE_SIZE>, slot: u32, cmd: &IoCmd) {
+    mem.entry(slot).write_u64s(cmd.sqe_words());
 }
 
 /// Why a post found the controller not live (out of line: the hot path keeps one compare).

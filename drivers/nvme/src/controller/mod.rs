@@ -32,10 +32,10 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use spin::Mutex;
 
 use crate::cmd::IoCmd;
-use crate::regs::Cap;
+use crate::regs::{CQE_SIZE, Cap, SQE_SIZE};
 use crate::status::NvmeStatus;
 use crate::{Delay, Dma, Error, Mmio};
-use devhal::DmaBuf;
+use devhal::{DmaBuf, DmaRing};
 
 /// Tunables. `Config::default()` suits QEMU and real hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,7 +247,7 @@ impl CmdSlot {
 }
 
 struct SqState {
-    mem: DmaBuf,
+    mem: DmaRing<SQE_SIZE>,
     tail: u32,
     /// Last SQ head the controller reported.
     head: u32,
@@ -257,7 +257,7 @@ struct SqState {
 }
 
 struct CqState {
-    mem: DmaBuf,
+    mem: DmaRing<CQE_SIZE>,
     head: u32,
     phase: bool,
 }

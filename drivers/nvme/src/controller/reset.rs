@@ -112,11 +112,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // The device has let go of everything: zero the rings (a late entry may have landed).
         for (sq, cq) in sqs.iter_mut().zip(cqs.iter_mut()) {
-            sq.mem.zero();
+            sq.mem.buf().zero();
             sq.tail = 0;
             sq.head = 0;
             sq.unrung = 0;
-            cq.mem.zero();
+            cq.mem.buf().zero();
             cq.head = 0;
             cq.phase = true;
         }
