@@ -170,7 +170,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 
     /// Whether hardware queue `hwq`'s CQ holds an entry not yet reaped (a floor run's "news"
-    /// before it halts). A CQ whose lock is held is being drained: counts as news.
+    /// before it halts, a poll's test before it drains). A CQ whose lock is held is being drained:
+    /// counts as news.
     pub(crate) fn cq_pending(&self, hwq: usize) -> bool {
         self.queue(hwq).is_some_and(|q| {
             q.cq.try_lock()
