@@ -121,6 +121,11 @@ impl DmaBuf {
         self.phys + off as u64
     }
 
+    /// The first byte in memory, for the crate's views that check their geometry once.
+    pub(crate) fn virt(&self) -> NonNull<u8> {
+        self.virt
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

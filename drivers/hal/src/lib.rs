@@ -19,8 +19,10 @@ mod buf;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod options;
+mod ring;
 
 pub use buf::{DmaBuf, WordRun};
+pub use ring::{DmaRing, RingEntry, RingError, RingView};
 
 /// 32-bit register access to a device's register window.
 ///

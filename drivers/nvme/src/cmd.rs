@@ -244,6 +244,13 @@ impl IoCmd {
         self.cdw0_nsid = (self.cdw0_nsid & !0xFFFF_0000) | u64::from(cid) << 16;
     }
 
+    /// Sets the command id of a command as its builder made it (CID 0): an OR, no mask.
+    #[inline(always)]
+    pub fn set_first_cid(&mut self, cid: u16) {
+        debug_assert_eq!(self.cdw0_nsid & 0xFFFF_0000, 0, "a command posted once already");
+        self.cdw0_nsid |= u64::from(cid) << 16;
+    }
+
     /// The 64-byte entry as eight little-endian u64 words (CDW0 and NSID, CDW2-3, MPTR, PRP1,
     /// PRP2, CDW10-11, CDW12-13, CDW14-15).
     #[inline(always)]
@@ -317,7 +324,10 @@ mod tests {
         for write in [false, true] {
             let mut c = IoCmd::read_write(write, 7, 0x1_0000_0002, 8);
             c.set_prps(prp1, prp2);
+            let mut first = c;
+            first.set_first_cid(0x1234);
             c.set_cid(0x1234);
+            assert_eq!(first, c, "the first CID set without the mask is the same");
             let mut s = Sqe::read_write(write, 0x1234, 7, 0x1_0000_0002, 8);
             s.set_prps(prp1, prp2);
             assert_eq!(c.to_sqe(), s);

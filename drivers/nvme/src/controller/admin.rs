@@ -5,12 +5,11 @@ use alloc::vec::Vec;
 use core::sync::atomic::{Ordering, fence};
 
 use crate::cmd::{Cqe, Sqe, cns};
-use crate::regs::{self, PAGE_SIZE, SQE_SIZE};
+use crate::regs::{self, CQE_SIZE, PAGE_SIZE, SQE_SIZE};
 use crate::status::NvmeStatus;
 use crate::{Delay, Dma, Error, Mmio};
 use devhal::DmaBuf;
 
-use super::completion::read_cqe_words;
 use super::{Admin, BogusCqe, Controller, ControllerInfo, NamespaceInfo};
 
 impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
@@ -186,5 +185,13 @@ fn write_sqe(mem: &DmaBuf, slot: u32, sqe: &Sqe) {
 /// The CQE at `head` if its phase tag says the controller wrote it on this pass.
 #[inline]
 fn read_cqe(mem: &DmaBuf, head: u32, phase: bool) -> Option<Cqe> {
-    read_cqe_words::<true>(mem, head, phase)
+    // One bounds check for the entry's four words.
+    let entry = mem.word_run::<4>(head as usize * CQE_SIZE);
+    let dw3 = entry.read(3);
+    if (dw3 & (1 << 16) != 0) != phase {
+        return None;
+    }
+    // Acquire: the rest of the entry is read only after its phase tag was seen.
+    fence(Ordering::Acquire);
+    Some(Cqe::from_dwords([entry.read(0), entry.read(1), entry.read(2), dw3]))
 }

@@ -6,10 +6,10 @@ use core::sync::atomic::{Ordering, fence};
 use crate::cmd::IoCmd;
 use crate::regs::SQE_SIZE;
 use crate::{Delay, Dma, Error, Mmio};
-use devhal::DmaBuf;
+use devhal::DmaRing;
 
 use super::queues::next_index;
-use super::{Controller, IoQueue, PostError, STATE_LIVE, STATE_RESETTING, SqState};
+use super::{Controller, IoQueue, PostError, STATE_LIVE, STATE_RESETTING, SlotFlags, SqState};
 
 impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// PRP list memory of command slot `slot` on `hwq`: (slice, bus address).
@@ -31,7 +31,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
     }
 
-    /// Posts `cmd` for command slot `slot` on hardware queue `hwq` (the CID is set here).
+    /// Posts `cmd` (as its builder made it: CID 0) for command slot `slot` on hardware queue `hwq`
+    /// (the CID is set here).
     /// `issue(request)` runs under the SQ lock once the command is sure to be posted, and returns
     /// the block-layer generation and the issue time (the reset's order), so a completion can
     /// never arrive for a request the block layer has not yet marked issued; a post that fails
@@ -68,7 +69,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // The slot's record, bounds-checked once for the whole post, not indexed and
         // checked at each use.
-        let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding) else {
+        let Some(record) = sq.slots.get_mut(index).filter(|r| !r.outstanding()) else {
             return Err((
                 PostError::Failed(Error::InvalidConfig {
                     field: "command slot",
@@ -78,8 +79,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 request,
             ));
         };
-        let cid = self.next_cid(record.cid, slot);
-        cmd.set_cid(cid);
+        let cid = self.next_cid(record.cid(), slot);
+        // The builders make every command with CID 0.
+        cmd.set_first_cid(cid);
         // Full when the tail would catch up with the head: the same test as `ring_free(..) == 0`
         // (one entry is always left empty; `drain` accepts only an SQ head below the queue size),
         // without computing the count.
@@ -96,13 +98,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let (generation, posted_ns) = issue(request);
         // Only SQ lock holders write it: a plain increment.
         q.posted.store(q.posted.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        record.outstanding = true;
-        record.cid = cid;
+        record.set_live(cid);
         record.generation = generation;
-        record.retries = 0;
-        record.reissued_by_reset = record.handed_back;
-        record.handed_back = false;
-        record.timeout_stage = 0;
+        record.flags = SlotFlags {
+            reissued_by_reset: record.flags.handed_back,
+            ..SlotFlags::default()
+        };
         record.posted_ns = posted_ns;
         sq.tail = next_tail;
         // A deferred doorbell is rung anyway once `doorbell_batch` commands wait behind it, so
@@ -133,11 +134,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     }
 }
 
-/// Writes I/O command `cmd` into entry `slot` of an SQ: one bounds check and eight 8-byte stores
+/// Writes I/O command `cmd` into entry `slot` of an SQ: one index check and eight 8-byte stores
 /// of the words composed in registers.
 #[inline(always)]
-pub(super) fn write_cmd(mem: &DmaBuf, slot: u32, cmd: &IoCmd) {
-    mem.write_u64s(slot as usize * SQE_SIZE, cmd.sqe_words());
+pub(super) fn write_cmd(mem: &DmaRing<SQE_SIZE>, slot: u32, cmd: &IoCmd) {
+    mem.entry(slot).write_u64s(cmd.sqe_words());
 }
 
 /// Why a post found the controller not live (out of line: the hot path keeps one compare).
@@ -149,10 +150,4 @@ fn not_live(state: u8) -> PostError {
     } else {
         PostError::Failed(Error::NotOperational)
     }
-}
-
-/// Moves an SQ's tail past the entry just written.
-#[inline]
-pub(super) fn advance_tail(sq: &mut SqState, entries: u32) {
-    sq.tail = next_index(sq.tail, entries);
 }

@@ -32,10 +32,10 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use spin::Mutex;
 
 use crate::cmd::IoCmd;
-use crate::regs::Cap;
+use crate::regs::{CQE_SIZE, Cap, SQE_SIZE};
 use crate::status::NvmeStatus;
 use crate::{Delay, Dma, Error, Mmio};
-use devhal::DmaBuf;
+use devhal::{DmaBuf, DmaRing};
 
 /// Tunables. `Config::default()` suits QEMU and real hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,14 +189,28 @@ struct Admin {
 /// A command posted on an I/O submission queue.
 #[derive(Clone, Copy, Debug, Default)]
 struct CmdSlot {
-    outstanding: bool,
-    /// The CID posted: the slot index in the low bits, a per-slot sequence number above, so a
-    /// stale or duplicated completion of an earlier use of the slot does not match.
-    cid: u16,
+    /// The CID posted (bits 0-15: the slot index in the low bits, a per-slot sequence number
+    /// above, so a stale or duplicated completion of an earlier use of the slot does not match)
+    /// and [`LIVE`] while the command is outstanding: a completion's CID is checked against both
+    /// in one compare.
+    live: u32,
     /// Block-layer generation the request was issued with.
     generation: u16,
     /// The command as posted (for re-posting after an error).
     cmd: IoCmd,
+    /// The slot's per-use flags, in one word (a post resets them with one store).
+    flags: SlotFlags,
+    /// When the request was issued (the block layer's clock, which its deadline counts from;
+    /// error retries keep it): the reset fails the aborted command issued first. A time, not a
+    /// controller-wide sequence, which would be one locked increment of a line every CPU writes,
+    /// per command.
+    posted_ns: u64,
+}
+
+/// The flags of a [`CmdSlot`]'s use, packed so that a post writes them at once.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(4))]
+struct SlotFlags {
     /// Re-posts after errors without DNR.
     retries: u8,
     /// This use of the slot is a request a controller reset handed back to the block layer
@@ -208,15 +222,32 @@ struct CmdSlot {
     handed_back: bool,
     /// 0: not timed out; 1: abort sent.
     timeout_stage: u8,
-    /// When the request was issued (the block layer's clock, which its deadline counts from;
-    /// error retries keep it): the reset fails the aborted command issued first. A time, not a
-    /// controller-wide sequence, which would be one locked increment of a line every CPU writes,
-    /// per command.
-    posted_ns: u64,
+}
+
+/// [`CmdSlot::live`]'s outstanding bit.
+const LIVE: u32 = 1 << 16;
+
+impl CmdSlot {
+    /// The CID last posted.
+    fn cid(&self) -> u16 {
+        self.live as u16
+    }
+    /// Whether the command is with the device.
+    fn outstanding(&self) -> bool {
+        self.live & LIVE != 0
+    }
+    /// Marks the command posted as `cid` outstanding.
+    fn set_live(&mut self, cid: u16) {
+        self.live = u32::from(cid) | LIVE;
+    }
+    /// Marks the command ended (the CID stays, the next one follows its sequence number).
+    fn end(&mut self) {
+        self.live &= !LIVE;
+    }
 }
 
 struct SqState {
-    mem: DmaBuf,
+    mem: DmaRing<SQE_SIZE>,
     tail: u32,
     /// Last SQ head the controller reported.
     head: u32,
@@ -226,7 +257,7 @@ struct SqState {
 }
 
 struct CqState {
-    mem: DmaBuf,
+    mem: DmaRing<CQE_SIZE>,
     head: u32,
     phase: bool,
 }

@@ -12,7 +12,7 @@ use crate::plan::QueuePlan;
 use crate::prp;
 use crate::regs::{CQE_SIZE, PAGE_SIZE, SQE_SIZE};
 use crate::{Delay, Dma, Error, Mmio};
-use devhal::DmaBuf;
+use devhal::{DmaBuf, DmaRing};
 
 use super::{Admin, CmdSlot, Controller, CqState, IoQueue, SqState};
 
@@ -86,10 +86,18 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             };
             let sq_mem = DmaBuf::alloc_for_cpu(&self.dma, entries as usize * SQE_SIZE, PAGE_SIZE, owner)?;
             let cq_mem = DmaBuf::alloc_for_cpu(&self.dma, entries as usize * CQE_SIZE, PAGE_SIZE, owner)?;
+            let (sq_phys, cq_phys) = (sq_mem.phys(), cq_mem.phys());
+            let bad_ring = |_| Error::InvalidConfig {
+                field: "queue ring",
+                value: entries.into(),
+                accepted: "entries the ring's page-aligned buffer holds",
+            };
+            let sq_mem = DmaRing::new(sq_mem, entries).map_err(bad_ring)?;
+            let cq_mem = DmaRing::new(cq_mem, entries).map_err(bad_ring)?;
             queues.push(IoQueue {
                 qid,
-                sq_phys: sq_mem.phys(),
-                cq_phys: cq_mem.phys(),
+                sq_phys,
+                cq_phys,
                 vector: plan.vector_of_hwq(hwq).unwrap_or(0),
                 ien: !plan.is_polled(hwq),
                 entries,
@@ -152,11 +160,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Slots per I/O queue kept for the floor: the last `floor_slots()` of `cids_per_queue()`.
     pub fn floor_slots(&self) -> u32 {
         self.floor_slots
-    }
-
-    /// The slot index a CID names (out of range for CIDs no slot can have).
-    pub(super) fn slot_of(&self, cid: u16) -> usize {
-        usize::from(cid & self.index_mask)
     }
 
     /// The CID for the next use of `slot`, whose previous CID was `previous`: the sequence

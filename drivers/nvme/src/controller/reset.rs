@@ -24,10 +24,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let (stage, cid) = {
             let mut sq = q.sq.lock();
             match sq.slots.get_mut(usize::from(slot)) {
-                Some(s) if s.outstanding && s.generation == generation => {
-                    let stage = s.timeout_stage;
-                    s.timeout_stage = stage.saturating_add(1);
-                    (stage, s.cid)
+                Some(s) if s.outstanding() && s.generation == generation => {
+                    let stage = s.flags.timeout_stage;
+                    s.flags.timeout_stage = stage.saturating_add(1);
+                    (stage, s.cid())
                 }
                 // Completed (delivery on its way) or already dealt with: keep waiting for it.
                 _ => return (TimeoutVerdict::Wait, None),
@@ -112,11 +112,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // The device has let go of everything: zero the rings (a late entry may have landed).
         for (sq, cq) in sqs.iter_mut().zip(cqs.iter_mut()) {
-            sq.mem.zero();
+            sq.mem.buf().zero();
             sq.tail = 0;
             sq.head = 0;
             sq.unrung = 0;
-            cq.mem.zero();
+            cq.mem.buf().zero();
             cq.head = 0;
             cq.phase = true;
         }
@@ -139,7 +139,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             let mut oldest: Option<(u64, usize, u16)> = None;
             for (hwq, sq) in sqs.iter().enumerate() {
                 for (cid, s) in sq.slots.iter().enumerate() {
-                    if s.outstanding && s.timeout_stage > 0 && oldest.is_none_or(|(at, _, _)| s.posted_ns < at) {
+                    if s.outstanding() && s.flags.timeout_stage > 0 && oldest.is_none_or(|(at, _, _)| s.posted_ns < at)
+                    {
                         oldest = Some((s.posted_ns, hwq, cid as u16));
                     }
                 }
@@ -159,20 +160,20 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         for (hwq, sq) in sqs.iter_mut().enumerate() {
             for cid in 0..sq.slots.len() {
                 let slot = sq.slots[cid];
-                if !slot.outstanding {
+                if !slot.outstanding() {
                     continue;
                 }
                 let is_culprit = culprit == Some((hwq, cid as u16));
                 let s = &mut sq.slots[cid];
-                s.outstanding = false;
+                s.end();
                 if is_culprit {
                     outcome.culprit = Some((hwq, cid as u16, slot.generation));
                 }
-                if !outcome.ok || is_culprit || slot.reissued_by_reset {
+                if !outcome.ok || is_culprit || slot.flags.reissued_by_reset {
                     outcome.failed.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_failed);
                 } else {
-                    s.handed_back = true;
+                    s.flags.handed_back = true;
                     outcome.handed_back.push((hwq, cid as u16, slot.generation));
                     bump(&self.counters.reset_reissued);
                 }
@@ -198,9 +199,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         if let Some(q) = self.queue(hwq) {
             let mut sq = q.sq.lock();
             if let Some(s) = sq.slots.get_mut(usize::from(slot))
-                && !s.outstanding
+                && !s.outstanding()
             {
-                s.handed_back = false;
+                s.flags.handed_back = false;
             }
         }
     }
