@@ -185,6 +185,40 @@ fn error_statuses_carry_decoded_sense_and_hit_only_the_affected_requests() {
     assert!(!e.is_retryable(), "a host EIO fails again on retry");
 }
 
+/// Submissions do not clear the sense buffer: an error that left sense clears it when it is
+/// reaped, so a later error on the same tag that writes no sense decodes none (not the stale
+/// MEDIUM ERROR), whether a success came between or not.
+#[test]
+fn an_error_without_sense_never_decodes_the_sense_an_earlier_one_left() {
+    let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas2108Gen2));
+    // As QEMU: no sense written, the sense length stays the buffer's, so all of it is read.
+    dev.set_keep_sense_len(true);
+    dev.inject_error(ErrorRule::medium_error(0, 10));
+    dev.inject_error(ErrorRule {
+        target: 0,
+        lba: 20,
+        blocks: 1,
+        mfi_status: 0x2D,
+        scsi_status: 0x02,
+        sense: Vec::new(),
+        persistent: true,
+    });
+    let buf = dev.buffer(512);
+    let sgl = [buf.segment(0, 512)];
+    let mut sensed = Vec::new();
+    for lba in [10u64, 20, 10, 0, 20, 0, 10] {
+        ctrl.submit(2, &rw(IoOp::Read, 0, lba, 1, &sgl)).unwrap();
+        let got = reap_n(&ctrl, 1);
+        sensed.push(match got[0].1 {
+            IoStatus::Success => None,
+            IoStatus::Failed(e) => Some(e.sense.map(|s| (s.key, s.asc))),
+        });
+    }
+    let medium = Some(Some((3, 0x11)));
+    assert_eq!(sensed, [medium, Some(None), medium, None, Some(None), None, medium]);
+    assert_clean(&dev);
+}
+
 #[test]
 fn flush_is_synchronize_cache_through_pass_through() {
     let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas1078));

@@ -274,9 +274,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         entry.set_cookie(cookie);
         let context = tags::encode_context(tag, generation, false);
         let w = self.frame(tag);
+        // The sense buffer is zero: cleared after any completion that may have written it.
         let sense = self.sense_phys(tag);
-        // A stale response code must not decode as fresh sense if the device writes none.
-        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         let frame_bytes = match req.op {
             IoOp::Read | IoOp::Write if req.system_pd => {
                 // A JBOD disk: SCSI READ(16)/WRITE(16) through PD pass-through, as Linux's
@@ -386,9 +385,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         } else {
             (frame::CMD_LD_READ, frame::FLAG_DIR_READ)
         };
+        // The sense buffer is zero: cleared after any completion that may have written it.
         let sense = self.sense_phys(tag);
-        // A stale response code must not decode as fresh sense if the device writes none.
-        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         let header = Header {
             cmd,
             sense_len: SENSE_LEN as u8,
@@ -425,9 +423,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         let generation = entry.claim(tag)?;
         let w = self.frame(tag);
         w.u32_at(0x08, tags::encode_context(tag, generation, false));
-        // Status back to pending, sense length back to the buffer size, old sense cleared.
+        // Status back to pending, sense length back to the buffer size (the BUSY completion's
+        // `read_completion` cleared the old sense).
         w.bytes_at(frame::OFF_SENSE_LEN, &[SENSE_LEN as u8, MfiStatus::PENDING.0, 0]);
-        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         entry.publish(tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())

@@ -7,7 +7,7 @@ use crate::error::{BogusReason, Fault};
 use crate::frame;
 use crate::gate::GateOutcome;
 use crate::regs;
-use crate::status::{IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
+use crate::status::{IoStatus, MfiStatus, SCSI_CHECK_CONDITION, SCSI_GOOD};
 use crate::tags::{self, TagTable};
 use crate::{Delay, Dma, Mmio};
 
@@ -22,7 +22,10 @@ const FAULT_LOG_FIRST: u64 = 16;
 const POLLED_ECHO_WINDOW: u16 = 256;
 
 impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
-    /// Reads status and sense of a completed frame.
+    /// Reads status and sense of a completed frame. A completion with any status but MFI OK and
+    /// SCSI GOOD may have left sense behind: the tag's sense buffer is cleared here, before the
+    /// tag is free again, so the next command on it starts from a zeroed buffer (a stale response
+    /// code never decodes as fresh sense) without a store per submission.
     pub(super) fn read_completion(&self, tag: u16, mfi: MfiStatus) -> Polled {
         let base = usize::from(tag) * self.frame_stride;
         let scsi = self.pool.read_u8(base + frame::OFF_SCSI_STATUS);
@@ -33,6 +36,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             sense_len = usize::from(self.pool.read_u8(base + frame::OFF_SENSE_LEN)).min(SENSE_LEN);
             self.pool
                 .read_bytes(self.sense_off + usize::from(tag) * SENSE_LEN, &mut sense[..sense_len]);
+        }
+        if mfi != MfiStatus::OK || scsi != SCSI_GOOD {
+            self.clear_sense(tag);
         }
         Polled {
             mfi,
@@ -213,14 +219,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             return Ok(());
         }
         let base = usize::from(tag) * self.frame_stride;
-        let frame_status = || {
-            // Acquire pairs with the device's store of the status byte, after sense and data.
-            MfiStatus(
-                self.pool
-                    .atomic_u8(base + frame::OFF_CMD_STATUS)
-                    .load(Ordering::Acquire),
-            )
-        };
+        // The frame's first word: byte 2 the MFI status, byte 3 the SCSI status. Acquire pairs
+        // with the device's store of the status byte, after sense and data.
+        let status_word = || self.pool.atomic_u32(base).load(Ordering::Acquire);
         let (state, current) = entry.load();
         if state == tags::ABORT_FRAME {
             if current != generation {
@@ -230,7 +231,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     found: generation,
                 });
             }
-            let mfi = frame_status();
+            let mfi = MfiStatus((status_word() >> 16) as u8);
             if mfi == MfiStatus::PENDING {
                 return Err(BogusReason::StatusPending { tag });
             }
@@ -239,16 +240,18 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         }
         // The word read above (Acquire) is the one `check` would read again.
         TagTable::check_loaded(tag, (state, current), generation)?;
-        let mfi = frame_status();
-        if mfi == MfiStatus::PENDING {
-            return Err(BogusReason::StatusPending { tag });
-        }
-        // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
-        // whatever the SCSI status and sense, so no 64-byte sense copy per I/O.
-        let ok = mfi == MfiStatus::OK;
+        let word = status_word();
+        // MFI OK and SCSI GOOD, the common reply, read nothing more of the frame. Any other
+        // status goes through `read_completion` (which also clears what sense it may have left);
+        // `IoError::classify` is `None` for MFI OK whatever the SCSI status and sense.
+        let ok = word >> 16 == 0;
         let status = if ok {
             IoStatus::Success
         } else {
+            let mfi = MfiStatus((word >> 16) as u8);
+            if mfi == MfiStatus::PENDING {
+                return Err(BogusReason::StatusPending { tag });
+            }
             match self.read_completion(tag, mfi).error() {
                 None => IoStatus::Success,
                 Some(e) => {

@@ -164,6 +164,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 tags::FREE => {}
                 tags::POSTED | tags::ABORTING => {
                     let cookie = self.tags.cookie(tag);
+                    self.clear_sense(tag);
                     self.tags.finish(tag, generation);
                     failed += 1;
                     complete(Done {
@@ -178,7 +179,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                         aborted: state == tags::ABORTING,
                     });
                 }
-                _ => self.tags.finish(tag, generation),
+                _ => {
+                    // Whatever the device did with the command, its sense buffer starts clean.
+                    self.clear_sense(tag);
+                    self.tags.finish(tag, generation);
+                }
             }
         }
         failed
@@ -238,6 +243,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         if self.tags.load(vtag) == (tags::ABORTING, vgen) {
             if mfi == MfiStatus::OK {
                 let cookie = self.tags.cookie(vtag);
+                // The device gave the victim up without a reply of its own, perhaps with sense.
+                self.clear_sense(vtag);
                 if self.tags.complete(vtag, vgen).is_ok() {
                     self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
                     out.completed += 1;
