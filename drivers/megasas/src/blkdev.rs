@@ -228,8 +228,6 @@ struct Core<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync>
     dead: AtomicBool,
     /// One CPU at a time runs `tick` (timeouts, aborts, resets).
     maintenance: AtomicBool,
-    /// Per controller tag: device BUSY answers re-posted for the request on it.
-    busy: Box<[AtomicU8]>,
     /// Fault count and time of the last summary line.
     faults_logged: AtomicU64,
     last_summary_ns: AtomicU64,
@@ -335,7 +333,6 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             failed_resets: AtomicU64::new(0),
             dead: AtomicBool::new(false),
             maintenance: AtomicBool::new(false),
-            busy: (0..tags).map(|_| AtomicU8::new(0)).collect(),
             faults_logged: AtomicU64::new(0),
             last_summary_ns: AtomicU64::new(0),
             floor_state: (0..tags).map(|_| AtomicU8::new(FLOOR_IDLE)).collect(),
@@ -870,16 +867,10 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         }
     }
 
-    /// Counts one BUSY retry of the request on `tag`; false once it has had its share.
+    /// Whether the request on `tag` may have one more BUSY retry (the controller counts the
+    /// re-posts of a frame since its submission).
     fn note_busy(&self, tag: u16) -> bool {
-        // Per controller tag, which the request owns until it ends (reset in `queue_rq`).
-        let slot = &self.core.busy[usize::from(tag)];
-        let n = slot.load(Ordering::Relaxed);
-        if n >= BUSY_RETRIES {
-            return false;
-        }
-        slot.store(n + 1, Ordering::Relaxed);
-        true
+        self.core.ctrl.resubmits(tag) < u16::from(BUSY_RETRIES)
     }
 
     /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
@@ -983,12 +974,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     fn reset(&self, cpu: usize) {
         let core = &self.core;
         match core.ctrl.reset(|d| self.deliver(cpu, &d, false)) {
-            Ok(failed) => {
-                log::warn!("megasas: controller reset: {failed} requests failed");
-                for slot in core.busy.iter() {
-                    slot.store(0, Ordering::Relaxed);
-                }
-            }
+            Ok(failed) => log::warn!("megasas: controller reset: {failed} requests failed"),
             Err(Error::ResetDeferred) => {}
             Err(e) => {
                 let n = core.failed_resets.fetch_add(1, Ordering::Relaxed) + 1;
@@ -1025,7 +1011,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
 
     /// What every `queue_rq` does, with the check and the post of the request's kind: enter the
     /// submission critical section, check the request once (the post does not check again),
-    /// reset the tag's BUSY count, issue it, post it.
+    /// issue it, post it (which starts the tag's BUSY count afresh).
     #[inline(always)]
     fn check_issue_post<'a, C>(
         &self,
@@ -1045,7 +1031,6 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
         };
         let tag = rq.tag() as u16;
         let hwq = rq.hwq() as u16;
-        self.core.busy[usize::from(tag)].store(0, Ordering::Relaxed);
         // Issue before the doorbell: from the post on, the completion may come on any CPU. The
         // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
         let token = rq.issue();

@@ -219,6 +219,31 @@ fn an_error_without_sense_never_decodes_the_sense_an_earlier_one_left() {
     assert_clean(&dev);
 }
 
+/// A BUSY answer's re-posts are counted per submission: `resubmit` counts, a new submission on
+/// the tag starts from zero again.
+#[test]
+fn resubmits_count_per_submission() {
+    let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas1078));
+    let buf = dev.buffer(512);
+    let sgl = [buf.segment(0, 512)];
+    dev.inject_busy(2);
+    ctrl.submit(3, &rw(IoOp::Read, 0, 0, 1, &sgl)).unwrap();
+    assert_eq!(ctrl.resubmits(3), 0);
+    for n in 1..=2 {
+        assert!(matches!(reap_n(&ctrl, 1)[0], (3, IoStatus::Failed(e)) if e.kind == IoErrorKind::Busy));
+        let guard = ctrl.begin_submit().unwrap();
+        ctrl.resubmit(&guard, 3).unwrap();
+        drop(guard);
+        assert_eq!(ctrl.resubmits(3), n);
+    }
+    assert_eq!(reap_n(&ctrl, 1), [(3, IoStatus::Success)]);
+    assert_eq!(ctrl.resubmits(3), 2, "the count stays until the next submission");
+    ctrl.submit(3, &rw(IoOp::Read, 0, 0, 1, &sgl)).unwrap();
+    assert_eq!(ctrl.resubmits(3), 0);
+    assert_eq!(reap_n(&ctrl, 1), [(3, IoStatus::Success)]);
+    assert_clean(&dev);
+}
+
 #[test]
 fn flush_is_synchronize_cache_through_pass_through() {
     let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas1078));

@@ -356,7 +356,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::PASS_SGL + frame::SGE64_LEN
             }
         };
-        entry.set_frame_len(frame_bytes as u32);
+        entry.set_frame_len(frame_bytes as u16);
         entry.publish(tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())
@@ -401,15 +401,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         };
         self.frame(tag).ld_io_one_segment(&header, sense, io.lba, &io.segment);
         const FRAME_BYTES: usize = frame::IO_SGL + frame::SGE64_LEN;
-        entry.set_frame_len(FRAME_BYTES as u32);
+        entry.set_frame_len(FRAME_BYTES as u16);
         entry.publish(tags::POSTED, generation);
         self.post(tag, FRAME_BYTES);
         Ok(())
     }
 
+    /// How often the I/O frame of `tag` was posted again by [`Self::resubmit`] since it was
+    /// submitted (0 for a tag out of range). For the tag's owner.
+    pub fn resubmits(&self, tag: u16) -> u16 {
+        self.tags.entry(tag).map_or(0, |e| e.reposts())
+    }
+
     /// Posts the I/O frame of `tag` again, unchanged but for a new generation: for a command the
-    /// device answered BUSY. Only the owner of the tag may call it, after the command's
-    /// completion was reported (the tag is FREE and its frame still holds the request).
+    /// device answered BUSY (counted, see [`Self::resubmits`]). Only the owner of the tag may call
+    /// it, after the command's completion was reported (the tag is FREE and its frame still holds
+    /// the request).
     pub fn resubmit(&self, _guard: &SubmitGuard<'_>, tag: u16) -> Result<(), Error> {
         let Some(entry) = self.tags.entry(tag) else {
             return Err(Error::TagOutOfRange { tag, tags: self.ntags });
@@ -421,6 +428,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             });
         }
         let generation = entry.claim(tag)?;
+        entry.note_repost();
         let w = self.frame(tag);
         w.u32_at(0x08, tags::encode_context(tag, generation, false));
         // Status back to pending, sense length back to the buffer size (the BUSY completion's
