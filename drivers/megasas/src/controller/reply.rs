@@ -81,6 +81,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
     }
 
+    /// Whether the device's producer index differs from the consumer index (a memory read, no
+    /// register access): false means a reap would find nothing to take. An index out of range
+    /// counts as moved, so the reap records it as a fault.
+    #[inline]
+    pub fn reply_ring_moved(&self) -> bool {
+        // Acquire pairs with the device's producer store, as in `drain`.
+        self.ring.atomic_u32(RING_PI).load(Ordering::Acquire) != self.ci.load(Ordering::Relaxed)
+    }
+
     /// Drains the reply queue: every context is validated (range, in flight, generation, frame
     /// status written) before it completes anything; a bad one is counted and logged as a
     /// controller fault and skipped. `complete(tag, status)` runs for each accepted completion,
@@ -166,15 +175,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
                 let ctx = slot.load(Ordering::Relaxed);
                 slot.store(RING_SENTINEL, Ordering::Relaxed);
-                if let Err(reason) = self.accept(ctx, out, complete) {
-                    self.record_fault(
+                // The one call of `complete`: inlined here, the common reply passes its `Done`
+                // in registers rather than through a call with it in memory.
+                match self.accept(ctx, out) {
+                    Ok(Some(done)) => complete(done),
+                    Ok(None) => {}
+                    Err(reason) => self.record_fault(
                         out,
                         Fault::BogusContext {
                             context: ctx,
                             slot: ci,
                             reason,
                         },
-                    );
+                    ),
                 }
                 ci = if ci + 1 == entries { 0 } else { ci + 1 };
             }
@@ -184,8 +197,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.ring.atomic_u32(RING_CI).store(ci, Ordering::Release);
     }
 
-    /// Validates one context and completes its command.
-    fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(Done)) -> Result<(), BogusReason> {
+    /// Validates one context and hands its command back: the completion to report, if any (a
+    /// polled echo reports none).
+    #[inline(always)]
+    fn accept(&self, ctx: u32, out: &mut Reaped) -> Result<Option<Done>, BogusReason> {
         let (tag, polled, generation) = tags::decode_context(ctx);
         // The tag's record, bounds-checked once for the whole reply. The context's
         // tag field is 15 bits, so it fits a u16.
@@ -216,7 +231,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 });
             }
             out.polled_echoes += 1;
-            return Ok(());
+            return Ok(None);
         }
         let base = usize::from(tag) * self.frame_stride;
         // The frame's first word: byte 2 the MFI status, byte 3 the SCSI status. Acquire pairs
@@ -235,8 +250,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             if mfi == MfiStatus::PENDING {
                 return Err(BogusReason::StatusPending { tag });
             }
-            self.abort_replied(tag, generation, mfi, out, complete);
-            return Ok(());
+            return Ok(self.abort_replied(tag, generation, mfi, out));
         }
         // The word read above (Acquire) is the one `check` would read again.
         TagTable::check_loaded(tag, (state, current), generation)?;
@@ -269,22 +283,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
         }
         out.completed += 1;
-        if ok && !aborted {
-            // The common reply, with its status a constant for the callback.
-            complete(Done {
-                tag,
-                cookie,
-                status: IoStatus::Success,
-                aborted: false,
-            });
-        } else {
-            complete(Done {
-                tag,
-                cookie,
-                status,
-                aborted,
-            });
-        }
-        Ok(())
+        Ok(Some(Done {
+            tag,
+            cookie,
+            status,
+            aborted,
+        }))
     }
 }

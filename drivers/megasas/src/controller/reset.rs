@@ -230,16 +230,10 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// so the victim is normally already complete; if it is still in flight, an OK from the
     /// device means it gave the command up (the victim is completed as aborted here), anything
     /// else means the abort failed and the controller must be reset.
-    pub(super) fn abort_replied(
-        &self,
-        tag: u16,
-        generation: u16,
-        mfi: MfiStatus,
-        out: &mut Reaped,
-        complete: &mut impl FnMut(Done),
-    ) {
+    pub(super) fn abort_replied(&self, tag: u16, generation: u16, mfi: MfiStatus, out: &mut Reaped) -> Option<Done> {
         let victim = self.abort_victim.load(Ordering::Relaxed);
         let (vtag, vgen) = ((victim & 0xFFFF) as u16, (victim >> 16) as u16);
+        let mut done = None;
         if self.tags.load(vtag) == (tags::ABORTING, vgen) {
             if mfi == MfiStatus::OK {
                 let cookie = self.tags.cookie(vtag);
@@ -248,7 +242,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 if self.tags.complete(vtag, vgen).is_ok() {
                     self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
                     out.completed += 1;
-                    complete(Done {
+                    done = Some(Done {
                         tag: vtag,
                         cookie,
                         status: IoStatus::Failed(IoError {
@@ -267,5 +261,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
         }
         self.tags.finish(tag, generation);
+        done
     }
 }
