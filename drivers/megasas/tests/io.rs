@@ -614,6 +614,8 @@ fn check_ld_io_agrees_with_check_request_on_every_outcome() {
     let mut refused = 0;
     for d in &drives {
         let bs = d.block_size;
+        // The most whole blocks the controller moves in one request.
+        let lim = (max / u64::from(bs)) as u32;
         for (lba, blocks, phys, len) in [
             (0, 1, buf.segment(0, bs).phys, bs),
             (d.blocks - 2, 2, buf.segment(0, 2 * bs).phys, 2 * bs),
@@ -624,6 +626,9 @@ fn check_ld_io_agrees_with_check_request_on_every_outcome() {
             (0, 1, buf.segment(0, bs).phys, 0),
             (0, 2, buf.segment(0, bs).phys, bs),
             (0, (max / u64::from(bs)) as u32 + 1, buf.segment(0, bs).phys, bs),
+            // At the transfer limit and at the drive's end exactly: accepted.
+            (0, lim, buf.segment(0, bs).phys, lim * bs),
+            (d.blocks - u64::from(lim), lim, buf.segment(0, bs).phys, lim * bs),
         ] {
             for write in [false, true] {
                 let segment = Segment { phys, len };
@@ -656,7 +661,11 @@ fn check_ld_io_agrees_with_check_request_on_every_outcome() {
         ctrl.check_ld_io(&guard, io).map(|_| ()),
         Err(Error::NoSuchDrive { target: 9 })
     );
-    assert_eq!(refused, 2 * 2 * 7, "every case but the first two is refused");
+    assert_eq!(
+        refused,
+        2 * 2 * 7,
+        "every case but the first two and the last two is refused"
+    );
     assert_clean(&dev);
 }
 

@@ -176,6 +176,40 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// registers rather than through a request on the stack.
     #[inline(always)]
     pub fn check_ld_io(&self, _guard: &SubmitGuard<'_>, io: LdIo) -> Result<CheckedLdIo, Error> {
+        if self.ld_io_fits(&io) {
+            return Ok(CheckedLdIo(io));
+        }
+        self.check_ld_io_exact(io)
+    }
+
+    /// The checks of [`Self::check_ld_io`] as one yes or no, with no error to build: the
+    /// submission's common case. A request it refuses goes through
+    /// [`Self::check_ld_io_exact`], which names what is wrong.
+    #[inline(always)]
+    fn ld_io_fits(&self, io: &LdIo) -> bool {
+        let Some(slot) = self.drives.get(usize::from(io.target)) else {
+            return false;
+        };
+        // Acquire pairs with the Release store in `discover`.
+        let block_size = slot.block_size.load(Ordering::Acquire);
+        let capacity = slot.blocks.load(Ordering::Relaxed);
+        let bytes = u64::from(io.blocks) * u64::from(block_size);
+        // `bytes != 0` stands for a drive (block size not 0) and blocks not 0; the segment's
+        // length then equals a length that is not 0.
+        bytes != 0
+            && io
+                .lba
+                .checked_add(u64::from(io.blocks))
+                .is_some_and(|end| end <= capacity)
+            && bytes <= self.max_transfer_bytes()
+            && io.segment.phys != 0
+            && u64::from(io.segment.len) == bytes
+    }
+
+    /// [`Self::check_ld_io`] check by check, for a request [`Self::ld_io_fits`] refused.
+    #[cold]
+    #[inline(never)]
+    fn check_ld_io_exact(&self, io: LdIo) -> Result<CheckedLdIo, Error> {
         let (slot, block_size) = self.drive_slot(false, io.target)?;
         let bytes = self.check_extent(slot, io.target, io.lba, io.blocks, block_size)?;
         check_segment(0, &io.segment)?;
