@@ -1,7 +1,7 @@
 //! The reply queue: interrupt claim, reaping under the reaper gate, and validation of every
 //! context and frame status the device wrote before anything completes.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{BogusReason, Fault};
 use crate::frame;
@@ -155,6 +155,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Consumes entries from CI up to PI; the caller holds `gate`.
     pub(super) fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(Done), remaining: &core::cell::Cell<u32>) {
         let entries = self.ring_entries;
+        let slots = self.ring_slots();
+        let heads = self.frame_heads();
         let mut ci = self.ci.load(Ordering::Relaxed);
         // Bounded: each pass consumes at most one ring's worth; the outer loop re-reads PI.
         'passes: for _ in 0..2 {
@@ -172,12 +174,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     break 'passes;
                 }
                 remaining.set(remaining.get() - 1);
-                let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
+                // `ci < entries`, the slice's length.
+                let slot = &slots[ci as usize];
                 let ctx = slot.load(Ordering::Relaxed);
                 slot.store(RING_SENTINEL, Ordering::Relaxed);
                 // The one call of `complete`: inlined here, the common reply passes its `Done`
                 // in registers rather than through a call with it in memory.
-                match self.accept(ctx, out) {
+                match self.accept(ctx, heads, out) {
                     Ok(Some(done)) => complete(done),
                     Ok(None) => {}
                     Err(reason) => self.record_fault(
@@ -197,10 +200,46 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.ring.atomic_u32(RING_CI).store(ci, Ordering::Release);
     }
 
+    /// The first word of every tag's frame, bounds-checked once per drain (see [`FrameHeads`]).
+    fn frame_heads(&self) -> FrameHeads<'_> {
+        let Some(last) = self.ntags.checked_sub(1) else {
+            return FrameHeads {
+                first: None,
+                stride: 0,
+                tags: 0,
+            };
+        };
+        // The accessor checks that each word lies in the pool and is 4-byte aligned.
+        let first = self.pool.atomic_u32(0);
+        self.pool.atomic_u32(usize::from(last) * self.frame_stride);
+        FrameHeads {
+            first: Some(first),
+            stride: self.frame_stride,
+            tags: self.ntags,
+        }
+    }
+
+    /// The reply ring's entries as one slice, bounds-checked once per drain instead of once per
+    /// entry.
+    fn ring_slots(&self) -> &[AtomicU32] {
+        let n = self.ring_entries as usize;
+        let Some(last) = n.checked_sub(1) else {
+            return &[];
+        };
+        // The accessor checks that each word lies in the ring buffer and is 4-byte aligned.
+        let first = self.ring.atomic_u32(RING_ENTRIES);
+        self.ring.atomic_u32(RING_ENTRIES + 4 * last);
+        // SAFETY: the `n` words from the first entry to the last lie in the ring buffer, one
+        // allocation (its first and last word were checked just above), 4-byte aligned and
+        // consecutive; the driver and the device share them only through atomic accesses, and
+        // they live as long as `self.ring`, which the slice borrows.
+        unsafe { core::slice::from_raw_parts(core::ptr::from_ref(first), n) }
+    }
+
     /// Validates one context and hands its command back: the completion to report, if any (a
     /// polled echo reports none).
     #[inline(always)]
-    fn accept(&self, ctx: u32, out: &mut Reaped) -> Result<Option<Done>, BogusReason> {
+    fn accept(&self, ctx: u32, heads: FrameHeads<'_>, out: &mut Reaped) -> Result<Option<Done>, BogusReason> {
         let (tag, polled, generation) = tags::decode_context(ctx);
         // The tag's record, bounds-checked once for the whole reply. The context's
         // tag field is 15 bits, so it fits a u16.
@@ -233,10 +272,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             out.polled_echoes += 1;
             return Ok(None);
         }
-        let base = usize::from(tag) * self.frame_stride;
         // The frame's first word: byte 2 the MFI status, byte 3 the SCSI status. Acquire pairs
-        // with the device's store of the status byte, after sense and data.
-        let status_word = || self.pool.atomic_u32(base).load(Ordering::Acquire);
+        // with the device's store of the status byte, after sense and data. `tag` has a record,
+        // so it is below the tag count and its frame's word is there (were it not, it would read
+        // as still pending: refused).
+        let status_word = || {
+            heads
+                .word(tag)
+                .map_or(u32::from(MfiStatus::PENDING.0) << 16, |w| w.load(Ordering::Acquire))
+        };
         let (state, current) = entry.load();
         if state == tags::ABORT_FRAME {
             if current != generation {
@@ -289,5 +333,58 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             status,
             aborted,
         }))
+    }
+}
+
+/// The first word of each tag's frame (command and SCSI status bytes), for the reaper: the
+/// pool's first frame and the last tag's were bounds-checked when it was made, so a tag's word
+/// costs one comparison with the tag count.
+#[derive(Clone, Copy)]
+struct FrameHeads<'a> {
+    /// Tag 0's word; `None` with no tags.
+    first: Option<&'a AtomicU32>,
+    /// Bytes from one frame to the next (a multiple of 4: frames are 256-byte aligned).
+    stride: usize,
+    tags: u16,
+}
+
+impl<'a> FrameHeads<'a> {
+    /// The first word of `tag`'s frame; `None` for a tag out of range.
+    #[inline(always)]
+    fn word(self, tag: u16) -> Option<&'a AtomicU32> {
+        let first = self.first?;
+        if tag >= self.tags {
+            return None;
+        }
+        // SAFETY: tag 0's word and the last tag's (at `(tags - 1) * stride`) were checked to lie
+        // in the pool, one allocation, and be 4-byte aligned; `tag * stride` is between them and
+        // a multiple of 4 from the first, so the word is in the pool and aligned. The pool is
+        // shared with the device only through atomic accesses to these words, and outlives `'a`.
+        Some(unsafe { &*core::ptr::from_ref(first).byte_add(usize::from(tag) * self.stride) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tag's head is the word `tag * stride` bytes from tag 0's; none past the tag count, and
+    /// none at all without tags.
+    #[test]
+    fn frame_heads_step_by_the_stride_and_stop_at_the_tag_count() {
+        let words: [AtomicU32; 8] = core::array::from_fn(|i| AtomicU32::new(i as u32));
+        let heads = FrameHeads {
+            first: Some(&words[0]),
+            stride: 12,
+            tags: 3,
+        };
+        let got: [Option<u32>; 4] = core::array::from_fn(|t| heads.word(t as u16).map(|w| w.load(Ordering::Relaxed)));
+        assert_eq!(got, [Some(0), Some(3), Some(6), None]);
+        let empty = FrameHeads {
+            first: None,
+            stride: 12,
+            tags: 0,
+        };
+        assert!(empty.word(0).is_none());
     }
 }
