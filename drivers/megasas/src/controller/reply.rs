@@ -202,38 +202,17 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 
     /// The first word of every tag's frame, bounds-checked once per drain (see [`FrameHeads`]).
     fn frame_heads(&self) -> FrameHeads<'_> {
-        let Some(last) = self.ntags.checked_sub(1) else {
-            return FrameHeads {
-                first: None,
-                stride: 0,
-                tags: 0,
-            };
-        };
-        // The accessor checks that each word lies in the pool and is 4-byte aligned.
-        let first = self.pool.atomic_u32(0);
-        self.pool.atomic_u32(usize::from(last) * self.frame_stride);
+        let step = self.frame_stride / 4;
         FrameHeads {
-            first: Some(first),
-            stride: self.frame_stride,
-            tags: self.ntags,
+            words: self.pool.atomic_u32s(0, usize::from(self.ntags) * step),
+            step,
         }
     }
 
     /// The reply ring's entries as one slice, bounds-checked once per drain instead of once per
     /// entry.
     fn ring_slots(&self) -> &[AtomicU32] {
-        let n = self.ring_entries as usize;
-        let Some(last) = n.checked_sub(1) else {
-            return &[];
-        };
-        // The accessor checks that each word lies in the ring buffer and is 4-byte aligned.
-        let first = self.ring.atomic_u32(RING_ENTRIES);
-        self.ring.atomic_u32(RING_ENTRIES + 4 * last);
-        // SAFETY: the `n` words from the first entry to the last lie in the ring buffer, one
-        // allocation (its first and last word were checked just above), 4-byte aligned and
-        // consecutive; the driver and the device share them only through atomic accesses, and
-        // they live as long as `self.ring`, which the slice borrows.
-        unsafe { core::slice::from_raw_parts(core::ptr::from_ref(first), n) }
+        self.ring.atomic_u32s(RING_ENTRIES, self.ring_entries as usize)
     }
 
     /// Validates one context and hands its command back: the completion to report, if any (a
@@ -337,30 +316,21 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
 }
 
 /// The first word of each tag's frame (command and SCSI status bytes), for the reaper: the
-/// pool's first frame and the last tag's were bounds-checked when it was made, so a tag's word
-/// costs one comparison with the tag count.
+/// frames' words as one slice, bounds-checked when it was made, so a tag's word costs one
+/// comparison.
 #[derive(Clone, Copy)]
 struct FrameHeads<'a> {
-    /// Tag 0's word; `None` with no tags.
-    first: Option<&'a AtomicU32>,
-    /// Bytes from one frame to the next (a multiple of 4: frames are 256-byte aligned).
-    stride: usize,
-    tags: u16,
+    /// The frame area's words.
+    words: &'a [AtomicU32],
+    /// Words from one frame to the next.
+    step: usize,
 }
 
 impl<'a> FrameHeads<'a> {
     /// The first word of `tag`'s frame; `None` for a tag out of range.
     #[inline(always)]
     fn word(self, tag: u16) -> Option<&'a AtomicU32> {
-        let first = self.first?;
-        if tag >= self.tags {
-            return None;
-        }
-        // SAFETY: tag 0's word and the last tag's (at `(tags - 1) * stride`) were checked to lie
-        // in the pool, one allocation, and be 4-byte aligned; `tag * stride` is between them and
-        // a multiple of 4 from the first, so the word is in the pool and aligned. The pool is
-        // shared with the device only through atomic accesses to these words, and outlives `'a`.
-        Some(unsafe { &*core::ptr::from_ref(first).byte_add(usize::from(tag) * self.stride) })
+        self.words.get(usize::from(tag) * self.step)
     }
 }
 
@@ -368,23 +338,12 @@ impl<'a> FrameHeads<'a> {
 mod tests {
     use super::*;
 
-    /// A tag's head is the word `tag * stride` bytes from tag 0's; none past the tag count, and
-    /// none at all without tags.
+    /// A tag's head is the word `tag * step` words from tag 0's; none past the frame area.
     #[test]
     fn frame_heads_step_by_the_stride_and_stop_at_the_tag_count() {
-        let words: [AtomicU32; 8] = core::array::from_fn(|i| AtomicU32::new(i as u32));
-        let heads = FrameHeads {
-            first: Some(&words[0]),
-            stride: 12,
-            tags: 3,
-        };
+        let words: [AtomicU32; 9] = core::array::from_fn(|i| AtomicU32::new(i as u32));
+        let heads = FrameHeads { words: &words, step: 3 };
         let got: [Option<u32>; 4] = core::array::from_fn(|t| heads.word(t as u16).map(|w| w.load(Ordering::Relaxed)));
         assert_eq!(got, [Some(0), Some(3), Some(6), None]);
-        let empty = FrameHeads {
-            first: None,
-            stride: 12,
-            tags: 0,
-        };
-        assert!(empty.word(0).is_none());
     }
 }
