@@ -384,6 +384,20 @@ impl DmaBuf {
         unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }
     }
 
+    /// `n` consecutive words from `off` on that the device updates concurrently (a reply ring,
+    /// command status words), as atomics: bounds- and alignment-checked once for all of them.
+    pub fn atomic_u32s(&self, off: usize, n: usize) -> &[AtomicU32] {
+        let bytes = n.checked_mul(4).expect("atomic word run size overflows");
+        let p = self.ptr(off, bytes);
+        if !(p as usize).is_multiple_of(4) {
+            unaligned("atomic words", off);
+        }
+        // SAFETY: in bounds (checked by `ptr` for all `4 * n` bytes), 4-byte aligned, valid for
+        // the lifetime of `self`, and the words are only ever accessed atomically (by the driver
+        // and the device) while shared.
+        unsafe { core::slice::from_raw_parts(p.cast::<AtomicU32>(), n) }
+    }
+
     /// A byte the device updates concurrently (a command status), as an atomic.
     pub fn atomic_u8(&self, off: usize) -> &AtomicU8 {
         let p = self.ptr(off, 1);
@@ -503,6 +517,29 @@ mod tests {
         let mem = FakeMemory::new(0x4000);
         let buf = DmaBuf::alloc(&mem.dma(), 32, 8).unwrap();
         buf.write_u64s(4, [1]);
+    }
+
+    #[test]
+    fn atomic_words_are_the_words_the_device_sees() {
+        use core::sync::atomic::Ordering;
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 64, 64).unwrap();
+        buf.write_u32(8, 0xAA);
+        buf.write_u32(20, 0xBB);
+        let words = buf.atomic_u32s(8, 4);
+        assert_eq!(words[0].load(Ordering::Relaxed), 0xAA);
+        assert_eq!(words[3].load(Ordering::Relaxed), 0xBB);
+        words[1].store(0xCC, Ordering::Relaxed);
+        assert_eq!(mem.read_u32("t", buf.phys_at(12)), Some(0xCC));
+        assert!(buf.atomic_u32s(64, 0).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "past length")]
+    fn atomic_words_past_the_end_panic() {
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 64, 64).unwrap();
+        buf.atomic_u32s(48, 5);
     }
 
     #[test]

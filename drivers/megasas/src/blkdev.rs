@@ -228,8 +228,6 @@ struct Core<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync>
     dead: AtomicBool,
     /// One CPU at a time runs `tick` (timeouts, aborts, resets).
     maintenance: AtomicBool,
-    /// Per controller tag: device BUSY answers re-posted for the request on it.
-    busy: Box<[AtomicU8]>,
     /// Fault count and time of the last summary line.
     faults_logged: AtomicU64,
     last_summary_ns: AtomicU64,
@@ -335,7 +333,6 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
             failed_resets: AtomicU64::new(0),
             dead: AtomicBool::new(false),
             maintenance: AtomicBool::new(false),
-            busy: (0..tags).map(|_| AtomicU8::new(0)).collect(),
             faults_logged: AtomicU64::new(0),
             last_summary_ns: AtomicU64::new(0),
             floor_state: (0..tags).map(|_| AtomicU8::new(FLOOR_IDLE)).collect(),
@@ -475,7 +472,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> Host<M
     /// still in flight (their buffers are no longer the device's). Returns how many.
     pub fn abandon_after_bus_master_off(&self, cpu: usize) -> u32 {
         let inner = &self.0;
-        inner.core.ctrl.abandon_in_flight(|d| inner.deliver(cpu, &d, false))
+        inner.core.ctrl.abandon_in_flight(|d| inner.deliver(cpu, d, false))
     }
 
     /// Counters of the binding.
@@ -761,7 +758,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
     /// (no call with its frame and the `Done` through memory per completion), through
     /// the reap's block-layer batch; every other case takes `deliver`.
     #[inline(always)]
-    fn deliver_reaped<'a>(&'a self, cpu: usize, d: &Done, batch: &mut ReapBatch<'a, DriveDriver<M, D, T>>) {
+    fn deliver_reaped<'a>(&'a self, cpu: usize, d: Done, batch: &mut ReapBatch<'a, DriveDriver<M, D, T>>) {
         if d.cookie & FLOOR_COOKIE == 0 && matches!(d.status, IoStatus::Success) {
             let (drive, hwq, token) = unpack_cookie(d.cookie);
             if let Some(done) = batch.complete(&self.queues, cpu, drive, hwq, token, Status::Ok) {
@@ -771,7 +768,23 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
                 return;
             }
         }
-        self.deliver(cpu, d, true);
+        self.deliver_fields(cpu, d.tag, d.cookie, d.status, d.aborted);
+    }
+
+    /// [`Self::deliver`] with BUSY retries, of a completion passed field by field (in registers:
+    /// the reaper's `Done` then never needs a place in memory).
+    #[inline(never)]
+    fn deliver_fields(&self, cpu: usize, tag: u16, cookie: u64, status: IoStatus, aborted: bool) {
+        self.deliver(
+            cpu,
+            Done {
+                tag,
+                cookie,
+                status,
+                aborted,
+            },
+            true,
+        );
     }
 
     /// A completion the block layer refused: counted and dropped, never delivered to another
@@ -786,9 +799,9 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
 
     /// Hands one controller completion to its drive's queue. `retry_busy`: a device BUSY may be
     /// re-posted (not during a reset's sweep).
-    fn deliver(&self, cpu: usize, d: &Done, retry_busy: bool) {
+    fn deliver(&self, cpu: usize, d: Done, retry_busy: bool) {
         if d.cookie & FLOOR_COOKIE != 0 {
-            self.floor_done(cpu, d);
+            self.floor_done(cpu, &d);
             return;
         }
         let (drive, hwq, token) = unpack_cookie(d.cookie);
@@ -808,7 +821,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
                 if retry_busy && !d.aborted && e.kind == IoErrorKind::Busy && self.retry_busy(d.tag) {
                     return;
                 }
-                block_status(d)
+                block_status(&d)
             }
         };
         if let Err(e) = queue.complete(cpu, usize::from(hwq), token, status) {
@@ -870,26 +883,31 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
         }
     }
 
-    /// Counts one BUSY retry of the request on `tag`; false once it has had its share.
+    /// Whether the request on `tag` may have one more BUSY retry (the controller counts the
+    /// re-posts of a frame since its submission).
     fn note_busy(&self, tag: u16) -> bool {
-        // Per controller tag, which the request owns until it ends (reset in `queue_rq`).
-        let slot = &self.core.busy[usize::from(tag)];
-        let n = slot.load(Ordering::Relaxed);
-        if n >= BUSY_RETRIES {
-            return false;
-        }
-        slot.store(n + 1, Ordering::Relaxed);
-        true
+        self.core.ctrl.resubmits(tag) < u16::from(BUSY_RETRIES)
     }
 
     /// Reaps at most `budget` reply entries. Returns (completed, faults, budget ran out with
-    /// entries left).
+    /// entries left). Inlined: a poll that finds the ring as it left it (most polls while a
+    /// window is open) returns from its caller, without the reaper's frame and batch.
+    #[inline(always)]
     fn reap(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
+        if !self.core.ctrl.reply_ring_moved() {
+            return (0, 0, false);
+        }
+        self.reap_entries(cpu, budget)
+    }
+
+    /// [`Self::reap`] past its look at the ring.
+    #[inline(never)]
+    fn reap_entries(&self, cpu: usize, budget: u32) -> (u32, u32, bool) {
         let mut batch = ReapBatch::default();
         let r = self
             .core
             .ctrl
-            .reap_budget(budget, |d| self.deliver_reaped(cpu, &d, &mut batch));
+            .reap_budget(budget, |d| self.deliver_reaped(cpu, d, &mut batch));
         // The last batch's rerun check runs here, after the reaper let go of the reply queue.
         drop(batch);
         (r.completed, r.faults, r.more_pending)
@@ -982,13 +1000,8 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> HostIn
 
     fn reset(&self, cpu: usize) {
         let core = &self.core;
-        match core.ctrl.reset(|d| self.deliver(cpu, &d, false)) {
-            Ok(failed) => {
-                log::warn!("megasas: controller reset: {failed} requests failed");
-                for slot in core.busy.iter() {
-                    slot.store(0, Ordering::Relaxed);
-                }
-            }
+        match core.ctrl.reset(|d| self.deliver(cpu, d, false)) {
+            Ok(failed) => log::warn!("megasas: controller reset: {failed} requests failed"),
             Err(Error::ResetDeferred) => {}
             Err(e) => {
                 let n = core.failed_resets.fetch_add(1, Ordering::Relaxed) + 1;
@@ -1025,7 +1038,7 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
 
     /// What every `queue_rq` does, with the check and the post of the request's kind: enter the
     /// submission critical section, check the request once (the post does not check again),
-    /// reset the tag's BUSY count, issue it, post it.
+    /// issue it, post it (which starts the tag's BUSY count afresh).
     #[inline(always)]
     fn check_issue_post<'a, C>(
         &self,
@@ -1045,7 +1058,6 @@ impl<M: Mmio + Send + Sync, D: Dma + Send + Sync, T: Delay + Send + Sync> DriveD
         };
         let tag = rq.tag() as u16;
         let hwq = rq.hwq() as u16;
-        self.core.busy[usize::from(tag)].store(0, Ordering::Relaxed);
         // Issue before the doorbell: from the post on, the completion may come on any CPU. The
         // controller tag is PREPARED until the frame is posted, so an early reply cannot match.
         let token = rq.issue();

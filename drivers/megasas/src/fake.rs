@@ -280,6 +280,9 @@ struct Inner {
     intx_stuck: bool,
     /// ABORT frames are answered with this status without acting.
     refuse_aborts: Option<u8>,
+    /// A completion without sense leaves the header's sense length as the driver wrote it (as
+    /// QEMU does) instead of writing 0 there.
+    keep_sense_len: bool,
     frozen: bool,
     errors: Vec<ErrorRule>,
     irq: FakeIrq,
@@ -345,6 +348,7 @@ impl FakeDevice {
                 hold_next: 0,
                 ignore_aborts: false,
                 intx_stuck: false,
+                keep_sense_len: false,
                 refuse_aborts: None,
                 frozen: false,
                 errors: Vec::new(),
@@ -551,6 +555,12 @@ impl FakeDevice {
     /// A stuck INTx: the line reads asserted forever, whatever the driver acknowledges.
     pub fn set_intx_stuck(&self, stuck: bool) {
         self.inner.lock().intx_stuck = stuck;
+    }
+
+    /// Completions that write no sense leave the frame's sense length as the driver wrote it, as
+    /// QEMU does (by default the fake writes 0 there): the driver then reads its whole buffer.
+    pub fn set_keep_sense_len(&self, keep: bool) {
+        self.inner.lock().keep_sense_len = keep;
     }
 
     /// Whether the INTx line is asserted now.
@@ -893,7 +903,9 @@ impl FakeDevice {
                     Self::violation(inner, format!("sense buffer at 0x{addr:X} outside DMA memory"));
                 }
             }
-            self.write_mem(frame + 1, &[written]);
+            if written > 0 || !inner.keep_sense_len {
+                self.write_mem(frame + 1, &[written]);
+            }
             self.write_mem(frame + 3, &[scsi]);
             self.store_status(frame + 2, mfi);
         }

@@ -73,7 +73,9 @@ pub(crate) enum Accepted {
 /// command, not three tables with three checks on each side.
 pub(crate) struct TagEntry {
     word: AtomicU32,
-    /// Bytes of the tag's last I/O frame, for a resubmission of the same frame.
+    /// Bytes of the tag's last I/O frame (low 16 bits), for a resubmission of the same frame,
+    /// and how often it was posted again (high 16 bits): the submission's one store of the
+    /// length also starts the count at zero.
     frame_len: AtomicU32,
     /// Caller-chosen value per command (the block layer's issue token), written before the
     /// command is published and read by the reaper after it validated the context.
@@ -118,15 +120,29 @@ impl TagEntry {
         self.cookie.load(Ordering::Relaxed)
     }
 
-    /// Records the length of the I/O frame a PREPARED tag carries (before `publish`).
+    /// Records the length of the I/O frame a PREPARED tag carries (before `publish`), with no
+    /// re-post yet. A frame is at most a few KiB, so the length fits 16 bits.
     #[inline]
-    pub(crate) fn set_frame_len(&self, bytes: u32) {
-        self.frame_len.store(bytes, Ordering::Relaxed);
+    pub(crate) fn set_frame_len(&self, bytes: u16) {
+        self.frame_len.store(u32::from(bytes), Ordering::Relaxed);
     }
 
     /// The length of the tag's last I/O frame (0: it never carried one). Read by the tag's owner.
     pub(crate) fn frame_len(&self) -> u32 {
-        self.frame_len.load(Ordering::Relaxed)
+        self.frame_len.load(Ordering::Relaxed) & 0xFFFF
+    }
+
+    /// How often the tag's current I/O frame was posted again. Read by the tag's owner.
+    pub(crate) fn reposts(&self) -> u16 {
+        (self.frame_len.load(Ordering::Relaxed) >> 16) as u16
+    }
+
+    /// Counts one more re-post of the tag's current I/O frame (saturating). By the tag's owner.
+    pub(crate) fn note_repost(&self) {
+        let cur = self.frame_len.load(Ordering::Relaxed);
+        if cur >> 16 != 0xFFFF {
+            self.frame_len.store(cur + 0x1_0000, Ordering::Relaxed);
+        }
     }
 
     /// PREPARED -> POSTED, POLLED or ABORT_FRAME. Release pairs with the reaper's Acquire load in

@@ -185,6 +185,65 @@ fn error_statuses_carry_decoded_sense_and_hit_only_the_affected_requests() {
     assert!(!e.is_retryable(), "a host EIO fails again on retry");
 }
 
+/// Submissions do not clear the sense buffer: an error that left sense clears it when it is
+/// reaped, so a later error on the same tag that writes no sense decodes none (not the stale
+/// MEDIUM ERROR), whether a success came between or not.
+#[test]
+fn an_error_without_sense_never_decodes_the_sense_an_earlier_one_left() {
+    let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas2108Gen2));
+    // As QEMU: no sense written, the sense length stays the buffer's, so all of it is read.
+    dev.set_keep_sense_len(true);
+    dev.inject_error(ErrorRule::medium_error(0, 10));
+    dev.inject_error(ErrorRule {
+        target: 0,
+        lba: 20,
+        blocks: 1,
+        mfi_status: 0x2D,
+        scsi_status: 0x02,
+        sense: Vec::new(),
+        persistent: true,
+    });
+    let buf = dev.buffer(512);
+    let sgl = [buf.segment(0, 512)];
+    let mut sensed = Vec::new();
+    for lba in [10u64, 20, 10, 0, 20, 0, 10] {
+        ctrl.submit(2, &rw(IoOp::Read, 0, lba, 1, &sgl)).unwrap();
+        let got = reap_n(&ctrl, 1);
+        sensed.push(match got[0].1 {
+            IoStatus::Success => None,
+            IoStatus::Failed(e) => Some(e.sense.map(|s| (s.key, s.asc))),
+        });
+    }
+    let medium = Some(Some((3, 0x11)));
+    assert_eq!(sensed, [medium, Some(None), medium, None, Some(None), None, medium]);
+    assert_clean(&dev);
+}
+
+/// A BUSY answer's re-posts are counted per submission: `resubmit` counts, a new submission on
+/// the tag starts from zero again.
+#[test]
+fn resubmits_count_per_submission() {
+    let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas1078));
+    let buf = dev.buffer(512);
+    let sgl = [buf.segment(0, 512)];
+    dev.inject_busy(2);
+    ctrl.submit(3, &rw(IoOp::Read, 0, 0, 1, &sgl)).unwrap();
+    assert_eq!(ctrl.resubmits(3), 0);
+    for n in 1..=2 {
+        assert!(matches!(reap_n(&ctrl, 1)[0], (3, IoStatus::Failed(e)) if e.kind == IoErrorKind::Busy));
+        let guard = ctrl.begin_submit().unwrap();
+        ctrl.resubmit(&guard, 3).unwrap();
+        drop(guard);
+        assert_eq!(ctrl.resubmits(3), n);
+    }
+    assert_eq!(reap_n(&ctrl, 1), [(3, IoStatus::Success)]);
+    assert_eq!(ctrl.resubmits(3), 2, "the count stays until the next submission");
+    ctrl.submit(3, &rw(IoOp::Read, 0, 0, 1, &sgl)).unwrap();
+    assert_eq!(ctrl.resubmits(3), 0);
+    assert_eq!(reap_n(&ctrl, 1), [(3, IoStatus::Success)]);
+    assert_clean(&dev);
+}
+
 #[test]
 fn flush_is_synchronize_cache_through_pass_through() {
     let (dev, ctrl, _) = ready(FakeConfig::new(Model::Sas1078));
@@ -555,6 +614,8 @@ fn check_ld_io_agrees_with_check_request_on_every_outcome() {
     let mut refused = 0;
     for d in &drives {
         let bs = d.block_size;
+        // The most whole blocks the controller moves in one request.
+        let lim = (max / u64::from(bs)) as u32;
         for (lba, blocks, phys, len) in [
             (0, 1, buf.segment(0, bs).phys, bs),
             (d.blocks - 2, 2, buf.segment(0, 2 * bs).phys, 2 * bs),
@@ -565,6 +626,9 @@ fn check_ld_io_agrees_with_check_request_on_every_outcome() {
             (0, 1, buf.segment(0, bs).phys, 0),
             (0, 2, buf.segment(0, bs).phys, bs),
             (0, (max / u64::from(bs)) as u32 + 1, buf.segment(0, bs).phys, bs),
+            // At the transfer limit and at the drive's end exactly: accepted.
+            (0, lim, buf.segment(0, bs).phys, lim * bs),
+            (d.blocks - u64::from(lim), lim, buf.segment(0, bs).phys, lim * bs),
         ] {
             for write in [false, true] {
                 let segment = Segment { phys, len };
@@ -597,7 +661,11 @@ fn check_ld_io_agrees_with_check_request_on_every_outcome() {
         ctrl.check_ld_io(&guard, io).map(|_| ()),
         Err(Error::NoSuchDrive { target: 9 })
     );
-    assert_eq!(refused, 2 * 2 * 7, "every case but the first two is refused");
+    assert_eq!(
+        refused,
+        2 * 2 * 7,
+        "every case but the first two and the last two is refused"
+    );
     assert_clean(&dev);
 }
 

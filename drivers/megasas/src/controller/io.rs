@@ -176,6 +176,40 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// registers rather than through a request on the stack.
     #[inline(always)]
     pub fn check_ld_io(&self, _guard: &SubmitGuard<'_>, io: LdIo) -> Result<CheckedLdIo, Error> {
+        if self.ld_io_fits(&io) {
+            return Ok(CheckedLdIo(io));
+        }
+        self.check_ld_io_exact(io)
+    }
+
+    /// The checks of [`Self::check_ld_io`] as one yes or no, with no error to build: the
+    /// submission's common case. A request it refuses goes through
+    /// [`Self::check_ld_io_exact`], which names what is wrong.
+    #[inline(always)]
+    fn ld_io_fits(&self, io: &LdIo) -> bool {
+        let Some(slot) = self.drives.get(usize::from(io.target)) else {
+            return false;
+        };
+        // Acquire pairs with the Release store in `discover`.
+        let block_size = slot.block_size.load(Ordering::Acquire);
+        let capacity = slot.blocks.load(Ordering::Relaxed);
+        let bytes = u64::from(io.blocks) * u64::from(block_size);
+        // `bytes != 0` stands for a drive (block size not 0) and blocks not 0; the segment's
+        // length then equals a length that is not 0.
+        bytes != 0
+            && io
+                .lba
+                .checked_add(u64::from(io.blocks))
+                .is_some_and(|end| end <= capacity)
+            && bytes <= self.max_transfer_bytes()
+            && io.segment.phys != 0
+            && u64::from(io.segment.len) == bytes
+    }
+
+    /// [`Self::check_ld_io`] check by check, for a request [`Self::ld_io_fits`] refused.
+    #[cold]
+    #[inline(never)]
+    fn check_ld_io_exact(&self, io: LdIo) -> Result<CheckedLdIo, Error> {
         let (slot, block_size) = self.drive_slot(false, io.target)?;
         let bytes = self.check_extent(slot, io.target, io.lba, io.blocks, block_size)?;
         check_segment(0, &io.segment)?;
@@ -274,9 +308,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         entry.set_cookie(cookie);
         let context = tags::encode_context(tag, generation, false);
         let w = self.frame(tag);
+        // The sense buffer is zero: cleared after any completion that may have written it.
         let sense = self.sense_phys(tag);
-        // A stale response code must not decode as fresh sense if the device writes none.
-        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         let frame_bytes = match req.op {
             IoOp::Read | IoOp::Write if req.system_pd => {
                 // A JBOD disk: SCSI READ(16)/WRITE(16) through PD pass-through, as Linux's
@@ -357,7 +390,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 frame::PASS_SGL + frame::SGE64_LEN
             }
         };
-        entry.set_frame_len(frame_bytes as u32);
+        entry.set_frame_len(frame_bytes as u16);
         entry.publish(tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())
@@ -386,9 +419,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         } else {
             (frame::CMD_LD_READ, frame::FLAG_DIR_READ)
         };
+        // The sense buffer is zero: cleared after any completion that may have written it.
         let sense = self.sense_phys(tag);
-        // A stale response code must not decode as fresh sense if the device writes none.
-        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         let header = Header {
             cmd,
             sense_len: SENSE_LEN as u8,
@@ -403,15 +435,22 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         };
         self.frame(tag).ld_io_one_segment(&header, sense, io.lba, &io.segment);
         const FRAME_BYTES: usize = frame::IO_SGL + frame::SGE64_LEN;
-        entry.set_frame_len(FRAME_BYTES as u32);
+        entry.set_frame_len(FRAME_BYTES as u16);
         entry.publish(tags::POSTED, generation);
         self.post(tag, FRAME_BYTES);
         Ok(())
     }
 
+    /// How often the I/O frame of `tag` was posted again by [`Self::resubmit`] since it was
+    /// submitted (0 for a tag out of range). For the tag's owner.
+    pub fn resubmits(&self, tag: u16) -> u16 {
+        self.tags.entry(tag).map_or(0, |e| e.reposts())
+    }
+
     /// Posts the I/O frame of `tag` again, unchanged but for a new generation: for a command the
-    /// device answered BUSY. Only the owner of the tag may call it, after the command's
-    /// completion was reported (the tag is FREE and its frame still holds the request).
+    /// device answered BUSY (counted, see [`Self::resubmits`]). Only the owner of the tag may call
+    /// it, after the command's completion was reported (the tag is FREE and its frame still holds
+    /// the request).
     pub fn resubmit(&self, _guard: &SubmitGuard<'_>, tag: u16) -> Result<(), Error> {
         let Some(entry) = self.tags.entry(tag) else {
             return Err(Error::TagOutOfRange { tag, tags: self.ntags });
@@ -423,11 +462,12 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             });
         }
         let generation = entry.claim(tag)?;
+        entry.note_repost();
         let w = self.frame(tag);
         w.u32_at(0x08, tags::encode_context(tag, generation, false));
-        // Status back to pending, sense length back to the buffer size, old sense cleared.
+        // Status back to pending, sense length back to the buffer size (the BUSY completion's
+        // `read_completion` cleared the old sense).
         w.bytes_at(frame::OFF_SENSE_LEN, &[SENSE_LEN as u8, MfiStatus::PENDING.0, 0]);
-        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
         entry.publish(tags::POSTED, generation);
         self.post(tag, frame_bytes);
         Ok(())

@@ -379,6 +379,13 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.pool.phys_at(self.sense_off + usize::from(tag) * SENSE_LEN)
     }
 
+    /// Zeroes the start of `tag`'s sense buffer (its response code), for a tag whose command the
+    /// device is done with: submissions do not clear it, so every path that ends a command that
+    /// may have left sense calls this before the tag is free again.
+    fn clear_sense(&self, tag: u16) {
+        self.pool.write_u64(self.sense_off + usize::from(tag) * SENSE_LEN, 0);
+    }
+
     fn check_tag(&self, tag: u16) -> Result<(), Error> {
         if tag >= self.ntags {
             return Err(Error::TagOutOfRange { tag, tags: self.ntags });

@@ -1,13 +1,13 @@
 //! The reply queue: interrupt claim, reaping under the reaper gate, and validation of every
 //! context and frame status the device wrote before anything completes.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{BogusReason, Fault};
 use crate::frame;
 use crate::gate::GateOutcome;
 use crate::regs;
-use crate::status::{IoStatus, MfiStatus, SCSI_CHECK_CONDITION};
+use crate::status::{IoStatus, MfiStatus, SCSI_CHECK_CONDITION, SCSI_GOOD};
 use crate::tags::{self, TagTable};
 use crate::{Delay, Dma, Mmio};
 
@@ -22,7 +22,10 @@ const FAULT_LOG_FIRST: u64 = 16;
 const POLLED_ECHO_WINDOW: u16 = 256;
 
 impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
-    /// Reads status and sense of a completed frame.
+    /// Reads status and sense of a completed frame. A completion with any status but MFI OK and
+    /// SCSI GOOD may have left sense behind: the tag's sense buffer is cleared here, before the
+    /// tag is free again, so the next command on it starts from a zeroed buffer (a stale response
+    /// code never decodes as fresh sense) without a store per submission.
     pub(super) fn read_completion(&self, tag: u16, mfi: MfiStatus) -> Polled {
         let base = usize::from(tag) * self.frame_stride;
         let scsi = self.pool.read_u8(base + frame::OFF_SCSI_STATUS);
@@ -33,6 +36,9 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             sense_len = usize::from(self.pool.read_u8(base + frame::OFF_SENSE_LEN)).min(SENSE_LEN);
             self.pool
                 .read_bytes(self.sense_off + usize::from(tag) * SENSE_LEN, &mut sense[..sense_len]);
+        }
+        if mfi != MfiStatus::OK || scsi != SCSI_GOOD {
+            self.clear_sense(tag);
         }
         Polled {
             mfi,
@@ -73,6 +79,15 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         // Acquire pairs with the device's producer store, made after the entries.
         let pi = self.ring.atomic_u32(RING_PI).load(Ordering::Acquire);
         pi != self.ci.load(Ordering::Relaxed) && pi < self.ring_entries
+    }
+
+    /// Whether the device's producer index differs from the consumer index (a memory read, no
+    /// register access): false means a reap would find nothing to take. An index out of range
+    /// counts as moved, so the reap records it as a fault.
+    #[inline]
+    pub fn reply_ring_moved(&self) -> bool {
+        // Acquire pairs with the device's producer store, as in `drain`.
+        self.ring.atomic_u32(RING_PI).load(Ordering::Acquire) != self.ci.load(Ordering::Relaxed)
     }
 
     /// Drains the reply queue: every context is validated (range, in flight, generation, frame
@@ -140,6 +155,8 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// Consumes entries from CI up to PI; the caller holds `gate`.
     pub(super) fn drain(&self, out: &mut Reaped, complete: &mut impl FnMut(Done), remaining: &core::cell::Cell<u32>) {
         let entries = self.ring_entries;
+        let slots = self.ring_slots();
+        let heads = self.frame_heads();
         let mut ci = self.ci.load(Ordering::Relaxed);
         // Bounded: each pass consumes at most one ring's worth; the outer loop re-reads PI.
         'passes: for _ in 0..2 {
@@ -157,18 +174,23 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     break 'passes;
                 }
                 remaining.set(remaining.get() - 1);
-                let slot = self.ring.atomic_u32(RING_ENTRIES + 4 * ci as usize);
+                // `ci < entries`, the slice's length.
+                let slot = &slots[ci as usize];
                 let ctx = slot.load(Ordering::Relaxed);
                 slot.store(RING_SENTINEL, Ordering::Relaxed);
-                if let Err(reason) = self.accept(ctx, out, complete) {
-                    self.record_fault(
+                // The one call of `complete`: inlined here, the common reply passes its `Done`
+                // in registers rather than through a call with it in memory.
+                match self.accept(ctx, heads, out) {
+                    Ok(Some(done)) => complete(done),
+                    Ok(None) => {}
+                    Err(reason) => self.record_fault(
                         out,
                         Fault::BogusContext {
                             context: ctx,
                             slot: ci,
                             reason,
                         },
-                    );
+                    ),
                 }
                 ci = if ci + 1 == entries { 0 } else { ci + 1 };
             }
@@ -178,8 +200,25 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
         self.ring.atomic_u32(RING_CI).store(ci, Ordering::Release);
     }
 
-    /// Validates one context and completes its command.
-    fn accept(&self, ctx: u32, out: &mut Reaped, complete: &mut impl FnMut(Done)) -> Result<(), BogusReason> {
+    /// The first word of every tag's frame, bounds-checked once per drain (see [`FrameHeads`]).
+    fn frame_heads(&self) -> FrameHeads<'_> {
+        let step = self.frame_stride / 4;
+        FrameHeads {
+            words: self.pool.atomic_u32s(0, usize::from(self.ntags) * step),
+            step,
+        }
+    }
+
+    /// The reply ring's entries as one slice, bounds-checked once per drain instead of once per
+    /// entry.
+    fn ring_slots(&self) -> &[AtomicU32] {
+        self.ring.atomic_u32s(RING_ENTRIES, self.ring_entries as usize)
+    }
+
+    /// Validates one context and hands its command back: the completion to report, if any (a
+    /// polled echo reports none).
+    #[inline(always)]
+    fn accept(&self, ctx: u32, heads: FrameHeads<'_>, out: &mut Reaped) -> Result<Option<Done>, BogusReason> {
         let (tag, polled, generation) = tags::decode_context(ctx);
         // The tag's record, bounds-checked once for the whole reply. The context's
         // tag field is 15 bits, so it fits a u16.
@@ -210,16 +249,16 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 });
             }
             out.polled_echoes += 1;
-            return Ok(());
+            return Ok(None);
         }
-        let base = usize::from(tag) * self.frame_stride;
-        let frame_status = || {
-            // Acquire pairs with the device's store of the status byte, after sense and data.
-            MfiStatus(
-                self.pool
-                    .atomic_u8(base + frame::OFF_CMD_STATUS)
-                    .load(Ordering::Acquire),
-            )
+        // The frame's first word: byte 2 the MFI status, byte 3 the SCSI status. Acquire pairs
+        // with the device's store of the status byte, after sense and data. `tag` has a record,
+        // so it is below the tag count and its frame's word is there (were it not, it would read
+        // as still pending: refused).
+        let status_word = || {
+            heads
+                .word(tag)
+                .map_or(u32::from(MfiStatus::PENDING.0) << 16, |w| w.load(Ordering::Acquire))
         };
         let (state, current) = entry.load();
         if state == tags::ABORT_FRAME {
@@ -230,25 +269,26 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                     found: generation,
                 });
             }
-            let mfi = frame_status();
+            let mfi = MfiStatus((status_word() >> 16) as u8);
             if mfi == MfiStatus::PENDING {
                 return Err(BogusReason::StatusPending { tag });
             }
-            self.abort_replied(tag, generation, mfi, out, complete);
-            return Ok(());
+            return Ok(self.abort_replied(tag, generation, mfi, out));
         }
         // The word read above (Acquire) is the one `check` would read again.
         TagTable::check_loaded(tag, (state, current), generation)?;
-        let mfi = frame_status();
-        if mfi == MfiStatus::PENDING {
-            return Err(BogusReason::StatusPending { tag });
-        }
-        // A success reads nothing more of the frame: `IoError::classify` is `None` for MFI OK
-        // whatever the SCSI status and sense, so no 64-byte sense copy per I/O.
-        let ok = mfi == MfiStatus::OK;
+        let word = status_word();
+        // MFI OK and SCSI GOOD, the common reply, read nothing more of the frame. Any other
+        // status goes through `read_completion` (which also clears what sense it may have left);
+        // `IoError::classify` is `None` for MFI OK whatever the SCSI status and sense.
+        let ok = word >> 16 == 0;
         let status = if ok {
             IoStatus::Success
         } else {
+            let mfi = MfiStatus((word >> 16) as u8);
+            if mfi == MfiStatus::PENDING {
+                return Err(BogusReason::StatusPending { tag });
+            }
             match self.read_completion(tag, mfi).error() {
                 None => IoStatus::Success,
                 Some(e) => {
@@ -266,22 +306,44 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
         }
         out.completed += 1;
-        if ok && !aborted {
-            // The common reply, with its status a constant for the callback.
-            complete(Done {
-                tag,
-                cookie,
-                status: IoStatus::Success,
-                aborted: false,
-            });
-        } else {
-            complete(Done {
-                tag,
-                cookie,
-                status,
-                aborted,
-            });
-        }
-        Ok(())
+        Ok(Some(Done {
+            tag,
+            cookie,
+            status,
+            aborted,
+        }))
+    }
+}
+
+/// The first word of each tag's frame (command and SCSI status bytes), for the reaper: the
+/// frames' words as one slice, bounds-checked when it was made, so a tag's word costs one
+/// comparison.
+#[derive(Clone, Copy)]
+struct FrameHeads<'a> {
+    /// The frame area's words.
+    words: &'a [AtomicU32],
+    /// Words from one frame to the next.
+    step: usize,
+}
+
+impl<'a> FrameHeads<'a> {
+    /// The first word of `tag`'s frame; `None` for a tag out of range.
+    #[inline(always)]
+    fn word(self, tag: u16) -> Option<&'a AtomicU32> {
+        self.words.get(usize::from(tag) * self.step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tag's head is the word `tag * step` words from tag 0's; none past the frame area.
+    #[test]
+    fn frame_heads_step_by_the_stride_and_stop_at_the_tag_count() {
+        let words: [AtomicU32; 9] = core::array::from_fn(|i| AtomicU32::new(i as u32));
+        let heads = FrameHeads { words: &words, step: 3 };
+        let got: [Option<u32>; 4] = core::array::from_fn(|t| heads.word(t as u16).map(|w| w.load(Ordering::Relaxed)));
+        assert_eq!(got, [Some(0), Some(3), Some(6), None]);
     }
 }

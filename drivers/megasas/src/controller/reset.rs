@@ -164,6 +164,7 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                 tags::FREE => {}
                 tags::POSTED | tags::ABORTING => {
                     let cookie = self.tags.cookie(tag);
+                    self.clear_sense(tag);
                     self.tags.finish(tag, generation);
                     failed += 1;
                     complete(Done {
@@ -178,7 +179,11 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
                         aborted: state == tags::ABORTING,
                     });
                 }
-                _ => self.tags.finish(tag, generation),
+                _ => {
+                    // Whatever the device did with the command, its sense buffer starts clean.
+                    self.clear_sense(tag);
+                    self.tags.finish(tag, generation);
+                }
             }
         }
         failed
@@ -225,23 +230,19 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
     /// so the victim is normally already complete; if it is still in flight, an OK from the
     /// device means it gave the command up (the victim is completed as aborted here), anything
     /// else means the abort failed and the controller must be reset.
-    pub(super) fn abort_replied(
-        &self,
-        tag: u16,
-        generation: u16,
-        mfi: MfiStatus,
-        out: &mut Reaped,
-        complete: &mut impl FnMut(Done),
-    ) {
+    pub(super) fn abort_replied(&self, tag: u16, generation: u16, mfi: MfiStatus, out: &mut Reaped) -> Option<Done> {
         let victim = self.abort_victim.load(Ordering::Relaxed);
         let (vtag, vgen) = ((victim & 0xFFFF) as u16, (victim >> 16) as u16);
+        let mut done = None;
         if self.tags.load(vtag) == (tags::ABORTING, vgen) {
             if mfi == MfiStatus::OK {
                 let cookie = self.tags.cookie(vtag);
+                // The device gave the victim up without a reply of its own, perhaps with sense.
+                self.clear_sense(vtag);
                 if self.tags.complete(vtag, vgen).is_ok() {
                     self.aborts_confirmed.fetch_add(1, Ordering::Relaxed);
                     out.completed += 1;
-                    complete(Done {
+                    done = Some(Done {
                         tag: vtag,
                         cookie,
                         status: IoStatus::Failed(IoError {
@@ -260,5 +261,6 @@ impl<M: Mmio, D: Dma, T: Delay> Controller<M, D, T> {
             }
         }
         self.tags.finish(tag, generation);
+        done
     }
 }
