@@ -284,7 +284,8 @@ impl<D: Driver> Queue<D> {
             unsafe { slot.data() }.hwq,
             ctx.hwq
         );
-        slot.set_state(state::DRIVER);
+        // Whatever brings a request here leaves it QUEUED.
+        slot.move_state(state::QUEUED, state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
         let rq = unsafe { Rq::new(self, slot, at.counters, index, ctx.cpu, false, true, at.trace) };
         bump(&counters.dispatched);
