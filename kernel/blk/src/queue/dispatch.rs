@@ -196,6 +196,23 @@ impl<D: Driver> Queue<D> {
             self.dispatch_alone(at, index, defer);
             return;
         }
+        // Out of line, where its loop keeps its values in registers (inlined into a
+        // submission, it could not).
+        if at.trace {
+            self.dispatch_list::<true>(at, indices, defer);
+        } else {
+            self.dispatch_list::<false>(at, indices, defer);
+        }
+    }
+
+    /// [`Queue::dispatch_direct`] of several requests. `TRACED`: the stage trace is on (the
+    /// untraced copy tests nothing for it).
+    #[inline(never)]
+    fn dispatch_list<const TRACED: bool>(&self, at: &RunContext<'_>, indices: &[u32], defer: bool) {
+        let at = &RunContext {
+            trace: TRACED && at.trace,
+            ..*at
+        };
         let (gen_before, ctx) = self.pass_context(at);
         let counters = at.counters;
         let mut uncommitted = false;

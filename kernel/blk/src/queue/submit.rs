@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// A tag of `tags`' reserved pool, for CPU `cpu`: admin commands, off the I/O path.
+#[cold]
+#[inline(never)]
+fn alloc_reserved(tags: &crate::tags::TagSet, cpu: usize) -> Option<u32> {
+    tags.alloc(cpu, true)
+}
+
 /// Why [`Queue::take_chunk`] stopped.
 enum ChunkEnd {
     /// The chunk is full; bios are left.
@@ -476,11 +483,12 @@ impl<D: Driver> Queue<D> {
             return Err(BlkError::Frozen);
         }
         let tags = host.tags();
-        // With tags shared across queues, leave freed tags to a starving queue once we hold our
-        // share (`usage` counts our requests: not this one, nor the rest of a batch entered
-        // with it).
-        let yield_to_waiter = self.host_shared
-            && !bio.reserved_tag
+        // A reserved (admin) tag is taken out of line. With tags shared across queues, a normal
+        // one is left to a starving queue once we hold our share (`usage` counts our requests:
+        // not this one, nor the rest of a batch entered with it).
+        let tag = if bio.reserved_tag {
+            alloc_reserved(tags, cpu)
+        } else if self.host_shared
             && host.over_fair_share(
                 // Summed over the CPUs only when another queue waits for tags.
                 || {
@@ -489,11 +497,13 @@ impl<D: Driver> Queue<D> {
                         .saturating_sub(entered)
                 },
                 self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
-            );
-        // One chain, no `Option` in between: a tag goes straight on to the slot.
-        let tag = if !yield_to_waiter && let Some(tag) = tags.alloc_hinted(cpu, &counters.tag_hint, bio.reserved_tag) {
-            tag
+            )
+        {
+            None
         } else {
+            tags.alloc_hinted(cpu, &counters.tag_hint, false)
+        };
+        let Some(tag) = tag else {
             if !ENTERED {
                 self.usage.exit(&counters.usage);
             }
