@@ -415,13 +415,17 @@ impl<D: Driver> Queue<D> {
         };
         let Route { hwq, set, slot_base } = counters.route;
         let (hwq, set) = (usize::from(hwq), usize::from(set));
+        debug_assert!(hwq < self.hwqs.len() && set < self.tag_sets.len());
+        // SAFETY: a route is set once, in `Queue::new`, from the validated CPU map: its hardware
+        // queue is one of `hwqs` and its set one of `tag_sets` (both fixed at creation).
+        let (host, hq) = unsafe { (self.tag_sets.get_unchecked(set), self.hwqs.get_unchecked(hwq)) };
         Ok(RunContext {
             cpu,
             hwq,
             set,
-            host: &self.tag_sets[set],
+            host,
             counters,
-            hq: &self.hwqs[hwq],
+            hq,
             trace: self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
             slot_base,
         })
@@ -732,7 +736,13 @@ impl<D: Driver> Queue<D> {
             return;
         }
         let (cpu, hwq, hq) = (at.cpu, at.hwq, at.hq);
-        if self.sw_queues[cpu].is_empty()
+        debug_assert!(cpu < self.sw_queues.len());
+        // SAFETY: only submissions come here, with the context of `submit_context` (which
+        // checked `cpu` against the CPU count, the software queues' count) or, for a split's
+        // parts, of `run_context` for a CPU that `submit_split` looked up in the CPU blocks
+        // (checked).
+        let sw = unsafe { self.sw_queues.get_unchecked(cpu) };
+        if sw.is_empty()
             && !hq.dispatch_nonempty.load(Ordering::Relaxed)
             // Acquire pairs with the Release that freed the token (as in `dispatch`).
             && hq
