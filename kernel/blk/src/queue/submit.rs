@@ -487,35 +487,43 @@ impl<D: Driver> Queue<D> {
             return Err(BlkError::Frozen);
         }
         let tags = host.tags();
-        // A reserved (admin) tag is taken out of line. With tags shared across queues, a normal
-        // one is left to a starving queue once we hold our share (`usage` counts our requests:
-        // not this one, nor the rest of a batch entered with it).
-        let tag = if bio.reserved_tag {
-            alloc_reserved(tags, cpu)
-        } else if self.host_shared
-            && host.over_fair_share(
-                // Summed over the CPUs only when another queue waits for tags.
-                || {
-                    self.usage
-                        .in_flight(self.counters.usage_counts())
-                        .saturating_sub(entered)
-                },
-                self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
-            )
-        {
-            None
+        // With tags shared across queues, a normal tag is left to a starving queue once we
+        // hold our share (`usage` counts our requests: not this one, nor the rest of a batch
+        // entered with it).
+        let normal = !bio.reserved_tag
+            && (!self.host_shared
+                || !host.over_fair_share(
+                    // Summed over the CPUs only when another queue waits for tags.
+                    || {
+                        self.usage
+                            .in_flight(self.counters.usage_counts())
+                            .saturating_sub(entered)
+                    },
+                    self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
+                ));
+        // The hint's tag, the common case, goes straight on as a tag, not as an `Option` to
+        // test again after the search's. A reserved (admin) tag is taken out of line.
+        let tag = if normal && let Some(tag) = tags.alloc_at_hint(&counters.tag_hint) {
+            tag
         } else {
-            tags.alloc_hinted(cpu, &counters.tag_hint, false)
-        };
-        let Some(tag) = tag else {
-            if !ENTERED {
-                self.usage.exit(&counters.usage);
-            }
-            return Err(BlkError::TagsExhausted {
-                hwq,
-                pool: tags.pool_size(bio.reserved_tag),
-                reserved: bio.reserved_tag,
-            });
+            let tag = if bio.reserved_tag {
+                alloc_reserved(tags, cpu)
+            } else if normal {
+                tags.alloc_past_hint(&counters.tag_hint)
+            } else {
+                None
+            };
+            let Some(tag) = tag else {
+                if !ENTERED {
+                    self.usage.exit(&counters.usage);
+                }
+                return Err(BlkError::TagsExhausted {
+                    hwq,
+                    pool: tags.pool_size(bio.reserved_tag),
+                    reserved: bio.reserved_tag,
+                });
+            };
+            tag
         };
         let index = slot_base + tag;
         // SAFETY: the set's tags are below the depth (its pools end there), and the set's
