@@ -97,9 +97,20 @@ pub struct NullDriver {
     /// Per hardware queue decision counter for fault injection.
     decisions: Box<[CachePadded<AtomicU64>]>,
     store: Option<Box<[AtomicU8]>>,
-    /// Every request succeeds at once, ended or completed as the mode says: no fault
-    /// injection, no memory to copy, not deferred. `queue_rq` takes a short path then.
-    plain: bool,
+    /// What `queue_rq` does with every request when each succeeds at once (no fault
+    /// injection, no memory to copy, not deferred), as one value: one test per request.
+    fast: Fast,
+}
+
+/// [`NullDriver`]'s short path of `queue_rq`, decided once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fast {
+    /// None: fault injection, memory or the deferred mode.
+    No,
+    /// Ends every request with success (the inline mode).
+    End,
+    /// Completes every request with success (the immediate mode).
+    Complete,
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -132,10 +143,12 @@ impl NullDriver {
             parked_token: (0..nreq).map(|_| AtomicU32::new(0)).collect(),
             decisions: (0..nr_hw_queues).map(|_| CachePadded(AtomicU64::new(0))).collect(),
             store,
-            plain: cfg.busy_one_in == 0
-                && cfg.error_one_in == 0
-                && !cfg.memory_backed
-                && cfg.mode != NullMode::Deferred,
+            fast: match cfg.mode {
+                _ if cfg.busy_one_in != 0 || cfg.error_one_in != 0 || cfg.memory_backed => Fast::No,
+                NullMode::Inline => Fast::End,
+                NullMode::Immediate => Fast::Complete,
+                NullMode::Deferred => Fast::No,
+            },
             cfg,
         }
     }
@@ -237,15 +250,12 @@ impl Driver for NullDriver {
     /// memory copy out of line.
     #[inline(always)]
     fn queue_rq<'a>(&self, hw: &HwCtx<'a, Self>, rq: Rq<'a, Self>, last: bool) -> Result<(), QueueRqError<'a, Self>> {
-        if !self.plain {
-            return self.queue_rq_in_full(hw, rq, last);
-        }
-        // Nothing can fail, whatever the operation: without memory a read, write or discard
-        // moves no data.
-        if self.cfg.mode == NullMode::Inline {
-            rq.end(Status::Ok);
-        } else {
-            rq.complete(Status::Ok);
+        // On the short paths nothing can fail, whatever the operation: without memory a read,
+        // write or discard moves no data.
+        match self.fast {
+            Fast::Complete => rq.complete(Status::Ok),
+            Fast::End => rq.end(Status::Ok),
+            Fast::No => return self.queue_rq_in_full(hw, rq, last),
         }
         Ok(())
     }

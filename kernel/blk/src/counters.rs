@@ -112,6 +112,9 @@ counters! {
 pub(crate) struct Route {
     pub hwq: u16,
     pub set: u16,
+    /// The index of the set's first slot (`set * depth`): a request's slot is this plus its
+    /// tag, with no multiply per submission.
+    pub slot_base: u32,
 }
 
 pub(crate) struct Counters {

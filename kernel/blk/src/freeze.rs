@@ -70,10 +70,30 @@ impl UsageCounter {
         true
     }
 
+    /// [`UsageCounter::try_enter`] for `n` users at once (a batch's requests): one increment
+    /// and one look at `frozen` for all of them. A `true` must be matched by `n` exits, one by
+    /// one or through [`UsageCounter::exit_n`].
+    #[inline]
+    pub fn try_enter_n(&self, count: &AtomicUsize, n: usize) -> bool {
+        count.fetch_add(n, Ordering::Relaxed);
+        // The same protocol as `try_enter`, for the `n` entries together.
+        fence_after_rmw();
+        if self.frozen.load(Ordering::Acquire) {
+            Self::back_out_n(count, n);
+            return false;
+        }
+        true
+    }
+
     #[cold]
     fn back_out(count: &AtomicUsize) {
+        Self::back_out_n(count, 1);
+    }
+
+    #[cold]
+    fn back_out_n(count: &AtomicUsize, n: usize) {
         // Release, like `exit`: the freezer may be summing.
-        count.fetch_sub(1, Ordering::Release);
+        count.fetch_sub(n, Ordering::Release);
     }
 
     /// Leaves the queue through the calling CPU's `count` (not necessarily the entering CPU's).
@@ -86,6 +106,16 @@ impl UsageCounter {
         count.store(count.load(Ordering::Relaxed).wrapping_sub(1), Ordering::Release);
         #[cfg(not(all(target_os = "none", not(loom))))]
         count.fetch_sub(1, Ordering::Release);
+    }
+
+    /// [`UsageCounter::exit`] of `n` users at once (entries of a batch that were not used).
+    #[inline]
+    pub fn exit_n(&self, count: &AtomicUsize, n: usize) {
+        // As `exit`: Release, and a plain update on bare metal.
+        #[cfg(all(target_os = "none", not(loom)))]
+        count.store(count.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Release);
+        #[cfg(not(all(target_os = "none", not(loom))))]
+        count.fetch_sub(n, Ordering::Release);
     }
 
     /// Blocks new entries.
@@ -161,6 +191,21 @@ mod tests {
         assert_eq!(usage.in_flight(cpu.iter()), 1);
         usage.exit(&cpu[0]);
         assert_eq!(usage.in_flight(cpu.iter()), 0);
+    }
+
+    #[test]
+    fn a_batch_enters_at_once_and_exits_one_by_one_or_together() {
+        let (usage, cpu) = (UsageCounter::new(), counts(2));
+        assert!(usage.try_enter_n(&cpu[0], 5));
+        assert_eq!(usage.in_flight(cpu.iter()), 5);
+        usage.exit(&cpu[1]);
+        usage.exit_n(&cpu[0], 3);
+        assert_eq!(usage.in_flight(cpu.iter()), 1);
+        usage.set_frozen();
+        assert!(!usage.try_enter_n(&cpu[0], 4), "frozen: refused and backed out");
+        assert_eq!(usage.in_flight(cpu.iter()), 1);
+        usage.exit(&cpu[1]);
+        assert!(usage.is_drained(cpu.iter()));
     }
 
     #[test]

@@ -459,6 +459,18 @@ impl<P> Slot<P> {
             .store(state::pack(state::generation(w), new), Ordering::Relaxed);
     }
 
+    /// [`Slot::set_state`] of an owned slot known to be in state `from`: the word moves by the
+    /// difference, with no mask (a slot word out of TIMEOUT_COMPLETED has no claim bits).
+    #[inline]
+    pub fn move_state(&self, from: u8, to: u8) {
+        let w = self.word.load(Ordering::Relaxed);
+        debug_assert_eq!(w & 0xffff, u32::from(from), "slot not in the state it leaves");
+        self.word.store(
+            w.wrapping_sub(u32::from(from)).wrapping_add(u32::from(to)),
+            Ordering::Relaxed,
+        );
+    }
+
     pub fn status(&self) -> Status {
         Status::from_u8(self.status.load(Ordering::Relaxed))
     }

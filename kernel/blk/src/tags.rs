@@ -120,6 +120,15 @@ impl TagBitmap {
     /// `hints`). Any value is a valid hint.
     #[inline(always)]
     pub fn alloc_hinted(&self, hint_slot: &HintU32) -> Option<u32> {
+        match self.alloc_at_hint(hint_slot) {
+            Some(tag) => Some(tag),
+            None => self.alloc_past_hint(hint_slot),
+        }
+    }
+
+    /// [`TagBitmap::alloc_hinted`]'s fast path alone: the hint's own tag, if free.
+    #[inline(always)]
+    pub fn alloc_at_hint(&self, hint_slot: &HintU32) -> Option<u32> {
         let hint = hint_slot.load(core::sync::atomic::Ordering::Relaxed);
         // Fast path: the hint is usually the tag this CPU freed last, still free. One word,
         // one bit, no search (a third of the instructions of the loop below). No range test:
@@ -134,7 +143,14 @@ impl TagBitmap {
             hint_slot.store(hint + 1, core::sync::atomic::Ordering::Relaxed);
             return Some(self.base + hint);
         }
-        self.alloc_searching(hint_slot, hint)
+        None
+    }
+
+    /// [`TagBitmap::alloc_hinted`] after [`TagBitmap::alloc_at_hint`] found the hint's tag
+    /// taken: the search. The hint is unchanged by a failed fast path.
+    #[inline(always)]
+    pub fn alloc_past_hint(&self, hint_slot: &HintU32) -> Option<u32> {
+        self.alloc_searching(hint_slot, hint_slot.load(core::sync::atomic::Ordering::Relaxed))
     }
 
     /// [`TagBitmap::alloc`] past its fast path: every word from the hint's on, round to it.
@@ -269,6 +285,19 @@ impl TagSet {
         } else {
             self.normal.alloc_hinted(hint)
         }
+    }
+
+    /// [`TagSet::alloc_hinted`] of a normal tag, its fast path alone
+    /// ([`TagBitmap::alloc_at_hint`]); [`TagSet::alloc_past_hint`] searches.
+    #[inline(always)]
+    pub fn alloc_at_hint(&self, hint: &HintU32) -> Option<u32> {
+        self.normal.alloc_at_hint(hint)
+    }
+
+    /// [`TagSet::alloc_hinted`] of a normal tag after [`TagSet::alloc_at_hint`] failed.
+    #[inline(always)]
+    pub fn alloc_past_hint(&self, hint: &HintU32) -> Option<u32> {
+        self.normal.alloc_past_hint(hint)
     }
 
     /// [`TagSet::free`] for a tag whose normal-pool allocation used `hint`.
@@ -600,6 +629,31 @@ mod tests {
                     assert!(b.free(0, t));
                 }
                 assert_eq!(b.in_use(), 0, "depth {depth} round {round}");
+            }
+        }
+    }
+
+    /// The hint's tag alone, then the search when it is taken, hands out what `alloc_hinted`
+    /// does, tag for tag, and leaves the same hint; a taken hint's tag leaves the hint as it was.
+    #[test]
+    fn the_hint_fast_path_then_the_search_is_alloc_hinted() {
+        for depth in [1u32, 3, 64, 65, 130] {
+            let (a, b) = (TagSet::new(depth + 2, 2, 1), TagSet::new(depth + 2, 2, 1));
+            let (hint_a, hint_b) = (HintU32::new(0), HintU32::new(0));
+            for round in 0..2 * depth {
+                // Free every third tag taken so far, in both, so the hint finds some taken.
+                if round % 3 == 2 {
+                    let tag = 2 + round / 2 % depth;
+                    assert_eq!(a.free_hinted(0, &hint_a, tag), b.free_hinted(0, &hint_b, tag));
+                }
+                let before = hint_b.load(Ordering::Relaxed);
+                let fast = b.alloc_at_hint(&hint_b);
+                if fast.is_none() {
+                    assert_eq!(hint_b.load(Ordering::Relaxed), before, "depth {depth} round {round}");
+                }
+                let split = fast.or_else(|| b.alloc_past_hint(&hint_b));
+                assert_eq!(a.alloc_hinted(0, &hint_a, false), split, "depth {depth} round {round}");
+                assert_eq!(hint_a.load(Ordering::Relaxed), hint_b.load(Ordering::Relaxed));
             }
         }
     }

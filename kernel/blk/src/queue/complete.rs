@@ -370,7 +370,10 @@ impl<D: Driver> Queue<D> {
         slot.set_state(state::FREE);
         // Release inside `free` publishes the FREE state and our last reads to the next owner.
         // It also bumps the set's "freed" sequence and fences (the restart protocol).
-        let freed = self.tag_sets[set].free_hinted(cpu, &counters.tag_hint, tag, self.sharer_of(set));
+        debug_assert!(set < self.tag_sets.len());
+        // SAFETY: a slot's set is fixed when the queue builds it, one of its tag sets.
+        let host = unsafe { self.tag_sets.get_unchecked(set) };
+        let freed = host.free_hinted(cpu, &counters.tag_hint, tag, self.sharer_of(set));
         debug_assert!(freed, "tag {tag} freed twice");
         self.usage.exit(&counters.usage);
         self.after_completion(cpu, set, hwq, rerun_covered);
@@ -398,7 +401,12 @@ impl<D: Driver> Queue<D> {
         };
         if parent == NO_PARENT {
             self.platform.end_io(&completion);
-        } else if let Some(done) = self.splits.part_done(parent, status) {
+            return;
+        }
+        // The slot goes back free with no parent, as `take_request` expects it.
+        // SAFETY: as above.
+        unsafe { self.slot(index).data_mut() }.parent = NO_PARENT;
+        if let Some(done) = self.splits.part_done(parent, status) {
             // The last part of a split bio: the bio ends, once, as the submitter gave it.
             self.platform.end_io(&Completion {
                 cookie: done.cookie,

@@ -196,33 +196,76 @@ impl<D: Driver> Queue<D> {
             self.dispatch_alone(at, index, defer);
             return;
         }
+        // Out of line, where its loop keeps its values in registers (inlined into a
+        // submission, it could not).
+        if at.trace {
+            self.dispatch_list::<true>(at, indices, defer);
+        } else {
+            self.dispatch_list::<false>(at, indices, defer);
+        }
+    }
+
+    /// [`Queue::dispatch_direct`] of several requests. `TRACED`: the stage trace is on (the
+    /// untraced copy tests nothing for it).
+    #[inline(never)]
+    fn dispatch_list<const TRACED: bool>(&self, at: &RunContext<'_>, indices: &[u32], defer: bool) {
+        let at = &RunContext {
+            trace: TRACED && at.trace,
+            ..*at
+        };
         let (gen_before, ctx) = self.pass_context(at);
         let counters = at.counters;
         let mut uncommitted = false;
-        for (position, &index) in indices.iter().enumerate() {
-            let last = position + 1 == indices.len() && !defer;
-            match self.dispatch_one(at, &ctx, index, last) {
-                Dispatched::Queued => uncommitted = !last,
+        // All but the last go with `last == false`: their loop carries no test for it.
+        let Some((&final_index, front)) = indices.split_last() else {
+            return;
+        };
+        for (position, &index) in front.iter().enumerate() {
+            match self.dispatch_one(at, &ctx, index, false) {
+                Dispatched::Queued => uncommitted = true,
                 Dispatched::Ended => {}
                 Dispatched::TurnedAway => {
-                    let hq = at.hq;
-                    // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
-                    let fifo = unsafe { &mut *hq.fifo.get() };
-                    fifo.push_front(index, &self.links);
-                    self.append_in_order(fifo, &indices[position + 1..]);
-                    hq.dispatch_nonempty.store(true, Ordering::Relaxed);
-                    if uncommitted {
-                        // Turned away: what went before rings now, as in `dispatch_once`.
-                        self.ring_or_defer(&ctx, counters, false);
-                    }
-                    self.after_turned_away(at.hwq, at.set, gen_before);
+                    self.list_turned_away(at, &ctx, &indices[position..], uncommitted, gen_before);
                     return;
                 }
+            }
+        }
+        match self.dispatch_one(at, &ctx, final_index, !defer) {
+            Dispatched::Queued => uncommitted = defer,
+            Dispatched::Ended => {}
+            Dispatched::TurnedAway => {
+                self.list_turned_away(at, &ctx, core::slice::from_ref(&final_index), uncommitted, gen_before);
+                return;
             }
         }
         if uncommitted {
             self.ring_or_defer(&ctx, counters, defer);
         }
+    }
+
+    /// [`Queue::dispatch_list`] after the driver turned away `rest[0]`: it and the requests
+    /// after it wait on the FIFO, in order, and what went before rings now (`uncommitted`), as
+    /// in `dispatch_once`.
+    #[cold]
+    #[inline(never)]
+    fn list_turned_away(
+        &self,
+        at: &RunContext<'_>,
+        ctx: &HwCtx<'_, D>,
+        rest: &[u32],
+        uncommitted: bool,
+        gen_before: u32,
+    ) {
+        let hq = at.hq;
+        // SAFETY: we hold the run token (RUNNING), which guards the FIFO.
+        let fifo = unsafe { &mut *hq.fifo.get() };
+        fifo.push_front(rest[0], &self.links);
+        self.append_in_order(fifo, &rest[1..]);
+        hq.dispatch_nonempty.store(true, Ordering::Relaxed);
+        if uncommitted {
+            self.ring_or_defer(ctx, at.counters, false);
+        }
+        self.after_turned_away(at.hwq, at.set, gen_before);
     }
 
     /// [`Queue::dispatch_direct`] for one request.
@@ -284,7 +327,8 @@ impl<D: Driver> Queue<D> {
             unsafe { slot.data() }.hwq,
             ctx.hwq
         );
-        slot.set_state(state::DRIVER);
+        // Whatever brings a request here leaves it QUEUED.
+        slot.move_state(state::QUEUED, state::DRIVER);
         // SAFETY: state is DRIVER and this is the only handle.
         let rq = unsafe { Rq::new(self, slot, at.counters, index, ctx.cpu, false, true, at.trace) };
         bump(&counters.dispatched);

@@ -65,6 +65,8 @@ struct RunContext<'q> {
     hq: &'q HwQueue,
     /// Stage tracing was on when the call began (read once per call; see [`Queue::stage`]).
     trace: bool,
+    /// `set * depth`: the index of the set's first slot.
+    slot_base: u32,
 }
 
 /// How a request came to its end ([`Queue::end_request_in`]).
@@ -239,7 +241,14 @@ impl<D: Driver> Queue<D> {
             let hwq = cpu_to_hwq.get(cpu).copied().unwrap_or(0);
             let set = set_of_hwq(shared_tags, hwq);
             let first_hint = tag_sets.get(usize::from(set)).map_or(0, |s| s.tags().first_hint(cpu));
-            (Route { hwq, set }, first_hint)
+            (
+                Route {
+                    hwq,
+                    set,
+                    slot_base: u32::from(set) * depth,
+                },
+                first_hint,
+            )
         });
         let mut sharer_ids = Vec::with_capacity(nsets);
         for set in tag_sets.iter() {

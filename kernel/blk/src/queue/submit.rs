@@ -3,6 +3,25 @@
 
 use super::*;
 
+/// A tag of `tags`' reserved pool, for CPU `cpu`: admin commands, off the I/O path.
+#[cold]
+#[inline(never)]
+fn alloc_reserved(tags: &crate::tags::TagSet, cpu: usize) -> Option<u32> {
+    tags.alloc(cpu, true)
+}
+
+/// Why [`Queue::take_chunk`] stopped.
+enum ChunkEnd {
+    /// The chunk is full; bios are left.
+    Full,
+    /// Every bio was taken.
+    Out,
+    /// The next bio must be split.
+    NeedsSplit,
+    /// The next bio was not taken.
+    Failed(BlkError),
+}
+
 impl<D: Driver> Queue<D> {
     /// Checks a bio before it takes a tag, and says whether it must be split (`Ok(true)`).
     /// Inlined: it runs once per I/O. The common I/O, a read or write of one segment
@@ -271,42 +290,113 @@ impl<D: Driver> Queue<D> {
         }
     }
 
-    /// [`Queue::submit_batch`] past its look-ups.
+    /// [`Queue::submit_batch`] past its look-ups. The bios enter the queue's usage count
+    /// together, with one increment and one look at the frozen flag; what a batch that stops
+    /// early did not take leaves again at once. A frozen queue refuses them one by one
+    /// ([`Queue::submit_batch_each`]), so that each bio fails as it would alone.
+    ///
+    /// The requests are taken a chunk at a time by [`Queue::take_chunk`], out of line: its
+    /// loop keeps what it needs in registers, which it could not beside the dispatch and
+    /// completion paths inlined here.
     #[inline(always)]
     fn submit_batch_in(&self, at: &RunContext<'_>, bios: &[Bio<'_>]) -> BatchOutcome {
         let cpu = at.cpu;
         let at = *at;
+        let usage = &at.counters.usage;
+        if !self.usage.try_enter_n(usage, bios.len()) {
+            return self.submit_batch_each(&at, bios);
+        }
         let mut chunk = [0u32; SUBMIT_BATCH_CHUNK];
-        let mut taken = 0;
-        for (position, bio) in bios.iter().enumerate() {
-            // `>=`, not `==`: below it the compiler knows `taken` indexes `chunk`.
-            if taken >= SUBMIT_BATCH_CHUNK {
-                self.queue_or_issue(&at, &chunk, false);
-                taken = 0;
+        let mut done = 0;
+        loop {
+            let rest = &bios[done..];
+            let (taken, end) = if at.trace {
+                self.take_chunk::<true>(&at, rest, &mut chunk)
+            } else {
+                self.take_chunk::<false>(&at, rest, &mut chunk)
+            };
+            self.queue_or_issue(&at, &chunk[..taken.min(SUBMIT_BATCH_CHUNK)], false);
+            done += taken;
+            let outcome = match end {
+                ChunkEnd::Full => continue,
+                ChunkEnd::Out => break,
+                ChunkEnd::NeedsSplit => {
+                    // The parts enter the queue on their own.
+                    self.usage.exit(usage);
+                    self.submit_split(cpu, &bios[done])
+                }
+                ChunkEnd::Failed(error) => {
+                    self.usage.exit(usage);
+                    Err(error)
+                }
+            };
+            if let Err(error) = outcome {
+                // The entries of the bios after it.
+                self.usage.exit_n(usage, bios.len() - done - 1);
+                return BatchOutcome {
+                    accepted: done,
+                    error: Some(error),
+                };
             }
-            let outcome = match self.take_request(&at, bio) {
+            done += 1;
+        }
+        BatchOutcome {
+            accepted: bios.len(),
+            error: None,
+        }
+    }
+
+    /// Takes the requests of `bios`, which have entered the queue, in order into `chunk` (one
+    /// index each), until the chunk is full, the bios run out, or one is not taken; returns how
+    /// many were taken and why it stopped. `TRACED`: the stage trace is on (the untraced copy
+    /// tests nothing for it).
+    #[inline(never)]
+    fn take_chunk<const TRACED: bool>(
+        &self,
+        at: &RunContext<'_>,
+        bios: &[Bio<'_>],
+        chunk: &mut [u32; SUBMIT_BATCH_CHUNK],
+    ) -> (usize, ChunkEnd) {
+        let at = RunContext {
+            trace: TRACED && at.trace,
+            ..*at
+        };
+        for (position, bio) in bios.iter().enumerate() {
+            if position >= SUBMIT_BATCH_CHUNK {
+                return (position, ChunkEnd::Full);
+            }
+            // This bio's entry and those of the bios after it.
+            match self.take_entered::<true>(&at, bio, bios.len() - position) {
+                Ok(Taken::Request { index, .. }) => chunk[position] = index,
+                Ok(Taken::NeedsSplit) => return (position, ChunkEnd::NeedsSplit),
+                Err(error) => return (position, ChunkEnd::Failed(error)),
+            }
+        }
+        (bios.len(), ChunkEnd::Out)
+    }
+
+    /// [`Queue::submit_batch_in`] with each bio entering the queue on its own: for a queue
+    /// that was frozen when the batch came.
+    #[cold]
+    #[inline(never)]
+    fn submit_batch_each(&self, at: &RunContext<'_>, bios: &[Bio<'_>]) -> BatchOutcome {
+        let cpu = at.cpu;
+        for (position, bio) in bios.iter().enumerate() {
+            let outcome = match self.take_request(at, bio) {
                 Ok(Taken::Request { index, .. }) => {
-                    chunk[taken] = index;
-                    taken += 1;
+                    self.queue_or_issue(at, core::slice::from_ref(&index), false);
                     continue;
                 }
-                Ok(Taken::NeedsSplit) => {
-                    // What was taken before it goes first.
-                    self.queue_or_issue(&at, &chunk[..taken], false);
-                    taken = 0;
-                    self.submit_split(cpu, bio)
-                }
+                Ok(Taken::NeedsSplit) => self.submit_split(cpu, bio),
                 Err(error) => Err(error),
             };
             if let Err(error) = outcome {
-                self.queue_or_issue(&at, &chunk[..taken], false);
                 return BatchOutcome {
                     accepted: position,
                     error: Some(error),
                 };
             }
         }
-        self.queue_or_issue(&at, &chunk[..taken], false);
         BatchOutcome {
             accepted: bios.len(),
             error: None,
@@ -323,16 +413,21 @@ impl<D: Driver> Queue<D> {
         let Some(counters) = self.counters.cpu_checked(cpu) else {
             return Err(BlkError::CpuOutOfRange { cpu, ncpus: self.ncpus });
         };
-        let Route { hwq, set } = counters.route;
+        let Route { hwq, set, slot_base } = counters.route;
         let (hwq, set) = (usize::from(hwq), usize::from(set));
+        debug_assert!(hwq < self.hwqs.len() && set < self.tag_sets.len());
+        // SAFETY: a route is set once, in `Queue::new`, from the validated CPU map: its hardware
+        // queue is one of `hwqs` and its set one of `tag_sets` (both fixed at creation).
+        let (host, hq) = unsafe { (self.tag_sets.get_unchecked(set), self.hwqs.get_unchecked(hwq)) };
         Ok(RunContext {
             cpu,
             hwq,
             set,
-            host: &self.tag_sets[set],
+            host,
             counters,
-            hq: &self.hwqs[hwq],
+            hq,
             trace: self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
+            slot_base,
         })
     }
 
@@ -349,6 +444,7 @@ impl<D: Driver> Queue<D> {
             counters: self.counters.cpu(cpu),
             hq: &self.hwqs[hwq],
             trace: self.stage_trace.load(core::sync::atomic::Ordering::Relaxed),
+            slot_base: set as u32 * self.depth,
         }
     }
 
@@ -356,12 +452,26 @@ impl<D: Driver> Queue<D> {
     /// [`Queue::queue_or_issue`]; or says that it must be split first.
     #[inline(always)]
     pub(super) fn take_request(&self, at: &RunContext<'_>, bio: &Bio<'_>) -> Result<Taken, BlkError> {
+        self.take_entered::<false>(at, bio, 1)
+    }
+
+    /// [`Queue::take_request`] of a bio whose queue entry its caller may have made already:
+    /// without `ENTERED`, the entry is made here (and undone here on failure); with it, the
+    /// caller entered this bio and `entered - 1` after it ([`Queue::submit_batch`]), and undoes
+    /// what is left of them itself when this one is not taken.
+    #[inline(always)]
+    fn take_entered<const ENTERED: bool>(
+        &self,
+        at: &RunContext<'_>,
+        bio: &Bio<'_>,
+        entered: usize,
+    ) -> Result<Taken, BlkError> {
         let RunContext {
             cpu,
             hwq,
-            set,
             host,
             counters,
+            slot_base,
             ..
         } = *at;
         match self.check_bio(bio) {
@@ -372,33 +482,53 @@ impl<D: Driver> Queue<D> {
                 return Err(e);
             }
         }
-        if !self.usage.try_enter(&counters.usage) {
+        if !ENTERED && !self.usage.try_enter(&counters.usage) {
             bump(&counters.rejected);
             return Err(BlkError::Frozen);
         }
         let tags = host.tags();
-        // With tags shared across queues, leave freed tags to a starving queue once we hold our
-        // share (`usage` counts our requests, `- 1`: not this one).
-        let yield_to_waiter = self.host_shared
-            && !bio.reserved_tag
-            && host.over_fair_share(
-                // Summed over the CPUs only when another queue waits for tags.
-                || self.usage.in_flight(self.counters.usage_counts()).saturating_sub(1),
-                self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
-            );
-        // One chain, no `Option` in between: a tag goes straight on to the slot.
-        let tag = if !yield_to_waiter && let Some(tag) = tags.alloc_hinted(cpu, &counters.tag_hint, bio.reserved_tag) {
+        // With tags shared across queues, a normal tag is left to a starving queue once we
+        // hold our share (`usage` counts our requests: not this one, nor the rest of a batch
+        // entered with it).
+        let normal = !bio.reserved_tag
+            && (!self.host_shared
+                || !host.over_fair_share(
+                    // Summed over the CPUs only when another queue waits for tags.
+                    || {
+                        self.usage
+                            .in_flight(self.counters.usage_counts())
+                            .saturating_sub(entered)
+                    },
+                    self.tag_waiters.load(core::sync::atomic::Ordering::Relaxed) != 0,
+                ));
+        // The hint's tag, the common case, goes straight on as a tag, not as an `Option` to
+        // test again after the search's. A reserved (admin) tag is taken out of line.
+        let tag = if normal && let Some(tag) = tags.alloc_at_hint(&counters.tag_hint) {
             tag
         } else {
-            self.usage.exit(&counters.usage);
-            return Err(BlkError::TagsExhausted {
-                hwq,
-                pool: tags.pool_size(bio.reserved_tag),
-                reserved: bio.reserved_tag,
-            });
+            let tag = if bio.reserved_tag {
+                alloc_reserved(tags, cpu)
+            } else if normal {
+                tags.alloc_past_hint(&counters.tag_hint)
+            } else {
+                None
+            };
+            let Some(tag) = tag else {
+                if !ENTERED {
+                    self.usage.exit(&counters.usage);
+                }
+                return Err(BlkError::TagsExhausted {
+                    hwq,
+                    pool: tags.pool_size(bio.reserved_tag),
+                    reserved: bio.reserved_tag,
+                });
+            };
+            tag
         };
-        let index = set as u32 * self.depth + tag;
-        let slot = self.slot(index);
+        let index = slot_base + tag;
+        // SAFETY: the set's tags are below the depth (its pools end there), and the set's
+        // slots are `slot_base..slot_base + depth`.
+        let slot = unsafe { self.held_slot(index) };
         {
             // SAFETY: `alloc` gave us the tag, so the slot is FREE and ours alone until we
             // publish it by pushing it onto the software queue (Release).
@@ -409,14 +539,15 @@ impl<D: Driver> Queue<D> {
             d.cookie = bio.cookie;
             d.submit_cpu = cpu as u16;
             d.hwq = hwq as u16;
-            d.parent = NO_PARENT;
+            // `parent` is NO_PARENT in every free slot: a split part's end puts it back.
+            debug_assert_eq!(d.parent, NO_PARENT);
             // The common single-segment I/O: one store into the slot, not a call to `memcpy`.
             d.set_segments(bio.segments);
         }
         // No deadline is reset here: it is read only while the request is ISSUED, and `issue`
-        // stores it before that.
-        slot.set_status(Status::Ok);
-        slot.set_state(state::QUEUED);
+        // stores it before that. Nor the status: every path that ends a request stores it
+        // before it is read (`Rq::status` means something only in `Driver::complete`).
+        slot.move_state(state::FREE, state::QUEUED);
         bump(&counters.submitted);
         self.stage_if(at.trace, cpu, index, crate::driver::Stage::Submit);
         Ok(Taken::Request { hwq, tag, index })
@@ -429,7 +560,7 @@ impl<D: Driver> Queue<D> {
     /// has ended, with the first error.
     #[cold]
     pub(super) fn submit_split(&self, cpu: usize, bio: &Bio<'_>) -> Result<Submitted, BlkError> {
-        let Route { hwq, set } = self.counters.route(cpu);
+        let Route { hwq, set, .. } = self.counters.route(cpu);
         let (hwq, set) = (usize::from(hwq), usize::from(set));
         let tags = self.tag_sets[set].tags();
         // A discard has no segments: only its own length limit cuts it.
@@ -613,7 +744,13 @@ impl<D: Driver> Queue<D> {
             return;
         }
         let (cpu, hwq, hq) = (at.cpu, at.hwq, at.hq);
-        if self.sw_queues[cpu].is_empty()
+        debug_assert!(cpu < self.sw_queues.len());
+        // SAFETY: only submissions come here, with the context of `submit_context` (which
+        // checked `cpu` against the CPU count, the software queues' count) or, for a split's
+        // parts, of `run_context` for a CPU that `submit_split` looked up in the CPU blocks
+        // (checked).
+        let sw = unsafe { self.sw_queues.get_unchecked(cpu) };
+        if sw.is_empty()
             && !hq.dispatch_nonempty.load(Ordering::Relaxed)
             // Acquire pairs with the Release that freed the token (as in `dispatch`).
             && hq
