@@ -285,8 +285,12 @@ impl<M: Mmio64, D: Delay> Controller<M, D> {
         // moved (Linux `map_cmd_status`). A read or write that moved less than asked
         // is not a success here (Linux's midlayer would retry the rest; blk has no partial
         // completion), so it fails rather than hand back a half-filled buffer.
-        let residual_ok = status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed);
-        let outcome = if status == 0 || residual_ok {
+        // Status 0 is tested alone first (two arms with the same value): the common case pays
+        // no residual test.
+        #[allow(clippy::if_same_then_else)]
+        let outcome = if status == 0 {
+            IoOutcome::Ok
+        } else if status == 0x2D && ex_status == 0 && bytes_done >= state.required.load(Ordering::Relaxed) {
             IoOutcome::Ok
         } else if status == MFI_STAT_CONFIG_SEQ_MISMATCH
             && let Some(stale) = self.stale_route(fo, state.target.load(Ordering::Relaxed))
