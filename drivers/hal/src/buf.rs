@@ -4,7 +4,7 @@
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicU32};
+use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64};
 
 use crate::{Dma, DmaError, DmaRegion};
 
@@ -398,6 +398,21 @@ impl DmaBuf {
         unsafe { core::slice::from_raw_parts(p.cast::<AtomicU32>(), n) }
     }
 
+    /// `n` consecutive 8-byte words from `off` on that the device writes whole and concurrently
+    /// (reply descriptors), as atomics: bounds- and alignment-checked once for all of them, so a
+    /// walk over them tests only the index.
+    pub fn atomic_u64s(&self, off: usize, n: usize) -> &[AtomicU64] {
+        let bytes = n.checked_mul(8).expect("atomic u64 run size overflows");
+        let p = self.ptr(off, bytes);
+        if !(p as usize).is_multiple_of(8) {
+            unaligned("atomic u64s", off);
+        }
+        // SAFETY: in bounds (checked by `ptr` for all `8 * n` bytes), 8-byte aligned, valid for
+        // the lifetime of `self`, and the words are only ever accessed atomically (by the driver
+        // and the device) while shared.
+        unsafe { core::slice::from_raw_parts(p.cast::<AtomicU64>(), n) }
+    }
+
     /// A byte the device updates concurrently (a command status), as an atomic.
     pub fn atomic_u8(&self, off: usize) -> &AtomicU8 {
         let p = self.ptr(off, 1);
@@ -532,6 +547,36 @@ mod tests {
         words[1].store(0xCC, Ordering::Relaxed);
         assert_eq!(mem.read_u32("t", buf.phys_at(12)), Some(0xCC));
         assert!(buf.atomic_u32s(64, 0).is_empty());
+    }
+
+    #[test]
+    fn atomic_u64s_are_the_words_the_device_sees() {
+        use core::sync::atomic::Ordering;
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 64, 64).unwrap();
+        buf.write_u64_atomic(16, 0x0102_0304_0506_0708);
+        let words = buf.atomic_u64s(8, 4);
+        assert_eq!(u64::from_le(words[1].load(Ordering::Relaxed)), 0x0102_0304_0506_0708);
+        assert_eq!(words[1].load(Ordering::Relaxed).to_le(), buf.read_u64_atomic(16));
+        words[3].store(u64::MAX.to_le(), Ordering::Relaxed);
+        assert_eq!(mem.read_u64("t", buf.phys_at(32)), Some(u64::MAX));
+        assert!(buf.atomic_u64s(64, 0).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "past length")]
+    fn atomic_u64s_past_the_end_panic() {
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 64, 64).unwrap();
+        buf.atomic_u64s(40, 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "unaligned")]
+    fn unaligned_atomic_u64s_panic() {
+        let mem = FakeMemory::new(0x4000);
+        let buf = DmaBuf::alloc(&mem.dma(), 64, 64).unwrap();
+        buf.atomic_u64s(4, 2);
     }
 
     #[test]

@@ -239,8 +239,10 @@ pub struct LogicalDrive {
 
 pub use megasas::{IoOp, IoRequest};
 
-/// How a request ended.
+/// How a request ended. An explicit tag byte (`Ok` is 0), not a niche in the error's fields:
+/// the completion path's test for `Ok` is one compare, not a decode of the niche.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum IoOutcome {
     /// Success.
     Ok,
